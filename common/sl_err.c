@@ -1,0 +1,44 @@
+/* The error table's generated lookups. */
+#include "sl_err.h"
+
+#include <errno.h>
+#include <string.h>
+
+static const char *const texts[] = {
+#define T(name, text) [name##_POS_ - SL_ERR_BASE_ - 1] = text,
+  SL_ERRORS(T)
+#undef T
+};
+
+static const char *const names[] = {
+#define N(name, text) [name##_POS_ - SL_ERR_BASE_ - 1] = #name,
+  SL_ERRORS(N)
+#undef N
+};
+
+static int table_index(int err) {
+  int pos = -err;
+  if (pos > SL_ERR_BASE_ && pos < SL_ERR_END_)
+    return pos - SL_ERR_BASE_ - 1;
+  return -1;
+}
+
+const char *sl_strerror(int err) {
+  int i = table_index(err);
+  if (i >= 0)
+    return texts[i];
+  if (err < 0 && err > -SL_ERR_BASE_)
+    return strerror(-err);
+  return "unknown error";
+}
+
+const char *sl_errname(int err) {
+  int i = table_index(err);
+  if (i >= 0)
+    return names[i];
+  if (err < 0 && err > -SL_ERR_BASE_) {
+    const char *n = strerrorname_np(-err);
+    return n ? n : "E?";
+  }
+  return "E?";
+}

@@ -1,0 +1,34 @@
+/* HMAC-SHA256 over libsodium's streaming API. */
+#include "sl_hmac.h"
+#include "sl_err.h"
+
+#include <sodium.h>
+#include <string.h>
+
+int sl_crypto_init(void) { return sodium_init() < 0 ? SL_ENOTSUP : 0; }
+
+void sl_hmac_sha256_hex(const uint8_t *key, size_t key_len, const struct sl_span *parts,
+                        size_t n_parts, char ret_hex[SL_HMAC_HEX_LEN + 1]) {
+  crypto_auth_hmacsha256_state st;
+  unsigned char mac[crypto_auth_hmacsha256_BYTES];
+  crypto_auth_hmacsha256_init(&st, key, key_len);
+  for (size_t i = 0; i < n_parts; i++)
+    crypto_auth_hmacsha256_update(&st, parts[i].data, parts[i].len);
+  crypto_auth_hmacsha256_final(&st, mac);
+  sodium_bin2hex(ret_hex, SL_HMAC_HEX_LEN + 1, mac, sizeof mac);
+  sodium_memzero(&st, sizeof st);
+}
+
+bool sl_hmac_hex_equal(const char *expected_hex, const void *got, size_t got_len) {
+  if (got_len != SL_HMAC_HEX_LEN)
+    return false;
+  return sodium_memcmp(expected_hex, got, SL_HMAC_HEX_LEN) == 0;
+}
+
+void sl_sha256_hex(const void *data, size_t len, char ret_hex[SL_HMAC_HEX_LEN + 1]) {
+  unsigned char h[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256(h, data, len);
+  sodium_bin2hex(ret_hex, SL_HMAC_HEX_LEN + 1, h, sizeof h);
+}
+
+void sl_random_bytes(void *buf, size_t n) { randombytes_buf(buf, n); }

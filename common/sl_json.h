@@ -1,0 +1,32 @@
+/* JSON helpers over jansson.
+ *
+ * Parsing from the world goes through sl_json_parse(), which bounds the input
+ * size and nesting depth before jansson sees it, and refuses NaN/Infinity
+ * (jansson never produces them; JSON forbids them). Getters borrow from the
+ * object and fall back to a default when the key is missing or of another type. */
+#ifndef SL_JSON_H
+#define SL_JSON_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SL_JSON_MAX_DEPTH_DEFAULT 64
+
+/* Parses buf[0..len) into an owned value in *ret. Fails with SL_ELIMIT if the
+ * nesting is deeper than max_depth, SL_EJSON if it does not parse. err_text,
+ * when non-NULL, receives a short reason (size err_size). */
+int sl_json_parse(const char *buf, size_t len, int max_depth, json_t **ret,
+                  char *err_text, size_t err_size);
+/* Compact serialisation, owned by the caller (free()). NULL on OOM. */
+char *sl_json_dump(const json_t *v, size_t *ret_len);
+
+const char *sl_json_get_str(const json_t *obj, const char *key, const char *def);
+int64_t sl_json_get_int(const json_t *obj, const char *key, int64_t def);
+double sl_json_get_num(const json_t *obj, const char *key, double def);
+bool sl_json_get_bool(const json_t *obj, const char *key, bool def);
+/* A finite double as JSON (NaN/Inf become null, as JSON has no such numbers). */
+json_t *sl_json_real(double v);
+
+#endif

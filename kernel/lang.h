@@ -1,0 +1,159 @@
+/* The cell language (DESIGN.md §3): parser, values, expression evaluation,
+ * completeness, completion and help.
+ *
+ * A cell is parsed whole into a struct jk_cell before anything runs, so a cell
+ * with a syntax error sends nothing anywhere. Every node records its 1-based
+ * line and column for error messages. The parser knows every statement,
+ * option and magic and rejects unknown options with the list of valid ones.
+ * Nothing here performs I/O or knows about Jupyter messages. */
+#ifndef JK_LANG_H
+#define JK_LANG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- values ------------------------------------------------------------ */
+
+enum jk_value_type {
+  JK_VAL_NONE,
+  JK_VAL_NUM,      /* 3e-4, 2000, 0.60 (money is a number) */
+  JK_VAL_STR,      /* "..." */
+  JK_VAL_BOOL,     /* yes / no */
+  JK_VAL_DURATION, /* 90s, 30m, 2h: in microseconds */
+  JK_VAL_LIST,     /* a,b,c */
+};
+
+struct jk_value {
+  enum jk_value_type type;
+  double num;
+  bool boolean;
+  int64_t duration_us;
+  char *str;               /* JK_VAL_STR: owned, NUL-terminated, escapes decoded */
+  struct jk_value *items;  /* JK_VAL_LIST: owned array */
+  size_t n_items;
+};
+
+void jk_value_done(struct jk_value *v);
+/* Deep copy into *ret. 0 or -ENOMEM. */
+int jk_value_copy(const struct jk_value *v, struct jk_value *ret);
+/* The value as the language writes it: 0.0006, "text", yes, 90s, a,b.
+ * Returns an owned string (free()). */
+char *jk_value_format(const struct jk_value *v);
+
+/* ---- syntax tree ------------------------------------------------------- */
+
+enum jk_expr_kind {
+  JK_EXPR_LITERAL, /* lit */
+  JK_EXPR_NAME,    /* name */
+  JK_EXPR_LIST,    /* items (n_items) */
+  JK_EXPR_BINOP,   /* op in "+-*∕" (one char), lhs, rhs */
+  JK_EXPR_NEG,     /* lhs */
+  JK_EXPR_CALL,    /* name(args..., key=value...): text, fashion_mnist, gpt, mlp, input */
+};
+
+struct jk_option;
+
+struct jk_expr {
+  enum jk_expr_kind kind;
+  int line, col;
+  struct jk_value lit;
+  char *name;
+  char op;
+  struct jk_expr *lhs, *rhs;
+  struct jk_expr **items;  /* LIST items or CALL positional args */
+  size_t n_items;
+  struct jk_option *opts;  /* CALL keyword args */
+  size_t n_opts;
+};
+
+struct jk_option {
+  char *name;
+  struct jk_expr *value;
+  int line, col;
+};
+
+enum jk_stmt_kind {
+  JK_STMT_ASSIGN,     /* name = expr */
+  JK_STMT_DATA,       /* data name = expr (a CALL: text(...) / fashion_mnist()) */
+  JK_STMT_MODEL,      /* model name = expr (a CALL: gpt(...) / mlp(...)) */
+  JK_STMT_TRAIN,      /* train model on data opts... */
+  JK_STMT_EVAL,       /* eval model on data opts... */
+  JK_STMT_SAMPLE,     /* sample model [prompt expr] opts... */
+  JK_STMT_SHOW,       /* show name */
+  JK_STMT_PRINT,      /* print expr, expr... (args in items) */
+  JK_STMT_SLEEP,      /* sleep expr (a duration or seconds) */
+  JK_STMT_EXPR,       /* a bare expression */
+  JK_STMT_LINE_MAGIC, /* %name rest-of-line */
+  JK_STMT_CELL_MAGIC, /* %%name args, then body */
+};
+
+struct jk_stmt {
+  enum jk_stmt_kind kind;
+  int line, col;
+  char *name;              /* ASSIGN/DATA/MODEL target, SHOW name, magic name (no %) */
+  char *model;             /* TRAIN/EVAL/SAMPLE */
+  char *data;              /* TRAIN/EVAL */
+  struct jk_expr *expr;    /* ASSIGN/DATA/MODEL/EXPR/SLEEP value, SAMPLE prompt (may be NULL) */
+  struct jk_expr **items;  /* PRINT arguments */
+  size_t n_items;
+  struct jk_option *opts;  /* TRAIN/EVAL/SAMPLE options; CELL_MAGIC options */
+  size_t n_opts;
+  char *args;              /* LINE_MAGIC: text after the name, trimmed */
+  char *body;              /* CELL_MAGIC: the lines after the first */
+};
+
+struct jk_cell {
+  struct jk_stmt *stmts;
+  size_t n;
+};
+
+struct jk_parse_error {
+  int line, col;
+  char message[256]; /* "expected 'on' after the model name", "unknown option 'foo' for train (expected one of: ...)" */
+};
+
+/* Parses code (UTF-8, len bytes) into an owned cell in *ret. On a syntax
+ * error returns SL_EPARSE and fills *err; nothing is allocated then. */
+int jk_parse(const char *code, size_t len, struct jk_cell **ret, struct jk_parse_error *err);
+struct jk_cell *jk_cell_free(struct jk_cell *cell);
+
+/* ---- evaluation -------------------------------------------------------- */
+
+/* Looks up a notebook variable; returns a borrowed value or NULL if unknown. */
+typedef const struct jk_value *(*jk_lookup_fn)(void *userdata, const char *name);
+
+/* Evaluates expr. Arithmetic works on numbers (and durations ± durations,
+ * durations * / numbers); a name resolves through lookup. CALL expressions
+ * are not evaluated here (SL_ETYPE): the executor handles them. On error
+ * returns negative and writes a message naming line and column into err. */
+int jk_eval(const struct jk_expr *expr, jk_lookup_fn lookup, void *userdata,
+            struct jk_value *ret, char *err, size_t err_size);
+
+/* ---- front-end services ------------------------------------------------ */
+
+enum jk_completeness { JK_COMPLETE, JK_INCOMPLETE, JK_INVALID };
+/* Open string, trailing backslash or unclosed bracket: incomplete. A cell that
+ * parses: complete. Anything else: invalid. ret_indent receives "" or "    ". */
+enum jk_completeness jk_is_complete(const char *code, size_t len);
+
+struct jk_completions {
+  char **matches; /* owned strings */
+  size_t n;
+  size_t cursor_start, cursor_end; /* in Unicode code points, as Jupyter counts */
+};
+/* Completion at cursor_pos (code points): keywords, statement options valid at
+ * that place, magics after '%', and the given names (variables, models, data).
+ * names may be NULL with n_names 0. */
+int jk_complete(const char *code, size_t len, size_t cursor_pos, const char *const *names,
+                size_t n_names, struct jk_completions *ret);
+void jk_completions_done(struct jk_completions *c);
+
+/* Help text (Markdown-free plain text) for the word at cursor_pos: any
+ * statement keyword, option, magic or function. NULL if the word is unknown.
+ * Owned string. detail_level 1 adds examples. */
+char *jk_inspect(const char *code, size_t len, size_t cursor_pos, int detail_level);
+/* The text of %help: every statement, magic and option with one line each. Owned. */
+char *jk_help_all(void);
+
+#endif
