@@ -64,32 +64,35 @@ int sl_err_from_zmq(int zerr) {
 }
 
 int sl_zmq_recv(void *socket, struct sl_msg *m, int flags) {
-  int result = 0;
   bool more = true;
+  bool first = true;
   while (more) {
     zmq_msg_t part;
     zmq_msg_init(&part);
-    if (zmq_msg_recv(&part, socket, m->n == 0 && result == 0 ? flags : 0) < 0) {
+    if (zmq_msg_recv(&part, socket, first ? flags : 0) < 0) {
       int e = zmq_errno();
       zmq_msg_close(&part);
-      if (m->n == 0 && result == 0)
-        return sl_err_from_zmq(e);
       /* Mid-message errors cannot happen with ZeroMQ's atomic delivery,
-       * but never leave a half message behind. */
+       * but never hand back half a message. */
       sl_msg_done(m);
       return sl_err_from_zmq(e);
     }
+    first = false;
     more = zmq_msg_more(&part);
-    if (result == 0) {
-      int r = sl_msg_add(m, zmq_msg_data(&part), zmq_msg_size(&part));
-      if (r < 0)
-        result = r; /* keep draining the remaining parts */
+    size_t len = zmq_msg_size(&part);
+    int r = sl_msg_add(m, zmq_msg_data(&part), len);
+    if (r == SL_ELIMIT) {
+      m->dropped_frames++;
+      if (len > m->limits.max_frame_bytes)
+        m->oversized_frames++;
+    } else if (r < 0) {
+      zmq_msg_close(&part);
+      sl_msg_done(m);
+      return r;
     }
     zmq_msg_close(&part);
   }
-  if (result < 0)
-    sl_msg_done(m);
-  return result;
+  return m->dropped_frames ? SL_ELIMIT : 0;
 }
 
 int sl_zmq_send(void *socket, const struct sl_msg *m, int flags) {

@@ -29,6 +29,8 @@ struct sl_msg {
   size_t cap;
   size_t total_bytes;
   struct sl_limits limits;
+  size_t dropped_frames;   /* frames refused by a limit during sl_zmq_recv */
+  size_t oversized_frames; /* of those, frames over max_frame_bytes */
 };
 
 void sl_msg_init(struct sl_msg *m, struct sl_limits limits);
@@ -41,8 +43,11 @@ int sl_msg_add_str(struct sl_msg *m, const char *s);
 int sl_msg_add_owned(struct sl_msg *m, uint8_t *data, size_t len);
 
 /* Receives one multipart message from a ZeroMQ socket into m (which must be
- * initialised and empty). flags as for zmq_msg_recv (ZMQ_DONTWAIT). On
- * SL_ELIMIT the rest of the message is drained so the socket stays in sync. */
+ * initialised and empty). flags as for zmq_msg_recv (ZMQ_DONTWAIT). When a
+ * limit is hit the whole message is still read off the socket (it stays in
+ * sync), the frames that fit are kept in m, dropped_frames/oversized_frames
+ * count the rest, and SL_ELIMIT is returned: the caller may use the kept
+ * frames to answer with an error, and must sl_msg_done() m either way. */
 int sl_zmq_recv(void *socket, struct sl_msg *m, int flags);
 /* Sends every frame of m as one multipart message. */
 int sl_zmq_send(void *socket, const struct sl_msg *m, int flags);

@@ -1,0 +1,293 @@
+/* The one ZeroMQ loop of spotlab-kernel.
+ *
+ * Threads: this loop, and a heartbeat thread that echoes on its own REP
+ * socket so a busy loop never looks dead to the front end. Signals reach the
+ * loop through a self-pipe (SIGINT interrupts, SIGTERM stops). Each poll
+ * round drains control first, then stdin, then shell, so an interrupt or a
+ * shutdown is never stuck behind queued cells. */
+#include "channels.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "core.h"
+#include "sl_err.h"
+#include "sl_frame.h"
+#include "sl_log.h"
+#include "sl_time.h"
+#include "wire.h"
+
+#define LIMIT_FRAMES 256
+#define LIMIT_FRAME_BYTES (16u << 20)
+#define LIMIT_TOTAL_BYTES (32u << 20)
+#define LIMIT_JSON_DEPTH 64
+
+struct loop {
+  void *ctx;
+  void *sock[JK_CH_COUNT];
+  struct jk_auth *auth;
+  struct jk_core *core;
+  bool stop;
+  bool logged_hmac, logged_replay, logged_limit;
+};
+
+static int sig_pipe[2] = {-1, -1};
+
+static void on_signal(int signo) {
+  unsigned char b = (unsigned char)signo;
+  int saved = errno;
+  if (write(sig_pipe[1], &b, 1) < 0) {
+    /* Nothing to do: the pipe is full, a signal is already pending. */
+  }
+  errno = saved;
+}
+
+static void *heartbeat(void *arg) {
+  void *hb = arg;
+  for (;;) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, hb, 0) < 0) {
+      zmq_msg_close(&m);
+      if (zmq_errno() == EINTR)
+        continue;
+      break; /* ETERM: the context is shutting down */
+    }
+    int more = zmq_msg_more(&m);
+    if (zmq_msg_send(&m, hb, more ? ZMQ_SNDMORE : 0) < 0)
+      zmq_msg_close(&m);
+  }
+  zmq_close(hb);
+  return NULL;
+}
+
+/* ---- core callbacks ---------------------------------------------------- */
+
+static void send_msg(void *ud, enum jk_channel ch, struct jk_msg *msg) {
+  struct loop *l = ud;
+  struct sl_msg out;
+  sl_msg_init(&out, (struct sl_limits){SIZE_MAX, SIZE_MAX, SIZE_MAX});
+  int r = jk_wire_encode(l->auth, msg, &out);
+  if (r == 0)
+    r = sl_zmq_send(l->sock[ch], &out, 0);
+  if (r < 0)
+    sl_warn("kernel.wire", "cannot send %s: %s", jk_msg_type(msg), sl_strerror(r));
+  sl_msg_done(&out);
+  jk_msg_free(msg);
+}
+
+static bool receive_one(struct loop *l, enum jk_channel ch);
+
+static void drain_shell(void *ud) {
+  struct loop *l = ud;
+  while (receive_one(l, JK_CH_SHELL))
+    ;
+}
+
+static void request_shutdown(void *ud, bool restart) {
+  struct loop *l = ud;
+  sl_info("kernel", "shutdown requested%s", restart ? " (restart)" : "");
+  l->stop = true;
+}
+
+static const struct jk_core_ops core_ops = {
+  .send = send_msg,
+  .drain_shell = drain_shell,
+  .shutdown = request_shutdown,
+};
+
+/* ---- receiving ---------------------------------------------------------- */
+
+static void log_drop(struct loop *l, bool *once, const char *what, const char *detail) {
+  if (!*once) {
+    sl_warn("kernel.wire", "dropped a message: %s (%s); further ones are logged under SPOTLAB_DEBUG=kernel.wire",
+            what, detail);
+    *once = true;
+  } else {
+    sl_debug("kernel.wire", "dropped a message: %s (%s)", what, detail);
+  }
+}
+
+/* Receives and handles one message from ch; false when none was waiting. */
+static bool receive_one(struct loop *l, enum jk_channel ch) {
+  struct sl_msg frames;
+  sl_msg_init(&frames, (struct sl_limits){LIMIT_FRAMES, LIMIT_FRAME_BYTES, LIMIT_TOTAL_BYTES});
+  int r = sl_zmq_recv(l->sock[ch], &frames, ZMQ_DONTWAIT);
+  if (r == -EAGAIN || r == -EINTR || r == -ETERM)
+    return false;
+  bool over_limit = r == SL_ELIMIT;
+  if (r < 0 && !over_limit) {
+    sl_warn("kernel.wire", "receive failed: %s", sl_strerror(r));
+    return false;
+  }
+  char why[256] = "";
+  if (over_limit && frames.oversized_frames) {
+    snprintf(why, sizeof why, "a frame is larger than %u bytes", LIMIT_FRAME_BYTES);
+    log_drop(l, &l->logged_limit, "size limit", why);
+    sl_msg_done(&frames);
+    return true;
+  }
+  struct jk_msg *msg = NULL;
+  struct jk_wire_limits limits = {LIMIT_JSON_DEPTH};
+  r = jk_wire_decode(l->auth, &frames, &limits, &msg, why, sizeof why);
+  size_t dropped = frames.dropped_frames;
+  sl_msg_done(&frames);
+  if (r == SL_EHMAC) {
+    log_drop(l, &l->logged_hmac, "bad signature", why);
+  } else if (r == SL_EREPLAY) {
+    log_drop(l, &l->logged_replay, "replayed", why);
+  } else if (r < 0 && !msg) {
+    log_drop(l, &l->logged_limit, "malformed", why);
+  } else if (r < 0 || over_limit) {
+    char reason[320];
+    if (over_limit)
+      snprintf(reason, sizeof reason, "message has more than %d frames (%zu over)", LIMIT_FRAMES, dropped);
+    else
+      snprintf(reason, sizeof reason, "message refused: %s", why);
+    log_drop(l, &l->logged_limit, "refused", reason);
+    jk_core_reject(l->core, ch, msg, reason);
+  } else {
+    jk_core_handle(l->core, ch, msg);
+  }
+  return true;
+}
+
+/* ---- set-up ------------------------------------------------------------- */
+
+static int open_socket(struct loop *l, const struct jk_connection *conn, enum jk_channel ch, int type) {
+  void *s = zmq_socket(l->ctx, type);
+  if (!s)
+    return sl_err_from_zmq(zmq_errno());
+  int linger = 1000;
+  int64_t maxmsg = 256 << 20;
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+  if (type == ZMQ_ROUTER) {
+    int handover = 1;
+    zmq_setsockopt(s, ZMQ_ROUTER_HANDOVER, &handover, sizeof handover);
+  }
+  char ep[300];
+  int r = jk_connection_endpoint(conn, ch, ep, sizeof ep);
+  if (r == 0 && zmq_bind(s, ep) < 0) {
+    r = sl_err_from_zmq(zmq_errno());
+    sl_err("kernel", "cannot bind %s: %s", ep, zmq_strerror(zmq_errno()));
+  }
+  if (r < 0) {
+    zmq_close(s);
+    return r;
+  }
+  l->sock[ch] = s;
+  return 0;
+}
+
+static int64_t poll_timeout_ms(const struct jk_core *core) {
+  int64_t at = jk_core_wake_at_us(core);
+  if (at == INT64_MAX)
+    return -1;
+  int64_t left = at - sl_time_mono_us();
+  if (left <= 0)
+    return 0;
+  return (left + 999) / 1000;
+}
+
+static void serve(struct loop *l) {
+  while (!l->stop) {
+    zmq_pollitem_t items[] = {
+      {l->sock[JK_CH_CONTROL], 0, ZMQ_POLLIN, 0},
+      {l->sock[JK_CH_STDIN], 0, ZMQ_POLLIN, 0},
+      {l->sock[JK_CH_SHELL], 0, ZMQ_POLLIN, 0},
+      {NULL, sig_pipe[0], ZMQ_POLLIN, 0},
+    };
+    int n = zmq_poll(items, 4, (long)poll_timeout_ms(l->core));
+    if (n < 0 && zmq_errno() != EINTR) {
+      sl_err("kernel", "poll failed: %s", zmq_strerror(zmq_errno()));
+      break;
+    }
+    if (items[3].revents & ZMQ_POLLIN) {
+      unsigned char sig;
+      while (read(sig_pipe[0], &sig, 1) == 1) {
+        if (sig == SIGINT) {
+          sl_info("kernel", "SIGINT: interrupting");
+          jk_core_interrupt(l->core);
+        } else {
+          sl_info("kernel", "signal %d: shutting down", sig);
+          l->stop = true;
+        }
+      }
+    }
+    while (!l->stop && receive_one(l, JK_CH_CONTROL))
+      ;
+    while (!l->stop && receive_one(l, JK_CH_STDIN))
+      ;
+    while (!l->stop && receive_one(l, JK_CH_SHELL))
+      ;
+    if (!l->stop)
+      jk_core_tick(l->core);
+  }
+}
+
+int jk_channels_run(const struct jk_connection *conn, const struct jk_run_options *opts) {
+  struct loop l = {0};
+  pthread_t hb_thread;
+  bool hb_started = false;
+  int r = 0;
+  if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+    return -errno;
+  struct sigaction sa = {0};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  l.ctx = zmq_ctx_new();
+  l.auth = jk_auth_new(conn->key, conn->key_len, 4096);
+  struct jk_core_config cfg = {opts->kernel_id, opts->notebook, opts->history_dir};
+  l.core = jk_core_new(&core_ops, &l, &cfg);
+  if (!l.ctx || !l.auth || !l.core) {
+    r = -ENOMEM;
+    goto out;
+  }
+  static const int types[JK_CH_COUNT] = {
+    [JK_CH_SHELL] = ZMQ_ROUTER, [JK_CH_CONTROL] = ZMQ_ROUTER, [JK_CH_STDIN] = ZMQ_ROUTER,
+    [JK_CH_IOPUB] = ZMQ_PUB, [JK_CH_HB] = ZMQ_REP,
+  };
+  for (int ch = 0; ch < JK_CH_COUNT; ch++) {
+    r = open_socket(&l, conn, (enum jk_channel)ch, types[ch]);
+    if (r < 0)
+      goto out;
+  }
+  void *hb = l.sock[JK_CH_HB];
+  l.sock[JK_CH_HB] = NULL; /* owned by the heartbeat thread from here on */
+  if (pthread_create(&hb_thread, NULL, heartbeat, hb) != 0) {
+    zmq_close(hb);
+    r = -EAGAIN;
+    goto out;
+  }
+  hb_started = true;
+  sl_info("kernel", "listening (%s on %s), kernel id %s", conn->transport, conn->ip, opts->kernel_id);
+  serve(&l);
+out:
+  for (int ch = 0; ch < JK_CH_COUNT; ch++)
+    if (l.sock[ch])
+      zmq_close(l.sock[ch]);
+  if (l.ctx)
+    zmq_ctx_shutdown(l.ctx);
+  if (hb_started)
+    pthread_join(hb_thread, NULL);
+  if (l.ctx)
+    zmq_ctx_term(l.ctx);
+  jk_core_free(l.core);
+  jk_auth_free(l.auth);
+  close(sig_pipe[0]);
+  close(sig_pipe[1]);
+  return r;
+}

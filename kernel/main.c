@@ -1,0 +1,111 @@
+/* spotlab-kernel: the Jupyter kernel's command line.
+ *
+ *   spotlab-kernel -f CONNECTION_FILE     serve a front end
+ *   spotlab-kernel install [...]          install the kernelspec
+ *   spotlab-kernel --version | --help */
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "channels.h"
+#include "config.h"
+#include "connfile.h"
+#include "install.h"
+#include "sl_err.h"
+#include "sl_hmac.h"
+#include "sl_log.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: spotlab-kernel -f CONNECTION_FILE\n"
+          "       spotlab-kernel install [--user | --prefix DIR | --sys-prefix]\n"
+          "       spotlab-kernel --version\n"
+          "\n"
+          "The spotlab Jupyter kernel. Front ends start it with a connection file;\n"
+          "`install` registers it with Jupyter as the kernel 'spotlab'.\n"
+          "Environment: SPOTLAB_GATEWAY, SPOTLAB_HOME, SPOTLAB_DEBUG=kernel,kernel.wire\n");
+}
+
+/* "kernel-<id>.json" -> "<id>"; any other name: the name without ".json". */
+static void kernel_id_from_path(const char *path, char *buf, size_t size) {
+  char *copy = strdup(path);
+  const char *base = copy ? basename(copy) : "kernel";
+  if (strncmp(base, "kernel-", 7) == 0)
+    base += 7;
+  snprintf(buf, size, "%s", base);
+  char *dot = strrchr(buf, '.');
+  if (dot && strcmp(dot, ".json") == 0)
+    *dot = '\0';
+  free(copy);
+}
+
+int main(int argc, char **argv) {
+  sl_log_init("spotlab-kernel");
+  if (argc >= 2 && strcmp(argv[1], "install") == 0)
+    return jk_install_main(argc - 1, argv + 1);
+  const char *conn_path = NULL;
+  for (int i = 1; i < argc; i++) {
+    if ((strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--connection-file") == 0) && i + 1 < argc) {
+      conn_path = argv[++i];
+    } else if (strncmp(argv[i], "--connection-file=", 18) == 0) {
+      conn_path = argv[i] + 18;
+    } else if (strcmp(argv[i], "--version") == 0) {
+      printf("spotlab-kernel %s\n", SPOTLAB_VERSION);
+      return 0;
+    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
+    } else {
+      fprintf(stderr, "spotlab-kernel: unknown argument '%s'\n", argv[i]);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (!conn_path) {
+    usage(stderr);
+    return 2;
+  }
+  if (sl_crypto_init() < 0) {
+    fprintf(stderr, "spotlab-kernel: libsodium failed to initialise\n");
+    return 1;
+  }
+  struct jk_connection conn;
+  char err[512];
+  int r = jk_connection_load(conn_path, &conn, err, sizeof err);
+  if (r < 0) {
+    fprintf(stderr, "spotlab-kernel: %s\n", err);
+    return 1;
+  }
+  char kernel_id[128];
+  kernel_id_from_path(conn_path, kernel_id, sizeof kernel_id);
+  const char *notebook = getenv("JPY_SESSION_NAME");
+  char history_dir[4096];
+  const char *home = getenv("SPOTLAB_HOME");
+  const char *user_home = getenv("HOME");
+  const char *hist = NULL;
+  if (home && *home)
+    hist = snprintf(history_dir, sizeof history_dir, "%s/history", home) < (int)sizeof history_dir ? history_dir : NULL;
+  else if (user_home && *user_home)
+    hist = snprintf(history_dir, sizeof history_dir, "%s/.local/share/spotlab/history", user_home) < (int)sizeof history_dir ? history_dir : NULL;
+  if (hist) {
+    /* Make the parents; the history module makes the last component. */
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", hist);
+    for (char *p = tmp + 1; *p; p++)
+      if (*p == '/') {
+        *p = '\0';
+        mkdir(tmp, 0700);
+        *p = '/';
+      }
+  }
+  struct jk_run_options opts = {kernel_id, notebook && *notebook ? notebook : NULL, hist};
+  r = jk_channels_run(&conn, &opts);
+  memset(&conn, 0, sizeof conn);
+  if (r < 0) {
+    fprintf(stderr, "spotlab-kernel: %s\n", sl_strerror(r));
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,299 @@
+/* Jupyter wire encoding, HMAC signing and replay rejection.
+ *
+ * Invariant: a message is accepted only if its signature verifies (when a key
+ * is set) and that signature has not been accepted before within the replay
+ * window. Signatures are checked over the raw bytes before any JSON parsing,
+ * so unauthenticated input never reaches the JSON parser. */
+#include "wire.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uuid/uuid.h>
+
+#include "sl_err.h"
+#include "sl_hmac.h"
+#include "sl_json.h"
+#include "sl_time.h"
+
+#define DELIM "<IDS|MSG>"
+
+struct jk_auth {
+  uint8_t *key;
+  size_t key_len;
+  /* Replay window: a ring of recent signatures plus an open-addressing hash
+   * set over them, so lookups stay O(1) and memory stays bounded. */
+  char (*ring)[SL_HMAC_HEX_LEN];
+  size_t ring_cap, ring_next, ring_used;
+  int32_t *slots; /* index into ring, -1 empty, -2 deleted */
+  size_t n_slots;
+};
+
+struct jk_msg *jk_msg_new(void) {
+  struct jk_msg *m = calloc(1, sizeof *m);
+  if (!m)
+    return NULL;
+  sl_msg_init(&m->idents, SL_LIMITS_DEFAULT);
+  sl_msg_init(&m->buffers, SL_LIMITS_DEFAULT);
+  return m;
+}
+
+struct jk_msg *jk_msg_free(struct jk_msg *m) {
+  if (!m)
+    return NULL;
+  sl_msg_done(&m->idents);
+  sl_msg_done(&m->buffers);
+  json_decref(m->header);
+  json_decref(m->parent_header);
+  json_decref(m->metadata);
+  json_decref(m->content);
+  free(m);
+  return NULL;
+}
+
+const char *jk_msg_type(const struct jk_msg *msg) {
+  return sl_json_get_str(msg->header, "msg_type", "");
+}
+
+void jk_new_id(char buf[37]) {
+  uuid_t u;
+  uuid_generate_random(u);
+  uuid_unparse_lower(u, buf);
+}
+
+struct jk_msg *jk_msg_reply(const struct jk_msg *parent, const char *msg_type, json_t *content,
+                            const char *session_id) {
+  struct jk_msg *m = jk_msg_new();
+  if (!m) {
+    json_decref(content);
+    return NULL;
+  }
+  char id[37], date[40];
+  jk_new_id(id);
+  sl_time_format_iso8601(sl_time_real_us(), date, sizeof date);
+  const char *user = parent ? sl_json_get_str(parent->header, "username", "kernel") : "kernel";
+  m->header = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "msg_id", id, "session", session_id,
+                        "username", user, "date", date, "msg_type", msg_type, "version", "5.3");
+  m->parent_header = parent && parent->header ? json_deep_copy(parent->header) : json_object();
+  m->metadata = json_object();
+  m->content = content ? content : json_object();
+  if (parent) {
+    for (size_t i = 0; i < parent->idents.n; i++) {
+      if (sl_msg_add(&m->idents, parent->idents.frames[i].data, parent->idents.frames[i].len) < 0)
+        return jk_msg_free(m);
+    }
+  }
+  if (!m->header || !m->parent_header || !m->metadata)
+    return jk_msg_free(m);
+  return m;
+}
+
+/* ---- authentication -------------------------------------------------- */
+
+static uint64_t hash_sig(const char *sig) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < SL_HMAC_HEX_LEN; i++)
+    h = (h ^ (unsigned char)sig[i]) * 1099511628211ull;
+  return h;
+}
+
+struct jk_auth *jk_auth_new(const uint8_t *key, size_t key_len, size_t replay_window) {
+  struct jk_auth *a = calloc(1, sizeof *a);
+  if (!a)
+    return NULL;
+  if (replay_window < 16)
+    replay_window = 16;
+  a->key = malloc(key_len + 1);
+  a->ring = calloc(replay_window, sizeof *a->ring);
+  a->n_slots = 1;
+  while (a->n_slots < replay_window * 2)
+    a->n_slots <<= 1;
+  a->slots = malloc(a->n_slots * sizeof *a->slots);
+  if (!a->key || !a->ring || !a->slots)
+    return jk_auth_free(a);
+  memcpy(a->key, key, key_len);
+  a->key_len = key_len;
+  a->ring_cap = replay_window;
+  for (size_t i = 0; i < a->n_slots; i++)
+    a->slots[i] = -1;
+  return a;
+}
+
+struct jk_auth *jk_auth_free(struct jk_auth *a) {
+  if (!a)
+    return NULL;
+  if (a->key)
+    memset(a->key, 0, a->key_len);
+  free(a->key);
+  free(a->ring);
+  free(a->slots);
+  free(a);
+  return NULL;
+}
+
+/* Returns the slot holding sig, or -1. */
+static long find_slot(const struct jk_auth *a, const char *sig) {
+  size_t mask = a->n_slots - 1;
+  for (size_t i = hash_sig(sig) & mask, probes = 0; probes < a->n_slots; i = (i + 1) & mask, probes++) {
+    int32_t s = a->slots[i];
+    if (s == -1)
+      return -1;
+    if (s >= 0 && memcmp(a->ring[s], sig, SL_HMAC_HEX_LEN) == 0)
+      return (long)i;
+  }
+  return -1;
+}
+
+static void remember(struct jk_auth *a, const char *sig) {
+  size_t idx = a->ring_next;
+  if (a->ring_used == a->ring_cap) {
+    long old = find_slot(a, a->ring[idx]);
+    if (old >= 0)
+      a->slots[old] = -2;
+  } else {
+    a->ring_used++;
+  }
+  memcpy(a->ring[idx], sig, SL_HMAC_HEX_LEN);
+  a->ring_next = (idx + 1) % a->ring_cap;
+  size_t mask = a->n_slots - 1;
+  size_t i = hash_sig(sig) & mask;
+  while (a->slots[i] >= 0)
+    i = (i + 1) & mask;
+  a->slots[i] = (int32_t)idx;
+  /* Tombstones accumulate; rebuild when the table has no empty slot left
+   * near capacity. With n_slots >= 2 * ring_cap this is rare. */
+  size_t empty = 0;
+  for (size_t k = 0; k < a->n_slots && empty == 0; k++)
+    empty += a->slots[k] == -1;
+  if (!empty) {
+    for (size_t k = 0; k < a->n_slots; k++)
+      a->slots[k] = -1;
+    for (size_t r = 0; r < a->ring_used; r++) {
+      size_t j = hash_sig(a->ring[r]) & mask;
+      while (a->slots[j] >= 0)
+        j = (j + 1) & mask;
+      a->slots[j] = (int32_t)r;
+    }
+  }
+}
+
+static void sign(const struct jk_auth *a, const struct sl_frame parts[4], char hex[SL_HMAC_HEX_LEN + 1]) {
+  struct sl_span spans[4];
+  for (int i = 0; i < 4; i++)
+    spans[i] = (struct sl_span){parts[i].data, parts[i].len};
+  sl_hmac_sha256_hex(a->key, a->key_len, spans, 4, hex);
+}
+
+/* ---- decode / encode --------------------------------------------------- */
+
+static int parse_part(const struct sl_frame *f, int depth, json_t **ret, char *err, size_t err_size) {
+  json_t *v = NULL;
+  int r = sl_json_parse((const char *)f->data, f->len, depth, &v, err, err_size);
+  if (r < 0)
+    return r;
+  if (!json_is_object(v)) {
+    json_decref(v);
+    snprintf(err, err_size, "message part is not a JSON object");
+    return SL_EJSON;
+  }
+  *ret = v;
+  return 0;
+}
+
+int jk_wire_decode(struct jk_auth *auth, const struct sl_msg *frames,
+                   const struct jk_wire_limits *limits, struct jk_msg **ret_msg,
+                   char *err, size_t err_size) {
+  size_t d = 0;
+  while (d < frames->n && !(frames->frames[d].len == strlen(DELIM) &&
+                            memcmp(frames->frames[d].data, DELIM, strlen(DELIM)) == 0))
+    d++;
+  if (d == frames->n || frames->n - d - 1 < 5) {
+    snprintf(err, err_size, "no <IDS|MSG> delimiter followed by signature and four parts");
+    return SL_EWIRE;
+  }
+  const struct sl_frame *sig = &frames->frames[d + 1];
+  const struct sl_frame *parts = &frames->frames[d + 2];
+  char expected[SL_HMAC_HEX_LEN + 1];
+  bool signing = auth->key_len > 0;
+  if (signing) {
+    sign(auth, parts, expected);
+    if (!sl_hmac_hex_equal(expected, sig->data, sig->len)) {
+      snprintf(err, err_size, "signature missing or wrong");
+      return SL_EHMAC;
+    }
+    if (find_slot(auth, expected) >= 0) {
+      snprintf(err, err_size, "replayed message (signature already seen)");
+      return SL_EREPLAY;
+    }
+    remember(auth, expected);
+  }
+
+  struct jk_msg *m = jk_msg_new();
+  if (!m)
+    return -ENOMEM;
+  int r = 0;
+  for (size_t i = 0; i < d && r == 0; i++)
+    r = sl_msg_add(&m->idents, frames->frames[i].data, frames->frames[i].len);
+  for (size_t i = d + 6; i < frames->n && r == 0; i++)
+    r = sl_msg_add(&m->buffers, frames->frames[i].data, frames->frames[i].len);
+  if (r < 0) {
+    jk_msg_free(m);
+    return r;
+  }
+  json_t **dst[4] = {&m->header, &m->parent_header, &m->metadata, &m->content};
+  int depth = limits && limits->max_json_depth > 0 ? limits->max_json_depth : SL_JSON_MAX_DEPTH_DEFAULT;
+  for (int i = 0; i < 4; i++) {
+    r = parse_part(&parts[i], depth, dst[i], err, err_size);
+    if (r < 0)
+      break;
+  }
+  if (r == 0 && !json_is_string(json_object_get(m->header, "msg_type"))) {
+    snprintf(err, err_size, "header has no msg_type");
+    r = SL_EWIRE;
+  }
+  if (r < 0 && !m->header) {
+    jk_msg_free(m);
+    return r;
+  }
+  for (int i = 1; i < 4; i++)
+    if (!*dst[i])
+      *dst[i] = json_object();
+  *ret_msg = m;
+  return r;
+}
+
+int jk_wire_encode(struct jk_auth *auth, const struct jk_msg *msg, struct sl_msg *out) {
+  int r = 0;
+  const json_t *parts_json[4] = {msg->header, msg->parent_header, msg->metadata, msg->content};
+  struct sl_frame parts[4] = {{0}};
+  for (int i = 0; i < 4; i++) {
+    char *s = parts_json[i] ? sl_json_dump(parts_json[i], &parts[i].len) : strdup("{}");
+    if (s && !parts_json[i])
+      parts[i].len = 2;
+    if (!s) {
+      r = -ENOMEM;
+      goto out;
+    }
+    parts[i].data = (uint8_t *)s;
+  }
+  char hex[SL_HMAC_HEX_LEN + 1] = "";
+  if (auth->key_len > 0)
+    sign(auth, parts, hex);
+  for (size_t i = 0; i < msg->idents.n && r == 0; i++)
+    r = sl_msg_add(out, msg->idents.frames[i].data, msg->idents.frames[i].len);
+  if (r == 0)
+    r = sl_msg_add_str(out, DELIM);
+  if (r == 0)
+    r = sl_msg_add_str(out, hex);
+  for (int i = 0; i < 4 && r == 0; i++)
+    r = sl_msg_add(out, parts[i].data, parts[i].len);
+  for (size_t i = 0; i < msg->buffers.n && r == 0; i++)
+    r = sl_msg_add(out, msg->buffers.frames[i].data, msg->buffers.frames[i].len);
+out:
+  for (int i = 0; i < 4; i++)
+    free(parts[i].data);
+  if (r < 0)
+    sl_msg_done(out);
+  return r;
+}

@@ -1,0 +1,66 @@
+/* The Jupyter wire format (messaging protocol 5.3).
+ *
+ * A message on the wire is: routing identities, "<IDS|MSG>", the HMAC
+ * signature, then header, parent_header, metadata and content as JSON, then
+ * optional binary buffers. This module turns frames into a struct jk_msg and
+ * back, signs, verifies and rejects replays. It never touches a socket: the
+ * channel loop hands it frames (which is also how the fuzzer drives it). */
+#ifndef JK_WIRE_H
+#define JK_WIRE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sl_frame.h"
+
+struct jk_msg {
+  struct sl_msg idents;   /* routing frames (or the iopub topic when sending) */
+  json_t *header;         /* owned */
+  json_t *parent_header;  /* owned */
+  json_t *metadata;       /* owned */
+  json_t *content;        /* owned */
+  struct sl_msg buffers;  /* binary buffers */
+};
+
+struct jk_msg *jk_msg_new(void);
+struct jk_msg *jk_msg_free(struct jk_msg *msg);
+const char *jk_msg_type(const struct jk_msg *msg);
+
+/* A message replying to (or caused by) parent: copies its idents, sets
+ * parent_header to a copy of parent's header and builds a fresh header with
+ * the given type. parent may be NULL. content is taken (may be NULL for {}). */
+struct jk_msg *jk_msg_reply(const struct jk_msg *parent, const char *msg_type, json_t *content,
+                            const char *session_id);
+
+struct jk_auth;
+
+/* key is borrowed and copied; an empty key disables signing (accepts
+ * unsigned messages, as Jupyter does). replay_window bounds how many recent
+ * signatures are remembered. */
+struct jk_auth *jk_auth_new(const uint8_t *key, size_t key_len, size_t replay_window);
+struct jk_auth *jk_auth_free(struct jk_auth *auth);
+
+struct jk_wire_limits {
+  int max_json_depth;
+};
+
+/* Decodes frames into an owned message in *ret_msg.
+ *  SL_EWIRE     no delimiter or fewer than four parts after it
+ *  SL_EHMAC     signature missing or wrong
+ *  SL_EREPLAY   the signature of an already accepted message
+ *  SL_EJSON / SL_EJSONDEPTH  a signed part is not acceptable JSON; *ret_msg is
+ *               then still set, with the idents and whatever header parsed,
+ *               so the caller can answer with an error. */
+int jk_wire_decode(struct jk_auth *auth, const struct sl_msg *frames,
+                   const struct jk_wire_limits *limits, struct jk_msg **ret_msg,
+                   char *err, size_t err_size);
+
+/* Signs and serialises msg into out (initialised, empty). */
+int jk_wire_encode(struct jk_auth *auth, const struct jk_msg *msg, struct sl_msg *out);
+
+/* A new random id ("hex-uuid" form) into buf (37 bytes). */
+void jk_new_id(char buf[37]);
+
+#endif

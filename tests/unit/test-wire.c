@@ -1,0 +1,244 @@
+/* The Jupyter wire format: round trip, signatures, replays, limits, and the
+ * connection file. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "connfile.h"
+#include "harness.h"
+#include "sl_err.h"
+#include "sl_hmac.h"
+#include "sl_json.h"
+#include "wire.h"
+
+static const uint8_t key[] = "c0ffee00-1234-5678-9abc-def012345678";
+
+static struct jk_msg *sample(const char *type) {
+  struct jk_msg *m = jk_msg_reply(NULL, type, json_pack("{s:s}", "code", "x = 1"), "sess");
+  sl_msg_add_str(&m->idents, "client-identity");
+  return m;
+}
+
+static void round_trip(void) {
+  struct jk_auth *a = jk_auth_new(key, sizeof key - 1, 64);
+  struct jk_msg *m = sample("execute_request");
+  sl_msg_add(&m->buffers, "\x00\x01\x02", 3);
+  struct sl_msg frames;
+  sl_msg_init(&frames, SL_LIMITS_DEFAULT);
+  CHECK_INT(jk_wire_encode(a, m, &frames), 0);
+  CHECK_INT(frames.n, 1 + 1 + 1 + 4 + 1);
+  CHECK_STR((char *)frames.frames[1].data, "<IDS|MSG>");
+  CHECK_INT(frames.frames[2].len, 64);
+
+  struct jk_auth *b = jk_auth_new(key, sizeof key - 1, 64);
+  struct jk_msg *got = NULL;
+  char err[256];
+  CHECK_INT(jk_wire_decode(b, &frames, NULL, &got, err, sizeof err), 0);
+  if (got) {
+    CHECK_STR(jk_msg_type(got), "execute_request");
+    CHECK_STR(sl_json_get_str(got->content, "code", ""), "x = 1");
+    CHECK_INT(got->idents.n, 1);
+    CHECK_STR((char *)got->idents.frames[0].data, "client-identity");
+    CHECK_INT(got->buffers.n, 1);
+    CHECK_INT(got->buffers.frames[0].len, 3);
+  }
+  jk_msg_free(got);
+  got = NULL;
+  /* The same bytes again are a replay. */
+  CHECK_INT(jk_wire_decode(b, &frames, NULL, &got, err, sizeof err), SL_EREPLAY);
+  CHECK(got == NULL);
+
+  /* A flipped byte in the content breaks the signature. */
+  frames.frames[6].data[2] ^= 1;
+  struct jk_auth *c = jk_auth_new(key, sizeof key - 1, 64);
+  CHECK_INT(jk_wire_decode(c, &frames, NULL, &got, err, sizeof err), SL_EHMAC);
+  frames.frames[6].data[2] ^= 1;
+  /* A different key fails too. */
+  struct jk_auth *d = jk_auth_new((const uint8_t *)"other", 5, 64);
+  CHECK_INT(jk_wire_decode(d, &frames, NULL, &got, err, sizeof err), SL_EHMAC);
+  /* A missing signature fails. */
+  free(frames.frames[2].data);
+  frames.frames[2].data = (uint8_t *)strdup("");
+  frames.frames[2].len = 0;
+  CHECK_INT(jk_wire_decode(c, &frames, NULL, &got, err, sizeof err), SL_EHMAC);
+  sl_msg_done(&frames);
+  jk_msg_free(m);
+  jk_auth_free(a);
+  jk_auth_free(b);
+  jk_auth_free(c);
+  jk_auth_free(d);
+}
+
+/* Builds signed frames whose content part is the given raw text. */
+static void raw_frames(struct jk_auth *a, const char *content, struct sl_msg *out) {
+  (void)a;
+  const char *parts[4] = {"{\"msg_id\":\"1\",\"msg_type\":\"execute_request\",\"session\":\"s\",\"username\":\"u\",\"date\":\"\",\"version\":\"5.3\"}",
+                          "{}", "{}", content};
+  struct sl_span spans[4];
+  for (int i = 0; i < 4; i++)
+    spans[i] = (struct sl_span){parts[i], strlen(parts[i])};
+  char hex[SL_HMAC_HEX_LEN + 1];
+  sl_hmac_sha256_hex(key, sizeof key - 1, spans, 4, hex);
+  sl_msg_init(out, SL_LIMITS_DEFAULT);
+  sl_msg_add_str(out, "id");
+  sl_msg_add_str(out, "<IDS|MSG>");
+  sl_msg_add_str(out, hex);
+  for (int i = 0; i < 4; i++)
+    sl_msg_add_str(out, parts[i]);
+}
+
+static void malformed(void) {
+  struct jk_auth *a = jk_auth_new(key, sizeof key - 1, 64);
+  char err[256];
+  struct jk_msg *got = NULL;
+  struct sl_msg f;
+
+  /* Too deep: signature fine, JSON refused, but the header survives for an error reply. */
+  size_t depth = 10000;
+  char *deep = malloc(2 * depth + 1);
+  memset(deep, '[', depth);
+  memset(deep + depth, ']', depth);
+  deep[2 * depth] = '\0';
+  raw_frames(a, deep, &f);
+  struct jk_wire_limits lim = {64};
+  CHECK_INT(jk_wire_decode(a, &f, &lim, &got, err, sizeof err), SL_EJSONDEPTH);
+  CHECK(got != NULL);
+  if (got)
+    CHECK_STR(jk_msg_type(got), "execute_request");
+  got = jk_msg_free(got);
+  sl_msg_done(&f);
+  free(deep);
+
+  /* Not JSON at all. */
+  raw_frames(a, "{not json", &f);
+  CHECK_INT(jk_wire_decode(a, &f, &lim, &got, err, sizeof err), SL_EJSON);
+  got = jk_msg_free(got);
+  sl_msg_done(&f);
+
+  /* Content that is JSON but not an object. */
+  raw_frames(a, "[1,2]", &f);
+  CHECK_INT(jk_wire_decode(a, &f, &lim, &got, err, sizeof err), SL_EJSON);
+  got = jk_msg_free(got);
+  sl_msg_done(&f);
+
+  /* No delimiter, or too few parts. */
+  sl_msg_init(&f, SL_LIMITS_DEFAULT);
+  sl_msg_add_str(&f, "only");
+  CHECK_INT(jk_wire_decode(a, &f, &lim, &got, err, sizeof err), SL_EWIRE);
+  sl_msg_add_str(&f, "<IDS|MSG>");
+  sl_msg_add_str(&f, "sig");
+  CHECK_INT(jk_wire_decode(a, &f, &lim, &got, err, sizeof err), SL_EWIRE);
+  CHECK(got == NULL);
+  sl_msg_done(&f);
+  jk_auth_free(a);
+}
+
+static void replay_window(void) {
+  /* The window forgets the oldest signatures first, and never grows. */
+  struct jk_auth *a = jk_auth_new(key, sizeof key - 1, 16);
+  struct jk_auth *w = jk_auth_new(key, sizeof key - 1, 16);
+  struct sl_msg all[40];
+  char err[256];
+  for (int i = 0; i < 40; i++) {
+    struct jk_msg *m = sample("kernel_info_request");
+    sl_msg_init(&all[i], SL_LIMITS_DEFAULT);
+    jk_wire_encode(w, m, &all[i]);
+    jk_msg_free(m);
+    struct jk_msg *got = NULL;
+    CHECK_INT(jk_wire_decode(a, &all[i], NULL, &got, err, sizeof err), 0);
+    jk_msg_free(got);
+  }
+  struct jk_msg *got = NULL;
+  for (int i = 24; i < 40; i++)
+    CHECK_INT(jk_wire_decode(a, &all[i], NULL, &got, err, sizeof err), SL_EREPLAY);
+  for (int i = 0; i < 40; i++)
+    sl_msg_done(&all[i]);
+  jk_auth_free(a);
+  jk_auth_free(w);
+}
+
+static void unsigned_mode(void) {
+  struct jk_auth *a = jk_auth_new((const uint8_t *)"", 0, 16);
+  struct jk_msg *m = sample("kernel_info_request");
+  struct sl_msg f;
+  sl_msg_init(&f, SL_LIMITS_DEFAULT);
+  CHECK_INT(jk_wire_encode(a, m, &f), 0);
+  CHECK_INT(f.frames[2].len, 0);
+  struct jk_msg *got = NULL;
+  char err[128];
+  CHECK_INT(jk_wire_decode(a, &f, NULL, &got, err, sizeof err), 0);
+  jk_msg_free(got);
+  jk_msg_free(m);
+  sl_msg_done(&f);
+  jk_auth_free(a);
+}
+
+static void frame_limits(void) {
+  struct sl_msg m;
+  sl_msg_init(&m, (struct sl_limits){3, 10, 25});
+  CHECK_INT(sl_msg_add(&m, "0123456789", 10), 0);
+  CHECK_INT(sl_msg_add(&m, "0123456789a", 11), SL_ELIMIT);
+  CHECK_INT(sl_msg_add(&m, "0123456789", 10), 0);
+  CHECK_INT(sl_msg_add(&m, "0123456789", 10), SL_ELIMIT); /* total */
+  CHECK_INT(sl_msg_add(&m, "01234", 5), 0);
+  CHECK_INT(sl_msg_add(&m, "", 0), SL_ELIMIT); /* frame count */
+  CHECK_INT(m.n, 3);
+  sl_msg_done(&m);
+}
+
+static void connection_file(void) {
+  struct jk_connection c;
+  char err[256];
+  const char *good = "{\"shell_port\":1,\"iopub_port\":2,\"stdin_port\":3,\"control_port\":4,"
+                     "\"hb_port\":5,\"ip\":\"127.0.0.1\",\"key\":\"abc\",\"transport\":\"tcp\","
+                     "\"signature_scheme\":\"hmac-sha256\",\"kernel_name\":\"spotlab\"}";
+  CHECK_INT(jk_connection_parse(good, strlen(good), &c, err, sizeof err), 0);
+  CHECK_INT(c.ports[JK_CH_HB], 5);
+  CHECK_INT(c.key_len, 3);
+  char ep[64];
+  jk_connection_endpoint(&c, JK_CH_CONTROL, ep, sizeof ep);
+  CHECK_STR(ep, "tcp://127.0.0.1:4");
+
+  const char *md5 = "{\"shell_port\":1,\"iopub_port\":2,\"stdin_port\":3,\"control_port\":4,"
+                    "\"hb_port\":5,\"key\":\"abc\",\"signature_scheme\":\"hmac-md5\"}";
+  CHECK_INT(jk_connection_parse(md5, strlen(md5), &c, err, sizeof err), SL_ESCHEME);
+  CHECK(strstr(err, "hmac-md5") != NULL);
+
+  const char *ipc = "{\"shell_port\":1,\"iopub_port\":2,\"stdin_port\":3,\"control_port\":4,"
+                    "\"hb_port\":5,\"ip\":\"/tmp/k\",\"transport\":\"ipc\"}";
+  CHECK_INT(jk_connection_parse(ipc, strlen(ipc), &c, err, sizeof err), 0);
+  jk_connection_endpoint(&c, JK_CH_SHELL, ep, sizeof ep);
+  CHECK_STR(ep, "ipc:///tmp/k-1");
+
+  const char *bad_port = "{\"shell_port\":70000,\"iopub_port\":2,\"stdin_port\":3,"
+                         "\"control_port\":4,\"hb_port\":5}";
+  CHECK_INT(jk_connection_parse(bad_port, strlen(bad_port), &c, err, sizeof err), SL_ECONFIG);
+  CHECK(strstr(err, "shell_port") != NULL);
+  const char *missing = "{\"shell_port\":1}";
+  CHECK_INT(jk_connection_parse(missing, strlen(missing), &c, err, sizeof err), SL_ECONFIG);
+  const char *udp = "{\"shell_port\":1,\"iopub_port\":2,\"stdin_port\":3,\"control_port\":4,"
+                    "\"hb_port\":5,\"transport\":\"udp\"}";
+  CHECK_INT(jk_connection_parse(udp, strlen(udp), &c, err, sizeof err), SL_ECONFIG);
+  CHECK(jk_connection_parse("[", 1, &c, err, sizeof err) < 0);
+  CHECK(jk_connection_parse("", 0, &c, err, sizeof err) < 0);
+  CHECK(jk_connection_load("/nonexistent/kernel.json", &c, err, sizeof err) == -ENOENT);
+}
+
+static void errors(void) {
+  CHECK_STR(sl_errname(SL_EHMAC), "SL_EHMAC");
+  CHECK_STR(sl_strerror(SL_EREPLAY), "message replayed (signature seen before)");
+  CHECK_STR(sl_errname(-ENOENT), "ENOENT");
+  CHECK(strlen(sl_strerror(-ENOENT)) > 0);
+}
+
+int main(void) {
+  sl_crypto_init();
+  round_trip();
+  malformed();
+  replay_window();
+  unsigned_mode();
+  frame_limits();
+  connection_file();
+  errors();
+  TEST_MAIN_END();
+}
