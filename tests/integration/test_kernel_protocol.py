@@ -1,0 +1,597 @@
+#!/usr/bin/python3
+"""spotlab-kernel against the Jupyter messaging protocol, beyond conformance.
+
+Usage: test_kernel_protocol.py PATH-TO-spotlab-kernel [pytest options]
+
+Covers what jupyter_kernel_test does not: signatures and replays, interrupts
+(message and SIGINT), shutdown and restart on control and shell, stdin,
+stop_on_error, the size limits on incoming messages, the refusal of a
+signature scheme other than hmac-sha256, and busy/idle around every request.
+
+Nothing here sleeps to wait: every wait is for an event with a deadline.
+Where a test must show that something did NOT happen (a bad message got no
+reply), it sends a good request on the same socket afterwards; a kernel
+handles one connection's messages in order, so once the good reply is in,
+anything the bad one caused would already have arrived.
+"""
+
+import hashlib
+import hmac
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from datetime import datetime, timezone
+from queue import Empty
+
+import pytest
+import zmq
+from jupyter_client import KernelManager
+from jupyter_client.connect import write_connection_file
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from kernelspec_env import KERNEL_NAME, KernelspecEnv  # noqa: E402
+
+STARTUP_S = 30
+REPLY_S = 10
+# An interrupted statement must end this soon after the interrupt is sent.
+INTERRUPT_S = 5
+
+# The cell language used by the tests, in one place.
+CODE = {
+    "long": "sleep 60s",
+    "print": 'print "{}"',
+    "fail": "print no_such_variable",
+    # fails after a moment, so requests sent right behind it are still queued
+    "slow_fail": "sleep 1s\nprint no_such_variable",
+    "input": 'name = input("Your name: ")',
+    "print_input": "print name",
+    "assign": "x = 1",
+}
+
+
+def kernel_exe():
+    exe = os.environ.get("SPOTLAB_KERNEL_EXE")
+    if not exe:
+        pytest.fail("SPOTLAB_KERNEL_EXE is not set (run: test_kernel_protocol.py PATH-TO-KERNEL)")
+    return exe
+
+
+@pytest.fixture(scope="session")
+def kspec():
+    env = KernelspecEnv(kernel_exe())
+    yield env
+    env.close()
+
+
+class Kernel:
+    """A kernel started through its kernelspec, with one client whose iopub
+    and shell messages are kept by parent msg_id."""
+
+    def __init__(self):
+        self.km = KernelManager(kernel_name=KERNEL_NAME)
+        self.km.start_kernel()
+        self.proc = self.km.provisioner.process
+        self.connect_client()
+
+    def connect_client(self):
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=STARTUP_S)
+        self.iopub = defaultdict(list)
+        self.shell = defaultdict(list)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def close(self):
+        self.kc.stop_channels()
+        if self.km.has_kernel and self.km.is_alive():
+            self.km.shutdown_kernel(now=True)
+        self.km.cleanup_resources()
+
+    # ---- waiting for events -------------------------------------------------
+
+    def _pump_iopub(self, deadline):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        try:
+            msg = self.kc.get_iopub_msg(timeout=min(remaining, 1.0))
+        except Empty:
+            return True
+        self.iopub[msg["parent_header"].get("msg_id")].append(msg)
+        return True
+
+    def iopub_until(self, msg_id, pred, timeout=REPLY_S, what="message"):
+        """iopub messages of msg_id, read until one satisfies pred."""
+        deadline = time.monotonic() + timeout
+        while not any(pred(m) for m in self.iopub[msg_id]):
+            if not self._pump_iopub(deadline):
+                got = [m["msg_type"] for m in self.iopub[msg_id]]
+                raise AssertionError(f"no {what} on iopub for {msg_id} within {timeout}s; got {got}")
+        return self.iopub[msg_id]
+
+    def until_idle(self, msg_id, timeout=REPLY_S):
+        return self.iopub_until(msg_id, is_status("idle"), timeout, "idle status")
+
+    def shell_reply(self, msg_id, timeout=REPLY_S):
+        deadline = time.monotonic() + timeout
+        while not self.shell[msg_id]:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"no shell reply to {msg_id} within {timeout}s")
+            try:
+                msg = self.kc.get_shell_msg(timeout=min(remaining, 1.0))
+            except Empty:
+                continue
+            self.shell[msg["parent_header"].get("msg_id")].append(msg)
+        return self.shell[msg_id][0]
+
+    def control_reply(self, msg_id, timeout=REPLY_S):
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"no control reply to {msg_id} within {timeout}s")
+            try:
+                msg = self.kc.get_control_msg(timeout=min(remaining, 1.0))
+            except Empty:
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return msg
+
+    def send_control(self, msg_type, content=None):
+        msg = self.kc.session.msg(msg_type, content or {})
+        self.kc.control_channel.send(msg)
+        return msg["header"]["msg_id"]
+
+    def send_shell(self, msg_type, content=None):
+        msg = self.kc.session.msg(msg_type, content or {})
+        self.kc.shell_channel.send(msg)
+        return msg["header"]["msg_id"]
+
+    def run(self, code, timeout=REPLY_S, **kw):
+        """Executes code; returns (reply, iopub messages up to idle)."""
+        msg_id = self.kc.execute(code, **kw)
+        reply = self.shell_reply(msg_id, timeout)
+        return reply, self.until_idle(msg_id, timeout)
+
+    def wait_exit(self, timeout=REPLY_S):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"kernel pid {self.pid} still running {timeout}s after shutdown")
+
+    # ---- a raw shell connection, for messages jupyter_client will not send ---
+
+    def raw_shell(self):
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.linger = 0
+        sock.connect(f"{self.km.transport}://{self.km.ip}:{self.km.shell_port}")
+        return RawShell(sock, self.km.session.key)
+
+
+def is_status(state):
+    return lambda m: m["msg_type"] == "status" and m["content"]["execution_state"] == state
+
+
+def stdout_text(msgs):
+    return "".join(
+        m["content"]["text"]
+        for m in msgs
+        if m["msg_type"] == "stream" and m["content"]["name"] == "stdout"
+    )
+
+
+def all_stream_text(kernel):
+    return "".join(
+        m["content"].get("text", "")
+        for msgs in kernel.iopub.values()
+        for m in msgs
+        if m["msg_type"] == "stream"
+    )
+
+
+class RawShell:
+    """A DEALER on the shell port that builds and signs frames itself."""
+
+    def __init__(self, sock, key):
+        self.sock = sock
+        self.key = key
+        self.session = uuid.uuid4().hex
+        self.replies = defaultdict(list)
+
+    def close(self):
+        self.sock.close()
+
+    def header(self, msg_type):
+        return {
+            "msg_id": uuid.uuid4().hex,
+            "username": "test",
+            "session": self.session,
+            "date": datetime.now(timezone.utc).isoformat(),
+            "msg_type": msg_type,
+            "version": "5.3",
+        }
+
+    def sign(self, parts, key=None):
+        h = hmac.new(self.key if key is None else key, digestmod=hashlib.sha256)
+        for p in parts:
+            h.update(p)
+        return h.hexdigest().encode()
+
+    def frames(self, msg_type, content=None, raw_content=None, signature=None, extra=()):
+        """(msg_id, frames): a signed message unless signature is given."""
+        header = self.header(msg_type)
+        body = raw_content if raw_content is not None else json.dumps(content or {}).encode()
+        parts = [json.dumps(header).encode(), b"{}", b"{}", body]
+        sig = self.sign(parts) if signature is None else signature
+        return header["msg_id"], [b"<IDS|MSG>", sig] + parts + list(extra)
+
+    def send(self, frames):
+        self.sock.send_multipart(frames, copy=False)
+
+    def execute_frames(self, code, **kw):
+        content = {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        }
+        return self.frames("execute_request", content, **kw)
+
+    def _recv(self, deadline):
+        remaining_ms = int((deadline - time.monotonic()) * 1000)
+        if remaining_ms <= 0:
+            return False
+        if self.sock.poll(min(remaining_ms, 1000)):
+            frames = self.sock.recv_multipart()
+            i = frames.index(b"<IDS|MSG>")
+            header, parent, _meta, content = (json.loads(f) for f in frames[i + 2 : i + 6])
+            msg = {"header": header, "parent_header": parent, "content": content}
+            self.replies[parent.get("msg_id")].append(msg)
+        return True
+
+    def reply(self, msg_id, timeout=REPLY_S):
+        deadline = time.monotonic() + timeout
+        while not self.replies[msg_id]:
+            if not self._recv(deadline):
+                raise AssertionError(f"no reply to raw request {msg_id} within {timeout}s")
+        return self.replies[msg_id][0]
+
+    def answering(self, attempts=3, timeout=REPLY_S):
+        """msg_id of a kernel_info_request that got its reply. A fresh request
+        per attempt: a kernel may drop the connection that sent an oversized
+        message, and ZeroMQ reconnects for the next one."""
+        for _ in range(attempts):
+            msg_id, frames = self.frames("kernel_info_request")
+            self.send(frames)
+            try:
+                self.reply(msg_id, timeout)
+                return msg_id
+            except AssertionError:
+                continue
+        raise AssertionError(f"kernel_info_request unanswered after {attempts} attempts")
+
+
+@pytest.fixture
+def kernel(kspec):
+    k = Kernel()
+    yield k
+    k.close()
+
+
+def assert_alive_and_answering(kernel, marker):
+    assert kernel.proc.poll() is None, f"kernel exited with {kernel.proc.returncode}"
+    reply, msgs = kernel.run(CODE["print"].format(marker))
+    assert reply["content"]["status"] == "ok", reply["content"]
+    assert marker in stdout_text(msgs)
+
+
+# ---- (a) signatures and replays ---------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["zeros", "empty", "other-key", "uppercase"])
+def test_bad_signature_is_ignored(kernel, how):
+    raw = kernel.raw_shell()
+    try:
+        marker = f"bad-signature-ran-{how}"
+        msg_id, frames = raw.execute_frames(CODE["print"].format(marker))
+        if how == "zeros":
+            frames[1] = b"0" * 64
+        elif how == "empty":
+            frames[1] = b""
+        elif how == "other-key":
+            frames[1] = raw.sign(frames[2:6], key=b"not-the-key")
+        else:  # the right digest in the wrong case: the protocol says lowercase hex
+            frames[1] = frames[1].upper()
+        raw.send(frames)
+        good = raw.answering(attempts=1)
+        kernel.until_idle(good)
+        assert raw.replies[msg_id] == [], "a wrongly signed request got a reply"
+        assert kernel.iopub[msg_id] == [], "a wrongly signed request caused iopub output"
+        assert marker not in all_stream_text(kernel)
+        assert_alive_and_answering(kernel, f"after-{how}")
+    finally:
+        raw.close()
+
+
+def test_replayed_request_is_ignored(kernel):
+    raw = kernel.raw_shell()
+    try:
+        msg_id, frames = raw.execute_frames(CODE["print"].format("replayed-once"))
+        raw.send(frames)
+        assert raw.reply(msg_id)["content"]["status"] == "ok"
+        kernel.until_idle(msg_id)
+        raw.send(frames)  # byte for byte the same message again
+        good = raw.answering(attempts=1)
+        kernel.until_idle(good)
+        assert len(raw.replies[msg_id]) == 1, "a replayed request was answered again"
+        busy = [m for m in kernel.iopub[msg_id] if is_status("busy")(m)]
+        assert len(busy) == 1, "a replayed request was run again"
+        assert all_stream_text(kernel).count("replayed-once") == 1
+        assert_alive_and_answering(kernel, "after-replay")
+    finally:
+        raw.close()
+
+
+# ---- (b) interrupts ---------------------------------------------------------
+
+
+def start_long(kernel):
+    msg_id = kernel.kc.execute(CODE["long"])
+    kernel.iopub_until(msg_id, lambda m: m["msg_type"] == "execute_input", what="execute_input")
+    return msg_id
+
+
+def assert_interrupted(kernel, msg_id, t0):
+    reply = kernel.shell_reply(msg_id, timeout=INTERRUPT_S)
+    elapsed = time.monotonic() - t0
+    assert reply["content"]["status"] == "error", reply["content"]
+    assert elapsed < INTERRUPT_S
+    msgs = kernel.until_idle(msg_id)
+    assert any(m["msg_type"] == "error" for m in msgs), "no error output for the interrupted cell"
+    assert_alive_and_answering(kernel, "after-interrupt")
+
+
+def test_interrupt_request_on_control(kernel):
+    msg_id = start_long(kernel)
+    t0 = time.monotonic()
+    ctl = kernel.send_control("interrupt_request")
+    reply = kernel.control_reply(ctl, timeout=INTERRUPT_S)
+    assert reply["msg_type"] == "interrupt_reply"
+    assert reply["content"]["status"] == "ok"
+    assert_interrupted(kernel, msg_id, t0)
+
+
+def test_interrupt_via_kernel_manager(kernel):
+    assert kernel.km.kernel_spec.interrupt_mode == "message"
+    msg_id = start_long(kernel)
+    t0 = time.monotonic()
+    kernel.km.interrupt_kernel()
+    assert_interrupted(kernel, msg_id, t0)
+
+
+def test_sigint(kernel):
+    msg_id = start_long(kernel)
+    t0 = time.monotonic()
+    os.kill(kernel.pid, signal.SIGINT)
+    assert_interrupted(kernel, msg_id, t0)
+
+
+def test_interrupt_when_idle_is_harmless(kernel):
+    ctl = kernel.send_control("interrupt_request")
+    assert kernel.control_reply(ctl)["content"]["status"] == "ok"
+    assert_alive_and_answering(kernel, "idle-interrupt")
+
+
+# ---- (c) shutdown and restart -----------------------------------------------
+
+
+def test_shutdown_restart_on_control(kernel):
+    ctl = kernel.send_control("shutdown_request", {"restart": True})
+    reply = kernel.control_reply(ctl)
+    assert reply["msg_type"] == "shutdown_reply"
+    assert reply["content"]["status"] == "ok"
+    assert reply["content"]["restart"] is True
+    assert kernel.wait_exit() == 0
+
+
+def test_shutdown_on_shell(kernel):
+    msg_id = kernel.send_shell("shutdown_request", {"restart": False})
+    reply = kernel.shell_reply(msg_id)
+    assert reply["msg_type"] == "shutdown_reply"
+    assert reply["content"]["status"] == "ok"
+    assert reply["content"]["restart"] is False
+    assert kernel.wait_exit() == 0
+
+
+def test_kernel_manager_restart(kernel):
+    old = kernel.proc
+    kernel.kc.stop_channels()
+    kernel.km.restart_kernel(now=False)
+    # restart_kernel asked the old process to stop and waited for it; 0 means
+    # it exited on its own rather than being killed.
+    assert old.returncode == 0, f"old kernel exit status {old.returncode}"
+    kernel.proc = kernel.km.provisioner.process
+    assert kernel.proc.pid != old.pid
+    kernel.connect_client()
+    assert_alive_and_answering(kernel, "after-restart")
+
+
+# ---- (d) stdin --------------------------------------------------------------
+
+
+def test_input_request(kernel):
+    msg_id = kernel.kc.execute(CODE["input"], allow_stdin=True)
+    req = kernel.kc.get_stdin_msg(timeout=REPLY_S)
+    assert req["msg_type"] == "input_request"
+    assert req["parent_header"]["msg_id"] == msg_id
+    assert req["content"]["prompt"] == "Your name: "
+    assert req["content"]["password"] is False
+    kernel.kc.input("Ada Lovelace")
+    assert kernel.shell_reply(msg_id)["content"]["status"] == "ok"
+    kernel.until_idle(msg_id)
+    reply, msgs = kernel.run(CODE["print_input"])
+    assert reply["content"]["status"] == "ok"
+    assert "Ada Lovelace" in stdout_text(msgs)
+
+
+def test_input_without_stdin_is_an_error(kernel):
+    reply, msgs = kernel.run(CODE["input"], allow_stdin=False)
+    assert reply["content"]["status"] == "error"
+    assert any(m["msg_type"] == "error" for m in msgs)
+    assert_alive_and_answering(kernel, "after-no-stdin")
+
+
+# ---- (e) stop_on_error ------------------------------------------------------
+
+
+def test_stop_on_error_aborts_queued(kernel):
+    first = kernel.kc.execute(CODE["slow_fail"])
+    second = kernel.kc.execute(CODE["print"].format("second-ran"))
+    third = kernel.kc.execute(CODE["print"].format("third-ran"))
+    assert kernel.shell_reply(first)["content"]["status"] == "error"
+    assert kernel.shell_reply(second)["content"]["status"] == "aborted"
+    assert kernel.shell_reply(third)["content"]["status"] == "aborted"
+    kernel.until_idle(third)
+    text = all_stream_text(kernel)
+    assert "second-ran" not in text and "third-ran" not in text
+    assert_alive_and_answering(kernel, "after-abort")
+
+
+def test_no_stop_on_error_runs_queued(kernel):
+    first = kernel.kc.execute(CODE["slow_fail"], stop_on_error=False)
+    second = kernel.kc.execute(CODE["print"].format("second-ran"))
+    assert kernel.shell_reply(first)["content"]["status"] == "error"
+    assert kernel.shell_reply(second)["content"]["status"] == "ok"
+    assert "second-ran" in stdout_text(kernel.until_idle(second))
+
+
+# ---- (f) limits -------------------------------------------------------------
+
+
+def refused(kernel, raw, msg_id, frames, marker):
+    """Sends frames; the kernel must not run them, and must keep answering."""
+    raw.send(frames)
+    good = raw.answering()
+    kernel.until_idle(good)
+    for reply in raw.replies[msg_id]:
+        assert reply["content"]["status"] != "ok", f"an over-limit request was run: {reply}"
+    assert marker not in all_stream_text(kernel)
+    assert_alive_and_answering(kernel, "after-" + marker)
+
+
+def test_too_many_frames(kernel):
+    raw = kernel.raw_shell()
+    try:
+        marker = "frames-ran"
+        msg_id, frames = raw.execute_frames(
+            CODE["print"].format(marker), extra=[b"x"] * 100000
+        )
+        refused(kernel, raw, msg_id, frames, marker)
+    finally:
+        raw.close()
+
+
+def test_giant_frame(kernel):
+    raw = kernel.raw_shell()
+    try:
+        marker = "giant-ran"
+        code = json.dumps(CODE["print"].format(marker)).encode()
+        body = b"".join([b'{"code": ', code, b', "silent": false, "store_history": true, '
+                         b'"user_expressions": {}, "allow_stdin": false, '
+                         b'"stop_on_error": true, "padding": "', b"x" * (256 << 20), b'"}'])
+        msg_id, frames = raw.frames("execute_request", raw_content=body)
+        del body
+        refused(kernel, raw, msg_id, frames, marker)
+    finally:
+        raw.close()
+
+
+def test_deeply_nested_json(kernel):
+    raw = kernel.raw_shell()
+    try:
+        marker = "deep-ran"
+        code = json.dumps(CODE["print"].format(marker))
+        body = ('{"code": %s, "silent": false, "store_history": true, "user_expressions": {},'
+                ' "allow_stdin": false, "stop_on_error": true, "deep": %s%s}'
+                % (code, "[" * 10000, "]" * 10000)).encode()
+        msg_id, frames = raw.frames("execute_request", raw_content=body)
+        refused(kernel, raw, msg_id, frames, marker)
+    finally:
+        raw.close()
+
+
+def test_unsupported_signature_scheme_refused(kspec):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel-md5.json")
+        write_connection_file(path, key=uuid.uuid4().hex.encode(),
+                              signature_scheme="hmac-md5")
+        try:
+            proc = subprocess.run([kernel_exe(), "-f", path], capture_output=True, text=True,
+                                  timeout=REPLY_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("kernel kept running with signature_scheme hmac-md5")
+    assert proc.returncode != 0
+    assert "signature_scheme" in proc.stderr, proc.stderr
+
+
+# ---- (g) busy / idle --------------------------------------------------------
+
+
+SHELL_REQUESTS = [
+    ("kernel_info_request", {}),
+    ("execute_request", {"code": CODE["assign"], "silent": False, "store_history": True,
+                         "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}),
+    ("execute_request", {"code": CODE["fail"], "silent": False, "store_history": True,
+                         "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}),
+    ("execute_request", {"code": CODE["assign"], "silent": True, "store_history": False,
+                         "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}),
+    ("complete_request", {"code": "pri", "cursor_pos": 3}),
+    ("inspect_request", {"code": "print", "cursor_pos": 5, "detail_level": 0}),
+    ("is_complete_request", {"code": CODE["assign"]}),
+    ("history_request", {"output": False, "raw": True, "hist_access_type": "tail", "n": 5}),
+    ("comm_info_request", {}),
+]
+
+
+def assert_bracketed(msgs, what):
+    states = [m["content"]["execution_state"] for m in msgs if m["msg_type"] == "status"]
+    assert states == ["busy", "idle"], f"{what}: status sequence {states}"
+    assert is_status("busy")(msgs[0]), f"{what}: first iopub message is {msgs[0]['msg_type']}"
+    assert is_status("idle")(msgs[-1]), f"{what}: last iopub message is {msgs[-1]['msg_type']}"
+
+
+@pytest.mark.parametrize("msg_type,content", SHELL_REQUESTS,
+                         ids=[f"{t}-{i}" for i, (t, _) in enumerate(SHELL_REQUESTS)])
+def test_busy_idle_brackets_shell_request(kernel, msg_type, content):
+    msg_id = kernel.send_shell(msg_type, content)
+    reply = kernel.shell_reply(msg_id)
+    assert reply["msg_type"] == msg_type.replace("_request", "_reply")
+    assert_bracketed(kernel.until_idle(msg_id), msg_type)
+
+
+@pytest.mark.parametrize("msg_type", ["kernel_info_request", "interrupt_request"])
+def test_busy_idle_brackets_control_request(kernel, msg_type):
+    msg_id = kernel.send_control(msg_type)
+    reply = kernel.control_reply(msg_id)
+    assert reply["msg_type"] == msg_type.replace("_request", "_reply")
+    assert_bracketed(kernel.until_idle(msg_id), msg_type)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
+        sys.exit("usage: test_kernel_protocol.py PATH-TO-spotlab-kernel [pytest options]")
+    os.environ["SPOTLAB_KERNEL_EXE"] = sys.argv[1]
+    sys.exit(pytest.main([os.path.abspath(__file__), "-p", "no:cacheprovider", "-q",
+                          "-rfE", *sys.argv[2:]]))
