@@ -40,6 +40,9 @@ int jk_value_copy(const struct jk_value *v, struct jk_value *ret);
 /* The value as the language writes it: 0.0006, "text", yes, 90s, a,b.
  * Returns an owned string (free()). */
 char *jk_value_format(const struct jk_value *v);
+/* The value as print writes it: like jk_value_format but strings without
+ * quotes or escapes and list items joined by ", ". Owned string (free()). */
+char *jk_value_to_text(const struct jk_value *v);
 
 /* ---- syntax tree ------------------------------------------------------- */
 
@@ -65,6 +68,9 @@ struct jk_expr {
   size_t n_items;
   struct jk_option *opts;  /* CALL keyword args */
   size_t n_opts;
+  bool bare;               /* NAME written as a bare word in an option value
+                              (spot=auto, lr=lr): jk_eval resolves it to the
+                              variable when one exists, else to the word as a string */
 };
 
 struct jk_option {
@@ -97,7 +103,8 @@ struct jk_stmt {
   struct jk_expr *expr;    /* ASSIGN/DATA/MODEL/EXPR/SLEEP value, SAMPLE prompt (may be NULL) */
   struct jk_expr **items;  /* PRINT arguments */
   size_t n_items;
-  struct jk_option *opts;  /* TRAIN/EVAL/SAMPLE options; CELL_MAGIC options */
+  struct jk_option *opts;  /* TRAIN/EVAL/SAMPLE options; CELL_MAGIC options;
+                              LINE_MAGIC options of %instances */
   size_t n_opts;
   char *args;              /* LINE_MAGIC: text after the name, trimmed */
   char *body;              /* CELL_MAGIC: the lines after the first */
@@ -111,6 +118,8 @@ struct jk_cell {
 struct jk_parse_error {
   int line, col;
   char message[256]; /* "expected 'on' after the model name", "unknown option 'foo' for train (expected one of: ...)" */
+  bool incomplete;   /* the cell ended inside a string or parentheses or after a
+                        trailing '\': more lines could complete it */
 };
 
 /* Parses code (UTF-8, len bytes) into an owned cell in *ret. On a syntax
@@ -155,5 +164,39 @@ void jk_completions_done(struct jk_completions *c);
 char *jk_inspect(const char *code, size_t len, size_t cursor_pos, int detail_level);
 /* The text of %help: every statement, magic and option with one line each. Owned. */
 char *jk_help_all(void);
+
+/* ---- the vocabulary (lang_help.c) ------------------------------------- */
+
+enum jk_word_kind {
+  JK_WORD_STATEMENT,  /* data, model, train, eval, sample, show, print, sleep */
+  JK_WORD_KEYWORD,    /* on, yes, no: reserved, never a variable name */
+  JK_WORD_OPTION,     /* steps, gpus, layers, ... */
+  JK_WORD_FUNCTION,   /* text, fashion_mnist, gpt, mlp, input, password */
+  JK_WORD_MAGIC,      /* "%status", ... (with the % prefix) */
+  JK_WORD_CELL_MAGIC, /* "%%run" */
+};
+
+/* The i-th word the parser knows (i from 0), its kind in *ret_kind (may be
+ * NULL); NULL past the last. Borrowed static strings. Every word has help:
+ * jk_inspect on it returns non-NULL. */
+const char *jk_lang_word(size_t i, enum jk_word_kind *ret_kind);
+/* Whether name is a statement keyword or a keyword (cannot be a variable). */
+bool jk_lang_is_reserved(const char *name);
+
+/* Option contexts: "train", "eval", "sample", "%%run", "%instances", "gpt",
+ * "mlp". The i-th option name valid in context, NULL past the last or for an
+ * unknown context. Borrowed static string. */
+const char *jk_lang_option(const char *context, size_t i);
+bool jk_lang_has_option(const char *context, const char *name);
+
+enum jk_magic_args {
+  JK_MAGIC_ARGS_NONE,     /* %status */
+  JK_MAGIC_ARGS_ONE,      /* %attach JOB: one word, required */
+  JK_MAGIC_ARGS_OPTIONAL, /* %help [TOPIC] */
+  JK_MAGIC_ARGS_OPTIONS,  /* %instances [gpus=N]: name=value options */
+};
+/* Looks up a magic by name without the % ("attach"); cell selects %% magics.
+ * 0 and *ret_args (may be NULL), or -ENOENT. */
+int jk_lang_magic(const char *name, bool cell, enum jk_magic_args *ret_args);
 
 #endif

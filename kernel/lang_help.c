@@ -1,0 +1,439 @@
+/* The vocabulary of the cell language: every statement keyword, keyword,
+ * option, function and magic, where each option is valid, what arguments each
+ * magic takes, and the help text shown by inspection and %help.
+ *
+ * The grammar tables here are the single place a word is declared: the
+ * parser (lang.c) and completion (lang_complete.c) ask them. Every word in
+ * them has an entry in the help table; the unit test checks that. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lang.h"
+
+/* ---- grammar tables ---------------------------------------------------- */
+
+enum {
+  CTX_TRAIN = 1 << 0,
+  CTX_EVAL = 1 << 1,
+  CTX_SAMPLE = 1 << 2,
+  CTX_RUN = 1 << 3,
+  CTX_INSTANCES = 1 << 4,
+  CTX_GPT = 1 << 5,
+  CTX_MLP = 1 << 6,
+  CTX_RESOURCE = CTX_TRAIN | CTX_EVAL | CTX_SAMPLE | CTX_RUN,
+};
+
+static const struct {
+  const char *name;
+  unsigned mask;
+} contexts[] = {
+    {"train", CTX_TRAIN}, {"eval", CTX_EVAL},           {"sample", CTX_SAMPLE},
+    {"%%run", CTX_RUN},   {"%instances", CTX_INSTANCES}, {"gpt", CTX_GPT},
+    {"mlp", CTX_MLP},
+};
+
+/* In the order completion and error messages list them. */
+static const struct {
+  const char *name;
+  unsigned mask;
+} options[] = {
+    {"steps", CTX_TRAIN | CTX_EVAL},
+    {"batch", CTX_TRAIN | CTX_EVAL},
+    {"lr", CTX_TRAIN},
+    {"seed", CTX_TRAIN | CTX_SAMPLE},
+    {"warmup", CTX_TRAIN},
+    {"weight_decay", CTX_TRAIN},
+    {"grad_clip", CTX_TRAIN},
+    {"eval_every", CTX_TRAIN},
+    {"detach", CTX_TRAIN},
+    {"tokens", CTX_SAMPLE},
+    {"temperature", CTX_SAMPLE},
+    {"top_k", CTX_SAMPLE},
+    {"layers", CTX_GPT | CTX_MLP},
+    {"heads", CTX_GPT},
+    {"dim", CTX_GPT},
+    {"ctx", CTX_GPT},
+    {"hidden", CTX_MLP},
+    {"dropout", CTX_GPT | CTX_MLP},
+    {"vocab", CTX_GPT},
+    {"gpus", CTX_RESOURCE | CTX_INSTANCES},
+    {"nodes", CTX_RESOURCE},
+    {"spot", CTX_RESOURCE},
+    {"max_price", CTX_RESOURCE},
+    {"instance", CTX_RESOURCE},
+    {"region", CTX_RESOURCE},
+    {"deadline", CTX_RESOURCE},
+    {"checkpoint_every", CTX_RESOURCE},
+};
+
+static const struct {
+  const char *word; /* with its % or %% prefix */
+  bool cell;
+  enum jk_magic_args args;
+} magics[] = {
+    {"%status", false, JK_MAGIC_ARGS_NONE},      {"%jobs", false, JK_MAGIC_ARGS_NONE},
+    {"%attach", false, JK_MAGIC_ARGS_ONE},       {"%cancel", false, JK_MAGIC_ARGS_ONE},
+    {"%logs", false, JK_MAGIC_ARGS_ONE},         {"%instances", false, JK_MAGIC_ARGS_OPTIONS},
+    {"%cost", false, JK_MAGIC_ARGS_NONE},        {"%idle", false, JK_MAGIC_ARGS_NONE},
+    {"%session", false, JK_MAGIC_ARGS_ONE},      {"%gateway", false, JK_MAGIC_ARGS_ONE},
+    {"%who", false, JK_MAGIC_ARGS_NONE},         {"%help", false, JK_MAGIC_ARGS_OPTIONAL},
+    {"%version", false, JK_MAGIC_ARGS_NONE},     {"%history", false, JK_MAGIC_ARGS_NONE},
+    {"%%run", true, JK_MAGIC_ARGS_OPTIONS},
+};
+
+/* Words that are not options or magics, in completion order. */
+static const struct {
+  const char *name;
+  enum jk_word_kind kind;
+} plain_words[] = {
+    {"data", JK_WORD_STATEMENT},      {"model", JK_WORD_STATEMENT},
+    {"train", JK_WORD_STATEMENT},     {"eval", JK_WORD_STATEMENT},
+    {"sample", JK_WORD_STATEMENT},    {"show", JK_WORD_STATEMENT},
+    {"print", JK_WORD_STATEMENT},     {"sleep", JK_WORD_STATEMENT},
+    {"on", JK_WORD_KEYWORD},          {"yes", JK_WORD_KEYWORD},
+    {"no", JK_WORD_KEYWORD},          {"text", JK_WORD_FUNCTION},
+    {"fashion_mnist", JK_WORD_FUNCTION}, {"gpt", JK_WORD_FUNCTION},
+    {"mlp", JK_WORD_FUNCTION},        {"input", JK_WORD_FUNCTION},
+    {"password", JK_WORD_FUNCTION},
+};
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+const char *jk_lang_word(size_t i, enum jk_word_kind *ret_kind) {
+  if (i < N_OF(plain_words)) {
+    if (ret_kind)
+      *ret_kind = plain_words[i].kind;
+    return plain_words[i].name;
+  }
+  i -= N_OF(plain_words);
+  if (i < N_OF(options)) {
+    if (ret_kind)
+      *ret_kind = JK_WORD_OPTION;
+    return options[i].name;
+  }
+  i -= N_OF(options);
+  if (i >= N_OF(magics))
+    return NULL;
+  if (ret_kind)
+    *ret_kind = magics[i].cell ? JK_WORD_CELL_MAGIC : JK_WORD_MAGIC;
+  return magics[i].word;
+}
+
+bool jk_lang_is_reserved(const char *name) {
+  for (size_t i = 0; i < N_OF(plain_words); i++)
+    if (plain_words[i].kind != JK_WORD_FUNCTION && strcmp(plain_words[i].name, name) == 0)
+      return true;
+  return false;
+}
+
+static unsigned context_mask(const char *context) {
+  for (size_t i = 0; context && i < N_OF(contexts); i++)
+    if (strcmp(contexts[i].name, context) == 0)
+      return contexts[i].mask;
+  return 0;
+}
+
+const char *jk_lang_option(const char *context, size_t i) {
+  unsigned mask = context_mask(context);
+  for (size_t k = 0; mask && k < N_OF(options); k++)
+    if ((options[k].mask & mask) && i-- == 0)
+      return options[k].name;
+  return NULL;
+}
+
+bool jk_lang_has_option(const char *context, const char *name) {
+  unsigned mask = context_mask(context);
+  for (size_t k = 0; mask && k < N_OF(options); k++)
+    if ((options[k].mask & mask) && strcmp(options[k].name, name) == 0)
+      return true;
+  return false;
+}
+
+int jk_lang_magic(const char *name, bool cell, enum jk_magic_args *ret_args) {
+  for (size_t i = 0; i < N_OF(magics); i++)
+    if (magics[i].cell == cell && strcmp(magics[i].word + (cell ? 2 : 1), name) == 0) {
+      if (ret_args)
+        *ret_args = magics[i].args;
+      return 0;
+    }
+  return -ENOENT;
+}
+
+/* ---- help -------------------------------------------------------------- */
+
+struct help {
+  const char *word;
+  const char *summary; /* one line, for %help */
+  const char *text;    /* a paragraph */
+  const char *example;
+};
+
+static const struct help helps[] = {
+    /* statements */
+    {"data", "data NAME = SOURCE: declare a data set",
+     "Binds NAME to a data set in the notebook session. SOURCE is text(\"PATH\") for any "
+     "UTF-8 file (a character-level corpus) or fashion_mnist().",
+     "data shakespeare = text(\"moby-dick\")"},
+    {"model", "model NAME = ARCH(options): declare a model",
+     "Binds NAME to a new, untrained model. ARCH is gpt(layers, heads, dim, ctx, dropout, "
+     "vocab) or mlp(hidden, layers, dropout).",
+     "model m = gpt(layers=4, heads=4, dim=128, ctx=128)"},
+    {"train", "train MODEL on DATA [options]: train a model on a worker",
+     "Submits a training job and streams its progress into one live display until it ends. "
+     "Interrupting the cell detaches the display; the job keeps running. Options: steps batch "
+     "lr seed warmup weight_decay grad_clip eval_every detach and the resource options.",
+     "train m on shakespeare steps=3000 batch=32 lr=3e-4 gpus=1 spot=yes"},
+    {"eval", "eval MODEL on DATA [options]: measure a model's loss on a data set",
+     "Runs an evaluation job and shows the loss. Options: steps batch and the resource "
+     "options.",
+     "eval m on shakespeare"},
+    {"sample", "sample MODEL [PROMPT] [options]: generate from a model",
+     "Generates text (or predictions) from a trained model, restoring it from its checkpoint "
+     "on a new worker when needed. Options: tokens temperature top_k seed and the resource "
+     "options.",
+     "sample m \"Call me\" tokens=200 temperature=0.8"},
+    {"show", "show NAME: describe a variable, model or data set",
+     "Shows what the session knows about NAME: a variable's value, a model's architecture and "
+     "training state, a data set's size.",
+     "show m"},
+    {"print", "print EXPR[, EXPR...]: write values to stdout",
+     "Evaluates each expression and writes them separated by spaces; strings print without "
+     "quotes.",
+     "print \"steps:\", epochs * 60000 / batch"},
+    {"sleep", "sleep DURATION: wait",
+     "Waits for a duration (90s, 30m, 500ms) or a number of seconds. Interrupting the cell "
+     "ends the wait.",
+     "sleep 2s"},
+    /* keywords */
+    {"on", "on: separates the model from the data in train and eval",
+     "train MODEL on DATA and eval MODEL on DATA name the data set after 'on'.",
+     "train m on shakespeare"},
+    {"yes", "yes: the boolean true", "A boolean value, as in spot=yes or detach=yes.",
+     "detach=yes"},
+    {"no", "no: the boolean false", "A boolean value, as in spot=no or detach=no.",
+     "spot=no"},
+    /* functions */
+    {"text", "text(\"PATH\"): a UTF-8 text file as a data set",
+     "A character-level corpus read from PATH (a file the gateway can reach, or a named "
+     "corpus such as \"moby-dick\").",
+     "data d = text(\"moby-dick\")"},
+    {"fashion_mnist", "fashion_mnist(): the Fashion-MNIST image data set",
+     "70000 28x28 greyscale images in 10 classes, for mlp models.",
+     "data fashion = fashion_mnist()"},
+    {"gpt", "gpt(layers, heads, dim, ctx, dropout, vocab): a GPT-style transformer",
+     "A decoder-only transformer. layers: blocks; heads: attention heads; dim: embedding "
+     "width; ctx: context length in tokens; dropout: rate; vocab: vocabulary size (default: "
+     "from the data).",
+     "model m = gpt(layers=4, heads=4, dim=128, ctx=128)"},
+    {"mlp", "mlp(hidden, layers, dropout): a multi-layer perceptron",
+     "A fully connected classifier. hidden: width of each hidden layer; layers: number of "
+     "hidden layers; dropout: rate.",
+     "model c = mlp(hidden=256, layers=2)"},
+    {"input", "input(\"PROMPT\"): ask the user for a line of text",
+     "Only as the right-hand side of an assignment; the front end shows PROMPT and the "
+     "answer becomes the variable's string value.",
+     "name = input(\"Run name: \")"},
+    {"password", "password(\"PROMPT\"): ask the user for a secret",
+     "Like input() but the front end hides what is typed; the value is never logged.",
+     "key = password(\"API key: \")"},
+    /* options */
+    {"steps", "steps=N: number of optimisation (or evaluation) steps",
+     "For train, the number of optimiser steps; for eval, the number of batches measured.",
+     "train m on d steps=3000"},
+    {"batch", "batch=N: sequences (or examples) per step", "The batch size of each step.",
+     "train m on d batch=32"},
+    {"lr", "lr=RATE: learning rate", "The peak learning rate of the AdamW optimiser.",
+     "train m on d lr=3e-4"},
+    {"seed", "seed=N: random seed", "Seeds initialisation, data order and sampling.",
+     "sample m seed=1"},
+    {"warmup", "warmup=STEPS: learning-rate warmup",
+     "Steps over which the learning rate rises linearly to lr.", "train m on d warmup=100"},
+    {"weight_decay", "weight_decay=X: AdamW weight decay", "Decoupled weight decay factor.",
+     "train m on d weight_decay=0.1"},
+    {"grad_clip", "grad_clip=X: gradient norm clipping", "Clips the global gradient norm to X.",
+     "train m on d grad_clip=1.0"},
+    {"eval_every", "eval_every=STEPS: validation interval",
+     "Measures the validation loss every STEPS steps.", "train m on d eval_every=250"},
+    {"detach", "detach=yes|no: return at once",
+     "With detach=yes the cell returns as soon as the job is submitted; %attach JOB follows "
+     "it later.",
+     "train m on d detach=yes"},
+    {"tokens", "tokens=N: how many tokens to generate", "The length of the sample.",
+     "sample m tokens=200"},
+    {"temperature", "temperature=X: sampling temperature",
+     "Divides the logits before sampling; lower is more conservative.",
+     "sample m temperature=0.8"},
+    {"top_k", "top_k=N: sample among the N most likely tokens",
+     "Restricts each step to the N most likely tokens.", "sample m top_k=40"},
+    {"layers", "layers=N: number of layers (gpt, mlp)",
+     "Transformer blocks for gpt, hidden layers for mlp.", "gpt(layers=4)"},
+    {"heads", "heads=N: attention heads (gpt)", "Must divide dim.", "gpt(heads=4)"},
+    {"dim", "dim=N: embedding width (gpt)", "The width of the residual stream.",
+     "gpt(dim=128)"},
+    {"ctx", "ctx=N: context length (gpt)", "The longest sequence the model attends over.",
+     "gpt(ctx=128)"},
+    {"hidden", "hidden=N: hidden layer width (mlp)", "Units in each hidden layer.",
+     "mlp(hidden=256)"},
+    {"dropout", "dropout=X: dropout rate (gpt, mlp)", "Probability of zeroing an activation.",
+     "gpt(dropout=0.1)"},
+    {"vocab", "vocab=N: vocabulary size (gpt)",
+     "Defaults to the data set's vocabulary.", "gpt(vocab=256)"},
+    {"gpus", "gpus=N: GPUs per node",
+     "How many GPUs each worker needs; for %instances, the GPU count to price.",
+     "train m on d gpus=1"},
+    {"nodes", "nodes=N: number of workers", "Workers used together for one job.",
+     "train m on d nodes=2"},
+    {"spot", "spot=yes|no|auto: use spot instances",
+     "yes: only spot; no: only on-demand; auto: spot when it is cheaper per unit of work "
+     "after expected interruptions.",
+     "train m on d spot=auto"},
+    {"max_price", "max_price=USD: highest price per instance-hour",
+     "Instances costing more per hour are not used.", "train m on d max_price=0.60"},
+    {"instance", "instance=TYPE[,TYPE...]: allowed instance types",
+     "Restricts the choice to these types, in order of preference.",
+     "train m on d instance=g5.xlarge,g4dn.xlarge"},
+    {"region", "region=NAME: cloud region", "Where workers are started.",
+     "train m on d region=us-east-1"},
+    {"deadline", "deadline=DURATION: give up after this long",
+     "The job is cancelled if it has not finished within DURATION of submission.",
+     "train m on d deadline=3h"},
+    {"checkpoint_every", "checkpoint_every=STEPS|auto: checkpoint interval",
+     "How often the job saves a checkpoint; auto picks an interval from the instance's "
+     "interruption rate.",
+     "train m on d checkpoint_every=auto"},
+    /* magics */
+    {"%status", "%status: gateway, workers, idle timer and budget",
+     "Shows the gateway the kernel talks to, running workers, the idle timer and the budget.",
+     "%status"},
+    {"%jobs", "%jobs: the session's jobs", "Lists jobs with their state and progress.",
+     "%jobs"},
+    {"%attach", "%attach JOB: follow a job",
+     "Replays the job's events, then follows it live.", "%attach 12"},
+    {"%cancel", "%cancel JOB: cancel a job", "Stops the job and releases its workers.",
+     "%cancel 12"},
+    {"%logs", "%logs JOB: a job's log", "Shows the job's worker log.", "%logs 12"},
+    {"%instances", "%instances [gpus=N]: compare instance types",
+     "Price, interruption rate and cost per unit of work of candidate instance types.",
+     "%instances gpus=1"},
+    {"%cost", "%cost: money spent", "What the session's jobs have cost so far.", "%cost"},
+    {"%idle", "%idle: the idle timer", "How long until idle workers are released.", "%idle"},
+    {"%session", "%session NAME: name the notebook session",
+     "Models, data and variables belong to the session; this names it when Jupyter does not.",
+     "%session experiments"},
+    {"%gateway", "%gateway ADDR: choose the gateway", "Connects the kernel to the gateway at ADDR.",
+     "%gateway tcp://10.0.0.5:5555"},
+    {"%who", "%who: the session's names", "Lists variables, models and data sets.", "%who"},
+    {"%help", "%help [TOPIC]: this help", "Lists every statement, option and magic.", "%help"},
+    {"%version", "%version: versions", "The kernel and gateway versions.", "%version"},
+    {"%history", "%history: executed cells", "The cells run in this session.", "%history"},
+    {"%%run", "%%run [resource options]: run the cell as a shell script on a worker",
+     "Files written to $SPOTLAB_CHECKPOINT_DIR are saved and restored on the next worker "
+     "after a preemption, and the script is started again there.",
+     "%%run gpus=1 spot=yes\npython train.py --ckpt \"$SPOTLAB_CHECKPOINT_DIR\""},
+};
+
+static const struct help *find_help(const char *word) {
+  for (size_t i = 0; i < N_OF(helps); i++)
+    if (strcmp(helps[i].word, word) == 0)
+      return &helps[i];
+  return NULL;
+}
+
+/* Returns an owned string, or NULL when out of memory. */
+static char *format_help(const struct help *h, int detail_level) {
+  char *out = NULL;
+  size_t size = 0;
+  FILE *f = open_memstream(&out, &size);
+  if (!f)
+    return NULL;
+  fprintf(f, "%s\n\n%s\n", h->summary, h->text);
+  if (detail_level >= 1)
+    fprintf(f, "\nExample:\n    %s\n", h->example);
+  if (fclose(f) != 0) {
+    free(out);
+    return NULL;
+  }
+  return out;
+}
+
+/* The word at (or just before) cursor_pos, in code points: letters, digits,
+ * '_' and '%' (magics keep their prefix). Written into word (NUL-terminated),
+ * empty when there is none or it is too long. */
+static void word_at(const char *code, size_t len, size_t cursor_pos, char *word,
+                    size_t word_size) {
+  size_t off = 0;
+  for (size_t cp = 0; off < len && cp < cursor_pos; cp++) {
+    off++;
+    while (off < len && ((unsigned char)code[off] & 0xC0) == 0x80)
+      off++;
+  }
+#define WORDCH(c) ((c) == '%' || (c) == '_' || ((c) >= '0' && (c) <= '9') || \
+                   (((c) | 32) >= 'a' && ((c) | 32) <= 'z'))
+  size_t start = off, end = off;
+  while (start > 0 && WORDCH(code[start - 1]))
+    start--;
+  while (end < len && WORDCH(code[end]))
+    end++;
+#undef WORDCH
+  size_t n = end - start;
+  if (n >= word_size)
+    n = 0;
+  memcpy(word, code + start, n);
+  word[n] = '\0';
+}
+
+char *jk_inspect(const char *code, size_t len, size_t cursor_pos, int detail_level) {
+  char word[64];
+  if (!code)
+    return NULL;
+  word_at(code, len, cursor_pos, word, sizeof word);
+  if (!word[0])
+    return NULL;
+  const struct help *h = find_help(word);
+  if (!h && word[0] == '%' && word[1] != '%') {
+    /* "%run" for the cell magic, "%%status" for a line magic */
+    char other[70];
+    snprintf(other, sizeof other, "%%%s", word);
+    h = find_help(other);
+  }
+  if (!h && word[0] == '%' && word[1] == '%')
+    h = find_help(word + 1);
+  return h ? format_help(h, detail_level) : NULL;
+}
+
+static void help_section(FILE *f, const char *title, enum jk_word_kind k1,
+                         enum jk_word_kind k2) {
+  enum jk_word_kind kind;
+  const char *w;
+  fprintf(f, "%s:\n", title);
+  for (size_t i = 0; (w = jk_lang_word(i, &kind)); i++) {
+    if (kind != k1 && kind != k2)
+      continue;
+    const struct help *h = find_help(w);
+    fprintf(f, "  %s\n", h ? h->summary : w);
+  }
+  fputc('\n', f);
+}
+
+char *jk_help_all(void) {
+  char *out = NULL;
+  size_t size = 0;
+  FILE *f = open_memstream(&out, &size);
+  if (!f)
+    return NULL;
+  help_section(f, "Statements", JK_WORD_STATEMENT, JK_WORD_STATEMENT);
+  help_section(f, "Functions", JK_WORD_FUNCTION, JK_WORD_FUNCTION);
+  help_section(f, "Options (name=value after train, eval, sample, %%run)", JK_WORD_OPTION,
+               JK_WORD_OPTION);
+  help_section(f, "Magics", JK_WORD_MAGIC, JK_WORD_CELL_MAGIC);
+  fprintf(f, "Values: numbers (3e-4, 2000, 0.60), \"strings\", yes/no, durations (90s, 30m, "
+             "2h), lists (a,b).\nA line ending in \\ continues on the next; # starts a "
+             "comment. Put the cursor on a word and press Shift-Tab for its help.\n");
+  if (fclose(f) != 0) {
+    free(out);
+    return NULL;
+  }
+  return out;
+}
