@@ -1,0 +1,439 @@
+/* Checkpoint files (format in tc_ckpt.h and docs/internals/training.md).
+ *
+ * Invariant: a file named ckpt-*.slck is complete and durable. Writers only
+ * ever create a hidden temporary, and readers verify the header CRC and each
+ * section CRC before anything is copied into a model. */
+#include "tc_ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sl_err.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "format is little-endian");
+
+static const char MAGIC[8] = {'S', 'L', 'T', 'C', 'K', 'P', 'T', 0};
+static const char *TAGS[3] = {"PARM", "ADMM", "ADMV"};
+#define SECTION_HEADER_BYTES 24
+
+/* ---- CRC32C ---- */
+
+static uint32_t crc_table[256];
+
+static void crc_init(void) {
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+    crc_table[i] = c;
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t c, const uint8_t *p,
+                                                          size_t n) {
+  uint64_t c64 = c;
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    c64 = __builtin_ia32_crc32di(c64, w);
+  }
+  c = (uint32_t)c64;
+  for (; n; n--) c = __builtin_ia32_crc32qi(c, *p++);
+  return c;
+}
+#endif
+
+uint32_t tc_crc32c(uint32_t crc, const void *buf, size_t n) {
+  const uint8_t *p = buf;
+  uint32_t c = ~crc;
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("sse4.2")) return ~crc_hw(c, p, n);
+#endif
+  static int ready;
+  if (!ready) crc_init(), ready = 1;
+  for (size_t i = 0; i < n; i++) c = crc_table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+  return ~c;
+}
+
+/* ---- snapshot ---- */
+
+struct tc_ckpt *tc_ckpt_new(size_t n_params) {
+  struct tc_ckpt *ck = calloc(1, sizeof *ck);
+  if (!ck) return NULL;
+  ck->n_params = n_params;
+  ck->params = malloc(sizeof(float) * (n_params ? n_params : 1));
+  ck->m = malloc(sizeof(float) * (n_params ? n_params : 1));
+  ck->v = malloc(sizeof(float) * (n_params ? n_params : 1));
+  if (!ck->params || !ck->m || !ck->v) return tc_ckpt_free(ck);
+  return ck;
+}
+
+struct tc_ckpt *tc_ckpt_free(struct tc_ckpt *ck) {
+  if (!ck) return NULL;
+  free(ck->params);
+  free(ck->m);
+  free(ck->v);
+  free(ck);
+  return NULL;
+}
+
+void tc_ckpt_capture(struct tc_ckpt *ck, const struct tc_model *m,
+                     const struct tc_ckpt_meta *meta) {
+  ck->meta = *meta;
+  ck->meta.cfg = m->cfg;
+  ck->meta.adam_t = m->adam_t;
+  memcpy(ck->params, m->params, sizeof(float) * m->n_params);
+  memcpy(ck->m, m->m, sizeof(float) * m->n_params);
+  memcpy(ck->v, m->v, sizeof(float) * m->n_params);
+}
+
+int tc_ckpt_restore(const struct tc_ckpt *ck, struct tc_model *m) {
+  if (memcmp(&ck->meta.cfg, &m->cfg, sizeof m->cfg) != 0 || ck->n_params != m->n_params)
+    return SL_EMISMATCH;
+  memcpy(m->params, ck->params, sizeof(float) * m->n_params);
+  memcpy(m->m, ck->m, sizeof(float) * m->n_params);
+  memcpy(m->v, ck->v, sizeof(float) * m->n_params);
+  m->adam_t = ck->meta.adam_t;
+  return 0;
+}
+
+/* ---- header encoding ---- */
+
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+/* Offsets: see docs/internals/training.md. */
+static void encode_header(const struct tc_ckpt *ck, uint8_t h[TC_CKPT_HEADER_BYTES]) {
+  const struct tc_ckpt_meta *mt = &ck->meta;
+  const struct tc_config *c = &mt->cfg;
+  memset(h, 0, TC_CKPT_HEADER_BYTES);
+  memcpy(h, MAGIC, 8);
+  put32(h + 8, TC_CKPT_VERSION);
+  put32(h + 12, TC_CKPT_HEADER_BYTES);
+  uint32_t cf[9] = {c->kind, c->layers, c->heads, c->dim, c->ctx, c->vocab, c->hidden,
+                    c->in_dim, c->classes};
+  for (int i = 0; i < 9; i++) put32(h + 16 + 4 * i, cf[i]);
+  put32(h + 52, mt->world_size);
+  put32(h + 56, mt->rank);
+  put32(h + 60, 3); /* sections */
+  uint64_t u[6] = {mt->step, mt->adam_t, mt->seed, mt->data_cursor, mt->data_epoch,
+                   (uint64_t)ck->n_params};
+  for (int i = 0; i < 6; i++) put64(h + 64 + 8 * i, u[i]);
+  const struct tc_rng *r[3] = {&mt->rng_init, &mt->rng_data, &mt->rng_sample};
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < 4; i++) put64(h + 112 + 32 * k + 8 * i, r[k]->s[i]);
+  memcpy(h + 208, mt->symbols, 256);
+  put32(h + 508, tc_crc32c(0, h, 508));
+}
+
+static int decode_header(const uint8_t *h, struct tc_ckpt_meta *mt, uint64_t *ret_n,
+                         char *err, size_t err_size, const char *path) {
+  if (memcmp(h, MAGIC, 8) != 0) {
+    snprintf(err, err_size, "%s: not a spotlab checkpoint (bad magic)", path);
+    return SL_EFORMAT;
+  }
+  if (tc_crc32c(0, h, 508) != get32(h + 508)) {
+    snprintf(err, err_size, "%s: header checksum mismatch", path);
+    return SL_ECHECKSUM;
+  }
+  if (get32(h + 8) != TC_CKPT_VERSION || get32(h + 12) != TC_CKPT_HEADER_BYTES ||
+      get32(h + 60) != 3) {
+    snprintf(err, err_size, "%s: unsupported checkpoint version %u", path, get32(h + 8));
+    return SL_EFORMAT;
+  }
+  memset(mt, 0, sizeof *mt);
+  uint32_t *cf[9] = {&mt->cfg.kind, &mt->cfg.layers, &mt->cfg.heads, &mt->cfg.dim,
+                     &mt->cfg.ctx, &mt->cfg.vocab, &mt->cfg.hidden, &mt->cfg.in_dim,
+                     &mt->cfg.classes};
+  for (int i = 0; i < 9; i++) *cf[i] = get32(h + 16 + 4 * i);
+  mt->world_size = get32(h + 52);
+  mt->rank = get32(h + 56);
+  uint64_t *u[5] = {&mt->step, &mt->adam_t, &mt->seed, &mt->data_cursor, &mt->data_epoch};
+  for (int i = 0; i < 5; i++) *u[i] = get64(h + 64 + 8 * i);
+  *ret_n = get64(h + 104);
+  struct tc_rng *r[3] = {&mt->rng_init, &mt->rng_data, &mt->rng_sample};
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < 4; i++) r[k]->s[i] = get64(h + 112 + 32 * k + 8 * i);
+  memcpy(mt->symbols, h + 208, 256);
+  return 0;
+}
+
+/* ---- writing ---- */
+
+static int write_all(int fd, const void *buf, size_t n) {
+  const uint8_t *p = buf;
+  while (n) {
+    ssize_t k = write(fd, p, n);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return -errno;
+    }
+    if (k == 0) return -EIO;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+static int fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  int r = fsync(fd) < 0 ? -errno : 0;
+  close(fd);
+  return r;
+}
+
+int tc_ckpt_write(const struct tc_ckpt *ck, const char *dir, char *ret_path, size_t path_size,
+                  char *err, size_t err_size) {
+  char tmp[4096], path[4096];
+  unsigned long long step = (unsigned long long)ck->meta.step;
+  snprintf(tmp, sizeof tmp, "%s/.ckpt-%010llu.slck.tmp", dir, step);
+  snprintf(path, sizeof path, "%s/ckpt-%010llu.slck", dir, step);
+  uint8_t h[TC_CKPT_HEADER_BYTES];
+  encode_header(ck, h);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    int r = -errno;
+    snprintf(err, err_size, "%s: %s", tmp, strerror(-r));
+    return r;
+  }
+  int r = write_all(fd, h, sizeof h);
+  const float *bufs[3] = {ck->params, ck->m, ck->v};
+  size_t bytes = ck->n_params * sizeof(float);
+  for (int s = 0; s < 3 && r == 0; s++) {
+    uint8_t sh[SECTION_HEADER_BYTES] = {0};
+    memcpy(sh, TAGS[s], 4);
+    put32(sh + 4, tc_crc32c(0, bufs[s], bytes));
+    put64(sh + 8, bytes);
+    r = write_all(fd, sh, sizeof sh);
+    if (r == 0) r = write_all(fd, bufs[s], bytes);
+  }
+  if (r == 0 && fsync(fd) < 0) r = -errno;
+  if (close(fd) < 0 && r == 0) r = -errno;
+  if (r == 0 && rename(tmp, path) < 0) r = -errno;
+  if (r < 0) {
+    snprintf(err, err_size, "%s: %s", tmp, strerror(-r));
+    unlink(tmp);
+    return r;
+  }
+  r = fsync_dir(dir);
+  if (r < 0) {
+    snprintf(err, err_size, "%s: fsync: %s", dir, strerror(-r));
+    return r;
+  }
+  if (ret_path) snprintf(ret_path, path_size, "%s", path);
+  return 0;
+}
+
+/* ---- reading ---- */
+
+static int read_all(int fd, void *buf, size_t n, size_t *ret_got) {
+  uint8_t *p = buf;
+  size_t got = 0;
+  while (got < n) {
+    ssize_t k = read(fd, p + got, n - got);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return -errno;
+    }
+    if (k == 0) break;
+    got += (size_t)k;
+  }
+  *ret_got = got;
+  return 0;
+}
+
+int tc_ckpt_read(const char *path, const struct tc_config *expect, struct tc_ckpt **ret,
+                 char *err, size_t err_size) {
+  struct tc_ckpt *ck = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int r = -errno;
+    snprintf(err, err_size, "%s: %s", path, strerror(-r));
+    return r;
+  }
+  uint8_t h[TC_CKPT_HEADER_BYTES];
+  size_t got = 0;
+  struct tc_ckpt_meta meta;
+  uint64_t n = 0;
+  int r = read_all(fd, h, sizeof h, &got);
+  if (r == 0 && got < sizeof h) {
+    snprintf(err, err_size, "%s: truncated header (%zu bytes)", path, got);
+    r = SL_EFORMAT;
+  }
+  if (r == 0) r = decode_header(h, &meta, &n, err, err_size, path);
+  if (r < 0) goto out;
+  struct tc_model layout;
+  char why[160];
+  if (tc_config_validate(&meta.cfg, why, sizeof why) < 0 ||
+      tc_model_layout(&meta.cfg, &layout) < 0 || layout.n_params != n) {
+    snprintf(err, err_size, "%s: header describes an invalid model", path);
+    r = SL_EFORMAT;
+    goto out;
+  }
+  if (expect && memcmp(expect, &meta.cfg, sizeof *expect) != 0) {
+    char a[160], b[160];
+    snprintf(err, err_size, "%s: checkpoint is for %s, but this run is %s", path,
+             tc_config_describe(&meta.cfg, a, sizeof a), tc_config_describe(expect, b, sizeof b));
+    r = SL_EMISMATCH;
+    goto out;
+  }
+  ck = tc_ckpt_new((size_t)n);
+  if (!ck) {
+    r = -ENOMEM;
+    snprintf(err, err_size, "%s: out of memory", path);
+    goto out;
+  }
+  ck->meta = meta;
+  float *bufs[3] = {ck->params, ck->m, ck->v};
+  size_t bytes = (size_t)n * sizeof(float);
+  for (int s = 0; s < 3; s++) {
+    uint8_t sh[SECTION_HEADER_BYTES];
+    int complete = 0;
+    r = read_all(fd, sh, sizeof sh, &got);
+    if (r == 0 && got == sizeof sh) {
+      r = read_all(fd, bufs[s], bytes, &got);
+      complete = r == 0 && got == bytes;
+    }
+    if (r < 0) {
+      snprintf(err, err_size, "%s: %s", path, strerror(-r));
+      goto out;
+    }
+    if (!complete || memcmp(sh, TAGS[s], 4) != 0 || get64(sh + 8) != bytes) {
+      snprintf(err, err_size, "%s: section %s is truncated or malformed", path, TAGS[s]);
+      r = SL_EFORMAT;
+      goto out;
+    }
+    if (tc_crc32c(0, bufs[s], bytes) != get32(sh + 4)) {
+      snprintf(err, err_size, "%s: section %s checksum mismatch", path, TAGS[s]);
+      r = SL_ECHECKSUM;
+      goto out;
+    }
+  }
+  uint8_t extra;
+  if (read_all(fd, &extra, 1, &got) == 0 && got != 0) {
+    snprintf(err, err_size, "%s: trailing bytes after the last section", path);
+    r = SL_EFORMAT;
+  }
+out:
+  close(fd);
+  if (r < 0) tc_ckpt_free(ck);
+  else *ret = ck;
+  return r;
+}
+
+/* ---- folder ---- */
+
+static int is_ckpt_name(const char *s) {
+  size_t n = strlen(s);
+  return n == 20 && strncmp(s, "ckpt-", 5) == 0 && strcmp(s + 15, ".slck") == 0 &&
+         strspn(s + 5, "0123456789") == 10;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+  return strcmp(*(char *const *)b, *(char *const *)a);
+}
+
+int tc_ckpt_list(const char *dir, char ***ret_names, int *ret_count) {
+  DIR *d = opendir(dir);
+  if (!d) return -errno;
+  char **names = NULL;
+  int n = 0, cap = 0, r = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (!is_ckpt_name(e->d_name)) continue;
+    if (n == cap) {
+      cap = cap ? cap * 2 : 16;
+      char **p = realloc(names, sizeof *names * cap);
+      if (!p) { r = -ENOMEM; break; }
+      names = p;
+    }
+    if (!(names[n] = strdup(e->d_name))) { r = -ENOMEM; break; }
+    n++;
+  }
+  closedir(d);
+  if (r < 0) {
+    tc_ckpt_list_free(names, n);
+    return r;
+  }
+  if (n) qsort(names, n, sizeof *names, cmp_desc);
+  *ret_names = names;
+  *ret_count = n;
+  return 0;
+}
+
+void tc_ckpt_list_free(char **names, int count) {
+  for (int i = 0; i < count; i++) free(names[i]);
+  free(names);
+}
+
+int tc_ckpt_prune(const char *dir, int keep) {
+  char **names = NULL;
+  int n = 0;
+  int r = tc_ckpt_list(dir, &names, &n);
+  if (r < 0) return r;
+  char path[4096];
+  for (int i = keep < 1 ? 1 : keep; i < n; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    if (unlink(path) < 0 && errno != ENOENT) r = -errno;
+  }
+  tc_ckpt_list_free(names, n);
+  /* temporaries left by a process killed mid-write */
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    size_t len = strlen(e->d_name);
+    if (strncmp(e->d_name, ".ckpt-", 6) == 0 && len > 9 && !strcmp(e->d_name + len - 9, ".slck.tmp")) {
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      unlink(path);
+    }
+  }
+  if (d) closedir(d);
+  return r;
+}
+
+int tc_ckpt_load_newest(const char *dir, const struct tc_config *expect, tc_ckpt_warn_fn warn,
+                        void *warn_ctx, struct tc_ckpt **ret, char *ret_path, size_t path_size,
+                        char *err, size_t err_size) {
+  char **names = NULL;
+  int n = 0;
+  int r = tc_ckpt_list(dir, &names, &n);
+  if (r == -ENOENT || (r == 0 && n == 0)) {
+    tc_ckpt_list_free(names, n);
+    snprintf(err, err_size, "%s: no checkpoint", dir);
+    return -ENOENT;
+  }
+  if (r < 0) {
+    snprintf(err, err_size, "%s: %s", dir, strerror(-r));
+    return r;
+  }
+  char path[4096];
+  r = -ENOENT;
+  snprintf(err, err_size, "%s: no valid checkpoint", dir);
+  for (int i = 0; i < n; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    char why[512];
+    r = tc_ckpt_read(path, expect, ret, why, sizeof why);
+    if (r == 0) {
+      if (ret_path) snprintf(ret_path, path_size, "%s", path);
+      break;
+    }
+    if (r == SL_EMISMATCH || r == -ENOMEM) {
+      snprintf(err, err_size, "%s", why);
+      break;
+    }
+    if (warn) warn(warn_ctx, path, r, why);
+    snprintf(err, err_size, "%s: no valid checkpoint (last error: %s)", dir, why);
+    r = -ENOENT;
+  }
+  tc_ckpt_list_free(names, n);
+  return r;
+}

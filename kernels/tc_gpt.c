@@ -1,0 +1,201 @@
+/* The gpt model on the CPU: forward and backward over the layout of tc_model.c.
+ *
+ * Shapes: B batch, T = ctx, C = dim, H heads, V vocab, N = B*T rows.
+ * Activations are allocated once for max_batch; a step allocates nothing.
+ * The training forward fuses the loss gradient into the logits buffer, so a
+ * forward with targets must be followed by backward before logits are read. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tc_model_int.h"
+#include "tc_ops.h"
+#include "tc_par.h"
+
+struct alloc {
+  size_t bytes;
+  int failed;
+};
+
+static void *take(struct alloc *a, size_t n, size_t elem) {
+  size_t bytes = n * elem;
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) a->failed = 1;
+  a->bytes += n * elem;
+  return p;
+}
+
+int tc_gpt_acts_new(struct tc_model *m) {
+  const struct tc_config *c = &m->cfg;
+  size_t B = (size_t)m->max_batch, T = c->ctx, C = c->dim, H = c->heads, V = c->vocab;
+  size_t N = B * T, L = c->layers;
+  struct tc_acts *a = calloc(1, sizeof *a);
+  if (!a) return -ENOMEM;
+  m->acts = a;
+  struct alloc al = {0};
+  a->tokens = take(&al, N, sizeof(int32_t));
+  a->targets = take(&al, N, sizeof(int32_t));
+  a->encoded = take(&al, N * C, sizeof(float));
+  a->layer = calloc(L, sizeof *a->layer);
+  if (!a->layer) return -ENOMEM;
+  for (size_t l = 0; l < L; l++) {
+    struct gpt_layer_acts *la = &a->layer[l];
+    la->ln1 = take(&al, N * C, 4);
+    la->ln1_mean = take(&al, N, 4);
+    la->ln1_rstd = take(&al, N, 4);
+    la->qkv = take(&al, N * 3 * C, 4);
+    la->att = take(&al, B * H * T * T, 4);
+    la->atty = take(&al, N * C, 4);
+    la->res2 = take(&al, N * C, 4);
+    la->ln2 = take(&al, N * C, 4);
+    la->ln2_mean = take(&al, N, 4);
+    la->ln2_rstd = take(&al, N, 4);
+    la->fch = take(&al, N * 4 * C, 4);
+    la->fch_gelu = take(&al, N * 4 * C, 4);
+    la->res3 = take(&al, N * C, 4);
+  }
+  a->lnf = take(&al, N * C, 4);
+  a->lnf_mean = take(&al, N, 4);
+  a->lnf_rstd = take(&al, N, 4);
+  a->logits = take(&al, N * V, 4);
+  a->losses = take(&al, N, 4);
+  a->dres = take(&al, N * C, 4);
+  a->dC = take(&al, N * C, 4);
+  a->d3C = take(&al, N * 3 * C, 4);
+  a->d4C = take(&al, N * 4 * C, 4);
+  a->att_scratch_threads = tc_par_threads();
+  a->att_scratch = take(&al, tc_attention_scratch_floats((int)T) * a->att_scratch_threads, 4);
+  a->bytes = al.bytes;
+  return al.failed ? -ENOMEM : 0;
+}
+
+void tc_gpt_acts_free(struct tc_acts *a, const struct tc_config *c) {
+  if (a->layer) {
+    for (uint32_t l = 0; l < c->layers; l++) {
+      struct gpt_layer_acts *la = &a->layer[l];
+      float *ps[] = {la->ln1, la->ln1_mean, la->ln1_rstd, la->qkv, la->att, la->atty, la->res2,
+                     la->ln2, la->ln2_mean, la->ln2_rstd, la->fch, la->fch_gelu, la->res3};
+      for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
+    }
+    free(a->layer);
+  }
+  free(a->tokens);
+  free(a->targets);
+  free(a->encoded);
+  free(a->lnf);
+  free(a->lnf_mean);
+  free(a->lnf_rstd);
+  free(a->logits);
+  free(a->losses);
+  free(a->dres);
+  free(a->dC);
+  free(a->d3C);
+  free(a->d4C);
+  free(a->att_scratch);
+  free(a);
+}
+
+/* Pointers to one block's parameters inside a base array (params or grads). */
+struct blk {
+  float *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
+  float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+};
+
+/* Block l's tensors start at tensor index 2 + 12*l, in struct blk order. */
+static struct blk block(const struct tc_model *m, float *base, uint32_t l) {
+  const struct tc_tensor *t = &m->tensors[2 + 12 * l];
+  struct blk b;
+  float **f = (float **)&b;
+  for (int i = 0; i < 12; i++) f[i] = base + t[i].offset;
+  return b;
+}
+
+int tc_gpt_forward(struct tc_model *m, const struct tc_batch *bt, float *ret_loss) {
+  const struct tc_config *c = &m->cfg;
+  struct tc_acts *a = m->acts;
+  int B = bt->B, T = (int)c->ctx, C = (int)c->dim, H = (int)c->heads, V = (int)c->vocab;
+  int N = B * T;
+  for (int i = 0; i < N; i++) {
+    if (bt->tokens[i] < 0 || bt->tokens[i] >= V) return -EINVAL;
+    if (bt->targets && (bt->targets[i] < 0 || bt->targets[i] >= V)) return -EINVAL;
+  }
+  memcpy(a->tokens, bt->tokens, sizeof(int32_t) * N);
+  a->B = B;
+  float *wte = m->params + m->tensors[0].offset, *wpe = m->params + m->tensors[1].offset;
+  tc_embed_forward(a->encoded, a->tokens, wte, wpe, B, T, C); /* (B,T,C) */
+  float *x = a->encoded;
+  for (uint32_t l = 0; l < c->layers; l++) {
+    struct blk p = block(m, m->params, l);
+    struct gpt_layer_acts *la = &a->layer[l];
+    tc_layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, x, p.ln1_w, p.ln1_b, N, C);
+    tc_linear_forward(la->qkv, la->ln1, p.attn_w, p.attn_b, N, C, 3 * C); /* (N,3C) */
+    tc_attention_forward(la->atty, la->att, la->qkv, B, T, C, H);         /* (N,C) */
+    tc_linear_forward(la->res2, la->atty, p.proj_w, p.proj_b, N, C, C);
+    tc_add(la->res2, la->res2, x, (size_t)N * C);
+    tc_layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, p.ln2_w, p.ln2_b, N, C);
+    tc_linear_forward(la->fch, la->ln2, p.fc_w, p.fc_b, N, C, 4 * C); /* (N,4C) */
+    tc_gelu_forward(la->fch_gelu, la->fch, (size_t)N * 4 * C);
+    tc_linear_forward(la->res3, la->fch_gelu, p.fcproj_w, p.fcproj_b, N, 4 * C, C);
+    tc_add(la->res3, la->res3, la->res2, (size_t)N * C);
+    x = la->res3;
+  }
+  float *lnf_w = m->params + m->tensors[m->n_tensors - 2].offset;
+  float *lnf_b = m->params + m->tensors[m->n_tensors - 1].offset;
+  tc_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_b, N, C);
+  tc_linear_forward(a->logits, a->lnf, wte, NULL, N, C, V); /* (N,V), tied head */
+  m->have_targets = 0;
+  if (!bt->targets) return 0;
+  memcpy(a->targets, bt->targets, sizeof(int32_t) * N);
+  double loss = tc_softmax_xent(a->logits, a->losses, a->logits, a->targets, N, V,
+                                1.0f / (float)N, NULL);
+  m->have_targets = 1;
+  if (ret_loss) *ret_loss = (float)loss;
+  return 0;
+}
+
+int tc_gpt_backward(struct tc_model *m) {
+  const struct tc_config *c = &m->cfg;
+  struct tc_acts *a = m->acts;
+  int B = a->B, T = (int)c->ctx, C = (int)c->dim, H = (int)c->heads, V = (int)c->vocab;
+  int N = B * T;
+  if (a->att_scratch_threads < tc_par_threads()) {
+    float *s = realloc(a->att_scratch,
+                       sizeof(float) * tc_attention_scratch_floats(T) * tc_par_threads());
+    if (!s) return -ENOMEM;
+    a->att_scratch = s;
+    a->att_scratch_threads = tc_par_threads();
+  }
+  float *wte = m->params + m->tensors[0].offset;
+  float *dwte = m->grads + m->tensors[0].offset, *dwpe = m->grads + m->tensors[1].offset;
+  float *lnf_w = m->params + m->tensors[m->n_tensors - 2].offset;
+  float *dlnf_w = m->grads + m->tensors[m->n_tensors - 2].offset;
+  float *dlnf_b = m->grads + m->tensors[m->n_tensors - 1].offset;
+  /* logits holds dlogits (N,V) after the training forward */
+  tc_linear_backward(a->dC, dwte, NULL, a->logits, a->lnf, wte, N, C, V, 0);
+  memset(a->dres, 0, sizeof(float) * N * C);
+  uint32_t L = c->layers;
+  float *xlast = L ? a->layer[L - 1].res3 : a->encoded;
+  tc_layernorm_backward(a->dres, dlnf_w, dlnf_b, a->dC, xlast, lnf_w, a->lnf_mean,
+                        a->lnf_rstd, N, C);
+  for (uint32_t l = L; l-- > 0;) {
+    struct blk p = block(m, m->params, l), g = block(m, m->grads, l);
+    struct gpt_layer_acts *la = &a->layer[l];
+    const float *x = l ? a->layer[l - 1].res3 : a->encoded;
+    /* dres is d(res3) == d(res2 via residual) == d(fcproj out) */
+    tc_linear_backward(a->d4C, g.fcproj_w, g.fcproj_b, a->dres, la->fch_gelu, p.fcproj_w, N,
+                       4 * C, C, 0);
+    tc_gelu_backward(a->d4C, la->fch, a->d4C, (size_t)N * 4 * C);
+    tc_linear_backward(a->dC, g.fc_w, g.fc_b, a->d4C, la->ln2, p.fc_w, N, C, 4 * C, 0);
+    tc_layernorm_backward(a->dres, g.ln2_w, g.ln2_b, a->dC, la->res2, p.ln2_w, la->ln2_mean,
+                          la->ln2_rstd, N, C);
+    /* dres is now d(res2) == d(x via residual) == d(proj out) */
+    tc_linear_backward(a->dC, g.proj_w, g.proj_b, a->dres, la->atty, p.proj_w, N, C, C, 0);
+    tc_attention_backward(a->d3C, a->att_scratch, a->dC, la->qkv, la->att, B, T, C, H);
+    tc_linear_backward(a->dC, g.attn_w, g.attn_b, a->d3C, la->ln1, p.attn_w, N, C, 3 * C, 0);
+    tc_layernorm_backward(a->dres, g.ln1_w, g.ln1_b, a->dC, x, p.ln1_w, la->ln1_mean,
+                          la->ln1_rstd, N, C);
+  }
+  tc_embed_backward(dwte, dwpe, a->dres, a->tokens, B, T, C);
+  m->have_targets = 0;
+  return 0;
+}

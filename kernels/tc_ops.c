@@ -1,0 +1,341 @@
+/* Layer kernels of the CPU path (see tc_ops.h).
+ *
+ * Matrix products go through cblas_sgemm. OpenBLAS splits a GEMM over the
+ * output matrix, never over the inner dimension, so each output element is the
+ * same sum whatever the thread count. Everything else is a loop whose
+ * reduction order is fixed by the data shape alone. */
+#include "tc_ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "tc_par.h"
+
+static int g_threads = 1; /* process-wide, as OpenBLAS's own setting is */
+
+void tc_set_threads(int n) {
+  if (n < 1) n = 1;
+  g_threads = n;
+  openblas_set_num_threads(n);
+  tc_par_set_threads(n);
+}
+
+int tc_get_threads(void) { return g_threads; }
+
+void tc_sgemm(enum tc_trans ta, enum tc_trans tb, int M, int N, int K, float alpha,
+              const float *A, int lda, const float *B, int ldb, float beta, float *C,
+              int ldc) {
+  cblas_sgemm(CblasRowMajor, ta == TC_T ? CblasTrans : CblasNoTrans,
+              tb == TC_T ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta,
+              C, ldc);
+}
+
+void tc_sgemm_ref(enum tc_trans ta, enum tc_trans tb, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                  int ldc) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double s = 0.0;
+      for (int k = 0; k < K; k++) {
+        float a = ta == TC_T ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+        float b = tb == TC_T ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+        s += (double)a * b;
+      }
+      float *c = &C[(size_t)i * ldc + j];
+      *c = (float)(alpha * s + (beta == 0.0f ? 0.0 : (double)beta * *c));
+    }
+}
+
+void tc_linear_forward(float *out, const float *inp, const float *w, const float *bias,
+                       int N, int C, int OC) {
+  if (bias) {
+    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, sizeof(float) * OC);
+  }
+  tc_sgemm(TC_N, TC_T, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC);
+}
+
+void tc_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                        const float *inp, const float *w, int N, int C, int OC, int acc_dinp) {
+  if (dinp) tc_sgemm(TC_N, TC_N, N, C, OC, 1.0f, dout, OC, w, C, acc_dinp ? 1.0f : 0.0f, dinp, C);
+  tc_sgemm(TC_T, TC_N, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+  if (dbias) {
+    for (int n = 0; n < N; n++) {
+      const float *d = dout + (size_t)n * OC;
+      for (int o = 0; o < OC; o++) dbias[o] += d[o];
+    }
+  }
+}
+
+struct ln_fwd {
+  float *out, *mean, *rstd;
+  const float *inp, *w, *b;
+  int C;
+};
+
+static void ln_fwd_rows(void *arg, size_t lo, size_t hi) {
+  const struct ln_fwd *a = arg;
+  int C = a->C;
+  for (size_t n = lo; n < hi; n++) {
+    const float *x = a->inp + n * C;
+    float *y = a->out + n * C;
+    float m = 0.0f;
+    for (int i = 0; i < C; i++) m += x[i];
+    m /= (float)C;
+    float v = 0.0f;
+    for (int i = 0; i < C; i++) {
+      float d = x[i] - m;
+      v += d * d;
+    }
+    v /= (float)C;
+    float s = 1.0f / sqrtf(v + 1e-5f);
+    for (int i = 0; i < C; i++) y[i] = (x[i] - m) * s * a->w[i] + a->b[i];
+    a->mean[n] = m;
+    a->rstd[n] = s;
+  }
+}
+
+void tc_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                          const float *w, const float *b, int N, int C) {
+  struct ln_fwd a = {out, mean, rstd, inp, w, b, C};
+  tc_par_for((size_t)N, 16, ln_fwd_rows, &a);
+}
+
+void tc_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                           const float *inp, const float *w, const float *mean,
+                           const float *rstd, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
+    float *dx = dinp + (size_t)n * C;
+    float m = mean[n], s = rstd[n];
+    float dnorm_mean = 0.0f, dnorm_norm = 0.0f;
+    for (int i = 0; i < C; i++) {
+      float xh = (x[i] - m) * s;
+      float dn = w[i] * dy[i];
+      dnorm_mean += dn;
+      dnorm_norm += dn * xh;
+      dw[i] += xh * dy[i];
+      db[i] += dy[i];
+    }
+    dnorm_mean /= (float)C;
+    dnorm_norm /= (float)C;
+    for (int i = 0; i < C; i++) {
+      float xh = (x[i] - m) * s;
+      dx[i] += (w[i] * dy[i] - dnorm_mean - xh * dnorm_norm) * s;
+    }
+  }
+}
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+struct ew {
+  float *out;
+  const float *a, *b;
+};
+
+static void gelu_fwd_range(void *arg, size_t lo, size_t hi) {
+  const struct ew *e = arg;
+  for (size_t i = lo; i < hi; i++) {
+    float x = e->a[i];
+    float u = GELU_K * (x + 0.044715f * x * x * x);
+    e->out[i] = 0.5f * x * (1.0f + tanhf(u));
+  }
+}
+
+void tc_gelu_forward(float *out, const float *inp, size_t n) {
+  struct ew e = {out, inp, NULL};
+  tc_par_for(n, 4096, gelu_fwd_range, &e);
+}
+
+static void gelu_bwd_range(void *arg, size_t lo, size_t hi) {
+  const struct ew *e = arg;
+  for (size_t i = lo; i < hi; i++) {
+    float x = e->a[i];
+    float u = GELU_K * (x + 0.044715f * x * x * x);
+    float t = tanhf(u);
+    float sech2 = 1.0f - t * t;
+    float g = 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    e->out[i] = g * e->b[i];
+  }
+}
+
+void tc_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+  struct ew e = {dinp, inp, dout};
+  tc_par_for(n, 4096, gelu_bwd_range, &e);
+}
+
+void tc_relu_forward(float *out, const float *inp, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+void tc_relu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+  for (size_t i = 0; i < n; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+struct attn {
+  float *out, *att, *scratch;
+  float *dqkv;
+  const float *qkv, *dout, *att_c;
+  int B, T, C, H;
+};
+
+/* One (b, h) pair per index; pairs write disjoint memory. */
+static void attn_fwd_pairs(void *arg, size_t lo, size_t hi) {
+  const struct attn *a = arg;
+  int T = a->T, C = a->C, H = a->H, hs = C / H, C3 = 3 * C;
+  float scale = 1.0f / sqrtf((float)hs);
+  for (size_t p = lo; p < hi; p++) {
+    int b = (int)(p / H), h = (int)(p % H);
+    const float *q = a->qkv + (size_t)b * T * C3 + h * hs;
+    const float *k = q + C, *v = q + 2 * C;
+    float *att = a->att + p * T * T;
+    float *out = a->out + (size_t)b * T * C + h * hs;
+    tc_sgemm(TC_N, TC_T, T, T, hs, scale, q, C3, k, C3, 0.0f, att, T);
+    for (int t = 0; t < T; t++) {
+      float *row = att + (size_t)t * T;
+      float mx = row[0];
+      for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+      float sum = 0.0f;
+      for (int j = 0; j <= t; j++) {
+        row[j] = expf(row[j] - mx);
+        sum += row[j];
+      }
+      float inv = 1.0f / sum;
+      for (int j = 0; j <= t; j++) row[j] *= inv;
+      for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+    }
+    tc_sgemm(TC_N, TC_N, T, hs, T, 1.0f, att, T, v, C3, 0.0f, out, C);
+  }
+}
+
+void tc_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                          int H) {
+  struct attn a = {.out = out, .att = att, .qkv = qkv, .B = B, .T = T, .C = C, .H = H};
+  tc_par_for((size_t)B * H, 1, attn_fwd_pairs, &a);
+}
+
+size_t tc_attention_scratch_floats(int T) { return (size_t)T * T; }
+
+static void attn_bwd_pairs(void *arg, size_t lo, size_t hi) {
+  const struct attn *a = arg;
+  int T = a->T, C = a->C, H = a->H, hs = C / H, C3 = 3 * C;
+  float scale = 1.0f / sqrtf((float)hs);
+  float *datt = a->scratch + (size_t)tc_par_worker() * T * T;
+  for (size_t p = lo; p < hi; p++) {
+    int b = (int)(p / H), h = (int)(p % H);
+    const float *q = a->qkv + (size_t)b * T * C3 + h * hs;
+    const float *k = q + C, *v = q + 2 * C;
+    float *dq = a->dqkv + (size_t)b * T * C3 + h * hs;
+    float *dk = dq + C, *dv = dq + 2 * C;
+    const float *att = a->att_c + p * T * T;
+    const float *dout = a->dout + (size_t)b * T * C + h * hs;
+    tc_sgemm(TC_N, TC_T, T, T, hs, 1.0f, dout, C, v, C3, 0.0f, datt, T);
+    tc_sgemm(TC_T, TC_N, T, hs, T, 1.0f, att, T, dout, C, 0.0f, dv, C3);
+    for (int t = 0; t < T; t++) {
+      const float *pr = att + (size_t)t * T;
+      float *dr = datt + (size_t)t * T;
+      float dot = 0.0f;
+      for (int j = 0; j <= t; j++) dot += pr[j] * dr[j];
+      for (int j = 0; j <= t; j++) dr[j] = pr[j] * (dr[j] - dot);
+      for (int j = t + 1; j < T; j++) dr[j] = 0.0f;
+    }
+    tc_sgemm(TC_N, TC_N, T, hs, T, scale, datt, T, k, C3, 0.0f, dq, C3);
+    tc_sgemm(TC_T, TC_N, T, hs, T, scale, datt, T, q, C3, 0.0f, dk, C3);
+  }
+}
+
+void tc_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                           const float *att, int B, int T, int C, int H) {
+  struct attn a = {.dqkv = dqkv, .scratch = scratch, .dout = dout, .qkv = qkv, .att_c = att,
+                   .B = B, .T = T, .C = C, .H = H};
+  tc_par_for((size_t)B * H, 1, attn_bwd_pairs, &a);
+}
+
+struct xent {
+  float *dlogits, *losses;
+  const float *logits;
+  const int32_t *targets;
+  int V;
+  float dscale;
+  int32_t *argmax;
+};
+
+static void xent_rows(void *arg, size_t lo, size_t hi) {
+  const struct xent *x = arg;
+  int V = x->V;
+  for (size_t n = lo; n < hi; n++) {
+    const float *l = x->logits + n * V;
+    int am = 0;
+    float mx = l[0];
+    for (int i = 1; i < V; i++)
+      if (l[i] > mx) mx = l[i], am = i;
+    float sum = 0.0f;
+    for (int i = 0; i < V; i++) sum += expf(l[i] - mx);
+    int y = x->targets[n];
+    float lse = mx + logf(sum);
+    x->losses[n] = lse - l[y];
+    x->argmax[n] = am;
+    if (x->dlogits) {
+      float *d = x->dlogits + n * V;
+      float inv = 1.0f / sum;
+      for (int i = 0; i < V; i++) d[i] = expf(l[i] - mx) * inv * x->dscale;
+      d[y] -= x->dscale;
+    }
+  }
+}
+
+double tc_softmax_xent(float *dlogits, float *losses, const float *logits,
+                       const int32_t *targets, int N, int V, float dscale,
+                       int64_t *ret_correct) {
+  struct xent x = {dlogits, losses, logits, targets, V, dscale, NULL};
+  /* losses and argmax live in one per-call scratch owned by the caller's buffer:
+   * argmax reuses the upper half of a small stack buffer per chunk below. */
+  enum { CHUNK = 1024 };
+  float lbuf[CHUNK];
+  int32_t abuf[CHUNK];
+  double total = 0.0;
+  int64_t correct = 0;
+  for (int n0 = 0; n0 < N; n0 += CHUNK) {
+    int n1 = n0 + CHUNK < N ? n0 + CHUNK : N;
+    struct xent c = x;
+    c.logits = logits + (size_t)n0 * V;
+    c.targets = targets + n0;
+    c.dlogits = dlogits ? dlogits + (size_t)n0 * V : NULL;
+    c.losses = losses ? losses + n0 : lbuf;
+    c.argmax = abuf;
+    tc_par_for((size_t)(n1 - n0), 16, xent_rows, &c);
+    for (int i = 0; i < n1 - n0; i++) {
+      total += c.losses[i];
+      correct += abuf[i] == targets[n0 + i];
+    }
+  }
+  if (ret_correct) *ret_correct = correct;
+  return total / (double)N;
+}
+
+void tc_embed_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                      int B, int T, int C) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      float *o = out + ((size_t)b * T + t) * C;
+      const float *e = wte + (size_t)tokens[b * T + t] * C, *p = wpe + (size_t)t * C;
+      for (int i = 0; i < C; i++) o[i] = e[i] + p[i];
+    }
+}
+
+void tc_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                       int B, int T, int C) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      const float *d = dout + ((size_t)b * T + t) * C;
+      float *e = dwte + (size_t)tokens[b * T + t] * C, *p = dwpe + (size_t)t * C;
+      for (int i = 0; i < C; i++) {
+        e[i] += d[i];
+        p[i] += d[i];
+      }
+    }
+}
+
+void tc_add(float *out, const float *a, const float *b, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}

@@ -1,0 +1,648 @@
+/* spotlab-train's runs: the training loop, evaluation and sampling.
+ *
+ * State that must survive a restart lives in struct tc_ckpt_meta (step, RNG
+ * states, data position) plus the model's buffers; everything the loop
+ * consumes comes from there, so a run resumed from a checkpoint replays the
+ * same batches and produces bit-identical numbers. Metrics are JSON lines
+ * written under a mutex because the checkpoint writer thread reports too. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sl_err.h"
+#include "sl_time.h"
+#include "tc_ckpt.h"
+#include "tc_data.h"
+#include "tc_model.h"
+#include "tc_ops.h"
+#include "tc_writer.h"
+#include "train.h"
+
+static volatile sig_atomic_t g_term, g_ckpt;
+
+static void on_signal(int sig) {
+  if (sig == SIGTERM || sig == SIGINT) g_term = 1;
+  else if (sig == SIGUSR1) g_ckpt = 1;
+}
+
+/* ---- metrics ---- */
+
+struct metrics {
+  FILE *f;
+  pthread_mutex_t mu;
+};
+
+static int metrics_open(struct metrics *mt, const char *spec) {
+  pthread_mutex_init(&mt->mu, NULL);
+  if (!spec) {
+    mt->f = stdout;
+    return 0;
+  }
+  if (!strncmp(spec, "fd:", 3)) {
+    char *end;
+    long fd = strtol(spec + 3, &end, 10);
+    if (*end || fd < 0 || fcntl((int)fd, F_GETFD) < 0) return -EBADF;
+    mt->f = fd == 1 ? stdout : fdopen((int)fd, "w");
+  } else {
+    mt->f = fopen(spec, "a");
+  }
+  return mt->f ? 0 : -errno;
+}
+
+static void metrics_close(struct metrics *mt) {
+  if (mt->f && mt->f != stdout) fclose(mt->f);
+  else if (mt->f) fflush(mt->f);
+  pthread_mutex_destroy(&mt->mu);
+}
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+/* Writes one line: fmt is a JSON object body where %S is a string to escape. */
+static void emit(struct metrics *mt, const char *fmt, ...) {
+  pthread_mutex_lock(&mt->mu);
+  va_list ap;
+  va_start(ap, fmt);
+  fputc('{', mt->f);
+  for (const char *p = fmt; *p; p++) {
+    if (*p != '%') {
+      fputc(*p, mt->f);
+      continue;
+    }
+    p++;
+    switch (*p) {
+    case 'S': json_str(mt->f, va_arg(ap, const char *)); break;
+    case 'u': fprintf(mt->f, "%llu", (unsigned long long)va_arg(ap, uint64_t)); break;
+    case 'g': {
+      double v = va_arg(ap, double);
+      if (isfinite(v)) fprintf(mt->f, "%.9g", v);
+      else fputs("null", mt->f);
+      break;
+    }
+    case 'd': fprintf(mt->f, "%d", va_arg(ap, int)); break;
+    case 's': fputs(va_arg(ap, const char *), mt->f); break;
+    default: fputc(*p, mt->f);
+    }
+  }
+  va_end(ap);
+  fputs("}\n", mt->f);
+  fflush(mt->f);
+  pthread_mutex_unlock(&mt->mu);
+}
+
+/* ---- shared run state ---- */
+
+struct run {
+  const struct tc_opts *o;
+  struct metrics mt;
+  struct tc_config cfg;
+  struct tc_model *model;
+  struct tc_text *text;
+  struct tc_images *train, *test;
+  uint32_t *perm;
+  struct tc_ckpt_meta meta; /* live: step, RNGs, data position */
+  struct tc_ckpt_writer *writer;
+  uint64_t last_ckpt_step;
+  int have_ckpt;
+  int32_t *tokens, *targets; /* (B,T) or (B) */
+  float *inputs;             /* mlp (B,784) */
+  FILE *dump_batches;
+};
+
+static int fail(struct run *R, int err, const char *text) {
+  fprintf(stderr, "spotlab-train: %s\n", text);
+  if (R->mt.f) emit(&R->mt, "\"event\":\"error\",\"error\":%S,\"code\":%S", text, sl_errname(err));
+  return 1;
+}
+
+static int load_data(struct run *R, int for_train, char *err, size_t es) {
+  const struct tc_opts *o = R->o;
+  char path[4096];
+  int r;
+  if (R->cfg.kind == TC_MODEL_GPT) {
+    r = tc_text_resolve(o->data, path, sizeof path, err, es);
+    if (r == 0) r = tc_text_load(path, R->cfg.ctx, &R->text, err, es);
+    if (r == 0) R->cfg.vocab = R->text->vocab;
+    return r;
+  }
+  tc_images_resolve(o->data, path, sizeof path);
+  if (for_train && (r = tc_images_load(path, "train", &R->train, err, es)) < 0) return r;
+  return tc_images_load(path, "t10k", &R->test, err, es);
+}
+
+static int alloc_batch(struct run *R, int B) {
+  size_t n = R->cfg.kind == TC_MODEL_GPT ? (size_t)B * R->cfg.ctx : (size_t)B;
+  R->tokens = malloc(sizeof(int32_t) * n);
+  R->targets = malloc(sizeof(int32_t) * n);
+  if (R->cfg.kind == TC_MODEL_MLP) R->inputs = malloc(sizeof(float) * 784 * (size_t)B);
+  return R->tokens && R->targets && (R->cfg.kind == TC_MODEL_GPT || R->inputs) ? 0 : -ENOMEM;
+}
+
+static void free_run(struct run *R) {
+  R->writer = tc_ckpt_writer_free(R->writer);
+  tc_model_free(R->model);
+  tc_text_free(R->text);
+  tc_images_free(R->train);
+  tc_images_free(R->test);
+  free(R->perm);
+  free(R->tokens);
+  free(R->targets);
+  free(R->inputs);
+  if (R->dump_batches) fclose(R->dump_batches);
+  metrics_close(&R->mt);
+}
+
+/* Mean held-out loss; mlp also gives accuracy. */
+static int evaluate(struct run *R, double *ret_loss, double *ret_acc) {
+  struct tc_model *m = R->model;
+  int B = m->max_batch;
+  double sum = 0.0;
+  int64_t correct = 0, count = 0;
+  if (R->cfg.kind == TC_MODEL_GPT) {
+    int T = (int)R->cfg.ctx, nb = (int)R->o->eval_batches;
+    for (int i = 0; i < nb; i++) {
+      tc_text_eval_batch(R->text, i, nb, B, T, R->tokens, R->targets);
+      struct tc_batch b = {.B = B, .tokens = R->tokens, .targets = R->targets};
+      float loss;
+      int r = tc_model_forward(m, &b, &loss);
+      if (r < 0) return r;
+      sum += loss;
+    }
+    *ret_loss = sum / nb;
+    *ret_acc = NAN;
+    return 0;
+  }
+  const struct tc_images *t = R->test;
+  for (uint32_t i = 0; i < t->n; i += (uint32_t)B) {
+    int n = t->n - i < (uint32_t)B ? (int)(t->n - i) : B;
+    struct tc_batch b = {.B = n, .inputs = t->x + (size_t)i * 784, .targets = t->y + i};
+    float loss;
+    int r = tc_model_forward(m, &b, &loss);
+    if (r < 0) return r;
+    sum += (double)loss * n;
+    correct += m->last_correct;
+    count += n;
+  }
+  *ret_loss = sum / (double)count;
+  *ret_acc = (double)correct / (double)count;
+  return 0;
+}
+
+/* ---- checkpoints ---- */
+
+static void on_ckpt_done(void *ctx, const struct tc_ckpt_result *res) {
+  struct run *R = ctx;
+  if (res->err == 0)
+    emit(&R->mt, "\"event\":\"checkpoint\",\"step\":%u,\"path\":%S,\"durable\":true,\"write_ms\":%g",
+         res->step, res->path, res->write_ms);
+  else
+    emit(&R->mt, "\"event\":\"error\",\"op\":\"checkpoint\",\"step\":%u,\"error\":%S,\"code\":%S",
+         res->step, res->text, sl_errname(res->err));
+}
+
+static void on_ckpt_warn(void *ctx, const char *path, int err, const char *text) {
+  struct run *R = ctx;
+  fprintf(stderr, "spotlab-train: warning: skipping checkpoint: %s\n", text);
+  emit(&R->mt, "\"event\":\"warning\",\"op\":\"resume\",\"path\":%S,\"error\":%S,\"code\":%S",
+       path, text, sl_errname(err));
+}
+
+static void checkpoint(struct run *R, uint64_t step) {
+  if (!R->writer) {
+    emit(&R->mt, "\"event\":\"error\",\"op\":\"checkpoint\",\"step\":%u,\"error\":%S", step,
+         "no checkpoint folder (--ckpt-dir)");
+    return;
+  }
+  if (R->have_ckpt && R->last_ckpt_step == step) return;
+  struct tc_ckpt *ck = tc_ckpt_writer_acquire(R->writer);
+  R->meta.step = step;
+  tc_ckpt_capture(ck, R->model, &R->meta);
+  tc_ckpt_writer_submit(R->writer);
+  R->last_ckpt_step = step;
+  R->have_ckpt = 1;
+}
+
+/* Reads pending control lines; returns 1 when a checkpoint was asked for. */
+static int poll_control(int fd, char *buf, size_t *len, size_t cap, struct metrics *mt) {
+  int want = 0;
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  while (poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP))) {
+    ssize_t k = read(fd, buf + *len, cap - *len);
+    if (k <= 0) return want ? 1 : (k == 0 ? -1 : 0);
+    *len += (size_t)k;
+    char *nl;
+    while ((nl = memchr(buf, '\n', *len))) {
+      *nl = 0;
+      if (nl > buf && nl[-1] == '\r') nl[-1] = 0;
+      if (!strcmp(buf, "checkpoint")) want = 1;
+      else if (*buf) emit(mt, "\"event\":\"warning\",\"op\":\"control\",\"error\":%S", "unknown command");
+      size_t used = (size_t)(nl - buf) + 1;
+      memmove(buf, nl + 1, *len - used);
+      *len -= used;
+    }
+    if (*len == cap) *len = 0; /* an over-long line is dropped */
+  }
+  return want;
+}
+
+/* Fills the next training batch from the live data position in R->meta. */
+static void next_batch(struct run *R, int B) {
+  if (R->cfg.kind == TC_MODEL_GPT) {
+    tc_text_sample(R->text, &R->meta.rng_data, B, (int)R->cfg.ctx, R->tokens, R->targets);
+    R->meta.data_cursor += (uint64_t)B;
+    return;
+  }
+  const struct tc_images *t = R->train;
+  for (int i = 0; i < B; i++) {
+    if (R->meta.data_cursor >= t->n) {
+      R->meta.data_epoch++;
+      R->meta.data_cursor = 0;
+      tc_images_perm(R->perm, t->n, R->meta.seed, R->meta.data_epoch);
+    }
+    uint32_t k = R->perm[R->meta.data_cursor++];
+    memcpy(R->inputs + (size_t)i * 784, t->x + (size_t)k * 784, sizeof(float) * 784);
+    R->targets[i] = t->y[k];
+  }
+}
+
+static void dump_batch(struct run *R, int B) {
+  if (!R->dump_batches) return;
+  if (R->cfg.kind == TC_MODEL_GPT) {
+    size_t n = (size_t)B * R->cfg.ctx;
+    fwrite(R->tokens, sizeof(int32_t), n, R->dump_batches);
+    fwrite(R->targets, sizeof(int32_t), n, R->dump_batches);
+  } else {
+    fwrite(R->inputs, sizeof(float), (size_t)B * 784, R->dump_batches);
+    fwrite(R->targets, sizeof(int32_t), (size_t)B, R->dump_batches);
+  }
+  fflush(R->dump_batches);
+}
+
+static int write_raw(const char *path, const float *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -errno;
+  size_t k = fwrite(p, sizeof(float), n, f);
+  int r = fclose(f) != 0 || k != n ? -EIO : 0;
+  return r;
+}
+
+int tc_run_train(const struct tc_opts *o) {
+  struct run R = {.o = o};
+  char err[8192];
+  int r, B = (int)o->batch;
+  tc_set_threads((int)o->threads);
+  if ((r = metrics_open(&R.mt, o->metrics)) < 0) {
+    fprintf(stderr, "spotlab-train: --metrics %s: %s\n", o->metrics, strerror(-r));
+    return 1;
+  }
+  signal(SIGXFSZ, SIG_IGN); /* a too-large file is an EFBIG error, not a kill */
+  signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);
+  int ctl_fd = -1;
+  if (o->control) {
+    ctl_fd = atoi(o->control + 3);
+    if (fcntl(ctl_fd, F_GETFD) < 0) {
+      snprintf(err, sizeof err, "--control %s: not an open file descriptor", o->control);
+      r = fail(&R, -EBADF, err);
+      goto out;
+    }
+  }
+  int is_gpt = !strcmp(o->model, "gpt");
+  R.cfg = (struct tc_config){.kind = is_gpt ? TC_MODEL_GPT : TC_MODEL_MLP,
+                             .layers = (uint32_t)o->layers};
+  if (is_gpt) {
+    R.cfg.heads = (uint32_t)o->heads;
+    R.cfg.dim = (uint32_t)o->dim;
+    R.cfg.ctx = (uint32_t)o->ctx;
+  } else {
+    R.cfg.hidden = (uint32_t)o->hidden;
+    R.cfg.in_dim = TC_MLP_IN;
+    R.cfg.classes = TC_MLP_CLASSES;
+  }
+  if ((r = load_data(&R, 1, err, sizeof err)) < 0) {
+    r = fail(&R, r, err);
+    goto out;
+  }
+  if (tc_config_validate(&R.cfg, err, sizeof err) < 0 || !(R.model = tc_model_new(&R.cfg, B)) ||
+      alloc_batch(&R, B) < 0) {
+    if (!err[0]) snprintf(err, sizeof err, "out of memory");
+    r = fail(&R, -EINVAL, err);
+    goto out;
+  }
+  R.meta.cfg = R.cfg;
+  R.meta.world_size = 1;
+  R.meta.seed = o->seed;
+  tc_rng_seed(&R.meta.rng_init, o->seed, 1);
+  tc_rng_seed(&R.meta.rng_data, o->seed, 2);
+  tc_rng_seed(&R.meta.rng_sample, o->seed, 3);
+  if (R.text) memcpy(R.meta.symbols, R.text->symbols, R.text->vocab);
+  if (o->ckpt_dir && mkdir(o->ckpt_dir, 0755) < 0 && errno != EEXIST) {
+    snprintf(err, sizeof err, "--ckpt-dir %s: %s", o->ckpt_dir, strerror(errno));
+    r = fail(&R, -errno, err);
+    goto out;
+  }
+  int fresh = 1;
+  if (o->resume) {
+    struct tc_ckpt *ck = NULL;
+    char path[4096];
+    r = tc_ckpt_load_newest(o->ckpt_dir, &R.cfg, on_ckpt_warn, &R, &ck, path, sizeof path, err,
+                            sizeof err);
+    if (r == 0) {
+      if (is_gpt && memcmp(ck->meta.symbols, R.meta.symbols, R.cfg.vocab) != 0) {
+        snprintf(err, sizeof err, "%s: checkpoint vocabulary differs from the data's", path);
+        tc_ckpt_free(ck);
+        r = fail(&R, SL_EMISMATCH, err);
+        goto out;
+      }
+      tc_ckpt_restore(ck, R.model);
+      R.meta = ck->meta;
+      R.last_ckpt_step = ck->meta.step;
+      R.have_ckpt = 1;
+      fresh = 0;
+      emit(&R.mt, "\"event\":\"resume\",\"step\":%u,\"path\":%S", R.meta.step, path);
+      tc_ckpt_free(ck);
+    } else if (r == -ENOENT) {
+      emit(&R.mt, "\"event\":\"fresh\",\"step\":0,\"reason\":%S", err);
+    } else {
+      r = fail(&R, r, err);
+      goto out;
+    }
+  }
+  if (fresh) {
+    tc_model_init(R.model, &R.meta.rng_init);
+    if (o->dump_init && (r = write_raw(o->dump_init, R.model->params, R.model->n_params)) < 0) {
+      snprintf(err, sizeof err, "--dump-init %s: %s", o->dump_init, strerror(-r));
+      r = fail(&R, r, err);
+      goto out;
+    }
+  }
+  if (o->dump_batches && !(R.dump_batches = fopen(o->dump_batches, "wb"))) {
+    snprintf(err, sizeof err, "--dump-batches %s: %s", o->dump_batches, strerror(errno));
+    r = fail(&R, -errno, err);
+    goto out;
+  }
+  if (!is_gpt) {
+    if (!(R.perm = malloc(sizeof(uint32_t) * R.train->n))) {
+      r = fail(&R, -ENOMEM, "out of memory");
+      goto out;
+    }
+    tc_images_perm(R.perm, R.train->n, R.meta.seed, R.meta.data_epoch);
+  }
+  if (o->ckpt_dir &&
+      !(R.writer = tc_ckpt_writer_new(o->ckpt_dir, (int)o->keep, R.model->n_params,
+                                      on_ckpt_done, &R))) {
+    r = fail(&R, -ENOMEM, "cannot start the checkpoint writer");
+    goto out;
+  }
+  struct tc_adamw hp = {0.9f, 0.95f, 1e-8f, (float)o->weight_decay};
+  if (!is_gpt) hp.beta2 = 0.999f;
+  uint64_t total = (uint64_t)o->steps;
+  size_t mem = tc_model_mem_bytes(R.model);
+  char ctl[4096];
+  size_t ctl_len = 0;
+  float loss = NAN;
+  double ev_loss = NAN, ev_acc = NAN;
+  for (uint64_t step = R.meta.step; step < total; step++) {
+    if (ctl_fd >= 0) {
+      int c = poll_control(ctl_fd, ctl, &ctl_len, sizeof ctl, &R.mt);
+      if (c < 0) ctl_fd = -1;
+      if (c > 0) g_ckpt = 1;
+    }
+    if (g_term) break;
+    if (g_ckpt) {
+      g_ckpt = 0;
+      checkpoint(&R, step);
+    }
+    int64_t t0 = sl_time_mono_us();
+    float lr = tc_lr_at(step, (uint64_t)o->warmup, total, (float)o->lr);
+    next_batch(&R, B);
+    dump_batch(&R, B);
+    struct tc_batch b = {.B = B, .tokens = R.tokens, .inputs = R.inputs, .targets = R.targets};
+    if ((r = tc_model_forward(R.model, &b, &loss)) < 0 || (r = tc_model_backward(R.model)) < 0) {
+      r = fail(&R, r, "training step failed");
+      goto out;
+    }
+    double gnorm = tc_model_clip_grads(R.model, (float)o->grad_clip);
+    tc_model_adamw(R.model, &hp, lr);
+    R.meta.step = step + 1;
+    double dt = (double)(sl_time_mono_us() - t0) / 1e6;
+    double rate = (is_gpt ? (double)B * R.cfg.ctx : (double)B) / (dt > 0 ? dt : 1e-9);
+    int do_eval = (o->eval_every && (step + 1) % (uint64_t)o->eval_every == 0) || step + 1 == total;
+    if (do_eval && (r = evaluate(&R, &ev_loss, &ev_acc)) < 0) {
+      r = fail(&R, r, "evaluation failed");
+      goto out;
+    }
+    char extra[160] = "";
+    if (do_eval && is_gpt) snprintf(extra, sizeof extra, ",\"eval_loss\":%.9g", ev_loss);
+    if (do_eval && !is_gpt)
+      snprintf(extra, sizeof extra, ",\"eval_loss\":%.9g,\"eval_accuracy\":%.9g", ev_loss, ev_acc);
+    emit(&R.mt, "\"step\":%u,\"loss\":%g,\"lr\":%g,\"grad_norm\":%g,\"%s\":%g,\"mem_bytes\":%u%s",
+         step + 1, (double)loss, (double)lr, gnorm, is_gpt ? "tokens_per_s" : "samples_per_s",
+         rate, (uint64_t)mem, extra);
+    if (!isfinite(loss)) {
+      r = fail(&R, -EDOM, "loss is not finite; lower --lr");
+      goto out;
+    }
+    if (o->ckpt_every && (step + 1) % (uint64_t)o->ckpt_every == 0) checkpoint(&R, step + 1);
+  }
+  if (R.writer) {
+    checkpoint(&R, R.meta.step);
+    r = tc_ckpt_writer_wait(R.writer);
+    if (g_term) {
+      emit(&R.mt, "\"event\":\"terminated\",\"step\":%u,\"durable\":%s", R.meta.step,
+           r == 0 ? "true" : "false");
+      r = r == 0 ? 0 : 1;
+      goto out;
+    }
+  }
+  emit(&R.mt, "\"event\":\"done\",\"step\":%u,\"loss\":%g,\"eval_loss\":%g", R.meta.step,
+       (double)loss, ev_loss);
+  r = 0;
+out:
+  free_run(&R);
+  return r;
+}
+
+/* ---- eval and sample: load the newest checkpoint, config from its header ---- */
+
+static int load_for_inference(struct run *R, int B, int need_data, char *err, size_t es) {
+  struct tc_ckpt *ck = NULL;
+  char path[4096];
+  int r = tc_ckpt_load_newest(R->o->ckpt_dir, NULL, on_ckpt_warn, R, &ck, path, sizeof path,
+                              err, es);
+  if (r < 0) return r;
+  R->cfg = ck->meta.cfg;
+  R->meta = ck->meta;
+  if (need_data) {
+    if (R->cfg.kind == TC_MODEL_MLP && !R->o->set_data) R->o = R->o; /* default set by main */
+    uint32_t vocab = R->cfg.vocab;
+    r = load_data(R, 0, err, es);
+    if (r == 0 && R->cfg.kind == TC_MODEL_GPT &&
+        (R->text->vocab != vocab || memcmp(R->text->symbols, ck->meta.symbols, vocab) != 0)) {
+      snprintf(err, es, "%s: the model's vocabulary differs from data %s", path, R->o->data);
+      r = SL_EMISMATCH;
+    }
+  }
+  if (r == 0 && (!(R->model = tc_model_new(&R->cfg, B)) || alloc_batch(R, B) < 0)) {
+    snprintf(err, es, "out of memory");
+    r = -ENOMEM;
+  }
+  if (r == 0) r = tc_ckpt_restore(ck, R->model);
+  tc_ckpt_free(ck);
+  return r;
+}
+
+int tc_run_eval(const struct tc_opts *o) {
+  struct tc_opts oo = *o;
+  struct run R = {.o = &oo};
+  char err[8192] = "";
+  tc_set_threads((int)o->threads);
+  int r = metrics_open(&R.mt, o->metrics ? o->metrics : "fd:2");
+  if (r < 0) {
+    fprintf(stderr, "spotlab-train: --metrics %s: %s\n", o->metrics, strerror(-r));
+    return 1;
+  }
+  /* the data default follows the checkpoint's model kind, not --model */
+  struct tc_ckpt *probe = NULL;
+  if (!o->set_data &&
+      tc_ckpt_load_newest(o->ckpt_dir, NULL, NULL, NULL, &probe, NULL, 0, err, sizeof err) == 0)
+    oo.data = probe->meta.cfg.kind == TC_MODEL_MLP ? "fashion-mnist" : "moby-dick";
+  tc_ckpt_free(probe);
+  if ((r = load_for_inference(&R, (int)o->batch, 1, err, sizeof err)) < 0) {
+    r = fail(&R, r, err);
+    goto out;
+  }
+  double loss, acc;
+  if ((r = evaluate(&R, &loss, &acc)) < 0) {
+    r = fail(&R, r, "evaluation failed");
+    goto out;
+  }
+  printf("eval_loss %.9g\n", loss);
+  if (isfinite(acc)) printf("eval_accuracy %.9g\n", acc);
+  emit(&R.mt, "\"event\":\"eval\",\"step\":%u,\"eval_loss\":%g,\"eval_accuracy\":%g",
+       R.meta.step, loss, acc);
+  r = 0;
+out:
+  free_run(&R);
+  return r;
+}
+
+/* Picks the next id from logits (V) with temperature and top-k. */
+static int pick(const float *logits, int V, double temperature, int top_k, struct tc_rng *rng) {
+  int best = 0;
+  for (int i = 1; i < V; i++)
+    if (logits[i] > logits[best]) best = i;
+  if (temperature <= 0.0) return best;
+  float kth = -INFINITY;
+  if (top_k > 0 && top_k < V) { /* the k-th largest logit by partial selection */
+    float top[256];
+    int n = 0;
+    for (int i = 0; i < V; i++) {
+      int j = n < top_k ? n++ : top_k - 1;
+      if (j == top_k - 1 && n == top_k && logits[i] <= top[j] && i >= top_k) continue;
+      top[j] = logits[i];
+      while (j > 0 && top[j] > top[j - 1]) {
+        float t = top[j];
+        top[j] = top[j - 1];
+        top[j - 1] = t;
+        j--;
+      }
+    }
+    kth = top[top_k - 1];
+  }
+  double p[256], sum = 0.0;
+  for (int i = 0; i < V; i++) {
+    p[i] = logits[i] >= kth ? exp((logits[i] - logits[best]) / temperature) : 0.0;
+    sum += p[i];
+  }
+  double u = (double)tc_rng_uniform(rng) * sum;
+  for (int i = 0; i < V; i++) {
+    u -= p[i];
+    if (u < 0.0 && p[i] > 0.0) return i;
+  }
+  return best;
+}
+
+int tc_run_sample(const struct tc_opts *o) {
+  struct run R = {.o = o};
+  char err[8192] = "";
+  tc_set_threads((int)o->threads);
+  int r = metrics_open(&R.mt, o->metrics ? o->metrics : "fd:2");
+  int32_t *seq = NULL;
+  if (r < 0) {
+    fprintf(stderr, "spotlab-train: --metrics %s: %s\n", o->metrics, strerror(-r));
+    return 1;
+  }
+  if ((r = load_for_inference(&R, 1, 0, err, sizeof err)) < 0) {
+    r = fail(&R, r, err);
+    goto out;
+  }
+  if (R.cfg.kind != TC_MODEL_GPT) {
+    r = fail(&R, SL_ENOTSUP, "--sample needs a gpt checkpoint");
+    goto out;
+  }
+  int16_t index[256];
+  memset(index, 0xff, sizeof index);
+  for (uint32_t i = 0; i < R.cfg.vocab; i++) index[R.meta.symbols[i]] = (int16_t)i;
+  size_t plen = strlen(o->sample), n = 0;
+  seq = malloc(sizeof(int32_t) * (plen + (size_t)o->tokens + 1));
+  if (!seq) {
+    r = fail(&R, -ENOMEM, "out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < plen; i++) {
+    int id = index[(unsigned char)o->sample[i]];
+    if (id < 0) {
+      snprintf(err, sizeof err, "--sample: byte 0x%02x ('%c') is not in the model's vocabulary",
+               (unsigned char)o->sample[i], o->sample[i] >= 32 ? o->sample[i] : '?');
+      r = fail(&R, -EINVAL, err);
+      goto out;
+    }
+    seq[n++] = id;
+  }
+  if (n == 0) seq[n++] = index['\n'] >= 0 ? index['\n'] : 0;
+  else fputs(o->sample, stdout);
+  struct tc_rng rng;
+  tc_rng_seed(&rng, o->seed, 3);
+  int T = (int)R.cfg.ctx, V = (int)R.cfg.vocab;
+  for (long k = 0; k < o->tokens; k++) {
+    size_t w = n < (size_t)T ? n : (size_t)T; /* later positions do not affect earlier ones */
+    memcpy(R.tokens, seq + n - w, sizeof(int32_t) * w);
+    for (int i = (int)w; i < T; i++) R.tokens[i] = 0;
+    struct tc_batch b = {.B = 1, .tokens = R.tokens};
+    if ((r = tc_model_forward(R.model, &b, NULL)) < 0) {
+      r = fail(&R, r, "forward failed");
+      goto out;
+    }
+    const float *logits = tc_model_logits(R.model) + (w - 1) * (size_t)V;
+    int id = pick(logits, V, o->temperature, (int)o->top_k, &rng);
+    seq[n++] = id;
+    putchar(R.meta.symbols[id]);
+  }
+  putchar('\n');
+  r = 0;
+out:
+  free(seq);
+  free_run(&R);
+  return r;
+}
