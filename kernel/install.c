@@ -312,10 +312,10 @@ static int self_exe(char *ret_path, char *ret_dir) {
   if ((size_t)n >= sizeof buf - 1)
     return -ENAMETOOLONG;
   buf[n] = '\0';
-  strcpy(ret_path, buf);
   char *slash = strrchr(buf, '/');
   if (!slash)
     return -EINVAL;
+  strcpy(ret_path, buf);
   *slash = '\0';
   strcpy(ret_dir, buf[0] ? buf : "/");
   return 0;
