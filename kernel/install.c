@@ -344,18 +344,15 @@ static int find_logo_dir(const char *exe_dir, char *ret) {
   return -ENOENT;
 }
 
-static int write_kernel_json(const char *dir, const char *exe, const struct options *o) {
-  char path[PATH_MAX];
-  int r = path_join(path, sizeof path, dir, "kernel.json");
-  if (r < 0)
-    return r;
+/* kernel.json's text for exe, owned (free()), into *ret. */
+static int render_kernel_json(const char *exe, const struct options *o, char **ret) {
   json_t *spec = json_pack("{s:[s,s,s], s:s, s:s, s:s, s:{s:b}}",
                            "argv", exe, "-f", "{connection_file}",
                            "display_name", o->display_name,
                            "language", "spotlab",
                            "interrupt_mode", "message",
                            "metadata", "debugger", 0);
-  if (!spec) /* only an invalid UTF-8 argument or OOM gets here */
+  if (!spec) /* jansson refuses strings that are not UTF-8 */
     return SL_EJSON;
   char *text = json_dumps(spec, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
   json_decref(spec);
@@ -369,9 +366,8 @@ static int write_kernel_json(const char *dir, const char *exe, const struct opti
   }
   with_nl[len] = '\n';
   with_nl[len + 1] = '\0';
-  r = write_file_atomic(path, with_nl, len + 1);
-  free(with_nl);
-  return r;
+  *ret = with_nl;
+  return 0;
 }
 
 static int copy_logos(const char *from, const char *to) {
@@ -415,23 +411,31 @@ int jk_install_main(int argc, char **argv) {
     return 1;
   }
 
-  char data[PATH_MAX], jupyter[PATH_MAX], kernels[PATH_MAX], dir[PATH_MAX];
+  char *json_text = NULL;
+  if (render_kernel_json(exe, &o, &json_text) < 0) {
+    fprintf(stderr, "spotlab-kernel install: the display name and the binary's path must be "
+                    "valid UTF-8\n");
+    return 1;
+  }
+
+  int status = 1;
+  char data[PATH_MAX], jupyter[PATH_MAX], kernels[PATH_MAX], dir[PATH_MAX], path[PATH_MAX];
   if ((r = data_dir(&o, data)) < 0 ||
       (r = path_join(jupyter, sizeof jupyter, data, "jupyter")) < 0 ||
       (r = path_join(kernels, sizeof kernels, jupyter, "kernels")) < 0 ||
-      (r = path_join(dir, sizeof dir, kernels, o.name)) < 0) {
+      (r = path_join(dir, sizeof dir, kernels, o.name)) < 0 ||
+      (r = path_join(path, sizeof path, dir, "kernel.json")) < 0) {
     fprintf(stderr, "spotlab-kernel install: cannot build the kernelspec folder name: %s\n",
             sl_strerror(r));
-    return 1;
+    goto out;
   }
   if ((r = mkdir_p(dir)) < 0) {
     fprintf(stderr, "spotlab-kernel install: cannot create %s: %s\n", dir, sl_strerror(r));
-    return 1;
+    goto out;
   }
-  if ((r = write_kernel_json(dir, exe, &o)) < 0) {
-    fprintf(stderr, "spotlab-kernel install: cannot write %s/kernel.json: %s\n", dir,
-            sl_strerror(r));
-    return 1;
+  if ((r = write_file_atomic(path, json_text, strlen(json_text))) < 0) {
+    fprintf(stderr, "spotlab-kernel install: cannot write %s: %s\n", path, sl_strerror(r));
+    goto out;
   }
 
   char logos[PATH_MAX];
@@ -441,8 +445,11 @@ int jk_install_main(int argc, char **argv) {
             "or %s/kernelspec; the kernelspec has none\n",
             exe_dir, SPOTLAB_SOURCE_ROOT);
   else if (copy_logos(logos, dir) < 0)
-    return 1;
+    goto out;
 
   printf("installed kernelspec %s in %s\n", o.name, dir);
-  return 0;
+  status = 0;
+out:
+  free(json_text);
+  return status;
 }
