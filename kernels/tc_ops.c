@@ -1,9 +1,9 @@
 /* Layer kernels of the CPU path (see tc_ops.h).
  *
- * Matrix products go through cblas_sgemm. OpenBLAS splits a GEMM over the
- * output matrix, never over the inner dimension, so each output element is the
- * same sum whatever the thread count. Everything else is a loop whose
- * reduction order is fixed by the data shape alone. */
+ * Matrix products go through single-threaded cblas_sgemm calls over a tile
+ * grid fixed by the shape, run in parallel by tc_par; every other loop has a
+ * reduction order fixed by the data shape alone. So each number is the same
+ * whatever the thread count. */
 #include "tc_ops.h"
 
 #include <cblas.h>
@@ -17,18 +17,44 @@ static int g_threads = 1; /* process-wide, as OpenBLAS's own setting is */
 void tc_set_threads(int n) {
   if (n < 1) n = 1;
   g_threads = n;
-  openblas_set_num_threads(n);
+  /* OpenBLAS's own threading is not bit-stable across thread counts, so BLAS
+   * always runs single-threaded and tc_sgemm parallelises over fixed tiles. */
+  openblas_set_num_threads(1);
   tc_par_set_threads(n);
 }
 
 int tc_get_threads(void) { return g_threads; }
 
+struct gemm {
+  CBLAS_TRANSPOSE ta, tb;
+  int M, N, K, lda, ldb, ldc, mb, nb, tiles_n;
+  float alpha, beta;
+  const float *A, *B;
+  float *C;
+};
+
+static void gemm_tiles(void *arg, size_t lo, size_t hi) {
+  const struct gemm *g = arg;
+  for (size_t t = lo; t < hi; t++) {
+    int i0 = (int)(t / (size_t)g->tiles_n) * g->mb, j0 = (int)(t % (size_t)g->tiles_n) * g->nb;
+    int m = g->M - i0 < g->mb ? g->M - i0 : g->mb, n = g->N - j0 < g->nb ? g->N - j0 : g->nb;
+    const float *a = g->ta == CblasTrans ? g->A + i0 : g->A + (size_t)i0 * g->lda;
+    const float *b = g->tb == CblasTrans ? g->B + (size_t)j0 * g->ldb : g->B + j0;
+    cblas_sgemm(CblasRowMajor, g->ta, g->tb, m, n, g->K, g->alpha, a, g->lda, b, g->ldb, g->beta,
+                g->C + (size_t)i0 * g->ldc + j0, g->ldc);
+  }
+}
+
+/* The tile grid depends on the shape only, never on the thread count: each
+ * output element is always computed by the same single-threaded call. */
 void tc_sgemm(enum tc_trans ta, enum tc_trans tb, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C,
               int ldc) {
-  cblas_sgemm(CblasRowMajor, ta == TC_T ? CblasTrans : CblasNoTrans,
-              tb == TC_T ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta,
-              C, ldc);
+  struct gemm g = {ta == TC_T ? CblasTrans : CblasNoTrans, tb == TC_T ? CblasTrans : CblasNoTrans,
+                   M, N, K, lda, ldb, ldc, M >= 2048 ? 256 : 64, 256, 0, alpha, beta, A, B, C};
+  g.tiles_n = (N + g.nb - 1) / g.nb;
+  size_t tiles = (size_t)((M + g.mb - 1) / g.mb) * (size_t)g.tiles_n;
+  tc_par_for(tiles, 1, gemm_tiles, &g);
 }
 
 void tc_sgemm_ref(enum tc_trans ta, enum tc_trans tb, int M, int N, int K, float alpha,
@@ -128,6 +154,28 @@ void tc_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
+/* exp(x) for x in [-87, 88]: x = k ln2 + r with |r| <= ln2/2, then a degree-7
+ * Taylor polynomial of e^r (relative error below 2e-7) scaled by 2^k through
+ * the exponent bits. Branch-free so loops over it vectorise. */
+static inline float fast_exp(float x) {
+  x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+  float k = __builtin_rintf(x * 1.44269504088896341f);
+  float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
+  float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
+                                              r * (1.0f / 720 + r * (1.0f / 5040)))))));
+  int32_t bits = ((int32_t)k + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+/* tanh through exp: absolute error about 1e-7, which is what GELU needs. */
+static inline float fast_tanh(float u) {
+  float a = u < 0.0f ? -u : u;
+  float t = 1.0f - 2.0f / (fast_exp(2.0f * a) + 1.0f);
+  return u < 0.0f ? -t : t;
+}
+
 struct ew {
   float *out;
   const float *a, *b;
@@ -138,7 +186,7 @@ static void gelu_fwd_range(void *arg, size_t lo, size_t hi) {
   for (size_t i = lo; i < hi; i++) {
     float x = e->a[i];
     float u = GELU_K * (x + 0.044715f * x * x * x);
-    e->out[i] = 0.5f * x * (1.0f + tanhf(u));
+    e->out[i] = 0.5f * x * (1.0f + fast_tanh(u));
   }
 }
 
@@ -152,7 +200,7 @@ static void gelu_bwd_range(void *arg, size_t lo, size_t hi) {
   for (size_t i = lo; i < hi; i++) {
     float x = e->a[i];
     float u = GELU_K * (x + 0.044715f * x * x * x);
-    float t = tanhf(u);
+    float t = fast_tanh(u);
     float sech2 = 1.0f - t * t;
     float g = 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
     e->out[i] = g * e->b[i];

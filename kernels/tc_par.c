@@ -21,6 +21,7 @@ static void *job_arg;
 static size_t job_n, job_chunk;
 static int job_parts;
 static _Thread_local int worker_id;
+static _Thread_local int in_region; /* nested calls run inline */
 
 static void range_of(int part, int parts, size_t n, size_t *lo, size_t *hi) {
   *lo = n * (size_t)part / (size_t)parts;
@@ -44,7 +45,9 @@ static void *worker_main(void *p) {
     if (id < parts) {
       size_t lo, hi;
       range_of(id, parts, n, &lo, &hi);
+      in_region = 1;
       if (hi > lo) fn(arg, lo, hi);
+      in_region = 0;
     }
     pthread_mutex_lock(&mu);
     if (--pending == 0) pthread_cond_signal(&cv_done);
@@ -84,7 +87,7 @@ void tc_par_for(size_t n, size_t min_chunk, tc_par_fn fn, void *arg) {
   if (min_chunk < 1) min_chunk = 1;
   size_t parts = n / min_chunk;
   if (parts > (size_t)n_threads) parts = (size_t)n_threads;
-  if (parts <= 1) {
+  if (parts <= 1 || in_region) {
     fn(arg, 0, n);
     return;
   }
@@ -100,7 +103,9 @@ void tc_par_for(size_t n, size_t min_chunk, tc_par_fn fn, void *arg) {
   pthread_mutex_unlock(&mu);
   size_t lo, hi;
   range_of(0, (int)parts, n, &lo, &hi);
+  in_region = 1;
   fn(arg, lo, hi);
+  in_region = 0;
   pthread_mutex_lock(&mu);
   while (pending > 0) pthread_cond_wait(&cv_done, &mu);
   pthread_mutex_unlock(&mu);
