@@ -1,0 +1,200 @@
+#!/usr/bin/python3
+"""Integration: exact resume and checkpoint behaviour of spotlab-train.
+
+A run of N steps uninterrupted is the reference. Then, each in a fresh folder:
+  kill -9 at a random step, --resume, continue to N;
+  the same with the newest checkpoint corrupted before resuming (fallback);
+  SIGTERM at a random step (checkpoint, durable, exit 0), --resume to N;
+every step's loss (last value written for that step) and the final checkpoint
+(parameters, moments, RNG states) must be bit-identical to the reference.
+Also: "checkpoint" on --control and SIGUSR1 force a durable checkpoint, and
+checkpoint writes that fail (file size limit, EFBIG) leave earlier
+checkpoints intact while training carries on.
+Waits poll the metrics file against a deadline; nothing sleeps for a fixed time.
+
+usage: resume_test.py SPOTLAB_TRAIN"""
+import json
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+EXE = sys.argv[1]
+N = 200
+ARGS = ["--model", "gpt", "--layers", "2", "--heads", "2", "--dim", "32", "--ctx", "32",
+        "--batch", "8", "--steps", str(N), "--seed", "5", "--threads", "1", "--eval-batches", "1",
+        "--checkpoint-every", "7", "--keep", "3"]
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def events(path):
+    out = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if line.endswith("\n"):
+                    out.append(json.loads(line))
+    return out
+
+
+def losses(path):
+    by_step = {}
+    for e in events(path):
+        if "event" not in e and "loss" in e:
+            by_step[e["step"]] = e["loss"]
+    return by_step
+
+
+def wait_for(path, pred, proc=None, deadline_s=60):
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        for e in events(path):
+            if pred(e):
+                return e
+        if proc is not None and proc.poll() is not None:
+            for e in events(path):
+                if pred(e):
+                    return e
+            return None
+        time.sleep(0.002)  # polling interval, not a wait for the event
+    return None
+
+
+def start(d, *extra, **kw):
+    return subprocess.Popen([EXE, *ARGS, "--ckpt-dir", os.path.join(d, "ck"),
+                             "--metrics", os.path.join(d, "m.jsonl"), *extra],
+                            stdout=subprocess.DEVNULL, **kw)
+
+
+def final_ckpt(d):
+    with open(os.path.join(d, "ck", "ckpt-%010d.slck" % N), "rb") as f:
+        return f.read()
+
+
+def compare(name, d, ref_losses, ref_ckpt):
+    got = losses(os.path.join(d, "m.jsonl"))
+    check(sorted(got) == list(range(1, N + 1)), f"{name}: every step 1..{N} has a loss")
+    diff = [s for s in range(1, N + 1) if got.get(s) != ref_losses[s]]
+    check(not diff, f"{name}: losses bit-identical to the uninterrupted run"
+          + (f" (first difference at step {diff[0]})" if diff else ""))
+    check(final_ckpt(d) == ref_ckpt, f"{name}: final parameters, moments and RNG states bit-identical")
+
+
+def main():
+    seed = int(os.environ.get("TC_TEST_SEED", time.time_ns() % 1000000))
+    print(f"kill points drawn with TC_TEST_SEED={seed}")
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as root:
+        ref = os.path.join(root, "ref")
+        os.mkdir(ref)
+        check(start(ref).wait(timeout=120) == 0, "reference run exits 0")
+        ref_losses = losses(os.path.join(ref, "m.jsonl"))
+        ref_ckpt = final_ckpt(ref)
+        kept = sorted(os.listdir(os.path.join(ref, "ck")))
+        check(len(kept) == 3, f"--keep 3 keeps three checkpoints ({kept})")
+
+        for variant in ("kill", "kill+corrupt", "sigterm"):
+            d = os.path.join(root, variant)
+            os.mkdir(d)
+            k = rng.randrange(20, N - 40)
+            m = os.path.join(d, "m.jsonl")
+            p = start(d)
+            hit = wait_for(m, lambda e: "event" not in e and e.get("step", 0) >= k, p)
+            if variant == "sigterm":
+                p.send_signal(signal.SIGTERM)
+                rc = p.wait(timeout=60)
+                check(rc == 0, f"{variant} at step ~{k}: exit status 0 after SIGTERM (got {rc})")
+                term = [e for e in events(m) if e.get("event") == "terminated"]
+                check(bool(term) and term[-1]["durable"] is True, f"{variant}: 'terminated' event, durable")
+                if term:
+                    ck = [e for e in events(m) if e.get("event") == "checkpoint" and e["step"] == term[-1]["step"]]
+                    check(bool(ck) and ck[-1]["durable"] is True, f"{variant}: checkpoint at step {term[-1]['step']} reported durable")
+            else:
+                p.kill()
+                rc = p.wait(timeout=60)
+                check(hit is not None and rc == -signal.SIGKILL,
+                      f"{variant}: killed with SIGKILL at step >= {k} (rc {rc})")
+            if variant == "kill+corrupt":
+                names = sorted(n for n in os.listdir(os.path.join(d, "ck")) if n.endswith(".slck"))
+                newest = os.path.join(d, "ck", names[-1])
+                with open(newest, "r+b") as f:
+                    f.seek(700)
+                    b = f.read(1)
+                    f.seek(700)
+                    f.write(bytes([b[0] ^ 0xFF]))
+            before = len(events(m))
+            rc = start(d, "--resume").wait(timeout=120)
+            check(rc == 0, f"{variant}: resumed run exits 0")
+            new = events(m)[before:]
+            res = [e for e in new if e.get("event") == "resume"]
+            check(len(res) == 1, f"{variant}: resumed from a checkpoint ({res[0]['path'] if res else None})")
+            if variant == "kill+corrupt":
+                warn = [e for e in new if e.get("event") == "warning"]
+                check(bool(warn) and names[-1] in warn[0]["path"] and "checksum" in warn[0]["error"],
+                      f"{variant}: warning names the corrupt newest checkpoint")
+                check(bool(res) and names[-1] not in res[0]["path"], f"{variant}: fell back to the previous checkpoint")
+            compare(variant, d, ref_losses, ref_ckpt)
+
+        # forced checkpoints: control fd and SIGUSR1
+        d = os.path.join(root, "control")
+        os.mkdir(d)
+        r_fd, w_fd = os.pipe()
+        m = os.path.join(d, "m.jsonl")
+        p = start(d, "--control", f"fd:{r_fd}", "--checkpoint-every", "0", pass_fds=(r_fd,))
+        os.close(r_fd)
+        wait_for(m, lambda e: "event" not in e and e.get("step", 0) >= 30, p)
+        os.write(w_fd, b"checkpoint\n")
+        e = wait_for(m, lambda e: e.get("event") == "checkpoint" and e["step"] < N, p)
+        check(e is not None and e["durable"] is True and os.path.exists(e["path"]) and e["write_ms"] >= 0,
+              f"control 'checkpoint': durable checkpoint event {e}")
+        wait_for(m, lambda e: "event" not in e and e.get("step", 0) >= 80, p)
+        p.send_signal(signal.SIGUSR1)
+        e = wait_for(m, lambda e: e.get("event") == "checkpoint" and 80 <= e["step"] < N, p)
+        check(e is not None and e["durable"] is True, f"SIGUSR1: durable checkpoint event {e}")
+        os.close(w_fd)
+        check(p.wait(timeout=120) == 0, "control run exits 0")
+
+        # failed writes: the file size limit makes every new checkpoint fail (EFBIG)
+        d = os.path.join(root, "efbig")
+        os.mkdir(d)
+        m = os.path.join(d, "m.jsonl")
+        check(subprocess.run([EXE, *ARGS, "--steps", "50", "--ckpt-dir", os.path.join(d, "ck"),
+                              "--metrics", m], stdout=subprocess.DEVNULL).returncode == 0, "first 50 steps")
+        ckdir = os.path.join(d, "ck")
+        snap = {n: open(os.path.join(ckdir, n), "rb").read() for n in os.listdir(ckdir)}
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+
+        rc = subprocess.run([EXE, *ARGS, "--steps", "80", "--resume", "--ckpt-dir", ckdir,
+                             "--metrics", "fd:1"], stdout=subprocess.PIPE, preexec_fn=limit,
+                            timeout=120)
+        out = [json.loads(l) for l in rc.stdout.decode().splitlines()]
+        errs = [e for e in out if e.get("event") == "error" and e.get("op") == "checkpoint"]
+        steps = [e["step"] for e in out if "event" not in e]
+        check(rc.returncode == 0, f"EFBIG: training continued and exited 0 (rc {rc.returncode})")
+        check(len(errs) >= 4 and all(e["code"] == "EFBIG" for e in errs),
+              f"EFBIG: an error event per failed checkpoint ({len(errs)}, {errs[:1]})")
+        check(steps and steps[-1] == 80, "EFBIG: all steps ran")
+        after = {n: open(os.path.join(ckdir, n), "rb").read() for n in os.listdir(ckdir)}
+        check(after == snap, "EFBIG: earlier checkpoints untouched, no temporary left")
+
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
