@@ -221,7 +221,10 @@ static void lx_skip(struct lexer *lx) {
 }
 
 static int lex_string(struct lexer *lx, struct tok *t) {
-  char *buf = malloc(lx->len - lx->pos + 1);
+  size_t size = 1; /* the decoded string is no longer than its source text */
+  while (lx->pos + size < lx->len && lx->s[lx->pos + size] != '"')
+    size += lx->s[lx->pos + size] == '\\' ? 2 : 1;
+  char *buf = malloc(size);
   size_t n = 0;
   if (!buf)
     return -ENOMEM;
@@ -636,7 +639,7 @@ static int parse_unary(struct parser *p, struct jk_expr **ret) {
 
 /* level 0: + and -; level 1: * and /. Left-associative. */
 static int parse_binary(struct parser *p, int level, struct jk_expr **ret) {
-  struct jk_expr *lhs = NULL, *e;
+  struct jk_expr *lhs = NULL, *e = NULL;
   const char *ops = level == 0 ? "+-" : "*/";
   int r = level == 0 ? parse_binary(p, 1, &lhs) : parse_unary(p, &lhs);
   if (r < 0)
@@ -759,7 +762,7 @@ static int parse_options(struct parser *p, const char *context, const char *what
     if ((r = advance(p)) < 0)
       return r;
     if (!at_op(p, '=')) {
-      char msg[64];
+      char msg[80];
       snprintf(msg, sizeof msg, "'=' after option '%s'", name);
       return expected(p, msg);
     }
@@ -875,8 +878,8 @@ static int parse_job(struct parser *p, struct jk_stmt *st, const char *what) {
   } else {
     if (!at_word(p, "on"))
       return expected(p, "'on' after the model name");
-    snprintf(msg, sizeof msg, "a data set name after '%s %s on'", what, st->model);
-    if ((r = advance(p)) < 0 || (r = expect_name(p, msg, &st->data)) < 0)
+    if ((r = advance(p)) < 0 ||
+        (r = expect_name(p, "a data set name after 'on'", &st->data)) < 0)
       return r;
   }
   return parse_options(p, what, what, &st->opts, &st->n_opts);

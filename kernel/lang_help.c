@@ -358,17 +358,23 @@ static char *format_help(const struct help *h, int detail_level) {
   return out;
 }
 
+/* Byte offset of code point cp, clamped to len. */
+static size_t byte_offset(const char *s, size_t len, size_t cp) {
+  size_t off = 0;
+  for (; off < len && cp > 0; cp--) {
+    off++;
+    while (off < len && ((unsigned char)s[off] & 0xC0) == 0x80)
+      off++;
+  }
+  return off;
+}
+
 /* The word at (or just before) cursor_pos, in code points: letters, digits,
  * '_' and '%' (magics keep their prefix). Written into word (NUL-terminated),
  * empty when there is none or it is too long. */
 static void word_at(const char *code, size_t len, size_t cursor_pos, char *word,
                     size_t word_size) {
-  size_t off = 0;
-  for (size_t cp = 0; off < len && cp < cursor_pos; cp++) {
-    off++;
-    while (off < len && ((unsigned char)code[off] & 0xC0) == 0x80)
-      off++;
-  }
+  size_t off = byte_offset(code, len, cursor_pos);
 #define WORDCH(c) ((c) == '%' || (c) == '_' || ((c) >= '0' && (c) <= '9') || \
                    (((c) | 32) >= 'a' && ((c) | 32) <= 'z'))
   size_t start = off, end = off;
@@ -389,6 +395,10 @@ char *jk_inspect(const char *code, size_t len, size_t cursor_pos, int detail_lev
   if (!code)
     return NULL;
   word_at(code, len, cursor_pos, word, sizeof word);
+  /* just after "gpt(" or "steps=": the word before the bracket or sign */
+  size_t off = byte_offset(code, len, cursor_pos);
+  if (!word[0] && off > 0 && (code[off - 1] == '(' || code[off - 1] == '='))
+    word_at(code, len, cursor_pos - 1, word, sizeof word);
   if (!word[0])
     return NULL;
   const struct help *h = find_help(word);

@@ -508,6 +508,9 @@ static void test_inspect(void) {
   h = jk_inspect("é gpt", strlen("é gpt"), 5, 0); /* just after the word */
   CHECK(h && strstr(h, "gpt("));
   free(h);
+  h = jk_inspect("model m = gpt(", 14, 14, 0); /* just after the bracket */
+  CHECK(h && strstr(h, "gpt("));
+  free(h);
   h = jk_inspect("x = frobnicate", 14, 7, 0);
   CHECK(h == NULL);
   h = jk_inspect("", 0, 0, 0);
