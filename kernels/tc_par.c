@@ -16,6 +16,7 @@ static int n_threads = 1;     /* including the caller */
 static unsigned long generation;
 static int pending;
 static int stopping;
+static unsigned long spawn_generation; /* jobs before a worker started are not its */
 static tc_par_fn job_fn;
 static void *job_arg;
 static size_t job_n, job_chunk;
@@ -31,7 +32,7 @@ static void range_of(int part, int parts, size_t n, size_t *lo, size_t *hi) {
 static void *worker_main(void *p) {
   int id = (int)(size_t)p;
   worker_id = id;
-  unsigned long seen = 0;
+  unsigned long seen = spawn_generation;
   pthread_mutex_lock(&mu);
   for (;;) {
     while (generation == seen && !stopping) pthread_cond_wait(&cv_work, &mu);
@@ -71,6 +72,7 @@ void tc_par_set_threads(int n) {
   if (n > MAX_THREADS) n = MAX_THREADS;
   if (n == n_threads) return;
   stop_pool();
+  spawn_generation = generation;
   int started = 1;
   for (int i = 1; i < n; i++) {
     if (pthread_create(&workers[i], NULL, worker_main, (void *)(size_t)i) != 0) break;
