@@ -494,7 +494,6 @@ static int load_for_inference(struct run *R, int B, int need_data, char *err, si
   R->cfg = ck->meta.cfg;
   R->meta = ck->meta;
   if (need_data) {
-    if (R->cfg.kind == TC_MODEL_MLP && !R->o->set_data) R->o = R->o; /* default set by main */
     uint32_t vocab = R->cfg.vocab;
     r = load_data(R, 0, err, es);
     if (r == 0 && R->cfg.kind == TC_MODEL_GPT &&
