@@ -194,6 +194,7 @@ enum jk_magic_args {
   JK_MAGIC_ARGS_ONE,      /* %attach JOB: one word, required */
   JK_MAGIC_ARGS_OPTIONAL, /* %help [TOPIC] */
   JK_MAGIC_ARGS_OPTIONS,  /* %instances [gpus=N]: name=value options */
+  JK_MAGIC_ARGS_TEXT,     /* %stderr TEXT: the rest of the line, as written */
 };
 /* Looks up a magic by name without the % ("attach"); cell selects %% magics.
  * 0 and *ret_args (may be NULL), or -ENOENT. */

@@ -80,6 +80,7 @@ static const struct {
     {"%session", false, JK_MAGIC_ARGS_ONE},      {"%gateway", false, JK_MAGIC_ARGS_ONE},
     {"%who", false, JK_MAGIC_ARGS_NONE},         {"%help", false, JK_MAGIC_ARGS_OPTIONAL},
     {"%version", false, JK_MAGIC_ARGS_NONE},     {"%history", false, JK_MAGIC_ARGS_NONE},
+    {"%stderr", false, JK_MAGIC_ARGS_TEXT},      {"%clear", false, JK_MAGIC_ARGS_NONE},
     {"%%run", true, JK_MAGIC_ARGS_OPTIONS},
 };
 
@@ -328,6 +329,10 @@ static const struct help helps[] = {
     {"%help", "%help [TOPIC]: this help", "Lists every statement, option and magic.", "%help"},
     {"%version", "%version: versions", "The kernel and gateway versions.", "%version"},
     {"%history", "%history: executed cells", "The cells run in this session.", "%history"},
+    {"%stderr", "%stderr TEXT: write a line to standard error",
+     "Writes TEXT to the cell's stderr stream, as a program's warning would appear.",
+     "%stderr checkpoint folder is almost full"},
+    {"%clear", "%clear: clear the cell's output", "Removes what the cell has shown so far.", "%clear"},
     {"%%run", "%%run [resource options]: run the cell as a shell script on a worker",
      "Files written to $SPOTLAB_CHECKPOINT_DIR are saved and restored on the next worker "
      "after a preemption, and the script is started again there.",
