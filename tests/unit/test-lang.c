@@ -458,7 +458,7 @@ static void test_complete(void) {
   check_complete("x = \"héé\"\ntr", -1, "train", 10);
   check_complete("%at", -1, "%attach", 0);
   check_complete("%%r", -1, "%%run", 0);
-  check_complete("%s", -1, "%session %status", 0);
+  check_complete("%s", -1, "%session %status %stderr", 0);
   check_complete("train m ", -1, "on", 8);
   check_complete("train ", -1, "lr m shakespeare steps_total", 6);
   check_complete("train m on s", -1, "shakespeare steps_total", 11);
