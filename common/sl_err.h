@@ -31,6 +31,8 @@
   X(SL_ECUDA,        "CUDA error")                                              \
   X(SL_ENCCL,        "NCCL error")                                              \
   X(SL_EBLAS,        "BLAS error")                                              \
+  X(SL_EAUTH,        "not authenticated")                                      \
+  X(SL_ESTATE,       "not allowed in the current state")                        \
   X(SL_ENOTSUP,      "not supported")
 
 enum sl_err {
