@@ -9,7 +9,10 @@
  * name fails the whole load with the file and line named, so a catalog in
  * use is always complete. Lines are bounded (1 KiB), as is the number of
  * types (GW_CATALOG_MAX_TYPES). Fields hold no quoting: names never contain
- * commas. */
+ * commas.
+ * The built-in catalog's source-tree path comes from GW_CATALOG_SOURCE_PATH,
+ * set by gateway/providers/meson.build (not config.h: gateway/ has a
+ * config.h of its own that would shadow the build's). */
 #include "catalog.h"
 
 #include <errno.h>
@@ -21,7 +24,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "sl_err.h"
 
 #define LINE_MAX_BYTES 1024
@@ -239,12 +241,13 @@ int gw_catalog_default_path(char *ret, size_t size) {
       return 0;
     }
   }
-  snprintf(path, sizeof path, "%s/gateway/providers/catalog.csv", SPOTLAB_SOURCE_ROOT);
-  if (access(path, R_OK) == 0) {
-    if (strlen(path) >= size)
+#ifdef GW_CATALOG_SOURCE_PATH
+  if (access(GW_CATALOG_SOURCE_PATH, R_OK) == 0) {
+    if (strlen(GW_CATALOG_SOURCE_PATH) >= size)
       return -ENAMETOOLONG;
-    strcpy(ret, path);
+    strcpy(ret, GW_CATALOG_SOURCE_PATH);
     return 0;
   }
+#endif
   return -ENOENT;
 }
