@@ -339,7 +339,10 @@ static void adopt(struct local *l, const char *id) {
   strncat(path, "/instance.json", sizeof path - strlen(path) - 1);
   json_t *o = NULL;
   if (read_json(path, &o, why, sizeof why) < 0) {
-    sl_warn(TOPIC, "%s: %s; ignored", path, why);
+    char aside[4300];
+    snprintf(aside, sizeof aside, "%s.bad", path);
+    sl_warn(TOPIC, "%s: %s; moved aside to %s", path, why, aside);
+    rename(path, aside);
     return;
   }
   struct inst *in = calloc(1, sizeof *in);

@@ -19,7 +19,7 @@ struct body {
   size_t len;
 };
 
-static size_t body_write(char *p, size_t size, size_t n, void *ud) {
+static __attribute__((unused)) size_t body_write(char *p, size_t size, size_t n, void *ud) {
   struct body *b = ud;
   size_t k = size * n;
   if (b->len + k >= sizeof b->text)
@@ -31,7 +31,7 @@ static size_t body_write(char *p, size_t size, size_t n, void *ud) {
 }
 
 /* One request; returns the HTTP status (or -1 when the transfer failed). */
-static long http(const char *method, const char *url, const char *header1, const char *header2,
+static __attribute__((unused)) long http(const char *method, const char *url, const char *header1, const char *header2,
                  struct body *out) {
   CURL *c = curl_easy_init();
   struct curl_slist *h = NULL;
@@ -56,16 +56,18 @@ static long http(const char *method, const char *url, const char *header1, const
 }
 
 /* A token from base (http://127.0.0.1:PORT) into tok (>= 64 bytes); the status. */
-static long get_token(const char *base, char *tok) {
+static __attribute__((unused)) long get_token(const char *base, char *tok) {
   char url[256];
   struct body b;
   snprintf(url, sizeof url, "%s/latest/api/token", base);
   long s = http("PUT", url, "X-aws-ec2-metadata-token-ttl-seconds: 60", NULL, &b);
-  snprintf(tok, 64, "%s", b.text);
+  size_t n = b.len < 63 ? b.len : 63;
+  memcpy(tok, b.text, n);
+  tok[n] = '\0';
   return s;
 }
 
-static long get_meta(const char *base, const char *tok, const char *key, struct body *b) {
+static __attribute__((unused)) long get_meta(const char *base, const char *tok, const char *key, struct body *b) {
   char url[256], hdr[128];
   snprintf(url, sizeof url, "%s/latest/meta-data/%s", base, key);
   snprintf(hdr, sizeof hdr, "X-aws-ec2-metadata-token: %s", tok);
@@ -78,7 +80,7 @@ struct recorder {
   int64_t at_real_us[64];
 };
 
-static void record(void *ud, const struct gw_provider_event *ev) {
+static __attribute__((unused)) void record(void *ud, const struct gw_provider_event *ev) {
   struct recorder *r = ud;
   if (r->n < 64) {
     r->at_real_us[r->n] = sl_time_real_us();
@@ -86,7 +88,7 @@ static void record(void *ud, const struct gw_provider_event *ev) {
   }
 }
 
-static int find_event(const struct recorder *r, enum gw_provider_event_kind kind, const char *id) {
+static __attribute__((unused)) int find_event(const struct recorder *r, enum gw_provider_event_kind kind, const char *id) {
   for (int i = 0; i < r->n; i++)
     if (r->ev[i].kind == kind && strcmp(r->ev[i].instance_id, id) == 0)
       return i;
@@ -96,7 +98,7 @@ static int find_event(const struct recorder *r, enum gw_provider_event_kind kind
 /* Ticks p until the event shows up or timeout_ms passes; its index or -1.
  * Between ticks it waits no longer than the provider asks (next_tick_us)
  * and never more than 10 ms. */
-static int wait_event(struct gw_provider *p, struct recorder *r, enum gw_provider_event_kind kind,
+static __attribute__((unused)) int wait_event(struct gw_provider *p, struct recorder *r, enum gw_provider_event_kind kind,
                       const char *id, int timeout_ms) {
   int64_t end = sl_time_mono_us() + (int64_t)timeout_ms * 1000;
   for (;;) {
