@@ -1,0 +1,389 @@
+/* Worker agent.
+ *
+ * The only owner of the DEALER socket. Registration is soft state: the agent
+ * sends register until a "registered" reply arrives, again whenever the
+ * gateway answers a heartbeat with "reregister" (it restarted and does not
+ * know us), and again after heartbeat_timeout intervals of silence. Messages
+ * that must not be lost (checkpoint, done, result, notice) that cannot be
+ * queued on the socket wait in a bounded outbox, in order; others are dropped
+ * when the socket is full. Once a notice or shutdown arrives no new job is
+ * started, and the loop ends when every job has sent done, or at the notice
+ * deadline, whichever is first. */
+#include "agent.h"
+
+#include "conf.h"
+#include "config.h" /* the build's: SPOTLAB_VERSION */
+#include "job.h"
+#include "notice.h"
+#include "sl_err.h"
+#include "sl_frame.h"
+#include "sl_json.h"
+#include "sl_log.h"
+#include "sl_time.h"
+#include "store.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define TOPIC "worker"
+#define MAX_JOBS 16
+#define OUTBOX_MAX 1024
+#define SILENT_INTERVALS 10
+#define POLL_MAX (3 + MAX_JOBS * WK_STREAM_N)
+
+struct wk_agent {
+  const struct wk_config *cfg;
+  struct wk_job_env env;
+  void *zctx, *sock;
+  struct wk_store *store;
+  struct wk_notice_watcher *watcher;
+  struct wk_job *jobs[MAX_JOBS];
+  size_t njobs;
+  char *outbox[OUTBOX_MAX];
+  size_t outbox_n;
+  bool registered, stopping;
+  int64_t heartbeat_us, next_heartbeat_us, register_sent_us, last_heard_us;
+  bool noticed;
+  int64_t exit_by_us; /* monotonic; INT64_MAX = none */
+};
+
+/* ---- sending ---- */
+
+static int send_text(struct wk_agent *a, const char *text) {
+  int r = zmq_send(a->sock, text, strlen(text), ZMQ_DONTWAIT);
+  return r < 0 ? sl_err_from_zmq(zmq_errno()) : 0;
+}
+
+static void flush_outbox(struct wk_agent *a) {
+  size_t i = 0;
+  while (i < a->outbox_n && send_text(a, a->outbox[i]) == 0) free(a->outbox[i++]);
+  memmove(a->outbox, a->outbox + i, (a->outbox_n - i) * sizeof *a->outbox);
+  a->outbox_n -= i;
+}
+
+/* Takes msg. */
+static void agent_send(void *ctx, json_t *msg, bool reliable) {
+  struct wk_agent *a = ctx;
+  char *text = json_dumps(msg, JSON_COMPACT);
+  json_decref(msg);
+  if (!text) return;
+  flush_outbox(a);
+  if (a->outbox_n == 0 && send_text(a, text) == 0) {
+    free(text);
+    return;
+  }
+  if (reliable && a->outbox_n < OUTBOX_MAX) {
+    a->outbox[a->outbox_n++] = text;
+    return;
+  }
+  sl_debug(TOPIC, "gateway not keeping up; message dropped");
+  free(text);
+}
+
+static json_t *jobs_array(const struct wk_agent *a) {
+  json_t *arr = json_array();
+  for (size_t i = 0; i < a->njobs; i++)
+    json_array_append_new(arr, json_pack("{s:s, s:I, s:I}", "job", wk_job_id(a->jobs[i]), "attempt",
+                                         (json_int_t)wk_job_attempt(a->jobs[i]), "step",
+                                         (json_int_t)wk_job_step(a->jobs[i])));
+  return arr;
+}
+
+static void send_register(struct wk_agent *a, int64_t now) {
+  json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:o}", "type", "register", "instance",
+                        a->cfg->instance, "instance_type", a->cfg->type, "zone", a->cfg->zone, "spot",
+                        a->cfg->spot, "version", SPOTLAB_VERSION, "jobs", jobs_array(a));
+  agent_send(a, m, false);
+  a->register_sent_us = now;
+  sl_debug(TOPIC, "register sent");
+}
+
+static void send_heartbeat(struct wk_agent *a, int64_t now) {
+  json_t *m = json_pack("{s:s, s:s, s:o}", "type", "heartbeat", "instance", a->cfg->instance, "jobs",
+                        jobs_array(a));
+  agent_send(a, m, false);
+  a->next_heartbeat_us = now + a->heartbeat_us;
+}
+
+/* ---- gateway requests ---- */
+
+static struct wk_job **find_job(struct wk_agent *a, const char *id) {
+  for (size_t i = 0; id && i < a->njobs; i++)
+    if (!strcmp(wk_job_id(a->jobs[i]), id)) return &a->jobs[i];
+  return NULL;
+}
+
+static void refuse(struct wk_agent *a, const json_t *m, const char *status, const char *why) {
+  const char *id = json_string_value(json_object_get(m, "job"));
+  sl_warn(TOPIC, "assign %s refused: %s", id ? id : "(no id)", why);
+  if (!id) return;
+  json_t *d = json_pack("{s:s, s:s, s:I, s:s, s:i, s:s, s:n}", "type", "done", "job", id, "attempt",
+                        (json_int_t)sl_json_get_int(m, "attempt", 1), "status", status, "exit_code", -1,
+                        "message", why, "step");
+  if (d) agent_send(a, d, true);
+}
+
+static void on_assign(struct wk_agent *a, const json_t *m) {
+  const char *id = json_string_value(json_object_get(m, "job"));
+  if (find_job(a, id)) {
+    sl_debug(TOPIC, "assign %s: already running", id);
+    return;
+  }
+  if (a->stopping) return refuse(a, m, "preempted", "the instance is stopping");
+  if (a->njobs == MAX_JOBS) return refuse(a, m, "failed", "too many jobs on this worker");
+  char err[512] = "";
+  struct wk_job *j;
+  int r = wk_job_start(&a->env, m, &j, err, sizeof err);
+  if (r < 0) return refuse(a, m, "failed", err[0] ? err : sl_strerror(r));
+  a->jobs[a->njobs++] = j;
+}
+
+static void stop_all(struct wk_agent *a) {
+  a->stopping = true;
+  for (size_t i = 0; i < a->njobs; i++) wk_job_cancel(a->jobs[i]);
+}
+
+static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
+  const char *type = sl_json_get_str(m, "type", "");
+  struct wk_job **j = find_job(a, json_string_value(json_object_get(m, "job")));
+  a->last_heard_us = now;
+  if (!strcmp(type, "registered")) {
+    int64_t hb = sl_json_get_int(m, "heartbeat_ms", a->cfg->heartbeat_ms);
+    a->heartbeat_us = (hb < 10 ? 10 : hb > 600000 ? 600000 : hb) * SL_US_PER_MS;
+    if (!a->registered) sl_info(TOPIC, "registered with the gateway");
+    a->registered = true;
+    a->next_heartbeat_us = now + a->heartbeat_us;
+  } else if (!strcmp(type, "reregister")) {
+    a->registered = false;
+    send_register(a, now);
+  } else if (!strcmp(type, "assign")) {
+    on_assign(a, m);
+  } else if (!strcmp(type, "cancel")) {
+    if (j) wk_job_cancel(*j);
+  } else if (!strcmp(type, "checkpoint_now")) {
+    if (j) wk_job_checkpoint_now(*j);
+  } else if (!strcmp(type, "shutdown")) {
+    sl_info(TOPIC, "shutdown requested");
+    stop_all(a);
+  } else if (!strcmp(type, "error") || (!strcmp(type, "reply") && !sl_json_get_bool(m, "ok", true))) {
+    sl_warn(TOPIC, "gateway error: %s", sl_json_get_str(json_object_get(m, "error"), "message", "?"));
+  } else {
+    sl_warn(TOPIC, "unknown message type \"%s\" from the gateway", type);
+  }
+}
+
+static void read_socket(struct wk_agent *a, int64_t now) {
+  for (int n = 0; n < 256; n++) {
+    struct sl_msg msg;
+    sl_msg_init(&msg, (struct sl_limits){8, 1u << 20, 2u << 20});
+    int r = sl_zmq_recv(a->sock, &msg, ZMQ_DONTWAIT);
+    if (r == -EAGAIN || (r < 0 && r != SL_ELIMIT)) {
+      sl_msg_done(&msg);
+      return;
+    }
+    json_t *m = NULL;
+    char why[128] = "";
+    if (r == SL_ELIMIT || msg.n == 0) {
+      sl_warn(TOPIC, "message from the gateway over the size limit; dropped");
+    } else {
+      struct sl_frame *f = &msg.frames[msg.n - 1];
+      if (sl_json_parse((const char *)f->data, f->len, 32, &m, why, sizeof why) < 0 || !json_is_object(m))
+        sl_warn(TOPIC, "malformed message from the gateway: %s", why[0] ? why : "not an object");
+      else
+        on_message(a, m, now);
+    }
+    json_decref(m);
+    sl_msg_done(&msg);
+  }
+}
+
+/* ---- notices and signals ---- */
+
+static void on_notice(struct wk_agent *a, const struct wk_notice *n) {
+  int64_t now = sl_time_mono_us(), real = sl_time_real_us();
+  int64_t deadline = now + (n->deadline_us - real);
+  sl_info("worker.notice", "notice %s: deadline in %lld ms", n->action,
+          (long long)((n->deadline_us - real) / 1000));
+  json_t *m = json_pack("{s:s, s:s, s:s, s:I}", "type", "notice", "instance", a->cfg->instance, "action",
+                        n->action, "deadline_us", (json_int_t)n->deadline_us);
+  agent_send(a, m, true);
+  if (a->noticed && deadline >= a->exit_by_us) return;
+  a->noticed = a->stopping = true;
+  /* Exit a little before the deadline: the jobs get the rest. */
+  int64_t margin = a->cfg->notice_margin_ms * SL_US_PER_MS;
+  int64_t left = deadline - now;
+  a->exit_by_us = deadline - (margin / 4 < left / 8 ? margin / 4 : left / 8);
+  for (size_t i = 0; i < a->njobs; i++) wk_job_notice(a->jobs[i], deadline);
+}
+
+static void read_signals(struct wk_agent *a, int fd) {
+  unsigned char sig[16];
+  ssize_t k = read(fd, sig, sizeof sig);
+  for (ssize_t i = 0; i < k; i++) {
+    if (sig[i] == SIGTERM) {
+      struct wk_notice n = {.action = "sigterm",
+                            .deadline_us = sl_time_real_us() + a->cfg->sigterm_notice_ms * SL_US_PER_MS};
+      on_notice(a, &n);
+    } else {
+      sl_info(TOPIC, "signal %d: stopping", sig[i]);
+      stop_all(a);
+    }
+  }
+}
+
+/* ---- the loop ---- */
+
+struct slot {
+  size_t job;
+  enum wk_stream stream;
+};
+
+static size_t build_poll(struct wk_agent *a, int signal_fd, zmq_pollitem_t *it, struct slot *slots) {
+  size_t n = 0;
+  it[n++] = (zmq_pollitem_t){a->sock, 0, ZMQ_POLLIN, 0};
+  it[n++] = (zmq_pollitem_t){NULL, signal_fd, ZMQ_POLLIN, 0};
+  it[n++] = (zmq_pollitem_t){NULL, a->watcher ? wk_notice_watcher_fd(a->watcher) : -1, ZMQ_POLLIN, 0};
+  for (size_t i = 0; i < a->njobs; i++)
+    for (int s = 0; s < WK_STREAM_N; s++) {
+      int fd = wk_job_fd(a->jobs[i], (enum wk_stream)s);
+      if (fd < 0) continue;
+      slots[n] = (struct slot){i, (enum wk_stream)s};
+      it[n++] = (zmq_pollitem_t){NULL, fd, ZMQ_POLLIN, 0};
+    }
+  return n;
+}
+
+static void tick_jobs(struct wk_agent *a, int64_t now) {
+  for (size_t i = 0; i < a->njobs;) {
+    if (wk_job_tick(a->jobs[i], now) == 1) {
+      wk_job_free(a->jobs[i]);
+      a->jobs[i] = a->jobs[--a->njobs];
+    } else {
+      i++;
+    }
+  }
+}
+
+static void tick_registration(struct wk_agent *a, int64_t now) {
+  if (!a->registered) {
+    if (now - a->register_sent_us >= a->cfg->register_timeout_ms * SL_US_PER_MS) send_register(a, now);
+    return;
+  }
+  if (now - a->last_heard_us >= SILENT_INTERVALS * a->heartbeat_us) {
+    sl_debug(TOPIC, "gateway silent for %d heartbeats; registering again", SILENT_INTERVALS);
+    a->registered = false;
+    a->last_heard_us = now;
+    send_register(a, now);
+  } else if (now >= a->next_heartbeat_us) {
+    send_heartbeat(a, now);
+  }
+}
+
+static int64_t poll_timeout_ms(const struct wk_agent *a, int64_t now) {
+  int64_t t = a->njobs ? 20 : 500;
+  if (a->registered) {
+    int64_t hb = (a->next_heartbeat_us - now) / 1000;
+    if (hb < t) t = hb < 0 ? 0 : hb;
+  }
+  return t;
+}
+
+int wk_agent_run(struct wk_agent *a, int signal_fd) {
+  zmq_pollitem_t items[POLL_MAX];
+  struct slot slots[POLL_MAX];
+  int64_t now = sl_time_mono_us();
+  a->last_heard_us = now;
+  send_register(a, now);
+  for (;;) {
+    size_t n = build_poll(a, signal_fd, items, slots);
+    int r = zmq_poll(items, (int)n, (long)poll_timeout_ms(a, sl_time_mono_us()));
+    if (r < 0 && zmq_errno() != EINTR) return sl_err_from_zmq(zmq_errno());
+    now = sl_time_mono_us();
+    if (r > 0) {
+      for (size_t i = 3; i < n; i++)
+        if (items[i].revents) wk_job_readable(a->jobs[slots[i].job], slots[i].stream);
+      if (items[0].revents & ZMQ_POLLIN) read_socket(a, now);
+      if (items[1].revents) read_signals(a, signal_fd);
+      struct wk_notice note;
+      if (items[2].revents && wk_notice_watcher_take(a->watcher, &note) == 1) on_notice(a, &note);
+    }
+    tick_jobs(a, now);
+    tick_registration(a, now);
+    flush_outbox(a);
+    if (a->stopping && a->njobs == 0) break;
+    if (now >= a->exit_by_us) {
+      sl_warn(TOPIC, "notice deadline reached with %zu jobs still running", a->njobs);
+      break;
+    }
+  }
+  /* Give queued messages a moment to leave, bounded by the deadline. */
+  int64_t left_ms = a->exit_by_us == INT64_MAX ? 2000 : (a->exit_by_us - sl_time_mono_us()) / 1000;
+  int linger = (int)(left_ms < 0 ? 0 : left_ms > 2000 ? 2000 : left_ms);
+  zmq_setsockopt(a->sock, ZMQ_LINGER, &linger, sizeof linger);
+  return 0;
+}
+
+static int set_int(void *s, int opt, int v) { return zmq_setsockopt(s, opt, &v, sizeof v); }
+
+static int open_socket(struct wk_agent *a) {
+  const struct wk_config *c = a->cfg;
+  if (!(a->zctx = zmq_ctx_new()) || !(a->sock = zmq_socket(a->zctx, ZMQ_DEALER)))
+    return sl_err_from_zmq(zmq_errno());
+  if (zmq_setsockopt(a->sock, ZMQ_CURVE_SERVERKEY, c->gateway_public, WK_KEY_Z85_LEN + 1) < 0 ||
+      zmq_setsockopt(a->sock, ZMQ_CURVE_PUBLICKEY, c->public_key, WK_KEY_Z85_LEN + 1) < 0 ||
+      zmq_setsockopt(a->sock, ZMQ_CURVE_SECRETKEY, c->secret_key, WK_KEY_Z85_LEN + 1) < 0 ||
+      set_int(a->sock, ZMQ_LINGER, 0) < 0 || set_int(a->sock, ZMQ_SNDHWM, 10000) < 0 ||
+      set_int(a->sock, ZMQ_RECONNECT_IVL, 100) < 0 || set_int(a->sock, ZMQ_RECONNECT_IVL_MAX, 2000) < 0 ||
+      set_int(a->sock, ZMQ_HEARTBEAT_IVL, 2000) < 0 || set_int(a->sock, ZMQ_HEARTBEAT_TIMEOUT, 10000) < 0 ||
+      set_int(a->sock, ZMQ_MAXMSGSIZE, 1 << 20) < 0)
+    return sl_err_from_zmq(zmq_errno());
+  if (zmq_connect(a->sock, c->gateway) < 0) {
+    sl_err(TOPIC, "connect %s: %s", c->gateway, zmq_strerror(zmq_errno()));
+    return sl_err_from_zmq(zmq_errno());
+  }
+  return 0;
+}
+
+int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent **ret) {
+  struct wk_agent *a = calloc(1, sizeof *a);
+  if (!a) return -ENOMEM;
+  a->cfg = cfg;
+  a->heartbeat_us = cfg->heartbeat_ms * SL_US_PER_MS;
+  a->exit_by_us = INT64_MAX;
+  int r = wk_store_open(cfg->store, &a->store);
+  if (r < 0) {
+    sl_err("worker.store", "store %s: %s", cfg->store, sl_strerror(r));
+    goto fail;
+  }
+  a->env = (struct wk_job_env){cfg, a->store, train, agent_send, a};
+  if ((r = open_socket(a)) < 0) goto fail;
+  if (cfg->metadata[0]) {
+    r = wk_notice_watcher_new(cfg->metadata, wk_config_metadata_kind(cfg), cfg->notice_poll_ms, &a->watcher);
+    if (r < 0) {
+      sl_err("worker.notice", "notice watcher: %s", sl_strerror(r));
+      goto fail;
+    }
+  }
+  *ret = a;
+  return 0;
+fail:
+  wk_agent_free(a);
+  return r;
+}
+
+struct wk_agent *wk_agent_free(struct wk_agent *a) {
+  if (!a) return NULL;
+  wk_notice_watcher_free(a->watcher);
+  for (size_t i = 0; i < a->njobs; i++) wk_job_free(a->jobs[i]);
+  for (size_t i = 0; i < a->outbox_n; i++) free(a->outbox[i]);
+  if (a->sock) zmq_close(a->sock);
+  if (a->zctx) zmq_ctx_term(a->zctx);
+  wk_store_free(a->store);
+  free(a);
+  return NULL;
+}

@@ -1,0 +1,225 @@
+/* Worker configuration file.
+ *
+ * Every option is declared once in `fields` (name, type, default, bounds,
+ * help). Loading is all-or-nothing: the caller's struct is written only when
+ * the whole file validated. Keys are checked by decoding their Z85 text and by
+ * recomputing the public key from the secret one; error texts name the field,
+ * never its value, so a key cannot leak into a log line. */
+#include "conf.h"
+
+#include "sl_err.h"
+#include "sl_json.h"
+#include "sl_log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define MAX_FILE_BYTES (64 * 1024)
+
+enum ftype { F_STR, F_KEY, F_BOOL, F_INT };
+
+struct field {
+  const char *name;
+  enum ftype type;
+  size_t off, size;
+  bool required;
+  int64_t def, min, max;
+  const char *help;
+};
+
+#define S_(f) offsetof(struct wk_config, f), sizeof(((struct wk_config *)0)->f)
+static const struct field fields[] = {
+  {"gateway", F_STR, S_(gateway), true, 0, 0, 0, "gateway worker socket address"},
+  {"gateway_public", F_KEY, S_(gateway_public), true, 0, 0, 0, "gateway CURVE public key (Z85)"},
+  {"public", F_KEY, S_(public_key), true, 0, 0, 0, "this worker's CURVE public key (Z85)"},
+  {"secret", F_KEY, S_(secret_key), true, 0, 0, 0, "this worker's CURVE secret key (Z85)"},
+  {"instance", F_STR, S_(instance), true, 0, 0, 0, "instance id"},
+  {"type", F_STR, S_(type), false, 0, 0, 0, "instance type"},
+  {"zone", F_STR, S_(zone), false, 0, 0, 0, "availability zone"},
+  {"spot", F_BOOL, S_(spot), false, 0, 0, 1, "spot (preemptible) capacity"},
+  {"metadata", F_STR, S_(metadata), false, 0, 0, 0, "instance metadata URL; empty = no notices"},
+  {"metadata_kind", F_STR, S_(metadata_kind), false, 0, 0, 0, "aws or gcp"},
+  {"work_dir", F_STR, S_(work_dir), true, 0, 0, 0, "folder for job files"},
+  {"store", F_STR, S_(store), true, 0, 0, 0, "checkpoint store URL (file:///...)"},
+  {"train", F_STR, S_(train), false, 0, 0, 0, "spotlab-train path"},
+  {"heartbeat_ms", F_INT, S_(heartbeat_ms), false, 1000, 10, 600000, "heartbeat period"},
+  {"register_timeout_ms", F_INT, S_(register_timeout_ms), false, 3000, 10, 600000,
+   "resend register after this long without an answer"},
+  {"metrics_per_s", F_INT, S_(metrics_per_s), false, 20, 1, 100000, "metric messages per job per second"},
+  {"output_lines_per_s", F_INT, S_(output_lines_per_s), false, 100, 1, 100000,
+   "output lines per job per second"},
+  {"notice_poll_ms", F_INT, S_(notice_poll_ms), false, 1000, 10, 60000, "metadata poll period"},
+  {"notice_margin_ms", F_INT, S_(notice_margin_ms), false, 5000, 0, 600000,
+   "stop this long before a notice deadline"},
+  {"sigterm_notice_ms", F_INT, S_(sigterm_notice_ms), false, 30000, 100, 600000,
+   "deadline given to a SIGTERM notice"},
+  {"kill_grace_ms", F_INT, S_(kill_grace_ms), false, 10000, 10, 600000, "SIGTERM to SIGKILL on cancel"},
+  {"run_sync_ms", F_INT, S_(run_sync_ms), false, 10000, 10, 3600000, "%%run folder upload period"},
+};
+#undef S_
+
+static int fail(char *err, size_t err_size, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t err_size, int code, const char *fmt, ...) {
+  if (err && err_size) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_size, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+static int check_key(const char *z85, char *err, size_t err_size, const char *name) {
+  uint8_t raw[32];
+  if (strlen(z85) != WK_KEY_Z85_LEN || !zmq_z85_decode(raw, z85))
+    return fail(err, err_size, SL_ECONFIG, "\"%s\": not a 40-character Z85 CURVE key", name);
+  return 0;
+}
+
+static int set_field(struct wk_config *c, const struct field *f, json_t *v, char *err,
+                     size_t err_size) {
+  char *p = (char *)c + f->off;
+  switch (f->type) {
+  case F_STR:
+  case F_KEY: {
+    if (!json_is_string(v))
+      return fail(err, err_size, SL_ECONFIG, "\"%s\" must be a string", f->name);
+    const char *s = json_string_value(v);
+    if (strlen(s) >= f->size)
+      return fail(err, err_size, SL_ECONFIG, "\"%s\" is longer than %zu bytes", f->name, f->size - 1);
+    memcpy(p, s, strlen(s) + 1);
+    return f->type == F_KEY ? check_key(p, err, err_size, f->name) : 0;
+  }
+  case F_BOOL:
+    if (!json_is_boolean(v))
+      return fail(err, err_size, SL_ECONFIG, "\"%s\" must be true or false", f->name);
+    *(bool *)p = json_is_true(v);
+    return 0;
+  case F_INT: {
+    if (!json_is_integer(v))
+      return fail(err, err_size, SL_ECONFIG, "\"%s\" must be an integer", f->name);
+    json_int_t n = json_integer_value(v);
+    if (n < f->min || n > f->max)
+      return fail(err, err_size, SL_ECONFIG, "\"%s\" must be within %lld..%lld", f->name,
+                  (long long)f->min, (long long)f->max);
+    *(int64_t *)p = n;
+    return 0;
+  }
+  }
+  return SL_ECONFIG;
+}
+
+static void set_defaults(struct wk_config *c) {
+  memset(c, 0, sizeof *c);
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+    if (fields[i].type == F_INT) *(int64_t *)((char *)c + fields[i].off) = fields[i].def;
+}
+
+static int check_whole(struct wk_config *c, char *err, size_t err_size) {
+  char pub[WK_KEY_Z85_LEN + 1];
+  if (zmq_curve_public(pub, c->secret_key) != 0 || strcmp(pub, c->public_key) != 0)
+    return fail(err, err_size, SL_ECONFIG, "\"public\" does not belong to \"secret\"");
+  if (strncmp(c->store, "file:///", 8) != 0)
+    return fail(err, err_size, SL_ECONFIG, "\"store\": only file:/// URLs are supported");
+  if (c->metadata_kind[0] && strcmp(c->metadata_kind, "aws") && strcmp(c->metadata_kind, "gcp"))
+    return fail(err, err_size, SL_ECONFIG, "\"metadata_kind\" must be aws or gcp");
+  const char *env = getenv("SPOTLAB_NOTICE_POLL_MS");
+  if (env && *env) {
+    char *end;
+    long long v = strtoll(env, &end, 10);
+    if (*end || v < 1 || v > 60000)
+      return fail(err, err_size, SL_ECONFIG, "SPOTLAB_NOTICE_POLL_MS must be 1..60000");
+    c->notice_poll_ms = v;
+  }
+  return 0;
+}
+
+int wk_config_parse(const char *text, size_t len, struct wk_config *ret, char *err,
+                    size_t err_size) {
+  json_t *root = NULL;
+  char why[160];
+  int r = sl_json_parse(text, len, 8, &root, why, sizeof why);
+  if (r < 0) return fail(err, err_size, SL_EJSON, "not JSON: %s", why);
+  struct wk_config c;
+  set_defaults(&c);
+  if (!json_is_object(root)) {
+    r = fail(err, err_size, SL_ECONFIG, "the file must hold a JSON object");
+    goto out;
+  }
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+    json_t *v = json_object_get(root, fields[i].name);
+    if (!v || json_is_null(v)) {
+      if (fields[i].required) {
+        r = fail(err, err_size, SL_ECONFIG, "missing \"%s\" (%s)", fields[i].name, fields[i].help);
+        goto out;
+      }
+      continue;
+    }
+    if ((r = set_field(&c, &fields[i], v, err, err_size)) < 0) goto out;
+  }
+  const char *key;
+  json_t *v;
+  json_object_foreach(root, key, v) {
+    size_t i = 0;
+    while (i < sizeof fields / sizeof fields[0] && strcmp(fields[i].name, key)) i++;
+    if (i == sizeof fields / sizeof fields[0]) sl_warn("worker", "config: unknown option \"%s\" ignored", key);
+  }
+  if ((r = check_whole(&c, err, err_size)) < 0) goto out;
+  *ret = c;
+  r = 0;
+out:
+  json_decref(root);
+  return r;
+}
+
+int wk_config_load(const char *path, struct wk_config *ret, char *err, size_t err_size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail(err, err_size, -errno, "%s: %s", path, strerror(errno));
+  struct stat st;
+  char *buf = NULL;
+  int r;
+  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    r = fail(err, err_size, SL_ECONFIG, "%s: not a regular file", path);
+    goto out;
+  }
+  if (st.st_size > MAX_FILE_BYTES) {
+    r = fail(err, err_size, SL_ECONFIG, "%s: larger than %d bytes", path, MAX_FILE_BYTES);
+    goto out;
+  }
+  buf = malloc((size_t)st.st_size + 1);
+  if (!buf) { r = -ENOMEM; goto out; }
+  size_t got = 0;
+  while (got < (size_t)st.st_size) {
+    ssize_t k = read(fd, buf + got, (size_t)st.st_size - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) { r = fail(err, err_size, k < 0 ? -errno : SL_ECONFIG, "%s: short read", path); goto out; }
+    got += (size_t)k;
+  }
+  struct wk_config c;
+  if ((r = wk_config_parse(buf, got, &c, err, err_size)) < 0) goto out;
+  if (st.st_mode & 077) {
+    c.insecure_mode = true;
+    sl_warn("worker", "%s is readable by others (mode %03o); it holds a secret key, use 0600",
+            path, (unsigned)(st.st_mode & 0777));
+  }
+  *ret = c;
+  r = 0;
+out:
+  free(buf);
+  close(fd);
+  return r;
+}
+
+const char *wk_config_metadata_kind(const struct wk_config *cfg) {
+  if (cfg->metadata_kind[0]) return cfg->metadata_kind;
+  if (strstr(cfg->metadata, "://metadata.google.internal")) return "gcp";
+  return "aws";
+}

@@ -1,0 +1,523 @@
+/* Jobs.
+ *
+ * A job moves RUNNING → (NOTICE_WAIT →) STOPPING → ENDED. In NOTICE_WAIT a
+ * train child was asked for a checkpoint and gets until the notice deadline
+ * minus the margin to report it durable; then (or as soon as that checkpoint
+ * is uploaded) it gets SIGTERM, which makes spotlab-train write one more
+ * checkpoint of its latest step; SIGKILL follows when even that overruns.
+ * Invariants: every checkpoint event is uploaded before the next line of the
+ * metrics stream is handled, so `durable_step` is always in the store; done
+ * is sent exactly once, after the child was reaped and its pipes drained,
+ * and after every metric, checkpoint and result of the job. */
+#include "job.h"
+
+#include "conf.h"
+#include "filesync.h"
+#include "relay.h"
+#include "sl_err.h"
+#include "sl_json.h"
+#include "sl_log.h"
+#include "sl_path.h"
+#include "sl_time.h"
+#include "spec.h"
+#include "store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define TOPIC "worker"
+#define ENV_MAX 4096
+#define ASSIGN_ENV_MAX 64
+#define RESULT_TEXT_MAX (64 * 1024)
+#define STDERR_TAIL 1024
+
+extern char **environ;
+
+enum state { RUNNING, NOTICE_WAIT, STOPPING, ENDED };
+
+struct wk_job {
+  const struct wk_job_env *env;
+  char id[32];
+  int64_t attempt;
+  enum wk_kind kind;
+  enum state state;
+  struct wk_child *child;
+  struct wk_relay *relay;
+  struct wk_filesync *files;
+  char dir[PATH_MAX - 64], ckpt_dir[PATH_MAX];
+  int64_t step, durable_step, notice_step;
+  bool cancelled, noticed, terminated;
+  int64_t wait_until_us, kill_at_us, next_sync_us, exited_at_us;
+  int exit_status;
+  bool have_eval;
+  double eval_loss;
+  char *result_text;
+  size_t result_len;
+  char tail[STDERR_TAIL];
+  size_t tail_len;
+};
+
+const char *wk_job_id(const struct wk_job *j) { return j->id; }
+int64_t wk_job_attempt(const struct wk_job *j) { return j->attempt; }
+int64_t wk_job_step(const struct wk_job *j) { return j->durable_step > j->step ? j->durable_step : j->step; }
+int wk_job_fd(const struct wk_job *j, enum wk_stream s) { return j->child ? wk_child_fd(j->child, s) : -1; }
+
+static json_t *msg_new(const struct wk_job *j, const char *type) {
+  return json_pack("{s:s, s:s, s:I}", "type", type, "job", j->id, "attempt", (json_int_t)j->attempt);
+}
+
+static void send(struct wk_job *j, json_t *m, bool reliable) {
+  if (m) j->env->send(j->env->ctx, m, reliable);
+}
+
+/* ---- preparing the job ---- */
+
+static int check_job_id(const char *id) {
+  size_t n = id ? strlen(id) : 0;
+  if (n == 0 || n >= 32) return SL_ENAME;
+  for (size_t i = 0; i < n; i++)
+    if (!((id[i] >= 'A' && id[i] <= 'Z') || (id[i] >= 'a' && id[i] <= 'z') ||
+          (id[i] >= '0' && id[i] <= '9') || id[i] == '-' || id[i] == '_'))
+      return SL_ENAME;
+  return 0;
+}
+
+static void clear_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.' && (!e->d_name[1] || !strcmp(e->d_name, ".."))) continue;
+    char p[PATH_MAX];
+    if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < sizeof p) unlink(p);
+  }
+  closedir(d);
+}
+
+/* Downloads the checkpoint key into the folder under the name spotlab-train
+ * looks for (ckpt-<10 digits>.slck). The step comes from the key's name. */
+static int restore_ckpt(struct wk_job *j, const char *key, char *err, size_t err_size) {
+  const char *base = strrchr(key, '/');
+  base = base ? base + 1 : key;
+  unsigned long long step;
+  int used = 0;
+  if (sscanf(base, "ckpt-%llu.tc%n", &step, &used) != 1 || base[used]) {
+    snprintf(err, err_size, "restore key \"%s\" is not a ckpt-STEP.tc key", key);
+    return SL_ENAME;
+  }
+  char dst[PATH_MAX + 32];
+  snprintf(dst, sizeof dst, "%s/ckpt-%010llu.slck", j->ckpt_dir, step);
+  uint64_t bytes = 0;
+  int64_t t0 = sl_time_mono_us();
+  int r = wk_store_get_file(j->env->store, key, dst, &bytes);
+  if (r < 0) {
+    snprintf(err, err_size, "restore %s: %s", key, sl_strerror(r));
+    return r;
+  }
+  j->step = j->durable_step = (int64_t)step;
+  sl_info("worker.store", "%s: restored %s (%llu bytes, %lld ms)", j->id, key,
+          (unsigned long long)bytes, (long long)((sl_time_mono_us() - t0) / 1000));
+  return 0;
+}
+
+static int valid_env_name(const char *s) {
+  if (!s || !*s || (*s >= '0' && *s <= '9')) return 0;
+  for (; *s; s++)
+    if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_'))
+      return 0;
+  return 1;
+}
+
+/* The child's environment: ours, then the assign's "env", then ours again
+ * for SPOTLAB_CHECKPOINT_DIR. Owned strings in an owned array. */
+static int build_env(struct wk_job *j, const json_t *extra, char ***ret, char *err, size_t err_size) {
+  char **v = calloc(ENV_MAX + 1, sizeof *v);
+  size_t n = 0;
+  if (!v) return -ENOMEM;
+  char files[PATH_MAX + 64];
+  snprintf(files, sizeof files, "SPOTLAB_CHECKPOINT_DIR=%s/%s", j->dir,
+           j->kind == WK_KIND_RUN ? "files" : "ckpt");
+  const char *name;
+  json_t *val;
+  if (extra && !json_is_object(extra)) goto bad;
+  if (json_object_size(extra) > ASSIGN_ENV_MAX) goto bad;
+  for (char **e = environ; *e && n < ENV_MAX - ASSIGN_ENV_MAX - 1; e++) {
+    size_t nl = strcspn(*e, "=");
+    bool shadowed = !strncmp(*e, "SPOTLAB_CHECKPOINT_DIR=", 23);
+    json_object_foreach((json_t *)extra, name, val) if (strlen(name) == nl && !strncmp(*e, name, nl)) shadowed = true;
+    if (!shadowed && !(v[n++] = strdup(*e))) goto oom;
+  }
+  json_object_foreach((json_t *)extra, name, val) {
+    if (!valid_env_name(name) || !json_is_string(val) || !strcmp(name, "SPOTLAB_CHECKPOINT_DIR")) goto bad;
+    if (!(v[n] = malloc(strlen(name) + json_string_length(val) + 2))) goto oom;
+    sprintf(v[n++], "%s=%s", name, json_string_value(val));
+  }
+  if (!(v[n++] = strdup(files))) goto oom;
+  *ret = v;
+  return 0;
+bad:
+  snprintf(err, err_size, "assign \"env\" must map at most %d names to strings", ASSIGN_ENV_MAX);
+  wk_argv_free(v);
+  return SL_ECONFIG;
+oom:
+  wk_argv_free(v);
+  return -ENOMEM;
+}
+
+static int prepare_dirs(struct wk_job *j, char *err, size_t err_size) {
+  snprintf(j->dir, sizeof j->dir, "%s/jobs/%s", j->env->cfg->work_dir, j->id);
+  snprintf(j->ckpt_dir, sizeof j->ckpt_dir, "%s/%s", j->dir,
+           j->kind == WK_KIND_RUN ? "files" : "ckpt");
+  int r = sl_mkdir_p(j->ckpt_dir, 0700);
+  if (r < 0) {
+    snprintf(err, err_size, "%s: %s", j->ckpt_dir, sl_strerror(r));
+    return r;
+  }
+  clear_dir(j->ckpt_dir); /* a new attempt starts from the store, never from leftovers */
+  return 0;
+}
+
+static int restore(struct wk_job *j, const char *key, char *err, size_t err_size) {
+  if (j->kind != WK_KIND_RUN) return key ? restore_ckpt(j, key, err, err_size) : 0;
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "%s/files/", j->id);
+  int r = wk_filesync_new(j->env->store, j->ckpt_dir, prefix, &j->files);
+  if (r >= 0) r = wk_filesync_restore(j->files);
+  if (r < 0) snprintf(err, err_size, "restore %s: %s", prefix, sl_strerror(r));
+  else if (r > 0) sl_info("worker.store", "%s: restored %d files", j->id, r);
+  return r < 0 ? r : 0;
+}
+
+static int spawn(struct wk_job *j, const json_t *assign, char *err, size_t err_size) {
+  const json_t *restore_key = json_object_get(assign, "restore");
+  struct wk_spec_paths p = {
+    .train = j->env->train, .ckpt_dir = j->ckpt_dir, .metrics_fd = WK_CHILD_METRICS_FD,
+    .control_fd = WK_CHILD_CONTROL_FD, .resume = json_is_string(restore_key),
+    .checkpoint_every = json_is_integer(json_object_get(assign, "checkpoint_every"))
+                            ? json_integer_value(json_object_get(assign, "checkpoint_every")) : 0,
+  };
+  char **argv = NULL, **envp = NULL;
+  int r = wk_spec_build_argv(j->kind, json_object_get(assign, "spec"), &p, &argv, err, err_size);
+  if (r < 0) return r;
+  if ((r = build_env(j, json_object_get(assign, "env"), &envp, err, err_size)) < 0) goto out;
+  struct wk_child_opts o = {.argv = argv, .envp = envp, .cwd = j->dir,
+                            .metrics = j->kind != WK_KIND_RUN, .control = j->kind == WK_KIND_TRAIN};
+  if ((r = wk_child_spawn(&o, &j->child)) < 0) snprintf(err, err_size, "start: %s", sl_strerror(r));
+  else sl_info(TOPIC, "%s: started %s (pid %d)", j->id, wk_spec_kind_name(j->kind), (int)wk_child_pid(j->child));
+out:
+  wk_argv_free(argv);
+  wk_argv_free(envp);
+  return r;
+}
+
+int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_job **ret,
+                 char *err, size_t err_size) {
+  const char *id = json_string_value(json_object_get(assign, "job"));
+  const json_t *rk = json_object_get(assign, "restore");
+  enum wk_kind kind;
+  if (check_job_id(id) < 0) return snprintf(err, err_size, "assign has no valid \"job\""), SL_ENAME;
+  if (wk_spec_kind(json_string_value(json_object_get(assign, "kind")), &kind) < 0)
+    return snprintf(err, err_size, "assign \"kind\" must be train, eval, sample or run"), SL_ENAME;
+  if (rk && !json_is_null(rk) && !json_is_string(rk))
+    return snprintf(err, err_size, "assign \"restore\" must be a key or null"), SL_ETYPE;
+  struct wk_job *j = calloc(1, sizeof *j);
+  if (!j) return -ENOMEM;
+  j->env = env;
+  snprintf(j->id, sizeof j->id, "%s", id);
+  j->attempt = sl_json_get_int(assign, "attempt", 1);
+  j->kind = kind;
+  j->durable_step = -1;
+  int r = wk_relay_new(env->cfg->metrics_per_s, env->cfg->output_lines_per_s, &j->relay);
+  if (r < 0 || (r = prepare_dirs(j, err, err_size)) < 0 ||
+      (r = restore(j, json_string_value(rk), err, err_size)) < 0 || (r = spawn(j, assign, err, err_size)) < 0) {
+    wk_job_free(j);
+    return r;
+  }
+  j->next_sync_us = sl_time_mono_us() + env->cfg->run_sync_ms * SL_US_PER_MS;
+  *ret = j;
+  return 0;
+}
+
+struct wk_job *wk_job_free(struct wk_job *j) {
+  if (!j) return NULL;
+  wk_child_free(j->child);
+  wk_relay_free(j->relay);
+  wk_filesync_free(j->files);
+  free(j->result_text);
+  free(j);
+  return NULL;
+}
+
+/* ---- what the child says ---- */
+
+static void send_metric(struct wk_job *j, json_t *data) {
+  if (!data) return;
+  json_t *m = msg_new(j, "metric");
+  if (m) json_object_set_new(m, "data", data);
+  else json_decref(data);
+  send(j, m, false);
+}
+
+static void flush_dropped(struct wk_job *j) {
+  uint64_t d = wk_relay_take_dropped(j->relay);
+  if (!d) return;
+  char text[96];
+  snprintf(text, sizeof text, "[spotlab-worker: %llu output lines dropped]", (unsigned long long)d);
+  json_t *m = msg_new(j, "output");
+  json_object_set_new(m, "stream", json_string("stderr"));
+  json_object_set_new(m, "text", json_string(text));
+  send(j, m, false);
+}
+
+/* Uploads the checkpoint a metrics event announced and reports it. */
+static void upload_checkpoint(struct wk_job *j, const json_t *ev) {
+  const char *path = sl_json_get_str(ev, "path", NULL);
+  int64_t step = sl_json_get_int(ev, "step", -1);
+  size_t dl = strlen(j->ckpt_dir);
+  if (!path || step < 0 || strncmp(path, j->ckpt_dir, dl) != 0 || path[dl] != '/' || strstr(path, "/..")) {
+    sl_warn("worker.store", "%s: checkpoint event without a path in the job folder", j->id);
+    return;
+  }
+  char key[64];
+  snprintf(key, sizeof key, "%s/ckpt-%08lld.tc", j->id, (long long)step);
+  uint64_t bytes = 0;
+  int64_t t0 = sl_time_mono_us();
+  int r = wk_store_put_file(j->env->store, key, path, &bytes);
+  int64_t upload_ms = (sl_time_mono_us() - t0) / 1000;
+  if (r < 0) {
+    /* -ENOENT: spotlab-train already pruned it for a newer one, which follows. */
+    if (r != -ENOENT) sl_warn("worker.store", "%s: upload %s: %s", j->id, key, sl_strerror(r));
+    return;
+  }
+  if (step > j->durable_step) j->durable_step = step;
+  sl_debug("worker.store", "%s: uploaded %s (%llu bytes, %lld ms)", j->id, key,
+           (unsigned long long)bytes, (long long)upload_ms);
+  json_t *m = msg_new(j, "checkpoint");
+  json_object_set_new(m, "step", json_integer(step));
+  json_object_set_new(m, "key", json_string(key));
+  json_object_set_new(m, "bytes", json_integer((json_int_t)bytes));
+  json_object_set_new(m, "write_ms", sl_json_real(sl_json_get_num(ev, "write_ms", 0)));
+  json_object_set_new(m, "upload_ms", json_integer(upload_ms));
+  send_metric(j, wk_relay_pending(j->relay, 0, true));
+  send(j, m, true);
+  if (j->state == NOTICE_WAIT && step >= j->notice_step) {
+    wk_child_signal(j->child, SIGTERM);
+    j->terminated = true;
+    j->state = STOPPING;
+  }
+}
+
+static void on_metrics_line(struct wk_job *j, const char *line, size_t len) {
+  json_t *obj = NULL;
+  if (sl_json_parse(line, len, 8, &obj, NULL, 0) < 0 || !json_is_object(obj)) {
+    json_decref(obj);
+    sl_debug(TOPIC, "%s: metrics line is not a JSON object", j->id);
+    return;
+  }
+  const char *event = sl_json_get_str(obj, "event", NULL);
+  int64_t now = sl_time_mono_us();
+  if (event && !strcmp(event, "checkpoint")) {
+    upload_checkpoint(j, obj);
+    json_decref(obj);
+    return;
+  }
+  if (event && !strcmp(event, "eval") && json_is_number(json_object_get(obj, "eval_loss"))) {
+    j->have_eval = true;
+    j->eval_loss = json_number_value(json_object_get(obj, "eval_loss"));
+  }
+  if (!event && json_is_integer(json_object_get(obj, "step")))
+    j->step = json_integer_value(json_object_get(obj, "step"));
+  bool urgent = event || json_object_get(obj, "eval_loss");
+  send_metric(j, wk_relay_metric(j->relay, obj, urgent, now));
+}
+
+static void keep_result_text(struct wk_job *j, const char *line, size_t len) {
+  if (!j->result_text && !(j->result_text = malloc(RESULT_TEXT_MAX + 1))) return;
+  size_t room = RESULT_TEXT_MAX - j->result_len;
+  if (j->result_len && room) j->result_text[j->result_len++] = '\n', room--;
+  if (len > room) len = room;
+  memcpy(j->result_text + j->result_len, line, len);
+  j->result_len += len;
+  j->result_text[j->result_len] = 0;
+}
+
+/* The last STDERR_TAIL bytes of stderr, whole lines: a failure's message. */
+static void keep_stderr_tail(struct wk_job *j, const char *line, size_t len) {
+  if (len > STDERR_TAIL - 1) {
+    line += len - (STDERR_TAIL - 1);
+    len = STDERR_TAIL - 1;
+  }
+  size_t need = j->tail_len + len + 1;
+  if (need > STDERR_TAIL) {
+    size_t drop = need - STDERR_TAIL;
+    char *nl = memchr(j->tail + drop, '\n', j->tail_len - drop);
+    drop = nl ? (size_t)(nl - j->tail) + 1 : j->tail_len;
+    memmove(j->tail, j->tail + drop, j->tail_len - drop);
+    j->tail_len -= drop;
+  }
+  if (j->tail_len) j->tail[j->tail_len++] = '\n';
+  memcpy(j->tail + j->tail_len, line, len);
+  j->tail_len += len;
+}
+
+static void on_output_line(struct wk_job *j, enum wk_stream s, const char *line, size_t len) {
+  if (s == WK_STREAM_STDOUT && j->kind == WK_KIND_SAMPLE) keep_result_text(j, line, len);
+  if (s == WK_STREAM_STDERR) keep_stderr_tail(j, line, len);
+  if (!wk_relay_line(j->relay, sl_time_mono_us())) return;
+  flush_dropped(j);
+  json_t *m = msg_new(j, "output");
+  json_object_set_new(m, "stream", json_string(s == WK_STREAM_STDOUT ? "stdout" : "stderr"));
+  json_object_set_new(m, "text", wk_relay_text(line, len, WK_OUTPUT_LINE_MAX));
+  send(j, m, false);
+}
+
+static void on_line(void *ctx, enum wk_stream s, const char *line, size_t len, bool truncated) {
+  struct wk_job *j = ctx;
+  if (s == WK_STREAM_METRICS) {
+    if (!truncated) on_metrics_line(j, line, len);
+    return;
+  }
+  on_output_line(j, s, line, len);
+}
+
+void wk_job_readable(struct wk_job *j, enum wk_stream s) {
+  if (j->child) wk_child_read(j->child, s, on_line, j);
+}
+
+/* ---- ending ---- */
+
+static void send_result(struct wk_job *j) {
+  if (j->kind == WK_KIND_EVAL && j->have_eval) {
+    json_t *m = msg_new(j, "result");
+    json_object_set_new(m, "eval_loss", sl_json_real(j->eval_loss));
+    send(j, m, true);
+  } else if (j->kind == WK_KIND_SAMPLE) {
+    json_t *m = msg_new(j, "result");
+    json_object_set_new(m, "text", wk_relay_text(j->result_text ? j->result_text : "", j->result_len,
+                                                 RESULT_TEXT_MAX));
+    send(j, m, true);
+  }
+}
+
+static const char *final_status(struct wk_job *j, int st, char *msg, size_t size) {
+  bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  if (j->cancelled) return "cancelled";
+  if (j->noticed && j->terminated) return "preempted";
+  if (ok) return "succeeded";
+  if (WIFSIGNALED(st)) snprintf(msg, size, "killed by signal %d", WTERMSIG(st));
+  else snprintf(msg, size, "exit status %d", WEXITSTATUS(st));
+  if (j->tail_len) {
+    size_t n = strlen(msg);
+    snprintf(msg + n, size - n, ": %.*s", (int)j->tail_len, j->tail);
+  }
+  return "failed";
+}
+
+static void finish(struct wk_job *j) {
+  send_metric(j, wk_relay_pending(j->relay, 0, true));
+  flush_dropped(j);
+  if (j->files) {
+    uint64_t bytes = 0;
+    int r = wk_filesync_sync(j->files, &bytes);
+    if (r < 0) sl_warn("worker.store", "%s: final folder upload: %s", j->id, sl_strerror(r));
+  }
+  int st = j->exit_status;
+  char message[STDERR_TAIL + 64] = "";
+  const char *status = final_status(j, st, message, sizeof message);
+  if (!strcmp(status, "succeeded")) send_result(j);
+  json_t *m = msg_new(j, "done");
+  json_object_set_new(m, "status", json_string(status));
+  json_object_set_new(m, "exit_code", json_integer(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)));
+  json_object_set_new(m, "message", wk_relay_text(message, strlen(message), sizeof message));
+  int64_t step = !strcmp(status, "preempted") || !strcmp(status, "cancelled") ? j->durable_step : wk_job_step(j);
+  json_object_set_new(m, "step", step >= 0 ? json_integer(step) : json_null());
+  sl_info(TOPIC, "%s: %s (step %lld)", j->id, status, (long long)step);
+  send(j, m, true);
+  j->state = ENDED;
+}
+
+static void sync_files(struct wk_job *j, int64_t now) {
+  uint64_t bytes = 0;
+  int r = wk_filesync_sync(j->files, &bytes);
+  if (r < 0) sl_warn("worker.store", "%s: folder upload: %s", j->id, sl_strerror(r));
+  else if (r > 0) sl_debug("worker.store", "%s: %d objects synced (%llu bytes)", j->id, r, (unsigned long long)bytes);
+  j->next_sync_us = now + j->env->cfg->run_sync_ms * SL_US_PER_MS;
+}
+
+static void terminate(struct wk_job *j, int64_t kill_at) {
+  if (j->state == STOPPING) {
+    if (kill_at < j->kill_at_us) j->kill_at_us = kill_at;
+    return;
+  }
+  wk_child_signal(j->child, SIGTERM);
+  j->terminated = true;
+  j->state = STOPPING;
+  j->kill_at_us = kill_at;
+}
+
+int wk_job_tick(struct wk_job *j, int64_t now) {
+  if (j->state == ENDED) return 1;
+  send_metric(j, wk_relay_pending(j->relay, now, false));
+  if (j->files && now >= j->next_sync_us) sync_files(j, now);
+  if (j->state == NOTICE_WAIT && now >= j->wait_until_us) {
+    sl_warn(TOPIC, "%s: no durable checkpoint before the notice margin; stopping", j->id);
+    terminate(j, j->kill_at_us);
+  }
+  if (j->state == STOPPING && now >= j->kill_at_us) {
+    wk_child_signal(j->child, SIGKILL);
+    j->kill_at_us = INT64_MAX;
+  }
+  int st;
+  if (!j->exited_at_us && wk_child_reap(j->child, &st) == 1) {
+    j->exit_status = st;
+    j->exited_at_us = now;
+  }
+  /* A child that exited but left a descendant holding its pipes gets a second. */
+  if (j->exited_at_us && (wk_child_drained(j->child) || now - j->exited_at_us > SL_US_PER_S)) {
+    finish(j);
+    return 1;
+  }
+  return 0;
+}
+
+void wk_job_cancel(struct wk_job *j) {
+  if (j->state == ENDED) return;
+  j->cancelled = true;
+  terminate(j, sl_time_mono_us() + j->env->cfg->kill_grace_ms * SL_US_PER_MS);
+}
+
+void wk_job_checkpoint_now(struct wk_job *j) {
+  if (j->state == ENDED) return;
+  if (j->kind == WK_KIND_TRAIN) {
+    int r = wk_child_control(j->child, "checkpoint");
+    if (r < 0) sl_warn(TOPIC, "%s: checkpoint request: %s", j->id, sl_strerror(r));
+  } else if (j->files) {
+    sync_files(j, sl_time_mono_us());
+  }
+}
+
+void wk_job_notice(struct wk_job *j, int64_t deadline) {
+  if (j->state == ENDED || j->noticed) return;
+  j->noticed = true;
+  int64_t now = sl_time_mono_us(), left = deadline - now;
+  int64_t margin = j->env->cfg->notice_margin_ms * SL_US_PER_MS;
+  if (margin > left / 4) margin = left > 0 ? left / 4 : 0;
+  j->kill_at_us = deadline - margin / 2;
+  if (j->state == STOPPING) return;
+  if (j->kind == WK_KIND_TRAIN && j->durable_step < j->step &&
+      wk_child_control(j->child, "checkpoint") == 0) {
+    j->notice_step = j->step;
+    j->wait_until_us = deadline - margin;
+    j->state = NOTICE_WAIT;
+    return;
+  }
+  if (j->files) sync_files(j, now);
+  terminate(j, j->kill_at_us);
+}

@@ -1,0 +1,54 @@
+/* One job on this worker: a child process, its relay to the gateway, its
+ * checkpoints, and how it ends. The agent owns the jobs and feeds them
+ * readable descriptors, timer ticks and gateway requests; a job talks back
+ * only through the send callback. */
+#ifndef WK_JOB_H
+#define WK_JOB_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "child.h"
+
+struct wk_config;
+struct wk_store;
+struct wk_job;
+
+/* Takes msg (a JSON object). reliable messages (checkpoint, done, result)
+ * must reach the gateway even if it is away for a while. */
+typedef void wk_send_fn(void *ctx, json_t *msg, bool reliable);
+
+struct wk_job_env {
+  const struct wk_config *cfg;
+  struct wk_store *store;
+  const char *train;  /* spotlab-train path */
+  wk_send_fn *send;
+  void *ctx;
+};
+
+/* Starts the job of an assign message (borrowed). On failure returns a
+ * negative error with a reason in err; nothing was sent. env is borrowed for
+ * the life of the job. */
+int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_job **ret,
+                 char *err, size_t err_size);
+struct wk_job *wk_job_free(struct wk_job *j);
+
+const char *wk_job_id(const struct wk_job *j);
+int64_t wk_job_attempt(const struct wk_job *j);
+int64_t wk_job_step(const struct wk_job *j);
+/* The child's descriptor for stream, -1 when closed or gone. */
+int wk_job_fd(const struct wk_job *j, enum wk_stream s);
+void wk_job_readable(struct wk_job *j, enum wk_stream s);
+/* Timers: metric flushes, kill escalation, %%run sync, reaping. Returns 1
+ * once the job ended and its done message was sent. */
+int wk_job_tick(struct wk_job *j, int64_t now_mono_us);
+
+/* SIGTERM now (the child checkpoints), SIGKILL after the grace. */
+void wk_job_cancel(struct wk_job *j);
+/* Asks for a checkpoint now (train: control line; run: a folder sync). */
+void wk_job_checkpoint_now(struct wk_job *j);
+/* A preemption notice: checkpoint, upload, stop before deadline_mono_us. */
+void wk_job_notice(struct wk_job *j, int64_t deadline_mono_us);
+
+#endif

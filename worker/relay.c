@@ -1,0 +1,121 @@
+/* Rate limits for job output.
+ *
+ * Two token buckets refilled continuously, each holding at most one second
+ * of its rate. Metrics never queue: at most one pending (the newest) exists,
+ * so a slow gateway sees fewer steps but always the latest one. */
+#include "relay.h"
+
+#include "sl_time.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct bucket {
+  double tokens, rate;
+  int64_t last_us;
+};
+
+struct wk_relay {
+  struct bucket metrics, lines;
+  json_t *pending;
+  uint64_t dropped;
+};
+
+static void refill(struct bucket *b, int64_t now) {
+  if (b->last_us && now > b->last_us) {
+    b->tokens += b->rate * (double)(now - b->last_us) / 1e6;
+    if (b->tokens > b->rate) b->tokens = b->rate;
+  }
+  b->last_us = now;
+}
+
+static bool take(struct bucket *b, int64_t now) {
+  refill(b, now);
+  if (b->tokens < 1) return false;
+  b->tokens -= 1;
+  return true;
+}
+
+int wk_relay_new(int64_t metrics_per_s, int64_t lines_per_s, struct wk_relay **ret) {
+  struct wk_relay *r = calloc(1, sizeof *r);
+  if (!r) return -ENOMEM;
+  r->metrics = (struct bucket){(double)metrics_per_s, (double)metrics_per_s, 0};
+  r->lines = (struct bucket){(double)lines_per_s, (double)lines_per_s, 0};
+  *ret = r;
+  return 0;
+}
+
+struct wk_relay *wk_relay_free(struct wk_relay *r) {
+  if (r) {
+    json_decref(r->pending);
+    free(r);
+  }
+  return NULL;
+}
+
+json_t *wk_relay_metric(struct wk_relay *r, json_t *data, bool urgent, int64_t now_us) {
+  if (urgent) {
+    /* An urgent step supersedes older pending steps; an event leaves them. */
+    if (r->pending && json_object_get(data, "step") && !json_object_get(data, "event")) {
+      json_decref(r->pending);
+      r->pending = NULL;
+    }
+    take(&r->metrics, now_us);
+    return data;
+  }
+  if (!r->pending && take(&r->metrics, now_us)) return data;
+  json_decref(r->pending);
+  r->pending = data;
+  return NULL;
+}
+
+json_t *wk_relay_pending(struct wk_relay *r, int64_t now_us, bool force) {
+  if (!r->pending || (!force && !take(&r->metrics, now_us))) return NULL;
+  json_t *p = r->pending;
+  r->pending = NULL;
+  return p;
+}
+
+bool wk_relay_line(struct wk_relay *r, int64_t now_us) {
+  if (take(&r->lines, now_us)) return true;
+  r->dropped++;
+  return false;
+}
+
+uint64_t wk_relay_take_dropped(struct wk_relay *r) {
+  uint64_t d = r->dropped;
+  r->dropped = 0;
+  return d;
+}
+
+/* Length of the valid UTF-8 sequence at s (0 if invalid). */
+static size_t utf8_len(const unsigned char *s, size_t left) {
+  size_t n = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3 : (s[0] >> 3) == 30 ? 4 : 0;
+  if (n == 0 || n > left) return 0;
+  for (size_t i = 1; i < n; i++)
+    if ((s[i] & 0xC0) != 0x80) return 0;
+  return n;
+}
+
+json_t *wk_relay_text(const char *s, size_t len, size_t max) {
+  if (len > max) len = max;
+  char *buf = malloc(len + 1);
+  if (!buf) return NULL;
+  size_t o = 0;
+  for (size_t i = 0; i < len;) {
+    size_t n = utf8_len((const unsigned char *)s + i, len - i);
+    if (n == 0) {
+      buf[o++] = '?';
+      i++;
+      continue;
+    }
+    memcpy(buf + o, s + i, n);
+    o += n;
+    i += n;
+  }
+  json_t *v = json_stringn(buf, o);
+  if (!v) v = json_string("");
+  free(buf);
+  return v;
+}

@@ -1,0 +1,35 @@
+/* Flow control for what a job sends: metric messages coalesced to a rate
+ * (the latest step always wins; urgent ones — evaluations, events — pass at
+ * once), output lines limited to a rate with the rest counted, and text made
+ * safe for JSON. Pure logic over a clock the caller passes in. */
+#ifndef WK_RELAY_H
+#define WK_RELAY_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define WK_OUTPUT_LINE_MAX 4096
+
+struct wk_relay;
+
+int wk_relay_new(int64_t metrics_per_s, int64_t lines_per_s, struct wk_relay **ret);
+struct wk_relay *wk_relay_free(struct wk_relay *r);
+
+/* Offers a metric object (taken). Returns what to send now, owned by the
+ * caller: data itself, or NULL when it was kept as the pending latest. An
+ * urgent metric is always returned and drops an older pending one. */
+json_t *wk_relay_metric(struct wk_relay *r, json_t *data, bool urgent, int64_t now_us);
+/* The pending metric when the rate allows (or force), else NULL. Owned. */
+json_t *wk_relay_pending(struct wk_relay *r, int64_t now_us, bool force);
+/* Whether an output line may go out now; if not it is counted as dropped. */
+bool wk_relay_line(struct wk_relay *r, int64_t now_us);
+/* Lines dropped since the last call. */
+uint64_t wk_relay_take_dropped(struct wk_relay *r);
+
+/* A JSON string of at most max bytes of s (cut on a character boundary);
+ * bytes that are not UTF-8 become '?'. NULL only on OOM. */
+json_t *wk_relay_text(const char *s, size_t len, size_t max);
+
+#endif

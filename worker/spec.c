@@ -1,0 +1,288 @@
+/* Spec → argv.
+ *
+ * A spec is {"model":DEF,"data":DEF,"options":{...}} for train/eval/sample and
+ * {"script":TEXT} for run. A DEF is {"type":..,"args":[..],"options":{..}},
+ * or a session definition {"name":..,"kind":..,"spec":{...}} wrapping one.
+ * Values are JSON numbers, strings, booleans or the session's tagged values
+ * ({"t":"num","v":..}). Resource options (gpus, spot, max_price, ...) are the
+ * gateway's business and are skipped here; any other unknown option is an
+ * error, so a typo never trains silently with a default. */
+#include "spec.h"
+
+#include "sl_err.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum vtype { V_INT, V_NUM, V_STR };
+
+struct flag {
+  const char *option;
+  const char *flag;
+  enum vtype type;
+  unsigned kinds; /* bit per enum wk_kind */
+};
+
+#define K_(k) (1u << (k))
+#define KT K_(WK_KIND_TRAIN)
+#define KE K_(WK_KIND_EVAL)
+#define KS K_(WK_KIND_SAMPLE)
+static const struct flag option_flags[] = {
+  {"steps", "--steps", V_INT, KT},
+  {"batch", "--batch", V_INT, KT},
+  {"lr", "--lr", V_NUM, KT},
+  {"seed", "--seed", V_INT, KT | KS},
+  {"warmup", "--warmup", V_INT, KT},
+  {"weight_decay", "--weight-decay", V_NUM, KT},
+  {"grad_clip", "--grad-clip", V_NUM, KT},
+  {"eval_every", "--eval-every", V_INT, KT},
+  {"eval_batches", "--eval-batches", V_INT, KT | KE},
+  {"keep", "--keep", V_INT, KT},
+  {"threads", "--threads", V_INT, KT | KE | KS},
+  {"device", "--device", V_STR, KT | KE | KS},
+  {"tokens", "--tokens", V_INT, KS},
+  {"temperature", "--temperature", V_NUM, KS},
+  {"top_k", "--top-k", V_INT, KS},
+};
+static const struct flag model_flags[] = {
+  {"layers", "--layers", V_INT, KT}, {"heads", "--heads", V_INT, KT},
+  {"dim", "--dim", V_INT, KT},       {"ctx", "--ctx", V_INT, KT},
+  {"hidden", "--hidden", V_INT, KT}, {"dropout", "--dropout", V_NUM, KT},
+};
+/* Options handled elsewhere: placement and limits are the gateway's, the
+ * checkpoint interval and the prompt have their own code below. */
+static const char *const skipped_options[] = {
+  "gpus", "nodes", "spot", "max_price", "instance", "region", "deadline", "detach",
+  "checkpoint_every", "prompt", NULL,
+};
+
+struct av {
+  char **v;
+  size_t n;
+  char *err;
+  size_t err_size;
+};
+
+static int fail(struct av *a, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(struct av *a, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (a->err && a->err_size) vsnprintf(a->err, a->err_size, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+static int push(struct av *a, const char *s) {
+  if (a->n + 1 >= WK_ARGV_MAX) return fail(a, SL_ELIMIT, "too many arguments");
+  if (!(a->v[a->n] = strdup(s))) return -ENOMEM;
+  a->n++;
+  return 0;
+}
+
+static int push2(struct av *a, const char *flag, const char *value) {
+  int r = push(a, flag);
+  return r < 0 ? r : push(a, value);
+}
+
+/* Unwraps a session tagged value {"t":..,"v":..}. */
+static const json_t *plain(const json_t *v) {
+  if (json_is_object(v) && json_is_string(json_object_get(v, "t")) && json_object_get(v, "v"))
+    return json_object_get(v, "v");
+  return v;
+}
+
+static int format_value(struct av *a, const char *name, const json_t *v, enum vtype t,
+                        char *out, size_t size) {
+  v = plain(v);
+  if (t == V_STR) {
+    if (!json_is_string(v)) return fail(a, SL_ETYPE, "option %s must be a string", name);
+    if (strlen(json_string_value(v)) >= size) return fail(a, SL_ELIMIT, "option %s is too long", name);
+    snprintf(out, size, "%s", json_string_value(v));
+    return 0;
+  }
+  double d;
+  if (json_is_number(v)) {
+    d = json_number_value(v);
+  } else if (json_is_string(v) && *json_string_value(v)) {
+    char *end;
+    d = strtod(json_string_value(v), &end);
+    if (*end) return fail(a, SL_ETYPE, "option %s must be a number", name);
+  } else {
+    return fail(a, SL_ETYPE, "option %s must be a number", name);
+  }
+  if (!isfinite(d) || d < 0) return fail(a, SL_ECONFIG, "option %s must be a finite number >= 0", name);
+  if (t == V_INT) {
+    if (d != floor(d) || d > 1e15) return fail(a, SL_ETYPE, "option %s must be a whole number", name);
+    snprintf(out, size, "%lld", (long long)d);
+  } else {
+    snprintf(out, size, "%.9g", d);
+  }
+  return 0;
+}
+
+static const struct flag *find_flag(const struct flag *t, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(t[i].option, name)) return &t[i];
+  return NULL;
+}
+
+static bool is_skipped(const char *name) {
+  for (size_t i = 0; skipped_options[i]; i++)
+    if (!strcmp(skipped_options[i], name)) return true;
+  return false;
+}
+
+/* Adds a flag for every option of obj found in table; unknown names fail
+ * unless skip_unknown says they belong to someone else. */
+static int add_options(struct av *a, enum wk_kind kind, const json_t *obj, const struct flag *t,
+                       size_t n, const char *what) {
+  if (!obj) return 0;
+  if (!json_is_object(obj)) return fail(a, SL_ETYPE, "%s options must be an object", what);
+  const char *name;
+  json_t *v;
+  json_object_foreach((json_t *)obj, name, v) {
+    const struct flag *f = find_flag(t, n, name);
+    if (!f) {
+      if (is_skipped(name)) continue;
+      return fail(a, SL_ENAME, "unknown %s option \"%s\"", what, name);
+    }
+    if (!(f->kinds & K_(kind))) continue;
+    char buf[256];
+    int r = format_value(a, name, v, f->type, buf, sizeof buf);
+    if (r < 0 || (r = push2(a, f->flag, buf)) < 0) return r;
+  }
+  return 0;
+}
+
+static const json_t *unwrap_def(const json_t *def) {
+  const json_t *inner = json_object_get(def, "spec");
+  return json_is_object(inner) ? inner : def;
+}
+
+static int add_model(struct av *a, const json_t *spec) {
+  const json_t *m = json_object_get(spec, "model");
+  if (!json_is_object(m)) return fail(a, SL_ECONFIG, "spec has no model definition");
+  m = unwrap_def(m);
+  const char *type = json_string_value(json_object_get(m, "type"));
+  if (!type || (strcmp(type, "gpt") && strcmp(type, "mlp")))
+    return fail(a, SL_ECONFIG, "model type must be gpt or mlp");
+  int r = push2(a, "--model", type);
+  if (r < 0) return r;
+  return add_options(a, WK_KIND_TRAIN, json_object_get(m, "options"), model_flags,
+                     sizeof model_flags / sizeof model_flags[0], "model");
+}
+
+/* The data argument: text("PATH"|"moby-dick") or fashion_mnist(["FOLDER"]). */
+static int add_data(struct av *a, const json_t *spec, bool required) {
+  const json_t *d = json_object_get(spec, "data");
+  if (!d || json_is_null(d)) return required ? fail(a, SL_ECONFIG, "spec has no data definition") : 0;
+  if (json_is_string(d)) return push2(a, "--data", json_string_value(d));
+  if (!json_is_object(d)) return fail(a, SL_ETYPE, "data must be an object");
+  d = unwrap_def(d);
+  const char *type = json_string_value(json_object_get(d, "type"));
+  const json_t *args = json_object_get(d, "args");
+  const json_t *arg0 = plain(json_array_get(args, 0));
+  const char *path = json_string_value(arg0);
+  if (!path) path = json_string_value(plain(json_object_get(json_object_get(d, "options"), "path")));
+  if (type && !strcmp(type, "text")) {
+    if (!path || !*path) return fail(a, SL_ECONFIG, "text data needs a path or \"moby-dick\"");
+    return push2(a, "--data", path);
+  }
+  if (type && (!strcmp(type, "fashion_mnist") || !strcmp(type, "fashion-mnist")))
+    return push2(a, "--data", path && *path ? path : "fashion-mnist");
+  return fail(a, SL_ECONFIG, "data type must be text or fashion_mnist");
+}
+
+static int add_common(struct av *a, enum wk_kind kind, const json_t *spec,
+                      const struct wk_spec_paths *p) {
+  char buf[64];
+  int r = push2(a, "--ckpt-dir", p->ckpt_dir);
+  if (r < 0) return r;
+  snprintf(buf, sizeof buf, "fd:%d", p->metrics_fd);
+  if ((r = push2(a, "--metrics", buf)) < 0) return r;
+  if (kind == WK_KIND_TRAIN && p->control_fd >= 0) {
+    snprintf(buf, sizeof buf, "fd:%d", p->control_fd);
+    if ((r = push2(a, "--control", buf)) < 0) return r;
+  }
+  return add_options(a, kind, json_object_get(spec, "options"), option_flags,
+                     sizeof option_flags / sizeof option_flags[0], "job");
+}
+
+static int add_checkpoint_every(struct av *a, const json_t *spec, const struct wk_spec_paths *p) {
+  char buf[64];
+  if (p->checkpoint_every > 0) {
+    snprintf(buf, sizeof buf, "%lld", p->checkpoint_every);
+    return push2(a, "--checkpoint-every", buf);
+  }
+  const json_t *v = plain(json_object_get(json_object_get(spec, "options"), "checkpoint_every"));
+  if (!v || (json_is_string(v) && !strcmp(json_string_value(v), "auto"))) return 0;
+  int r = format_value(a, "checkpoint_every", v, V_INT, buf, sizeof buf);
+  return r < 0 ? r : push2(a, "--checkpoint-every", buf);
+}
+
+static int build(struct av *a, enum wk_kind kind, const json_t *spec, const struct wk_spec_paths *p) {
+  int r;
+  if (kind == WK_KIND_RUN) {
+    const char *script = json_string_value(json_object_get(spec, "script"));
+    if (!script) return fail(a, SL_ECONFIG, "run spec has no script");
+    if ((r = push(a, "/bin/sh")) < 0 || (r = push(a, "-e")) < 0 || (r = push(a, "-c")) < 0)
+      return r;
+    return push(a, script);
+  }
+  if (!p->train || !*p->train) return fail(a, SL_ECONFIG, "no spotlab-train program");
+  if ((r = push(a, p->train)) < 0) return r;
+  if (kind == WK_KIND_TRAIN) {
+    if ((r = add_model(a, spec)) < 0 || (r = add_data(a, spec, true)) < 0) return r;
+    if ((r = add_checkpoint_every(a, spec, p)) < 0) return r;
+    if (p->resume && (r = push(a, "--resume")) < 0) return r;
+  } else if (kind == WK_KIND_EVAL) {
+    if ((r = push(a, "--eval")) < 0 || (r = add_data(a, spec, false)) < 0) return r;
+  } else {
+    const json_t *opts = json_object_get(spec, "options");
+    const json_t *pr = plain(json_object_get(opts, "prompt"));
+    if (!pr) pr = json_object_get(spec, "prompt");
+    if (!json_is_string(pr)) return fail(a, SL_ECONFIG, "sample needs a prompt string");
+    if ((r = push2(a, "--sample", json_string_value(pr))) < 0) return r;
+  }
+  return add_common(a, kind, spec, p);
+}
+
+int wk_spec_build_argv(enum wk_kind kind, const json_t *spec, const struct wk_spec_paths *p,
+                       char ***ret_argv, char *err, size_t err_size) {
+  struct av a = {calloc(WK_ARGV_MAX, sizeof(char *)), 0, err, err_size};
+  if (!a.v) return -ENOMEM;
+  int r = json_is_object(spec) ? build(&a, kind, spec, p) : fail(&a, SL_ECONFIG, "spec must be an object");
+  if (r < 0) {
+    wk_argv_free(a.v);
+    return r;
+  }
+  *ret_argv = a.v;
+  return 0;
+}
+
+char **wk_argv_free(char **argv) {
+  if (argv) {
+    for (size_t i = 0; argv[i]; i++) free(argv[i]);
+    free(argv);
+  }
+  return NULL;
+}
+
+static const char *const kind_names[] = {"train", "eval", "sample", "run"};
+
+int wk_spec_kind(const char *name, enum wk_kind *ret) {
+  for (int i = 0; name && i < 4; i++)
+    if (!strcmp(name, kind_names[i])) {
+      *ret = (enum wk_kind)i;
+      return 0;
+    }
+  return SL_ENAME;
+}
+
+const char *wk_spec_kind_name(enum wk_kind kind) {
+  return (unsigned)kind < 4 ? kind_names[kind] : "?";
+}

@@ -1,0 +1,268 @@
+/* Checkpoint store, local folder backend.
+ *
+ * An object KEY lives at ROOT/KEY. A put copies into ROOT/DIR/.wk-tmp.NAME.PID.N,
+ * fsyncs it, renames it over ROOT/KEY and fsyncs DIR, so the name always points
+ * at a complete object and an interrupted put leaves at most a stray temporary
+ * file, which list and get never show. Other backends (S3) would sit behind
+ * the same five calls; `ops` is the seam. */
+#include "store.h"
+
+#include "sl_err.h"
+#include "sl_path.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KEY_MAX 512
+#define LIST_MAX 100000
+#define TMP_PREFIX ".wk-tmp"
+
+struct wk_store {
+  char root[PATH_MAX];
+  unsigned tmp_counter;
+  int64_t fail_after; /* test hook; -1 = off */
+};
+
+int wk_store_check_key(const char *key) {
+  size_t n = key ? strlen(key) : 0;
+  if (n == 0 || n > KEY_MAX || key[0] == '/' || key[n - 1] == '/') return SL_ENAME;
+  const char *c = key;
+  while (*c) {
+    const char *e = strchr(c, '/');
+    size_t len = e ? (size_t)(e - c) : strlen(c);
+    if (len == 0 || (len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.') ||
+        strncmp(c, TMP_PREFIX, strlen(TMP_PREFIX)) == 0)
+      return SL_ENAME;
+    for (size_t i = 0; i < len; i++)
+      if ((unsigned char)c[i] < 0x20 || c[i] == 0x7f || c[i] == '\\') return SL_ENAME;
+    c += len + (e ? 1 : 0);
+  }
+  return 0;
+}
+
+int wk_store_open(const char *url, struct wk_store **ret) {
+  if (!url || strncmp(url, "file:///", 8) != 0) return SL_ENOTSUP;
+  const char *path = url + 7;
+  if (strlen(path) >= PATH_MAX - KEY_MAX - 64) return SL_ELIMIT;
+  struct wk_store *s = calloc(1, sizeof *s);
+  if (!s) return -ENOMEM;
+  snprintf(s->root, sizeof s->root, "%s", path);
+  size_t n = strlen(s->root);
+  while (n > 1 && s->root[n - 1] == '/') s->root[--n] = 0;
+  s->fail_after = -1;
+  int r = sl_mkdir_p(s->root, 0700);
+  if (r < 0) {
+    free(s);
+    return r;
+  }
+  *ret = s;
+  return 0;
+}
+
+struct wk_store *wk_store_free(struct wk_store *s) {
+  free(s);
+  return NULL;
+}
+
+void wk_store_fail_next_put(struct wk_store *s, int64_t bytes) { s->fail_after = bytes; }
+
+static int fsync_dir(const char *path) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  int r = fsync(fd) < 0 ? -errno : 0;
+  close(fd);
+  return r;
+}
+
+static int dir_of(const char *path, char *out, size_t size) {
+  const char *slash = strrchr(path, '/');
+  if (!slash || (size_t)(slash - path) >= size) return -EINVAL;
+  size_t n = slash == path ? 1 : (size_t)(slash - path);
+  memcpy(out, path, n);
+  out[n] = 0;
+  return 0;
+}
+
+/* Copies src into dst_final through a temporary name in the same folder.
+ * fail_after >= 0 stops after that many bytes and leaves the temporary file,
+ * as a process killed mid-write would. */
+static int copy_atomic(struct wk_store *s, const char *src, const char *dst_final,
+                       int64_t fail_after, uint64_t *ret_bytes) {
+  char dir[PATH_MAX], tmp[PATH_MAX + 64];
+  int r = dir_of(dst_final, dir, sizeof dir);
+  if (r < 0 || (r = sl_mkdir_p(dir, 0700)) < 0) return r;
+  snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX ".%s.%d.%u", dir, strrchr(dst_final, '/') + 1,
+           (int)getpid(), s->tmp_counter++);
+  int in = open(src, O_RDONLY | O_CLOEXEC);
+  if (in < 0) return -errno;
+  int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (out < 0) {
+    r = -errno;
+    close(in);
+    return r;
+  }
+  uint64_t total = 0;
+  char buf[65536];
+  bool keep_tmp = false;
+  for (;;) {
+    ssize_t k = read(in, buf, sizeof buf);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) { r = -errno; goto fail; }
+    if (k == 0) break;
+    if (fail_after >= 0 && total + (uint64_t)k > (uint64_t)fail_after) {
+      k = (ssize_t)((uint64_t)fail_after - total);
+      if (k > 0 && write(out, buf, (size_t)k) != k) {}
+      r = -EIO;
+      keep_tmp = true;
+      goto fail;
+    }
+    for (ssize_t off = 0; off < k;) {
+      ssize_t w = write(out, buf + off, (size_t)(k - off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) { r = -errno; goto fail; }
+      off += w;
+    }
+    total += (uint64_t)k;
+  }
+  if (fsync(out) < 0) { r = -errno; goto fail; }
+  if (close(out) < 0) { out = -1; r = -errno; goto fail; }
+  out = -1;
+  close(in);
+  if (rename(tmp, dst_final) < 0) {
+    r = -errno;
+    unlink(tmp);
+    return r;
+  }
+  if ((r = fsync_dir(dir)) < 0) return r;
+  if (ret_bytes) *ret_bytes = total;
+  return 0;
+fail:
+  if (out >= 0) close(out);
+  close(in);
+  if (!keep_tmp) unlink(tmp);
+  return r;
+}
+
+static int key_path(const struct wk_store *s, const char *key, char *out, size_t size) {
+  int r = wk_store_check_key(key);
+  if (r < 0) return r;
+  if ((size_t)snprintf(out, size, "%s/%s", s->root, key) >= size) return SL_ELIMIT;
+  return 0;
+}
+
+int wk_store_put_file(struct wk_store *s, const char *key, const char *src, uint64_t *ret_bytes) {
+  char path[PATH_MAX];
+  int r = key_path(s, key, path, sizeof path);
+  if (r < 0) return r;
+  int64_t fail_after = s->fail_after;
+  s->fail_after = -1;
+  return copy_atomic(s, src, path, fail_after, ret_bytes);
+}
+
+int wk_store_get_file(struct wk_store *s, const char *key, const char *dst, uint64_t *ret_bytes) {
+  char path[PATH_MAX];
+  int r = key_path(s, key, path, sizeof path);
+  if (r < 0) return r;
+  struct stat st;
+  if (stat(path, &st) < 0) return -errno;
+  if (!S_ISREG(st.st_mode)) return -ENOENT;
+  return copy_atomic(s, path, dst, -1, ret_bytes);
+}
+
+int wk_store_remove(struct wk_store *s, const char *key) {
+  char path[PATH_MAX], dir[PATH_MAX];
+  int r = key_path(s, key, path, sizeof path);
+  if (r < 0) return r;
+  if (unlink(path) < 0) return -errno;
+  if (dir_of(path, dir, sizeof dir) == 0) fsync_dir(dir);
+  return 0;
+}
+
+struct keylist {
+  char **v;
+  size_t n, cap;
+};
+
+static int keylist_add(struct keylist *l, const char *key) {
+  if (l->n >= LIST_MAX) return SL_ELIMIT;
+  if (l->n + 2 > l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 16;
+    char **v = realloc(l->v, cap * sizeof *v);
+    if (!v) return -ENOMEM;
+    l->v = v;
+    l->cap = cap;
+  }
+  if (!(l->v[l->n] = strdup(key))) return -ENOMEM;
+  l->v[++l->n] = NULL;
+  return 0;
+}
+
+/* Walks ROOT/rel (rel "" or "a/b/") adding keys that start with prefix. */
+static int walk(const struct wk_store *s, const char *rel, const char *prefix, int depth,
+                struct keylist *l) {
+  if (depth > 16) return 0;
+  char path[PATH_MAX + KEY_MAX + 8];
+  snprintf(path, sizeof path, "%s/%s", s->root, rel);
+  DIR *d = opendir(path);
+  if (!d) return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+  int r = 0;
+  struct dirent *e;
+  while (r >= 0 && (e = readdir(d))) {
+    if (e->d_name[0] == '.' && (!e->d_name[1] || !strcmp(e->d_name, "..") ||
+                                !strncmp(e->d_name, TMP_PREFIX, strlen(TMP_PREFIX))))
+      continue;
+    char key[KEY_MAX + 2];
+    if ((size_t)snprintf(key, sizeof key, "%s%s", rel, e->d_name) > KEY_MAX) continue;
+    size_t kl = strlen(key), pl = strlen(prefix);
+    struct stat st;
+    char full[PATH_MAX + KEY_MAX + 8];
+    snprintf(full, sizeof full, "%s/%s", s->root, key);
+    if (lstat(full, &st) < 0) continue;
+    if (S_ISDIR(st.st_mode)) {
+      strcat(key, "/");
+      if (strncmp(key, prefix, kl + 1 < pl ? kl + 1 : pl) == 0) r = walk(s, key, prefix, depth + 1, l);
+    } else if (S_ISREG(st.st_mode) && strncmp(key, prefix, pl) == 0) {
+      r = keylist_add(l, key);
+    }
+  }
+  closedir(d);
+  return r;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int wk_store_list(struct wk_store *s, const char *prefix, char ***ret_keys, size_t *ret_n) {
+  if (!prefix || strlen(prefix) > KEY_MAX || prefix[0] == '/' || strstr(prefix, "..")) return SL_ENAME;
+  struct keylist l = {0};
+  int r = keylist_add(&l, "");
+  if (r < 0) goto fail;
+  free(l.v[0]);
+  l.v[0] = NULL;
+  l.n = 0;
+  if ((r = walk(s, "", prefix, 0, &l)) < 0) goto fail;
+  qsort(l.v, l.n, sizeof *l.v, cmp_str);
+  *ret_keys = l.v;
+  if (ret_n) *ret_n = l.n;
+  return 0;
+fail:
+  wk_store_keys_free(l.v);
+  return r;
+}
+
+char **wk_store_keys_free(char **keys) {
+  if (keys) {
+    for (size_t i = 0; keys[i]; i++) free(keys[i]);
+    free(keys);
+  }
+  return NULL;
+}

@@ -1,0 +1,38 @@
+/* Checkpoint store: objects by key (docs/internals/protocols.md §3).
+ *
+ * Keys are relative paths ("J000003/ckpt-00000400.tc"): components of
+ * printable bytes, no "." or "..", none starting with ".wk-tmp". A put is
+ * atomic: readers see the previous object or the new one, never a part, and a
+ * failed put leaves the previous object readable. The interface fits an S3
+ * bucket as well as a folder; only file:/// URLs are implemented. */
+#ifndef WK_STORE_H
+#define WK_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct wk_store;
+
+/* Opens the store at url ("file:///abs/folder", created 0700 if missing). */
+int wk_store_open(const char *url, struct wk_store **ret);
+struct wk_store *wk_store_free(struct wk_store *s);
+
+/* Uploads the local file src as key; *ret_bytes (may be NULL) gets its size. */
+int wk_store_put_file(struct wk_store *s, const char *key, const char *src, uint64_t *ret_bytes);
+/* Downloads key into the local file dst (atomically: temp name, rename). -ENOENT if absent. */
+int wk_store_get_file(struct wk_store *s, const char *key, const char *dst, uint64_t *ret_bytes);
+/* Keys under prefix ("J000003/files/", recursive), sorted; *ret_keys is an
+ * owned NULL-terminated array (wk_store_keys_free). At most 100000 keys. */
+int wk_store_list(struct wk_store *s, const char *prefix, char ***ret_keys, size_t *ret_n);
+char **wk_store_keys_free(char **keys);
+/* Removes key; -ENOENT if absent. */
+int wk_store_remove(struct wk_store *s, const char *key);
+
+/* 0 when key is well-formed, SL_ENAME otherwise. */
+int wk_store_check_key(const char *key);
+
+/* Test hook: the next put fails with -EIO after writing `bytes` bytes of its
+ * temporary object, as an interrupted upload would (-1 = off). */
+void wk_store_fail_next_put(struct wk_store *s, int64_t bytes);
+
+#endif
