@@ -106,23 +106,27 @@ float *tc_model_tensor(struct tc_model *m, float *base, const char *name) {
   return NULL;
 }
 
-struct tc_model *tc_model_new(const struct tc_config *cfg, int max_batch) {
-  if (max_batch < 1) return NULL;
+struct tc_model *tc_model_new_buffers(const struct tc_config *cfg) {
   struct tc_model *m = calloc(1, sizeof *m);
   if (!m) return NULL;
-  if (tc_model_layout(cfg, m) < 0) goto fail;
-  m->max_batch = max_batch;
+  if (tc_model_layout(cfg, m) < 0) return tc_model_free(m);
   size_t bytes = m->n_params * sizeof(float);
   m->params = calloc(1, bytes);
   m->grads = calloc(1, bytes);
   m->m = calloc(1, bytes);
   m->v = calloc(1, bytes);
-  if (!m->params || !m->grads || !m->m || !m->v) goto fail;
-  int r = cfg->kind == TC_MODEL_GPT ? tc_gpt_acts_new(m) : tc_mlp_acts_new(m);
-  if (r < 0) goto fail;
+  if (!m->params || !m->grads || !m->m || !m->v) return tc_model_free(m);
   return m;
-fail:
-  return tc_model_free(m);
+}
+
+struct tc_model *tc_model_new(const struct tc_config *cfg, int max_batch) {
+  if (max_batch < 1) return NULL;
+  struct tc_model *m = tc_model_new_buffers(cfg);
+  if (!m) return NULL;
+  m->max_batch = max_batch;
+  int r = cfg->kind == TC_MODEL_GPT ? tc_gpt_acts_new(m) : tc_mlp_acts_new(m);
+  if (r < 0) return tc_model_free(m);
+  return m;
 }
 
 struct tc_model *tc_model_free(struct tc_model *m) {
@@ -171,13 +175,13 @@ void tc_model_init(struct tc_model *m, struct tc_rng *rng) {
 }
 
 int tc_model_forward(struct tc_model *m, const struct tc_batch *b, float *ret_loss) {
-  if (b->B < 1 || b->B > m->max_batch) return -EINVAL;
+  if (!m->acts || b->B < 1 || b->B > m->max_batch) return -EINVAL;
   return m->cfg.kind == TC_MODEL_GPT ? tc_gpt_forward(m, b, ret_loss)
                                      : tc_mlp_forward(m, b, ret_loss);
 }
 
 int tc_model_backward(struct tc_model *m) {
-  if (!m->have_targets) return -EINVAL;
+  if (!m->acts || !m->have_targets) return -EINVAL;
   memset(m->grads, 0, m->n_params * sizeof(float));
   return m->cfg.kind == TC_MODEL_GPT ? tc_gpt_backward(m) : tc_mlp_backward(m);
 }

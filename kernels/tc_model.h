@@ -86,6 +86,9 @@ int tc_model_layout(const struct tc_config *cfg, struct tc_model *m);
 /* Owned model with zeroed buffers and activations for batches up to max_batch.
  * NULL on invalid config or OOM. */
 struct tc_model *tc_model_new(const struct tc_config *cfg, int max_batch);
+/* Owned model with zeroed buffers (params, grads, m, v) and no activations:
+ * the host side of a device backend. tc_model_forward refuses it. */
+struct tc_model *tc_model_new_buffers(const struct tc_config *cfg);
 struct tc_model *tc_model_free(struct tc_model *m);
 /* Bytes held by the model (parameters, optimizer, activations). */
 size_t tc_model_mem_bytes(const struct tc_model *m);

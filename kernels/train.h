@@ -7,6 +7,9 @@
 struct tc_opts {
   const char *model, *data, *device, *ckpt_dir, *metrics, *control;
   const char *dump_init, *dump_batches, *sample;
+  const char *rendezvous, *nccl_id;             /* data parallelism across machines */
+  long gpus, rank, world_size, cuda_device;     /* cuda_device -1: the local rank */
+  int bf16, nccl;
   long layers, heads, dim, ctx, hidden, batch, steps, threads, ckpt_every, eval_every;
   long warmup, keep, tokens, top_k, eval_batches;
   double lr, weight_decay, grad_clip, temperature, dropout;

@@ -26,6 +26,7 @@
 #include "tc_ops.h"
 #include "tc_writer.h"
 #include "train.h"
+#include "train_dev.h"
 
 static volatile sig_atomic_t g_term, g_ckpt;
 
@@ -113,7 +114,9 @@ struct run {
   const struct tc_opts *o;
   struct metrics mt;
   struct tc_config cfg;
-  struct tc_model *model;
+  struct tc_model *model; /* host buffers (and the CPU path's activations) */
+  struct tc_dev *dev;     /* the step on the chosen device; rank and world size */
+  int batch;              /* global batch rows (all ranks) */
   struct tc_text *text;
   struct tc_images *train, *test;
   uint32_t *perm;
@@ -157,6 +160,7 @@ static int alloc_batch(struct run *R, int B) {
 
 static void free_run(struct run *R) {
   R->writer = tc_ckpt_writer_free(R->writer);
+  tc_dev_free(R->dev);
   tc_model_free(R->model);
   tc_text_free(R->text);
   tc_images_free(R->train);
@@ -171,8 +175,7 @@ static void free_run(struct run *R) {
 
 /* Mean held-out loss; mlp also gives accuracy. */
 static int evaluate(struct run *R, double *ret_loss, double *ret_acc) {
-  struct tc_model *m = R->model;
-  int B = m->max_batch;
+  int B = R->batch;
   double sum = 0.0;
   int64_t correct = 0, count = 0;
   if (R->cfg.kind == TC_MODEL_GPT) {
@@ -180,10 +183,10 @@ static int evaluate(struct run *R, double *ret_loss, double *ret_acc) {
     for (int i = 0; i < nb; i++) {
       tc_text_eval_batch(R->text, i, nb, B, T, R->tokens, R->targets);
       struct tc_batch b = {.B = B, .tokens = R->tokens, .targets = R->targets};
-      float loss;
-      int r = tc_model_forward(m, &b, &loss);
+      double loss;
+      int r = tc_dev_forward(R->dev, &b, &loss, NULL);
       if (r < 0) return r;
-      sum += loss;
+      sum += (float)loss;
     }
     *ret_loss = sum / nb;
     *ret_acc = NAN;
@@ -193,11 +196,12 @@ static int evaluate(struct run *R, double *ret_loss, double *ret_acc) {
   for (uint32_t i = 0; i < t->n; i += (uint32_t)B) {
     int n = t->n - i < (uint32_t)B ? (int)(t->n - i) : B;
     struct tc_batch b = {.B = n, .inputs = t->x + (size_t)i * 784, .targets = t->y + i};
-    float loss;
-    int r = tc_model_forward(m, &b, &loss);
+    double loss;
+    int64_t right = 0;
+    int r = tc_dev_forward(R->dev, &b, &loss, &right);
     if (r < 0) return r;
-    sum += (double)loss * n;
-    correct += m->last_correct;
+    sum += (double)(float)loss * n;
+    correct += right;
     count += n;
   }
   *ret_loss = sum / (double)count;
@@ -231,6 +235,12 @@ static void checkpoint(struct run *R, uint64_t step) {
     return;
   }
   if (R->have_ckpt && R->last_ckpt_step == step) return;
+  int r = tc_dev_to_host(R->dev);
+  if (r < 0) {
+    emit(&R->mt, "\"event\":\"error\",\"op\":\"checkpoint\",\"step\":%u,\"error\":%S,\"code\":%S",
+         step, "cannot copy the model from the device", sl_errname(r));
+    return;
+  }
   struct tc_ckpt *ck = tc_ckpt_writer_acquire(R->writer);
   R->meta.step = step;
   tc_ckpt_capture(ck, R->model, &R->meta);
@@ -303,10 +313,43 @@ static int write_raw(const char *path, const float *p, size_t n) {
   return r;
 }
 
+static void dev_opts(const struct tc_opts *o, struct tc_dev_opts *d) {
+  *d = (struct tc_dev_opts){.device = o->device, .bf16 = o->bf16, .nccl = o->nccl,
+                            .gpus = o->gpus, .rank = o->rank, .world = o->world_size,
+                            .cuda_device = o->cuda_device, .rendezvous = o->rendezvous,
+                            .nccl_id = o->nccl_id, .rdv_timeout_ms = 120000};
+}
+
+static int run_train(const struct tc_opts *o, struct tc_launch *launch);
+
+/* Decides this process's rank (forking the local ranks for --gpus) before
+ * any thread starts, runs the training, and lets rank 0 collect the others. */
 int tc_run_train(const struct tc_opts *o) {
+  struct tc_dev_opts d;
+  struct tc_launch launch;
+  char err[512];
+  dev_opts(o, &d);
+  if (tc_launch_start(&d, &launch, err, sizeof err) < 0) {
+    fprintf(stderr, "spotlab-train: %s\n", err);
+    return 1;
+  }
+  struct tc_opts mine = *o;
+  if (launch.rank > 0) { /* one voice: rank 0 reports, checkpoints and takes commands */
+    mine.metrics = "/dev/null";
+    mine.control = NULL;
+    mine.dump_init = mine.dump_batches = NULL;
+  }
+  int r = run_train(&mine, &launch);
+  if (tc_launch_finish(&launch, r == 0) < 0 && r == 0) r = 1;
+  return r;
+}
+
+static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
   struct run R = {.o = o};
-  char err[8192];
+  char err[8192] = "";
   int r, B = (int)o->batch;
+  int cuda = !strcmp(o->device, "cuda"), rank = launch->rank;
+  R.batch = B;
   tc_set_threads((int)o->threads);
   if ((r = metrics_open(&R.mt, o->metrics)) < 0) {
     fprintf(stderr, "spotlab-train: --metrics %s: %s\n", o->metrics, strerror(-r));
@@ -343,14 +386,15 @@ int tc_run_train(const struct tc_opts *o) {
     r = fail(&R, r, err);
     goto out;
   }
-  if (tc_config_validate(&R.cfg, err, sizeof err) < 0 || !(R.model = tc_model_new(&R.cfg, B)) ||
+  if (tc_config_validate(&R.cfg, err, sizeof err) < 0 ||
+      !(R.model = cuda ? tc_model_new_buffers(&R.cfg) : tc_model_new(&R.cfg, B)) ||
       alloc_batch(&R, B) < 0) {
     if (!err[0]) snprintf(err, sizeof err, "out of memory");
     r = fail(&R, -EINVAL, err);
     goto out;
   }
   R.meta.cfg = R.cfg;
-  R.meta.world_size = 1;
+  R.meta.world_size = (uint32_t)launch->world;
   R.meta.seed = o->seed;
   tc_rng_seed(&R.meta.rng_init, o->seed, 1);
   tc_rng_seed(&R.meta.rng_data, o->seed, 2);
@@ -362,7 +406,7 @@ int tc_run_train(const struct tc_opts *o) {
     goto out;
   }
   int fresh = 1;
-  if (o->resume) {
+  if (o->resume && rank == 0) {
     struct tc_ckpt *ck = NULL;
     char path[4096];
     r = tc_ckpt_load_newest(o->ckpt_dir, &R.cfg, on_ckpt_warn, &R, &ck, path, sizeof path, err,
@@ -376,6 +420,7 @@ int tc_run_train(const struct tc_opts *o) {
       }
       tc_ckpt_restore(ck, R.model);
       R.meta = ck->meta;
+      R.meta.world_size = (uint32_t)launch->world;
       R.last_ckpt_step = ck->meta.step;
       R.have_ckpt = 1;
       fresh = 0;
@@ -406,9 +451,26 @@ int tc_run_train(const struct tc_opts *o) {
       r = fail(&R, -ENOMEM, "out of memory");
       goto out;
     }
-    tc_images_perm(R.perm, R.train->n, R.meta.seed, R.meta.data_epoch);
   }
-  if (o->ckpt_dir &&
+  {
+    struct tc_dev_opts d;
+    dev_opts(o, &d);
+    err[0] = 0;
+    if ((r = tc_dev_new(&d, launch, R.model, B, &R.dev, err, sizeof err)) < 0 ||
+        (r = tc_dev_start(R.dev, &R.meta, sizeof R.meta)) < 0) {
+      if (!err[0]) snprintf(err, sizeof err, "cannot start the device: %s", sl_strerror(r));
+      r = fail(&R, r, err);
+      goto out;
+    }
+    if (cuda) {
+      char desc[512];
+      emit(&R.mt, "\"event\":\"device\",\"step\":%u,\"device\":%S,\"world_size\":%d",
+           R.meta.step, tc_dev_describe(R.dev, desc, sizeof desc), launch->world);
+    }
+  }
+  if (!is_gpt) /* the permutation of the (possibly broadcast) data epoch */
+    tc_images_perm(R.perm, R.train->n, R.meta.seed, R.meta.data_epoch);
+  if (o->ckpt_dir && rank == 0 &&
       !(R.writer = tc_ckpt_writer_new(o->ckpt_dir, (int)o->keep, R.model->n_params,
                                       on_ckpt_done, &R))) {
     r = fail(&R, -ENOMEM, "cannot start the checkpoint writer");
@@ -417,7 +479,7 @@ int tc_run_train(const struct tc_opts *o) {
   struct tc_adamw hp = {0.9f, 0.95f, 1e-8f, (float)o->weight_decay};
   if (!is_gpt) hp.beta2 = 0.999f;
   uint64_t total = (uint64_t)o->steps;
-  size_t mem = tc_model_mem_bytes(R.model);
+  size_t mem = tc_dev_mem_bytes(R.dev);
   char ctl[4096];
   size_t ctl_len = 0;
   float loss = NAN;
@@ -428,8 +490,16 @@ int tc_run_train(const struct tc_opts *o) {
       if (c < 0) ctl_fd = -1;
       if (c > 0) g_ckpt = 1;
     }
-    if (g_term) break;
-    if (g_ckpt) {
+    int flags[2] = {g_term != 0, g_ckpt != 0}; /* any rank asking stops or checkpoints all */
+    if ((r = tc_dev_agree(R.dev, flags, 2)) < 0) {
+      r = fail(&R, r, "ranks could not agree on the step");
+      goto out;
+    }
+    if (flags[0]) {
+      g_term = 1;
+      break;
+    }
+    if (flags[1]) {
       g_ckpt = 0;
       checkpoint(&R, step);
     }
@@ -438,12 +508,14 @@ int tc_run_train(const struct tc_opts *o) {
     next_batch(&R, B);
     dump_batch(&R, B);
     struct tc_batch b = {.B = B, .tokens = R.tokens, .inputs = R.inputs, .targets = R.targets};
-    if ((r = tc_model_forward(R.model, &b, &loss)) < 0 || (r = tc_model_backward(R.model)) < 0) {
+    double loss_d = NAN, gnorm = NAN;
+    if ((r = tc_dev_forward(R.dev, &b, &loss_d, NULL)) < 0 || (r = tc_dev_backward(R.dev)) < 0 ||
+        (r = tc_dev_clip(R.dev, (float)o->grad_clip, &gnorm)) < 0 ||
+        (r = tc_dev_adamw(R.dev, &hp, lr)) < 0) {
       r = fail(&R, r, "training step failed");
       goto out;
     }
-    double gnorm = tc_model_clip_grads(R.model, (float)o->grad_clip);
-    tc_model_adamw(R.model, &hp, lr);
+    loss = (float)loss_d;
     R.meta.step = step + 1;
     double dt = (double)(sl_time_mono_us() - t0) / 1e6;
     double rate = (is_gpt ? (double)B * R.cfg.ctx : (double)B) / (dt > 0 ? dt : 1e-9);
@@ -502,12 +574,23 @@ static int load_for_inference(struct run *R, int B, int need_data, char *err, si
       r = SL_EMISMATCH;
     }
   }
-  if (r == 0 && (!(R->model = tc_model_new(&R->cfg, B)) || alloc_batch(R, B) < 0)) {
+  int cuda = !strcmp(R->o->device, "cuda");
+  R->batch = B;
+  if (r == 0 && (!(R->model = cuda ? tc_model_new_buffers(&R->cfg) : tc_model_new(&R->cfg, B)) ||
+                 alloc_batch(R, B) < 0)) {
     snprintf(err, es, "out of memory");
     r = -ENOMEM;
   }
   if (r == 0) r = tc_ckpt_restore(ck, R->model);
   tc_ckpt_free(ck);
+  if (r == 0) { /* inference runs in one process */
+    err[0] = 0;
+    struct tc_dev_opts d = {.device = R->o->device, .bf16 = R->o->bf16, .cuda_device = R->o->cuda_device};
+    struct tc_launch one = {.world = 1};
+    r = tc_dev_new(&d, &one, R->model, B, &R->dev, err, es);
+    if (r == 0) r = tc_dev_start(R->dev, NULL, 0);
+    if (r < 0 && !err[0]) snprintf(err, es, "cannot start the device: %s", sl_strerror(r));
+  }
   return r;
 }
 
@@ -629,11 +712,12 @@ int tc_run_sample(const struct tc_opts *o) {
     memcpy(R.tokens, seq + n - w, sizeof(int32_t) * w);
     for (int i = (int)w; i < T; i++) R.tokens[i] = 0;
     struct tc_batch b = {.B = 1, .tokens = R.tokens};
-    if ((r = tc_model_forward(R.model, &b, NULL)) < 0) {
-      r = fail(&R, r, "forward failed");
+    const float *all = NULL;
+    if ((r = tc_dev_forward(R.dev, &b, NULL, NULL)) < 0 || !(all = tc_dev_logits(R.dev, w))) {
+      r = fail(&R, r < 0 ? r : SL_ECUDA, "forward failed");
       goto out;
     }
-    const float *logits = tc_model_logits(R.model) + (w - 1) * (size_t)V;
+    const float *logits = all + (w - 1) * (size_t)V;
     int id = pick(logits, V, o->temperature, (int)o->top_k, &rng);
     seq[n++] = id;
     putchar(R.meta.symbols[id]);

@@ -44,6 +44,16 @@ static const struct opt OPTS[] = {
     {"seed", K_U64, O_(seed), 0, 0, "random seed for weights, data order and sampling (1)"},
     {"threads", K_LONG, O_(threads), 1, 256, "CPU threads (number of CPUs)"},
     {"device", K_STR, O_(device), 0, 0, "cpu | cuda (cpu)"},
+    {"bf16", K_FLAG, O_(bf16), 0, 0,
+     "cuda: matrix products in bf16 (fp32 accumulation, fp32 master weights)"},
+    {"gpus", K_LONG, O_(gpus), 1, 64, "cuda: data-parallel ranks on this machine, one per GPU (1)"},
+    {"rank", K_LONG, O_(rank), 0, 65535, "cuda: this process's rank with --world-size (0)"},
+    {"world-size", K_LONG, O_(world_size), 1, 65536, "cuda: ranks in all (one process each) (1)"},
+    {"rendezvous", K_STR, O_(rendezvous), 0, 0,
+     "tcp://HOST:PORT where rank 0 serves the NCCL id to the other ranks"},
+    {"nccl-id", K_STR, O_(nccl_id), 0, 0, "the NCCL unique id as 256 hex digits (instead of --rendezvous)"},
+    {"nccl", K_FLAG, O_(nccl), 0, 0, "cuda: use NCCL even with one rank"},
+    {"cuda-device", K_LONG, O_(cuda_device), -1, 63, "cuda: GPU index (the local rank)"},
     {"ckpt-dir", K_STR, O_(ckpt_dir), 0, 0, "checkpoint folder ($SPOTLAB_CHECKPOINT_DIR)"},
     {"checkpoint-every", K_LONG, O_(ckpt_every), 0, 100000000,
      "steps between checkpoints; 0 = only at the end and on demand (0)"},
@@ -128,7 +138,7 @@ int main(int argc, char **argv) {
       .model = "gpt", .device = "cpu", .layers = 4, .heads = 4, .dim = 128, .ctx = 128,
       .hidden = 256, .batch = 32, .steps = 1000, .threads = ncpu > 0 ? ncpu : 1, .keep = 3,
       .eval_batches = 8, .tokens = 200, .lr = 3e-4, .weight_decay = 0.1, .grad_clip = 1.0,
-      .temperature = 0.8, .seed = 1, .ckpt_dir = getenv("SPOTLAB_CHECKPOINT_DIR")};
+      .temperature = 0.8, .seed = 1, .gpus = 1, .world_size = 1, .cuda_device = -1, .ckpt_dir = getenv("SPOTLAB_CHECKPOINT_DIR")};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -174,15 +184,21 @@ int main(int argc, char **argv) {
   if (!o.set_lr && !strcmp(o.model, "mlp")) o.lr = 1e-3;
   if (!o.set_data) o.data = !strcmp(o.model, "mlp") ? "fashion-mnist" : "moby-dick";
   if (!o.set_warmup) o.warmup = o.steps / 10 < 100 ? o.steps / 10 : 100;
+  if (o.rendezvous && o.nccl_id) return bad("--rendezvous and --nccl-id exclude each other");
+  if ((o.gpus > 1 || o.world_size > 1 || o.nccl || o.bf16) && strcmp(o.device, "cuda"))
+    return bad("--gpus, --world-size, --nccl and --bf16 need --device cuda");
+  if (o.rank >= o.world_size) return bad("--rank must be below --world-size");
+  if ((o.gpus > 1 || o.world_size > 1) && (o.sample || o.eval_only))
+    return bad("--sample and --eval run in one process");
+  if (o.batch % (o.gpus > o.world_size ? o.gpus : o.world_size))
+    return bad("--batch must be a multiple of the number of ranks");
+#if !TC_HAVE_CUDA
   if (!strcmp(o.device, "cuda")) {
-#if TC_HAVE_CUDA
-    fprintf(stderr, "spotlab-train: --device cuda: the CUDA backend is not linked in\n");
-#else
     fprintf(stderr, "spotlab-train: --device cuda: this spotlab-train was built without CUDA "
                     "(reconfigure with -Dcuda=enabled on a machine with nvcc), use --device cpu\n");
-#endif
     return 1;
   }
+#endif
   if (o.sample) return tc_run_sample(&o);
   if (o.eval_only) return tc_run_eval(&o);
   return tc_run_train(&o);

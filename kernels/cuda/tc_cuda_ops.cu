@@ -1,0 +1,627 @@
+/* CUDA kernels and cuBLAS products of the training core (see tc_cuda.h).
+ *
+ * Invariants: every reduction has an order fixed by the shape alone (warp
+ * butterflies, per-chunk partial sums finished in chunk order, block trees);
+ * no atomics. Products go through cuBLAS on the context's stream with the
+ * context's compute type, so a run is bit-repeatable on the same GPU model
+ * and toolkit. All kernels work in fp32. */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tc_cuda.h"
+
+extern "C" {
+#include "sl_err.h"
+#include "sl_log.h"
+}
+
+#define TOPIC "train.cuda"
+
+struct tc_cuda_ctx {
+  int device, bf16;
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  float *d_cols;    /* column partial sums: COL_CHUNKS x cols_cap */
+  size_t cols_cap;
+  double *d_sumsq;  /* SUMSQ_BLOCKS partials + 1 total */
+};
+
+enum { COL_CHUNKS = 64, SUMSQ_BLOCKS = 256, SUMSQ_THREADS = 256 };
+
+extern "C" int tc_err_from_cuda(int e, const char *what) {
+  if (e == (int)cudaSuccess) return 0;
+  sl_err(TOPIC, "%s: %s (%s)", what, cudaGetErrorString((cudaError_t)e),
+         cudaGetErrorName((cudaError_t)e));
+  return SL_ECUDA;
+}
+
+extern "C" int tc_err_from_cublas(int s, const char *what) {
+  if (s == (int)CUBLAS_STATUS_SUCCESS) return 0;
+  sl_err(TOPIC, "%s: cuBLAS %s (%s)", what, cublasGetStatusString((cublasStatus_t)s),
+         cublasGetStatusName((cublasStatus_t)s));
+  return SL_ECUDA;
+}
+
+#define CU(call, what) tc_err_from_cuda((int)(call), what)
+#define LAUNCHED(what) tc_err_from_cuda((int)cudaGetLastError(), what)
+
+extern "C" int tc_cuda_device_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError(); /* clear the sticky error for a later call */
+    return SL_ECUDA;
+  }
+  return n;
+}
+
+extern "C" const char *tc_cuda_device_name(char *buf, size_t size) {
+  int dev = 0;
+  cudaDeviceProp p;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess)
+    snprintf(buf, size, "unknown device");
+  else
+    snprintf(buf, size, "%s, sm_%d%d", p.name, p.major, p.minor);
+  return buf;
+}
+
+extern "C" int tc_cuda_alloc(void **ret_d, size_t bytes) {
+  void *p = NULL;
+  int r = CU(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
+  if (r < 0) return r;
+  *ret_d = p;
+  return 0;
+}
+
+extern "C" void tc_cuda_free(void *d) {
+  if (d) cudaFree(d);
+}
+
+extern "C" int tc_cuda_to_device(void *d_dst, const void *src, size_t bytes) {
+  return CU(cudaMemcpy(d_dst, src, bytes, cudaMemcpyHostToDevice), "copy to device");
+}
+
+extern "C" int tc_cuda_to_host(void *dst, const void *d_src, size_t bytes) {
+  return CU(cudaMemcpy(dst, d_src, bytes, cudaMemcpyDeviceToHost), "copy to host");
+}
+
+extern "C" int tc_cuda_memset0(void *d, size_t bytes) {
+  return CU(cudaMemset(d, 0, bytes), "cudaMemset");
+}
+
+extern "C" int tc_cuda_ctx_new(int device, int bf16, struct tc_cuda_ctx **ret) {
+  struct tc_cuda_ctx *c = (struct tc_cuda_ctx *)calloc(1, sizeof *c);
+  if (!c) return -ENOMEM;
+  c->device = device;
+  c->bf16 = bf16;
+  int r = CU(cudaSetDevice(device), "cudaSetDevice");
+  /* a blocking stream: the plain cudaMemcpy of the copy helpers orders with it */
+  if (r == 0) r = CU(cudaStreamCreate(&c->stream), "stream");
+  if (r == 0) r = tc_err_from_cublas(cublasCreate(&c->blas), "cublasCreate");
+  if (r == 0) r = tc_err_from_cublas(cublasSetStream(c->blas, c->stream), "cublasSetStream");
+  /* fp32 products stay fp32: no TF32 unless asked for bf16 explicitly */
+  if (r == 0)
+    r = tc_err_from_cublas(cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+  if (r == 0)
+    r = CU(cudaMalloc((void **)&c->d_sumsq, sizeof(double) * (SUMSQ_BLOCKS + 1)), "cudaMalloc");
+  if (r < 0) {
+    tc_cuda_ctx_free(c);
+    return r;
+  }
+  *ret = c;
+  return 0;
+}
+
+extern "C" struct tc_cuda_ctx *tc_cuda_ctx_free(struct tc_cuda_ctx *c) {
+  if (!c) return NULL;
+  if (c->blas) cublasDestroy(c->blas);
+  if (c->stream) cudaStreamDestroy(c->stream);
+  cudaFree(c->d_cols);
+  cudaFree(c->d_sumsq);
+  free(c);
+  return NULL;
+}
+
+extern "C" void *tc_cuda_ctx_stream(struct tc_cuda_ctx *c) { return (void *)c->stream; }
+
+extern "C" int tc_cuda_ctx_sync(struct tc_cuda_ctx *c) {
+  return CU(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+}
+
+static int cols_scratch(struct tc_cuda_ctx *c, size_t cols) {
+  if (cols <= c->cols_cap) return 0;
+  cudaFree(c->d_cols);
+  c->d_cols = NULL;
+  c->cols_cap = 0;
+  int r = CU(cudaMalloc((void **)&c->d_cols, sizeof(float) * COL_CHUNKS * cols), "cudaMalloc");
+  if (r == 0) c->cols_cap = cols;
+  return r;
+}
+
+static unsigned blocks_for(size_t n, unsigned threads) {
+  size_t b = (n + threads - 1) / threads;
+  return (unsigned)(b ? b : 1);
+}
+
+/* ---- products ---- */
+
+static cublasComputeType_t compute_type(const struct tc_cuda_ctx *c, enum tc_cu_prec p) {
+  return c->bf16 && p == TC_CU_CTX ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
+ * operands and the dimensions, keep each operand's transpose flag. */
+extern "C" int tc_cu_gemm(struct tc_cuda_ctx *c, int ta, int tb, int M, int N, int K,
+                          float alpha, const float *A, int lda, const float *B, int ldb,
+                          float beta, float *C, int ldc, enum tc_cu_prec prec) {
+  cublasStatus_t s = cublasGemmEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                  ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_32F,
+                                  ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
+                                  compute_type(c, prec), CUBLAS_GEMM_DEFAULT);
+  return tc_err_from_cublas((int)s, "cublasGemmEx");
+}
+
+static int gemm_batched(struct tc_cuda_ctx *c, int ta, int tb, int M, int N, int K, float alpha,
+                        const float *A, int lda, long long sa, const float *B, int ldb,
+                        long long sb, float beta, float *C, int ldc, long long sc, int count) {
+  cublasStatus_t s = cublasGemmStridedBatchedEx(
+      c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
+      B, CUDA_R_32F, ldb, sb, A, CUDA_R_32F, lda, sa, &beta, C, CUDA_R_32F, ldc, sc, count,
+      compute_type(c, TC_CU_CTX), CUBLAS_GEMM_DEFAULT);
+  return tc_err_from_cublas((int)s, "cublasGemmStridedBatchedEx");
+}
+
+/* ---- column sums: out[c] += sum_n f(n, c), two passes in a fixed order ---- */
+
+__global__ void colsum_partial(float *part, const float *a, const float *x, const float *mean,
+                               const float *rstd, int N, int C, int rows_per) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+  if (c >= C) return;
+  int n0 = chunk * rows_per, n1 = min(N, n0 + rows_per);
+  float s = 0.0f;
+  if (x) {
+    for (int n = n0; n < n1; n++)
+      s += a[(size_t)n * C + c] * ((x[(size_t)n * C + c] - mean[n]) * rstd[n]);
+  } else {
+    for (int n = n0; n < n1; n++) s += a[(size_t)n * C + c];
+  }
+  part[(size_t)chunk * C + c] = s;
+}
+
+__global__ void colsum_finish(float *out, const float *part, int C, int chunks) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float s = 0.0f;
+  for (int k = 0; k < chunks; k++) s += part[(size_t)k * C + c];
+  out[c] += s;
+}
+
+/* x, mean, rstd NULL: plain column sums of a; else sums of a * xhat. */
+static int colsum_acc(struct tc_cuda_ctx *c, float *out, const float *a, const float *x,
+                      const float *mean, const float *rstd, int N, int C) {
+  int r = cols_scratch(c, (size_t)C);
+  if (r < 0) return r;
+  int chunks = N < COL_CHUNKS ? N : COL_CHUNKS;
+  int rows_per = (N + chunks - 1) / chunks;
+  chunks = (N + rows_per - 1) / rows_per;
+  dim3 grid(blocks_for((size_t)C, 128), (unsigned)chunks);
+  colsum_partial<<<grid, 128, 0, c->stream>>>(c->d_cols, a, x, mean, rstd, N, C, rows_per);
+  colsum_finish<<<blocks_for((size_t)C, 128), 128, 0, c->stream>>>(out, c->d_cols, C, chunks);
+  return LAUNCHED("column sum");
+}
+
+/* ---- linear ---- */
+
+__global__ void bias_rows(float *out, const float *bias, size_t N, int OC) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < N * (size_t)OC) out[i] = bias[i % (size_t)OC];
+}
+
+extern "C" int tc_cu_linear_forward(struct tc_cuda_ctx *c, float *out, const float *inp,
+                                    const float *w, const float *bias, int N, int C, int OC) {
+  if (bias) {
+    size_t n = (size_t)N * OC;
+    bias_rows<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, bias, (size_t)N, OC);
+    int r = LAUNCHED("bias");
+    if (r < 0) return r;
+  }
+  return tc_cu_gemm(c, 0, 1, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC,
+                    TC_CU_CTX);
+}
+
+extern "C" int tc_cu_linear_backward(struct tc_cuda_ctx *c, float *dinp, float *dw, float *dbias,
+                                     const float *dout, const float *inp, const float *w, int N,
+                                     int C, int OC) {
+  int r = 0;
+  if (dinp) r = tc_cu_gemm(c, 0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C, TC_CU_CTX);
+  if (r == 0) r = tc_cu_gemm(c, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C, TC_CU_CTX);
+  if (r == 0 && dbias) r = colsum_acc(c, dbias, dout, NULL, NULL, NULL, N, OC);
+  return r;
+}
+
+/* ---- warp reductions (butterfly: every lane ends with the same value) ---- */
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/* ---- LayerNorm: one warp per row ---- */
+
+__global__ void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                       const float *b, int N, int C) {
+  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const float *x = inp + (size_t)row * C;
+  float s = 0.0f;
+  for (int i = lane; i < C; i += 32) s += x[i];
+  float m = warp_sum(s) / (float)C;
+  float v = 0.0f;
+  for (int i = lane; i < C; i += 32) {
+    float d = x[i] - m;
+    v += d * d;
+  }
+  v = warp_sum(v) / (float)C;
+  float rs = rsqrtf(v + 1e-5f);
+  float *y = out + (size_t)row * C;
+  for (int i = lane; i < C; i += 32) y[i] = (x[i] - m) * rs * w[i] + b[i];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = rs;
+  }
+}
+
+__global__ void ln_bwd_inp(float *dinp, const float *dout, const float *inp, const float *w,
+                           const float *mean, const float *rstd, int N, int C) {
+  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const float *dy = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+  float *dx = dinp + (size_t)row * C;
+  float m = mean[row], s = rstd[row];
+  float dm = 0.0f, dn = 0.0f;
+  for (int i = lane; i < C; i += 32) {
+    float xh = (x[i] - m) * s, d = w[i] * dy[i];
+    dm += d;
+    dn += d * xh;
+  }
+  dm = warp_sum(dm) / (float)C;
+  dn = warp_sum(dn) / (float)C;
+  for (int i = lane; i < C; i += 32) {
+    float xh = (x[i] - m) * s;
+    dx[i] += (w[i] * dy[i] - dm - xh * dn) * s;
+  }
+}
+
+extern "C" int tc_cu_layernorm_forward(struct tc_cuda_ctx *c, float *out, float *mean,
+                                       float *rstd, const float *inp, const float *w,
+                                       const float *b, int N, int C) {
+  ln_fwd<<<blocks_for((size_t)N, 8), 256, 0, c->stream>>>(out, mean, rstd, inp, w, b, N, C);
+  return LAUNCHED("layernorm forward");
+}
+
+extern "C" int tc_cu_layernorm_backward(struct tc_cuda_ctx *c, float *dinp, float *dw,
+                                        float *db, const float *dout, const float *inp,
+                                        const float *w, const float *mean, const float *rstd,
+                                        int N, int C) {
+  ln_bwd_inp<<<blocks_for((size_t)N, 8), 256, 0, c->stream>>>(dinp, dout, inp, w, mean, rstd, N,
+                                                               C);
+  int r = LAUNCHED("layernorm backward");
+  if (r == 0) r = colsum_acc(c, dw, dout, inp, mean, rstd, N, C);
+  if (r == 0) r = colsum_acc(c, db, dout, NULL, NULL, NULL, N, C);
+  return r;
+}
+
+/* ---- elementwise ---- */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+__global__ void gelu_fwd(float *out, const float *inp, size_t n) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float x = inp[i];
+  out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+}
+
+__global__ void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float x = inp[i];
+  float t = tanhf(GELU_K * (x + 0.044715f * x * x * x));
+  float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+  dinp[i] = g * dout[i];
+}
+
+__global__ void relu_fwd(float *out, const float *inp, size_t n) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+__global__ void relu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+__global__ void add_k(float *out, const float *a, const float *b, size_t n) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+
+__global__ void scale_k(float *x, size_t n, float s) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= s;
+}
+
+extern "C" int tc_cu_gelu_forward(struct tc_cuda_ctx *c, float *out, const float *inp, size_t n) {
+  gelu_fwd<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, inp, n);
+  return LAUNCHED("gelu forward");
+}
+
+extern "C" int tc_cu_gelu_backward(struct tc_cuda_ctx *c, float *dinp, const float *inp,
+                                   const float *dout, size_t n) {
+  gelu_bwd<<<blocks_for(n, 256), 256, 0, c->stream>>>(dinp, inp, dout, n);
+  return LAUNCHED("gelu backward");
+}
+
+extern "C" int tc_cu_relu_forward(struct tc_cuda_ctx *c, float *out, const float *inp, size_t n) {
+  relu_fwd<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, inp, n);
+  return LAUNCHED("relu forward");
+}
+
+extern "C" int tc_cu_relu_backward(struct tc_cuda_ctx *c, float *dinp, const float *inp,
+                                   const float *dout, size_t n) {
+  relu_bwd<<<blocks_for(n, 256), 256, 0, c->stream>>>(dinp, inp, dout, n);
+  return LAUNCHED("relu backward");
+}
+
+extern "C" int tc_cu_add(struct tc_cuda_ctx *c, float *out, const float *a, const float *b,
+                         size_t n) {
+  add_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, a, b, n);
+  return LAUNCHED("add");
+}
+
+extern "C" int tc_cu_scale(struct tc_cuda_ctx *c, float *x, size_t n, float s) {
+  scale_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(x, n, s);
+  return LAUNCHED("scale");
+}
+
+/* ---- attention ---- */
+
+/* Rows of (rows, T) scores; row r is query position r % T. Causal softmax in
+ * place, zero above the diagonal. One warp per row. */
+__global__ void causal_softmax(float *att, size_t rows, int T) {
+  size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  int t = (int)(row % (size_t)T);
+  float *a = att + row * T;
+  float mx = -INFINITY;
+  for (int j = lane; j <= t; j += 32) mx = fmaxf(mx, a[j]);
+  mx = warp_max(mx);
+  float s = 0.0f;
+  for (int j = lane; j <= t; j += 32) {
+    float e = expf(a[j] - mx);
+    a[j] = e;
+    s += e;
+  }
+  float inv = 1.0f / warp_sum(s);
+  for (int j = lane; j < T; j += 32) a[j] = j <= t ? a[j] * inv : 0.0f;
+}
+
+/* d in place: d = p * (d - sum(p d)) on the causal part, zero above it. */
+__global__ void causal_softmax_bwd(float *datt, const float *att, size_t rows, int T) {
+  size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  int t = (int)(row % (size_t)T);
+  const float *p = att + row * T;
+  float *d = datt + row * T;
+  float dot = 0.0f;
+  for (int j = lane; j <= t; j += 32) dot += p[j] * d[j];
+  dot = warp_sum(dot);
+  for (int j = lane; j < T; j += 32) d[j] = j <= t ? p[j] * (d[j] - dot) : 0.0f;
+}
+
+extern "C" int tc_cu_attention_forward(struct tc_cuda_ctx *c, float *out, float *att,
+                                       const float *qkv, int B, int T, int C, int H) {
+  int hs = C / H, C3 = 3 * C, r = 0;
+  float scale = 1.0f / sqrtf((float)hs);
+  long long TT = (long long)T * T;
+  for (int b = 0; b < B && r == 0; b++) {
+    const float *q = qkv + (size_t)b * T * C3;
+    r = gemm_batched(c, 0, 1, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f,
+                     att + (size_t)b * H * TT, T, TT, H);
+  }
+  if (r < 0) return r;
+  size_t rows = (size_t)B * H * T;
+  causal_softmax<<<blocks_for(rows, 8), 256, 0, c->stream>>>(att, rows, T);
+  if ((r = LAUNCHED("attention softmax")) < 0) return r;
+  for (int b = 0; b < B && r == 0; b++) {
+    const float *v = qkv + (size_t)b * T * C3 + 2 * C;
+    r = gemm_batched(c, 0, 0, T, hs, T, 1.0f, att + (size_t)b * H * TT, T, TT, v, C3, hs, 0.0f,
+                     out + (size_t)b * T * C, C, hs, H);
+  }
+  return r;
+}
+
+extern "C" int tc_cu_attention_backward(struct tc_cuda_ctx *c, float *dqkv, float *datt,
+                                        const float *dout, const float *qkv, const float *att,
+                                        int B, int T, int C, int H) {
+  int hs = C / H, C3 = 3 * C, r = 0;
+  float scale = 1.0f / sqrtf((float)hs);
+  long long TT = (long long)T * T;
+  for (int b = 0; b < B && r == 0; b++) {
+    const float *q = qkv + (size_t)b * T * C3, *v = q + 2 * C;
+    const float *dy = dout + (size_t)b * T * C, *ab = att + (size_t)b * H * TT;
+    float *da = datt + (size_t)b * H * TT, *dv = dqkv + (size_t)b * T * C3 + 2 * C;
+    r = gemm_batched(c, 0, 1, T, T, hs, 1.0f, dy, C, hs, v, C3, hs, 0.0f, da, T, TT, H);
+    if (r == 0)
+      r = gemm_batched(c, 1, 0, T, hs, T, 1.0f, ab, T, TT, dy, C, hs, 0.0f, dv, C3, hs, H);
+  }
+  if (r < 0) return r;
+  size_t rows = (size_t)B * H * T;
+  causal_softmax_bwd<<<blocks_for(rows, 8), 256, 0, c->stream>>>(datt, att, rows, T);
+  if ((r = LAUNCHED("attention softmax backward")) < 0) return r;
+  for (int b = 0; b < B && r == 0; b++) {
+    const float *q = qkv + (size_t)b * T * C3, *k = q + C, *da = datt + (size_t)b * H * TT;
+    float *dq = dqkv + (size_t)b * T * C3, *dk = dq + C;
+    r = gemm_batched(c, 0, 0, T, hs, T, scale, da, T, TT, k, C3, hs, 0.0f, dq, C3, hs, H);
+    if (r == 0)
+      r = gemm_batched(c, 1, 0, T, hs, T, scale, da, T, TT, q, C3, hs, 0.0f, dk, C3, hs, H);
+  }
+  return r;
+}
+
+/* ---- softmax cross-entropy: one warp per row ---- */
+
+__global__ void xent_rows(float *dlogits, float *losses, int32_t *correct, const float *logits,
+                          const int32_t *targets, int N, int V, float dscale) {
+  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const float *l = logits + (size_t)row * V;
+  float mx = -INFINITY;
+  int am = V;
+  for (int i = lane; i < V; i += 32)
+    if (l[i] > mx) mx = l[i], am = i;
+  for (int o = 16; o > 0; o >>= 1) { /* max, ties to the lowest index (the CPU's choice) */
+    float om = __shfl_xor_sync(0xffffffffu, mx, o);
+    int oa = __shfl_xor_sync(0xffffffffu, am, o);
+    if (om > mx || (om == mx && oa < am)) mx = om, am = oa;
+  }
+  float s = 0.0f;
+  for (int i = lane; i < V; i += 32) s += expf(l[i] - mx);
+  s = warp_sum(s);
+  int y = targets[row];
+  float loss = mx + logf(s) - l[y];
+  __syncwarp();
+  if (dlogits) {
+    float *d = dlogits + (size_t)row * V, inv = 1.0f / s;
+    for (int i = lane; i < V; i += 32) {
+      float p = expf(l[i] - mx) * inv * dscale;
+      d[i] = i == y ? p - dscale : p;
+    }
+  }
+  if (lane == 0) {
+    losses[row] = loss;
+    correct[row] = am == y;
+  }
+}
+
+extern "C" int tc_cu_softmax_xent(struct tc_cuda_ctx *c, float *dlogits, float *losses,
+                                  int32_t *correct, const float *logits, const int32_t *targets,
+                                  int N, int V, float dscale) {
+  if (V > 1024) return -EINVAL;
+  xent_rows<<<blocks_for((size_t)N, 8), 256, 0, c->stream>>>(dlogits, losses, correct, logits,
+                                                             targets, N, V, dscale);
+  return LAUNCHED("cross-entropy");
+}
+
+/* ---- embeddings ---- */
+
+__global__ void embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe,
+                          size_t N, int T, int C) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= N * (size_t)C) return;
+  size_t n = i / (size_t)C;
+  int ch = (int)(i % (size_t)C), t = (int)(n % (size_t)T);
+  out[i] = wte[(size_t)tok[n] * C + ch] + wpe[(size_t)t * C + ch];
+}
+
+__global__ void onehot_k(float *oh, const int32_t *tok, size_t N, int V) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < N * (size_t)V) oh[i] = tok[i / (size_t)V] == (int32_t)(i % (size_t)V) ? 1.0f : 0.0f;
+}
+
+__global__ void wpe_bwd(float *dwpe, const float *dout, int B, int T, int C) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (size_t)T * C) return;
+  float s = 0.0f;
+  for (int b = 0; b < B; b++) s += dout[(size_t)b * T * C + i];
+  dwpe[i] += s;
+}
+
+extern "C" int tc_cu_embed_forward(struct tc_cuda_ctx *c, float *out, const int32_t *tokens,
+                                   const float *wte, const float *wpe, int B, int T, int C) {
+  size_t N = (size_t)B * T;
+  embed_fwd<<<blocks_for(N * C, 256), 256, 0, c->stream>>>(out, tokens, wte, wpe, N, T, C);
+  return LAUNCHED("embedding forward");
+}
+
+extern "C" int tc_cu_embed_backward(struct tc_cuda_ctx *c, float *dwte, float *dwpe,
+                                    float *onehot, const float *dout, const int32_t *tokens,
+                                    int B, int T, int C, int V) {
+  size_t N = (size_t)B * T;
+  onehot_k<<<blocks_for(N * V, 256), 256, 0, c->stream>>>(onehot, tokens, N, V);
+  wpe_bwd<<<blocks_for((size_t)T * C, 256), 256, 0, c->stream>>>(dwpe, dout, B, T, C);
+  int r = LAUNCHED("embedding backward");
+  if (r == 0)
+    r = tc_cu_gemm(c, 1, 0, V, C, (int)N, 1.0f, onehot, V, dout, C, 1.0f, dwte, C, TC_CU_FP32);
+  return r;
+}
+
+/* ---- global sum of squares: per-block partials, then one block in order ---- */
+
+__global__ void sumsq_partial(double *part, const float *x, size_t n) {
+  __shared__ double sh[SUMSQ_THREADS];
+  double s = 0.0;
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    s += (double)x[i] * (double)x[i];
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int k = SUMSQ_THREADS / 2; k > 0; k >>= 1) {
+    if ((int)threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+}
+
+__global__ void sumsq_finish(double *part, int blocks) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  double s = 0.0;
+  for (int i = 0; i < blocks; i++) s += part[i];
+  part[blocks] = s;
+}
+
+extern "C" int tc_cu_sumsq(struct tc_cuda_ctx *c, const float *x, size_t n, double *ret) {
+  sumsq_partial<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, c->stream>>>(c->d_sumsq, x, n);
+  sumsq_finish<<<1, 32, 0, c->stream>>>(c->d_sumsq, SUMSQ_BLOCKS);
+  int r = LAUNCHED("sum of squares");
+  double s = 0.0;
+  if (r == 0)
+    r = CU(cudaMemcpyAsync(&s, c->d_sumsq + SUMSQ_BLOCKS, sizeof s, cudaMemcpyDeviceToHost,
+                           c->stream), "copy to host");
+  if (r == 0) r = tc_cuda_ctx_sync(c);
+  if (r == 0) *ret = s;
+  return r;
+}
+
+/* ---- AdamW ---- */
+
+__global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float b1,
+                        float b2, float eps, float decay, float step_size, float bc2_sqrt) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float gk = g[i];
+  float mk = b1 * m[i] + (1.0f - b1) * gk;
+  float vk = b2 * v[i] + (1.0f - b2) * gk * gk;
+  m[i] = mk;
+  v[i] = vk;
+  float denom = sqrtf(vk) / bc2_sqrt + eps;
+  p[i] = p[i] * decay - step_size * mk / denom;
+}
+
+extern "C" int tc_cu_adamw(struct tc_cuda_ctx *c, float *p, const float *g, float *m, float *v,
+                           size_t n, float beta1, float beta2, float eps, float decay,
+                           float step_size, float bc2_sqrt) {
+  adamw_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(p, g, m, v, n, beta1, beta2, eps, decay,
+                                                      step_size, bc2_sqrt);
+  return LAUNCHED("adamw");
+}
