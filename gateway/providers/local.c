@@ -178,7 +178,7 @@ static void signal_group(struct inst *in, int sig) {
 
 static int spawn_worker(struct local *l, struct inst *in, const char *dir,
                         const char *config_path) {
-  char log_path[4200];
+  char log_path[4300];
   snprintf(log_path, sizeof log_path, "%s/worker.log", dir);
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t at;
@@ -348,15 +348,19 @@ static void adopt(struct local *l, const char *id) {
   struct inst *in = calloc(1, sizeof *in);
   const char *type = sl_json_get_str(o, "type", ""), *zone = sl_json_get_str(o, "zone", "");
   int64_t pid = sl_json_get_int(o, "pid", 0);
-  if (!in || strcmp(sl_json_get_str(o, "instance", ""), id) != 0 || pid <= 1 ||
-      pid > INT32_MAX || strlen(type) >= sizeof in->type || strlen(zone) >= sizeof in->zone ||
+  if (!in || strlen(id) >= sizeof in->id ||
+      strcmp(sl_json_get_str(o, "instance", ""), id) != 0 || pid <= 1 || pid > INT32_MAX ||
+      strlen(type) >= sizeof in->type || strlen(zone) >= sizeof in->zone ||
       gw_catalog_find(l->cat, type) < 0 || l->n == GW_LOCAL_MAX_INSTANCES) {
-    sl_warn(TOPIC, "%s: not a usable instance record; ignored", path);
+    sl_warn(TOPIC, "%s: not a usable instance record; moved aside to .bad", path);
+    char aside[4300];
+    snprintf(aside, sizeof aside, "%s.bad", path);
+    rename(path, aside);
     free(in);
     json_decref(o);
     return;
   }
-  snprintf(in->id, sizeof in->id, "%s", id);
+  strcpy(in->id, id);
   strcpy(in->type, type);
   strcpy(in->zone, zone);
   in->type_idx = gw_catalog_find(l->cat, type);
