@@ -1,0 +1,494 @@
+/* Gateway configuration: one table declares every option.
+ *
+ * Each row names the section, the key, the type, where the value lives, the
+ * default (as the text a file would hold), the bounds and a line of help.
+ * Parsing, defaults and --dump-config all walk the same table, so an option
+ * cannot exist in one place and be missing in another. Sections "user.*" and
+ * "group.*" are templates: their rows apply to each named entry. A value is
+ * checked completely before it is stored, so a failed set leaves the old one. */
+#include "conf.h"
+
+#include "sl_err.h"
+#include "sl_time.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum opt_type { T_STR, T_ADDR, T_DUR, T_INT, T_NUM, T_BOOL, T_PCTLIST, T_NAMELIST, T_HEX64, T_NAME };
+
+enum opt_owner { O_MAIN, O_USER, O_GROUP };
+
+struct opt {
+  const char *section;
+  const char *name;
+  enum opt_type type;
+  enum opt_owner owner;
+  size_t offset;
+  size_t size;        /* strings: buffer size */
+  const char *def;    /* NULL: no default (unset) */
+  double min, max;    /* numbers: value bounds; durations in seconds */
+  const char *help;
+};
+
+#define M(f) O_MAIN, offsetof(struct gw_config, f), sizeof(((struct gw_config *)0)->f)
+#define U(f) O_USER, offsetof(struct gw_user_cfg, f), sizeof(((struct gw_user_cfg *)0)->f)
+#define G(f) O_GROUP, offsetof(struct gw_group_cfg, f), sizeof(((struct gw_group_cfg *)0)->f)
+
+static const struct opt opts[] = {
+  {"gateway", "listen", T_ADDR, M(listen), "tcp://127.0.0.1:7400", 0, 0,
+   "address of the kernel/CLI socket (tcp://HOST:PORT or ipc://PATH)"},
+  {"gateway", "workers", T_ADDR, M(workers), "tcp://0.0.0.0:7401", 0, 0,
+   "address of the worker socket (CURVE encrypted)"},
+  {"gateway", "http", T_STR, M(http), "127.0.0.1:7480", 0, 0,
+   "HOST:PORT of the HTTP API, /metrics and admin page"},
+  {"gateway", "state_dir", T_STR, M(state_dir), "/var/lib/spotlab", 0, 0,
+   "folder for the database, keys, checkpoints and instance folders"},
+  {"gateway", "heartbeat_ms", T_INT, M(heartbeat_ms), "1000", 50, 600000,
+   "interval at which workers send heartbeats, in milliseconds"},
+  {"gateway", "heartbeat_timeout", T_DUR, M(heartbeat_timeout_us), "10s", 0.1, 86400,
+   "a worker silent this long is lost; its job resumes elsewhere"},
+  {"gateway", "register_timeout", T_DUR, M(register_timeout_us), "60s", 0.1, 86400,
+   "after a restart, how long a running job waits for its worker to register"},
+  {"gateway", "max_instances", T_INT, M(max_instances), "16", 1, 10000,
+   "instances the gateway runs at once (providers may allow fewer)"},
+  {"idle", "notebook_timeout", T_DUR, M(notebook_timeout_us), "30m", 1, 30 * 86400,
+   "stop a notebook's workers after this long with no cell run and no job"},
+  {"idle", "worker_timeout", T_DUR, M(worker_timeout_us), "10m", 0.1, 30 * 86400,
+   "terminate a worker that has had no job for this long"},
+  {"idle", "warn_before", T_DUR, M(warn_before_us), "5m", 0, 86400,
+   "warn the notebook this long before an idle shutdown"},
+  {"budget", "monthly_usd", T_NUM, M(monthly_usd), "2000", 0, 1e9,
+   "spending budget per calendar month in US dollars (0: no budget)"},
+  {"budget", "alert_at", T_PCTLIST, M(alert_at), "25,50,75,100", 0, 1000,
+   "percentages of the budget at which users and admins are alerted"},
+  {"budget", "hard_cap", T_BOOL, M(hard_cap), "yes", 0, 0,
+   "refuse new jobs once the monthly budget is spent"},
+  {"provider.local", "slots", T_INT, M(local_slots), "2", 0, 64,
+   "local instances that may run at once (0 disables the local provider)"},
+  {"provider.local", "market", T_STR, M(local_market), "random:1", 0, 0,
+   "spot market model: trace:PATH or random:SEED"},
+  {"provider.local", "time_scale", T_NUM, M(local_time_scale), "60", 0.001, 1e6,
+   "simulated seconds per wall-clock second (prices and costs use simulated time)"},
+  {"provider.local", "catalog", T_STR, M(local_catalog), "", 0, 0,
+   "CSV of instance types; empty for the built-in catalog"},
+  {"provider.aws", "region", T_STR, M(aws_region), "us-east-1", 0, 0,
+   "AWS region (read and kept; the EC2 provider is not built yet)"},
+  {"provider.aws", "instance_types", T_NAMELIST, M(aws_instance_types),
+   "g5.xlarge,g4dn.xlarge,p3.2xlarge", 0, 0, "instance types users may get"},
+  {"user.*", "token_sha256", T_HEX64, U(token_sha256), NULL, 0, 0,
+   "SHA-256 (lowercase hex) of the user's token"},
+  {"user.*", "group", T_NAME, U(group), NULL, 0, 0, "the user's group"},
+  {"group.*", "notebook_timeout", T_DUR, G(notebook_timeout_us), NULL, 1, 30 * 86400,
+   "the group's [idle] notebook_timeout"},
+  {"group.*", "worker_timeout", T_DUR, G(worker_timeout_us), NULL, 0.1, 30 * 86400,
+   "the group's [idle] worker_timeout"},
+};
+#define N_OPTS (sizeof opts / sizeof opts[0])
+
+static void fail(char *err, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(char *err, size_t size, const char *fmt, ...) {
+  if (!err || !size)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, size, fmt, ap);
+  va_end(ap);
+}
+
+static bool valid_name(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n >= GW_NAME_MAX)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!isalnum((unsigned char)s[i]) && !strchr("_.-", s[i]))
+      return false;
+  return true;
+}
+
+/* Splits "user.alice" into the template ("user.*") and the entry name. */
+static const char *section_template(const char *section, const char **ret_entry) {
+  *ret_entry = NULL;
+  if (!strncmp(section, "user.", 5)) {
+    *ret_entry = section + 5;
+    return "user.*";
+  }
+  if (!strncmp(section, "group.", 6)) {
+    *ret_entry = section + 6;
+    return "group.*";
+  }
+  return section;
+}
+
+static bool known_section(const char *section) {
+  const char *entry;
+  const char *tmpl = section_template(section, &entry);
+  if (entry && !valid_name(entry))
+    return false;
+  for (size_t i = 0; i < N_OPTS; i++)
+    if (!strcmp(opts[i].section, tmpl))
+      return true;
+  return false;
+}
+
+static bool parse_bool(const char *v, bool *ret) {
+  static const char *yes[] = {"yes", "true", "on", "1"}, *no[] = {"no", "false", "off", "0"};
+  for (int i = 0; i < 4; i++) {
+    if (!strcasecmp(v, yes[i])) { *ret = true; return true; }
+    if (!strcasecmp(v, no[i])) { *ret = false; return true; }
+  }
+  return false;
+}
+
+static bool parse_number(const char *v, double *ret) {
+  char *end;
+  errno = 0;
+  double d = strtod(v, &end);
+  if (end == v || *end || errno || !isfinite(d))
+    return false;
+  *ret = d;
+  return true;
+}
+
+/* Checks a comma list: percentages (numbers in bounds) or names. */
+static int check_list(const struct opt *o, const char *v, char *err, size_t size) {
+  char buf[1024];
+  if (strlen(v) >= sizeof buf || strlen(v) >= o->size)
+    return fail(err, size, "%s: list too long", o->name), SL_ECONFIG;
+  strcpy(buf, v);
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    while (isspace((unsigned char)*t))
+      t++;
+    char *e = t + strlen(t);
+    while (e > t && isspace((unsigned char)e[-1]))
+      *--e = 0;
+    double d;
+    if (o->type == T_PCTLIST) {
+      if (!parse_number(t, &d) || d < o->min || d > o->max)
+        return fail(err, size, "%s: \"%s\" is not a percentage in [%g, %g]", o->name, t, o->min,
+                    o->max), SL_ECONFIG;
+    } else if (!valid_name(t)) {
+      return fail(err, size, "%s: \"%s\" is not a valid name", o->name, t), SL_ECONFIG;
+    }
+  }
+  return 0;
+}
+
+/* Parses v for option o and stores it at dst. */
+static int store_value(const struct opt *o, void *dst, const char *v, char *err, size_t size) {
+  double d;
+  int64_t us;
+  bool b;
+  switch (o->type) {
+  case T_ADDR:
+    if (strncmp(v, "tcp://", 6) && strncmp(v, "ipc://", 6) && strncmp(v, "inproc://", 9))
+      return fail(err, size, "%s: \"%s\" is not a tcp://, ipc:// or inproc:// address", o->name, v),
+             SL_ECONFIG;
+    /* fall through */
+  case T_STR:
+    if (strlen(v) >= o->size)
+      return fail(err, size, "%s: value longer than %zu bytes", o->name, o->size - 1), SL_ECONFIG;
+    strcpy(dst, v);
+    return 0;
+  case T_NAME:
+    if (!valid_name(v))
+      return fail(err, size, "%s: \"%s\" is not a valid name", o->name, v), SL_ECONFIG;
+    strcpy(dst, v);
+    return 0;
+  case T_HEX64:
+    if (strlen(v) != 64 || strspn(v, "0123456789abcdef") != 64)
+      return fail(err, size, "%s: expected 64 lowercase hex digits", o->name), SL_ECONFIG;
+    strcpy(dst, v);
+    return 0;
+  case T_PCTLIST:
+  case T_NAMELIST:
+    if (check_list(o, v, err, size) < 0)
+      return SL_ECONFIG;
+    strcpy(dst, v);
+    return 0;
+  case T_BOOL:
+    if (!parse_bool(v, &b))
+      return fail(err, size, "%s: \"%s\" is not yes or no", o->name, v), SL_ECONFIG;
+    *(bool *)dst = b;
+    return 0;
+  case T_DUR:
+    if (sl_time_parse_duration(v, &us) < 0)
+      return fail(err, size, "%s: \"%s\" is not a duration (90s, 30m, 2h)", o->name, v), SL_ECONFIG;
+    if ((double)us < o->min * 1e6 || (double)us > o->max * 1e6)
+      return fail(err, size, "%s: %s is out of range [%gs, %gs]", o->name, v, o->min, o->max),
+             SL_ECONFIG;
+    *(int64_t *)dst = us;
+    return 0;
+  case T_INT:
+  case T_NUM:
+    if (!parse_number(v, &d) || (o->type == T_INT && d != floor(d)))
+      return fail(err, size, "%s: \"%s\" is not %s", o->name, v,
+                  o->type == T_INT ? "an integer" : "a number"), SL_ECONFIG;
+    if (d < o->min || d > o->max)
+      return fail(err, size, "%s: %s is out of range [%g, %g]", o->name, v, o->min, o->max),
+             SL_ECONFIG;
+    if (o->type == T_INT)
+      *(int64_t *)dst = (int64_t)d;
+    else
+      *(double *)dst = d;
+    return 0;
+  }
+  return SL_ECONFIG;
+}
+
+/* The struct an option of section writes into, creating user/group entries. */
+static void *target(struct gw_config *c, enum opt_owner owner, const char *entry, char *err,
+                    size_t size) {
+  if (owner == O_MAIN)
+    return c;
+  if (owner == O_USER) {
+    for (size_t i = 0; i < c->n_users; i++)
+      if (!strcmp(c->users[i].name, entry))
+        return &c->users[i];
+    if (c->n_users == GW_MAX_USERS)
+      return fail(err, size, "more than %d users", GW_MAX_USERS), NULL;
+    struct gw_user_cfg *u = &c->users[c->n_users++];
+    memset(u, 0, sizeof *u);
+    snprintf(u->name, sizeof u->name, "%s", entry);
+    return u;
+  }
+  for (size_t i = 0; i < c->n_groups; i++)
+    if (!strcmp(c->groups[i].name, entry))
+      return &c->groups[i];
+  if (c->n_groups == GW_MAX_GROUPS)
+    return fail(err, size, "more than %d groups", GW_MAX_GROUPS), NULL;
+  struct gw_group_cfg *g = &c->groups[c->n_groups++];
+  memset(g, 0, sizeof *g);
+  snprintf(g->name, sizeof g->name, "%s", entry);
+  g->notebook_timeout_us = g->worker_timeout_us = -1;
+  return g;
+}
+
+int gw_config_set(struct gw_config *c, const char *section, const char *name, const char *value,
+                  char *err, size_t err_size) {
+  if (!known_section(section))
+    return fail(err, err_size, "unknown section [%s]", section), SL_ECONFIG;
+  const char *entry;
+  const char *tmpl = section_template(section, &entry);
+  for (size_t i = 0; i < N_OPTS; i++) {
+    const struct opt *o = &opts[i];
+    if (strcmp(o->section, tmpl) || strcmp(o->name, name))
+      continue;
+    void *base = target(c, o->owner, entry, err, err_size);
+    if (!base)
+      return SL_ECONFIG;
+    return store_value(o, (char *)base + o->offset, value, err, err_size);
+  }
+  return fail(err, err_size, "unknown key \"%s\" in [%s]", name, section), SL_ECONFIG;
+}
+
+void gw_config_defaults(struct gw_config *c) {
+  memset(c, 0, sizeof *c);
+  for (size_t i = 0; i < N_OPTS; i++) {
+    if (opts[i].owner != O_MAIN || !opts[i].def)
+      continue;
+    int r = store_value(&opts[i], (char *)c + opts[i].offset, opts[i].def, NULL, 0);
+    (void)r; /* the table's defaults are valid by construction (checked by the unit test) */
+  }
+}
+
+void gw_config_embedded(struct gw_config *c, const char *home) {
+  snprintf(c->state_dir, sizeof c->state_dir, "%s", home);
+  snprintf(c->listen, sizeof c->listen, "ipc://%s/gateway.sock", home);
+  snprintf(c->workers, sizeof c->workers, "ipc://%s/workers.sock", home);
+  c->local_slots = 2;
+  snprintf(c->local_market, sizeof c->local_market, "random:1");
+  c->local_time_scale = 60;
+  c->embedded = true;
+}
+
+struct parse_ctx {
+  struct gw_config *c;
+  FILE *f;
+  const char *path;
+  int line;
+  int first_err_line;
+  char *err;
+  size_t err_size;
+};
+
+static void parse_error(struct parse_ctx *p, const char *msg) {
+  if (p->first_err_line)
+    return;
+  p->first_err_line = p->line;
+  fail(p->err, p->err_size, "%s:%d: %s", p->path, p->line, msg);
+}
+
+/* fgets with a line counter; also catches sections that inih would only
+ * report through their keys (an empty unknown section). */
+static char *reader(char *str, int num, void *stream) {
+  struct parse_ctx *p = stream;
+  char *r = fgets(str, num, p->f);
+  if (!r)
+    return NULL;
+  size_t n = strlen(r);
+  if (n && r[n - 1] == '\n')
+    p->line++;
+  else if (feof(p->f))
+    p->line++;
+  else if (n == (size_t)num - 1) {
+    parse_error(p, "line too long");
+    return r;
+  }
+  const char *s = r;
+  while (isspace((unsigned char)*s))
+    s++;
+  if (*s == '[') {
+    char sec[160];
+    const char *e = strchr(s, ']');
+    if (!e || (size_t)(e - s - 1) >= sizeof sec) {
+      parse_error(p, "malformed section header");
+    } else {
+      memcpy(sec, s + 1, (size_t)(e - s - 1));
+      sec[e - s - 1] = 0;
+      if (!known_section(sec)) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "unknown section [%s]", sec);
+        parse_error(p, msg);
+      }
+    }
+  }
+  return r;
+}
+
+static int handler(void *user, const char *section, const char *name, const char *value) {
+  struct parse_ctx *p = user;
+  char msg[512];
+  if (!section[0]) {
+    snprintf(msg, sizeof msg, "key \"%s\" outside any section", name);
+    parse_error(p, msg);
+    return 1;
+  }
+  if (!known_section(section))
+    return 1; /* reported by the reader at the header */
+  if (gw_config_set(p->c, section, name, value, msg, sizeof msg) < 0)
+    parse_error(p, msg);
+  return 1;
+}
+
+int gw_config_load_file(struct gw_config *c, const char *path, char *err, size_t err_size) {
+  struct parse_ctx p = {.c = c, .path = path, .err = err, .err_size = err_size};
+  p.f = fopen(path, "r");
+  if (!p.f) {
+    int e = errno;
+    fail(err, err_size, "%s: %s", path, strerror(e));
+    return -e;
+  }
+  int r = ini_parse_stream(reader, &p, handler, &p);
+  fclose(p.f);
+  if (!p.first_err_line && r != 0) {
+    p.line = r > 0 ? r : p.line;
+    parse_error(&p, "syntax error (expected [section] or key = value)");
+  }
+  return p.first_err_line ? SL_ECONFIG : 0;
+}
+
+/* Shortest text that reads back to the same double. */
+static void format_num(double d, char *buf, size_t size) {
+  for (int prec = 6; prec <= 17; prec++) {
+    snprintf(buf, size, "%.*g", prec, d);
+    if (strtod(buf, NULL) == d)
+      return;
+  }
+}
+
+static void format_value(const struct opt *o, const void *src, char *buf, size_t size) {
+  switch (o->type) {
+  case T_BOOL:
+    snprintf(buf, size, "%s", *(const bool *)src ? "yes" : "no");
+    break;
+  case T_INT:
+    snprintf(buf, size, "%lld", (long long)*(const int64_t *)src);
+    break;
+  case T_NUM:
+    format_num(*(const double *)src, buf, size);
+    break;
+  case T_DUR: {
+    int64_t us = *(const int64_t *)src;
+    if (us % SL_US_PER_S)
+      snprintf(buf, size, "%lldms", (long long)(us / SL_US_PER_MS));
+    else if (us && us % (3600 * SL_US_PER_S) == 0)
+      snprintf(buf, size, "%lldh", (long long)(us / (3600 * SL_US_PER_S)));
+    else if (us && us % (60 * SL_US_PER_S) == 0)
+      snprintf(buf, size, "%lldm", (long long)(us / (60 * SL_US_PER_S)));
+    else
+      snprintf(buf, size, "%llds", (long long)(us / SL_US_PER_S));
+    break;
+  }
+  default:
+    snprintf(buf, size, "%s", (const char *)src);
+  }
+}
+
+static void dump_section(FILE *out, const char *tmpl, const char *section, const void *base) {
+  fprintf(out, "[%s]\n", section);
+  for (size_t i = 0; i < N_OPTS; i++) {
+    const struct opt *o = &opts[i];
+    if (strcmp(o->section, tmpl))
+      continue;
+    const void *src = (const char *)base + o->offset;
+    if (o->type == T_DUR && *(const int64_t *)src < 0)
+      continue; /* group value not set */
+    if ((o->type == T_NAME || o->type == T_HEX64) && !*(const char *)src)
+      continue;
+    char val[1100];
+    format_value(o, src, val, sizeof val);
+    fprintf(out, "; %s\n%s = %s\n", o->help, o->name, val);
+  }
+  fputc('\n', out);
+}
+
+int gw_config_dump(const struct gw_config *c, FILE *out) {
+  static const char *main_sections[] = {"gateway", "idle", "budget", "provider.local",
+                                        "provider.aws"};
+  fprintf(out, "; spotlab-gateway effective configuration\n\n");
+  for (size_t i = 0; i < sizeof main_sections / sizeof *main_sections; i++)
+    dump_section(out, main_sections[i], main_sections[i], c);
+  char sec[96];
+  for (size_t i = 0; i < c->n_users; i++) {
+    snprintf(sec, sizeof sec, "user.%s", c->users[i].name);
+    dump_section(out, "user.*", sec, &c->users[i]);
+  }
+  for (size_t i = 0; i < c->n_groups; i++) {
+    snprintf(sec, sizeof sec, "group.%s", c->groups[i].name);
+    dump_section(out, "group.*", sec, &c->groups[i]);
+  }
+  return ferror(out) ? -EIO : 0;
+}
+
+const struct gw_user_cfg *gw_config_user(const struct gw_config *c, const char *name) {
+  for (size_t i = 0; i < c->n_users; i++)
+    if (!strcmp(c->users[i].name, name))
+      return &c->users[i];
+  return NULL;
+}
+
+static const struct gw_group_cfg *user_group(const struct gw_config *c, const char *user) {
+  const struct gw_user_cfg *u = gw_config_user(c, user);
+  if (!u || !u->group[0])
+    return NULL;
+  for (size_t i = 0; i < c->n_groups; i++)
+    if (!strcmp(c->groups[i].name, u->group))
+      return &c->groups[i];
+  return NULL;
+}
+
+int64_t gw_config_notebook_timeout_us(const struct gw_config *c, const char *user) {
+  const struct gw_group_cfg *g = user_group(c, user);
+  return g && g->notebook_timeout_us >= 0 ? g->notebook_timeout_us : c->notebook_timeout_us;
+}
+
+int64_t gw_config_worker_timeout_us(const struct gw_config *c, const char *user) {
+  const struct gw_group_cfg *g = user_group(c, user);
+  return g && g->worker_timeout_us >= 0 ? g->worker_timeout_us : c->worker_timeout_us;
+}

@@ -1,0 +1,107 @@
+/* The gateway's shared state, visible only to the gateway's own modules
+ * (gateway.c loop, kproto.c kernel protocol, wproto.c worker protocol,
+ * sched.c jobs and placement). Nothing outside gateway/ includes this.
+ *
+ * Ownership: struct gw owns the store, provider, queue, sockets, live jobs
+ * (non-final ones only; final jobs are read back from the store), live
+ * instances and the client table. Every table is bounded. */
+#ifndef GW_CORE_H
+#define GW_CORE_H
+
+#include "conf.h"
+#include "job.h"
+#include "keys.h"
+#include "provider.h"
+#include "queue.h"
+#include "store.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GW_MAX_CLIENTS 1024
+#define GW_MAX_ATTACH 64
+#define GW_MAX_LIVE_JOBS GW_QUEUE_MAX
+#define GW_MAX_INSTANCES 1024
+#define GW_RID_MAX 256
+#define GW_FRAME_MAX (1u << 20)
+#define GW_FRAMES_MAX 8
+#define GW_JSON_DEPTH 32
+
+struct gw_client {
+  uint8_t rid[GW_RID_MAX];
+  size_t rid_len;
+  bool authed;
+  char user[64];
+  char session[256];
+  int64_t attached[GW_MAX_ATTACH];
+  size_t n_attached;
+  int64_t last_mono_us;
+};
+
+struct gw_inst {
+  struct gw_instance_row row;   /* row.state: launching, idle, busy, draining */
+  uint8_t rid[GW_RID_MAX];
+  size_t rid_len;
+  bool registered;
+  bool notice;                  /* a preemption notice was seen for this instance */
+  int64_t last_seen_mono_us;
+  int64_t idle_since_mono_us;
+  int64_t register_by_mono_us;  /* launching or restarted: must register before this */
+  int gpus;
+};
+
+struct gw {
+  const struct gw_config *cfg;
+  struct gw_store *store;
+  struct gw_provider *prov;
+  struct gw_queue *queue;
+  void *zctx, *ksock, *wsock, *zap;
+  struct gw_keypair keys;
+  struct gw_job **jobs;         /* live jobs, owned */
+  size_t n_jobs;
+  struct gw_inst *insts;        /* live instances */
+  size_t n_insts;
+  struct gw_client *clients;
+  size_t n_clients;
+  char train_program[1024];
+  char worker_address[512];     /* what workers connect to */
+  int64_t started_us;
+  int64_t next_housekeeping_mono_us;
+  int64_t next_cost_flush_mono_us;
+  bool kick;                    /* placement should run */
+};
+
+/* gateway.c */
+int gw_send_to(struct gw *g, void *sock, const uint8_t *rid, size_t rid_len, json_t *msg);
+struct gw_job *gw_live_job(struct gw *g, int64_t id);
+struct gw_inst *gw_inst_find(struct gw *g, const char *id);
+void gw_inst_remove(struct gw *g, const char *id);
+
+/* kproto.c */
+void gw_kproto_recv(struct gw *g);
+/* Sends an event of job to every client attached to it (event borrowed). */
+void gw_kproto_fanout(struct gw *g, int64_t job, const json_t *event);
+
+/* wproto.c */
+void gw_wproto_recv(struct gw *g);
+int gw_wproto_send(struct gw *g, struct gw_inst *inst, json_t *msg);
+void gw_zap_handle(struct gw *g);
+
+/* sched.c */
+int gw_sched_emit(struct gw *g, struct gw_job *j, json_t *event);
+int gw_sched_transition(struct gw *g, struct gw_job *j, enum gw_job_state s, const char *reason);
+int gw_sched_submit(struct gw *g, struct gw_job *j);
+int gw_sched_cancel(struct gw *g, struct gw_job *j);
+void gw_sched_finish(struct gw *g, struct gw_job *j, enum gw_job_state s, const char *reason);
+void gw_sched_requeue(struct gw *g, struct gw_job *j, bool notice, const char *reason);
+int gw_sched_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst);
+void gw_sched_place(struct gw *g);
+void gw_sched_housekeeping(struct gw *g);
+void gw_sched_flush_cost(struct gw *g, struct gw_job *j, bool force);
+void gw_sched_instance_gone(struct gw *g, const char *id, const char *why);
+void gw_sched_on_provider_event(void *userdata, const struct gw_provider_event *ev);
+int gw_sched_load(struct gw *g);
+void gw_sched_set_inst_state(struct gw *g, struct gw_inst *inst, const char *state, int64_t job);
+
+#endif

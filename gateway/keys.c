@@ -1,0 +1,122 @@
+/* Key files: creation with 0600 from the start (O_EXCL on a temporary
+ * name, then rename), so a secret is never on disk with wider permissions. */
+#include "keys.h"
+
+#include "sl_err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+int gw_keys_generate(struct gw_keypair *ret) {
+  struct gw_keypair k;
+  if (zmq_curve_keypair(k.public_z85, k.secret_z85) != 0)
+    return SL_ENOTSUP;
+  *ret = k;
+  return 0;
+}
+
+/* Writes text to path with mode 0600 via a temporary file and rename. */
+static int write_private(const char *path, const char *text) {
+  char tmp[4200];
+  if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+    return -ENAMETOOLONG;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return -errno;
+  size_t len = strlen(text), off = 0;
+  while (off < len) {
+    ssize_t w = write(fd, text + off, len - off);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0) {
+      int e = -errno;
+      close(fd);
+      unlink(tmp);
+      return e;
+    }
+    off += (size_t)w;
+  }
+  if (fsync(fd) < 0 || close(fd) < 0 || rename(tmp, path) < 0) {
+    int e = -errno;
+    unlink(tmp);
+    return e;
+  }
+  return 0;
+}
+
+static bool z85_key(const char *s) {
+  if (strlen(s) != GW_Z85_KEY_LEN)
+    return false;
+  uint8_t bin[32];
+  return zmq_z85_decode(bin, s) != NULL;
+}
+
+int gw_keys_load_or_create(const char *path, struct gw_keypair *ret, char *err, size_t err_size) {
+  FILE *f = fopen(path, "r");
+  if (!f && errno != ENOENT) {
+    snprintf(err, err_size, "%s: %s", path, strerror(errno));
+    return -errno;
+  }
+  if (!f) {
+    struct gw_keypair k;
+    int r = gw_keys_generate(&k);
+    char text[128];
+    snprintf(text, sizeof text, "%s\n%s\n", k.public_z85, k.secret_z85);
+    if (r == 0)
+      r = write_private(path, text);
+    if (r < 0) {
+      snprintf(err, err_size, "%s: cannot create key file: %s", path, sl_strerror(r));
+      return r;
+    }
+    *ret = k;
+    return 0;
+  }
+  struct stat st;
+  char pub[64] = "", sec[64] = "";
+  int r = 0;
+  if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077)) {
+    snprintf(err, err_size, "%s: key file is readable by others (mode %03o); chmod 600 it", path,
+             (unsigned)(st.st_mode & 0777));
+    r = SL_ECONFIG;
+  } else if (!fgets(pub, sizeof pub, f) || !fgets(sec, sizeof sec, f)) {
+    snprintf(err, err_size, "%s: expected two lines (public and secret key)", path);
+    r = SL_ECONFIG;
+  }
+  fclose(f);
+  if (r < 0)
+    return r;
+  pub[strcspn(pub, "\r\n")] = 0;
+  sec[strcspn(sec, "\r\n")] = 0;
+  if (!z85_key(pub) || !z85_key(sec)) {
+    snprintf(err, err_size, "%s: malformed key (expected 40-character Z85 keys)", path);
+    return SL_ECONFIG;
+  }
+  memcpy(ret->public_z85, pub, sizeof ret->public_z85);
+  memcpy(ret->secret_z85, sec, sizeof ret->secret_z85);
+  return 0;
+}
+
+int gw_keys_write_worker_file(const char *path, const struct gw_worker_file *w) {
+  json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:b,s:s,s:s,s:s,s:s}",
+                        "gateway", w->gateway, "gateway_public", w->gateway_public,
+                        "public", w->keys->public_z85, "secret", w->keys->secret_z85,
+                        "instance", w->instance, "type", w->type, "zone", w->zone ? w->zone : "",
+                        "spot", w->spot, "metadata", w->metadata ? w->metadata : "",
+                        "work_dir", w->work_dir, "store", w->store, "train", w->train ? w->train : "");
+  if (!o)
+    return -ENOMEM;
+  char *text = json_dumps(o, JSON_INDENT(1));
+  json_decref(o);
+  if (!text)
+    return -ENOMEM;
+  int r = write_private(path, text);
+  free(text);
+  return r;
+}

@@ -1,0 +1,39 @@
+/* CURVE keys and the files that carry them.
+ *
+ * The gateway's key pair lives in state_dir/gateway.key (0600): the Z85
+ * public key on the first line, the secret on the second. Each instance
+ * gets a fresh pair at launch, written with the gateway's public key into
+ * the worker config file (0600, protocols.md §2). Keys never reach a log. */
+#ifndef GW_KEYS_H
+#define GW_KEYS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define GW_Z85_KEY_LEN 40
+
+struct gw_keypair {
+  char public_z85[GW_Z85_KEY_LEN + 1];
+  char secret_z85[GW_Z85_KEY_LEN + 1];
+};
+
+/* Loads path, or creates it (0600) with a new pair when missing. A file
+ * that exists but is malformed or readable by others is an error (message
+ * in err): the gateway never silently replaces its identity. */
+int gw_keys_load_or_create(const char *path, struct gw_keypair *ret, char *err, size_t err_size);
+/* A fresh pair. */
+int gw_keys_generate(struct gw_keypair *ret);
+
+struct gw_worker_file {
+  const char *gateway;          /* address the worker connects to */
+  const char *gateway_public;
+  const struct gw_keypair *keys;
+  const char *instance, *type, *zone;
+  bool spot;
+  const char *metadata, *work_dir, *store, *train;
+};
+
+/* Writes the worker config file (0600) atomically: temporary name, rename. */
+int gw_keys_write_worker_file(const char *path, const struct gw_worker_file *w);
+
+#endif

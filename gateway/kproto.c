@@ -1,0 +1,537 @@
+/* The kernel/CLI protocol (protocols.md §1).
+ *
+ * A client is its ZeroMQ routing id; it must say hello with a valid token
+ * before anything else. Every request is answered exactly once with a reply
+ * carrying its id; malformed input gets an error reply naming the problem
+ * and the loop goes on. A user sees only their own jobs: another user's job
+ * answers SL_ENAME, word for word as a job that does not exist. The client
+ * table is bounded; the least recently active client is forgotten first. */
+#include "core.h"
+
+#include "conf.h"
+#include "config.h"
+#include "sl_err.h"
+#include "sl_frame.h"
+#include "sl_hmac.h"
+#include "sl_json.h"
+#include "sl_log.h"
+#include "sl_time.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define T "gateway.kernel"
+
+struct req {
+  struct gw *g;
+  struct gw_client *c;          /* NULL before hello */
+  const uint8_t *rid;
+  size_t rid_len;
+  const json_t *body;
+  json_t *id;                   /* echoed as "re" (borrowed; null if absent) */
+};
+
+static void reply(struct req *q, json_t *fields) {
+  json_t *m = fields ? fields : json_object();
+  json_object_set_new(m, "type", json_string("reply"));
+  json_object_set(m, "re", q->id ? q->id : json_null());
+  json_object_set_new(m, "ok", json_true());
+  gw_send_to(q->g, q->g->ksock, q->rid, q->rid_len, m);
+  json_decref(m);
+}
+
+static void reply_err(struct gw *g, const uint8_t *rid, size_t rid_len, json_t *id, int code,
+                      const char *msg) {
+  json_t *m = json_pack("{s:s,s:O,s:b,s:{s:s,s:s}}", "type", "reply", "re", id ? id : json_null(),
+                        "ok", 0, "error", "code", sl_errname(code), "message", msg);
+  gw_send_to(g, g->ksock, rid, rid_len, m);
+  json_decref(m);
+}
+
+static void fail(struct req *q, int code, const char *msg) {
+  reply_err(q->g, q->rid, q->rid_len, q->id, code, msg ? msg : sl_strerror(code));
+}
+
+static struct gw_client *client_find(struct gw *g, const uint8_t *rid, size_t len) {
+  for (size_t i = 0; i < g->n_clients; i++)
+    if (g->clients[i].rid_len == len && !memcmp(g->clients[i].rid, rid, len))
+      return &g->clients[i];
+  return NULL;
+}
+
+static struct gw_client *client_new(struct gw *g, const uint8_t *rid, size_t len) {
+  struct gw_client *c = client_find(g, rid, len);
+  if (!c && g->n_clients < GW_MAX_CLIENTS)
+    c = &g->clients[g->n_clients++];
+  if (!c) { /* full: reuse the least recently active entry */
+    c = &g->clients[0];
+    for (size_t i = 1; i < g->n_clients; i++)
+      if (g->clients[i].last_mono_us < c->last_mono_us)
+        c = &g->clients[i];
+  }
+  memset(c, 0, sizeof *c);
+  memcpy(c->rid, rid, len);
+  c->rid_len = len;
+  return c;
+}
+
+void gw_kproto_fanout(struct gw *g, int64_t job, const json_t *event) {
+  for (size_t i = 0; i < g->n_clients; i++) {
+    struct gw_client *c = &g->clients[i];
+    for (size_t k = 0; k < c->n_attached; k++)
+      if (c->attached[k] == job) {
+        gw_send_to(g, g->ksock, c->rid, c->rid_len, (json_t *)event);
+        break;
+      }
+  }
+}
+
+/* Loads job id if it belongs to the client's user: live copy or a store copy in *tmp. */
+static struct gw_job *user_job(struct req *q, struct gw_job *tmp, bool *ret_live) {
+  int64_t id = gw_job_id_parse(sl_json_get_str(q->body, "job", NULL));
+  struct gw_job *j = id > 0 ? gw_live_job(q->g, id) : NULL;
+  *ret_live = j != NULL;
+  if (!j && id > 0 && gw_store_job_get(q->g->store, id, tmp) == 0)
+    j = tmp;
+  if (j && strcmp(j->user, q->c->user)) {
+    if (j == tmp)
+      gw_job_done(tmp);
+    j = NULL;
+  }
+  if (!j)
+    fail(q, SL_ENAME, "no such job");
+  return j;
+}
+
+static void on_hello(struct req *q) {
+  const char *token = sl_json_get_str(q->body, "token", NULL);
+  const char *session = sl_json_get_str(q->body, "session", "");
+  char user[64], hash[SL_HMAC_HEX_LEN + 1];
+  if (!token || !*token || strlen(token) > 1024)
+    return fail(q, SL_EAUTH, "a token is required");
+  if (strlen(session) >= sizeof q->c->session)
+    return fail(q, SL_ELIMIT, "session name too long");
+  sl_sha256_hex(token, strlen(token), hash);
+  if (gw_store_user_by_token(q->g->store, hash, user, sizeof user) < 0) {
+    sl_warn(T, "hello refused: unknown token");
+    return fail(q, SL_EAUTH, "unknown token");
+  }
+  struct gw_client *c = client_new(q->g, q->rid, q->rid_len);
+  c->authed = true;
+  snprintf(c->user, sizeof c->user, "%s", user);
+  snprintf(c->session, sizeof c->session, "%s", session);
+  c->last_mono_us = sl_time_mono_us();
+  if (*session)
+    gw_store_session_touch(q->g->store, user, session, sl_time_real_us());
+  sl_info(T, "hello from %s (%s, session \"%s\")", user,
+          sl_json_get_str(q->body, "client", "client"), session);
+  reply(q, json_pack("{s:s,s:s,s:s}", "user", user, "session", session, "gateway",
+                     SPOTLAB_VERSION));
+}
+
+static void on_session_get(struct req *q) {
+  json_t *r = NULL;
+  if (gw_store_session_get(q->g->store, q->c->user, q->c->session, &r) < 0)
+    return fail(q, SL_ESQLITE, "cannot read the session");
+  reply(q, r);
+}
+
+static void on_session_set(struct req *q) {
+  int r = gw_store_session_set(q->g->store, q->c->user, q->c->session,
+                               json_object_get(q->body, "vars"), json_object_get(q->body, "defs"),
+                               json_object_get(q->body, "delete"));
+  if (r == SL_ETYPE)
+    return fail(q, r, "vars must be an object of {\"t\",\"v\"} values, defs a list of"
+                      " {\"name\",\"kind\":\"model|data\",\"spec\":{}}, delete a list of names");
+  if (r < 0)
+    return fail(q, r, NULL);
+  reply(q, NULL);
+}
+
+static int64_t this_month_us(void) {
+  time_t now = time(NULL);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  tm.tm_mday = 1;
+  tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
+  return (int64_t)timegm(&tm) * SL_US_PER_S;
+}
+
+static bool budget_spent(struct gw *g) {
+  double usd = 0, od = 0;
+  if (g->cfg->monthly_usd <= 0 || !g->cfg->hard_cap)
+    return false;
+  gw_store_cost_totals(g->store, NULL, this_month_us(), &usd, &od);
+  return usd >= g->cfg->monthly_usd;
+}
+
+/* Copies the session's definition of name (kind model or data) into spec[field]. */
+static int copy_def(struct req *q, json_t *spec, const char *field, const char *kind,
+                    const char *name, char *ret_name, size_t size) {
+  json_t *def = NULL;
+  char msg[160];
+  if (!name || !*name || strlen(name) >= size) {
+    snprintf(msg, sizeof msg, "%s name missing", kind);
+    fail(q, SL_ENAME, msg);
+    return SL_ENAME;
+  }
+  if (gw_store_session_def(q->g->store, q->c->user, q->c->session, name, kind, &def) < 0) {
+    snprintf(msg, sizeof msg, "no %s named \"%.64s\" in this session", kind, name);
+    fail(q, SL_ENAME, msg);
+    return SL_ENAME;
+  }
+  json_object_set_new(spec, field, def);
+  snprintf(ret_name, size, "%s", name);
+  return 0;
+}
+
+/* Fills j from the request; sends the error reply itself on failure. */
+static int build_job(struct req *q, struct gw_job *j) {
+  const char *kind = sl_json_get_str(q->body, "kind", "");
+  json_t *opts = json_object_get(q->body, "options");
+  if (opts && !json_is_object(opts))
+    return fail(q, SL_ETYPE, "options must be an object"), SL_ETYPE;
+  if (strcmp(kind, "train") && strcmp(kind, "eval") && strcmp(kind, "sample") && strcmp(kind, "run"))
+    return fail(q, SL_ENAME, "kind must be train, eval, sample or run"), SL_ENAME;
+  snprintf(j->kind, sizeof j->kind, "%s", kind);
+  snprintf(j->user, sizeof j->user, "%s", q->c->user);
+  snprintf(j->session, sizeof j->session, "%s", q->c->session);
+  j->spec = json_pack("{s:o}", "options", opts ? json_incref(opts) : json_object());
+  const char *model = sl_json_get_str(q->body, "model", NULL);
+  const char *data = sl_json_get_str(q->body, "data", NULL);
+  if (!strcmp(kind, "run")) {
+    const char *script = sl_json_get_str(q->body, "script", NULL);
+    if (!script)
+      return fail(q, SL_ENAME, "run needs a script"), SL_ENAME;
+    json_object_set_new(j->spec, "script", json_string(script));
+  } else {
+    int r = copy_def(q, j->spec, "model", "model", model, j->model, sizeof j->model);
+    if (!r && strcmp(kind, "sample"))
+      r = copy_def(q, j->spec, "data", "data", data, j->data, sizeof j->data);
+    if (r < 0)
+      return r;
+  }
+  if (!strcmp(kind, "eval") || !strcmp(kind, "sample")) {
+    json_t *sess = NULL;
+    gw_store_session_get(q->g->store, q->c->user, q->c->session, &sess);
+    json_t *m = json_object_get(json_object_get(sess, "models"), j->model);
+    const char *ck = sl_json_get_str(m, "checkpoint", "");
+    snprintf(j->ckpt_key, sizeof j->ckpt_key, "%s", ck);
+    j->ckpt_step = sl_json_get_int(m, "step", 0);
+    json_object_set_new(j->spec, "checkpoint", json_string(ck));
+    json_decref(sess);
+  }
+  j->steps = sl_json_get_int(opts, "steps", 0);
+  return 0;
+}
+
+static void on_submit(struct req *q) {
+  if (budget_spent(q->g))
+    return fail(q, SL_ESTATE, "the monthly budget is spent ([budget] hard_cap)");
+  struct gw_job *j = calloc(1, sizeof *j);
+  if (!j)
+    return fail(q, -ENOMEM, NULL);
+  if (build_job(q, j) < 0) {
+    gw_job_done(j);
+    free(j);
+    return;
+  }
+  int r = gw_sched_submit(q->g, j);
+  if (r < 0) {
+    fail(q, r, r == SL_ELIMIT ? "too many jobs queued" : NULL);
+    gw_job_done(j);
+    free(j);
+    return;
+  }
+  char id[16];
+  reply(q, json_pack("{s:s}", "job", gw_job_id_str(j->id, id, sizeof id)));
+}
+
+static void on_attach(struct req *q) {
+  struct gw_job tmp, *j;
+  bool live;
+  if (!(j = user_job(q, &tmp, &live)))
+    return;
+  int64_t id = j->id, after = sl_json_get_int(q->body, "after", 0);
+  reply(q, json_pack("{s:o}", "job", gw_job_summary(j)));
+  if (!live)
+    gw_job_done(&tmp);
+  for (;;) {
+    json_t *evs = NULL;
+    bool more = false;
+    if (gw_store_events(q->g->store, id, after, 1000, &evs, &more) < 0)
+      break;
+    size_t i;
+    json_t *e;
+    json_array_foreach(evs, i, e) {
+      gw_send_to(q->g, q->g->ksock, q->rid, q->rid_len, e);
+      after = sl_json_get_int(e, "seq", after);
+    }
+    json_decref(evs);
+    if (!more)
+      break;
+  }
+  struct gw_client *c = q->c;
+  if (!live)
+    return;
+  for (size_t k = 0; k < c->n_attached; k++)
+    if (c->attached[k] == id)
+      return;
+  if (c->n_attached == GW_MAX_ATTACH)
+    memmove(c->attached, c->attached + 1, (GW_MAX_ATTACH - 1) * sizeof *c->attached), c->n_attached--;
+  c->attached[c->n_attached++] = id;
+}
+
+static void on_detach(struct req *q) {
+  int64_t id = gw_job_id_parse(sl_json_get_str(q->body, "job", NULL));
+  struct gw_client *c = q->c;
+  for (size_t k = 0; k < c->n_attached; k++)
+    if (c->attached[k] == id) {
+      memmove(&c->attached[k], &c->attached[k + 1], (c->n_attached - k - 1) * sizeof *c->attached);
+      c->n_attached--;
+      break;
+    }
+  reply(q, NULL);
+}
+
+static void on_cancel(struct req *q) {
+  struct gw_job tmp, *j;
+  bool live;
+  if (!(j = user_job(q, &tmp, &live)))
+    return;
+  if (!live) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "job already %s", gw_job_state_name(tmp.state));
+    gw_job_done(&tmp);
+    return fail(q, SL_ESTATE, msg);
+  }
+  gw_sched_cancel(q->g, j);
+  reply(q, NULL);
+}
+
+static void on_jobs(struct req *q) {
+  bool all = sl_json_get_bool(q->body, "all", false);
+  struct gw_job *jobs = NULL;
+  size_t n = 0;
+  if (gw_store_jobs_list(q->g->store, q->c->user, false, all ? 1000 : 50, &jobs, &n) < 0)
+    return fail(q, SL_ESQLITE, NULL);
+  json_t *arr = json_array();
+  for (size_t i = 0; i < n; i++) {
+    struct gw_job *live = gw_live_job(q->g, jobs[i].id);
+    json_array_append_new(arr, gw_job_summary(live ? live : &jobs[i]));
+  }
+  gw_store_jobs_free(jobs, n);
+  reply(q, json_pack("{s:o}", "jobs", arr));
+}
+
+static void on_logs(struct req *q) {
+  struct gw_job tmp, *j;
+  bool live;
+  if (!(j = user_job(q, &tmp, &live)))
+    return;
+  int64_t id = j->id;
+  if (!live)
+    gw_job_done(&tmp);
+  int64_t limit = sl_json_get_int(q->body, "limit", 1000);
+  limit = limit < 1 ? 1 : limit > 10000 ? 10000 : limit;
+  json_t *evs = NULL;
+  bool more = false;
+  if (gw_store_events(q->g->store, id, sl_json_get_int(q->body, "after", 0), limit, &evs, &more) < 0)
+    return fail(q, SL_ESQLITE, NULL);
+  reply(q, json_pack("{s:o,s:b}", "events", evs, "more", more));
+}
+
+static json_t *instance_json(const struct gw_inst *in) {
+  char job[16] = "";
+  if (in->row.job)
+    gw_job_id_str(in->row.job, job, sizeof job);
+  return json_pack("{s:s,s:s,s:s,s:b,s:o,s:o,s:s,s:s,s:b,s:I}", "instance", in->row.id, "type",
+                   in->row.type, "zone", in->row.zone, "spot", in->row.spot, "price_usd_per_hour",
+                   sl_json_real(in->row.price_usd_per_hour), "on_demand_usd_per_hour",
+                   sl_json_real(in->row.on_demand_usd_per_hour), "state", in->row.state, "job",
+                   job, "registered", in->registered, "launched_us", (json_int_t)in->row.launched_us);
+}
+
+static void on_status(struct req *q) {
+  struct gw *g = q->g;
+  const struct gw_config *cfg = g->cfg;
+  json_t *workers = json_array();
+  for (size_t i = 0; i < g->n_insts; i++)
+    json_array_append_new(workers, instance_json(&g->insts[i]));
+  double usd = 0, od = 0;
+  gw_store_cost_totals(g->store, NULL, this_month_us(), &usd, &od);
+  reply(q, json_pack("{s:{s:s,s:i,s:I,s:s,s:s,s:s,s:s,s:b,s:I,s:I},s:o,"
+                     "s:{s:o,s:o,s:o},s:{s:o,s:o,s:s,s:b}}",
+                     "gateway", "version", SPOTLAB_VERSION, "pid", (int)getpid(), "started_us",
+                     (json_int_t)g->started_us, "listen", cfg->listen, "workers", cfg->workers,
+                     "state_dir", cfg->state_dir, "provider", g->prov ? g->prov->ops->name : "",
+                     "embedded", cfg->embedded, "queued", (json_int_t)gw_queue_len(g->queue),
+                     "live_jobs", (json_int_t)g->n_jobs, "workers", workers, "idle",
+                     "notebook_timeout_s",
+                     sl_json_real((double)gw_config_notebook_timeout_us(cfg, q->c->user) / 1e6),
+                     "worker_timeout_s",
+                     sl_json_real((double)gw_config_worker_timeout_us(cfg, q->c->user) / 1e6),
+                     "warn_before_s", sl_json_real((double)cfg->warn_before_us / 1e6), "budget",
+                     "monthly_usd", sl_json_real(cfg->monthly_usd), "spent_usd", sl_json_real(usd),
+                     "alert_at", cfg->alert_at, "hard_cap", cfg->hard_cap));
+}
+
+static void on_instances(struct req *q) {
+  json_t *arr = json_array();
+  for (size_t i = 0; i < q->g->n_insts; i++)
+    json_array_append_new(arr, instance_json(&q->g->insts[i]));
+  reply(q, json_pack("{s:o}", "instances", arr));
+}
+
+static void on_market(struct req *q) {
+  if (!q->g->prov)
+    return fail(q, SL_ENOTSUP, "no provider");
+  struct gw_instance_type *types = NULL;
+  size_t n = 0;
+  int r = q->g->prov->ops->types(q->g->prov, &types, &n);
+  if (r < 0)
+    return fail(q, r, NULL);
+  int gpus = (int)sl_json_get_int(q->body, "gpus", 0);
+  json_t *arr = json_array();
+  for (size_t i = 0; i < n; i++) {
+    const struct gw_instance_type *t = &types[i];
+    if (gpus && t->gpus < gpus)
+      continue;
+    json_array_append_new(arr, json_pack("{s:s,s:i,s:s,s:o,s:o,s:s,s:o}", "type", t->name, "gpus",
+                                         t->gpus, "gpu_model", t->gpu_model, "spot_usd_per_hour",
+                                         sl_json_real(t->spot_usd_per_hour),
+                                         "on_demand_usd_per_hour",
+                                         sl_json_real(t->on_demand_usd_per_hour), "interruption",
+                                         t->interruption ? t->interruption : "",
+                                         "mean_time_to_preempt_s",
+                                         sl_json_real(t->mean_time_to_preempt_s)));
+  }
+  free(types);
+  reply(q, json_pack("{s:o}", "types", arr));
+}
+
+static void on_cost(struct req *q) {
+  double usd = 0, od = 0, musd = 0, mod = 0;
+  gw_store_cost_totals(q->g->store, q->c->user, 0, &usd, &od);
+  gw_store_cost_totals(q->g->store, q->c->user, this_month_us(), &musd, &mod);
+  struct gw_job *jobs = NULL;
+  size_t n = 0;
+  json_t *arr = json_array();
+  if (gw_store_jobs_list(q->g->store, q->c->user, false, 100, &jobs, &n) == 0) {
+    for (size_t i = 0; i < n; i++) {
+      struct gw_job *j = gw_live_job(q->g, jobs[i].id);
+      j = j ? j : &jobs[i];
+      char id[16];
+      json_array_append_new(arr, json_pack("{s:s,s:s,s:o,s:o}", "job",
+                                           gw_job_id_str(j->id, id, sizeof id), "state",
+                                           gw_job_state_name(j->state), "cost_usd",
+                                           sl_json_real(j->cost_usd), "on_demand_usd",
+                                           sl_json_real(j->on_demand_usd)));
+    }
+    gw_store_jobs_free(jobs, n);
+  }
+  reply(q, json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "spent_usd", sl_json_real(usd), "on_demand_usd",
+                     sl_json_real(od), "saved_usd", sl_json_real(od - usd), "month_spent_usd",
+                     sl_json_real(musd), "budget_usd", sl_json_real(q->g->cfg->monthly_usd),
+                     "jobs", arr));
+}
+
+static void on_inject(struct req *q) {
+  const char *action = sl_json_get_str(q->body, "action", "");
+  const char *id = sl_json_get_str(q->body, "instance", "");
+  struct gw_inst *in = gw_inst_find(q->g, id);
+  if (strcmp(action, "preempt") && strcmp(action, "kill"))
+    return fail(q, SL_ENAME, "action must be preempt or kill");
+  if (!in || strcmp(in->row.user, q->c->user))
+    return fail(q, SL_ENAME, "no such instance");
+  if (!q->g->prov || !q->g->prov->ops->inject)
+    return fail(q, SL_ENOTSUP, "the provider cannot inject preemptions");
+  double notice = sl_json_get_num(q->body, "notice_s", !strcmp(action, "kill") ? 0 : 120);
+  int r = q->g->prov->ops->inject(q->g->prov, id, !strcmp(action, "kill"), notice);
+  if (r < 0)
+    return fail(q, r, NULL);
+  reply(q, NULL);
+}
+
+static void on_ping(struct req *q) {
+  reply(q, json_pack("{s:I}", "time_us", (json_int_t)sl_time_real_us()));
+}
+
+static const struct {
+  const char *type;
+  void (*fn)(struct req *q);
+} handlers[] = {
+  {"session.get", on_session_get}, {"session.set", on_session_set}, {"submit", on_submit},
+  {"attach", on_attach}, {"detach", on_detach}, {"cancel", on_cancel}, {"jobs", on_jobs},
+  {"logs", on_logs}, {"status", on_status}, {"instances", on_instances}, {"market", on_market},
+  {"cost", on_cost}, {"inject", on_inject}, {"ping", on_ping},
+};
+
+static void dispatch(struct req *q) {
+  const char *type = sl_json_get_str(q->body, "type", NULL);
+  if (!type)
+    return fail(q, SL_EWIRE, "missing \"type\"");
+  if (!strcmp(type, "hello"))
+    return on_hello(q);
+  q->c = client_find(q->g, q->rid, q->rid_len);
+  if (!q->c || !q->c->authed)
+    return fail(q, SL_EAUTH, "say hello with a valid token first");
+  q->c->last_mono_us = sl_time_mono_us();
+  if (q->c->session[0] && strcmp(type, "session.get"))
+    gw_store_session_touch(q->g->store, q->c->user, q->c->session, sl_time_real_us());
+  for (size_t i = 0; i < sizeof handlers / sizeof *handlers; i++)
+    if (!strcmp(handlers[i].type, type))
+      return handlers[i].fn(q);
+  char msg[96];
+  snprintf(msg, sizeof msg, "unknown request type \"%.40s\"", type);
+  fail(q, SL_ENAME, msg);
+}
+
+void gw_kproto_recv(struct gw *g) {
+  struct sl_msg m;
+  sl_msg_init(&m, (struct sl_limits){GW_FRAMES_MAX, GW_FRAME_MAX, 8u * GW_FRAME_MAX});
+  int r = sl_zmq_recv(g->ksock, &m, ZMQ_DONTWAIT);
+  if (r == -EAGAIN || m.n == 0) {
+    if (r < 0 && r != -EAGAIN)
+      sl_warn(T, "dropped a message: %s", sl_strerror(r));
+    sl_msg_done(&m);
+    return;
+  }
+  const uint8_t *rid = m.frames[0].data;
+  size_t rid_len = m.frames[0].len;
+  json_t *body = NULL;
+  char why[160] = "";
+  if (r == SL_ELIMIT) {
+    snprintf(why, sizeof why, "message over the limits (%d frames, %u bytes per frame)",
+             GW_FRAMES_MAX, GW_FRAME_MAX);
+  } else if (m.n != 2) {
+    r = SL_EWIRE;
+    snprintf(why, sizeof why, "expected one JSON frame, got %zu", m.n - 1);
+  } else {
+    r = sl_json_parse((const char *)m.frames[1].data, m.frames[1].len, GW_JSON_DEPTH, &body, why,
+                      sizeof why);
+    if (r == 0 && !json_is_object(body)) {
+      r = SL_EWIRE;
+      snprintf(why, sizeof why, "a message must be a JSON object");
+    }
+  }
+  if (r < 0) {
+    sl_warn(T, "malformed request: %s", why);
+    json_t *id = NULL;
+    if (body)
+      id = json_object_get(body, "id");
+    reply_err(g, rid, rid_len, id, r, why);
+  } else {
+    json_t *id = json_object_get(body, "id");
+    struct req q = {.g = g, .rid = rid, .rid_len = rid_len, .body = body,
+                    .id = json_is_integer(id) ? id : NULL};
+    dispatch(&q);
+  }
+  json_decref(body);
+  sl_msg_done(&m);
+}

@@ -1,0 +1,290 @@
+/* spotlab-gateway: command line, configuration layering, the state-folder
+ * lock, the embedded default and daemon mode.
+ *
+ * Order of configuration: table defaults (or the embedded defaults), the
+ * file named by --config or SPOTLAB_CONFIG, the environment (SPOTLAB_HOME
+ * sets state_dir in embedded mode), then the command line. One gateway per
+ * state folder: an flock on state_dir/gateway.lock, held for the life of the
+ * process. With --daemon the process detaches (setsid, double fork) and the
+ * command returns only once the sockets are bound, so a kernel that starts
+ * it can connect at once. */
+#include "conf.h"
+#include "config.h"
+#include "gateway.h"
+
+#include "sl_err.h"
+#include "sl_hmac.h"
+#include "sl_log.h"
+#include "sl_path.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_signal(int sig) {
+  (void)sig;
+  stop_flag = 1;
+}
+
+static void usage(FILE *out) {
+  fputs("usage: spotlab-gateway [--embedded] [--daemon] [--config FILE] [--state-dir DIR]\n"
+        "                       [--listen ADDR] [--workers ADDR] [--dump-config]\n"
+        "  --embedded     per-user gateway with state in $SPOTLAB_HOME and the local provider\n"
+        "  --daemon       detach once the sockets are bound\n"
+        "  --config FILE  INI configuration (default: $SPOTLAB_CONFIG)\n"
+        "  --dump-config  print the effective configuration and exit\n"
+        "See docs/admin.md for every option.\n", out);
+}
+
+struct args {
+  const char *config, *state_dir, *listen, *workers;
+  bool embedded, daemon, dump;
+};
+
+static int parse_args(int argc, char **argv, struct args *a) {
+  for (int i = 1; i < argc; i++) {
+    const char *s = argv[i];
+    const char **dst = !strcmp(s, "--config") ? &a->config
+                     : !strcmp(s, "--state-dir") ? &a->state_dir
+                     : !strcmp(s, "--listen") ? &a->listen
+                     : !strcmp(s, "--workers") ? &a->workers : NULL;
+    if (dst) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "spotlab-gateway: %s needs a value\n", s);
+        return 2;
+      }
+      *dst = argv[++i];
+    } else if (!strcmp(s, "--embedded")) {
+      a->embedded = true;
+    } else if (!strcmp(s, "--daemon")) {
+      a->daemon = true;
+    } else if (!strcmp(s, "--dump-config")) {
+      a->dump = true;
+    } else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+      usage(stdout);
+      return 1;
+    } else if (!strcmp(s, "--version")) {
+      printf("spotlab-gateway %s\n", SPOTLAB_VERSION);
+      return 1;
+    } else {
+      fprintf(stderr, "spotlab-gateway: unknown argument %s\n", s);
+      usage(stderr);
+      return 2;
+    }
+  }
+  return 0;
+}
+
+static int build_config(const struct args *a, struct gw_config *cfg, char *err, size_t size) {
+  gw_config_defaults(cfg);
+  char home[1024];
+  if (a->embedded) {
+    int r = sl_spotlab_home(home, sizeof home);
+    if (r < 0)
+      return snprintf(err, size, "cannot find SPOTLAB_HOME: %s", sl_strerror(r)), r;
+    gw_config_embedded(cfg, home);
+  }
+  const char *file = a->config ? a->config : getenv("SPOTLAB_CONFIG");
+  if (file && *file) {
+    int r = gw_config_load_file(cfg, file, err, size);
+    if (r < 0)
+      return r;
+  }
+  if (a->embedded && getenv("SPOTLAB_HOME"))
+    snprintf(cfg->state_dir, sizeof cfg->state_dir, "%s", home);
+  struct { const char *v, *name; } cl[] = {
+    {a->state_dir, "state_dir"}, {a->listen, "listen"}, {a->workers, "workers"},
+  };
+  for (size_t i = 0; i < 3; i++) {
+    char msg[512];
+    if (cl[i].v && gw_config_set(cfg, "gateway", cl[i].name, cl[i].v, msg, sizeof msg) < 0)
+      return snprintf(err, size, "--%s: %s", cl[i].name, msg), SL_ECONFIG;
+  }
+  return 0;
+}
+
+/* The embedded gateway's user: a token kept in state_dir/token (0600). */
+static int embedded_user(struct gw_config *cfg, char *err, size_t size) {
+  char path[1200], token[80] = "";
+  snprintf(path, sizeof path, "%s/token", cfg->state_dir);
+  FILE *f = fopen(path, "r");
+  if (f) {
+    if (!fgets(token, sizeof token, f))
+      token[0] = 0;
+    fclose(f);
+    token[strcspn(token, "\r\n")] = 0;
+  }
+  if (strlen(token) < 16) {
+    uint8_t rnd[24];
+    sl_random_bytes(rnd, sizeof rnd);
+    for (size_t i = 0; i < sizeof rnd; i++)
+      sprintf(token + 2 * i, "%02x", rnd[i]);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || dprintf(fd, "%s\n", token) < 0 || close(fd) < 0)
+      return snprintf(err, size, "%s: %s", path, strerror(errno)), -errno;
+  }
+  chmod(path, 0600);
+  if (cfg->n_users >= GW_MAX_USERS)
+    return snprintf(err, size, "too many users"), SL_ELIMIT;
+  struct gw_user_cfg *u = &cfg->users[cfg->n_users++];
+  memset(u, 0, sizeof *u);
+  const struct passwd *pw = getpwuid(getuid());
+  const char *name = pw ? pw->pw_name : getenv("USER");
+  snprintf(u->name, sizeof u->name, "%s", name && *name ? name : "local");
+  sl_sha256_hex(token, strlen(token), u->token_sha256);
+  return 0;
+}
+
+/* Takes state_dir/gateway.lock; returns the fd (kept open) or an error. */
+static int lock_state(const struct gw_config *cfg, char *err, size_t size) {
+  char path[1200];
+  int r = sl_mkdir_p(cfg->state_dir, 0700);
+  if (r < 0)
+    return snprintf(err, size, "%s: %s", cfg->state_dir, sl_strerror(r)), r;
+  snprintf(path, sizeof path, "%s/gateway.lock", cfg->state_dir);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return snprintf(err, size, "%s: %s", path, strerror(errno)), -errno;
+  if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    char pidpath[1200], pid[32] = "?";
+    snprintf(pidpath, sizeof pidpath, "%s/gateway.pid", cfg->state_dir);
+    FILE *f = fopen(pidpath, "r");
+    if (f) {
+      if (fgets(pid, sizeof pid, f))
+        pid[strcspn(pid, "\n")] = 0;
+      fclose(f);
+    }
+    snprintf(err, size, "another spotlab-gateway (pid %s) is already running on %s", pid,
+             cfg->state_dir);
+    close(fd);
+    return -EBUSY;
+  }
+  return fd;
+}
+
+/* Forks twice; the grandchild returns 0 with *ret_ready the pipe to report
+ * on. The original process waits for that report and exits with it. */
+static int daemonize(const struct gw_config *cfg, int *ret_ready) {
+  int p[2];
+  if (pipe(p) < 0)
+    return -errno;
+  pid_t pid = fork();
+  if (pid < 0)
+    return -errno;
+  if (pid > 0) {
+    close(p[1]);
+    char buf[1024];
+    ssize_t n = read(p[0], buf, sizeof buf - 1);
+    waitpid(pid, NULL, 0);
+    if (n == 1 && buf[0] == 0)
+      _exit(0);
+    if (n > 0) {
+      buf[n] = 0;
+      fprintf(stderr, "spotlab-gateway: %s\n", buf);
+    } else {
+      fprintf(stderr, "spotlab-gateway: the daemon exited before it was ready\n");
+    }
+    _exit(1);
+  }
+  close(p[0]);
+  setsid();
+  pid = fork();
+  if (pid < 0)
+    _exit(1);
+  if (pid > 0)
+    _exit(0);
+  char log[1200];
+  snprintf(log, sizeof log, "%s/gateway.log", cfg->state_dir);
+  sl_mkdir_p(cfg->state_dir, 0700);
+  int null = open("/dev/null", O_RDWR);
+  int lf = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+  if (null >= 0) {
+    dup2(null, 0);
+    dup2(null, 1);
+  }
+  if (lf >= 0)
+    dup2(lf, 2);
+  *ret_ready = p[1];
+  return 0;
+}
+
+static void report(int ready, const char *err) {
+  if (ready < 0)
+    return;
+  if (err)
+    (void)!write(ready, err, strlen(err));
+  else
+    (void)!write(ready, "", 1);
+  close(ready);
+}
+
+static int write_pid(const struct gw_config *cfg) {
+  char path[1200];
+  snprintf(path, sizeof path, "%s/gateway.pid", cfg->state_dir);
+  FILE *f = fopen(path, "w");
+  if (!f)
+    return -errno;
+  fprintf(f, "%d\n", (int)getpid());
+  return fclose(f) ? -errno : 0;
+}
+
+int main(int argc, char **argv) {
+  sl_log_init("spotlab-gateway");
+  struct args a = {0};
+  int r = parse_args(argc, argv, &a);
+  if (r)
+    return r == 1 ? 0 : 2;
+  static struct gw_config cfg;
+  char err[1024] = "";
+  if (build_config(&a, &cfg, err, sizeof err) < 0) {
+    fprintf(stderr, "spotlab-gateway: %s\n", err);
+    return 2;
+  }
+  if (a.dump)
+    return gw_config_dump(&cfg, stdout) < 0 ? 1 : 0;
+  if (sl_crypto_init() < 0) {
+    fprintf(stderr, "spotlab-gateway: libsodium failed to initialise\n");
+    return 1;
+  }
+  int ready = -1;
+  if (a.daemon && (r = daemonize(&cfg, &ready)) < 0) {
+    fprintf(stderr, "spotlab-gateway: cannot detach: %s\n", sl_strerror(r));
+    return 1;
+  }
+  int lock = lock_state(&cfg, err, sizeof err);
+  if (lock < 0 || (cfg.embedded && embedded_user(&cfg, err, sizeof err) < 0)) {
+    fprintf(stderr, "spotlab-gateway: %s\n", err);
+    report(ready, err);
+    return 1;
+  }
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  struct gw *g = NULL;
+  if ((r = gw_new(&cfg, &g, err, sizeof err)) < 0) {
+    fprintf(stderr, "spotlab-gateway: %s\n", err);
+    report(ready, err);
+    return 1;
+  }
+  write_pid(&cfg);
+  report(ready, NULL);
+  r = gw_run(g, &stop_flag);
+  gw_free(g);
+  char pidpath[1200];
+  snprintf(pidpath, sizeof pidpath, "%s/gateway.pid", cfg.state_dir);
+  unlink(pidpath);
+  close(lock);
+  return r < 0 ? 1 : 0;
+}

@@ -1,0 +1,104 @@
+/* The gateway's store: every piece of SQL lives in store.c.
+ *
+ * SQLite in WAL mode with a busy timeout, so several handles (the gateway
+ * and an admin's sqlite3 shell, or test threads) can share the file. The
+ * schema is versioned; opening an older database migrates it in place, one
+ * transaction per step. A job transition (row update plus its event) is one
+ * transaction, and event numbers per job start at 1 with no gaps. */
+#ifndef GW_STORE_H
+#define GW_STORE_H
+
+#include "job.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GW_STORE_SCHEMA_VERSION 2
+
+struct gw_store;
+
+struct gw_instance_row {
+  char id[32];
+  char type[64];
+  char zone[32];
+  bool spot;
+  double price_usd_per_hour;
+  double on_demand_usd_per_hour;
+  char public_key[41];          /* Z85 CURVE public key */
+  char state[16];               /* launching, idle, busy, terminated */
+  int64_t job;                  /* 0: none */
+  char user[64];                /* the user of the last job, for idle timeouts */
+  int64_t launched_us;
+};
+
+/* Opens (creating or migrating) the database at path. Returns an owned store
+ * in *ret; on error a message in err. */
+int gw_store_open(const char *path, struct gw_store **ret, char *err, size_t err_size);
+struct gw_store *gw_store_free(struct gw_store *s);
+/* The schema version of the open database. */
+int gw_store_schema_version(struct gw_store *s);
+
+/* Users: only the token's SHA-256 is kept. */
+int gw_store_user_put(struct gw_store *s, const char *name, const char *token_sha256,
+                      const char *group);
+/* SL_EAUTH when no user has this token hash. */
+int gw_store_user_by_token(struct gw_store *s, const char *token_sha256, char *ret_name,
+                           size_t size);
+
+/* Notebook sessions. get returns owned {"vars":{},"defs":[],"models":{}}. */
+int gw_store_session_touch(struct gw_store *s, const char *user, const char *session,
+                           int64_t now_us);
+int gw_store_session_get(struct gw_store *s, const char *user, const char *session,
+                         json_t **ret);
+/* Replaces the listed vars and defs and deletes the names in del (each may
+ * be NULL), in one transaction. SL_ETYPE for a malformed entry. */
+int gw_store_session_set(struct gw_store *s, const char *user, const char *session,
+                         const json_t *vars, const json_t *defs, const json_t *del);
+/* The definition {"name","kind","spec"} of name with that kind, owned; SL_ENAME. */
+int gw_store_session_def(struct gw_store *s, const char *user, const char *session,
+                         const char *name, const char *kind, json_t **ret);
+int gw_store_session_model_set(struct gw_store *s, const char *user, const char *session,
+                               const char *model, int64_t job, int64_t step, const char *ckpt);
+
+/* Jobs. create fills j->id, created/updated times and writes the first
+ * event (state queued); j->spec is borrowed. */
+int gw_store_job_create(struct gw_store *s, struct gw_job *j);
+/* Writes j's row and, when event is non-NULL, appends it (adding "seq",
+ * "time_us" and "job" to it) in one transaction; j->last_seq follows. */
+int gw_store_job_save(struct gw_store *s, struct gw_job *j, json_t *event);
+/* Appends an event to job id without touching the rest of the row. */
+int gw_store_event_append(struct gw_store *s, int64_t job, json_t *event, int64_t *ret_seq);
+/* Fills *ret (owned fields: gw_job_done) or SL_ENAME. */
+int gw_store_job_get(struct gw_store *s, int64_t id, struct gw_job *ret);
+/* Jobs of user (NULL: everyone), newest first, at most max; live_only keeps
+ * non-final ones. Owned array of owned jobs. */
+int gw_store_jobs_list(struct gw_store *s, const char *user, bool live_only, size_t max,
+                       struct gw_job **ret, size_t *ret_n);
+void gw_store_jobs_free(struct gw_job *jobs, size_t n);
+/* Events with seq > after, at most limit, as an owned array; *ret_more when
+ * more follow. */
+int gw_store_events(struct gw_store *s, int64_t job, int64_t after, int64_t limit, json_t **ret,
+                    bool *ret_more);
+
+int gw_store_attempt_begin(struct gw_store *s, const struct gw_job *j, int64_t from_step,
+                           int64_t now_us);
+int gw_store_attempt_end(struct gw_store *s, int64_t job, int attempt, const char *outcome,
+                         int64_t now_us);
+int gw_store_checkpoint_add(struct gw_store *s, int64_t job, int attempt, int64_t step,
+                            const char *key, int64_t bytes, int64_t write_ms, int64_t upload_ms,
+                            int64_t now_us);
+
+/* Adds to the cost of j's current attempt. */
+int gw_store_cost_add(struct gw_store *s, const struct gw_job *j, double usd,
+                      double on_demand_usd, double seconds, int64_t now_us);
+/* Totals since since_us for user (NULL: everyone). */
+int gw_store_cost_totals(struct gw_store *s, const char *user, int64_t since_us,
+                         double *ret_usd, double *ret_on_demand_usd);
+
+int gw_store_instance_put(struct gw_store *s, const struct gw_instance_row *row);
+/* Instances not yet terminated, owned array. */
+int gw_store_instances_live(struct gw_store *s, struct gw_instance_row **ret, size_t *ret_n);
+
+#endif

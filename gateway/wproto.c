@@ -1,0 +1,375 @@
+/* The worker protocol (protocols.md §2) and its gatekeeper.
+ *
+ * The ZAP handler admits a CURVE client only if its public key belongs to a
+ * live instance, and names that instance as the connection's User-Id. Every
+ * message is then checked against that id: a worker speaks only for its own
+ * instance and only about the job attempt assigned to it, so a stale or
+ * confused worker cannot move another job. Malformed messages are logged
+ * and dropped (workers get no replies except `registered`). */
+#include "core.h"
+
+#include "conf.h"
+#include "sl_err.h"
+#include "sl_frame.h"
+#include "sl_json.h"
+#include "sl_log.h"
+#include "sl_time.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#define T "gateway.worker"
+
+int gw_wproto_send(struct gw *g, struct gw_inst *inst, json_t *msg) {
+  if (!inst->registered)
+    return -ENOTCONN;
+  return gw_send_to(g, g->wsock, inst->rid, inst->rid_len, msg);
+}
+
+static void zap_reply(struct gw *g, zmq_msg_t *reqid, const char *code, const char *text,
+                      const char *user) {
+  zmq_send(g->zap, "1.0", 3, ZMQ_SNDMORE);
+  zmq_send(g->zap, zmq_msg_data(reqid), zmq_msg_size(reqid), ZMQ_SNDMORE);
+  zmq_send(g->zap, code, strlen(code), ZMQ_SNDMORE);
+  zmq_send(g->zap, text, strlen(text), ZMQ_SNDMORE);
+  zmq_send(g->zap, user, strlen(user), ZMQ_SNDMORE);
+  zmq_send(g->zap, "", 0, 0);
+}
+
+/* One ZAP request: version, request id, domain, address, routing id,
+ * mechanism, credentials... */
+void gw_zap_handle(struct gw *g) {
+  zmq_msg_t f[8];
+  int n = 0;
+  int more = 1;
+  while (more) {
+    zmq_msg_t tmp;
+    zmq_msg_init(&tmp);
+    if (zmq_msg_recv(&tmp, g->zap, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&tmp);
+      break;
+    }
+    more = zmq_msg_more(&tmp);
+    if (n < 8)
+      f[n++] = tmp;
+    else
+      zmq_msg_close(&tmp);
+  }
+  if (n < 6) {
+    for (int i = 0; i < n; i++)
+      zmq_msg_close(&f[i]);
+    return;
+  }
+  char address[64] = "";
+  snprintf(address, sizeof address, "%.*s", (int)zmq_msg_size(&f[3]), (char *)zmq_msg_data(&f[3]));
+  const char *id = NULL;
+  if (zmq_msg_size(&f[5]) == 5 && !memcmp(zmq_msg_data(&f[5]), "CURVE", 5) && n >= 7 &&
+      zmq_msg_size(&f[6]) == 32) {
+    char z85[GW_Z85_KEY_LEN + 1];
+    if (zmq_z85_encode(z85, zmq_msg_data(&f[6]), 32)) {
+      for (size_t i = 0; i < g->n_insts; i++)
+        if (!strcmp(g->insts[i].row.public_key, z85) &&
+            strcmp(g->insts[i].row.state, "terminated")) {
+          id = g->insts[i].row.id;
+          break;
+        }
+    }
+  }
+  if (id) {
+    sl_debug(T, "worker %s admitted from %s", id, address);
+    zap_reply(g, &f[1], "200", "OK", id);
+  } else {
+    sl_warn(T, "refused a worker connection from %s: its key is not registered",
+            address[0] ? address : "(unknown address)");
+    zap_reply(g, &f[1], "400", "unknown key", "");
+  }
+  for (int i = 0; i < n; i++)
+    zmq_msg_close(&f[i]);
+}
+
+struct wmsg {
+  uint8_t rid[GW_RID_MAX];
+  size_t rid_len;
+  char user_id[64];             /* the instance the ZAP handler admitted */
+  json_t *body;
+};
+
+/* Reads one message; returns 0 with m->body set, or a negative error after
+ * consuming the whole message. */
+static int recv_msg(struct gw *g, struct wmsg *m) {
+  int nframes = 0, more = 1, r = 0;
+  size_t body_len = 0;
+  char *body = NULL;
+  while (more) {
+    zmq_msg_t f;
+    zmq_msg_init(&f);
+    if (zmq_msg_recv(&f, g->wsock, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&f);
+      r = r ? r : sl_err_from_zmq(zmq_errno());
+      break;
+    }
+    more = zmq_msg_more(&f);
+    const char *uid = zmq_msg_gets(&f, "User-Id");
+    if (uid && !m->user_id[0])
+      snprintf(m->user_id, sizeof m->user_id, "%s", uid);
+    size_t sz = zmq_msg_size(&f);
+    if (nframes == 0) {
+      if (sz > GW_RID_MAX)
+        r = SL_EWIRE;
+      else {
+        memcpy(m->rid, zmq_msg_data(&f), sz);
+        m->rid_len = sz;
+      }
+    } else if (nframes == 1 && sz <= GW_FRAME_MAX) {
+      body = malloc(sz + 1);
+      if (body) {
+        memcpy(body, zmq_msg_data(&f), sz);
+        body_len = sz;
+      }
+    } else {
+      r = SL_ELIMIT;
+    }
+    if (nframes == 1 && sz > GW_FRAME_MAX)
+      r = SL_ELIMIT;
+    nframes++;
+    zmq_msg_close(&f);
+  }
+  if (!r && !body)
+    r = nframes < 2 ? SL_EWIRE : -ENOMEM;
+  if (!r) {
+    char why[128];
+    r = sl_json_parse(body, body_len, GW_JSON_DEPTH, &m->body, why, sizeof why);
+    if (!r && !json_is_object(m->body)) {
+      json_decref(m->body);
+      m->body = NULL;
+      r = SL_EJSON;
+    }
+  }
+  free(body);
+  return r;
+}
+
+/* The live job a worker message refers to, only if this instance runs that attempt. */
+static struct gw_job *own_job(struct gw *g, struct gw_inst *in, const json_t *body) {
+  int64_t id = gw_job_id_parse(sl_json_get_str(body, "job", NULL));
+  struct gw_job *j = id > 0 ? gw_live_job(g, id) : NULL;
+  if (!j || strcmp(j->instance, in->row.id) || in->row.job != j->id)
+    return NULL;
+  json_t *a = json_object_get(body, "attempt");
+  if (a && json_integer_value(a) != j->attempt)
+    return NULL;
+  return j;
+}
+
+static void on_register(struct gw *g, struct gw_inst *in, const json_t *body) {
+  in->registered = true;
+  in->register_by_mono_us = 0;
+  json_t *jobs = json_object_get(body, "jobs");
+  bool has_own = false;
+  size_t i;
+  json_t *v;
+  json_array_foreach(jobs, i, v) {
+    struct gw_job *j = own_job(g, in, v);
+    if (j) {
+      has_own = true;
+      j->wait_register_until_us = 0;
+      int64_t step = sl_json_get_int(v, "step", j->step);
+      if (step > j->step)
+        j->step = step;
+      continue;
+    }
+    const char *jid = sl_json_get_str(v, "job", NULL);
+    if (jid && gw_job_id_parse(jid) > 0) {
+      json_t *c = json_pack("{s:s,s:s}", "type", "cancel", "job", jid);
+      gw_wproto_send(g, in, c);
+      json_decref(c);
+    }
+  }
+  json_t *reply = json_pack("{s:s,s:I}", "type", "registered", "heartbeat_ms",
+                            (json_int_t)g->cfg->heartbeat_ms);
+  gw_wproto_send(g, in, reply);
+  json_decref(reply);
+  sl_info(T, "worker %s registered", in->row.id);
+  struct gw_job *j = in->row.job ? gw_live_job(g, in->row.job) : NULL;
+  if (j && !has_own) {
+    if (j->state == GW_JOB_PROVISIONING) {
+      gw_sched_assign(g, j, in);
+      return;
+    }
+    /* the worker no longer has the job it ran before a gateway restart */
+    gw_sched_requeue(g, j, false, "the worker lost the job");
+    gw_sched_set_inst_state(g, in, "idle", 0);
+  } else if (!j) {
+    gw_sched_set_inst_state(g, in, "idle", 0);
+  }
+  g->kick = true;
+}
+
+static void on_metric(struct gw *g, struct gw_inst *in, const json_t *body) {
+  struct gw_job *j = own_job(g, in, body);
+  json_t *data = json_object_get(body, "data");
+  if (!j || !json_is_object(data) || !json_is_integer(json_object_get(data, "step")))
+    return;
+  if (j->state == GW_JOB_STARTING || j->state == GW_JOB_CHECKPOINTING)
+    gw_sched_transition(g, j, GW_JOB_RUNNING, j->state == GW_JOB_STARTING ? "first metric" : "");
+  json_t *ev = json_object();
+  const char *k;
+  json_t *v;
+  json_object_foreach(data, k, v) {
+    if (strcmp(k, "type") && strcmp(k, "job") && strcmp(k, "seq") && strcmp(k, "time_us") &&
+        strcmp(k, "event"))
+      json_object_set(ev, k, v);
+  }
+  json_object_set_new(ev, "event", json_string("metric"));
+  json_object_set_new(ev, "steps", json_integer(j->steps));
+  j->step = json_integer_value(json_object_get(data, "step"));
+  gw_sched_emit(g, j, ev);
+  json_decref(ev);
+}
+
+static void on_output(struct gw *g, struct gw_inst *in, const json_t *body) {
+  struct gw_job *j = own_job(g, in, body);
+  const char *stream = sl_json_get_str(body, "stream", "stdout");
+  const char *text = sl_json_get_str(body, "text", NULL);
+  if (!j || !text || (strcmp(stream, "stdout") && strcmp(stream, "stderr")))
+    return;
+  json_t *ev = json_pack("{s:s,s:s,s:s}", "event", "output", "stream", stream, "text", text);
+  gw_sched_emit(g, j, ev);
+  json_decref(ev);
+}
+
+static void on_checkpoint(struct gw *g, struct gw_inst *in, const json_t *body) {
+  struct gw_job *j = own_job(g, in, body);
+  const char *key = sl_json_get_str(body, "key", NULL);
+  int64_t step = sl_json_get_int(body, "step", -1);
+  if (!j || !key || !*key || strlen(key) >= sizeof j->ckpt_key || step < 0 || strstr(key, ".."))
+    return;
+  int64_t bytes = sl_json_get_int(body, "bytes", 0), write_ms = sl_json_get_int(body, "write_ms", 0);
+  gw_store_checkpoint_add(g->store, j->id, j->attempt, step, key, bytes, write_ms,
+                          sl_json_get_int(body, "upload_ms", 0), sl_time_real_us());
+  if (step >= j->ckpt_step) {
+    snprintf(j->ckpt_key, sizeof j->ckpt_key, "%s", key);
+    j->ckpt_step = step;
+  }
+  if (!strcmp(j->kind, "train") && j->model[0])
+    gw_store_session_model_set(g->store, j->user, j->session, j->model, j->id, j->ckpt_step,
+                               j->ckpt_key);
+  json_t *ev = json_pack("{s:s,s:I,s:s,s:I,s:I,s:b}", "event", "checkpoint", "step",
+                         (json_int_t)step, "path", key, "bytes", (json_int_t)bytes, "write_ms",
+                         (json_int_t)write_ms, "durable", 1);
+  gw_sched_emit(g, j, ev);
+  json_decref(ev);
+}
+
+static void on_notice(struct gw *g, struct gw_inst *in, const json_t *body) {
+  const char *action = sl_json_get_str(body, "action", "terminate");
+  bool first = !in->notice;
+  in->notice = true;
+  struct gw_job *j = in->row.job ? gw_live_job(g, in->row.job) : NULL;
+  if (!j || !first)
+    return;
+  json_t *ev = json_pack("{s:s,s:s,s:I,s:s}", "event", "notice", "action", action, "deadline_us",
+                         (json_int_t)sl_json_get_int(body, "deadline_us", 0), "instance", in->row.id);
+  gw_sched_emit(g, j, ev);
+  json_decref(ev);
+}
+
+static void on_done(struct gw *g, struct gw_inst *in, const json_t *body) {
+  struct gw_job *j = own_job(g, in, body);
+  const char *status = sl_json_get_str(body, "status", "");
+  if (!j)
+    return;
+  int64_t step = sl_json_get_int(body, "step", j->step);
+  if (step > j->step)
+    j->step = step;
+  json_t *result = json_object_get(body, "result");
+  if (json_is_object(result)) {
+    json_t *ev = json_deep_copy(result);
+    json_object_set_new(ev, "event", json_string("result"));
+    gw_sched_emit(g, j, ev);
+    json_decref(ev);
+  }
+  char reason[256];
+  snprintf(reason, sizeof reason, "%s", sl_json_get_str(body, "message", ""));
+  if (!strcmp(status, "succeeded"))
+    gw_sched_finish(g, j, GW_JOB_SUCCEEDED, reason[0] ? reason : "done");
+  else if (!strcmp(status, "cancelled"))
+    gw_sched_finish(g, j, GW_JOB_CANCELLED, reason[0] ? reason : "cancelled");
+  else if (!strcmp(status, "preempted"))
+    gw_sched_requeue(g, j, in->notice, reason[0] ? reason : "preempted");
+  else if (!strcmp(status, "failed")) {
+    if (!reason[0])
+      snprintf(reason, sizeof reason, "exit code %lld", (long long)sl_json_get_int(body, "exit_code", -1));
+    gw_sched_finish(g, j, GW_JOB_FAILED, reason);
+  } else
+    sl_warn(T, "%s: done with unknown status \"%s\" ignored", in->row.id, status);
+}
+
+static void on_heartbeat(struct gw *g, struct gw_inst *in, const json_t *body) {
+  size_t i;
+  json_t *v;
+  json_array_foreach(json_object_get(body, "jobs"), i, v) {
+    struct gw_job *j = own_job(g, in, v);
+    int64_t step = sl_json_get_int(v, "step", -1);
+    if (j && step > j->step)
+      j->step = step;
+  }
+}
+
+static void dispatch(struct gw *g, struct gw_inst *in, const json_t *body) {
+  const char *type = sl_json_get_str(body, "type", "");
+  const char *inst = sl_json_get_str(body, "instance", NULL);
+  if (inst && strcmp(inst, in->row.id)) {
+    sl_warn(T, "%s: message names another instance; dropped", in->row.id);
+    return;
+  }
+  if (!strcmp(type, "register")) {
+    on_register(g, in, body);
+    return;
+  }
+  if (!in->registered) {
+    sl_warn(T, "%s: \"%s\" before register; dropped", in->row.id, type);
+    return;
+  }
+  if (!strcmp(type, "heartbeat"))
+    on_heartbeat(g, in, body);
+  else if (!strcmp(type, "metric"))
+    on_metric(g, in, body);
+  else if (!strcmp(type, "output"))
+    on_output(g, in, body);
+  else if (!strcmp(type, "checkpoint"))
+    on_checkpoint(g, in, body);
+  else if (!strcmp(type, "notice"))
+    on_notice(g, in, body);
+  else if (!strcmp(type, "done"))
+    on_done(g, in, body);
+  else
+    sl_warn(T, "%s: unknown message type \"%.40s\"; dropped", in->row.id, type);
+}
+
+void gw_wproto_recv(struct gw *g) {
+  struct wmsg m;
+  memset(&m, 0, sizeof m);
+  int r = recv_msg(g, &m);
+  struct gw_inst *in = m.user_id[0] ? gw_inst_find(g, m.user_id) : NULL;
+  if (r < 0) {
+    if (r != -EAGAIN)
+      sl_warn(T, "dropped a malformed message from %s: %s", in ? in->row.id : "a worker",
+              sl_strerror(r));
+    return;
+  }
+  if (!in) {
+    sl_warn(T, "message from an unknown instance dropped");
+    json_decref(m.body);
+    return;
+  }
+  /* the routing id of the newest connection wins: a reconnecting worker moves */
+  memcpy(in->rid, m.rid, m.rid_len);
+  in->rid_len = m.rid_len;
+  in->last_seen_mono_us = sl_time_mono_us();
+  dispatch(g, in, m.body);
+  json_decref(m.body);
+}
