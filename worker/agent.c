@@ -332,6 +332,7 @@ static int set_int(void *s, int opt, int v) { return zmq_setsockopt(s, opt, &v, 
 
 static int open_socket(struct wk_agent *a) {
   const struct wk_config *c = a->cfg;
+  int64_t max_msg = 1 << 20;
   if (!(a->zctx = zmq_ctx_new()) || !(a->sock = zmq_socket(a->zctx, ZMQ_DEALER)))
     return sl_err_from_zmq(zmq_errno());
   if (zmq_setsockopt(a->sock, ZMQ_CURVE_SERVERKEY, c->gateway_public, WK_KEY_Z85_LEN + 1) < 0 ||
@@ -340,8 +341,10 @@ static int open_socket(struct wk_agent *a) {
       set_int(a->sock, ZMQ_LINGER, 0) < 0 || set_int(a->sock, ZMQ_SNDHWM, 10000) < 0 ||
       set_int(a->sock, ZMQ_RECONNECT_IVL, 100) < 0 || set_int(a->sock, ZMQ_RECONNECT_IVL_MAX, 2000) < 0 ||
       set_int(a->sock, ZMQ_HEARTBEAT_IVL, 2000) < 0 || set_int(a->sock, ZMQ_HEARTBEAT_TIMEOUT, 10000) < 0 ||
-      set_int(a->sock, ZMQ_MAXMSGSIZE, 1 << 20) < 0)
+      zmq_setsockopt(a->sock, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg) < 0) {
+    sl_err(TOPIC, "socket options: %s", zmq_strerror(zmq_errno()));
     return sl_err_from_zmq(zmq_errno());
+  }
   if (zmq_connect(a->sock, c->gateway) < 0) {
     sl_err(TOPIC, "connect %s: %s", c->gateway, zmq_strerror(zmq_errno()));
     return sl_err_from_zmq(zmq_errno());

@@ -1,0 +1,260 @@
+"""spotlab-worker integration tests: python3 test_worker.py CASE WORKER TRAIN.
+
+Each case starts its own fake gateway, metadata service and worker, and
+waits for messages with deadlines; it never sleeps to wait for an event."""
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+from worker_harness import Gateway, Metadata, Worker, of, text_file, train_assign
+
+
+def start(tmp, worker_exe, train_exe, meta=None, **kw):
+    gw = Gateway("ipc://%s/workers.sock" % tmp)
+    w = Worker(worker_exe, train_exe, gw, tmp, meta.url if meta else "", **kw)
+    reg = gw.recv(lambda m: m["type"] == "register", what="register")
+    assert reg["instance"] == "i-0123456789ab" and reg["jobs"] == [], reg
+    gw.send({"type": "registered", "heartbeat_ms": 100})
+    return gw, w
+
+
+def run_until_done(gw, job, timeout=30):
+    msgs = []
+    while True:
+        m = gw.recv(of(job, "metric", "checkpoint", "done", "output", "result"), timeout, "done of " + job)
+        msgs.append(m)
+        if m["type"] == "done":
+            return msgs
+
+
+def steps_of(msgs):
+    return [m["data"]["step"] for m in msgs if m["type"] == "metric" and "event" not in m["data"]]
+
+
+def case_register(tmp, worker_exe, train_exe):
+    gw, w = start(tmp, worker_exe, train_exe)
+    try:
+        hb = gw.recv(lambda m: m["type"] == "heartbeat", 5, "heartbeat")
+        assert hb["instance"] == "i-0123456789ab" and hb["jobs"] == []
+        t0 = time.monotonic()
+        gw.recv(lambda m: m["type"] == "heartbeat", 5, "second heartbeat")
+        assert time.monotonic() - t0 < 1.0, "heartbeat_ms from registered not applied"
+        # A restarted gateway does not know the worker: it answers a heartbeat with reregister.
+        gw.restart()
+        gw.recv(lambda m: m["type"] == "heartbeat", 10, "heartbeat after restart")
+        gw.send({"type": "reregister"})
+        gw.recv(lambda m: m["type"] == "register", 5, "register after reregister")
+        gw.send({"type": "registered", "heartbeat_ms": 100})
+        # Malformed input gets a clear refusal and the worker keeps serving.
+        gw.sock.send_multipart([gw.ident, b"{not json"])
+        gw.send({"type": "assign", "job": "J000009", "attempt": 1, "kind": "dance", "spec": {}})
+        d = gw.recv(of("J000009", "done"), 5, "refusal")
+        assert d["status"] == "failed" and "kind" in d["message"], d
+        gw.send({"type": "assign", "job": "J000010", "attempt": 1, "kind": "train",
+                 "spec": {"model": {"type": "gpt"}, "data": {"type": "text", "args": ["x"]},
+                          "options": {"steps": "many"}}})
+        d = gw.recv(of("J000010", "done"), 5, "refusal")
+        assert d["status"] == "failed" and "steps" in d["message"], d
+        gw.recv(lambda m: m["type"] == "heartbeat", 5, "heartbeat after bad input")
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
+def case_train(tmp, worker_exe, train_exe):
+    data = text_file(tmp)
+    gw, w = start(tmp, worker_exe, train_exe)
+    try:
+        gw.send(train_assign("J000001", data, 40))
+        msgs = run_until_done(gw, "J000001")
+        steps = steps_of(msgs)
+        assert steps == list(range(1, 41)), steps
+        cks = [m for m in msgs if m["type"] == "checkpoint"]
+        assert cks and cks[-1]["step"] == 40, cks
+        for c in cks:
+            assert c["key"] == "J000001/ckpt-%08d.tc" % c["step"], c
+            assert c["step"] % 10 == 0 and c["attempt"] == 1
+            path = os.path.join(w.store, c["key"])
+            assert os.path.getsize(path) == c["bytes"] > 0, (c, os.path.getsize(path))
+            assert c["write_ms"] >= 0 and c["upload_ms"] >= 0
+        done = msgs[-1]
+        assert done["status"] == "succeeded" and done["exit_code"] == 0 and done["step"] == 40, done
+        # eval and sample from the stored checkpoint
+        gw.send({"type": "assign", "job": "J000002", "attempt": 1, "kind": "eval",
+                 "spec": {"data": {"type": "text", "args": [data]}}, "restore": cks[-1]["key"]})
+        msgs = run_until_done(gw, "J000002")
+        res = [m for m in msgs if m["type"] == "result"]
+        assert msgs[-1]["status"] == "succeeded" and res and res[0]["eval_loss"] > 0, msgs[-3:]
+        gw.send({"type": "assign", "job": "J000003", "attempt": 1, "kind": "sample",
+                 "spec": {"options": {"prompt": "Call me", "tokens": 20, "temperature": 0.5, "top_k": 5}},
+                 "restore": cks[-1]["key"]})
+        msgs = run_until_done(gw, "J000003")
+        res = [m for m in msgs if m["type"] == "result"]
+        assert msgs[-1]["status"] == "succeeded" and res and res[0]["text"].startswith("Call me"), msgs
+        assert any(m["type"] == "output" and m["stream"] == "stdout" for m in msgs)
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
+def case_cancel(tmp, worker_exe, train_exe):
+    data = text_file(tmp)
+    gw, w = start(tmp, worker_exe, train_exe)
+    try:
+        gw.send(train_assign("J000004", data, 10_000_000, checkpoint_every=0))
+        gw.recv(lambda m: of("J000004", "metric")(m) and m["data"].get("step", 0) >= 5, 20, "step 5")
+        hb = gw.recv(lambda m: m["type"] == "heartbeat" and m["jobs"], 5, "heartbeat with the job")
+        assert hb["jobs"][0]["job"] == "J000004" and hb["jobs"][0]["step"] >= 5, hb
+        gw.send({"type": "cancel", "job": "J000004"})
+        msgs = run_until_done(gw, "J000004", 20)
+        done = msgs[-1]
+        cks = [m for m in msgs if m["type"] == "checkpoint"]
+        assert done["status"] == "cancelled", done
+        assert cks and done["step"] == cks[-1]["step"], (done, cks)
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
+def case_notice(tmp, worker_exe, train_exe):
+    data = text_file(tmp)
+    meta = Metadata()
+    gw, w = start(tmp, worker_exe, train_exe, meta)
+    try:
+        gw.send(train_assign("J000005", data, 10_000_000, checkpoint_every=1000))
+        gw.recv(lambda m: of("J000005", "metric")(m) and m["data"].get("step", 0) >= 20, 20, "step 20")
+        lead = 20.0
+        deadline = time.time() + lead
+        meta.notice = {"action": "terminate",
+                       "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deadline))}
+        t0 = time.monotonic()
+        msgs = []
+        notice = None
+        while True:
+            m = gw.recv(lambda m: m["type"] in ("notice", "metric", "checkpoint", "done"), lead, "notice flow")
+            msgs.append(m)
+            if m["type"] == "notice":
+                notice = m
+            if m["type"] == "done":
+                break
+        assert notice and notice["action"] == "terminate", notice
+        assert abs(notice["deadline_us"] / 1e6 - int(deadline)) < 1.5, notice
+        done = msgs[-1]
+        cks = [m for m in msgs if m["type"] == "checkpoint"]
+        steps = steps_of(msgs)
+        assert done["status"] == "preempted", done
+        assert cks and done["step"] == cks[-1]["step"] == steps[-1], (done, cks[-1:], steps[-3:])
+        key = cks[-1]["key"]
+        assert os.path.getsize(os.path.join(w.store, key)) == cks[-1]["bytes"]
+        assert w.wait(max(0.1, deadline - time.time())) == 0
+        assert time.time() < deadline, "worker exited after the deadline"
+        assert meta.tokens_issued >= 1 and not meta.bad_requests, meta.bad_requests
+        print("notice handled in %.2f s; durable step %d" % (time.monotonic() - t0, done["step"]))
+        gw.close()
+        # A new worker resumes the job from the uploaded checkpoint.
+        durable = done["step"]
+        store = w.store
+        gw, w = start(tmp, worker_exe, train_exe, store=store)
+        gw.send(train_assign("J000005", data, durable + 10, attempt=2, restore=key))
+        msgs = run_until_done(gw, "J000005")
+        steps = steps_of(msgs)
+        assert steps == list(range(durable + 1, durable + 11)), (durable, steps)
+        assert msgs[-1]["status"] == "succeeded" and msgs[-1]["attempt"] == 2, msgs[-1]
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+        meta.close()
+
+
+def case_sigterm(tmp, worker_exe, train_exe):
+    data = text_file(tmp)
+    gw, w = start(tmp, worker_exe, train_exe)
+    try:
+        gw.send(train_assign("J000006", data, 10_000_000, checkpoint_every=0))
+        gw.recv(lambda m: of("J000006", "metric")(m) and m["data"].get("step", 0) >= 3, 20, "step 3")
+        w.proc.send_signal(signal.SIGTERM)
+        n = gw.recv(lambda m: m["type"] == "notice", 10, "notice")
+        assert n["action"] == "sigterm", n
+        msgs = run_until_done(gw, "J000006", 20)
+        cks = [m for m in msgs if m["type"] == "checkpoint"]
+        assert msgs[-1]["status"] == "preempted" and cks and msgs[-1]["step"] == cks[-1]["step"], msgs[-2:]
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
+def case_run(tmp, worker_exe, train_exe):
+    store = os.path.join(tmp, "store")
+    os.makedirs(os.path.join(store, "J000007", "files", "sub"))
+    with open(os.path.join(store, "J000007", "files", "sub", "before.txt"), "w") as f:
+        f.write("restored-content\n")
+    gw, w = start(tmp, worker_exe, train_exe)
+    try:
+        script = ('cat "$SPOTLAB_CHECKPOINT_DIR/sub/before.txt"\n'
+                  'echo "step 7" > "$SPOTLAB_CHECKPOINT_DIR/state"\n'
+                  'echo "to stderr" >&2\n'
+                  'echo "$GREETING"\n')
+        gw.send({"type": "assign", "job": "J000007", "attempt": 1, "kind": "run",
+                 "spec": {"script": script}, "restore": None, "env": {"GREETING": "hello-env"}})
+        msgs = run_until_done(gw, "J000007")
+        out = [m["text"] for m in msgs if m["type"] == "output" and m["stream"] == "stdout"]
+        err = [m["text"] for m in msgs if m["type"] == "output" and m["stream"] == "stderr"]
+        assert out == ["restored-content", "hello-env"] and err == ["to stderr"], (out, err)
+        assert msgs[-1]["status"] == "succeeded", msgs[-1]
+        with open(os.path.join(store, "J000007", "files", "state")) as f:
+            assert f.read() == "step 7\n"
+        gw.send({"type": "assign", "job": "J000008", "attempt": 1, "kind": "run",
+                 "spec": {"script": "echo boom >&2\nfalse\necho never"}})
+        msgs = run_until_done(gw, "J000008")
+        d = msgs[-1]
+        assert d["status"] == "failed" and d["exit_code"] == 1 and "boom" in d["message"], d
+        assert not any(m["type"] == "output" and m["text"] == "never" for m in msgs)
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
+def case_coalesce(tmp, worker_exe, train_exe):
+    data = text_file(tmp)
+    gw, w = start(tmp, worker_exe, train_exe, extra={"metrics_per_s": 2})
+    try:
+        gw.send(train_assign("J000011", data, 300, checkpoint_every=100))
+        msgs = run_until_done(gw, "J000011", 60)
+        steps = steps_of(msgs)
+        cks = [m["step"] for m in msgs if m["type"] == "checkpoint"]
+        assert len(steps) < 100 and steps[-1] == 300, steps
+        assert steps == sorted(steps) and 300 in cks, (steps, cks)
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
+def main():
+    case, worker_exe, train_exe = sys.argv[1:4]
+    tmp = tempfile.mkdtemp(prefix="wk-test-")
+    try:
+        globals()["case_" + case](tmp, worker_exe, train_exe)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("ok", case)
+
+
+if __name__ == "__main__":
+    main()

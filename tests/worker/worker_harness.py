@@ -1,0 +1,168 @@
+"""A fake gateway and metadata service for spotlab-worker integration tests.
+
+The gateway is a ZeroMQ ROUTER with CURVE server keys made for the test; the
+metadata service is a loopback HTTP server answering like EC2's IMDSv2. Every
+wait has a deadline and fails the test with what was received so far."""
+import http.server
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+import zmq
+
+
+class Metadata:
+    """IMDSv2: PUT /latest/api/token, then GETs with the token header."""
+
+    def __init__(self):
+        self.notice = None          # dict served on spot/instance-action
+        self.rebalance = None
+        self.tokens_issued = 0
+        self.bad_requests = []
+        self.token = None
+        meta = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, code, body=b""):
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_PUT(self):
+                if self.path != "/latest/api/token" or \
+                        self.headers.get("X-aws-ec2-metadata-token-ttl-seconds") != "21600":
+                    meta.bad_requests.append(("PUT", self.path))
+                    return self._send(400)
+                meta.tokens_issued += 1
+                meta.token = "tok%d" % meta.tokens_issued
+                self._send(200, meta.token.encode())
+
+            def do_GET(self):
+                if meta.token is None or self.headers.get("X-aws-ec2-metadata-token") != meta.token:
+                    return self._send(401)
+                if self.path == "/latest/meta-data/spot/instance-action":
+                    body = meta.notice
+                elif self.path == "/latest/meta-data/events/recommendations/rebalance":
+                    body = meta.rebalance
+                else:
+                    meta.bad_requests.append(("GET", self.path))
+                    return self._send(404)
+                if body is None:
+                    return self._send(404)
+                self._send(200, json.dumps(body).encode())
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Gateway:
+    def __init__(self, address):
+        self.ctx = zmq.Context.instance()
+        self.public, self.secret = zmq.curve_keypair()
+        self.address = address
+        self.received = []
+        self.ident = None
+        self.open()
+
+    def open(self):
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.curve_server = True
+        self.sock.curve_secretkey = self.secret
+        self.sock.linger = 0
+        self.sock.bind(self.address)
+
+    def restart(self):
+        self.sock.close()
+        self.open()
+
+    def recv(self, pred, timeout=20.0, what="message"):
+        """Returns the first message matching pred, recording every message."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                tail = [m.get("type") for m in self.received[-20:]]
+                raise AssertionError("timed out waiting for %s; last received: %s" % (what, tail))
+            if not self.sock.poll(int(left * 1000) + 1):
+                continue
+            frames = self.sock.recv_multipart()
+            self.ident = frames[0]
+            msg = json.loads(frames[-1])
+            self.received.append(msg)
+            if pred(msg):
+                return msg
+
+    def send(self, msg):
+        self.sock.send_multipart([self.ident, json.dumps(msg).encode()])
+
+    def close(self):
+        self.sock.close()
+
+
+class Worker:
+    def __init__(self, worker_exe, train_exe, gw, tmp, metadata_url="", extra=None, store=None):
+        self.public, self.secret = zmq.curve_keypair()
+        self.store = store or os.path.join(tmp, "store")
+        self.work = tempfile.mkdtemp(dir=tmp, prefix="work")
+        cfg = {
+            "gateway": gw.address, "gateway_public": gw.public.decode(),
+            "public": self.public.decode(), "secret": self.secret.decode(),
+            "instance": "i-0123456789ab", "type": "local.cpu", "zone": "local-a", "spot": True,
+            "metadata": metadata_url, "work_dir": self.work, "store": "file://" + self.store,
+            "train": train_exe, "metrics_per_s": 100000, "output_lines_per_s": 100000,
+        }
+        cfg.update(extra or {})
+        self.config = os.path.join(self.work, "worker.json")
+        fd = os.open(self.config, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.write(fd, json.dumps(cfg).encode())
+        os.close(fd)
+        env = dict(os.environ, SPOTLAB_NOTICE_POLL_MS="50")
+        self.proc = subprocess.Popen([worker_exe, "--config", self.config], env=env)
+
+    def wait(self, timeout):
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def text_file(tmp):
+    path = os.path.join(tmp, "tiny.txt")
+    with open(path, "w") as f:
+        for i in range(200):
+            f.write("Call me Ishmael. Some years ago, never mind how long precisely %d.\n" % i)
+    return path
+
+
+def train_assign(job, data, steps, attempt=1, restore=None, checkpoint_every=10):
+    return {
+        "type": "assign", "job": job, "attempt": attempt, "kind": "train",
+        "spec": {
+            "model": {"name": "m", "kind": "model",
+                      "spec": {"type": "gpt", "args": [],
+                               "options": {"layers": 1, "heads": 2, "dim": 32, "ctx": 32}}},
+            "data": {"type": "text", "args": [data]},
+            "options": {"steps": steps, "batch": 4, "lr": 0.003, "seed": 1, "threads": 1},
+        },
+        "restore": restore, "checkpoint_every": checkpoint_every, "env": {},
+    }
+
+
+def of(job, *types):
+    return lambda m: m.get("job") == job and m.get("type") in types
