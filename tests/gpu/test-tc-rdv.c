@@ -1,0 +1,118 @@
+/* The NCCL-id rendezvous without NCCL or a GPU: hex form, address parsing,
+ * the TCP exchange between processes on loopback (right and wrong world
+ * sizes, a duplicate rank, nobody listening), and the pipe hand-off to
+ * forked ranks. */
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "sl_err.h"
+#include "tc_rdv.h"
+
+static void fill(uint8_t *id, int seed) {
+  for (int i = 0; i < TC_RDV_ID_BYTES; i++) id[i] = (uint8_t)(i * 37 + seed);
+}
+
+/* Child: fetch as `rank` of `world`; exit 0 if the result is `expect`
+ * (0 = the id from fill(.., 9), else that negative error). */
+static pid_t fetcher(const char *spec, int rank, int world, int expect) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  uint8_t id[TC_RDV_ID_BYTES], want[TC_RDV_ID_BYTES];
+  char err[512] = "";
+  fill(want, 9);
+  int r = tc_rdv_fetch(spec, rank, world, id, 5000, err, sizeof err);
+  if (r != expect) fprintf(stderr, "rank %d: got %d (%s), expected %d\n", rank, r, err, expect);
+  _exit(r == expect && (r != 0 || memcmp(id, want, sizeof id) == 0) ? 0 : 1);
+}
+
+static int exited_ok(pid_t pid) {
+  int st;
+  if (waitpid(pid, &st, 0) != pid) return 0;
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+int main(void) {
+  uint8_t id[TC_RDV_ID_BYTES], back[TC_RDV_ID_BYTES];
+  char hex[TC_RDV_HEX_CHARS + 1], err[512];
+  fill(id, 9);
+  tc_rdv_hex(id, hex);
+  CHECK_INT(strlen(hex), TC_RDV_HEX_CHARS);
+  CHECK_INT(tc_rdv_unhex(hex, back), 0);
+  CHECK(memcmp(id, back, sizeof id) == 0);
+  hex[5] = 'g';
+  CHECK_INT(tc_rdv_unhex(hex, back), -EINVAL);
+  CHECK_INT(tc_rdv_unhex("abcd", back), -EINVAL);
+
+  char host[64], port[8];
+  CHECK_INT(tc_rdv_parse("tcp://10.0.0.5:29500", host, sizeof host, port, sizeof port), 0);
+  CHECK_STR(host, "10.0.0.5");
+  CHECK_STR(port, "29500");
+  CHECK_INT(tc_rdv_parse("tcp://[::1]:7", host, sizeof host, port, sizeof port), 0);
+  CHECK_STR(host, "::1");
+  CHECK_INT(tc_rdv_parse("udp://h:1", host, sizeof host, port, sizeof port), -EINVAL);
+  CHECK_INT(tc_rdv_parse("tcp://h", host, sizeof host, port, sizeof port), -EINVAL);
+  CHECK_INT(tc_rdv_parse("tcp://h:99999", host, sizeof host, port, sizeof port), -EINVAL);
+  CHECK_INT(tc_rdv_parse("tcp://h:12a", host, sizeof host, port, sizeof port), -EINVAL);
+
+  /* world of 3 on loopback; a wrong world size and a duplicate rank are
+   * refused without ending the wait */
+  int lfd = -1;
+  CHECK_INT(tc_rdv_listen("tcp://127.0.0.1:0", &lfd, err, sizeof err), 0);
+  int p = tc_rdv_port(lfd);
+  CHECK(p > 0);
+  char spec[64];
+  snprintf(spec, sizeof spec, "tcp://127.0.0.1:%d", p);
+  pid_t wrong = fetcher(spec, 1, 4, SL_EMISMATCH);
+  CHECK_INT(tc_rdv_serve(lfd, 3, id, 1500, err, sizeof err), -ETIMEDOUT); /* refuses it, waits on */
+  CHECK(exited_ok(wrong));
+  pid_t a = fetcher(spec, 1, 3, 0), b = fetcher(spec, 2, 3, 0);
+  CHECK_INT(tc_rdv_serve(lfd, 3, id, 10000, err, sizeof err), 0);
+  CHECK(exited_ok(a));
+  CHECK(exited_ok(b));
+  close(lfd);
+
+  /* rank 0 waits with a deadline and names who never came */
+  CHECK_INT(tc_rdv_listen("tcp://127.0.0.1:0", &lfd, err, sizeof err), 0);
+  snprintf(spec, sizeof spec, "tcp://127.0.0.1:%d", tc_rdv_port(lfd));
+  pid_t only = fetcher(spec, 2, 3, 0);
+  int r = tc_rdv_serve(lfd, 3, id, 1500, err, sizeof err);
+  CHECK_INT(r, -ETIMEDOUT);
+  CHECK(strstr(err, " 1") != NULL);
+  printf("serve timeout: %s\n", err);
+  CHECK(exited_ok(only));
+  /* a rank asking where nobody listens gives up at its deadline */
+  close(lfd);
+  CHECK_INT(tc_rdv_fetch(spec, 1, 2, back, 300, err, sizeof err), -ETIMEDOUT);
+  printf("fetch timeout: %s\n", err);
+
+  /* forked ranks get the id down their pipe */
+  int fds[4] = {-1, -1, -1, -1}, rank = -1;
+  pid_t pids[4] = {0};
+  fflush(NULL);
+  CHECK_INT(tc_rdv_fork(4, &rank, fds, pids), 0);
+  if (rank > 0) {
+    uint8_t got[TC_RDV_ID_BYTES];
+    int rr = tc_rdv_pipe_recv(fds[0], got, 5000);
+    _exit(rr == 0 && memcmp(got, id, sizeof got) == 0 ? 0 : 10 + rank);
+  }
+  CHECK_INT(rank, 0);
+  for (int k = 1; k < 4; k++) {
+    CHECK_INT(tc_rdv_pipe_send(fds[k], id), 0);
+    close(fds[k]);
+  }
+  for (int k = 1; k < 4; k++) CHECK(exited_ok(pids[k]));
+  /* a closed pipe is an error, not a hang */
+  int pp[2];
+  CHECK_INT(pipe(pp), 0);
+  close(pp[1]);
+  CHECK_INT(tc_rdv_pipe_recv(pp[0], back, 1000), -EPIPE);
+  close(pp[0]);
+  TEST_MAIN_END();
+}
