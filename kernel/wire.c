@@ -69,8 +69,14 @@ struct jk_msg *jk_msg_reply(const struct jk_msg *parent, const char *msg_type, j
     json_decref(content);
     return NULL;
   }
-  char id[37], date[40];
-  jk_new_id(id);
+  /* Message ids: one random prefix per process and a counter, unique
+   * without a random draw per message. */
+  static __thread char prefix[37];
+  static __thread uint64_t counter;
+  if (!prefix[0])
+    jk_new_id(prefix);
+  char id[64], date[40];
+  snprintf(id, sizeof id, "%.23s_%llu", prefix, (unsigned long long)++counter);
   sl_time_format_iso8601(sl_time_real_us(), date, sizeof date);
   const char *user = parent ? sl_json_get_str(parent->header, "username", "kernel") : "kernel";
   m->header = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "msg_id", id, "session", session_id,
