@@ -3,8 +3,10 @@
  * Threads: this loop, and a heartbeat thread that echoes on its own REP
  * socket so a busy loop never looks dead to the front end. Signals reach the
  * loop through a self-pipe (SIGINT interrupts, SIGTERM stops). Each poll
- * round drains control first, then stdin, then shell, so an interrupt or a
- * shutdown is never stuck behind queued cells. */
+ * round drains control first, then stdin, then the gateway socket, then
+ * shell, so an interrupt or a shutdown is never stuck behind queued cells.
+ * The gateway socket (a DEALER, protocols.md §1) exists only while the core's
+ * gateway client has it open; nothing here waits on it. */
 #include "channels.h"
 
 #include <errno.h>
@@ -29,12 +31,16 @@
 #define LIMIT_FRAME_BYTES (16u << 20)
 #define LIMIT_TOTAL_BYTES (32u << 20)
 #define LIMIT_JSON_DEPTH 64
+#define GW_LIMIT_FRAMES 8
+#define GW_LIMIT_FRAME_BYTES (1u << 20)
+#define GW_MAX_PER_ROUND 256 /* gateway messages handled before the other sockets get a turn */
 
 struct loop {
   void *ctx;
   void *sock[JK_CH_COUNT];
   struct jk_auth *auth;
   struct jk_core *core;
+  void *gw;                   /* the gateway DEALER, or NULL */
   bool stop;
   bool logged_hmac, logged_replay, logged_limit;
 };
@@ -98,11 +104,69 @@ static void request_shutdown(void *ud, bool restart) {
   l->stop = true;
 }
 
+static void gw_close(void *ud) {
+  struct loop *l = ud;
+  if (l->gw)
+    zmq_close(l->gw);
+  l->gw = NULL;
+}
+
+static int gw_open(void *ud, const char *address) {
+  struct loop *l = ud;
+  gw_close(l);
+  void *s = zmq_socket(l->ctx, ZMQ_DEALER);
+  if (!s)
+    return sl_err_from_zmq(zmq_errno());
+  int linger = 0, hwm = 1000;
+  int64_t maxmsg = GW_LIMIT_FRAME_BYTES;
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+  zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+  if (zmq_connect(s, address) < 0) {
+    int r = sl_err_from_zmq(zmq_errno());
+    zmq_close(s);
+    return r;
+  }
+  l->gw = s;
+  return 0;
+}
+
+static int gw_send(void *ud, const char *data, size_t len) {
+  struct loop *l = ud;
+  if (!l->gw)
+    return -ENOTCONN;
+  if (zmq_send(l->gw, data, len, ZMQ_DONTWAIT) < 0)
+    return sl_err_from_zmq(zmq_errno());
+  return 0;
+}
+
+/* Hands one gateway message to the core; false when none was waiting. */
+static bool receive_gateway(struct loop *l) {
+  if (!l->gw)
+    return false;
+  struct sl_msg frames;
+  sl_msg_init(&frames, (struct sl_limits){GW_LIMIT_FRAMES, GW_LIMIT_FRAME_BYTES, GW_LIMIT_FRAMES * GW_LIMIT_FRAME_BYTES});
+  int r = sl_zmq_recv(l->gw, &frames, ZMQ_DONTWAIT);
+  if (r == -EAGAIN || r == -EINTR || r == -ETERM) {
+    sl_msg_done(&frames);
+    return false;
+  }
+  if (r < 0)
+    sl_warn("kernel.gateway", "dropped a gateway message: %s", sl_strerror(r));
+  else if (frames.n)
+    /* The JSON object is the last frame; anything before it is envelope. */
+    jk_core_gateway_input(l->core, (const char *)frames.frames[frames.n - 1].data, frames.frames[frames.n - 1].len);
+  sl_msg_done(&frames);
+  return true;
+}
+
 static const struct jk_core_ops core_ops = {
   .send = send_msg,
   .drain_shell = drain_shell,
   .shutdown = request_shutdown,
 };
+
+static const struct jk_core_gw_ops core_gw_ops = {gw_open, gw_close, gw_send};
 
 /* ---- receiving ---------------------------------------------------------- */
 
@@ -205,8 +269,9 @@ static void serve(struct loop *l) {
       {l->sock[JK_CH_STDIN], 0, ZMQ_POLLIN, 0},
       {l->sock[JK_CH_SHELL], 0, ZMQ_POLLIN, 0},
       {NULL, sig_pipe[0], ZMQ_POLLIN, 0},
+      {l->gw, 0, ZMQ_POLLIN, 0},
     };
-    int n = zmq_poll(items, 4, (long)poll_timeout_ms(l->core));
+    int n = zmq_poll(items, l->gw ? 5 : 4, (long)poll_timeout_ms(l->core));
     if (n < 0 && zmq_errno() != EINTR) {
       sl_err("kernel", "poll failed: %s", zmq_strerror(zmq_errno()));
       break;
@@ -226,6 +291,8 @@ static void serve(struct loop *l) {
     while (!l->stop && receive_one(l, JK_CH_CONTROL))
       ;
     while (!l->stop && receive_one(l, JK_CH_STDIN))
+      ;
+    for (int i = 0; i < GW_MAX_PER_ROUND && !l->stop && receive_gateway(l); i++)
       ;
     while (!l->stop && receive_one(l, JK_CH_SHELL))
       ;
@@ -252,7 +319,7 @@ int jk_channels_run(const struct jk_connection *conn, const struct jk_run_option
   l.auth = jk_auth_new(conn->key, conn->key_len, 4096);
   struct jk_core_config cfg = {opts->kernel_id, opts->notebook, opts->history_dir};
   l.core = jk_core_new(&core_ops, &l, &cfg);
-  if (!l.ctx || !l.auth || !l.core) {
+  if (!l.ctx || !l.auth || !l.core || jk_core_set_gateway(l.core, &core_gw_ops) < 0) {
     r = -ENOMEM;
     goto out;
   }
@@ -276,6 +343,9 @@ int jk_channels_run(const struct jk_connection *conn, const struct jk_run_option
   sl_info("kernel", "listening (%s on %s), kernel id %s", conn->transport, conn->ip, opts->kernel_id);
   serve(&l);
 out:
+  jk_core_free(l.core); /* closes the gateway socket through gw_close */
+  l.core = NULL;
+  gw_close(&l);
   for (int ch = 0; ch < JK_CH_COUNT; ch++)
     if (l.sock[ch])
       zmq_close(l.sock[ch]);
@@ -285,7 +355,6 @@ out:
     pthread_join(hb_thread, NULL);
   if (l.ctx)
     zmq_ctx_term(l.ctx);
-  jk_core_free(l.core);
   jk_auth_free(l.auth);
   close(sig_pipe[0]);
   close(sig_pipe[1]);

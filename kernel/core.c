@@ -2,9 +2,14 @@
  *
  * Invariants: every request is bracketed by status busy/idle on iopub with
  * the request as parent; shell requests run strictly in arrival order, one at
- * a time; control requests never wait behind shell work. */
+ * a time; control requests never wait behind shell work. The core owns the
+ * gateway client (gwclient.c) when the loop supplies a gateway socket, and
+ * starts loading the notebook session's state from it at once, in the
+ * background: cells wait for that load, which is bounded by the client's
+ * hello timeout, and a missing gateway only fails gateway statements. */
 #include "core_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +20,68 @@
 #include "sl_time.h"
 
 #define MAX_QUEUE 1024
+
+/* ---- gateway client glue -------------------------------------------------- */
+
+static int gw_open(void *ud, const char *address) {
+  struct jk_core *c = ud;
+  return c->gw_ops->gw_open(c->userdata, address);
+}
+
+static void gw_close(void *ud) {
+  struct jk_core *c = ud;
+  c->gw_ops->gw_close(c->userdata);
+}
+
+static int gw_send(void *ud, const char *data, size_t len) {
+  struct jk_core *c = ud;
+  return c->gw_ops->gw_send(c->userdata, data, len);
+}
+
+static const struct jk_gw_transport gw_transport = {gw_open, gw_close, gw_send};
+
+static void on_gw_reply(void *ud, int64_t id, const json_t *reply, const char *error) {
+  struct jk_core *c = ud;
+  if (!jk_session_reply(c, id, reply, error))
+    jk_jobs_reply(c, id, reply, error);
+  jk_core_dispatch(c);
+}
+
+static void on_gw_event(void *ud, const json_t *event) {
+  struct jk_core *c = ud;
+  jk_jobs_event(c, event);
+  jk_core_dispatch(c);
+}
+
+static void on_gw_state(void *ud, bool ready, const char *why) {
+  struct jk_core *c = ud;
+  if (ready) {
+    jk_session_flush(c);
+    jk_jobs_reattach(c);
+  } else {
+    sl_debug("kernel.gateway", "gateway not available: %s", why ? why : "?");
+  }
+}
+
+static const struct jk_gw_handler gw_handler = {on_gw_reply, on_gw_event, on_gw_state};
+
+int jk_core_set_gateway(struct jk_core *c, const struct jk_core_gw_ops *ops) {
+  if (c->gw)
+    return 0;
+  struct jk_gw_config gcfg = {.client = "kernel", .session = c->notebook, .may_spawn = true};
+  c->gw_ops = ops;
+  c->gw = jk_gw_new(&gw_transport, c, &gw_handler, c, &gcfg);
+  if (!c->gw)
+    return -ENOMEM;
+  c->sess_loading = true;
+  jk_session_load(c);
+  return 0;
+}
+
+void jk_core_gateway_input(struct jk_core *c, const char *data, size_t len) {
+  if (c->gw)
+    jk_gw_input(c->gw, data, len);
+}
 
 struct jk_core *jk_core_new(const struct jk_core_ops *ops, void *userdata,
                             const struct jk_core_config *cfg) {
@@ -42,6 +109,8 @@ struct jk_core *jk_core_free(struct jk_core *c) {
     jk_msg_free(c->queue[(c->q_head + i) % c->q_cap]);
   free(c->queue);
   jk_exec_free_state(c);
+  jk_session_free(c);
+  c->gw = jk_gw_free(c->gw);
   jk_history_free(c->history);
   free(c->kernel_id);
   free(c->notebook);
@@ -361,12 +430,22 @@ void jk_core_reject(struct jk_core *c, enum jk_channel ch, struct jk_msg *partia
 }
 
 int64_t jk_core_wake_at_us(const struct jk_core *c) {
+  int64_t at = INT64_MAX;
   if (c->running && c->running->wait == JK_WAIT_SLEEP)
-    return c->running->wake_at_us;
-  return INT64_MAX;
+    at = c->running->wake_at_us;
+  if (c->gw) {
+    int64_t g = jk_gw_wake_at_us(c->gw), j = jk_jobs_wake_at_us(c);
+    at = g < at ? g : at;
+    at = j < at ? j : at;
+  }
+  return at;
 }
 
 void jk_core_tick(struct jk_core *c) {
+  if (c->gw) {
+    jk_gw_tick(c->gw);
+    jk_jobs_tick(c);
+  }
   if (c->running && c->running->wait == JK_WAIT_SLEEP &&
       sl_time_mono_us() >= c->running->wake_at_us) {
     c->running->wait = JK_WAIT_NONE;

@@ -9,6 +9,7 @@
 #define JK_CORE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "connfile.h"
@@ -23,6 +24,15 @@ struct jk_core_ops {
   void (*drain_shell)(void *userdata);
   /* Asks the loop to stop once the current message is answered. */
   void (*shutdown)(void *userdata, bool restart);
+};
+
+/* The gateway socket (docs/internals/protocols.md §1), called with the
+ * core's userdata. gw_open connects a DEALER to address (closing any open
+ * one); gw_send sends one frame (borrowed). 0 or negative. */
+struct jk_core_gw_ops {
+  int (*gw_open)(void *userdata, const char *address);
+  void (*gw_close)(void *userdata);
+  int (*gw_send)(void *userdata, const char *data, size_t len);
 };
 
 struct jk_core_config {
@@ -47,6 +57,12 @@ void jk_core_dispatch(struct jk_core *core);
  * (partial holds at least its idents and header). Takes partial. */
 void jk_core_reject(struct jk_core *core, enum jk_channel ch, struct jk_msg *partial,
                     const char *reason);
+/* Gives the core a gateway socket (ops borrowed for the core's life) and
+ * starts loading the notebook session's state in the background. Without
+ * this, gateway statements answer GatewayUnavailable. 0 or -ENOMEM. */
+int jk_core_set_gateway(struct jk_core *core, const struct jk_core_gw_ops *ops);
+/* One frame received on the gateway socket (borrowed). */
+void jk_core_gateway_input(struct jk_core *core, const char *data, size_t len);
 /* Monotonic time (µs) at which jk_core_tick() should run, or INT64_MAX. */
 int64_t jk_core_wake_at_us(const struct jk_core *core);
 void jk_core_tick(struct jk_core *core);

@@ -1,10 +1,14 @@
 /* Running cells: the executor behind execute_request.
  *
  * A cell is parsed whole first; a syntax error sends nothing anywhere. Then
- * statements run in order. A statement that must wait (sleep, input) leaves
- * the execution pending with a wait reason; the channel loop keeps serving
- * control requests and resumes it on a timer or a stdin reply. Variables and
- * model/data definitions belong to the notebook session. */
+ * statements run in order. A statement that must wait (sleep, input, a
+ * gateway reply, a job being followed) leaves the execution pending with a
+ * wait reason; the channel loop keeps serving control requests and resumes
+ * it on a timer, a stdin reply or a gateway message. Variables and
+ * model/data definitions belong to the notebook session: every change is
+ * recorded (jk_session_touch) and sent to the gateway when the cell ends.
+ * A cell that arrives while the session state is still loading waits for it
+ * (bounded by the gateway client's hello timeout). */
 #include "core_internal.h"
 
 #include <errno.h>
@@ -23,18 +27,17 @@
 #define MAX_VARS 4096
 #define MAX_SLEEP_US (24 * 3600 * SL_US_PER_S)
 
-enum step { STEP_DONE, STEP_WAIT, STEP_ERROR };
 
 /* ---- notebook state ----------------------------------------------------- */
 
-static struct jk_var *find_var(struct jk_core *c, const char *name) {
+struct jk_var *jk_exec_find_var(struct jk_core *c, const char *name) {
   for (size_t i = 0; i < c->n_vars; i++)
     if (strcmp(c->vars[i].name, name) == 0)
       return &c->vars[i];
   return NULL;
 }
 
-static struct jk_def *find_def(struct jk_core *c, const char *name) {
+struct jk_def *jk_exec_find_def(struct jk_core *c, const char *name) {
   for (size_t i = 0; i < c->n_defs; i++)
     if (strcmp(c->defs[i].name, name) == 0)
       return &c->defs[i];
@@ -42,9 +45,10 @@ static struct jk_def *find_def(struct jk_core *c, const char *name) {
 }
 
 static void drop_def(struct jk_core *c, const char *name) {
-  struct jk_def *d = find_def(c, name);
+  struct jk_def *d = jk_exec_find_def(c, name);
   if (!d)
     return;
+  jk_session_touch(c, name);
   free(d->name);
   free(d->kind);
   json_decref(d->spec);
@@ -52,18 +56,19 @@ static void drop_def(struct jk_core *c, const char *name) {
 }
 
 static void drop_var(struct jk_core *c, const char *name) {
-  struct jk_var *v = find_var(c, name);
+  struct jk_var *v = jk_exec_find_var(c, name);
   if (!v)
     return;
+  jk_session_touch(c, name);
   free(v->name);
   jk_value_done(&v->value);
   *v = c->vars[--c->n_vars];
 }
 
-/* Takes value. */
-static int set_var(struct jk_core *c, const char *name, struct jk_value *value) {
+int jk_exec_set_var(struct jk_core *c, const char *name, struct jk_value *value) {
   drop_def(c, name);
-  struct jk_var *v = find_var(c, name);
+  jk_session_touch(c, name);
+  struct jk_var *v = jk_exec_find_var(c, name);
   if (v) {
     jk_value_done(&v->value);
     v->value = *value;
@@ -87,10 +92,10 @@ static int set_var(struct jk_core *c, const char *name, struct jk_value *value) 
   return 0;
 }
 
-/* Takes spec. */
-static int set_def(struct jk_core *c, const char *name, const char *kind, json_t *spec) {
+int jk_exec_set_def(struct jk_core *c, const char *name, const char *kind, json_t *spec) {
   drop_var(c, name);
   drop_def(c, name);
+  jk_session_touch(c, name);
   if (c->n_defs >= MAX_VARS) {
     json_decref(spec);
     return SL_ELIMIT;
@@ -106,7 +111,7 @@ static int set_def(struct jk_core *c, const char *name, const char *kind, json_t
 }
 
 const struct jk_value *jk_exec_lookup(void *core, const char *name) {
-  struct jk_var *v = find_var(core, name);
+  struct jk_var *v = jk_exec_find_var(core, name);
   return v ? &v->value : NULL;
 }
 
@@ -124,7 +129,7 @@ const char **jk_exec_names(struct jk_core *c, size_t *ret_n) {
 }
 
 /* "gpt(layers=4, heads=4)" or "text(\"moby-dick\")": the definition as the language writes it. */
-static char *format_spec(const json_t *spec) {
+char *jk_exec_format_spec(const json_t *spec) {
   const char *type = sl_json_get_str(spec, "type", "?");
   json_t *args = json_object_get(spec, "args");
   json_t *opts = json_object_get(spec, "options");
@@ -157,7 +162,7 @@ static char *format_spec(const json_t *spec) {
 
 char *jk_exec_describe(struct jk_core *c, const char *name) {
   char *text = NULL;
-  struct jk_var *v = find_var(c, name);
+  struct jk_var *v = jk_exec_find_var(c, name);
   if (v) {
     char *val = jk_value_format(&v->value);
     if (asprintf(&text, "%s = %s\n\nA notebook variable.", name, val ? val : "?") < 0)
@@ -165,9 +170,9 @@ char *jk_exec_describe(struct jk_core *c, const char *name) {
     free(val);
     return text;
   }
-  struct jk_def *d = find_def(c, name);
+  struct jk_def *d = jk_exec_find_def(c, name);
   if (d) {
-    char *spec = format_spec(d->spec);
+    char *spec = jk_exec_format_spec(d->spec);
     if (asprintf(&text, "%s %s = %s\n\nA %s of this notebook session.", d->kind, name,
                  spec ? spec : "?", d->kind) < 0)
       text = NULL;
@@ -176,16 +181,21 @@ char *jk_exec_describe(struct jk_core *c, const char *name) {
   return text;
 }
 
-void jk_exec_free_state(struct jk_core *c) {
+void jk_exec_clear_state(struct jk_core *c) {
   while (c->n_vars)
     drop_var(c, c->vars[0].name);
   while (c->n_defs)
     drop_def(c, c->defs[0].name);
+}
+
+void jk_exec_free_state(struct jk_core *c) {
+  jk_exec_clear_state(c);
   free(c->vars);
   free(c->defs);
   c->vars = NULL;
   c->defs = NULL;
   if (c->running) {
+    jk_jobs_free_follow(c);
     struct jk_execution *x = c->running;
     jk_msg_free(x->request);
     jk_cell_free(x->cell);
@@ -199,7 +209,7 @@ void jk_exec_free_state(struct jk_core *c) {
 
 /* ---- output ------------------------------------------------------------- */
 
-static void stream(struct jk_core *c, const char *name, const char *text) {
+void jk_exec_stream(struct jk_core *c, const char *name, const char *text) {
   if (c->running->silent)
     return;
   jk_core_publish(c, c->running->request, "stream", json_pack("{s:s, s:s}", "name", name, "text", text));
@@ -216,10 +226,7 @@ static void display(struct jk_core *c, json_t *data) {
 
 /* Records the error of the running execution; finish() publishes it as
  * `error` and puts it in the execute_reply. */
-static enum step fail(struct jk_core *c, const char *ename, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static enum step fail(struct jk_core *c, const char *ename, const char *fmt, ...) {
+enum jk_step jk_exec_fail(struct jk_core *c, const char *ename, const char *fmt, ...) {
   char evalue[1024];
   va_list ap;
   va_start(ap, fmt);
@@ -231,34 +238,34 @@ static enum step fail(struct jk_core *c, const char *ename, const char *fmt, ...
       json_pack("{s:s, s:s, s:[s]}", "ename", ename, "evalue", evalue, "traceback", line);
   json_decref(c->running->error);
   c->running->error = content;
-  return STEP_ERROR;
+  return JK_STEP_ERROR;
 }
 
 /* ---- statements --------------------------------------------------------- */
 
-static enum step needs_gateway(struct jk_core *c, const char *what) {
-  return fail(c, "GatewayUnavailable",
+enum jk_step jk_exec_needs_gateway(struct jk_core *c, const char *what) {
+  return jk_exec_fail(c, "GatewayUnavailable",
               "%s needs the spotlab gateway, which this kernel cannot reach: "
               "training, evaluation, sampling, jobs and cost run through spotlab-gateway",
               what);
 }
 
-static enum step eval_into(struct jk_core *c, const struct jk_expr *e, struct jk_value *ret) {
+static enum jk_step eval_into(struct jk_core *c, const struct jk_expr *e, struct jk_value *ret) {
   char err[512];
   int r = jk_eval(e, jk_exec_lookup, c, ret, err, sizeof err);
   if (r < 0)
-    return fail(c, r == SL_ENAME ? "NameError" : "ValueError", "%s", err);
-  return STEP_DONE;
+    return jk_exec_fail(c, r == SL_ENAME ? "NameError" : "ValueError", "%s", err);
+  return JK_STEP_DONE;
 }
 
 /* Evaluates a CALL's options into a JSON object; bare words that are not
  * variables stay strings (instance=g5.xlarge). */
-static enum step eval_options(struct jk_core *c, const struct jk_option *opts, size_t n,
-                              json_t *ret_obj) {
+enum jk_step jk_exec_eval_options(struct jk_core *c, const struct jk_option *opts, size_t n,
+                                  json_t *ret_obj) {
   for (size_t i = 0; i < n; i++) {
     struct jk_value v = {0};
-    if (eval_into(c, opts[i].value, &v) != STEP_DONE)
-      return STEP_ERROR;
+    if (eval_into(c, opts[i].value, &v) != JK_STEP_DONE)
+      return JK_STEP_ERROR;
     json_t *j;
     switch (v.type) {
     case JK_VAL_NUM:
@@ -280,123 +287,112 @@ static enum step eval_options(struct jk_core *c, const struct jk_option *opts, s
     json_object_set_new(ret_obj, opts[i].name, j);
     jk_value_done(&v);
   }
-  return STEP_DONE;
+  return JK_STEP_DONE;
 }
 
-static enum step check_positive_int(struct jk_core *c, const struct jk_stmt *s, json_t *opts,
+static enum jk_step check_positive_int(struct jk_core *c, const struct jk_stmt *s, json_t *opts,
                                     const char *key) {
   json_t *v = json_object_get(opts, key);
   if (v && (!json_is_integer(v) || json_integer_value(v) <= 0))
-    return fail(c, "ValueError", "line %d: %s must be a positive whole number", s->line, key);
-  return STEP_DONE;
+    return jk_exec_fail(c, "ValueError", "line %d: %s must be a positive whole number", s->line, key);
+  return JK_STEP_DONE;
 }
 
-static enum step run_definition(struct jk_core *c, const struct jk_stmt *s) {
+static enum jk_step run_definition(struct jk_core *c, const struct jk_stmt *s) {
   const struct jk_expr *e = s->expr;
   bool model = s->kind == JK_STMT_MODEL;
   if (!e || e->kind != JK_EXPR_CALL)
-    return fail(c, "TypeError", "line %d: %s %s needs a call such as %s", s->line,
+    return jk_exec_fail(c, "TypeError", "line %d: %s %s needs a call such as %s", s->line,
                 model ? "model" : "data", s->name, model ? "gpt(layers=4)" : "text(\"moby-dick\")");
   json_t *spec = json_pack("{s:s, s:[], s:{}}", "type", e->name, "args", "options");
   for (size_t i = 0; i < e->n_items; i++) {
     struct jk_value v = {0};
-    if (eval_into(c, e->items[i], &v) != STEP_DONE) {
+    if (eval_into(c, e->items[i], &v) != JK_STEP_DONE) {
       json_decref(spec);
-      return STEP_ERROR;
+      return JK_STEP_ERROR;
     }
     if (v.type != JK_VAL_STR) {
       jk_value_done(&v);
       json_decref(spec);
-      return fail(c, "TypeError", "line %d: %s() takes a string", s->line, e->name);
+      return jk_exec_fail(c, "TypeError", "line %d: %s() takes a string", s->line, e->name);
     }
     json_array_append_new(json_object_get(spec, "args"), json_string(v.str));
     jk_value_done(&v);
   }
   json_t *opts = json_object_get(spec, "options");
-  if (eval_options(c, e->opts, e->n_opts, opts) != STEP_DONE) {
+  if (jk_exec_eval_options(c, e->opts, e->n_opts, opts) != JK_STEP_DONE) {
     json_decref(spec);
-    return STEP_ERROR;
+    return JK_STEP_ERROR;
   }
   static const char *const ints[] = {"layers", "heads", "dim", "ctx", "hidden"};
   for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
-    if (check_positive_int(c, s, opts, ints[i]) != STEP_DONE) {
+    if (check_positive_int(c, s, opts, ints[i]) != JK_STEP_DONE) {
       json_decref(spec);
-      return STEP_ERROR;
+      return JK_STEP_ERROR;
     }
   json_t *dim = json_object_get(opts, "dim"), *heads = json_object_get(opts, "heads");
   if (dim && heads && json_integer_value(dim) % json_integer_value(heads) != 0) {
     json_decref(spec);
-    return fail(c, "ValueError", "line %d: dim must be a multiple of heads", s->line);
+    return jk_exec_fail(c, "ValueError", "line %d: dim must be a multiple of heads", s->line);
   }
   if (strcmp(e->name, "text") == 0 && json_array_size(json_object_get(spec, "args")) != 1) {
     json_decref(spec);
-    return fail(c, "TypeError", "line %d: text() takes one path or dataset name", s->line);
+    return jk_exec_fail(c, "TypeError", "line %d: text() takes one path or dataset name", s->line);
   }
-  int r = set_def(c, s->name, model ? "model" : "data", spec);
+  int r = jk_exec_set_def(c, s->name, model ? "model" : "data", spec);
   if (r < 0)
-    return fail(c, "MemoryError", "cannot define %s: %s", s->name, sl_strerror(r));
-  return STEP_DONE;
+    return jk_exec_fail(c, "MemoryError", "cannot define %s: %s", s->name, sl_strerror(r));
+  return JK_STEP_DONE;
 }
 
-static char *html_escape(const char *s) {
-  size_t n = 0;
-  for (const char *p = s; *p; p++)
-    n += *p == '<' || *p == '>' ? 4 : *p == '&' ? 5 : *p == '"' ? 6 : 1;
-  char *out = malloc(n + 1), *o = out;
-  if (!out)
-    return NULL;
-  for (const char *p = s; *p; p++) {
-    const char *rep = *p == '<' ? "&lt;" : *p == '>' ? "&gt;" : *p == '&' ? "&amp;" : *p == '"' ? "&quot;" : NULL;
-    if (rep)
-      o = stpcpy(o, rep);
-    else
-      *o++ = *p;
-  }
-  *o = '\0';
-  return out;
-}
-
-static enum step run_show(struct jk_core *c, const struct jk_stmt *s) {
+enum jk_step jk_exec_show(struct jk_core *c, const struct jk_stmt *s, const char *extra) {
   char *desc = NULL;
-  struct jk_var *v = find_var(c, s->name);
-  struct jk_def *d = v ? NULL : find_def(c, s->name);
+  struct jk_var *v = jk_exec_find_var(c, s->name);
+  struct jk_def *d = v ? NULL : jk_exec_find_def(c, s->name);
   if (v) {
     char *val = jk_value_format(&v->value);
     if (asprintf(&desc, "%s = %s", s->name, val ? val : "?") < 0)
       desc = NULL;
     free(val);
   } else if (d) {
-    char *spec = format_spec(d->spec);
+    char *spec = jk_exec_format_spec(d->spec);
     if (asprintf(&desc, "%s %s = %s", d->kind, s->name, spec ? spec : "?") < 0)
       desc = NULL;
     free(spec);
   } else {
-    return fail(c, "NameError", "line %d, column %d: '%s' is not defined", s->line, s->col, s->name);
+    return jk_exec_fail(c, "NameError", "line %d, column %d: '%s' is not defined", s->line, s->col, s->name);
+  }
+  if (desc && extra && *extra) {
+    char *more = NULL;
+    if (asprintf(&more, "%s\n%s", desc, extra) < 0)
+      more = NULL;
+    free(desc);
+    desc = more;
   }
   if (!desc)
-    return fail(c, "MemoryError", "out of memory");
-  char *esc = html_escape(desc);
+    return jk_exec_fail(c, "MemoryError", "out of memory");
+  char *esc = jk_xml_escape(desc);
   char *html = NULL;
-  if (esc && asprintf(&html, "<div class=\"spotlab-show\"><code>%s</code></div>", esc) < 0)
+  if (esc && asprintf(&html, "<div class=\"spotlab-show\"><pre>%s</pre></div>", esc) < 0)
     html = NULL;
   display(c, json_pack("{s:s, s:s}", "text/plain", desc, "text/html", html ? html : desc));
   free(esc);
   free(html);
   free(desc);
-  return STEP_DONE;
+  return JK_STEP_DONE;
 }
 
-static enum step run_print(struct jk_core *c, const struct jk_stmt *s) {
+static enum jk_step run_print(struct jk_core *c, const struct jk_stmt *s) {
   size_t cap = 256, len = 0;
   char *out = malloc(cap);
   if (!out)
-    return fail(c, "MemoryError", "out of memory");
+    return jk_exec_fail(c, "MemoryError", "out of memory");
   out[0] = '\0';
   for (size_t i = 0; i < s->n_items; i++) {
     struct jk_value v = {0};
-    if (eval_into(c, s->items[i], &v) != STEP_DONE) {
+    if (eval_into(c, s->items[i], &v) != JK_STEP_DONE) {
       free(out);
-      return STEP_ERROR;
+      return JK_STEP_ERROR;
     }
     char *t = jk_value_to_text(&v);
     jk_value_done(&v);
@@ -406,7 +402,7 @@ static enum step run_print(struct jk_core *c, const struct jk_stmt *s) {
       if (!grown) {
         free(t);
         free(out);
-        return fail(c, "MemoryError", "out of memory");
+        return jk_exec_fail(c, "MemoryError", "out of memory");
       }
       out = grown;
       cap = need * 2;
@@ -415,15 +411,15 @@ static enum step run_print(struct jk_core *c, const struct jk_stmt *s) {
     free(t);
   }
   strcpy(out + len, "\n");
-  stream(c, "stdout", out);
+  jk_exec_stream(c, "stdout", out);
   free(out);
-  return STEP_DONE;
+  return JK_STEP_DONE;
 }
 
-static enum step run_sleep(struct jk_core *c, const struct jk_stmt *s) {
+static enum jk_step run_sleep(struct jk_core *c, const struct jk_stmt *s) {
   struct jk_value v = {0};
-  if (eval_into(c, s->expr, &v) != STEP_DONE)
-    return STEP_ERROR;
+  if (eval_into(c, s->expr, &v) != JK_STEP_DONE)
+    return JK_STEP_ERROR;
   int64_t us;
   if (v.type == JK_VAL_DURATION)
     us = v.duration_us;
@@ -433,22 +429,22 @@ static enum step run_sleep(struct jk_core *c, const struct jk_stmt *s) {
     us = -1;
   jk_value_done(&v);
   if (us < 0 || us > MAX_SLEEP_US)
-    return fail(c, "ValueError", "line %d: sleep takes a duration between 0s and 24h", s->line);
+    return jk_exec_fail(c, "ValueError", "line %d: sleep takes a duration between 0s and 24h", s->line);
   c->running->wait = JK_WAIT_SLEEP;
   c->running->wake_at_us = sl_time_mono_us() + us;
-  return STEP_WAIT;
+  return JK_STEP_WAIT;
 }
 
-static enum step run_input(struct jk_core *c, const struct jk_stmt *s) {
+static enum jk_step run_input(struct jk_core *c, const struct jk_stmt *s) {
   const struct jk_expr *e = s->expr;
   struct jk_value prompt = {0};
   if (e->n_items > 1 || e->n_opts)
-    return fail(c, "TypeError", "line %d: %s() takes one prompt string", s->line, e->name);
-  if (e->n_items == 1 && eval_into(c, e->items[0], &prompt) != STEP_DONE)
-    return STEP_ERROR;
+    return jk_exec_fail(c, "TypeError", "line %d: %s() takes one prompt string", s->line, e->name);
+  if (e->n_items == 1 && eval_into(c, e->items[0], &prompt) != JK_STEP_DONE)
+    return JK_STEP_ERROR;
   if (!c->running->allow_stdin) {
     jk_value_done(&prompt);
-    return fail(c, "StdinNotImplemented",
+    return jk_exec_fail(c, "StdinNotImplemented",
                 "line %d: %s() asks the front end for input, and this front end does not accept input",
                 s->line, e->name);
   }
@@ -461,26 +457,26 @@ static enum step run_input(struct jk_core *c, const struct jk_stmt *s) {
                           strcmp(e->name, "password") == 0));
   free(text);
   c->running->wait = JK_WAIT_INPUT;
-  return STEP_WAIT;
+  return JK_STEP_WAIT;
 }
 
-static enum step run_assign(struct jk_core *c, const struct jk_stmt *s) {
+static enum jk_step run_assign(struct jk_core *c, const struct jk_stmt *s) {
   const struct jk_expr *e = s->expr;
   if (e && e->kind == JK_EXPR_CALL && (strcmp(e->name, "input") == 0 || strcmp(e->name, "password") == 0))
     return run_input(c, s);
   struct jk_value v = {0};
-  if (eval_into(c, e, &v) != STEP_DONE)
-    return STEP_ERROR;
-  int r = set_var(c, s->name, &v);
+  if (eval_into(c, e, &v) != JK_STEP_DONE)
+    return JK_STEP_ERROR;
+  int r = jk_exec_set_var(c, s->name, &v);
   if (r < 0)
-    return fail(c, "MemoryError", "cannot set %s: %s", s->name, sl_strerror(r));
-  return STEP_DONE;
+    return jk_exec_fail(c, "MemoryError", "cannot set %s: %s", s->name, sl_strerror(r));
+  return JK_STEP_DONE;
 }
 
-static enum step run_expr(struct jk_core *c, const struct jk_stmt *s, bool last) {
+static enum jk_step run_expr(struct jk_core *c, const struct jk_stmt *s, bool last) {
   struct jk_value v = {0};
-  if (eval_into(c, s->expr, &v) != STEP_DONE)
-    return STEP_ERROR;
+  if (eval_into(c, s->expr, &v) != JK_STEP_DONE)
+    return JK_STEP_ERROR;
   if (last) {
     jk_value_done(&c->running->result);
     c->running->result = v;
@@ -488,164 +484,10 @@ static enum step run_expr(struct jk_core *c, const struct jk_stmt *s, bool last)
   } else {
     jk_value_done(&v);
   }
-  return STEP_DONE;
+  return JK_STEP_DONE;
 }
 
-/* ---- magics ------------------------------------------------------------- */
-
-static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
-  va_list ap;
-  for (;;) {
-    va_start(ap, fmt);
-    int n = vsnprintf(*buf ? *buf + *len : NULL, *buf ? *cap - *len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-      return;
-    if (*buf && *len + (size_t)n < *cap) {
-      *len += (size_t)n;
-      return;
-    }
-    size_t ncap = (*cap + (size_t)n + 1) * 2;
-    char *grown = realloc(*buf, ncap);
-    if (!grown)
-      return;
-    *buf = grown;
-    *cap = ncap;
-  }
-}
-
-static enum step magic_who(struct jk_core *c) {
-  char *out = NULL;
-  size_t len = 0, cap = 0;
-  append(&out, &len, &cap, "%s", "");
-  if (!c->n_vars && !c->n_defs)
-    append(&out, &len, &cap, "No variables, models or data defined yet.\n");
-  for (size_t i = 0; i < c->n_vars; i++) {
-    char *val = jk_value_format(&c->vars[i].value);
-    append(&out, &len, &cap, "variable  %-16s %s\n", c->vars[i].name, val ? val : "?");
-    free(val);
-  }
-  for (int pass = 0; pass < 2; pass++)
-    for (size_t i = 0; i < c->n_defs; i++) {
-      if (strcmp(c->defs[i].kind, pass ? "model" : "data") != 0)
-        continue;
-      char *spec = format_spec(c->defs[i].spec);
-      append(&out, &len, &cap, "%-9s %-16s %s\n", c->defs[i].kind, c->defs[i].name, spec ? spec : "?");
-      free(spec);
-    }
-  if (out)
-    stream(c, "stdout", out);
-  free(out);
-  return STEP_DONE;
-}
-
-static enum step magic_history(struct jk_core *c) {
-  json_t *req = json_pack("{s:s, s:i, s:i}", "hist_access_type", "range", "session", 0, "start", 1);
-  json_t *items = jk_history_query(c->history, req);
-  json_decref(req);
-  char *out = NULL;
-  size_t len = 0, cap = 0;
-  append(&out, &len, &cap, "%s", "");
-  size_t i;
-  json_t *it;
-  json_array_foreach(items, i, it) {
-    append(&out, &len, &cap, "%4lld: %s\n", (long long)json_integer_value(json_array_get(it, 1)),
-           json_string_value(json_array_get(it, 2)));
-  }
-  json_decref(items);
-  if (out)
-    stream(c, "stdout", out);
-  free(out);
-  return STEP_DONE;
-}
-
-static enum step magic_status(struct jk_core *c) {
-  char *out = NULL;
-  if (asprintf(&out,
-               "spotlab-kernel %s\nnotebook session: %s\nkernel id: %s\n"
-               "variables: %zu, models and data: %zu\ngateway: %s\n",
-               SPOTLAB_VERSION, c->notebook, c->kernel_id, c->n_vars, c->n_defs,
-               c->gateway ? c->gateway : "none configured (SPOTLAB_GATEWAY or %gateway ADDR)") < 0)
-    return fail(c, "MemoryError", "out of memory");
-  stream(c, "stdout", out);
-  free(out);
-  return STEP_DONE;
-}
-
-static enum step run_line_magic(struct jk_core *c, const struct jk_stmt *s) {
-  const char *m = s->name, *args = s->args ? s->args : "";
-  if (strcmp(m, "who") == 0)
-    return magic_who(c);
-  if (strcmp(m, "help") == 0) {
-    char *text = jk_help_all();
-    if (!text)
-      return fail(c, "MemoryError", "out of memory");
-    stream(c, "stdout", text);
-    free(text);
-    return STEP_DONE;
-  }
-  if (strcmp(m, "version") == 0) {
-    stream(c, "stdout", "spotlab-kernel " SPOTLAB_VERSION " (Jupyter protocol 5.3)\n");
-    return STEP_DONE;
-  }
-  if (strcmp(m, "history") == 0)
-    return magic_history(c);
-  if (strcmp(m, "stderr") == 0) {
-    char *t = NULL;
-    if (asprintf(&t, "%s\n", args) < 0)
-      return fail(c, "MemoryError", "out of memory");
-    stream(c, "stderr", t);
-    free(t);
-    return STEP_DONE;
-  }
-  if (strcmp(m, "clear") == 0) {
-    if (!c->running->silent)
-      jk_core_publish(c, c->running->request, "clear_output", json_pack("{s:b}", "wait", 0));
-    return STEP_DONE;
-  }
-  if (strcmp(m, "status") == 0)
-    return magic_status(c);
-  if (strcmp(m, "session") == 0) {
-    if (!*args)
-      return fail(c, "ValueError", "%%session needs a name: %%session NAME");
-    char *nb = strdup(args);
-    if (!nb)
-      return fail(c, "MemoryError", "out of memory");
-    free(c->notebook);
-    c->notebook = nb;
-    jk_history_switch(c->history, nb);
-    char *t = NULL;
-    if (asprintf(&t, "notebook session: %s\n", nb) >= 0) {
-      stream(c, "stdout", t);
-      free(t);
-    }
-    return STEP_DONE;
-  }
-  if (strcmp(m, "gateway") == 0) {
-    if (!*args) {
-      char *t = NULL;
-      if (asprintf(&t, "gateway: %s\n", c->gateway ? c->gateway : "none") >= 0) {
-        stream(c, "stdout", t);
-        free(t);
-      }
-      return STEP_DONE;
-    }
-    if (strncmp(args, "tcp://", 6) != 0 && strncmp(args, "ipc://", 6) != 0)
-      return fail(c, "ValueError", "%%gateway takes tcp://HOST:PORT or ipc://PATH, not '%s'", args);
-    free(c->gateway);
-    c->gateway = strdup(args);
-    stream(c, "stdout", "gateway address set\n");
-    return STEP_DONE;
-  }
-  char what[80];
-  snprintf(what, sizeof what, "%%%s", m);
-  return needs_gateway(c, what);
-}
-
-static enum step run_stmt(struct jk_core *c, const struct jk_stmt *s, bool last) {
+static enum jk_step run_stmt(struct jk_core *c, const struct jk_stmt *s, bool last) {
   switch (s->kind) {
   case JK_STMT_ASSIGN:
     return run_assign(c, s);
@@ -653,13 +495,17 @@ static enum step run_stmt(struct jk_core *c, const struct jk_stmt *s, bool last)
   case JK_STMT_MODEL:
     return run_definition(c, s);
   case JK_STMT_TRAIN:
-    return needs_gateway(c, "train");
   case JK_STMT_EVAL:
-    return needs_gateway(c, "eval");
   case JK_STMT_SAMPLE:
-    return needs_gateway(c, "sample");
-  case JK_STMT_SHOW:
-    return run_show(c, s);
+    if (!c->gw)
+      return jk_exec_needs_gateway(c, s->kind == JK_STMT_TRAIN ? "train" : s->kind == JK_STMT_EVAL ? "eval" : "sample");
+    return jk_jobs_stmt(c, s);
+  case JK_STMT_SHOW: {
+    struct jk_def *d = jk_exec_find_def(c, s->name);
+    if (c->gw && d && strcmp(d->kind, "model") == 0)
+      return jk_jobs_show(c, s);
+    return jk_exec_show(c, s, NULL);
+  }
   case JK_STMT_PRINT:
     return run_print(c, s);
   case JK_STMT_SLEEP:
@@ -667,14 +513,16 @@ static enum step run_stmt(struct jk_core *c, const struct jk_stmt *s, bool last)
   case JK_STMT_EXPR:
     return run_expr(c, s, last);
   case JK_STMT_LINE_MAGIC:
-    return run_line_magic(c, s);
+    return jk_exec_line_magic(c, s);
   case JK_STMT_CELL_MAGIC: {
+    if (c->gw && strcmp(s->name, "run") == 0)
+      return jk_jobs_stmt(c, s);
     char what[80];
     snprintf(what, sizeof what, "%%%%%s", s->name);
-    return needs_gateway(c, what);
+    return jk_exec_needs_gateway(c, what);
   }
   }
-  return fail(c, "InternalError", "unknown statement");
+  return jk_exec_fail(c, "InternalError", "unknown statement");
 }
 
 /* ---- execution lifecycle ------------------------------------------------ */
@@ -704,6 +552,8 @@ static void finish(struct jk_core *c, bool ok) {
     if (x->stop_on_error)
       jk_core_abort_queued(c);
   }
+  jk_jobs_free_follow(c);
+  jk_session_flush(c);
   jk_core_reply(c, JK_CH_SHELL, x->request, "execute_reply", reply);
   jk_core_set_status(c, x->request, "idle");
   c->running = NULL;
@@ -719,11 +569,11 @@ static void run_until_wait(struct jk_core *c) {
   struct jk_execution *x = c->running;
   while (x->pc < x->cell->n) {
     const struct jk_stmt *s = &x->cell->stmts[x->pc];
-    enum step st = run_stmt(c, s, x->pc + 1 == x->cell->n);
-    if (st == STEP_WAIT)
+    enum jk_step st = run_stmt(c, s, x->pc + 1 == x->cell->n);
+    if (st == JK_STEP_WAIT)
       return;
     x->pc++;
-    if (st == STEP_ERROR) {
+    if (st == JK_STEP_ERROR) {
       finish(c, false);
       return;
     }
@@ -757,7 +607,7 @@ void jk_exec_start(struct jk_core *c, struct jk_msg *req) {
   struct jk_parse_error perr = {0};
   int r = jk_parse(code, strlen(code), &x->cell, &perr);
   if (r < 0) {
-    fail(c, "SyntaxError", "line %d, column %d: %s", perr.line, perr.col, perr.message);
+    jk_exec_fail(c, "SyntaxError", "line %d, column %d: %s", perr.line, perr.col, perr.message);
     /* The traceback shows the offending line with a caret under the column. */
     const char *p = code;
     for (int l = 1; l < perr.line && p; l++) {
@@ -775,7 +625,31 @@ void jk_exec_start(struct jk_core *c, struct jk_msg *req) {
     finish(c, false);
     return;
   }
+  if (c->sess_loading) {
+    x->wait = JK_WAIT_SESSION;
+    return;
+  }
   run_until_wait(c);
+}
+
+void jk_exec_session_ready(struct jk_core *c) {
+  if (!c->running || c->running->wait != JK_WAIT_SESSION)
+    return;
+  c->running->wait = JK_WAIT_NONE;
+  run_until_wait(c);
+}
+
+void jk_exec_step_ended(struct jk_core *c, enum jk_step st) {
+  struct jk_execution *x = c->running;
+  if (!x || st == JK_STEP_WAIT)
+    return;
+  x->wait = JK_WAIT_NONE;
+  x->gw_req = 0;
+  x->pc++;
+  if (st == JK_STEP_ERROR)
+    finish(c, false);
+  else
+    run_until_wait(c);
 }
 
 void jk_exec_resume(struct jk_core *c) {
@@ -793,8 +667,8 @@ void jk_exec_input_reply(struct jk_core *c, const struct jk_msg *reply) {
   }
   x->wait = JK_WAIT_NONE;
   struct jk_value v = {.type = JK_VAL_STR, .str = strdup(sl_json_get_str(reply->content, "value", ""))};
-  if (!v.str || set_var(c, x->input_target, &v) < 0) {
-    fail(c, "MemoryError", "out of memory");
+  if (!v.str || jk_exec_set_var(c, x->input_target, &v) < 0) {
+    jk_exec_fail(c, "MemoryError", "out of memory");
     finish(c, false);
     return;
   }
@@ -806,8 +680,16 @@ void jk_exec_interrupt(struct jk_core *c) {
   struct jk_execution *x = c->running;
   if (!x)
     return;
-  const char *what = x->wait == JK_WAIT_INPUT ? "while waiting for input" : "while sleeping";
-  fail(c, "Interrupted", "execution interrupted %s at line %d", what,
+  if (x->wait == JK_WAIT_GATEWAY || x->wait == JK_WAIT_JOB) {
+    jk_jobs_interrupt(c); /* records the error (a detach for a followed job) */
+    x->wait = JK_WAIT_NONE;
+    finish(c, false);
+    return;
+  }
+  const char *what = x->wait == JK_WAIT_INPUT ? "while waiting for input"
+                     : x->wait == JK_WAIT_SESSION ? "while loading the notebook session"
+                                                  : "while sleeping";
+  jk_exec_fail(c, "Interrupted", "execution interrupted %s at line %d", what,
        x->pc < x->cell->n ? x->cell->stmts[x->pc].line : 0);
   x->wait = JK_WAIT_NONE;
   finish(c, false);

@@ -1,0 +1,438 @@
+/* Job displays: folding gateway events into display state, throttling, and
+ * the text/plain renderings.
+ *
+ * Invariants: events apply at most once and in seq order (a replayed or
+ * duplicate event is ignored); every buffer is bounded (series halve when
+ * full, the timeline keeps its newest TIMELINE_CAP entries); numbers from
+ * the wire that are not finite are ignored. A resumed job's loss curve drops
+ * the points past the step it resumed from, so the curve shows one run. */
+#include "display_internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sl_json.h"
+#include "sl_time.h"
+
+struct jk_display *jk_display_new(const char *job, const char *kind) {
+  struct jk_display *d = calloc(1, sizeof *d);
+  if (!d)
+    return NULL;
+  snprintf(d->job, sizeof d->job, "%s", job ? job : "");
+  snprintf(d->kind, sizeof d->kind, "%s", kind ? kind : "");
+  snprintf(d->id, sizeof d->id, "spotlab-%s", d->job);
+  d->spot = -1;
+  d->dirty = true;
+  return d;
+}
+
+struct jk_display *jk_display_free(struct jk_display *d) {
+  if (!d)
+    return NULL;
+  free(d->train.p);
+  free(d->eval.p);
+  free(d);
+  return NULL;
+}
+
+/* ---- folding ------------------------------------------------------------ */
+
+static void copy_str(char *dst, size_t size, const json_t *obj, const char *key) {
+  const char *v = json_string_value(json_object_get(obj, key));
+  if (v)
+    snprintf(dst, size, "%s", v);
+}
+
+static bool get_num(const json_t *obj, const char *key, double *ret) {
+  const json_t *v = json_object_get(obj, key);
+  if (!json_is_number(v))
+    return false;
+  double x = json_number_value(v);
+  if (!isfinite(x))
+    return false;
+  *ret = x;
+  return true;
+}
+
+static void series_add(struct series *s, double step, double value) {
+  /* A step at or before the last one starts again from there (a resume). */
+  while (s->n && s->p[s->n - 1].step >= step)
+    s->n--;
+  if (s->n == s->cap) {
+    if (s->cap < SERIES_CAP) {
+      size_t cap = s->cap ? s->cap * 2 : 64;
+      struct jk_point *p = realloc(s->p, cap * sizeof *p);
+      if (!p)
+        return;
+      s->p = p;
+      s->cap = cap;
+    } else {
+      for (size_t i = 0; i < s->n / 2; i++)
+        s->p[i] = s->p[2 * i];
+      s->n /= 2;
+    }
+  }
+  s->p[s->n++] = (struct jk_point){step, value};
+}
+
+static void series_cut(struct series *s, double after_step) {
+  while (s->n && s->p[s->n - 1].step > after_step)
+    s->n--;
+}
+
+static void timeline(struct jk_display *d, int64_t t, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void timeline(struct jk_display *d, int64_t t, const char *fmt, ...) {
+  struct tl_entry *e;
+  if (d->tl_n < TIMELINE_CAP) {
+    e = &d->tl[(d->tl_head + d->tl_n++) % TIMELINE_CAP];
+  } else {
+    e = &d->tl[d->tl_head];
+    d->tl_head = (d->tl_head + 1) % TIMELINE_CAP;
+    d->tl_dropped++;
+  }
+  e->time_us = t;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->text, sizeof e->text, fmt, ap);
+  va_end(ap);
+}
+
+const struct tl_entry *jk_display_tl(const struct jk_display *d, size_t i) {
+  return i < d->tl_n ? &d->tl[(d->tl_head + i) % TIMELINE_CAP] : NULL;
+}
+
+static void placement(struct jk_display *d, const json_t *o) {
+  copy_str(d->instance, sizeof d->instance, o, "instance");
+  copy_str(d->instance_type, sizeof d->instance_type, o, "instance_type");
+  copy_str(d->zone, sizeof d->zone, o, "zone");
+  const json_t *spot = json_object_get(o, "spot");
+  if (json_is_boolean(spot))
+    d->spot = json_is_true(spot);
+  get_num(o, "price_usd_per_hour", &d->price_usd_per_hour);
+  get_num(o, "on_demand_usd_per_hour", &d->on_demand_usd_per_hour);
+  double a;
+  if (get_num(o, "attempt", &a) && a >= 0 && a < 1e6)
+    d->attempt = (int)a;
+}
+
+void jk_display_summary(struct jk_display *d, const json_t *job) {
+  if (!json_is_object(job))
+    return;
+  copy_str(d->kind, sizeof d->kind, job, "kind");
+  copy_str(d->model, sizeof d->model, job, "model");
+  copy_str(d->data, sizeof d->data, job, "data");
+  if (!d->state[0])
+    copy_str(d->state, sizeof d->state, job, "state");
+  double v;
+  if (get_num(job, "steps", &v) && v > 0 && v < 9e15)
+    d->steps = (int64_t)v;
+  if (!d->last_seq) {
+    placement(d, job);
+    get_num(job, "cost_usd", &d->cost_usd);
+    if (get_num(job, "step", &v) && v >= 0 && v < 9e15)
+      d->step = (int64_t)v;
+  }
+  d->dirty = true;
+}
+
+static void rate_add(struct jk_display *d, int64_t t, int64_t step) {
+  size_t i = (d->rate_head + d->rate_n) % RATE_WINDOW;
+  if (d->rate_n == RATE_WINDOW) {
+    i = d->rate_head;
+    d->rate_head = (d->rate_head + 1) % RATE_WINDOW;
+  } else {
+    d->rate_n++;
+  }
+  d->rate_t[i] = t;
+  d->rate_s[i] = step;
+}
+
+static void on_metric(struct jk_display *d, const json_t *ev, int64_t t) {
+  double step, v;
+  if (!get_num(ev, "step", &step) || step < 0 || step > 9e15)
+    return;
+  if ((int64_t)step < d->step)
+    d->rate_n = d->rate_head = 0;
+  d->step = (int64_t)step;
+  if (get_num(ev, "steps", &v) && v > 0 && v < 9e15)
+    d->steps = (int64_t)v;
+  if (get_num(ev, "loss", &v)) {
+    d->loss = v;
+    d->has_loss = true;
+    series_add(&d->train, step, v);
+  }
+  if (get_num(ev, "eval_loss", &v)) {
+    d->eval_loss = v;
+    d->has_eval_loss = true;
+    series_add(&d->eval, step, v);
+  }
+  if (get_num(ev, "tokens_per_s", &v)) {
+    d->throughput = v;
+    snprintf(d->throughput_unit, sizeof d->throughput_unit, "tokens/s");
+  } else if (get_num(ev, "samples_per_s", &v)) {
+    d->throughput = v;
+    snprintf(d->throughput_unit, sizeof d->throughput_unit, "samples/s");
+  }
+  rate_add(d, t, d->step);
+}
+
+static bool terminal(const char *state) {
+  return strcmp(state, "succeeded") == 0 || strcmp(state, "failed") == 0 ||
+         strcmp(state, "cancelled") == 0;
+}
+
+static void on_state(struct jk_display *d, const json_t *ev, int64_t t) {
+  const char *state = sl_json_get_str(ev, "state", "");
+  const char *reason = sl_json_get_str(ev, "reason", "");
+  snprintf(d->state, sizeof d->state, "%s", state);
+  if (*reason || terminal(state))
+    snprintf(d->reason, sizeof d->reason, "%s", reason);
+  /* running ⇄ checkpointing is frequent and says little: not in the timeline. */
+  if (strcmp(state, "checkpointing") == 0 ||
+      (strcmp(state, "running") == 0 && d->tl_n && strstr(jk_display_tl(d, d->tl_n - 1)->text, "checkpoint")))
+    return;
+  if (strcmp(state, "succeeded") == 0)
+    timeline(d, t, "succeeded at step %lld", (long long)d->step);
+  else if (*reason)
+    timeline(d, t, "%s: %s", state, reason);
+  else
+    timeline(d, t, "%s", state);
+}
+
+static void on_other(struct jk_display *d, const char *kind, const json_t *ev, int64_t t) {
+  double v = 0;
+  if (strcmp(kind, "placed") == 0) {
+    placement(d, ev);
+    timeline(d, t, "placed on %s in %s, %s at $%.4f/h (%s)", d->instance_type, d->zone,
+             d->spot == 0 ? "on-demand" : "spot", d->price_usd_per_hour, d->instance);
+  } else if (strcmp(kind, "checkpoint") == 0) {
+    d->checkpoints++;
+    if (get_num(ev, "step", &v) && v >= 0 && v < 9e15)
+      d->checkpoint_step = (int64_t)v;
+    if (d->checkpoints <= 3 || d->checkpoints % 10 == 0)
+      timeline(d, t, "checkpoint at step %lld (%lld so far)", (long long)d->checkpoint_step,
+               (long long)d->checkpoints);
+  } else if (strcmp(kind, "notice") == 0) {
+    timeline(d, t, "preemption notice (%s) on %s", sl_json_get_str(ev, "action", "?"),
+             sl_json_get_str(ev, "instance", d->instance));
+  } else if (strcmp(kind, "preempted") == 0) {
+    v = 0;
+    get_num(ev, "step", &v);
+    timeline(d, t, "preempted at step %lld (%s)", (long long)(v >= 0 && v < 9e15 ? v : 0),
+             sl_json_get_bool(ev, "notice", false) ? "with notice" : "without notice");
+  } else if (strcmp(kind, "resumed") == 0) {
+    double from = 0, after = 0;
+    get_num(ev, "from_step", &from);
+    get_num(ev, "after_s", &after);
+    series_cut(&d->train, from);
+    series_cut(&d->eval, from);
+    d->rate_n = d->rate_head = 0;
+    timeline(d, t, "resumed on %s in %s after %.0fs from step %.0f",
+             sl_json_get_str(ev, "instance_type", "?"), sl_json_get_str(ev, "zone", "?"), after, from);
+  } else if (strcmp(kind, "cost") == 0) {
+    get_num(ev, "cost_usd", &d->cost_usd);
+    get_num(ev, "on_demand_usd", &d->on_demand_usd);
+  } else if (strcmp(kind, "result") == 0) {
+    if (get_num(ev, "eval_loss", &d->result_eval_loss))
+      d->has_result = true;
+  } else if (strcmp(kind, "idle") == 0) {
+    timeline(d, t, "idle %s %s%s", sl_json_get_str(ev, "what", "?"), sl_json_get_str(ev, "action", "?"),
+             get_num(ev, "in_s", &v) ? " soon" : "");
+  } else if (strcmp(kind, "gateway") == 0) {
+    timeline(d, t, "gateway %s", sl_json_get_str(ev, "action", "?"));
+  }
+}
+
+int jk_display_event(struct jk_display *d, const json_t *ev) {
+  if (strcmp(sl_json_get_str(ev, "job", ""), d->job) != 0)
+    return -1;
+  int64_t seq = sl_json_get_int(ev, "seq", 0);
+  if (seq <= d->last_seq)
+    return 0;
+  d->last_seq = seq;
+  int64_t t = sl_json_get_int(ev, "time_us", 0);
+  if (t > 0) {
+    if (!d->first_us)
+      d->first_us = t;
+    d->last_us = t;
+  }
+  const char *kind = sl_json_get_str(ev, "event", "");
+  if (strcmp(kind, "metric") == 0)
+    on_metric(d, ev, t);
+  else if (strcmp(kind, "state") == 0)
+    on_state(d, ev, t);
+  else if (strcmp(kind, "output") != 0)
+    on_other(d, kind, ev, t);
+  if (strcmp(kind, "output") != 0)
+    d->dirty = true;
+  return 1;
+}
+
+/* ---- queries ------------------------------------------------------------ */
+
+const char *jk_display_id(const struct jk_display *d) { return d->id; }
+const char *jk_display_job(const struct jk_display *d) { return d->job; }
+const char *jk_display_state(const struct jk_display *d) { return d->state; }
+const char *jk_display_reason(const struct jk_display *d) { return d->reason; }
+bool jk_display_finished(const struct jk_display *d) { return terminal(d->state); }
+int64_t jk_display_last_seq(const struct jk_display *d) { return d->last_seq; }
+int64_t jk_display_step(const struct jk_display *d) { return d->step; }
+
+bool jk_display_eval_result(const struct jk_display *d, double *ret_loss) {
+  if (!d->has_result)
+    return false;
+  *ret_loss = d->result_eval_loss;
+  return true;
+}
+
+const struct jk_point *jk_display_series(const struct jk_display *d, bool eval, size_t *ret_n) {
+  *ret_n = eval ? d->eval.n : d->train.n;
+  return eval ? d->eval.p : d->train.p;
+}
+
+double jk_display_fraction(const struct jk_display *d) {
+  if (d->steps <= 0)
+    return -1;
+  if (strcmp(d->state, "succeeded") == 0)
+    return 1;
+  double f = (double)d->step / (double)d->steps;
+  return f < 0 ? 0 : f > 1 ? 1 : f;
+}
+
+double jk_display_eta_s(const struct jk_display *d) {
+  if (d->rate_n < 2 || d->steps <= 0 || jk_display_finished(d))
+    return -1;
+  size_t first = d->rate_head, last = (d->rate_head + d->rate_n - 1) % RATE_WINDOW;
+  double dt = (double)(d->rate_t[last] - d->rate_t[first]) / 1e6;
+  double ds = (double)(d->rate_s[last] - d->rate_s[first]);
+  if (dt <= 0 || ds <= 0)
+    return -1;
+  double left = (double)(d->steps - d->step);
+  return left <= 0 ? 0 : left / (ds / dt);
+}
+
+/* ---- throttling --------------------------------------------------------- */
+
+bool jk_display_dirty(const struct jk_display *d) { return d->dirty; }
+bool jk_display_shown(const struct jk_display *d) { return d->shown; }
+
+bool jk_display_due(const struct jk_display *d, int64_t now_us) {
+  return d->dirty && (!d->shown || now_us - d->sent_us >= JK_DISPLAY_MIN_INTERVAL_US);
+}
+
+int64_t jk_display_next_us(const struct jk_display *d) {
+  if (!d->dirty)
+    return INT64_MAX;
+  return d->shown ? d->sent_us + JK_DISPLAY_MIN_INTERVAL_US : 0;
+}
+
+void jk_display_sent(struct jk_display *d, int64_t now_us) {
+  d->dirty = false;
+  d->shown = true;
+  d->sent_us = now_us;
+}
+
+/* ---- text --------------------------------------------------------------- */
+
+static void bar(struct jk_dbuf *b, double frac, int width) {
+  int fill = frac < 0 ? 0 : (int)(frac * width + 0.5);
+  jk_dbuf_printf(b, "[");
+  for (int i = 0; i < width; i++)
+    jk_dbuf_printf(b, "%c", i < fill ? '#' : '.');
+  jk_dbuf_printf(b, "]");
+}
+
+static void eta_text(const struct jk_display *d, char *buf, size_t size) {
+  double eta = jk_display_eta_s(d);
+  if (eta < 0)
+    snprintf(buf, size, "ETA --");
+  else {
+    char dur[32];
+    snprintf(buf, size, "ETA %s", sl_time_format_duration((int64_t)(eta * 1e6), dur, sizeof dur));
+  }
+}
+
+static void what_line(const struct jk_display *d, struct jk_dbuf *b) {
+  jk_dbuf_printf(b, "spotlab job %s", d->job);
+  if (d->kind[0])
+    jk_dbuf_printf(b, ": %s", d->kind);
+  if (d->model[0])
+    jk_dbuf_printf(b, " %s", d->model);
+  if (d->data[0])
+    jk_dbuf_printf(b, " on %s", d->data);
+  jk_dbuf_printf(b, " (%s)\n", d->state[0] ? d->state : "submitted");
+}
+
+char *jk_display_text(const struct jk_display *d) {
+  struct jk_dbuf b = {0};
+  what_line(d, &b);
+  double frac = jk_display_fraction(d);
+  if (frac >= 0) {
+    char eta[48];
+    eta_text(d, eta, sizeof eta);
+    bar(&b, frac, 30);
+    jk_dbuf_printf(&b, " %3.0f%%  step %lld/%lld  %s\n", frac * 100, (long long)d->step, (long long)d->steps, eta);
+  }
+  if (d->has_loss) {
+    jk_dbuf_printf(&b, "loss %.4f", d->loss);
+    if (d->has_eval_loss)
+      jk_dbuf_printf(&b, "  eval loss %.4f", d->eval_loss);
+    if (d->throughput > 0)
+      jk_dbuf_printf(&b, "  %.0f %s", d->throughput, d->throughput_unit);
+    jk_dbuf_printf(&b, "\n");
+  }
+  if (d->instance_type[0]) {
+    jk_dbuf_printf(&b, "%s in %s, %s $%.4f/h", d->instance_type, d->zone[0] ? d->zone : "?",
+            d->spot == 0 ? "on-demand" : "spot", d->price_usd_per_hour);
+    if (d->on_demand_usd_per_hour > 0 && d->spot != 0)
+      jk_dbuf_printf(&b, " (on-demand $%.4f/h)", d->on_demand_usd_per_hour);
+    if (d->attempt > 1)
+      jk_dbuf_printf(&b, ", attempt %d", d->attempt);
+    jk_dbuf_printf(&b, "\n");
+  }
+  if (d->cost_usd > 0 || d->on_demand_usd > 0) {
+    jk_dbuf_printf(&b, "cost $%.4f", d->cost_usd);
+    if (d->on_demand_usd > 0) {
+      double saved = d->on_demand_usd - d->cost_usd;
+      jk_dbuf_printf(&b, ", saved $%.4f (%.0f%%) against on-demand", saved, 100 * saved / d->on_demand_usd);
+    }
+    jk_dbuf_printf(&b, "\n");
+  }
+  if (d->tl_n) {
+    jk_dbuf_printf(&b, "timeline:\n");
+    if (d->tl_dropped)
+      jk_dbuf_printf(&b, "  ... %zu earlier events\n", d->tl_dropped);
+    for (size_t i = 0; i < d->tl_n; i++) {
+      const struct tl_entry *e = jk_display_tl(d, i);
+      char dur[32] = "";
+      sl_time_format_duration(e->time_us > d->first_us ? e->time_us - d->first_us : 0, dur, sizeof dur);
+      jk_dbuf_printf(&b, "  +%-8s %s\n", dur, e->text);
+    }
+  }
+  return jk_dbuf_done(&b);
+}
+
+char *jk_display_line(const struct jk_display *d, int width) {
+  struct jk_dbuf b = {0};
+  jk_dbuf_printf(&b, "%s %-12s ", d->job, d->state[0] ? d->state : "submitted");
+  double frac = jk_display_fraction(d);
+  if (frac >= 0) {
+    char eta[48];
+    eta_text(d, eta, sizeof eta);
+    bar(&b, frac, 20);
+    jk_dbuf_printf(&b, " %3.0f%% %lld/%lld %s", frac * 100, (long long)d->step, (long long)d->steps, eta);
+  }
+  if (d->has_loss)
+    jk_dbuf_printf(&b, " loss %.4f", d->loss);
+  if (d->cost_usd > 0)
+    jk_dbuf_printf(&b, " $%.4f", d->cost_usd);
+  char *s = jk_dbuf_done(&b);
+  if (s && width > 0 && (int)strlen(s) > width)
+    s[width] = '\0';
+  return s;
+}

@@ -1,0 +1,58 @@
+/* The state behind a job display, shared by display.c (folding events, text)
+ * and display_render.c (HTML, SVG, Vega-Lite). Not for use elsewhere. */
+#ifndef JK_DISPLAY_INTERNAL_H
+#define JK_DISPLAY_INTERNAL_H
+
+#include "display.h"
+#include "textbuf.h"
+
+#define SERIES_CAP 4096  /* points kept per series; halved when full */
+#define TIMELINE_CAP 64  /* newest entries kept */
+#define RATE_WINDOW 32   /* metric samples behind the step rate */
+
+struct series {
+  struct jk_point *p;
+  size_t n, cap;
+};
+
+struct tl_entry {
+  int64_t time_us;
+  char text[240];
+};
+
+struct jk_display {
+  char job[32], kind[16], id[48];
+  char model[64], data[64];
+  char state[24], reason[256];
+  int64_t last_seq;
+  int64_t step, steps;
+  int attempt;
+  char instance[40], instance_type[48], zone[48];
+  int spot; /* -1 unknown, 0 on-demand, 1 spot */
+  double price_usd_per_hour, on_demand_usd_per_hour;
+  double cost_usd, on_demand_usd;
+  double throughput;
+  char throughput_unit[16];
+  double loss, eval_loss;
+  bool has_loss, has_eval_loss;
+  bool has_result;
+  double result_eval_loss;
+  int64_t checkpoints, checkpoint_step;
+  int64_t first_us, last_us; /* event times */
+  int64_t rate_t[RATE_WINDOW], rate_s[RATE_WINDOW];
+  size_t rate_n, rate_head;
+  struct series train, eval;
+  struct tl_entry tl[TIMELINE_CAP];
+  size_t tl_n, tl_head, tl_dropped;
+  bool dirty, shown;
+  int64_t sent_us;
+};
+
+/* Seconds left at the current rate, or -1 when unknown. */
+double jk_display_eta_s(const struct jk_display *d);
+/* Fraction done in [0,1], or -1 when steps are unknown. */
+double jk_display_fraction(const struct jk_display *d);
+/* The i-th timeline entry, oldest first. */
+const struct tl_entry *jk_display_tl(const struct jk_display *d, size_t i);
+
+#endif

@@ -1,0 +1,239 @@
+/* Plain-text renderings of gateway replies (gwformat.h).
+ *
+ * The gateway's replies may grow fields; these renderings show the fields
+ * protocols.md names in fixed columns and any other scalar fields as
+ * key=value, so nothing new is hidden and nothing missing is invented.
+ * Every string from the wire is cut to a column width or a line bound. */
+#include "gwformat.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sl_json.h"
+#include "sl_time.h"
+#include "textbuf.h"
+
+#define MAX_ROWS 1000
+
+static const char *str_or_dash(const json_t *o, const char *key) {
+  const char *s = json_string_value(json_object_get(o, key));
+  return s && *s ? s : "-";
+}
+
+static void money(char *buf, size_t size, const json_t *o, const char *key) {
+  const json_t *v = json_object_get(o, key);
+  if (json_is_number(v) && isfinite(json_number_value(v)))
+    snprintf(buf, size, "$%.4f", json_number_value(v));
+  else
+    snprintf(buf, size, "-");
+}
+
+/* Scalars of o other than those in skip, as " key=value". */
+static void extras(struct jk_dbuf *b, const json_t *o, const char *const *skip) {
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)o, key, v) {
+    bool skipped = false;
+    for (size_t i = 0; skip && skip[i]; i++)
+      skipped |= strcmp(skip[i], key) == 0;
+    if (skipped || json_is_object(v) || json_is_array(v))
+      continue;
+    if (json_is_string(v))
+      jk_dbuf_printf(b, " %.40s=%.80s", key, json_string_value(v));
+    else if (json_is_integer(v))
+      jk_dbuf_printf(b, " %.40s=%lld", key, (long long)json_integer_value(v));
+    else if (json_is_real(v))
+      jk_dbuf_printf(b, " %.40s=%g", key, json_real_value(v));
+    else if (json_is_boolean(v))
+      jk_dbuf_printf(b, " %.40s=%s", key, json_is_true(v) ? "yes" : "no");
+  }
+}
+
+static void section(struct jk_dbuf *b, const char *title, const json_t *o) {
+  if (!json_is_object(o))
+    return;
+  jk_dbuf_printf(b, "%s:", title);
+  extras(b, o, NULL);
+  jk_dbuf_printf(b, "\n");
+}
+
+char *jk_format_jobs(const json_t *reply) {
+  struct jk_dbuf b = {0};
+  const json_t *jobs = json_object_get(reply, "jobs");
+  if (!json_array_size(jobs)) {
+    jk_dbuf_printf(&b, "No jobs.\n");
+    return jk_dbuf_done(&b);
+  }
+  jk_dbuf_printf(&b, "%-8s  %-13s %-6s %-10s %-10s %-15s %-14s %s\n", "JOB", "STATE", "KIND", "MODEL",
+                 "DATA", "STEP", "INSTANCE", "COST");
+  size_t i;
+  json_t *j;
+  json_array_foreach(jobs, i, j) {
+    if (i >= MAX_ROWS) {
+      jk_dbuf_printf(&b, "... %zu more\n", json_array_size(jobs) - i);
+      break;
+    }
+    char step[40], cost[32];
+    long long st = (long long)sl_json_get_int(j, "step", 0), steps = (long long)sl_json_get_int(j, "steps", 0);
+    if (steps > 0)
+      snprintf(step, sizeof step, "%lld/%lld", st, steps);
+    else
+      snprintf(step, sizeof step, "%lld", st);
+    money(cost, sizeof cost, j, "cost_usd");
+    jk_dbuf_printf(&b, "%-8.8s  %-13.13s %-6.6s %-10.10s %-10.10s %-15.15s %-14.14s %s\n", str_or_dash(j, "job"),
+                   str_or_dash(j, "state"), str_or_dash(j, "kind"), str_or_dash(j, "model"),
+                   str_or_dash(j, "data"), step, str_or_dash(j, "instance_type"), cost);
+  }
+  return jk_dbuf_done(&b);
+}
+
+char *jk_format_status(const json_t *reply) {
+  struct jk_dbuf b = {0};
+  section(&b, "gateway", json_object_get(reply, "gateway"));
+  const json_t *workers = json_object_get(reply, "workers");
+  jk_dbuf_printf(&b, "workers: %zu\n", json_array_size(workers));
+  size_t i;
+  json_t *w;
+  json_array_foreach(workers, i, w) {
+    if (i >= MAX_ROWS)
+      break;
+    jk_dbuf_printf(&b, "  %s", str_or_dash(w, "instance"));
+    static const char *const skip[] = {"instance", NULL};
+    extras(&b, w, skip);
+    jk_dbuf_printf(&b, "\n");
+  }
+  section(&b, "idle", json_object_get(reply, "idle"));
+  section(&b, "budget", json_object_get(reply, "budget"));
+  return jk_dbuf_done(&b);
+}
+
+char *jk_format_idle(const json_t *reply) {
+  struct jk_dbuf b = {0};
+  const json_t *idle = json_object_get(reply, "idle");
+  if (json_is_object(idle))
+    section(&b, "idle", idle);
+  else
+    jk_dbuf_printf(&b, "idle: the gateway reported no idle timers\n");
+  return jk_dbuf_done(&b);
+}
+
+char *jk_format_cost(const json_t *reply) {
+  struct jk_dbuf b = {0};
+  char spent[32], od[32], saved[32];
+  money(spent, sizeof spent, reply, "spent_usd");
+  money(od, sizeof od, reply, "on_demand_usd");
+  money(saved, sizeof saved, reply, "saved_usd");
+  jk_dbuf_printf(&b, "spent %s; on-demand would have cost %s; saved %s", spent, od, saved);
+  double s = sl_json_get_num(reply, "spent_usd", -1), o = sl_json_get_num(reply, "on_demand_usd", -1);
+  if (s >= 0 && o > 0)
+    jk_dbuf_printf(&b, " (%.0f%%)", 100 * (o - s) / o);
+  jk_dbuf_printf(&b, "\n");
+  size_t i;
+  json_t *j;
+  json_array_foreach(json_object_get(reply, "jobs"), i, j) {
+    if (i >= MAX_ROWS)
+      break;
+    char c[32], d[32];
+    money(c, sizeof c, j, "cost_usd");
+    money(d, sizeof d, j, "on_demand_usd");
+    jk_dbuf_printf(&b, "  %-8.8s %-10.10s cost %s  on-demand %s\n", str_or_dash(j, "job"), str_or_dash(j, "state"),
+                   c, d);
+  }
+  return jk_dbuf_done(&b);
+}
+
+char *jk_format_market(const json_t *reply) {
+  struct jk_dbuf b = {0};
+  const json_t *types = json_object_get(reply, "types");
+  if (!json_array_size(types)) {
+    jk_dbuf_printf(&b, "No instance types match.\n");
+    return jk_dbuf_done(&b);
+  }
+  jk_dbuf_printf(&b, "%-16s %4s %10s %10s %7s %-13s %s\n", "TYPE", "GPUS", "SPOT $/h", "OD $/h", "SAVING",
+                 "INTERRUPTION", "$ PER GPU-HOUR (SPOT)");
+  size_t i;
+  json_t *t;
+  json_array_foreach(types, i, t) {
+    if (i >= MAX_ROWS)
+      break;
+    double spot = sl_json_get_num(t, "spot_usd_per_hour", -1), od = sl_json_get_num(t, "on_demand_usd_per_hour", -1);
+    long long gpus = (long long)sl_json_get_int(t, "gpus", 0);
+    char saving[16] = "-", unit[32] = "-";
+    if (spot >= 0 && od > 0)
+      snprintf(saving, sizeof saving, "%.0f%%", 100 * (od - spot) / od);
+    const json_t *cpu = json_object_get(t, "usd_per_unit_of_work");
+    if (json_is_number(cpu))
+      snprintf(unit, sizeof unit, "$%.4f", json_number_value(cpu));
+    else if (spot >= 0 && gpus > 0)
+      snprintf(unit, sizeof unit, "$%.4f", spot / (double)gpus);
+    jk_dbuf_printf(&b, "%-16.16s %4lld %10.4f %10.4f %7s %-13.13s %s\n", str_or_dash(t, "type"), gpus, spot, od, saving,
+                   str_or_dash(t, "interruption"), unit);
+  }
+  return jk_dbuf_done(&b);
+}
+
+char *jk_format_instances(const json_t *reply) {
+  struct jk_dbuf b = {0};
+  const json_t *list = json_object_get(reply, "instances");
+  if (!json_array_size(list))
+    jk_dbuf_printf(&b, "No instances.\n");
+  size_t i;
+  json_t *in;
+  json_array_foreach(list, i, in) {
+    if (i >= MAX_ROWS)
+      break;
+    jk_dbuf_printf(&b, "%-16s", str_or_dash(in, "instance"));
+    static const char *const skip[] = {"instance", NULL};
+    extras(&b, in, skip);
+    jk_dbuf_printf(&b, "\n");
+  }
+  return jk_dbuf_done(&b);
+}
+
+char *jk_format_event(const json_t *ev, long long first_time_us) {
+  struct jk_dbuf b = {0};
+  long long t = (long long)sl_json_get_int(ev, "time_us", 0);
+  char dur[32] = "?";
+  if (t && first_time_us && t >= first_time_us)
+    sl_time_format_duration(t - first_time_us, dur, sizeof dur);
+  const char *kind = sl_json_get_str(ev, "event", "?");
+  jk_dbuf_printf(&b, "#%-4lld +%-8s %-10.20s", (long long)sl_json_get_int(ev, "seq", 0), dur, kind);
+  if (strcmp(kind, "output") == 0) {
+    const char *text = sl_json_get_str(ev, "text", "");
+    size_t n = strcspn(text, "\n");
+    jk_dbuf_printf(&b, " [%s] %.*s", sl_json_get_str(ev, "stream", "stdout"), (int)(n < 400 ? n : 400), text);
+  } else if (strcmp(kind, "metric") == 0) {
+    long long steps = (long long)sl_json_get_int(ev, "steps", 0);
+    jk_dbuf_printf(&b, " step %lld", (long long)sl_json_get_int(ev, "step", 0));
+    if (steps > 0)
+      jk_dbuf_printf(&b, "/%lld", steps);
+    static const char *const skip[] = {"type", "job", "seq", "time_us", "event", "step", "steps", NULL};
+    extras(&b, ev, skip);
+  } else {
+    static const char *const skip[] = {"type", "job", "seq", "time_us", "event", NULL};
+    extras(&b, ev, skip);
+  }
+  jk_dbuf_printf(&b, "\n");
+  return jk_dbuf_done(&b);
+}
+
+char *jk_format_events(const json_t *reply) {
+  struct jk_dbuf b = {0};
+  const json_t *events = json_object_get(reply, "events");
+  long long first = (long long)sl_json_get_int(json_array_get(events, 0), "time_us", 0);
+  if (!json_array_size(events))
+    jk_dbuf_printf(&b, "No events.\n");
+  size_t i;
+  json_t *ev;
+  json_array_foreach(events, i, ev) {
+    char *line = jk_format_event(ev, first);
+    if (line)
+      jk_dbuf_printf(&b, "%s", line);
+    free(line);
+  }
+  if (sl_json_get_bool(reply, "more", false))
+    jk_dbuf_printf(&b, "... more events follow (the gateway sent the first %zu)\n", json_array_size(events));
+  return jk_dbuf_done(&b);
+}

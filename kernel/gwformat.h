@@ -1,0 +1,27 @@
+/* Plain-text renderings of gateway replies, shared by the kernel's magics
+ * and the spotlab CLI: one table or summary per reply kind, and one line per
+ * job event. Each returns an owned string ending in a newline (NULL on OOM);
+ * fields a reply lacks are shown as "-", never guessed. */
+#ifndef JK_GWFORMAT_H
+#define JK_GWFORMAT_H
+
+#include <jansson.h>
+
+/* {"jobs":[summary...]} */
+char *jk_format_jobs(const json_t *reply);
+/* {"gateway":{...},"workers":[...],"idle":{...},"budget":{...}} */
+char *jk_format_status(const json_t *reply);
+/* The "idle" part of a status reply. */
+char *jk_format_idle(const json_t *reply);
+/* {"spent_usd","on_demand_usd","saved_usd","jobs":[...]} */
+char *jk_format_cost(const json_t *reply);
+/* {"types":[{"type","gpus","spot_usd_per_hour","on_demand_usd_per_hour","interruption",...}]} */
+char *jk_format_market(const json_t *reply);
+/* {"instances":[...]} */
+char *jk_format_instances(const json_t *reply);
+/* One event as a line: "#12 +3m 10s metric step 400/3000 loss 2.1134". */
+char *jk_format_event(const json_t *event, long long first_time_us);
+/* {"events":[...],"more":bool} */
+char *jk_format_events(const json_t *reply);
+
+#endif

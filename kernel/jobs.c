@@ -1,0 +1,527 @@
+/* Statements that run through the gateway: train, eval, sample, %%run,
+ * show of a model, and the gateway magics (%status, %jobs, %attach, %cancel,
+ * %logs, %instances, %cost, %idle, %gateway, %session).
+ *
+ * Each such statement sends one request and leaves the execution pending
+ * (JK_WAIT_GATEWAY) until its reply. A job statement then attaches and
+ * follows the job (JK_WAIT_JOB): events fold into the job's display, which
+ * goes out as display_data and then throttled update_display_data with the
+ * display id "spotlab-JOB"; the statement ends when the job does. An
+ * interrupt while following detaches (the job keeps running) and ends the
+ * cell with an `Interrupted` error naming the job, which is what Jupyter
+ * front ends expect from an interrupted cell. While following, a ping every
+ * PING_EVERY_US keeps the notebook active and notices a restarted gateway,
+ * after which the client says hello again and the job is attached again
+ * from the last event seen (events are shown once: the display ignores any
+ * seq it has already folded in). */
+#include "core_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gwformat.h"
+#include "sl_err.h"
+#include "sl_json.h"
+#include "sl_log.h"
+#include "sl_time.h"
+
+#define PING_EVERY_US (5 * SL_US_PER_S)
+#define MAX_COLLECT_BYTES (1u << 20)
+
+enum op { OP_NONE, OP_SUBMIT, OP_ATTACH, OP_QUERY, OP_SHOW, OP_SESSION, OP_GATEWAY };
+
+struct jk_follow {
+  char kind[16];           /* train, eval, sample, run; "" for %attach until known */
+  char model[64];
+  char query[16];          /* OP_QUERY: the magic */
+  bool detach;
+  struct jk_display *display;
+  int64_t ping_id;
+  char *collected;         /* sample: stdout output, in case no result text comes */
+  size_t collected_len;
+  char *result_text;       /* sample: the result event's text */
+  char last_stderr[256];
+};
+
+/* ---- plumbing ----------------------------------------------------------- */
+
+static struct jk_follow *follow_new(struct jk_core *c) {
+  jk_jobs_free_follow(c);
+  struct jk_follow *f = calloc(1, sizeof *f);
+  c->running->follow = f;
+  return f;
+}
+
+void jk_jobs_free_follow(struct jk_core *c) {
+  if (!c->running || !c->running->follow)
+    return;
+  struct jk_follow *f = c->running->follow;
+  if (f->ping_id && c->gw)
+    jk_gw_forget(c->gw, f->ping_id);
+  jk_display_free(f->display);
+  free(f->collected);
+  free(f->result_text);
+  free(f);
+  c->running->follow = NULL;
+}
+
+/* Sends req for the running statement and waits for its reply. */
+static enum jk_step await(struct jk_core *c, json_t *req, enum op op, unsigned flags) {
+  int64_t id = jk_gw_request(c->gw, req, flags);
+  if (id < 0)
+    return jk_exec_fail(c, "GatewayError", "cannot send to the gateway: %s", sl_strerror((int)id));
+  c->running->gw_req = id;
+  c->running->gw_op = op;
+  c->running->wait = op == OP_ATTACH ? JK_WAIT_JOB : JK_WAIT_GATEWAY;
+  return JK_STEP_WAIT;
+}
+
+static enum jk_step unreachable(struct jk_core *c, const char *what, const char *why) {
+  return jk_exec_fail(c, "GatewayUnavailable", "%s needs the spotlab gateway at %s, which cannot be reached: %s",
+                      what, jk_gw_address(c->gw), why);
+}
+
+static void publish_display(struct jk_core *c, bool force) {
+  struct jk_follow *f = c->running->follow;
+  struct jk_display *d = f ? f->display : NULL;
+  int64_t now = sl_time_mono_us();
+  if (!d || !jk_display_dirty(d) || (!force && !jk_display_due(d, now)))
+    return;
+  if (!c->running->silent) {
+    json_t *bundle = jk_display_bundle(d);
+    if (bundle)
+      jk_core_publish(c, c->running->request, jk_display_shown(d) ? "update_display_data" : "display_data",
+                      json_pack("{s:o, s:{}, s:{s:s}}", "data", bundle, "metadata", "transient", "display_id",
+                                jk_display_id(d)));
+  }
+  jk_display_sent(d, now);
+}
+
+/* ---- job statements ----------------------------------------------------- */
+
+static enum jk_step need_def(struct jk_core *c, const struct jk_stmt *s, const char *name, const char *kind) {
+  struct jk_def *d = jk_exec_find_def(c, name);
+  if (d && strcmp(d->kind, kind) == 0)
+    return JK_STEP_DONE;
+  return jk_exec_fail(c, "NameError", "line %d: %s '%s' is not defined (define it with `%s %s = %s`)", s->line, kind,
+                      name, kind, name, strcmp(kind, "model") == 0 ? "gpt(...)" : "text(\"PATH\")");
+}
+
+static const char *stmt_kind(const struct jk_stmt *s) {
+  switch (s->kind) {
+  case JK_STMT_TRAIN: return "train";
+  case JK_STMT_EVAL: return "eval";
+  case JK_STMT_SAMPLE: return "sample";
+  default: return "run";
+  }
+}
+
+enum jk_step jk_jobs_stmt(struct jk_core *c, const struct jk_stmt *s) {
+  const char *kind = stmt_kind(s);
+  bool is_run = s->kind == JK_STMT_CELL_MAGIC;
+  if (!is_run && need_def(c, s, s->model, "model") != JK_STEP_DONE)
+    return JK_STEP_ERROR;
+  if ((s->kind == JK_STMT_TRAIN || s->kind == JK_STMT_EVAL) && need_def(c, s, s->data, "data") != JK_STEP_DONE)
+    return JK_STEP_ERROR;
+  json_t *opts = json_object();
+  if (jk_exec_eval_options(c, s->opts, s->n_opts, opts) != JK_STEP_DONE) {
+    json_decref(opts);
+    return JK_STEP_ERROR;
+  }
+  if (s->kind == JK_STMT_SAMPLE && s->expr) {
+    struct jk_value v = {0};
+    char err[512];
+    if (jk_eval(s->expr, jk_exec_lookup, c, &v, err, sizeof err) < 0) {
+      json_decref(opts);
+      return jk_exec_fail(c, "NameError", "%s", err);
+    }
+    char *prompt = jk_value_to_text(&v);
+    jk_value_done(&v);
+    json_object_set_new(opts, "prompt", json_string(prompt ? prompt : ""));
+    free(prompt);
+  }
+  struct jk_follow *f = follow_new(c);
+  if (!f) {
+    json_decref(opts);
+    return jk_exec_fail(c, "MemoryError", "out of memory");
+  }
+  snprintf(f->kind, sizeof f->kind, "%s", kind);
+  snprintf(f->model, sizeof f->model, "%s", s->model ? s->model : "");
+  json_t *detach = json_object_get(opts, "detach");
+  f->detach = json_is_true(detach) || (json_is_string(detach) && strcmp(json_string_value(detach), "yes") == 0);
+  json_object_del(opts, "detach");
+  /* Definitions reach the gateway before the job that uses them. */
+  jk_session_flush(c);
+  json_t *req = json_pack("{s:s, s:s, s:o}", "type", "submit", "kind", kind, "options", opts);
+  if (s->model)
+    json_object_set_new(req, "model", json_string(s->model));
+  if (s->data)
+    json_object_set_new(req, "data", json_string(s->data));
+  if (is_run)
+    json_object_set_new(req, "script", json_string(s->body ? s->body : ""));
+  return await(c, req, OP_SUBMIT, JK_GW_SPAWN);
+}
+
+static enum jk_step start_follow(struct jk_core *c, const char *job) {
+  struct jk_follow *f = c->running->follow;
+  f->display = jk_display_new(job, f->kind);
+  if (!f->display)
+    return jk_exec_fail(c, "MemoryError", "out of memory");
+  c->ping_at_us = sl_time_mono_us() + PING_EVERY_US;
+  return await(c, json_pack("{s:s, s:s, s:I}", "type", "attach", "job", job, "after", (json_int_t)0), OP_ATTACH,
+               JK_GW_SPAWN);
+}
+
+static void remember_model(struct jk_core *c, const struct jk_follow *f) {
+  if (!f->model[0])
+    return;
+  if (!c->models)
+    c->models = json_object();
+  json_object_set_new(c->models, f->model,
+                      json_pack("{s:s, s:I}", "job", jk_display_job(f->display), "step",
+                                (json_int_t)jk_display_step(f->display)));
+}
+
+/* The followed job ended: the final display, the result, the cell's outcome. */
+static enum jk_step job_ended(struct jk_core *c) {
+  struct jk_follow *f = c->running->follow;
+  struct jk_display *d = f->display;
+  publish_display(c, true);
+  const char *state = jk_display_state(d), *job = jk_display_job(d), *reason = jk_display_reason(d);
+  if (strcmp(state, "succeeded") != 0) {
+    const char *why = *reason ? reason : f->last_stderr[0] ? f->last_stderr : "no reason given";
+    if (strcmp(state, "cancelled") == 0)
+      return jk_exec_fail(c, "JobCancelled", "job %s was cancelled: %s", job, why);
+    return jk_exec_fail(c, "JobFailed", "job %s failed: %s", job, why);
+  }
+  if (strcmp(f->kind, "train") == 0)
+    remember_model(c, f);
+  char *text = NULL;
+  double loss;
+  if (strcmp(f->kind, "eval") == 0 && jk_display_eval_result(d, &loss)) {
+    if (asprintf(&text, "eval loss %.4f (%s)\n", loss, job) < 0)
+      text = NULL;
+  } else if (strcmp(f->kind, "sample") == 0) {
+    const char *t = f->result_text ? f->result_text : f->collected ? f->collected : "";
+    size_t n = strlen(t);
+    if (asprintf(&text, "%s%s", t, n && t[n - 1] == '\n' ? "" : "\n") < 0)
+      text = NULL;
+  }
+  if (text)
+    jk_exec_stream(c, "stdout", text);
+  free(text);
+  return JK_STEP_DONE;
+}
+
+static void collect(struct jk_follow *f, const char *text) {
+  size_t n = strlen(text);
+  if (f->collected_len + n > MAX_COLLECT_BYTES)
+    return;
+  char *grown = realloc(f->collected, f->collected_len + n + 1);
+  if (!grown)
+    return;
+  memcpy(grown + f->collected_len, text, n + 1);
+  f->collected = grown;
+  f->collected_len += n;
+}
+
+void jk_jobs_event(struct jk_core *c, const json_t *ev) {
+  struct jk_execution *x = c->running;
+  struct jk_follow *f = x ? x->follow : NULL;
+  if (!f || !f->display || x->wait != JK_WAIT_JOB)
+    return;
+  if (jk_display_event(f->display, ev) <= 0)
+    return;
+  const char *kind = sl_json_get_str(ev, "event", "");
+  if (strcmp(kind, "output") == 0) {
+    const char *stream = strcmp(sl_json_get_str(ev, "stream", ""), "stderr") == 0 ? "stderr" : "stdout";
+    const char *text = sl_json_get_str(ev, "text", "");
+    if (strcmp(f->kind, "run") == 0)
+      jk_exec_stream(c, stream, text);
+    else if (strcmp(f->kind, "sample") == 0 && strcmp(stream, "stdout") == 0)
+      collect(f, text);
+    if (strcmp(stream, "stderr") == 0 && *text) {
+      size_t n = strcspn(text, "\n");
+      snprintf(f->last_stderr, sizeof f->last_stderr, "%.*s", (int)(n < 255 ? n : 255), text);
+    }
+  } else if (strcmp(kind, "result") == 0 && json_is_string(json_object_get(ev, "text"))) {
+    free(f->result_text);
+    f->result_text = strdup(sl_json_get_str(ev, "text", ""));
+  }
+  if (jk_display_finished(f->display)) {
+    jk_exec_step_ended(c, job_ended(c));
+    return;
+  }
+  publish_display(c, false);
+}
+
+/* ---- replies ------------------------------------------------------------ */
+
+static enum jk_step on_submitted(struct jk_core *c, const json_t *reply) {
+  struct jk_follow *f = c->running->follow;
+  const char *job = sl_json_get_str(reply, "job", "");
+  if (!*job || strlen(job) > 24)
+    return jk_exec_fail(c, "GatewayError", "the gateway accepted the job but sent no usable job id");
+  if (f->detach) {
+    char *t = NULL;
+    if (asprintf(&t, "submitted %s; it runs detached (%%attach %s to follow it, %%jobs to list jobs)\n", job,
+                 job) >= 0)
+      jk_exec_stream(c, "stdout", t);
+    free(t);
+    return JK_STEP_DONE;
+  }
+  return start_follow(c, job);
+}
+
+static enum jk_step on_attached(struct jk_core *c, const json_t *reply) {
+  struct jk_follow *f = c->running->follow;
+  const json_t *job = json_object_get(reply, "job");
+  jk_display_summary(f->display, job);
+  if (!f->kind[0])
+    snprintf(f->kind, sizeof f->kind, "%s", sl_json_get_str(job, "kind", ""));
+  if (!f->model[0])
+    snprintf(f->model, sizeof f->model, "%s", sl_json_get_str(job, "model", ""));
+  c->running->gw_req = 0;
+  c->running->wait = JK_WAIT_JOB;
+  if (jk_display_finished(f->display) && jk_display_last_seq(f->display) >= sl_json_get_int(job, "last_seq", 0))
+    return job_ended(c);
+  publish_display(c, false);
+  return JK_STEP_WAIT;
+}
+
+static enum jk_step on_query(struct jk_core *c, const json_t *reply) {
+  const char *q = c->running->follow->query;
+  char *text = NULL;
+  if (strcmp(q, "status") == 0) {
+    char *st = jk_format_status(reply);
+    if (asprintf(&text, "gateway %s (user %s)\nnotebook session: %s\n%s", jk_gw_address(c->gw),
+                 jk_gw_user(c->gw) ? jk_gw_user(c->gw) : "?", c->notebook, st ? st : "") < 0)
+      text = NULL;
+    free(st);
+  } else if (strcmp(q, "idle") == 0) {
+    text = jk_format_idle(reply);
+  } else if (strcmp(q, "jobs") == 0) {
+    text = jk_format_jobs(reply);
+  } else if (strcmp(q, "logs") == 0) {
+    text = jk_format_events(reply);
+  } else if (strcmp(q, "instances") == 0) {
+    text = jk_format_market(reply);
+  } else if (strcmp(q, "cost") == 0) {
+    text = jk_format_cost(reply);
+  } else if (strcmp(q, "cancel") == 0) {
+    if (asprintf(&text, "cancel requested for %s\n", sl_json_get_str(reply, "job", "the job")) < 0)
+      text = NULL;
+  }
+  if (!text)
+    return jk_exec_fail(c, "MemoryError", "out of memory");
+  jk_exec_stream(c, "stdout", text);
+  free(text);
+  return JK_STEP_DONE;
+}
+
+static enum jk_step on_show(struct jk_core *c, const json_t *reply) {
+  const json_t *models = reply ? json_object_get(reply, "models") : NULL;
+  if (json_is_object(models)) {
+    json_decref(c->models);
+    c->models = json_deep_copy(models);
+  }
+  const struct jk_stmt *s = &c->running->cell->stmts[c->running->pc];
+  const json_t *m = json_object_get(c->models, s->name);
+  char *extra = NULL;
+  int r;
+  if (json_is_object(m))
+    r = asprintf(&extra, "trained: job %s, step %lld%s%s", sl_json_get_str(m, "job", "?"),
+                 (long long)sl_json_get_int(m, "step", 0), json_object_get(m, "checkpoint") ? ", checkpoint " : "",
+                 sl_json_get_str(m, "checkpoint", ""));
+  else
+    r = asprintf(&extra, "not trained yet%s", reply ? "" : " (or the gateway cannot be reached to say)");
+  enum jk_step st = jk_exec_show(c, s, r < 0 ? NULL : extra);
+  free(extra);
+  return st;
+}
+
+static enum jk_step on_session(struct jk_core *c, const json_t *reply, const char *error) {
+  char *t = NULL;
+  if (error) {
+    if (asprintf(&t, "notebook session: %s (not loaded from the gateway: %s; state stays in this kernel)\n",
+                 c->notebook, error) < 0)
+      t = NULL;
+  } else {
+    jk_session_apply(c, reply, true);
+    if (asprintf(&t, "notebook session: %s (%zu variables, %zu models and data)\n", c->notebook, c->n_vars,
+                 c->n_defs) < 0)
+      t = NULL;
+  }
+  if (t)
+    jk_exec_stream(c, "stdout", t);
+  free(t);
+  return JK_STEP_DONE;
+}
+
+void jk_jobs_reply(struct jk_core *c, int64_t id, const json_t *reply, const char *error) {
+  struct jk_execution *x = c->running;
+  if (!x)
+    return;
+  if (x->follow && id == x->follow->ping_id) {
+    x->follow->ping_id = 0;
+    return;
+  }
+  if (id != x->gw_req)
+    return;
+  enum op op = (enum op)x->gw_op;
+  x->gw_req = 0;
+  enum jk_step st;
+  if (op == OP_SHOW)
+    st = on_show(c, error ? NULL : reply);
+  else if (op == OP_SESSION)
+    st = on_session(c, reply, error);
+  else if (error && !reply)
+    st = unreachable(c, op == OP_QUERY ? "this magic" : "this statement", error);
+  else if (error)
+    st = jk_exec_fail(c, op == OP_SUBMIT ? "SubmitError" : "GatewayError", "%s (%s)", error,
+                      sl_json_get_str(json_object_get(reply, "error"), "code", "?"));
+  else if (op == OP_SUBMIT)
+    st = on_submitted(c, reply);
+  else if (op == OP_ATTACH)
+    st = on_attached(c, reply);
+  else if (op == OP_GATEWAY) {
+    char *t = NULL;
+    if (asprintf(&t, "connected to %s as %s\n", jk_gw_address(c->gw), jk_gw_user(c->gw) ? jk_gw_user(c->gw) : "?") >= 0)
+      jk_exec_stream(c, "stdout", t);
+    free(t);
+    st = JK_STEP_DONE;
+  } else
+    st = on_query(c, reply);
+  jk_exec_step_ended(c, st);
+}
+
+void jk_jobs_reattach(struct jk_core *c) {
+  struct jk_execution *x = c->running;
+  struct jk_follow *f = x ? x->follow : NULL;
+  if (!f || !f->display || x->wait != JK_WAIT_JOB || x->gw_req)
+    return;
+  int64_t id = jk_gw_request(c->gw, json_pack("{s:s, s:s, s:I}", "type", "attach", "job", jk_display_job(f->display),
+                                              "after", (json_int_t)jk_display_last_seq(f->display)),
+                             0);
+  if (id > 0) {
+    x->gw_req = id;
+    x->gw_op = OP_ATTACH;
+  }
+}
+
+/* ---- magics ------------------------------------------------------------- */
+
+static enum jk_step query(struct jk_core *c, const char *name, json_t *req) {
+  struct jk_follow *f = follow_new(c);
+  if (!f) {
+    json_decref(req);
+    return jk_exec_fail(c, "MemoryError", "out of memory");
+  }
+  snprintf(f->query, sizeof f->query, "%s", name);
+  return await(c, req, OP_QUERY, JK_GW_SPAWN);
+}
+
+static bool job_arg_ok(const char *a) { return *a && strlen(a) < 24 && !strpbrk(a, " \t\"\\"); }
+
+enum jk_step jk_jobs_magic(struct jk_core *c, const struct jk_stmt *s, bool *ret_handled) {
+  const char *m = s->name, *a = s->args ? s->args : "";
+  *ret_handled = true;
+  if (strcmp(m, "status") == 0 || strcmp(m, "idle") == 0)
+    return query(c, m, json_pack("{s:s}", "type", "status"));
+  if (strcmp(m, "jobs") == 0)
+    return query(c, m, json_pack("{s:s, s:b}", "type", "jobs", "all", 0));
+  if (strcmp(m, "cost") == 0)
+    return query(c, m, json_pack("{s:s}", "type", "cost"));
+  if (strcmp(m, "instances") == 0) {
+    json_t *opts = json_object();
+    if (jk_exec_eval_options(c, s->opts, s->n_opts, opts) != JK_STEP_DONE) {
+      json_decref(opts);
+      return JK_STEP_ERROR;
+    }
+    json_t *req = json_pack("{s:s}", "type", "market");
+    json_t *gpus = json_object_get(opts, "gpus");
+    json_object_set_new(req, "gpus", gpus ? json_incref(gpus) : json_integer(1));
+    json_decref(opts);
+    return query(c, m, req);
+  }
+  if (strcmp(m, "attach") == 0 || strcmp(m, "cancel") == 0 || strcmp(m, "logs") == 0) {
+    if (!job_arg_ok(a))
+      return jk_exec_fail(c, "ValueError", "%%%s takes a job id such as J000012", m);
+    if (strcmp(m, "cancel") == 0)
+      return query(c, m, json_pack("{s:s, s:s}", "type", "cancel", "job", a));
+    if (strcmp(m, "logs") == 0)
+      return query(c, m, json_pack("{s:s, s:s, s:i, s:i}", "type", "logs", "job", a, "after", 0, "limit", 1000));
+    if (!follow_new(c))
+      return jk_exec_fail(c, "MemoryError", "out of memory");
+    return start_follow(c, a);
+  }
+  if (strcmp(m, "session") == 0 && *a) {
+    jk_gw_set_session(c->gw, c->notebook);
+    if (!follow_new(c))
+      return jk_exec_fail(c, "MemoryError", "out of memory");
+    return await(c, json_pack("{s:s}", "type", "session.get"), OP_SESSION, 0);
+  }
+  if (strcmp(m, "gateway") == 0 && *a) {
+    if (jk_gw_set_address(c->gw, a) < 0)
+      return jk_exec_fail(c, "MemoryError", "out of memory");
+    jk_session_load(c);
+    if (!follow_new(c))
+      return jk_exec_fail(c, "MemoryError", "out of memory");
+    return await(c, json_pack("{s:s}", "type", "ping"), OP_GATEWAY, 0);
+  }
+  *ret_handled = false;
+  return JK_STEP_DONE;
+}
+
+enum jk_step jk_jobs_show(struct jk_core *c, const struct jk_stmt *s) {
+  if (!follow_new(c))
+    return jk_exec_fail(c, "MemoryError", "out of memory");
+  return await(c, json_pack("{s:s}", "type", "session.get"), OP_SHOW, 0);
+}
+
+/* ---- interrupt and time ------------------------------------------------- */
+
+void jk_jobs_interrupt(struct jk_core *c) {
+  struct jk_execution *x = c->running;
+  struct jk_follow *f = x->follow;
+  if (x->gw_req)
+    jk_gw_forget(c->gw, x->gw_req);
+  if (x->wait == JK_WAIT_JOB && f && f->display) {
+    const char *job = jk_display_job(f->display);
+    int64_t id = jk_gw_request(c->gw, json_pack("{s:s, s:s}", "type", "detach", "job", job), 0);
+    if (id > 0)
+      jk_gw_forget(c->gw, id);
+    publish_display(c, true);
+    jk_exec_fail(c, "Interrupted", "detached from %s; it keeps running (use %%attach %s)", job, job);
+    return;
+  }
+  if (x->gw_op == OP_SUBMIT)
+    jk_exec_fail(c, "Interrupted", "interrupted while submitting; the job may have been submitted (see %%jobs)");
+  else
+    jk_exec_fail(c, "Interrupted", "interrupted while waiting for the gateway at %s", jk_gw_address(c->gw));
+}
+
+int64_t jk_jobs_wake_at_us(const struct jk_core *c) {
+  const struct jk_execution *x = c->running;
+  if (!x || !x->follow || !x->follow->display || x->wait != JK_WAIT_JOB)
+    return INT64_MAX;
+  int64_t at = jk_display_next_us(x->follow->display);
+  return at < c->ping_at_us ? at : c->ping_at_us;
+}
+
+void jk_jobs_tick(struct jk_core *c) {
+  struct jk_execution *x = c->running;
+  if (!x || !x->follow || !x->follow->display || x->wait != JK_WAIT_JOB)
+    return;
+  publish_display(c, false);
+  int64_t now = sl_time_mono_us();
+  if (now >= c->ping_at_us) {
+    c->ping_at_us = now + PING_EVERY_US;
+    if (!x->follow->ping_id) {
+      int64_t id = jk_gw_request(c->gw, json_pack("{s:s}", "type", "ping"), 0);
+      x->follow->ping_id = id > 0 ? id : 0;
+    }
+  }
+}
