@@ -263,6 +263,9 @@ static int spawn_gateway(struct jk_gw *gw, char *why, size_t why_size) {
   return 0;
 }
 
+/* Starts the embedded gateway; the hello goes out once its foreground
+ * process exits 0 (it does so when its sockets are bound and its token is
+ * written), see reap_child(). */
 static void try_spawn(struct jk_gw *gw, const char *first_why) {
   char why[4400];
   if (gw->open)
@@ -274,11 +277,10 @@ static void try_spawn(struct jk_gw *gw, const char *first_why) {
     disconnect(gw, full);
     return;
   }
-  int r = open_and_hello(gw, gw->spawn_timeout_us);
-  if (r < 0) {
-    snprintf(why, sizeof why, "cannot connect: %s", sl_strerror(r));
-    disconnect(gw, why);
-  }
+  gw->state = JK_GW_CONNECTING;
+  gw->hello_id = -1;
+  gw->hello_deadline_us = sl_time_mono_us() + gw->spawn_timeout_us;
+  gw->hello_timeout_now_us = gw->spawn_timeout_us;
 }
 
 static void start_attempt(struct jk_gw *gw) {
@@ -484,7 +486,14 @@ static void reap_child(struct jk_gw *gw) {
     return;
   gw->child = -1;
   bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  if (!ok && gw->state == JK_GW_CONNECTING) {
+  if (ok && gw->state == JK_GW_CONNECTING && !gw->open) {
+    int r = open_and_hello(gw, gw->hello_timeout_us);
+    if (r < 0) {
+      char why[300];
+      snprintf(why, sizeof why, "cannot connect after starting the gateway: %s", sl_strerror(r));
+      disconnect(gw, why);
+    }
+  } else if (!ok && gw->state == JK_GW_CONNECTING) {
     char why[200];
     if (WIFEXITED(status))
       snprintf(why, sizeof why, "spotlab-gateway --embedded --daemon exited with status %d (see its log)",

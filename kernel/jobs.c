@@ -47,6 +47,8 @@ struct jk_follow {
 
 /* ---- plumbing ----------------------------------------------------------- */
 
+static const char *stmt_kind(const struct jk_stmt *s);
+
 static struct jk_follow *follow_new(struct jk_core *c) {
   jk_jobs_free_follow(c);
   struct jk_follow *f = calloc(1, sizeof *f);
@@ -78,7 +80,23 @@ static enum jk_step await(struct jk_core *c, json_t *req, enum op op, unsigned f
   return JK_STEP_WAIT;
 }
 
-static enum jk_step unreachable(struct jk_core *c, const char *what, const char *why) {
+/* "train", "%jobs", "%%run": what the running statement is, for messages. */
+static void stmt_word(const struct jk_core *c, char *buf, size_t size) {
+  const struct jk_execution *x = c->running;
+  const struct jk_stmt *s = x->pc < x->cell->n ? &x->cell->stmts[x->pc] : NULL;
+  if (!s)
+    snprintf(buf, size, "this statement");
+  else if (s->kind == JK_STMT_LINE_MAGIC)
+    snprintf(buf, size, "%%%s", s->name);
+  else if (s->kind == JK_STMT_CELL_MAGIC)
+    snprintf(buf, size, "%%%%%s", s->name);
+  else
+    snprintf(buf, size, "%s", s->kind == JK_STMT_SHOW ? "show" : stmt_kind(s));
+}
+
+static enum jk_step unreachable(struct jk_core *c, const char *why) {
+  char what[80];
+  stmt_word(c, what, sizeof what);
   return jk_exec_fail(c, "GatewayUnavailable", "%s needs the spotlab gateway at %s, which cannot be reached: %s",
                       what, jk_gw_address(c->gw), why);
 }
@@ -378,7 +396,7 @@ void jk_jobs_reply(struct jk_core *c, int64_t id, const json_t *reply, const cha
   else if (op == OP_SESSION)
     st = on_session(c, reply, error);
   else if (error && !reply)
-    st = unreachable(c, op == OP_QUERY ? "this magic" : "this statement", error);
+    st = unreachable(c, error);
   else if (error)
     st = jk_exec_fail(c, op == OP_SUBMIT ? "SubmitError" : "GatewayError", "%s (%s)", error,
                       sl_json_get_str(json_object_get(reply, "error"), "code", "?"));
