@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -68,8 +69,12 @@ int main(int argc, char **argv) {
     return 2;
   }
   char train[PATH_MAX];
-  if (cfg.train[0]) snprintf(train, sizeof train, "%s", cfg.train);
-  else if (sl_find_program("spotlab-train", train, sizeof train) < 0) train[0] = 0;
+  /* Jobs start in their own folder, so a relative program path is resolved here. */
+  if (cfg.train[0] && !realpath(cfg.train, train)) {
+    sl_err("worker", "train program %s: %s", cfg.train, strerror(errno));
+    return 2;
+  }
+  if (!cfg.train[0] && sl_find_program("spotlab-train", train, sizeof train) < 0) train[0] = 0;
   int sig_fd = -1;
   struct wk_agent *agent = NULL;
   if (wk_http_global_init() < 0 || install_signals(&sig_fd) < 0) return 1;

@@ -99,7 +99,10 @@ static size_t utf8_len(const unsigned char *s, size_t left) {
 }
 
 json_t *wk_relay_text(const char *s, size_t len, size_t max) {
-  if (len > max) len = max;
+  if (len > max) {
+    len = max;
+    while (len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80) len--; /* a whole character */
+  }
   char *buf = malloc(len + 1);
   if (!buf) return NULL;
   size_t o = 0;

@@ -247,7 +247,8 @@ def case_coalesce(tmp, worker_exe, train_exe):
 
 
 def main():
-    case, worker_exe, train_exe = sys.argv[1:4]
+    case = sys.argv[1]
+    worker_exe, train_exe = (os.path.abspath(p) for p in sys.argv[2:4])
     tmp = tempfile.mkdtemp(prefix="wk-test-")
     try:
         globals()["case_" + case](tmp, worker_exe, train_exe)
