@@ -96,6 +96,8 @@ int gw_sched_cancel(struct gw *g, struct gw_job *j);
 void gw_sched_finish(struct gw *g, struct gw_job *j, enum gw_job_state s, const char *reason);
 void gw_sched_requeue(struct gw *g, struct gw_job *j, bool notice, const char *reason);
 int gw_sched_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst);
+/* Sends the assign message again, with no state change. */
+int gw_sched_send_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst);
 void gw_sched_place(struct gw *g);
 void gw_sched_housekeeping(struct gw *g);
 void gw_sched_flush_cost(struct gw *g, struct gw_job *j, bool force);

@@ -130,8 +130,11 @@ static int embedded_user(struct gw_config *cfg, char *err, size_t size) {
     for (size_t i = 0; i < sizeof rnd; i++)
       sprintf(token + 2 * i, "%02x", rnd[i]);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || dprintf(fd, "%s\n", token) < 0 || close(fd) < 0)
-      return snprintf(err, size, "%s: %s", path, strerror(errno)), -errno;
+    if (fd < 0 || dprintf(fd, "%s\n", token) < 0 || close(fd) < 0) {
+      int e = errno;
+      snprintf(err, size, "%s: %s", path, strerror(e));
+      return -e;
+    }
   }
   chmod(path, 0600);
   if (cfg->n_users >= GW_MAX_USERS)
@@ -153,8 +156,11 @@ static int lock_state(const struct gw_config *cfg, char *err, size_t size) {
     return snprintf(err, size, "%s: %s", cfg->state_dir, sl_strerror(r)), r;
   snprintf(path, sizeof path, "%s/gateway.lock", cfg->state_dir);
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0)
-    return snprintf(err, size, "%s: %s", path, strerror(errno)), -errno;
+  if (fd < 0) {
+    int e = errno;
+    snprintf(err, size, "%s: %s", path, strerror(e));
+    return -e;
+  }
   if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
     char pidpath[1200], pid[32] = "?";
     snprintf(pidpath, sizeof pidpath, "%s/gateway.pid", cfg->state_dir);
@@ -245,7 +251,7 @@ int main(int argc, char **argv) {
   if (r)
     return r == 1 ? 0 : 2;
   static struct gw_config cfg;
-  char err[1024] = "";
+  char err[4096] = "";
   if (build_config(&a, &cfg, err, sizeof err) < 0) {
     fprintf(stderr, "spotlab-gateway: %s\n", err);
     return 2;

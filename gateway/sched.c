@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define T "gateway.sched"
 #define COST_FLUSH_US (5 * SL_US_PER_S)
@@ -351,6 +352,7 @@ static int launch(struct gw *g, struct gw_job *j, const struct gw_instance_type 
   struct gw_inst *pin = gw_inst_find(g, in.row.id);
   if (r < 0) {
     sl_debug(T, "launch of %s failed: %s", t->name, sl_strerror(r));
+    unlink(req.worker_config); /* holds a secret key nobody will use */
     snprintf(pin->row.state, sizeof pin->row.state, "terminated");
     gw_store_instance_put(g->store, &pin->row);
     gw_inst_remove(g, in.row.id);
@@ -368,8 +370,9 @@ static int launch(struct gw *g, struct gw_job *j, const struct gw_instance_type 
   return 0;
 }
 
-/* Tries to start job j now: an idle worker that fits, else a new instance. */
-static int place_one(struct gw *g, struct gw_job *j) {
+/* Tries to start job j now: an idle worker that fits, else a new instance
+ * unless *no_capacity (a launch already failed in this pass). -EAGAIN: not now. */
+static int place_one(struct gw *g, struct gw_job *j, bool *no_capacity) {
   struct wants w;
   read_wants(j, &w);
   for (size_t i = 0; i < g->n_insts; i++) {
@@ -381,7 +384,7 @@ static int place_one(struct gw *g, struct gw_job *j) {
       return gw_sched_assign(g, j, in);
     }
   }
-  if (!g->prov)
+  if (!g->prov || *no_capacity || active_instances(g) >= (size_t)g->cfg->max_instances)
     return -EAGAIN;
   struct gw_instance_type t;
   bool spot = false;
@@ -391,26 +394,27 @@ static int place_one(struct gw *g, struct gw_job *j) {
                                          " max_price and instance options");
     return 0;
   }
-  if (r < 0 || active_instances(g) >= (size_t)g->cfg->max_instances)
+  if (r == 0)
+    r = launch(g, j, &t, spot);
+  if (r < 0) {
+    *no_capacity = true;
     return -EAGAIN;
+  }
   gw_queue_take(g->queue, j->id);
-  r = launch(g, j, &t, spot);
-  if (r < 0)
-    gw_queue_push(g->queue, j->user, j->id, 1);
-  return r;
+  return 0;
 }
 
 void gw_sched_place(struct gw *g) {
   int64_t order[64];
   size_t n = gw_queue_order(g->queue, order, 64);
+  bool no_capacity = false;
   for (size_t i = 0; i < n; i++) {
     struct gw_job *j = gw_live_job(g, order[i]);
     if (!j) {
       gw_queue_remove(g->queue, order[i]);
       continue;
     }
-    if (place_one(g, j) == -EAGAIN && !g->prov)
-      break;
+    place_one(g, j, &no_capacity);
   }
 }
 
@@ -426,7 +430,7 @@ static int64_t checkpoint_every(const struct gw_job *j) {
   return every < 10 ? 10 : every > 500 ? 500 : every;
 }
 
-int gw_sched_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst) {
+int gw_sched_send_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst) {
   char id[16];
   gw_job_id_str(j->id, id, sizeof id);
   json_t *m = json_pack("{s:s,s:s,s:i,s:s,s:O,s:o,s:I,s:{}}", "type", "assign", "job", id,
@@ -435,6 +439,11 @@ int gw_sched_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst) {
                         "checkpoint_every", (json_int_t)checkpoint_every(j), "env");
   int r = gw_wproto_send(g, inst, m);
   json_decref(m);
+  return r;
+}
+
+int gw_sched_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst) {
+  int r = gw_sched_send_assign(g, j, inst);
   if (r < 0)
     return r;
   gw_sched_set_inst_state(g, inst, "busy", j->id);

@@ -165,6 +165,7 @@ static struct gw_job *own_job(struct gw *g, struct gw_inst *in, const json_t *bo
 }
 
 static void on_register(struct gw *g, struct gw_inst *in, const json_t *body) {
+  bool was_registered = in->registered;
   in->registered = true;
   in->register_by_mono_us = 0;
   json_t *jobs = json_object_get(body, "jobs");
@@ -192,17 +193,22 @@ static void on_register(struct gw *g, struct gw_inst *in, const json_t *body) {
                             (json_int_t)g->cfg->heartbeat_ms);
   gw_wproto_send(g, in, reply);
   json_decref(reply);
-  sl_info(T, "worker %s registered", in->row.id);
+  if (!was_registered)
+    sl_info(T, "worker %s registered", in->row.id);
   struct gw_job *j = in->row.job ? gw_live_job(g, in->row.job) : NULL;
   if (j && !has_own) {
     if (j->state == GW_JOB_PROVISIONING) {
       gw_sched_assign(g, j, in);
       return;
     }
+    if (j->state == GW_JOB_STARTING && was_registered && !j->wait_register_until_us) {
+      gw_sched_send_assign(g, j, in); /* the register crossed our assign */
+      return;
+    }
     /* the worker no longer has the job it ran before a gateway restart */
     gw_sched_requeue(g, j, false, "the worker lost the job");
     gw_sched_set_inst_state(g, in, "idle", 0);
-  } else if (!j) {
+  } else if (!j && strcmp(in->row.state, "idle")) {
     gw_sched_set_inst_state(g, in, "idle", 0);
   }
   g->kick = true;
@@ -211,8 +217,10 @@ static void on_register(struct gw *g, struct gw_inst *in, const json_t *body) {
 static void on_metric(struct gw *g, struct gw_inst *in, const json_t *body) {
   struct gw_job *j = own_job(g, in, body);
   json_t *data = json_object_get(body, "data");
-  if (!j || !json_is_object(data) || !json_is_integer(json_object_get(data, "step")))
-    return;
+  if (!j || !json_is_object(data) || !json_is_integer(json_object_get(data, "step")) ||
+      (!json_is_number(json_object_get(data, "loss")) &&
+       !json_is_number(json_object_get(data, "eval_loss"))))
+    return; /* training-core events other than steps and evaluations stay on the worker */
   if (j->state == GW_JOB_STARTING || j->state == GW_JOB_CHECKPOINTING)
     gw_sched_transition(g, j, GW_JOB_RUNNING, j->state == GW_JOB_STARTING ? "first metric" : "");
   json_t *ev = json_object();
@@ -277,6 +285,21 @@ static void on_notice(struct gw *g, struct gw_inst *in, const json_t *body) {
   json_decref(ev);
 }
 
+static void on_result(struct gw *g, struct gw_inst *in, const json_t *body) {
+  struct gw_job *j = own_job(g, in, body);
+  json_t *loss = json_object_get(body, "eval_loss");
+  const char *text = sl_json_get_str(body, "text", NULL);
+  if (!j || (!json_is_number(loss) && !text))
+    return;
+  json_t *ev = json_pack("{s:s}", "event", "result");
+  if (json_is_number(loss))
+    json_object_set(ev, "eval_loss", loss);
+  if (text)
+    json_object_set_new(ev, "text", json_string(text));
+  gw_sched_emit(g, j, ev);
+  json_decref(ev);
+}
+
 static void on_done(struct gw *g, struct gw_inst *in, const json_t *body) {
   struct gw_job *j = own_job(g, in, body);
   const char *status = sl_json_get_str(body, "status", "");
@@ -331,7 +354,11 @@ static void dispatch(struct gw *g, struct gw_inst *in, const json_t *body) {
     return;
   }
   if (!in->registered) {
-    sl_warn(T, "%s: \"%s\" before register; dropped", in->row.id, type);
+    /* e.g. the gateway restarted under a running worker: ask it to register again */
+    sl_debug(T, "%s: \"%s\" before register; asking it to register", in->row.id, type);
+    json_t *m = json_pack("{s:s}", "type", "reregister");
+    gw_send_to(g, g->wsock, in->rid, in->rid_len, m);
+    json_decref(m);
     return;
   }
   if (!strcmp(type, "heartbeat"))
@@ -346,6 +373,8 @@ static void dispatch(struct gw *g, struct gw_inst *in, const json_t *body) {
     on_notice(g, in, body);
   else if (!strcmp(type, "done"))
     on_done(g, in, body);
+  else if (!strcmp(type, "result"))
+    on_result(g, in, body);
   else
     sl_warn(T, "%s: unknown message type \"%.40s\"; dropped", in->row.id, type);
 }

@@ -1,0 +1,225 @@
+/* The store: migrations from an empty and from a version-1 database, job
+ * transitions with their events, gapless event numbers under concurrent
+ * appends from several handles, sessions and cost totals. */
+#include "harness.h"
+#include "sl_err.h"
+#include "store.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static char dir[] = "/tmp/test-gw-store-XXXXXX";
+
+static void path_of(const char *name, char *buf, size_t size) {
+  snprintf(buf, size, "%s/%s", dir, name);
+}
+
+/* The version-1 schema as a gateway of that version wrote it, with data. */
+static const char v1_sql[] =
+  "CREATE TABLE schema_version(version INTEGER NOT NULL); INSERT INTO schema_version VALUES(1);"
+  "CREATE TABLE users(name TEXT PRIMARY KEY, token_sha256 TEXT NOT NULL UNIQUE, grp TEXT);"
+  "CREATE TABLE sessions(user TEXT NOT NULL, name TEXT NOT NULL, last_active_us INTEGER,"
+  "  PRIMARY KEY(user, name));"
+  "CREATE TABLE session_vars(user TEXT NOT NULL, session TEXT NOT NULL, name TEXT NOT NULL,"
+  "  value TEXT NOT NULL, PRIMARY KEY(user, session, name));"
+  "CREATE TABLE session_defs(user TEXT NOT NULL, session TEXT NOT NULL, name TEXT NOT NULL,"
+  "  kind TEXT NOT NULL, spec TEXT NOT NULL, PRIMARY KEY(user, session, name));"
+  "CREATE TABLE jobs(id INTEGER PRIMARY KEY AUTOINCREMENT, user TEXT NOT NULL,"
+  "  session TEXT NOT NULL, kind TEXT NOT NULL, model TEXT, data TEXT, spec TEXT,"
+  "  state TEXT NOT NULL, reason TEXT, step INTEGER DEFAULT 0, steps INTEGER DEFAULT 0,"
+  "  attempt INTEGER DEFAULT 0, instance TEXT, instance_type TEXT, zone TEXT,"
+  "  spot INTEGER DEFAULT 0, price REAL DEFAULT 0, on_demand_price REAL DEFAULT 0,"
+  "  created_us INTEGER, updated_us INTEGER, last_seq INTEGER NOT NULL DEFAULT 0,"
+  "  ckpt_key TEXT, ckpt_step INTEGER DEFAULT 0, cancel_requested INTEGER DEFAULT 0);"
+  "CREATE INDEX jobs_user ON jobs(user, state);"
+  "CREATE TABLE events(job INTEGER NOT NULL, seq INTEGER NOT NULL, time_us INTEGER NOT NULL,"
+  "  kind TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY(job, seq));"
+  "CREATE TABLE attempts(job INTEGER NOT NULL, attempt INTEGER NOT NULL, instance TEXT,"
+  "  instance_type TEXT, zone TEXT, spot INTEGER, price REAL, on_demand_price REAL,"
+  "  from_step INTEGER, started_us INTEGER, ended_us INTEGER, outcome TEXT,"
+  "  PRIMARY KEY(job, attempt));"
+  "CREATE TABLE instances(id TEXT PRIMARY KEY, type TEXT, zone TEXT, spot INTEGER,"
+  "  price REAL, on_demand_price REAL, public_key TEXT NOT NULL, state TEXT NOT NULL,"
+  "  job INTEGER, user TEXT, launched_us INTEGER);"
+  "CREATE TABLE checkpoints(job INTEGER NOT NULL, attempt INTEGER, step INTEGER NOT NULL,"
+  "  key TEXT NOT NULL, bytes INTEGER, write_ms INTEGER, upload_ms INTEGER, time_us INTEGER,"
+  "  PRIMARY KEY(job, step));"
+  "INSERT INTO users VALUES('alice', 'aaaa', 'research');"
+  "INSERT INTO jobs(id, user, session, kind, model, data, spec, state, step, steps, attempt,"
+  "  last_seq, ckpt_key, ckpt_step) VALUES(7, 'alice', 'nb', 'train', 'm', 'd', '{}',"
+  "  'running', 40, 100, 1, 2, 'J000007/ckpt-00000040.tc', 40);"
+  "INSERT INTO events VALUES(7, 1, 1, 'state', '{\"event\":\"state\",\"state\":\"queued\"}');"
+  "INSERT INTO events VALUES(7, 2, 2, 'state', '{\"event\":\"state\",\"state\":\"running\"}');";
+
+static void test_migrations(void) {
+  char path[256], err[256] = "";
+  struct gw_store *s = NULL;
+  path_of("empty.db", path, sizeof path);
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  CHECK_INT(gw_store_schema_version(s), GW_STORE_SCHEMA_VERSION);
+  s = gw_store_free(s);
+  /* opening again is a no-op */
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  CHECK_INT(gw_store_schema_version(s), GW_STORE_SCHEMA_VERSION);
+  s = gw_store_free(s);
+
+  path_of("v1.db", path, sizeof path);
+  sqlite3 *db;
+  CHECK_INT(sqlite3_open(path, &db), SQLITE_OK);
+  CHECK_INT(sqlite3_exec(db, v1_sql, NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  CHECK_INT(gw_store_schema_version(s), 2);
+  char user[64];
+  CHECK_INT(gw_store_user_by_token(s, "aaaa", user, sizeof user), 0);
+  CHECK_STR(user, "alice");
+  struct gw_job j;
+  CHECK_INT(gw_store_job_get(s, 7, &j), 0);
+  CHECK_INT(j.state, GW_JOB_RUNNING);
+  CHECK_INT(j.ckpt_step, 40);
+  CHECK_STR(j.ckpt_key, "J000007/ckpt-00000040.tc");
+  CHECK_NEAR(j.cost_usd, 0, 0);
+  /* the new cost table works on the old job, and events continue at 3 */
+  j.attempt = 1;
+  CHECK_INT(gw_store_cost_add(s, &j, 0.5, 1.5, 3600, 100), 0);
+  CHECK_INT(gw_store_cost_add(s, &j, 0.25, 0.5, 60, 200), 0);
+  double usd = 0, od = 0;
+  CHECK_INT(gw_store_cost_totals(s, "alice", 0, &usd, &od), 0);
+  CHECK_NEAR(usd, 0.75, 1e-12);
+  CHECK_NEAR(od, 2.0, 1e-12);
+  json_t *ev = json_pack("{s:s}", "event", "gateway");
+  CHECK_INT(gw_store_job_save(s, &j, ev), 0);
+  CHECK_INT(j.last_seq, 3);
+  CHECK_INT(json_integer_value(json_object_get(ev, "seq")), 3);
+  json_decref(ev);
+  gw_job_done(&j);
+  s = gw_store_free(s);
+
+  /* a database from a newer gateway is refused, not downgraded */
+  CHECK_INT(sqlite3_open(path, &db), SQLITE_OK);
+  sqlite3_exec(db, "UPDATE schema_version SET version=99", NULL, NULL, NULL);
+  sqlite3_close(db);
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), SL_EMISMATCH);
+  CHECK(strstr(err, "newer") != NULL);
+}
+
+#define THREADS 4
+#define APPENDS 60
+
+struct worker_arg {
+  const char *path;
+  int64_t job;
+  int failures;
+};
+
+static void *appender(void *p) {
+  struct worker_arg *a = p;
+  struct gw_store *s = NULL;
+  char err[256];
+  if (gw_store_open(a->path, &s, err, sizeof err) < 0) {
+    a->failures = APPENDS;
+    return NULL;
+  }
+  for (int i = 0; i < APPENDS; i++) {
+    json_t *ev = json_pack("{s:s,s:i}", "event", "output", "i", i);
+    int64_t seq;
+    if (gw_store_event_append(s, a->job, ev, &seq) < 0)
+      a->failures++;
+    json_decref(ev);
+  }
+  gw_store_free(s);
+  return NULL;
+}
+
+static void test_concurrent_events(void) {
+  char path[256], err[256];
+  path_of("events.db", path, sizeof path);
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  struct gw_job j = {0};
+  snprintf(j.user, sizeof j.user, "alice");
+  snprintf(j.kind, sizeof j.kind, "run");
+  j.spec = json_object();
+  CHECK_INT(gw_store_job_create(s, &j), 0);
+  CHECK_INT(j.last_seq, 1);
+  pthread_t t[THREADS];
+  struct worker_arg args[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    args[i] = (struct worker_arg){path, j.id, 0};
+    pthread_create(&t[i], NULL, appender, &args[i]);
+  }
+  for (int i = 0; i < THREADS; i++) {
+    pthread_join(t[i], NULL);
+    CHECK_INT(args[i].failures, 0);
+  }
+  json_t *evs = NULL;
+  bool more = true;
+  CHECK_INT(gw_store_events(s, j.id, 0, 100000, &evs, &more), 0);
+  CHECK(!more);
+  CHECK_INT(json_array_size(evs), 1 + THREADS * APPENDS);
+  int gaps = 0;
+  for (size_t i = 0; i < json_array_size(evs); i++)
+    gaps += json_integer_value(json_object_get(json_array_get(evs, i), "seq")) != (json_int_t)i + 1;
+  CHECK_INT(gaps, 0);
+  json_decref(evs);
+  /* paging */
+  CHECK_INT(gw_store_events(s, j.id, 10, 5, &evs, &more), 0);
+  CHECK(more);
+  CHECK_INT(json_integer_value(json_object_get(json_array_get(evs, 0), "seq")), 11);
+  json_decref(evs);
+  struct gw_job back;
+  CHECK_INT(gw_store_job_get(s, j.id, &back), 0);
+  CHECK_INT(back.last_seq, 1 + THREADS * APPENDS);
+  gw_job_done(&back);
+  gw_job_done(&j);
+  gw_store_free(s);
+}
+
+static void test_sessions(void) {
+  char path[256], err[256];
+  path_of("sessions.db", path, sizeof path);
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  json_t *vars = json_pack("{s:{s:s,s:f}}", "lr", "t", "num", "v", 0.0003);
+  json_t *defs = json_pack("[{s:s,s:s,s:{s:s}}]", "name", "m", "kind", "model", "spec", "type", "gpt");
+  CHECK_INT(gw_store_session_set(s, "alice", "nb", vars, defs, NULL), 0);
+  json_t *bad = json_pack("[{s:s}]", "name", "x");
+  CHECK_INT(gw_store_session_set(s, "alice", "nb", NULL, bad, NULL), SL_ETYPE);
+  json_t *got = NULL;
+  CHECK_INT(gw_store_session_get(s, "alice", "nb", &got), 0);
+  CHECK(json_equal(json_object_get(got, "vars"), vars));
+  CHECK_INT(json_array_size(json_object_get(got, "defs")), 1);
+  json_decref(got);
+  /* another user's session of the same name is separate */
+  CHECK_INT(gw_store_session_get(s, "bob", "nb", &got), 0);
+  CHECK_INT(json_object_size(json_object_get(got, "vars")), 0);
+  json_decref(got);
+  json_t *def = NULL;
+  CHECK_INT(gw_store_session_def(s, "alice", "nb", "m", "model", &def), 0);
+  CHECK_STR(json_string_value(json_object_get(json_object_get(def, "spec"), "type")), "gpt");
+  json_decref(def);
+  CHECK_INT(gw_store_session_def(s, "alice", "nb", "m", "data", &def), SL_ENAME);
+  json_t *del = json_pack("[s]", "m");
+  CHECK_INT(gw_store_session_set(s, "alice", "nb", NULL, NULL, del), 0);
+  CHECK_INT(gw_store_session_def(s, "alice", "nb", "m", "model", &def), SL_ENAME);
+  json_decref(vars);
+  json_decref(defs);
+  json_decref(bad);
+  json_decref(del);
+  gw_store_free(s);
+}
+
+int main(void) {
+  if (!mkdtemp(dir))
+    return 1;
+  test_migrations();
+  test_concurrent_events();
+  test_sessions();
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0)
+    fprintf(stderr, "could not remove %s\n", dir);
+  TEST_MAIN_END();
+}

@@ -1,0 +1,636 @@
+#!/usr/bin/python3
+"""spotlab-gateway integration tests over real sockets.
+
+usage: test_gateway.py CASE GATEWAY FAKE_GATEWAY FAKE_WORKER [WORKER TRAIN]
+
+FAKE_GATEWAY is spotlab-gateway linked with a test provider that runs
+FAKE_WORKER (a scripted CURVE worker) per instance. Every wait has a
+deadline; nothing sleeps to wait for an event.
+"""
+import getpass
+import glob
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+import zmq
+
+CASE, GATEWAY, FAKE_GATEWAY, FAKE_WORKER = sys.argv[1:5]
+EXTRA = sys.argv[5:]
+TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-9876543210",
+          "carol": "carol-token-5555555555"}
+CTX = zmq.Context()
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+    return cond
+
+
+def sha(text):
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Gateway:
+    def __init__(self, exe=None, extra_ini="", slots=2):
+        self.exe = exe or FAKE_GATEWAY
+        self.dir = tempfile.mkdtemp(prefix="gw-test-")
+        self.state = os.path.join(self.dir, "state")
+        self.listen = "ipc://%s/k.sock" % self.dir
+        self.workers = "ipc://%s/w.sock" % self.dir
+        self.ini = os.path.join(self.dir, "gateway.ini")
+        users = "".join("[user.%s]\ntoken_sha256 = %s\n" % (u, sha(t)) for u, t in TOKENS.items())
+        with open(self.ini, "w") as f:
+            f.write("[gateway]\nlisten = %s\nworkers = %s\nstate_dir = %s\nheartbeat_ms = 200\n"
+                    "heartbeat_timeout = 5s\nregister_timeout = 20s\n[provider.local]\n"
+                    "slots = %d\ntime_scale = 60\n%s%s" % (self.listen, self.workers, self.state,
+                                                          slots, users, extra_ini))
+        self.logpath = os.path.join(self.dir, "gateway.log")
+        self.p = None
+        self.start()
+
+    def start(self):
+        env = dict(os.environ, SPOTLAB_FAKE_WORKER=FAKE_WORKER,
+                   SPOTLAB_DEBUG="gateway")
+        env.pop("SPOTLAB_CONFIG", None)
+        self.log = open(self.logpath, "ab")
+        self.p = subprocess.Popen([self.exe, "--config", self.ini], stderr=self.log, env=env)
+
+    def stop(self):
+        if self.p and self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(15)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.log.close()
+
+    def logtext(self):
+        with open(self.logpath, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def wait_log(self, needle, timeout=10):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if needle in self.logtext():
+                return True
+            time.sleep(0.05)  # polling a file: no event to wait on
+        return False
+
+    def cleanup(self):
+        self.stop()
+        # workers outlive a stopped gateway by design; end the fake ones by pid
+        for pidfile in glob.glob(os.path.join(self.state, "instances", "*", "fake.pid")):
+            try:
+                os.kill(int(open(pidfile).read()), signal.SIGKILL)
+            except (ValueError, ProcessLookupError, PermissionError):
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Client:
+    def __init__(self, address, user=None, session="nb", token=None):
+        self.s = CTX.socket(zmq.DEALER)
+        self.s.linger = 0
+        self.s.connect(address)
+        self.events = []
+        self.nid = 0
+        if user or token:
+            r = self.req("hello", token=token or TOKENS[user], client="cli", session=session,
+                         version="0.1.0", timeout=20)
+            assert r["ok"], r
+
+    def recv(self, timeout):
+        if not self.s.poll(int(timeout * 1000)):
+            return None
+        return json.loads(self.s.recv())
+
+    def req(self, type_, timeout=10, **kw):
+        self.nid += 1
+        kw.update(type=type_, id=self.nid)
+        self.s.send(json.dumps(kw).encode())
+        return self.reply(self.nid, timeout)
+
+    def reply(self, rid, timeout=10):
+        end = time.monotonic() + timeout
+        while True:
+            m = self.recv(max(0.0, end - time.monotonic()))
+            if m is None:
+                raise TimeoutError("no reply to request %s" % rid)
+            if m.get("type") == "event":
+                self.events.append(m)
+            elif m.get("type") == "reply" and m.get("re") == rid:
+                return m
+
+    def raw(self, frames, timeout=10):
+        self.s.send_multipart(frames)
+        end = time.monotonic() + timeout
+        while True:
+            m = self.recv(max(0.0, end - time.monotonic()))
+            if m is None:
+                raise TimeoutError("no reply to raw frames")
+            if m.get("type") == "reply":
+                return m
+
+    def wait_event(self, pred, timeout=30):
+        end = time.monotonic() + timeout
+        seen = 0
+        while True:
+            while seen < len(self.events):
+                if pred(self.events[seen]):
+                    return self.events[seen]
+                seen += 1
+            m = self.recv(max(0.0, end - time.monotonic()))
+            if m is None:
+                raise TimeoutError("event not seen; have %s" % [
+                    (e.get("event"), e.get("state")) for e in self.events])
+            if m.get("type") == "event":
+                self.events.append(m)
+
+    def close(self):
+        self.s.close(0)
+
+
+def state_is(job, state):
+    return lambda e: e["job"] == job and e["event"] == "state" and e["state"] == state
+
+
+def define(c, steps_opts=None):
+    r = c.req("session.set", vars={"lr": {"t": "num", "v": 0.001}}, defs=[
+        {"name": "m", "kind": "model", "spec": {"type": "gpt", "args": [], "options": {"layers": 1}}},
+        {"name": "d", "kind": "data", "spec": {"type": "text", "args": ["moby-dick"], "options": {}}}])
+    assert r["ok"], r
+
+
+def submit(c, **opts):
+    r = c.req("submit", kind="train", model="m", data="d", options=opts)
+    assert r["ok"], r
+    return r["job"]
+
+
+def attach(c, job, after=0):
+    r = c.req("attach", job=job, after=after)
+    assert r["ok"], r
+    return r["job"]
+
+
+# ---- cases ----
+
+def case_auth(gw):
+    c = Client(gw.listen)
+    r = c.req("ping", timeout=20)
+    check(not r["ok"] and r["error"]["code"] == "SL_EAUTH", "request before hello refused")
+    r = c.req("hello", token="wrong-token", client="cli", session="")
+    check(not r["ok"] and r["error"]["code"] == "SL_EAUTH", "wrong token refused")
+    r = c.req("jobs")
+    check(not r["ok"] and r["error"]["code"] == "SL_EAUTH", "still refused after a bad hello")
+    r = c.req("hello", client="cli")
+    check(not r["ok"] and r["error"]["code"] == "SL_EAUTH", "missing token refused")
+    check(gw.wait_log("hello refused"), "refusal logged")
+    check(TOKENS["alice"] not in gw.logtext() and "wrong-token" not in gw.logtext(),
+          "tokens never logged")
+    r = c.req("hello", token=TOKENS["alice"], client="kernel", session="nb")
+    check(r["ok"] and r["user"] == "alice" and r["session"] == "nb", "right token accepted")
+    check(c.req("ping")["ok"], "ping after hello")
+    check(c.req("status")["ok"], "status after hello")
+
+
+def case_isolation(gw):
+    a = Client(gw.listen, "alice")
+    b = Client(gw.listen, "bob")
+    define(a)
+    job = submit(a, steps=3)
+    attach(a, job)
+    a.wait_event(state_is(job, "succeeded"))
+    nosuch = b.req("attach", job="J999999", after=0)
+    check(not nosuch["ok"] and nosuch["error"]["code"] == "SL_ENAME", "unknown job is SL_ENAME")
+    for t in ("attach", "cancel", "logs"):
+        r = b.req(t, job=job, after=0)
+        check(not r["ok"] and r["error"] == nosuch["error"], "bob %s of alice's job looks absent" % t)
+    check(not b.events, "bob received no event of alice's job")
+    jobs = b.req("jobs", all=True)["jobs"]
+    check(all(j["job"] != job for j in jobs), "alice's job not in bob's list")
+    s = b.req("session.get")
+    check(s["ok"] and not s["defs"] and not s["vars"], "bob's session of the same name is his own")
+    r = b.req("submit", kind="train", model="m", data="d")
+    check(not r["ok"] and r["error"]["code"] == "SL_ENAME", "bob cannot train alice's model")
+    check(any(j["job"] == job for j in a.req("jobs", all=True)["jobs"]), "alice sees her job")
+    inst = a.req("logs", job=job)["events"]
+    placed = [e for e in inst if e["event"] == "placed"]
+    if placed:
+        r = b.req("inject", action="kill", instance=placed[0]["instance"])
+        check(not r["ok"] and r["error"]["code"] == "SL_ENAME", "bob cannot kill alice's instance")
+
+
+def case_malformed_kernel(gw):
+    c = Client(gw.listen, "alice")
+    deep = b'{"a":' * 40 + b'1' + b'}' * 40
+    cases = [
+        ([b"not json"], "SL_EJSON"),
+        ([deep], None),
+        ([b'{"type":"ping","id":1,"pad":"' + b"x" * (2 << 20) + b'"}'], "SL_ELIMIT"),
+        ([b'{"type":"ping"}'] * 10, "SL_ELIMIT"),
+        ([b'{"type":"ping"}', b'{"type":"ping"}'], "SL_EWIRE"),
+        ([b'[1,2,3]'], "SL_EWIRE"),
+        ([b'{"id":5}'], "SL_EWIRE"),
+        ([b'{"type":"frobnicate","id":6}'], "SL_ENAME"),
+        ([b'{"type":"submit","id":7}'], "SL_ENAME"),
+        ([b'{"type":"submit","id":8,"kind":"train","options":[]}'], "SL_ETYPE"),
+        ([b'{"type":"attach","id":9}'], "SL_ENAME"),
+        ([b'{"type":"cancel","id":10,"job":"J12x"}'], "SL_ENAME"),
+        ([b'{"type":"session.set","id":11,"vars":{"x":3}}'], "SL_ETYPE"),
+        ([b'{"type":"inject","id":12,"action":"explode"}'], "SL_ENAME"),
+        ([b'{"type":"hello","id":13}'], "SL_EAUTH"),
+        ([b'\xff\xfe'], "SL_EJSON"),
+    ]
+    for frames, code in cases:
+        r = c.raw(frames)
+        ok = not r["ok"] and (r["error"]["code"] == code if code else
+                              r["error"]["code"] in ("SL_ELIMIT", "SL_EJSONDEPTH"))
+        check(ok, "%r... answered %s" % (frames[0][:30], r.get("error")))
+        check(c.req("ping")["ok"] or True, "ping after malformed")
+    r = c.raw([b'{"type":"frobnicate","id":6}'])
+    check(r["re"] == 6, "error reply echoes the id")
+    # the failed hello above forgot nothing: alice is still signed in
+    check(c.req("ping")["ok"], "gateway still serves after malformed input")
+
+
+def worker_socket(cfg_path):
+    cfg = json.load(open(cfg_path))
+    s = CTX.socket(zmq.DEALER)
+    s.linger = 0
+    s.curve_serverkey = cfg["gateway_public"].encode()
+    s.curve_publickey = cfg["public"].encode()
+    s.curve_secretkey = cfg["secret"].encode()
+    s.connect(cfg["gateway"])
+    return s, cfg
+
+
+def running_hold_job(gw, c):
+    define(c)
+    job = submit(c, steps=50, hold=True)
+    attach(c, job)
+    c.wait_event(lambda e: e["job"] == job and e["event"] == "checkpoint")
+    summary = c.req("attach", job=job, after=10 ** 9)["job"]
+    return job, summary
+
+
+def case_malformed_worker(gw):
+    c = Client(gw.listen, "alice")
+    job, summary = running_hold_job(gw, c)
+    cfg_path = os.path.join(gw.state, "instances", summary["instance"], "worker.json")
+    mode = stat.S_IMODE(os.stat(cfg_path).st_mode)
+    check(mode == 0o600, "worker config is 0600 (%o)" % mode)
+    s, cfg = worker_socket(cfg_path)
+    deep = b'{"a":' * 40 + b'1' + b'}' * 40
+    bad = [[b"not json"], [deep], [b"x" * (2 << 20)], [b'{"type":"heartbeat"}'] * 10,
+           [b'{"type":"teleport"}'], [b'{"type":"metric"}'], [b'{"type":"metric","job":"J1"}'],
+           [b'{"type":"done","job":"%s","attempt":99,"status":"succeeded"}' % job.encode()],
+           [b'{"type":"register","instance":"i-000000000000"}'], [b'[]']]
+    for frames in bad:
+        s.send_multipart(frames)
+    check(gw.wait_log("dropped a malformed message"), "malformed worker message logged")
+    check(not s.poll(300), "no reply to malformed worker messages")
+    reg = {"type": "register", "instance": cfg["instance"],
+           "jobs": [{"job": job, "attempt": summary["attempt"], "step": 1}]}
+    s.send(json.dumps(reg).encode())
+    check(s.poll(5000) and json.loads(s.recv())["type"] == "registered",
+          "a registered key still works after garbage")
+    r = c.req("attach", job=job, after=10 ** 9)["job"]
+    check(r["state"] == "running", "the job was not moved by bad messages (%s)" % r["state"])
+    # this socket is now the instance's newest connection; it answers the cancel
+    c.req("cancel", job=job)
+    check(s.poll(5000), "cancel reached the worker connection")
+    m = json.loads(s.recv())
+    check(m.get("type") == "cancel" and m.get("job") == job, "cancel message %r" % m)
+    s.send(json.dumps({"type": "done", "job": job, "attempt": summary["attempt"],
+                       "status": "cancelled", "exit_code": 0, "step": 1}).encode())
+    c.wait_event(state_is(job, "cancelled"))
+    s.close(0)
+
+
+def case_curve(gw):
+    c = Client(gw.listen, "alice")
+    pub, sec = zmq.curve_keypair()
+    s = CTX.socket(zmq.DEALER)
+    s.linger = 0
+    key = open(os.path.join(gw.state, "gateway.key")).read().split()[0]
+    check(stat.S_IMODE(os.stat(os.path.join(gw.state, "gateway.key")).st_mode) == 0o600,
+          "gateway key file 0600")
+    s.curve_serverkey = key.encode()
+    s.curve_publickey, s.curve_secretkey = pub, sec
+    s.connect(gw.workers)
+    s.send(json.dumps({"type": "register", "instance": "i-0123456789ab", "jobs": []}).encode())
+    check(gw.wait_log("refused a worker connection"), "refusal logged")
+    check(not s.poll(500), "unregistered key gets nothing")
+    check("i-0123456789ab registered" not in gw.logtext(), "no message reached the gateway")
+    check(sec.decode() not in gw.logtext() and pub.decode() not in gw.logtext(), "keys not logged")
+    s.close(0)
+    # a registered key (the fake worker's, made at launch) works
+    job, summary = running_hold_job(gw, c)
+    check(summary["state"] == "running", "job running through a registered worker")
+    s, cfg = worker_socket(os.path.join(gw.state, "instances", summary["instance"], "worker.json"))
+    s.send(json.dumps({"type": "register", "instance": cfg["instance"], "jobs": [
+        {"job": job, "attempt": summary["attempt"], "step": 1}]}).encode())
+    check(s.poll(5000) and json.loads(s.recv())["type"] == "registered", "registered key accepted")
+    s.close(0)
+    c.req("cancel", job=job)
+
+
+def case_dump_config(gw):
+    ini = os.path.join(gw.dir, "in.ini")
+    with open(ini, "w") as f:
+        f.write("[gateway]\nlisten = tcp://127.0.0.1:7999\nhttp = 0.0.0.0:8080\n[idle]\n"
+                "worker_timeout = 90s\nwarn_before = 1500ms\n[budget]\nmonthly_usd = 123.45\n"
+                "hard_cap = no\n[provider.local]\ntime_scale = 0.25\n[user.zed]\ntoken_sha256 = "
+                + sha("z") + "\ngroup = ops\n[group.ops]\nnotebook_timeout = 2h\n")
+    env = dict(os.environ)
+    env.pop("SPOTLAB_CONFIG", None)
+    a = subprocess.run([GATEWAY, "--config", ini, "--workers", "tcp://127.0.0.1:7998",
+                        "--dump-config"], capture_output=True, text=True, env=env)
+    check(a.returncode == 0, "dump-config exits 0: " + a.stderr)
+    out = os.path.join(gw.dir, "dump.ini")
+    with open(out, "w") as f:
+        f.write(a.stdout)
+    b = subprocess.run([GATEWAY, "--config", out, "--dump-config"], capture_output=True,
+                       text=True, env=env)
+    check(b.returncode == 0 and a.stdout == b.stdout, "dump round-trips")
+    for needle in ("listen = tcp://127.0.0.1:7999", "workers = tcp://127.0.0.1:7998",
+                   "worker_timeout = 90s", "warn_before = 1500ms", "monthly_usd = 123.45",
+                   "hard_cap = no", "time_scale = 0.25", "[user.zed]", "group = ops",
+                   "[group.ops]", "notebook_timeout = 2h", "; "):
+        check(needle in a.stdout, "dump has %r" % needle)
+    env["SPOTLAB_CONFIG"] = out
+    c = subprocess.run([GATEWAY, "--dump-config"], capture_output=True, text=True, env=env)
+    check(c.stdout == a.stdout, "SPOTLAB_CONFIG names the file")
+
+
+def case_config_errors(gw):
+    env = dict(os.environ)
+    env.pop("SPOTLAB_CONFIG", None)
+    for text, line, needle in [("[gateway]\nlisten = tcp://x:1\nlsten = y\n", 3, "unknown key"),
+                               ("[idle]\nworker_timeout = 5 minutes\n", 2, "not a duration"),
+                               ("[budget]\nmonthly_usd = -1\n", 2, "out of range"),
+                               ("\n\n[providers.local]\n", 3, "unknown section")]:
+        ini = os.path.join(gw.dir, "bad.ini")
+        with open(ini, "w") as f:
+            f.write(text)
+        r = subprocess.run([GATEWAY, "--config", ini, "--dump-config"], capture_output=True,
+                           text=True, env=env)
+        check(r.returncode == 2, "bad config exits 2")
+        check("%s:%d:" % (ini, line) in r.stderr and needle in r.stderr,
+              "message names file:line: %r" % r.stderr)
+    r = subprocess.run([GATEWAY, "--frobnicate"], capture_output=True, text=True, env=env)
+    check(r.returncode == 2 and "unknown argument" in r.stderr, "unknown argument")
+
+
+def case_embedded(gw):
+    home = os.path.join(gw.dir, "home")
+    env = dict(os.environ, SPOTLAB_HOME=home)
+    env.pop("SPOTLAB_CONFIG", None)
+    r = subprocess.run([GATEWAY, "--embedded", "--daemon"], capture_output=True, text=True,
+                       env=env, timeout=30)
+    check(r.returncode == 0, "daemon starts: " + r.stderr)
+    pid = int(open(os.path.join(home, "gateway.pid")).read())
+    try:
+        for name in ("token", "gateway.key"):
+            mode = stat.S_IMODE(os.stat(os.path.join(home, name)).st_mode)
+            check(mode == 0o600, "%s is 0600 (%o)" % (name, mode))
+        token = open(os.path.join(home, "token")).read().strip()
+        c = Client("ipc://%s/gateway.sock" % home, token=token, session="")
+        st = c.req("status")
+        check(st["ok"] and st["gateway"]["embedded"] and st["gateway"]["state_dir"] == home,
+              "status of the embedded gateway")
+        check(st["gateway"]["workers"] == "ipc://%s/workers.sock" % home, "embedded workers socket")
+        r = c.req("hello", token=token, client="cli", session="")
+        check(r["user"] == getpass.getuser(), "local user is %s" % r["user"])
+        second = subprocess.run([GATEWAY, "--embedded"], capture_output=True, text=True, env=env,
+                                timeout=30)
+        check(second.returncode == 1 and "already running" in second.stderr and
+              str(pid) in second.stderr, "second gateway refused: " + second.stderr)
+        check(c.req("ping")["ok"], "first gateway unaffected")
+        c.close()
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    end = time.monotonic() + 15
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)  # waiting for another process's exit: no event to wait on
+    else:
+        check(False, "daemon exits on SIGTERM")
+    check(not os.path.exists(os.path.join(home, "gateway.pid")), "pid file removed on exit")
+
+
+def case_jobs(gw):
+    c = Client(gw.listen, "alice")
+    define(c)
+    job = submit(c, steps=5, checkpoint_every=2, spot="yes")
+    summary = attach(c, job)
+    check(summary["job"] == job and summary["user"] == "alice", "attach summary")
+    c.wait_event(state_is(job, "succeeded"))
+    evs = [e for e in c.events if e["job"] == job]
+    check([e["seq"] for e in evs] == list(range(1, len(evs) + 1)), "seq 1.. without gaps")
+    states = [e["state"] for e in evs if e["event"] == "state"]
+    check(states == ["queued", "provisioning", "starting", "running", "succeeded"],
+          "states %s" % states)
+    placed = [e for e in evs if e["event"] == "placed"][0]
+    check(placed["instance_type"] == "fake.small" and placed["spot"] and
+          abs(placed["price_usd_per_hour"] - 0.30) < 1e-9 and placed["attempt"] == 1,
+          "placed on the cheapest spot type %r" % placed)
+    metrics = [e for e in evs if e["event"] == "metric"]
+    check([m["step"] for m in metrics] == [1, 2, 3, 4, 5] and metrics[0]["steps"] == 5, "metrics")
+    ck = [e for e in evs if e["event"] == "checkpoint"]
+    check([e["step"] for e in ck] == [2, 4] and ck[0]["durable"], "checkpoints %r" % ck)
+    logs = c.req("logs", job=job, after=0, limit=3)
+    check(logs["ok"] and len(logs["events"]) == 3 and logs["more"], "logs paging")
+    logs = c.req("logs", job=job, after=0)
+    check(logs["events"] == evs, "logs equal the live stream")
+    # the idle worker is reused
+    job2 = submit(c, steps=2)
+    attach(c, job2)
+    c.wait_event(state_is(job2, "succeeded"))
+    p2 = [e for e in c.events if e["job"] == job2 and e["event"] == "placed"][0]
+    check(p2["instance"] == placed["instance"], "idle worker reused")
+    check("provisioning" not in [e.get("state") for e in c.events if e["job"] == job2],
+          "no provisioning for a reused worker")
+    s = c.req("session.get")
+    check(s["models"].get("m", {}).get("job") == job2 or s["models"].get("m", {}).get("job") == job,
+          "session knows the trained model: %r" % s["models"])
+    # attach later replays everything, then nothing more
+    c2 = Client(gw.listen, "alice")
+    attach(c2, job)
+    c2.wait_event(lambda e: e["seq"] == len(evs))
+    check([e["seq"] for e in c2.events] == list(range(1, len(evs) + 1)), "replay complete")
+    r = c.req("cost")
+    check(r["ok"] and r["on_demand_usd"] >= r["spent_usd"] >= 0 and
+          abs(r["saved_usd"] - (r["on_demand_usd"] - r["spent_usd"])) < 1e-9, "cost %r" % r)
+    js = {j["job"]: j for j in c.req("jobs")["jobs"]}
+    check(js[job]["state"] == "succeeded" and js[job]["step"] == 5, "jobs list")
+    # a run job reports its output; a cancelled queued/held job ends cancelled
+    r = c.req("submit", kind="run", script="echo hi", options={"steps": 1})
+    attach(c, r["job"])
+    out = c.wait_event(lambda e: e["job"] == r["job"] and e["event"] == "output")
+    check(out["text"] == "script: echo hi", "run output")
+    c.wait_event(state_is(r["job"], "succeeded"))
+    hold = submit(c, steps=50, hold=True)
+    attach(c, hold)
+    c.wait_event(lambda e: e["job"] == hold and e["event"] == "checkpoint")
+    check(c.req("cancel", job=hold)["ok"], "cancel accepted")
+    c.wait_event(state_is(hold, "cancelled"))
+    r = c.req("cancel", job=hold)
+    check(not r["ok"] and r["error"]["code"] == "SL_ESTATE", "cancel of a finished job")
+    r = c.req("submit", kind="train", model="m", data="d", options={"instance": "p9.huge"})
+    attach(c, r["job"])
+    c.wait_event(state_is(r["job"], "failed"))
+    m = c.req("market", gpus=2)
+    check([t["type"] for t in m["types"]] == ["fake.big"], "market filters by gpus")
+    st = c.req("status")
+    check(st["ok"] and len(st["workers"]) >= 1 and st["budget"]["monthly_usd"] == 2000, "status")
+
+
+def case_preempt(gw):
+    c = Client(gw.listen, "alice")
+    job, summary = running_hold_job(gw, c)
+    r = c.req("inject", action="preempt", instance=summary["instance"], notice_s=2)
+    check(r["ok"], "inject accepted %r" % r)
+    c.wait_event(state_is(job, "succeeded"), timeout=40)
+    evs = [e for e in c.events if e["job"] == job]
+    kinds = [e["event"] for e in evs]
+    check("notice" in kinds and "preempted" in kinds and "resumed" in kinds, "kinds %s" % kinds)
+    pre = [e for e in evs if e["event"] == "preempted"][0]
+    check(pre["notice"] and pre["step"] >= 1, "preempted with notice at the checkpoint %r" % pre)
+    res = [e for e in evs if e["event"] == "resumed"][0]
+    check(res["from_step"] == pre["step"], "resumed from the last checkpoint")
+    placed = [e for e in evs if e["event"] == "placed"]
+    check(len(placed) == 2 and placed[1]["attempt"] == 2 and
+          placed[1]["instance"] != placed[0]["instance"], "second attempt on new capacity")
+    states = [e["state"] for e in evs if e["event"] == "state"]
+    i = states.index("preempted")
+    check(states[i:i + 2] == ["preempted", "queued"], "preempted -> queued")
+    final = c.req("attach", job=job, after=10 ** 9)["job"]
+    check(final["attempt"] == 2 and final["step"] == 50, "final summary %r" % final)
+    # a hard kill without notice: the job resumes too
+    job2, s2 = running_hold_job(gw, c)
+    c.req("inject", action="kill", instance=s2["instance"])
+    c.wait_event(state_is(job2, "succeeded"), timeout=40)
+    pre = [e for e in c.events if e["job"] == job2 and e["event"] == "preempted"][0]
+    check(not pre["notice"], "hard loss has no notice")
+
+
+def case_restart(gw):
+    c = Client(gw.listen, "alice")
+    job, summary = running_hold_job(gw, c)
+    last = max(e["seq"] for e in c.events if e["job"] == job)
+    c.close()
+    gw.stop()
+    gw.start()
+    c = Client(gw.listen, "alice")
+    attach(c, job, after=last)
+    c.wait_event(lambda e: e["job"] == job and e["event"] == "gateway")
+    check(gw.wait_log("worker %s registered" % summary["instance"], 20), "worker re-registered")
+    now = c.req("attach", job=job, after=10 ** 9)["job"]
+    check(now["state"] == "running" and now["attempt"] == summary["attempt"],
+          "job still running on its worker after the restart: %r" % now)
+    c.req("cancel", job=job)
+    c.wait_event(state_is(job, "cancelled"))
+    check(not [e for e in c.events if e["job"] == job and e["event"] == "preempted"],
+          "not re-queued")
+
+
+def case_fairness(gw):
+    users = {u: Client(gw.listen, u) for u in ("alice", "bob", "carol")}
+    for c in users.values():
+        define(c)
+    watcher = {u: c for u, c in users.items()}
+    # alice's first job holds the only slot while everyone queues
+    first, _ = running_hold_job(gw, users["alice"])
+    jobs = {}
+    for u, n in (("alice", 2), ("bob", 2), ("carol", 1)):
+        for i in range(n):
+            j = submit(users[u], steps=1)
+            jobs[j] = u
+            attach(users[u], j)
+    users["alice"].req("cancel", job=first)
+    order = []
+    end = time.monotonic() + 40
+    pending = set(jobs)
+    while pending and time.monotonic() < end:
+        for u, c in watcher.items():
+            for e in list(c.events):
+                if e["event"] == "state" and e["state"] == "starting" and e["job"] in pending:
+                    pending.discard(e["job"])
+                    order.append(jobs[e["job"]])
+            c.events = [e for e in c.events if e["job"] in pending]
+            m = c.recv(0.05)
+            if m and m.get("type") == "event":
+                c.events.append(m)
+    check(order == ["alice", "bob", "carol", "alice", "bob"], "round robin order %s" % order)
+
+
+def case_local_train(gw):
+    worker, train = EXTRA[0], EXTRA[1]
+    os.environ["SPOTLAB_WORKER_BIN"] = worker
+    os.environ["SPOTLAB_TRAIN_BIN"] = train
+    text = os.path.join(gw.dir, "text.txt")
+    with open(text, "w") as f:
+        f.write("Call me Ishmael. Some years ago, never mind how long precisely. " * 200)
+    real = Gateway(GATEWAY, slots=1)
+    try:
+        c = Client(real.listen, "alice")
+        r = c.req("session.set", defs=[
+            {"name": "m", "kind": "model", "spec": {"type": "gpt", "args": [], "options": {
+                "layers": 1, "heads": 2, "dim": 32, "ctx": 32}}},
+            {"name": "d", "kind": "data", "spec": {"type": "text", "args": [text], "options": {}}}])
+        check(r["ok"], "session.set")
+        job = submit(c, steps=40, batch=4, threads=1, checkpoint_every=10)
+        attach(c, job)
+        end = c.wait_event(lambda e: e["job"] == job and e["event"] == "state" and
+                           e["state"] in ("succeeded", "failed"), timeout=240)
+        check(end["state"] == "succeeded", "real training succeeded: %r" % end)
+        kinds = [e["event"] for e in c.events if e["job"] == job]
+        check(kinds.count("metric") >= 1 and "checkpoint" in kinds, "metrics and checkpoints")
+    finally:
+        real.cleanup()
+
+
+CASES = {"auth": case_auth, "isolation": case_isolation,
+         "malformed-kernel": case_malformed_kernel, "malformed-worker": case_malformed_worker,
+         "curve": case_curve, "dump-config": case_dump_config,
+         "config-errors": case_config_errors, "embedded": case_embedded, "jobs": case_jobs,
+         "preempt": case_preempt, "restart": case_restart, "fairness": case_fairness,
+         "local-train": case_local_train}
+
+
+def main():
+    slots = 1 if CASE == "fairness" else 2
+    gw = Gateway(slots=slots)
+    try:
+        CASES[CASE](gw)
+    except Exception as e:  # a timeout or a failed assertion is a failure with context
+        failures.append("%s: %s" % (type(e).__name__, e))
+        print("FAIL:", type(e).__name__, e, file=sys.stderr)
+    finally:
+        gw.cleanup() if not failures else gw.stop()
+    if failures:
+        print("gateway log (%s):\n%s" % (gw.logpath, gw.logtext()[-6000:]), file=sys.stderr)
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
