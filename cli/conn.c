@@ -1,0 +1,218 @@
+/* The CLI's ZeroMQ loop: one DEALER to the gateway, driven until the reply
+ * (or event stream) the caller waits for arrives or a deadline passes.
+ *
+ * The protocol itself (address, token, hello, request ids, timeouts) is the
+ * kernel's gateway client, configured as client "cli" that never starts a
+ * gateway, so the CLI and the kernel speak it identically. Every wait has a
+ * deadline; an event callback decides when following ends. */
+#include "conn.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "gwclient.h"
+#include "sl_err.h"
+#include "sl_frame.h"
+#include "sl_time.h"
+
+#define FRAME_LIMIT (1u << 20)
+
+struct cli_conn {
+  void *ctx, *sock;
+  struct jk_gw *gw;
+  int64_t want;       /* request id waited for */
+  bool done;
+  json_t *reply;
+  char err[600];
+  cli_event_fn on_event;
+  void *event_ud;
+  bool following, stop;
+};
+
+static int t_open(void *ud, const char *address) {
+  struct cli_conn *c = ud;
+  if (c->sock)
+    zmq_close(c->sock);
+  c->sock = zmq_socket(c->ctx, ZMQ_DEALER);
+  if (!c->sock)
+    return sl_err_from_zmq(zmq_errno());
+  int linger = 0;
+  int64_t maxmsg = FRAME_LIMIT;
+  zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+  if (zmq_connect(c->sock, address) < 0) {
+    int r = sl_err_from_zmq(zmq_errno());
+    zmq_close(c->sock);
+    c->sock = NULL;
+    return r;
+  }
+  return 0;
+}
+
+static void t_close(void *ud) {
+  struct cli_conn *c = ud;
+  if (c->sock)
+    zmq_close(c->sock);
+  c->sock = NULL;
+}
+
+static int t_send(void *ud, const char *data, size_t len) {
+  struct cli_conn *c = ud;
+  if (!c->sock)
+    return -ENOTCONN;
+  return zmq_send(c->sock, data, len, ZMQ_DONTWAIT) < 0 ? sl_err_from_zmq(zmq_errno()) : 0;
+}
+
+static const struct jk_gw_transport transport = {t_open, t_close, t_send};
+
+static void h_reply(void *ud, int64_t id, const json_t *reply, const char *error) {
+  struct cli_conn *c = ud;
+  if (id != c->want)
+    return;
+  c->done = true;
+  if (error) {
+    snprintf(c->err, sizeof c->err, "%s", error);
+    json_decref(c->reply);
+    c->reply = reply ? json_incref((json_t *)reply) : NULL;
+  } else {
+    c->err[0] = '\0';
+    c->reply = json_incref((json_t *)reply);
+  }
+}
+
+static void h_event(void *ud, const json_t *event) {
+  struct cli_conn *c = ud;
+  if (c->following && !c->stop && c->on_event && !c->on_event(c->event_ud, event))
+    c->stop = true;
+}
+
+static void h_state(void *ud, bool ready, const char *why) {}
+
+static const struct jk_gw_handler handler = {h_reply, h_event, h_state};
+
+struct cli_conn *cli_conn_new(void) {
+  struct cli_conn *c = calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  c->ctx = zmq_ctx_new();
+  struct jk_gw_config cfg = {.client = "cli", .session = "", .may_spawn = false};
+  c->gw = c->ctx ? jk_gw_new(&transport, c, &handler, c, &cfg) : NULL;
+  if (!c->gw)
+    return cli_conn_free(c);
+  return c;
+}
+
+struct cli_conn *cli_conn_free(struct cli_conn *c) {
+  if (!c)
+    return NULL;
+  jk_gw_free(c->gw);
+  if (c->sock)
+    zmq_close(c->sock);
+  if (c->ctx)
+    zmq_ctx_term(c->ctx);
+  json_decref(c->reply);
+  free(c);
+  return NULL;
+}
+
+const char *cli_address(struct cli_conn *c) { return jk_gw_address(c->gw); }
+
+/* Runs the loop until done (and, when following, until stop) or deadline. */
+static bool pump(struct cli_conn *c, int64_t deadline_us) {
+  for (;;) {
+    jk_gw_tick(c->gw);
+    if (c->done && (!c->following || c->stop || c->err[0]))
+      return true;
+    int64_t now = sl_time_mono_us();
+    if (deadline_us && now >= deadline_us)
+      return false;
+    int64_t at = jk_gw_wake_at_us(c->gw);
+    if (deadline_us && deadline_us < at)
+      at = deadline_us;
+    long timeout = at == INT64_MAX ? 1000 : (long)((at - now + 999) / 1000);
+    if (timeout < 0)
+      timeout = 0;
+    zmq_pollitem_t item = {c->sock, 0, ZMQ_POLLIN, 0};
+    int n = zmq_poll(&item, c->sock ? 1 : 0, timeout);
+    if (n < 0 && zmq_errno() != EINTR)
+      return false;
+    if (n < 0)
+      return false; /* interrupted by a signal: the caller stops */
+    while (c->sock && !c->stop) {
+      struct sl_msg m;
+      sl_msg_init(&m, (struct sl_limits){8, FRAME_LIMIT, 8 * FRAME_LIMIT});
+      int r = sl_zmq_recv(c->sock, &m, ZMQ_DONTWAIT);
+      if (r == -EAGAIN || (r < 0 && r != SL_ELIMIT)) {
+        sl_msg_done(&m);
+        break;
+      }
+      if (r == 0 && m.n)
+        jk_gw_input(c->gw, (const char *)m.frames[m.n - 1].data, m.frames[m.n - 1].len);
+      sl_msg_done(&m);
+    }
+  }
+}
+
+static int start(struct cli_conn *c, json_t *req) {
+  c->done = c->stop = false;
+  c->err[0] = '\0';
+  json_decref(c->reply);
+  c->reply = NULL;
+  int64_t id = jk_gw_request(c->gw, req, 0);
+  if (id < 0)
+    return (int)id;
+  c->want = id;
+  return 0;
+}
+
+static int finish(struct cli_conn *c, bool in_time, json_t **ret_reply, char *err, size_t err_size) {
+  if (!in_time && !c->done) {
+    snprintf(err, err_size, "no answer from the gateway at %s", cli_address(c));
+    return SL_ENOGATEWAY;
+  }
+  if (c->err[0]) {
+    if (c->reply)
+      snprintf(err, err_size, "%s", c->err);
+    else
+      snprintf(err, err_size, "no spotlab gateway at %s: %s", cli_address(c), c->err);
+    return c->reply ? SL_ESTATE : SL_ENOGATEWAY;
+  }
+  if (ret_reply) {
+    *ret_reply = c->reply;
+    c->reply = NULL;
+  }
+  return 0;
+}
+
+int cli_request(struct cli_conn *c, json_t *req, int timeout_ms, json_t **ret_reply, char *err, size_t err_size) {
+  int r = start(c, req);
+  if (r < 0) {
+    snprintf(err, err_size, "cannot send: %s", sl_strerror(r));
+    return r;
+  }
+  c->following = false;
+  bool ok = pump(c, sl_time_mono_us() + (int64_t)timeout_ms * 1000);
+  return finish(c, ok, ret_reply, err, err_size);
+}
+
+int cli_follow(struct cli_conn *c, const char *job, int64_t after, cli_event_fn fn, void *ud,
+               json_t **ret_reply, char *err, size_t err_size) {
+  c->on_event = fn;
+  c->event_ud = ud;
+  int r = start(c, json_pack("{s:s, s:s, s:I}", "type", "attach", "job", job, "after", (json_int_t)after));
+  if (r < 0) {
+    snprintf(err, err_size, "cannot send: %s", sl_strerror(r));
+    return r;
+  }
+  c->following = true;
+  bool ok = pump(c, 0);
+  c->following = false;
+  if (!ok && !c->err[0]) {
+    snprintf(err, err_size, "interrupted");
+    return SL_EINTERRUPTED;
+  }
+  return finish(c, true, ret_reply, err, err_size);
+}

@@ -1,0 +1,32 @@
+/* The spotlab CLI's gateway connection: a blocking wrapper around the
+ * kernel's protocol client (kernel/gwclient.h) with its own DEALER socket. */
+#ifndef CLI_CONN_H
+#define CLI_CONN_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct cli_conn;
+
+/* Called for each event while following; return false to stop following. */
+typedef bool (*cli_event_fn)(void *ud, const json_t *event);
+
+/* Connects lazily to SPOTLAB_GATEWAY or the embedded default; never starts
+ * a gateway. NULL on OOM. */
+struct cli_conn *cli_conn_new(void);
+struct cli_conn *cli_conn_free(struct cli_conn *c);
+
+/* Sends req (taken) and waits up to timeout_ms for its reply. On success
+ * *ret_reply holds the owned reply. On failure returns negative and writes a
+ * message for people into err. */
+int cli_request(struct cli_conn *c, json_t *req, int timeout_ms, json_t **ret_reply, char *err, size_t err_size);
+/* Attaches to job after seq `after` and calls fn for each event until fn
+ * returns false. *ret_reply receives the attach reply (owned) when non-NULL.
+ * Returns 0 when fn stopped, negative on a failure (message in err). */
+int cli_follow(struct cli_conn *c, const char *job, int64_t after, cli_event_fn fn, void *ud,
+               json_t **ret_reply, char *err, size_t err_size);
+/* The gateway address in use (borrowed). */
+const char *cli_address(struct cli_conn *c);
+
+#endif
