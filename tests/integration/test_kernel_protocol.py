@@ -73,8 +73,8 @@ class Kernel:
     """A kernel started through its kernelspec, with one client whose iopub
     and shell messages are kept by parent msg_id."""
 
-    def __init__(self):
-        self.km = KernelManager(kernel_name=KERNEL_NAME)
+    def __init__(self, **manager_args):
+        self.km = KernelManager(kernel_name=KERNEL_NAME, **manager_args)
         self.km.start_kernel()
         self.proc = self.km.provisioner.process
         self.connect_client()
@@ -288,6 +288,39 @@ def kernel(kspec):
     k = Kernel()
     yield k
     k.close()
+
+
+def test_ipc_transport(kspec, tmp_path):
+    """All five channels over ipc:// sockets (paths ip-port)."""
+    k = Kernel(transport="ipc", ip=str(tmp_path / "kernel"))
+    try:
+        assert k.km.transport == "ipc"
+        reply, msgs = k.run(CODE["print"].format("over-ipc"))
+        assert reply["content"]["status"] == "ok", reply["content"]
+        assert "over-ipc" in stdout_text(msgs)
+        assert any(p.name.startswith("kernel-") for p in tmp_path.iterdir())
+    finally:
+        k.close()
+
+
+def test_heartbeat_answers_while_a_cell_runs(kernel):
+    """The heartbeat thread echoes even while the shell is busy with a cell."""
+    import zmq
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(kernel.kc._make_url("hb"))
+    try:
+        msg_id = kernel.kc.execute("sleep 3s")
+        kernel.iopub_until(msg_id, is_status("busy"), what="busy status")
+        for i in range(3):
+            payload = f"ping-{i}".encode()
+            sock.send(payload)
+            assert sock.poll(2000), "no heartbeat echo while the kernel is busy"
+            assert sock.recv() == payload
+        kernel.km.interrupt_kernel()
+        kernel.shell_reply(msg_id)
+    finally:
+        sock.close()
 
 
 def assert_alive_and_answering(kernel, marker):
