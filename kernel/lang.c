@@ -1,14 +1,11 @@
-/* The cell language: values, lexer, parser and expression evaluation.
+/* The cell language's parser.
  *
- * The lexer works on demand over the whole cell: `\` at the end of a line
- * and newlines inside parentheses are whitespace, `#` starts a comment,
- * strings may span lines. Lines and columns are 1-based; columns count
- * code points. The parser keeps one token of lookahead (and peeks one more
- * by lexing from a copy of the lexer state); magics read their line raw.
- * A parse either returns a whole owned cell or fails with the first error
- * and leaves nothing allocated. Input is bounded: cell size, expression
- * nesting and expression size all have limits that give a parse error, so
- * the recursive parser, evaluator and destructor stay shallow. */
+ * The parser keeps one token of lookahead (and peeks one more by lexing from
+ * a copy of the lexer state); magics read their line raw. A parse either
+ * returns a whole owned cell or fails with the first error and leaves nothing
+ * allocated. Input is bounded: cell size, expression nesting and expression
+ * size all have limits that give a parse error, so the recursive parser,
+ * evaluator and destructor stay shallow. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -16,345 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lang.h"
+#include "lang_int.h"
 #include "sl_err.h"
 #include "sl_time.h"
 
 #define MAX_CELL_BYTES (1u << 20)
 #define MAX_NESTING 64     /* parentheses and unary minus */
 #define MAX_EXPR_NODES 512 /* nodes in one statement's expressions */
-
-/* ---- values ------------------------------------------------------------ */
-
-void jk_value_done(struct jk_value *v) {
-  if (!v)
-    return;
-  free(v->str);
-  for (size_t i = 0; i < v->n_items; i++)
-    jk_value_done(&v->items[i]);
-  free(v->items);
-  memset(v, 0, sizeof *v);
-}
-
-int jk_value_copy(const struct jk_value *v, struct jk_value *ret) {
-  struct jk_value c = *v;
-  c.str = NULL;
-  c.items = NULL;
-  c.n_items = 0;
-  if (v->str && !(c.str = strdup(v->str)))
-    return -ENOMEM;
-  if (v->n_items) {
-    if (!(c.items = calloc(v->n_items, sizeof *c.items)))
-      goto nomem;
-    for (size_t i = 0; i < v->n_items; i++, c.n_items++)
-      if (jk_value_copy(&v->items[i], &c.items[i]) < 0)
-        goto nomem;
-  }
-  *ret = c;
-  return 0;
-nomem:
-  jk_value_done(&c);
-  return -ENOMEM;
-}
-
-static void write_num(FILE *f, double x) {
-  if (x == 0)
-    x = 0; /* no "-0" */
-  fprintf(f, "%.15g", x);
-}
-
-static void write_duration(FILE *f, int64_t us) {
-  static const struct {
-    int64_t us;
-    const char *unit;
-  } units[] = {{86400 * SL_US_PER_S, "d"}, {3600 * SL_US_PER_S, "h"}, {60 * SL_US_PER_S, "m"},
-               {SL_US_PER_S, "s"},         {SL_US_PER_MS, "ms"}};
-  if (us == 0) {
-    fputs("0s", f);
-    return;
-  }
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-    if (us % units[i].us == 0) {
-      fprintf(f, "%lld%s", (long long)(us / units[i].us), units[i].unit);
-      return;
-    }
-  write_num(f, (double)us / 1e6);
-  fputc('s', f);
-}
-
-static void write_value(FILE *f, const struct jk_value *v, bool language) {
-  switch (v->type) {
-  case JK_VAL_NONE: fputs("none", f); break;
-  case JK_VAL_NUM: write_num(f, v->num); break;
-  case JK_VAL_BOOL: fputs(v->boolean ? "yes" : "no", f); break;
-  case JK_VAL_DURATION: write_duration(f, v->duration_us); break;
-  case JK_VAL_STR:
-    if (!language) {
-      fputs(v->str ? v->str : "", f);
-      break;
-    }
-    fputc('"', f);
-    for (const char *s = v->str ? v->str : ""; *s; s++) {
-      switch (*s) {
-      case '"': fputs("\\\"", f); break;
-      case '\\': fputs("\\\\", f); break;
-      case '\n': fputs("\\n", f); break;
-      case '\t': fputs("\\t", f); break;
-      default: fputc(*s, f);
-      }
-    }
-    fputc('"', f);
-    break;
-  case JK_VAL_LIST:
-    for (size_t i = 0; i < v->n_items; i++) {
-      if (i)
-        fputs(language ? "," : ", ", f);
-      write_value(f, &v->items[i], language);
-    }
-    break;
-  }
-}
-
-static char *value_string(const struct jk_value *v, bool language) {
-  char *out = NULL;
-  size_t size = 0;
-  FILE *f = open_memstream(&out, &size);
-  if (!f)
-    return NULL;
-  write_value(f, v, language);
-  if (fclose(f) != 0) {
-    free(out);
-    return NULL;
-  }
-  return out;
-}
-
-char *jk_value_format(const struct jk_value *v) { return value_string(v, true); }
-char *jk_value_to_text(const struct jk_value *v) { return value_string(v, false); }
-
-/* ---- lexer ------------------------------------------------------------- */
-
-enum tok_kind { T_EOF, T_NEWLINE, T_NAME, T_NUM, T_DUR, T_STR, T_OP, T_PCT, T_PCT2, T_ERR };
-
-struct tok {
-  enum tok_kind kind;
-  size_t start, end; /* byte offsets of the token's text */
-  int line, col;
-  char op;        /* T_OP: one of = + - * / ( ) , */
-  double num;     /* T_NUM */
-  int64_t dur_us; /* T_DUR */
-  char *str;      /* T_STR: owned, decoded */
-};
-
-struct lexer {
-  const char *s;
-  size_t len, pos;
-  int line, col;
-  int depth;            /* open parentheses: newlines inside are whitespace */
-  bool open_string;     /* the cell ended inside a string */
-  bool trailing_escape; /* the cell ended with a line-continuation backslash */
-  struct jk_parse_error *err;
-};
-
-static bool is_alpha(int c) { return c == '_' || ((c | 32) >= 'a' && (c | 32) <= 'z'); }
-static bool is_digit(int c) { return c >= '0' && c <= '9'; }
-static bool is_word(int c) { return is_alpha(c) || is_digit(c); }
-
-__attribute__((format(printf, 4, 5))) static int set_error(struct jk_parse_error *err, int line,
-                                                           int col, const char *fmt, ...) {
-  if (err && err->line == 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    err->line = line;
-    err->col = col;
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-  }
-  return SL_EPARSE;
-}
-
-static int lx_peekc(const struct lexer *lx, size_t ahead) {
-  return lx->pos + ahead < lx->len ? (unsigned char)lx->s[lx->pos + ahead] : -1;
-}
-
-static void lx_bump(struct lexer *lx) {
-  unsigned char c = (unsigned char)lx->s[lx->pos++];
-  if (c == '\n') {
-    lx->line++;
-    lx->col = 1;
-  } else if ((c & 0xC0) != 0x80) {
-    lx->col++;
-  }
-}
-
-/* Skips blanks, comments and line continuations; stops at a newline that
- * ends a statement. */
-static void lx_skip(struct lexer *lx) {
-  for (;;) {
-    int c = lx_peekc(lx, 0);
-    if (c == ' ' || c == '\t' || c == '\r' || (c == '\n' && lx->depth > 0)) {
-      lx_bump(lx);
-    } else if (c == '#') {
-      while (lx_peekc(lx, 0) != -1 && lx_peekc(lx, 0) != '\n')
-        lx_bump(lx);
-    } else if (c == '\\') {
-      size_t k = 1;
-      while (lx_peekc(lx, k) == ' ' || lx_peekc(lx, k) == '\t' || lx_peekc(lx, k) == '\r')
-        k++;
-      int after = lx_peekc(lx, k);
-      if (after != '\n' && after != -1)
-        return;
-      while (k-- > 0)
-        lx_bump(lx);
-      if (after == '\n')
-        lx_bump(lx);
-      /* nothing but blanks after the continuation: more lines are expected */
-      size_t rest = lx->pos;
-      while (rest < lx->len && strchr(" \t\r\n", lx->s[rest]))
-        rest++;
-      if (rest == lx->len)
-        lx->trailing_escape = true;
-    } else {
-      return;
-    }
-  }
-}
-
-static int lex_string(struct lexer *lx, struct tok *t) {
-  size_t size = 1; /* the decoded string is no longer than its source text */
-  while (lx->pos + size < lx->len && lx->s[lx->pos + size] != '"')
-    size += lx->s[lx->pos + size] == '\\' ? 2 : 1;
-  char *buf = malloc(size);
-  size_t n = 0;
-  if (!buf)
-    return -ENOMEM;
-  lx_bump(lx); /* the opening quote */
-  for (;;) {
-    int c = lx_peekc(lx, 0);
-    if (c == -1) {
-      lx->open_string = true;
-      free(buf);
-      return set_error(lx->err, t->line, t->col, "unterminated string (expected a closing '\"')");
-    }
-    if (c == '"')
-      break;
-    if (c == '\\') {
-      int e = lx_peekc(lx, 1);
-      char d = e == '"' ? '"' : e == '\\' ? '\\' : e == 'n' ? '\n' : e == 't' ? '\t' : 0;
-      if (!d) {
-        int line = lx->line, col = lx->col;
-        free(buf);
-        if (e == -1) {
-          lx->open_string = true;
-          return set_error(lx->err, t->line, t->col, "unterminated string (expected a closing '\"')");
-        }
-        return set_error(lx->err, line, col,
-                         "unknown escape in string (expected \\\", \\\\, \\n or \\t)");
-      }
-      lx_bump(lx);
-      c = d;
-    }
-    lx_bump(lx);
-    buf[n++] = (char)c;
-  }
-  lx_bump(lx);
-  buf[n] = '\0';
-  t->kind = T_STR;
-  t->str = buf;
-  return 0;
-}
-
-/* Numbers: 2000, 0.60, .5, 3e-4; a letter suffix makes a duration (90s). */
-static int lex_number(struct lexer *lx, struct tok *t) {
-  size_t start = lx->pos;
-  while (is_digit(lx_peekc(lx, 0)))
-    lx_bump(lx);
-  if (lx_peekc(lx, 0) == '.' && is_digit(lx_peekc(lx, 1)))
-    for (lx_bump(lx); is_digit(lx_peekc(lx, 0));)
-      lx_bump(lx);
-  int e1 = lx_peekc(lx, 1);
-  if ((lx_peekc(lx, 0) | 32) == 'e' &&
-      (is_digit(e1) || ((e1 == '+' || e1 == '-') && is_digit(lx_peekc(lx, 2))))) {
-    lx_bump(lx);
-    lx_bump(lx);
-    while (is_digit(lx_peekc(lx, 0)))
-      lx_bump(lx);
-  }
-  size_t num_end = lx->pos;
-  while (is_word(lx_peekc(lx, 0)))
-    lx_bump(lx);
-  char text[64];
-  size_t n = lx->pos - start;
-  if (n >= sizeof text)
-    return set_error(lx->err, t->line, t->col, "number too long");
-  memcpy(text, lx->s + start, n);
-  text[n] = '\0';
-  if (lx->pos > num_end) {
-    if (sl_time_parse_duration(text, &t->dur_us) < 0)
-      return set_error(lx->err, t->line, t->col,
-                       "invalid number or duration '%s' (expected a unit ms, s, m, h or d)", text);
-    t->kind = T_DUR;
-    return 0;
-  }
-  t->num = strtod(text, NULL);
-  if (!isfinite(t->num))
-    return set_error(lx->err, t->line, t->col, "number '%s' out of range", text);
-  t->kind = T_NUM;
-  return 0;
-}
-
-/* Lexes the next token into *t (t->str owned by the caller). Returns 0, or
- * SL_EPARSE with lx->err filled (t->kind T_ERR), or -ENOMEM. */
-static int lex(struct lexer *lx, struct tok *t) {
-  memset(t, 0, sizeof *t);
-  lx_skip(lx);
-  t->start = lx->pos;
-  t->line = lx->line;
-  t->col = lx->col;
-  int c = lx_peekc(lx, 0), r = 0;
-  if (c == -1) {
-    t->kind = T_EOF;
-  } else if (c == '\n') {
-    lx_bump(lx);
-    t->kind = T_NEWLINE;
-  } else if (is_alpha(c)) {
-    while (is_word(lx_peekc(lx, 0)))
-      lx_bump(lx);
-    t->kind = T_NAME;
-  } else if (is_digit(c) || (c == '.' && is_digit(lx_peekc(lx, 1)))) {
-    r = lex_number(lx, t);
-  } else if (c == '"') {
-    r = lex_string(lx, t);
-  } else if (c == '%') {
-    lx_bump(lx);
-    t->kind = T_PCT;
-    if (lx_peekc(lx, 0) == '%') {
-      lx_bump(lx);
-      t->kind = T_PCT2;
-    }
-  } else if (c != 0 && strchr("=+-*/(),", c)) {
-    lx_bump(lx);
-    t->kind = T_OP;
-    t->op = (char)c;
-    if (c == '(')
-      lx->depth++;
-    else if (c == ')' && lx->depth > 0)
-      lx->depth--;
-  } else if (c < 0x20 || c == 0x7f) {
-    r = set_error(lx->err, t->line, t->col, "unexpected control character (code %d)", c);
-  } else if (c < 0x80) {
-    r = set_error(lx->err, t->line, t->col, "unexpected character '%c'", c);
-  } else {
-    r = set_error(lx->err, t->line, t->col, "unexpected non-ASCII character");
-  }
-  if (r < 0) {
-    free(t->str);
-    t->str = NULL;
-    t->kind = T_ERR;
-  }
-  t->end = lx->pos;
-  return r;
-}
 
 /* ---- syntax tree ------------------------------------------------------- */
 
@@ -433,9 +98,9 @@ struct parser {
 
 static int advance(struct parser *p) {
   free(p->tok.str);
-  int r = lex(&p->lx, &p->tok);
+  int r = jk_lex(&p->lx, &p->tok);
   if (r == 0 && p->tok.kind == T_EOF && p->lx.trailing_escape)
-    r = set_error(p->err, p->tok.line, p->tok.col, "expected a line after the continuation '\\'");
+    r = jk_lang_error(p->err, p->tok.line, p->tok.col, "expected a line after the continuation '\\'");
   return r;
 }
 
@@ -445,7 +110,7 @@ static enum tok_kind peek(struct parser *p, char *ret_op) {
   struct jk_parse_error scratch = {0};
   struct tok t;
   copy.err = &scratch;
-  lex(&copy, &t);
+  jk_lex(&copy, &t);
   free(t.str);
   if (ret_op)
     *ret_op = t.op;
@@ -491,15 +156,15 @@ static int expected(struct parser *p, const char *what) {
                       : p->tok.kind == T_STR     ? "a string"
                                                  : NULL;
   if (found)
-    return set_error(p->err, p->tok.line, p->tok.col, "expected %s, found %s", what, found);
-  return set_error(p->err, p->tok.line, p->tok.col, "expected %s, found '%s'", what,
+    return jk_lang_error(p->err, p->tok.line, p->tok.col, "expected %s, found %s", what, found);
+  return jk_lang_error(p->err, p->tok.line, p->tok.col, "expected %s, found '%s'", what,
                    tok_word(p, text, sizeof text));
 }
 
 static int new_expr(struct parser *p, enum jk_expr_kind kind, int line, int col,
                     struct jk_expr **ret) {
   if (++p->nodes > MAX_EXPR_NODES)
-    return set_error(p->err, line, col, "expression too long (more than %d terms)",
+    return jk_lang_error(p->err, line, col, "expression too long (more than %d terms)",
                      MAX_EXPR_NODES);
   struct jk_expr *e = calloc(1, sizeof *e);
   if (!e)
@@ -523,7 +188,7 @@ static void option_list(const char *context, char *buf, size_t size) {
 static int unknown_option(struct parser *p, const char *context, const char *what) {
   char name[40], list[200];
   option_list(context, list, sizeof list);
-  return set_error(p->err, p->tok.line, p->tok.col, "unknown option '%s' for %s (expected one of: %s)",
+  return jk_lang_error(p->err, p->tok.line, p->tok.col, "unknown option '%s' for %s (expected one of: %s)",
                    tok_word(p, name, sizeof name), what, list);
 }
 
@@ -546,9 +211,9 @@ static int misplaced_call(struct parser *p) {
   tok_word(p, name, sizeof name);
   for (size_t i = 0; i < sizeof places / sizeof places[0]; i++)
     if (strcmp(places[i][0], name) == 0)
-      return set_error(p->err, p->tok.line, p->tok.col, "%s() can only be used as %s", name,
+      return jk_lang_error(p->err, p->tok.line, p->tok.col, "%s() can only be used as %s", name,
                        places[i][1]);
-  return set_error(p->err, p->tok.line, p->tok.col,
+  return jk_lang_error(p->err, p->tok.line, p->tok.col,
                    "unknown function '%s' (expected one of: text, fashion_mnist, gpt, mlp, "
                    "input, password)",
                    name);
@@ -563,7 +228,7 @@ static int parse_name_or_literal(struct parser *p, struct jk_expr *e) {
   }
   char word[40];
   if (jk_lang_is_reserved(tok_word(p, word, sizeof word)))
-    return set_error(p->err, p->tok.line, p->tok.col, "'%s' is a keyword, not a value", word);
+    return jk_lang_error(p->err, p->tok.line, p->tok.col, "'%s' is a keyword, not a value", word);
   if (peek_is(p, '('))
     return misplaced_call(p);
   if (!(e->name = tok_text(p)))
@@ -600,7 +265,7 @@ static int parse_primary(struct parser *p, struct jk_expr **ret) {
     p->nodes--;
     e = NULL;
     if (++p->nesting > MAX_NESTING)
-      return set_error(p->err, p->tok.line, p->tok.col, "expression nested too deeply");
+      return jk_lang_error(p->err, p->tok.line, p->tok.col, "expression nested too deeply");
     if ((r = advance(p)) < 0 || (r = parse_expr(p, &e)) < 0)
       goto fail;
     if (!at_op(p, ')')) {
@@ -625,7 +290,7 @@ static int parse_unary(struct parser *p, struct jk_expr **ret) {
   struct jk_expr *e = NULL;
   int r;
   if (++p->nesting > MAX_NESTING)
-    return set_error(p->err, p->tok.line, p->tok.col, "expression nested too deeply");
+    return jk_lang_error(p->err, p->tok.line, p->tok.col, "expression nested too deeply");
   if ((r = new_expr(p, JK_EXPR_NEG, p->tok.line, p->tok.col, &e)) < 0)
     return r;
   if ((r = advance(p)) < 0 || (r = parse_unary(p, &e->lhs)) < 0) {
@@ -727,7 +392,7 @@ static int parse_opt_elem(struct parser *p, struct jk_expr **ret) {
     e->bare = true;
   }
   while (p->lx.pos < end)
-    lx_bump(&p->lx);
+    jk_lx_bump(&p->lx);
   if ((r = advance(p)) < 0) {
     free_expr(e);
     return r;
@@ -751,7 +416,7 @@ static int parse_options(struct parser *p, const char *context, const char *what
     if (!jk_lang_has_option(context, name))
       return unknown_option(p, context, what);
     if (has_opt(*opts, *n, name))
-      return set_error(p->err, p->tok.line, p->tok.col, "option '%s' given twice", name);
+      return jk_lang_error(p->err, p->tok.line, p->tok.col, "option '%s' given twice", name);
     if ((r = grow(opts, n, sizeof **opts)) < 0)
       return r;
     struct jk_option *o = &(*opts)[*n - 1];
@@ -780,7 +445,7 @@ static int expect_name(struct parser *p, const char *what, char **ret) {
   if (p->tok.kind != T_NAME)
     return expected(p, what);
   if (jk_lang_is_reserved(tok_word(p, word, sizeof word)))
-    return set_error(p->err, p->tok.line, p->tok.col,
+    return jk_lang_error(p->err, p->tok.line, p->tok.col,
                      "'%s' is a keyword and cannot be used as a name", word);
   if (!(*ret = tok_text(p)))
     return -ENOMEM;
@@ -799,7 +464,7 @@ static int parse_call(struct parser *p, const char *const *funcs, const char *wh
   while (funcs[k] && strcmp(funcs[k], name) != 0)
     k++;
   if (!funcs[k])
-    return set_error(p->err, p->tok.line, p->tok.col, "unknown function '%s' (expected %s)", name,
+    return jk_lang_error(p->err, p->tok.line, p->tok.col, "unknown function '%s' (expected %s)", name,
                      what);
   bool by_name = strcmp(name, "gpt") == 0 || strcmp(name, "mlp") == 0;
   struct jk_expr *e = NULL;
@@ -814,12 +479,12 @@ static int parse_call(struct parser *p, const char *const *funcs, const char *wh
       tok_word(p, opt, sizeof opt);
       if (!by_name || !jk_lang_has_option(name, opt)) {
         r = by_name ? unknown_option(p, name, name)
-                    : set_error(p->err, p->tok.line, p->tok.col,
+                    : jk_lang_error(p->err, p->tok.line, p->tok.col,
                                 "%s() takes no argument named '%s'", name, opt);
         goto fail;
       }
       if (has_opt(e->opts, e->n_opts, opt)) {
-        r = set_error(p->err, p->tok.line, p->tok.col, "option '%s' given twice", opt);
+        r = jk_lang_error(p->err, p->tok.line, p->tok.col, "option '%s' given twice", opt);
         goto fail;
       }
       if ((r = grow(&e->opts, &e->n_opts, sizeof *e->opts)) < 0)
@@ -831,7 +496,7 @@ static int parse_call(struct parser *p, const char *const *funcs, const char *wh
           (r = parse_expr(p, &o->value)) < 0)
         goto fail;
     } else if (by_name) {
-      r = set_error(p->err, p->tok.line, p->tok.col,
+      r = jk_lang_error(p->err, p->tok.line, p->tok.col,
                     "%s() takes options by name, such as layers=4", name);
       goto fail;
     } else {
@@ -852,7 +517,7 @@ static int parse_call(struct parser *p, const char *const *funcs, const char *wh
   size_t most = strcmp(name, "fashion_mnist") == 0 ? 0 : 1;
   size_t least = strcmp(name, "text") == 0 ? 1 : 0;
   if (e->n_items > most || e->n_items < least) {
-    r = set_error(p->err, e->line, e->col, "%s() takes %s", name,
+    r = jk_lang_error(p->err, e->line, e->col, "%s() takes %s", name,
                   most == 0 ? "no arguments" : least ? "one argument: text(\"PATH\")"
                                                      : "at most one argument, the prompt");
     goto fail;
@@ -910,13 +575,13 @@ static int parse_magic_name(struct parser *p, bool cell, enum jk_magic_args *ret
   while (pos < p->lx.len && is_word((unsigned char)p->lx.s[pos]))
     pos++;
   if (pos == start)
-    return set_error(p->err, p->lx.line, p->lx.col, "expected a magic name after '%s'",
+    return jk_lang_error(p->err, p->lx.line, p->lx.col, "expected a magic name after '%s'",
                      prefix[cell]);
   char name[40];
   snprintf(name, sizeof name, "%.*s", (int)(pos - start), p->lx.s + start);
   if (jk_lang_magic(name, cell, ret_args) < 0) {
     if (jk_lang_magic(name, !cell, NULL) == 0)
-      return set_error(p->err, p->tok.line, p->tok.col, "'%s%s' is a %s magic: write %s%s",
+      return jk_lang_error(p->err, p->tok.line, p->tok.col, "'%s%s' is a %s magic: write %s%s",
                        prefix[cell], name, cell ? "line" : "cell", prefix[!cell], name);
     char list[200] = "";
     const char *w;
@@ -924,13 +589,13 @@ static int parse_magic_name(struct parser *p, bool cell, enum jk_magic_args *ret
     for (size_t i = 0, n = 0; (w = jk_lang_word(i, &kind)) && n < sizeof list; i++)
       if (kind == (cell ? JK_WORD_CELL_MAGIC : JK_WORD_MAGIC))
         n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? ", " : "", w);
-    return set_error(p->err, p->tok.line, p->tok.col, "unknown magic '%s%s' (expected one of: %s)",
+    return jk_lang_error(p->err, p->tok.line, p->tok.col, "unknown magic '%s%s' (expected one of: %s)",
                      prefix[cell], name, list);
   }
   if (!(*ret_name = strdup(name)))
     return -ENOMEM;
   while (p->lx.pos < pos)
-    lx_bump(&p->lx);
+    jk_lx_bump(&p->lx);
   return 0;
 }
 
@@ -938,7 +603,7 @@ static int parse_magic_name(struct parser *p, bool cell, enum jk_magic_args *ret
 static int parse_magic_args(struct parser *p, struct jk_stmt *st, enum jk_magic_args kind) {
   const char *s = p->lx.s;
   while (p->lx.pos < p->lx.len && (s[p->lx.pos] == ' ' || s[p->lx.pos] == '\t'))
-    lx_bump(&p->lx);
+    jk_lx_bump(&p->lx);
   int line = p->lx.line, col = p->lx.col;
   size_t start = p->lx.pos, end = start, stop = start;
   while (stop < p->lx.len && s[stop] != '\n' &&
@@ -950,13 +615,13 @@ static int parse_magic_args(struct parser *p, struct jk_stmt *st, enum jk_magic_
   if (!(st->args = strndup(s + start, end - start)))
     return -ENOMEM;
   if (kind == JK_MAGIC_ARGS_NONE && end > start)
-    return set_error(p->err, line, col, "%%%s takes no arguments", st->name);
+    return jk_lang_error(p->err, line, col, "%%%s takes no arguments", st->name);
   if (kind == JK_MAGIC_ARGS_ONE && (end == start || strpbrk(st->args, " \t")))
-    return set_error(p->err, line, col, "%%%s takes one argument", st->name);
+    return jk_lang_error(p->err, line, col, "%%%s takes one argument", st->name);
   while (p->lx.pos < stop)
-    lx_bump(&p->lx);
+    jk_lx_bump(&p->lx);
   while (p->lx.pos < p->lx.len && p->lx.s[p->lx.pos] != '\n')
-    lx_bump(&p->lx);
+    jk_lx_bump(&p->lx);
   return advance(p);
 }
 
@@ -966,7 +631,7 @@ static int parse_magic(struct parser *p, struct jk_stmt *st, bool first) {
   char context[48];
   int r;
   if (cell && !first)
-    return set_error(p->err, p->tok.line, p->tok.col,
+    return jk_lang_error(p->err, p->tok.line, p->tok.col,
                      "a cell magic must be on the first line of the cell");
   st->kind = cell ? JK_STMT_CELL_MAGIC : JK_STMT_LINE_MAGIC;
   if ((r = parse_magic_name(p, cell, &kind, &st->name)) < 0)
@@ -1041,7 +706,7 @@ static int parse_stmt(struct parser *p, struct jk_stmt *st, bool first) {
   if (p->tok.kind == T_NAME) {
     tok_word(p, word, sizeof word);
     if (jk_lang_is_reserved(word) && peek_is(p, '='))
-      return set_error(p->err, p->tok.line, p->tok.col,
+      return jk_lang_error(p->err, p->tok.line, p->tok.col,
                        "'%s' is a keyword and cannot be used as a variable name", word);
     for (size_t i = 0; i < sizeof statements / sizeof statements[0]; i++) {
       if (strcmp(word, statements[i].word) != 0)
@@ -1068,7 +733,7 @@ static int parse_stmt(struct parser *p, struct jk_stmt *st, bool first) {
       return parse_assign(p, st);
     enum tok_kind next = peek(p, NULL);
     if (next == T_NAME || next == T_STR || next == T_NUM || next == T_DUR)
-      return set_error(p->err, p->tok.line, p->tok.col,
+      return jk_lang_error(p->err, p->tok.line, p->tok.col,
                        "unknown statement '%s' (expected one of: data, model, train, eval, "
                        "sample, show, print, sleep, NAME = EXPR, or an expression)",
                        word);
@@ -1084,7 +749,7 @@ int jk_parse(const char *code, size_t len, struct jk_cell **ret, struct jk_parse
   if (!code)
     len = 0;
   if (len > MAX_CELL_BYTES)
-    return set_error(err, 1, 1, "cell too large (more than %u bytes)", MAX_CELL_BYTES);
+    return jk_lang_error(err, 1, 1, "cell too large (more than %u bytes)", MAX_CELL_BYTES);
   struct parser p = {.lx = {.s = code ? code : "", .len = len, .line = 1, .col = 1, .err = err},
                      .err = err};
   struct jk_cell *cell = calloc(1, sizeof *cell);
@@ -1114,163 +779,4 @@ int jk_parse(const char *code, size_t len, struct jk_cell **ret, struct jk_parse
   free(p.tok.str);
   *ret = cell;
   return 0;
-}
-
-/* ---- evaluation -------------------------------------------------------- */
-
-struct evaluator {
-  jk_lookup_fn lookup;
-  void *userdata;
-  char *err;
-  size_t err_size;
-};
-
-__attribute__((format(printf, 4, 5))) static int eval_fail(struct evaluator *ev,
-                                                           const struct jk_expr *x, int code,
-                                                           const char *fmt, ...) {
-  if (ev->err && ev->err_size) {
-    char msg[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    snprintf(ev->err, ev->err_size, "line %d, column %d: %s", x->line, x->col, msg);
-  }
-  return code;
-}
-
-static const char *type_name(enum jk_value_type t) {
-  static const char *const names[] = {"nothing", "a number", "a string",
-                                      "a boolean", "a duration", "a list"};
-  return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "a value";
-}
-
-static int arith_num(struct evaluator *ev, const struct jk_expr *x, double a, double b,
-                     struct jk_value *ret) {
-  double v = x->op == '+' ? a + b : x->op == '-' ? a - b : x->op == '*' ? a * b : 0;
-  if (x->op == '/') {
-    if (b == 0)
-      return eval_fail(ev, x, -EDOM, "division by zero");
-    v = a / b;
-  }
-  if (!isfinite(v))
-    return eval_fail(ev, x, -ERANGE, "number out of range");
-  ret->type = JK_VAL_NUM;
-  ret->num = v;
-  return 0;
-}
-
-static int arith_duration(struct evaluator *ev, const struct jk_expr *x, const struct jk_value *a,
-                          const struct jk_value *b, struct jk_value *ret) {
-  bool da = a->type == JK_VAL_DURATION, db = b->type == JK_VAL_DURATION;
-  double v;
-  if (da && db && x->op == '/') {
-    if (b->duration_us == 0)
-      return eval_fail(ev, x, -EDOM, "division by zero");
-    return arith_num(ev, x, (double)a->duration_us, (double)b->duration_us, ret);
-  }
-  if (da && db && (x->op == '+' || x->op == '-'))
-    v = x->op == '+' ? (double)a->duration_us + (double)b->duration_us
-                     : (double)a->duration_us - (double)b->duration_us;
-  else if (x->op == '*' && da != db)
-    v = da ? (double)a->duration_us * b->num : a->num * (double)b->duration_us;
-  else if (x->op == '/' && da && !db) {
-    if (b->num == 0)
-      return eval_fail(ev, x, -EDOM, "division by zero");
-    v = (double)a->duration_us / b->num;
-  } else {
-    return eval_fail(ev, x, SL_ETYPE, "cannot apply '%c' to %s and %s", x->op,
-                     type_name(a->type), type_name(b->type));
-  }
-  if (!(fabs(v) < 9.0e18))
-    return eval_fail(ev, x, -ERANGE, "duration out of range");
-  ret->type = JK_VAL_DURATION;
-  ret->duration_us = (int64_t)llround(v);
-  return 0;
-}
-
-static int eval_binop(struct evaluator *ev, const struct jk_expr *x, const struct jk_value *a,
-                      const struct jk_value *b, struct jk_value *ret) {
-  if (a->type == JK_VAL_NUM && b->type == JK_VAL_NUM)
-    return arith_num(ev, x, a->num, b->num, ret);
-  if (x->op == '+' && a->type == JK_VAL_STR && b->type == JK_VAL_STR) {
-    size_t na = strlen(a->str), nb = strlen(b->str);
-    char *s = malloc(na + nb + 1);
-    if (!s)
-      return -ENOMEM;
-    memcpy(s, a->str, na);
-    memcpy(s + na, b->str, nb + 1);
-    ret->type = JK_VAL_STR;
-    ret->str = s;
-    return 0;
-  }
-  bool nd = (a->type == JK_VAL_NUM || a->type == JK_VAL_DURATION) &&
-            (b->type == JK_VAL_NUM || b->type == JK_VAL_DURATION);
-  if (nd)
-    return arith_duration(ev, x, a, b, ret);
-  return eval_fail(ev, x, SL_ETYPE, "cannot apply '%c' to %s and %s", x->op, type_name(a->type),
-                   type_name(b->type));
-}
-
-static int eval(struct evaluator *ev, const struct jk_expr *x, struct jk_value *ret) {
-  struct jk_value a = {0}, b = {0}, out = {0};
-  const struct jk_value *v;
-  int r = 0;
-  switch (x->kind) {
-  case JK_EXPR_LITERAL: return jk_value_copy(&x->lit, ret);
-  case JK_EXPR_NAME:
-    v = ev->lookup && x->name ? ev->lookup(ev->userdata, x->name) : NULL;
-    if (v)
-      return jk_value_copy(v, ret);
-    if (!x->bare)
-      return eval_fail(ev, x, SL_ENAME, "unknown name '%s'", x->name ? x->name : "");
-    out.type = JK_VAL_STR;
-    if (!(out.str = strdup(x->name)))
-      return -ENOMEM;
-    break;
-  case JK_EXPR_LIST:
-    out.type = JK_VAL_LIST;
-    if (x->n_items && !(out.items = calloc(x->n_items, sizeof *out.items)))
-      return -ENOMEM;
-    for (; r >= 0 && out.n_items < x->n_items; out.n_items++)
-      r = eval(ev, x->items[out.n_items], &out.items[out.n_items]);
-    break;
-  case JK_EXPR_NEG:
-    if ((r = eval(ev, x->lhs, &a)) < 0)
-      break;
-    if (a.type == JK_VAL_NUM) {
-      out.type = JK_VAL_NUM;
-      out.num = a.num == 0 ? 0 : -a.num;
-    } else if (a.type == JK_VAL_DURATION) {
-      out.type = JK_VAL_DURATION;
-      out.duration_us = -a.duration_us;
-    } else {
-      r = eval_fail(ev, x, SL_ETYPE, "cannot negate %s", type_name(a.type));
-    }
-    break;
-  case JK_EXPR_BINOP:
-    if ((r = eval(ev, x->lhs, &a)) >= 0 && (r = eval(ev, x->rhs, &b)) >= 0)
-      r = eval_binop(ev, x, &a, &b, &out);
-    break;
-  case JK_EXPR_CALL:
-    return eval_fail(ev, x, SL_ETYPE, "%s() is not a value here", x->name ? x->name : "");
-  }
-  jk_value_done(&a);
-  jk_value_done(&b);
-  if (r < 0) {
-    jk_value_done(&out);
-    return r;
-  }
-  *ret = out;
-  return 0;
-}
-
-int jk_eval(const struct jk_expr *expr, jk_lookup_fn lookup, void *userdata,
-            struct jk_value *ret, char *err, size_t err_size) {
-  struct evaluator ev = {lookup, userdata, err, err_size};
-  if (err && err_size)
-    err[0] = '\0';
-  if (!expr)
-    return -EINVAL;
-  return eval(&ev, expr, ret);
 }
