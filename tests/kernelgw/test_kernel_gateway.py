@@ -210,14 +210,27 @@ def stop_gateway(home):
         os.kill(pid, signal.SIGTERM)
     except (OSError, ValueError, IndexError):
         pass
-    for d in os.listdir("/proc"):
-        if d.isdigit():
+    def ours():
+        pids = []
+        for d in os.listdir("/proc"):
             try:
                 with open("/proc/%s/cmdline" % d, "rb") as f:
-                    if home.encode() in f.read():
-                        os.kill(int(d), signal.SIGTERM)
-            except OSError:
+                    cmd = f.read()
+                with open("/proc/%s/stat" % d) as f:
+                    zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+                if home.encode() in cmd and not zombie:
+                    pids.append(int(d))
+            except (OSError, ValueError, IndexError):
                 pass
+        return pids
+
+    for pid in ours():
+        os.kill(pid, signal.SIGTERM)
+    end = time.monotonic() + 10
+    while ours() and time.monotonic() < end:
+        time.sleep(0.1)  # waiting for processes to exit has no event to block on
+    for pid in ours():
+        os.kill(pid, signal.SIGKILL)
 
 
 def main():
