@@ -27,17 +27,23 @@ int tc_get_threads(void) { return g_threads; }
 
 struct gemm {
   CBLAS_TRANSPOSE ta, tb;
-  int M, N, K, lda, ldb, ldc, mb, nb, tiles_n;
+  int M, N, K, lda, ldb, ldc, split_rows, chunk, parts;
   float alpha, beta;
   const float *A, *B;
   float *C;
 };
 
-static void gemm_tiles(void *arg, size_t lo, size_t hi) {
+static void gemm_chunks(void *arg, size_t lo, size_t hi) {
   const struct gemm *g = arg;
   for (size_t t = lo; t < hi; t++) {
-    int i0 = (int)(t / (size_t)g->tiles_n) * g->mb, j0 = (int)(t % (size_t)g->tiles_n) * g->nb;
-    int m = g->M - i0 < g->mb ? g->M - i0 : g->mb, n = g->N - j0 < g->nb ? g->N - j0 : g->nb;
+    int i0 = 0, j0 = 0, m = g->M, n = g->N;
+    if (g->split_rows) {
+      i0 = (int)t * g->chunk;
+      m = g->M - i0 < g->chunk ? g->M - i0 : g->chunk;
+    } else {
+      j0 = (int)t * g->chunk;
+      n = g->N - j0 < g->chunk ? g->N - j0 : g->chunk;
+    }
     const float *a = g->ta == CblasTrans ? g->A + i0 : g->A + (size_t)i0 * g->lda;
     const float *b = g->tb == CblasTrans ? g->B + (size_t)j0 * g->ldb : g->B + j0;
     cblas_sgemm(CblasRowMajor, g->ta, g->tb, m, n, g->K, g->alpha, a, g->lda, b, g->ldb, g->beta,
@@ -45,16 +51,30 @@ static void gemm_tiles(void *arg, size_t lo, size_t hi) {
   }
 }
 
-/* The tile grid depends on the shape only, never on the thread count: each
- * output element is always computed by the same single-threaded call. */
+/* Few large chunks: the larger output dimension is cut into a number of
+ * slices that depends on the shape only, never on the thread count, and each
+ * slice is one single-threaded CBLAS call over the whole K. Every output
+ * element is thus always computed by the same call with the same summation
+ * order. Large slices keep OpenBLAS's packing cost per call small, so one
+ * thread loses little against a single call. */
+#define GEMM_SLICES 4
+#define GEMM_MIN_WORK (1u << 21) /* M*N*K below which one call does it all */
+#define GEMM_ALIGN 16            /* slice edges on OpenBLAS's micro-tile grid */
+
 void tc_sgemm(enum tc_trans ta, enum tc_trans tb, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C,
               int ldc) {
+  if (M <= 0 || N <= 0) return;
   struct gemm g = {ta == TC_T ? CblasTrans : CblasNoTrans, tb == TC_T ? CblasTrans : CblasNoTrans,
-                   M, N, K, lda, ldb, ldc, M >= 2048 ? 256 : 64, 256, 0, alpha, beta, A, B, C};
-  g.tiles_n = (N + g.nb - 1) / g.nb;
-  size_t tiles = (size_t)((M + g.mb - 1) / g.mb) * (size_t)g.tiles_n;
-  tc_par_for(tiles, 1, gemm_tiles, &g);
+                   M, N, K, lda, ldb, ldc, M >= N, 0, 1, alpha, beta, A, B, C};
+  int dim = g.split_rows ? M : N;
+  double work = (double)M * N * (K > 0 ? K : 1);
+  int slices = work < GEMM_MIN_WORK ? 1 : GEMM_SLICES;
+  int chunk = (dim + slices - 1) / slices;
+  chunk = (chunk + GEMM_ALIGN - 1) / GEMM_ALIGN * GEMM_ALIGN;
+  g.chunk = chunk;
+  g.parts = (dim + chunk - 1) / chunk;
+  tc_par_for((size_t)g.parts, 1, gemm_chunks, &g);
 }
 
 void tc_sgemm_ref(enum tc_trans ta, enum tc_trans tb, int M, int N, int K, float alpha,
@@ -154,70 +174,141 @@ void tc_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
-/* exp(x) for x in [-87, 88]: x = k ln2 + r with |r| <= ln2/2, then a degree-7
- * Taylor polynomial of e^r (relative error below 2e-7) scaled by 2^k through
- * the exponent bits. Branch-free so loops over it vectorise. */
-static inline float fast_exp(float x) {
-  x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
-  float k = __builtin_rintf(x * 1.44269504088896341f);
+/* exp(x) for x >= 0, saturating at e^88: x = k ln2 + r with |r| <= ln2/2,
+ * then a degree-7 Taylor polynomial of e^r (relative error below 2e-7)
+ * scaled by 2^k through the exponent bits. Branch-free, and the clamp works
+ * on the bit pattern (non-negative floats order like their bits) because a
+ * float compare would keep GCC from vectorising under -ftrapping-math. */
+static inline float fast_exp_pos(float x) {
+  union {
+    float f;
+    int32_t i;
+  } v = {.f = x};
+  const int32_t max_bits = 0x42b00000; /* 88.0f */
+  v.i = v.i > max_bits ? max_bits : v.i;
+  x = v.f;
+  /* round to nearest even: adding and removing 1.5 * 2^23 leaves no fraction */
+  float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
   float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
                                               r * (1.0f / 720 + r * (1.0f / 5040)))))));
-  int32_t bits = ((int32_t)k + 127) << 23;
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+  union {
+    int32_t i;
+    float f;
+  } scale = {.i = ((int32_t)k + 127) << 23};
+  return p * scale.f;
 }
 
 /* tanh through exp: absolute error about 1e-7, which is what GELU needs. */
 static inline float fast_tanh(float u) {
-  float a = u < 0.0f ? -u : u;
-  float t = 1.0f - 2.0f / (fast_exp(2.0f * a) + 1.0f);
-  return u < 0.0f ? -t : t;
+  float t = 1.0f - 2.0f / (fast_exp_pos(2.0f * fabsf(u)) + 1.0f);
+  return copysignf(t, u);
 }
+
+/* Elementwise loops run over fixed blocks of EW_BLOCK elements, the unit
+ * tc_par hands out; a block is always computed by the same vectorised code
+ * whatever the thread count. A span function sees one block; out may equal b
+ * (in place), never overlap it otherwise. */
+#define EW_BLOCK 2048
+
+typedef void (*ew_span_fn)(float *out, const float *a, const float *b, size_t n);
 
 struct ew {
   float *out;
   const float *a, *b;
+  size_t n;
+  ew_span_fn span;
 };
 
-static void gelu_fwd_range(void *arg, size_t lo, size_t hi) {
+static void ew_blocks(void *arg, size_t lo, size_t hi) {
   const struct ew *e = arg;
-  for (size_t i = lo; i < hi; i++) {
-    float x = e->a[i];
-    float u = GELU_K * (x + 0.044715f * x * x * x);
-    e->out[i] = 0.5f * x * (1.0f + fast_tanh(u));
+  for (size_t blk = lo; blk < hi; blk++) {
+    size_t i0 = blk * EW_BLOCK, i1 = i0 + EW_BLOCK < e->n ? i0 + EW_BLOCK : e->n;
+    e->span(e->out + i0, e->a + i0, e->b ? e->b + i0 : NULL, i1 - i0);
   }
+}
+
+static void ew_run(float *out, const float *a, const float *b, size_t n, ew_span_fn span) {
+  struct ew e = {out, a, b, n, span};
+  tc_par_for((n + EW_BLOCK - 1) / EW_BLOCK, 2, ew_blocks, &e);
+}
+
+static inline float gelu_fwd1(float x) {
+  float u = GELU_K * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + fast_tanh(u));
+}
+
+static inline float gelu_grad1(float x) {
+  float u = GELU_K * (x + 0.044715f * x * x * x);
+  float t = fast_tanh(u);
+  float sech2 = 1.0f - t * t;
+  return 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+static void gelu_fwd_loop(float *restrict out, const float *restrict inp, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = gelu_fwd1(inp[i]);
+}
+
+static void gelu_fwd_span(float *out, const float *inp, const float *unused, size_t n) {
+  (void)unused;
+  gelu_fwd_loop(out, inp, n);
 }
 
 void tc_gelu_forward(float *out, const float *inp, size_t n) {
-  struct ew e = {out, inp, NULL};
-  tc_par_for(n, 4096, gelu_fwd_range, &e);
+  ew_run(out, inp, NULL, n, gelu_fwd_span);
 }
 
-static void gelu_bwd_range(void *arg, size_t lo, size_t hi) {
-  const struct ew *e = arg;
-  for (size_t i = lo; i < hi; i++) {
-    float x = e->a[i];
-    float u = GELU_K * (x + 0.044715f * x * x * x);
-    float t = fast_tanh(u);
-    float sech2 = 1.0f - t * t;
-    float g = 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-    e->out[i] = g * e->b[i];
-  }
+static void gelu_bwd_loop(float *restrict out, const float *restrict inp,
+                          const float *restrict dout, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = gelu_grad1(inp[i]) * dout[i];
+}
+
+static void gelu_bwd_inplace(float *restrict io, const float *restrict inp, size_t n) {
+  for (size_t i = 0; i < n; i++) io[i] = gelu_grad1(inp[i]) * io[i];
+}
+
+static void gelu_bwd_span(float *out, const float *inp, const float *dout, size_t n) {
+  if (out == dout)
+    gelu_bwd_inplace(out, inp, n);
+  else
+    gelu_bwd_loop(out, inp, dout, n);
 }
 
 void tc_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-  struct ew e = {dinp, inp, dout};
-  tc_par_for(n, 4096, gelu_bwd_range, &e);
+  ew_run(dinp, inp, dout, n, gelu_bwd_span);
 }
 
-void tc_relu_forward(float *out, const float *inp, size_t n) {
+static void relu_fwd_loop(float *restrict out, const float *restrict inp, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
 }
 
+static void relu_fwd_span(float *out, const float *inp, const float *unused, size_t n) {
+  (void)unused;
+  relu_fwd_loop(out, inp, n);
+}
+
+void tc_relu_forward(float *out, const float *inp, size_t n) {
+  ew_run(out, inp, NULL, n, relu_fwd_span);
+}
+
+static void relu_bwd_loop(float *restrict out, const float *restrict inp,
+                          const float *restrict dout, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+static void relu_bwd_inplace(float *restrict io, const float *restrict inp, size_t n) {
+  for (size_t i = 0; i < n; i++) io[i] = inp[i] > 0.0f ? io[i] : 0.0f;
+}
+
+static void relu_bwd_span(float *out, const float *inp, const float *dout, size_t n) {
+  if (out == dout)
+    relu_bwd_inplace(out, inp, n);
+  else
+    relu_bwd_loop(out, inp, dout, n);
+}
+
 void tc_relu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-  for (size_t i = 0; i < n; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+  ew_run(dinp, inp, dout, n, relu_bwd_span);
 }
 
 struct attn {
@@ -384,6 +475,24 @@ void tc_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_
     }
 }
 
-void tc_add(float *out, const float *a, const float *b, size_t n) {
+static void add_loop(float *restrict out, const float *restrict a, const float *restrict b,
+                     size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+static void add_inplace(float *restrict io, const float *restrict b, size_t n) {
+  for (size_t i = 0; i < n; i++) io[i] = io[i] + b[i];
+}
+
+static void add_span(float *out, const float *a, const float *b, size_t n) {
+  if (out == a)
+    add_inplace(out, b, n);
+  else if (out == b)
+    add_inplace(out, a, n);
+  else
+    add_loop(out, a, b, n);
+}
+
+void tc_add(float *out, const float *a, const float *b, size_t n) {
+  ew_run(out, a, b, n, add_span);
 }
