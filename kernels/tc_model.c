@@ -6,6 +6,9 @@
 #include "tc_model.h"
 
 #include <errno.h>
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +16,7 @@
 
 #include "sl_err.h"
 #include "tc_model_int.h"
+#include "tc_par.h"
 
 int tc_config_validate(const struct tc_config *c, char *err, size_t err_size) {
   if (c->kind == TC_MODEL_GPT) {
@@ -190,38 +194,127 @@ const float *tc_model_logits(const struct tc_model *m) {
   return m->cfg.kind == TC_MODEL_GPT && m->acts ? m->acts->logits : NULL;
 }
 
+/* The optimizer's loops split the packed arrays into pieces fixed by n_params
+ * alone and run them on the tc_par pool; every element's update is
+ * independent and the norm's partial sums are added in piece order, so the
+ * numbers never depend on the thread count. */
+#define NORM_PARTS 64
+#define OPT_BLOCK 8192
+
+struct norm_job {
+  const float *g;
+  size_t n;
+  double part[NORM_PARTS];
+};
+
+/* Sum of squares of one fixed piece, in double, over 8 interleaved lanes. */
+static void norm_parts(void *arg, size_t lo, size_t hi) {
+  struct norm_job *j = arg;
+  for (size_t p = lo; p < hi; p++) {
+    size_t a = j->n * p / NORM_PARTS, b = j->n * (p + 1) / NORM_PARTS;
+    const float *g = j->g;
+    double acc[8] = {0};
+    size_t i = a;
+    for (; i + 8 <= b; i += 8)
+      for (int k = 0; k < 8; k++) acc[k] += (double)g[i + k] * g[i + k];
+    double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < b; i++) s += (double)g[i] * g[i];
+    j->part[p] = s;
+  }
+}
+
+struct scale_job {
+  float *g;
+  size_t n;
+  float s;
+};
+
+static void scale_blocks(void *arg, size_t lo, size_t hi) {
+  const struct scale_job *j = arg;
+  float *restrict g = j->g;
+  size_t a = lo * OPT_BLOCK, b = hi * OPT_BLOCK < j->n ? hi * OPT_BLOCK : j->n;
+  for (size_t i = a; i < b; i++) g[i] *= j->s;
+}
+
 double tc_model_clip_grads(struct tc_model *m, float max_norm) {
-  /* Fixed-size blocks summed in order: the same at any thread count. */
+  struct norm_job nj = {.g = m->grads, .n = m->n_params};
+  tc_par_for(NORM_PARTS, 1, norm_parts, &nj);
   double total = 0.0;
-  const float *g = m->grads;
-  for (size_t i = 0; i < m->n_params; i++) total += (double)g[i] * g[i];
+  for (int p = 0; p < NORM_PARTS; p++) total += nj.part[p];
   double norm = sqrt(total);
   if (max_norm > 0.0f && norm > max_norm) {
-    float s = (float)(max_norm / (norm + 1e-6));
-    for (size_t i = 0; i < m->n_params; i++) m->grads[i] *= s;
+    struct scale_job sj = {m->grads, m->n_params, (float)(max_norm / (norm + 1e-6))};
+    tc_par_for((m->n_params + OPT_BLOCK - 1) / OPT_BLOCK, 2, scale_blocks, &sj);
   }
   return norm;
+}
+
+struct adamw_job {
+  struct tc_model *m;
+  float beta1, beta2, eps, step_size, bc2_sqrt, lr_wd;
+};
+
+static void sqrt_span(float *restrict out, const float *restrict in, size_t n) {
+  size_t k = 0;
+#ifdef __AVX__
+  /* sqrtf would not vectorise while it may set errno; both round correctly */
+  for (; k + 8 <= n; k += 8) _mm256_storeu_ps(out + k, _mm256_sqrt_ps(_mm256_loadu_ps(in + k)));
+#endif
+  for (; k < n; k++) out[k] = sqrtf(in[k]);
+}
+
+/* AdamW over n elements of one tensor, 256 at a time so the square roots stay in L1. */
+static void adamw_span(const struct adamw_job *j, float decay, float *restrict p,
+                       const float *restrict g, float *restrict mm, float *restrict vv,
+                       size_t n) {
+  float b1 = j->beta1, b2 = j->beta2, eps = j->eps, step = j->step_size, bc2 = j->bc2_sqrt;
+  float root[256];
+  for (size_t i0 = 0; i0 < n; i0 += 256) {
+    size_t c = n - i0 < 256 ? n - i0 : 256;
+    for (size_t k = 0; k < c; k++) {
+      float gk = g[i0 + k];
+      mm[i0 + k] = b1 * mm[i0 + k] + (1.0f - b1) * gk;
+      vv[i0 + k] = b2 * vv[i0 + k] + (1.0f - b2) * gk * gk;
+    }
+    sqrt_span(root, vv + i0, c);
+    for (size_t k = 0; k < c; k++) {
+      float denom = root[k] / bc2 + eps;
+      p[i0 + k] = p[i0 + k] * decay - step * mm[i0 + k] / denom;
+    }
+  }
+}
+
+/* Blocks of OPT_BLOCK elements of the packed arrays; a block may span tensors. */
+static void adamw_blocks(void *arg, size_t lo, size_t hi) {
+  const struct adamw_job *j = arg;
+  struct tc_model *m = j->m;
+  size_t a = lo * OPT_BLOCK, b = hi * OPT_BLOCK < m->n_params ? hi * OPT_BLOCK : m->n_params;
+  int t = 0, hi_t = m->n_tensors - 1; /* last tensor starting at or before a */
+  while (t < hi_t) {
+    int mid = (t + hi_t + 1) / 2;
+    if (m->tensors[mid].offset <= a)
+      t = mid;
+    else
+      hi_t = mid - 1;
+  }
+  for (size_t i = a; i < b; t++) {
+    const struct tc_tensor *ts = &m->tensors[t];
+    size_t end = ts->offset + ts->numel < b ? ts->offset + ts->numel : b;
+    if (end > i) {
+      float decay = ts->decay ? 1.0f - j->lr_wd : 1.0f;
+      adamw_span(j, decay, m->params + i, m->grads + i, m->m + i, m->v + i, end - i);
+      i = end;
+    }
+  }
 }
 
 void tc_model_adamw(struct tc_model *m, const struct tc_adamw *hp, float lr) {
   m->adam_t++;
   double bc1 = 1.0 - pow(hp->beta1, (double)m->adam_t);
   double bc2 = 1.0 - pow(hp->beta2, (double)m->adam_t);
-  float step_size = (float)(lr / bc1);
-  float bc2_sqrt = (float)sqrt(bc2);
-  for (int i = 0; i < m->n_tensors; i++) {
-    const struct tc_tensor *t = &m->tensors[i];
-    float decay = t->decay ? 1.0f - lr * hp->weight_decay : 1.0f;
-    float *p = m->params + t->offset, *g = m->grads + t->offset;
-    float *mm = m->m + t->offset, *vv = m->v + t->offset;
-    for (size_t k = 0; k < t->numel; k++) {
-      float gk = g[k];
-      mm[k] = hp->beta1 * mm[k] + (1.0f - hp->beta1) * gk;
-      vv[k] = hp->beta2 * vv[k] + (1.0f - hp->beta2) * gk * gk;
-      float denom = sqrtf(vv[k]) / bc2_sqrt + hp->eps;
-      p[k] = p[k] * decay - step_size * mm[k] / denom;
-    }
-  }
+  struct adamw_job j = {m, hp->beta1, hp->beta2, hp->eps, (float)(lr / bc1), (float)sqrt(bc2),
+                        lr * hp->weight_decay};
+  tc_par_for((m->n_params + OPT_BLOCK - 1) / OPT_BLOCK, 2, adamw_blocks, &j);
 }
 
 float tc_lr_at(uint64_t step, uint64_t warmup, uint64_t total, float lr) {
