@@ -133,6 +133,10 @@ def case_notice(tmp, worker_exe, train_exe):
     try:
         gw.send(train_assign("J000005", data, 10_000_000, checkpoint_every=1000))
         gw.recv(lambda m: of("J000005", "metric")(m) and m["data"].get("step", 0) >= 20, 20, "step 20")
+        # An expired token (401) makes the worker fetch a new one.
+        meta.wait_tokens(1, 5)
+        meta.expire_token()
+        meta.wait_tokens(2, 5)
         lead = 20.0
         deadline = time.time() + lead
         meta.notice = {"action": "terminate",
@@ -194,6 +198,26 @@ def case_sigterm(tmp, worker_exe, train_exe):
     finally:
         w.kill()
         gw.close()
+
+
+def case_rebalance(tmp, worker_exe, train_exe):
+    data = text_file(tmp)
+    meta = Metadata()
+    gw, w = start(tmp, worker_exe, train_exe, meta)
+    try:
+        gw.send(train_assign("J000012", data, 10_000_000, checkpoint_every=0))
+        gw.recv(lambda m: of("J000012", "metric")(m) and m["data"].get("step", 0) >= 3, 20, "step 3")
+        meta.rebalance = {"noticeTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        n = gw.recv(lambda m: m["type"] == "notice", 10, "notice")
+        assert n["action"] == "rebalance" and n["deadline_us"] > time.time() * 1e6, n
+        msgs = run_until_done(gw, "J000012", 20)
+        cks = [m for m in msgs if m["type"] == "checkpoint"]
+        assert msgs[-1]["status"] == "preempted" and cks and msgs[-1]["step"] == cks[-1]["step"], msgs[-2:]
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+        meta.close()
 
 
 def case_run(tmp, worker_exe, train_exe):

@@ -25,6 +25,7 @@ class Metadata:
         self.tokens_issued = 0
         self.bad_requests = []
         self.token = None
+        self.cond = threading.Condition()
         meta = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -42,8 +43,10 @@ class Metadata:
                         self.headers.get("X-aws-ec2-metadata-token-ttl-seconds") != "21600":
                     meta.bad_requests.append(("PUT", self.path))
                     return self._send(400)
-                meta.tokens_issued += 1
-                meta.token = "tok%d" % meta.tokens_issued
+                with meta.cond:
+                    meta.tokens_issued += 1
+                    meta.token = "tok%d" % meta.tokens_issued
+                    meta.cond.notify_all()
                 self._send(200, meta.token.encode())
 
             def do_GET(self):
@@ -63,6 +66,15 @@ class Metadata:
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def expire_token(self):
+        with self.cond:
+            self.token = "expired"
+
+    def wait_tokens(self, n, timeout):
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.tokens_issued >= n, timeout):
+                raise AssertionError("only %d metadata tokens issued" % self.tokens_issued)
 
     def close(self):
         self.server.shutdown()
