@@ -235,14 +235,16 @@ static enum jk_step job_ended(struct jk_core *c) {
 
 static void collect(struct jk_follow *f, const char *text) {
   size_t n = strlen(text);
-  if (f->collected_len + n > MAX_COLLECT_BYTES)
+  if (f->collected_len + n + 1 > MAX_COLLECT_BYTES)
     return;
-  char *grown = realloc(f->collected, f->collected_len + n + 1);
+  char *grown = realloc(f->collected, f->collected_len + n + 2);
   if (!grown)
     return;
-  memcpy(grown + f->collected_len, text, n + 1);
+  memcpy(grown + f->collected_len, text, n);
+  grown[f->collected_len + n] = '\n'; /* events carry lines without their ends */
+  grown[f->collected_len + n + 1] = '\0';
   f->collected = grown;
-  f->collected_len += n;
+  f->collected_len += n + 1;
 }
 
 void jk_jobs_event(struct jk_core *c, const json_t *ev) {
@@ -256,8 +258,14 @@ void jk_jobs_event(struct jk_core *c, const json_t *ev) {
   if (strcmp(kind, "output") == 0) {
     const char *stream = strcmp(sl_json_get_str(ev, "stream", ""), "stderr") == 0 ? "stderr" : "stdout";
     const char *text = sl_json_get_str(ev, "text", "");
-    if (strcmp(f->kind, "run") == 0)
-      jk_exec_stream(c, stream, text);
+    if (strcmp(f->kind, "run") == 0) {
+      /* Output events carry one line without its line end. */
+      char *line = NULL;
+      if (asprintf(&line, "%s\n", text) >= 0) {
+        jk_exec_stream(c, stream, line);
+        free(line);
+      }
+    }
     else if (strcmp(f->kind, "sample") == 0 && strcmp(stream, "stdout") == 0)
       collect(f, text);
     if (strcmp(stream, "stderr") == 0 && *text) {

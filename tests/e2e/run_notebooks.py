@@ -12,6 +12,14 @@ print in their metadata under "spotlab_expect":
     "stdout": ["line", ...]      each line appears in the cell's stdout
     "output": ["text", ...]      each text appears in the cell's output
                                  (streams and text/plain of results/displays)
+    "display": {                 the cell shows exactly one job display whose
+      "mime": [...],             final bundle has each of these mime types,
+      "output": ["text", ...],   whose text/plain has each text,
+      "eval_loss_below": 2.5     and whose last "eval loss X" is below the bound
+    }
+
+The notebooks run with a private SPOTLAB_HOME, so training goes through an
+embedded gateway of their own, which is stopped at the end.
 
 A notebook without a single expectation fails, so a notebook can never pass
 by printing nothing. The executed notebooks are written to OUTPUT_DIR
@@ -19,6 +27,7 @@ by printing nothing. The executed notebooks are written to OUTPUT_DIR
 """
 
 import os
+import re
 import sys
 import time
 
@@ -28,11 +37,12 @@ from nbclient.exceptions import CellExecutionError
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from kernelspec_env import DISPLAY_NAME, KERNEL_NAME, KernelspecEnv  # noqa: E402
+from spotlab_home import PrivateHome  # noqa: E402
 
 NOTEBOOK_DIR = os.path.normpath(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "notebooks")
 )
-CELL_TIMEOUT_S = 120
+CELL_TIMEOUT_S = 300
 
 
 def cell_texts(cell):
@@ -53,6 +63,36 @@ def execute_result_text(cell):
     if len(results) != 1:
         return None
     return results[0].data.get("text/plain")
+
+
+def check_display(cell, want, where):
+    """(expectations checked, problems) for a job display in the cell."""
+    problems = []
+    displays = [o for o in cell.get("outputs", []) if o.output_type == "display_data"
+                and "spotlab job" in o.data.get("text/plain", "")]
+    if len(displays) != 1:
+        return 1, [f"{where}: expected one job display, found {len(displays)}"]
+    data = displays[0].data
+    checked = 1
+    for mime in want.get("mime", []):
+        checked += 1
+        if mime not in data:
+            problems.append(f"{where}: the display has no {mime} (has {sorted(data)})")
+    text = data.get("text/plain", "")
+    for part in want.get("output", []):
+        checked += 1
+        if part not in text:
+            problems.append(f"{where}: the display lacks {part!r}; it reads {text!r}")
+    if "eval_loss_below" in want:
+        checked += 1
+        losses = re.findall(r"eval loss ([0-9.]+)", text)
+        if not losses:
+            problems.append(f"{where}: the display shows no eval loss: {text!r}")
+        elif float(losses[-1]) >= want["eval_loss_below"]:
+            problems.append(f"{where}: eval loss {losses[-1]} is not below {want['eval_loss_below']}")
+    if "image/svg+xml" in data and "<polyline" not in data["image/svg+xml"] and "<path" not in data["image/svg+xml"]:
+        problems.append(f"{where}: the loss curve SVG draws no line")
+    return checked, problems
 
 
 def check_notebook(nb, name):
@@ -86,7 +126,11 @@ def check_notebook(nb, name):
             checked += 1
             if text not in everything:
                 problems.append(f"{where}: output lacks {text!r}; output was {everything!r}")
-        unknown = set(expect) - {"result", "stdout", "output"}
+        if "display" in expect:
+            n, more = check_display(cell, expect["display"], where)
+            checked += n
+            problems += more
+        unknown = set(expect) - {"result", "stdout", "output", "display"}
         if unknown:
             problems.append(f"{where}: unknown expectation keys {sorted(unknown)}")
     if checked == 0:
@@ -136,7 +180,7 @@ def main(argv):
         print(f"no notebooks in {NOTEBOOK_DIR}", file=sys.stderr)
         return 1
     problems = []
-    with KernelspecEnv(argv[1]):
+    with KernelspecEnv(argv[1]), PrivateHome():
         for path in notebooks:
             problems += run_one(path, output_dir)
     for p in problems:
