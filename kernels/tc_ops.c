@@ -7,6 +7,9 @@
 #include "tc_ops.h"
 
 #include <cblas.h>
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 #include <math.h>
 #include <string.h>
 
@@ -311,6 +314,87 @@ void tc_relu_backward(float *dinp, const float *inp, const float *dout, size_t n
   ew_run(dinp, inp, dout, n, relu_bwd_span);
 }
 
+/* Attention works on blocks of ATT_BLOCK query rows: block [r0, r1) only
+ * sees keys [0, r1), so the products skip the masked upper triangle except
+ * inside the diagonal block, whose upper part is held at zero. */
+#define ATT_BLOCK 32
+
+/* e^x for x <= 0, saturating at e^-87 (the clamp compares bit patterns as
+ * unsigned: for negative floats those grow with the magnitude). */
+static inline float fast_exp_neg(float x) {
+  union {
+    float f;
+    uint32_t u;
+  } v = {.f = x};
+  const uint32_t min_bits = 0xc2ae0000u; /* -87.0f */
+  v.u = v.u > min_bits ? min_bits : v.u;
+  x = v.f;
+  float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
+  float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
+                                              r * (1.0f / 720 + r * (1.0f / 5040)))))));
+  union {
+    int32_t i;
+    float f;
+  } scale = {.i = ((int32_t)k + 127) << 23};
+  return p * scale.f;
+}
+
+/* Row reductions use eight interleaved lanes combined in a fixed order:
+ * vectorisable, and the same result for a given n wherever the row sits. */
+static float row_max(const float *restrict x, int n) {
+  float mx = x[0];
+  int j = 0;
+#ifdef __AVX__
+  /* a float compare-and-select loop does not vectorise under -ftrapping-math */
+  if (n >= 8) {
+    __m256 m = _mm256_loadu_ps(x);
+    for (j = 8; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + j));
+    float l[8];
+    _mm256_storeu_ps(l, m);
+    for (int k = 0; k < 8; k++) mx = l[k] > mx ? l[k] : mx;
+  }
+#endif
+  for (; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+  return mx;
+}
+
+static float row_dot(const float *restrict x, const float *restrict y, int n) {
+  float s[8] = {0};
+  int j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; k++) s[k] += x[j + k] * y[j + k];
+  float t = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+  for (; j < n; j++) t += x[j] * y[j];
+  return t;
+}
+
+/* row[0..n) = exp(row - max), returns the sum (eight lanes, fixed order). */
+static float row_exp_sum(float *restrict row, int n, float mx) {
+  float s[8] = {0};
+  int j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; k++) {
+      row[j + k] = fast_exp_neg(row[j + k] - mx);
+      s[k] += row[j + k];
+    }
+  float t = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+  for (; j < n; j++) {
+    row[j] = fast_exp_neg(row[j] - mx);
+    t += row[j];
+  }
+  return t;
+}
+
+static void row_scale(float *restrict row, int n, float s) {
+  for (int j = 0; j < n; j++) row[j] *= s;
+}
+
+/* dr = p * (dr - dot) */
+static void row_softmax_grad(float *restrict dr, const float *restrict p, int n, float dot) {
+  for (int j = 0; j < n; j++) dr[j] = p[j] * (dr[j] - dot);
+}
+
 struct attn {
   float *out, *att, *scratch;
   float *dqkv;
@@ -329,21 +413,19 @@ static void attn_fwd_pairs(void *arg, size_t lo, size_t hi) {
     const float *k = q + C, *v = q + 2 * C;
     float *att = a->att + p * T * T;
     float *out = a->out + (size_t)b * T * C + h * hs;
-    tc_sgemm(TC_N, TC_T, T, T, hs, scale, q, C3, k, C3, 0.0f, att, T);
-    for (int t = 0; t < T; t++) {
-      float *row = att + (size_t)t * T;
-      float mx = row[0];
-      for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-      float sum = 0.0f;
-      for (int j = 0; j <= t; j++) {
-        row[j] = expf(row[j] - mx);
-        sum += row[j];
+    for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+      int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+      float *ab = att + (size_t)r0 * T;
+      tc_sgemm(TC_N, TC_T, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f, ab, T);
+      for (int t = r0; t < r1; t++) {
+        float *row = att + (size_t)t * T;
+        float mx = row_max(row, t + 1);
+        float sum = row_exp_sum(row, t + 1, mx);
+        row_scale(row, t + 1, 1.0f / sum);
+        memset(row + t + 1, 0, sizeof(float) * (size_t)(T - t - 1));
       }
-      float inv = 1.0f / sum;
-      for (int j = 0; j <= t; j++) row[j] *= inv;
-      for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+      tc_sgemm(TC_N, TC_N, r1 - r0, hs, r1, 1.0f, ab, T, v, C3, 0.0f, out + (size_t)r0 * C, C);
     }
-    tc_sgemm(TC_N, TC_N, T, hs, T, 1.0f, att, T, v, C3, 0.0f, out, C);
   }
 }
 
@@ -368,18 +450,29 @@ static void attn_bwd_pairs(void *arg, size_t lo, size_t hi) {
     float *dk = dq + C, *dv = dq + 2 * C;
     const float *att = a->att_c + p * T * T;
     const float *dout = a->dout + (size_t)b * T * C + h * hs;
-    tc_sgemm(TC_N, TC_T, T, T, hs, 1.0f, dout, C, v, C3, 0.0f, datt, T);
-    tc_sgemm(TC_T, TC_N, T, hs, T, 1.0f, att, T, dout, C, 0.0f, dv, C3);
-    for (int t = 0; t < T; t++) {
-      const float *pr = att + (size_t)t * T;
-      float *dr = datt + (size_t)t * T;
-      float dot = 0.0f;
-      for (int j = 0; j <= t; j++) dot += pr[j] * dr[j];
-      for (int j = 0; j <= t; j++) dr[j] = pr[j] * (dr[j] - dot);
-      for (int j = t + 1; j < T; j++) dr[j] = 0.0f;
+    /* query blocks: datt, the softmax gradient, dq */
+    for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+      int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+      float *db = datt + (size_t)r0 * T;
+      tc_sgemm(TC_N, TC_T, r1 - r0, r1, hs, 1.0f, dout + (size_t)r0 * C, C, v, C3, 0.0f, db, T);
+      for (int t = r0; t < r1; t++) {
+        const float *pr = att + (size_t)t * T;
+        float *dr = datt + (size_t)t * T;
+        float dot = row_dot(pr, dr, t + 1);
+        row_softmax_grad(dr, pr, t + 1, dot);
+        for (int j = t + 1; j < r1; j++) dr[j] = 0.0f;
+      }
+      tc_sgemm(TC_N, TC_N, r1 - r0, hs, r1, scale, db, T, k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
     }
-    tc_sgemm(TC_N, TC_N, T, hs, T, scale, datt, T, k, C3, 0.0f, dq, C3);
-    tc_sgemm(TC_T, TC_N, T, hs, T, scale, datt, T, q, C3, 0.0f, dk, C3);
+    /* key blocks: key j only receives from queries t >= j */
+    for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+      int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
+      size_t at = (size_t)c0 * T + c0;
+      tc_sgemm(TC_T, TC_N, c1 - c0, hs, T - c0, 1.0f, att + at, T, dout + (size_t)c0 * C, C, 0.0f,
+               dv + (size_t)c0 * C3, C3);
+      tc_sgemm(TC_T, TC_N, c1 - c0, hs, T - c0, scale, datt + at, T, q + (size_t)c0 * C3, C3,
+               0.0f, dk + (size_t)c0 * C3, C3);
+    }
   }
 }
 
