@@ -175,11 +175,14 @@ fail:
   return r;
 }
 
-static int64_t poll_timeout_ms(struct gw *g) {
+/* Also records when the provider next wants tick() in *ret_tick. */
+static int64_t poll_timeout_ms(struct gw *g, int64_t *ret_tick) {
   int64_t now = sl_time_mono_us();
   int64_t next = g->next_housekeeping_mono_us;
+  *ret_tick = now;
   if (g->prov && g->prov->ops->next_tick_us) {
     int64_t t = g->prov->ops->next_tick_us(g->prov);
+    *ret_tick = t;
     if (t < next)
       next = t;
   }
@@ -197,7 +200,8 @@ int gw_run(struct gw *g, volatile sig_atomic_t *stop) {
   };
   g->kick = true;
   while (!*stop) {
-    int n = zmq_poll(items, 3, (long)poll_timeout_ms(g));
+    int64_t tick_at;
+    int n = zmq_poll(items, 3, (long)poll_timeout_ms(g, &tick_at));
     if (n < 0 && zmq_errno() != EINTR) {
       sl_err(T, "poll: %s", zmq_strerror(zmq_errno()));
       return SL_EZMQ;
@@ -227,8 +231,7 @@ int gw_run(struct gw *g, volatile sig_atomic_t *stop) {
         break;
     }
     int64_t now = sl_time_mono_us();
-    if (g->prov && g->prov->ops->tick &&
-        (!g->prov->ops->next_tick_us || g->prov->ops->next_tick_us(g->prov) <= now))
+    if (g->prov && g->prov->ops->tick && tick_at <= now)
       g->prov->ops->tick(g->prov, now);
     if (now >= g->next_housekeeping_mono_us) {
       gw_sched_housekeeping(g);

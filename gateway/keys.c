@@ -22,8 +22,9 @@ int gw_keys_generate(struct gw_keypair *ret) {
   return 0;
 }
 
-/* Writes text to path with mode 0600 via a temporary file and rename. */
-static int write_private(const char *path, const char *text) {
+/* Writes text to path with mode 0600 via a temporary file and rename;
+ * durable: fsync before the rename. */
+static int write_private(const char *path, const char *text, bool durable) {
   char tmp[4200];
   if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
     return -ENAMETOOLONG;
@@ -43,7 +44,7 @@ static int write_private(const char *path, const char *text) {
     }
     off += (size_t)w;
   }
-  if (fsync(fd) < 0 || close(fd) < 0 || rename(tmp, path) < 0) {
+  if ((durable && fsync(fd) < 0) || close(fd) < 0 || rename(tmp, path) < 0) {
     int e = -errno;
     unlink(tmp);
     return e;
@@ -70,7 +71,7 @@ int gw_keys_load_or_create(const char *path, struct gw_keypair *ret, char *err, 
     char text[128];
     snprintf(text, sizeof text, "%s\n%s\n", k.public_z85, k.secret_z85);
     if (r == 0)
-      r = write_private(path, text);
+      r = write_private(path, text, true);
     if (r < 0) {
       snprintf(err, err_size, "%s: cannot create key file: %s", path, sl_strerror(r));
       return r;
@@ -116,7 +117,8 @@ int gw_keys_write_worker_file(const char *path, const struct gw_worker_file *w) 
   json_decref(o);
   if (!text)
     return -ENOMEM;
-  int r = write_private(path, text);
+  /* no fsync: a worker file is rewritten at every launch and never needed after a crash */
+  int r = write_private(path, text, false);
   free(text);
   return r;
 }

@@ -29,6 +29,7 @@ struct fake {
   pid_t pid[MAX_FAKE];
   size_t n;
   int slots;
+  int64_t next_tick_us;
 };
 
 static const struct gw_instance_type catalog[] = {
@@ -110,6 +111,7 @@ static int fake_types(struct gw_provider *p, struct gw_instance_type **ret, size
 
 static void fake_tick(struct gw_provider *p, int64_t now_us) {
   struct fake *f = (struct fake *)p;
+  f->next_tick_us = now_us + 50 * SL_US_PER_MS;
   for (size_t i = 0; i < f->n; i++) {
     if (!f->inst[i].running || waitpid(f->pid[i], NULL, WNOHANG) != f->pid[i])
       continue;
@@ -135,9 +137,7 @@ static int fake_inject(struct gw_provider *p, const char *id, bool kill_now, dou
   return 0;
 }
 
-static int64_t fake_next_tick(struct gw_provider *p) {
-  return sl_time_mono_us() + 50 * SL_US_PER_MS;
-}
+static int64_t fake_next_tick(struct gw_provider *p) { return ((struct fake *)p)->next_tick_us; }
 
 static void fake_destroy(struct gw_provider *p) { free(p); }
 
