@@ -54,15 +54,24 @@ static void gemm_chunks(void *arg, size_t lo, size_t hi) {
   }
 }
 
-/* Few large chunks: the larger output dimension is cut into a number of
+/* Few large slices: the larger output dimension is cut into a number of
  * slices that depends on the shape only, never on the thread count, and each
  * slice is one single-threaded CBLAS call over the whole K. Every output
  * element is thus always computed by the same call with the same summation
- * order. Large slices keep OpenBLAS's packing cost per call small, so one
- * thread loses little against a single call. */
-#define GEMM_SLICES 4
+ * order. Each slice re-packs the operand that is not cut, so slices stay at
+ * least GEMM_MIN_ROWS wide: one thread then loses little against a single
+ * call, while two or more threads still have slices to share. */
 #define GEMM_MIN_WORK (1u << 21) /* M*N*K below which one call does it all */
-#define GEMM_ALIGN 16            /* slice edges on OpenBLAS's micro-tile grid */
+#define GEMM_MIN_ROWS 256
+#define GEMM_MAX_SLICES 8
+#define GEMM_ALIGN 16 /* slice edges on OpenBLAS's micro-tile grid */
+
+static int gemm_slices(int dim, double work) {
+  if (work < GEMM_MIN_WORK || dim < 2 * GEMM_ALIGN) return 1;
+  int s = 2;
+  while (s < GEMM_MAX_SLICES && dim / (2 * s) >= GEMM_MIN_ROWS) s *= 2;
+  return s;
+}
 
 void tc_sgemm(enum tc_trans ta, enum tc_trans tb, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C,
@@ -71,8 +80,7 @@ void tc_sgemm(enum tc_trans ta, enum tc_trans tb, int M, int N, int K, float alp
   struct gemm g = {ta == TC_T ? CblasTrans : CblasNoTrans, tb == TC_T ? CblasTrans : CblasNoTrans,
                    M, N, K, lda, ldb, ldc, M >= N, 0, 1, alpha, beta, A, B, C};
   int dim = g.split_rows ? M : N;
-  double work = (double)M * N * (K > 0 ? K : 1);
-  int slices = work < GEMM_MIN_WORK ? 1 : GEMM_SLICES;
+  int slices = gemm_slices(dim, (double)M * N * (K > 0 ? K : 1));
   int chunk = (dim + slices - 1) / slices;
   chunk = (chunk + GEMM_ALIGN - 1) / GEMM_ALIGN * GEMM_ALIGN;
   g.chunk = chunk;
