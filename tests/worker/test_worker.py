@@ -188,12 +188,29 @@ def case_sigterm(tmp, worker_exe, train_exe):
     try:
         gw.send(train_assign("J000006", data, 10_000_000, checkpoint_every=0))
         gw.recv(lambda m: of("J000006", "metric")(m) and m["data"].get("step", 0) >= 3, 20, "step 3")
+        # a %%run job beside it: its folder must reach the store before the worker leaves
+        script = ('i=0\nwhile true; do i=$((i+1)); echo $i > "$SPOTLAB_CHECKPOINT_DIR/n"; '
+                  'echo tick $i; sleep 0.01; done')
+        gw.send({"type": "assign", "job": "J000013", "attempt": 1, "kind": "run", "spec": {"script": script}})
+        gw.recv(lambda m: of("J000013", "output")(m) and m["text"] == "tick 3", 20, "tick 3")
         w.proc.send_signal(signal.SIGTERM)
         n = gw.recv(lambda m: m["type"] == "notice", 10, "notice")
         assert n["action"] == "sigterm", n
-        msgs = run_until_done(gw, "J000006", 20)
-        cks = [m for m in msgs if m["type"] == "checkpoint"]
-        assert msgs[-1]["status"] == "preempted" and cks and msgs[-1]["step"] == cks[-1]["step"], msgs[-2:]
+        done = {}
+        msgs = []
+        while len(done) < 2:
+            m = gw.recv(lambda m: m.get("job") in ("J000006", "J000013"), 20, "both done")
+            msgs.append(m)
+            if m["type"] == "done":
+                done[m["job"]] = m
+        cks = [m for m in msgs if m["type"] == "checkpoint" and m["job"] == "J000006"]
+        d = done["J000006"]
+        assert d["status"] == "preempted" and cks and d["step"] == cks[-1]["step"], (d, cks[-1:])
+        assert done["J000013"]["status"] == "preempted", done["J000013"]
+        ticks = [int(m["text"].split()[1]) for m in msgs if m["type"] == "output" and m["job"] == "J000013"]
+        with open(os.path.join(w.store, "J000013", "files", "n")) as f:
+            # the file is written before each tick is printed, and uploaded after the script stopped
+            assert int(f.read()) >= max(ticks + [3])
         assert w.wait(10) == 0
     finally:
         w.kill()
