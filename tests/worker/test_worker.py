@@ -113,6 +113,10 @@ def case_cancel(tmp, worker_exe, train_exe):
         gw.recv(lambda m: of("J000004", "metric")(m) and m["data"].get("step", 0) >= 5, 20, "step 5")
         hb = gw.recv(lambda m: m["type"] == "heartbeat" and m["jobs"], 5, "heartbeat with the job")
         assert hb["jobs"][0]["job"] == "J000004" and hb["jobs"][0]["step"] >= 5, hb
+        gw.send({"type": "checkpoint_now", "job": "J000004"})
+        ck = gw.recv(of("J000004", "checkpoint"), 10, "checkpoint on request")
+        assert ck["step"] >= 5 and os.path.getsize(os.path.join(w.store, ck["key"])) == ck["bytes"], ck
+        gw.send({"type": "cancel", "job": "J000099"})  # not here: ignored
         gw.send({"type": "cancel", "job": "J000004"})
         msgs = run_until_done(gw, "J000004", 20)
         done = msgs[-1]
@@ -235,6 +239,24 @@ def case_rebalance(tmp, worker_exe, train_exe):
         w.kill()
         gw.close()
         meta.close()
+
+
+def case_kill(tmp, worker_exe, train_exe):
+    gw, w = start(tmp, worker_exe, train_exe, extra={"kill_grace_ms": 300})
+    try:
+        script = "trap '' TERM\necho ready\nwhile true; do sleep 0.01 || true; done"
+        gw.send({"type": "assign", "job": "J000014", "attempt": 1, "kind": "run", "spec": {"script": script}})
+        gw.recv(lambda m: of("J000014", "output")(m) and m["text"] == "ready", 10, "ready")
+        t0 = time.monotonic()
+        gw.send({"type": "cancel", "job": "J000014"})
+        d = gw.recv(of("J000014", "done"), 10, "done after SIGKILL")
+        assert d["status"] == "cancelled" and d["exit_code"] == 128 + 9, d
+        assert 0.25 < time.monotonic() - t0 < 5, time.monotonic() - t0
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
 
 
 def case_run(tmp, worker_exe, train_exe):
