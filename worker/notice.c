@@ -148,40 +148,41 @@ struct wk_notice_watcher {
   pthread_cond_t cv;
   bool stop;
   char token[256];
-  unsigned reported; /* bit per request kind already reported */
+  unsigned reported;        /* bit per request kind already reported */
+  struct wk_http_resp resp; /* the thread's reply buffer */
 };
 
 /* One GET of kind; returns a parser result, 0 for "no notice". */
 static int poll_one(struct wk_notice_watcher *w, enum wk_notice_req_kind kind, struct wk_notice *n) {
   struct wk_notice_req q;
-  static struct wk_http_resp resp; /* only this thread uses it */
+  struct wk_http_resp *resp = &w->resp;
   int timeout = (int)(w->poll_ms < 1000 ? 1000 : w->poll_ms);
   if (!w->gcp && !w->token[0]) {
     if (wk_notice_build(WK_REQ_AWS_TOKEN, w->base, NULL, timeout, &q) < 0) return SL_ECONFIG;
-    int r = wk_http_do(&q.http, &resp);
+    int r = wk_http_do(&q.http, resp);
     if (r < 0) return r;
-    if (resp.status != 200 || resp.len == 0 || resp.len >= sizeof w->token) {
-      sl_debug(TOPIC, "token request answered %ld", resp.status);
+    if (resp->status != 200 || resp->len == 0 || resp->len >= sizeof w->token) {
+      sl_debug(TOPIC, "token request answered %ld", resp->status);
       return SL_EAUTH;
     }
-    memcpy(w->token, resp.body, resp.len + 1);
+    memcpy(w->token, resp->body, resp->len + 1);
   }
   if (wk_notice_build(kind, w->base, w->token, timeout, &q) < 0) return SL_ECONFIG;
-  int r = wk_http_do(&q.http, &resp);
+  int r = wk_http_do(&q.http, resp);
   if (r < 0) return r;
-  if (resp.status == 401 && !w->gcp) {
+  if (resp->status == 401 && !w->gcp) {
     w->token[0] = 0; /* expired: fetch a new one on the next round */
     return SL_EAUTH;
   }
-  if (resp.status == 404) return 0;
-  if (resp.status != 200) {
-    sl_debug(TOPIC, "%s answered %ld", q.http.url, resp.status);
+  if (resp->status == 404) return 0;
+  if (resp->status != 200) {
+    sl_debug(TOPIC, "%s answered %ld", q.http.url, resp->status);
     return 0;
   }
   int64_t now = sl_time_real_us();
-  if (kind == WK_REQ_AWS_ACTION) r = wk_notice_parse_aws_action(resp.body, resp.len, now, n);
-  else if (kind == WK_REQ_AWS_REBALANCE) r = wk_notice_parse_aws_rebalance(resp.body, resp.len, now, n);
-  else r = wk_notice_parse_gcp(resp.body, resp.len, now, n);
+  if (kind == WK_REQ_AWS_ACTION) r = wk_notice_parse_aws_action(resp->body, resp->len, now, n);
+  else if (kind == WK_REQ_AWS_REBALANCE) r = wk_notice_parse_aws_rebalance(resp->body, resp->len, now, n);
+  else r = wk_notice_parse_gcp(resp->body, resp->len, now, n);
   if (r < 0) sl_warn(TOPIC, "malformed reply from %s: %s", q.http.url, sl_strerror(r));
   return r;
 }
