@@ -124,6 +124,108 @@ void tc_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
   }
 }
 
+/* e^x for x <= 0, saturating at e^-87 (the clamp compares bit patterns as
+ * unsigned: for negative floats those grow with the magnitude). */
+static inline float fast_exp_neg(float x) {
+  union {
+    float f;
+    uint32_t u;
+  } v = {.f = x};
+  const uint32_t min_bits = 0xc2ae0000u; /* -87.0f */
+  v.u = v.u > min_bits ? min_bits : v.u;
+  x = v.f;
+  float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
+  float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
+                                              r * (1.0f / 720 + r * (1.0f / 5040)))))));
+  union {
+    int32_t i;
+    float f;
+  } scale = {.i = ((int32_t)k + 127) << 23};
+  return p * scale.f;
+}
+
+/* Row reductions use eight interleaved lanes (one GCC vector) combined in a
+ * fixed order, then the tail in order: the same result for a given n wherever
+ * the row sits. */
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f load8(const float *p) {
+  v8f v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+static inline float hsum8(v8f s) {
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+static float row_max(const float *restrict x, int n) {
+  float mx = x[0];
+  int j = 0;
+#ifdef __AVX__
+  /* a float compare-and-select loop does not vectorise under -ftrapping-math */
+  if (n >= 8) {
+    __m256 m = _mm256_loadu_ps(x);
+    for (j = 8; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + j));
+    float l[8];
+    _mm256_storeu_ps(l, m);
+    for (int k = 0; k < 8; k++) mx = l[k] > mx ? l[k] : mx;
+  }
+#endif
+  for (; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+  return mx;
+}
+
+static float row_dot(const float *restrict x, const float *restrict y, int n) {
+  v8f s = {0};
+  int j = 0;
+  for (; j + 8 <= n; j += 8) s += load8(x + j) * load8(y + j);
+  float t = hsum8(s);
+  for (; j < n; j++) t += x[j] * y[j];
+  return t;
+}
+
+static void row_scale(float *restrict row, int n, float s) {
+  for (int j = 0; j < n; j++) row[j] *= s;
+}
+
+/* Sum of squared deviations from m. */
+static float row_sqdev(const float *restrict x, int n, float m) {
+  v8f s = {0};
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    v8f d = load8(x + j) - m;
+    s += d * d;
+  }
+  float t = hsum8(s);
+  for (; j < n; j++) {
+    float d = x[j] - m;
+    t += d * d;
+  }
+  return t;
+}
+
+static float row_sum(const float *restrict x, int n) {
+  v8f s = {0};
+  int j = 0;
+  for (; j + 8 <= n; j += 8) s += load8(x + j);
+  float t = hsum8(s);
+  for (; j < n; j++) t += x[j];
+  return t;
+}
+
+/* row[0..n) = exp(row - max); returns their sum, as row_sum adds. */
+static float row_exp_sum(float *restrict row, int n, float mx) {
+  for (int j = 0; j < n; j++) row[j] = fast_exp_neg(row[j] - mx);
+  return row_sum(row, n);
+}
+
+/* dr = p * (dr - dot) */
+static void row_softmax_grad(float *restrict dr, const float *restrict p, int n, float dot) {
+  for (int j = 0; j < n; j++) dr[j] = p[j] * (dr[j] - dot);
+}
+
 struct ln_fwd {
   float *out, *mean, *rstd;
   const float *inp, *w, *b;
@@ -133,20 +235,14 @@ struct ln_fwd {
 static void ln_fwd_rows(void *arg, size_t lo, size_t hi) {
   const struct ln_fwd *a = arg;
   int C = a->C;
+  const float *restrict w = a->w, *restrict bias = a->b;
   for (size_t n = lo; n < hi; n++) {
-    const float *x = a->inp + n * C;
-    float *y = a->out + n * C;
-    float m = 0.0f;
-    for (int i = 0; i < C; i++) m += x[i];
-    m /= (float)C;
-    float v = 0.0f;
-    for (int i = 0; i < C; i++) {
-      float d = x[i] - m;
-      v += d * d;
-    }
-    v /= (float)C;
+    const float *restrict x = a->inp + n * C;
+    float *restrict y = a->out + n * C;
+    float m = row_sum(x, C) / (float)C;
+    float v = row_sqdev(x, C, m) / (float)C;
     float s = 1.0f / sqrtf(v + 1e-5f);
-    for (int i = 0; i < C; i++) y[i] = (x[i] - m) * s * a->w[i] + a->b[i];
+    for (int i = 0; i < C; i++) y[i] = (x[i] - m) * s * w[i] + bias[i];
     a->mean[n] = m;
     a->rstd[n] = s;
   }
@@ -158,29 +254,80 @@ void tc_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
   tc_par_for((size_t)N, 16, ln_fwd_rows, &a);
 }
 
-void tc_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                           const float *inp, const float *w, const float *mean,
-                           const float *rstd, int N, int C) {
-  for (int n = 0; n < N; n++) {
-    const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
-    float *dx = dinp + (size_t)n * C;
-    float m = mean[n], s = rstd[n];
-    float dnorm_mean = 0.0f, dnorm_norm = 0.0f;
-    for (int i = 0; i < C; i++) {
-      float xh = (x[i] - m) * s;
+struct ln_bwd {
+  float *dinp, *dw, *db;
+  const float *dout, *inp, *w, *mean, *rstd;
+  int N, C;
+};
+
+/* dinp, one row per index; the two row sums go like row_sum's. */
+static void ln_bwd_rows(void *arg, size_t lo, size_t hi) {
+  const struct ln_bwd *a = arg;
+  int C = a->C;
+  const float *restrict w = a->w;
+  for (size_t n = lo; n < hi; n++) {
+    const float *restrict dy = a->dout + n * C, *restrict x = a->inp + n * C;
+    float *restrict dx = a->dinp + n * C;
+    float m = a->mean[n], s = a->rstd[n];
+    v8f sm = {0}, sn = {0};
+    int i = 0;
+    for (; i + 8 <= C; i += 8) {
+      v8f dn = load8(w + i) * load8(dy + i);
+      sm += dn;
+      sn += dn * ((load8(x + i) - m) * s);
+    }
+    float dnorm_mean = hsum8(sm), dnorm_norm = hsum8(sn);
+    for (; i < C; i++) {
       float dn = w[i] * dy[i];
       dnorm_mean += dn;
-      dnorm_norm += dn * xh;
-      dw[i] += xh * dy[i];
-      db[i] += dy[i];
+      dnorm_norm += dn * ((x[i] - m) * s);
     }
     dnorm_mean /= (float)C;
     dnorm_norm /= (float)C;
-    for (int i = 0; i < C; i++) {
-      float xh = (x[i] - m) * s;
-      dx[i] += (w[i] * dy[i] - dnorm_mean - xh * dnorm_norm) * s;
+    for (i = 0; i < C; i++)
+      dx[i] += (w[i] * dy[i] - dnorm_mean - (x[i] - m) * s * dnorm_norm) * s;
+  }
+}
+
+/* dw and db over column blocks [16 lo, 16 hi), each column summed over the
+ * rows in order; a full block keeps its sums in registers. */
+static void ln_bwd_cols(void *arg, size_t lo, size_t hi) {
+  const struct ln_bwd *a = arg;
+  int C = a->C;
+  for (size_t blk = lo; blk < hi; blk++) {
+    int i0 = (int)blk * 16, w = C - i0 < 16 ? C - i0 : 16;
+    float *dw = a->dw + i0, *db = a->db + i0;
+    if (w == 16) {
+      float aw[16], ab[16];
+      for (int i = 0; i < 16; i++) aw[i] = dw[i], ab[i] = db[i];
+      for (int n = 0; n < a->N; n++) {
+        const float *dy = a->dout + (size_t)n * C + i0, *x = a->inp + (size_t)n * C + i0;
+        float m = a->mean[n], s = a->rstd[n];
+        for (int i = 0; i < 16; i++) {
+          aw[i] += (x[i] - m) * s * dy[i];
+          ab[i] += dy[i];
+        }
+      }
+      for (int i = 0; i < 16; i++) dw[i] = aw[i], db[i] = ab[i];
+    } else {
+      for (int n = 0; n < a->N; n++) {
+        const float *dy = a->dout + (size_t)n * C + i0, *x = a->inp + (size_t)n * C + i0;
+        float m = a->mean[n], s = a->rstd[n];
+        for (int i = 0; i < w; i++) {
+          dw[i] += (x[i] - m) * s * dy[i];
+          db[i] += dy[i];
+        }
+      }
     }
   }
+}
+
+void tc_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                           const float *inp, const float *w, const float *mean,
+                           const float *rstd, int N, int C) {
+  struct ln_bwd a = {dinp, dw, db, dout, inp, w, mean, rstd, N, C};
+  tc_par_for((size_t)N, 16, ln_bwd_rows, &a);
+  tc_par_for(((size_t)C + 15) / 16, 1, ln_bwd_cols, &a);
 }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -327,82 +474,6 @@ void tc_relu_backward(float *dinp, const float *inp, const float *dout, size_t n
  * inside the diagonal block, whose upper part is held at zero. */
 #define ATT_BLOCK 32
 
-/* e^x for x <= 0, saturating at e^-87 (the clamp compares bit patterns as
- * unsigned: for negative floats those grow with the magnitude). */
-static inline float fast_exp_neg(float x) {
-  union {
-    float f;
-    uint32_t u;
-  } v = {.f = x};
-  const uint32_t min_bits = 0xc2ae0000u; /* -87.0f */
-  v.u = v.u > min_bits ? min_bits : v.u;
-  x = v.f;
-  float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
-  float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-                                              r * (1.0f / 720 + r * (1.0f / 5040)))))));
-  union {
-    int32_t i;
-    float f;
-  } scale = {.i = ((int32_t)k + 127) << 23};
-  return p * scale.f;
-}
-
-/* Row reductions use eight interleaved lanes combined in a fixed order:
- * vectorisable, and the same result for a given n wherever the row sits. */
-static float row_max(const float *restrict x, int n) {
-  float mx = x[0];
-  int j = 0;
-#ifdef __AVX__
-  /* a float compare-and-select loop does not vectorise under -ftrapping-math */
-  if (n >= 8) {
-    __m256 m = _mm256_loadu_ps(x);
-    for (j = 8; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + j));
-    float l[8];
-    _mm256_storeu_ps(l, m);
-    for (int k = 0; k < 8; k++) mx = l[k] > mx ? l[k] : mx;
-  }
-#endif
-  for (; j < n; j++) mx = x[j] > mx ? x[j] : mx;
-  return mx;
-}
-
-static float row_dot(const float *restrict x, const float *restrict y, int n) {
-  float s[8] = {0};
-  int j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int k = 0; k < 8; k++) s[k] += x[j + k] * y[j + k];
-  float t = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-  for (; j < n; j++) t += x[j] * y[j];
-  return t;
-}
-
-/* row[0..n) = exp(row - max), returns the sum (eight lanes, fixed order). */
-static float row_exp_sum(float *restrict row, int n, float mx) {
-  float s[8] = {0};
-  int j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int k = 0; k < 8; k++) {
-      row[j + k] = fast_exp_neg(row[j + k] - mx);
-      s[k] += row[j + k];
-    }
-  float t = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-  for (; j < n; j++) {
-    row[j] = fast_exp_neg(row[j] - mx);
-    t += row[j];
-  }
-  return t;
-}
-
-static void row_scale(float *restrict row, int n, float s) {
-  for (int j = 0; j < n; j++) row[j] *= s;
-}
-
-/* dr = p * (dr - dot) */
-static void row_softmax_grad(float *restrict dr, const float *restrict p, int n, float dot) {
-  for (int j = 0; j < n; j++) dr[j] = p[j] * (dr[j] - dot);
-}
-
 struct attn {
   float *out, *att, *scratch;
   float *dqkv;
@@ -503,22 +574,28 @@ struct xent {
 static void xent_rows(void *arg, size_t lo, size_t hi) {
   const struct xent *x = arg;
   int V = x->V;
+  enum { PIECE = 256 };
+  float tmp[PIECE];
   for (size_t n = lo; n < hi; n++) {
     const float *l = x->logits + n * V;
+    float mx = row_max(l, V);
     int am = 0;
-    float mx = l[0];
-    for (int i = 1; i < V; i++)
-      if (l[i] > mx) mx = l[i], am = i;
-    float sum = 0.0f;
-    for (int i = 0; i < V; i++) sum += expf(l[i] - mx);
+    while (l[am] != mx && am + 1 < V) am++; /* the first maximum */
     int y = x->targets[n];
-    float lse = mx + logf(sum);
-    x->losses[n] = lse - l[y];
+    float ly = l[y];
+    float *d = x->dlogits ? x->dlogits + n * V : NULL; /* may alias l */
+    float sum = 0.0f;
+    for (int i0 = 0; i0 < V; i0 += PIECE) {
+      int c = V - i0 < PIECE ? V - i0 : PIECE;
+      for (int i = 0; i < c; i++) tmp[i] = l[i0 + i];
+      sum += row_exp_sum(tmp, c, mx);
+      if (d) memcpy(d + i0, tmp, sizeof(float) * (size_t)c);
+    }
+    x->losses[n] = mx + logf(sum) - ly;
     x->argmax[n] = am;
-    if (x->dlogits) {
-      float *d = x->dlogits + n * V;
+    if (d) {
       float inv = 1.0f / sum;
-      for (int i = 0; i < V; i++) d[i] = expf(l[i] - mx) * inv * x->dscale;
+      for (int i = 0; i < V; i++) d[i] = d[i] * inv * x->dscale;
       d[y] -= x->dscale;
     }
   }
