@@ -42,6 +42,22 @@ static int install_signals(int *ret_fd) {
   return 0;
 }
 
+/* Jobs start in their own folder, so the program path is made absolute here.
+ * A configured path that does not resolve (say, one relative to the folder of
+ * whoever wrote the file) falls back to the usual lookup, with a warning. */
+static int find_train(const struct wk_config *cfg, char ret[PATH_MAX]) {
+  char found[PATH_MAX];
+  if (cfg->train[0]) {
+    if (realpath(cfg->train, ret)) return 0;
+    sl_warn("worker", "train program %s: %s; looking for spotlab-train", cfg->train, strerror(errno));
+  }
+  if (sl_find_program("spotlab-train", found, sizeof found) < 0 || !realpath(found, ret)) {
+    sl_err("worker", "spotlab-train not found (set \"train\" in the config or SPOTLAB_TRAIN_BIN)");
+    return -ENOENT;
+  }
+  return 0;
+}
+
 static void usage(FILE *f) {
   fprintf(f, "usage: spotlab-worker --config FILE\n"
              "  runs the jobs a spotlab gateway assigns to this instance;\n"
@@ -69,12 +85,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   char train[PATH_MAX];
-  /* Jobs start in their own folder, so a relative program path is resolved here. */
-  if (cfg.train[0] && !realpath(cfg.train, train)) {
-    sl_err("worker", "train program %s: %s", cfg.train, strerror(errno));
-    return 2;
-  }
-  if (!cfg.train[0] && sl_find_program("spotlab-train", train, sizeof train) < 0) train[0] = 0;
+  if (find_train(&cfg, train) < 0) return 2;
   int sig_fd = -1;
   struct wk_agent *agent = NULL;
   if (wk_http_global_init() < 0 || install_signals(&sig_fd) < 0) return 1;
