@@ -396,6 +396,13 @@ static int place_one(struct gw *g, struct gw_job *j, bool *no_capacity) {
   }
   if (r == 0)
     r = launch(g, j, &t, spot);
+  if (r < 0 && r != -EAGAIN && r != SL_ENOTSUP && r != SL_ELIMIT) {
+    char why[160];
+    snprintf(why, sizeof why, "cannot launch a %s instance: %s", t.name, sl_strerror(r));
+    sl_err(T, "%s", why);
+    gw_sched_finish(g, j, GW_JOB_FAILED, why);
+    return 0;
+  }
   if (r < 0) {
     *no_capacity = true;
     return -EAGAIN;

@@ -575,7 +575,7 @@ def case_fairness(gw):
 
 
 def case_local_train(gw):
-    worker, train = EXTRA[0], EXTRA[1]
+    worker, train = os.path.abspath(EXTRA[0]), os.path.abspath(EXTRA[1])
     os.environ["SPOTLAB_WORKER_BIN"] = worker
     os.environ["SPOTLAB_TRAIN_BIN"] = train
     text = os.path.join(gw.dir, "text.txt")
@@ -597,6 +597,8 @@ def case_local_train(gw):
         kinds = [e["event"] for e in c.events if e["job"] == job]
         check(kinds.count("metric") >= 1 and "checkpoint" in kinds, "metrics and checkpoints")
     finally:
+        if failures:
+            print("real gateway log:\n" + real.logtext()[-8000:], file=sys.stderr)
         real.cleanup()
 
 
