@@ -193,8 +193,9 @@ def case_sigterm(tmp, worker_exe, train_exe):
         gw.send(train_assign("J000006", data, 10_000_000, checkpoint_every=0))
         gw.recv(lambda m: of("J000006", "metric")(m) and m["data"].get("step", 0) >= 3, 20, "step 3")
         # a %%run job beside it: its folder must reach the store before the worker leaves
-        script = ('i=0\nwhile true; do i=$((i+1)); echo $i > "$SPOTLAB_CHECKPOINT_DIR/n"; '
-                  'echo tick $i; sleep 0.01; done')
+        # written the preemption-safe way: a complete file under a temporary name, then renamed
+        script = ('i=0\ncd "$SPOTLAB_CHECKPOINT_DIR"\n'
+                  'while true; do i=$((i+1)); echo $i > n.tmp; mv n.tmp n; echo tick $i; sleep 0.01; done')
         gw.send({"type": "assign", "job": "J000013", "attempt": 1, "kind": "run", "spec": {"script": script}})
         gw.recv(lambda m: of("J000013", "output")(m) and m["text"] == "tick 3", 20, "tick 3")
         w.proc.send_signal(signal.SIGTERM)
