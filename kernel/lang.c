@@ -238,7 +238,7 @@ static int parse_name_or_literal(struct parser *p, struct jk_expr *e) {
 
 static int parse_primary(struct parser *p, struct jk_expr **ret) {
   struct jk_expr *e = NULL;
-  int r;
+  int r = 0;
   enum tok_kind k = p->tok.kind;
   if (k != T_NUM && k != T_DUR && k != T_STR && k != T_NAME && !at_op(p, '('))
     return expected(p, "a value (a number, string, name or '(')");
@@ -288,7 +288,7 @@ static int parse_unary(struct parser *p, struct jk_expr **ret) {
   if (!at_op(p, '-'))
     return parse_primary(p, ret);
   struct jk_expr *e = NULL;
-  int r;
+  int r = 0;
   if (++p->nesting > MAX_NESTING)
     return jk_lang_error(p->err, p->tok.line, p->tok.col, "expression nested too deeply");
   if ((r = new_expr(p, JK_EXPR_NEG, p->tok.line, p->tok.col, &e)) < 0)
@@ -335,7 +335,7 @@ static int parse_expr(struct parser *p, struct jk_expr **ret) { return parse_bin
 static int parse_list_of(struct parser *p, int (*elem)(struct parser *, struct jk_expr **),
                          struct jk_expr **ret) {
   struct jk_expr *first = NULL, *list = NULL;
-  int r;
+  int r = 0;
   if ((r = elem(p, &first)) < 0)
     return r;
   if (!at_op(p, ',')) {
@@ -409,7 +409,7 @@ static int parse_opt_value(struct parser *p, struct jk_expr **ret) {
  * the option set (jk_lang_option), what the statement for messages. */
 static int parse_options(struct parser *p, const char *context, const char *what,
                          struct jk_option **opts, size_t *n) {
-  int r;
+  int r = 0;
   while (p->tok.kind == T_NAME) {
     char name[40];
     tok_word(p, name, sizeof name);
@@ -532,7 +532,7 @@ fail:
 /* train|eval MODEL on DATA opts; sample MODEL [PROMPT] opts. */
 static int parse_job(struct parser *p, struct jk_stmt *st, const char *what) {
   char msg[64];
-  int r;
+  int r = 0;
   snprintf(msg, sizeof msg, "a model name after '%s'", what);
   if ((r = advance(p)) < 0 || (r = expect_name(p, msg, &st->model)) < 0)
     return r;
@@ -555,7 +555,7 @@ static int parse_decl(struct parser *p, struct jk_stmt *st) {
   static const char *const data_funcs[] = {"text", "fashion_mnist", NULL};
   static const char *const model_funcs[] = {"gpt", "mlp", NULL};
   bool data = st->kind == JK_STMT_DATA;
-  int r;
+  int r = 0;
   if ((r = advance(p)) < 0 ||
       (r = expect_name(p, data ? "a name after 'data'" : "a name after 'model'", &st->name)) < 0)
     return r;
@@ -629,7 +629,7 @@ static int parse_magic(struct parser *p, struct jk_stmt *st, bool first) {
   bool cell = p->tok.kind == T_PCT2;
   enum jk_magic_args kind;
   char context[48];
-  int r;
+  int r = 0;
   if (cell && !first)
     return jk_lang_error(p->err, p->tok.line, p->tok.col,
                      "a cell magic must be on the first line of the cell");
@@ -664,7 +664,7 @@ static int parse_magic(struct parser *p, struct jk_stmt *st, bool first) {
 
 static int parse_assign(struct parser *p, struct jk_stmt *st) {
   static const char *const ask_funcs[] = {"input", "password", NULL};
-  int r;
+  int r = 0;
   st->kind = JK_STMT_ASSIGN;
   if (!(st->name = tok_text(p)) || (r = advance(p)) < 0 || (r = advance(p)) < 0)
     return st->name ? r : -ENOMEM;
@@ -697,7 +697,7 @@ static const struct {
 
 static int parse_stmt(struct parser *p, struct jk_stmt *st, bool first) {
   char word[40];
-  int r;
+  int r = 0;
   st->line = p->tok.line;
   st->col = p->tok.col;
   if (p->tok.kind == T_PCT || p->tok.kind == T_PCT2)

@@ -22,6 +22,8 @@ static int file_exists(const char *p) {
 }
 
 int tc_text_resolve(const char *name, char *path, size_t size, char *err, size_t err_size) {
+  if (!path || size == 0 || !name)
+    return -EINVAL;
   if (strcmp(name, "moby-dick") != 0) {
     snprintf(path, size, "%s", name);
     return 0;
