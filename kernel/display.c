@@ -403,6 +403,9 @@ char *jk_display_text(const struct jk_display *d) {
     }
     jk_dbuf_printf(&b, "\n");
   }
+  if (d->checkpoints > 0)
+    jk_dbuf_printf(&b, "checkpoints: %lld, the last at step %lld\n", (long long)d->checkpoints,
+                   (long long)d->checkpoint_step);
   if (d->tl_n) {
     jk_dbuf_printf(&b, "timeline:\n");
     if (d->tl_dropped)

@@ -11,6 +11,7 @@ logs and error exits. Every wait has a deadline; nothing sleeps.
 """
 
 import json
+import re
 import os
 import queue
 import shutil
@@ -146,7 +147,7 @@ def with_gateway(kernel_exe, cli_exe):
             check(any("trained: job " + str(job) in s for s in shows), "show m after restart names the job: %s" % shows)
             check(str(job) in out, "%jobs after restart lists the job")
 
-            content, msgs = k.run("train m on d steps=60 batch=4 detach=yes", timeout=60)
+            content, msgs = k.run("train m on d steps=400 batch=4 checkpoint_every=50 detach=yes", timeout=60)
             det = job_of(stdout_of(msgs))
             check(content["status"] == "ok" and det is not None and not displays(msgs), "detach=yes returns at once")
 
@@ -155,6 +156,15 @@ def with_gateway(kernel_exe, cli_exe):
             ds = displays(msgs)
             check(content["status"] == "ok" and ds and "succeeded" in ds[-1]["content"]["data"]["text/plain"],
                   "%attach from a second kernel follows the job to its end")
+            # Replayed and live events together: each checkpoint exactly once, in order.
+            final = ds[-1]["content"]["data"]["text/plain"] if ds else ""
+            marks = re.findall(r"checkpoint at step (\d+) \((\d+) so far\)", final)
+            want = [(str(50 * i), str(i)) for i in range(1, 4)]  # the timeline keeps the first three
+            check(marks == want, "%%attach shows the first checkpoints once, in order: %s" % marks)
+            check("checkpoints: 8, the last at step 400" in final,
+                  "%attach counts every checkpoint event exactly once: " + final)
+            check(final.count("succeeded at step") == 1 and final.count("queued: submitted") == 1,
+                  "%attach shows the first and last events once")
             rc, out, _ = cli(cli_exe, "logs", str(det), "-f", "--json")
             seqs = [json.loads(line)["seq"] for line in out.splitlines() if line.strip()]
             check(rc == 0 and seqs == list(range(1, len(seqs) + 1)) and len(seqs) > 3,
