@@ -56,7 +56,8 @@ size_t jk_downsample(const struct jk_point *in, size_t n, struct jk_point *out, 
   if (max < 2)
     max = 2;
   if (n <= max) {
-    memcpy(out, in, n * sizeof *in);
+    if (n)
+      memcpy(out, in, n * sizeof *in);
     return n;
   }
   out[0] = in[0];

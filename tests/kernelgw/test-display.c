@@ -69,7 +69,7 @@ static struct jk_display *sample_display(void) {
   json_object_set_new(e, "state", json_string("queued"));
   feed(d, e);
   e = ev("J000007", seq++, t + 1000000, "placed");
-  json_object_update(e, json_pack("{s:s, s:s, s:s, s:b, s:f, s:f, s:i}", "instance", "i-0123456789ab",
+  json_object_update_new(e, json_pack("{s:s, s:s, s:s, s:b, s:f, s:f, s:i}", "instance", "i-0123456789ab",
                                   "instance_type", "g5.xlarge", "zone", "us-east-1a", "spot", 1,
                                   "price_usd_per_hour", 0.4, "on_demand_usd_per_hour", 1.006, "attempt", 1));
   feed(d, e);
@@ -131,7 +131,7 @@ static void test_resume_cuts_curve(void) {
   json_object_set_new(e, "notice", json_true());
   feed(d, e);
   e = ev("J000007", 5001, 0, "resumed");
-  json_object_update(e, json_pack("{s:i, s:s, s:s, s:i}", "from_step", 1500, "instance_type", "g4dn.xlarge", "zone",
+  json_object_update_new(e, json_pack("{s:i, s:s, s:s, s:i}", "from_step", 1500, "instance_type", "g4dn.xlarge", "zone",
                                   "us-east-1b", "after_s", 42));
   feed(d, e);
   size_t n;
