@@ -3,6 +3,7 @@
 #include "keys.h"
 
 #include "sl_err.h"
+#include "sl_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,34 +23,9 @@ int gw_keys_generate(struct gw_keypair *ret) {
   return 0;
 }
 
-/* Writes text to path with mode 0600 via a temporary file and rename;
- * durable: fsync before the rename. */
-static int write_private(const char *path, const char *text, bool durable) {
-  char tmp[4200];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
-    return -ENAMETOOLONG;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0)
-    return -errno;
-  size_t len = strlen(text), off = 0;
-  while (off < len) {
-    ssize_t w = write(fd, text + off, len - off);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0) {
-      int e = -errno;
-      close(fd);
-      unlink(tmp);
-      return e;
-    }
-    off += (size_t)w;
-  }
-  if ((durable && fsync(fd) < 0) || close(fd) < 0 || rename(tmp, path) < 0) {
-    int e = -errno;
-    unlink(tmp);
-    return e;
-  }
-  return 0;
+/* Writes text to path, readable by the owner only, atomically. */
+static int write_private(const char *path, const char *text) {
+  return sl_file_write_atomic(path, text, strlen(text), 0600);
 }
 
 static bool z85_key(const char *s) {
@@ -71,7 +47,7 @@ int gw_keys_load_or_create(const char *path, struct gw_keypair *ret, char *err, 
     char text[128];
     snprintf(text, sizeof text, "%s\n%s\n", k.public_z85, k.secret_z85);
     if (r == 0)
-      r = write_private(path, text, true);
+      r = write_private(path, text);
     if (r < 0) {
       snprintf(err, err_size, "%s: cannot create key file: %s", path, sl_strerror(r));
       return r;
@@ -118,7 +94,7 @@ int gw_keys_write_worker_file(const char *path, const struct gw_worker_file *w) 
   if (!text)
     return -ENOMEM;
   /* no fsync: a worker file is rewritten at every launch and never needed after a crash */
-  int r = write_private(path, text, false);
+  int r = write_private(path, text);
   free(text);
   return r;
 }

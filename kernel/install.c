@@ -23,6 +23,7 @@
 
 #include "config.h"
 #include "sl_err.h"
+#include "sl_file.h"
 
 #define KERNEL_NAME_DEFAULT "spotlab"
 #define DISPLAY_NAME_DEFAULT "Spot GPU (spotlab)"
@@ -218,43 +219,6 @@ static int mkdir_p(const char *path) {
   return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
-static int write_all(int fd, const void *data, size_t len) {
-  const char *p = data;
-  while (len > 0) {
-    ssize_t w = write(fd, p, len);
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    p += w;
-    len -= (size_t)w;
-  }
-  return 0;
-}
-
-/* Writes data to path through a temporary file in the same folder, then
- * renames it into place. */
-static int write_file_atomic(const char *path, const void *data, size_t len) {
-  char tmp[PATH_MAX];
-  int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  if (n < 0 || (size_t)n >= sizeof tmp)
-    return -ENAMETOOLONG;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return -errno;
-  int r = write_all(fd, data, len);
-  if (r == 0 && fsync(fd) < 0)
-    r = -errno;
-  if (close(fd) < 0 && r == 0)
-    r = -errno;
-  if (r == 0 && rename(tmp, path) < 0)
-    r = -errno;
-  if (r < 0)
-    unlink(tmp);
-  return r;
-}
-
 /* Reads a whole regular file of at most max_bytes into an owned buffer. */
 static int read_file(const char *path, size_t max_bytes, char **ret, size_t *ret_len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -381,7 +345,7 @@ static int copy_logos(const char *from, const char *to) {
     if (r == 0)
       r = read_file(src, LOGO_MAX_BYTES, &data, &len);
     if (r == 0)
-      r = write_file_atomic(dst, data, len);
+      r = sl_file_write_atomic(dst, data, len, 0644);
     free(data);
     if (r < 0) {
       fprintf(stderr, "spotlab-kernel install: cannot copy %s to %s: %s\n", src, to,
@@ -433,7 +397,7 @@ int jk_install_main(int argc, char **argv) {
     fprintf(stderr, "spotlab-kernel install: cannot create %s: %s\n", dir, sl_strerror(r));
     goto out;
   }
-  if ((r = write_file_atomic(path, json_text, strlen(json_text))) < 0) {
+  if ((r = sl_file_write_atomic(path, json_text, strlen(json_text), 0644)) < 0) {
     fprintf(stderr, "spotlab-kernel install: cannot write %s: %s\n", path, sl_strerror(r));
     goto out;
   }

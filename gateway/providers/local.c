@@ -38,6 +38,7 @@
 #include "imds.h"
 #include "market.h"
 #include "sl_err.h"
+#include "sl_file.h"
 #include "sl_json.h"
 #include "sl_log.h"
 #include "sl_path.h"
@@ -213,33 +214,9 @@ static int spawn_worker(struct local *l, struct inst *in, const char *dir,
 
 /* ---- files -------------------------------------------------------------- */
 
-/* Writes text to path via a 0600 temporary file and rename. */
+/* Writes text to path atomically, readable by the owner only. */
 static int write_atomic(const char *path, const char *text) {
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0)
-    return -errno;
-  size_t len = strlen(text), off = 0;
-  int r = 0;
-  while (off < len) {
-    ssize_t w = write(fd, text + off, len - off);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0) {
-      r = -errno;
-      break;
-    }
-    off += (size_t)w;
-  }
-  if (r == 0 && fsync(fd) < 0)
-    r = -errno;
-  close(fd);
-  if (r == 0 && rename(tmp, path) < 0)
-    r = -errno;
-  if (r < 0)
-    unlink(tmp);
-  return r;
+  return sl_file_write_atomic(path, text, strlen(text), 0600);
 }
 
 static int read_json(const char *path, json_t **ret, char *why, size_t why_size) {

@@ -1,0 +1,61 @@
+/* Atomic file replacement: temporary name, fsync, rename, folder fsync. */
+#include "sl_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int write_all(int fd, const char *p, size_t len) {
+  while (len > 0) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0)
+      return -errno;
+    if (w == 0)
+      return -EIO;
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+static void sync_folder(const char *path) {
+  char copy[PATH_MAX];
+  if (strlen(path) >= sizeof copy)
+    return;
+  strcpy(copy, path);
+  int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+}
+
+int sl_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode) {
+  char tmp[PATH_MAX];
+  int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  if (n < 0 || (size_t)n >= sizeof tmp)
+    return -ENAMETOOLONG;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0)
+    return -errno;
+  int r = write_all(fd, data, len);
+  if (r == 0 && fsync(fd) < 0)
+    r = -errno;
+  if (close(fd) < 0 && r == 0)
+    r = -errno;
+  if (r == 0 && rename(tmp, path) < 0)
+    r = -errno;
+  if (r < 0) {
+    unlink(tmp);
+    return r;
+  }
+  sync_folder(path);
+  return 0;
+}
