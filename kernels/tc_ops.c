@@ -1,9 +1,9 @@
 /* Layer kernels of the CPU path (see tc_ops.h).
  *
- * Matrix products go through single-threaded cblas_sgemm calls over a tile
- * grid fixed by the shape, run in parallel by tc_par; every other loop has a
- * reduction order fixed by the data shape alone. So each number is the same
- * whatever the thread count. */
+ * Matrix products go through single-threaded cblas_sgemm calls over a few
+ * slices fixed by the shape, run in parallel by tc_par; elementwise loops run
+ * over fixed blocks; every other loop has a reduction order fixed by the data
+ * shape alone. So each number is the same whatever the thread count. */
 #include "tc_ops.h"
 
 #include <cblas.h>
@@ -365,8 +365,9 @@ static inline float fast_tanh(float u) {
 
 /* Elementwise loops run over fixed blocks of EW_BLOCK elements, the unit
  * tc_par hands out; a block is always computed by the same vectorised code
- * whatever the thread count. A span function sees one block; out may equal b
- * (in place), never overlap it otherwise. */
+ * whatever the thread count. A span function sees one block; out never
+ * overlaps an input except by being equal to it, where the op allows in place
+ * (the backward ops' dout, tc_add's a or b). */
 #define EW_BLOCK 2048
 
 typedef void (*ew_span_fn)(float *out, const float *a, const float *b, size_t n);
