@@ -133,8 +133,8 @@ static double at_loss(void *p) {
   tc_attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->H);
   return dot(a->out, a->R, (size_t)a->B * a->T * a->C);
 }
-static void test_attention(void) {
-  struct at a = {.B = 2, .T = 5, .C = 8, .H = 2};
+static void test_attention_at(int T) {
+  struct at a = {.B = 2, .T = T, .C = 8, .H = 2};
   size_t n3 = (size_t)a.B * a.T * 3 * a.C, n = (size_t)a.B * a.T * a.C;
   a.qkv = randv(n3, 1), a.out = zeros(n), a.att = zeros((size_t)a.B * a.H * a.T * a.T);
   a.R = randv(n, 1);
@@ -154,6 +154,12 @@ static void test_attention(void) {
   check_grad("attention dqkv", a.qkv, dqkv, n3, at_loss, &a, 1e-2, 3e-3, 2e-2);
   free(a.qkv), free(a.out), free(a.att), free(a.R), free(dqkv), free(scratch);
 }
+
+static void test_attention(void) { test_attention_at(5); }
+
+/* Rows longer than one 32-row block of the blocked path. Run last: it draws
+ * from the shared generator, and the other tests' inputs stay as they were. */
+static void test_attention_long(void) { test_attention_at(70); }
 
 /* ---- softmax cross-entropy ---- */
 struct xe { int N, V; float *logits; int32_t *y; };
@@ -323,5 +329,6 @@ int main(void) {
   test_xent();
   test_models();
   test_determinism();
+  test_attention_long();
   TEST_MAIN_END();
 }
