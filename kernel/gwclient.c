@@ -52,6 +52,7 @@ struct jk_gw {
   const struct jk_gw_handler *h;
   void *hud;
   char *client, *session, *explicit_addr;
+  char home[4096];             /* SPOTLAB_HOME, found (and made) once */
   bool may_spawn;
   int64_t hello_timeout_us, spawn_timeout_us, request_timeout_us;
 
@@ -131,10 +132,9 @@ static void resolve_address(struct jk_gw *gw) {
   } else if (env && *env) {
     snprintf(gw->addr, sizeof gw->addr, "%s", env);
   } else {
-    char home[4096];
-    if (sl_spotlab_home(home, sizeof home) < 0)
-      snprintf(home, sizeof home, "/tmp/spotlab-%d", (int)getuid());
-    snprintf(gw->addr, sizeof gw->addr, "ipc://%s/gateway.sock", home);
+    if (!gw->home[0] && sl_spotlab_home(gw->home, sizeof gw->home) < 0)
+      snprintf(gw->home, sizeof gw->home, "/tmp/spotlab-%d", (int)getuid());
+    snprintf(gw->addr, sizeof gw->addr, "ipc://%s/gateway.sock", gw->home);
     gw->embedded = true;
   }
 }
