@@ -91,7 +91,7 @@ static void h_event(void *ud, const json_t *event) {
 
 static void h_state(void *ud, bool ready, const char *why) {}
 
-static const struct jk_gw_handler handler = {h_reply, h_event, h_state};
+static const struct jk_gw_handler handler = {h_reply, h_event, h_state, NULL};
 
 struct cli_conn *cli_conn_new(void) {
   struct cli_conn *c = calloc(1, sizeof *c);

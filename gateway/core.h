@@ -23,6 +23,7 @@
 #define GW_MAX_ATTACH 64
 #define GW_MAX_LIVE_JOBS GW_QUEUE_MAX
 #define GW_MAX_INSTANCES 1024
+#define GW_MAX_SESSIONS 1024
 #define GW_RID_MAX 256
 #define GW_FRAME_MAX (1u << 20)
 #define GW_FRAMES_MAX 8
@@ -49,6 +50,15 @@ struct gw_inst {
   int64_t idle_since_mono_us;
   int64_t register_by_mono_us;  /* launching or restarted: must register before this */
   int gpus;
+  char session[256];            /* notebook session of the job it ran last (not stored) */
+};
+
+/* A notebook session's activity, for idle shutdown (idle.c). */
+struct gw_idle_session {
+  char user[64];
+  char session[256];
+  int64_t last_active_mono_us;  /* last request from its clients, or a live job seen */
+  int state;                    /* idle.c: active, warned, stopped */
 };
 
 struct gw {
@@ -64,6 +74,8 @@ struct gw {
   size_t n_insts;
   struct gw_client *clients;
   size_t n_clients;
+  struct gw_idle_session *sessions; /* notebook sessions heard from, bounded */
+  size_t n_sessions;
   char train_program[1024];
   char worker_address[512];     /* what workers connect to */
   int64_t started_us;
@@ -83,6 +95,15 @@ void gw_kproto_recv(struct gw *g);
 /* Sends an event of job to every client attached to it (event borrowed). */
 void gw_kproto_fanout(struct gw *g, int64_t job, const json_t *event);
 
+/* Sends msg (borrowed) to every client of user's notebook session. */
+void gw_kproto_notify(struct gw *g, const char *user, const char *session, json_t *msg);
+
+/* idle.c */
+/* A request from a client of (user, session): the notebook is active. */
+void gw_idle_touch(struct gw *g, const char *user, const char *session);
+/* Warns and stops idle notebooks; run from housekeeping. */
+void gw_idle_check(struct gw *g);
+
 /* wproto.c */
 void gw_wproto_recv(struct gw *g);
 int gw_wproto_send(struct gw *g, struct gw_inst *inst, json_t *msg);
@@ -101,9 +122,15 @@ int gw_sched_send_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst);
 void gw_sched_place(struct gw *g);
 void gw_sched_housekeeping(struct gw *g);
 void gw_sched_flush_cost(struct gw *g, struct gw_job *j, bool force);
+/* Shuts the instance down (worker told, provider asked) and forgets it. */
+void gw_sched_terminate(struct gw *g, struct gw_inst *in, const char *why);
 void gw_sched_instance_gone(struct gw *g, const char *id, const char *why);
 void gw_sched_on_provider_event(void *userdata, const struct gw_provider_event *ev);
 int gw_sched_load(struct gw *g);
+/* checkpoint_every=auto: recomputes the interval after a metric or a
+ * checkpoint was recorded in j->autockpt; tells the worker and emits a
+ * checkpoint_interval event when it moved by more than 20%. */
+void gw_sched_autockpt(struct gw *g, struct gw_job *j, bool lookup_mtbp);
 void gw_sched_set_inst_state(struct gw *g, struct gw_inst *inst, const char *state, int64_t job);
 
 #endif

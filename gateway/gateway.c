@@ -143,9 +143,10 @@ int gw_new(const struct gw_config *cfg, struct gw **ret, char *err, size_t err_s
   g->clients = calloc(GW_MAX_CLIENTS, sizeof *g->clients);
   g->insts = calloc(GW_MAX_INSTANCES, sizeof *g->insts);
   g->jobs = calloc(GW_MAX_LIVE_JOBS, sizeof *g->jobs);
+  g->sessions = calloc(GW_MAX_SESSIONS, sizeof *g->sessions);
   g->queue = gw_queue_new();
   int r = -ENOMEM;
-  if (!g->clients || !g->insts || !g->jobs || !g->queue)
+  if (!g->clients || !g->insts || !g->jobs || !g->sessions || !g->queue)
     goto fail;
   if ((r = open_state(g, err, err_size)) < 0)
     goto fail;
@@ -268,6 +269,7 @@ struct gw *gw_free(struct gw *g) {
   free(g->jobs);
   free(g->insts);
   free(g->clients);
+  free(g->sessions);
   gw_queue_free(g->queue);
   gw_store_free(g->store);
   free(g);

@@ -4,6 +4,8 @@
 #ifndef GW_JOB_H
 #define GW_JOB_H
 
+#include "autockpt.h"
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -51,6 +53,7 @@ struct gw_job {
   int64_t cost_accrued_mono_us;   /* cost is accrued up to here */
   int64_t preempted_mono_us;      /* for the resumed event's after_s */
   double attempt_cost_usd, attempt_on_demand_usd, pending_cost_s; /* not yet in the cost table */
+  struct gw_autockpt autockpt;    /* checkpoint_every=auto measurements */
 };
 
 const char *gw_job_state_name(enum gw_job_state s);

@@ -91,6 +91,14 @@ void gw_kproto_fanout(struct gw *g, int64_t job, const json_t *event) {
   }
 }
 
+void gw_kproto_notify(struct gw *g, const char *user, const char *session, json_t *msg) {
+  for (size_t i = 0; i < g->n_clients; i++) {
+    struct gw_client *c = &g->clients[i];
+    if (c->authed && !strcmp(c->user, user) && !strcmp(c->session, session))
+      gw_send_to(g, g->ksock, c->rid, c->rid_len, msg);
+  }
+}
+
 /* Loads job id if it belongs to the client's user: live copy or a store copy in *tmp. */
 static struct gw_job *user_job(struct req *q, struct gw_job *tmp, bool *ret_live) {
   int64_t id = gw_job_id_parse(sl_json_get_str(q->body, "job", NULL));
@@ -126,8 +134,10 @@ static void on_hello(struct req *q) {
   snprintf(c->user, sizeof c->user, "%s", user);
   snprintf(c->session, sizeof c->session, "%s", session);
   c->last_mono_us = sl_time_mono_us();
-  if (*session)
+  if (*session) {
     gw_store_session_touch(q->g->store, user, session, sl_time_real_us());
+    gw_idle_touch(q->g, user, session);
+  }
   sl_info(T, "hello from %s (%s, session \"%s\")", user,
           sl_json_get_str(q->body, "client", "client"), session);
   reply(q, json_pack("{s:s,s:s,s:s}", "user", user, "session", session, "gateway",
@@ -482,6 +492,7 @@ static void dispatch(struct req *q) {
   if (!q->c || !q->c->authed)
     return fail(q, SL_EAUTH, "say hello with a valid token first");
   q->c->last_mono_us = sl_time_mono_us();
+  gw_idle_touch(q->g, q->c->user, q->c->session); /* every request is notebook activity */
   if (q->c->session[0] && strcmp(type, "session.get"))
     gw_store_session_touch(q->g->store, q->c->user, q->c->session, sl_time_real_us());
   for (size_t i = 0; i < sizeof handlers / sizeof *handlers; i++)

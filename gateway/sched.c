@@ -283,6 +283,8 @@ static void write_placement(struct gw_job *j, const struct gw_inst *in) {
   j->attempt++;
   j->attempt_cost_usd = j->attempt_on_demand_usd = j->pending_cost_s = 0;
   j->attempt_started_mono_us = j->cost_accrued_mono_us = sl_time_mono_us();
+  gw_autockpt_new_attempt(&j->autockpt);
+  j->autockpt.mtbp_s = 0;
 }
 
 static void emit_placed(struct gw *g, struct gw_job *j) {
@@ -344,6 +346,7 @@ static int launch(struct gw *g, struct gw_job *j, const struct gw_instance_type 
   /* the key is recorded before the instance exists, so its first handshake passes */
   snprintf(in.row.state, sizeof in.row.state, "launching");
   in.row.job = j->id;
+  snprintf(in.session, sizeof in.session, "%s", j->session);
   g->insts[g->n_insts++] = in;
   gw_store_instance_put(g->store, &in.row);
   struct gw_instance_info info;
@@ -425,25 +428,85 @@ void gw_sched_place(struct gw *g) {
   }
 }
 
-static int64_t checkpoint_every(const struct gw_job *j) {
+/* The fixed checkpoint_every option, or 0 for auto (absent, "auto" or not a positive number). */
+static int64_t fixed_checkpoint_every(const struct gw_job *j) {
   json_t *v = json_object_get(json_object_get(j->spec, "options"), "checkpoint_every");
   if (json_is_integer(v) && json_integer_value(v) > 0)
     return json_integer_value(v);
   if (json_is_real(v) && json_real_value(v) >= 1)
     return (int64_t)json_real_value(v);
-  /* auto: a tenth of the run, at least every 10 and at most every 500 steps,
-   * until measured write times allow the Young/Daly interval */
-  int64_t every = j->steps / 10;
+  return 0;
+}
+
+static int64_t checkpoint_every(const struct gw_job *j) {
+  int64_t every = fixed_checkpoint_every(j);
+  if (every)
+    return every;
+  /* auto: the Young/Daly interval once known (from an earlier attempt);
+   * before that a tenth of the run, at least every 10 and at most every
+   * 500 steps, until the first step rate is measured */
+  if (j->autockpt.sent_steps > 0)
+    return j->autockpt.sent_steps;
+  every = j->steps / 10;
   return every < 10 ? 10 : every > 500 ? 500 : every;
+}
+
+static double time_scale(const struct gw *g) {
+  return g->cfg->local_time_scale > 0 ? g->cfg->local_time_scale : 1;
+}
+
+/* The mean time to preemption of type, simulated seconds; 0 when unknown. */
+static double type_mtbp_s(struct gw *g, const char *type) {
+  struct gw_instance_type *types = NULL;
+  size_t n = 0;
+  double s = 0;
+  if (!g->prov || g->prov->ops->types(g->prov, &types, &n) < 0)
+    return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(types[i].name, type))
+      s = types[i].mean_time_to_preempt_s;
+  free(types);
+  return s > 0 ? s : 0;
+}
+
+void gw_sched_autockpt(struct gw *g, struct gw_job *j, bool lookup_mtbp) {
+  struct gw_autockpt *a = &j->autockpt;
+  if (strcmp(j->kind, "train") || fixed_checkpoint_every(j) || !j->spot || !j->instance[0])
+    return; /* on-demand capacity is not preempted: the first interval stays */
+  if (lookup_mtbp || !a->mtbp_s)
+    a->mtbp_s = type_mtbp_s(g, j->instance_type);
+  double scale = time_scale(g), write_sim = gw_autockpt_write_sim_s(a, scale);
+  int64_t steps = gw_autockpt_steps(write_sim, a->mtbp_s, a->steps_per_s, scale, j->steps);
+  if (steps <= 0 || (a->announced && !gw_autockpt_changed(a->sent_steps, steps)))
+    return;
+  struct gw_inst *inst = gw_inst_find(g, j->instance);
+  if (a->sent_steps != steps && inst && inst->row.job == j->id) {
+    char id[16];
+    json_t *m = json_pack("{s:s,s:s,s:I}", "type", "checkpoint_every", "job",
+                          gw_job_id_str(j->id, id, sizeof id), "steps", (json_int_t)steps);
+    gw_wproto_send(g, inst, m);
+    json_decref(m);
+  }
+  a->sent_steps = steps;
+  a->announced = true;
+  json_t *ev = json_pack("{s:s,s:I,s:o,s:o,s:o}", "event", "checkpoint_interval", "steps",
+                         (json_int_t)steps, "seconds",
+                         sl_json_real(gw_young_daly_s(write_sim, a->mtbp_s)), "write_s",
+                         sl_json_real(write_sim), "mtbp_s", sl_json_real(a->mtbp_s));
+  gw_sched_emit(g, j, ev);
+  json_decref(ev);
 }
 
 int gw_sched_send_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst) {
   char id[16];
   gw_job_id_str(j->id, id, sizeof id);
+  int64_t every = checkpoint_every(j);
+  if (!fixed_checkpoint_every(j))
+    j->autockpt.sent_steps = every;
   json_t *m = json_pack("{s:s,s:s,s:i,s:s,s:O,s:o,s:I,s:{}}", "type", "assign", "job", id,
                         "attempt", j->attempt, "kind", j->kind, "spec", j->spec, "restore",
                         j->ckpt_key[0] ? json_string(j->ckpt_key) : json_null(),
-                        "checkpoint_every", (json_int_t)checkpoint_every(j), "env");
+                        "checkpoint_every", (json_int_t)every, "env");
   int r = gw_wproto_send(g, inst, m);
   json_decref(m);
   return r;
@@ -454,6 +517,7 @@ int gw_sched_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst) {
   if (r < 0)
     return r;
   gw_sched_set_inst_state(g, inst, "busy", j->id);
+  snprintf(inst->session, sizeof inst->session, "%s", j->session);
   inst->notice = false;
   if (j->ckpt_key[0]) {
     double after = j->preempted_mono_us ? (double)(sl_time_mono_us() - j->preempted_mono_us) / 1e6
@@ -484,7 +548,7 @@ void gw_sched_instance_gone(struct gw *g, const char *id, const char *why) {
   g->kick = true;
 }
 
-static void terminate(struct gw *g, struct gw_inst *in, const char *why) {
+void gw_sched_terminate(struct gw *g, struct gw_inst *in, const char *why) {
   char id[32];
   snprintf(id, sizeof id, "%s", in->row.id);
   if (in->registered) {
@@ -531,11 +595,12 @@ void gw_sched_housekeeping(struct gw *g) {
       why = "idle worker shut down";
     if (why) {
       sl_info(T, "%s: %s", in->row.id, why);
-      terminate(g, in, why);
+      gw_sched_terminate(g, in, why);
       continue; /* the array shifted */
     }
     i++;
   }
+  gw_idle_check(g);
   for (size_t i = 0; i < g->n_jobs; i++)
     gw_sched_flush_cost(g, g->jobs[i], false);
   if (now >= g->next_cost_flush_mono_us)

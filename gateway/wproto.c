@@ -236,6 +236,10 @@ static void on_metric(struct gw *g, struct gw_inst *in, const json_t *body) {
   j->step = json_integer_value(json_object_get(data, "step"));
   gw_sched_emit(g, j, ev);
   json_decref(ev);
+  if (json_is_number(json_object_get(data, "loss"))) {
+    gw_autockpt_step(&j->autockpt, j->step, sl_time_mono_us());
+    gw_sched_autockpt(g, j, false);
+  }
 }
 
 static void on_output(struct gw *g, struct gw_inst *in, const json_t *body) {
@@ -270,6 +274,11 @@ static void on_checkpoint(struct gw *g, struct gw_inst *in, const json_t *body) 
                          (json_int_t)write_ms, "durable", 1);
   gw_sched_emit(g, j, ev);
   json_decref(ev);
+  int64_t upload_ms = sl_json_get_int(body, "upload_ms", 0);
+  if (write_ms >= 0 && upload_ms >= 0) {
+    gw_autockpt_write(&j->autockpt, (double)(write_ms + upload_ms) / 1e3);
+    gw_sched_autockpt(g, j, true);
+  }
 }
 
 static void on_notice(struct gw *g, struct gw_inst *in, const json_t *body) {

@@ -63,7 +63,12 @@ static void on_gw_state(void *ud, bool ready, const char *why) {
   }
 }
 
-static const struct jk_gw_handler gw_handler = {on_gw_reply, on_gw_event, on_gw_state};
+static void on_gw_notice(void *ud, const json_t *notice) {
+  jk_exec_notice(ud, notice);
+}
+
+static const struct jk_gw_handler gw_handler = {on_gw_reply, on_gw_event, on_gw_state,
+                                                on_gw_notice};
 
 int jk_core_set_gateway(struct jk_core *c, const struct jk_core_gw_ops *ops) {
   if (c->gw)

@@ -80,6 +80,7 @@ struct jk_core {
   bool sess_applying;          /* loading: changes are not dirty */
   json_t *models;              /* session.get "models": name -> {job, step, checkpoint} */
   int64_t ping_at_us;          /* next keepalive while following a job */
+  char pending_notice[1024];   /* session notices that came with no cell running */
 };
 
 /* core.c */
@@ -92,6 +93,9 @@ void jk_core_set_status(struct jk_core *core, const struct jk_msg *parent, const
 void jk_core_abort_queued(struct jk_core *core);
 
 /* exec.c */
+/* A session notice from the gateway (borrowed): a stderr line on the running
+ * cell, or kept for the start of the next cell's output. */
+void jk_exec_notice(struct jk_core *core, const json_t *notice);
 /* Records the running statement's error; returns JK_STEP_ERROR. */
 enum jk_step jk_exec_fail(struct jk_core *core, const char *ename, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

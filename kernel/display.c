@@ -217,6 +217,13 @@ static void on_other(struct jk_display *d, const char *kind, const json_t *ev, i
     if (d->checkpoints <= 3 || d->checkpoints % 10 == 0)
       timeline(d, t, "checkpoint at step %lld (%lld so far)", (long long)d->checkpoint_step,
                (long long)d->checkpoints);
+  } else if (strcmp(kind, "checkpoint_interval") == 0) {
+    if (get_num(ev, "steps", &v) && v >= 1 && v < 9e15) {
+      d->ckpt_every = (int64_t)v;
+      d->ckpt_write_s = d->ckpt_mtbp_s = 0;
+      get_num(ev, "write_s", &d->ckpt_write_s);
+      get_num(ev, "mtbp_s", &d->ckpt_mtbp_s);
+    }
   } else if (strcmp(kind, "notice") == 0) {
     timeline(d, t, "preemption notice (%s) on %s", sl_json_get_str(ev, "action", "?"),
              sl_json_get_str(ev, "instance", d->instance));
@@ -406,6 +413,9 @@ char *jk_display_text(const struct jk_display *d) {
   if (d->checkpoints > 0)
     jk_dbuf_printf(&b, "checkpoints: %lld, the last at step %lld\n", (long long)d->checkpoints,
                    (long long)d->checkpoint_step);
+  if (d->ckpt_every > 0)
+    jk_dbuf_printf(&b, "checkpoint every %lld steps (auto: write %.3g s, mean time to preemption %.3g h)\n",
+                   (long long)d->ckpt_every, d->ckpt_write_s, d->ckpt_mtbp_s / 3600);
   if (d->tl_n) {
     jk_dbuf_printf(&b, "timeline:\n");
     if (d->tl_dropped)

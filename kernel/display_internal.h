@@ -38,6 +38,8 @@ struct jk_display {
   bool has_result;
   double result_eval_loss;
   int64_t checkpoints, checkpoint_step;
+  int64_t ckpt_every;               /* checkpoint_every=auto interval, 0 until one is chosen */
+  double ckpt_write_s, ckpt_mtbp_s;
   int64_t first_us, last_us; /* event times */
   int64_t rate_t[RATE_WINDOW], rate_s[RATE_WINDOW];
   size_t rate_n, rate_head;

@@ -215,6 +215,30 @@ void jk_exec_stream(struct jk_core *c, const char *name, const char *text) {
   jk_core_publish(c, c->running->request, "stream", json_pack("{s:s, s:s}", "name", name, "text", text));
 }
 
+void jk_exec_notice(struct jk_core *c, const json_t *notice) {
+  if (strcmp(sl_json_get_str(notice, "event", ""), "idle"))
+    return;
+  const char *action = sl_json_get_str(notice, "action", "");
+  char line[256];
+  if (!strcmp(action, "warning"))
+    snprintf(line, sizeof line,
+             "spotlab: this notebook is idle; its workers stop in %lld s unless a cell runs\n",
+             (long long)sl_json_get_int(notice, "in_s", 0));
+  else if (!strcmp(action, "shutdown"))
+    snprintf(line, sizeof line, "spotlab: this notebook was idle; its workers were stopped"
+                                " (the next job starts new ones)\n");
+  else
+    return;
+  if (c->running && !c->running->silent) {
+    jk_exec_stream(c, "stderr", line);
+    return;
+  }
+  size_t have = strlen(c->pending_notice);
+  if (have + strlen(line) >= sizeof c->pending_notice)
+    have = 0; /* only the newest notices are kept */
+  snprintf(c->pending_notice + have, sizeof c->pending_notice - have, "%s", line);
+}
+
 static void display(struct jk_core *c, json_t *data) {
   if (c->running->silent) {
     json_decref(data);
@@ -604,6 +628,10 @@ void jk_exec_start(struct jk_core *c, struct jk_msg *req) {
   if (!x->silent)
     jk_core_publish(c, req, "execute_input",
                     json_pack("{s:s, s:I}", "code", code, "execution_count", (json_int_t)x->count));
+  if (!x->silent && c->pending_notice[0]) { /* notices that came between cells */
+    jk_exec_stream(c, "stderr", c->pending_notice);
+    c->pending_notice[0] = 0;
+  }
   struct jk_parse_error perr = {0};
   int r = jk_parse(code, strlen(code), &x->cell, &perr);
   if (r < 0) {

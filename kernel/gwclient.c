@@ -453,6 +453,8 @@ void jk_gw_input(struct jk_gw *gw, const char *data, size_t len) {
     on_reply(gw, msg);
   else if (strcmp(type, "event") == 0 && gw->state == JK_GW_READY)
     gw->h->event(gw->hud, msg);
+  else if (strcmp(type, "notice") == 0 && gw->state == JK_GW_READY && gw->h->notice)
+    gw->h->notice(gw->hud, msg);
   else
     sl_debug("kernel.gateway", "ignored a gateway message of type \"%.32s\"", type);
   json_decref(msg);

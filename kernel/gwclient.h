@@ -38,6 +38,8 @@ struct jk_gw_handler {
   void (*event)(void *ud, const json_t *event);
   /* The connection became ready (hello accepted), or was lost (why set). */
   void (*state)(void *ud, bool ready, const char *why);
+  /* A session notice object (borrowed), e.g. an idle warning; may be NULL. */
+  void (*notice)(void *ud, const json_t *notice);
 };
 
 struct jk_gw_config {

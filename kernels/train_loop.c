@@ -249,8 +249,10 @@ static void checkpoint(struct run *R, uint64_t step) {
   R->have_ckpt = 1;
 }
 
-/* Reads pending control lines; returns 1 when a checkpoint was asked for. */
-static int poll_control(int fd, char *buf, size_t *len, size_t cap, struct metrics *mt) {
+/* Reads pending control lines; returns 1 when a checkpoint was asked for.
+ * "checkpoint_every N" sets the periodic interval in *every (0: none). */
+static int poll_control(int fd, char *buf, size_t *len, size_t cap, struct metrics *mt,
+                        uint64_t *every) {
   int want = 0;
   struct pollfd p = {.fd = fd, .events = POLLIN};
   while (poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP))) {
@@ -261,8 +263,17 @@ static int poll_control(int fd, char *buf, size_t *len, size_t cap, struct metri
     while ((nl = memchr(buf, '\n', *len))) {
       *nl = 0;
       if (nl > buf && nl[-1] == '\r') nl[-1] = 0;
+      char *end = NULL;
       if (!strcmp(buf, "checkpoint")) want = 1;
-      else if (*buf) emit(mt, "\"event\":\"warning\",\"op\":\"control\",\"error\":%S", "unknown command");
+      else if (!strncmp(buf, "checkpoint_every ", 17)) {
+        unsigned long long n = strtoull(buf + 17, &end, 10);
+        if (end == buf + 17 || *end || n > 100000000ull || buf[17] == '-')
+          emit(mt, "\"event\":\"warning\",\"op\":\"control\",\"error\":%S", "bad checkpoint_every");
+        else {
+          *every = n;
+          emit(mt, "\"event\":\"checkpoint_every\",\"steps\":%u", (uint64_t)n);
+        }
+      } else if (*buf) emit(mt, "\"event\":\"warning\",\"op\":\"control\",\"error\":%S", "unknown command");
       size_t used = (size_t)(nl - buf) + 1;
       memmove(buf, nl + 1, *len - used);
       *len -= used;
@@ -482,11 +493,12 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
   size_t mem = tc_dev_mem_bytes(R.dev);
   char ctl[4096];
   size_t ctl_len = 0;
+  uint64_t every = o->ckpt_every > 0 ? (uint64_t)o->ckpt_every : 0; /* the control fd may change it */
   float loss = NAN;
   double ev_loss = NAN, ev_acc = NAN;
   for (uint64_t step = R.meta.step; step < total; step++) {
     if (ctl_fd >= 0) {
-      int c = poll_control(ctl_fd, ctl, &ctl_len, sizeof ctl, &R.mt);
+      int c = poll_control(ctl_fd, ctl, &ctl_len, sizeof ctl, &R.mt, &every);
       if (c < 0) ctl_fd = -1;
       if (c > 0) g_ckpt = 1;
     }
@@ -535,7 +547,7 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
       r = fail(&R, -EDOM, "loss is not finite; lower --lr");
       goto out;
     }
-    if (o->ckpt_every && (step + 1) % (uint64_t)o->ckpt_every == 0) checkpoint(&R, step + 1);
+    if (every && (step + 1) % every == 0) checkpoint(&R, step + 1);
   }
   if (R.writer) {
     checkpoint(&R, R.meta.step);

@@ -167,6 +167,10 @@ static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
     if (j) wk_job_cancel(*j);
   } else if (!strcmp(type, "checkpoint_now")) {
     if (j) wk_job_checkpoint_now(*j);
+  } else if (!strcmp(type, "checkpoint_every")) {
+    json_t *n = json_object_get(m, "steps");
+    if (j && json_is_integer(n) && json_integer_value(n) >= 0 && json_integer_value(n) <= 100000000)
+      wk_job_set_checkpoint_every(*j, json_integer_value(n));
   } else if (!strcmp(type, "shutdown")) {
     sl_info(TOPIC, "shutdown requested");
     stop_all(a);

@@ -503,6 +503,14 @@ void wk_job_checkpoint_now(struct wk_job *j) {
   }
 }
 
+void wk_job_set_checkpoint_every(struct wk_job *j, int64_t steps) {
+  if (j->state == ENDED || j->kind != WK_KIND_TRAIN || steps < 0) return;
+  char line[64];
+  snprintf(line, sizeof line, "checkpoint_every %lld", (long long)steps);
+  int r = wk_child_control(j->child, line);
+  if (r < 0) sl_warn(TOPIC, "%s: checkpoint interval: %s", j->id, sl_strerror(r));
+}
+
 void wk_job_notice(struct wk_job *j, int64_t deadline) {
   if (j->state == ENDED || j->noticed) return;
   j->noticed = true;

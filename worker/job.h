@@ -48,6 +48,9 @@ int wk_job_tick(struct wk_job *j, int64_t now_mono_us);
 void wk_job_cancel(struct wk_job *j);
 /* Asks for a checkpoint now (train: control line; run: a folder sync). */
 void wk_job_checkpoint_now(struct wk_job *j);
+/* Sets a train job's periodic checkpoint interval (a control line to
+ * spotlab-train); steps >= 0. Other kinds ignore it. */
+void wk_job_set_checkpoint_every(struct wk_job *j, int64_t steps);
 /* A preemption notice: checkpoint, upload, stop before deadline_mono_us. */
 void wk_job_notice(struct wk_job *j, int64_t deadline_mono_us);
 

@@ -75,6 +75,8 @@ def main():
                 send(type="done", job=job["job"], attempt=job["attempt"], status="cancelled",
                      exit_code=0, message="", step=job["step"])
                 job = None
+            elif t == "checkpoint_every" and job and m.get("job") == job["job"]:
+                job["every"] = max(1, int(m["steps"]))
             elif t == "shutdown":
                 s.close(1000)
                 return 0

@@ -106,6 +106,7 @@ class Client:
         self.s.linger = 0
         self.s.connect(address)
         self.events = []
+        self.notices = []
         self.nid = 0
         if user or token:
             r = self.req("hello", token=token or TOKENS[user], client="cli", session=session,
@@ -131,6 +132,8 @@ class Client:
                 raise TimeoutError("no reply to request %s" % rid)
             if m.get("type") == "event":
                 self.events.append(m)
+            elif m.get("type") == "notice":
+                self.notices.append(m)
             elif m.get("type") == "reply" and m.get("re") == rid:
                 return m
 
@@ -158,6 +161,25 @@ class Client:
                     (e.get("event"), e.get("state")) for e in self.events])
             if m.get("type") == "event":
                 self.events.append(m)
+            elif m.get("type") == "notice":
+                self.notices.append(m)
+
+    def wait_notice(self, pred, timeout=30):
+        """Waits for a session notice without sending anything (a request is activity)."""
+        end = time.monotonic() + timeout
+        seen = 0
+        while True:
+            while seen < len(self.notices):
+                if pred(self.notices[seen]):
+                    return self.notices[seen]
+                seen += 1
+            m = self.recv(max(0.0, end - time.monotonic()))
+            if m is None:
+                raise TimeoutError("notice not seen; have %s" % self.notices)
+            if m.get("type") == "event":
+                self.events.append(m)
+            elif m.get("type") == "notice":
+                self.notices.append(m)
 
     def close(self):
         self.s.close(0)
@@ -574,6 +596,94 @@ def case_fairness(gw):
     check(order == ["alice", "bob", "carol", "alice", "bob"], "round robin order %s" % order)
 
 
+IDLE_INI = ("[idle]\nnotebook_timeout = 3s\nwarn_before = 1s\nworker_timeout = 1h\n"
+            "[group.fast]\nworker_timeout = 2s\n[user.bob]\ngroup = fast\n")
+
+
+def idle_notice(action):
+    return lambda n: n.get("event") == "idle" and n.get("what") == "notebook" and \
+        n.get("action") == action
+
+
+def run_job(c, **opts):
+    job = submit(c, **opts)
+    attach(c, job)
+    c.wait_event(state_is(job, "succeeded"), timeout=40)
+    return [e for e in c.events if e["job"] == job and e["event"] == "placed"][-1]["instance"]
+
+
+def case_idle(gw):
+    # a job that runs longer than every idle timeout, in a session that says nothing
+    long_c = Client(gw.listen, "alice", session="long")
+    long_job, long_summary = running_hold_job(gw, long_c)
+    # bob's group stops idle workers after 2 s (before his notebook's 3 s)
+    bob = Client(gw.listen, "bob", session="b")
+    define(bob)
+    bob_inst = run_job(bob, steps=3)
+    check(gw.wait_log("%s: idle worker shut down" % bob_inst, 20), "idle worker terminated")
+    check(not [i for i in bob.req("instances")["instances"] if i["instance"] == bob_inst],
+          "the idle worker is gone")
+    # alice's notebook: a job ends, then no cell runs
+    c = Client(gw.listen, "alice", session="nb")
+    define(c)
+    t0 = time.monotonic()
+    inst = run_job(c, steps=3)
+    warn = c.wait_notice(idle_notice("warning"), timeout=20)
+    check(warn["session"] == "nb" and 0 <= warn["in_s"] <= 1, "warning ahead %r" % warn)
+    stop = c.wait_notice(idle_notice("shutdown"), timeout=20)
+    check(time.monotonic() - t0 >= 3 and stop["time_us"] >= warn["time_us"],
+          "shutdown after the timeout, after the warning")
+    check(gw.wait_log("%s: idle notebook shut down" % inst, 10) or
+          gw.wait_log("instance %s gone: idle notebook shut down" % inst, 1),
+          "the notebook's worker was terminated")
+    insts = c.req("instances")["instances"]
+    check(not [i for i in insts if i["instance"] == inst], "no worker left for the notebook")
+    # the job that outlived every timeout is still running on its worker
+    check(not long_c.notices, "a session with a running job gets no idle notice %r" % long_c.notices)
+    now = long_c.req("attach", job=long_job, after=10 ** 9)["job"]
+    check(now["state"] == "running" and now["instance"] == long_summary["instance"] and
+          now["attempt"] == 1, "the long job was not stopped: %r" % now)
+    check(not [e for e in long_c.events if e["event"] in ("preempted", "idle")],
+          "no preemption of the long job")
+    # the next cell brings capacity back
+    inst2 = run_job(c, steps=3)
+    check(inst2 != inst, "a new worker for the next job")
+    long_c.req("cancel", job=long_job)
+    long_c.wait_event(state_is(long_job, "cancelled"))
+
+
+def case_auto_checkpoint(gw):
+    c = Client(gw.listen, "alice")
+    define(c)
+    job = submit(c, steps=400, checkpoint_every="auto")
+    attach(c, job)
+    c.wait_event(state_is(job, "succeeded"), timeout=60)
+    evs = [e for e in c.events if e["job"] == job]
+    iv = [e for e in evs if e["event"] == "checkpoint_interval"]
+    check(len(iv) >= 1, "a checkpoint_interval event")
+    if not iv:
+        return
+    measured = [e for e in iv if abs(e["write_s"] - 0.12) < 1e-6]
+    check(len(measured) >= 1, "an interval from measured write times %r" % iv)
+    if not measured:
+        return
+    e = measured[0]
+    # fake.small: 3600 s mean time to preemption; writes of 1+1 ms at time_scale 60
+    check(abs(e["mtbp_s"] - 3600) < 1e-6 and abs(e["write_s"] - 0.12) < 1e-6 and
+          abs(e["seconds"] - (2 * e["write_s"] * e["mtbp_s"]) ** 0.5) < 1e-6 and e["steps"] >= 1,
+          "Young/Daly fields %r" % e)
+    # between interval changes, checkpoints follow the announced interval (the
+    # first one after a change may still be on the old one)
+    segments = 0
+    for k, e in enumerate(iv):
+        end = iv[k + 1]["seq"] if k + 1 < len(iv) else 10 ** 9
+        cps = [x["step"] for x in evs if x["event"] == "checkpoint" and e["seq"] < x["seq"] < end]
+        check(all(s % e["steps"] == 0 for s in cps[1:]),
+              "checkpoints at multiples of %d: %s" % (e["steps"], cps))
+        segments += len(cps) >= 3
+    check(segments >= 1, "some interval was followed for several checkpoints")
+
+
 def case_local_train(gw):
     worker, train = os.path.abspath(EXTRA[0]), os.path.abspath(EXTRA[1])
     os.environ["SPOTLAB_WORKER_BIN"] = worker
@@ -607,12 +717,13 @@ CASES = {"auth": case_auth, "isolation": case_isolation,
          "curve": case_curve, "dump-config": case_dump_config,
          "config-errors": case_config_errors, "embedded": case_embedded, "jobs": case_jobs,
          "preempt": case_preempt, "restart": case_restart, "fairness": case_fairness,
-         "local-train": case_local_train}
+         "local-train": case_local_train, "idle": case_idle,
+         "auto-checkpoint": case_auto_checkpoint}
 
 
 def main():
-    slots = 1 if CASE == "fairness" else 2
-    gw = Gateway(slots=slots)
+    slots = 1 if CASE == "fairness" else 3 if CASE == "idle" else 2
+    gw = Gateway(slots=slots, extra_ini=IDLE_INI if CASE == "idle" else "")
     try:
         CASES[CASE](gw)
     except Exception as e:  # a timeout or a failed assertion is a failure with context

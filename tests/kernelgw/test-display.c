@@ -147,8 +147,19 @@ static void test_resume_cuts_curve(void) {
   char *text = jk_display_text(d);
   CHECK(text && strstr(text, "preempted at step 1500 (with notice)"));
   CHECK(text && strstr(text, "resumed on g4dn.xlarge in us-east-1b after 42s from step 1500"));
+  CHECK(text && !strstr(text, "checkpoint every"));
   free(text);
-  e = ev("J000007", 5003, 0, "state");
+  /* checkpoint_every=auto: the chosen interval and what it came from */
+  e = ev("J000007", 5003, 0, "checkpoint_interval");
+  json_object_set_new(e, "steps", json_integer(250));
+  json_object_set_new(e, "seconds", json_real(600));
+  json_object_set_new(e, "write_s", json_real(10));
+  json_object_set_new(e, "mtbp_s", json_real(18000));
+  feed(d, e);
+  text = jk_display_text(d);
+  CHECK(text && strstr(text, "checkpoint every 250 steps (auto: write 10 s, mean time to preemption 5 h)"));
+  free(text);
+  e = ev("J000007", 5004, 0, "state");
   json_object_set_new(e, "state", json_string("failed"));
   json_object_set_new(e, "reason", json_string("out of <memory>"));
   feed(d, e);

@@ -57,7 +57,7 @@ static void h_state(void *ud, bool ready, const char *why) {
   else
     r->n_lost++;
 }
-static const struct jk_gw_handler handler = {h_reply, h_event, h_state};
+static const struct jk_gw_handler handler = {h_reply, h_event, h_state, NULL};
 
 /* fmt is always one of this file's literals holding one %lld. */
 #pragma GCC diagnostic push

@@ -7,7 +7,8 @@ A run of N steps uninterrupted is the reference. Then, each in a fresh folder:
   SIGTERM at a random step (checkpoint, durable, exit 0), --resume to N;
 every step's loss (last value written for that step) and the final checkpoint
 (parameters, moments, RNG states) must be bit-identical to the reference.
-Also: "checkpoint" on --control and SIGUSR1 force a durable checkpoint, and
+Also: "checkpoint" on --control and SIGUSR1 force a durable checkpoint,
+"checkpoint_every N" on --control changes the periodic interval, and
 checkpoint writes that fail (file size limit, EFBIG) leave earlier
 checkpoints intact while training carries on.
 Waits poll the metrics file against a deadline; nothing sleeps for a fixed time.
@@ -161,6 +162,16 @@ def main():
         p.send_signal(signal.SIGUSR1)
         e = wait_for(m, lambda e: e.get("event") == "checkpoint" and 80 <= e["step"] < N, p)
         check(e is not None and e["durable"] is True, f"SIGUSR1: durable checkpoint event {e}")
+        # "checkpoint_every N" on the control fd sets the periodic interval mid-run
+        os.write(w_fd, b"checkpoint_every 25\n")
+        e = wait_for(m, lambda e: e.get("event") == "checkpoint_every", p)
+        check(e is not None and e["steps"] == 25, f"control 'checkpoint_every 25' acknowledged {e}")
+        e = wait_for(m, lambda e: e.get("event") == "checkpoint" and 150 <= e["step"] < N, p)
+        check(e is not None and e["step"] % 25 == 0,
+              f"periodic checkpoint at the new interval after 'checkpoint_every 25': {e}")
+        os.write(w_fd, b"checkpoint_every x\n")
+        e = wait_for(m, lambda e: e.get("event") == "warning" and e.get("op") == "control", p)
+        check(e is not None, f"a malformed checkpoint_every is a warning {e}")
         os.close(w_fd)
         check(p.wait(timeout=120) == 0, "control run exits 0")
 

@@ -1,0 +1,116 @@
+/* Idle notebooks (DESIGN.md §5, Idle shutdown).
+ *
+ * The gateway keeps one entry per notebook session it has heard from: the
+ * last time a client of that session sent a request (every request counts,
+ * `ping` included) or the session had a live job. A session idle for its
+ * user's notebook_timeout (wall clock) whose instances sit without a job
+ * gets a `warning` notice warn_before ahead, then its instances are
+ * terminated and a `shutdown` notice follows. Session state is already in
+ * the store, so the next cell brings capacity back by launching anew. A
+ * session with nothing to stop gets no notices. The table is bounded; when
+ * full, the least recently active entry is forgotten. */
+#include "core.h"
+
+#include "sl_log.h"
+#include "sl_time.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define T "gateway.idle"
+
+enum { ACTIVE, WARNED, STOPPED };
+
+static struct gw_idle_session *find(struct gw *g, const char *user, const char *session) {
+  for (size_t i = 0; i < g->n_sessions; i++)
+    if (!strcmp(g->sessions[i].user, user) && !strcmp(g->sessions[i].session, session))
+      return &g->sessions[i];
+  return NULL;
+}
+
+void gw_idle_touch(struct gw *g, const char *user, const char *session) {
+  if (!session[0])
+    return;
+  struct gw_idle_session *s = find(g, user, session);
+  if (!s && g->n_sessions < GW_MAX_SESSIONS)
+    s = &g->sessions[g->n_sessions++];
+  if (!s) {
+    s = &g->sessions[0];
+    for (size_t i = 1; i < g->n_sessions; i++)
+      if (g->sessions[i].last_active_mono_us < s->last_active_mono_us)
+        s = &g->sessions[i];
+  }
+  if (strcmp(s->user, user) || strcmp(s->session, session)) {
+    snprintf(s->user, sizeof s->user, "%s", user);
+    snprintf(s->session, sizeof s->session, "%s", session);
+  }
+  s->last_active_mono_us = sl_time_mono_us();
+  s->state = ACTIVE;
+}
+
+static bool has_live_job(struct gw *g, const struct gw_idle_session *s) {
+  for (size_t i = 0; i < g->n_jobs; i++)
+    if (!strcmp(g->jobs[i]->user, s->user) && !strcmp(g->jobs[i]->session, s->session))
+      return true;
+  return false;
+}
+
+/* The session's instances that could be stopped: none has a job. */
+static size_t stoppable(struct gw *g, const struct gw_idle_session *s) {
+  size_t n = 0;
+  for (size_t i = 0; i < g->n_insts; i++) {
+    const struct gw_inst *in = &g->insts[i];
+    if (!in->row.job && !strcmp(in->row.user, s->user) && !strcmp(in->session, s->session) &&
+        strcmp(in->row.state, "draining"))
+      n++;
+  }
+  return n;
+}
+
+static void notify(struct gw *g, const struct gw_idle_session *s, const char *action, int64_t in_s) {
+  json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:s,s:s}", "type", "notice", "session", s->session,
+                        "time_us", (json_int_t)sl_time_real_us(), "event", "idle", "what",
+                        "notebook", "action", action);
+  if (in_s >= 0)
+    json_object_set_new(m, "in_s", json_integer(in_s));
+  gw_kproto_notify(g, s->user, s->session, m);
+  json_decref(m);
+}
+
+static void stop_session(struct gw *g, const struct gw_idle_session *s) {
+  for (size_t i = 0; i < g->n_insts;) {
+    struct gw_inst *in = &g->insts[i];
+    if (!in->row.job && !strcmp(in->row.user, s->user) && !strcmp(in->session, s->session) &&
+        strcmp(in->row.state, "draining")) {
+      gw_sched_terminate(g, in, "idle notebook shut down");
+      continue; /* the array shifted */
+    }
+    i++;
+  }
+}
+
+void gw_idle_check(struct gw *g) {
+  int64_t now = sl_time_mono_us();
+  for (size_t i = 0; i < g->n_sessions; i++) {
+    struct gw_idle_session *s = &g->sessions[i];
+    if (has_live_job(g, s)) { /* a running (or waiting) job keeps its notebook active */
+      s->last_active_mono_us = now;
+      s->state = ACTIVE;
+      continue;
+    }
+    if (s->state == STOPPED || !stoppable(g, s))
+      continue;
+    int64_t timeout = gw_config_notebook_timeout_us(g->cfg, s->user);
+    int64_t idle = now - s->last_active_mono_us, warn = g->cfg->warn_before_us;
+    if (idle >= timeout) {
+      sl_info(T, "%s/%s: idle for %lld s; stopping its workers", s->user, s->session,
+              (long long)(idle / SL_US_PER_S));
+      stop_session(g, s);
+      s->state = STOPPED;
+      notify(g, s, "shutdown", -1);
+    } else if (s->state == ACTIVE && warn > 0 && idle >= timeout - warn) {
+      s->state = WARNED;
+      notify(g, s, "warning", (timeout - idle + SL_US_PER_S - 1) / SL_US_PER_S);
+    }
+  }
+}
