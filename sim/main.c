@@ -1,0 +1,346 @@
+/* spotlab-sim: how a job of N steps fares on a spot market replayed from a
+ * trace. It starts a private embedded gateway whose local provider replays
+ * the trace at a high time_scale, submits a %%run job that simulates the
+ * training run in simulated time, follows the job's events until it ends
+ * and prints the report (report.c). Exit status: 0 when the job succeeded,
+ * 1 on any failure, 2 on a usage error. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "sim.h"
+#include "sl_err.h"
+#include "sl_json.h"
+#include "sl_log.h"
+#include "sl_time.h"
+
+#define REQUEST_TIMEOUT_MS 15000
+/* The worker relays at most 100 output lines per second per job, and the
+ * job prints one per step. */
+#define MIN_STEP_WALL_S 0.012
+
+struct args {
+  const char *trace, *type;
+  struct sim_job job;
+  bool auto_every, json, events;
+  double timeout_s;
+  double gap_s; /* the trace's gap_seconds */
+};
+
+static void usage(FILE *f) {
+  fputs("usage: spotlab-sim --trace PATH --steps N [--step-s SECONDS] [--checkpoint-every STEPS|auto]\n"
+        "                   [--checkpoint-s SECONDS] [--time-scale X] [--type TYPE] [--timeout SECONDS] [--json] [--events]\n"
+        "  --trace PATH            spot trace ({\"metadata\":{\"gap_seconds\":G},\"data\":[n,...]})\n"
+        "  --steps N               steps of the simulated training job\n"
+        "  --step-s SECONDS        simulated seconds per step (default 60)\n"
+        "  --checkpoint-every K    steps between checkpoints, 0 for none, auto for Young/Daly (default auto)\n"
+        "  --checkpoint-s SECONDS  simulated seconds one checkpoint takes (default 10)\n"
+        "  --time-scale X          simulated seconds per wall second (default 1000)\n"
+        "  --type TYPE             instance type (default g5.xlarge)\n"
+        "  --timeout SECONDS       give up after this many wall seconds (default: from the job)\n"
+        "  --json                  print the report as JSON\n"
+        "  --events                print each job event on stderr as it arrives\n",
+        f);
+}
+
+static int num_arg(const char *name, const char *v, double lo, double hi, double *ret) {
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno || end == v || *end || !isfinite(x) || x < lo || x > hi) {
+    fprintf(stderr, "spotlab-sim: %s must be a number in %g..%g, not '%s'\n", name, lo, hi, v);
+    return -EINVAL;
+  }
+  *ret = x;
+  return 0;
+}
+
+/* 0, 1 after --help, or 2 after a usage message. */
+static int parse(int argc, char **argv, struct args *a) {
+  *a = (struct args){.type = "g5.xlarge", .auto_every = true,
+                     .job = {.step_s = 60, .checkpoint_s = 10, .time_scale = 1000}};
+  double steps = -1, x;
+  for (int i = 1; i < argc; i++) {
+    const char *o = argv[i];
+    if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+      usage(stdout);
+      return 1;
+    }
+    if (!strcmp(o, "--json") || !strcmp(o, "--events")) {
+      *(o[2] == 'j' ? &a->json : &a->events) = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "spotlab-sim: unknown option or missing value: '%s'\n", o);
+      usage(stderr);
+      return 2;
+    }
+    const char *v = argv[++i];
+    int r = 0;
+    if (!strcmp(o, "--trace"))
+      a->trace = v;
+    else if (!strcmp(o, "--type"))
+      a->type = v;
+    else if (!strcmp(o, "--steps"))
+      r = num_arg(o, v, 1, 1e9, &steps);
+    else if (!strcmp(o, "--step-s"))
+      r = num_arg(o, v, 0.001, 86400, &a->job.step_s);
+    else if (!strcmp(o, "--checkpoint-s"))
+      r = num_arg(o, v, 0, 86400, &a->job.checkpoint_s);
+    else if (!strcmp(o, "--time-scale"))
+      r = num_arg(o, v, 0.001, 1e6, &a->job.time_scale);
+    else if (!strcmp(o, "--timeout"))
+      r = num_arg(o, v, 1, 1e7, &a->timeout_s);
+    else if (!strcmp(o, "--checkpoint-every")) {
+      a->auto_every = !strcmp(v, "auto");
+      if (!a->auto_every && (r = num_arg(o, v, 0, 1e9, &x)) == 0)
+        a->job.checkpoint_every = (int64_t)x;
+    } else {
+      fprintf(stderr, "spotlab-sim: unknown option '%s'\n", o);
+      usage(stderr);
+      return 2;
+    }
+    if (r < 0)
+      return 2;
+  }
+  if (!a->trace || steps < 1) {
+    fprintf(stderr, "spotlab-sim: --trace and --steps are required\n");
+    usage(stderr);
+    return 2;
+  }
+  a->job.steps = (int64_t)steps;
+  json_error_t je;
+  json_t *trace = json_load_file(a->trace, 0, &je);
+  a->gap_s = sl_json_get_num(json_object_get(trace, "metadata"), "gap_seconds", 0);
+  json_decref(trace);
+  if (a->gap_s <= 0) {
+    fprintf(stderr, "spotlab-sim: %s: not a spot trace (%s)\n", a->trace,
+            je.text[0] ? je.text : "no metadata.gap_seconds");
+    return 2;
+  }
+  if (a->job.step_s / a->job.time_scale < MIN_STEP_WALL_S) {
+    fprintf(stderr,
+            "spotlab-sim: a step would last %.1f wall ms; at least %.0f ms are needed (the worker relays at"
+            " most 100 output lines a second): lower --time-scale or raise --step-s\n",
+            a->job.step_s / a->job.time_scale * 1000, MIN_STEP_WALL_S * 1000);
+    return 2;
+  }
+  return 0;
+}
+
+/* One request with its reply checked; the reply is owned by the caller when
+ * ret is non-NULL. */
+static int request(struct cli_conn *c, json_t *req, json_t **ret) {
+  char err[700];
+  json_t *reply = NULL;
+  int r = cli_request(c, req, REQUEST_TIMEOUT_MS, &reply, err, sizeof err);
+  if (r < 0) {
+    fprintf(stderr, "spotlab-sim: %s\n", err);
+    return r;
+  }
+  if (ret)
+    *ret = reply;
+  else
+    json_decref(reply);
+  return 0;
+}
+
+/* Young/Daly: interval ≈ sqrt(2 × checkpoint time × mean time to preemption),
+ * with the mean the provider derives from the trace for this type. */
+static int auto_interval(struct cli_conn *c, struct args *a) {
+  json_t *reply = NULL;
+  int r = request(c, json_pack("{s:s}", "type", "market"), &reply);
+  if (r < 0)
+    return r;
+  double mttp = 0;
+  size_t i;
+  json_t *t;
+  json_array_foreach(json_object_get(reply, "types"), i, t) {
+    if (!strcmp(sl_json_get_str(t, "type", ""), a->type))
+      mttp = sl_json_get_num(t, "mean_time_to_preempt_s", 0);
+  }
+  json_decref(reply);
+  double c_s = a->job.checkpoint_s > 0 ? a->job.checkpoint_s : a->job.step_s;
+  if (mttp <= 0) {
+    a->job.checkpoint_every = 0; /* the trace never takes capacity away */
+    return 0;
+  }
+  double k = sqrt(2.0 * c_s * mttp) / a->job.step_s;
+  a->job.checkpoint_every = k < 1 ? 1 : (int64_t)llround(k);
+  return 0;
+}
+
+static bool on_event(void *ud, const json_t *event) {
+  struct sim_report *rep = ud;
+  if (rep->trace_events) {
+    char *s = json_dumps(event, JSON_COMPACT);
+    if (s)
+      fprintf(stderr, "%s\n", s);
+    free(s);
+  }
+  return !sim_report_event(rep, event);
+}
+
+static void on_alarm(int sig) { (void)sig; }
+
+/* The gateway tries to place a queued job when something happens (a submit,
+ * an attempt's end, a lost instance), not when a trace tick brings spot
+ * capacity back. While the simulated job waits for capacity, a second
+ * connection submits and at once cancels an empty job every trace tick; the
+ * submit makes the gateway try again, and the simulated job, first in the
+ * queue, gets the capacity. */
+struct nudger {
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool stop;
+  const struct sim_report *rep;
+  const char *type;
+  int64_t period_us;
+};
+
+static void *nudge_loop(void *ud) {
+  struct nudger *n = ud;
+  struct cli_conn *c = cli_conn_new();
+  pthread_mutex_lock(&n->lock);
+  while (c && !n->stop) {
+    struct timespec at;
+    clock_gettime(CLOCK_REALTIME, &at);
+    int64_t ns = at.tv_nsec + n->period_us * 1000;
+    at.tv_sec += ns / 1000000000;
+    at.tv_nsec = ns % 1000000000;
+    pthread_cond_timedwait(&n->cond, &n->lock, &at);
+    if (n->stop || !__atomic_load_n(&n->rep->waiting, __ATOMIC_ACQUIRE))
+      continue;
+    pthread_mutex_unlock(&n->lock);
+    json_t *reply = NULL;
+    char err[700];
+    if (cli_request(c, json_pack("{s:s, s:s, s:s, s:{s:s, s:s}}", "type", "submit", "kind", "run", "script",
+                                 "true", "options", "spot", "yes", "instance", n->type),
+                    REQUEST_TIMEOUT_MS, &reply, err, sizeof err) == 0) {
+      json_t *cancel = json_pack("{s:s, s:s}", "type", "cancel", "job", sl_json_get_str(reply, "job", ""));
+      json_decref(reply);
+      reply = NULL;
+      cli_request(c, cancel, REQUEST_TIMEOUT_MS, &reply, err, sizeof err);
+      json_decref(reply);
+    }
+    pthread_mutex_lock(&n->lock);
+  }
+  pthread_mutex_unlock(&n->lock);
+  cli_conn_free(c);
+  return NULL;
+}
+
+static int simulate(struct args *a, struct sim_report *rep) {
+  struct cli_conn *c = cli_conn_new();
+  if (!c)
+    return -ENOMEM;
+  int r = 0;
+  char *script = NULL;
+  json_t *reply = NULL;
+  if (a->auto_every && (r = auto_interval(c, a)) < 0)
+    goto out;
+  if (!(script = sim_job_script(&a->job))) {
+    r = -ENOMEM;
+    goto out;
+  }
+  int64_t submit_us = sl_time_real_us();
+  r = request(c, json_pack("{s:s, s:s, s:s, s:{s:s, s:s}}", "type", "submit", "kind", "run", "script", script,
+                           "options", "spot", "yes", "instance", a->type),
+              &reply);
+  if (r < 0)
+    goto out;
+  char job[32];
+  snprintf(job, sizeof job, "%s", sl_json_get_str(reply, "job", ""));
+  json_decref(reply);
+  reply = NULL;
+  sim_report_init(rep, &a->job, submit_us);
+  rep->trace_events = a->events;
+
+  /* The deadline: SIGALRM interrupts the follow loop's poll. */
+  double wall = (double)a->job.steps * (a->job.step_s + (a->job.checkpoint_every > 0
+                                                           ? a->job.checkpoint_s / (double)a->job.checkpoint_every
+                                                           : 0)) / a->job.time_scale;
+  double timeout_s = a->timeout_s > 0 ? a->timeout_s : 60 + 10 * wall;
+  struct sigaction sa = {.sa_handler = on_alarm};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGALRM, &sa, NULL);
+  struct nudger n = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .rep = rep,
+                     .type = a->type, .period_us = (int64_t)(1e6 * a->gap_s / a->job.time_scale)};
+  if (n.period_us < 20000)
+    n.period_us = 20000;
+  /* SIGALRM goes to this thread, never to the nudger. */
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGALRM);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  bool nudging = pthread_create(&n.thread, NULL, nudge_loop, &n) == 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  alarm((unsigned)ceil(timeout_s));
+  char err[700];
+  r = cli_follow(c, job, 0, on_event, rep, &reply, err, sizeof err);
+  alarm(0);
+  if (nudging) {
+    pthread_mutex_lock(&n.lock);
+    n.stop = true;
+    pthread_cond_signal(&n.cond);
+    pthread_mutex_unlock(&n.lock);
+    pthread_join(n.thread, NULL);
+  }
+  if (r < 0) {
+    if (r == SL_EINTERRUPTED)
+      fprintf(stderr, "spotlab-sim: %s did not end within %.0f s\n", job, timeout_s);
+    else
+      fprintf(stderr, "spotlab-sim: %s\n", err);
+    request(c, json_pack("{s:s, s:s}", "type", "cancel", "job", job), NULL);
+  }
+out:
+  json_decref(reply);
+  free(script);
+  cli_conn_free(c);
+  return r;
+}
+
+int main(int argc, char **argv) {
+  sl_log_init("spotlab-sim");
+  struct args a;
+  int r = parse(argc, argv, &a);
+  if (r)
+    return r == 1 ? 0 : 2;
+  char err[1200];
+  struct sim_home *h = NULL;
+  if ((r = sim_home_new(a.trace, a.job.time_scale, &h, err, sizeof err)) < 0 ||
+      (r = sim_home_start(h, err, sizeof err)) < 0) {
+    fprintf(stderr, "spotlab-sim: %s\n", err);
+    sim_home_free(h);
+    return 1;
+  }
+  struct sim_report rep;
+  sim_report_init(&rep, &a.job, sl_time_real_us());
+  r = simulate(&a, &rep);
+  h = sim_home_free(h);
+  if (r < 0)
+    return 1;
+  if (a.json) {
+    json_t *j = sim_report_json(&rep);
+    char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    if (s)
+      printf("%s\n", s);
+    free(s);
+    json_decref(j);
+  } else {
+    sim_report_print(&rep, stdout);
+  }
+  if (strcmp(rep.state, "succeeded") != 0) {
+    fprintf(stderr, "spotlab-sim: the job ended %s\n", rep.state);
+    return 1;
+  }
+  return 0;
+}
