@@ -80,6 +80,7 @@ struct gw {
   char worker_address[512];     /* what workers connect to */
   int64_t started_us;
   int64_t next_housekeeping_mono_us;
+  int64_t next_place_retry_mono_us; /* queued jobs wait for capacity: retry placement then */
   int64_t next_cost_flush_mono_us;
   bool kick;                    /* placement should run */
 };

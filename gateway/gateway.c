@@ -238,6 +238,12 @@ int gw_run(struct gw *g, volatile sig_atomic_t *stop) {
       gw_sched_housekeeping(g);
       g->next_housekeeping_mono_us = now + 200 * SL_US_PER_MS;
     }
+    /* Capacity comes back without any message (a spot market's next tick):
+     * while jobs wait in the queue, try placing them again once a second. */
+    if (gw_queue_len(g->queue) > 0 && now >= g->next_place_retry_mono_us) {
+      g->kick = true;
+      g->next_place_retry_mono_us = now + SL_US_PER_S;
+    }
     if (g->kick) {
       g->kick = false;
       gw_sched_place(g);

@@ -46,7 +46,7 @@ struct gw_instance_info {
 enum gw_provider_event_kind {
   GW_PROVIDER_NOTICE,           /* a preemption notice was issued (deadline_us set) */
   GW_PROVIDER_TERMINATED,       /* the instance is gone (preempted, killed or terminated) */
-  GW_PROVIDER_CAPACITY,         /* a type/zone became (un)available; informational */
+  GW_PROVIDER_CAPACITY,         /* capacity came back (instance_id empty): retry queued jobs */
 };
 
 struct gw_provider_event {

@@ -563,6 +563,10 @@ void gw_sched_terminate(struct gw *g, struct gw_inst *in, const char *why) {
 
 void gw_sched_on_provider_event(void *userdata, const struct gw_provider_event *ev) {
   struct gw *g = userdata;
+  if (ev->kind == GW_PROVIDER_CAPACITY) {
+    g->kick = true; /* queued jobs may fit now */
+    return;
+  }
   struct gw_inst *in = gw_inst_find(g, ev->instance_id);
   if (!in)
     return;

@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,54 +189,6 @@ static bool on_event(void *ud, const json_t *event) {
 
 static void on_alarm(int sig) { (void)sig; }
 
-/* The gateway tries to place a queued job when something happens (a submit,
- * an attempt's end, a lost instance), not when a trace tick brings spot
- * capacity back. While the simulated job waits for capacity, a second
- * connection submits and at once cancels an empty job every trace tick; the
- * submit makes the gateway try again, and the simulated job, first in the
- * queue, gets the capacity. */
-struct nudger {
-  pthread_t thread;
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  bool stop;
-  const struct sim_report *rep;
-  const char *type;
-  int64_t period_us;
-};
-
-static void *nudge_loop(void *ud) {
-  struct nudger *n = ud;
-  struct cli_conn *c = cli_conn_new();
-  pthread_mutex_lock(&n->lock);
-  while (c && !n->stop) {
-    struct timespec at;
-    clock_gettime(CLOCK_REALTIME, &at);
-    int64_t ns = at.tv_nsec + n->period_us * 1000;
-    at.tv_sec += ns / 1000000000;
-    at.tv_nsec = ns % 1000000000;
-    pthread_cond_timedwait(&n->cond, &n->lock, &at);
-    if (n->stop || !__atomic_load_n(&n->rep->waiting, __ATOMIC_ACQUIRE))
-      continue;
-    pthread_mutex_unlock(&n->lock);
-    json_t *reply = NULL;
-    char err[700];
-    if (cli_request(c, json_pack("{s:s, s:s, s:s, s:{s:s, s:s}}", "type", "submit", "kind", "run", "script",
-                                 "true", "options", "spot", "yes", "instance", n->type),
-                    REQUEST_TIMEOUT_MS, &reply, err, sizeof err) == 0) {
-      json_t *cancel = json_pack("{s:s, s:s}", "type", "cancel", "job", sl_json_get_str(reply, "job", ""));
-      json_decref(reply);
-      reply = NULL;
-      cli_request(c, cancel, REQUEST_TIMEOUT_MS, &reply, err, sizeof err);
-      json_decref(reply);
-    }
-    pthread_mutex_lock(&n->lock);
-  }
-  pthread_mutex_unlock(&n->lock);
-  cli_conn_free(c);
-  return NULL;
-}
-
 static int simulate(struct args *a, struct sim_report *rep) {
   struct cli_conn *c = cli_conn_new();
   if (!c)
@@ -272,28 +223,10 @@ static int simulate(struct args *a, struct sim_report *rep) {
   struct sigaction sa = {.sa_handler = on_alarm};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGALRM, &sa, NULL);
-  struct nudger n = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .rep = rep,
-                     .type = a->type, .period_us = (int64_t)(1e6 * a->gap_s / a->job.time_scale)};
-  if (n.period_us < 20000)
-    n.period_us = 20000;
-  /* SIGALRM goes to this thread, never to the nudger. */
-  sigset_t block, old;
-  sigemptyset(&block);
-  sigaddset(&block, SIGALRM);
-  pthread_sigmask(SIG_BLOCK, &block, &old);
-  bool nudging = pthread_create(&n.thread, NULL, nudge_loop, &n) == 0;
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
   alarm((unsigned)ceil(timeout_s));
   char err[700];
   r = cli_follow(c, job, 0, on_event, rep, &reply, err, sizeof err);
   alarm(0);
-  if (nudging) {
-    pthread_mutex_lock(&n.lock);
-    n.stop = true;
-    pthread_cond_signal(&n.cond);
-    pthread_mutex_unlock(&n.lock);
-    pthread_join(n.thread, NULL);
-  }
   if (r < 0) {
     if (r == SL_EINTERRUPTED)
       fprintf(stderr, "spotlab-sim: %s did not end within %.0f s\n", job, timeout_s);

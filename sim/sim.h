@@ -42,7 +42,6 @@ char *sim_job_script(const struct sim_job *job);
 struct sim_report {
   const struct sim_job *job;
   bool trace_events;             /* print each event on stderr */
-  bool waiting;                  /* queued for capacity (read by another thread) */
   int64_t submit_us, end_us;     /* wall clock */
   char state[16];                /* final state; empty while running */
   int attempts;                  /* placed events */

@@ -85,6 +85,8 @@ struct local {
   size_t n;
   struct gw_provider_event events[MAX_EVENTS];
   size_t n_events;
+  int last_capacity;               /* the trace's capacity at the last tick */
+  bool capacity_known;
 };
 
 static struct local *L(struct gw_provider *p) { return (struct local *)p; }
@@ -424,6 +426,15 @@ static int spot_running(const struct local *l, int type_idx, bool without_notice
  * loses the newest ones (they get notices). */
 static void apply_capacity(struct local *l, int64_t now) {
   int cap = gw_market_capacity(l->market, sim_us(l, now));
+  /* Capacity coming back is news for jobs waiting in the gateway's queue. */
+  if (l->capacity_known && cap > l->last_capacity && l->n_events < MAX_EVENTS) {
+    struct gw_provider_event *ev = &l->events[l->n_events++];
+    memset(ev, 0, sizeof *ev);
+    ev->kind = GW_PROVIDER_CAPACITY;
+    ev->by_market = true;
+  }
+  l->last_capacity = cap;
+  l->capacity_known = true;
   for (size_t t = 0; t < gw_catalog_count(l->cat); t++) {
     int excess = spot_running(l, (int)t, true) - cap;
     while (excess-- > 0) {
@@ -709,7 +720,8 @@ static int64_t local_next_tick_us(struct gw_provider *p) {
     if (t < next)
       next = t;
   }
-  if (gw_market_is_trace(l->market) && l->n) {
+  if (gw_market_is_trace(l->market)) {
+    /* Also with no instance: capacity that comes back is reported. */
     int64_t s = gw_market_next_change_us(l->market, sim_us(l, now));
     int64_t t = l->open_mono_us + (int64_t)((double)s / l->time_scale) + 1;
     if (t < next)
