@@ -288,13 +288,17 @@ static void serve(struct loop *l) {
         }
       }
     }
-    while (!l->stop && receive_one(l, JK_CH_CONTROL))
+    /* Only sockets the poll found readable are read: each receive call on
+     * an idle ZeroMQ socket is system calls for nothing. */
+    bool control = items[0].revents & ZMQ_POLLIN, in = items[1].revents & ZMQ_POLLIN;
+    bool gateway = l->gw && (items[4].revents & ZMQ_POLLIN), shell = items[2].revents & ZMQ_POLLIN;
+    while (control && !l->stop && receive_one(l, JK_CH_CONTROL))
       ;
-    while (!l->stop && receive_one(l, JK_CH_STDIN))
+    while (in && !l->stop && receive_one(l, JK_CH_STDIN))
       ;
-    for (int i = 0; i < GW_MAX_PER_ROUND && !l->stop && receive_gateway(l); i++)
+    for (int i = 0; gateway && i < GW_MAX_PER_ROUND && !l->stop && receive_gateway(l); i++)
       ;
-    while (!l->stop && receive_one(l, JK_CH_SHELL))
+    while (shell && !l->stop && receive_one(l, JK_CH_SHELL))
       ;
     if (!l->stop)
       jk_core_tick(l->core);
