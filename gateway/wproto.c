@@ -4,8 +4,9 @@
  * live instance, and names that instance as the connection's User-Id. Every
  * message is then checked against that id: a worker speaks only for its own
  * instance and only about the job attempt assigned to it, so a stale or
- * confused worker cannot move another job. Malformed messages are logged
- * and dropped (workers get no replies except `registered`). */
+ * confused worker cannot move another job. A malformed message, or one of
+ * an unknown type, is logged and answered with an `error` message; it
+ * changes nothing. */
 #include "core.h"
 
 #include "conf.h"
@@ -351,11 +352,23 @@ static void on_heartbeat(struct gw *g, struct gw_inst *in, const json_t *body) {
   }
 }
 
+/* Answers a refused message: {"type":"error","error":{"code","message"}}. */
+static void refuse(struct gw *g, const uint8_t *rid, size_t rid_len, int code, const char *message) {
+  if (!rid_len)
+    return;
+  json_t *m = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "code", sl_errname(code),
+                        "message", message);
+  if (m)
+    gw_send_to(g, g->wsock, rid, rid_len, m);
+  json_decref(m);
+}
+
 static void dispatch(struct gw *g, struct gw_inst *in, const json_t *body) {
   const char *type = sl_json_get_str(body, "type", "");
   const char *inst = sl_json_get_str(body, "instance", NULL);
   if (inst && strcmp(inst, in->row.id)) {
     sl_warn(T, "%s: message names another instance; dropped", in->row.id);
+    refuse(g, in->rid, in->rid_len, SL_EAUTH, "the message names another instance");
     return;
   }
   if (!strcmp(type, "register")) {
@@ -384,8 +397,12 @@ static void dispatch(struct gw *g, struct gw_inst *in, const json_t *body) {
     on_done(g, in, body);
   else if (!strcmp(type, "result"))
     on_result(g, in, body);
-  else
+  else {
     sl_warn(T, "%s: unknown message type \"%.40s\"; dropped", in->row.id, type);
+    char why[96];
+    snprintf(why, sizeof why, "unknown message type \"%.40s\"", type);
+    refuse(g, in->rid, in->rid_len, SL_EWIRE, why);
+  }
 }
 
 void gw_wproto_recv(struct gw *g) {
@@ -394,9 +411,13 @@ void gw_wproto_recv(struct gw *g) {
   int r = recv_msg(g, &m);
   struct gw_inst *in = m.user_id[0] ? gw_inst_find(g, m.user_id) : NULL;
   if (r < 0) {
-    if (r != -EAGAIN)
+    if (r != -EAGAIN) {
       sl_warn(T, "dropped a malformed message from %s: %s", in ? in->row.id : "a worker",
               sl_strerror(r));
+      /* Only an admitted worker is answered; its routing id came with the message. */
+      if (in)
+        refuse(g, m.rid, m.rid_len, r, sl_strerror(r));
+    }
     return;
   }
   if (!in) {

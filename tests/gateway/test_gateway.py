@@ -324,7 +324,14 @@ def case_malformed_worker(gw):
     for frames in bad:
         s.send_multipart(frames)
     check(gw.wait_log("dropped a malformed message"), "malformed worker message logged")
-    check(not s.poll(300), "no reply to malformed worker messages")
+    # Each message that does not parse or is of an unknown type gets an error
+    # (not json, too deep, too big, too many frames, unknown type, not an object).
+    errors = []
+    while s.poll(1000):
+        m = json.loads(s.recv())
+        if m.get("type") == "error":
+            errors.append(m["error"]["code"])
+    check(len(errors) >= 6, "error replies to malformed worker messages: %s" % errors)
     reg = {"type": "register", "instance": cfg["instance"],
            "jobs": [{"job": job, "attempt": summary["attempt"], "step": 1}]}
     s.send(json.dumps(reg).encode())
