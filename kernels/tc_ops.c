@@ -124,6 +124,22 @@ void tc_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
   }
 }
 
+/* e^x for x in [-87, 88]: x = k ln2 + r with |r| <= ln2/2 (k rounded to
+ * nearest even: adding and removing 1.5 * 2^23 leaves no fraction), then a
+ * degree-7 Taylor polynomial of e^r (relative error below 2e-7) scaled by 2^k
+ * through the exponent bits. Callers clamp x on its bit pattern first. */
+static inline float exp_in_range(float x) {
+  float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
+  float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
+                                              r * (1.0f / 720 + r * (1.0f / 5040)))))));
+  union {
+    int32_t i;
+    float f;
+  } scale = {.i = ((int32_t)k + 127) << 23};
+  return p * scale.f;
+}
+
 /* e^x for x <= 0, saturating at e^-87 (the clamp compares bit patterns as
  * unsigned: for negative floats those grow with the magnitude). */
 static inline float fast_exp_neg(float x) {
@@ -134,15 +150,7 @@ static inline float fast_exp_neg(float x) {
   const uint32_t min_bits = 0xc2ae0000u; /* -87.0f */
   v.u = v.u > min_bits ? min_bits : v.u;
   x = v.f;
-  float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
-  float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-                                              r * (1.0f / 720 + r * (1.0f / 5040)))))));
-  union {
-    int32_t i;
-    float f;
-  } scale = {.i = ((int32_t)k + 127) << 23};
-  return p * scale.f;
+  return exp_in_range(x);
 }
 
 /* Row reductions use eight interleaved lanes (one GCC vector) combined in a
@@ -332,11 +340,9 @@ void tc_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
-/* exp(x) for x >= 0, saturating at e^88: x = k ln2 + r with |r| <= ln2/2,
- * then a degree-7 Taylor polynomial of e^r (relative error below 2e-7)
- * scaled by 2^k through the exponent bits. Branch-free, and the clamp works
- * on the bit pattern (non-negative floats order like their bits) because a
- * float compare would keep GCC from vectorising under -ftrapping-math. */
+/* exp(x) for x >= 0, saturating at e^88. Branch-free: the clamp works on the
+ * bit pattern (non-negative floats order like their bits) because a float
+ * compare would keep GCC from vectorising under -ftrapping-math. */
 static inline float fast_exp_pos(float x) {
   union {
     float f;
@@ -345,16 +351,7 @@ static inline float fast_exp_pos(float x) {
   const int32_t max_bits = 0x42b00000; /* 88.0f */
   v.i = v.i > max_bits ? max_bits : v.i;
   x = v.f;
-  /* round to nearest even: adding and removing 1.5 * 2^23 leaves no fraction */
-  float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
-  float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-                                              r * (1.0f / 720 + r * (1.0f / 5040)))))));
-  union {
-    int32_t i;
-    float f;
-  } scale = {.i = ((int32_t)k + 127) << 23};
-  return p * scale.f;
+  return exp_in_range(x);
 }
 
 /* tanh through exp: absolute error about 1e-7, which is what GELU needs. */
