@@ -68,6 +68,8 @@ static const struct opt opts[] = {
    "percentages of the budget at which users and admins are alerted"},
   {"budget", "hard_cap", T_BOOL, M(hard_cap), "yes", 0, 0,
    "refuse new jobs once the monthly budget is spent"},
+  {"worker", "metrics_per_s", T_INT, M(worker_metrics_per_s), "20", 1, 100000,
+   "step metrics a worker sends per job per second (the newest step wins)"},
   {"provider.local", "slots", T_INT, M(local_slots), "2", 0, 64,
    "local instances that may run at once (0 disables the local provider)"},
   {"provider.local", "market", T_STR, M(local_market), "random:1", 0, 0,
@@ -449,7 +451,7 @@ static void dump_section(FILE *out, const char *tmpl, const char *section, const
 }
 
 int gw_config_dump(const struct gw_config *c, FILE *out) {
-  static const char *main_sections[] = {"gateway", "idle", "budget", "provider.local",
+  static const char *main_sections[] = {"gateway", "idle", "budget", "worker", "provider.local",
                                         "provider.aws"};
   fprintf(out, "; spotlab-gateway effective configuration\n\n");
   for (size_t i = 0; i < sizeof main_sections / sizeof *main_sections; i++)

@@ -46,6 +46,8 @@ struct gw_config {
   double monthly_usd;
   char alert_at[128];
   bool hard_cap;
+  /* [worker] (passed into each worker's config file) */
+  int64_t worker_metrics_per_s;
   /* [provider.local] */
   int64_t local_slots;
   char local_market[1024];

@@ -87,6 +87,8 @@ int gw_keys_write_worker_file(const char *path, const struct gw_worker_file *w) 
                         "instance", w->instance, "type", w->type, "zone", w->zone ? w->zone : "",
                         "spot", w->spot, "metadata", w->metadata ? w->metadata : "",
                         "work_dir", w->work_dir, "store", w->store, "train", w->train ? w->train : "");
+  if (o && w->metrics_per_s > 0)
+    json_object_set_new(o, "metrics_per_s", json_integer((json_int_t)w->metrics_per_s));
   if (!o)
     return -ENOMEM;
   char *text = json_dumps(o, JSON_INDENT(1));

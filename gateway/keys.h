@@ -8,6 +8,7 @@
 #define GW_KEYS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 
 #define GW_Z85_KEY_LEN 40
@@ -31,6 +32,7 @@ struct gw_worker_file {
   const char *instance, *type, *zone;
   bool spot;
   const char *metadata, *work_dir, *store, *train;
+  int64_t metrics_per_s; /* 0: the worker's default */
 };
 
 /* Writes the worker config file (0600) atomically: temporary name, rename. */

@@ -340,6 +340,7 @@ static int launch(struct gw *g, struct gw_job *j, const struct gw_instance_type 
     .gateway = g->worker_address, .gateway_public = g->keys.public_z85, .keys = &keys,
     .instance = in.row.id, .type = t->name, .zone = "", .spot = spot, .metadata = "",
     .work_dir = work, .store = store, .train = g->train_program,
+    .metrics_per_s = g->cfg->worker_metrics_per_s,
   };
   if ((r = gw_keys_write_worker_file(req.worker_config, &wf)) < 0)
     return r;
