@@ -11,7 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sl_err.h"
 #include "sl_log.h"
+#include "tc_ckpt.h"
 #include "train.h"
 
 enum kind { K_STR, K_LONG, K_DBL, K_U64, K_FLAG };
@@ -80,13 +82,16 @@ static void usage(FILE *f) {
           "usage: spotlab-train --model gpt|mlp [options]\n"
           "       spotlab-train --sample PROMPT --ckpt-dir DIR [--tokens N --temperature T "
           "--top-k K]\n"
-          "       spotlab-train --eval --ckpt-dir DIR [--data NAME]\n\noptions:\n");
+          "       spotlab-train --eval --ckpt-dir DIR [--data NAME]\n"
+          "       spotlab-train --check FILE...\n\noptions:\n");
   for (size_t i = 0; i < sizeof OPTS / sizeof OPTS[0]; i++) {
     const struct opt *o = &OPTS[i];
     char left[48];
     snprintf(left, sizeof left, "--%s%s", o->name, o->kind == K_FLAG ? "" : " X");
     fprintf(f, "  %-22s %s\n", left, o->help);
   }
+  fprintf(f, "  %-22s %s\n", "--check FILE...",
+          "verify each checkpoint file (header, layout, section checksums); no training");
   fprintf(f, "  %-22s %s\n", "--help", "this text");
   fprintf(f, "\nexit status: 0 ok (also after SIGTERM, once the checkpoint is durable), "
              "1 runtime error, 2 usage error\n");
@@ -131,8 +136,29 @@ static int set_value(struct tc_opts *o, const struct opt *d, const char *v) {
   return -1;
 }
 
+/* --check FILE...: one line per file, "FILE: ok step N" or the reason it is
+ * not a valid checkpoint; exit 0 when every file is valid, 1 otherwise. */
+static int check_files(int n, char **paths) {
+  int bad_files = 0;
+  if (n == 0) return bad("--check needs at least one FILE");
+  for (int i = 0; i < n; i++) {
+    struct tc_ckpt *ck = NULL;
+    char err[512] = "";
+    int r = tc_ckpt_read(paths[i], NULL, &ck, err, sizeof err);
+    if (r < 0) {
+      printf("%s\n", err[0] ? err : sl_strerror(r));
+      bad_files++;
+      continue;
+    }
+    printf("%s: ok step %llu\n", paths[i], (unsigned long long)ck->meta.step);
+    tc_ckpt_free(ck);
+  }
+  return bad_files ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   sl_log_init("spotlab-train");
+  if (argc >= 2 && !strcmp(argv[1], "--check")) return check_files(argc - 2, argv + 2);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   struct tc_opts o = {
       .model = "gpt", .device = "cpu", .layers = 4, .heads = 4, .dim = 128, .ctx = 128,
