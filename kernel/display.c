@@ -5,7 +5,9 @@
  * duplicate event is ignored); every buffer is bounded (series halve when
  * full, the timeline keeps its newest TIMELINE_CAP entries); numbers from
  * the wire that are not finite are ignored. A resumed job's loss curve drops
- * the points past the step it resumed from, so the curve shows one run. */
+ * the points past the step it resumed from, so the curve shows one run.
+ * A preemption is one timeline entry, completed in place when the job
+ * resumes; the state changes in between (preempted, queued) stay out of it. */
 #include "display_internal.h"
 
 #include <math.h>
@@ -186,25 +188,168 @@ static bool terminal(const char *state) {
          strcmp(state, "cancelled") == 0;
 }
 
+/* A step field: a number in [0, 9e15), absent or null otherwise. */
+static bool get_step(const json_t *obj, const char *key, int64_t *ret) {
+  double v;
+  if (!get_num(obj, key, &v) || v < 0 || v >= 9e15)
+    return false;
+  *ret = (int64_t)v;
+  return true;
+}
+
+/* The timeline entry of the preemption that waits for its resume, or NULL. */
+static struct tl_entry *open_preemption(struct jk_display *d) {
+  if (!d->preempt_open || d->preempt_entry < d->tl_dropped || d->preempt_entry - d->tl_dropped >= d->tl_n)
+    return NULL;
+  return &d->tl[(d->tl_head + d->preempt_entry - d->tl_dropped) % TIMELINE_CAP];
+}
+
+static void append(struct tl_entry *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void append(struct tl_entry *e, const char *fmt, ...) {
+  size_t n = strlen(e->text);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->text + n, sizeof e->text - n, fmt, ap);
+  va_end(ap);
+}
+
 static void on_state(struct jk_display *d, const json_t *ev, int64_t t) {
   const char *state = sl_json_get_str(ev, "state", "");
   const char *reason = sl_json_get_str(ev, "reason", "");
   snprintf(d->state, sizeof d->state, "%s", state);
   if (*reason || terminal(state))
     snprintf(d->reason, sizeof d->reason, "%s", reason);
-  /* running ⇄ checkpointing is frequent and says little: not in the timeline. */
+  if (terminal(state))
+    d->preempt_open = false;
+  /* running ⇄ checkpointing is frequent and says little: not in the timeline;
+   * nor are preempted and queued while a preemption's entry tells the story. */
   if (strcmp(state, "checkpointing") == 0 ||
-      (strcmp(state, "running") == 0 && d->tl_n && strstr(jk_display_tl(d, d->tl_n - 1)->text, "checkpoint")))
+      (strcmp(state, "running") == 0 && d->tl_n && strstr(jk_display_tl(d, d->tl_n - 1)->text, "checkpoint")) ||
+      (d->preempt_open && (strcmp(state, "preempted") == 0 || strcmp(state, "queued") == 0)))
     return;
-  if (strcmp(state, "succeeded") == 0)
+  if (strcmp(state, "succeeded") == 0 && d->steps > 0)
     timeline(d, t, "succeeded at step %lld", (long long)d->step);
+  else if (strcmp(state, "succeeded") == 0)
+    timeline(d, t, "succeeded");
   else if (*reason)
     timeline(d, t, "%s: %s", state, reason);
   else
     timeline(d, t, "%s", state);
 }
 
-static void on_other(struct jk_display *d, const char *kind, const json_t *ev, int64_t t) {
+static void on_notice(struct jk_display *d, const json_t *ev, int64_t t) {
+  const char *action = sl_json_get_str(ev, "action", "terminate");
+  const char *inst = sl_json_get_str(ev, "instance", d->instance[0] ? d->instance : "the instance");
+  int64_t deadline = sl_json_get_int(ev, "deadline_us", 0);
+  long long in_s = -1;
+  if (deadline > 0 && t > 0 && deadline >= t) {
+    d->notice_us = t;
+    d->notice_deadline_us = deadline;
+    in_s = (long long)((deadline - t + SL_US_PER_S / 2) / SL_US_PER_S);
+  }
+  if (strcmp(action, "rebalance") == 0)
+    timeline(d, t, "rebalance recommendation for %s: it may be reclaimed soon", inst);
+  else if (strcmp(action, "sigterm") == 0)
+    timeline(d, t, "%s is shutting down (SIGTERM); checkpointing now", inst);
+  else if (in_s >= 0)
+    timeline(d, t, "preemption notice for %s: %s in %lld s; checkpointing now", inst, action, in_s);
+  else
+    timeline(d, t, "preemption notice for %s: %s; checkpointing now", inst, action);
+}
+
+/* One timeline entry tells a preemption: "preempted at step N (notice 120 s)
+ * → checkpoint durable at step N", to which the resume adds "→ resumed on
+ * TYPE in ZONE after S s". Run jobs have no steps (step is null). */
+static void on_preempted(struct jk_display *d, const json_t *ev, int64_t t) {
+  bool notice = sl_json_get_bool(ev, "notice", false);
+  char how[48];
+  if (!notice)
+    snprintf(how, sizeof how, "no notice");
+  else if (d->notice_deadline_us > d->notice_us)
+    snprintf(how, sizeof how, "notice %lld s",
+             (long long)((d->notice_deadline_us - d->notice_us + SL_US_PER_S / 2) / SL_US_PER_S));
+  else
+    snprintf(how, sizeof how, "with notice");
+  d->notice_us = d->notice_deadline_us = 0;
+  int64_t durable = 0;
+  bool has_step = get_step(ev, "step", &durable);
+  if (strcmp(d->kind, "run") == 0 || !has_step) {
+    timeline(d, t, "preempted (%s) → %s", how,
+             strcmp(d->kind, "run") != 0 ? "starts again"
+             : notice                    ? "checkpoint folder saved"
+                                         : "checkpoint folder as last synced");
+  } else if (strcmp(d->kind, "train") != 0) {
+    timeline(d, t, "preempted (%s) → starts again", how);
+  } else {
+    int64_t at = d->step > durable ? d->step : durable, lost = at - durable;
+    char lost_text[48] = "";
+    if (lost > 0)
+      snprintf(lost_text, sizeof lost_text, ", %lld step%s lost", (long long)lost, lost == 1 ? "" : "s");
+    if (durable > 0 || d->checkpoints > 0)
+      timeline(d, t, "preempted at step %lld (%s) → checkpoint durable at step %lld%s", (long long)at, how,
+               (long long)durable, lost_text);
+    else
+      timeline(d, t, "preempted at step %lld (%s) → no checkpoint yet, starts again from step 0%s", (long long)at,
+               how, lost_text);
+  }
+  d->preempt_open = true;
+  d->preempt_entry = d->tl_dropped + d->tl_n - 1;
+}
+
+static void on_resumed(struct jk_display *d, const json_t *ev, int64_t t) {
+  int64_t from = 0;
+  bool has_from = get_step(ev, "from_step", &from);
+  double after = -1;
+  get_num(ev, "after_s", &after);
+  if (has_from) {
+    series_cut(&d->train, (double)from);
+    series_cut(&d->eval, (double)from);
+    if (strcmp(d->kind, "train") == 0)
+      d->step = from;
+  }
+  d->rate_n = d->rate_head = 0;
+  const char *type = sl_json_get_str(ev, "instance_type", "?"), *zone = sl_json_get_str(ev, "zone", "?");
+  char when[48] = "";
+  if (after >= 0)
+    snprintf(when, sizeof when, " after %.0f s", after);
+  struct tl_entry *e = open_preemption(d);
+  if (e) {
+    append(e, " → resumed on %s in %s%s", type, zone, when);
+  } else if (d->attempt > 1) { /* the preemption's entry is gone from the timeline */
+    if (has_from)
+      timeline(d, t, "resumed on %s in %s%s from step %lld", type, zone, when, (long long)from);
+    else
+      timeline(d, t, "resumed on %s in %s%s", type, zone, when);
+  } else { /* a first attempt that starts from a checkpoint: eval or sample of a trained model */
+    if (has_from)
+      timeline(d, t, "restored %s from its checkpoint at step %lld on %s in %s", d->model[0] ? d->model : "the model",
+               (long long)from, type, zone);
+    else
+      timeline(d, t, "restored its checkpoint on %s in %s", type, zone);
+  }
+  d->preempt_open = false;
+}
+
+/* An idle warning or shutdown, from a job event or a session notice. */
+static void on_idle(struct jk_display *d, const json_t *o, int64_t t) {
+  const char *what = sl_json_get_str(o, "what", "notebook"), *action = sl_json_get_str(o, "action", "");
+  bool notebook = strcmp(what, "notebook") == 0;
+  double in_s = -1;
+  get_num(o, "in_s", &in_s);
+  if (strcmp(action, "warning") == 0 && in_s >= 0)
+    timeline(d, t, "idle warning: %s stops in %.0f s%s", what, in_s, notebook ? " unless a cell runs" : "");
+  else if (strcmp(action, "warning") == 0)
+    timeline(d, t, "idle warning: %s stops soon%s", what, notebook ? " unless a cell runs" : "");
+  else if (strcmp(action, "shutdown") == 0 && notebook)
+    timeline(d, t, "idle shutdown: notebook stopped, its workers shut down (the next job starts new ones)");
+  else if (strcmp(action, "shutdown") == 0)
+    timeline(d, t, "idle shutdown: %s stopped", what);
+  else
+    timeline(d, t, "idle %s: %s", what, action);
+}
+
+static void on_other(struct jk_display *d, const char *kind, const json_t *ev, int64_t t, int64_t seq) {
   double v = 0;
   if (strcmp(kind, "placed") == 0) {
     placement(d, ev);
@@ -225,22 +370,11 @@ static void on_other(struct jk_display *d, const char *kind, const json_t *ev, i
       get_num(ev, "mtbp_s", &d->ckpt_mtbp_s);
     }
   } else if (strcmp(kind, "notice") == 0) {
-    timeline(d, t, "preemption notice (%s) on %s", sl_json_get_str(ev, "action", "?"),
-             sl_json_get_str(ev, "instance", d->instance));
+    on_notice(d, ev, t);
   } else if (strcmp(kind, "preempted") == 0) {
-    v = 0;
-    get_num(ev, "step", &v);
-    timeline(d, t, "preempted at step %lld (%s)", (long long)(v >= 0 && v < 9e15 ? v : 0),
-             sl_json_get_bool(ev, "notice", false) ? "with notice" : "without notice");
+    on_preempted(d, ev, t);
   } else if (strcmp(kind, "resumed") == 0) {
-    double from = 0, after = 0;
-    get_num(ev, "from_step", &from);
-    get_num(ev, "after_s", &after);
-    series_cut(&d->train, from);
-    series_cut(&d->eval, from);
-    d->rate_n = d->rate_head = 0;
-    timeline(d, t, "resumed on %s in %s after %.0fs from step %.0f",
-             sl_json_get_str(ev, "instance_type", "?"), sl_json_get_str(ev, "zone", "?"), after, from);
+    on_resumed(d, ev, t);
   } else if (strcmp(kind, "cost") == 0) {
     get_num(ev, "cost_usd", &d->cost_usd);
     get_num(ev, "on_demand_usd", &d->on_demand_usd);
@@ -248,11 +382,22 @@ static void on_other(struct jk_display *d, const char *kind, const json_t *ev, i
     if (get_num(ev, "eval_loss", &d->result_eval_loss))
       d->has_result = true;
   } else if (strcmp(kind, "idle") == 0) {
-    timeline(d, t, "idle %s %s%s", sl_json_get_str(ev, "what", "?"), sl_json_get_str(ev, "action", "?"),
-             get_num(ev, "in_s", &v) ? " soon" : "");
+    on_idle(d, ev, t);
   } else if (strcmp(kind, "gateway") == 0) {
-    timeline(d, t, "gateway %s", sl_json_get_str(ev, "action", "?"));
+    const char *action = sl_json_get_str(ev, "action", "?");
+    if (strcmp(action, "restarted") == 0)
+      timeline(d, t, "gateway restarted; following again from event %lld", (long long)seq);
+    else
+      timeline(d, t, "gateway %s", action);
   }
+}
+
+int jk_display_notice(struct jk_display *d, const json_t *notice) {
+  if (strcmp(sl_json_get_str(notice, "event", ""), "idle") != 0)
+    return 0;
+  on_idle(d, notice, sl_json_get_int(notice, "time_us", 0));
+  d->dirty = true;
+  return 1;
 }
 
 int jk_display_event(struct jk_display *d, const json_t *ev) {
@@ -274,7 +419,7 @@ int jk_display_event(struct jk_display *d, const json_t *ev) {
   else if (strcmp(kind, "state") == 0)
     on_state(d, ev, t);
   else if (strcmp(kind, "output") != 0)
-    on_other(d, kind, ev, t);
+    on_other(d, kind, ev, t, seq);
   if (strcmp(kind, "output") != 0)
     d->dirty = true;
   return 1;

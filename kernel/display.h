@@ -33,6 +33,10 @@ void jk_display_summary(struct jk_display *d, const json_t *job);
  * ignored. Returns 1 when it was new, 0 when ignored, negative when not an
  * event of this job. */
 int jk_display_event(struct jk_display *d, const json_t *event);
+/* Folds a session notice (borrowed; protocols.md §1 "session notices") into
+ * the timeline: an idle warning or shutdown of the notebook. Returns 1 when
+ * it was shown, 0 for a notice kind it does not show. */
+int jk_display_notice(struct jk_display *d, const json_t *notice);
 
 /* ---- what the job did --------------------------------------------------- */
 const char *jk_display_id(const struct jk_display *d);      /* "spotlab-J000003" */

@@ -46,6 +46,11 @@ struct jk_display {
   struct series train, eval;
   struct tl_entry tl[TIMELINE_CAP];
   size_t tl_n, tl_head, tl_dropped;
+  /* preemptions: the newest notice, and the timeline entry of a preemption
+   * that waits for its resume (its absolute index: tl_dropped + position) */
+  int64_t notice_us, notice_deadline_us;
+  bool preempt_open;
+  size_t preempt_entry;
   bool dirty, shown;
   int64_t sent_us;
 };

@@ -145,8 +145,8 @@ static void test_resume_cuts_curve(void) {
   p = jk_display_series(d, false, &n);
   CHECK_INT(n, 1501);
   char *text = jk_display_text(d);
-  CHECK(text && strstr(text, "preempted at step 1500 (with notice)"));
-  CHECK(text && strstr(text, "resumed on g4dn.xlarge in us-east-1b after 42s from step 1500"));
+  CHECK(text && strstr(text, "preempted at step 2000 (with notice) → checkpoint durable at step 1500, 500 steps lost"
+                             " → resumed on g4dn.xlarge in us-east-1b after 42 s\n"));
   CHECK(text && !strstr(text, "checkpoint every"));
   free(text);
   /* checkpoint_every=auto: the chosen interval and what it came from */
@@ -291,6 +291,302 @@ static void test_hostile(void) {
   jk_display_free(d);
 }
 
+
+/* ---- timelines from real gateway event sequences ------------------------
+ * Each sequence below is what spotlab-gateway sent to an attached client
+ * (recorded from the gateway with the scripted worker of tests/gateway/:
+ * a train job preempted with a 120 s notice, one killed without notice, a
+ * %%run job preempted with notice, a sample of the trained model, and a
+ * job across a gateway restart). The timeline lines are checked exactly. */
+
+static const char *const notice_events[] = {
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"queued\",\"reason\":\"submitted\",\"time_us\":1795322893569372,\"job\":\"J000001\",\"seq\":1}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"provisioning\",\"reason\":\"launching an instance\",\"job\":\"J000001\",\"seq\":2,\"time_us\":1795322893571698}",
+  "{\"type\":\"event\",\"event\":\"placed\",\"instance\":\"i-3154ffa6047f\",\"instance_type\":\"fake.small\",\"zone\":\"fake-1a\",\"spot\":true,\"price_usd_per_hour\":0.3,\"on_demand_usd_per_hour\":1.0,\"attempt\":1,\"job\":\"J000001\",\"seq\":3,\"time_us\":1795322893575751}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"starting\",\"reason\":\"assigned to a worker\",\"job\":\"J000001\",\"seq\":4,\"time_us\":1795322893621701}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"running\",\"reason\":\"first metric\",\"job\":\"J000001\",\"seq\":5,\"time_us\":1795322893622318}",
+  "{\"type\":\"event\",\"step\":1,\"loss\":3.0,\"lr\":0.001,\"event\":\"metric\",\"steps\":6,\"job\":\"J000001\",\"seq\":6,\"time_us\":1795322893622469}",
+  "{\"type\":\"event\",\"event\":\"checkpoint\",\"step\":1,\"path\":\"J000001/ckpt-00000001.tc\",\"bytes\":10,\"write_ms\":1,\"upload_ms\":1,\"durable\":true,\"job\":\"J000001\",\"seq\":7,\"time_us\":1795322893622737}",
+  "{\"type\":\"event\",\"event\":\"notice\",\"action\":\"terminate\",\"deadline_us\":1795323013623083,\"instance\":\"i-3154ffa6047f\",\"job\":\"J000001\",\"seq\":8,\"time_us\":1795322893623170}",
+  "{\"type\":\"event\",\"event\":\"checkpoint\",\"step\":1,\"path\":\"J000001/ckpt-00000001.tc\",\"bytes\":10,\"write_ms\":1,\"upload_ms\":1,\"durable\":true,\"job\":\"J000001\",\"seq\":9,\"time_us\":1795322893643110}",
+  "{\"type\":\"event\",\"event\":\"preempted\",\"step\":1,\"notice\":true,\"instance\":\"i-3154ffa6047f\",\"job\":\"J000001\",\"seq\":10,\"time_us\":1795322893647858}",
+  "{\"type\":\"event\",\"event\":\"cost\",\"cost_usd\":0.00038172999999999994,\"on_demand_usd\":0.0012724333333333333,\"job\":\"J000001\",\"seq\":11,\"time_us\":1795322893648067}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"preempted\",\"reason\":\"preempted with notice\",\"job\":\"J000001\",\"seq\":12,\"time_us\":1795322893648298}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"queued\",\"reason\":\"resuming from the latest checkpoint\",\"job\":\"J000001\",\"seq\":13,\"time_us\":1795322893648422}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"provisioning\",\"reason\":\"launching an instance\",\"job\":\"J000001\",\"seq\":14,\"time_us\":1795322893650119}",
+  "{\"type\":\"event\",\"event\":\"placed\",\"instance\":\"i-e503d6bf6774\",\"instance_type\":\"fake.small\",\"zone\":\"fake-1a\",\"spot\":true,\"price_usd_per_hour\":0.3,\"on_demand_usd_per_hour\":1.0,\"attempt\":2,\"job\":\"J000001\",\"seq\":15,\"time_us\":1795322893650376}",
+  "{\"type\":\"event\",\"event\":\"resumed\",\"from_step\":1,\"instance_type\":\"fake.small\",\"zone\":\"fake-1a\",\"after_s\":0.058693,\"job\":\"J000001\",\"seq\":16,\"time_us\":1795322893707207}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"starting\",\"reason\":\"assigned to a worker\",\"job\":\"J000001\",\"seq\":17,\"time_us\":1795322893707361}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"running\",\"reason\":\"first metric\",\"job\":\"J000001\",\"seq\":18,\"time_us\":1795322893708027}",
+  "{\"type\":\"event\",\"step\":2,\"loss\":1.5,\"lr\":0.001,\"event\":\"metric\",\"steps\":6,\"job\":\"J000001\",\"seq\":19,\"time_us\":1795322893708283}",
+  "{\"type\":\"event\",\"event\":\"checkpoint\",\"step\":2,\"path\":\"J000001/ckpt-00000002.tc\",\"bytes\":10,\"write_ms\":1,\"upload_ms\":1,\"durable\":true,\"job\":\"J000001\",\"seq\":20,\"time_us\":1795322893708710}",
+  "{\"type\":\"event\",\"step\":3,\"loss\":1.0,\"lr\":0.001,\"event\":\"metric\",\"steps\":6,\"job\":\"J000001\",\"seq\":21,\"time_us\":1795322893729120}",
+  "{\"type\":\"event\",\"step\":4,\"loss\":0.75,\"lr\":0.001,\"event\":\"metric\",\"steps\":6,\"job\":\"J000001\",\"seq\":22,\"time_us\":1795322893749940}",
+  "{\"type\":\"event\",\"event\":\"checkpoint\",\"step\":4,\"path\":\"J000001/ckpt-00000004.tc\",\"bytes\":10,\"write_ms\":1,\"upload_ms\":1,\"durable\":true,\"job\":\"J000001\",\"seq\":23,\"time_us\":1795322893750476}",
+  "{\"type\":\"event\",\"step\":5,\"loss\":0.6,\"lr\":0.001,\"event\":\"metric\",\"steps\":6,\"job\":\"J000001\",\"seq\":24,\"time_us\":1795322893770325}",
+  "{\"type\":\"event\",\"step\":6,\"loss\":0.5,\"lr\":0.001,\"event\":\"metric\",\"steps\":6,\"job\":\"J000001\",\"seq\":25,\"time_us\":1795322893790569}",
+  "{\"type\":\"event\",\"event\":\"checkpoint\",\"step\":6,\"path\":\"J000001/ckpt-00000006.tc\",\"bytes\":10,\"write_ms\":1,\"upload_ms\":1,\"durable\":true,\"job\":\"J000001\",\"seq\":26,\"time_us\":1795322893791276}",
+  "{\"type\":\"event\",\"event\":\"cost\",\"cost_usd\":0.0010888449999999997,\"on_demand_usd\":0.0036294833333333333,\"job\":\"J000001\",\"seq\":27,\"time_us\":1795322893791658}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"succeeded\",\"reason\":\"done\",\"job\":\"J000001\",\"seq\":28,\"time_us\":1795322893792005}",
+};
+
+static const char *const kill_events[] = {
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"queued\",\"reason\":\"submitted\",\"time_us\":1795322893792515,\"job\":\"J000002\",\"seq\":1}",
+  "{\"type\":\"event\",\"event\":\"placed\",\"instance\":\"i-e503d6bf6774\",\"instance_type\":\"fake.small\",\"zone\":\"fake-1a\",\"spot\":true,\"price_usd_per_hour\":0.3,\"on_demand_usd_per_hour\":1.0,\"attempt\":1,\"job\":\"J000002\",\"seq\":2,\"time_us\":1795322893793251}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"starting\",\"reason\":\"assigned to a worker\",\"job\":\"J000002\",\"seq\":3,\"time_us\":1795322893793724}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"running\",\"reason\":\"first metric\",\"job\":\"J000002\",\"seq\":4,\"time_us\":1795322893794042}",
+  "{\"type\":\"event\",\"step\":1,\"loss\":3.0,\"lr\":0.001,\"event\":\"metric\",\"steps\":6,\"job\":\"J000002\",\"seq\":5,\"time_us\":1795322893794284}",
+  "{\"type\":\"event\",\"event\":\"checkpoint\",\"step\":1,\"path\":\"J000002/ckpt-00000001.tc\",\"bytes\":10,\"write_ms\":1,\"upload_ms\":1,\"durable\":true,\"job\":\"J000002\",\"seq\":6,\"time_us\":1795322893794575}",
+  "{\"type\":\"event\",\"event\":\"preempted\",\"step\":1,\"notice\":false,\"instance\":\"i-e503d6bf6774\",\"job\":\"J000002\",\"seq\":7,\"time_us\":1795322893846080}",
+  "{\"type\":\"event\",\"event\":\"cost\",\"cost_usd\":0.000265155,\"on_demand_usd\":0.0008838499999999999,\"job\":\"J000002\",\"seq\":8,\"time_us\":1795322893846625}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"preempted\",\"reason\":\"instance terminated\",\"job\":\"J000002\",\"seq\":9,\"time_us\":1795322893846842}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"queued\",\"reason\":\"resuming from the latest checkpoint\",\"job\":\"J000002\",\"seq\":10,\"time_us\":1795322893846969}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"provisioning\",\"reason\":\"launching an instance\",\"job\":\"J000002\",\"seq\":11,\"time_us\":1795322893848315}",
+  "{\"type\":\"event\",\"event\":\"placed\",\"instance\":\"i-e6fad6046d7b\",\"instance_type\":\"fake.small\",\"zone\":\"fake-1a\",\"spot\":true,\"price_usd_per_hour\":0.3,\"on_demand_usd_per_hour\":1.0,\"attempt\":2,\"job\":\"J000002\",\"seq\":12,\"time_us\":1795322893850010}",
+  "{\"type\":\"event\",\"event\":\"resumed\",\"from_step\":1,\"instance_type\":\"fake.small\",\"zone\":\"fake-1a\",\"after_s\":0.050696,\"job\":\"J000002\",\"seq\":13,\"time_us\":1795322893897696}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"starting\",\"reason\":\"assigned to a worker\",\"job\":\"J000002\",\"seq\":14,\"time_us\":1795322893897837}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"running\",\"reason\":\"first metric\",\"job\":\"J000002\",\"seq\":15,\"time_us\":1795322893898468}",
+  "{\"type\":\"event\",\"step\":2,\"loss\":1.5,\"lr\":0.001,\"event\":\"metric\",\"steps\":6,\"job\":\"J000002\",\"seq\":16,\"time_us\":1795322893898596}",
+  "{\"type\":\"event\",\"event\":\"checkpoint\",\"step\":2,\"path\":\"J000002/ckpt-00000002.tc\",\"bytes\":10,\"write_ms\":1,\"upload_ms\":1,\"durable\":true,\"job\":\"J000002\",\"seq\":17,\"time_us\":1795322893898801}",
+  "{\"type\":\"event\",\"step\":3,\"loss\":1.0,\"lr\":0.001,\"event\":\"metric\",\"steps\":6,\"job\":\"J000002\",\"seq\":18,\"time_us\":1795322893918644}",
+  "{\"type\":\"event\",\"step\":4,\"loss\":0.75,\"lr\":0.001,\"event\":\"metric\",\"steps\":6,\"job\":\"J000002\",\"seq\":19,\"time_us\":1795322893939046}",
+  "{\"type\":\"event\",\"event\":\"checkpoint\",\"step\":4,\"path\":\"J000002/ckpt-00000004.tc\",\"bytes\":10,\"write_ms\":1,\"upload_ms\":1,\"durable\":true,\"job\":\"J000002\",\"seq\":20,\"time_us\":1795322893939368}",
+  "{\"type\":\"event\",\"step\":5,\"loss\":0.6,\"lr\":0.001,\"event\":\"metric\",\"steps\":6,\"job\":\"J000002\",\"seq\":21,\"time_us\":1795322893959199}",
+  "{\"type\":\"event\",\"step\":6,\"loss\":0.5,\"lr\":0.001,\"event\":\"metric\",\"steps\":6,\"job\":\"J000002\",\"seq\":22,\"time_us\":1795322893979395}",
+  "{\"type\":\"event\",\"event\":\"checkpoint\",\"step\":6,\"path\":\"J000002/ckpt-00000006.tc\",\"bytes\":10,\"write_ms\":1,\"upload_ms\":1,\"durable\":true,\"job\":\"J000002\",\"seq\":23,\"time_us\":1795322893979691}",
+  "{\"type\":\"event\",\"event\":\"cost\",\"cost_usd\":0.0009229999999999999,\"on_demand_usd\":0.0030766666666666664,\"job\":\"J000002\",\"seq\":24,\"time_us\":1795322893979961}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"succeeded\",\"reason\":\"done\",\"job\":\"J000002\",\"seq\":25,\"time_us\":1795322893980234}",
+};
+
+static const char *const run_events[] = {
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"queued\",\"reason\":\"submitted\",\"time_us\":1795322893980581,\"job\":\"J000003\",\"seq\":1}",
+  "{\"type\":\"event\",\"event\":\"placed\",\"instance\":\"i-e6fad6046d7b\",\"instance_type\":\"fake.small\",\"zone\":\"fake-1a\",\"spot\":true,\"price_usd_per_hour\":0.3,\"on_demand_usd_per_hour\":1.0,\"attempt\":1,\"job\":\"J000003\",\"seq\":2,\"time_us\":1795322893980823}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"starting\",\"reason\":\"assigned to a worker\",\"job\":\"J000003\",\"seq\":3,\"time_us\":1795322893981078}",
+  "{\"type\":\"event\",\"event\":\"output\",\"stream\":\"stdout\",\"text\":\"script: echo hi\",\"job\":\"J000003\",\"seq\":4,\"time_us\":1795322893981479}",
+  "{\"type\":\"event\",\"event\":\"output\",\"stream\":\"stdout\",\"text\":\"line 1 of attempt 1\",\"job\":\"J000003\",\"seq\":5,\"time_us\":1795322893981631}",
+  "{\"type\":\"event\",\"event\":\"notice\",\"action\":\"terminate\",\"deadline_us\":1795323013981794,\"instance\":\"i-e6fad6046d7b\",\"job\":\"J000003\",\"seq\":6,\"time_us\":1795322893981839}",
+  "{\"type\":\"event\",\"event\":\"preempted\",\"step\":null,\"notice\":true,\"instance\":\"i-e6fad6046d7b\",\"job\":\"J000003\",\"seq\":7,\"time_us\":1795322894002639}",
+  "{\"type\":\"event\",\"event\":\"cost\",\"cost_usd\":0.00010996500000000001,\"on_demand_usd\":0.00036655,\"job\":\"J000003\",\"seq\":8,\"time_us\":1795322894002879}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"preempted\",\"reason\":\"preempted with notice\",\"job\":\"J000003\",\"seq\":9,\"time_us\":1795322894003075}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"queued\",\"reason\":\"resuming from the latest checkpoint\",\"job\":\"J000003\",\"seq\":10,\"time_us\":1795322894003233}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"provisioning\",\"reason\":\"launching an instance\",\"job\":\"J000003\",\"seq\":11,\"time_us\":1795322894007894}",
+  "{\"type\":\"event\",\"event\":\"placed\",\"instance\":\"i-e0bf178ca18e\",\"instance_type\":\"fake.small\",\"zone\":\"fake-1a\",\"spot\":true,\"price_usd_per_hour\":0.3,\"on_demand_usd_per_hour\":1.0,\"attempt\":2,\"job\":\"J000003\",\"seq\":12,\"time_us\":1795322894008030}",
+  "{\"type\":\"event\",\"event\":\"resumed\",\"from_step\":null,\"instance_type\":\"fake.small\",\"zone\":\"fake-1a\",\"after_s\":0.045988,\"job\":\"J000003\",\"seq\":13,\"time_us\":1795322894049247}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"starting\",\"reason\":\"assigned to a worker\",\"job\":\"J000003\",\"seq\":14,\"time_us\":1795322894049391}",
+  "{\"type\":\"event\",\"event\":\"output\",\"stream\":\"stdout\",\"text\":\"script: echo hi\",\"job\":\"J000003\",\"seq\":15,\"time_us\":1795322894049773}",
+  "{\"type\":\"event\",\"event\":\"output\",\"stream\":\"stdout\",\"text\":\"line 1 of attempt 2\",\"job\":\"J000003\",\"seq\":16,\"time_us\":1795322894049935}",
+  "{\"type\":\"event\",\"event\":\"output\",\"stream\":\"stdout\",\"text\":\"line 2 of attempt 2\",\"job\":\"J000003\",\"seq\":17,\"time_us\":1795322894069892}",
+  "{\"type\":\"event\",\"event\":\"cost\",\"cost_usd\":0.00042071000000000003,\"on_demand_usd\":0.0014023666666666667,\"job\":\"J000003\",\"seq\":18,\"time_us\":1795322894070101}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"succeeded\",\"reason\":\"done\",\"job\":\"J000003\",\"seq\":19,\"time_us\":1795322894070336}",
+};
+
+static const char *const sample_events[] = {
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"queued\",\"reason\":\"submitted\",\"time_us\":1795322894070921,\"job\":\"J000004\",\"seq\":1}",
+  "{\"type\":\"event\",\"event\":\"placed\",\"instance\":\"i-e0bf178ca18e\",\"instance_type\":\"fake.small\",\"zone\":\"fake-1a\",\"spot\":true,\"price_usd_per_hour\":0.3,\"on_demand_usd_per_hour\":1.0,\"attempt\":1,\"job\":\"J000004\",\"seq\":2,\"time_us\":1795322894071233}",
+  "{\"type\":\"event\",\"event\":\"resumed\",\"from_step\":6,\"instance_type\":\"fake.small\",\"zone\":\"fake-1a\",\"after_s\":null,\"job\":\"J000004\",\"seq\":3,\"time_us\":1795322894071497}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"starting\",\"reason\":\"assigned to a worker\",\"job\":\"J000004\",\"seq\":4,\"time_us\":1795322894071615}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"running\",\"reason\":\"first metric\",\"job\":\"J000004\",\"seq\":5,\"time_us\":1795322894072267}",
+  "{\"type\":\"event\",\"step\":7,\"loss\":0.42857142857142855,\"lr\":0.001,\"event\":\"metric\",\"steps\":0,\"job\":\"J000004\",\"seq\":6,\"time_us\":1795322894072411}",
+  "{\"type\":\"event\",\"event\":\"cost\",\"cost_usd\":6.879999999999999e-06,\"on_demand_usd\":2.2933333333333333e-05,\"job\":\"J000004\",\"seq\":7,\"time_us\":1795322894072613}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"succeeded\",\"reason\":\"done\",\"job\":\"J000004\",\"seq\":8,\"time_us\":1795322894072816}",
+};
+
+static const char *const restart_events[] = {
+  "{\"type\":\"event\",\"event\":\"cost\",\"cost_usd\":7.169999999999999e-06,\"on_demand_usd\":2.3899999999999998e-05,\"job\":\"J000005\",\"seq\":7,\"time_us\":1795322894075056}",
+  "{\"type\":\"event\",\"event\":\"gateway\",\"action\":\"restarted\",\"job\":\"J000005\",\"seq\":8,\"time_us\":1795322894096233}",
+  "{\"type\":\"event\",\"event\":\"cost\",\"cost_usd\":8.435e-06,\"on_demand_usd\":2.8116666666666665e-05,\"job\":\"J000005\",\"seq\":9,\"time_us\":1795322894096545}",
+  "{\"type\":\"event\",\"event\":\"cost\",\"cost_usd\":0.0006221399999999999,\"on_demand_usd\":0.0020737999999999998,\"job\":\"J000005\",\"seq\":10,\"time_us\":1795322894219351}",
+  "{\"type\":\"event\",\"event\":\"state\",\"state\":\"cancelled\",\"reason\":\"cancelled by user\",\"job\":\"J000005\",\"seq\":11,\"time_us\":1795322894219785}",
+};
+
+static void feed_all(struct jk_display *d, const char *const *events, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    json_error_t err;
+    json_t *e = json_loads(events[i], 0, &err);
+    CHECK(e != NULL);
+    if (e)
+      CHECK_INT(jk_display_event(d, e), 1);
+    json_decref(e);
+  }
+}
+
+/* The timeline block of the text rendering (owned), "" when none. */
+static char *timeline_text(const struct jk_display *d) {
+  char *text = jk_display_text(d);
+  const char *tl = text ? strstr(text, "timeline:\n") : NULL;
+  char *r = strdup(tl ? tl + strlen("timeline:\n") : "");
+  free(text);
+  return r;
+}
+
+#define N(a) (sizeof(a) / sizeof *(a))
+
+static void test_timeline_preempted_with_notice(void) {
+  struct jk_display *d = jk_display_new("J000001", "train");
+  feed_all(d, notice_events, N(notice_events));
+  char *tl = timeline_text(d);
+  CHECK_STR(tl, "  +0s       queued: submitted\n"
+                "  +0s       provisioning: launching an instance\n"
+                "  +0s       placed on fake.small in fake-1a, spot at $0.3000/h (i-3154ffa6047f)\n"
+                "  +0s       starting: assigned to a worker\n"
+                "  +0s       running: first metric\n"
+                "  +0s       checkpoint at step 1 (1 so far)\n"
+                "  +0s       preemption notice for i-3154ffa6047f: terminate in 120 s; checkpointing now\n"
+                "  +0s       checkpoint at step 1 (2 so far)\n"
+                "  +0s       preempted at step 1 (notice 120 s) → checkpoint durable at step 1"
+                " → resumed on fake.small in fake-1a after 0 s\n"
+                "  +0s       provisioning: launching an instance\n"
+                "  +0s       placed on fake.small in fake-1a, spot at $0.3000/h (i-e503d6bf6774)\n"
+                "  +0s       starting: assigned to a worker\n"
+                "  +0s       running: first metric\n"
+                "  +0s       checkpoint at step 2 (3 so far)\n"
+                "  +0s       succeeded at step 6\n");
+  free(tl);
+  char *text = jk_display_text(d);
+  CHECK(text && strstr(text, "step 6/6") && strstr(text, "attempt 2"));
+  free(text);
+  char *html = jk_display_html(d);
+  CHECK(html && strstr(html, "preempted at step 1 (notice 120 s) → checkpoint durable at step 1 → resumed on"));
+  free(html);
+  jk_display_free(d);
+}
+
+static void test_timeline_killed(void) {
+  /* The recorded hard loss, with two more steps run after the last
+   * checkpoint (seq 6.1, 6.2 renumbered), so steps are lost. */
+  struct jk_display *d = jk_display_new("J000002", "train");
+  size_t n = N(kill_events);
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_loads(kill_events[i], 0, NULL);
+    long long seq = json_integer_value(json_object_get(e, "seq"));
+    if (seq > 6)
+      json_object_set_new(e, "seq", json_integer(seq + 2));
+    feed(d, e);
+    if (seq == 6)
+      for (int s = 2; s <= 3; s++) {
+        e = ev("J000002", 5 + s, 1795322893794575LL + s * 1000, "metric");
+        json_object_set_new(e, "step", json_integer(s));
+        json_object_set_new(e, "steps", json_integer(6));
+        json_object_set_new(e, "loss", json_real(3.0 / s));
+        feed(d, e);
+      }
+  }
+  char *tl = timeline_text(d);
+  CHECK_STR(tl, "  +0s       queued: submitted\n"
+                "  +0s       placed on fake.small in fake-1a, spot at $0.3000/h (i-e503d6bf6774)\n"
+                "  +0s       starting: assigned to a worker\n"
+                "  +0s       running: first metric\n"
+                "  +0s       checkpoint at step 1 (1 so far)\n"
+                "  +0s       preempted at step 3 (no notice) → checkpoint durable at step 1, 2 steps lost"
+                " → resumed on fake.small in fake-1a after 0 s\n"
+                "  +0s       provisioning: launching an instance\n"
+                "  +0s       placed on fake.small in fake-1a, spot at $0.3000/h (i-e6fad6046d7b)\n"
+                "  +0s       starting: assigned to a worker\n"
+                "  +0s       running: first metric\n"
+                "  +0s       checkpoint at step 2 (2 so far)\n"
+                "  +0s       checkpoint at step 4 (3 so far)\n"
+                "  +0s       succeeded at step 6\n");
+  free(tl);
+  /* the loss curve holds one run: steps 2 and 3 of the lost attempt are gone */
+  size_t np;
+  const struct jk_point *p = jk_display_series(d, false, &np);
+  CHECK_INT(np, 6);
+  CHECK_NEAR(p[1].value, 1.5, 0);
+  jk_display_free(d);
+}
+
+static void test_timeline_run(void) {
+  struct jk_display *d = jk_display_new("J000003", "run");
+  feed_all(d, run_events, N(run_events));
+  char *tl = timeline_text(d);
+  CHECK_STR(tl, "  +0s       queued: submitted\n"
+                "  +0s       placed on fake.small in fake-1a, spot at $0.3000/h (i-e6fad6046d7b)\n"
+                "  +0s       starting: assigned to a worker\n"
+                "  +0s       preemption notice for i-e6fad6046d7b: terminate in 120 s; checkpointing now\n"
+                "  +0s       preempted (notice 120 s) → checkpoint folder saved"
+                " → resumed on fake.small in fake-1a after 0 s\n"
+                "  +0s       provisioning: launching an instance\n"
+                "  +0s       placed on fake.small in fake-1a, spot at $0.3000/h (i-e0bf178ca18e)\n"
+                "  +0s       starting: assigned to a worker\n"
+                "  +0s       succeeded\n");
+  free(tl);
+  char *text = jk_display_text(d);
+  CHECK(text && !strstr(text, "step"));
+  free(text);
+  jk_display_free(d);
+}
+
+static void test_timeline_restored(void) {
+  struct jk_display *d = jk_display_new("J000004", "sample");
+  json_t *sum = json_pack("{s:s, s:s, s:s}", "job", "J000004", "kind", "sample", "model", "m");
+  jk_display_summary(d, sum);
+  json_decref(sum);
+  feed_all(d, sample_events, N(sample_events));
+  char *tl = timeline_text(d);
+  CHECK_STR(tl, "  +0s       queued: submitted\n"
+                "  +0s       placed on fake.small in fake-1a, spot at $0.3000/h (i-e0bf178ca18e)\n"
+                "  +0s       restored m from its checkpoint at step 6 on fake.small in fake-1a\n"
+                "  +0s       starting: assigned to a worker\n"
+                "  +0s       running: first metric\n"
+                "  +0s       succeeded\n");
+  free(tl);
+  jk_display_free(d);
+}
+
+static void test_timeline_gateway_restart(void) {
+  struct jk_display *d = jk_display_new("J000005", "train");
+  json_t *e = ev("J000005", 6, 1795322894000000LL, "state");
+  json_object_set_new(e, "state", json_string("running"));
+  feed(d, e);
+  feed_all(d, restart_events, N(restart_events));
+  char *tl = timeline_text(d);
+  CHECK_STR(tl, "  +0s       running\n"
+                "  +0s       gateway restarted; following again from event 8\n"
+                "  +0s       cancelled: cancelled by user\n");
+  free(tl);
+  jk_display_free(d);
+}
+
+static void test_timeline_idle(void) {
+  /* The session notices of gateway/idle.c, folded into the display of the
+   * job the notebook ran last; then the same as job events. */
+  struct jk_display *d = jk_display_new("J000001", "train");
+  feed_all(d, notice_events, N(notice_events));
+  const char *notices[] = {
+    "{\"type\":\"notice\",\"session\":\"nb\",\"time_us\":1795322953569372,\"event\":\"idle\","
+    "\"what\":\"notebook\",\"action\":\"warning\",\"in_s\":60}",
+    "{\"type\":\"notice\",\"session\":\"nb\",\"time_us\":1795323013569372,\"event\":\"idle\","
+    "\"what\":\"notebook\",\"action\":\"shutdown\"}",
+    "{\"type\":\"notice\",\"session\":\"nb\",\"time_us\":1795323013569372,\"event\":\"budget\"}",
+  };
+  for (size_t i = 0; i < N(notices); i++) {
+    json_t *n = json_loads(notices[i], 0, NULL);
+    jk_display_sent(d, 0);
+    CHECK_INT(jk_display_notice(d, n), i < 2);
+    CHECK(jk_display_dirty(d) == (i < 2));
+    json_decref(n);
+  }
+  char *tl = timeline_text(d);
+  const char *tail = tl ? strstr(tl, "  +0s       succeeded at step 6\n") : NULL;
+  CHECK_STR(tail, "  +0s       succeeded at step 6\n"
+                  "  +1m 00s   idle warning: notebook stops in 60 s unless a cell runs\n"
+                  "  +2m 00s   idle shutdown: notebook stopped, its workers shut down (the next job starts new ones)\n");
+  free(tl);
+  jk_display_free(d);
+  d = jk_display_new("J000009", "train");
+  json_t *e = ev("J000009", 1, 1000000, "idle");
+  json_object_update_new(e, json_pack("{s:s, s:s, s:i}", "what", "worker", "action", "warning", "in_s", 30));
+  feed(d, e);
+  e = ev("J000009", 2, 31000000, "idle");
+  json_object_update_new(e, json_pack("{s:s, s:s}", "what", "worker", "action", "shutdown"));
+  feed(d, e);
+  tl = timeline_text(d);
+  CHECK_STR(tl, "  +0s       idle warning: worker stops in 30 s\n"
+                "  +30s      idle shutdown: worker stopped\n");
+  free(tl);
+  jk_display_free(d);
+}
+
 int main(void) {
   test_escape();
   test_downsample();
@@ -300,5 +596,11 @@ int main(void) {
   test_vegalite();
   test_throttle();
   test_hostile();
+  test_timeline_preempted_with_notice();
+  test_timeline_killed();
+  test_timeline_run();
+  test_timeline_restored();
+  test_timeline_gateway_restart();
+  test_timeline_idle();
   TEST_MAIN_END();
 }
