@@ -128,8 +128,10 @@ void gw_sched_requeue(struct gw *g, struct gw_job *j, bool notice, const char *r
     gw_sched_finish(g, j, GW_JOB_CANCELLED, "cancelled");
     return;
   }
-  json_t *ev = json_pack("{s:s,s:I,s:b,s:s}", "event", "preempted", "step",
-                         (json_int_t)j->ckpt_step, "notice", notice, "instance", j->instance);
+  /* a %%run job has no steps: its checkpoint is a folder the worker keeps */
+  json_t *ev = json_pack("{s:s,s:o,s:b,s:s}", "event", "preempted", "step",
+                         !strcmp(j->kind, "run") ? json_null() : json_integer(j->ckpt_step),
+                         "notice", notice, "instance", j->instance);
   gw_sched_emit(g, j, ev);
   json_decref(ev);
   end_attempt(g, j, "preempted", "draining");
@@ -520,12 +522,16 @@ int gw_sched_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst) {
   gw_sched_set_inst_state(g, inst, "busy", j->id);
   snprintf(inst->session, sizeof inst->session, "%s", j->session);
   inst->notice = false;
-  if (j->ckpt_key[0]) {
-    double after = j->preempted_mono_us ? (double)(sl_time_mono_us() - j->preempted_mono_us) / 1e6
-                                        : 0;
-    json_t *ev = json_pack("{s:s,s:I,s:s,s:s,s:o}", "event", "resumed", "from_step",
-                           (json_int_t)j->ckpt_step, "instance_type", j->instance_type, "zone",
-                           j->zone, "after_s", sl_json_real(after));
+  /* Every attempt after a preemption resumes (a train job from its newest
+   * checkpoint, a %%run job from its folder, without steps); a first attempt
+   * that restores a trained model (eval, sample) says so too. after_s is null
+   * when the preemption's time is unknown (before a gateway restart). */
+  if (j->ckpt_key[0] || j->attempt > 1) {
+    double after_s = (double)(sl_time_mono_us() - j->preempted_mono_us) / 1e6;
+    json_t *ev = json_pack("{s:s,s:o,s:s,s:s,s:o}", "event", "resumed", "from_step",
+                           !strcmp(j->kind, "run") ? json_null() : json_integer(j->ckpt_step),
+                           "instance_type", j->instance_type, "zone", j->zone, "after_s",
+                           j->preempted_mono_us ? sl_json_real(after_s) : json_null());
     gw_sched_emit(g, j, ev);
     json_decref(ev);
   }

@@ -7,6 +7,9 @@ every checkpoint_every steps, then done. With options.hold it stops after
 the first checkpoint and waits (for cancel, SIGTERM or shutdown) unless the
 assign carried a restore key, in which case it finishes. SIGTERM: report a
 checkpoint and done "preempted", then exit (a preemption with notice).
+A run job behaves like spotlab-worker's %%run: output lines only, no
+metrics or checkpoints (its folder is restored without a key), and done with
+step null; with options.hold its first attempt waits after one line.
 """
 import json
 import os
@@ -39,13 +42,17 @@ def main():
         s.send(json.dumps(m).encode())
 
     def jobs():
-        return [{"job": job["job"], "attempt": job["attempt"], "step": job["step"]}] if job else []
+        return [{"job": job["job"], "attempt": job["attempt"],
+                 "step": 0 if job["run"] else job["step"]}] if job else []
 
     send(type="register", instance=inst, jobs=jobs())
     hb_s, next_hb = 1.0, time.monotonic() + 1.0
     while True:
         if term:
-            if job:
+            if job and job["run"]:
+                send(type="done", job=job["job"], attempt=job["attempt"], status="preempted",
+                     exit_code=0, message="preempted with notice", step=None)
+            elif job:
                 send(type="checkpoint", job=job["job"], attempt=job["attempt"], step=job["step"],
                      key="%s/ckpt-%08d.tc" % (job["job"], job["step"]), bytes=10, write_ms=1,
                      upload_ms=1)
@@ -65,9 +72,11 @@ def main():
                 step = 0
                 if m.get("restore"):
                     step = int(re.search(r"ckpt-(\d+)", m["restore"]).group(1))
+                run = m["kind"] == "run"
                 job = {"job": m["job"], "attempt": m["attempt"], "step": step,
                        "steps": int(opts.get("steps", 5)), "every": int(m["checkpoint_every"]),
-                       "hold": bool(opts.get("hold")) and not m.get("restore")}
+                       "hold": bool(opts.get("hold")) and not m.get("restore") and
+                       not (run and m["attempt"] > 1), "run": run}
                 if m["kind"] == "run":
                     send(type="output", job=job["job"], attempt=job["attempt"], stream="stdout",
                          text="script: " + m["spec"]["script"])
@@ -80,7 +89,15 @@ def main():
             elif t == "shutdown":
                 s.close(1000)
                 return 0
-        if job and not (job["hold"] and job["step"] >= 1):
+        if job and job["run"] and not (job["hold"] and job["step"] >= 1):
+            job["step"] += 1
+            send(type="output", job=job["job"], attempt=job["attempt"], stream="stdout",
+                 text="line %d of attempt %d" % (job["step"], job["attempt"]))
+            if job["step"] >= job["steps"]:
+                send(type="done", job=job["job"], attempt=job["attempt"], status="succeeded",
+                     exit_code=0, message="", step=0)
+                job = None
+        elif job and not (job["hold"] and job["step"] >= 1):
             job["step"] += 1
             send(type="metric", job=job["job"], attempt=job["attempt"],
                  data={"step": job["step"], "loss": 3.0 / job["step"], "lr": 0.001})

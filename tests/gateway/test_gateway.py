@@ -561,6 +561,48 @@ def case_preempt(gw):
     check(not pre["notice"], "hard loss has no notice")
 
 
+def case_preempt_run(gw):
+    """A %%run job preempted with and without notice resumes like a train job,
+    without step numbers: it has none."""
+    c = Client(gw.listen, "alice")
+    for how in ("preempt", "kill"):
+        r = c.req("submit", kind="run", script="echo hi", options={"hold": True, "steps": 3})
+        check(r["ok"], "run job submitted %r" % r)
+        job = r["job"]
+        attach(c, job)
+        c.wait_event(lambda e: e["job"] == job and e["event"] == "output")
+        inst = [e for e in c.events if e["job"] == job and e["event"] == "placed"][-1]["instance"]
+        r = c.req("inject", action=how, instance=inst, notice_s=2)
+        check(r["ok"], "inject %s accepted %r" % (how, r))
+        c.wait_event(state_is(job, "succeeded"), timeout=40)
+        evs = [e for e in c.events if e["job"] == job]
+        check([e["seq"] for e in evs] == list(range(1, len(evs) + 1)), "%s: seq without gaps" % how)
+        kinds = [e["event"] for e in evs]
+        check(kinds.count("preempted") == 1 and kinds.count("resumed") == 1,
+              "%s: one preempted and one resumed event: %s" % (how, kinds))
+        if "preempted" not in kinds or "resumed" not in kinds:
+            continue
+        pre = evs[kinds.index("preempted")]
+        check(pre["step"] is None and pre["notice"] == (how == "preempt") and pre["instance"] == inst,
+              "%s: preempted without a step, notice %s: %r" % (how, how == "preempt", pre))
+        placed = [e for e in evs if e["event"] == "placed"]
+        res = evs[kinds.index("resumed")]
+        check(len(placed) == 2 and placed[1]["attempt"] == 2 and
+              res["instance_type"] == placed[1]["instance_type"] and res["zone"] == placed[1]["zone"],
+              "%s: resumed on the second placement %r" % (how, res))
+        check("from_step" in res and res["from_step"] is None and
+              isinstance(res["after_s"], (int, float)) and res["after_s"] >= 0,
+              "%s: resumed has no step and a wait: %r" % (how, res))
+        i = kinds.index("resumed")
+        after = [e.get("state") for e in evs[i + 1:] if e["event"] == "state"]
+        check(placed[1]["seq"] < res["seq"] and after[:1] == ["starting"],
+              "%s: resumed comes after the placement, before starting: %s" % (how, after))
+        out = [e["text"] for e in evs if e["event"] == "output"]
+        check(out[-1] == "line 3 of attempt 2", "%s: the script ran again: %s" % (how, out))
+        final = c.req("attach", job=job, after=10 ** 9)["job"]
+        check(final["attempt"] == 2 and final["state"] == "succeeded", "%s: summary %r" % (how, final))
+
+
 def case_restart(gw):
     c = Client(gw.listen, "alice")
     job, summary = running_hold_job(gw, c)
@@ -723,7 +765,7 @@ CASES = {"auth": case_auth, "isolation": case_isolation,
          "malformed-kernel": case_malformed_kernel, "malformed-worker": case_malformed_worker,
          "curve": case_curve, "dump-config": case_dump_config,
          "config-errors": case_config_errors, "embedded": case_embedded, "jobs": case_jobs,
-         "preempt": case_preempt, "restart": case_restart, "fairness": case_fairness,
+         "preempt": case_preempt, "preempt-run": case_preempt_run, "restart": case_restart, "fairness": case_fairness,
          "local-train": case_local_train, "idle": case_idle,
          "auto-checkpoint": case_auto_checkpoint}
 
