@@ -276,6 +276,27 @@ static void flush_dropped(struct wk_job *j) {
   send(j, m, false);
 }
 
+static void terminate(struct wk_job *j, int64_t kill_at);
+
+/* Tells the job's user, as a stderr output line, that a checkpoint did not
+ * become durable and where the job would resume from: without it a full disk
+ * or a failing store would go unnoticed until a preemption. The checkpoint a
+ * notice asked for will not come now, so the child is stopped at once: the
+ * one it writes on SIGTERM is the retry there is time for. */
+static void report_lost_checkpoint(struct wk_job *j, int64_t step, const char *what, const char *why) {
+  char resume[64], text[WK_OUTPUT_LINE_MAX];
+  if (j->durable_step >= 0) snprintf(resume, sizeof resume, "step %lld", (long long)j->durable_step);
+  else snprintf(resume, sizeof resume, "the start");
+  snprintf(text, sizeof text, "[spotlab-worker: checkpoint of step %lld not %s (%s); a restart resumes from %s]",
+           (long long)step, what, why, resume);
+  sl_warn("worker.store", "%s: checkpoint of step %lld not %s: %s", j->id, (long long)step, what, why);
+  json_t *m = msg_new(j, "output");
+  json_object_set_new(m, "stream", json_string("stderr"));
+  json_object_set_new(m, "text", wk_relay_text(text, strlen(text), WK_OUTPUT_LINE_MAX));
+  send(j, m, true);
+  if (j->state == NOTICE_WAIT && step >= j->notice_step) terminate(j, j->kill_at_us);
+}
+
 /* Uploads the checkpoint a metrics event announced and reports it. */
 static void upload_checkpoint(struct wk_job *j, const json_t *ev) {
   const char *path = sl_json_get_str(ev, "path", NULL);
@@ -293,7 +314,7 @@ static void upload_checkpoint(struct wk_job *j, const json_t *ev) {
   int64_t upload_ms = (sl_time_mono_us() - t0) / 1000;
   if (r < 0) {
     /* -ENOENT: spotlab-train already pruned it for a newer one, which follows. */
-    if (r != -ENOENT) sl_warn("worker.store", "%s: upload %s: %s", j->id, key, sl_strerror(r));
+    if (r != -ENOENT) report_lost_checkpoint(j, step, "uploaded", sl_strerror(r));
     return;
   }
   if (step > j->durable_step) j->durable_step = step;
@@ -328,6 +349,9 @@ static void on_metrics_line(struct wk_job *j, const char *line, size_t len) {
     json_decref(obj);
     return;
   }
+  if (event && !strcmp(event, "error") && !strcmp(sl_json_get_str(obj, "op", ""), "checkpoint"))
+    report_lost_checkpoint(j, sl_json_get_int(obj, "step", -1), "written",
+                           sl_json_get_str(obj, "error", "unknown error"));
   if (event && !strcmp(event, "eval") && json_is_number(json_object_get(obj, "eval_loss"))) {
     j->have_eval = true;
     j->eval_loss = json_number_value(json_object_get(obj, "eval_loss"));

@@ -1,0 +1,623 @@
+#!/usr/bin/python3
+"""System tests: the real spotlab-gateway with the local provider, spotlab-worker and
+spotlab-train, driven over the kernel protocol.
+
+usage: test_system.py CASE GATEWAY WORKER TRAIN
+
+Every case trains the same tiny gpt on a small text file as a spot job, disturbs the run and
+checks that the job ends exactly as an uninterrupted run of the same job does: every step's
+loss (float32 bits) and every checkpoint in the store (bytes) equal those of a reference run of
+spotlab-train that the test starts beside the job.
+
+  notice      a preemption with notice mid-run: zero steps lost
+  kill        a hard loss (no notice): resumes from the newest durable checkpoint; steps
+              redone stay within one checkpoint interval
+  store-fail  the checkpoint store fills up halfway through an upload, then a preemption:
+              no partial object, the job resumes from the previous checkpoint
+  disk-full   the worker's disk fills up while spotlab-train writes a checkpoint: training
+              goes on, the previous checkpoint stays valid, and once space returns the job
+              completes
+
+store-fail and disk-full put a folder on a small tmpfs. They run in a private mount namespace
+(as root, or as root of a new user namespace) and exit 77 (skipped) only when neither can
+mount a tmpfs. Every wait is for an event or a process, with a deadline.
+"""
+import glob
+import hashlib
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import zmq
+
+CASE, GATEWAY, WORKER, TRAIN = sys.argv[1:5]
+GATEWAY, WORKER, TRAIN = (os.path.abspath(p) for p in (GATEWAY, WORKER, TRAIN))
+TOKEN = "alice-token-0123456789"
+NS_ENV = "SPOTLAB_SYSTEM_TEST_NS"
+
+MODEL = {"layers": 2, "heads": 2, "dim": 64, "ctx": 64}
+STEPS, EVERY = 400, 20
+OPTIONS = {"steps": STEPS, "batch": 8, "lr": 0.001, "seed": 1, "threads": 1,
+           "checkpoint_every": EVERY}
+NOTICE_S = 120            # simulated seconds: 2 s of wall time at time_scale 60
+HEARTBEAT_TIMEOUT_S = 2
+WAIT_S = 180              # generous: the integration suite also runs under ASan
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+    return cond
+
+
+def skip(why):
+    print("SKIP:", why)
+    sys.exit(77)
+
+
+# ---- a private mount namespace for the tmpfs cases ----
+
+def enter_mount_namespace():
+    """Re-executes this script in a mount namespace where it may mount a tmpfs."""
+    if os.environ.get(NS_ENV) == "1":
+        return
+    unshare = shutil.which("unshare")
+    if not unshare:
+        skip("unshare(1) is missing, so no tmpfs can be mounted")
+    variants = []
+    if os.geteuid() == 0:
+        variants.append([unshare, "--mount", "--propagation", "private"])
+    variants.append([unshare, "--user", "--map-root-user", "--mount", "--propagation", "private"])
+    probe = ("d=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs \"$d\" && umount \"$d\"; "
+             "r=$?; rmdir \"$d\"; exit $r")
+    why = []
+    for v in variants:
+        p = subprocess.run(v + ["/bin/sh", "-c", probe], capture_output=True, text=True)
+        if p.returncode == 0:
+            os.environ[NS_ENV] = "1"
+            sys.stdout.flush()
+            os.execv(v[0], v + [sys.executable] + sys.argv)
+        why.append("%s: %s" % (" ".join(v[1:]), p.stderr.strip()[-200:]))
+    skip("cannot mount a tmpfs in a private mount namespace (%s)" % "; ".join(why))
+
+
+def mount_tmpfs(path, size_bytes):
+    os.makedirs(path, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d,mode=0700" % size_bytes, "tmpfs",
+                    path], check=True)
+
+
+def resize_tmpfs(path, size_bytes):
+    subprocess.run(["mount", "-o", "remount,size=%d" % size_bytes, path], check=True)
+
+
+# ---- the reference run ----
+
+def write_text(path):
+    """About 16 KB of word salad: enough variety that the loss keeps moving."""
+    words = ("call me ishmael some years ago never mind how long precisely having little or no "
+             "money in my purse and nothing particular to interest me on shore i thought i would "
+             "sail about a little and see the watery part of the world").split()
+    state, out = 7, []
+    for _ in range(3000):
+        state = (state * 6364136223846793005 + 1442695040888963407) % 2**64
+        out.append(words[(state >> 33) % len(words)])
+        if (state >> 20) % 10 == 0:
+            out.append(".\n")
+    with open(path, "w") as f:
+        f.write(" ".join(out))
+
+
+class Reference:
+    """spotlab-train run with the job's arguments, every checkpoint kept, metrics read from
+    its stdout as they come."""
+
+    def __init__(self, folder, text):
+        self.dir = os.path.join(folder, "reference")
+        os.makedirs(self.dir)
+        argv = [TRAIN, "--model", "gpt", "--data", text, "--ckpt-dir",
+                os.path.join(self.dir, "ckpt"), "--metrics", "fd:1", "--keep", "100000",
+                "--checkpoint-every", str(EVERY)]
+        for k, v in list(MODEL.items()) + list(OPTIONS.items()):
+            if k != "checkpoint_every":
+                argv += ["--" + k.replace("_", "-"), str(v)]
+        self.lines = []
+        self.first_ckpt = threading.Event()
+        self.ckpt_bytes = 0
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.append(line.rstrip("\n"))
+            m = json.loads(line)
+            if m.get("event") == "checkpoint" and not self.first_ckpt.is_set():
+                self.ckpt_bytes = os.path.getsize(m["path"])
+                self.first_ckpt.set()
+
+    def checkpoint_size(self):
+        if not self.first_ckpt.wait(WAIT_S):
+            raise TimeoutError("the reference run wrote no checkpoint")
+        return self.ckpt_bytes
+
+    def finish(self):
+        try:
+            rc = self.p.wait(WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            raise
+        self.reader.join(WAIT_S)
+        err = self.p.stderr.read()
+        if rc != 0:
+            raise RuntimeError("reference run failed (%d): %s" % (rc, err[-2000:]))
+        self.losses = {}
+        for line in self.lines:
+            m = json.loads(line)
+            if "event" not in m and "loss" in m:
+                self.losses[m["step"]] = m["loss"]
+                text = line.split('"loss":', 1)[1].split(",", 1)[0]
+                check("%.9g" % f32(m["loss"]) == text,
+                      "loss %s of step %d reads back to the same float32" % (text, m["step"]))
+        check(sorted(self.losses) == list(range(1, STEPS + 1)),
+              "the reference run reported every step")
+
+    def checkpoint_path(self, step):
+        return os.path.join(self.dir, "ckpt", "ckpt-%010d.slck" % step)
+
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def f32_bits(x):
+    return struct.pack("<f", x).hex()
+
+
+def digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+# ---- gateway and client ----
+
+class Gateway:
+    def __init__(self, folder):
+        self.dir = folder
+        self.state = os.path.join(folder, "state")
+        self.listen = "ipc://%s/k.sock" % folder
+        market = os.path.join(folder, "market.json")
+        with open(market, "w") as f:  # spot capacity that never drops: no market preemptions
+            json.dump({"metadata": {"gap_seconds": 3600}, "data": [8]}, f)
+        self.ini = os.path.join(folder, "gateway.ini")
+        with open(self.ini, "w") as f:
+            f.write("[gateway]\nlisten = %s\nworkers = ipc://%s/w.sock\nstate_dir = %s\n"
+                    "heartbeat_ms = 200\nheartbeat_timeout = %ds\nregister_timeout = 30s\n"
+                    "[worker]\nmetrics_per_s = 100000\n"
+                    "[provider.local]\nslots = 2\ntime_scale = 60\nmarket = trace:%s\n"
+                    "[user.alice]\ntoken_sha256 = %s\n"
+                    % (self.listen, folder, self.state, HEARTBEAT_TIMEOUT_S, market,
+                       hashlib.sha256(TOKEN.encode()).hexdigest()))
+        self.logpath = os.path.join(folder, "gateway.log")
+        self.p = None
+
+    def start(self):
+        env = dict(os.environ, SPOTLAB_WORKER_BIN=WORKER, SPOTLAB_TRAIN_BIN=TRAIN,
+                   SPOTLAB_NOTICE_POLL_MS="50", SPOTLAB_DEBUG="worker.store")
+        env.pop("SPOTLAB_CONFIG", None)
+        self.log = open(self.logpath, "ab")
+        self.p = subprocess.Popen([GATEWAY, "--config", self.ini], stderr=self.log, env=env)
+
+    def stop(self):
+        if self.p and self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(20)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        if self.p:
+            self.log.close()
+        # workers outlive a stopped gateway by design; end ours, group by group
+        for rec in glob.glob(os.path.join(self.state, "instances", "*", "instance.json")):
+            try:
+                with open(rec) as f:
+                    os.killpg(int(json.load(f)["pid"]), signal.SIGKILL)
+            except (OSError, ValueError, KeyError):
+                pass
+
+    def logs(self):
+        text = ""
+        for path in [self.logpath] + sorted(glob.glob(os.path.join(
+                self.state, "instances", "*", "worker.log"))):
+            try:
+                with open(path, "rb") as f:
+                    text += "==> %s\n%s\n" % (path, f.read().decode(errors="replace")[-5000:])
+            except OSError:
+                pass
+        return text
+
+
+class Client:
+    def __init__(self, address):
+        self.ctx = zmq.Context()
+        self.s = self.ctx.socket(zmq.DEALER)
+        self.s.linger = 0
+        self.s.connect(address)
+        self.events = []
+        self.nid = 0
+        r = self.req("hello", token=TOKEN, client="cli", session="system", version="0.1.0",
+                     timeout=30)
+        assert r["ok"], r
+
+    def recv(self, timeout):
+        if not self.s.poll(int(max(0.0, timeout) * 1000)):
+            return None
+        return json.loads(self.s.recv())
+
+    def req(self, type_, timeout=20, **kw):
+        self.nid += 1
+        kw.update(type=type_, id=self.nid)
+        self.s.send(json.dumps(kw).encode())
+        end = time.monotonic() + timeout
+        while True:
+            m = self.recv(end - time.monotonic())
+            if m is None:
+                raise TimeoutError("no reply to %s" % type_)
+            if m.get("type") == "event":
+                self.events.append(m)
+            elif m.get("type") == "reply" and m.get("re") == self.nid:
+                return m
+
+    def wait_event(self, pred, what, timeout=WAIT_S):
+        end = time.monotonic() + timeout
+        seen = 0
+        while True:
+            while seen < len(self.events):
+                if pred(self.events[seen]):
+                    return self.events[seen]
+                seen += 1
+            m = self.recv(end - time.monotonic())
+            if m is None:
+                raise TimeoutError("%s not seen; last events: %s" % (what, [
+                    (e.get("event"), e.get("state") or e.get("step") or e.get("text"))
+                    for e in self.events[-15:]]))
+            if m.get("type") == "event":
+                self.events.append(m)
+
+    def close(self):
+        self.s.close(0)
+        self.ctx.term()
+
+
+def event_is(kind, **fields):
+    return lambda e: e.get("event") == kind and all(e.get(k) == v for k, v in fields.items())
+
+
+def ended(e):
+    return e.get("event") == "state" and e.get("state") in ("succeeded", "failed", "cancelled")
+
+
+class Run:
+    """One case: a reference run, a gateway, a client attached to one train job."""
+
+    def __init__(self, folder):
+        self.dir = folder
+        self.text = os.path.join(folder, "text.txt")
+        write_text(self.text)
+        self.ref = Reference(folder, self.text)
+        self.gw = Gateway(folder)
+        self.c = None
+        self.job = None
+
+    def start_job(self):
+        self.gw.start()
+        self.c = Client(self.gw.listen)
+        r = self.c.req("session.set", defs=[
+            {"name": "m", "kind": "model", "spec": {"type": "gpt", "args": [], "options": MODEL}},
+            {"name": "d", "kind": "data", "spec": {"type": "text", "args": [self.text],
+                                                   "options": {}}}])
+        assert r["ok"], r
+        r = self.c.req("submit", kind="train", model="m", data="d",
+                       options=dict(OPTIONS, spot="yes"))
+        assert r["ok"], r
+        self.job = r["job"]
+        r = self.c.req("attach", job=self.job, after=0)
+        assert r["ok"], r
+        self.t0 = time.monotonic()
+
+    def placed(self):
+        return self.c.wait_event(event_is("placed"), "placed")["instance"]
+
+    def inject(self, action, **kw):
+        r = self.c.req("inject", action=action, instance=self.placed(), **kw)
+        check(r["ok"], "inject %s: %r" % (action, r))
+
+    def wait_end(self):
+        end = self.c.wait_event(ended, "the job's end")
+        self.duration = time.monotonic() - self.t0
+        check(end["state"] == "succeeded", "the job succeeded: %r" % end)
+        self.ref.finish()
+        return end
+
+    def events(self, kind=None):
+        return [e for e in self.c.events if e["job"] == self.job and
+                (kind is None or e["event"] == kind)]
+
+    def attempts(self):
+        """Metric steps and losses of each attempt, in arrival order."""
+        out, cur = [], None
+        for e in self.events():
+            if e["event"] == "placed":
+                cur = []
+                out.append(cur)
+            elif e["event"] == "metric" and "loss" in e and cur is not None:
+                # the core's closing "done" event repeats the last step's loss
+                if not (cur and cur[-1] == (e["step"], e["loss"]) and "eval_loss" in e):
+                    cur.append((e["step"], e["loss"]))
+        return out
+
+    def check_losses(self, attempts):
+        def ref(step):
+            return f32_bits(self.ref.losses.get(step, float("nan")))
+        bad = [(s, f32_bits(l), ref(s)) for a in attempts for s, l in a if f32_bits(l) != ref(s)]
+        n = sum(len(a) for a in attempts)
+        check(not bad, "all %d step losses equal the reference's bit for bit; differ: %s"
+              % (n, bad[:5]))
+
+    def store_dir(self):
+        return os.path.join(self.gw.state, "store", self.job)
+
+    def verify_checkpoint(self, path, step):
+        """A checkpoint off the periodic schedule (a notice's) has no reference twin:
+        spotlab-train itself checks its header and section checksums."""
+        folder = tempfile.mkdtemp(dir=self.dir)
+        shutil.copy(path, os.path.join(folder, "ckpt-%010d.slck" % step))
+        p = subprocess.run([TRAIN, "--eval", "--ckpt-dir", folder, "--data", self.text,
+                            "--eval-batches", "1", "--threads", "1"],
+                           capture_output=True, text=True, timeout=WAIT_S)
+        shutil.rmtree(folder)
+        return p.returncode == 0 and "warning" not in p.stderr
+
+    def check_store(self, expect_steps=None):
+        """Every object under a checkpoint name is complete: the reference's checkpoint of
+        that step byte for byte, or, for a step the reference did not checkpoint, one that
+        spotlab-train accepts; and no temporary is left behind."""
+        names = sorted(os.listdir(self.store_dir()))
+        steps = []
+        for n in names:
+            if not (n.startswith("ckpt-") and n.endswith(".tc")):
+                check(False, "the store holds only checkpoints; found %s" % n)
+                continue
+            step = int(n[5:-3])
+            steps.append(step)
+            path, ref = os.path.join(self.store_dir(), n), self.ref.checkpoint_path(step)
+            if os.path.exists(ref):
+                check(digest(path) == digest(ref),
+                      "store object %s equals the reference checkpoint of step %d" % (n, step))
+            else:
+                check(step % EVERY and self.verify_checkpoint(path, step),
+                      "store object %s (off the schedule) is a valid checkpoint" % n)
+        if expect_steps is not None:
+            check(steps == expect_steps, "store checkpoints %s, expected %s"
+                  % (steps, expect_steps))
+        return steps
+
+    def close(self, keep):
+        if self.c:
+            self.c.close()
+        self.gw.stop()
+        if self.ref.p.poll() is None:
+            self.ref.p.kill()
+            self.ref.p.wait()
+        if keep or failures:
+            print(self.gw.logs()[-12000:], file=sys.stderr)
+
+
+def contiguous(steps, first, last):
+    return steps == list(range(first, last + 1))
+
+
+def checkpoint_steps_before(evs, pred):
+    """Steps of the checkpoint events before the first event matching pred."""
+    out = []
+    for e in evs:
+        if pred(e):
+            break
+        if e["event"] == "checkpoint":
+            out.append(e["step"])
+    return out
+
+
+# ---- cases ----
+
+def case_notice(run):
+    run.start_job()
+    run.c.wait_event(lambda e: e.get("event") == "metric" and e.get("step", 0) >= 2 * EVERY,
+                     "step %d" % (2 * EVERY))
+    run.inject("preempt", notice_s=NOTICE_S)
+    run.wait_end()
+    pre = run.events("preempted")
+    res = run.events("resumed")
+    att = run.attempts()
+    if not (check(len(pre) == 1 and len(res) == 1 and len(att) == 2,
+                  "one preemption, one resume, two attempts: %d %d %d"
+                  % (len(pre), len(res), len(att)))):
+        return
+    check(pre[0]["notice"] is True, "the preemption had a notice")
+    check(len(run.events("notice")) == 1, "a notice event")
+    reached = max(s for s, _ in att[0])
+    durable = pre[0]["step"]
+    first, second = [s for s, _ in att[0]], [s for s, _ in att[1]]
+    print("notice: preempted at step %d, durable %d, resumed from %d; %d + %d steps reported; "
+          "%.1f s" % (reached, durable, res[0]["from_step"], len(first), len(second),
+                      run.duration))
+    check(durable == reached, "zero steps lost: durable step %d == step reached %d"
+          % (durable, reached))
+    check(res[0]["from_step"] == durable, "resumed from the durable step")
+    check(contiguous(first, 1, reached), "attempt 1 reported every step 1..%d" % reached)
+    check(contiguous(second, durable + 1, STEPS),
+          "attempt 2 reported every step %d..%d" % (durable + 1, STEPS))
+    run.check_losses(att)
+    run.check_store()
+
+
+def case_kill(run):
+    run.start_job()
+    # kill right after a checkpoint is durable, a few intervals in
+    run.c.wait_event(lambda e: e.get("event") == "checkpoint" and e.get("step", 0) >= 2 * EVERY,
+                     "a checkpoint at step %d" % (2 * EVERY))
+    run.inject("kill")
+    killed = time.monotonic()
+    pre = run.c.wait_event(event_is("preempted"), "preempted")
+    lost_after = time.monotonic() - killed
+    run.wait_end()
+    res = run.events("resumed")
+    att = run.attempts()
+    if not check(len(run.events("preempted")) == 1 and len(res) == 1 and len(att) == 2,
+                 "one preemption, one resume, two attempts"):
+        return
+    check(pre["notice"] is False, "a hard loss has no notice")
+    check(not run.events("notice"), "no notice event")
+    check(lost_after < HEARTBEAT_TIMEOUT_S + 10,
+          "the lost worker was noticed within the heartbeat timeout (%.1f s)" % lost_after)
+    evs = run.events()
+    durable = checkpoint_steps_before(evs, event_is("preempted"))
+    reached = max(s for s, _ in att[0])
+    redone = reached - res[0]["from_step"]
+    # steps the core ran past each checkpoint before it was durable in the store
+    lag, last = 0, 0
+    for e in evs:
+        if e["event"] == "preempted":
+            break
+        if e["event"] == "metric" and "loss" in e:
+            last = e["step"]
+        if e["event"] == "checkpoint":
+            lag = max(lag, last - e["step"])
+    print("kill: step reached %d, newest durable %d, resumed from %d, %d steps redone "
+          "(interval %d, checkpoint lag up to %d steps), lost after %.2f s; %.1f s"
+          % (reached, durable[-1], res[0]["from_step"], redone, EVERY, lag, lost_after,
+             run.duration))
+    check(pre["step"] == durable[-1] and res[0]["from_step"] == durable[-1],
+          "resumed from the newest durable checkpoint (%d)" % durable[-1])
+    check(durable[-1] % EVERY == 0, "that is a periodic checkpoint")
+    check(redone <= EVERY + lag,
+          "steps redone (%d) within one interval (%d) plus the checkpoint in flight (%d)"
+          % (redone, EVERY, lag))
+    check(contiguous([s for s, _ in att[0]], 1, reached), "attempt 1 reported every step")
+    check(contiguous([s for s, _ in att[1]], durable[-1] + 1, STEPS),
+          "attempt 2 reported every step after the checkpoint")
+    run.check_losses(att)
+    run.check_store()
+
+
+def case_store_fail(run):
+    size = run.ref.checkpoint_size()
+    # room for one checkpoint and half of the next: the second upload stops midway
+    mount_tmpfs(os.path.join(run.gw.state, "store"), size + size // 2)
+    run.start_job()
+    line = run.c.wait_event(lambda e: e.get("event") == "output" and
+                            "not uploaded" in e.get("text", ""), "a failed upload")
+    print("store-fail: %s" % line["text"])
+    good = checkpoint_steps_before(run.events(), lambda e: e is line)
+    check(good == [EVERY], "only the first checkpoint is in the store: %s" % good)
+    check(not [n for n in os.listdir(run.store_dir()) if n.startswith(".")],
+          "no temporary object is left after the failed upload")
+    run.check_store([EVERY])
+    run.inject("preempt", notice_s=NOTICE_S)
+    pre = run.c.wait_event(event_is("preempted"), "preempted")
+    resize_tmpfs(os.path.join(run.gw.state, "store"), 64 << 20)
+    run.wait_end()
+    res = run.events("resumed")
+    att = run.attempts()
+    if not check(len(res) == 1 and len(att) == 2, "one resume, two attempts"):
+        return
+    reached = max(s for s, _ in att[0])
+    print("store-fail: preempted at step %d, resumed from %d (%.1f s)"
+          % (reached, res[0]["from_step"], run.duration))
+    check(pre["step"] == EVERY and res[0]["from_step"] == EVERY,
+          "resumed from the previous good checkpoint (%d): preempted %r, resumed %r"
+          % (EVERY, pre["step"], res[0]["from_step"]))
+    check(contiguous([s for s, _ in att[1]], EVERY + 1, STEPS),
+          "attempt 2 reported every step after the good checkpoint")
+    run.check_losses(att)
+    steps = run.check_store()
+    check(STEPS in steps, "the final checkpoint is in the store")
+
+
+def case_disk_full(run):
+    size = run.ref.checkpoint_size()
+    instances = os.path.join(run.gw.state, "instances")
+    # the worker's folders: its files, one checkpoint and half of the next
+    mount_tmpfs(instances, size + size // 2 + (64 << 10))
+    run.start_job()
+    line = run.c.wait_event(lambda e: e.get("event") == "output" and
+                            "not written" in e.get("text", ""), "a failed checkpoint write")
+    print("disk-full: %s" % line["text"])
+    check(("checkpoint of step %d not written" % (2 * EVERY)) in line["text"],
+          "the second checkpoint is the one that did not fit")
+    check("resumes from step %d" % EVERY in line["text"], "the line names the resume point")
+    ckpt = glob.glob(os.path.join(instances, "*", "work", "jobs", run.job, "ckpt"))
+    if check(len(ckpt) == 1, "one job folder: %s" % ckpt):
+        names = sorted(os.listdir(ckpt[0]))
+        check(names == ["ckpt-%010d.slck" % EVERY], "the worker's folder keeps only the "
+              "previous checkpoint and no partial file: %s" % names)
+        check(digest(os.path.join(ckpt[0], names[0])) == digest(run.ref.checkpoint_path(EVERY)),
+              "the previous checkpoint is intact")
+    # training goes on with the disk full
+    run.c.wait_event(lambda e: e.get("event") == "metric" and e.get("step", 0) > 2 * EVERY + 1,
+                     "a step after the failed checkpoint")
+    resize_tmpfs(instances, 64 << 20)
+    run.wait_end()
+    att = run.attempts()
+    check(len(att) == 1 and not run.events("preempted"), "one attempt, never preempted")
+    cks = [e["step"] for e in run.events("checkpoint")]
+    print("disk-full: checkpoints %s (%.1f s)" % (cks, run.duration))
+    check(cks[0] == EVERY and 2 * EVERY not in cks and cks[-1] == STEPS,
+          "checkpoints: the first, none for the step that did not fit, then on to the end")
+    check(contiguous([s for s, _ in att[0]], 1, STEPS), "every step reported once")
+    run.check_losses(att)
+    run.check_store(cks)
+
+
+CASES = {"notice": case_notice, "kill": case_kill, "store-fail": case_store_fail,
+         "disk-full": case_disk_full}
+
+
+def main():
+    if CASE in ("store-fail", "disk-full"):
+        enter_mount_namespace()  # before anything is started: this may re-execute the script
+    folder = tempfile.mkdtemp(prefix="spotlab-system-")
+    run = Run(folder)
+    try:
+        CASES[CASE](run)
+    except Exception as e:  # a timeout or a broken assumption is a failure with context
+        failures.append("%s: %s" % (type(e).__name__, e))
+        print("FAIL:", type(e).__name__, e, file=sys.stderr)
+    finally:
+        run.close(keep=bool(failures))
+        for m in ("store", "instances"):
+            subprocess.run(["umount", os.path.join(run.gw.state, m)], capture_output=True)
+        if not failures:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            print("kept %s" % folder, file=sys.stderr)
+    if failures:
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
