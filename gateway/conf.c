@@ -56,6 +56,8 @@ static const struct opt opts[] = {
    "after a restart, how long a running job waits for its worker to register"},
   {"gateway", "max_instances", T_INT, M(max_instances), "16", 1, 10000,
    "instances the gateway runs at once (providers may allow fewer)"},
+  {"gateway", "process_retries", T_INT, M(process_retries), "3", 0, 1000,
+   "resumes in a row of a job whose process was killed by a signal (a checkpoint resets it)"},
   {"idle", "notebook_timeout", T_DUR, M(notebook_timeout_us), "30m", 1, 30 * 86400,
    "stop a notebook's workers after this long with no cell run and no job"},
   {"idle", "worker_timeout", T_DUR, M(worker_timeout_us), "10m", 0.1, 30 * 86400,

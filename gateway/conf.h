@@ -38,6 +38,7 @@ struct gw_config {
   int64_t heartbeat_timeout_us;
   int64_t register_timeout_us;
   int64_t max_instances;
+  int64_t process_retries;
   /* [idle] */
   int64_t notebook_timeout_us;
   int64_t worker_timeout_us;

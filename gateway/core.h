@@ -117,6 +117,11 @@ int gw_sched_submit(struct gw *g, struct gw_job *j);
 int gw_sched_cancel(struct gw *g, struct gw_job *j);
 void gw_sched_finish(struct gw *g, struct gw_job *j, enum gw_job_state s, const char *reason);
 void gw_sched_requeue(struct gw *g, struct gw_job *j, bool notice, const char *reason);
+/* The job's process died by a signal its worker did not send (exit_code
+ * 128 + N): re-queues it from its latest checkpoint, at most
+ * [gateway] process_retries times without a new checkpoint in between.
+ * False when the job should fail instead. */
+bool gw_sched_retry(struct gw *g, struct gw_job *j, int64_t exit_code);
 int gw_sched_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst);
 /* Sends the assign message again, with no state change. */
 int gw_sched_send_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst);

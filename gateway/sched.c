@@ -145,6 +145,17 @@ void gw_sched_requeue(struct gw *g, struct gw_job *j, bool notice, const char *r
   g->kick = true;
 }
 
+bool gw_sched_retry(struct gw *g, struct gw_job *j, int64_t exit_code) {
+  if (exit_code <= 128 || exit_code > 128 + 64 || j->process_retries >= g->cfg->process_retries)
+    return false;
+  j->process_retries++;
+  char reason[160];
+  snprintf(reason, sizeof reason, "the job's process was killed by signal %d (retry %d of %lld)",
+           (int)(exit_code - 128), j->process_retries, (long long)g->cfg->process_retries);
+  gw_sched_requeue(g, j, false, reason);
+  return true;
+}
+
 int gw_sched_submit(struct gw *g, struct gw_job *j) {
   if (g->n_jobs >= GW_MAX_LIVE_JOBS)
     return SL_ELIMIT;

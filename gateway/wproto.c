@@ -263,6 +263,8 @@ static void on_checkpoint(struct gw *g, struct gw_inst *in, const json_t *body) 
   int64_t bytes = sl_json_get_int(body, "bytes", 0), write_ms = sl_json_get_int(body, "write_ms", 0);
   gw_store_checkpoint_add(g->store, j->id, j->attempt, step, key, bytes, write_ms,
                           sl_json_get_int(body, "upload_ms", 0), sl_time_real_us());
+  if (step > j->ckpt_step)
+    j->process_retries = 0; /* progress: a process that keeps dying is not stuck */
   if (step >= j->ckpt_step) {
     snprintf(j->ckpt_key, sizeof j->ckpt_key, "%s", key);
     j->ckpt_step = step;
@@ -334,6 +336,10 @@ static void on_done(struct gw *g, struct gw_inst *in, const json_t *body) {
   else if (!strcmp(status, "preempted"))
     gw_sched_requeue(g, j, in->notice, reason[0] ? reason : "preempted");
   else if (!strcmp(status, "failed")) {
+    if (gw_sched_retry(g, j, sl_json_get_int(body, "exit_code", -1))) {
+      gw_sched_set_inst_state(g, in, "idle", 0); /* the worker itself is fine */
+      return;
+    }
     if (!reason[0])
       snprintf(reason, sizeof reason, "exit code %lld", (long long)sl_json_get_int(body, "exit_code", -1));
     gw_sched_finish(g, j, GW_JOB_FAILED, reason);
