@@ -1,8 +1,8 @@
 /* The local provider: instances are spotlab-worker processes on this machine
  * under a simulated spot market (DESIGN.md §5, docs/internals/local-provider.md).
  *
- * An instance is a worker process started in its own process group (pgid =
- * pid) with its own folder state_dir/instances/ID (cwd, worker.log) and its
+ * An instance is a worker process started in its own session and process
+ * group (sid = pgid = pid) with its own folder state_dir/instances/ID (cwd, worker.log) and its
  * own metadata endpoint (imds.c). Its record, instance.json in that folder,
  * is rewritten atomically on every change (launch, notice), so a gateway
  * that restarts finds its instances again: gw_local_provider_new() and
@@ -179,6 +179,42 @@ static void signal_group(struct inst *in, int sig) {
     kill(in->pid, sig);
 }
 
+/* Session id (field 6 of /proc/PID/stat) of pid; -1 if unknown. */
+static pid_t proc_session(const char *pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%s/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return -1;
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');
+  int ppid, pgrp, sid;
+  if (!p || sscanf(p + 1, " %*c %d %d %d", &ppid, &pgrp, &sid) != 3)
+    return -1;
+  return sid;
+}
+
+/* The instance is lost: SIGKILL to everything on it. The worker runs its
+ * jobs in process groups of their own, which outlive a dead worker, but
+ * they stay in its session, so the session is killed as well as the group. */
+static void kill_instance(struct inst *in) {
+  signal_group(in, SIGKILL);
+  if (in->pid <= 1)
+    return;
+  DIR *d = opendir("/proc");
+  if (!d)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] >= '1' && e->d_name[0] <= '9' && proc_session(e->d_name) == in->pid)
+      kill((pid_t)strtol(e->d_name, NULL, 10), SIGKILL);
+  closedir(d);
+}
+
 static int spawn_worker(struct local *l, struct inst *in, const char *dir,
                         const char *config_path) {
   char log_path[4300];
@@ -192,13 +228,12 @@ static int spawn_worker(struct local *l, struct inst *in, const char *dir,
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   posix_spawn_file_actions_addchdir_np(&fa, dir);
-  posix_spawnattr_setpgroup(&at, 0);
   sigset_t none, all;
   sigemptyset(&none);
   sigfillset(&all);
   posix_spawnattr_setsigmask(&at, &none);
   posix_spawnattr_setsigdefault(&at, &all);
-  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
                                     POSIX_SPAWN_SETSIGDEF);
   char *argv[] = {l->worker_program, "--config", (char *)config_path, NULL};
   pid_t pid;
@@ -593,7 +628,7 @@ static int local_inject(struct gw_provider *p, const char *instance_id, bool kil
   if (!(notice_s >= 0 && notice_s <= 86400))
     return -EINVAL;
   if (kill_now || notice_s == 0) {
-    signal_group(in, SIGKILL);
+    kill_instance(in);
     in->signalled = true;
     in->by_market = true;
     return 0;
@@ -651,7 +686,7 @@ static void local_tick(struct gw_provider *p, int64_t now) {
       continue;
     if (!alive(in)) {
       in->gone = true;
-      signal_group(in, SIGKILL);  /* a lost instance takes its whole group with it */
+      kill_instance(in);  /* a lost instance takes everything on it along */
       continue;
     }
     if (in->rebalance_at_mono_us <= now) {
@@ -666,7 +701,7 @@ static void local_tick(struct gw_provider *p, int64_t now) {
     }
     if (!in->signalled && ((in->deadline_real_us > 0 && in->deadline_mono_us <= now) ||
                            (in->kill_at_mono_us > 0 && in->kill_at_mono_us <= now))) {
-      signal_group(in, SIGKILL);
+      kill_instance(in);
       in->signalled = true;
     }
   }

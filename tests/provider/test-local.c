@@ -74,6 +74,31 @@ static bool running(pid_t pid) {
   return p && p[2] != 'Z';
 }
 
+/* The pid in the file the stand-in worker writes (waited for with a deadline); 0 if none. */
+static pid_t job_pid(const char *path, int timeout_ms) {
+  int64_t end = sl_time_mono_us() + (int64_t)timeout_ms * 1000;
+  for (;;) {
+    FILE *f = fopen(path, "r");
+    int pid = 0;
+    if (f) {
+      if (fscanf(f, "%d", &pid) != 1)
+        pid = 0;
+      fclose(f);
+    }
+    if (pid > 0 || sl_time_mono_us() > end)
+      return pid;
+    usleep(20000); /* a file appearing has no event to wait on here */
+  }
+}
+
+/* Waits (with a deadline) until pid is dead: SIGKILL is delivered asynchronously. */
+static bool gone_within(pid_t pid, int timeout_ms) {
+  int64_t end = sl_time_mono_us() + (int64_t)timeout_ms * 1000;
+  while (running(pid) && sl_time_mono_us() < end)
+    usleep(10000); /* another process's death has no event to wait on without a pidfd */
+  return !running(pid);
+}
+
 /* Waits (with a deadline) for a file the stand-in worker writes. */
 static json_t *wait_file(const char *path, int timeout_ms) {
   int64_t end = sl_time_mono_us() + timeout_ms * 1000;
@@ -116,7 +141,11 @@ static void test_notice_and_kill(void) {
   json_decref(seen);
   pid_t pid = pid_of("i-000000000001");
   CHECK(pid > 0 && running(pid));
-  CHECK(getpgid(pid) == pid);
+  CHECK(getpgid(pid) == pid && getsid(pid) == pid);
+  /* the stand-in's job runs in a group of its own, in the worker's session */
+  snprintf(path, sizeof path, "%s/instances/i-000000000001/job.pid", state);
+  pid_t job = job_pid(path, 3000);
+  CHECK(job > 0 && running(job) && getpgid(job) == job && getsid(job) == pid);
 
   /* Before the notice: 404; inject a 120 s (simulated) notice: 2 s here. */
   char tok[64];
@@ -157,6 +186,7 @@ static void test_notice_and_kill(void) {
   }
   CHECK(!running(pid));
   CHECK(kill(pid, 0) < 0 && errno == ESRCH);
+  CHECK(job > 0 && gone_within(job, 2000)); /* a lost instance takes its jobs along */
   snprintf(path, sizeof path, "%s/instances/i-000000000001/instance.json", state);
   CHECK(access(path, F_OK) < 0);
   CHECK_INT(p->ops->inject(p, "i-000000000001", true, 0), SL_ENAME);
