@@ -80,7 +80,9 @@ struct jk_core {
   bool sess_applying;          /* loading: changes are not dirty */
   json_t *models;              /* session.get "models": name -> {job, step, checkpoint} */
   int64_t ping_at_us;          /* next keepalive while following a job */
-  char pending_notice[1024];   /* session notices that came with no cell running */
+  char pending_notice[1024];   /* session notices that came before any cell ran */
+  struct jk_msg *last_request; /* the last non-silent execute_request, kept after it ended */
+  struct jk_display *last_display; /* the job display shown last, kept after its cell (jobs.c) */
 };
 
 /* core.c */
@@ -94,7 +96,9 @@ void jk_core_abort_queued(struct jk_core *core);
 
 /* exec.c */
 /* A session notice from the gateway (borrowed): a stderr line on the running
- * cell, or kept for the start of the next cell's output. */
+ * cell; between cells, a stderr line on the cell that ran last and an entry in
+ * the last job display's timeline; kept for the start of the next cell's
+ * output only when no cell ran yet. */
 void jk_exec_notice(struct jk_core *core, const json_t *notice);
 /* Records the running statement's error; returns JK_STEP_ERROR. */
 enum jk_step jk_exec_fail(struct jk_core *core, const char *ename, const char *fmt, ...)
@@ -158,6 +162,9 @@ enum jk_step jk_jobs_show(struct jk_core *core, const struct jk_stmt *s);
 void jk_jobs_reply(struct jk_core *core, int64_t id, const json_t *reply, const char *error);
 void jk_jobs_event(struct jk_core *core, const json_t *event);
 void jk_jobs_reattach(struct jk_core *core);
+/* A session notice between cells (borrowed): folded into the timeline of the
+ * last job display, which is updated in place. */
+void jk_jobs_notice(struct jk_core *core, const json_t *notice);
 /* Interrupt of a statement waiting on the gateway: detaches. */
 void jk_jobs_interrupt(struct jk_core *core);
 int64_t jk_jobs_wake_at_us(const struct jk_core *core);

@@ -190,6 +190,8 @@ void jk_exec_clear_state(struct jk_core *c) {
 
 void jk_exec_free_state(struct jk_core *c) {
   jk_exec_clear_state(c);
+  c->last_request = jk_msg_free(c->last_request);
+  c->last_display = jk_display_free(c->last_display);
   free(c->vars);
   free(c->defs);
   c->vars = NULL;
@@ -231,6 +233,13 @@ void jk_exec_notice(struct jk_core *c, const json_t *notice) {
     return;
   if (c->running && !c->running->silent) {
     jk_exec_stream(c, "stderr", line);
+    return;
+  }
+  if (c->last_request) {
+    /* Between cells: under the cell that ran last (front ends keep showing
+     * a finished cell's output), and in the last job display's timeline. */
+    jk_core_publish(c, c->last_request, "stream", json_pack("{s:s, s:s}", "name", "stderr", "text", line));
+    jk_jobs_notice(c, notice);
     return;
   }
   size_t have = strlen(c->pending_notice);
@@ -581,7 +590,12 @@ static void finish(struct jk_core *c, bool ok) {
   jk_core_reply(c, JK_CH_SHELL, x->request, "execute_reply", reply);
   jk_core_set_status(c, x->request, "idle");
   c->running = NULL;
-  jk_msg_free(x->request);
+  if (x->silent) {
+    jk_msg_free(x->request);
+  } else { /* notices that come between cells go to this cell (jk_exec_notice) */
+    jk_msg_free(c->last_request);
+    c->last_request = x->request;
+  }
   jk_cell_free(x->cell);
   jk_value_done(&x->result);
   json_decref(x->error);

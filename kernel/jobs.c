@@ -38,7 +38,8 @@ struct jk_follow {
   char query[16];          /* OP_QUERY: the magic */
   bool detach;
   struct jk_display *display;
-  int64_t ping_id;
+  int64_t ping_id, ping_sent_us;
+  bool reattaching;        /* an attach after a reconnect is in flight */
   char *collected;         /* sample: stdout output, in case no result text comes */
   size_t collected_len;
   char *result_text;       /* sample: the result event's text */
@@ -62,7 +63,13 @@ void jk_jobs_free_follow(struct jk_core *c) {
   struct jk_follow *f = c->running->follow;
   if (f->ping_id && c->gw)
     jk_gw_forget(c->gw, f->ping_id);
-  jk_display_free(f->display);
+  if (f->display && jk_display_shown(f->display) && !c->running->silent) {
+    /* kept: notices between cells go into its timeline (jk_jobs_notice) */
+    jk_display_free(c->last_display);
+    c->last_display = f->display;
+  } else {
+    jk_display_free(f->display);
+  }
   free(f->collected);
   free(f->result_text);
   free(f);
@@ -398,6 +405,13 @@ void jk_jobs_reply(struct jk_core *c, int64_t id, const json_t *reply, const cha
     return;
   enum op op = (enum op)x->gw_op;
   x->gw_req = 0;
+  if (op == OP_ATTACH && x->follow && x->follow->reattaching) {
+    x->follow->reattaching = false;
+    /* The gateway went away again before it answered: keep following; the
+     * next hello attaches again. */
+    if (error && !reply)
+      return;
+  }
   enum jk_step st;
   if (op == OP_SHOW)
     st = on_show(c, error ? NULL : reply);
@@ -434,7 +448,20 @@ void jk_jobs_reattach(struct jk_core *c) {
   if (id > 0) {
     x->gw_req = id;
     x->gw_op = OP_ATTACH;
+    f->reattaching = true;
   }
+}
+
+void jk_jobs_notice(struct jk_core *c, const json_t *notice) {
+  struct jk_display *d = c->last_display;
+  if (!d || !c->last_request || jk_display_notice(d, notice) <= 0)
+    return;
+  json_t *bundle = jk_display_bundle(d);
+  if (bundle)
+    jk_core_publish(c, c->last_request, "update_display_data",
+                    json_pack("{s:o, s:{}, s:{s:s}}", "data", bundle, "metadata", "transient", "display_id",
+                              jk_display_id(d)));
+  jk_display_sent(d, sl_time_mono_us());
 }
 
 /* ---- magics ------------------------------------------------------------- */
@@ -544,10 +571,19 @@ void jk_jobs_tick(struct jk_core *c) {
   publish_display(c, false);
   int64_t now = sl_time_mono_us();
   if (now >= c->ping_at_us) {
+    struct jk_follow *f = x->follow;
     c->ping_at_us = now + PING_EVERY_US;
-    if (!x->follow->ping_id) {
+    /* A ping sent into a gateway that died is never answered: after two
+     * intervals it is dropped and a new one goes out, which the restarted
+     * gateway answers (SL_EAUTH, and the client says hello again). */
+    if (f->ping_id && now - f->ping_sent_us >= 2 * PING_EVERY_US) {
+      jk_gw_forget(c->gw, f->ping_id);
+      f->ping_id = 0;
+    }
+    if (!f->ping_id) {
       int64_t id = jk_gw_request(c->gw, json_pack("{s:s}", "type", "ping"), 0);
-      x->follow->ping_id = id > 0 ? id : 0;
+      f->ping_id = id > 0 ? id : 0;
+      f->ping_sent_us = now;
     }
   }
 }
