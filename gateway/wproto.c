@@ -261,8 +261,9 @@ static void on_checkpoint(struct gw *g, struct gw_inst *in, const json_t *body) 
   if (!j || !key || !*key || strlen(key) >= sizeof j->ckpt_key || step < 0 || strstr(key, ".."))
     return;
   int64_t bytes = sl_json_get_int(body, "bytes", 0), write_ms = sl_json_get_int(body, "write_ms", 0);
-  gw_store_checkpoint_add(g->store, j->id, j->attempt, step, key, bytes, write_ms,
-                          sl_json_get_int(body, "upload_ms", 0), sl_time_real_us());
+  int64_t upload_ms = sl_json_get_int(body, "upload_ms", 0);
+  gw_store_checkpoint_add(g->store, j->id, j->attempt, step, key, bytes, write_ms, upload_ms,
+                          sl_time_real_us());
   if (step > j->ckpt_step)
     j->process_retries = 0; /* progress: a process that keeps dying is not stuck */
   if (step >= j->ckpt_step) {
@@ -272,12 +273,11 @@ static void on_checkpoint(struct gw *g, struct gw_inst *in, const json_t *body) 
   if (!strcmp(j->kind, "train") && j->model[0])
     gw_store_session_model_set(g->store, j->user, j->session, j->model, j->id, j->ckpt_step,
                                j->ckpt_key);
-  json_t *ev = json_pack("{s:s,s:I,s:s,s:I,s:I,s:b}", "event", "checkpoint", "step",
+  json_t *ev = json_pack("{s:s,s:I,s:s,s:I,s:I,s:I,s:b}", "event", "checkpoint", "step",
                          (json_int_t)step, "path", key, "bytes", (json_int_t)bytes, "write_ms",
-                         (json_int_t)write_ms, "durable", 1);
+                         (json_int_t)write_ms, "upload_ms", (json_int_t)upload_ms, "durable", 1);
   gw_sched_emit(g, j, ev);
   json_decref(ev);
-  int64_t upload_ms = sl_json_get_int(body, "upload_ms", 0);
   if (write_ms >= 0 && upload_ms >= 0) {
     gw_autockpt_write(&j->autockpt, (double)(write_ms + upload_ms) / 1e3);
     gw_sched_autockpt(g, j, true);

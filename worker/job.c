@@ -55,6 +55,11 @@ struct wk_job {
   int64_t step, durable_step, notice_step;
   bool cancelled, noticed, terminated;
   int64_t wait_until_us, kill_at_us, next_sync_us, exited_at_us;
+  /* Restore timing, reported once on the first step metric after a restore:
+   * assign received, checkpoint downloaded (ms), child started, its resume
+   * event seen (ms after the start). restore_pending until reported. */
+  int64_t assigned_us, fetch_ms, spawned_us, load_ms;
+  bool restore_pending;
   int exit_status;
   bool have_eval;
   double eval_loss;
@@ -122,8 +127,11 @@ static int restore_ckpt(struct wk_job *j, const char *key, char *err, size_t err
     return r;
   }
   j->step = j->durable_step = (int64_t)step;
+  j->fetch_ms = (sl_time_mono_us() - t0) / 1000;
+  j->load_ms = -1;
+  j->restore_pending = true;
   sl_info("worker.store", "%s: restored %s (%llu bytes, %lld ms)", j->id, key,
-          (unsigned long long)bytes, (long long)((sl_time_mono_us() - t0) / 1000));
+          (unsigned long long)bytes, (long long)j->fetch_ms);
   return 0;
 }
 
@@ -209,6 +217,7 @@ static int spawn(struct wk_job *j, const json_t *assign, char *err, size_t err_s
   if ((r = build_env(j, json_object_get(assign, "env"), &envp, err, err_size)) < 0) goto out;
   struct wk_child_opts o = {.argv = argv, .envp = envp, .cwd = j->dir,
                             .metrics = j->kind != WK_KIND_RUN, .control = j->kind == WK_KIND_TRAIN};
+  j->spawned_us = sl_time_mono_us();
   if ((r = wk_child_spawn(&o, &j->child)) < 0) snprintf(err, err_size, "start: %s", sl_strerror(r));
   else sl_info(TOPIC, "%s: started %s (pid %d)", j->id, wk_spec_kind_name(j->kind), (int)wk_child_pid(j->child));
 out:
@@ -234,6 +243,7 @@ int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_j
   j->attempt = sl_json_get_int(assign, "attempt", 1);
   j->kind = kind;
   j->durable_step = -1;
+  j->assigned_us = sl_time_mono_us();
   int r = wk_relay_new(env->cfg->metrics_per_s, env->cfg->output_lines_per_s, &j->relay);
   if (r < 0 || (r = prepare_dirs(j, err, err_size)) < 0 ||
       (r = restore(j, json_string_value(rk), err, err_size)) < 0 || (r = spawn(j, assign, err, err_size)) < 0) {
@@ -257,8 +267,21 @@ struct wk_job *wk_job_free(struct wk_job *j) {
 
 /* ---- what the child says ---- */
 
+/* The first step metric after a restore says how long the restore took on
+ * this worker (protocols.md §2): the download, spotlab-train's start up to
+ * its resume event, and everything from the assign to this step. */
+static void add_restore_timing(struct wk_job *j, json_t *data) {
+  if (!j->restore_pending || json_object_get(data, "event") || !json_is_number(json_object_get(data, "loss")))
+    return;
+  j->restore_pending = false;
+  json_object_set_new(data, "restore_fetch_ms", json_integer(j->fetch_ms));
+  if (j->load_ms >= 0) json_object_set_new(data, "restore_load_ms", json_integer(j->load_ms));
+  json_object_set_new(data, "restore_ms", json_integer((sl_time_mono_us() - j->assigned_us) / 1000));
+}
+
 static void send_metric(struct wk_job *j, json_t *data) {
   if (!data) return;
+  add_restore_timing(j, data);
   json_t *m = msg_new(j, "metric");
   if (m) json_object_set_new(m, "data", data);
   else json_decref(data);
@@ -349,6 +372,8 @@ static void on_metrics_line(struct wk_job *j, const char *line, size_t len) {
     json_decref(obj);
     return;
   }
+  if (event && !strcmp(event, "resume") && j->restore_pending && j->load_ms < 0)
+    j->load_ms = (now - j->spawned_us) / 1000;
   if (event && !strcmp(event, "error") && !strcmp(sl_json_get_str(obj, "op", ""), "checkpoint"))
     report_lost_checkpoint(j, sl_json_get_int(obj, "step", -1), "written",
                            sl_json_get_str(obj, "error", "unknown error"));
