@@ -12,6 +12,8 @@ spotlab-train that the test starts beside the job.
   notice      a preemption with notice mid-run: zero steps lost
   kill        a hard loss (no notice): resumes from the newest durable checkpoint; steps
               redone stay within one checkpoint interval
+  hang        the worker stops answering: declared lost after the heartbeat timeout, then
+              as kill
   store-fail  the checkpoint store fills up halfway through an upload, then a preemption:
               no partial object, the job resumes from the previous checkpoint
   disk-full   the worker's disk fills up while spotlab-train writes a checkpoint: training
@@ -98,7 +100,8 @@ def mount_tmpfs(path, size_bytes):
 
 
 def resize_tmpfs(path, size_bytes):
-    subprocess.run(["mount", "-o", "remount,size=%d" % size_bytes, path], check=True)
+    subprocess.run(["mount", "-o", "remount,size=%d,mode=0700" % size_bytes, "tmpfs", path],
+                   check=True)
 
 
 # ---- the reference run ----
@@ -220,6 +223,8 @@ class Gateway:
         self.p = subprocess.Popen([GATEWAY, "--config", self.ini], stderr=self.log, env=env)
 
     def stop(self):
+        """Stops the gateway and our workers; checks that the gateway stopped cleanly and
+        that no process reported a sanitizer error (the suite also runs under ASan/UBSan)."""
         if self.p and self.p.poll() is None:
             self.p.send_signal(signal.SIGTERM)
             try:
@@ -229,6 +234,10 @@ class Gateway:
                 self.p.wait()
         if self.p:
             self.log.close()
+            check(self.p.returncode == 0, "the gateway stopped cleanly (%s)" % self.p.returncode)
+        text = self.logs(tail=None)
+        for needle in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+            check(needle not in text, "no %s report in the logs" % needle)
         # workers outlive a stopped gateway by design; end ours, group by group
         for rec in glob.glob(os.path.join(self.state, "instances", "*", "instance.json")):
             try:
@@ -237,13 +246,14 @@ class Gateway:
             except (OSError, ValueError, KeyError):
                 pass
 
-    def logs(self):
+    def logs(self, tail=5000):
         text = ""
         for path in [self.logpath] + sorted(glob.glob(os.path.join(
                 self.state, "instances", "*", "worker.log"))):
             try:
                 with open(path, "rb") as f:
-                    text += "==> %s\n%s\n" % (path, f.read().decode(errors="replace")[-5000:])
+                    body = f.read().decode(errors="replace")
+                text += "==> %s\n%s\n" % (path, body[-tail:] if tail else body)
             except OSError:
                 pass
         return text
@@ -381,14 +391,10 @@ class Run:
 
     def verify_checkpoint(self, path, step):
         """A checkpoint off the periodic schedule (a notice's) has no reference twin:
-        spotlab-train itself checks its header and section checksums."""
-        folder = tempfile.mkdtemp(dir=self.dir)
-        shutil.copy(path, os.path.join(folder, "ckpt-%010d.slck" % step))
-        p = subprocess.run([TRAIN, "--eval", "--ckpt-dir", folder, "--data", self.text,
-                            "--eval-batches", "1", "--threads", "1"],
-                           capture_output=True, text=True, timeout=WAIT_S)
-        shutil.rmtree(folder)
-        return p.returncode == 0 and "warning" not in p.stderr
+        spotlab-train --check verifies its header, layout and section checksums."""
+        p = subprocess.run([TRAIN, "--check", path], capture_output=True, text=True,
+                           timeout=WAIT_S)
+        return p.returncode == 0 and p.stdout.strip() == "%s: ok step %d" % (path, step)
 
     def check_store(self, expect_steps=None):
         """Every object under a checkpoint name is complete: the reference's checkpoint of
@@ -473,25 +479,25 @@ def case_notice(run):
     run.check_store()
 
 
-def case_kill(run):
+def hard_loss(run, name, lose):
+    """A worker lost without a notice, a few intervals in, right after a checkpoint is
+    durable: the job resumes from the newest durable checkpoint and redoes at most one
+    interval (plus the steps run while the checkpoint in flight was written)."""
     run.start_job()
-    # kill right after a checkpoint is durable, a few intervals in
     run.c.wait_event(lambda e: e.get("event") == "checkpoint" and e.get("step", 0) >= 2 * EVERY,
                      "a checkpoint at step %d" % (2 * EVERY))
-    run.inject("kill")
-    killed = time.monotonic()
+    lose()
+    lost = time.monotonic()
     pre = run.c.wait_event(event_is("preempted"), "preempted")
-    lost_after = time.monotonic() - killed
+    lost_after = time.monotonic() - lost
     run.wait_end()
     res = run.events("resumed")
     att = run.attempts()
     if not check(len(run.events("preempted")) == 1 and len(res) == 1 and len(att) == 2,
                  "one preemption, one resume, two attempts"):
-        return
+        return None
     check(pre["notice"] is False, "a hard loss has no notice")
     check(not run.events("notice"), "no notice event")
-    check(lost_after < HEARTBEAT_TIMEOUT_S + 10,
-          "the lost worker was noticed within the heartbeat timeout (%.1f s)" % lost_after)
     evs = run.events()
     durable = checkpoint_steps_before(evs, event_is("preempted"))
     reached = max(s for s, _ in att[0])
@@ -505,9 +511,9 @@ def case_kill(run):
             last = e["step"]
         if e["event"] == "checkpoint":
             lag = max(lag, last - e["step"])
-    print("kill: step reached %d, newest durable %d, resumed from %d, %d steps redone "
+    print("%s: step reached %d, newest durable %d, resumed from %d, %d steps redone "
           "(interval %d, checkpoint lag up to %d steps), lost after %.2f s; %.1f s"
-          % (reached, durable[-1], res[0]["from_step"], redone, EVERY, lag, lost_after,
+          % (name, reached, durable[-1], res[0]["from_step"], redone, EVERY, lag, lost_after,
              run.duration))
     check(pre["step"] == durable[-1] and res[0]["from_step"] == durable[-1],
           "resumed from the newest durable checkpoint (%d)" % durable[-1])
@@ -520,6 +526,27 @@ def case_kill(run):
           "attempt 2 reported every step after the checkpoint")
     run.check_losses(att)
     run.check_store()
+    return lost_after
+
+
+def case_kill(run):
+    """inject kill: the local provider sees the worker's process group die."""
+    lost_after = hard_loss(run, "kill", lambda: run.inject("kill"))
+    check(lost_after is None or lost_after < HEARTBEAT_TIMEOUT_S + 10,
+          "the loss was noticed within the heartbeat timeout (%.1f s)" % (lost_after or 0))
+
+
+def case_hang(run):
+    """The worker's process group stops (a hung or cut-off instance): nothing but the missing
+    heartbeats tells the gateway, which declares the worker lost after heartbeat_timeout."""
+    def stop_worker():
+        rec = os.path.join(run.gw.state, "instances", run.placed(), "instance.json")
+        with open(rec) as f:
+            os.killpg(int(json.load(f)["pid"]), signal.SIGSTOP)
+    lost_after = hard_loss(run, "hang", stop_worker)
+    check(lost_after is None or HEARTBEAT_TIMEOUT_S - 0.5 <= lost_after < HEARTBEAT_TIMEOUT_S + 10,
+          "declared lost after the heartbeat timeout of %d s (%.1f s)"
+          % (HEARTBEAT_TIMEOUT_S, lost_after or 0))
 
 
 def case_store_fail(run):
@@ -591,8 +618,8 @@ def case_disk_full(run):
     run.check_store(cks)
 
 
-CASES = {"notice": case_notice, "kill": case_kill, "store-fail": case_store_fail,
-         "disk-full": case_disk_full}
+CASES = {"notice": case_notice, "kill": case_kill, "hang": case_hang,
+         "store-fail": case_store_fail, "disk-full": case_disk_full}
 
 
 def main():
