@@ -49,6 +49,7 @@ struct gw_inst {
   int64_t last_seen_mono_us;
   int64_t idle_since_mono_us;
   int64_t register_by_mono_us;  /* launching or restarted: must register before this */
+  int64_t reregister_mono_us;   /* when "reregister" was last sent to it */
   int gpus;
   char session[256];            /* notebook session of the job it ran last (not stored) */
 };

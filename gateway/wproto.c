@@ -23,6 +23,7 @@
 #include <zmq.h>
 
 #define T "gateway.worker"
+#define REREGISTER_EVERY_US (100 * SL_US_PER_MS)
 
 int gw_wproto_send(struct gw *g, struct gw_inst *inst, json_t *msg) {
   if (!inst->registered)
@@ -382,12 +383,21 @@ static void dispatch(struct gw *g, struct gw_inst *in, const json_t *body) {
     return;
   }
   if (!in->registered) {
-    /* e.g. the gateway restarted under a running worker: ask it to register again */
-    sl_debug(T, "%s: \"%s\" before register; asking it to register", in->row.id, type);
-    json_t *m = json_pack("{s:s}", "type", "reregister");
-    gw_send_to(g, g->wsock, in->rid, in->rid_len, m);
-    json_decref(m);
-    return;
+    /* e.g. the gateway restarted under a running worker: ask it to register
+     * again (once per REREGISTER_EVERY_US, not once per queued message). What
+     * it says about its own job attempt still counts: it was sent, or queued
+     * while no gateway was there, before the worker could know; a done
+     * dropped here would run a finished job again. */
+    int64_t now = sl_time_mono_us();
+    if (now - in->reregister_mono_us >= REREGISTER_EVERY_US) {
+      sl_debug(T, "%s: \"%s\" before register; asking it to register", in->row.id, type);
+      json_t *m = json_pack("{s:s}", "type", "reregister");
+      gw_send_to(g, g->wsock, in->rid, in->rid_len, m);
+      json_decref(m);
+      in->reregister_mono_us = now;
+    }
+    if (!strcmp(type, "heartbeat"))
+      return;
   }
   if (!strcmp(type, "heartbeat"))
     on_heartbeat(g, in, body);
