@@ -165,6 +165,8 @@ void jk_jobs_reattach(struct jk_core *core);
 /* A session notice between cells (borrowed): folded into the timeline of the
  * last job display, which is updated in place. */
 void jk_jobs_notice(struct jk_core *core, const json_t *notice);
+/* A cell starts: tells a connected gateway the notebook is active (ping). */
+void jk_jobs_cell_started(struct jk_core *core);
 /* Interrupt of a statement waiting on the gateway: detaches. */
 void jk_jobs_interrupt(struct jk_core *core);
 int64_t jk_jobs_wake_at_us(const struct jk_core *core);

@@ -639,6 +639,7 @@ void jk_exec_start(struct jk_core *c, struct jk_msg *req) {
     jk_history_add(c->history, c->execution_count, code);
   }
   x->count = c->execution_count;
+  jk_jobs_cell_started(c); /* a cell run keeps the notebook active in the gateway */
   if (!x->silent)
     jk_core_publish(c, req, "execute_input",
                     json_pack("{s:s, s:I}", "code", code, "execution_count", (json_int_t)x->count));

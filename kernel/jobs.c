@@ -464,6 +464,14 @@ void jk_jobs_notice(struct jk_core *c, const json_t *notice) {
   jk_display_sent(d, sl_time_mono_us());
 }
 
+void jk_jobs_cell_started(struct jk_core *c) {
+  if (!c->gw || jk_gw_state(c->gw) != JK_GW_READY)
+    return; /* a cell that needs no gateway never connects to one */
+  int64_t id = jk_gw_request(c->gw, json_pack("{s:s}", "type", "ping"), JK_GW_NO_CONNECT);
+  if (id > 0)
+    jk_gw_forget(c->gw, id);
+}
+
 /* ---- magics ------------------------------------------------------------- */
 
 static enum jk_step query(struct jk_core *c, const char *name, json_t *req) {
