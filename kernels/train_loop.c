@@ -234,7 +234,8 @@ static void checkpoint(struct run *R, uint64_t step) {
          "no checkpoint folder (--ckpt-dir)");
     return;
   }
-  if (R->have_ckpt && R->last_ckpt_step == step) return;
+  /* a step already written is not written again; one whose write failed is tried again */
+  if (R->have_ckpt && R->last_ckpt_step == step && tc_ckpt_writer_wait(R->writer) == 0) return;
   int r = tc_dev_to_host(R->dev);
   if (r < 0) {
     emit(&R->mt, "\"event\":\"error\",\"op\":\"checkpoint\",\"step\":%u,\"error\":%S,\"code\":%S",
