@@ -65,6 +65,7 @@ struct wk_job {
   double eval_loss;
   char *result_text;
   size_t result_len;
+  char lost_why[256]; /* why the newest checkpoint that failed did not become durable */
   char tail[STDERR_TAIL];
   size_t tail_len;
 };
@@ -313,6 +314,7 @@ static void report_lost_checkpoint(struct wk_job *j, int64_t step, const char *w
   snprintf(text, sizeof text, "[spotlab-worker: checkpoint of step %lld not %s (%s); a restart resumes from %s]",
            (long long)step, what, why, resume);
   sl_warn("worker.store", "%s: checkpoint of step %lld not %s: %s", j->id, (long long)step, what, why);
+  snprintf(j->lost_why, sizeof j->lost_why, "not %s: %s", what, why);
   json_t *m = msg_new(j, "output");
   json_object_set_new(m, "stream", json_string("stderr"));
   json_object_set_new(m, "text", wk_relay_text(text, strlen(text), WK_OUTPUT_LINE_MAX));
@@ -459,6 +461,14 @@ static const char *final_status(struct wk_job *j, int st, char *msg, size_t size
   bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
   if (j->cancelled) return "cancelled";
   if (j->noticed && j->terminated) return "preempted";
+  /* A train run is the model it leaves: its last step must be in the store. */
+  if (ok && j->kind == WK_KIND_TRAIN && j->durable_step < j->step) {
+    char newest[48] = "none";
+    if (j->durable_step >= 0) snprintf(newest, sizeof newest, "step %lld", (long long)j->durable_step);
+    snprintf(msg, size, "the final checkpoint (step %lld) is %s; the newest durable checkpoint: %s",
+             (long long)j->step, j->lost_why[0] ? j->lost_why : "not durable", newest);
+    return "failed";
+  }
   if (ok) return "succeeded";
   if (WIFSIGNALED(st)) snprintf(msg, size, "killed by signal %d", WTERMSIG(st));
   else snprintf(msg, size, "exit status %d", WEXITSTATUS(st));

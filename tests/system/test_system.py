@@ -19,6 +19,8 @@ spotlab-train that the test starts beside the job.
   disk-full   the worker's disk fills up while spotlab-train writes a checkpoint: training
               goes on, the previous checkpoint stays valid, and once space returns the job
               completes
+  disk-full-end  the same disk stays full to the end: the job fails clearly, since its final
+              checkpoint could not be written; the previous checkpoint stays whole
 
 store-fail and disk-full put a folder on a small tmpfs. They run in a private mount namespace
 (as root, or as root of a new user namespace) and exit 77 (skipped) only when neither can
@@ -180,6 +182,39 @@ class Reference:
         return os.path.join(self.dir, "ckpt", "ckpt-%010d.slck" % step)
 
 
+def session_pids(sid):
+    """Processes of session sid: a local instance is a worker started in a session of its
+    own, and its jobs run in process groups of their own inside it."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # field 6 of stat: the session
+            pids.append(int(d))
+    return pids
+
+
+def signal_instance(record, sig):
+    """Sends sig to every process of the instance whose instance.json is record."""
+    try:
+        with open(record) as f:
+            sid = int(json.load(f)["pid"])
+    except (OSError, ValueError, KeyError):
+        return 0
+    pids = session_pids(sid)
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+    return len(pids)
+
+
 def f32(x):
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
@@ -238,13 +273,9 @@ class Gateway:
         text = self.logs(tail=None)
         for needle in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
             check(needle not in text, "no %s report in the logs" % needle)
-        # workers outlive a stopped gateway by design; end ours, group by group
+        # workers outlive a stopped gateway by design; end ours and their jobs
         for rec in glob.glob(os.path.join(self.state, "instances", "*", "instance.json")):
-            try:
-                with open(rec) as f:
-                    os.killpg(int(json.load(f)["pid"]), signal.SIGKILL)
-            except (OSError, ValueError, KeyError):
-                pass
+            signal_instance(rec, signal.SIGKILL)
 
     def logs(self, tail=5000):
         text = ""
@@ -541,8 +572,7 @@ def case_hang(run):
     heartbeats tells the gateway, which declares the worker lost after heartbeat_timeout."""
     def stop_worker():
         rec = os.path.join(run.gw.state, "instances", run.placed(), "instance.json")
-        with open(rec) as f:
-            os.killpg(int(json.load(f)["pid"]), signal.SIGSTOP)
+        check(signal_instance(rec, signal.SIGSTOP) >= 2, "stopped the worker and its job")
     lost_after = hard_loss(run, "hang", stop_worker)
     check(lost_after is None or HEARTBEAT_TIMEOUT_S - 0.5 <= lost_after < HEARTBEAT_TIMEOUT_S + 10,
           "declared lost after the heartbeat timeout of %d s (%.1f s)"
@@ -618,12 +648,50 @@ def case_disk_full(run):
     run.check_store(cks)
 
 
+def case_disk_full_end(run):
+    """The work disk fills up after the first checkpoint and stays full: training runs to the
+    end, and the job fails, saying that its final checkpoint could not be written, rather than
+    succeed with a model that was never saved; the previous checkpoint stays whole. (The
+    periodic checkpoint of the last step fails, and spotlab-train tries it once more at the
+    end.)"""
+    size = run.ref.checkpoint_size()
+    instances = os.path.join(run.gw.state, "instances")
+    mount_tmpfs(instances, size + size // 2 + (64 << 10))
+    run.start_job()
+    end = run.c.wait_event(ended, "the job's end")
+    run.duration = time.monotonic() - run.t0
+    run.ref.finish()
+    lines = [e["text"] for e in run.events("output") if "not written" in e["text"]]
+    print("disk-full-end: %s; %d checkpoints not written (%.1f s)"
+          % (end, len(lines), run.duration))
+    check(end["state"] == "failed" and
+          ("the final checkpoint (step %d) is not written" % STEPS) in end.get("reason", "") and
+          end["reason"].endswith("the newest durable checkpoint: step %d" % EVERY),
+          "the job failed, naming the final checkpoint and the newest durable one: %r" % end)
+    check(sum("checkpoint of step %d not written" % STEPS in t for t in lines) == 2,
+          "the user was told the final checkpoint was not written, and spotlab-train tried "
+          "it again at the end after the periodic one of the same step failed")
+    cks = [e["step"] for e in run.events("checkpoint")]
+    check(cks == [EVERY], "only the first checkpoint became durable: %s" % cks)
+    att = run.attempts()
+    check(len(att) == 1 and contiguous([s for s, _ in att[0]], 1, STEPS),
+          "one attempt that trained every step")
+    run.check_losses(att)
+    run.check_store([EVERY])
+    ckpt = glob.glob(os.path.join(instances, "*", "work", "jobs", run.job, "ckpt"))
+    if check(len(ckpt) == 1, "one job folder: %s" % ckpt):
+        check(sorted(os.listdir(ckpt[0])) == ["ckpt-%010d.slck" % EVERY],
+              "the worker's folder keeps the previous checkpoint and no partial file: %s"
+              % sorted(os.listdir(ckpt[0])))
+
+
 CASES = {"notice": case_notice, "kill": case_kill, "hang": case_hang,
-         "store-fail": case_store_fail, "disk-full": case_disk_full}
+         "store-fail": case_store_fail, "disk-full": case_disk_full,
+         "disk-full-end": case_disk_full_end}
 
 
 def main():
-    if CASE in ("store-fail", "disk-full"):
+    if CASE in ("store-fail", "disk-full", "disk-full-end"):
         enter_mount_namespace()  # before anything is started: this may re-execute the script
     folder = tempfile.mkdtemp(prefix="spotlab-system-")
     run = Run(folder)
