@@ -22,9 +22,9 @@ spotlab-train that the test starts beside the job.
   disk-full-end  the same disk stays full to the end: the job fails clearly, since its final
               checkpoint could not be written; the previous checkpoint stays whole
 
-store-fail and disk-full put a folder on a small tmpfs. They run in a private mount namespace
-(as root, or as root of a new user namespace) and exit 77 (skipped) only when neither can
-mount a tmpfs. Every wait is for an event or a process, with a deadline.
+store-fail, disk-full and disk-full-end put a folder on a small tmpfs. They run in a private
+mount namespace (as root, or as root of a new user namespace) and exit 77 (skipped) only when
+neither can mount a tmpfs. Every wait is for an event or a process, with a deadline.
 """
 import glob
 import hashlib
