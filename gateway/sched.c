@@ -294,6 +294,7 @@ static void write_placement(struct gw_job *j, const struct gw_inst *in) {
   j->price_usd_per_hour = in->row.price_usd_per_hour;
   j->on_demand_usd_per_hour = in->row.on_demand_usd_per_hour;
   j->attempt++;
+  j->metric_step = -1;
   j->attempt_cost_usd = j->attempt_on_demand_usd = j->pending_cost_s = 0;
   j->attempt_started_mono_us = j->cost_accrued_mono_us = sl_time_mono_us();
   gw_autockpt_new_attempt(&j->autockpt);
@@ -683,6 +684,8 @@ int gw_sched_load(struct gw *g) {
         gw_sched_transition(g, j, GW_JOB_QUEUED, "resuming after a gateway restart");
     } else if (in && in->row.job == j->id) {
       j->wait_register_until_us = in->register_by_mono_us;
+      if (gw_store_attempt_metric_step(g->store, j->id, &j->metric_step) < 0)
+        j->metric_step = -1;
       j->attempt_started_mono_us = j->cost_accrued_mono_us = now;
     } else {
       gw_sched_requeue(g, j, false, "instance lost while the gateway was down");

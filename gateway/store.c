@@ -625,6 +625,24 @@ void gw_store_jobs_free(struct gw_job *jobs, size_t n) {
   free(jobs);
 }
 
+int gw_store_attempt_metric_step(struct gw_store *s, int64_t job, int64_t *ret_step) {
+  sqlite3_stmt *st = prep(s, "SELECT MAX(json_extract(body, '$.step')) FROM events WHERE job=?1"
+                             " AND kind='metric' AND seq > COALESCE((SELECT MAX(seq) FROM events"
+                             " WHERE job=?1 AND kind='placed'), 0)");
+  if (!st)
+    return SL_ESQLITE;
+  sqlite3_bind_int64(st, 1, job);
+  int r = sqlite3_step(st);
+  int64_t step = -1;
+  if (r == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER)
+    step = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  if (r != SQLITE_ROW)
+    return SL_ESQLITE;
+  *ret_step = step;
+  return 0;
+}
+
 int gw_store_events(struct gw_store *s, int64_t job, int64_t after, int64_t limit, json_t **ret,
                     bool *ret_more) {
   sqlite3_stmt *st = prep(s, "SELECT body FROM events WHERE job=? AND seq>? ORDER BY seq"

@@ -79,6 +79,9 @@ int gw_store_jobs_list(struct gw_store *s, const char *user, bool live_only, siz
 void gw_store_jobs_free(struct gw_job *jobs, size_t n);
 /* Events with seq > after, at most limit, as an owned array; *ret_more when
  * more follow. */
+/* The highest step of the metric events since the job's latest placed event
+ * (its current attempt) into *ret_step; -1 when there is none. */
+int gw_store_attempt_metric_step(struct gw_store *s, int64_t job, int64_t *ret_step);
 int gw_store_events(struct gw_store *s, int64_t job, int64_t after, int64_t limit, json_t **ret,
                     bool *ret_more);
 

@@ -171,6 +171,7 @@ static void on_register(struct gw *g, struct gw_inst *in, const json_t *body) {
   in->registered = true;
   in->register_by_mono_us = 0;
   json_t *jobs = json_object_get(body, "jobs");
+  json_t *recorded = json_array(); /* what we hold of the jobs it runs */
   bool has_own = false;
   size_t i;
   json_t *v;
@@ -178,6 +179,12 @@ static void on_register(struct gw *g, struct gw_inst *in, const json_t *body) {
     struct gw_job *j = own_job(g, in, v);
     if (j) {
       has_own = true;
+      char id[16];
+      json_array_append_new(recorded, json_pack("{s:s,s:i,s:o}", "job",
+                                                gw_job_id_str(j->id, id, sizeof id), "attempt",
+                                                j->attempt, "metric_step",
+                                                j->metric_step >= 0 ? json_integer(j->metric_step)
+                                                                    : json_null()));
       j->wait_register_until_us = 0;
       int64_t step = sl_json_get_int(v, "step", j->step);
       if (step > j->step)
@@ -191,8 +198,8 @@ static void on_register(struct gw *g, struct gw_inst *in, const json_t *body) {
       json_decref(c);
     }
   }
-  json_t *reply = json_pack("{s:s,s:I}", "type", "registered", "heartbeat_ms",
-                            (json_int_t)g->cfg->heartbeat_ms);
+  json_t *reply = json_pack("{s:s,s:I,s:o}", "type", "registered", "heartbeat_ms",
+                            (json_int_t)g->cfg->heartbeat_ms, "jobs", recorded);
   gw_wproto_send(g, in, reply);
   json_decref(reply);
   if (!was_registered)
@@ -223,6 +230,13 @@ static void on_metric(struct gw *g, struct gw_inst *in, const json_t *body) {
       (!json_is_number(json_object_get(data, "loss")) &&
        !json_is_number(json_object_get(data, "eval_loss"))))
     return; /* training-core events other than steps and evaluations stay on the worker */
+  /* a step sent again after a re-register (registered.jobs[].metric_step) */
+  bool step_metric = !json_object_get(data, "event");
+  int64_t step = json_integer_value(json_object_get(data, "step"));
+  if (step_metric && step <= j->metric_step)
+    return;
+  if (step_metric)
+    j->metric_step = step;
   if (j->state == GW_JOB_STARTING || j->state == GW_JOB_CHECKPOINTING)
     gw_sched_transition(g, j, GW_JOB_RUNNING, j->state == GW_JOB_STARTING ? "first metric" : "");
   json_t *ev = json_object();

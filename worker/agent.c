@@ -148,6 +148,21 @@ static void stop_all(struct wk_agent *a) {
   for (size_t i = 0; i < a->njobs; i++) wk_job_cancel(a->jobs[i]);
 }
 
+/* registered.jobs: [{"job","attempt","metric_step"}], the newest step the
+ * gateway recorded of each job; the steps after it (in flight when a gateway
+ * died, say) are sent again. */
+static void resend_metrics(struct wk_agent *a, const json_t *jobs) {
+  size_t i;
+  json_t *v;
+  json_array_foreach(jobs, i, v) {
+    struct wk_job **j = find_job(a, json_string_value(json_object_get(v, "job")));
+    json_t *step = json_object_get(v, "metric_step");
+    if (!j || sl_json_get_int(v, "attempt", -1) != wk_job_attempt(*j)) continue;
+    size_t n = wk_job_resend_metrics(*j, json_is_integer(step) ? json_integer_value(step) : -1);
+    if (n) sl_info(TOPIC, "%s: %zu step metrics the gateway did not record sent again", wk_job_id(*j), n);
+  }
+}
+
 static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
   const char *type = sl_json_get_str(m, "type", "");
   struct wk_job **j = find_job(a, json_string_value(json_object_get(m, "job")));
@@ -158,6 +173,7 @@ static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
     if (!a->registered) sl_info(TOPIC, "registered with the gateway");
     a->registered = true;
     a->next_heartbeat_us = now + a->heartbeat_us;
+    resend_metrics(a, json_object_get(m, "jobs"));
   } else if (!strcmp(type, "reregister")) {
     a->registered = false;
     send_register(a, now);

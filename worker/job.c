@@ -283,6 +283,7 @@ static void add_restore_timing(struct wk_job *j, json_t *data) {
 static void send_metric(struct wk_job *j, json_t *data) {
   if (!data) return;
   add_restore_timing(j, data);
+  wk_relay_sent(j->relay, data);
   json_t *m = msg_new(j, "metric");
   if (m) json_object_set_new(m, "data", data);
   else json_decref(data);
@@ -568,6 +569,18 @@ void wk_job_set_checkpoint_every(struct wk_job *j, int64_t steps) {
   snprintf(line, sizeof line, "checkpoint_every %lld", (long long)steps);
   int r = wk_child_control(j->child, line);
   if (r < 0) sl_warn(TOPIC, "%s: checkpoint interval: %s", j->id, sl_strerror(r));
+}
+
+size_t wk_job_resend_metrics(struct wk_job *j, int64_t step) {
+  json_t *data[WK_RELAY_RESEND_MAX];
+  size_t n = wk_relay_since(j->relay, step, data, WK_RELAY_RESEND_MAX);
+  for (size_t i = 0; i < n; i++) {
+    json_t *m = msg_new(j, "metric");
+    if (m) json_object_set_new(m, "data", data[i]);
+    else json_decref(data[i]);
+    send(j, m, false);
+  }
+  return n;
 }
 
 void wk_job_notice(struct wk_job *j, int64_t deadline) {

@@ -51,6 +51,9 @@ void wk_job_checkpoint_now(struct wk_job *j);
 /* Sets a train job's periodic checkpoint interval (a control line to
  * spotlab-train); steps >= 0. Other kinds ignore it. */
 void wk_job_set_checkpoint_every(struct wk_job *j, int64_t steps);
+/* Sends again the kept step metrics after step (the newest one the gateway
+ * recorded, -1 for none); returns how many. */
+size_t wk_job_resend_metrics(struct wk_job *j, int64_t step);
 /* A preemption notice: checkpoint, upload, stop before deadline_mono_us. */
 void wk_job_notice(struct wk_job *j, int64_t deadline_mono_us);
 

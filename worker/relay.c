@@ -2,7 +2,9 @@
  *
  * Two token buckets refilled continuously, each holding at most one second
  * of its rate. Metrics never queue: at most one pending (the newest) exists,
- * so a slow gateway sees fewer steps but always the latest one. */
+ * so a slow gateway sees fewer steps but always the latest one. The step
+ * metrics sent last are kept in a ring, so that those a gateway never
+ * recorded (in flight when it died) can be sent again. */
 #include "relay.h"
 
 #include "sl_time.h"
@@ -20,6 +22,8 @@ struct wk_relay {
   struct bucket metrics, lines;
   json_t *pending;
   uint64_t dropped;
+  json_t *sent[WK_RELAY_RESEND_MAX]; /* ring of step metrics sent, oldest at head */
+  size_t sent_head, sent_n;
 };
 
 static void refill(struct bucket *b, int64_t now) {
@@ -49,6 +53,8 @@ int wk_relay_new(int64_t metrics_per_s, int64_t lines_per_s, struct wk_relay **r
 struct wk_relay *wk_relay_free(struct wk_relay *r) {
   if (r) {
     json_decref(r->pending);
+    for (size_t i = 0; i < r->sent_n; i++)
+      json_decref(r->sent[(r->sent_head + i) % WK_RELAY_RESEND_MAX]);
     free(r);
   }
   return NULL;
@@ -75,6 +81,25 @@ json_t *wk_relay_pending(struct wk_relay *r, int64_t now_us, bool force) {
   json_t *p = r->pending;
   r->pending = NULL;
   return p;
+}
+
+void wk_relay_sent(struct wk_relay *r, json_t *data) {
+  if (!json_is_integer(json_object_get(data, "step")) || json_object_get(data, "event")) return;
+  if (r->sent_n == WK_RELAY_RESEND_MAX) {
+    json_decref(r->sent[r->sent_head]);
+    r->sent_head = (r->sent_head + 1) % WK_RELAY_RESEND_MAX;
+    r->sent_n--;
+  }
+  r->sent[(r->sent_head + r->sent_n++) % WK_RELAY_RESEND_MAX] = json_incref(data);
+}
+
+size_t wk_relay_since(struct wk_relay *r, int64_t step, json_t **ret, size_t max) {
+  size_t n = 0;
+  for (size_t i = 0; i < r->sent_n && n < max; i++) {
+    json_t *d = r->sent[(r->sent_head + i) % WK_RELAY_RESEND_MAX];
+    if (json_integer_value(json_object_get(d, "step")) > step) ret[n++] = json_incref(d);
+  }
+  return n;
 }
 
 bool wk_relay_line(struct wk_relay *r, int64_t now_us) {

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #define WK_OUTPUT_LINE_MAX 4096
+#define WK_RELAY_RESEND_MAX 1024 /* step metrics kept to send again */
 
 struct wk_relay;
 
@@ -23,6 +24,12 @@ struct wk_relay *wk_relay_free(struct wk_relay *r);
 json_t *wk_relay_metric(struct wk_relay *r, json_t *data, bool urgent, int64_t now_us);
 /* The pending metric when the rate allows (or force), else NULL. Owned. */
 json_t *wk_relay_pending(struct wk_relay *r, int64_t now_us, bool force);
+/* Keeps a reference to data (borrowed) when it is a step metric (an integer
+ * "step", no "event"): the newest WK_RELAY_RESEND_MAX sent are kept. */
+void wk_relay_sent(struct wk_relay *r, json_t *data);
+/* The kept step metrics after step, oldest first, into ret (new references,
+ * at most max); returns how many. */
+size_t wk_relay_since(struct wk_relay *r, int64_t step, json_t **ret, size_t max);
 /* Whether an output line may go out now; if not it is counted as dropped. */
 bool wk_relay_line(struct wk_relay *r, int64_t now_us);
 /* Lines dropped since the last call. */

@@ -62,8 +62,39 @@ static void test_text(void) {
   json_decref(v);
 }
 
+/* The step metrics sent last are kept to be sent again, newest WK_RELAY_RESEND_MAX. */
+static void test_resend(void) {
+  struct wk_relay *r;
+  CHECK_INT(wk_relay_new(2, 3, &r), 0);
+  json_t *got[WK_RELAY_RESEND_MAX];
+  CHECK_INT((int)wk_relay_since(r, -1, got, WK_RELAY_RESEND_MAX), 0);
+  json_t *ev = json_pack("{s:s, s:i, s:f}", "event", "done", "step", 3, "loss", 1.0);
+  wk_relay_sent(r, ev); /* an event is not kept */
+  json_decref(ev);
+  for (int i = 1; i <= WK_RELAY_RESEND_MAX + 10; i++) {
+    json_t *m = step(i);
+    wk_relay_sent(r, m);
+    json_decref(m);
+  }
+  size_t n = wk_relay_since(r, -1, got, WK_RELAY_RESEND_MAX);
+  CHECK_INT((int)n, WK_RELAY_RESEND_MAX);
+  CHECK_INT(step_of(got[0]), 11);
+  CHECK_INT(step_of(got[n - 1]), WK_RELAY_RESEND_MAX + 10);
+  for (size_t i = 0; i < n; i++)
+    json_decref(got[i]);
+  n = wk_relay_since(r, WK_RELAY_RESEND_MAX + 7, got, 2);
+  CHECK_INT((int)n, 2);
+  CHECK_INT(step_of(got[0]), WK_RELAY_RESEND_MAX + 8);
+  CHECK_INT(step_of(got[1]), WK_RELAY_RESEND_MAX + 9);
+  for (size_t i = 0; i < n; i++)
+    json_decref(got[i]);
+  CHECK_INT((int)wk_relay_since(r, WK_RELAY_RESEND_MAX + 10, got, 2), 0);
+  wk_relay_free(r);
+}
+
 int main(void) {
   test_metrics();
+  test_resend();
   test_lines();
   test_text();
   TEST_MAIN_END();

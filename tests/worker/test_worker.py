@@ -310,6 +310,36 @@ def case_coalesce(tmp, worker_exe, train_exe):
         gw.close()
 
 
+def case_resend(tmp, worker_exe, train_exe):
+    """A registered reply naming the newest step the gateway recorded (a
+    restarted gateway lost the ones in flight) brings the later ones again."""
+    data = text_file(tmp)
+    gw, w = start(tmp, worker_exe, train_exe)
+    try:
+        gw.send(train_assign("J000012", data, 1000000, checkpoint_every=100000))
+        first = gw.recv(lambda m: of("J000012", "metric")(m) and "event" not in m["data"] and
+                        m["data"]["step"] >= 30, 30, "step 30")["data"]["step"]
+        gw.send({"type": "registered", "heartbeat_ms": 100,
+                 "jobs": [{"job": "J000012", "attempt": 2, "metric_step": 0},
+                          {"job": "J000012", "attempt": 1, "metric_step": first - 10}]})
+        steps = []
+        while first - 9 not in steps or len(steps) < steps.index(first - 9) + 10:
+            m = gw.recv(of("J000012", "metric"), 10, "the steps sent again")
+            if "event" not in m["data"]:
+                steps.append(m["data"]["step"])
+        i = steps.index(first - 9)
+        assert steps[i:i + 10] == list(range(first - 9, first + 1)), (first, steps)
+        assert all(s > first for s in steps[:i]), (first, steps)  # only live steps before
+        gw.send({"type": "cancel", "job": "J000012"})
+        d = gw.recv(of("J000012", "done"), 30, "done after cancel")
+        assert d["status"] == "cancelled", d
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
 def main():
     case = sys.argv[1]
     worker_exe, train_exe = (os.path.abspath(p) for p in sys.argv[2:4])
