@@ -3,17 +3,22 @@
  * %logs, %instances, %cost, %idle, %gateway, %session).
  *
  * Each such statement sends one request and leaves the execution pending
- * (JK_WAIT_GATEWAY) until its reply. A job statement then attaches and
- * follows the job (JK_WAIT_JOB): events fold into the job's display, which
- * goes out as display_data and then throttled update_display_data with the
- * display id "spotlab-JOB"; the statement ends when the job does. An
+ * (JK_WAIT_GATEWAY) until its reply. A job statement then follows the job
+ * (JK_WAIT_JOB): it reads the job's history in pages (logs), attaches from
+ * the last event read, and folds every event, in seq order and once, into
+ * the job's display, which goes out as display_data and then throttled
+ * update_display_data with the display id "spotlab-JOB"; a gap in seq (an
+ * event lost on the way) makes it read back from the last event shown. The
+ * statement ends when the job does. An
  * interrupt while following detaches (the job keeps running) and ends the
  * cell with an `Interrupted` error naming the job, which is what Jupyter
  * front ends expect from an interrupted cell. While following, a ping every
  * PING_EVERY_US keeps the notebook active and notices a restarted gateway,
- * after which the client says hello again and the job is attached again
- * from the last event seen (events are shown once: the display ignores any
- * seq it has already folded in). */
+ * after which the client says hello again and the job is read and attached
+ * again from the last event seen. Every cell also pings a connected gateway
+ * when it starts, so any cell keeps the notebook active. The display of the
+ * last job shown outlives its cell: session notices that come between cells
+ * (idle warning, shutdown) go into its timeline and update it in place. */
 #include "core_internal.h"
 
 #include <errno.h>
@@ -30,7 +35,7 @@
 #define PING_EVERY_US (5 * SL_US_PER_S)
 #define MAX_COLLECT_BYTES (1u << 20)
 
-enum op { OP_NONE, OP_SUBMIT, OP_ATTACH, OP_QUERY, OP_SHOW, OP_SESSION, OP_GATEWAY };
+enum op { OP_NONE, OP_SUBMIT, OP_CATCHUP, OP_ATTACH, OP_QUERY, OP_SHOW, OP_SESSION, OP_GATEWAY };
 
 struct jk_follow {
   char kind[16];           /* train, eval, sample, run; "" for %attach until known */
@@ -39,7 +44,9 @@ struct jk_follow {
   bool detach;
   struct jk_display *display;
   int64_t ping_id, ping_sent_us;
-  bool reattaching;        /* an attach after a reconnect is in flight */
+  bool catching_up;        /* reading history (logs pages, then attach); live events wait */
+  bool resyncing;          /* the catch-up follows a reconnect or a gap: failures are retried */
+  bool resync_due;         /* retry the catch-up at the next ping */
   char *collected;         /* sample: stdout output, in case no result text comes */
   size_t collected_len;
   char *result_text;       /* sample: the result event's text */
@@ -83,7 +90,7 @@ static enum jk_step await(struct jk_core *c, json_t *req, enum op op, unsigned f
     return jk_exec_fail(c, "GatewayError", "cannot send to the gateway: %s", sl_strerror((int)id));
   c->running->gw_req = id;
   c->running->gw_op = op;
-  c->running->wait = op == OP_ATTACH ? JK_WAIT_JOB : JK_WAIT_GATEWAY;
+  c->running->wait = op == OP_ATTACH || op == OP_CATCHUP ? JK_WAIT_JOB : JK_WAIT_GATEWAY;
   return JK_STEP_WAIT;
 }
 
@@ -189,14 +196,55 @@ enum jk_step jk_jobs_stmt(struct jk_core *c, const struct jk_stmt *s) {
   return await(c, req, OP_SUBMIT, JK_GW_SPAWN);
 }
 
+#define CATCHUP_PAGE 500 /* events per logs page */
+
+/* Following a job starts (and restarts, after a reconnect or a gap in seq)
+ * by reading its history with logs requests, one bounded page per reply,
+ * and only then attaching from the last event read: the gateway's attach
+ * replays every event at once, and a long job has more than a socket
+ * queues (the excess would be dropped). Live events that come meanwhile
+ * are left to the attach, which replays them in order. */
+static int64_t request_page(struct jk_core *c) {
+  struct jk_follow *f = c->running->follow;
+  return jk_gw_request(c->gw, json_pack("{s:s, s:s, s:I, s:i}", "type", "logs", "job", jk_display_job(f->display),
+                                        "after", (json_int_t)jk_display_last_seq(f->display), "limit",
+                                        CATCHUP_PAGE),
+                       f->resyncing ? 0 : JK_GW_SPAWN);
+}
+
+/* Starts catching up again from the last event shown (no statement step). */
+static void resync(struct jk_core *c) {
+  struct jk_execution *x = c->running;
+  struct jk_follow *f = x->follow;
+  if (x->gw_req)
+    jk_gw_forget(c->gw, x->gw_req);
+  x->gw_req = 0;
+  f->catching_up = f->resyncing = true;
+  f->resync_due = false;
+  int64_t id = request_page(c);
+  if (id > 0) {
+    x->gw_req = id;
+    x->gw_op = OP_CATCHUP;
+  } else {
+    f->catching_up = false;
+  }
+}
+
 static enum jk_step start_follow(struct jk_core *c, const char *job) {
   struct jk_follow *f = c->running->follow;
   f->display = jk_display_new(job, f->kind);
   if (!f->display)
     return jk_exec_fail(c, "MemoryError", "out of memory");
   c->ping_at_us = sl_time_mono_us() + PING_EVERY_US;
-  return await(c, json_pack("{s:s, s:s, s:I}", "type", "attach", "job", job, "after", (json_int_t)0), OP_ATTACH,
-               JK_GW_SPAWN);
+  f->catching_up = true;
+  f->resyncing = false;
+  int64_t id = request_page(c);
+  if (id < 0)
+    return jk_exec_fail(c, "GatewayError", "cannot send to the gateway: %s", sl_strerror((int)id));
+  c->running->gw_req = id;
+  c->running->gw_op = OP_CATCHUP;
+  c->running->wait = JK_WAIT_JOB;
+  return JK_STEP_WAIT;
 }
 
 static void remember_model(struct jk_core *c, const struct jk_follow *f) {
@@ -254,13 +302,12 @@ static void collect(struct jk_follow *f, const char *text) {
   f->collected_len += n + 1;
 }
 
-void jk_jobs_event(struct jk_core *c, const json_t *ev) {
-  struct jk_execution *x = c->running;
-  struct jk_follow *f = x ? x->follow : NULL;
-  if (!f || !f->display || x->wait != JK_WAIT_JOB)
-    return;
+/* Folds one event of the followed job into its display and the cell's
+ * output; false when it was not new. */
+static bool fold_event(struct jk_core *c, const json_t *ev) {
+  struct jk_follow *f = c->running->follow;
   if (jk_display_event(f->display, ev) <= 0)
-    return;
+    return false;
   const char *kind = sl_json_get_str(ev, "event", "");
   if (strcmp(kind, "output") == 0) {
     const char *stream = strcmp(sl_json_get_str(ev, "stream", ""), "stderr") == 0 ? "stderr" : "stdout";
@@ -283,6 +330,25 @@ void jk_jobs_event(struct jk_core *c, const json_t *ev) {
     free(f->result_text);
     f->result_text = strdup(sl_json_get_str(ev, "text", ""));
   }
+  return true;
+}
+
+void jk_jobs_event(struct jk_core *c, const json_t *ev) {
+  struct jk_execution *x = c->running;
+  struct jk_follow *f = x ? x->follow : NULL;
+  if (!f || !f->display || x->wait != JK_WAIT_JOB || f->catching_up)
+    return;
+  if (strcmp(sl_json_get_str(ev, "job", ""), jk_display_job(f->display)) != 0)
+    return;
+  if (sl_json_get_int(ev, "seq", 0) > jk_display_last_seq(f->display) + 1) {
+    /* events were lost on the way (a full socket queue): read them back */
+    sl_debug("kernel.gateway", "%s: events after %lld missing; catching up", jk_display_job(f->display),
+             (long long)jk_display_last_seq(f->display));
+    resync(c);
+    return;
+  }
+  if (!fold_event(c, ev))
+    return;
   if (jk_display_finished(f->display)) {
     jk_exec_step_ended(c, job_ended(c));
     return;
@@ -310,6 +376,7 @@ static enum jk_step on_submitted(struct jk_core *c, const json_t *reply) {
 
 static enum jk_step on_attached(struct jk_core *c, const json_t *reply) {
   struct jk_follow *f = c->running->follow;
+  f->catching_up = f->resyncing = false;
   const json_t *job = json_object_get(reply, "job");
   jk_display_summary(f->display, job);
   if (!f->kind[0])
@@ -321,6 +388,29 @@ static enum jk_step on_attached(struct jk_core *c, const json_t *reply) {
   if (jk_display_finished(f->display) && jk_display_last_seq(f->display) >= sl_json_get_int(job, "last_seq", 0))
     return job_ended(c);
   publish_display(c, false);
+  return JK_STEP_WAIT;
+}
+
+/* One page of history: folded in order; then the next page, or the attach. */
+static enum jk_step on_catchup(struct jk_core *c, const json_t *reply) {
+  struct jk_execution *x = c->running;
+  struct jk_follow *f = x->follow;
+  const json_t *events = json_object_get(reply, "events");
+  size_t i;
+  json_t *e;
+  json_array_foreach(events, i, e)
+    fold_event(c, e);
+  publish_display(c, false);
+  bool more = sl_json_get_bool(reply, "more", false) && json_array_size(events) > 0;
+  int64_t id = more ? request_page(c)
+                    : jk_gw_request(c->gw, json_pack("{s:s, s:s, s:I}", "type", "attach", "job",
+                                                     jk_display_job(f->display), "after",
+                                                     (json_int_t)jk_display_last_seq(f->display)),
+                                    f->resyncing ? 0 : JK_GW_SPAWN);
+  if (id < 0)
+    return jk_exec_fail(c, "GatewayError", "cannot send to the gateway: %s", sl_strerror((int)id));
+  x->gw_req = id;
+  x->gw_op = more ? OP_CATCHUP : OP_ATTACH;
   return JK_STEP_WAIT;
 }
 
@@ -405,12 +495,12 @@ void jk_jobs_reply(struct jk_core *c, int64_t id, const json_t *reply, const cha
     return;
   enum op op = (enum op)x->gw_op;
   x->gw_req = 0;
-  if (op == OP_ATTACH && x->follow && x->follow->reattaching) {
-    x->follow->reattaching = false;
-    /* The gateway went away again before it answered: keep following; the
-     * next hello attaches again. */
-    if (error && !reply)
-      return;
+  if ((op == OP_ATTACH || op == OP_CATCHUP) && x->follow && x->follow->resyncing && error && !reply) {
+    /* The gateway went away again before it answered: keep following, and
+     * ask again at the next ping (or at once when a hello succeeds). */
+    x->follow->catching_up = false;
+    x->follow->resync_due = true;
+    return;
   }
   enum jk_step st;
   if (op == OP_SHOW)
@@ -424,6 +514,8 @@ void jk_jobs_reply(struct jk_core *c, int64_t id, const json_t *reply, const cha
                       sl_json_get_str(json_object_get(reply, "error"), "code", "?"));
   else if (op == OP_SUBMIT)
     st = on_submitted(c, reply);
+  else if (op == OP_CATCHUP)
+    st = on_catchup(c, reply);
   else if (op == OP_ATTACH)
     st = on_attached(c, reply);
   else if (op == OP_GATEWAY) {
@@ -440,16 +532,10 @@ void jk_jobs_reply(struct jk_core *c, int64_t id, const json_t *reply, const cha
 void jk_jobs_reattach(struct jk_core *c) {
   struct jk_execution *x = c->running;
   struct jk_follow *f = x ? x->follow : NULL;
+  /* a request in flight was resent after the hello and carries on */
   if (!f || !f->display || x->wait != JK_WAIT_JOB || x->gw_req)
     return;
-  int64_t id = jk_gw_request(c->gw, json_pack("{s:s, s:s, s:I}", "type", "attach", "job", jk_display_job(f->display),
-                                              "after", (json_int_t)jk_display_last_seq(f->display)),
-                             0);
-  if (id > 0) {
-    x->gw_req = id;
-    x->gw_op = OP_ATTACH;
-    f->reattaching = true;
-  }
+  resync(c);
 }
 
 void jk_jobs_notice(struct jk_core *c, const json_t *notice) {
@@ -593,5 +679,7 @@ void jk_jobs_tick(struct jk_core *c) {
       f->ping_id = id > 0 ? id : 0;
       f->ping_sent_us = now;
     }
+    if (f->resync_due && !x->gw_req)
+      resync(c);
   }
 }

@@ -7,7 +7,12 @@ gateway statement fails at once naming the address). With all three: the
 embedded default end to end — the kernel starts the gateway, trains with a
 live display, keeps variables and models across a restart, detaches,
 interrupts (detach), %attach from a second kernel, and the CLI's listings,
-logs and error exits. Every wait has a deadline; nothing sleeps.
+logs and error exits. Then, against a gateway the test starts itself
+(SPOTLAB_GATEWAY and SPOTLAB_TOKEN set): the gateway killed with SIGKILL
+and started again under a cell that follows a job (the display carries on,
+nothing shown twice), and idle notices reaching the notebook's output, then
+the next cell bringing capacity back. Every wait has a deadline; nothing
+sleeps.
 """
 
 import json
@@ -19,10 +24,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
+import zmq
 from jupyter_client import KernelManager
 from kernelspec_env import KernelspecEnv
+from spotlab_home import stop_all, wait_exit
 
 FAILURES = []
 
@@ -37,6 +45,7 @@ class Kernel:
     def __init__(self):
         self.km = KernelManager(kernel_name="spotlab")
         self.km.start_kernel()
+        self.others = []  # iopub messages of other requests, read by Cell.pump
         self.connect()
 
     def connect(self):
@@ -212,6 +221,438 @@ def with_gateway(kernel_exe, cli_exe):
                 k2.close()
 
 
+# ---- against a gateway the test starts (and kills) itself ----------------
+
+class OwnGateway:
+    """spotlab-gateway --embedded --daemon in a fresh SPOTLAB_HOME with an
+    INI file, the kernel pointed at it with SPOTLAB_GATEWAY and SPOTLAB_TOKEN
+    (so it never starts one of its own)."""
+
+    def __init__(self, gateway_exe, ini=""):
+        self.exe = gateway_exe
+        self.home = tempfile.mkdtemp(prefix="spotlab-kgw-own-")
+        self.ini = os.path.join(self.home, "gateway.ini")
+        with open(self.ini, "w") as f:
+            # time_scale 1: the simulated market preempts nothing within a test
+            f.write("[provider.local]\ntime_scale = 1\n" + ini)
+        self.saved = {k: os.environ.get(k) for k in ("SPOTLAB_HOME", "SPOTLAB_GATEWAY", "SPOTLAB_TOKEN",
+                                                     "SPOTLAB_CONFIG")}
+        os.environ["SPOTLAB_HOME"] = self.home
+        os.environ["SPOTLAB_CONFIG"] = self.ini
+        self.start()
+        with open(os.path.join(self.home, "token")) as f:
+            os.environ["SPOTLAB_TOKEN"] = f.read().strip()
+        os.environ["SPOTLAB_GATEWAY"] = "ipc://%s/gateway.sock" % self.home
+
+    def start(self):
+        p = subprocess.run([self.exe, "--embedded", "--daemon"], capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            raise RuntimeError("spotlab-gateway did not start: " + p.stderr)
+        with open(os.path.join(self.home, "gateway.pid")) as f:
+            self.pid = int(f.read().split()[0])
+
+    def kill9(self):
+        os.kill(self.pid, signal.SIGKILL)
+        wait_exit([self.pid], 20)
+
+    def log(self):
+        try:
+            with open(os.path.join(self.home, "gateway.log"), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def close(self, keep=False):
+        stop_all(self.home)
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if not keep:
+            shutil.rmtree(self.home, ignore_errors=True)
+
+
+class Cell:
+    """One execute_request whose iopub messages are read as they come, while
+    the test does other things; messages for other requests land in
+    kernel.others."""
+
+    def __init__(self, k, code):
+        self.k = k
+        self.msg_id = k.kc.execute(code)
+        self.msgs = []
+        self.reply = None
+        self.idle = False
+
+    def pump(self, until, timeout):
+        """Reads messages until until(self) holds (True) or the deadline (False)."""
+        end = time.monotonic() + timeout
+        while not until(self):
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                m = self.k.kc.get_iopub_msg(timeout=min(left, 0.5))
+            except queue.Empty:
+                m = None
+            if m and m["parent_header"].get("msg_id") == self.msg_id:
+                self.msgs.append(m)
+                if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                    self.idle = True
+            elif m:
+                self.k.others.append(m)
+            if self.reply is None:
+                try:
+                    r = self.k.kc.get_shell_msg(timeout=0.01)
+                    if r["parent_header"].get("msg_id") == self.msg_id:
+                        self.reply = r
+                except queue.Empty:
+                    pass
+        return True
+
+    def done(self):
+        return self.reply is not None and self.idle
+
+    def texts(self):
+        return [m["content"]["data"].get("text/plain", "") for m in displays(self.msgs)]
+
+
+def shown_step(text):
+    m = re.search(r"step (\d+)/(\d+)", text)
+    return int(m.group(1)) if m else -1
+
+
+def job_events(cli_exe, job):
+    """Every event of a job as the gateway keeps them (spotlab logs --json:
+    one JSON object after another, read page by page)."""
+    _, out, _ = cli(cli_exe, "logs", str(job), "--json")
+    dec, i, evs = json.JSONDecoder(), 0, []
+    while True:
+        while i < len(out) and out[i].isspace():
+            i += 1
+        if i >= len(out):
+            return evs
+        ev, i = dec.raw_decode(out, i)
+        evs.append(ev)
+
+
+def steps_per_s(cli_exe, job):
+    """The training rate of a finished job, from its metric events."""
+    ms = [e for e in job_events(cli_exe, job) if e.get("event") == "metric" and "loss" in e]
+    if len(ms) < 2 or ms[-1]["time_us"] <= ms[0]["time_us"]:
+        return None
+    return (ms[-1]["step"] - ms[0]["step"]) / ((ms[-1]["time_us"] - ms[0]["time_us"]) / 1e6)
+
+
+def gateway_restart(kernel_exe, gateway_exe, cli_exe):
+    """kill -9 of the gateway under a cell that follows a train job."""
+    gw = OwnGateway(gateway_exe)
+    ok = False
+    try:
+        with KernelspecEnv(kernel_exe):
+            k = Kernel()
+            try:
+                content, _ = k.run('model m = gpt(layers=1, heads=2, dim=32, ctx=32)\ndata d = text("moby-dick")')
+                check(content["status"] == "ok", "restart: definitions")
+                # how fast this machine trains m, so the job below outlives the restart
+                content, msgs = k.run("train m on d steps=300 batch=4 checkpoint_every=100", timeout=300)
+                ds = displays(msgs)
+                rate = steps_per_s(cli_exe, job_of(ds[-1]["content"]["data"]["text/plain"])) if ds else None
+                check(content["status"] == "ok" and rate, "restart: a short job measures the step rate: %s" % rate)
+                steps = int(min(max((rate or 100) * 40, 400), 10 ** 7))
+                every = max(steps // 8, 1)
+                cell = Cell(k, "train m on d steps=%d batch=4 checkpoint_every=%d" % (steps, every))
+                running = cell.pump(lambda c: any("(running)" in t and shown_step(t) >= 1 for t in c.texts()), 120)
+                check(running, "restart: the job runs and its display shows progress")
+                before = cell.texts()[-1] if cell.texts() else ""
+                job = job_of(before)
+                gw.kill9()
+                n_before = len(displays(cell.msgs))
+                gw.start()
+                t_restart = time.monotonic()
+                back = cell.pump(lambda c: any("gateway restarted" in t for t in c.texts()), 120)
+                check(back, "restart: the kernel follows the job again %.1f s after the gateway restarted" %
+                      (time.monotonic() - t_restart))
+                finished = cell.pump(Cell.done, 600)
+                check(finished, "restart: the cell ends")
+                reply = cell.reply["content"] if cell.reply else {}
+                check(reply.get("status") == "ok", "restart: the cell ends normally: %s" % reply.get("evalue"))
+                ds = displays(cell.msgs)
+                texts = cell.texts()
+                check(ds and ds[0]["msg_type"] == "display_data" and
+                      all(d["msg_type"] == "update_display_data" for d in ds[1:]),
+                      "restart: one display_data, then only updates")
+                ids = {d["content"]["transient"].get("display_id") for d in ds}
+                check(job is not None and ids == {"spotlab-" + job}, "restart: the same display id throughout: %s" % ids)
+                after = texts[n_before:]
+                marks = [i for i, t in enumerate(after) if "gateway restarted; following again from event" in t]
+                check(marks, "restart: the display shows the gateway restart")
+                later = after[marks[0]:] if marks else []
+                check(len(later) >= 2 and shown_step(later[-1]) > shown_step(later[0]) and
+                      shown_step(later[0]) >= shown_step(before),
+                      "restart: the display keeps updating after the restart (steps %s)" %
+                      [shown_step(t) for t in later][:3])
+                final = texts[-1] if texts else ""
+                check("(succeeded)" in final and "step %d/%d" % (steps, steps) in final,
+                      "restart: the final display shows the job succeeded")
+                evs = job_events(cli_exe, job)
+                seqs = [e["seq"] for e in evs]
+                check(seqs and seqs == list(range(1, len(seqs) + 1)), "restart: the gateway kept every event")
+                cks = [e for e in evs if e["event"] == "checkpoint"]
+                restarts = [e for e in evs if e["event"] == "gateway"]
+                check(len(restarts) == 1 and final.count("gateway restarted") == 1 and
+                      "gateway restarted; following again from event %d" % restarts[0]["seq"] in final,
+                      "restart: the restart shown once, at its event")
+                check("checkpoints: %d, the last at step %d" % (len(cks), cks[-1]["step"] if cks else -1) in final,
+                      "restart: every checkpoint counted exactly once (%d): %s" % (len(cks), final))
+                check(final.count("succeeded at step") == 1 and final.count("(1 so far)") == 1 and
+                      "preempted" not in final, "restart: no event shown twice, no preemption")
+                # %attach of the finished job reads its history (in pages of 500
+                # events) and shows the same
+                content, msgs = k.run("%attach " + str(job), timeout=120)
+                again = displays(msgs)[-1]["content"]["data"]["text/plain"] if displays(msgs) else ""
+                check(content["status"] == "ok" and len(evs) > 500 and
+                      again.split("timeline:")[-1] == final.split("timeline:")[-1] and
+                      "checkpoints: %d," % len(cks) in again,
+                      "restart: %%attach of the job (%d events) shows every event once: %s" % (len(evs), again))
+                ok = not FAILURES
+            finally:
+                k.close()
+    finally:
+        if not ok:
+            print("gateway log (%s):\n%s" % (gw.home, gw.log()[-6000:]))
+        gw.close(keep=not ok)
+
+
+IDLE_INI = "[idle]\nnotebook_timeout = 8s\nwarn_before = 4s\nworker_timeout = 1h\n"
+
+
+def idle_notices(kernel_exe, gateway_exe, cli_exe):
+    """A notebook that runs a job and then no cell is warned and stopped; the
+    notices show under the cell that ran last (a stderr stream and the job
+    display's timeline); the next cell brings capacity back."""
+    gw = OwnGateway(gateway_exe, IDLE_INI)
+    ok = False
+    try:
+        with KernelspecEnv(kernel_exe):
+            k = Kernel()
+            try:
+                content, _ = k.run('model m = gpt(layers=1, heads=2, dim=16, ctx=16)\ndata d = text("moby-dick")')
+                check(content["status"] == "ok", "idle: definitions")
+                cell = Cell(k, "train m on d steps=60 batch=4 checkpoint_every=30")
+                check(cell.pump(Cell.done, 300) and cell.reply["content"]["status"] == "ok", "idle: train succeeds")
+                t_end = time.monotonic()
+                texts = cell.texts()
+                job = job_of(texts[-1]) if texts else None
+                rc, out, _ = cli(cli_exe, "instances", "--json")
+                insts = [i["instance"] for i in json.loads(out)] if rc == 0 else []
+                check(len(insts) == 1, "idle: one worker after the job: %s" % insts)
+
+                # no cell runs now: read what the kernel sends on its own
+                def stderr_with(c, word):
+                    return [m for m in c.msgs if m["msg_type"] == "stream" and
+                            m["content"]["name"] == "stderr" and word in m["content"]["text"]]
+
+                warned = cell.pump(lambda c: stderr_with(c, "idle") and any("idle warning" in t for t in c.texts()), 60)
+                t_warn = time.monotonic()
+                check(warned, "idle: a warning under the cell that ran last, after %.1f s" % (t_warn - t_end))
+                w = stderr_with(cell, "idle")[0]["content"]["text"] if warned else ""
+                m = re.search(r"stop in (\d+) s", w)
+                check(m and 0 < int(m.group(1)) <= 4, "idle: the warning says when the workers stop: %r" % w)
+                stopped = cell.pump(lambda c: stderr_with(c, "stopped") and
+                                    any("idle shutdown" in t for t in c.texts()), 60)
+                check(stopped and time.monotonic() - t_end >= 8 - 1,
+                      "idle: then the shutdown, after notebook_timeout (%.1f s)" % (time.monotonic() - t_end))
+                s = stderr_with(cell, "stopped")[0]["content"]["text"] if stopped else ""
+                check("workers were stopped" in s, "idle: the shutdown says what happened: %r" % s)
+                ds = displays(cell.msgs)
+                ups = [d for d in ds if "idle" in d["content"]["data"]["text/plain"]]
+                check(ups and all(d["msg_type"] == "update_display_data" and
+                                  d["content"]["transient"]["display_id"] == "spotlab-%s" % job for d in ups),
+                      "idle: the job's display is updated in place")
+                last = ups[-1]["content"]["data"]["text/plain"] if ups else ""
+                check(re.search(r"idle warning: notebook stops in \d+ s unless a cell runs\n", last) and
+                      "idle shutdown: notebook stopped, its workers shut down" in last and
+                      last.index("idle warning") > last.index("succeeded at step 60"),
+                      "idle: the display's timeline ends with the warning and the shutdown: " + last)
+                check(not [m for m in k.others if m["msg_type"] in ("stream", "display_data", "update_display_data")],
+                      "idle: nothing is sent to any other cell")
+                rc, out, _ = cli(cli_exe, "instances", "--json")
+                check(rc == 0 and not [i for i in json.loads(out) if i["instance"] in insts],
+                      "idle: the notebook's worker is gone: %s" % out)
+
+                # the next cell brings capacity back and restores the model
+                content, msgs = k.run('sample m "x" tokens=5', timeout=300)
+                check(content["status"] == "ok", "idle: the next cell works: %s" % content.get("evalue"))
+                errs = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream" and
+                               m["content"]["name"] == "stderr")
+                check("idle" not in errs, "idle: the next cell does not repeat the notices: %r" % errs)
+                out = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream" and
+                              m["content"]["name"] == "stdout")
+                check(out.strip() != "", "idle: the sample prints text")
+                sd = displays(msgs)
+                final = sd[-1]["content"]["data"]["text/plain"] if sd else ""
+                check(re.search(r"restored m from its checkpoint at step 60 on \S+ in \S+\n", final) and
+                      "(succeeded)" in final, "idle: the sample's display says the model was restored: " + final)
+                placed = re.findall(r"\((i-[0-9a-f]+)\)", final)
+                check(placed and placed[0] not in insts, "idle: on a new worker %s" % placed)
+
+                # any cell is activity, even one that needs no gateway: warned
+                # again, `print 1` puts the shutdown off by a whole timeout
+                sample_cell = Cell(k, "%who")
+                check(sample_cell.pump(Cell.done, 60), "idle: a cell after the sample")
+                check(sample_cell.pump(lambda c: stderr_with(c, "idle"), 60), "idle: warned again")
+                plain = Cell(k, "print 1")
+                check(plain.pump(Cell.done, 60) and "1" in stdout_of(plain.msgs), "idle: print 1")
+                nxt = plain.pump(lambda c: stderr_with(c, "idle") or stderr_with(c, "stopped"), 60)
+                first = (stderr_with(plain, "idle") + stderr_with(plain, "stopped"))[:1]
+                check(nxt and "stop in" in first[0]["content"]["text"],
+                      "idle: after a cell the next notice is a new warning, not the shutdown: %s" %
+                      [m["content"]["text"] for m in first])
+                ok = not FAILURES
+            finally:
+                k.close()
+    finally:
+        if not ok:
+            print("gateway log (%s):\n%s" % (gw.home, gw.log()[-6000:]))
+        gw.close(keep=not ok)
+
+
+class ScriptedGateway(threading.Thread):
+    """A gateway that speaks protocols.md §1 from a script: it holds one job
+    whose history is long (more events than one socket queue holds) and,
+    once the kernel attached, sends live events with one missing, as a full
+    queue would drop it. Every request is recorded."""
+
+    def __init__(self, address, n_history=1200):
+        super().__init__(daemon=True)
+        self.ctx = zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.linger = 0
+        self.sock.bind(address)
+        self.requests = []
+        self.events = []
+        self.stop = False
+        self.live_phase = 0
+        self.t = 1_700_000_000_000_000
+        self.add({"event": "state", "state": "queued", "reason": "submitted"})
+        self.add({"event": "placed", "instance": "i-0123456789ab", "instance_type": "g5.xlarge",
+                  "zone": "z-1a", "spot": True, "price_usd_per_hour": 0.4, "on_demand_usd_per_hour": 1.0,
+                  "attempt": 1})
+        self.add({"event": "state", "state": "starting", "reason": "assigned to a worker"})
+        self.add({"event": "state", "state": "running", "reason": "first metric"})
+        self.step = 0
+        while len(self.events) < n_history:
+            self.tick()
+
+    def add(self, ev):
+        self.t += 10_000
+        ev = dict(ev, type="event", job="J000042", seq=len(self.events) + 1, time_us=self.t)
+        self.events.append(ev)
+        return ev
+
+    def tick(self):
+        """The next training event: a metric, every 100th event a checkpoint."""
+        if (len(self.events) + 1) % 100 == 0:
+            return self.add({"event": "checkpoint", "step": self.step, "path": "J000042/ckpt.tc",
+                             "bytes": 10, "write_ms": 1, "durable": True})
+        self.step += 1
+        return self.add({"event": "metric", "step": self.step, "loss": 5.0 / self.step, "steps": 2000})
+
+    def send(self, rid, msg):
+        self.sock.send_multipart([rid, json.dumps(msg).encode()])
+
+    def summary(self):
+        return {"job": "J000042", "user": "u", "session": "s", "kind": "train", "model": "m", "data": "d",
+                "state": "running", "step": self.step, "steps": 2000, "attempt": 1,
+                "last_seq": len(self.events)}
+
+    def run(self):
+        while not self.stop:
+            if not self.sock.poll(100):
+                continue
+            rid, body = self.sock.recv_multipart()
+            m = json.loads(body)
+            self.requests.append(m)
+            t, rep = m.get("type"), {"type": "reply", "re": m.get("id"), "ok": True}
+            if t == "hello":
+                rep.update(user="u", session=m.get("session", ""), gateway="0.1.0")
+            elif t == "session.get":
+                rep.update(vars={}, defs=[], models={})
+            elif t == "submit":
+                rep.update(job="J000042")
+            elif t == "logs":
+                after, limit = m["after"], m.get("limit", 1000)
+                page = [e for e in self.events if e["seq"] > after][:limit]
+                rep.update(events=page, more=bool(page) and page[-1]["seq"] < len(self.events))
+            elif t == "attach":
+                rep.update(job=self.summary())
+                self.send(rid, rep)
+                for e in self.events[m["after"]:]:
+                    self.send(rid, e)
+                self.live(rid)
+                continue
+            self.send(rid, rep)
+
+    def live(self, rid):
+        self.live_phase += 1
+        if self.live_phase == 1:  # three live events; the middle one is lost on the way
+            for k in range(3):
+                e = self.tick() if k != 1 else self.add({"event": "checkpoint", "step": self.step,
+                                                          "path": "J000042/ckpt.tc", "bytes": 10,
+                                                          "write_ms": 1, "durable": True})
+                if k != 1:
+                    self.send(rid, e)
+        elif self.live_phase == 2:  # attached again: the job ends
+            self.send(rid, self.tick())
+            self.steps = self.step
+            self.send(rid, self.add({"event": "state", "state": "succeeded", "reason": "done"}))
+
+
+def scripted_gateway(kernel_exe):
+    """Against a scripted gateway: a long history read in pages, a lost live
+    event read back, each event shown once."""
+    d = tempfile.mkdtemp(prefix="spotlab-kgw-scripted-")
+    saved = {k: os.environ.get(k) for k in ("SPOTLAB_GATEWAY", "SPOTLAB_TOKEN")}
+    os.environ["SPOTLAB_GATEWAY"] = "ipc://%s/gw.sock" % d
+    os.environ["SPOTLAB_TOKEN"] = "scripted-token"
+    gw = ScriptedGateway(os.environ["SPOTLAB_GATEWAY"])
+    gw.start()
+    try:
+        with KernelspecEnv(kernel_exe):
+            k = Kernel()
+            try:
+                content, msgs = k.run('model m = gpt(layers=1)\ndata d = text("moby-dick")\n'
+                                      'train m on d steps=100', timeout=60)
+                check(content["status"] == "ok", "scripted: the cell follows the job to its end: %s" %
+                      content.get("evalue"))
+                logs = [(r["after"], r.get("limit")) for r in gw.requests if r["type"] == "logs"]
+                attaches = [r["after"] for r in gw.requests if r["type"] == "attach"]
+                check(logs[:3] == [(0, 500), (500, 500), (1000, 500)] and attaches[:1] == [1200],
+                      "scripted: the history is read in pages before attaching: %s %s" % (logs, attaches))
+                check(logs[3:] == [(1201, 500)] and attaches[1:] == [1203],
+                      "scripted: after a lost event it reads back from the last one shown: %s %s" %
+                      (logs[3:], attaches[1:]))
+                ds = displays(msgs)
+                final = ds[-1]["content"]["data"]["text/plain"] if ds else ""
+                cks = [e for e in gw.events if e["event"] == "checkpoint"]
+                check("checkpoints: %d, the last at step %d" % (len(cks), cks[-1]["step"]) in final and
+                      "step %d/2000" % gw.steps in final and final.count("succeeded at step %d" % gw.steps) == 1,
+                      "scripted: every event shown once: " + final)
+            finally:
+                k.close()
+    finally:
+        gw.stop = True
+        gw.join(5)
+        for key, v in saved.items():
+            if v is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = v
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def stop_gateway(home):
     """Stops the embedded gateway this test started (and its workers)."""
     try:
@@ -251,9 +692,13 @@ def main():
     os.environ.pop("SPOTLAB_TOKEN", None)
     try:
         no_gateway(kernel_exe)
+        scripted_gateway(kernel_exe)
         if len(sys.argv) > 3:
             os.environ["SPOTLAB_GATEWAY_BIN"] = os.path.realpath(sys.argv[2])
             with_gateway(kernel_exe, os.path.realpath(sys.argv[3]))
+            stop_gateway(home)
+            gateway_restart(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
+            idle_notices(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
     finally:
         stop_gateway(home)
         shutil.rmtree(home, ignore_errors=True)
