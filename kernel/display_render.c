@@ -244,8 +244,10 @@ static void html_status(const struct jk_display *d, struct jk_dbuf *b) {
       sl_time_format_duration((int64_t)(eta * 1e6), dur, sizeof dur);
     jk_dbuf_printf(b, "<div>step %lld/%lld &middot; %.0f%% &middot; ETA %s", (long long)d->step,
                    (long long)d->steps, frac * 100, dur);
-  } else {
+  } else if (d->step > 0) {
     jk_dbuf_printf(b, "<div>step %lld", (long long)d->step);
+  } else if (d->throughput > 0 || d->has_loss || d->has_eval_loss) {
+    jk_dbuf_printf(b, "<div>%s", d->kind); /* no steps to show (a %%run job has none) */
   }
   if (d->throughput > 0)
     jk_dbuf_printf(b, " &middot; %.0f %s", d->throughput, d->throughput_unit);
@@ -253,7 +255,8 @@ static void html_status(const struct jk_display *d, struct jk_dbuf *b) {
     jk_dbuf_printf(b, " &middot; loss %.4f", d->loss);
   if (d->has_eval_loss)
     jk_dbuf_printf(b, " &middot; eval loss %.4f", d->eval_loss);
-  jk_dbuf_printf(b, "</div>\n");
+  if (frac >= 0 || d->step > 0 || d->throughput > 0 || d->has_loss || d->has_eval_loss)
+    jk_dbuf_printf(b, "</div>\n");
   if (d->instance_type[0]) {
     jk_dbuf_printf(b, "<div>");
     esc(b, d->instance_type);

@@ -510,9 +510,11 @@ static void test_timeline_run(void) {
                 "  +0s       starting: assigned to a worker\n"
                 "  +0s       succeeded\n");
   free(tl);
-  char *text = jk_display_text(d);
+  char *text = jk_display_text(d), *html = jk_display_html(d);
   CHECK(text && !strstr(text, "step"));
+  CHECK(html && !strstr(html, "<div>step") && strstr(html, "checkpoint folder saved"));
   free(text);
+  free(html);
   jk_display_free(d);
 }
 
