@@ -703,7 +703,8 @@ def main():
     finally:
         run.close(keep=bool(failures))
         for m in ("store", "instances"):
-            subprocess.run(["umount", os.path.join(run.gw.state, m)], capture_output=True)
+            # lazily: a killed worker may still hold its folder for a moment
+            subprocess.run(["umount", "-l", os.path.join(run.gw.state, m)], capture_output=True)
         if not failures:
             shutil.rmtree(folder, ignore_errors=True)
         else:
