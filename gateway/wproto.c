@@ -412,6 +412,11 @@ static void dispatch(struct gw *g, struct gw_inst *in, const json_t *body) {
     }
     if (!strcmp(type, "heartbeat"))
       return;
+    /* a step metric now could pass steps lost in flight; the worker sends it
+     * again after "registered" (metric_step) */
+    json_t *data = json_object_get(body, "data");
+    if (!strcmp(type, "metric") && !json_object_get(data, "event"))
+      return;
   }
   if (!strcmp(type, "heartbeat"))
     on_heartbeat(g, in, body);

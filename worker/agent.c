@@ -3,7 +3,12 @@
  * The only owner of the DEALER socket. Registration is soft state: the agent
  * sends register until a "registered" reply arrives, again whenever the
  * gateway answers a heartbeat with "reregister" (it restarted and does not
- * know us), and again after heartbeat_timeout intervals of silence. Messages
+ * know us), again after heartbeat_timeout intervals of silence, and once the
+ * link is back after the connection dropped (a socket monitor tells). While
+ * not registered, step metrics wait in their job's resend ring and a job
+ * whose child ended holds its done (until shortly before the exit deadline):
+ * the gateway may have lost what was in flight, and "registered" says from
+ * which step to send again, which needs the job still there. Messages
  * that must not be lost (checkpoint, done, result, notice) that cannot be
  * queued on the socket wait in a bounded outbox, in order; others are dropped
  * when the socket is full. Once a notice or shutdown arrives no new job is
@@ -34,12 +39,15 @@
 #define MAX_JOBS 16
 #define OUTBOX_MAX 1024
 #define SILENT_INTERVALS 10
-#define POLL_MAX (3 + MAX_JOBS * WK_STREAM_N)
+#define FIXED_ITEMS 4 /* socket, signals, notices, link monitor */
+#define POLL_MAX (FIXED_ITEMS + MAX_JOBS * WK_STREAM_N)
+#define LINK_MONITOR "inproc://wk-agent-link"
+#define END_HOLD_US (200 * SL_US_PER_MS) /* a held done goes out this long before exit_by */
 
 struct wk_agent {
   const struct wk_config *cfg;
   struct wk_job_env env;
-  void *zctx, *sock;
+  void *zctx, *sock, *link; /* link: PAIR fed by the socket monitor */
   struct wk_store *store;
   struct wk_notice_watcher *watcher;
   struct wk_job *jobs[MAX_JOBS];
@@ -66,9 +74,19 @@ static void flush_outbox(struct wk_agent *a) {
   a->outbox_n -= i;
 }
 
+static bool is_step_metric(const json_t *msg) {
+  const json_t *data = json_object_get(msg, "data");
+  return !strcmp(sl_json_get_str(msg, "type", ""), "metric") &&
+         json_is_integer(json_object_get(data, "step")) && !json_object_get(data, "event");
+}
+
 /* Takes msg. */
 static void agent_send(void *ctx, json_t *msg, bool reliable) {
   struct wk_agent *a = ctx;
+  if (!a->registered && is_step_metric(msg)) {
+    json_decref(msg); /* kept in the job's resend ring; "registered" brings it out */
+    return;
+  }
   char *text = json_dumps(msg, JSON_COMPACT);
   json_decref(msg);
   if (!text) return;
@@ -222,6 +240,35 @@ static void read_socket(struct wk_agent *a, int64_t now) {
   }
 }
 
+/* Socket monitor events: a dropped connection may have lost messages in
+ * flight (a gateway that died), so registration starts over; once the
+ * handshake with a gateway succeeds, register at once. */
+static void read_link(struct wk_agent *a, int64_t now) {
+  for (int n = 0; n < 64; n++) {
+    zmq_msg_t f;
+    zmq_msg_init(&f);
+    if (zmq_msg_recv(&f, a->link, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&f);
+      return;
+    }
+    uint16_t ev = 0;
+    if (zmq_msg_size(&f) >= sizeof ev) memcpy(&ev, zmq_msg_data(&f), sizeof ev);
+    bool more = zmq_msg_more(&f);
+    zmq_msg_close(&f);
+    while (more) { /* the endpoint frame */
+      zmq_msg_init(&f);
+      more = zmq_msg_recv(&f, a->link, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&f);
+      zmq_msg_close(&f);
+    }
+    if (ev == ZMQ_EVENT_DISCONNECTED && a->registered) {
+      sl_info(TOPIC, "gateway connection lost; registering again once it is back");
+      a->registered = false;
+    } else if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && !a->registered) {
+      send_register(a, now);
+    }
+  }
+}
+
 /* ---- notices and signals ---- */
 
 static void on_notice(struct wk_agent *a, const struct wk_notice *n) {
@@ -268,6 +315,7 @@ static size_t build_poll(struct wk_agent *a, int signal_fd, zmq_pollitem_t *it, 
   it[n++] = (zmq_pollitem_t){a->sock, 0, ZMQ_POLLIN, 0};
   it[n++] = (zmq_pollitem_t){NULL, signal_fd, ZMQ_POLLIN, 0};
   it[n++] = (zmq_pollitem_t){NULL, a->watcher ? wk_notice_watcher_fd(a->watcher) : -1, ZMQ_POLLIN, 0};
+  it[n++] = (zmq_pollitem_t){a->link, 0, ZMQ_POLLIN, 0};
   for (size_t i = 0; i < a->njobs; i++)
     for (int s = 0; s < WK_STREAM_N; s++) {
       int fd = wk_job_fd(a->jobs[i], (enum wk_stream)s);
@@ -279,8 +327,9 @@ static size_t build_poll(struct wk_agent *a, int signal_fd, zmq_pollitem_t *it, 
 }
 
 static void tick_jobs(struct wk_agent *a, int64_t now) {
+  bool may_end = a->registered || (a->exit_by_us != INT64_MAX && now >= a->exit_by_us - END_HOLD_US);
   for (size_t i = 0; i < a->njobs;) {
-    if (wk_job_tick(a->jobs[i], now) == 1) {
+    if (wk_job_tick(a->jobs[i], now, may_end) == 1) {
       wk_job_free(a->jobs[i]);
       a->jobs[i] = a->jobs[--a->njobs];
     } else {
@@ -325,8 +374,9 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
     if (r < 0 && zmq_errno() != EINTR) return sl_err_from_zmq(zmq_errno());
     now = sl_time_mono_us();
     if (r > 0) {
-      for (size_t i = 3; i < n; i++)
+      for (size_t i = FIXED_ITEMS; i < n; i++)
         if (items[i].revents) wk_job_readable(a->jobs[slots[i].job], slots[i].stream);
+      if (items[3].revents & ZMQ_POLLIN) read_link(a, now);
       if (items[0].revents & ZMQ_POLLIN) read_socket(a, now);
       if (items[1].revents) read_signals(a, signal_fd);
       struct wk_notice note;
@@ -363,6 +413,12 @@ static int open_socket(struct wk_agent *a) {
       set_int(a->sock, ZMQ_HEARTBEAT_IVL, 2000) < 0 || set_int(a->sock, ZMQ_HEARTBEAT_TIMEOUT, 10000) < 0 ||
       zmq_setsockopt(a->sock, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg) < 0) {
     sl_err(TOPIC, "socket options: %s", zmq_strerror(zmq_errno()));
+    return sl_err_from_zmq(zmq_errno());
+  }
+  if (zmq_socket_monitor(a->sock, LINK_MONITOR, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED) < 0 ||
+      !(a->link = zmq_socket(a->zctx, ZMQ_PAIR)) || set_int(a->link, ZMQ_LINGER, 0) < 0 ||
+      zmq_connect(a->link, LINK_MONITOR) < 0) {
+    sl_err(TOPIC, "socket monitor: %s", zmq_strerror(zmq_errno()));
     return sl_err_from_zmq(zmq_errno());
   }
   if (zmq_connect(a->sock, c->gateway) < 0) {
@@ -404,6 +460,8 @@ struct wk_agent *wk_agent_free(struct wk_agent *a) {
   wk_notice_watcher_free(a->watcher);
   for (size_t i = 0; i < a->njobs; i++) wk_job_free(a->jobs[i]);
   for (size_t i = 0; i < a->outbox_n; i++) free(a->outbox[i]);
+  if (a->sock) zmq_socket_monitor(a->sock, NULL, 0);
+  if (a->link) zmq_close(a->link);
   if (a->sock) zmq_close(a->sock);
   if (a->zctx) zmq_ctx_term(a->zctx);
   wk_store_free(a->store);

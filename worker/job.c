@@ -522,7 +522,7 @@ static void terminate(struct wk_job *j, int64_t kill_at) {
   j->kill_at_us = kill_at;
 }
 
-int wk_job_tick(struct wk_job *j, int64_t now) {
+int wk_job_tick(struct wk_job *j, int64_t now, bool may_end) {
   if (j->state == ENDED) return 1;
   send_metric(j, wk_relay_pending(j->relay, now, false));
   if (j->files && now >= j->next_sync_us) sync_files(j, now);
@@ -540,7 +540,7 @@ int wk_job_tick(struct wk_job *j, int64_t now) {
     j->exited_at_us = now;
   }
   /* A child that exited but left a descendant holding its pipes gets a second. */
-  if (j->exited_at_us && (wk_child_drained(j->child) || now - j->exited_at_us > SL_US_PER_S)) {
+  if (may_end && j->exited_at_us && (wk_child_drained(j->child) || now - j->exited_at_us > SL_US_PER_S)) {
     finish(j);
     return 1;
   }

@@ -41,8 +41,9 @@ int64_t wk_job_step(const struct wk_job *j);
 int wk_job_fd(const struct wk_job *j, enum wk_stream s);
 void wk_job_readable(struct wk_job *j, enum wk_stream s);
 /* Timers: metric flushes, kill escalation, %%run sync, reaping. Returns 1
- * once the job ended and its done message was sent. */
-int wk_job_tick(struct wk_job *j, int64_t now_mono_us);
+ * once the job ended and its done message was sent; with may_end false a
+ * job whose child ended waits (the gateway link is being re-established). */
+int wk_job_tick(struct wk_job *j, int64_t now_mono_us, bool may_end);
 
 /* SIGTERM now (the child checkpoints), SIGKILL after the grace. */
 void wk_job_cancel(struct wk_job *j);

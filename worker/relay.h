@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define WK_OUTPUT_LINE_MAX 4096
-#define WK_RELAY_RESEND_MAX 1024 /* step metrics kept to send again */
+#define WK_RELAY_RESEND_MAX 2048 /* step metrics kept to send again */
 
 struct wk_relay;
 

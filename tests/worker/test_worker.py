@@ -43,9 +43,12 @@ def case_register(tmp, worker_exe, train_exe):
         t0 = time.monotonic()
         gw.recv(lambda m: m["type"] == "heartbeat", 5, "second heartbeat")
         assert time.monotonic() - t0 < 1.0, "heartbeat_ms from registered not applied"
-        # A restarted gateway does not know the worker: it answers a heartbeat with reregister.
+        # A restarted gateway: the worker saw its connection drop and registers by itself.
         gw.restart()
-        gw.recv(lambda m: m["type"] == "heartbeat", 10, "heartbeat after restart")
+        gw.recv(lambda m: m["type"] == "register", 10, "register after restart")
+        gw.send({"type": "registered", "heartbeat_ms": 100})
+        gw.recv(lambda m: m["type"] == "heartbeat", 5, "heartbeat after registered")
+        # A gateway that does not know it answers with reregister.
         gw.send({"type": "reregister"})
         gw.recv(lambda m: m["type"] == "register", 5, "register after reregister")
         gw.send({"type": "registered", "heartbeat_ms": 100})
@@ -333,6 +336,39 @@ def case_resend(tmp, worker_exe, train_exe):
         gw.send({"type": "cancel", "job": "J000012"})
         d = gw.recv(of("J000012", "done"), 30, "done after cancel")
         assert d["status"] == "cancelled", d
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
+def case_link(tmp, worker_exe, train_exe):
+    """The job ends while no gateway is there: once one is back the worker
+    registers by itself, sends again the steps the gateway says it lacks, and
+    only then its done."""
+    data = text_file(tmp)
+    gw, w = start(tmp, worker_exe, train_exe)
+    try:
+        gw.send(train_assign("J000013", data, 200, checkpoint_every=100))
+        seen = gw.recv(lambda m: of("J000013", "metric")(m) and "event" not in m["data"] and
+                       m["data"]["step"] >= 20, 30, "step 20")["data"]["step"]
+        gw.close()
+        final = os.path.join(w.store, "J000013", "ckpt-00000200.tc")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(final) and time.monotonic() < deadline:
+            time.sleep(0.02)  # the worker reports to nobody now: its store is all there is to see
+        assert os.path.exists(final), "the job did not end while the gateway was away"
+        gw.open()
+        reg = gw.recv(lambda m: m["type"] == "register", 20, "register once the gateway is back")
+        assert [j["job"] for j in reg["jobs"]] == ["J000013"], reg
+        assert not any(m.get("type") == "done" for m in gw.received), "done before register"
+        gw.send({"type": "registered", "heartbeat_ms": 100,
+                 "jobs": [{"job": "J000013", "attempt": 1, "metric_step": seen}]})
+        msgs = run_until_done(gw, "J000013")
+        steps = [s for s in steps_of(msgs) if s > seen]
+        assert steps == list(range(seen + 1, 201)), (seen, steps)
+        assert msgs[-1]["status"] == "succeeded" and msgs[-1]["step"] == 200, msgs[-1]
         gw.send({"type": "shutdown"})
         assert w.wait(10) == 0
     finally:
