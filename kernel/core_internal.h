@@ -76,6 +76,7 @@ struct jk_core {
   char **inflight;             /* names of the session.set in flight */
   size_t n_inflight;
   int64_t sess_load_id, sess_set_id;
+  int64_t sess_retry_at_us;    /* after a failed load or set: next try at a cell's end */
   bool sess_loading;           /* the first session.get has not answered yet */
   bool sess_applying;          /* loading: changes are not dirty */
   json_t *models;              /* session.get "models": name -> {job, step, checkpoint} */
@@ -144,6 +145,9 @@ void jk_session_touch(struct jk_core *core, const char *name);
 /* Sends session.set with the changed names, if any (connecting, never
  * starting a gateway). */
 void jk_session_flush(struct jk_core *core);
+/* At the end of a cell: jk_session_flush(), unless the gateway was found
+ * down less than a retry interval ago (the changes are then kept). */
+void jk_session_cell_done(struct jk_core *core);
 /* Asks for session.get (at start; never starts a gateway). */
 void jk_session_load(struct jk_core *core);
 /* Loads a session.get reply into the core. switched: after %session NAME,

@@ -6,7 +6,8 @@
  * wait reason; the channel loop keeps serving control requests and resumes
  * it on a timer, a stdin reply or a gateway message. Variables and
  * model/data definitions belong to the notebook session: every change is
- * recorded (jk_session_touch) and sent to the gateway when the cell ends.
+ * recorded (jk_session_touch) and sent to the gateway when the cell ends
+ * (kept for later while the gateway is down, session.c).
  * A cell that arrives while the session state is still loading waits for it
  * (bounded by the gateway client's hello timeout). */
 #include "core_internal.h"
@@ -586,8 +587,8 @@ static void finish(struct jk_core *c, bool ok) {
       jk_core_abort_queued(c);
   }
   jk_jobs_free_follow(c);
-  jk_session_flush(c);
   jk_core_reply(c, JK_CH_SHELL, x->request, "execute_reply", reply);
+  jk_session_cell_done(c);
   jk_core_set_status(c, x->request, "idle");
   c->running = NULL;
   if (x->silent) {

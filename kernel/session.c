@@ -8,7 +8,11 @@
  * with whatever value they hold then. The load at start (session.get) never
  * overwrites a name this kernel changed meanwhile. Neither flushing nor the
  * load at start may start a gateway: a notebook of plain variables works
- * without one. */
+ * without one. While the gateway is known to be down, a cell's changes are
+ * only kept: the end of a cell tries to reach it again at most once per
+ * RETRY_US, so cells cost nothing extra without a gateway, and a gateway that
+ * comes up later still gets every change (also at once when anything else
+ * connects, see on_gw_state in core.c). */
 #include "core_internal.h"
 
 #include <errno.h>
@@ -19,8 +23,10 @@
 #include "sl_err.h"
 #include "sl_json.h"
 #include "sl_log.h"
+#include "sl_time.h"
 
 #define MAX_DIRTY 8192
+#define RETRY_US (5 * SL_US_PER_S) /* between attempts to reach a gateway that was down */
 #define MAX_LIST_DEPTH 8
 
 /* ---- values ------------------------------------------------------------- */
@@ -155,6 +161,14 @@ void jk_session_flush(struct jk_core *c) {
   c->n_dirty = 0;
 }
 
+void jk_session_cell_done(struct jk_core *c) {
+  if (!c->gw || !c->n_dirty)
+    return;
+  if (jk_gw_state(c->gw) == JK_GW_FAILED && sl_time_mono_us() < c->sess_retry_at_us)
+    return; /* kept; sent with the next flush */
+  jk_session_flush(c);
+}
+
 void jk_session_load(struct jk_core *c) {
   if (!c->gw)
     return;
@@ -232,10 +246,12 @@ void jk_session_apply(struct jk_core *c, const json_t *reply, bool switched) {
 bool jk_session_reply(struct jk_core *c, int64_t id, const json_t *reply, const char *error) {
   if (id && id == c->sess_load_id) {
     c->sess_load_id = 0;
-    if (!error)
+    if (!error) {
       jk_session_apply(c, reply, false);
-    else
+    } else {
       sl_debug("kernel.gateway", "session state not loaded: %s", error);
+      c->sess_retry_at_us = sl_time_mono_us() + RETRY_US;
+    }
     bool was_loading = c->sess_loading;
     c->sess_loading = false;
     if (was_loading)
@@ -246,6 +262,7 @@ bool jk_session_reply(struct jk_core *c, int64_t id, const json_t *reply, const 
     c->sess_set_id = 0;
     if (error) {
       sl_debug("kernel.gateway", "session.set failed: %s (kept for the next cell)", error);
+      c->sess_retry_at_us = sl_time_mono_us() + RETRY_US;
       for (size_t i = 0; i < c->n_inflight; i++)
         jk_session_touch(c, c->inflight[i]);
     }
