@@ -1,8 +1,10 @@
-/* HMAC-SHA256 over libsodium's streaming API. */
+/* HMAC-SHA256 over libsodium's streaming API. A prepared key is the state
+ * after init (both pads hashed), copied for each signature. */
 #include "sl_hmac.h"
 #include "sl_err.h"
 
 #include <sodium.h>
+#include <stdlib.h>
 #include <string.h>
 
 int sl_crypto_init(void) { return sodium_init() < 0 ? SL_ENOTSUP : 0; }
@@ -12,6 +14,36 @@ void sl_hmac_sha256_hex(const uint8_t *key, size_t key_len, const struct sl_span
   crypto_auth_hmacsha256_state st;
   unsigned char mac[crypto_auth_hmacsha256_BYTES];
   crypto_auth_hmacsha256_init(&st, key, key_len);
+  for (size_t i = 0; i < n_parts; i++)
+    crypto_auth_hmacsha256_update(&st, parts[i].data, parts[i].len);
+  crypto_auth_hmacsha256_final(&st, mac);
+  sodium_bin2hex(ret_hex, SL_HMAC_HEX_LEN + 1, mac, sizeof mac);
+  sodium_memzero(&st, sizeof st);
+}
+
+struct sl_hmac_key {
+  crypto_auth_hmacsha256_state keyed; /* after init: both pads absorbed */
+};
+
+struct sl_hmac_key *sl_hmac_key_new(const uint8_t *key, size_t key_len) {
+  struct sl_hmac_key *k = malloc(sizeof *k);
+  if (k)
+    crypto_auth_hmacsha256_init(&k->keyed, key, key_len);
+  return k;
+}
+
+struct sl_hmac_key *sl_hmac_key_free(struct sl_hmac_key *k) {
+  if (k) {
+    sodium_memzero(k, sizeof *k);
+    free(k);
+  }
+  return NULL;
+}
+
+void sl_hmac_key_sign_hex(const struct sl_hmac_key *k, const struct sl_span *parts, size_t n_parts,
+                          char ret_hex[SL_HMAC_HEX_LEN + 1]) {
+  crypto_auth_hmacsha256_state st = k->keyed;
+  unsigned char mac[crypto_auth_hmacsha256_BYTES];
   for (size_t i = 0; i < n_parts; i++)
     crypto_auth_hmacsha256_update(&st, parts[i].data, parts[i].len);
   crypto_auth_hmacsha256_final(&st, mac);

@@ -22,6 +22,15 @@ int sl_crypto_init(void);
  * ret_hex (SL_HMAC_HEX_LEN + 1 bytes, NUL-terminated). */
 void sl_hmac_sha256_hex(const uint8_t *key, size_t key_len, const struct sl_span *parts,
                         size_t n_parts, char ret_hex[SL_HMAC_HEX_LEN + 1]);
+/* A key prepared once for many signatures: the HMAC pads are hashed at
+ * creation, so each signature hashes only the message. */
+struct sl_hmac_key;
+/* key is copied (and wiped with the object). NULL on OOM. */
+struct sl_hmac_key *sl_hmac_key_new(const uint8_t *key, size_t key_len);
+struct sl_hmac_key *sl_hmac_key_free(struct sl_hmac_key *k);
+/* As sl_hmac_sha256_hex() with a prepared key. */
+void sl_hmac_key_sign_hex(const struct sl_hmac_key *k, const struct sl_span *parts, size_t n_parts,
+                          char ret_hex[SL_HMAC_HEX_LEN + 1]);
 /* Constant-time comparison of a received hex signature against the expected
  * one; any length other than 64 fails. */
 bool sl_hmac_hex_equal(const char *expected_hex, const void *got, size_t got_len);

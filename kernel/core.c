@@ -128,13 +128,9 @@ struct jk_core *jk_core_free(struct jk_core *c) {
 
 void jk_core_publish(struct jk_core *c, const struct jk_msg *parent, const char *msg_type,
                      json_t *content) {
-  struct jk_msg *m = jk_msg_reply(NULL, msg_type, content, c->kernel_id);
+  struct jk_msg *m = jk_msg_child(parent, msg_type, content, c->kernel_id);
   if (!m)
     return;
-  if (parent && parent->header) {
-    json_decref(m->parent_header);
-    m->parent_header = json_deep_copy(parent->header);
-  }
   char topic[128];
   snprintf(topic, sizeof topic, "kernel.%.64s.%.40s", c->kernel_id, msg_type);
   sl_msg_add_str(&m->idents, topic);

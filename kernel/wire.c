@@ -20,8 +20,7 @@
 #define DELIM "<IDS|MSG>"
 
 struct jk_auth {
-  uint8_t *key;
-  size_t key_len;
+  struct sl_hmac_key *key; /* NULL: no key, messages are neither signed nor checked */
   /* Replay window: a ring of recent signatures plus an open-addressing hash
    * set over them, so lookups stay O(1) and memory stays bounded. */
   char (*ring)[SL_HMAC_HEX_LEN];
@@ -48,6 +47,8 @@ struct jk_msg *jk_msg_free(struct jk_msg *m) {
   json_decref(m->parent_header);
   json_decref(m->metadata);
   json_decref(m->content);
+  free(m->header_text);
+  free(m->parent_text);
   free(m);
   return NULL;
 }
@@ -62,13 +63,62 @@ void jk_new_id(char buf[37]) {
   uuid_unparse_lower(u, buf);
 }
 
-struct jk_msg *jk_msg_reply(const struct jk_msg *parent, const char *msg_type, json_t *content,
-                            const char *session_id) {
+/* Appends s as a JSON string (quoted, escaped) at out, which has room for
+ * 6 * strlen(s) + 2 bytes; returns the end. s is valid UTF-8 (it went through
+ * jansson), which passes unescaped, as jansson writes it. */
+static char *put_json_str(char *out, const char *s) {
+  static const char hex[] = "0123456789abcdef";
+  *out++ = '"';
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') {
+      *out++ = '\\';
+      *out++ = (char)ch;
+    } else if (ch < 0x20) {
+      memcpy(out, "\\u00", 4);
+      out[4] = hex[ch >> 4];
+      out[5] = hex[ch & 15];
+      out += 6;
+    } else {
+      *out++ = (char)ch;
+    }
+  }
+  *out++ = '"';
+  return out;
+}
+
+/* The header's JSON text, field for field what json_dumps() writes for the
+ * object jk_msg_reply() packs; owned, NULL on OOM. */
+static char *header_text(const char *id, const char *session, const char *user, const char *date,
+                         const char *type, size_t *ret_len) {
+  const char *vals[] = {id, session, user, date, type};
+  static const char *const keys[] = {"{\"msg_id\":", ",\"session\":", ",\"username\":",
+                                     ",\"date\":", ",\"msg_type\":"};
+  static const char tail[] = ",\"version\":\"5.3\"}";
+  size_t cap = sizeof tail;
+  for (size_t i = 0; i < 5; i++)
+    cap += strlen(keys[i]) + 6 * strlen(vals[i]) + 2;
+  char *text = malloc(cap), *p = text;
+  if (!text)
+    return NULL;
+  for (size_t i = 0; i < 5; i++) {
+    size_t k = strlen(keys[i]);
+    memcpy(p, keys[i], k);
+    p = put_json_str(p + k, vals[i]);
+  }
+  memcpy(p, tail, sizeof tail);
+  *ret_len = (size_t)(p - text) + sizeof tail - 1;
+  return text;
+}
+
+static struct jk_msg *new_child(const struct jk_msg *parent, const char *msg_type, json_t *content,
+                                const char *session_id, bool route) {
   struct jk_msg *m = jk_msg_new();
   if (!m) {
     json_decref(content);
     return NULL;
   }
+  m->content = content ? content : json_object();
   /* Message ids: one random prefix per process and a counter, unique
    * without a random draw per message. */
   static __thread char prefix[37];
@@ -78,21 +128,39 @@ struct jk_msg *jk_msg_reply(const struct jk_msg *parent, const char *msg_type, j
   char id[64], date[40];
   snprintf(id, sizeof id, "%.23s_%llu", prefix, (unsigned long long)++counter);
   sl_time_format_iso8601(sl_time_real_us(), date, sizeof date);
-  const char *user = parent ? sl_json_get_str(parent->header, "username", "kernel") : "kernel";
+  const char *user = parent && route ? sl_json_get_str(parent->header, "username", "kernel") : "kernel";
   m->header = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "msg_id", id, "session", session_id,
                         "username", user, "date", date, "msg_type", msg_type, "version", "5.3");
-  m->parent_header = parent && parent->header ? json_deep_copy(parent->header) : json_object();
+  if (!m->header)
+    return jk_msg_free(m); /* also a string that is not UTF-8 */
+  m->header_text = header_text(id, session_id, user, date, msg_type, &m->header_len);
+  /* The parent's header is never changed once received, so it is shared. */
+  m->parent_header = parent && parent->header ? json_incref(parent->header) : json_object();
   m->metadata = json_object();
-  m->content = content ? content : json_object();
-  if (parent) {
-    for (size_t i = 0; i < parent->idents.n; i++) {
-      if (sl_msg_add(&m->idents, parent->idents.frames[i].data, parent->idents.frames[i].len) < 0)
-        return jk_msg_free(m);
-    }
-  }
-  if (!m->header || !m->parent_header || !m->metadata)
+  if (!m->header_text || !m->parent_header || !m->metadata)
     return jk_msg_free(m);
+  if (parent && parent->header && parent->header_text) {
+    m->parent_text = malloc(parent->header_len + 1);
+    if (!m->parent_text)
+      return jk_msg_free(m);
+    memcpy(m->parent_text, parent->header_text, parent->header_len + 1);
+    m->parent_len = parent->header_len;
+  }
+  for (size_t i = 0; route && parent && i < parent->idents.n; i++) {
+    if (sl_msg_add(&m->idents, parent->idents.frames[i].data, parent->idents.frames[i].len) < 0)
+      return jk_msg_free(m);
+  }
   return m;
+}
+
+struct jk_msg *jk_msg_reply(const struct jk_msg *parent, const char *msg_type, json_t *content,
+                            const char *session_id) {
+  return new_child(parent, msg_type, content, session_id, true);
+}
+
+struct jk_msg *jk_msg_child(const struct jk_msg *parent, const char *msg_type, json_t *content,
+                            const char *session_id) {
+  return new_child(parent, msg_type, content, session_id, false);
 }
 
 /* ---- authentication -------------------------------------------------- */
@@ -110,16 +178,14 @@ struct jk_auth *jk_auth_new(const uint8_t *key, size_t key_len, size_t replay_wi
     return NULL;
   if (replay_window < 16)
     replay_window = 16;
-  a->key = malloc(key_len + 1);
+  a->key = key_len ? sl_hmac_key_new(key, key_len) : NULL;
   a->ring = calloc(replay_window, sizeof *a->ring);
   a->n_slots = 1;
   while (a->n_slots < replay_window * 2)
     a->n_slots <<= 1;
   a->slots = malloc(a->n_slots * sizeof *a->slots);
-  if (!a->key || !a->ring || !a->slots)
+  if ((key_len && !a->key) || !a->ring || !a->slots)
     return jk_auth_free(a);
-  memcpy(a->key, key, key_len);
-  a->key_len = key_len;
   a->ring_cap = replay_window;
   for (size_t i = 0; i < a->n_slots; i++)
     a->slots[i] = -1;
@@ -129,9 +195,7 @@ struct jk_auth *jk_auth_new(const uint8_t *key, size_t key_len, size_t replay_wi
 struct jk_auth *jk_auth_free(struct jk_auth *a) {
   if (!a)
     return NULL;
-  if (a->key)
-    memset(a->key, 0, a->key_len);
-  free(a->key);
+  sl_hmac_key_free(a->key);
   free(a->ring);
   free(a->slots);
   free(a);
@@ -188,7 +252,7 @@ static void sign(const struct jk_auth *a, const struct sl_frame parts[4], char h
   struct sl_span spans[4];
   for (int i = 0; i < 4; i++)
     spans[i] = (struct sl_span){parts[i].data, parts[i].len};
-  sl_hmac_sha256_hex(a->key, a->key_len, spans, 4, hex);
+  sl_hmac_key_sign_hex(a->key, spans, 4, hex);
 }
 
 /* ---- decode / encode --------------------------------------------------- */
@@ -221,7 +285,7 @@ int jk_wire_decode(struct jk_auth *auth, const struct sl_msg *frames,
   const struct sl_frame *sig = &frames->frames[d + 1];
   const struct sl_frame *parts = &frames->frames[d + 2];
   char expected[SL_HMAC_HEX_LEN + 1];
-  bool signing = auth->key_len > 0;
+  bool signing = auth->key != NULL;
   if (signing) {
     sign(auth, parts, expected);
     if (!sl_hmac_hex_equal(expected, sig->data, sig->len)) {
@@ -262,6 +326,16 @@ int jk_wire_decode(struct jk_auth *auth, const struct sl_msg *frames,
     jk_msg_free(m);
     return r;
   }
+  if (m->header) {
+    /* Kept as sent, to go back as the parent_header of the answers. */
+    m->header_text = malloc(parts[0].len + 1);
+    if (!m->header_text) {
+      jk_msg_free(m);
+      return -ENOMEM;
+    }
+    memcpy(m->header_text, parts[0].data, parts[0].len + 1);
+    m->header_len = parts[0].len;
+  }
   for (int i = 1; i < 4; i++)
     if (!*dst[i])
       *dst[i] = json_object();
@@ -272,33 +346,48 @@ int jk_wire_decode(struct jk_auth *auth, const struct sl_msg *frames,
 int jk_wire_encode(struct jk_auth *auth, const struct jk_msg *msg, struct sl_msg *out) {
   int r = 0;
   const json_t *parts_json[4] = {msg->header, msg->parent_header, msg->metadata, msg->content};
+  const char *given[4] = {msg->header_text, msg->parent_text, NULL, NULL};
+  size_t given_len[4] = {msg->header_len, msg->parent_len, 0, 0};
   struct sl_frame parts[4] = {{0}};
+  bool owned[4] = {false};
   for (int i = 0; i < 4; i++) {
-    char *s = parts_json[i] ? sl_json_dump(parts_json[i], &parts[i].len) : strdup("{}");
-    if (s && !parts_json[i])
-      parts[i].len = 2;
-    if (!s) {
-      r = -ENOMEM;
-      goto out;
+    if (given[i]) {
+      parts[i] = (struct sl_frame){(uint8_t *)given[i], given_len[i]};
+    } else if (!parts_json[i] || (json_is_object(parts_json[i]) && json_object_size(parts_json[i]) == 0)) {
+      parts[i] = (struct sl_frame){(uint8_t *)"{}", 2};
+    } else {
+      char *s = sl_json_dump(parts_json[i], &parts[i].len);
+      if (!s) {
+        r = -ENOMEM;
+        goto out;
+      }
+      parts[i].data = (uint8_t *)s;
+      owned[i] = true;
     }
-    parts[i].data = (uint8_t *)s;
   }
   char hex[SL_HMAC_HEX_LEN + 1] = "";
-  if (auth->key_len > 0)
+  if (auth->key)
     sign(auth, parts, hex);
   for (size_t i = 0; i < msg->idents.n && r == 0; i++)
     r = sl_msg_add(out, msg->idents.frames[i].data, msg->idents.frames[i].len);
   if (r == 0)
-    r = sl_msg_add_str(out, DELIM);
+    r = sl_msg_add(out, DELIM, sizeof DELIM - 1);
   if (r == 0)
-    r = sl_msg_add_str(out, hex);
-  for (int i = 0; i < 4 && r == 0; i++)
-    r = sl_msg_add(out, parts[i].data, parts[i].len);
+    r = sl_msg_add(out, hex, strlen(hex));
+  for (int i = 0; i < 4 && r == 0; i++) {
+    if (owned[i]) {
+      owned[i] = false; /* taken, or freed on error */
+      r = sl_msg_add_owned(out, parts[i].data, parts[i].len);
+    } else {
+      r = sl_msg_add(out, parts[i].data, parts[i].len);
+    }
+  }
   for (size_t i = 0; i < msg->buffers.n && r == 0; i++)
     r = sl_msg_add(out, msg->buffers.frames[i].data, msg->buffers.frames[i].len);
 out:
   for (int i = 0; i < 4; i++)
-    free(parts[i].data);
+    if (owned[i])
+      free(parts[i].data);
   if (r < 0)
     sl_msg_done(out);
   return r;

@@ -22,6 +22,15 @@ struct jk_msg {
   json_t *metadata;       /* owned */
   json_t *content;        /* owned */
   struct sl_msg buffers;  /* binary buffers */
+  /* Serialised forms that jk_wire_encode() sends instead of encoding header
+   * or parent_header again (owned, NUL-terminated, or NULL): a decoded
+   * message keeps its header exactly as it came, and a message built by
+   * jk_msg_reply() or jk_msg_child() holds its own header's text and a copy
+   * of its parent's, so a request's header goes back byte for byte as the
+   * parent_header of everything it causes. Code that changes header or
+   * parent_header of such a message must also free and clear the text. */
+  char *header_text, *parent_text;
+  size_t header_len, parent_len;
 };
 
 struct jk_msg *jk_msg_new(void);
@@ -32,6 +41,11 @@ const char *jk_msg_type(const struct jk_msg *msg);
  * parent_header to a copy of parent's header and builds a fresh header with
  * the given type. parent may be NULL. content is taken (may be NULL for {}). */
 struct jk_msg *jk_msg_reply(const struct jk_msg *parent, const char *msg_type, json_t *content,
+                            const char *session_id);
+/* As jk_msg_reply() without the routing identities, and with username
+ * "kernel": a message caused by parent (may be NULL) on iopub, where the
+ * caller adds the topic. */
+struct jk_msg *jk_msg_child(const struct jk_msg *parent, const char *msg_type, json_t *content,
                             const char *session_id);
 
 struct jk_auth;

@@ -133,6 +133,72 @@ static void malformed(void) {
   jk_auth_free(a);
 }
 
+/* Answers carry the request's header back byte for byte as their
+ * parent_header, and a header written without jansson that reads back as the
+ * JSON it was built from, escapes included. */
+static void parent_bytes(void) {
+  struct jk_auth *a = jk_auth_new(key, sizeof key - 1, 64);
+  const char *hdr = "{ \"msg_id\": \"7\", \"msg_type\": \"execute_request\", \"session\": \"s\","
+                    " \"username\": \"q\\\"\\\\\\u00e9\\n\\u0001\", \"date\": \"\", \"version\": \"5.3\" }";
+  const char *parts[4] = {hdr, "{}", "{}", "{\"code\":\"x = 1\"}"};
+  struct sl_span spans[4];
+  for (int i = 0; i < 4; i++)
+    spans[i] = (struct sl_span){parts[i], strlen(parts[i])};
+  char hex[SL_HMAC_HEX_LEN + 1];
+  sl_hmac_sha256_hex(key, sizeof key - 1, spans, 4, hex);
+  struct sl_msg f;
+  sl_msg_init(&f, SL_LIMITS_DEFAULT);
+  sl_msg_add_str(&f, "id");
+  sl_msg_add_str(&f, "<IDS|MSG>");
+  sl_msg_add_str(&f, hex);
+  for (int i = 0; i < 4; i++)
+    sl_msg_add_str(&f, parts[i]);
+  struct jk_msg *req = NULL;
+  char err[256];
+  CHECK_INT(jk_wire_decode(a, &f, NULL, &req, err, sizeof err), 0);
+  sl_msg_done(&f);
+  if (!req)
+    return;
+  struct jk_msg *out[2] = {jk_msg_reply(req, "execute_reply", json_pack("{s:s}", "status", "ok"), "k\"id"),
+                           jk_msg_child(req, "status", NULL, "k\"id")};
+  for (int k = 0; k < 2; k++) {
+    CHECK(out[k] != NULL);
+    if (!out[k])
+      continue;
+    CHECK_INT(out[k]->idents.n, k == 0 ? 1 : 0);
+    struct sl_msg enc;
+    sl_msg_init(&enc, SL_LIMITS_DEFAULT);
+    CHECK_INT(jk_wire_encode(a, out[k], &enc), 0);
+    size_t d = out[k]->idents.n;
+    CHECK_INT(enc.n, d + 6);
+    CHECK_STR((char *)enc.frames[d + 3].data, hdr);
+    json_t *h = NULL;
+    CHECK_INT(sl_json_parse((char *)enc.frames[d + 2].data, enc.frames[d + 2].len, 8, &h, err, sizeof err), 0);
+    CHECK(json_equal(h, out[k]->header));
+    CHECK_STR(sl_json_get_str(h, "session", ""), "k\"id");
+    CHECK_STR(sl_json_get_str(h, "username", ""), k == 0 ? "q\"\\\xc3\xa9\n\x01" : "kernel");
+    json_decref(h);
+    /* Signed over the bytes sent: a peer accepts it. */
+    struct jk_auth *peer = jk_auth_new(key, sizeof key - 1, 64);
+    struct jk_msg *got = NULL;
+    if (k == 1) { /* iopub: the caller adds the topic */
+      sl_msg_done(&enc);
+      sl_msg_add_str(&out[k]->idents, "kernel.k.status");
+      sl_msg_init(&enc, SL_LIMITS_DEFAULT);
+      CHECK_INT(jk_wire_encode(a, out[k], &enc), 0);
+    }
+    CHECK_INT(jk_wire_decode(peer, &enc, NULL, &got, err, sizeof err), 0);
+    if (got)
+      CHECK_STR(sl_json_get_str(got->parent_header, "msg_id", ""), "7");
+    jk_msg_free(got);
+    jk_auth_free(peer);
+    sl_msg_done(&enc);
+    jk_msg_free(out[k]);
+  }
+  jk_msg_free(req);
+  jk_auth_free(a);
+}
+
 static void replay_window(void) {
   /* The window forgets the oldest signatures first, and never grows. */
   struct jk_auth *a = jk_auth_new(key, sizeof key - 1, 16);
@@ -235,6 +301,7 @@ int main(void) {
   sl_crypto_init();
   round_trip();
   malformed();
+  parent_bytes();
   replay_window();
   unsigned_mode();
   frame_limits();
