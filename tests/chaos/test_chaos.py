@@ -1,0 +1,602 @@
+#!/usr/bin/python3
+"""The chaos suite: one training job survives 20 random kills.
+
+usage: test_chaos.py GATEWAY WORKER TRAIN KERNEL
+
+A real spotlab-gateway (local provider, real spotlab-worker and
+spotlab-train) and a real spotlab-kernel (through jupyter_client). The kernel
+first runs a reference job without interruption, then the same `train`
+statement again while this script kills, at moments chosen by a seeded RNG:
+the job's worker with a notice (`inject preempt`) and without one (`inject
+kill`), its spotlab-train process (SIGKILL), the gateway (SIGKILL, then a new
+gateway on the same state folder) and the kernel (SIGKILL through the
+KernelManager, a restart, then `%attach JOB`). Each kind comes four times.
+
+At the end: the job succeeded and the kernel's cell says so; every step's
+loss in the job's event log equals the reference run's bit for bit, and no
+step is missing; every checkpoint file in the store and in the workers'
+folders passes `spotlab-train --check`; the event log (and the stream a
+client saw across gateway restarts) numbers events 1, 2, 3... with no gap or
+duplicate; at most one spotlab-train ran the job at any time; no worker runs
+that the gateway does not know of.
+
+SPOTLAB_CHAOS_SEED=N replays a schedule (the seed is printed first);
+SPOTLAB_CHAOS_KILLS=N changes the number of kills. Every wait is for an event
+(a gateway message, a kernel message, a process exit) with a deadline.
+"""
+
+import glob
+import hashlib
+import json
+import os
+import queue
+import random
+import re
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import zmq
+from jupyter_client import KernelManager
+
+from kernelspec_env import KernelspecEnv
+
+GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
+SEED = int(os.environ.get("SPOTLAB_CHAOS_SEED") or int.from_bytes(os.urandom(4), "little"))
+KILLS = int(os.environ.get("SPOTLAB_CHAOS_KILLS") or 20)
+KINDS = ("preempt", "kill", "train", "gateway", "kernel")
+TOKEN = "chaos-token-0123456789abcdef"
+STEPS = 4000
+TRAIN_CELL = ("train m on d steps=%d batch=8 lr=3e-3 seed=5 checkpoint_every=50 "
+              "spot=yes" % STEPS)
+DEFS_CELL = 'model m = gpt(layers=2, heads=2, dim=32, ctx=64)\ndata d = text("%s")'
+FINAL = ("succeeded", "failed", "cancelled")
+CTX = zmq.Context()
+FAILURES = []
+
+
+def log(*args):
+    print("[%7.2f]" % (time.monotonic() - T0), *args, flush=True)
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        FAILURES.append(what)
+    return cond
+
+
+T0 = time.monotonic()
+
+
+def write_text(path):
+    """A few KB of word salad: the training text (deterministic)."""
+    rng = random.Random(0)
+    words = ("call me ishmael some years ago never mind how long precisely having little or no "
+             "money in my purse and nothing particular to interest me on shore I thought I would "
+             "sail about a little and see the watery part of the world").split()
+    lines = [" ".join(rng.choice(words) for _ in range(12)).capitalize() + "." for _ in range(400)]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def proc_cmdline(pid):
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as f:
+            cmd = f.read()
+        with open("/proc/%s/stat" % pid) as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return None
+        return cmd.split(b"\0")
+    except (OSError, IndexError):
+        return None
+
+
+def processes(program, *needles):
+    """Pids of live `program` processes whose command line holds every needle."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        argv = proc_cmdline(d)
+        if argv and os.path.basename(argv[0].decode(errors="replace")) == program and \
+                all(any(n.encode() in a for a in argv) for n in needles):
+            pids.append(int(d))
+    return pids
+
+
+def wait_exit(pids, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        finally:
+            os.close(fd)
+
+
+class Gateway:
+    """spotlab-gateway on a private state folder; kill() and start() again."""
+
+    def __init__(self, root):
+        self.root = root
+        self.state = os.path.join(root, "state")
+        self.listen = "ipc://%s/k.sock" % root
+        self.ini = os.path.join(root, "gateway.ini")
+        trace = os.path.join(root, "trace.json")
+        with open(trace, "w") as f:  # plenty of spot capacity: only this script preempts
+            json.dump({"metadata": {"gap_seconds": 3600}, "data": [64]}, f)
+        with open(self.ini, "w") as f:
+            f.write("[gateway]\nlisten = %s\nworkers = ipc://%s/w.sock\nstate_dir = %s\n"
+                    "heartbeat_ms = 200\nheartbeat_timeout = 5s\nregister_timeout = 10s\n"
+                    "[worker]\nmetrics_per_s = 100000\n"
+                    "[provider.local]\nslots = 6\ntime_scale = 60\nmarket = trace:%s\n"
+                    "[user.chaos]\ntoken_sha256 = %s\n"
+                    % (self.listen, root, self.state, trace,
+                       hashlib.sha256(TOKEN.encode()).hexdigest()))
+        self.logpath = os.path.join(root, "gateway.log")
+        self.p = None
+        self.starts = 0
+
+    def start(self):
+        env = dict(os.environ, SPOTLAB_WORKER_BIN=WORKER, SPOTLAB_TRAIN_BIN=TRAIN)
+        env.pop("SPOTLAB_CONFIG", None)
+        env.pop("SPOTLAB_DEBUG", None)
+        with open(self.logpath, "ab") as logf:
+            self.p = subprocess.Popen([GATEWAY, "--config", self.ini], stdin=subprocess.DEVNULL,
+                                      stdout=logf, stderr=logf, env=env)
+        self.starts += 1
+
+    def kill(self):
+        self.p.kill()
+        self.p.wait(30)
+
+    def alive(self):
+        return self.p is not None and self.p.poll() is None
+
+    def logtail(self, n=6000):
+        with open(self.logpath, "rb") as f:
+            return f.read().decode(errors="replace")[-n:]
+
+
+class Monitor:
+    """A kernel-protocol client (as the CLI is) that follows one job. Across
+    a gateway restart it says hello again and attaches from the last seq it
+    saw, so its stream must number events 1, 2, 3... exactly once."""
+
+    def __init__(self, gw):
+        self.gw = gw
+        self.s = None
+        self.nid = 0
+        self.job = None
+        self.events = []
+        self.last_seq = 0
+        self.anomalies = []
+        self.state = None
+        self.instance = None
+        self.max_step = 0
+        self.hook = None  # called after every batch of messages
+
+    def connect(self, timeout=60):
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.s is not None:
+                self.s.close(0)
+            self.s = CTX.socket(zmq.DEALER)
+            self.s.linger = 0
+            self.s.connect(self.gw.listen)
+            try:
+                r = self.req("hello", token=TOKEN, client="cli", session="chaos", version="0.1.0",
+                             timeout=3)
+                assert r["ok"], r
+                break
+            except TimeoutError:
+                if time.monotonic() > deadline or not self.gw.alive():
+                    raise TimeoutError("the gateway does not answer hello")
+        if self.job:
+            r = self.req("attach", job=self.job, after=self.last_seq)
+            assert r["ok"], r
+
+    def follow(self, job):
+        self.job = job
+        r = self.req("attach", job=job, after=0)
+        assert r["ok"], r
+
+    def _handle(self, m):
+        if m.get("type") != "event" or m.get("job") != self.job:
+            return
+        seq = m.get("seq")
+        if seq != self.last_seq + 1:
+            self.anomalies.append("after seq %d came seq %s (%s)" % (self.last_seq, seq, m.get("event")))
+        if isinstance(seq, int) and seq > self.last_seq:
+            self.last_seq = seq
+        self.events.append(m)
+        kind = m.get("event")
+        if kind == "state":
+            self.state = m.get("state")
+            if self.state in ("queued", "preempted") or self.state in FINAL:
+                self.instance = None
+        elif kind == "placed":
+            self.instance = m.get("instance")
+        elif kind == "preempted":
+            self.instance = None
+        elif kind == "metric" and isinstance(m.get("step"), int):
+            self.max_step = max(self.max_step, m["step"])
+
+    def tail(self, n=12):
+        return ["%s:%s" % (e.get("seq"), e.get("state") or e.get("instance") or e.get("step") or
+                           e.get("event")) for e in self.events if e.get("event") != "metric"][-n:]
+
+    def pump(self, timeout):
+        """Waits up to timeout for messages and handles all that came."""
+        got = []
+        if self.s.poll(int(timeout * 1000)):
+            while True:
+                try:
+                    got.append(json.loads(self.s.recv(zmq.NOBLOCK)))
+                except zmq.Again:
+                    break
+        for m in got:
+            self._handle(m)
+        if self.hook:
+            self.hook()
+        return got
+
+    def req(self, type_, timeout=10, **kw):
+        self.nid += 1
+        rid = self.nid
+        kw.update(type=type_, id=rid)
+        self.s.send(json.dumps(kw).encode())
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no reply to %s" % type_)
+            for m in self.pump(min(left, 0.2)):
+                if m.get("type") == "reply" and m.get("re") == rid:
+                    return m
+
+    def wait(self, pred, timeout, what):
+        deadline = time.monotonic() + timeout
+        while not pred():
+            if time.monotonic() > deadline:
+                raise TimeoutError("%s: not within %ds (job state %s, step %d)"
+                                   % (what, timeout, self.state, self.max_step))
+            if self.state in FINAL:
+                raise RuntimeError("%s: the job ended (%s) first; the last events: %s"
+                                   % (what, self.state, self.tail()))
+            self.pump(0.1)
+
+    def log_events(self, job):
+        """The job's whole event log, page by page."""
+        out, after = [], 0
+        while True:
+            r = self.req("logs", job=job, after=after, limit=10000, timeout=30)
+            assert r["ok"], r
+            out += r["events"]
+            if not r["events"] or not r.get("more"):
+                return out
+            after = r["events"][-1]["seq"]
+
+
+class Notebook:
+    """spotlab-kernel started as a front end starts it."""
+
+    def __init__(self):
+        self.km = KernelManager(kernel_name="spotlab")
+        self.km.start_kernel()
+        self.connect()
+        self.cell = None       # msg_id of the cell following the job
+        self.display = ""      # its latest text/plain display
+        self.reply = None
+
+    def connect(self):
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+
+    def run(self, code, timeout):
+        msgs = []
+        reply = self.kc.execute_interactive(code, output_hook=msgs.append, timeout=timeout)
+        return reply["content"], msgs
+
+    def start(self, code):
+        self.cell = self.kc.execute(code)
+        self.display, self.reply = "", None
+
+    def drain(self):
+        """Takes what the kernel sent so far for the followed cell."""
+        while True:
+            try:
+                m = self.kc.get_iopub_msg(timeout=0)
+            except queue.Empty:
+                break
+            if m["parent_header"].get("msg_id") == self.cell and \
+                    m["msg_type"] in ("display_data", "update_display_data"):
+                self.display = m["content"]["data"].get("text/plain", "")
+        while self.reply is None:
+            try:
+                m = self.kc.get_shell_msg(timeout=0)
+            except queue.Empty:
+                break
+            if m["parent_header"].get("msg_id") == self.cell:
+                self.reply = m["content"]
+
+    def kill_and_restart(self):
+        self.kc.stop_channels()
+        pid = self.km.provisioner.process.pid
+        os.kill(pid, signal.SIGKILL)
+        wait_exit([pid], 30)
+        self.km.restart_kernel(now=True)
+        self.connect()
+
+    def close(self):
+        try:
+            self.kc.stop_channels()
+            self.km.shutdown_kernel(now=True)
+        except Exception as e:  # cleanup must go on
+            print("kernel shutdown:", e, file=sys.stderr)
+
+
+def job_of(text):
+    m = re.search(r"\bJ\d{6}\b", text or "")
+    return m.group(0) if m else None
+
+
+def step_losses(events):
+    """{step: [loss bits, ...]} of the metric events (float32 bits)."""
+    out = {}
+    for e in events:
+        if e.get("event") == "metric" and isinstance(e.get("step"), int) and "loss" in e:
+            out.setdefault(e["step"], []).append(struct.pack("<f", e["loss"]))
+    return out
+
+
+class Chaos:
+    def __init__(self, gw, mon, nb, job, state):
+        self.gw, self.mon, self.nb, self.job, self.state = gw, mon, nb, job, state
+        self.rng = random.Random(SEED)
+        self.max_trains = 0
+        self.next_watch = 0
+        self.kernel_kills_done = 0
+        mon.hook = self.watch
+
+    def watch(self):
+        """How many spotlab-train run the job: after gateway messages, at most
+        every 50 ms (a scan of /proc costs more than a message)."""
+        now = time.monotonic()
+        if now < self.next_watch:
+            return
+        self.next_watch = now + 0.05
+        n = len(self.trains())
+        if n > self.max_trains:
+            self.max_trains = n
+            if n > 1:
+                log("%d spotlab-train processes run %s at once" % (n, self.job))
+
+    def trains(self):
+        return processes("spotlab-train", "%s/instances/" % self.state, "/jobs/%s/" % self.job)
+
+    def inject(self, action, notice_s=None):
+        """inject on the job's instance; waits for one that takes it."""
+        deadline = time.monotonic() + 60
+        while True:
+            self.mon.wait(lambda: self.mon.instance, 60, "an instance for " + action)
+            kw = {"notice_s": notice_s} if notice_s else {}
+            r = self.mon.req("inject", action=action, instance=self.mon.instance, **kw)
+            if r["ok"]:
+                return "instance %s%s" % (self.mon.instance,
+                                          " notice %ds" % notice_s if notice_s else "")
+            if time.monotonic() > deadline:
+                raise TimeoutError("inject %s refused: %s" % (action, r["error"]))
+            gone = self.mon.instance
+            # a notice already running, or the instance just went: wait for the next one
+            self.mon.wait(lambda: self.mon.instance != gone, 60, "the next instance")
+
+    def kill_train(self):
+        pids = []
+        self.mon.wait(lambda: pids.extend(self.trains()) or pids, 60, "a spotlab-train process")
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        return "pid %s" % pids
+
+    def kill_gateway(self):
+        self.gw.kill()
+        down = self.rng.uniform(0, 1.5)
+        end = time.monotonic() + down
+        while time.monotonic() < end:  # the workers go on alone; the monitor's socket is quiet
+            self.mon.pump(end - time.monotonic())
+        self.gw.start()
+        self.mon.connect()
+        return "down %.1fs" % down
+
+    def kill_kernel(self):
+        self.nb.kill_and_restart()
+        self.nb.start("%attach " + self.job)
+        self.kernel_kills_done += 1
+        return "restarted, %attach"
+
+    def one(self, i, kind, target, quick):
+        t_prev = time.monotonic()
+        if quick:
+            end = t_prev + self.rng.uniform(0, 1.0)
+            while time.monotonic() < end:
+                self.mon.pump(max(0.0, end - time.monotonic()))
+                if self.mon.state in FINAL:
+                    raise RuntimeError("the job ended (%s) before kill %d" % (self.mon.state, i + 1))
+        else:
+            self.mon.wait(lambda: self.mon.max_step >= target, 120, "step %d" % target)
+        at = "step %d, %s" % (self.mon.max_step, self.mon.state)
+        if kind == "preempt":
+            what = self.inject("preempt", self.rng.choice((30, 60, 120)))
+        elif kind == "kill":
+            what = self.inject("kill")
+        elif kind == "train":
+            what = self.kill_train()
+        elif kind == "gateway":
+            what = self.kill_gateway()
+        else:
+            what = self.kill_kernel()
+        log("kill %2d/%d %-8s (%s): %s" % (i + 1, KILLS, kind, at, what))
+        self.nb.drain()
+
+    def run(self):
+        kinds = [KINDS[i % len(KINDS)] for i in range(KILLS)]
+        self.rng.shuffle(kinds)
+        targets = sorted(int(self.rng.uniform(0.02, 0.75) * STEPS) for _ in range(KILLS))
+        quick = [self.rng.random() < 0.3 for _ in range(KILLS)]
+        for i, kind in enumerate(kinds):
+            self.one(i, kind, targets[i], quick[i])
+
+
+def final_checks(gw, mon, nb, chaos, job, ref_job):
+    mon.wait(lambda: mon.state in FINAL, 240, "the end of the job")
+    check(mon.state == "succeeded", "the job succeeded (%s)" % mon.state)
+    deadline = time.monotonic() + 120
+    while nb.reply is None and time.monotonic() < deadline:
+        try:
+            m = nb.kc.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if m["parent_header"].get("msg_id") == nb.cell:
+            nb.reply = m["content"]
+    nb.drain()
+    check(nb.reply is not None and nb.reply["status"] == "ok",
+          "the kernel's cell following the job ended ok: %r"
+          % ((nb.reply["status"], nb.reply.get("evalue")) if nb.reply else None,))
+    check("succeeded" in nb.display and "step %d/%d" % (STEPS, STEPS) in nb.display,
+          "the kernel's display shows the job succeeded at the last step")
+
+    events = mon.log_events(job)
+    seqs = [e["seq"] for e in events]
+    check(seqs == list(range(1, len(seqs) + 1)),
+          "the event log numbers %d events 1..N with no gap or duplicate" % len(seqs))
+    r = mon.req("jobs", all=True)
+    summary = [j for j in r["jobs"] if j["job"] == job]
+    check(summary and summary[0]["last_seq"] == len(seqs) and summary[0]["state"] == "succeeded",
+          "the job summary agrees (state, last_seq)")
+    check(not mon.anomalies, "the followed stream had no gap or duplicate across %d gateway starts%s"
+          % (gw.starts, ": %s" % mon.anomalies[:5] if mon.anomalies else ""))
+    check(mon.last_seq == len(seqs), "the followed stream saw every event (%d of %d)"
+          % (mon.last_seq, len(seqs)))
+    states = [e["state"] for e in events if e["event"] == "state"]
+    check(states.count("succeeded") == 1 and states[-1] == "succeeded",
+          "one succeeded state, the last one")
+
+    ref = step_losses(mon.log_events(ref_job))
+    got = step_losses(events)
+    want_steps = set(range(1, STEPS + 1))
+    check(set(ref) == want_steps and all(len(set(v)) == 1 for v in ref.values()),
+          "the reference run logged every step, each with one loss")
+    missing = sorted(want_steps - set(got))
+    check(not missing, "the chaos run logged every step (%d missing%s)"
+          % (len(missing), ", first %s" % missing[:10] if missing else ""))
+    differ = [s for s, bits in got.items() if s in ref and any(b != ref[s][0] for b in bits)]
+    repeats = sum(len(v) - 1 for v in got.values())
+    check(not differ, "every logged loss equals the reference bit for bit (%d steps, %d re-run "
+          "after a loss%s)" % (len(got), repeats, "; differ at %s" % differ[:10] if differ else ""))
+
+    files = sorted(glob.glob(os.path.join(gw.state, "store", "**", "*.tc"), recursive=True) +
+                   glob.glob(os.path.join(gw.state, "instances", "*", "work", "jobs", "*", "ckpt", "*")))
+    p = subprocess.run([TRAIN, "--check", *files], capture_output=True, text=True, timeout=120) \
+        if files else None
+    bad = [line for line in (p.stdout.splitlines() if p else []) if ": ok step " not in line]
+    check(files and p.returncode == 0 and not bad,
+          "all %d checkpoint files pass spotlab-train --check%s"
+          % (len(files), ": %s" % bad[:5] if bad else ""))
+    keys = {e["path"] for e in events if e["event"] == "checkpoint"}
+    stored = {os.path.relpath(f, os.path.join(gw.state, "store")) for f in files}
+    check(keys and keys <= stored, "every checkpoint event names a file in the store (%d)" % len(keys))
+
+    check(chaos.max_trains == 1, "at most one spotlab-train ran the job at a time (%d)" % chaos.max_trains)
+    check(not chaos.trains(), "no spotlab-train of the job is left")
+    known = {i["instance"] for i in mon.req("instances")["instances"] if i["state"] != "terminated"}
+    stray = []
+    for pid in processes("spotlab-worker", gw.state + "/"):
+        cfg = [a for a in proc_cmdline(pid) or [] if a.endswith(b"worker.json")]
+        inst = os.path.basename(os.path.dirname(cfg[0].decode())) if cfg else "?"
+        if inst not in known:
+            stray.append(inst)
+    check(not stray, "every running worker is an instance the gateway knows (%d known%s)"
+          % (len(known), ", stray %s" % stray if stray else ""))
+
+
+def main():
+    root = tempfile.mkdtemp(prefix="spotlab-chaos-")
+    text = os.path.join(root, "text.txt")
+    write_text(text)
+    log("chaos seed %d (SPOTLAB_CHAOS_SEED=%d reproduces the schedule), %d kills, folder %s"
+        % (SEED, SEED, KILLS, root))
+    gw = Gateway(root)
+    os.environ.update(SPOTLAB_GATEWAY=gw.listen, SPOTLAB_TOKEN=TOKEN,
+                      SPOTLAB_HOME=os.path.join(root, "home"))
+    nb = None
+    mon = Monitor(gw)
+    try:
+        gw.start()
+        mon.connect()
+        with KernelspecEnv(KERNEL):
+            nb = Notebook()
+            content, _ = nb.run(DEFS_CELL % text, timeout=60)
+            assert content["status"] == "ok", content
+            t = time.monotonic()
+            content, msgs = nb.run(TRAIN_CELL, timeout=300)
+            shown = [m["content"]["data"].get("text/plain", "") for m in msgs
+                     if m["msg_type"] in ("display_data", "update_display_data")]
+            ref_job = job_of(shown[-1] if shown else "")
+            check(content["status"] == "ok" and ref_job, "the reference run succeeded (%s, %.1fs%s)"
+                  % (ref_job, time.monotonic() - t,
+                     "" if content["status"] == "ok" else ": %s" % content.get("evalue")))
+            if FAILURES:
+                return 1
+            nb.start(TRAIN_CELL)
+            deadline = time.monotonic() + 60
+            while not job_of(nb.display) and time.monotonic() < deadline:
+                m = nb.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+                if m["parent_header"].get("msg_id") == nb.cell and m["msg_type"] == "display_data":
+                    nb.display = m["content"]["data"].get("text/plain", "")
+            job = job_of(nb.display)
+            assert job and job != ref_job, "no job id in the display: %r" % nb.display
+            log("reference %s; chaos on %s" % (ref_job, job))
+            mon.follow(job)
+            chaos = Chaos(gw, mon, nb, job, gw.state)
+            t = time.monotonic()
+            chaos.run()
+            log("%d kills in %.1fs; waiting for the end" % (KILLS, time.monotonic() - t))
+            final_checks(gw, mon, nb, chaos, job, ref_job)
+    except Exception as e:  # a timeout or a broken expectation is a failure with context
+        FAILURES.append("%s: %s" % (type(e).__name__, e))
+        print("FAIL %s: %s" % (type(e).__name__, e), flush=True)
+    finally:
+        if nb:
+            nb.close()
+        if FAILURES:
+            print("gateway log (%s):\n%s" % (gw.logpath, gw.logtail()), file=sys.stderr)
+        if gw.alive():
+            gw.p.send_signal(signal.SIGTERM)
+            try:
+                gw.p.wait(20)
+            except subprocess.TimeoutExpired:
+                gw.kill()
+        left = processes("spotlab-worker", root + "/") + processes("spotlab-train", root + "/")
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        wait_exit(left, 20)
+        if FAILURES:
+            print("seed %d; state kept in %s" % (SEED, root), file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    log("%d failures (seed %d)" % (len(FAILURES), SEED))
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
