@@ -24,13 +24,17 @@
 /* The worker relays at most 100 output lines per second per job, and the
  * job prints one per step. */
 #define MIN_STEP_WALL_S 0.012
+/* Wall time a new instance takes from launch to the job's first step on
+ * this machine (worker start, registration, the script's start), generous:
+ * a capacity window shorter than this (in simulated time) is useless. */
+#define START_WALL_S 0.5
 
 struct args {
   const char *trace, *type;
   struct sim_job job;
   bool auto_every, json, events;
   double timeout_s;
-  double gap_s; /* the trace's gap_seconds */
+  struct sim_trace *capacity; /* what the trace offers, for the default timeout */
 };
 
 static void usage(FILE *f) {
@@ -43,7 +47,7 @@ static void usage(FILE *f) {
         "  --checkpoint-s SECONDS  simulated seconds one checkpoint takes (default 10)\n"
         "  --time-scale X          simulated seconds per wall second (default 1000)\n"
         "  --type TYPE             instance type (default g5.xlarge)\n"
-        "  --timeout SECONDS       give up after this many wall seconds (default: from the job)\n"
+        "  --timeout SECONDS       give up after this many wall seconds (default: from the job and the trace)\n"
         "  --json                  print the report as JSON\n"
         "  --events                print each job event on stderr as it arrives\n",
         f);
@@ -115,13 +119,14 @@ static int parse(int argc, char **argv, struct args *a) {
     return 2;
   }
   a->job.steps = (int64_t)steps;
-  json_error_t je;
-  json_t *trace = json_load_file(a->trace, 0, &je);
-  a->gap_s = sl_json_get_num(json_object_get(trace, "metadata"), "gap_seconds", 0);
-  json_decref(trace);
-  if (a->gap_s <= 0) {
-    fprintf(stderr, "spotlab-sim: %s: not a spot trace (%s)\n", a->trace,
-            je.text[0] ? je.text : "no metadata.gap_seconds");
+  char err[1200];
+  if (sim_trace_load(a->trace, &a->capacity, err, sizeof err) < 0) {
+    fprintf(stderr, "spotlab-sim: %s\n", err);
+    return 2;
+  }
+  if (sim_trace_first_capacity_s(a->capacity) < 0) {
+    fprintf(stderr, "spotlab-sim: %s offers no spot capacity at any tick: the job could never start\n",
+            a->trace);
     return 2;
   }
   if (a->job.step_s / a->job.time_scale < MIN_STEP_WALL_S) {
@@ -189,6 +194,36 @@ static bool on_event(void *ud, const json_t *event) {
 
 static void on_alarm(int sig) { (void)sig; }
 
+/* The wall seconds to wait for the job: ten times its own work (the
+ * gateway, worker and script starts on a busy machine), plus twice the time
+ * the trace keeps it waiting. The trace's capacity is replayed from its
+ * start, so a trace whose first ticks have none holds the job in the queue
+ * for that long; a timeout from the work alone gave up on such a job while
+ * it was still queued. Says on stderr when the job will wait, and when the
+ * trace's windows look too short for it to finish. */
+static double default_timeout_s(const struct args *a) {
+  const struct sim_job *j = &a->job;
+  double work_s = (double)j->steps * (j->step_s + (j->checkpoint_every > 0
+                                                       ? j->checkpoint_s / (double)j->checkpoint_every
+                                                       : 0));
+  double first_s = sim_trace_first_capacity_s(a->capacity);
+  double done_s = sim_trace_time_for_s(a->capacity, work_s, START_WALL_S * j->time_scale);
+  double wait_s = done_s - work_s;
+  if (done_s < 0) {
+    fprintf(stderr,
+            "spotlab-sim: warning: the trace's capacity windows are too short for this job at time_scale %g"
+            " (a new instance takes about %.1f wall s, %.0f simulated s, to start): it may never finish\n",
+            j->time_scale, START_WALL_S, START_WALL_S * j->time_scale);
+    wait_s = sim_trace_length_s(a->capacity); /* one pass, then give up */
+  }
+  if (first_s > 0)
+    fprintf(stderr,
+            "spotlab-sim: the trace offers no spot capacity for its first %.0f simulated s (%.1f wall s at"
+            " time_scale %g); the job waits in the queue until then\n",
+            first_s, first_s / j->time_scale, j->time_scale);
+  return 60 + 10 * work_s / j->time_scale + 2 * (wait_s > first_s ? wait_s : first_s) / j->time_scale;
+}
+
 static int simulate(struct args *a, struct sim_report *rep) {
   struct cli_conn *c = cli_conn_new();
   if (!c)
@@ -216,10 +251,9 @@ static int simulate(struct args *a, struct sim_report *rep) {
   rep->trace_events = a->events;
 
   /* The deadline: SIGALRM interrupts the follow loop's poll. */
-  double wall = (double)a->job.steps * (a->job.step_s + (a->job.checkpoint_every > 0
-                                                           ? a->job.checkpoint_s / (double)a->job.checkpoint_every
-                                                           : 0)) / a->job.time_scale;
-  double timeout_s = a->timeout_s > 0 ? a->timeout_s : 60 + 10 * wall;
+  double timeout_s = default_timeout_s(a);
+  if (a->timeout_s > 0)
+    timeout_s = a->timeout_s;
   struct sigaction sa = {.sa_handler = on_alarm};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGALRM, &sa, NULL);
@@ -229,7 +263,9 @@ static int simulate(struct args *a, struct sim_report *rep) {
   alarm(0);
   if (r < 0) {
     if (r == SL_EINTERRUPTED)
-      fprintf(stderr, "spotlab-sim: %s did not end within %.0f s\n", job, timeout_s);
+      fprintf(stderr, "spotlab-sim: %s did not end within %.0f s (it was %s%s); --timeout gives it longer\n",
+              job, timeout_s, rep->last_state[0] ? rep->last_state : "queued",
+              rep->attempts ? "" : ", never placed: no spot capacity for it yet");
     else
       fprintf(stderr, "spotlab-sim: %s\n", err);
     request(c, json_pack("{s:s, s:s}", "type", "cancel", "job", job), NULL);
@@ -245,20 +281,24 @@ int main(int argc, char **argv) {
   sl_log_init("spotlab-sim");
   struct args a;
   int r = parse(argc, argv, &a);
-  if (r)
+  if (r) {
+    sim_trace_free(a.capacity);
     return r == 1 ? 0 : 2;
+  }
   char err[1200];
   struct sim_home *h = NULL;
   if ((r = sim_home_new(a.trace, a.job.time_scale, &h, err, sizeof err)) < 0 ||
       (r = sim_home_start(h, err, sizeof err)) < 0) {
     fprintf(stderr, "spotlab-sim: %s\n", err);
     sim_home_free(h);
+    sim_trace_free(a.capacity);
     return 1;
   }
   struct sim_report rep;
   sim_report_init(&rep, &a.job, sl_time_real_us());
   r = simulate(&a, &rep);
   h = sim_home_free(h);
+  a.capacity = sim_trace_free(a.capacity);
   if (r < 0)
     return 1;
   if (a.json) {

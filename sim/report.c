@@ -125,6 +125,7 @@ bool sim_report_event(struct sim_report *r, const json_t *ev) {
     r->on_demand_usd = sl_json_get_num(ev, "on_demand_usd", r->on_demand_usd);
   } else if (!strcmp(kind, "state")) {
     const char *s = sl_json_get_str(ev, "state", "");
+    snprintf(r->last_state, sizeof r->last_state, "%s", s);
     if (final_state(s)) {
       snprintf(r->state, sizeof r->state, "%s", s);
       r->end_us = t;

@@ -26,6 +26,29 @@ struct sim_home *sim_home_free(struct sim_home *h);
 /* The folder (borrowed). */
 const char *sim_home_path(const struct sim_home *h);
 
+/* ---- what the trace offers (trace.c) ---- */
+
+#define SIM_NOTICE_S 120.0        /* the local market's notice, simulated seconds */
+#define SIM_TRACE_MAX_PASSES 10   /* sim_trace_time_for_s looks this many times through */
+
+struct sim_trace;
+
+/* Reads a spot-traces file's gap and which ticks have capacity. Returns an
+ * owned trace in *ret, or a negative error with a message in err. */
+int sim_trace_load(const char *path, struct sim_trace **ret, char *err, size_t err_size);
+/* Frees; NULL is a no-op. Returns NULL. */
+struct sim_trace *sim_trace_free(struct sim_trace *t);
+/* Simulated seconds one pass of the trace lasts. */
+double sim_trace_length_s(const struct sim_trace *t);
+/* Simulated seconds from the start to the first tick with capacity; -1 if none has. */
+double sim_trace_first_capacity_s(const struct sim_trace *t);
+/* The simulated time, from the start of the trace (repeated at most
+ * SIM_TRACE_MAX_PASSES times), by which its capacity windows have given
+ * work_s of usable time: each window counts its length plus the notice at
+ * its end, less overhead_s for getting an instance going (a window that
+ * short counts nothing). -1 when they never do. */
+double sim_trace_time_for_s(const struct sim_trace *t, double work_s, double overhead_s);
+
 /* ---- the job and its report (report.c) ---- */
 
 struct sim_job {
@@ -44,6 +67,7 @@ struct sim_report {
   bool trace_events;             /* print each event on stderr */
   int64_t submit_us, end_us;     /* wall clock */
   char state[16];                /* final state; empty while running */
+  char last_state[16];           /* the latest state event's state */
   int attempts;                  /* placed events */
   int preempted_notice, preempted_hard;
   int resumed;                   /* attempts that started from a checkpoint */

@@ -1,9 +1,16 @@
 #!/usr/bin/env python3
 """spotlab-sim end to end: a synthetic trace whose capacity drops once, so the
-job is preempted exactly once with a notice, and one real trace from
-spot-traces when the shared data is there.
+job is preempted exactly once with a notice, one real trace from spot-traces
+when the shared data is there, and what spotlab-sim says about a trace that
+keeps the job waiting for capacity.
 
-usage: test_sim.py SPOTLAB_SIM SPOT_TRACES_DIR
+usage: test_sim.py SPOTLAB_SIM SPOT_TRACES_DIR [late-capacity]
+
+late-capacity (suite slow, about 90 s): the real trace that starts with 56
+simulated hours without V100 capacity, with --type p3.2xlarge and the
+default timeout. The job waits in the queue, then runs; spotlab-sim used to
+give up on it while it was still queued, its timeout counting the job's
+work but not the trace's wait.
 """
 import json
 import os
@@ -12,14 +19,17 @@ import sys
 import tempfile
 
 REAL = "preemption/1-node/aws-04-22-2023/us-east-1f_v100_1.json"
+# No V100 capacity for its first 1038 ticks of 195 s: 202410 simulated seconds.
+LATE = "availability/1-node/aws-02-15-2023/us-east-1d_v100_1.json"
+LATE_FIRST_S = 202410
 
 
-def run_sim(sim, trace, *args):
+def run_sim(sim, trace, *args, timeout=60, expect=0):
     cmd = [sim, "--trace", trace, "--json", *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    if p.returncode != 0:
-        sys.exit(f"FAIL: {' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()}")
-    return json.loads(p.stdout)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != expect:
+        sys.exit(f"FAIL: {' '.join(cmd)} exited {p.returncode}, not {expect}: {p.stderr.strip()}")
+    return (json.loads(p.stdout) if expect == 0 else None), p.stderr
 
 
 def check(cond, what, rep):
@@ -35,8 +45,8 @@ def synthetic(sim):
         with open(trace, "w") as f:
             json.dump({"metadata": {"gap_seconds": 600}, "data": [1, 1, 0] + [1] * 20}, f)
         every = 10
-        rep = run_sim(sim, trace, "--steps", "50", "--step-s", "60", "--checkpoint-every", str(every),
-                      "--time-scale", "2000")
+        rep, _ = run_sim(sim, trace, "--steps", "50", "--step-s", "60", "--checkpoint-every", str(every),
+                         "--time-scale", "2000")
     check(rep["state"] == "succeeded", "job succeeded", rep)
     check(rep["preemptions"] >= 1, "at least one preemption", rep)
     check(rep["preemptions_with_notice"] >= 1, "the trace's preemption comes with a notice", rep)
@@ -59,7 +69,7 @@ def real(sim, traces):
     if not os.path.exists(trace):
         print(f"skipped the real-trace part: {trace} is absent")
         return
-    rep = run_sim(sim, trace, "--steps", "300", "--step-s", "60", "--time-scale", "4000")
+    rep, _ = run_sim(sim, trace, "--steps", "300", "--step-s", "60", "--time-scale", "4000")
     check(rep["state"] == "succeeded", "job succeeded", rep)
     check(rep["checkpoint_every"] >= 1, "auto picked an interval from the trace", rep)
     check(0 <= rep["steps_lost"] <= max(1, rep["preemptions"]) * rep["checkpoint_every"],
@@ -69,9 +79,45 @@ def real(sim, traces):
           f"{rep['steps_lost']} lost, ${rep['cost_usd']:.4f} vs ${rep['on_demand_usd']:.4f}")
 
 
+def waiting(sim):
+    """What spotlab-sim says about a trace whose capacity comes late, or never."""
+    with tempfile.TemporaryDirectory() as d:
+        trace = os.path.join(d, "late.json")
+        with open(trace, "w") as f:  # capacity from simulated second 60000 (30 wall s) on
+            json.dump({"metadata": {"gap_seconds": 600}, "data": [0] * 100 + [1] * 100}, f)
+        _, err = run_sim(sim, trace, "--steps", "5", "--time-scale", "2000", "--timeout", "2", expect=1)
+        check("no spot capacity for its first 60000 simulated s" in err, "the wait is announced", err)
+        check("did not end within 2 s (it was queued, never placed" in err, "a timeout says the job waited", err)
+        with open(trace, "w") as f:
+            json.dump({"metadata": {"gap_seconds": 600}, "data": [0] * 10}, f)
+        _, err = run_sim(sim, trace, "--steps", "5", expect=2)
+        check("offers no spot capacity at any tick" in err, "a trace without capacity is refused", err)
+    print("ok waiting: the wait for capacity is announced, a timeout while queued says so")
+
+
+def late_capacity(sim, traces):
+    trace = os.path.join(traces, LATE)
+    if not os.path.exists(trace):
+        print(f"skipped: {trace} is absent")
+        return
+    scale = 2500  # the wait lasts 81 wall s; the old default timeout was 60 + 10 x 0.3 s
+    rep, err = run_sim(sim, trace, "--type", "p3.2xlarge", "--steps", "10", "--time-scale", str(scale),
+                       timeout=600)
+    check(rep["state"] == "succeeded", "the job ran once the trace had capacity", rep)
+    check(rep["instance_type"] == "p3.2xlarge", "on the type asked for", rep)
+    check(rep["sim_s"] >= LATE_FIRST_S, "it waited for the trace's first capacity", rep)
+    check(f"first {LATE_FIRST_S} simulated s" in err, "the wait was announced", err)
+    print(f"ok late capacity {LATE}: waited {LATE_FIRST_S} simulated s ({LATE_FIRST_S / scale:.0f} wall s), "
+          f"then {rep['steps_executed']} steps, {rep['wall_s']:.1f} s wall in all")
+
+
 def main():
     sim, traces = sys.argv[1], sys.argv[2]
+    if sys.argv[3:] == ["late-capacity"]:
+        late_capacity(sim, traces)
+        return
     synthetic(sim)
+    waiting(sim)
     real(sim, traces)
 
 

@@ -1,0 +1,94 @@
+/* What the trace promises the job before it runs: how long it offers no
+ * spot capacity at its start, and by which simulated time it has offered
+ * enough usable capacity for the job's work. spotlab-sim derives its default
+ * timeout from these, so a job that waits days of simulated time for the
+ * market (a real trace can start with them: availability/1-node
+ * aws-02-15-2023 us-east-1d has no V100 for its first 56 hours) is not given
+ * up on while it is still queued. The gateway's own copy of the trace (the
+ * local provider's market) stays the authority; this one is read only for
+ * the estimate, with the same meaning: data[k] > 0 is capacity during
+ * simulated seconds [k*G, (k+1)*G), and the trace repeats. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+struct sim_trace {
+  double gap_s;
+  size_t n;
+  bool *up;
+};
+
+int sim_trace_load(const char *path, struct sim_trace **ret, char *err, size_t err_size) {
+  json_error_t je;
+  json_t *root = json_load_file(path, 0, &je);
+  json_t *gap = json_object_get(json_object_get(root, "metadata"), "gap_seconds");
+  json_t *data = json_object_get(root, "data");
+  struct sim_trace *t = NULL;
+  int r = 0;
+  if (!root) {
+    snprintf(err, err_size, "%s: %s (line %d)", path, je.text, je.line);
+    return -EINVAL;
+  }
+  if (!json_is_number(gap) || json_number_value(gap) <= 0 || !json_is_array(data) || !json_array_size(data)) {
+    snprintf(err, err_size, "%s: not a spot trace (no metadata.gap_seconds or no data)", path);
+    r = -EINVAL;
+    goto out;
+  }
+  if (!(t = calloc(1, sizeof *t)) || !(t->up = calloc(json_array_size(data), sizeof *t->up))) {
+    snprintf(err, err_size, "out of memory");
+    r = -ENOMEM;
+    goto out;
+  }
+  t->gap_s = json_number_value(gap);
+  t->n = json_array_size(data);
+  size_t i;
+  json_t *v;
+  json_array_foreach(data, i, v) t->up[i] = json_is_integer(v) && json_integer_value(v) > 0;
+  *ret = t;
+  t = NULL;
+out:
+  sim_trace_free(t);
+  json_decref(root);
+  return r;
+}
+
+struct sim_trace *sim_trace_free(struct sim_trace *t) {
+  if (t) {
+    free(t->up);
+    free(t);
+  }
+  return NULL;
+}
+
+double sim_trace_length_s(const struct sim_trace *t) { return (double)t->n * t->gap_s; }
+
+double sim_trace_first_capacity_s(const struct sim_trace *t) {
+  for (size_t i = 0; i < t->n; i++)
+    if (t->up[i])
+      return (double)i * t->gap_s;
+  return -1;
+}
+
+double sim_trace_time_for_s(const struct sim_trace *t, double work_s, double overhead_s) {
+  double done = 0;
+  size_t i = 0, total = t->n * SIM_TRACE_MAX_PASSES;
+  while (i < total) {
+    if (!t->up[i % t->n]) {
+      i++;
+      continue;
+    }
+    size_t start = i;
+    while (i < total && t->up[i % t->n])
+      i++;
+    /* The window, plus the notice the drop gives, less getting an instance going. */
+    double usable = (double)(i - start) * t->gap_s + SIM_NOTICE_S - overhead_s;
+    if (usable <= 0)
+      continue;
+    if (done + usable >= work_s)
+      return (double)start * t->gap_s + overhead_s + (work_s - done);
+    done += usable;
+  }
+  return -1;
+}
