@@ -6,11 +6,22 @@
  * round drains control first, then stdin, then the gateway socket, then
  * shell, so an interrupt or a shutdown is never stuck behind queued cells.
  * The gateway socket (a DEALER, protocols.md §1) exists only while the core's
- * gateway client has it open; nothing here waits on it. */
+ * gateway client has it open; nothing here waits on it.
+ *
+ * The loop polls the sockets' ZMQ_FD descriptors itself rather than calling
+ * zmq_poll(), which asks every socket for ZMQ_EVENTS (two system calls each)
+ * before and after every wait. A ZeroMQ descriptor turns readable only when
+ * something new reaches its socket, and any use of the socket may consume
+ * that signal; so a socket is asked for ZMQ_EVENTS when its descriptor fired
+ * and when the loop used it (received from it, sent on it) since it was last
+ * asked. A socket nobody touched, such as control or stdin while cells run,
+ * costs nothing until its descriptor fires. */
 #include "channels.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -35,15 +46,47 @@
 #define GW_LIMIT_FRAME_BYTES (1u << 20)
 #define GW_MAX_PER_ROUND 256 /* gateway messages handled before the other sockets get a turn */
 
+/* The sockets the loop reads, in the order a round serves them. */
+enum input_id { IN_CONTROL, IN_STDIN, IN_GATEWAY, IN_SHELL, IN_COUNT };
+
+struct input {
+  void *sock;  /* NULL: not open (the gateway) */
+  int fd;      /* its ZMQ_FD */
+  bool ask;    /* used since ZMQ_EVENTS was last asked: ask before waiting */
+  bool ready;  /* a message may be waiting */
+};
+
 struct loop {
   void *ctx;
   void *sock[JK_CH_COUNT];
+  struct input in[IN_COUNT];
   struct jk_auth *auth;
   struct jk_core *core;
-  void *gw;                   /* the gateway DEALER, or NULL */
+  void *gw;                   /* the gateway DEALER, or NULL (in[IN_GATEWAY].sock) */
   bool stop;
   bool logged_hmac, logged_replay, logged_limit;
 };
+
+static const enum input_id input_of[JK_CH_COUNT] = {
+  [JK_CH_SHELL] = IN_SHELL, [JK_CH_CONTROL] = IN_CONTROL, [JK_CH_STDIN] = IN_STDIN,
+  [JK_CH_IOPUB] = IN_COUNT, [JK_CH_HB] = IN_COUNT,
+};
+
+/* Whether s has a message waiting; this also takes in the commands that
+ * made its descriptor readable. */
+static bool has_input(void *s) {
+  uint32_t events = 0;
+  size_t size = sizeof events;
+  return zmq_getsockopt(s, ZMQ_EVENTS, &events, &size) == 0 && (events & ZMQ_POLLIN);
+}
+
+static void watch(struct loop *l, enum input_id id, void *s) {
+  int fd = -1;
+  size_t size = sizeof fd;
+  if (s && zmq_getsockopt(s, ZMQ_FD, &fd, &size) < 0)
+    fd = -1;
+  l->in[id] = (struct input){s, fd, s != NULL, false};
+}
 
 static int sig_pipe[2] = {-1, -1};
 
@@ -84,6 +127,8 @@ static void send_msg(void *ud, enum jk_channel ch, struct jk_msg *msg) {
   int r = jk_wire_encode(l->auth, msg, &out);
   if (r == 0)
     r = sl_zmq_send(l->sock[ch], &out, 0);
+  if (input_of[ch] != IN_COUNT)
+    l->in[input_of[ch]].ask = true;
   if (r < 0)
     sl_warn("kernel.wire", "cannot send %s: %s", jk_msg_type(msg), sl_strerror(r));
   sl_msg_done(&out);
@@ -96,6 +141,7 @@ static void drain_shell(void *ud) {
   struct loop *l = ud;
   while (receive_one(l, JK_CH_SHELL))
     ;
+  l->in[IN_SHELL].ask = true;
 }
 
 static void request_shutdown(void *ud, bool restart) {
@@ -109,6 +155,7 @@ static void gw_close(void *ud) {
   if (l->gw)
     zmq_close(l->gw);
   l->gw = NULL;
+  watch(l, IN_GATEWAY, NULL);
 }
 
 static int gw_open(void *ud, const char *address) {
@@ -128,6 +175,7 @@ static int gw_open(void *ud, const char *address) {
     return r;
   }
   l->gw = s;
+  watch(l, IN_GATEWAY, s);
   return 0;
 }
 
@@ -135,6 +183,7 @@ static int gw_send(void *ud, const char *data, size_t len) {
   struct loop *l = ud;
   if (!l->gw)
     return -ENOTCONN;
+  l->in[IN_GATEWAY].ask = true;
   if (zmq_send(l->gw, data, len, ZMQ_DONTWAIT) < 0)
     return sl_err_from_zmq(zmq_errno());
   return 0;
@@ -262,44 +311,68 @@ static int64_t poll_timeout_ms(const struct jk_core *core) {
   return (left + 999) / 1000;
 }
 
+static void read_signals(struct loop *l) {
+  unsigned char sig;
+  while (read(sig_pipe[0], &sig, 1) == 1) {
+    if (sig == SIGINT) {
+      sl_info("kernel", "SIGINT: interrupting");
+      jk_core_interrupt(l->core);
+    } else {
+      sl_info("kernel", "signal %d: shutting down", sig);
+      l->stop = true;
+    }
+  }
+}
+
+/* Hands every message waiting on input id to the core (a bounded number for
+ * the gateway, so it cannot starve the others). */
+static void drain(struct loop *l, enum input_id id) {
+  struct input *in = &l->in[id];
+  if (!in->sock || !in->ready)
+    return;
+  if (id == IN_GATEWAY) {
+    for (int i = 0; i < GW_MAX_PER_ROUND && !l->stop && receive_gateway(l); i++)
+      ;
+  } else {
+    enum jk_channel ch = id == IN_SHELL ? JK_CH_SHELL : id == IN_CONTROL ? JK_CH_CONTROL : JK_CH_STDIN;
+    while (!l->stop && receive_one(l, ch))
+      ;
+  }
+  in->ready = false;
+  in->ask = true; /* used: whatever is left shows in ZMQ_EVENTS, not in the descriptor */
+}
+
 static void serve(struct loop *l) {
   while (!l->stop) {
-    zmq_pollitem_t items[] = {
-      {l->sock[JK_CH_CONTROL], 0, ZMQ_POLLIN, 0},
-      {l->sock[JK_CH_STDIN], 0, ZMQ_POLLIN, 0},
-      {l->sock[JK_CH_SHELL], 0, ZMQ_POLLIN, 0},
-      {NULL, sig_pipe[0], ZMQ_POLLIN, 0},
-      {l->gw, 0, ZMQ_POLLIN, 0},
-    };
-    int n = zmq_poll(items, l->gw ? 5 : 4, (long)poll_timeout_ms(l->core));
-    if (n < 0 && zmq_errno() != EINTR) {
-      sl_err("kernel", "poll failed: %s", zmq_strerror(zmq_errno()));
+    bool waiting = false;
+    for (int i = 0; i < IN_COUNT; i++) {
+      struct input *in = &l->in[i];
+      if (in->sock && in->ask) {
+        in->ready = has_input(in->sock);
+        in->ask = false;
+      }
+      waiting |= in->sock && in->ready;
+    }
+    struct pollfd pfd[IN_COUNT + 1] = {{sig_pipe[0], POLLIN, 0}};
+    int slot[IN_COUNT], n = 1;
+    for (int i = 0; i < IN_COUNT; i++) {
+      slot[i] = l->in[i].sock ? n : -1;
+      if (l->in[i].sock)
+        pfd[n++] = (struct pollfd){l->in[i].fd, POLLIN, 0};
+    }
+    int64_t timeout_ms = waiting ? 0 : poll_timeout_ms(l->core);
+    int r = poll(pfd, (nfds_t)n, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+    if (r < 0 && errno != EINTR) {
+      sl_err("kernel", "poll failed: %s", strerror(errno));
       break;
     }
-    if (items[3].revents & ZMQ_POLLIN) {
-      unsigned char sig;
-      while (read(sig_pipe[0], &sig, 1) == 1) {
-        if (sig == SIGINT) {
-          sl_info("kernel", "SIGINT: interrupting");
-          jk_core_interrupt(l->core);
-        } else {
-          sl_info("kernel", "signal %d: shutting down", sig);
-          l->stop = true;
-        }
-      }
-    }
-    /* Only sockets the poll found readable are read: each receive call on
-     * an idle ZeroMQ socket is system calls for nothing. */
-    bool control = items[0].revents & ZMQ_POLLIN, in = items[1].revents & ZMQ_POLLIN;
-    bool gateway = l->gw && (items[4].revents & ZMQ_POLLIN), shell = items[2].revents & ZMQ_POLLIN;
-    while (control && !l->stop && receive_one(l, JK_CH_CONTROL))
-      ;
-    while (in && !l->stop && receive_one(l, JK_CH_STDIN))
-      ;
-    for (int i = 0; gateway && i < GW_MAX_PER_ROUND && !l->stop && receive_gateway(l); i++)
-      ;
-    while (shell && !l->stop && receive_one(l, JK_CH_SHELL))
-      ;
+    if (r > 0 && (pfd[0].revents & POLLIN))
+      read_signals(l);
+    for (int i = 0; r > 0 && i < IN_COUNT; i++)
+      if (slot[i] >= 0 && pfd[slot[i]].revents)
+        l->in[i].ready |= has_input(l->in[i].sock);
+    for (int i = 0; i < IN_COUNT && !l->stop; i++)
+      drain(l, (enum input_id)i);
     if (!l->stop)
       jk_core_tick(l->core);
   }
@@ -336,6 +409,10 @@ int jk_channels_run(const struct jk_connection *conn, const struct jk_run_option
     if (r < 0)
       goto out;
   }
+  watch(&l, IN_CONTROL, l.sock[JK_CH_CONTROL]);
+  watch(&l, IN_STDIN, l.sock[JK_CH_STDIN]);
+  watch(&l, IN_SHELL, l.sock[JK_CH_SHELL]);
+  watch(&l, IN_GATEWAY, l.gw);
   void *hb = l.sock[JK_CH_HB];
   l.sock[JK_CH_HB] = NULL; /* owned by the heartbeat thread from here on */
   if (pthread_create(&hb_thread, NULL, heartbeat, hb) != 0) {

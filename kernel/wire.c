@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <uuid/uuid.h>
 
 #include "sl_err.h"
@@ -111,6 +112,77 @@ static char *header_text(const char *id, const char *session, const char *user, 
   return text;
 }
 
+/* "2026-11-22T04:45:01.863255Z" for now into buf, as sl_time_format_iso8601()
+ * writes it; the calendar part is worked out once per second. */
+static void date_now(char buf[40]) {
+  static __thread int64_t cached_s = INT64_MIN;
+  static __thread char cached[32];
+  static __thread size_t cached_len;
+  int64_t us = sl_time_real_us(), s = us / SL_US_PER_S, frac = us % SL_US_PER_S;
+  if (frac < 0) { /* before 1970: floor, as gmtime_r counts */
+    s--;
+    frac += SL_US_PER_S;
+  }
+  if (s != cached_s) {
+    time_t t = (time_t)s;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    int n = snprintf(cached, sizeof cached, "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900,
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    cached_len = n > 0 && (size_t)n < sizeof cached ? (size_t)n : 0;
+    cached_s = s;
+  }
+  memcpy(buf, cached, cached_len);
+  char *p = buf + cached_len;
+  *p++ = '.';
+  for (int i = 5; i >= 0; i--, frac /= 10)
+    p[i] = (char)('0' + frac % 10);
+  memcpy(p + 6, "Z", 2);
+}
+
+/* "PREFIX_N": one random prefix per process (per thread) and a counter, so
+ * message ids are unique without a random draw per message. */
+static void next_id(char buf[64]) {
+  static __thread char prefix[37];
+  static __thread uint64_t counter;
+  if (!prefix[0])
+    jk_new_id(prefix);
+  char digits[24];
+  size_t n = 0;
+  for (uint64_t v = ++counter; v; v /= 10)
+    digits[n++] = (char)('0' + v % 10);
+  memcpy(buf, prefix, 23);
+  buf[23] = '_';
+  for (size_t i = 0; i < n; i++)
+    buf[24 + i] = digits[n - 1 - i];
+  buf[24 + n] = '\0';
+}
+
+/* The header object: session_id and msg_type are checked for UTF-8 (they
+ * may come from outside); the rest is ASCII made here or a username jansson
+ * already checked when it parsed the parent. */
+static json_t *header_object(const char *id, const char *session, const char *user,
+                             const char *date, const char *type) {
+  json_t *h = json_object();
+  json_t *vals[6] = {json_string_nocheck(id), json_string(session), json_string_nocheck(user),
+                     json_string_nocheck(date), json_string(type), json_string_nocheck("5.3")};
+  static const char *const keys[6] = {"msg_id", "session", "username", "date", "msg_type", "version"};
+  bool ok = h != NULL;
+  for (int i = 0; i < 6; i++) {
+    if (!ok || !vals[i]) {
+      json_decref(vals[i]);
+      ok = false;
+      continue;
+    }
+    ok = json_object_set_new_nocheck(h, keys[i], vals[i]) == 0; /* takes vals[i] */
+  }
+  if (!ok) {
+    json_decref(h);
+    return NULL;
+  }
+  return h;
+}
+
 static struct jk_msg *new_child(const struct jk_msg *parent, const char *msg_type, json_t *content,
                                 const char *session_id, bool route) {
   struct jk_msg *m = jk_msg_new();
@@ -119,18 +191,11 @@ static struct jk_msg *new_child(const struct jk_msg *parent, const char *msg_typ
     return NULL;
   }
   m->content = content ? content : json_object();
-  /* Message ids: one random prefix per process and a counter, unique
-   * without a random draw per message. */
-  static __thread char prefix[37];
-  static __thread uint64_t counter;
-  if (!prefix[0])
-    jk_new_id(prefix);
   char id[64], date[40];
-  snprintf(id, sizeof id, "%.23s_%llu", prefix, (unsigned long long)++counter);
-  sl_time_format_iso8601(sl_time_real_us(), date, sizeof date);
+  next_id(id);
+  date_now(date);
   const char *user = parent && route ? sl_json_get_str(parent->header, "username", "kernel") : "kernel";
-  m->header = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "msg_id", id, "session", session_id,
-                        "username", user, "date", date, "msg_type", msg_type, "version", "5.3");
+  m->header = header_object(id, session_id, user, date, msg_type);
   if (!m->header)
     return jk_msg_free(m); /* also a string that is not UTF-8 */
   m->header_text = header_text(id, session_id, user, date, msg_type, &m->header_len);

@@ -50,9 +50,9 @@ struct jk_msg *jk_msg_child(const struct jk_msg *parent, const char *msg_type, j
 
 struct jk_auth;
 
-/* key is borrowed and copied; an empty key disables signing (accepts
- * unsigned messages, as Jupyter does). replay_window bounds how many recent
- * signatures are remembered. */
+/* key is borrowed (only its hashed HMAC pads are kept); an empty key
+ * disables signing (accepts unsigned messages, as Jupyter does).
+ * replay_window bounds how many recent signatures are remembered. */
 struct jk_auth *jk_auth_new(const uint8_t *key, size_t key_len, size_t replay_window);
 struct jk_auth *jk_auth_free(struct jk_auth *auth);
 

@@ -9,6 +9,7 @@
 #include "sl_err.h"
 #include "sl_hmac.h"
 #include "sl_json.h"
+#include "sl_time.h"
 #include "wire.h"
 
 static const uint8_t key[] = "c0ffee00-1234-5678-9abc-def012345678";
@@ -161,6 +162,7 @@ static void parent_bytes(void) {
     return;
   struct jk_msg *out[2] = {jk_msg_reply(req, "execute_reply", json_pack("{s:s}", "status", "ok"), "k\"id"),
                            jk_msg_child(req, "status", NULL, "k\"id")};
+  char first_id[64] = "";
   for (int k = 0; k < 2; k++) {
     CHECK(out[k] != NULL);
     if (!out[k])
@@ -176,6 +178,17 @@ static void parent_bytes(void) {
     CHECK_INT(sl_json_parse((char *)enc.frames[d + 2].data, enc.frames[d + 2].len, 8, &h, err, sizeof err), 0);
     CHECK(json_equal(h, out[k]->header));
     CHECK_STR(sl_json_get_str(h, "session", ""), "k\"id");
+    /* The date as sl_time_format_iso8601() writes it; ids unique. */
+    const char *date = sl_json_get_str(h, "date", "");
+    char want[40];
+    sl_time_format_iso8601(sl_time_real_us(), want, sizeof want);
+    CHECK_INT(strlen(date), strlen(want));
+    CHECK(strncmp(date, want, 11) == 0 && date[19] == '.' && date[26] == 'Z');
+    CHECK(strcmp(sl_json_get_str(h, "msg_id", ""), sl_json_get_str(req->header, "msg_id", "")) != 0);
+    if (k == 0)
+      snprintf(first_id, sizeof first_id, "%s", sl_json_get_str(h, "msg_id", ""));
+    else
+      CHECK(strcmp(sl_json_get_str(h, "msg_id", ""), first_id) != 0);
     CHECK_STR(sl_json_get_str(h, "username", ""), k == 0 ? "q\"\\\xc3\xa9\n\x01" : "kernel");
     json_decref(h);
     /* Signed over the bytes sent: a peer accepts it. */
