@@ -5,10 +5,13 @@
  * gateway answers a heartbeat with "reregister" (it restarted and does not
  * know us), again after heartbeat_timeout intervals of silence, and once the
  * link is back after the connection dropped (a socket monitor tells). While
- * not registered, step metrics wait in their job's resend ring and a job
- * whose child ended holds its done (until shortly before the exit deadline):
- * the gateway may have lost what was in flight, and "registered" says from
- * which step to send again, which needs the job still there. Messages
+ * not registered, step metrics wait in their job's resend ring, messages
+ * that must arrive wait in the outbox, and a job whose child ended holds its
+ * done (until shortly before the exit deadline): the gateway may have lost
+ * what was in flight, "registered" says from which step to send again (which
+ * needs the job still there), and a checkpoint must not reach the gateway
+ * before the steps it covers, or a resume from it would skip steps the
+ * gateway never recorded. Messages
  * that must not be lost (checkpoint, done, result, notice) that cannot be
  * queued on the socket wait in a bounded outbox, in order; others are dropped
  * when the socket is full. Once a notice or shutdown arrives no new job is
@@ -55,6 +58,7 @@ struct wk_agent {
   char *outbox[OUTBOX_MAX];
   size_t outbox_n;
   bool registered, stopping;
+  bool resending; /* step metrics sent again go ahead of the held outbox */
   int64_t heartbeat_us, next_heartbeat_us, register_sent_us, last_heard_us;
   bool noticed;
   int64_t exit_by_us; /* monotonic; INT64_MAX = none */
@@ -90,8 +94,10 @@ static void agent_send(void *ctx, json_t *msg, bool reliable) {
   char *text = json_dumps(msg, JSON_COMPACT);
   json_decref(msg);
   if (!text) return;
-  flush_outbox(a);
-  if (a->outbox_n == 0 && send_text(a, text) == 0) {
+  if (a->registered && !a->resending) flush_outbox(a);
+  /* unregistered, the outbox holds back what must arrive; the rest goes past it */
+  bool may_send = a->registered && !a->resending ? a->outbox_n == 0 : !reliable;
+  if (may_send && send_text(a, text) == 0) {
     free(text);
     return;
   }
@@ -176,7 +182,9 @@ static void resend_metrics(struct wk_agent *a, const json_t *jobs) {
     struct wk_job **j = find_job(a, json_string_value(json_object_get(v, "job")));
     json_t *step = json_object_get(v, "metric_step");
     if (!j || sl_json_get_int(v, "attempt", -1) != wk_job_attempt(*j)) continue;
+    a->resending = true;
     size_t n = wk_job_resend_metrics(*j, json_is_integer(step) ? json_integer_value(step) : -1);
+    a->resending = false;
     if (n) sl_info(TOPIC, "%s: %zu step metrics the gateway did not record sent again", wk_job_id(*j), n);
   }
 }
@@ -384,13 +392,14 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
     }
     tick_jobs(a, now);
     tick_registration(a, now);
-    flush_outbox(a);
+    if (a->registered) flush_outbox(a);
     if (a->stopping && a->njobs == 0) break;
     if (now >= a->exit_by_us) {
       sl_warn(TOPIC, "notice deadline reached with %zu jobs still running", a->njobs);
       break;
     }
   }
+  flush_outbox(a); /* registered or not: this is the last chance */
   /* Give queued messages a moment to leave, bounded by the deadline. */
   int64_t left_ms = a->exit_by_us == INT64_MAX ? 2000 : (a->exit_by_us - sl_time_mono_us()) / 1000;
   int linger = (int)(left_ms < 0 ? 0 : left_ms > 2000 ? 2000 : left_ms);

@@ -281,6 +281,9 @@ def case_run(tmp, worker_exe, train_exe):
         err = [m["text"] for m in msgs if m["type"] == "output" and m["stream"] == "stderr"]
         assert out == ["restored-content", "hello-env"] and err == ["to stderr"], (out, err)
         assert msgs[-1]["status"] == "succeeded", msgs[-1]
+        # started (the gateway's cue for running) comes once, before the script says anything
+        mine = [m["type"] for m in gw.received if m.get("job") == "J000007"]
+        assert mine.count("started") == 1 and mine.index("started") < mine.index("output"), mine
         with open(os.path.join(store, "J000007", "files", "state")) as f:
             assert f.read() == "step 7\n"
         gw.send({"type": "assign", "job": "J000008", "attempt": 1, "kind": "run",
@@ -346,7 +349,8 @@ def case_resend(tmp, worker_exe, train_exe):
 def case_link(tmp, worker_exe, train_exe):
     """The job ends while no gateway is there: once one is back the worker
     registers by itself, sends again the steps the gateway says it lacks, and
-    only then its done."""
+    only then its checkpoints (none may come before the steps it covers) and
+    its done."""
     data = text_file(tmp)
     gw, w = start(tmp, worker_exe, train_exe)
     try:
@@ -354,6 +358,7 @@ def case_link(tmp, worker_exe, train_exe):
         seen = gw.recv(lambda m: of("J000013", "metric")(m) and "event" not in m["data"] and
                        m["data"]["step"] >= 20, 30, "step 20")["data"]["step"]
         gw.close()
+        before = len(gw.received)
         final = os.path.join(w.store, "J000013", "ckpt-00000200.tc")
         deadline = time.monotonic() + 60
         while not os.path.exists(final) and time.monotonic() < deadline:
@@ -362,12 +367,16 @@ def case_link(tmp, worker_exe, train_exe):
         gw.open()
         reg = gw.recv(lambda m: m["type"] == "register", 20, "register once the gateway is back")
         assert [j["job"] for j in reg["jobs"]] == ["J000013"], reg
-        assert not any(m.get("type") == "done" for m in gw.received), "done before register"
+        early = [m["type"] for m in gw.received[before:] if m["type"] in ("done", "checkpoint")]
+        assert not early, "before register: %s" % early
         gw.send({"type": "registered", "heartbeat_ms": 100,
                  "jobs": [{"job": "J000013", "attempt": 1, "metric_step": seen}]})
         msgs = run_until_done(gw, "J000013")
         steps = [s for s in steps_of(msgs) if s > seen]
         assert steps == list(range(seen + 1, 201)), (seen, steps)
+        for i, m in enumerate(msgs):
+            if m["type"] == "checkpoint":
+                assert m["step"] in steps_of(msgs[:i]), "checkpoint %d before its step" % m["step"]
         assert msgs[-1]["status"] == "succeeded" and msgs[-1]["step"] == 200, msgs[-1]
         gw.send({"type": "shutdown"})
         assert w.wait(10) == 0
