@@ -4,7 +4,13 @@
  * The protocol itself (address, token, hello, request ids, timeouts) is the
  * kernel's gateway client, configured as client "cli" that never starts a
  * gateway, so the CLI and the kernel speak it identically. Every wait has a
- * deadline; an event callback decides when following ends. */
+ * deadline; an event callback decides when following ends.
+ *
+ * Following hands the callback each event of the job once, in seq order:
+ * an event already seen is dropped, and a gap (events lost on the way) or a
+ * gateway that restarted and forgot the attachment (noticed by a ping every
+ * few seconds, which says hello again) attaches again from the last seq
+ * seen, so the gateway replays what is missing. */
 #include "conn.h"
 
 #include <errno.h>
@@ -16,9 +22,11 @@
 #include "gwclient.h"
 #include "sl_err.h"
 #include "sl_frame.h"
+#include "sl_json.h"
 #include "sl_time.h"
 
 #define FRAME_LIMIT (1u << 20)
+#define FOLLOW_PING_US (5 * SL_US_PER_S)
 
 struct cli_conn {
   void *ctx, *sock;
@@ -30,6 +38,10 @@ struct cli_conn {
   cli_event_fn on_event;
   void *event_ud;
   bool following, stop;
+  char follow_job[32];
+  int64_t last_seq;   /* newest event passed to on_event */
+  bool resyncing;     /* attached again after a gap; its reply has not come */
+  int64_t ping_at_us;
 };
 
 static int t_open(void *ud, const char *address) {
@@ -73,23 +85,47 @@ static void h_reply(void *ud, int64_t id, const json_t *reply, const char *error
   if (id != c->want)
     return;
   c->done = true;
-  if (error) {
-    snprintf(c->err, sizeof c->err, "%s", error);
-    json_decref(c->reply);
-    c->reply = reply ? json_incref((json_t *)reply) : NULL;
-  } else {
-    c->err[0] = '\0';
-    c->reply = json_incref((json_t *)reply);
+  c->resyncing = false;
+  json_decref(c->reply);
+  c->reply = reply ? json_incref((json_t *)reply) : NULL;
+  snprintf(c->err, sizeof c->err, "%s", error ? error : "");
+}
+
+/* Attaches the followed job again after the last event seen. */
+static void reattach(struct cli_conn *c) {
+  int64_t id = jk_gw_request(c->gw, json_pack("{s:s, s:s, s:I}", "type", "attach", "job", c->follow_job,
+                                              "after", (json_int_t)c->last_seq), 0);
+  if (id > 0) {
+    c->want = id;
+    c->resyncing = true;
   }
 }
 
 static void h_event(void *ud, const json_t *event) {
   struct cli_conn *c = ud;
-  if (c->following && !c->stop && c->on_event && !c->on_event(c->event_ud, event))
+  if (!c->following || c->stop || strcmp(sl_json_get_str(event, "job", ""), c->follow_job))
+    return;
+  int64_t seq = sl_json_get_int(event, "seq", 0);
+  if (seq <= c->last_seq)
+    return; /* seen already (a replay after attaching again) */
+  if (seq > c->last_seq + 1) {
+    if (!c->resyncing)
+      reattach(c); /* the replay brings the missing ones first */
+    return;
+  }
+  c->last_seq = seq;
+  if (c->on_event && !c->on_event(c->event_ud, event))
     c->stop = true;
 }
 
-static void h_state(void *ud, bool ready, const char *why) {}
+/* Ready again after the first attach was answered: the gateway said hello
+ * anew (it restarted) and no longer sends this job's events. */
+static void h_state(void *ud, bool ready, const char *why) {
+  struct cli_conn *c = ud;
+  (void)why;
+  if (ready && c->following && c->done && !c->stop && !c->err[0])
+    reattach(c);
+}
 
 static const struct jk_gw_handler handler = {h_reply, h_event, h_state, NULL};
 
@@ -129,7 +165,14 @@ static bool pump(struct cli_conn *c, int64_t deadline_us) {
     int64_t now = sl_time_mono_us();
     if (deadline_us && now >= deadline_us)
       return false;
+    if (c->following && c->done && now >= c->ping_at_us) {
+      /* a gateway that restarted answers SL_EAUTH: hello again, then h_state */
+      jk_gw_request(c->gw, json_pack("{s:s}", "type", "ping"), 0);
+      c->ping_at_us = now + FOLLOW_PING_US;
+    }
     int64_t at = jk_gw_wake_at_us(c->gw);
+    if (c->following && c->done && c->ping_at_us < at)
+      at = c->ping_at_us;
     if (deadline_us && deadline_us < at)
       at = deadline_us;
     long timeout = at == INT64_MAX ? 1000 : (long)((at - now + 999) / 1000);
@@ -202,6 +245,10 @@ int cli_follow(struct cli_conn *c, const char *job, int64_t after, cli_event_fn 
                json_t **ret_reply, char *err, size_t err_size) {
   c->on_event = fn;
   c->event_ud = ud;
+  snprintf(c->follow_job, sizeof c->follow_job, "%s", job);
+  c->last_seq = after;
+  c->resyncing = false;
+  c->ping_at_us = sl_time_mono_us() + FOLLOW_PING_US;
   int r = start(c, json_pack("{s:s, s:s, s:I}", "type", "attach", "job", job, "after", (json_int_t)after));
   if (r < 0) {
     snprintf(err, err_size, "cannot send: %s", sl_strerror(r));

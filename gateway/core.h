@@ -29,15 +29,30 @@
 #define GW_FRAMES_MAX 8
 #define GW_JSON_DEPTH 32
 
+/* A client's interest in one job's events. While replaying, events after
+ * replay_after come from the store at the pace the client reads them (the
+ * kernel socket's send queue is bounded); live events of the job are not sent
+ * meanwhile, since the store has them too and the replay reaches them in
+ * order. A live event the client's queue cannot take starts a replay from it,
+ * so no event is ever dropped for a slow client. */
+struct gw_attach {
+  int64_t job;
+  int64_t replay_after;         /* last seq sent, while replaying */
+  bool replaying;
+  bool follow;                  /* a live job: live events follow the replay */
+};
+
 struct gw_client {
   uint8_t rid[GW_RID_MAX];
   size_t rid_len;
   bool authed;
   char user[64];
   char session[256];
-  int64_t attached[GW_MAX_ATTACH];
+  struct gw_attach attached[GW_MAX_ATTACH];
   size_t n_attached;
   int64_t last_mono_us;
+  int64_t replay_at_mono_us;    /* when to go on replaying; 0: nothing to replay */
+  int64_t replay_backoff_us;    /* grows while the client reads nothing */
 };
 
 struct gw_inst {
@@ -83,19 +98,28 @@ struct gw {
   int64_t next_housekeeping_mono_us;
   int64_t next_place_retry_mono_us; /* queued jobs wait for capacity: retry placement then */
   int64_t next_cost_flush_mono_us;
+  int64_t next_replay_mono_us;  /* earliest replay_at_mono_us of any client; INT64_MAX none */
   bool kick;                    /* placement should run */
 };
 
 /* gateway.c */
+/* Sends msg (borrowed) to the peer rid without blocking; logs a failure. */
 int gw_send_to(struct gw *g, void *sock, const uint8_t *rid, size_t rid_len, json_t *msg);
+/* The same, silent: -EAGAIN when the peer's queue is full (the kernel socket
+ * is ZMQ_ROUTER_MANDATORY), -EHOSTUNREACH when the peer is gone. */
+int gw_try_send(void *sock, const uint8_t *rid, size_t rid_len, const json_t *msg);
 struct gw_job *gw_live_job(struct gw *g, int64_t id);
 struct gw_inst *gw_inst_find(struct gw *g, const char *id);
 void gw_inst_remove(struct gw *g, const char *id);
 
 /* kproto.c */
 void gw_kproto_recv(struct gw *g);
-/* Sends an event of job to every client attached to it (event borrowed). */
+/* Sends an event of job to every client attached to it (event borrowed,
+ * already in the store). */
 void gw_kproto_fanout(struct gw *g, int64_t job, const json_t *event);
+/* Goes on with the replays that are due at now (monotonic µs); sets
+ * g->next_replay_mono_us. Run from the loop. */
+void gw_kproto_replay(struct gw *g, int64_t now_us);
 
 /* Sends msg (borrowed) to every client of user's notebook session. */
 void gw_kproto_notify(struct gw *g, const char *user, const char *session, json_t *msg);

@@ -25,8 +25,7 @@
 
 #define T "gateway"
 
-int gw_send_to(struct gw *g, void *sock, const uint8_t *rid, size_t rid_len, json_t *msg) {
-  (void)g;
+int gw_try_send(void *sock, const uint8_t *rid, size_t rid_len, const json_t *msg) {
   size_t len;
   char *text = sl_json_dump(msg, &len);
   if (!text)
@@ -36,8 +35,14 @@ int gw_send_to(struct gw *g, void *sock, const uint8_t *rid, size_t rid_len, jso
       zmq_send(sock, text, len, ZMQ_DONTWAIT) < 0)
     r = sl_err_from_zmq(zmq_errno());
   free(text);
+  return r;
+}
+
+int gw_send_to(struct gw *g, void *sock, const uint8_t *rid, size_t rid_len, json_t *msg) {
+  (void)g;
+  int r = gw_try_send(sock, rid, rid_len, msg);
   if (r < 0)
-    sl_debug("gateway.zmq", "send dropped: %s", zmq_strerror(zmq_errno()));
+    sl_debug("gateway.zmq", "send dropped: %s", sl_strerror(r));
   return r;
 }
 
@@ -87,6 +92,9 @@ static int bind_sockets(struct gw *g, char *err, size_t err_size) {
     return SL_EZMQ;
   zmq_setsockopt(g->ksock, ZMQ_LINGER, &zero, sizeof zero);
   zmq_setsockopt(g->wsock, ZMQ_LINGER, &zero, sizeof zero);
+  /* a full client queue says EAGAIN instead of dropping silently: event
+   * replays wait for the client to read (kproto.c) */
+  zmq_setsockopt(g->ksock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
   int64_t maxmsg = (int64_t)GW_FRAME_MAX * 16; /* larger ones get an error reply */
   zmq_setsockopt(g->ksock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
   zmq_setsockopt(g->wsock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
@@ -140,6 +148,7 @@ int gw_new(const struct gw_config *cfg, struct gw **ret, char *err, size_t err_s
     return -ENOMEM;
   g->cfg = cfg;
   g->started_us = sl_time_real_us();
+  g->next_replay_mono_us = INT64_MAX;
   g->clients = calloc(GW_MAX_CLIENTS, sizeof *g->clients);
   g->insts = calloc(GW_MAX_INSTANCES, sizeof *g->insts);
   g->jobs = calloc(GW_MAX_LIVE_JOBS, sizeof *g->jobs);
@@ -187,6 +196,8 @@ static int64_t poll_timeout_ms(struct gw *g, int64_t *ret_tick) {
     if (t < next)
       next = t;
   }
+  if (g->next_replay_mono_us < next)
+    next = g->next_replay_mono_us;
   if (g->kick)
     return 0;
   int64_t ms = (next - now + 999) / 1000;
@@ -232,6 +243,8 @@ int gw_run(struct gw *g, volatile sig_atomic_t *stop) {
         break;
     }
     int64_t now = sl_time_mono_us();
+    if (g->next_replay_mono_us <= now)
+      gw_kproto_replay(g, now);
     if (g->prov && g->prov->ops->tick && tick_at <= now)
       g->prov->ops->tick(g->prov, now);
     if (now >= g->next_housekeeping_mono_us) {

@@ -80,14 +80,121 @@ static struct gw_client *client_new(struct gw *g, const uint8_t *rid, size_t len
   return c;
 }
 
+/* ---- event delivery: replays from the store, then live ---------------------
+ *
+ * A client's send queue holds at most the socket's high-water mark, and a
+ * job may have any number of events. So an attach replays from the store a
+ * page at a time, only as fast as the client reads: the socket is
+ * ZMQ_ROUTER_MANDATORY, a full queue answers -EAGAIN, and the replay waits
+ * (backing off while the client reads nothing) and goes on from the last seq
+ * sent. Memory stays bounded: a cursor per attachment, a page at a time. */
+
+#define REPLAY_PAGE 128
+#define REPLAY_BACKOFF_MIN_US SL_US_PER_MS
+#define REPLAY_BACKOFF_MAX_US (50 * SL_US_PER_MS)
+
+static struct gw_attach *attach_find(struct gw_client *c, int64_t job) {
+  for (size_t k = 0; k < c->n_attached; k++)
+    if (c->attached[k].job == job)
+      return &c->attached[k];
+  return NULL;
+}
+
+static void attach_remove(struct gw_client *c, struct gw_attach *a) {
+  size_t k = (size_t)(a - c->attached);
+  memmove(&c->attached[k], &c->attached[k + 1], (c->n_attached - k - 1) * sizeof *c->attached);
+  c->n_attached--;
+}
+
+static void replay_due(struct gw *g, struct gw_client *c, int64_t at_us) {
+  c->replay_at_mono_us = at_us;
+  if (at_us < g->next_replay_mono_us)
+    g->next_replay_mono_us = at_us;
+}
+
+/* One round for client c: a page of each attachment that replays. Sets when
+ * the client is due again (0: nothing left to replay). */
+static void replay_round(struct gw *g, struct gw_client *c, int64_t now_us) {
+  bool pending = false, progress = false, full = false;
+  for (size_t k = 0; k < c->n_attached && !full; k++) {
+    struct gw_attach *a = &c->attached[k];
+    if (!a->replaying)
+      continue;
+    json_t *evs = NULL, *e;
+    bool more = false;
+    size_t i;
+    int r = gw_store_events(g->store, a->job, a->replay_after, REPLAY_PAGE, &evs, &more);
+    json_array_foreach(evs, i, e) {
+      if ((r = gw_try_send(g->ksock, c->rid, c->rid_len, e)) < 0)
+        break;
+      a->replay_after = sl_json_get_int(e, "seq", a->replay_after);
+      progress = true;
+    }
+    json_decref(evs);
+    if (r == -EAGAIN) {
+      full = pending = true; /* the queue is per client: its other replays wait too */
+    } else if (r < 0 && r != -EHOSTUNREACH) {
+      char id[16];
+      sl_warn(T, "replay of %s stopped after seq %lld: %s", gw_job_id_str(a->job, id, sizeof id),
+              (long long)a->replay_after, sl_strerror(r));
+      a->replaying = false; /* the client sees a gap in seq and asks again */
+    } else if (r == -EHOSTUNREACH) {
+      for (size_t m = 0; m < c->n_attached; m++) /* the client is gone */
+        c->attached[m].replaying = false;
+      break;
+    } else if (more) {
+      pending = true;
+    } else {
+      a->replaying = false; /* caught up: live events follow, in order */
+    }
+    if (!a->replaying && !a->follow)
+      attach_remove(c, a), k--;
+  }
+  if (!pending) {
+    c->replay_at_mono_us = 0;
+    c->replay_backoff_us = 0;
+    return;
+  }
+  if (!full) {
+    c->replay_backoff_us = 0;
+    replay_due(g, c, now_us);
+    return;
+  }
+  int64_t b = c->replay_backoff_us;
+  b = progress || !b ? REPLAY_BACKOFF_MIN_US : b * 2 > REPLAY_BACKOFF_MAX_US ? REPLAY_BACKOFF_MAX_US : b * 2;
+  c->replay_backoff_us = b;
+  replay_due(g, c, now_us + b);
+}
+
+void gw_kproto_replay(struct gw *g, int64_t now_us) {
+  g->next_replay_mono_us = INT64_MAX;
+  for (size_t i = 0; i < g->n_clients; i++) {
+    struct gw_client *c = &g->clients[i];
+    if (c->replay_at_mono_us && c->replay_at_mono_us <= now_us)
+      replay_round(g, c, now_us);
+    else if (c->replay_at_mono_us && c->replay_at_mono_us < g->next_replay_mono_us)
+      g->next_replay_mono_us = c->replay_at_mono_us;
+  }
+}
+
 void gw_kproto_fanout(struct gw *g, int64_t job, const json_t *event) {
   for (size_t i = 0; i < g->n_clients; i++) {
     struct gw_client *c = &g->clients[i];
-    for (size_t k = 0; k < c->n_attached; k++)
-      if (c->attached[k] == job) {
-        gw_send_to(g, g->ksock, c->rid, c->rid_len, (json_t *)event);
-        break;
+    struct gw_attach *a = attach_find(c, job);
+    if (!a || a->replaying)
+      continue; /* a replay reaches this event in the store */
+    int r = gw_try_send(g->ksock, c->rid, c->rid_len, event);
+    if (r == -EAGAIN) {
+      /* the client's queue is full: go on from the store once it reads */
+      a->replaying = true;
+      a->replay_after = sl_json_get_int(event, "seq", 1) - 1;
+      if (!c->replay_at_mono_us) {
+        c->replay_backoff_us = REPLAY_BACKOFF_MIN_US;
+        replay_due(g, c, sl_time_mono_us() + REPLAY_BACKOFF_MIN_US);
       }
+    } else if (r < 0) {
+      sl_debug("gateway.zmq", "event dropped: %s", sl_strerror(r));
+    }
   }
 }
 
@@ -271,41 +378,23 @@ static void on_attach(struct req *q) {
   reply(q, json_pack("{s:o}", "job", gw_job_summary(j)));
   if (!live)
     gw_job_done(&tmp);
-  for (;;) {
-    json_t *evs = NULL;
-    bool more = false;
-    if (gw_store_events(q->g->store, id, after, 1000, &evs, &more) < 0)
-      break;
-    size_t i;
-    json_t *e;
-    json_array_foreach(evs, i, e) {
-      gw_send_to(q->g, q->g->ksock, q->rid, q->rid_len, e);
-      after = sl_json_get_int(e, "seq", after);
-    }
-    json_decref(evs);
-    if (!more)
-      break;
-  }
+  /* every event with seq > after, then (a live job) the new ones as they come */
   struct gw_client *c = q->c;
-  if (!live)
-    return;
-  for (size_t k = 0; k < c->n_attached; k++)
-    if (c->attached[k] == id)
-      return;
-  if (c->n_attached == GW_MAX_ATTACH)
-    memmove(c->attached, c->attached + 1, (GW_MAX_ATTACH - 1) * sizeof *c->attached), c->n_attached--;
-  c->attached[c->n_attached++] = id;
+  struct gw_attach *a = attach_find(c, id);
+  if (!a) {
+    if (c->n_attached == GW_MAX_ATTACH)
+      attach_remove(c, &c->attached[0]);
+    a = &c->attached[c->n_attached++];
+  }
+  *a = (struct gw_attach){.job = id, .replay_after = after > 0 ? after : 0, .replaying = true,
+                          .follow = live};
+  replay_round(q->g, c, sl_time_mono_us());
 }
 
 static void on_detach(struct req *q) {
-  int64_t id = gw_job_id_parse(sl_json_get_str(q->body, "job", NULL));
-  struct gw_client *c = q->c;
-  for (size_t k = 0; k < c->n_attached; k++)
-    if (c->attached[k] == id) {
-      memmove(&c->attached[k], &c->attached[k + 1], (c->n_attached - k - 1) * sizeof *c->attached);
-      c->n_attached--;
-      break;
-    }
+  struct gw_attach *a = attach_find(q->c, gw_job_id_parse(sl_json_get_str(q->body, "job", NULL)));
+  if (a)
+    attach_remove(q->c, a);
   reply(q, NULL);
 }
 
