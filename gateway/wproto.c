@@ -230,9 +230,17 @@ static void on_metric(struct gw *g, struct gw_inst *in, const json_t *body) {
       (!json_is_number(json_object_get(data, "loss")) &&
        !json_is_number(json_object_get(data, "eval_loss"))))
     return; /* training-core events other than steps and evaluations stay on the worker */
-  /* a step sent again after a re-register (registered.jobs[].metric_step) */
-  bool step_metric = !json_object_get(data, "event");
   int64_t step = json_integer_value(json_object_get(data, "step"));
+  const char *event = sl_json_get_str(data, "event", NULL);
+  if (event && strcmp(event, "eval")) {
+    /* spotlab-train's closing `done` repeats its last step's loss: it moves
+     * the job's step, and its metric event is the step's own */
+    if (step > j->step)
+      j->step = step;
+    return;
+  }
+  /* a step sent again after a re-register (registered.jobs[].metric_step) */
+  bool step_metric = !event;
   if (step_metric && step <= j->metric_step)
     return;
   if (step_metric)
@@ -249,13 +257,21 @@ static void on_metric(struct gw *g, struct gw_inst *in, const json_t *body) {
   }
   json_object_set_new(ev, "event", json_string("metric"));
   json_object_set_new(ev, "steps", json_integer(j->steps));
-  j->step = json_integer_value(json_object_get(data, "step"));
+  j->step = step;
   gw_sched_emit(g, j, ev);
   json_decref(ev);
   if (json_is_number(json_object_get(data, "loss"))) {
     gw_autockpt_step(&j->autockpt, j->step, sl_time_mono_us());
     gw_sched_autockpt(g, j, false);
   }
+}
+
+/* The job's process runs on the worker: the job is running, whether or not
+ * it ever sends a metric (a %%run job sends none). */
+static void on_started(struct gw *g, struct gw_inst *in, const json_t *body) {
+  struct gw_job *j = own_job(g, in, body);
+  if (j && j->state == GW_JOB_STARTING)
+    gw_sched_transition(g, j, GW_JOB_RUNNING, "process started");
 }
 
 static void on_output(struct gw *g, struct gw_inst *in, const json_t *body) {
@@ -422,6 +438,8 @@ static void dispatch(struct gw *g, struct gw_inst *in, const json_t *body) {
     on_heartbeat(g, in, body);
   else if (!strcmp(type, "metric"))
     on_metric(g, in, body);
+  else if (!strcmp(type, "started"))
+    on_started(g, in, body);
   else if (!strcmp(type, "output"))
     on_output(g, in, body);
   else if (!strcmp(type, "checkpoint"))

@@ -252,6 +252,9 @@ int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_j
     return r;
   }
   j->next_sync_us = sl_time_mono_us() + env->cfg->run_sync_ms * SL_US_PER_MS;
+  /* the job runs from here on: the gateway moves it to running (a %%run job
+   * sends no metric that could say so) */
+  send(j, msg_new(j, "started"), true);
   *ret = j;
   return 0;
 }

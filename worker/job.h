@@ -27,9 +27,9 @@ struct wk_job_env {
   void *ctx;
 };
 
-/* Starts the job of an assign message (borrowed). On failure returns a
- * negative error with a reason in err; nothing was sent. env is borrowed for
- * the life of the job. */
+/* Starts the job of an assign message (borrowed); once its process runs,
+ * sends `started`. On failure returns a negative error with a reason in err;
+ * nothing was sent. env is borrowed for the life of the job. */
 int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_job **ret,
                  char *err, size_t err_size);
 struct wk_job *wk_job_free(struct wk_job *j);

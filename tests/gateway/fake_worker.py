@@ -2,13 +2,15 @@
 """A scripted worker for gateway tests: speaks protocols.md §2 over CURVE.
 
 Run by the test provider as `fake_worker.py WORKER_CONFIG`. On assign it
-reports one metric per tick up to options.steps (default 5), a checkpoint
-every checkpoint_every steps, then done. With options.hold it stops after
+reports one metric per tick (options.per_tick: that many) up to
+options.steps (default 5), a checkpoint every checkpoint_every steps, then
+spotlab-train's closing `done` event and done. With options.hold it stops after
 the first checkpoint and waits (for cancel, SIGTERM or shutdown) unless the
 assign carried a restore key, in which case it finishes. SIGTERM: report a
 checkpoint and done "preempted", then exit (a preemption with notice).
-A run job behaves like spotlab-worker's %%run: output lines only, no
-metrics or checkpoints (its folder is restored without a key), and done with
+Like spotlab-worker it sends `started` once a job's process would run. A
+run job behaves like spotlab-worker's %%run: output lines only, no metrics
+or checkpoints (its folder is restored without a key), and done with
 step null; with options.hold its first attempt waits after one line.
 """
 import json
@@ -75,8 +77,10 @@ def main():
                 run = m["kind"] == "run"
                 job = {"job": m["job"], "attempt": m["attempt"], "step": step,
                        "steps": int(opts.get("steps", 5)), "every": int(m["checkpoint_every"]),
+                       "per_tick": max(1, int(opts.get("per_tick", 1))),
                        "hold": bool(opts.get("hold")) and not m.get("restore") and
                        not (run and m["attempt"] > 1), "run": run}
+                send(type="started", job=job["job"], attempt=job["attempt"])
                 if m["kind"] == "run":
                     send(type="output", job=job["job"], attempt=job["attempt"], stream="stdout",
                          text="script: " + m["spec"]["script"])
@@ -98,17 +102,25 @@ def main():
                      exit_code=0, message="", step=0)
                 job = None
         elif job and not (job["hold"] and job["step"] >= 1):
-            job["step"] += 1
-            send(type="metric", job=job["job"], attempt=job["attempt"],
-                 data={"step": job["step"], "loss": 3.0 / job["step"], "lr": 0.001})
-            if job["step"] % job["every"] == 0 or job["hold"]:
-                send(type="checkpoint", job=job["job"], attempt=job["attempt"], step=job["step"],
-                     key="%s/ckpt-%08d.tc" % (job["job"], job["step"]), bytes=10, write_ms=1,
-                     upload_ms=1)
-            if job["step"] >= job["steps"]:
-                send(type="done", job=job["job"], attempt=job["attempt"], status="succeeded",
-                     exit_code=0, message="", step=job["step"])
-                job = None
+            for _ in range(job["per_tick"]):
+                job["step"] += 1
+                send(type="metric", job=job["job"], attempt=job["attempt"],
+                     data={"step": job["step"], "loss": 3.0 / job["step"], "lr": 0.001})
+                if job["step"] % job["every"] == 0 or job["hold"]:
+                    send(type="checkpoint", job=job["job"], attempt=job["attempt"],
+                         step=job["step"], key="%s/ckpt-%08d.tc" % (job["job"], job["step"]),
+                         bytes=10, write_ms=1, upload_ms=1)
+                if job["step"] >= job["steps"]:
+                    # spotlab-train's closing event repeats the last step's loss
+                    send(type="metric", job=job["job"], attempt=job["attempt"],
+                         data={"event": "done", "step": job["step"], "loss": 3.0 / job["step"],
+                               "eval_loss": 3.5 / job["step"]})
+                    send(type="done", job=job["job"], attempt=job["attempt"], status="succeeded",
+                         exit_code=0, message="", step=job["step"])
+                    job = None
+                    break
+                if job["hold"]:
+                    break
         if time.monotonic() >= next_hb:
             send(type="heartbeat", instance=inst, jobs=jobs())
             next_hb = time.monotonic() + hb_s

@@ -4,14 +4,16 @@
 usage: test_gateway.py CASE GATEWAY FAKE_GATEWAY FAKE_WORKER [WORKER TRAIN]
 
 FAKE_GATEWAY is spotlab-gateway linked with a test provider that runs
-FAKE_WORKER (a scripted CURVE worker) per instance. Every wait has a
-deadline; nothing sleeps to wait for an event.
+FAKE_WORKER (a scripted CURVE worker) per instance. $SPOTLAB_TEST_CLI names
+the spotlab command. Every wait has a deadline; nothing sleeps to wait for an
+event.
 """
 import getpass
 import glob
 import hashlib
 import json
 import os
+import select
 import shutil
 import signal
 import stat
@@ -96,14 +98,43 @@ class Gateway:
                 os.kill(int(open(pidfile).read()), signal.SIGKILL)
             except (ValueError, ProcessLookupError, PermissionError):
                 pass
+        # and a real one (the local provider's record names it) with its whole session
+        for rec in glob.glob(os.path.join(self.state, "instances", "*", "instance.json")):
+            try:
+                sid = int(json.load(open(rec))["pid"])
+            except (ValueError, KeyError, OSError):
+                continue
+            for pid in session_pids(sid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         if not keep:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def session_pids(sid):
+    """The processes of session sid (a local instance's worker leads its own)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != "Z" and int(fields[3]) == sid:
+                pids.append(int(d))
+    return pids
+
+
 class Client:
-    def __init__(self, address, user=None, session="nb", token=None):
+    def __init__(self, address, user=None, session="nb", token=None, small=False):
         self.s = CTX.socket(zmq.DEALER)
         self.s.linger = 0
+        if small:  # a short receive queue: what it does not read waits at the gateway
+            self.s.rcvhwm = 20
+            self.s.rcvbuf = 4096
         self.s.connect(address)
         self.events = []
         self.notices = []
@@ -206,6 +237,17 @@ def attach(c, job, after=0):
     r = c.req("attach", job=job, after=after)
     assert r["ok"], r
     return r["job"]
+
+
+def seqs(events, job):
+    return [e["seq"] for e in events if e.get("job") == job]
+
+
+def cli_env(gw, user="alice"):
+    env = dict(os.environ, SPOTLAB_GATEWAY=gw.listen, SPOTLAB_TOKEN=TOKENS[user],
+               SPOTLAB_HOME=os.path.join(gw.dir, "cli-home"))
+    env.pop("SPOTLAB_DEBUG", None)
+    return env
 
 
 # ---- cases ----
@@ -482,7 +524,9 @@ def case_jobs(gw):
           abs(placed["price_usd_per_hour"] - 0.30) < 1e-9 and placed["attempt"] == 1,
           "placed on the cheapest spot type %r" % placed)
     metrics = [e for e in evs if e["event"] == "metric"]
-    check([m["step"] for m in metrics] == [1, 2, 3, 4, 5] and metrics[0]["steps"] == 5, "metrics")
+    check([m["step"] for m in metrics] == [1, 2, 3, 4, 5] and metrics[0]["steps"] == 5,
+          "one metric per step (spotlab-train's closing done adds none): %s" %
+          [m["step"] for m in metrics])
     ck = [e for e in evs if e["event"] == "checkpoint"]
     check([e["step"] for e in ck] == [2, 4] and ck[0]["durable"], "checkpoints %r" % ck)
     logs = c.req("logs", job=job, after=0, limit=3)
@@ -571,6 +615,12 @@ def case_preempt_run(gw):
         job = r["job"]
         attach(c, job)
         c.wait_event(lambda e: e["job"] == job and e["event"] == "output")
+        now = c.req("attach", job=job, after=10 ** 9)["job"]
+        running = [e for e in c.events if e["job"] == job and e["event"] == "state" and
+                   e["state"] == "running"]
+        check(now["state"] == "running" and len(running) == 1 and
+              running[0]["reason"] == "process started",
+              "%s: running once its process started, with no metric: %r" % (how, now["state"]))
         inst = [e for e in c.events if e["job"] == job and e["event"] == "placed"][-1]["instance"]
         r = c.req("inject", action=how, instance=inst, notice_s=2)
         check(r["ok"], "inject %s accepted %r" % (how, r))
@@ -595,32 +645,111 @@ def case_preempt_run(gw):
               "%s: resumed has no step and a wait: %r" % (how, res))
         i = kinds.index("resumed")
         after = [e.get("state") for e in evs[i + 1:] if e["event"] == "state"]
-        check(placed[1]["seq"] < res["seq"] and after[:1] == ["starting"],
-              "%s: resumed comes after the placement, before starting: %s" % (how, after))
+        check(placed[1]["seq"] < res["seq"] and after == ["starting", "running", "succeeded"],
+              "%s: resumed comes after the placement, then starting, running: %s" % (how, after))
         out = [e["text"] for e in evs if e["event"] == "output"]
         check(out[-1] == "line 3 of attempt 2", "%s: the script ran again: %s" % (how, out))
         final = c.req("attach", job=job, after=10 ** 9)["job"]
         check(final["attempt"] == 2 and final["state"] == "succeeded", "%s: summary %r" % (how, final))
 
 
+def case_replay(gw):
+    """A job with more events than a socket queues: a client that reads
+    nothing while the job runs, one that attaches after it ended and is slow
+    to read, and `spotlab logs -f` each see every event once, in order."""
+    a = Client(gw.listen, "alice")
+    slow = Client(gw.listen, "alice", small=True)
+    define(a)
+    job = submit(a, steps=6000, per_tick=200, checkpoint_every=1000)
+    attach(a, job)
+    attach(slow, job)
+    a.wait_event(state_is(job, "succeeded"), timeout=100)
+    last = a.req("jobs")["jobs"][0]["last_seq"]
+    check(last > 6000, "the job has %d events" % last)
+    check(seqs(a.events, job) == list(range(1, last + 1)), "the live stream: every event once")
+    # slow read nothing while the job ran: its events waited at the gateway
+    slow.wait_event(lambda e: e["job"] == job and e["seq"] >= last, timeout=60)
+    got = seqs(slow.events, job)
+    check(got == list(range(1, last + 1)), "a client that read nothing while the job ran: "
+          "%d events, first gap after %s" % (len(got), next((x for i, x in enumerate(got)
+                                                           if x != i + 1), None)))
+    # attach to the finished job, then read nothing for a while
+    late = Client(gw.listen, "alice", small=True)
+    late.nid += 1
+    late.s.send(json.dumps({"type": "attach", "id": late.nid, "job": job, "after": 0}).encode())
+    time.sleep(0.5)  # a client busy elsewhere: it reads nothing for a while
+    check(late.reply(late.nid)["ok"], "attach to the finished job")
+    late.wait_event(lambda e: e["job"] == job and e["seq"] >= last, timeout=60)
+    check(seqs(late.events, job) == list(range(1, last + 1)), "the replay: every event once")
+    # from a later seq: only the events after it
+    mid = Client(gw.listen, "alice", small=True)
+    attach(mid, job, after=last - 2500)
+    mid.wait_event(lambda e: e["job"] == job and e["seq"] >= last, timeout=60)
+    check(seqs(mid.events, job) == list(range(last - 2499, last + 1)), "a replay after a seq")
+    r = subprocess.run([os.environ["SPOTLAB_TEST_CLI"], "logs", job, "-f", "--json"],
+                       env=cli_env(gw), capture_output=True, text=True, timeout=100)
+    got = [json.loads(line)["seq"] for line in r.stdout.splitlines()]
+    check(r.returncode == 0 and got == list(range(1, last + 1)),
+          "spotlab logs -f: exit %d, %d events, stderr %r" % (r.returncode, len(got), r.stderr[-300:]))
+
+
+class Lines:
+    """A child's stdout read line by line, each wait with a deadline."""
+    def __init__(self, p):
+        self.p, self.buf, self.lines = p, b"", []
+
+    def wait(self, pred, timeout):
+        end = time.monotonic() + timeout
+        while True:
+            for line in self.lines:
+                if pred(line):
+                    return line
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([self.p.stdout], [], [], left)[0]:
+                raise TimeoutError("line not seen; have %s" % self.lines[-5:])
+            chunk = os.read(self.p.stdout.fileno(), 65536)
+            if not chunk:
+                raise TimeoutError("output ended; have %s" % self.lines[-5:])
+            self.buf += chunk
+            *done, self.buf = self.buf.split(b"\n")
+            self.lines += [d.decode() for d in done]
+
+
 def case_restart(gw):
     c = Client(gw.listen, "alice")
     job, summary = running_hold_job(gw, c)
     last = max(e["seq"] for e in c.events if e["job"] == job)
-    c.close()
-    gw.stop()
-    gw.start()
-    c = Client(gw.listen, "alice")
-    attach(c, job, after=last)
-    c.wait_event(lambda e: e["job"] == job and e["event"] == "gateway")
-    check(gw.wait_log("worker %s registered" % summary["instance"], 20), "worker re-registered")
-    now = c.req("attach", job=job, after=10 ** 9)["job"]
-    check(now["state"] == "running" and now["attempt"] == summary["attempt"],
-          "job still running on its worker after the restart: %r" % now)
-    c.req("cancel", job=job)
-    c.wait_event(state_is(job, "cancelled"))
-    check(not [e for e in c.events if e["job"] == job and e["event"] == "preempted"],
-          "not re-queued")
+    # spotlab logs -f follows the job across the restart
+    cli = subprocess.Popen([os.environ["SPOTLAB_TEST_CLI"], "logs", job, "-f", "--json"],
+                           env=cli_env(gw), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = Lines(cli)
+    try:
+        out.wait(lambda line: json.loads(line)["seq"] == last, 20)
+        c.close()
+        gw.stop()
+        gw.start()
+        c = Client(gw.listen, "alice")
+        attach(c, job, after=last)
+        c.wait_event(lambda e: e["job"] == job and e["event"] == "gateway")
+        check(gw.wait_log("worker %s registered" % summary["instance"], 20), "worker re-registered")
+        now = c.req("attach", job=job, after=10 ** 9)["job"]
+        check(now["state"] == "running" and now["attempt"] == summary["attempt"],
+              "job still running on its worker after the restart: %r" % now)
+        c.req("cancel", job=job)
+        end = c.wait_event(state_is(job, "cancelled"))
+        check(not [e for e in c.events if e["job"] == job and e["event"] == "preempted"],
+              "not re-queued")
+        out.wait(lambda line: json.loads(line)["seq"] == end["seq"], 30)
+        cli.wait(10)
+        got = [json.loads(line) for line in out.lines]
+        check([e["seq"] for e in got] == list(range(1, end["seq"] + 1)) and
+              any(e["event"] == "gateway" for e in got) and cli.returncode == 1,
+              "spotlab logs -f across a gateway restart: every event once, exit 1 for a cancelled"
+              " job (%s, %s)" % (cli.returncode, [e["seq"] for e in got][-5:]))
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
 
 
 def case_fairness(gw):
@@ -740,7 +869,10 @@ def case_local_train(gw):
     text = os.path.join(gw.dir, "text.txt")
     with open(text, "w") as f:
         f.write("Call me Ishmael. Some years ago, never mind how long precisely. " * 200)
-    real = Gateway(GATEWAY, slots=1)
+    # a short worker_timeout: the gateway itself has the provider terminate
+    # the instance once its job is done (a stopped gateway leaves workers
+    # running by design, for its next start)
+    real = Gateway(GATEWAY, slots=1, extra_ini="[idle]\nworker_timeout = 3s\n")
     try:
         c = Client(real.listen, "alice")
         r = c.req("session.set", defs=[
@@ -753,8 +885,23 @@ def case_local_train(gw):
         end = c.wait_event(lambda e: e["job"] == job and e["event"] == "state" and
                            e["state"] in ("succeeded", "failed"), timeout=240)
         check(end["state"] == "succeeded", "real training succeeded: %r" % end)
+        inst = [e for e in c.events if e["job"] == job and e["event"] == "placed"][-1]["instance"]
+        sid = json.load(open(os.path.join(real.state, "instances", inst, "instance.json")))["pid"]
+        check(sid in session_pids(sid), "the instance's worker %d runs" % sid)
         kinds = [e["event"] for e in c.events if e["job"] == job]
         check(kinds.count("metric") >= 1 and "checkpoint" in kinds, "metrics and checkpoints")
+        steps = [e["step"] for e in c.events if e["job"] == job and e["event"] == "metric"]
+        check(steps == sorted(set(steps)) and steps[-1:] == [40],
+              "each step's metric once, the last one 40 (spotlab-train's done adds none): %s"
+              % steps[-5:])
+        check(c.req("jobs")["jobs"][0]["step"] == 40, "the job's summary has the last step")
+        check(real.wait_log("instance %s gone" % inst, 60), "the idle instance was terminated")
+        deadline = time.monotonic() + 20
+        while session_pids(sid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # waiting for other processes' exit: no event to wait on
+        check(not session_pids(sid), "no process of the instance remains: %s" % session_pids(sid))
+        real.stop()
+        check(real.p.returncode == 0, "the gateway stopped cleanly (%s)" % real.p.returncode)
     finally:
         if failures:
             print("real gateway log:\n" + real.logtext()[-8000:], file=sys.stderr)
@@ -765,7 +912,8 @@ CASES = {"auth": case_auth, "isolation": case_isolation,
          "malformed-kernel": case_malformed_kernel, "malformed-worker": case_malformed_worker,
          "curve": case_curve, "dump-config": case_dump_config,
          "config-errors": case_config_errors, "embedded": case_embedded, "jobs": case_jobs,
-         "preempt": case_preempt, "preempt-run": case_preempt_run, "restart": case_restart, "fairness": case_fairness,
+         "preempt": case_preempt, "preempt-run": case_preempt_run, "restart": case_restart,
+         "replay": case_replay, "fairness": case_fairness,
          "local-train": case_local_train, "idle": case_idle,
          "auto-checkpoint": case_auto_checkpoint}
 
