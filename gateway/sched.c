@@ -559,10 +559,12 @@ void gw_sched_instance_gone(struct gw *g, const char *id, const char *why) {
   bool notice = in->notice;
   struct gw_job *j = in->row.job ? gw_live_job(g, in->row.job) : NULL;
   sl_info(T, "instance %s gone: %s", id, why);
-  snprintf(in->row.state, sizeof in->row.state, "terminated");
-  gw_store_instance_put(g->store, &in->row);
   if (j && !strcmp(j->instance, id))
     gw_sched_requeue(g, j, notice, why);
+  /* after the requeue, whose end of the attempt saves the instance as
+   * draining: a row left so would come back to life at the next start */
+  snprintf(in->row.state, sizeof in->row.state, "terminated");
+  gw_store_instance_put(g->store, &in->row);
   gw_inst_remove(g, id);
   g->kick = true;
 }
