@@ -645,6 +645,7 @@ static void load_instances(struct gw *g) {
     memset(in, 0, sizeof *in);
     in->row = rows[i];
     in->register_by_mono_us = by;
+    in->idle_since_mono_us = sl_time_mono_us(); /* else an idle worker is stopped at once */
   }
   free(rows);
   /* provider instances the table does not know are stray: stop them */
