@@ -21,7 +21,8 @@ duplicate; at most one spotlab-train ran the job at any time; no worker runs
 that the gateway does not know of.
 
 SPOTLAB_CHAOS_SEED=N replays a schedule (the seed is printed first);
-SPOTLAB_CHAOS_KILLS=N changes the number of kills. Every wait is for an event
+SPOTLAB_CHAOS_KILLS=N changes the number of kills; SPOTLAB_CHAOS_KEEP=1 keeps
+the state folder of a run that passed. Every wait is for an event
 (a gateway message, a kernel message, a process exit) with a deadline.
 """
 
@@ -264,13 +265,15 @@ class Monitor:
                 if m.get("type") == "reply" and m.get("re") == rid:
                     return m
 
-    def wait(self, pred, timeout, what):
+    def wait(self, pred, timeout, what, after_end=False):
+        """Pumps until pred(); fails at the deadline, or (unless after_end)
+        when the job ends first."""
         deadline = time.monotonic() + timeout
         while not pred():
             if time.monotonic() > deadline:
                 raise TimeoutError("%s: not within %ds (job state %s, step %d)"
                                    % (what, timeout, self.state, self.max_step))
-            if self.state in FINAL:
+            if self.state in FINAL and not after_end:
                 raise RuntimeError("%s: the job ended (%s) first; the last events: %s"
                                    % (what, self.state, self.tail()))
             self.pump(0.1)
@@ -390,16 +393,16 @@ class Chaos:
         deadline = time.monotonic() + 60
         while True:
             self.mon.wait(lambda: self.mon.instance, 60, "an instance for " + action)
+            target = self.mon.instance
             kw = {"notice_s": notice_s} if notice_s else {}
-            r = self.mon.req("inject", action=action, instance=self.mon.instance, **kw)
+            r = self.mon.req("inject", action=action, instance=target, **kw)
             if r["ok"]:
-                return "instance %s%s" % (self.mon.instance,
-                                          " notice %ds" % notice_s if notice_s else "")
+                return "instance %s%s" % (target, " notice %ds" % notice_s if notice_s else "")
+            log("inject %s on %s refused: %s" % (action, target, r["error"]))
             if time.monotonic() > deadline:
                 raise TimeoutError("inject %s refused: %s" % (action, r["error"]))
-            gone = self.mon.instance
             # a notice already running, or the instance just went: wait for the next one
-            self.mon.wait(lambda: self.mon.instance != gone, 60, "the next instance")
+            self.mon.wait(lambda: self.mon.instance != target, 60, "the next instance")
 
     def kill_train(self):
         pids = []
@@ -455,6 +458,19 @@ class Chaos:
         quick = [self.rng.random() < 0.3 for _ in range(KILLS)]
         for i, kind in enumerate(kinds):
             self.one(i, kind, targets[i], quick[i])
+
+
+def live_instances(mon):
+    return {i["instance"] for i in mon.req("instances")["instances"] if i["state"] != "terminated"}
+
+
+def running_workers(gw):
+    """Instance ids of the spotlab-worker processes running on the state folder."""
+    ids = set()
+    for pid in processes("spotlab-worker", gw.state + "/"):
+        cfg = [a for a in proc_cmdline(pid) or [] if a.endswith(b"worker.json")]
+        ids.add(os.path.basename(os.path.dirname(cfg[0].decode())) if cfg else "?")
+    return ids
 
 
 def final_checks(gw, mon, nb, chaos, job, ref_job):
@@ -518,15 +534,34 @@ def final_checks(gw, mon, nb, chaos, job, ref_job):
 
     check(chaos.max_trains == 1, "at most one spotlab-train ran the job at a time (%d)" % chaos.max_trains)
     check(not chaos.trains(), "no spotlab-train of the job is left")
-    known = {i["instance"] for i in mon.req("instances")["instances"] if i["state"] != "terminated"}
-    stray = []
-    for pid in processes("spotlab-worker", gw.state + "/"):
-        cfg = [a for a in proc_cmdline(pid) or [] if a.endswith(b"worker.json")]
-        inst = os.path.basename(os.path.dirname(cfg[0].decode())) if cfg else "?"
-        if inst not in known:
-            stray.append(inst)
+    known = live_instances(mon)
+    stray = running_workers(gw) - known
     check(not stray, "every running worker is an instance the gateway knows (%d known%s)"
-          % (len(known), ", stray %s" % stray if stray else ""))
+          % (len(known), ", stray %s" % sorted(stray) if stray else ""))
+    # one more (clean) restart: the gateway comes back with exactly the instances that run,
+    # and its idle workers stay (worker_timeout is 10 minutes)
+    idle = {i["instance"] for i in mon.req("instances")["instances"] if i["state"] == "idle"}
+    gw.p.send_signal(signal.SIGTERM)
+    gw.p.wait(30)
+    gw.start()
+    mon.connect()
+    deadline = time.monotonic() + 5  # a draining worker that just exited is reaped within 0.5 s
+    while True:
+        ghosts = live_instances(mon) - running_workers(gw)
+        if not ghosts or time.monotonic() > deadline:
+            break
+        mon.pump(0.2)
+    check(not ghosts, "after a restart the gateway lists no instance that is gone%s"
+          % (": %s" % sorted(ghosts) if ghosts else ""))
+    back = lambda: {i["instance"] for i in mon.req("instances")["instances"]
+                    if i["registered"] and i["state"] == "idle"}
+    mon.wait(lambda: idle <= back(), 15, "the idle workers registering again", after_end=True)
+    end = time.monotonic() + 1.0  # housekeeping runs every 200 ms: give it a few rounds
+    while time.monotonic() < end:
+        mon.pump(end - time.monotonic())
+    kept = back() & running_workers(gw)
+    check(idle and idle <= kept, "a restart keeps the idle workers (%s of %s)"
+          % (sorted(kept), sorted(idle)))
 
 
 def main():
@@ -590,7 +625,7 @@ def main():
         for pid in left:
             os.kill(pid, signal.SIGKILL)
         wait_exit(left, 20)
-        if FAILURES:
+        if FAILURES or os.environ.get("SPOTLAB_CHAOS_KEEP"):
             print("seed %d; state kept in %s" % (SEED, root), file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
