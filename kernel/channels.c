@@ -67,6 +67,11 @@ struct loop {
   bool logged_hmac, logged_replay, logged_limit;
 };
 
+static const char *const channel_name[JK_CH_COUNT] = {
+  [JK_CH_SHELL] = "shell", [JK_CH_CONTROL] = "control", [JK_CH_STDIN] = "stdin",
+  [JK_CH_IOPUB] = "iopub", [JK_CH_HB] = "heartbeat",
+};
+
 static const enum input_id input_of[JK_CH_COUNT] = {
   [JK_CH_SHELL] = IN_SHELL, [JK_CH_CONTROL] = IN_CONTROL, [JK_CH_STDIN] = IN_STDIN,
   [JK_CH_IOPUB] = IN_COUNT, [JK_CH_HB] = IN_COUNT,
@@ -130,7 +135,7 @@ static void send_msg(void *ud, enum jk_channel ch, struct jk_msg *msg) {
   if (input_of[ch] != IN_COUNT)
     l->in[input_of[ch]].ask = true;
   if (r < 0)
-    sl_warn("kernel.wire", "cannot send %s: %s", jk_msg_type(msg), sl_strerror(r));
+    sl_warn("kernel.wire", "cannot send a message on the %s channel: %s", channel_name[ch], sl_strerror(r));
   sl_msg_done(&out);
   jk_msg_free(msg);
 }

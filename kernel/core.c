@@ -131,9 +131,15 @@ void jk_core_publish(struct jk_core *c, const struct jk_msg *parent, const char 
   struct jk_msg *m = jk_msg_child(parent, msg_type, content, c->kernel_id);
   if (!m)
     return;
-  char topic[128];
-  snprintf(topic, sizeof topic, "kernel.%.64s.%.40s", c->kernel_id, msg_type);
-  sl_msg_add_str(&m->idents, topic);
+  /* "kernel.<id>.<type>", as ipykernel names its iopub topics */
+  char topic[128] = "kernel.";
+  size_t n = 7, id_len = strnlen(c->kernel_id, 64), type_len = strnlen(msg_type, 40);
+  memcpy(topic + n, c->kernel_id, id_len);
+  n += id_len;
+  topic[n++] = '.';
+  memcpy(topic + n, msg_type, type_len);
+  n += type_len;
+  sl_msg_add(&m->idents, topic, n);
   c->ops->send(c->userdata, JK_CH_IOPUB, m);
 }
 
@@ -145,7 +151,10 @@ void jk_core_reply(struct jk_core *c, enum jk_channel ch, const struct jk_msg *r
 }
 
 void jk_core_set_status(struct jk_core *c, const struct jk_msg *parent, const char *state) {
-  jk_core_publish(c, parent, "status", json_pack("{s:s}", "execution_state", state));
+  json_t *content = json_object();
+  if (content) /* state is one of ours: ASCII, no need to check it */
+    json_object_set_new_nocheck(content, "execution_state", json_string_nocheck(state));
+  jk_core_publish(c, parent, "status", content);
 }
 
 /* ---- simple requests ---------------------------------------------------- */

@@ -64,6 +64,32 @@ void jk_new_id(char buf[37]) {
   uuid_unparse_lower(u, buf);
 }
 
+/* Whether s is well-formed UTF-8 (what a JSON string may hold). */
+static bool utf8_ok(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    if (*p < 0x80) {
+      p++;
+      continue;
+    }
+    size_t n = *p >= 0xC2 && *p <= 0xDF ? 1 : *p >= 0xE0 && *p <= 0xEF ? 2 : *p >= 0xF0 && *p <= 0xF4 ? 3 : 0;
+    if (!n)
+      return false;
+    uint32_t cp = *p & (0x3F >> n);
+    for (size_t i = 1; i <= n; i++) {
+      if ((p[i] & 0xC0) != 0x80)
+        return false;
+      cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    /* overlong forms, surrogates, past U+10FFFF */
+    if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    p += n + 1;
+  }
+  return true;
+}
+
 /* Appends s as a JSON string (quoted, escaped) at out, which has room for
  * 6 * strlen(s) + 2 bytes; returns the end. s is valid UTF-8 (it went through
  * jansson), which passes unescaped, as jansson writes it. */
@@ -158,31 +184,6 @@ static void next_id(char buf[64]) {
   buf[24 + n] = '\0';
 }
 
-/* The header object: session_id and msg_type are checked for UTF-8 (they
- * may come from outside); the rest is ASCII made here or a username jansson
- * already checked when it parsed the parent. */
-static json_t *header_object(const char *id, const char *session, const char *user,
-                             const char *date, const char *type) {
-  json_t *h = json_object();
-  json_t *vals[6] = {json_string_nocheck(id), json_string(session), json_string_nocheck(user),
-                     json_string_nocheck(date), json_string(type), json_string_nocheck("5.3")};
-  static const char *const keys[6] = {"msg_id", "session", "username", "date", "msg_type", "version"};
-  bool ok = h != NULL;
-  for (int i = 0; i < 6; i++) {
-    if (!ok || !vals[i]) {
-      json_decref(vals[i]);
-      ok = false;
-      continue;
-    }
-    ok = json_object_set_new_nocheck(h, keys[i], vals[i]) == 0; /* takes vals[i] */
-  }
-  if (!ok) {
-    json_decref(h);
-    return NULL;
-  }
-  return h;
-}
-
 static struct jk_msg *new_child(const struct jk_msg *parent, const char *msg_type, json_t *content,
                                 const char *session_id, bool route) {
   struct jk_msg *m = jk_msg_new();
@@ -195,9 +196,10 @@ static struct jk_msg *new_child(const struct jk_msg *parent, const char *msg_typ
   next_id(id);
   date_now(date);
   const char *user = parent && route ? sl_json_get_str(parent->header, "username", "kernel") : "kernel";
-  m->header = header_object(id, session_id, user, date, msg_type);
-  if (!m->header)
-    return jk_msg_free(m); /* also a string that is not UTF-8 */
+  /* The username came through jansson, which checked its UTF-8; the id and
+   * the date are ASCII made here. */
+  if (!utf8_ok(session_id) || !utf8_ok(msg_type))
+    return jk_msg_free(m);
   m->header_text = header_text(id, session_id, user, date, msg_type, &m->header_len);
   /* The parent's header is never changed once received, so it is shared. */
   m->parent_header = parent && parent->header ? json_incref(parent->header) : json_object();
@@ -379,7 +381,12 @@ int jk_wire_decode(struct jk_auth *auth, const struct sl_msg *frames,
   json_t **dst[4] = {&m->header, &m->parent_header, &m->metadata, &m->content};
   int depth = limits && limits->max_json_depth > 0 ? limits->max_json_depth : SL_JSON_MAX_DEPTH_DEFAULT;
   for (int i = 0; i < 4; i++) {
-    r = parse_part(&parts[i], depth, dst[i], err, err_size);
+    if (parts[i].len == 2 && memcmp(parts[i].data, "{}", 2) == 0) {
+      *dst[i] = json_object(); /* the usual parent_header and metadata */
+      r = *dst[i] ? 0 : -ENOMEM;
+    } else {
+      r = parse_part(&parts[i], depth, dst[i], err, err_size);
+    }
     if (r < 0)
       break;
   }

@@ -17,29 +17,32 @@
 
 struct jk_msg {
   struct sl_msg idents;   /* routing frames (or the iopub topic when sending) */
-  json_t *header;         /* owned */
+  json_t *header;         /* owned; NULL in a message built to be sent, see header_text */
   json_t *parent_header;  /* owned */
   json_t *metadata;       /* owned */
   json_t *content;        /* owned */
   struct sl_msg buffers;  /* binary buffers */
   /* Serialised forms that jk_wire_encode() sends instead of encoding header
-   * or parent_header again (owned, NUL-terminated, or NULL): a decoded
-   * message keeps its header exactly as it came, and a message built by
-   * jk_msg_reply() or jk_msg_child() holds its own header's text and a copy
-   * of its parent's, so a request's header goes back byte for byte as the
-   * parent_header of everything it causes. Code that changes header or
-   * parent_header of such a message must also free and clear the text. */
+   * or parent_header (owned, NUL-terminated, or NULL): a decoded message
+   * keeps its header exactly as it came, and a message built by
+   * jk_msg_reply() or jk_msg_child() holds only its header's text (nothing
+   * reads a header that is being sent) and a copy of its parent's, so a
+   * request's header goes back byte for byte as the parent_header of
+   * everything it causes. Code that changes parent_header of such a message
+   * must also free and clear parent_text. */
   char *header_text, *parent_text;
   size_t header_len, parent_len;
 };
 
 struct jk_msg *jk_msg_new(void);
 struct jk_msg *jk_msg_free(struct jk_msg *msg);
+/* The msg_type of a decoded message; "" for one built to be sent. */
 const char *jk_msg_type(const struct jk_msg *msg);
 
-/* A message replying to (or caused by) parent: copies its idents, sets
- * parent_header to a copy of parent's header and builds a fresh header with
- * the given type. parent may be NULL. content is taken (may be NULL for {}). */
+/* A message replying to (or caused by) parent: copies its idents, shares
+ * parent's header as parent_header and writes a fresh header (header_text)
+ * with the given type. parent may be NULL. content is taken (may be NULL for
+ * {}). NULL on OOM or when session_id or msg_type is not UTF-8. */
 struct jk_msg *jk_msg_reply(const struct jk_msg *parent, const char *msg_type, json_t *content,
                             const char *session_id);
 /* As jk_msg_reply() without the routing identities, and with username
