@@ -166,10 +166,19 @@ static struct gw_job *own_job(struct gw *g, struct gw_inst *in, const json_t *bo
   return j;
 }
 
+static void on_done(struct gw *g, struct gw_inst *in, const json_t *body);
+
 static void on_register(struct gw *g, struct gw_inst *in, const json_t *body) {
   bool was_registered = in->registered;
   in->registered = true;
   in->register_by_mono_us = 0;
+  /* done messages the worker sent since its last registered: one in flight
+   * when a gateway died is heard here (own_job ignores those already heard) */
+  size_t k;
+  json_t *d;
+  json_array_foreach(json_object_get(body, "ended"), k, d)
+    if (json_is_object(d))
+      on_done(g, in, d);
   json_t *jobs = json_object_get(body, "jobs");
   json_t *recorded = json_array(); /* what we hold of the jobs it runs */
   bool has_own = false;

@@ -41,6 +41,7 @@
 #define TOPIC "worker"
 #define MAX_JOBS 16
 #define OUTBOX_MAX 1024
+#define ENDED_MAX 64 /* done messages kept for the next register */
 #define SILENT_INTERVALS 10
 #define FIXED_ITEMS 4 /* socket, signals, notices, link monitor */
 #define POLL_MAX (FIXED_ITEMS + MAX_JOBS * WK_STREAM_N)
@@ -59,6 +60,8 @@ struct wk_agent {
   size_t outbox_n;
   bool registered, stopping;
   bool resending; /* step metrics sent again go ahead of the held outbox */
+  json_t *ended;        /* done messages sent, listed in registers until one is answered */
+  size_t ended_listed;  /* how many of them the last register listed */
   int64_t heartbeat_us, next_heartbeat_us, register_sent_us, last_heard_us;
   bool noticed;
   int64_t exit_by_us; /* monotonic; INT64_MAX = none */
@@ -91,6 +94,14 @@ static void agent_send(void *ctx, json_t *msg, bool reliable) {
     json_decref(msg); /* kept in the job's resend ring; "registered" brings it out */
     return;
   }
+  if (!strcmp(sl_json_get_str(msg, "type", ""), "done")) {
+    /* a done in flight when the gateway dies is lost: the next register lists it */
+    if (json_array_size(a->ended) == ENDED_MAX) {
+      json_array_remove(a->ended, 0);
+      if (a->ended_listed) a->ended_listed--;
+    }
+    json_array_append(a->ended, msg);
+  }
   char *text = json_dumps(msg, JSON_COMPACT);
   json_decref(msg);
   if (!text) return;
@@ -119,9 +130,11 @@ static json_t *jobs_array(const struct wk_agent *a) {
 }
 
 static void send_register(struct wk_agent *a, int64_t now) {
-  json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:o}", "type", "register", "instance",
+  json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:o, s:O}", "type", "register", "instance",
                         a->cfg->instance, "instance_type", a->cfg->type, "zone", a->cfg->zone, "spot",
-                        a->cfg->spot, "version", SPOTLAB_VERSION, "jobs", jobs_array(a));
+                        a->cfg->spot, "version", SPOTLAB_VERSION, "jobs", jobs_array(a), "ended",
+                        a->ended);
+  a->ended_listed = json_array_size(a->ended);
   agent_send(a, m, false);
   a->register_sent_us = now;
   sl_debug(TOPIC, "register sent");
@@ -198,6 +211,10 @@ static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
     a->heartbeat_us = (hb < 10 ? 10 : hb > 600000 ? 600000 : hb) * SL_US_PER_MS;
     if (!a->registered) sl_info(TOPIC, "registered with the gateway");
     a->registered = true;
+    while (a->ended_listed) { /* the gateway has heard of these */
+      json_array_remove(a->ended, 0);
+      a->ended_listed--;
+    }
     a->next_heartbeat_us = now + a->heartbeat_us;
     resend_metrics(a, json_object_get(m, "jobs"));
   } else if (!strcmp(type, "reregister")) {
@@ -443,6 +460,10 @@ int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent
   a->cfg = cfg;
   a->heartbeat_us = cfg->heartbeat_ms * SL_US_PER_MS;
   a->exit_by_us = INT64_MAX;
+  if (!(a->ended = json_array())) {
+    free(a);
+    return -ENOMEM;
+  }
   int r = wk_store_open(cfg->store, &a->store);
   if (r < 0) {
     sl_err("worker.store", "store %s: %s", cfg->store, sl_strerror(r));
@@ -474,6 +495,7 @@ struct wk_agent *wk_agent_free(struct wk_agent *a) {
   if (a->sock) zmq_close(a->sock);
   if (a->zctx) zmq_ctx_term(a->zctx);
   wk_store_free(a->store);
+  json_decref(a->ended);
   free(a);
   return NULL;
 }

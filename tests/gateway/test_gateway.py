@@ -752,6 +752,34 @@ def case_restart(gw):
             cli.wait()
 
 
+def case_reregister(gw):
+    """What a worker says when it registers again: registered names the newest
+    step recorded of its job, and a done listed in ended (one a gateway that
+    died never heard) ends the job instead of having it re-queued."""
+    c = Client(gw.listen, "alice")
+    job, summary = running_hold_job(gw, c)
+    steps = [e["step"] for e in c.req("logs", job=job, after=0)["events"] if e["event"] == "metric"]
+    s, cfg = worker_socket(os.path.join(gw.state, "instances", summary["instance"], "worker.json"))
+    att = summary["attempt"]
+    s.send(json.dumps({"type": "register", "instance": cfg["instance"],
+                       "jobs": [{"job": job, "attempt": att, "step": 1}]}).encode())
+    reply = json.loads(s.recv()) if s.poll(5000) else {}
+    check(reply.get("type") == "registered" and
+          reply.get("jobs") == [{"job": job, "attempt": att, "metric_step": max(steps)}],
+          "registered names the newest step recorded (%s): %r" % (max(steps), reply))
+    done = {"type": "done", "job": job, "attempt": att, "status": "succeeded", "exit_code": 0,
+            "message": "", "step": 3}
+    for _ in range(2):  # the second time it is old news
+        s.send(json.dumps({"type": "register", "instance": cfg["instance"], "jobs": [],
+                           "ended": [done]}).encode())
+        check(s.poll(5000) and json.loads(s.recv())["type"] == "registered", "registered")
+    c.wait_event(state_is(job, "succeeded"))
+    states = [e["state"] for e in c.req("logs", job=job, after=0)["events"] if e["event"] == "state"]
+    check(states[-1] == "succeeded" and "preempted" not in states and states.count("succeeded") == 1,
+          "the listed done ended the job once, nothing re-queued it: %s" % states)
+    s.close(0)
+
+
 def case_fairness(gw):
     users = {u: Client(gw.listen, u) for u in ("alice", "bob", "carol")}
     for c in users.values():
@@ -913,7 +941,7 @@ CASES = {"auth": case_auth, "isolation": case_isolation,
          "curve": case_curve, "dump-config": case_dump_config,
          "config-errors": case_config_errors, "embedded": case_embedded, "jobs": case_jobs,
          "preempt": case_preempt, "preempt-run": case_preempt_run, "restart": case_restart,
-         "replay": case_replay, "fairness": case_fairness,
+         "replay": case_replay, "fairness": case_fairness, "reregister": case_reregister,
          "local-train": case_local_train, "idle": case_idle,
          "auto-checkpoint": case_auto_checkpoint}
 

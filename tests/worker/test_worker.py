@@ -385,6 +385,30 @@ def case_link(tmp, worker_exe, train_exe):
         gw.close()
 
 
+def case_ended(tmp, worker_exe, train_exe):
+    """A done the gateway may have lost (it restarted) is listed in the next
+    register, until a registered answers a register that listed it."""
+    data = text_file(tmp)
+    gw, w = start(tmp, worker_exe, train_exe)
+    try:
+        gw.send(train_assign("J000014", data, 20))
+        assert run_until_done(gw, "J000014")[-1]["status"] == "succeeded"
+        gw.restart()
+        reg = gw.recv(lambda m: m["type"] == "register", 10, "register after restart")
+        ended = [(d["job"], d["attempt"], d["status"], d["step"]) for d in reg.get("ended", [])]
+        assert ended == [("J000014", 1, "succeeded", 20)], reg
+        gw.send({"type": "registered", "heartbeat_ms": 100})
+        gw.recv(lambda m: m["type"] == "heartbeat", 5, "heartbeat after registered")
+        gw.send({"type": "reregister"})
+        reg = gw.recv(lambda m: m["type"] == "register", 5, "register after reregister")
+        assert reg.get("ended") == [], reg
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
 def main():
     case = sys.argv[1]
     worker_exe, train_exe = (os.path.abspath(p) for p in sys.argv[2:4])
