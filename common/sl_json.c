@@ -53,10 +53,27 @@ int sl_json_parse(const char *buf, size_t len, int max_depth, json_t **ret,
   return 0;
 }
 
+/* Small values (most messages) are written into a stack buffer and copied
+ * out once: json_dumps() grows its buffer by reallocation and copies the
+ * result again. A value that does not fit is written a second time. */
 char *sl_json_dump(const json_t *v, size_t *ret_len) {
-  char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
-  if (s && ret_len)
-    *ret_len = strlen(s);
+  const size_t flags = JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17);
+  char stack[1024];
+  size_t len = json_dumpb(v, stack, sizeof stack, flags);
+  if (len == 0)
+    return NULL; /* an error: every JSON text has at least one byte */
+  char *s = malloc(len + 1);
+  if (!s)
+    return NULL;
+  if (len <= sizeof stack)
+    memcpy(s, stack, len);
+  else if (json_dumpb(v, s, len, flags) != len) {
+    free(s);
+    return NULL;
+  }
+  s[len] = '\0';
+  if (ret_len)
+    *ret_len = len;
   return s;
 }
 
