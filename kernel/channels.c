@@ -329,8 +329,11 @@ static void read_signals(struct loop *l) {
   }
 }
 
-/* Hands every message waiting on input id to the core (a bounded number for
- * the gateway, so it cannot starve the others). */
+/* Hands the messages waiting on input id to the core: every one on control
+ * and stdin, a bounded number from the gateway (so it cannot starve the
+ * others), and one shell request per round: answering it sends on shell,
+ * after which the socket is asked again anyway, so a second receive only to
+ * learn that nothing else is queued would be two system calls for nothing. */
 static void drain(struct loop *l, enum input_id id) {
   struct input *in = &l->in[id];
   if (!in->sock || !in->ready)
@@ -338,9 +341,10 @@ static void drain(struct loop *l, enum input_id id) {
   if (id == IN_GATEWAY) {
     for (int i = 0; i < GW_MAX_PER_ROUND && !l->stop && receive_gateway(l); i++)
       ;
+  } else if (id == IN_SHELL) {
+    receive_one(l, JK_CH_SHELL);
   } else {
-    enum jk_channel ch = id == IN_SHELL ? JK_CH_SHELL : id == IN_CONTROL ? JK_CH_CONTROL : JK_CH_STDIN;
-    while (!l->stop && receive_one(l, ch))
+    while (!l->stop && receive_one(l, id == IN_CONTROL ? JK_CH_CONTROL : JK_CH_STDIN))
       ;
   }
   in->ready = false;
@@ -373,9 +377,12 @@ static void serve(struct loop *l) {
     }
     if (r > 0 && (pfd[0].revents & POLLIN))
       read_signals(l);
+    /* A receive takes in the socket's commands itself, so a descriptor that
+     * fired is not asked first: a wake-up with nothing to read costs one
+     * receive that answers EAGAIN, as ZMQ_EVENTS would have. */
     for (int i = 0; r > 0 && i < IN_COUNT; i++)
       if (slot[i] >= 0 && pfd[slot[i]].revents)
-        l->in[i].ready |= has_input(l->in[i].sock);
+        l->in[i].ready = true;
     for (int i = 0; i < IN_COUNT && !l->stop; i++)
       drain(l, (enum input_id)i);
     if (!l->stop)
