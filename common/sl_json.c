@@ -1,11 +1,29 @@
-/* JSON parsing with limits, and typed getters with defaults. */
+/* JSON parsing with limits, dumping, and typed getters with defaults.
+ *
+ * The parser builds jansson values straight from the buffer. jansson's own
+ * reads its input a byte at a time through a stream callback and copies
+ * every token into a growing buffer before making a value of it, which made
+ * parsing a Jupyter message's header and content the largest cost of a
+ * request in the kernel. It accepts exactly what json_loadb() accepts with
+ * JSON_DECODE_ANY | JSON_ALLOW_NUL: RFC 8259 JSON of any type at the top;
+ * strings of well-formed UTF-8 that may hold \u0000, but object keys may
+ * not; an integer outside int64_t and a real that overflows are errors; a
+ * repeated key keeps its last value. One quirk of jansson's is not copied:
+ * it skips a NUL byte right after a number or a literal ("1\0" reads as 1),
+ * where this parser refuses a NUL byte outside a string, as RFC 8259 does.
+ * test-json compares the two on a corpus of good and broken texts and their
+ * mutations. */
 #include "sl_json.h"
 #include "sl_err.h"
 
+#include <errno.h>
+#include <locale.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define PARSE_MAX_DEPTH 2048 /* as jansson's, whatever the caller allows */
 
 /* Depth scan over raw text, skipping strings. Cheap and run before jansson
  * so a hostile "[[[[..." never reaches its recursive parser. */
@@ -32,6 +50,371 @@ static int check_depth(const char *buf, size_t len, int max_depth) {
   return 0;
 }
 
+struct parser {
+  const char *start, *p, *end;
+  int depth, max_depth;
+  const char *err_at; /* where the first error was found */
+  const char *err;    /* what it was */
+};
+
+static json_t *fail(struct parser *ps, const char *at, const char *why) {
+  if (!ps->err) {
+    ps->err_at = at;
+    ps->err = why;
+  }
+  return NULL;
+}
+
+static void skip_ws(struct parser *ps) {
+  while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\n' || *ps->p == '\r' || *ps->p == '\t'))
+    ps->p++;
+}
+
+/* Length of the well-formed UTF-8 sequence at p (at most n bytes), or 0:
+ * no overlong forms, no surrogates, nothing past U+10FFFF. */
+static size_t utf8_seq(const unsigned char *p, size_t n) {
+  size_t len = p[0] >= 0xC2 && p[0] <= 0xDF   ? 2
+               : p[0] >= 0xE0 && p[0] <= 0xEF ? 3
+               : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4
+                                              : 0;
+  if (!len || len > n)
+    return 0;
+  uint32_t cp = p[0] & (0x7F >> len);
+  for (size_t i = 1; i < len; i++) {
+    if ((p[i] & 0xC0) != 0x80)
+      return 0;
+    cp = (cp << 6) | (p[i] & 0x3F);
+  }
+  if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+      (cp >= 0xD800 && cp <= 0xDFFF))
+    return 0;
+  return len;
+}
+
+static int hex4(const char *p) {
+  int v = 0;
+  for (int i = 0; i < 4; i++) {
+    char c = p[i];
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0)
+      return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+static char *put_utf8(char *out, uint32_t cp) {
+  if (cp < 0x80) {
+    *out++ = (char)cp;
+  } else if (cp < 0x800) {
+    *out++ = (char)(0xC0 | (cp >> 6));
+    *out++ = (char)(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    *out++ = (char)(0xE0 | (cp >> 12));
+    *out++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+    *out++ = (char)(0x80 | (cp & 0x3F));
+  } else {
+    *out++ = (char)(0xF0 | (cp >> 18));
+    *out++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+    *out++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+    *out++ = (char)(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+
+/* The string at ps->p (its opening quote): *ret_s and *ret_len give its
+ * text, in the input when it has no escapes, else in *ret_owned (malloc'd,
+ * the caller frees it). false on error. */
+static bool parse_string(struct parser *ps, const char **ret_s, size_t *ret_len, char **ret_owned) {
+  const char *q = ++ps->p; /* past the quote */
+  const char *end = ps->end;
+  bool escapes = false;
+  while (q < end && *q != '"') {
+    unsigned char c = (unsigned char)*q;
+    if (c == '\\') {
+      escapes = true;
+      q += 2;
+    } else if (c < 0x20) {
+      fail(ps, q, "control character in a string");
+      return false;
+    } else if (c < 0x80) {
+      q++;
+    } else {
+      size_t n = utf8_seq((const unsigned char *)q, (size_t)(end - q));
+      if (!n) {
+        fail(ps, q, "invalid UTF-8 in a string");
+        return false;
+      }
+      q += n;
+    }
+  }
+  if (q >= end) {
+    fail(ps, end, "premature end of input in a string");
+    return false;
+  }
+  if (!escapes) {
+    *ret_s = ps->p;
+    *ret_len = (size_t)(q - ps->p);
+    *ret_owned = NULL;
+    ps->p = q + 1;
+    return true;
+  }
+  /* Escapes only ever shorten the text: \uXXXX is 6 bytes for at most 3. */
+  char *out = malloc((size_t)(q - ps->p) + 1), *o = out;
+  if (!out) {
+    fail(ps, ps->p, "out of memory");
+    return false;
+  }
+  for (const char *r = ps->p; r < q;) {
+    if (*r != '\\') {
+      *o++ = *r++;
+      continue;
+    }
+    const char *esc = r++;
+    char e = *r++;
+    switch (e) {
+    case '"': case '\\': case '/': *o++ = e; break;
+    case 'b': *o++ = '\b'; break;
+    case 'f': *o++ = '\f'; break;
+    case 'n': *o++ = '\n'; break;
+    case 'r': *o++ = '\r'; break;
+    case 't': *o++ = '\t'; break;
+    case 'u': {
+      int v = q - r >= 4 ? hex4(r) : -1;
+      if (v < 0)
+        goto bad_escape;
+      r += 4;
+      uint32_t cp = (uint32_t)v;
+      if (cp >= 0xDC00 && cp <= 0xDFFF)
+        goto bad_unicode;
+      if (cp >= 0xD800 && cp <= 0xDBFF) { /* a high surrogate needs its low half */
+        int lo = q - r >= 6 && r[0] == '\\' && r[1] == 'u' ? hex4(r + 2) : -1;
+        if (lo < 0xDC00 || lo > 0xDFFF)
+          goto bad_unicode;
+        cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)lo - 0xDC00);
+        r += 6;
+      }
+      o = put_utf8(o, cp);
+      break;
+    }
+    default:
+      goto bad_escape;
+    }
+    continue;
+  bad_escape:
+    free(out);
+    fail(ps, esc, "invalid escape");
+    return false;
+  bad_unicode:
+    free(out);
+    fail(ps, esc, "invalid Unicode escape (a lone surrogate)");
+    return false;
+  }
+  *o = '\0';
+  *ret_s = out;
+  *ret_len = (size_t)(o - out);
+  *ret_owned = out;
+  ps->p = q + 1;
+  return true;
+}
+
+static json_t *parse_number(struct parser *ps) {
+  const char *s = ps->p, *q = s, *end = ps->end;
+  if (q < end && *q == '-')
+    q++;
+  if (q < end && *q == '0') {
+    q++;
+    if (q < end && *q >= '0' && *q <= '9')
+      return fail(ps, s, "invalid number (a leading zero)");
+  } else if (q < end && *q >= '1' && *q <= '9') {
+    while (q < end && *q >= '0' && *q <= '9')
+      q++;
+  } else {
+    return fail(ps, s, "invalid token");
+  }
+  bool real = false;
+  if (q < end && *q == '.') {
+    q++;
+    if (q >= end || *q < '0' || *q > '9')
+      return fail(ps, s, "invalid number");
+    while (q < end && *q >= '0' && *q <= '9')
+      q++;
+    real = true;
+  }
+  if (q < end && (*q == 'e' || *q == 'E')) {
+    q++;
+    if (q < end && (*q == '+' || *q == '-'))
+      q++;
+    if (q >= end || *q < '0' || *q > '9')
+      return fail(ps, s, "invalid number");
+    while (q < end && *q >= '0' && *q <= '9')
+      q++;
+    real = true;
+  }
+  ps->p = q;
+  size_t n = (size_t)(q - s);
+  if (!real) {
+    /* int64_t, as jansson's strtoll: one more magnitude for negatives */
+    bool neg = *s == '-';
+    uint64_t v = 0, limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    for (const char *d = s + neg; d < q; d++) {
+      uint64_t digit = (uint64_t)(*d - '0');
+      if (v > (limit - digit) / 10)
+        return fail(ps, s, neg ? "too big negative integer" : "too big integer");
+      v = v * 10 + digit;
+    }
+    if (!neg)
+      return json_integer((json_int_t)v);
+    return json_integer(v > (uint64_t)INT64_MAX ? INT64_MIN : -(json_int_t)v);
+  }
+  char small[64], *text = n < sizeof small ? small : malloc(n + 1);
+  if (!text)
+    return fail(ps, s, "out of memory");
+  memcpy(text, s, n);
+  text[n] = '\0';
+  const char *point = localeconv()->decimal_point; /* strtod reads the locale's */
+  if (point && point[0] && point[0] != '.') {
+    char *dot = strchr(text, '.');
+    if (dot)
+      *dot = point[0];
+  }
+  errno = 0;
+  double d = strtod(text, NULL);
+  if (text != small)
+    free(text);
+  if (errno == ERANGE && (d == HUGE_VAL || d == -HUGE_VAL))
+    return fail(ps, s, "real number overflow");
+  return json_real(d);
+}
+
+static json_t *parse_value(struct parser *ps);
+
+static json_t *parse_array(struct parser *ps) {
+  json_t *a = json_array();
+  if (!a)
+    return fail(ps, ps->p, "out of memory");
+  ps->p++;
+  skip_ws(ps);
+  if (ps->p < ps->end && *ps->p == ']') {
+    ps->p++;
+    return a;
+  }
+  for (;;) {
+    json_t *v = parse_value(ps);
+    if (!v || json_array_append_new(a, v) < 0)
+      goto bad;
+    skip_ws(ps);
+    if (ps->p < ps->end && *ps->p == ',') {
+      ps->p++;
+      skip_ws(ps);
+    } else if (ps->p < ps->end && *ps->p == ']') {
+      ps->p++;
+      return a;
+    } else {
+      fail(ps, ps->p, "',' or ']' expected");
+      goto bad;
+    }
+  }
+bad:
+  json_decref(a);
+  return fail(ps, ps->p, "out of memory");
+}
+
+static json_t *parse_object(struct parser *ps) {
+  json_t *o = json_object();
+  if (!o)
+    return fail(ps, ps->p, "out of memory");
+  ps->p++;
+  skip_ws(ps);
+  if (ps->p < ps->end && *ps->p == '}') {
+    ps->p++;
+    return o;
+  }
+  for (;;) {
+    if (ps->p >= ps->end || *ps->p != '"') {
+      fail(ps, ps->p, "string or '}' expected");
+      goto bad;
+    }
+    const char *key_at = ps->p, *key;
+    size_t key_len;
+    char *owned;
+    if (!parse_string(ps, &key, &key_len, &owned))
+      goto bad;
+    if (memchr(key, '\0', key_len)) {
+      free(owned);
+      fail(ps, key_at, "NUL byte in object key not supported");
+      goto bad;
+    }
+    skip_ws(ps);
+    if (ps->p >= ps->end || *ps->p != ':') {
+      free(owned);
+      fail(ps, ps->p, "':' expected");
+      goto bad;
+    }
+    ps->p++;
+    skip_ws(ps);
+    json_t *v = parse_value(ps);
+    int r = v ? json_object_setn_new_nocheck(o, key, key_len, v) : -1; /* takes v */
+    free(owned);
+    if (r < 0)
+      goto bad;
+    skip_ws(ps);
+    if (ps->p < ps->end && *ps->p == ',') {
+      ps->p++;
+      skip_ws(ps);
+    } else if (ps->p < ps->end && *ps->p == '}') {
+      ps->p++;
+      return o;
+    } else {
+      fail(ps, ps->p, "',' or '}' expected");
+      goto bad;
+    }
+  }
+bad:
+  json_decref(o);
+  return fail(ps, ps->p, "out of memory");
+}
+
+static bool word(struct parser *ps, const char *w, size_t n) {
+  if ((size_t)(ps->end - ps->p) < n || memcmp(ps->p, w, n) != 0)
+    return false;
+  ps->p += n;
+  return true;
+}
+
+static json_t *parse_value(struct parser *ps) {
+  if (ps->p >= ps->end)
+    return fail(ps, ps->p, "premature end of input");
+  switch (*ps->p) {
+  case '{':
+  case '[': {
+    if (++ps->depth > ps->max_depth)
+      return fail(ps, ps->p, "maximum parsing depth reached");
+    json_t *v = *ps->p == '{' ? parse_object(ps) : parse_array(ps);
+    ps->depth--;
+    return v;
+  }
+  case '"': {
+    const char *s;
+    size_t n;
+    char *owned;
+    if (!parse_string(ps, &s, &n, &owned))
+      return NULL;
+    json_t *v = json_stringn_nocheck(s, n); /* UTF-8 checked above */
+    free(owned);
+    return v ? v : fail(ps, ps->p, "out of memory");
+  }
+  case 't':
+    return word(ps, "true", 4) ? json_true() : fail(ps, ps->p, "invalid token");
+  case 'f':
+    return word(ps, "false", 5) ? json_false() : fail(ps, ps->p, "invalid token");
+  case 'n':
+    return word(ps, "null", 4) ? json_null() : fail(ps, ps->p, "invalid token");
+  default:
+    return parse_number(ps);
+  }
+}
+
 int sl_json_parse(const char *buf, size_t len, int max_depth, json_t **ret,
                   char *err_text, size_t err_size) {
   if (max_depth <= 0)
@@ -42,11 +425,24 @@ int sl_json_parse(const char *buf, size_t len, int max_depth, json_t **ret,
       snprintf(err_text, err_size, "JSON nested deeper than %d levels", max_depth);
     return r;
   }
-  json_error_t jerr;
-  json_t *v = json_loadb(buf, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+  struct parser ps = {buf, buf, buf + len, 0, max_depth < PARSE_MAX_DEPTH ? max_depth : PARSE_MAX_DEPTH, NULL, NULL};
+  skip_ws(&ps);
+  json_t *v = parse_value(&ps);
+  if (v) {
+    skip_ws(&ps);
+    if (ps.p != ps.end) {
+      json_decref(v);
+      v = fail(&ps, ps.p, "end of file expected");
+    }
+  }
   if (!v) {
-    if (err_text)
-      snprintf(err_text, err_size, "line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+    if (err_text) {
+      int line = 1, column = 1;
+      for (const char *q = buf; q < ps.err_at; q++, column++)
+        if (*q == '\n')
+          line++, column = 0;
+      snprintf(err_text, err_size, "line %d column %d: %s", line, column, ps.err);
+    }
     return SL_EJSON;
   }
   *ret = v;
