@@ -6,7 +6,9 @@ reports one metric per tick (options.per_tick: that many) up to
 options.steps (default 5), a checkpoint every checkpoint_every steps, then
 spotlab-train's closing `done` event and done. With options.hold it stops after
 the first checkpoint and waits (for cancel, SIGTERM or shutdown) unless the
-assign carried a restore key, in which case it finishes. SIGTERM: report a
+assign carried a restore key, in which case it finishes. With options.die_at
+its "process" dies by SIGKILL at that step (done failed, exit_code 137) in
+attempts up to options.die_attempts. SIGTERM: report a
 checkpoint and done "preempted", then exit (a preemption with notice).
 Like spotlab-worker it sends `started` once a job's process would run. A
 run job behaves like spotlab-worker's %%run: output lines only, no metrics
@@ -79,7 +81,9 @@ def main():
                        "steps": int(opts.get("steps", 5)), "every": int(m["checkpoint_every"]),
                        "per_tick": max(1, int(opts.get("per_tick", 1))),
                        "hold": bool(opts.get("hold")) and not m.get("restore") and
-                       not (run and m["attempt"] > 1), "run": run}
+                       not (run and m["attempt"] > 1), "run": run,
+                       "die_at": int(opts.get("die_at", 0)) if m["attempt"] <=
+                       int(opts.get("die_attempts", 1000)) else 0}
                 send(type="started", job=job["job"], attempt=job["attempt"])
                 if m["kind"] == "run":
                     send(type="output", job=job["job"], attempt=job["attempt"], stream="stdout",
@@ -110,6 +114,11 @@ def main():
                     send(type="checkpoint", job=job["job"], attempt=job["attempt"],
                          step=job["step"], key="%s/ckpt-%08d.tc" % (job["job"], job["step"]),
                          bytes=10, write_ms=1, upload_ms=1)
+                if job["step"] == job["die_at"]:
+                    send(type="done", job=job["job"], attempt=job["attempt"], status="failed",
+                         exit_code=137, message="killed by signal 9", step=job["step"])
+                    job = None
+                    break
                 if job["step"] >= job["steps"]:
                     # spotlab-train's closing event repeats the last step's loss
                     send(type="metric", job=job["job"], attempt=job["attempt"],

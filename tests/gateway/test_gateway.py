@@ -605,6 +605,34 @@ def case_preempt(gw):
     check(not pre["notice"], "hard loss has no notice")
 
 
+def case_process_retries(gw):
+    """A job whose process is killed by a signal resumes from its checkpoint on
+    the same worker; one that keeps dying without a new checkpoint fails after
+    [gateway] process_retries (3) resumes."""
+    c = Client(gw.listen, "alice")
+    define(c)
+    once = submit(c, steps=20, checkpoint_every=5, die_at=12, die_attempts=1)
+    attach(c, once)
+    c.wait_event(state_is(once, "succeeded"), timeout=40)
+    evs = [e for e in c.events if e["job"] == once]
+    reasons = [e["reason"] for e in evs if e["event"] == "state" and e["state"] == "preempted"]
+    check(len(reasons) == 1 and "killed by signal 9 (retry 1 of 3)" in reasons[0],
+          "one resume after the kill: %s" % reasons)
+    placed = [e["instance"] for e in evs if e["event"] == "placed"]
+    res = [e for e in evs if e["event"] == "resumed"]
+    check(len(placed) == 2 and placed[0] == placed[1] and res and res[0]["from_step"] == 10,
+          "resumed from step 10 on the same worker: %s %s" % (placed, res))
+    always = submit(c, steps=20, checkpoint_every=5, die_at=12)
+    attach(c, always)
+    end = c.wait_event(lambda e: e["job"] == always and e["event"] == "state" and
+                       e["state"] in ("succeeded", "failed"), timeout=40)
+    reasons = [e["reason"] for e in c.events if e["job"] == always and e["event"] == "state" and
+               e["state"] == "preempted"]
+    check(end["state"] == "failed" and "killed by signal 9" in end["reason"] and
+          [r[-13:] for r in reasons] == ["retry 1 of 3)", "retry 2 of 3)", "retry 3 of 3)"],
+          "a job that keeps dying fails after 3 resumes: %s %s" % (end, reasons))
+
+
 def case_preempt_run(gw):
     """A %%run job preempted with and without notice resumes like a train job,
     without step numbers: it has none."""
@@ -942,6 +970,7 @@ CASES = {"auth": case_auth, "isolation": case_isolation,
          "config-errors": case_config_errors, "embedded": case_embedded, "jobs": case_jobs,
          "preempt": case_preempt, "preempt-run": case_preempt_run, "restart": case_restart,
          "replay": case_replay, "fairness": case_fairness, "reregister": case_reregister,
+         "process-retries": case_process_retries,
          "local-train": case_local_train, "idle": case_idle,
          "auto-checkpoint": case_auto_checkpoint}
 
