@@ -380,6 +380,7 @@ class Chaos:
         self.gw, self.mon, self.nb, self.job, self.state = gw, mon, nb, job, state
         self.rng = random.Random(SEED)
         self.max_trains = 0
+        self.hit = set()  # instances an inject hit, spotlab-train pids killed
         self.next_watch = 0
         self.kernel_kills_done = 0
         mon.hook = self.watch
@@ -402,14 +403,17 @@ class Chaos:
         return processes("spotlab-train", "%s/instances/" % self.state, "/jobs/%s/" % self.job)
 
     def inject(self, action, notice_s=None):
-        """inject on the job's instance; waits for one that takes it."""
+        """inject on the job's instance; waits for one that takes it (and that
+        no inject hit before: one killed a moment ago may not be reaped yet)."""
         deadline = time.monotonic() + 60
         while True:
-            self.mon.wait(lambda: self.mon.instance, 60, "an instance for " + action)
+            self.mon.wait(lambda: self.mon.instance and self.mon.instance not in self.hit, 60,
+                          "an instance for " + action)
             target = self.mon.instance
             kw = {"notice_s": notice_s} if notice_s else {}
             r = self.mon.req("inject", action=action, instance=target, **kw)
             if r["ok"]:
+                self.hit.add(target)
                 return "instance %s%s" % (target, " notice %ds" % notice_s if notice_s else "")
             log("inject %s on %s refused: %s" % (action, target, r["error"]))
             if time.monotonic() > deadline:
@@ -419,9 +423,11 @@ class Chaos:
 
     def kill_train(self):
         pids = []
-        self.mon.wait(lambda: pids.extend(self.trains()) or pids, 60, "a spotlab-train process")
+        fresh = lambda: pids.extend(p for p in self.trains() if p not in self.hit) or pids
+        self.mon.wait(fresh, 60, "a spotlab-train process")
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
+            self.hit.add(pid)
         return "pid %s" % pids
 
     def kill_gateway(self):
