@@ -449,27 +449,189 @@ int sl_json_parse(const char *buf, size_t len, int max_depth, json_t **ret,
   return 0;
 }
 
-/* Small values (most messages) are written into a stack buffer and copied
- * out once: json_dumps() grows its buffer by reallocation and copies the
- * result again. A value that does not fit is written a second time. */
-char *sl_json_dump(const json_t *v, size_t *ret_len) {
-  const size_t flags = JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17);
-  char stack[1024];
-  size_t len = json_dumpb(v, stack, sizeof stack, flags);
-  if (len == 0)
-    return NULL; /* an error: every JSON text has at least one byte */
-  char *s = malloc(len + 1);
-  if (!s)
-    return NULL;
-  if (len <= sizeof stack)
-    memcpy(s, stack, len);
-  else if (json_dumpb(v, s, len, flags) != len) {
-    free(s);
-    return NULL;
+/* ---- writing ------------------------------------------------------------- */
+
+/* The writer makes exactly the text json_dumps() makes with JSON_COMPACT |
+ * JSON_ENCODE_ANY | JSON_REAL_PRECISION(17) (test-json compares them), and
+ * fails where it fails (a string that is not UTF-8, a real that is not
+ * finite, nesting too deep, which is also how a value that contains itself
+ * ends), at a fraction of the cost: jansson calls back for every token and
+ * formats every integer through snprintf(). */
+struct out {
+  char *buf;
+  size_t len, cap;
+  char *stack; /* buf while it is the caller's stack buffer */
+};
+
+static bool grow(struct out *o, size_t more) {
+  if (o->len + more <= o->cap)
+    return true;
+  size_t cap = o->cap * 2 > o->len + more ? o->cap * 2 : o->len + more;
+  char *b = o->buf == o->stack ? malloc(cap) : realloc(o->buf, cap);
+  if (!b)
+    return false;
+  if (o->buf == o->stack)
+    memcpy(b, o->buf, o->len);
+  o->buf = b;
+  o->cap = cap;
+  return true;
+}
+
+static bool put(struct out *o, const char *s, size_t n) {
+  if (!grow(o, n))
+    return false;
+  memcpy(o->buf + o->len, s, n);
+  o->len += n;
+  return true;
+}
+
+static bool put_str(struct out *o, const char *s, size_t n) {
+  static const char hex[] = "0123456789ABCDEF";
+  if (!grow(o, n + 2))
+    return false;
+  o->buf[o->len++] = '"';
+  const unsigned char *p = (const unsigned char *)s, *end = p + n;
+  while (p < end) {
+    const unsigned char *run = p; /* bytes that need no escape */
+    while (p < end && *p >= 0x20 && *p != '"' && *p != '\\' && *p < 0x80)
+      p++;
+    if (p < end && *p >= 0x80) {
+      size_t k = utf8_seq(p, (size_t)(end - p));
+      if (!k)
+        return false;
+      p += k;
+      if (!put(o, (const char *)run, (size_t)(p - run)))
+        return false;
+      continue;
+    }
+    if (!put(o, (const char *)run, (size_t)(p - run)))
+      return false;
+    if (p == end)
+      break;
+    char esc[6] = {'\\', 0};
+    size_t k = 2;
+    switch (*p) {
+    case '"': esc[1] = '"'; break;
+    case '\\': esc[1] = '\\'; break;
+    case '\b': esc[1] = 'b'; break;
+    case '\f': esc[1] = 'f'; break;
+    case '\n': esc[1] = 'n'; break;
+    case '\r': esc[1] = 'r'; break;
+    case '\t': esc[1] = 't'; break;
+    default:
+      memcpy(esc + 1, "u00", 3);
+      esc[4] = hex[*p >> 4];
+      esc[5] = hex[*p & 15];
+      k = 6;
+    }
+    if (!put(o, esc, k))
+      return false;
+    p++;
   }
-  s[len] = '\0';
-  if (ret_len)
-    *ret_len = len;
+  return put(o, "\"", 1);
+}
+
+static bool put_int(struct out *o, json_int_t v) {
+  char digits[24], *d = digits + sizeof digits;
+  uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+  do
+    *--d = (char)('0' + u % 10);
+  while (u /= 10);
+  if (v < 0)
+    *--d = '-';
+  return put(o, d, (size_t)(digits + sizeof digits - d));
+}
+
+/* As jansson's jsonp_dtostr(): %.17g, with ".0" when that reads as an
+ * integer, and no '+' or leading zeros in the exponent. */
+static bool put_real(struct out *o, double v) {
+  if (!isfinite(v))
+    return false;
+  char b[40];
+  int n = snprintf(b, sizeof b - 3, "%.17g", v);
+  if (n < 0 || (size_t)n >= sizeof b - 3)
+    return false;
+  size_t len = (size_t)n;
+  const char *point = localeconv()->decimal_point; /* snprintf writes the locale's */
+  if (point && point[0] && point[0] != '.') {
+    char *p = strchr(b, point[0]);
+    if (p)
+      *p = '.';
+  }
+  if (!strchr(b, '.') && !strchr(b, 'e')) {
+    memcpy(b + len, ".0", 3);
+    len += 2;
+  }
+  char *e = strchr(b, 'e');
+  if (e) {
+    char *from = e + 1, *to = e + 1;
+    if (*from == '-')
+      from++, to++;
+    else if (*from == '+')
+      from++;
+    while (*from == '0' && from[1])
+      from++;
+    memmove(to, from, len - (size_t)(from - b) + 1);
+    len -= (size_t)(from - to);
+  }
+  return put(o, b, len);
+}
+
+static bool put_value(struct out *o, const json_t *v, int depth) {
+  if (depth > PARSE_MAX_DEPTH)
+    return false;
+  switch (json_typeof(v)) {
+  case JSON_OBJECT: {
+    if (!put(o, "{", 1))
+      return false;
+    bool first = true;
+    for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
+      if ((!first && !put(o, ",", 1)) ||
+          !put_str(o, json_object_iter_key(it), json_object_iter_key_len(it)) || !put(o, ":", 1) ||
+          !put_value(o, json_object_iter_value(it), depth + 1))
+        return false;
+      first = false;
+    }
+    return put(o, "}", 1);
+  }
+  case JSON_ARRAY: {
+    if (!put(o, "[", 1))
+      return false;
+    for (size_t i = 0; i < json_array_size(v); i++)
+      if ((i && !put(o, ",", 1)) || !put_value(o, json_array_get(v, i), depth + 1))
+        return false;
+    return put(o, "]", 1);
+  }
+  case JSON_STRING:
+    return put_str(o, json_string_value(v), json_string_length(v));
+  case JSON_INTEGER:
+    return put_int(o, json_integer_value(v));
+  case JSON_REAL:
+    return put_real(o, json_real_value(v));
+  case JSON_TRUE:
+    return put(o, "true", 4);
+  case JSON_FALSE:
+    return put(o, "false", 5);
+  case JSON_NULL:
+    return put(o, "null", 4);
+  }
+  return false;
+}
+
+char *sl_json_dump(const json_t *v, size_t *ret_len) {
+  char stack[1024];
+  struct out o = {stack, 0, sizeof stack, stack};
+  char *s = NULL;
+  if (v && put_value(&o, v, 0) && put(&o, "", 1)) { /* the NUL */
+    s = o.buf == stack ? malloc(o.len) : o.buf;
+    if (s && o.buf == stack)
+      memcpy(s, stack, o.len);
+    if (s && ret_len)
+      *ret_len = o.len - 1;
+    o.buf = stack; /* taken */
+  }
+  if (o.buf != stack)
+    free(o.buf);
   return s;
 }
 

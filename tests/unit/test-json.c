@@ -12,7 +12,7 @@
 #include "sl_err.h"
 #include "sl_json.h"
 
-static int disagreements;
+static int disagreements, dump_disagreements;
 
 static void compare(const char *text, size_t len) {
   json_error_t jerr;
@@ -40,6 +40,16 @@ static void compare(const char *text, size_t len) {
               (unsigned char)text[i]);
     fprintf(stderr, "\": jansson %s, sl_json_parse %s (%s)\n", want ? "accepts" : jerr.text,
             r < 0 ? "refuses" : "accepts", r < 0 ? err : "");
+  }
+  /* The writer against jansson's on whatever jansson built. */
+  if (want) {
+    char *a = json_dumps(want, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(17));
+    size_t n = 0;
+    char *b = sl_json_dump(want, &n);
+    if ((!a != !b || (a && (strcmp(a, b) != 0 || n != strlen(a)))) && dump_disagreements++ < 10)
+      fprintf(stderr, "dumps differ: jansson %s, sl_json_dump %s\n", a ? a : "(fails)", b ? b : "(fails)");
+    free(a);
+    free(b);
   }
   json_decref(want);
   json_decref(got);
@@ -147,6 +157,46 @@ static void depth_limit(void) {
   CHECK(strncmp(err, "line 2 column 8:", 16) == 0);
 }
 
+/* Values no parser makes: reals of every size, every control character,
+ * keys with NUL bytes, strings that are not UTF-8, a value inside itself. */
+static void dump_edges(void) {
+  static const double reals[] = {0.0, -0.0, 1.0, -1.5, 1e20, 1e21, 1e-5, 1e-7, 123456789012345678.0,
+                                 1.7976931348623157e308, 4.9e-324, 0.1, 2.5e-300, -3e100};
+  json_t *a = json_array();
+  for (size_t i = 0; i < sizeof reals / sizeof *reals; i++)
+    json_array_append_new(a, json_real(reals[i]));
+  json_array_append_new(a, json_integer(INT64_MIN));
+  json_array_append_new(a, json_integer(INT64_MAX));
+  char ctl[40];
+  for (int i = 0; i < 32; i++)
+    ctl[i] = (char)(i + 1 < 32 ? i + 1 : 0x7f);
+  json_array_append_new(a, json_stringn(ctl, 32));
+  json_array_append_new(a, json_stringn("a\0b\"\\/\xc3\xa9", 9));
+  json_t *o = json_object();
+  json_object_setn(o, "k\0ey", 4, json_true());
+  json_object_set_new(o, "\t", json_null());
+  json_array_append_new(a, o);
+  char *want = json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(17));
+  char *got = sl_json_dump(a, NULL);
+  CHECK(want && got && strcmp(want, got) == 0);
+  if (want && got && strcmp(want, got) != 0)
+    fprintf(stderr, "jansson %s\nsl_json %s\n", want, got);
+  free(want);
+  free(got);
+  json_t *bad = json_string_nocheck("\xff");
+  CHECK(sl_json_dump(bad, NULL) == NULL);
+  CHECK(json_dumps(bad, JSON_ENCODE_ANY) == NULL);
+  json_decref(bad);
+  json_t *outer = json_array(), *inner = json_array();
+  json_array_append(outer, inner);
+  json_array_append(inner, outer); /* outer holds inner holds outer */
+  CHECK(sl_json_dump(outer, NULL) == NULL);
+  json_array_clear(inner);
+  json_decref(inner);
+  json_decref(outer);
+  json_decref(a);
+}
+
 int main(void) {
   size_t n = sizeof corpus / sizeof *corpus;
   for (size_t i = 0; i < n; i++)
@@ -173,6 +223,8 @@ int main(void) {
     json_decref(v);
   }
   CHECK_INT(disagreements, 0);
+  CHECK_INT(dump_disagreements, 0);
   depth_limit();
+  dump_edges();
   TEST_MAIN_END();
 }
