@@ -1,9 +1,11 @@
-/* JSON helpers over jansson.
+/* JSON helpers over jansson's values.
  *
- * Parsing from the world goes through sl_json_parse(), which bounds the input
- * size and nesting depth before jansson sees it, and refuses NaN/Infinity
- * (jansson never produces them; JSON forbids them). Getters borrow from the
- * object and fall back to a default when the key is missing or of another type. */
+ * Parsing from the world goes through sl_json_parse(), which bounds the
+ * nesting depth before it builds anything and refuses NaN/Infinity (JSON
+ * forbids them); it and sl_json_dump() read and write the text themselves,
+ * faster than jansson and with the same results (sl_json.c). Getters borrow
+ * from the object and fall back to a default when the key is missing or of
+ * another type. */
 #ifndef SL_JSON_H
 #define SL_JSON_H
 
@@ -14,12 +16,15 @@
 
 #define SL_JSON_MAX_DEPTH_DEFAULT 64
 
-/* Parses buf[0..len) into an owned value in *ret. Fails with SL_ELIMIT if the
- * nesting is deeper than max_depth, SL_EJSON if it does not parse. err_text,
- * when non-NULL, receives a short reason (size err_size). */
+/* Parses buf[0..len) into an owned value in *ret. Fails with SL_EJSONDEPTH
+ * if the nesting is deeper than max_depth, SL_EJSON if it does not parse.
+ * err_text, when non-NULL, receives a short reason (size err_size). */
 int sl_json_parse(const char *buf, size_t len, int max_depth, json_t **ret,
                   char *err_text, size_t err_size);
-/* Compact serialisation, owned by the caller (free()). NULL on OOM. */
+/* Compact serialisation, as json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY |
+ * JSON_REAL_PRECISION(17)) writes it; owned by the caller (free()). NULL on
+ * OOM, and where json_dumps() fails: a string that is not UTF-8, nesting
+ * deeper than 2048 (a value that contains itself). */
 char *sl_json_dump(const json_t *v, size_t *ret_len);
 
 const char *sl_json_get_str(const json_t *obj, const char *key, const char *def);
