@@ -91,6 +91,17 @@ static size_t utf8_seq(const unsigned char *p, size_t n) {
   return len;
 }
 
+bool sl_json_utf8_ok(const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s, *end = p + len;
+  while (p < end) {
+    size_t n = *p < 0x80 ? 1 : utf8_seq(p, (size_t)(end - p));
+    if (!n)
+      return false;
+    p += n;
+  }
+  return true;
+}
+
 static int hex4(const char *p) {
   int v = 0;
   for (int i = 0; i < 4; i++) {

@@ -27,6 +27,10 @@ int sl_json_parse(const char *buf, size_t len, int max_depth, json_t **ret,
  * deeper than 2048 (a value that contains itself). */
 char *sl_json_dump(const json_t *v, size_t *ret_len);
 
+/* Whether s[0..len) is well-formed UTF-8, what a JSON string may hold: no
+ * overlong forms, no surrogates, nothing past U+10FFFF. */
+bool sl_json_utf8_ok(const char *s, size_t len);
+
 const char *sl_json_get_str(const json_t *obj, const char *key, const char *def);
 int64_t sl_json_get_int(const json_t *obj, const char *key, int64_t def);
 double sl_json_get_num(const json_t *obj, const char *key, double def);

@@ -64,37 +64,11 @@ void jk_new_id(char buf[37]) {
   uuid_unparse_lower(u, buf);
 }
 
-/* Whether s is well-formed UTF-8 (what a JSON string may hold). */
-static bool utf8_ok(const char *s) {
-  const unsigned char *p = (const unsigned char *)s;
-  while (*p) {
-    if (*p < 0x80) {
-      p++;
-      continue;
-    }
-    size_t n = *p >= 0xC2 && *p <= 0xDF ? 1 : *p >= 0xE0 && *p <= 0xEF ? 2 : *p >= 0xF0 && *p <= 0xF4 ? 3 : 0;
-    if (!n)
-      return false;
-    uint32_t cp = *p & (0x3F >> n);
-    for (size_t i = 1; i <= n; i++) {
-      if ((p[i] & 0xC0) != 0x80)
-        return false;
-      cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    /* overlong forms, surrogates, past U+10FFFF */
-    if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-      return false;
-    p += n + 1;
-  }
-  return true;
-}
-
 /* Appends s as a JSON string (quoted, escaped) at out, which has room for
- * 6 * strlen(s) + 2 bytes; returns the end. s is valid UTF-8 (it went through
- * jansson), which passes unescaped, as jansson writes it. */
+ * 6 * strlen(s) + 2 bytes; returns the end. s is valid UTF-8 (checked by the
+ * caller), which passes unescaped, as sl_json_dump() writes it. */
 static char *put_json_str(char *out, const char *s) {
-  static const char hex[] = "0123456789abcdef";
+  static const char hex[] = "0123456789ABCDEF";
   *out++ = '"';
   for (; *s; s++) {
     unsigned char ch = (unsigned char)*s;
@@ -196,9 +170,9 @@ static struct jk_msg *new_child(const struct jk_msg *parent, const char *msg_typ
   next_id(id);
   date_now(date);
   const char *user = parent && route ? sl_json_get_str(parent->header, "username", "kernel") : "kernel";
-  /* The username came through jansson, which checked its UTF-8; the id and
-   * the date are ASCII made here. */
-  if (!utf8_ok(session_id) || !utf8_ok(msg_type))
+  /* Only UTF-8 makes a JSON string; the id and the date are ASCII made here. */
+  if (!sl_json_utf8_ok(session_id, strlen(session_id)) || !sl_json_utf8_ok(msg_type, strlen(msg_type)) ||
+      !sl_json_utf8_ok(user, strlen(user)))
     return jk_msg_free(m);
   m->header_text = header_text(id, session_id, user, date, msg_type, &m->header_len);
   /* The parent's header is never changed once received, so it is shared. */
