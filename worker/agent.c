@@ -416,7 +416,10 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
       break;
     }
   }
-  flush_outbox(a); /* registered or not: this is the last chance */
+  if (a->outbox_n && !a->registered)
+    /* sent now they could tell a new gateway of a checkpoint past steps it
+     * never recorded; without them it resumes from the last one it knows */
+    sl_warn(TOPIC, "exiting before the gateway answered: %zu messages for it dropped", a->outbox_n);
   /* Give queued messages a moment to leave, bounded by the deadline. */
   int64_t left_ms = a->exit_by_us == INT64_MAX ? 2000 : (a->exit_by_us - sl_time_mono_us()) / 1000;
   int linger = (int)(left_ms < 0 ? 0 : left_ms > 2000 ? 2000 : left_ms);
