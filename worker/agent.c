@@ -416,7 +416,9 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
       break;
     }
   }
-  if (a->outbox_n && !a->registered)
+  if (a->registered)
+    flush_outbox(a);
+  else if (a->outbox_n)
     /* sent now they could tell a new gateway of a checkpoint past steps it
      * never recorded; without them it resumes from the last one it knows */
     sl_warn(TOPIC, "exiting before the gateway answered: %zu messages for it dropped", a->outbox_n);
