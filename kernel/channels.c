@@ -125,18 +125,19 @@ static void *heartbeat(void *arg) {
 
 /* ---- core callbacks ---------------------------------------------------- */
 
+static int send_frame(void *sock, const void *data, size_t len, bool more) {
+  if (zmq_send(sock, data, len, more ? ZMQ_SNDMORE : 0) < 0)
+    return sl_err_from_zmq(zmq_errno());
+  return 0;
+}
+
 static void send_msg(void *ud, enum jk_channel ch, struct jk_msg *msg) {
   struct loop *l = ud;
-  struct sl_msg out;
-  sl_msg_init(&out, (struct sl_limits){SIZE_MAX, SIZE_MAX, SIZE_MAX});
-  int r = jk_wire_encode(l->auth, msg, &out);
-  if (r == 0)
-    r = sl_zmq_send(l->sock[ch], &out, 0);
+  int r = jk_wire_encode_each(l->auth, msg, send_frame, l->sock[ch]);
   if (input_of[ch] != IN_COUNT)
     l->in[input_of[ch]].ask = true;
   if (r < 0)
     sl_warn("kernel.wire", "cannot send a message on the %s channel: %s", channel_name[ch], sl_strerror(r));
-  sl_msg_done(&out);
   jk_msg_free(msg);
 }
 

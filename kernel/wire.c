@@ -389,7 +389,8 @@ int jk_wire_decode(struct jk_auth *auth, const struct sl_msg *frames,
   return r;
 }
 
-int jk_wire_encode(struct jk_auth *auth, const struct jk_msg *msg, struct sl_msg *out) {
+int jk_wire_encode_each(struct jk_auth *auth, const struct jk_msg *msg,
+                        int (*frame)(void *ud, const void *data, size_t len, bool more), void *ud) {
   int r = 0;
   const json_t *parts_json[4] = {msg->header, msg->parent_header, msg->metadata, msg->content};
   const char *given[4] = {msg->header_text, msg->parent_text, NULL, NULL};
@@ -414,26 +415,31 @@ int jk_wire_encode(struct jk_auth *auth, const struct jk_msg *msg, struct sl_msg
   char hex[SL_HMAC_HEX_LEN + 1] = "";
   if (auth->key)
     sign(auth, parts, hex);
+  bool buffers = msg->buffers.n > 0;
   for (size_t i = 0; i < msg->idents.n && r == 0; i++)
-    r = sl_msg_add(out, msg->idents.frames[i].data, msg->idents.frames[i].len);
+    r = frame(ud, msg->idents.frames[i].data, msg->idents.frames[i].len, true);
   if (r == 0)
-    r = sl_msg_add(out, DELIM, sizeof DELIM - 1);
+    r = frame(ud, DELIM, sizeof DELIM - 1, true);
   if (r == 0)
-    r = sl_msg_add(out, hex, strlen(hex));
-  for (int i = 0; i < 4 && r == 0; i++) {
-    if (owned[i]) {
-      owned[i] = false; /* taken, or freed on error */
-      r = sl_msg_add_owned(out, parts[i].data, parts[i].len);
-    } else {
-      r = sl_msg_add(out, parts[i].data, parts[i].len);
-    }
-  }
+    r = frame(ud, hex, strlen(hex), true);
+  for (int i = 0; i < 4 && r == 0; i++)
+    r = frame(ud, parts[i].data, parts[i].len, i < 3 || buffers);
   for (size_t i = 0; i < msg->buffers.n && r == 0; i++)
-    r = sl_msg_add(out, msg->buffers.frames[i].data, msg->buffers.frames[i].len);
+    r = frame(ud, msg->buffers.frames[i].data, msg->buffers.frames[i].len, i + 1 < msg->buffers.n);
 out:
   for (int i = 0; i < 4; i++)
     if (owned[i])
       free(parts[i].data);
+  return r;
+}
+
+static int add_frame(void *ud, const void *data, size_t len, bool more) {
+  (void)more;
+  return sl_msg_add(ud, data, len);
+}
+
+int jk_wire_encode(struct jk_auth *auth, const struct jk_msg *msg, struct sl_msg *out) {
+  int r = jk_wire_encode_each(auth, msg, add_frame, out);
   if (r < 0)
     sl_msg_done(out);
   return r;

@@ -76,6 +76,12 @@ int jk_wire_decode(struct jk_auth *auth, const struct sl_msg *frames,
 
 /* Signs and serialises msg into out (initialised, empty). */
 int jk_wire_encode(struct jk_auth *auth, const struct jk_msg *msg, struct sl_msg *out);
+/* Signs msg and hands its frames, in order, to frame() (data borrowed for
+ * the call; more: frames follow), without copying them into a struct sl_msg
+ * first: the sending loop passes them straight to its socket. Stops at the
+ * first negative frame() result and returns it; 0 when all were handed. */
+int jk_wire_encode_each(struct jk_auth *auth, const struct jk_msg *msg,
+                        int (*frame)(void *ud, const void *data, size_t len, bool more), void *ud);
 
 /* A new random id ("hex-uuid" form) into buf (37 bytes). */
 void jk_new_id(char buf[37]);

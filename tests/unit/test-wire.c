@@ -227,6 +227,44 @@ static void parent_bytes(void) {
   }
 }
 
+struct frame_log {
+  size_t n, last_more_at; /* frames seen; index + 1 of the last one with more */
+  bool ended;             /* a frame without more was seen */
+  bool after_end;         /* a frame came after that */
+};
+
+static int log_frame(void *ud, const void *data, size_t len, bool more) {
+  struct frame_log *f = ud;
+  (void)data;
+  (void)len;
+  f->after_end |= f->ended;
+  f->n++;
+  if (more)
+    f->last_more_at = f->n;
+  else
+    f->ended = true;
+  return 0;
+}
+
+/* Frame by frame: every frame but the last says more, with or without buffers. */
+static void encode_each(void) {
+  struct jk_auth *a = jk_auth_new(key, sizeof key - 1, 16);
+  for (int with_buffers = 0; with_buffers < 2; with_buffers++) {
+    struct jk_msg *m = sample("execute_request");
+    if (with_buffers) {
+      sl_msg_add(&m->buffers, "x", 1);
+      sl_msg_add(&m->buffers, "yz", 2);
+    }
+    struct frame_log f = {0};
+    CHECK_INT(jk_wire_encode_each(a, m, log_frame, &f), 0);
+    CHECK_INT(f.n, 1 + 1 + 1 + 4 + (with_buffers ? 2 : 0));
+    CHECK(f.ended && !f.after_end);
+    CHECK_INT(f.last_more_at, f.n - 1);
+    jk_msg_free(m);
+  }
+  jk_auth_free(a);
+}
+
 static void replay_window(void) {
   /* The window forgets the oldest signatures first, and never grows. */
   struct jk_auth *a = jk_auth_new(key, sizeof key - 1, 16);
@@ -330,6 +368,7 @@ int main(void) {
   round_trip();
   malformed();
   parent_bytes();
+  encode_each();
   replay_window();
   unsigned_mode();
   frame_limits();
