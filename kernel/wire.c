@@ -64,9 +64,9 @@ void jk_new_id(char buf[37]) {
   uuid_unparse_lower(u, buf);
 }
 
-/* Appends s as a JSON string (quoted, escaped) at out, which has room for
- * 6 * strlen(s) + 2 bytes; returns the end. s is valid UTF-8 (checked by the
- * caller), which passes unescaped, as sl_json_dump() writes it. */
+/* Appends s as a JSON string (quoted; '"', '\\' and control characters
+ * escaped) at out, which has room for 6 * strlen(s) + 2 bytes; returns the
+ * end. s is valid UTF-8 (checked by the caller), which passes as it is. */
 static char *put_json_str(char *out, const char *s) {
   static const char hex[] = "0123456789ABCDEF";
   *out++ = '"';
@@ -88,8 +88,8 @@ static char *put_json_str(char *out, const char *s) {
   return out;
 }
 
-/* The header's JSON text, field for field what json_dumps() writes for the
- * object jk_msg_reply() packs; owned, NULL on OOM. */
+/* The header's JSON text: msg_id, session, username, date, msg_type and
+ * version, in that order; owned, NULL on OOM. */
 static char *header_text(const char *id, const char *session, const char *user, const char *date,
                          const char *type, size_t *ret_len) {
   const char *vals[] = {id, session, user, date, type};
