@@ -452,7 +452,7 @@ int sl_json_parse(const char *buf, size_t len, int max_depth, json_t **ret,
       for (const char *q = buf; q < ps.err_at; q++, column++)
         if (*q == '\n')
           line++, column = 0;
-      snprintf(err_text, err_size, "line %d column %d: %s", line, column, ps.err);
+      snprintf(err_text, err_size, "line %d column %d: %s", line, column, ps.err ? ps.err : "invalid JSON");
     }
     return SL_EJSON;
   }
