@@ -4,7 +4,8 @@
  * An instance is a worker process started in its own session and process
  * group (sid = pgid = pid) with its own folder state_dir/instances/ID (cwd, worker.log) and its
  * own metadata endpoint (imds.c). Its record, instance.json in that folder,
- * is rewritten atomically on every change (launch, notice), so a gateway
+ * is written before its worker starts (pid 0: not started yet) and rewritten
+ * atomically on every change (started, notice), so a gateway
  * that restarts finds its instances again: gw_local_provider_new() and
  * list() adopt every record whose process is still alive (same pid and same
  * kernel start time, so a reused pid is never mistaken for a worker) and
@@ -345,6 +346,38 @@ static void drop(struct local *l, size_t i) {
   l->inst[i] = l->inst[--l->n];
 }
 
+/* The pid of the spotlab-worker running with this instance's worker.json as
+ * its config, 0 if none: a record saved before its worker started (the
+ * gateway died inside launch) names no pid, but the worker may run. */
+static pid_t find_worker(const struct local *l, const char *id) {
+  char cfg[4300];
+  inst_dir(l, id, cfg, sizeof cfg);
+  strncat(cfg, "/worker.json", sizeof cfg - strlen(cfg) - 1);
+  DIR *d = opendir("/proc");
+  pid_t found = 0;
+  struct dirent *e;
+  while (d && !found && (e = readdir(d))) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9')
+      continue;
+    char path[300], buf[8192];
+    snprintf(path, sizeof path, "/proc/%.20s/cmdline", e->d_name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      continue;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+      continue;
+    buf[n] = '\0';
+    for (char *a = buf; a < buf + n; a += strlen(a) + 1)
+      if (!strcmp(a, "--config") && a + strlen(a) + 1 < buf + n && !strcmp(a + strlen(a) + 1, cfg))
+        found = (pid_t)strtol(e->d_name, NULL, 10);
+  }
+  if (d)
+    closedir(d);
+  return found;
+}
+
 /* Adopts one record found on disk (after a gateway restart). A record whose
  * process is gone is adopted as gone, so tick() reports it terminated. */
 static void adopt(struct local *l, const char *id) {
@@ -362,8 +395,10 @@ static void adopt(struct local *l, const char *id) {
   struct inst *in = calloc(1, sizeof *in);
   const char *type = sl_json_get_str(o, "type", ""), *zone = sl_json_get_str(o, "zone", "");
   int64_t pid = sl_json_get_int(o, "pid", 0);
+  bool unstarted = pid == 0;
   if (!in || strlen(id) >= sizeof in->id ||
-      strcmp(sl_json_get_str(o, "instance", ""), id) != 0 || pid <= 1 || pid > INT32_MAX ||
+      strcmp(sl_json_get_str(o, "instance", ""), id) != 0 || (pid <= 1 && !unstarted) ||
+      pid > INT32_MAX ||
       strlen(type) >= sizeof in->type || strlen(zone) >= sizeof in->zone ||
       gw_catalog_find(l->cat, type) < 0 || l->n == GW_LOCAL_MAX_INSTANCES) {
     sl_warn(TOPIC, "%s: not a usable instance record; moved aside to .bad", path);
@@ -392,7 +427,13 @@ static void adopt(struct local *l, const char *id) {
     in->deadline_mono_us = now + (in->deadline_real_us - sl_time_real_us());
     in->by_market = true;
   }
-  if (!alive(in)) {
+  if (unstarted) {
+    char state;
+    in->pid = find_worker(l, id);
+    if (in->pid > 1 && proc_stat(in->pid, &in->start_ticks, &state) == 0)
+      save_record(l, in);
+  }
+  if (in->pid <= 1 || !alive(in)) {
     in->gone = true;
   } else if (in->port > 0 && in->port < 65536) {
     int r = gw_imds_new(in->id, in->type, in->zone, in->port, &in->imds);
@@ -576,7 +617,9 @@ static int local_launch(struct gw_provider *p, const struct gw_launch *req,
   snprintf(url, sizeof url, "http://127.0.0.1:%d", in->port);
   if (req->worker_config[0] && (r = set_metadata_url(req->worker_config, url, err, sizeof err)) < 0)
     goto fail;
+  save_record(l, in); /* pid 0 until it runs: a restart finds the worker by its config */
   if ((r = spawn_worker(l, in, dir, req->worker_config)) < 0) {
+    remove_record(l, in->id);
     snprintf(err, sizeof err, "cannot start %s: %s", l->worker_program, sl_strerror(r));
     goto fail;
   }

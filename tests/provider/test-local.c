@@ -271,6 +271,42 @@ static void test_rediscovery(void) {
   fprintf(f, "{\"instance\":\"i-00000000dead\",\"pid\":%d,\"start_ticks\":1,\"type\":\"g5.xlarge\","
              "\"zone\":\"local-1a\",\"spot\":true,\"metadata_port\":0}", (int)dead);
   fclose(f);
+  /* Records saved before their worker started (a gateway that died inside
+   * launch): one whose worker runs is found by its config path, one whose
+   * worker never started is reported terminated. */
+  char cfg[600];
+  snprintf(dir, sizeof dir, "%s/instances/i-00000000000c", state);
+  mkdir(dir, 0700);
+  snprintf(cfg, sizeof cfg, "%s/worker.json", dir);
+  pid_t orphan = fork();
+  if (orphan == 0) {
+    setsid(); /* as the provider starts workers */
+    execl("/bin/sh", "sh", "-c", "sleep 60; :", "--config", cfg, (char *)NULL);
+    _exit(127);
+  }
+  char cmdline[64], seen[1024] = "";
+  snprintf(cmdline, sizeof cmdline, "/proc/%d/cmdline", (int)orphan);
+  for (int i = 0; i < 300 && !strstr(seen, "sleep 60"); i++) { /* until it has exec'd */
+    FILE *c = fopen(cmdline, "r");
+    size_t got = c ? fread(seen, 1, sizeof seen - 1, c) : 0;
+    if (c)
+      fclose(c);
+    for (size_t k = 0; k < got; k++)
+      seen[k] = seen[k] ? seen[k] : ' ';
+    seen[got] = 0;
+    if (!strstr(seen, "sleep 60"))
+      usleep(10000); /* another process's exec has no event to wait on */
+  }
+  for (int i = 0; i < 2; i++) {
+    snprintf(dir, sizeof dir, "%s/instances/i-00000000000%c", state, i ? 'd' : 'c');
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/instance.json", dir);
+    f = fopen(path, "w");
+    fprintf(f, "{\"instance\":\"i-00000000000%c\",\"pid\":0,\"start_ticks\":0,"
+               "\"type\":\"g5.xlarge\",\"zone\":\"local-1a\",\"spot\":false,\"metadata_port\":0}",
+            i ? 'd' : 'c');
+    fclose(f);
+  }
   /* A corrupt record is ignored, not fatal. */
   snprintf(dir, sizeof dir, "%s/instances/i-0000000000bb", state);
   mkdir(dir, 0700);
@@ -304,6 +340,18 @@ static void test_rediscovery(void) {
   CHECK_INT(get_meta(info.metadata_url, tok, "instance-id", &body), 200);
   CHECK_STR(body.text, "i-00000000000a");
   CHECK(wait_event(b, &rec, GW_PROVIDER_TERMINATED, "i-00000000dead", 1000) >= 0);
+  CHECK(wait_event(b, &rec, GW_PROVIDER_TERMINATED, "i-00000000000d", 1000) >= 0);
+  snprintf(path, sizeof path, "%s/instances/i-00000000000c/instance.json", state);
+  json_t *found_rec = load(path);
+  CHECK_INT((int)sl_json_get_int(found_rec, "pid", 0), (int)orphan);
+  json_decref(found_rec);
+  CHECK_INT(b->ops->terminate(b, "i-00000000000c"), 0);
+  CHECK(wait_event(b, &rec, GW_PROVIDER_TERMINATED, "i-00000000000c", 3000) >= 0);
+  CHECK(!running(orphan)); /* the provider reaped it: it is this process's child */
+  if (running(orphan)) {
+    kill(orphan, SIGKILL);
+    waitpid(orphan, NULL, 0);
+  }
   CHECK_INT(b->ops->terminate(b, "i-00000000000a"), 0);
   int k = wait_event(b, &rec, GW_PROVIDER_TERMINATED, "i-00000000000a", 3000);
   CHECK(k >= 0 && !rec.ev[k].by_market);
