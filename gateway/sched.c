@@ -695,6 +695,16 @@ int gw_sched_load(struct gw *g) {
     }
   }
   gw_store_jobs_free(jobs, n);
+  /* an instance row can name a job that is not on it: a gateway that died
+   * inside launch() saved the row but not the job's placement */
+  for (size_t i = 0; i < g->n_insts; i++) {
+    struct gw_inst *in = &g->insts[i];
+    struct gw_job *j = in->row.job ? gw_live_job(g, in->row.job) : NULL;
+    if (in->row.job && (!j || strcmp(j->instance, in->row.id))) {
+      in->row.job = 0;
+      gw_store_instance_put(g->store, &in->row);
+    }
+  }
   g->kick = true;
   return 0;
 }

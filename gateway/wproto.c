@@ -214,6 +214,8 @@ static void on_register(struct gw *g, struct gw_inst *in, const json_t *body) {
   if (!was_registered)
     sl_info(T, "worker %s registered", in->row.id);
   struct gw_job *j = in->row.job ? gw_live_job(g, in->row.job) : NULL;
+  if (j && strcmp(j->instance, in->row.id))
+    j = NULL; /* placed elsewhere since (a launch a gateway died in): not this worker's */
   if (j && !has_own) {
     if (j->state == GW_JOB_PROVISIONING) {
       gw_sched_assign(g, j, in);
