@@ -473,7 +473,7 @@ class Chaos:
     def run(self):
         kinds = [KINDS[i % len(KINDS)] for i in range(KILLS)]
         self.rng.shuffle(kinds)
-        targets = sorted(int(self.rng.uniform(0.02, 0.75) * STEPS) for _ in range(KILLS))
+        targets = sorted(int(self.rng.uniform(0.02, 0.5) * STEPS) for _ in range(KILLS))
         quick = [self.rng.random() < 0.3 for _ in range(KILLS)]
         for i, kind in enumerate(kinds):
             self.one(i, kind, targets[i], quick[i])
