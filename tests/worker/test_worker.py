@@ -13,12 +13,13 @@ import time
 from worker_harness import Gateway, Metadata, Worker, of, text_file, train_assign
 
 
-def start(tmp, worker_exe, train_exe, meta=None, **kw):
+def start(tmp, worker_exe, train_exe, meta=None, registered_by_hand=False, **kw):
     gw = Gateway("ipc://%s/workers.sock" % tmp)
     w = Worker(worker_exe, train_exe, gw, tmp, meta.url if meta else "", **kw)
     reg = gw.recv(lambda m: m["type"] == "register", what="register")
     assert reg["instance"] == "i-0123456789ab" and reg["jobs"] == [], reg
     gw.send({"type": "registered", "heartbeat_ms": 100})
+    gw.answer_register = not registered_by_hand
     return gw, w
 
 
@@ -36,7 +37,7 @@ def steps_of(msgs):
 
 
 def case_register(tmp, worker_exe, train_exe):
-    gw, w = start(tmp, worker_exe, train_exe)
+    gw, w = start(tmp, worker_exe, train_exe, registered_by_hand=True)
     try:
         hb = gw.recv(lambda m: m["type"] == "heartbeat", 5, "heartbeat")
         assert hb["instance"] == "i-0123456789ab" and hb["jobs"] == []
@@ -320,7 +321,7 @@ def case_resend(tmp, worker_exe, train_exe):
     """A registered reply naming the newest step the gateway recorded (a
     restarted gateway lost the ones in flight) brings the later ones again."""
     data = text_file(tmp)
-    gw, w = start(tmp, worker_exe, train_exe)
+    gw, w = start(tmp, worker_exe, train_exe, registered_by_hand=True)
     try:
         gw.send(train_assign("J000012", data, 1000000, checkpoint_every=100000))
         first = gw.recv(lambda m: of("J000012", "metric")(m) and "event" not in m["data"] and
@@ -352,7 +353,7 @@ def case_link(tmp, worker_exe, train_exe):
     only then its checkpoints (none may come before the steps it covers) and
     its done."""
     data = text_file(tmp)
-    gw, w = start(tmp, worker_exe, train_exe)
+    gw, w = start(tmp, worker_exe, train_exe, registered_by_hand=True)
     try:
         gw.send(train_assign("J000013", data, 200, checkpoint_every=100))
         seen = gw.recv(lambda m: of("J000013", "metric")(m) and "event" not in m["data"] and
@@ -398,7 +399,7 @@ def case_ended(tmp, worker_exe, train_exe):
     """A done the gateway may have lost (it restarted) is listed in the next
     register, until a registered answers a register that listed it."""
     data = text_file(tmp)
-    gw, w = start(tmp, worker_exe, train_exe)
+    gw, w = start(tmp, worker_exe, train_exe, registered_by_hand=True)
     try:
         gw.send(train_assign("J000014", data, 20))
         assert run_until_done(gw, "J000014")[-1]["status"] == "succeeded"

@@ -87,6 +87,10 @@ class Gateway:
         self.public, self.secret = zmq.curve_keypair()
         self.address = address
         self.received = []
+        # Answer a register the way a gateway that recorded everything does
+        # (a worker registers again after ten silent heartbeat intervals);
+        # cases about registration itself turn it off and answer by hand.
+        self.answer_register = False
         self.ident = None
         self.open()
 
@@ -115,6 +119,8 @@ class Gateway:
             self.ident = frames[0]
             msg = json.loads(frames[-1])
             self.received.append(msg)
+            if self.answer_register and msg.get("type") == "register":
+                self.send({"type": "registered", "heartbeat_ms": 100})
             if pred(msg):
                 return msg
 
