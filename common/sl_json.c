@@ -298,6 +298,23 @@ static json_t *parse_number(struct parser *ps) {
   return json_real(d);
 }
 
+/* After a member: 1 on ',' (more follow), 0 on the closing character, -1 on
+ * anything else (the error is recorded). */
+static int next_member(struct parser *ps, char close, const char *expected) {
+  skip_ws(ps);
+  if (ps->p < ps->end && *ps->p == ',') {
+    ps->p++;
+    skip_ws(ps);
+    return 1;
+  }
+  if (ps->p < ps->end && *ps->p == close) {
+    ps->p++;
+    return 0;
+  }
+  fail(ps, ps->p, expected);
+  return -1;
+}
+
 static json_t *parse_value(struct parser *ps);
 
 static json_t *parse_array(struct parser *ps) {
@@ -314,17 +331,11 @@ static json_t *parse_array(struct parser *ps) {
     json_t *v = parse_value(ps);
     if (!v || json_array_append_new(a, v) < 0)
       goto bad;
-    skip_ws(ps);
-    if (ps->p < ps->end && *ps->p == ',') {
-      ps->p++;
-      skip_ws(ps);
-    } else if (ps->p < ps->end && *ps->p == ']') {
-      ps->p++;
+    int more = next_member(ps, ']', "',' or ']' expected");
+    if (more == 0)
       return a;
-    } else {
-      fail(ps, ps->p, "',' or ']' expected");
+    if (more < 0)
       goto bad;
-    }
   }
 bad:
   json_decref(a);
@@ -369,17 +380,11 @@ static json_t *parse_object(struct parser *ps) {
     free(owned);
     if (r < 0)
       goto bad;
-    skip_ws(ps);
-    if (ps->p < ps->end && *ps->p == ',') {
-      ps->p++;
-      skip_ws(ps);
-    } else if (ps->p < ps->end && *ps->p == '}') {
-      ps->p++;
+    int more = next_member(ps, '}', "',' or '}' expected");
+    if (more == 0)
       return o;
-    } else {
-      fail(ps, ps->p, "',' or '}' expected");
+    if (more < 0)
       goto bad;
-    }
   }
 bad:
   json_decref(o);
