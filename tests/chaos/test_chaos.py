@@ -34,7 +34,6 @@ import os
 import queue
 import random
 import re
-import select
 import shutil
 import signal
 import struct
@@ -47,6 +46,7 @@ import zmq
 from jupyter_client import KernelManager
 
 from kernelspec_env import KernelspecEnv
+from spotlab_home import wait_exit
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 SEED = int(os.environ.get("SPOTLAB_CHAOS_SEED") or int.from_bytes(os.urandom(4), "little"))
@@ -121,19 +121,6 @@ def parent(pid):
             return int(f.read().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return None
-
-
-def wait_exit(pids, timeout_s):
-    deadline = time.monotonic() + timeout_s
-    for pid in pids:
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:
-            continue
-        try:
-            select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        finally:
-            os.close(fd)
 
 
 class Gateway:

@@ -30,7 +30,7 @@ import time
 import zmq
 from jupyter_client import KernelManager
 from kernelspec_env import KernelspecEnv
-from spotlab_home import stop_all, wait_exit
+from spotlab_home import restore_env, stop_all, wait_exit
 
 FAILURES = []
 
@@ -264,11 +264,7 @@ class OwnGateway:
 
     def close(self, keep=False):
         stop_all(self.home)
-        for k, v in self.saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        restore_env(self.saved)
         if not keep:
             shutil.rmtree(self.home, ignore_errors=True)
 

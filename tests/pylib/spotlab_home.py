@@ -66,6 +66,15 @@ def stop_all(home, timeout_s=10):
             pass
 
 
+def restore_env(saved):
+    """Puts back the variables of saved ({name: value or None if unset})."""
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 class PrivateHome:
     """with PrivateHome() as home: SPOTLAB_HOME points at a fresh folder, and
     the gateway and workers started there are stopped on the way out."""
@@ -80,9 +89,5 @@ class PrivateHome:
 
     def __exit__(self, *exc):
         stop_all(self.home)
-        for k, v in self.saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        restore_env(self.saved)
         return False
