@@ -1,21 +1,24 @@
-/* The one ZeroMQ loop of spotlab-kernel.
+/* The one socket loop of spotlab-kernel.
  *
- * Threads: this loop, and a heartbeat thread that echoes on its own REP
- * socket so a busy loop never looks dead to the front end. Signals reach the
- * loop through a self-pipe (SIGINT interrupts, SIGTERM stops). Each poll
- * round drains control first, then stdin, then the gateway socket, then
- * shell, so an interrupt or a shutdown is never stuck behind queued cells.
- * The gateway socket (a DEALER, protocols.md §1) exists only while the core's
- * gateway client has it open; nothing here waits on it.
+ * Threads: this loop, and a heartbeat thread that echoes on its own socket
+ * so a busy loop never looks dead to the front end. Signals reach the loop
+ * through a self-pipe (SIGINT interrupts, SIGTERM stops). Each poll round
+ * drains control first, then stdin, then the gateway socket, then one shell
+ * request, so an interrupt or a shutdown is never stuck behind queued cells.
  *
- * The loop polls the sockets' ZMQ_FD descriptors itself rather than calling
- * zmq_poll(), which asks every socket for ZMQ_EVENTS (two system calls each)
- * before and after every wait. A ZeroMQ descriptor turns readable only when
- * something new reaches its socket, and any use of the socket may consume
- * that signal; so a socket is asked for ZMQ_EVENTS when its descriptor fired
- * and when the loop used it (received from it, sent on it) since it was last
- * asked. A socket nobody touched, such as control or stdin while cells run,
- * costs nothing until its descriptor fires. */
+ * The Jupyter channels are served by zsock.c on this thread: a request is
+ * read, handled and answered here, with no hand-off to a background I/O
+ * thread. Output is written when the loop moves on to another channel and at
+ * the end of every round, so the messages of one request that go to one
+ * channel leave together (busy and execute_input in one write, the reply in
+ * the next, idle after it), in the order they were sent.
+ *
+ * The gateway socket (a libzmq DEALER, protocols.md §1) exists only while
+ * the core's gateway client has it open, in a ZeroMQ context made on first
+ * use. Its ZMQ_FD turns readable only when something new reaches the socket,
+ * and any use of the socket may consume that signal; so it is asked for
+ * ZMQ_EVENTS when its descriptor fired and when the loop used it since it was
+ * last asked. */
 #include "channels.h"
 
 #include <errno.h>
@@ -37,32 +40,30 @@
 #include "sl_log.h"
 #include "sl_time.h"
 #include "wire.h"
+#include "zsock.h"
 
 #define LIMIT_FRAMES 256
 #define LIMIT_FRAME_BYTES (16u << 20)
 #define LIMIT_TOTAL_BYTES (32u << 20)
 #define LIMIT_JSON_DEPTH 64
+#define LIMIT_QUEUED 1000 /* complete requests read ahead on one channel */
+#define LINGER_US (1000 * 1000LL) /* how long replies may take to leave at shutdown */
 #define GW_LIMIT_FRAMES 8
 #define GW_LIMIT_FRAME_BYTES (1u << 20)
 #define GW_MAX_PER_ROUND 256 /* gateway messages handled before the other sockets get a turn */
 
-/* The sockets the loop reads, in the order a round serves them. */
-enum input_id { IN_CONTROL, IN_STDIN, IN_GATEWAY, IN_SHELL, IN_COUNT };
-
-struct input {
-  void *sock;  /* NULL: not open (the gateway) */
-  int fd;      /* its ZMQ_FD */
-  bool ask;    /* used since ZMQ_EVENTS was last asked: ask before waiting */
-  bool ready;  /* a message may be waiting */
-};
-
 struct loop {
-  void *ctx;
-  void *sock[JK_CH_COUNT];
-  struct input in[IN_COUNT];
+  struct jk_zsock *zs[JK_CH_COUNT]; /* every channel but the heartbeat's */
+  struct jk_zsock *last_sent;      /* written out when another channel is sent on */
+  struct pollfd *pfd;
+  size_t pfd_cap;
   struct jk_auth *auth;
   struct jk_core *core;
-  void *gw;                   /* the gateway DEALER, or NULL (in[IN_GATEWAY].sock) */
+  void *ctx;                       /* libzmq, for the gateway socket only */
+  void *gw;                        /* the gateway DEALER, or NULL */
+  int gw_fd;                       /* its ZMQ_FD */
+  bool gw_ask;                     /* used since ZMQ_EVENTS was last asked */
+  bool gw_ready;                   /* a gateway message may be waiting */
   bool stop;
   bool logged_hmac, logged_replay, logged_limit;
 };
@@ -72,25 +73,12 @@ static const char *const channel_name[JK_CH_COUNT] = {
   [JK_CH_IOPUB] = "iopub", [JK_CH_HB] = "heartbeat",
 };
 
-static const enum input_id input_of[JK_CH_COUNT] = {
-  [JK_CH_SHELL] = IN_SHELL, [JK_CH_CONTROL] = IN_CONTROL, [JK_CH_STDIN] = IN_STDIN,
-  [JK_CH_IOPUB] = IN_COUNT, [JK_CH_HB] = IN_COUNT,
-};
-
-/* Whether s has a message waiting; this also takes in the commands that
- * made its descriptor readable. */
-static bool has_input(void *s) {
+/* Whether the gateway socket has a message waiting; this also takes in the
+ * commands that made its descriptor readable. */
+static bool gw_has_input(void *s) {
   uint32_t events = 0;
   size_t size = sizeof events;
   return zmq_getsockopt(s, ZMQ_EVENTS, &events, &size) == 0 && (events & ZMQ_POLLIN);
-}
-
-static void watch(struct loop *l, enum input_id id, void *s) {
-  int fd = -1;
-  size_t size = sizeof fd;
-  if (s && zmq_getsockopt(s, ZMQ_FD, &fd, &size) < 0)
-    fd = -1;
-  l->in[id] = (struct input){s, fd, s != NULL, false};
 }
 
 static int sig_pipe[2] = {-1, -1};
@@ -104,50 +92,125 @@ static void on_signal(int signo) {
   errno = saved;
 }
 
+/* Room for n pollfd entries in *fds (grown, never shrunk). */
+static int reserve_pollfds(struct pollfd **fds, size_t *cap, size_t n) {
+  if (n <= *cap)
+    return 0;
+  size_t c = *cap ? *cap : 16;
+  while (c < n)
+    c *= 2;
+  struct pollfd *p = realloc(*fds, c * sizeof *p);
+  if (!p)
+    return -ENOMEM;
+  *fds = p;
+  *cap = c;
+  return 0;
+}
+
+/* ---- heartbeat ---------------------------------------------------------- */
+
+struct heartbeat {
+  struct jk_zsock *sock;
+  int stop_pipe[2];
+  pthread_t thread;
+};
+
+/* Echoes every message, envelope included, to the peer that sent it. */
 static void *heartbeat(void *arg) {
-  void *hb = arg;
+  struct heartbeat *hb = arg;
+  struct pollfd *pfd = NULL;
+  size_t cap = 0;
   for (;;) {
-    zmq_msg_t m;
-    zmq_msg_init(&m);
-    if (zmq_msg_recv(&m, hb, 0) < 0) {
-      zmq_msg_close(&m);
-      if (zmq_errno() == EINTR)
-        continue;
-      break; /* ETERM: the context is shutting down */
+    if (reserve_pollfds(&pfd, &cap, 1 + jk_zsock_nfds(hb->sock)) < 0)
+      break;
+    pfd[0] = (struct pollfd){hb->stop_pipe[0], POLLIN, 0};
+    size_t n = jk_zsock_pollfds(hb->sock, pfd + 1);
+    int64_t at = jk_zsock_wake_at_us(hb->sock), timeout_ms = -1;
+    if (at != INT64_MAX) {
+      int64_t left = at - sl_time_mono_us();
+      timeout_ms = left <= 0 ? 0 : (left + 999) / 1000;
     }
-    int more = zmq_msg_more(&m);
-    if (zmq_msg_send(&m, hb, more ? ZMQ_SNDMORE : 0) < 0)
-      zmq_msg_close(&m);
+    if (poll(pfd, (nfds_t)(n + 1), timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms) < 0 && errno != EINTR)
+      break;
+    if (pfd[0].revents)
+      break;
+    jk_zsock_handle(hb->sock, pfd + 1, n);
+    struct sl_msg m;
+    int r;
+    while ((r = jk_zsock_recv(hb->sock, &m)) != -EAGAIN) {
+      for (size_t i = 0; r == 0 && i < m.n; i++)
+        jk_zsock_send(hb->sock, m.frames[i].data, m.frames[i].len, i + 1 < m.n);
+      sl_msg_done(&m);
+    }
+    jk_zsock_flush(hb->sock);
   }
-  zmq_close(hb);
+  free(pfd);
   return NULL;
+}
+
+static int heartbeat_start(struct heartbeat *hb, struct jk_zsock *sock) {
+  hb->sock = sock;
+  if (pipe2(hb->stop_pipe, O_CLOEXEC) < 0)
+    return -errno;
+  if (pthread_create(&hb->thread, NULL, heartbeat, hb) != 0) {
+    close(hb->stop_pipe[0]);
+    close(hb->stop_pipe[1]);
+    return -EAGAIN;
+  }
+  return 0;
+}
+
+static void heartbeat_stop(struct heartbeat *hb) {
+  if (write(hb->stop_pipe[1], "", 1) < 0) {
+    /* Cannot happen with an empty pipe; the join below would wait. */
+  }
+  pthread_join(hb->thread, NULL);
+  close(hb->stop_pipe[0]);
+  close(hb->stop_pipe[1]);
 }
 
 /* ---- core callbacks ---------------------------------------------------- */
 
 static int send_frame(void *sock, const void *data, size_t len, bool more) {
-  if (zmq_send(sock, data, len, more ? ZMQ_SNDMORE : 0) < 0)
-    return sl_err_from_zmq(zmq_errno());
-  return 0;
+  return jk_zsock_send(sock, data, len, more);
 }
 
 static void send_msg(void *ud, enum jk_channel ch, struct jk_msg *msg) {
   struct loop *l = ud;
-  int r = jk_wire_encode_each(l->auth, msg, send_frame, l->sock[ch]);
-  if (input_of[ch] != IN_COUNT)
-    l->in[input_of[ch]].ask = true;
+  struct jk_zsock *zs = l->zs[ch];
+  if (l->last_sent && l->last_sent != zs)
+    jk_zsock_flush(l->last_sent); /* what went before leaves first */
+  l->last_sent = zs;
+  int r = zs ? jk_wire_encode_each(l->auth, msg, send_frame, zs) : -ENOTCONN;
   if (r < 0)
     sl_warn("kernel.wire", "cannot send a message on the %s channel: %s", channel_name[ch], sl_strerror(r));
   jk_msg_free(msg);
 }
 
+static void flush_all(struct loop *l) {
+  for (int ch = 0; ch < JK_CH_COUNT; ch++)
+    if (l->zs[ch])
+      jk_zsock_flush(l->zs[ch]);
+  l->last_sent = NULL;
+}
+
 static bool receive_one(struct loop *l, enum jk_channel ch);
+
+/* Reads whatever has reached ch's connections by now, without waiting. */
+static void pump(struct loop *l, enum jk_channel ch) {
+  struct jk_zsock *zs = l->zs[ch];
+  if (reserve_pollfds(&l->pfd, &l->pfd_cap, jk_zsock_nfds(zs)) < 0)
+    return;
+  size_t n = jk_zsock_pollfds(zs, l->pfd);
+  if (poll(l->pfd, (nfds_t)n, 0) > 0)
+    jk_zsock_handle(zs, l->pfd, n);
+}
 
 static void drain_shell(void *ud) {
   struct loop *l = ud;
+  pump(l, JK_CH_SHELL);
   while (receive_one(l, JK_CH_SHELL))
     ;
-  l->in[IN_SHELL].ask = true;
 }
 
 static void request_shutdown(void *ud, bool restart) {
@@ -161,12 +224,15 @@ static void gw_close(void *ud) {
   if (l->gw)
     zmq_close(l->gw);
   l->gw = NULL;
-  watch(l, IN_GATEWAY, NULL);
+  l->gw_fd = -1;
+  l->gw_ask = l->gw_ready = false;
 }
 
 static int gw_open(void *ud, const char *address) {
   struct loop *l = ud;
   gw_close(l);
+  if (!l->ctx && !(l->ctx = zmq_ctx_new()))
+    return sl_err_from_zmq(zmq_errno());
   void *s = zmq_socket(l->ctx, ZMQ_DEALER);
   if (!s)
     return sl_err_from_zmq(zmq_errno());
@@ -175,13 +241,16 @@ static int gw_open(void *ud, const char *address) {
   zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
   zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
   zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-  if (zmq_connect(s, address) < 0) {
+  int fd = -1;
+  size_t size = sizeof fd;
+  if (zmq_connect(s, address) < 0 || zmq_getsockopt(s, ZMQ_FD, &fd, &size) < 0) {
     int r = sl_err_from_zmq(zmq_errno());
     zmq_close(s);
     return r;
   }
   l->gw = s;
-  watch(l, IN_GATEWAY, s);
+  l->gw_fd = fd;
+  l->gw_ask = true;
   return 0;
 }
 
@@ -189,7 +258,7 @@ static int gw_send(void *ud, const char *data, size_t len) {
   struct loop *l = ud;
   if (!l->gw)
     return -ENOTCONN;
-  l->in[IN_GATEWAY].ask = true;
+  l->gw_ask = true;
   if (zmq_send(l->gw, data, len, ZMQ_DONTWAIT) < 0)
     return sl_err_from_zmq(zmq_errno());
   return 0;
@@ -238,15 +307,10 @@ static void log_drop(struct loop *l, bool *once, const char *what, const char *d
 /* Receives and handles one message from ch; false when none was waiting. */
 static bool receive_one(struct loop *l, enum jk_channel ch) {
   struct sl_msg frames;
-  sl_msg_init(&frames, (struct sl_limits){LIMIT_FRAMES, LIMIT_FRAME_BYTES, LIMIT_TOTAL_BYTES});
-  int r = sl_zmq_recv(l->sock[ch], &frames, ZMQ_DONTWAIT);
-  if (r == -EAGAIN || r == -EINTR || r == -ETERM)
+  int r = jk_zsock_recv(l->zs[ch], &frames);
+  if (r == -EAGAIN)
     return false;
   bool over_limit = r == SL_ELIMIT;
-  if (r < 0 && !over_limit) {
-    sl_warn("kernel.wire", "receive failed: %s", sl_strerror(r));
-    return false;
-  }
   char why[256] = "";
   if (over_limit && frames.oversized_frames) {
     snprintf(why, sizeof why, "a frame is larger than %u bytes", LIMIT_FRAME_BYTES);
@@ -281,34 +345,33 @@ static bool receive_one(struct loop *l, enum jk_channel ch) {
 
 /* ---- set-up ------------------------------------------------------------- */
 
-static int open_socket(struct loop *l, const struct jk_connection *conn, enum jk_channel ch, int type) {
-  void *s = zmq_socket(l->ctx, type);
-  if (!s)
-    return sl_err_from_zmq(zmq_errno());
-  int linger = 1000;
-  int64_t maxmsg = 256 << 20;
-  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
-  zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-  if (type == ZMQ_ROUTER) {
-    int handover = 1;
-    zmq_setsockopt(s, ZMQ_ROUTER_HANDOVER, &handover, sizeof handover);
-  }
+static int open_socket(const struct jk_connection *conn, enum jk_channel ch, struct jk_zsock **ret) {
+  static const enum jk_zsock_type types[JK_CH_COUNT] = {
+    [JK_CH_SHELL] = JK_ZSOCK_ROUTER, [JK_CH_CONTROL] = JK_ZSOCK_ROUTER, [JK_CH_STDIN] = JK_ZSOCK_ROUTER,
+    [JK_CH_IOPUB] = JK_ZSOCK_PUB, [JK_CH_HB] = JK_ZSOCK_REP,
+  };
+  struct jk_zsock_options opts = JK_ZSOCK_OPTIONS_DEFAULT;
+  opts.limits = (struct sl_limits){LIMIT_FRAMES, LIMIT_FRAME_BYTES, LIMIT_TOTAL_BYTES};
+  opts.max_queued = LIMIT_QUEUED;
+  if (ch == JK_CH_HB || ch == JK_CH_IOPUB)
+    opts.limits = (struct sl_limits){8, 64u << 10, 64u << 10}; /* pings and subscriptions */
   char ep[300];
   int r = jk_connection_endpoint(conn, ch, ep, sizeof ep);
-  if (r == 0 && zmq_bind(s, ep) < 0) {
-    r = sl_err_from_zmq(zmq_errno());
-    sl_err("kernel", "cannot bind %s: %s", ep, zmq_strerror(zmq_errno()));
+  if (r == 0) {
+    r = jk_zsock_bind(ep, types[ch], &opts, ret);
+    if (r < 0)
+      sl_err("kernel", "cannot bind %s: %s", ep, sl_strerror(r));
   }
-  if (r < 0) {
-    zmq_close(s);
-    return r;
-  }
-  l->sock[ch] = s;
-  return 0;
+  return r;
 }
 
-static int64_t poll_timeout_ms(const struct jk_core *core) {
-  int64_t at = jk_core_wake_at_us(core);
+static int64_t poll_timeout_ms(const struct loop *l) {
+  int64_t at = jk_core_wake_at_us(l->core);
+  for (int ch = 0; ch < JK_CH_COUNT; ch++) {
+    int64_t z = l->zs[ch] ? jk_zsock_wake_at_us(l->zs[ch]) : INT64_MAX;
+    if (z < at)
+      at = z;
+  }
   if (at == INT64_MAX)
     return -1;
   int64_t left = at - sl_time_mono_us();
@@ -330,70 +393,76 @@ static void read_signals(struct loop *l) {
   }
 }
 
-/* Hands the messages waiting on input id to the core: every one on control
- * and stdin, a bounded number from the gateway (so it cannot starve the
- * others), and one shell request per round: answering it sends on shell,
- * after which the socket is asked again anyway, so a second receive only to
- * learn that nothing else is queued would be two system calls for nothing. */
-static void drain(struct loop *l, enum input_id id) {
-  struct input *in = &l->in[id];
-  if (!in->sock || !in->ready)
-    return;
-  if (id == IN_GATEWAY) {
-    for (int i = 0; i < GW_MAX_PER_ROUND && !l->stop && receive_gateway(l); i++)
-      ;
-  } else if (id == IN_SHELL) {
-    receive_one(l, JK_CH_SHELL);
-  } else {
-    while (!l->stop && receive_one(l, id == IN_CONTROL ? JK_CH_CONTROL : JK_CH_STDIN))
-      ;
-  }
-  in->ready = false;
-  in->ask = true; /* used: whatever is left shows in ZMQ_EVENTS, not in the descriptor */
-}
+/* The channels a round reads, in the order it serves them. */
+static const enum jk_channel served[] = {JK_CH_CONTROL, JK_CH_STDIN, JK_CH_SHELL, JK_CH_IOPUB};
+#define NSERVED (sizeof served / sizeof served[0])
 
+/* One poll over the signal pipe, the gateway and every channel's
+ * connections; then control and stdin drained, a bounded number of gateway
+ * messages, one shell request (answering it is the round's work; the next
+ * round comes at once if more are queued), the core's timers, and the
+ * output written. */
 static void serve(struct loop *l) {
   while (!l->stop) {
-    bool waiting = false;
-    for (int i = 0; i < IN_COUNT; i++) {
-      struct input *in = &l->in[i];
-      if (in->sock && in->ask) {
-        in->ready = has_input(in->sock);
-        in->ask = false;
-      }
-      waiting |= in->sock && in->ready;
+    if (l->gw && l->gw_ask) {
+      l->gw_ready = gw_has_input(l->gw);
+      l->gw_ask = false;
     }
-    struct pollfd pfd[IN_COUNT + 1] = {{sig_pipe[0], POLLIN, 0}};
-    int slot[IN_COUNT], n = 1;
-    for (int i = 0; i < IN_COUNT; i++) {
-      slot[i] = l->in[i].sock ? n : -1;
-      if (l->in[i].sock)
-        pfd[n++] = (struct pollfd){l->in[i].fd, POLLIN, 0};
+    bool waiting = l->gw && l->gw_ready;
+    size_t need = 2;
+    for (size_t i = 0; i < NSERVED; i++) {
+      need += jk_zsock_nfds(l->zs[served[i]]);
+      waiting |= served[i] != JK_CH_IOPUB && jk_zsock_has_msg(l->zs[served[i]]);
     }
-    int64_t timeout_ms = waiting ? 0 : poll_timeout_ms(l->core);
-    int r = poll(pfd, (nfds_t)n, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+    if (reserve_pollfds(&l->pfd, &l->pfd_cap, need) < 0) {
+      sl_err("kernel", "out of memory");
+      break;
+    }
+    size_t n = 0, first[NSERVED], count[NSERVED];
+    l->pfd[n++] = (struct pollfd){sig_pipe[0], POLLIN, 0};
+    l->pfd[n++] = (struct pollfd){l->gw ? l->gw_fd : -1, POLLIN, 0};
+    for (size_t i = 0; i < NSERVED; i++) {
+      first[i] = n;
+      count[i] = jk_zsock_pollfds(l->zs[served[i]], l->pfd + n);
+      n += count[i];
+    }
+    int64_t timeout_ms = waiting ? 0 : poll_timeout_ms(l);
+    int r = poll(l->pfd, (nfds_t)n, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
     if (r < 0 && errno != EINTR) {
       sl_err("kernel", "poll failed: %s", strerror(errno));
       break;
     }
-    if (r > 0 && (pfd[0].revents & POLLIN))
+    if (r > 0 && (l->pfd[0].revents & POLLIN))
       read_signals(l);
     /* A receive takes in the socket's commands itself, so a descriptor that
      * fired is not asked first: a wake-up with nothing to read costs one
      * receive that answers EAGAIN, as ZMQ_EVENTS would have. */
-    for (int i = 0; r > 0 && i < IN_COUNT; i++)
-      if (slot[i] >= 0 && pfd[slot[i]].revents)
-        l->in[i].ready = true;
-    for (int i = 0; i < IN_COUNT && !l->stop; i++)
-      drain(l, (enum input_id)i);
+    if (r > 0 && l->gw && l->pfd[1].revents)
+      l->gw_ready = true;
+    for (size_t i = 0; i < NSERVED; i++)
+      jk_zsock_handle(l->zs[served[i]], l->pfd + first[i], r > 0 ? count[i] : 1);
+    while (!l->stop && receive_one(l, JK_CH_CONTROL))
+      ;
+    while (!l->stop && receive_one(l, JK_CH_STDIN))
+      ;
+    if (!l->stop && l->gw && l->gw_ready) {
+      for (int i = 0; i < GW_MAX_PER_ROUND && !l->stop && receive_gateway(l); i++)
+        ;
+      l->gw_ready = false;
+      l->gw_ask = true; /* used: whatever is left shows in ZMQ_EVENTS, not in the descriptor */
+    }
+    if (!l->stop)
+      receive_one(l, JK_CH_SHELL);
     if (!l->stop)
       jk_core_tick(l->core);
+    flush_all(l);
   }
 }
 
 int jk_channels_run(const struct jk_connection *conn, const struct jk_run_options *opts) {
-  struct loop l = {0};
-  pthread_t hb_thread;
+  struct loop l = {.gw_fd = -1};
+  struct heartbeat hb = {0};
+  struct jk_zsock *hb_sock = NULL;
   bool hb_started = false;
   int r = 0;
   if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
@@ -405,34 +474,21 @@ int jk_channels_run(const struct jk_connection *conn, const struct jk_run_option
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
 
-  l.ctx = zmq_ctx_new();
   l.auth = jk_auth_new(conn->key, conn->key_len, 4096);
   struct jk_core_config cfg = {opts->kernel_id, opts->notebook, opts->history_dir};
   l.core = jk_core_new(&core_ops, &l, &cfg);
-  if (!l.ctx || !l.auth || !l.core || jk_core_set_gateway(l.core, &core_gw_ops) < 0) {
+  if (!l.auth || !l.core || jk_core_set_gateway(l.core, &core_gw_ops) < 0) {
     r = -ENOMEM;
     goto out;
   }
-  static const int types[JK_CH_COUNT] = {
-    [JK_CH_SHELL] = ZMQ_ROUTER, [JK_CH_CONTROL] = ZMQ_ROUTER, [JK_CH_STDIN] = ZMQ_ROUTER,
-    [JK_CH_IOPUB] = ZMQ_PUB, [JK_CH_HB] = ZMQ_REP,
-  };
   for (int ch = 0; ch < JK_CH_COUNT; ch++) {
-    r = open_socket(&l, conn, (enum jk_channel)ch, types[ch]);
+    r = open_socket(conn, (enum jk_channel)ch, ch == JK_CH_HB ? &hb_sock : &l.zs[ch]);
     if (r < 0)
       goto out;
   }
-  watch(&l, IN_CONTROL, l.sock[JK_CH_CONTROL]);
-  watch(&l, IN_STDIN, l.sock[JK_CH_STDIN]);
-  watch(&l, IN_SHELL, l.sock[JK_CH_SHELL]);
-  watch(&l, IN_GATEWAY, l.gw);
-  void *hb = l.sock[JK_CH_HB];
-  l.sock[JK_CH_HB] = NULL; /* owned by the heartbeat thread from here on */
-  if (pthread_create(&hb_thread, NULL, heartbeat, hb) != 0) {
-    zmq_close(hb);
-    r = -EAGAIN;
+  r = heartbeat_start(&hb, hb_sock);
+  if (r < 0)
     goto out;
-  }
   hb_started = true;
   sl_info("kernel", "listening (%s on %s), kernel id %s", conn->transport, conn->ip, opts->kernel_id);
   serve(&l);
@@ -440,15 +496,19 @@ out:
   jk_core_free(l.core); /* closes the gateway socket through gw_close */
   l.core = NULL;
   gw_close(&l);
+  /* Replies sent last (shutdown_reply above all) still reach their clients. */
+  int64_t deadline = sl_time_mono_us() + LINGER_US;
   for (int ch = 0; ch < JK_CH_COUNT; ch++)
-    if (l.sock[ch])
-      zmq_close(l.sock[ch]);
-  if (l.ctx)
-    zmq_ctx_shutdown(l.ctx);
+    if (l.zs[ch]) {
+      jk_zsock_flush_wait(l.zs[ch], deadline);
+      l.zs[ch] = jk_zsock_free(l.zs[ch]);
+    }
   if (hb_started)
-    pthread_join(hb_thread, NULL);
+    heartbeat_stop(&hb);
+  jk_zsock_free(hb_sock);
   if (l.ctx)
     zmq_ctx_term(l.ctx);
+  free(l.pfd);
   jk_auth_free(l.auth);
   close(sig_pipe[0]);
   close(sig_pipe[1]);

@@ -1,0 +1,713 @@
+/* ZMTP 3.0 sockets on the caller's thread (see zsock.h for the contract).
+ *
+ * Invariants:
+ *   - every byte a read returns is handed to the peer's decoder at once, so
+ *     a peer holds no raw input between rounds; what a peer may make us hold
+ *     is bounded by the message limits, max_queued complete messages (plus
+ *     what one read of READ_CHUNK bytes decodes to) and max_out_bytes;
+ *   - a peer is freed only between messages (in jk_zsock_pollfds() and
+ *     jk_zsock_free()), never while jk_zsock_send() is filling one, so a
+ *     failure in the middle of a message only marks the peer dead;
+ *   - peers keep their order in the array between jk_zsock_pollfds() and
+ *     jk_zsock_handle(), so the i-th pollfd after the listener is the i-th
+ *     peer (checked against its descriptor). */
+#include "zsock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "sl_err.h"
+#include "sl_log.h"
+#include "sl_time.h"
+#include "zmtp_codec.h"
+
+#define READ_CHUNK (64u << 10)
+#define READS_PER_ROUND 16 /* reads from one peer before the others get a turn */
+#define ACCEPTS_PER_ROUND 64
+#define SHRINK_BYTES (1u << 20) /* an emptied output buffer larger than this is freed */
+#define MAX_TOPICS 256
+
+enum peer_state { P_GREETING, P_READY, P_ACTIVE };
+
+struct topic {
+  uint8_t *data;
+  size_t len;
+};
+
+struct peer {
+  int fd;
+  enum peer_state state;
+  bool dead;
+  bool target; /* receives the message being sent */
+  uint64_t serial;
+  int64_t deadline_us;
+  uint8_t greeting[JK_ZMTP_GREETING_BYTES];
+  size_t greeting_have;
+  struct jk_zmtp_decoder dec;
+  uint8_t id[JK_ZMTP_IDENTITY_MAX];
+  size_t id_len;
+  uint8_t *out; /* output not yet written: out[out_off, out_len) */
+  size_t out_off, out_len, out_cap;
+  struct topic *topics;
+  size_t ntopics;
+};
+
+struct queued {
+  struct sl_msg msg;
+  int status; /* 0 or SL_ELIMIT */
+  uint64_t serial;
+};
+
+struct jk_zsock {
+  enum jk_zsock_type type;
+  struct jk_zsock_options opts;
+  int listen_fd;
+  char ipc_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+  struct peer **peers;
+  size_t npeers, peers_cap;
+  struct queued *q; /* ring */
+  size_t q_head, q_count, q_cap;
+  uint64_t next_serial;
+  uint32_t next_id;
+  bool sending;        /* inside a message */
+  uint64_t reply_to;   /* REP: serial of the peer that sent the last message received */
+};
+
+static const char *const type_name[] = {
+  [JK_ZSOCK_ROUTER] = "ROUTER", [JK_ZSOCK_PUB] = "PUB", [JK_ZSOCK_REP] = "REP",
+};
+
+/* ---- binding ------------------------------------------------------------ */
+
+static int bind_tcp(const char *spec, int *ret_fd) {
+  const char *colon = strrchr(spec, ':');
+  if (!colon || colon == spec || !colon[1])
+    return -EINVAL;
+  char host[256], port[8];
+  size_t hl = (size_t)(colon - spec);
+  if (hl >= sizeof host || strlen(colon + 1) >= sizeof port)
+    return -EINVAL;
+  memcpy(host, spec, hl);
+  host[hl] = '\0';
+  strcpy(port, colon + 1);
+  for (const char *p = port; *p; p++)
+    if (*p < '0' || *p > '9')
+      return -EINVAL;
+  if (atoi(port) > 65535)
+    return -EINVAL;
+  char *h = host;
+  if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+    h[hl - 1] = '\0';
+    h++;
+  }
+  struct addrinfo hints = {.ai_flags = AI_PASSIVE | AI_NUMERICSERV, .ai_socktype = SOCK_STREAM};
+  struct addrinfo *res = NULL;
+  int g = getaddrinfo(strcmp(h, "*") == 0 ? "0.0.0.0" : h, port, &hints, &res);
+  if (g != 0)
+    return g == EAI_MEMORY ? -ENOMEM : -EADDRNOTAVAIL;
+  /* Like libzmq, prefer IPv4 when a name has both. */
+  struct addrinfo *pick = res;
+  for (struct addrinfo *a = res; a; a = a->ai_next)
+    if (a->ai_family == AF_INET) {
+      pick = a;
+      break;
+    }
+  int fd = socket(pick->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int r = 0;
+  if (fd < 0) {
+    r = -errno;
+  } else {
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, pick->ai_addr, pick->ai_addrlen) < 0 || listen(fd, 128) < 0) {
+      r = -errno;
+      close(fd);
+    }
+  }
+  freeaddrinfo(res);
+  if (r == 0)
+    *ret_fd = fd;
+  return r;
+}
+
+static int bind_ipc(const char *path, int *ret_fd) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  size_t n = strlen(path);
+  if (n == 0 || n >= sizeof sa.sun_path)
+    return -EINVAL;
+  memcpy(sa.sun_path, path, n + 1);
+  /* A socket file left by an earlier kernel is replaced, as libzmq does;
+   * anything else at that path is not touched. */
+  struct stat st;
+  if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+    unlink(path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -errno;
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 128) < 0) {
+    int r = -errno;
+    close(fd);
+    return r;
+  }
+  *ret_fd = fd;
+  return 0;
+}
+
+int jk_zsock_bind(const char *endpoint, enum jk_zsock_type type, const struct jk_zsock_options *opts,
+                  struct jk_zsock **ret_sock) {
+  int fd = -1, r;
+  bool ipc = false;
+  if (strncmp(endpoint, "tcp://", 6) == 0) {
+    r = bind_tcp(endpoint + 6, &fd);
+  } else if (strncmp(endpoint, "ipc://", 6) == 0) {
+    r = bind_ipc(endpoint + 6, &fd);
+    ipc = true;
+  } else {
+    r = -EPROTONOSUPPORT;
+  }
+  if (r < 0)
+    return r;
+  struct jk_zsock *s = calloc(1, sizeof *s);
+  if (!s) {
+    close(fd);
+    return -ENOMEM;
+  }
+  s->type = type;
+  s->opts = *opts;
+  if (s->opts.max_peers == 0)
+    s->opts.max_peers = 1;
+  /* A ROUTER's routing id is a frame of the message, within its limits. */
+  if (type == JK_ZSOCK_ROUTER && s->opts.limits.max_frames > 1)
+    s->opts.limits.max_frames--;
+  s->listen_fd = fd;
+  if (ipc)
+    snprintf(s->ipc_path, sizeof s->ipc_path, "%s", endpoint + 6);
+  s->next_id = 1;
+  *ret_sock = s;
+  return 0;
+}
+
+/* ---- peers -------------------------------------------------------------- */
+
+static void peer_free(struct peer *p) {
+  if (!p)
+    return;
+  close(p->fd);
+  jk_zmtp_decoder_done(&p->dec);
+  free(p->out);
+  for (size_t i = 0; i < p->ntopics; i++)
+    free(p->topics[i].data);
+  free(p->topics);
+  free(p);
+}
+
+static void reap(struct jk_zsock *s) {
+  size_t k = 0;
+  for (size_t i = 0; i < s->npeers; i++) {
+    if (s->peers[i]->dead)
+      peer_free(s->peers[i]);
+    else
+      s->peers[k++] = s->peers[i];
+  }
+  s->npeers = k;
+}
+
+struct jk_zsock *jk_zsock_free(struct jk_zsock *s) {
+  if (!s)
+    return NULL;
+  for (size_t i = 0; i < s->npeers; i++)
+    peer_free(s->peers[i]);
+  free(s->peers);
+  for (size_t i = 0; i < s->q_count; i++)
+    sl_msg_done(&s->q[(s->q_head + i) % s->q_cap].msg);
+  free(s->q);
+  close(s->listen_fd);
+  if (s->ipc_path[0])
+    unlink(s->ipc_path);
+  free(s);
+  return NULL;
+}
+
+static int out_append(struct peer *p, const void *data, size_t len) {
+  if (p->out_len + len > p->out_cap) {
+    size_t cap = p->out_cap ? p->out_cap : 4096;
+    while (cap < p->out_len + len)
+      cap *= 2;
+    uint8_t *b = realloc(p->out, cap);
+    if (!b)
+      return -ENOMEM;
+    p->out = b;
+    p->out_cap = cap;
+  }
+  memcpy(p->out + p->out_len, data, len);
+  p->out_len += len;
+  return 0;
+}
+
+static void peer_write(struct peer *p) {
+  while (!p->dead && p->out_off < p->out_len) {
+    ssize_t w = send(p->fd, p->out + p->out_off, p->out_len - p->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      p->out_off += (size_t)w;
+    } else if (w < 0 && errno == EINTR) {
+      continue;
+    } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return;
+    } else {
+      sl_debug("kernel.zmtp", "peer %d: write failed: %s", p->fd, w < 0 ? strerror(errno) : "closed");
+      p->dead = true;
+    }
+  }
+  if (p->out_off == p->out_len) {
+    p->out_off = p->out_len = 0;
+    if (p->out_cap > SHRINK_BYTES) {
+      free(p->out);
+      p->out = NULL;
+      p->out_cap = 0;
+    }
+  }
+}
+
+static struct peer *find_id(struct jk_zsock *s, const uint8_t *id, size_t len) {
+  for (size_t i = 0; i < s->npeers; i++) {
+    struct peer *p = s->peers[i];
+    if (p->state == P_ACTIVE && !p->dead && p->id_len == len && memcmp(p->id, id, len) == 0)
+      return p;
+  }
+  return NULL;
+}
+
+static void generate_id(struct jk_zsock *s, struct peer *p) {
+  uint32_t n = s->next_id++;
+  p->id[0] = 0;
+  for (int i = 0; i < 4; i++)
+    p->id[1 + i] = (uint8_t)(n >> (24 - 8 * i));
+  p->id_len = 5;
+}
+
+static bool peer_type_ok(enum jk_zsock_type type, const char *peer) {
+  switch (type) {
+  case JK_ZSOCK_ROUTER:
+    return !strcmp(peer, "DEALER") || !strcmp(peer, "REQ") || !strcmp(peer, "ROUTER");
+  case JK_ZSOCK_PUB:
+    return !strcmp(peer, "SUB") || !strcmp(peer, "XSUB");
+  case JK_ZSOCK_REP:
+    return !strcmp(peer, "REQ") || !strcmp(peer, "DEALER");
+  }
+  return false;
+}
+
+static void drop_peer(struct peer *p, const char *why) {
+  sl_debug("kernel.zmtp", "closing peer %d: %s", p->fd, why);
+  p->dead = true;
+}
+
+static void on_ready(struct jk_zsock *s, struct peer *p) {
+  struct jk_zmtp_ready_info info;
+  char why[160];
+  if (jk_zmtp_ready_parse(p->dec.command_buf, p->dec.command_len, &info, why, sizeof why) < 0)
+    return drop_peer(p, why);
+  if (!peer_type_ok(s->type, info.socket_type)) {
+    snprintf(why, sizeof why, "a %s socket cannot talk to a %s", type_name[s->type], info.socket_type);
+    return drop_peer(p, why);
+  }
+  if (s->type == JK_ZSOCK_ROUTER) {
+    /* Routing ids starting with a zero byte are reserved for generated ones. */
+    if (info.identity_len && info.identity[0] != 0) {
+      struct peer *old = find_id(s, info.identity, info.identity_len);
+      if (old)
+        generate_id(s, old); /* handover: the newcomer takes the id */
+      memcpy(p->id, info.identity, info.identity_len);
+      p->id_len = info.identity_len;
+    } else {
+      generate_id(s, p);
+    }
+  }
+  p->state = P_ACTIVE;
+}
+
+static void set_topic(struct peer *p, const uint8_t *topic, size_t len, bool subscribe) {
+  for (size_t i = 0; i < p->ntopics; i++) {
+    if (p->topics[i].len == len && (len == 0 || memcmp(p->topics[i].data, topic, len) == 0)) {
+      if (!subscribe) {
+        free(p->topics[i].data);
+        p->topics[i] = p->topics[--p->ntopics];
+      }
+      return;
+    }
+  }
+  if (!subscribe || p->ntopics >= MAX_TOPICS)
+    return;
+  struct topic *t = realloc(p->topics, (p->ntopics + 1) * sizeof *t);
+  if (!t)
+    return;
+  p->topics = t;
+  uint8_t *copy = malloc(len ? len : 1);
+  if (!copy)
+    return;
+  if (len)
+    memcpy(copy, topic, len);
+  p->topics[p->ntopics++] = (struct topic){copy, len};
+}
+
+static void on_command(struct jk_zsock *s, struct peer *p) {
+  char name[256];
+  const uint8_t *data;
+  size_t len;
+  if (jk_zmtp_command_name(p->dec.command_buf, p->dec.command_len, name, &data, &len) < 0)
+    return drop_peer(p, "malformed command");
+  if (strcmp(name, "PING") == 0) {
+    /* PONG echoes the ping's context (what follows its two-byte TTL). */
+    size_t ctx = len > 2 ? len - 2 : 0;
+    if (ctx > 16)
+      ctx = 16;
+    uint8_t frame[JK_ZMTP_FRAME_HEADER_MAX + 5 + 16];
+    size_t h = jk_zmtp_frame_header(frame, 5 + ctx, false, true);
+    memcpy(frame + h, "\4PONG", 5);
+    if (ctx)
+      memcpy(frame + h + 5, data + 2, ctx);
+    if (out_append(p, frame, h + 5 + ctx) < 0)
+      drop_peer(p, "out of memory");
+  } else if (s->type == JK_ZSOCK_PUB && (strcmp(name, "SUBSCRIBE") == 0 || strcmp(name, "CANCEL") == 0)) {
+    set_topic(p, data, len, name[0] == 'S');
+  }
+  /* Other commands (PONG, ...) need no answer. */
+}
+
+static int enqueue(struct jk_zsock *s, struct peer *p, struct sl_msg *msg, int status) {
+  if (s->q_count == s->q_cap) {
+    size_t cap = s->q_cap ? s->q_cap * 2 : 16;
+    struct queued *q = malloc(cap * sizeof *q);
+    if (!q)
+      return -ENOMEM;
+    for (size_t i = 0; i < s->q_count; i++)
+      q[i] = s->q[(s->q_head + i) % s->q_cap];
+    free(s->q);
+    s->q = q;
+    s->q_cap = cap;
+    s->q_head = 0;
+  }
+  struct queued *e = &s->q[(s->q_head + s->q_count) % s->q_cap];
+  e->msg = *msg;
+  e->status = status;
+  e->serial = p->serial;
+  s->q_count++;
+  return 0;
+}
+
+/* A ROUTER message gets its routing id in front. */
+static int prefix_id(struct peer *p, struct sl_msg *msg) {
+  struct sl_frame *f = malloc((msg->n + 1) * sizeof *f);
+  uint8_t *id = malloc(p->id_len + 1);
+  if (!f || !id) {
+    free(f);
+    free(id);
+    return -ENOMEM;
+  }
+  memcpy(id, p->id, p->id_len);
+  id[p->id_len] = '\0';
+  f[0] = (struct sl_frame){id, p->id_len};
+  if (msg->n)
+    memcpy(f + 1, msg->frames, msg->n * sizeof *f);
+  free(msg->frames);
+  msg->frames = f;
+  msg->n++;
+  msg->cap = msg->n;
+  msg->total_bytes += p->id_len;
+  return 0;
+}
+
+static void on_message(struct jk_zsock *s, struct peer *p) {
+  struct sl_msg msg;
+  int status = jk_zmtp_decoder_take(&p->dec, &msg);
+  if (s->type == JK_ZSOCK_PUB) {
+    /* A subscriber sends only (un)subscriptions: 1 or 0, then the topic. */
+    if (status == 0 && msg.n == 1 && msg.frames[0].len >= 1 && msg.frames[0].data[0] <= 1)
+      set_topic(p, msg.frames[0].data + 1, msg.frames[0].len - 1, msg.frames[0].data[0] == 1);
+    sl_msg_done(&msg);
+    return;
+  }
+  if ((s->type == JK_ZSOCK_ROUTER && prefix_id(p, &msg) < 0) || enqueue(s, p, &msg, status) < 0) {
+    sl_msg_done(&msg);
+    drop_peer(p, "out of memory");
+  }
+}
+
+/* Hands n bytes a peer sent to its handshake or its decoder. */
+static void feed(struct jk_zsock *s, struct peer *p, const uint8_t *buf, size_t n) {
+  while (n && !p->dead) {
+    if (p->state == P_GREETING) {
+      size_t k = JK_ZMTP_GREETING_BYTES - p->greeting_have;
+      if (k > n)
+        k = n;
+      memcpy(p->greeting + p->greeting_have, buf, k);
+      p->greeting_have += k;
+      buf += k;
+      n -= k;
+      if (p->greeting_have < JK_ZMTP_GREETING_BYTES)
+        return;
+      char why[160];
+      if (jk_zmtp_greeting_check(p->greeting, why, sizeof why) < 0)
+        return drop_peer(p, why);
+      uint8_t ready[512];
+      static const uint8_t no_id[1];
+      size_t len = jk_zmtp_ready(ready, sizeof ready, type_name[s->type],
+                                 s->type == JK_ZSOCK_ROUTER ? no_id : NULL, 0);
+      if (out_append(p, ready, len) < 0)
+        return drop_peer(p, "out of memory");
+      p->state = P_READY;
+      continue;
+    }
+    size_t used = 0;
+    int ev = jk_zmtp_decode(&p->dec, buf, n, &used);
+    buf += used;
+    n -= used;
+    if (ev < 0)
+      return drop_peer(p, ev == -ENOMEM ? "out of memory" : "malformed frame");
+    if (p->state == P_READY) {
+      if (ev == JK_ZMTP_MESSAGE)
+        return drop_peer(p, "message before READY");
+      if (ev == JK_ZMTP_COMMAND)
+        on_ready(s, p);
+    } else if (ev == JK_ZMTP_COMMAND) {
+      on_command(s, p);
+    } else if (ev == JK_ZMTP_MESSAGE) {
+      on_message(s, p);
+    }
+  }
+}
+
+static void peer_read(struct jk_zsock *s, struct peer *p) {
+  static __thread uint8_t buf[READ_CHUNK];
+  for (int i = 0; i < READS_PER_ROUND && !p->dead; i++) {
+    ssize_t r = recv(p->fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (r > 0) {
+      feed(s, p, buf, (size_t)r);
+      if ((size_t)r < sizeof buf)
+        return;
+    } else if (r < 0 && errno == EINTR) {
+      continue;
+    } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return;
+    } else {
+      return drop_peer(p, r == 0 ? "peer closed the connection" : strerror(errno));
+    }
+  }
+}
+
+static int grow_peers(struct jk_zsock *s) {
+  if (s->npeers < s->peers_cap)
+    return 0;
+  size_t cap = s->peers_cap ? 2 * s->peers_cap : 8;
+  struct peer **p = realloc(s->peers, cap * sizeof *p);
+  if (!p)
+    return -ENOMEM;
+  s->peers = p;
+  s->peers_cap = cap;
+  return 0;
+}
+
+static void accept_peers(struct jk_zsock *s) {
+  for (int i = 0; i < ACCEPTS_PER_ROUND; i++) {
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+        sl_debug("kernel.zmtp", "accept failed: %s", strerror(errno));
+      return;
+    }
+    size_t live = 0;
+    for (size_t k = 0; k < s->npeers; k++)
+      live += !s->peers[k]->dead;
+    struct peer *p = NULL;
+    if (live < s->opts.max_peers && grow_peers(s) == 0)
+      p = calloc(1, sizeof *p);
+    if (!p) {
+      sl_debug("kernel.zmtp", "refused a connection: %zu peers already", live);
+      close(fd);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* fails harmlessly on ipc */
+    p->fd = fd;
+    p->serial = ++s->next_serial;
+    p->deadline_us = sl_time_mono_us() + s->opts.handshake_timeout_us;
+    jk_zmtp_decoder_init(&p->dec, s->opts.limits);
+    uint8_t greeting[JK_ZMTP_GREETING_BYTES];
+    jk_zmtp_greeting(greeting);
+    if (out_append(p, greeting, sizeof greeting) < 0) {
+      peer_free(p);
+      continue;
+    }
+    s->peers[s->npeers++] = p;
+    peer_write(p);
+  }
+}
+
+/* ---- polling ------------------------------------------------------------ */
+
+size_t jk_zsock_nfds(const struct jk_zsock *s) { return 1 + s->npeers; }
+
+size_t jk_zsock_pollfds(struct jk_zsock *s, struct pollfd *fds) {
+  if (!s->sending)
+    reap(s);
+  size_t n = 0;
+  fds[n++] = (struct pollfd){s->listen_fd, POLLIN, 0};
+  bool room = s->q_count < s->opts.max_queued;
+  for (size_t i = 0; i < s->npeers; i++) {
+    struct peer *p = s->peers[i];
+    short ev = 0;
+    if (!p->dead && (room || p->state != P_ACTIVE || s->type == JK_ZSOCK_PUB))
+      ev |= POLLIN;
+    if (!p->dead && p->out_off < p->out_len)
+      ev |= POLLOUT;
+    fds[n++] = (struct pollfd){p->dead ? -1 : p->fd, ev, 0};
+  }
+  return n;
+}
+
+void jk_zsock_handle(struct jk_zsock *s, const struct pollfd *fds, size_t n) {
+  int64_t now = sl_time_mono_us();
+  for (size_t i = 1; i < n && i - 1 < s->npeers; i++) {
+    struct peer *p = s->peers[i - 1];
+    if (p->dead || fds[i].fd != p->fd || !fds[i].revents)
+      continue;
+    if (fds[i].revents & POLLOUT)
+      peer_write(p);
+    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
+      peer_read(s, p);
+  }
+  for (size_t i = 0; i < s->npeers; i++) {
+    struct peer *p = s->peers[i];
+    if (!p->dead && p->state != P_ACTIVE && now > p->deadline_us)
+      drop_peer(p, "handshake not finished in time");
+  }
+  if (n > 0 && fds[0].fd == s->listen_fd && (fds[0].revents & POLLIN))
+    accept_peers(s);
+  jk_zsock_flush(s); /* handshake replies and PONGs */
+}
+
+int64_t jk_zsock_wake_at_us(const struct jk_zsock *s) {
+  int64_t at = INT64_MAX;
+  for (size_t i = 0; i < s->npeers; i++)
+    if (!s->peers[i]->dead && s->peers[i]->state != P_ACTIVE && s->peers[i]->deadline_us < at)
+      at = s->peers[i]->deadline_us;
+  return at;
+}
+
+size_t jk_zsock_peers(const struct jk_zsock *s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->npeers; i++)
+    n += !s->peers[i]->dead && s->peers[i]->state == P_ACTIVE;
+  return n;
+}
+
+/* ---- messages ----------------------------------------------------------- */
+
+bool jk_zsock_has_msg(const struct jk_zsock *s) { return s->q_count > 0; }
+
+int jk_zsock_recv(struct jk_zsock *s, struct sl_msg *ret) {
+  if (!s->q_count)
+    return -EAGAIN;
+  struct queued *e = &s->q[s->q_head];
+  s->q_head = (s->q_head + 1) % s->q_cap;
+  s->q_count--;
+  *ret = e->msg;
+  s->reply_to = e->serial;
+  return e->status;
+}
+
+static bool subscribed(const struct peer *p, const uint8_t *data, size_t len) {
+  for (size_t i = 0; i < p->ntopics; i++)
+    if (p->topics[i].len <= len && memcmp(p->topics[i].data, data, p->topics[i].len) == 0)
+      return true;
+  return false;
+}
+
+/* Picks the peers that get the message whose first frame is data. */
+static void choose_targets(struct jk_zsock *s, const uint8_t *data, size_t len) {
+  for (size_t i = 0; i < s->npeers; i++) {
+    struct peer *p = s->peers[i];
+    bool want = false;
+    if (p->dead || p->state != P_ACTIVE || p->out_len - p->out_off >= s->opts.max_out_bytes)
+      want = false;
+    else if (s->type == JK_ZSOCK_PUB)
+      want = subscribed(p, data, len);
+    else if (s->type == JK_ZSOCK_REP)
+      want = p->serial == s->reply_to;
+    p->target = want;
+  }
+}
+
+int jk_zsock_send(struct jk_zsock *s, const void *data, size_t len, bool more) {
+  if (!s->sending) {
+    s->sending = true;
+    if (s->type == JK_ZSOCK_ROUTER) {
+      for (size_t i = 0; i < s->npeers; i++)
+        s->peers[i]->target = false;
+      struct peer *p = find_id(s, data, len);
+      if (p && p->out_len - p->out_off < s->opts.max_out_bytes)
+        p->target = true;
+      if (!more) {
+        s->sending = false;
+        if (p)
+          p->target = false;
+      }
+      return 0; /* the routing id itself is not sent */
+    }
+    choose_targets(s, data, len);
+  }
+  uint8_t header[JK_ZMTP_FRAME_HEADER_MAX];
+  size_t h = jk_zmtp_frame_header(header, len, more, false);
+  int r = 0;
+  for (size_t i = 0; i < s->npeers; i++) {
+    struct peer *p = s->peers[i];
+    if (!p->target || p->dead)
+      continue;
+    if (out_append(p, header, h) < 0 || (len && out_append(p, data, len) < 0)) {
+      drop_peer(p, "out of memory"); /* half a message went out: the stream is broken */
+      r = -ENOMEM;
+    }
+  }
+  if (!more) {
+    s->sending = false;
+    for (size_t i = 0; i < s->npeers; i++)
+      s->peers[i]->target = false;
+  }
+  return r;
+}
+
+void jk_zsock_flush(struct jk_zsock *s) {
+  for (size_t i = 0; i < s->npeers; i++)
+    if (s->peers[i]->out_off < s->peers[i]->out_len)
+      peer_write(s->peers[i]);
+}
+
+int jk_zsock_flush_wait(struct jk_zsock *s, int64_t deadline_us) {
+  for (;;) {
+    jk_zsock_flush(s);
+    struct pollfd fds[64];
+    nfds_t n = 0;
+    for (size_t i = 0; i < s->npeers && n < 64; i++) {
+      struct peer *p = s->peers[i];
+      if (!p->dead && p->out_off < p->out_len)
+        fds[n++] = (struct pollfd){p->fd, POLLOUT, 0};
+    }
+    if (n == 0)
+      return 0;
+    int64_t left = deadline_us - sl_time_mono_us();
+    if (left <= 0)
+      return -ETIMEDOUT;
+    if (poll(fds, n, (int)((left + 999) / 1000)) < 0 && errno != EINTR)
+      return -errno;
+  }
+}
