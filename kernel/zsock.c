@@ -36,6 +36,7 @@
 #define ACCEPTS_PER_ROUND 64
 #define SHRINK_BYTES (1u << 20) /* an emptied output buffer larger than this is freed */
 #define MAX_TOPICS 256
+#define ACCEPT_PAUSE_US (100 * 1000LL) /* after running out of descriptors */
 
 enum peer_state { P_GREETING, P_READY, P_ACTIVE };
 
@@ -81,6 +82,7 @@ struct jk_zsock {
   uint32_t next_id;
   bool sending;        /* inside a message */
   uint64_t reply_to;   /* REP: serial of the peer that sent the last message received */
+  int64_t accept_paused_until_us;
 };
 
 static const char *const type_name[] = {
@@ -521,8 +523,14 @@ static void accept_peers(struct jk_zsock *s) {
   for (int i = 0; i < ACCEPTS_PER_ROUND; i++) {
     int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* The connection stays in the backlog and the listener readable:
+         * rest instead of spinning on it. */
+        sl_warn("kernel.zmtp", "cannot accept a connection: %s; retrying shortly", strerror(errno));
+        s->accept_paused_until_us = sl_time_mono_us() + ACCEPT_PAUSE_US;
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
         sl_debug("kernel.zmtp", "accept failed: %s", strerror(errno));
+      }
       return;
     }
     size_t live = 0;
@@ -561,7 +569,9 @@ size_t jk_zsock_pollfds(struct jk_zsock *s, struct pollfd *fds) {
   if (!s->sending)
     reap(s);
   size_t n = 0;
-  fds[n++] = (struct pollfd){s->listen_fd, POLLIN, 0};
+  if (s->accept_paused_until_us && s->accept_paused_until_us <= sl_time_mono_us())
+    s->accept_paused_until_us = 0;
+  fds[n++] = (struct pollfd){s->listen_fd, s->accept_paused_until_us ? 0 : POLLIN, 0};
   bool room = s->q_count < s->opts.max_queued;
   for (size_t i = 0; i < s->npeers; i++) {
     struct peer *p = s->peers[i];
@@ -597,7 +607,7 @@ void jk_zsock_handle(struct jk_zsock *s, const struct pollfd *fds, size_t n) {
 }
 
 int64_t jk_zsock_wake_at_us(const struct jk_zsock *s) {
-  int64_t at = INT64_MAX;
+  int64_t at = s->accept_paused_until_us ? s->accept_paused_until_us : INT64_MAX;
   for (size_t i = 0; i < s->npeers; i++)
     if (!s->peers[i]->dead && s->peers[i]->state != P_ACTIVE && s->peers[i]->deadline_us < at)
       at = s->peers[i]->deadline_us;
