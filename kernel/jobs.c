@@ -200,10 +200,10 @@ enum jk_step jk_jobs_stmt(struct jk_core *c, const struct jk_stmt *s) {
 
 /* Following a job starts (and restarts, after a reconnect or a gap in seq)
  * by reading its history with logs requests, one bounded page per reply,
- * and only then attaching from the last event read: the gateway's attach
- * replays every event at once, and a long job has more than a socket
- * queues (the excess would be dropped). Live events that come meanwhile
- * are left to the attach, which replays them in order. */
+ * and only then attaching from the last event read, so a long job's history
+ * arrives in bounded pages, each taken in before the next is asked for.
+ * Live events that come meanwhile are left to the attach, which replays
+ * them in order. */
 static int64_t request_page(struct jk_core *c) {
   struct jk_follow *f = c->running->follow;
   return jk_gw_request(c->gw, json_pack("{s:s, s:s, s:I, s:i}", "type", "logs", "job", jk_display_job(f->display),
