@@ -24,6 +24,9 @@ import time
 
 import zmq
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from gateway_client import GatewayClient  # noqa: E402
+
 CASE, GATEWAY, FAKE_GATEWAY, FAKE_WORKER = sys.argv[1:5]
 EXTRA = sys.argv[5:]
 TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-9876543210",
@@ -128,92 +131,10 @@ def session_pids(sid):
     return pids
 
 
-class Client:
+class Client(GatewayClient):
     def __init__(self, address, user=None, session="nb", token=None, small=False):
-        self.s = CTX.socket(zmq.DEALER)
-        self.s.linger = 0
-        if small:  # a short receive queue: what it does not read waits at the gateway
-            self.s.rcvhwm = 20
-            self.s.rcvbuf = 4096
-        self.s.connect(address)
-        self.events = []
-        self.notices = []
-        self.nid = 0
-        if user or token:
-            r = self.req("hello", token=token or TOKENS[user], client="cli", session=session,
-                         version="0.1.0", timeout=20)
-            assert r["ok"], r
-
-    def recv(self, timeout):
-        if not self.s.poll(int(timeout * 1000)):
-            return None
-        return json.loads(self.s.recv())
-
-    def req(self, type_, timeout=10, **kw):
-        self.nid += 1
-        kw.update(type=type_, id=self.nid)
-        self.s.send(json.dumps(kw).encode())
-        return self.reply(self.nid, timeout)
-
-    def reply(self, rid, timeout=10):
-        end = time.monotonic() + timeout
-        while True:
-            m = self.recv(max(0.0, end - time.monotonic()))
-            if m is None:
-                raise TimeoutError("no reply to request %s" % rid)
-            if m.get("type") == "event":
-                self.events.append(m)
-            elif m.get("type") == "notice":
-                self.notices.append(m)
-            elif m.get("type") == "reply" and m.get("re") == rid:
-                return m
-
-    def raw(self, frames, timeout=10):
-        self.s.send_multipart(frames)
-        end = time.monotonic() + timeout
-        while True:
-            m = self.recv(max(0.0, end - time.monotonic()))
-            if m is None:
-                raise TimeoutError("no reply to raw frames")
-            if m.get("type") == "reply":
-                return m
-
-    def wait_event(self, pred, timeout=30):
-        end = time.monotonic() + timeout
-        seen = 0
-        while True:
-            while seen < len(self.events):
-                if pred(self.events[seen]):
-                    return self.events[seen]
-                seen += 1
-            m = self.recv(max(0.0, end - time.monotonic()))
-            if m is None:
-                raise TimeoutError("event not seen; have %s" % [
-                    (e.get("event"), e.get("state")) for e in self.events])
-            if m.get("type") == "event":
-                self.events.append(m)
-            elif m.get("type") == "notice":
-                self.notices.append(m)
-
-    def wait_notice(self, pred, timeout=30):
-        """Waits for a session notice without sending anything (a request is activity)."""
-        end = time.monotonic() + timeout
-        seen = 0
-        while True:
-            while seen < len(self.notices):
-                if pred(self.notices[seen]):
-                    return self.notices[seen]
-                seen += 1
-            m = self.recv(max(0.0, end - time.monotonic()))
-            if m is None:
-                raise TimeoutError("notice not seen; have %s" % self.notices)
-            if m.get("type") == "event":
-                self.events.append(m)
-            elif m.get("type") == "notice":
-                self.notices.append(m)
-
-    def close(self):
-        self.s.close(0)
+        super().__init__(address, token=token or (TOKENS[user] if user else None),
+                         session=session, context=CTX, small=small)
 
 
 def state_is(job, state):

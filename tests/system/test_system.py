@@ -39,7 +39,8 @@ import tempfile
 import threading
 import time
 
-import zmq
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from gateway_client import GatewayClient  # noqa: E402
 
 CASE, GATEWAY, WORKER, TRAIN = sys.argv[1:5]
 GATEWAY, WORKER, TRAIN = (os.path.abspath(p) for p in (GATEWAY, WORKER, TRAIN))
@@ -290,56 +291,15 @@ class Gateway:
         return text
 
 
-class Client:
+class Client(GatewayClient):
     def __init__(self, address):
-        self.ctx = zmq.Context()
-        self.s = self.ctx.socket(zmq.DEALER)
-        self.s.linger = 0
-        self.s.connect(address)
-        self.events = []
-        self.nid = 0
-        r = self.req("hello", token=TOKEN, client="cli", session="system", version="0.1.0",
-                     timeout=30)
-        assert r["ok"], r
-
-    def recv(self, timeout):
-        if not self.s.poll(int(max(0.0, timeout) * 1000)):
-            return None
-        return json.loads(self.s.recv())
+        super().__init__(address, token=TOKEN, session="system", hello_timeout=30)
 
     def req(self, type_, timeout=20, **kw):
-        self.nid += 1
-        kw.update(type=type_, id=self.nid)
-        self.s.send(json.dumps(kw).encode())
-        end = time.monotonic() + timeout
-        while True:
-            m = self.recv(end - time.monotonic())
-            if m is None:
-                raise TimeoutError("no reply to %s" % type_)
-            if m.get("type") == "event":
-                self.events.append(m)
-            elif m.get("type") == "reply" and m.get("re") == self.nid:
-                return m
+        return super().req(type_, timeout, **kw)
 
     def wait_event(self, pred, what, timeout=WAIT_S):
-        end = time.monotonic() + timeout
-        seen = 0
-        while True:
-            while seen < len(self.events):
-                if pred(self.events[seen]):
-                    return self.events[seen]
-                seen += 1
-            m = self.recv(end - time.monotonic())
-            if m is None:
-                raise TimeoutError("%s not seen; last events: %s" % (what, [
-                    (e.get("event"), e.get("state") or e.get("step") or e.get("text"))
-                    for e in self.events[-15:]]))
-            if m.get("type") == "event":
-                self.events.append(m)
-
-    def close(self):
-        self.s.close(0)
-        self.ctx.term()
+        return super().wait_event(pred, what, timeout)
 
 
 def event_is(kind, **fields):

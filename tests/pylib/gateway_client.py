@@ -1,0 +1,98 @@
+"""A test client of spotlab-gateway's kernel protocol (docs/internals/protocols.md
+§1): one DEALER socket, JSON requests numbered by id, and the events and
+notices that arrive meanwhile kept in order. Every wait has a deadline."""
+import json
+import time
+
+import zmq
+
+
+class GatewayClient:
+    def __init__(self, address, token=None, session="nb", context=None, small=False,
+                 hello_timeout=20):
+        """Connects to address and, when a token is given, says hello with it.
+        small: a short receive queue, so what the client does not read waits
+        at the gateway."""
+        self._own_ctx = context is None
+        self.ctx = zmq.Context() if context is None else context
+        self.s = self.ctx.socket(zmq.DEALER)
+        self.s.linger = 0
+        if small:
+            self.s.rcvhwm = 20
+            self.s.rcvbuf = 4096
+        self.s.connect(address)
+        self.events = []
+        self.notices = []
+        self.nid = 0
+        if token:
+            r = self.req("hello", token=token, client="cli", session=session, version="0.1.0",
+                         timeout=hello_timeout)
+            assert r["ok"], r
+
+    def recv(self, timeout):
+        """The next message, or None after timeout seconds."""
+        if not self.s.poll(int(max(0.0, timeout) * 1000)):
+            return None
+        return json.loads(self.s.recv())
+
+    def _keep(self, m):
+        if m.get("type") == "event":
+            self.events.append(m)
+        elif m.get("type") == "notice":
+            self.notices.append(m)
+
+    def req(self, type_, timeout=10, **kw):
+        self.nid += 1
+        kw.update(type=type_, id=self.nid)
+        self.s.send(json.dumps(kw).encode())
+        return self.reply(self.nid, timeout)
+
+    def reply(self, rid, timeout=10):
+        end = time.monotonic() + timeout
+        while True:
+            m = self.recv(end - time.monotonic())
+            if m is None:
+                raise TimeoutError("no reply to request %s" % rid)
+            if m.get("type") == "reply" and m.get("re") == rid:
+                return m
+            self._keep(m)
+
+    def raw(self, frames, timeout=10):
+        """Sends frames as they are and returns the first reply."""
+        self.s.send_multipart(frames)
+        end = time.monotonic() + timeout
+        while True:
+            m = self.recv(end - time.monotonic())
+            if m is None:
+                raise TimeoutError("no reply to raw frames")
+            if m.get("type") == "reply":
+                return m
+
+    def _wait(self, kept, pred, what, timeout):
+        end = time.monotonic() + timeout
+        seen = 0
+        while True:
+            while seen < len(kept):
+                if pred(kept[seen]):
+                    return kept[seen]
+                seen += 1
+            m = self.recv(end - time.monotonic())
+            if m is None:
+                raise TimeoutError("%s not seen; last events: %s; notices: %s" % (what, [
+                    (e.get("event"), e.get("state") or e.get("step") or e.get("text"))
+                    for e in self.events[-15:]], self.notices[-5:]))
+            self._keep(m)
+
+    def wait_event(self, pred, what="event", timeout=30):
+        """The first event, kept or new, for which pred is true."""
+        return self._wait(self.events, pred, what, timeout)
+
+    def wait_notice(self, pred, what="notice", timeout=30):
+        """The first session notice for which pred is true, waiting without
+        sending anything (a request would count as activity)."""
+        return self._wait(self.notices, pred, what, timeout)
+
+    def close(self):
+        self.s.close(0)
+        if self._own_ctx:
+            self.ctx.term()
