@@ -188,7 +188,8 @@ int jk_zsock_bind(const char *endpoint, enum jk_zsock_type type, const struct jk
   s->opts = *opts;
   if (s->opts.max_peers == 0)
     s->opts.max_peers = 1;
-  /* A ROUTER's routing id is a frame of the message, within its limits. */
+  /* A ROUTER's routing id is a frame of the message, within its limits
+   * (its bytes are taken off per peer, in set_id). */
   if (type == JK_ZSOCK_ROUTER && s->opts.limits.max_frames > 1)
     s->opts.limits.max_frames--;
   s->listen_fd = fd;
@@ -289,12 +290,20 @@ static struct peer *find_id(struct jk_zsock *s, const uint8_t *id, size_t len) {
   return NULL;
 }
 
+/* A ROUTER's routing id counts against a message's limits (a frame and its
+ * bytes), as it did when libzmq handed it over as the first frame. */
+static void set_id(struct jk_zsock *s, struct peer *p, const uint8_t *id, size_t len) {
+  memcpy(p->id, id, len);
+  p->id_len = len;
+  struct sl_limits lim = s->opts.limits;
+  lim.max_total_bytes = lim.max_total_bytes > len ? lim.max_total_bytes - len : 0;
+  p->dec.msg.limits = lim;
+}
+
 static void generate_id(struct jk_zsock *s, struct peer *p) {
   uint32_t n = s->next_id++;
-  p->id[0] = 0;
-  for (int i = 0; i < 4; i++)
-    p->id[1 + i] = (uint8_t)(n >> (24 - 8 * i));
-  p->id_len = 5;
+  uint8_t id[5] = {0, (uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+  set_id(s, p, id, sizeof id);
 }
 
 static bool peer_type_ok(enum jk_zsock_type type, const char *peer) {
@@ -329,8 +338,7 @@ static void on_ready(struct jk_zsock *s, struct peer *p) {
       struct peer *old = find_id(s, info.identity, info.identity_len);
       if (old)
         generate_id(s, old); /* handover: the newcomer takes the id */
-      memcpy(p->id, info.identity, info.identity_len);
-      p->id_len = info.identity_len;
+      set_id(s, p, info.identity, info.identity_len);
     } else {
       generate_id(s, p);
     }
@@ -492,6 +500,8 @@ static void feed(struct jk_zsock *s, struct peer *p, const uint8_t *buf, size_t 
 static void peer_read(struct jk_zsock *s, struct peer *p) {
   static __thread uint8_t buf[READ_CHUNK];
   for (int i = 0; i < READS_PER_ROUND && !p->dead; i++) {
+    if (i > 0 && s->q_count >= s->opts.max_queued)
+      return; /* the queue is full: the rest waits in the kernel's socket buffer */
     ssize_t r = recv(p->fd, buf, sizeof buf, MSG_DONTWAIT);
     if (r > 0) {
       feed(s, p, buf, (size_t)r);
