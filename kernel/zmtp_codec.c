@@ -241,26 +241,36 @@ static int end_body(struct jk_zmtp_decoder *d) {
   if (d->keep) {
     int r = sl_msg_add_owned(&d->msg, d->body, (size_t)d->body_len);
     d->body = NULL;
-    if (r < 0)
-      return r; /* cannot be SL_ELIMIT: start_body checked the limits */
+    if (r == SL_ELIMIT) /* the limits shrank since start_body (a new routing id) */
+      d->msg.dropped_frames++;
+    else if (r < 0)
+      return r;
   }
   return d->more ? JK_ZMTP_NEED_MORE : JK_ZMTP_MESSAGE;
+}
+
+static int fail(struct jk_zmtp_decoder *d, int error) {
+  d->error = error;
+  return error;
 }
 
 int jk_zmtp_decode(struct jk_zmtp_decoder *d, const uint8_t *buf, size_t len, size_t *ret_used) {
   size_t used = 0;
   int ev = JK_ZMTP_NEED_MORE;
+  *ret_used = 0;
+  if (d->error)
+    return d->error;
   while (used < len || (d->state == ST_BODY && d->body_have == d->body_len)) {
     if (d->state == ST_HEADER) {
       d->header[d->header_have++] = buf[used++];
       if (d->header_have == 1 && (d->header[0] & ~(FLAG_MORE | FLAG_LONG | FLAG_COMMAND)))
-        return -EPROTO;
+        return fail(d, -EPROTO);
       size_t need = (d->header[0] & FLAG_LONG) ? 9 : 2;
       if (d->header_have < need)
         continue;
       int r = start_body(d);
       if (r < 0)
-        return r;
+        return fail(d, r);
       d->state = ST_BODY;
     } else {
       uint64_t want = d->body_len - d->body_have;
@@ -276,6 +286,8 @@ int jk_zmtp_decode(struct jk_zmtp_decoder *d, const uint8_t *buf, size_t len, si
       if (d->command)
         d->command_len = (size_t)d->body_len;
       ev = end_body(d);
+      if (ev < 0)
+        return fail(d, ev);
       if (ev != JK_ZMTP_NEED_MORE)
         break;
     }

@@ -61,6 +61,7 @@ enum jk_zmtp_event {
  * announces. */
 struct jk_zmtp_decoder {
   int state;
+  int error; /* once negative, every later call returns it */
   uint8_t header[JK_ZMTP_FRAME_HEADER_MAX];
   size_t header_have;
   uint64_t body_len, body_have;
@@ -76,7 +77,8 @@ void jk_zmtp_decoder_init(struct jk_zmtp_decoder *d, struct sl_limits limits);
 void jk_zmtp_decoder_done(struct jk_zmtp_decoder *d);
 /* Takes bytes from buf until an event or the end of buf; *ret_used says how
  * many. Returns the event, or -EPROTO (a malformed frame: the stream cannot
- * be trusted any further) or -ENOMEM. */
+ * be trusted any further) or -ENOMEM; after an error the decoder takes
+ * nothing more and returns the same error. */
 int jk_zmtp_decode(struct jk_zmtp_decoder *d, const uint8_t *buf, size_t len, size_t *ret_used);
 /* Moves the finished message into *ret (which it overwrites) and returns 0,
  * or SL_ELIMIT when frames were dropped (the kept ones are still there). */

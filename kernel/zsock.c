@@ -356,8 +356,12 @@ static void set_topic(struct peer *p, const uint8_t *topic, size_t len, bool sub
       return;
     }
   }
-  if (!subscribe || p->ntopics >= MAX_TOPICS)
+  if (!subscribe)
     return;
+  if (p->ntopics >= MAX_TOPICS) {
+    sl_warn("kernel.zmtp", "a subscriber asked for more than %d topics; the rest are ignored", MAX_TOPICS);
+    return;
+  }
   struct topic *t = realloc(p->topics, (p->ntopics + 1) * sizeof *t);
   if (!t)
     return;

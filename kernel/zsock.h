@@ -16,7 +16,10 @@
  *           frame (its Identity, or a generated one starting with a zero
  *           byte); an outgoing message's first frame names the peer, and a
  *           message for an unknown peer is dropped. A new peer with an
- *           identity already in use takes it over (ZMQ_ROUTER_HANDOVER).
+ *           identity already in use takes it over (ZMQ_ROUTER_HANDOVER); the
+ *           old connection stays open under a generated id (libzmq closes
+ *           it, and a client library reconnecting by itself would then take
+ *           the id back and forth).
  *   PUB     incoming subscriptions (a first byte of 1 or 0, then the topic)
  *           are kept per peer; a message goes to every peer with a topic that
  *           prefixes its first frame.

@@ -585,6 +585,13 @@ static void decoder_malformed(void) {
     jk_zmtp_decoder_init(&d, lim);
     size_t used;
     CHECK_INT(jk_zmtp_decode(&d, f, 1, &used), -EPROTO);
+    /* After an error the decoder stays failed and takes nothing more. */
+    static const uint8_t more[] = {0x00, 0x01, 'y', 0x00, 0x00};
+    for (int k = 0; k < 3; k++) {
+      used = 99;
+      CHECK_INT(jk_zmtp_decode(&d, more, sizeof more, &used), -EPROTO);
+      CHECK_INT(used, 0);
+    }
     jk_zmtp_decoder_done(&d);
     buf_done(&s);
   }
