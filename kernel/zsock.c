@@ -61,6 +61,7 @@ struct peer {
   size_t out_off, out_len, out_cap;
   struct topic *topics;
   size_t ntopics;
+  bool warned_topics;
 };
 
 struct queued {
@@ -359,7 +360,9 @@ static void set_topic(struct peer *p, const uint8_t *topic, size_t len, bool sub
   if (!subscribe)
     return;
   if (p->ntopics >= MAX_TOPICS) {
-    sl_warn("kernel.zmtp", "a subscriber asked for more than %d topics; the rest are ignored", MAX_TOPICS);
+    if (!p->warned_topics)
+      sl_warn("kernel.zmtp", "a subscriber asked for more than %d topics; the rest are ignored", MAX_TOPICS);
+    p->warned_topics = true;
     return;
   }
   struct topic *t = realloc(p->topics, (p->ntopics + 1) * sizeof *t);
