@@ -13,12 +13,11 @@
  * channel leave together (busy and execute_input in one write, the reply in
  * the next, idle after it), in the order they were sent.
  *
- * The gateway socket (a libzmq DEALER, protocols.md §1) exists only while
- * the core's gateway client has it open, in a ZeroMQ context made on first
- * use. Its ZMQ_FD turns readable only when something new reaches the socket,
- * and any use of the socket may consume that signal; so it is asked for
- * ZMQ_EVENTS when its descriptor fired and when the loop used it since it was
- * last asked. */
+ * The gateway socket (a DEALER, protocols.md §1) is a zsock too, open only
+ * while the core's gateway client has it open; it connects in the
+ * background and again whenever the connection drops, and requests sent
+ * meanwhile wait for the connection. No libzmq socket or thread is
+ * involved anywhere in the kernel. */
 #include "channels.h"
 
 #include <errno.h>
@@ -32,7 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include "core.h"
 #include "sl_err.h"
@@ -50,20 +48,17 @@
 #define LINGER_US (1000 * 1000LL) /* how long replies may take to leave at shutdown */
 #define GW_LIMIT_FRAMES 8
 #define GW_LIMIT_FRAME_BYTES (1u << 20)
+#define GW_LIMIT_OUT_BYTES (8u << 20) /* requests waiting for the gateway connection */
 #define GW_MAX_PER_ROUND 256 /* gateway messages handled before the other sockets get a turn */
 
 struct loop {
   struct jk_zsock *zs[JK_CH_COUNT]; /* every channel but the heartbeat's */
+  struct jk_zsock *gw;             /* the gateway DEALER, or NULL */
   struct jk_zsock *last_sent;      /* written out when another channel is sent on */
   struct pollfd *pfd;
   size_t pfd_cap;
   struct jk_auth *auth;
   struct jk_core *core;
-  void *ctx;                       /* libzmq, for the gateway socket only */
-  void *gw;                        /* the gateway DEALER, or NULL */
-  int gw_fd;                       /* its ZMQ_FD */
-  bool gw_ask;                     /* used since ZMQ_EVENTS was last asked */
-  bool gw_ready;                   /* a gateway message may be waiting */
   bool stop;
   bool logged_hmac, logged_replay, logged_limit;
 };
@@ -72,14 +67,6 @@ static const char *const channel_name[JK_CH_COUNT] = {
   [JK_CH_SHELL] = "shell", [JK_CH_CONTROL] = "control", [JK_CH_STDIN] = "stdin",
   [JK_CH_IOPUB] = "iopub", [JK_CH_HB] = "heartbeat",
 };
-
-/* Whether the gateway socket has a message waiting; this also takes in the
- * commands that made its descriptor readable. */
-static bool gw_has_input(void *s) {
-  uint32_t events = 0;
-  size_t size = sizeof events;
-  return zmq_getsockopt(s, ZMQ_EVENTS, &events, &size) == 0 && (events & ZMQ_POLLIN);
-}
 
 static int sig_pipe[2] = {-1, -1};
 
@@ -191,6 +178,8 @@ static void flush_all(struct loop *l) {
   for (int ch = 0; ch < JK_CH_COUNT; ch++)
     if (l->zs[ch])
       jk_zsock_flush(l->zs[ch]);
+  if (l->gw)
+    jk_zsock_flush(l->gw);
   l->last_sent = NULL;
 }
 
@@ -221,60 +210,34 @@ static void request_shutdown(void *ud, bool restart) {
 
 static void gw_close(void *ud) {
   struct loop *l = ud;
-  if (l->gw)
-    zmq_close(l->gw);
-  l->gw = NULL;
-  l->gw_fd = -1;
-  l->gw_ask = l->gw_ready = false;
+  l->gw = jk_zsock_free(l->gw);
 }
 
 static int gw_open(void *ud, const char *address) {
   struct loop *l = ud;
   gw_close(l);
-  if (!l->ctx && !(l->ctx = zmq_ctx_new()))
-    return sl_err_from_zmq(zmq_errno());
-  void *s = zmq_socket(l->ctx, ZMQ_DEALER);
-  if (!s)
-    return sl_err_from_zmq(zmq_errno());
-  int linger = 0, hwm = 1000;
-  int64_t maxmsg = GW_LIMIT_FRAME_BYTES;
-  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
-  zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
-  zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-  int fd = -1;
-  size_t size = sizeof fd;
-  if (zmq_connect(s, address) < 0 || zmq_getsockopt(s, ZMQ_FD, &fd, &size) < 0) {
-    int r = sl_err_from_zmq(zmq_errno());
-    zmq_close(s);
-    return r;
-  }
-  l->gw = s;
-  l->gw_fd = fd;
-  l->gw_ask = true;
-  return 0;
+  struct jk_zsock_options opts = JK_ZSOCK_OPTIONS_DEFAULT;
+  opts.limits = (struct sl_limits){GW_LIMIT_FRAMES, GW_LIMIT_FRAME_BYTES, GW_LIMIT_FRAMES * GW_LIMIT_FRAME_BYTES};
+  opts.max_out_bytes = GW_LIMIT_OUT_BYTES;
+  return jk_zsock_connect(address, JK_ZSOCK_DEALER, &opts, &l->gw);
 }
 
 static int gw_send(void *ud, const char *data, size_t len) {
   struct loop *l = ud;
   if (!l->gw)
     return -ENOTCONN;
-  l->gw_ask = true;
-  if (zmq_send(l->gw, data, len, ZMQ_DONTWAIT) < 0)
-    return sl_err_from_zmq(zmq_errno());
-  return 0;
+  if (l->last_sent && l->last_sent != l->gw)
+    jk_zsock_flush(l->last_sent);
+  l->last_sent = l->gw;
+  return jk_zsock_send(l->gw, data, len, false);
 }
 
 /* Hands one gateway message to the core; false when none was waiting. */
 static bool receive_gateway(struct loop *l) {
-  if (!l->gw)
-    return false;
   struct sl_msg frames;
-  sl_msg_init(&frames, (struct sl_limits){GW_LIMIT_FRAMES, GW_LIMIT_FRAME_BYTES, GW_LIMIT_FRAMES * GW_LIMIT_FRAME_BYTES});
-  int r = sl_zmq_recv(l->gw, &frames, ZMQ_DONTWAIT);
-  if (r == -EAGAIN || r == -EINTR || r == -ETERM) {
-    sl_msg_done(&frames);
+  int r = l->gw ? jk_zsock_recv(l->gw, &frames) : -EAGAIN;
+  if (r == -EAGAIN)
     return false;
-  }
   if (r < 0)
     sl_warn("kernel.gateway", "dropped a gateway message: %s", sl_strerror(r));
   else if (frames.n)
@@ -372,6 +335,9 @@ static int64_t poll_timeout_ms(const struct loop *l) {
     if (z < at)
       at = z;
   }
+  int64_t g = l->gw ? jk_zsock_wake_at_us(l->gw) : INT64_MAX;
+  if (g < at)
+    at = g;
   if (at == INT64_MAX)
     return -1;
   int64_t left = at - sl_time_mono_us();
@@ -397,19 +363,17 @@ static void read_signals(struct loop *l) {
 static const enum jk_channel served[] = {JK_CH_CONTROL, JK_CH_STDIN, JK_CH_SHELL, JK_CH_IOPUB};
 #define NSERVED (sizeof served / sizeof served[0])
 
-/* One poll over the signal pipe, the gateway and every channel's
- * connections; then control and stdin drained, a bounded number of gateway
+/* One poll over the signal pipe, every channel's connections and the
+ * gateway's; then control and stdin drained, a bounded number of gateway
  * messages, one shell request (answering it is the round's work; the next
  * round comes at once if more are queued), the core's timers, and the
- * output written. */
+ * output written. The gateway socket may be opened or closed by the core,
+ * which runs only after every socket has had its poll results. */
 static void serve(struct loop *l) {
   while (!l->stop) {
-    if (l->gw && l->gw_ask) {
-      l->gw_ready = gw_has_input(l->gw);
-      l->gw_ask = false;
-    }
-    bool waiting = l->gw && l->gw_ready;
-    size_t need = 2;
+    struct jk_zsock *gw = l->gw;
+    bool waiting = gw && jk_zsock_has_msg(gw);
+    size_t need = 1 + (gw ? jk_zsock_nfds(gw) : 0);
     for (size_t i = 0; i < NSERVED; i++) {
       need += jk_zsock_nfds(l->zs[served[i]]);
       waiting |= served[i] != JK_CH_IOPUB && jk_zsock_has_msg(l->zs[served[i]]);
@@ -418,13 +382,17 @@ static void serve(struct loop *l) {
       sl_err("kernel", "out of memory");
       break;
     }
-    size_t n = 0, first[NSERVED], count[NSERVED];
+    size_t n = 0, first[NSERVED], count[NSERVED], gw_first = 0, gw_count = 0;
     l->pfd[n++] = (struct pollfd){sig_pipe[0], POLLIN, 0};
-    l->pfd[n++] = (struct pollfd){l->gw ? l->gw_fd : -1, POLLIN, 0};
     for (size_t i = 0; i < NSERVED; i++) {
       first[i] = n;
       count[i] = jk_zsock_pollfds(l->zs[served[i]], l->pfd + n);
       n += count[i];
+    }
+    if (gw) {
+      gw_first = n;
+      gw_count = jk_zsock_pollfds(gw, l->pfd + n);
+      n += gw_count;
     }
     int64_t timeout_ms = waiting ? 0 : poll_timeout_ms(l);
     int r = poll(l->pfd, (nfds_t)n, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
@@ -434,23 +402,19 @@ static void serve(struct loop *l) {
     }
     if (r > 0 && (l->pfd[0].revents & POLLIN))
       read_signals(l);
-    /* A receive takes in the socket's commands itself, so a descriptor that
-     * fired is not asked first: a wake-up with nothing to read costs one
-     * receive that answers EAGAIN, as ZMQ_EVENTS would have. */
-    if (r > 0 && l->gw && l->pfd[1].revents)
-      l->gw_ready = true;
+    /* After a timeout or an interruption only the first entry (a listener,
+     * with no events) is passed: handshake deadlines and reconnections are
+     * still looked after. */
     for (size_t i = 0; i < NSERVED; i++)
       jk_zsock_handle(l->zs[served[i]], l->pfd + first[i], r > 0 ? count[i] : 1);
+    if (gw)
+      jk_zsock_handle(gw, l->pfd + gw_first, r > 0 ? gw_count : 1);
     while (!l->stop && receive_one(l, JK_CH_CONTROL))
       ;
     while (!l->stop && receive_one(l, JK_CH_STDIN))
       ;
-    if (!l->stop && l->gw && l->gw_ready) {
-      for (int i = 0; i < GW_MAX_PER_ROUND && !l->stop && receive_gateway(l); i++)
-        ;
-      l->gw_ready = false;
-      l->gw_ask = true; /* used: whatever is left shows in ZMQ_EVENTS, not in the descriptor */
-    }
+    for (int i = 0; i < GW_MAX_PER_ROUND && !l->stop && receive_gateway(l); i++)
+      ;
     if (!l->stop)
       receive_one(l, JK_CH_SHELL);
     if (!l->stop)
@@ -460,7 +424,7 @@ static void serve(struct loop *l) {
 }
 
 int jk_channels_run(const struct jk_connection *conn, const struct jk_run_options *opts) {
-  struct loop l = {.gw_fd = -1};
+  struct loop l = {0};
   struct heartbeat hb = {0};
   struct jk_zsock *hb_sock = NULL;
   bool hb_started = false;
@@ -506,8 +470,6 @@ out:
   if (hb_started)
     heartbeat_stop(&hb);
   jk_zsock_free(hb_sock);
-  if (l.ctx)
-    zmq_ctx_term(l.ctx);
   free(l.pfd);
   jk_auth_free(l.auth);
   close(sig_pipe[0]);

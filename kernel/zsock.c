@@ -15,7 +15,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -30,6 +29,7 @@
 #include "sl_log.h"
 #include "sl_time.h"
 #include "zmtp_codec.h"
+#include "zsock_endpoint.h"
 
 #define READ_CHUNK (64u << 10)
 #define READS_PER_ROUND 16 /* reads from one peer before the others get a turn */
@@ -37,8 +37,9 @@
 #define SHRINK_BYTES (1u << 20) /* an emptied output buffer larger than this is freed */
 #define MAX_TOPICS 256
 #define ACCEPT_PAUSE_US (100 * 1000LL) /* after running out of descriptors */
+#define RECONNECT_US (100 * 1000LL)    /* between a DEALER's connection attempts, as libzmq's default */
 
-enum peer_state { P_GREETING, P_READY, P_ACTIVE };
+enum peer_state { P_CONNECTING, P_GREETING, P_READY, P_ACTIVE };
 
 struct topic {
   uint8_t *data;
@@ -84,107 +85,30 @@ struct jk_zsock {
   bool sending;        /* inside a message */
   uint64_t reply_to;   /* REP: serial of the peer that sent the last message received */
   int64_t accept_paused_until_us;
+  /* A connecting DEALER: where to, when to try again, and the messages sent
+   * while no connection is ready (they go out once one is). */
+  bool client;
+  struct jk_zsock_endpoint remote;
+  int64_t reconnect_at_us;
+  uint8_t *outbox;
+  size_t outbox_len, outbox_cap;
+  bool to_outbox;      /* the message being sent goes to the outbox */
+  size_t outbox_msg_start;
 };
 
 static const char *const type_name[] = {
-  [JK_ZSOCK_ROUTER] = "ROUTER", [JK_ZSOCK_PUB] = "PUB", [JK_ZSOCK_REP] = "REP",
+  [JK_ZSOCK_ROUTER] = "ROUTER", [JK_ZSOCK_PUB] = "PUB", [JK_ZSOCK_REP] = "REP", [JK_ZSOCK_DEALER] = "DEALER",
 };
 
-/* ---- binding ------------------------------------------------------------ */
+static void start_connect(struct jk_zsock *s);
+static size_t live_peers(const struct jk_zsock *s);
 
-static int bind_tcp(const char *spec, int *ret_fd) {
-  const char *colon = strrchr(spec, ':');
-  if (!colon || colon == spec || !colon[1])
-    return -EINVAL;
-  char host[256], port[8];
-  size_t hl = (size_t)(colon - spec);
-  if (hl >= sizeof host || strlen(colon + 1) >= sizeof port)
-    return -EINVAL;
-  memcpy(host, spec, hl);
-  host[hl] = '\0';
-  strcpy(port, colon + 1);
-  for (const char *p = port; *p; p++)
-    if (*p < '0' || *p > '9')
-      return -EINVAL;
-  if (atoi(port) > 65535)
-    return -EINVAL;
-  char *h = host;
-  if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
-    h[hl - 1] = '\0';
-    h++;
-  }
-  struct addrinfo hints = {.ai_flags = AI_PASSIVE | AI_NUMERICSERV, .ai_socktype = SOCK_STREAM};
-  struct addrinfo *res = NULL;
-  int g = getaddrinfo(strcmp(h, "*") == 0 ? "0.0.0.0" : h, port, &hints, &res);
-  if (g != 0)
-    return g == EAI_MEMORY ? -ENOMEM : -EADDRNOTAVAIL;
-  /* Like libzmq, prefer IPv4 when a name has both. */
-  struct addrinfo *pick = res;
-  for (struct addrinfo *a = res; a; a = a->ai_next)
-    if (a->ai_family == AF_INET) {
-      pick = a;
-      break;
-    }
-  int fd = socket(pick->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int r = 0;
-  if (fd < 0) {
-    r = -errno;
-  } else {
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, pick->ai_addr, pick->ai_addrlen) < 0 || listen(fd, 128) < 0) {
-      r = -errno;
-      close(fd);
-    }
-  }
-  freeaddrinfo(res);
-  if (r == 0)
-    *ret_fd = fd;
-  return r;
-}
+/* ---- binding and connecting ------------------------------------------- */
 
-static int bind_ipc(const char *path, int *ret_fd) {
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  size_t n = strlen(path);
-  if (n == 0 || n >= sizeof sa.sun_path)
-    return -EINVAL;
-  memcpy(sa.sun_path, path, n + 1);
-  /* A socket file left by an earlier kernel is replaced, as libzmq does;
-   * anything else at that path is not touched. */
-  struct stat st;
-  if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
-    unlink(path);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return -errno;
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 128) < 0) {
-    int r = -errno;
-    close(fd);
-    return r;
-  }
-  *ret_fd = fd;
-  return 0;
-}
-
-int jk_zsock_bind(const char *endpoint, enum jk_zsock_type type, const struct jk_zsock_options *opts,
-                  struct jk_zsock **ret_sock) {
-  int fd = -1, r;
-  bool ipc = false;
-  if (strncmp(endpoint, "tcp://", 6) == 0) {
-    r = bind_tcp(endpoint + 6, &fd);
-  } else if (strncmp(endpoint, "ipc://", 6) == 0) {
-    r = bind_ipc(endpoint + 6, &fd);
-    ipc = true;
-  } else {
-    r = -EPROTONOSUPPORT;
-  }
-  if (r < 0)
-    return r;
+static struct jk_zsock *new_sock(enum jk_zsock_type type, const struct jk_zsock_options *opts) {
   struct jk_zsock *s = calloc(1, sizeof *s);
-  if (!s) {
-    close(fd);
-    return -ENOMEM;
-  }
+  if (!s)
+    return NULL;
   s->type = type;
   s->opts = *opts;
   if (s->opts.max_peers == 0)
@@ -193,10 +117,49 @@ int jk_zsock_bind(const char *endpoint, enum jk_zsock_type type, const struct jk
    * (its bytes are taken off per peer, in set_id). */
   if (type == JK_ZSOCK_ROUTER && s->opts.limits.max_frames > 1)
     s->opts.limits.max_frames--;
-  s->listen_fd = fd;
-  if (ipc)
-    snprintf(s->ipc_path, sizeof s->ipc_path, "%s", endpoint + 6);
+  s->listen_fd = -1;
   s->next_id = 1;
+  return s;
+}
+
+int jk_zsock_bind(const char *endpoint, enum jk_zsock_type type, const struct jk_zsock_options *opts,
+                  struct jk_zsock **ret_sock) {
+  if (type == JK_ZSOCK_DEALER)
+    return -EINVAL;
+  struct jk_zsock_endpoint ep;
+  int fd = -1;
+  int r = jk_zsock_endpoint_parse(endpoint, true, &ep);
+  if (r == 0)
+    r = jk_zsock_endpoint_listen(&ep, &fd);
+  if (r < 0)
+    return r;
+  struct jk_zsock *s = new_sock(type, opts);
+  if (!s) {
+    close(fd);
+    return -ENOMEM;
+  }
+  s->listen_fd = fd;
+  if (ep.sa.ss_family == AF_UNIX)
+    snprintf(s->ipc_path, sizeof s->ipc_path, "%s", ((struct sockaddr_un *)&ep.sa)->sun_path);
+  *ret_sock = s;
+  return 0;
+}
+
+int jk_zsock_connect(const char *endpoint, enum jk_zsock_type type, const struct jk_zsock_options *opts,
+                     struct jk_zsock **ret_sock) {
+  if (type != JK_ZSOCK_DEALER)
+    return -EINVAL;
+  struct jk_zsock_endpoint ep;
+  int r = jk_zsock_endpoint_parse(endpoint, false, &ep);
+  if (r < 0)
+    return r;
+  struct jk_zsock *s = new_sock(type, opts);
+  if (!s)
+    return -ENOMEM;
+  s->client = true;
+  s->remote = ep;
+  s->opts.max_peers = 1;
+  start_connect(s);
   *ret_sock = s;
   return 0;
 }
@@ -218,10 +181,13 @@ static void peer_free(struct peer *p) {
 static void reap(struct jk_zsock *s) {
   size_t k = 0;
   for (size_t i = 0; i < s->npeers; i++) {
-    if (s->peers[i]->dead)
-      peer_free(s->peers[i]);
-    else
+    if (!s->peers[i]->dead) {
       s->peers[k++] = s->peers[i];
+      continue;
+    }
+    peer_free(s->peers[i]);
+    if (s->client)
+      s->reconnect_at_us = sl_time_mono_us() + RECONNECT_US;
   }
   s->npeers = k;
 }
@@ -235,27 +201,33 @@ struct jk_zsock *jk_zsock_free(struct jk_zsock *s) {
   for (size_t i = 0; i < s->q_count; i++)
     sl_msg_done(&s->q[(s->q_head + i) % s->q_cap].msg);
   free(s->q);
-  close(s->listen_fd);
+  free(s->outbox);
+  if (s->listen_fd >= 0)
+    close(s->listen_fd);
   if (s->ipc_path[0])
     unlink(s->ipc_path);
   free(s);
   return NULL;
 }
 
-static int out_append(struct peer *p, const void *data, size_t len) {
-  if (p->out_len + len > p->out_cap) {
-    size_t cap = p->out_cap ? p->out_cap : 4096;
-    while (cap < p->out_len + len)
-      cap *= 2;
-    uint8_t *b = realloc(p->out, cap);
+static int buf_append(uint8_t **buf, size_t *len, size_t *cap, const void *data, size_t n) {
+  if (*len + n > *cap) {
+    size_t c = *cap ? *cap : 4096;
+    while (c < *len + n)
+      c *= 2;
+    uint8_t *b = realloc(*buf, c);
     if (!b)
       return -ENOMEM;
-    p->out = b;
-    p->out_cap = cap;
+    *buf = b;
+    *cap = c;
   }
-  memcpy(p->out + p->out_len, data, len);
-  p->out_len += len;
+  memcpy(*buf + *len, data, n);
+  *len += n;
   return 0;
+}
+
+static int out_append(struct peer *p, const void *data, size_t len) {
+  return buf_append(&p->out, &p->out_len, &p->out_cap, data, len);
 }
 
 static void peer_write(struct peer *p) {
@@ -315,6 +287,8 @@ static bool peer_type_ok(enum jk_zsock_type type, const char *peer) {
     return !strcmp(peer, "SUB") || !strcmp(peer, "XSUB");
   case JK_ZSOCK_REP:
     return !strcmp(peer, "REQ") || !strcmp(peer, "DEALER");
+  case JK_ZSOCK_DEALER:
+    return !strcmp(peer, "ROUTER") || !strcmp(peer, "DEALER") || !strcmp(peer, "REP");
   }
   return false;
 }
@@ -345,6 +319,12 @@ static void on_ready(struct jk_zsock *s, struct peer *p) {
     }
   }
   p->state = P_ACTIVE;
+  if (s->client && s->outbox_len) {
+    /* What was sent while no connection was ready goes out now, in order. */
+    if (out_append(p, s->outbox, s->outbox_len) < 0)
+      return drop_peer(p, "out of memory");
+    s->outbox_len = 0;
+  }
 }
 
 static void set_topic(struct peer *p, const uint8_t *topic, size_t len, bool subscribe) {
@@ -478,8 +458,8 @@ static void feed(struct jk_zsock *s, struct peer *p, const uint8_t *buf, size_t 
         return drop_peer(p, why);
       uint8_t ready[512];
       static const uint8_t no_id[1];
-      size_t len = jk_zmtp_ready(ready, sizeof ready, type_name[s->type],
-                                 s->type == JK_ZSOCK_ROUTER ? no_id : NULL, 0);
+      bool routing = s->type == JK_ZSOCK_ROUTER || s->type == JK_ZSOCK_DEALER;
+      size_t len = jk_zmtp_ready(ready, sizeof ready, type_name[s->type], routing ? no_id : NULL, 0);
       if (out_append(p, ready, len) < 0)
         return drop_peer(p, "out of memory");
       p->state = P_READY;
@@ -536,6 +516,29 @@ static int grow_peers(struct jk_zsock *s) {
   return 0;
 }
 
+/* A new connection on fd (owned from here on), with this side's greeting
+ * waiting in its output; NULL when out of memory (fd closed). */
+static struct peer *add_peer(struct jk_zsock *s, int fd, enum peer_state state) {
+  struct peer *p = NULL;
+  uint8_t greeting[JK_ZMTP_GREETING_BYTES];
+  jk_zmtp_greeting(greeting);
+  if (grow_peers(s) < 0 || !(p = calloc(1, sizeof *p))) {
+    close(fd);
+    return NULL;
+  }
+  p->fd = fd;
+  p->state = state;
+  p->serial = ++s->next_serial;
+  p->deadline_us = sl_time_mono_us() + s->opts.handshake_timeout_us;
+  jk_zmtp_decoder_init(&p->dec, s->opts.limits);
+  if (out_append(p, greeting, sizeof greeting) < 0) {
+    peer_free(p);
+    return NULL;
+  }
+  s->peers[s->npeers++] = p;
+  return p;
+}
+
 static void accept_peers(struct jk_zsock *s) {
   for (int i = 0; i < ACCEPTS_PER_ROUND; i++) {
     int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -550,32 +553,49 @@ static void accept_peers(struct jk_zsock *s) {
       }
       return;
     }
-    size_t live = 0;
-    for (size_t k = 0; k < s->npeers; k++)
-      live += !s->peers[k]->dead;
-    struct peer *p = NULL;
-    if (live < s->opts.max_peers && grow_peers(s) == 0)
-      p = calloc(1, sizeof *p);
-    if (!p) {
+    size_t live = live_peers(s);
+    if (live >= s->opts.max_peers) {
       sl_debug("kernel.zmtp", "refused a connection: %zu peers already", live);
       close(fd);
       continue;
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* fails harmlessly on ipc */
-    p->fd = fd;
-    p->serial = ++s->next_serial;
-    p->deadline_us = sl_time_mono_us() + s->opts.handshake_timeout_us;
-    jk_zmtp_decoder_init(&p->dec, s->opts.limits);
-    uint8_t greeting[JK_ZMTP_GREETING_BYTES];
-    jk_zmtp_greeting(greeting);
-    if (out_append(p, greeting, sizeof greeting) < 0) {
-      peer_free(p);
-      continue;
-    }
-    s->peers[s->npeers++] = p;
-    peer_write(p);
+    struct peer *p = add_peer(s, fd, P_GREETING);
+    if (p)
+      peer_write(p);
   }
+}
+
+/* A DEALER's one connection: started at once, and again RECONNECT_US after
+ * it failed or was lost (reap() sets the time). */
+static void start_connect(struct jk_zsock *s) {
+  int fd;
+  bool done;
+  int r = jk_zsock_endpoint_connect(&s->remote, &fd, &done);
+  if (r < 0) {
+    sl_debug("kernel.zmtp", "cannot connect: %s", strerror(-r));
+    s->reconnect_at_us = sl_time_mono_us() + RECONNECT_US;
+    return;
+  }
+  s->reconnect_at_us = 0;
+  struct peer *p = add_peer(s, fd, done ? P_GREETING : P_CONNECTING);
+  if (!p)
+    s->reconnect_at_us = sl_time_mono_us() + RECONNECT_US;
+  else if (done)
+    peer_write(p);
+}
+
+/* A connection in progress finished (POLLOUT): it either failed or is ready
+ * for the greeting, which waits in its output already. */
+static void finish_connect(struct peer *p) {
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+    err = errno;
+  if (err)
+    return drop_peer(p, strerror(err));
+  p->state = P_GREETING;
 }
 
 /* ---- polling ------------------------------------------------------------ */
@@ -588,12 +608,14 @@ size_t jk_zsock_pollfds(struct jk_zsock *s, struct pollfd *fds) {
   size_t n = 0;
   if (s->accept_paused_until_us && s->accept_paused_until_us <= sl_time_mono_us())
     s->accept_paused_until_us = 0;
-  fds[n++] = (struct pollfd){s->listen_fd, s->accept_paused_until_us ? 0 : POLLIN, 0};
+  fds[n++] = (struct pollfd){s->listen_fd, s->accept_paused_until_us ? 0 : POLLIN, 0}; /* -1 when connecting */
   bool room = s->q_count < s->opts.max_queued;
   for (size_t i = 0; i < s->npeers; i++) {
     struct peer *p = s->peers[i];
     short ev = 0;
-    if (!p->dead && (room || p->state != P_ACTIVE || s->type == JK_ZSOCK_PUB))
+    if (!p->dead && p->state == P_CONNECTING)
+      ev = POLLOUT;
+    else if (!p->dead && (room || p->state != P_ACTIVE || s->type == JK_ZSOCK_PUB))
       ev |= POLLIN;
     if (!p->dead && p->out_off < p->out_len)
       ev |= POLLOUT;
@@ -608,7 +630,9 @@ void jk_zsock_handle(struct jk_zsock *s, const struct pollfd *fds, size_t n) {
     struct peer *p = s->peers[i - 1];
     if (p->dead || fds[i].fd != p->fd || !fds[i].revents)
       continue;
-    if (fds[i].revents & POLLOUT)
+    if (p->state == P_CONNECTING)
+      finish_connect(p);
+    if (!p->dead && (fds[i].revents & POLLOUT))
       peer_write(p);
     if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
       peer_read(s, p);
@@ -618,17 +642,28 @@ void jk_zsock_handle(struct jk_zsock *s, const struct pollfd *fds, size_t n) {
     if (!p->dead && p->state != P_ACTIVE && now > p->deadline_us)
       drop_peer(p, "handshake not finished in time");
   }
-  if (n > 0 && fds[0].fd == s->listen_fd && (fds[0].revents & POLLIN))
+  if (n > 0 && s->listen_fd >= 0 && fds[0].fd == s->listen_fd && (fds[0].revents & POLLIN))
     accept_peers(s);
+  if (s->client && s->reconnect_at_us && now >= s->reconnect_at_us && live_peers(s) == 0)
+    start_connect(s);
   jk_zsock_flush(s); /* handshake replies and PONGs */
 }
 
 int64_t jk_zsock_wake_at_us(const struct jk_zsock *s) {
   int64_t at = s->accept_paused_until_us ? s->accept_paused_until_us : INT64_MAX;
+  if (s->client && s->reconnect_at_us && s->reconnect_at_us < at)
+    at = s->reconnect_at_us;
   for (size_t i = 0; i < s->npeers; i++)
     if (!s->peers[i]->dead && s->peers[i]->state != P_ACTIVE && s->peers[i]->deadline_us < at)
       at = s->peers[i]->deadline_us;
   return at;
+}
+
+static size_t live_peers(const struct jk_zsock *s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->npeers; i++)
+    n += !s->peers[i]->dead;
+  return n;
 }
 
 size_t jk_zsock_peers(const struct jk_zsock *s) {
@@ -675,6 +710,29 @@ static void choose_targets(struct jk_zsock *s, const uint8_t *data, size_t len) 
   }
 }
 
+/* A DEALER's message goes to its connection when the handshake is done, to
+ * the outbox otherwise; -EAGAIN when the one it would go to is full (as a
+ * libzmq DEALER at its high-water mark refuses instead of dropping). */
+static int dealer_target(struct jk_zsock *s) {
+  struct peer *live = NULL;
+  for (size_t i = 0; i < s->npeers; i++) {
+    s->peers[i]->target = false;
+    if (!s->peers[i]->dead && s->peers[i]->state == P_ACTIVE)
+      live = s->peers[i];
+  }
+  if (live) {
+    if (live->out_len - live->out_off >= s->opts.max_out_bytes)
+      return -EAGAIN;
+    live->target = true;
+    return 0;
+  }
+  if (s->outbox_len >= s->opts.max_out_bytes)
+    return -EAGAIN;
+  s->to_outbox = true;
+  s->outbox_msg_start = s->outbox_len;
+  return 0;
+}
+
 int jk_zsock_send(struct jk_zsock *s, const void *data, size_t len, bool more) {
   if (!s->sending) {
     s->sending = true;
@@ -691,11 +749,25 @@ int jk_zsock_send(struct jk_zsock *s, const void *data, size_t len, bool more) {
       }
       return 0; /* the routing id itself is not sent */
     }
-    choose_targets(s, data, len);
+    if (s->type == JK_ZSOCK_DEALER) {
+      int r = dealer_target(s);
+      if (r < 0) {
+        s->sending = false;
+        return r;
+      }
+    } else {
+      choose_targets(s, data, len);
+    }
   }
   uint8_t header[JK_ZMTP_FRAME_HEADER_MAX];
   size_t h = jk_zmtp_frame_header(header, len, more, false);
   int r = 0;
+  if (s->to_outbox && (buf_append(&s->outbox, &s->outbox_len, &s->outbox_cap, header, h) < 0 ||
+                       (len && buf_append(&s->outbox, &s->outbox_len, &s->outbox_cap, data, len) < 0))) {
+    s->outbox_len = s->outbox_msg_start; /* never half a message */
+    s->to_outbox = false;
+    r = -ENOMEM;
+  }
   for (size_t i = 0; i < s->npeers; i++) {
     struct peer *p = s->peers[i];
     if (!p->target || p->dead)
@@ -707,6 +779,7 @@ int jk_zsock_send(struct jk_zsock *s, const void *data, size_t len, bool more) {
   }
   if (!more) {
     s->sending = false;
+    s->to_outbox = false;
     for (size_t i = 0; i < s->npeers; i++)
       s->peers[i]->target = false;
   }

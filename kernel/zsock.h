@@ -2,10 +2,10 @@
  * peers that connect to it, speaking ZMTP 3.0 (NULL mechanism) to any libzmq
  * 4.x client (pyzmq, zeromq.js, cppzmq...).
  *
- * The kernel serves its Jupyter channels with these instead of libzmq
- * sockets so that a request is read, handled and answered by one thread,
- * without the hand-offs to and from a background I/O thread that libzmq
- * makes on every message. The caller polls the descriptors that
+ * The kernel serves its Jupyter channels and talks to the gateway with these
+ * instead of libzmq sockets, so that a request is read, handled and answered
+ * by one thread, without the hand-offs to and from a background I/O thread
+ * that libzmq makes on every message. The caller polls the descriptors that
  * jk_zsock_pollfds() gives, passes the results to jk_zsock_handle(), takes
  * complete messages with jk_zsock_recv(), sends frames with jk_zsock_send()
  * and writes them out with jk_zsock_flush(): output waits in per-peer buffers
@@ -26,6 +26,10 @@
  *   REP     a message is answered to the peer that sent the last one
  *           received; envelopes are left to the caller (a REQ peer's empty
  *           delimiter frame arrives and must be sent back).
+ *   DEALER  (jk_zsock_connect only) one connection, made again 100 ms after
+ *           it fails or drops; messages sent before its handshake is done
+ *           wait and go out in order once it is, and jk_zsock_send refuses
+ *           a message (-EAGAIN) when max_out_bytes are already waiting.
  * Output to one peer is capped (max_out_bytes): a message that would start
  * beyond the cap is dropped for that peer, as libzmq drops at its
  * high-water mark. Nothing here blocks except jk_zsock_flush_wait(). */
@@ -39,7 +43,7 @@
 
 #include "sl_frame.h"
 
-enum jk_zsock_type { JK_ZSOCK_ROUTER, JK_ZSOCK_PUB, JK_ZSOCK_REP };
+enum jk_zsock_type { JK_ZSOCK_ROUTER, JK_ZSOCK_PUB, JK_ZSOCK_REP, JK_ZSOCK_DEALER };
 
 struct jk_zsock_options {
   struct sl_limits limits;       /* per incoming message, routing id included */
@@ -59,6 +63,11 @@ struct jk_zsock;
  * Negative errno (-EADDRINUSE, -EINVAL for a malformed endpoint, ...). */
 int jk_zsock_bind(const char *endpoint, enum jk_zsock_type type, const struct jk_zsock_options *opts,
                   struct jk_zsock **ret_sock);
+/* Connects a DEALER to endpoint (a name is resolved now) and returns it owned
+ * in *ret_sock; the connection itself is made in the background, by
+ * jk_zsock_handle(), and made again whenever it is lost. */
+int jk_zsock_connect(const char *endpoint, enum jk_zsock_type type, const struct jk_zsock_options *opts,
+                     struct jk_zsock **ret_sock);
 /* Closes the listener and every peer at once, dropping unsent output; an ipc
  * endpoint's file is removed. Returns NULL. */
 struct jk_zsock *jk_zsock_free(struct jk_zsock *s);
@@ -86,7 +95,7 @@ int jk_zsock_recv(struct jk_zsock *s, struct sl_msg *ret);
 
 /* Queues one frame of an outgoing message; more as ZMQ_SNDMORE. data is
  * copied. Returns 0 (a message nobody will receive is dropped, as libzmq
- * does), or -ENOMEM. */
+ * does), -EAGAIN (a DEALER's first frame, when full), or -ENOMEM. */
 int jk_zsock_send(struct jk_zsock *s, const void *data, size_t len, bool more);
 /* Writes as much waiting output as the peers take without blocking. */
 void jk_zsock_flush(struct jk_zsock *s);

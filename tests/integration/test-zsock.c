@@ -1,6 +1,6 @@
 /* jk_zsock against the real libzmq: ROUTER, PUB and REP sockets served on
  * this thread, with libzmq DEALER, REQ, SUB and PUSH sockets (and raw TCP
- * clients) as peers. Every wait pumps the jk_zsock and has a deadline. */
+ * clients) as peers, and a jk_zsock DEALER connecting to libzmq ROUTERs. Every wait pumps the jk_zsock and has a deadline. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -1330,6 +1330,139 @@ static void ipc(void) {
   unlink(path);
 }
 
+/* ---- DEALER: connecting, reconnecting, waiting messages ------------------ */
+
+static void *z_router_bind(const char *ep) {
+  void *z = z_new(ZMQ_ROUTER);
+  CHECK_INT(zmq_bind(z, ep), 0);
+  return z;
+}
+
+/* A DEALER started before anything listens keeps trying; what it sent
+ * meanwhile reaches the ROUTER that comes up, and replies arrive without a
+ * routing id frame. */
+static void dealer_connects_later(void) {
+  struct jk_zsock_options o = JK_ZSOCK_OPTIONS_DEFAULT;
+  char ep[64];
+  snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", free_port());
+  struct jk_zsock *s = NULL;
+  CHECK_INT(jk_zsock_connect(ep, JK_ZSOCK_DEALER, &o, &s), 0);
+  if (!s)
+    return;
+  CHECK_INT(jk_zsock_send(s, "early", 5, true), 0);
+  CHECK_INT(jk_zsock_send(s, "bird", 4, false), 0);
+  pump_for(s, 300 * 1000); /* a few refused attempts */
+  CHECK_INT(jk_zsock_peers(s), 0);
+  void *r = z_router_bind(ep);
+  struct sl_msg m;
+  CHECK_INT(z_wait(s, r, &m), 0);
+  CHECK(m.n == 3 && msg_is(&m, 1, "early", "bird", NULL));
+  CHECK(m.n == 3 && m.frames[0].len == 5 && m.frames[0].data[0] == 0); /* no Identity given */
+  /* The ROUTER's first frame names the DEALER. */
+  zmq_send(r, m.frames[0].data, m.frames[0].len, ZMQ_SNDMORE);
+  z_send(r, "hello", "again", NULL);
+  sl_msg_done(&m);
+  CHECK_INT(zs_wait(s, &m), 0);
+  CHECK(msg_is(&m, 0, "hello", "again", NULL));
+  sl_msg_done(&m);
+  CHECK_INT(jk_zsock_peers(s), 1);
+  zmq_close(r);
+  jk_zsock_free(s);
+}
+
+/* The peer goes away: the DEALER notices, keeps what is sent meanwhile, and
+ * delivers it to the peer that binds the address again. */
+static void dealer_reconnects(void) {
+  struct jk_zsock_options o = JK_ZSOCK_OPTIONS_DEFAULT;
+  char ep[64];
+  snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", free_port());
+  void *r = z_router_bind(ep);
+  struct jk_zsock *s = NULL;
+  CHECK_INT(jk_zsock_connect(ep, JK_ZSOCK_DEALER, &o, &s), 0);
+  if (!s) {
+    zmq_close(r);
+    return;
+  }
+  zs_send(s, "one", NULL);
+  struct sl_msg m;
+  CHECK_INT(z_wait(s, r, &m), 0);
+  CHECK(msg_is(&m, 1, "one", NULL));
+  sl_msg_done(&m);
+  zmq_close(r);
+  int64_t deadline = now_us() + WAIT_US;
+  while (jk_zsock_peers(s) != 0 && now_us() < deadline)
+    pump(s, 5);
+  CHECK_INT(jk_zsock_peers(s), 0);
+  zs_send(s, "while", "down", NULL);
+  r = z_router_bind(ep);
+  CHECK_INT(z_wait(s, r, &m), 0);
+  CHECK(msg_is(&m, 1, "while", "down", NULL));
+  sl_msg_done(&m);
+  zmq_close(r);
+  jk_zsock_free(s);
+}
+
+/* Waiting output is capped: past max_out_bytes a DEALER refuses the next
+ * message with -EAGAIN (it never drops half of one), and takes messages
+ * again once the connection carried the backlog away. */
+static void dealer_cap(void) {
+  struct jk_zsock_options o = JK_ZSOCK_OPTIONS_DEFAULT;
+  o.max_out_bytes = 1000;
+  char ep[64];
+  snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", free_port());
+  struct jk_zsock *s = NULL;
+  CHECK_INT(jk_zsock_connect(ep, JK_ZSOCK_DEALER, &o, &s), 0);
+  if (!s)
+    return;
+  char big[1200];
+  memset(big, 'b', sizeof big);
+  CHECK_INT(jk_zsock_send(s, big, sizeof big, false), 0);
+  CHECK_INT(jk_zsock_send(s, "more", 4, false), -EAGAIN);
+  CHECK_INT(jk_zsock_send(s, "more", 4, true), -EAGAIN); /* refused whole, not begun */
+  void *r = z_router_bind(ep);
+  struct sl_msg m;
+  CHECK_INT(z_wait(s, r, &m), 0);
+  CHECK(m.n == 2 && m.frames[1].len == sizeof big);
+  sl_msg_done(&m);
+  zs_send(s, "after", NULL);
+  CHECK_INT(z_wait(s, r, &m), 0);
+  CHECK(msg_is(&m, 1, "after", NULL));
+  sl_msg_done(&m);
+  zmq_close(r);
+  jk_zsock_free(s);
+}
+
+/* A DEALER over ipc, to a libzmq ROUTER. */
+static void dealer_ipc(void) {
+  char ep[96];
+  snprintf(ep, sizeof ep, "ipc:///tmp/spotlab-zsock-dealer-%d.sock", (int)getpid());
+  struct jk_zsock_options o = JK_ZSOCK_OPTIONS_DEFAULT;
+  void *r = z_router_bind(ep);
+  struct jk_zsock *s = NULL;
+  CHECK_INT(jk_zsock_connect(ep, JK_ZSOCK_DEALER, &o, &s), 0);
+  if (s) {
+    zs_send(s, "over", "ipc", NULL);
+    struct sl_msg m;
+    CHECK_INT(z_wait(s, r, &m), 0);
+    CHECK(msg_is(&m, 1, "over", "ipc", NULL));
+    sl_msg_done(&m);
+    jk_zsock_free(s);
+  }
+  zmq_close(r);
+}
+
+static void connect_errors(void) {
+  struct jk_zsock_options o = JK_ZSOCK_OPTIONS_DEFAULT;
+  struct jk_zsock *s = NULL;
+  CHECK(jk_zsock_connect("tcp://*:5555", JK_ZSOCK_DEALER, &o, &s) < 0);
+  CHECK(jk_zsock_connect("tcp://127.0.0.1", JK_ZSOCK_DEALER, &o, &s) < 0);
+  CHECK(jk_zsock_connect("udp://127.0.0.1:5", JK_ZSOCK_DEALER, &o, &s) < 0);
+  CHECK(jk_zsock_connect("tcp://name.invalid:5", JK_ZSOCK_DEALER, &o, &s) < 0);
+  CHECK_INT(jk_zsock_connect("tcp://127.0.0.1:5", JK_ZSOCK_ROUTER, &o, &s), -EINVAL);
+  CHECK_INT(jk_zsock_bind("tcp://127.0.0.1:5", JK_ZSOCK_DEALER, &o, &s), -EINVAL);
+  CHECK(s == NULL);
+}
+
 static void bind_errors(void) {
   struct jk_zsock_options o = JK_ZSOCK_OPTIONS_DEFAULT;
   char ep[64];
@@ -1430,6 +1563,11 @@ int main(void) {
     {"heartbeats", heartbeats},
     {"ipc", ipc},
     {"bind_errors", bind_errors},
+    {"dealer_connects_later", dealer_connects_later},
+    {"dealer_reconnects", dealer_reconnects},
+    {"dealer_cap", dealer_cap},
+    {"dealer_ipc", dealer_ipc},
+    {"connect_errors", connect_errors},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int before = th_failures;
