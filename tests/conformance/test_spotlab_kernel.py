@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import jupyter_kernel_test  # noqa: E402
 from jupyter_kernel_test.msgspec_v5 import validate_message  # noqa: E402
 from kernelspec_env import DISPLAY_NAME, KERNEL_NAME, LOGOS, KernelspecEnv  # noqa: E402
+from spotlab_home import PrivateHome  # noqa: E402
 
 KERNEL_EXE = os.environ.get("SPOTLAB_KERNEL_EXE", "")
 
@@ -82,12 +83,15 @@ class SpotlabKernelTests(jupyter_kernel_test.KernelTests):
         if not KERNEL_EXE:
             raise RuntimeError("usage: test_spotlab_kernel.py PATH-TO-spotlab-kernel")
         cls.env = KernelspecEnv(KERNEL_EXE)
+        cls.home = PrivateHome()  # history and any gateway stay out of the user's SPOTLAB_HOME
+        cls.home.__enter__()
         try:
             super().setUpClass()
             reply = cls.kc.execute_interactive(SETUP_CODE, store_history=False, timeout=15)
             if reply["content"]["status"] != "ok":
                 raise RuntimeError(f"setup cell {SETUP_CODE!r} failed: {reply['content']}")
         except BaseException:
+            cls.home.__exit__(None, None, None)
             cls.env.close()
             raise
 
@@ -96,6 +100,7 @@ class SpotlabKernelTests(jupyter_kernel_test.KernelTests):
         try:
             super().tearDownClass()
         finally:
+            cls.home.__exit__(None, None, None)
             cls.env.close()
 
     # ---- beyond jupyter_kernel_test: what DESIGN.md §2 fixes ----------------

@@ -36,6 +36,7 @@ from jupyter_client.connect import write_connection_file
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from kernelspec_env import KERNEL_NAME, KernelspecEnv  # noqa: E402
+from spotlab_home import PrivateHome  # noqa: E402
 
 STARTUP_S = 30
 REPLY_S = 10
@@ -64,8 +65,11 @@ def kernel_exe():
 
 @pytest.fixture(scope="session")
 def kspec():
+    """The kernelspec under test, and a private SPOTLAB_HOME: the kernels keep
+    their history there, and a gateway the user runs is not theirs."""
     env = KernelspecEnv(kernel_exe())
-    yield env
+    with PrivateHome():
+        yield env
     env.close()
 
 
