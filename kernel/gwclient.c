@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -238,6 +240,23 @@ static bool ipc_socket_missing(const char *addr) {
   return strncmp(addr, "ipc://", 6) == 0 && stat(addr + 6, &st) < 0;
 }
 
+/* Whether an ipc address names a socket file nobody listens on, as a
+ * gateway that was killed (or a machine that rebooted) leaves behind: a
+ * connection there is refused at once, so there is no need to wait out a
+ * hello. A listener that is only busy (a full backlog) does not count. */
+static bool ipc_socket_stale(const char *addr) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (strncmp(addr, "ipc://", 6) != 0 || strlen(addr + 6) >= sizeof sa.sun_path)
+    return false;
+  strcpy(sa.sun_path, addr + 6);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return false;
+  bool stale = connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 && errno == ECONNREFUSED;
+  close(fd);
+  return stale;
+}
+
 /* Starts `spotlab-gateway --embedded --daemon`; 0 or negative with why. */
 static int spawn_gateway(struct jk_gw *gw, char *why, size_t why_size) {
   char path[4096];
@@ -287,13 +306,18 @@ static void start_attempt(struct jk_gw *gw) {
   gw->want_connect = false;
   resolve_address(gw);
   bool can_spawn = gw->may_spawn && gw->attempt_may_spawn && gw->embedded && !gw->spawned;
-  if (ipc_socket_missing(gw->addr)) {
+  bool missing = ipc_socket_missing(gw->addr);
+  if (missing || ipc_socket_stale(gw->addr)) {
     if (can_spawn) {
       try_spawn(gw, "no gateway is running");
       return;
     }
-    disconnect(gw, gw->embedded ? "no gateway is running (no socket file)"
-                                : "nothing listens there (no socket file)");
+    if (missing)
+      disconnect(gw, gw->embedded ? "no gateway is running (no socket file)"
+                                  : "nothing listens there (no socket file)");
+    else
+      disconnect(gw, gw->embedded ? "no gateway is running (its socket file is left from an earlier one)"
+                                  : "nothing listens there (connection refused)");
     return;
   }
   int r = open_and_hello(gw, gw->hello_timeout_us);

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "gwclient.h"
@@ -223,14 +225,40 @@ static void test_missing_and_spawn(void) {
   CHECK_INT(r.opens, 0);
   CHECK_INT(r.n_lost, 1);
   jk_gw_free(gw);
+  /* A socket file that nobody listens on (a gateway killed, a machine
+   * rebooted): refused at once, without opening or waiting for a hello. */
+  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s/gateway.sock", home);
+  CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0);
+  close(lfd); /* the file stays */
+  gw = jk_gw_new(&transport, &r, &handler, &r, &cfg);
+  jk_gw_request(gw, json_pack("{s:s}", "type", "jobs"), JK_GW_SPAWN);
+  jk_gw_tick(gw);
+  CHECK_INT(r.n_replies, 2);
+  CHECK(strstr(r.reply_err[1], "left from an earlier one") != NULL);
+  CHECK_INT(r.opens, 0);
+  jk_gw_free(gw);
+  /* The same file with a listener behind it is a gateway: connected to. */
+  lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  unlink(sa.sun_path);
+  CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(lfd, 4) == 0);
+  gw = jk_gw_new(&transport, &r, &handler, &r, &cfg);
+  jk_gw_request(gw, json_pack("{s:s}", "type", "jobs"), JK_GW_SPAWN);
+  jk_gw_tick(gw);
+  CHECK_INT(r.opens, 1);
+  jk_gw_free(gw);
+  close(lfd);
+  unlink(sa.sun_path);
   /* May start one, but the program fails: the reason reaches the request. */
+  int before = r.n_replies;
   setenv("SPOTLAB_GATEWAY_BIN", "/bin/false", 1);
   cfg.may_spawn = true;
   gw = jk_gw_new(&transport, &r, &handler, &r, &cfg);
   jk_gw_request(gw, json_pack("{s:s}", "type", "submit"), JK_GW_SPAWN);
-  run_until(gw, &r, 2, 10000);
-  CHECK_INT(r.n_replies, 2);
-  CHECK(strstr(r.reply_err[1], "exited with status 1") != NULL);
+  run_until(gw, &r, before + 1, 10000);
+  CHECK_INT(r.n_replies, before + 1);
+  CHECK(strstr(r.reply_err[before], "exited with status 1") != NULL);
   jk_gw_free(gw);
   unsetenv("SPOTLAB_GATEWAY_BIN");
   rmdir(home);
