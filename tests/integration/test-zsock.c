@@ -1,6 +1,7 @@
 /* jk_zsock against the real libzmq: ROUTER, PUB and REP sockets served on
  * this thread, with libzmq DEALER, REQ, SUB and PUSH sockets (and raw TCP
- * clients) as peers, and a jk_zsock DEALER connecting to libzmq ROUTERs. Every wait pumps the jk_zsock and has a deadline. */
+ * clients, some sending broken streams) as peers, and a jk_zsock DEALER
+ * connecting to libzmq ROUTERs. Every wait pumps the jk_zsock and has a deadline. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -1330,6 +1331,125 @@ static void ipc(void) {
   unlink(path);
 }
 
+/* ---- hostile streams ------------------------------------------------------ */
+
+static uint64_t rng_state;
+
+static uint32_t rng(void) {
+  rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (uint32_t)(rng_state >> 33);
+}
+
+/* A ZMTP stream that starts well (most of the time) and then goes wrong in
+ * some random way: flipped bits, lengths past the data, reserved flags,
+ * commands inside messages, frames over the limits, early ends. */
+static size_t hostile_stream(uint8_t *buf, size_t cap) {
+  size_t n = 0;
+  if (rng() % 8) {
+    raw_greeting(buf, (uint8_t)(rng() % 5 ? 3 : rng() % 4));
+    n = 64;
+    if (rng() % 6) {
+      memcpy(buf + n, raw_ready, sizeof raw_ready - 1);
+      n += sizeof raw_ready - 1;
+    }
+  }
+  while (n + 300 < cap && rng() % 12) {
+    uint8_t flags = (uint8_t)(rng() % 8);
+    if (rng() % 20 == 0)
+      flags |= (uint8_t)(8u << (rng() % 5)); /* reserved bits */
+    size_t len = rng() % 200;
+    if (flags & 0x02) {
+      uint64_t announced = rng() % 4 ? len : ((uint64_t)rng() << 32 | rng());
+      buf[n++] = flags;
+      for (int k = 0; k < 8; k++)
+        buf[n++] = (uint8_t)(announced >> (56 - 8 * k));
+    } else {
+      buf[n++] = flags;
+      buf[n++] = (uint8_t)len;
+    }
+    for (size_t k = 0; k < len; k++)
+      buf[n++] = (uint8_t)rng();
+  }
+  for (int flips = (int)(rng() % 3); flips > 0 && n > 0; flips--)
+    buf[rng() % n] ^= (uint8_t)(1u << (rng() % 8));
+  return n;
+}
+
+/* Hundreds of connections sending broken streams in random pieces, several
+ * at a time: the socket keeps serving, holds nothing for them once they are
+ * gone, and a well-behaved DEALER still gets through. */
+static void hostile_clients(void) {
+  const char *seed_env = getenv("SPOTLAB_ZSOCK_SEED");
+  uint64_t seed = seed_env ? strtoull(seed_env, NULL, 10) : (uint64_t)now_us();
+  fprintf(stderr, "hostile_clients: SPOTLAB_ZSOCK_SEED=%llu reproduces this run\n", (unsigned long long)seed);
+  rng_state = seed;
+  struct jk_zsock_options o = JK_ZSOCK_OPTIONS_DEFAULT;
+  o.limits = (struct sl_limits){8, 512, 2048};
+  o.handshake_timeout_us = 2 * SL_US_PER_S;
+  char ep[64];
+  int port;
+  struct jk_zsock *s = bind_tcp(JK_ZSOCK_ROUTER, &o, ep, &port);
+  if (!s)
+    return;
+  enum { AT_ONCE = 8, ROUNDS = 150 };
+  int received = 0, refused = 0;
+  for (int round = 0; round < ROUNDS; round++) {
+    int fds[AT_ONCE];
+    size_t len[AT_ONCE], off[AT_ONCE];
+    static uint8_t bufs[AT_ONCE][16384];
+    for (int k = 0; k < AT_ONCE; k++) {
+      fds[k] = tcp_connect(port);
+      len[k] = hostile_stream(bufs[k], sizeof bufs[k]);
+      off[k] = 0;
+    }
+    for (bool left = true; left;) {
+      left = false;
+      for (int k = 0; k < AT_ONCE; k++) {
+        if (fds[k] < 0 || off[k] >= len[k])
+          continue;
+        size_t piece = 1 + rng() % 700;
+        if (piece > len[k] - off[k])
+          piece = len[k] - off[k];
+        ssize_t w = send(fds[k], bufs[k] + off[k], piece, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0)
+          off[k] += (size_t)w;
+        else if (w < 0 && errno != EAGAIN) {
+          off[k] = len[k]; /* closed by the socket: it gave up on this one */
+          refused++;
+        }
+        left |= off[k] < len[k];
+      }
+      pump(s, 0);
+    }
+    for (int k = 0; k < AT_ONCE; k++)
+      if (fds[k] >= 0)
+        close(fds[k]);
+    /* What complete messages got through are ordinary messages. */
+    struct sl_msg m;
+    while (jk_zsock_recv(s, &m) != -EAGAIN) {
+      CHECK(m.n >= 1 && m.n <= 8 && m.total_bytes <= 2048);
+      received++;
+      sl_msg_done(&m);
+    }
+  }
+  fprintf(stderr, "hostile_clients: %d connections, %d messages got through, %d cut off while sending\n",
+          AT_ONCE * ROUNDS, received, refused);
+  CHECK(received > 0); /* the streams are not all rejected at the first byte */
+  /* Every hostile connection goes away (closed by them or by the socket). */
+  int64_t deadline = now_us() + WAIT_US;
+  while (jk_zsock_nfds(s) > 1 && now_us() < deadline)
+    pump(s, 5);
+  CHECK_INT(jk_zsock_nfds(s), 1);
+  void *d = z_dealer(ep, "calm");
+  z_send(d, "still", "here", NULL);
+  struct sl_msg m;
+  CHECK_INT(zs_wait(s, &m), 0);
+  CHECK(msg_is(&m, 0, "calm", "still", "here", NULL));
+  sl_msg_done(&m);
+  zmq_close(d);
+  jk_zsock_free(s);
+}
+
 /* ---- DEALER: connecting, reconnecting, waiting messages ------------------ */
 
 static void *z_router_bind(const char *ep) {
@@ -1563,6 +1683,7 @@ int main(void) {
     {"heartbeats", heartbeats},
     {"ipc", ipc},
     {"bind_errors", bind_errors},
+    {"hostile_clients", hostile_clients},
     {"dealer_connects_later", dealer_connects_later},
     {"dealer_reconnects", dealer_reconnects},
     {"dealer_cap", dealer_cap},
