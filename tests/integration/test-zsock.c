@@ -165,6 +165,25 @@ static bool msg_is(const struct sl_msg *m, size_t from, ...) {
   return ok;
 }
 
+/* Waits for a message on the jk_zsock s, checks that its frames from `from`
+ * on are exactly the strings given, and frees it. */
+#define EXPECT_ZS(s, from, ...)                                                  \
+  do {                                                                           \
+    struct sl_msg m_;                                                            \
+    CHECK_INT(zs_wait((s), &m_), 0);                                             \
+    CHECK(msg_is(&m_, (from), __VA_ARGS__, NULL));                               \
+    sl_msg_done(&m_);                                                            \
+  } while (0)
+
+/* The same for a message on the libzmq socket z, pumping s meanwhile. */
+#define EXPECT_Z(s, z, from, ...)                                                \
+  do {                                                                           \
+    struct sl_msg m_;                                                            \
+    CHECK_INT(z_wait((s), (z), &m_), 0);                                         \
+    CHECK(msg_is(&m_, (from), __VA_ARGS__, NULL));                               \
+    sl_msg_done(&m_);                                                            \
+  } while (0)
+
 /* ---- endpoints and peers -------------------------------------------------- */
 
 static int free_port(void) {
@@ -283,15 +302,11 @@ static void router_dealer(void) {
   struct sl_msg m;
   void *alice = z_dealer(ep, "alice");
   z_send(alice, "one", "two", "", NULL);
-  CHECK_INT(zs_wait(s, &m), 0);
-  CHECK(msg_is(&m, 0, "alice", "one", "two", "", NULL));
-  sl_msg_done(&m);
+  EXPECT_ZS(s, 0, "alice", "one", "two", "");
   CHECK_INT(jk_zsock_peers(s), 1);
 
   zs_send(s, "alice", "r1", "", "r2", NULL);
-  CHECK_INT(z_wait(s, alice, &m), 0);
-  CHECK(msg_is(&m, 0, "r1", "", "r2", NULL));
-  sl_msg_done(&m);
+  EXPECT_Z(s, alice, 0, "r1", "", "r2");
 
   /* Without a routing id: a generated 5-byte one starting with 0. */
   void *anon = z_dealer(ep, NULL);
@@ -311,9 +326,7 @@ static void router_dealer(void) {
   CHECK_INT(jk_zsock_send(s, id, sizeof id, true), 0);
   CHECK_INT(jk_zsock_send(s, "back", 4, false), 0);
   jk_zsock_flush(s);
-  CHECK_INT(z_wait(s, anon, &m), 0);
-  CHECK(msg_is(&m, 0, "back", NULL));
-  sl_msg_done(&m);
+  EXPECT_Z(s, anon, 0, "back");
 
   /* A message for an unknown peer is dropped (so is an id alone); the
    * next ones still arrive, and nothing else reached either peer. */
@@ -321,15 +334,11 @@ static void router_dealer(void) {
   zs_send(s, "alic", "lost", NULL);
   zs_send(s, "alice", NULL);
   zs_send(s, "alice", "after", NULL);
-  CHECK_INT(z_wait(s, alice, &m), 0);
-  CHECK(msg_is(&m, 0, "after", NULL));
-  sl_msg_done(&m);
+  EXPECT_Z(s, alice, 0, "after");
   CHECK_INT(jk_zsock_send(s, id, sizeof id, true), 0);
   CHECK_INT(jk_zsock_send(s, "after2", 6, false), 0);
   jk_zsock_flush(s);
-  CHECK_INT(z_wait(s, anon, &m), 0);
-  CHECK(msg_is(&m, 0, "after2", NULL));
-  sl_msg_done(&m);
+  EXPECT_Z(s, anon, 0, "after2");
   CHECK(!jk_zsock_has_msg(s));
   CHECK_INT(jk_zsock_recv(s, &m), -EAGAIN);
 
@@ -340,13 +349,9 @@ static void router_dealer(void) {
   longid[0] = 'l';
   void *lng = z_dealer(ep, longid);
   z_send(lng, "long", NULL);
-  CHECK_INT(zs_wait(s, &m), 0);
-  CHECK(msg_is(&m, 0, longid, "long", NULL));
-  sl_msg_done(&m);
+  EXPECT_ZS(s, 0, longid, "long");
   zs_send(s, longid, "id", NULL);
-  CHECK_INT(z_wait(s, lng, &m), 0);
-  CHECK(msg_is(&m, 0, "id", NULL));
-  sl_msg_done(&m);
+  EXPECT_Z(s, lng, 0, "id");
 
   zmq_close(alice);
   zmq_close(anon);
@@ -363,20 +368,14 @@ static void router_handover(void) {
   struct sl_msg m;
   void *first = z_dealer(ep, "alice");
   z_send(first, "from1", NULL);
-  CHECK_INT(zs_wait(s, &m), 0);
-  CHECK(msg_is(&m, 0, "alice", "from1", NULL));
-  sl_msg_done(&m);
+  EXPECT_ZS(s, 0, "alice", "from1");
 
   void *second = z_dealer(ep, "alice");
   z_send(second, "from2", NULL);
-  CHECK_INT(zs_wait(s, &m), 0);
-  CHECK(msg_is(&m, 0, "alice", "from2", NULL));
-  sl_msg_done(&m);
+  EXPECT_ZS(s, 0, "alice", "from2");
 
   zs_send(s, "alice", "to-alice", NULL);
-  CHECK_INT(z_wait(s, second, &m), 0);
-  CHECK(msg_is(&m, 0, "to-alice", NULL));
-  sl_msg_done(&m);
+  EXPECT_Z(s, second, 0, "to-alice");
   /* Both were written in the same flush: had the first one been sent
    * anything, it would be there by now (give it a moment to be sure). */
   pump_for(s, 50 * SL_US_PER_MS);
@@ -415,9 +414,7 @@ static void router_req(void) {
     sl_msg_done(&m);
     CHECK_INT(jk_zsock_send(s, id, sizeof id, true), 0);
     zs_send(s, "", answer, NULL);
-    CHECK_INT(z_wait(s, req, &m), 0);
-    CHECK(msg_is(&m, 0, answer, NULL));
-    sl_msg_done(&m);
+    EXPECT_Z(s, req, 0, answer);
   }
   zmq_close(req);
   jk_zsock_free(s);
@@ -487,16 +484,11 @@ static void pub_sub(void) {
   zs_send(pub, "xyz", NULL);
   zs_send(pub, "ab", NULL);
   zs_send(pub, "abcfence", NULL);
-  struct sl_msg m;
-  CHECK_INT(z_wait(pub, all, &m), 0);
-  CHECK(msg_is(&m, 0, "abcdef", "second frame", NULL));
-  sl_msg_done(&m);
+  EXPECT_Z(pub, all, 0, "abcdef", "second frame");
   CHECK(next_besides(pub, all, "xyz", NULL, NULL));
   CHECK(next_besides(pub, all, "ab", NULL, NULL));
   CHECK(next_besides(pub, all, "abcfence", NULL, NULL));
-  CHECK_INT(z_wait(pub, abc, &m), 0);
-  CHECK(msg_is(&m, 0, "abcdef", "second frame", NULL));
-  sl_msg_done(&m);
+  EXPECT_Z(pub, abc, 0, "abcdef", "second frame");
   /* Not xyz, nor ab (shorter than the topic): the fence comes next. */
   CHECK(next_besides(pub, abc, "abcfence", NULL, NULL));
 
@@ -811,10 +803,7 @@ static void slow_reader(void) {
   zmq_setsockopt(d, ZMQ_ROUTING_ID, "slow", 4);
   CHECK_INT(zmq_connect(d, ep), 0);
   z_send(d, "hello", NULL);
-  struct sl_msg m;
-  CHECK_INT(zs_wait(s, &m), 0);
-  CHECK(msg_is(&m, 0, "slow", "hello", NULL));
-  sl_msg_done(&m);
+  EXPECT_ZS(s, 0, "slow", "hello");
 
   uint8_t *buf = malloc(MIB);
   for (int i = 0; i < SLOW_CHUNKS; i++) {
@@ -837,9 +826,7 @@ static void slow_reader(void) {
 
   /* The connection is still good afterwards. */
   zs_send(s, "slow", "done", NULL);
-  CHECK_INT(z_wait(s, d, &m), 0);
-  CHECK(msg_is(&m, 0, "done", NULL));
-  sl_msg_done(&m);
+  EXPECT_Z(s, d, 0, "done");
   zmq_close(d);
   jk_zsock_free(s);
 }
@@ -1128,14 +1115,9 @@ static void refuse_garbage(void) {
 
   void *d = z_dealer(ep, "good");
   z_send(d, "still", "served", NULL);
-  struct sl_msg m;
-  CHECK_INT(zs_wait(s, &m), 0);
-  CHECK(msg_is(&m, 0, "good", "still", "served", NULL));
-  sl_msg_done(&m);
+  EXPECT_ZS(s, 0, "good", "still", "served");
   zs_send(s, "good", "yes", NULL);
-  CHECK_INT(z_wait(s, d, &m), 0);
-  CHECK(msg_is(&m, 0, "yes", NULL));
-  sl_msg_done(&m);
+  EXPECT_Z(s, d, 0, "yes");
   zmq_close(d);
   jk_zsock_free(s);
 }
@@ -1236,10 +1218,7 @@ static void max_peers(void) {
   CHECK_INT(n, 0); /* closed at once, without a greeting */
   close(c);
   z_send(d, "still here", NULL);
-  struct sl_msg m;
-  CHECK_INT(zs_wait(s, &m), 0);
-  CHECK(msg_is(&m, 0, "only", "still here", NULL));
-  sl_msg_done(&m);
+  EXPECT_ZS(s, 0, "only", "still here");
   zmq_close(d);
   jk_zsock_free(s);
 }
@@ -1302,14 +1281,9 @@ static void ipc(void) {
     return;
   void *d = z_dealer(ep, "local");
   z_send(d, "over", "ipc", NULL);
-  struct sl_msg m;
-  CHECK_INT(zs_wait(s, &m), 0);
-  CHECK(msg_is(&m, 0, "local", "over", "ipc", NULL));
-  sl_msg_done(&m);
+  EXPECT_ZS(s, 0, "local", "over", "ipc");
   zs_send(s, "local", "back", NULL);
-  CHECK_INT(z_wait(s, d, &m), 0);
-  CHECK(msg_is(&m, 0, "back", NULL));
-  sl_msg_done(&m);
+  EXPECT_Z(s, d, 0, "back");
   zmq_close(d);
   struct stat st;
   CHECK_INT(lstat(path, &st), 0);
@@ -1442,10 +1416,7 @@ static void hostile_clients(void) {
   CHECK_INT(jk_zsock_nfds(s), 1);
   void *d = z_dealer(ep, "calm");
   z_send(d, "still", "here", NULL);
-  struct sl_msg m;
-  CHECK_INT(zs_wait(s, &m), 0);
-  CHECK(msg_is(&m, 0, "calm", "still", "here", NULL));
-  sl_msg_done(&m);
+  EXPECT_ZS(s, 0, "calm", "still", "here");
   zmq_close(d);
   jk_zsock_free(s);
 }
@@ -1482,9 +1453,7 @@ static void dealer_connects_later(void) {
   zmq_send(r, m.frames[0].data, m.frames[0].len, ZMQ_SNDMORE);
   z_send(r, "hello", "again", NULL);
   sl_msg_done(&m);
-  CHECK_INT(zs_wait(s, &m), 0);
-  CHECK(msg_is(&m, 0, "hello", "again", NULL));
-  sl_msg_done(&m);
+  EXPECT_ZS(s, 0, "hello", "again");
   CHECK_INT(jk_zsock_peers(s), 1);
   zmq_close(r);
   jk_zsock_free(s);
@@ -1504,10 +1473,7 @@ static void dealer_reconnects(void) {
     return;
   }
   zs_send(s, "one", NULL);
-  struct sl_msg m;
-  CHECK_INT(z_wait(s, r, &m), 0);
-  CHECK(msg_is(&m, 1, "one", NULL));
-  sl_msg_done(&m);
+  EXPECT_Z(s, r, 1, "one");
   zmq_close(r);
   int64_t deadline = now_us() + WAIT_US;
   while (jk_zsock_peers(s) != 0 && now_us() < deadline)
@@ -1515,9 +1481,7 @@ static void dealer_reconnects(void) {
   CHECK_INT(jk_zsock_peers(s), 0);
   zs_send(s, "while", "down", NULL);
   r = z_router_bind(ep);
-  CHECK_INT(z_wait(s, r, &m), 0);
-  CHECK(msg_is(&m, 1, "while", "down", NULL));
-  sl_msg_done(&m);
+  EXPECT_Z(s, r, 1, "while", "down");
   zmq_close(r);
   jk_zsock_free(s);
 }
@@ -1545,9 +1509,7 @@ static void dealer_cap(void) {
   CHECK(m.n == 2 && m.frames[1].len == sizeof big);
   sl_msg_done(&m);
   zs_send(s, "after", NULL);
-  CHECK_INT(z_wait(s, r, &m), 0);
-  CHECK(msg_is(&m, 1, "after", NULL));
-  sl_msg_done(&m);
+  EXPECT_Z(s, r, 1, "after");
   zmq_close(r);
   jk_zsock_free(s);
 }
@@ -1562,10 +1524,7 @@ static void dealer_ipc(void) {
   CHECK_INT(jk_zsock_connect(ep, JK_ZSOCK_DEALER, &o, &s), 0);
   if (s) {
     zs_send(s, "over", "ipc", NULL);
-    struct sl_msg m;
-    CHECK_INT(z_wait(s, r, &m), 0);
-    CHECK(msg_is(&m, 1, "over", "ipc", NULL));
-    sl_msg_done(&m);
+    EXPECT_Z(s, r, 1, "over", "ipc");
     jk_zsock_free(s);
   }
   zmq_close(r);
