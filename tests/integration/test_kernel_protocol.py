@@ -483,6 +483,43 @@ def test_input_request(kernel):
     assert "Ada Lovelace" in stdout_text(msgs)
 
 
+def test_two_clients_share_one_kernel(kernel):
+    """A second front end on the same kernel (as `jupyter console --existing`
+    next to a notebook): each gets its own replies and input requests, both
+    see every iopub message."""
+    other = kernel.km.client()
+    other.start_channels()
+    try:
+        other.wait_for_ready(timeout=STARTUP_S)
+        mine = kernel.kc.execute(CODE["print"].format("from-first"))
+        theirs = other.execute(CODE["print"].format("from-second"))
+        assert kernel.shell_reply(mine)["content"]["status"] == "ok"
+        reply = other.get_shell_msg(timeout=REPLY_S)
+        while reply["parent_header"].get("msg_id") != theirs:
+            reply = other.get_shell_msg(timeout=REPLY_S)
+        assert reply["content"]["status"] == "ok"
+        # The first client sees the second's cell on iopub, output included ...
+        assert "from-second" in stdout_text(kernel.until_idle(theirs))
+        # ... and never its reply on shell.
+        kernel.until_idle(mine)
+        with pytest.raises(Empty):
+            kernel.kc.get_shell_msg(timeout=0.3)
+        # An input request goes to the stdin of the client whose cell asked.
+        asked = other.execute(CODE["input"], allow_stdin=True)
+        req = other.get_stdin_msg(timeout=REPLY_S)
+        assert req["parent_header"]["msg_id"] == asked
+        with pytest.raises(Empty):
+            kernel.kc.get_stdin_msg(timeout=0.3)
+        other.input("Grace Hopper")
+        reply = other.get_shell_msg(timeout=REPLY_S)
+        while reply["parent_header"].get("msg_id") != asked:
+            reply = other.get_shell_msg(timeout=REPLY_S)
+        assert reply["content"]["status"] == "ok"
+        kernel.until_idle(asked)
+    finally:
+        other.stop_channels()
+
+
 def test_input_without_stdin_is_an_error(kernel):
     reply, msgs = kernel.run(CODE["input"], allow_stdin=False)
     assert reply["content"]["status"] == "error"
