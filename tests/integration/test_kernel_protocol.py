@@ -31,7 +31,8 @@ from queue import Empty
 
 import pytest
 import zmq
-from jupyter_client import KernelManager
+from jupyter_client import BlockingKernelClient, KernelManager
+from jupyter_client.session import Session
 from jupyter_client.connect import write_connection_file
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
@@ -487,7 +488,11 @@ def test_two_clients_share_one_kernel(kernel):
     """A second front end on the same kernel (as `jupyter console --existing`
     next to a notebook): each gets its own replies and input requests, both
     see every iopub message."""
-    other = kernel.km.client()
+    # A client of its own, with its own session (and so its own routing
+    # identity), as a second process reading the connection file has.
+    other = BlockingKernelClient()
+    other.load_connection_info(kernel.km.get_connection_info())
+    other.session = Session(key=kernel.km.session.key)
     other.start_channels()
     try:
         other.wait_for_ready(timeout=STARTUP_S)
