@@ -79,6 +79,18 @@ static void on_signal(int signo) {
   errno = saved;
 }
 
+/* A poll() timeout for the monotonic time at_us: -1 for INT64_MAX (none),
+ * 0 when it has passed, else the milliseconds left, rounded up. */
+static int poll_ms_until(int64_t at_us) {
+  if (at_us == INT64_MAX)
+    return -1;
+  int64_t left = at_us - sl_time_mono_us();
+  if (left <= 0)
+    return 0;
+  int64_t ms = (left + 999) / 1000;
+  return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
 /* Room for n pollfd entries in *fds (grown, never shrunk). */
 static int reserve_pollfds(struct pollfd **fds, size_t *cap, size_t n) {
   if (n <= *cap)
@@ -112,12 +124,7 @@ static void *heartbeat(void *arg) {
       break;
     pfd[0] = (struct pollfd){hb->stop_pipe[0], POLLIN, 0};
     size_t n = jk_zsock_pollfds(hb->sock, pfd + 1);
-    int64_t at = jk_zsock_wake_at_us(hb->sock), timeout_ms = -1;
-    if (at != INT64_MAX) {
-      int64_t left = at - sl_time_mono_us();
-      timeout_ms = left <= 0 ? 0 : (left + 999) / 1000;
-    }
-    if (poll(pfd, (nfds_t)(n + 1), timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms) < 0 && errno != EINTR)
+    if (poll(pfd, (nfds_t)(n + 1), poll_ms_until(jk_zsock_wake_at_us(hb->sock))) < 0 && errno != EINTR)
       break;
     if (pfd[0].revents)
       break;
@@ -158,6 +165,14 @@ static void heartbeat_stop(struct heartbeat *hb) {
 
 /* ---- core callbacks ---------------------------------------------------- */
 
+/* Before a message goes out on zs, what was sent on another socket leaves
+ * first, so clients see messages in the order the core sent them. */
+static void switch_to(struct loop *l, struct jk_zsock *zs) {
+  if (l->last_sent && l->last_sent != zs)
+    jk_zsock_flush(l->last_sent);
+  l->last_sent = zs;
+}
+
 static int send_frame(void *sock, const void *data, size_t len, bool more) {
   return jk_zsock_send(sock, data, len, more);
 }
@@ -165,9 +180,7 @@ static int send_frame(void *sock, const void *data, size_t len, bool more) {
 static void send_msg(void *ud, enum jk_channel ch, struct jk_msg *msg) {
   struct loop *l = ud;
   struct jk_zsock *zs = l->zs[ch];
-  if (l->last_sent && l->last_sent != zs)
-    jk_zsock_flush(l->last_sent); /* what went before leaves first */
-  l->last_sent = zs;
+  switch_to(l, zs);
   int r = zs ? jk_wire_encode_each(l->auth, msg, send_frame, zs) : -ENOTCONN;
   if (r < 0)
     sl_warn("kernel.wire", "cannot send a message on the %s channel: %s", channel_name[ch], sl_strerror(r));
@@ -210,6 +223,8 @@ static void request_shutdown(void *ud, bool restart) {
 
 static void gw_close(void *ud) {
   struct loop *l = ud;
+  if (l->last_sent == l->gw)
+    l->last_sent = NULL; /* the core may close it between two sends of a round */
   l->gw = jk_zsock_free(l->gw);
 }
 
@@ -226,9 +241,7 @@ static int gw_send(void *ud, const char *data, size_t len) {
   struct loop *l = ud;
   if (!l->gw)
     return -ENOTCONN;
-  if (l->last_sent && l->last_sent != l->gw)
-    jk_zsock_flush(l->last_sent);
-  l->last_sent = l->gw;
+  switch_to(l, l->gw);
   return jk_zsock_send(l->gw, data, len, false);
 }
 
@@ -328,7 +341,7 @@ static int open_socket(const struct jk_connection *conn, enum jk_channel ch, str
   return r;
 }
 
-static int64_t poll_timeout_ms(const struct loop *l) {
+static int poll_timeout_ms(const struct loop *l) {
   int64_t at = jk_core_wake_at_us(l->core);
   for (int ch = 0; ch < JK_CH_COUNT; ch++) {
     int64_t z = l->zs[ch] ? jk_zsock_wake_at_us(l->zs[ch]) : INT64_MAX;
@@ -338,12 +351,7 @@ static int64_t poll_timeout_ms(const struct loop *l) {
   int64_t g = l->gw ? jk_zsock_wake_at_us(l->gw) : INT64_MAX;
   if (g < at)
     at = g;
-  if (at == INT64_MAX)
-    return -1;
-  int64_t left = at - sl_time_mono_us();
-  if (left <= 0)
-    return 0;
-  return (left + 999) / 1000;
+  return poll_ms_until(at);
 }
 
 static void read_signals(struct loop *l) {
@@ -394,8 +402,7 @@ static void serve(struct loop *l) {
       gw_count = jk_zsock_pollfds(gw, l->pfd + n);
       n += gw_count;
     }
-    int64_t timeout_ms = waiting ? 0 : poll_timeout_ms(l);
-    int r = poll(l->pfd, (nfds_t)n, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+    int r = poll(l->pfd, (nfds_t)n, waiting ? 0 : poll_timeout_ms(l));
     if (r < 0 && errno != EINTR) {
       sl_err("kernel", "poll failed: %s", strerror(errno));
       break;

@@ -14,14 +14,12 @@
 #include "zsock.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -231,6 +229,8 @@ static int out_append(struct peer *p, const void *data, size_t len) {
 }
 
 static void peer_write(struct peer *p) {
+  if (p->state == P_CONNECTING)
+    return; /* the greeting waits until the connection is made */
   while (!p->dead && p->out_off < p->out_len) {
     ssize_t w = send(p->fd, p->out + p->out_off, p->out_len - p->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w > 0) {
@@ -695,18 +695,13 @@ static bool subscribed(const struct peer *p, const uint8_t *data, size_t len) {
   return false;
 }
 
-/* Picks the peers that get the message whose first frame is data. */
+/* PUB and REP: picks the peers that get the message whose first frame is
+ * data (the subscribers to it; the sender of the last message received). */
 static void choose_targets(struct jk_zsock *s, const uint8_t *data, size_t len) {
   for (size_t i = 0; i < s->npeers; i++) {
     struct peer *p = s->peers[i];
-    bool want = false;
-    if (p->dead || p->state != P_ACTIVE || p->out_len - p->out_off >= s->opts.max_out_bytes)
-      want = false;
-    else if (s->type == JK_ZSOCK_PUB)
-      want = subscribed(p, data, len);
-    else if (s->type == JK_ZSOCK_REP)
-      want = p->serial == s->reply_to;
-    p->target = want;
+    bool open = !p->dead && p->state == P_ACTIVE && p->out_len - p->out_off < s->opts.max_out_bytes;
+    p->target = open && (s->type == JK_ZSOCK_PUB ? subscribed(p, data, len) : p->serial == s->reply_to);
   }
 }
 
