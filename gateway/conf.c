@@ -5,9 +5,18 @@
  * Parsing, defaults and --dump-config all walk the same table, so an option
  * cannot exist in one place and be missing in another. Sections "user.*" and
  * "group.*" are templates: their rows apply to each named entry. A value is
- * checked completely before it is stored, so a failed set leaves the old one. */
+ * checked completely before it is stored, so a failed set leaves the old one.
+ *
+ * [provider.NAME] sections are the exception: their options are declared by
+ * the provider class registered as NAME (provider.h). conf.c keeps their
+ * values as checked text, in file order of the sections, and the class reads
+ * them with gw_config_provider_option() when it opens.
+ *
+ * Options that would configure nothing in this gateway are refused with a
+ * message that says so (the refused table), never parsed and ignored. */
 #include "conf.h"
 
+#include "provider.h"
 #include "sl_err.h"
 #include "sl_time.h"
 
@@ -19,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum opt_type { T_STR, T_ADDR, T_DUR, T_INT, T_NUM, T_BOOL, T_PCTLIST, T_NAMELIST, T_HEX64, T_NAME };
+enum opt_type { T_STR, T_ADDR, T_DUR, T_INT, T_NUM, T_BOOL, T_HEX64, T_NAME };
 
 enum opt_owner { O_MAIN, O_USER, O_GROUP };
 
@@ -44,8 +53,6 @@ static const struct opt opts[] = {
    "address of the kernel/CLI socket (tcp://HOST:PORT or ipc://PATH)"},
   {"gateway", "workers", T_ADDR, M(workers), "tcp://0.0.0.0:7401", 0, 0,
    "address of the worker socket (CURVE encrypted)"},
-  {"gateway", "http", T_STR, M(http), "127.0.0.1:7480", 0, 0,
-   "HOST:PORT of the HTTP API, /metrics and admin page"},
   {"gateway", "state_dir", T_STR, M(state_dir), "/var/lib/spotlab", 0, 0,
    "folder for the database, keys, checkpoints and instance folders"},
   {"gateway", "heartbeat_ms", T_INT, M(heartbeat_ms), "1000", 50, 600000,
@@ -66,24 +73,10 @@ static const struct opt opts[] = {
    "warn the notebook this long before an idle shutdown"},
   {"budget", "monthly_usd", T_NUM, M(monthly_usd), "2000", 0, 1e9,
    "spending budget per calendar month in US dollars (0: no budget)"},
-  {"budget", "alert_at", T_PCTLIST, M(alert_at), "25,50,75,100", 0, 1000,
-   "percentages of the budget at which users and admins are alerted"},
   {"budget", "hard_cap", T_BOOL, M(hard_cap), "yes", 0, 0,
    "refuse new jobs once the monthly budget is spent"},
   {"worker", "metrics_per_s", T_INT, M(worker_metrics_per_s), "20", 1, 100000,
    "step metrics a worker sends per job per second (the newest step wins)"},
-  {"provider.local", "slots", T_INT, M(local_slots), "2", 0, 64,
-   "local instances that may run at once (0 disables the local provider)"},
-  {"provider.local", "market", T_STR, M(local_market), "random:1", 0, 0,
-   "spot market model: trace:PATH or random:SEED"},
-  {"provider.local", "time_scale", T_NUM, M(local_time_scale), "60", 0.001, 1e6,
-   "simulated seconds per wall-clock second (prices and costs use simulated time)"},
-  {"provider.local", "catalog", T_STR, M(local_catalog), "", 0, 0,
-   "CSV of instance types; empty for the built-in catalog"},
-  {"provider.aws", "region", T_STR, M(aws_region), "us-east-1", 0, 0,
-   "AWS region (read and kept; the EC2 provider is not built yet)"},
-  {"provider.aws", "instance_types", T_NAMELIST, M(aws_instance_types),
-   "g5.xlarge,g4dn.xlarge,p3.2xlarge", 0, 0, "instance types users may get"},
   {"user.*", "token_sha256", T_HEX64, U(token_sha256), NULL, 0, 0,
    "SHA-256 (lowercase hex) of the user's token"},
   {"user.*", "group", T_NAME, U(group), NULL, 0, 0, "the user's group"},
@@ -93,6 +86,24 @@ static const struct opt opts[] = {
    "the group's [idle] worker_timeout"},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
+
+/* Options and sections DESIGN.md names for features this gateway does not
+ * have yet: setting one is an error that says so. key NULL: the whole
+ * section. */
+static const struct {
+  const char *section, *key, *why;
+} refused[] = {
+  {"gateway", "http", "this gateway has no HTTP API yet; remove the option"},
+  {"budget", "alert_at", "this gateway sends no budget alerts yet; remove the option"},
+  {"store", NULL,
+   "this gateway has no store settings yet (checkpoints go to each provider's store); "
+   "remove the section"},
+  {"webhook.*", NULL, "this gateway posts no webhooks yet; remove the section"},
+};
+#define N_REFUSED (sizeof refused / sizeof refused[0])
+
+/* The implicit provider: enabled when the configuration names none. */
+#define DEFAULT_PROVIDER "local"
 
 static void fail(char *err, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void fail(char *err, size_t size, const char *fmt, ...) {
@@ -116,27 +127,61 @@ static bool valid_name(const char *s) {
 
 /* Splits "user.alice" into the template ("user.*") and the entry name. */
 static const char *section_template(const char *section, const char **ret_entry) {
+  static const char *templates[] = {"user.*", "group.*", "provider.*", "webhook.*"};
   *ret_entry = NULL;
-  if (!strncmp(section, "user.", 5)) {
-    *ret_entry = section + 5;
-    return "user.*";
-  }
-  if (!strncmp(section, "group.", 6)) {
-    *ret_entry = section + 6;
-    return "group.*";
+  for (size_t i = 0; i < sizeof templates / sizeof *templates; i++) {
+    size_t n = strlen(templates[i]) - 1; /* "user." */
+    if (!strncmp(section, templates[i], n)) {
+      *ret_entry = section + n;
+      return templates[i];
+    }
   }
   return section;
 }
 
-static bool known_section(const char *section) {
+static const char *refused_why(const char *tmpl, const char *key) {
+  for (size_t i = 0; i < N_REFUSED; i++)
+    if (!strcmp(refused[i].section, tmpl) &&
+        (!refused[i].key ? !key : key && !strcmp(refused[i].key, key)))
+      return refused[i].why;
+  return NULL;
+}
+
+/* Names the registered provider classes into buf: "local, fake" or "none". */
+static void class_names(char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = 0;
+  const struct gw_provider_class *cls;
+  for (size_t i = 0; (cls = gw_provider_class_at(i)) && used < size; i++) {
+    int n = snprintf(buf + used, size - used, "%s%s", i ? ", " : "", cls->name);
+    used += n > 0 ? (size_t)n : 0;
+  }
+  if (!buf[0])
+    snprintf(buf, size, "none");
+}
+
+/* 0 when section can hold options, or SL_ECONFIG with the reason: unknown,
+ * refused, or a provider this gateway does not have. */
+static int check_section(const char *section, char *err, size_t size) {
   const char *entry;
   const char *tmpl = section_template(section, &entry);
+  const char *why = refused_why(tmpl, NULL);
+  if (why)
+    return fail(err, size, "[%s]: %s", section, why), SL_ECONFIG;
   if (entry && !valid_name(entry))
-    return false;
+    return fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
+  if (!strcmp(tmpl, "provider.*")) {
+    if (gw_provider_find(entry))
+      return 0;
+    char names[GW_PROVIDERS_MAX * (GW_PROVIDER_NAME_MAX + 2)];
+    class_names(names, sizeof names);
+    return fail(err, size, "unknown provider \"%s\" (this gateway has: %s)", entry, names),
+           SL_ECONFIG;
+  }
   for (size_t i = 0; i < N_OPTS; i++)
     if (!strcmp(opts[i].section, tmpl))
-      return true;
-  return false;
+      return 0;
+  return fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
 }
 
 static bool parse_bool(const char *v, bool *ret) {
@@ -158,34 +203,22 @@ static bool parse_number(const char *v, double *ret) {
   return true;
 }
 
-/* Checks a comma list: percentages (numbers in bounds) or names. */
-static int check_list(const struct opt *o, const char *v, char *err, size_t size) {
-  char buf[1024];
-  if (strlen(v) >= sizeof buf || strlen(v) >= o->size)
-    return fail(err, size, "%s: list too long", o->name), SL_ECONFIG;
-  strcpy(buf, v);
-  char *save = NULL;
-  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    while (isspace((unsigned char)*t))
-      t++;
-    char *e = t + strlen(t);
-    while (e > t && isspace((unsigned char)e[-1]))
-      *--e = 0;
-    double d;
-    if (o->type == T_PCTLIST) {
-      if (!parse_number(t, &d) || d < o->min || d > o->max)
-        return fail(err, size, "%s: \"%s\" is not a percentage in [%g, %g]", o->name, t, o->min,
-                    o->max), SL_ECONFIG;
-    } else if (!valid_name(t)) {
-      return fail(err, size, "%s: \"%s\" is not a valid name", o->name, t), SL_ECONFIG;
-    }
-  }
+int gw_config_parse_number(const char *name, const char *value, bool integer, double min,
+                           double max, double *ret, char *err, size_t err_size) {
+  double d;
+  if (!parse_number(value, &d) || (integer && d != floor(d)))
+    return fail(err, err_size, "%s: \"%s\" is not %s", name, value,
+                integer ? "an integer" : "a number"), SL_ECONFIG;
+  if (d < min || d > max)
+    return fail(err, err_size, "%s: %s is out of range [%g, %g]", name, value, min, max),
+           SL_ECONFIG;
+  *ret = d;
   return 0;
 }
 
 /* Parses v for option o and stores it at dst. */
 static int store_value(const struct opt *o, void *dst, const char *v, char *err, size_t size) {
-  double d;
+  double d = 0;
   int64_t us;
   bool b;
   switch (o->type) {
@@ -209,12 +242,6 @@ static int store_value(const struct opt *o, void *dst, const char *v, char *err,
       return fail(err, size, "%s: expected 64 lowercase hex digits", o->name), SL_ECONFIG;
     strcpy(dst, v);
     return 0;
-  case T_PCTLIST:
-  case T_NAMELIST:
-    if (check_list(o, v, err, size) < 0)
-      return SL_ECONFIG;
-    strcpy(dst, v);
-    return 0;
   case T_BOOL:
     if (!parse_bool(v, &b))
       return fail(err, size, "%s: \"%s\" is not yes or no", o->name, v), SL_ECONFIG;
@@ -230,12 +257,8 @@ static int store_value(const struct opt *o, void *dst, const char *v, char *err,
     return 0;
   case T_INT:
   case T_NUM:
-    if (!parse_number(v, &d) || (o->type == T_INT && d != floor(d)))
-      return fail(err, size, "%s: \"%s\" is not %s", o->name, v,
-                  o->type == T_INT ? "an integer" : "a number"), SL_ECONFIG;
-    if (d < o->min || d > o->max)
-      return fail(err, size, "%s: %s is out of range [%g, %g]", o->name, v, o->min, o->max),
-             SL_ECONFIG;
+    if (gw_config_parse_number(o->name, v, o->type == T_INT, o->min, o->max, &d, err, size) < 0)
+      return SL_ECONFIG;
     if (o->type == T_INT)
       *(int64_t *)dst = (int64_t)d;
     else
@@ -273,12 +296,139 @@ static void *target(struct gw_config *c, enum opt_owner owner, const char *entry
   return g;
 }
 
+/* ---- provider sections ------------------------------------------------ */
+
+static struct gw_provider_cfg *provider_entry(const struct gw_config *c, const char *name) {
+  for (size_t i = 0; i < c->n_providers; i++)
+    if (!strcmp(c->providers[i].name, name))
+      return (struct gw_provider_cfg *)&c->providers[i];
+  return NULL;
+}
+
+static const struct gw_provider_option *class_option(const struct gw_provider_class *cls,
+                                                     const char *key) {
+  for (const struct gw_provider_option *o = cls->options; o && o->name; o++)
+    if (!strcmp(o->name, key))
+      return o;
+  return NULL;
+}
+
+/* Enables provider name (a registered class) as named by the file: an
+ * implicit entry of that name becomes explicit, every other implicit entry
+ * is dropped. Fails, changing nothing, when GW_MAX_PROVIDERS_CFG are
+ * enabled already. */
+static struct gw_provider_cfg *enable_provider(struct gw_config *c, const char *name, char *err,
+                                               size_t size) {
+  size_t explicit_n = 0;
+  for (size_t i = 0; i < c->n_providers; i++)
+    explicit_n += !c->providers[i].implicit;
+  struct gw_provider_cfg *p = provider_entry(c, name);
+  if (p && !p->implicit)
+    return p;
+  if (explicit_n == GW_MAX_PROVIDERS_CFG)
+    return fail(err, size, "more than %d provider sections", GW_MAX_PROVIDERS_CFG), NULL;
+  size_t kept = 0;
+  for (size_t i = 0; i < c->n_providers; i++)
+    if (!c->providers[i].implicit || !strcmp(c->providers[i].name, name))
+      c->providers[kept++] = c->providers[i];
+  c->n_providers = kept;
+  p = provider_entry(c, name);
+  if (!p) {
+    p = &c->providers[c->n_providers++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+  }
+  p->implicit = false;
+  return p;
+}
+
+/* Resets the providers to the implicit default unless the file named one. */
+static void implicit_default(struct gw_config *c) {
+  for (size_t i = 0; i < c->n_providers; i++)
+    if (!c->providers[i].implicit)
+      return;
+  c->n_providers = 1;
+  memset(&c->providers[0], 0, sizeof c->providers[0]);
+  snprintf(c->providers[0].name, sizeof c->providers[0].name, "%s", DEFAULT_PROVIDER);
+  c->providers[0].implicit = true;
+}
+
+static int set_provider_option(struct gw_config *c, const char *section, const char *provider,
+                               const char *key, const char *value, char *err, size_t size) {
+  const struct gw_provider_class *cls = gw_provider_find(provider);
+  if (!cls) /* checked by the caller */
+    return fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
+  if (!class_option(cls, key)) {
+    char names[1024] = "";
+    size_t used = 0;
+    for (const struct gw_provider_option *o = cls->options; o && o->name && used < sizeof names;
+         o++) {
+      int n = snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", o->name);
+      used += n > 0 ? (size_t)n : 0;
+    }
+    if (!names[0])
+      return fail(err, size, "unknown key \"%s\" in [%s] (it takes no options)", key, section),
+             SL_ECONFIG;
+    return fail(err, size, "unknown key \"%s\" in [%s] (it accepts: %s)", key, section, names),
+           SL_ECONFIG;
+  }
+  if (strlen(value) >= sizeof c->providers[0].opts[0].value)
+    return fail(err, size, "%s: value longer than %zu bytes", key,
+                sizeof c->providers[0].opts[0].value - 1), SL_ECONFIG;
+  if (cls->check_option) {
+    if (err && size)
+      err[0] = 0;
+    if (cls->check_option(key, value, err, size) < 0) {
+      if (err && size && !err[0])
+        fail(err, size, "%s: \"%s\" is not a valid value", key, value);
+      return SL_ECONFIG;
+    }
+  }
+  const struct gw_provider_cfg *old = provider_entry(c, provider);
+  bool has_key = false;
+  for (size_t i = 0; old && i < old->n; i++)
+    has_key |= !strcmp(old->opts[i].key, key);
+  if (old && !has_key && old->n == GW_PROVIDER_OPTS_MAX)
+    return fail(err, size, "more than %d options in [%s]", GW_PROVIDER_OPTS_MAX, section),
+           SL_ECONFIG;
+  struct gw_provider_cfg *p = enable_provider(c, provider, err, size);
+  if (!p)
+    return SL_ECONFIG;
+  size_t i = 0;
+  while (i < p->n && strcmp(p->opts[i].key, key))
+    i++;
+  if (i == p->n) {
+    p->n++;
+    snprintf(p->opts[i].key, sizeof p->opts[i].key, "%s", key);
+  }
+  snprintf(p->opts[i].value, sizeof p->opts[i].value, "%s", value);
+  return 0;
+}
+
+const char *gw_config_provider_option(const struct gw_config *c, const char *provider,
+                                      const char *key) {
+  const struct gw_provider_cfg *p = provider_entry(c, provider);
+  for (size_t i = 0; p && i < p->n; i++)
+    if (!strcmp(p->opts[i].key, key))
+      return p->opts[i].value;
+  const struct gw_provider_class *cls = gw_provider_find(provider);
+  const struct gw_provider_option *o = cls ? class_option(cls, key) : NULL;
+  return o ? o->def : NULL;
+}
+
+/* ---- setting, defaults ------------------------------------------------- */
+
 int gw_config_set(struct gw_config *c, const char *section, const char *name, const char *value,
                   char *err, size_t err_size) {
-  if (!known_section(section))
-    return fail(err, err_size, "unknown section [%s]", section), SL_ECONFIG;
+  if (check_section(section, err, err_size) < 0)
+    return SL_ECONFIG;
   const char *entry;
   const char *tmpl = section_template(section, &entry);
+  const char *why = refused_why(tmpl, name);
+  if (why)
+    return fail(err, err_size, "[%s] %s: %s", section, name, why), SL_ECONFIG;
+  if (!strcmp(tmpl, "provider.*"))
+    return set_provider_option(c, section, entry, name, value, err, err_size);
   for (size_t i = 0; i < N_OPTS; i++) {
     const struct opt *o = &opts[i];
     if (strcmp(o->section, tmpl) || strcmp(o->name, name))
@@ -299,15 +449,14 @@ void gw_config_defaults(struct gw_config *c) {
     int r = store_value(&opts[i], (char *)c + opts[i].offset, opts[i].def, NULL, 0);
     (void)r; /* the table's defaults are valid by construction (checked by the unit test) */
   }
+  implicit_default(c);
 }
 
 void gw_config_embedded(struct gw_config *c, const char *home) {
   snprintf(c->state_dir, sizeof c->state_dir, "%s", home);
   snprintf(c->listen, sizeof c->listen, "ipc://%s/gateway.sock", home);
   snprintf(c->workers, sizeof c->workers, "ipc://%s/workers.sock", home);
-  c->local_slots = 2;
-  snprintf(c->local_market, sizeof c->local_market, "random:1");
-  c->local_time_scale = 60;
+  implicit_default(c);
   c->embedded = true;
 }
 
@@ -328,8 +477,9 @@ static void parse_error(struct parse_ctx *p, const char *msg) {
   fail(p->err, p->err_size, "%s:%d: %s", p->path, p->line, msg);
 }
 
-/* fgets with a line counter; also catches sections that inih would only
- * report through their keys (an empty unknown section). */
+/* fgets with a line counter; also sees each section header, so an empty
+ * section is checked (an unknown or refused one is an error) and an empty
+ * [provider.NAME] enables that provider with its defaults. */
 static char *reader(char *str, int num, void *stream) {
   struct parse_ctx *p = stream;
   char *r = fgets(str, num, p->f);
@@ -355,11 +505,13 @@ static char *reader(char *str, int num, void *stream) {
     } else {
       memcpy(sec, s + 1, (size_t)(e - s - 1));
       sec[e - s - 1] = 0;
-      if (!known_section(sec)) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "unknown section [%s]", sec);
+      char msg[512];
+      const char *entry;
+      if (check_section(sec, msg, sizeof msg) < 0)
         parse_error(p, msg);
-      }
+      else if (!strcmp(section_template(sec, &entry), "provider.*") &&
+               !enable_provider(p->c, entry, msg, sizeof msg))
+        parse_error(p, msg);
     }
   }
   return r;
@@ -373,7 +525,7 @@ static int handler(void *user, const char *section, const char *name, const char
     parse_error(p, msg);
     return 1;
   }
-  if (!known_section(section))
+  if (check_section(section, NULL, 0) < 0)
     return 1; /* reported by the reader at the header */
   if (gw_config_set(p->c, section, name, value, msg, sizeof msg) < 0)
     parse_error(p, msg);
@@ -452,12 +604,29 @@ static void dump_section(FILE *out, const char *tmpl, const char *section, const
   fputc('\n', out);
 }
 
+/* An enabled provider's section: every option of its class, effective value. */
+static void dump_provider(FILE *out, const struct gw_config *c, const struct gw_provider_cfg *p) {
+  const struct gw_provider_class *cls = gw_provider_find(p->name);
+  if (!cls) {
+    fprintf(out, "; [provider.%s] is enabled%s but not built into this gateway\n\n", p->name,
+            p->implicit ? " by default" : "");
+    return;
+  }
+  fprintf(out, "[provider.%s]\n", p->name);
+  for (const struct gw_provider_option *o = cls->options; o && o->name; o++) {
+    const char *v = gw_config_provider_option(c, p->name, o->name);
+    fprintf(out, "; %s\n%s = %s\n", o->help ? o->help : "", o->name, v ? v : "");
+  }
+  fputc('\n', out);
+}
+
 int gw_config_dump(const struct gw_config *c, FILE *out) {
-  static const char *main_sections[] = {"gateway", "idle", "budget", "worker", "provider.local",
-                                        "provider.aws"};
+  static const char *main_sections[] = {"gateway", "idle", "budget", "worker"};
   fprintf(out, "; spotlab-gateway effective configuration\n\n");
   for (size_t i = 0; i < sizeof main_sections / sizeof *main_sections; i++)
     dump_section(out, main_sections[i], main_sections[i], c);
+  for (size_t i = 0; i < c->n_providers; i++)
+    dump_provider(out, c, &c->providers[i]);
   char sec[96];
   for (size_t i = 0; i < c->n_users; i++) {
     snprintf(sec, sizeof sec, "user.%s", c->users[i].name);

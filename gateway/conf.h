@@ -1,9 +1,14 @@
 /* The gateway's configuration (DESIGN.md §6).
  *
- * Every option is declared once in config.c's table (section, name, type,
- * default, bound, help). Values are layered: defaults, then the INI file,
- * then the environment, then the command line; main() owns the struct and
- * hands it on as const. */
+ * Every option is declared once in conf.c's table (section, name, type,
+ * default, bound, help), except the options of [provider.NAME] sections:
+ * those belong to the provider class registered as NAME (provider.h), which
+ * declares them, checks their values and reads them when it opens. Values
+ * are layered: defaults, then the INI file, then the environment, then the
+ * command line; main() owns the struct and hands it on as const.
+ *
+ * Provider classes must be registered before a file is loaded: a section
+ * that names no registered class is an error. */
 #ifndef GW_CONF_H
 #define GW_CONF_H
 
@@ -15,6 +20,8 @@
 #define GW_MAX_USERS 256
 #define GW_MAX_GROUPS 64
 #define GW_NAME_MAX 64
+#define GW_MAX_PROVIDERS_CFG 8
+#define GW_PROVIDER_OPTS_MAX 32
 
 struct gw_user_cfg {
   char name[GW_NAME_MAX];
@@ -28,11 +35,22 @@ struct gw_group_cfg {
   int64_t worker_timeout_us;    /* -1: not set */
 };
 
+/* An enabled provider: a [provider.NAME] section and the values it sets
+ * (text, checked by the class; unset options take the class's default). */
+struct gw_provider_cfg {
+  char name[32];                /* "local": the section [provider.local] */
+  bool implicit;                /* enabled by default, not named by the file */
+  size_t n;
+  struct {
+    char key[64];
+    char value[1024];
+  } opts[GW_PROVIDER_OPTS_MAX];
+};
+
 struct gw_config {
   /* [gateway] */
   char listen[512];
   char workers[512];
-  char http[256];
   char state_dir[1024];
   int64_t heartbeat_ms;
   int64_t heartbeat_timeout_us;
@@ -45,18 +63,13 @@ struct gw_config {
   int64_t warn_before_us;
   /* [budget] */
   double monthly_usd;
-  char alert_at[128];
   bool hard_cap;
   /* [worker] (passed into each worker's config file) */
   int64_t worker_metrics_per_s;
-  /* [provider.local] */
-  int64_t local_slots;
-  char local_market[1024];
-  double local_time_scale;
-  char local_catalog[1024];
-  /* [provider.aws] (parsed and kept; no EC2 provider yet) */
-  char aws_region[64];
-  char aws_instance_types[1024];
+  /* [provider.NAME]: the enabled providers in file order. With no such
+   * section, "local" alone, implicit. */
+  struct gw_provider_cfg providers[GW_MAX_PROVIDERS_CFG];
+  size_t n_providers;
   /* [user.NAME], [group.NAME] */
   struct gw_user_cfg users[GW_MAX_USERS];
   size_t n_users;
@@ -66,19 +79,35 @@ struct gw_config {
   bool embedded;
 };
 
-/* Fills c with every option's default. */
+/* Fills c with every option's default; the local provider is enabled
+ * implicitly. */
 void gw_config_defaults(struct gw_config *c);
-/* The defaults of the embedded gateway under home ($SPOTLAB_HOME). */
+/* The defaults of the embedded gateway under home ($SPOTLAB_HOME), over c
+ * (the local provider enabled implicitly unless a provider is named). */
 void gw_config_embedded(struct gw_config *c, const char *home);
 /* Reads an INI file over c. On error returns SL_ECONFIG (or -errno when the
  * file cannot be opened) and writes "FILE:LINE: message" into err. */
 int gw_config_load_file(struct gw_config *c, const char *path, char *err, size_t err_size);
 /* Sets one option from text ("gateway", "listen", "tcp://..."). SL_ECONFIG
- * with a message in err for an unknown option or a bad value. */
+ * with a message in err for an unknown option, a bad value, or an option
+ * this gateway refuses because it would configure nothing. A provider
+ * section ("provider.local") is enabled by its first option, which drops the
+ * implicit local provider unless it is the one named. */
 int gw_config_set(struct gw_config *c, const char *section, const char *name,
                   const char *value, char *err, size_t err_size);
-/* Writes the effective values as an INI file with help comments. */
+/* Writes the effective values as an INI file with help comments: every
+ * enabled provider section with every option of its class. */
 int gw_config_dump(const struct gw_config *c, FILE *out);
+/* The value of key in [provider.NAME]: the file's (or gw_config_set's),
+ * else the class's default, else NULL. Borrowed from c or the class. */
+const char *gw_config_provider_option(const struct gw_config *c, const char *provider,
+                                      const char *key);
+/* For provider classes' check_option and open: value as a number (an
+ * integer when integer) in [min, max], with the messages the table's own
+ * options give ("slots: 1000 is out of range [0, 64]"). 0 and *ret, or
+ * SL_ECONFIG with a message in err. */
+int gw_config_parse_number(const char *name, const char *value, bool integer, double min,
+                           double max, double *ret, char *err, size_t err_size);
 /* The user entry for name, or NULL. */
 const struct gw_user_cfg *gw_config_user(const struct gw_config *c, const char *name);
 /* Effective idle timeouts for a user (group values override [idle]). */

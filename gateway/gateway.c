@@ -1,18 +1,35 @@
-/* The gateway object and its loop.
+/* The gateway object: start-up, wiring and the loop.
  *
- * One thread: zmq_poll waits on the kernel ROUTER, the worker ROUTER and the
- * ZAP REP socket, with a timeout set by the nearest timer (provider tick,
- * housekeeping). The ZAP socket is bound before the worker socket so that no
- * CURVE handshake is ever judged without it. Handlers never block: provider
- * calls return once a launch is requested. */
+ * One thread. Everything that wakes the gateway is registered on one event
+ * loop (loop.h): the ZAP handler, the kernel ROUTER and the worker ROUTER
+ * (CURVE), each provider's descriptors and timers, and the housekeeping
+ * timer. The ZAP socket is bound before the worker socket so that no CURVE
+ * handshake is ever judged without it. Handlers never block: provider
+ * calls return once a request is made.
+ *
+ * Wiring: the scheduler reports on the bus; the kernel protocol (fan-out
+ * and notices) and the cost ledger subscribe to it. The calls between the
+ * modules go one way: kproto and wproto call the scheduler, idle and the
+ * ledger; idle calls the scheduler; the scheduler calls the fleet and the
+ * providers; nothing calls back up. */
 #include "gateway.h"
 
-#include "core.h"
-#include "provider_open.h"
+#include "bus.h"
 #include "conf.h"
+#include "fleet.h"
+#include "idle.h"
+#include "keys.h"
+#include "kproto.h"
+#include "ledger.h"
+#include "loop.h"
+#include "provider.h"
+#include "queue.h"
+#include "sched.h"
+#include "store.h"
+#include "wproto.h"
+#include "zmsg.h"
+
 #include "sl_err.h"
-#include "sl_frame.h"
-#include "sl_json.h"
 #include "sl_log.h"
 #include "sl_path.h"
 #include "sl_time.h"
@@ -24,50 +41,28 @@
 #include <zmq.h>
 
 #define T "gateway"
+#define HOUSEKEEPING_US (200 * SL_US_PER_MS)
+#define BATCH 64                /* messages read per socket per turn */
+#define FRAME_MAX (1u << 20)
 
-int gw_try_send(void *sock, const uint8_t *rid, size_t rid_len, const json_t *msg) {
-  size_t len;
-  char *text = sl_json_dump(msg, &len);
-  if (!text)
-    return -ENOMEM;
-  int r = 0;
-  if (zmq_send(sock, rid, rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-      zmq_send(sock, text, len, ZMQ_DONTWAIT) < 0)
-    r = sl_err_from_zmq(zmq_errno());
-  free(text);
-  return r;
-}
-
-int gw_send_to(struct gw *g, void *sock, const uint8_t *rid, size_t rid_len, json_t *msg) {
-  (void)g;
-  int r = gw_try_send(sock, rid, rid_len, msg);
-  if (r < 0)
-    sl_debug("gateway.zmq", "send dropped: %s", sl_strerror(r));
-  return r;
-}
-
-struct gw_job *gw_live_job(struct gw *g, int64_t id) {
-  for (size_t i = 0; i < g->n_jobs; i++)
-    if (g->jobs[i]->id == id)
-      return g->jobs[i];
-  return NULL;
-}
-
-struct gw_inst *gw_inst_find(struct gw *g, const char *id) {
-  for (size_t i = 0; i < g->n_insts; i++)
-    if (!strcmp(g->insts[i].row.id, id))
-      return &g->insts[i];
-  return NULL;
-}
-
-void gw_inst_remove(struct gw *g, const char *id) {
-  struct gw_inst *in = gw_inst_find(g, id);
-  if (!in)
-    return;
-  size_t i = (size_t)(in - g->insts);
-  memmove(&g->insts[i], &g->insts[i + 1], (g->n_insts - i - 1) * sizeof *g->insts);
-  g->n_insts--;
-}
+struct gw {
+  const struct gw_config *cfg;
+  struct gw_loop *loop;
+  struct gw_store *store;
+  struct gw_queue *queue;
+  struct gw_fleet *fleet;
+  struct gw_bus bus;
+  struct gw_sched *sched;
+  struct gw_ledger *ledger;
+  struct gw_idle *idle;
+  struct gw_kproto *kproto;
+  struct gw_wproto *wproto;
+  void *zctx, *ksock, *wsock, *zap;
+  struct gw_keypair keys;
+  char train_program[1024];
+  char worker_address[512];     /* what workers connect to */
+  int64_t started_us;
+};
 
 /* A workers address a local worker can connect to (a wildcard bind becomes loopback). */
 static void worker_address(const char *bind, char *ret, size_t size) {
@@ -95,7 +90,7 @@ static int bind_sockets(struct gw *g, char *err, size_t err_size) {
   /* a full client queue says EAGAIN instead of dropping silently: event
    * replays wait for the client to read (kproto.c) */
   zmq_setsockopt(g->ksock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-  int64_t maxmsg = (int64_t)GW_FRAME_MAX * 16; /* larger ones get an error reply */
+  int64_t maxmsg = (int64_t)FRAME_MAX * 16; /* larger ones get an error reply */
   zmq_setsockopt(g->ksock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
   zmq_setsockopt(g->wsock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
   zmq_setsockopt(g->wsock, ZMQ_CURVE_SERVER, &one, sizeof one);
@@ -123,8 +118,6 @@ static int open_state(struct gw *g, char *err, size_t err_size) {
   }
   snprintf(path, sizeof path, "%s/instances", dir);
   sl_mkdir_p(path, 0700);
-  snprintf(path, sizeof path, "%s/store", dir);
-  sl_mkdir_p(path, 0700);
   snprintf(path, sizeof path, "%s/gateway.key", dir);
   if ((r = gw_keys_load_or_create(path, &g->keys, err, err_size)) < 0)
     return r;
@@ -142,36 +135,144 @@ static int open_state(struct gw *g, char *err, size_t err_size) {
   return 0;
 }
 
+/* Opens every provider the config enables. One that fails to open is
+ * logged and left out: a gateway with no provider still serves clients,
+ * and jobs wait in the queue. */
+static void open_providers(struct gw *g) {
+  for (size_t i = 0; i < g->cfg->n_providers; i++) {
+    const char *name = g->cfg->providers[i].name;
+    const struct gw_provider_class *cls = gw_provider_find(name);
+    if (!cls) {
+      sl_warn(T, "no provider named \"%s\" in this gateway", name);
+      continue;
+    }
+    struct gw_provider_env env = {.cfg = g->cfg, .state_dir = g->cfg->state_dir,
+                                  .loop = g->loop, .on_event = gw_sched_provider_event,
+                                  .userdata = g->sched};
+    char perr[512] = "";
+    struct gw_provider *p = cls->open(&env, perr, sizeof perr);
+    if (!p) {
+      sl_warn(T, "provider %s: %s; jobs will wait in the queue", name, perr);
+      continue;
+    }
+    p->name = cls->name;
+    if (gw_sched_add_provider(g->sched, p) < 0) {
+      p->ops->destroy(p);
+      sl_warn(T, "provider %s left out: too many providers", name);
+    }
+  }
+  if (!gw_sched_n_providers(g->sched))
+    sl_warn(T, "no provider; jobs will wait in the queue");
+}
+
+/* Reads up to BATCH messages from a ready socket: one busy socket cannot
+ * starve the others. */
+static bool more_in(void *sock) {
+  int ev = 0;
+  size_t sz = sizeof ev;
+  return zmq_getsockopt(sock, ZMQ_EVENTS, &ev, &sz) == 0 && (ev & ZMQ_POLLIN);
+}
+
+static void on_zap(struct gw_loop *l, int fd, void *sock, int events, void *data) {
+  (void)l; (void)fd; (void)events;
+  struct gw *g = data;
+  for (int i = 0; i < BATCH; i++) {
+    gw_wproto_zap(g->wproto);
+    if (!more_in(sock))
+      break;
+  }
+}
+
+static void on_kernel(struct gw_loop *l, int fd, void *sock, int events, void *data) {
+  (void)l; (void)fd; (void)events;
+  struct gw *g = data;
+  for (int i = 0; i < BATCH; i++) {
+    gw_kproto_recv(g->kproto, sock);
+    if (!more_in(sock))
+      break;
+  }
+}
+
+static void on_worker(struct gw_loop *l, int fd, void *sock, int events, void *data) {
+  (void)l; (void)fd; (void)events;
+  struct gw *g = data;
+  for (int i = 0; i < BATCH; i++) {
+    gw_wproto_recv(g->wproto);
+    if (!more_in(sock))
+      break;
+  }
+}
+
+static int64_t housekeeping(struct gw_loop *l, int64_t id, int64_t now_us, void *data) {
+  (void)l; (void)id;
+  struct gw *g = data;
+  gw_sched_housekeeping(g->sched);
+  gw_idle_check(g->idle, sl_time_mono_us());
+  return now_us + HOUSEKEEPING_US;
+}
+
+static int client_send(void *ctx, const uint8_t *rid, size_t rid_len, const json_t *msg) {
+  struct gw *g = ctx;
+  return gw_zmsg_send(g->ksock, rid, rid_len, msg);
+}
+
 int gw_new(const struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   struct gw *g = calloc(1, sizeof *g);
   if (!g)
     return -ENOMEM;
   g->cfg = cfg;
   g->started_us = sl_time_real_us();
-  g->next_replay_mono_us = INT64_MAX;
-  g->clients = calloc(GW_MAX_CLIENTS, sizeof *g->clients);
-  g->insts = calloc(GW_MAX_INSTANCES, sizeof *g->insts);
-  g->jobs = calloc(GW_MAX_LIVE_JOBS, sizeof *g->jobs);
-  g->sessions = calloc(GW_MAX_SESSIONS, sizeof *g->sessions);
-  g->queue = gw_queue_new();
+  gw_bus_init(&g->bus);
   int r = -ENOMEM;
-  if (!g->clients || !g->insts || !g->jobs || !g->sessions || !g->queue)
+  g->loop = gw_loop_new();
+  g->queue = gw_queue_new();
+  if (!g->loop || !g->queue)
     goto fail;
   if ((r = open_state(g, err, err_size)) < 0)
     goto fail;
   worker_address(cfg->workers, g->worker_address, sizeof g->worker_address);
   if (sl_find_program("spotlab-train", g->train_program, sizeof g->train_program) < 0)
     g->train_program[0] = 0;
-  char perr[512] = "";
-  g->prov = gw_provider_open(cfg, gw_sched_on_provider_event, g, perr, sizeof perr);
-  if (!g->prov)
-    sl_warn(T, "no provider: %s; jobs will wait in the queue", perr);
+  r = -ENOMEM;
+  g->fleet = gw_fleet_new(g->store, GW_QUEUE_MAX);
+  g->ledger = gw_ledger_new(cfg, g->store);
+  struct gw_sched_env se = {.cfg = cfg, .store = g->store, .fleet = g->fleet, .queue = g->queue,
+                            .loop = g->loop, .bus = &g->bus, .worker_address = g->worker_address,
+                            .gateway_public = g->keys.public_z85,
+                            .train_program = g->train_program};
+  if (!g->fleet || !g->ledger || !(g->sched = gw_sched_new(&se)))
+    goto fail;
+  if (!(g->idle = gw_idle_new(cfg, g->fleet, g->sched, &g->bus)))
+    goto fail;
+  open_providers(g);
   g->zctx = zmq_ctx_new();
   if (!g->zctx)
     goto fail;
   if ((r = bind_sockets(g, err, err_size)) < 0)
     goto fail;
-  if ((r = gw_sched_load(g)) < 0) {
+  struct gw_kproto_env ke = {.cfg = cfg, .store = g->store, .fleet = g->fleet, .queue = g->queue,
+                             .sched = g->sched, .idle = g->idle, .ledger = g->ledger,
+                             .loop = g->loop, .send = client_send, .send_ctx = g,
+                             .started_us = g->started_us};
+  r = -ENOMEM;
+  if (!(g->kproto = gw_kproto_new(&ke)) ||
+      !(g->wproto = gw_wproto_new(cfg, g->store, g->fleet, g->sched, g->wsock, g->zap)))
+    goto fail;
+  gw_fleet_set_transport(g->fleet, gw_wproto_transport, g->wproto);
+  if ((r = gw_bus_subscribe(&g->bus, GW_BUS_JOB_EVENT | GW_BUS_NOTICE, gw_kproto_sink,
+                            g->kproto)) < 0 ||
+      (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_ledger_sink, g->ledger)) < 0)
+    goto fail;
+  if ((r = gw_loop_add_zsock(g->loop, g->zap, GW_LOOP_READ, on_zap, g)) < 0 ||
+      (r = gw_loop_add_zsock(g->loop, g->ksock, GW_LOOP_READ, on_kernel, g)) < 0 ||
+      (r = gw_loop_add_zsock(g->loop, g->wsock, GW_LOOP_READ, on_worker, g)) < 0)
+    goto fail;
+  int64_t t = gw_loop_add_timer(g->loop, sl_time_mono_us(), housekeeping, g);
+  if (t < 0) {
+    r = (int)t;
+    goto fail;
+  }
+  if ((r = gw_sched_load(g->sched)) < 0) {
     snprintf(err, err_size, "cannot load jobs from the store: %s", sl_strerror(r));
     goto fail;
   }
@@ -185,92 +286,22 @@ fail:
   return r;
 }
 
-/* Also records when the provider next wants tick() in *ret_tick. */
-static int64_t poll_timeout_ms(struct gw *g, int64_t *ret_tick) {
-  int64_t now = sl_time_mono_us();
-  int64_t next = g->next_housekeeping_mono_us;
-  *ret_tick = now;
-  if (g->prov && g->prov->ops->next_tick_us) {
-    int64_t t = g->prov->ops->next_tick_us(g->prov);
-    *ret_tick = t;
-    if (t < next)
-      next = t;
-  }
-  if (g->next_replay_mono_us < next)
-    next = g->next_replay_mono_us;
-  if (g->kick)
-    return 0;
-  int64_t ms = (next - now + 999) / 1000;
-  return ms < 0 ? 0 : ms > 1000 ? 1000 : ms;
-}
-
 int gw_run(struct gw *g, volatile sig_atomic_t *stop) {
-  zmq_pollitem_t items[] = {
-    {g->zap, 0, ZMQ_POLLIN, 0},
-    {g->ksock, 0, ZMQ_POLLIN, 0},
-    {g->wsock, 0, ZMQ_POLLIN, 0},
-  };
-  g->kick = true;
-  while (!*stop) {
-    int64_t tick_at;
-    int n = zmq_poll(items, 3, (long)poll_timeout_ms(g, &tick_at));
-    if (n < 0 && zmq_errno() != EINTR) {
-      sl_err(T, "poll: %s", zmq_strerror(zmq_errno()));
-      return SL_EZMQ;
-    }
-    if (*stop)
-      break;
-    /* bounded batches keep one busy socket from starving the others */
-    for (int i = 0; i < 64 && n > 0 && (items[0].revents & ZMQ_POLLIN); i++) {
-      gw_zap_handle(g);
-      int ev = 0;
-      size_t sz = sizeof ev;
-      if (zmq_getsockopt(g->zap, ZMQ_EVENTS, &ev, &sz) < 0 || !(ev & ZMQ_POLLIN))
-        break;
-    }
-    for (int i = 0; i < 64 && n > 0 && (items[1].revents & ZMQ_POLLIN); i++) {
-      gw_kproto_recv(g);
-      int ev = 0;
-      size_t sz = sizeof ev;
-      if (zmq_getsockopt(g->ksock, ZMQ_EVENTS, &ev, &sz) < 0 || !(ev & ZMQ_POLLIN))
-        break;
-    }
-    for (int i = 0; i < 64 && n > 0 && (items[2].revents & ZMQ_POLLIN); i++) {
-      gw_wproto_recv(g);
-      int ev = 0;
-      size_t sz = sizeof ev;
-      if (zmq_getsockopt(g->wsock, ZMQ_EVENTS, &ev, &sz) < 0 || !(ev & ZMQ_POLLIN))
-        break;
-    }
-    int64_t now = sl_time_mono_us();
-    if (g->next_replay_mono_us <= now)
-      gw_kproto_replay(g, now);
-    if (g->prov && g->prov->ops->tick && tick_at <= now)
-      g->prov->ops->tick(g->prov, now);
-    if (now >= g->next_housekeeping_mono_us) {
-      gw_sched_housekeeping(g);
-      g->next_housekeeping_mono_us = now + 200 * SL_US_PER_MS;
-    }
-    /* Capacity comes back without any message (a spot market's next tick):
-     * while jobs wait in the queue, try placing them again once a second. */
-    if (gw_queue_len(g->queue) > 0 && now >= g->next_place_retry_mono_us) {
-      g->kick = true;
-      g->next_place_retry_mono_us = now + SL_US_PER_S;
-    }
-    if (g->kick) {
-      g->kick = false;
-      gw_sched_place(g);
-    }
-  }
+  gw_sched_kick(g->sched);
+  int r = gw_loop_run(g->loop, stop);
+  if (r < 0)
+    sl_err(T, "poll: %s", sl_strerror(r));
   sl_info(T, "shutting down; workers keep running and re-register on the next start");
-  for (size_t i = 0; i < g->n_jobs; i++)
-    gw_sched_flush_cost(g, g->jobs[i], true);
-  return 0;
+  for (size_t i = 0; i < gw_fleet_n_jobs(g->fleet); i++)
+    gw_sched_flush_cost(g->sched, gw_fleet_job_at(g->fleet, i), true);
+  return r < 0 ? r : 0;
 }
 
 struct gw *gw_free(struct gw *g) {
   if (!g)
     return NULL;
+  gw_kproto_free(g->kproto);
+  gw_wproto_free(g->wproto);
   if (g->ksock)
     zmq_close(g->ksock);
   if (g->wsock)
@@ -279,18 +310,13 @@ struct gw *gw_free(struct gw *g) {
     zmq_close(g->zap);
   if (g->zctx)
     zmq_ctx_term(g->zctx);
-  if (g->prov)
-    g->prov->ops->destroy(g->prov);
-  for (size_t i = 0; g->jobs && i < g->n_jobs; i++) {
-    gw_job_done(g->jobs[i]);
-    free(g->jobs[i]);
-  }
-  free(g->jobs);
-  free(g->insts);
-  free(g->clients);
-  free(g->sessions);
+  gw_idle_free(g->idle);
+  gw_sched_free(g->sched);      /* destroys the providers */
+  gw_ledger_free(g->ledger);
+  gw_fleet_free(g->fleet);
   gw_queue_free(g->queue);
   gw_store_free(g->store);
+  gw_loop_free(g->loop);
   free(g);
   return NULL;
 }

@@ -1,25 +1,32 @@
-/* spotlab-gateway's event loop: one zmq_poll over the kernel socket, the
- * worker socket (CURVE) and the ZAP handler, with timers for the provider
- * and housekeeping (heartbeats, idle workers, cost). */
+/* spotlab-gateway: the gateway object, its start-up and its loop.
+ *
+ * gw_new opens the state, the providers the config enables (classes
+ * registered with gw_provider_register beforehand), the sockets, and loads
+ * what a previous run left; gw_run serves on one event loop (loop.h) until
+ * told to stop. */
 #ifndef GW_GATEWAY_H
 #define GW_GATEWAY_H
 
 #include "conf.h"
-#include "provider.h"
 
 #include <signal.h>
 #include <stddef.h>
 
 struct gw;
 
-/* Opens the store under cfg->state_dir, the key pair, binds both sockets and
- * loads jobs and instances left by a previous run. cfg is borrowed for the
- * life of the gateway. Owned gateway in *ret, or an error with a message. */
+/* Opens the store under cfg->state_dir, the key pair, the enabled
+ * providers, binds both sockets and loads jobs and instances left by a
+ * previous run. cfg is borrowed for the life of the gateway. Owned gateway
+ * in *ret, or an error with a message. */
 int gw_new(const struct gw_config *cfg, struct gw **ret, char *err, size_t err_size);
 /* Serves until *stop becomes non-zero (a signal handler sets it). */
 int gw_run(struct gw *g, volatile sig_atomic_t *stop);
 /* Closes everything; running workers are left alone (they re-register on
  * the next start). */
 struct gw *gw_free(struct gw *g);
+
+/* spotlab-gateway's command line (main.c): a program's main() registers
+ * its provider classes, then calls this. Returns the exit status. */
+int gw_main(int argc, char **argv);
 
 #endif

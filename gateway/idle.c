@@ -8,30 +8,67 @@
  * terminated and a `shutdown` notice follows. Session state is already in
  * the store, so the next cell brings capacity back by launching anew. A
  * session with nothing to stop gets no notices. The table is bounded; when
- * full, the least recently active entry is forgotten. */
-#include "core.h"
+ * full, the least recently active entry is forgotten. Notices go out on
+ * the bus; the kernel protocol delivers them. */
+#include "idle.h"
 
 #include "sl_log.h"
 #include "sl_time.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define T "gateway.idle"
 
 enum { ACTIVE, WARNED, STOPPED };
 
-static struct gw_idle_session *find(struct gw *g, const char *user, const char *session) {
+struct session {
+  char user[64];
+  char session[256];
+  int64_t last_active_mono_us;  /* last request from its clients, or a live job seen */
+  int state;
+};
+
+struct gw_idle {
+  const struct gw_config *cfg;
+  struct gw_fleet *fleet;
+  struct gw_sched *sched;
+  const struct gw_bus *bus;
+  struct session *sessions;
+  size_t n_sessions;
+};
+
+struct gw_idle *gw_idle_new(const struct gw_config *cfg, struct gw_fleet *fleet,
+                            struct gw_sched *sched, const struct gw_bus *bus) {
+  struct gw_idle *d = calloc(1, sizeof *d);
+  if (!d)
+    return NULL;
+  *d = (struct gw_idle){.cfg = cfg, .fleet = fleet, .sched = sched, .bus = bus};
+  d->sessions = calloc(GW_MAX_SESSIONS, sizeof *d->sessions);
+  if (!d->sessions)
+    return gw_idle_free(d);
+  return d;
+}
+
+struct gw_idle *gw_idle_free(struct gw_idle *d) {
+  if (d)
+    free(d->sessions);
+  free(d);
+  return NULL;
+}
+
+static struct session *find(struct gw_idle *g, const char *user, const char *session) {
   for (size_t i = 0; i < g->n_sessions; i++)
     if (!strcmp(g->sessions[i].user, user) && !strcmp(g->sessions[i].session, session))
       return &g->sessions[i];
   return NULL;
 }
 
-void gw_idle_touch(struct gw *g, const char *user, const char *session) {
+void gw_idle_touch(struct gw_idle *g, const char *user, const char *session) {
   if (!session[0])
     return;
-  struct gw_idle_session *s = find(g, user, session);
+  struct session *s = find(g, user, session);
   if (!s && g->n_sessions < GW_MAX_SESSIONS)
     s = &g->sessions[g->n_sessions++];
   if (!s) {
@@ -48,18 +85,20 @@ void gw_idle_touch(struct gw *g, const char *user, const char *session) {
   s->state = ACTIVE;
 }
 
-static bool has_live_job(struct gw *g, const struct gw_idle_session *s) {
-  for (size_t i = 0; i < g->n_jobs; i++)
-    if (!strcmp(g->jobs[i]->user, s->user) && !strcmp(g->jobs[i]->session, s->session))
+static bool has_live_job(struct gw_idle *g, const struct session *s) {
+  for (size_t i = 0; i < gw_fleet_n_jobs(g->fleet); i++) {
+    const struct gw_job *j = gw_fleet_job_at(g->fleet, i);
+    if (!strcmp(j->user, s->user) && !strcmp(j->session, s->session))
       return true;
+  }
   return false;
 }
 
 /* The session's instances that could be stopped: none has a job. */
-static size_t stoppable(struct gw *g, const struct gw_idle_session *s) {
+static size_t stoppable(struct gw_idle *g, const struct session *s) {
   size_t n = 0;
-  for (size_t i = 0; i < g->n_insts; i++) {
-    const struct gw_inst *in = &g->insts[i];
+  for (size_t i = 0; i < gw_fleet_n_insts(g->fleet); i++) {
+    const struct gw_inst *in = gw_fleet_inst_at(g->fleet, i);
     if (!in->row.job && !strcmp(in->row.user, s->user) && !strcmp(in->session, s->session) &&
         strcmp(in->row.state, "draining"))
       n++;
@@ -67,32 +106,32 @@ static size_t stoppable(struct gw *g, const struct gw_idle_session *s) {
   return n;
 }
 
-static void notify(struct gw *g, const struct gw_idle_session *s, const char *action, int64_t in_s) {
+static void notify(struct gw_idle *g, const struct session *s, const char *action, int64_t in_s) {
   json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:s,s:s}", "type", "notice", "session", s->session,
                         "time_us", (json_int_t)sl_time_real_us(), "event", "idle", "what",
                         "notebook", "action", action);
   if (in_s >= 0)
     json_object_set_new(m, "in_s", json_integer(in_s));
-  gw_kproto_notify(g, s->user, s->session, m);
+  gw_bus_emit(g->bus, &(struct gw_bus_event){.kind = GW_BUS_NOTICE, .user = s->user,
+                                             .session = s->session, .msg = m});
   json_decref(m);
 }
 
-static void stop_session(struct gw *g, const struct gw_idle_session *s) {
-  for (size_t i = 0; i < g->n_insts;) {
-    struct gw_inst *in = &g->insts[i];
+static void stop_session(struct gw_idle *g, const struct session *s) {
+  for (size_t i = 0; i < gw_fleet_n_insts(g->fleet);) {
+    struct gw_inst *in = gw_fleet_inst_at(g->fleet, i);
     if (!in->row.job && !strcmp(in->row.user, s->user) && !strcmp(in->session, s->session) &&
         strcmp(in->row.state, "draining")) {
-      gw_sched_terminate(g, in, "idle notebook shut down");
+      gw_sched_terminate(g->sched, in, "idle notebook shut down");
       continue; /* the array shifted */
     }
     i++;
   }
 }
 
-void gw_idle_check(struct gw *g) {
-  int64_t now = sl_time_mono_us();
+void gw_idle_check(struct gw_idle *g, int64_t now) {
   for (size_t i = 0; i < g->n_sessions; i++) {
-    struct gw_idle_session *s = &g->sessions[i];
+    struct session *s = &g->sessions[i];
     if (has_live_job(g, s)) { /* a running (or waiting) job keeps its notebook active */
       s->last_active_mono_us = now;
       s->state = ACTIVE;

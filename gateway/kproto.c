@@ -6,10 +6,10 @@
  * and the loop goes on. A user sees only their own jobs: another user's job
  * answers SL_ENAME, word for word as a job that does not exist. The client
  * table is bounded; the least recently active client is forgotten first. */
-#include "core.h"
+#include "kproto.h"
 
-#include "conf.h"
 #include "config.h"
+#include "loop.h"
 #include "sl_err.h"
 #include "sl_frame.h"
 #include "sl_hmac.h"
@@ -25,10 +25,55 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#define GW_MAX_CLIENTS 1024
+#define GW_MAX_ATTACH 64
+#define GW_RID_MAX_K 256
+#define GW_FRAME_MAX (1u << 20)
+#define GW_FRAMES_MAX 8
+#define GW_JSON_DEPTH 32
+#define MARKET_MAX 256
+
 #define T "gateway.kernel"
 
+/* A client's interest in one job's events. While replaying, events after
+ * replay_after come from the store at the pace the client reads them (the
+ * kernel socket's send queue is bounded); live events of the job are not sent
+ * meanwhile, since the store has them too and the replay reaches them in
+ * order. A live event the client's queue cannot take starts a replay from it,
+ * so no event is ever dropped for a slow client. */
+struct gw_attach {
+  int64_t job;
+  int64_t replay_after;         /* last seq sent, while replaying */
+  bool replaying;
+  bool follow;                  /* a live job: live events follow the replay */
+};
+
+struct gw_client {
+  uint8_t rid[GW_RID_MAX_K];
+  size_t rid_len;
+  bool authed;
+  char user[64];
+  char session[256];
+  struct gw_attach attached[GW_MAX_ATTACH];
+  size_t n_attached;
+  int64_t last_mono_us;
+  int64_t replay_at_mono_us;    /* when to go on replaying; 0: nothing to replay */
+  int64_t replay_backoff_us;    /* grows while the client reads nothing */
+};
+
+struct gw_kproto {
+  struct gw_kproto_env env;
+  const struct gw_config *cfg;
+  struct gw_store *store;
+  struct gw_fleet *fleet;
+  struct gw_client *clients;
+  size_t n_clients;
+  int64_t replay_timer;
+  int64_t next_replay_mono_us;  /* earliest replay_at_mono_us of any client; INT64_MAX none */
+};
+
 struct req {
-  struct gw *g;
+  struct gw_kproto *g;
   struct gw_client *c;          /* NULL before hello */
   const uint8_t *rid;
   size_t rid_len;
@@ -36,20 +81,27 @@ struct req {
   json_t *id;                   /* echoed as "re" (borrowed; null if absent) */
 };
 
+static int send_to(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, const json_t *msg) {
+  int r = g->env.send(g->env.send_ctx, rid, rid_len, msg);
+  if (r < 0)
+    sl_debug("gateway.zmq", "send dropped: %s", sl_strerror(r));
+  return r;
+}
+
 static void reply(struct req *q, json_t *fields) {
   json_t *m = fields ? fields : json_object();
   json_object_set_new(m, "type", json_string("reply"));
   json_object_set(m, "re", q->id ? q->id : json_null());
   json_object_set_new(m, "ok", json_true());
-  gw_send_to(q->g, q->g->ksock, q->rid, q->rid_len, m);
+  send_to(q->g, q->rid, q->rid_len, m);
   json_decref(m);
 }
 
-static void reply_err(struct gw *g, const uint8_t *rid, size_t rid_len, json_t *id, int code,
+static void reply_err(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, json_t *id, int code,
                       const char *msg) {
   json_t *m = json_pack("{s:s,s:O,s:b,s:{s:s,s:s}}", "type", "reply", "re", id ? id : json_null(),
                         "ok", 0, "error", "code", sl_errname(code), "message", msg);
-  gw_send_to(g, g->ksock, rid, rid_len, m);
+  send_to(g, rid, rid_len, m);
   json_decref(m);
 }
 
@@ -57,14 +109,14 @@ static void fail(struct req *q, int code, const char *msg) {
   reply_err(q->g, q->rid, q->rid_len, q->id, code, msg ? msg : sl_strerror(code));
 }
 
-static struct gw_client *client_find(struct gw *g, const uint8_t *rid, size_t len) {
+static struct gw_client *client_find(struct gw_kproto *g, const uint8_t *rid, size_t len) {
   for (size_t i = 0; i < g->n_clients; i++)
     if (g->clients[i].rid_len == len && !memcmp(g->clients[i].rid, rid, len))
       return &g->clients[i];
   return NULL;
 }
 
-static struct gw_client *client_new(struct gw *g, const uint8_t *rid, size_t len) {
+static struct gw_client *client_new(struct gw_kproto *g, const uint8_t *rid, size_t len) {
   struct gw_client *c = client_find(g, rid, len);
   if (!c && g->n_clients < GW_MAX_CLIENTS)
     c = &g->clients[g->n_clients++];
@@ -106,15 +158,18 @@ static void attach_remove(struct gw_client *c, struct gw_attach *a) {
   c->n_attached--;
 }
 
-static void replay_due(struct gw *g, struct gw_client *c, int64_t at_us) {
+static void replay_due(struct gw_kproto *g, struct gw_client *c, int64_t at_us) {
   c->replay_at_mono_us = at_us;
-  if (at_us < g->next_replay_mono_us)
+  if (at_us < g->next_replay_mono_us) {
     g->next_replay_mono_us = at_us;
+    if (g->env.loop)
+      gw_loop_set_timer(g->env.loop, g->replay_timer, at_us);
+  }
 }
 
 /* One round for client c: a page of each attachment that replays. Sets when
  * the client is due again (0: nothing left to replay). */
-static void replay_round(struct gw *g, struct gw_client *c, int64_t now_us) {
+static void replay_round(struct gw_kproto *g, struct gw_client *c, int64_t now_us) {
   bool pending = false, progress = false, full = false;
   for (size_t k = 0; k < c->n_attached && !full; k++) {
     struct gw_attach *a = &c->attached[k];
@@ -125,7 +180,7 @@ static void replay_round(struct gw *g, struct gw_client *c, int64_t now_us) {
     size_t i;
     int r = gw_store_events(g->store, a->job, a->replay_after, REPLAY_PAGE, &evs, &more);
     json_array_foreach(evs, i, e) {
-      if ((r = gw_try_send(g->ksock, c->rid, c->rid_len, e)) < 0)
+      if ((r = g->env.send(g->env.send_ctx, c->rid, c->rid_len, e)) < 0)
         break;
       a->replay_after = sl_json_get_int(e, "seq", a->replay_after);
       progress = true;
@@ -166,7 +221,7 @@ static void replay_round(struct gw *g, struct gw_client *c, int64_t now_us) {
   replay_due(g, c, now_us + b);
 }
 
-void gw_kproto_replay(struct gw *g, int64_t now_us) {
+static void replay_all(struct gw_kproto *g, int64_t now_us) {
   g->next_replay_mono_us = INT64_MAX;
   for (size_t i = 0; i < g->n_clients; i++) {
     struct gw_client *c = &g->clients[i];
@@ -177,13 +232,13 @@ void gw_kproto_replay(struct gw *g, int64_t now_us) {
   }
 }
 
-void gw_kproto_fanout(struct gw *g, int64_t job, const json_t *event) {
+static void fanout(struct gw_kproto *g, int64_t job, const json_t *event) {
   for (size_t i = 0; i < g->n_clients; i++) {
     struct gw_client *c = &g->clients[i];
     struct gw_attach *a = attach_find(c, job);
     if (!a || a->replaying)
       continue; /* a replay reaches this event in the store */
-    int r = gw_try_send(g->ksock, c->rid, c->rid_len, event);
+    int r = g->env.send(g->env.send_ctx, c->rid, c->rid_len, event);
     if (r == -EAGAIN) {
       /* the client's queue is full: go on from the store once it reads */
       a->replaying = true;
@@ -198,18 +253,18 @@ void gw_kproto_fanout(struct gw *g, int64_t job, const json_t *event) {
   }
 }
 
-void gw_kproto_notify(struct gw *g, const char *user, const char *session, json_t *msg) {
+static void notify(struct gw_kproto *g, const char *user, const char *session, const json_t *msg) {
   for (size_t i = 0; i < g->n_clients; i++) {
     struct gw_client *c = &g->clients[i];
     if (c->authed && !strcmp(c->user, user) && !strcmp(c->session, session))
-      gw_send_to(g, g->ksock, c->rid, c->rid_len, msg);
+      send_to(g, c->rid, c->rid_len, msg);
   }
 }
 
 /* Loads job id if it belongs to the client's user: live copy or a store copy in *tmp. */
 static struct gw_job *user_job(struct req *q, struct gw_job *tmp, bool *ret_live) {
   int64_t id = gw_job_id_parse(sl_json_get_str(q->body, "job", NULL));
-  struct gw_job *j = id > 0 ? gw_live_job(q->g, id) : NULL;
+  struct gw_job *j = id > 0 ? gw_fleet_job(q->g->fleet, id) : NULL;
   *ret_live = j != NULL;
   if (!j && id > 0 && gw_store_job_get(q->g->store, id, tmp) == 0)
     j = tmp;
@@ -243,7 +298,7 @@ static void on_hello(struct req *q) {
   c->last_mono_us = sl_time_mono_us();
   if (*session) {
     gw_store_session_touch(q->g->store, user, session, sl_time_real_us());
-    gw_idle_touch(q->g, user, session);
+    gw_idle_touch(q->g->env.idle, user, session);
   }
   sl_info(T, "hello from %s (%s, session \"%s\")", user,
           sl_json_get_str(q->body, "client", "client"), session);
@@ -268,23 +323,6 @@ static void on_session_set(struct req *q) {
   if (r < 0)
     return fail(q, r, NULL);
   reply(q, NULL);
-}
-
-static int64_t this_month_us(void) {
-  time_t now = time(NULL);
-  struct tm tm;
-  gmtime_r(&now, &tm);
-  tm.tm_mday = 1;
-  tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
-  return (int64_t)timegm(&tm) * SL_US_PER_S;
-}
-
-static bool budget_spent(struct gw *g) {
-  double usd = 0, od = 0;
-  if (g->cfg->monthly_usd <= 0 || !g->cfg->hard_cap)
-    return false;
-  gw_store_cost_totals(g->store, NULL, this_month_us(), &usd, &od);
-  return usd >= g->cfg->monthly_usd;
 }
 
 /* Copies the session's definition of name (kind model or data) into spec[field]. */
@@ -348,7 +386,7 @@ static int build_job(struct req *q, struct gw_job *j) {
 }
 
 static void on_submit(struct req *q) {
-  if (budget_spent(q->g))
+  if (gw_ledger_budget_spent(q->g->env.ledger))
     return fail(q, SL_ESTATE, "the monthly budget is spent ([budget] hard_cap)");
   struct gw_job *j = calloc(1, sizeof *j);
   if (!j)
@@ -358,7 +396,7 @@ static void on_submit(struct req *q) {
     free(j);
     return;
   }
-  int r = gw_sched_submit(q->g, j);
+  int r = gw_sched_submit(q->g->env.sched, j);
   if (r < 0) {
     fail(q, r, r == SL_ELIMIT ? "too many jobs queued" : NULL);
     gw_job_done(j);
@@ -409,7 +447,7 @@ static void on_cancel(struct req *q) {
     gw_job_done(&tmp);
     return fail(q, SL_ESTATE, msg);
   }
-  gw_sched_cancel(q->g, j);
+  gw_sched_cancel(q->g->env.sched, j);
   reply(q, NULL);
 }
 
@@ -421,7 +459,7 @@ static void on_jobs(struct req *q) {
     return fail(q, SL_ESQLITE, NULL);
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++) {
-    struct gw_job *live = gw_live_job(q->g, jobs[i].id);
+    struct gw_job *live = gw_fleet_job(q->g->fleet, jobs[i].id);
     json_array_append_new(arr, gw_job_summary(live ? live : &jobs[i]));
   }
   gw_store_jobs_free(jobs, n);
@@ -457,73 +495,76 @@ static json_t *instance_json(const struct gw_inst *in) {
 }
 
 static void on_status(struct req *q) {
-  struct gw *g = q->g;
+  struct gw_kproto *g = q->g;
   const struct gw_config *cfg = g->cfg;
   json_t *workers = json_array();
-  for (size_t i = 0; i < g->n_insts; i++)
-    json_array_append_new(workers, instance_json(&g->insts[i]));
+  for (size_t i = 0; i < gw_fleet_n_insts(g->fleet); i++)
+    json_array_append_new(workers, instance_json(gw_fleet_inst_at(g->fleet, i)));
+  char provs[256] = "";
+  for (size_t i = 0; i < gw_sched_n_providers(g->env.sched); i++) {
+    size_t len = strlen(provs);
+    snprintf(provs + len, sizeof provs - len, "%s%s", len ? "," : "",
+             gw_sched_provider_at(g->env.sched, i)->name);
+  }
   double usd = 0, od = 0;
-  gw_store_cost_totals(g->store, NULL, this_month_us(), &usd, &od);
+  gw_ledger_totals(g->env.ledger, NULL, gw_ledger_month_start_us(), &usd, &od);
   reply(q, json_pack("{s:{s:s,s:i,s:I,s:s,s:s,s:s,s:s,s:b,s:I,s:I},s:o,"
-                     "s:{s:o,s:o,s:o},s:{s:o,s:o,s:s,s:b}}",
+                     "s:{s:o,s:o,s:o},s:{s:o,s:o,s:b}}",
                      "gateway", "version", SPOTLAB_VERSION, "pid", (int)getpid(), "started_us",
-                     (json_int_t)g->started_us, "listen", cfg->listen, "workers", cfg->workers,
-                     "state_dir", cfg->state_dir, "provider", g->prov ? g->prov->ops->name : "",
-                     "embedded", cfg->embedded, "queued", (json_int_t)gw_queue_len(g->queue),
-                     "live_jobs", (json_int_t)g->n_jobs, "workers", workers, "idle",
+                     (json_int_t)g->env.started_us, "listen", cfg->listen, "workers", cfg->workers,
+                     "state_dir", cfg->state_dir, "provider", provs,
+                     "embedded", cfg->embedded, "queued", (json_int_t)gw_queue_len(g->env.queue),
+                     "live_jobs", (json_int_t)gw_fleet_n_jobs(g->fleet), "workers", workers, "idle",
                      "notebook_timeout_s",
                      sl_json_real((double)gw_config_notebook_timeout_us(cfg, q->c->user) / 1e6),
                      "worker_timeout_s",
                      sl_json_real((double)gw_config_worker_timeout_us(cfg, q->c->user) / 1e6),
                      "warn_before_s", sl_json_real((double)cfg->warn_before_us / 1e6), "budget",
                      "monthly_usd", sl_json_real(cfg->monthly_usd), "spent_usd", sl_json_real(usd),
-                     "alert_at", cfg->alert_at, "hard_cap", cfg->hard_cap));
+                     "hard_cap", cfg->hard_cap));
 }
 
 static void on_instances(struct req *q) {
   json_t *arr = json_array();
-  for (size_t i = 0; i < q->g->n_insts; i++)
-    json_array_append_new(arr, instance_json(&q->g->insts[i]));
+  for (size_t i = 0; i < gw_fleet_n_insts(q->g->fleet); i++)
+    json_array_append_new(arr, instance_json(gw_fleet_inst_at(q->g->fleet, i)));
   reply(q, json_pack("{s:o}", "instances", arr));
 }
 
 static void on_market(struct req *q) {
-  if (!q->g->prov)
+  if (!gw_sched_n_providers(q->g->env.sched))
     return fail(q, SL_ENOTSUP, "no provider");
-  struct gw_instance_type *types = NULL;
-  size_t n = 0;
-  int r = q->g->prov->ops->types(q->g->prov, &types, &n);
-  if (r < 0)
-    return fail(q, r, NULL);
+  static struct gw_offer offers[MARKET_MAX];
+  size_t n = gw_sched_market(q->g->env.sched, offers, MARKET_MAX);
   int gpus = (int)sl_json_get_int(q->body, "gpus", 0);
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++) {
-    const struct gw_instance_type *t = &types[i];
+    const struct gw_instance_type *t = &offers[i].type;
     if (gpus && t->gpus < gpus)
       continue;
-    json_array_append_new(arr, json_pack("{s:s,s:i,s:s,s:o,s:o,s:s,s:o}", "type", t->name, "gpus",
-                                         t->gpus, "gpu_model", t->gpu_model, "spot_usd_per_hour",
-                                         sl_json_real(t->spot_usd_per_hour),
+    json_array_append_new(arr, json_pack("{s:s,s:i,s:s,s:o,s:o,s:s,s:o,s:s}", "type", t->name,
+                                         "gpus", t->gpus, "gpu_model", t->gpu_model,
+                                         "spot_usd_per_hour", sl_json_real(t->spot_usd_per_hour),
                                          "on_demand_usd_per_hour",
                                          sl_json_real(t->on_demand_usd_per_hour), "interruption",
                                          t->interruption ? t->interruption : "",
                                          "mean_time_to_preempt_s",
-                                         sl_json_real(t->mean_time_to_preempt_s)));
+                                         sl_json_real(t->mean_time_to_preempt_s), "provider",
+                                         offers[i].prov->name));
   }
-  free(types);
   reply(q, json_pack("{s:o}", "types", arr));
 }
 
 static void on_cost(struct req *q) {
   double usd = 0, od = 0, musd = 0, mod = 0;
-  gw_store_cost_totals(q->g->store, q->c->user, 0, &usd, &od);
-  gw_store_cost_totals(q->g->store, q->c->user, this_month_us(), &musd, &mod);
+  gw_ledger_totals(q->g->env.ledger, q->c->user, 0, &usd, &od);
+  gw_ledger_totals(q->g->env.ledger, q->c->user, gw_ledger_month_start_us(), &musd, &mod);
   struct gw_job *jobs = NULL;
   size_t n = 0;
   json_t *arr = json_array();
   if (gw_store_jobs_list(q->g->store, q->c->user, false, 100, &jobs, &n) == 0) {
     for (size_t i = 0; i < n; i++) {
-      struct gw_job *j = gw_live_job(q->g, jobs[i].id);
+      struct gw_job *j = gw_fleet_job(q->g->fleet, jobs[i].id);
       j = j ? j : &jobs[i];
       char id[16];
       json_array_append_new(arr, json_pack("{s:s,s:s,s:o,s:o}", "job",
@@ -543,15 +584,15 @@ static void on_cost(struct req *q) {
 static void on_inject(struct req *q) {
   const char *action = sl_json_get_str(q->body, "action", "");
   const char *id = sl_json_get_str(q->body, "instance", "");
-  struct gw_inst *in = gw_inst_find(q->g, id);
+  struct gw_inst *in = gw_fleet_inst(q->g->fleet, id);
   if (strcmp(action, "preempt") && strcmp(action, "kill"))
     return fail(q, SL_ENAME, "action must be preempt or kill");
   if (!in || strcmp(in->row.user, q->c->user))
     return fail(q, SL_ENAME, "no such instance");
-  if (!q->g->prov || !q->g->prov->ops->inject)
-    return fail(q, SL_ENOTSUP, "the provider cannot inject preemptions");
   double notice = sl_json_get_num(q->body, "notice_s", !strcmp(action, "kill") ? 0 : 120);
-  int r = q->g->prov->ops->inject(q->g->prov, id, !strcmp(action, "kill"), notice);
+  int r = gw_sched_inject(q->g->env.sched, in, !strcmp(action, "kill"), notice);
+  if (r == SL_ENOTSUP)
+    return fail(q, r, "the provider cannot inject preemptions");
   if (r < 0)
     return fail(q, r, NULL);
   reply(q, NULL);
@@ -572,6 +613,7 @@ static const struct {
 };
 
 static void dispatch(struct req *q) {
+  q->c = NULL;
   const char *type = sl_json_get_str(q->body, "type", NULL);
   if (!type)
     return fail(q, SL_EWIRE, "missing \"type\"");
@@ -581,7 +623,7 @@ static void dispatch(struct req *q) {
   if (!q->c || !q->c->authed)
     return fail(q, SL_EAUTH, "say hello with a valid token first");
   q->c->last_mono_us = sl_time_mono_us();
-  gw_idle_touch(q->g, q->c->user, q->c->session); /* every request is notebook activity */
+  gw_idle_touch(q->g->env.idle, q->c->user, q->c->session); /* every request is notebook activity */
   if (q->c->session[0] && strcmp(type, "session.get"))
     gw_store_session_touch(q->g->store, q->c->user, q->c->session, sl_time_real_us());
   for (size_t i = 0; i < sizeof handlers / sizeof *handlers; i++)
@@ -592,10 +634,17 @@ static void dispatch(struct req *q) {
   fail(q, SL_ENAME, msg);
 }
 
-void gw_kproto_recv(struct gw *g) {
+void gw_kproto_handle(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, const json_t *body) {
+  json_t *id = json_object_get(body, "id");
+  struct req q = {.g = g, .rid = rid, .rid_len = rid_len, .body = body,
+                  .id = json_is_integer(id) ? id : NULL};
+  dispatch(&q);
+}
+
+void gw_kproto_recv(struct gw_kproto *g, void *sock) {
   struct sl_msg m;
   sl_msg_init(&m, (struct sl_limits){GW_FRAMES_MAX, GW_FRAME_MAX, 8u * GW_FRAME_MAX});
-  int r = sl_zmq_recv(g->ksock, &m, ZMQ_DONTWAIT);
+  int r = sl_zmq_recv(sock, &m, ZMQ_DONTWAIT);
   if (r == -EAGAIN || m.n == 0) {
     if (r < 0 && r != -EAGAIN)
       sl_warn(T, "dropped a message: %s", sl_strerror(r));
@@ -627,11 +676,50 @@ void gw_kproto_recv(struct gw *g) {
       id = json_object_get(body, "id");
     reply_err(g, rid, rid_len, id, r, why);
   } else {
-    json_t *id = json_object_get(body, "id");
-    struct req q = {.g = g, .rid = rid, .rid_len = rid_len, .body = body,
-                    .id = json_is_integer(id) ? id : NULL};
-    dispatch(&q);
+    gw_kproto_handle(g, rid, rid_len, body);
   }
   json_decref(body);
   sl_msg_done(&m);
+}
+
+void gw_kproto_sink(void *data, const struct gw_bus_event *ev) {
+  struct gw_kproto *g = data;
+  if (ev->kind == GW_BUS_JOB_EVENT && ev->job && ev->event)
+    fanout(g, ev->job->id, ev->event);
+  else if (ev->kind == GW_BUS_NOTICE && ev->user && ev->session && ev->msg)
+    notify(g, ev->user, ev->session, ev->msg);
+}
+
+static int64_t replay_timer(struct gw_loop *l, int64_t id, int64_t now_us, void *data) {
+  (void)l; (void)id;
+  struct gw_kproto *g = data;
+  replay_all(g, now_us);
+  return g->next_replay_mono_us;
+}
+
+struct gw_kproto *gw_kproto_new(const struct gw_kproto_env *env) {
+  struct gw_kproto *g = calloc(1, sizeof *g);
+  if (!g)
+    return NULL;
+  g->env = *env;
+  g->cfg = env->cfg;
+  g->store = env->store;
+  g->fleet = env->fleet;
+  g->next_replay_mono_us = INT64_MAX;
+  g->clients = calloc(GW_MAX_CLIENTS, sizeof *g->clients);
+  if (!g->clients)
+    return gw_kproto_free(g);
+  if (env->loop && (g->replay_timer = gw_loop_add_timer(env->loop, INT64_MAX, replay_timer, g)) < 0)
+    return gw_kproto_free(g);
+  return g;
+}
+
+struct gw_kproto *gw_kproto_free(struct gw_kproto *g) {
+  if (!g)
+    return NULL;
+  if (g->env.loop && g->replay_timer > 0)
+    gw_loop_del_timer(g->env.loop, g->replay_timer);
+  free(g->clients);
+  free(g);
+  return NULL;
 }

@@ -244,7 +244,7 @@ static int write_pid(const struct gw_config *cfg) {
   return fclose(f) ? -errno : 0;
 }
 
-int main(int argc, char **argv) {
+int gw_main(int argc, char **argv) {
   sl_log_init("spotlab-gateway");
   struct args a = {0};
   int r = parse_args(argc, argv, &a);

@@ -1,39 +1,71 @@
-/* The provider interface: where instances come from.
+/* The provider interface: where instances come from, and the registry of
+ * providers by name (SQLite's VFS registry is the model).
  *
- * A provider launches, lists and terminates instances and prices them. The
- * local provider runs workers as local processes under a simulated spot
- * market; EC2 and others implement the same operations. Providers never
- * block the gateway loop for long: launch returns once the instance is
- * requested (a process forked, an API call answered); the worker's register
- * message tells the gateway it is up. */
+ * A provider class is registered once, by name, before the gateway starts:
+ * the built-in ones by spotlab-gateway's main(), a test's own by the test
+ * program. The config enables providers with [provider.NAME] sections; the
+ * gateway opens each enabled class, which returns a provider instance.
+ *
+ * A provider owns everything about its instances: their ids, how a worker
+ * gets its configuration (a local file, EC2 user data), the checkpoint
+ * store it offers, and its clock (cost accrues in the provider's own hours).
+ * Operations never block the gateway's loop: launch() returns at once and
+ * its outcome arrives later as an event (GW_PROVIDER_LAUNCHED or
+ * GW_PROVIDER_LAUNCH_FAILED); a provider registers its own descriptors and
+ * timers on the loop it is given. Events are delivered only from the loop
+ * (a timer or descriptor callback of the provider's), never from inside an
+ * operation, so the event callback may call the provider again. */
 #ifndef GW_PROVIDER_H
 #define GW_PROVIDER_H
+
+#include "keys.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#define GW_PROVIDER_NAME_MAX 32
+#define GW_INSTANCE_ID_MAX 32
+#define GW_PROVIDERS_MAX 16
+
+struct gw_config;
+struct gw_loop;
+
+/* One offer of a provider's market: a type, its prices and how often spot
+ * capacity of it is taken back. */
 struct gw_instance_type {
   char name[64];                /* "g5.xlarge" */
   int gpus;
   char gpu_model[32];           /* "A10G" */
   double on_demand_usd_per_hour;
   double spot_usd_per_hour;     /* current market price */
-  const char *interruption;     /* advisor bucket: "<5%", ..., ">20%" */
-  double mean_time_to_preempt_s;/* observed or modelled, for checkpoint_every=auto */
+  const char *interruption;     /* advisor bucket: "<5%", ..., ">20%" (static string) */
+  double mean_time_to_preempt_s;/* in the provider's seconds; 0 unknown */
+};
+
+/* What a worker needs to reach the gateway; the provider adds what belongs
+ * to the instance (its id, zone, metadata endpoint, work folder, store) and
+ * delivers the whole as it sees fit. Secrets: keys.secret_z85. */
+struct gw_worker_boot {
+  const char *gateway;          /* the worker address, as instances reach it */
+  const char *gateway_public;   /* Z85 */
+  struct gw_keypair keys;       /* the instance's own CURVE pair */
+  const char *train;            /* spotlab-train program ("" : the worker's own lookup) */
+  int64_t metrics_per_s;        /* 0: the worker's default */
 };
 
 struct gw_launch {
-  char instance_id[32];         /* chosen by the gateway: "i-" + 12 hex */
   char type[64];
   char zone[32];                /* "" lets the provider choose */
   bool spot;
   double max_price_usd_per_hour;/* 0: no cap */
-  char worker_config[4096];     /* path of the 0600 worker config file (protocols.md §2) */
+  int64_t job;                  /* the job it is for (tags, logs) */
+  char user[64];
+  const struct gw_worker_boot *boot; /* borrowed for the call */
 };
 
 struct gw_instance_info {
-  char instance_id[32];
+  char instance_id[GW_INSTANCE_ID_MAX];
   char type[64];
   char zone[32];
   bool spot;
@@ -44,46 +76,106 @@ struct gw_instance_info {
 };
 
 enum gw_provider_event_kind {
+  GW_PROVIDER_LAUNCHED,         /* a launch succeeded: info holds zone and price */
+  GW_PROVIDER_LAUNCH_FAILED,    /* a launch failed: error, message (SL_ENOTSUP / -EAGAIN: no capacity) */
   GW_PROVIDER_NOTICE,           /* a preemption notice was issued (deadline_us set) */
   GW_PROVIDER_TERMINATED,       /* the instance is gone (preempted, killed or terminated) */
-  GW_PROVIDER_CAPACITY,         /* capacity came back (instance_id empty): retry queued jobs */
+  GW_PROVIDER_CAPACITY,         /* capacity or prices changed (instance_id empty) */
 };
 
 struct gw_provider_event {
   enum gw_provider_event_kind kind;
-  char instance_id[32];
+  char instance_id[GW_INSTANCE_ID_MAX];
   int64_t deadline_us;
   bool by_market;               /* preempted by the market, not by terminate() */
+  int error;                    /* LAUNCH_FAILED */
+  char message[160];            /* LAUNCH_FAILED */
+  struct gw_instance_info info; /* LAUNCHED */
 };
 
-typedef void (*gw_provider_event_fn)(void *userdata, const struct gw_provider_event *ev);
-
 struct gw_provider;
+typedef void (*gw_provider_event_fn)(void *userdata, struct gw_provider *p,
+                                     const struct gw_provider_event *ev);
 
 struct gw_provider_ops {
-  const char *name;
-  /* Requests an instance; *ret filled on success. SL_ENOTSUP / -EAGAIN when
-   * no capacity of that type/zone exists now (the scheduler tries another). */
-  int (*launch)(struct gw_provider *p, const struct gw_launch *req, struct gw_instance_info *ret);
+  /* Requests an instance. The provider chooses its id and writes it to
+   * ret_id; the outcome follows as LAUNCHED or LAUNCH_FAILED for that id.
+   * A refusal known at once returns an error and no event follows:
+   * SL_ENOTSUP / -EAGAIN when it has no capacity of that type or zone now
+   * (the scheduler tries another), SL_ENAME for a type it does not offer. */
+  int (*launch)(struct gw_provider *p, const struct gw_launch *req,
+                char ret_id[GW_INSTANCE_ID_MAX]);
+  /* Asks for the instance to be stopped; TERMINATED follows. */
   int (*terminate)(struct gw_provider *p, const char *instance_id);
-  /* Every instance the provider knows, owned array in *ret (free()). */
+  /* Every instance the provider knows from its own records, owned array
+   * in *ret (free()); no remote call. */
   int (*list)(struct gw_provider *p, struct gw_instance_info **ret, size_t *ret_n);
-  /* Instance types on offer with current prices, owned array (free()). */
-  int (*types)(struct gw_provider *p, struct gw_instance_type **ret, size_t *ret_n);
-  /* Advances the provider's clock (market ticks, notice deadlines, reaping
-   * exited processes); events go to the callback given at creation. */
-  void (*tick)(struct gw_provider *p, int64_t now_us);
-  /* Test hook and `spotlab inject`: preempt with notice_s of notice (0: none). */
+  /* The market as the provider last saw it: a borrowed array, valid until
+   * the provider's next callback runs. No remote call. */
+  int (*market)(struct gw_provider *p, const struct gw_instance_type **ret, size_t *ret_n);
+  /* The checkpoint store its workers use ("file:///...", "s3://..."). */
+  int (*store_url)(struct gw_provider *p, char *buf, size_t size);
+  /* Provider seconds per wall-clock second: prices are per provider hour
+   * (a simulated market runs faster than the wall clock). NULL: 1. */
+  double (*time_scale)(struct gw_provider *p);
+  /* Test hook and `spotlab inject`: preempt with notice_s of notice (0:
+   * none), or kill. NULL when the provider cannot. */
   int (*inject)(struct gw_provider *p, const char *instance_id, bool kill, double notice_s);
-  /* Monotonic µs at which tick() next needs to run, or INT64_MAX. */
-  int64_t (*next_tick_us)(struct gw_provider *p);
+  /* Frees the provider; its instances keep running (a restarted gateway
+   * finds them again through list()). */
   void (*destroy)(struct gw_provider *p);
 };
 
 struct gw_provider {
   const struct gw_provider_ops *ops;
+  const char *name;             /* the class name, static */
   gw_provider_event_fn on_event;
   void *userdata;
 };
+
+/* What a provider class is opened with. Everything is borrowed for the
+ * provider's life. */
+struct gw_provider_env {
+  const struct gw_config *cfg;  /* gateway options (state_dir) and the provider's section */
+  const char *state_dir;        /* the provider may keep files under state_dir/NAME or instances/ */
+  struct gw_loop *loop;         /* where its descriptors and timers go */
+  gw_provider_event_fn on_event;
+  void *userdata;
+};
+
+/* One option of a [provider.NAME] section: declared by the class, checked
+ * and printed by the config (gw_config_dump). */
+struct gw_provider_option {
+  const char *name;
+  const char *def;              /* the default, as the file would hold it */
+  const char *help;
+};
+
+struct gw_provider_class {
+  const char *name;             /* "local", "aws": the section is [provider.NAME] */
+  const struct gw_provider_option *options; /* terminated by a {NULL} row */
+  /* Checks one option's value (NULL: any text). 0, or SL_ECONFIG with a
+   * message in err. */
+  int (*check_option)(const char *name, const char *value, char *err, size_t err_size);
+  /* Returns an owned provider with base filled, or NULL with a message.
+   * Values of its options: gw_config_provider_option(env->cfg, name, key). */
+  struct gw_provider *(*open)(const struct gw_provider_env *env, char *err, size_t err_size);
+};
+
+/* Registers cls (borrowed; static storage). -EEXIST for a name already
+ * registered, SL_ELIMIT past GW_PROVIDERS_MAX. Not thread-safe: register
+ * before the gateway starts. */
+int gw_provider_register(const struct gw_provider_class *cls);
+/* The class registered as name, or NULL. */
+const struct gw_provider_class *gw_provider_find(const char *name);
+/* The i-th registered class (registration order), or NULL past the end. */
+const struct gw_provider_class *gw_provider_class_at(size_t i);
+/* Forgets every registration (tests). */
+void gw_provider_registry_clear(void);
+
+/* The type of p's market named name, copied into *ret: 0 or SL_ENAME. */
+int gw_provider_type(struct gw_provider *p, const char *name, struct gw_instance_type *ret);
+/* p's clock: provider seconds per wall second (1 when it has none). */
+double gw_provider_time_scale(struct gw_provider *p);
 
 #endif

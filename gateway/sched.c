@@ -1,13 +1,20 @@
-/* Jobs through their life: placement, transitions, loss, cost.
+/* Jobs through their life: placement, transitions, loss, cost (sched.h).
  *
- * Invariants: a live job (not succeeded/failed/cancelled) is in g->jobs; a
- * queued job is also in g->queue and has no instance; a job in provisioning
+ * Invariants: a live job (not succeeded/failed/cancelled) is in the fleet; a
+ * queued job is also in the queue and has no instance; a job in provisioning
  * or later names exactly one instance whose row.job is that job. Every
  * state change goes through gw_sched_transition, which saves the row and
- * its event in one transaction and then tells attached clients. Cost is
- * accrued from the attempt's price times wall time times the local
- * provider's time_scale (simulated hours), and flushed every few seconds. */
-#include "core.h"
+ * its event in one transaction and then reports it on the bus. Cost is
+ * accrued from the attempt's price times the time the instance ran, in its
+ * provider's hours (a simulated market's clock runs faster than the wall
+ * clock), and handed to the ledger every few seconds. A launch is a
+ * request: the instance joins the fleet as "launching" and the job is
+ * provisioning; the provider's LAUNCHED event (or the worker's register,
+ * whichever comes first) places the job, LAUNCH_FAILED puts it back in the
+ * queue. */
+#include "sched.h"
+
+#include "loop.h"
 
 #include "sl_err.h"
 #include "sl_hmac.h"
@@ -17,6 +24,7 @@
 #include "sl_time.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,51 +33,53 @@
 
 #define T "gateway.sched"
 #define COST_FLUSH_US (5 * SL_US_PER_S)
+#define PLACE_RETRY_US SL_US_PER_S
+#define MARKET_MAX 256
 
-int gw_sched_emit(struct gw *g, struct gw_job *j, json_t *event) {
+struct gw_sched {
+  const struct gw_config *cfg;
+  struct gw_store *store;
+  struct gw_fleet *fleet;
+  struct gw_queue *queue;
+  struct gw_loop *loop;
+  const struct gw_bus *bus;
+  const char *worker_address, *gateway_public, *train_program;
+  struct gw_provider *provs[GW_PROVIDERS_MAX];
+  size_t n_provs;
+  bool kick;                    /* placement should run */
+  int64_t retry_timer;          /* queued jobs wait for capacity: placement again then */
+  int64_t next_cost_flush_mono_us;
+};
+
+static void report(struct gw_sched *s, struct gw_bus_event ev) {
+  gw_bus_emit(s->bus, &ev);
+}
+
+int gw_sched_emit(struct gw_sched *s, struct gw_job *j, json_t *event) {
   j->updated_us = sl_time_real_us();
-  int r = gw_store_job_save(g->store, j, event);
+  int r = gw_store_job_save(s->store, j, event);
   if (r < 0) {
     char id[16];
     sl_err(T, "%s: cannot save job: %s", gw_job_id_str(j->id, id, sizeof id), sl_strerror(r));
     return r;
   }
   if (event)
-    gw_kproto_fanout(g, j->id, event);
+    report(s, (struct gw_bus_event){.kind = GW_BUS_JOB_EVENT, .job = j, .event = event});
   return 0;
 }
 
-int gw_sched_transition(struct gw *g, struct gw_job *j, enum gw_job_state s, const char *reason) {
-  j->state = s;
+int gw_sched_transition(struct gw_sched *s, struct gw_job *j, enum gw_job_state st, const char *reason) {
+  j->state = st;
   snprintf(j->reason, sizeof j->reason, "%s", reason ? reason : "");
-  json_t *ev = json_pack("{s:s,s:s,s:s}", "event", "state", "state", gw_job_state_name(s),
+  json_t *ev = json_pack("{s:s,s:s,s:s}", "event", "state", "state", gw_job_state_name(st),
                          "reason", j->reason);
-  int r = gw_sched_emit(g, j, ev);
+  int r = gw_sched_emit(s, j, ev);
   json_decref(ev);
+  report(s, (struct gw_bus_event){.kind = GW_BUS_JOB_STATE, .job = j});
   char id[16];
-  sl_info(T, "%s -> %s%s%s", gw_job_id_str(j->id, id, sizeof id), gw_job_state_name(s),
+  sl_info(T, "%s -> %s%s%s", gw_job_id_str(j->id, id, sizeof id), gw_job_state_name(st),
           j->reason[0] ? ": " : "", j->reason);
   return r;
-}
-
-void gw_sched_set_inst_state(struct gw *g, struct gw_inst *inst, const char *state, int64_t job) {
-  snprintf(inst->row.state, sizeof inst->row.state, "%s", state);
-  inst->row.job = job;
-  if (!strcmp(state, "idle"))
-    inst->idle_since_mono_us = sl_time_mono_us();
-  if (gw_store_instance_put(g->store, &inst->row) < 0)
-    sl_err(T, "%s: cannot save instance", inst->row.id);
-}
-
-static void drop_live(struct gw *g, struct gw_job *j) {
-  for (size_t i = 0; i < g->n_jobs; i++)
-    if (g->jobs[i] == j) {
-      memmove(&g->jobs[i], &g->jobs[i + 1], (g->n_jobs - i - 1) * sizeof *g->jobs);
-      g->n_jobs--;
-      break;
-    }
-  gw_job_done(j);
-  free(j);
 }
 
 static void clear_placement(struct gw_job *j) {
@@ -78,11 +88,12 @@ static void clear_placement(struct gw_job *j) {
   j->spot = false;
 }
 
-void gw_sched_flush_cost(struct gw *g, struct gw_job *j, bool force) {
+void gw_sched_flush_cost(struct gw_sched *s, struct gw_job *j, bool force) {
   if (!j->instance[0] || !j->cost_accrued_mono_us)
     return;
   int64_t now = sl_time_mono_us();
-  double scale = g->cfg->local_time_scale > 0 ? g->cfg->local_time_scale : 1;
+  struct gw_inst *in = gw_fleet_inst(s->fleet, j->instance);
+  double scale = gw_provider_time_scale(in ? in->prov : NULL);
   double hours = (double)(now - j->cost_accrued_mono_us) / 3.6e9 * scale;
   double usd = hours * j->price_usd_per_hour, od = hours * j->on_demand_usd_per_hour;
   j->cost_accrued_mono_us = now;
@@ -92,88 +103,93 @@ void gw_sched_flush_cost(struct gw *g, struct gw_job *j, bool force) {
   j->pending_cost_s += hours * 3600;
   j->cost_usd += usd;
   j->on_demand_usd += od;
-  if (!force && now < g->next_cost_flush_mono_us)
+  if (!force && now < s->next_cost_flush_mono_us)
     return;
-  gw_store_cost_add(g->store, j, j->attempt_cost_usd, j->attempt_on_demand_usd, j->pending_cost_s,
-                    sl_time_real_us());
+  report(s, (struct gw_bus_event){.kind = GW_BUS_COST, .job = j, .usd = j->attempt_cost_usd,
+                                  .on_demand_usd = j->attempt_on_demand_usd,
+                                  .seconds = j->pending_cost_s});
   j->attempt_cost_usd = j->attempt_on_demand_usd = j->pending_cost_s = 0;
   json_t *ev = json_pack("{s:s,s:o,s:o}", "event", "cost", "cost_usd", sl_json_real(j->cost_usd),
                          "on_demand_usd", sl_json_real(j->on_demand_usd));
-  gw_sched_emit(g, j, ev);
+  gw_sched_emit(s, j, ev);
   json_decref(ev);
 }
 
 /* Ends the current attempt: final cost, attempts row, instance freed. */
-static void end_attempt(struct gw *g, struct gw_job *j, const char *outcome, const char *inst_state) {
+static void end_attempt(struct gw_sched *s, struct gw_job *j, const char *outcome, const char *inst_state) {
   if (!j->instance[0])
     return;
-  gw_sched_flush_cost(g, j, true);
-  gw_store_attempt_end(g->store, j->id, j->attempt, outcome, sl_time_real_us());
-  struct gw_inst *inst = gw_inst_find(g, j->instance);
+  gw_sched_flush_cost(s, j, true);
+  gw_store_attempt_end(s->store, j->id, j->attempt, outcome, sl_time_real_us());
+  struct gw_inst *inst = gw_fleet_inst(s->fleet, j->instance);
   if (inst && inst->row.job == j->id)
-    gw_sched_set_inst_state(g, inst, inst_state, 0);
+    gw_fleet_inst_set_state(s->fleet, inst, inst_state, 0);
   j->cost_accrued_mono_us = 0;
-  g->kick = true;
+  gw_sched_kick(s);
 }
 
-void gw_sched_finish(struct gw *g, struct gw_job *j, enum gw_job_state s, const char *reason) {
-  gw_queue_remove(g->queue, j->id);
-  end_attempt(g, j, gw_job_state_name(s), "idle");
-  gw_sched_transition(g, j, s, reason);
-  drop_live(g, j);
+void gw_sched_finish(struct gw_sched *s, struct gw_job *j, enum gw_job_state st, const char *reason) {
+  gw_queue_remove(s->queue, j->id);
+  end_attempt(s, j, gw_job_state_name(st), "idle");
+  gw_sched_transition(s, j, st, reason);
+  gw_fleet_job_drop(s->fleet, j);
 }
 
-void gw_sched_requeue(struct gw *g, struct gw_job *j, bool notice, const char *reason) {
+void gw_sched_requeue(struct gw_sched *s, struct gw_job *j, bool notice, const char *reason) {
   if (j->cancel_requested) {
-    gw_sched_finish(g, j, GW_JOB_CANCELLED, "cancelled");
+    gw_sched_finish(s, j, GW_JOB_CANCELLED, "cancelled");
     return;
   }
   /* a %%run job has no steps: its checkpoint is a folder the worker keeps */
   json_t *ev = json_pack("{s:s,s:o,s:b,s:s}", "event", "preempted", "step",
                          !strcmp(j->kind, "run") ? json_null() : json_integer(j->ckpt_step),
                          "notice", notice, "instance", j->instance);
-  gw_sched_emit(g, j, ev);
+  gw_sched_emit(s, j, ev);
   json_decref(ev);
-  end_attempt(g, j, "preempted", "draining");
-  gw_sched_transition(g, j, GW_JOB_PREEMPTED, reason);
+  end_attempt(s, j, "preempted", "draining");
+  gw_sched_transition(s, j, GW_JOB_PREEMPTED, reason);
   clear_placement(j);
   j->preempted_mono_us = sl_time_mono_us();
   j->wait_register_until_us = 0;
   j->step = j->ckpt_step;
-  gw_queue_push(g->queue, j->user, j->id, 1);
-  gw_sched_transition(g, j, GW_JOB_QUEUED, "resuming from the latest checkpoint");
-  g->kick = true;
+  gw_queue_push(s->queue, j->user, j->id, 1);
+  gw_sched_transition(s, j, GW_JOB_QUEUED, "resuming from the latest checkpoint");
+  gw_sched_kick(s);
 }
 
-bool gw_sched_retry(struct gw *g, struct gw_job *j, int64_t exit_code) {
-  if (exit_code <= 128 || exit_code > 128 + 64 || j->process_retries >= g->cfg->process_retries)
+bool gw_sched_retry(struct gw_sched *s, struct gw_job *j, int64_t exit_code) {
+  if (exit_code <= 128 || exit_code > 128 + 64 || j->process_retries >= s->cfg->process_retries)
     return false;
   j->process_retries++;
   char reason[160];
   snprintf(reason, sizeof reason, "the job's process was killed by signal %d (retry %d of %lld)",
-           (int)(exit_code - 128), j->process_retries, (long long)g->cfg->process_retries);
-  gw_sched_requeue(g, j, false, reason);
+           (int)(exit_code - 128), j->process_retries, (long long)s->cfg->process_retries);
+  gw_sched_requeue(s, j, false, reason);
   return true;
 }
 
-int gw_sched_submit(struct gw *g, struct gw_job *j) {
-  if (g->n_jobs >= GW_MAX_LIVE_JOBS)
+int gw_sched_submit(struct gw_sched *s, struct gw_job *j) {
+  if (gw_fleet_n_jobs(s->fleet) >= GW_QUEUE_MAX)
     return SL_ELIMIT;
   j->created_us = j->updated_us = sl_time_real_us();
-  int r = gw_store_job_create(g->store, j);
+  int r = gw_store_job_create(s->store, j);
   if (r < 0)
     return r;
-  if ((r = gw_queue_push(g->queue, j->user, j->id, 0)) < 0) {
-    gw_sched_transition(g, j, GW_JOB_FAILED, "queue full");
+  if ((r = gw_queue_push(s->queue, j->user, j->id, 0)) < 0) {
+    gw_sched_transition(s, j, GW_JOB_FAILED, "queue full");
     return r;
   }
-  g->jobs[g->n_jobs++] = j;
-  g->kick = true;
+  if ((r = gw_fleet_job_add(s->fleet, j)) < 0) {
+    gw_queue_remove(s->queue, j->id);
+    gw_sched_transition(s, j, GW_JOB_FAILED, "too many live jobs");
+    return r;
+  }
+  gw_sched_kick(s);
   return 0;
 }
 
-int gw_sched_cancel(struct gw *g, struct gw_job *j) {
-  struct gw_inst *inst = j->instance[0] ? gw_inst_find(g, j->instance) : NULL;
+int gw_sched_cancel(struct gw_sched *s, struct gw_job *j) {
+  struct gw_inst *inst = j->instance[0] ? gw_fleet_inst(s->fleet, j->instance) : NULL;
   switch (j->state) {
   case GW_JOB_STARTING:
   case GW_JOB_RUNNING:
@@ -181,16 +197,16 @@ int gw_sched_cancel(struct gw *g, struct gw_job *j) {
     if (inst && inst->registered) {
       char id[16];
       j->cancel_requested = true;
-      gw_sched_emit(g, j, NULL);
+      gw_sched_emit(s, j, NULL);
       json_t *m = json_pack("{s:s,s:s}", "type", "cancel", "job", gw_job_id_str(j->id, id, sizeof id));
-      gw_wproto_send(g, inst, m);
+      gw_fleet_send(s->fleet, inst, m);
       json_decref(m);
       return 0;
     }
     /* no worker to tell */
     /* fall through */
   default:
-    gw_sched_finish(g, j, GW_JOB_CANCELLED, "cancelled by user");
+    gw_sched_finish(s, j, GW_JOB_CANCELLED, "cancelled by user");
     return 0;
   }
 }
@@ -250,17 +266,15 @@ static bool inst_fits(const struct wants *w, const struct gw_inst *in) {
   return !w->max_price || in->row.price_usd_per_hour <= w->max_price;
 }
 
-/* The cheapest type that fits; SL_ENAME when none ever could. */
-static int pick_type(struct gw *g, const struct wants *w, struct gw_instance_type *ret,
-                     bool *ret_spot) {
-  struct gw_instance_type *types = NULL;
-  size_t n = 0;
-  int r = g->prov->ops->types(g->prov, &types, &n);
-  if (r < 0)
-    return r;
+/* The cheapest offer that fits, over every provider; SL_ENAME when none
+ * ever could. */
+static int pick_offer(struct gw_sched *s, const struct wants *w, struct gw_offer *ret,
+                      bool *ret_spot) {
+  static struct gw_offer offers[MARKET_MAX];
+  size_t n = gw_sched_market(s, offers, MARKET_MAX);
   double best = INFINITY;
   for (size_t i = 0; i < n; i++) {
-    const struct gw_instance_type *t = &types[i];
+    const struct gw_instance_type *t = &offers[i].type;
     if (!type_allowed(w, t->name) || (w->gpus && t->gpus < w->gpus))
       continue;
     for (int spot = 1; spot >= 0; spot--) {
@@ -270,20 +284,11 @@ static int pick_type(struct gw *g, const struct wants *w, struct gw_instance_typ
       if (price <= 0 || (w->max_price && price > w->max_price) || price >= best)
         continue;
       best = price;
-      *ret = *t;
+      *ret = offers[i];
       *ret_spot = spot;
     }
   }
-  free(types);
   return isinf(best) ? SL_ENAME : 0;
-}
-
-static size_t active_instances(struct gw *g) {
-  size_t n = 0;
-  for (size_t i = 0; i < g->n_insts; i++)
-    if (strcmp(g->insts[i].row.state, "draining"))
-      n++;
-  return n;
 }
 
 static void write_placement(struct gw_job *j, const struct gw_inst *in) {
@@ -301,146 +306,186 @@ static void write_placement(struct gw_job *j, const struct gw_inst *in) {
   j->autockpt.mtbp_s = 0;
 }
 
-static void emit_placed(struct gw *g, struct gw_job *j) {
+static void emit_placed(struct gw_sched *s, struct gw_job *j) {
   json_t *ev = json_pack("{s:s,s:s,s:s,s:s,s:b,s:o,s:o,s:i}", "event", "placed", "instance",
                          j->instance, "instance_type", j->instance_type, "zone", j->zone, "spot",
                          j->spot, "price_usd_per_hour", sl_json_real(j->price_usd_per_hour),
                          "on_demand_usd_per_hour", sl_json_real(j->on_demand_usd_per_hour),
                          "attempt", j->attempt);
-  gw_sched_emit(g, j, ev);
+  gw_sched_emit(s, j, ev);
   json_decref(ev);
-  gw_store_attempt_begin(g->store, j, j->ckpt_step, sl_time_real_us());
+  gw_store_attempt_begin(s->store, j, j->ckpt_step, sl_time_real_us());
+  report(s, (struct gw_bus_event){.kind = GW_BUS_PLACED, .job = j, .instance = j->instance});
 }
 
-static int launch(struct gw *g, struct gw_job *j, const struct gw_instance_type *t, bool spot) {
-  if (g->n_insts >= GW_MAX_INSTANCES)
+/* Asks o's provider for an instance for job j. On success the instance is
+ * in the fleet, launching, and the job provisioning; the job is placed when
+ * the launch is done (gw_sched_launched). */
+static int launch(struct gw_sched *s, struct gw_job *j, const struct gw_offer *o, bool spot) {
+  if (gw_fleet_n_insts(s->fleet) >= GW_MAX_INSTANCES)
     return -EAGAIN;
-  struct gw_inst in;
-  memset(&in, 0, sizeof in);
-  uint8_t rnd[6];
-  sl_random_bytes(rnd, sizeof rnd);
-  snprintf(in.row.id, sizeof in.row.id, "i-%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
-           rnd[3], rnd[4], rnd[5]);
-  struct gw_keypair keys;
-  int r = gw_keys_generate(&keys);
+  const struct gw_instance_type *t = &o->type;
+  struct gw_worker_boot boot = {
+    .gateway = s->worker_address, .gateway_public = s->gateway_public,
+    .train = s->train_program, .metrics_per_s = s->cfg->worker_metrics_per_s,
+  };
+  int r = gw_keys_generate(&boot.keys);
   if (r < 0)
     return r;
+  struct wants w;
+  read_wants(j, &w);
+  struct gw_launch req = {.spot = spot, .max_price_usd_per_hour = w.max_price, .job = j->id,
+                          .boot = &boot};
+  snprintf(req.type, sizeof req.type, "%s", t->name);
+  snprintf(req.user, sizeof req.user, "%s", j->user);
+  char id[GW_INSTANCE_ID_MAX] = "";
+  r = o->prov->ops->launch(o->prov, &req, id);
+  sodium_memzero(boot.keys.secret_z85, sizeof boot.keys.secret_z85);
+  if (r < 0) {
+    sl_debug(T, "launch of %s on %s refused: %s", t->name, o->prov->name, sl_strerror(r));
+    return r;
+  }
+  struct gw_inst in;
+  memset(&in, 0, sizeof in);
+  in.prov = o->prov;
+  snprintf(in.row.id, sizeof in.row.id, "%s", id);
+  snprintf(in.row.provider, sizeof in.row.provider, "%s", o->prov->name);
   snprintf(in.row.type, sizeof in.row.type, "%s", t->name);
   in.row.spot = spot;
   in.row.price_usd_per_hour = spot ? t->spot_usd_per_hour : t->on_demand_usd_per_hour;
   in.row.on_demand_usd_per_hour = t->on_demand_usd_per_hour;
-  memcpy(in.row.public_key, keys.public_z85, sizeof in.row.public_key);
+  memcpy(in.row.public_key, boot.keys.public_z85, sizeof in.row.public_key);
   snprintf(in.row.user, sizeof in.row.user, "%s", j->user);
   in.row.launched_us = sl_time_real_us();
-  in.gpus = t->gpus;
-  in.register_by_mono_us = sl_time_mono_us() + g->cfg->register_timeout_us;
-
-  struct gw_launch req;
-  memset(&req, 0, sizeof req);
-  char dir[1200], work[1300], store[1300];
-  snprintf(dir, sizeof dir, "%s/instances/%s", g->cfg->state_dir, in.row.id);
-  snprintf(work, sizeof work, "%s/work", dir);
-  snprintf(store, sizeof store, "file://%s/store", g->cfg->state_dir);
-  if (sl_mkdir_p(work, 0700) < 0)
-    return -EIO;
-  snprintf(req.worker_config, sizeof req.worker_config, "%s/worker.json", dir);
-  snprintf(req.instance_id, sizeof req.instance_id, "%s", in.row.id);
-  snprintf(req.type, sizeof req.type, "%s", t->name);
-  req.spot = spot;
-  struct wants w;
-  read_wants(j, &w);
-  req.max_price_usd_per_hour = w.max_price;
-  struct gw_worker_file wf = {
-    .gateway = g->worker_address, .gateway_public = g->keys.public_z85, .keys = &keys,
-    .instance = in.row.id, .type = t->name, .zone = "", .spot = spot, .metadata = "",
-    .work_dir = work, .store = store, .train = g->train_program,
-    .metrics_per_s = g->cfg->worker_metrics_per_s,
-  };
-  if ((r = gw_keys_write_worker_file(req.worker_config, &wf)) < 0)
-    return r;
-  /* the key is recorded before the instance exists, so its first handshake passes */
   snprintf(in.row.state, sizeof in.row.state, "launching");
   in.row.job = j->id;
+  in.gpus = t->gpus;
+  in.register_by_mono_us = sl_time_mono_us() + s->cfg->register_timeout_us;
   snprintf(in.session, sizeof in.session, "%s", j->session);
-  g->insts[g->n_insts++] = in;
-  gw_store_instance_put(g->store, &in.row);
-  struct gw_instance_info info;
-  memset(&info, 0, sizeof info);
-  r = g->prov->ops->launch(g->prov, &req, &info);
-  struct gw_inst *pin = gw_inst_find(g, in.row.id);
-  if (r < 0) {
-    sl_debug(T, "launch of %s failed: %s", t->name, sl_strerror(r));
-    unlink(req.worker_config); /* holds a secret key nobody will use */
-    snprintf(pin->row.state, sizeof pin->row.state, "terminated");
-    gw_store_instance_put(g->store, &pin->row);
-    gw_inst_remove(g, in.row.id);
-    return r;
+  /* the key is recorded before the loop runs again, so the worker's first
+   * handshake passes */
+  if (!gw_fleet_inst_add(s->fleet, &in)) {
+    o->prov->ops->terminate(o->prov, id);
+    return -EAGAIN;
   }
-  snprintf(pin->row.zone, sizeof pin->row.zone, "%s", info.zone);
-  if (info.price_usd_per_hour > 0)
-    pin->row.price_usd_per_hour = info.price_usd_per_hour;
-  gw_store_instance_put(g->store, &pin->row);
-  sl_info(T, "launched %s (%s%s, %s) for job %lld", pin->row.id, t->name, spot ? " spot" : "",
-          pin->row.zone, (long long)j->id);
-  write_placement(j, pin);
-  gw_sched_transition(g, j, GW_JOB_PROVISIONING, "launching an instance");
-  emit_placed(g, j);
+  snprintf(j->instance, sizeof j->instance, "%s", id);
+  sl_info(T, "launching %s (%s%s) on %s for job %lld", id, t->name, spot ? " spot" : "",
+          o->prov->name, (long long)j->id);
+  gw_sched_transition(s, j, GW_JOB_PROVISIONING, "launching an instance");
   return 0;
+}
+
+void gw_sched_launched(struct gw_sched *s, struct gw_inst *in) {
+  if (in->launched)
+    return;
+  in->launched = true;
+  gw_fleet_inst_save(s->fleet, in);
+  struct gw_job *j = in->row.job ? gw_fleet_job(s->fleet, in->row.job) : NULL;
+  if (!j || strcmp(j->instance, in->row.id) || j->state != GW_JOB_PROVISIONING)
+    return;
+  sl_info(T, "launched %s (%s%s, %s) for job %lld", in->row.id, in->row.type,
+          in->row.spot ? " spot" : "", in->row.zone, (long long)j->id);
+  write_placement(j, in);
+  emit_placed(s, j);
+}
+
+/* The launch of instance in failed: the instance is forgotten and its job
+ * waits in the queue again. */
+static void launch_failed(struct gw_sched *s, struct gw_inst *in, int error, const char *message) {
+  char id[GW_INSTANCE_ID_MAX];
+  snprintf(id, sizeof id, "%s", in->row.id);
+  struct gw_job *j = in->row.job ? gw_fleet_job(s->fleet, in->row.job) : NULL;
+  sl_warn(T, "launch of %s (%s) failed: %s", id, in->row.type,
+          message && *message ? message : sl_strerror(error));
+  snprintf(in->row.state, sizeof in->row.state, "terminated");
+  gw_fleet_inst_save(s->fleet, in);
+  gw_fleet_inst_remove(s->fleet, id);
+  if (j && !strcmp(j->instance, id)) {
+    clear_placement(j);
+    gw_queue_push(s->queue, j->user, j->id, 1);
+    gw_sched_transition(s, j, GW_JOB_QUEUED, "the instance could not be launched; waiting for capacity");
+  }
+  gw_sched_kick(s);
 }
 
 /* Tries to start job j now: an idle worker that fits, else a new instance
  * unless *no_capacity (a launch already failed in this pass). -EAGAIN: not now. */
-static int place_one(struct gw *g, struct gw_job *j, bool *no_capacity) {
+static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
   struct wants w;
   read_wants(j, &w);
-  for (size_t i = 0; i < g->n_insts; i++) {
-    struct gw_inst *in = &g->insts[i];
+  for (size_t i = 0; i < gw_fleet_n_insts(s->fleet); i++) {
+    struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
     if (in->registered && !in->row.job && !strcmp(in->row.state, "idle") && inst_fits(&w, in)) {
-      gw_queue_take(g->queue, j->id);
+      gw_queue_take(s->queue, j->id);
       write_placement(j, in);
-      emit_placed(g, j);
-      return gw_sched_assign(g, j, in);
+      emit_placed(s, j);
+      return gw_sched_assign(s, j, in);
     }
   }
-  if (!g->prov || *no_capacity || active_instances(g) >= (size_t)g->cfg->max_instances)
+  if (!s->n_provs || *no_capacity ||
+      gw_fleet_active_insts(s->fleet) >= (size_t)s->cfg->max_instances)
     return -EAGAIN;
-  struct gw_instance_type t;
+  struct gw_offer o;
   bool spot = false;
-  int r = pick_type(g, &w, &t, &spot);
+  int r = pick_offer(s, &w, &o, &spot);
   if (r == SL_ENAME) {
-    gw_sched_finish(g, j, GW_JOB_FAILED, "no instance type matches the job's gpus, spot,"
+    gw_sched_finish(s, j, GW_JOB_FAILED, "no instance type matches the job's gpus, spot,"
                                          " max_price and instance options");
     return 0;
   }
   if (r == 0)
-    r = launch(g, j, &t, spot);
+    r = launch(s, j, &o, spot);
   if (r < 0 && r != -EAGAIN && r != SL_ENOTSUP && r != SL_ELIMIT) {
     char why[160];
-    snprintf(why, sizeof why, "cannot launch a %s instance: %s", t.name, sl_strerror(r));
+    snprintf(why, sizeof why, "cannot launch a %s instance: %s", o.type.name, sl_strerror(r));
     sl_err(T, "%s", why);
-    gw_sched_finish(g, j, GW_JOB_FAILED, why);
+    gw_sched_finish(s, j, GW_JOB_FAILED, why);
     return 0;
   }
   if (r < 0) {
     *no_capacity = true;
     return -EAGAIN;
   }
-  gw_queue_take(g->queue, j->id);
+  gw_queue_take(s->queue, j->id);
   return 0;
 }
 
-void gw_sched_place(struct gw *g) {
+void gw_sched_place(struct gw_sched *s) {
   int64_t order[64];
-  size_t n = gw_queue_order(g->queue, order, 64);
+  s->kick = false;
+  size_t n = gw_queue_order(s->queue, order, 64);
   bool no_capacity = false;
   for (size_t i = 0; i < n; i++) {
-    struct gw_job *j = gw_live_job(g, order[i]);
+    struct gw_job *j = gw_fleet_job(s->fleet, order[i]);
     if (!j) {
-      gw_queue_remove(g->queue, order[i]);
+      gw_queue_remove(s->queue, order[i]);
       continue;
     }
-    place_one(g, j, &no_capacity);
+    place_one(s, j, &no_capacity);
   }
+}
+
+void gw_sched_kick(struct gw_sched *s) {
+  s->kick = true;
+  if (s->loop)
+    gw_loop_wake(s->loop);
+}
+
+static void place_hook(struct gw_loop *l, void *data) {
+  (void)l;
+  struct gw_sched *s = data;
+  if (s->kick)
+    gw_sched_place(s);
+}
+
+/* Capacity comes back without any message (a spot market's next tick):
+ * while jobs wait in the queue, placement runs again once a second. */
+static int64_t place_retry(struct gw_loop *l, int64_t id, int64_t now_us, void *data) {
+  (void)l; (void)id;
+  struct gw_sched *s = data;
+  if (gw_queue_len(s->queue) > 0)
+    gw_sched_place(s);
+  return now_us + PLACE_RETRY_US;
 }
 
 /* The fixed checkpoint_every option, or 0 for auto (absent, "auto" or not a positive number). */
@@ -466,40 +511,33 @@ static int64_t checkpoint_every(const struct gw_job *j) {
   return every < 10 ? 10 : every > 500 ? 500 : every;
 }
 
-static double time_scale(const struct gw *g) {
-  return g->cfg->local_time_scale > 0 ? g->cfg->local_time_scale : 1;
-}
-
-/* The mean time to preemption of type, simulated seconds; 0 when unknown. */
-static double type_mtbp_s(struct gw *g, const char *type) {
-  struct gw_instance_type *types = NULL;
-  size_t n = 0;
-  double s = 0;
-  if (!g->prov || g->prov->ops->types(g->prov, &types, &n) < 0)
+/* The mean time to preemption of j's instance type on its provider, in
+ * provider seconds; 0 when unknown. */
+static double type_mtbp_s(struct gw_sched *s, const struct gw_job *j) {
+  struct gw_inst *in = gw_fleet_inst(s->fleet, j->instance);
+  struct gw_instance_type t;
+  if (!in || !in->prov || gw_provider_type(in->prov, j->instance_type, &t) < 0)
     return 0;
-  for (size_t i = 0; i < n; i++)
-    if (!strcmp(types[i].name, type))
-      s = types[i].mean_time_to_preempt_s;
-  free(types);
-  return s > 0 ? s : 0;
+  return t.mean_time_to_preempt_s > 0 ? t.mean_time_to_preempt_s : 0;
 }
 
-void gw_sched_autockpt(struct gw *g, struct gw_job *j, bool lookup_mtbp) {
+void gw_sched_autockpt(struct gw_sched *s, struct gw_job *j, bool lookup_mtbp) {
   struct gw_autockpt *a = &j->autockpt;
   if (strcmp(j->kind, "train") || fixed_checkpoint_every(j) || !j->spot || !j->instance[0])
     return; /* on-demand capacity is not preempted: the first interval stays */
   if (lookup_mtbp || !a->mtbp_s)
-    a->mtbp_s = type_mtbp_s(g, j->instance_type);
-  double scale = time_scale(g), write_sim = gw_autockpt_write_sim_s(a, scale);
+    a->mtbp_s = type_mtbp_s(s, j);
+  struct gw_inst *in = gw_fleet_inst(s->fleet, j->instance);
+  double scale = gw_provider_time_scale(in ? in->prov : NULL), write_sim = gw_autockpt_write_sim_s(a, scale);
   int64_t steps = gw_autockpt_steps(write_sim, a->mtbp_s, a->steps_per_s, scale, j->steps);
   if (steps <= 0 || (a->announced && !gw_autockpt_changed(a->sent_steps, steps)))
     return;
-  struct gw_inst *inst = gw_inst_find(g, j->instance);
+  struct gw_inst *inst = in;
   if (a->sent_steps != steps && inst && inst->row.job == j->id) {
     char id[16];
     json_t *m = json_pack("{s:s,s:s,s:I}", "type", "checkpoint_every", "job",
                           gw_job_id_str(j->id, id, sizeof id), "steps", (json_int_t)steps);
-    gw_wproto_send(g, inst, m);
+    gw_fleet_send(s->fleet, inst, m);
     json_decref(m);
   }
   a->sent_steps = steps;
@@ -508,11 +546,11 @@ void gw_sched_autockpt(struct gw *g, struct gw_job *j, bool lookup_mtbp) {
                          (json_int_t)steps, "seconds",
                          sl_json_real(gw_young_daly_s(write_sim, a->mtbp_s)), "write_s",
                          sl_json_real(write_sim), "mtbp_s", sl_json_real(a->mtbp_s));
-  gw_sched_emit(g, j, ev);
+  gw_sched_emit(s, j, ev);
   json_decref(ev);
 }
 
-int gw_sched_send_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst) {
+int gw_sched_send_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst) {
   char id[16];
   gw_job_id_str(j->id, id, sizeof id);
   int64_t every = checkpoint_every(j);
@@ -522,16 +560,16 @@ int gw_sched_send_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst) {
                         "attempt", j->attempt, "kind", j->kind, "spec", j->spec, "restore",
                         j->ckpt_key[0] ? json_string(j->ckpt_key) : json_null(),
                         "checkpoint_every", (json_int_t)every, "env");
-  int r = gw_wproto_send(g, inst, m);
+  int r = gw_fleet_send(s->fleet, inst, m);
   json_decref(m);
   return r;
 }
 
-int gw_sched_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst) {
-  int r = gw_sched_send_assign(g, j, inst);
+int gw_sched_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst) {
+  int r = gw_sched_send_assign(s, j, inst);
   if (r < 0)
     return r;
-  gw_sched_set_inst_state(g, inst, "busy", j->id);
+  gw_fleet_inst_set_state(s->fleet, inst, "busy", j->id);
   snprintf(inst->session, sizeof inst->session, "%s", j->session);
   inst->notice = false;
   /* Every attempt after a preemption resumes (a train job from its newest
@@ -544,128 +582,236 @@ int gw_sched_assign(struct gw *g, struct gw_job *j, struct gw_inst *inst) {
                            !strcmp(j->kind, "run") ? json_null() : json_integer(j->ckpt_step),
                            "instance_type", j->instance_type, "zone", j->zone, "after_s",
                            j->preempted_mono_us ? sl_json_real(after_s) : json_null());
-    gw_sched_emit(g, j, ev);
+    gw_sched_emit(s, j, ev);
     json_decref(ev);
   }
-  return gw_sched_transition(g, j, GW_JOB_STARTING, "assigned to a worker");
+  return gw_sched_transition(s, j, GW_JOB_STARTING, "assigned to a worker");
 }
 
 /* ---- loss, idle, provider events ---- */
 
-void gw_sched_instance_gone(struct gw *g, const char *id, const char *why) {
-  struct gw_inst *in = gw_inst_find(g, id);
+void gw_sched_instance_gone(struct gw_sched *s, const char *id, const char *why) {
+  struct gw_inst *in = gw_fleet_inst(s->fleet, id);
   if (!in)
     return;
   bool notice = in->notice;
-  struct gw_job *j = in->row.job ? gw_live_job(g, in->row.job) : NULL;
+  struct gw_job *j = in->row.job ? gw_fleet_job(s->fleet, in->row.job) : NULL;
   sl_info(T, "instance %s gone: %s", id, why);
   if (j && !strcmp(j->instance, id))
-    gw_sched_requeue(g, j, notice, why);
+    gw_sched_requeue(s, j, notice, why);
   /* after the requeue, whose end of the attempt saves the instance as
    * draining: a row left so would come back to life at the next start */
   snprintf(in->row.state, sizeof in->row.state, "terminated");
-  gw_store_instance_put(g->store, &in->row);
-  gw_inst_remove(g, id);
-  g->kick = true;
+  gw_fleet_inst_save(s->fleet, in);
+  gw_fleet_inst_remove(s->fleet, id);
+  gw_sched_kick(s);
 }
 
-void gw_sched_terminate(struct gw *g, struct gw_inst *in, const char *why) {
-  char id[32];
+void gw_sched_terminate(struct gw_sched *s, struct gw_inst *in, const char *why) {
+  char id[GW_INSTANCE_ID_MAX];
   snprintf(id, sizeof id, "%s", in->row.id);
   if (in->registered) {
     json_t *m = json_pack("{s:s}", "type", "shutdown");
-    gw_wproto_send(g, in, m);
+    gw_fleet_send(s->fleet, in, m);
     json_decref(m);
   }
-  if (g->prov)
-    g->prov->ops->terminate(g->prov, id);
-  gw_sched_instance_gone(g, id, why);
+  if (in->prov)
+    in->prov->ops->terminate(in->prov, id);
+  gw_sched_instance_gone(s, id, why);
 }
 
-void gw_sched_on_provider_event(void *userdata, const struct gw_provider_event *ev) {
-  struct gw *g = userdata;
+void gw_sched_provider_event(void *userdata, struct gw_provider *p,
+                             const struct gw_provider_event *ev) {
+  struct gw_sched *s = userdata;
   if (ev->kind == GW_PROVIDER_CAPACITY) {
-    g->kick = true; /* queued jobs may fit now */
+    gw_sched_kick(s); /* queued jobs may fit now */
     return;
   }
-  struct gw_inst *in = gw_inst_find(g, ev->instance_id);
-  if (!in)
+  struct gw_inst *in = gw_fleet_inst(s->fleet, ev->instance_id);
+  if (!in || in->prov != p)
     return;
-  if (ev->kind == GW_PROVIDER_TERMINATED) {
-    gw_sched_instance_gone(g, ev->instance_id,
+  switch (ev->kind) {
+  case GW_PROVIDER_LAUNCHED:
+    if (ev->info.zone[0])
+      snprintf(in->row.zone, sizeof in->row.zone, "%s", ev->info.zone);
+    if (ev->info.price_usd_per_hour > 0)
+      in->row.price_usd_per_hour = ev->info.price_usd_per_hour;
+    gw_sched_launched(s, in);
+    break;
+  case GW_PROVIDER_LAUNCH_FAILED:
+    launch_failed(s, in, ev->error, ev->message);
+    break;
+  case GW_PROVIDER_TERMINATED:
+    gw_sched_instance_gone(s, ev->instance_id,
                            ev->by_market ? "instance preempted by the market" : "instance terminated");
-  } else if (ev->kind == GW_PROVIDER_NOTICE && !in->notice) {
-    in->notice = true;
-    struct gw_job *j = in->row.job ? gw_live_job(g, in->row.job) : NULL;
-    if (j) {
-      json_t *e = json_pack("{s:s,s:s,s:I,s:s}", "event", "notice", "action", "terminate",
-                            "deadline_us", (json_int_t)ev->deadline_us, "instance", in->row.id);
-      gw_sched_emit(g, j, e);
-      json_decref(e);
+    break;
+  case GW_PROVIDER_NOTICE:
+    if (!in->notice) {
+      in->notice = true;
+      struct gw_job *j = in->row.job ? gw_fleet_job(s->fleet, in->row.job) : NULL;
+      if (j) {
+        json_t *e = json_pack("{s:s,s:s,s:I,s:s}", "event", "notice", "action", "terminate",
+                              "deadline_us", (json_int_t)ev->deadline_us, "instance", in->row.id);
+        gw_sched_emit(s, j, e);
+        json_decref(e);
+      }
     }
+    break;
+  default:
+    break;
   }
 }
 
-void gw_sched_housekeeping(struct gw *g) {
+void gw_sched_housekeeping(struct gw_sched *s) {
   int64_t now = sl_time_mono_us();
-  for (size_t i = 0; i < g->n_insts;) {
-    struct gw_inst *in = &g->insts[i];
+  for (size_t i = 0; i < gw_fleet_n_insts(s->fleet);) {
+    struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
     const char *why = NULL;
     if (!in->registered && in->register_by_mono_us && now > in->register_by_mono_us)
       why = "worker did not register in time";
-    else if (in->registered && now - in->last_seen_mono_us > g->cfg->heartbeat_timeout_us)
+    else if (in->registered && now - in->last_seen_mono_us > s->cfg->heartbeat_timeout_us)
       why = "worker lost (no heartbeat)";
     else if (in->registered && !in->row.job && !strcmp(in->row.state, "idle") &&
-             now - in->idle_since_mono_us > gw_config_worker_timeout_us(g->cfg, in->row.user))
+             now - in->idle_since_mono_us > gw_config_worker_timeout_us(s->cfg, in->row.user))
       why = "idle worker shut down";
     if (why) {
       sl_info(T, "%s: %s", in->row.id, why);
-      gw_sched_terminate(g, in, why);
+      gw_sched_terminate(s, in, why);
       continue; /* the array shifted */
     }
     i++;
   }
-  gw_idle_check(g);
-  for (size_t i = 0; i < g->n_jobs; i++)
-    gw_sched_flush_cost(g, g->jobs[i], false);
-  if (now >= g->next_cost_flush_mono_us)
-    g->next_cost_flush_mono_us = now + COST_FLUSH_US;
+  for (size_t i = 0; i < gw_fleet_n_jobs(s->fleet); i++)
+    gw_sched_flush_cost(s, gw_fleet_job_at(s->fleet, i), false);
+  if (now >= s->next_cost_flush_mono_us)
+    s->next_cost_flush_mono_us = now + COST_FLUSH_US;
+}
+
+/* ---- providers and the market ---- */
+
+int gw_sched_add_provider(struct gw_sched *s, struct gw_provider *p) {
+  if (s->n_provs == GW_PROVIDERS_MAX)
+    return SL_ELIMIT;
+  s->provs[s->n_provs++] = p;
+  return 0;
+}
+
+size_t gw_sched_n_providers(const struct gw_sched *s) { return s->n_provs; }
+
+struct gw_provider *gw_sched_provider_at(struct gw_sched *s, size_t i) {
+  return i < s->n_provs ? s->provs[i] : NULL;
+}
+
+static struct gw_provider *provider_named(struct gw_sched *s, const char *name) {
+  for (size_t i = 0; i < s->n_provs; i++)
+    if (!strcmp(s->provs[i]->name, name))
+      return s->provs[i];
+  return NULL;
+}
+
+size_t gw_sched_market(struct gw_sched *s, struct gw_offer *ret, size_t max) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->n_provs && n < max; i++) {
+    const struct gw_instance_type *types = NULL;
+    size_t nt = 0;
+    if (s->provs[i]->ops->market(s->provs[i], &types, &nt) < 0)
+      continue;
+    for (size_t k = 0; k < nt && n < max; k++)
+      ret[n++] = (struct gw_offer){.prov = s->provs[i], .type = types[k]};
+  }
+  return n;
+}
+
+int gw_sched_inject(struct gw_sched *s, struct gw_inst *in, bool kill, double notice_s) {
+  (void)s;
+  if (!in->prov || !in->prov->ops->inject)
+    return SL_ENOTSUP;
+  return in->prov->ops->inject(in->prov, in->row.id, kill, notice_s);
+}
+
+/* ---- life ---- */
+
+struct gw_sched *gw_sched_new(const struct gw_sched_env *env) {
+  struct gw_sched *s = calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  s->cfg = env->cfg;
+  s->store = env->store;
+  s->fleet = env->fleet;
+  s->queue = env->queue;
+  s->loop = env->loop;
+  s->bus = env->bus;
+  s->worker_address = env->worker_address ? env->worker_address : "";
+  s->gateway_public = env->gateway_public ? env->gateway_public : "";
+  s->train_program = env->train_program ? env->train_program : "";
+  if (s->loop) {
+    int64_t t = gw_loop_add_timer(s->loop, sl_time_mono_us() + PLACE_RETRY_US, place_retry, s);
+    if (t < 0 || gw_loop_add_hook(s->loop, place_hook, s) < 0) {
+      if (t > 0)
+        gw_loop_del_timer(s->loop, t);
+      free(s);
+      return NULL;
+    }
+    s->retry_timer = t;
+  }
+  return s;
+}
+
+struct gw_sched *gw_sched_free(struct gw_sched *s) {
+  if (!s)
+    return NULL;
+  if (s->loop && s->retry_timer > 0)
+    gw_loop_del_timer(s->loop, s->retry_timer);
+  for (size_t i = 0; i < s->n_provs; i++)
+    s->provs[i]->ops->destroy(s->provs[i]);
+  free(s);
+  return NULL;
 }
 
 /* ---- restart ---- */
 
-static void load_instances(struct gw *g) {
+static void load_instances(struct gw_sched *s) {
   struct gw_instance_row *rows = NULL;
   size_t n = 0;
-  if (gw_store_instances_live(g->store, &rows, &n) < 0)
+  if (gw_store_instances_live(s->store, &rows, &n) < 0)
     return;
-  int64_t by = sl_time_mono_us() + g->cfg->register_timeout_us;
-  for (size_t i = 0; i < n && g->n_insts < GW_MAX_INSTANCES; i++) {
-    struct gw_inst *in = &g->insts[g->n_insts++];
-    memset(in, 0, sizeof *in);
-    in->row = rows[i];
-    in->register_by_mono_us = by;
-    in->idle_since_mono_us = sl_time_mono_us(); /* else an idle worker is stopped at once */
+  int64_t by = sl_time_mono_us() + s->cfg->register_timeout_us;
+  for (size_t i = 0; i < n; i++) {
+    struct gw_inst in;
+    memset(&in, 0, sizeof in);
+    in.row = rows[i];
+    in.prov = provider_named(s, rows[i].provider);
+    in.launched = true;
+    in.register_by_mono_us = by;
+    in.idle_since_mono_us = sl_time_mono_us(); /* else an idle worker is stopped at once */
+    if (!in.prov)
+      sl_warn(T, "instance %s belongs to provider \"%s\", which is not enabled", in.row.id,
+              in.row.provider);
+    if (!gw_fleet_inst_add(s->fleet, &in))
+      break;
   }
   free(rows);
   /* provider instances the table does not know are stray: stop them */
-  struct gw_instance_info *list = NULL;
-  size_t nl = 0;
-  if (g->prov && g->prov->ops->list(g->prov, &list, &nl) == 0) {
+  for (size_t p = 0; p < s->n_provs; p++) {
+    struct gw_provider *prov = s->provs[p];
+    struct gw_instance_info *list = NULL;
+    size_t nl = 0;
+    if (prov->ops->list(prov, &list, &nl) < 0)
+      continue;
     for (size_t i = 0; i < nl; i++)
-      if (!gw_inst_find(g, list[i].instance_id)) {
-        sl_warn(T, "terminating unknown instance %s", list[i].instance_id);
-        g->prov->ops->terminate(g->prov, list[i].instance_id);
+      if (!gw_fleet_inst(s->fleet, list[i].instance_id)) {
+        sl_warn(T, "terminating unknown instance %s of %s", list[i].instance_id, prov->name);
+        prov->ops->terminate(prov, list[i].instance_id);
       }
     free(list);
   }
 }
 
-int gw_sched_load(struct gw *g) {
-  load_instances(g);
+int gw_sched_load(struct gw_sched *s) {
+  load_instances(s);
   struct gw_job *jobs = NULL;
   size_t n = 0;
-  int r = gw_store_jobs_list(g->store, NULL, true, GW_MAX_LIVE_JOBS, &jobs, &n);
+  int r = gw_store_jobs_list(s->store, NULL, true, GW_QUEUE_MAX, &jobs, &n);
   if (r < 0)
     return r;
   int64_t now = sl_time_mono_us();
@@ -675,36 +821,43 @@ int gw_sched_load(struct gw *g) {
       break;
     *j = jobs[k];
     jobs[k].spec = NULL;
-    g->jobs[g->n_jobs++] = j;
+    if (gw_fleet_job_add(s->fleet, j) < 0) {
+      gw_job_done(j);
+      free(j);
+      break;
+    }
     json_t *ev = json_pack("{s:s,s:s}", "event", "gateway", "action", "restarted");
-    gw_sched_emit(g, j, ev);
+    gw_sched_emit(s, j, ev);
     json_decref(ev);
-    struct gw_inst *in = j->instance[0] ? gw_inst_find(g, j->instance) : NULL;
+    struct gw_inst *in = j->instance[0] ? gw_fleet_inst(s->fleet, j->instance) : NULL;
     if (j->state == GW_JOB_QUEUED || j->state == GW_JOB_PREEMPTED) {
       clear_placement(j);
-      gw_queue_push(g->queue, j->user, j->id, j->state == GW_JOB_PREEMPTED);
+      gw_queue_push(s->queue, j->user, j->id, j->state == GW_JOB_PREEMPTED);
       if (j->state == GW_JOB_PREEMPTED)
-        gw_sched_transition(g, j, GW_JOB_QUEUED, "resuming after a gateway restart");
+        gw_sched_transition(s, j, GW_JOB_QUEUED, "resuming after a gateway restart");
     } else if (in && in->row.job == j->id) {
+      /* provisioning and never placed: the launch was not reported done */
+      if (j->state == GW_JOB_PROVISIONING && !j->instance_type[0])
+        in->launched = false;
       j->wait_register_until_us = in->register_by_mono_us;
-      if (gw_store_attempt_metric_step(g->store, j->id, &j->metric_step) < 0)
+      if (gw_store_attempt_metric_step(s->store, j->id, &j->metric_step) < 0)
         j->metric_step = -1;
       j->attempt_started_mono_us = j->cost_accrued_mono_us = now;
     } else {
-      gw_sched_requeue(g, j, false, "instance lost while the gateway was down");
+      gw_sched_requeue(s, j, false, "instance lost while the gateway was down");
     }
   }
   gw_store_jobs_free(jobs, n);
   /* an instance row can name a job that is not on it: a gateway that died
-   * inside launch() saved the row but not the job's placement */
-  for (size_t i = 0; i < g->n_insts; i++) {
-    struct gw_inst *in = &g->insts[i];
-    struct gw_job *j = in->row.job ? gw_live_job(g, in->row.job) : NULL;
+   * inside a launch saved the row but not the job's placement */
+  for (size_t i = 0; i < gw_fleet_n_insts(s->fleet); i++) {
+    struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
+    struct gw_job *j = in->row.job ? gw_fleet_job(s->fleet, in->row.job) : NULL;
     if (in->row.job && (!j || strcmp(j->instance, in->row.id))) {
       in->row.job = 0;
-      gw_store_instance_put(g->store, &in->row);
+      gw_fleet_inst_save(s->fleet, in);
     }
   }
-  g->kick = true;
+  gw_sched_kick(s);
   return 0;
 }

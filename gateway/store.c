@@ -64,6 +64,8 @@ static const char *const migrations[] = {
   "ALTER TABLE jobs ADD COLUMN on_demand_usd REAL NOT NULL DEFAULT 0;"
   "CREATE TABLE session_models(user TEXT NOT NULL, session TEXT NOT NULL, name TEXT NOT NULL,"
   "  job INTEGER, step INTEGER, checkpoint TEXT, PRIMARY KEY(user, session, name));",
+  /* 3: instances belong to a provider (several may be enabled at once) */
+  "ALTER TABLE instances ADD COLUMN provider TEXT NOT NULL DEFAULT 'local';",
 };
 
 static int db_err(struct gw_store *s, const char *what) {
@@ -756,7 +758,9 @@ int gw_store_cost_totals(struct gw_store *s, const char *user, int64_t since_us,
 }
 
 int gw_store_instance_put(struct gw_store *s, const struct gw_instance_row *row) {
-  sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO instances VALUES(?,?,?,?,?,?,?,?,?,?,?)");
+  sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO instances(id, type, zone, spot, price,"
+                             " on_demand_price, public_key, state, job, user, launched_us,"
+                             " provider) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)");
   if (st) {
     bind_text(st, 1, row->id);
     bind_text(st, 2, row->type);
@@ -769,13 +773,14 @@ int gw_store_instance_put(struct gw_store *s, const struct gw_instance_row *row)
     sqlite3_bind_int64(st, 9, row->job);
     bind_text(st, 10, row->user);
     sqlite3_bind_int64(st, 11, row->launched_us);
+    bind_text(st, 12, row->provider);
   }
   return run(s, st);
 }
 
 int gw_store_instances_live(struct gw_store *s, struct gw_instance_row **ret, size_t *ret_n) {
   sqlite3_stmt *st = prep(s, "SELECT id, type, zone, spot, price, on_demand_price, public_key,"
-                             " state, job, user, launched_us FROM instances"
+                             " state, job, user, launched_us, provider FROM instances"
                              " WHERE state != 'terminated' LIMIT 10000");
   if (!st)
     return SL_ESQLITE;
@@ -802,6 +807,7 @@ int gw_store_instances_live(struct gw_store *s, struct gw_instance_row **ret, si
     r->job = sqlite3_column_int64(st, 8);
     col_text(st, 9, r->user, sizeof r->user);
     r->launched_us = sqlite3_column_int64(st, 10);
+    col_text(st, 11, r->provider, sizeof r->provider);
   }
   sqlite3_finalize(st);
   if (!rows)

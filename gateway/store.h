@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GW_STORE_SCHEMA_VERSION 2
+#define GW_STORE_SCHEMA_VERSION 3
 
 struct gw_store;
 
@@ -31,6 +31,7 @@ struct gw_instance_row {
   int64_t job;                  /* 0: none */
   char user[64];                /* the user of the last job, for idle timeouts */
   int64_t launched_us;
+  char provider[32];            /* the provider that owns it ("local") */
 };
 
 /* Opens (creating or migrating) the database at path. Returns an owned store

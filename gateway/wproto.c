@@ -7,9 +7,10 @@
  * confused worker cannot move another job. A malformed message, or one of
  * an unknown type, is logged and answered with an `error` message; it
  * changes nothing. */
-#include "core.h"
+#include "wproto.h"
 
-#include "conf.h"
+#include "zmsg.h"
+
 #include "sl_err.h"
 #include "sl_frame.h"
 #include "sl_json.h"
@@ -24,14 +25,47 @@
 
 #define T "gateway.worker"
 #define REREGISTER_EVERY_US (100 * SL_US_PER_MS)
+#define FRAME_MAX (1u << 20)
+#define JSON_DEPTH 32
 
-int gw_wproto_send(struct gw *g, struct gw_inst *inst, json_t *msg) {
-  if (!inst->registered)
-    return -ENOTCONN;
-  return gw_send_to(g, g->wsock, inst->rid, inst->rid_len, msg);
+struct gw_wproto {
+  const struct gw_config *cfg;
+  struct gw_store *store;
+  struct gw_fleet *fleet;
+  struct gw_sched *sched;
+  void *wsock, *zap;
+};
+
+struct gw_wproto *gw_wproto_new(const struct gw_config *cfg, struct gw_store *store,
+                                struct gw_fleet *fleet, struct gw_sched *sched, void *wsock,
+                                void *zap) {
+  struct gw_wproto *w = calloc(1, sizeof *w);
+  if (w)
+    *w = (struct gw_wproto){.cfg = cfg, .store = store, .fleet = fleet, .sched = sched,
+                            .wsock = wsock, .zap = zap};
+  return w;
 }
 
-static void zap_reply(struct gw *g, zmq_msg_t *reqid, const char *code, const char *text,
+struct gw_wproto *gw_wproto_free(struct gw_wproto *w) {
+  free(w);
+  return NULL;
+}
+
+int gw_wproto_transport(void *ctx, const uint8_t *rid, size_t rid_len, const json_t *msg) {
+  struct gw_wproto *w = ctx;
+  if (!w->wsock)
+    return -ENOTCONN;
+  return gw_zmsg_send(w->wsock, rid, rid_len, msg);
+}
+
+/* Sends to a connection that may not be an instance's yet (errors, reregister). */
+static void send_raw(struct gw_wproto *w, const uint8_t *rid, size_t rid_len, const json_t *msg) {
+  int r = gw_wproto_transport(w, rid, rid_len, msg);
+  if (r < 0)
+    sl_debug("gateway.zmq", "send dropped: %s", sl_strerror(r));
+}
+
+static void zap_reply(struct gw_wproto *g, zmq_msg_t *reqid, const char *code, const char *text,
                       const char *user) {
   zmq_send(g->zap, "1.0", 3, ZMQ_SNDMORE);
   zmq_send(g->zap, zmq_msg_data(reqid), zmq_msg_size(reqid), ZMQ_SNDMORE);
@@ -43,7 +77,7 @@ static void zap_reply(struct gw *g, zmq_msg_t *reqid, const char *code, const ch
 
 /* One ZAP request: version, request id, domain, address, routing id,
  * mechanism, credentials... */
-void gw_zap_handle(struct gw *g) {
+void gw_wproto_zap(struct gw_wproto *g) {
   zmq_msg_t f[8];
   int n = 0;
   int more = 1;
@@ -72,12 +106,8 @@ void gw_zap_handle(struct gw *g) {
       zmq_msg_size(&f[6]) == 32) {
     char z85[GW_Z85_KEY_LEN + 1];
     if (zmq_z85_encode(z85, zmq_msg_data(&f[6]), 32)) {
-      for (size_t i = 0; i < g->n_insts; i++)
-        if (!strcmp(g->insts[i].row.public_key, z85) &&
-            strcmp(g->insts[i].row.state, "terminated")) {
-          id = g->insts[i].row.id;
-          break;
-        }
+      struct gw_inst *in = gw_fleet_inst_by_key(g->fleet, z85);
+      id = in ? in->row.id : NULL;
     }
   }
   if (id) {
@@ -101,7 +131,7 @@ struct wmsg {
 
 /* Reads one message; returns 0 with m->body set, or a negative error after
  * consuming the whole message. */
-static int recv_msg(struct gw *g, struct wmsg *m) {
+static int recv_msg(struct gw_wproto *g, struct wmsg *m) {
   int nframes = 0, more = 1, r = 0;
   size_t body_len = 0;
   char *body = NULL;
@@ -125,7 +155,7 @@ static int recv_msg(struct gw *g, struct wmsg *m) {
         memcpy(m->rid, zmq_msg_data(&f), sz);
         m->rid_len = sz;
       }
-    } else if (nframes == 1 && sz <= GW_FRAME_MAX) {
+    } else if (nframes == 1 && sz <= FRAME_MAX) {
       body = malloc(sz + 1);
       if (body) {
         memcpy(body, zmq_msg_data(&f), sz);
@@ -134,7 +164,7 @@ static int recv_msg(struct gw *g, struct wmsg *m) {
     } else {
       r = SL_ELIMIT;
     }
-    if (nframes == 1 && sz > GW_FRAME_MAX)
+    if (nframes == 1 && sz > FRAME_MAX)
       r = SL_ELIMIT;
     nframes++;
     zmq_msg_close(&f);
@@ -143,7 +173,7 @@ static int recv_msg(struct gw *g, struct wmsg *m) {
     r = nframes < 2 ? SL_EWIRE : -ENOMEM;
   if (!r) {
     char why[128];
-    r = sl_json_parse(body, body_len, GW_JSON_DEPTH, &m->body, why, sizeof why);
+    r = sl_json_parse(body, body_len, JSON_DEPTH, &m->body, why, sizeof why);
     if (!r && !json_is_object(m->body)) {
       json_decref(m->body);
       m->body = NULL;
@@ -155,9 +185,9 @@ static int recv_msg(struct gw *g, struct wmsg *m) {
 }
 
 /* The live job a worker message refers to, only if this instance runs that attempt. */
-static struct gw_job *own_job(struct gw *g, struct gw_inst *in, const json_t *body) {
+static struct gw_job *own_job(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   int64_t id = gw_job_id_parse(sl_json_get_str(body, "job", NULL));
-  struct gw_job *j = id > 0 ? gw_live_job(g, id) : NULL;
+  struct gw_job *j = id > 0 ? gw_fleet_job(g->fleet, id) : NULL;
   if (!j || strcmp(j->instance, in->row.id) || in->row.job != j->id)
     return NULL;
   json_t *a = json_object_get(body, "attempt");
@@ -166,12 +196,14 @@ static struct gw_job *own_job(struct gw *g, struct gw_inst *in, const json_t *bo
   return j;
 }
 
-static void on_done(struct gw *g, struct gw_inst *in, const json_t *body);
+static void on_done(struct gw_wproto *g, struct gw_inst *in, const json_t *body);
 
-static void on_register(struct gw *g, struct gw_inst *in, const json_t *body) {
+static void on_register(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   bool was_registered = in->registered;
   in->registered = true;
   in->register_by_mono_us = 0;
+  /* a worker that speaks was launched, whether or not its provider said so yet */
+  gw_sched_launched(g->sched, in);
   /* done messages the worker sent since its last registered: one in flight
    * when a gateway died is heard here (own_job ignores those already heard) */
   size_t k;
@@ -203,38 +235,38 @@ static void on_register(struct gw *g, struct gw_inst *in, const json_t *body) {
     const char *jid = sl_json_get_str(v, "job", NULL);
     if (jid && gw_job_id_parse(jid) > 0) {
       json_t *c = json_pack("{s:s,s:s}", "type", "cancel", "job", jid);
-      gw_wproto_send(g, in, c);
+      gw_fleet_send(g->fleet, in, c);
       json_decref(c);
     }
   }
   json_t *reply = json_pack("{s:s,s:I,s:o}", "type", "registered", "heartbeat_ms",
                             (json_int_t)g->cfg->heartbeat_ms, "jobs", recorded);
-  gw_wproto_send(g, in, reply);
+  gw_fleet_send(g->fleet, in, reply);
   json_decref(reply);
   if (!was_registered)
     sl_info(T, "worker %s registered", in->row.id);
-  struct gw_job *j = in->row.job ? gw_live_job(g, in->row.job) : NULL;
+  struct gw_job *j = in->row.job ? gw_fleet_job(g->fleet, in->row.job) : NULL;
   if (j && strcmp(j->instance, in->row.id))
     j = NULL; /* placed elsewhere since (a launch a gateway died in): not this worker's */
   if (j && !has_own) {
     if (j->state == GW_JOB_PROVISIONING) {
-      gw_sched_assign(g, j, in);
+      gw_sched_assign(g->sched, j, in);
       return;
     }
     if (j->state == GW_JOB_STARTING && was_registered && !j->wait_register_until_us) {
-      gw_sched_send_assign(g, j, in); /* the register crossed our assign */
+      gw_sched_send_assign(g->sched, j, in); /* the register crossed our assign */
       return;
     }
     /* the worker no longer has the job it ran before a gateway restart */
-    gw_sched_requeue(g, j, false, "the worker lost the job");
-    gw_sched_set_inst_state(g, in, "idle", 0);
+    gw_sched_requeue(g->sched, j, false, "the worker lost the job");
+    gw_fleet_inst_set_state(g->fleet, in, "idle", 0);
   } else if (!j && strcmp(in->row.state, "idle")) {
-    gw_sched_set_inst_state(g, in, "idle", 0);
+    gw_fleet_inst_set_state(g->fleet, in, "idle", 0);
   }
-  g->kick = true;
+  gw_sched_kick(g->sched);
 }
 
-static void on_metric(struct gw *g, struct gw_inst *in, const json_t *body) {
+static void on_metric(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   struct gw_job *j = own_job(g, in, body);
   json_t *data = json_object_get(body, "data");
   if (!j || !json_is_object(data) || !json_is_integer(json_object_get(data, "step")) ||
@@ -257,7 +289,7 @@ static void on_metric(struct gw *g, struct gw_inst *in, const json_t *body) {
   if (step_metric)
     j->metric_step = step;
   if (j->state == GW_JOB_STARTING || j->state == GW_JOB_CHECKPOINTING)
-    gw_sched_transition(g, j, GW_JOB_RUNNING, j->state == GW_JOB_STARTING ? "first metric" : "");
+    gw_sched_transition(g->sched, j, GW_JOB_RUNNING, j->state == GW_JOB_STARTING ? "first metric" : "");
   json_t *ev = json_object();
   const char *k;
   json_t *v;
@@ -269,34 +301,34 @@ static void on_metric(struct gw *g, struct gw_inst *in, const json_t *body) {
   json_object_set_new(ev, "event", json_string("metric"));
   json_object_set_new(ev, "steps", json_integer(j->steps));
   j->step = step;
-  gw_sched_emit(g, j, ev);
+  gw_sched_emit(g->sched, j, ev);
   json_decref(ev);
   if (json_is_number(json_object_get(data, "loss"))) {
     gw_autockpt_step(&j->autockpt, j->step, sl_time_mono_us());
-    gw_sched_autockpt(g, j, false);
+    gw_sched_autockpt(g->sched, j, false);
   }
 }
 
 /* The job's process runs on the worker: the job is running, whether or not
  * it ever sends a metric (a %%run job sends none). */
-static void on_started(struct gw *g, struct gw_inst *in, const json_t *body) {
+static void on_started(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   struct gw_job *j = own_job(g, in, body);
   if (j && j->state == GW_JOB_STARTING)
-    gw_sched_transition(g, j, GW_JOB_RUNNING, "process started");
+    gw_sched_transition(g->sched, j, GW_JOB_RUNNING, "process started");
 }
 
-static void on_output(struct gw *g, struct gw_inst *in, const json_t *body) {
+static void on_output(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   struct gw_job *j = own_job(g, in, body);
   const char *stream = sl_json_get_str(body, "stream", "stdout");
   const char *text = sl_json_get_str(body, "text", NULL);
   if (!j || !text || (strcmp(stream, "stdout") && strcmp(stream, "stderr")))
     return;
   json_t *ev = json_pack("{s:s,s:s,s:s}", "event", "output", "stream", stream, "text", text);
-  gw_sched_emit(g, j, ev);
+  gw_sched_emit(g->sched, j, ev);
   json_decref(ev);
 }
 
-static void on_checkpoint(struct gw *g, struct gw_inst *in, const json_t *body) {
+static void on_checkpoint(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   struct gw_job *j = own_job(g, in, body);
   const char *key = sl_json_get_str(body, "key", NULL);
   int64_t step = sl_json_get_int(body, "step", -1);
@@ -318,28 +350,28 @@ static void on_checkpoint(struct gw *g, struct gw_inst *in, const json_t *body) 
   json_t *ev = json_pack("{s:s,s:I,s:s,s:I,s:I,s:I,s:b}", "event", "checkpoint", "step",
                          (json_int_t)step, "path", key, "bytes", (json_int_t)bytes, "write_ms",
                          (json_int_t)write_ms, "upload_ms", (json_int_t)upload_ms, "durable", 1);
-  gw_sched_emit(g, j, ev);
+  gw_sched_emit(g->sched, j, ev);
   json_decref(ev);
   if (write_ms >= 0 && upload_ms >= 0) {
     gw_autockpt_write(&j->autockpt, (double)(write_ms + upload_ms) / 1e3);
-    gw_sched_autockpt(g, j, true);
+    gw_sched_autockpt(g->sched, j, true);
   }
 }
 
-static void on_notice(struct gw *g, struct gw_inst *in, const json_t *body) {
+static void on_notice(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   const char *action = sl_json_get_str(body, "action", "terminate");
   bool first = !in->notice;
   in->notice = true;
-  struct gw_job *j = in->row.job ? gw_live_job(g, in->row.job) : NULL;
+  struct gw_job *j = in->row.job ? gw_fleet_job(g->fleet, in->row.job) : NULL;
   if (!j || !first)
     return;
   json_t *ev = json_pack("{s:s,s:s,s:I,s:s}", "event", "notice", "action", action, "deadline_us",
                          (json_int_t)sl_json_get_int(body, "deadline_us", 0), "instance", in->row.id);
-  gw_sched_emit(g, j, ev);
+  gw_sched_emit(g->sched, j, ev);
   json_decref(ev);
 }
 
-static void on_result(struct gw *g, struct gw_inst *in, const json_t *body) {
+static void on_result(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   struct gw_job *j = own_job(g, in, body);
   json_t *loss = json_object_get(body, "eval_loss");
   const char *text = sl_json_get_str(body, "text", NULL);
@@ -350,11 +382,11 @@ static void on_result(struct gw *g, struct gw_inst *in, const json_t *body) {
     json_object_set(ev, "eval_loss", loss);
   if (text)
     json_object_set_new(ev, "text", json_string(text));
-  gw_sched_emit(g, j, ev);
+  gw_sched_emit(g->sched, j, ev);
   json_decref(ev);
 }
 
-static void on_done(struct gw *g, struct gw_inst *in, const json_t *body) {
+static void on_done(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   struct gw_job *j = own_job(g, in, body);
   const char *status = sl_json_get_str(body, "status", "");
   if (!j)
@@ -366,30 +398,30 @@ static void on_done(struct gw *g, struct gw_inst *in, const json_t *body) {
   if (json_is_object(result)) {
     json_t *ev = json_deep_copy(result);
     json_object_set_new(ev, "event", json_string("result"));
-    gw_sched_emit(g, j, ev);
+    gw_sched_emit(g->sched, j, ev);
     json_decref(ev);
   }
   char reason[256];
   snprintf(reason, sizeof reason, "%s", sl_json_get_str(body, "message", ""));
   if (!strcmp(status, "succeeded"))
-    gw_sched_finish(g, j, GW_JOB_SUCCEEDED, reason[0] ? reason : "done");
+    gw_sched_finish(g->sched, j, GW_JOB_SUCCEEDED, reason[0] ? reason : "done");
   else if (!strcmp(status, "cancelled"))
-    gw_sched_finish(g, j, GW_JOB_CANCELLED, reason[0] ? reason : "cancelled");
+    gw_sched_finish(g->sched, j, GW_JOB_CANCELLED, reason[0] ? reason : "cancelled");
   else if (!strcmp(status, "preempted"))
-    gw_sched_requeue(g, j, in->notice, reason[0] ? reason : "preempted");
+    gw_sched_requeue(g->sched, j, in->notice, reason[0] ? reason : "preempted");
   else if (!strcmp(status, "failed")) {
-    if (gw_sched_retry(g, j, sl_json_get_int(body, "exit_code", -1))) {
-      gw_sched_set_inst_state(g, in, "idle", 0); /* the worker itself is fine */
+    if (gw_sched_retry(g->sched, j, sl_json_get_int(body, "exit_code", -1))) {
+      gw_fleet_inst_set_state(g->fleet, in, "idle", 0); /* the worker itself is fine */
       return;
     }
     if (!reason[0])
       snprintf(reason, sizeof reason, "exit code %lld", (long long)sl_json_get_int(body, "exit_code", -1));
-    gw_sched_finish(g, j, GW_JOB_FAILED, reason);
+    gw_sched_finish(g->sched, j, GW_JOB_FAILED, reason);
   } else
     sl_warn(T, "%s: done with unknown status \"%s\" ignored", in->row.id, status);
 }
 
-static void on_heartbeat(struct gw *g, struct gw_inst *in, const json_t *body) {
+static void on_heartbeat(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   size_t i;
   json_t *v;
   json_array_foreach(json_object_get(body, "jobs"), i, v) {
@@ -401,17 +433,24 @@ static void on_heartbeat(struct gw *g, struct gw_inst *in, const json_t *body) {
 }
 
 /* Answers a refused message: {"type":"error","error":{"code","message"}}. */
-static void refuse(struct gw *g, const uint8_t *rid, size_t rid_len, int code, const char *message) {
+static void refuse(struct gw_wproto *g, const uint8_t *rid, size_t rid_len, int code, const char *message) {
   if (!rid_len)
     return;
   json_t *m = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "code", sl_errname(code),
                         "message", message);
   if (m)
-    gw_send_to(g, g->wsock, rid, rid_len, m);
+    send_raw(g, rid, rid_len, m);
   json_decref(m);
 }
 
-static void dispatch(struct gw *g, struct gw_inst *in, const json_t *body) {
+void gw_wproto_handle(struct gw_wproto *g, struct gw_inst *in, const uint8_t *rid, size_t rid_len,
+                      const json_t *body) {
+  /* the routing id of the newest connection wins: a reconnecting worker moves */
+  if (rid_len <= sizeof in->rid) {
+    memcpy(in->rid, rid, rid_len);
+    in->rid_len = rid_len;
+  }
+  in->last_seen_mono_us = sl_time_mono_us();
   const char *type = sl_json_get_str(body, "type", "");
   const char *inst = sl_json_get_str(body, "instance", NULL);
   if (inst && strcmp(inst, in->row.id)) {
@@ -433,7 +472,7 @@ static void dispatch(struct gw *g, struct gw_inst *in, const json_t *body) {
     if (now - in->reregister_mono_us >= REREGISTER_EVERY_US) {
       sl_debug(T, "%s: \"%s\" before register; asking it to register", in->row.id, type);
       json_t *m = json_pack("{s:s}", "type", "reregister");
-      gw_send_to(g, g->wsock, in->rid, in->rid_len, m);
+      send_raw(g, in->rid, in->rid_len, m);
       json_decref(m);
       in->reregister_mono_us = now;
     }
@@ -469,11 +508,11 @@ static void dispatch(struct gw *g, struct gw_inst *in, const json_t *body) {
   }
 }
 
-void gw_wproto_recv(struct gw *g) {
+void gw_wproto_recv(struct gw_wproto *g) {
   struct wmsg m;
   memset(&m, 0, sizeof m);
   int r = recv_msg(g, &m);
-  struct gw_inst *in = m.user_id[0] ? gw_inst_find(g, m.user_id) : NULL;
+  struct gw_inst *in = m.user_id[0] ? gw_fleet_inst(g->fleet, m.user_id) : NULL;
   if (r < 0) {
     if (r != -EAGAIN) {
       sl_warn(T, "dropped a malformed message from %s: %s", in ? in->row.id : "a worker",
@@ -489,10 +528,6 @@ void gw_wproto_recv(struct gw *g) {
     json_decref(m.body);
     return;
   }
-  /* the routing id of the newest connection wins: a reconnecting worker moves */
-  memcpy(in->rid, m.rid, m.rid_len);
-  in->rid_len = m.rid_len;
-  in->last_seen_mono_us = sl_time_mono_us();
-  dispatch(g, in, m.body);
+  gw_wproto_handle(g, in, m.rid, m.rid_len, m.body);
   json_decref(m.body);
 }

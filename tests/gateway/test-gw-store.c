@@ -71,7 +71,7 @@ static void test_migrations(void) {
   CHECK_INT(sqlite3_exec(db, v1_sql, NULL, NULL, NULL), SQLITE_OK);
   sqlite3_close(db);
   CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
-  CHECK_INT(gw_store_schema_version(s), 2);
+  CHECK_INT(gw_store_schema_version(s), GW_STORE_SCHEMA_VERSION);
   char user[64];
   CHECK_INT(gw_store_user_by_token(s, "aaaa", user, sizeof user), 0);
   CHECK_STR(user, "alice");

@@ -1,0 +1,55 @@
+/* The kernel/CLI protocol (protocols.md §1): hello with a token, then
+ * requests about the notebook session, jobs, instances, the market and
+ * cost. Event delivery to attached clients listens on the bus (job events
+ * and notebook notices); replies and events go out through the transport
+ * the gateway gives it (the kernel ROUTER socket). */
+#ifndef GW_KPROTO_H
+#define GW_KPROTO_H
+
+#include "bus.h"
+#include "conf.h"
+#include "fleet.h"
+#include "idle.h"
+#include "ledger.h"
+#include "queue.h"
+#include "sched.h"
+#include "store.h"
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct gw_loop;
+struct gw_kproto;
+
+/* Sends msg (borrowed) to client rid: 0, -EAGAIN when its queue is full,
+ * -EHOSTUNREACH when it is gone, or another negative error. */
+typedef int (*gw_client_send_fn)(void *ctx, const uint8_t *rid, size_t rid_len, const json_t *msg);
+
+struct gw_kproto_env {
+  const struct gw_config *cfg;
+  struct gw_store *store;
+  struct gw_fleet *fleet;
+  struct gw_queue *queue;
+  struct gw_sched *sched;
+  struct gw_idle *idle;
+  struct gw_ledger *ledger;
+  struct gw_loop *loop;         /* paced replays run on a timer here */
+  gw_client_send_fn send;
+  void *send_ctx;
+  int64_t started_us;           /* the gateway's start (status) */
+};
+
+/* An owned protocol handler (everything in env borrowed), or NULL. */
+struct gw_kproto *gw_kproto_new(const struct gw_kproto_env *env);
+struct gw_kproto *gw_kproto_free(struct gw_kproto *k);
+/* Reads and handles one message from the kernel ROUTER socket, if any. */
+void gw_kproto_recv(struct gw_kproto *k, void *sock);
+/* Handles one request body (borrowed) from client rid; replies through
+ * the transport. What gw_kproto_recv does once a message is parsed. */
+void gw_kproto_handle(struct gw_kproto *k, const uint8_t *rid, size_t rid_len, const json_t *body);
+/* The bus sink (data: the kproto): job events to attached clients,
+ * notices to a notebook session's clients. */
+void gw_kproto_sink(void *data, const struct gw_bus_event *ev);
+
+#endif

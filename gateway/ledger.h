@@ -1,0 +1,29 @@
+/* The cost ledger: what the scheduler reports as accrued cost is written
+ * to the store's cost table here, and budgets are read from it. It listens
+ * on the bus (GW_BUS_COST) and calls nobody back. */
+#ifndef GW_LEDGER_H
+#define GW_LEDGER_H
+
+#include "bus.h"
+#include "conf.h"
+#include "store.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct gw_ledger;
+
+/* An owned ledger over store (borrowed), or NULL. */
+struct gw_ledger *gw_ledger_new(const struct gw_config *cfg, struct gw_store *store);
+struct gw_ledger *gw_ledger_free(struct gw_ledger *l);
+/* The bus sink (data: the ledger). */
+void gw_ledger_sink(void *data, const struct gw_bus_event *ev);
+/* Spend of user (NULL: everyone) since since_us (0: ever). */
+int gw_ledger_totals(struct gw_ledger *l, const char *user, int64_t since_us, double *ret_usd,
+                     double *ret_on_demand_usd);
+/* The first instant of this calendar month (UTC), µs since the epoch. */
+int64_t gw_ledger_month_start_us(void);
+/* True when [budget] hard_cap holds and this month's spend reached monthly_usd. */
+bool gw_ledger_budget_spent(struct gw_ledger *l);
+
+#endif

@@ -1,0 +1,105 @@
+/* The scheduler: jobs through their life (queue, placement, transitions,
+ * loss, cost) over the instances of every enabled provider.
+ *
+ * It reports what happens on the bus (job events and states, placements,
+ * preemptions, costs) and calls none of its listeners. It talks to workers
+ * only through the fleet, and to providers only through provider.h. It
+ * runs on the gateway's loop: placement runs from a hook once something
+ * asked for it (gw_sched_kick), and queued jobs are retried on a timer
+ * while they wait for capacity. */
+#ifndef GW_SCHED_H
+#define GW_SCHED_H
+
+#include "bus.h"
+#include "conf.h"
+#include "fleet.h"
+#include "job.h"
+#include "provider.h"
+#include "queue.h"
+#include "store.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct gw_loop;
+struct gw_sched;
+
+struct gw_sched_env {
+  const struct gw_config *cfg;
+  struct gw_store *store;
+  struct gw_fleet *fleet;
+  struct gw_queue *queue;
+  struct gw_loop *loop;
+  const struct gw_bus *bus;
+  const char *worker_address;   /* what workers connect to */
+  const char *gateway_public;   /* the gateway's CURVE public key (Z85) */
+  const char *train_program;    /* spotlab-train as workers run it ("" : theirs) */
+};
+
+/* An offer of the market across providers (%instances, placement). */
+struct gw_offer {
+  struct gw_provider *prov;
+  struct gw_instance_type type;
+};
+
+/* An owned scheduler (everything in env borrowed for its life), or NULL. */
+struct gw_sched *gw_sched_new(const struct gw_sched_env *env);
+/* Frees the scheduler; the providers it was given are destroyed. */
+struct gw_sched *gw_sched_free(struct gw_sched *s);
+
+/* Takes an opened provider (see gw_sched_provider_event for its events).
+ * SL_ELIMIT past GW_PROVIDERS_MAX. */
+int gw_sched_add_provider(struct gw_sched *s, struct gw_provider *p);
+size_t gw_sched_n_providers(const struct gw_sched *s);
+struct gw_provider *gw_sched_provider_at(struct gw_sched *s, size_t i);
+/* The event callback to open providers with (userdata: the scheduler). */
+void gw_sched_provider_event(void *userdata, struct gw_provider *p,
+                             const struct gw_provider_event *ev);
+/* Every offer of every provider, best first is not implied. Up to max
+ * into ret; the number written. */
+size_t gw_sched_market(struct gw_sched *s, struct gw_offer *ret, size_t max);
+/* Preempts (notice_s of notice) or kills the instance through its provider. */
+int gw_sched_inject(struct gw_sched *s, struct gw_inst *in, bool kill, double notice_s);
+
+/* Loads the live jobs and instances a previous run left (after the
+ * providers were added). */
+int gw_sched_load(struct gw_sched *s);
+
+int gw_sched_submit(struct gw_sched *s, struct gw_job *j);
+int gw_sched_cancel(struct gw_sched *s, struct gw_job *j);
+/* Saves j's row with event (borrowed, may be NULL) and reports it. */
+int gw_sched_emit(struct gw_sched *s, struct gw_job *j, json_t *event);
+int gw_sched_transition(struct gw_sched *s, struct gw_job *j, enum gw_job_state st,
+                        const char *reason);
+void gw_sched_finish(struct gw_sched *s, struct gw_job *j, enum gw_job_state st, const char *reason);
+void gw_sched_requeue(struct gw_sched *s, struct gw_job *j, bool notice, const char *reason);
+/* The job's process died by a signal its worker did not send (exit_code
+ * 128 + N): re-queues it from its latest checkpoint, at most
+ * [gateway] process_retries times without a new checkpoint in between.
+ * False when the job should fail instead. */
+bool gw_sched_retry(struct gw_sched *s, struct gw_job *j, int64_t exit_code);
+int gw_sched_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst);
+/* Sends the assign message again, with no state change. */
+int gw_sched_send_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst);
+/* The worker of inst registered before its provider reported the launch:
+ * the launch is done. */
+void gw_sched_launched(struct gw_sched *s, struct gw_inst *inst);
+/* checkpoint_every=auto: recomputes the interval after a metric or a
+ * checkpoint was recorded in j->autockpt; tells the worker and emits a
+ * checkpoint_interval event when it moved by more than 20%. */
+void gw_sched_autockpt(struct gw_sched *s, struct gw_job *j, bool lookup_mtbp);
+/* Shuts the instance down (worker told, provider asked) and forgets it. */
+void gw_sched_terminate(struct gw_sched *s, struct gw_inst *in, const char *why);
+void gw_sched_instance_gone(struct gw_sched *s, const char *id, const char *why);
+
+/* Placement should run (soon, from the loop). */
+void gw_sched_kick(struct gw_sched *s);
+/* Places queued jobs now. */
+void gw_sched_place(struct gw_sched *s);
+/* Heartbeat and registration timeouts, idle workers, cost accrual. */
+void gw_sched_housekeeping(struct gw_sched *s);
+/* Accrues j's cost up to now; writes it to the ledger every few seconds,
+ * or now when force. */
+void gw_sched_flush_cost(struct gw_sched *s, struct gw_job *j, bool force);
+
+#endif
