@@ -5,8 +5,8 @@
 #include "agent.h"
 #include "config.h" /* the build's: SPOTLAB_VERSION */
 #include "conf.h"
-#include "http.h"
 #include "sl_err.h"
+#include "sl_http.h"
 #include "sl_log.h"
 #include "sl_path.h"
 
@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
   if (find_train(&cfg, train) < 0) return 2;
   int sig_fd = -1;
   struct wk_agent *agent = NULL;
-  if (wk_http_global_init() < 0 || install_signals(&sig_fd) < 0) return 1;
+  if (sl_http_global_init() < 0 || install_signals(&sig_fd) < 0) return 1;
   if ((r = wk_agent_new(&cfg, train, &agent)) < 0) return 1;
   sl_info("worker", "instance %s up; gateway %s", cfg.instance, cfg.gateway);
   r = wk_agent_run(agent, sig_fd);

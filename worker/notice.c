@@ -35,12 +35,15 @@ int wk_notice_build(enum wk_notice_req_kind kind, const char *base, const char *
   memset(&q, 0, sizeof q);
   size_t bl = strlen(base);
   while (bl && base[bl - 1] == '/') bl--;
-  if ((size_t)snprintf(q.http.url, sizeof q.http.url, "%.*s%s", (int)bl, base, paths[kind]) >=
-      sizeof q.http.url)
+  if ((size_t)snprintf(q.url, sizeof q.url, "%.*s%s", (int)bl, base, paths[kind]) >= sizeof q.url)
     return SL_ELIMIT;
   q.http.method = kind == WK_REQ_AWS_TOKEN ? "PUT" : "GET";
   q.http.timeout_ms = timeout_ms;
-  q.http.retries = 1;
+  q.http.connect_timeout_ms = timeout_ms;
+  q.http.body_max_bytes = WK_NOTICE_BODY_MAX;
+  q.http.retry = (struct sl_http_retry){.max_tries = WK_NOTICE_TRIES,
+                                        .base_backoff_ms = WK_NOTICE_BACKOFF_MS,
+                                        .max_backoff_ms = WK_NOTICE_BACKOFF_MS};
   int n;
   if (kind == WK_REQ_AWS_TOKEN)
     n = snprintf(q.header, sizeof q.header, "X-aws-ec2-metadata-token-ttl-seconds: %d",
@@ -51,6 +54,7 @@ int wk_notice_build(enum wk_notice_req_kind kind, const char *base, const char *
     n = snprintf(q.header, sizeof q.header, "X-aws-ec2-metadata-token: %s", token ? token : "");
   if ((size_t)n >= sizeof q.header) return SL_ELIMIT;
   *ret = q;
+  ret->http.url = ret->url;
   ret->http.headers[0] = ret->header;
   return 0;
 }
@@ -149,41 +153,56 @@ struct wk_notice_watcher {
   bool stop;
   char token[256];
   unsigned reported;        /* bit per request kind already reported */
-  struct wk_http_resp resp; /* the thread's reply buffer */
 };
+
+/* One request; logs a failure to get any answer. */
+static int fetch(const struct wk_notice_req *q, struct sl_http_resp *ret) {
+  int r = sl_http_do(&q->http, ret);
+  if (r < 0) sl_debug(TOPIC, "%s %s: %s", q->http.method, q->url, sl_strerror(r));
+  return r;
+}
 
 /* One GET of kind; returns a parser result, 0 for "no notice". */
 static int poll_one(struct wk_notice_watcher *w, enum wk_notice_req_kind kind, struct wk_notice *n) {
   struct wk_notice_req q;
-  struct wk_http_resp *resp = &w->resp;
+  struct sl_http_resp resp = {0};
   int timeout = (int)(w->poll_ms < 1000 ? 1000 : w->poll_ms);
+  int r;
   if (!w->gcp && !w->token[0]) {
     if (wk_notice_build(WK_REQ_AWS_TOKEN, w->base, NULL, timeout, &q) < 0) return SL_ECONFIG;
-    int r = wk_http_do(&q.http, resp);
-    if (r < 0) return r;
-    if (resp->status != 200 || resp->len == 0 || resp->len >= sizeof w->token) {
-      sl_debug(TOPIC, "token request answered %ld", resp->status);
-      return SL_EAUTH;
+    if ((r = fetch(&q, &resp)) < 0) return r;
+    if (resp.status != 200 || resp.body_len == 0 || resp.body_len >= sizeof w->token) {
+      sl_debug(TOPIC, "token request answered %ld", resp.status);
+      r = SL_EAUTH;
+      goto out;
     }
-    memcpy(w->token, resp->body, resp->len + 1);
+    memcpy(w->token, resp.body, resp.body_len + 1);
+    explicit_bzero(resp.body, resp.body_len);
+    sl_http_resp_done(&resp);
   }
-  if (wk_notice_build(kind, w->base, w->token, timeout, &q) < 0) return SL_ECONFIG;
-  int r = wk_http_do(&q.http, resp);
-  if (r < 0) return r;
-  if (resp->status == 401 && !w->gcp) {
+  if (wk_notice_build(kind, w->base, w->token, timeout, &q) < 0) {
+    r = SL_ECONFIG;
+    goto out;
+  }
+  if ((r = fetch(&q, &resp)) < 0) goto out;
+  if (resp.status == 401 && !w->gcp) {
     w->token[0] = 0; /* expired: fetch a new one on the next round */
-    return SL_EAUTH;
+    r = SL_EAUTH;
+    goto out;
   }
-  if (resp->status == 404) return 0;
-  if (resp->status != 200) {
-    sl_debug(TOPIC, "%s answered %ld", q.http.url, resp->status);
-    return 0;
+  if (resp.status != 200) {
+    if (resp.status != 404) sl_debug(TOPIC, "%s answered %ld", q.url, resp.status);
+    r = 0;
+    goto out;
   }
   int64_t now = sl_time_real_us();
-  if (kind == WK_REQ_AWS_ACTION) r = wk_notice_parse_aws_action(resp->body, resp->len, now, n);
-  else if (kind == WK_REQ_AWS_REBALANCE) r = wk_notice_parse_aws_rebalance(resp->body, resp->len, now, n);
-  else r = wk_notice_parse_gcp(resp->body, resp->len, now, n);
-  if (r < 0) sl_warn(TOPIC, "malformed reply from %s: %s", q.http.url, sl_strerror(r));
+  if (kind == WK_REQ_AWS_ACTION) r = wk_notice_parse_aws_action(resp.body, resp.body_len, now, n);
+  else if (kind == WK_REQ_AWS_REBALANCE) r = wk_notice_parse_aws_rebalance(resp.body, resp.body_len, now, n);
+  else r = wk_notice_parse_gcp(resp.body, resp.body_len, now, n);
+  if (r < 0) sl_warn(TOPIC, "malformed reply from %s: %s", q.url, sl_strerror(r));
+out:
+  explicit_bzero(q.header, sizeof q.header);
+  sl_http_resp_done(&resp);
   return r;
 }
 

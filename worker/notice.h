@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "http.h"
+#include "sl_http.h"
 
 struct wk_notice {
   char action[16];     /* terminate, stop, hibernate, rebalance, preempted, sigterm */
@@ -25,10 +25,17 @@ enum wk_notice_req_kind {
   WK_REQ_GCP_PREEMPTED,
 };
 
+/* A metadata request: http points into url and header. */
 struct wk_notice_req {
-  struct wk_http_req http;
+  struct sl_http_req http;
+  char url[512];
   char header[320];
 };
+
+/* Replies are small; one retry, 50 ms at most after a failed try. */
+#define WK_NOTICE_BODY_MAX 16384
+#define WK_NOTICE_TRIES 2
+#define WK_NOTICE_BACKOFF_MS 50
 
 #define WK_NOTICE_AWS_LEAD_US (120 * INT64_C(1000000))
 #define WK_NOTICE_GCP_LEAD_US (30 * INT64_C(1000000))
