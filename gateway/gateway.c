@@ -17,6 +17,7 @@
 #include "bus.h"
 #include "conf.h"
 #include "fleet.h"
+#include "httpc.h"
 #include "idle.h"
 #include "keys.h"
 #include "kproto.h"
@@ -48,6 +49,7 @@
 struct gw {
   const struct gw_config *cfg;
   struct gw_loop *loop;
+  struct gw_httpc *http;
   struct gw_store *store;
   struct gw_queue *queue;
   struct gw_fleet *fleet;
@@ -147,7 +149,8 @@ static void open_providers(struct gw *g) {
       continue;
     }
     struct gw_provider_env env = {.cfg = g->cfg, .state_dir = g->cfg->state_dir,
-                                  .loop = g->loop, .on_event = gw_sched_provider_event,
+                                  .loop = g->loop, .http = g->http,
+                                  .on_event = gw_sched_provider_event,
                                   .userdata = g->sched};
     char perr[512] = "";
     struct gw_provider *p = cls->open(&env, perr, sizeof perr);
@@ -226,7 +229,7 @@ int gw_new(const struct gw_config *cfg, struct gw **ret, char *err, size_t err_s
   int r = -ENOMEM;
   g->loop = gw_loop_new();
   g->queue = gw_queue_new();
-  if (!g->loop || !g->queue)
+  if (!g->loop || !g->queue || !(g->http = gw_httpc_new(g->loop)))
     goto fail;
   if ((r = open_state(g, err, err_size)) < 0)
     goto fail;
@@ -312,6 +315,7 @@ struct gw *gw_free(struct gw *g) {
     zmq_ctx_term(g->zctx);
   gw_idle_free(g->idle);
   gw_sched_free(g->sched);      /* destroys the providers */
+  gw_httpc_free(g->http);
   gw_ledger_free(g->ledger);
   gw_fleet_free(g->fleet);
   gw_queue_free(g->queue);

@@ -29,6 +29,7 @@
 #define GW_PROVIDERS_MAX 16
 
 struct gw_config;
+struct gw_httpc;
 struct gw_loop;
 
 /* One offer of a provider's market: a type, its prices and how often spot
@@ -139,6 +140,7 @@ struct gw_provider_env {
   const struct gw_config *cfg;  /* gateway options (state_dir) and the provider's section */
   const char *state_dir;        /* the provider may keep files under state_dir/NAME or instances/ */
   struct gw_loop *loop;         /* where its descriptors and timers go */
+  struct gw_httpc *http;        /* HTTP transfers on that loop (httpc.h) */
   gw_provider_event_fn on_event;
   void *userdata;
 };
