@@ -2,24 +2,29 @@
  * under a simulated spot market (DESIGN.md §5, docs/internals/local-provider.md).
  *
  * An instance is a worker process started in its own session and process
- * group (sid = pgid = pid) with its own folder state_dir/instances/ID (cwd, worker.log) and its
- * own metadata endpoint (imds.c). Its record, instance.json in that folder,
- * is written before its worker starts (pid 0: not started yet) and rewritten
- * atomically on every change (started, notice), so a gateway
- * that restarts finds its instances again: gw_local_provider_new() and
- * list() adopt every record whose process is still alive (same pid and same
- * kernel start time, so a reused pid is never mistaken for a worker) and
- * bring its metadata endpoint back on the recorded port. destroy() leaves
- * workers running.
+ * group (sid = pgid = pid, proc.c) with its own folder state_dir/instances/ID
+ * (cwd, worker.json, work/, worker.log) and its own metadata endpoint
+ * (imds.c). The provider chooses the id, writes the worker's config file
+ * (0600, it holds the instance's secret key) and offers the checkpoint store
+ * file://state_dir/store. Its record, instance.json in that folder, is
+ * written before its worker starts (pid 0: not started yet) and rewritten
+ * atomically on every change (started, notice), so a gateway that restarts
+ * finds its instances again: gw_local_provider_new() and list() adopt every
+ * record whose process is still alive (same pid and same kernel start time,
+ * so a reused pid is never mistaken for a worker) and bring its metadata
+ * endpoint back on the recorded port. destroy() leaves workers running.
  * Time: the market runs on simulated time = (monotonic now - open) ×
  * time_scale; deadlines given out (notices) are wall-clock µs since the
  * epoch, rounded up to a whole second so the time the metadata endpoint
  * prints is exactly when the process group is killed.
- * Invariants: events are queued (bounded) and delivered only from tick(),
- * never from inside launch/terminate/inject, so the callback may call back
- * into the provider. An instance leaves the table only after its
- * GW_PROVIDER_TERMINATED event was delivered; then its record is removed
- * (the folder and worker.log stay). At most GW_LOCAL_MAX_INSTANCES. */
+ * Invariants: the provider has one timer on the gateway's loop, re-armed to
+ * its next due time whenever that changes; events are queued (bounded) and
+ * delivered only from that timer, never from inside an operation, so the
+ * callback may call back into the provider. An instance leaves the table
+ * only after its GW_PROVIDER_TERMINATED event was queued; then its record is
+ * removed (the folder and worker.log stay). At most GW_LOCAL_MAX_INSTANCES.
+ * market() hands out one array refreshed when the market ticks, so callers
+ * never allocate. */
 #include "local.h"
 
 #include <dirent.h>
@@ -27,19 +32,22 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "catalog.h"
+#include "conf.h"
 #include "imds.h"
+#include "keys.h"
+#include "loop.h"
 #include "market.h"
+#include "proc.h"
 #include "sl_err.h"
 #include "sl_file.h"
+#include "sl_hmac.h"
 #include "sl_json.h"
 #include "sl_log.h"
 #include "sl_path.h"
@@ -48,14 +56,14 @@
 #define GW_LOCAL_MAX_INSTANCES 256
 #define MAX_EVENTS 1024
 #define TERM_GRACE_US (5 * SL_US_PER_S)
-#define REAP_POLL_US (20 * SL_US_PER_MS)
+#define REAP_POLL_US (20 * SL_US_PER_MS)   /* while an instance is dying */
+#define ALIVE_POLL_US (500 * SL_US_PER_MS) /* a live process is checked twice a second */
+#define MARKET_REFRESH_MIN_US (250 * SL_US_PER_MS)
 #define RECORD_MAX_BYTES (64 * 1024)
 #define TOPIC "gateway.local"
 
-extern char **environ;
-
 struct inst {
-  char id[32], type[64], zone[32];
+  char id[GW_INSTANCE_ID_MAX], type[64], zone[32];
   bool spot;
   int type_idx;
   pid_t pid;
@@ -76,17 +84,24 @@ struct inst {
 
 struct local {
   struct gw_provider base;         /* first: the provider pointer is the struct */
+  struct gw_loop *loop;
+  int64_t timer;                   /* its one timer on loop; 0 none */
+  bool in_timer;                   /* inside on_timer, whose answer re-arms it */
   int slots;
   double time_scale;
   char *state_dir, *worker_program, *zone_prefix;
+  char store_url[4200];
   struct gw_catalog *cat;
   struct gw_market *market;
+  struct gw_instance_type *types;  /* market(): catalog order, prices as of market_mono_us */
+  size_t n_types;
+  int64_t market_mono_us;
   int64_t open_mono_us;
   struct inst *inst[GW_LOCAL_MAX_INSTANCES];
   size_t n;
   struct gw_provider_event events[MAX_EVENTS];
   size_t n_events;
-  int last_capacity;               /* the trace's capacity at the last tick */
+  int last_capacity;               /* the trace's capacity at the last step */
   bool capacity_known;
 };
 
@@ -100,18 +115,27 @@ static int64_t wall_us_of_sim(const struct local *l, double sim_s) {
   return (int64_t)(sim_s * 1e6 / l->time_scale);
 }
 
-static void queue_event(struct local *l, enum gw_provider_event_kind kind, const struct inst *in,
-                        int64_t deadline_us, bool by_market) {
+/* Queues an event (delivered by the timer); NULL when the queue is full. */
+static struct gw_provider_event *queue_event(struct local *l, enum gw_provider_event_kind kind,
+                                             const char *id) {
   if (l->n_events == MAX_EVENTS) {
-    sl_warn(TOPIC, "event queue full; dropping an event for %s", in->id);
-    return;
+    sl_warn(TOPIC, "event queue full; dropping an event for %s", *id ? id : "the market");
+    return NULL;
   }
   struct gw_provider_event *ev = &l->events[l->n_events++];
   memset(ev, 0, sizeof *ev);
   ev->kind = kind;
-  snprintf(ev->instance_id, sizeof ev->instance_id, "%s", in->id);
-  ev->deadline_us = deadline_us;
-  ev->by_market = by_market;
+  snprintf(ev->instance_id, sizeof ev->instance_id, "%s", id);
+  return ev;
+}
+
+static void queue_end(struct local *l, enum gw_provider_event_kind kind, const struct inst *in,
+                      int64_t deadline_us, bool by_market) {
+  struct gw_provider_event *ev = queue_event(l, kind, in->id);
+  if (ev) {
+    ev->deadline_us = deadline_us;
+    ev->by_market = by_market;
+  }
 }
 
 static struct inst *find(struct local *l, const char *id) {
@@ -123,7 +147,7 @@ static struct inst *find(struct local *l, const char *id) {
 
 static bool valid_id(const char *id) {
   size_t n = strlen(id);
-  if (n < 3 || n >= 32 || id[0] == '.')
+  if (n < 3 || n >= GW_INSTANCE_ID_MAX || id[0] == '.')
     return false;
   for (const char *p = id; *p; p++)
     if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-'))
@@ -131,131 +155,9 @@ static bool valid_id(const char *id) {
   return true;
 }
 
-/* ---- processes ---------------------------------------------------------- */
-
-/* Start time (clock ticks since boot) and state letter of pid; -ESRCH if none. */
-static int proc_stat(pid_t pid, unsigned long long *ret_ticks, char *ret_state) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return -ESRCH;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0)
-    return -ESRCH;
-  buf[n] = '\0';
-  char *p = strrchr(buf, ')');  /* the command name may hold spaces and ')' */
-  if (!p || p[1] != ' ')
-    return -EIO;
-  char state = p[2];
-  p += 3;
-  for (int field = 4; field < 22 && p; field++) {  /* skip fields 4..21 */
-    p = strchr(p, ' ');
-    if (p)
-      p++;
-  }
-  if (!p)
-    return -EIO;
-  *ret_ticks = strtoull(p, NULL, 10);
-  *ret_state = state;
-  return 0;
-}
-
-/* True while the instance's worker process exists and is not a zombie. */
-static bool alive(struct inst *in) {
-  int status;
-  pid_t w = waitpid(in->pid, &status, WNOHANG);
-  if (w == in->pid)
-    return false;
-  unsigned long long ticks;
-  char state;
-  if (proc_stat(in->pid, &ticks, &state) < 0)
-    return false;
-  return ticks == in->start_ticks && state != 'Z' && state != 'X';
-}
-
-static void signal_group(struct inst *in, int sig) {
-  if (in->pid > 1 && kill(-in->pid, sig) < 0 && errno == ESRCH)
-    kill(in->pid, sig);
-}
-
-/* Session id (field 6 of /proc/PID/stat) of pid; -1 if unknown. */
-static pid_t proc_session(const char *pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%s/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return -1;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0)
-    return -1;
-  buf[n] = '\0';
-  char *p = strrchr(buf, ')');
-  int ppid, pgrp, sid;
-  if (!p || sscanf(p + 1, " %*c %d %d %d", &ppid, &pgrp, &sid) != 3)
-    return -1;
-  return sid;
-}
-
-/* The instance is lost: SIGKILL to everything on it. The worker runs its
- * jobs in process groups of their own, which outlive a dead worker, but
- * they stay in its session, so the session is killed as well as the group. */
-static void kill_instance(struct inst *in) {
-  signal_group(in, SIGKILL);
-  if (in->pid <= 1)
-    return;
-  DIR *d = opendir("/proc");
-  if (!d)
-    return;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (e->d_name[0] >= '1' && e->d_name[0] <= '9' && proc_session(e->d_name) == in->pid)
-      kill((pid_t)strtol(e->d_name, NULL, 10), SIGKILL);
-  closedir(d);
-}
-
-static int spawn_worker(struct local *l, struct inst *in, const char *dir,
-                        const char *config_path) {
-  char log_path[4300];
-  snprintf(log_path, sizeof log_path, "%s/worker.log", dir);
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t at;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawnattr_init(&at);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-  posix_spawn_file_actions_addchdir_np(&fa, dir);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&at, &none);
-  posix_spawnattr_setsigdefault(&at, &all);
-  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                    POSIX_SPAWN_SETSIGDEF);
-  char *argv[] = {l->worker_program, "--config", (char *)config_path, NULL};
-  pid_t pid;
-  int r = posix_spawn(&pid, l->worker_program, &fa, &at, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&at);
-  if (r != 0)
-    return -r;
-  in->pid = pid;
-  char state;
-  if (proc_stat(pid, &in->start_ticks, &state) < 0)
-    in->start_ticks = 0;
-  return 0;
-}
+static bool alive(struct inst *in) { return gw_proc_alive(in->pid, in->start_ticks); }
 
 /* ---- files -------------------------------------------------------------- */
-
-/* Writes text to path atomically, readable by the owner only. */
-static int write_atomic(const char *path, const char *text) {
-  return sl_file_write_atomic(path, text, strlen(text), 0600);
-}
 
 static int read_json(const char *path, json_t **ret, char *why, size_t why_size) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -280,37 +182,15 @@ static int read_json(const char *path, json_t **ret, char *why, size_t why_size)
   return r;
 }
 
-/* Sets "metadata" in the worker's config file (protocols.md §2). */
-static int set_metadata_url(const char *config_path, const char *url, char *err, size_t err_size) {
-  json_t *cfg = NULL;
-  char why[200];
-  int r = read_json(config_path, &cfg, why, sizeof why);
-  if (r < 0) {
-    snprintf(err, err_size, "worker config %s: %s", config_path, why);
-    return r;
-  }
-  char *text = NULL;
-  if (json_object_set_new(cfg, "metadata", json_string(url)) < 0 ||
-      !(text = json_dumps(cfg, JSON_COMPACT))) {
-    r = -ENOMEM;
-  } else {
-    r = write_atomic(config_path, text);
-  }
-  if (r < 0)
-    snprintf(err, err_size, "worker config %s: %s", config_path, sl_strerror(r));
-  free(text);
-  json_decref(cfg);
-  return r;
-}
-
-static void inst_dir(const struct local *l, const char *id, char *buf, size_t size) {
-  snprintf(buf, size, "%s/instances/%s", l->state_dir, id);
+/* state_dir/instances/ID[/file] into buf. */
+static void inst_path(const struct local *l, const char *id, const char *file, char *buf,
+                      size_t size) {
+  snprintf(buf, size, "%s/instances/%s%s%s", l->state_dir, id, file ? "/" : "", file ? file : "");
 }
 
 static int save_record(struct local *l, const struct inst *in) {
   char path[4200];
-  inst_dir(l, in->id, path, sizeof path);
-  strncat(path, "/instance.json", sizeof path - strlen(path) - 1);
+  inst_path(l, in->id, "instance.json", path, sizeof path);
   json_t *o = json_pack("{s:s,s:I,s:I,s:s,s:s,s:b,s:f,s:i,s:I,s:I}", "instance", in->id,
                         "pid", (json_int_t)in->pid, "start_ticks", (json_int_t)in->start_ticks,
                         "type", in->type, "zone", in->zone, "spot", in->spot,
@@ -318,7 +198,7 @@ static int save_record(struct local *l, const struct inst *in) {
                         in->port, "launched_us", (json_int_t)in->launched_real_us,
                         "deadline_us", (json_int_t)in->deadline_real_us);
   char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-  int r = text ? write_atomic(path, text) : -ENOMEM;
+  int r = text ? sl_file_write_atomic(path, text, strlen(text), 0600) : -ENOMEM;
   free(text);
   json_decref(o);
   if (r < 0)
@@ -328,8 +208,7 @@ static int save_record(struct local *l, const struct inst *in) {
 
 static void remove_record(struct local *l, const char *id) {
   char path[4200];
-  inst_dir(l, id, path, sizeof path);
-  strncat(path, "/instance.json", sizeof path - strlen(path) - 1);
+  inst_path(l, id, "instance.json", path, sizeof path);
   unlink(path);
 }
 
@@ -346,44 +225,11 @@ static void drop(struct local *l, size_t i) {
   l->inst[i] = l->inst[--l->n];
 }
 
-/* The pid of the spotlab-worker running with this instance's worker.json as
- * its config, 0 if none: a record saved before its worker started (the
- * gateway died inside launch) names no pid, but the worker may run. */
-static pid_t find_worker(const struct local *l, const char *id) {
-  char cfg[4300];
-  inst_dir(l, id, cfg, sizeof cfg);
-  strncat(cfg, "/worker.json", sizeof cfg - strlen(cfg) - 1);
-  DIR *d = opendir("/proc");
-  pid_t found = 0;
-  struct dirent *e;
-  while (d && !found && (e = readdir(d))) {
-    if (e->d_name[0] < '1' || e->d_name[0] > '9')
-      continue;
-    char path[300], buf[8192];
-    snprintf(path, sizeof path, "/proc/%.20s/cmdline", e->d_name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-      continue;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-      continue;
-    buf[n] = '\0';
-    for (char *a = buf; a < buf + n; a += strlen(a) + 1)
-      if (!strcmp(a, "--config") && a + strlen(a) + 1 < buf + n && !strcmp(a + strlen(a) + 1, cfg))
-        found = (pid_t)strtol(e->d_name, NULL, 10);
-  }
-  if (d)
-    closedir(d);
-  return found;
-}
-
 /* Adopts one record found on disk (after a gateway restart). A record whose
- * process is gone is adopted as gone, so tick() reports it terminated. */
+ * process is gone is adopted as gone, so the timer reports it terminated. */
 static void adopt(struct local *l, const char *id) {
   char path[4200], why[200];
-  inst_dir(l, id, path, sizeof path);
-  strncat(path, "/instance.json", sizeof path - strlen(path) - 1);
+  inst_path(l, id, "instance.json", path, sizeof path);
   json_t *o = NULL;
   if (read_json(path, &o, why, sizeof why) < 0) {
     char aside[4300];
@@ -428,9 +274,12 @@ static void adopt(struct local *l, const char *id) {
     in->by_market = true;
   }
   if (unstarted) {
-    char state;
-    in->pid = find_worker(l, id);
-    if (in->pid > 1 && proc_stat(in->pid, &in->start_ticks, &state) == 0)
+    /* saved before its worker started (the gateway died inside launch): the
+     * worker may run all the same; it is found by its config path */
+    char cfg[4200], state;
+    inst_path(l, id, "worker.json", cfg, sizeof cfg);
+    in->pid = gw_proc_find_by_args("--config", cfg);
+    if (in->pid > 1 && gw_proc_stat(in->pid, &in->start_ticks, &state) == 0)
       save_record(l, in);
   }
   if (in->pid <= 1 || !alive(in)) {
@@ -481,12 +330,13 @@ static void give_notice(struct local *l, struct inst *in, double notice_sim_s, i
   if (in->imds)
     gw_imds_set_notice(in->imds, "terminate", deadline);
   save_record(l, in);
-  queue_event(l, GW_PROVIDER_NOTICE, in, deadline, true);
+  queue_end(l, GW_PROVIDER_NOTICE, in, deadline, true);
   sl_info(TOPIC, "instance %s: spot notice, terminated in %.1f s", in->id,
           (double)(deadline - real) / 1e6);
 }
 
-/* Counts live spot instances of a type that have no notice yet. */
+/* Counts live spot instances of a type (without_notice: only those that
+ * have no notice yet). */
 static int spot_running(const struct local *l, int type_idx, bool without_notice) {
   int n = 0;
   for (size_t i = 0; i < l->n; i++) {
@@ -499,16 +349,10 @@ static int spot_running(const struct local *l, int type_idx, bool without_notice
 }
 
 /* Trace model: a type holding more spot instances than the tick's capacity
- * loses the newest ones (they get notices). */
-static void apply_capacity(struct local *l, int64_t now) {
+ * loses the newest ones (they get notices). True when capacity changed. */
+static bool apply_capacity(struct local *l, int64_t now) {
   int cap = gw_market_capacity(l->market, sim_us(l, now));
-  /* Capacity coming back is news for jobs waiting in the gateway's queue. */
-  if (l->capacity_known && cap > l->last_capacity && l->n_events < MAX_EVENTS) {
-    struct gw_provider_event *ev = &l->events[l->n_events++];
-    memset(ev, 0, sizeof *ev);
-    ev->kind = GW_PROVIDER_CAPACITY;
-    ev->by_market = true;
-  }
+  bool changed = l->capacity_known && cap != l->last_capacity;
   l->last_capacity = cap;
   l->capacity_known = true;
   for (size_t t = 0; t < gw_catalog_count(l->cat); t++) {
@@ -527,6 +371,141 @@ static void apply_capacity(struct local *l, int64_t now) {
       give_notice(l, newest, GW_MARKET_NOTICE_S, now);
     }
   }
+  return changed;
+}
+
+/* Recomputes the market array at now. True when a price moved. */
+static bool refresh_market(struct local *l, int64_t now) {
+  bool changed = false;
+  int64_t sim = sim_us(l, now);
+  for (size_t i = 0; i < l->n_types; i++) {
+    double price = gw_market_price(l->market, i, sim);
+    changed |= price != l->types[i].spot_usd_per_hour;
+    l->types[i].spot_usd_per_hour = price;
+  }
+  l->market_mono_us = now;
+  return changed;
+}
+
+/* When the market next changes (monotonic µs), no sooner than
+ * MARKET_REFRESH_MIN_US after the last refresh. */
+static int64_t market_due(const struct local *l) {
+  int64_t s = gw_market_next_change_us(l->market, sim_us(l, l->market_mono_us));
+  int64_t t = l->open_mono_us + (int64_t)ceil((double)s / l->time_scale) + 1;
+  int64_t earliest = l->market_mono_us + MARKET_REFRESH_MIN_US;
+  return t > earliest ? t : earliest;
+}
+
+/* ---- the timer ---------------------------------------------------------- */
+
+/* When the timer next has work: queued events at once, else the earliest
+ * notice, rebalance, deadline, kill, liveness check or market change. */
+static int64_t next_due(const struct local *l, int64_t now) {
+  if (l->n_events)
+    return now;
+  int64_t next = market_due(l);
+  for (size_t i = 0; i < l->n; i++) {
+    const struct inst *in = l->inst[i];
+    int64_t t = now + ALIVE_POLL_US;
+    if (in->gone || in->signalled || in->kill_at_mono_us)
+      t = now + REAP_POLL_US;
+    if (in->notice_at_mono_us < t)
+      t = in->notice_at_mono_us;
+    if (in->rebalance_at_mono_us < t)
+      t = in->rebalance_at_mono_us;
+    if (in->deadline_real_us > 0 && !in->signalled && in->deadline_mono_us < t)
+      t = in->deadline_mono_us;
+    if (in->kill_at_mono_us > 0 && !in->signalled && in->kill_at_mono_us < t)
+      t = in->kill_at_mono_us;
+    if (t < next)
+      next = t;
+  }
+  return next;
+}
+
+/* Moves the timer to the next due time after an operation changed it
+ * (inside the timer's own callback its answer does that). */
+static void rearm(struct local *l) {
+  if (l->timer > 0 && !l->in_timer)
+    gw_loop_set_timer(l->loop, l->timer, next_due(l, sl_time_mono_us()));
+}
+
+/* Advances every instance and the market to now; queues what happened. */
+static void step(struct local *l, int64_t now) {
+  for (size_t i = 0; i < l->n; i++) {
+    struct inst *in = l->inst[i];
+    if (in->gone)
+      continue;
+    if (!alive(in)) {
+      in->gone = true;
+      gw_proc_kill_session(in->pid); /* a lost instance takes everything on it along */
+      continue;
+    }
+    if (in->rebalance_at_mono_us <= now) {
+      in->rebalance_at_mono_us = INT64_MAX;
+      if (in->imds)
+        gw_imds_set_rebalance(in->imds, sl_time_real_us());
+      sl_info(TOPIC, "instance %s: rebalance recommendation", in->id);
+    }
+    if (in->notice_at_mono_us <= now && in->kill_at_mono_us == 0) {
+      in->notice_at_mono_us = INT64_MAX;
+      give_notice(l, in, GW_MARKET_NOTICE_S, now);
+    }
+    if (!in->signalled && ((in->deadline_real_us > 0 && in->deadline_mono_us <= now) ||
+                           (in->kill_at_mono_us > 0 && in->kill_at_mono_us <= now))) {
+      gw_proc_kill_session(in->pid);
+      in->signalled = true;
+    }
+  }
+  bool market_changed = gw_market_is_trace(l->market) && apply_capacity(l, now);
+  if (now >= market_due(l))
+    market_changed |= refresh_market(l, now);
+  if (market_changed) {
+    struct gw_provider_event *ev = queue_event(l, GW_PROVIDER_CAPACITY, "");
+    if (ev)
+      ev->by_market = true;
+  }
+  for (size_t i = 0; i < l->n;) {
+    struct inst *in = l->inst[i];
+    if (!in->gone) {
+      i++;
+      continue;
+    }
+    queue_end(l, GW_PROVIDER_TERMINATED, in, in->deadline_real_us, in->by_market);
+    sl_info(TOPIC, "instance %s (pid %d) is gone%s", in->id, (int)in->pid,
+            in->by_market ? " (preempted)" : "");
+    remove_record(l, in->id);
+    drop(l, i);
+  }
+}
+
+/* Delivers the events queued so far; those the callbacks queue meanwhile
+ * wait for the next turn (the timer is then due at once). */
+static void deliver(struct local *l) {
+  size_t n = l->n_events;
+  if (!n)
+    return;
+  struct gw_provider_event *batch = malloc(n * sizeof *batch);
+  if (!batch)
+    return; /* kept queued; the next turn tries again */
+  memcpy(batch, l->events, n * sizeof *batch);
+  l->n_events = 0;
+  for (size_t i = 0; i < n; i++)
+    if (l->base.on_event)
+      l->base.on_event(l->base.userdata, &l->base, &batch[i]);
+  free(batch);
+}
+
+static int64_t on_timer(struct gw_loop *loop, int64_t id, int64_t now_us, void *data) {
+  struct local *l = data;
+  (void)loop;
+  (void)id;
+  (void)now_us; /* the loop's time is read once per turn; deadlines want the clock */
+  l->in_timer = true;
+  step(l, sl_time_mono_us());
+  deliver(l);
+  l->in_timer = false;
+  return next_due(l, sl_time_mono_us());
 }
 
 /* ---- operations --------------------------------------------------------- */
@@ -568,45 +547,68 @@ static void fill_info(const struct local *l, const struct inst *in, struct gw_in
   ret->running = !in->gone;
 }
 
+/* A fresh id ("i-" + 12 lowercase hex) that no instance, live or recorded
+ * in a folder, has had. */
+static int new_id(struct local *l, char ret[GW_INSTANCE_ID_MAX]) {
+  for (int tries = 0; tries < 16; tries++) {
+    uint8_t rnd[6];
+    char id[GW_INSTANCE_ID_MAX], dir[4200];
+    sl_random_bytes(rnd, sizeof rnd);
+    snprintf(id, sizeof id, "i-%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3], rnd[4],
+             rnd[5]);
+    inst_path(l, id, NULL, dir, sizeof dir);
+    if (!find(l, id) && access(dir, F_OK) != 0) {
+      memcpy(ret, id, sizeof id);
+      return 0;
+    }
+  }
+  return -EEXIST;
+}
+
 static int local_launch(struct gw_provider *p, const struct gw_launch *req,
-                        struct gw_instance_info *ret) {
+                        char ret_id[GW_INSTANCE_ID_MAX]) {
   struct local *l = L(p);
-  char err[4400] = "", dir[4200], url[64];
-  int64_t now = sl_time_mono_us();
-  if (!valid_id(req->instance_id))
+  const struct gw_worker_boot *boot = req->boot;
+  if (!boot || !boot->gateway || !boot->gateway_public)
     return -EINVAL;
   int t = gw_catalog_find(l->cat, req->type);
   if (t < 0)
-    return SL_ENOTSUP;
+    return SL_ENAME;
   const struct gw_catalog_entry *e = gw_catalog_get(l->cat, (size_t)t);
-  struct inst *in = calloc(1, sizeof *in);
-  if (!in)
-    return -ENOMEM;
-  int r = pick_zone(l, e, req->zone, in->zone, sizeof in->zone);
+  char zone[32];
+  int r = pick_zone(l, e, req->zone, zone, sizeof zone);
   if (r < 0)
-    goto fail;
-  if (find(l, req->instance_id)) {
-    r = -EEXIST;
-    goto fail;
-  }
+    return r;
+  int64_t now = sl_time_mono_us();
   double price = req->spot ? gw_market_price(l->market, (size_t)t, sim_us(l, now))
                            : e->on_demand_usd_per_hour;
   if (live_count(l) >= (size_t)l->slots || l->n == GW_LOCAL_MAX_INSTANCES ||
       (req->spot && spot_running(l, t, false) >= gw_market_capacity(l->market, sim_us(l, now))) ||
-      (req->max_price_usd_per_hour > 0 && price > req->max_price_usd_per_hour)) {
-    r = -EAGAIN;
+      (req->max_price_usd_per_hour > 0 && price > req->max_price_usd_per_hour))
+    return -EAGAIN;
+
+  char err[4400] = "", dir[4200], work[4300], cfg[4300], log_path[4300], url[64];
+  bool wrote_cfg = false;
+  struct inst *in = calloc(1, sizeof *in);
+  if (!in)
+    return -ENOMEM;
+  if ((r = new_id(l, in->id)) < 0) {
+    snprintf(err, sizeof err, "no free instance id");
     goto fail;
   }
-  snprintf(in->id, sizeof in->id, "%s", req->instance_id);
   snprintf(in->type, sizeof in->type, "%s", e->name);
+  snprintf(in->zone, sizeof in->zone, "%s", zone);
   in->type_idx = t;
   in->spot = req->spot;
   in->price_usd_per_hour = price;
   in->launched_real_us = sl_time_real_us();
   in->notice_at_mono_us = in->rebalance_at_mono_us = INT64_MAX;
-  inst_dir(l, in->id, dir, sizeof dir);
-  if ((r = sl_mkdir_p(dir, 0700)) < 0) {
-    snprintf(err, sizeof err, "%s: %s", dir, sl_strerror(r));
+  inst_path(l, in->id, NULL, dir, sizeof dir);
+  inst_path(l, in->id, "work", work, sizeof work);
+  inst_path(l, in->id, "worker.json", cfg, sizeof cfg);
+  inst_path(l, in->id, "worker.log", log_path, sizeof log_path);
+  if ((r = sl_mkdir_p(work, 0700)) < 0) {
+    snprintf(err, sizeof err, "%s: %s", work, sl_strerror(r));
     goto fail;
   }
   if ((r = gw_imds_new(in->id, in->type, in->zone, 0, &in->imds)) < 0) {
@@ -615,14 +617,27 @@ static int local_launch(struct gw_provider *p, const struct gw_launch *req,
   }
   in->port = gw_imds_port(in->imds);
   snprintf(url, sizeof url, "http://127.0.0.1:%d", in->port);
-  if (req->worker_config[0] && (r = set_metadata_url(req->worker_config, url, err, sizeof err)) < 0)
+  struct gw_worker_file wf = {
+    .gateway = boot->gateway, .gateway_public = boot->gateway_public, .keys = &boot->keys,
+    .instance = in->id, .type = in->type, .zone = in->zone, .spot = in->spot, .metadata = url,
+    .work_dir = work, .store = l->store_url, .train = boot->train,
+    .metrics_per_s = boot->metrics_per_s,
+  };
+  if ((r = gw_keys_write_worker_file(cfg, &wf)) < 0) {
+    snprintf(err, sizeof err, "%s: %s", cfg, sl_strerror(r));
     goto fail;
+  }
+  wrote_cfg = true;
   save_record(l, in); /* pid 0 until it runs: a restart finds the worker by its config */
-  if ((r = spawn_worker(l, in, dir, req->worker_config)) < 0) {
+  char *argv[] = {l->worker_program, "--config", cfg, NULL};
+  if ((r = gw_proc_spawn(argv, dir, log_path, &in->pid)) < 0) {
     remove_record(l, in->id);
     snprintf(err, sizeof err, "cannot start %s: %s", l->worker_program, sl_strerror(r));
     goto fail;
   }
+  char state;
+  if (gw_proc_stat(in->pid, &in->start_ticks, &state) < 0)
+    in->start_ticks = 0;
   if (in->spot) {
     int64_t after_sim, lead_sim;
     gw_market_draw(l->market, (size_t)t, &after_sim, &lead_sim);
@@ -636,13 +651,22 @@ static int local_launch(struct gw_provider *p, const struct gw_launch *req,
   }
   save_record(l, in);
   l->inst[l->n++] = in;
-  fill_info(l, in, ret);
-  sl_info(TOPIC, "launched %s (%s %s%s, pid %d, metadata %s)", in->id, in->type, in->zone,
-          in->spot ? " spot" : "", (int)in->pid, url);
+  struct gw_provider_event *ev = queue_event(l, GW_PROVIDER_LAUNCHED, in->id);
+  if (ev)
+    fill_info(l, in, &ev->info);
+  rearm(l);
+  memcpy(ret_id, in->id, GW_INSTANCE_ID_MAX);
+  sl_info(TOPIC, "launched %s (%s %s%s, pid %d, metadata %s) for job %lld", in->id, in->type,
+          in->zone, in->spot ? " spot" : "", (int)in->pid, url, (long long)req->job);
   return 0;
 fail:
-  if (err[0])
-    sl_err(TOPIC, "launch %s: %s", req->instance_id, err);
+  if (wrote_cfg)
+    unlink(cfg); /* it holds a secret key nobody will use */
+  if (dir[0] && in->id[0]) {
+    rmdir(work);
+    rmdir(dir); /* fails, keeping it, once worker.log exists */
+  }
+  sl_err(TOPIC, "launch of a %s instance: %s", req->type, err[0] ? err : sl_strerror(r));
   inst_free(in);
   return r;
 }
@@ -654,9 +678,10 @@ static int local_terminate(struct gw_provider *p, const char *instance_id) {
     return SL_ENAME;
   if (in->gone || in->kill_at_mono_us)
     return 0;
-  signal_group(in, SIGTERM);
+  gw_proc_signal_group(in->pid, SIGTERM);
   in->kill_at_mono_us = sl_time_mono_us() + TERM_GRACE_US;
   in->by_market = false;
+  rearm(l);
   return 0;
 }
 
@@ -671,14 +696,15 @@ static int local_inject(struct gw_provider *p, const char *instance_id, bool kil
   if (!(notice_s >= 0 && notice_s <= 86400))
     return -EINVAL;
   if (kill_now || notice_s == 0) {
-    kill_instance(in);
+    gw_proc_kill_session(in->pid);
     in->signalled = true;
     in->by_market = true;
-    return 0;
+  } else {
+    if (in->deadline_real_us > 0)
+      return SL_ESTATE;
+    give_notice(l, in, notice_s, sl_time_mono_us());
   }
-  if (in->deadline_real_us > 0)
-    return SL_ESTATE;
-  give_notice(l, in, notice_s, sl_time_mono_us());
+  rearm(l);
   return 0;
 }
 
@@ -694,126 +720,39 @@ static int local_list(struct gw_provider *p, struct gw_instance_info **ret, size
       in->gone = true;
     fill_info(l, in, &a[i]);
   }
+  rearm(l);
   *ret = a;
   *ret_n = l->n;
   return 0;
 }
 
-static int local_types(struct gw_provider *p, struct gw_instance_type **ret, size_t *ret_n) {
+static int local_market(struct gw_provider *p, const struct gw_instance_type **ret,
+                        size_t *ret_n) {
   struct local *l = L(p);
-  size_t n = gw_catalog_count(l->cat);
-  struct gw_instance_type *a = calloc(n, sizeof *a);
-  if (!a)
-    return -ENOMEM;
-  int64_t now = sim_us(l, sl_time_mono_us());
-  for (size_t i = 0; i < n; i++) {
-    const struct gw_catalog_entry *e = gw_catalog_get(l->cat, i);
-    snprintf(a[i].name, sizeof a[i].name, "%s", e->name);
-    a[i].gpus = e->gpus;
-    snprintf(a[i].gpu_model, sizeof a[i].gpu_model, "%s", e->gpu_model);
-    a[i].on_demand_usd_per_hour = e->on_demand_usd_per_hour;
-    a[i].spot_usd_per_hour = gw_market_price(l->market, i, now);
-    a[i].interruption = gw_catalog_bucket_label(e->bucket);
-    a[i].mean_time_to_preempt_s = gw_market_mean_time_to_preempt_s(l->market, i);
-  }
-  *ret = a;
-  *ret_n = n;
+  *ret = l->types;
+  *ret_n = l->n_types;
   return 0;
 }
 
-static void local_tick(struct gw_provider *p, int64_t now) {
+static int local_store_url(struct gw_provider *p, char *buf, size_t size) {
   struct local *l = L(p);
-  for (size_t i = 0; i < l->n; i++) {
-    struct inst *in = l->inst[i];
-    if (in->gone)
-      continue;
-    if (!alive(in)) {
-      in->gone = true;
-      kill_instance(in);  /* a lost instance takes everything on it along */
-      continue;
-    }
-    if (in->rebalance_at_mono_us <= now) {
-      in->rebalance_at_mono_us = INT64_MAX;
-      if (in->imds)
-        gw_imds_set_rebalance(in->imds, sl_time_real_us());
-      sl_info(TOPIC, "instance %s: rebalance recommendation", in->id);
-    }
-    if (in->notice_at_mono_us <= now && in->kill_at_mono_us == 0) {
-      in->notice_at_mono_us = INT64_MAX;
-      give_notice(l, in, GW_MARKET_NOTICE_S, now);
-    }
-    if (!in->signalled && ((in->deadline_real_us > 0 && in->deadline_mono_us <= now) ||
-                           (in->kill_at_mono_us > 0 && in->kill_at_mono_us <= now))) {
-      kill_instance(in);
-      in->signalled = true;
-    }
-  }
-  if (gw_market_is_trace(l->market))
-    apply_capacity(l, now);
-  for (size_t i = 0; i < l->n;) {
-    struct inst *in = l->inst[i];
-    if (!in->gone) {
-      i++;
-      continue;
-    }
-    queue_event(l, GW_PROVIDER_TERMINATED, in, in->deadline_real_us, in->by_market);
-    sl_info(TOPIC, "instance %s (pid %d) is gone%s", in->id, (int)in->pid,
-            in->by_market ? " (preempted)" : "");
-    remove_record(l, in->id);
-    drop(l, i);
-  }
-  /* Deliver a snapshot: the callback may call back in and queue more. */
-  while (l->n_events) {
-    size_t n = l->n_events;
-    struct gw_provider_event *batch = malloc(n * sizeof *batch);
-    if (!batch)
-      return;
-    memcpy(batch, l->events, n * sizeof *batch);
-    l->n_events = 0;
-    for (size_t i = 0; i < n; i++)
-      if (p->on_event)
-        p->on_event(p->userdata, &batch[i]);
-    free(batch);
-  }
+  if (strlen(l->store_url) >= size)
+    return SL_ELIMIT;
+  memcpy(buf, l->store_url, strlen(l->store_url) + 1);
+  return 0;
 }
 
-static int64_t local_next_tick_us(struct gw_provider *p) {
-  struct local *l = L(p);
-  int64_t now = sl_time_mono_us(), next = INT64_MAX;
-  if (l->n_events)
-    return now;
-  for (size_t i = 0; i < l->n; i++) {
-    const struct inst *in = l->inst[i];
-    int64_t t = now + REAP_POLL_US * 25;  /* a live process is checked twice a second */
-    if (in->gone || in->signalled || in->kill_at_mono_us)
-      t = now + REAP_POLL_US;
-    if (in->notice_at_mono_us < t)
-      t = in->notice_at_mono_us;
-    if (in->rebalance_at_mono_us < t)
-      t = in->rebalance_at_mono_us;
-    if (in->deadline_real_us > 0 && !in->signalled && in->deadline_mono_us < t)
-      t = in->deadline_mono_us;
-    if (in->kill_at_mono_us > 0 && !in->signalled && in->kill_at_mono_us < t)
-      t = in->kill_at_mono_us;
-    if (t < next)
-      next = t;
-  }
-  if (gw_market_is_trace(l->market)) {
-    /* Also with no instance: capacity that comes back is reported. */
-    int64_t s = gw_market_next_change_us(l->market, sim_us(l, now));
-    int64_t t = l->open_mono_us + (int64_t)((double)s / l->time_scale) + 1;
-    if (t < next)
-      next = t;
-  }
-  return next;
-}
+static double local_time_scale(struct gw_provider *p) { return L(p)->time_scale; }
 
 static void local_destroy(struct gw_provider *p) {
   struct local *l = L(p);
   if (!l)
     return;
+  if (l->timer > 0)
+    gw_loop_del_timer(l->loop, l->timer);
   for (size_t i = 0; i < l->n; i++)
-    inst_free(l->inst[i]);  /* workers keep running; their records stay */
+    inst_free(l->inst[i]); /* workers keep running; their records stay */
+  free(l->types);
   gw_market_free(l->market);
   gw_catalog_free(l->cat);
   free(l->state_dir);
@@ -823,18 +762,37 @@ static void local_destroy(struct gw_provider *p) {
 }
 
 static const struct gw_provider_ops local_ops = {
-    .name = "local",
     .launch = local_launch,
     .terminate = local_terminate,
     .list = local_list,
-    .types = local_types,
-    .tick = local_tick,
+    .market = local_market,
+    .store_url = local_store_url,
+    .time_scale = local_time_scale,
     .inject = local_inject,
-    .next_tick_us = local_next_tick_us,
     .destroy = local_destroy,
 };
 
-struct gw_provider *gw_local_provider_new(const struct gw_local_config *cfg,
+/* The catalog as the market array; prices filled by refresh_market(). */
+static int make_types(struct local *l) {
+  l->n_types = gw_catalog_count(l->cat);
+  l->types = calloc(l->n_types ? l->n_types : 1, sizeof *l->types);
+  if (!l->types)
+    return -ENOMEM;
+  for (size_t i = 0; i < l->n_types; i++) {
+    const struct gw_catalog_entry *e = gw_catalog_get(l->cat, i);
+    struct gw_instance_type *t = &l->types[i];
+    snprintf(t->name, sizeof t->name, "%s", e->name);
+    t->gpus = e->gpus;
+    snprintf(t->gpu_model, sizeof t->gpu_model, "%s", e->gpu_model);
+    t->on_demand_usd_per_hour = e->on_demand_usd_per_hour;
+    t->interruption = gw_catalog_bucket_label(e->bucket);
+    t->mean_time_to_preempt_s = gw_market_mean_time_to_preempt_s(l->market, i);
+  }
+  refresh_market(l, l->open_mono_us);
+  return 0;
+}
+
+struct gw_provider *gw_local_provider_new(const struct gw_local_config *cfg, struct gw_loop *loop,
                                           gw_provider_event_fn on_event, void *userdata,
                                           char *err, size_t err_size) {
   char catalog_path[4096], dir[4200];
@@ -847,10 +805,10 @@ struct gw_provider *gw_local_provider_new(const struct gw_local_config *cfg,
     snprintf(err, err_size, "provider.local: time_scale must be in 0.001..1000000");
     return NULL;
   }
-  if (!cfg->state_dir || !*cfg->state_dir || !cfg->worker_program || !*cfg->worker_program ||
-      strlen(prefix) > 24) {
-    snprintf(err, err_size, "provider.local: state_dir and worker_program are required, "
-                            "zone_prefix at most 24 bytes");
+  if (!loop || !cfg->state_dir || !*cfg->state_dir || !cfg->worker_program ||
+      !*cfg->worker_program || strlen(prefix) > 24 || strlen(cfg->state_dir) > 4000) {
+    snprintf(err, err_size, "provider.local: a loop, state_dir (at most 4000 bytes) and "
+                            "worker_program are required, zone_prefix at most 24 bytes");
     return NULL;
   }
   struct local *l = calloc(1, sizeof *l);
@@ -859,8 +817,10 @@ struct gw_provider *gw_local_provider_new(const struct gw_local_config *cfg,
     return NULL;
   }
   l->base.ops = &local_ops;
+  l->base.name = "local";
   l->base.on_event = on_event;
   l->base.userdata = userdata;
+  l->loop = loop;
   l->slots = cfg->slots;
   l->time_scale = cfg->time_scale;
   l->open_mono_us = sl_time_mono_us();
@@ -883,15 +843,109 @@ struct gw_provider *gw_local_provider_new(const struct gw_local_config *cfg,
       gw_market_new(cfg->market ? cfg->market : "random:1", l->cat, &l->market, err,
                     err_size) < 0)
     goto fail;
-  snprintf(dir, sizeof dir, "%s/instances", l->state_dir);
-  int r = sl_mkdir_p(dir, 0700);
-  if (r < 0) {
-    snprintf(err, err_size, "%s: %s", dir, sl_strerror(r));
+  if (make_types(l) < 0) {
+    snprintf(err, err_size, "out of memory");
     goto fail;
   }
+  const char *sub[] = {"instances", "store"};
+  for (size_t i = 0; i < 2; i++) {
+    snprintf(dir, sizeof dir, "%s/%s", l->state_dir, sub[i]);
+    int r = sl_mkdir_p(dir, 0700);
+    if (r < 0) {
+      snprintf(err, err_size, "%s: %s", dir, sl_strerror(r));
+      goto fail;
+    }
+  }
+  snprintf(l->store_url, sizeof l->store_url, "file://%s/store", l->state_dir);
   rescan(l);
+  int64_t id = gw_loop_add_timer(loop, next_due(l, sl_time_mono_us()), on_timer, l);
+  if (id <= 0) {
+    snprintf(err, err_size, "provider.local: cannot add a timer: %s", sl_strerror((int)id));
+    goto fail;
+  }
+  l->timer = id;
   return &l->base;
 fail:
   local_destroy(&l->base);
   return NULL;
 }
+
+/* ---- the class ------------------------------------------------------------ */
+
+static const struct gw_provider_option local_options[] = {
+  {"slots", "2", "local instances that may run at once (0 disables the local provider)"},
+  {"market", "random:1", "spot market model: trace:PATH or random:SEED"},
+  {"time_scale", "60",
+   "simulated seconds per wall-clock second (prices and costs use simulated time)"},
+  {"catalog", "", "CSV of instance types; empty for the built-in catalog"},
+  {NULL, NULL, NULL},
+};
+
+static int parse_slots(const char *v, double *ret, char *err, size_t size) {
+  return gw_config_parse_number("slots", v, true, 0, 64, ret, err, size);
+}
+
+static int parse_time_scale(const char *v, double *ret, char *err, size_t size) {
+  return gw_config_parse_number("time_scale", v, false, 0.001, 1e6, ret, err, size);
+}
+
+static int local_check_option(const char *name, const char *value, char *err, size_t size) {
+  double d;
+  if (!strcmp(name, "slots"))
+    return parse_slots(value, &d, err, size);
+  if (!strcmp(name, "time_scale"))
+    return parse_time_scale(value, &d, err, size);
+  if (!strcmp(name, "market")) {
+    const char *seed = value + 7;
+    if (!strncmp(value, "trace:", 6) && value[6])
+      return 0;
+    if (!strncmp(value, "random:", 7) && *seed && strspn(seed, "0123456789") == strlen(seed) &&
+        strlen(seed) <= 19)
+      return 0;
+    snprintf(err, size, "market: \"%s\" is not trace:PATH or random:SEED (a decimal integer)",
+             value);
+    return SL_ECONFIG;
+  }
+  return 0; /* catalog: any path; it is read when the provider opens */
+}
+
+static struct gw_provider *local_open(const struct gw_provider_env *env, char *err,
+                                      size_t err_size) {
+  const char *name = gw_local_provider_class.name;
+  const char *market = gw_config_provider_option(env->cfg, name, "market");
+  const char *catalog = gw_config_provider_option(env->cfg, name, "catalog");
+  const char *slots_text = gw_config_provider_option(env->cfg, name, "slots");
+  const char *scale_text = gw_config_provider_option(env->cfg, name, "time_scale");
+  double slots, scale;
+  char why[512];
+  if (parse_slots(slots_text, &slots, why, sizeof why) < 0 ||
+      parse_time_scale(scale_text, &scale, why, sizeof why) < 0) {
+    snprintf(err, err_size, "[provider.local] %s", why);
+    return NULL;
+  }
+  if (slots == 0) {
+    snprintf(err, err_size, "no provider configured ([provider.local] slots = 0)");
+    return NULL;
+  }
+  char worker[1024];
+  if (sl_find_program("spotlab-worker", worker, sizeof worker) < 0) {
+    snprintf(err, err_size, "spotlab-worker not found (set SPOTLAB_WORKER_BIN)");
+    return NULL;
+  }
+  struct gw_local_config lc = {
+    .slots = (int)slots,
+    .market = market,
+    .time_scale = scale,
+    .catalog = catalog && *catalog ? catalog : NULL,
+    .state_dir = env->state_dir ? env->state_dir : env->cfg->state_dir,
+    .worker_program = worker,
+  };
+  return gw_local_provider_new(&lc, env->loop, env->on_event, env->userdata, err, err_size);
+}
+
+const struct gw_provider_class gw_local_provider_class = {
+  .name = "local",
+  .options = local_options,
+  .check_option = local_check_option,
+  .open = local_open,
+};

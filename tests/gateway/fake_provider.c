@@ -1,13 +1,24 @@
-/* A test provider: each instance is the program named by $SPOTLAB_FAKE_WORKER
- * run with the worker config file as its one argument. Two instance types
- * with fixed prices; preemption sends a notice event and SIGTERM, a kill
- * SIGKILL; a child that exits is reported as terminated. destroy() leaves
- * children running, like a real cloud when the gateway stops. */
+/* A test provider class, "fake": each instance is the program named by
+ * $SPOTLAB_FAKE_WORKER run with its worker config file as its one argument.
+ *
+ * It keeps the contract of provider.h the way a real provider does: it
+ * chooses instance ids, writes each worker's config file itself
+ * (state_dir/instances/ID/worker.json, 0600), offers the store
+ * file://state_dir/store, and delivers every event from its one timer on the
+ * gateway's loop, never from inside an operation. Two instance types with
+ * fixed prices; a preemption queues a notice event and sends SIGTERM, a kill
+ * SIGKILL; a child that exits is reported terminated (the timer reaps every
+ * 50 ms). destroy() leaves children running, like a real cloud when the
+ * gateway stops; a new provider does not know them (list() is empty). */
+#include "fake_provider.h"
+
 #include "conf.h"
-#include "provider.h"
-#include "provider_open.h"
+#include "keys.h"
+#include "loop.h"
 
 #include "sl_err.h"
+#include "sl_hmac.h"
+#include "sl_path.h"
 #include "sl_time.h"
 
 #include <errno.h>
@@ -22,51 +33,64 @@
 extern char **environ;
 
 #define MAX_FAKE 64
+#define MAX_EVENTS 256
+#define REAP_US (50 * SL_US_PER_MS)
 
 struct fake {
   struct gw_provider base;
+  struct gw_loop *loop;
+  int64_t timer;
+  bool in_timer;
+  int slots;
+  double time_scale;
+  char state_dir[1024], store_url[1100];
   struct gw_instance_info inst[MAX_FAKE];
   pid_t pid[MAX_FAKE];
   size_t n;
-  int slots;
-  int64_t next_tick_us;
+  struct gw_provider_event events[MAX_EVENTS];
+  size_t n_events;
 };
 
 static const struct gw_instance_type catalog[] = {
   {"fake.small", 1, "T4", 1.00, 0.30, ">20%", 3600},
   {"fake.big", 4, "A100", 8.00, 2.50, "10-15%", 7200},
 };
+#define N_TYPES (sizeof catalog / sizeof catalog[0])
 
-static int fake_launch(struct gw_provider *p, const struct gw_launch *req, struct gw_instance_info *ret) {
-  struct fake *f = (struct fake *)p;
-  const char *prog = getenv("SPOTLAB_FAKE_WORKER");
-  size_t live = 0;
-  for (size_t i = 0; i < f->n; i++)
-    live += f->inst[i].running;
-  if (!prog || live >= (size_t)f->slots || f->n == MAX_FAKE)
-    return -EAGAIN;
-  const struct gw_instance_type *t = NULL;
-  for (size_t i = 0; i < 2; i++)
-    if (!strcmp(catalog[i].name, req->type))
-      t = &catalog[i];
-  if (!t)
-    return SL_ENOTSUP;
-  char *argv[] = {(char *)prog, (char *)req->worker_config, NULL};
-  pid_t pid;
-  if (posix_spawn(&pid, prog, NULL, NULL, argv, environ) != 0)
-    return -errno;
-  struct gw_instance_info *in = &f->inst[f->n];
-  memset(in, 0, sizeof *in);
-  snprintf(in->instance_id, sizeof in->instance_id, "%s", req->instance_id);
-  snprintf(in->type, sizeof in->type, "%s", req->type);
-  snprintf(in->zone, sizeof in->zone, "fake-1a");
-  in->spot = req->spot;
-  in->price_usd_per_hour = req->spot ? t->spot_usd_per_hour : t->on_demand_usd_per_hour;
-  in->launched_us = sl_time_real_us();
-  in->running = true;
-  f->pid[f->n++] = pid;
-  *ret = *in;
-  return 0;
+static struct fake *F(struct gw_provider *p) { return (struct fake *)p; }
+
+static struct gw_provider_event *queue_event(struct fake *f, enum gw_provider_event_kind kind,
+                                             const char *id) {
+  if (f->n_events == MAX_EVENTS)
+    return NULL;
+  struct gw_provider_event *ev = &f->events[f->n_events++];
+  memset(ev, 0, sizeof *ev);
+  ev->kind = kind;
+  snprintf(ev->instance_id, sizeof ev->instance_id, "%s", id);
+  if (f->timer > 0 && !f->in_timer)
+    gw_loop_set_timer(f->loop, f->timer, sl_time_mono_us());
+  return ev;
+}
+
+static int64_t on_timer(struct gw_loop *l, int64_t id, int64_t now_us, void *data) {
+  struct fake *f = data;
+  (void)l;
+  (void)id;
+  f->in_timer = true;
+  for (size_t i = 0; i < f->n; i++) {
+    if (!f->inst[i].running || waitpid(f->pid[i], NULL, WNOHANG) != f->pid[i])
+      continue;
+    f->inst[i].running = false;
+    queue_event(f, GW_PROVIDER_TERMINATED, f->inst[i].instance_id);
+  }
+  size_t n = f->n_events;
+  struct gw_provider_event batch[MAX_EVENTS];
+  memcpy(batch, f->events, n * sizeof *batch);
+  f->n_events = 0;
+  for (size_t i = 0; i < n; i++)
+    f->base.on_event(f->base.userdata, &f->base, &batch[i]);
+  f->in_timer = false;
+  return f->n_events ? now_us : sl_time_mono_us() + REAP_US;
 }
 
 static int find(struct fake *f, const char *id) {
@@ -76,8 +100,70 @@ static int find(struct fake *f, const char *id) {
   return -1;
 }
 
+static int fake_launch(struct gw_provider *p, const struct gw_launch *req,
+                       char ret_id[GW_INSTANCE_ID_MAX]) {
+  struct fake *f = F(p);
+  const char *prog = getenv("SPOTLAB_FAKE_WORKER");
+  size_t live = 0;
+  for (size_t i = 0; i < f->n; i++)
+    live += f->inst[i].running;
+  const struct gw_instance_type *t = NULL;
+  for (size_t i = 0; i < N_TYPES; i++)
+    if (!strcmp(catalog[i].name, req->type))
+      t = &catalog[i];
+  if (!t)
+    return SL_ENAME;
+  if (!req->boot)
+    return -EINVAL;
+  if (!prog || live >= (size_t)f->slots || f->n == MAX_FAKE)
+    return -EAGAIN;
+  uint8_t rnd[6];
+  char id[GW_INSTANCE_ID_MAX];
+  do {
+    sl_random_bytes(rnd, sizeof rnd);
+    snprintf(id, sizeof id, "i-%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3], rnd[4],
+             rnd[5]);
+  } while (find(f, id) >= 0);
+  char dir[1200], work[1300], cfg[1300];
+  snprintf(dir, sizeof dir, "%s/instances/%s", f->state_dir, id);
+  snprintf(work, sizeof work, "%s/work", dir);
+  snprintf(cfg, sizeof cfg, "%s/worker.json", dir);
+  int r = sl_mkdir_p(work, 0700);
+  if (r < 0)
+    return r;
+  struct gw_worker_file wf = {
+    .gateway = req->boot->gateway, .gateway_public = req->boot->gateway_public,
+    .keys = &req->boot->keys, .instance = id, .type = t->name, .zone = "fake-1a",
+    .spot = req->spot, .metadata = "", .work_dir = work, .store = f->store_url,
+    .train = req->boot->train, .metrics_per_s = req->boot->metrics_per_s,
+  };
+  if ((r = gw_keys_write_worker_file(cfg, &wf)) < 0)
+    return r;
+  char *argv[] = {(char *)prog, cfg, NULL};
+  pid_t pid;
+  if ((r = posix_spawn(&pid, prog, NULL, NULL, argv, environ)) != 0) {
+    unlink(cfg); /* it holds a secret key */
+    return -r;
+  }
+  struct gw_instance_info *in = &f->inst[f->n];
+  memset(in, 0, sizeof *in);
+  snprintf(in->instance_id, sizeof in->instance_id, "%s", id);
+  snprintf(in->type, sizeof in->type, "%s", t->name);
+  snprintf(in->zone, sizeof in->zone, "fake-1a");
+  in->spot = req->spot;
+  in->price_usd_per_hour = req->spot ? t->spot_usd_per_hour : t->on_demand_usd_per_hour;
+  in->launched_us = sl_time_real_us();
+  in->running = true;
+  f->pid[f->n++] = pid;
+  struct gw_provider_event *ev = queue_event(f, GW_PROVIDER_LAUNCHED, id);
+  if (ev)
+    ev->info = *in;
+  memcpy(ret_id, id, sizeof id);
+  return 0;
+}
+
 static int fake_terminate(struct gw_provider *p, const char *id) {
-  struct fake *f = (struct fake *)p;
+  struct fake *f = F(p);
   int i = find(f, id);
   if (i < 0)
     return SL_ENAME;
@@ -86,7 +172,7 @@ static int fake_terminate(struct gw_provider *p, const char *id) {
 }
 
 static int fake_list(struct gw_provider *p, struct gw_instance_info **ret, size_t *ret_n) {
-  struct fake *f = (struct fake *)p;
+  struct fake *f = F(p);
   struct gw_instance_info *a = calloc(f->n + 1, sizeof *a);
   size_t n = 0;
   if (!a)
@@ -99,70 +185,114 @@ static int fake_list(struct gw_provider *p, struct gw_instance_info **ret, size_
   return 0;
 }
 
-static int fake_types(struct gw_provider *p, struct gw_instance_type **ret, size_t *ret_n) {
-  struct gw_instance_type *a = malloc(sizeof catalog);
-  if (!a)
-    return -ENOMEM;
-  memcpy(a, catalog, sizeof catalog);
-  *ret = a;
-  *ret_n = 2;
+static int fake_market(struct gw_provider *p, const struct gw_instance_type **ret,
+                       size_t *ret_n) {
+  (void)p;
+  *ret = catalog;
+  *ret_n = N_TYPES;
   return 0;
 }
 
-static void fake_tick(struct gw_provider *p, int64_t now_us) {
-  struct fake *f = (struct fake *)p;
-  f->next_tick_us = now_us + 50 * SL_US_PER_MS;
-  for (size_t i = 0; i < f->n; i++) {
-    if (!f->inst[i].running || waitpid(f->pid[i], NULL, WNOHANG) != f->pid[i])
-      continue;
-    f->inst[i].running = false;
-    struct gw_provider_event ev = {.kind = GW_PROVIDER_TERMINATED};
-    snprintf(ev.instance_id, sizeof ev.instance_id, "%s", f->inst[i].instance_id);
-    p->on_event(p->userdata, &ev);
-  }
+static int fake_store_url(struct gw_provider *p, char *buf, size_t size) {
+  struct fake *f = F(p);
+  if (strlen(f->store_url) >= size)
+    return SL_ELIMIT;
+  snprintf(buf, size, "%s", f->store_url);
+  return 0;
 }
 
+static double fake_time_scale(struct gw_provider *p) { return F(p)->time_scale; }
+
 static int fake_inject(struct gw_provider *p, const char *id, bool kill_now, double notice_s) {
-  struct fake *f = (struct fake *)p;
+  struct fake *f = F(p);
   int i = find(f, id);
   if (i < 0)
     return SL_ENAME;
   if (!kill_now) {
-    struct gw_provider_event ev = {.kind = GW_PROVIDER_NOTICE, .by_market = true};
-    snprintf(ev.instance_id, sizeof ev.instance_id, "%s", id);
-    ev.deadline_us = sl_time_real_us() + (int64_t)(notice_s * 1e6);
-    p->on_event(p->userdata, &ev);
+    struct gw_provider_event *ev = queue_event(f, GW_PROVIDER_NOTICE, id);
+    if (ev) {
+      ev->by_market = true;
+      ev->deadline_us = sl_time_real_us() + (int64_t)(notice_s * 1e6);
+    }
   }
   kill(f->pid[i], kill_now ? SIGKILL : SIGTERM);
   return 0;
 }
 
-static int64_t fake_next_tick(struct gw_provider *p) { return ((struct fake *)p)->next_tick_us; }
-
-static void fake_destroy(struct gw_provider *p) { free(p); }
+static void fake_destroy(struct gw_provider *p) {
+  struct fake *f = F(p);
+  if (f && f->timer > 0)
+    gw_loop_del_timer(f->loop, f->timer);
+  free(f);
+}
 
 static const struct gw_provider_ops fake_ops = {
-  .name = "fake",
   .launch = fake_launch,
   .terminate = fake_terminate,
   .list = fake_list,
-  .types = fake_types,
-  .tick = fake_tick,
+  .market = fake_market,
+  .store_url = fake_store_url,
+  .time_scale = fake_time_scale,
   .inject = fake_inject,
-  .next_tick_us = fake_next_tick,
   .destroy = fake_destroy,
 };
 
-struct gw_provider *gw_provider_open(const struct gw_config *cfg, gw_provider_event_fn on_event,
-                                     void *userdata, char *err, size_t err_size) {
+static const struct gw_provider_option fake_options[] = {
+  {"slots", "2", "fake instances that may run at once"},
+  {"time_scale", "1", "provider seconds per wall-clock second (costs accrue in them)"},
+  {NULL, NULL, NULL},
+};
+
+static int fake_check_option(const char *name, const char *value, char *err, size_t size) {
+  double d;
+  if (!strcmp(name, "slots"))
+    return gw_config_parse_number(name, value, true, 1, MAX_FAKE, &d, err, size);
+  return gw_config_parse_number(name, value, false, 0.001, 1e6, &d, err, size);
+}
+
+static struct gw_provider *fake_open(const struct gw_provider_env *env, char *err,
+                                     size_t err_size) {
+  double slots, scale;
+  char why[256];
+  if (gw_config_parse_number("slots", gw_config_provider_option(env->cfg, "fake", "slots"), true,
+                             1, MAX_FAKE, &slots, why, sizeof why) < 0 ||
+      gw_config_parse_number("time_scale",
+                             gw_config_provider_option(env->cfg, "fake", "time_scale"), false,
+                             0.001, 1e6, &scale, why, sizeof why) < 0) {
+    snprintf(err, err_size, "[provider.fake] %s", why);
+    return NULL;
+  }
+  const char *state = env->state_dir ? env->state_dir : env->cfg->state_dir;
   struct fake *f = calloc(1, sizeof *f);
   if (!f) {
     snprintf(err, err_size, "out of memory");
     return NULL;
   }
   f->base.ops = &fake_ops;
-  f->base.on_event = on_event;
-  f->base.userdata = userdata;
-  f->slots = cfg->local_slots > 0 ? (int)cfg->local_slots : 2;
+  f->base.name = fake_provider_class.name;
+  f->base.on_event = env->on_event;
+  f->base.userdata = env->userdata;
+  f->loop = env->loop;
+  f->slots = (int)slots;
+  f->time_scale = scale;
+  snprintf(f->state_dir, sizeof f->state_dir, "%s", state);
+  snprintf(f->store_url, sizeof f->store_url, "file://%s/store", state);
+  char store[1100];
+  snprintf(store, sizeof store, "%s/store", state);
+  int r = sl_mkdir_p(store, 0700);
+  int64_t id = r < 0 ? r : gw_loop_add_timer(f->loop, sl_time_mono_us() + REAP_US, on_timer, f);
+  if (id <= 0) {
+    snprintf(err, err_size, "fake provider: %s", sl_strerror((int)id));
+    free(f);
+    return NULL;
+  }
+  f->timer = id;
   return &f->base;
 }
+
+const struct gw_provider_class fake_provider_class = {
+  .name = "fake",
+  .options = fake_options,
+  .check_option = fake_check_option,
+  .open = fake_open,
+};

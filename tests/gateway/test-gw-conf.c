@@ -1,13 +1,56 @@
 /* Configuration: defaults, layering, every kind of error with FILE:LINE,
- * and --dump-config output that reads back to the same values. */
+ * provider sections (owned by the registered classes), refused options, and
+ * --dump-config output that reads back to the same values.
+ *
+ * conf.c knows providers only through the registry, so this test registers
+ * two classes of its own: "local", with options shaped like the local
+ * provider's (the real class is checked in tests/provider/test-local.c), and
+ * "fake". */
 #include "conf.h"
 #include "harness.h"
+#include "provider.h"
 #include "sl_err.h"
 
 #include <stdlib.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/test-gw-conf-XXXXXX";
+
+static int check_local(const char *name, const char *value, char *err, size_t size) {
+  double d;
+  if (!strcmp(name, "slots"))
+    return gw_config_parse_number(name, value, true, 0, 64, &d, err, size);
+  if (!strcmp(name, "time_scale"))
+    return gw_config_parse_number(name, value, false, 0.001, 1e6, &d, err, size);
+  if (!strcmp(name, "market") && strncmp(value, "random:", 7) && strncmp(value, "trace:", 6)) {
+    snprintf(err, size, "market: \"%s\" is not trace:PATH or random:SEED", value);
+    return SL_ECONFIG;
+  }
+  return 0;
+}
+
+static struct gw_provider *open_none(const struct gw_provider_env *env, char *err,
+                                     size_t err_size) {
+  (void)env;
+  snprintf(err, err_size, "not opened in this test");
+  return NULL;
+}
+
+static const struct gw_provider_option local_options[] = {
+  {"slots", "2", "instances at once"},
+  {"market", "random:1", "trace:PATH or random:SEED"},
+  {"time_scale", "60", "simulated seconds per second"},
+  {"catalog", "", "CSV of types"},
+  {NULL, NULL, NULL},
+};
+static const struct gw_provider_class local_class = {
+  "local", local_options, check_local, open_none,
+};
+static const struct gw_provider_option fake_options[] = {
+  {"slots", "2", "fake instances at once"},
+  {NULL, NULL, NULL},
+};
+static const struct gw_provider_class fake_class = {"fake", fake_options, NULL, open_none};
 
 static const char *write_file(const char *name, const char *text) {
   static char path[256];
@@ -18,13 +61,14 @@ static const char *write_file(const char *name, const char *text) {
   return path;
 }
 
-/* Loads text; returns the error message ("" on success). */
+static struct gw_config loaded;
+
+/* Loads text over the defaults into `loaded`; returns the error message ("" on success). */
 static const char *load(const char *text, int *ret) {
   static char err[512];
-  static struct gw_config c;
   err[0] = 0;
-  gw_config_defaults(&c);
-  *ret = gw_config_load_file(&c, write_file("c.ini", text), err, sizeof err);
+  gw_config_defaults(&loaded);
+  *ret = gw_config_load_file(&loaded, write_file("c.ini", text), err, sizeof err);
   return err;
 }
 
@@ -37,18 +81,162 @@ static void expect_error(const char *text, const char *needle, int line) {
   CHECK(strstr(err, where) == err);
   CHECK(strstr(err, needle) != NULL);
   if (!strstr(err, needle) || strstr(err, where) != err)
-    fprintf(stderr, "  message was: %s\n", err);
+    fprintf(stderr, "  message was: %s\n  expected: %s...%s\n", err, where, needle);
+}
+
+static char *dump(const struct gw_config *c) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  CHECK_INT(gw_config_dump(c, f), 0);
+  fclose(f);
+  return text;
+}
+
+static void test_providers(void) {
+  static struct gw_config c;
+  char msg[512];
+  int r;
+
+  /* no provider section: local, implicit, with the class's defaults */
+  gw_config_defaults(&c);
+  CHECK_INT(c.n_providers, 1);
+  CHECK_STR(c.providers[0].name, "local");
+  CHECK(c.providers[0].implicit);
+  CHECK_STR(gw_config_provider_option(&c, "local", "time_scale"), "60");
+  CHECK_STR(gw_config_provider_option(&c, "local", "catalog"), "");
+  CHECK(gw_config_provider_option(&c, "local", "bogus") == NULL);
+  CHECK(gw_config_provider_option(&c, "nobody", "slots") == NULL);
+  CHECK_STR(gw_config_provider_option(&c, "fake", "slots"), "2"); /* not enabled: the default */
+  load("[gateway]\nlisten = ipc:///tmp/x.sock\n", &r);
+  CHECK_INT(r, 0);
+  CHECK_INT(loaded.n_providers, 1);
+  CHECK(loaded.providers[0].implicit);
+
+  /* a named section drops the implicit local; an empty one enables with defaults */
+  CHECK_STR(load("[provider.fake]\n", &r), "");
+  CHECK_INT(r, 0);
+  CHECK_INT(loaded.n_providers, 1);
+  CHECK_STR(loaded.providers[0].name, "fake");
+  CHECK(!loaded.providers[0].implicit);
+  CHECK_INT(loaded.providers[0].n, 0);
+  CHECK_STR(gw_config_provider_option(&loaded, "fake", "slots"), "2");
+
+  /* file order; values as written; a section named twice is one provider */
+  CHECK_STR(load("[provider.fake]\nslots = 5\n[provider.local]\ntime_scale = 0.5\n"
+                 "market = trace:/x.json\n[provider.fake]\nslots = 6\n", &r), "");
+  CHECK_INT(r, 0);
+  CHECK_INT(loaded.n_providers, 2);
+  CHECK_STR(loaded.providers[0].name, "fake");
+  CHECK_STR(loaded.providers[1].name, "local");
+  CHECK(!loaded.providers[1].implicit);
+  CHECK_STR(gw_config_provider_option(&loaded, "fake", "slots"), "6");
+  CHECK_STR(gw_config_provider_option(&loaded, "local", "time_scale"), "0.5");
+  CHECK_STR(gw_config_provider_option(&loaded, "local", "market"), "trace:/x.json");
+  CHECK_STR(gw_config_provider_option(&loaded, "local", "slots"), "2");
+
+  /* [provider.local] named by the file keeps local, now explicit */
+  CHECK_STR(load("[provider.local]\nslots = 1\n", &r), "");
+  CHECK_INT(loaded.n_providers, 1);
+  CHECK(!loaded.providers[0].implicit);
+  CHECK_STR(gw_config_provider_option(&loaded, "local", "slots"), "1");
+
+  /* errors: unknown provider (naming the ones there are), unknown key
+   * (naming the ones the class accepts), a value the class refuses */
+  expect_error("[gateway]\n\n[provider.aws]\nregion = us-east-1\n",
+               "unknown provider \"aws\" (this gateway has: local, fake)", 3);
+  expect_error("[provider.local]\nslots = 1\nbogus = 2\n",
+               "unknown key \"bogus\" in [provider.local] (it accepts: slots, market, "
+               "time_scale, catalog)", 3);
+  expect_error("[provider.local]\nslots = 1000\n", "slots: 1000 is out of range [0, 64]", 2);
+  expect_error("[provider.local]\nslots = 1.5\n", "not an integer", 2);
+  expect_error("[provider.local]\nmarket = sometimes\n", "market: \"sometimes\" is not", 2);
+  expect_error("[provider.]\n", "unknown section [provider.]", 1);
+  expect_error("[provider]\n", "unknown section [provider]", 1);
+  expect_error("[provider.lo cal]\n", "unknown section", 1);
+
+  /* gw_config_set: enables explicitly, checks first, changes nothing on error */
+  gw_config_defaults(&c);
+  CHECK_INT(gw_config_set(&c, "provider.local", "time_scale", "0.1", msg, sizeof msg), 0);
+  CHECK_INT(c.n_providers, 1);
+  CHECK(!c.providers[0].implicit);
+  CHECK_STR(gw_config_provider_option(&c, "local", "time_scale"), "0.1");
+  CHECK_INT(gw_config_set(&c, "provider.local", "time_scale", "0", msg, sizeof msg), SL_ECONFIG);
+  CHECK(strstr(msg, "time_scale: 0 is out of range") != NULL);
+  CHECK_STR(gw_config_provider_option(&c, "local", "time_scale"), "0.1");
+  gw_config_defaults(&c);
+  CHECK_INT(gw_config_set(&c, "provider.local", "slots", "x", msg, sizeof msg), SL_ECONFIG);
+  CHECK_INT(gw_config_set(&c, "provider.fake", "bogus", "1", msg, sizeof msg), SL_ECONFIG);
+  CHECK(strstr(msg, "unknown key \"bogus\" in [provider.fake] (it accepts: slots)") != NULL);
+  CHECK_INT(c.n_providers, 1);
+  CHECK(c.providers[0].implicit); /* a refused value enables nothing */
+  CHECK_INT(gw_config_set(&c, "provider.aws", "region", "x", msg, sizeof msg), SL_ECONFIG);
+  CHECK(strstr(msg, "unknown provider \"aws\"") != NULL);
+  CHECK_INT(gw_config_set(&c, "provider.fake", "slots", "3", msg, sizeof msg), 0);
+  CHECK_INT(c.n_providers, 1);
+  CHECK_STR(c.providers[0].name, "fake");
+
+  /* embedded defaults keep a provider the file named */
+  gw_config_embedded(&c, "/tmp/home");
+  CHECK_INT(c.n_providers, 1);
+  CHECK_STR(c.providers[0].name, "fake");
+  gw_config_defaults(&c);
+  gw_config_embedded(&c, "/tmp/home");
+  CHECK_INT(c.n_providers, 1);
+  CHECK_STR(c.providers[0].name, "local");
+  CHECK(c.providers[0].implicit);
+
+  /* the dump shows each enabled provider with every option of its class */
+  gw_config_defaults(&c);
+  gw_config_set(&c, "provider.fake", "slots", "4", msg, sizeof msg);
+  gw_config_set(&c, "provider.local", "catalog", "/x.csv", msg, sizeof msg);
+  char *text = dump(&c);
+  CHECK(strstr(text, "[provider.fake]\n; fake instances at once\nslots = 4\n\n"
+                     "[provider.local]\n; instances at once\nslots = 2\n"
+                     "; trace:PATH or random:SEED\nmarket = random:1\n"
+                     "; simulated seconds per second\ntime_scale = 60\n"
+                     "; CSV of types\ncatalog = /x.csv\n") != NULL);
+  if (!strstr(text, "[provider.fake]"))
+    fprintf(stderr, "dump:\n%s\n", text);
+  free(text);
+  gw_config_defaults(&c);
+  text = dump(&c);
+  CHECK(strstr(text, "[provider.local]\n; instances at once\nslots = 2\n") != NULL);
+  free(text);
+}
+
+static void test_refused(void) {
+  /* options and sections that would configure nothing are errors that say so */
+  expect_error("[gateway]\nlisten = tcp://127.0.0.1:1\nhttp = 127.0.0.1:7480\n",
+               "[gateway] http: this gateway has no HTTP API yet; remove the option", 3);
+  expect_error("[budget]\nmonthly_usd = 10\nalert_at = 25,50\n",
+               "[budget] alert_at: this gateway sends no budget alerts yet", 3);
+  expect_error("[gateway]\n[store]\nurl = s3://bucket/x\n", "[store]: this gateway has no store", 2);
+  expect_error("[store]\n", "remove the section", 1);
+  expect_error("\n[webhook.slack]\nurl = https://x\n",
+               "[webhook.slack]: this gateway posts no webhooks yet; remove the section", 2);
+  static struct gw_config c;
+  char msg[512];
+  gw_config_defaults(&c);
+  CHECK_INT(gw_config_set(&c, "gateway", "http", "127.0.0.1:1", msg, sizeof msg), SL_ECONFIG);
+  CHECK(strstr(msg, "no HTTP API") != NULL);
+  CHECK_INT(gw_config_set(&c, "webhook.x", "url", "y", msg, sizeof msg), SL_ECONFIG);
+  CHECK(strstr(msg, "no webhooks") != NULL);
+  char *text = dump(&c);
+  CHECK(strstr(text, "http") == NULL && strstr(text, "alert_at") == NULL);
+  free(text);
 }
 
 int main(void) {
   if (!mkdtemp(dir))
     return 1;
+  CHECK_INT(gw_provider_register(&local_class), 0);
+  CHECK_INT(gw_provider_register(&fake_class), 0);
   static struct gw_config c;
   gw_config_defaults(&c);
   CHECK_STR(c.listen, "tcp://127.0.0.1:7400");
   CHECK_INT(c.worker_timeout_us, 600 * 1000000LL);
   CHECK(c.hard_cap);
-  CHECK_NEAR(c.local_time_scale, 60, 0);
 
   int r;
   const char *err = load("[gateway]\nlisten = ipc:///tmp/x.sock ; comment\n[idle]\n"
@@ -60,16 +248,16 @@ int main(void) {
 
   expect_error("[gateway]\nlisten = tcp://127.0.0.1:1\nbogus = 1\n", "unknown key \"bogus\"", 3);
   expect_error("[idle]\n\nworker_timeout = soon\n", "not a duration", 3);
-  expect_error("[provider.local]\nslots = 1000\n", "out of range", 2);
-  expect_error("[provider.local]\nslots = 1.5\n", "not an integer", 2);
+  expect_error("[gateway]\nmax_instances = 0\n", "out of range", 2);
+  expect_error("[gateway]\nheartbeat_ms = 1.5\n", "not an integer", 2);
   expect_error("[gateway]\n[nonsense]\n", "unknown section [nonsense]", 2);
   expect_error("[budget]\nhard_cap = maybe\n", "not yes or no", 2);
-  expect_error("[budget]\nalert_at = 25,x\n", "not a percentage", 2);
   expect_error("[gateway]\nlisten = http://x\n", "not a tcp://", 2);
   expect_error("[user.al ice]\n", "unknown section", 1);
   expect_error("[user.bob]\ntoken_sha256 = abc\n", "64 lowercase hex", 2);
   expect_error("listen = x\n", "outside any section", 1);
   expect_error("[idle]\nworker_timeout = 0s\n", "out of range", 2);
+  expect_error("\n\n[providers.local]\n", "unknown section [providers.local]", 3);
 
   /* a missing file is an error naming it */
   gw_config_defaults(&c);
@@ -82,30 +270,44 @@ int main(void) {
   CHECK(gw_config_set(&c, "idle", "worker_timeout", "-3s", msg, sizeof msg) < 0);
   CHECK_INT(c.worker_timeout_us, 600 * 1000000LL);
 
-  /* dump -> load -> dump is a fixed point, with users, groups and odd numbers */
+  test_providers();
+  test_refused();
+
+  /* dump -> load -> dump is a fixed point, with users, groups, providers
+   * and odd numbers */
   gw_config_defaults(&c);
-  gw_config_set(&c, "provider.local", "time_scale", "0.1", msg, sizeof msg);
+  CHECK_INT(gw_config_set(&c, "provider.local", "time_scale", "0.1", msg, sizeof msg), 0);
+  CHECK_INT(gw_config_set(&c, "provider.fake", "slots", "3", msg, sizeof msg), 0);
   gw_config_set(&c, "idle", "warn_before", "1500ms", msg, sizeof msg);
   gw_config_set(&c, "user.bob", "token_sha256",
                 "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210", msg, sizeof msg);
   gw_config_set(&c, "group.ops", "worker_timeout", "45m", msg, sizeof msg);
-  char *a = NULL, *b = NULL;
-  size_t al = 0, bl = 0;
-  FILE *f = open_memstream(&a, &al);
-  CHECK_INT(gw_config_dump(&c, f), 0);
-  fclose(f);
+  char *a = dump(&c);
   static struct gw_config d;
   gw_config_defaults(&d);
   CHECK_INT(gw_config_load_file(&d, write_file("dump.ini", a), msg, sizeof msg), 0);
-  f = open_memstream(&b, &bl);
-  gw_config_dump(&d, f);
-  fclose(f);
+  char *b = dump(&d);
   CHECK_STR(a, b);
-  CHECK_NEAR(d.local_time_scale, 0.1, 0);
+  CHECK_STR(gw_config_provider_option(&d, "local", "time_scale"), "0.1");
+  CHECK_STR(gw_config_provider_option(&d, "fake", "slots"), "3");
+  CHECK_INT(d.n_providers, 2);
+  CHECK_STR(d.providers[0].name, "local");
   CHECK_INT(d.warn_before_us, 1500000);
   CHECK_INT(gw_config_worker_timeout_us(&d, "bob"), d.worker_timeout_us);
   free(a);
   free(b);
+
+  /* a provider enabled by default whose class this gateway lacks: a
+   * comment in the dump, which still reads back */
+  gw_provider_registry_clear();
+  gw_config_defaults(&c);
+  a = dump(&c);
+  CHECK(strstr(a, "; [provider.local] is enabled by default but not built into this gateway") !=
+        NULL);
+  gw_config_defaults(&d);
+  CHECK_INT(gw_config_load_file(&d, write_file("dump.ini", a), msg, sizeof msg), 0);
+  free(a);
+
   unlink(write_file("c.ini", ""));
   unlink(write_file("dump.ini", ""));
   rmdir(dir);

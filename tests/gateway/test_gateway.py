@@ -3,8 +3,9 @@
 
 usage: test_gateway.py CASE GATEWAY FAKE_GATEWAY FAKE_WORKER [WORKER TRAIN]
 
-FAKE_GATEWAY is spotlab-gateway linked with a test provider that runs
-FAKE_WORKER (a scripted CURVE worker) per instance. $SPOTLAB_TEST_CLI names
+FAKE_GATEWAY is spotlab-gateway with the test provider "fake" registered
+([provider.fake]), which runs FAKE_WORKER (a scripted CURVE worker) per
+instance. $SPOTLAB_TEST_CLI names
 the spotlab command. Every wait has a deadline; nothing sleeps to wait for an
 event.
 """
@@ -55,11 +56,12 @@ class Gateway:
         self.workers = "ipc://%s/w.sock" % self.dir
         self.ini = os.path.join(self.dir, "gateway.ini")
         users = "".join("[user.%s]\ntoken_sha256 = %s\n" % (u, sha(t)) for u, t in TOKENS.items())
+        provider = "fake" if self.exe == FAKE_GATEWAY else "local"
         with open(self.ini, "w") as f:
             f.write("[gateway]\nlisten = %s\nworkers = %s\nstate_dir = %s\nheartbeat_ms = 200\n"
-                    "heartbeat_timeout = 5s\nregister_timeout = 20s\n[provider.local]\n"
+                    "heartbeat_timeout = 5s\nregister_timeout = 20s\n[provider.%s]\n"
                     "slots = %d\ntime_scale = 60\n%s%s" % (self.listen, self.workers, self.state,
-                                                          slots, users, extra_ini))
+                                                          provider, slots, users, extra_ini))
         self.logpath = os.path.join(self.dir, "gateway.log")
         self.p = None
         self.start()
@@ -344,7 +346,7 @@ def case_curve(gw):
 def case_dump_config(gw):
     ini = os.path.join(gw.dir, "in.ini")
     with open(ini, "w") as f:
-        f.write("[gateway]\nlisten = tcp://127.0.0.1:7999\nhttp = 0.0.0.0:8080\n[idle]\n"
+        f.write("[gateway]\nlisten = tcp://127.0.0.1:7999\n[idle]\n"
                 "worker_timeout = 90s\nwarn_before = 1500ms\n[budget]\nmonthly_usd = 123.45\n"
                 "hard_cap = no\n[provider.local]\ntime_scale = 0.25\n[user.zed]\ntoken_sha256 = "
                 + sha("z") + "\ngroup = ops\n[group.ops]\nnotebook_timeout = 2h\n")
@@ -361,9 +363,12 @@ def case_dump_config(gw):
     check(b.returncode == 0 and a.stdout == b.stdout, "dump round-trips")
     for needle in ("listen = tcp://127.0.0.1:7999", "workers = tcp://127.0.0.1:7998",
                    "worker_timeout = 90s", "warn_before = 1500ms", "monthly_usd = 123.45",
-                   "hard_cap = no", "time_scale = 0.25", "[user.zed]", "group = ops",
-                   "[group.ops]", "notebook_timeout = 2h", "; "):
+                   "hard_cap = no", "[provider.local]", "time_scale = 0.25", "slots = 2",
+                   "market = random:1", "[user.zed]", "group = ops", "[group.ops]",
+                   "notebook_timeout = 2h", "; "):
         check(needle in a.stdout, "dump has %r" % needle)
+    for gone in ("http", "alert_at", "[provider.aws]"):
+        check(gone not in a.stdout, "dump has no %r" % gone)
     env["SPOTLAB_CONFIG"] = out
     c = subprocess.run([GATEWAY, "--dump-config"], capture_output=True, text=True, env=env)
     check(c.stdout == a.stdout, "SPOTLAB_CONFIG names the file")
@@ -375,7 +380,18 @@ def case_config_errors(gw):
     for text, line, needle in [("[gateway]\nlisten = tcp://x:1\nlsten = y\n", 3, "unknown key"),
                                ("[idle]\nworker_timeout = 5 minutes\n", 2, "not a duration"),
                                ("[budget]\nmonthly_usd = -1\n", 2, "out of range"),
-                               ("\n\n[providers.local]\n", 3, "unknown section")]:
+                               ("\n\n[providers.local]\n", 3, "unknown section"),
+                               ("[provider.local]\nslots = 1\nzones = a\n", 3,
+                                'unknown key "zones" in [provider.local] (it accepts: slots'),
+                               ("[provider.local]\nslots = 100\n", 2, "out of range"),
+                               ("[gateway]\n[provider.aws]\nregion = x\n", 2,
+                                'unknown provider "aws" (this gateway has: local'),
+                               ("[gateway]\nhttp = 127.0.0.1:7480\n", 2,
+                                "[gateway] http: this gateway has no HTTP API yet"),
+                               ("[budget]\nalert_at = 50\n", 2,
+                                "[budget] alert_at: this gateway sends no budget alerts yet"),
+                               ("[store]\nurl = file:///x\n", 1, "[store]: this gateway has no"),
+                               ("[webhook.slack]\n", 1, "[webhook.slack]: this gateway posts no")]:
         ini = os.path.join(gw.dir, "bad.ini")
         with open(ini, "w") as f:
             f.write(text)

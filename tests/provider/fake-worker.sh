@@ -1,6 +1,6 @@
 #!/bin/sh
 # Stands in for spotlab-worker in the provider tests: takes --config FILE,
-# keeps a copy of the config it was given (the provider adds "metadata"),
+# keeps a copy of the config it was given (seen-config.json),
 # starts a "job" in a process group of its own as spotlab-worker does (its pid
 # in job.pid), then waits to be stopped.
 [ "$1" = "--config" ] && [ -r "$2" ] || { echo "usage: $0 --config FILE" >&2; exit 2; }

@@ -1,6 +1,7 @@
 /* Shared helpers for the local provider tests: an HTTP client over libcurl,
- * an event recorder, and a loop that ticks a provider until an event arrives
- * or a deadline passes. */
+ * an event recorder, and waits that turn the gateway's loop (where the
+ * provider's timer delivers events) until an event arrives or a deadline
+ * passes. */
 #ifndef TESTS_PROV_TEST_H
 #define TESTS_PROV_TEST_H
 
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "loop.h"
 #include "provider.h"
 #include "sl_time.h"
 
@@ -74,18 +76,31 @@ static __attribute__((unused)) long get_meta(const char *base, const char *tok, 
   return http("GET", url, tok ? hdr : NULL, NULL, b);
 }
 
+/* Events a provider delivered, with the wall time each arrived. CAPACITY
+ * events (the market moving) are only counted, so they never crowd out the
+ * instance events a test waits for. */
 struct recorder {
-  struct gw_provider_event ev[64];
+  struct gw_provider_event ev[256];
   int n;
-  int64_t at_real_us[64];
+  int64_t at_real_us[256];
+  int capacity;
+  bool overflow;
 };
 
-static __attribute__((unused)) void record(void *ud, const struct gw_provider_event *ev) {
+static __attribute__((unused)) void record(void *ud, struct gw_provider *p,
+                                           const struct gw_provider_event *ev) {
   struct recorder *r = ud;
-  if (r->n < 64) {
-    r->at_real_us[r->n] = sl_time_real_us();
-    r->ev[r->n++] = *ev;
+  (void)p;
+  if (ev->kind == GW_PROVIDER_CAPACITY) {
+    r->capacity++;
+    return;
   }
+  if (r->n == 256) {
+    r->overflow = true;
+    return;
+  }
+  r->at_real_us[r->n] = sl_time_real_us();
+  r->ev[r->n++] = *ev;
 }
 
 static __attribute__((unused)) int find_event(const struct recorder *r, enum gw_provider_event_kind kind, const char *id) {
@@ -95,26 +110,34 @@ static __attribute__((unused)) int find_event(const struct recorder *r, enum gw_
   return -1;
 }
 
-/* Ticks p until the event shows up or timeout_ms passes; its index or -1.
- * Between ticks it waits no longer than the provider asks (next_tick_us)
- * and never more than 10 ms. */
-static __attribute__((unused)) int wait_event(struct gw_provider *p, struct recorder *r, enum gw_provider_event_kind kind,
-                      const char *id, int timeout_ms) {
+static __attribute__((unused)) int count_events(const struct recorder *r,
+                                                enum gw_provider_event_kind kind) {
+  int n = 0;
+  for (int i = 0; i < r->n; i++)
+    n += r->ev[i].kind == kind;
+  return n;
+}
+
+/* Turns the loop until the event shows up or timeout_ms passes; its index
+ * or -1. The loop sleeps until the provider's timer is due (at most 10 ms
+ * a turn, so the deadline is kept). */
+static __attribute__((unused)) int wait_event(struct gw_loop *loop, struct recorder *r,
+                                              enum gw_provider_event_kind kind, const char *id,
+                                              int timeout_ms) {
   int64_t end = sl_time_mono_us() + (int64_t)timeout_ms * 1000;
   for (;;) {
-    int64_t now = sl_time_mono_us();
-    p->ops->tick(p, now);
     int i = find_event(r, kind, id);
-    if (i >= 0 || now > end)
+    if (i >= 0 || sl_time_mono_us() > end)
       return i;
-    int64_t next = p->ops->next_tick_us(p), wait = next - now;
-    if (wait > 10000)
-      wait = 10000;
-    if (wait > 0) {
-      struct timespec ts = {0, (long)wait * 1000};
-      nanosleep(&ts, NULL);
-    }
+    gw_loop_run_once(loop, 10000);
   }
+}
+
+/* Turns the loop for ms milliseconds (to see that nothing happens). */
+static __attribute__((unused)) void run_for(struct gw_loop *loop, int ms) {
+  int64_t end = sl_time_mono_us() + (int64_t)ms * 1000;
+  while (sl_time_mono_us() < end)
+    gw_loop_run_once(loop, 10000);
 }
 
 #endif
