@@ -7,7 +7,7 @@
 #include "bus.h"
 #include "conf.h"
 #include "fleet.h"
-#include "sched.h"
+#include "scheduler.h"
 
 #include <stdint.h>
 

@@ -12,7 +12,7 @@
 #include "idle.h"
 #include "ledger.h"
 #include "queue.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "store.h"
 
 #include <jansson.h>

@@ -8,7 +8,7 @@
 
 #include "conf.h"
 #include "fleet.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "store.h"
 
 #include <jansson.h>

@@ -1,4 +1,4 @@
-/* Jobs through their life: placement, transitions, loss, cost (sched.h).
+/* Jobs through their life: placement, transitions, loss, cost (scheduler.h).
  *
  * Invariants: a live job (not succeeded/failed/cancelled) is in the fleet; a
  * queued job is also in the queue and has no instance; a job in provisioning
@@ -12,7 +12,7 @@
  * provisioning; the provider's LAUNCHED event (or the worker's register,
  * whichever comes first) places the job, LAUNCH_FAILED puts it back in the
  * queue. */
-#include "sched.h"
+#include "scheduler.h"
 
 #include "loop.h"
 
