@@ -6,8 +6,8 @@
  * (cwd, worker.json, work/, worker.log) and its own metadata endpoint
  * (imds.c). The provider chooses the id, writes the worker's config file
  * (0600, it holds the instance's secret key) and offers the checkpoint store
- * file://state_dir/store. Its record, instance.json in that folder, is
- * written before its worker starts (pid 0: not started yet) and rewritten
+ * file://state_dir/store. Its record, instance.json in that folder
+ * (local_records.c), is written before its worker starts (pid 0: not started yet) and rewritten
  * atomically on every change (started, notice), so a gateway that restarts
  * finds its instances again: gw_local_provider_new() and list() adopt every
  * record whose process is still alive (same pid and same kernel start time,
@@ -25,17 +25,14 @@
  * removed (the folder and worker.log stay). At most GW_LOCAL_MAX_INSTANCES.
  * market() hands out one array refreshed when the market ticks, so callers
  * never allocate. */
-#include "local.h"
+#include "local_int.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "catalog.h"
@@ -46,79 +43,32 @@
 #include "market.h"
 #include "proc.h"
 #include "sl_err.h"
-#include "sl_file.h"
 #include "sl_hmac.h"
-#include "sl_json.h"
 #include "sl_log.h"
 #include "sl_path.h"
 #include "sl_time.h"
 
-#define GW_LOCAL_MAX_INSTANCES 256
-#define MAX_EVENTS 1024
 #define TERM_GRACE_US (5 * SL_US_PER_S)
 #define REAP_POLL_US (20 * SL_US_PER_MS)   /* while an instance is dying */
 #define ALIVE_POLL_US (500 * SL_US_PER_MS) /* a live process is checked twice a second */
 #define MARKET_REFRESH_MIN_US (250 * SL_US_PER_MS)
-#define RECORD_MAX_BYTES (64 * 1024)
 #define TOPIC "gateway.local"
 
-struct inst {
-  char id[GW_INSTANCE_ID_MAX], type[64], zone[32];
-  bool spot;
-  int type_idx;
-  pid_t pid;
-  unsigned long long start_ticks;  /* /proc/PID/stat field 22: guards against pid reuse */
-  struct gw_imds *imds;
-  int port;
-  int64_t launched_real_us;
-  double price_usd_per_hour;       /* at launch; spot instances report the current price */
-  int64_t notice_at_mono_us;       /* random model: when the market preempts; INT64_MAX none */
-  int64_t rebalance_at_mono_us;    /* INT64_MAX none */
-  int64_t deadline_real_us;        /* notice given: kill at this wall time; 0 none */
-  int64_t deadline_mono_us;
-  int64_t kill_at_mono_us;         /* terminate(): SIGKILL after the grace; 0 none */
-  bool by_market;                  /* the end came from the market or inject */
-  bool signalled;                  /* SIGKILL sent; waiting to see it gone */
-  bool gone;                       /* process gone; TERMINATED pending */
-};
+static struct gw_local *L(struct gw_provider *p) { return (struct gw_local *)p; }
 
-struct local {
-  struct gw_provider base;         /* first: the provider pointer is the struct */
-  struct gw_loop *loop;
-  int64_t timer;                   /* its one timer on loop; 0 none */
-  bool in_timer;                   /* inside on_timer, whose answer re-arms it */
-  int slots;
-  double time_scale;
-  char *state_dir, *worker_program, *zone_prefix;
-  char store_url[4200];
-  struct gw_catalog *cat;
-  struct gw_market *market;
-  struct gw_instance_type *types;  /* market(): catalog order, prices as of market_mono_us */
-  size_t n_types;
-  int64_t market_mono_us;
-  int64_t open_mono_us;
-  struct inst *inst[GW_LOCAL_MAX_INSTANCES];
-  size_t n;
-  struct gw_provider_event events[MAX_EVENTS];
-  size_t n_events;
-  int last_capacity;               /* the trace's capacity at the last step */
-  bool capacity_known;
-};
-
-static struct local *L(struct gw_provider *p) { return (struct local *)p; }
-
-static int64_t sim_us(const struct local *l, int64_t mono_us) {
+static int64_t sim_us(const struct gw_local *l, int64_t mono_us) {
   return (int64_t)((double)(mono_us - l->open_mono_us) * l->time_scale);
 }
 
-static int64_t wall_us_of_sim(const struct local *l, double sim_s) {
+static int64_t wall_us_of_sim(const struct gw_local *l, double sim_s) {
   return (int64_t)(sim_s * 1e6 / l->time_scale);
 }
 
 /* Queues an event (delivered by the timer); NULL when the queue is full. */
-static struct gw_provider_event *queue_event(struct local *l, enum gw_provider_event_kind kind,
+
+static struct gw_provider_event *queue_event(struct gw_local *l, enum gw_provider_event_kind kind,
                                              const char *id) {
-  if (l->n_events == MAX_EVENTS) {
+  if (l->n_events == GW_LOCAL_MAX_EVENTS) {
     sl_warn(TOPIC, "event queue full; dropping an event for %s", *id ? id : "the market");
     return NULL;
   }
@@ -129,7 +79,7 @@ static struct gw_provider_event *queue_event(struct local *l, enum gw_provider_e
   return ev;
 }
 
-static void queue_end(struct local *l, enum gw_provider_event_kind kind, const struct inst *in,
+static void queue_end(struct gw_local *l, enum gw_provider_event_kind kind, const struct gw_local_inst *in,
                       int64_t deadline_us, bool by_market) {
   struct gw_provider_event *ev = queue_event(l, kind, in->id);
   if (ev) {
@@ -138,187 +88,16 @@ static void queue_end(struct local *l, enum gw_provider_event_kind kind, const s
   }
 }
 
-static struct inst *find(struct local *l, const char *id) {
-  for (size_t i = 0; i < l->n; i++)
-    if (strcmp(l->inst[i]->id, id) == 0)
-      return l->inst[i];
-  return NULL;
-}
-
-static bool valid_id(const char *id) {
-  size_t n = strlen(id);
-  if (n < 3 || n >= GW_INSTANCE_ID_MAX || id[0] == '.')
-    return false;
-  for (const char *p = id; *p; p++)
-    if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-'))
-      return false;
-  return true;
-}
-
-static bool alive(struct inst *in) { return gw_proc_alive(in->pid, in->start_ticks); }
-
-/* ---- files -------------------------------------------------------------- */
-
-static int read_json(const char *path, json_t **ret, char *why, size_t why_size) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return snprintf(why, why_size, "%s", strerror(errno)), -errno;
-  char *buf = malloc(RECORD_MAX_BYTES + 1);
-  ssize_t n = buf ? read(fd, buf, RECORD_MAX_BYTES + 1) : -1;
-  close(fd);
-  int r;
-  if (n < 0 || n > RECORD_MAX_BYTES) {
-    snprintf(why, why_size, "unreadable or larger than %d bytes", RECORD_MAX_BYTES);
-    r = n < 0 ? -EIO : SL_ELIMIT;
-  } else {
-    r = sl_json_parse(buf, (size_t)n, 16, ret, why, why_size);
-    if (r == 0 && !json_is_object(*ret)) {
-      json_decref(*ret);
-      snprintf(why, why_size, "not a JSON object");
-      r = SL_EJSON;
-    }
-  }
-  free(buf);
-  return r;
-}
-
-/* state_dir/instances/ID[/file] into buf. */
-static void inst_path(const struct local *l, const char *id, const char *file, char *buf,
-                      size_t size) {
-  snprintf(buf, size, "%s/instances/%s%s%s", l->state_dir, id, file ? "/" : "", file ? file : "");
-}
-
-static int save_record(struct local *l, const struct inst *in) {
-  char path[4200];
-  inst_path(l, in->id, "instance.json", path, sizeof path);
-  json_t *o = json_pack("{s:s,s:I,s:I,s:s,s:s,s:b,s:f,s:i,s:I,s:I}", "instance", in->id,
-                        "pid", (json_int_t)in->pid, "start_ticks", (json_int_t)in->start_ticks,
-                        "type", in->type, "zone", in->zone, "spot", in->spot,
-                        "price_usd_per_hour", in->price_usd_per_hour, "metadata_port",
-                        in->port, "launched_us", (json_int_t)in->launched_real_us,
-                        "deadline_us", (json_int_t)in->deadline_real_us);
-  char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-  int r = text ? sl_file_write_atomic(path, text, strlen(text), 0600) : -ENOMEM;
-  free(text);
-  json_decref(o);
-  if (r < 0)
-    sl_warn(TOPIC, "cannot save %s: %s", path, sl_strerror(r));
-  return r;
-}
-
-static void remove_record(struct local *l, const char *id) {
-  char path[4200];
-  inst_path(l, id, "instance.json", path, sizeof path);
-  unlink(path);
-}
-
-static struct inst *inst_free(struct inst *in) {
-  if (in) {
-    gw_imds_free(in->imds);
-    free(in);
-  }
-  return NULL;
-}
-
-static void drop(struct local *l, size_t i) {
-  inst_free(l->inst[i]);
+static void drop(struct gw_local *l, size_t i) {
+  gw_local_inst_free(l->inst[i]);
   l->inst[i] = l->inst[--l->n];
-}
-
-/* Adopts one record found on disk (after a gateway restart). A record whose
- * process is gone is adopted as gone, so the timer reports it terminated. */
-static void adopt(struct local *l, const char *id) {
-  char path[4200], why[200];
-  inst_path(l, id, "instance.json", path, sizeof path);
-  json_t *o = NULL;
-  if (read_json(path, &o, why, sizeof why) < 0) {
-    char aside[4300];
-    snprintf(aside, sizeof aside, "%s.bad", path);
-    sl_warn(TOPIC, "%s: %s; moved aside to %s", path, why, aside);
-    rename(path, aside);
-    return;
-  }
-  struct inst *in = calloc(1, sizeof *in);
-  const char *type = sl_json_get_str(o, "type", ""), *zone = sl_json_get_str(o, "zone", "");
-  int64_t pid = sl_json_get_int(o, "pid", 0);
-  bool unstarted = pid == 0;
-  if (!in || strlen(id) >= sizeof in->id ||
-      strcmp(sl_json_get_str(o, "instance", ""), id) != 0 || (pid <= 1 && !unstarted) ||
-      pid > INT32_MAX ||
-      strlen(type) >= sizeof in->type || strlen(zone) >= sizeof in->zone ||
-      gw_catalog_find(l->cat, type) < 0 || l->n == GW_LOCAL_MAX_INSTANCES) {
-    sl_warn(TOPIC, "%s: not a usable instance record; moved aside to .bad", path);
-    char aside[4300];
-    snprintf(aside, sizeof aside, "%s.bad", path);
-    rename(path, aside);
-    free(in);
-    json_decref(o);
-    return;
-  }
-  strcpy(in->id, id);
-  strcpy(in->type, type);
-  strcpy(in->zone, zone);
-  in->type_idx = gw_catalog_find(l->cat, type);
-  in->spot = sl_json_get_bool(o, "spot", false);
-  in->pid = (pid_t)pid;
-  in->start_ticks = (unsigned long long)sl_json_get_int(o, "start_ticks", 0);
-  in->port = (int)sl_json_get_int(o, "metadata_port", 0);
-  in->launched_real_us = sl_json_get_int(o, "launched_us", 0);
-  in->price_usd_per_hour = sl_json_get_num(o, "price_usd_per_hour", 0);
-  in->deadline_real_us = sl_json_get_int(o, "deadline_us", 0);
-  in->notice_at_mono_us = in->rebalance_at_mono_us = INT64_MAX;
-  json_decref(o);
-  int64_t now = sl_time_mono_us();
-  if (in->deadline_real_us > 0) {
-    in->deadline_mono_us = now + (in->deadline_real_us - sl_time_real_us());
-    in->by_market = true;
-  }
-  if (unstarted) {
-    /* saved before its worker started (the gateway died inside launch): the
-     * worker may run all the same; it is found by its config path */
-    char cfg[4200], state;
-    inst_path(l, id, "worker.json", cfg, sizeof cfg);
-    in->pid = gw_proc_find_by_args("--config", cfg);
-    if (in->pid > 1 && gw_proc_stat(in->pid, &in->start_ticks, &state) == 0)
-      save_record(l, in);
-  }
-  if (in->pid <= 1 || !alive(in)) {
-    in->gone = true;
-  } else if (in->port > 0 && in->port < 65536) {
-    int r = gw_imds_new(in->id, in->type, in->zone, in->port, &in->imds);
-    if (r < 0)
-      sl_warn(TOPIC, "%s: metadata port %d: %s", id, in->port, sl_strerror(r));
-    else if (in->deadline_real_us > 0)
-      gw_imds_set_notice(in->imds, "terminate", in->deadline_real_us);
-  }
-  l->inst[l->n++] = in;
-  sl_info(TOPIC, "found instance %s (pid %d, %s)", id, (int)in->pid,
-          in->gone ? "gone" : "running");
-}
-
-static void rescan(struct local *l) {
-  char dir[4200];
-  snprintf(dir, sizeof dir, "%s/instances", l->state_dir);
-  DIR *d = opendir(dir);
-  if (!d)
-    return;
-  struct dirent *de;
-  while ((de = readdir(d))) {
-    if (!valid_id(de->d_name) || find(l, de->d_name))
-      continue;
-    char rec[4200 + 300];
-    snprintf(rec, sizeof rec, "%s/%s/instance.json", dir, de->d_name);
-    if (access(rec, F_OK) == 0)
-      adopt(l, de->d_name);
-  }
-  closedir(d);
 }
 
 /* ---- notices and the market --------------------------------------------- */
 
 /* Gives in a notice of notice_sim_s simulated seconds: the metadata endpoint
  * answers instance-action from now on and the group dies at the deadline. */
-static void give_notice(struct local *l, struct inst *in, double notice_sim_s, int64_t now_mono) {
+static void give_notice(struct gw_local *l, struct gw_local_inst *in, double notice_sim_s, int64_t now_mono) {
   if (in->deadline_real_us > 0 || in->gone)
     return;
   int64_t real = sl_time_real_us();
@@ -329,7 +108,7 @@ static void give_notice(struct local *l, struct inst *in, double notice_sim_s, i
   in->by_market = true;
   if (in->imds)
     gw_imds_set_notice(in->imds, "terminate", deadline);
-  save_record(l, in);
+  gw_local_save_record(l, in);
   queue_end(l, GW_PROVIDER_NOTICE, in, deadline, true);
   sl_info(TOPIC, "instance %s: spot notice, terminated in %.1f s", in->id,
           (double)(deadline - real) / 1e6);
@@ -337,10 +116,10 @@ static void give_notice(struct local *l, struct inst *in, double notice_sim_s, i
 
 /* Counts live spot instances of a type (without_notice: only those that
  * have no notice yet). */
-static int spot_running(const struct local *l, int type_idx, bool without_notice) {
+static int spot_running(const struct gw_local *l, int type_idx, bool without_notice) {
   int n = 0;
   for (size_t i = 0; i < l->n; i++) {
-    const struct inst *in = l->inst[i];
+    const struct gw_local_inst *in = l->inst[i];
     if (in->spot && in->type_idx == type_idx && !in->gone && in->kill_at_mono_us == 0 &&
         (!without_notice || in->deadline_real_us == 0))
       n++;
@@ -350,7 +129,7 @@ static int spot_running(const struct local *l, int type_idx, bool without_notice
 
 /* Trace model: a type holding more spot instances than the tick's capacity
  * loses the newest ones (they get notices). True when capacity changed. */
-static bool apply_capacity(struct local *l, int64_t now) {
+static bool apply_capacity(struct gw_local *l, int64_t now) {
   int cap = gw_market_capacity(l->market, sim_us(l, now));
   bool changed = l->capacity_known && cap != l->last_capacity;
   l->last_capacity = cap;
@@ -358,9 +137,9 @@ static bool apply_capacity(struct local *l, int64_t now) {
   for (size_t t = 0; t < gw_catalog_count(l->cat); t++) {
     int excess = spot_running(l, (int)t, true) - cap;
     while (excess-- > 0) {
-      struct inst *newest = NULL;
+      struct gw_local_inst *newest = NULL;
       for (size_t i = 0; i < l->n; i++) {
-        struct inst *in = l->inst[i];
+        struct gw_local_inst *in = l->inst[i];
         if (in->spot && in->type_idx == (int)t && !in->gone && in->deadline_real_us == 0 &&
             in->kill_at_mono_us == 0 &&
             (!newest || in->launched_real_us > newest->launched_real_us))
@@ -375,7 +154,7 @@ static bool apply_capacity(struct local *l, int64_t now) {
 }
 
 /* Recomputes the market array at now. True when a price moved. */
-static bool refresh_market(struct local *l, int64_t now) {
+static bool refresh_market(struct gw_local *l, int64_t now) {
   bool changed = false;
   int64_t sim = sim_us(l, now);
   for (size_t i = 0; i < l->n_types; i++) {
@@ -389,7 +168,7 @@ static bool refresh_market(struct local *l, int64_t now) {
 
 /* When the market next changes (monotonic µs), no sooner than
  * MARKET_REFRESH_MIN_US after the last refresh. */
-static int64_t market_due(const struct local *l) {
+static int64_t market_due(const struct gw_local *l) {
   int64_t s = gw_market_next_change_us(l->market, sim_us(l, l->market_mono_us));
   int64_t t = l->open_mono_us + (int64_t)ceil((double)s / l->time_scale) + 1;
   int64_t earliest = l->market_mono_us + MARKET_REFRESH_MIN_US;
@@ -400,12 +179,12 @@ static int64_t market_due(const struct local *l) {
 
 /* When the timer next has work: queued events at once, else the earliest
  * notice, rebalance, deadline, kill, liveness check or market change. */
-static int64_t next_due(const struct local *l, int64_t now) {
+static int64_t next_due(const struct gw_local *l, int64_t now) {
   if (l->n_events)
     return now;
   int64_t next = market_due(l);
   for (size_t i = 0; i < l->n; i++) {
-    const struct inst *in = l->inst[i];
+    const struct gw_local_inst *in = l->inst[i];
     int64_t t = now + ALIVE_POLL_US;
     if (in->gone || in->signalled || in->kill_at_mono_us)
       t = now + REAP_POLL_US;
@@ -425,18 +204,18 @@ static int64_t next_due(const struct local *l, int64_t now) {
 
 /* Moves the timer to the next due time after an operation changed it
  * (inside the timer's own callback its answer does that). */
-static void rearm(struct local *l) {
+static void rearm(struct gw_local *l) {
   if (l->timer > 0 && !l->in_timer)
     gw_loop_set_timer(l->loop, l->timer, next_due(l, sl_time_mono_us()));
 }
 
 /* Advances every instance and the market to now; queues what happened. */
-static void step(struct local *l, int64_t now) {
+static void step(struct gw_local *l, int64_t now) {
   for (size_t i = 0; i < l->n; i++) {
-    struct inst *in = l->inst[i];
+    struct gw_local_inst *in = l->inst[i];
     if (in->gone)
       continue;
-    if (!alive(in)) {
+    if (!gw_local_alive(in)) {
       in->gone = true;
       gw_proc_kill_session(in->pid); /* a lost instance takes everything on it along */
       continue;
@@ -466,7 +245,7 @@ static void step(struct local *l, int64_t now) {
       ev->by_market = true;
   }
   for (size_t i = 0; i < l->n;) {
-    struct inst *in = l->inst[i];
+    struct gw_local_inst *in = l->inst[i];
     if (!in->gone) {
       i++;
       continue;
@@ -474,14 +253,14 @@ static void step(struct local *l, int64_t now) {
     queue_end(l, GW_PROVIDER_TERMINATED, in, in->deadline_real_us, in->by_market);
     sl_info(TOPIC, "instance %s (pid %d) is gone%s", in->id, (int)in->pid,
             in->by_market ? " (preempted)" : "");
-    remove_record(l, in->id);
+    gw_local_remove_record(l, in->id);
     drop(l, i);
   }
 }
 
 /* Delivers the events queued so far; those the callbacks queue meanwhile
  * wait for the next turn (the timer is then due at once). */
-static void deliver(struct local *l) {
+static void deliver(struct gw_local *l) {
   size_t n = l->n_events;
   if (!n)
     return;
@@ -497,7 +276,7 @@ static void deliver(struct local *l) {
 }
 
 static int64_t on_timer(struct gw_loop *loop, int64_t id, int64_t now_us, void *data) {
-  struct local *l = data;
+  struct gw_local *l = data;
   (void)loop;
   (void)id;
   (void)now_us; /* the loop's time is read once per turn; deadlines want the clock */
@@ -510,7 +289,7 @@ static int64_t on_timer(struct gw_loop *loop, int64_t id, int64_t now_us, void *
 
 /* ---- operations --------------------------------------------------------- */
 
-static int pick_zone(const struct local *l, const struct gw_catalog_entry *e, const char *want,
+static int pick_zone(const struct gw_local *l, const struct gw_catalog_entry *e, const char *want,
                      char *ret, size_t size) {
   size_t plen = strlen(l->zone_prefix);
   if (!*want) {
@@ -524,14 +303,14 @@ static int pick_zone(const struct local *l, const struct gw_catalog_entry *e, co
   return 0;
 }
 
-static size_t live_count(const struct local *l) {
+static size_t live_count(const struct gw_local *l) {
   size_t n = 0;
   for (size_t i = 0; i < l->n; i++)
     n += !l->inst[i]->gone;
   return n;
 }
 
-static void fill_info(const struct local *l, const struct inst *in, struct gw_instance_info *ret) {
+static void fill_info(const struct gw_local *l, const struct gw_local_inst *in, struct gw_instance_info *ret) {
   memset(ret, 0, sizeof *ret);
   snprintf(ret->instance_id, sizeof ret->instance_id, "%s", in->id);
   snprintf(ret->type, sizeof ret->type, "%s", in->type);
@@ -549,15 +328,15 @@ static void fill_info(const struct local *l, const struct inst *in, struct gw_in
 
 /* A fresh id ("i-" + 12 lowercase hex) that no instance, live or recorded
  * in a folder, has had. */
-static int new_id(struct local *l, char ret[GW_INSTANCE_ID_MAX]) {
+static int new_id(struct gw_local *l, char ret[GW_INSTANCE_ID_MAX]) {
   for (int tries = 0; tries < 16; tries++) {
     uint8_t rnd[6];
     char id[GW_INSTANCE_ID_MAX], dir[4200];
     sl_random_bytes(rnd, sizeof rnd);
     snprintf(id, sizeof id, "i-%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3], rnd[4],
              rnd[5]);
-    inst_path(l, id, NULL, dir, sizeof dir);
-    if (!find(l, id) && access(dir, F_OK) != 0) {
+    gw_local_inst_path(l, id, NULL, dir, sizeof dir);
+    if (!gw_local_find(l, id) && access(dir, F_OK) != 0) {
       memcpy(ret, id, sizeof id);
       return 0;
     }
@@ -565,17 +344,66 @@ static int new_id(struct local *l, char ret[GW_INSTANCE_ID_MAX]) {
   return -EEXIST;
 }
 
+/* Starts in's worker: its folders, metadata endpoint, worker config, record
+ * and process. On failure a message in err, and nothing is left of it but
+ * its folder (with worker.log once a spawn was tried): the worker config,
+ * which holds a secret key, is removed. */
+static int start_instance(struct gw_local *l, struct gw_local_inst *in,
+                          const struct gw_worker_boot *boot, char *err, size_t err_size) {
+  char dir[4200], work[4300], cfg[4300], log_path[4300], url[64];
+  gw_local_inst_path(l, in->id, NULL, dir, sizeof dir);
+  gw_local_inst_path(l, in->id, "work", work, sizeof work);
+  gw_local_inst_path(l, in->id, "worker.json", cfg, sizeof cfg);
+  gw_local_inst_path(l, in->id, "worker.log", log_path, sizeof log_path);
+  int r = sl_mkdir_p(work, 0700);
+  if (r < 0) {
+    snprintf(err, err_size, "%s: %s", work, sl_strerror(r));
+    goto undo_dirs;
+  }
+  if ((r = gw_imds_new(in->id, in->type, in->zone, 0, &in->imds)) < 0) {
+    snprintf(err, err_size, "metadata endpoint: %s", sl_strerror(r));
+    goto undo_dirs;
+  }
+  in->port = gw_imds_port(in->imds);
+  snprintf(url, sizeof url, "http://127.0.0.1:%d", in->port);
+  struct gw_worker_file wf = {
+    .gateway = boot->gateway, .gateway_public = boot->gateway_public, .keys = &boot->keys,
+    .instance = in->id, .type = in->type, .zone = in->zone, .spot = in->spot, .metadata = url,
+    .work_dir = work, .store = l->store_url, .train = boot->train,
+    .metrics_per_s = boot->metrics_per_s,
+  };
+  if ((r = gw_keys_write_worker_file(cfg, &wf)) < 0) {
+    snprintf(err, err_size, "%s: %s", cfg, sl_strerror(r));
+    goto undo_dirs;
+  }
+  gw_local_save_record(l, in); /* pid 0 until it runs: a restart finds the worker by its config */
+  char *argv[] = {l->worker_program, "--config", cfg, NULL};
+  if ((r = gw_proc_spawn(argv, dir, log_path, &in->pid)) < 0) {
+    snprintf(err, err_size, "cannot start %s: %s", l->worker_program, sl_strerror(r));
+    gw_local_remove_record(l, in->id);
+    unlink(cfg);
+    goto undo_dirs;
+  }
+  char state;
+  if (gw_proc_stat(in->pid, &in->start_ticks, &state) < 0)
+    in->start_ticks = 0;
+  return 0;
+undo_dirs:
+  rmdir(work);
+  rmdir(dir); /* fails, keeping it, once worker.log exists */
+  return r;
+}
+
 static int local_launch(struct gw_provider *p, const struct gw_launch *req,
                         char ret_id[GW_INSTANCE_ID_MAX]) {
-  struct local *l = L(p);
-  const struct gw_worker_boot *boot = req->boot;
-  if (!boot || !boot->gateway || !boot->gateway_public)
+  struct gw_local *l = L(p);
+  if (!req->boot || !req->boot->gateway || !req->boot->gateway_public)
     return -EINVAL;
   int t = gw_catalog_find(l->cat, req->type);
   if (t < 0)
     return SL_ENAME;
   const struct gw_catalog_entry *e = gw_catalog_get(l->cat, (size_t)t);
-  char zone[32];
+  char zone[32], err[4400] = "";
   int r = pick_zone(l, e, req->zone, zone, sizeof zone);
   if (r < 0)
     return r;
@@ -586,10 +414,7 @@ static int local_launch(struct gw_provider *p, const struct gw_launch *req,
       (req->spot && spot_running(l, t, false) >= gw_market_capacity(l->market, sim_us(l, now))) ||
       (req->max_price_usd_per_hour > 0 && price > req->max_price_usd_per_hour))
     return -EAGAIN;
-
-  char err[4400] = "", dir[4200], work[4300], cfg[4300], log_path[4300], url[64];
-  bool wrote_cfg = false;
-  struct inst *in = calloc(1, sizeof *in);
+  struct gw_local_inst *in = calloc(1, sizeof *in);
   if (!in)
     return -ENOMEM;
   if ((r = new_id(l, in->id)) < 0) {
@@ -603,41 +428,8 @@ static int local_launch(struct gw_provider *p, const struct gw_launch *req,
   in->price_usd_per_hour = price;
   in->launched_real_us = sl_time_real_us();
   in->notice_at_mono_us = in->rebalance_at_mono_us = INT64_MAX;
-  inst_path(l, in->id, NULL, dir, sizeof dir);
-  inst_path(l, in->id, "work", work, sizeof work);
-  inst_path(l, in->id, "worker.json", cfg, sizeof cfg);
-  inst_path(l, in->id, "worker.log", log_path, sizeof log_path);
-  if ((r = sl_mkdir_p(work, 0700)) < 0) {
-    snprintf(err, sizeof err, "%s: %s", work, sl_strerror(r));
+  if ((r = start_instance(l, in, req->boot, err, sizeof err)) < 0)
     goto fail;
-  }
-  if ((r = gw_imds_new(in->id, in->type, in->zone, 0, &in->imds)) < 0) {
-    snprintf(err, sizeof err, "metadata endpoint: %s", sl_strerror(r));
-    goto fail;
-  }
-  in->port = gw_imds_port(in->imds);
-  snprintf(url, sizeof url, "http://127.0.0.1:%d", in->port);
-  struct gw_worker_file wf = {
-    .gateway = boot->gateway, .gateway_public = boot->gateway_public, .keys = &boot->keys,
-    .instance = in->id, .type = in->type, .zone = in->zone, .spot = in->spot, .metadata = url,
-    .work_dir = work, .store = l->store_url, .train = boot->train,
-    .metrics_per_s = boot->metrics_per_s,
-  };
-  if ((r = gw_keys_write_worker_file(cfg, &wf)) < 0) {
-    snprintf(err, sizeof err, "%s: %s", cfg, sl_strerror(r));
-    goto fail;
-  }
-  wrote_cfg = true;
-  save_record(l, in); /* pid 0 until it runs: a restart finds the worker by its config */
-  char *argv[] = {l->worker_program, "--config", cfg, NULL};
-  if ((r = gw_proc_spawn(argv, dir, log_path, &in->pid)) < 0) {
-    remove_record(l, in->id);
-    snprintf(err, sizeof err, "cannot start %s: %s", l->worker_program, sl_strerror(r));
-    goto fail;
-  }
-  char state;
-  if (gw_proc_stat(in->pid, &in->start_ticks, &state) < 0)
-    in->start_ticks = 0;
   if (in->spot) {
     int64_t after_sim, lead_sim;
     gw_market_draw(l->market, (size_t)t, &after_sim, &lead_sim);
@@ -649,31 +441,26 @@ static int local_launch(struct gw_provider *p, const struct gw_launch *req,
                             l->time_scale);
     }
   }
-  save_record(l, in);
+  gw_local_save_record(l, in);
   l->inst[l->n++] = in;
   struct gw_provider_event *ev = queue_event(l, GW_PROVIDER_LAUNCHED, in->id);
   if (ev)
     fill_info(l, in, &ev->info);
   rearm(l);
   memcpy(ret_id, in->id, GW_INSTANCE_ID_MAX);
-  sl_info(TOPIC, "launched %s (%s %s%s, pid %d, metadata %s) for job %lld", in->id, in->type,
-          in->zone, in->spot ? " spot" : "", (int)in->pid, url, (long long)req->job);
+  sl_info(TOPIC, "launched %s (%s %s%s, pid %d, metadata port %d) for job %lld", in->id,
+          in->type, in->zone, in->spot ? " spot" : "", (int)in->pid, in->port,
+          (long long)req->job);
   return 0;
 fail:
-  if (wrote_cfg)
-    unlink(cfg); /* it holds a secret key nobody will use */
-  if (dir[0] && in->id[0]) {
-    rmdir(work);
-    rmdir(dir); /* fails, keeping it, once worker.log exists */
-  }
   sl_err(TOPIC, "launch of a %s instance: %s", req->type, err[0] ? err : sl_strerror(r));
-  inst_free(in);
+  gw_local_inst_free(in);
   return r;
 }
 
 static int local_terminate(struct gw_provider *p, const char *instance_id) {
-  struct local *l = L(p);
-  struct inst *in = find(l, instance_id);
+  struct gw_local *l = L(p);
+  struct gw_local_inst *in = gw_local_find(l, instance_id);
   if (!in)
     return SL_ENAME;
   if (in->gone || in->kill_at_mono_us)
@@ -687,8 +474,8 @@ static int local_terminate(struct gw_provider *p, const char *instance_id) {
 
 static int local_inject(struct gw_provider *p, const char *instance_id, bool kill_now,
                         double notice_s) {
-  struct local *l = L(p);
-  struct inst *in = find(l, instance_id);
+  struct gw_local *l = L(p);
+  struct gw_local_inst *in = gw_local_find(l, instance_id);
   if (!in)
     return SL_ENAME;
   if (in->gone)
@@ -709,14 +496,14 @@ static int local_inject(struct gw_provider *p, const char *instance_id, bool kil
 }
 
 static int local_list(struct gw_provider *p, struct gw_instance_info **ret, size_t *ret_n) {
-  struct local *l = L(p);
-  rescan(l);
+  struct gw_local *l = L(p);
+  gw_local_rescan(l);
   struct gw_instance_info *a = calloc(l->n ? l->n : 1, sizeof *a);
   if (!a)
     return -ENOMEM;
   for (size_t i = 0; i < l->n; i++) {
-    struct inst *in = l->inst[i];
-    if (!in->gone && !alive(in))
+    struct gw_local_inst *in = l->inst[i];
+    if (!in->gone && !gw_local_alive(in))
       in->gone = true;
     fill_info(l, in, &a[i]);
   }
@@ -728,14 +515,14 @@ static int local_list(struct gw_provider *p, struct gw_instance_info **ret, size
 
 static int local_market(struct gw_provider *p, const struct gw_instance_type **ret,
                         size_t *ret_n) {
-  struct local *l = L(p);
+  struct gw_local *l = L(p);
   *ret = l->types;
   *ret_n = l->n_types;
   return 0;
 }
 
 static int local_store_url(struct gw_provider *p, char *buf, size_t size) {
-  struct local *l = L(p);
+  struct gw_local *l = L(p);
   if (strlen(l->store_url) >= size)
     return SL_ELIMIT;
   memcpy(buf, l->store_url, strlen(l->store_url) + 1);
@@ -745,13 +532,13 @@ static int local_store_url(struct gw_provider *p, char *buf, size_t size) {
 static double local_time_scale(struct gw_provider *p) { return L(p)->time_scale; }
 
 static void local_destroy(struct gw_provider *p) {
-  struct local *l = L(p);
+  struct gw_local *l = L(p);
   if (!l)
     return;
   if (l->timer > 0)
     gw_loop_del_timer(l->loop, l->timer);
   for (size_t i = 0; i < l->n; i++)
-    inst_free(l->inst[i]); /* workers keep running; their records stay */
+    gw_local_inst_free(l->inst[i]); /* workers keep running; their records stay */
   free(l->types);
   gw_market_free(l->market);
   gw_catalog_free(l->cat);
@@ -773,7 +560,7 @@ static const struct gw_provider_ops local_ops = {
 };
 
 /* The catalog as the market array; prices filled by refresh_market(). */
-static int make_types(struct local *l) {
+static int make_types(struct gw_local *l) {
   l->n_types = gw_catalog_count(l->cat);
   l->types = calloc(l->n_types ? l->n_types : 1, sizeof *l->types);
   if (!l->types)
@@ -792,10 +579,31 @@ static int make_types(struct local *l) {
   return 0;
 }
 
+/* The catalog, the market over it and the market array. */
+static int open_market(struct gw_local *l, const struct gw_local_config *cfg, char *err,
+                       size_t err_size) {
+  char catalog_path[4096];
+  const char *cat = cfg->catalog;
+  if (!cat) {
+    if (gw_catalog_default_path(catalog_path, sizeof catalog_path) < 0) {
+      snprintf(err, err_size, "built-in catalog.csv not found (share/spotlab or source tree)");
+      return -ENOENT;
+    }
+    cat = catalog_path;
+  }
+  int r = gw_catalog_load(cat, &l->cat, err, err_size);
+  if (r == 0)
+    r = gw_market_new(cfg->market ? cfg->market : "random:1", l->cat, &l->market, err,
+                      err_size);
+  if (r == 0 && (r = make_types(l)) < 0)
+    snprintf(err, err_size, "out of memory");
+  return r;
+}
+
 struct gw_provider *gw_local_provider_new(const struct gw_local_config *cfg, struct gw_loop *loop,
                                           gw_provider_event_fn on_event, void *userdata,
                                           char *err, size_t err_size) {
-  char catalog_path[4096], dir[4200];
+  char dir[4200];
   const char *prefix = cfg->zone_prefix && *cfg->zone_prefix ? cfg->zone_prefix : "local-1";
   if (cfg->slots < 1 || cfg->slots > GW_LOCAL_MAX_INSTANCES) {
     snprintf(err, err_size, "provider.local: slots must be 1..%d", GW_LOCAL_MAX_INSTANCES);
@@ -811,7 +619,7 @@ struct gw_provider *gw_local_provider_new(const struct gw_local_config *cfg, str
                             "worker_program are required, zone_prefix at most 24 bytes");
     return NULL;
   }
-  struct local *l = calloc(1, sizeof *l);
+  struct gw_local *l = calloc(1, sizeof *l);
   if (!l) {
     snprintf(err, err_size, "out of memory");
     return NULL;
@@ -825,28 +633,17 @@ struct gw_provider *gw_local_provider_new(const struct gw_local_config *cfg, str
   l->time_scale = cfg->time_scale;
   l->open_mono_us = sl_time_mono_us();
   l->state_dir = strdup(cfg->state_dir);
-  l->worker_program = strdup(cfg->worker_program);
+  /* absolute: workers start in their instance folders */
+  l->worker_program = realpath(cfg->worker_program, NULL);
+  if (!l->worker_program)
+    l->worker_program = strdup(cfg->worker_program);
   l->zone_prefix = strdup(prefix);
   if (!l->state_dir || !l->worker_program || !l->zone_prefix) {
     snprintf(err, err_size, "out of memory");
     goto fail;
   }
-  const char *cat = cfg->catalog;
-  if (!cat) {
-    if (gw_catalog_default_path(catalog_path, sizeof catalog_path) < 0) {
-      snprintf(err, err_size, "built-in catalog.csv not found (share/spotlab or source tree)");
-      goto fail;
-    }
-    cat = catalog_path;
-  }
-  if (gw_catalog_load(cat, &l->cat, err, err_size) < 0 ||
-      gw_market_new(cfg->market ? cfg->market : "random:1", l->cat, &l->market, err,
-                    err_size) < 0)
+  if (open_market(l, cfg, err, err_size) < 0)
     goto fail;
-  if (make_types(l) < 0) {
-    snprintf(err, err_size, "out of memory");
-    goto fail;
-  }
   const char *sub[] = {"instances", "store"};
   for (size_t i = 0; i < 2; i++) {
     snprintf(dir, sizeof dir, "%s/%s", l->state_dir, sub[i]);
@@ -857,7 +654,7 @@ struct gw_provider *gw_local_provider_new(const struct gw_local_config *cfg, str
     }
   }
   snprintf(l->store_url, sizeof l->store_url, "file://%s/store", l->state_dir);
-  rescan(l);
+  gw_local_rescan(l);
   int64_t id = gw_loop_add_timer(loop, next_due(l, sl_time_mono_us()), on_timer, l);
   if (id <= 0) {
     snprintf(err, err_size, "provider.local: cannot add a timer: %s", sl_strerror((int)id));

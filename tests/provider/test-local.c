@@ -612,7 +612,10 @@ static void test_class(void) {
   setenv("SPOTLAB_WORKER_BIN", "/nonexistent/spotlab-worker", 1);
   CHECK_INT(gw_config_set(&c, "provider.local", "market", "random:1", err, sizeof err), 0);
   /* the build tree's spotlab-worker may be found instead; only a miss is checked */
-  if (!gw_local_provider_class.open(&env, err, sizeof err))
+  p = gw_local_provider_class.open(&env, err, sizeof err);
+  if (p)
+    p->ops->destroy(p);
+  else
     CHECK_STR(err, "spotlab-worker not found (set SPOTLAB_WORKER_BIN)");
   unsetenv("SPOTLAB_WORKER_BIN");
 

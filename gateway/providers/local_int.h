@@ -1,0 +1,83 @@
+/* The local provider's state, shared by its files: local.c (operations, the
+ * timer, the class) and local_records.c (instance records on disk and their
+ * adoption after a gateway restart). Not for other modules: they use
+ * local.h. */
+#ifndef GW_LOCAL_INT_H
+#define GW_LOCAL_INT_H
+
+#include "local.h"
+#include "proc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define GW_LOCAL_MAX_INSTANCES 256
+#define GW_LOCAL_MAX_EVENTS 1024
+
+struct gw_catalog;
+struct gw_imds;
+struct gw_market;
+
+struct gw_local_inst {
+  char id[GW_INSTANCE_ID_MAX], type[64], zone[32];
+  bool spot;
+  int type_idx;
+  pid_t pid;
+  unsigned long long start_ticks;  /* /proc/PID/stat field 22: guards against pid reuse */
+  struct gw_imds *imds;
+  int port;
+  int64_t launched_real_us;
+  double price_usd_per_hour;       /* at launch; spot instances report the current price */
+  int64_t notice_at_mono_us;       /* random model: when the market preempts; INT64_MAX none */
+  int64_t rebalance_at_mono_us;    /* INT64_MAX none */
+  int64_t deadline_real_us;        /* notice given: kill at this wall time; 0 none */
+  int64_t deadline_mono_us;
+  int64_t kill_at_mono_us;         /* terminate(): SIGKILL after the grace; 0 none */
+  bool by_market;                  /* the end came from the market or inject */
+  bool signalled;                  /* SIGKILL sent; waiting to see it gone */
+  bool gone;                       /* process gone; TERMINATED pending */
+};
+
+struct gw_local {
+  struct gw_provider base;         /* first: the provider pointer is the struct */
+  struct gw_loop *loop;
+  int64_t timer;                   /* its one timer on loop; 0 none */
+  bool in_timer;                   /* inside on_timer, whose answer re-arms it */
+  int slots;
+  double time_scale;
+  char *state_dir, *worker_program, *zone_prefix;
+  char store_url[4200];
+  struct gw_catalog *cat;
+  struct gw_market *market;
+  struct gw_instance_type *types;  /* market(): catalog order, prices as of market_mono_us */
+  size_t n_types;
+  int64_t market_mono_us;
+  int64_t open_mono_us;
+  struct gw_local_inst *inst[GW_LOCAL_MAX_INSTANCES];
+  size_t n;
+  struct gw_provider_event events[GW_LOCAL_MAX_EVENTS];
+  size_t n_events;
+  int last_capacity;               /* the trace's capacity at the last step */
+  bool capacity_known;
+};
+
+static inline bool gw_local_alive(const struct gw_local_inst *in) {
+  return gw_proc_alive(in->pid, in->start_ticks);
+}
+
+/* The instance named id, or NULL. */
+struct gw_local_inst *gw_local_find(struct gw_local *l, const char *id);
+/* state_dir/instances/ID, or a file in it when file is not NULL. */
+void gw_local_inst_path(const struct gw_local *l, const char *id, const char *file, char *buf,
+                        size_t size);
+/* Writes in's record, instance.json (0600, atomically); a failure is logged. */
+int gw_local_save_record(struct gw_local *l, const struct gw_local_inst *in);
+void gw_local_remove_record(struct gw_local *l, const char *id);
+/* Frees in and stops its metadata endpoint (its process is left alone). NULL. */
+struct gw_local_inst *gw_local_inst_free(struct gw_local_inst *in);
+/* Adopts every record under state_dir/instances that no instance has yet. */
+void gw_local_rescan(struct gw_local *l);
+
+#endif
