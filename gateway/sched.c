@@ -573,6 +573,10 @@ int gw_sched_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst) 
   int r = gw_sched_send_assign(s, j, inst);
   if (r < 0)
     return r;
+  /* the instance now serves j's (user, session): an idle worker another
+   * user launched keeps no claim on it (idle shutdown, worker_timeout and
+   * inject go by row.user) */
+  snprintf(inst->row.user, sizeof inst->row.user, "%s", j->user);
   gw_fleet_inst_set_state(s->fleet, inst, "busy", j->id);
   snprintf(inst->session, sizeof inst->session, "%s", j->session);
   inst->notice = false;
