@@ -159,3 +159,9 @@ int gw_fleet_send(struct gw_fleet *f, struct gw_inst *in, const json_t *msg) {
     sl_debug("gateway.zmq", "send to %s dropped: %s", in->row.id, sl_strerror(r));
   return r;
 }
+
+int gw_fleet_send_rid(struct gw_fleet *f, const uint8_t *rid, size_t rid_len, const json_t *msg) {
+  if (!f->send || !rid_len)
+    return -ENOTCONN;
+  return f->send(f->send_ctx, rid, rid_len, msg);
+}

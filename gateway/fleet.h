@@ -80,5 +80,8 @@ void gw_fleet_inst_set_state(struct gw_fleet *f, struct gw_inst *in, const char 
 size_t gw_fleet_active_insts(const struct gw_fleet *f);
 /* Sends msg (borrowed) to in's worker: -ENOTCONN before it registered. */
 int gw_fleet_send(struct gw_fleet *f, struct gw_inst *in, const json_t *msg);
+/* Sends msg (borrowed) to the worker connection rid, registered or not
+ * (error answers, "reregister"): the same transport as gw_fleet_send. */
+int gw_fleet_send_rid(struct gw_fleet *f, const uint8_t *rid, size_t rid_len, const json_t *msg);
 
 #endif

@@ -146,6 +146,8 @@ void gw_sched_requeue(struct gw_sched *s, struct gw_job *j, bool notice, const c
                          "notice", notice, "instance", j->instance);
   gw_sched_emit(s, j, ev);
   json_decref(ev);
+  report(s, (struct gw_bus_event){.kind = GW_BUS_PREEMPTED, .job = j, .instance = j->instance,
+                                  .notice = notice});
   end_attempt(s, j, "preempted", "draining");
   gw_sched_transition(s, j, GW_JOB_PREEMPTED, reason);
   clear_placement(j);
@@ -399,6 +401,8 @@ static void launch_failed(struct gw_sched *s, struct gw_inst *in, int error, con
           message && *message ? message : sl_strerror(error));
   snprintf(in->row.state, sizeof in->row.state, "terminated");
   gw_fleet_inst_save(s->fleet, in);
+  report(s, (struct gw_bus_event){.kind = GW_BUS_INSTANCE_GONE, .instance = id,
+                                  .why = "the launch failed"});
   gw_fleet_inst_remove(s->fleet, id);
   if (j && !strcmp(j->instance, id)) {
     clear_placement(j);
@@ -569,6 +573,10 @@ int gw_sched_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst) 
   int r = gw_sched_send_assign(s, j, inst);
   if (r < 0)
     return r;
+  /* the instance now serves j's (user, session): an idle worker another
+   * user launched keeps no claim on it (idle shutdown, worker_timeout and
+   * inject go by row.user) */
+  snprintf(inst->row.user, sizeof inst->row.user, "%s", j->user);
   gw_fleet_inst_set_state(s->fleet, inst, "busy", j->id);
   snprintf(inst->session, sizeof inst->session, "%s", j->session);
   inst->notice = false;
@@ -603,6 +611,7 @@ void gw_sched_instance_gone(struct gw_sched *s, const char *id, const char *why)
    * draining: a row left so would come back to life at the next start */
   snprintf(in->row.state, sizeof in->row.state, "terminated");
   gw_fleet_inst_save(s->fleet, in);
+  report(s, (struct gw_bus_event){.kind = GW_BUS_INSTANCE_GONE, .instance = id, .why = why});
   gw_fleet_inst_remove(s->fleet, id);
   gw_sched_kick(s);
 }

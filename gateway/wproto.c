@@ -58,9 +58,11 @@ int gw_wproto_transport(void *ctx, const uint8_t *rid, size_t rid_len, const jso
   return gw_zmsg_send(w->wsock, rid, rid_len, msg);
 }
 
-/* Sends to a connection that may not be an instance's yet (errors, reregister). */
+/* Sends to a connection that may not be an instance's yet (errors,
+ * reregister). Through the fleet's transport, as every other send to a
+ * worker: a transport set with gw_fleet_set_transport sees these too. */
 static void send_raw(struct gw_wproto *w, const uint8_t *rid, size_t rid_len, const json_t *msg) {
-  int r = gw_wproto_transport(w, rid, rid_len, msg);
+  int r = gw_fleet_send_rid(w->fleet, rid, rid_len, msg);
   if (r < 0)
     sl_debug("gateway.zmq", "send dropped: %s", sl_strerror(r));
 }

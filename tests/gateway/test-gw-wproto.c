@@ -1,0 +1,365 @@
+/* The worker protocol alone (gw_wproto_handle), over the in-process
+ * gateway of gw-fixture.h: a worker speaks only for its own instance and
+ * about its own job attempt; messages before register ask it (once per
+ * interval) to register again; register reports what the gateway holds,
+ * cancels what it does not know and hears the done messages sent while
+ * nobody listened; checkpoints are recorded; unknown or malformed messages
+ * are answered or ignored and change nothing. */
+#include "gw-fixture.h"
+#include "harness.h"
+
+#include "sl_err.h"
+#include "sl_json.h"
+#include "sl_log.h"
+#include "sl_time.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool contains(const char *s, const char *part) {
+  return s && strstr(s, part);
+}
+
+/* text with its "%s" (at most one) replaced by arg. */
+static void subst(char *buf, size_t size, const char *text, const char *arg) {
+  const char *at = strstr(text, "%s");
+  if (!at)
+    snprintf(buf, size, "%s", text);
+  else
+    snprintf(buf, size, "%.*s%s%s", (int)(at - text), text, arg, at + 2);
+}
+
+/* Two jobs, each running on its own instance: *ret_a on f-1, *ret_b on f-2. */
+static struct fx *two_running(int64_t *ret_a, int64_t *ret_b) {
+  struct fx *f = fx_new(NULL);
+  if (!f)
+    return NULL;
+  *ret_a = fx_submit(f, "alice", "nb", "train", NULL);
+  *ret_b = fx_submit(f, "alice", "nb", "train", NULL);
+  fx_settle(f);
+  if (!fx_run_job(f, *ret_a, NULL) || !fx_run_job(f, *ret_b, NULL) ||
+      strcmp(fx_job(f, *ret_a)->instance, "f-1") || strcmp(fx_job(f, *ret_b)->instance, "f-2")) {
+    fprintf(stderr, "two_running: jobs did not start where expected\n");
+    return fx_free(f);
+  }
+  fx_captures_clear(f);
+  fx_bus_clear(f);
+  return f;
+}
+
+/* ---- who may speak about what ---- */
+
+static void test_other_instance(void) {
+  int64_t a, b;
+  struct fx *f = two_running(&a, &b);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  char bid[16];
+  fx_jid(b, bid);
+  /* f-1's worker sends a message naming f-2 */
+  fx_workerf(f, "f-1", "{s:s,s:s,s:s,s:s}", "type", "done", "instance", "f-2", "job", bid,
+             "status", "succeeded");
+  const json_t *e = fx_to_worker_last(f, "f-1", "error");
+  CHECK(e != NULL);
+  CHECK_STR(sl_json_get_str(json_object_get(e, "error"), "code", ""), sl_errname(SL_EAUTH));
+  CHECK(contains(sl_json_get_str(json_object_get(e, "error"), "message", ""), "another instance"));
+  CHECK_INT(fx_to_worker_count(f, "f-2", NULL), 0);
+  CHECK_INT(fx_job_state(f, b), GW_JOB_RUNNING);
+  CHECK_INT(f->n_bus, 0);
+
+  /* a metric about the job of another instance, naming no instance: ignored */
+  fx_metric(f, "f-1", b, 77, 1.0);
+  fx_checkpoint(f, "f-1", b, 70, "ck/stolen");
+  fx_done(f, "f-1", b, "failed", 1);
+  CHECK_INT(fx_job(f, b)->step, 0);
+  CHECK_STR(fx_job(f, b)->ckpt_key, "");
+  CHECK_INT(fx_job_state(f, b), GW_JOB_RUNNING);
+  CHECK_INT(f->n_bus, 0);
+  /* and about an attempt of its own job that is not the current one */
+  char aid[16];
+  fx_jid(a, aid);
+  fx_workerf(f, "f-1", "{s:s,s:s,s:i,s:{s:i,s:f}}", "type", "metric", "job", aid, "attempt", 7,
+             "data", "step", 5, "loss", 1.0);
+  CHECK_INT(fx_job(f, a)->step, 0);
+  CHECK_INT(f->n_bus, 0);
+  /* its own job, its own attempt: counted */
+  fx_metric(f, "f-1", a, 5, 1.0);
+  CHECK_INT(fx_job(f, a)->step, 5);
+  CHECK_INT(fx_job_events(f, a, "metric"), 1);
+  fx_free(f);
+}
+
+/* ---- before register ---- */
+
+static void test_reregister(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
+  fx_settle(f);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_PROVISIONING);
+  /* a worker that speaks before it registered: one "reregister" within the interval */
+  for (int i = 0; i < 5; i++)
+    fx_workerf(f, "f-1", "{s:s}", "type", "heartbeat");
+  fx_metric(f, "f-1", id, 3, 1.0);
+  CHECK_INT(fx_to_worker_count(f, "f-1", "reregister"), 1);
+  CHECK_INT(fx_to_worker_count(f, "f-1", NULL), 1);
+  CHECK(!fx_inst(f, "f-1")->registered);
+  CHECK_INT(fx_job_events(f, id, "metric"), 0); /* a step metric waits for register */
+  /* once the interval passed, asked again */
+  fx_inst(f, "f-1")->reregister_mono_us -= 200 * SL_US_PER_MS;
+  fx_workerf(f, "f-1", "{s:s}", "type", "heartbeat");
+  CHECK_INT(fx_to_worker_count(f, "f-1", "reregister"), 2);
+  /* register: answered, no more reregister */
+  fx_register(f, "f-1", NULL, NULL);
+  CHECK_INT(fx_to_worker_count(f, "f-1", "registered"), 1);
+  fx_inst(f, "f-1")->reregister_mono_us -= 200 * SL_US_PER_MS;
+  fx_workerf(f, "f-1", "{s:s}", "type", "heartbeat");
+  CHECK_INT(fx_to_worker_count(f, "f-1", "reregister"), 2);
+  fx_free(f);
+}
+
+/* ---- register ---- */
+
+static void test_register_ended(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
+  CHECK(fx_run_job(f, id, NULL));
+  fx_metric(f, "f-1", id, 90, 0.5);
+  /* the worker lost the connection and registers again with what ended meanwhile */
+  fx_inst(f, "f-1")->registered = false;
+  char jid[16];
+  fx_jid(id, jid);
+  json_t *ended = json_pack("[{s:s,s:s,s:i,s:s,s:i}]", "type", "done", "job", jid, "attempt", 1,
+                            "status", "succeeded", "step", 100);
+  fx_register(f, "f-1", NULL, ended);
+  json_decref(ended);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_SUCCEEDED);
+  struct gw_job row;
+  CHECK_INT(gw_store_job_get(f->store, id, &row), 0);
+  CHECK_INT(row.step, 100);
+  gw_job_done(&row);
+  CHECK_STR(fx_inst(f, "f-1")->row.state, "idle");
+  const json_t *reg = fx_to_worker_last(f, "f-1", "registered");
+  CHECK(reg && json_array_size(json_object_get(reg, "jobs")) == 0);
+  /* the same done heard again (a second register) changes nothing */
+  size_t events = fx_job_events(f, id, NULL);
+  ended = json_pack("[{s:s,s:s,s:i,s:s}]", "type", "done", "job", jid, "attempt", 1, "status",
+                    "failed");
+  fx_register(f, "f-1", NULL, ended);
+  json_decref(ended);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_SUCCEEDED);
+  CHECK_INT(fx_job_events(f, id, NULL), events);
+  fx_free(f);
+}
+
+static void test_register_jobs(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
+  CHECK(fx_run_job(f, id, NULL));
+  fx_metric(f, "f-1", id, 12, 1.0);
+  char jid[16], stranger[16];
+  fx_jid(id, jid);
+  fx_jid(4242, stranger);
+  fx_captures_clear(f);
+  json_t *jobs = json_pack("[{s:s,s:i,s:i},{s:s,s:i}]", "job", jid, "attempt", 1, "step", 15,
+                           "job", stranger, "attempt", 1);
+  fx_register(f, "f-1", jobs, NULL);
+  json_decref(jobs);
+  const json_t *reg = fx_to_worker_last(f, "f-1", "registered");
+  CHECK(reg != NULL);
+  CHECK_INT(sl_json_get_int(reg, "heartbeat_ms", 0), f->cfg.heartbeat_ms);
+  json_t *held = json_object_get(reg, "jobs");
+  CHECK_INT(json_array_size(held), 1);
+  json_t *h0 = json_array_get(held, 0);
+  CHECK_STR(sl_json_get_str(h0, "job", ""), jid);
+  CHECK_INT(sl_json_get_int(h0, "attempt", 0), 1);
+  CHECK_INT(sl_json_get_int(h0, "metric_step", -1), 12);
+  /* the job it does not know is cancelled on the worker; its own is not */
+  CHECK_INT(fx_to_worker_count(f, "f-1", "cancel"), 1);
+  CHECK_STR(sl_json_get_str(fx_to_worker_last(f, "f-1", "cancel"), "job", ""), stranger);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_RUNNING);
+  CHECK_INT(fx_job(f, id)->step, 15);
+  CHECK_INT(fx_to_worker_count(f, "f-1", "assign"), 0); /* it has the job: no second assign */
+  /* a worker that registers without the job it should run: requeued */
+  fx_register(f, "f-1", NULL, NULL);
+  CHECK(fx_job_was(f, id, GW_JOB_QUEUED));
+  CHECK(contains(fx_state_reason(f, id, GW_JOB_PREEMPTED), "the worker lost the job"));
+  CHECK_STR(fx_inst(f, "f-1")->row.state, "idle");
+  fx_settle(f);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_STARTING); /* on the same, now idle, worker */
+  CHECK_INT(fx_job(f, id)->attempt, 2);
+  fx_free(f);
+}
+
+/* ---- checkpoints ---- */
+
+static void test_checkpoint(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
+  CHECK(fx_run_job(f, id, NULL));
+  fx_checkpoint(f, "f-1", id, 25, "jobs/J1/ck-25");
+  const json_t *e = fx_job_event(f, id, "checkpoint");
+  CHECK(e != NULL);
+  CHECK_INT(sl_json_get_int(e, "step", -1), 25);
+  CHECK_STR(sl_json_get_str(e, "path", ""), "jobs/J1/ck-25");
+  CHECK_INT(sl_json_get_int(e, "bytes", -1), 1000);
+  CHECK(json_is_true(json_object_get(e, "durable")));
+  CHECK_STR(fx_job(f, id)->ckpt_key, "jobs/J1/ck-25");
+  CHECK_INT(fx_job(f, id)->ckpt_step, 25);
+  /* in the store: the job's row, and the session's model */
+  struct gw_job row;
+  CHECK_INT(gw_store_job_get(f->store, id, &row), 0);
+  CHECK_STR(row.ckpt_key, "jobs/J1/ck-25");
+  CHECK_INT(row.ckpt_step, 25);
+  gw_job_done(&row);
+  json_t *sess = NULL;
+  CHECK_INT(gw_store_session_get(f->store, "alice", "nb", &sess), 0);
+  json_t *m = json_object_get(json_object_get(sess, "models"), "m");
+  CHECK_STR(sl_json_get_str(m, "checkpoint", ""), "jobs/J1/ck-25");
+  CHECK_INT(sl_json_get_int(m, "step", -1), 25);
+  json_decref(sess);
+  /* an older checkpoint is recorded but does not move the job back */
+  fx_checkpoint(f, "f-1", id, 10, "jobs/J1/ck-10");
+  CHECK_INT(fx_job(f, id)->ckpt_step, 25);
+  CHECK_STR(fx_job(f, id)->ckpt_key, "jobs/J1/ck-25");
+  /* a key that climbs out, an empty one, a negative step: ignored */
+  size_t n = fx_job_events(f, id, "checkpoint");
+  fx_checkpoint(f, "f-1", id, 30, "../../etc/passwd");
+  fx_checkpoint(f, "f-1", id, 30, "");
+  fx_checkpoint(f, "f-1", id, -1, "jobs/J1/ck-x");
+  CHECK_INT(fx_job_events(f, id, "checkpoint"), n);
+  CHECK_INT(fx_job(f, id)->ckpt_step, 25);
+  fx_free(f);
+}
+
+/* ---- a notice the worker saw itself ---- */
+
+static void test_worker_notice(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
+  CHECK(fx_run_job(f, id, NULL));
+  fx_checkpoint(f, "f-1", id, 30, "ck/30");
+  fx_wnotice(f, "f-1");
+  const json_t *n = fx_job_event(f, id, "notice");
+  CHECK(n != NULL);
+  CHECK_STR(sl_json_get_str(n, "action", ""), "terminate");
+  CHECK_STR(sl_json_get_str(n, "instance", ""), "f-1");
+  CHECK(sl_json_get_int(n, "deadline_us", 0) > 0);
+  fx_wnotice(f, "f-1"); /* the same notice again: one event */
+  CHECK_INT(fx_job_events(f, id, "notice"), 1);
+  fx_done(f, "f-1", id, "preempted", -1);
+  const json_t *p = fx_job_event(f, id, "preempted");
+  CHECK(p && json_is_true(json_object_get(p, "notice")));
+  CHECK(p && sl_json_get_int(p, "step", -1) == 30);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_QUEUED);
+  CHECK_STR(fx_inst(f, "f-1")->row.state, "draining");
+  fx_free(f);
+}
+
+/* ---- unknown and malformed ---- */
+
+static void test_unknown_and_malformed(void) {
+  int64_t a, b;
+  struct fx *f = two_running(&a, &b);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  fx_workerf(f, "f-1", "{s:s}", "type", "teleport");
+  const json_t *e = fx_to_worker_last(f, "f-1", "error");
+  CHECK(e != NULL);
+  CHECK_STR(sl_json_get_str(json_object_get(e, "error"), "code", ""), sl_errname(SL_EWIRE));
+  CHECK(contains(sl_json_get_str(json_object_get(e, "error"), "message", ""),
+                 "unknown message type \"teleport\""));
+  /* no type, a type that is not a string: errors too */
+  fx_workerf(f, "f-1", "{s:i}", "step", 3);
+  fx_workerf(f, "f-1", "{s:i}", "type", 3);
+  CHECK_INT(fx_to_worker_count(f, "f-1", "error"), 3);
+
+  char aid[16];
+  fx_jid(a, aid);
+  /* fields of the wrong type, sizes and shapes: no crash, no change */
+  const char *bodies[] = {
+    "{\"type\":\"metric\",\"job\":12}",
+    "{\"type\":\"metric\",\"job\":\"J\"}",
+    "{\"type\":\"metric\",\"job\":\"J00000000000000000000001\"}",
+    "{\"type\":\"metric\",\"job\":\"%s\",\"data\":[1,2]}",
+    "{\"type\":\"metric\",\"job\":\"%s\",\"data\":{\"step\":\"7\",\"loss\":1}}",
+    "{\"type\":\"metric\",\"job\":\"%s\",\"data\":{\"step\":7,\"loss\":\"low\"}}",
+    "{\"type\":\"metric\",\"job\":\"%s\",\"attempt\":\"1\",\"data\":{\"step\":7,\"loss\":1}}",
+    "{\"type\":\"started\",\"job\":null}",
+    "{\"type\":\"checkpoint\",\"job\":\"%s\",\"step\":\"5\",\"key\":\"k\"}",
+    "{\"type\":\"checkpoint\",\"job\":\"%s\",\"step\":5,\"key\":7}",
+    "{\"type\":\"done\",\"job\":\"%s\",\"status\":7}",
+    "{\"type\":\"done\",\"job\":\"%s\",\"status\":\"exploded\"}",
+    "{\"type\":\"done\",\"job\":\"%s\",\"status\":[\"failed\"]}",
+    "{\"type\":\"output\",\"job\":\"%s\",\"stream\":\"stdin\",\"text\":\"x\"}",
+    "{\"type\":\"output\",\"job\":\"%s\",\"text\":5}",
+    "{\"type\":\"result\",\"job\":\"%s\"}",
+    "{\"type\":\"heartbeat\",\"jobs\":{\"a\":1}}",
+    "{\"type\":\"heartbeat\",\"jobs\":[1,\"x\",null,{\"job\":5}]}",
+    "{\"type\":\"notice\",\"deadline_us\":\"soon\",\"action\":5}",
+    /* registers that still name the job it runs, with junk around it */
+    "{\"type\":\"register\",\"jobs\":[null,5,{\"job\":[]},{\"job\":\"%s\",\"attempt\":1}],"
+    "\"ended\":\"none\"}",
+    "{\"type\":\"register\",\"jobs\":[{\"job\":\"%s\"}],\"ended\":[1,null,{\"type\":\"done\"}]}",
+    "{\"type\":\"metric\",\"instance\":5}",
+  };
+  int64_t a_step = fx_job(f, a)->step;
+  for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+    char text[512];
+    subst(text, sizeof text, bodies[i], aid);
+    json_error_t je;
+    json_t *body = json_loads(text, 0, &je);
+    CHECK(body != NULL);
+    if (!body) {
+      fprintf(stderr, "body %zu: %s\n", i, je.text);
+      continue;
+    }
+    fx_worker(f, "f-1", body);
+    json_decref(body);
+  }
+  CHECK_INT(fx_job_state(f, a), GW_JOB_RUNNING);
+  if (!fx_job(f, a)) {
+    fx_free(f);
+    return;
+  }
+  CHECK_INT(fx_job(f, a)->step, a_step);
+  CHECK_STR(fx_job(f, a)->ckpt_key, "");
+  CHECK_INT(fx_job_events(f, a, "metric"), 0);
+  CHECK_INT(fx_job_events(f, a, "checkpoint"), 0);
+  CHECK_INT(fx_job_events(f, a, "output"), 0);
+  CHECK_INT(fx_job_state(f, a), GW_JOB_RUNNING);
+  CHECK_INT(fx_job_state(f, b), GW_JOB_RUNNING);
+  CHECK(fx_inst(f, "f-1")->registered);
+  /* still listening afterwards */
+  fx_metric(f, "f-1", a, 8, 1.0);
+  CHECK_INT(fx_job(f, a)->step, 8);
+  fx_free(f);
+}
+
+int main(void) {
+  sl_log_init("test-gw-wproto");
+  test_other_instance();
+  test_reregister();
+  test_register_ended();
+  test_register_jobs();
+  test_checkpoint();
+  test_worker_notice();
+  test_unknown_and_malformed();
+  TEST_MAIN_END();
+}
