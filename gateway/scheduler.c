@@ -645,6 +645,17 @@ void gw_sched_provider_event(void *userdata, struct gw_provider *p,
       snprintf(in->row.zone, sizeof in->row.zone, "%s", ev->info.zone);
     if (ev->info.price_usd_per_hour > 0)
       in->row.price_usd_per_hour = ev->info.price_usd_per_hour;
+    if (in->launched) {
+      /* the worker registered first and the job was placed without the
+       * zone: the job's row takes it now (its placed event has gone) */
+      struct gw_job *j = in->row.job ? gw_fleet_job(s->fleet, in->row.job) : NULL;
+      gw_fleet_inst_save(s->fleet, in);
+      if (j && !strcmp(j->instance, in->row.id) && !j->zone[0]) {
+        snprintf(j->zone, sizeof j->zone, "%s", in->row.zone);
+        gw_sched_emit(s, j, NULL);
+      }
+      break;
+    }
     gw_sched_launched(s, in);
     break;
   case GW_PROVIDER_LAUNCH_FAILED:
