@@ -14,6 +14,8 @@
  * queue. */
 #include "scheduler.h"
 
+#include "place.h"
+
 #include "loop.h"
 
 #include "sl_err.h"
@@ -215,82 +217,16 @@ int gw_sched_cancel(struct gw_sched *s, struct gw_job *j) {
 
 /* ---- placement ---- */
 
-struct wants {
-  int gpus;
-  int spot;                     /* 1 yes, 0 no, -1 auto */
-  double max_price;
-  char types[16][64];
-  size_t n_types;
-};
-
-static void read_wants(const struct gw_job *j, struct wants *w) {
-  memset(w, 0, sizeof *w);
-  json_t *o = json_object_get(j->spec, "options");
-  w->gpus = (int)sl_json_get_int(o, "gpus", 0);
-  w->max_price = sl_json_get_num(o, "max_price", 0);
-  const char *spot = sl_json_get_str(o, "spot", NULL);
-  json_t *sv = json_object_get(o, "spot");
-  w->spot = json_is_boolean(sv) ? json_is_true(sv) : !spot || !strcmp(spot, "auto") ? -1
-                                                      : !strcmp(spot, "yes");
-  json_t *inst = json_object_get(o, "instance");
-  char buf[1024] = "";
-  if (json_is_string(inst)) {
-    snprintf(buf, sizeof buf, "%s", json_string_value(inst));
-  } else if (json_is_array(inst)) {
-    size_t i;
-    json_t *v;
-    json_array_foreach(inst, i, v) {
-      if (json_is_string(v) && strlen(buf) + json_string_length(v) + 2 < sizeof buf) {
-        strcat(buf, json_string_value(v));
-        strcat(buf, ",");
-      }
-    }
-  }
-  char *save = NULL;
-  for (char *t = strtok_r(buf, ", ", &save); t && w->n_types < 16; t = strtok_r(NULL, ", ", &save))
-    snprintf(w->types[w->n_types++], sizeof w->types[0], "%s", t);
-}
-
-static bool type_allowed(const struct wants *w, const char *type) {
-  if (!w->n_types)
-    return true;
-  for (size_t i = 0; i < w->n_types; i++)
-    if (!strcmp(w->types[i], type))
-      return true;
-  return false;
-}
-
-static bool inst_fits(const struct wants *w, const struct gw_inst *in) {
-  if (!type_allowed(w, in->row.type) || (w->gpus && in->gpus && in->gpus < w->gpus))
-    return false;
-  if ((w->spot == 1 && !in->row.spot) || (w->spot == 0 && in->row.spot))
-    return false;
-  return !w->max_price || in->row.price_usd_per_hour <= w->max_price;
-}
-
-/* The cheapest offer that fits, over every provider; SL_ENAME when none
+/* The cheapest offer of every provider that fits w; SL_ENAME when none
  * ever could. */
-static int pick_offer(struct gw_sched *s, const struct wants *w, struct gw_offer *ret,
+static int pick_offer(struct gw_sched *s, const struct gw_wants *w, struct gw_offer *ret,
                       bool *ret_spot) {
   static struct gw_offer offers[MARKET_MAX];
-  size_t n = gw_sched_market(s, offers, MARKET_MAX);
-  double best = INFINITY;
-  for (size_t i = 0; i < n; i++) {
-    const struct gw_instance_type *t = &offers[i].type;
-    if (!type_allowed(w, t->name) || (w->gpus && t->gpus < w->gpus))
-      continue;
-    for (int spot = 1; spot >= 0; spot--) {
-      if ((w->spot == 1 && !spot) || (w->spot == 0 && spot))
-        continue;
-      double price = spot ? t->spot_usd_per_hour : t->on_demand_usd_per_hour;
-      if (price <= 0 || (w->max_price && price > w->max_price) || price >= best)
-        continue;
-      best = price;
-      *ret = offers[i];
-      *ret_spot = spot;
-    }
-  }
-  return isinf(best) ? SL_ENAME : 0;
+  size_t n = gw_sched_market(s, offers, MARKET_MAX), i;
+  int r = gw_place_pick(w, offers, n, &i, ret_spot);
+  if (r == 0)
+    *ret = offers[i];
+  return r;
 }
 
 static void write_placement(struct gw_job *j, const struct gw_inst *in) {
@@ -334,8 +270,8 @@ static int launch(struct gw_sched *s, struct gw_job *j, const struct gw_offer *o
   int r = gw_keys_generate(&boot.keys);
   if (r < 0)
     return r;
-  struct wants w;
-  read_wants(j, &w);
+  struct gw_wants w;
+  gw_place_wants(j, &w);
   struct gw_launch req = {.spot = spot, .max_price_usd_per_hour = w.max_price, .job = j->id,
                           .boot = &boot};
   snprintf(req.type, sizeof req.type, "%s", t->name);
@@ -415,11 +351,11 @@ static void launch_failed(struct gw_sched *s, struct gw_inst *in, int error, con
 /* Tries to start job j now: an idle worker that fits, else a new instance
  * unless *no_capacity (a launch already failed in this pass). -EAGAIN: not now. */
 static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
-  struct wants w;
-  read_wants(j, &w);
+  struct gw_wants w;
+  gw_place_wants(j, &w);
   for (size_t i = 0; i < gw_fleet_n_insts(s->fleet); i++) {
     struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
-    if (in->registered && !in->row.job && !strcmp(in->row.state, "idle") && inst_fits(&w, in)) {
+    if (in->registered && !in->row.job && !strcmp(in->row.state, "idle") && gw_place_fits(&w, in)) {
       gw_queue_take(s->queue, j->id);
       write_placement(j, in);
       emit_placed(s, j);

@@ -14,6 +14,7 @@
 #include "conf.h"
 #include "fleet.h"
 #include "job.h"
+#include "place.h"
 #include "provider.h"
 #include "queue.h"
 #include "store.h"
@@ -34,12 +35,6 @@ struct gw_sched_env {
   const char *worker_address;   /* what workers connect to */
   const char *gateway_public;   /* the gateway's CURVE public key (Z85) */
   const char *train_program;    /* spotlab-train as workers run it ("" : theirs) */
-};
-
-/* An offer of the market across providers (%instances, placement). */
-struct gw_offer {
-  struct gw_provider *prov;
-  struct gw_instance_type type;
 };
 
 /* An owned scheduler (everything in env borrowed for its life), or NULL. */
