@@ -3,7 +3,9 @@
  * libcurl tells sl_http which sockets to watch and when to call back; this
  * module turns those into loop registrations: a descriptor per socket
  * (added, changed or removed as libcurl asks) and one timer whose due time
- * follows libcurl's. Everything runs on the loop's thread. */
+ * follows libcurl's. Everything runs on the loop's thread. libcurl (and
+ * its TLS library, a few MiB once initialised) is set up on the first
+ * transfer, so a gateway that makes none does not carry it. */
 #include "httpc.h"
 
 #include "loop.h"
@@ -75,10 +77,6 @@ struct gw_httpc *gw_httpc_new(struct gw_loop *loop) {
     return NULL;
   h->loop = loop;
   h->driver = (struct sl_http_driver){.ctx = h, .watch = watch, .timer = set_timer};
-  if (sl_http_global_init() < 0 || !(h->multi = sl_http_multi_new(&h->driver))) {
-    free(h);
-    return NULL;
-  }
   return h;
 }
 
@@ -94,9 +92,16 @@ struct gw_httpc *gw_httpc_free(struct gw_httpc *h) {
 
 int gw_httpc_start(struct gw_httpc *h, const struct sl_http_req *req, sl_http_done_fn done,
                    void *data, uint64_t *ret_id) {
+  if (!h->multi) {
+    int r = sl_http_global_init();
+    if (r < 0)
+      return r;
+    if (!(h->multi = sl_http_multi_new(&h->driver)))
+      return -ENOMEM;
+  }
   return sl_http_multi_start(h->multi, req, done, data, ret_id);
 }
 
 int gw_httpc_cancel(struct gw_httpc *h, uint64_t id) {
-  return sl_http_multi_cancel(h->multi, id);
+  return h->multi ? sl_http_multi_cancel(h->multi, id) : -ENOENT;
 }
