@@ -82,13 +82,13 @@ int gw_keys_load_or_create(const char *path, struct gw_keypair *ret, char *err, 
 
 int gw_keys_write_worker_file(const char *path, const struct gw_worker_file *w) {
   json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:b,s:s,s:s,s:s,s:s}",
-                        "gateway", w->gateway, "gateway_public", w->gateway_public,
-                        "public", w->keys->public_z85, "secret", w->keys->secret_z85,
+                        "gateway", w->boot->gateway, "gateway_public", w->boot->gateway_public,
+                        "public", w->boot->keys.public_z85, "secret", w->boot->keys.secret_z85,
                         "instance", w->instance, "type", w->type, "zone", w->zone ? w->zone : "",
                         "spot", w->spot, "metadata", w->metadata ? w->metadata : "",
-                        "work_dir", w->work_dir, "store", w->store, "train", w->train ? w->train : "");
-  if (o && w->metrics_per_s > 0)
-    json_object_set_new(o, "metrics_per_s", json_integer((json_int_t)w->metrics_per_s));
+                        "work_dir", w->work_dir, "store", w->store, "train", w->boot->train ? w->boot->train : "");
+  if (o && w->boot->metrics_per_s > 0)
+    json_object_set_new(o, "metrics_per_s", json_integer((json_int_t)w->boot->metrics_per_s));
   if (!o)
     return -ENOMEM;
   char *text = json_dumps(o, JSON_INDENT(1));

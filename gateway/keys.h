@@ -25,14 +25,24 @@ int gw_keys_load_or_create(const char *path, struct gw_keypair *ret, char *err, 
 /* A fresh pair. */
 int gw_keys_generate(struct gw_keypair *ret);
 
+/* What a worker needs to reach the gateway; the provider adds what belongs
+ * to the instance (its id, zone, metadata endpoint, work folder, store) and
+ * delivers the whole as it sees fit. Secrets: keys.secret_z85. */
+struct gw_worker_boot {
+  const char *gateway;          /* the worker address, as instances reach it */
+  const char *gateway_public;   /* Z85 */
+  struct gw_keypair keys;       /* the instance's own CURVE pair */
+  const char *train;            /* spotlab-train program ("" : the worker's own lookup) */
+  int64_t metrics_per_s;        /* 0: the worker's default */
+};
+
+/* A worker config file (protocols.md §2): the boot the gateway gives and
+ * what the provider adds for the instance. */
 struct gw_worker_file {
-  const char *gateway;          /* address the worker connects to */
-  const char *gateway_public;
-  const struct gw_keypair *keys;
+  const struct gw_worker_boot *boot;
   const char *instance, *type, *zone;
   bool spot;
-  const char *metadata, *work_dir, *store, *train;
-  int64_t metrics_per_s; /* 0: the worker's default */
+  const char *metadata, *work_dir, *store;
 };
 
 /* Writes the worker config file (0600) atomically: temporary name, rename. */

@@ -44,17 +44,6 @@ struct gw_instance_type {
   double mean_time_to_preempt_s;/* in the provider's seconds; 0 unknown */
 };
 
-/* What a worker needs to reach the gateway; the provider adds what belongs
- * to the instance (its id, zone, metadata endpoint, work folder, store) and
- * delivers the whole as it sees fit. Secrets: keys.secret_z85. */
-struct gw_worker_boot {
-  const char *gateway;          /* the worker address, as instances reach it */
-  const char *gateway_public;   /* Z85 */
-  struct gw_keypair keys;       /* the instance's own CURVE pair */
-  const char *train;            /* spotlab-train program ("" : the worker's own lookup) */
-  int64_t metrics_per_s;        /* 0: the worker's default */
-};
-
 struct gw_launch {
   char type[64];
   char zone[32];                /* "" lets the provider choose */

@@ -367,10 +367,8 @@ static int start_instance(struct gw_local *l, struct gw_local_inst *in,
   in->port = gw_imds_port(in->imds);
   snprintf(url, sizeof url, "http://127.0.0.1:%d", in->port);
   struct gw_worker_file wf = {
-    .gateway = boot->gateway, .gateway_public = boot->gateway_public, .keys = &boot->keys,
-    .instance = in->id, .type = in->type, .zone = in->zone, .spot = in->spot, .metadata = url,
-    .work_dir = work, .store = l->store_url, .train = boot->train,
-    .metrics_per_s = boot->metrics_per_s,
+    .boot = boot, .instance = in->id, .type = in->type, .zone = in->zone, .spot = in->spot,
+    .metadata = url, .work_dir = work, .store = l->store_url,
   };
   if ((r = gw_keys_write_worker_file(cfg, &wf)) < 0) {
     snprintf(err, err_size, "%s: %s", cfg, sl_strerror(r));

@@ -132,10 +132,8 @@ static int fake_launch(struct gw_provider *p, const struct gw_launch *req,
   if (r < 0)
     return r;
   struct gw_worker_file wf = {
-    .gateway = req->boot->gateway, .gateway_public = req->boot->gateway_public,
-    .keys = &req->boot->keys, .instance = id, .type = t->name, .zone = "fake-1a",
-    .spot = req->spot, .metadata = "", .work_dir = work, .store = f->store_url,
-    .train = req->boot->train, .metrics_per_s = req->boot->metrics_per_s,
+    .boot = req->boot, .instance = id, .type = t->name, .zone = "fake-1a", .spot = req->spot,
+    .metadata = "", .work_dir = work, .store = f->store_url,
   };
   if ((r = gw_keys_write_worker_file(cfg, &wf)) < 0)
     return r;
