@@ -51,6 +51,8 @@ struct gw_sched {
   bool kick;                    /* placement should run */
   int64_t retry_timer;          /* queued jobs wait for capacity: placement again then */
   int64_t next_cost_flush_mono_us;
+  struct gw_offer offers[MARKET_MAX]; /* the market as the current placement pass sees it */
+  size_t n_offers;
 };
 
 static void report(struct gw_sched *s, struct gw_bus_event ev) {
@@ -217,15 +219,14 @@ int gw_sched_cancel(struct gw_sched *s, struct gw_job *j) {
 
 /* ---- placement ---- */
 
-/* The cheapest offer of every provider that fits w; SL_ENAME when none
+/* The cheapest offer of the pass's market that fits w; SL_ENAME when none
  * ever could. */
 static int pick_offer(struct gw_sched *s, const struct gw_wants *w, struct gw_offer *ret,
                       bool *ret_spot) {
-  static struct gw_offer offers[MARKET_MAX];
-  size_t n = gw_sched_market(s, offers, MARKET_MAX), i;
-  int r = gw_place_pick(w, offers, n, &i, ret_spot);
+  size_t i;
+  int r = gw_place_pick(w, s->offers, s->n_offers, &i, ret_spot);
   if (r == 0)
-    *ret = offers[i];
+    *ret = s->offers[i];
   return r;
 }
 
@@ -394,6 +395,8 @@ void gw_sched_place(struct gw_sched *s) {
   int64_t order[64];
   s->kick = false;
   size_t n = gw_queue_order(s->queue, order, 64);
+  /* one view of the market per pass: no provider callback runs within it */
+  s->n_offers = n ? gw_sched_market(s, s->offers, MARKET_MAX) : 0;
   bool no_capacity = false;
   for (size_t i = 0; i < n; i++) {
     struct gw_job *j = gw_fleet_job(s->fleet, order[i]);
