@@ -44,7 +44,6 @@
 #define T "gateway"
 #define HOUSEKEEPING_US (200 * SL_US_PER_MS)
 #define BATCH 64                /* messages read per socket per turn */
-#define FRAME_MAX (1u << 20)
 
 struct gw {
   const struct gw_config *cfg;
@@ -92,7 +91,7 @@ static int bind_sockets(struct gw *g, char *err, size_t err_size) {
   /* a full client queue says EAGAIN instead of dropping silently: event
    * replays wait for the client to read (kproto.c) */
   zmq_setsockopt(g->ksock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-  int64_t maxmsg = (int64_t)FRAME_MAX * 16; /* larger ones get an error reply */
+  int64_t maxmsg = (int64_t)GW_FRAME_MAX * 16; /* larger ones get an error reply */
   zmq_setsockopt(g->ksock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
   zmq_setsockopt(g->wsock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
   zmq_setsockopt(g->wsock, ZMQ_CURVE_SERVER, &one, sizeof one);
@@ -168,39 +167,24 @@ static void open_providers(struct gw *g) {
     sl_warn(T, "no provider; jobs will wait in the queue");
 }
 
-/* Reads up to BATCH messages from a ready socket: one busy socket cannot
- * starve the others. */
 static bool more_in(void *sock) {
   int ev = 0;
   size_t sz = sizeof ev;
   return zmq_getsockopt(sock, ZMQ_EVENTS, &ev, &sz) == 0 && (ev & ZMQ_POLLIN);
 }
 
-static void on_zap(struct gw_loop *l, int fd, void *sock, int events, void *data) {
+/* One of the gateway's three sockets is readable: reads up to BATCH
+ * messages, so one busy socket cannot starve the others. */
+static void on_socket(struct gw_loop *l, int fd, void *sock, int events, void *data) {
   (void)l; (void)fd; (void)events;
   struct gw *g = data;
   for (int i = 0; i < BATCH; i++) {
-    gw_wproto_zap(g->wproto);
-    if (!more_in(sock))
-      break;
-  }
-}
-
-static void on_kernel(struct gw_loop *l, int fd, void *sock, int events, void *data) {
-  (void)l; (void)fd; (void)events;
-  struct gw *g = data;
-  for (int i = 0; i < BATCH; i++) {
-    gw_kproto_recv(g->kproto, sock);
-    if (!more_in(sock))
-      break;
-  }
-}
-
-static void on_worker(struct gw_loop *l, int fd, void *sock, int events, void *data) {
-  (void)l; (void)fd; (void)events;
-  struct gw *g = data;
-  for (int i = 0; i < BATCH; i++) {
-    gw_wproto_recv(g->wproto);
+    if (sock == g->zap)
+      gw_wproto_zap(g->wproto);
+    else if (sock == g->ksock)
+      gw_kproto_recv(g->kproto, sock);
+    else
+      gw_wproto_recv(g->wproto);
     if (!more_in(sock))
       break;
   }
@@ -266,9 +250,9 @@ int gw_new(const struct gw_config *cfg, struct gw **ret, char *err, size_t err_s
                             g->kproto)) < 0 ||
       (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_ledger_sink, g->ledger)) < 0)
     goto fail;
-  if ((r = gw_loop_add_zsock(g->loop, g->zap, GW_LOOP_READ, on_zap, g)) < 0 ||
-      (r = gw_loop_add_zsock(g->loop, g->ksock, GW_LOOP_READ, on_kernel, g)) < 0 ||
-      (r = gw_loop_add_zsock(g->loop, g->wsock, GW_LOOP_READ, on_worker, g)) < 0)
+  if ((r = gw_loop_add_zsock(g->loop, g->zap, GW_LOOP_READ, on_socket, g)) < 0 ||
+      (r = gw_loop_add_zsock(g->loop, g->ksock, GW_LOOP_READ, on_socket, g)) < 0 ||
+      (r = gw_loop_add_zsock(g->loop, g->wsock, GW_LOOP_READ, on_socket, g)) < 0)
     goto fail;
   int64_t t = gw_loop_add_timer(g->loop, sl_time_mono_us(), housekeeping, g);
   if (t < 0) {

@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "loop.h"
+#include "zmsg.h"
 #include "sl_err.h"
 #include "sl_frame.h"
 #include "sl_hmac.h"
@@ -27,10 +28,7 @@
 
 #define GW_MAX_CLIENTS 1024
 #define GW_MAX_ATTACH 64
-#define GW_RID_MAX_K 256
-#define GW_FRAME_MAX (1u << 20)
 #define GW_FRAMES_MAX 8
-#define GW_JSON_DEPTH 32
 #define MARKET_MAX 256
 
 #define T "gateway.kernel"
@@ -49,7 +47,7 @@ struct gw_attach {
 };
 
 struct gw_client {
-  uint8_t rid[GW_RID_MAX_K];
+  uint8_t rid[GW_RID_MAX];
   size_t rid_len;
   bool authed;
   char user[64];
@@ -63,9 +61,6 @@ struct gw_client {
 
 struct gw_kproto {
   struct gw_kproto_env env;
-  const struct gw_config *cfg;
-  struct gw_store *store;
-  struct gw_fleet *fleet;
   struct gw_client *clients;
   size_t n_clients;
   int64_t replay_timer;
@@ -178,7 +173,7 @@ static void replay_round(struct gw_kproto *g, struct gw_client *c, int64_t now_u
     json_t *evs = NULL, *e;
     bool more = false;
     size_t i;
-    int r = gw_store_events(g->store, a->job, a->replay_after, REPLAY_PAGE, &evs, &more);
+    int r = gw_store_events(g->env.store, a->job, a->replay_after, REPLAY_PAGE, &evs, &more);
     json_array_foreach(evs, i, e) {
       if ((r = g->env.send(g->env.send_ctx, c->rid, c->rid_len, e)) < 0)
         break;
@@ -264,9 +259,9 @@ static void notify(struct gw_kproto *g, const char *user, const char *session, c
 /* Loads job id if it belongs to the client's user: live copy or a store copy in *tmp. */
 static struct gw_job *user_job(struct req *q, struct gw_job *tmp, bool *ret_live) {
   int64_t id = gw_job_id_parse(sl_json_get_str(q->body, "job", NULL));
-  struct gw_job *j = id > 0 ? gw_fleet_job(q->g->fleet, id) : NULL;
+  struct gw_job *j = id > 0 ? gw_fleet_job(q->g->env.fleet, id) : NULL;
   *ret_live = j != NULL;
-  if (!j && id > 0 && gw_store_job_get(q->g->store, id, tmp) == 0)
+  if (!j && id > 0 && gw_store_job_get(q->g->env.store, id, tmp) == 0)
     j = tmp;
   if (j && strcmp(j->user, q->c->user)) {
     if (j == tmp)
@@ -287,7 +282,7 @@ static void on_hello(struct req *q) {
   if (strlen(session) >= sizeof q->c->session)
     return fail(q, SL_ELIMIT, "session name too long");
   sl_sha256_hex(token, strlen(token), hash);
-  if (gw_store_user_by_token(q->g->store, hash, user, sizeof user) < 0) {
+  if (gw_store_user_by_token(q->g->env.store, hash, user, sizeof user) < 0) {
     sl_warn(T, "hello refused: unknown token");
     return fail(q, SL_EAUTH, "unknown token");
   }
@@ -297,7 +292,7 @@ static void on_hello(struct req *q) {
   snprintf(c->session, sizeof c->session, "%s", session);
   c->last_mono_us = sl_time_mono_us();
   if (*session) {
-    gw_store_session_touch(q->g->store, user, session, sl_time_real_us());
+    gw_store_session_touch(q->g->env.store, user, session, sl_time_real_us());
     gw_idle_touch(q->g->env.idle, user, session);
   }
   sl_info(T, "hello from %s (%s, session \"%s\")", user,
@@ -308,13 +303,13 @@ static void on_hello(struct req *q) {
 
 static void on_session_get(struct req *q) {
   json_t *r = NULL;
-  if (gw_store_session_get(q->g->store, q->c->user, q->c->session, &r) < 0)
+  if (gw_store_session_get(q->g->env.store, q->c->user, q->c->session, &r) < 0)
     return fail(q, SL_ESQLITE, "cannot read the session");
   reply(q, r);
 }
 
 static void on_session_set(struct req *q) {
-  int r = gw_store_session_set(q->g->store, q->c->user, q->c->session,
+  int r = gw_store_session_set(q->g->env.store, q->c->user, q->c->session,
                                json_object_get(q->body, "vars"), json_object_get(q->body, "defs"),
                                json_object_get(q->body, "delete"));
   if (r == SL_ETYPE)
@@ -335,7 +330,7 @@ static int copy_def(struct req *q, json_t *spec, const char *field, const char *
     fail(q, SL_ENAME, msg);
     return SL_ENAME;
   }
-  if (gw_store_session_def(q->g->store, q->c->user, q->c->session, name, kind, &def) < 0) {
+  if (gw_store_session_def(q->g->env.store, q->c->user, q->c->session, name, kind, &def) < 0) {
     snprintf(msg, sizeof msg, "no %s named \"%.64s\" in this session", kind, name);
     fail(q, SL_ENAME, msg);
     return SL_ENAME;
@@ -373,7 +368,7 @@ static int build_job(struct req *q, struct gw_job *j) {
   }
   if (!strcmp(kind, "eval") || !strcmp(kind, "sample")) {
     json_t *sess = NULL;
-    gw_store_session_get(q->g->store, q->c->user, q->c->session, &sess);
+    gw_store_session_get(q->g->env.store, q->c->user, q->c->session, &sess);
     json_t *m = json_object_get(json_object_get(sess, "models"), j->model);
     const char *ck = sl_json_get_str(m, "checkpoint", "");
     snprintf(j->ckpt_key, sizeof j->ckpt_key, "%s", ck);
@@ -455,11 +450,11 @@ static void on_jobs(struct req *q) {
   bool all = sl_json_get_bool(q->body, "all", false);
   struct gw_job *jobs = NULL;
   size_t n = 0;
-  if (gw_store_jobs_list(q->g->store, q->c->user, false, all ? 1000 : 50, &jobs, &n) < 0)
+  if (gw_store_jobs_list(q->g->env.store, q->c->user, false, all ? 1000 : 50, &jobs, &n) < 0)
     return fail(q, SL_ESQLITE, NULL);
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++) {
-    struct gw_job *live = gw_fleet_job(q->g->fleet, jobs[i].id);
+    struct gw_job *live = gw_fleet_job(q->g->env.fleet, jobs[i].id);
     json_array_append_new(arr, gw_job_summary(live ? live : &jobs[i]));
   }
   gw_store_jobs_free(jobs, n);
@@ -478,7 +473,7 @@ static void on_logs(struct req *q) {
   limit = limit < 1 ? 1 : limit > 10000 ? 10000 : limit;
   json_t *evs = NULL;
   bool more = false;
-  if (gw_store_events(q->g->store, id, sl_json_get_int(q->body, "after", 0), limit, &evs, &more) < 0)
+  if (gw_store_events(q->g->env.store, id, sl_json_get_int(q->body, "after", 0), limit, &evs, &more) < 0)
     return fail(q, SL_ESQLITE, NULL);
   reply(q, json_pack("{s:o,s:b}", "events", evs, "more", more));
 }
@@ -496,10 +491,10 @@ static json_t *instance_json(const struct gw_inst *in) {
 
 static void on_status(struct req *q) {
   struct gw_kproto *g = q->g;
-  const struct gw_config *cfg = g->cfg;
+  const struct gw_config *cfg = g->env.cfg;
   json_t *workers = json_array();
-  for (size_t i = 0; i < gw_fleet_n_insts(g->fleet); i++)
-    json_array_append_new(workers, instance_json(gw_fleet_inst_at(g->fleet, i)));
+  for (size_t i = 0; i < gw_fleet_n_insts(g->env.fleet); i++)
+    json_array_append_new(workers, instance_json(gw_fleet_inst_at(g->env.fleet, i)));
   char provs[256] = "";
   for (size_t i = 0; i < gw_sched_n_providers(g->env.sched); i++) {
     size_t len = strlen(provs);
@@ -514,7 +509,7 @@ static void on_status(struct req *q) {
                      (json_int_t)g->env.started_us, "listen", cfg->listen, "workers", cfg->workers,
                      "state_dir", cfg->state_dir, "provider", provs,
                      "embedded", cfg->embedded, "queued", (json_int_t)gw_queue_len(g->env.queue),
-                     "live_jobs", (json_int_t)gw_fleet_n_jobs(g->fleet), "workers", workers, "idle",
+                     "live_jobs", (json_int_t)gw_fleet_n_jobs(g->env.fleet), "workers", workers, "idle",
                      "notebook_timeout_s",
                      sl_json_real((double)gw_config_notebook_timeout_us(cfg, q->c->user) / 1e6),
                      "worker_timeout_s",
@@ -526,8 +521,8 @@ static void on_status(struct req *q) {
 
 static void on_instances(struct req *q) {
   json_t *arr = json_array();
-  for (size_t i = 0; i < gw_fleet_n_insts(q->g->fleet); i++)
-    json_array_append_new(arr, instance_json(gw_fleet_inst_at(q->g->fleet, i)));
+  for (size_t i = 0; i < gw_fleet_n_insts(q->g->env.fleet); i++)
+    json_array_append_new(arr, instance_json(gw_fleet_inst_at(q->g->env.fleet, i)));
   reply(q, json_pack("{s:o}", "instances", arr));
 }
 
@@ -562,9 +557,9 @@ static void on_cost(struct req *q) {
   struct gw_job *jobs = NULL;
   size_t n = 0;
   json_t *arr = json_array();
-  if (gw_store_jobs_list(q->g->store, q->c->user, false, 100, &jobs, &n) == 0) {
+  if (gw_store_jobs_list(q->g->env.store, q->c->user, false, 100, &jobs, &n) == 0) {
     for (size_t i = 0; i < n; i++) {
-      struct gw_job *j = gw_fleet_job(q->g->fleet, jobs[i].id);
+      struct gw_job *j = gw_fleet_job(q->g->env.fleet, jobs[i].id);
       j = j ? j : &jobs[i];
       char id[16];
       json_array_append_new(arr, json_pack("{s:s,s:s,s:o,s:o}", "job",
@@ -577,14 +572,14 @@ static void on_cost(struct req *q) {
   }
   reply(q, json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "spent_usd", sl_json_real(usd), "on_demand_usd",
                      sl_json_real(od), "saved_usd", sl_json_real(od - usd), "month_spent_usd",
-                     sl_json_real(musd), "budget_usd", sl_json_real(q->g->cfg->monthly_usd),
+                     sl_json_real(musd), "budget_usd", sl_json_real(q->g->env.cfg->monthly_usd),
                      "jobs", arr));
 }
 
 static void on_inject(struct req *q) {
   const char *action = sl_json_get_str(q->body, "action", "");
   const char *id = sl_json_get_str(q->body, "instance", "");
-  struct gw_inst *in = gw_fleet_inst(q->g->fleet, id);
+  struct gw_inst *in = gw_fleet_inst(q->g->env.fleet, id);
   if (strcmp(action, "preempt") && strcmp(action, "kill"))
     return fail(q, SL_ENAME, "action must be preempt or kill");
   if (!in || strcmp(in->row.user, q->c->user))
@@ -625,7 +620,7 @@ static void dispatch(struct req *q) {
   q->c->last_mono_us = sl_time_mono_us();
   gw_idle_touch(q->g->env.idle, q->c->user, q->c->session); /* every request is notebook activity */
   if (q->c->session[0] && strcmp(type, "session.get"))
-    gw_store_session_touch(q->g->store, q->c->user, q->c->session, sl_time_real_us());
+    gw_store_session_touch(q->g->env.store, q->c->user, q->c->session, sl_time_real_us());
   for (size_t i = 0; i < sizeof handlers / sizeof *handlers; i++)
     if (!strcmp(handlers[i].type, type))
       return handlers[i].fn(q);
@@ -702,9 +697,6 @@ struct gw_kproto *gw_kproto_new(const struct gw_kproto_env *env) {
   if (!g)
     return NULL;
   g->env = *env;
-  g->cfg = env->cfg;
-  g->store = env->store;
-  g->fleet = env->fleet;
   g->next_replay_mono_us = INT64_MAX;
   g->clients = calloc(GW_MAX_CLIENTS, sizeof *g->clients);
   if (!g->clients)

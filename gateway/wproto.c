@@ -25,8 +25,6 @@
 
 #define T "gateway.worker"
 #define REREGISTER_EVERY_US (100 * SL_US_PER_MS)
-#define FRAME_MAX (1u << 20)
-#define JSON_DEPTH 32
 
 struct gw_wproto {
   const struct gw_config *cfg;
@@ -157,7 +155,7 @@ static int recv_msg(struct gw_wproto *g, struct wmsg *m) {
         memcpy(m->rid, zmq_msg_data(&f), sz);
         m->rid_len = sz;
       }
-    } else if (nframes == 1 && sz <= FRAME_MAX) {
+    } else if (nframes == 1 && sz <= GW_FRAME_MAX) {
       body = malloc(sz + 1);
       if (body) {
         memcpy(body, zmq_msg_data(&f), sz);
@@ -166,7 +164,7 @@ static int recv_msg(struct gw_wproto *g, struct wmsg *m) {
     } else {
       r = SL_ELIMIT;
     }
-    if (nframes == 1 && sz > FRAME_MAX)
+    if (nframes == 1 && sz > GW_FRAME_MAX)
       r = SL_ELIMIT;
     nframes++;
     zmq_msg_close(&f);
@@ -175,7 +173,7 @@ static int recv_msg(struct gw_wproto *g, struct wmsg *m) {
     r = nframes < 2 ? SL_EWIRE : -ENOMEM;
   if (!r) {
     char why[128];
-    r = sl_json_parse(body, body_len, JSON_DEPTH, &m->body, why, sizeof why);
+    r = sl_json_parse(body, body_len, GW_JSON_DEPTH, &m->body, why, sizeof why);
     if (!r && !json_is_object(m->body)) {
       json_decref(m->body);
       m->body = NULL;

@@ -7,6 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The gateway protocols' bounds, kernel and worker sockets alike: one JSON
+ * frame of at most GW_FRAME_MAX bytes nested at most GW_JSON_DEPTH deep. */
+#define GW_FRAME_MAX (1u << 20)
+#define GW_JSON_DEPTH 32
+
 /* Sends msg (borrowed) to the peer rid on ROUTER socket sock without
  * blocking. -EAGAIN when the peer's queue is full (ZMQ_ROUTER_MANDATORY),
  * -EHOSTUNREACH when the peer is gone, -ENOMEM. */
