@@ -3,8 +3,10 @@
 
 Checks: the loss falls; two identical runs give identical metrics (fixed
 reduction order); a 1-rank --nccl run matches the run without NCCL bit for bit;
-the checkpoint records world size 1 and evaluates on the CPU path; with two or
-more GPUs, --gpus 2 follows the 1-rank run closely and records world size 2."""
+the checkpoint records world size 1 and evaluates on the CPU path; a run
+killed with SIGKILL and resumed gives every step's loss and the final
+checkpoint bit-identical to an uninterrupted GPU run (fp32 and bf16); with two
+or more GPUs, --gpus 2 follows the 1-rank run closely and records world size 2."""
 import json
 import os
 import shutil
@@ -12,6 +14,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 EXE = sys.argv[1]
 failures = 0
@@ -40,6 +43,59 @@ def world_size(ckpt_dir):
     with open(os.path.join(ckpt_dir, names[-1]), "rb") as f:
         head = f.read(64)
     return struct.unpack_from("<I", head, 52)[0]
+
+
+def metric_rows(path):
+    rows = []
+    if os.path.exists(path):
+        with open(path) as f:
+            rows = [json.loads(l) for l in f if l.endswith("\n")]
+    return rows
+
+
+def losses_by_step(path):
+    return {e["step"]: e["loss"] for e in metric_rows(path) if "event" not in e and "loss" in e}
+
+
+def exact_resume(tmp, base, label, n=60, kill_at=27):
+    """Reference run of n steps; then kill -9 at step >= kill_at, --resume to n."""
+    common = [*base, "--steps", str(n), "--checkpoint-every", "5"]
+    os.makedirs(os.path.join(tmp, label + "-ref"))
+    ref, cut = os.path.join(tmp, label + "-ref"), os.path.join(tmp, label + "-cut")
+    r = subprocess.run([EXE, *common, "--ckpt-dir", os.path.join(ref, "ck"), "--metrics",
+                        os.path.join(ref, "m.jsonl")], capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0, label + ": uninterrupted reference run exits 0", r.stderr)
+    m = os.path.join(cut, "m.jsonl")
+    os.makedirs(cut)
+    p = subprocess.Popen([EXE, *common, "--ckpt-dir", os.path.join(cut, "ck"), "--metrics", m],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and p.poll() is None:
+        if any(s >= kill_at for s in losses_by_step(m)):
+            break
+        time.sleep(0.005)  # polling interval, not a wait for the event
+    p.kill()
+    rc = p.wait(timeout=60)
+    got_before = max(losses_by_step(m) or [0])
+    check(rc == -9 and got_before < n, "%s: killed with SIGKILL at step %d of %d (rc %s)"
+          % (label, got_before, n, rc))
+    r = subprocess.run([EXE, *common, "--ckpt-dir", os.path.join(cut, "ck"), "--metrics", m,
+                        "--resume"], capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0, label + ": resumed run exits 0", r.stderr)
+    res = [e for e in metric_rows(m) if e.get("event") == "resume"]
+    check(len(res) == 1, label + ": resumed from a checkpoint (%s)" % (res and res[0]["step"]))
+    want, got = losses_by_step(os.path.join(ref, "m.jsonl")), losses_by_step(m)
+    diff = [s for s in range(1, n + 1) if got.get(s) != want.get(s)]
+    check(len(want) == n and not diff, "%s: every step's loss identical to the uninterrupted "
+          "run%s" % (label, " (first difference at step %d)" % diff[0] if diff else ""))
+    name = "ckpt-%010d.slck" % n
+
+    def read(d):
+        path = os.path.join(d, "ck", name)
+        return open(path, "rb").read() if os.path.exists(path) else None
+
+    check(read(ref) is not None and read(ref) == read(cut),
+          label + ": final checkpoint bit-identical")
 
 
 def main():
@@ -86,6 +142,10 @@ def main():
               abs(b[0]["loss"] - a[0]["loss"]) < 2e-2 * a[0]["loss"],
               "--bf16 trains and its first loss is within 2%% of fp32 (%s vs %s)"
               % (b and b[0]["loss"], a and a[0]["loss"]), rb.stderr)
+
+        unstepped = base[:base.index("--steps")] + base[base.index("--steps") + 2:]
+        exact_resume(tmp, unstepped, "fp32")
+        exact_resume(tmp, unstepped + ["--bf16"], "bf16")
 
         ngpu = 0
         if shutil.which("nvidia-smi"):
