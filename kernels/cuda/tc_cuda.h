@@ -27,8 +27,9 @@ extern "C" {
 int tc_err_from_cuda(int cuda_err, const char *what);
 int tc_err_from_cublas(int cublas_status, const char *what);
 
-/* Number of usable GPUs (>= 0), or SL_ECUDA when the runtime cannot ask the
- * driver (no driver, no device node). Logs nothing: callers decide. */
+/* Number of usable GPUs: 0 when the machine has none or no NVIDIA driver at
+ * all, SL_ECUDA for any other runtime error (a driver too old for this
+ * toolkit, a broken device node). Logs nothing: callers decide. */
 int tc_cuda_device_count(void);
 /* Short description of the current device ("NVIDIA H100 80GB HBM3, sm_90"). */
 const char *tc_cuda_device_name(char *buf, size_t size);

@@ -51,11 +51,12 @@ extern "C" int tc_err_from_cublas(int s, const char *what) {
 
 extern "C" int tc_cuda_device_count(void) {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError(); /* clear the sticky error for a later call */
-    return SL_ECUDA;
-  }
-  return n;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  (void)cudaGetLastError(); /* clear the sticky error for a later call */
+  /* no device, or no driver at all (cudart reports a missing libcuda as an
+   * insufficient driver): zero GPUs; anything else is a fault worth a failure */
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) return 0;
+  return e == cudaSuccess ? n : SL_ECUDA;
 }
 
 extern "C" const char *tc_cuda_device_name(char *buf, size_t size) {

@@ -12,13 +12,17 @@
 #include "tc_cuda.h"
 #include "tc_rng.h"
 
-/* Exit status 77 (meson: skipped) when no GPU is usable. */
+/* Exit status 77 (meson: skipped) only where the machine has no GPU or no
+ * NVIDIA driver; any other CUDA error is a failure (exit 1). */
 static inline void gpu_or_skip(const char *prog) {
   int n = tc_cuda_device_count();
-  if (n <= 0) {
-    printf("%s: SKIP: %s\n", prog, n < 0 ? "cudaGetDeviceCount failed (no driver or device)"
-                                          : "cudaGetDeviceCount returned 0");
+  if (n == 0) {
+    printf("%s: SKIP: no GPU (cudaGetDeviceCount: no device or no driver)\n", prog);
     exit(77);
+  }
+  if (n < 0) {
+    printf("%s: FAIL: cudaGetDeviceCount failed with an error other than no device\n", prog);
+    exit(1);
   }
   char name[256];
   printf("%s: %d GPU(s); device 0: %s\n", prog, n, tc_cuda_device_name(name, sizeof name));
