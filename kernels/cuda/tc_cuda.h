@@ -44,10 +44,11 @@ int tc_cuda_memset0(void *d, size_t bytes);
 /* ---- op context: device, stream, cuBLAS handle, reduction scratch ---- */
 struct tc_cuda_ctx;
 
-/* bf16 != 0: matrix products round their inputs to bf16 and accumulate in
- * fp32 on tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF); all storage, the other
- * kernels, gradients and optimizer state stay fp32 (the fp32 params are the
- * master weights). bf16 == 0: plain fp32 products (no TF32). */
+/* bf16 != 0: matrix products round their operands to bf16 copies and
+ * accumulate in fp32 on tensor cores; attention stores its (B,H,T,T) scores,
+ * probabilities and their gradients in bf16. The other kernels, activations,
+ * gradients and optimizer state stay fp32 (the fp32 params are the master
+ * weights). bf16 == 0: plain fp32 products (no TF32). */
 int tc_cuda_ctx_new(int device, int bf16, struct tc_cuda_ctx **ret);
 struct tc_cuda_ctx *tc_cuda_ctx_free(struct tc_cuda_ctx *ctx);
 /* The cudaStream_t all ops of ctx run on (for NCCL). */
@@ -80,7 +81,8 @@ int tc_cu_relu_forward(struct tc_cuda_ctx *ctx, float *out, const float *inp, si
 int tc_cu_relu_backward(struct tc_cuda_ctx *ctx, float *dinp, const float *inp,
                         const float *dout, size_t n);
 int tc_cu_add(struct tc_cuda_ctx *ctx, float *out, const float *a, const float *b, size_t n);
-/* qkv (B,T,3C) -> out (B,T,C), att (B,H,T,T) probabilities, zero above the diagonal. */
+/* qkv (B,T,3C) -> out (B,T,C), att (B,H,T,T) probabilities, zero above the
+ * diagonal (a bf16 context: bf16 probabilities in the buffer's first half). */
 int tc_cu_attention_forward(struct tc_cuda_ctx *ctx, float *out, float *att, const float *qkv,
                             int B, int T, int C, int H);
 /* dqkv (B,T,3C) overwritten; datt: scratch of B*H*T*T floats. */

@@ -1,5 +1,6 @@
 /* CUDA kernels against the CPU path, one kernel group per run:
  *   test-gpu-ops layernorm|gelu|attention|xent|adamw|linear|embed|sumsq
+ *   test-gpu-ops attention-bf16|linear-bf16   (a bf16 context's products)
  * Small random inputs; each comparison prints its max abs/rel difference and
  * the tolerance it is held to. Exit 77 (skipped) without a GPU. */
 #include <stdint.h>
@@ -8,6 +9,7 @@
 #include "tc_ops.h"
 
 static struct tc_cuda_ctx *ctx;
+static int bf16;
 
 static int layernorm(struct tc_rng *r) {
   int N = 37, C = 96;
@@ -47,8 +49,8 @@ static int gelu(struct tc_rng *r) {
   return 0;
 }
 
-static int attention(struct tc_rng *r) {
-  int B = 3, T = 17, C = 48, H = 4;
+static int attention_shape(struct tc_rng *r, int B, int T, int C, int H) {
+  printf(" B=%d T=%d C=%d H=%d\n", B, T, C, H);
   size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * H * T * T;
   float *qkv = rnd(r, nq, 1.0f), *dout = rnd(r, no, 1.0f);
   float *out = calloc(no, 4), *att = calloc(na, 4), *dqkv = calloc(nq, 4);
@@ -60,10 +62,22 @@ static int attention(struct tc_rng *r) {
   float *d_dqkv = dev_copy(dqkv, nq * 4), *d_datt = dev_copy(att, na * 4);
   CHECK(tc_cu_attention_forward(ctx, d_out, d_att, d_qkv, B, T, C, H) == 0);
   CHECK(tc_cu_attention_backward(ctx, d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, H) == 0);
+  if (bf16) { /* bf16 operands and bf16 probabilities: about 8 significant bits */
+    compare("attention out", out, host_copy(d_out, no), no, 2e-2, 2e-2);
+    compare("attention dqkv", dqkv, host_copy(d_dqkv, nq), nq, 3e-2, 3e-2);
+    return 0;
+  }
   compare("attention out", out, host_copy(d_out, no), no, 1e-5, 1e-4);
   compare("attention probabilities", att, host_copy(d_att, na), na, 1e-6, 1e-4);
   compare("attention dqkv", dqkv, host_copy(d_dqkv, nq), nq, 1e-5, 1e-4);
   return 0;
+}
+
+/* T=17: the general softmax; T=264 (a multiple of 8, over 256): the bf16
+ * context's vectorised one with two pieces per lane. */
+static int attention(struct tc_rng *r) {
+  attention_shape(r, 3, 17, 48, 4);
+  return attention_shape(r, 2, 264, 64, 2);
 }
 
 static int xent(struct tc_rng *r) {
@@ -127,10 +141,12 @@ static int linear(struct tc_rng *r) {
   float *d_dw = dev_copy(z, (size_t)OC * C * 4), *d_db = dev_copy(z, OC * 4);
   CHECK(tc_cu_linear_forward(ctx, d_y, d_x, d_w, d_b, N, C, OC) == 0);
   CHECK(tc_cu_linear_backward(ctx, d_dx, d_dw, d_db, d_dy, d_x, d_w, N, C, OC) == 0);
-  compare("linear out (cuBLAS)", y, host_copy(d_y, (size_t)N * OC), (size_t)N * OC, 1e-5, 1e-4);
-  compare("linear dinp", dx, host_copy(d_dx, (size_t)N * C), (size_t)N * C, 1e-5, 1e-4);
-  compare("linear dw", dw, host_copy(d_dw, (size_t)OC * C), (size_t)OC * C, 1e-4, 1e-4);
-  compare("linear dbias", db, host_copy(d_db, OC), OC, 1e-4, 1e-4);
+  double a = bf16 ? 2e-2 : 1e-5, rt = bf16 ? 2e-2 : 1e-4; /* bf16: 8-bit operands */
+  compare("linear out (cuBLAS)", y, host_copy(d_y, (size_t)N * OC), (size_t)N * OC, a, rt);
+  compare("linear dinp", dx, host_copy(d_dx, (size_t)N * C), (size_t)N * C, a, rt);
+  compare("linear dw", dw, host_copy(d_dw, (size_t)OC * C), (size_t)OC * C, bf16 ? 0.2 : 1e-4,
+          bf16 ? 2e-2 : 1e-4);
+  compare("linear dbias", db, host_copy(d_db, OC), OC, 1e-4, 1e-4); /* fp32 in both */
   return 0;
 }
 
@@ -174,19 +190,25 @@ static int sumsq(struct tc_rng *r) {
 
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: test-gpu-ops layernorm|gelu|attention|xent|adamw|linear|embed|sumsq\n");
+    fprintf(stderr, "usage: test-gpu-ops layernorm|gelu|attention|xent|adamw|linear|embed|sumsq"
+                    " (attention and linear also with -bf16)\n");
     return 2;
   }
   gpu_or_skip("test-gpu-ops");
   tc_set_threads(1);
-  if (tc_cuda_ctx_new(0, 0, &ctx) < 0) {
+  const char *g = argv[1];
+  size_t gl = strlen(g);
+  char group[32];
+  bf16 = gl > 5 && !strcmp(g + gl - 5, "-bf16");
+  snprintf(group, sizeof group, "%.*s", (int)(bf16 ? gl - 5 : gl), g);
+  if (tc_cuda_ctx_new(0, bf16, &ctx) < 0) {
     fprintf(stderr, "cannot create the CUDA context\n");
     return 1;
   }
   struct tc_rng r;
   tc_rng_seed(&r, 42, 7);
-  const char *g = argv[1];
-  printf("%s (fp32, CUDA vs CPU path):\n", g);
+  g = group;
+  printf("%s (%s, CUDA vs CPU path):\n", g, bf16 ? "bf16 products" : "fp32");
   if (!strcmp(g, "layernorm")) layernorm(&r);
   else if (!strcmp(g, "gelu")) gelu(&r);
   else if (!strcmp(g, "attention")) attention(&r);
