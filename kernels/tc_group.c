@@ -89,10 +89,14 @@ struct tc_group *tc_group_free(struct tc_group *g) {
 
 const char *tc_group_error(const struct tc_group *g) { return g->err; }
 
-/* Keeps the reason of a failed call: what it was doing, and gloo's text. */
+/* Keeps the reason of a failed call: what it was doing, what that means,
+ * and gloo's text. */
 static int failed(struct tc_group *g, const char *what, int r) {
-  snprintf(g->err, sizeof g->err, "rank %d of %d: %s failed (%s)", g->rank, g->world, what,
-           tc_gloo_error(g->gl));
+  const char *why = r == -ECONNRESET ? "another rank has gone away"
+                    : r == -ETIMEDOUT ? "another rank stopped answering"
+                                      : "gloo error";
+  snprintf(g->err, sizeof g->err, "rank %d of %d: %s failed: %s (%s)", g->rank, g->world, what,
+           why, tc_gloo_error(g->gl));
   return r;
 }
 
