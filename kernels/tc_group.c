@@ -51,14 +51,16 @@ int tc_group_new(const char *rendezvous, int rank, int world, int timeout_ms,
     snprintf(err, es, "rank %d of %d: gloo %s", rank, world, tc_gloo_error(g->gl));
     goto fail;
   }
-  if (rank == 0) {
-    if ((r = tc_rdv_listen(rendezvous, &lfd, err, es)) < 0) goto fail;
-    r = tc_rdv_exchange_serve(lfd, world, TC_GLOO_SLOT_BYTES, mine, theirs, timeout_ms, err, es);
-  } else {
+  if (rank == 0 && (r = tc_rdv_listen(rendezvous, &lfd, why, sizeof why)) == 0)
+    r = tc_rdv_exchange_serve(lfd, world, TC_GLOO_SLOT_BYTES, mine, theirs, timeout_ms, why,
+                              sizeof why);
+  else if (rank > 0)
     r = tc_rdv_exchange_fetch(rendezvous, rank, world, TC_GLOO_SLOT_BYTES, mine, theirs,
-                              timeout_ms, err, es);
+                              timeout_ms, why, sizeof why);
+  if (r < 0) {
+    snprintf(err, es, "rank %d of %d: %s", rank, world, why);
+    goto fail;
   }
-  if (r < 0) goto fail;
   if ((r = tc_gloo_connect(g->gl, theirs)) < 0) {
     snprintf(err, es, "rank %d of %d: cannot connect to the other ranks within %d ms: %s", rank,
              world, timeout_ms, tc_gloo_error(g->gl));

@@ -398,8 +398,8 @@ int tc_rdv_exchange_fetch(const char *spec, int rank, int world, size_t slot_byt
     poll(NULL, 0, left_ms(deadline) < 100 ? left_ms(deadline) : 100);
   }
   if (fd == -EINVAL) return fd;
-  snprintf(err, es, "rendezvous %s: rank %d of %d heard nothing from rank 0 within %d ms (%s)",
-           spec, rank, world, timeout_ms, strerror(-last));
+  snprintf(err, es, "rendezvous %s: nothing heard from rank 0 within %d ms (%s)", spec,
+           timeout_ms, strerror(-last));
   return -ETIMEDOUT;
 }
 

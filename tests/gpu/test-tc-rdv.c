@@ -44,13 +44,14 @@ static void fill_slots(uint8_t *t, int rank, int world) {
 /* Child: exchange as `rank` of `world` (telling the server `claim` as the
  * world size); exit 0 if the result is `expect` and, on success, slot i is
  * rank i's slot for us. */
-static pid_t exchanger(const char *spec, int rank, int world, int claim, int expect) {
+static pid_t exchanger(const char *spec, int rank, int world, int claim, int expect,
+                       int timeout_ms) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   uint8_t mine[8 * SLOT], got[8 * SLOT], want[8 * SLOT];
   char err[512] = "";
   fill_slots(mine, rank, claim);
-  int r = tc_rdv_exchange_fetch(spec, rank, claim, SLOT, mine, got, 5000, err, sizeof err);
+  int r = tc_rdv_exchange_fetch(spec, rank, claim, SLOT, mine, got, timeout_ms, err, sizeof err);
   if (r != expect) fprintf(stderr, "rank %d: got %d (%s), expected %d\n", rank, r, err, expect);
   int ok = r == expect;
   for (int i = 0; ok && r == 0 && i < world; i++) {
@@ -126,9 +127,9 @@ int main(void) {
   snprintf(spec, sizeof spec, "tcp://127.0.0.1:%d", tc_rdv_port(lfd));
   uint8_t mine[3 * SLOT], slots[3 * SLOT], want[3 * SLOT];
   fill_slots(mine, 0, 3);
-  wrong = exchanger(spec, 1, 3, 4, SL_EMISMATCH);
-  a = exchanger(spec, 1, 3, 3, 0);
-  b = exchanger(spec, 2, 3, 3, 0);
+  wrong = exchanger(spec, 1, 3, 4, SL_EMISMATCH, 5000);
+  a = exchanger(spec, 1, 3, 3, 0, 5000);
+  b = exchanger(spec, 2, 3, 3, 0, 5000);
   CHECK_INT(tc_rdv_exchange_serve(lfd, 3, SLOT, mine, slots, 10000, err, sizeof err), 0);
   for (int i = 0; i < 3; i++) {
     fill_slots(want, i, 3);
@@ -139,7 +140,7 @@ int main(void) {
   CHECK(exited_ok(b));
   /* a missing rank: rank 0 gives up at its deadline naming it; the rank that
    * came hears nothing and gives up at its own */
-  only = exchanger(spec, 2, 3, 3, -ETIMEDOUT);
+  only = exchanger(spec, 2, 3, 3, -ETIMEDOUT, 2000);
   r = tc_rdv_exchange_serve(lfd, 3, SLOT, mine, slots, 1500, err, sizeof err);
   CHECK_INT(r, -ETIMEDOUT);
   CHECK(strstr(err, " 1") != NULL && strstr(err, " 2") == NULL);
