@@ -16,7 +16,8 @@ Failures: rank 1 killed -9 mid-run makes rank 0 exit 1 with a message (and
 rank 0 killed makes rank 1 do so), at once for a dead process and within
 --dist-timeout for a stopped one (SIGSTOP); a rank whose peer never comes
 exits 1 after --dist-timeout naming what is missing.
-Resume: both ranks killed -9 at a random step, then both resumed with
+Resume: both ranks killed -9 at a random step (and, in another run, rank 1
+sent SIGTERM, which stops both and checkpoints), then both resumed with
 --resume: every step's loss and the final checkpoint are bit-identical to the
 uninterrupted world-2 run. A world-2 checkpoint resumed by one process with
 --grad-slices 2 continues bit-identically too (the state is replicated).
@@ -224,27 +225,43 @@ def resume_cases(root, rng):
     ref_steps = steps(os.path.join(ref, "m0.jsonl"))
     ref_ck = ckpt(ref, n)
 
-    d = mkdir(root, "resume-kill")
-    k = rng.randrange(15, 45)
-    procs = start_world(args, d)
-    hit = wait_for(os.path.join(d, "m0.jsonl"), lambda e: "event" not in e and e.get("step", 0) >= k, procs)
-    for p in procs:
-        p.kill()
-    codes, _ = finish(procs)
-    check(hit and codes == [-signal.SIGKILL] * 2, f"resume: both ranks killed with SIGKILL at step >= {k} ({codes})")
-    m = os.path.join(d, "m0.jsonl")
-    before = len(events(m))
-    codes, errs = finish(start_world(args, d, extra=["--resume"]))
-    check(codes == [0, 0], f"resume: both ranks resume and exit 0 ({codes}; {[e[-300:] for e in errs if e]})")
-    res = [e for e in events(m)[before:] if e.get("event") == "resume"]
-    check(len(res) == 1 and res[0]["world_size"] == 2 and res[0]["ckpt_world_size"] == 2,
-          f"resume: rank 0 resumed from a world-2 checkpoint {res}")
-    got = steps(m)
-    diff = [s for s in range(1, n + 1) if got.get(s, {}).get("loss") != ref_steps[s]["loss"]
-            or got[s].get("grad_norm") != ref_steps[s]["grad_norm"]]
-    check(not diff, "resume: every step's loss and grad_norm bit-identical to the uninterrupted run"
-          + (f" (first difference at step {diff[0]})" if diff else ""))
-    check(ckpt(d, n) == ref_ck, "resume: final checkpoint bit-identical to the uninterrupted run")
+    for how in ("kill", "sigterm"):
+        d = mkdir(root, "resume-" + how)
+        k = rng.randrange(15, 45)
+        procs = start_world(args, d)
+        m = os.path.join(d, "m0.jsonl")
+        hit = wait_for(m, lambda e: "event" not in e and e.get("step", 0) >= k, procs)
+        # rank 0 held where it is (rank 1 cannot get more than a step ahead): the run
+        # cannot end before the signal lands
+        procs[0].send_signal(signal.SIGSTOP)
+        if how == "kill":
+            for p in procs:
+                p.kill()
+            codes, _ = finish(procs)
+            check(hit and codes == [-signal.SIGKILL] * 2,
+                  f"resume: both ranks killed with SIGKILL at step >= {k} ({codes})")
+        else:  # one rank asked to stop: both stop at the same step, rank 0 checkpoints
+            procs[1].send_signal(signal.SIGTERM)
+            procs[0].send_signal(signal.SIGCONT)
+            codes, _ = finish(procs)
+            term = [e for e in events(m) if e.get("event") == "terminated"]
+            check(hit and codes == [0, 0] and bool(term) and term[-1]["durable"] is True,
+                  f"resume: SIGTERM to rank 1 at step >= {k} stops both with exit 0 and a durable "
+                  f"checkpoint ({codes}, {term})")
+        before = len(events(m))
+        codes, errs = finish(start_world(args, d, extra=["--resume"]))
+        check(codes == [0, 0], f"resume after {how}: both ranks resume and exit 0 ({codes}; "
+              f"{[e[-300:] for e in errs if e]})")
+        res = [e for e in events(m)[before:] if e.get("event") == "resume"]
+        check(len(res) == 1 and res[0]["world_size"] == 2 and res[0]["ckpt_world_size"] == 2,
+              f"resume after {how}: rank 0 resumed from a world-2 checkpoint {res}")
+        got = steps(m)
+        diff = [s for s in range(1, n + 1) if got.get(s, {}).get("loss") != ref_steps[s]["loss"]
+                or got[s].get("grad_norm") != ref_steps[s]["grad_norm"]]
+        check(not diff, f"resume after {how}: every step's loss and grad_norm bit-identical to the "
+              "uninterrupted run" + (f" (first difference at step {diff[0]})" if diff else ""))
+        check(ckpt(d, n) == ref_ck, f"resume after {how}: final checkpoint bit-identical to the "
+              "uninterrupted run")
 
     # the world-2 state, resumed by one process computing the same two slices
     d = mkdir(root, "resume-world1")
