@@ -8,6 +8,7 @@
 #include "tc_gloo.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <memory>

@@ -178,7 +178,7 @@ static int cpu_join(struct tc_dev *d, const struct tc_dev_opts *o, const struct 
                       "with --rank, --world-size and --rendezvous");
     return -EINVAL;
   }
-  if (d->slices > 1 && d->slices / d->world > 1 &&
+  if (d->slices / d->world > 1 &&
       !(d->acc = malloc(sizeof(float) * d->host->n_params)))
     return -ENOMEM;
   if (l->world == 1) return 0;
