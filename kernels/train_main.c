@@ -53,14 +53,13 @@ static const struct opt OPTS[] = {
     {"world-size", K_LONG, O_(world_size), 1, 65536,
      "data-parallel ranks in all, one process each: NCCL on cuda, gloo on cpu (1)"},
     {"rendezvous", K_STR, O_(rendezvous), 0, 0,
-     "tcp://HOST:PORT, an address of rank 0 that every rank reaches: rank 0 listens there "
-     "and the others find it (cuda: the NCCL id; cpu: the gloo connections)"},
+     "tcp://HOST:PORT of rank 0, reachable by every rank: where the ranks meet (cuda: the NCCL "
+     "id; cpu: gloo addresses)"},
     {"dist-timeout", K_LONG, O_(dist_timeout), 1, 86400,
-     "seconds a rank waits for the others at the rendezvous and (cpu) in each exchange "
-     "before it fails (120)"},
+     "seconds a rank waits for the others (rendezvous; cpu: every exchange) before failing (120)"},
     {"grad-slices", K_LONG, O_(grad_slices), 1, 65536,
-     "cpu: compute the batch as S slices whose gradients are summed in order, S/world-size "
-     "per rank; one process with S = W gives a W-rank run's numbers bit for bit (world size)"},
+     "cpu: the batch as S slices, gradients summed in order, S/W per rank; one process with "
+     "S = W matches W ranks bit for bit (W)"},
     {"nccl-id", K_STR, O_(nccl_id), 0, 0, "the NCCL unique id as 256 hex digits (instead of --rendezvous)"},
     {"nccl", K_FLAG, O_(nccl), 0, 0, "cuda: use NCCL even with one rank"},
     {"cuda-device", K_LONG, O_(cuda_device), -1, 63, "cuda: GPU index (the local rank)"},
