@@ -33,7 +33,8 @@
   X(SL_EBLAS,        "BLAS error")                                              \
   X(SL_EAUTH,        "not authenticated")                                      \
   X(SL_ESTATE,       "not allowed in the current state")                        \
-  X(SL_ENOTSUP,      "not supported")
+  X(SL_ENOTSUP,      "not supported")                                           \
+  X(SL_EGLOO,        "gloo error")
 
 enum sl_err {
   SL_ERR_BASE_ = 10000,

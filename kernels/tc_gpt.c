@@ -146,10 +146,11 @@ int tc_gpt_forward(struct tc_model *m, const struct tc_batch *bt, float *ret_los
   m->have_targets = 0;
   if (!bt->targets) return 0;
   memcpy(a->targets, bt->targets, sizeof(int32_t) * N);
-  double loss = tc_softmax_xent(a->logits, a->losses, a->logits, a->targets, N, V,
-                                1.0f / (float)N, NULL);
+  int Ng = (bt->global_B ? bt->global_B : B) * T; /* positions the mean is over */
+  tc_softmax_xent(a->logits, a->losses, a->logits, a->targets, N, V, 1.0f / (float)Ng, NULL);
+  m->last_loss = tc_model_loss_share(a->losses, N, Ng);
   m->have_targets = 1;
-  if (ret_loss) *ret_loss = (float)loss;
+  if (ret_loss) *ret_loss = (float)m->last_loss;
   return 0;
 }
 

@@ -84,11 +84,13 @@ int tc_mlp_forward(struct tc_model *m, const struct tc_batch *bt, float *ret_los
   memcpy(a->labels, bt->targets, sizeof(int32_t) * B);
   int64_t correct = 0;
   float *logits = a->z[c->layers]; /* (B,10), becomes dlogits */
-  double loss = tc_softmax_xent(logits, a->losses, logits, a->labels, B, (int)c->classes,
-                                1.0f / (float)B, &correct);
+  int Bg = bt->global_B ? bt->global_B : B; /* rows the mean is over */
+  tc_softmax_xent(logits, a->losses, logits, a->labels, B, (int)c->classes, 1.0f / (float)Bg,
+                  &correct);
+  m->last_loss = tc_model_loss_share(a->losses, B, Bg);
   m->last_correct = correct;
   m->have_targets = 1;
-  if (ret_loss) *ret_loss = (float)loss;
+  if (ret_loss) *ret_loss = (float)m->last_loss;
   return 0;
 }
 

@@ -179,9 +179,16 @@ void tc_model_init(struct tc_model *m, struct tc_rng *rng) {
 }
 
 int tc_model_forward(struct tc_model *m, const struct tc_batch *b, float *ret_loss) {
-  if (!m->acts || b->B < 1 || b->B > m->max_batch) return -EINVAL;
+  if (!m->acts || b->B < 1 || b->B > m->max_batch || (b->global_B && b->global_B < b->B))
+    return -EINVAL;
   return m->cfg.kind == TC_MODEL_GPT ? tc_gpt_forward(m, b, ret_loss)
                                      : tc_mlp_forward(m, b, ret_loss);
+}
+
+double tc_model_loss_share(const float *losses, int rows, int global_rows) {
+  double total = 0.0; /* in row order, as tc_softmax_xent adds */
+  for (int i = 0; i < rows; i++) total += losses[i];
+  return total / (double)global_rows;
 }
 
 int tc_model_backward(struct tc_model *m) {

@@ -51,12 +51,16 @@ struct tc_adamw {
 };
 
 /* One batch. gpt: tokens and targets are (B,T) int32. mlp: inputs (B,784)
- * float, targets (B) int32. targets may be NULL for inference (gpt). */
+ * float, targets (B) int32. targets may be NULL for inference (gpt).
+ * global_B: when these B rows are a slice of a larger batch, that batch's
+ * rows; the loss and its gradient are then divided by global_B (·T), so the
+ * slices' losses and gradients add up to the whole batch's. 0: B. */
 struct tc_batch {
   int B;
   const int32_t *tokens;
   const float *inputs;
   const int32_t *targets;
+  int global_B;
 };
 
 struct tc_acts;
@@ -74,6 +78,8 @@ struct tc_model {
   struct tc_acts *acts;
   int have_targets; /* the last forward had targets; backward may run */
   int64_t last_correct; /* mlp: argmax == target count of the last forward */
+  double last_loss;     /* the last forward's loss: its row losses summed in row
+                           order (double), over global_B (·T) rows */
 };
 
 /* Checks ranges and divisibility; on error writes a reason into err. */
@@ -97,8 +103,9 @@ size_t tc_model_mem_bytes(const struct tc_model *m);
  * moments and adam_t. */
 void tc_model_init(struct tc_model *m, struct tc_rng *rng);
 
-/* Forward pass; with targets writes the mean loss to *ret_loss. Returns
- * -EINVAL for a batch larger than max_batch or an out-of-range token/label. */
+/* Forward pass; with targets writes the mean loss to *ret_loss (as float; in
+ * double in m->last_loss). Returns -EINVAL for a batch larger than max_batch,
+ * a global_B below B, or an out-of-range token/label. */
 int tc_model_forward(struct tc_model *m, const struct tc_batch *b, float *ret_loss);
 /* Gradients of the last forward's mean loss into m->grads (overwritten). */
 int tc_model_backward(struct tc_model *m);

@@ -46,6 +46,11 @@ void tc_mlp_acts_free(struct tc_acts *a, const struct tc_config *cfg);
 int tc_mlp_forward(struct tc_model *m, const struct tc_batch *b, float *ret_loss);
 int tc_mlp_backward(struct tc_model *m);
 
+/* The loss of `rows` rows of a batch of global_rows: their losses summed in
+ * row order (double), divided by global_rows. With rows == global_rows it is
+ * tc_softmax_xent's mean, bit for bit. */
+double tc_model_loss_share(const float *losses, int rows, int global_rows);
+
 /* Tensor lookup by name; the layout order is fixed in tc_model_layout. */
 float *tc_model_tensor(struct tc_model *m, float *base, const char *name);
 

@@ -24,7 +24,8 @@
 #define HELLO_MAGIC "SLRDV001"
 #define REPLY_OK "SLRDV-OK"
 #define REPLY_NO "SLRDV-NO"
-enum { HELLO_BYTES = 16, REPLY_BYTES = 8 + TC_RDV_ID_BYTES, MAX_WORLD = 65536 };
+#define XHELLO_MAGIC "SLRDV002"
+enum { HELLO_BYTES = 16, REPLY_BYTES = 8 + TC_RDV_ID_BYTES, MAX_WORLD = 65536, XHELLO_BYTES = 24 };
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -211,50 +212,221 @@ int tc_rdv_serve(int lfd, int world, const uint8_t id[TC_RDV_ID_BYTES], int time
   return r;
 }
 
-int tc_rdv_fetch(const char *spec, int rank, int world, uint8_t id[TC_RDV_ID_BYTES],
-                 int timeout_ms, char *err, size_t es) {
-  if (world < 2 || rank < 1 || rank >= world || world > MAX_WORLD) return -EINVAL;
-  int64_t deadline = now_ms() + timeout_ms;
-  int last = -ETIMEDOUT;
-  while (left_ms(deadline) > 0) {
+/* Connects to spec before the deadline, trying again every 100 ms while
+ * nobody listens there. Returns the connected fd, -ETIMEDOUT (*last: the last
+ * connect error) or -EINVAL for a bad spec. */
+static int dial(const char *spec, int64_t deadline, int *last, char *err, size_t es) {
+  for (;;) {
     struct addrinfo *ai = NULL;
     int r = resolve(spec, 0, &ai, err, es);
     if (r == -EINVAL) return r;
     for (struct addrinfo *a = ai; a && r == 0; a = a->ai_next) {
-      int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
       if (fd < 0) continue;
-      if (connect(fd, a->ai_addr, a->ai_addrlen) < 0) {
-        last = -errno;
-        close(fd);
-        continue;
+      int c = connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : -errno;
+      if (c == -EINPROGRESS) { /* an unreachable host costs the deadline, not the SYN retries */
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int k;
+        while ((k = poll(&p, 1, left_ms(deadline))) < 0 && errno == EINTR) {
+        }
+        int soerr = 0;
+        socklen_t len = sizeof soerr;
+        c = k == 0 ? -ETIMEDOUT
+                   : k < 0 ? -errno
+                   : getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0 ? -errno : -soerr;
       }
-      uint8_t hello[HELLO_BYTES], reply[REPLY_BYTES];
-      memcpy(hello, HELLO_MAGIC, 8);
-      put_u32(hello + 8, (uint32_t)rank);
-      put_u32(hello + 12, (uint32_t)world);
-      int x = xfer(fd, hello, sizeof hello, 1, deadline);
-      if (x == 0) x = xfer(fd, reply, sizeof reply, 0, deadline);
+      if (c == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0) {
+        freeaddrinfo(ai);
+        return fd;
+      }
+      *last = c;
       close(fd);
-      if (x < 0) {
-        last = x;
-        continue;
-      }
-      freeaddrinfo(ai);
-      if (memcmp(reply, REPLY_OK, 8) != 0) {
-        snprintf(err, es, "rendezvous %s refused rank %d of world size %d (another world size, "
-                 "or the rank was already served)", spec, rank, world);
-        return SL_EMISMATCH;
-      }
-      memcpy(id, reply + 8, TC_RDV_ID_BYTES);
-      return 0;
     }
     if (ai) freeaddrinfo(ai);
+    if (left_ms(deadline) == 0) return -ETIMEDOUT;
     /* rank 0 is not listening yet: wait a little (bounded by the deadline) */
     poll(NULL, 0, left_ms(deadline) < 100 ? left_ms(deadline) : 100);
   }
+}
+
+int tc_rdv_fetch(const char *spec, int rank, int world, uint8_t id[TC_RDV_ID_BYTES],
+                 int timeout_ms, char *err, size_t es) {
+  if (world < 2 || rank < 1 || rank >= world || world > MAX_WORLD) return -EINVAL;
+  int64_t deadline = now_ms() + timeout_ms;
+  int last = -ETIMEDOUT, fd;
+  while ((fd = dial(spec, deadline, &last, err, es)) >= 0) {
+    uint8_t hello[HELLO_BYTES], reply[REPLY_BYTES];
+    memcpy(hello, HELLO_MAGIC, 8);
+    put_u32(hello + 8, (uint32_t)rank);
+    put_u32(hello + 12, (uint32_t)world);
+    int x = xfer(fd, hello, sizeof hello, 1, deadline);
+    if (x == 0) x = xfer(fd, reply, sizeof reply, 0, deadline);
+    close(fd);
+    if (x < 0) {
+      last = x;
+      poll(NULL, 0, left_ms(deadline) < 100 ? left_ms(deadline) : 100);
+      continue;
+    }
+    if (memcmp(reply, REPLY_OK, 8) != 0) {
+      snprintf(err, es, "rendezvous %s refused rank %d of world size %d (another world size, "
+               "or the rank was already served)", spec, rank, world);
+      return SL_EMISMATCH;
+    }
+    memcpy(id, reply + 8, TC_RDV_ID_BYTES);
+    return 0;
+  }
+  if (fd == -EINVAL) return fd;
   snprintf(err, es, "rendezvous %s: no answer from rank 0 within %d ms (%s)", spec, timeout_ms,
            strerror(-last));
   return -ETIMEDOUT;
+}
+
+/* ---- the all-to-all exchange of small slots (gloo addresses) ---- */
+
+static int exchange_bounds(int world, size_t slot_bytes) {
+  if (world < 2 || world > MAX_WORLD || slot_bytes == 0 || slot_bytes > TC_RDV_SLOT_MAX)
+    return -EINVAL;
+  if ((double)world * world * slot_bytes > TC_RDV_EXCHANGE_MAX_BYTES) return -E2BIG;
+  return 0;
+}
+
+static void exchange_hello(uint8_t *h, int rank, int world, size_t slot_bytes) {
+  memset(h, 0, XHELLO_BYTES);
+  memcpy(h, XHELLO_MAGIC, 8);
+  put_u32(h + 8, (uint32_t)rank);
+  put_u32(h + 12, (uint32_t)world);
+  put_u32(h + 16, (uint32_t)slot_bytes);
+}
+
+int tc_rdv_exchange_serve(int lfd, int world, size_t slot_bytes, const uint8_t *mine,
+                          uint8_t *ret_slots, int timeout_ms, char *err, size_t es) {
+  int r = exchange_bounds(world, slot_bytes);
+  if (r < 0) {
+    snprintf(err, es, "rendezvous: %d ranks of %zu-byte slots is too many", world, slot_bytes);
+    return r;
+  }
+  size_t row = (size_t)world * slot_bytes; /* one rank's slots, slot k for rank k */
+  uint8_t *table = malloc(row * (size_t)world), *col = malloc(8 + row);
+  int *fds = malloc(sizeof(int) * (size_t)world);
+  if (!table || !col || !fds) {
+    r = -ENOMEM;
+    goto out;
+  }
+  for (int i = 0; i < world; i++) fds[i] = -1;
+  memcpy(table, mine, row);
+  int64_t deadline = now_ms() + timeout_ms;
+  int remaining = world - 1;
+  while (remaining > 0) {
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    int k = poll(&p, 1, left_ms(deadline));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      size_t off = (size_t)snprintf(err, es, "rendezvous: no word within %d ms from rank(s)",
+                                    timeout_ms);
+      for (int i = 1; i < world && off < es; i++)
+        if (fds[i] < 0) off += (size_t)snprintf(err + off, es - off, " %d", i);
+      r = k < 0 ? -errno : -ETIMEDOUT;
+      goto out;
+    }
+    int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (cfd < 0) continue;
+    /* each peer gets a short slice so a silent one cannot hold up the rest */
+    int64_t peer_deadline = now_ms() + 2000;
+    if (peer_deadline > deadline) peer_deadline = deadline;
+    uint8_t hello[XHELLO_BYTES];
+    if (xfer(cfd, hello, sizeof hello, 0, peer_deadline) == 0) {
+      uint32_t rank = get_u32(hello + 8);
+      int ok = memcmp(hello, XHELLO_MAGIC, 8) == 0 && get_u32(hello + 12) == (uint32_t)world &&
+               get_u32(hello + 16) == (uint32_t)slot_bytes && rank >= 1 &&
+               rank < (uint32_t)world && fds[rank] < 0;
+      if (ok && xfer(cfd, table + rank * row, row, 0, peer_deadline) == 0) {
+        fds[rank] = cfd; /* answered once everyone is here */
+        remaining--;
+        continue;
+      }
+      if (!ok) xfer(cfd, REPLY_NO, 8, 1, peer_deadline);
+    }
+    close(cfd);
+  }
+  /* rank k gets slot k of every rank's row */
+  memcpy(col, REPLY_OK, 8);
+  for (int k = 0; k < world; k++) {
+    uint8_t *dst = k == 0 ? ret_slots : col + 8;
+    for (int i = 0; i < world; i++)
+      memcpy(dst + (size_t)i * slot_bytes, table + (size_t)i * row + (size_t)k * slot_bytes,
+             slot_bytes);
+    if (k == 0) continue;
+    int x = xfer(fds[k], col, 8 + row, 1, now_ms() + 5000);
+    if (x < 0 && r == 0) {
+      snprintf(err, es, "rendezvous: cannot answer rank %d: %s", k, strerror(-x));
+      r = x;
+    }
+  }
+out:
+  if (fds)
+    for (int i = 0; i < world; i++)
+      if (fds[i] >= 0) close(fds[i]);
+  free(fds);
+  free(col);
+  free(table);
+  return r;
+}
+
+int tc_rdv_exchange_fetch(const char *spec, int rank, int world, size_t slot_bytes,
+                          const uint8_t *mine, uint8_t *ret_slots, int timeout_ms, char *err,
+                          size_t es) {
+  if (rank < 1 || rank >= world || exchange_bounds(world, slot_bytes) < 0) return -EINVAL;
+  size_t row = (size_t)world * slot_bytes;
+  int64_t deadline = now_ms() + timeout_ms;
+  int last = -ETIMEDOUT, fd;
+  while ((fd = dial(spec, deadline, &last, err, es)) >= 0) {
+    uint8_t hello[XHELLO_BYTES], status[8];
+    exchange_hello(hello, rank, world, slot_bytes);
+    int x = xfer(fd, hello, sizeof hello, 1, deadline);
+    if (x == 0) x = xfer(fd, (void *)mine, row, 1, deadline);
+    if (x == 0) x = xfer(fd, status, sizeof status, 0, deadline); /* rank 0 waits for all */
+    if (x == 0 && memcmp(status, REPLY_OK, 8) == 0) x = xfer(fd, ret_slots, row, 0, deadline);
+    close(fd);
+    if (x == 0 && memcmp(status, REPLY_OK, 8) != 0) {
+      snprintf(err, es, "rendezvous %s refused rank %d of world size %d (another world size, "
+               "or a rank %d is already there)", spec, rank, world, rank);
+      return SL_EMISMATCH;
+    }
+    if (x == 0) return 0;
+    last = x;
+    if (x == -ETIMEDOUT) break;
+    poll(NULL, 0, left_ms(deadline) < 100 ? left_ms(deadline) : 100);
+  }
+  if (fd == -EINVAL) return fd;
+  snprintf(err, es, "rendezvous %s: nothing heard from rank 0 within %d ms (%s)", spec,
+           timeout_ms, strerror(-last));
+  return -ETIMEDOUT;
+}
+
+int tc_rdv_local_host(const char *spec, char *host, size_t size, char *err, size_t es) {
+  struct addrinfo *ai = NULL;
+  int r = resolve(spec, 0, &ai, err, es);
+  if (r < 0) return r;
+  r = -ENETUNREACH;
+  for (struct addrinfo *a = ai; a && r < 0; a = a->ai_next) {
+    /* connecting a datagram socket sends nothing; it only picks the route */
+    int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) < 0 ||
+        getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+      r = -errno;
+    else if (getnameinfo((struct sockaddr *)&ss, len, host, (socklen_t)size, NULL, 0,
+                         NI_NUMERICHOST) != 0)
+      r = -EINVAL;
+    else
+      r = 0;
+    close(fd);
+  }
+  freeaddrinfo(ai);
+  if (r < 0) snprintf(err, es, "rendezvous %s: no route from this machine (%s)", spec, strerror(-r));
+  return r;
 }
 
 int tc_rdv_fork(int n, int *ret_rank, int *fds, pid_t *pids) {

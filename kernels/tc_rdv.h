@@ -1,5 +1,7 @@
-/* Rendezvous: how the ranks of a data-parallel run get rank 0's 128-byte
- * NCCL unique id. CPU-only (no NCCL or CUDA here); the id is opaque bytes.
+/* Rendezvous: how the ranks of a data-parallel run find each other. For
+ * NCCL they get rank 0's 128-byte unique id; for gloo (the CPU path) they
+ * swap the addresses of their connections. CPU-only (no NCCL, CUDA or gloo
+ * here); ids and addresses are opaque bytes.
  *
  *  - one machine: spotlab-train --gpus N forks N-1 ranks (tc_rdv_fork) and
  *    writes the id down a pipe to each (tc_rdv_pipe_send / _recv);
@@ -11,7 +13,15 @@
  * Wire format over TCP (all sizes fixed): a rank sends "SLRDV001", rank u32,
  * world u32 (little-endian); rank 0 answers "SLRDV-OK" + the 128 id bytes, or
  * "SLRDV-NO" + 128 zero bytes when the world size differs, the rank is out of
- * range or was already served. */
+ * range or was already served.
+ *
+ * The exchange (gloo): every rank has `world` slots of slot_bytes, slot k
+ * meant for rank k, and needs slot r of every rank (r its own rank). A rank
+ * sends "SLRDV002", rank u32, world u32, slot_bytes u32, u32 0, then its
+ * world * slot_bytes; rank 0 keeps each connection open until all ranks are
+ * in, then answers "SLRDV-OK" + the world slots meant for that rank, in rank
+ * order. A wrong world size or slot size, an out-of-range rank or a rank
+ * already connected is answered "SLRDV-NO" and does not end the wait. */
 #ifndef TC_RDV_H
 #define TC_RDV_H
 
@@ -43,6 +53,26 @@ int tc_rdv_serve(int listen_fd, int world, const uint8_t id[TC_RDV_ID_BYTES], in
  * deadline. SL_EMISMATCH when rank 0 refuses, -ETIMEDOUT when it never answers. */
 int tc_rdv_fetch(const char *spec, int rank, int world, uint8_t id[TC_RDV_ID_BYTES],
                  int timeout_ms, char *err, size_t err_size);
+
+/* Bounds of the exchange: a slot, and the table rank 0 holds (world² slots). */
+#define TC_RDV_SLOT_MAX 4096
+#define TC_RDV_EXCHANGE_MAX_BYTES (64u << 20)
+
+/* Rank 0 of the exchange: collects every rank's slots on listen_fd (borrowed)
+ * and answers each; ret_slots (world * slot_bytes) gets slot 0 of every rank.
+ * -ETIMEDOUT naming the missing ranks in err if they are not all in by the
+ * deadline; -E2BIG beyond the bounds above. */
+int tc_rdv_exchange_serve(int listen_fd, int world, size_t slot_bytes, const uint8_t *mine,
+                          uint8_t *ret_slots, int timeout_ms, char *err, size_t err_size);
+/* Rank > 0: sends its slots (mine: world * slot_bytes) to spec, retrying until
+ * rank 0 listens, and waits for the slots meant for it (ret_slots, slot i from
+ * rank i). SL_EMISMATCH when refused, -ETIMEDOUT past the deadline. */
+int tc_rdv_exchange_fetch(const char *spec, int rank, int world, size_t slot_bytes,
+                          const uint8_t *mine, uint8_t *ret_slots, int timeout_ms, char *err,
+                          size_t err_size);
+/* This machine's numeric address on the route to spec's host (which is that
+ * host itself when spec names this machine): where the others reach us. */
+int tc_rdv_local_host(const char *spec, char *host, size_t host_size, char *err, size_t err_size);
 
 /* One machine: forks n-1 children with a pipe each. The parent gets
  * *ret_rank 0, the write ends in fds[1..n-1] and the pids in pids[1..n-1];

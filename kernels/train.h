@@ -9,6 +9,7 @@ struct tc_opts {
   const char *dump_init, *dump_batches, *sample;
   const char *rendezvous, *nccl_id;             /* data parallelism across machines */
   long gpus, rank, world_size, cuda_device;     /* cuda_device -1: the local rank */
+  long grad_slices, dist_timeout;               /* slices of the batch (0: the world size); s */
   int bf16, nccl;
   long layers, heads, dim, ctx, hidden, batch, steps, threads, ckpt_every, eval_every;
   long warmup, keep, tokens, top_k, eval_batches;

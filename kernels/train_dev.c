@@ -2,8 +2,8 @@
  *
  * Invariant: every rank makes the same sequence of collective calls. The
  * loop guarantees it by running the same steps on every rank and deciding to
- * stop or checkpoint only through tc_dev_agree. With one process and no
- * --nccl, nothing here changes a number: the CPU path is called exactly as
+ * stop or checkpoint only through tc_dev_agree. With one process and one
+ * slice, nothing here changes a number: the CPU path is called exactly as
  * before and the CUDA path sees global batch == local batch. */
 #include "train_dev.h"
 
@@ -16,7 +16,11 @@
 #include <unistd.h>
 
 #include "sl_err.h"
+#include "tc_ops.h"
 #include "tc_rdv.h"
+#if TC_HAVE_GLOO
+#include "tc_group.h"
+#endif
 #if TC_HAVE_CUDA
 #include "tc_cuda.h"
 #include "tc_nccl.h"
@@ -25,6 +29,12 @@
 struct tc_dev {
   struct tc_model *host;
   int rank, world, batch, local_batch, cuda_device, bf16;
+  int slices;     /* of the global batch, slices / world of them on this rank */
+  float *acc;     /* CPU, several slices per rank: the sum of their gradients */
+  char err[1024]; /* why the last collective failed */
+#if TC_HAVE_GLOO
+  struct tc_group *grp; /* CPU, world > 1 */
+#endif
 #if TC_HAVE_CUDA
   struct tc_cuda_model *cm;
   struct tc_nccl *nc;
@@ -92,14 +102,22 @@ int tc_launch_finish(struct tc_launch *l, int ok) {
 
 int tc_dev_rank(const struct tc_dev *d) { return d->rank; }
 int tc_dev_world(const struct tc_dev *d) { return d->world; }
+const char *tc_dev_error(const struct tc_dev *d) { return d->err; }
 
 int tc_dev_distributed(const struct tc_dev *d) {
+#if TC_HAVE_GLOO
+  if (d->grp) return 1;
+#endif
 #if TC_HAVE_CUDA
   return d->nc != NULL;
 #else
   (void)d;
   return 0;
 #endif
+}
+
+int tc_dev_slices(const struct tc_dev_opts *o, const struct tc_launch *l) {
+  return o->grad_slices > 0 ? (int)o->grad_slices : l->world;
 }
 
 #if TC_HAVE_CUDA
@@ -116,7 +134,7 @@ static int exchange_id(const struct tc_dev_opts *o, struct tc_launch *l, uint8_t
   }
   if (l->forked) {
     if (l->rank > 0) {
-      r = tc_rdv_pipe_recv(l->fds[0], id, o->rdv_timeout_ms);
+      r = tc_rdv_pipe_recv(l->fds[0], id, o->timeout_ms);
       close(l->fds[0]);
       if (r < 0) snprintf(err, es, "rank %d: no NCCL id from rank 0: %s", l->rank, strerror(-r));
       return r;
@@ -132,11 +150,11 @@ static int exchange_id(const struct tc_dev_opts *o, struct tc_launch *l, uint8_t
   }
   if (l->world > 1) { /* --rendezvous */
     if (l->rank > 0)
-      return tc_rdv_fetch(o->rendezvous, l->rank, l->world, id, o->rdv_timeout_ms, err, es);
+      return tc_rdv_fetch(o->rendezvous, l->rank, l->world, id, o->timeout_ms, err, es);
     int fd = -1;
     if ((r = tc_rdv_listen(o->rendezvous, &fd, err, es)) < 0) return r;
     if ((r = tc_nccl_unique_id(id)) == 0)
-      r = tc_rdv_serve(fd, l->world, id, o->rdv_timeout_ms, err, es);
+      r = tc_rdv_serve(fd, l->world, id, o->timeout_ms, err, es);
     else
       snprintf(err, es, "ncclGetUniqueId failed");
     close(fd);
@@ -148,19 +166,49 @@ static int exchange_id(const struct tc_dev_opts *o, struct tc_launch *l, uint8_t
 }
 #endif
 
+/* The CPU path's ranks: a gloo group when there is more than one. */
+static int cpu_join(struct tc_dev *d, const struct tc_dev_opts *o, const struct tc_launch *l,
+                    char *err, size_t es) {
+  if (o->nccl || o->nccl_id || o->bf16) {
+    snprintf(err, es, "--nccl, --nccl-id and --bf16 need --device cuda (the CPU path uses gloo)");
+    return -EINVAL;
+  }
+  if (l->forked) {
+    snprintf(err, es, "--gpus forks one rank per GPU; on the CPU start one process per rank "
+                      "with --rank, --world-size and --rendezvous");
+    return -EINVAL;
+  }
+  if (d->slices / d->world > 1 &&
+      !(d->acc = malloc(sizeof(float) * d->host->n_params)))
+    return -ENOMEM;
+  if (l->world == 1) return 0;
+#if TC_HAVE_GLOO
+  if (!o->rendezvous) {
+    snprintf(err, es, "--world-size %d on the CPU needs --rendezvous tcp://HOST:PORT", l->world);
+    return -EINVAL;
+  }
+  return tc_group_new(o->rendezvous, l->rank, l->world, o->timeout_ms, &d->grp, err, es);
+#else
+  snprintf(err, es, "--world-size %d with --device cpu needs gloo, and this spotlab-train was "
+           "built without it (install libgloo-dev and reconfigure the build)", l->world);
+  return SL_ENOTSUP;
+#endif
+}
+
 int tc_dev_new(const struct tc_dev_opts *o, struct tc_launch *l, struct tc_model *host,
                int batch, struct tc_dev **ret, char *err, size_t es) {
-  int cuda = !strcmp(o->device, "cuda");
-  if (!cuda && (l->world > 1 || o->nccl)) {
-    snprintf(err, es, "data parallelism (--gpus, --world-size, --nccl) needs --device cuda");
-    return -EINVAL;
-  }
-  if (!cuda && o->bf16) {
-    snprintf(err, es, "--bf16 needs --device cuda");
-    return -EINVAL;
-  }
+  int r, cuda = !strcmp(o->device, "cuda"), slices = tc_dev_slices(o, l);
   if (batch % l->world) {
     snprintf(err, es, "--batch %d must be a multiple of the world size %d", batch, l->world);
+    return -EINVAL;
+  }
+  if (slices % l->world || batch % slices) {
+    snprintf(err, es, "--grad-slices %d must be a multiple of the world size %d and divide "
+             "--batch %d", slices, l->world, batch);
+    return -EINVAL;
+  }
+  if (cuda && slices != l->world) {
+    snprintf(err, es, "--grad-slices: the CUDA path computes one slice per rank");
     return -EINVAL;
   }
   struct tc_dev *d = calloc(1, sizeof *d);
@@ -170,14 +218,16 @@ int tc_dev_new(const struct tc_dev_opts *o, struct tc_launch *l, struct tc_model
   d->world = l->world;
   d->batch = batch;
   d->local_batch = batch / l->world;
+  d->slices = slices;
   d->bf16 = o->bf16;
   d->cuda_device = o->cuda_device >= 0 ? (int)o->cuda_device : l->forked ? l->rank : 0;
   if (!cuda) {
+    if ((r = cpu_join(d, o, l, err, es)) < 0) goto fail;
     *ret = d;
     return 0;
   }
 #if TC_HAVE_CUDA
-  int r, n = tc_cuda_device_count();
+  int n = tc_cuda_device_count();
   if (n <= 0) {
     snprintf(err, es, "--device cuda: %s", n < 0 ? "the CUDA driver is not usable here"
                                                  : "no GPU found (no NVIDIA GPU or driver)");
@@ -206,24 +256,27 @@ int tc_dev_new(const struct tc_dev_opts *o, struct tc_launch *l, struct tc_model
   }
   *ret = d;
   return 0;
+#else
+  snprintf(err, es, "--device cuda: this spotlab-train was built without CUDA (reconfigure with "
+                    "-Dcuda=enabled on a machine with nvcc), use --device cpu");
+  r = SL_ENOTSUP;
+#endif
 fail:
   tc_dev_free(d);
   return r;
-#else
-  free(d);
-  snprintf(err, es, "--device cuda: this spotlab-train was built without CUDA (reconfigure with "
-                    "-Dcuda=enabled on a machine with nvcc), use --device cpu");
-  return SL_ENOTSUP;
-#endif
 }
 
 struct tc_dev *tc_dev_free(struct tc_dev *d) {
   if (!d) return NULL;
+#if TC_HAVE_GLOO
+  tc_group_free(d->grp);
+#endif
 #if TC_HAVE_CUDA
   tc_nccl_free(d->nc);
   tc_cuda_model_free(d->cm);
   free(d->logits);
 #endif
+  free(d->acc);
   free(d);
   return NULL;
 }
@@ -238,8 +291,11 @@ const char *tc_dev_describe(const struct tc_dev *d, char *buf, size_t size) {
     return buf;
   }
 #endif
-  snprintf(buf, size, "cpu");
-  (void)d;
+  size_t off = (size_t)snprintf(buf, size, "cpu");
+  if (d->world > 1 && off < size)
+    off += (size_t)snprintf(buf + off, size - off, ", rank %d of %d gloo", d->rank, d->world);
+  if (d->slices > 1 && off < size)
+    snprintf(buf + off, size - off, ", %d gradient slices", d->slices);
   return buf;
 }
 
@@ -247,10 +303,31 @@ size_t tc_dev_mem_bytes(const struct tc_dev *d) {
 #if TC_HAVE_CUDA
   if (d->cm) return tc_cuda_model_mem_bytes(d->cm);
 #endif
-  return tc_model_mem_bytes(d->host);
+  return tc_model_mem_bytes(d->host) + (d->acc ? sizeof(float) * d->host->n_params : 0);
 }
 
+#if TC_HAVE_GLOO
+/* Keeps a failed collective's reason for tc_dev_error. */
+static int coll_failed(struct tc_dev *d, int r) {
+  const char *why = tc_group_error(d->grp);
+  snprintf(d->err, sizeof d->err, "%s", why[0] ? why : sl_strerror(r));
+  return r;
+}
+#endif
+
 int tc_dev_start(struct tc_dev *d, void *shared, size_t shared_bytes) {
+#if TC_HAVE_GLOO
+  if (d->grp) { /* rank 0's state (fresh or resumed) to every rank */
+    struct tc_model *m = d->host;
+    size_t bytes = m->n_params * sizeof(float);
+    int r = tc_group_broadcast(d->grp, m->params, bytes);
+    if (r == 0) r = tc_group_broadcast(d->grp, m->m, bytes);
+    if (r == 0) r = tc_group_broadcast(d->grp, m->v, bytes);
+    if (r == 0) r = tc_group_broadcast(d->grp, &m->adam_t, sizeof m->adam_t);
+    if (r == 0 && shared) r = tc_group_broadcast(d->grp, shared, shared_bytes);
+    return r < 0 ? coll_failed(d, r) : 0;
+  }
+#endif
 #if TC_HAVE_CUDA
   if (d->cm) {
     int r = tc_cuda_model_put(d->cm, d->host);
@@ -270,60 +347,121 @@ int tc_dev_start(struct tc_dev *d, void *shared, size_t shared_bytes) {
   return 0;
 }
 
-#if TC_HAVE_CUDA
-/* Rows [B*rank/W, B*(rank+1)/W) of b: equal slices when W divides B (every
- * training batch), possibly empty ones for a short last evaluation batch. */
-static struct tc_batch slice(const struct tc_dev *d, const struct tc_batch *b) {
-  struct tc_batch s = *b;
-  if (d->world == 1) return s;
-  int lo = (int)((int64_t)b->B * d->rank / d->world);
-  int hi = (int)((int64_t)b->B * (d->rank + 1) / d->world);
+/* Slice s of S of b: rows [B s/S, B (s+1)/S), equal when S divides B (every
+ * training batch), possibly empty for a short last evaluation batch. Its
+ * loss and gradient are divided by the whole batch's rows. */
+static struct tc_batch slice(const struct tc_dev *d, const struct tc_batch *b, int s, int S) {
+  struct tc_batch p = *b;
+  p.global_B = b->B;
+  if (S == 1) return p;
+  int lo = (int)((int64_t)b->B * s / S), hi = (int)((int64_t)b->B * (s + 1) / S);
   size_t row = d->host->cfg.kind == TC_MODEL_GPT ? d->host->cfg.ctx : 1;
-  s.B = hi - lo;
-  if (s.tokens) s.tokens += (size_t)lo * row;
-  if (s.targets) s.targets += (size_t)lo * row;
-  if (s.inputs) s.inputs += (size_t)lo * TC_MLP_IN;
-  return s;
+  p.B = hi - lo;
+  if (p.tokens) p.tokens += (size_t)lo * row;
+  if (p.targets) p.targets += (size_t)lo * row;
+  if (p.inputs) p.inputs += (size_t)lo * TC_MLP_IN;
+  return p;
 }
-#endif
 
-int tc_dev_forward(struct tc_dev *d, const struct tc_batch *b, double *ret_loss,
-                   int64_t *ret_correct) {
-#if TC_HAVE_CUDA
-  if (d->cm) {
-    struct tc_batch s = slice(d, b);
-    double loss = 0.0;
-    int64_t correct = 0;
-    int r = s.B > 0 ? tc_cuda_forward(d->cm, &s, b->B, &loss, &correct) : 0;
-    if (r < 0 || !b->targets || !d->nc) {
-      if (r == 0 && ret_loss) *ret_loss = loss;
-      if (r == 0 && ret_correct) *ret_correct = correct;
-      return r;
-    }
-    double v[2] = {loss, (double)correct};
-    if ((r = tc_nccl_allreduce_host_f64(d->nc, v, 2)) < 0) return r;
-    if (ret_loss) *ret_loss = v[0];
-    if (ret_correct) *ret_correct = (int64_t)v[1];
-    return 0;
-  }
+/* Sums the loss and the correct count over ranks (no-op for one process). */
+static int sum_step_values(struct tc_dev *d, double *loss, int64_t *correct) {
+  double v[2] = {*loss, (double)*correct};
+  int r = 0;
+#if TC_HAVE_GLOO
+  if (d->grp && (r = tc_group_sum_f64(d->grp, v, 2)) < 0)
+    return coll_failed(d, r);
 #endif
-  float loss = 0.0f;
-  int r = tc_model_forward(d->host, b, &loss);
-  if (r == 0 && ret_loss) *ret_loss = loss;
-  if (r == 0 && ret_correct) *ret_correct = d->host->last_correct;
+#if TC_HAVE_CUDA
+  if (d->nc && (r = tc_nccl_allreduce_host_f64(d->nc, v, 2)) < 0) return r;
+#endif
+  *loss = v[0];
+  *correct = (int64_t)v[1];
   return r;
 }
 
-int tc_dev_backward(struct tc_dev *d) {
+/* The CPU path over this rank's slices of b, in slice order; with `train`
+ * each slice's backward too, its gradients added to the previous slices'. */
+static int cpu_slices(struct tc_dev *d, const struct tc_batch *b, int train, double *ret_loss,
+                      int64_t *ret_correct) {
+  struct tc_model *m = d->host;
+  int per_rank = d->slices / d->world, first = d->rank * per_rank;
+  double loss = 0.0;
+  int64_t correct = 0;
+  for (int s = first; s < first + per_rank; s++) {
+    struct tc_batch p = slice(d, b, s, d->slices);
+    if (p.B == 0) continue;
+    int r = tc_model_forward(m, &p, NULL);
+    if (r < 0) return r;
+    loss = s == first ? m->last_loss : loss + m->last_loss;
+    correct += m->last_correct;
+    if (!train) continue;
+    if ((r = tc_model_backward(m)) < 0) return r;
+    if (per_rank == 1) continue;
+    if (s == first) { /* the running sum keeps this slice's buffer; backward gets a fresh one */
+      float *g = d->acc;
+      d->acc = m->grads;
+      m->grads = g;
+    } else {
+      tc_add(d->acc, d->acc, m->grads, m->n_params);
+    }
+  }
+  if (train && per_rank > 1) { /* the sum back where clipping and AdamW read it */
+    float *g = d->acc;
+    d->acc = m->grads;
+    m->grads = g;
+  }
+  *ret_loss = loss;
+  *ret_correct = correct;
+  return 0;
+}
+
+int tc_dev_forward(struct tc_dev *d, const struct tc_batch *b, double *ret_loss,
+                   int64_t *ret_correct) {
+  double loss = 0.0;
+  int64_t correct = 0;
+  int r;
 #if TC_HAVE_CUDA
   if (d->cm) {
-    int r = tc_cuda_backward(d->cm);
-    if (r == 0 && d->nc)
-      r = tc_nccl_allreduce_f32(d->nc, tc_cuda_model_grads(d->cm), tc_cuda_model_n_params(d->cm));
+    struct tc_batch s = slice(d, b, d->rank, d->world);
+    r = s.B > 0 ? tc_cuda_forward(d->cm, &s, b->B, &loss, &correct) : 0;
+    if (r == 0 && b->targets) r = sum_step_values(d, &loss, &correct);
+    if (r == 0 && ret_loss) *ret_loss = loss;
+    if (r == 0 && ret_correct) *ret_correct = correct;
     return r;
   }
 #endif
-  return tc_model_backward(d->host);
+  if (!b->targets) /* inference: one process, the whole batch */
+    return tc_model_forward(d->host, b, NULL);
+  if ((r = cpu_slices(d, b, 0, &loss, &correct)) < 0 || (r = sum_step_values(d, &loss, &correct)) < 0)
+    return r;
+  if (ret_loss) *ret_loss = loss;
+  if (ret_correct) *ret_correct = correct;
+  return 0;
+}
+
+int tc_dev_grads(struct tc_dev *d, const struct tc_batch *b, double *ret_loss) {
+  double loss = 0.0;
+  int64_t correct = 0;
+  int r;
+#if TC_HAVE_CUDA
+  if (d->cm) {
+    if ((r = tc_dev_forward(d, b, &loss, NULL)) < 0 || (r = tc_cuda_backward(d->cm)) < 0)
+      return r;
+    if (d->nc &&
+        (r = tc_nccl_allreduce_f32(d->nc, tc_cuda_model_grads(d->cm), tc_cuda_model_n_params(d->cm))) < 0)
+      return r;
+    *ret_loss = loss;
+    return 0;
+  }
+#endif
+  if ((r = cpu_slices(d, b, 1, &loss, &correct)) < 0) return r;
+#if TC_HAVE_GLOO
+  if (d->grp && (r = tc_group_sum_f32(d->grp, d->host->grads, d->host->n_params)) < 0)
+    return coll_failed(d, r);
+#endif
+  if ((r = sum_step_values(d, &loss, &correct)) < 0) return r;
+  *ret_loss = loss;
+  return 0;
 }
 
 int tc_dev_clip(struct tc_dev *d, float max_norm, double *ret_norm) {
@@ -351,18 +489,20 @@ int tc_dev_to_host(struct tc_dev *d) {
 }
 
 int tc_dev_agree(struct tc_dev *d, int *flags, int n) {
-#if TC_HAVE_CUDA
-  if (d->nc && d->world > 1) {
-    double v[16];
-    if (n > 16) return -EINVAL;
-    for (int i = 0; i < n; i++) v[i] = flags[i];
-    int r = tc_nccl_allreduce_host_f64(d->nc, v, n);
-    for (int i = 0; r == 0 && i < n; i++) flags[i] = v[i] > 0.0;
-    return r;
-  }
+  double v[16];
+  int r = 0;
+  if (n > 16) return -EINVAL;
+  for (int i = 0; i < n; i++) v[i] = flags[i];
+#if TC_HAVE_GLOO
+  if (d->grp && (r = tc_group_sum_f64(d->grp, v, n)) < 0)
+    return coll_failed(d, r);
 #endif
-  (void)d, (void)flags, (void)n;
-  return 0;
+#if TC_HAVE_CUDA
+  if (d->nc && d->world > 1 && (r = tc_nccl_allreduce_host_f64(d->nc, v, n)) < 0) return r;
+#endif
+  for (int i = 0; i < n; i++) flags[i] = v[i] > 0.0;
+  (void)d;
+  return r;
 }
 
 const float *tc_dev_logits(struct tc_dev *d, size_t rows) {

@@ -328,8 +328,9 @@ static int write_raw(const char *path, const float *p, size_t n) {
 static void dev_opts(const struct tc_opts *o, struct tc_dev_opts *d) {
   *d = (struct tc_dev_opts){.device = o->device, .bf16 = o->bf16, .nccl = o->nccl,
                             .gpus = o->gpus, .rank = o->rank, .world = o->world_size,
-                            .cuda_device = o->cuda_device, .rendezvous = o->rendezvous,
-                            .nccl_id = o->nccl_id, .rdv_timeout_ms = 120000};
+                            .cuda_device = o->cuda_device, .grad_slices = o->grad_slices,
+                            .rendezvous = o->rendezvous, .nccl_id = o->nccl_id,
+                            .timeout_ms = (int)(o->dist_timeout * 1000)};
 }
 
 static int run_train(const struct tc_opts *o, struct tc_launch *launch);
@@ -398,8 +399,12 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     r = fail(&R, r, err);
     goto out;
   }
+  struct tc_dev_opts dopts;
+  dev_opts(o, &dopts);
+  int slices = tc_dev_slices(&dopts, launch);
+  int rows = B % slices == 0 ? B / slices : B; /* activations for one slice */
   if (tc_config_validate(&R.cfg, err, sizeof err) < 0 ||
-      !(R.model = cuda ? tc_model_new_buffers(&R.cfg) : tc_model_new(&R.cfg, B)) ||
+      !(R.model = cuda ? tc_model_new_buffers(&R.cfg) : tc_model_new(&R.cfg, rows)) ||
       alloc_batch(&R, B) < 0) {
     if (!err[0]) snprintf(err, sizeof err, "out of memory");
     r = fail(&R, -EINVAL, err);
@@ -432,11 +437,12 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
       }
       tc_ckpt_restore(ck, R.model);
       R.meta = ck->meta;
-      R.meta.world_size = (uint32_t)launch->world;
+      R.meta.world_size = (uint32_t)launch->world; /* the state is the same on every rank */
       R.last_ckpt_step = ck->meta.step;
       R.have_ckpt = 1;
       fresh = 0;
-      emit(&R.mt, "\"event\":\"resume\",\"step\":%u,\"path\":%S", R.meta.step, path);
+      emit(&R.mt, "\"event\":\"resume\",\"step\":%u,\"path\":%S,\"world_size\":%d,"
+           "\"ckpt_world_size\":%d", R.meta.step, path, launch->world, (int)ck->meta.world_size);
       tc_ckpt_free(ck);
     } else if (r == -ENOENT) {
       emit(&R.mt, "\"event\":\"fresh\",\"step\":0,\"reason\":%S", err);
@@ -465,16 +471,15 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     }
   }
   {
-    struct tc_dev_opts d;
-    dev_opts(o, &d);
     err[0] = 0;
-    if ((r = tc_dev_new(&d, launch, R.model, B, &R.dev, err, sizeof err)) < 0 ||
+    if ((r = tc_dev_new(&dopts, launch, R.model, B, &R.dev, err, sizeof err)) < 0 ||
         (r = tc_dev_start(R.dev, &R.meta, sizeof R.meta)) < 0) {
+      if (!err[0] && R.dev) snprintf(err, sizeof err, "%s", tc_dev_error(R.dev));
       if (!err[0]) snprintf(err, sizeof err, "cannot start the device: %s", sl_strerror(r));
       r = fail(&R, r, err);
       goto out;
     }
-    if (cuda) {
+    if (cuda || launch->world > 1 || slices > 1) {
       char desc[512];
       emit(&R.mt, "\"event\":\"device\",\"step\":%u,\"device\":%S,\"world_size\":%d",
            R.meta.step, tc_dev_describe(R.dev, desc, sizeof desc), launch->world);
@@ -505,7 +510,9 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     }
     int flags[2] = {g_term != 0, g_ckpt != 0}; /* any rank asking stops or checkpoints all */
     if ((r = tc_dev_agree(R.dev, flags, 2)) < 0) {
-      r = fail(&R, r, "ranks could not agree on the step");
+      snprintf(err, sizeof err, "ranks could not agree on step %llu: %s",
+               (unsigned long long)step + 1, tc_dev_error(R.dev));
+      r = fail(&R, r, err);
       goto out;
     }
     if (flags[0]) {
@@ -522,10 +529,12 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     dump_batch(&R, B);
     struct tc_batch b = {.B = B, .tokens = R.tokens, .inputs = R.inputs, .targets = R.targets};
     double loss_d = NAN, gnorm = NAN;
-    if ((r = tc_dev_forward(R.dev, &b, &loss_d, NULL)) < 0 || (r = tc_dev_backward(R.dev)) < 0 ||
+    if ((r = tc_dev_grads(R.dev, &b, &loss_d)) < 0 ||
         (r = tc_dev_clip(R.dev, (float)o->grad_clip, &gnorm)) < 0 ||
         (r = tc_dev_adamw(R.dev, &hp, lr)) < 0) {
-      r = fail(&R, r, "training step failed");
+      snprintf(err, sizeof err, "training step %llu failed: %s", (unsigned long long)step + 1,
+               tc_dev_error(R.dev)[0] ? tc_dev_error(R.dev) : sl_strerror(r));
+      r = fail(&R, r, err);
       goto out;
     }
     loss = (float)loss_d;
@@ -534,7 +543,9 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     double rate = (is_gpt ? (double)B * R.cfg.ctx : (double)B) / (dt > 0 ? dt : 1e-9);
     int do_eval = (o->eval_every && (step + 1) % (uint64_t)o->eval_every == 0) || step + 1 == total;
     if (do_eval && (r = evaluate(&R, &ev_loss, &ev_acc)) < 0) {
-      r = fail(&R, r, "evaluation failed");
+      snprintf(err, sizeof err, "evaluation failed: %s",
+               tc_dev_error(R.dev)[0] ? tc_dev_error(R.dev) : sl_strerror(r));
+      r = fail(&R, r, err);
       goto out;
     }
     char extra[160] = "";

@@ -49,10 +49,17 @@ static const struct opt OPTS[] = {
     {"bf16", K_FLAG, O_(bf16), 0, 0,
      "cuda: matrix products in bf16 (fp32 accumulation, fp32 master weights)"},
     {"gpus", K_LONG, O_(gpus), 1, 64, "cuda: data-parallel ranks on this machine, one per GPU (1)"},
-    {"rank", K_LONG, O_(rank), 0, 65535, "cuda: this process's rank with --world-size (0)"},
-    {"world-size", K_LONG, O_(world_size), 1, 65536, "cuda: ranks in all (one process each) (1)"},
+    {"rank", K_LONG, O_(rank), 0, 65535, "this process's rank with --world-size (0)"},
+    {"world-size", K_LONG, O_(world_size), 1, 65536,
+     "data-parallel ranks in all, one process each: NCCL on cuda, gloo on cpu (1)"},
     {"rendezvous", K_STR, O_(rendezvous), 0, 0,
-     "tcp://HOST:PORT where rank 0 serves the NCCL id to the other ranks"},
+     "tcp://HOST:PORT of rank 0, reachable by every rank: where the ranks meet (cuda: the NCCL "
+     "id; cpu: gloo addresses)"},
+    {"dist-timeout", K_LONG, O_(dist_timeout), 1, 86400,
+     "seconds a rank waits for the others (rendezvous; cpu: every exchange) before failing (120)"},
+    {"grad-slices", K_LONG, O_(grad_slices), 1, 65536,
+     "cpu: the batch as S slices, gradients summed in order, S/W per rank; one process with "
+     "S = W matches W ranks bit for bit (W)"},
     {"nccl-id", K_STR, O_(nccl_id), 0, 0, "the NCCL unique id as 256 hex digits (instead of --rendezvous)"},
     {"nccl", K_FLAG, O_(nccl), 0, 0, "cuda: use NCCL even with one rank"},
     {"cuda-device", K_LONG, O_(cuda_device), -1, 63, "cuda: GPU index (the local rank)"},
@@ -164,7 +171,7 @@ int main(int argc, char **argv) {
       .model = "gpt", .device = "cpu", .layers = 4, .heads = 4, .dim = 128, .ctx = 128,
       .hidden = 256, .batch = 32, .steps = 1000, .threads = ncpu > 0 ? ncpu : 1, .keep = 3,
       .eval_batches = 8, .tokens = 200, .lr = 3e-4, .weight_decay = 0.1, .grad_clip = 1.0,
-      .temperature = 0.8, .seed = 1, .gpus = 1, .world_size = 1, .cuda_device = -1, .ckpt_dir = getenv("SPOTLAB_CHECKPOINT_DIR")};
+      .temperature = 0.8, .seed = 1, .gpus = 1, .world_size = 1, .cuda_device = -1, .dist_timeout = 120, .ckpt_dir = getenv("SPOTLAB_CHECKPOINT_DIR")};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -211,17 +218,34 @@ int main(int argc, char **argv) {
   if (!o.set_data) o.data = !strcmp(o.model, "mlp") ? "fashion-mnist" : "moby-dick";
   if (!o.set_warmup) o.warmup = o.steps / 10 < 100 ? o.steps / 10 : 100;
   if (o.rendezvous && o.nccl_id) return bad("--rendezvous and --nccl-id exclude each other");
-  if ((o.gpus > 1 || o.world_size > 1 || o.nccl || o.bf16) && strcmp(o.device, "cuda"))
-    return bad("--gpus, --world-size, --nccl and --bf16 need --device cuda");
+  int cpu = !strcmp(o.device, "cpu");
+  long ranks = o.gpus > o.world_size ? o.gpus : o.world_size;
+  if (cpu && (o.gpus > 1 || o.nccl || o.bf16 || o.nccl_id))
+    return bad("--gpus, --nccl, --nccl-id and --bf16 need --device cuda (on the CPU, start one "
+               "process per rank with --rank, --world-size and --rendezvous)");
+  if (cpu && o.world_size > 1 && !o.rendezvous)
+    return bad("--world-size %ld on the CPU needs --rendezvous tcp://HOST:PORT", o.world_size);
   if (o.rank >= o.world_size) return bad("--rank must be below --world-size");
   if ((o.gpus > 1 || o.world_size > 1) && (o.sample || o.eval_only))
     return bad("--sample and --eval run in one process");
-  if (o.batch % (o.gpus > o.world_size ? o.gpus : o.world_size))
-    return bad("--batch must be a multiple of the number of ranks");
+  if (o.batch % ranks) return bad("--batch must be a multiple of the number of ranks");
+  if (o.grad_slices && (o.grad_slices % ranks || o.batch % o.grad_slices))
+    return bad("--grad-slices must be a multiple of the number of ranks (%ld) and divide --batch",
+               ranks);
+  if (o.grad_slices && !cpu && o.grad_slices != ranks)
+    return bad("--grad-slices: the CUDA path computes one slice per rank");
 #if !TC_HAVE_CUDA
   if (!strcmp(o.device, "cuda")) {
     fprintf(stderr, "spotlab-train: --device cuda: this spotlab-train was built without CUDA "
                     "(reconfigure with -Dcuda=enabled on a machine with nvcc), use --device cpu\n");
+    return 1;
+  }
+#endif
+#if !TC_HAVE_GLOO
+  if (cpu && o.world_size > 1) {
+    fprintf(stderr, "spotlab-train: --world-size %ld with --device cpu needs gloo, and this "
+                    "spotlab-train was built without it (install libgloo-dev and reconfigure the "
+                    "build)\n", o.world_size);
     return 1;
   }
 #endif

@@ -1,7 +1,8 @@
-/* The NCCL-id rendezvous without NCCL or a GPU: hex form, address parsing,
- * the TCP exchange between processes on loopback (right and wrong world
- * sizes, a duplicate rank, nobody listening), and the pipe hand-off to
- * forked ranks. */
+/* The rendezvous without NCCL, gloo or a GPU: hex form, address parsing,
+ * the TCP hand-out of the NCCL id between processes on loopback (right and
+ * wrong world sizes, a duplicate rank, nobody listening), the all-to-all
+ * exchange of slots that gloo's addresses travel in (the same cases), the
+ * local address, and the pipe hand-off to forked ranks. */
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -30,6 +31,34 @@ static pid_t fetcher(const char *spec, int rank, int world, int expect) {
   int r = tc_rdv_fetch(spec, rank, world, id, 5000, err, sizeof err);
   if (r != expect) fprintf(stderr, "rank %d: got %d (%s), expected %d\n", rank, r, err, expect);
   _exit(r == expect && (r != 0 || memcmp(id, want, sizeof id) == 0) ? 0 : 1);
+}
+
+enum { SLOT = 40 };
+
+/* Slot k of rank i's table: its bytes say who made it for whom. */
+static void fill_slots(uint8_t *t, int rank, int world) {
+  for (int k = 0; k < world; k++)
+    for (int b = 0; b < SLOT; b++) t[k * SLOT + b] = (uint8_t)(rank * 16 + k + b * 3);
+}
+
+/* Child: exchange as `rank` of `world` (telling the server `claim` as the
+ * world size); exit 0 if the result is `expect` and, on success, slot i is
+ * rank i's slot for us. */
+static pid_t exchanger(const char *spec, int rank, int world, int claim, int expect,
+                       int timeout_ms) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  uint8_t mine[8 * SLOT], got[8 * SLOT], want[8 * SLOT];
+  char err[512] = "";
+  fill_slots(mine, rank, claim);
+  int r = tc_rdv_exchange_fetch(spec, rank, claim, SLOT, mine, got, timeout_ms, err, sizeof err);
+  if (r != expect) fprintf(stderr, "rank %d: got %d (%s), expected %d\n", rank, r, err, expect);
+  int ok = r == expect;
+  for (int i = 0; ok && r == 0 && i < world; i++) {
+    fill_slots(want, i, world);
+    ok = memcmp(got + i * SLOT, want + rank * SLOT, SLOT) == 0;
+  }
+  _exit(ok ? 0 : 1);
 }
 
 static int exited_ok(pid_t pid) {
@@ -91,6 +120,41 @@ int main(void) {
   close(lfd);
   CHECK_INT(tc_rdv_fetch(spec, 1, 2, back, 300, err, sizeof err), -ETIMEDOUT);
   printf("fetch timeout: %s\n", err);
+
+  /* the exchange: world of 3; a wrong world size is refused without ending
+   * the wait, the others get their slots from every rank in rank order */
+  CHECK_INT(tc_rdv_listen("tcp://127.0.0.1:0", &lfd, err, sizeof err), 0);
+  snprintf(spec, sizeof spec, "tcp://127.0.0.1:%d", tc_rdv_port(lfd));
+  uint8_t mine[3 * SLOT], slots[3 * SLOT], want[3 * SLOT];
+  fill_slots(mine, 0, 3);
+  wrong = exchanger(spec, 1, 3, 4, SL_EMISMATCH, 5000);
+  a = exchanger(spec, 1, 3, 3, 0, 5000);
+  b = exchanger(spec, 2, 3, 3, 0, 5000);
+  CHECK_INT(tc_rdv_exchange_serve(lfd, 3, SLOT, mine, slots, 10000, err, sizeof err), 0);
+  for (int i = 0; i < 3; i++) {
+    fill_slots(want, i, 3);
+    CHECK(memcmp(slots + i * SLOT, want, SLOT) == 0);
+  }
+  CHECK(exited_ok(wrong));
+  CHECK(exited_ok(a));
+  CHECK(exited_ok(b));
+  /* a missing rank: rank 0 gives up at its deadline naming it; the rank that
+   * came hears nothing and gives up at its own */
+  only = exchanger(spec, 2, 3, 3, -ETIMEDOUT, 2000);
+  r = tc_rdv_exchange_serve(lfd, 3, SLOT, mine, slots, 1500, err, sizeof err);
+  CHECK_INT(r, -ETIMEDOUT);
+  CHECK(strstr(err, " 1") != NULL && strstr(err, " 2") == NULL);
+  printf("exchange serve timeout: %s\n", err);
+  CHECK(exited_ok(only));
+  close(lfd);
+  CHECK_INT(tc_rdv_exchange_fetch(spec, 1, 2, SLOT, mine, slots, 300, err, sizeof err), -ETIMEDOUT);
+  printf("exchange fetch timeout: %s\n", err);
+  CHECK_INT(tc_rdv_exchange_serve(-1, 100000, SLOT, mine, slots, 10, err, sizeof err), -EINVAL);
+  CHECK_INT(tc_rdv_exchange_serve(-1, 4096, 4096, mine, slots, 10, err, sizeof err), -E2BIG);
+  /* where the others reach this machine, on the route to the rendezvous host */
+  char local[64];
+  CHECK_INT(tc_rdv_local_host("tcp://127.0.0.1:9", local, sizeof local, err, sizeof err), 0);
+  CHECK_STR(local, "127.0.0.1");
 
   /* forked ranks get the id down their pipe */
   int fds[4] = {-1, -1, -1, -1}, rank = -1;

@@ -19,7 +19,8 @@ OPTIONS = ["--model", "--data", "--layers", "--heads", "--dim", "--ctx", "--hidd
            "--batch", "--lr", "--steps", "--warmup", "--weight-decay", "--grad-clip", "--seed",
            "--threads", "--device", "--ckpt-dir", "--checkpoint-every", "--keep", "--resume",
            "--metrics", "--eval-every", "--control", "--eval", "--sample", "--tokens",
-           "--temperature", "--top-k", "--dump-init", "--help"]
+           "--temperature", "--top-k", "--dump-init", "--rank", "--world-size", "--rendezvous",
+           "--dist-timeout", "--grad-slices", "--help"]
 TINY = ["--model", "gpt", "--layers", "1", "--heads", "2", "--dim", "16", "--ctx", "16", "--batch", "4",
         "--threads", "1", "--eval-batches", "1"]
 
@@ -43,7 +44,14 @@ def main():
     for args, what in ((["--bogus"], "unknown option"), (["--steps", "x"], "bad number"),
                        (["--dropout", "0.1"], "dropout other than 0"), (["--model", "rnn"], "unknown model"),
                        (["--dim", "30", "--heads", "4"], "dim not a multiple of heads"),
-                       (["--resume"], "--resume without --ckpt-dir"), (["--layers"], "missing value")):
+                       (["--resume"], "--resume without --ckpt-dir"), (["--layers"], "missing value"),
+                       (["--world-size", "2"], "--world-size on the CPU without --rendezvous"),
+                       (["--world-size", "2", "--rank", "2", "--rendezvous", "tcp://127.0.0.1:1"],
+                        "--rank not below --world-size"),
+                       (["--grad-slices", "3", "--batch", "8"], "--grad-slices not dividing --batch"),
+                       (["--grad-slices", "3", "--batch", "12", "--world-size", "2", "--rendezvous",
+                         "tcp://127.0.0.1:1"], "--grad-slices not a multiple of the world size"),
+                       (["--gpus", "2"], "--gpus on the CPU")):
         r = run(*args)
         check(r.returncode == 2 and "spotlab-train:" in r.stderr, f"usage error exits 2: {what}", r)
     r = run("--dropout", "0.1")

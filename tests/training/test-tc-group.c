@@ -1,0 +1,175 @@
+/* CPU ranks joined by gloo (tc_group), as real processes on loopback:
+ * three ranks sum float buffers bit for bit in rank order (checked against
+ * the same additions done locally, on data where another order gives other
+ * bits), sum doubles, broadcast and meet at a barrier; a rank that dies makes
+ * the others fail with a reason within the timeout; a rank that never comes
+ * makes rank 0 give up at its deadline naming it. */
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "tc_group.h"
+#include "tc_rdv.h"
+#include "tc_rng.h"
+
+enum { W = 3, N = 100003 };
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Rank k's values: wide range of magnitudes, so the order of additions shows. */
+static void values(float *x, int k) {
+  struct tc_rng r;
+  tc_rng_seed(&r, 77, (uint64_t)k + 10);
+  for (int i = 0; i < N; i++) x[i] = tc_rng_normal(&r) * (float)(1 << (i % 7 * 3));
+}
+
+/* A free port for the rendezvous: bind port 0, read it, let it go. */
+static void pick_spec(char *spec, size_t size) {
+  char err[256];
+  int fd = -1;
+  if (tc_rdv_listen("tcp://127.0.0.1:0", &fd, err, sizeof err) < 0) abort();
+  snprintf(spec, size, "tcp://127.0.0.1:%d", tc_rdv_port(fd));
+  close(fd);
+}
+
+/* One rank's part of the good run; its exit status counts its failures. */
+static int good_rank(const char *spec, int rank) {
+  char err[1024] = "";
+  struct tc_group *g = NULL;
+  int bad = 0;
+  if (tc_group_new(spec, rank, W, 10000, &g, err, sizeof err) < 0) {
+    fprintf(stderr, "rank %d: %s\n", rank, err);
+    return 100;
+  }
+  float *x = malloc(sizeof(float) * N), *want = malloc(sizeof(float) * N);
+  float *other = malloc(sizeof(float) * N), *t = malloc(sizeof(float) * N);
+  values(x, rank);
+  values(want, 0);
+  values(other, 2);
+  for (int k = 1; k < W; k++) {
+    values(t, k);
+    for (int i = 0; i < N; i++) want[i] = want[i] + t[i];
+  }
+  values(t, 0); /* x_0 + (x_1 + x_2): differs somewhere, so the check can fail */
+  float *x1 = malloc(sizeof(float) * N);
+  values(x1, 1);
+  int order_shows = 0;
+  for (int i = 0; i < N; i++) order_shows |= (t[i] + (x1[i] + other[i])) != want[i];
+  free(x1);
+  bad += !order_shows;
+  if (tc_group_sum_f32(g, x, N) < 0) {
+    fprintf(stderr, "rank %d: %s\n", rank, tc_group_error(g));
+    bad += 10;
+  } else {
+    bad += memcmp(x, want, sizeof(float) * N) != 0;
+  }
+  /* again, to reuse the buffers, with a size that does not divide by W */
+  values(x, rank);
+  bad += tc_group_sum_f32(g, x, 7) < 0 || memcmp(x, want, sizeof(float) * 7) != 0;
+  double d[3] = {rank + 0.1, rank * 1e-17, -1.0};
+  bad += tc_group_sum_f64(g, d, 3) < 0 || d[0] != (0.1 + 1.1) + 2.1 || d[1] != (0.0 + 1e-17) + 2e-17 ||
+         d[2] != -3.0;
+  char msg[32] = "";
+  if (rank == 0) snprintf(msg, sizeof msg, "from rank zero");
+  bad += tc_group_broadcast(g, msg, sizeof msg) < 0 || strcmp(msg, "from rank zero") != 0;
+  bad += tc_group_barrier(g) < 0;
+  free(x);
+  free(want);
+  free(other);
+  free(t);
+  tc_group_free(g);
+  return bad;
+}
+
+/* Rank 2 dies (timeout_ms > 0) or stalls (timeout_ms < 0, for |timeout_ms|)
+ * after joining; the others' next collective must fail within the timeout
+ * with a reason (a timeout for the stalled one). Exit 0 if it did. */
+static int dying_rank(const char *spec, int rank, int arg) {
+  int timeout_ms = arg < 0 ? -arg : arg;
+  char err[1024] = "";
+  struct tc_group *g = NULL;
+  if (tc_group_new(spec, rank, W, timeout_ms, &g, err, sizeof err) < 0) {
+    fprintf(stderr, "rank %d: %s\n", rank, err);
+    return 100;
+  }
+  if (tc_group_barrier(g) < 0) return 101;
+  if (rank == 2 && arg > 0) raise(SIGKILL);
+  if (rank == 2) pause(); /* stalled: the parent kills it when the others are done */
+  float x[1000] = {0};
+  double t0 = now_s();
+  int r = tc_group_sum_f32(g, x, 1000);
+  double took = now_s() - t0;
+  fprintf(stderr, "rank %d after rank 2 died or stalled: %d in %.2f s: %s\n", rank, r, took, tc_group_error(g));
+  int ok = r < 0 && took < timeout_ms / 1000.0 + 2.0 && strstr(tc_group_error(g), "failed") &&
+           (arg > 0 || (r == -ETIMEDOUT && took > timeout_ms / 1000.0 - 0.5));
+  tc_group_free(g);
+  return ok ? 0 : 1;
+}
+
+/* Runs fn as ranks 0..W-1, each its own process; waits for ranks 0..W-2,
+ * then (kill_last) kills rank W-1 and waits for it too. */
+static void run_ranks(int (*fn)(const char *, int, int), const char *spec, int arg, int kill_last,
+                      int *status) {
+  pid_t pids[W];
+  fflush(NULL);
+  for (int k = 0; k < W; k++) {
+    pids[k] = fork();
+    if (pids[k] == 0) _exit(fn(spec, k, arg));
+  }
+  for (int k = 0; k < W - 1; k++) waitpid(pids[k], &status[k], 0);
+  if (kill_last) kill(pids[W - 1], SIGKILL);
+  waitpid(pids[W - 1], &status[W - 1], 0);
+}
+
+static int good_adapter(const char *spec, int rank, int unused) {
+  (void)unused;
+  return good_rank(spec, rank);
+}
+
+int main(void) {
+  char spec[64];
+  int st[W];
+  pick_spec(spec, sizeof spec);
+  run_ranks(good_adapter, spec, 0, 0, st);
+  for (int k = 0; k < W; k++) {
+    CHECK(WIFEXITED(st[k]));
+    CHECK_INT(WEXITSTATUS(st[k]), 0);
+  }
+
+  pick_spec(spec, sizeof spec);
+  run_ranks(dying_rank, spec, 3000, 0, st);
+  for (int k = 0; k < 2; k++) CHECK(WIFEXITED(st[k]) && WEXITSTATUS(st[k]) == 0);
+  CHECK(WIFSIGNALED(st[2]) && WTERMSIG(st[2]) == SIGKILL);
+  pick_spec(spec, sizeof spec);
+  run_ranks(dying_rank, spec, -1500, 1, st); /* stalled rank 2 */
+  for (int k = 0; k < 2; k++) CHECK(WIFEXITED(st[k]) && WEXITSTATUS(st[k]) == 0);
+
+  /* rank 0 alone: gives up at the deadline and names the missing ranks */
+  pick_spec(spec, sizeof spec);
+  struct tc_group *g = NULL;
+  char err[1024] = "";
+  double t0 = now_s();
+  int r = tc_group_new(spec, 0, 3, 1500, &g, err, sizeof err);
+  double took = now_s() - t0;
+  printf("rank 0 alone: %d in %.2f s: %s\n", r, took, err);
+  CHECK_INT(r, -ETIMEDOUT);
+  CHECK(took < 4.0);
+  CHECK(strstr(err, " 1 2") != NULL);
+  /* rank 1 alone: nobody at the rendezvous */
+  r = tc_group_new(spec, 1, 2, 500, &g, err, sizeof err);
+  printf("rank 1 alone: %d: %s\n", r, err);
+  CHECK_INT(r, -ETIMEDOUT);
+  CHECK(strstr(err, "rank 0") != NULL);
+  TEST_MAIN_END();
+}
