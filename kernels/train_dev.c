@@ -230,7 +230,7 @@ int tc_dev_new(const struct tc_dev_opts *o, struct tc_launch *l, struct tc_model
   int n = tc_cuda_device_count();
   if (n <= 0) {
     snprintf(err, es, "--device cuda: %s", n < 0 ? "the CUDA driver is not usable here"
-                                                 : "no GPU found (no NVIDIA GPU or driver)");
+                                                 : "no GPU found (CUDA sees no NVIDIA GPU or driver)");
     r = n < 0 ? n : SL_ECUDA;
     goto fail;
   }
