@@ -164,6 +164,13 @@ static void test_this_machine(void) {
     CHECK_STR(inv.reason, why);
   } else {
     CHECK(inv.count > 0 ? inv.model[0] && inv.memory_mib > 0 : inv.reason[0] != 0);
+    struct wk_gpu_usage u = {0};
+    if (inv.count > 0) { /* a GPU machine: a usage sample of GPU 0 reads back too */
+      CHECK_INT(wk_gpu_usage_read(wk_nvml_source(n), 0, 1, &u), 0);
+      CHECK(u.n == 1 && u.mem_total_mib >= inv.memory_mib && u.util_pct >= 0 && u.util_pct <= 100);
+      fprintf(stderr, "GPU 0 now: %.0f%% busy, %lld of %lld MiB used; driver %s\n", u.util_pct,
+              (long long)u.mem_used_mib, (long long)u.mem_total_mib, inv.driver);
+    }
   }
   fprintf(stderr, "this machine: %d GPUs%s%s%s%s\n", inv.count, inv.count ? ": " : "", inv.model,
           inv.reason[0] ? "; " : "", inv.reason);
