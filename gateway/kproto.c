@@ -349,7 +349,7 @@ static int check_device_options(struct req *q, const json_t *opts) {
   const json_t *gpus = json_object_get(opts, "gpus"), *prec = json_object_get(opts, "precision");
   double want = gpus ? json_number_value(gpus) : 0;
   char msg[200];
-  if (gpus && (!json_is_number(gpus) || want != (double)(int)want || want < 0 || want > 64))
+  if (gpus && (!json_is_number(gpus) || want < 0 || want > 64 || want != (double)(int)want))
     return fail(q, SL_ECONFIG, "gpus must be a whole number from 0 to 64"), SL_ECONFIG;
   if (prec && (!json_is_string(prec) ||
                (strcmp(json_string_value(prec), "bf16") && strcmp(json_string_value(prec), "fp32"))))

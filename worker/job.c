@@ -640,7 +640,7 @@ size_t wk_job_resend_metrics(struct wk_job *j, int64_t step) {
 }
 
 bool wk_job_gpus(const struct wk_job *j, unsigned *ret_n) {
-  if (j->state == ENDED || !j->device.cuda || j->device.gpus < 1) return false;
+  if (j->state == ENDED || j->kind == WK_KIND_RUN || !j->device.cuda || j->device.gpus < 1) return false;
   *ret_n = (unsigned)j->device.gpus;
   return true;
 }

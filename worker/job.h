@@ -58,7 +58,8 @@ void wk_job_set_checkpoint_every(struct wk_job *j, int64_t steps);
 /* Sends again the kept step metrics after step (the newest one the gateway
  * recorded, -1 for none); returns how many. */
 size_t wk_job_resend_metrics(struct wk_job *j, int64_t step);
-/* The GPUs the job trains on, [0, *ret_n): false when it runs on the CPU. */
+/* The GPUs a train, eval or sample job trains on, [0, *ret_n): false when
+ * it runs on the CPU (and for a run job, whose script reports no steps). */
 bool wk_job_gpus(const struct wk_job *j, unsigned *ret_n);
 /* A sample of those GPUs (borrowed): it goes out with the job's next step
  * metric as gpu_util_pct, gpu_mem_used_mib and gpu_mem_total_mib. */
