@@ -12,6 +12,7 @@
 #ifndef GW_FLEET_H
 #define GW_FLEET_H
 
+#include "gpus.h"
 #include "job.h"
 #include "store.h"
 
@@ -38,6 +39,8 @@ struct gw_inst {
   int64_t register_by_mono_us;  /* launching or restarted: must register before this */
   int64_t reregister_mono_us;   /* when "reregister" was last sent to it */
   int gpus;
+  struct gw_gpus found_gpus;    /* what its worker reported in register (not stored) */
+  char gpu_warning[GW_GPUS_WARNING_MAX]; /* found_gpus disagree with the catalog; "" when they agree */
   char session[256];            /* notebook session of the job it ran last (not stored) */
 };
 

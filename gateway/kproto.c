@@ -340,6 +340,35 @@ static int copy_def(struct req *q, json_t *spec, const char *field, const char *
   return 0;
 }
 
+/* gpus and precision (DESIGN.md §8), checked at submit: a value the
+ * training core cannot take, or more GPUs than any instance type of the
+ * market offers, is refused at once rather than left to fail at placement
+ * (or on a worker, which checks its own GPUs again). Sends the error reply
+ * itself on failure. */
+static int check_device_options(struct req *q, const json_t *opts) {
+  const json_t *gpus = json_object_get(opts, "gpus"), *prec = json_object_get(opts, "precision");
+  double want = gpus ? json_number_value(gpus) : 0;
+  char msg[200];
+  if (gpus && (!json_is_number(gpus) || want < 0 || want > 64 || want != (double)(int)want))
+    return fail(q, SL_ECONFIG, "gpus must be a whole number from 0 to 64"), SL_ECONFIG;
+  if (prec && (!json_is_string(prec) ||
+               (strcmp(json_string_value(prec), "bf16") && strcmp(json_string_value(prec), "fp32"))))
+    return fail(q, SL_ECONFIG, "precision must be bf16 or fp32"), SL_ECONFIG;
+  if (want < 1)
+    return 0;
+  static struct gw_offer offers[MARKET_MAX];
+  size_t n = gw_sched_market(q->g->env.sched, offers, MARKET_MAX);
+  size_t most = 0;
+  for (size_t i = 1; i < n; i++)
+    if (offers[i].type.gpus > offers[most].type.gpus)
+      most = i;
+  if (!n || offers[most].type.gpus >= (int)want)
+    return 0; /* no market to judge by yet: placement decides */
+  snprintf(msg, sizeof msg, "no instance type offers %d GPUs (the most: %d, on %.64s)", (int)want,
+           offers[most].type.gpus, offers[most].type.name);
+  return fail(q, SL_ENAME, msg), SL_ENAME;
+}
+
 /* Fills j from the request; sends the error reply itself on failure. */
 static int build_job(struct req *q, struct gw_job *j) {
   const char *kind = sl_json_get_str(q->body, "kind", "");
@@ -348,6 +377,9 @@ static int build_job(struct req *q, struct gw_job *j) {
     return fail(q, SL_ETYPE, "options must be an object"), SL_ETYPE;
   if (strcmp(kind, "train") && strcmp(kind, "eval") && strcmp(kind, "sample") && strcmp(kind, "run"))
     return fail(q, SL_ENAME, "kind must be train, eval, sample or run"), SL_ENAME;
+  int bad = check_device_options(q, opts);
+  if (bad < 0)
+    return bad;
   snprintf(j->kind, sizeof j->kind, "%s", kind);
   snprintf(j->user, sizeof j->user, "%s", q->c->user);
   snprintf(j->session, sizeof j->session, "%s", q->c->session);
@@ -482,11 +514,17 @@ static json_t *instance_json(const struct gw_inst *in) {
   char job[16] = "";
   if (in->row.job)
     gw_job_id_str(in->row.job, job, sizeof job);
-  return json_pack("{s:s,s:s,s:s,s:b,s:o,s:o,s:s,s:s,s:b,s:I}", "instance", in->row.id, "type",
-                   in->row.type, "zone", in->row.zone, "spot", in->row.spot, "price_usd_per_hour",
-                   sl_json_real(in->row.price_usd_per_hour), "on_demand_usd_per_hour",
-                   sl_json_real(in->row.on_demand_usd_per_hour), "state", in->row.state, "job",
-                   job, "registered", in->registered, "launched_us", (json_int_t)in->row.launched_us);
+  json_t *o = json_pack("{s:s,s:s,s:s,s:b,s:o,s:o,s:s,s:s,s:b,s:I}", "instance", in->row.id, "type",
+                        in->row.type, "zone", in->row.zone, "spot", in->row.spot, "price_usd_per_hour",
+                        sl_json_real(in->row.price_usd_per_hour), "on_demand_usd_per_hour",
+                        sl_json_real(in->row.on_demand_usd_per_hour), "state", in->row.state, "job",
+                        job, "registered", in->registered, "launched_us", (json_int_t)in->row.launched_us);
+  /* what its worker found of its GPUs, and a mismatch with the catalog */
+  if (o)
+    gw_gpus_add_json(&in->found_gpus, o);
+  if (o && in->gpu_warning[0])
+    json_object_set_new(o, "gpu_warning", json_string(in->gpu_warning));
+  return o;
 }
 
 static void on_status(struct req *q) {

@@ -119,6 +119,8 @@ struct gw_provider_ops {
 struct gw_provider {
   const struct gw_provider_ops *ops;
   const char *name;             /* the class name, static */
+  bool simulated;               /* its instances only play their types on this machine (the local
+                                 * provider): their GPUs are this machine's, not the catalog's */
   gw_provider_event_fn on_event;
   void *userdata;
 };

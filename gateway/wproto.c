@@ -198,10 +198,46 @@ static struct gw_job *own_job(struct gw_wproto *g, struct gw_inst *in, const jso
 
 static void on_done(struct gw_wproto *g, struct gw_inst *in, const json_t *body);
 
+/* The register's GPU report, kept on the instance and held against its
+ * type's catalog entry: a mismatch (a driver that is missing, a GPU that
+ * failed, a type that is not what it claims) is logged once, shown in
+ * %status and %instances (gpu_warning), and told to the job on the
+ * instance as a "warning" event. A simulated provider's instances (local)
+ * run on this machine, whatever their type's GPUs: nothing to compare. */
+static void check_gpus(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
+  const json_t *report = json_object_get(body, "gpus");
+  struct gw_gpus found;
+  if (!report)
+    return; /* a worker that does not report: nothing known */
+  if (gw_gpus_parse(report, &found) < 0) {
+    sl_warn(T, "%s: register with a malformed \"gpus\" report; ignored", in->row.id);
+    return;
+  }
+  in->found_gpus = found;
+  struct gw_instance_type t;
+  char why[GW_GPUS_WARNING_MAX] = "";
+  if (!in->prov || in->prov->simulated || gw_provider_type(in->prov, in->row.type, &t) < 0 ||
+      !gw_gpus_check(&found, in->row.type, t.gpus, t.gpu_model, why, sizeof why)) {
+    in->gpu_warning[0] = 0;
+    return;
+  }
+  if (!strcmp(why, in->gpu_warning))
+    return; /* told already */
+  snprintf(in->gpu_warning, sizeof in->gpu_warning, "%s", why);
+  sl_warn(T, "%s: %s", in->row.id, why);
+  struct gw_job *j = in->row.job ? gw_fleet_job(g->fleet, in->row.job) : NULL;
+  if (j && !strcmp(j->instance, in->row.id)) {
+    json_t *ev = json_pack("{s:s,s:s,s:s}", "event", "warning", "instance", in->row.id, "text", why);
+    gw_sched_emit(g->sched, j, ev);
+    json_decref(ev);
+  }
+}
+
 static void on_register(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   bool was_registered = in->registered;
   in->registered = true;
   in->register_by_mono_us = 0;
+  check_gpus(g, in, body);
   /* a worker that speaks was launched, whether or not its provider said so yet */
   gw_sched_launched(g->sched, in);
   /* done messages the worker sent since its last registered: one in flight
@@ -266,9 +302,30 @@ static void on_register(struct gw_wproto *g, struct gw_inst *in, const json_t *b
   gw_sched_kick(g->sched);
 }
 
+/* Where the job trains (protocols.md §2 "device"): one event per attempt,
+ * its scalar fields kept for the display ("CPU, 4 threads" or "2 x NVIDIA
+ * A10G, bf16"). */
+static void on_device(struct gw_wproto *g, struct gw_job *j, const json_t *data) {
+  json_t *ev = json_object();
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)data, k, v) {
+    if (strcmp(k, "type") && strcmp(k, "job") && strcmp(k, "seq") && strcmp(k, "time_us") &&
+        (json_is_string(v) || json_is_number(v) || json_is_boolean(v)))
+      json_object_set(ev, k, v);
+  }
+  json_object_set_new(ev, "event", json_string("device"));
+  gw_sched_emit(g->sched, j, ev);
+  json_decref(ev);
+}
+
 static void on_metric(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   struct gw_job *j = own_job(g, in, body);
   json_t *data = json_object_get(body, "data");
+  if (j && json_is_object(data) && !strcmp(sl_json_get_str(data, "event", ""), "device")) {
+    on_device(g, j, data);
+    return;
+  }
   if (!j || !json_is_object(data) || !json_is_integer(json_object_get(data, "step")) ||
       (!json_is_number(json_object_get(data, "loss")) &&
        !json_is_number(json_object_get(data, "eval_loss"))))

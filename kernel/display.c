@@ -173,6 +173,12 @@ static void on_metric(struct jk_display *d, const json_t *ev, int64_t t) {
     d->has_eval_loss = true;
     series_add(&d->eval, step, v);
   }
+  if (get_num(ev, "gpu_util_pct", &v) && v >= 0 && v <= 100) {
+    d->has_gpu_usage = true;
+    d->gpu_util_pct = v;
+    get_num(ev, "gpu_mem_used_mib", &d->gpu_mem_used_mib);
+    get_num(ev, "gpu_mem_total_mib", &d->gpu_mem_total_mib);
+  }
   if (get_num(ev, "tokens_per_s", &v)) {
     d->throughput = v;
     snprintf(d->throughput_unit, sizeof d->throughput_unit, "tokens/s");
@@ -349,9 +355,66 @@ static void on_idle(struct jk_display *d, const json_t *o, int64_t t) {
     timeline(d, t, "idle %s: %s", what, action);
 }
 
+/* The device of this attempt (protocols.md §2 "device"): "cpu" with its
+ * threads, or spotlab-train's description of its GPU ("cuda:0 (...)") with
+ * the worker's gpus, gpu_model and memory_mib. A new attempt may run
+ * elsewhere: its GPU usage starts afresh. */
+static void on_device(struct jk_display *d, const json_t *ev) {
+  const char *dev = sl_json_get_str(ev, "device", "");
+  double v;
+  d->has_device = true;
+  d->cuda = strncmp(dev, "cuda", 4) == 0;
+  d->has_gpu_usage = false;
+  d->gpus = d->cuda ? 1 : 0;
+  d->world_size = 1;
+  d->threads = 0;
+  d->gpu_memory_mib = 0;
+  d->gpu_model[0] = 0;
+  if (get_num(ev, "gpus", &v) && v >= 1 && v <= 1024)
+    d->gpus = (int)v;
+  if (get_num(ev, "world_size", &v) && v >= 1 && v <= 65536)
+    d->world_size = (int)v;
+  if (get_num(ev, "threads", &v) && v >= 1 && v <= 65536)
+    d->threads = (long long)v;
+  get_num(ev, "memory_mib", &d->gpu_memory_mib);
+  copy_str(d->gpu_model, sizeof d->gpu_model, ev, "gpu_model");
+  snprintf(d->precision, sizeof d->precision, "%.7s", sl_json_get_str(ev, "precision", ""));
+}
+
+void jk_display_device_text(const struct jk_display *d, char *buf, size_t size) {
+  buf[0] = 0;
+  if (!d->has_device)
+    return;
+  size_t n = 0;
+#define ADD(...) (n += (size_t)snprintf(buf + (n < size ? n : size), n < size ? size - n : 0, __VA_ARGS__))
+  if (!d->cuda) {
+    ADD("CPU");
+    if (d->threads > 0)
+      ADD(", %lld thread%s", d->threads, d->threads == 1 ? "" : "s");
+  } else {
+    ADD("%d x %s", d->gpus, d->gpu_model[0] ? d->gpu_model : "GPU");
+    if (d->gpu_memory_mib > 0)
+      ADD(" (%.1f GiB each)", d->gpu_memory_mib / 1024);
+    if (d->world_size > d->gpus)
+      ADD(", %d ranks in all", d->world_size);
+  }
+  if (d->precision[0])
+    ADD(", %s", d->precision);
+  if (d->cuda && d->has_gpu_usage) {
+    ADD("; %.0f%% busy", d->gpu_util_pct);
+    if (d->gpu_mem_total_mib > 0)
+      ADD(", %.1f of %.1f GiB", d->gpu_mem_used_mib / 1024, d->gpu_mem_total_mib / 1024);
+  }
+#undef ADD
+}
+
 static void on_other(struct jk_display *d, const char *kind, const json_t *ev, int64_t t, int64_t seq) {
   double v = 0;
-  if (strcmp(kind, "placed") == 0) {
+  if (strcmp(kind, "device") == 0) {
+    on_device(d, ev);
+  } else if (strcmp(kind, "warning") == 0) {
+    timeline(d, t, "warning: %s", sl_json_get_str(ev, "text", "?"));
+  } else if (strcmp(kind, "placed") == 0) {
     placement(d, ev);
     timeline(d, t, "placed on %s in %s, %s at $%.4f/h (%s)", d->instance_type, d->zone,
              d->spot == 0 ? "on-demand" : "spot", d->price_usd_per_hour, d->instance);
@@ -547,6 +610,10 @@ char *jk_display_text(const struct jk_display *d) {
       jk_dbuf_printf(&b, ", attempt %d", d->attempt);
     jk_dbuf_printf(&b, "\n");
   }
+  char device[256];
+  jk_display_device_text(d, device, sizeof device);
+  if (device[0])
+    jk_dbuf_printf(&b, "device: %s\n", device);
   if (d->cost_usd > 0 || d->on_demand_usd > 0) {
     jk_dbuf_printf(&b, "cost $%.4f", d->cost_usd);
     if (d->on_demand_usd > 0) {

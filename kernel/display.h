@@ -1,8 +1,9 @@
 /* The live display of one gateway job (DESIGN.md §4).
  *
  * A display folds the job's events (protocols.md §1 "events") into what a
- * person wants to see: progress, ETA, loss curve, throughput, placement,
- * cost and savings, and a timeline. It renders a MIME bundle (text/plain,
+ * person wants to see: progress, ETA, loss curve, throughput, the device it
+ * trains on (GPU model, count, utilisation and memory, or CPU threads),
+ * placement, cost and savings, and a timeline. It renders a MIME bundle (text/plain,
  * text/html, image/svg+xml, application/vnd.vegalite.v5+json) and decides
  * when an update may go out (at most one per JK_DISPLAY_MIN_INTERVAL_US; the
  * caller flushes the final state regardless). It sends nothing itself. */

@@ -33,6 +33,14 @@ struct jk_display {
   double cost_usd, on_demand_usd;
   double throughput;
   char throughput_unit[16];
+  /* where it trains (the device event) and how busy its GPUs are (metrics) */
+  bool has_device, cuda;
+  int gpus, world_size;
+  long long threads;
+  char gpu_model[96], precision[8];
+  double gpu_memory_mib;            /* per GPU */
+  bool has_gpu_usage;
+  double gpu_util_pct, gpu_mem_used_mib, gpu_mem_total_mib;
   double loss, eval_loss;
   bool has_loss, has_eval_loss;
   bool has_result;
@@ -59,6 +67,9 @@ struct jk_display {
 double jk_display_eta_s(const struct jk_display *d);
 /* Fraction done in [0,1], or -1 when steps are unknown. */
 double jk_display_fraction(const struct jk_display *d);
+/* "2 x NVIDIA A10G (22.2 GiB each), bf16; 87% busy, 30.1 of 44.4 GiB"
+ * or "CPU, 4 threads, fp32" into buf; "" until the device is known. */
+void jk_display_device_text(const struct jk_display *d, char *buf, size_t size);
 /* The i-th timeline entry, oldest first. */
 const struct tl_entry *jk_display_tl(const struct jk_display *d, size_t i);
 

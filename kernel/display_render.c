@@ -269,6 +269,13 @@ static void html_status(const struct jk_display *d, struct jk_dbuf *b) {
       jk_dbuf_printf(b, " &middot; attempt %d", d->attempt);
     jk_dbuf_printf(b, "</div>\n");
   }
+  char device[256];
+  jk_display_device_text(d, device, sizeof device);
+  if (device[0]) {
+    jk_dbuf_printf(b, "<div class=\"spotlab-device\">device: ");
+    esc(b, device);
+    jk_dbuf_printf(b, "</div>\n");
+  }
   if (d->cost_usd > 0 || d->on_demand_usd > 0) {
     jk_dbuf_printf(b, "<div>cost $%.4f", d->cost_usd);
     if (d->on_demand_usd > 0) {

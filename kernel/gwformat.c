@@ -100,9 +100,13 @@ char *jk_format_status(const json_t *reply) {
     if (i >= MAX_ROWS)
       break;
     jk_dbuf_printf(&b, "  %s", str_or_dash(w, "instance"));
-    static const char *const skip[] = {"instance", NULL};
+    static const char *const skip[] = {"instance", "gpu_warning", NULL};
     extras(&b, w, skip);
     jk_dbuf_printf(&b, "\n");
+    /* the worker's GPUs disagree with its type: a line of its own, whole */
+    const char *warning = json_string_value(json_object_get(w, "gpu_warning"));
+    if (warning && *warning)
+      jk_dbuf_printf(&b, "    warning: %.400s\n", warning);
   }
   section(&b, "idle", json_object_get(reply, "idle"));
   section(&b, "budget", json_object_get(reply, "budget"));

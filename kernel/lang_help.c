@@ -59,6 +59,7 @@ static const struct {
     {"dropout", CTX_GPT | CTX_MLP},
     {"vocab", CTX_GPT},
     {"gpus", CTX_RESOURCE | CTX_INSTANCES},
+    {"precision", CTX_TRAIN | CTX_EVAL | CTX_SAMPLE},
     {"nodes", CTX_RESOURCE},
     {"spot", CTX_RESOURCE},
     {"max_price", CTX_RESOURCE},
@@ -184,16 +185,16 @@ static const struct help helps[] = {
     {"train", "train MODEL on DATA [options]: train a model on a worker",
      "Submits a training job and streams its progress into one live display until it ends. "
      "Interrupting the cell detaches the display; the job keeps running. Options: steps batch "
-     "lr seed warmup weight_decay grad_clip eval_every detach and the resource options.",
+     "lr seed warmup weight_decay grad_clip eval_every detach precision and the resource options.",
      "train m on shakespeare steps=3000 batch=32 lr=3e-4 gpus=1 spot=yes"},
     {"eval", "eval MODEL on DATA [options]: measure a model's loss on a data set",
-     "Runs an evaluation job and shows the loss. Options: steps batch and the resource "
-     "options.",
+     "Runs an evaluation job and shows the loss. Options: steps batch precision and the "
+     "resource options.",
      "eval m on shakespeare"},
     {"sample", "sample MODEL [PROMPT] [options]: generate from a model",
      "Generates text (or predictions) from a trained model, restoring it from its checkpoint "
-     "on a new worker when needed. Options: tokens temperature top_k seed and the resource "
-     "options.",
+     "on a new worker when needed. Options: tokens temperature top_k seed precision and the "
+     "resource options.",
      "sample m \"Call me\" tokens=200 temperature=0.8"},
     {"show", "show NAME: describe a variable, model or data set",
      "Shows what the session knows about NAME: a variable's value, a model's architecture and "
@@ -282,8 +283,15 @@ static const struct help helps[] = {
     {"vocab", "vocab=N: vocabulary size (gpt)",
      "Defaults to the data set's vocabulary.", "gpt(vocab=256)"},
     {"gpus", "gpus=N: GPUs per node",
-     "How many GPUs each worker needs; for %instances, the GPU count to price.",
+     "How many GPUs each worker needs and the job trains on (data-parallel past one); gpus=0 "
+     "trains on the CPU. Without it a job uses one GPU when its instance has one, else the CPU. "
+     "A job never falls back to the CPU when the GPUs it asked for are missing: it fails, "
+     "saying so. For %instances, the GPU count to price.",
      "train m on d gpus=1"},
+    {"precision", "precision=bf16|fp32: arithmetic of the matrix products",
+     "bf16 multiplies in bfloat16 with fp32 accumulation and fp32 master weights (GPUs only); "
+     "fp32 is exact float32. Default: bf16 on GPUs, fp32 on the CPU.",
+     "train m on d gpus=1 precision=bf16"},
     {"nodes", "nodes=N: number of workers", "Workers used together for one job.",
      "train m on d nodes=2"},
     {"spot", "spot=yes|no|auto: use spot instances",

@@ -16,11 +16,14 @@
  * queued on the socket wait in a bounded outbox, in order; others are dropped
  * when the socket is full. Once a notice or shutdown arrives no new job is
  * started, and the loop ends when every job has sent done, or at the notice
- * deadline, whichever is first. */
+ * deadline, whichever is first. The instance's GPUs are read once, at
+ * start, and go out in every register; while a job trains on GPUs they are
+ * sampled every GPU_SAMPLE_US and the sample rides on its step metrics. */
 #include "agent.h"
 
 #include "conf.h"
 #include "config.h" /* the build's: SPOTLAB_VERSION */
+#include "gpuinfo.h"
 #include "job.h"
 #include "notice.h"
 #include "sl_err.h"
@@ -47,6 +50,11 @@
 #define POLL_MAX (FIXED_ITEMS + MAX_JOBS * WK_STREAM_N)
 #define LINK_MONITOR "inproc://wk-agent-link"
 #define END_HOLD_US (200 * SL_US_PER_MS) /* a held done goes out this long before exit_by */
+#define GPU_SAMPLE_US (5 * SL_US_PER_S)
+
+#ifndef WK_TRAIN_CUDA
+#define WK_TRAIN_CUDA 0 /* set by worker/meson.build: the build's spotlab-train has CUDA */
+#endif
 
 struct wk_agent {
   const struct wk_config *cfg;
@@ -54,6 +62,9 @@ struct wk_agent {
   void *zctx, *sock, *link; /* link: PAIR fed by the socket monitor */
   struct wk_store *store;
   struct wk_notice_watcher *watcher;
+  struct wk_nvml *nvml;         /* NULL: no NVIDIA driver (gpus.reason says why) */
+  struct wk_gpu_inventory gpus;
+  int64_t next_gpu_sample_us;
   struct wk_job *jobs[MAX_JOBS];
   size_t njobs;
   char *outbox[OUTBOX_MAX];
@@ -130,10 +141,10 @@ static json_t *jobs_array(const struct wk_agent *a) {
 }
 
 static void send_register(struct wk_agent *a, int64_t now) {
-  json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:o, s:O}", "type", "register", "instance",
+  json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:o, s:O, s:o}", "type", "register", "instance",
                         a->cfg->instance, "instance_type", a->cfg->type, "zone", a->cfg->zone, "spot",
                         a->cfg->spot, "version", SPOTLAB_VERSION, "jobs", jobs_array(a), "ended",
-                        a->ended);
+                        a->ended, "gpus", wk_gpu_inventory_json(&a->gpus));
   a->ended_listed = json_array_size(a->ended);
   agent_send(a, m, false);
   a->register_sent_us = now;
@@ -363,6 +374,17 @@ static void tick_jobs(struct wk_agent *a, int64_t now) {
   }
 }
 
+static void sample_gpus(struct wk_agent *a, int64_t now) {
+  if (!a->nvml || now < a->next_gpu_sample_us) return;
+  a->next_gpu_sample_us = now + GPU_SAMPLE_US;
+  for (size_t i = 0; i < a->njobs; i++) {
+    unsigned n;
+    struct wk_gpu_usage u;
+    if (wk_job_gpus(a->jobs[i], &n) && wk_gpu_usage_read(wk_nvml_source(a->nvml), 0, n, &u) == 0)
+      wk_job_gpu_usage(a->jobs[i], &u);
+  }
+}
+
 static void tick_registration(struct wk_agent *a, int64_t now) {
   if (!a->registered) {
     if (now - a->register_sent_us >= a->cfg->register_timeout_ms * SL_US_PER_MS) send_register(a, now);
@@ -407,6 +429,7 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
       struct wk_notice note;
       if (items[2].revents && wk_notice_watcher_take(a->watcher, &note) == 1) on_notice(a, &note);
     }
+    sample_gpus(a, now);
     tick_jobs(a, now);
     tick_registration(a, now);
     if (a->registered) flush_outbox(a);
@@ -459,6 +482,19 @@ static int open_socket(struct wk_agent *a) {
   return 0;
 }
 
+/* The inventory, once: NVML when the driver is there, else zero GPUs and why. */
+static void open_gpus(struct wk_agent *a) {
+  char why[WK_GPU_REASON_MAX] = "";
+  if (wk_nvml_open(&a->nvml, why, sizeof why) < 0) a->nvml = NULL;
+  wk_gpu_inventory_read(wk_nvml_source(a->nvml), why, &a->gpus);
+  const struct wk_gpu_inventory *g = &a->gpus;
+  if (g->count)
+    sl_info(TOPIC, "GPUs: %d x %s (%lld MiB each), driver %s%s%s", g->count, g->model,
+            (long long)g->memory_mib, g->driver[0] ? g->driver : "?", g->reason[0] ? "; " : "", g->reason);
+  else
+    sl_info(TOPIC, "no GPUs: %s", g->reason);
+}
+
 int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent **ret) {
   struct wk_agent *a = calloc(1, sizeof *a);
   if (!a) return -ENOMEM;
@@ -474,7 +510,8 @@ int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent
     sl_err("worker.store", "store %s: %s", cfg->store, sl_strerror(r));
     goto fail;
   }
-  a->env = (struct wk_job_env){cfg, a->store, train, agent_send, a};
+  open_gpus(a);
+  a->env = (struct wk_job_env){cfg, a->store, train, &a->gpus, WK_TRAIN_CUDA, agent_send, a};
   if ((r = open_socket(a)) < 0) goto fail;
   if (cfg->metadata[0]) {
     r = wk_notice_watcher_new(cfg->metadata, wk_config_metadata_kind(cfg), cfg->notice_poll_ms, &a->watcher);
@@ -500,6 +537,7 @@ struct wk_agent *wk_agent_free(struct wk_agent *a) {
   if (a->sock) zmq_close(a->sock);
   if (a->zctx) zmq_ctx_term(a->zctx);
   wk_store_free(a->store);
+  wk_nvml_free(a->nvml);
   json_decref(a->ended);
   free(a);
   return NULL;

@@ -52,6 +52,10 @@ struct wk_job {
   struct wk_relay *relay;
   struct wk_filesync *files;
   char dir[PATH_MAX - 64], ckpt_dir[PATH_MAX];
+  struct wk_device device;
+  bool device_sent;   /* the device event of this attempt went out */
+  bool usage_pending; /* usage goes out with the next step metric */
+  struct wk_gpu_usage usage;
   int64_t step, durable_step, notice_step;
   bool cancelled, noticed, terminated;
   int64_t wait_until_us, kill_at_us, next_sync_us, exited_at_us;
@@ -211,10 +215,12 @@ static int spawn(struct wk_job *j, const json_t *assign, char *err, size_t err_s
     .control_fd = WK_CHILD_CONTROL_FD, .resume = json_is_string(restore_key),
     .checkpoint_every = json_is_integer(json_object_get(assign, "checkpoint_every"))
                             ? json_integer_value(json_object_get(assign, "checkpoint_every")) : 0,
+    .gpus = j->env->gpus, .instance_type = j->env->cfg->type, .train_cuda = j->env->train_cuda,
   };
   char **argv = NULL, **envp = NULL;
-  int r = wk_spec_build_argv(j->kind, json_object_get(assign, "spec"), &p, &argv, err, err_size);
-  if (r < 0) return r;
+  const json_t *spec = json_object_get(assign, "spec");
+  int r = wk_spec_device(j->kind, spec, &p, &j->device, err, err_size);
+  if (r < 0 || (r = wk_spec_build_argv(j->kind, spec, &p, &argv, err, err_size)) < 0) return r;
   if ((r = build_env(j, json_object_get(assign, "env"), &envp, err, err_size)) < 0) goto out;
   struct wk_child_opts o = {.argv = argv, .envp = envp, .cwd = j->dir,
                             .metrics = j->kind != WK_KIND_RUN, .control = j->kind == WK_KIND_TRAIN};
@@ -225,6 +231,37 @@ out:
   wk_argv_free(argv);
   wk_argv_free(envp);
   return r;
+}
+
+/* The job's device event (a metric event; the display shows it): on the
+ * CPU the worker's own, {"device":"cpu","threads","precision",
+ * "world_size":1}, since spotlab-train reports no device there; on GPUs
+ * spotlab-train's (its "device" names the GPU, rank and precision, with
+ * "world_size"), to which the worker adds what NVML said: "gpus",
+ * "gpu_model", "memory_mib" (per GPU) and "precision". One per attempt:
+ * the first wins (each rank of a multi-GPU run may report). Takes ev. */
+static void send_device(struct wk_job *j, json_t *ev) {
+  if (j->device_sent) {
+    json_decref(ev);
+    return;
+  }
+  const struct wk_device *d = &j->device;
+  if (!ev) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    ev = json_pack("{s:s, s:s, s:I, s:i}", "event", "device", "device", "cpu", "threads",
+                   (json_int_t)(d->threads > 0 ? d->threads : ncpu > 0 ? ncpu : 1), "world_size", 1);
+  } else if (d->cuda && j->env->gpus) {
+    json_object_set_new(ev, "gpus", json_integer(d->gpus));
+    json_object_set_new(ev, "gpu_model", json_string(j->env->gpus->model));
+    json_object_set_new(ev, "memory_mib", json_integer(j->env->gpus->memory_mib));
+  }
+  if (!ev) return;
+  json_object_set_new(ev, "precision", json_string(d->bf16 ? "bf16" : "fp32"));
+  j->device_sent = true;
+  json_t *m = msg_new(j, "metric");
+  if (m) json_object_set_new(m, "data", ev);
+  else json_decref(ev);
+  send(j, m, true);
 }
 
 int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_job **ret,
@@ -255,6 +292,7 @@ int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_j
   /* the job runs from here on: the gateway moves it to running (a %%run job
    * sends no metric that could say so) */
   send(j, msg_new(j, "started"), true);
+  if (j->kind != WK_KIND_RUN && !j->device.cuda) send_device(j, NULL);
   *ret = j;
   return 0;
 }
@@ -283,9 +321,20 @@ static void add_restore_timing(struct wk_job *j, json_t *data) {
   json_object_set_new(data, "restore_ms", json_integer((sl_time_mono_us() - j->assigned_us) / 1000));
 }
 
+/* The newest GPU sample rides on the next step metric. */
+static void add_gpu_usage(struct wk_job *j, json_t *data) {
+  if (!j->usage_pending || json_object_get(data, "event") || !json_is_number(json_object_get(data, "loss")))
+    return;
+  j->usage_pending = false;
+  json_object_set_new(data, "gpu_util_pct", sl_json_real(j->usage.util_pct));
+  json_object_set_new(data, "gpu_mem_used_mib", json_integer(j->usage.mem_used_mib));
+  json_object_set_new(data, "gpu_mem_total_mib", json_integer(j->usage.mem_total_mib));
+}
+
 static void send_metric(struct wk_job *j, json_t *data) {
   if (!data) return;
   add_restore_timing(j, data);
+  add_gpu_usage(j, data);
   wk_relay_sent(j->relay, data);
   json_t *m = msg_new(j, "metric");
   if (m) json_object_set_new(m, "data", data);
@@ -376,6 +425,10 @@ static void on_metrics_line(struct wk_job *j, const char *line, size_t len) {
   if (event && !strcmp(event, "checkpoint")) {
     upload_checkpoint(j, obj);
     json_decref(obj);
+    return;
+  }
+  if (event && !strcmp(event, "device")) {
+    send_device(j, obj);
     return;
   }
   if (event && !strcmp(event, "resume") && j->restore_pending && j->load_ms < 0)
@@ -584,6 +637,17 @@ size_t wk_job_resend_metrics(struct wk_job *j, int64_t step) {
     send(j, m, false);
   }
   return n;
+}
+
+bool wk_job_gpus(const struct wk_job *j, unsigned *ret_n) {
+  if (j->state == ENDED || j->kind == WK_KIND_RUN || !j->device.cuda || j->device.gpus < 1) return false;
+  *ret_n = (unsigned)j->device.gpus;
+  return true;
+}
+
+void wk_job_gpu_usage(struct wk_job *j, const struct wk_gpu_usage *u) {
+  j->usage = *u;
+  j->usage_pending = true;
 }
 
 void wk_job_notice(struct wk_job *j, int64_t deadline) {

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "child.h"
+#include "gpuinfo.h"
 
 struct wk_config;
 struct wk_store;
@@ -23,6 +24,8 @@ struct wk_job_env {
   const struct wk_config *cfg;
   struct wk_store *store;
   const char *train;  /* spotlab-train path */
+  const struct wk_gpu_inventory *gpus; /* this instance's GPUs */
+  bool train_cuda;    /* spotlab-train was built with CUDA */
   wk_send_fn *send;
   void *ctx;
 };
@@ -55,6 +58,12 @@ void wk_job_set_checkpoint_every(struct wk_job *j, int64_t steps);
 /* Sends again the kept step metrics after step (the newest one the gateway
  * recorded, -1 for none); returns how many. */
 size_t wk_job_resend_metrics(struct wk_job *j, int64_t step);
+/* The GPUs a train, eval or sample job trains on, [0, *ret_n): false when
+ * it runs on the CPU (and for a run job, whose script reports no steps). */
+bool wk_job_gpus(const struct wk_job *j, unsigned *ret_n);
+/* A sample of those GPUs (borrowed): it goes out with the job's next step
+ * metric as gpu_util_pct, gpu_mem_used_mib and gpu_mem_total_mib. */
+void wk_job_gpu_usage(struct wk_job *j, const struct wk_gpu_usage *u);
 /* A preemption notice: checkpoint, upload, stop before deadline_mono_us. */
 void wk_job_notice(struct wk_job *j, int64_t deadline_mono_us);
 

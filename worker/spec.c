@@ -4,9 +4,11 @@
  * {"script":TEXT} for run. A DEF is {"type":..,"args":[..],"options":{..}},
  * or a session definition {"name":..,"kind":..,"spec":{...}} wrapping one.
  * Values are JSON numbers, strings, booleans or the session's tagged values
- * ({"t":"num","v":..}). Resource options (gpus, spot, max_price, ...) are the
- * gateway's business and are skipped here; any other unknown option is an
- * error, so a typo never trains silently with a default. */
+ * ({"t":"num","v":..}). Placement options (spot, max_price, ...) are the
+ * gateway's business and are skipped here; gpus, precision and device
+ * choose the device (wk_spec_device) against this instance's GPUs; any
+ * other unknown option is an error, so a typo never trains silently with a
+ * default. */
 #include "spec.h"
 
 #include "sl_err.h"
@@ -43,7 +45,6 @@ static const struct flag option_flags[] = {
   {"eval_batches", "--eval-batches", V_INT, KT | KE},
   {"keep", "--keep", V_INT, KT},
   {"threads", "--threads", V_INT, KT | KE | KS},
-  {"device", "--device", V_STR, KT | KE | KS},
   {"tokens", "--tokens", V_INT, KS},
   {"temperature", "--temperature", V_NUM, KS},
   {"top_k", "--top-k", V_INT, KS},
@@ -54,10 +55,10 @@ static const struct flag model_flags[] = {
   {"hidden", "--hidden", V_INT, KT}, {"dropout", "--dropout", V_NUM, KT},
 };
 /* Options handled elsewhere: placement and limits are the gateway's, the
- * checkpoint interval and the prompt have their own code below. */
+ * checkpoint interval, the prompt and the device have their own code below. */
 static const char *const skipped_options[] = {
   "gpus", "nodes", "spot", "max_price", "instance", "region", "deadline", "detach",
-  "checkpoint_every", "prompt", NULL,
+  "checkpoint_every", "prompt", "precision", "device", NULL,
 };
 
 struct av {
@@ -224,11 +225,124 @@ static int add_checkpoint_every(struct av *a, const json_t *spec, const struct w
   return r < 0 ? r : push2(a, "--checkpoint-every", buf);
 }
 
+/* ---- the device ---- */
+
+#define GPUS_MAX 64 /* spotlab-train's --gpus bound */
+
+/* A whole-number option of opts in [0, max] into *ret; absent leaves *ret. */
+static int whole_option(struct av *a, const json_t *opts, const char *name, long long max, long long *ret) {
+  const json_t *v = plain(json_object_get(opts, name));
+  if (!v) return 0;
+  double d = json_is_number(v) ? json_number_value(v) : -1;
+  if (!json_is_number(v) || d != floor(d) || d < 0 || d > (double)max)
+    return fail(a, SL_ETYPE, "option %s must be a whole number from 0 to %lld", name, max);
+  *ret = (long long)d;
+  return 0;
+}
+
+/* A string option of opts that must be one of two words; absent: NULL. */
+static int word_option(struct av *a, const json_t *opts, const char *name, const char *w1, const char *w2,
+                       const char **ret) {
+  const json_t *v = plain(json_object_get(opts, name));
+  if (!v) return 0;
+  if (!json_is_string(v)) return fail(a, SL_ETYPE, "option %s must be a string: %s or %s", name, w1, w2);
+  const char *s = json_string_value(v);
+  if (strcmp(s, w1) && strcmp(s, w2)) return fail(a, SL_ECONFIG, "option %s must be %s or %s", name, w1, w2);
+  *ret = s;
+  return 0;
+}
+
+/* -ENODEV: the job asked for GPUs this instance does not have. */
+static int too_few_gpus(struct av *a, const char *asked, const struct wk_spec_paths *p) {
+  int have = p->gpus ? p->gpus->count : 0;
+  const char *reason = p->gpus ? p->gpus->reason : "no GPU inventory";
+  return fail(a, -ENODEV, "%s asked, but this instance (%s) has %d GPU%s%s%s%s", asked,
+              p->instance_type && *p->instance_type ? p->instance_type : "of unknown type", have,
+              have == 1 ? "" : "s", have == 0 && reason && *reason ? " (" : "",
+              have == 0 && reason && *reason ? reason : "", have == 0 && reason && *reason ? ")" : "");
+}
+
+static int resolve_device(struct av *a, enum wk_kind kind, const json_t *spec, const struct wk_spec_paths *p,
+                          struct wk_device *ret) {
+  const json_t *opts = json_object_get(spec, "options");
+  if (opts && !json_is_object(opts)) return fail(a, SL_ETYPE, "job options must be an object");
+  long long gpus = -1, threads = 0;
+  const char *device = NULL, *precision = NULL;
+  int have = p->gpus ? p->gpus->count : 0, r;
+  char asked[48];
+  if ((r = whole_option(a, opts, "gpus", GPUS_MAX, &gpus)) < 0) return r;
+  snprintf(asked, sizeof asked, "gpus=%lld", gpus);
+  if (kind == WK_KIND_RUN) { /* the script chooses its device; the GPUs it asked for must be here */
+    if (gpus > have) return too_few_gpus(a, asked, p);
+    *ret = (struct wk_device){.cuda = gpus > 0, .gpus = gpus > 0 ? (int)gpus : 0};
+    return 0;
+  }
+  if ((r = word_option(a, opts, "device", "cpu", "cuda", &device)) < 0 ||
+      (r = word_option(a, opts, "precision", "bf16", "fp32", &precision)) < 0)
+    return r;
+  const json_t *t = plain(json_object_get(opts, "threads"));
+  if (json_is_integer(t) && json_integer_value(t) > 0) threads = json_integer_value(t);
+  bool cuda;
+  char cpu_why[160];
+  if (device && !strcmp(device, "cpu")) {
+    if (gpus > 0) return fail(a, SL_ECONFIG, "device=cpu contradicts gpus=%lld", gpus);
+    cuda = false;
+    snprintf(cpu_why, sizeof cpu_why, "device=cpu");
+  } else if (device) {
+    if (gpus == 0) return fail(a, SL_ECONFIG, "device=cuda contradicts gpus=0");
+    if (gpus < 0) snprintf(asked, sizeof asked, "device=cuda");
+    cuda = true;
+  } else if (gpus >= 0) {
+    cuda = gpus > 0;
+    snprintf(cpu_why, sizeof cpu_why, "gpus=0");
+  } else {
+    cuda = have > 0 && p->train_cuda;
+    if (have > 0)
+      snprintf(cpu_why, sizeof cpu_why, "this worker's spotlab-train was built without CUDA");
+    else
+      snprintf(cpu_why, sizeof cpu_why, "this instance (%.64s) has no GPU",
+               p->instance_type && *p->instance_type ? p->instance_type : "of unknown type");
+  }
+  if (cuda && gpus < 1) gpus = 1;
+  if (cuda && gpus > have) return too_few_gpus(a, asked, p);
+  bool bf16 = precision ? !strcmp(precision, "bf16") : cuda;
+  if (bf16 && !cuda)
+    return fail(a, SL_ECONFIG, "precision=bf16 needs a GPU, but this job runs on the CPU (%s); "
+                               "use precision=fp32, or gpus=1 on an instance with a GPU", cpu_why);
+  *ret = (struct wk_device){.cuda = cuda, .gpus = !cuda ? 0 : kind == WK_KIND_TRAIN ? (int)gpus : 1,
+                            .bf16 = bf16, .threads = cuda ? 0 : threads};
+  return 0;
+}
+
+int wk_spec_device(enum wk_kind kind, const json_t *spec, const struct wk_spec_paths *p, struct wk_device *ret,
+                   char *err, size_t err_size) {
+  struct av a = {NULL, 0, err, err_size};
+  if (!json_is_object(spec)) return fail(&a, SL_ECONFIG, "spec must be an object");
+  return resolve_device(&a, kind, spec, p, ret);
+}
+
+/* --device cuda [--gpus N] [--bf16]; on the CPU only an explicit device=cpu
+ * is passed on (spotlab-train's default). */
+static int add_device(struct av *a, enum wk_kind kind, const json_t *spec, const struct wk_spec_paths *p) {
+  struct wk_device d;
+  char buf[32];
+  int r = resolve_device(a, kind, spec, p, &d);
+  if (r < 0) return r;
+  if (!d.cuda)
+    return json_object_get(json_object_get(spec, "options"), "device") ? push2(a, "--device", "cpu") : 0;
+  if ((r = push2(a, "--device", "cuda")) < 0) return r;
+  snprintf(buf, sizeof buf, "%d", d.gpus);
+  if (kind == WK_KIND_TRAIN && d.gpus > 1 && (r = push2(a, "--gpus", buf)) < 0) return r;
+  return d.bf16 ? push(a, "--bf16") : 0;
+}
+
 static int build(struct av *a, enum wk_kind kind, const json_t *spec, const struct wk_spec_paths *p) {
   int r;
   if (kind == WK_KIND_RUN) {
     const char *script = json_string_value(json_object_get(spec, "script"));
     if (!script) return fail(a, SL_ECONFIG, "run spec has no script");
+    struct wk_device d;
+    if ((r = resolve_device(a, kind, spec, p, &d)) < 0) return r;
     if ((r = push(a, "/bin/sh")) < 0 || (r = push(a, "-e")) < 0 || (r = push(a, "-c")) < 0)
       return r;
     return push(a, script);
@@ -248,7 +362,8 @@ static int build(struct av *a, enum wk_kind kind, const json_t *spec, const stru
     if (!json_is_string(pr)) return fail(a, SL_ECONFIG, "sample needs a prompt string");
     if ((r = push2(a, "--sample", json_string_value(pr))) < 0) return r;
   }
-  return add_common(a, kind, spec, p);
+  if ((r = add_common(a, kind, spec, p)) < 0) return r;
+  return add_device(a, kind, spec, p);
 }
 
 int wk_spec_build_argv(enum wk_kind kind, const json_t *spec, const struct wk_spec_paths *p,

@@ -443,6 +443,24 @@ static void test_status_market_cost(void) {
   r = fx_ktype(f, "kb", "cost");
   CHECK_NEAR(sl_json_get_num(r, "spent_usd", -1), 0, 1e-15);
   CHECK_INT(json_array_size(json_object_get(r, "jobs")), 0);
+
+  /* gpus and precision at submit: more GPUs than any type offers, or a
+   * value the training core cannot take, is refused at once (no job) */
+  size_t jobs_before = gw_fleet_n_jobs(f->fleet);
+  r = fx_ksubmit(f, "ka", json_pack("{s:i}", "gpus", 8));
+  CHECK(r && !fx_ok(r));
+  CHECK_STR(fx_err_code(r), sl_errname(SL_ENAME));
+  CHECK_STR(fx_err_msg(r), "no instance type offers 8 GPUs (the most: 4, on t.big)");
+  r = fx_ksubmit(f, "ka", json_pack("{s:s}", "precision", "fp16"));
+  CHECK(contains(fx_err_msg(r), "precision must be bf16 or fp32"));
+  r = fx_ksubmit(f, "ka", json_pack("{s:f}", "gpus", 1.5));
+  CHECK(contains(fx_err_msg(r), "gpus must be a whole number from 0 to 64"));
+  r = fx_ksubmit(f, "ka", json_pack("{s:s}", "gpus", "two"));
+  CHECK_STR(fx_err_code(r), sl_errname(SL_ECONFIG));
+  CHECK_INT(gw_fleet_n_jobs(f->fleet), jobs_before);
+  r = fx_ksubmit(f, "ka", json_pack("{s:i,s:s}", "gpus", 4, "precision", "bf16"));
+  CHECK(fx_ok(r));
+  CHECK_INT(gw_fleet_n_jobs(f->fleet), jobs_before + 1);
   fx_free(f);
 }
 

@@ -200,6 +200,109 @@ static void test_register_jobs(void) {
   fx_free(f);
 }
 
+/* ---- what the worker found of its GPUs ---- */
+
+/* register from inst with gpus (a JSON text; NULL: none). */
+static void register_gpus(struct fx *f, const char *inst, const char *gpus) {
+  json_t *b = json_pack("{s:s,s:s,s:[],s:[]}", "type", "register", "instance", inst, "jobs", "ended");
+  if (gpus)
+    json_object_set_new(b, "gpus", json_loads(gpus, JSON_DECODE_ANY, NULL));
+  fx_worker(f, inst, b);
+  json_decref(b);
+}
+
+/* The instance's entry in a status reply (borrowed), or NULL. */
+static const json_t *status_worker(struct fx *f, const char *inst) {
+  const json_t *r = fx_ktype(f, "ka", "status");
+  size_t i;
+  json_t *w;
+  json_array_foreach(json_object_get(r, "workers"), i, w) if (!strcmp(sl_json_get_str(w, "instance", ""), inst))
+    return w;
+  return NULL;
+}
+
+static void test_register_gpus(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  fx_user(f, "alice", "alice-token");
+  CHECK(fx_hello(f, "ka", "alice-token", "nb"));
+  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
+  fx_settle(f); /* launched on t.small: 1 x T1 in the fake's catalog */
+  CHECK_STR(fx_job(f, id)->instance, "f-1");
+  /* the worker finds no GPU: a warning, logged, in %status and on the job */
+  register_gpus(f, "f-1", "{\"count\":0,\"model\":\"\",\"memory_mib\":0,\"driver\":\"\","
+                          "\"reason\":\"no NVIDIA driver library\"}");
+  const char *want = "t.small has 1 x T1 in the catalog, but its worker found no GPU (no NVIDIA driver library)";
+  CHECK_STR(fx_inst(f, "f-1")->gpu_warning, want);
+  CHECK_INT(fx_inst(f, "f-1")->found_gpus.count, 0);
+  const json_t *ev = fx_job_event(f, id, "warning");
+  CHECK(ev != NULL);
+  CHECK_STR(sl_json_get_str(ev, "text", ""), want);
+  CHECK_STR(sl_json_get_str(ev, "instance", ""), "f-1");
+  const json_t *w = status_worker(f, "f-1");
+  CHECK_STR(sl_json_get_str(w, "gpu_warning", ""), want);
+  CHECK_INT(sl_json_get_int(w, "gpus", -1), 0);
+  CHECK(!json_object_get(w, "gpu_model"));
+  /* the same report again (a register after a reconnect): told once */
+  register_gpus(f, "f-1", "{\"count\":0,\"reason\":\"no NVIDIA driver library\"}");
+  CHECK_INT(fx_job_events(f, id, "warning"), 1);
+  /* a report that matches clears it */
+  register_gpus(f, "f-1", "{\"count\":1,\"model\":\"NVIDIA T1\",\"memory_mib\":16384,\"driver\":\"550.54.15\"}");
+  CHECK_STR(fx_inst(f, "f-1")->gpu_warning, "");
+  w = status_worker(f, "f-1");
+  CHECK(w && !json_object_get(w, "gpu_warning"));
+  CHECK_INT(sl_json_get_int(w, "gpus", -1), 1);
+  CHECK_STR(sl_json_get_str(w, "gpu_model", ""), "NVIDIA T1");
+  CHECK_INT(sl_json_get_int(w, "gpu_memory_mib", -1), 16384);
+  CHECK_STR(sl_json_get_str(w, "gpu_driver", ""), "550.54.15");
+  /* a malformed report is ignored: the last good one stays */
+  register_gpus(f, "f-1", "{\"count\":\"lots\"}");
+  CHECK_INT(fx_inst(f, "f-1")->found_gpus.count, 1);
+  CHECK_STR(fx_inst(f, "f-1")->gpu_warning, "");
+  /* a simulated provider's instances run on this machine: nothing to compare */
+  f->fp->base.simulated = true;
+  register_gpus(f, "f-1", "{\"count\":0,\"reason\":\"no NVIDIA driver library\"}");
+  CHECK_STR(fx_inst(f, "f-1")->gpu_warning, "");
+  CHECK_INT(fx_job_events(f, id, "warning"), 1);
+  CHECK_INT(sl_json_get_int(status_worker(f, "f-1"), "gpus", -1), 0);
+  fx_free(f);
+}
+
+/* The device a job trains on comes as a metric event and becomes a job
+ * event with its scalar fields. */
+static void test_device_event(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
+  char inst[GW_INSTANCE_ID_MAX], jid[16];
+  CHECK(fx_run_job(f, id, inst));
+  fx_jid(id, jid);
+  fx_workerf(f, inst, "{s:s,s:s,s:s,s:{s:s,s:s,s:i,s:i,s:s,s:i,s:s,s:{s:i}}}", "type", "metric", "instance",
+             inst, "job", jid, "data", "event", "device", "device", "cuda:0 (NVIDIA T1) bf16, rank 0 of 2",
+             "world_size", 2, "gpus", 2, "gpu_model", "NVIDIA T1", "memory_mib", 16384, "precision", "bf16",
+             "nested", "x", 1);
+  const json_t *ev = fx_job_event(f, id, "device");
+  CHECK(ev != NULL);
+  CHECK_STR(sl_json_get_str(ev, "device", ""), "cuda:0 (NVIDIA T1) bf16, rank 0 of 2");
+  CHECK_INT(sl_json_get_int(ev, "gpus", 0), 2);
+  CHECK_INT(sl_json_get_int(ev, "world_size", 0), 2);
+  CHECK_STR(sl_json_get_str(ev, "gpu_model", ""), "NVIDIA T1");
+  CHECK_STR(sl_json_get_str(ev, "precision", ""), "bf16");
+  CHECK(!json_object_get(ev, "nested"));
+  CHECK_INT(fx_job_state(f, id), GW_JOB_RUNNING);
+  /* about a job it does not run: ignored */
+  char other[16];
+  fx_jid(4242, other);
+  fx_workerf(f, inst, "{s:s,s:s,s:s,s:{s:s,s:s}}", "type", "metric", "instance", inst, "job", other, "data",
+             "event", "device", "device", "cpu");
+  CHECK_INT(fx_job_events(f, id, "device"), 1);
+  fx_free(f);
+}
+
 /* ---- checkpoints ---- */
 
 static void test_checkpoint(void) {
@@ -358,6 +461,8 @@ int main(void) {
   test_reregister();
   test_register_ended();
   test_register_jobs();
+  test_register_gpus();
+  test_device_event();
   test_checkpoint();
   test_worker_notice();
   test_unknown_and_malformed();

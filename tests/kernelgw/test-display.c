@@ -589,6 +589,85 @@ static void test_timeline_idle(void) {
   jk_display_free(d);
 }
 
+/* The device the job trains on: the CPU and its threads, or the GPUs with
+ * their model, memory, precision, and how busy they are; a worker whose
+ * GPUs disagree with its type is a warning in the timeline. */
+static void test_device(void) {
+  struct jk_display *d = jk_display_new("J000031", "train");
+  json_t *e = ev("J000031", 1, 1000000, "device");
+  json_object_set_new(e, "device", json_string("cpu"));
+  json_object_set_new(e, "threads", json_integer(4));
+  json_object_set_new(e, "precision", json_string("fp32"));
+  feed(d, e);
+  char *text = jk_display_text(d), *html = jk_display_html(d);
+  CHECK(text && strstr(text, "device: CPU, 4 threads, fp32\n"));
+  CHECK(html && strstr(html, "<div class=\"spotlab-device\">device: CPU, 4 threads, fp32</div>"));
+  free(text);
+  free(html);
+
+  /* the next attempt on two GPUs: spotlab-train's device event as the worker completed it */
+  e = ev("J000031", 2, 2000000, "device");
+  json_object_set_new(e, "device", json_string("cuda:0 (NVIDIA A10G) bf16, rank 0 of 2 nccl"));
+  json_object_set_new(e, "world_size", json_integer(2));
+  json_object_set_new(e, "gpus", json_integer(2));
+  json_object_set_new(e, "gpu_model", json_string("NVIDIA <A10G>"));
+  json_object_set_new(e, "memory_mib", json_integer(22731));
+  json_object_set_new(e, "precision", json_string("bf16"));
+  feed(d, e);
+  text = jk_display_text(d);
+  CHECK(text && strstr(text, "device: 2 x NVIDIA <A10G> (22.2 GiB each), bf16\n"));
+  free(text);
+  html = jk_display_html(d);
+  CHECK(html && strstr(html, "2 x NVIDIA &lt;A10G&gt; (22.2 GiB each)")); /* escaped */
+  free(html);
+  /* a GPU sample rides on a step metric */
+  e = ev("J000031", 3, 3000000, "metric");
+  json_object_set_new(e, "step", json_integer(10));
+  json_object_set_new(e, "loss", json_real(2.5));
+  json_object_set_new(e, "gpu_util_pct", json_real(87.4));
+  json_object_set_new(e, "gpu_mem_used_mib", json_integer(30822));
+  json_object_set_new(e, "gpu_mem_total_mib", json_integer(45462));
+  feed(d, e);
+  text = jk_display_text(d);
+  CHECK(text && strstr(text, "device: 2 x NVIDIA <A10G> (22.2 GiB each), bf16; 87% busy, 30.1 of 44.4 GiB\n"));
+  free(text);
+  /* nonsense from the wire changes nothing */
+  e = ev("J000031", 4, 4000000, "metric");
+  json_object_set_new(e, "step", json_integer(11));
+  json_object_set_new(e, "gpu_util_pct", json_real(250));
+  feed(d, e);
+  text = jk_display_text(d);
+  CHECK(text && strstr(text, "87% busy"));
+  free(text);
+  /* more ranks than GPUs here (other nodes) */
+  e = ev("J000031", 5, 5000000, "device");
+  json_object_set_new(e, "device", json_string("cuda:0 (NVIDIA H100) fp32, rank 0 of 16"));
+  json_object_set_new(e, "world_size", json_integer(16));
+  json_object_set_new(e, "gpus", json_integer(8));
+  json_object_set_new(e, "gpu_model", json_string("NVIDIA H100"));
+  json_object_set_new(e, "precision", json_string("fp32"));
+  feed(d, e);
+  text = jk_display_text(d);
+  CHECK(text && strstr(text, "device: 8 x NVIDIA H100, 16 ranks in all, fp32\n"));
+  CHECK(text && !strstr(text, "busy")); /* the new attempt's GPUs have not been sampled yet */
+  free(text);
+
+  e = ev("J000031", 6, 6000000, "warning");
+  json_object_set_new(e, "text", json_string("g5.xlarge has 1 x A10G in the catalog, but its worker found no GPU"));
+  feed(d, e);
+  text = jk_display_text(d);
+  CHECK(text && strstr(text, "warning: g5.xlarge has 1 x A10G in the catalog, but its worker found no GPU"));
+  free(text);
+  jk_display_free(d);
+
+  /* no device event yet: no device line */
+  d = jk_display_new("J000032", "train");
+  text = jk_display_text(d);
+  CHECK(text && !strstr(text, "device:"));
+  free(text);
+  jk_display_free(d);
+}
+
 int main(void) {
   test_escape();
   test_downsample();
@@ -604,5 +683,6 @@ int main(void) {
   test_timeline_restored();
   test_timeline_gateway_restart();
   test_timeline_idle();
+  test_device();
   TEST_MAIN_END();
 }

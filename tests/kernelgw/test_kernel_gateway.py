@@ -421,6 +421,65 @@ def gateway_restart(kernel_exe, gateway_exe, cli_exe):
         gw.close(keep=not ok)
 
 
+def gpu_requests(kernel_exe, gateway_exe, cli_exe):
+    """gpus= and precision= through the whole stack on the local provider, whose
+    instances play GPU types on this machine: a job asking for more GPUs than its
+    instance has fails at once with the worker's sentence as the cell's error (never a
+    silent CPU run); more GPUs than any instance type offers is refused at submit; bf16
+    on the CPU fails clearly; a bad value never leaves the kernel; a CPU job's display
+    says where it trains; %status shows what each worker found."""
+    gw = OwnGateway(gateway_exe)
+    ok = False
+    try:
+        with KernelspecEnv(kernel_exe):
+            k = Kernel()
+            try:
+                text = os.path.join(gw.home, "tiny.txt")
+                with open(text, "w") as f:
+                    f.write("call me ishmael. some years ago, never mind how long precisely.\n" * 40)
+                content, _ = k.run('model m = gpt(layers=1, heads=2, dim=16, ctx=16)\ndata d = text("%s")' % text)
+                check(content["status"] == "ok", "gpus: definitions")
+                content, _ = k.run("train m on d steps=5 batch=4 gpus=2", timeout=120)
+                ev = content.get("evalue", "")
+                m = re.search(r"gpus=2 asked, but this instance \((g5\.12xlarge)\) has ([01]) GPUs?", ev)
+                check(content["status"] == "error" and content.get("ename") == "JobFailed" and m,
+                      "gpus=2 on a local instance fails with the worker's sentence: %s" % ev)
+                gpus_here = int(m.group(2)) if m else 0
+                if gpus_here == 0:
+                    check("has 0 GPUs (" in ev, "the sentence says why there is no GPU: " + ev)
+                content, _ = k.run("train m on d steps=5 batch=4 gpus=16", timeout=60)
+                ev = content.get("evalue", "")
+                check(content["status"] == "error" and content.get("ename") == "SubmitError" and
+                      "no instance type offers 16 GPUs (the most: 8, on " in ev,
+                      "gpus=16 is refused at submit: %s" % ev)
+                content, msgs = k.run("train m on d steps=5 batch=4 precision=fp16", timeout=30)
+                check(content["status"] == "error" and content.get("ename") == "ValueError" and
+                      "precision must be bf16 or fp32" in content.get("evalue", "") and not displays(msgs),
+                      "precision=fp16 is the cell's error: %s" % content.get("evalue"))
+                content, _ = k.run("train m on d steps=5 batch=4 gpus=0 precision=bf16", timeout=120)
+                check(content["status"] == "error" and
+                      "precision=bf16 needs a GPU, but this job runs on the CPU (gpus=0)" in content.get("evalue", ""),
+                      "bf16 on the CPU fails clearly: %s" % content.get("evalue"))
+                content, msgs = k.run("train m on d steps=5 batch=4 gpus=0", timeout=120)
+                ds = displays(msgs)
+                last = ds[-1]["content"]["data"] if ds else {}
+                check(content["status"] == "ok" and re.search(r"device: CPU, \d+ threads?, fp32",
+                                                              last.get("text/plain", "")),
+                      "a CPU job's display says where it trains: %s" % last.get("text/plain", ""))
+                check('class="spotlab-device"' in last.get("text/html", ""), "and so does its HTML")
+                content, msgs = k.run("%status", timeout=30)
+                out = stdout_of(msgs)
+                check(content["status"] == "ok" and " gpus=%d" % gpus_here in out and "warning:" not in out,
+                      "%%status shows each worker's GPUs, and no warning for simulated types: %s" % out)
+                ok = not FAILURES
+            finally:
+                k.close()
+    finally:
+        if not ok:
+            print("gateway log (%s):\n%s" % (gw.home, gw.log()[-6000:]))
+        gw.close(keep=not ok)
+
+
 IDLE_INI = "[idle]\nnotebook_timeout = 8s\nwarn_before = 4s\nworker_timeout = 1h\n"
 
 
@@ -695,6 +754,7 @@ def main():
             stop_gateway(home)
             gateway_restart(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
             idle_notices(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
+            gpu_requests(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
     finally:
         stop_gateway(home)
         shutil.rmtree(home, ignore_errors=True)

@@ -174,6 +174,15 @@ static void test_statements(void) {
   CHECK_STR(opt(t, "region")->lit.str, "us-east-1");
   CHECK_INT(t->opts[6].line, 7); /* checkpoint_every on the continuation line */
   CHECK_INT(t->opts[6].col, 7);
+  struct jk_cell *g = parse_ok("train m on d gpus=2 precision=bf16\nsample m precision=fp32\n");
+  if (g) { /* bf16 is a bare word: the string "bf16" unless a variable is named so */
+    CHECK_NEAR(opt(&g->stmts[0], "gpus")->lit.num, 2, 0);
+    CHECK_INT(opt(&g->stmts[0], "precision")->kind, JK_EXPR_NAME);
+    CHECK(opt(&g->stmts[0], "precision")->bare);
+    CHECK_STR(opt(&g->stmts[0], "precision")->name, "bf16");
+    CHECK_STR(opt(&g->stmts[1], "precision")->name, "fp32");
+    jk_cell_free(g);
+  }
 
   CHECK_INT(s[6].kind, JK_STMT_EVAL);
   CHECK_STR(s[6].data, "shakespeare");
@@ -298,6 +307,8 @@ static void test_errors(void) {
   parse_err("data on = text(\"a\")", 1, 6, "'on' is a keyword and cannot be used as a name");
   parse_err("model m = gpt(layers=4, hedas=4)", 1, 25, "unknown option 'hedas' for gpt (expected one of: layers, heads, dim, ctx, dropout, vocab)");
   parse_err("model m = mlp(hidden=4, hidden=5)", 1, 25, "given twice");
+  /* precision is spotlab-train's, so not an option of a shell script */
+  parse_err("%%run precision=bf16\ntrue", 1, 7, "unknown option 'precision' for %%run");
   parse_err("model m = gpt(4)", 1, 15, "takes options by name");
   parse_err("model m = resnet()", 1, 11, "unknown function 'resnet'");
   parse_err("data d = text()", 1, 10, "text() takes one argument");
@@ -477,6 +488,8 @@ static void test_complete(void) {
   check_complete("x = ", -1, "input lr m password shakespeare steps_total", 4);
   check_complete("print steps_total * l", -1, "lr", 20);
   check_complete("%%run g", -1, "gpus=", 6);
+  check_complete("train m on d p", -1, "precision=", 13);
+  check_complete("sample m p", -1, "precision=", 9);
   check_complete("%instances ", -1, "gpus=", 11);
   check_complete("%%run\nech", -1, "", 6);
   check_complete("x = \"tr", -1, "", 5);

@@ -4,6 +4,7 @@ Each case starts its own fake gateway, metadata service and worker, and
 waits for messages with deadlines; it never sleeps to wait for an event."""
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -18,6 +19,7 @@ def start(tmp, worker_exe, train_exe, meta=None, registered_by_hand=False, **kw)
     w = Worker(worker_exe, train_exe, gw, tmp, meta.url if meta else "", **kw)
     reg = gw.recv(lambda m: m["type"] == "register", what="register")
     assert reg["instance"] == "i-0123456789ab" and reg["jobs"] == [], reg
+    gw.gpus = reg["gpus"]
     gw.send({"type": "registered", "heartbeat_ms": 100})
     gw.answer_register = not registered_by_hand
     return gw, w
@@ -63,6 +65,23 @@ def case_register(tmp, worker_exe, train_exe):
                           "options": {"steps": "many"}}})
         d = gw.recv(of("J000010", "done"), 5, "refusal")
         assert d["status"] == "failed" and "steps" in d["message"], d
+        # The GPU inventory comes with every register: what NVML says, or none and why.
+        gpus = gw.gpus
+        assert sorted(gpus) in (["count", "driver", "memory_mib", "model"],
+                                ["count", "driver", "memory_mib", "model", "reason"]), gpus
+        assert gpus["count"] > 0 or (gpus["reason"] and gpus["model"] == "" and gpus["memory_mib"] == 0), gpus
+        # More GPUs than the instance has: refused at once with a sentence for the notebook,
+        # never trained on the CPU; so is bf16 on the CPU.
+        n = gpus["count"] + 1
+        gw.send(train_assign("J000011", "x.txt", 5, options={"gpus": n}))
+        d = gw.recv(of("J000011", "done", "started"), 5, "refusal")
+        want = r"gpus=%d asked, but this instance \(local\.cpu\) has %d GPUs?" % (n, gpus["count"])
+        assert d["type"] == "done" and d["status"] == "failed" and re.match(want, d["message"]), d
+        if gpus["count"] == 0:
+            assert gpus["reason"] in d["message"], d
+            gw.send(train_assign("J000012", "x.txt", 5, options={"precision": "bf16"}))
+            d = gw.recv(of("J000012", "done", "started"), 5, "refusal")
+            assert d["type"] == "done" and "precision=bf16 needs a GPU" in d["message"], d
         gw.recv(lambda m: m["type"] == "heartbeat", 5, "heartbeat after bad input")
         gw.send({"type": "shutdown"})
         assert w.wait(10) == 0
@@ -75,10 +94,14 @@ def case_train(tmp, worker_exe, train_exe):
     data = text_file(tmp)
     gw, w = start(tmp, worker_exe, train_exe)
     try:
-        gw.send(train_assign("J000001", data, 40))
+        gw.send(train_assign("J000001", data, 40, options={"gpus": 0}))
         msgs = run_until_done(gw, "J000001")
         steps = steps_of(msgs)
         assert steps == list(range(1, 41)), steps
+        # gpus=0: the CPU, and one device event that says so, with its threads
+        dev = [m["data"] for m in msgs if m["type"] == "metric" and m["data"].get("event") == "device"]
+        assert dev == [{"event": "device", "device": "cpu", "threads": 1, "world_size": 1,
+                        "precision": "fp32"}], dev
         cks = [m for m in msgs if m["type"] == "checkpoint"]
         assert cks and cks[-1]["step"] == 40, cks
         for c in cks:

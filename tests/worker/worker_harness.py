@@ -168,8 +168,8 @@ def text_file(tmp):
     return path
 
 
-def train_assign(job, data, steps, attempt=1, restore=None, checkpoint_every=10):
-    return {
+def train_assign(job, data, steps, attempt=1, restore=None, checkpoint_every=10, options=None):
+    assign = {
         "type": "assign", "job": job, "attempt": attempt, "kind": "train",
         "spec": {
             "model": {"name": "m", "kind": "model",
@@ -180,6 +180,8 @@ def train_assign(job, data, steps, attempt=1, restore=None, checkpoint_every=10)
         },
         "restore": restore, "checkpoint_every": checkpoint_every, "env": {},
     }
+    assign["spec"]["options"].update(options or {})
+    return assign
 
 
 def of(job, *types):
