@@ -62,6 +62,8 @@ enum gw_gang_outcome gw_gang_outcome(const struct gw_gang *g, bool cancel_reques
   /* a member taken away makes the others fail or stop: theirs is no fault */
   if (lost >= 0)
     return GW_GANG_REQUEUE;
+  if (g->gave_up)
+    return GW_GANG_DONE_FAILED;
   if (failed >= 0)
     return killed(g->m[failed].exit_code) ? GW_GANG_RETRY : GW_GANG_DONE_FAILED;
   return all_ok && finished ? GW_GANG_DONE_OK : GW_GANG_RETRY;

@@ -36,6 +36,7 @@ struct gw_gang {
   struct gw_gang_member m[GW_GANG_MAX];
   bool placed;                  /* every member launched: the placed event went out */
   bool stopping;                /* a member ended early: the others were told to stop */
+  bool gave_up;                 /* the gateway stopped the attempt as failed (why says why) */
   char rendezvous[128];         /* tcp://HOST:PORT of rank 0, once its worker said it */
   char why[256];                /* the first failure, for the job's reason */
   double time_scale;            /* the provider's clock, for cost after rank 0 is gone */
@@ -46,7 +47,7 @@ enum gw_gang_outcome {
   GW_GANG_WAIT,                 /* a member is still live */
   GW_GANG_DONE_OK,              /* every member succeeded and the run reached its steps */
   GW_GANG_DONE_CANCELLED,       /* the user cancelled the job */
-  GW_GANG_DONE_FAILED,          /* a member failed on its own */
+  GW_GANG_DONE_FAILED,          /* a member failed on its own, or the gateway gave up */
   GW_GANG_REQUEUE,              /* a member was preempted or lost: resume on N new instances */
   GW_GANG_RETRY,                /* stopped short without a preemption: resume, counted as a retry */
 };

@@ -290,6 +290,18 @@ static void test_gang_outcome(void) {
   g.m[1].exit_code = 137;
   CHECK_INT(outcome(&g, false, false, &rank, &notice, &code), GW_GANG_RETRY);
   CHECK_INT(code, 137);
+  /* the gateway gave up (rank 0 named no rendezvous): failed, not retried */
+  g = gang(2);
+  g.gave_up = true;
+  g.m[0].end = GW_GANG_CANCELLED;
+  g.m[1].end = GW_GANG_CANCELLED;
+  CHECK_INT(outcome(&g, false, false, &rank, &notice, &code), GW_GANG_DONE_FAILED);
+  g.m[1].end = GW_GANG_LOST; /* ... unless an instance was lost meanwhile */
+  CHECK_INT(outcome(&g, false, false, &rank, &notice, &code), GW_GANG_REQUEUE);
+  g = gang(2);
+  g.m[1].end = GW_GANG_FAILED;
+  g.m[1].exit_code = 137;
+  g.m[0].end = GW_GANG_CANCELLED;
   /* whatever happened, a cancelled job is cancelled */
   CHECK_INT(outcome(&g, true, false, &rank, &notice, &code), GW_GANG_DONE_CANCELLED);
 }
