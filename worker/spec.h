@@ -19,6 +19,10 @@ struct wk_spec_paths {
   int control_fd;        /* --control fd:N (train only); < 0 = none */
   bool resume;           /* --resume (train) */
   long long checkpoint_every; /* from the assign; <= 0 = take the spec's */
+  /* nodes=N (train): this process is rank `rank` of `world_size` (< 2: the
+   * only one), meeting the others at rendezvous (tcp://HOST:PORT) */
+  int rank, world_size;
+  const char *rendezvous;
 };
 
 /* "train" → WK_KIND_TRAIN ...; SL_ENAME for anything else. */
