@@ -512,8 +512,9 @@ static const char *final_status(struct wk_job *j, int st, char *msg, size_t size
              (long long)j->step);
     return "preempted";
   }
-  /* A train run is the model it leaves: its last step must be in the store. */
-  if (ok && j->kind == WK_KIND_TRAIN && j->durable_step < j->step) {
+  /* A train run is the model it leaves: its last step must be in the store
+   * (rank 0's, in a gang: the other ranks write no checkpoint) */
+  if (ok && j->kind == WK_KIND_TRAIN && j->gang.rank == 0 && j->durable_step < j->step) {
     char newest[48] = "none";
     if (j->durable_step >= 0) snprintf(newest, sizeof newest, "step %lld", (long long)j->durable_step);
     snprintf(msg, size, "the final checkpoint (step %lld) is %s; the newest durable checkpoint: %s",
@@ -643,7 +644,9 @@ void wk_job_notice(struct wk_job *j, int64_t deadline) {
   if (margin > left / 4) margin = left > 0 ? left / 4 : 0;
   j->kill_at_us = deadline - margin / 2;
   if (j->state == STOPPING) return;
-  if (j->kind == WK_KIND_TRAIN && j->durable_step < j->step &&
+  /* a gang's rank above 0 writes no checkpoint: its SIGTERM stops every rank,
+   * and rank 0 writes the checkpoint of the step they reached */
+  if (j->kind == WK_KIND_TRAIN && j->gang.rank == 0 && j->durable_step < j->step &&
       wk_child_control(j->child, "checkpoint") == 0) {
     j->notice_step = j->step;
     j->wait_until_us = deadline - margin;
