@@ -61,6 +61,8 @@ struct gw_job {
   double attempt_cost_usd, attempt_on_demand_usd, pending_cost_s; /* not yet in the cost table */
   struct gw_autockpt autockpt;    /* checkpoint_every=auto measurements */
   struct gw_gang *gang;           /* owned; a nodes=N job's instances while it is placed, else NULL */
+  int64_t gang_retry_mono_us;     /* nodes=N: no launches before this (a provider refused one) */
+  int64_t gang_backoff_us;        /* the wait after the next refusal (doubles, up to a minute) */
 };
 
 const char *gw_job_state_name(enum gw_job_state s);

@@ -38,6 +38,8 @@
 #include <string.h>
 
 #define T "gateway.sched"
+#define BACKOFF_MIN_US SL_US_PER_S
+#define BACKOFF_MAX_US (60 * SL_US_PER_S)
 
 static struct gw_inst *member_inst(struct gw_sched *s, const struct gw_job *j, int rank) {
   struct gw_inst *in = gw_fleet_inst(s->fleet, j->gang->m[rank].instance);
@@ -108,6 +110,11 @@ int gw_sched_place_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wa
   }
   size_t active = gw_fleet_active_insts(s->fleet), max = (size_t)s->cfg->max_instances;
   size_t max_launch = !s->n_provs || *no_capacity || active >= max ? 0 : max - active;
+  /* a provider that refused part of a gang is asked again after a backoff
+   * (each try launches instances that are given back), sooner when its
+   * market changes; idle workers alone may form the gang meanwhile */
+  if (sl_time_mono_us() < j->gang_retry_mono_us)
+    max_launch = 0;
   struct gw_gang_pick p;
   int r = gw_place_pick_gang(w, idle, n_idle, s->offers, s->n_offers, max_launch, &p);
   if (r == SL_ENAME) {
@@ -145,8 +152,14 @@ int gw_sched_place_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wa
         return 0;
       }
       *no_capacity = true;
-      wait_reason(s, j, "waiting for %d instances at once (nodes=%d): %zu of %s could be "
-                  "launched now", w->nodes, w->nodes, p.n_idle + k, o->type.name);
+      j->gang_backoff_us = j->gang_backoff_us < BACKOFF_MIN_US ? BACKOFF_MIN_US
+                           : j->gang_backoff_us * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US
+                                                                     : j->gang_backoff_us * 2;
+      j->gang_retry_mono_us = sl_time_mono_us() + j->gang_backoff_us;
+      sl_info(T, "job %lld: %zu of %d instances for its gang; the %zu launched are given back",
+              (long long)j->id, p.n_idle + k, w->nodes, k);
+      wait_reason(s, j, "waiting for %d instances at once (nodes=%d): fewer can be had now",
+                  w->nodes, w->nodes);
       return -EAGAIN;
     }
     struct gw_inst *in = gw_fleet_inst(s->fleet, id);
@@ -154,6 +167,7 @@ int gw_sched_place_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wa
   }
   for (size_t k = 0; k < p.n_idle; k++) /* reserved until rank 0 is assigned */
     gw_fleet_inst_set_state(s->fleet, gw_fleet_inst(s->fleet, g->m[k].instance), "busy", j->id);
+  j->gang_backoff_us = j->gang_retry_mono_us = 0;
   struct gw_inst *first = gw_fleet_inst(s->fleet, g->m[0].instance);
   g->time_scale = gw_provider_time_scale(first ? first->prov : NULL);
   j->gang = g;
@@ -187,8 +201,18 @@ void gw_sched_gang_progress(struct gw_sched *s, struct gw_job *j) {
     g->placed = true;
     gw_sched_emit_placed(s, j);
   }
-  if (g->placed && registered && gw_sched_assign(s, j, in0) < 0)
+  if (!g->placed || !registered)
+    return;
+  if (gw_sched_assign(s, j, in0) < 0) {
     gw_sched_gang_lost(s, j, 0, "rank 0's worker could not be sent its assignment");
+    return;
+  }
+  for (int r = 1; r < g->n; r++) { /* the job's from now on, assigned when rank 0 listens */
+    struct gw_inst *in = member_inst(s, j, r);
+    snprintf(in->row.user, sizeof in->row.user, "%s", j->user);
+    snprintf(in->session, sizeof in->session, "%s", j->session);
+    gw_fleet_inst_set_state(s->fleet, in, "busy", j->id);
+  }
 }
 
 /* ---- the attempt's end ---- */
@@ -388,9 +412,6 @@ void gw_sched_started(struct gw_sched *s, struct gw_job *j, struct gw_inst *in,
         gw_sched_gang_lost(s, j, r, "its worker could not be sent its assignment");
         return;
       }
-      snprintf(m->row.user, sizeof m->row.user, "%s", j->user);
-      snprintf(m->session, sizeof m->session, "%s", j->session);
-      gw_fleet_inst_set_state(s->fleet, m, "busy", j->id);
     }
   }
   for (int r = 0; r < g->n; r++)

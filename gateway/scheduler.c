@@ -627,6 +627,8 @@ void gw_sched_provider_event(void *userdata, struct gw_provider *p,
                              const struct gw_provider_event *ev) {
   struct gw_sched *s = userdata;
   if (ev->kind == GW_PROVIDER_CAPACITY) {
+    for (size_t i = 0; i < gw_fleet_n_jobs(s->fleet); i++) /* gangs waiting may fit now too */
+      gw_fleet_job_at(s->fleet, i)->gang_retry_mono_us = 0;
     gw_sched_kick(s); /* queued jobs may fit now */
     return;
   }

@@ -187,17 +187,21 @@ static void test_all_or_none(void) {
   CHECK_INT(fp_count(f->fp, FP_CALL_LAUNCH, NULL), 2);
   CHECK_INT(fp_count(f->fp, FP_CALL_TERMINATE, NULL), 1);
   CHECK_INT(gw_fleet_n_insts(f->fleet), 0);
-  /* the wait is said once, not at every retry */
+  /* the wait is said once, not at every retry; the provider is not asked
+   * again at once (each try launches instances only to give them back) */
   size_t states = fx_job_events(f, job, "state");
   gw_sched_place(f->sched);
   fx_settle(f);
   CHECK_INT(fx_job_events(f, job, "state"), states);
+  CHECK_INT(fp_count(f->fp, FP_CALL_LAUNCH, NULL), 2);
+  /* its market changed: asked again now */
   f->fp->capacity = 0;
   fp_capacity(f->fp);
   fx_settle(f);
   char ids[GW_GANG_MAX][GW_INSTANCE_ID_MAX];
   CHECK_INT(members(f, job, ids), 2);
   CHECK_INT(fx_job_events(f, job, "placed"), 1);
+  CHECK_INT(fp_count(f->fp, FP_CALL_LAUNCH, NULL), 4);
   fx_free(f);
 
   /* more nodes than the gateway may ever run: the job fails at once */
