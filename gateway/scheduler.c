@@ -99,8 +99,8 @@ void gw_sched_flush_cost(struct gw_sched *s, struct gw_job *j, bool force) {
   if (!force && now < s->next_cost_flush_mono_us)
     return;
   gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_COST, .job = j, .usd = j->attempt_cost_usd,
-                                  .on_demand_usd = j->attempt_on_demand_usd,
-                                  .seconds = j->pending_cost_s});
+                                           .on_demand_usd = j->attempt_on_demand_usd,
+                                           .seconds = j->pending_cost_s});
   j->attempt_cost_usd = j->attempt_on_demand_usd = j->pending_cost_s = 0;
   json_t *ev = json_pack("{s:s,s:o,s:o}", "event", "cost", "cost_usd", sl_json_real(j->cost_usd),
                          "on_demand_usd", sl_json_real(j->on_demand_usd));
@@ -149,7 +149,7 @@ void gw_sched_requeue_at(struct gw_sched *s, struct gw_job *j, bool notice, cons
   gw_sched_emit(s, j, ev);
   json_decref(ev);
   gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_PREEMPTED, .job = j, .instance = inst,
-                                  .notice = notice});
+                                           .notice = notice});
   gw_sched_end_attempt(s, j, "preempted", "draining");
   gw_sched_transition(s, j, GW_JOB_PREEMPTED, reason);
   gw_sched_clear_placement(j);
@@ -376,7 +376,7 @@ static void launch_failed(struct gw_sched *s, struct gw_inst *in, int error, con
   snprintf(in->row.state, sizeof in->row.state, "terminated");
   gw_fleet_inst_save(s->fleet, in);
   gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_INSTANCE_GONE, .instance = id,
-                                  .why = "the launch failed"});
+                                           .why = "the launch failed"});
   gw_fleet_inst_remove(s->fleet, id);
   if (rank < 0 && j && !strcmp(j->instance, id)) {
     gw_sched_clear_placement(j);

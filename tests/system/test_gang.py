@@ -16,7 +16,8 @@ usage: test_gang.py CASE GATEWAY WORKER TRAIN
                on two instances from the newest periodic checkpoint; the losses still match
 
 The gateway, the reference run and the case's disturbance reuse tests/system/test_system.py
-(same model, data, options and checks). At no moment may two processes run one rank of the
+(same model, data, options and checks). SPOTLAB_GANG_KEEP=1 keeps the state folder and
+prints the logs of a passing run too. At no moment may two processes run one rank of the
 job. Until spotlab-train's CPU path takes --world-size N with --rendezvous (gloo), the job
 fails with spotlab-train's refusal and this test says so and fails: it is written for the
 training core that does.
@@ -32,10 +33,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_system as ts  # noqa: E402  (reads the same CASE GATEWAY WORKER TRAIN arguments)
 
 NODES = 2
-# docs/training.md: an N-rank run follows the one-process run's math up to summation order
-# (the gradients of the ranks' slices are summed across ranks). Relative, per step's loss.
-# Where the training core documents the CPU path as bit for bit, set this to 0.
-TOLERANCE = 1e-4
+# docs/training.md: an N-rank run follows the one-process run's math up to the order of the
+# sums across ranks. As tests/gpu/gpu_cli_test.py holds --gpus 2 to a 1-rank run: the first
+# step (same weights, same batch) within FIRST_TOLERANCE, every later one within TOLERANCE
+# (relative). Where the training core documents its CPU ranks as bit for bit with one
+# process, set EXACT.
+EXACT = False
+FIRST_TOLERANCE = 1e-5
+TOLERANCE = 2e-2
 check = ts.check
 
 
@@ -144,7 +149,8 @@ class GangRun(ts.Run):
         return ok
 
     def check_losses(self, attempts):
-        """Every reported loss within TOLERANCE (relative) of the reference's."""
+        """Every reported loss as the reference's: bit for bit with EXACT, else step 1 within
+        FIRST_TOLERANCE and every step within TOLERANCE (relative)."""
         worst, bad, exact, n = 0.0, [], 0, 0
         for a in attempts:
             for s, loss in a:
@@ -155,13 +161,14 @@ class GangRun(ts.Run):
                     continue
                 d = abs(loss - ref) / max(abs(ref), 1e-12)
                 worst = max(worst, d)
-                exact += ts.f32_bits(loss) == ts.f32_bits(ref)
-                if d > TOLERANCE:
+                same = ts.f32_bits(loss) == ts.f32_bits(ref)
+                exact += same
+                if not same and (EXACT or d > (FIRST_TOLERANCE if s == 1 else TOLERANCE)):
                     bad.append((s, loss, ref))
         print("losses: %d steps, %d bit for bit, largest relative difference %.3g"
               % (n, exact, worst))
-        check(not bad, "all %d losses within %g of the one-process reference; off: %s"
-              % (n, TOLERANCE, bad[:5]))
+        check(not bad, "all %d losses %s the one-process reference's; off (step, loss, "
+              "reference): %s" % (n, "equal to" if EXACT else "close to", bad[:5]))
 
     def check_store(self):
         """Every checkpoint in the store is whole (rank 0 writes them; the world size they
