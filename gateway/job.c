@@ -66,5 +66,6 @@ json_t *gw_job_summary(const struct gw_job *j) {
 void gw_job_done(struct gw_job *j) {
   if (j->spec)
     json_decref(j->spec);
+  free(j->gang);
   memset(j, 0, sizeof *j);
 }

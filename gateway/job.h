@@ -10,6 +10,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#define GW_GANG_MAX 64          /* nodes=N: at most this many instances per job */
+
+struct gw_gang;                 /* gang.h */
+
 enum gw_job_state {
   GW_JOB_QUEUED,
   GW_JOB_PROVISIONING,
@@ -56,6 +60,9 @@ struct gw_job {
   int64_t metric_step;            /* newest step metric recorded in this attempt; -1 none */
   double attempt_cost_usd, attempt_on_demand_usd, pending_cost_s; /* not yet in the cost table */
   struct gw_autockpt autockpt;    /* checkpoint_every=auto measurements */
+  struct gw_gang *gang;           /* owned; a nodes=N job's instances while it is placed, else NULL */
+  int64_t gang_retry_mono_us;     /* nodes=N: no launches before this (a provider refused one) */
+  int64_t gang_backoff_us;        /* the wait after the next refusal (doubles, up to a minute) */
 };
 
 const char *gw_job_state_name(enum gw_job_state s);
@@ -68,7 +75,7 @@ char *gw_job_id_str(int64_t id, char *buf, size_t size);
 int64_t gw_job_id_parse(const char *s);
 /* The protocol's job summary (protocols.md §1), owned. */
 json_t *gw_job_summary(const struct gw_job *j);
-/* Releases what j owns (spec) and zeroes it. */
+/* Releases what j owns (spec, gang) and zeroes it. */
 void gw_job_done(struct gw_job *j);
 
 #endif

@@ -367,6 +367,28 @@ static int check_device_options(struct req *q, const json_t *opts) {
   snprintf(msg, sizeof msg, "no instance type offers %d GPUs (the most: %d, on %.64s)", (int)want,
            offers[most].type.gpus, offers[most].type.name);
   return fail(q, SL_ENAME, msg), SL_ENAME;
+/* nodes=N (a gang of N instances): a whole number in 1..GW_GANG_MAX, for a
+ * train job whose global batch the N ranks can share equally. Sends the
+ * error reply itself. */
+static int check_nodes(struct req *q, const char *kind, const json_t *opts) {
+  char msg[192];
+  int nodes = gw_place_nodes(opts);
+  if (nodes < 0) {
+    snprintf(msg, sizeof msg, "nodes must be a whole number from 1 to %d", GW_GANG_MAX);
+    return fail(q, SL_ETYPE, msg), SL_ETYPE;
+  }
+  if (nodes > 1 && strcmp(kind, "train"))
+    return fail(q, SL_ENOTSUP, "nodes=N applies to train jobs only"), SL_ENOTSUP;
+  json_t *b = json_object_get(opts, "batch");
+  if (json_is_object(b))
+    b = json_object_get(b, "v"); /* a session value */
+  if (nodes > 1 && json_is_number(b) && (int64_t)json_number_value(b) % nodes) {
+    snprintf(msg, sizeof msg, "batch (%lld) must be a multiple of nodes (%d): each of the %d "
+             "ranks trains on an equal share of the batch", (long long)json_number_value(b),
+             nodes, nodes);
+    return fail(q, SL_ECONFIG, msg), SL_ECONFIG;
+  }
+  return 0;
 }
 
 /* Fills j from the request; sends the error reply itself on failure. */
@@ -409,7 +431,7 @@ static int build_job(struct req *q, struct gw_job *j) {
     json_decref(sess);
   }
   j->steps = sl_json_get_int(opts, "steps", 0);
-  return 0;
+  return check_nodes(q, kind, opts);
 }
 
 static void on_submit(struct req *q) {

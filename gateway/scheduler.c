@@ -14,7 +14,9 @@
  * queue. */
 #include "scheduler.h"
 
+#include "gang.h"
 #include "place.h"
+#include "sched_int.h"
 
 #include "loop.h"
 
@@ -36,26 +38,8 @@
 #define T "gateway.sched"
 #define COST_FLUSH_US (5 * SL_US_PER_S)
 #define PLACE_RETRY_US SL_US_PER_S
-#define MARKET_MAX 256
 
-struct gw_sched {
-  const struct gw_config *cfg;
-  struct gw_store *store;
-  struct gw_fleet *fleet;
-  struct gw_queue *queue;
-  struct gw_loop *loop;
-  const struct gw_bus *bus;
-  const char *worker_address, *gateway_public, *train_program;
-  struct gw_provider *provs[GW_PROVIDERS_MAX];
-  size_t n_provs;
-  bool kick;                    /* placement should run */
-  int64_t retry_timer;          /* queued jobs wait for capacity: placement again then */
-  int64_t next_cost_flush_mono_us;
-  struct gw_offer offers[MARKET_MAX]; /* the market as the current placement pass sees it */
-  size_t n_offers;
-};
-
-static void report(struct gw_sched *s, struct gw_bus_event ev) {
+void gw_sched_report(struct gw_sched *s, struct gw_bus_event ev) {
   gw_bus_emit(s->bus, &ev);
 }
 
@@ -68,7 +52,7 @@ int gw_sched_emit(struct gw_sched *s, struct gw_job *j, json_t *event) {
     return r;
   }
   if (event)
-    report(s, (struct gw_bus_event){.kind = GW_BUS_JOB_EVENT, .job = j, .event = event});
+    gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_JOB_EVENT, .job = j, .event = event});
   return 0;
 }
 
@@ -79,17 +63,19 @@ int gw_sched_transition(struct gw_sched *s, struct gw_job *j, enum gw_job_state 
                          "reason", j->reason);
   int r = gw_sched_emit(s, j, ev);
   json_decref(ev);
-  report(s, (struct gw_bus_event){.kind = GW_BUS_JOB_STATE, .job = j});
+  gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_JOB_STATE, .job = j});
   char id[16];
   sl_info(T, "%s -> %s%s%s", gw_job_id_str(j->id, id, sizeof id), gw_job_state_name(st),
           j->reason[0] ? ": " : "", j->reason);
   return r;
 }
 
-static void clear_placement(struct gw_job *j) {
+void gw_sched_clear_placement(struct gw_job *j) {
   j->instance[0] = j->instance_type[0] = j->zone[0] = 0;
   j->price_usd_per_hour = j->on_demand_usd_per_hour = 0;
   j->spot = false;
+  free(j->gang);
+  j->gang = NULL;
 }
 
 void gw_sched_flush_cost(struct gw_sched *s, struct gw_job *j, bool force) {
@@ -97,9 +83,12 @@ void gw_sched_flush_cost(struct gw_sched *s, struct gw_job *j, bool force) {
     return;
   int64_t now = sl_time_mono_us();
   struct gw_inst *in = gw_fleet_inst(s->fleet, j->instance);
-  double scale = gw_provider_time_scale(in ? in->prov : NULL);
+  double scale = j->gang ? j->gang->time_scale : gw_provider_time_scale(in ? in->prov : NULL);
   double hours = (double)(now - j->cost_accrued_mono_us) / 3.6e9 * scale;
-  double usd = hours * j->price_usd_per_hour, od = hours * j->on_demand_usd_per_hour;
+  double price = j->price_usd_per_hour, od_price = j->on_demand_usd_per_hour;
+  if (j->gang) /* every member that has not ended */
+    gw_sched_gang_price(j, &price, &od_price);
+  double usd = hours * price, od = hours * od_price;
   j->cost_accrued_mono_us = now;
   /* attempt_* hold what is accrued but not yet in the cost table */
   j->attempt_cost_usd += usd;
@@ -109,9 +98,9 @@ void gw_sched_flush_cost(struct gw_sched *s, struct gw_job *j, bool force) {
   j->on_demand_usd += od;
   if (!force && now < s->next_cost_flush_mono_us)
     return;
-  report(s, (struct gw_bus_event){.kind = GW_BUS_COST, .job = j, .usd = j->attempt_cost_usd,
-                                  .on_demand_usd = j->attempt_on_demand_usd,
-                                  .seconds = j->pending_cost_s});
+  gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_COST, .job = j, .usd = j->attempt_cost_usd,
+                                           .on_demand_usd = j->attempt_on_demand_usd,
+                                           .seconds = j->pending_cost_s});
   j->attempt_cost_usd = j->attempt_on_demand_usd = j->pending_cost_s = 0;
   json_t *ev = json_pack("{s:s,s:o,s:o}", "event", "cost", "cost_usd", sl_json_real(j->cost_usd),
                          "on_demand_usd", sl_json_real(j->on_demand_usd));
@@ -119,27 +108,36 @@ void gw_sched_flush_cost(struct gw_sched *s, struct gw_job *j, bool force) {
   json_decref(ev);
 }
 
-/* Ends the current attempt: final cost, attempts row, instance freed. */
-static void end_attempt(struct gw_sched *s, struct gw_job *j, const char *outcome, const char *inst_state) {
+void gw_sched_end_attempt(struct gw_sched *s, struct gw_job *j, const char *outcome,
+                          const char *inst_state) {
   if (!j->instance[0])
     return;
   gw_sched_flush_cost(s, j, true);
   gw_store_attempt_end(s->store, j->id, j->attempt, outcome, sl_time_real_us());
-  struct gw_inst *inst = gw_fleet_inst(s->fleet, j->instance);
-  if (inst && inst->row.job == j->id)
-    gw_fleet_inst_set_state(s->fleet, inst, inst_state, 0);
+  for (int r = 0; r < (j->gang ? j->gang->n : 1); r++) {
+    struct gw_inst *inst = gw_fleet_inst(s->fleet, j->gang ? j->gang->m[r].instance : j->instance);
+    if (inst && inst->row.job == j->id)
+      gw_fleet_inst_set_state(s->fleet, inst, inst_state, 0);
+  }
   j->cost_accrued_mono_us = 0;
   gw_sched_kick(s);
 }
 
 void gw_sched_finish(struct gw_sched *s, struct gw_job *j, enum gw_job_state st, const char *reason) {
   gw_queue_remove(s->queue, j->id);
-  end_attempt(s, j, gw_job_state_name(st), "idle");
+  gw_sched_end_attempt(s, j, gw_job_state_name(st), "idle");
   gw_sched_transition(s, j, st, reason);
   gw_fleet_job_drop(s->fleet, j);
 }
 
 void gw_sched_requeue(struct gw_sched *s, struct gw_job *j, bool notice, const char *reason) {
+  gw_sched_requeue_at(s, j, notice, reason, j->instance);
+}
+
+void gw_sched_requeue_at(struct gw_sched *s, struct gw_job *j, bool notice, const char *reason,
+                         const char *instance) {
+  char inst[GW_INSTANCE_ID_MAX];
+  snprintf(inst, sizeof inst, "%s", instance); /* may point into j's gang */
   if (j->cancel_requested) {
     gw_sched_finish(s, j, GW_JOB_CANCELLED, "cancelled");
     return;
@@ -147,14 +145,14 @@ void gw_sched_requeue(struct gw_sched *s, struct gw_job *j, bool notice, const c
   /* a %%run job has no steps: its checkpoint is a folder the worker keeps */
   json_t *ev = json_pack("{s:s,s:o,s:b,s:s}", "event", "preempted", "step",
                          !strcmp(j->kind, "run") ? json_null() : json_integer(j->ckpt_step),
-                         "notice", notice, "instance", j->instance);
+                         "notice", notice, "instance", inst);
   gw_sched_emit(s, j, ev);
   json_decref(ev);
-  report(s, (struct gw_bus_event){.kind = GW_BUS_PREEMPTED, .job = j, .instance = j->instance,
-                                  .notice = notice});
-  end_attempt(s, j, "preempted", "draining");
+  gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_PREEMPTED, .job = j, .instance = inst,
+                                           .notice = notice});
+  gw_sched_end_attempt(s, j, "preempted", "draining");
   gw_sched_transition(s, j, GW_JOB_PREEMPTED, reason);
-  clear_placement(j);
+  gw_sched_clear_placement(j);
   j->preempted_mono_us = sl_time_mono_us();
   j->wait_register_until_us = 0;
   j->step = j->ckpt_step;
@@ -200,6 +198,10 @@ int gw_sched_cancel(struct gw_sched *s, struct gw_job *j) {
   case GW_JOB_STARTING:
   case GW_JOB_RUNNING:
   case GW_JOB_CHECKPOINTING:
+    if (j->gang) {
+      gw_sched_gang_cancel(s, j);
+      return 0;
+    }
     if (inst && inst->registered) {
       char id[16];
       j->cancel_requested = true;
@@ -230,7 +232,7 @@ static int pick_offer(struct gw_sched *s, const struct gw_wants *w, struct gw_of
   return r;
 }
 
-static void write_placement(struct gw_job *j, const struct gw_inst *in) {
+void gw_sched_write_placement(struct gw_job *j, const struct gw_inst *in) {
   snprintf(j->instance, sizeof j->instance, "%s", in->row.id);
   snprintf(j->instance_type, sizeof j->instance_type, "%s", in->row.type);
   snprintf(j->zone, sizeof j->zone, "%s", in->row.zone);
@@ -245,22 +247,27 @@ static void write_placement(struct gw_job *j, const struct gw_inst *in) {
   j->autockpt.mtbp_s = 0;
 }
 
-static void emit_placed(struct gw_sched *s, struct gw_job *j) {
+void gw_sched_emit_placed(struct gw_sched *s, struct gw_job *j) {
   json_t *ev = json_pack("{s:s,s:s,s:s,s:s,s:b,s:o,s:o,s:i}", "event", "placed", "instance",
                          j->instance, "instance_type", j->instance_type, "zone", j->zone, "spot",
                          j->spot, "price_usd_per_hour", sl_json_real(j->price_usd_per_hour),
                          "on_demand_usd_per_hour", sl_json_real(j->on_demand_usd_per_hour),
                          "attempt", j->attempt);
+  if (j->gang) { /* nodes=N: every instance, rank order; the prices are each one's */
+    json_t *all = json_array();
+    for (int r = 0; r < j->gang->n; r++)
+      json_array_append_new(all, json_string(j->gang->m[r].instance));
+    json_object_set_new(ev, "instances", all);
+    json_object_set_new(ev, "nodes", json_integer(j->gang->n));
+  }
   gw_sched_emit(s, j, ev);
   json_decref(ev);
   gw_store_attempt_begin(s->store, j, j->ckpt_step, sl_time_real_us());
-  report(s, (struct gw_bus_event){.kind = GW_BUS_PLACED, .job = j, .instance = j->instance});
+  gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_PLACED, .job = j, .instance = j->instance});
 }
 
-/* Asks o's provider for an instance for job j. On success the instance is
- * in the fleet, launching, and the job provisioning; the job is placed when
- * the launch is done (gw_sched_launched). */
-static int launch(struct gw_sched *s, struct gw_job *j, const struct gw_offer *o, bool spot) {
+int gw_sched_launch_inst(struct gw_sched *s, struct gw_job *j, const struct gw_offer *o, bool spot,
+                         char ret_id[GW_INSTANCE_ID_MAX]) {
   if (gw_fleet_n_insts(s->fleet) >= GW_MAX_INSTANCES)
     return -EAGAIN;
   const struct gw_instance_type *t = &o->type;
@@ -307,9 +314,32 @@ static int launch(struct gw_sched *s, struct gw_job *j, const struct gw_offer *o
     o->prov->ops->terminate(o->prov, id);
     return -EAGAIN;
   }
-  snprintf(j->instance, sizeof j->instance, "%s", id);
   sl_info(T, "launching %s (%s%s) on %s for job %lld", id, t->name, spot ? " spot" : "",
           o->prov->name, (long long)j->id);
+  snprintf(ret_id, GW_INSTANCE_ID_MAX, "%s", id);
+  return 0;
+}
+
+void gw_sched_discard_launch(struct gw_sched *s, const char *id) {
+  struct gw_inst *in = gw_fleet_inst(s->fleet, id);
+  if (!in)
+    return;
+  if (in->prov)
+    in->prov->ops->terminate(in->prov, id);
+  snprintf(in->row.state, sizeof in->row.state, "terminated");
+  gw_fleet_inst_save(s->fleet, in);
+  gw_fleet_inst_remove(s->fleet, id);
+}
+
+/* Asks o's provider for an instance for job j. On success the instance is
+ * in the fleet, launching, and the job provisioning; the job is placed when
+ * the launch is done (gw_sched_launched). */
+static int launch(struct gw_sched *s, struct gw_job *j, const struct gw_offer *o, bool spot) {
+  char id[GW_INSTANCE_ID_MAX];
+  int r = gw_sched_launch_inst(s, j, o, spot, id);
+  if (r < 0)
+    return r;
+  snprintf(j->instance, sizeof j->instance, "%s", id);
   gw_sched_transition(s, j, GW_JOB_PROVISIONING, "launching an instance");
   return 0;
 }
@@ -320,12 +350,16 @@ void gw_sched_launched(struct gw_sched *s, struct gw_inst *in) {
   in->launched = true;
   gw_fleet_inst_save(s->fleet, in);
   struct gw_job *j = in->row.job ? gw_fleet_job(s->fleet, in->row.job) : NULL;
+  if (j && j->gang && gw_gang_rank(j->gang, in->row.id) >= 0) {
+    gw_sched_gang_progress(s, j);
+    return;
+  }
   if (!j || strcmp(j->instance, in->row.id) || j->state != GW_JOB_PROVISIONING)
     return;
   sl_info(T, "launched %s (%s%s, %s) for job %lld", in->row.id, in->row.type,
           in->row.spot ? " spot" : "", in->row.zone, (long long)j->id);
-  write_placement(j, in);
-  emit_placed(s, j);
+  gw_sched_write_placement(j, in);
+  gw_sched_emit_placed(s, j);
 }
 
 /* The launch of instance in failed: the instance is forgotten and its job
@@ -336,13 +370,16 @@ static void launch_failed(struct gw_sched *s, struct gw_inst *in, int error, con
   struct gw_job *j = in->row.job ? gw_fleet_job(s->fleet, in->row.job) : NULL;
   sl_warn(T, "launch of %s (%s) failed: %s", id, in->row.type,
           message && *message ? message : sl_strerror(error));
+  int rank = j ? gw_gang_rank(j->gang, id) : -1;
+  if (rank >= 0) /* the gang cannot be whole: it is placed again */
+    gw_sched_gang_lost(s, j, rank, "an instance of the gang could not be launched");
   snprintf(in->row.state, sizeof in->row.state, "terminated");
   gw_fleet_inst_save(s->fleet, in);
-  report(s, (struct gw_bus_event){.kind = GW_BUS_INSTANCE_GONE, .instance = id,
-                                  .why = "the launch failed"});
+  gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_INSTANCE_GONE, .instance = id,
+                                           .why = "the launch failed"});
   gw_fleet_inst_remove(s->fleet, id);
-  if (j && !strcmp(j->instance, id)) {
-    clear_placement(j);
+  if (rank < 0 && j && !strcmp(j->instance, id)) {
+    gw_sched_clear_placement(j);
     gw_queue_push(s->queue, j->user, j->id, 1);
     gw_sched_transition(s, j, GW_JOB_QUEUED, "the instance could not be launched; waiting for capacity");
   }
@@ -354,12 +391,14 @@ static void launch_failed(struct gw_sched *s, struct gw_inst *in, int error, con
 static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
   struct gw_wants w;
   gw_place_wants(j, &w);
+  if (w.nodes > 1)
+    return gw_sched_place_gang(s, j, &w, no_capacity);
   for (size_t i = 0; i < gw_fleet_n_insts(s->fleet); i++) {
     struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
     if (in->registered && !in->row.job && !strcmp(in->row.state, "idle") && gw_place_fits(&w, in)) {
       gw_queue_take(s->queue, j->id);
-      write_placement(j, in);
-      emit_placed(s, j);
+      gw_sched_write_placement(j, in);
+      gw_sched_emit_placed(s, j);
       return gw_sched_assign(s, j, in);
     }
   }
@@ -396,7 +435,7 @@ void gw_sched_place(struct gw_sched *s) {
   s->kick = false;
   size_t n = gw_queue_order(s->queue, order, 64);
   /* one view of the market per pass: no provider callback runs within it */
-  s->n_offers = n ? gw_sched_market(s, s->offers, MARKET_MAX) : 0;
+  s->n_offers = n ? gw_sched_market(s, s->offers, GW_SCHED_MARKET_MAX) : 0;
   bool no_capacity = false;
   for (size_t i = 0; i < n; i++) {
     struct gw_job *j = gw_fleet_job(s->fleet, order[i]);
@@ -503,8 +542,13 @@ int gw_sched_send_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *i
                         "attempt", j->attempt, "kind", j->kind, "spec", j->spec, "restore",
                         j->ckpt_key[0] ? json_string(j->ckpt_key) : json_null(),
                         "checkpoint_every", (json_int_t)every, "env");
+  int rank = gw_gang_rank(j->gang, inst->row.id);
+  if (rank >= 0) /* nodes=N: this instance's rank, the world size and the rendezvous */
+    json_object_set_new(m, "gang", gw_sched_gang_assign_field(j, rank));
   int r = gw_fleet_send(s->fleet, inst, m);
   json_decref(m);
+  if (r >= 0 && rank >= 0)
+    j->gang->m[rank].assigned = true;
   return r;
 }
 
@@ -535,6 +579,14 @@ int gw_sched_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst) 
   return gw_sched_transition(s, j, GW_JOB_STARTING, "assigned to a worker");
 }
 
+int gw_sched_rank(const struct gw_job *j, const struct gw_inst *in) {
+  if (!j || !in || in->row.job != j->id)
+    return -1;
+  if (j->gang)
+    return gw_gang_rank(j->gang, in->row.id);
+  return strcmp(j->instance, in->row.id) ? -1 : 0;
+}
+
 /* ---- loss, idle, provider events ---- */
 
 void gw_sched_instance_gone(struct gw_sched *s, const char *id, const char *why) {
@@ -544,13 +596,16 @@ void gw_sched_instance_gone(struct gw_sched *s, const char *id, const char *why)
   bool notice = in->notice;
   struct gw_job *j = in->row.job ? gw_fleet_job(s->fleet, in->row.job) : NULL;
   sl_info(T, "instance %s gone: %s", id, why);
-  if (j && !strcmp(j->instance, id))
+  int rank = j ? gw_gang_rank(j->gang, id) : -1;
+  if (rank >= 0)
+    gw_sched_gang_lost(s, j, rank, why);
+  else if (j && !j->gang && !strcmp(j->instance, id))
     gw_sched_requeue(s, j, notice, why);
   /* after the requeue, whose end of the attempt saves the instance as
    * draining: a row left so would come back to life at the next start */
   snprintf(in->row.state, sizeof in->row.state, "terminated");
   gw_fleet_inst_save(s->fleet, in);
-  report(s, (struct gw_bus_event){.kind = GW_BUS_INSTANCE_GONE, .instance = id, .why = why});
+  gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_INSTANCE_GONE, .instance = id, .why = why});
   gw_fleet_inst_remove(s->fleet, id);
   gw_sched_kick(s);
 }
@@ -572,6 +627,8 @@ void gw_sched_provider_event(void *userdata, struct gw_provider *p,
                              const struct gw_provider_event *ev) {
   struct gw_sched *s = userdata;
   if (ev->kind == GW_PROVIDER_CAPACITY) {
+    for (size_t i = 0; i < gw_fleet_n_jobs(s->fleet); i++) /* gangs waiting may fit now too */
+      gw_fleet_job_at(s->fleet, i)->gang_retry_mono_us = 0;
     gw_sched_kick(s); /* queued jobs may fit now */
     return;
   }
@@ -790,7 +847,7 @@ int gw_sched_load(struct gw_sched *s) {
     json_decref(ev);
     struct gw_inst *in = j->instance[0] ? gw_fleet_inst(s->fleet, j->instance) : NULL;
     if (j->state == GW_JOB_QUEUED || j->state == GW_JOB_PREEMPTED) {
-      clear_placement(j);
+      gw_sched_clear_placement(j);
       gw_queue_push(s->queue, j->user, j->id, j->state == GW_JOB_PREEMPTED);
       if (j->state == GW_JOB_PREEMPTED)
         gw_sched_transition(s, j, GW_JOB_QUEUED, "resuming after a gateway restart");
@@ -798,6 +855,13 @@ int gw_sched_load(struct gw_sched *s) {
       /* provisioning and never placed: the launch was not reported done */
       if (j->state == GW_JOB_PROVISIONING && !j->instance_type[0])
         in->launched = false;
+      struct gw_wants w;
+      gw_place_wants(j, &w);
+      if (w.nodes > 1) {
+        gw_sched_gang_load(s, j);
+        if (j->state == GW_JOB_QUEUED)
+          continue;
+      }
       j->wait_register_until_us = in->register_by_mono_us;
       if (gw_store_attempt_metric_step(s->store, j->id, &j->metric_step) < 0)
         j->metric_step = -1;
@@ -812,7 +876,7 @@ int gw_sched_load(struct gw_sched *s) {
   for (size_t i = 0; i < gw_fleet_n_insts(s->fleet); i++) {
     struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
     struct gw_job *j = in->row.job ? gw_fleet_job(s->fleet, in->row.job) : NULL;
-    if (in->row.job && (!j || strcmp(j->instance, in->row.id))) {
+    if (in->row.job && gw_sched_rank(j, in) < 0) {
       in->row.job = 0;
       gw_fleet_inst_save(s->fleet, in);
     }

@@ -83,6 +83,19 @@ void gw_sched_launched(struct gw_sched *s, struct gw_inst *inst);
  * checkpoint was recorded in j->autockpt; tells the worker and emits a
  * checkpoint_interval event when it moved by more than 20%. */
 void gw_sched_autockpt(struct gw_sched *s, struct gw_job *j, bool lookup_mtbp);
+/* in's rank in job j: 0 for a one-instance job's instance and a gang's
+ * rank 0, R for gang member R, -1 when in does not run j. */
+int gw_sched_rank(const struct gw_job *j, const struct gw_inst *in);
+/* The worker of in says j's process runs: the job is running (a gang's once
+ * every rank runs). Rank 0 of a gang names its rendezvous (tcp://HOST:PORT,
+ * where its spotlab-train listens): the other ranks are assigned then. */
+void gw_sched_started(struct gw_sched *s, struct gw_job *j, struct gw_inst *in,
+                      const char *rendezvous);
+/* A gang member's done (the worker message, borrowed). */
+void gw_sched_gang_done(struct gw_sched *s, struct gw_job *j, struct gw_inst *in, const json_t *done);
+/* A gang member's worker registered; listed: its register names the job. */
+void gw_sched_gang_register(struct gw_sched *s, struct gw_job *j, struct gw_inst *in, bool listed,
+                            bool was_registered);
 /* Shuts the instance down (worker told, provider asked) and forgets it. */
 void gw_sched_terminate(struct gw_sched *s, struct gw_inst *in, const char *why);
 void gw_sched_instance_gone(struct gw_sched *s, const char *id, const char *why);

@@ -184,16 +184,24 @@ static int recv_msg(struct gw_wproto *g, struct wmsg *m) {
   return r;
 }
 
-/* The live job a worker message refers to, only if this instance runs that attempt. */
+/* The live job a worker message refers to, only if this instance runs that
+ * attempt (a gang: as one of its ranks). */
 static struct gw_job *own_job(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   int64_t id = gw_job_id_parse(sl_json_get_str(body, "job", NULL));
   struct gw_job *j = id > 0 ? gw_fleet_job(g->fleet, id) : NULL;
-  if (!j || strcmp(j->instance, in->row.id) || in->row.job != j->id)
+  if (!j || gw_sched_rank(j, in) < 0)
     return NULL;
   json_t *a = json_object_get(body, "attempt");
   if (a && json_integer_value(a) != j->attempt)
     return NULL;
   return j;
+}
+
+/* The same, only from the instance that speaks for the job: a gang's rank 0
+ * (spotlab-train's rank 0 alone reports steps, checkpoints and results). */
+static struct gw_job *own_job_lead(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
+  struct gw_job *j = own_job(g, in, body);
+  return j && gw_sched_rank(j, in) == 0 ? j : NULL;
 }
 
 static void on_done(struct gw_wproto *g, struct gw_inst *in, const json_t *body);
@@ -264,7 +272,7 @@ static void on_register(struct gw_wproto *g, struct gw_inst *in, const json_t *b
                                                                     : json_null()));
       j->wait_register_until_us = 0;
       int64_t step = sl_json_get_int(v, "step", j->step);
-      if (step > j->step)
+      if (step > j->step && gw_sched_rank(j, in) == 0)
         j->step = step;
       continue;
     }
@@ -282,6 +290,11 @@ static void on_register(struct gw_wproto *g, struct gw_inst *in, const json_t *b
   if (!was_registered)
     sl_info(T, "worker %s registered", in->row.id);
   struct gw_job *j = in->row.job ? gw_fleet_job(g->fleet, in->row.job) : NULL;
+  if (j && j->gang) {
+    gw_sched_gang_register(g->sched, j, in, has_own, was_registered);
+    gw_sched_kick(g->sched);
+    return;
+  }
   if (j && strcmp(j->instance, in->row.id))
     j = NULL; /* placed elsewhere since (a launch a gateway died in): not this worker's */
   if (j && !has_own) {
@@ -320,7 +333,7 @@ static void on_device(struct gw_wproto *g, struct gw_job *j, const json_t *data)
 }
 
 static void on_metric(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
-  struct gw_job *j = own_job(g, in, body);
+  struct gw_job *j = own_job_lead(g, in, body);
   json_t *data = json_object_get(body, "data");
   if (j && json_is_object(data) && !strcmp(sl_json_get_str(data, "event", ""), "device")) {
     on_device(g, j, data);
@@ -370,8 +383,8 @@ static void on_metric(struct gw_wproto *g, struct gw_inst *in, const json_t *bod
  * it ever sends a metric (a %%run job sends none). */
 static void on_started(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   struct gw_job *j = own_job(g, in, body);
-  if (j && j->state == GW_JOB_STARTING)
-    gw_sched_transition(g->sched, j, GW_JOB_RUNNING, "process started");
+  if (j)
+    gw_sched_started(g->sched, j, in, sl_json_get_str(body, "rendezvous", NULL));
 }
 
 static void on_output(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
@@ -381,12 +394,15 @@ static void on_output(struct gw_wproto *g, struct gw_inst *in, const json_t *bod
   if (!j || !text || (strcmp(stream, "stdout") && strcmp(stream, "stderr")))
     return;
   json_t *ev = json_pack("{s:s,s:s,s:s}", "event", "output", "stream", stream, "text", text);
+  int rank = gw_sched_rank(j, in);
+  if (rank > 0) /* a gang's other ranks speak too; their lines say whose they are */
+    json_object_set_new(ev, "rank", json_integer(rank));
   gw_sched_emit(g->sched, j, ev);
   json_decref(ev);
 }
 
 static void on_checkpoint(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
-  struct gw_job *j = own_job(g, in, body);
+  struct gw_job *j = own_job_lead(g, in, body);
   const char *key = sl_json_get_str(body, "key", NULL);
   int64_t step = sl_json_get_int(body, "step", -1);
   if (!j || !key || !*key || strlen(key) >= sizeof j->ckpt_key || step < 0 || strstr(key, ".."))
@@ -429,7 +445,7 @@ static void on_notice(struct gw_wproto *g, struct gw_inst *in, const json_t *bod
 }
 
 static void on_result(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
-  struct gw_job *j = own_job(g, in, body);
+  struct gw_job *j = own_job_lead(g, in, body);
   json_t *loss = json_object_get(body, "eval_loss");
   const char *text = sl_json_get_str(body, "text", NULL);
   if (!j || (!json_is_number(loss) && !text))
@@ -448,6 +464,10 @@ static void on_done(struct gw_wproto *g, struct gw_inst *in, const json_t *body)
   const char *status = sl_json_get_str(body, "status", "");
   if (!j)
     return;
+  if (j->gang) {
+    gw_sched_gang_done(g->sched, j, in, body);
+    return;
+  }
   int64_t step = sl_json_get_int(body, "step", j->step);
   if (step > j->step)
     j->step = step;
@@ -482,7 +502,7 @@ static void on_heartbeat(struct gw_wproto *g, struct gw_inst *in, const json_t *
   size_t i;
   json_t *v;
   json_array_foreach(json_object_get(body, "jobs"), i, v) {
-    struct gw_job *j = own_job(g, in, v);
+    struct gw_job *j = own_job_lead(g, in, v);
     int64_t step = sl_json_get_int(v, "step", -1);
     if (j && step > j->step)
       j->step = step;

@@ -120,6 +120,8 @@ static void placement(struct jk_display *d, const json_t *o) {
   double a;
   if (get_num(o, "attempt", &a) && a >= 0 && a < 1e6)
     d->attempt = (int)a;
+  if (get_num(o, "nodes", &a) && a >= 1 && a <= 1024)
+    d->nodes = (int)a;
 }
 
 void jk_display_summary(struct jk_display *d, const json_t *job) {
@@ -416,8 +418,13 @@ static void on_other(struct jk_display *d, const char *kind, const json_t *ev, i
     timeline(d, t, "warning: %s", sl_json_get_str(ev, "text", "?"));
   } else if (strcmp(kind, "placed") == 0) {
     placement(d, ev);
-    timeline(d, t, "placed on %s in %s, %s at $%.4f/h (%s)", d->instance_type, d->zone,
-             d->spot == 0 ? "on-demand" : "spot", d->price_usd_per_hour, d->instance);
+    if (d->nodes > 1) /* a gang: the price is each instance's */
+      timeline(d, t, "placed on %d × %s in %s, %s at $%.4f/h each (rank 0: %s)", d->nodes,
+               d->instance_type, d->zone, d->spot == 0 ? "on-demand" : "spot",
+               d->price_usd_per_hour, d->instance);
+    else
+      timeline(d, t, "placed on %s in %s, %s at $%.4f/h (%s)", d->instance_type, d->zone,
+               d->spot == 0 ? "on-demand" : "spot", d->price_usd_per_hour, d->instance);
   } else if (strcmp(kind, "checkpoint") == 0) {
     d->checkpoints++;
     if (get_num(ev, "step", &v) && v >= 0 && v < 9e15)
@@ -602,8 +609,12 @@ char *jk_display_text(const struct jk_display *d) {
     jk_dbuf_printf(&b, "\n");
   }
   if (d->instance_type[0]) {
+    if (d->nodes > 1)
+      jk_dbuf_printf(&b, "%d × ", d->nodes);
     jk_dbuf_printf(&b, "%s in %s, %s $%.4f/h", d->instance_type, d->zone[0] ? d->zone : "?",
             d->spot == 0 ? "on-demand" : "spot", d->price_usd_per_hour);
+    if (d->nodes > 1)
+      jk_dbuf_printf(&b, " each");
     if (d->on_demand_usd_per_hour > 0 && d->spot != 0)
       jk_dbuf_printf(&b, " (on-demand $%.4f/h)", d->on_demand_usd_per_hour);
     if (d->attempt > 1)

@@ -27,6 +27,7 @@ struct jk_display {
   int64_t last_seq;
   int64_t step, steps;
   int attempt;
+  int nodes;                        /* instances of the job at once (nodes=N); 0 or 1: one */
   char instance[40], instance_type[48], zone[48];
   int spot; /* -1 unknown, 0 on-demand, 1 spot */
   double price_usd_per_hour, on_demand_usd_per_hour;

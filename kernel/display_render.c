@@ -259,10 +259,13 @@ static void html_status(const struct jk_display *d, struct jk_dbuf *b) {
     jk_dbuf_printf(b, "</div>\n");
   if (d->instance_type[0]) {
     jk_dbuf_printf(b, "<div>");
+    if (d->nodes > 1)
+      jk_dbuf_printf(b, "%d &times; ", d->nodes);
     esc(b, d->instance_type);
     jk_dbuf_printf(b, " in ");
     esc(b, d->zone[0] ? d->zone : "?");
-    jk_dbuf_printf(b, " &middot; %s $%.4f/h", d->spot == 0 ? "on-demand" : "spot", d->price_usd_per_hour);
+    jk_dbuf_printf(b, " &middot; %s $%.4f/h%s", d->spot == 0 ? "on-demand" : "spot", d->price_usd_per_hour,
+                   d->nodes > 1 ? " each" : "");
     if (d->on_demand_usd_per_hour > 0 && d->spot != 0)
       jk_dbuf_printf(b, " (on-demand $%.4f/h)", d->on_demand_usd_per_hour);
     if (d->attempt > 1)

@@ -292,7 +292,9 @@ static const struct help helps[] = {
      "bf16 multiplies in bfloat16 with fp32 accumulation and fp32 master weights (GPUs only); "
      "fp32 is exact float32. Default: bf16 on GPUs, fp32 on the CPU.",
      "train m on d gpus=1 precision=bf16"},
-    {"nodes", "nodes=N: number of workers", "Workers used together for one job.",
+    {"nodes", "nodes=N: instances used together (train)",
+     "A train job on N instances at once, one data-parallel rank on each; batch is split "
+     "among them (a multiple of N). Placed all or none; a preemption of one moves them all.",
      "train m on d nodes=2"},
     {"spot", "spot=yes|no|auto: use spot instances",
      "yes: only spot; no: only on-demand; auto: spot when it is cheaper per unit of work "

@@ -234,7 +234,12 @@ static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
   } else if (!strcmp(type, "assign")) {
     on_assign(a, m);
   } else if (!strcmp(type, "cancel")) {
-    if (j) wk_job_cancel(*j);
+    json_t *grace = json_object_get(m, "grace_ms"); /* a gang's rank whose peer is gone: 0 */
+    if (j && json_is_integer(grace) && json_integer_value(grace) >= 0)
+      wk_job_stop(*j, json_integer_value(grace) < a->cfg->kill_grace_ms ? json_integer_value(grace)
+                                                                      : a->cfg->kill_grace_ms);
+    else if (j)
+      wk_job_cancel(*j);
   } else if (!strcmp(type, "checkpoint_now")) {
     if (j) wk_job_checkpoint_now(*j);
   } else if (!strcmp(type, "checkpoint_every")) {

@@ -49,6 +49,8 @@ static const struct field fields[] = {
   {"work_dir", F_STR, S_(work_dir), true, 0, 0, 0, "folder for job files"},
   {"store", F_STR, S_(store), true, 0, 0, 0, "checkpoint store URL (file:///...)"},
   {"train", F_STR, S_(train), false, 0, 0, 0, "spotlab-train path"},
+  {"address", F_STR, S_(address), false, 0, 0, 0,
+   "IP address other instances reach this one at (nodes=N); empty = the route to the gateway"},
   {"heartbeat_ms", F_INT, S_(heartbeat_ms), false, 1000, 10, 600000, "heartbeat period"},
   {"register_timeout_ms", F_INT, S_(register_timeout_ms), false, 3000, 10, 600000,
    "resend register after this long without an answer"},

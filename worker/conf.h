@@ -24,6 +24,7 @@ struct wk_config {
   char work_dir[512];
   char store[512];         /* file:///... */
   char train[512];         /* spotlab-train; "" = found with sl_find_program */
+  char address[128];       /* IP address other instances reach this one at (nodes=N); "" = derived */
   int64_t heartbeat_ms;        /* until the gateway says otherwise */
   int64_t register_timeout_ms; /* resend register when unanswered */
   int64_t metrics_per_s;       /* per job; steps beyond are coalesced */

@@ -13,6 +13,7 @@
 
 #include "conf.h"
 #include "filesync.h"
+#include "gang.h"
 #include "relay.h"
 #include "sl_err.h"
 #include "sl_json.h"
@@ -48,6 +49,7 @@ struct wk_job {
   int64_t attempt;
   enum wk_kind kind;
   enum state state;
+  struct wk_gang gang;  /* nodes=N: this rank (gang.world_size 0: a job of its own) */
   struct wk_child *child;
   struct wk_relay *relay;
   struct wk_filesync *files;
@@ -58,6 +60,7 @@ struct wk_job {
   struct wk_gpu_usage usage;
   int64_t step, durable_step, notice_step;
   bool cancelled, noticed, terminated;
+  bool core_terminated; /* spotlab-train stopped early on a SIGTERM (its own or a peer rank's) */
   int64_t wait_until_us, kill_at_us, next_sync_us, exited_at_us;
   /* Restore timing, reported once on the first step metric after a restore:
    * assign received, checkpoint downloaded (ms), child started, its resume
@@ -216,6 +219,7 @@ static int spawn(struct wk_job *j, const json_t *assign, char *err, size_t err_s
     .checkpoint_every = json_is_integer(json_object_get(assign, "checkpoint_every"))
                             ? json_integer_value(json_object_get(assign, "checkpoint_every")) : 0,
     .gpus = j->env->gpus, .instance_type = j->env->cfg->type, .train_cuda = j->env->train_cuda,
+    .rank = j->gang.rank, .world_size = j->gang.world_size, .rendezvous = j->gang.rendezvous,
   };
   char **argv = NULL, **envp = NULL;
   const json_t *spec = json_object_get(assign, "spec");
@@ -262,6 +266,27 @@ static void send_device(struct wk_job *j, json_t *ev) {
   if (m) json_object_set_new(m, "data", ev);
   else json_decref(ev);
   send(j, m, true);
+/* nodes=N: this job is one rank of a data-parallel run; rank 0 makes the
+ * rendezvous (a free port on the address the other instances reach). */
+static int join_gang(struct wk_job *j, const json_t *field, char *err, size_t err_size) {
+  int r = wk_gang_parse(field, &j->gang, err, err_size);
+  if (r < 0 || !j->gang.world_size)
+    return r;
+  if (j->kind != WK_KIND_TRAIN) {
+    snprintf(err, err_size, "a gang (nodes=N) runs train jobs only");
+    return SL_ECONFIG;
+  }
+  if (j->gang.rank > 0)
+    return 0;
+  char host[128];
+  if ((r = wk_gang_host(j->env->cfg->address, j->env->cfg->gateway, host, sizeof host)) < 0) {
+    snprintf(err, err_size, "\"address\": %s", sl_strerror(r));
+    return r;
+  }
+  if ((r = wk_gang_rendezvous(&j->gang, host, err, err_size)) < 0)
+    return r;
+  sl_info(TOPIC, "%s: rank 0 of %d; rendezvous %s", j->id, j->gang.world_size, j->gang.rendezvous);
+  return 0;
 }
 
 int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_job **ret,
@@ -283,15 +308,26 @@ int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_j
   j->durable_step = -1;
   j->assigned_us = sl_time_mono_us();
   int r = wk_relay_new(env->cfg->metrics_per_s, env->cfg->output_lines_per_s, &j->relay);
+  if (r >= 0)
+    r = join_gang(j, json_object_get(assign, "gang"), err, err_size);
+  /* spotlab-train's rank 0 alone reads checkpoints: the other ranks resume
+   * from what it broadcasts, so they download nothing */
+  const char *key = j->gang.rank > 0 ? NULL : json_string_value(rk);
   if (r < 0 || (r = prepare_dirs(j, err, err_size)) < 0 ||
-      (r = restore(j, json_string_value(rk), err, err_size)) < 0 || (r = spawn(j, assign, err, err_size)) < 0) {
+      (r = restore(j, key, err, err_size)) < 0 || (r = spawn(j, assign, err, err_size)) < 0) {
     wk_job_free(j);
     return r;
   }
   j->next_sync_us = sl_time_mono_us() + env->cfg->run_sync_ms * SL_US_PER_MS;
   /* the job runs from here on: the gateway moves it to running (a %%run job
-   * sends no metric that could say so) */
-  send(j, msg_new(j, "started"), true);
+   * sends no metric that could say so); rank 0 of a gang names where its
+   * spotlab-train listens, so that the gateway can start the other ranks */
+  json_t *started = msg_new(j, "started");
+  if (j->gang.world_size && started) {
+    json_object_set_new(started, "rank", json_integer(j->gang.rank));
+    json_object_set_new(started, "rendezvous", json_string(j->gang.rendezvous));
+  }
+  send(j, started, true);
   if (j->kind != WK_KIND_RUN && !j->device.cuda) send_device(j, NULL);
   *ret = j;
   return 0;
@@ -427,6 +463,8 @@ static void on_metrics_line(struct wk_job *j, const char *line, size_t len) {
     json_decref(obj);
     return;
   }
+  if (event && !strcmp(event, "terminated"))
+    j->core_terminated = true;
   if (event && !strcmp(event, "device")) {
     send_device(j, obj);
     return;
@@ -518,8 +556,16 @@ static const char *final_status(struct wk_job *j, int st, char *msg, size_t size
   bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
   if (j->cancelled) return "cancelled";
   if (j->noticed && j->terminated) return "preempted";
-  /* A train run is the model it leaves: its last step must be in the store. */
-  if (ok && j->kind == WK_KIND_TRAIN && j->durable_step < j->step) {
+  /* a SIGTERM from elsewhere (to another rank of a gang, which stops every
+   * rank): the run stopped short, at a durable checkpoint */
+  if (ok && j->core_terminated && j->kind == WK_KIND_TRAIN) {
+    snprintf(msg, size, "spotlab-train stopped at step %lld before the end of the run",
+             (long long)j->step);
+    return "preempted";
+  }
+  /* A train run is the model it leaves: its last step must be in the store
+   * (rank 0's, in a gang: the other ranks write no checkpoint) */
+  if (ok && j->kind == WK_KIND_TRAIN && j->gang.rank == 0 && j->durable_step < j->step) {
     char newest[48] = "none";
     if (j->durable_step >= 0) snprintf(newest, sizeof newest, "step %lld", (long long)j->durable_step);
     snprintf(msg, size, "the final checkpoint (step %lld) is %s; the newest durable checkpoint: %s",
@@ -603,10 +649,12 @@ int wk_job_tick(struct wk_job *j, int64_t now, bool may_end) {
   return 0;
 }
 
-void wk_job_cancel(struct wk_job *j) {
+void wk_job_cancel(struct wk_job *j) { wk_job_stop(j, j->env->cfg->kill_grace_ms); }
+
+void wk_job_stop(struct wk_job *j, int64_t grace_ms) {
   if (j->state == ENDED) return;
   j->cancelled = true;
-  terminate(j, sl_time_mono_us() + j->env->cfg->kill_grace_ms * SL_US_PER_MS);
+  terminate(j, sl_time_mono_us() + grace_ms * SL_US_PER_MS);
 }
 
 void wk_job_checkpoint_now(struct wk_job *j) {
@@ -658,7 +706,9 @@ void wk_job_notice(struct wk_job *j, int64_t deadline) {
   if (margin > left / 4) margin = left > 0 ? left / 4 : 0;
   j->kill_at_us = deadline - margin / 2;
   if (j->state == STOPPING) return;
-  if (j->kind == WK_KIND_TRAIN && j->durable_step < j->step &&
+  /* a gang's rank above 0 writes no checkpoint: its SIGTERM stops every rank,
+   * and rank 0 writes the checkpoint of the step they reached */
+  if (j->kind == WK_KIND_TRAIN && j->gang.rank == 0 && j->durable_step < j->step &&
       wk_child_control(j->child, "checkpoint") == 0) {
     j->notice_step = j->step;
     j->wait_until_us = deadline - margin;

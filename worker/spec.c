@@ -336,6 +336,18 @@ static int add_device(struct av *a, enum wk_kind kind, const json_t *spec, const
   return d.bf16 ? push(a, "--bf16") : 0;
 }
 
+/* A rank of a data-parallel run across instances (nodes=N). */
+static int add_gang(struct av *a, const struct wk_spec_paths *p) {
+  char world[16], rank[16];
+  if (p->rank < 0 || p->rank >= p->world_size || !p->rendezvous || !*p->rendezvous)
+    return fail(a, SL_ECONFIG, "rank %d of world size %d needs a rendezvous", p->rank, p->world_size);
+  snprintf(world, sizeof world, "%d", p->world_size);
+  snprintf(rank, sizeof rank, "%d", p->rank);
+  int r = push2(a, "--world-size", world);
+  if (r >= 0) r = push2(a, "--rank", rank);
+  return r < 0 ? r : push2(a, "--rendezvous", p->rendezvous);
+}
+
 static int build(struct av *a, enum wk_kind kind, const json_t *spec, const struct wk_spec_paths *p) {
   int r;
   if (kind == WK_KIND_RUN) {
@@ -353,6 +365,7 @@ static int build(struct av *a, enum wk_kind kind, const json_t *spec, const stru
     if ((r = add_model(a, spec)) < 0 || (r = add_data(a, spec, true)) < 0) return r;
     if ((r = add_checkpoint_every(a, spec, p)) < 0) return r;
     if (p->resume && (r = push(a, "--resume")) < 0) return r;
+    if (p->world_size > 1 && (r = add_gang(a, p)) < 0) return r;
   } else if (kind == WK_KIND_EVAL) {
     if ((r = push(a, "--eval")) < 0 || (r = add_data(a, spec, false)) < 0) return r;
   } else {

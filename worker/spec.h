@@ -26,6 +26,10 @@ struct wk_spec_paths {
   const struct wk_gpu_inventory *gpus; /* this instance's GPUs; NULL = none */
   const char *instance_type;  /* for messages: "g5.xlarge" */
   bool train_cuda;            /* spotlab-train can use CUDA: GPUs are used by default */
+  /* nodes=N (train): this process is rank `rank` of `world_size` (< 2: the
+   * only one), meeting the others at rendezvous (tcp://HOST:PORT) */
+  int rank, world_size;
+  const char *rendezvous;
 };
 
 /* Where a job runs. Defaults: a job that names no gpus uses one GPU when

@@ -140,6 +140,11 @@ static int fp_launch_op(struct gw_provider *gp, const struct gw_launch *req,
     return SL_ENAME;
   if (p->mode == FP_REFUSE)
     return -EAGAIN;
+  int alive = 0;
+  for (size_t i = 0; i < p->n_insts; i++)
+    alive += p->insts[i].alive;
+  if (p->capacity && alive >= p->capacity)
+    return -EAGAIN;
   if (p->n_insts == FP_MAX_INSTS)
     return -EAGAIN;
   struct fp_inst *in = &p->insts[p->n_insts++];

@@ -78,6 +78,7 @@ struct fake_provider {
   enum fp_launch_mode mode;     /* for every launch until changed */
   char zone[32];                /* LAUNCHED's zone */
   bool terminated_on_terminate; /* terminate() is followed by TERMINATED (default) */
+  int capacity;                 /* launches refused (-EAGAIN) with this many alive; 0: no bound */
   int next_id;
   struct fp_inst insts[FP_MAX_INSTS];
   size_t n_insts;

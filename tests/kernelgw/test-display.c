@@ -665,11 +665,28 @@ static void test_device(void) {
   text = jk_display_text(d);
   CHECK(text && !strstr(text, "device:"));
   free(text);
+/* nodes=N: the placed event names the instance count; the price shown is each one's. */
+static void test_gang(void) {
+  struct jk_display *d = jk_display_new("J000008", "train");
+  json_t *e = ev("J000008", 1, 1000, "placed");
+  json_object_update_new(e, json_pack("{s:s, s:[s,s], s:i, s:s, s:s, s:b, s:f, s:f, s:i}", "instance",
+                                      "i-0123456789ab", "instances", "i-0123456789ab", "i-0123456789ac",
+                                      "nodes", 2, "instance_type", "g5.xlarge", "zone", "us-east-1a",
+                                      "spot", 1, "price_usd_per_hour", 0.4, "on_demand_usd_per_hour",
+                                      1.006, "attempt", 1));
+  feed(d, e);
+  char *text = jk_display_text(d), *html = jk_display_html(d);
+  CHECK(text && strstr(text, "2 × g5.xlarge in us-east-1a, spot $0.4000/h each"));
+  CHECK(text && strstr(text, "placed on 2 × g5.xlarge in us-east-1a, spot at $0.4000/h each (rank 0: i-0123456789ab)"));
+  CHECK(html && strstr(html, "2 &times; g5.xlarge"));
+  free(text);
+  free(html);
   jk_display_free(d);
 }
 
 int main(void) {
   test_escape();
+  test_gang();
   test_downsample();
   test_fold_and_text();
   test_resume_cuts_curve();

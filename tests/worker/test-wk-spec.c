@@ -13,6 +13,8 @@ static const struct wk_gpu_inventory two_a10g = {2, "NVIDIA A10G", 22731, "550.5
 
 static struct wk_spec_paths paths = {"/opt/spotlab-train", "/w/jobs/J1/ckpt", 3, 4, false, 0, &no_gpus,
                                      "local.cpu", true};
+static struct wk_spec_paths paths = {.train = "/opt/spotlab-train", .ckpt_dir = "/w/jobs/J1/ckpt",
+                                     .metrics_fd = 3, .control_fd = 4};
 
 /* Builds argv and joins it with spaces into out; returns the build result. */
 static int joined(enum wk_kind kind, const char *spec_json, const struct wk_spec_paths *p, char *out,

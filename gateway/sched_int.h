@@ -1,0 +1,74 @@
+/* The scheduler's inside, shared by its two files: scheduler.c (one
+ * instance per job) and sched_gang.c (nodes=N: gangs). Nothing outside
+ * those two includes this header. */
+#ifndef GW_SCHED_INT_H
+#define GW_SCHED_INT_H
+
+#include "scheduler.h"
+
+#define GW_SCHED_MARKET_MAX 256
+
+struct gw_sched {
+  const struct gw_config *cfg;
+  struct gw_store *store;
+  struct gw_fleet *fleet;
+  struct gw_queue *queue;
+  struct gw_loop *loop;
+  const struct gw_bus *bus;
+  const char *worker_address, *gateway_public, *train_program;
+  struct gw_provider *provs[GW_PROVIDERS_MAX];
+  size_t n_provs;
+  bool kick;                    /* placement should run */
+  int64_t retry_timer;          /* queued jobs wait for capacity: placement again then */
+  int64_t next_cost_flush_mono_us;
+  struct gw_offer offers[GW_SCHED_MARKET_MAX]; /* the market as the current placement pass sees it */
+  size_t n_offers;
+};
+
+/* scheduler.c */
+void gw_sched_report(struct gw_sched *s, struct gw_bus_event ev);
+/* Asks o's provider for an instance for job j (spot or on-demand): on
+ * success it is in the fleet, launching, its row naming j, and its id in
+ * ret_id. The job itself is left as it is. */
+int gw_sched_launch_inst(struct gw_sched *s, struct gw_job *j, const struct gw_offer *o, bool spot,
+                         char ret_id[GW_INSTANCE_ID_MAX]);
+/* Forgets an instance launched in this placement pass and asks its
+ * provider to stop it (a gang that could not be launched whole). */
+void gw_sched_discard_launch(struct gw_sched *s, const char *id);
+/* A new attempt on in (the job's instance, a gang's rank 0). */
+void gw_sched_write_placement(struct gw_job *j, const struct gw_inst *in);
+/* The placed event and the attempt's row. */
+void gw_sched_emit_placed(struct gw_sched *s, struct gw_job *j);
+/* Ends the attempt (cost, attempts row) and frees its instances that still
+ * name j, into inst_state. */
+void gw_sched_end_attempt(struct gw_sched *s, struct gw_job *j, const char *outcome,
+                          const char *inst_state);
+/* The job has no placement any more (a gang's is freed). */
+void gw_sched_clear_placement(struct gw_job *j);
+/* gw_sched_requeue with the preempted event naming instance (the gang
+ * member that was taken away). */
+void gw_sched_requeue_at(struct gw_sched *s, struct gw_job *j, bool notice, const char *reason,
+                         const char *instance);
+
+/* sched_gang.c */
+/* Places a gang for j (w->nodes > 1) now, all or none: -EAGAIN when not
+ * now, 0 when placed or when the job failed (no group can ever fit). */
+int gw_sched_place_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wants *w,
+                        bool *no_capacity);
+/* A member launched or registered: the placed event once every member is
+ * launched, rank 0's assign once every member is registered. */
+void gw_sched_gang_progress(struct gw_sched *s, struct gw_job *j);
+/* The instance of gang member rank is gone (its provider, a missing
+ * heartbeat, a failed launch). */
+void gw_sched_gang_lost(struct gw_sched *s, struct gw_job *j, int rank, const char *why);
+/* The assign's "gang" object for rank of j's gang, owned. */
+json_t *gw_sched_gang_assign_field(const struct gw_job *j, int rank);
+/* Cancel of a started gang: every member is told to stop. */
+void gw_sched_gang_cancel(struct gw_sched *s, struct gw_job *j);
+/* The gang's members cost this much per hour now (those not ended). */
+void gw_sched_gang_price(const struct gw_job *j, double *ret_usd, double *ret_on_demand_usd);
+/* After a gateway restart: j (provisioning or later) gets its gang back
+ * from the instance rows that name it. */
+void gw_sched_gang_load(struct gw_sched *s, struct gw_job *j);
+
+#endif
