@@ -665,6 +665,9 @@ static void test_device(void) {
   text = jk_display_text(d);
   CHECK(text && !strstr(text, "device:"));
   free(text);
+  jk_display_free(d);
+}
+
 /* nodes=N: the placed event names the instance count; the price shown is each one's. */
 static void test_gang(void) {
   struct jk_display *d = jk_display_new("J000008", "train");

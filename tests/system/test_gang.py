@@ -18,9 +18,8 @@ usage: test_gang.py CASE GATEWAY WORKER TRAIN
 The gateway, the reference run and the case's disturbance reuse tests/system/test_system.py
 (same model, data, options and checks). SPOTLAB_GANG_KEEP=1 keeps the state folder and
 prints the logs of a passing run too. At no moment may two processes run one rank of the
-job. Until spotlab-train's CPU path takes --world-size N with --rendezvous (gloo), the job
-fails with spotlab-train's refusal and this test says so and fails: it is written for the
-training core that does.
+job. A spotlab-train built without gloo refuses --world-size on the CPU: the job then fails
+with its refusal, and this test says so and fails.
 """
 import os
 import shutil
@@ -33,12 +32,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_system as ts  # noqa: E402  (reads the same CASE GATEWAY WORKER TRAIN arguments)
 
 NODES = 2
-# docs/training.md: an N-rank run follows the one-process run's math up to the order of the
-# sums across ranks. As tests/gpu/gpu_cli_test.py holds --gpus 2 to a 1-rank run: the first
-# step (same weights, same batch) within FIRST_TOLERANCE, every later one within TOLERANCE
-# (relative). Where the training core documents its CPU ranks as bit for bit with one
-# process, set EXACT.
-EXACT = False
+# docs/training.md: N CPU ranks give the numbers of one process that sums its gradients in N
+# slices (--grad-slices N), bit for bit; the reference run is that process. Without EXACT the
+# losses are held as tests/gpu/gpu_cli_test.py holds --gpus 2 to a 1-rank run: the first step
+# within FIRST_TOLERANCE, every later one within TOLERANCE (relative).
+EXACT = True
+ts.REFERENCE_EXTRA = ["--grad-slices", str(NODES)]
 FIRST_TOLERANCE = 1e-5
 TOLERANCE = 2e-2
 check = ts.check

@@ -124,6 +124,11 @@ def write_text(path):
         f.write(" ".join(out))
 
 
+# Extra spotlab-train arguments of the reference run (a caller's choice, e.g. test_gang's
+# --grad-slices, which makes one process sum its gradients as N ranks do).
+REFERENCE_EXTRA = []
+
+
 class Reference:
     """spotlab-train run with the job's arguments, every checkpoint kept, metrics read from
     its stdout as they come."""
@@ -137,6 +142,7 @@ class Reference:
         for k, v in list(MODEL.items()) + list(OPTIONS.items()):
             if k != "checkpoint_every":
                 argv += ["--" + k.replace("_", "-"), str(v)]
+        argv += REFERENCE_EXTRA
         self.lines = []
         self.first_ckpt = threading.Event()
         self.ckpt_bytes = 0

@@ -11,10 +11,9 @@
 static const struct wk_gpu_inventory no_gpus = {.reason = "no NVIDIA driver library (libnvidia-ml.so.1)"};
 static const struct wk_gpu_inventory two_a10g = {2, "NVIDIA A10G", 22731, "550.54.15", ""};
 
-static struct wk_spec_paths paths = {"/opt/spotlab-train", "/w/jobs/J1/ckpt", 3, 4, false, 0, &no_gpus,
-                                     "local.cpu", true};
 static struct wk_spec_paths paths = {.train = "/opt/spotlab-train", .ckpt_dir = "/w/jobs/J1/ckpt",
-                                     .metrics_fd = 3, .control_fd = 4};
+                                     .metrics_fd = 3, .control_fd = 4, .gpus = &no_gpus,
+                                     .instance_type = "local.cpu", .train_cuda = true};
 
 /* Builds argv and joins it with spaces into out; returns the build result. */
 static int joined(enum wk_kind kind, const char *spec_json, const struct wk_spec_paths *p, char *out,
