@@ -367,6 +367,8 @@ static int check_device_options(struct req *q, const json_t *opts) {
   snprintf(msg, sizeof msg, "no instance type offers %d GPUs (the most: %d, on %.64s)", (int)want,
            offers[most].type.gpus, offers[most].type.name);
   return fail(q, SL_ENAME, msg), SL_ENAME;
+}
+
 /* nodes=N (a gang of N instances): a whole number in 1..GW_GANG_MAX, for a
  * train job whose global batch the N ranks can share equally. Sends the
  * error reply itself. */

@@ -266,6 +266,8 @@ static void send_device(struct wk_job *j, json_t *ev) {
   if (m) json_object_set_new(m, "data", ev);
   else json_decref(ev);
   send(j, m, true);
+}
+
 /* nodes=N: this job is one rank of a data-parallel run; rank 0 makes the
  * rendezvous (a free port on the address the other instances reach). */
 static int join_gang(struct wk_job *j, const json_t *field, char *err, size_t err_size) {
