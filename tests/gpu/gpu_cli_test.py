@@ -16,6 +16,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from train_metrics import events, losses  # noqa: E402
+
 EXE = sys.argv[1]
 failures = 0
 
@@ -45,18 +48,6 @@ def world_size(ckpt_dir):
     return struct.unpack_from("<I", head, 52)[0]
 
 
-def metric_rows(path):
-    rows = []
-    if os.path.exists(path):
-        with open(path) as f:
-            rows = [json.loads(l) for l in f if l.endswith("\n")]
-    return rows
-
-
-def losses_by_step(path):
-    return {e["step"]: e["loss"] for e in metric_rows(path) if "event" not in e and "loss" in e}
-
-
 def exact_resume(tmp, base, label, n=60, kill_at=27):
     """Reference run of n steps; then kill -9 at step >= kill_at, --resume to n."""
     common = [*base, "--steps", str(n), "--checkpoint-every", "5"]
@@ -71,20 +62,20 @@ def exact_resume(tmp, base, label, n=60, kill_at=27):
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and p.poll() is None:
-        if any(s >= kill_at for s in losses_by_step(m)):
+        if any(s >= kill_at for s in losses(m)):
             break
         time.sleep(0.005)  # polling interval, not a wait for the event
     p.kill()
     rc = p.wait(timeout=60)
-    got_before = max(losses_by_step(m) or [0])
+    got_before = max(losses(m) or [0])
     check(rc == -9 and got_before < n, "%s: killed with SIGKILL at step %d of %d (rc %s)"
           % (label, got_before, n, rc))
     r = subprocess.run([EXE, *common, "--ckpt-dir", os.path.join(cut, "ck"), "--metrics", m,
                         "--resume"], capture_output=True, text=True, timeout=300)
     check(r.returncode == 0, label + ": resumed run exits 0", r.stderr)
-    res = [e for e in metric_rows(m) if e.get("event") == "resume"]
+    res = [e for e in events(m) if e.get("event") == "resume"]
     check(len(res) == 1, label + ": resumed from a checkpoint (%s)" % (res and res[0]["step"]))
-    want, got = losses_by_step(os.path.join(ref, "m.jsonl")), losses_by_step(m)
+    want, got = losses(os.path.join(ref, "m.jsonl")), losses(m)
     diff = [s for s in range(1, n + 1) if got.get(s) != want.get(s)]
     check(len(want) == n and not diff, "%s: every step's loss identical to the uninterrupted "
           "run%s" % (label, " (first difference at step %d)" % diff[0] if diff else ""))

@@ -25,7 +25,6 @@ Waits poll files or process exits against deadlines; nothing sleeps for a
 fixed time.
 
 usage: dist_test.py SPOTLAB_TRAIN"""
-import json
 import os
 import random
 import shutil
@@ -36,6 +35,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from train_metrics import events, steps  # noqa: E402
 
 EXE = sys.argv[1]
 TIMEOUT_S = 3  # --dist-timeout for the failure cases
@@ -52,21 +54,6 @@ def check(cond, what):
     print(("ok   " if cond else "FAIL ") + what, flush=True)
     if not cond:
         failures.append(what)
-
-
-def events(path):
-    out = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                if line.endswith("\n"):
-                    out.append(json.loads(line))
-    return out
-
-
-def steps(path):
-    """step -> the last step line written for it"""
-    return {e["step"]: e for e in events(path) if "event" not in e}
 
 
 def wait_for(path, pred, procs, deadline_s=60):

@@ -24,6 +24,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from train_metrics import events, losses  # noqa: E402
+
 EXE = sys.argv[1]
 N = 200
 ARGS = ["--model", "gpt", "--layers", "2", "--heads", "2", "--dim", "32", "--ctx", "32",
@@ -36,24 +39,6 @@ def check(cond, what):
     print(("ok   " if cond else "FAIL ") + what, flush=True)
     if not cond:
         failures.append(what)
-
-
-def events(path):
-    out = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                if line.endswith("\n"):
-                    out.append(json.loads(line))
-    return out
-
-
-def losses(path):
-    by_step = {}
-    for e in events(path):
-        if "event" not in e and "loss" in e:
-            by_step[e["step"]] = e["loss"]
-    return by_step
 
 
 def wait_for(path, pred, proc=None, deadline_s=60):
