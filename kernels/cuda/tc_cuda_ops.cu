@@ -20,29 +20,12 @@
 #include <stdlib.h>
 
 #include "tc_cuda.h"
+#include "tc_cuda_int.h"
 
 extern "C" {
 #include "sl_err.h"
 #include "sl_log.h"
 }
-
-#define TOPIC "train.cuda"
-
-typedef __nv_bfloat16 bf16_t;
-
-/* bf16 scratch: operand copies for products, and attention's own inputs */
-enum { S16_A, S16_B, S16_QKV, S16_DOUT, S16_N };
-
-struct tc_cuda_ctx {
-  int device, bf16;
-  cudaStream_t stream;
-  cublasHandle_t blas;
-  bf16_t *s16[S16_N];
-  size_t s16_cap[S16_N];
-  float *d_cols;    /* column partial sums: COL_CHUNKS x cols_cap */
-  size_t cols_cap;
-  double *d_sumsq;  /* SUMSQ_BLOCKS partials + 1 total */
-};
 
 enum { COL_CHUNKS = 64, SUMSQ_BLOCKS = 256, SUMSQ_THREADS = 256 };
 
@@ -60,8 +43,6 @@ extern "C" int tc_err_from_cublas(int s, const char *what) {
   return SL_ECUDA;
 }
 
-#define CU(call, what) tc_err_from_cuda((int)(call), what)
-#define LAUNCHED(what) tc_err_from_cuda((int)cudaGetLastError(), what)
 
 extern "C" int tc_cuda_device_count(void) {
   int n = 0;
@@ -160,11 +141,6 @@ static int cols_scratch(struct tc_cuda_ctx *c, size_t cols) {
   return r;
 }
 
-static unsigned blocks_for(size_t n, unsigned threads) {
-  size_t b = (n + threads - 1) / threads;
-  return (unsigned)(b ? b : 1);
-}
-
 /* ---- products ---- */
 
 __global__ void to_bf16(bf16_t *out, const float *in, size_t n) {
@@ -184,8 +160,7 @@ __global__ void to_bf16x4(bf16_t *out, const float *in, size_t n4) {
   reinterpret_cast<uint2 *>(out)[i] = w;
 }
 
-/* A bf16 copy of the n floats at `in` in scratch slot `slot`. */
-static int bf16_copy(struct tc_cuda_ctx *c, int slot, const float *in, size_t n,
+int tc_cu_bf16_copy(struct tc_cuda_ctx *c, int slot, const float *in, size_t n,
                      const bf16_t **ret) {
   if (n > c->s16_cap[slot]) {
     cudaFree(c->s16[slot]);
@@ -213,13 +188,12 @@ static size_t span(int trans, int rows, int cols, int ld) {
 }
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
- * operands and the dimensions, keep each operand's transpose flag. Types:
- * A and B of type `ab` (fp32 or bf16), C of type `ct`; count products with
- * strides sa, sb, sc (count 1: strides unused). */
-static int gemm_raw(struct tc_cuda_ctx *c, int ta, int tb, int M, int N, int K, float alpha,
+ * operands and the dimensions, keep each operand's transpose flag. */
+int tc_cu_gemm_raw(struct tc_cuda_ctx *c, int ta, int tb, int M, int N, int K, float alpha,
                     const void *A, int lda, long long sa, const void *B, int ldb, long long sb,
-                    float beta, void *C, int ldc, long long sc, int count, cudaDataType_t ab,
-                    cudaDataType_t ct, cublasComputeType_t comp) {
+                   float beta, void *C, int ldc, long long sc, int count, cudaDataType_t ab,
+                   cudaDataType_t ct) {
+  const cublasComputeType_t comp = CUBLAS_COMPUTE_32F;
   cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasStatus_t s;
   if (count == 1)
@@ -235,31 +209,15 @@ extern "C" int tc_cu_gemm(struct tc_cuda_ctx *c, int ta, int tb, int M, int N, i
                           float alpha, const float *A, int lda, const float *B, int ldb,
                           float beta, float *C, int ldc, enum tc_cu_prec prec) {
   if (!c->bf16 || prec != TC_CU_CTX)
-    return gemm_raw(c, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1,
-                    CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F);
+    return tc_cu_gemm_raw(c, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1,
+                        CUDA_R_32F, CUDA_R_32F);
   const bf16_t *a16 = NULL, *b16 = NULL;
-  int r = bf16_copy(c, S16_A, A, span(ta, M, K, lda), &a16);
-  if (r == 0) r = bf16_copy(c, S16_B, B, span(tb, K, N, ldb), &b16);
+  int r = tc_cu_bf16_copy(c, S16_A, A, span(ta, M, K, lda), &a16);
+  if (r == 0) r = tc_cu_bf16_copy(c, S16_B, B, span(tb, K, N, ldb), &b16);
   if (r == 0)
-    r = gemm_raw(c, ta, tb, M, N, K, alpha, a16, lda, 0, b16, ldb, 0, beta, C, ldc, 0, 1,
-                 CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F);
+    r = tc_cu_gemm_raw(c, ta, tb, M, N, K, alpha, a16, lda, 0, b16, ldb, 0, beta, C, ldc, 0, 1,
+                       CUDA_R_16BF, CUDA_R_32F);
   return r;
-}
-
-static int gemm_batched(struct tc_cuda_ctx *c, int ta, int tb, int M, int N, int K, float alpha,
-                        const float *A, int lda, long long sa, const float *B, int ldb,
-                        long long sb, float beta, float *C, int ldc, long long sc, int count) {
-  return gemm_raw(c, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count,
-                  CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F);
-}
-
-/* bf16 operands, C of type ct (bf16 or fp32), fp32 accumulation. */
-static int gemm16_batched(struct tc_cuda_ctx *c, int ta, int tb, int M, int N, int K, float alpha,
-                          const bf16_t *A, int lda, long long sa, const bf16_t *B, int ldb,
-                          long long sb, float beta, void *C, cudaDataType_t ct, int ldc,
-                          long long sc, int count) {
-  return gemm_raw(c, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count,
-                  CUDA_R_16BF, ct, CUBLAS_COMPUTE_32F);
 }
 
 /* ---- column sums: out[c] += sum_n f(n, c), two passes in a fixed order ---- */
@@ -326,15 +284,15 @@ extern "C" int tc_cu_linear_backward(struct tc_cuda_ctx *c, float *dinp, float *
   int r = 0;
   if (c->bf16) { /* dout rounded once for both products; the stream orders slot reuse */
     const bf16_t *dy16 = NULL, *w16 = NULL, *x16 = NULL;
-    r = bf16_copy(c, S16_A, dout, (size_t)N * OC, &dy16);
-    if (r == 0 && dinp) r = bf16_copy(c, S16_B, w, (size_t)OC * C, &w16);
+    r = tc_cu_bf16_copy(c, S16_A, dout, (size_t)N * OC, &dy16);
+    if (r == 0 && dinp) r = tc_cu_bf16_copy(c, S16_B, w, (size_t)OC * C, &w16);
     if (r == 0 && dinp)
-      r = gemm16_batched(c, 0, 0, N, C, OC, 1.0f, dy16, OC, 0, w16, C, 0, 0.0f, dinp, CUDA_R_32F,
-                         C, 0, 1);
-    if (r == 0) r = bf16_copy(c, S16_B, inp, (size_t)N * C, &x16);
+      r = tc_cu_gemm_raw(c, 0, 0, N, C, OC, 1.0f, dy16, OC, 0, w16, C, 0, 0.0f, dinp, C, 0, 1,
+                         CUDA_R_16BF, CUDA_R_32F);
+    if (r == 0) r = tc_cu_bf16_copy(c, S16_B, inp, (size_t)N * C, &x16);
     if (r == 0)
-      r = gemm16_batched(c, 1, 0, OC, C, N, 1.0f, dy16, OC, 0, x16, C, 0, 1.0f, dw, CUDA_R_32F, C,
-                         0, 1);
+      r = tc_cu_gemm_raw(c, 1, 0, OC, C, N, 1.0f, dy16, OC, 0, x16, C, 0, 1.0f, dw, C, 0, 1,
+                         CUDA_R_16BF, CUDA_R_32F);
     if (r == 0 && dbias) r = colsum_acc(c, dbias, dout, NULL, NULL, NULL, N, OC);
     return r;
   }
@@ -342,18 +300,6 @@ extern "C" int tc_cu_linear_backward(struct tc_cuda_ctx *c, float *dinp, float *
   if (r == 0) r = tc_cu_gemm(c, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C, TC_CU_CTX);
   if (r == 0 && dbias) r = colsum_acc(c, dbias, dout, NULL, NULL, NULL, N, OC);
   return r;
-}
-
-/* ---- warp reductions (butterfly: every lane ends with the same value) ---- */
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
 }
 
 /* ---- LayerNorm: one warp per row ---- */
@@ -492,272 +438,6 @@ extern "C" int tc_cu_add(struct tc_cuda_ctx *c, float *out, const float *a, cons
 extern "C" int tc_cu_scale(struct tc_cuda_ctx *c, float *x, size_t n, float s) {
   scale_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(x, n, s);
   return LAUNCHED("scale");
-}
-
-/* ---- attention ---- */
-
-/* Rows of (rows, T) scores; row r is query position r % T. Causal softmax in
- * place, zero above the diagonal. One warp per row; float or bf16 storage,
- * fp32 arithmetic. */
-__device__ __forceinline__ float ld(const float *p) { return *p; }
-__device__ __forceinline__ float ld(const bf16_t *p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void st(float *p, float v) { *p = v; }
-__device__ __forceinline__ void st(bf16_t *p, float v) { *p = __float2bfloat16_rn(v); }
-
-template <typename S>
-__global__ void causal_softmax(S *att, size_t rows, int T) {
-  size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  int t = (int)(row % (size_t)T);
-  S *a = att + row * T;
-  float mx = -INFINITY;
-  for (int j = lane; j <= t; j += 32) mx = fmaxf(mx, ld(a + j));
-  mx = warp_max(mx);
-  float s = 0.0f;
-  for (int j = lane; j <= t; j += 32) s += expf(ld(a + j) - mx);
-  float inv = 1.0f / warp_sum(s);
-  for (int j = lane; j < T; j += 32) st(a + j, j <= t ? expf(ld(a + j) - mx) * inv : 0.0f);
-}
-
-/* d in place: d = p * (d - sum(p d)) on the causal part, zero above it. */
-template <typename S>
-__global__ void causal_softmax_bwd(S *datt, const S *att, size_t rows, int T) {
-  size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  int t = (int)(row % (size_t)T);
-  const S *p = att + row * T;
-  S *d = datt + row * T;
-  float dot = 0.0f;
-  for (int j = lane; j <= t; j += 32) dot += ld(p + j) * ld(d + j);
-  dot = warp_sum(dot);
-  for (int j = lane; j < T; j += 32) st(d + j, j <= t ? ld(p + j) * (ld(d + j) - dot) : 0.0f);
-}
-
-/* bf16 rows with T % 8 == 0 and T <= 256 * NV: each lane keeps its NV
- * 8-element pieces of the row in registers (16-byte loads and stores), so
- * the row is read once and written once. */
-__device__ __forceinline__ void unpack8(uint4 u, float *f) {
-  const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
-  for (int k = 0; k < 4; k++) {
-    float2 v = __bfloat1622float2(h[k]);
-    f[2 * k] = v.x;
-    f[2 * k + 1] = v.y;
-  }
-}
-
-__device__ __forceinline__ uint4 pack8(const float *f) {
-  uint4 u;
-  __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
-  for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
-  return u;
-}
-
-template <int NV>
-__global__ void causal_softmax16v(bf16_t *att, size_t rows, int T) {
-  size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  int t = (int)(row % (size_t)T);
-  uint4 *a = reinterpret_cast<uint4 *>(att + row * T);
-  float x[NV * 8];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int v = 0; v < NV; v++) {
-    int base = (v * 32 + lane) * 8;
-    if (base < T) unpack8(a[base / 8], x + v * 8);
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-      if (base + k > t || base >= T) x[v * 8 + k] = -INFINITY;
-      mx = fmaxf(mx, x[v * 8 + k]);
-    }
-  }
-  mx = warp_max(mx);
-  float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < NV * 8; i++) {
-    x[i] = x[i] == -INFINITY ? 0.0f : expf(x[i] - mx);
-    s += x[i];
-  }
-  float inv = 1.0f / warp_sum(s);
-#pragma unroll
-  for (int v = 0; v < NV; v++) {
-    int base = (v * 32 + lane) * 8;
-    if (base >= T) continue;
-#pragma unroll
-    for (int k = 0; k < 8; k++) x[v * 8 + k] *= inv;
-    a[base / 8] = pack8(x + v * 8);
-  }
-}
-
-template <int NV>
-__global__ void causal_softmax16v_bwd(bf16_t *datt, const bf16_t *att, size_t rows, int T) {
-  size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  int t = (int)(row % (size_t)T);
-  const uint4 *p4 = reinterpret_cast<const uint4 *>(att + row * T);
-  uint4 *d4 = reinterpret_cast<uint4 *>(datt + row * T);
-  float p[NV * 8], d[NV * 8];
-  float dot = 0.0f;
-#pragma unroll
-  for (int v = 0; v < NV; v++) {
-    int base = (v * 32 + lane) * 8;
-    if (base < T) {
-      unpack8(p4[base / 8], p + v * 8);
-      unpack8(d4[base / 8], d + v * 8);
-    }
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-      if (base + k > t || base >= T) p[v * 8 + k] = d[v * 8 + k] = 0.0f;
-      dot += p[v * 8 + k] * d[v * 8 + k];
-    }
-  }
-  dot = warp_sum(dot);
-#pragma unroll
-  for (int v = 0; v < NV; v++) {
-    int base = (v * 32 + lane) * 8;
-    if (base >= T) continue;
-#pragma unroll
-    for (int k = 0; k < 8; k++) d[v * 8 + k] = p[v * 8 + k] * (d[v * 8 + k] - dot);
-    d4[base / 8] = pack8(d + v * 8);
-  }
-}
-
-static int softmax16(struct tc_cuda_ctx *c, bf16_t *att, size_t rows, int T) {
-  unsigned g = blocks_for(rows, 8);
-  int nv = (T + 255) / 256;
-  if (T % 8 || nv > 4) causal_softmax<<<g, 256, 0, c->stream>>>(att, rows, T);
-  else if (nv == 1) causal_softmax16v<1><<<g, 256, 0, c->stream>>>(att, rows, T);
-  else if (nv == 2) causal_softmax16v<2><<<g, 256, 0, c->stream>>>(att, rows, T);
-  else if (nv == 3) causal_softmax16v<3><<<g, 256, 0, c->stream>>>(att, rows, T);
-  else causal_softmax16v<4><<<g, 256, 0, c->stream>>>(att, rows, T);
-  return LAUNCHED("attention softmax");
-}
-
-static int softmax16_bwd(struct tc_cuda_ctx *c, bf16_t *datt, const bf16_t *att, size_t rows,
-                         int T) {
-  unsigned g = blocks_for(rows, 8);
-  int nv = (T + 255) / 256;
-  if (T % 8 || nv > 4) causal_softmax_bwd<<<g, 256, 0, c->stream>>>(datt, att, rows, T);
-  else if (nv == 1) causal_softmax16v_bwd<1><<<g, 256, 0, c->stream>>>(datt, att, rows, T);
-  else if (nv == 2) causal_softmax16v_bwd<2><<<g, 256, 0, c->stream>>>(datt, att, rows, T);
-  else if (nv == 3) causal_softmax16v_bwd<3><<<g, 256, 0, c->stream>>>(datt, att, rows, T);
-  else causal_softmax16v_bwd<4><<<g, 256, 0, c->stream>>>(datt, att, rows, T);
-  return LAUNCHED("attention softmax backward");
-}
-
-/* bf16 attention: qkv and dout rounded once per call; att and datt hold
- * bf16 (B,H,T,T) matrices in the first half of their float buffers. */
-static int attention_forward16(struct tc_cuda_ctx *c, float *out, bf16_t *att, const float *qkv,
-                               int B, int T, int C, int H) {
-  int hs = C / H, C3 = 3 * C, r;
-  float scale = 1.0f / sqrtf((float)hs);
-  long long TT = (long long)T * T;
-  const bf16_t *q16 = NULL;
-  if ((r = bf16_copy(c, S16_QKV, qkv, (size_t)B * T * C3, &q16)) < 0) return r;
-  for (int b = 0; b < B && r == 0; b++) {
-    const bf16_t *q = q16 + (size_t)b * T * C3;
-    r = gemm16_batched(c, 0, 1, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f,
-                       att + (size_t)b * H * TT, CUDA_R_16BF, T, TT, H);
-  }
-  if (r < 0) return r;
-  if ((r = softmax16(c, att, (size_t)B * H * T, T)) < 0) return r;
-  for (int b = 0; b < B && r == 0; b++) {
-    const bf16_t *v = q16 + (size_t)b * T * C3 + 2 * C;
-    r = gemm16_batched(c, 0, 0, T, hs, T, 1.0f, att + (size_t)b * H * TT, T, TT, v, C3, hs, 0.0f,
-                       out + (size_t)b * T * C, CUDA_R_32F, C, hs, H);
-  }
-  return r;
-}
-
-static int attention_backward16(struct tc_cuda_ctx *c, float *dqkv, bf16_t *datt,
-                                const float *dout, const float *qkv, const bf16_t *att, int B,
-                                int T, int C, int H) {
-  int hs = C / H, C3 = 3 * C, r;
-  float scale = 1.0f / sqrtf((float)hs);
-  long long TT = (long long)T * T;
-  const bf16_t *q16 = NULL, *dy16 = NULL;
-  if ((r = bf16_copy(c, S16_QKV, qkv, (size_t)B * T * C3, &q16)) < 0) return r;
-  if ((r = bf16_copy(c, S16_DOUT, dout, (size_t)B * T * C, &dy16)) < 0) return r;
-  for (int b = 0; b < B && r == 0; b++) {
-    const bf16_t *v = q16 + (size_t)b * T * C3 + 2 * C, *dy = dy16 + (size_t)b * T * C;
-    const bf16_t *ab = att + (size_t)b * H * TT;
-    bf16_t *da = datt + (size_t)b * H * TT;
-    float *dv = dqkv + (size_t)b * T * C3 + 2 * C;
-    r = gemm16_batched(c, 0, 1, T, T, hs, 1.0f, dy, C, hs, v, C3, hs, 0.0f, da, CUDA_R_16BF, T,
-                       TT, H);
-    if (r == 0)
-      r = gemm16_batched(c, 1, 0, T, hs, T, 1.0f, ab, T, TT, dy, C, hs, 0.0f, dv, CUDA_R_32F, C3,
-                         hs, H);
-  }
-  if (r < 0) return r;
-  if ((r = softmax16_bwd(c, datt, att, (size_t)B * H * T, T)) < 0) return r;
-  for (int b = 0; b < B && r == 0; b++) {
-    const bf16_t *q = q16 + (size_t)b * T * C3, *k = q + C, *da = datt + (size_t)b * H * TT;
-    float *dq = dqkv + (size_t)b * T * C3, *dk = dq + C;
-    r = gemm16_batched(c, 0, 0, T, hs, T, scale, da, T, TT, k, C3, hs, 0.0f, dq, CUDA_R_32F, C3,
-                       hs, H);
-    if (r == 0)
-      r = gemm16_batched(c, 1, 0, T, hs, T, scale, da, T, TT, q, C3, hs, 0.0f, dk, CUDA_R_32F,
-                         C3, hs, H);
-  }
-  return r;
-}
-
-extern "C" int tc_cu_attention_forward(struct tc_cuda_ctx *c, float *out, float *att,
-                                       const float *qkv, int B, int T, int C, int H) {
-  if (c->bf16) return attention_forward16(c, out, (bf16_t *)att, qkv, B, T, C, H);
-  int hs = C / H, C3 = 3 * C, r = 0;
-  float scale = 1.0f / sqrtf((float)hs);
-  long long TT = (long long)T * T;
-  for (int b = 0; b < B && r == 0; b++) {
-    const float *q = qkv + (size_t)b * T * C3;
-    r = gemm_batched(c, 0, 1, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f,
-                     att + (size_t)b * H * TT, T, TT, H);
-  }
-  if (r < 0) return r;
-  size_t rows = (size_t)B * H * T;
-  causal_softmax<<<blocks_for(rows, 8), 256, 0, c->stream>>>(att, rows, T);
-  if ((r = LAUNCHED("attention softmax")) < 0) return r;
-  for (int b = 0; b < B && r == 0; b++) {
-    const float *v = qkv + (size_t)b * T * C3 + 2 * C;
-    r = gemm_batched(c, 0, 0, T, hs, T, 1.0f, att + (size_t)b * H * TT, T, TT, v, C3, hs, 0.0f,
-                     out + (size_t)b * T * C, C, hs, H);
-  }
-  return r;
-}
-
-extern "C" int tc_cu_attention_backward(struct tc_cuda_ctx *c, float *dqkv, float *datt,
-                                        const float *dout, const float *qkv, const float *att,
-                                        int B, int T, int C, int H) {
-  if (c->bf16)
-    return attention_backward16(c, dqkv, (bf16_t *)datt, dout, qkv, (const bf16_t *)att, B, T, C,
-                                H);
-  int hs = C / H, C3 = 3 * C, r = 0;
-  float scale = 1.0f / sqrtf((float)hs);
-  long long TT = (long long)T * T;
-  for (int b = 0; b < B && r == 0; b++) {
-    const float *q = qkv + (size_t)b * T * C3, *v = q + 2 * C;
-    const float *dy = dout + (size_t)b * T * C, *ab = att + (size_t)b * H * TT;
-    float *da = datt + (size_t)b * H * TT, *dv = dqkv + (size_t)b * T * C3 + 2 * C;
-    r = gemm_batched(c, 0, 1, T, T, hs, 1.0f, dy, C, hs, v, C3, hs, 0.0f, da, T, TT, H);
-    if (r == 0)
-      r = gemm_batched(c, 1, 0, T, hs, T, 1.0f, ab, T, TT, dy, C, hs, 0.0f, dv, C3, hs, H);
-  }
-  if (r < 0) return r;
-  size_t rows = (size_t)B * H * T;
-  causal_softmax_bwd<<<blocks_for(rows, 8), 256, 0, c->stream>>>(datt, att, rows, T);
-  if ((r = LAUNCHED("attention softmax backward")) < 0) return r;
-  for (int b = 0; b < B && r == 0; b++) {
-    const float *q = qkv + (size_t)b * T * C3, *k = q + C, *da = datt + (size_t)b * H * TT;
-    float *dq = dqkv + (size_t)b * T * C3, *dk = dq + C;
-    r = gemm_batched(c, 0, 0, T, hs, T, scale, da, T, TT, k, C3, hs, 0.0f, dq, C3, hs, H);
-    if (r == 0)
-      r = gemm_batched(c, 1, 0, T, hs, T, scale, da, T, TT, q, C3, hs, 0.0f, dk, C3, hs, H);
-  }
-  return r;
 }
 
 /* ---- softmax cross-entropy: one warp per row ---- */

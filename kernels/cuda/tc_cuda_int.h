@@ -1,0 +1,65 @@
+/* What the CUDA sources of the training core share inside the backend: the
+ * op context, the error macros, launch sizes, warp reductions, bf16 operand
+ * copies and the typed cuBLAS product. CUDA C++ only; C sees tc_cuda.h. */
+#ifndef TC_CUDA_INT_H
+#define TC_CUDA_INT_H
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "tc_cuda.h"
+
+#define TOPIC "train.cuda"
+
+#define CU(call, what) tc_err_from_cuda((int)(call), what)
+#define LAUNCHED(what) tc_err_from_cuda((int)cudaGetLastError(), what)
+
+typedef __nv_bfloat16 bf16_t;
+
+/* bf16 scratch: operand copies for products, and attention's own inputs */
+enum { S16_A, S16_B, S16_QKV, S16_DOUT, S16_N };
+
+struct tc_cuda_ctx {
+  int device, bf16;
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  bf16_t *s16[S16_N];
+  size_t s16_cap[S16_N];
+  float *d_cols;    /* column partial sums: COL_CHUNKS x cols_cap */
+  size_t cols_cap;
+  double *d_sumsq;  /* SUMSQ_BLOCKS partials + 1 total */
+};
+
+
+static inline unsigned blocks_for(size_t n, unsigned threads) {
+  size_t b = (n + threads - 1) / threads;
+  return (unsigned)(b ? b : 1);
+}
+
+/* ---- warp reductions (butterfly: every lane ends with the same value) ---- */
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/* A bf16 copy of the n floats at `in` in scratch slot `slot` (the stream
+ * orders a slot's reuse after the products that read it). */
+int tc_cu_bf16_copy(struct tc_cuda_ctx *c, int slot, const float *in, size_t n,
+                    const bf16_t **ret);
+
+/* Row-major C = alpha op(A) op(B) + beta C with A and B of type ab (fp32 or
+ * bf16) and C of type ct, accumulated in fp32; count products with strides
+ * sa, sb, sc (count 1: strides unused). */
+int tc_cu_gemm_raw(struct tc_cuda_ctx *c, int ta, int tb, int M, int N, int K, float alpha,
+                   const void *A, int lda, long long sa, const void *B, int ldb, long long sb,
+                   float beta, void *C, int ldc, long long sc, int count, cudaDataType_t ab,
+                   cudaDataType_t ct);
+
+#endif
