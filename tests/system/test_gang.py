@@ -68,8 +68,9 @@ class RankWatch:
                 with open("/proc/%s/cmdline" % d, "rb") as f:
                     argv = f.read().decode(errors="replace").split("\0")
                 with open("/proc/%s/stat" % d) as f:
-                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                        continue
+                    stat = f.read().rsplit(")", 1)[1].split()
+                if stat[0] == "Z":
+                    continue
             except OSError:
                 continue
             if not any(a.endswith("spotlab-train") for a in argv[:2]) or "--world-size" not in argv:
@@ -79,8 +80,13 @@ class RankWatch:
                 rank = int(opt.get("--rank", "0"))
             except ValueError:
                 continue
-            now.setdefault(rank, []).append((int(d), opt.get("--world-size"),
+            now.setdefault(rank, []).append((int(d), int(stat[1]), opt.get("--world-size"),
                                              opt.get("--rendezvous")))
+        # a task that a rank's process cloned itself (the leak checker's tracer in sanitizer
+        # builds shares its argv and folder) is not a second run of that rank
+        for rank, procs in now.items():
+            pids = {p[0] for p in procs}
+            now[rank] = [(pid, world, rdv) for pid, ppid, world, rdv in procs if ppid not in pids]
         return now
 
     def _run(self):
