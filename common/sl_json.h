@@ -1,11 +1,9 @@
 /* JSON helpers over jansson's values.
  *
  * Parsing from the world goes through sl_json_parse(), which bounds the
- * nesting depth before it builds anything and refuses NaN/Infinity (JSON
- * forbids them); it and sl_json_dump() read and write the text themselves,
- * faster than jansson and with the same results (sl_json.c). Getters borrow
- * from the object and fall back to a default when the key is missing or of
- * another type. */
+ * nesting depth before jansson builds anything; jansson refuses NaN and
+ * Infinity (JSON forbids them). Getters borrow from the object and fall back
+ * to a default when the key is missing or of another type. */
 #ifndef SL_JSON_H
 #define SL_JSON_H
 

@@ -63,7 +63,7 @@ static void rfc4231(void) {
   CHECK(!sl_hmac_hex_equal(hex, "", 0));
 }
 
-/* A prepared key (the SHA-extension path where the CPU has one) against the
+/* A prepared key (libsodium state copied per signature) against the
  * one-shot call (libsodium) over every key length around the block size and
  * messages cut into parts at every kind of offset. */
 static void prepared_matches_one_shot(void) {
