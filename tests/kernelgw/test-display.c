@@ -1,4 +1,4 @@
-/* Unit tests for kernel/display.c and display_render.c: escaping, folding of
+/* Unit tests for client/display.c and display_render.c: escaping, folding of
  * events, downsampling, throttling, and each rendering (the Vega-Lite spec
  * is checked by parsing it back). */
 #include <jansson.h>

@@ -1,4 +1,4 @@
-/* Unit tests for kernel/gwclient.c, the protocol side of the gateway
+/* Unit tests for client/gwclient.c, the protocol side of the gateway
  * connection, through a recording transport: hello first with the token,
  * requests held until hello succeeds, replies matched by id, events passed
  * on, failures and timeouts reported to the owner, a restarted gateway

@@ -1,4 +1,4 @@
-/* Plain-text renderings of gateway replies (kernel/gwformat.c): %status
+/* Plain-text renderings of gateway replies (client/gwformat.c): %status
  * lists every worker with its fields, and a worker whose GPUs disagree
  * with its instance type gets its warning on a line of its own, whole. */
 #include <jansson.h>
