@@ -46,6 +46,7 @@ import zmq
 from jupyter_client import KernelManager
 
 from kernelspec_env import KernelspecEnv
+from checks import check, failures
 from spotlab_home import wait_exit
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
@@ -59,18 +60,12 @@ TRAIN_CELL = ("train m on d steps=%d batch=8 lr=3e-3 seed=5 checkpoint_every=50 
 DEFS_CELL = 'model m = gpt(layers=2, heads=2, dim=32, ctx=64)\ndata d = text("%s")'
 FINAL = ("succeeded", "failed", "cancelled")
 CTX = zmq.Context()
-FAILURES = []
 
 
 def log(*args):
     print("[%7.2f]" % (time.monotonic() - T0), *args, flush=True)
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        FAILURES.append(what)
-    return cond
 
 
 T0 = time.monotonic()
@@ -600,7 +595,7 @@ def main():
             check(content["status"] == "ok" and ref_job, "the reference run succeeded (%s, %.1fs%s)"
                   % (ref_job, time.monotonic() - t,
                      "" if content["status"] == "ok" else ": %s" % content.get("evalue")))
-            if FAILURES:
+            if failures:
                 return 1
             nb.start(TRAIN_CELL)
             deadline = time.monotonic() + 60
@@ -618,12 +613,12 @@ def main():
             log("%d kills in %.1fs; waiting for the end" % (KILLS, time.monotonic() - t))
             final_checks(gw, mon, nb, chaos, job, ref_job)
     except Exception as e:  # a timeout or a broken expectation is a failure with context
-        FAILURES.append("%s: %s" % (type(e).__name__, e))
+        failures.append("%s: %s" % (type(e).__name__, e))
         print("FAIL %s: %s" % (type(e).__name__, e), flush=True)
     finally:
         if nb:
             nb.close()
-        if FAILURES:
+        if failures:
             print("gateway log (%s):\n%s" % (gw.logpath, gw.logtail()), file=sys.stderr)
         if gw.alive():
             gw.p.send_signal(signal.SIGTERM)
@@ -635,12 +630,12 @@ def main():
         for pid in left:
             os.kill(pid, signal.SIGKILL)
         wait_exit(left, 20)
-        if FAILURES or os.environ.get("SPOTLAB_CHAOS_KEEP"):
+        if failures or os.environ.get("SPOTLAB_CHAOS_KEEP"):
             print("seed %d; state kept in %s" % (SEED, root), file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
-    log("%d failures (seed %d)" % (len(FAILURES), SEED))
-    return 1 if FAILURES else 0
+    log("%d failures (seed %d)" % (len(failures), SEED))
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import time
 import zmq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from checks import check, failures  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 
 CASE, GATEWAY, FAKE_GATEWAY, FAKE_WORKER = sys.argv[1:5]
@@ -33,14 +34,8 @@ EXTRA = sys.argv[5:]
 TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-9876543210",
           "carol": "carol-token-5555555555"}
 CTX = zmq.Context()
-failures = []
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
-    return cond
 
 
 def sha(text):

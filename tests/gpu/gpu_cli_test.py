@@ -17,19 +17,12 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from checks import check, failures  # noqa: E402
 from train_metrics import events, losses  # noqa: E402
 
 EXE = sys.argv[1]
-failures = 0
 
 
-def check(ok, what, detail=""):
-    global failures
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures += 1
-        if detail:
-            print("     " + str(detail)[:2000])
 
 
 def run(*args, timeout=300):

@@ -30,15 +30,11 @@ import time
 import zmq
 from jupyter_client import KernelManager
 from kernelspec_env import KernelspecEnv
+from checks import check, failures
 from spotlab_home import restore_env, stop_all, wait_exit
 
-FAILURES = []
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        FAILURES.append(what)
 
 
 class Kernel:
@@ -412,7 +408,7 @@ def gateway_restart(kernel_exe, gateway_exe, cli_exe):
                       again.split("timeline:")[-1] == final.split("timeline:")[-1] and
                       "checkpoints: %d," % len(cks) in again,
                       "restart: %%attach of the job (%d events) shows every event once: %s" % (len(evs), again))
-                ok = not FAILURES
+                ok = not failures
             finally:
                 k.close()
     finally:
@@ -471,7 +467,7 @@ def gpu_requests(kernel_exe, gateway_exe, cli_exe):
                 out = stdout_of(msgs)
                 check(content["status"] == "ok" and " gpus=%d" % gpus_here in out and "warning:" not in out,
                       "%%status shows each worker's GPUs, and no warning for simulated types: %s" % out)
-                ok = not FAILURES
+                ok = not failures
             finally:
                 k.close()
     finally:
@@ -565,7 +561,7 @@ def idle_notices(kernel_exe, gateway_exe, cli_exe):
                 check(nxt and "stop in" in first[0]["content"]["text"],
                       "idle: after a cell the next notice is a new warning, not the shutdown: %s" %
                       [m["content"]["text"] for m in first])
-                ok = not FAILURES
+                ok = not failures
             finally:
                 k.close()
     finally:
@@ -758,8 +754,8 @@ def main():
     finally:
         stop_gateway(home)
         shutil.rmtree(home, ignore_errors=True)
-    print("%d failures" % len(FAILURES))
-    return 1 if FAILURES else 0
+    print("%d failures" % len(failures))
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

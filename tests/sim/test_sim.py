@@ -18,6 +18,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from checks import require  # noqa: E402
+
 REAL = "preemption/1-node/aws-04-22-2023/us-east-1f_v100_1.json"
 # No V100 capacity for its first 1038 ticks of 195 s: 202410 simulated seconds.
 LATE = "availability/1-node/aws-02-15-2023/us-east-1d_v100_1.json"
@@ -32,11 +35,6 @@ def run_sim(sim, trace, *args, timeout=60, expect=0):
     return (json.loads(p.stdout) if expect == 0 else None), p.stderr
 
 
-def check(cond, what, rep):
-    if not cond:
-        sys.exit(f"FAIL: {what}\n{json.dumps(rep, indent=2)}")
-
-
 def synthetic(sim):
     # 600 s ticks: capacity for the first 1200 simulated seconds, none in the
     # next 600 (one preemption, with the market's 120 s notice), then back.
@@ -47,37 +45,35 @@ def synthetic(sim):
         every = 10
         rep, _ = run_sim(sim, trace, "--steps", "50", "--step-s", "60", "--checkpoint-every", str(every),
                          "--time-scale", "2000")
-    check(rep["state"] == "succeeded", "job succeeded", rep)
-    check(rep["preemptions"] >= 1, "at least one preemption", rep)
-    check(rep["preemptions_with_notice"] >= 1, "the trace's preemption comes with a notice", rep)
-    check(rep["attempts"] == rep["preemptions"] + 1, "one instance per attempt", rep)
-    check(rep["resumes"] == rep["preemptions"], "every preemption resumed", rep)
-    check(rep["steps_executed"] >= 50, "every step executed", rep)
+    require(rep["state"] == "succeeded", "job succeeded", rep)
+    require(rep["preemptions"] >= 1, "at least one preemption", rep)
+    require(rep["preemptions_with_notice"] >= 1, "the trace's preemption comes with a notice", rep)
+    require(rep["attempts"] == rep["preemptions"] + 1, "one instance per attempt", rep)
+    require(rep["resumes"] == rep["preemptions"], "every preemption resumed", rep)
+    require(rep["steps_executed"] >= 50, "every step executed", rep)
     lost = rep["steps_lost"]
     # A notice checkpoints at once; a hard loss loses at most one interval.
     limit = rep["preemptions"] * every
-    check(0 <= lost <= limit, f"0 <= steps lost <= {limit}", rep)
-    check(rep["checkpoints"] >= 50 // every - 1, "periodic checkpoints made", rep)
-    check(0 < rep["cost_usd"] < rep["on_demand_usd"], "spot cost below the on-demand run", rep)
-    check(rep["spot_s"] >= 50 * 60, "spot time covers the compute", rep)
+    require(0 <= lost <= limit, f"0 <= steps lost <= {limit}", rep)
+    require(rep["checkpoints"] >= 50 // every - 1, "periodic checkpoints made", rep)
+    require(0 < rep["cost_usd"] < rep["on_demand_usd"], "spot cost below the on-demand run", rep)
+    require(rep["spot_s"] >= 50 * 60, "spot time covers the compute", rep)
     print(f"ok synthetic: {rep['preemptions']} preemption(s), {lost} steps lost, "
           f"${rep['cost_usd']:.4f} vs ${rep['on_demand_usd']:.4f} on demand, {rep['wall_s']:.1f} s wall")
 
 
 def real(sim, traces):
     trace = os.path.join(traces, REAL)
-    if not os.path.exists(trace):
-        print(f"skipped the real-trace part: {trace} is absent")
-        return
+    require(os.path.exists(trace), f"the trace {trace} is there")
     # At time_scale 2000 the market's 120 s notice lasts 60 wall ms (and up to a
     # second more, rounded); at 4000 a busy machine made the worker miss one now
     # and then, which loses the work since the last folder sync, not one interval.
     rep, _ = run_sim(sim, trace, "--steps", "200", "--step-s", "60", "--time-scale", "2000")
-    check(rep["state"] == "succeeded", "job succeeded", rep)
-    check(rep["checkpoint_every"] >= 1, "auto picked an interval from the trace", rep)
-    check(0 <= rep["steps_lost"] <= max(1, rep["preemptions"]) * rep["checkpoint_every"],
+    require(rep["state"] == "succeeded", "job succeeded", rep)
+    require(rep["checkpoint_every"] >= 1, "auto picked an interval from the trace", rep)
+    require(0 <= rep["steps_lost"] <= max(1, rep["preemptions"]) * rep["checkpoint_every"],
           "steps lost within one interval per preemption", rep)
-    check(0 < rep["cost_usd"] < rep["on_demand_usd"], "spot cost below the on-demand run", rep)
+    require(0 < rep["cost_usd"] < rep["on_demand_usd"], "spot cost below the on-demand run", rep)
     print(f"ok real trace {REAL}: {rep['preemptions']} preemption(s), every {rep['checkpoint_every']} steps, "
           f"{rep['steps_lost']} lost, ${rep['cost_usd']:.4f} vs ${rep['on_demand_usd']:.4f}")
 
@@ -89,27 +85,25 @@ def waiting(sim):
         with open(trace, "w") as f:  # capacity from simulated second 60000 (30 wall s) on
             json.dump({"metadata": {"gap_seconds": 600}, "data": [0] * 100 + [1] * 100}, f)
         _, err = run_sim(sim, trace, "--steps", "5", "--time-scale", "2000", "--timeout", "2", expect=1)
-        check("no spot capacity for its first 60000 simulated s" in err, "the wait is announced", err)
-        check("did not end within 2 s (it was queued, never placed" in err, "a timeout says the job waited", err)
+        require("no spot capacity for its first 60000 simulated s" in err, "the wait is announced", err)
+        require("did not end within 2 s (it was queued, never placed" in err, "a timeout says the job waited", err)
         with open(trace, "w") as f:
             json.dump({"metadata": {"gap_seconds": 600}, "data": [0] * 10}, f)
         _, err = run_sim(sim, trace, "--steps", "5", expect=2)
-        check("offers no spot capacity at any tick" in err, "a trace without capacity is refused", err)
+        require("offers no spot capacity at any tick" in err, "a trace without capacity is refused", err)
     print("ok waiting: the wait for capacity is announced, a timeout while queued says so")
 
 
 def late_capacity(sim, traces):
     trace = os.path.join(traces, LATE)
-    if not os.path.exists(trace):
-        print(f"skipped: {trace} is absent")
-        return
+    require(os.path.exists(trace), f"the trace {trace} is there")
     scale = 2500  # the wait lasts 81 wall s; the old default timeout was 60 + 10 x 0.3 s
     rep, err = run_sim(sim, trace, "--type", "p3.2xlarge", "--steps", "10", "--time-scale", str(scale),
                        timeout=600)
-    check(rep["state"] == "succeeded", "the job ran once the trace had capacity", rep)
-    check(rep["instance_type"] == "p3.2xlarge", "on the type asked for", rep)
-    check(rep["sim_s"] >= LATE_FIRST_S, "it waited for the trace's first capacity", rep)
-    check(f"first {LATE_FIRST_S} simulated s" in err, "the wait was announced", err)
+    require(rep["state"] == "succeeded", "the job ran once the trace had capacity", rep)
+    require(rep["instance_type"] == "p3.2xlarge", "on the type asked for", rep)
+    require(rep["sim_s"] >= LATE_FIRST_S, "it waited for the trace's first capacity", rep)
+    require(f"first {LATE_FIRST_S} simulated s" in err, "the wait was announced", err)
     print(f"ok late capacity {LATE}: waited {LATE_FIRST_S} simulated s ({LATE_FIRST_S / scale:.0f} wall s), "
           f"then {rep['steps_executed']} steps, {rep['wall_s']:.1f} s wall in all")
 

@@ -40,6 +40,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from checks import check, failures  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 
 CASE, GATEWAY, WORKER, TRAIN = sys.argv[1:5]
@@ -55,14 +56,8 @@ NOTICE_S = 120            # simulated seconds: 2 s of wall time at time_scale 60
 HEARTBEAT_TIMEOUT_S = 2
 WAIT_S = 180              # generous: the integration suite also runs under ASan
 
-failures = []
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
-    return cond
 
 
 def skip(why):

@@ -13,8 +13,10 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from checks import check, exit_status  # noqa: E402
+
 EXE = sys.argv[1]
-failures = []
 OPTIONS = ["--model", "--data", "--layers", "--heads", "--dim", "--ctx", "--hidden", "--dropout",
            "--batch", "--lr", "--steps", "--warmup", "--weight-decay", "--grad-clip", "--seed",
            "--threads", "--device", "--ckpt-dir", "--checkpoint-every", "--keep", "--resume",
@@ -29,12 +31,6 @@ def run(*args, **kw):
     return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=120, **kw)
 
 
-def check(cond, what, r=None):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-        if r is not None:
-            print("     stdout:", r.stdout[-500:], "\n     stderr:", r.stderr[-500:])
 
 
 def main():
@@ -99,11 +95,7 @@ def main():
         check(r.returncode == 1 and "checkpoint is for" in r.stderr, "resume with another config is refused", r)
         r = run(*TINY, "--steps", "40", "--resume", "--ckpt-dir", os.path.join(d, "fresh"), "--metrics", "fd:1")
         check(r.returncode == 0 and '"event":"fresh"' in r.stdout, "--resume with no checkpoint starts fresh", r)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("all checks passed")
-    return 0
+    return exit_status()
 
 
 if __name__ == "__main__":

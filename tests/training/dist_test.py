@@ -37,6 +37,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from checks import check, exit_status  # noqa: E402
 from train_metrics import events, steps  # noqa: E402
 
 EXE = sys.argv[1]
@@ -47,13 +48,8 @@ GPT = ["--model", "gpt", "--layers", "2", "--heads", "2", "--dim", "32", "--ctx"
        "--batch", "8", "--seed", "5", "--threads", "1", "--eval-batches", "2", "--lr", "1e-3"]
 MLP = ["--model", "mlp", "--hidden", "64", "--layers", "2", "--batch", "32", "--seed", "3",
        "--threads", "1"]
-failures = []
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
 
 
 def wait_for(path, pred, procs, deadline_s=60):
@@ -276,11 +272,7 @@ def main():
         compare_models(root, "mlp", MLP, 40)
         failure_cases(root)
         resume_cases(root, rng)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("all checks passed")
-    return 0
+    return exit_status()
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from checks import check, exit_status  # noqa: E402
 from train_metrics import events, losses  # noqa: E402
 
 EXE = sys.argv[1]
@@ -32,13 +33,8 @@ N = 200
 ARGS = ["--model", "gpt", "--layers", "2", "--heads", "2", "--dim", "32", "--ctx", "32",
         "--batch", "8", "--steps", str(N), "--seed", "5", "--threads", "1", "--eval-batches", "1",
         "--checkpoint-every", "7", "--keep", "3"]
-failures = []
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
 
 
 def wait_for(path, pred, proc=None, deadline_s=60):
@@ -136,29 +132,34 @@ def main():
         os.mkdir(d)
         r_fd, w_fd = os.pipe()
         m = os.path.join(d, "m.jsonl")
-        p = start(d, "--control", f"fd:{r_fd}", "--checkpoint-every", "0", pass_fds=(r_fd,))
+        # a run far longer than the checks need, ended by SIGTERM: a loaded machine's slow
+        # polling of the metrics file cannot let it finish before a check's request arrives
+        long_run = 1000000
+        p = start(d, "--control", f"fd:{r_fd}", "--checkpoint-every", "0", "--steps", str(long_run),
+                  pass_fds=(r_fd,))
         os.close(r_fd)
         wait_for(m, lambda e: "event" not in e and e.get("step", 0) >= 30, p)
         os.write(w_fd, b"checkpoint\n")
-        e = wait_for(m, lambda e: e.get("event") == "checkpoint" and e["step"] < N, p)
+        e = wait_for(m, lambda e: e.get("event") == "checkpoint" and e["step"] < long_run, p)
         check(e is not None and e["durable"] is True and os.path.exists(e["path"]) and e["write_ms"] >= 0,
               f"control 'checkpoint': durable checkpoint event {e}")
         wait_for(m, lambda e: "event" not in e and e.get("step", 0) >= 80, p)
         p.send_signal(signal.SIGUSR1)
-        e = wait_for(m, lambda e: e.get("event") == "checkpoint" and 80 <= e["step"] < N, p)
+        e = wait_for(m, lambda e: e.get("event") == "checkpoint" and 80 <= e["step"] < long_run, p)
         check(e is not None and e["durable"] is True, f"SIGUSR1: durable checkpoint event {e}")
         # "checkpoint_every N" on the control fd sets the periodic interval mid-run
         os.write(w_fd, b"checkpoint_every 25\n")
         e = wait_for(m, lambda e: e.get("event") == "checkpoint_every", p)
         check(e is not None and e["steps"] == 25, f"control 'checkpoint_every 25' acknowledged {e}")
-        e = wait_for(m, lambda e: e.get("event") == "checkpoint" and 150 <= e["step"] < N, p)
+        e = wait_for(m, lambda e: e.get("event") == "checkpoint" and 150 <= e["step"] < long_run, p)
         check(e is not None and e["step"] % 25 == 0,
               f"periodic checkpoint at the new interval after 'checkpoint_every 25': {e}")
         os.write(w_fd, b"checkpoint_every x\n")
         e = wait_for(m, lambda e: e.get("event") == "warning" and e.get("op") == "control", p)
         check(e is not None, f"a malformed checkpoint_every is a warning {e}")
         os.close(w_fd)
-        check(p.wait(timeout=120) == 0, "control run exits 0")
+        p.send_signal(signal.SIGTERM)
+        check(p.wait(timeout=120) == 0, "control run exits 0 after SIGTERM")
 
         # failed writes: the file size limit makes every new checkpoint fail (EFBIG)
         d = os.path.join(root, "efbig")
@@ -185,11 +186,7 @@ def main():
         after = {n: open(os.path.join(ckdir, n), "rb").read() for n in os.listdir(ckdir)}
         check(after == snap, "EFBIG: earlier checkpoints untouched, no temporary left")
 
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("all checks passed")
-    return 0
+    return exit_status()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,40 @@
+"""How the Python test scripts report: every check prints one line, a failed one is
+remembered, and the script's exit status comes from what failed."""
+import json
+import sys
+
+failures = []
+
+
+def _detail(detail):
+    if hasattr(detail, "stdout") and hasattr(detail, "stderr"):  # a finished process
+        return "stdout: %s\n     stderr: %s" % (str(detail.stdout)[-500:], str(detail.stderr)[-500:])
+    if isinstance(detail, (dict, list)):
+        return json.dumps(detail, indent=2)[-4000:]
+    return str(detail)[-2000:]
+
+
+def check(cond, what, detail=None):
+    """Prints "ok" or "FAIL" before what; a failure is recorded, with detail (a
+    finished process's output, or any value) printed under it. Returns cond."""
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+        if detail is not None:
+            print("     " + _detail(detail), flush=True)
+    return cond
+
+
+def require(cond, what, detail=None):
+    """As check(), but ends the script at once (exit 1): for a step the rest depends on."""
+    if not check(cond, what, detail):
+        sys.exit(1)
+    return cond
+
+
+def exit_status():
+    """1 if any check failed, after saying how many, else 0."""
+    if failures:
+        print("%d check(s) failed" % len(failures), flush=True)
+        return 1
+    return 0
