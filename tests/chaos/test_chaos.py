@@ -28,7 +28,6 @@ the state folder of a run that passed. Every wait is for an event
 """
 
 import glob
-import hashlib
 import json
 import os
 import queue
@@ -47,6 +46,7 @@ from jupyter_client import KernelManager
 
 from kernelspec_env import KernelspecEnv
 from checks import check, failures
+from gateway_proc import GatewayProcess
 from spotlab_home import wait_exit
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
@@ -118,48 +118,15 @@ def parent(pid):
         return None
 
 
-class Gateway:
-    """spotlab-gateway on a private state folder; kill() and start() again."""
+class Gateway(GatewayProcess):
+    """spotlab-gateway on a private state folder; kill() and start() again. Plenty of
+    spot capacity: only this script preempts."""
 
     def __init__(self, root):
-        self.root = root
-        self.state = os.path.join(root, "state")
-        self.listen = "ipc://%s/k.sock" % root
-        self.ini = os.path.join(root, "gateway.ini")
-        trace = os.path.join(root, "trace.json")
-        with open(trace, "w") as f:  # plenty of spot capacity: only this script preempts
-            json.dump({"metadata": {"gap_seconds": 3600}, "data": [64]}, f)
-        with open(self.ini, "w") as f:
-            f.write("[gateway]\nlisten = %s\nworkers = ipc://%s/w.sock\nstate_dir = %s\n"
-                    "heartbeat_ms = 200\nheartbeat_timeout = 5s\nregister_timeout = 10s\n"
-                    "[worker]\nmetrics_per_s = 100000\n"
-                    "[provider.local]\nslots = 6\ntime_scale = 60\nmarket = trace:%s\n"
-                    "[user.chaos]\ntoken_sha256 = %s\n"
-                    % (self.listen, root, self.state, trace,
-                       hashlib.sha256(TOKEN.encode()).hexdigest()))
-        self.logpath = os.path.join(root, "gateway.log")
-        self.p = None
-        self.starts = 0
-
-    def start(self):
-        env = dict(os.environ, SPOTLAB_WORKER_BIN=WORKER, SPOTLAB_TRAIN_BIN=TRAIN)
-        env.pop("SPOTLAB_CONFIG", None)
-        env.pop("SPOTLAB_DEBUG", None)
-        with open(self.logpath, "ab") as logf:
-            self.p = subprocess.Popen([GATEWAY, "--config", self.ini], stdin=subprocess.DEVNULL,
-                                      stdout=logf, stderr=logf, env=env)
-        self.starts += 1
-
-    def kill(self):
-        self.p.kill()
-        self.p.wait(30)
-
-    def alive(self):
-        return self.p is not None and self.p.poll() is None
-
-    def logtail(self, n=6000):
-        with open(self.logpath, "rb") as f:
-            return f.read().decode(errors="replace")[-n:]
+        super().__init__(root, GATEWAY, {"chaos": TOKEN}, slots=6, market_capacity=64,
+                         register_timeout_s=10, extra_ini="[worker]\nmetrics_per_s = 100000\n",
+                         env={"SPOTLAB_WORKER_BIN": WORKER, "SPOTLAB_TRAIN_BIN": TRAIN,
+                              "SPOTLAB_DEBUG": None})
 
 
 class Monitor:

@@ -11,7 +11,6 @@ event.
 """
 import getpass
 import glob
-import hashlib
 import json
 import os
 import select
@@ -27,6 +26,7 @@ import zmq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from checks import check, failures  # noqa: E402
+from gateway_proc import GatewayProcess, kill_instances, session_pids, token_sha256  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 
 CASE, GATEWAY, FAKE_GATEWAY, FAKE_WORKER = sys.argv[1:5]
@@ -38,94 +38,26 @@ CTX = zmq.Context()
 
 
 
-def sha(text):
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-class Gateway:
+class Gateway(GatewayProcess):
     def __init__(self, exe=None, extra_ini="", slots=2):
-        self.exe = exe or FAKE_GATEWAY
-        self.dir = tempfile.mkdtemp(prefix="gw-test-")
-        self.state = os.path.join(self.dir, "state")
-        self.listen = "ipc://%s/k.sock" % self.dir
-        self.workers = "ipc://%s/w.sock" % self.dir
-        self.ini = os.path.join(self.dir, "gateway.ini")
-        users = "".join("[user.%s]\ntoken_sha256 = %s\n" % (u, sha(t)) for u, t in TOKENS.items())
-        provider = "fake" if self.exe == FAKE_GATEWAY else "local"
-        with open(self.ini, "w") as f:
-            f.write("[gateway]\nlisten = %s\nworkers = %s\nstate_dir = %s\nheartbeat_ms = 200\n"
-                    "heartbeat_timeout = 5s\nregister_timeout = 20s\n[provider.%s]\n"
-                    "slots = %d\ntime_scale = 60\n%s%s" % (self.listen, self.workers, self.state,
-                                                          provider, slots, users, extra_ini))
-        self.logpath = os.path.join(self.dir, "gateway.log")
-        self.p = None
+        exe = exe or FAKE_GATEWAY
+        super().__init__(tempfile.mkdtemp(prefix="gw-test-"), exe, TOKENS,
+                         provider="fake" if exe == FAKE_GATEWAY else "local", slots=slots,
+                         extra_ini=extra_ini,
+                         env={"SPOTLAB_FAKE_WORKER": FAKE_WORKER, "SPOTLAB_DEBUG": "gateway"})
         self.start()
 
-    def start(self):
-        env = dict(os.environ, SPOTLAB_FAKE_WORKER=FAKE_WORKER,
-                   SPOTLAB_DEBUG="gateway")
-        env.pop("SPOTLAB_CONFIG", None)
-        self.log = open(self.logpath, "ab")
-        self.p = subprocess.Popen([self.exe, "--config", self.ini], stderr=self.log, env=env)
-
-    def stop(self):
-        if self.p and self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(15)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-        self.log.close()
-
-    def logtext(self):
-        with open(self.logpath, "rb") as f:
-            return f.read().decode(errors="replace")
-
-    def wait_log(self, needle, timeout=10):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if needle in self.logtext():
-                return True
-            time.sleep(0.05)  # polling a file: no event to wait on
-        return False
-
     def cleanup(self, keep=False):
-        self.stop()
-        # workers outlive a stopped gateway by design; end the fake ones by pid
+        self.stop(15)
+        # the fake workers by pid, a real local instance with its whole session
         for pidfile in glob.glob(os.path.join(self.state, "instances", "*", "fake.pid")):
             try:
                 os.kill(int(open(pidfile).read()), signal.SIGKILL)
             except (ValueError, ProcessLookupError, PermissionError):
                 pass
-        # and a real one (the local provider's record names it) with its whole session
-        for rec in glob.glob(os.path.join(self.state, "instances", "*", "instance.json")):
-            try:
-                sid = int(json.load(open(rec))["pid"])
-            except (ValueError, KeyError, OSError):
-                continue
-            for pid in session_pids(sid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        kill_instances(self.state)
         if not keep:
             shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def session_pids(sid):
-    """The processes of session sid (a local instance's worker leads its own)."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if fields[0] != "Z" and int(fields[3]) == sid:
-                pids.append(int(d))
-    return pids
 
 
 class Client(GatewayClient):
@@ -344,7 +276,7 @@ def case_dump_config(gw):
         f.write("[gateway]\nlisten = tcp://127.0.0.1:7999\n[idle]\n"
                 "worker_timeout = 90s\nwarn_before = 1500ms\n[budget]\nmonthly_usd = 123.45\n"
                 "hard_cap = no\n[provider.local]\ntime_scale = 0.25\n[user.zed]\ntoken_sha256 = "
-                + sha("z") + "\ngroup = ops\n[group.ops]\nnotebook_timeout = 2h\n")
+                + token_sha256("z") + "\ngroup = ops\n[group.ops]\nnotebook_timeout = 2h\n")
     env = dict(os.environ)
     env.pop("SPOTLAB_CONFIG", None)
     a = subprocess.run([GATEWAY, "--config", ini, "--workers", "tcp://127.0.0.1:7998",

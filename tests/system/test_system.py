@@ -41,6 +41,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from checks import check, failures  # noqa: E402
+from gateway_proc import GatewayProcess, kill_instances, signal_instance  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 
 CASE, GATEWAY, WORKER, TRAIN = sys.argv[1:5]
@@ -184,39 +185,6 @@ class Reference:
         return os.path.join(self.dir, "ckpt", "ckpt-%010d.slck" % step)
 
 
-def session_pids(sid):
-    """Processes of session sid: a local instance is a worker started in a session of its
-    own, and its jobs run in process groups of their own inside it."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid:  # field 6 of stat: the session
-            pids.append(int(d))
-    return pids
-
-
-def signal_instance(record, sig):
-    """Sends sig to every process of the instance whose instance.json is record."""
-    try:
-        with open(record) as f:
-            sid = int(json.load(f)["pid"])
-    except (OSError, ValueError, KeyError):
-        return 0
-    pids = session_pids(sid)
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except OSError:
-            pass
-    return len(pids)
-
-
 def f32(x):
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
@@ -232,52 +200,25 @@ def digest(path):
 
 # ---- gateway and client ----
 
-class Gateway:
+class Gateway(GatewayProcess):
     def __init__(self, folder):
-        self.dir = folder
-        self.state = os.path.join(folder, "state")
-        self.listen = "ipc://%s/k.sock" % folder
-        market = os.path.join(folder, "market.json")
-        with open(market, "w") as f:  # spot capacity that never drops: no market preemptions
-            json.dump({"metadata": {"gap_seconds": 3600}, "data": [8]}, f)
-        self.ini = os.path.join(folder, "gateway.ini")
-        with open(self.ini, "w") as f:
-            f.write("[gateway]\nlisten = %s\nworkers = ipc://%s/w.sock\nstate_dir = %s\n"
-                    "heartbeat_ms = 200\nheartbeat_timeout = %ds\nregister_timeout = 30s\n"
-                    "[worker]\nmetrics_per_s = 100000\n"
-                    "[provider.local]\nslots = 2\ntime_scale = 60\nmarket = trace:%s\n"
-                    "[user.alice]\ntoken_sha256 = %s\n"
-                    % (self.listen, folder, self.state, HEARTBEAT_TIMEOUT_S, market,
-                       hashlib.sha256(TOKEN.encode()).hexdigest()))
-        self.logpath = os.path.join(folder, "gateway.log")
-        self.p = None
-
-    def start(self):
-        env = dict(os.environ, SPOTLAB_WORKER_BIN=WORKER, SPOTLAB_TRAIN_BIN=TRAIN,
-                   SPOTLAB_NOTICE_POLL_MS="50", SPOTLAB_DEBUG="worker.store")
-        env.pop("SPOTLAB_CONFIG", None)
-        self.log = open(self.logpath, "ab")
-        self.p = subprocess.Popen([GATEWAY, "--config", self.ini], stderr=self.log, env=env)
+        # spot capacity that never drops: no market preemptions
+        super().__init__(folder, GATEWAY, {"alice": TOKEN}, market_capacity=8,
+                         heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S, register_timeout_s=30,
+                         extra_ini="[worker]\nmetrics_per_s = 100000\n",
+                         env={"SPOTLAB_WORKER_BIN": WORKER, "SPOTLAB_TRAIN_BIN": TRAIN,
+                              "SPOTLAB_NOTICE_POLL_MS": "50", "SPOTLAB_DEBUG": "worker.store"})
 
     def stop(self):
         """Stops the gateway and our workers; checks that the gateway stopped cleanly and
         that no process reported a sanitizer error (the suite also runs under ASan/UBSan)."""
-        if self.p and self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(20)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
         if self.p:
-            self.log.close()
-            check(self.p.returncode == 0, "the gateway stopped cleanly (%s)" % self.p.returncode)
+            rc = super().stop()
+            check(rc == 0, "the gateway stopped cleanly (%s)" % rc)
         text = self.logs(tail=None)
         for needle in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
             check(needle not in text, "no %s report in the logs" % needle)
-        # workers outlive a stopped gateway by design; end ours and their jobs
-        for rec in glob.glob(os.path.join(self.state, "instances", "*", "instance.json")):
-            signal_instance(rec, signal.SIGKILL)
+        kill_instances(self.state)
 
     def logs(self, tail=5000):
         text = ""
