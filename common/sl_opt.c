@@ -148,6 +148,16 @@ int sl_opt_parse_number(const char *name, const char *text, bool integer, double
   return 0;
 }
 
+static int run_check(const struct sl_opt *o, const char *text, char *why, size_t why_size) {
+  if (why && why_size)
+    why[0] = 0;
+  if (o->check(text, why, why_size) >= 0)
+    return 0;
+  if (why && why_size && !why[0])
+    say(why, why_size, "\"%s\" is not a valid value", text);
+  return SL_ECONFIG;
+}
+
 /* Checks text for o into *h; the reason (without the name) into why. */
 static int check_text(const struct sl_opt *o, const char *text, struct held *h, char *why,
                       size_t why_size) {
@@ -155,6 +165,10 @@ static int check_text(const struct sl_opt *o, const char *text, struct held *h, 
   errno = 0;
   switch (o->type) {
   case SL_OPT_STR:
+    /* the owner's check first: it knows the value's form ("64 hex digits")
+     * better than a length limit does */
+    if (o->check && run_check(o, text, why, why_size) < 0)
+      return SL_ECONFIG;
     if (o->size && strlen(text) >= o->size) {
       say(why, why_size, "value longer than %zu bytes", o->size - 1);
       return SL_ECONFIG;
@@ -231,15 +245,8 @@ static int check_text(const struct sl_opt *o, const char *text, struct held *h, 
     say(why, why_size, "has an unknown type");
     return SL_ECONFIG;
   }
-  if (o->check) {
-    if (why && why_size)
-      why[0] = 0;
-    if (o->check(text, why, why_size) < 0) {
-      if (why && why_size && !why[0])
-        say(why, why_size, "\"%s\" is not a valid value", text);
-      return SL_ECONFIG;
-    }
-  }
+  if (o->check && o->type != SL_OPT_STR && run_check(o, text, why, why_size) < 0)
+    return SL_ECONFIG;
   return 0;
 }
 
@@ -501,11 +508,12 @@ static json_t *describe_one(const struct sl_opt *o, const char *const *context_n
     p = bar ? bar + 1 : NULL;
   }
   const char *example = o->example ? o->example : o->def;
-  return json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:s, s:o, s:s, s:o, s:b}", "name", o->name,
-                   "flag", flag, "type", sl_opt_type_name(o->type), "default", default_json(o),
-                   "min", bound_json(o, o->min), "max", bound_json(o, o->max), "choices",
-                   choices ? choices : json_null(), "metavar", sl_opt_metavar(o), "example",
-                   example ? json_string(example) : json_null(), "help", o->help, "contexts",
+  return json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:s, s:o, s:s, s:o, s:o, s:b}", "name",
+                   o->name, "flag", flag, "type", sl_opt_type_name(o->type), "default",
+                   default_json(o), "min", bound_json(o, o->min), "max", bound_json(o, o->max),
+                   "choices", choices ? choices : json_null(), "metavar", sl_opt_metavar(o),
+                   "example", example ? json_string(example) : json_null(), "help", o->help, "doc",
+                   o->doc ? json_string(o->doc) : json_null(), "contexts",
                    contexts ? contexts : json_null(), "required", (o->flags & SL_OPT_REQUIRED) != 0);
 }
 

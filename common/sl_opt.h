@@ -44,6 +44,7 @@ struct sl_opt {
   const char *metavar;    /* the value's placeholder in help ("N", "PATH"); NULL: from type */
   const char *example;    /* a value for examples in help; NULL: the default */
   const char *help;       /* one line */
+  const char *doc;        /* a paragraph more, for help pages; NULL: none */
   unsigned contexts;      /* where the option applies: bits the table's owner defines */
   unsigned flags;         /* SL_OPT_REQUIRED */
   /* More checks of a text value after the type's own (an address, a key); 0 or
@@ -94,7 +95,7 @@ void sl_opt_format(const struct sl_opt *o, const void *base, char *buf, size_t s
 void sl_opt_usage(const struct sl_opt *opts, size_t n, FILE *out);
 
 /* A JSON array with one object per row: name, flag, type, default, min, max,
- * choices, metavar, example, help, contexts, required (the names context_names gives the bits, bit i →
+ * choices, metavar, example, help, doc, contexts, required (the names context_names gives the bits, bit i →
  * context_names[i]). Returns a new reference, or NULL when out of memory. */
 json_t *sl_opt_describe(const struct sl_opt *opts, size_t n, const char *const *context_names,
                         size_t n_contexts);
