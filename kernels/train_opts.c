@@ -22,7 +22,7 @@ const char *const tc_train_context_names[TC_OPT_N_CONTEXTS] = {"train", "eval", 
 #define ROW(name, type, field, def, min, max, choices, metavar, example, contexts, help)          \
   {name, type, offsetof(struct tc_opts, field),                                                    \
    (type) == SL_OPT_STR ? 0 : sizeof(((struct tc_opts *)0)->field), def, min, max, choices, metavar, \
-   example, help, contexts, 0, NULL}
+   example, help, NULL, contexts, 0, NULL}
 #define NOSTEPS 100000000
 
 const struct sl_opt tc_train_opts[] = {
