@@ -2,8 +2,9 @@
  *
  * Each row names the section, the key, the type, where the value lives, the
  * default (as the text a file would hold), the bounds and a line of help.
- * Parsing, defaults and --dump-config all walk the same table, so an option
- * cannot exist in one place and be missing in another. Sections "user.*" and
+ * Parsing, defaults and --dump-config all walk the same table with the
+ * option engine (sl_opt.h), so an option cannot exist in one place and be
+ * missing in another. Sections "user.*" and
  * "group.*" are templates: their rows apply to each named entry. A value is
  * checked completely before it is stored, so a failed set leaves the old one.
  *
@@ -18,6 +19,7 @@
 
 #include "provider.h"
 #include "sl_err.h"
+#include "sl_opt.h"
 #include "sl_time.h"
 
 #include <ctype.h>
@@ -28,62 +30,73 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum opt_type { T_STR, T_ADDR, T_DUR, T_INT, T_NUM, T_BOOL, T_HEX64, T_NAME };
-
 enum opt_owner { O_MAIN, O_USER, O_GROUP };
 
+/* A row: the section it belongs to, the struct it writes into, and the
+ * option itself (sl_opt.h: name, type, where, default, bounds, help). */
 struct opt {
   const char *section;
-  const char *name;
-  enum opt_type type;
   enum opt_owner owner;
-  size_t offset;
-  size_t size;        /* strings: buffer size */
-  const char *def;    /* NULL: no default (unset) */
-  double min, max;    /* numbers: value bounds; durations in seconds */
-  const char *help;
+  struct sl_opt o;
 };
+
+static int check_addr(const char *v, char *why, size_t size);
+static int check_name(const char *v, char *why, size_t size);
+static int check_hex64(const char *v, char *why, size_t size);
 
 #define M(f) O_MAIN, offsetof(struct gw_config, f), sizeof(((struct gw_config *)0)->f)
 #define U(f) O_USER, offsetof(struct gw_user_cfg, f), sizeof(((struct gw_user_cfg *)0)->f)
 #define G(f) O_GROUP, offsetof(struct gw_group_cfg, f), sizeof(((struct gw_group_cfg *)0)->f)
+/* type: an sl_opt type and the check of its values; where: M, U or G */
+#define ROW(section, name, type, where, def, min, max, help) \
+  ROW_(section, name, type, where, def, min, max, help)
+#define ROW_(section, name, otype, check, owner, offset, size, def, min, max, help) \
+  {section, owner, {name, otype, offset, size, def, min, max, NULL, NULL, NULL, help, NULL, 0, 0, check}}
+#define T_STR SL_OPT_STR, NULL
+#define T_ADDR SL_OPT_STR, check_addr
+#define T_NAME SL_OPT_STR, check_name
+#define T_HEX64 SL_OPT_STR, check_hex64
+#define T_DUR SL_OPT_DUR, NULL
+#define T_INT SL_OPT_INT, NULL
+#define T_NUM SL_OPT_NUM, NULL
+#define T_BOOL SL_OPT_BOOL, NULL
 
 static const struct opt opts[] = {
-  {"gateway", "listen", T_ADDR, M(listen), "tcp://127.0.0.1:7400", 0, 0,
-   "address of the kernel/CLI socket (tcp://HOST:PORT or ipc://PATH)"},
-  {"gateway", "workers", T_ADDR, M(workers), "tcp://0.0.0.0:7401", 0, 0,
-   "address of the worker socket (CURVE encrypted)"},
-  {"gateway", "state_dir", T_STR, M(state_dir), "/var/lib/spotlab", 0, 0,
-   "folder for the database, keys, checkpoints and instance folders"},
-  {"gateway", "heartbeat_ms", T_INT, M(heartbeat_ms), "1000", 50, 600000,
-   "interval at which workers send heartbeats, in milliseconds"},
-  {"gateway", "heartbeat_timeout", T_DUR, M(heartbeat_timeout_us), "10s", 0.1, 86400,
-   "a worker silent this long is lost; its job resumes elsewhere"},
-  {"gateway", "register_timeout", T_DUR, M(register_timeout_us), "60s", 0.1, 86400,
-   "after a restart, how long a running job waits for its worker to register"},
-  {"gateway", "max_instances", T_INT, M(max_instances), "16", 1, 10000,
-   "instances the gateway runs at once (providers may allow fewer)"},
-  {"gateway", "process_retries", T_INT, M(process_retries), "3", 0, 1000,
-   "resumes in a row of a job whose process was killed by a signal (a checkpoint resets it)"},
-  {"idle", "notebook_timeout", T_DUR, M(notebook_timeout_us), "30m", 1, 30 * 86400,
-   "stop a notebook's workers after this long with no cell run and no job"},
-  {"idle", "worker_timeout", T_DUR, M(worker_timeout_us), "10m", 0.1, 30 * 86400,
-   "terminate a worker that has had no job for this long"},
-  {"idle", "warn_before", T_DUR, M(warn_before_us), "5m", 0, 86400,
-   "warn the notebook this long before an idle shutdown"},
-  {"budget", "monthly_usd", T_NUM, M(monthly_usd), "2000", 0, 1e9,
-   "spending budget per calendar month in US dollars (0: no budget)"},
-  {"budget", "hard_cap", T_BOOL, M(hard_cap), "yes", 0, 0,
-   "refuse new jobs once the monthly budget is spent"},
-  {"worker", "metrics_per_s", T_INT, M(worker_metrics_per_s), "20", 1, 100000,
-   "step metrics a worker sends per job per second (the newest step wins)"},
-  {"user.*", "token_sha256", T_HEX64, U(token_sha256), NULL, 0, 0,
-   "SHA-256 (lowercase hex) of the user's token"},
-  {"user.*", "group", T_NAME, U(group), NULL, 0, 0, "the user's group"},
-  {"group.*", "notebook_timeout", T_DUR, G(notebook_timeout_us), NULL, 1, 30 * 86400,
-   "the group's [idle] notebook_timeout"},
-  {"group.*", "worker_timeout", T_DUR, G(worker_timeout_us), NULL, 0.1, 30 * 86400,
-   "the group's [idle] worker_timeout"},
+  ROW("gateway", "listen", T_ADDR, M(listen), "tcp://127.0.0.1:7400", 0, 0,
+   "address of the kernel/CLI socket (tcp://HOST:PORT or ipc://PATH)"),
+  ROW("gateway", "workers", T_ADDR, M(workers), "tcp://0.0.0.0:7401", 0, 0,
+   "address of the worker socket (CURVE encrypted)"),
+  ROW("gateway", "state_dir", T_STR, M(state_dir), "/var/lib/spotlab", 0, 0,
+   "folder for the database, keys, checkpoints and instance folders"),
+  ROW("gateway", "heartbeat_ms", T_INT, M(heartbeat_ms), "1000", 50, 600000,
+   "interval at which workers send heartbeats, in milliseconds"),
+  ROW("gateway", "heartbeat_timeout", T_DUR, M(heartbeat_timeout_us), "10s", 0.1, 86400,
+   "a worker silent this long is lost; its job resumes elsewhere"),
+  ROW("gateway", "register_timeout", T_DUR, M(register_timeout_us), "60s", 0.1, 86400,
+   "after a restart, how long a running job waits for its worker to register"),
+  ROW("gateway", "max_instances", T_INT, M(max_instances), "16", 1, 10000,
+   "instances the gateway runs at once (providers may allow fewer)"),
+  ROW("gateway", "process_retries", T_INT, M(process_retries), "3", 0, 1000,
+   "resumes in a row of a job whose process was killed by a signal (a checkpoint resets it)"),
+  ROW("idle", "notebook_timeout", T_DUR, M(notebook_timeout_us), "30m", 1, 30 * 86400,
+   "stop a notebook's workers after this long with no cell run and no job"),
+  ROW("idle", "worker_timeout", T_DUR, M(worker_timeout_us), "10m", 0.1, 30 * 86400,
+   "terminate a worker that has had no job for this long"),
+  ROW("idle", "warn_before", T_DUR, M(warn_before_us), "5m", 0, 86400,
+   "warn the notebook this long before an idle shutdown"),
+  ROW("budget", "monthly_usd", T_NUM, M(monthly_usd), "2000", 0, 1e9,
+   "spending budget per calendar month in US dollars (0: no budget)"),
+  ROW("budget", "hard_cap", T_BOOL, M(hard_cap), "yes", 0, 0,
+   "refuse new jobs once the monthly budget is spent"),
+  ROW("worker", "metrics_per_s", T_INT, M(worker_metrics_per_s), "20", 1, 100000,
+   "step metrics a worker sends per job per second (the newest step wins)"),
+  ROW("user.*", "token_sha256", T_HEX64, U(token_sha256), NULL, 0, 0,
+   "SHA-256 (lowercase hex) of the user's token"),
+  ROW("user.*", "group", T_NAME, U(group), NULL, 0, 0, "the user's group"),
+  ROW("group.*", "notebook_timeout", T_DUR, G(notebook_timeout_us), NULL, 1, 30 * 86400,
+   "the group's [idle] notebook_timeout"),
+  ROW("group.*", "worker_timeout", T_DUR, G(worker_timeout_us), NULL, 0.1, 30 * 86400,
+   "the group's [idle] worker_timeout"),
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -184,88 +197,25 @@ static int check_section(const char *section, char *err, size_t size) {
   return fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
 }
 
-static bool parse_bool(const char *v, bool *ret) {
-  static const char *yes[] = {"yes", "true", "on", "1"}, *no[] = {"no", "false", "off", "0"};
-  for (int i = 0; i < 4; i++) {
-    if (!strcasecmp(v, yes[i])) { *ret = true; return true; }
-    if (!strcasecmp(v, no[i])) { *ret = false; return true; }
-  }
-  return false;
+static int check_addr(const char *v, char *why, size_t size) {
+  if (strncmp(v, "tcp://", 6) && strncmp(v, "ipc://", 6) && strncmp(v, "inproc://", 9))
+    return fail(why, size, "\"%s\" is not a tcp://, ipc:// or inproc:// address", v), SL_ECONFIG;
+  return 0;
 }
 
-static bool parse_number(const char *v, double *ret) {
-  char *end;
-  errno = 0;
-  double d = strtod(v, &end);
-  if (end == v || *end || errno || !isfinite(d))
-    return false;
-  *ret = d;
-  return true;
+static int check_name(const char *v, char *why, size_t size) {
+  return valid_name(v) ? 0 : (fail(why, size, "\"%s\" is not a valid name", v), SL_ECONFIG);
+}
+
+static int check_hex64(const char *v, char *why, size_t size) {
+  if (strlen(v) != 64 || strspn(v, "0123456789abcdef") != 64)
+    return fail(why, size, "expected 64 lowercase hex digits"), SL_ECONFIG;
+  return 0;
 }
 
 int gw_config_parse_number(const char *name, const char *value, bool integer, double min,
                            double max, double *ret, char *err, size_t err_size) {
-  double d;
-  if (!parse_number(value, &d) || (integer && d != floor(d)))
-    return fail(err, err_size, "%s: \"%s\" is not %s", name, value,
-                integer ? "an integer" : "a number"), SL_ECONFIG;
-  if (d < min || d > max)
-    return fail(err, err_size, "%s: %s is out of range [%g, %g]", name, value, min, max),
-           SL_ECONFIG;
-  *ret = d;
-  return 0;
-}
-
-/* Parses v for option o and stores it at dst. */
-static int store_value(const struct opt *o, void *dst, const char *v, char *err, size_t size) {
-  double d = 0;
-  int64_t us;
-  bool b;
-  switch (o->type) {
-  case T_ADDR:
-    if (strncmp(v, "tcp://", 6) && strncmp(v, "ipc://", 6) && strncmp(v, "inproc://", 9))
-      return fail(err, size, "%s: \"%s\" is not a tcp://, ipc:// or inproc:// address", o->name, v),
-             SL_ECONFIG;
-    /* fall through */
-  case T_STR:
-    if (strlen(v) >= o->size)
-      return fail(err, size, "%s: value longer than %zu bytes", o->name, o->size - 1), SL_ECONFIG;
-    strcpy(dst, v);
-    return 0;
-  case T_NAME:
-    if (!valid_name(v))
-      return fail(err, size, "%s: \"%s\" is not a valid name", o->name, v), SL_ECONFIG;
-    strcpy(dst, v);
-    return 0;
-  case T_HEX64:
-    if (strlen(v) != 64 || strspn(v, "0123456789abcdef") != 64)
-      return fail(err, size, "%s: expected 64 lowercase hex digits", o->name), SL_ECONFIG;
-    strcpy(dst, v);
-    return 0;
-  case T_BOOL:
-    if (!parse_bool(v, &b))
-      return fail(err, size, "%s: \"%s\" is not yes or no", o->name, v), SL_ECONFIG;
-    *(bool *)dst = b;
-    return 0;
-  case T_DUR:
-    if (sl_time_parse_duration(v, &us) < 0)
-      return fail(err, size, "%s: \"%s\" is not a duration (90s, 30m, 2h)", o->name, v), SL_ECONFIG;
-    if ((double)us < o->min * 1e6 || (double)us > o->max * 1e6)
-      return fail(err, size, "%s: %s is out of range [%gs, %gs]", o->name, v, o->min, o->max),
-             SL_ECONFIG;
-    *(int64_t *)dst = us;
-    return 0;
-  case T_INT:
-  case T_NUM:
-    if (gw_config_parse_number(o->name, v, o->type == T_INT, o->min, o->max, &d, err, size) < 0)
-      return SL_ECONFIG;
-    if (o->type == T_INT)
-      *(int64_t *)dst = (int64_t)d;
-    else
-      *(double *)dst = d;
-    return 0;
-  }
-  return SL_ECONFIG;
+  return sl_opt_parse_number(name, value, integer, min, max, ret, err, err_size);
 }
 
 /* The struct an option of section writes into, creating user/group entries. */
@@ -431,24 +381,21 @@ int gw_config_set(struct gw_config *c, const char *section, const char *name, co
     return set_provider_option(c, section, entry, name, value, err, err_size);
   for (size_t i = 0; i < N_OPTS; i++) {
     const struct opt *o = &opts[i];
-    if (strcmp(o->section, tmpl) || strcmp(o->name, name))
+    if (strcmp(o->section, tmpl) || strcmp(o->o.name, name))
       continue;
     void *base = target(c, o->owner, entry, err, err_size);
     if (!base)
       return SL_ECONFIG;
-    return store_value(o, (char *)base + o->offset, value, err, err_size);
+    return sl_opt_set(&o->o, base, NULL, value, err, err_size);
   }
   return fail(err, err_size, "unknown key \"%s\" in [%s]", name, section), SL_ECONFIG;
 }
 
 void gw_config_defaults(struct gw_config *c) {
   memset(c, 0, sizeof *c);
-  for (size_t i = 0; i < N_OPTS; i++) {
-    if (opts[i].owner != O_MAIN || !opts[i].def)
-      continue;
-    int r = store_value(&opts[i], (char *)c + opts[i].offset, opts[i].def, NULL, 0);
-    (void)r; /* the table's defaults are valid by construction (checked by the unit test) */
-  }
+  for (size_t i = 0; i < N_OPTS; i++)
+    if (opts[i].owner == O_MAIN)
+      sl_opt_defaults(&opts[i].o, 1, c); /* valid by construction (checked by the unit test) */
   implicit_default(c);
 }
 
@@ -549,57 +496,20 @@ int gw_config_load_file(struct gw_config *c, const char *path, char *err, size_t
   return p.first_err_line ? SL_ECONFIG : 0;
 }
 
-/* Shortest text that reads back to the same double. */
-static void format_num(double d, char *buf, size_t size) {
-  for (int prec = 6; prec <= 17; prec++) {
-    snprintf(buf, size, "%.*g", prec, d);
-    if (strtod(buf, NULL) == d)
-      return;
-  }
-}
-
-static void format_value(const struct opt *o, const void *src, char *buf, size_t size) {
-  switch (o->type) {
-  case T_BOOL:
-    snprintf(buf, size, "%s", *(const bool *)src ? "yes" : "no");
-    break;
-  case T_INT:
-    snprintf(buf, size, "%lld", (long long)*(const int64_t *)src);
-    break;
-  case T_NUM:
-    format_num(*(const double *)src, buf, size);
-    break;
-  case T_DUR: {
-    int64_t us = *(const int64_t *)src;
-    if (us % SL_US_PER_S)
-      snprintf(buf, size, "%lldms", (long long)(us / SL_US_PER_MS));
-    else if (us && us % (3600 * SL_US_PER_S) == 0)
-      snprintf(buf, size, "%lldh", (long long)(us / (3600 * SL_US_PER_S)));
-    else if (us && us % (60 * SL_US_PER_S) == 0)
-      snprintf(buf, size, "%lldm", (long long)(us / (60 * SL_US_PER_S)));
-    else
-      snprintf(buf, size, "%llds", (long long)(us / SL_US_PER_S));
-    break;
-  }
-  default:
-    snprintf(buf, size, "%s", (const char *)src);
-  }
-}
-
 static void dump_section(FILE *out, const char *tmpl, const char *section, const void *base) {
   fprintf(out, "[%s]\n", section);
   for (size_t i = 0; i < N_OPTS; i++) {
     const struct opt *o = &opts[i];
     if (strcmp(o->section, tmpl))
       continue;
-    const void *src = (const char *)base + o->offset;
-    if (o->type == T_DUR && *(const int64_t *)src < 0)
+    const void *src = (const char *)base + o->o.offset;
+    if (o->o.type == SL_OPT_DUR && *(const int64_t *)src < 0)
       continue; /* group value not set */
-    if ((o->type == T_NAME || o->type == T_HEX64) && !*(const char *)src)
-      continue;
+    if (o->o.type == SL_OPT_STR && !o->o.def && !*(const char *)src)
+      continue; /* user or group value not set */
     char val[1100];
-    format_value(o, src, val, sizeof val);
-    fprintf(out, "; %s\n%s = %s\n", o->help, o->name, val);
+    sl_opt_format(&o->o, base, val, sizeof val);
+    fprintf(out, "; %s\n%s = %s\n", o->o.help, o->o.name, val);
   }
   fputc('\n', out);
 }

@@ -188,6 +188,11 @@ bool jk_lang_is_reserved(const char *name);
  * unknown context. Borrowed static string. */
 const char *jk_lang_option(const char *context, size_t i);
 bool jk_lang_has_option(const char *context, const char *name);
+/* The declaration of the option named name (type, bounds, choices, help), or
+ * NULL. Borrowed static row: spotlab-train's options come from its table
+ * (kernels/train_opts.h), the others are the kernel's own. */
+struct sl_opt;
+const struct sl_opt *jk_lang_option_decl(const char *name);
 
 enum jk_magic_args {
   JK_MAGIC_ARGS_NONE,     /* %status */

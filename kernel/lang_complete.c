@@ -13,6 +13,7 @@
 
 #include "lang.h"
 #include "sl_err.h"
+#include "sl_opt.h"
 
 #define MAX_LINE_TOKENS 256
 
@@ -215,17 +216,27 @@ static void offer_options(struct collector *c, const char *context, const struct
   }
 }
 
-/* After "name=" in an option list: the option's words, then names. */
+/* After "name=" in an option list: the words its declaration names (yes and
+ * no for a boolean, its choices), then names unless only those words fit. */
 static void offer_value(struct collector *c, const struct ltok *opt, const struct names *nm) {
-  if (tok_is(opt, "spot") || tok_is(opt, "detach")) {
+  char name[64];
+  snprintf(name, sizeof name, "%.*s", (int)(opt->n < sizeof name ? opt->n : 0), opt->s);
+  const struct sl_opt *o = jk_lang_option_decl(name);
+  if (o && o->type == SL_OPT_BOOL) {
     offer(c, "yes", "");
     offer(c, "no", "");
-    if (tok_is(opt, "spot"))
-      offer(c, "auto", "");
     return;
   }
-  if (tok_is(opt, "checkpoint_every"))
-    offer(c, "auto", "");
+  for (const char *p = o ? o->choices : NULL; p && *p;) {
+    const char *bar = strchr(p, '|');
+    char word[64];
+    size_t len = bar ? (size_t)(bar - p) : strlen(p);
+    snprintf(word, sizeof word, "%.*s", (int)len, p);
+    offer(c, word, "");
+    p = bar ? bar + 1 : NULL;
+  }
+  if (o && o->type == SL_OPT_STR && o->choices)
+    return;
   offer_names(c, nm->v, nm->n);
 }
 

@@ -3,14 +3,19 @@
  * magic takes, and the help text shown by inspection and %help.
  *
  * The grammar tables here are the single place a word is declared: the
- * parser (lang.c) and completion (lang_complete.c) ask them. Every word in
- * them has an entry in the help table; the unit test checks that. */
+ * parser (lang.c) and completion (lang_complete.c) ask them. Options are
+ * the exception that proves it: spotlab-train's are declared in its own
+ * table (kernels/train_opts.c) and taken from there, with their contexts;
+ * the rest are declared here in the same form. Every word has help: an
+ * entry in the help table, or for an option, text written from its
+ * declaration; the unit test checks that. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lang.h"
+#include "train_opts.h"
 
 /* ---- grammar tables ---------------------------------------------------- */
 
@@ -34,40 +39,97 @@ static const struct {
     {"mlp", CTX_MLP},
 };
 
-/* In the order completion and error messages list them. */
-static const struct {
-  const char *name;
-  unsigned mask;
-} options[] = {
-    {"steps", CTX_TRAIN | CTX_EVAL},
-    {"batch", CTX_TRAIN | CTX_EVAL},
-    {"lr", CTX_TRAIN},
-    {"seed", CTX_TRAIN | CTX_SAMPLE},
-    {"warmup", CTX_TRAIN},
-    {"weight_decay", CTX_TRAIN},
-    {"grad_clip", CTX_TRAIN},
-    {"eval_every", CTX_TRAIN},
-    {"detach", CTX_TRAIN},
-    {"tokens", CTX_SAMPLE},
-    {"temperature", CTX_SAMPLE},
-    {"top_k", CTX_SAMPLE},
-    {"layers", CTX_GPT | CTX_MLP},
-    {"heads", CTX_GPT},
-    {"dim", CTX_GPT},
-    {"ctx", CTX_GPT},
-    {"hidden", CTX_MLP},
-    {"dropout", CTX_GPT | CTX_MLP},
-    {"vocab", CTX_GPT},
-    {"gpus", CTX_RESOURCE | CTX_INSTANCES},
-    {"precision", CTX_TRAIN | CTX_EVAL | CTX_SAMPLE},
-    {"nodes", CTX_RESOURCE},
-    {"spot", CTX_RESOURCE},
-    {"max_price", CTX_RESOURCE},
-    {"instance", CTX_RESOURCE},
-    {"region", CTX_RESOURCE},
-    {"deadline", CTX_RESOURCE},
-    {"checkpoint_every", CTX_RESOURCE},
+/* Options: spotlab-train's (train_opts.c), where its table gives them a
+ * statement or model context, then the kernel's own below, which configure
+ * where a job runs rather than what it computes. Both are sl_opt rows, so
+ * validation, completion and help treat them alike. In this order
+ * completion and error messages list them. */
+#define KOPT(name, type, min, max, choices, metavar, example, contexts, help, doc) \
+  {name, type, 0, 0, NULL, min, max, choices, metavar, example, help, doc, contexts, 0, NULL}
+static const struct sl_opt kernel_options[] = {
+    KOPT("detach", SL_OPT_BOOL, 0, 0, NULL, NULL, "yes", CTX_TRAIN, "return at once",
+         "With detach=yes the cell returns as soon as the job is submitted; %attach JOB follows "
+         "it later."),
+    KOPT("gpus", SL_OPT_INT, 0, 64, NULL, NULL, "1", CTX_RESOURCE | CTX_INSTANCES, "GPUs per node",
+         "How many GPUs each worker needs and the job trains on (data-parallel past one); gpus=0 "
+         "trains on the CPU. Without it a job uses one GPU when its instance has one, else the "
+         "CPU. A job never falls back to the CPU when the GPUs it asked for are missing: it "
+         "fails, saying so. For %instances, the GPU count to price."),
+    KOPT("precision", SL_OPT_STR, 0, 0, "bf16|fp32", NULL, "bf16",
+         CTX_TRAIN | CTX_EVAL | CTX_SAMPLE, "arithmetic of the matrix products",
+         "bf16 multiplies in bfloat16 with fp32 accumulation and fp32 master weights (GPUs "
+         "only); fp32 is exact float32. Default: bf16 on GPUs, fp32 on the CPU."),
+    KOPT("nodes", SL_OPT_INT, 1, 64, NULL, NULL, "2", CTX_RESOURCE, "instances used together (train)",
+         "A train job on N instances at once, one data-parallel rank on each; batch is split "
+         "among them (a multiple of N). Placed all or none; a preemption of one moves them all."),
+    KOPT("spot", SL_OPT_STR, 0, 0, "yes|no|auto", NULL, "auto", CTX_RESOURCE, "use spot instances",
+         "yes: only spot; no: only on-demand; auto: spot when it is cheaper per unit of work "
+         "after expected interruptions."),
+    KOPT("max_price", SL_OPT_NUM, 0, 0, NULL, "USD", "0.60", CTX_RESOURCE,
+         "highest price per instance-hour", "Instances costing more per hour are not used."),
+    KOPT("instance", SL_OPT_STR, 0, 0, NULL, "TYPE[,TYPE...]", "g5.xlarge,g4dn.xlarge", CTX_RESOURCE,
+         "allowed instance types", "Restricts the choice to these types, in order of preference."),
+    KOPT("region", SL_OPT_STR, 0, 0, NULL, "NAME", "us-east-1", CTX_RESOURCE, "cloud region",
+         "Where workers are started."),
+    KOPT("deadline", SL_OPT_DUR, 0, 0, NULL, NULL, "3h", CTX_RESOURCE, "give up after this long",
+         "The job is cancelled if it has not finished within DURATION of submission."),
+    KOPT("checkpoint_every", SL_OPT_INT, 0, 0, "auto", "STEPS|auto", "auto", CTX_RESOURCE,
+         "checkpoint interval",
+         "How often the job saves a checkpoint; auto picks an interval from the instance's "
+         "interruption rate."),
 };
+#undef KOPT
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The kernel's context bits of a row of spotlab-train's table. */
+static unsigned train_mask(const struct sl_opt *o) {
+  static const struct {
+    unsigned tc, ctx;
+  } map[] = {{TC_OPT_TRAIN, CTX_TRAIN}, {TC_OPT_EVAL, CTX_EVAL}, {TC_OPT_SAMPLE, CTX_SAMPLE},
+             {TC_OPT_GPT, CTX_GPT},     {TC_OPT_MLP, CTX_MLP}};
+  unsigned mask = 0;
+  for (size_t i = 0; i < N_OF(map); i++)
+    if (o->contexts & map[i].tc)
+      mask |= map[i].ctx;
+  return mask;
+}
+
+/* The i-th option of the cell language (from 0) and its context bits; NULL
+ * past the last. */
+static const struct sl_opt *option_at(size_t i, unsigned *ret_mask) {
+  for (size_t k = 0; k < tc_train_opts_n; k++) {
+    unsigned mask = train_mask(&tc_train_opts[k]);
+    if (mask && i-- == 0) {
+      *ret_mask = mask;
+      return &tc_train_opts[k];
+    }
+  }
+  if (i >= N_OF(kernel_options))
+    return NULL;
+  *ret_mask = kernel_options[i].contexts;
+  return &kernel_options[i];
+}
+
+static size_t n_options(void) {
+  size_t n = 0;
+  unsigned mask;
+  while (option_at(n, &mask))
+    n++;
+  return n;
+}
+
+static const struct sl_opt *find_option(const char *name, unsigned *ret_mask) {
+  unsigned mask;
+  const struct sl_opt *o;
+  for (size_t i = 0; (o = option_at(i, &mask)); i++)
+    if (strcmp(o->name, name) == 0) {
+      if (ret_mask)
+        *ret_mask = mask;
+      return o;
+    }
+  return NULL;
+}
 
 static const struct {
   const char *word; /* with its % or %% prefix */
@@ -101,8 +163,6 @@ static const struct {
     {"password", JK_WORD_FUNCTION},
 };
 
-#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
-
 const char *jk_lang_word(size_t i, enum jk_word_kind *ret_kind) {
   if (i < N_OF(plain_words)) {
     if (ret_kind)
@@ -110,12 +170,14 @@ const char *jk_lang_word(size_t i, enum jk_word_kind *ret_kind) {
     return plain_words[i].name;
   }
   i -= N_OF(plain_words);
-  if (i < N_OF(options)) {
+  unsigned mask;
+  const struct sl_opt *o = option_at(i, &mask);
+  if (o) {
     if (ret_kind)
       *ret_kind = JK_WORD_OPTION;
-    return options[i].name;
+    return o->name;
   }
-  i -= N_OF(options);
+  i -= n_options();
   if (i >= N_OF(magics))
     return NULL;
   if (ret_kind)
@@ -138,19 +200,21 @@ static unsigned context_mask(const char *context) {
 }
 
 const char *jk_lang_option(const char *context, size_t i) {
-  unsigned mask = context_mask(context);
-  for (size_t k = 0; mask && k < N_OF(options); k++)
-    if ((options[k].mask & mask) && i-- == 0)
-      return options[k].name;
+  unsigned want = context_mask(context), mask;
+  const struct sl_opt *o;
+  for (size_t k = 0; want && (o = option_at(k, &mask)); k++)
+    if ((mask & want) && i-- == 0)
+      return o->name;
   return NULL;
 }
 
 bool jk_lang_has_option(const char *context, const char *name) {
-  unsigned mask = context_mask(context);
-  for (size_t k = 0; mask && k < N_OF(options); k++)
-    if ((options[k].mask & mask) && strcmp(options[k].name, name) == 0)
-      return true;
-  return false;
+  unsigned want = context_mask(context), mask;
+  return want && find_option(name, &mask) && (mask & want);
+}
+
+const struct sl_opt *jk_lang_option_decl(const char *name) {
+  return name ? find_option(name, NULL) : NULL;
 }
 
 int jk_lang_magic(const char *name, bool cell, enum jk_magic_args *ret_args) {
@@ -224,10 +288,10 @@ static const struct help helps[] = {
     {"fashion_mnist", "fashion_mnist(): the Fashion-MNIST image data set",
      "70000 28x28 greyscale images in 10 classes, for mlp models.",
      "data fashion = fashion_mnist()"},
-    {"gpt", "gpt(layers, heads, dim, ctx, dropout, vocab): a GPT-style transformer",
-     "A decoder-only transformer. layers: blocks; heads: attention heads; dim: embedding "
-     "width; ctx: context length in tokens; dropout: rate; vocab: vocabulary size (default: "
-     "from the data).",
+    {"gpt", "gpt(layers, heads, dim, ctx, dropout): a GPT-style transformer",
+     "A decoder-only transformer over bytes; its vocabulary comes from the data. layers: "
+     "blocks; heads: attention heads; dim: embedding width; ctx: context length in tokens; "
+     "dropout: rate.",
      "model m = gpt(layers=4, heads=4, dim=128, ctx=128)"},
     {"mlp", "mlp(hidden, layers, dropout): a multi-layer perceptron",
      "A fully connected classifier. hidden: width of each hidden layer; layers: number of "
@@ -240,80 +304,6 @@ static const struct help helps[] = {
     {"password", "password(\"PROMPT\"): ask the user for a secret",
      "Like input() but the front end hides what is typed; the value is never logged.",
      "key = password(\"API key: \")"},
-    /* options */
-    {"steps", "steps=N: number of optimisation (or evaluation) steps",
-     "For train, the number of optimiser steps; for eval, the number of batches measured.",
-     "train m on d steps=3000"},
-    {"batch", "batch=N: sequences (or examples) per step", "The batch size of each step.",
-     "train m on d batch=32"},
-    {"lr", "lr=RATE: learning rate", "The peak learning rate of the AdamW optimiser.",
-     "train m on d lr=3e-4"},
-    {"seed", "seed=N: random seed", "Seeds initialisation, data order and sampling.",
-     "sample m seed=1"},
-    {"warmup", "warmup=STEPS: learning-rate warmup",
-     "Steps over which the learning rate rises linearly to lr.", "train m on d warmup=100"},
-    {"weight_decay", "weight_decay=X: AdamW weight decay", "Decoupled weight decay factor.",
-     "train m on d weight_decay=0.1"},
-    {"grad_clip", "grad_clip=X: gradient norm clipping", "Clips the global gradient norm to X.",
-     "train m on d grad_clip=1.0"},
-    {"eval_every", "eval_every=STEPS: validation interval",
-     "Measures the validation loss every STEPS steps.", "train m on d eval_every=250"},
-    {"detach", "detach=yes|no: return at once",
-     "With detach=yes the cell returns as soon as the job is submitted; %attach JOB follows "
-     "it later.",
-     "train m on d detach=yes"},
-    {"tokens", "tokens=N: how many tokens to generate", "The length of the sample.",
-     "sample m tokens=200"},
-    {"temperature", "temperature=X: sampling temperature",
-     "Divides the logits before sampling; lower is more conservative.",
-     "sample m temperature=0.8"},
-    {"top_k", "top_k=N: sample among the N most likely tokens",
-     "Restricts each step to the N most likely tokens.", "sample m top_k=40"},
-    {"layers", "layers=N: number of layers (gpt, mlp)",
-     "Transformer blocks for gpt, hidden layers for mlp.", "gpt(layers=4)"},
-    {"heads", "heads=N: attention heads (gpt)", "Must divide dim.", "gpt(heads=4)"},
-    {"dim", "dim=N: embedding width (gpt)", "The width of the residual stream.",
-     "gpt(dim=128)"},
-    {"ctx", "ctx=N: context length (gpt)", "The longest sequence the model attends over.",
-     "gpt(ctx=128)"},
-    {"hidden", "hidden=N: hidden layer width (mlp)", "Units in each hidden layer.",
-     "mlp(hidden=256)"},
-    {"dropout", "dropout=X: dropout rate (gpt, mlp)", "Probability of zeroing an activation.",
-     "gpt(dropout=0.1)"},
-    {"vocab", "vocab=N: vocabulary size (gpt)",
-     "Defaults to the data set's vocabulary.", "gpt(vocab=256)"},
-    {"gpus", "gpus=N: GPUs per node",
-     "How many GPUs each worker needs and the job trains on (data-parallel past one); gpus=0 "
-     "trains on the CPU. Without it a job uses one GPU when its instance has one, else the CPU. "
-     "A job never falls back to the CPU when the GPUs it asked for are missing: it fails, "
-     "saying so. For %instances, the GPU count to price.",
-     "train m on d gpus=1"},
-    {"precision", "precision=bf16|fp32: arithmetic of the matrix products",
-     "bf16 multiplies in bfloat16 with fp32 accumulation and fp32 master weights (GPUs only); "
-     "fp32 is exact float32. Default: bf16 on GPUs, fp32 on the CPU.",
-     "train m on d gpus=1 precision=bf16"},
-    {"nodes", "nodes=N: instances used together (train)",
-     "A train job on N instances at once, one data-parallel rank on each; batch is split "
-     "among them (a multiple of N). Placed all or none; a preemption of one moves them all.",
-     "train m on d nodes=2"},
-    {"spot", "spot=yes|no|auto: use spot instances",
-     "yes: only spot; no: only on-demand; auto: spot when it is cheaper per unit of work "
-     "after expected interruptions.",
-     "train m on d spot=auto"},
-    {"max_price", "max_price=USD: highest price per instance-hour",
-     "Instances costing more per hour are not used.", "train m on d max_price=0.60"},
-    {"instance", "instance=TYPE[,TYPE...]: allowed instance types",
-     "Restricts the choice to these types, in order of preference.",
-     "train m on d instance=g5.xlarge,g4dn.xlarge"},
-    {"region", "region=NAME: cloud region", "Where workers are started.",
-     "train m on d region=us-east-1"},
-    {"deadline", "deadline=DURATION: give up after this long",
-     "The job is cancelled if it has not finished within DURATION of submission.",
-     "train m on d deadline=3h"},
-    {"checkpoint_every", "checkpoint_every=STEPS|auto: checkpoint interval",
-     "How often the job saves a checkpoint; auto picks an interval from the instance's "
-     "interruption rate.",
-     "train m on d checkpoint_every=auto"},
     /* magics */
     {"%status", "%status: gateway, workers, idle timer and budget",
      "Shows the gateway the kernel talks to, running workers, the idle timer and the budget.",
@@ -349,11 +339,77 @@ static const struct help helps[] = {
      "%%run gpus=1 spot=yes\npython train.py --ckpt \"$SPOTLAB_CHECKPOINT_DIR\""},
 };
 
-static const struct help *find_help(const char *word) {
+/* An option's help, written from its declaration into bufs. */
+struct option_help {
+  struct help h;
+  char summary[256], text[1024], example[128];
+};
+
+/* "train and eval", "gpt() and mlp()": the contexts of mask. */
+static void context_words(unsigned mask, char *buf, size_t size) {
+  size_t n = 0, total = 0, used = 0;
+  for (size_t i = 0; i < N_OF(contexts); i++)
+    total += (contexts[i].mask & mask) != 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < N_OF(contexts) && used < size; i++) {
+    if (!(contexts[i].mask & mask))
+      continue;
+    bool call = contexts[i].mask & (CTX_GPT | CTX_MLP);
+    const char *sep = n == 0 ? "" : n + 1 == total ? " and " : ", ";
+    int k = snprintf(buf + used, size - used, "%s%s%s", sep, contexts[i].name, call ? "()" : "");
+    used += k > 0 ? (size_t)k : 0;
+    n++;
+  }
+}
+
+/* The line of code an example shows o in, for its first context. */
+static void option_example(const struct sl_opt *o, unsigned mask, char *buf, size_t size) {
+  const char *v = o->example ? o->example : o->def ? o->def : sl_opt_metavar(o);
+  if (mask & (CTX_TRAIN | CTX_EVAL))
+    snprintf(buf, size, "%s m on d %s=%s", mask & CTX_TRAIN ? "train" : "eval", o->name, v);
+  else if (mask & CTX_SAMPLE)
+    snprintf(buf, size, "sample m %s=%s", o->name, v);
+  else if (mask & CTX_RUN)
+    snprintf(buf, size, "%%%%run %s=%s", o->name, v);
+  else if (mask & CTX_INSTANCES)
+    snprintf(buf, size, "%%instances %s=%s", o->name, v);
+  else
+    snprintf(buf, size, "model m = %s(%s=%s)", mask & CTX_GPT ? "gpt" : "mlp", o->name, v);
+}
+
+static const struct help *option_help(const char *word, struct option_help *b) {
+  unsigned mask;
+  const struct sl_opt *o = find_option(word, &mask);
+  if (!o)
+    return NULL;
+  char where[160], limits[200] = "";
+  context_words(mask, where, sizeof where);
+  size_t used = 0;
+  if (o->def)
+    used += (size_t)snprintf(limits, sizeof limits, " Default: %s.", o->def);
+  if ((o->min != 0 || o->max != 0) && used < sizeof limits)
+    used += (size_t)snprintf(limits + used, sizeof limits - used, " From %.15g to %.15g%s.", o->min,
+                             o->max, o->type == SL_OPT_DUR ? " seconds" : "");
+  if (o->choices && used < sizeof limits)
+    snprintf(limits + used, sizeof limits - used, " Values: %s.", o->choices);
+  snprintf(b->summary, sizeof b->summary, "%s=%s: %s", o->name, sl_opt_metavar(o), o->help);
+  snprintf(b->text, sizeof b->text, "%s%s Option of %s.%s", o->doc ? o->doc : o->help,
+           o->doc ? "" : ".", where, limits);
+  size_t first = strcspn(b->text, " ");
+  if (b->text[0] >= 'a' && b->text[0] <= 'z' && first && b->text[first - 1] != ':')
+    b->text[0] = (char)(b->text[0] - 'a' + 'A'); /* a sentence, unless it opens "gpt: ..." */
+  option_example(o, mask, b->example, sizeof b->example);
+  b->h = (struct help){word, b->summary, b->text, b->example};
+  return &b->h;
+}
+
+/* The help of any word: the table above, or written from an option's
+ * declaration into b. */
+static const struct help *find_help(const char *word, struct option_help *b) {
   for (size_t i = 0; i < N_OF(helps); i++)
     if (strcmp(helps[i].word, word) == 0)
       return &helps[i];
-  return NULL;
+  return option_help(word, b);
 }
 
 /* Returns an owned string, or NULL when out of memory. */
@@ -416,15 +472,16 @@ char *jk_inspect(const char *code, size_t len, size_t cursor_pos, int detail_lev
     word_at(code, len, cursor_pos - 1, word, sizeof word);
   if (!word[0])
     return NULL;
-  const struct help *h = find_help(word);
+  struct option_help b;
+  const struct help *h = find_help(word, &b);
   if (!h && word[0] == '%' && word[1] != '%') {
     /* "%run" for the cell magic, "%%status" for a line magic */
     char other[70];
     snprintf(other, sizeof other, "%%%s", word);
-    h = find_help(other);
+    h = find_help(other, &b);
   }
   if (!h && word[0] == '%' && word[1] == '%')
-    h = find_help(word + 1);
+    h = find_help(word + 1, &b);
   return h ? format_help(h, detail_level) : NULL;
 }
 
@@ -436,7 +493,8 @@ static void help_section(FILE *f, const char *title, enum jk_word_kind k1,
   for (size_t i = 0; (w = jk_lang_word(i, &kind)); i++) {
     if (kind != k1 && kind != k2)
       continue;
-    const struct help *h = find_help(w);
+    struct option_help b;
+    const struct help *h = find_help(w, &b);
     fprintf(f, "  %s\n", h ? h->summary : w);
   }
   fputc('\n', f);

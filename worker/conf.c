@@ -1,8 +1,9 @@
 /* Worker configuration file.
  *
  * Every option is declared once in `fields` (name, type, default, bounds,
- * help). Loading is all-or-nothing: the caller's struct is written only when
- * the whole file validated. Keys are checked by decoding their Z85 text and by
+ * help) and read by the common option engine (sl_opt.h). Loading is
+ * all-or-nothing: the caller's struct is written only when the whole file
+ * validated. Keys are checked by decoding their Z85 text and by
  * recomputing the public key from the secret one; error texts name the field,
  * never its value, so a key cannot leak into a log line. */
 #include "conf.h"
@@ -10,6 +11,7 @@
 #include "sl_err.h"
 #include "sl_json.h"
 #include "sl_log.h"
+#include "sl_opt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,49 +25,51 @@
 
 #define MAX_FILE_BYTES (64 * 1024)
 
-enum ftype { F_STR, F_KEY, F_BOOL, F_INT };
+static int check_key(const char *z85, char *why, size_t why_size);
 
-struct field {
-  const char *name;
-  enum ftype type;
-  size_t off, size;
-  bool required;
-  int64_t def, min, max;
-  const char *help;
-};
-
+/* name, type, field, required, default, min, max, help */
+#define F_STR SL_OPT_STR, NULL
+#define F_KEY SL_OPT_STR, check_key
+#define F_BOOL SL_OPT_BOOL, NULL
+#define F_INT SL_OPT_INT, NULL
 #define S_(f) offsetof(struct wk_config, f), sizeof(((struct wk_config *)0)->f)
-static const struct field fields[] = {
-  {"gateway", F_STR, S_(gateway), true, 0, 0, 0, "gateway worker socket address"},
-  {"gateway_public", F_KEY, S_(gateway_public), true, 0, 0, 0, "gateway CURVE public key (Z85)"},
-  {"public", F_KEY, S_(public_key), true, 0, 0, 0, "this worker's CURVE public key (Z85)"},
-  {"secret", F_KEY, S_(secret_key), true, 0, 0, 0, "this worker's CURVE secret key (Z85)"},
-  {"instance", F_STR, S_(instance), true, 0, 0, 0, "instance id"},
-  {"type", F_STR, S_(type), false, 0, 0, 0, "instance type"},
-  {"zone", F_STR, S_(zone), false, 0, 0, 0, "availability zone"},
-  {"spot", F_BOOL, S_(spot), false, 0, 0, 1, "spot (preemptible) capacity"},
-  {"metadata", F_STR, S_(metadata), false, 0, 0, 0, "instance metadata URL; empty = no notices"},
-  {"metadata_kind", F_STR, S_(metadata_kind), false, 0, 0, 0, "aws or gcp"},
-  {"work_dir", F_STR, S_(work_dir), true, 0, 0, 0, "folder for job files"},
-  {"store", F_STR, S_(store), true, 0, 0, 0, "checkpoint store URL (file:///...)"},
-  {"train", F_STR, S_(train), false, 0, 0, 0, "spotlab-train path"},
-  {"address", F_STR, S_(address), false, 0, 0, 0,
-   "IP address other instances reach this one at (nodes=N); empty = the route to the gateway"},
-  {"heartbeat_ms", F_INT, S_(heartbeat_ms), false, 1000, 10, 600000, "heartbeat period"},
-  {"register_timeout_ms", F_INT, S_(register_timeout_ms), false, 3000, 10, 600000,
-   "resend register after this long without an answer"},
-  {"metrics_per_s", F_INT, S_(metrics_per_s), false, 20, 1, 100000, "metric messages per job per second"},
-  {"output_lines_per_s", F_INT, S_(output_lines_per_s), false, 100, 1, 100000,
-   "output lines per job per second"},
-  {"notice_poll_ms", F_INT, S_(notice_poll_ms), false, 1000, 10, 60000, "metadata poll period"},
-  {"notice_margin_ms", F_INT, S_(notice_margin_ms), false, 5000, 0, 600000,
-   "stop this long before a notice deadline"},
-  {"sigterm_notice_ms", F_INT, S_(sigterm_notice_ms), false, 30000, 100, 600000,
-   "deadline given to a SIGTERM notice"},
-  {"kill_grace_ms", F_INT, S_(kill_grace_ms), false, 10000, 10, 600000, "SIGTERM to SIGKILL on cancel"},
-  {"run_sync_ms", F_INT, S_(run_sync_ms), false, 10000, 10, 3600000, "%%run folder upload period"},
+#define ROW(name, type, where, required, def, min, max, help) \
+  ROW_(name, type, where, required, def, min, max, help)
+#define ROW_(name, otype, check, offset, size, required, def, min, max, help) \
+  {name, otype, offset, size, def, min, max, NULL, NULL, NULL, help, NULL, 0, \
+   (required) ? SL_OPT_REQUIRED : 0, check}
+static const struct sl_opt fields[] = {
+  ROW("gateway", F_STR, S_(gateway), true, NULL, 0, 0, "gateway worker socket address"),
+  ROW("gateway_public", F_KEY, S_(gateway_public), true, NULL, 0, 0, "gateway CURVE public key (Z85)"),
+  ROW("public", F_KEY, S_(public_key), true, NULL, 0, 0, "this worker's CURVE public key (Z85)"),
+  ROW("secret", F_KEY, S_(secret_key), true, NULL, 0, 0, "this worker's CURVE secret key (Z85)"),
+  ROW("instance", F_STR, S_(instance), true, NULL, 0, 0, "instance id"),
+  ROW("type", F_STR, S_(type), false, NULL, 0, 0, "instance type"),
+  ROW("zone", F_STR, S_(zone), false, NULL, 0, 0, "availability zone"),
+  ROW("spot", F_BOOL, S_(spot), false, NULL, 0, 0, "spot (preemptible) capacity"),
+  ROW("metadata", F_STR, S_(metadata), false, NULL, 0, 0, "instance metadata URL; empty = no notices"),
+  ROW("metadata_kind", F_STR, S_(metadata_kind), false, NULL, 0, 0, "aws or gcp"),
+  ROW("work_dir", F_STR, S_(work_dir), true, NULL, 0, 0, "folder for job files"),
+  ROW("store", F_STR, S_(store), true, NULL, 0, 0, "checkpoint store URL (file:///...)"),
+  ROW("train", F_STR, S_(train), false, NULL, 0, 0, "spotlab-train path"),
+  ROW("address", F_STR, S_(address), false, NULL, 0, 0,
+   "IP address other instances reach this one at (nodes=N); empty = the route to the gateway"),
+  ROW("heartbeat_ms", F_INT, S_(heartbeat_ms), false, "1000", 10, 600000, "heartbeat period"),
+  ROW("register_timeout_ms", F_INT, S_(register_timeout_ms), false, "3000", 10, 600000,
+   "resend register after this long without an answer"),
+  ROW("metrics_per_s", F_INT, S_(metrics_per_s), false, "20", 1, 100000, "metric messages per job per second"),
+  ROW("output_lines_per_s", F_INT, S_(output_lines_per_s), false, "100", 1, 100000,
+   "output lines per job per second"),
+  ROW("notice_poll_ms", F_INT, S_(notice_poll_ms), false, "1000", 10, 60000, "metadata poll period"),
+  ROW("notice_margin_ms", F_INT, S_(notice_margin_ms), false, "5000", 0, 600000,
+   "stop this long before a notice deadline"),
+  ROW("sigterm_notice_ms", F_INT, S_(sigterm_notice_ms), false, "30000", 100, 600000,
+   "deadline given to a SIGTERM notice"),
+  ROW("kill_grace_ms", F_INT, S_(kill_grace_ms), false, "10000", 10, 600000, "SIGTERM to SIGKILL on cancel"),
+  ROW("run_sync_ms", F_INT, S_(run_sync_ms), false, "10000", 10, 3600000, "%%run folder upload period"),
 };
 #undef S_
+#define N_FIELDS (sizeof fields / sizeof fields[0])
 
 static int fail(char *err, size_t err_size, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -79,50 +83,17 @@ static int fail(char *err, size_t err_size, int code, const char *fmt, ...) {
   return code;
 }
 
-static int check_key(const char *z85, char *err, size_t err_size, const char *name) {
+/* Decodes the key to check it; the reason never quotes it (it may be the secret). */
+static int check_key(const char *z85, char *why, size_t why_size) {
   uint8_t raw[32];
   if (strlen(z85) != WK_KEY_Z85_LEN || !zmq_z85_decode(raw, z85))
-    return fail(err, err_size, SL_ECONFIG, "\"%s\": not a 40-character Z85 CURVE key", name);
+    return fail(why, why_size, SL_ECONFIG, "not a 40-character Z85 CURVE key");
   return 0;
-}
-
-static int set_field(struct wk_config *c, const struct field *f, json_t *v, char *err,
-                     size_t err_size) {
-  char *p = (char *)c + f->off;
-  switch (f->type) {
-  case F_STR:
-  case F_KEY: {
-    if (!json_is_string(v))
-      return fail(err, err_size, SL_ECONFIG, "\"%s\" must be a string", f->name);
-    const char *s = json_string_value(v);
-    if (strlen(s) >= f->size)
-      return fail(err, err_size, SL_ECONFIG, "\"%s\" is longer than %zu bytes", f->name, f->size - 1);
-    memcpy(p, s, strlen(s) + 1);
-    return f->type == F_KEY ? check_key(p, err, err_size, f->name) : 0;
-  }
-  case F_BOOL:
-    if (!json_is_boolean(v))
-      return fail(err, err_size, SL_ECONFIG, "\"%s\" must be true or false", f->name);
-    *(bool *)p = json_is_true(v);
-    return 0;
-  case F_INT: {
-    if (!json_is_integer(v))
-      return fail(err, err_size, SL_ECONFIG, "\"%s\" must be an integer", f->name);
-    json_int_t n = json_integer_value(v);
-    if (n < f->min || n > f->max)
-      return fail(err, err_size, SL_ECONFIG, "\"%s\" must be within %lld..%lld", f->name,
-                  (long long)f->min, (long long)f->max);
-    *(int64_t *)p = n;
-    return 0;
-  }
-  }
-  return SL_ECONFIG;
 }
 
 static void set_defaults(struct wk_config *c) {
   memset(c, 0, sizeof *c);
-  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-    if (fields[i].type == F_INT) *(int64_t *)((char *)c + fields[i].off) = fields[i].def;
+  sl_opt_defaults(fields, N_FIELDS, c);
 }
 
 static int check_whole(struct wk_config *c, char *err, size_t err_size) {
@@ -156,23 +127,22 @@ int wk_config_parse(const char *text, size_t len, struct wk_config *ret, char *e
     r = fail(err, err_size, SL_ECONFIG, "the file must hold a JSON object");
     goto out;
   }
-  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+  for (size_t i = 0; i < N_FIELDS; i++) {
     json_t *v = json_object_get(root, fields[i].name);
     if (!v || json_is_null(v)) {
-      if (fields[i].required) {
+      if (fields[i].flags & SL_OPT_REQUIRED) {
         r = fail(err, err_size, SL_ECONFIG, "missing \"%s\" (%s)", fields[i].name, fields[i].help);
         goto out;
       }
       continue;
     }
-    if ((r = set_field(&c, &fields[i], v, err, err_size)) < 0) goto out;
+    if ((r = sl_opt_set_json(&fields[i], &c, v, err, err_size)) < 0) goto out;
   }
   const char *key;
   json_t *v;
   json_object_foreach(root, key, v) {
-    size_t i = 0;
-    while (i < sizeof fields / sizeof fields[0] && strcmp(fields[i].name, key)) i++;
-    if (i == sizeof fields / sizeof fields[0]) sl_warn("worker", "config: unknown option \"%s\" ignored", key);
+    const struct sl_opt *o = sl_opt_find(fields, N_FIELDS, key);
+    if (!o || strcmp(o->name, key)) sl_warn("worker", "config: unknown option \"%s\" ignored", key);
   }
   if ((r = check_whole(&c, err, err_size)) < 0) goto out;
   *ret = c;

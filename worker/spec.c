@@ -4,14 +4,18 @@
  * {"script":TEXT} for run. A DEF is {"type":..,"args":[..],"options":{..}},
  * or a session definition {"name":..,"kind":..,"spec":{...}} wrapping one.
  * Values are JSON numbers, strings, booleans or the session's tagged values
- * ({"t":"num","v":..}). Placement options (spot, max_price, ...) are the
- * gateway's business and are skipped here; gpus, precision and device
- * choose the device (wk_spec_device) against this instance's GPUs; any
- * other unknown option is an error, so a typo never trains silently with a
- * default. */
+ * ({"t":"num","v":..}). Which options become which flags, for which kind
+ * of job and which model, is spotlab-train's own table (kernels/train_opts.h),
+ * the one the cell language is built from. Placement options (spot,
+ * max_price, ...) are the gateway's business and are skipped here; gpus,
+ * precision and device choose the device (wk_spec_device) against this
+ * instance's GPUs; any other unknown option is an error, so a typo never
+ * trains silently with a default. */
 #include "spec.h"
 
 #include "sl_err.h"
+#include "sl_opt.h"
+#include "train_opts.h"
 
 #include <errno.h>
 #include <math.h>
@@ -22,39 +26,8 @@
 
 enum vtype { V_INT, V_NUM, V_STR };
 
-struct flag {
-  const char *option;
-  const char *flag;
-  enum vtype type;
-  unsigned kinds; /* bit per enum wk_kind */
-};
-
-#define K_(k) (1u << (k))
-#define KT K_(WK_KIND_TRAIN)
-#define KE K_(WK_KIND_EVAL)
-#define KS K_(WK_KIND_SAMPLE)
-static const struct flag option_flags[] = {
-  {"steps", "--steps", V_INT, KT},
-  {"batch", "--batch", V_INT, KT},
-  {"lr", "--lr", V_NUM, KT},
-  {"seed", "--seed", V_INT, KT | KS},
-  {"warmup", "--warmup", V_INT, KT},
-  {"weight_decay", "--weight-decay", V_NUM, KT},
-  {"grad_clip", "--grad-clip", V_NUM, KT},
-  {"eval_every", "--eval-every", V_INT, KT},
-  {"eval_batches", "--eval-batches", V_INT, KT | KE},
-  {"keep", "--keep", V_INT, KT},
-  {"threads", "--threads", V_INT, KT | KE | KS},
-  {"tokens", "--tokens", V_INT, KS},
-  {"temperature", "--temperature", V_NUM, KS},
-  {"top_k", "--top-k", V_INT, KS},
-};
-static const struct flag model_flags[] = {
-  {"layers", "--layers", V_INT, KT}, {"heads", "--heads", V_INT, KT},
-  {"dim", "--dim", V_INT, KT},       {"ctx", "--ctx", V_INT, KT},
-  {"hidden", "--hidden", V_INT, KT}, {"dropout", "--dropout", V_NUM, KT},
-};
-/* Options handled elsewhere: placement and limits are the gateway's, the
+/* Options of a spec that are not spotlab-train's: placement and limits are
+ * the gateway's (the kernel declares them, kernel/lang_help.c), the
  * checkpoint interval, the prompt and the device have their own code below. */
 static const char *const skipped_options[] = {
   "gpus", "nodes", "spot", "max_price", "instance", "region", "deadline", "detach",
@@ -125,10 +98,26 @@ static int format_value(struct av *a, const char *name, const json_t *v, enum vt
   return 0;
 }
 
-static const struct flag *find_flag(const struct flag *t, size_t n, const char *name) {
-  for (size_t i = 0; i < n; i++)
-    if (!strcmp(t[i].option, name)) return &t[i];
-  return NULL;
+/* The row of spotlab-train's table for the spec option name (spelled as in
+ * the cell language, '_' not '-'), or NULL. */
+static const struct sl_opt *train_opt(const char *name) {
+  const struct sl_opt *o = sl_opt_find(tc_train_opts, tc_train_opts_n, name);
+  return o && !strcmp(o->name, name) ? o : NULL;
+}
+
+static enum vtype vtype_of(const struct sl_opt *o) {
+  return o->type == SL_OPT_STR ? V_STR : o->type == SL_OPT_NUM ? V_NUM : V_INT;
+}
+
+/* The value of option o as spotlab-train's flag takes it, bounds checked
+ * against the table so the worker refuses what spotlab-train would. */
+static int flag_value(struct av *a, const struct sl_opt *o, const json_t *v, char *out, size_t size) {
+  char label[96], why[256];
+  int r = format_value(a, o->name, v, vtype_of(o), out, size);
+  if (r < 0) return r;
+  snprintf(label, sizeof label, "option %s", o->name);
+  if (tc_train_opt_check(o, label, out, why, sizeof why) < 0) return fail(a, SL_ECONFIG, "%s", why);
+  return 0;
 }
 
 static bool is_skipped(const char *name) {
@@ -137,26 +126,38 @@ static bool is_skipped(const char *name) {
   return false;
 }
 
-/* Adds a flag for every option of obj found in table; unknown names fail
- * unless skip_unknown says they belong to someone else. */
-static int add_options(struct av *a, enum wk_kind kind, const json_t *obj, const struct flag *t,
-                       size_t n, const char *what) {
+/* Adds a flag for every option of obj that spotlab-train's table gives the
+ * context want: a kind of job's, or with model (its type) a model's. A job
+ * option of another kind (steps on eval) is left out; one the table does
+ * not have fails unless another part handles it, and so does a model option
+ * of the other model, so a typo never trains silently with a default. */
+static int add_options(struct av *a, unsigned want, const char *model, const json_t *obj) {
+  const char *what = model ? "model" : "job";
+  unsigned scope = model ? TC_OPT_GPT | TC_OPT_MLP : TC_OPT_TRAIN | TC_OPT_EVAL | TC_OPT_SAMPLE;
   if (!obj) return 0;
   if (!json_is_object(obj)) return fail(a, SL_ETYPE, "%s options must be an object", what);
   const char *name;
   json_t *v;
   json_object_foreach((json_t *)obj, name, v) {
-    const struct flag *f = find_flag(t, n, name);
-    if (!f) {
-      if (is_skipped(name)) continue;
+    const struct sl_opt *o = train_opt(name);
+    if (o && (o->contexts & want)) {
+      char buf[256], flag[96];
+      int r = flag_value(a, o, v, buf, sizeof buf);
+      sl_opt_flag_name(o, flag, sizeof flag);
+      if (r < 0 || (r = push2(a, flag, buf)) < 0) return r;
+    } else if (o && (o->contexts & scope)) {
+      if (model) return fail(a, SL_ENAME, "model option \"%s\" does not apply to %s", name, model);
+    } else if (model || !is_skipped(name)) {
       return fail(a, SL_ENAME, "unknown %s option \"%s\"", what, name);
     }
-    if (!(f->kinds & K_(kind))) continue;
-    char buf[256];
-    int r = format_value(a, name, v, f->type, buf, sizeof buf);
-    if (r < 0 || (r = push2(a, f->flag, buf)) < 0) return r;
   }
   return 0;
+}
+
+/* The context bit of a job kind in spotlab-train's table. */
+static unsigned kind_context(enum wk_kind kind) {
+  return kind == WK_KIND_TRAIN ? TC_OPT_TRAIN : kind == WK_KIND_EVAL ? TC_OPT_EVAL
+                                             : kind == WK_KIND_SAMPLE ? TC_OPT_SAMPLE : 0;
 }
 
 static const json_t *unwrap_def(const json_t *def) {
@@ -173,8 +174,7 @@ static int add_model(struct av *a, const json_t *spec) {
     return fail(a, SL_ECONFIG, "model type must be gpt or mlp");
   int r = push2(a, "--model", type);
   if (r < 0) return r;
-  return add_options(a, WK_KIND_TRAIN, json_object_get(m, "options"), model_flags,
-                     sizeof model_flags / sizeof model_flags[0], "model");
+  return add_options(a, tc_train_context(type), type, json_object_get(m, "options"));
 }
 
 /* The data argument: text("PATH"|"moby-dick") or fashion_mnist(["FOLDER"]). */
@@ -209,8 +209,7 @@ static int add_common(struct av *a, enum wk_kind kind, const json_t *spec,
     snprintf(buf, sizeof buf, "fd:%d", p->control_fd);
     if ((r = push2(a, "--control", buf)) < 0) return r;
   }
-  return add_options(a, kind, json_object_get(spec, "options"), option_flags,
-                     sizeof option_flags / sizeof option_flags[0], "job");
+  return add_options(a, kind_context(kind), NULL, json_object_get(spec, "options"));
 }
 
 static int add_checkpoint_every(struct av *a, const json_t *spec, const struct wk_spec_paths *p) {
@@ -221,13 +220,12 @@ static int add_checkpoint_every(struct av *a, const json_t *spec, const struct w
   }
   const json_t *v = plain(json_object_get(json_object_get(spec, "options"), "checkpoint_every"));
   if (!v || (json_is_string(v) && !strcmp(json_string_value(v), "auto"))) return 0;
-  int r = format_value(a, "checkpoint_every", v, V_INT, buf, sizeof buf);
+  int r = flag_value(a, train_opt("checkpoint_every"), v, buf, sizeof buf);
   return r < 0 ? r : push2(a, "--checkpoint-every", buf);
 }
 
 /* ---- the device ---- */
 
-#define GPUS_MAX 64 /* spotlab-train's --gpus bound */
 
 /* A whole-number option of opts in [0, max] into *ret; absent leaves *ret. */
 static int whole_option(struct av *a, const json_t *opts, const char *name, long long max, long long *ret) {
@@ -270,7 +268,7 @@ static int resolve_device(struct av *a, enum wk_kind kind, const json_t *spec, c
   const char *device = NULL, *precision = NULL;
   int have = p->gpus ? p->gpus->count : 0, r;
   char asked[48];
-  if ((r = whole_option(a, opts, "gpus", GPUS_MAX, &gpus)) < 0) return r;
+  if ((r = whole_option(a, opts, "gpus", (long long)train_opt("gpus")->max, &gpus)) < 0) return r;
   snprintf(asked, sizeof asked, "gpus=%lld", gpus);
   if (kind == WK_KIND_RUN) { /* the script chooses its device; the GPUs it asked for must be here */
     if (gpus > have) return too_few_gpus(a, asked, p);

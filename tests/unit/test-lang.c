@@ -305,7 +305,7 @@ static void test_errors(void) {
   parse_err("train = 3", 1, 1, "'train' is a keyword and cannot be used as a variable name");
   parse_err("yes = 3", 1, 1, "'yes' is a keyword");
   parse_err("data on = text(\"a\")", 1, 6, "'on' is a keyword and cannot be used as a name");
-  parse_err("model m = gpt(layers=4, hedas=4)", 1, 25, "unknown option 'hedas' for gpt (expected one of: layers, heads, dim, ctx, dropout, vocab)");
+  parse_err("model m = gpt(layers=4, hedas=4)", 1, 25, "unknown option 'hedas' for gpt (expected one of: layers, heads, dim, ctx, dropout)");
   parse_err("model m = mlp(hidden=4, hidden=5)", 1, 25, "given twice");
   /* precision is spotlab-train's, so not an option of a shell script */
   parse_err("%%run precision=bf16\ntrue", 1, 7, "unknown option 'precision' for %%run");
@@ -478,7 +478,9 @@ static void test_complete(void) {
   check_complete("train m on d spot=", -1, "auto no yes", 18);
   check_complete("train m on d checkpoint_every=a", -1, "auto", 30);
   check_complete("eval m on d b", -1, "batch=", 12);
-  check_complete("sample m t", -1, "temperature= tokens= top_k=", 9);
+  check_complete("sample m t", -1, "temperature= threads= tokens= top_k=", 9);
+  check_complete("train m on d precision=", -1, "bf16 fp32", 23);
+  check_complete("train m on d detach=", -1, "no yes", 20);
   check_complete("data d = ", -1, "fashion_mnist text", 9);
   check_complete("model q = ", -1, "gpt mlp", 10);
   check_complete("model q = gpt(l", -1, "layers=", 14);
@@ -511,6 +513,16 @@ static void test_inspect(void) {
   free(h);
   h = jk_inspect("train m on d steps=3", 20, 18, 1);
   CHECK(h && strstr(h, "steps=N") && strstr(h, "Example:"));
+  free(h);
+  /* option help is written from the declaration: help line, contexts, bounds, example */
+  h = jk_inspect("model m = gpt(heads", 19, 19, 1);
+  CHECK(h && strstr(h, "heads=N: attention heads; must divide dim") &&
+        strstr(h, "Option of gpt().") && strstr(h, "Default: 4. From 1 to 256.") &&
+        strstr(h, "model m = gpt(heads=4)"));
+  free(h);
+  h = jk_inspect("train m on d spot", 17, 17, 1);
+  CHECK(h && strstr(h, "spot=yes|no|auto: use spot instances") &&
+        strstr(h, "Option of train, eval, sample and %%run.") && strstr(h, "train m on d spot=auto"));
   free(h);
   h = jk_inspect("%attach 12", 10, 3, 0);
   CHECK(h && strstr(h, "%attach JOB"));
@@ -559,6 +571,9 @@ static void test_inspect(void) {
   CHECK(jk_lang_option("nope", 0) == NULL);
   CHECK(jk_lang_has_option("train", "checkpoint_every"));
   CHECK(!jk_lang_has_option("gpt", "hidden"));
+  CHECK(jk_lang_has_option("eval", "batch") && jk_lang_has_option("eval", "eval_batches"));
+  CHECK(!jk_lang_has_option("eval", "steps")); /* spotlab-train --eval takes no --steps */
+  CHECK(!jk_lang_has_option("train", "ckpt_dir")); /* a flag the worker sets, not an option */
   CHECK(jk_lang_is_reserved("on"));
   CHECK(!jk_lang_is_reserved("gpt"));
   enum jk_magic_args args;

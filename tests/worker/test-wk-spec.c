@@ -78,6 +78,11 @@ static void test_other_kinds(void) {
                                  "\"options\":{\"steps\":10,\"threads\":1}}",
                    &paths, out, sizeof out, err), 0);
   CHECK_STR(out, "/opt/spotlab-train --eval --data moby-dick --ckpt-dir /w/jobs/J1/ckpt --metrics fd:3 --threads 1");
+  /* eval takes what spotlab-train --eval uses: batch and eval_batches, not steps */
+  CHECK_INT(joined(WK_KIND_EVAL, "{\"data\":\"d\",\"options\":{\"batch\":8,\"eval_batches\":2,\"steps\":5}}",
+                   &paths, out, sizeof out, err), 0);
+  CHECK_STR(out, "/opt/spotlab-train --eval --data d --ckpt-dir /w/jobs/J1/ckpt --metrics fd:3 --batch 8 "
+                 "--eval-batches 2");
   CHECK_INT(joined(WK_KIND_SAMPLE, "{\"options\":{\"prompt\":\"Call me\",\"tokens\":200,"
                                    "\"temperature\":0.8,\"top_k\":10,\"seed\":3}}",
                    &paths, out, sizeof out, err), 0);
@@ -204,6 +209,10 @@ static void test_refusals(void) {
     {"{\"gpus\":1,\"device\":\"cpu\"}", SL_ECONFIG, "device=cpu contradicts gpus=1"},
     {"{\"gpus\":0,\"device\":\"cuda\"}", SL_ECONFIG, "device=cuda contradicts gpus=0"},
     {"{\"stepz\":3}", SL_ENAME, "stepz"},
+    {"{\"batch\":0}", SL_ECONFIG, "option batch: 0 is out of range [1, 65536]"},
+    {"{\"keep\":0}", SL_ECONFIG, "option keep: 0 is out of range [1, 1e+06]"},
+    {"{\"checkpoint_every\":200000000}", SL_ECONFIG, "checkpoint_every"},
+    {"{\"ckpt_dir\":\"/x\"}", SL_ENAME, "unknown job option \"ckpt_dir\""},
     {"[1]", SL_ETYPE, "options"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -214,6 +223,10 @@ static void test_refusals(void) {
     CHECK_INT(joined(WK_KIND_TRAIN, spec, &paths, out, sizeof out, err), bad[i].code);
     CHECK(strstr(err, bad[i].word) != NULL);
   }
+  /* a model option of the other model */
+  CHECK_INT(joined(WK_KIND_TRAIN, "{\"model\":{\"type\":\"mlp\",\"options\":{\"heads\":4}},\"data\":\"x\"}",
+                   &paths, out, sizeof out, err), SL_ENAME);
+  CHECK_STR(err, "model option \"heads\" does not apply to mlp");
   CHECK_INT(joined(WK_KIND_SAMPLE, "{\"options\":{\"tokens\":5}}", &paths, out, sizeof out, err), SL_ECONFIG);
   CHECK(strstr(err, "prompt") != NULL);
   CHECK_INT(joined(WK_KIND_RUN, "{\"script\":7}", &paths, out, sizeof out, err), SL_ECONFIG);
