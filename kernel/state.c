@@ -123,14 +123,18 @@ int jk_state_set_var(struct jk_state *st, const char *name, struct jk_value *val
 }
 
 int jk_state_set_def(struct jk_state *st, const char *name, const char *kind, json_t *spec) {
-  struct def *defs = st->n_defs < MAX_NAMES ? realloc(st->defs, (st->n_defs + 1) * sizeof *defs) : NULL;
+  if (!find_def(st, name) && st->n_defs >= MAX_NAMES) {
+    json_decref(spec);
+    return SL_ELIMIT;
+  }
+  struct def *defs = realloc(st->defs, (st->n_defs + 1) * sizeof *defs);
   if (defs)
     st->defs = defs;
   char *n = defs ? strdup(name) : NULL, *k = n ? strdup(kind) : NULL;
   if (!k) {
     free(n);
     json_decref(spec);
-    return st->n_defs >= MAX_NAMES ? SL_ELIMIT : -ENOMEM;
+    return -ENOMEM;
   }
   drop_var(st, name);
   drop_def(st, name);

@@ -236,6 +236,11 @@ static void test_cells(struct mock *mk) {
   const char *who = stdout_of(mk, "m4");
   CHECK(strstr(who, "variable  x") && strstr(who, "model     m") && strstr(who, "gpt(layers=2"));
 
+  /* a name is one thing: a variable replaces a model of the same name */
+  shell(mk, execute_req("m5", "model k = mlp(hidden=4)\nk = 3\n%who"));
+  who = stdout_of(mk, "m5");
+  CHECK(strstr(who, "variable  k") && !strstr(who, "model     k"));
+
   /* statements that need the gateway fail cleanly without one */
   shell(mk, execute_req("g1", "data d = text(\"moby-dick\")\ntrain m on d steps=10"));
   err = content_of(mk, "g1", "error");
@@ -436,6 +441,10 @@ static void test_other_requests(struct mock *mk) {
   CHECK(json_is_object(json_object_get(content_of(mk, "o2", "comm_info_reply"), "comms")));
   jk_core_reject(mk->core, JK_CH_SHELL, request("o3", "execute_request", NULL), "content is not JSON");
   CHECK_STR(sl_json_get_str(content_of(mk, "o3", "execute_reply"), "ename", ""), "BadMessage");
+  shell(mk, execute_req("o5", "%session other\n%status"));
+  const char *status = stdout_of(mk, "o5");
+  CHECK(strncmp(status, "notebook session: other\n", 24) == 0);
+  CHECK(strstr(status, "kernel id: test-kernel") && strstr(status, "gateway: none configured"));
   jk_core_handle(mk->core, JK_CH_CONTROL,
                  request("o4", "shutdown_request", json_pack("{s:b}", "restart", 1)));
   CHECK_STR(trace(mk, "o4"), "busy shutdown_reply idle");
