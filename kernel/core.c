@@ -2,12 +2,13 @@
  *
  * Invariants: every request is bracketed by status busy/idle on iopub with
  * the request as parent; shell requests run strictly in arrival order, one at
- * a time; control requests never wait behind shell work. The core owns the
- * gateway client (gwclient.c) when the loop supplies a gateway socket, and
- * starts loading the notebook session's state from it at once, in the
- * background: cells wait for that load, which is bounded by the client's
- * hello timeout, and a missing gateway only fails gateway statements. */
-#include "core_internal.h"
+ * a time; control requests never wait behind shell work. The core keeps the
+ * protocol's bookkeeping (queue, execution count, history, replies) and hands
+ * the language to the interpreter through its ops (interp.h); the
+ * interpreter answers through the publisher below and never sees this
+ * struct. An execute_request is "running" from its busy until the
+ * interpreter calls finished(), which sends its reply and idle. */
+#include "core.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -15,13 +16,130 @@
 #include <string.h>
 
 #include "config.h"
+#include "history.h"
+#include "interp.h"
 #include "sl_json.h"
 #include "sl_log.h"
-#include "sl_time.h"
 
 #define MAX_QUEUE 1024
 
-/* ---- gateway client glue -------------------------------------------------- */
+struct jk_core {
+  const struct jk_core_ops *ops;
+  void *userdata;
+  char *kernel_id;
+  struct jk_history *history;
+  int64_t execution_count;
+  struct jk_msg **queue;       /* shell requests waiting */
+  size_t q_head, q_len, q_cap;
+  const struct jk_interp_ops *iops;
+  struct jk_interp *interp;
+  const struct jk_core_gw_ops *gw_ops;
+  struct jk_msg *running;      /* the execute_request being run, or NULL */
+  int64_t running_count;       /* its execution_count */
+  bool running_silent, running_stop_on_error;
+  struct jk_msg *last_request; /* the last non-silent execute_request, kept after it ended */
+};
+
+static void publish(struct jk_core *c, const struct jk_msg *parent, const char *msg_type, json_t *content);
+static void send_reply(struct jk_core *c, enum jk_channel ch, const struct jk_msg *request,
+                       const char *msg_type, json_t *content);
+static void set_status(struct jk_core *c, const struct jk_msg *parent, const char *state);
+static void abort_queued(struct jk_core *c);
+
+/* ---- the publisher the interpreter answers through ----------------------- */
+
+static const struct jk_msg *target(struct jk_core *c, enum jk_pub_cell cell) {
+  if (cell == JK_PUB_LAST)
+    return c->last_request;
+  return c->running && !c->running_silent ? c->running : NULL;
+}
+
+static int pub_stream(void *ud, enum jk_pub_cell cell, const char *name, const char *text) {
+  struct jk_core *c = ud;
+  const struct jk_msg *parent = target(c, cell);
+  if (!parent)
+    return -ENOENT;
+  publish(c, parent, "stream", json_pack("{s:s, s:s}", "name", name, "text", text));
+  return 0;
+}
+
+static int pub_display(void *ud, enum jk_pub_cell cell, json_t *data, const char *display_id,
+                       bool update) {
+  struct jk_core *c = ud;
+  const struct jk_msg *parent = target(c, cell);
+  if (!parent) {
+    json_decref(data);
+    return -ENOENT;
+  }
+  json_t *transient = display_id ? json_pack("{s:s}", "display_id", display_id) : json_object();
+  publish(c, parent, update ? "update_display_data" : "display_data",
+          json_pack("{s:o, s:{}, s:o}", "data", data, "metadata", "transient", transient));
+  return 0;
+}
+
+static int pub_clear_output(void *ud, bool wait) {
+  struct jk_core *c = ud;
+  const struct jk_msg *parent = target(c, JK_PUB_RUNNING);
+  if (!parent)
+    return -ENOENT;
+  publish(c, parent, "clear_output", json_pack("{s:b}", "wait", wait));
+  return 0;
+}
+
+static int pub_input_request(void *ud, const char *prompt, bool password) {
+  struct jk_core *c = ud;
+  if (!c->running)
+    return -ENOENT;
+  send_reply(c, JK_CH_STDIN, c->running, "input_request",
+        json_pack("{s:s, s:b}", "prompt", prompt, "password", password));
+  return 0;
+}
+
+static void pub_finished(void *ud, json_t *result, json_t *error) {
+  struct jk_core *c = ud;
+  struct jk_msg *req = c->running;
+  if (!req) { /* an interpreter bug: nothing to answer */
+    sl_warn("kernel", "execution finished twice; ignored");
+    json_decref(result);
+    json_decref(error);
+    return;
+  }
+  json_t *content;
+  if (!error) {
+    if (result && !c->running_silent)
+      publish(c, req, "execute_result",
+              json_pack("{s:I, s:o, s:{}}", "execution_count", (json_int_t)c->running_count, "data",
+                        result, "metadata"));
+    else
+      json_decref(result);
+    json_t *ue = c->iops->user_expressions(c->interp, json_object_get(req->content, "user_expressions"));
+    content = json_pack("{s:s, s:I, s:o, s:[]}", "status", "ok", "execution_count",
+                        (json_int_t)c->running_count, "user_expressions", ue, "payload");
+  } else {
+    json_decref(result);
+    if (!c->running_silent)
+      publish(c, req, "error", json_deep_copy(error));
+    content = error;
+    json_object_set_new(content, "status", json_string("error"));
+    json_object_set_new(content, "execution_count", json_integer(c->running_count));
+    if (c->running_stop_on_error)
+      abort_queued(c);
+  }
+  send_reply(c, JK_CH_SHELL, req, "execute_reply", content);
+  set_status(c, req, "idle");
+  c->running = NULL;
+  if (c->running_silent) {
+    jk_msg_free(req);
+  } else { /* output that comes between cells goes under this one */
+    jk_msg_free(c->last_request);
+    c->last_request = req;
+  }
+}
+
+static const struct jk_publisher publisher = {pub_stream, pub_display, pub_clear_output,
+                                              pub_input_request, pub_finished};
+
+/* ---- gateway transport glue --------------------------------------------- */
 
 static int gw_open(void *ud, const char *address) {
   struct jk_core *c = ud;
@@ -40,52 +158,19 @@ static int gw_send(void *ud, const char *data, size_t len) {
 
 static const struct jk_gw_transport gw_transport = {gw_open, gw_close, gw_send};
 
-static void on_gw_reply(void *ud, int64_t id, const json_t *reply, const char *error) {
-  struct jk_core *c = ud;
-  if (!jk_session_reply(c, id, reply, error))
-    jk_jobs_reply(c, id, reply, error);
-  jk_core_dispatch(c);
-}
-
-static void on_gw_event(void *ud, const json_t *event) {
-  struct jk_core *c = ud;
-  jk_jobs_event(c, event);
-  jk_core_dispatch(c);
-}
-
-static void on_gw_state(void *ud, bool ready, const char *why) {
-  struct jk_core *c = ud;
-  if (ready) {
-    jk_session_flush(c);
-    jk_jobs_reattach(c);
-  } else {
-    sl_debug("kernel.gateway", "gateway not available: %s", why ? why : "?");
-  }
-}
-
-static void on_gw_notice(void *ud, const json_t *notice) {
-  jk_exec_notice(ud, notice);
-}
-
-static const struct jk_gw_handler gw_handler = {on_gw_reply, on_gw_event, on_gw_state,
-                                                on_gw_notice};
-
 int jk_core_set_gateway(struct jk_core *c, const struct jk_core_gw_ops *ops) {
-  if (c->gw)
+  if (c->gw_ops)
     return 0;
-  struct jk_gw_config gcfg = {.client = "kernel", .session = c->notebook, .may_spawn = true};
   c->gw_ops = ops;
-  c->gw = jk_gw_new(&gw_transport, c, &gw_handler, c, &gcfg);
-  if (!c->gw)
-    return -ENOMEM;
-  c->sess_loading = true;
-  jk_session_load(c);
-  return 0;
+  int r = c->iops->set_gateway(c->interp, &gw_transport, c);
+  if (r < 0)
+    c->gw_ops = NULL;
+  return r;
 }
 
 void jk_core_gateway_input(struct jk_core *c, const char *data, size_t len) {
-  if (c->gw)
-    jk_gw_input(c->gw, data, len);
+  c->iops->gateway_input(c->interp, data, len);
+  jk_core_dispatch(c);
 }
 
 struct jk_core *jk_core_new(const struct jk_core_ops *ops, void *userdata,
@@ -95,14 +180,17 @@ struct jk_core *jk_core_new(const struct jk_core_ops *ops, void *userdata,
     return NULL;
   c->ops = ops;
   c->userdata = userdata;
+  c->iops = &jk_spotlab_interp;
   c->kernel_id = strdup(cfg->kernel_id ? cfg->kernel_id : "kernel");
-  c->notebook = strdup(cfg->notebook ? cfg->notebook : c->kernel_id ? c->kernel_id : "kernel");
-  const char *gw = getenv("SPOTLAB_GATEWAY");
-  c->gateway = gw && *gw ? strdup(gw) : NULL;
-  if (!c->kernel_id || !c->notebook)
+  const char *notebook = cfg->notebook ? cfg->notebook : c->kernel_id;
+  if (!c->kernel_id)
     return jk_core_free(c);
-  c->history = jk_history_open(cfg->history_dir, c->notebook);
+  c->history = jk_history_open(cfg->history_dir, notebook);
   if (!c->history)
+    return jk_core_free(c);
+  struct jk_interp_config icfg = {c->kernel_id, notebook, c->history};
+  c->interp = jk_interp_new(&publisher, c, &icfg);
+  if (!c->interp)
     return jk_core_free(c);
   return c;
 }
@@ -113,21 +201,20 @@ struct jk_core *jk_core_free(struct jk_core *c) {
   for (size_t i = 0; i < c->q_len; i++)
     jk_msg_free(c->queue[(c->q_head + i) % c->q_cap]);
   free(c->queue);
-  jk_exec_free_state(c);
-  jk_session_free(c);
-  c->gw = jk_gw_free(c->gw);
+  if (c->interp)
+    c->interp = c->iops->free(c->interp); /* closes the gateway socket through gw_close */
+  jk_msg_free(c->running);
+  jk_msg_free(c->last_request);
   jk_history_free(c->history);
   free(c->kernel_id);
-  free(c->notebook);
-  free(c->gateway);
   free(c);
   return NULL;
 }
 
 /* ---- sending ------------------------------------------------------------ */
 
-void jk_core_publish(struct jk_core *c, const struct jk_msg *parent, const char *msg_type,
-                     json_t *content) {
+static void publish(struct jk_core *c, const struct jk_msg *parent, const char *msg_type,
+                    json_t *content) {
   struct jk_msg *m = jk_msg_child(parent, msg_type, content, c->kernel_id);
   if (!m)
     return;
@@ -143,18 +230,18 @@ void jk_core_publish(struct jk_core *c, const struct jk_msg *parent, const char 
   c->ops->send(c->userdata, JK_CH_IOPUB, m);
 }
 
-void jk_core_reply(struct jk_core *c, enum jk_channel ch, const struct jk_msg *request,
-                   const char *msg_type, json_t *content) {
+static void send_reply(struct jk_core *c, enum jk_channel ch, const struct jk_msg *request,
+                       const char *msg_type, json_t *content) {
   struct jk_msg *m = jk_msg_reply(request, msg_type, content, c->kernel_id);
   if (m)
     c->ops->send(c->userdata, ch, m);
 }
 
-void jk_core_set_status(struct jk_core *c, const struct jk_msg *parent, const char *state) {
+static void set_status(struct jk_core *c, const struct jk_msg *parent, const char *state) {
   json_t *content = json_object();
   if (content) /* state is one of ours: ASCII, no need to check it */
     json_object_set_new_nocheck(content, "execution_state", json_string_nocheck(state));
-  jk_core_publish(c, parent, "status", content);
+  publish(c, parent, "status", content);
 }
 
 /* ---- simple requests ---------------------------------------------------- */
@@ -172,43 +259,12 @@ static json_t *kernel_info(void) {
       "https://github.com/spotlab/spotlab/blob/main/docs/language.md");
 }
 
-/* Code-point index -> byte offset in UTF-8 text (clamped to len). */
-static size_t cp_to_byte(const char *s, size_t len, size_t cp) {
-  size_t i = 0;
-  while (i < len && cp > 0) {
-    i++;
-    while (i < len && ((unsigned char)s[i] & 0xC0) == 0x80)
-      i++;
-    cp--;
-  }
-  return i;
-}
-
-static bool ident_char(char ch) {
-  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-         ch == '_';
-}
-
 static json_t *inspect(struct jk_core *c, const json_t *req) {
   const char *code = sl_json_get_str(req, "code", "");
   size_t len = strlen(code);
   size_t cursor = (size_t)sl_json_get_int(req, "cursor_pos", (json_int_t)len);
   int detail = (int)sl_json_get_int(req, "detail_level", 0);
-  char *text = NULL;
-  /* A notebook name under the cursor wins over a keyword of the same spelling. */
-  size_t b = cp_to_byte(code, len, cursor), s = b, e = b;
-  while (s > 0 && ident_char(code[s - 1]))
-    s--;
-  while (e < len && ident_char(code[e]))
-    e++;
-  if (e > s && e - s < 128) {
-    char word[128];
-    memcpy(word, code + s, e - s);
-    word[e - s] = '\0';
-    text = jk_exec_describe(c, word);
-  }
-  if (!text)
-    text = jk_inspect(code, len, cursor, detail);
+  char *text = c->iops->inspect(c->interp, code, len, cursor, detail);
   json_t *data = json_object();
   if (text)
     json_object_set_new(data, "text/plain", json_string(text));
@@ -222,11 +278,8 @@ static json_t *complete(struct jk_core *c, const json_t *req) {
   const char *code = sl_json_get_str(req, "code", "");
   size_t len = strlen(code);
   size_t cursor = (size_t)sl_json_get_int(req, "cursor_pos", (json_int_t)len);
-  size_t n_names = 0;
-  const char **names = jk_exec_names(c, &n_names);
   struct jk_completions comp = {0};
-  int r = jk_complete(code, len, cursor, names, n_names, &comp);
-  free(names);
+  int r = c->iops->complete(c->interp, code, len, cursor, &comp);
   json_t *matches = json_array();
   if (r < 0) {
     comp.cursor_start = comp.cursor_end = cursor;
@@ -241,9 +294,9 @@ static json_t *complete(struct jk_core *c, const json_t *req) {
   return out;
 }
 
-static json_t *is_complete(const json_t *req) {
+static json_t *is_complete(struct jk_core *c, const json_t *req) {
   const char *code = sl_json_get_str(req, "code", "");
-  switch (jk_is_complete(code, strlen(code))) {
+  switch (c->iops->is_complete(c->interp, code, strlen(code))) {
   case JK_COMPLETE:
     return json_pack("{s:s}", "status", "complete");
   case JK_INCOMPLETE:
@@ -273,7 +326,7 @@ static bool answer_simple(struct jk_core *c, enum jk_channel ch, const struct jk
     content = inspect(c, req->content);
     reply = "inspect_reply";
   } else if (strcmp(type, "is_complete_request") == 0) {
-    content = is_complete(req->content);
+    content = is_complete(c, req->content);
     reply = "is_complete_reply";
   } else if (strcmp(type, "history_request") == 0) {
     content = history(c, req->content);
@@ -284,20 +337,19 @@ static bool answer_simple(struct jk_core *c, enum jk_channel ch, const struct jk
   } else {
     return false;
   }
-  jk_core_set_status(c, req, "busy");
-  jk_core_reply(c, ch, req, reply, content);
-  jk_core_set_status(c, req, "idle");
+  set_status(c, req, "busy");
+  send_reply(c, ch, req, reply, content);
+  set_status(c, req, "idle");
   return true;
 }
 
 static void shutdown_req(struct jk_core *c, enum jk_channel ch, const struct jk_msg *req) {
   bool restart = sl_json_get_bool(req->content, "restart", false);
-  jk_core_set_status(c, req, "busy");
-  if (c->running)
-    jk_exec_interrupt(c);
-  jk_core_reply(c, ch, req, "shutdown_reply",
+  set_status(c, req, "busy");
+  jk_core_interrupt(c);
+  send_reply(c, ch, req, "shutdown_reply",
                 json_pack("{s:s, s:b}", "status", "ok", "restart", restart));
-  jk_core_set_status(c, req, "idle");
+  set_status(c, req, "idle");
   c->ops->shutdown(c->userdata, restart);
 }
 
@@ -306,20 +358,20 @@ static void unknown_req(struct jk_core *c, enum jk_channel ch, const struct jk_m
   size_t n = strlen(type);
   /* comm_open/comm_msg/comm_close: no comm targets exist, so nothing answers. */
   if (strncmp(type, "comm_", 5) == 0) {
-    jk_core_set_status(c, req, "busy");
-    jk_core_set_status(c, req, "idle");
+    set_status(c, req, "busy");
+    set_status(c, req, "idle");
     return;
   }
   sl_warn("kernel", "unsupported message type \"%.64s\"", type);
   if (n > 8 && strcmp(type + n - 8, "_request") == 0 && n < 100) {
     char reply[128];
     snprintf(reply, sizeof reply, "%.*s_reply", (int)(n - 8), type);
-    jk_core_set_status(c, req, "busy");
-    jk_core_reply(c, ch, req, reply,
+    set_status(c, req, "busy");
+    send_reply(c, ch, req, reply,
                   json_pack("{s:s, s:s, s:s, s:[]}", "status", "error", "ename",
                             "UnsupportedRequest", "evalue", "this kernel does not support this request",
                             "traceback"));
-    jk_core_set_status(c, req, "idle");
+    set_status(c, req, "idle");
   }
 }
 
@@ -353,7 +405,8 @@ static struct jk_msg *dequeue(struct jk_core *c) {
   return m;
 }
 
-void jk_core_abort_queued(struct jk_core *c) {
+/* Aborts queued execute requests (stop_on_error), after draining the socket. */
+static void abort_queued(struct jk_core *c) {
   c->ops->drain_shell(c->userdata);
   struct jk_msg *m;
   size_t keep = c->q_len;
@@ -362,10 +415,10 @@ void jk_core_abort_queued(struct jk_core *c) {
     m = dequeue(c);
     const char *type = jk_msg_type(m);
     if (strcmp(type, "execute_request") == 0) {
-      jk_core_set_status(c, m, "busy");
-      jk_core_reply(c, JK_CH_SHELL, m, "execute_reply",
+      set_status(c, m, "busy");
+      send_reply(c, JK_CH_SHELL, m, "execute_reply",
                     json_pack("{s:s, s:n}", "status", "aborted", "execution_count"));
-      jk_core_set_status(c, m, "idle");
+      set_status(c, m, "idle");
       jk_msg_free(m);
     } else {
       enqueue(c, m);
@@ -373,10 +426,31 @@ void jk_core_abort_queued(struct jk_core *c) {
   }
 }
 
+/* Starts running an execute_request (takes req). */
+static void execute(struct jk_core *c, struct jk_msg *req) {
+  const json_t *ct = req->content;
+  const char *code = sl_json_get_str(ct, "code", "");
+  bool silent = sl_json_get_bool(ct, "silent", false);
+  c->running = req;
+  c->running_silent = silent;
+  c->running_stop_on_error = sl_json_get_bool(ct, "stop_on_error", true);
+  set_status(c, req, "busy");
+  if (!silent && sl_json_get_bool(ct, "store_history", true)) {
+    c->execution_count++;
+    jk_history_add(c->history, c->execution_count, code);
+  }
+  c->running_count = c->execution_count;
+  if (!silent)
+    publish(c, req, "execute_input",
+            json_pack("{s:s, s:I}", "code", code, "execution_count", (json_int_t)c->running_count));
+  struct jk_exec_args args = {code, silent, sl_json_get_bool(ct, "allow_stdin", true)};
+  c->iops->execute(c->interp, &args);
+}
+
 static void run_shell(struct jk_core *c, struct jk_msg *m) {
   const char *type = jk_msg_type(m);
   if (strcmp(type, "execute_request") == 0) {
-    jk_exec_start(c, m); /* takes m */
+    execute(c, m); /* takes m */
     return;
   }
   if (strcmp(type, "shutdown_request") == 0)
@@ -403,18 +477,19 @@ void jk_core_handle(struct jk_core *c, enum jk_channel ch, struct jk_msg *m) {
   }
   if (ch == JK_CH_STDIN) {
     if (strcmp(type, "input_reply") == 0)
-      jk_exec_input_reply(c, m);
+      c->iops->input_reply(c->interp, sl_json_get_str(m->content, "value", ""));
     jk_msg_free(m);
+    jk_core_dispatch(c);
     return;
   }
   /* control */
   if (strcmp(type, "shutdown_request") == 0) {
     shutdown_req(c, ch, m);
   } else if (strcmp(type, "interrupt_request") == 0) {
-    jk_core_set_status(c, m, "busy");
+    set_status(c, m, "busy");
     jk_core_interrupt(c);
-    jk_core_reply(c, ch, m, "interrupt_reply", json_pack("{s:s}", "status", "ok"));
-    jk_core_set_status(c, m, "idle");
+    send_reply(c, ch, m, "interrupt_reply", json_pack("{s:s}", "status", "ok"));
+    set_status(c, m, "idle");
   } else if (strcmp(type, "debug_request") == 0) {
     unknown_req(c, ch, m);
   } else if (!answer_simple(c, ch, m)) {
@@ -430,41 +505,23 @@ void jk_core_reject(struct jk_core *c, enum jk_channel ch, struct jk_msg *partia
   if (ch != JK_CH_STDIN && n > 8 && n < 100 && strcmp(type + n - 8, "_request") == 0) {
     char reply[128];
     snprintf(reply, sizeof reply, "%.*s_reply", (int)(n - 8), type);
-    jk_core_set_status(c, partial, "busy");
-    jk_core_reply(c, ch, partial, reply,
+    set_status(c, partial, "busy");
+    send_reply(c, ch, partial, reply,
                   json_pack("{s:s, s:s, s:s, s:[s]}", "status", "error", "ename", "BadMessage",
                             "evalue", reason, "traceback", reason));
-    jk_core_set_status(c, partial, "idle");
+    set_status(c, partial, "idle");
   }
   jk_msg_free(partial);
 }
 
-int64_t jk_core_wake_at_us(const struct jk_core *c) {
-  int64_t at = INT64_MAX;
-  if (c->running && c->running->wait == JK_WAIT_SLEEP)
-    at = c->running->wake_at_us;
-  if (c->gw) {
-    int64_t g = jk_gw_wake_at_us(c->gw), j = jk_jobs_wake_at_us(c);
-    at = g < at ? g : at;
-    at = j < at ? j : at;
-  }
-  return at;
-}
+int64_t jk_core_wake_at_us(const struct jk_core *c) { return c->iops->wake_at_us(c->interp); }
 
 void jk_core_tick(struct jk_core *c) {
-  if (c->gw) {
-    jk_gw_tick(c->gw);
-    jk_jobs_tick(c);
-  }
-  if (c->running && c->running->wait == JK_WAIT_SLEEP &&
-      sl_time_mono_us() >= c->running->wake_at_us) {
-    c->running->wait = JK_WAIT_NONE;
-    jk_exec_resume(c);
-  }
+  c->iops->tick(c->interp);
   jk_core_dispatch(c);
 }
 
 void jk_core_interrupt(struct jk_core *c) {
   if (c->running)
-    jk_exec_interrupt(c);
+    c->iops->interrupt(c->interp);
 }

@@ -19,7 +19,7 @@
  * when it starts, so any cell keeps the notebook active. The display of the
  * last job shown outlives its cell: session notices that come between cells
  * (idle warning, shutdown) go into its timeline and update it in place. */
-#include "core_internal.h"
+#include "interp_int.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -57,87 +57,77 @@ struct jk_follow {
 
 static const char *stmt_kind(const struct jk_stmt *s);
 
-static struct jk_follow *follow_new(struct jk_core *c) {
-  jk_jobs_free_follow(c);
+static struct jk_follow *follow_new(struct jk_interp *ip) {
+  jk_jobs_free_follow(ip);
   struct jk_follow *f = calloc(1, sizeof *f);
-  c->running->follow = f;
+  ip->running->follow = f;
   return f;
 }
 
-void jk_jobs_free_follow(struct jk_core *c) {
-  if (!c->running || !c->running->follow)
+void jk_jobs_free_follow(struct jk_interp *ip) {
+  if (!ip->running || !ip->running->follow)
     return;
-  struct jk_follow *f = c->running->follow;
-  if (f->ping_id && c->gw)
-    jk_gw_forget(c->gw, f->ping_id);
-  if (f->display && jk_display_shown(f->display) && !c->running->silent) {
+  struct jk_follow *f = ip->running->follow;
+  if (f->ping_id && ip->gw)
+    jk_gw_forget(ip->gw, f->ping_id);
+  if (f->display && jk_display_shown(f->display) && !ip->running->silent) {
     /* kept: notices between cells go into its timeline (jk_jobs_notice) */
-    jk_display_free(c->last_display);
-    c->last_display = f->display;
+    jk_display_free(ip->last_display);
+    ip->last_display = f->display;
   } else {
     jk_display_free(f->display);
   }
   free(f->collected);
   free(f->result_text);
   free(f);
-  c->running->follow = NULL;
+  ip->running->follow = NULL;
 }
 
 /* Sends req for the running statement and waits for its reply. */
-static enum jk_step await(struct jk_core *c, json_t *req, enum op op, unsigned flags) {
-  int64_t id = jk_gw_request(c->gw, req, flags);
+static enum jk_step await(struct jk_interp *ip, json_t *req, enum op op, unsigned flags) {
+  int64_t id = jk_gw_request(ip->gw, req, flags);
   if (id < 0)
-    return jk_exec_fail(c, "GatewayError", "cannot send to the gateway: %s", sl_strerror((int)id));
-  c->running->gw_req = id;
-  c->running->gw_op = op;
-  c->running->wait = op == OP_ATTACH || op == OP_CATCHUP ? JK_WAIT_JOB : JK_WAIT_GATEWAY;
+    return jk_exec_fail(ip, "GatewayError", "cannot send to the gateway: %s", sl_strerror((int)id));
+  ip->running->gw_req = id;
+  ip->running->gw_op = op;
+  ip->running->wait = op == OP_ATTACH || op == OP_CATCHUP ? JK_WAIT_JOB : JK_WAIT_GATEWAY;
   return JK_STEP_WAIT;
 }
 
 /* "train", "%jobs", "%%run": what the running statement is, for messages. */
-static void stmt_word(const struct jk_core *c, char *buf, size_t size) {
-  const struct jk_execution *x = c->running;
+static void stmt_word(const struct jk_interp *ip, char *buf, size_t size) {
+  const struct jk_execution *x = ip->running;
   const struct jk_stmt *s = x->pc < x->cell->n ? &x->cell->stmts[x->pc] : NULL;
-  if (!s)
-    snprintf(buf, size, "this statement");
-  else if (s->kind == JK_STMT_LINE_MAGIC)
-    snprintf(buf, size, "%%%s", s->name);
-  else if (s->kind == JK_STMT_CELL_MAGIC)
-    snprintf(buf, size, "%%%%%s", s->name);
-  else
-    snprintf(buf, size, "%s", s->kind == JK_STMT_SHOW ? "show" : stmt_kind(s));
+  const struct jk_command *cmd = s ? jk_lang_command(s->cmd) : NULL;
+  snprintf(buf, size, "%s", cmd ? cmd->word : "this statement");
 }
 
-static enum jk_step unreachable(struct jk_core *c, const char *why) {
+static enum jk_step unreachable(struct jk_interp *ip, const char *why) {
   char what[80];
-  stmt_word(c, what, sizeof what);
-  return jk_exec_fail(c, "GatewayUnavailable", "%s needs the spotlab gateway at %s, which cannot be reached: %s",
-                      what, jk_gw_address(c->gw), why);
+  stmt_word(ip, what, sizeof what);
+  return jk_exec_fail(ip, "GatewayUnavailable", "%s needs the spotlab gateway at %s, which cannot be reached: %s",
+                      what, jk_gw_address(ip->gw), why);
 }
 
-static void publish_display(struct jk_core *c, bool force) {
-  struct jk_follow *f = c->running->follow;
+static void publish_display(struct jk_interp *ip, bool force) {
+  struct jk_follow *f = ip->running->follow;
   struct jk_display *d = f ? f->display : NULL;
   int64_t now = sl_time_mono_us();
   if (!d || !jk_display_dirty(d) || (!force && !jk_display_due(d, now)))
     return;
-  if (!c->running->silent) {
-    json_t *bundle = jk_display_bundle(d);
-    if (bundle)
-      jk_core_publish(c, c->running->request, jk_display_shown(d) ? "update_display_data" : "display_data",
-                      json_pack("{s:o, s:{}, s:{s:s}}", "data", bundle, "metadata", "transient", "display_id",
-                                jk_display_id(d)));
-  }
+  json_t *bundle = jk_display_bundle(d);
+  if (bundle)
+    ip->pub->display(ip->pub_ud, JK_PUB_RUNNING, bundle, jk_display_id(d), jk_display_shown(d));
   jk_display_sent(d, now);
 }
 
 /* ---- job statements ----------------------------------------------------- */
 
-static enum jk_step need_def(struct jk_core *c, const struct jk_stmt *s, const char *name, const char *kind) {
-  struct jk_def *d = jk_exec_find_def(c, name);
-  if (d && strcmp(d->kind, kind) == 0)
+static enum jk_step need_def(struct jk_interp *ip, const struct jk_stmt *s, const char *name, const char *kind) {
+  struct jk_def d;
+  if (jk_state_def(ip->state, name, &d) == 0 && strcmp(d.kind, kind) == 0)
     return JK_STEP_DONE;
-  return jk_exec_fail(c, "NameError", "line %d: %s '%s' is not defined (define it with `%s %s = %s`)", s->line, kind,
+  return jk_exec_fail(ip, "NameError", "line %d: %s '%s' is not defined (define it with `%s %s = %s`)", s->line, kind,
                       name, kind, name, strcmp(kind, "model") == 0 ? "gpt(...)" : "text(\"PATH\")");
 }
 
@@ -154,48 +144,48 @@ static const char *stmt_kind(const struct jk_stmt *s) {
  * take is the cell's error, and nothing is sent. Whether the GPUs exist is
  * for the gateway (no instance type offers them) and the worker (this
  * instance lacks them) to say. */
-static enum jk_step check_device_options(struct jk_core *c, const struct jk_stmt *s, const json_t *opts) {
+static enum jk_step check_device_options(struct jk_interp *ip, const struct jk_stmt *s, const json_t *opts) {
   const json_t *gpus = json_object_get(opts, "gpus"), *prec = json_object_get(opts, "precision");
   if (gpus && (!json_is_integer(gpus) || json_integer_value(gpus) < 0 || json_integer_value(gpus) > 64))
-    return jk_exec_fail(c, "ValueError", "line %d: gpus must be a whole number from 0 to 64", s->line);
+    return jk_exec_fail(ip, "ValueError", "line %d: gpus must be a whole number from 0 to 64", s->line);
   if (prec && (!json_is_string(prec) ||
                (strcmp(json_string_value(prec), "bf16") && strcmp(json_string_value(prec), "fp32"))))
-    return jk_exec_fail(c, "ValueError", "line %d: precision must be bf16 or fp32", s->line);
+    return jk_exec_fail(ip, "ValueError", "line %d: precision must be bf16 or fp32", s->line);
   return JK_STEP_DONE;
 }
 
-enum jk_step jk_jobs_stmt(struct jk_core *c, const struct jk_stmt *s) {
+enum jk_step jk_stmt_job(struct jk_interp *ip, const struct jk_stmt *s) {
   const char *kind = stmt_kind(s);
   bool is_run = s->kind == JK_STMT_CELL_MAGIC;
-  if (!is_run && need_def(c, s, s->model, "model") != JK_STEP_DONE)
+  if (!is_run && need_def(ip, s, s->model, "model") != JK_STEP_DONE)
     return JK_STEP_ERROR;
-  if ((s->kind == JK_STMT_TRAIN || s->kind == JK_STMT_EVAL) && need_def(c, s, s->data, "data") != JK_STEP_DONE)
+  if ((s->kind == JK_STMT_TRAIN || s->kind == JK_STMT_EVAL) && need_def(ip, s, s->data, "data") != JK_STEP_DONE)
     return JK_STEP_ERROR;
   json_t *opts = json_object();
-  if (jk_exec_eval_options(c, s->opts, s->n_opts, opts) != JK_STEP_DONE) {
+  if (jk_exec_eval_options(ip, s->opts, s->n_opts, opts) != JK_STEP_DONE) {
     json_decref(opts);
     return JK_STEP_ERROR;
   }
   if (s->kind == JK_STMT_SAMPLE && s->expr) {
     struct jk_value v = {0};
     char err[512];
-    if (jk_eval(s->expr, jk_exec_lookup, c, &v, err, sizeof err) < 0) {
+    if (jk_eval(s->expr, jk_state_lookup, ip->state, &v, err, sizeof err) < 0) {
       json_decref(opts);
-      return jk_exec_fail(c, "NameError", "%s", err);
+      return jk_exec_fail(ip, "NameError", "%s", err);
     }
     char *prompt = jk_value_to_text(&v);
     jk_value_done(&v);
     json_object_set_new(opts, "prompt", json_string(prompt ? prompt : ""));
     free(prompt);
   }
-  if (check_device_options(c, s, opts) != JK_STEP_DONE) {
+  if (check_device_options(ip, s, opts) != JK_STEP_DONE) {
     json_decref(opts);
     return JK_STEP_ERROR;
   }
-  struct jk_follow *f = follow_new(c);
+  struct jk_follow *f = follow_new(ip);
   if (!f) {
     json_decref(opts);
-    return jk_exec_fail(c, "MemoryError", "out of memory");
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
   }
   snprintf(f->kind, sizeof f->kind, "%s", kind);
   snprintf(f->model, sizeof f->model, "%s", s->model ? s->model : "");
@@ -203,7 +193,7 @@ enum jk_step jk_jobs_stmt(struct jk_core *c, const struct jk_stmt *s) {
   f->detach = json_is_true(detach) || (json_is_string(detach) && strcmp(json_string_value(detach), "yes") == 0);
   json_object_del(opts, "detach");
   /* Definitions reach the gateway before the job that uses them. */
-  jk_session_flush(c);
+  jk_session_flush(ip->session);
   json_t *req = json_pack("{s:s, s:s, s:o}", "type", "submit", "kind", kind, "options", opts);
   if (s->model)
     json_object_set_new(req, "model", json_string(s->model));
@@ -211,7 +201,7 @@ enum jk_step jk_jobs_stmt(struct jk_core *c, const struct jk_stmt *s) {
     json_object_set_new(req, "data", json_string(s->data));
   if (is_run)
     json_object_set_new(req, "script", json_string(s->body ? s->body : ""));
-  return await(c, req, OP_SUBMIT, JK_GW_SPAWN);
+  return await(ip, req, OP_SUBMIT, JK_GW_SPAWN);
 }
 
 #define CATCHUP_PAGE 500 /* events per logs page */
@@ -222,24 +212,24 @@ enum jk_step jk_jobs_stmt(struct jk_core *c, const struct jk_stmt *s) {
  * arrives in bounded pages, each taken in before the next is asked for.
  * Live events that come meanwhile are left to the attach, which replays
  * them in order. */
-static int64_t request_page(struct jk_core *c) {
-  struct jk_follow *f = c->running->follow;
-  return jk_gw_request(c->gw, json_pack("{s:s, s:s, s:I, s:i}", "type", "logs", "job", jk_display_job(f->display),
+static int64_t request_page(struct jk_interp *ip) {
+  struct jk_follow *f = ip->running->follow;
+  return jk_gw_request(ip->gw, json_pack("{s:s, s:s, s:I, s:i}", "type", "logs", "job", jk_display_job(f->display),
                                         "after", (json_int_t)jk_display_last_seq(f->display), "limit",
                                         CATCHUP_PAGE),
                        f->resyncing ? 0 : JK_GW_SPAWN);
 }
 
 /* Starts catching up again from the last event shown (no statement step). */
-static void resync(struct jk_core *c) {
-  struct jk_execution *x = c->running;
+static void resync(struct jk_interp *ip) {
+  struct jk_execution *x = ip->running;
   struct jk_follow *f = x->follow;
   if (x->gw_req)
-    jk_gw_forget(c->gw, x->gw_req);
+    jk_gw_forget(ip->gw, x->gw_req);
   x->gw_req = 0;
   f->catching_up = f->resyncing = true;
   f->resync_due = false;
-  int64_t id = request_page(c);
+  int64_t id = request_page(ip);
   if (id > 0) {
     x->gw_req = id;
     x->gw_op = OP_CATCHUP;
@@ -248,47 +238,37 @@ static void resync(struct jk_core *c) {
   }
 }
 
-static enum jk_step start_follow(struct jk_core *c, const char *job) {
-  struct jk_follow *f = c->running->follow;
+static enum jk_step start_follow(struct jk_interp *ip, const char *job) {
+  struct jk_follow *f = ip->running->follow;
   f->display = jk_display_new(job, f->kind);
   if (!f->display)
-    return jk_exec_fail(c, "MemoryError", "out of memory");
-  c->ping_at_us = sl_time_mono_us() + PING_EVERY_US;
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  ip->ping_at_us = sl_time_mono_us() + PING_EVERY_US;
   f->catching_up = true;
   f->resyncing = false;
-  int64_t id = request_page(c);
+  int64_t id = request_page(ip);
   if (id < 0)
-    return jk_exec_fail(c, "GatewayError", "cannot send to the gateway: %s", sl_strerror((int)id));
-  c->running->gw_req = id;
-  c->running->gw_op = OP_CATCHUP;
-  c->running->wait = JK_WAIT_JOB;
+    return jk_exec_fail(ip, "GatewayError", "cannot send to the gateway: %s", sl_strerror((int)id));
+  ip->running->gw_req = id;
+  ip->running->gw_op = OP_CATCHUP;
+  ip->running->wait = JK_WAIT_JOB;
   return JK_STEP_WAIT;
 }
 
-static void remember_model(struct jk_core *c, const struct jk_follow *f) {
-  if (!f->model[0])
-    return;
-  if (!c->models)
-    c->models = json_object();
-  json_object_set_new(c->models, f->model,
-                      json_pack("{s:s, s:I}", "job", jk_display_job(f->display), "step",
-                                (json_int_t)jk_display_step(f->display)));
-}
-
 /* The followed job ended: the final display, the result, the cell's outcome. */
-static enum jk_step job_ended(struct jk_core *c) {
-  struct jk_follow *f = c->running->follow;
+static enum jk_step job_ended(struct jk_interp *ip) {
+  struct jk_follow *f = ip->running->follow;
   struct jk_display *d = f->display;
-  publish_display(c, true);
+  publish_display(ip, true);
   const char *state = jk_display_state(d), *job = jk_display_job(d), *reason = jk_display_reason(d);
   if (strcmp(state, "succeeded") != 0) {
     const char *why = *reason ? reason : f->last_stderr[0] ? f->last_stderr : "no reason given";
     if (strcmp(state, "cancelled") == 0)
-      return jk_exec_fail(c, "JobCancelled", "job %s was cancelled: %s", job, why);
-    return jk_exec_fail(c, "JobFailed", "job %s failed: %s", job, why);
+      return jk_exec_fail(ip, "JobCancelled", "job %s was cancelled: %s", job, why);
+    return jk_exec_fail(ip, "JobFailed", "job %s failed: %s", job, why);
   }
-  if (strcmp(f->kind, "train") == 0)
-    remember_model(c, f);
+  if (strcmp(f->kind, "train") == 0 && f->model[0])
+    jk_session_trained(ip->session, f->model, jk_display_job(d), jk_display_step(d));
   char *text = NULL;
   double loss;
   if (strcmp(f->kind, "eval") == 0 && jk_display_eval_result(d, &loss)) {
@@ -301,7 +281,7 @@ static enum jk_step job_ended(struct jk_core *c) {
       text = NULL;
   }
   if (text)
-    jk_exec_stream(c, "stdout", text);
+    jk_exec_stream(ip, "stdout", text);
   free(text);
   return JK_STEP_DONE;
 }
@@ -322,8 +302,8 @@ static void collect(struct jk_follow *f, const char *text) {
 
 /* Folds one event of the followed job into its display and the cell's
  * output; false when it was not new. */
-static bool fold_event(struct jk_core *c, const json_t *ev) {
-  struct jk_follow *f = c->running->follow;
+static bool fold_event(struct jk_interp *ip, const json_t *ev) {
+  struct jk_follow *f = ip->running->follow;
   if (jk_display_event(f->display, ev) <= 0)
     return false;
   const char *kind = sl_json_get_str(ev, "event", "");
@@ -334,7 +314,7 @@ static bool fold_event(struct jk_core *c, const json_t *ev) {
       /* Output events carry one line without its line end. */
       char *line = NULL;
       if (asprintf(&line, "%s\n", text) >= 0) {
-        jk_exec_stream(c, stream, line);
+        jk_exec_stream(ip, stream, line);
         free(line);
       }
     }
@@ -351,8 +331,8 @@ static bool fold_event(struct jk_core *c, const json_t *ev) {
   return true;
 }
 
-void jk_jobs_event(struct jk_core *c, const json_t *ev) {
-  struct jk_execution *x = c->running;
+void jk_jobs_event(struct jk_interp *ip, const json_t *ev) {
+  struct jk_execution *x = ip->running;
   struct jk_follow *f = x ? x->follow : NULL;
   if (!f || !f->display || x->wait != JK_WAIT_JOB || f->catching_up)
     return;
@@ -362,38 +342,38 @@ void jk_jobs_event(struct jk_core *c, const json_t *ev) {
     /* events were lost on the way (a full socket queue): read them back */
     sl_debug("kernel.gateway", "%s: events after %lld missing; catching up", jk_display_job(f->display),
              (long long)jk_display_last_seq(f->display));
-    resync(c);
+    resync(ip);
     return;
   }
-  if (!fold_event(c, ev))
+  if (!fold_event(ip, ev))
     return;
   if (jk_display_finished(f->display)) {
-    jk_exec_step_ended(c, job_ended(c));
+    jk_exec_step_ended(ip, job_ended(ip));
     return;
   }
-  publish_display(c, false);
+  publish_display(ip, false);
 }
 
 /* ---- replies ------------------------------------------------------------ */
 
-static enum jk_step on_submitted(struct jk_core *c, const json_t *reply) {
-  struct jk_follow *f = c->running->follow;
+static enum jk_step on_submitted(struct jk_interp *ip, const json_t *reply) {
+  struct jk_follow *f = ip->running->follow;
   const char *job = sl_json_get_str(reply, "job", "");
   if (!*job || strlen(job) > 24)
-    return jk_exec_fail(c, "GatewayError", "the gateway accepted the job but sent no usable job id");
+    return jk_exec_fail(ip, "GatewayError", "the gateway accepted the job but sent no usable job id");
   if (f->detach) {
     char *t = NULL;
     if (asprintf(&t, "submitted %s; it runs detached (%%attach %s to follow it, %%jobs to list jobs)\n", job,
                  job) >= 0)
-      jk_exec_stream(c, "stdout", t);
+      jk_exec_stream(ip, "stdout", t);
     free(t);
     return JK_STEP_DONE;
   }
-  return start_follow(c, job);
+  return start_follow(ip, job);
 }
 
-static enum jk_step on_attached(struct jk_core *c, const json_t *reply) {
-  struct jk_follow *f = c->running->follow;
+static enum jk_step on_attached(struct jk_interp *ip, const json_t *reply) {
+  struct jk_follow *f = ip->running->follow;
   f->catching_up = f->resyncing = false;
   const json_t *job = json_object_get(reply, "job");
   jk_display_summary(f->display, job);
@@ -401,44 +381,44 @@ static enum jk_step on_attached(struct jk_core *c, const json_t *reply) {
     snprintf(f->kind, sizeof f->kind, "%s", sl_json_get_str(job, "kind", ""));
   if (!f->model[0])
     snprintf(f->model, sizeof f->model, "%s", sl_json_get_str(job, "model", ""));
-  c->running->gw_req = 0;
-  c->running->wait = JK_WAIT_JOB;
+  ip->running->gw_req = 0;
+  ip->running->wait = JK_WAIT_JOB;
   if (jk_display_finished(f->display) && jk_display_last_seq(f->display) >= sl_json_get_int(job, "last_seq", 0))
-    return job_ended(c);
-  publish_display(c, false);
+    return job_ended(ip);
+  publish_display(ip, false);
   return JK_STEP_WAIT;
 }
 
 /* One page of history: folded in order; then the next page, or the attach. */
-static enum jk_step on_catchup(struct jk_core *c, const json_t *reply) {
-  struct jk_execution *x = c->running;
+static enum jk_step on_catchup(struct jk_interp *ip, const json_t *reply) {
+  struct jk_execution *x = ip->running;
   struct jk_follow *f = x->follow;
   const json_t *events = json_object_get(reply, "events");
   size_t i;
   json_t *e;
   json_array_foreach(events, i, e)
-    fold_event(c, e);
-  publish_display(c, false);
+    fold_event(ip, e);
+  publish_display(ip, false);
   bool more = sl_json_get_bool(reply, "more", false) && json_array_size(events) > 0;
-  int64_t id = more ? request_page(c)
-                    : jk_gw_request(c->gw, json_pack("{s:s, s:s, s:I}", "type", "attach", "job",
+  int64_t id = more ? request_page(ip)
+                    : jk_gw_request(ip->gw, json_pack("{s:s, s:s, s:I}", "type", "attach", "job",
                                                      jk_display_job(f->display), "after",
                                                      (json_int_t)jk_display_last_seq(f->display)),
                                     f->resyncing ? 0 : JK_GW_SPAWN);
   if (id < 0)
-    return jk_exec_fail(c, "GatewayError", "cannot send to the gateway: %s", sl_strerror((int)id));
+    return jk_exec_fail(ip, "GatewayError", "cannot send to the gateway: %s", sl_strerror((int)id));
   x->gw_req = id;
   x->gw_op = more ? OP_CATCHUP : OP_ATTACH;
   return JK_STEP_WAIT;
 }
 
-static enum jk_step on_query(struct jk_core *c, const json_t *reply) {
-  const char *q = c->running->follow->query;
+static enum jk_step on_query(struct jk_interp *ip, const json_t *reply) {
+  const char *q = ip->running->follow->query;
   char *text = NULL;
   if (strcmp(q, "status") == 0) {
     char *st = jk_format_status(reply);
-    if (asprintf(&text, "gateway %s (user %s)\nnotebook session: %s\n%s", jk_gw_address(c->gw),
-                 jk_gw_user(c->gw) ? jk_gw_user(c->gw) : "?", c->notebook, st ? st : "") < 0)
+    if (asprintf(&text, "gateway %s (user %s)\nnotebook session: %s\n%s", jk_gw_address(ip->gw),
+                 jk_gw_user(ip->gw) ? jk_gw_user(ip->gw) : "?", ip->notebook, st ? st : "") < 0)
       text = NULL;
     free(st);
   } else if (strcmp(q, "idle") == 0) {
@@ -456,20 +436,17 @@ static enum jk_step on_query(struct jk_core *c, const json_t *reply) {
       text = NULL;
   }
   if (!text)
-    return jk_exec_fail(c, "MemoryError", "out of memory");
-  jk_exec_stream(c, "stdout", text);
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  jk_exec_stream(ip, "stdout", text);
   free(text);
   return JK_STEP_DONE;
 }
 
-static enum jk_step on_show(struct jk_core *c, const json_t *reply) {
-  const json_t *models = reply ? json_object_get(reply, "models") : NULL;
-  if (json_is_object(models)) {
-    json_decref(c->models);
-    c->models = json_deep_copy(models);
-  }
-  const struct jk_stmt *s = &c->running->cell->stmts[c->running->pc];
-  const json_t *m = json_object_get(c->models, s->name);
+static enum jk_step on_show(struct jk_interp *ip, const json_t *reply) {
+  if (reply)
+    jk_session_set_models(ip->session, json_object_get(reply, "models"));
+  const struct jk_stmt *s = &ip->running->cell->stmts[ip->running->pc];
+  const json_t *m = jk_session_model(ip->session, s->name);
   char *extra = NULL;
   int r;
   if (json_is_object(m))
@@ -478,31 +455,31 @@ static enum jk_step on_show(struct jk_core *c, const json_t *reply) {
                  sl_json_get_str(m, "checkpoint", ""));
   else
     r = asprintf(&extra, "not trained yet%s", reply ? "" : " (or the gateway cannot be reached to say)");
-  enum jk_step st = jk_exec_show(c, s, r < 0 ? NULL : extra);
+  enum jk_step st = jk_exec_show(ip, s, r < 0 ? NULL : extra);
   free(extra);
   return st;
 }
 
-static enum jk_step on_session(struct jk_core *c, const json_t *reply, const char *error) {
+static enum jk_step on_session(struct jk_interp *ip, const json_t *reply, const char *error) {
   char *t = NULL;
   if (error) {
     if (asprintf(&t, "notebook session: %s (not loaded from the gateway: %s; state stays in this kernel)\n",
-                 c->notebook, error) < 0)
+                 ip->notebook, error) < 0)
       t = NULL;
   } else {
-    jk_session_apply(c, reply, true);
-    if (asprintf(&t, "notebook session: %s (%zu variables, %zu models and data)\n", c->notebook, c->n_vars,
-                 c->n_defs) < 0)
+    jk_session_apply(ip->session, reply, true);
+    if (asprintf(&t, "notebook session: %s (%zu variables, %zu models and data)\n", ip->notebook,
+                 jk_state_n_vars(ip->state), jk_state_n_defs(ip->state)) < 0)
       t = NULL;
   }
   if (t)
-    jk_exec_stream(c, "stdout", t);
+    jk_exec_stream(ip, "stdout", t);
   free(t);
   return JK_STEP_DONE;
 }
 
-void jk_jobs_reply(struct jk_core *c, int64_t id, const json_t *reply, const char *error) {
-  struct jk_execution *x = c->running;
+void jk_jobs_reply(struct jk_interp *ip, int64_t id, const json_t *reply, const char *error) {
+  struct jk_execution *x = ip->running;
   if (!x)
     return;
   if (x->follow && id == x->follow->ping_id) {
@@ -522,86 +499,84 @@ void jk_jobs_reply(struct jk_core *c, int64_t id, const json_t *reply, const cha
   }
   enum jk_step st;
   if (op == OP_SHOW)
-    st = on_show(c, error ? NULL : reply);
+    st = on_show(ip, error ? NULL : reply);
   else if (op == OP_SESSION)
-    st = on_session(c, reply, error);
+    st = on_session(ip, reply, error);
   else if (error && !reply)
-    st = unreachable(c, error);
+    st = unreachable(ip, error);
   else if (error)
-    st = jk_exec_fail(c, op == OP_SUBMIT ? "SubmitError" : "GatewayError", "%s (%s)", error,
+    st = jk_exec_fail(ip, op == OP_SUBMIT ? "SubmitError" : "GatewayError", "%s (%s)", error,
                       sl_json_get_str(json_object_get(reply, "error"), "code", "?"));
   else if (op == OP_SUBMIT)
-    st = on_submitted(c, reply);
+    st = on_submitted(ip, reply);
   else if (op == OP_CATCHUP)
-    st = on_catchup(c, reply);
+    st = on_catchup(ip, reply);
   else if (op == OP_ATTACH)
-    st = on_attached(c, reply);
+    st = on_attached(ip, reply);
   else if (op == OP_GATEWAY) {
     char *t = NULL;
-    if (asprintf(&t, "connected to %s as %s\n", jk_gw_address(c->gw), jk_gw_user(c->gw) ? jk_gw_user(c->gw) : "?") >= 0)
-      jk_exec_stream(c, "stdout", t);
+    if (asprintf(&t, "connected to %s as %s\n", jk_gw_address(ip->gw), jk_gw_user(ip->gw) ? jk_gw_user(ip->gw) : "?") >= 0)
+      jk_exec_stream(ip, "stdout", t);
     free(t);
     st = JK_STEP_DONE;
   } else
-    st = on_query(c, reply);
-  jk_exec_step_ended(c, st);
+    st = on_query(ip, reply);
+  jk_exec_step_ended(ip, st);
 }
 
-void jk_jobs_reattach(struct jk_core *c) {
-  struct jk_execution *x = c->running;
+void jk_jobs_reattach(struct jk_interp *ip) {
+  struct jk_execution *x = ip->running;
   struct jk_follow *f = x ? x->follow : NULL;
   /* a request in flight was resent after the hello and carries on */
   if (!f || !f->display || x->wait != JK_WAIT_JOB || x->gw_req)
     return;
-  resync(c);
+  resync(ip);
 }
 
-void jk_jobs_notice(struct jk_core *c, const json_t *notice) {
-  struct jk_display *d = c->last_display;
-  if (!d || !c->last_request || jk_display_notice(d, notice) <= 0)
+void jk_jobs_notice(struct jk_interp *ip, const json_t *notice) {
+  struct jk_display *d = ip->last_display;
+  if (!d || jk_display_notice(d, notice) <= 0)
     return;
   json_t *bundle = jk_display_bundle(d);
   if (bundle)
-    jk_core_publish(c, c->last_request, "update_display_data",
-                    json_pack("{s:o, s:{}, s:{s:s}}", "data", bundle, "metadata", "transient", "display_id",
-                              jk_display_id(d)));
+    ip->pub->display(ip->pub_ud, JK_PUB_LAST, bundle, jk_display_id(d), true);
   jk_display_sent(d, sl_time_mono_us());
 }
 
-void jk_jobs_cell_started(struct jk_core *c) {
-  if (!c->gw || jk_gw_state(c->gw) != JK_GW_READY)
+void jk_jobs_cell_started(struct jk_interp *ip) {
+  if (!ip->gw || jk_gw_state(ip->gw) != JK_GW_READY)
     return; /* a cell that needs no gateway never connects to one */
-  int64_t id = jk_gw_request(c->gw, json_pack("{s:s}", "type", "ping"), JK_GW_NO_CONNECT);
+  int64_t id = jk_gw_request(ip->gw, json_pack("{s:s}", "type", "ping"), JK_GW_NO_CONNECT);
   if (id > 0)
-    jk_gw_forget(c->gw, id);
+    jk_gw_forget(ip->gw, id);
 }
 
 /* ---- magics ------------------------------------------------------------- */
 
-static enum jk_step query(struct jk_core *c, const char *name, json_t *req) {
-  struct jk_follow *f = follow_new(c);
+static enum jk_step query(struct jk_interp *ip, const char *name, json_t *req) {
+  struct jk_follow *f = follow_new(ip);
   if (!f) {
     json_decref(req);
-    return jk_exec_fail(c, "MemoryError", "out of memory");
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
   }
   snprintf(f->query, sizeof f->query, "%s", name);
-  return await(c, req, OP_QUERY, JK_GW_SPAWN);
+  return await(ip, req, OP_QUERY, JK_GW_SPAWN);
 }
 
 static bool job_arg_ok(const char *a) { return *a && strlen(a) < 24 && !strpbrk(a, " \t\"\\"); }
 
-enum jk_step jk_jobs_magic(struct jk_core *c, const struct jk_stmt *s, bool *ret_handled) {
+/* %status and %idle (the status reply), %jobs, %cost, %instances, %cancel, %logs. */
+enum jk_step jk_magic_query(struct jk_interp *ip, const struct jk_stmt *s) {
   const char *m = s->name, *a = s->args ? s->args : "";
-  *ret_handled = true;
   if (strcmp(m, "status") == 0 || strcmp(m, "idle") == 0)
-    return query(c, m, json_pack("{s:s}", "type", "status"));
+    return query(ip, m, json_pack("{s:s}", "type", "status"));
   if (strcmp(m, "jobs") == 0)
-    return query(c, m, json_pack("{s:s, s:b}", "type", "jobs", "all", 0));
+    return query(ip, m, json_pack("{s:s, s:b}", "type", "jobs", "all", 0));
   if (strcmp(m, "cost") == 0)
-    return query(c, m, json_pack("{s:s}", "type", "cost"));
+    return query(ip, m, json_pack("{s:s}", "type", "cost"));
   if (strcmp(m, "instances") == 0) {
     json_t *opts = json_object();
-    if (jk_exec_eval_options(c, s->opts, s->n_opts, opts) != JK_STEP_DONE) {
+    if (jk_exec_eval_options(ip, s->opts, s->n_opts, opts) != JK_STEP_DONE) {
       json_decref(opts);
       return JK_STEP_ERROR;
     }
@@ -609,95 +584,100 @@ enum jk_step jk_jobs_magic(struct jk_core *c, const struct jk_stmt *s, bool *ret
     json_t *gpus = json_object_get(opts, "gpus");
     json_object_set_new(req, "gpus", gpus ? json_incref(gpus) : json_integer(1));
     json_decref(opts);
-    return query(c, m, req);
+    return query(ip, m, req);
   }
-  if (strcmp(m, "attach") == 0 || strcmp(m, "cancel") == 0 || strcmp(m, "logs") == 0) {
-    if (!job_arg_ok(a))
-      return jk_exec_fail(c, "ValueError", "%%%s takes a job id such as J000012", m);
-    if (strcmp(m, "cancel") == 0)
-      return query(c, m, json_pack("{s:s, s:s}", "type", "cancel", "job", a));
-    if (strcmp(m, "logs") == 0)
-      return query(c, m, json_pack("{s:s, s:s, s:i, s:i}", "type", "logs", "job", a, "after", 0, "limit", 1000));
-    if (!follow_new(c))
-      return jk_exec_fail(c, "MemoryError", "out of memory");
-    return start_follow(c, a);
-  }
-  if (strcmp(m, "session") == 0 && *a) {
-    jk_gw_set_session(c->gw, c->notebook);
-    if (!follow_new(c))
-      return jk_exec_fail(c, "MemoryError", "out of memory");
-    return await(c, json_pack("{s:s}", "type", "session.get"), OP_SESSION, 0);
-  }
-  if (strcmp(m, "gateway") == 0 && *a) {
-    if (jk_gw_set_address(c->gw, a) < 0)
-      return jk_exec_fail(c, "MemoryError", "out of memory");
-    jk_session_load(c);
-    if (!follow_new(c))
-      return jk_exec_fail(c, "MemoryError", "out of memory");
-    return await(c, json_pack("{s:s}", "type", "ping"), OP_GATEWAY, 0);
-  }
-  *ret_handled = false;
-  return JK_STEP_DONE;
+  if (!job_arg_ok(a))
+    return jk_exec_fail(ip, "ValueError", "%%%s takes a job id such as J000012", m);
+  if (strcmp(m, "cancel") == 0)
+    return query(ip, m, json_pack("{s:s, s:s}", "type", "cancel", "job", a));
+  if (strcmp(m, "logs") == 0)
+    return query(ip, m, json_pack("{s:s, s:s, s:i, s:i}", "type", "logs", "job", a, "after", 0, "limit", 1000));
+  return jk_exec_fail(ip, "InternalError", "%%%s is not a query", m);
 }
 
-enum jk_step jk_jobs_show(struct jk_core *c, const struct jk_stmt *s) {
-  if (!follow_new(c))
-    return jk_exec_fail(c, "MemoryError", "out of memory");
-  return await(c, json_pack("{s:s}", "type", "session.get"), OP_SHOW, 0);
+enum jk_step jk_magic_attach(struct jk_interp *ip, const struct jk_stmt *s) {
+  const char *a = s->args ? s->args : "";
+  if (!job_arg_ok(a))
+    return jk_exec_fail(ip, "ValueError", "%%%s takes a job id such as J000012", s->name);
+  if (!follow_new(ip))
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  return start_follow(ip, a);
+}
+
+enum jk_step jk_jobs_session(struct jk_interp *ip) {
+  jk_gw_set_session(ip->gw, ip->notebook);
+  if (!follow_new(ip))
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  return await(ip, json_pack("{s:s}", "type", "session.get"), OP_SESSION, 0);
+}
+
+enum jk_step jk_jobs_gateway(struct jk_interp *ip, const char *address) {
+  if (jk_gw_set_address(ip->gw, address) < 0)
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  jk_session_load(ip->session, false);
+  if (!follow_new(ip))
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  return await(ip, json_pack("{s:s}", "type", "ping"), OP_GATEWAY, 0);
+}
+
+enum jk_step jk_jobs_show(struct jk_interp *ip, const struct jk_stmt *s) {
+  if (!follow_new(ip))
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  return await(ip, json_pack("{s:s}", "type", "session.get"), OP_SHOW, 0);
 }
 
 /* ---- interrupt and time ------------------------------------------------- */
 
-void jk_jobs_interrupt(struct jk_core *c) {
-  struct jk_execution *x = c->running;
+void jk_jobs_interrupt(struct jk_interp *ip) {
+  struct jk_execution *x = ip->running;
   struct jk_follow *f = x->follow;
   if (x->gw_req)
-    jk_gw_forget(c->gw, x->gw_req);
+    jk_gw_forget(ip->gw, x->gw_req);
   if (x->wait == JK_WAIT_JOB && f && f->display) {
     const char *job = jk_display_job(f->display);
-    int64_t id = jk_gw_request(c->gw, json_pack("{s:s, s:s}", "type", "detach", "job", job), 0);
+    int64_t id = jk_gw_request(ip->gw, json_pack("{s:s, s:s}", "type", "detach", "job", job), 0);
     if (id > 0)
-      jk_gw_forget(c->gw, id);
-    publish_display(c, true);
-    jk_exec_fail(c, "Interrupted", "detached from %s; it keeps running (use %%attach %s)", job, job);
+      jk_gw_forget(ip->gw, id);
+    publish_display(ip, true);
+    jk_exec_fail(ip, "Interrupted", "detached from %s; it keeps running (use %%attach %s)", job, job);
     return;
   }
   if (x->gw_op == OP_SUBMIT)
-    jk_exec_fail(c, "Interrupted", "interrupted while submitting; the job may have been submitted (see %%jobs)");
+    jk_exec_fail(ip, "Interrupted", "interrupted while submitting; the job may have been submitted (see %%jobs)");
   else
-    jk_exec_fail(c, "Interrupted", "interrupted while waiting for the gateway at %s", jk_gw_address(c->gw));
+    jk_exec_fail(ip, "Interrupted", "interrupted while waiting for the gateway at %s", jk_gw_address(ip->gw));
 }
 
-int64_t jk_jobs_wake_at_us(const struct jk_core *c) {
-  const struct jk_execution *x = c->running;
+int64_t jk_jobs_wake_at_us(const struct jk_interp *ip) {
+  const struct jk_execution *x = ip->running;
   if (!x || !x->follow || !x->follow->display || x->wait != JK_WAIT_JOB)
     return INT64_MAX;
   int64_t at = jk_display_next_us(x->follow->display);
-  return at < c->ping_at_us ? at : c->ping_at_us;
+  return at < ip->ping_at_us ? at : ip->ping_at_us;
 }
 
-void jk_jobs_tick(struct jk_core *c) {
-  struct jk_execution *x = c->running;
+void jk_jobs_tick(struct jk_interp *ip) {
+  struct jk_execution *x = ip->running;
   if (!x || !x->follow || !x->follow->display || x->wait != JK_WAIT_JOB)
     return;
-  publish_display(c, false);
+  publish_display(ip, false);
   int64_t now = sl_time_mono_us();
-  if (now >= c->ping_at_us) {
+  if (now >= ip->ping_at_us) {
     struct jk_follow *f = x->follow;
-    c->ping_at_us = now + PING_EVERY_US;
+    ip->ping_at_us = now + PING_EVERY_US;
     /* A ping sent into a gateway that died is never answered: after two
      * intervals it is dropped and a new one goes out, which the restarted
      * gateway answers (SL_EAUTH, and the client says hello again). */
     if (f->ping_id && now - f->ping_sent_us >= 2 * PING_EVERY_US) {
-      jk_gw_forget(c->gw, f->ping_id);
+      jk_gw_forget(ip->gw, f->ping_id);
       f->ping_id = 0;
     }
     if (!f->ping_id) {
-      int64_t id = jk_gw_request(c->gw, json_pack("{s:s}", "type", "ping"), 0);
+      int64_t id = jk_gw_request(ip->gw, json_pack("{s:s}", "type", "ping"), 0);
       f->ping_id = id > 0 ? id : 0;
       f->ping_sent_us = now;
     }
     if (f->resync_due && !x->gw_req)
-      resync(c);
+      resync(ip);
   }
 }

@@ -552,8 +552,6 @@ static int parse_job(struct parser *p, struct jk_stmt *st, const char *what) {
 
 /* data NAME = text("PATH") | fashion_mnist(); model NAME = gpt(...) | mlp(...) */
 static int parse_decl(struct parser *p, struct jk_stmt *st) {
-  static const char *const data_funcs[] = {"text", "fashion_mnist", NULL};
-  static const char *const model_funcs[] = {"gpt", "mlp", NULL};
   bool data = st->kind == JK_STMT_DATA;
   int r = 0;
   if ((r = advance(p)) < 0 ||
@@ -563,13 +561,14 @@ static int parse_decl(struct parser *p, struct jk_stmt *st) {
     return expected(p, "'=' after the name");
   if ((r = advance(p)) < 0)
     return r;
+  const char *const *funcs = jk_lang_command(st->cmd)->funcs;
   if (data)
-    return parse_call(p, data_funcs, "text(\"PATH\") or fashion_mnist()", &st->expr);
-  return parse_call(p, model_funcs, "gpt(...) or mlp(...)", &st->expr);
+    return parse_call(p, funcs, "text(\"PATH\") or fashion_mnist()", &st->expr);
+  return parse_call(p, funcs, "gpt(...) or mlp(...)", &st->expr);
 }
 
 static int parse_magic_name(struct parser *p, bool cell, enum jk_magic_args *ret_args,
-                            char **ret_name) {
+                            enum jk_cmd *ret_cmd, char **ret_name) {
   static const char *const prefix[] = {"%", "%%"};
   size_t pos = p->lx.pos, start = pos;
   while (pos < p->lx.len && is_word((unsigned char)p->lx.s[pos]))
@@ -577,9 +576,10 @@ static int parse_magic_name(struct parser *p, bool cell, enum jk_magic_args *ret
   if (pos == start)
     return jk_lang_error(p->err, p->lx.line, p->lx.col, "expected a magic name after '%s'",
                      prefix[cell]);
-  char name[40];
+  char name[40], word[48];
   snprintf(name, sizeof name, "%.*s", (int)(pos - start), p->lx.s + start);
-  if (jk_lang_magic(name, cell, ret_args) < 0) {
+  snprintf(word, sizeof word, "%s%s", prefix[cell], name);
+  if (jk_lang_find_command(word, ret_cmd) < 0 || jk_lang_magic(name, cell, ret_args) < 0) {
     if (jk_lang_magic(name, !cell, NULL) == 0)
       return jk_lang_error(p->err, p->tok.line, p->tok.col, "'%s%s' is a %s magic: write %s%s",
                        prefix[cell], name, cell ? "line" : "cell", prefix[!cell], name);
@@ -634,7 +634,7 @@ static int parse_magic(struct parser *p, struct jk_stmt *st, bool first) {
     return jk_lang_error(p->err, p->tok.line, p->tok.col,
                      "a cell magic must be on the first line of the cell");
   st->kind = cell ? JK_STMT_CELL_MAGIC : JK_STMT_LINE_MAGIC;
-  if ((r = parse_magic_name(p, cell, &kind, &st->name)) < 0)
+  if ((r = parse_magic_name(p, cell, &kind, &st->cmd, &st->name)) < 0)
     return r;
   if (kind != JK_MAGIC_ARGS_OPTIONS)
     return parse_magic_args(p, st, kind);
@@ -663,9 +663,10 @@ static int parse_magic(struct parser *p, struct jk_stmt *st, bool first) {
 }
 
 static int parse_assign(struct parser *p, struct jk_stmt *st) {
-  static const char *const ask_funcs[] = {"input", "password", NULL};
+  const char *const *ask_funcs = jk_lang_command(JK_CMD_ASSIGN)->funcs;
   int r = 0;
   st->kind = JK_STMT_ASSIGN;
+  st->cmd = JK_CMD_ASSIGN;
   if (!(st->name = tok_text(p)) || (r = advance(p)) < 0 || (r = advance(p)) < 0)
     return st->name ? r : -ENOMEM;
   if ((at_word(p, "input") || at_word(p, "password")) && peek_is(p, '('))
@@ -686,14 +687,18 @@ static int parse_print(struct parser *p, struct jk_stmt *st) {
   return r;
 }
 
-static const struct {
-  const char *word;
-  enum jk_stmt_kind kind;
-} statements[] = {
-    {"data", JK_STMT_DATA},     {"model", JK_STMT_MODEL}, {"train", JK_STMT_TRAIN},
-    {"eval", JK_STMT_EVAL},     {"sample", JK_STMT_SAMPLE}, {"show", JK_STMT_SHOW},
-    {"print", JK_STMT_PRINT},   {"sleep", JK_STMT_SLEEP},
-};
+/* "data, model, ..., sleep, NAME = EXPR, or an expression": what may start a statement. */
+static void statement_list(char *buf, size_t size) {
+  const struct jk_command *c;
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int id = 0; (c = jk_lang_command((enum jk_cmd)id)) && n < size; id++)
+    if (c->kind == JK_WORD_STATEMENT)
+      n += (size_t)snprintf(buf + n, size - n, "%s, ", c->word);
+  if (n < size)
+    snprintf(buf + n, size - n, "%s, or %s", jk_lang_command(JK_CMD_ASSIGN)->word,
+             jk_lang_command(JK_CMD_EXPR)->word);
+}
 
 static int parse_stmt(struct parser *p, struct jk_stmt *st, bool first) {
   char word[40];
@@ -703,15 +708,16 @@ static int parse_stmt(struct parser *p, struct jk_stmt *st, bool first) {
   if (p->tok.kind == T_PCT || p->tok.kind == T_PCT2)
     return parse_magic(p, st, first);
   st->kind = JK_STMT_EXPR;
+  st->cmd = JK_CMD_EXPR;
   if (p->tok.kind == T_NAME) {
     tok_word(p, word, sizeof word);
     if (jk_lang_is_reserved(word) && peek_is(p, '='))
       return jk_lang_error(p->err, p->tok.line, p->tok.col,
                        "'%s' is a keyword and cannot be used as a variable name", word);
-    for (size_t i = 0; i < sizeof statements / sizeof statements[0]; i++) {
-      if (strcmp(word, statements[i].word) != 0)
-        continue;
-      st->kind = statements[i].kind;
+    enum jk_cmd id;
+    if (jk_lang_find_command(word, &id) == 0 && jk_lang_command(id)->kind == JK_WORD_STATEMENT) {
+      st->cmd = id;
+      st->kind = jk_lang_command(id)->stmt;
       switch (st->kind) {
       case JK_STMT_DATA:
       case JK_STMT_MODEL: return parse_decl(p, st);
@@ -732,11 +738,12 @@ static int parse_stmt(struct parser *p, struct jk_stmt *st, bool first) {
     if (peek_is(p, '='))
       return parse_assign(p, st);
     enum tok_kind next = peek(p, NULL);
-    if (next == T_NAME || next == T_STR || next == T_NUM || next == T_DUR)
+    if (next == T_NAME || next == T_STR || next == T_NUM || next == T_DUR) {
+      char list[200];
+      statement_list(list, sizeof list);
       return jk_lang_error(p->err, p->tok.line, p->tok.col,
-                       "unknown statement '%s' (expected one of: data, model, train, eval, "
-                       "sample, show, print, sleep, NAME = EXPR, or an expression)",
-                       word);
+                           "unknown statement '%s' (expected one of: %s)", word, list);
+    }
   }
   return parse_list_of(p, parse_expr, &st->expr);
 }

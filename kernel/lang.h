@@ -94,8 +94,17 @@ enum jk_stmt_kind {
   JK_STMT_CELL_MAGIC, /* %%name args, then body */
 };
 
+/* Every statement form, keyword, function and magic (commands.def). */
+enum jk_cmd {
+#define JK_COMMAND(id, ...) JK_CMD_##id,
+#include "commands.def"
+#undef JK_COMMAND
+  JK_CMD_COUNT
+};
+
 struct jk_stmt {
   enum jk_stmt_kind kind;
+  enum jk_cmd cmd;         /* the table row it runs (a statement, form or magic) */
   int line, col;
   char *name;              /* ASSIGN/DATA/MODEL target, SHOW name, magic name (no %) */
   char *model;             /* TRAIN/EVAL/SAMPLE */
@@ -164,6 +173,9 @@ void jk_completions_done(struct jk_completions *c);
 char *jk_inspect(const char *code, size_t len, size_t cursor_pos, int detail_level);
 /* The text of %help: every statement, magic and option with one line each. Owned. */
 char *jk_help_all(void);
+/* The help of one word (as jk_inspect words it, with example), for %help
+ * TOPIC; NULL for an unknown word. Owned. */
+char *jk_help_topic(const char *word);
 
 /* ---- the vocabulary (lang_help.c) ------------------------------------- */
 
@@ -174,6 +186,7 @@ enum jk_word_kind {
   JK_WORD_FUNCTION,   /* text, fashion_mnist, gpt, mlp, input, password */
   JK_WORD_MAGIC,      /* "%status", ... (with the % prefix) */
   JK_WORD_CELL_MAGIC, /* "%%run" */
+  JK_WORD_FORM,       /* a statement without a keyword (NAME = EXPR); never a word */
 };
 
 /* The i-th word the parser knows (i from 0), its kind in *ret_kind (may be
@@ -204,5 +217,36 @@ enum jk_magic_args {
 /* Looks up a magic by name without the % ("attach"); cell selects %% magics.
  * 0 and *ret_args (may be NULL), or -ENOENT. */
 int jk_lang_magic(const char *name, bool cell, enum jk_magic_args *ret_args);
+
+/* What completion offers after a statement's keyword or a magic's name. */
+enum jk_complete_kind {
+  JK_COMPLETE_NOTHING,
+  JK_COMPLETE_NAME,    /* one notebook name (show NAME) */
+  JK_COMPLETE_EXPR,    /* notebook names anywhere (print, sleep, NAME = ...) */
+  JK_COMPLETE_DECL,    /* NAME = one of funcs (data, model) */
+  JK_COMPLETE_JOB_ON,  /* MODEL on DATA, then the word's options (train, eval) */
+  JK_COMPLETE_JOB,     /* MODEL [PROMPT], then the word's options (sample) */
+  JK_COMPLETE_OPTIONS, /* the word's options (%instances, %%run) */
+};
+
+/* A row of the command table (commands.def): all the language knows about a
+ * statement, keyword, function or magic. The interpreter keeps its handlers
+ * in the same table. */
+struct jk_command {
+  const char *word;             /* magics with their % or %% */
+  enum jk_word_kind kind;
+  enum jk_stmt_kind stmt;
+  enum jk_magic_args args;
+  bool gateway;                 /* runs only with a gateway transport */
+  enum jk_complete_kind complete;
+  const char *const *funcs;     /* functions after '=', NULL-terminated, or NULL */
+  const char *summary, *text, *example;
+};
+
+/* The row of id, or NULL when id is out of range. Borrowed static data. */
+const struct jk_command *jk_lang_command(enum jk_cmd id);
+/* The command written as word ("train", "%jobs", "%%run"): 0 and *ret_id
+ * (may be NULL), or -ENOENT. Statement forms without a keyword never match. */
+int jk_lang_find_command(const char *word, enum jk_cmd *ret_id);
 
 #endif

@@ -272,38 +272,58 @@ static bool complete_call(struct collector *c, const struct line *l, const struc
   return true;
 }
 
+static void offer_funcs(struct collector *c, const char *const *funcs) {
+  for (size_t i = 0; funcs && funcs[i]; i++)
+    offer(c, funcs[i], "");
+}
+
+/* After a statement's keyword, what its row in the command table says fits. */
 static void complete_statement(struct collector *c, const struct line *l, const struct names *nm) {
   const struct ltok *t = l->t;
   size_t n = l->n;
-  if (tok_is(&t[0], "data") || tok_is(&t[0], "model")) {
-    bool data = tok_is(&t[0], "data");
-    if (n == 3 && t[2].kind == '=') {
-      offer(c, data ? "text" : "gpt", "");
-      offer(c, data ? "fashion_mnist" : "mlp", "");
-    }
-  } else if (tok_is(&t[0], "train") || tok_is(&t[0], "eval")) {
-    char context[8];
-    snprintf(context, sizeof context, "%.*s", (int)t[0].n, t[0].s);
+  char word[16];
+  enum jk_cmd id;
+  snprintf(word, sizeof word, "%.*s", (int)(t[0].n < 15 ? t[0].n : 15), t[0].s);
+  const struct jk_command *cmd = t[0].kind == 'w' && jk_lang_find_command(word, &id) == 0
+                                     ? jk_lang_command(id) : NULL;
+  if (!cmd || cmd->kind != JK_WORD_STATEMENT) {
+    /* NAME = ...: an assignment */
+    if (n == 2 && t[1].kind == '=' && t[0].kind == 'w')
+      offer_funcs(c, jk_lang_command(JK_CMD_ASSIGN)->funcs);
+    offer_names(c, nm->v, nm->n);
+    return;
+  }
+  switch (cmd->complete) {
+  case JK_COMPLETE_DECL:
+    if (n == 3 && t[2].kind == '=')
+      offer_funcs(c, cmd->funcs);
+    break;
+  case JK_COMPLETE_JOB_ON:
     if (n == 1 || (n == 3 && tok_is(&t[2], "on")))
       offer_names(c, nm->v, nm->n);
     else if (n == 2)
       offer(c, "on", "");
     else if (n >= 4)
-      offer_option_slot(c, context, l, nm);
-  } else if (tok_is(&t[0], "sample")) {
+      offer_option_slot(c, word, l, nm);
+    break;
+  case JK_COMPLETE_JOB:
     if (n <= 2)
       offer_names(c, nm->v, nm->n);
     if (n >= 2)
-      offer_option_slot(c, "sample", l, nm);
-  } else if (tok_is(&t[0], "show")) {
+      offer_option_slot(c, word, l, nm);
+    break;
+  case JK_COMPLETE_NAME:
     if (n == 1)
       offer_names(c, nm->v, nm->n);
-  } else {
-    if (n == 2 && t[1].kind == '=' && t[0].kind == 'w') {
-      offer(c, "input", "");
-      offer(c, "password", "");
-    }
+    break;
+  case JK_COMPLETE_EXPR:
     offer_names(c, nm->v, nm->n);
+    break;
+  case JK_COMPLETE_OPTIONS:
+    offer_option_slot(c, word, l, nm);
+    break;
+  case JK_COMPLETE_NOTHING:
+    break;
   }
 }
 
@@ -321,11 +341,11 @@ static void complete_line(struct collector *c, const struct line *l, const struc
     return;
   }
   if (l->t[0].kind == 'm') {
-    if (tok_is(&l->t[0], "%instances") || tok_is(&l->t[0], "%%run")) {
-      char context[16];
-      snprintf(context, sizeof context, "%.*s", (int)l->t[0].n, l->t[0].s);
-      offer_option_slot(c, context, l, nm);
-    }
+    char word[16];
+    enum jk_cmd id;
+    snprintf(word, sizeof word, "%.*s", (int)(l->t[0].n < 15 ? l->t[0].n : 15), l->t[0].s);
+    if (jk_lang_find_command(word, &id) == 0 && jk_lang_command(id)->complete == JK_COMPLETE_OPTIONS)
+      offer_option_slot(c, word, l, nm);
     return;
   }
   if (complete_call(c, l, nm))

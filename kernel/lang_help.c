@@ -1,13 +1,13 @@
-/* The vocabulary of the cell language: every statement keyword, keyword,
- * option, function and magic, where each option is valid, what arguments each
- * magic takes, and the help text shown by inspection and %help.
+/* The vocabulary of the cell language: the command table (commands.def:
+ * statements, keywords, functions and magics, with their help), the options
+ * and where each is valid, and the help text shown by inspection and %help.
  *
- * The grammar tables here are the single place a word is declared: the
- * parser (lang.c) and completion (lang_complete.c) ask them. Options are
- * the exception that proves it: spotlab-train's are declared in its own
- * table (kernels/train_opts.c) and taken from there, with their contexts;
- * the rest are declared here in the same form. Every word has help: an
- * entry in the help table, or for an option, text written from its
+ * These tables are the single place a word is declared: the parser (lang.c)
+ * and completion (lang_complete.c) ask them, and the interpreter expands the
+ * same command table for its dispatch. Options are declared as sl_opt rows:
+ * spotlab-train's in its own table (kernels/train_opts.c), taken from there
+ * with their contexts, the kernel's own here in the same form. Every word
+ * has help: from the command table, or for an option, written from its
  * declaration; the unit test checks that. */
 #include <errno.h>
 #include <stdio.h>
@@ -131,65 +131,72 @@ static const struct sl_opt *find_option(const char *name, unsigned *ret_mask) {
   return NULL;
 }
 
-static const struct {
-  const char *word; /* with its % or %% prefix */
-  bool cell;
-  enum jk_magic_args args;
-} magics[] = {
-    {"%status", false, JK_MAGIC_ARGS_NONE},      {"%jobs", false, JK_MAGIC_ARGS_NONE},
-    {"%attach", false, JK_MAGIC_ARGS_ONE},       {"%cancel", false, JK_MAGIC_ARGS_ONE},
-    {"%logs", false, JK_MAGIC_ARGS_ONE},         {"%instances", false, JK_MAGIC_ARGS_OPTIONS},
-    {"%cost", false, JK_MAGIC_ARGS_NONE},        {"%idle", false, JK_MAGIC_ARGS_NONE},
-    {"%session", false, JK_MAGIC_ARGS_ONE},      {"%gateway", false, JK_MAGIC_ARGS_ONE},
-    {"%who", false, JK_MAGIC_ARGS_NONE},         {"%help", false, JK_MAGIC_ARGS_OPTIONAL},
-    {"%version", false, JK_MAGIC_ARGS_NONE},     {"%history", false, JK_MAGIC_ARGS_NONE},
-    {"%stderr", false, JK_MAGIC_ARGS_TEXT},      {"%clear", false, JK_MAGIC_ARGS_NONE},
-    {"%%run", true, JK_MAGIC_ARGS_OPTIONS},
+static const struct jk_command commands[] = {
+#define JK_COMMAND(id, word, kind, stmt, args, gateway, run, complete, funcs, summary, text,     \
+                   example)                                                                    \
+  [JK_CMD_##id] = {word, kind, stmt, args, gateway, complete, funcs, summary, text, example},
+#include "commands.def"
+#undef JK_COMMAND
 };
 
-/* Words that are not options or magics, in completion order. */
-static const struct {
-  const char *name;
-  enum jk_word_kind kind;
-} plain_words[] = {
-    {"data", JK_WORD_STATEMENT},      {"model", JK_WORD_STATEMENT},
-    {"train", JK_WORD_STATEMENT},     {"eval", JK_WORD_STATEMENT},
-    {"sample", JK_WORD_STATEMENT},    {"show", JK_WORD_STATEMENT},
-    {"print", JK_WORD_STATEMENT},     {"sleep", JK_WORD_STATEMENT},
-    {"on", JK_WORD_KEYWORD},          {"yes", JK_WORD_KEYWORD},
-    {"no", JK_WORD_KEYWORD},          {"text", JK_WORD_FUNCTION},
-    {"fashion_mnist", JK_WORD_FUNCTION}, {"gpt", JK_WORD_FUNCTION},
-    {"mlp", JK_WORD_FUNCTION},        {"input", JK_WORD_FUNCTION},
-    {"password", JK_WORD_FUNCTION},
-};
+const struct jk_command *jk_lang_command(enum jk_cmd id) {
+  return (size_t)id < N_OF(commands) ? &commands[id] : NULL;
+}
 
+int jk_lang_find_command(const char *word, enum jk_cmd *ret_id) {
+  for (size_t i = 0; i < N_OF(commands); i++)
+    if (commands[i].kind != JK_WORD_FORM && strcmp(commands[i].word, word) == 0) {
+      if (ret_id)
+        *ret_id = (enum jk_cmd)i;
+      return 0;
+    }
+  return -ENOENT;
+}
+
+static bool is_magic(const struct jk_command *c) {
+  return c->kind == JK_WORD_MAGIC || c->kind == JK_WORD_CELL_MAGIC;
+}
+
+/* The i-th row of the command table that passes want (magics or the rest), or NULL. */
+static const struct jk_command *nth_word(size_t i, bool magics, size_t *ret_skipped) {
+  size_t n = 0;
+  for (size_t k = 0; k < N_OF(commands); k++) {
+    if (commands[k].kind == JK_WORD_FORM || is_magic(&commands[k]) != magics)
+      continue;
+    if (n++ == i)
+      return &commands[k];
+  }
+  *ret_skipped = n;
+  return NULL;
+}
+
+/* Words in completion order: statements, keywords and functions, options, magics. */
 const char *jk_lang_word(size_t i, enum jk_word_kind *ret_kind) {
-  if (i < N_OF(plain_words)) {
-    if (ret_kind)
-      *ret_kind = plain_words[i].kind;
-    return plain_words[i].name;
+  size_t n;
+  const struct jk_command *c = nth_word(i, false, &n);
+  if (!c) {
+    i -= n;
+    unsigned mask;
+    const struct sl_opt *o = option_at(i, &mask);
+    if (o) {
+      if (ret_kind)
+        *ret_kind = JK_WORD_OPTION;
+      return o->name;
+    }
+    c = nth_word(i - n_options(), true, &n);
   }
-  i -= N_OF(plain_words);
-  unsigned mask;
-  const struct sl_opt *o = option_at(i, &mask);
-  if (o) {
-    if (ret_kind)
-      *ret_kind = JK_WORD_OPTION;
-    return o->name;
-  }
-  i -= n_options();
-  if (i >= N_OF(magics))
+  if (!c)
     return NULL;
   if (ret_kind)
-    *ret_kind = magics[i].cell ? JK_WORD_CELL_MAGIC : JK_WORD_MAGIC;
-  return magics[i].word;
+    *ret_kind = c->kind;
+  return c->word;
 }
 
 bool jk_lang_is_reserved(const char *name) {
-  for (size_t i = 0; i < N_OF(plain_words); i++)
-    if (plain_words[i].kind != JK_WORD_FUNCTION && strcmp(plain_words[i].name, name) == 0)
-      return true;
-  return false;
+  enum jk_cmd id;
+  if (jk_lang_find_command(name, &id) < 0)
+    return false;
+  return commands[id].kind == JK_WORD_STATEMENT || commands[id].kind == JK_WORD_KEYWORD;
 }
 
 static unsigned context_mask(const char *context) {
@@ -218,13 +225,14 @@ const struct sl_opt *jk_lang_option_decl(const char *name) {
 }
 
 int jk_lang_magic(const char *name, bool cell, enum jk_magic_args *ret_args) {
-  for (size_t i = 0; i < N_OF(magics); i++)
-    if (magics[i].cell == cell && strcmp(magics[i].word + (cell ? 2 : 1), name) == 0) {
-      if (ret_args)
-        *ret_args = magics[i].args;
-      return 0;
-    }
-  return -ENOENT;
+  char word[48];
+  enum jk_cmd id;
+  if (snprintf(word, sizeof word, "%s%s", cell ? "%%" : "%", name) >= (int)sizeof word ||
+      jk_lang_find_command(word, &id) < 0)
+    return -ENOENT;
+  if (ret_args)
+    *ret_args = commands[id].args;
+  return 0;
 }
 
 /* ---- help -------------------------------------------------------------- */
@@ -234,109 +242,6 @@ struct help {
   const char *summary; /* one line, for %help */
   const char *text;    /* a paragraph */
   const char *example;
-};
-
-static const struct help helps[] = {
-    /* statements */
-    {"data", "data NAME = SOURCE: declare a data set",
-     "Binds NAME to a data set in the notebook session. SOURCE is text(\"PATH\") for any "
-     "UTF-8 file (a character-level corpus) or fashion_mnist().",
-     "data shakespeare = text(\"moby-dick\")"},
-    {"model", "model NAME = ARCH(options): declare a model",
-     "Binds NAME to a new, untrained model. ARCH is gpt(layers, heads, dim, ctx, dropout, "
-     "vocab) or mlp(hidden, layers, dropout).",
-     "model m = gpt(layers=4, heads=4, dim=128, ctx=128)"},
-    {"train", "train MODEL on DATA [options]: train a model on a worker",
-     "Submits a training job and streams its progress into one live display until it ends. "
-     "Interrupting the cell detaches the display; the job keeps running. Options: steps batch "
-     "lr seed warmup weight_decay grad_clip eval_every detach precision and the resource options.",
-     "train m on shakespeare steps=3000 batch=32 lr=3e-4 gpus=1 spot=yes"},
-    {"eval", "eval MODEL on DATA [options]: measure a model's loss on a data set",
-     "Runs an evaluation job and shows the loss. Options: steps batch precision and the "
-     "resource options.",
-     "eval m on shakespeare"},
-    {"sample", "sample MODEL [PROMPT] [options]: generate from a model",
-     "Generates text (or predictions) from a trained model, restoring it from its checkpoint "
-     "on a new worker when needed. Options: tokens temperature top_k seed precision and the "
-     "resource options.",
-     "sample m \"Call me\" tokens=200 temperature=0.8"},
-    {"show", "show NAME: describe a variable, model or data set",
-     "Shows what the session knows about NAME: a variable's value, a model's architecture and "
-     "training state, a data set's size.",
-     "show m"},
-    {"print", "print EXPR[, EXPR...]: write values to stdout",
-     "Evaluates each expression and writes them separated by spaces; strings print without "
-     "quotes.",
-     "print \"steps:\", epochs * 60000 / batch"},
-    {"sleep", "sleep DURATION: wait",
-     "Waits for a duration (90s, 30m, 500ms) or a number of seconds. Interrupting the cell "
-     "ends the wait.",
-     "sleep 2s"},
-    /* keywords */
-    {"on", "on: separates the model from the data in train and eval",
-     "train MODEL on DATA and eval MODEL on DATA name the data set after 'on'.",
-     "train m on shakespeare"},
-    {"yes", "yes: the boolean true", "A boolean value, as in spot=yes or detach=yes.",
-     "detach=yes"},
-    {"no", "no: the boolean false", "A boolean value, as in spot=no or detach=no.",
-     "spot=no"},
-    /* functions */
-    {"text", "text(\"PATH\"): a UTF-8 text file as a data set",
-     "A character-level corpus read from PATH (a file the gateway can reach, or a named "
-     "corpus such as \"moby-dick\").",
-     "data d = text(\"moby-dick\")"},
-    {"fashion_mnist", "fashion_mnist(): the Fashion-MNIST image data set",
-     "70000 28x28 greyscale images in 10 classes, for mlp models.",
-     "data fashion = fashion_mnist()"},
-    {"gpt", "gpt(layers, heads, dim, ctx, dropout): a GPT-style transformer",
-     "A decoder-only transformer over bytes; its vocabulary comes from the data. layers: "
-     "blocks; heads: attention heads; dim: embedding width; ctx: context length in tokens; "
-     "dropout: rate.",
-     "model m = gpt(layers=4, heads=4, dim=128, ctx=128)"},
-    {"mlp", "mlp(hidden, layers, dropout): a multi-layer perceptron",
-     "A fully connected classifier. hidden: width of each hidden layer; layers: number of "
-     "hidden layers; dropout: rate.",
-     "model c = mlp(hidden=256, layers=2)"},
-    {"input", "input(\"PROMPT\"): ask the user for a line of text",
-     "Only as the right-hand side of an assignment; the front end shows PROMPT and the "
-     "answer becomes the variable's string value.",
-     "name = input(\"Run name: \")"},
-    {"password", "password(\"PROMPT\"): ask the user for a secret",
-     "Like input() but the front end hides what is typed; the value is never logged.",
-     "key = password(\"API key: \")"},
-    /* magics */
-    {"%status", "%status: gateway, workers, idle timer and budget",
-     "Shows the gateway the kernel talks to, running workers, the idle timer and the budget.",
-     "%status"},
-    {"%jobs", "%jobs: the session's jobs", "Lists jobs with their state and progress.",
-     "%jobs"},
-    {"%attach", "%attach JOB: follow a job",
-     "Replays the job's events, then follows it live.", "%attach 12"},
-    {"%cancel", "%cancel JOB: cancel a job", "Stops the job and releases its workers.",
-     "%cancel 12"},
-    {"%logs", "%logs JOB: a job's log", "Shows the job's worker log.", "%logs 12"},
-    {"%instances", "%instances [gpus=N]: compare instance types",
-     "Price, interruption rate and cost per unit of work of candidate instance types.",
-     "%instances gpus=1"},
-    {"%cost", "%cost: money spent", "What the session's jobs have cost so far.", "%cost"},
-    {"%idle", "%idle: the idle timer", "How long until idle workers are released.", "%idle"},
-    {"%session", "%session NAME: name the notebook session",
-     "Models, data and variables belong to the session; this names it when Jupyter does not.",
-     "%session experiments"},
-    {"%gateway", "%gateway ADDR: choose the gateway", "Connects the kernel to the gateway at ADDR.",
-     "%gateway tcp://10.0.0.5:5555"},
-    {"%who", "%who: the session's names", "Lists variables, models and data sets.", "%who"},
-    {"%help", "%help [TOPIC]: this help", "Lists every statement, option and magic.", "%help"},
-    {"%version", "%version: versions", "The kernel and gateway versions.", "%version"},
-    {"%history", "%history: executed cells", "The cells run in this session.", "%history"},
-    {"%stderr", "%stderr TEXT: write a line to standard error",
-     "Writes TEXT to the cell's stderr stream, as a program's warning would appear.",
-     "%stderr checkpoint folder is almost full"},
-    {"%clear", "%clear: clear the cell's output", "Removes what the cell has shown so far.", "%clear"},
-    {"%%run", "%%run [resource options]: run the cell as a shell script on a worker",
-     "Files written to $SPOTLAB_CHECKPOINT_DIR are saved and restored on the next worker "
-     "after a preemption, and the script is started again there.",
-     "%%run gpus=1 spot=yes\npython train.py --ckpt \"$SPOTLAB_CHECKPOINT_DIR\""},
 };
 
 /* An option's help, written from its declaration into bufs. */
@@ -403,12 +308,15 @@ static const struct help *option_help(const char *word, struct option_help *b) {
   return &b->h;
 }
 
-/* The help of any word: the table above, or written from an option's
- * declaration into b. */
+/* The help of any word: from the command table, or written from an option's
+ * declaration; both into b. */
 static const struct help *find_help(const char *word, struct option_help *b) {
-  for (size_t i = 0; i < N_OF(helps); i++)
-    if (strcmp(helps[i].word, word) == 0)
-      return &helps[i];
+  enum jk_cmd id;
+  if (jk_lang_find_command(word, &id) == 0) {
+    b->h = (struct help){commands[id].word, commands[id].summary, commands[id].text,
+                         commands[id].example};
+    return &b->h;
+  }
   return option_help(word, b);
 }
 
@@ -461,6 +369,21 @@ static void word_at(const char *code, size_t len, size_t cursor_pos, char *word,
   word[n] = '\0';
 }
 
+/* The help of word, also when it is written with one % too few or too many
+ * ("%run" for the cell magic, "%%status" for a line magic). */
+static char *help_of(const char *word, int detail_level) {
+  struct option_help tmp;
+  const struct help *h = find_help(word, &tmp);
+  if (!h && word[0] == '%' && word[1] != '%') {
+    char other[70];
+    snprintf(other, sizeof other, "%%%s", word);
+    h = find_help(other, &tmp);
+  }
+  if (!h && word[0] == '%' && word[1] == '%')
+    h = find_help(word + 1, &tmp);
+  return h ? format_help(h, detail_level) : NULL;
+}
+
 char *jk_inspect(const char *code, size_t len, size_t cursor_pos, int detail_level) {
   char word[64];
   if (!code)
@@ -470,19 +393,11 @@ char *jk_inspect(const char *code, size_t len, size_t cursor_pos, int detail_lev
   size_t off = byte_offset(code, len, cursor_pos);
   if (!word[0] && off > 0 && (code[off - 1] == '(' || code[off - 1] == '='))
     word_at(code, len, cursor_pos - 1, word, sizeof word);
-  if (!word[0])
-    return NULL;
-  struct option_help b;
-  const struct help *h = find_help(word, &b);
-  if (!h && word[0] == '%' && word[1] != '%') {
-    /* "%run" for the cell magic, "%%status" for a line magic */
-    char other[70];
-    snprintf(other, sizeof other, "%%%s", word);
-    h = find_help(other, &b);
-  }
-  if (!h && word[0] == '%' && word[1] == '%')
-    h = find_help(word + 1, &b);
-  return h ? format_help(h, detail_level) : NULL;
+  return help_of(word, detail_level);
+}
+
+char *jk_help_topic(const char *word) {
+  return word && *word && strlen(word) < 64 ? help_of(word, 1) : NULL;
 }
 
 static void help_section(FILE *f, const char *title, enum jk_word_kind k1,
@@ -493,8 +408,8 @@ static void help_section(FILE *f, const char *title, enum jk_word_kind k1,
   for (size_t i = 0; (w = jk_lang_word(i, &kind)); i++) {
     if (kind != k1 && kind != k2)
       continue;
-    struct option_help b;
-    const struct help *h = find_help(w, &b);
+    struct option_help tmp;
+    const struct help *h = find_help(w, &tmp);
     fprintf(f, "  %s\n", h ? h->summary : w);
   }
   fputc('\n', f);

@@ -1,9 +1,9 @@
-/* Line magics. Those that only read or change this kernel (%who, %help,
- * %version, %history, %stderr, %clear) run here; those about jobs, cost and
- * the gateway go to jobs.c when the kernel has a gateway transport, and give
- * a GatewayUnavailable error otherwise. %status, %session and %gateway do
- * their local part here in both cases. */
-#include "core_internal.h"
+/* Line magics that read or change this kernel: %who, %help, %version,
+ * %history, %stderr, %clear, and the local part of %status, %session and
+ * %gateway (their gateway part is in jobs.c). The command table
+ * (commands.def) routes each magic to its handler; those that need the
+ * gateway are refused before they get here when there is none. */
+#include "interp_int.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,34 +37,40 @@ static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
   }
 }
 
-static enum jk_step magic_who(struct jk_core *c) {
+enum jk_step jk_magic_who(struct jk_interp *ip, const struct jk_stmt *s) {
+  (void)s;
+  const struct jk_state *st = ip->state;
   char *out = NULL;
   size_t len = 0, cap = 0;
   append(&out, &len, &cap, "%s", "");
-  if (!c->n_vars && !c->n_defs)
+  if (!jk_state_n_vars(st) && !jk_state_n_defs(st))
     append(&out, &len, &cap, "No variables, models or data defined yet.\n");
-  for (size_t i = 0; i < c->n_vars; i++) {
-    char *val = jk_value_format(&c->vars[i].value);
-    append(&out, &len, &cap, "variable  %-16s %s\n", c->vars[i].name, val ? val : "?");
+  const char *name;
+  const struct jk_value *value;
+  for (size_t i = 0; (name = jk_state_var_at(st, i, &value)); i++) {
+    char *val = jk_value_format(value);
+    append(&out, &len, &cap, "variable  %-16s %s\n", name, val ? val : "?");
     free(val);
   }
+  struct jk_def d;
   for (int pass = 0; pass < 2; pass++)
-    for (size_t i = 0; i < c->n_defs; i++) {
-      if (strcmp(c->defs[i].kind, pass ? "model" : "data") != 0)
+    for (size_t i = 0; jk_state_def_at(st, i, &d) == 0; i++) {
+      if (strcmp(d.kind, pass ? "model" : "data") != 0)
         continue;
-      char *spec = jk_exec_format_spec(c->defs[i].spec);
-      append(&out, &len, &cap, "%-9s %-16s %s\n", c->defs[i].kind, c->defs[i].name, spec ? spec : "?");
+      char *spec = jk_state_format_spec(d.spec);
+      append(&out, &len, &cap, "%-9s %-16s %s\n", d.kind, d.name, spec ? spec : "?");
       free(spec);
     }
   if (out)
-    jk_exec_stream(c, "stdout", out);
+    jk_exec_stream(ip, "stdout", out);
   free(out);
   return JK_STEP_DONE;
 }
 
-static enum jk_step magic_history(struct jk_core *c) {
+enum jk_step jk_magic_history(struct jk_interp *ip, const struct jk_stmt *s) {
+  (void)s;
   json_t *req = json_pack("{s:s, s:i, s:i}", "hist_access_type", "range", "session", 0, "start", 1);
-  json_t *items = jk_history_query(c->history, req);
+  json_t *items = jk_history_query(ip->history, req);
   json_decref(req);
   char *out = NULL;
   size_t len = 0, cap = 0;
@@ -77,111 +83,108 @@ static enum jk_step magic_history(struct jk_core *c) {
   }
   json_decref(items);
   if (out)
-    jk_exec_stream(c, "stdout", out);
+    jk_exec_stream(ip, "stdout", out);
   free(out);
   return JK_STEP_DONE;
 }
 
-static enum jk_step magic_status(struct jk_core *c) {
+enum jk_step jk_magic_status(struct jk_interp *ip, const struct jk_stmt *s) {
+  if (ip->gw && jk_gw_state(ip->gw) == JK_GW_READY)
+    return jk_magic_query(ip, s);
   char *out = NULL;
   char gw[1024];
-  if (c->gw)
-    snprintf(gw, sizeof gw, "%s (%s)", jk_gw_address(c->gw),
-             jk_gw_state(c->gw) == JK_GW_READY ? "connected"
-             : *jk_gw_last_error(c->gw)        ? jk_gw_last_error(c->gw)
-                                               : "not connected");
+  if (ip->gw)
+    snprintf(gw, sizeof gw, "%s (%s)", jk_gw_address(ip->gw),
+             jk_gw_state(ip->gw) == JK_GW_READY ? "connected"
+             : *jk_gw_last_error(ip->gw)        ? jk_gw_last_error(ip->gw)
+                                                : "not connected");
   else
-    snprintf(gw, sizeof gw, "%s", c->gateway ? c->gateway : "none configured (SPOTLAB_GATEWAY or %gateway ADDR)");
+    snprintf(gw, sizeof gw, "%s", ip->gateway ? ip->gateway : "none configured (SPOTLAB_GATEWAY or %gateway ADDR)");
   if (asprintf(&out,
                "spotlab-kernel %s\nnotebook session: %s\nkernel id: %s\n"
                "variables: %zu, models and data: %zu\ngateway: %s\n",
-               SPOTLAB_VERSION, c->notebook, c->kernel_id, c->n_vars, c->n_defs, gw) < 0)
-    return jk_exec_fail(c, "MemoryError", "out of memory");
-  jk_exec_stream(c, "stdout", out);
+               SPOTLAB_VERSION, ip->notebook, ip->kernel_id, jk_state_n_vars(ip->state),
+               jk_state_n_defs(ip->state), gw) < 0)
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  jk_exec_stream(ip, "stdout", out);
   free(out);
   return JK_STEP_DONE;
 }
 
-enum jk_step jk_exec_line_magic(struct jk_core *c, const struct jk_stmt *s) {
-  const char *m = s->name, *args = s->args ? s->args : "";
-  if (strcmp(m, "who") == 0)
-    return magic_who(c);
-  if (strcmp(m, "help") == 0) {
-    char *text = jk_help_all();
-    if (!text)
-      return jk_exec_fail(c, "MemoryError", "out of memory");
-    jk_exec_stream(c, "stdout", text);
-    free(text);
-    return JK_STEP_DONE;
+enum jk_step jk_magic_help(struct jk_interp *ip, const struct jk_stmt *s) {
+  const char *topic = s->args ? s->args : "";
+  char *text = *topic ? jk_help_topic(topic) : jk_help_all();
+  if (!text && *topic)
+    return jk_exec_fail(ip, "NameError", "%%help: no help for '%s' (%%help lists every word)", topic);
+  if (!text)
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  jk_exec_stream(ip, "stdout", text);
+  free(text);
+  return JK_STEP_DONE;
+}
+
+enum jk_step jk_magic_version(struct jk_interp *ip, const struct jk_stmt *s) {
+  (void)s;
+  jk_exec_stream(ip, "stdout", "spotlab-kernel " SPOTLAB_VERSION " (Jupyter protocol 5.3)\n");
+  return JK_STEP_DONE;
+}
+
+enum jk_step jk_magic_stderr(struct jk_interp *ip, const struct jk_stmt *s) {
+  char *t = NULL;
+  if (asprintf(&t, "%s\n", s->args ? s->args : "") < 0)
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  jk_exec_stream(ip, "stderr", t);
+  free(t);
+  return JK_STEP_DONE;
+}
+
+enum jk_step jk_magic_clear(struct jk_interp *ip, const struct jk_stmt *s) {
+  (void)s;
+  ip->pub->clear_output(ip->pub_ud, false);
+  return JK_STEP_DONE;
+}
+
+enum jk_step jk_magic_session(struct jk_interp *ip, const struct jk_stmt *s) {
+  const char *args = s->args ? s->args : "";
+  if (!*args)
+    return jk_exec_fail(ip, "ValueError", "%%session needs a name: %%session NAME");
+  char *nb = strdup(args);
+  if (!nb || (ip->session && jk_session_rename(ip->session, nb) < 0)) {
+    free(nb);
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
   }
-  if (strcmp(m, "version") == 0) {
-    jk_exec_stream(c, "stdout", "spotlab-kernel " SPOTLAB_VERSION " (Jupyter protocol 5.3)\n");
-    return JK_STEP_DONE;
-  }
-  if (strcmp(m, "history") == 0)
-    return magic_history(c);
-  if (strcmp(m, "stderr") == 0) {
-    char *t = NULL;
-    if (asprintf(&t, "%s\n", args) < 0)
-      return jk_exec_fail(c, "MemoryError", "out of memory");
-    jk_exec_stream(c, "stderr", t);
+  free(ip->notebook);
+  ip->notebook = nb;
+  jk_history_switch(ip->history, nb);
+  if (ip->gw)
+    return jk_jobs_session(ip);
+  char *t = NULL;
+  if (asprintf(&t, "notebook session: %s\n", nb) >= 0) {
+    jk_exec_stream(ip, "stdout", t);
     free(t);
-    return JK_STEP_DONE;
   }
-  if (strcmp(m, "clear") == 0) {
-    if (!c->running->silent)
-      jk_core_publish(c, c->running->request, "clear_output", json_pack("{s:b}", "wait", 0));
-    return JK_STEP_DONE;
-  }
-  if (strcmp(m, "status") == 0 && (!c->gw || jk_gw_state(c->gw) != JK_GW_READY))
-    return magic_status(c);
-  if (strcmp(m, "session") == 0) {
-    if (!*args)
-      return jk_exec_fail(c, "ValueError", "%%session needs a name: %%session NAME");
-    char *nb = strdup(args);
-    if (!nb)
-      return jk_exec_fail(c, "MemoryError", "out of memory");
-    free(c->notebook);
-    c->notebook = nb;
-    jk_history_switch(c->history, nb);
-    if (c->gw) {
-      bool handled;
-      return jk_jobs_magic(c, s, &handled);
-    }
+  return JK_STEP_DONE;
+}
+
+enum jk_step jk_magic_gateway(struct jk_interp *ip, const struct jk_stmt *s) {
+  const char *args = s->args ? s->args : "";
+  if (!*args) {
     char *t = NULL;
-    if (asprintf(&t, "notebook session: %s\n", nb) >= 0) {
-      jk_exec_stream(c, "stdout", t);
+    if (asprintf(&t, "gateway: %s\n", ip->gateway ? ip->gateway : "none") >= 0) {
+      jk_exec_stream(ip, "stdout", t);
       free(t);
     }
     return JK_STEP_DONE;
   }
-  if (strcmp(m, "gateway") == 0) {
-    if (!*args) {
-      char *t = NULL;
-      if (asprintf(&t, "gateway: %s\n", c->gateway ? c->gateway : "none") >= 0) {
-        jk_exec_stream(c, "stdout", t);
-        free(t);
-      }
-      return JK_STEP_DONE;
-    }
-    if (strncmp(args, "tcp://", 6) != 0 && strncmp(args, "ipc://", 6) != 0)
-      return jk_exec_fail(c, "ValueError", "%%gateway takes tcp://HOST:PORT or ipc://PATH, not '%s'", args);
-    free(c->gateway);
-    c->gateway = strdup(args);
-    if (c->gw) {
-      bool handled;
-      return jk_jobs_magic(c, s, &handled);
-    }
-    jk_exec_stream(c, "stdout", "gateway address set\n");
-    return JK_STEP_DONE;
-  }
-  if (c->gw) {
-    bool handled;
-    enum jk_step st = jk_jobs_magic(c, s, &handled);
-    if (handled)
-      return st;
-  }
-  char what[80];
-  snprintf(what, sizeof what, "%%%s", m);
-  return jk_exec_needs_gateway(c, what);
+  if (strncmp(args, "tcp://", 6) != 0 && strncmp(args, "ipc://", 6) != 0)
+    return jk_exec_fail(ip, "ValueError", "%%gateway takes tcp://HOST:PORT or ipc://PATH, not '%s'", args);
+  char *addr = strdup(args);
+  if (!addr)
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  free(ip->gateway);
+  ip->gateway = addr;
+  if (ip->gw)
+    return jk_jobs_gateway(ip, addr);
+  jk_exec_stream(ip, "stdout", "gateway address set\n");
+  return JK_STEP_DONE;
 }

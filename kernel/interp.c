@@ -1,0 +1,233 @@
+/* The spotlab interpreter behind the message core (interp.h): its life, its
+ * entry points, and the gateway client it owns.
+ *
+ * Without a gateway transport the interpreter runs the cell language
+ * locally and answers gateway statements with GatewayUnavailable. With one,
+ * it owns the gateway client (gwclient.c) and starts loading the notebook
+ * session's state from it at once, in the background: cells wait for that
+ * load, which is bounded by the client's hello timeout, and a missing
+ * gateway only fails gateway statements. Gateway callbacks come only from
+ * gateway_input() and tick(); the core dispatches queued requests after
+ * each. */
+#include "interp_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sl_json.h"
+#include "sl_log.h"
+
+struct jk_interp *jk_interp_new(const struct jk_publisher *pub, void *ud,
+                                const struct jk_interp_config *cfg) {
+  struct jk_interp *ip = calloc(1, sizeof *ip);
+  if (!ip)
+    return NULL;
+  ip->pub = pub;
+  ip->pub_ud = ud;
+  ip->history = cfg->history;
+  ip->kernel_id = strdup(cfg->kernel_id ? cfg->kernel_id : "kernel");
+  ip->notebook = strdup(cfg->notebook ? cfg->notebook : ip->kernel_id ? ip->kernel_id : "kernel");
+  const char *gw = getenv("SPOTLAB_GATEWAY");
+  ip->gateway = gw && *gw ? strdup(gw) : NULL;
+  ip->state = jk_state_new();
+  if (!ip->kernel_id || !ip->notebook || !ip->state)
+    return jk_spotlab_interp.free(ip);
+  return ip;
+}
+
+static struct jk_interp *interp_free(struct jk_interp *ip) {
+  if (!ip)
+    return NULL;
+  if (ip->running) {
+    jk_jobs_free_follow(ip);
+    jk_cell_free(ip->running->cell);
+    jk_value_done(&ip->running->result);
+    json_decref(ip->running->error);
+    free(ip->running->input_target);
+    free(ip->running);
+  }
+  ip->last_display = jk_display_free(ip->last_display);
+  ip->session = jk_session_free(ip->session);
+  ip->gw = jk_gw_free(ip->gw);
+  ip->state = jk_state_free(ip->state);
+  free(ip->kernel_id);
+  free(ip->notebook);
+  free(ip->gateway);
+  free(ip);
+  return NULL;
+}
+
+/* ---- session notices ---------------------------------------------------- */
+
+/* A session notice from the gateway (borrowed): a stderr line on the running
+ * cell; between cells, a stderr line on the cell that ran last and an entry
+ * in the last job display's timeline; kept for the start of the next cell's
+ * output only when no cell ran yet. */
+static void notice(struct jk_interp *ip, const json_t *notice) {
+  if (strcmp(sl_json_get_str(notice, "event", ""), "idle"))
+    return;
+  const char *action = sl_json_get_str(notice, "action", "");
+  char line[256];
+  if (!strcmp(action, "warning"))
+    snprintf(line, sizeof line,
+             "spotlab: this notebook is idle; its workers stop in %lld s unless a cell runs\n",
+             (long long)sl_json_get_int(notice, "in_s", 0));
+  else if (!strcmp(action, "shutdown"))
+    snprintf(line, sizeof line, "spotlab: this notebook was idle; its workers were stopped"
+                                " (the next job starts new ones)\n");
+  else
+    return;
+  if (ip->running && !ip->running->silent) {
+    jk_exec_stream(ip, "stderr", line);
+    return;
+  }
+  /* Between cells: under the cell that ran last (front ends keep showing a
+   * finished cell's output), and in the last job display's timeline. */
+  if (ip->cell_ran && ip->pub->stream(ip->pub_ud, JK_PUB_LAST, "stderr", line) == 0) {
+    jk_jobs_notice(ip, notice);
+    return;
+  }
+  size_t have = strlen(ip->pending_notice);
+  if (have + strlen(line) >= sizeof ip->pending_notice)
+    have = 0; /* only the newest notices are kept */
+  snprintf(ip->pending_notice + have, sizeof ip->pending_notice - have, "%s", line);
+}
+
+/* ---- gateway client glue ------------------------------------------------ */
+
+static void on_gw_reply(void *ud, int64_t id, const json_t *reply, const char *error) {
+  struct jk_interp *ip = ud;
+  switch (jk_session_reply(ip->session, id, reply, error)) {
+  case JK_SESSION_LOADED:
+    jk_exec_session_ready(ip);
+    break;
+  case JK_SESSION_HANDLED:
+    break;
+  case JK_SESSION_OTHER:
+    jk_jobs_reply(ip, id, reply, error);
+    break;
+  }
+}
+
+static void on_gw_event(void *ud, const json_t *event) { jk_jobs_event(ud, event); }
+
+static void on_gw_state(void *ud, bool ready, const char *why) {
+  struct jk_interp *ip = ud;
+  if (ready) {
+    jk_session_flush(ip->session);
+    jk_jobs_reattach(ip);
+  } else {
+    sl_debug("kernel.gateway", "gateway not available: %s", why ? why : "?");
+  }
+}
+
+static void on_gw_notice(void *ud, const json_t *n) { notice(ud, n); }
+
+static const struct jk_gw_handler gw_handler = {on_gw_reply, on_gw_event, on_gw_state, on_gw_notice};
+
+static int set_gateway(struct jk_interp *ip, const struct jk_gw_transport *t, void *tud) {
+  if (ip->gw)
+    return 0;
+  struct jk_gw_config gcfg = {.client = "kernel", .session = ip->notebook, .may_spawn = true};
+  ip->gw = jk_gw_new(t, tud, &gw_handler, ip, &gcfg);
+  ip->session = ip->gw ? jk_session_new(ip->state, ip->gw, ip->notebook) : NULL;
+  if (!ip->session) {
+    ip->gw = jk_gw_free(ip->gw);
+    return -ENOMEM;
+  }
+  jk_session_load(ip->session, true);
+  return 0;
+}
+
+static void gateway_input(struct jk_interp *ip, const char *data, size_t len) {
+  if (ip->gw)
+    jk_gw_input(ip->gw, data, len);
+}
+
+static int64_t wake_at_us(const struct jk_interp *ip) {
+  int64_t at = INT64_MAX;
+  if (ip->running && ip->running->wait == JK_WAIT_SLEEP)
+    at = ip->running->wake_at_us;
+  if (ip->gw) {
+    int64_t g = jk_gw_wake_at_us(ip->gw), j = jk_jobs_wake_at_us(ip);
+    at = g < at ? g : at;
+    at = j < at ? j : at;
+  }
+  return at;
+}
+
+static void tick(struct jk_interp *ip) {
+  if (ip->gw) {
+    jk_gw_tick(ip->gw);
+    jk_jobs_tick(ip);
+  }
+  jk_exec_wake(ip);
+}
+
+/* ---- front-end services ------------------------------------------------- */
+
+static bool ident_char(char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+         ch == '_';
+}
+
+/* Code-point index -> byte offset in UTF-8 text (clamped to len). */
+static size_t cp_to_byte(const char *s, size_t len, size_t cp) {
+  size_t i = 0;
+  while (i < len && cp > 0) {
+    i++;
+    while (i < len && ((unsigned char)s[i] & 0xC0) == 0x80)
+      i++;
+    cp--;
+  }
+  return i;
+}
+
+static char *inspect(struct jk_interp *ip, const char *code, size_t len, size_t cursor, int detail) {
+  /* A notebook name under the cursor wins over a keyword of the same spelling. */
+  size_t b = cp_to_byte(code, len, cursor), s = b, e = b;
+  while (s > 0 && ident_char(code[s - 1]))
+    s--;
+  while (e < len && ident_char(code[e]))
+    e++;
+  if (e > s && e - s < 128) {
+    char word[128];
+    memcpy(word, code + s, e - s);
+    word[e - s] = '\0';
+    char *text = jk_state_describe(ip->state, word);
+    if (text)
+      return text;
+  }
+  return jk_inspect(code, len, cursor, detail);
+}
+
+static int complete(struct jk_interp *ip, const char *code, size_t len, size_t cursor,
+                    struct jk_completions *ret) {
+  size_t n_names = 0;
+  const char **names = jk_state_names(ip->state, &n_names);
+  int r = jk_complete(code, len, cursor, names, n_names, ret);
+  free(names);
+  return r;
+}
+
+static enum jk_completeness is_complete(struct jk_interp *ip, const char *code, size_t len) {
+  (void)ip;
+  return jk_is_complete(code, len);
+}
+
+const struct jk_interp_ops jk_spotlab_interp = {
+    .execute = jk_exec_execute,
+    .user_expressions = jk_exec_user_expressions,
+    .input_reply = jk_exec_input_reply,
+    .interrupt = jk_exec_interrupt,
+    .complete = complete,
+    .inspect = inspect,
+    .is_complete = is_complete,
+    .set_gateway = set_gateway,
+    .gateway_input = gateway_input,
+    .wake_at_us = wake_at_us,
+    .tick = tick,
+    .free = interp_free,
+};
