@@ -34,10 +34,10 @@ struct tc_ckpt_meta {
   uint64_t step;   /* training steps completed */
   uint64_t adam_t; /* AdamW bias-correction step */
   uint64_t seed;
-  uint64_t data_cursor; /* gpt: windows drawn; mlp: index into the epoch's permutation */
-  uint64_t data_epoch;  /* mlp: epoch number */
+  uint64_t data_cursor; /* text: windows drawn; images: index into the epoch's permutation */
+  uint64_t data_epoch;  /* images: epoch number */
   struct tc_rng rng_init, rng_data, rng_sample;
-  uint8_t symbols[256]; /* gpt: id -> byte, cfg.vocab entries */
+  uint8_t symbols[256]; /* text: id -> byte, one entry per vocabulary id */
 };
 
 /* A host snapshot: what a checkpoint file holds. */
