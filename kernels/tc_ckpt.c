@@ -20,6 +20,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "format is little-endi
 
 static const char MAGIC[8] = {'S', 'L', 'T', 'C', 'K', 'P', 'T', 0};
 static const char *TAGS[3] = {"PARM", "ADMM", "ADMV"};
+static const char CONF_TAG[4] = {'C', 'O', 'N', 'F'};
 #define SECTION_HEADER_BYTES 24
 
 /* ---- CRC32C ---- */
@@ -94,7 +95,7 @@ void tc_ckpt_capture(struct tc_ckpt *ck, const struct tc_model *m,
 }
 
 int tc_ckpt_restore(const struct tc_ckpt *ck, struct tc_model *m) {
-  if (memcmp(&ck->meta.cfg, &m->cfg, sizeof m->cfg) != 0 || ck->n_params != m->n_params)
+  if (!tc_config_equal(&ck->meta.cfg, &m->cfg) || ck->n_params != m->n_params)
     return SL_EMISMATCH;
   memcpy(m->params, ck->params, sizeof(float) * m->n_params);
   memcpy(m->m, ck->m, sizeof(float) * m->n_params);
@@ -110,20 +111,59 @@ static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
+/* Version 1 held the config as nine fixed fields at [16,52): kind, layers,
+ * heads, dim, ctx, vocab, hidden, in_dim, classes, with kind 1 gpt and 2 mlp
+ * and a kind's unused fields zero. This table turns them into settings. */
+static const char *const V1_FIELDS[9] = {"kind", "layers", "heads", "dim", "ctx",
+                                         "vocab", "hidden", "in_dim", "classes"};
+static const struct {
+  uint32_t kind;
+  const char *model;
+  uint16_t used; /* bit i: V1_FIELDS[i] belongs to the model */
+} V1_KINDS[] = {
+    {1, "gpt", 1u << 1 | 1u << 2 | 1u << 3 | 1u << 4 | 1u << 5},
+    {2, "mlp", 1u << 1 | 1u << 6 | 1u << 7 | 1u << 8},
+};
+
+static int config_from_v1(const uint8_t *h, struct tc_config *ret, char *err, size_t err_size,
+                          const char *path) {
+  uint32_t f[9];
+  for (int i = 0; i < 9; i++) f[i] = get32(h + 16 + 4 * i);
+  for (size_t k = 0; k < sizeof V1_KINDS / sizeof V1_KINDS[0]; k++) {
+    if (V1_KINDS[k].kind != f[0]) continue;
+    char text[256], why[256];
+    size_t off = 0;
+    for (int i = 1; i < 9; i++) {
+      int used = (V1_KINDS[k].used >> i) & 1;
+      if (!used && f[i] != 0) {
+        snprintf(err, err_size, "%s: version-1 header sets %s, which %s does not have", path,
+                 V1_FIELDS[i], V1_KINDS[k].model);
+        return SL_EFORMAT;
+      }
+      if (used)
+        off += (size_t)snprintf(text + off, sizeof text - off, "%s=%u ", V1_FIELDS[i], f[i]);
+    }
+    if (tc_config_parse(ret, V1_KINDS[k].model, text, why, sizeof why) < 0) {
+      snprintf(err, err_size, "%s: version-1 header: %s", path, why);
+      return SL_EFORMAT;
+    }
+    return 0;
+  }
+  snprintf(err, err_size, "%s: version-1 header names unknown model kind %u", path, f[0]);
+  return SL_EFORMAT;
+}
+
 /* Offsets: see docs/internals/training.md. */
 static void encode_header(const struct tc_ckpt *ck, uint8_t h[TC_CKPT_HEADER_BYTES]) {
   const struct tc_ckpt_meta *mt = &ck->meta;
-  const struct tc_config *c = &mt->cfg;
   memset(h, 0, TC_CKPT_HEADER_BYTES);
   memcpy(h, MAGIC, 8);
   put32(h + 8, TC_CKPT_VERSION);
   put32(h + 12, TC_CKPT_HEADER_BYTES);
-  uint32_t cf[9] = {c->kind, c->layers, c->heads, c->dim, c->ctx, c->vocab, c->hidden,
-                    c->in_dim, c->classes};
-  for (int i = 0; i < 9; i++) put32(h + 16 + 4 * i, cf[i]);
+  memcpy(h + 16, mt->cfg.model, TC_MODEL_NAME_BYTES);
   put32(h + 52, mt->world_size);
   put32(h + 56, mt->rank);
-  put32(h + 60, 3); /* sections */
+  put32(h + 60, 4); /* sections: CONF and three arrays */
   uint64_t u[6] = {mt->step, mt->adam_t, mt->seed, mt->data_cursor, mt->data_epoch,
                    (uint64_t)ck->n_params};
   for (int i = 0; i < 6; i++) put64(h + 64 + 8 * i, u[i]);
@@ -134,8 +174,10 @@ static void encode_header(const struct tc_ckpt *ck, uint8_t h[TC_CKPT_HEADER_BYT
   put32(h + 508, tc_crc32c(0, h, 508));
 }
 
+/* Everything but the config, which version 2 keeps in its CONF section:
+ * *ret_version says whether to read it (2) or take it from v1 fields (1). */
 static int decode_header(const uint8_t *h, struct tc_ckpt_meta *mt, uint64_t *ret_n,
-                         char *err, size_t err_size, const char *path) {
+                         uint32_t *ret_version, char *err, size_t err_size, const char *path) {
   if (memcmp(h, MAGIC, 8) != 0) {
     snprintf(err, err_size, "%s: not a spotlab checkpoint (bad magic)", path);
     return SL_EFORMAT;
@@ -144,25 +186,33 @@ static int decode_header(const uint8_t *h, struct tc_ckpt_meta *mt, uint64_t *re
     snprintf(err, err_size, "%s: header checksum mismatch", path);
     return SL_ECHECKSUM;
   }
-  if (get32(h + 8) != TC_CKPT_VERSION || get32(h + 12) != TC_CKPT_HEADER_BYTES ||
-      get32(h + 60) != 3) {
-    snprintf(err, err_size, "%s: unsupported checkpoint version %u", path, get32(h + 8));
+  uint32_t version = get32(h + 8);
+  if ((version != 1 && version != 2) || get32(h + 12) != TC_CKPT_HEADER_BYTES ||
+      get32(h + 60) != (version == 1 ? 3 : 4)) {
+    snprintf(err, err_size, "%s: unsupported checkpoint version %u", path, version);
     return SL_EFORMAT;
   }
   memset(mt, 0, sizeof *mt);
-  uint32_t *cf[9] = {&mt->cfg.kind, &mt->cfg.layers, &mt->cfg.heads, &mt->cfg.dim,
-                     &mt->cfg.ctx, &mt->cfg.vocab, &mt->cfg.hidden, &mt->cfg.in_dim,
-                     &mt->cfg.classes};
-  for (int i = 0; i < 9; i++) *cf[i] = get32(h + 16 + 4 * i);
+  int r = 0;
+  if (version == 1) {
+    r = config_from_v1(h, &mt->cfg, err, err_size, path);
+  } else if (!memchr(h + 16, 0, TC_MODEL_NAME_BYTES)) {
+    snprintf(err, err_size, "%s: model name is not terminated", path);
+    r = SL_EFORMAT;
+  } else {
+    memcpy(mt->cfg.model, h + 16, TC_MODEL_NAME_BYTES);
+  }
+  if (r < 0) return r;
   mt->world_size = get32(h + 52);
   mt->rank = get32(h + 56);
   uint64_t *u[5] = {&mt->step, &mt->adam_t, &mt->seed, &mt->data_cursor, &mt->data_epoch};
   for (int i = 0; i < 5; i++) *u[i] = get64(h + 64 + 8 * i);
   *ret_n = get64(h + 104);
-  struct tc_rng *r[3] = {&mt->rng_init, &mt->rng_data, &mt->rng_sample};
+  struct tc_rng *rs[3] = {&mt->rng_init, &mt->rng_data, &mt->rng_sample};
   for (int k = 0; k < 3; k++)
-    for (int i = 0; i < 4; i++) r[k]->s[i] = get64(h + 112 + 32 * k + 8 * i);
+    for (int i = 0; i < 4; i++) rs[k]->s[i] = get64(h + 112 + 32 * k + 8 * i);
   memcpy(mt->symbols, h + 208, 256);
+  *ret_version = version;
   return 0;
 }
 
@@ -198,6 +248,12 @@ int tc_ckpt_write(const struct tc_ckpt *ck, const char *dir, char *ret_path, siz
   snprintf(tmp, sizeof tmp, "%s/.ckpt-%010llu.slck.tmp", dir, step);
   snprintf(path, sizeof path, "%s/ckpt-%010llu.slck", dir, step);
   uint8_t h[TC_CKPT_HEADER_BYTES];
+  char conf[TC_CKPT_CONF_MAX_BYTES];
+  int conf_bytes = tc_config_encode(&ck->meta.cfg, conf, sizeof conf);
+  if (conf_bytes < 0) {
+    snprintf(err, err_size, "%s: the model config does not encode", path);
+    return -EINVAL;
+  }
   encode_header(ck, h);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -206,6 +262,14 @@ int tc_ckpt_write(const struct tc_ckpt *ck, const char *dir, char *ret_path, siz
     return r;
   }
   int r = write_all(fd, h, sizeof h);
+  if (r == 0) {
+    uint8_t sh[SECTION_HEADER_BYTES] = {0};
+    memcpy(sh, CONF_TAG, 4);
+    put32(sh + 4, tc_crc32c(0, conf, (size_t)conf_bytes));
+    put64(sh + 8, (uint64_t)conf_bytes);
+    r = write_all(fd, sh, sizeof sh);
+    if (r == 0) r = write_all(fd, conf, (size_t)conf_bytes);
+  }
   const float *bufs[3] = {ck->params, ck->m, ck->v};
   size_t bytes = ck->n_params * sizeof(float);
   for (int s = 0; s < 3 && r == 0; s++) {
@@ -251,6 +315,50 @@ static int read_all(int fd, void *buf, size_t n, size_t *ret_got) {
   return 0;
 }
 
+/* Version 2's CONF section: the model's settings as name=value lines. */
+static int read_conf(int fd, struct tc_config *cfg, char *err, size_t err_size,
+                     const char *path) {
+  uint8_t sh[SECTION_HEADER_BYTES];
+  char text[TC_CKPT_CONF_MAX_BYTES + 1], why[256];
+  size_t got = 0;
+  int r = read_all(fd, sh, sizeof sh, &got);
+  if (r < 0) return snprintf(err, err_size, "%s: %s", path, strerror(-r)), r;
+  uint64_t bytes = got == sizeof sh ? get64(sh + 8) : 0;
+  if (got != sizeof sh || memcmp(sh, CONF_TAG, 4) != 0 || bytes > TC_CKPT_CONF_MAX_BYTES ||
+      get64(sh + 16) != 0) {
+    snprintf(err, err_size, "%s: section CONF is truncated or malformed", path);
+    return SL_EFORMAT;
+  }
+  r = read_all(fd, text, (size_t)bytes, &got);
+  if (r < 0) return snprintf(err, err_size, "%s: %s", path, strerror(-r)), r;
+  if (got != bytes) {
+    snprintf(err, err_size, "%s: section CONF is truncated or malformed", path);
+    return SL_EFORMAT;
+  }
+  if (tc_crc32c(0, text, (size_t)bytes) != get32(sh + 4)) {
+    snprintf(err, err_size, "%s: section CONF checksum mismatch", path);
+    return SL_ECHECKSUM;
+  }
+  text[bytes] = 0;
+  if (strlen(text) != bytes) {
+    snprintf(err, err_size, "%s: section CONF holds a NUL byte", path);
+    return SL_EFORMAT;
+  }
+  char model[TC_MODEL_NAME_BYTES];
+  memcpy(model, cfg->model, sizeof model);
+  if (!tc_model_find(model)) {
+    char names[128];
+    snprintf(err, err_size, "%s: checkpoint is for model '%s', which this spotlab-train does "
+             "not have (it has %s)", path, model, tc_model_names(names, sizeof names));
+    return SL_EFORMAT;
+  }
+  if (tc_config_parse(cfg, model, text, why, sizeof why) < 0) {
+    snprintf(err, err_size, "%s: section CONF: %s", path, why);
+    return SL_EFORMAT;
+  }
+  return 0;
+}
+
 int tc_ckpt_read(const char *path, const struct tc_config *expect, struct tc_ckpt **ret,
                  char *err, size_t err_size) {
   struct tc_ckpt *ck = NULL;
@@ -264,22 +372,32 @@ int tc_ckpt_read(const char *path, const struct tc_config *expect, struct tc_ckp
   size_t got = 0;
   struct tc_ckpt_meta meta;
   uint64_t n = 0;
+  uint32_t version = 0;
+  struct tc_model *layout = NULL;
   int r = read_all(fd, h, sizeof h, &got);
   if (r == 0 && got < sizeof h) {
     snprintf(err, err_size, "%s: truncated header (%zu bytes)", path, got);
     r = SL_EFORMAT;
   }
-  if (r == 0) r = decode_header(h, &meta, &n, err, err_size, path);
+  if (r == 0) r = decode_header(h, &meta, &n, &version, err, err_size, path);
+  if (r == 0 && version == 2) r = read_conf(fd, &meta.cfg, err, err_size, path);
   if (r < 0) goto out;
-  struct tc_model layout;
-  char why[160];
-  if (tc_config_validate(&meta.cfg, why, sizeof why) < 0 ||
-      tc_model_layout(&meta.cfg, &layout) < 0 || layout.n_params != n) {
-    snprintf(err, err_size, "%s: header describes an invalid model", path);
+  char why[256] = "";
+  if (!(layout = calloc(1, sizeof *layout))) {
+    r = -ENOMEM;
+    snprintf(err, err_size, "%s: out of memory", path);
+    goto out;
+  }
+  if (tc_config_validate(&meta.cfg, why, sizeof why) == 0 &&
+      tc_model_layout(&meta.cfg, layout) == 0 && layout->n_params != n)
+    snprintf(why, sizeof why, "%llu parameters stored, its layout has %zu",
+             (unsigned long long)n, layout->n_params);
+  if (why[0]) {
+    snprintf(err, err_size, "%s: header describes an invalid model: %s", path, why);
     r = SL_EFORMAT;
     goto out;
   }
-  if (expect && memcmp(expect, &meta.cfg, sizeof *expect) != 0) {
+  if (expect && !tc_config_equal(expect, &meta.cfg)) {
     char a[160], b[160];
     snprintf(err, err_size, "%s: checkpoint is for %s, but this run is %s", path,
              tc_config_describe(&meta.cfg, a, sizeof a), tc_config_describe(expect, b, sizeof b));
@@ -307,7 +425,8 @@ int tc_ckpt_read(const char *path, const struct tc_config *expect, struct tc_ckp
       snprintf(err, err_size, "%s: %s", path, strerror(-r));
       goto out;
     }
-    if (!complete || memcmp(sh, TAGS[s], 4) != 0 || get64(sh + 8) != bytes) {
+    if (!complete || memcmp(sh, TAGS[s], 4) != 0 || get64(sh + 8) != bytes ||
+        get64(sh + 16) != 0) {
       snprintf(err, err_size, "%s: section %s is truncated or malformed", path, TAGS[s]);
       r = SL_EFORMAT;
       goto out;
@@ -325,6 +444,7 @@ int tc_ckpt_read(const char *path, const struct tc_config *expect, struct tc_ckp
   }
 out:
   close(fd);
+  free(layout);
   if (r < 0) tc_ckpt_free(ck);
   else *ret = ck;
   return r;

@@ -1,12 +1,17 @@
 /* Checkpoints: one device-independent file format for every backend.
  *
- * Layout (all integers little-endian, floats IEEE-754 binary32 little-endian):
- *   header, 512 bytes: magic "SLTCKPT\0", version, config, world size and rank,
- *     step, AdamW step, seed, data position, the three RNG states, the text
- *     vocabulary; CRC32C of bytes [0,508) in bytes [508,512).
+ * Layout, version 2 (all integers little-endian, floats IEEE-754 binary32
+ * little-endian):
+ *   header, 512 bytes: magic "SLTCKPT\0", version, the model's name, world
+ *     size and rank, step, AdamW step, seed, data position, the three RNG
+ *     states, the text vocabulary; CRC32C of bytes [0,508) in bytes [508,512).
+ *   section "CONF": the model's settings as "name=value\n" lines, at most
+ *     TC_CKPT_CONF_MAX_BYTES, so a new setting does not change the format.
  *   three sections "PARM", "ADMM", "ADMV" (parameters, first and second
- *     moments), each a 24-byte section header (tag, CRC32C of the payload,
- *     payload bytes, reserved) followed by n_params floats in the model layout.
+ *     moments) of n_params floats in the model layout.
+ * Each section is a 24-byte section header (tag, CRC32C of the payload,
+ * payload bytes, reserved) followed by its payload. Version 1 (read, never
+ * written) had no CONF section: nine fixed config fields in the header.
  * Files are named ckpt-<step, 10 digits>.slck so names sort by step; they are
  * written to a hidden temporary name, fsynced, renamed and the folder fsynced.
  * docs/internals/training.md has the byte offsets. */
@@ -19,8 +24,9 @@
 #include "tc_model.h"
 #include "tc_rng.h"
 
-#define TC_CKPT_VERSION 1
+#define TC_CKPT_VERSION 2
 #define TC_CKPT_HEADER_BYTES 512
+#define TC_CKPT_CONF_MAX_BYTES 4096
 
 struct tc_ckpt_meta {
   struct tc_config cfg;
@@ -28,10 +34,10 @@ struct tc_ckpt_meta {
   uint64_t step;   /* training steps completed */
   uint64_t adam_t; /* AdamW bias-correction step */
   uint64_t seed;
-  uint64_t data_cursor; /* gpt: windows drawn; mlp: index into the epoch's permutation */
-  uint64_t data_epoch;  /* mlp: epoch number */
+  uint64_t data_cursor; /* text: windows drawn; images: index into the epoch's permutation */
+  uint64_t data_epoch;  /* images: epoch number */
   struct tc_rng rng_init, rng_data, rng_sample;
-  uint8_t symbols[256]; /* gpt: id -> byte, cfg.vocab entries */
+  uint8_t symbols[256]; /* text: id -> byte, one entry per vocabulary id */
 };
 
 /* A host snapshot: what a checkpoint file holds. */
@@ -56,8 +62,9 @@ uint32_t tc_crc32c(uint32_t crc, const void *buf, size_t n);
  * temporary file is removed and earlier checkpoints are untouched. */
 int tc_ckpt_write(const struct tc_ckpt *ck, const char *dir, char *ret_path, size_t path_size,
                   char *err, size_t err_size);
-/* Reads and verifies a file. expect (may be NULL) must equal the stored
- * config, else SL_EMISMATCH. Corruption gives SL_ECHECKSUM or SL_EFORMAT. */
+/* Reads and verifies a file of version 1 or 2. expect (may be NULL) must
+ * equal the stored config, else SL_EMISMATCH. Corruption gives SL_ECHECKSUM
+ * or SL_EFORMAT, and so does a model this build does not have. */
 int tc_ckpt_read(const char *path, const struct tc_config *expect, struct tc_ckpt **ret,
                  char *err, size_t err_size);
 /* Checkpoint file names in dir, newest first; owned array of owned strings. */

@@ -39,6 +39,9 @@ void tc_text_eval_batch(const struct tc_text *t, int i, int n_batches, int B, in
 int tc_idx_load(const char *path, int ndims, uint8_t **ret_data, uint32_t ret_dims[3],
                 char *err, size_t err_size);
 
+#define TC_IMAGE_PIXELS 784 /* 28 x 28 */
+#define TC_IMAGE_CLASSES 10
+
 struct tc_images {
   float *x;   /* (n,784) pixels / 255 */
   int32_t *y; /* (n) labels 0..9 */

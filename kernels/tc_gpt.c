@@ -5,12 +5,47 @@
  * The training forward fuses the loss gradient into the logits buffer, so a
  * forward with targets must be followed by backward before logits are read. */
 #include <errno.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tc_gpt.h"
 #include "tc_model_int.h"
 #include "tc_ops.h"
 #include "tc_par.h"
+#include "train.h"
+
+_Static_assert(sizeof(struct tc_gpt_config) <= TC_CONFIG_BYTES, "gpt config fits tc_config");
+
+static const struct tc_gpt_config *cfg_of(const struct tc_model *m) {
+  return tc_config_model_c(&m->cfg);
+}
+
+struct gpt_layer_acts {
+  float *ln1, *ln1_mean, *ln1_rstd; /* (N,C) (N) (N) */
+  float *qkv;                       /* (N,3C) */
+  float *att;                       /* (B,H,T,T) */
+  float *atty;                      /* (N,C) */
+  float *res2;                      /* (N,C) residual after attention */
+  float *ln2, *ln2_mean, *ln2_rstd; /* (N,C) (N) (N) */
+  float *fch, *fch_gelu;            /* (N,4C) (N,4C) */
+  float *res3;                      /* (N,C) block output */
+};
+
+/* N = max_batch * ctx */
+struct gpt_acts {
+  int B;                     /* batch of the last forward */
+  int32_t *tokens, *targets; /* (N) */
+  float *encoded;            /* (N,C) */
+  struct gpt_layer_acts *layer;
+  float *lnf, *lnf_mean, *lnf_rstd; /* (N,C) (N) (N) */
+  float *logits;                    /* (N,V); dlogits after a training forward */
+  float *losses;                    /* (N) */
+  float *dres, *dC, *d3C, *d4C;     /* backward scratch */
+  float *att_scratch;               /* T*T per thread */
+  int att_scratch_threads;
+};
 
 struct alloc {
   size_t bytes;
@@ -25,11 +60,11 @@ static void *take(struct alloc *a, size_t n, size_t elem) {
   return p;
 }
 
-int tc_gpt_acts_new(struct tc_model *m) {
-  const struct tc_config *c = &m->cfg;
+static int gpt_acts_new(struct tc_model *m) {
+  const struct tc_gpt_config *c = cfg_of(m);
   size_t B = (size_t)m->max_batch, T = c->ctx, C = c->dim, H = c->heads, V = c->vocab;
   size_t N = B * T, L = c->layers;
-  struct tc_acts *a = calloc(1, sizeof *a);
+  struct gpt_acts *a = calloc(1, sizeof *a);
   if (!a) return -ENOMEM;
   m->acts = a;
   struct alloc al = {0};
@@ -65,11 +100,13 @@ int tc_gpt_acts_new(struct tc_model *m) {
   a->d4C = take(&al, N * 4 * C, 4);
   a->att_scratch_threads = tc_par_threads();
   a->att_scratch = take(&al, tc_attention_scratch_floats((int)T) * a->att_scratch_threads, 4);
-  a->bytes = al.bytes;
+  m->acts_bytes = al.bytes;
   return al.failed ? -ENOMEM : 0;
 }
 
-void tc_gpt_acts_free(struct tc_acts *a, const struct tc_config *c) {
+static void gpt_acts_free(struct tc_model *m) {
+  const struct tc_gpt_config *c = cfg_of(m);
+  struct gpt_acts *a = m->acts;
   if (a->layer) {
     for (uint32_t l = 0; l < c->layers; l++) {
       struct gpt_layer_acts *la = &a->layer[l];
@@ -93,6 +130,7 @@ void tc_gpt_acts_free(struct tc_acts *a, const struct tc_config *c) {
   free(a->d4C);
   free(a->att_scratch);
   free(a);
+  m->acts = NULL;
 }
 
 /* Pointers to one block's parameters inside a base array (params or grads). */
@@ -110,9 +148,9 @@ static struct blk block(const struct tc_model *m, float *base, uint32_t l) {
   return b;
 }
 
-int tc_gpt_forward(struct tc_model *m, const struct tc_batch *bt, float *ret_loss) {
-  const struct tc_config *c = &m->cfg;
-  struct tc_acts *a = m->acts;
+static int gpt_forward(struct tc_model *m, const struct tc_batch *bt, float *ret_loss) {
+  const struct tc_gpt_config *c = cfg_of(m);
+  struct gpt_acts *a = m->acts;
   int B = bt->B, T = (int)c->ctx, C = (int)c->dim, H = (int)c->heads, V = (int)c->vocab;
   int N = B * T;
   for (int i = 0; i < N; i++) {
@@ -144,6 +182,7 @@ int tc_gpt_forward(struct tc_model *m, const struct tc_batch *bt, float *ret_los
   tc_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_b, N, C);
   tc_linear_forward(a->logits, a->lnf, wte, NULL, N, C, V); /* (N,V), tied head */
   m->have_targets = 0;
+  m->last_correct = 0;
   if (!bt->targets) return 0;
   memcpy(a->targets, bt->targets, sizeof(int32_t) * N);
   int Ng = (bt->global_B ? bt->global_B : B) * T; /* positions the mean is over */
@@ -154,9 +193,9 @@ int tc_gpt_forward(struct tc_model *m, const struct tc_batch *bt, float *ret_los
   return 0;
 }
 
-int tc_gpt_backward(struct tc_model *m) {
-  const struct tc_config *c = &m->cfg;
-  struct tc_acts *a = m->acts;
+static int gpt_backward(struct tc_model *m) {
+  const struct tc_gpt_config *c = cfg_of(m);
+  struct gpt_acts *a = m->acts;
   int B = a->B, T = (int)c->ctx, C = (int)c->dim, H = (int)c->heads, V = (int)c->vocab;
   int N = B * T;
   if (a->att_scratch_threads < tc_par_threads()) {
@@ -200,3 +239,102 @@ int tc_gpt_backward(struct tc_model *m) {
   m->have_targets = 0;
   return 0;
 }
+
+static const float *gpt_logits(const struct tc_model *m) {
+  return ((const struct gpt_acts *)m->acts)->logits;
+}
+
+/* ---- configuration ---- */
+
+#define F_(name, lo, hi) {#name, offsetof(struct tc_gpt_config, name), lo, hi, 1, 0}
+static const struct tc_config_field FIELDS[] = {
+    F_(layers, 1, 64), F_(heads, 1, 8192), F_(dim, 1, 8192), F_(ctx, 1, 8192),
+    F_(vocab, 2, TC_MAX_VOCAB),
+};
+#undef F_
+
+static int gpt_from_opts(void *cfg, const struct tc_opts *o, char *err, size_t es) {
+  struct tc_gpt_config *c = cfg;
+  if (o->heads < 1 || o->dim % o->heads)
+    return snprintf(err, es, "--dim must be a multiple of --heads"), -EINVAL;
+  *c = (struct tc_gpt_config){.layers = (uint32_t)o->layers, .heads = (uint32_t)o->heads,
+                              .dim = (uint32_t)o->dim, .ctx = (uint32_t)o->ctx};
+  return 0;
+}
+
+static int gpt_fit_data(void *cfg, const struct tc_data_facts *d, char *err, size_t es) {
+  (void)err, (void)es;
+  ((struct tc_gpt_config *)cfg)->vocab = d->vocab;
+  return 0;
+}
+
+static int gpt_validate(const void *cfg, char *err, size_t es) {
+  const struct tc_gpt_config *c = cfg;
+  if (c->dim % c->heads)
+    return snprintf(err, es, "dim must be 1..8192 and a multiple of heads"), -EINVAL;
+  return 0;
+}
+
+static void gpt_shape(const void *cfg, struct tc_row_shape *ret) {
+  const struct tc_gpt_config *c = cfg;
+  *ret = (struct tc_row_shape){.tokens = c->ctx, .targets = c->ctx, .classes = c->vocab};
+}
+
+static void gpt_layout(struct tc_model *m) {
+  const struct tc_gpt_config *c = cfg_of(m);
+  uint32_t C = c->dim;
+  char nm[32];
+  tc_model_add_tensor(m, "wte", c->vocab, C);
+  tc_model_add_tensor(m, "wpe", c->ctx, C);
+  for (uint32_t l = 0; l < c->layers; l++) {
+#define T_(suffix, rows, cols) \
+  snprintf(nm, sizeof nm, "h%u.%s", l, suffix), tc_model_add_tensor(m, nm, rows, cols)
+    T_("ln1_w", C, 0);
+    T_("ln1_b", C, 0);
+    T_("attn_w", 3 * C, C);
+    T_("attn_b", 3 * C, 0);
+    T_("proj_w", C, C);
+    T_("proj_b", C, 0);
+    T_("ln2_w", C, 0);
+    T_("ln2_b", C, 0);
+    T_("fc_w", 4 * C, C);
+    T_("fc_b", 4 * C, 0);
+    T_("fcproj_w", C, 4 * C);
+    T_("fcproj_b", C, 0);
+#undef T_
+  }
+  tc_model_add_tensor(m, "lnf_w", C, 0);
+  tc_model_add_tensor(m, "lnf_b", C, 0);
+}
+
+/* GPT-2's: 0.02, the residual projections scaled by 1/sqrt(2 layers). */
+static float gpt_init_std(const struct tc_model *m, const struct tc_tensor *t) {
+  const char *dot = strrchr(t->name, '.');
+  const char *base = dot ? dot + 1 : t->name;
+  if (!strcmp(base, "proj_w") || !strcmp(base, "fcproj_w"))
+    return 0.02f / sqrtf(2.0f * (float)cfg_of(m)->layers);
+  return 0.02f;
+}
+
+const struct tc_model_ops tc_gpt_ops = {
+    .name = "gpt",
+    .data = TC_DATA_TEXT,
+    .default_data = "moby-dick",
+    .rate_metric = "tokens_per_s",
+    .generates = 1,
+    .adam_beta2 = 0.95f,
+    .config_bytes = sizeof(struct tc_gpt_config),
+    .fields = FIELDS,
+    .n_fields = sizeof FIELDS / sizeof FIELDS[0],
+    .from_opts = gpt_from_opts,
+    .fit_data = gpt_fit_data,
+    .validate = gpt_validate,
+    .shape = gpt_shape,
+    .layout = gpt_layout,
+    .init_std = gpt_init_std,
+    .acts_new = gpt_acts_new,
+    .acts_free = gpt_acts_free,
+    .forward = gpt_forward,
+    .backward = gpt_backward,
+    .logits = gpt_logits,
+};

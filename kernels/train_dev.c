@@ -28,6 +28,7 @@
 
 struct tc_dev {
   struct tc_model *host;
+  struct tc_row_shape shape; /* of the host model's rows */
   int rank, world, batch, local_batch, cuda_device, bf16;
   int slices;     /* of the global batch, slices / world of them on this rank */
   float *acc;     /* CPU, several slices per rank: the sum of their gradients */
@@ -214,6 +215,7 @@ int tc_dev_new(const struct tc_dev_opts *o, struct tc_launch *l, struct tc_model
   struct tc_dev *d = calloc(1, sizeof *d);
   if (!d) return -ENOMEM;
   d->host = host;
+  tc_config_shape(&host->cfg, &d->shape);
   d->rank = l->rank;
   d->world = l->world;
   d->batch = batch;
@@ -355,11 +357,10 @@ static struct tc_batch slice(const struct tc_dev *d, const struct tc_batch *b, i
   p.global_B = b->B;
   if (S == 1) return p;
   int lo = (int)((int64_t)b->B * s / S), hi = (int)((int64_t)b->B * (s + 1) / S);
-  size_t row = d->host->cfg.kind == TC_MODEL_GPT ? d->host->cfg.ctx : 1;
   p.B = hi - lo;
-  if (p.tokens) p.tokens += (size_t)lo * row;
-  if (p.targets) p.targets += (size_t)lo * row;
-  if (p.inputs) p.inputs += (size_t)lo * TC_MLP_IN;
+  if (p.tokens) p.tokens += (size_t)lo * d->shape.tokens;
+  if (p.targets) p.targets += (size_t)lo * d->shape.targets;
+  if (p.inputs) p.inputs += (size_t)lo * d->shape.inputs;
   return p;
 }
 
@@ -510,7 +511,7 @@ const float *tc_dev_logits(struct tc_dev *d, size_t rows) {
   if (d->cm) {
     if (rows > d->logits_rows) {
       free(d->logits);
-      d->logits = malloc(sizeof(float) * rows * d->host->cfg.vocab);
+      d->logits = malloc(sizeof(float) * rows * d->shape.classes);
       d->logits_rows = d->logits ? rows : 0;
       if (!d->logits) return NULL;
     }

@@ -84,7 +84,8 @@ int tc_dev_adamw(struct tc_dev *d, const struct tc_adamw *hp, float lr);
 int tc_dev_to_host(struct tc_dev *d);
 /* Sums n small flags over ranks in place (no-op for one process). */
 int tc_dev_agree(struct tc_dev *d, int *flags, int n);
-/* gpt, after a forward without targets: host pointer to logits rows [0, rows). */
+/* A generating model, after a forward without targets: host pointer to
+ * logits rows [0, rows). */
 const float *tc_dev_logits(struct tc_dev *d, size_t rows);
 /* Why the last collective failed (a rank died, a timeout), or "". */
 const char *tc_dev_error(const struct tc_dev *d);

@@ -114,6 +114,8 @@ struct run {
   const struct tc_opts *o;
   struct metrics mt;
   struct tc_config cfg;
+  const struct tc_model_ops *ops; /* cfg's model */
+  struct tc_row_shape shape;      /* of cfg's batch rows */
   struct tc_model *model; /* host buffers (and the CPU path's activations) */
   struct tc_dev *dev;     /* the step on the chosen device; rank and world size */
   int batch;              /* global batch rows (all ranks) */
@@ -124,8 +126,8 @@ struct run {
   struct tc_ckpt_writer *writer;
   uint64_t last_ckpt_step;
   int have_ckpt;
-  int32_t *tokens, *targets; /* (B,T) or (B) */
-  float *inputs;             /* mlp (B,784) */
+  int32_t *tokens, *targets; /* (B, shape.tokens), (B, shape.targets) */
+  float *inputs;             /* (B, shape.inputs) */
   FILE *dump_batches;
 };
 
@@ -135,27 +137,41 @@ static int fail(struct run *R, int err, const char *text) {
   return 1;
 }
 
+/* Loads the data the model takes and fits R->cfg to it (a text model takes
+ * its vocabulary); R->cfg's model is set. */
 static int load_data(struct run *R, int for_train, char *err, size_t es) {
   const struct tc_opts *o = R->o;
   char path[4096];
-  int r;
-  if (R->cfg.kind == TC_MODEL_GPT) {
+  struct tc_data_facts facts = {0};
+  int r = 0;
+  tc_config_shape(&R->cfg, &R->shape);
+  switch (R->ops->data) {
+  case TC_DATA_TEXT:
     r = tc_text_resolve(o->data, path, sizeof path, err, es);
-    if (r == 0) r = tc_text_load(path, R->cfg.ctx, &R->text, err, es);
-    if (r == 0) R->cfg.vocab = R->text->vocab;
-    return r;
+    if (r == 0) r = tc_text_load(path, R->shape.tokens, &R->text, err, es);
+    if (r == 0) facts.vocab = R->text->vocab;
+    break;
+  case TC_DATA_IMAGES:
+    tc_images_resolve(o->data, path, sizeof path);
+    if (for_train) r = tc_images_load(path, "train", &R->train, err, es);
+    if (r == 0) r = tc_images_load(path, "t10k", &R->test, err, es);
+    facts.features = TC_IMAGE_PIXELS;
+    facts.classes = TC_IMAGE_CLASSES;
+    break;
   }
-  tc_images_resolve(o->data, path, sizeof path);
-  if (for_train && (r = tc_images_load(path, "train", &R->train, err, es)) < 0) return r;
-  return tc_images_load(path, "t10k", &R->test, err, es);
+  if (r == 0 && R->ops->fit_data)
+    r = R->ops->fit_data(tc_config_model(&R->cfg), &facts, err, es);
+  tc_config_shape(&R->cfg, &R->shape);
+  return r;
 }
 
+/* Batch buffers for B rows of R->shape. */
 static int alloc_batch(struct run *R, int B) {
-  size_t n = R->cfg.kind == TC_MODEL_GPT ? (size_t)B * R->cfg.ctx : (size_t)B;
-  R->tokens = malloc(sizeof(int32_t) * n);
-  R->targets = malloc(sizeof(int32_t) * n);
-  if (R->cfg.kind == TC_MODEL_MLP) R->inputs = malloc(sizeof(float) * 784 * (size_t)B);
-  return R->tokens && R->targets && (R->cfg.kind == TC_MODEL_GPT || R->inputs) ? 0 : -ENOMEM;
+  const struct tc_row_shape *s = &R->shape;
+  R->tokens = malloc(sizeof(int32_t) * (size_t)B * (s->tokens ? s->tokens : 1));
+  R->targets = malloc(sizeof(int32_t) * (size_t)B * (s->targets ? s->targets : 1));
+  if (s->inputs) R->inputs = malloc(sizeof(float) * (size_t)B * s->inputs);
+  return R->tokens && R->targets && (!s->inputs || R->inputs) ? 0 : -ENOMEM;
 }
 
 static void free_run(struct run *R) {
@@ -173,13 +189,13 @@ static void free_run(struct run *R) {
   metrics_close(&R->mt);
 }
 
-/* Mean held-out loss; mlp also gives accuracy. */
+/* Mean held-out loss; a model that counts correct rows also gives accuracy. */
 static int evaluate(struct run *R, double *ret_loss, double *ret_acc) {
   int B = R->batch;
   double sum = 0.0;
   int64_t correct = 0, count = 0;
-  if (R->cfg.kind == TC_MODEL_GPT) {
-    int T = (int)R->cfg.ctx, nb = (int)R->o->eval_batches;
+  if (R->ops->data == TC_DATA_TEXT) {
+    int T = (int)R->shape.tokens, nb = (int)R->o->eval_batches;
     for (int i = 0; i < nb; i++) {
       tc_text_eval_batch(R->text, i, nb, B, T, R->tokens, R->targets);
       struct tc_batch b = {.B = B, .tokens = R->tokens, .targets = R->targets};
@@ -195,7 +211,7 @@ static int evaluate(struct run *R, double *ret_loss, double *ret_acc) {
   const struct tc_images *t = R->test;
   for (uint32_t i = 0; i < t->n; i += (uint32_t)B) {
     int n = t->n - i < (uint32_t)B ? (int)(t->n - i) : B;
-    struct tc_batch b = {.B = n, .inputs = t->x + (size_t)i * 784, .targets = t->y + i};
+    struct tc_batch b = {.B = n, .inputs = t->x + (size_t)i * TC_IMAGE_PIXELS, .targets = t->y + i};
     double loss;
     int64_t right = 0;
     int r = tc_dev_forward(R->dev, &b, &loss, &right);
@@ -205,7 +221,7 @@ static int evaluate(struct run *R, double *ret_loss, double *ret_acc) {
     count += n;
   }
   *ret_loss = sum / (double)count;
-  *ret_acc = (double)correct / (double)count;
+  *ret_acc = R->ops->counts_correct ? (double)correct / (double)count : NAN;
   return 0;
 }
 
@@ -286,8 +302,8 @@ static int poll_control(int fd, char *buf, size_t *len, size_t cap, struct metri
 
 /* Fills the next training batch from the live data position in R->meta. */
 static void next_batch(struct run *R, int B) {
-  if (R->cfg.kind == TC_MODEL_GPT) {
-    tc_text_sample(R->text, &R->meta.rng_data, B, (int)R->cfg.ctx, R->tokens, R->targets);
+  if (R->ops->data == TC_DATA_TEXT) {
+    tc_text_sample(R->text, &R->meta.rng_data, B, (int)R->shape.tokens, R->tokens, R->targets);
     R->meta.data_cursor += (uint64_t)B;
     return;
   }
@@ -299,21 +315,19 @@ static void next_batch(struct run *R, int B) {
       tc_images_perm(R->perm, t->n, R->meta.seed, R->meta.data_epoch);
     }
     uint32_t k = R->perm[R->meta.data_cursor++];
-    memcpy(R->inputs + (size_t)i * 784, t->x + (size_t)k * 784, sizeof(float) * 784);
+    memcpy(R->inputs + (size_t)i * TC_IMAGE_PIXELS, t->x + (size_t)k * TC_IMAGE_PIXELS,
+           sizeof(float) * TC_IMAGE_PIXELS);
     R->targets[i] = t->y[k];
   }
 }
 
+/* Tokens, inputs, targets of the batch, each as far as the rows have them. */
 static void dump_batch(struct run *R, int B) {
   if (!R->dump_batches) return;
-  if (R->cfg.kind == TC_MODEL_GPT) {
-    size_t n = (size_t)B * R->cfg.ctx;
-    fwrite(R->tokens, sizeof(int32_t), n, R->dump_batches);
-    fwrite(R->targets, sizeof(int32_t), n, R->dump_batches);
-  } else {
-    fwrite(R->inputs, sizeof(float), (size_t)B * 784, R->dump_batches);
-    fwrite(R->targets, sizeof(int32_t), (size_t)B, R->dump_batches);
-  }
+  const struct tc_row_shape *s = &R->shape;
+  if (s->tokens) fwrite(R->tokens, sizeof(int32_t), (size_t)B * s->tokens, R->dump_batches);
+  if (s->inputs) fwrite(R->inputs, sizeof(float), (size_t)B * s->inputs, R->dump_batches);
+  fwrite(R->targets, sizeof(int32_t), (size_t)B * s->targets, R->dump_batches);
   fflush(R->dump_batches);
 }
 
@@ -383,19 +397,16 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
       goto out;
     }
   }
-  int is_gpt = !strcmp(o->model, "gpt");
-  R.cfg = (struct tc_config){.kind = is_gpt ? TC_MODEL_GPT : TC_MODEL_MLP,
-                             .layers = (uint32_t)o->layers};
-  if (is_gpt) {
-    R.cfg.heads = (uint32_t)o->heads;
-    R.cfg.dim = (uint32_t)o->dim;
-    R.cfg.ctx = (uint32_t)o->ctx;
-  } else {
-    R.cfg.hidden = (uint32_t)o->hidden;
-    R.cfg.in_dim = TC_MLP_IN;
-    R.cfg.classes = TC_MLP_CLASSES;
+  if (!(R.ops = tc_model_find(o->model))) {
+    char names[128];
+    snprintf(err, sizeof err, "unknown model '%s' (%s)", o->model,
+             tc_model_names(names, sizeof names));
+    r = fail(&R, -EINVAL, err);
+    goto out;
   }
-  if ((r = load_data(&R, 1, err, sizeof err)) < 0) {
+  tc_config_init(&R.cfg, R.ops);
+  if ((r = R.ops->from_opts(tc_config_model(&R.cfg), o, err, sizeof err)) < 0 ||
+      (r = load_data(&R, 1, err, sizeof err)) < 0) {
     r = fail(&R, r, err);
     goto out;
   }
@@ -429,7 +440,7 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     r = tc_ckpt_load_newest(o->ckpt_dir, &R.cfg, on_ckpt_warn, &R, &ck, path, sizeof path, err,
                             sizeof err);
     if (r == 0) {
-      if (is_gpt && memcmp(ck->meta.symbols, R.meta.symbols, R.cfg.vocab) != 0) {
+      if (R.text && memcmp(ck->meta.symbols, R.meta.symbols, R.text->vocab) != 0) {
         snprintf(err, sizeof err, "%s: checkpoint vocabulary differs from the data's", path);
         tc_ckpt_free(ck);
         r = fail(&R, SL_EMISMATCH, err);
@@ -464,7 +475,7 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     r = fail(&R, -errno, err);
     goto out;
   }
-  if (!is_gpt) {
+  if (R.train) {
     if (!(R.perm = malloc(sizeof(uint32_t) * R.train->n))) {
       r = fail(&R, -ENOMEM, "out of memory");
       goto out;
@@ -485,7 +496,7 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
            R.meta.step, tc_dev_describe(R.dev, desc, sizeof desc), launch->world);
     }
   }
-  if (!is_gpt) /* the permutation of the (possibly broadcast) data epoch */
+  if (R.train) /* the permutation of the (possibly broadcast) data epoch */
     tc_images_perm(R.perm, R.train->n, R.meta.seed, R.meta.data_epoch);
   if (o->ckpt_dir && rank == 0 &&
       !(R.writer = tc_ckpt_writer_new(o->ckpt_dir, (int)o->keep, R.model->n_params,
@@ -493,8 +504,7 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     r = fail(&R, -ENOMEM, "cannot start the checkpoint writer");
     goto out;
   }
-  struct tc_adamw hp = {0.9f, 0.95f, 1e-8f, (float)o->weight_decay};
-  if (!is_gpt) hp.beta2 = 0.999f;
+  struct tc_adamw hp = {0.9f, R.ops->adam_beta2, 1e-8f, (float)o->weight_decay};
   uint64_t total = (uint64_t)o->steps;
   size_t mem = tc_dev_mem_bytes(R.dev);
   char ctl[4096];
@@ -540,7 +550,7 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     loss = (float)loss_d;
     R.meta.step = step + 1;
     double dt = (double)(sl_time_mono_us() - t0) / 1e6;
-    double rate = (is_gpt ? (double)B * R.cfg.ctx : (double)B) / (dt > 0 ? dt : 1e-9);
+    double rate = (double)B * R.shape.targets / (dt > 0 ? dt : 1e-9);
     int do_eval = (o->eval_every && (step + 1) % (uint64_t)o->eval_every == 0) || step + 1 == total;
     if (do_eval && (r = evaluate(&R, &ev_loss, &ev_acc)) < 0) {
       snprintf(err, sizeof err, "evaluation failed: %s",
@@ -549,12 +559,12 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
       goto out;
     }
     char extra[160] = "";
-    if (do_eval && is_gpt) snprintf(extra, sizeof extra, ",\"eval_loss\":%.9g", ev_loss);
-    if (do_eval && !is_gpt)
+    if (do_eval && !R.ops->counts_correct)
+      snprintf(extra, sizeof extra, ",\"eval_loss\":%.9g", ev_loss);
+    if (do_eval && R.ops->counts_correct)
       snprintf(extra, sizeof extra, ",\"eval_loss\":%.9g,\"eval_accuracy\":%.9g", ev_loss, ev_acc);
     emit(&R.mt, "\"step\":%u,\"loss\":%g,\"lr\":%g,\"grad_norm\":%g,\"%s\":%g,\"mem_bytes\":%u%s",
-         step + 1, (double)loss, (double)lr, gnorm, is_gpt ? "tokens_per_s" : "samples_per_s",
-         rate, (uint64_t)mem, extra);
+         step + 1, (double)loss, (double)lr, gnorm, R.ops->rate_metric, rate, (uint64_t)mem, extra);
     if (!isfinite(loss)) {
       r = fail(&R, -EDOM, "loss is not finite; lower --lr");
       goto out;
@@ -588,13 +598,15 @@ static int load_for_inference(struct run *R, int B, int need_data, char *err, si
                               err, es);
   if (r < 0) return r;
   R->cfg = ck->meta.cfg;
+  R->ops = tc_config_ops(&R->cfg);
   R->meta = ck->meta;
+  tc_config_shape(&R->cfg, &R->shape);
   if (need_data) {
-    uint32_t vocab = R->cfg.vocab;
     r = load_data(R, 0, err, es);
-    if (r == 0 && R->cfg.kind == TC_MODEL_GPT &&
-        (R->text->vocab != vocab || memcmp(R->text->symbols, ck->meta.symbols, vocab) != 0)) {
-      snprintf(err, es, "%s: the model's vocabulary differs from data %s", path, R->o->data);
+    if (r == 0 && (!tc_config_equal(&R->cfg, &ck->meta.cfg) ||
+                   (R->text && memcmp(R->text->symbols, ck->meta.symbols, R->text->vocab) != 0))) {
+      snprintf(err, es, "%s: the model does not fit data %s (%s)", path, R->o->data,
+               R->text ? "another vocabulary" : "another shape");
       r = SL_EMISMATCH;
     }
   }
@@ -632,7 +644,7 @@ int tc_run_eval(const struct tc_opts *o) {
   struct tc_ckpt *probe = NULL;
   if (!o->set_data &&
       tc_ckpt_load_newest(o->ckpt_dir, NULL, NULL, NULL, &probe, NULL, 0, err, sizeof err) == 0)
-    oo.data = probe->meta.cfg.kind == TC_MODEL_MLP ? "fashion-mnist" : "moby-dick";
+    oo.data = tc_config_ops(&probe->meta.cfg)->default_data;
   tc_ckpt_free(probe);
   if ((r = load_for_inference(&R, (int)o->batch, 1, err, sizeof err)) < 0) {
     r = fail(&R, r, err);
@@ -703,13 +715,16 @@ int tc_run_sample(const struct tc_opts *o) {
     r = fail(&R, r, err);
     goto out;
   }
-  if (R.cfg.kind != TC_MODEL_GPT) {
-    r = fail(&R, SL_ENOTSUP, "--sample needs a gpt checkpoint");
+  if (!R.ops->generates) {
+    snprintf(err, sizeof err, "--sample needs a checkpoint of a model that generates text; "
+             "this one is %s", R.ops->name);
+    r = fail(&R, SL_ENOTSUP, err);
     goto out;
   }
   int16_t index[256];
   memset(index, 0xff, sizeof index);
-  for (uint32_t i = 0; i < R.cfg.vocab; i++) index[R.meta.symbols[i]] = (int16_t)i;
+  int T = (int)R.shape.tokens, V = (int)R.shape.classes;
+  for (int i = 0; i < V; i++) index[R.meta.symbols[i]] = (int16_t)i;
   size_t plen = strlen(o->sample), n = 0;
   seq = malloc(sizeof(int32_t) * (plen + (size_t)o->tokens + 1));
   if (!seq) {
@@ -730,7 +745,6 @@ int tc_run_sample(const struct tc_opts *o) {
   else fputs(o->sample, stdout);
   struct tc_rng rng;
   tc_rng_seed(&rng, o->seed, 3);
-  int T = (int)R.cfg.ctx, V = (int)R.cfg.vocab;
   for (long k = 0; k < o->tokens; k++) {
     size_t w = n < (size_t)T ? n : (size_t)T; /* later positions do not affect earlier ones */
     memcpy(R.tokens, seq + n - w, sizeof(int32_t) * w);

@@ -123,19 +123,22 @@ int main(int argc, char **argv) {
   o.set_data = was_given(given, "data");
   o.set_warmup = was_given(given, "warmup");
   o.set_batch = was_given(given, "batch");
+  const struct tc_model_ops *mo = tc_model_find(o.model);
+  char names[128], why[256] = "";
+  if (!mo) return bad("unknown model '%s' (%s)", o.model, tc_model_names(names, sizeof names));
   if (o.dropout != 0.0)
     return bad("--dropout: only 0 is supported (the training core has no dropout)");
-  if (!strcmp(o.model, "gpt") && o.dim % o.heads)
-    return bad("--dim must be a multiple of --heads");
   if (o.lr <= 0.0 || o.lr > 10.0) return bad("--lr must be in (0, 10]");
   if (o.control && strncmp(o.control, "fd:", 3) != 0)
     return bad("--control takes fd:N, not '%s'", o.control);
   if (o.sample && o.eval_only) return bad("--sample and --eval exclude each other");
   if ((o.sample || o.eval_only || o.resume) && !o.ckpt_dir)
     return bad("--sample, --eval and --resume need --ckpt-dir");
-  if (!o.set_layers && !strcmp(o.model, "mlp")) o.layers = 2;
-  if (!o.set_lr && !strcmp(o.model, "mlp")) o.lr = 1e-3;
-  if (!o.set_data) o.data = !strcmp(o.model, "mlp") ? "fashion-mnist" : "moby-dick";
+  if (mo->opts_defaults) mo->opts_defaults(&o);
+  if (!o.set_data) o.data = mo->default_data;
+  struct tc_config probe;
+  tc_config_init(&probe, mo);
+  if (mo->from_opts(tc_config_model(&probe), &o, why, sizeof why) < 0) return bad("%s", why);
   if (!o.set_warmup) o.warmup = o.steps / 10 < 100 ? o.steps / 10 : 100;
   if (o.rendezvous && o.nccl_id) return bad("--rendezvous and --nccl-id exclude each other");
   int cpu = !strcmp(o.device, "cpu");

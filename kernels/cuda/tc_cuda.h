@@ -141,7 +141,8 @@ void tc_cuda_model_set_adam_t(struct tc_cuda_model *cm, uint64_t t);
  * `global_B` rows (global_B = b->B for a single process; the whole batch over
  * all ranks in data parallelism), so summing it over ranks gives the mean;
  * the gradient of the next backward is of that same quantity. *ret_loss gets
- * it, *ret_correct (may be NULL) the mlp rows with argmax == target. */
+ * it, *ret_correct (may be NULL) the rows with argmax == target for a model
+ * that counts them (0 otherwise). */
 int tc_cuda_forward(struct tc_cuda_model *cm, const struct tc_batch *b, int global_B,
                     double *ret_loss, int64_t *ret_correct);
 /* Gradients of the last training forward into the device grads (overwritten). */
@@ -150,7 +151,8 @@ int tc_cuda_backward(struct tc_cuda_model *cm);
 int tc_cuda_clip_grads(struct tc_cuda_model *cm, float max_norm, double *ret_norm);
 /* AdamW as tc_model_adamw (adam_t++). */
 int tc_cuda_adamw(struct tc_cuda_model *cm, const struct tc_adamw *hp, float lr);
-/* gpt: logits rows [0, rows) of the last forward without targets -> host (rows, V). */
+/* A generating model: logits rows [0, rows) of the last forward without
+ * targets -> host (rows, classes). */
 int tc_cuda_logits(struct tc_cuda_model *cm, float *logits, size_t rows);
 
 #ifdef __cplusplus

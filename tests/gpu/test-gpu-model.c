@@ -12,20 +12,19 @@
 #include "tc_ops.h"
 
 static void batch_for(const struct tc_config *c, int B, struct tc_rng *r, struct tc_batch *b) {
-  size_t rows = c->kind == TC_MODEL_GPT ? (size_t)B * c->ctx : (size_t)B;
-  int32_t *tok = malloc(sizeof(int32_t) * rows), *tg = malloc(sizeof(int32_t) * rows);
-  uint64_t classes = c->kind == TC_MODEL_GPT ? c->vocab : c->classes;
-  for (size_t i = 0; i < rows; i++) {
-    tok[i] = (int32_t)tc_rng_below(r, c->kind == TC_MODEL_GPT ? c->vocab : 2);
-    tg[i] = (int32_t)tc_rng_below(r, classes);
-  }
+  struct tc_row_shape s;
+  tc_config_shape(c, &s);
+  size_t rows = (size_t)B * s.targets;
+  int32_t *tok = malloc(sizeof(int32_t) * (size_t)B * (s.tokens ? s.tokens : 1));
+  int32_t *tg = malloc(sizeof(int32_t) * rows);
+  for (size_t i = 0; i < (size_t)B * s.tokens; i++) tok[i] = (int32_t)tc_rng_below(r, s.classes);
+  for (size_t i = 0; i < rows; i++) tg[i] = (int32_t)tc_rng_below(r, s.classes);
   float *in = NULL;
-  if (c->kind == TC_MODEL_MLP) {
-    in = malloc(sizeof(float) * (size_t)B * TC_MLP_IN);
-    for (size_t i = 0; i < (size_t)B * TC_MLP_IN; i++) in[i] = (float)tc_rng_below(r, 256) / 255.0f;
+  if (s.inputs) {
+    in = malloc(sizeof(float) * (size_t)B * s.inputs);
+    for (size_t i = 0; i < (size_t)B * s.inputs; i++) in[i] = (float)tc_rng_below(r, 256) / 255.0f;
   }
-  *b = (struct tc_batch){.B = B, .tokens = c->kind == TC_MODEL_GPT ? tok : NULL, .inputs = in,
-                         .targets = tg};
+  *b = (struct tc_batch){.B = B, .tokens = s.tokens ? tok : NULL, .inputs = in, .targets = tg};
 }
 
 /* One GPU step from host model `init`; results into out (params) and grads. */
@@ -54,10 +53,14 @@ int main(int argc, char **argv) {
   tc_set_threads(1);
   const char *what = argv[1];
   int bf16 = !strcmp(what, "gpt-bf16"), gpt = strncmp(what, "gpt", 3) == 0;
-  struct tc_config c = gpt ? (struct tc_config){.kind = TC_MODEL_GPT, .layers = 2, .heads = 4,
-                                                .dim = 64, .ctx = 32, .vocab = 67}
-                           : (struct tc_config){.kind = TC_MODEL_MLP, .layers = 2, .hidden = 96,
-                                                .in_dim = TC_MLP_IN, .classes = TC_MLP_CLASSES};
+  struct tc_config c;
+  char err[256];
+  if (tc_config_parse(&c, gpt ? "gpt" : "mlp",
+                      gpt ? "layers=2 heads=4 dim=64 ctx=32 vocab=67"
+                          : "layers=2 hidden=96 in_dim=784 classes=10", err, sizeof err) < 0) {
+    fprintf(stderr, "test-gpu-model: %s\n", err);
+    return 1;
+  }
   int B = gpt ? 4 : 32;
   /* fp32: cuBLAS and CPU BLAS sum in other orders; bf16 rounds product inputs to 8 bits */
   double loss_rtol = bf16 ? 2e-2 : 1e-5, g_atol = bf16 ? 2e-3 : 2e-6, g_rtol = bf16 ? 1e-1 : 1e-3;

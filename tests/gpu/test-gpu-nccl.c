@@ -65,8 +65,12 @@ int main(void) {
   ctx = tc_cuda_ctx_free(ctx);
 
   /* a 1-rank NCCL run against the run without NCCL */
-  struct tc_config c = {.kind = TC_MODEL_GPT, .layers = 2, .heads = 2, .dim = 32, .ctx = 16,
-                        .vocab = 40};
+  struct tc_config c;
+  char err[256];
+  if (tc_config_parse(&c, "gpt", "layers=2 heads=2 dim=32 ctx=16 vocab=40", err, sizeof err) < 0) {
+    fprintf(stderr, "test-gpu-nccl: %s\n", err);
+    return 1;
+  }
   struct tc_model *init = tc_model_new_buffers(&c);
   tc_model_init(init, &r);
   int B = 4;

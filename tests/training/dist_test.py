@@ -109,8 +109,15 @@ def same_state(a, b):
 
 
 def params(b):
-    n = struct.unpack_from("<Q", b, 104)[0]
-    return struct.unpack_from("<%df" % n, b, 512 + 24)
+    """the PARM section's floats: sections follow the 512-byte header, each a
+    24-byte section header (tag, CRC, payload bytes, reserved) and its payload"""
+    off = 512
+    while off < len(b):
+        tag, _, size = struct.unpack_from("<4sIQ", b, off)
+        if tag == b"PARM":
+            return struct.unpack_from("<%df" % (size // 4), b, off + 24)
+        off += 24 + size
+    raise ValueError("no PARM section")
 
 
 def mkdir(root, name):

@@ -1,7 +1,11 @@
-/* Unit tests of checkpoint files and data loaders: round trip, a flipped byte
- * in each section, truncation, config mismatch, fallback to the previous
- * checkpoint, pruning, a write that fails (EFBIG) without losing anything,
- * and malformed IDX files. */
+/* Unit tests of checkpoint files, model configs and data loaders: round
+ * trip, a flipped byte in each section, truncation at every length, config
+ * mismatch, malformed CONF sections, version-1 files written by an earlier
+ * spotlab-train (tests/data/ckpt-v1), fallback to the previous checkpoint,
+ * pruning, a write that fails (EFBIG) without losing anything, and malformed
+ * IDX files.
+ *
+ * usage: test-tc-ckpt DATA_DIR (tests/data) */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -18,9 +22,29 @@
 #include "tc_data.h"
 
 static char dir[256];
+static const char *data_dir;
+
+/* A config from its settings ("layers=2 heads=2 ..."). */
+static struct tc_config config(const char *model, const char *settings) {
+  struct tc_config c;
+  char err[256];
+  memset(&c, 0, sizeof c);
+  int r = tc_config_parse(&c, model, settings, err, sizeof err);
+  CHECK_INT(r, 0);
+  if (r < 0) fprintf(stderr, "%s %s: %s\n", model, settings, err);
+  return c;
+}
 
 static struct tc_config gpt_cfg(void) {
-  return (struct tc_config){.kind = TC_MODEL_GPT, .layers = 1, .heads = 2, .dim = 8, .ctx = 4, .vocab = 5};
+  return config("gpt", "layers=1 heads=2 dim=8 ctx=4 vocab=5");
+}
+
+/* Bytes of the CONF section (its header and payload) for config c. */
+static long conf_section_bytes(const struct tc_config *c) {
+  char text[TC_CKPT_CONF_MAX_BYTES];
+  int n = tc_config_encode(c, text, sizeof text);
+  CHECK(n > 0);
+  return 24 + n;
 }
 
 static struct tc_ckpt *make_ckpt(struct tc_model **ret_m, uint64_t step) {
@@ -71,17 +95,31 @@ static void test_roundtrip_and_corruption(void) {
     tc_model_free(m2);
   }
   back = tc_ckpt_free(back);
+  /* the file is version 2, its CONF section the config's settings */
+  {
+    FILE *f = fopen(path, "rb");
+    unsigned char head[512 + 24 + 64];
+    CHECK(f && fread(head, 1, sizeof head, f) == sizeof head);
+    if (f) fclose(f);
+    uint32_t version;
+    memcpy(&version, head + 8, 4);
+    CHECK_INT(version, 2);
+    CHECK_STR((const char *)head + 16, "gpt");
+    CHECK(memcmp(head + 512, "CONF", 4) == 0);
+    CHECK(memcmp(head + 512 + 24, "layers=1\nheads=2\ndim=8\nctx=4\nvocab=5\n", 37) == 0);
+  }
   /* config mismatch: refused with a message naming both configs */
-  struct tc_config other = gpt_cfg();
-  other.dim = 16;
+  struct tc_config other = config("gpt", "layers=1 heads=2 dim=16 ctx=4 vocab=5");
   CHECK_INT(tc_ckpt_read(path, &other, &back, err, sizeof err), SL_EMISMATCH);
   CHECK(strstr(err, "dim=8") && strstr(err, "dim=16"));
   fprintf(stderr, "mismatch: %s\n", err);
   /* a flipped byte in the header and in each section */
   size_t bytes = m->n_params * sizeof(float);
-  long offs[4] = {100, 512 + 24 + 3, (long)(512 + 2 * 24 + bytes + 7), (long)(512 + 3 * 24 + 2 * bytes + bytes - 1)};
-  const char *what[4] = {"header", "PARM", "ADMM", "ADMV"};
-  for (int i = 0; i < 4; i++) {
+  long cs = conf_section_bytes(&m->cfg);
+  long offs[5] = {100, 512 + 24 + 5, 512 + cs + 24 + 3, (long)(512 + cs + 2 * 24 + bytes + 7),
+                  (long)(512 + cs + 3 * 24 + 2 * bytes + bytes - 1)};
+  const char *what[5] = {"header", "CONF", "PARM", "ADMM", "ADMV"};
+  for (int i = 0; i < 5; i++) {
     char p2[600];
     snprintf(p2, sizeof p2, "%s/copy.slck", dir);
     /* a fresh copy under another name: write, then rename */
@@ -140,8 +178,7 @@ static void test_fallback_prune_and_enospc(void) {
   CHECK(strstr(used, "ckpt-0000000040.slck") != NULL);
   tc_ckpt_free(got);
   /* another config: refused, not skipped */
-  struct tc_config other = c;
-  other.layers = 2;
+  struct tc_config other = config("gpt", "layers=2 heads=2 dim=8 ctx=4 vocab=5");
   CHECK_INT(tc_ckpt_load_newest(dir, &other, count_warn, NULL, &got, used, sizeof used, err, sizeof err),
             SL_EMISMATCH);
   /* a write that hits the file size limit fails cleanly and keeps the rest */
@@ -169,6 +206,328 @@ static void test_fallback_prune_and_enospc(void) {
   snprintf(empty, sizeof empty, "%s/empty", dir);
   mkdir(empty, 0755);
   CHECK_INT(tc_ckpt_load_newest(empty, &c, NULL, NULL, &got, NULL, 0, err, sizeof err), -ENOENT);
+}
+
+/* ---- configs and the model registry ---- */
+
+static void test_config(void) {
+  char err[256], buf[512];
+  /* every registered model's table is usable by the generic code */
+  for (int i = 0; tc_model_at(i); i++) {
+    const struct tc_model_ops *o = tc_model_at(i);
+    CHECK(strlen(o->name) > 0 && strlen(o->name) < TC_MODEL_NAME_BYTES);
+    CHECK(tc_model_find(o->name) == o);
+    CHECK(o->config_bytes <= TC_CONFIG_BYTES && o->n_fields > 0 && o->n_fields <= 64);
+    for (int k = 0; k < o->n_fields; k++)
+      CHECK(o->fields[k].offset + 4 <= o->config_bytes && o->fields[k].min <= o->fields[k].max);
+    CHECK(o->from_opts && o->shape && o->layout && o->init_std && o->acts_new && o->acts_free &&
+          o->forward && o->backward && o->rate_metric && o->default_data);
+    CHECK(!o->generates || (o->logits && o->data == TC_DATA_TEXT));
+  }
+  CHECK(tc_model_find("rnn") == NULL);
+  CHECK_STR(tc_model_names(buf, sizeof buf), "gpt, mlp");
+  /* text -> config -> text */
+  struct tc_config c = config("gpt", " vocab=5\nctx=4  dim=8 heads=2 layers=1 ");
+  struct tc_config d = gpt_cfg();
+  CHECK(tc_config_equal(&c, &d));
+  CHECK_INT(tc_config_validate(&c, err, sizeof err), 0);
+  CHECK_STR(tc_config_describe(&c, buf, sizeof buf), "gpt layers=1 heads=2 dim=8 ctx=4 vocab=5");
+  int n = tc_config_encode(&c, buf, sizeof buf);
+  CHECK_INT(n, 37);
+  CHECK_INT(tc_config_encode(&c, buf, 20), -ENOSPC);
+  uint32_t v = 0;
+  CHECK_INT(tc_config_get(&c, "dim", &v), 0);
+  CHECK_INT(v, 8);
+  CHECK_INT(tc_config_get(&c, "hidden", &v), -ENOENT);
+  struct tc_config m = config("mlp", "layers=2 hidden=5 in_dim=784 classes=10");
+  CHECK(!tc_config_equal(&c, &m));
+  struct tc_row_shape sh;
+  tc_config_shape(&m, &sh);
+  CHECK(sh.inputs == 784 && sh.targets == 1 && sh.classes == 10 && sh.tokens == 0);
+  tc_config_shape(&c, &sh);
+  CHECK(sh.tokens == 4 && sh.targets == 4 && sh.classes == 5 && sh.inputs == 0);
+  /* bad settings are refused with a reason, and cfg is left alone */
+  struct {
+    const char *model, *text, *needle;
+  } bad[] = {
+      {"rnn", "layers=1", "unknown model"},
+      {"gpt", "layers=1 heads=2 dim=8 ctx=4 vocab=5 rope=1", "no setting 'rope'"},
+      {"gpt", "layers=1 heads=2 dim=8 ctx=4", "needs vocab"},
+      {"gpt", "layers=1 layers=2 heads=2 dim=8 ctx=4 vocab=5", "twice"},
+      {"gpt", "layers=x heads=2 dim=8 ctx=4 vocab=5", "whole number"},
+      {"gpt", "layers= heads=2 dim=8 ctx=4 vocab=5", "whole number"},
+      {"gpt", "layers=-1 heads=2 dim=8 ctx=4 vocab=5", "whole number"},
+      {"gpt", "layers=4294967296 heads=2 dim=8 ctx=4 vocab=5", "whole number"},
+      {"gpt", "layers heads=2 dim=8 ctx=4 vocab=5", "name=value"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    struct tc_config keep = c;
+    err[0] = 0;
+    CHECK_INT(tc_config_parse(&keep, bad[i].model, bad[i].text, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, bad[i].needle) != NULL);
+    CHECK(tc_config_equal(&keep, &c));
+    fprintf(stderr, "bad settings '%s': %s\n", bad[i].text, err);
+  }
+  /* parsed but invalid: ranges and the model's own rules */
+  const char *invalid[] = {"layers=0 heads=2 dim=8 ctx=4 vocab=5", "layers=1 heads=3 dim=8 ctx=4 vocab=5",
+                           "layers=1 heads=2 dim=8 ctx=4 vocab=300"};
+  for (size_t i = 0; i < sizeof invalid / sizeof invalid[0]; i++) {
+    struct tc_config x = config("gpt", invalid[i]);
+    CHECK_INT(tc_config_validate(&x, err, sizeof err), -EINVAL);
+    fprintf(stderr, "invalid '%s': %s\n", invalid[i], err);
+  }
+  struct tc_config x = config("mlp", "layers=2 hidden=5 in_dim=100 classes=10");
+  CHECK_INT(tc_config_validate(&x, err, sizeof err), -EINVAL);
+  struct tc_config unknown = c;
+  memcpy(unknown.model, "rnn", 4);
+  CHECK_INT(tc_config_validate(&unknown, err, sizeof err), -EINVAL);
+  CHECK(tc_config_ops(&unknown) == NULL);
+}
+
+/* ---- version-1 files from an earlier spotlab-train ---- */
+
+static struct tc_ckpt *read_v1(const char *model, int step, char *path, size_t size) {
+  char err[1024];
+  struct tc_ckpt *ck = NULL;
+  snprintf(path, size, "%s/ckpt-v1/%s/ckpt-%010d.slck", data_dir, model, step);
+  int r = tc_ckpt_read(path, NULL, &ck, err, sizeof err);
+  CHECK_INT(r, 0);
+  if (r < 0) fprintf(stderr, "%s\n", err);
+  return ck;
+}
+
+static void test_v1_files(void) {
+  char path[600], out[600], err[1024], desc[256];
+  /* what the run that wrote them was (tests/data/ckpt-v1/README.md) */
+  struct {
+    const char *model, *desc;
+    uint64_t cursor[2];
+  } runs[] = {
+      {"gpt", "gpt layers=1 heads=2 dim=16 ctx=16 vocab=", {12, 24}},
+      {"mlp", "mlp layers=1 hidden=8 in_dim=784 classes=10", {48, 96}},
+  };
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 2; i++) {
+      int step = 3 * (i + 1);
+      struct tc_ckpt *ck = read_v1(runs[k].model, step, path, sizeof path);
+      if (!ck) continue;
+      tc_config_describe(&ck->meta.cfg, desc, sizeof desc);
+      CHECK(strncmp(desc, runs[k].desc, strlen(runs[k].desc)) == 0);
+      fprintf(stderr, "%s: %s step %llu\n", path, desc, (unsigned long long)ck->meta.step);
+      CHECK_INT(ck->meta.step, step);
+      CHECK_INT(ck->meta.adam_t, step);
+      CHECK_INT(ck->meta.seed, 7);
+      CHECK_INT(ck->meta.world_size, 1);
+      CHECK_INT(ck->meta.data_cursor, runs[k].cursor[i]);
+      CHECK_INT(ck->meta.data_epoch, 0);
+      /* the state restores into a model of that config */
+      struct tc_model *m = tc_model_new_buffers(&ck->meta.cfg);
+      CHECK(m != NULL);
+      if (m) {
+        CHECK_INT(m->n_params, ck->n_params);
+        CHECK_INT(tc_ckpt_restore(ck, m), 0);
+        CHECK(memcmp(m->params, ck->params, sizeof(float) * m->n_params) == 0);
+        CHECK_INT(m->adam_t, step);
+      }
+      tc_model_free(m);
+      /* written again it is version 2 with the same contents */
+      char sub[400];
+      snprintf(sub, sizeof sub, "%s/v1-to-v2-%s", dir, runs[k].model);
+      mkdir(sub, 0755);
+      CHECK_INT(tc_ckpt_write(ck, sub, out, sizeof out, err, sizeof err), 0);
+      struct tc_ckpt *back = NULL;
+      CHECK_INT(tc_ckpt_read(out, &ck->meta.cfg, &back, err, sizeof err), 0);
+      if (back) {
+        CHECK(memcmp(&back->meta, &ck->meta, sizeof ck->meta) == 0);
+        CHECK(back->n_params == ck->n_params);
+        size_t b = sizeof(float) * ck->n_params;
+        CHECK(memcmp(back->params, ck->params, b) == 0 && memcmp(back->m, ck->m, b) == 0 &&
+              memcmp(back->v, ck->v, b) == 0);
+      }
+      tc_ckpt_free(back);
+      tc_ckpt_free(ck);
+    }
+  }
+  /* the moments moved between the two checkpoints of a run: they are read, not zero */
+  struct tc_ckpt *a = read_v1("gpt", 3, path, sizeof path), *b = read_v1("gpt", 6, path, sizeof path);
+  if (a && b) CHECK(memcmp(a->m, b->m, sizeof(float) * a->n_params) != 0);
+  tc_ckpt_free(a);
+  tc_ckpt_free(b);
+}
+
+/* ---- damaged files: every truncation, every header byte, crafted CONF ---- */
+
+static size_t slurp(const char *path, unsigned char **ret) {
+  FILE *f = fopen(path, "rb");
+  CHECK(f != NULL);
+  if (!f) return 0;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  *ret = malloc((size_t)n);
+  CHECK(fread(*ret, 1, (size_t)n, f) == (size_t)n);
+  fclose(f);
+  return (size_t)n;
+}
+
+static void spill(const char *path, const void *a, size_t na, const void *b, size_t nb) {
+  FILE *f = fopen(path, "wb");
+  CHECK(f != NULL);
+  if (!f) return;
+  if (na) fwrite(a, 1, na, f);
+  if (nb) fwrite(b, 1, nb, f);
+  fclose(f);
+}
+
+/* A copy of the valid file `good` (config c) with its header patched by
+ * `model` (NULL: kept) and its CONF payload replaced by text of `n` bytes,
+ * checksums made right, so only the parsing can refuse it. */
+static int read_crafted(const unsigned char *good, size_t size, const struct tc_config *c,
+                        const char *model, const char *text, size_t n, uint64_t len_field,
+                        char *err, size_t es) {
+  long cs = conf_section_bytes(c);
+  size_t tail = size - 512 - (size_t)cs;
+  unsigned char *buf = malloc(512 + 24 + n + tail);
+  memcpy(buf, good, 512);
+  if (model) {
+    memset(buf + 16, 0, 16);
+    memcpy(buf + 16, model, strlen(model) < 16 ? strlen(model) : 16);
+    uint32_t crc = tc_crc32c(0, buf, 508);
+    memcpy(buf + 508, &crc, 4);
+  }
+  memcpy(buf + 512, "CONF", 4);
+  uint32_t crc = tc_crc32c(0, text, n);
+  memcpy(buf + 516, &crc, 4);
+  memcpy(buf + 520, &len_field, 8);
+  memset(buf + 528, 0, 8);
+  memcpy(buf + 536, text, n);
+  memcpy(buf + 536 + n, good + 512 + cs, tail);
+  char path[600];
+  snprintf(path, sizeof path, "%s/crafted.slck", dir);
+  spill(path, buf, 536 + n + tail, NULL, 0);
+  free(buf);
+  struct tc_ckpt *ck = NULL;
+  int r = tc_ckpt_read(path, NULL, &ck, err, es);
+  tc_ckpt_free(ck);
+  return r;
+}
+
+static void test_damaged_v2(void) {
+  char path[600], copy[600], err[1024];
+  struct tc_model *m;
+  struct tc_ckpt *ck = make_ckpt(&m, 70);
+  CHECK_INT(tc_ckpt_write(ck, dir, path, sizeof path, err, sizeof err), 0);
+  unsigned char *good = NULL;
+  size_t size = slurp(path, &good);
+  unlink(path);
+  long cs = conf_section_bytes(&m->cfg);
+  snprintf(copy, sizeof copy, "%s/damaged.slck", dir);
+  struct tc_ckpt *back = NULL;
+  /* every length short of the whole file: a format error, nothing returned */
+  int bad_trunc = 0;
+  for (size_t len = 0; len < size; len += len < (size_t)(512 + cs + 64) ? 1 : 61) {
+    spill(copy, good, len, NULL, 0);
+    back = NULL;
+    int r = tc_ckpt_read(copy, NULL, &back, err, sizeof err);
+    if (r != SL_EFORMAT || back) bad_trunc++, fprintf(stderr, "truncated to %zu: %d %s\n", len, r, err);
+  }
+  CHECK_INT(bad_trunc, 0);
+  /* one more byte at the end */
+  spill(copy, good, size, "x", 1);
+  CHECK_INT(tc_ckpt_read(copy, NULL, &back, err, sizeof err), SL_EFORMAT);
+  CHECK(strstr(err, "trailing") != NULL);
+  /* every byte of the header and the CONF section flipped: refused */
+  int bad_flip = 0;
+  unsigned char *dup = malloc(size);
+  for (long off = 0; off < 512 + cs; off++) {
+    memcpy(dup, good, size);
+    dup[off] ^= 0x40;
+    spill(copy, dup, size, NULL, 0);
+    back = NULL;
+    int r = tc_ckpt_read(copy, NULL, &back, err, sizeof err);
+    if (r >= 0 || back) bad_flip++, fprintf(stderr, "flip at %ld accepted\n", off);
+    tc_ckpt_free(back);
+  }
+  free(dup);
+  CHECK_INT(bad_flip, 0);
+  /* CONF payloads with right checksums but wrong contents */
+  struct {
+    const char *model, *text, *needle;
+    int expect;
+  } cases[] = {
+      {NULL, "vocab=5 ctx=4 dim=8 heads=2 layers=1", NULL, 0}, /* any order, any spacing */
+      {NULL, "layers=1\nheads=2\ndim=8\nctx=4\nvocab=5\nrope=1\n", "no setting 'rope'", SL_EFORMAT},
+      {NULL, "layers=1\nheads=2\ndim=8\nctx=4\n", "needs vocab", SL_EFORMAT},
+      {NULL, "layers=1\nheads=2\ndim=8\nctx=4\nvocab=five\n", "whole number", SL_EFORMAT},
+      {NULL, "layers=1\nheads=2\ndim=16\nctx=4\nvocab=5\n", "parameters stored", SL_EFORMAT},
+      {NULL, "layers=1\nheads=3\ndim=8\nctx=4\nvocab=5\n", "invalid model", SL_EFORMAT},
+      {NULL, "", "needs layers", SL_EFORMAT},
+      {"rnn", "layers=1\nheads=2\ndim=8\nctx=4\nvocab=5\n", "does not have", SL_EFORMAT},
+      {"mlp", "layers=1\nheads=2\ndim=8\nctx=4\nvocab=5\n", "no setting 'heads'", SL_EFORMAT},
+      {"0123456789abcdefXYZ", "layers=1\nheads=2\ndim=8\nctx=4\nvocab=5\n", "not terminated", SL_EFORMAT},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    err[0] = 0;
+    int r = read_crafted(good, size, &m->cfg, cases[i].model, cases[i].text, strlen(cases[i].text),
+                         strlen(cases[i].text), err, sizeof err);
+    CHECK_INT(r, cases[i].expect);
+    if (cases[i].needle) CHECK(strstr(err, cases[i].needle) != NULL);
+    fprintf(stderr, "CONF '%s': %s\n", cases[i].text, r ? err : "ok");
+  }
+  /* a NUL inside, and a length field past the limit or past the payload */
+  CHECK_INT(read_crafted(good, size, &m->cfg, NULL, "layers=1\0heads=2", 16, 16, err, sizeof err),
+            SL_EFORMAT);
+  CHECK(strstr(err, "NUL") != NULL);
+  const char *t = "layers=1\nheads=2\ndim=8\nctx=4\nvocab=5\n";
+  CHECK_INT(read_crafted(good, size, &m->cfg, NULL, t, strlen(t), 1ull << 40, err, sizeof err),
+            SL_EFORMAT);
+  CHECK(strstr(err, "CONF") != NULL);
+  CHECK(read_crafted(good, size, &m->cfg, NULL, t, strlen(t), strlen(t) + 30, err, sizeof err) < 0);
+  free(good);
+  tc_ckpt_free(ck);
+  tc_model_free(m);
+}
+
+/* ---- damaged version-1 headers ---- */
+
+static void test_damaged_v1(void) {
+  char path[600], copy[600], err[1024];
+  struct tc_ckpt *probe = read_v1("mlp", 3, path, sizeof path);
+  tc_ckpt_free(probe);
+  unsigned char *good = NULL;
+  size_t size = slurp(path, &good);
+  if (!good) return;
+  snprintf(copy, sizeof copy, "%s/v1.slck", dir);
+  struct {
+    int field;
+    uint32_t value;
+    const char *needle;
+  } cases[] = {
+      {0, 9, "unknown model kind 9"}, /* kind */
+      {2, 4, "sets heads"},           /* heads on an mlp */
+      {6, 0, "hidden must be"},       /* hidden 0 */
+      {6, 9, "parameters stored"},    /* another width than the arrays */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    unsigned char *dup = malloc(size);
+    memcpy(dup, good, size);
+    memcpy(dup + 16 + 4 * cases[i].field, &cases[i].value, 4);
+    uint32_t crc = tc_crc32c(0, dup, 508);
+    memcpy(dup + 508, &crc, 4);
+    spill(copy, dup, size, NULL, 0);
+    free(dup);
+    struct tc_ckpt *ck = NULL;
+    err[0] = 0;
+    CHECK_INT(tc_ckpt_read(copy, NULL, &ck, err, sizeof err), SL_EFORMAT);
+    CHECK(ck == NULL && strstr(err, cases[i].needle) != NULL);
+    fprintf(stderr, "v1 field %d = %u: %s\n", cases[i].field, cases[i].value, err);
+  }
+  /* a flipped parameter byte is caught by the section checksum as before */
+  good[size - 5] ^= 0x40;
+  spill(copy, good, size, NULL, 0);
+  struct tc_ckpt *ck = NULL;
+  CHECK_INT(tc_ckpt_read(copy, NULL, &ck, err, sizeof err), SL_ECHECKSUM);
+  free(good);
 }
 
 static void write_gz(const char *path, const void *buf, size_t n) {
@@ -270,10 +629,19 @@ static void test_text(void) {
   CHECK(strstr(err, path) != NULL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: test-tc-ckpt DATA_DIR\n");
+    return 2;
+  }
+  data_dir = argv[1];
   snprintf(dir, sizeof dir, "/tmp/tc-ckpt-XXXXXX");
   if (!mkdtemp(dir)) return 1;
+  test_config();
   test_roundtrip_and_corruption();
+  test_v1_files();
+  test_damaged_v2();
+  test_damaged_v1();
   test_fallback_prune_and_enospc();
   test_idx();
   test_text();

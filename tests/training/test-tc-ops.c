@@ -212,6 +212,17 @@ static void test_gemm(void) {
     }
 }
 
+/* A config from its settings ("layers=2 heads=2 ..."). */
+static struct tc_config config(const char *model, const char *settings) {
+  struct tc_config c;
+  char err[256];
+  memset(&c, 0, sizeof c);
+  int r = tc_config_parse(&c, model, settings, err, sizeof err);
+  CHECK_INT(r, 0);
+  if (r < 0) fprintf(stderr, "%s %s: %s\n", model, settings, err);
+  return c;
+}
+
 /* ---- whole models: gradients by finite differences ---- */
 struct mdl { struct tc_model *m; struct tc_batch b; };
 static double model_loss(void *p) {
@@ -222,7 +233,7 @@ static double model_loss(void *p) {
 }
 
 static void test_models(void) {
-  struct tc_config g = {.kind = TC_MODEL_GPT, .layers = 2, .heads = 2, .dim = 8, .ctx = 6, .vocab = 7};
+  struct tc_config g = config("gpt", "layers=2 heads=2 dim=8 ctx=6 vocab=7");
   struct tc_model *m = tc_model_new(&g, 2);
   CHECK(m != NULL);
   struct tc_rng r;
@@ -245,7 +256,7 @@ static void test_models(void) {
   free(g0);
   m = tc_model_free(m);
 
-  struct tc_config c = {.kind = TC_MODEL_MLP, .layers = 2, .hidden = 5, .in_dim = 784, .classes = 10};
+  struct tc_config c = config("mlp", "layers=2 hidden=5 in_dim=784 classes=10");
   m = tc_model_new(&c, 3);
   tc_model_init(m, &r);
   float *in = randv(3 * 784, 0.3f);
@@ -271,7 +282,7 @@ static void test_models(void) {
 /* ---- determinism across thread counts ---- */
 static void run_steps(int threads, float *ret_params, float *ret_losses) {
   tc_set_threads(threads);
-  struct tc_config g = {.kind = TC_MODEL_GPT, .layers = 2, .heads = 4, .dim = 64, .ctx = 32, .vocab = 20};
+  struct tc_config g = config("gpt", "layers=2 heads=4 dim=64 ctx=32 vocab=20");
   struct tc_model *m = tc_model_new(&g, 6);
   struct tc_rng r;
   tc_rng_seed(&r, 3, 1);
@@ -291,7 +302,7 @@ static void run_steps(int threads, float *ret_params, float *ret_losses) {
 }
 
 static void test_determinism(void) {
-  struct tc_config g = {.kind = TC_MODEL_GPT, .layers = 2, .heads = 4, .dim = 64, .ctx = 32, .vocab = 20};
+  struct tc_config g = config("gpt", "layers=2 heads=4 dim=64 ctx=32 vocab=20");
   struct tc_model lay;
   tc_model_layout(&g, &lay);
   float *p1 = malloc(sizeof(float) * lay.n_params), *p2 = malloc(sizeof(float) * lay.n_params);
