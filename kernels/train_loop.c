@@ -11,7 +11,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 #include <unistd.h>
 
 #include "sl_err.h"
+#include "sl_json.h"
 #include "sl_time.h"
 #include "tc_ckpt.h"
 #include "tc_data.h"
@@ -65,47 +65,36 @@ static void metrics_close(struct metrics *mt) {
   pthread_mutex_destroy(&mt->mu);
 }
 
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
+/* A string for the metrics file: s itself when it is UTF-8, else a copy with
+ * every byte that breaks UTF-8 as '?' (a path or message from the system). */
+static json_t *jstr(const char *s) {
+  if (!s) return json_null();
+  size_t n = strlen(s);
+  if (sl_json_utf8_ok(s, n)) return json_stringn(s, n);
+  char *t = strdup(s);
+  if (!t) return NULL;
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)t[i] >= 0x80) t[i] = '?';
+  json_t *v = json_stringn(t, n);
+  free(t);
+  return v;
 }
 
-/* Writes one line: fmt is a JSON object body where %S is a string to escape. */
-static void emit(struct metrics *mt, const char *fmt, ...) {
+/* Writes obj (taken) as one line. Reals with nine significant digits: a
+ * float's, what the training core measures in. */
+static void emit(struct metrics *mt, json_t *obj) {
+  char *line = obj ? json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+  json_decref(obj);
   pthread_mutex_lock(&mt->mu);
-  va_list ap;
-  va_start(ap, fmt);
-  fputc('{', mt->f);
-  for (const char *p = fmt; *p; p++) {
-    if (*p != '%') {
-      fputc(*p, mt->f);
-      continue;
-    }
-    p++;
-    switch (*p) {
-    case 'S': json_str(mt->f, va_arg(ap, const char *)); break;
-    case 'u': fprintf(mt->f, "%llu", (unsigned long long)va_arg(ap, uint64_t)); break;
-    case 'g': {
-      double v = va_arg(ap, double);
-      if (isfinite(v)) fprintf(mt->f, "%.9g", v);
-      else fputs("null", mt->f);
-      break;
-    }
-    case 'd': fprintf(mt->f, "%d", va_arg(ap, int)); break;
-    case 's': fputs(va_arg(ap, const char *), mt->f); break;
-    default: fputc(*p, mt->f);
-    }
+  if (line) {
+    fputs(line, mt->f);
+    fputc('\n', mt->f);
+  } else {
+    fputs("{\"event\":\"warning\",\"error\":\"out of memory writing a metrics line\"}\n", mt->f);
   }
-  va_end(ap);
-  fputs("}\n", mt->f);
   fflush(mt->f);
   pthread_mutex_unlock(&mt->mu);
+  free(line);
 }
 
 /* ---- shared run state ---- */
@@ -133,7 +122,8 @@ struct run {
 
 static int fail(struct run *R, int err, const char *text) {
   fprintf(stderr, "spotlab-train: %s\n", text);
-  if (R->mt.f) emit(&R->mt, "\"event\":\"error\",\"error\":%S,\"code\":%S", text, sl_errname(err));
+  if (R->mt.f) emit(&R->mt, json_pack("{s:s, s:o, s:s}", "event", "error", "error", jstr(text),
+                                      "code", sl_errname(err)));
   return 1;
 }
 
@@ -230,32 +220,35 @@ static int evaluate(struct run *R, double *ret_loss, double *ret_acc) {
 static void on_ckpt_done(void *ctx, const struct tc_ckpt_result *res) {
   struct run *R = ctx;
   if (res->err == 0)
-    emit(&R->mt, "\"event\":\"checkpoint\",\"step\":%u,\"path\":%S,\"durable\":true,\"write_ms\":%g",
-         res->step, res->path, res->write_ms);
+    emit(&R->mt, json_pack("{s:s, s:I, s:o, s:b, s:o}", "event", "checkpoint", "step",
+                           (json_int_t)res->step, "path", jstr(res->path), "durable", 1,
+                           "write_ms", sl_json_real(res->write_ms)));
   else
-    emit(&R->mt, "\"event\":\"error\",\"op\":\"checkpoint\",\"step\":%u,\"error\":%S,\"code\":%S",
-         res->step, res->text, sl_errname(res->err));
+    emit(&R->mt, json_pack("{s:s, s:s, s:I, s:o, s:s}", "event", "error", "op", "checkpoint",
+                           "step", (json_int_t)res->step, "error", jstr(res->text), "code",
+                           sl_errname(res->err)));
 }
 
 static void on_ckpt_warn(void *ctx, const char *path, int err, const char *text) {
   struct run *R = ctx;
   fprintf(stderr, "spotlab-train: warning: skipping checkpoint: %s\n", text);
-  emit(&R->mt, "\"event\":\"warning\",\"op\":\"resume\",\"path\":%S,\"error\":%S,\"code\":%S",
-       path, text, sl_errname(err));
+  emit(&R->mt, json_pack("{s:s, s:s, s:o, s:o, s:s}", "event", "warning", "op", "resume", "path",
+                         jstr(path), "error", jstr(text), "code", sl_errname(err)));
 }
 
 static void checkpoint(struct run *R, uint64_t step) {
   if (!R->writer) {
-    emit(&R->mt, "\"event\":\"error\",\"op\":\"checkpoint\",\"step\":%u,\"error\":%S", step,
-         "no checkpoint folder (--ckpt-dir)");
+    emit(&R->mt, json_pack("{s:s, s:s, s:I, s:s}", "event", "error", "op", "checkpoint", "step",
+                           (json_int_t)step, "error", "no checkpoint folder (--ckpt-dir)"));
     return;
   }
   /* a step already written is not written again; one whose write failed is tried again */
   if (R->have_ckpt && R->last_ckpt_step == step && tc_ckpt_writer_wait(R->writer) == 0) return;
   int r = tc_dev_to_host(R->dev);
   if (r < 0) {
-    emit(&R->mt, "\"event\":\"error\",\"op\":\"checkpoint\",\"step\":%u,\"error\":%S,\"code\":%S",
-         step, "cannot copy the model from the device", sl_errname(r));
+    emit(&R->mt, json_pack("{s:s, s:s, s:I, s:s, s:s}", "event", "error", "op", "checkpoint",
+                           "step", (json_int_t)step, "error",
+                           "cannot copy the model from the device", "code", sl_errname(r)));
     return;
   }
   struct tc_ckpt *ck = tc_ckpt_writer_acquire(R->writer);
@@ -285,12 +278,16 @@ static int poll_control(int fd, char *buf, size_t *len, size_t cap, struct metri
       else if (!strncmp(buf, "checkpoint_every ", 17)) {
         unsigned long long n = strtoull(buf + 17, &end, 10);
         if (end == buf + 17 || *end || n > 100000000ull || buf[17] == '-')
-          emit(mt, "\"event\":\"warning\",\"op\":\"control\",\"error\":%S", "bad checkpoint_every");
+          emit(mt, json_pack("{s:s, s:s, s:s}", "event", "warning", "op", "control", "error",
+                             "bad checkpoint_every"));
         else {
           *every = n;
-          emit(mt, "\"event\":\"checkpoint_every\",\"steps\":%u", (uint64_t)n);
+          emit(mt, json_pack("{s:s, s:I}", "event", "checkpoint_every", "steps", (json_int_t)n));
         }
-      } else if (*buf) emit(mt, "\"event\":\"warning\",\"op\":\"control\",\"error\":%S", "unknown command");
+      } else if (*buf) {
+        emit(mt, json_pack("{s:s, s:s, s:s}", "event", "warning", "op", "control", "error",
+                           "unknown command"));
+      }
       size_t used = (size_t)(nl - buf) + 1;
       memmove(buf, nl + 1, *len - used);
       *len -= used;
@@ -452,11 +449,12 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
       R.last_ckpt_step = ck->meta.step;
       R.have_ckpt = 1;
       fresh = 0;
-      emit(&R.mt, "\"event\":\"resume\",\"step\":%u,\"path\":%S,\"world_size\":%d,"
-           "\"ckpt_world_size\":%d", R.meta.step, path, launch->world, (int)ck->meta.world_size);
+      emit(&R.mt, json_pack("{s:s, s:I, s:o, s:i, s:i}", "event", "resume", "step",
+                           (json_int_t)R.meta.step, "path", jstr(path), "world_size",
+                           launch->world, "ckpt_world_size", (int)ck->meta.world_size));
       tc_ckpt_free(ck);
     } else if (r == -ENOENT) {
-      emit(&R.mt, "\"event\":\"fresh\",\"step\":0,\"reason\":%S", err);
+      emit(&R.mt, json_pack("{s:s, s:i, s:o}", "event", "fresh", "step", 0, "reason", jstr(err)));
     } else {
       r = fail(&R, r, err);
       goto out;
@@ -492,8 +490,10 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     }
     if (cuda || launch->world > 1 || slices > 1) {
       char desc[512];
-      emit(&R.mt, "\"event\":\"device\",\"step\":%u,\"device\":%S,\"world_size\":%d",
-           R.meta.step, tc_dev_describe(R.dev, desc, sizeof desc), launch->world);
+      emit(&R.mt, json_pack("{s:s, s:I, s:o, s:i}", "event", "device", "step",
+                           (json_int_t)R.meta.step, "device",
+                           jstr(tc_dev_describe(R.dev, desc, sizeof desc)), "world_size",
+                           launch->world));
     }
   }
   if (R.train) /* the permutation of the (possibly broadcast) data epoch */
@@ -558,13 +558,15 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
       r = fail(&R, r, err);
       goto out;
     }
-    char extra[160] = "";
-    if (do_eval && !R.ops->counts_correct)
-      snprintf(extra, sizeof extra, ",\"eval_loss\":%.9g", ev_loss);
-    if (do_eval && R.ops->counts_correct)
-      snprintf(extra, sizeof extra, ",\"eval_loss\":%.9g,\"eval_accuracy\":%.9g", ev_loss, ev_acc);
-    emit(&R.mt, "\"step\":%u,\"loss\":%g,\"lr\":%g,\"grad_norm\":%g,\"%s\":%g,\"mem_bytes\":%u%s",
-         step + 1, (double)loss, (double)lr, gnorm, R.ops->rate_metric, rate, (uint64_t)mem, extra);
+    json_t *line = json_pack("{s:I, s:o, s:o, s:o, s:o, s:I}", "step", (json_int_t)(step + 1),
+                             "loss", sl_json_real(loss), "lr", sl_json_real(lr), "grad_norm",
+                             sl_json_real(gnorm), R.ops->rate_metric, sl_json_real(rate),
+                             "mem_bytes", (json_int_t)mem);
+    if (line && do_eval) {
+      json_object_set_new(line, "eval_loss", sl_json_real(ev_loss));
+      if (R.ops->counts_correct) json_object_set_new(line, "eval_accuracy", sl_json_real(ev_acc));
+    }
+    emit(&R.mt, line);
     if (!isfinite(loss)) {
       r = fail(&R, -EDOM, "loss is not finite; lower --lr");
       goto out;
@@ -575,14 +577,14 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     checkpoint(&R, R.meta.step);
     r = tc_ckpt_writer_wait(R.writer);
     if (g_term) {
-      emit(&R.mt, "\"event\":\"terminated\",\"step\":%u,\"durable\":%s", R.meta.step,
-           r == 0 ? "true" : "false");
+      emit(&R.mt, json_pack("{s:s, s:I, s:b}", "event", "terminated", "step",
+                           (json_int_t)R.meta.step, "durable", r == 0));
       r = r == 0 ? 0 : 1;
       goto out;
     }
   }
-  emit(&R.mt, "\"event\":\"done\",\"step\":%u,\"loss\":%g,\"eval_loss\":%g", R.meta.step,
-       (double)loss, ev_loss);
+  emit(&R.mt, json_pack("{s:s, s:I, s:o, s:o}", "event", "done", "step", (json_int_t)R.meta.step,
+                         "loss", sl_json_real(loss), "eval_loss", sl_json_real(ev_loss)));
   r = 0;
 out:
   free_run(&R);
@@ -657,8 +659,8 @@ int tc_run_eval(const struct tc_opts *o) {
   }
   printf("eval_loss %.9g\n", loss);
   if (isfinite(acc)) printf("eval_accuracy %.9g\n", acc);
-  emit(&R.mt, "\"event\":\"eval\",\"step\":%u,\"eval_loss\":%g,\"eval_accuracy\":%g",
-       R.meta.step, loss, acc);
+  emit(&R.mt, json_pack("{s:s, s:I, s:o, s:o}", "event", "eval", "step", (json_int_t)R.meta.step,
+                         "eval_loss", sl_json_real(loss), "eval_accuracy", sl_json_real(acc)));
   r = 0;
 out:
   free_run(&R);

@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "sl_hmac.h"
+#include "sl_json.h"
 #include "sl_time.h"
 
 #define MAX_TOKENS 32
@@ -88,6 +89,16 @@ static enum MHD_Result plain(struct MHD_Connection *c, unsigned status, const ch
   return reply(c, status, "text/plain", body, NULL, NULL);
 }
 
+/* Takes v; a reply of 500 when it could not be built. */
+static enum MHD_Result plain_json(struct MHD_Connection *c, json_t *v) {
+  char *text = v ? sl_json_dump(v, NULL) : NULL;
+  json_decref(v);
+  enum MHD_Result r = text ? plain(c, MHD_HTTP_OK, text)
+                           : plain(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "Internal Server Error");
+  free(text);
+  return r;
+}
+
 static enum MHD_Result issue_token(struct gw_imds *m, struct MHD_Connection *c) {
   if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Forwarded-For"))
     return plain(c, MHD_HTTP_FORBIDDEN, "Forbidden");
@@ -136,7 +147,7 @@ static bool token_valid(struct gw_imds *m, const char *tok) {
 
 /* Answers GET under /latest/meta-data/ once the token checked out. */
 static enum MHD_Result meta_data(struct gw_imds *m, struct MHD_Connection *c, const char *key) {
-  char body[256], when[40];
+  char when[40];
   if (strcmp(key, "instance-id") == 0)
     return plain(c, MHD_HTTP_OK, m->instance_id);
   if (strcmp(key, "instance-type") == 0)
@@ -154,8 +165,7 @@ static enum MHD_Result meta_data(struct gw_imds *m, struct MHD_Connection *c, co
     format_time(deadline, when, sizeof when);
     if (key[5] == 't')
       return plain(c, MHD_HTTP_OK, when);
-    snprintf(body, sizeof body, "{\"action\":\"%s\",\"time\":\"%s\"}", action, when);
-    return plain(c, MHD_HTTP_OK, body);
+    return plain_json(c, json_pack("{s:s, s:s}", "action", action, "time", when));
   }
   if (strcmp(key, "events/recommendations/rebalance") == 0) {
     pthread_mutex_lock(&m->lock);
@@ -164,8 +174,7 @@ static enum MHD_Result meta_data(struct gw_imds *m, struct MHD_Connection *c, co
     if (t <= 0)
       return plain(c, MHD_HTTP_NOT_FOUND, "Not Found");
     format_time(t, when, sizeof when);
-    snprintf(body, sizeof body, "{\"noticeTime\":\"%s\"}", when);
-    return plain(c, MHD_HTTP_OK, body);
+    return plain_json(c, json_pack("{s:s}", "noticeTime", when));
   }
   return plain(c, MHD_HTTP_NOT_FOUND, "Not Found");
 }
