@@ -17,10 +17,10 @@
  * Limits on what a request may hold are the kernel's, checked here and in
  * jk_wire_decode(), so that an authentic request over one is answered with an
  * error: at most LIMIT_FRAMES frames are kept (the rest are read off and
- * counted), and frames and messages over LIMIT_FRAME_BYTES and
- * LIMIT_TOTAL_BYTES are refused without being parsed. Only a frame over
- * WIRE_MAX_FRAME_BYTES, which libzmq will not even read (it closes that
- * connection), goes unanswered.
+ * counted), and a request with a frame over LIMIT_FRAME_BYTES or more than
+ * LIMIT_TOTAL_BYTES in all is refused with nothing but its header parsed.
+ * Only a frame over WIRE_MAX_FRAME_BYTES, which libzmq will not even read (it
+ * closes that connection), goes unanswered.
  *
  * The gateway socket (a DEALER, protocols.md §1) exists only while the
  * core's gateway client has it open; libzmq connects it in the background
