@@ -1,29 +1,36 @@
-/* The one socket loop of spotlab-kernel.
+/* The one ZeroMQ loop of spotlab-kernel.
  *
- * Threads: this loop, and a heartbeat thread that echoes on its own socket
- * so a busy loop never looks dead to the front end. Signals reach the loop
- * through a self-pipe (SIGINT interrupts, SIGTERM stops). Each poll round
- * drains control first, then stdin, then the gateway socket, then one shell
- * request, so an interrupt or a shutdown is never stuck behind queued cells.
+ * Threads: this loop, libzmq's I/O thread (which owns every connection), and
+ * a heartbeat thread that echoes on its own ROUTER socket so a busy loop
+ * never looks dead to the front end. Signals reach the loop through a
+ * self-pipe (SIGINT interrupts, SIGTERM stops). Each zmq_poll round drains
+ * control first, then stdin, then a bounded number of gateway messages, then
+ * one shell request, so an interrupt or a shutdown is never stuck behind
+ * queued cells.
  *
- * The Jupyter channels are served by zsock.c on this thread: a request is
- * read, handled and answered here, with no hand-off to a background I/O
- * thread. Output is written when the loop moves on to another channel and at
- * the end of every round, so the messages of one request that go to one
- * channel leave together (busy and execute_input in one write, the reply in
- * the next, idle after it), in the order they were sent.
+ * A request is received frame by frame into zmq_msg_t parts and decoded
+ * straight from libzmq's buffers (the parts are closed once decoded); replies
+ * are handed to zmq_send frame by frame from their parts. libzmq serves any
+ * number of connections per socket: only the process's descriptor limit
+ * bounds the front ends (main() raises it).
  *
- * The gateway socket (a DEALER, protocols.md §1) is a zsock too, open only
- * while the core's gateway client has it open; it connects in the
- * background and again whenever the connection drops, and requests sent
- * meanwhile wait for the connection. No libzmq socket or thread is
- * involved anywhere in the kernel. */
+ * Limits on what a request may hold are the kernel's, checked here and in
+ * jk_wire_decode(), so that an authentic request over one is answered with an
+ * error: at most LIMIT_FRAMES frames are kept (the rest are read off and
+ * counted), and a request with a frame over LIMIT_FRAME_BYTES or more than
+ * LIMIT_TOTAL_BYTES in all is refused with nothing but its header parsed.
+ * Only a frame over WIRE_MAX_FRAME_BYTES, which libzmq will not even read (it
+ * closes that connection), goes unanswered.
+ *
+ * The gateway socket (a DEALER, protocols.md §1) exists only while the
+ * core's gateway client has it open; libzmq connects it in the background
+ * and again whenever the connection drops, and requests sent meanwhile wait
+ * in its queue. */
 #include "channels.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -31,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "core.h"
 #include "sl_err.h"
@@ -38,29 +46,37 @@
 #include "sl_log.h"
 #include "sl_time.h"
 #include "wire.h"
-#include "zsock.h"
 
-#define LIMIT_FRAMES 256
+/* Routing ids included: 250 buffers and more fit, with room for several ids. */
+#define LIMIT_FRAMES 1024
 #define LIMIT_FRAME_BYTES (16u << 20)
 #define LIMIT_TOTAL_BYTES (32u << 20)
 #define LIMIT_JSON_DEPTH 64
-#define LIMIT_QUEUED 1000 /* complete requests read ahead on one channel */
-#define LINGER_US (1000 * 1000LL) /* how long replies may take to leave at shutdown */
+/* The largest frame libzmq reads at all (ZMQ_MAXMSGSIZE): one past it closes
+ * the connection unread. Below it, a frame over the kernel's limits is read
+ * and answered with an error. */
+#define WIRE_MAX_FRAME_BYTES (256 << 20)
+#define SMALL_FRAME_BYTES (64 << 10) /* iopub and heartbeat: subscriptions and pings */
+#define LINGER_MS 1000 /* how long replies may take to leave at shutdown */
+/* The kernel's own sockets, not connections: five channels and the gateway's,
+ * with room for gateway sockets still being closed. */
+#define MAX_SOCKETS 32
 #define GW_LIMIT_FRAMES 8
-#define GW_LIMIT_FRAME_BYTES (1u << 20)
-#define GW_LIMIT_OUT_BYTES (8u << 20) /* requests waiting for the gateway connection */
+#define GW_LIMIT_FRAME_BYTES (1 << 20)
+#define GW_SNDHWM 1000 /* requests waiting for the gateway connection */
 #define GW_MAX_PER_ROUND 256 /* gateway messages handled before the other sockets get a turn */
 
 struct loop {
-  struct jk_zsock *zs[JK_CH_COUNT]; /* every channel but the heartbeat's */
-  struct jk_zsock *gw;             /* the gateway DEALER, or NULL */
-  struct jk_zsock *last_sent;      /* written out when another channel is sent on */
-  struct pollfd *pfd;
-  size_t pfd_cap;
+  void *ctx;
+  void *sock[JK_CH_COUNT]; /* the heartbeat's is owned by its thread once it runs */
+  void *gw;                /* the gateway DEALER, or NULL */
   struct jk_auth *auth;
   struct jk_core *core;
   bool stop;
   bool logged_hmac, logged_replay, logged_limit;
+  /* The request being received: its parts, and views of them for decoding. */
+  zmq_msg_t part[LIMIT_FRAMES];
+  struct sl_frame view[LIMIT_FRAMES];
 };
 
 static const char *const channel_name[JK_CH_COUNT] = {
@@ -79,138 +95,46 @@ static void on_signal(int signo) {
   errno = saved;
 }
 
-/* A poll() timeout for the monotonic time at_us: -1 for INT64_MAX (none),
- * 0 when it has passed, else the milliseconds left, rounded up. */
-static int poll_ms_until(int64_t at_us) {
-  if (at_us == INT64_MAX)
-    return -1;
-  int64_t left = at_us - sl_time_mono_us();
-  if (left <= 0)
-    return 0;
-  int64_t ms = (left + 999) / 1000;
-  return ms > INT_MAX ? INT_MAX : (int)ms;
-}
-
-/* Room for n pollfd entries in *fds (grown, never shrunk). */
-static int reserve_pollfds(struct pollfd **fds, size_t *cap, size_t n) {
-  if (n <= *cap)
-    return 0;
-  size_t c = *cap ? *cap : 16;
-  while (c < n)
-    c *= 2;
-  struct pollfd *p = realloc(*fds, c * sizeof *p);
-  if (!p)
-    return -ENOMEM;
-  *fds = p;
-  *cap = c;
-  return 0;
-}
-
-/* ---- heartbeat ---------------------------------------------------------- */
-
-struct heartbeat {
-  struct jk_zsock *sock;
-  int stop_pipe[2];
-  pthread_t thread;
-};
-
-/* Echoes every message, envelope included, to the peer that sent it. */
-static void *heartbeat(void *arg) {
-  struct heartbeat *hb = arg;
-  struct pollfd *pfd = NULL;
-  size_t cap = 0;
+/* Echoes every message, routing id included, to the peer that sent it (a
+ * REQ's envelope or a DEALER's bare ping alike), until the context ends. */
+static void *heartbeat(void *sock) {
   for (;;) {
-    if (reserve_pollfds(&pfd, &cap, 1 + jk_zsock_nfds(hb->sock)) < 0)
-      break;
-    pfd[0] = (struct pollfd){hb->stop_pipe[0], POLLIN, 0};
-    size_t n = jk_zsock_pollfds(hb->sock, pfd + 1);
-    if (poll(pfd, (nfds_t)(n + 1), poll_ms_until(jk_zsock_wake_at_us(hb->sock))) < 0 && errno != EINTR)
-      break;
-    if (pfd[0].revents)
-      break;
-    jk_zsock_handle(hb->sock, pfd + 1, n);
-    struct sl_msg m;
-    int r;
-    while ((r = jk_zsock_recv(hb->sock, &m)) != -EAGAIN) {
-      for (size_t i = 0; r == 0 && i < m.n; i++)
-        jk_zsock_send(hb->sock, m.frames[i].data, m.frames[i].len, i + 1 < m.n);
-      sl_msg_done(&m);
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, sock, 0) < 0) {
+      zmq_msg_close(&m);
+      if (zmq_errno() == EINTR)
+        continue;
+      break; /* ETERM: the context is shutting down */
     }
-    jk_zsock_flush(hb->sock);
+    if (zmq_msg_send(&m, sock, zmq_msg_more(&m) ? ZMQ_SNDMORE : 0) < 0)
+      zmq_msg_close(&m);
   }
-  free(pfd);
+  zmq_close(sock);
   return NULL;
-}
-
-static int heartbeat_start(struct heartbeat *hb, struct jk_zsock *sock) {
-  hb->sock = sock;
-  if (pipe2(hb->stop_pipe, O_CLOEXEC) < 0)
-    return -errno;
-  if (pthread_create(&hb->thread, NULL, heartbeat, hb) != 0) {
-    close(hb->stop_pipe[0]);
-    close(hb->stop_pipe[1]);
-    return -EAGAIN;
-  }
-  return 0;
-}
-
-static void heartbeat_stop(struct heartbeat *hb) {
-  if (write(hb->stop_pipe[1], "", 1) < 0) {
-    /* Cannot happen with an empty pipe; the join below would wait. */
-  }
-  pthread_join(hb->thread, NULL);
-  close(hb->stop_pipe[0]);
-  close(hb->stop_pipe[1]);
 }
 
 /* ---- core callbacks ---------------------------------------------------- */
 
-/* Before a message goes out on zs, what was sent on another socket leaves
- * first, so clients see messages in the order the core sent them. */
-static void switch_to(struct loop *l, struct jk_zsock *zs) {
-  if (l->last_sent && l->last_sent != zs)
-    jk_zsock_flush(l->last_sent);
-  l->last_sent = zs;
-}
-
 static int send_frame(void *sock, const void *data, size_t len, bool more) {
-  return jk_zsock_send(sock, data, len, more);
+  if (zmq_send(sock, data, len, more ? ZMQ_SNDMORE : 0) < 0)
+    return sl_err_from_zmq(zmq_errno());
+  return 0;
 }
 
 static void send_msg(void *ud, enum jk_channel ch, struct jk_msg *msg) {
   struct loop *l = ud;
-  struct jk_zsock *zs = l->zs[ch];
-  switch_to(l, zs);
-  int r = zs ? jk_wire_encode_each(l->auth, msg, send_frame, zs) : -ENOTCONN;
+  void *s = l->sock[ch];
+  int r = s ? jk_wire_encode_each(l->auth, msg, send_frame, s) : -ENOTCONN;
   if (r < 0)
     sl_warn("kernel.wire", "cannot send a message on the %s channel: %s", channel_name[ch], sl_strerror(r));
   jk_msg_free(msg);
 }
 
-static void flush_all(struct loop *l) {
-  for (int ch = 0; ch < JK_CH_COUNT; ch++)
-    if (l->zs[ch])
-      jk_zsock_flush(l->zs[ch]);
-  if (l->gw)
-    jk_zsock_flush(l->gw);
-  l->last_sent = NULL;
-}
-
 static bool receive_one(struct loop *l, enum jk_channel ch);
-
-/* Reads whatever has reached ch's connections by now, without waiting. */
-static void pump(struct loop *l, enum jk_channel ch) {
-  struct jk_zsock *zs = l->zs[ch];
-  if (reserve_pollfds(&l->pfd, &l->pfd_cap, jk_zsock_nfds(zs)) < 0)
-    return;
-  size_t n = jk_zsock_pollfds(zs, l->pfd);
-  if (poll(l->pfd, (nfds_t)n, 0) > 0)
-    jk_zsock_handle(zs, l->pfd, n);
-}
 
 static void drain_shell(void *ud) {
   struct loop *l = ud;
-  pump(l, JK_CH_SHELL);
   while (receive_one(l, JK_CH_SHELL))
     ;
 }
@@ -223,40 +147,65 @@ static void request_shutdown(void *ud, bool restart) {
 
 static void gw_close(void *ud) {
   struct loop *l = ud;
-  if (l->last_sent == l->gw)
-    l->last_sent = NULL; /* the core may close it between two sends of a round */
-  l->gw = jk_zsock_free(l->gw);
+  if (l->gw)
+    zmq_close(l->gw);
+  l->gw = NULL;
 }
 
 static int gw_open(void *ud, const char *address) {
   struct loop *l = ud;
   gw_close(l);
-  struct jk_zsock_options opts = JK_ZSOCK_OPTIONS_DEFAULT;
-  opts.limits = (struct sl_limits){GW_LIMIT_FRAMES, GW_LIMIT_FRAME_BYTES, GW_LIMIT_FRAMES * GW_LIMIT_FRAME_BYTES};
-  opts.max_out_bytes = GW_LIMIT_OUT_BYTES;
-  return jk_zsock_connect(address, JK_ZSOCK_DEALER, &opts, &l->gw);
+  void *s = zmq_socket(l->ctx, ZMQ_DEALER);
+  if (!s)
+    return sl_err_from_zmq(zmq_errno());
+  int linger = 0, hwm = GW_SNDHWM;
+  int64_t maxmsg = GW_LIMIT_FRAME_BYTES;
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+  zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+  if (zmq_connect(s, address) < 0) {
+    int r = sl_err_from_zmq(zmq_errno());
+    zmq_close(s);
+    return r;
+  }
+  l->gw = s;
+  return 0;
 }
 
 static int gw_send(void *ud, const char *data, size_t len) {
   struct loop *l = ud;
   if (!l->gw)
     return -ENOTCONN;
-  switch_to(l, l->gw);
-  return jk_zsock_send(l->gw, data, len, false);
+  if (zmq_send(l->gw, data, len, ZMQ_DONTWAIT) < 0)
+    return sl_err_from_zmq(zmq_errno());
+  return 0;
 }
 
-/* Hands one gateway message to the core; false when none was waiting. */
+/* Hands one gateway message to the core, straight from libzmq's buffer;
+ * false when none was waiting. */
 static bool receive_gateway(struct loop *l) {
-  struct sl_msg frames;
-  int r = l->gw ? jk_zsock_recv(l->gw, &frames) : -EAGAIN;
-  if (r == -EAGAIN)
+  if (!l->gw)
     return false;
-  if (r < 0)
-    sl_warn("kernel.gateway", "dropped a gateway message: %s", sl_strerror(r));
-  else if (frames.n)
+  zmq_msg_t last;
+  zmq_msg_init(&last);
+  size_t n = 0;
+  int more = 1;
+  while (more) {
+    zmq_msg_close(&last); /* all but the last frame are envelope */
+    zmq_msg_init(&last);
+    if (zmq_msg_recv(&last, l->gw, n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+      zmq_msg_close(&last);
+      return false; /* EAGAIN; never mid-message, as delivery is atomic */
+    }
+    more = zmq_msg_more(&last);
+    n++;
+  }
+  if (n > GW_LIMIT_FRAMES)
+    sl_warn("kernel.gateway", "dropped a gateway message of %zu frames (limit %d)", n, GW_LIMIT_FRAMES);
+  else
     /* The JSON object is the last frame; anything before it is envelope. */
-    jk_core_gateway_input(l->core, (const char *)frames.frames[frames.n - 1].data, frames.frames[frames.n - 1].len);
-  sl_msg_done(&frames);
+    jk_core_gateway_input(l->core, zmq_msg_data(&last), zmq_msg_size(&last));
+  zmq_msg_close(&last);
   return true;
 }
 
@@ -280,34 +229,67 @@ static void log_drop(struct loop *l, bool *once, const char *what, const char *d
   }
 }
 
+/* Reads one whole message off s into l->part: *ret_kept parts (at most
+ * LIMIT_FRAMES, each to be closed by the caller) and *ret_dropped frames past
+ * that, read and let go. 0, or negative (-EAGAIN: none waiting). */
+static int receive_parts(struct loop *l, void *s, size_t *ret_kept, size_t *ret_dropped) {
+  size_t kept = 0, dropped = 0;
+  int more = 1;
+  while (more) {
+    zmq_msg_t spare, *p = kept < LIMIT_FRAMES ? &l->part[kept] : &spare;
+    zmq_msg_init(p);
+    if (zmq_msg_recv(p, s, kept == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+      /* Delivery is atomic: this only happens before the first frame. */
+      int e = zmq_errno();
+      zmq_msg_close(p);
+      for (size_t i = 0; i < kept; i++)
+        zmq_msg_close(&l->part[i]);
+      return sl_err_from_zmq(e);
+    }
+    more = zmq_msg_more(p);
+    if (p == &spare) {
+      zmq_msg_close(p);
+      dropped++;
+    } else {
+      kept++;
+    }
+  }
+  *ret_kept = kept;
+  *ret_dropped = dropped;
+  return 0;
+}
+
 /* Receives and handles one message from ch; false when none was waiting. */
 static bool receive_one(struct loop *l, enum jk_channel ch) {
-  struct sl_msg frames;
-  int r = jk_zsock_recv(l->zs[ch], &frames);
-  if (r == -EAGAIN)
+  size_t kept = 0, dropped = 0;
+  int r = receive_parts(l, l->sock[ch], &kept, &dropped);
+  if (r < 0) {
+    if (r != -EAGAIN && r != -EINTR && r != -ETERM)
+      sl_warn("kernel.wire", "receive failed on the %s channel: %s", channel_name[ch], sl_strerror(r));
     return false;
-  bool over_limit = r == SL_ELIMIT;
-  char why[256] = "";
-  if (over_limit && frames.oversized_frames) {
-    snprintf(why, sizeof why, "a frame is larger than %u bytes", LIMIT_FRAME_BYTES);
-    log_drop(l, &l->logged_limit, "size limit", why);
-    sl_msg_done(&frames);
-    return true;
   }
+  for (size_t i = 0; i < kept; i++)
+    l->view[i] = (struct sl_frame){zmq_msg_data(&l->part[i]), zmq_msg_size(&l->part[i])};
+  /* A view, not a copy: jk_wire_decode() checks the frames against these. */
+  struct sl_msg frames = {
+    .frames = l->view, .n = kept, .cap = kept,
+    .limits = {LIMIT_FRAMES, LIMIT_FRAME_BYTES, LIMIT_TOTAL_BYTES},
+  };
   struct jk_msg *msg = NULL;
   struct jk_wire_limits limits = {LIMIT_JSON_DEPTH};
+  char why[256] = "";
   r = jk_wire_decode(l->auth, &frames, &limits, &msg, why, sizeof why);
-  size_t dropped = frames.dropped_frames;
-  sl_msg_done(&frames);
+  for (size_t i = 0; i < kept; i++)
+    zmq_msg_close(&l->part[i]);
   if (r == SL_EHMAC) {
     log_drop(l, &l->logged_hmac, "bad signature", why);
   } else if (r == SL_EREPLAY) {
     log_drop(l, &l->logged_replay, "replayed", why);
   } else if (r < 0 && !msg) {
-    log_drop(l, &l->logged_limit, "malformed", why);
-  } else if (r < 0 || over_limit) {
+    log_drop(l, &l->logged_limit, "malformed or over a limit", why);
+  } else if (r < 0 || dropped) {
     char reason[320];
-    if (over_limit)
+    if (dropped)
       snprintf(reason, sizeof reason, "message has more than %d frames (%zu over)", LIMIT_FRAMES, dropped);
     else
       snprintf(reason, sizeof reason, "message refused: %s", why);
@@ -321,37 +303,46 @@ static bool receive_one(struct loop *l, enum jk_channel ch) {
 
 /* ---- set-up ------------------------------------------------------------- */
 
-static int open_socket(const struct jk_connection *conn, enum jk_channel ch, struct jk_zsock **ret) {
-  static const enum jk_zsock_type types[JK_CH_COUNT] = {
-    [JK_CH_SHELL] = JK_ZSOCK_ROUTER, [JK_CH_CONTROL] = JK_ZSOCK_ROUTER, [JK_CH_STDIN] = JK_ZSOCK_ROUTER,
-    [JK_CH_IOPUB] = JK_ZSOCK_PUB, [JK_CH_HB] = JK_ZSOCK_REP,
+static int open_socket(struct loop *l, const struct jk_connection *conn, enum jk_channel ch) {
+  static const int types[JK_CH_COUNT] = {
+    [JK_CH_SHELL] = ZMQ_ROUTER, [JK_CH_CONTROL] = ZMQ_ROUTER, [JK_CH_STDIN] = ZMQ_ROUTER,
+    [JK_CH_IOPUB] = ZMQ_PUB, [JK_CH_HB] = ZMQ_ROUTER,
   };
-  struct jk_zsock_options opts = JK_ZSOCK_OPTIONS_DEFAULT;
-  opts.limits = (struct sl_limits){LIMIT_FRAMES, LIMIT_FRAME_BYTES, LIMIT_TOTAL_BYTES};
-  opts.max_queued = LIMIT_QUEUED;
-  if (ch == JK_CH_HB || ch == JK_CH_IOPUB)
-    opts.limits = (struct sl_limits){8, 64u << 10, 64u << 10}; /* pings and subscriptions */
+  void *s = zmq_socket(l->ctx, types[ch]);
+  if (!s)
+    return sl_err_from_zmq(zmq_errno());
+  int linger = LINGER_MS, one = 1;
+  int64_t maxmsg = ch == JK_CH_IOPUB || ch == JK_CH_HB ? SMALL_FRAME_BYTES : WIRE_MAX_FRAME_BYTES;
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+  /* A front end that reconnects under its old identity takes it over. */
+  if (types[ch] == ZMQ_ROUTER && ch != JK_CH_HB)
+    zmq_setsockopt(s, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
   char ep[300];
   int r = jk_connection_endpoint(conn, ch, ep, sizeof ep);
-  if (r == 0) {
-    r = jk_zsock_bind(ep, types[ch], &opts, ret);
-    if (r < 0)
-      sl_err("kernel", "cannot bind %s: %s", ep, sl_strerror(r));
+  if (r == 0 && zmq_bind(s, ep) < 0) {
+    r = sl_err_from_zmq(zmq_errno());
+    sl_err("kernel", "cannot bind %s: %s", ep, zmq_strerror(zmq_errno()));
   }
-  return r;
+  if (r < 0) {
+    zmq_close(s);
+    return r;
+  }
+  l->sock[ch] = s;
+  return 0;
 }
 
-static int poll_timeout_ms(const struct loop *l) {
-  int64_t at = jk_core_wake_at_us(l->core);
-  for (int ch = 0; ch < JK_CH_COUNT; ch++) {
-    int64_t z = l->zs[ch] ? jk_zsock_wake_at_us(l->zs[ch]) : INT64_MAX;
-    if (z < at)
-      at = z;
-  }
-  int64_t g = l->gw ? jk_zsock_wake_at_us(l->gw) : INT64_MAX;
-  if (g < at)
-    at = g;
-  return poll_ms_until(at);
+/* A zmq_poll() timeout for the core's next timer: -1 for none, else the
+ * milliseconds left, rounded up. */
+static long poll_timeout_ms(const struct jk_core *core) {
+  int64_t at = jk_core_wake_at_us(core);
+  if (at == INT64_MAX)
+    return -1;
+  int64_t left = at - sl_time_mono_us();
+  if (left <= 0)
+    return 0;
+  int64_t ms = (left + 999) / 1000;
+  return ms > LONG_MAX ? LONG_MAX : (long)ms;
 }
 
 static void read_signals(struct loop *l) {
@@ -367,77 +358,56 @@ static void read_signals(struct loop *l) {
   }
 }
 
-/* The channels a round reads, in the order it serves them. */
-static const enum jk_channel served[] = {JK_CH_CONTROL, JK_CH_STDIN, JK_CH_SHELL, JK_CH_IOPUB};
-#define NSERVED (sizeof served / sizeof served[0])
+enum { P_SIGNAL, P_CONTROL, P_STDIN, P_SHELL, P_GATEWAY, P_COUNT };
 
-/* One poll over the signal pipe, every channel's connections and the
- * gateway's; then control and stdin drained, a bounded number of gateway
- * messages, one shell request (answering it is the round's work; the next
- * round comes at once if more are queued), the core's timers, and the
- * output written. The gateway socket may be opened or closed by the core,
- * which runs only after every socket has had its poll results. */
+/* One zmq_poll over the signal pipe, control, stdin, shell and the gateway;
+ * then control and stdin drained, a bounded number of gateway messages, one
+ * shell request (answering it is the round's work; the next poll returns at
+ * once if more are queued), and the core's timers. The gateway socket may be
+ * opened or closed by the core, so it is looked up again every round. */
 static void serve(struct loop *l) {
   while (!l->stop) {
-    struct jk_zsock *gw = l->gw;
-    bool waiting = gw && jk_zsock_has_msg(gw);
-    size_t need = 1 + (gw ? jk_zsock_nfds(gw) : 0);
-    for (size_t i = 0; i < NSERVED; i++) {
-      need += jk_zsock_nfds(l->zs[served[i]]);
-      waiting |= served[i] != JK_CH_IOPUB && jk_zsock_has_msg(l->zs[served[i]]);
-    }
-    if (reserve_pollfds(&l->pfd, &l->pfd_cap, need) < 0) {
-      sl_err("kernel", "out of memory");
+    zmq_pollitem_t items[P_COUNT] = {
+      [P_SIGNAL] = {NULL, sig_pipe[0], ZMQ_POLLIN, 0},
+      [P_CONTROL] = {l->sock[JK_CH_CONTROL], 0, ZMQ_POLLIN, 0},
+      [P_STDIN] = {l->sock[JK_CH_STDIN], 0, ZMQ_POLLIN, 0},
+      [P_SHELL] = {l->sock[JK_CH_SHELL], 0, ZMQ_POLLIN, 0},
+      [P_GATEWAY] = {l->gw, 0, ZMQ_POLLIN, 0},
+    };
+    int n = zmq_poll(items, l->gw ? P_COUNT : P_GATEWAY, poll_timeout_ms(l->core));
+    if (n < 0 && zmq_errno() != EINTR) {
+      sl_err("kernel", "poll failed: %s", zmq_strerror(zmq_errno()));
       break;
     }
-    size_t n = 0, first[NSERVED], count[NSERVED], gw_first = 0, gw_count = 0;
-    l->pfd[n++] = (struct pollfd){sig_pipe[0], POLLIN, 0};
-    for (size_t i = 0; i < NSERVED; i++) {
-      first[i] = n;
-      count[i] = jk_zsock_pollfds(l->zs[served[i]], l->pfd + n);
-      n += count[i];
-    }
-    if (gw) {
-      gw_first = n;
-      gw_count = jk_zsock_pollfds(gw, l->pfd + n);
-      n += gw_count;
-    }
-    int r = poll(l->pfd, (nfds_t)n, waiting ? 0 : poll_timeout_ms(l));
-    if (r < 0 && errno != EINTR) {
-      sl_err("kernel", "poll failed: %s", strerror(errno));
-      break;
-    }
-    if (r > 0 && (l->pfd[0].revents & POLLIN))
+    if (n > 0 && (items[P_SIGNAL].revents & ZMQ_POLLIN))
       read_signals(l);
-    /* After a timeout or an interruption only the first entry (a listener,
-     * with no events) is passed: handshake deadlines and reconnections are
-     * still looked after. */
-    for (size_t i = 0; i < NSERVED; i++)
-      jk_zsock_handle(l->zs[served[i]], l->pfd + first[i], r > 0 ? count[i] : 1);
-    if (gw)
-      jk_zsock_handle(gw, l->pfd + gw_first, r > 0 ? gw_count : 1);
-    while (!l->stop && receive_one(l, JK_CH_CONTROL))
-      ;
-    while (!l->stop && receive_one(l, JK_CH_STDIN))
-      ;
-    for (int i = 0; i < GW_MAX_PER_ROUND && !l->stop && receive_gateway(l); i++)
-      ;
-    if (!l->stop)
+    if (n > 0 && (items[P_CONTROL].revents & ZMQ_POLLIN))
+      while (!l->stop && receive_one(l, JK_CH_CONTROL))
+        ;
+    if (n > 0 && (items[P_STDIN].revents & ZMQ_POLLIN))
+      while (!l->stop && receive_one(l, JK_CH_STDIN))
+        ;
+    if (n > 0 && l->gw && (items[P_GATEWAY].revents & ZMQ_POLLIN))
+      for (int i = 0; i < GW_MAX_PER_ROUND && !l->stop && receive_gateway(l); i++)
+        ;
+    if (n > 0 && !l->stop && (items[P_SHELL].revents & ZMQ_POLLIN))
       receive_one(l, JK_CH_SHELL);
     if (!l->stop)
       jk_core_tick(l->core);
-    flush_all(l);
   }
 }
 
 int jk_channels_run(const struct jk_connection *conn, const struct jk_run_options *opts) {
-  struct loop l = {0};
-  struct heartbeat hb = {0};
-  struct jk_zsock *hb_sock = NULL;
+  struct loop *l = calloc(1, sizeof *l);
+  pthread_t hb_thread;
   bool hb_started = false;
   int r = 0;
-  if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+  if (!l)
+    return -ENOMEM;
+  if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+    free(l);
     return -errno;
+  }
   struct sigaction sa = {0};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -445,41 +415,49 @@ int jk_channels_run(const struct jk_connection *conn, const struct jk_run_option
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
 
-  l.auth = jk_auth_new(conn->key, conn->key_len, 4096);
+  l->ctx = zmq_ctx_new();
+  if (l->ctx)
+    zmq_ctx_set(l->ctx, ZMQ_MAX_SOCKETS, MAX_SOCKETS);
+  l->auth = jk_auth_new(conn->key, conn->key_len, 4096);
   struct jk_core_config cfg = {opts->kernel_id, opts->notebook, opts->history_dir};
-  l.core = jk_core_new(&core_ops, &l, &cfg);
-  if (!l.auth || !l.core || jk_core_set_gateway(l.core, &core_gw_ops) < 0) {
+  l->core = jk_core_new(&core_ops, l, &cfg);
+  if (!l->ctx || !l->auth || !l->core || jk_core_set_gateway(l->core, &core_gw_ops) < 0) {
     r = -ENOMEM;
     goto out;
   }
   for (int ch = 0; ch < JK_CH_COUNT; ch++) {
-    r = open_socket(conn, (enum jk_channel)ch, ch == JK_CH_HB ? &hb_sock : &l.zs[ch]);
+    r = open_socket(l, conn, (enum jk_channel)ch);
     if (r < 0)
       goto out;
   }
-  r = heartbeat_start(&hb, hb_sock);
-  if (r < 0)
+  void *hb = l->sock[JK_CH_HB];
+  l->sock[JK_CH_HB] = NULL; /* owned by the heartbeat thread from here on */
+  if (pthread_create(&hb_thread, NULL, heartbeat, hb) != 0) {
+    zmq_close(hb);
+    r = -EAGAIN;
     goto out;
+  }
   hb_started = true;
   sl_info("kernel", "listening (%s on %s), kernel id %s", conn->transport, conn->ip, opts->kernel_id);
-  serve(&l);
+  serve(l);
 out:
-  jk_core_free(l.core); /* closes the gateway socket through gw_close */
-  l.core = NULL;
-  gw_close(&l);
-  /* Replies sent last (shutdown_reply above all) still reach their clients. */
-  int64_t deadline = sl_time_mono_us() + LINGER_US;
+  jk_core_free(l->core); /* closes the gateway socket through gw_close */
+  l->core = NULL;
+  gw_close(l);
+  /* Closed sockets keep LINGER_MS for what is still queued (shutdown_reply
+   * above all); zmq_ctx_term() waits for that. */
   for (int ch = 0; ch < JK_CH_COUNT; ch++)
-    if (l.zs[ch]) {
-      jk_zsock_flush_wait(l.zs[ch], deadline);
-      l.zs[ch] = jk_zsock_free(l.zs[ch]);
-    }
+    if (l->sock[ch])
+      zmq_close(l->sock[ch]);
+  if (l->ctx)
+    zmq_ctx_shutdown(l->ctx); /* ends the heartbeat's receive with ETERM */
   if (hb_started)
-    heartbeat_stop(&hb);
-  jk_zsock_free(hb_sock);
-  free(l.pfd);
-  jk_auth_free(l.auth);
+    pthread_join(hb_thread, NULL);
+  if (l->ctx)
+    zmq_ctx_term(l->ctx);
+  jk_auth_free(l->auth);
   close(sig_pipe[0]);
   close(sig_pipe[1]);
+  free(l);
   return r;
 }

@@ -3,10 +3,12 @@
  *   spotlab-kernel -f CONNECTION_FILE     serve a front end
  *   spotlab-kernel install [...]          install the kernelspec
  *   spotlab-kernel --version | --help */
+#include <errno.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "channels.h"
@@ -39,6 +41,18 @@ static void kernel_id_from_path(const char *path, char *buf, size_t size) {
   if (dot && strcmp(dot, ".json") == 0)
     *dot = '\0';
   free(copy);
+}
+
+/* Every front end holds a connection per channel, each a descriptor: the
+ * kernel serves as many as the hard limit allows, not the soft default. */
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+      sl_debug("kernel", "cannot raise the descriptor limit from %llu: %s", (unsigned long long)was, strerror(errno));
+  }
 }
 
 int main(int argc, char **argv) {
@@ -100,6 +114,7 @@ int main(int argc, char **argv) {
         *p = '/';
       }
   }
+  raise_fd_limit();
   struct jk_run_options opts = {kernel_id, notebook && *notebook ? notebook : NULL, hist};
   r = jk_channels_run(&conn, &opts);
   memset(&conn, 0, sizeof conn);

@@ -340,13 +340,29 @@ int jk_wire_decode(struct jk_auth *auth, const struct sl_msg *frames,
     remember(auth, expected);
   }
 
+  size_t frame_cap = frames->limits.max_frame_bytes, total_cap = frames->limits.max_total_bytes;
+  size_t total = 0, largest = 0;
+  for (size_t i = 0; i < frames->n; i++) {
+    total += frames->frames[i].len;
+    if (frames->frames[i].len > largest)
+      largest = frames->frames[i].len;
+  }
+  /* Over a limit, only the header is parsed (if it fits): enough to answer. */
+  bool over = largest > frame_cap || total > total_cap;
+  if (over && largest > frame_cap)
+    snprintf(err, err_size, "a frame of %zu bytes is over the limit of %zu", largest, frame_cap);
+  else if (over)
+    snprintf(err, err_size, "message of %zu bytes is over the limit of %zu", total, total_cap);
+
   struct jk_msg *m = jk_msg_new();
   if (!m)
     return -ENOMEM;
+  /* The frames were bounded as they arrived: the message holds what they held. */
+  m->idents.limits = m->buffers.limits = frames->limits;
   int r = 0;
   for (size_t i = 0; i < d && r == 0; i++)
     r = sl_msg_add(&m->idents, frames->frames[i].data, frames->frames[i].len);
-  for (size_t i = d + 6; i < frames->n && r == 0; i++)
+  for (size_t i = d + 6; i < frames->n && r == 0 && !over; i++)
     r = sl_msg_add(&m->buffers, frames->frames[i].data, frames->frames[i].len);
   if (r < 0) {
     jk_msg_free(m);
@@ -354,8 +370,10 @@ int jk_wire_decode(struct jk_auth *auth, const struct sl_msg *frames,
   }
   json_t **dst[4] = {&m->header, &m->parent_header, &m->metadata, &m->content};
   int depth = limits && limits->max_json_depth > 0 ? limits->max_json_depth : SL_JSON_MAX_DEPTH_DEFAULT;
-  for (int i = 0; i < 4; i++) {
-    if (parts[i].len == 2 && memcmp(parts[i].data, "{}", 2) == 0) {
+  for (int i = 0; i < (over ? 1 : 4); i++) {
+    if (parts[i].len > frame_cap) {
+      r = SL_ELIMIT;
+    } else if (parts[i].len == 2 && memcmp(parts[i].data, "{}", 2) == 0) {
       *dst[i] = json_object(); /* the usual parent_header and metadata */
       r = *dst[i] ? 0 : -ENOMEM;
     } else {
@@ -367,6 +385,8 @@ int jk_wire_decode(struct jk_auth *auth, const struct sl_msg *frames,
   if (r == 0 && !json_is_string(json_object_get(m->header, "msg_type"))) {
     snprintf(err, err_size, "header has no msg_type");
     r = SL_EWIRE;
+  } else if (r == 0 && over) {
+    r = SL_ELIMIT;
   }
   if (r < 0 && !m->header) {
     jk_msg_free(m);
@@ -379,7 +399,8 @@ int jk_wire_decode(struct jk_auth *auth, const struct sl_msg *frames,
       jk_msg_free(m);
       return -ENOMEM;
     }
-    memcpy(m->header_text, parts[0].data, parts[0].len + 1);
+    memcpy(m->header_text, parts[0].data, parts[0].len);
+    m->header_text[parts[0].len] = '\0';
     m->header_len = parts[0].len;
   }
   for (int i = 1; i < 4; i++)

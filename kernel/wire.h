@@ -63,13 +63,20 @@ struct jk_wire_limits {
   int max_json_depth;
 };
 
-/* Decodes frames into an owned message in *ret_msg.
+/* Decodes frames into an owned message in *ret_msg. frames may be a view of
+ * a socket's buffers: they are only read within their lengths (not
+ * NUL-terminated), and may break frames->limits (max_frame_bytes,
+ * max_total_bytes), which decode then enforces; the message's idents and
+ * buffers take those limits too.
  *  SL_EWIRE     no delimiter or fewer than four parts after it
  *  SL_EHMAC     signature missing or wrong
  *  SL_EREPLAY   the signature of an already accepted message
- *  SL_EJSON / SL_EJSONDEPTH  a signed part is not acceptable JSON; *ret_msg is
- *               then still set, with the idents and whatever header parsed,
- *               so the caller can answer with an error. */
+ *  SL_EJSON / SL_EJSONDEPTH  a signed part is not acceptable JSON
+ *  SL_ELIMIT    authentic, but a frame or the whole is over frames->limits:
+ *               nothing is parsed but the header (when it is itself within
+ *               the limit), and no buffer is kept.
+ * After the last three, *ret_msg is still set when the header parsed, with
+ * the idents and that header, so the caller can answer with an error. */
 int jk_wire_decode(struct jk_auth *auth, const struct sl_msg *frames,
                    const struct jk_wire_limits *limits, struct jk_msg **ret_msg,
                    char *err, size_t err_size);

@@ -558,16 +558,54 @@ def test_no_stop_on_error_runs_queued(kernel):
 
 # ---- (f) limits -------------------------------------------------------------
 
+# The kernel's limits on one incoming message (docs/kernel.md), and the frame
+# size past which libzmq closes the connection without reading the frame.
+LIMIT_FRAMES = 1024
+LIMIT_FRAME_BYTES = 16 << 20
+LIMIT_TOTAL_BYTES = 32 << 20
+WIRE_MAX_FRAME_BYTES = 256 << 20
 
-def refused(kernel, raw, msg_id, frames, marker):
-    """Sends frames; the kernel must not run them, and must keep answering."""
+
+def refused(kernel, raw, msg_id, frames, marker, answered=True):
+    """Sends frames; the kernel must not run them, must answer them with an
+    error reply (when answered: an authentic request over a limit is never
+    met with silence), and must keep answering."""
     raw.send(frames)
+    if answered:
+        reply = raw.reply(msg_id)
+        assert reply["header"]["msg_type"] == "execute_reply", reply
+        assert reply["content"]["status"] == "error", reply
+        assert reply["content"]["ename"] == "BadMessage", reply
     good = raw.answering()
     kernel.until_idle(good)
     for reply in raw.replies[msg_id]:
         assert reply["content"]["status"] != "ok", f"an over-limit request was run: {reply}"
     assert marker not in all_stream_text(kernel)
     assert_alive_and_answering(kernel, "after-" + marker)
+
+
+@pytest.mark.parametrize("msg_type", ["execute_request", "kernel_info_request"])
+@pytest.mark.parametrize("buffers", [65, 200, 250])
+def test_signed_request_with_buffers_is_answered(kernel, msg_type, buffers):
+    """Binary buffers (as widgets send) within the frame limit are no reason
+    to refuse a request, let alone to drop it."""
+    raw = kernel.raw_shell()
+    try:
+        marker = f"buffers-ran-{buffers}"
+        extra = [b"buffer-%d" % i for i in range(buffers)]
+        if msg_type == "execute_request":
+            msg_id, frames = raw.execute_frames(CODE["print"].format(marker), extra=extra)
+        else:
+            msg_id, frames = raw.frames(msg_type, extra=extra)
+        raw.send(frames)
+        reply = raw.reply(msg_id)
+        assert reply["header"]["msg_type"] == msg_type.replace("_request", "_reply")
+        assert reply["content"]["status"] == "ok", reply["content"]
+        msgs = kernel.until_idle(msg_id)
+        if msg_type == "execute_request":
+            assert marker in stdout_text(msgs)
+    finally:
+        raw.close()
 
 
 def test_too_many_frames(kernel):
@@ -582,17 +620,75 @@ def test_too_many_frames(kernel):
         raw.close()
 
 
+def test_one_frame_past_the_frame_limit(kernel):
+    """The routing id, delimiter, signature and four parts leave
+    LIMIT_FRAMES - 7 buffers; one more is refused with an error reply."""
+    raw = kernel.raw_shell()
+    try:
+        fits, frames = raw.frames("kernel_info_request", extra=[b"b"] * (LIMIT_FRAMES - 7))
+        raw.send(frames)
+        assert raw.reply(fits)["content"]["status"] == "ok"
+        marker = "frame-limit-ran"
+        msg_id, frames = raw.execute_frames(CODE["print"].format(marker),
+                                            extra=[b"b"] * (LIMIT_FRAMES - 6))
+        refused(kernel, raw, msg_id, frames, marker)
+    finally:
+        raw.close()
+
+
+def test_large_buffer(kernel):
+    """A buffer over the frame limit: the request is refused with an error."""
+    raw = kernel.raw_shell()
+    try:
+        marker = "large-buffer-ran"
+        msg_id, frames = raw.execute_frames(CODE["print"].format(marker),
+                                            extra=[b"x" * (LIMIT_FRAME_BYTES + 1)])
+        refused(kernel, raw, msg_id, frames, marker)
+    finally:
+        raw.close()
+
+
+def test_large_content(kernel):
+    """A signed part over the frame limit: refused with an error, unparsed."""
+    raw = kernel.raw_shell()
+    try:
+        marker = "large-content-ran"
+        code = json.dumps(CODE["print"].format(marker)).encode()
+        body = b"".join([b'{"code": ', code, b', "silent": false, "store_history": true, '
+                         b'"user_expressions": {}, "allow_stdin": false, '
+                         b'"stop_on_error": true, "padding": "', b"x" * LIMIT_FRAME_BYTES, b'"}'])
+        msg_id, frames = raw.frames("execute_request", raw_content=body)
+        refused(kernel, raw, msg_id, frames, marker)
+    finally:
+        raw.close()
+
+
+def test_message_over_the_total_limit(kernel):
+    """Buffers each within the frame limit, over the message limit together."""
+    raw = kernel.raw_shell()
+    try:
+        marker = "total-ran"
+        n = LIMIT_TOTAL_BYTES // LIMIT_FRAME_BYTES + 1
+        msg_id, frames = raw.execute_frames(CODE["print"].format(marker),
+                                            extra=[b"x" * LIMIT_FRAME_BYTES] * n)
+        refused(kernel, raw, msg_id, frames, marker)
+    finally:
+        raw.close()
+
+
 def test_giant_frame(kernel):
+    """A frame past what libzmq reads at all closes that connection unread;
+    the kernel goes on answering (a new connection)."""
     raw = kernel.raw_shell()
     try:
         marker = "giant-ran"
         code = json.dumps(CODE["print"].format(marker)).encode()
         body = b"".join([b'{"code": ', code, b', "silent": false, "store_history": true, '
                          b'"user_expressions": {}, "allow_stdin": false, '
-                         b'"stop_on_error": true, "padding": "', b"x" * (256 << 20), b'"}'])
+                         b'"stop_on_error": true, "padding": "', b"x" * WIRE_MAX_FRAME_BYTES, b'"}'])
         msg_id, frames = raw.frames("execute_request", raw_content=body)
         del body
-        refused(kernel, raw, msg_id, frames, marker)
+        refused(kernel, raw, msg_id, frames, marker, answered=False)
     finally:
         raw.close()
 

@@ -318,6 +318,75 @@ static void frame_limits(void) {
   sl_msg_done(&m);
 }
 
+/* Decoding against the frames' own limits: many buffers within them are
+ * kept; a frame or a whole over them is refused (SL_ELIMIT) with the header
+ * still there to answer, and nothing else parsed or kept. */
+static void decode_limits(void) {
+  struct jk_auth *a = jk_auth_new(key, sizeof key - 1, 4096);
+  char err[256];
+  struct jk_msg *got = NULL;
+  struct sl_msg f;
+
+  raw_frames(a, "{\"code\":\"x = 1\"}", &f);
+  f.limits = (struct sl_limits){1024, 1 << 20, 2 << 20};
+  for (int i = 0; i < 250; i++)
+    CHECK_INT(sl_msg_add(&f, "buf", 3), 0);
+  CHECK_INT(jk_wire_decode(a, &f, NULL, &got, err, sizeof err), 0);
+  CHECK(got && got->buffers.n == 250 && got->idents.n == 1);
+  got = jk_msg_free(got);
+  sl_msg_done(&f);
+
+  /* A view whose buffer is over the frame limit (a socket's buffers are not
+   * bounded by sl_msg_add). */
+  raw_frames(a, "{\"code\":\"y = 1\"}", &f);
+  char big[300];
+  memset(big, 'b', sizeof big);
+  CHECK_INT(sl_msg_add(&f, big, sizeof big), 0);
+  for (size_t i = 0; i + 1 < f.n; i++)
+    CHECK(f.frames[i].len < sizeof big); /* only the buffer is that long */
+  f.limits.max_frame_bytes = sizeof big - 1;
+  CHECK_INT(jk_wire_decode(a, &f, NULL, &got, err, sizeof err), SL_ELIMIT);
+  CHECK(got != NULL);
+  if (got) {
+    CHECK_STR(jk_msg_type(got), "execute_request");
+    CHECK(got->header_text != NULL);
+    CHECK_INT(got->buffers.n, 0);
+    CHECK_INT(json_object_size(got->content), 0);
+  }
+  got = jk_msg_free(got);
+  sl_msg_done(&f);
+
+  /* Over the total, each frame within its limit. */
+  raw_frames(a, "{\"code\":\"z = 1\"}", &f);
+  CHECK_INT(sl_msg_add(&f, "0123456789", 10), 0);
+  f.limits.max_total_bytes = f.total_bytes - 1;
+  CHECK_INT(jk_wire_decode(a, &f, NULL, &got, err, sizeof err), SL_ELIMIT);
+  CHECK(got != NULL && got->buffers.n == 0);
+  got = jk_msg_free(got);
+  /* The header itself over the limit: nothing to answer with. */
+  sl_msg_done(&f);
+  raw_frames(a, "{\"code\":\"w = 1\"}", &f);
+  f.limits.max_frame_bytes = f.frames[3].len - 1;
+  CHECK_INT(jk_wire_decode(a, &f, NULL, &got, err, sizeof err), SL_ELIMIT);
+  CHECK(got == NULL);
+  sl_msg_done(&f);
+
+  /* Frames are read within their lengths only: the header is not followed
+   * by a NUL here, and comes back without what follows it. */
+  raw_frames(a, "{\"code\":\"v = 1\"}", &f);
+  size_t hlen = f.frames[3].len;
+  uint8_t *h = malloc(hlen + 1);
+  memcpy(h, f.frames[3].data, hlen);
+  h[hlen] = '!';
+  free(f.frames[3].data);
+  f.frames[3].data = h;
+  CHECK_INT(jk_wire_decode(a, &f, NULL, &got, err, sizeof err), 0);
+  CHECK(got && got->header_len == hlen && strlen(got->header_text) == hlen);
+  got = jk_msg_free(got);
+  sl_msg_done(&f);
+  jk_auth_free(a);
+}
+
 static void connection_file(void) {
   struct jk_connection c;
   char err[256];
@@ -372,6 +441,7 @@ int main(void) {
   replay_window();
   unsigned_mode();
   frame_limits();
+  decode_limits();
   connection_file();
   errors();
   TEST_MAIN_END();
