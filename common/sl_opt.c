@@ -286,6 +286,20 @@ static void store(const struct sl_opt *o, void *base, const struct held *h) {
   }
 }
 
+int sl_opt_check(const struct sl_opt *o, const char *text, char *err, size_t err_size) {
+  struct held h = {0};
+  char why[512];
+  if (!text)
+    text = "";
+  if (o->choices && o->type != SL_OPT_STR && is_choice(o->choices, text))
+    return 0;
+  if (check_text(o, text, &h, why, sizeof why) < 0) {
+    say(err, err_size, "%s: %s", o->name, why);
+    return SL_ECONFIG;
+  }
+  return 0;
+}
+
 int sl_opt_set(const struct sl_opt *o, void *base, const char *label, const char *text, char *err,
                size_t err_size) {
   struct held h = {0};

@@ -70,6 +70,10 @@ void sl_opt_flag_name(const struct sl_opt *o, char *buf, size_t size);
  * size 0 keeps a pointer to text, which must outlive base. */
 int sl_opt_set(const struct sl_opt *o, void *base, const char *label, const char *text, char *err,
                size_t err_size);
+/* Checks text as a value of o without storing it: the type, bounds and
+ * choices (on types other than STR, a choice word such as "auto" passes).
+ * 0, or SL_ECONFIG with "NAME: reason" in err. */
+int sl_opt_check(const struct sl_opt *o, const char *text, char *err, size_t err_size);
 /* Checks a JSON value (the worker's file): strings for STR, true/false for
  * BOOL, integers for INT; messages as "\"NAME\" must be an integer". */
 int sl_opt_set_json(const struct sl_opt *o, void *base, const json_t *v, char *err, size_t err_size);

@@ -23,6 +23,7 @@
 #include "config.h"
 #include "sl_err.h"
 #include "sl_json.h"
+#include "sl_opt.h"
 #include "sl_log.h"
 #include "sl_time.h"
 
@@ -72,6 +73,25 @@ static enum jk_step eval_into(struct jk_interp *ip, const struct jk_expr *e, str
   return JK_STEP_DONE;
 }
 
+/* A value against its option's declaration (type, bounds, choices), as
+ * spotlab-train or the gateway would check it, so a cell fails at once and
+ * says which line. Durations are left to the gateway, which reads numbers of
+ * seconds too. */
+static enum jk_step check_option(struct jk_interp *ip, const struct jk_option *o,
+                                 const struct jk_value *v) {
+  const struct sl_opt *d = jk_lang_option_decl(o->name);
+  if (!d || d->type == SL_OPT_DUR || d->type == SL_OPT_FLAG)
+    return JK_STEP_DONE;
+  char *text = jk_value_to_text(v), err[600];
+  if (!text)
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  int r = sl_opt_check(d, text, err, sizeof err);
+  free(text);
+  if (r < 0)
+    return jk_exec_fail(ip, "ValueError", "line %d: %s", o->line, err);
+  return JK_STEP_DONE;
+}
+
 /* Evaluates a CALL's options into a JSON object; bare words that are not
  * variables stay strings (instance=g5.xlarge). */
 enum jk_step jk_exec_eval_options(struct jk_interp *ip, const struct jk_option *opts, size_t n,
@@ -80,6 +100,10 @@ enum jk_step jk_exec_eval_options(struct jk_interp *ip, const struct jk_option *
     struct jk_value v = {0};
     if (eval_into(ip, opts[i].value, &v) != JK_STEP_DONE)
       return JK_STEP_ERROR;
+    if (check_option(ip, &opts[i], &v) != JK_STEP_DONE) {
+      jk_value_done(&v);
+      return JK_STEP_ERROR;
+    }
     json_t *j;
     switch (v.type) {
     case JK_VAL_NUM:
@@ -101,14 +125,6 @@ enum jk_step jk_exec_eval_options(struct jk_interp *ip, const struct jk_option *
     json_object_set_new(ret_obj, opts[i].name, j);
     jk_value_done(&v);
   }
-  return JK_STEP_DONE;
-}
-
-static enum jk_step check_positive_int(struct jk_interp *ip, const struct jk_stmt *s, json_t *opts,
-                                    const char *key) {
-  json_t *v = json_object_get(opts, key);
-  if (v && (!json_is_integer(v) || json_integer_value(v) <= 0))
-    return jk_exec_fail(ip, "ValueError", "line %d: %s must be a positive whole number", s->line, key);
   return JK_STEP_DONE;
 }
 
@@ -138,12 +154,6 @@ enum jk_step jk_stmt_define(struct jk_interp *ip, const struct jk_stmt *s) {
     json_decref(spec);
     return JK_STEP_ERROR;
   }
-  static const char *const ints[] = {"layers", "heads", "dim", "ctx", "hidden"};
-  for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
-    if (check_positive_int(ip, s, opts, ints[i]) != JK_STEP_DONE) {
-      json_decref(spec);
-      return JK_STEP_ERROR;
-    }
   json_t *dim = json_object_get(opts, "dim"), *heads = json_object_get(opts, "heads");
   if (dim && heads && json_integer_value(dim) % json_integer_value(heads) != 0) {
     json_decref(spec);

@@ -140,20 +140,6 @@ static const char *stmt_kind(const struct jk_stmt *s) {
   }
 }
 
-/* gpus=N and precision=bf16|fp32 (DESIGN.md §8): a value no worker could
- * take is the cell's error, and nothing is sent. Whether the GPUs exist is
- * for the gateway (no instance type offers them) and the worker (this
- * instance lacks them) to say. */
-static enum jk_step check_device_options(struct jk_interp *ip, const struct jk_stmt *s, const json_t *opts) {
-  const json_t *gpus = json_object_get(opts, "gpus"), *prec = json_object_get(opts, "precision");
-  if (gpus && (!json_is_integer(gpus) || json_integer_value(gpus) < 0 || json_integer_value(gpus) > 64))
-    return jk_exec_fail(ip, "ValueError", "line %d: gpus must be a whole number from 0 to 64", s->line);
-  if (prec && (!json_is_string(prec) ||
-               (strcmp(json_string_value(prec), "bf16") && strcmp(json_string_value(prec), "fp32"))))
-    return jk_exec_fail(ip, "ValueError", "line %d: precision must be bf16 or fp32", s->line);
-  return JK_STEP_DONE;
-}
-
 enum jk_step jk_stmt_job(struct jk_interp *ip, const struct jk_stmt *s) {
   const char *kind = stmt_kind(s);
   bool is_run = s->kind == JK_STMT_CELL_MAGIC;
@@ -177,10 +163,6 @@ enum jk_step jk_stmt_job(struct jk_interp *ip, const struct jk_stmt *s) {
     jk_value_done(&v);
     json_object_set_new(opts, "prompt", json_string(prompt ? prompt : ""));
     free(prompt);
-  }
-  if (check_device_options(ip, s, opts) != JK_STEP_DONE) {
-    json_decref(opts);
-    return JK_STEP_ERROR;
   }
   struct jk_follow *f = follow_new(ip);
   if (!f) {

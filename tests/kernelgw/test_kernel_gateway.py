@@ -450,7 +450,7 @@ def gpu_requests(kernel_exe, gateway_exe, cli_exe):
                       "gpus=16 is refused at submit: %s" % ev)
                 content, msgs = k.run("train m on d steps=5 batch=4 precision=fp16", timeout=30)
                 check(content["status"] == "error" and content.get("ename") == "ValueError" and
-                      "precision must be bf16 or fp32" in content.get("evalue", "") and not displays(msgs),
+                      'line 1: precision: "fp16" is not bf16 or fp32' in content.get("evalue", "") and not displays(msgs),
                       "precision=fp16 is the cell's error: %s" % content.get("evalue"))
                 content, _ = k.run("train m on d steps=5 batch=4 gpus=0 precision=bf16", timeout=120)
                 check(content["status"] == "error" and

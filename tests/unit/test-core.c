@@ -236,6 +236,17 @@ static void test_cells(struct mock *mk) {
   const char *who = stdout_of(mk, "m4");
   CHECK(strstr(who, "variable  x") && strstr(who, "model     m") && strstr(who, "gpt(layers=2"));
 
+  /* option values are checked against their declarations: spotlab-train's bounds */
+  shell(mk, execute_req("v1", "n = 100\nmodel big = gpt(layers=n, heads=2, dim=8)"));
+  err = content_of(mk, "v1", "error");
+  CHECK_STR(sl_json_get_str(err, "ename", ""), "ValueError");
+  CHECK_STR(sl_json_get_str(err, "evalue", ""), "line 2: layers: 100 is out of range [1, 64]");
+  shell(mk, execute_req("v2", "model half = mlp(hidden=2.5)"));
+  CHECK(strstr(sl_json_get_str(content_of(mk, "v2", "error"), "evalue", ""),
+               "hidden: \"2.5\" is not an integer") != NULL);
+  shell(mk, execute_req("v3", "model ok = mlp(hidden=64, layers=1)\n%who"));
+  CHECK(strstr(stdout_of(mk, "v3"), "model     ok") != NULL);
+
   /* a name is one thing: a variable replaces a model of the same name */
   shell(mk, execute_req("m5", "model k = mlp(hidden=4)\nk = 3\n%who"));
   who = stdout_of(mk, "m5");
