@@ -74,6 +74,14 @@ struct loop {
   struct jk_core *core;
   bool stop;
   bool logged_hmac, logged_replay, logged_limit;
+  /* What the core sent during this round, sent together when the round ends:
+   * libzmq's I/O thread then wakes once for a request's status, input echo,
+   * reply and idle, not once for each. */
+  struct outgoing {
+    enum jk_channel ch;
+    struct jk_msg *msg;
+  } *out;
+  size_t n_out, cap_out;
   /* The request being received: its parts, and views of them for decoding. */
   zmq_msg_t part[LIMIT_FRAMES];
   struct sl_frame view[LIMIT_FRAMES];
@@ -122,13 +130,35 @@ static int send_frame(void *sock, const void *data, size_t len, bool more) {
   return 0;
 }
 
-static void send_msg(void *ud, enum jk_channel ch, struct jk_msg *msg) {
-  struct loop *l = ud;
+static void send_now(struct loop *l, enum jk_channel ch, struct jk_msg *msg) {
   void *s = l->sock[ch];
   int r = s ? jk_wire_encode_each(l->auth, msg, send_frame, s) : -ENOTCONN;
   if (r < 0)
     sl_warn("kernel.wire", "cannot send a message on the %s channel: %s", channel_name[ch], sl_strerror(r));
   jk_msg_free(msg);
+}
+
+/* Sends what the round queued, in the order the core sent it. */
+static void flush_out(struct loop *l) {
+  for (size_t i = 0; i < l->n_out; i++)
+    send_now(l, l->out[i].ch, l->out[i].msg);
+  l->n_out = 0;
+}
+
+static void send_msg(void *ud, enum jk_channel ch, struct jk_msg *msg) {
+  struct loop *l = ud;
+  if (l->n_out == l->cap_out) {
+    size_t cap = l->cap_out ? 2 * l->cap_out : 16;
+    struct outgoing *o = realloc(l->out, cap * sizeof *o);
+    if (!o) { /* no room to wait: what is queued leaves first, then this */
+      flush_out(l);
+      send_now(l, ch, msg);
+      return;
+    }
+    l->out = o;
+    l->cap_out = cap;
+  }
+  l->out[l->n_out++] = (struct outgoing){ch, msg};
 }
 
 static bool receive_one(struct loop *l, enum jk_channel ch);
@@ -394,6 +424,7 @@ static void serve(struct loop *l) {
       receive_one(l, JK_CH_SHELL);
     if (!l->stop)
       jk_core_tick(l->core);
+    flush_out(l);
   }
 }
 
@@ -443,6 +474,8 @@ int jk_channels_run(const struct jk_connection *conn, const struct jk_run_option
 out:
   jk_core_free(l->core); /* closes the gateway socket through gw_close */
   l->core = NULL;
+  flush_out(l);
+  free(l->out);
   gw_close(l);
   /* Closed sockets keep LINGER_MS for what is still queued (shutdown_reply
    * above all); zmq_ctx_term() waits for that. */

@@ -7,12 +7,14 @@
 #include "history.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "sl_err.h"
 #include "sl_json.h"
@@ -32,7 +34,14 @@ struct jk_history {
   struct entry *e;
   size_t n, cap;
   int64_t session;
+  int fd; /* path opened for appending once a cell is added, else -1 */
 };
+
+static void close_file(struct jk_history *h) {
+  if (h->fd >= 0)
+    close(h->fd);
+  h->fd = -1;
+}
 
 static void clear_entries(struct jk_history *h) {
   for (size_t i = 0; i < h->n; i++)
@@ -44,6 +53,7 @@ struct jk_history *jk_history_free(struct jk_history *h) {
   if (!h)
     return NULL;
   clear_entries(h);
+  close_file(h);
   free(h->e);
   free(h->dir);
   free(h->path);
@@ -107,6 +117,7 @@ static void load(struct jk_history *h) {
 
 int jk_history_switch(struct jk_history *h, const char *notebook) {
   clear_entries(h);
+  close_file(h);
   free(h->path);
   h->path = NULL;
   h->session = 1;
@@ -130,6 +141,7 @@ struct jk_history *jk_history_open(const char *dir, const char *notebook) {
   if (!h)
     return NULL;
   h->session = 1;
+  h->fd = -1;
   if (dir) {
     h->dir = strdup(dir);
     if (!h->dir)
@@ -151,19 +163,26 @@ int jk_history_add(struct jk_history *h, int64_t line, const char *input) {
     return r;
   json_t *v = json_pack("{s:I, s:I, s:s}", "session", (json_int_t)h->session, "line",
                         (json_int_t)line, "input", input);
-  char *s = v ? sl_json_dump(v, NULL) : NULL;
+  size_t n = 0;
+  char *s = v ? sl_json_dump(v, &n) : NULL;
   json_decref(v);
-  if (!s)
+  char *text = s ? realloc(s, n + 1) : NULL;
+  if (!text) {
+    free(s);
     return -ENOMEM;
-  FILE *f = fopen(h->path, "a");
-  if (f) {
-    fprintf(f, "%s\n", s);
-    if (fclose(f) != 0)
-      r = -errno;
-  } else {
-    r = -errno;
   }
-  free(s);
+  text[n++] = '\n';
+  /* kept open between cells: a cell's reply should not wait on opening a
+   * file; O_APPEND keeps each line whole beside another kernel's */
+  if (h->fd < 0)
+    h->fd = open(h->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (h->fd < 0)
+    r = -errno;
+  else if (write(h->fd, text, n) != (ssize_t)n) {
+    r = errno ? -errno : -EIO;
+    close_file(h); /* opened again for the next cell */
+  }
+  free(text);
   return r;
 }
 

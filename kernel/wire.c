@@ -67,48 +67,16 @@ void jk_new_id(char buf[37]) {
 /* Appends s as a JSON string (quoted; '"', '\\' and control characters
  * escaped) at out, which has room for 6 * strlen(s) + 2 bytes; returns the
  * end. s is valid UTF-8 (checked by the caller), which passes as it is. */
-static char *put_json_str(char *out, const char *s) {
-  static const char hex[] = "0123456789ABCDEF";
-  *out++ = '"';
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') {
-      *out++ = '\\';
-      *out++ = (char)ch;
-    } else if (ch < 0x20) {
-      memcpy(out, "\\u00", 4);
-      out[4] = hex[ch >> 4];
-      out[5] = hex[ch & 15];
-      out += 6;
-    } else {
-      *out++ = (char)ch;
-    }
-  }
-  *out++ = '"';
-  return out;
-}
-
 /* The header's JSON text: msg_id, session, username, date, msg_type and
- * version, in that order; owned, NULL on OOM. */
+ * version, in that order; owned, NULL on OOM or a value that is not UTF-8. */
 static char *header_text(const char *id, const char *session, const char *user, const char *date,
                          const char *type, size_t *ret_len) {
-  const char *vals[] = {id, session, user, date, type};
-  static const char *const keys[] = {"{\"msg_id\":", ",\"session\":", ",\"username\":",
-                                     ",\"date\":", ",\"msg_type\":"};
-  static const char tail[] = ",\"version\":\"5.3\"}";
-  size_t cap = sizeof tail;
-  for (size_t i = 0; i < 5; i++)
-    cap += strlen(keys[i]) + 6 * strlen(vals[i]) + 2;
-  char *text = malloc(cap), *p = text;
-  if (!text)
-    return NULL;
-  for (size_t i = 0; i < 5; i++) {
-    size_t k = strlen(keys[i]);
-    memcpy(p, keys[i], k);
-    p = put_json_str(p + k, vals[i]);
-  }
-  memcpy(p, tail, sizeof tail);
-  *ret_len = (size_t)(p - text) + sizeof tail - 1;
+  json_t *h = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "msg_id", id, "session", session,
+                        "username", user, "date", date, "msg_type", type, "version", "5.3");
+  char *text = h ? json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(h);
+  if (text)
+    *ret_len = strlen(text);
   return text;
 }
 
