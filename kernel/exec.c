@@ -194,13 +194,6 @@ enum jk_step jk_exec_show(struct jk_interp *ip, const struct jk_stmt *s, const c
   return JK_STEP_DONE;
 }
 
-enum jk_step jk_stmt_show(struct jk_interp *ip, const struct jk_stmt *s) {
-  struct jk_def d;
-  if (ip->gw && jk_state_def(ip->state, s->name, &d) == 0 && strcmp(d.kind, "model") == 0)
-    return jk_jobs_show(ip, s);
-  return jk_exec_show(ip, s, NULL);
-}
-
 enum jk_step jk_stmt_print(struct jk_interp *ip, const struct jk_stmt *s) {
   size_t cap = 256, len = 0;
   char *out = malloc(cap);
@@ -353,7 +346,7 @@ static void finish(struct jk_interp *ip, bool ok) {
     error = x->error ? x->error : json_pack("{s:s, s:s, s:[]}", "ename", "Error", "evalue", "", "traceback");
     x->error = NULL;
   }
-  jk_jobs_free_follow(ip);
+  ip->exec_hooks->cell_finished(ip);
   if (ip->session)
     jk_session_cell_done(ip->session);
   if (!x->silent)
@@ -409,7 +402,7 @@ void jk_exec_execute(struct jk_interp *ip, const struct jk_exec_args *args) {
   x->silent = args->silent;
   x->allow_stdin = args->allow_stdin;
   ip->running = x;
-  jk_jobs_cell_started(ip); /* a cell run keeps the notebook active in the gateway */
+  ip->exec_hooks->cell_started(ip); /* a cell run keeps the notebook active in the gateway */
   if (!x->silent && ip->pending_notice[0]) { /* notices that came between cells */
     jk_exec_stream(ip, "stderr", ip->pending_notice);
     ip->pending_notice[0] = 0;
@@ -479,7 +472,7 @@ void jk_exec_interrupt(struct jk_interp *ip) {
   if (!x)
     return;
   if (x->wait == JK_WAIT_GATEWAY || x->wait == JK_WAIT_JOB) {
-    jk_jobs_interrupt(ip); /* records the error (a detach for a followed job) */
+    ip->exec_hooks->interrupted(ip); /* records the error (a detach for a followed job) */
     x->wait = JK_WAIT_NONE;
     finish(ip, false);
     return;

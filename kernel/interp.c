@@ -19,11 +19,18 @@
 #include "sl_json.h"
 #include "sl_log.h"
 
+static const struct jk_exec_hooks exec_hooks = {
+    .cell_started = jk_jobs_cell_started,
+    .cell_finished = jk_jobs_free_follow,
+    .interrupted = jk_jobs_interrupt,
+};
+
 struct jk_interp *jk_interp_new(const struct jk_publisher *pub, void *ud,
                                 const struct jk_interp_config *cfg) {
   struct jk_interp *ip = calloc(1, sizeof *ip);
   if (!ip)
     return NULL;
+  ip->exec_hooks = &exec_hooks;
   ip->pub = pub;
   ip->pub_ud = ud;
   ip->history = cfg->history;

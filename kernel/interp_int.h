@@ -41,7 +41,17 @@ struct jk_execution {
   struct jk_follow *follow;    /* the job the statement follows, or NULL */
 };
 
+/* What the cell runner (exec.c) tells the statements that go through the
+ * gateway (jobs.c), built on it: wired by interp.c, so the runner never
+ * calls up into them. */
+struct jk_exec_hooks {
+  void (*cell_started)(struct jk_interp *ip);  /* a cell begins */
+  void (*cell_finished)(struct jk_interp *ip); /* it ended: whatever it followed is let go */
+  void (*interrupted)(struct jk_interp *ip);   /* a wait on the gateway was interrupted */
+};
+
 struct jk_interp {
+  const struct jk_exec_hooks *exec_hooks;
   const struct jk_publisher *pub;
   void *pub_ud;
   struct jk_history *history;  /* the core's (borrowed) */

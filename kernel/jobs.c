@@ -608,6 +608,14 @@ enum jk_step jk_jobs_show(struct jk_interp *ip, const struct jk_stmt *s) {
   return await(ip, json_pack("{s:s}", "type", "session.get"), OP_SHOW, 0);
 }
 
+/* show NAME: a model's training record comes from the gateway when there is one. */
+enum jk_step jk_stmt_show(struct jk_interp *ip, const struct jk_stmt *s) {
+  struct jk_def d;
+  if (ip->gw && jk_state_def(ip->state, s->name, &d) == 0 && strcmp(d.kind, "model") == 0)
+    return jk_jobs_show(ip, s);
+  return jk_exec_show(ip, s, NULL);
+}
+
 /* ---- interrupt and time ------------------------------------------------- */
 
 void jk_jobs_interrupt(struct jk_interp *ip) {
