@@ -49,6 +49,10 @@ struct fake {
   size_t n;
   struct gw_provider_event events[MAX_EVENTS];
   size_t n_events;
+  /* workers told of a preemption notice, to be sent SIGTERM once the notice
+   * has reached the gateway (as a real notice comes before the shutdown) */
+  pid_t term_after_notice[MAX_FAKE];
+  size_t n_term;
 };
 
 static const struct gw_instance_type catalog[] = {
@@ -89,6 +93,9 @@ static int64_t on_timer(struct gw_loop *l, int64_t id, int64_t now_us, void *dat
   f->n_events = 0;
   for (size_t i = 0; i < n; i++)
     f->base.on_event(f->base.userdata, &f->base, &batch[i]);
+  for (size_t i = 0; i < f->n_term; i++)
+    kill(f->term_after_notice[i], SIGTERM);
+  f->n_term = 0;
   f->in_timer = false;
   return f->n_events ? now_us : sl_time_mono_us() + REAP_US;
 }
@@ -208,9 +215,11 @@ static int fake_inject(struct gw_provider *p, const char *id, bool kill_now, dou
     return SL_ENAME;
   if (!kill_now) {
     struct gw_provider_event *ev = queue_event(f, GW_PROVIDER_NOTICE, id);
-    if (ev) {
+    if (ev && f->n_term < MAX_FAKE) {
       ev->by_market = true;
       ev->deadline_us = sl_time_real_us() + (int64_t)(notice_s * 1e6);
+      f->term_after_notice[f->n_term++] = f->pid[i];
+      return 0;
     }
   }
   kill(f->pid[i], kill_now ? SIGKILL : SIGTERM);
