@@ -20,6 +20,10 @@
 #include "tc_par.h"
 
 void tc_model_add_tensor(struct tc_model *m, const char *name, uint32_t rows, uint32_t cols) {
+  if (m->n_tensors >= TC_MAX_TENSORS) { /* counted, not stored: tc_model_layout refuses it */
+    m->n_tensors++;
+    return;
+  }
   struct tc_tensor *t = &m->tensors[m->n_tensors++];
   snprintf(t->name, sizeof t->name, "%s", name);
   t->offset = m->n_params;
@@ -39,6 +43,10 @@ int tc_model_layout(const struct tc_config *c, struct tc_model *m) {
   m->n_tensors = 0;
   m->n_params = 0;
   m->ops->layout(m);
+  if (m->n_tensors > TC_MAX_TENSORS) {
+    m->n_tensors = TC_MAX_TENSORS;
+    return SL_ELIMIT;
+  }
   return 0;
 }
 

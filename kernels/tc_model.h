@@ -25,7 +25,7 @@
 #include "tc_rng.h"
 
 #define TC_MAX_VOCAB 256
-#define TC_MAX_TENSORS 512
+#define TC_MAX_TENSORS 1024 /* gpt at 64 layers has 772, mlp at 64 has 130 */
 #define TC_MODEL_NAME_BYTES 16
 #define TC_CONFIG_BYTES 64
 

@@ -210,6 +210,18 @@ static void test_fallback_prune_and_enospc(void) {
 
 /* ---- configs and the model registry ---- */
 
+/* The largest configs the options allow lay out every tensor (no table overflow). */
+static void test_largest_layouts(void) {
+  static struct tc_model m; /* large: off the stack */
+  struct tc_config c = config("gpt", "layers=64 heads=1 dim=8 ctx=4 vocab=5");
+  CHECK_INT(tc_model_layout(&c, &m), 0);
+  CHECK_INT(m.n_tensors, 2 + 12 * 64 + 2);
+  CHECK_STR(m.tensors[m.n_tensors - 1].name, "lnf_b");
+  c = config("mlp", "layers=64 hidden=4 in_dim=784 classes=10");
+  CHECK_INT(tc_model_layout(&c, &m), 0);
+  CHECK_INT(m.n_tensors, 2 * 65);
+}
+
 static void test_config(void) {
   char err[256], buf[512];
   /* every registered model's table is usable by the generic code */
@@ -638,6 +650,7 @@ int main(int argc, char **argv) {
   snprintf(dir, sizeof dir, "/tmp/tc-ckpt-XXXXXX");
   if (!mkdtemp(dir)) return 1;
   test_config();
+  test_largest_layouts();
   test_roundtrip_and_corruption();
   test_v1_files();
   test_damaged_v2();
