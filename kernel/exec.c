@@ -73,14 +73,42 @@ static enum jk_step eval_into(struct jk_interp *ip, const struct jk_expr *e, str
   return JK_STEP_DONE;
 }
 
-/* A value against its option's declaration (type, bounds, choices), as
- * spotlab-train or the gateway would check it, so a cell fails at once and
- * says which line. Durations are left to the gateway, which reads numbers of
- * seconds too. */
+/* Whether a value of the language's type t can stand for an option of type
+ * want: numbers for numbers, yes/no for yes/no, a duration or a number of
+ * seconds for a duration; anything that writes as text for a string. */
+static bool kind_fits(enum sl_opt_type want, enum jk_value_type t) {
+  switch (want) {
+  case SL_OPT_INT:
+  case SL_OPT_U64:
+  case SL_OPT_NUM: return t == JK_VAL_NUM;
+  case SL_OPT_BOOL: return t == JK_VAL_BOOL;
+  case SL_OPT_DUR: return t == JK_VAL_DURATION || t == JK_VAL_NUM;
+  default: return true;
+  }
+}
+
+/* A value against its option's declaration (its kind, then bounds and
+ * choices), as spotlab-train or the gateway would check it, so a cell fails
+ * at once and says which line, and what is sent has the declared JSON type.
+ * A duration's bounds are left to the gateway, which reads it. */
 static enum jk_step check_option(struct jk_interp *ip, const struct jk_option *o,
                                  const struct jk_value *v) {
   const struct sl_opt *d = jk_lang_option_decl(o->name);
-  if (!d || d->type == SL_OPT_DUR || d->type == SL_OPT_FLAG)
+  if (!d)
+    return JK_STEP_DONE;
+  /* a word the row takes besides its type ("checkpoint_every=auto") */
+  bool choice = d->choices && v->type == JK_VAL_STR && sl_opt_check(d, v->str, NULL, 0) == 0;
+  if (!choice && !kind_fits(d->type, v->type)) {
+    char *shown = jk_value_format(v);
+    enum jk_step st = jk_exec_fail(ip, "TypeError", "line %d: %s takes %s, not %s", o->line, o->name,
+                                   d->type == SL_OPT_BOOL  ? "yes or no"
+                                   : d->type == SL_OPT_DUR ? "a duration (90s, 30m, 2h)"
+                                                           : "a number",
+                                   shown ? shown : "this value");
+    free(shown);
+    return st;
+  }
+  if (d->type == SL_OPT_DUR || d->type == SL_OPT_FLAG)
     return JK_STEP_DONE;
   char *text = jk_value_to_text(v), err[600];
   if (!text)

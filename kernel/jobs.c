@@ -171,8 +171,7 @@ enum jk_step jk_stmt_job(struct jk_interp *ip, const struct jk_stmt *s) {
   }
   snprintf(f->kind, sizeof f->kind, "%s", kind);
   snprintf(f->model, sizeof f->model, "%s", s->model ? s->model : "");
-  json_t *detach = json_object_get(opts, "detach");
-  f->detach = json_is_true(detach) || (json_is_string(detach) && strcmp(json_string_value(detach), "yes") == 0);
+  f->detach = json_is_true(json_object_get(opts, "detach")); /* yes or no: checked when evaluated */
   json_object_del(opts, "detach");
   /* Definitions reach the gateway before the job that uses them. */
   jk_session_flush(ip->session);

@@ -155,6 +155,15 @@ def with_gateway(kernel_exe, cli_exe):
             content, msgs = k.run("train m on d steps=400 batch=4 checkpoint_every=50 detach=yes", timeout=60)
             det = job_of(stdout_of(msgs))
             check(content["status"] == "ok" and det is not None and not displays(msgs), "detach=yes returns at once")
+            # option values are checked against their declared kinds; a choice word passes
+            content, _ = k.run("train m on d steps=5 batch=4 checkpoint_every=auto spot=yes detach=yes", timeout=60)
+            check(content["status"] == "ok", "checkpoint_every=auto and spot=yes are accepted: %s" % content.get("evalue"))
+            for cell, want in (("train m on d steps=5 detach=1", "line 1: detach takes yes or no, not 1"),
+                               ('train m on d steps="5"', 'line 1: steps takes a number, not "5"')):
+                content, msgs = k.run(cell, timeout=30)
+                check(content["status"] == "error" and content.get("ename") == "TypeError" and
+                      content.get("evalue") == want and not displays(msgs),
+                      "%s is refused in the kernel: %s" % (cell, content.get("evalue")))
 
             k2 = Kernel()
             content, msgs = k2.run("%attach " + str(det), timeout=300)

@@ -244,6 +244,11 @@ static void test_cells(struct mock *mk) {
   shell(mk, execute_req("v2", "model half = mlp(hidden=2.5)"));
   CHECK(strstr(sl_json_get_str(content_of(mk, "v2", "error"), "evalue", ""),
                "hidden: \"2.5\" is not an integer") != NULL);
+  /* a string where a number is declared is refused, not sent as text */
+  shell(mk, execute_req("v4", "model s = gpt(heads=\"4\", dim=8)"));
+  err = content_of(mk, "v4", "error");
+  CHECK_STR(sl_json_get_str(err, "ename", ""), "TypeError");
+  CHECK_STR(sl_json_get_str(err, "evalue", ""), "line 1: heads takes a number, not \"4\"");
   shell(mk, execute_req("v3", "model ok = mlp(hidden=64, layers=1)\n%who"));
   CHECK(strstr(stdout_of(mk, "v3"), "model     ok") != NULL);
 
