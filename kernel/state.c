@@ -13,6 +13,7 @@
 
 #include "sl_err.h"
 #include "sl_json.h"
+#include "textbuf.h"
 
 #define MAX_NAMES 4096
 #define MAX_LIST_DEPTH 8
@@ -203,34 +204,29 @@ const char **jk_state_names(const struct jk_state *st, size_t *ret_n) {
 /* ---- text --------------------------------------------------------------- */
 
 char *jk_state_format_spec(const json_t *spec) {
-  const char *type = sl_json_get_str(spec, "type", "?");
-  json_t *args = json_object_get(spec, "args");
-  json_t *opts = json_object_get(spec, "options");
-  size_t cap = 1024;
-  char *out = malloc(cap);
-  if (!out)
-    return NULL;
-  int n = snprintf(out, cap, "%s(", type);
+  struct jk_dbuf out = {0};
+  jk_dbuf_printf(&out, "%s(", sl_json_get_str(spec, "type", "?"));
+  const char *sep = "";
   size_t i;
   json_t *v;
-  bool first = true;
-  json_array_foreach(args, i, v) {
-    n += snprintf(out + n, cap - (size_t)n, "%s\"%s\"", first ? "" : ", ", json_string_value(v));
-    first = false;
-    if ((size_t)n >= cap - 64)
-      break;
+  json_array_foreach(json_object_get(spec, "args"), i, v) {
+    char *val = json_is_string(v) ? NULL : sl_json_dump(v, NULL);
+    if (val)
+      jk_dbuf_printf(&out, "%s%s", sep, val);
+    else
+      jk_dbuf_printf(&out, "%s\"%s\"", sep, json_is_string(v) ? json_string_value(v) : "?");
+    free(val);
+    sep = ", ";
   }
   const char *key;
-  json_object_foreach(opts, key, v) {
-    if ((size_t)n >= cap - 64)
-      break;
-    char *val = json_is_string(v) ? strdup(json_string_value(v)) : sl_json_dump(v, NULL);
-    n += snprintf(out + n, cap - (size_t)n, "%s%s=%s", first ? "" : ", ", key, val ? val : "?");
+  json_object_foreach(json_object_get(spec, "options"), key, v) {
+    char *val = json_is_string(v) ? NULL : sl_json_dump(v, NULL);
+    jk_dbuf_printf(&out, "%s%s=%s", sep, key, val ? val : json_string_value(v) ? json_string_value(v) : "?");
     free(val);
-    first = false;
+    sep = ", ";
   }
-  snprintf(out + n, cap - (size_t)n, ")");
-  return out;
+  jk_dbuf_printf(&out, ")");
+  return jk_dbuf_done(&out);
 }
 
 /* "NAME = VALUE" or "KIND NAME = SPEC"; with about, the sentence saying what

@@ -252,6 +252,17 @@ static void test_cells(struct mock *mk) {
   shell(mk, execute_req("v3", "model ok = mlp(hidden=64, layers=1)\n%who"));
   CHECK(strstr(stdout_of(mk, "v3"), "model     ok") != NULL);
 
+  /* a definition's text of any length (a long file name) */
+  {
+    char code[2200], want[2100];
+    memset(want, 'x', 2000);
+    want[2000] = '\0';
+    snprintf(code, sizeof code, "data long = text(\"%s\")\n%%who", want);
+    shell(mk, execute_req("w1", code));
+    const char *listed = stdout_of(mk, "w1");
+    CHECK(strstr(listed, want) != NULL && strstr(listed, "\")") != NULL);
+  }
+
   /* a name is one thing: a variable replaces a model of the same name */
   shell(mk, execute_req("m5", "model k = mlp(hidden=4)\nk = 3\n%who"));
   who = stdout_of(mk, "m5");
