@@ -469,9 +469,9 @@ void jk_core_handle(struct jk_core *c, enum jk_channel ch, struct jk_msg *m) {
   const char *type = jk_msg_type(m);
   sl_debug("kernel.core", "%s on channel %d", type, (int)ch);
   if (ch == JK_CH_SHELL) {
-    if (enqueue(c, m) < 0) {
-      sl_warn("kernel", "shell queue full; dropping %s", type);
-      jk_msg_free(m);
+    if (enqueue(c, m) < 0) { /* answered, so no front end waits for a reply that never comes */
+      sl_warn("kernel", "shell queue full; refusing %s", type);
+      jk_core_reject(c, ch, m, "the kernel's request queue is full; try again");
     }
     return;
   }

@@ -178,9 +178,12 @@ int jk_history_add(struct jk_history *h, int64_t line, const char *input) {
     h->fd = open(h->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (h->fd < 0)
     r = -errno;
-  else if (write(h->fd, text, n) != (ssize_t)n) {
-    r = errno ? -errno : -EIO;
-    close_file(h); /* opened again for the next cell */
+  else {
+    ssize_t w = write(h->fd, text, n);
+    if (w != (ssize_t)n) {
+      r = w < 0 ? -errno : -EIO; /* a short write sets no errno */
+      close_file(h);             /* opened again for the next cell */
+    }
   }
   free(text);
   return r;

@@ -424,6 +424,16 @@ static void test_sleep_interrupt(struct mock *mk) {
   jk_core_handle(mk->core, JK_CH_SHELL, execute_req("z2", "w = 2\nw"));
   jk_core_dispatch(mk->core);
   CHECK_STR(trace(mk, "z1"), "busy execute_input");
+  /* while it sleeps the queue fills; a request past its room is answered at once */
+  for (int i = 1; i < 1024; i++) {
+    char id[16];
+    snprintf(id, sizeof id, "q%d", i);
+    jk_core_handle(mk->core, JK_CH_SHELL, request(id, "kernel_info_request", NULL));
+  }
+  jk_core_handle(mk->core, JK_CH_SHELL, request("full", "kernel_info_request", NULL));
+  CHECK_STR(trace(mk, "full"), "busy kernel_info_reply idle");
+  CHECK_STR(sl_json_get_str(content_of(mk, "full", "kernel_info_reply"), "ename", ""), "BadMessage");
+  CHECK_STR(trace(mk, "q1"), "");
   CHECK_STR(trace(mk, "z2"), "");
   int64_t wake = jk_core_wake_at_us(mk->core);
   CHECK(wake >= t0 + 29 * 1000000LL && wake <= sl_time_mono_us() + 30 * 1000000LL);
