@@ -384,7 +384,9 @@ static int check_nodes(struct req *q, const char *kind, const json_t *opts) {
   json_t *b = json_object_get(opts, "batch");
   if (json_is_object(b))
     b = json_object_get(b, "v"); /* a session value */
-  if (nodes > 1 && json_is_number(b) && (int64_t)json_number_value(b) % nodes) {
+  /* a batch out of range is the worker's to refuse; only a sane whole number is divided */
+  double bv = json_is_number(b) ? json_number_value(b) : 0;
+  if (nodes > 1 && bv >= 1 && bv <= 1e9 && (int64_t)bv % nodes) {
     snprintf(msg, sizeof msg, "batch (%lld) must be a multiple of nodes (%d): each of the %d "
              "ranks trains on an equal share of the batch", (long long)json_number_value(b),
              nodes, nodes);

@@ -461,6 +461,11 @@ static void test_status_market_cost(void) {
   r = fx_ksubmit(f, "ka", json_pack("{s:i,s:s}", "gpus", 4, "precision", "bf16"));
   CHECK(fx_ok(r));
   CHECK_INT(gw_fleet_n_jobs(f->fleet), jobs_before + 1);
+  /* a gang's batch is split among its ranks; a batch no int64 holds is not divided */
+  r = fx_ksubmit(f, "ka", json_pack("{s:i,s:i}", "nodes", 2, "batch", 3));
+  CHECK(contains(fx_err_msg(r), "batch (3) must be a multiple of nodes (2)"));
+  r = fx_ksubmit(f, "ka", json_pack("{s:i,s:f}", "nodes", 2, "batch", 1e300));
+  CHECK(r != NULL);
   fx_free(f);
 }
 
