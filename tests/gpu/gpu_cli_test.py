@@ -93,7 +93,7 @@ def main():
                 "--ctx", "32", "--batch", "8", "--steps", "30", "--lr", "3e-3", "--seed", "7",
                 "--device", "cuda", "--threads", "2"]
         r = run(*base, "--ckpt-dir", os.path.join(tmp, "a"))
-        if r.returncode == 1 and ("not usable" in r.stderr or "no GPU found" in r.stderr):
+        if r.returncode == 1 and "no GPU found" in r.stderr:  # a driver fault fails
             print("SKIP: no usable GPU:", r.stderr.strip())
             return 77
         check(r.returncode == 0, "cuda run exits 0", r.stderr)
