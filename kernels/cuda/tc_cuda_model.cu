@@ -108,18 +108,20 @@ static int same_layout(const struct tc_cuda_model *cm, const struct tc_model *ho
 /* Sums the per-row losses on the host in row order (as tc_softmax_xent does). */
 static int finish_loss(struct tc_cuda_model *cm, int rows, double denom, double *ret_loss,
                        int64_t *ret_correct) {
+  const int counts = cm->lay.ops->counts_correct; /* else the count is not copied at all */
   int r = tc_cuda_ctx_sync(cm->ctx);
   if (r == 0) r = tc_cuda_to_host(cm->h_losses, cm->losses, sizeof(float) * (size_t)rows);
-  if (r == 0) r = tc_cuda_to_host(cm->h_correct, cm->correct, sizeof(int32_t) * (size_t)rows);
+  if (r == 0 && counts)
+    r = tc_cuda_to_host(cm->h_correct, cm->correct, sizeof(int32_t) * (size_t)rows);
   if (r < 0) return r;
   double total = 0.0;
   int64_t correct = 0;
   for (int i = 0; i < rows; i++) {
     total += cm->h_losses[i];
-    correct += cm->h_correct[i];
+    if (counts) correct += cm->h_correct[i];
   }
   if (ret_loss) *ret_loss = total / denom;
-  if (ret_correct) *ret_correct = cm->lay.ops->counts_correct ? correct : 0;
+  if (ret_correct) *ret_correct = correct;
   return 0;
 }
 
