@@ -1,5 +1,5 @@
 /* The spotlab CLI's gateway connection: a blocking wrapper around the
- * kernel's protocol client (kernel/gwclient.h) with its own DEALER socket. */
+ * kernel's protocol client (gwclient.h) with its own DEALER socket. */
 #ifndef CLI_CONN_H
 #define CLI_CONN_H
 
