@@ -361,6 +361,12 @@ static void free_execution(struct jk_execution *x) {
   free(x);
 }
 
+void jk_exec_free_running(struct jk_interp *ip) {
+  if (ip->running)
+    free_execution(ip->running);
+  ip->running = NULL;
+}
+
 /* Ends the running execution: tells the core, after which the interpreter
  * is idle again (the core may start the next cell from inside finished()). */
 static void finish(struct jk_interp *ip, bool ok) {

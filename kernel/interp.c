@@ -49,11 +49,7 @@ static struct jk_interp *interp_free(struct jk_interp *ip) {
     return NULL;
   if (ip->running) {
     jk_jobs_free_follow(ip);
-    jk_cell_free(ip->running->cell);
-    jk_value_done(&ip->running->result);
-    json_decref(ip->running->error);
-    free(ip->running->input_target);
-    free(ip->running);
+    jk_exec_free_running(ip);
   }
   ip->last_display = jk_display_free(ip->last_display);
   ip->session = jk_session_free(ip->session);

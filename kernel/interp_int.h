@@ -76,6 +76,8 @@ void jk_exec_execute(struct jk_interp *ip, const struct jk_exec_args *args);
 void jk_exec_input_reply(struct jk_interp *ip, const char *value);
 void jk_exec_interrupt(struct jk_interp *ip);
 json_t *jk_exec_user_expressions(struct jk_interp *ip, const json_t *exprs);
+/* Frees a running execution without finishing it (the interpreter's end). */
+void jk_exec_free_running(struct jk_interp *ip);
 /* Resumes a sleep that is over. */
 void jk_exec_wake(struct jk_interp *ip);
 /* Starts the execution parked on JK_WAIT_SESSION. */
