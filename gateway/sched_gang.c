@@ -424,8 +424,13 @@ void gw_sched_started(struct gw_sched *s, struct gw_job *j, struct gw_inst *in,
   }
 }
 
+bool gw_sched_gang_assigned(const struct gw_job *j, const struct gw_inst *in) {
+  int rank = j && j->gang ? gw_sched_rank(j, in) : -1;
+  return rank >= 0 && j->gang->m[rank].assigned;
+}
+
 void gw_sched_gang_register(struct gw_sched *s, struct gw_job *j, struct gw_inst *in, bool listed,
-                            bool was_registered) {
+                            bool was_registered, bool assigned_before) {
   struct gw_gang *g = j->gang;
   int rank = gw_sched_rank(j, in);
   if (rank < 0 || g->m[rank].end != GW_GANG_LIVE) {
@@ -438,6 +443,8 @@ void gw_sched_gang_register(struct gw_sched *s, struct gw_job *j, struct gw_inst
       gw_sched_gang_progress(s, j); /* the last member to register has rank 0 assigned */
     return;
   }
+  if (!assigned_before)
+    return; /* assigned by this very register (it also told of the launch) */
   char id[16];
   gw_job_id_str(j->id, id, sizeof id);
   if (listed) {

@@ -93,9 +93,13 @@ void gw_sched_started(struct gw_sched *s, struct gw_job *j, struct gw_inst *in,
                       const char *rendezvous);
 /* A gang member's done (the worker message, borrowed). */
 void gw_sched_gang_done(struct gw_sched *s, struct gw_job *j, struct gw_inst *in, const json_t *done);
-/* A gang member's worker registered; listed: its register names the job. */
+/* Whether in's rank of gang job j (in's job, if any) has its assign sent. */
+bool gw_sched_gang_assigned(const struct gw_job *j, const struct gw_inst *in);
+/* A gang member's worker registered; listed: its register names the job;
+ * assigned_before: its rank was assigned before this register (a rank this
+ * register assigned is not one the worker lost). */
 void gw_sched_gang_register(struct gw_sched *s, struct gw_job *j, struct gw_inst *in, bool listed,
-                            bool was_registered);
+                            bool was_registered, bool assigned_before);
 /* Shuts the instance down (worker told, provider asked) and forgets it. */
 void gw_sched_terminate(struct gw_sched *s, struct gw_inst *in, const char *why);
 void gw_sched_instance_gone(struct gw_sched *s, const char *id, const char *why);

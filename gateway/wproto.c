@@ -246,6 +246,8 @@ static void on_register(struct gw_wproto *g, struct gw_inst *in, const json_t *b
   in->registered = true;
   in->register_by_mono_us = 0;
   check_gpus(g, in, body);
+  struct gw_job *job = in->row.job ? gw_fleet_job(g->fleet, in->row.job) : NULL;
+  bool assigned_before = gw_sched_gang_assigned(job, in);
   /* a worker that speaks was launched, whether or not its provider said so yet */
   gw_sched_launched(g->sched, in);
   /* done messages the worker sent since its last registered: one in flight
@@ -291,7 +293,7 @@ static void on_register(struct gw_wproto *g, struct gw_inst *in, const json_t *b
     sl_info(T, "worker %s registered", in->row.id);
   struct gw_job *j = in->row.job ? gw_fleet_job(g->fleet, in->row.job) : NULL;
   if (j && j->gang) {
-    gw_sched_gang_register(g->sched, j, in, has_own, was_registered);
+    gw_sched_gang_register(g->sched, j, in, has_own, was_registered, assigned_before);
     gw_sched_kick(g->sched);
     return;
   }

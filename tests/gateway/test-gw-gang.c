@@ -420,7 +420,37 @@ static void test_submit_checks(void) {
   fx_free(f);
 }
 
+/* Rank 0's worker registers last, before its provider said it launched: the
+ * register assigns rank 0 once, and the same register does not take it for a
+ * worker that lost its job. */
+static void test_rank0_registers_before_launched(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  f->fp->mode = FP_SILENT;
+  int64_t job = fx_submit(f, "alice", "s", "train", opts("{s:i,s:i}", "nodes", 2, "steps", 10));
+  fx_settle(f);
+  char ids[2][GW_INSTANCE_ID_MAX];
+  CHECK_INT(members(f, job, ids), 2);
+  fx_register(f, ids[1], NULL, NULL);
+  fx_settle(f);
+  fx_register(f, ids[0], NULL, NULL);
+  fx_settle(f);
+  CHECK_INT(fx_to_worker_count(f, ids[0], "assign"), 1);
+  CHECK_INT(fx_job_events(f, job, "preempted"), 0);
+  CHECK_INT(fx_job(f, job)->attempt, 1);
+  CHECK_INT(fx_job_state(f, job), GW_JOB_STARTING);
+  fp_launched(f->fp, ids[0]);
+  fp_launched(f->fp, ids[1]);
+  fx_settle(f);
+  CHECK_INT(fx_to_worker_count(f, ids[0], "assign"), 1);
+  CHECK_INT(fx_job(f, job)->attempt, 1);
+  fx_free(f);
+}
+
 int main(void) {
+  test_rank0_registers_before_launched();
   test_start_and_succeed();
   test_all_or_none();
   test_notice();
