@@ -64,9 +64,6 @@ void jk_new_id(char buf[37]) {
   uuid_unparse_lower(u, buf);
 }
 
-/* Appends s as a JSON string (quoted; '"', '\\' and control characters
- * escaped) at out, which has room for 6 * strlen(s) + 2 bytes; returns the
- * end. s is valid UTF-8 (checked by the caller), which passes as it is. */
 /* The header's JSON text: msg_id, session, username, date, msg_type and
  * version, in that order; owned, NULL on OOM or a value that is not UTF-8. */
 static char *header_text(const char *id, const char *session, const char *user, const char *date,
@@ -138,10 +135,7 @@ static struct jk_msg *new_child(const struct jk_msg *parent, const char *msg_typ
   next_id(id);
   date_now(date);
   const char *user = parent && route ? sl_json_get_str(parent->header, "username", "kernel") : "kernel";
-  /* Only UTF-8 makes a JSON string; the id and the date are ASCII made here. */
-  if (!sl_json_utf8_ok(session_id, strlen(session_id)) || !sl_json_utf8_ok(msg_type, strlen(msg_type)) ||
-      !sl_json_utf8_ok(user, strlen(user)))
-    return jk_msg_free(m);
+  /* NULL also when a value is not UTF-8 (jansson's strings check it) */
   m->header_text = header_text(id, session_id, user, date, msg_type, &m->header_len);
   /* The parent's header is never changed once received, so it is shared. */
   m->parent_header = parent && parent->header ? json_incref(parent->header) : json_object();
