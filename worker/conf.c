@@ -13,6 +13,7 @@
 #include "sl_log.h"
 #include "sl_opt.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -26,10 +27,12 @@
 #define MAX_FILE_BYTES (64 * 1024)
 
 static int check_key(const char *z85, char *why, size_t why_size);
+static int check_address(const char *text, char *why, size_t why_size);
 
 /* name, type, field, required, default, min, max, help */
 #define F_STR SL_OPT_STR, NULL
 #define F_KEY SL_OPT_STR, check_key
+#define F_ADDR SL_OPT_STR, check_address
 #define F_BOOL SL_OPT_BOOL, NULL
 #define F_INT SL_OPT_INT, NULL
 #define S_(f) offsetof(struct wk_config, f), sizeof(((struct wk_config *)0)->f)
@@ -52,7 +55,7 @@ static const struct sl_opt fields[] = {
   ROW("work_dir", F_STR, S_(work_dir), true, NULL, 0, 0, "folder for job files"),
   ROW("store", F_STR, S_(store), true, NULL, 0, 0, "checkpoint store URL (file:///...)"),
   ROW("train", F_STR, S_(train), false, NULL, 0, 0, "spotlab-train path"),
-  ROW("address", F_STR, S_(address), false, NULL, 0, 0,
+  ROW("address", F_ADDR, S_(address), false, NULL, 0, 0,
    "IP address other instances reach this one at (nodes=N); empty = the route to the gateway"),
   ROW("heartbeat_ms", F_INT, S_(heartbeat_ms), false, "1000", 10, 600000, "heartbeat period"),
   ROW("register_timeout_ms", F_INT, S_(register_timeout_ms), false, "3000", 10, 600000,
@@ -89,6 +92,15 @@ static int check_key(const char *z85, char *why, size_t why_size) {
   if (strlen(z85) != WK_KEY_Z85_LEN || !zmq_z85_decode(raw, z85))
     return fail(why, why_size, SL_ECONFIG, "not a 40-character Z85 CURVE key");
   return 0;
+}
+
+/* Empty, or an IPv4 or IPv6 address: refused at start, not when a gang's
+ * rank 0 first needs it. */
+static int check_address(const char *text, char *why, size_t why_size) {
+  unsigned char buf[sizeof(struct in6_addr)];
+  if (!*text || inet_pton(AF_INET, text, buf) == 1 || inet_pton(AF_INET6, text, buf) == 1)
+    return 0;
+  return fail(why, why_size, SL_ECONFIG, "\"%s\" is not an IPv4 or IPv6 address", text);
 }
 
 static void set_defaults(struct wk_config *c) {

@@ -84,6 +84,14 @@ static void test_errors(void) {
   make(text, sizeof text, gw_pub, pub, sec, extra);
   CHECK_INT(parse(text, &c, err), SL_ECONFIG);
   CHECK(strstr(err, "longer") != NULL);
+  /* the address other instances reach this one at: an IP address, or empty */
+  make(text, sizeof text, gw_pub, pub, sec, ",\"address\":\"10.0.0.5 \"");
+  CHECK_INT(parse(text, &c, err), SL_ECONFIG);
+  CHECK(strstr(err, "address") != NULL && strstr(err, "not an IPv4 or IPv6 address") != NULL);
+  make(text, sizeof text, gw_pub, pub, sec, ",\"address\":\"fd00::5\"");
+  CHECK_INT(parse(text, &c, err), 0);
+  make(text, sizeof text, gw_pub, pub, sec, ",\"address\":\"\"");
+  CHECK_INT(parse(text, &c, err), 0);
   /* the store must be file:/// for now */
   snprintf(text, sizeof text,
            "{\"gateway\":\"tcp://a:1\",\"gateway_public\":\"%s\",\"public\":\"%s\",\"secret\":\"%s\","
