@@ -316,7 +316,13 @@ static float gpt_init_std(const struct tc_model *m, const struct tc_tensor *t) {
   return 0.02f;
 }
 
+static void gpt_opts_defaults(struct tc_opts *o) {
+  if (!o->set_layers) o->layers = 4;
+  if (!o->set_lr) o->lr = 3e-4;
+}
+
 const struct tc_model_ops tc_gpt_ops = {
+    .opts_defaults = gpt_opts_defaults,
     .name = "gpt",
     .data = TC_DATA_TEXT,
     .default_data = "moby-dick",

@@ -116,8 +116,9 @@ struct tc_model_ops {
   const struct tc_config_field *fields;
   int n_fields;
 
-  /* spotlab-train: defaults of options not given on the command line, and
-   * the config from the options (err: what is wrong with them). */
+  /* spotlab-train: the model's defaults of options not given on the command
+   * line (layers, lr), and the config from the options (err: what is wrong
+   * with them). */
   void (*opts_defaults)(struct tc_opts *o);
   int (*from_opts)(void *cfg, const struct tc_opts *o, char *err, size_t err_size);
   /* Takes the data's shape (a text model its vocabulary). May be NULL. */

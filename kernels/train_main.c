@@ -101,8 +101,6 @@ int main(int argc, char **argv) {
   /* the table's defaults, then those it leaves to the machine and the model */
   struct tc_opts o = {0};
   sl_opt_defaults(tc_train_opts, tc_train_opts_n, &o);
-  o.layers = 4;
-  o.lr = 3e-4;
   o.threads = ncpu > 0 ? ncpu : 1;
   o.cuda_device = -1;
   o.ckpt_dir = getenv("SPOTLAB_CHECKPOINT_DIR");
@@ -128,13 +126,13 @@ int main(int argc, char **argv) {
   if (!mo) return bad("unknown model '%s' (%s)", o.model, tc_model_names(names, sizeof names));
   if (o.dropout != 0.0)
     return bad("--dropout: only 0 is supported (the training core has no dropout)");
-  if (o.lr <= 0.0 || o.lr > 10.0) return bad("--lr must be in (0, 10]");
   if (o.control && strncmp(o.control, "fd:", 3) != 0)
     return bad("--control takes fd:N, not '%s'", o.control);
   if (o.sample && o.eval_only) return bad("--sample and --eval exclude each other");
   if ((o.sample || o.eval_only || o.resume) && !o.ckpt_dir)
     return bad("--sample, --eval and --resume need --ckpt-dir");
-  if (mo->opts_defaults) mo->opts_defaults(&o);
+  mo->opts_defaults(&o); /* the model's own layers and lr, where not given */
+  if (o.lr <= 0.0 || o.lr > 10.0) return bad("--lr must be in (0, 10]");
   if (!o.set_data) o.data = mo->default_data;
   struct tc_config probe;
   tc_config_init(&probe, mo);

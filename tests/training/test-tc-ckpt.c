@@ -232,7 +232,7 @@ static void test_config(void) {
     CHECK(o->config_bytes <= TC_CONFIG_BYTES && o->n_fields > 0 && o->n_fields <= 64);
     for (int k = 0; k < o->n_fields; k++)
       CHECK(o->fields[k].offset + 4 <= o->config_bytes && o->fields[k].min <= o->fields[k].max);
-    CHECK(o->from_opts && o->shape && o->layout && o->init_std && o->acts_new && o->acts_free &&
+    CHECK(o->opts_defaults && o->from_opts && o->shape && o->layout && o->init_std && o->acts_new && o->acts_free &&
           o->forward && o->backward && o->rate_metric && o->default_data);
     CHECK(!o->generates || (o->logits && o->data == TC_DATA_TEXT));
   }
