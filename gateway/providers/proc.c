@@ -65,9 +65,12 @@ bool gw_proc_alive(pid_t pid, unsigned long long start_ticks) {
   return ticks == start_ticks && state != 'Z' && state != 'X';
 }
 
+/* Spawned with POSIX_SPAWN_SETSID, a leader's group exists from the moment
+ * gw_proc_spawn returns until its last member is gone: no group means no
+ * leader, and its pid may already be someone else's, so nothing is sent. */
 void gw_proc_signal_group(pid_t leader, int sig) {
-  if (leader > 1 && kill(-leader, sig) < 0 && errno == ESRCH)
-    kill(leader, sig);
+  if (leader > 1)
+    kill(-leader, sig);
 }
 
 /* Session id (field 6 of /proc/PID/stat) of pid; -1 if unknown. */

@@ -13,8 +13,8 @@ int gw_proc_stat(pid_t pid, unsigned long long *ret_ticks, char *ret_state);
 /* True while pid exists with that start time and is not a zombie. Reaps pid
  * when it is an exited child of this process. */
 bool gw_proc_alive(pid_t pid, unsigned long long start_ticks);
-/* Sends sig to the process group led by leader (or to leader alone when the
- * group is gone). */
+/* Sends sig to the process group led by leader (spawned by gw_proc_spawn);
+ * nothing once the group is gone. */
 void gw_proc_signal_group(pid_t leader, int sig);
 /* SIGKILL to the group led by leader and to every process of its session:
  * a worker's jobs run in groups of their own, which outlive a dead worker
