@@ -26,7 +26,7 @@
 #include "loop.h"
 #include "provider.h"
 #include "queue.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "store.h"
 #include "wproto.h"
 
