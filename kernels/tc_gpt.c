@@ -134,18 +134,8 @@ static void gpt_acts_free(struct tc_model *m) {
 }
 
 /* Pointers to one block's parameters inside a base array (params or grads). */
-struct blk {
-  float *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
-  float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
-};
-
-/* Block l's tensors start at tensor index 2 + 12*l, in struct blk order. */
-static struct blk block(const struct tc_model *m, float *base, uint32_t l) {
-  const struct tc_tensor *t = &m->tensors[2 + 12 * l];
-  struct blk b;
-  float **f = (float **)&b;
-  for (int i = 0; i < 12; i++) f[i] = base + t[i].offset;
-  return b;
+static struct tc_gpt_block block(const struct tc_model *m, float *base, uint32_t l) {
+  return tc_gpt_block_at(m->tensors, base, l);
 }
 
 static int gpt_forward(struct tc_model *m, const struct tc_batch *bt, float *ret_loss) {
@@ -163,7 +153,7 @@ static int gpt_forward(struct tc_model *m, const struct tc_batch *bt, float *ret
   tc_embed_forward(a->encoded, a->tokens, wte, wpe, B, T, C); /* (B,T,C) */
   float *x = a->encoded;
   for (uint32_t l = 0; l < c->layers; l++) {
-    struct blk p = block(m, m->params, l);
+    struct tc_gpt_block p = block(m, m->params, l);
     struct gpt_layer_acts *la = &a->layer[l];
     tc_layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, x, p.ln1_w, p.ln1_b, N, C);
     tc_linear_forward(la->qkv, la->ln1, p.attn_w, p.attn_b, N, C, 3 * C); /* (N,3C) */
@@ -218,7 +208,7 @@ static int gpt_backward(struct tc_model *m) {
   tc_layernorm_backward(a->dres, dlnf_w, dlnf_b, a->dC, xlast, lnf_w, a->lnf_mean,
                         a->lnf_rstd, N, C);
   for (uint32_t l = L; l-- > 0;) {
-    struct blk p = block(m, m->params, l), g = block(m, m->grads, l);
+    struct tc_gpt_block p = block(m, m->params, l), g = block(m, m->grads, l);
     struct gpt_layer_acts *la = &a->layer[l];
     const float *x = l ? a->layer[l - 1].res3 : a->encoded;
     /* dres is d(res3) == d(res2 via residual) == d(fcproj out) */

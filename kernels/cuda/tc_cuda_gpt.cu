@@ -96,18 +96,8 @@ static void gpt_free(struct tc_cuda_model *cm) {
 
 /* Pointers to one block's tensors inside base (params or grads); block l
  * starts at tensor 2 + 12 l, in this struct's order. */
-struct blk {
-  float *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
-  float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
-};
-
-static struct blk block(const struct tc_cuda_model *cm, float *base, uint32_t l) {
-  const struct tc_tensor *t = &cm->lay.tensors[2 + 12 * l];
-  struct blk b;
-  float **f[] = {&b.ln1_w, &b.ln1_b, &b.attn_w, &b.attn_b, &b.proj_w, &b.proj_b,
-                 &b.ln2_w, &b.ln2_b, &b.fc_w,   &b.fc_b,   &b.fcproj_w, &b.fcproj_b};
-  for (int i = 0; i < 12; i++) *f[i] = base + t[i].offset;
-  return b;
+static struct tc_gpt_block block(const struct tc_cuda_model *cm, float *base, uint32_t l) {
+  return tc_gpt_block_at(cm->lay.tensors, base, l);
 }
 
 static int gpt_forward(struct tc_cuda_model *cm, const struct tc_batch *bt, int global_B) {
@@ -128,7 +118,7 @@ static int gpt_forward(struct tc_cuda_model *cm, const struct tc_batch *bt, int 
   r = tc_cu_embed_forward(x_, a->encoded, a->tokens, wte, wpe, B, T, C);
   float *x = a->encoded;
   for (uint32_t l = 0; l < c->layers && r == 0; l++) {
-    struct blk p = block(cm, cm->params, l);
+    struct tc_gpt_block p = block(cm, cm->params, l);
     struct layer_acts *la = &a->layer[l];
     size_t nc = (size_t)N * C;
     r = tc_cu_layernorm_forward(x_, la->ln1, la->ln1_mean, la->ln1_rstd, x, p.ln1_w, p.ln1_b, N, C);
@@ -176,7 +166,7 @@ static int gpt_backward(struct tc_cuda_model *cm) {
                                  tc_cuda_tensor(cm, cm->params, -2), a->lnf_mean, a->lnf_rstd, N,
                                  C);
   for (uint32_t l = L; l-- > 0 && r == 0;) {
-    struct blk p = block(cm, cm->params, l), g = block(cm, cm->grads, l);
+    struct tc_gpt_block p = block(cm, cm->params, l), g = block(cm, cm->grads, l);
     struct layer_acts *la = &a->layer[l];
     const float *x = l ? a->layer[l - 1].res3 : a->encoded;
     r = tc_cu_linear_backward(x_, a->d4C, g.fcproj_w, g.fcproj_b, a->dres, la->fch_gelu,
