@@ -34,6 +34,11 @@ struct gw_worker_boot {
   struct gw_keypair keys;       /* the instance's own CURVE pair */
   const char *train;            /* spotlab-train program ("" : the worker's own lookup) */
   int64_t metrics_per_s;        /* 0: the worker's default */
+  /* The worker bundle (docs/aws.md, Bootstrap), for providers that set
+   * needs_bundle: a presigned GET of the tar.gz and its SHA-256. NULL
+   * otherwise. */
+  const char *bundle_url;
+  const char *bundle_sha256;
 };
 
 /* A worker config file (protocols.md §2): the boot the gateway gives and

@@ -121,6 +121,8 @@ struct gw_provider {
   const char *name;             /* the class name, static */
   bool simulated;               /* its instances only play their types on this machine (the local
                                  * provider): their GPUs are this machine's, not the catalog's */
+  bool needs_bundle;            /* its instances fetch spotlab from the store: the gateway
+                                 * publishes the worker bundle and fills boot->bundle_url */
   gw_provider_event_fn on_event;
   void *userdata;
 };
@@ -130,6 +132,8 @@ struct gw_provider {
 struct gw_provider_env {
   const struct gw_config *cfg;  /* gateway options (state_dir) and the provider's section */
   const char *state_dir;        /* the provider may keep files under state_dir/NAME or instances/ */
+  const char *gateway_id;       /* this gateway's stable id (tags: spotlab:gateway) */
+  const char *store_url;        /* [store] url, or NULL: the provider's own store */
   struct gw_loop *loop;         /* where its descriptors and timers go */
   struct gw_httpc *http;        /* HTTP transfers on that loop (httpc.h) */
   gw_provider_event_fn on_event;
