@@ -42,6 +42,8 @@ struct gw_instance_type {
   double spot_usd_per_hour;     /* current market price */
   const char *interruption;     /* advisor bucket: "<5%", ..., ">20%" (static string) */
   double mean_time_to_preempt_s;/* in the provider's seconds; 0 unknown */
+  int placement_score;          /* the cloud's capacity hint, 1 (unlikely) .. 10; 0 unknown */
+  char unavailable_until[32];   /* "" or the time a recent capacity failure is remembered to */
 };
 
 struct gw_launch {
@@ -111,6 +113,11 @@ struct gw_provider_ops {
   /* Test hook and `spotlab inject`: preempt with notice_s of notice (0:
    * none), or kill. NULL when the provider cannot. */
   int (*inject)(struct gw_provider *p, const char *instance_id, bool kill, double notice_s);
+  /* What instance_id cost from its launch up to now_us (wall clock), as
+   * the cloud bills it (AWS: per second, a 60-second minimum, at the spot
+   * price in force while it ran). NULL: the gateway's own accrual (price
+   * times provider hours). 0, or -ENOENT for an instance it never had. */
+  int (*billed_usd)(struct gw_provider *p, const char *instance_id, int64_t now_us, double *ret);
   /* Frees the provider; its instances keep running (a restarted gateway
    * finds them again through list()). */
   void (*destroy)(struct gw_provider *p);
