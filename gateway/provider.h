@@ -43,7 +43,7 @@ struct gw_instance_type {
   const char *interruption;     /* advisor bucket: "<5%", ..., ">20%" (static string) */
   double mean_time_to_preempt_s;/* in the provider's seconds; 0 unknown */
   int placement_score;          /* the cloud's capacity hint, 1 (unlikely) .. 10; 0 unknown */
-  char unavailable_until[32];   /* "" or the time a recent capacity failure is remembered to */
+  int64_t unavailable_until_us; /* wall clock: a recent capacity failure is remembered until then; 0 none */
 };
 
 struct gw_launch {
