@@ -43,6 +43,7 @@ struct opt {
 static int check_addr(const char *v, char *why, size_t size);
 static int check_name(const char *v, char *why, size_t size);
 static int check_hex64(const char *v, char *why, size_t size);
+static int check_store(const char *v, char *why, size_t size);
 
 #define M(f) O_MAIN, offsetof(struct gw_config, f), sizeof(((struct gw_config *)0)->f)
 #define U(f) O_USER, offsetof(struct gw_user_cfg, f), sizeof(((struct gw_user_cfg *)0)->f)
@@ -56,6 +57,7 @@ static int check_hex64(const char *v, char *why, size_t size);
 #define T_ADDR SL_OPT_STR, check_addr
 #define T_NAME SL_OPT_STR, check_name
 #define T_HEX64 SL_OPT_STR, check_hex64
+#define T_STORE SL_OPT_STR, check_store
 #define T_DUR SL_OPT_DUR, NULL
 #define T_INT SL_OPT_INT, NULL
 #define T_NUM SL_OPT_NUM, NULL
@@ -88,6 +90,12 @@ static const struct opt opts[] = {
    "spending budget per calendar month in US dollars (0: no budget)"),
   ROW("budget", "hard_cap", T_BOOL, M(hard_cap), "yes", 0, 0,
    "refuse new jobs once the monthly budget is spent"),
+  ROW("store", "url", T_STORE, M(store_url), "", 0, 0,
+   "checkpoint store: file:///PATH or s3://BUCKET/PREFIX (empty: each provider's own)"),
+  ROW("store", "keep", T_INT, M(store_keep), "3", 1, 1000,
+   "checkpoints kept per job; older ones are deleted once a newer one is stored"),
+  ROW("store", "region", T_STR, M(store_region), "", 0, 0,
+   "the S3 bucket's region (empty: AWS_REGION or the AWS profile's)"),
   ROW("worker", "metrics_per_s", T_INT, M(worker_metrics_per_s), "20", 1, 100000,
    "step metrics a worker sends per job per second (the newest step wins)"),
   ROW("user.*", "token_sha256", T_HEX64, U(token_sha256), NULL, 0, 0,
@@ -108,9 +116,6 @@ static const struct {
 } refused[] = {
   {"gateway", "http", "this gateway has no HTTP API yet; remove the option"},
   {"budget", "alert_at", "this gateway sends no budget alerts yet; remove the option"},
-  {"store", NULL,
-   "this gateway has no store settings yet (checkpoints go to each provider's store); "
-   "remove the section"},
   {"webhook.*", NULL, "this gateway posts no webhooks yet; remove the section"},
 };
 #define N_REFUSED (sizeof refused / sizeof refused[0])
@@ -210,6 +215,20 @@ static int check_name(const char *v, char *why, size_t size) {
 static int check_hex64(const char *v, char *why, size_t size) {
   if (strlen(v) != 64 || strspn(v, "0123456789abcdef") != 64)
     return fail(why, size, "expected 64 lowercase hex digits"), SL_ECONFIG;
+  return 0;
+}
+
+/* Empty, file:///ABSOLUTE or s3://BUCKET[/PREFIX]: the bucket name as S3
+ * allows it (3-63 of a-z 0-9 . -), so a typo fails at start. */
+static int check_store(const char *v, char *why, size_t size) {
+  if (!*v || (!strncmp(v, "file:///", 8) && v[8]))
+    return 0;
+  if (strncmp(v, "s3://", 5))
+    return fail(why, size, "\"%s\" is not a file:/// or s3:// URL", v), SL_ECONFIG;
+  size_t n = strcspn(v + 5, "/");
+  if (n < 3 || n > 63 || strspn(v + 5, "abcdefghijklmnopqrstuvwxyz0123456789.-") < n)
+    return fail(why, size, "\"%s\": the bucket name must be 3 to 63 of a-z, 0-9, '.' and '-'", v),
+           SL_ECONFIG;
   return 0;
 }
 
@@ -531,7 +550,7 @@ static void dump_provider(FILE *out, const struct gw_config *c, const struct gw_
 }
 
 int gw_config_dump(const struct gw_config *c, FILE *out) {
-  static const char *main_sections[] = {"gateway", "idle", "budget", "worker"};
+  static const char *main_sections[] = {"gateway", "idle", "budget", "store", "worker"};
   fprintf(out, "; spotlab-gateway effective configuration\n\n");
   for (size_t i = 0; i < sizeof main_sections / sizeof *main_sections; i++)
     dump_section(out, main_sections[i], main_sections[i], c);

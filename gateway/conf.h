@@ -64,6 +64,10 @@ struct gw_config {
   /* [budget] */
   double monthly_usd;
   bool hard_cap;
+  /* [store] */
+  char store_url[512];          /* "": each provider's own store */
+  int64_t store_keep;           /* checkpoints kept per job */
+  char store_region[64];        /* "": [provider.aws] region, AWS_REGION, the profile's */
   /* [worker] (passed into each worker's config file) */
   int64_t worker_metrics_per_s;
   /* [provider.NAME]: the enabled providers in file order. With no such

@@ -42,6 +42,7 @@ struct gw_inst {
   struct gw_gpus found_gpus;    /* what its worker reported in register (not stored) */
   char gpu_warning[GW_GPUS_WARNING_MAX]; /* found_gpus disagree with the catalog; "" when they agree */
   char session[256];            /* notebook session of the job it ran last (not stored) */
+  double billed_seen_usd;       /* the provider's bill (billed_usd) already charged to jobs */
 };
 
 /* Sends msg (borrowed) to the worker whose connection has routing id rid.

@@ -14,6 +14,7 @@
  * providers; nothing calls back up. */
 #include "gateway.h"
 
+#include "bundle.h"
 #include "bus.h"
 #include "conf.h"
 #include "fleet.h"
@@ -23,6 +24,7 @@
 #include "kproto.h"
 #include "ledger.h"
 #include "loop.h"
+#include "objstore.h"
 #include "provider.h"
 #include "queue.h"
 #include "scheduler.h"
@@ -36,6 +38,7 @@
 #include "sl_time.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +65,9 @@ struct gw {
   struct gw_keypair keys;
   char train_program[1024];
   char worker_address[512];     /* what workers connect to */
+  char gateway_id[20];          /* stable: from the gateway's public key (tags) */
+  struct gw_objstore *objstore; /* [store] url when it is s3:// */
+  struct gw_bundle *bundle;     /* published when a provider's instances need it */
   int64_t started_us;
 };
 
@@ -148,6 +154,8 @@ static void open_providers(struct gw *g) {
       continue;
     }
     struct gw_provider_env env = {.cfg = g->cfg, .state_dir = g->cfg->state_dir,
+                                  .gateway_id = g->gateway_id,
+                                  .store_url = g->cfg->store_url[0] ? g->cfg->store_url : NULL,
                                   .loop = g->loop, .http = g->http,
                                   .on_event = gw_sched_provider_event,
                                   .userdata = g->sched};
@@ -165,6 +173,35 @@ static void open_providers(struct gw *g) {
   }
   if (!gw_sched_n_providers(g->sched))
     sl_warn(T, "no provider; jobs will wait in the queue");
+  bool needs_bundle = false;
+  for (size_t i = 0; i < gw_sched_n_providers(g->sched); i++)
+    needs_bundle |= gw_sched_provider_at(g->sched, i)->needs_bundle;
+  if (needs_bundle && !g->objstore)
+    sl_warn(T, "a provider needs the worker bundle but [store] url is not s3://; its launches wait");
+  else if (needs_bundle && gw_bundle_start(g->objstore, g->cfg->state_dir, &g->bundle) < 0)
+    sl_warn(T, "cannot start publishing the worker bundle; launches that need it wait");
+  gw_sched_set_bundle(g->sched, g->bundle);
+}
+
+/* "gw-" and the first 16 hex digits of the SHA-256 of the public key: the
+ * same across restarts, different for every gateway. */
+static void make_gateway_id(struct gw *g) {
+  unsigned char h[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256(h, (const unsigned char *)g->keys.public_z85, strlen(g->keys.public_z85));
+  char *p = g->gateway_id + snprintf(g->gateway_id, sizeof g->gateway_id, "gw-");
+  for (int i = 0; i < 8; i++)
+    p += sprintf(p, "%02x", h[i]);
+}
+
+/* The S3 store, when [store] url names one; its region from [store] region,
+ * else [provider.aws] region, else the environment. */
+static int open_objstore(struct gw *g, char *err, size_t err_size) {
+  const char *region = g->cfg->store_region;
+  if (!*region) {
+    const char *aws = gw_provider_find("aws") ? gw_config_provider_option(g->cfg, "aws", "region") : NULL;
+    region = aws ? aws : "";
+  }
+  return gw_objstore_open(g->cfg->store_url, region, &g->objstore, err, err_size);
 }
 
 static bool more_in(void *sock) {
@@ -231,6 +268,9 @@ int gw_new(const struct gw_config *cfg, struct gw **ret, char *err, size_t err_s
     goto fail;
   if (!(g->idle = gw_idle_new(cfg, g->fleet, g->sched, &g->bus)))
     goto fail;
+  make_gateway_id(g);
+  if ((r = open_objstore(g, err, err_size)) < 0)
+    goto fail;
   open_providers(g);
   g->zctx = zmq_ctx_new();
   if (!g->zctx)
@@ -246,6 +286,7 @@ int gw_new(const struct gw_config *cfg, struct gw **ret, char *err, size_t err_s
       !(g->wproto = gw_wproto_new(cfg, g->store, g->fleet, g->sched, g->wsock, g->zap)))
     goto fail;
   gw_fleet_set_transport(g->fleet, gw_wproto_transport, g->wproto);
+  gw_wproto_set_objstore(g->wproto, g->objstore);
   if ((r = gw_bus_subscribe(&g->bus, GW_BUS_JOB_EVENT | GW_BUS_NOTICE, gw_kproto_sink,
                             g->kproto)) < 0 ||
       (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_ledger_sink, g->ledger)) < 0)
@@ -289,6 +330,8 @@ struct gw *gw_free(struct gw *g) {
     return NULL;
   gw_kproto_free(g->kproto);
   gw_wproto_free(g->wproto);
+  g->bundle = gw_bundle_free(g->bundle);
+  gw_objstore_free(g->objstore);
   if (g->ksock)
     zmq_close(g->ksock);
   if (g->wsock)

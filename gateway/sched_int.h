@@ -16,6 +16,7 @@ struct gw_sched {
   struct gw_loop *loop;
   const struct gw_bus *bus;
   const char *worker_address, *gateway_public, *train_program;
+  struct gw_bundle *bundle;
   struct gw_provider *provs[GW_PROVIDERS_MAX];
   size_t n_provs;
   bool kick;                    /* placement should run */

@@ -18,6 +18,9 @@
 #include "place.h"
 #include "sched_int.h"
 
+#include "bundle.h"
+#include "sl_s3.h"
+
 #include "loop.h"
 
 #include "sl_err.h"
@@ -89,6 +92,14 @@ void gw_sched_flush_cost(struct gw_sched *s, struct gw_job *j, bool force) {
   if (j->gang) /* every member that has not ended */
     gw_sched_gang_price(j, &price, &od_price);
   double usd = hours * price, od = hours * od_price;
+  double billed;
+  if (!j->gang && in && in->prov && in->prov->ops->billed_usd &&
+      in->prov->ops->billed_usd(in->prov, in->row.id, sl_time_real_us(), &billed) == 0) {
+    /* the cloud's own bill (per second, a minimum per instance): the job
+     * pays what the instance's bill grew by while it ran there */
+    usd = billed > in->billed_seen_usd ? billed - in->billed_seen_usd : 0;
+    in->billed_seen_usd = billed > in->billed_seen_usd ? billed : in->billed_seen_usd;
+  }
   j->cost_accrued_mono_us = now;
   /* attempt_* hold what is accrued but not yet in the cost table */
   j->attempt_cost_usd += usd;
@@ -266,6 +277,13 @@ void gw_sched_emit_placed(struct gw_sched *s, struct gw_job *j) {
   gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_PLACED, .job = j, .instance = j->instance});
 }
 
+/* An instance may boot a while after its launch: its bundle URL lasts. */
+#define BUNDLE_URL_S (6 * 3600)
+
+void gw_sched_set_bundle(struct gw_sched *s, struct gw_bundle *b) {
+  s->bundle = b;
+}
+
 int gw_sched_launch_inst(struct gw_sched *s, struct gw_job *j, const struct gw_offer *o, bool spot,
                          char ret_id[GW_INSTANCE_ID_MAX]) {
   if (gw_fleet_n_insts(s->fleet) >= GW_MAX_INSTANCES)
@@ -275,6 +293,20 @@ int gw_sched_launch_inst(struct gw_sched *s, struct gw_job *j, const struct gw_o
     .gateway = s->worker_address, .gateway_public = s->gateway_public,
     .train = s->train_program, .metrics_per_s = s->cfg->worker_metrics_per_s,
   };
+  char bundle_url[SL_S3_URL_MAX], bundle_sha[65];
+  if (o->prov->needs_bundle) {
+    char why[256] = "";
+    int b = s->bundle ? gw_bundle_url(s->bundle, BUNDLE_URL_S, bundle_url, sizeof bundle_url, bundle_sha,
+                                      why, sizeof why)
+                      : SL_ENOTSUP;
+    if (b < 0) { /* -EAGAIN: still being published; the job waits */
+      if (b != -EAGAIN)
+        sl_warn(T, "%s needs the worker bundle: %s", o->prov->name, why[0] ? why : "no S3 store");
+      return -EAGAIN;
+    }
+    boot.bundle_url = bundle_url;
+    boot.bundle_sha256 = bundle_sha;
+  }
   int r = gw_keys_generate(&boot.keys);
   if (r < 0)
     return r;
@@ -542,6 +574,8 @@ int gw_sched_send_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *i
                         "attempt", j->attempt, "kind", j->kind, "spec", j->spec, "restore",
                         j->ckpt_key[0] ? json_string(j->ckpt_key) : json_null(),
                         "checkpoint_every", (json_int_t)every, "env");
+  if (m && s->cfg->store_keep > 0) /* the worker deletes older checkpoints of its job */
+    json_object_set_new(m, "keep", json_integer(s->cfg->store_keep));
   int rank = gw_gang_rank(j->gang, inst->row.id);
   if (rank >= 0) /* nodes=N: this instance's rank, the world size and the rendezvous */
     json_object_set_new(m, "gang", gw_sched_gang_assign_field(j, rank));
@@ -800,6 +834,8 @@ static void load_instances(struct gw_sched *s) {
     in.launched = true;
     in.register_by_mono_us = by;
     in.idle_since_mono_us = sl_time_mono_us(); /* else an idle worker is stopped at once */
+    if (in.prov && in.prov->ops->billed_usd) /* charged before the restart */
+      in.prov->ops->billed_usd(in.prov, in.row.id, sl_time_real_us(), &in.billed_seen_usd);
     if (!in.prov)
       sl_warn(T, "instance %s belongs to provider \"%s\", which is not enabled", in.row.id,
               in.row.provider);

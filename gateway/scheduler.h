@@ -42,6 +42,11 @@ struct gw_sched *gw_sched_new(const struct gw_sched_env *env);
 /* Frees the scheduler; the providers it was given are destroyed. */
 struct gw_sched *gw_sched_free(struct gw_sched *s);
 
+/* The worker bundle launches of needs_bundle providers hand out (borrowed;
+ * NULL: such launches are refused). */
+struct gw_bundle;
+void gw_sched_set_bundle(struct gw_sched *s, struct gw_bundle *b);
+
 /* Takes an opened provider (see gw_sched_provider_event for its events).
  * SL_ELIMIT past GW_PROVIDERS_MAX. */
 int gw_sched_add_provider(struct gw_sched *s, struct gw_provider *p);

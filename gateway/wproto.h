@@ -20,6 +20,11 @@ struct gw_wproto;
 /* An owned protocol handler over the worker ROUTER socket wsock and the
  * ZAP REP socket zap (both borrowed; NULL in tests that call
  * gw_wproto_handle), or NULL. */
+/* The S3 store whose URLs workers ask for (presign); NULL (the default):
+ * presign requests are refused. Borrowed. */
+struct gw_objstore;
+void gw_wproto_set_objstore(struct gw_wproto *w, struct gw_objstore *o);
+
 struct gw_wproto *gw_wproto_new(const struct gw_config *cfg, struct gw_store *store,
                                 struct gw_fleet *fleet, struct gw_sched *sched, void *wsock,
                                 void *zap);

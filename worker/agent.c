@@ -26,6 +26,7 @@
 #include "gpuinfo.h"
 #include "job.h"
 #include "notice.h"
+#include "presign.h"
 #include "sl_err.h"
 #include "sl_frame.h"
 #include "sl_json.h"
@@ -61,6 +62,7 @@ struct wk_agent {
   struct wk_job_env env;
   void *zctx, *sock, *link; /* link: PAIR fed by the socket monitor */
   struct wk_store *store;
+  struct wk_presigner *presigner; /* s3:// store: URLs from the gateway */
   struct wk_notice_watcher *watcher;
   struct wk_nvml *nvml;         /* NULL: no NVIDIA driver (gpus.reason says why) */
   struct wk_gpu_inventory gpus;
@@ -74,6 +76,7 @@ struct wk_agent {
   json_t *ended;        /* done messages sent, listed in registers until one is answered */
   size_t ended_listed;  /* how many of them the last register listed */
   int64_t heartbeat_us, next_heartbeat_us, register_sent_us, last_heard_us;
+  int64_t last_contact_us; /* the gateway's last message (orphan_timeout_ms) */
   bool noticed;
   int64_t exit_by_us; /* monotonic; INT64_MAX = none */
 };
@@ -216,7 +219,7 @@ static void resend_metrics(struct wk_agent *a, const json_t *jobs) {
 static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
   const char *type = sl_json_get_str(m, "type", "");
   struct wk_job **j = find_job(a, json_string_value(json_object_get(m, "job")));
-  a->last_heard_us = now;
+  a->last_heard_us = a->last_contact_us = now;
   if (!strcmp(type, "registered")) {
     int64_t hb = sl_json_get_int(m, "heartbeat_ms", a->cfg->heartbeat_ms);
     a->heartbeat_us = (hb < 10 ? 10 : hb > 600000 ? 600000 : hb) * SL_US_PER_MS;
@@ -390,6 +393,19 @@ static void sample_gpus(struct wk_agent *a, int64_t now) {
   }
 }
 
+/* Cut off from the gateway for orphan_timeout_ms: stop as at a notice (each
+ * job checkpoints to the store, then the worker exits; on a cloud instance
+ * the user data then powers it off). */
+static void tick_orphan(struct wk_agent *a, int64_t now) {
+  int64_t limit = a->cfg->orphan_timeout_ms * SL_US_PER_MS;
+  if (!limit || a->noticed || now - a->last_contact_us < limit) return;
+  sl_warn(TOPIC, "no word from the gateway for %lld s: checkpointing and exiting",
+          (long long)(a->cfg->orphan_timeout_ms / 1000));
+  struct wk_notice n = {.action = "orphan",
+                        .deadline_us = sl_time_real_us() + a->cfg->sigterm_notice_ms * SL_US_PER_MS};
+  on_notice(a, &n);
+}
+
 static void tick_registration(struct wk_agent *a, int64_t now) {
   if (!a->registered) {
     if (now - a->register_sent_us >= a->cfg->register_timeout_ms * SL_US_PER_MS) send_register(a, now);
@@ -418,7 +434,7 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
   zmq_pollitem_t items[POLL_MAX];
   struct slot slots[POLL_MAX];
   int64_t now = sl_time_mono_us();
-  a->last_heard_us = now;
+  a->last_heard_us = a->last_contact_us = now;
   send_register(a, now);
   for (;;) {
     size_t n = build_poll(a, signal_fd, items, slots);
@@ -437,6 +453,7 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
     sample_gpus(a, now);
     tick_jobs(a, now);
     tick_registration(a, now);
+    tick_orphan(a, now);
     if (a->registered) flush_outbox(a);
     if (a->stopping && a->njobs == 0) break;
     if (now >= a->exit_by_us) {
@@ -510,14 +527,20 @@ int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent
     free(a);
     return -ENOMEM;
   }
-  int r = wk_store_open(cfg->store, &a->store);
-  if (r < 0) {
+  int r = open_socket(a);
+  if (r < 0) goto fail;
+  struct sl_s3_signer signer;
+  bool s3 = !strncmp(cfg->store, "s3://", 5);
+  if (s3) {
+    if ((r = wk_presigner_new(cfg, a->zctx, &a->presigner)) < 0) goto fail;
+    signer = wk_presigner_signer(a->presigner);
+  }
+  if ((r = wk_store_open(cfg->store, s3 ? &signer : NULL, &a->store)) < 0) {
     sl_err("worker.store", "store %s: %s", cfg->store, sl_strerror(r));
     goto fail;
   }
   open_gpus(a);
   a->env = (struct wk_job_env){cfg, a->store, train, &a->gpus, WK_TRAIN_CUDA, agent_send, a};
-  if ((r = open_socket(a)) < 0) goto fail;
   if (cfg->metadata[0]) {
     r = wk_notice_watcher_new(cfg->metadata, wk_config_metadata_kind(cfg), cfg->notice_poll_ms, &a->watcher);
     if (r < 0) {
@@ -537,6 +560,9 @@ struct wk_agent *wk_agent_free(struct wk_agent *a) {
   wk_notice_watcher_free(a->watcher);
   for (size_t i = 0; i < a->njobs; i++) wk_job_free(a->jobs[i]);
   for (size_t i = 0; i < a->outbox_n; i++) free(a->outbox[i]);
+  wk_store_free(a->store);
+  a->store = NULL;
+  wk_presigner_free(a->presigner);
   if (a->sock) zmq_socket_monitor(a->sock, NULL, 0);
   if (a->link) zmq_close(a->link);
   if (a->sock) zmq_close(a->sock);

@@ -8,6 +8,7 @@
  * never its value, so a key cannot leak into a log line. */
 #include "conf.h"
 
+#include "sl_awscreds.h"
 #include "sl_err.h"
 #include "sl_json.h"
 #include "sl_log.h"
@@ -16,6 +17,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +55,7 @@ static const struct sl_opt fields[] = {
   ROW("metadata", F_STR, S_(metadata), false, NULL, 0, 0, "instance metadata URL; empty = no notices"),
   ROW("metadata_kind", F_STR, S_(metadata_kind), false, NULL, 0, 0, "aws or gcp"),
   ROW("work_dir", F_STR, S_(work_dir), true, NULL, 0, 0, "folder for job files"),
-  ROW("store", F_STR, S_(store), true, NULL, 0, 0, "checkpoint store URL (file:///...)"),
+  ROW("store", F_STR, S_(store), true, NULL, 0, 0, "checkpoint store URL (file:///... or s3://...)"),
   ROW("train", F_STR, S_(train), false, NULL, 0, 0, "spotlab-train path"),
   ROW("address", F_ADDR, S_(address), false, NULL, 0, 0,
    "IP address other instances reach this one at (nodes=N); empty = the route to the gateway"),
@@ -70,6 +72,8 @@ static const struct sl_opt fields[] = {
    "deadline given to a SIGTERM notice"),
   ROW("kill_grace_ms", F_INT, S_(kill_grace_ms), false, "10000", 10, 600000, "SIGTERM to SIGKILL on cancel"),
   ROW("run_sync_ms", F_INT, S_(run_sync_ms), false, "10000", 10, 3600000, "%%run folder upload period"),
+  ROW("orphan_timeout_ms", F_INT, S_(orphan_timeout_ms), false, "0", 0, 7 * 86400000LL,
+   "no word from the gateway this long: checkpoint every job and exit (0: never)"),
 };
 #undef S_
 #define N_FIELDS (sizeof fields / sizeof fields[0])
@@ -112,8 +116,16 @@ static int check_whole(struct wk_config *c, char *err, size_t err_size) {
   char pub[WK_KEY_Z85_LEN + 1];
   if (zmq_curve_public(pub, c->secret_key) != 0 || strcmp(pub, c->public_key) != 0)
     return fail(err, err_size, SL_ECONFIG, "\"public\" does not belong to \"secret\"");
-  if (strncmp(c->store, "file:///", 8) != 0)
-    return fail(err, err_size, SL_ECONFIG, "\"store\": only file:/// URLs are supported");
+  if (strncmp(c->store, "file:///", 8) != 0 && strncmp(c->store, "s3://", 5) != 0)
+    return fail(err, err_size, SL_ECONFIG, "\"store\": only file:/// and s3:// URLs are supported");
+  if (!strcmp(c->metadata, "aws")) {
+    char url[SL_AWS_ENDPOINT_MAX];
+    sl_aws_imds_endpoint(url);
+    if (strlen(url) >= sizeof c->metadata)
+      return fail(err, err_size, SL_ECONFIG, "AWS_EC2_METADATA_SERVICE_ENDPOINT is too long");
+    snprintf(c->metadata, sizeof c->metadata, "%s", url);
+    snprintf(c->metadata_kind, sizeof c->metadata_kind, "aws");
+  }
   if (c->metadata_kind[0] && strcmp(c->metadata_kind, "aws") && strcmp(c->metadata_kind, "gcp"))
     return fail(err, err_size, SL_ECONFIG, "\"metadata_kind\" must be aws or gcp");
   const char *env = getenv("SPOTLAB_NOTICE_POLL_MS");
@@ -189,6 +201,22 @@ int wk_config_load(const char *path, struct wk_config *ret, char *err, size_t er
   }
   struct wk_config c;
   if ((r = wk_config_parse(buf, got, &c, err, err_size)) < 0) goto out;
+  if (c.work_dir[0] != '/') { /* relative to the file's folder (a cloud instance's user data) */
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    char abs[PATH_MAX];
+    if (!realpath(dir, abs) || strlen(abs) + 1 + strlen(c.work_dir) >= sizeof c.work_dir) {
+      r = fail(err, err_size, SL_ECONFIG, "\"work_dir\": cannot resolve it under %s", dir);
+      goto out;
+    }
+    char joined[sizeof c.work_dir + PATH_MAX];
+    snprintf(joined, sizeof joined, "%s/%s", abs, c.work_dir);
+    snprintf(c.work_dir, sizeof c.work_dir, "%s", joined);
+  }
   if (st.st_mode & 077) {
     c.insecure_mode = true;
     sl_warn("worker", "%s is readable by others (mode %03o); it holds a secret key, use 0600",

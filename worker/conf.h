@@ -19,10 +19,11 @@ struct wk_config {
   char type[64];
   char zone[64];
   bool spot;
-  char metadata[256];      /* metadata service base URL; "" = no watcher */
+  char metadata[256];      /* metadata service base URL; "" = no watcher; "aws" in the file:
+                            * AWS_EC2_METADATA_SERVICE_ENDPOINT or http://169.254.169.254 */
   char metadata_kind[8];   /* "aws" or "gcp"; "" = from the URL's host */
-  char work_dir[512];
-  char store[512];         /* file:///... */
+  char work_dir[512];      /* absolute; a relative one in the file is under the file's folder */
+  char store[512];         /* file:///... or s3://BUCKET/PREFIX (URLs presigned by the gateway) */
   char train[512];         /* spotlab-train; "" = found with sl_find_program */
   char address[128];       /* IP address other instances reach this one at (nodes=N); "" = derived */
   int64_t heartbeat_ms;        /* until the gateway says otherwise */
@@ -34,6 +35,7 @@ struct wk_config {
   int64_t sigterm_notice_ms;   /* deadline given to a SIGTERM notice */
   int64_t kill_grace_ms;       /* SIGTERM → SIGKILL on cancel */
   int64_t run_sync_ms;         /* %%run checkpoint folder upload period */
+  int64_t orphan_timeout_ms;   /* no word from the gateway this long: checkpoint and exit (0: never) */
   bool insecure_mode;          /* the file was readable by group or others */
 };
 

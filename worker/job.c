@@ -53,6 +53,7 @@ struct wk_job {
   struct wk_child *child;
   struct wk_relay *relay;
   struct wk_filesync *files;
+  int64_t keep;         /* checkpoints kept in the store (assign "keep"; 0: all) */
   char dir[PATH_MAX - 64], ckpt_dir[PATH_MAX];
   struct wk_device device;
   bool device_sent;   /* the device event of this attempt went out */
@@ -306,6 +307,8 @@ int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_j
   j->env = env;
   snprintf(j->id, sizeof j->id, "%s", id);
   j->attempt = sl_json_get_int(assign, "attempt", 1);
+  j->keep = sl_json_get_int(assign, "keep", 0);
+  if (j->keep < 0) j->keep = 0;
   j->kind = kind;
   j->durable_step = -1;
   j->assigned_us = sl_time_mono_us();
@@ -413,6 +416,29 @@ static void report_lost_checkpoint(struct wk_job *j, int64_t step, const char *w
   if (j->state == NOTICE_WAIT && step >= j->notice_step) terminate(j, j->kill_at_us);
 }
 
+static int cmp_keys(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Deletes the job's stored checkpoints but the newest `keep` (their keys
+ * sort by step), after a newer one was stored and reported. A failure only
+ * leaves an old object behind. */
+static void prune_checkpoints(struct wk_job *j) {
+  if (j->keep <= 0) return;
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "%s/ckpt-", j->id);
+  char **keys = NULL;
+  size_t n = 0;
+  if (wk_store_list(j->env->store, prefix, &keys, &n) < 0) return;
+  qsort(keys, n, sizeof *keys, cmp_keys);
+  for (size_t i = 0; i + (size_t)j->keep < n; i++) {
+    int r = wk_store_remove(j->env->store, keys[i]);
+    if (r < 0 && r != -ENOENT)
+      sl_warn("worker.store", "%s: cannot delete the old checkpoint %s: %s", j->id, keys[i], sl_strerror(r));
+  }
+  wk_store_keys_free(keys);
+}
+
 /* Uploads the checkpoint a metrics event announced and reports it. */
 static void upload_checkpoint(struct wk_job *j, const json_t *ev) {
   const char *path = sl_json_get_str(ev, "path", NULL);
@@ -444,6 +470,7 @@ static void upload_checkpoint(struct wk_job *j, const json_t *ev) {
   json_object_set_new(m, "upload_ms", json_integer(upload_ms));
   send_metric(j, wk_relay_pending(j->relay, 0, true));
   send(j, m, true);
+  if (j->gang.rank == 0) prune_checkpoints(j);
   if (j->state == NOTICE_WAIT && step >= j->notice_step) {
     wk_child_signal(j->child, SIGTERM);
     j->terminated = true;

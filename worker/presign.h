@@ -1,0 +1,19 @@
+/* A worker's S3 signer: it holds no cloud credentials, so it asks its
+ * gateway for each presigned URL (protocols.md §2, presign) over a CURVE
+ * connection of its own, request and answer, blocking with a timeout. The
+ * store's transfers then go straight to S3. */
+#ifndef WK_PRESIGN_H
+#define WK_PRESIGN_H
+
+#include "sl_s3.h"
+
+struct wk_config;
+struct wk_presigner;
+
+/* Connects with cfg's keys to cfg's gateway in zctx (borrowed). */
+int wk_presigner_new(const struct wk_config *cfg, void *zctx, struct wk_presigner **ret);
+struct wk_presigner *wk_presigner_free(struct wk_presigner *p);
+/* The signer for wk_store_open (borrowing p). */
+struct sl_s3_signer wk_presigner_signer(struct wk_presigner *p);
+
+#endif
