@@ -425,36 +425,41 @@ static const char *const presign_params[] = {
   "X-Amz-SignedHeaders", "X-Amz-Security-Token", "X-Amz-Signature",
 };
 
+static bool is_presign_param(const char *name) {
+  for (size_t i = 0; i < sizeof presign_params / sizeof presign_params[0]; i++)
+    if (strcasecmp(name, presign_params[i]) == 0)
+      return true;
+  return false;
+}
+
+/* Every piece between '&'s is a parameter, an empty one too ("a&&b" has
+ * three), as botocore counts them. */
 static int parse_query(struct canon *c, size_t cap) {
   const char *p = c->url.query, *end = p + c->url.query_len;
-  while (p < end) {
+  if (c->url.query_len == 0)
+    return 0;
+  for (;;) {
     const char *s = p;
     while (p < end && *p != '&')
       p++;
     const char *eq = memchr(s, '=', (size_t)(p - s));
-    if (p > s) {                       /* "a&&b": the empty piece is no parameter */
-      char *name = NULL, *value = NULL;
-      int r = query_canon(s, (size_t)((eq ? eq : p) - s), &name);
-      if (!r)
-        r = eq ? query_canon(eq + 1, (size_t)(p - eq - 1), &value) : query_canon("", 0, &value);
-      if (r) {
-        free(name);
-        return r;
-      }
-      if (c->presign)
-        for (size_t i = 0; i < sizeof presign_params / sizeof presign_params[0]; i++)
-          if (strcasecmp(name, presign_params[i]) == 0) {
-            free(name);
-            free(value);
-            return -EINVAL;          /* already signed */
-          }
-      r = add_param(c, cap, name, value);
-      if (r)
-        return r;
+    char *name = NULL, *value = NULL;
+    int r = query_canon(s, (size_t)((eq ? eq : p) - s), &name);
+    if (!r)
+      r = eq ? query_canon(eq + 1, (size_t)(p - eq - 1), &value) : query_canon("", 0, &value);
+    if (!r && c->presign && is_presign_param(name))
+      r = -EINVAL;                     /* already presigned */
+    if (r) {
+      free(name);
+      free(value);
+      return r;
     }
+    if ((r = add_param(c, cap, name, value)))
+      return r;
+    if (p == end)
+      return 0;
     p++;
   }
-  return 0;
 }
 
 static int add_param_str(struct canon *c, size_t cap, const char *name, const char *value) {
@@ -463,8 +468,9 @@ static int add_param_str(struct canon *c, size_t cap, const char *name, const ch
   buf_encode(&b, value, strlen(value), false);
   buf_add(&b, "", 0);
   if (b.err) {
+    int r = b.err;
     buf_done(&b);
-    return b.err ? b.err : -ENOMEM;
+    return r;
   }
   v = b.p;
   n = strdup(name);
@@ -755,10 +761,9 @@ int sl_sigv4_presign(const struct sl_sigv4_req *req, const struct sl_aws_creds *
     else
       buf_ch(&u, '/');
     buf_ch(&u, '?');
-    if (p->query_len) {
+    if (p->query_len) {                /* a trailing '&' was signed as a parameter: keep it one */
       buf_add(&u, p->query, p->query_len);
-      if (p->query[p->query_len - 1] != '&')
-        buf_ch(&u, '&');
+      buf_ch(&u, '&');
     }
     static const char *const order[] = {
       "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",

@@ -294,6 +294,15 @@ static void test_query_forms(void) {
   CHECK_INT(sl_sigv4_canonical_request(&a, &s3_creds, &creq), 0);
   CHECK(starts(creq, "GET\n/\na=&a=x%2By&b=~%2A&c=\n"));
   free(creq);
+  /* Empty pieces count, as botocore counts them; presigning keeps them. */
+  a.url = "https://h.example/p?a=1&&b=2&";
+  creq = NULL;
+  CHECK_INT(sl_sigv4_canonical_request(&a, &s3_creds, &creq), 0);
+  CHECK(starts(creq, "GET\n/p\n=&=&a=1&b=2\n"));
+  free(creq);
+  char url[1024];
+  CHECK_INT(sl_sigv4_presign(&a, &s3_creds, 60, url, sizeof url), 0);
+  CHECK(starts(url, "https://h.example/p?a=1&&b=2&&X-Amz-Algorithm=AWS4-HMAC-SHA256&"));
 }
 
 /* ---- malformed input ---- */
