@@ -1,4 +1,4 @@
-/* Signs requests described in JSON, one object per line on stdin, and
+/* Signs requests described in JSON, one object or more on stdin, and
  * answers one JSON line each on stdout, for comparison with other signers:
  *
  *   {"method": "GET", "url": "https://...", "headers": [["Name", "value"], ...],
@@ -113,29 +113,47 @@ out:
 }
 
 int main(void) {
-  char *line = NULL;
-  size_t cap = 0;
-  ssize_t len;
+  /* All of stdin, then one JSON value after another (a line each, or one
+   * object over several lines). */
+  size_t len = 0, cap = 1 << 16;
+  char *text = malloc(cap);
+  size_t got;
+  while (text && (got = fread(text + len, 1, cap - len, stdin)) > 0) {
+    len += got;
+    if (len == cap) {
+      char *more = realloc(text, cap *= 2);
+      if (!more)
+        free(text);
+      text = more;
+    }
+  }
+  if (!text) {
+    fprintf(stderr, "sigv4-tool: out of memory\n");
+    return 1;
+  }
   int bad = 0;
-  while ((len = getline(&line, &cap, stdin)) > 0) {
-    json_t *in = NULL;
-    char why[128];
-    if (sl_json_parse(line, (size_t)len, 8, &in, why, sizeof why) < 0 || !json_is_object(in)) {
-      fprintf(stderr, "sigv4-tool: not a JSON object: %s\n", why);
+  size_t off = 0;
+  for (;;) {
+    while (off < len && strchr(" \t\r\n", text[off]))
+      off++;
+    if (off == len)
+      break;
+    json_error_t e;
+    json_t *in = json_loadb(text + off, len - off, JSON_DISABLE_EOF_CHECK, &e);
+    if (!in || !json_is_object(in)) {
+      fprintf(stderr, "sigv4-tool: not a JSON object at byte %zu: %s\n", off, in ? "" : e.text);
       json_decref(in);
       bad = 1;
-      continue;
+      break;
     }
+    off += (size_t)e.position;
     json_t *out = answer(in);
-    char *text = sl_json_dump(out, NULL);
-    if (text)
-      printf("%s\n", text);
-    else
-      printf("{\"error\":\"unprintable\"}\n");
-    free(text);
+    char *line = sl_json_dump(out, NULL);
+    printf("%s\n", line ? line : "{\"error\":\"unprintable\"}");
+    free(line);
     json_decref(out);
     json_decref(in);
   }
-  free(line);
+  free(text);
   return bad;
 }
