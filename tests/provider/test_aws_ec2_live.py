@@ -157,6 +157,20 @@ def main():
         rc, lines = tool(env, "check")
         check(rc == 0 and "result: ok" in lines, "check passes with nothing denied")
 
+        # A launch EC2 refuses for another reason: said plainly, and the
+        # steps after it not checked (their answer would mislead).
+        rc, lines = tool(env, "check", "--ami", "image-7")
+        check(rc == 1 and any(ln.startswith("RunInstances: EC2 error InvalidAMIID.Malformed: ")
+                              for ln in lines)
+              and "CreateTags (on launch): not checked: RunInstances failed" in lines,
+              "a malformed image is reported, later steps skipped")
+        # No credentials at all: one line saying so, SL_EAUTH.
+        bare = {k: v for k, v in env.items() if not k.startswith("AWS_SECRET")
+                and not k.startswith("AWS_ACCESS")}
+        rc, lines = tool(bare, "check")
+        check(rc == 1 and any(ln.startswith("credentials: ") for ln in lines)
+              and "result: SL_EAUTH" in lines, "no credentials: %s" % lines)
+
         # Terminate: the instance is going or gone, its reason kept.
         rc, res = tool(env, "terminate", first["id"])
         check(rc == 0, "terminate: %s" % res)
