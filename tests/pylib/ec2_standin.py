@@ -18,10 +18,12 @@ one JSON line {"port":N,"control":URL} once listening; or in-process,
 API under /_standin/ (StandinControl below). docs/internals/ec2-standin.md
 describes the actions, the control API and what is simulated.
 
-Invariants: all state is behind one lock (`Ec2Standin.lock`); the clock
-thread alone moves instances between states over time, and it never blocks
-under the lock (servers are shut down on threads of their own). Bad input
-gets an EC2 error reply or a control API error, never a crash.
+Invariants: all state is behind one lock (`Ec2Standin.lock`); what comes
+with time (boot, the end of a notice, the grace, a process group emptying)
+happens on the clock thread, and nothing blocks under the lock (metadata
+servers are shut down on threads of their own). A process group is
+signalled only while it has a live member. Bad input gets an EC2 error
+reply or a control API error, never a crash.
 """
 import argparse
 import base64
