@@ -53,8 +53,15 @@ static bool nap(struct gw_aws *a, int64_t ms) {
   return stop;
 }
 
+/* Throttling and server trouble, or no answer at all: worth another try.
+ * A coded error goes by its code (EC2 sends InsufficientInstanceCapacity
+ * with a 500, and that is an answer). */
 static bool transient(int r, const struct aws_ec2_error *e) {
-  if (r == -EBUSY || e->http_status >= 500)
+  if (r == -EBUSY)
+    return true;
+  if (e->code[0])
+    return false;
+  if (e->http_status >= 500)
     return true;
   return e->http_status == 0 && (r == -ETIMEDOUT || r == -ECONNREFUSED || r == -ECONNRESET ||
                                  r == -EHOSTUNREACH || r == SL_ECURL);
