@@ -273,13 +273,24 @@ def case_terminate(st, tmp):
     r = ec2.terminate_instances(InstanceIds=[polite])["TerminatingInstances"][0]
     check(r["CurrentState"]["Name"] == "terminated" == r["PreviousState"]["Name"],
           "terminating a terminated instance changes nothing")
-    # a pending instance ends without having run anything
-    st.boot_seconds = 3600
+    # a pending instance ends without having run anything; terminated
+    # instances leave DescribeInstances after a while
+    ctl.post("boot_seconds", {"seconds": 3600})
+    st.visible_seconds = 30
     early = run_one(ec2, "#!/bin/sh\ntouch ran\n")
     ec2.terminate_instances(InstanceIds=[early])
     wait_for(lambda: state_of(ec2, early) == "terminated", "the pending one's end")
     check(not os.path.exists(os.path.join(ctl.instance(early)["dir"], "ran")),
           "a pending instance never ran its user data")
+
+    def gone():
+        try:
+            ec2.describe_instances(InstanceIds=[early])
+            return False
+        except botocore.exceptions.ClientError as e:
+            return e.response["Error"]["Code"] == "InvalidInstanceID.NotFound"
+    wait_for(gone, "the terminated instance to leave DescribeInstances")
+    check(describe(ec2, polite)["State"]["Name"] == "terminated", "the others are still shown")
 
 
 def notice_script(out):
