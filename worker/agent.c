@@ -510,7 +510,7 @@ int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent
     free(a);
     return -ENOMEM;
   }
-  int r = wk_store_open(cfg->store, &a->store);
+  int r = wk_store_open(cfg->store, NULL, &a->store);
   if (r < 0) {
     sl_err("worker.store", "store %s: %s", cfg->store, sl_strerror(r));
     goto fail;
