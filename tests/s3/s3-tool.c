@@ -8,6 +8,10 @@
  *   s3-tool [OPTIONS] head s3://BUCKET/PREFIX KEY
  *   s3-tool [OPTIONS] list s3://BUCKET/PREFIX [PREFIX]
  *   s3-tool [OPTIONS] rm   s3://BUCKET/PREFIX KEY
+ *   s3-tool presign s3://BUCKET/PREFIX OP KEY [UPLOAD_ID PART SHA256 TOKEN]
+ *     prints the presigned URL of OP (sl_s3_op_name), signed at
+ *     $S3_TOOL_TIME (seconds since the epoch; now if unset), valid 3600 s;
+ *     "-" for an argument left out
  *
  * OPTIONS: --part-mib N, --threads N, --page-keys N, --tries N,
  * --backoff-ms N (the first retry's), --timeout-ms N (a request without data),
@@ -20,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int usage(void) {
   fprintf(stderr, "usage: s3-tool [--part-mib N] [--threads N] [--page-keys N] [--tries N] "
@@ -93,6 +98,18 @@ int main(int argc, char **argv) {
     if ((r = sl_s3_list(c, nargs ? args[0] : "", &keys, NULL, err, sizeof err)) == 0)
       for (size_t k = 0; keys[k]; k++) printf("%s\n", keys[k]);
     sl_s3_keys_free(keys);
+  } else if (!strcmp(cmd, "presign") && nargs >= 2 && nargs <= 6) {
+    const char *t = getenv("S3_TOOL_TIME");
+#define ARG(k) (nargs > (k) && strcmp(args[k], "-") ? args[k] : NULL)
+    struct sl_s3_presign_req pr = {.op = sl_s3_op_from_name(args[0]), .key = args[1],
+                                   .upload_id = ARG(2), .part = ARG(3) ? atoi(args[3]) : 0,
+                                   .sha256 = ARG(4), .continuation = ARG(5)};
+#undef ARG
+    char *buf = malloc(SL_S3_URL_MAX);
+    r = buf ? sl_s3_presign(&loc, &creds, t ? atoll(t) : (int64_t)time(NULL), 3600, &pr, buf,
+                            SL_S3_URL_MAX) : -ENOMEM;
+    if (r == 0) printf("%s\n", buf);
+    free(buf);
   } else if (!strcmp(cmd, "rm") && nargs == 1) {
     r = sl_s3_delete(c, args[0], err, sizeof err);
   } else {

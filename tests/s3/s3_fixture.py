@@ -1,8 +1,8 @@
 """s3rver, a fault proxy in front of it, boto3 and s3-tool, for the s3 tests
 and bench/s3.
 
-s3rver checks signatures with the fixed key pair S3RVER/S3RVER, so every
-request spotlab presigns is checked by it as well as served. Where s3rver
+s3rver knows one key id, S3RVER, and takes any SigV4 signature made with
+it: test_s3.py's presign case checks signatures against botocore. Where s3rver
 falls short of S3, the proxy makes up the difference: it implements neither
 AbortMultipartUpload nor ListMultipartUploads (the proxy keeps the books of
 the uploads it sees started, completed and aborted, and answers those two
@@ -111,10 +111,11 @@ def tool_env(endpoint):
     return env
 
 
-def run_tool(tool, endpoint, *args, check=True, opts=()):
-    """s3-tool OPTS ARGS against endpoint: (status, stdout, stderr)."""
-    p = subprocess.run([tool, *opts, *args], env=tool_env(endpoint), capture_output=True,
-                       text=True, timeout=600)
+def run_tool(tool, endpoint, *args, check=True, opts=(), env=None):
+    """s3-tool OPTS ARGS against endpoint (env: more variables): (status,
+    stdout, stderr)."""
+    p = subprocess.run([tool, *opts, *args], env=dict(tool_env(endpoint), **(env or {})),
+                       capture_output=True, text=True, timeout=600)
     if check and p.returncode != 0:
         raise AssertionError('s3-tool %s failed (%d): %s' % (' '.join(args), p.returncode, p.stderr))
     return p.returncode, p.stdout, p.stderr

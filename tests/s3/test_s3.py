@@ -85,6 +85,12 @@ def case_roundtrip(tool, tmp, s3, **_):
         check(read(os.path.join(tmp, 'odd.out')) == data, 'spotlab reads odd key %r' % k)
     _, out, _ = run_tool(tool, s3.url, 'list', url, 'odd/')
     check(out.splitlines() == sorted(odd), 'list of the odd keys: %r' % out.splitlines())
+    # s3rver knows one key id: another is refused (403)
+    st, _, err = run_tool(tool, s3.url, 'get', url, 'small.bin', os.path.join(tmp, 'wrong'), check=False,
+                          env={'AWS_ACCESS_KEY_ID': 'AKIDNOTKNOWN'})
+    check(st == 1 and 'SL_EAUTH' in err and 'small.bin' in err, 'an unknown key id is SL_EAUTH: %s' % err)
+    no_secrets(err, 'unknown key id')
+    check(not os.path.exists(os.path.join(tmp, 'wrong')), 'a refused get leaves no file')
     # a missing key: ENOENT, no file
     st, _, err = run_tool(tool, s3.url, 'get', url, 'nope.bin', os.path.join(tmp, 'nope'), check=False)
     check(st == 1 and 'ENOENT' in err and 'nope.bin' in err, 'a missing key is ENOENT: %s' % err)
@@ -231,7 +237,62 @@ def case_store(tool, tmp, s3, store_test):
     check('store/root/J000001/ckpt-00000010.tc' in keys, 'the store writes under its prefix: %r' % keys)
 
 
-CASES = {'roundtrip': case_roundtrip, 'boto-written': case_boto_written,
+def case_presign(tool, tmp, s3, **_):
+    """Each op's method and query, and its signature as botocore computes it
+    for the same URL at the same time (s3rver takes any SigV4 signature, so
+    this is where signing is checked)."""
+    import datetime
+    import urllib.parse
+    from unittest import mock
+    import botocore.auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    at = 1700000000
+    creds = Credentials('AKIDEXAMPLE', 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY', 'session/token+=')
+    env = {'AWS_ACCESS_KEY_ID': creds.access_key, 'AWS_SECRET_ACCESS_KEY': creds.secret_key,
+           'AWS_SESSION_TOKEN': creds.token, 'S3_TOOL_TIME': str(at)}
+    digest = sha(b'x')
+    cases = [  # op, key, upload id, part, sha256, token; method; query without auth
+        ('get', 'ckpt/a b+c.tc', None, None, None, None, 'GET', ''),
+        ('head', 'k', None, None, None, None, 'HEAD', ''),
+        ('put', 'J1/\u00fc?#%.tc', None, None, digest, None, 'PUT', ''),
+        ('delete', 'k', None, None, None, None, 'DELETE', ''),
+        ('list', 'J1/', None, None, None, None, 'GET', 'list-type=2&prefix=pfx%2FJ1%2F'),
+        ('list', '', None, None, None, 'tok/+=', 'GET',
+         'list-type=2&prefix=pfx%2F&continuation-token=tok%2F%2B%3D'),
+        ('mpu_create', 'big', None, None, digest, None, 'POST', 'uploads='),
+        ('mpu_part', 'big', 'up/id+1', '7', None, None, 'PUT', 'partNumber=7&uploadId=up%2Fid%2B1'),
+        ('mpu_complete', 'big', 'up', None, None, None, 'POST', 'uploadId=up'),
+        ('mpu_abort', 'big', 'up', None, None, None, 'DELETE', 'uploadId=up'),
+    ]
+
+    class Frozen(datetime.datetime):
+        @classmethod
+        def utcnow(cls):
+            return datetime.datetime.utcfromtimestamp(at)
+
+    for op, key, uid, part, digest_, token, method, query in cases:
+        args = [op, key] + [x or '-' for x in (uid, part, digest_, token)]
+        _, out, _ = run_tool(tool, s3.url, 'presign', 's3://%s/pfx' % BUCKET, *args, env=env)
+        url = out.strip()
+        base, _, q = url.partition('?')
+        plain = '&'.join(x for x in q.split('&') if not x.startswith('X-Amz-'))
+        check(plain == query, '%s: query %r, wanted %r' % (op, plain, query))
+        want_path = '/%s/pfx/%s' % (BUCKET, urllib.parse.quote(key, safe='/~')) if op != 'list' else '/' + BUCKET
+        check(urllib.parse.urlsplit(base).path == want_path, '%s: path %s' % (op, base))
+        headers = {'x-amz-meta-sha256': digest_} if digest_ else {}
+        req = AWSRequest(method=method, url=base + ('?' + plain if plain else ''), headers=headers)
+        with mock.patch.object(botocore.auth.datetime, 'datetime', Frozen):
+            botocore.auth.S3SigV4QueryAuth(creds, 's3', 'us-east-1', expires=3600).add_auth(req)
+        theirs = urllib.parse.parse_qs(urllib.parse.urlsplit(req.url).query)
+        ours = urllib.parse.parse_qs(q)
+        for p in ('X-Amz-SignedHeaders', 'X-Amz-Credential', 'X-Amz-Date', 'X-Amz-Security-Token',
+                  'X-Amz-Signature'):
+            check(ours.get(p) == theirs.get(p), '%s %r: %s %r, botocore %r' % (op, key, p, ours.get(p),
+                                                                              theirs.get(p)))
+
+
+CASES = {'presign': case_presign, 'roundtrip': case_roundtrip, 'boto-written': case_boto_written,
          'list-pages': case_list_pages, 'checksum': case_checksum, 'faults': case_faults,
          'abort': case_abort, 'store': case_store}
 
