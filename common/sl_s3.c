@@ -100,7 +100,7 @@ int sl_s3_location_parse(const char *url, const char *region, const char *endpoi
   size_t el = strlen(ep);
   while (el && ep[el - 1] == '/') ep[--el] = 0;
   if ((strncmp(ep, "http://", 7) && strncmp(ep, "https://", 8)) || strpbrk(ep, "?#") ||
-      el >= sizeof loc.endpoint || !ep[strlen(ep) - 1] || strchr(strstr(ep, "://") + 3, '/'))
+      el >= sizeof loc.endpoint || strchr(strstr(ep, "://") + 3, '/'))
     return say(err, err_size, SL_ECONFIG, "the S3 endpoint must read http(s)://HOST[:PORT]");
   memcpy(loc.endpoint, ep, el + 1);
   /* A dotted bucket does not fit one certificate label: path-style then. */
