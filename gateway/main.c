@@ -11,6 +11,7 @@
 #include "conf.h"
 #include "config.h"
 #include "gateway.h"
+#include "provider.h"
 
 #include "sl_err.h"
 #include "sl_hmac.h"
@@ -38,17 +39,20 @@ static void on_signal(int sig) {
 
 static void usage(FILE *out) {
   fputs("usage: spotlab-gateway [--embedded] [--daemon] [--config FILE] [--state-dir DIR]\n"
-        "                       [--listen ADDR] [--workers ADDR] [--dump-config]\n"
+        "                       [--listen ADDR] [--workers ADDR] [--dump-config] [--check NAME]\n"
         "  --embedded     per-user gateway with state in $SPOTLAB_HOME and the local provider\n"
         "  --daemon       detach once the sockets are bound\n"
         "  --config FILE  INI configuration (default: $SPOTLAB_CONFIG)\n"
         "  --dump-config  print the effective configuration and exit\n"
+        "  --check NAME   check what provider NAME needs in its cloud (aws: every EC2 call it\n"
+        "                 makes, with DryRun, naming each missing IAM permission; docs/aws.md)\n"
         "See docs/admin.md for every option.\n", out);
 }
 
 struct args {
   const char *config, *state_dir, *listen, *workers;
   bool embedded, daemon, dump;
+  const char *check;            /* --check PROVIDER */
 };
 
 static int parse_args(int argc, char **argv, struct args *a) {
@@ -57,7 +61,8 @@ static int parse_args(int argc, char **argv, struct args *a) {
     const char **dst = !strcmp(s, "--config") ? &a->config
                      : !strcmp(s, "--state-dir") ? &a->state_dir
                      : !strcmp(s, "--listen") ? &a->listen
-                     : !strcmp(s, "--workers") ? &a->workers : NULL;
+                     : !strcmp(s, "--workers") ? &a->workers
+                     : !strcmp(s, "--check") ? &a->check : NULL;
     if (dst) {
       if (i + 1 >= argc) {
         fprintf(stderr, "spotlab-gateway: %s needs a value\n", s);
@@ -258,6 +263,14 @@ int gw_main(int argc, char **argv) {
   }
   if (a.dump)
     return gw_config_dump(&cfg, stdout) < 0 ? 1 : 0;
+  if (a.check) {
+    const struct gw_provider_class *cls = gw_provider_find(a.check);
+    if (!cls || !cls->check) {
+      fprintf(stderr, "spotlab-gateway: --check: the provider \"%s\" has no check\n", a.check);
+      return 2;
+    }
+    return cls->check(&cfg, stdout) < 0 ? 1 : 0;
+  }
   if (sl_crypto_init() < 0) {
     fprintf(stderr, "spotlab-gateway: libsodium failed to initialise\n");
     return 1;

@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define GW_PROVIDER_NAME_MAX 32
 #define GW_INSTANCE_ID_MAX 32
@@ -164,6 +165,10 @@ struct gw_provider_class {
   /* Returns an owned provider with base filled, or NULL with a message.
    * Values of its options: gw_config_provider_option(env->cfg, name, key). */
   struct gw_provider *(*open)(const struct gw_provider_env *env, char *err, size_t err_size);
+  /* `spotlab-gateway --check NAME`: checks what the class needs in its
+   * cloud with the configuration cfg, printing a line per check to out.
+   * 0 when all pass. NULL: nothing to check. */
+  int (*check)(const struct gw_config *cfg, FILE *out);
 };
 
 /* Registers cls (borrowed; static storage). -EEXIST for a name already

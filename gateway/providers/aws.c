@@ -13,6 +13,7 @@
  * ("sl-" + 16 hex), chosen before EC2 is asked, so a record exists for every
  * instance EC2 may have started. */
 #include "aws_int.h"
+#include "aws_check.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -488,4 +489,5 @@ const struct gw_provider_class gw_aws_provider_class = {
   .options = gw_aws_options,
   .check_option = gw_aws_check_option,
   .open = aws_open,
+  .check = gw_aws_check_config,
 };

@@ -221,10 +221,15 @@ int gw_aws_check_config(const struct gw_config *cfg, FILE *out) {
     .subnet_id = first(gw_config_provider_option(cfg, "aws", "subnets"), subnet, sizeof subnet),
     .security_group_ids = group_ids,
     .n_security_groups = n_groups,
-    .iam_instance_profile = gw_config_provider_option(cfg, "aws", "instance_profile"),
+    .iam_instance_profile = gw_config_provider_option(cfg, "aws", "iam_instance_profile"),
   };
-  /* A subnet fixes the zone; naming both could disagree. */
-  if (o.subnet_id)
+  /* A subnet fixes the zone; naming both could disagree. A zone=subnet pair
+   * names the subnet after its "=". */
+  if (o.subnet_id) {
+    char *eq = strchr(subnet, '=');
+    if (eq)
+      memmove(subnet, eq + 1, strlen(eq));
     o.zone = NULL;
+  }
   return gw_aws_check_with(&o, out);
 }

@@ -56,8 +56,8 @@ struct fake {
 };
 
 static const struct gw_instance_type catalog[] = {
-  {"fake.small", 1, "T4", 1.00, 0.30, ">20%", 3600},
-  {"fake.big", 4, "A100", 8.00, 2.50, "10-15%", 7200},
+  {"fake.small", 1, "T4", 1.00, 0.30, ">20%", 3600, 0, 0},
+  {"fake.big", 4, "A100", 8.00, 2.50, "10-15%", 7200, 0, 0},
 };
 #define N_TYPES (sizeof catalog / sizeof catalog[0])
 

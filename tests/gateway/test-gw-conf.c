@@ -44,13 +44,13 @@ static const struct gw_provider_option local_options[] = {
   {NULL, NULL, NULL},
 };
 static const struct gw_provider_class local_class = {
-  "local", local_options, check_local, open_none,
+  "local", local_options, check_local, open_none, NULL,
 };
 static const struct gw_provider_option fake_options[] = {
   {"slots", "2", "fake instances at once"},
   {NULL, NULL, NULL},
 };
-static const struct gw_provider_class fake_class = {"fake", fake_options, NULL, open_none};
+static const struct gw_provider_class fake_class = {"fake", fake_options, NULL, open_none, NULL};
 
 static const char *write_file(const char *name, const char *text) {
   static char path[256];

@@ -22,8 +22,8 @@ static char names[GW_PROVIDERS_MAX + 1][8];
 static struct gw_provider_class classes[GW_PROVIDERS_MAX + 1];
 
 static const struct gw_instance_type types[] = {
-  {"t.small", 1, "T4", 1.0, 0.3, ">20%", 3600},
-  {"t.big", 8, "H100", 30.0, 9.0, "<5%", 72000},
+  {"t.small", 1, "T4", 1.0, 0.3, ">20%", 3600, 0, 0},
+  {"t.big", 8, "H100", 30.0, 9.0, "<5%", 72000, 0, 0},
 };
 
 static int market(struct gw_provider *p, const struct gw_instance_type **ret, size_t *ret_n) {
