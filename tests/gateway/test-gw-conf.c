@@ -211,8 +211,9 @@ static void test_refused(void) {
                "[gateway] http: this gateway has no HTTP API yet; remove the option", 3);
   expect_error("[budget]\nmonthly_usd = 10\nalert_at = 25,50\n",
                "[budget] alert_at: this gateway sends no budget alerts yet", 3);
-  expect_error("[gateway]\n[store]\nurl = s3://bucket/x\n", "[store]: this gateway has no store", 2);
-  expect_error("[store]\n", "remove the section", 1);
+  expect_error("[gateway]\n[store]\nurl = s3://Bucket_1/x\n", "the bucket name must be", 3);
+  expect_error("[store]\nurl = http://x/\n", "is not a file:/// or s3:// URL", 2);
+  expect_error("[store]\nkeep = 0\n", "out of range", 2);
   expect_error("\n[webhook.slack]\nurl = https://x\n",
                "[webhook.slack]: this gateway posts no webhooks yet; remove the section", 2);
   static struct gw_config c;

@@ -318,7 +318,7 @@ def case_config_errors(gw):
                                 "[gateway] http: this gateway has no HTTP API yet"),
                                ("[budget]\nalert_at = 50\n", 2,
                                 "[budget] alert_at: this gateway sends no budget alerts yet"),
-                               ("[store]\nurl = file:///x\n", 1, "[store]: this gateway has no"),
+                               ("[store]\nurl = ftp://x\n", 2, 'is not a file:/// or s3:// URL'),
                                ("[webhook.slack]\n", 1, "[webhook.slack]: this gateway posts no")]:
         ini = os.path.join(gw.dir, "bad.ini")
         with open(ini, "w") as f:

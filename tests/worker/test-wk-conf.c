@@ -92,12 +92,27 @@ static void test_errors(void) {
   CHECK_INT(parse(text, &c, err), 0);
   make(text, sizeof text, gw_pub, pub, sec, ",\"address\":\"\"");
   CHECK_INT(parse(text, &c, err), 0);
-  /* the store must be file:/// for now */
+  /* the store is file:/// or s3:// */
   snprintf(text, sizeof text,
            "{\"gateway\":\"tcp://a:1\",\"gateway_public\":\"%s\",\"public\":\"%s\",\"secret\":\"%s\","
            "\"instance\":\"i-1\",\"work_dir\":\"/w\",\"store\":\"s3://b/p\"}", gw_pub, pub, sec);
+  CHECK_INT(parse(text, &c, err), 0);
+  snprintf(text, sizeof text,
+           "{\"gateway\":\"tcp://a:1\",\"gateway_public\":\"%s\",\"public\":\"%s\",\"secret\":\"%s\","
+           "\"instance\":\"i-1\",\"work_dir\":\"/w\",\"store\":\"gs://b/p\"}", gw_pub, pub, sec);
   CHECK_INT(parse(text, &c, err), SL_ECONFIG);
   CHECK(strstr(err, "store") != NULL);
+  /* "metadata":"aws" is the metadata service the environment names */
+  setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:9/", 1);
+  snprintf(text, sizeof text,
+           "{\"gateway\":\"tcp://a:1\",\"gateway_public\":\"%s\",\"public\":\"%s\",\"secret\":\"%s\","
+           "\"instance\":\"i-1\",\"work_dir\":\"/w\",\"store\":\"s3://b/p\",\"metadata\":\"aws\","
+           "\"orphan_timeout_ms\":900000}", gw_pub, pub, sec);
+  CHECK_INT(parse(text, &c, err), 0);
+  CHECK(!strcmp(c.metadata, "http://127.0.0.1:9"));
+  CHECK(!strcmp(wk_config_metadata_kind(&c), "aws"));
+  CHECK_INT(c.orphan_timeout_ms, 900000);
+  unsetenv("AWS_EC2_METADATA_SERVICE_ENDPOINT");
   /* wk_config_parse writes nothing on failure */
   memset(&c, 0x5a, sizeof c);
   CHECK_INT(parse(missing, &c, err), SL_ECONFIG);
