@@ -9,8 +9,9 @@ stand-in, and so every instance it runs, starts with no AWS_* variable at
 all, so a credential that reaches an instance can only have come through
 the gateway. s3rver knows one access key id, S3RVER, and is started to
 accept any secret: S3 signing is checked against botocore in the unit
-tests, EC2 signing by the stand-in, which verifies every call with the
-secret given here.
+tests, EC2 signing by the stand-in, which verifies every call with
+botocore and the secret given here, and records the outcome in its call
+log.
 
 A missing piece (s3rver, boto3, the stand-in) raises: the aws suites fail
 rather than skip.
@@ -182,20 +183,22 @@ class Ec2Standin:
     """ec2_standin.py: EC2's Query API and its instances as local processes, with a
     control API under /_standin/ (docs/internals/ec2-standin.md)."""
 
-    def __init__(self, folder, time_scale, boot_seconds):
+    def __init__(self, folder, time_scale, boot_seconds, notice_poll_ms=100):
         if not os.path.exists(STANDIN):
             raise RuntimeError("the EC2 stand-in is missing (%s)" % STANDIN)
         self.dir = os.path.join(folder, "ec2")
         os.makedirs(self.dir, exist_ok=True)
         self.logpath = os.path.join(folder, "ec2-standin.log")
         self.log = open(self.logpath, "ab")
-        # no AWS_* variable: instances inherit this environment; the secret comes
-        # through a variable of the stand-in's own that it hides from its instances
-        env = clean_env({"EC2_STANDIN_ACCESS_KEY_ID": ACCESS_KEY_ID,
-                         "EC2_STANDIN_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY})
+        # no AWS_* variable: instances inherit this environment (the stand-in drops
+        # AWS_* from theirs too); it learns the test credentials from its arguments
+        env = clean_env({"SPOTLAB_NOTICE_POLL_MS": str(notice_poll_ms)})
+        env.pop("SPOTLAB_DEBUG", None)
         self.p = subprocess.Popen([PYTHON, STANDIN, "--state-dir", self.dir, "--port", "0",
                                    "--time-scale", str(time_scale), "--boot-seconds",
-                                   str(boot_seconds)],
+                                   str(boot_seconds), "--region", REGION, "--zones", "ab",
+                                   "--access-key", ACCESS_KEY_ID,
+                                   "--secret-key", SECRET_ACCESS_KEY],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=self.log, env=env, start_new_session=True)
         lines = Lines(self.p, "the EC2 stand-in")
