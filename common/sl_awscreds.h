@@ -55,6 +55,9 @@ struct sl_aws_chain *sl_aws_chain_free(struct sl_aws_chain *c);
  * the previous ones have expired; a failed refresh of ones still valid keeps
  * them and returns 0. */
 int sl_aws_creds_get(struct sl_aws_chain *c, struct sl_aws_creds *ret, char *err, size_t err_size);
+/* The clock the chain reads expiry against, seconds since the epoch (tests
+ * move it; NULL: the real clock). */
+void sl_aws_chain_set_clock(struct sl_aws_chain *c, int64_t (*now_unix)(void *ctx), void *ctx);
 /* Where the current credentials came from. */
 enum sl_aws_creds_source sl_aws_creds_source(struct sl_aws_chain *c);
 const char *sl_aws_creds_source_name(enum sl_aws_creds_source s); /* "environment", ... */

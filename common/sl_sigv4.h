@@ -23,6 +23,10 @@
 #define SL_SIGV4_MAX_HEADERS 24
 #define SL_SIGV4_AUTH_MAX 1024
 #define SL_SIGV4_UNSIGNED_PAYLOAD "UNSIGNED-PAYLOAD"
+#define SL_SIGV4_URL_MAX 8192           /* the URL to sign */
+#define SL_SIGV4_QUERY_MAX 256          /* parameters in its query */
+#define SL_SIGV4_HEADER_NAME_MAX 128
+#define SL_SIGV4_HEADER_VALUE_MAX 8192
 
 /* One set of credentials. session_token "" for long-term keys. */
 struct sl_aws_creds {

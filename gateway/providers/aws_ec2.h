@@ -90,7 +90,10 @@ struct aws_spot_price {
 };
 
 struct aws_placement_score {
-  char zone[32];                /* "" when scored per region */
+  char zone[32];                /* the zone's name; "" when scored per region or when only the
+                                 * id is known (GetSpotPlacementScores answers with ids, and
+                                 * names are per account) */
+  char zone_id[32];             /* "use1-az1"; "" when scored per region */
   char region[32];
   int score;                    /* 1..10 */
 };
@@ -100,8 +103,10 @@ int aws_ec2_run_instances(struct aws_ec2 *c, const struct aws_run_req *req,
                           struct aws_instance *ret, struct aws_ec2_error *err);
 int aws_ec2_terminate_instances(struct aws_ec2 *c, const char *const *ids, size_t n,
                                 struct aws_ec2_error *err);
-/* Instances with tag key=value (NULL key: all) in the given states (NULL:
- * every state but terminated), all pages; owned array (free()). */
+/* Instances with tag key=value (NULL key: all; NULL value: any with the
+ * key), all pages; owned array (free()). Asked by ids, instances in every
+ * state (terminated ones tell how they ended: state_reason); otherwise
+ * every state but terminated. */
 int aws_ec2_describe_instances(struct aws_ec2 *c, const char *tag_key, const char *tag_value,
                                const char *const *ids, size_t n_ids,
                                struct aws_instance **ret, size_t *ret_n,
@@ -118,5 +123,9 @@ int aws_ec2_placement_scores(struct aws_ec2 *c, const char *const *types, size_t
  * EC2 answers DryRunOperation (allowed), SL_EAUTH for UnauthorizedOperation,
  * else the call's error. */
 int aws_ec2_dry_run(struct aws_ec2 *c, const char *action, struct aws_ec2_error *err);
+/* TerminateInstances of ids with DryRun=true (a policy that allows it only
+ * on tagged instances is checked against real ones); as aws_ec2_dry_run. */
+int aws_ec2_terminate_dry_run(struct aws_ec2 *c, const char *const *ids, size_t n,
+                              struct aws_ec2_error *err);
 
 #endif
