@@ -213,9 +213,12 @@ int wk_config_load(const char *path, struct wk_config *ret, char *err, size_t er
       r = fail(err, err_size, SL_ECONFIG, "\"work_dir\": cannot resolve it under %s", dir);
       goto out;
     }
-    char joined[sizeof c.work_dir + PATH_MAX];
-    snprintf(joined, sizeof joined, "%s/%s", abs, c.work_dir);
-    snprintf(c.work_dir, sizeof c.work_dir, "%s", joined);
+    char rel[sizeof c.work_dir];
+    memcpy(rel, c.work_dir, sizeof rel);
+    size_t al = strlen(abs);
+    memcpy(c.work_dir, abs, al); /* fits: checked above */
+    c.work_dir[al] = '/';
+    memcpy(c.work_dir + al + 1, rel, strlen(rel) + 1);
   }
   if (st.st_mode & 077) {
     c.insecure_mode = true;

@@ -10,6 +10,7 @@
 #include "conf.h"
 
 #include "sl_err.h"
+#include "sl_frame.h"
 #include "sl_json.h"
 #include "sl_log.h"
 #include "sl_time.h"
