@@ -11,7 +11,10 @@
  * Invariants: a response buffer never holds more than body_max_bytes (the
  * write callback refuses the byte past the cap, which ends the transfer);
  * a multi never holds more than SL_HTTP_MULTI_MAX transfers; an easy handle
- * is in the curl multi only while a try runs (in_multi). */
+ * is in the curl multi only while a try runs (in_multi). A streamed body
+ * (body_fd) or sink (sink_fd) is read or written at offset + position, and
+ * the positions go back to 0 before each try, so a retry resends or
+ * rewrites the same range. */
 #include "sl_http.h"
 
 #include "sl_err.h"
@@ -28,6 +31,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #define TOPIC "http"
 
@@ -43,6 +47,14 @@ struct xfer {
   uint64_t rng;
   char method[16];
   char where[160];         /* scheme://host/path: no userinfo, no query */
+  /* streaming (copied from the request) */
+  bool has_src, has_sink;
+  struct sl_http_fd_range src, sink;
+  uint64_t src_pos, sink_pos;
+  int io_err;              /* a read or write of a streamed range failed: final */
+  int n_keep;
+  char keep_names[SL_HTTP_MAX_RESP_HEADERS][64];
+  char *keep_values[SL_HTTP_MAX_RESP_HEADERS];
   /* the multi form only */
   struct xfer *next;
   uint64_t id;
@@ -71,6 +83,7 @@ int sl_http_global_init(void) {
 void sl_http_resp_done(struct sl_http_resp *resp) {
   if (!resp) return;
   free(resp->body);
+  for (int i = 0; i < SL_HTTP_MAX_RESP_HEADERS; i++) free(resp->header_values[i]);
   memset(resp, 0, sizeof *resp);
 }
 
@@ -145,9 +158,33 @@ static void log_safe_url(const char *url, char *out, size_t size) {
 
 /* ---- one transfer ---- */
 
+/* A 2xx body bound for the sink: written at its offset, whole or not at all. */
+static size_t to_sink(struct xfer *x, const char *data, size_t len) {
+  if (x->sink.len && len > x->sink.len - x->sink_pos) {
+    x->overflow = true;
+    return 0;
+  }
+  for (size_t off = 0; off < len;) {
+    ssize_t w = pwrite(x->sink.fd, data + off, len - off, (off_t)(x->sink.offset + x->sink_pos + off));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      x->io_err = w < 0 ? -errno : -EIO;
+      return 0;
+    }
+    off += (size_t)w;
+  }
+  x->sink_pos += len;
+  return len;
+}
+
 static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx) {
   struct xfer *x = ctx;
   size_t len = size * nmemb;
+  if (x->has_sink) {
+    long status = 0;
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status >= 200 && status < 300) return to_sink(x, data, len);
+  }
   if (len > x->body_max - x->body_len) {
     x->overflow = true;
     return 0;
@@ -170,6 +207,65 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx) {
   return len;
 }
 
+static size_t on_read(char *buf, size_t size, size_t nmemb, void *ctx) {
+  struct xfer *x = ctx;
+  uint64_t left = x->src.len - x->src_pos;
+  size_t want = size * nmemb < left ? size * nmemb : (size_t)left;
+  if (want == 0) return 0;
+  for (;;) {
+    ssize_t k = pread(x->src.fd, buf, want, (off_t)(x->src.offset + x->src_pos));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) { /* an error, or the file ends before the range does */
+      x->io_err = k < 0 ? -errno : -EIO;
+      return CURL_READFUNC_ABORT;
+    }
+    x->src_pos += (uint64_t)k;
+    return (size_t)k;
+  }
+}
+
+static int on_seek(void *ctx, curl_off_t offset, int origin) {
+  struct xfer *x = ctx;
+  if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > x->src.len) return CURL_SEEKFUNC_FAIL;
+  x->src_pos = (uint64_t)offset;
+  return CURL_SEEKFUNC_OK;
+}
+
+static void clear_kept(struct xfer *x) {
+  for (int i = 0; i < x->n_keep; i++) {
+    free(x->keep_values[i]);
+    x->keep_values[i] = NULL;
+  }
+}
+
+/* Keeps the values of the headers asked for; a status line starts a new
+ * answer (an interim 1xx, or the next try), so it forgets the last one's. */
+static size_t on_header(char *data, size_t size, size_t nmemb, void *ctx) {
+  struct xfer *x = ctx;
+  size_t len = size * nmemb;
+  if (len >= 5 && !strncmp(data, "HTTP/", 5)) {
+    clear_kept(x);
+    return len;
+  }
+  const char *colon = memchr(data, ':', len);
+  if (!colon) return len;
+  size_t nl = (size_t)(colon - data);
+  for (int i = 0; i < x->n_keep; i++) {
+    if (strlen(x->keep_names[i]) != nl || strncasecmp(x->keep_names[i], data, nl)) continue;
+    const char *v = colon + 1, *end = data + len;
+    while (v < end && (*v == ' ' || *v == '\t')) v++;
+    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t')) end--;
+    char *copy = strndup(v, (size_t)(end - v));
+    if (!copy) {
+      x->oom = true;
+      return 0;
+    }
+    free(x->keep_values[i]);
+    x->keep_values[i] = copy;
+  }
+  return len;
+}
+
 static int append_header(struct xfer *x, const char *h) {
   struct curl_slist *l = curl_slist_append(x->hdrs, h);
   if (!l) return -ENOMEM;
@@ -182,6 +278,7 @@ static void xfer_free(struct xfer *x) {
   curl_easy_cleanup(x->easy);
   curl_slist_free_all(x->hdrs);
   free(x->body);
+  clear_kept(x);
   free(x);
 }
 
@@ -205,7 +302,20 @@ static int xfer_setup(struct xfer *x, const struct sl_http_req *req, bool copy_b
   long connect_ms = req->connect_timeout_ms > 0 ? req->connect_timeout_ms : timeout_ms;
 
   bool is_get = !strcasecmp(method, "GET"), is_head = !strcasecmp(method, "HEAD");
-  bool send_body = req->body || !(is_get || is_head);
+  if (req->body_fd) {
+    x->has_src = true;
+    x->src = *req->body_fd;
+  }
+  if (req->sink_fd) {
+    x->has_sink = true;
+    x->sink = *req->sink_fd;
+  }
+  for (int i = 0; i < SL_HTTP_MAX_RESP_HEADERS && req->resp_headers[i]; i++) {
+    if (strlen(req->resp_headers[i]) >= sizeof x->keep_names[0]) return -EINVAL;
+    snprintf(x->keep_names[i], sizeof x->keep_names[i], "%s", req->resp_headers[i]);
+    x->n_keep = i + 1;
+  }
+  bool send_body = req->body || x->has_src || !(is_get || is_head);
   bool has_type = false;
   for (int i = 0; i < SL_HTTP_MAX_HEADERS && req->headers[i]; i++) {
     if (!strncasecmp(req->headers[i], "Content-Type:", 13)) has_type = true;
@@ -228,14 +338,29 @@ static int xfer_setup(struct xfer *x, const struct sl_http_req *req, bool copy_b
   SET(CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
   SET(CURLOPT_NOSIGNAL, 1L);
   if (!req->use_env_proxy) SET(CURLOPT_NOPROXY, "*");
-  SET(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->body_max);
+  /* A HEAD's Content-Length is the resource's size, not a body that comes. */
+  if (!x->has_sink && !is_head) SET(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->body_max);
+  else SET(CURLOPT_BUFFERSIZE, 512L * 1024);
   SET(CURLOPT_WRITEFUNCTION, on_body);
   SET(CURLOPT_WRITEDATA, x);
+  if (x->n_keep) {
+    SET(CURLOPT_HEADERFUNCTION, on_header);
+    SET(CURLOPT_HEADERDATA, x);
+  }
   SET(CURLOPT_PRIVATE, x);
   if (is_head) {
     SET(CURLOPT_NOBODY, 1L);
   } else if (!send_body) {
     SET(CURLOPT_HTTPGET, 1L);
+  } else if (x->has_src) {
+    SET(CURLOPT_POST, 1L);
+    if (strcasecmp(method, "POST")) SET(CURLOPT_CUSTOMREQUEST, method);
+    SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)x->src.len);
+    SET(CURLOPT_READFUNCTION, on_read);
+    SET(CURLOPT_READDATA, x);
+    SET(CURLOPT_SEEKFUNCTION, on_seek);
+    SET(CURLOPT_SEEKDATA, x);
+    SET(CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024);
   } else {
     if (strcasecmp(method, "POST")) SET(CURLOPT_CUSTOMREQUEST, method);
     SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
@@ -252,6 +377,8 @@ static void xfer_rewind(struct xfer *x) {
   if (x->body) x->body[0] = 0;
   x->overflow = false;
   x->status = 0;
+  x->src_pos = x->sink_pos = 0;
+  clear_kept(x);
 }
 
 /* Full jitter: uniform in [0, min(max, base * 2^(tries-1))]. */
@@ -268,6 +395,7 @@ static int64_t backoff_us(struct xfer *x) {
 static int after_try(struct xfer *x, CURLcode cc, int64_t *ret_delay_us) {
   x->tries++;
   if (x->oom) return -ENOMEM;
+  if (x->io_err) return x->io_err;
   if (x->overflow || cc == CURLE_FILESIZE_EXCEEDED) return SL_ELIMIT;
   int r = sl_err_from_curl(cc);
   bool again;
@@ -304,6 +432,11 @@ static int xfer_take(struct xfer *x, struct sl_http_resp *ret) {
   ret->body = x->body;
   ret->body_len = x->body_len;
   ret->tries = x->tries;
+  ret->sink_bytes = x->sink_pos;
+  for (int i = 0; i < x->n_keep; i++) {
+    ret->header_values[i] = x->keep_values[i];
+    x->keep_values[i] = NULL;
+  }
   x->body = NULL;
   x->body_len = x->body_cap = 0;
   return 0;

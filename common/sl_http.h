@@ -24,11 +24,23 @@
 #define SL_HTTP_TIMEOUT_DEFAULT_MS 30000      /* timeout_ms 0 */
 #define SL_HTTP_MAX_TRIES 16                  /* retry.max_tries is capped here */
 #define SL_HTTP_MULTI_MAX 64                  /* transfers in flight per multi */
+#define SL_HTTP_MAX_RESP_HEADERS 8            /* response headers a request may keep */
 
 struct sl_http_retry {
   int max_tries;       /* tries in all, first included; 0 or 1: no retry */
   int base_backoff_ms; /* the first retry waits up to this long (random) */
   int max_backoff_ms;  /* no wait is longer, Retry-After included */
+};
+
+/* A byte range of an open file: a request body read from it (pread, so
+ * threads may share the descriptor), or a response body written into it
+ * (pwrite). Each try starts again at offset. */
+struct sl_http_fd_range {
+  int fd;
+  uint64_t offset;
+  uint64_t len;     /* body: the bytes sent (a file that ends sooner fails the try
+                     * with -EIO, not retried); sink: the most bytes taken
+                     * (more is SL_ELIMIT), 0: no bound */
 };
 
 /* Filled by the caller; every pointer is borrowed for the call only (the
@@ -44,6 +56,13 @@ struct sl_http_req {
   int timeout_ms;                           /* whole try; 0: SL_HTTP_TIMEOUT_DEFAULT_MS */
   struct sl_http_retry retry;
   bool use_env_proxy;                       /* false: never a proxy (metadata services) */
+  /* Streaming, for bodies too large to hold (object stores). */
+  const struct sl_http_fd_range *body_fd;   /* request body from a file instead of body */
+  const struct sl_http_fd_range *sink_fd;   /* a 2xx answer's body goes into this file (not
+                                             * resp.body, not capped by body_max_bytes);
+                                             * other answers' bodies go to resp.body */
+  const char *resp_headers[SL_HTTP_MAX_RESP_HEADERS]; /* names of response headers to keep
+                                             * (any case); NULL ends the list early */
 };
 
 struct sl_http_resp {
@@ -51,13 +70,17 @@ struct sl_http_resp {
   char *body;       /* owned, NUL-terminated, never NULL after success */
   size_t body_len;
   int tries;        /* tries made, >= 1 */
+  char *header_values[SL_HTTP_MAX_RESP_HEADERS]; /* owned: the last answer's value of
+                     * req.resp_headers[i] (trimmed), NULL when it had none */
+  uint64_t sink_bytes; /* bytes the last try wrote to req.sink_fd */
 };
 
 /* Once per process, before threads start; later calls return the first
  * call's result. SL_ECURL if libcurl cannot start. */
 int sl_http_global_init(void);
 
-/* Frees resp's body and zeroes it; resp may be zeroed already. */
+/* Frees resp's body and header values and zeroes it; resp may be zeroed
+ * already. */
 void sl_http_resp_done(struct sl_http_resp *resp);
 
 /* libcurl's error (a CURLcode) as a project error: timeouts -ETIMEDOUT,

@@ -3,8 +3,9 @@
  * Keys are relative paths ("J000003/ckpt-00000400.tc"): components of
  * printable bytes, no "." or "..", none starting with ".wk-tmp". A put is
  * atomic: readers see the previous object or the new one, never a part, and a
- * failed put leaves the previous object readable. The interface fits an S3
- * bucket as well as a folder; only file:/// URLs are implemented. */
+ * failed put leaves the previous object readable. Two backends sit behind
+ * the same calls: a folder (file:///PATH) and an S3 bucket (s3://BUCKET/PREFIX,
+ * reached through presigned URLs from a signer: common/sl_s3.h). */
 #ifndef WK_STORE_H
 #define WK_STORE_H
 
@@ -12,9 +13,13 @@
 #include <stdint.h>
 
 struct wk_store;
+struct sl_s3_signer;
 
-/* Opens the store at url ("file:///abs/folder", created 0700 if missing). */
-int wk_store_open(const char *url, struct wk_store **ret);
+/* Opens the store at url: "file:///abs/folder" (created 0700 if missing;
+ * signer NULL), or "s3://BUCKET/PREFIX" with the signer that presigns its
+ * requests (borrowed for the store's life; SL_ECONFIG without one).
+ * SL_ENOTSUP for another scheme. */
+int wk_store_open(const char *url, const struct sl_s3_signer *signer, struct wk_store **ret);
 struct wk_store *wk_store_free(struct wk_store *s);
 
 /* Uploads the local file src as key; *ret_bytes (may be NULL) gets its size. */
@@ -27,6 +32,10 @@ int wk_store_list(struct wk_store *s, const char *prefix, char ***ret_keys, size
 char **wk_store_keys_free(char **keys);
 /* Removes key; -ENOENT if absent. */
 int wk_store_remove(struct wk_store *s, const char *key);
+
+/* The last failed call's sentence (S3: the key and the service's answer),
+ * "" when it has none. Valid until the next call. */
+const char *wk_store_error(const struct wk_store *s);
 
 /* 0 when key is well-formed, SL_ENAME otherwise. */
 int wk_store_check_key(const char *key);

@@ -109,7 +109,8 @@ static void test_keys(struct wk_store *s) {
   char **keys;
   CHECK_INT(wk_store_list(s, "../", &keys, NULL), SL_ENAME);
   struct wk_store *t;
-  CHECK_INT(wk_store_open("s3://bucket/prefix", &t), SL_ENOTSUP);
+  CHECK_INT(wk_store_open("s3://bucket/prefix", NULL, &t), SL_ECONFIG); /* no signer */
+  CHECK_INT(wk_store_open("gs://bucket/prefix", NULL, &t), SL_ENOTSUP);
 }
 
 int main(void) {
@@ -117,7 +118,7 @@ int main(void) {
   char url[128];
   snprintf(url, sizeof url, "file://%s/store", root);
   struct wk_store *s = NULL;
-  CHECK_INT(wk_store_open(url, &s), 0);
+  CHECK_INT(wk_store_open(url, NULL, &s), 0);
   if (!s) TEST_MAIN_END();
   test_roundtrip(s);
   test_interrupted_put(s);
