@@ -9,11 +9,20 @@
 #if GW_HAVE_LOCAL
 #include "providers/local.h"
 #endif
+#if GW_HAVE_AWS
+#include "providers/aws.h"
+#endif
 
 int main(int argc, char **argv) {
 #if GW_HAVE_LOCAL
   if (gw_provider_register(&gw_local_provider_class) < 0) {
     fprintf(stderr, "spotlab-gateway: cannot register the local provider\n");
+    return 1;
+  }
+#endif
+#if GW_HAVE_AWS
+  if (gw_provider_register(&gw_aws_provider_class) < 0) {
+    fprintf(stderr, "spotlab-gateway: cannot register the aws provider\n");
     return 1;
   }
 #endif

@@ -80,7 +80,10 @@ int gw_keys_load_or_create(const char *path, struct gw_keypair *ret, char *err, 
   return 0;
 }
 
-int gw_keys_write_worker_file(const char *path, const struct gw_worker_file *w) {
+int gw_keys_render_worker_file(const struct gw_worker_file *w, bool indent, char **ret) {
+  if (!w->boot || !w->boot->gateway || !w->boot->gateway_public || !w->instance || !w->type ||
+      !w->work_dir || !w->store)
+    return -EINVAL;
   json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:b,s:s,s:s,s:s,s:s}",
                         "gateway", w->boot->gateway, "gateway_public", w->boot->gateway_public,
                         "public", w->boot->keys.public_z85, "secret", w->boot->keys.secret_z85,
@@ -89,14 +92,25 @@ int gw_keys_write_worker_file(const char *path, const struct gw_worker_file *w) 
                         "work_dir", w->work_dir, "store", w->store, "train", w->boot->train ? w->boot->train : "");
   if (o && w->boot->metrics_per_s > 0)
     json_object_set_new(o, "metrics_per_s", json_integer((json_int_t)w->boot->metrics_per_s));
+  if (o && w->orphan_timeout_ms > 0)
+    json_object_set_new(o, "orphan_timeout_ms", json_integer((json_int_t)w->orphan_timeout_ms));
   if (!o)
     return -ENOMEM;
-  char *text = json_dumps(o, JSON_INDENT(1));
+  char *text = json_dumps(o, indent ? JSON_INDENT(1) : JSON_COMPACT);
   json_decref(o);
   if (!text)
     return -ENOMEM;
+  *ret = text;
+  return 0;
+}
+
+int gw_keys_write_worker_file(const char *path, const struct gw_worker_file *w) {
+  char *text;
+  int r = gw_keys_render_worker_file(w, true, &text);
+  if (r < 0)
+    return r;
   /* no fsync: a worker file is rewritten at every launch and never needed after a crash */
-  int r = write_private(path, text);
+  r = write_private(path, text);
   free(text);
   return r;
 }

@@ -48,8 +48,14 @@ struct gw_worker_file {
   const char *instance, *type, *zone;
   bool spot;
   const char *metadata, *work_dir, *store;
+  int64_t orphan_timeout_ms;    /* the worker stops itself after this long without the
+                                 * gateway; 0: left out (the worker's default) */
 };
 
+/* The worker config (protocols.md §2) as JSON text, indented when indent,
+ * one line otherwise: owned in *ret (free()). It holds the instance's
+ * secret key. -ENOMEM, or -EINVAL when a required field is NULL. */
+int gw_keys_render_worker_file(const struct gw_worker_file *w, bool indent, char **ret);
 /* Writes the worker config file (0600) atomically: temporary name, rename. */
 int gw_keys_write_worker_file(const char *path, const struct gw_worker_file *w);
 

@@ -1,0 +1,313 @@
+/* The options of [provider.aws]: declared once in gw_aws_options (name,
+ * default, help), each value checked alone by gw_aws_check_option when the
+ * configuration is read, and read together (with the checks that span
+ * options and the gateway's own settings) by gw_aws_config_load when the
+ * provider opens. */
+#include "aws_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "catalog.h"
+#include "conf.h"
+#include "sl_awscreds.h"
+#include "sl_err.h"
+#include "sl_time.h"
+
+#define NAME "aws"
+#define LIST_MAX 64
+
+const struct gw_provider_option gw_aws_options[] = {
+  {"region", "", "AWS region; empty: AWS_REGION, AWS_DEFAULT_REGION or the profile's region"},
+  {"zones", "", "availability zones to launch in (comma list); empty: every zone the region "
+                "reports prices for, else the catalog's"},
+  {"subnets", "", "instead of zones: subnets, as zone=subnet-... pairs or a plain list"},
+  {"instance_types", "", "instance types offered (comma list, each in the catalog); empty: "
+                         "every type of the catalog"},
+  {"ami", "", "image: ami-... or resolve:ssm:/aws/service/... (required)"},
+  {"worker_prefix", "", "where spotlab is installed on the image (PREFIX/bin/spotlab-worker); "
+                        "empty: instances fetch the worker bundle from the store"},
+  {"advertise", "", "the worker address as instances reach it (tcp://HOST:PORT); required "
+                    "when [gateway] workers is a loopback or wildcard address"},
+  {"orphan_timeout", "15m", "a worker that cannot reach the gateway this long powers its "
+                            "instance off"},
+  {"security_groups", "", "security group ids (comma list, at most 5); empty: the VPC's default"},
+  {"iam_instance_profile", "", "instance profile name or ARN; empty: none"},
+  {"key_name", "", "EC2 key pair for ssh; empty: none"},
+  {"catalog", "", "CSV of instance types (GPUs, on-demand prices, interruption buckets); empty: "
+                  "the built-in catalog"},
+  {"poll", "15s", "how often instance states and spot prices are read from EC2"},
+  {"capacity_memory", "10m", "how long a capacity failure of a type in a zone is remembered"},
+  {NULL, NULL, NULL},
+};
+
+static int fail(char *err, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t size, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, size, fmt, ap);
+  va_end(ap);
+  return SL_ECONFIG;
+}
+
+/* Splits a comma list (spaces trimmed, empty items skipped) into at most
+ * max items of item_size bytes. The count, or SL_ELIMIT. */
+static int split_list(const char *value, char *items, size_t item_size, size_t max) {
+  size_t n = 0;
+  const char *p = value;
+  while (*p) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *s = p;
+    while (len && (*s == ' ' || *s == '\t'))
+      s++, len--;
+    while (len && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+      len--;
+    if (len) {
+      if (n == max || len >= item_size)
+        return SL_ELIMIT;
+      memcpy(items + n * item_size, s, len);
+      items[n * item_size + len] = '\0';
+      n++;
+    }
+    if (!end)
+      break;
+    p = end + 1;
+  }
+  return (int)n;
+}
+
+static bool only(const char *s, const char *set) { return *s && strspn(s, set) == strlen(s); }
+
+#define LOWER_DIGITS "abcdefghijklmnopqrstuvwxyz0123456789"
+
+static bool zone_name(const char *s) { return strlen(s) < 32 && only(s, LOWER_DIGITS "-"); }
+
+static bool prefixed_id(const char *s, const char *prefix) {
+  size_t n = strlen(prefix);
+  return !strncmp(s, prefix, n) && strlen(s) < 64 && only(s + n, "0123456789abcdef");
+}
+
+static bool printable(const char *s, bool spaces) {
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+    if (*p < 0x20 || *p >= 0x7f || (!spaces && *p == ' ') || *p == '\'' || *p == '\\')
+      return false;
+  return true;
+}
+
+static int check_duration(const char *name, const char *value, int64_t min_us, int64_t max_us,
+                          int64_t *ret, char *err, size_t size) {
+  int64_t us;
+  if (sl_time_parse_duration(value, &us) < 0 || us < min_us || us > max_us) {
+    char lo[32], hi[32];
+    sl_time_format_duration(min_us, lo, sizeof lo);
+    sl_time_format_duration(max_us, hi, sizeof hi);
+    snprintf(err, size, "%s: \"%s\" is not a duration from %s to %s (\"90s\", \"15m\")", name,
+             value, lo, hi);
+    return SL_ECONFIG;
+  }
+  *ret = us;
+  return 0;
+}
+
+/* subnets: "zone=subnet-..." pairs or plain "subnet-..." ids, not mixed. */
+static int parse_subnets(const char *value, struct gw_aws_placement *ret, size_t *ret_n,
+                         char *err, size_t size) {
+  char items[GW_AWS_MAX_PLACEMENTS][LIST_MAX * 2];
+  int n = split_list(value, items[0], sizeof items[0], GW_AWS_MAX_PLACEMENTS);
+  if (n < 0)
+    return fail(err, size, "subnets: more than %d subnets, or one too long", GW_AWS_MAX_PLACEMENTS);
+  int pairs = 0;
+  for (int i = 0; i < n; i++) {
+    char *eq = strchr(items[i], '=');
+    const char *subnet = eq ? eq + 1 : items[i];
+    if (eq)
+      *eq = '\0', pairs++;
+    if ((eq && !zone_name(items[i])) || !prefixed_id(subnet, "subnet-"))
+      return fail(err, size, "subnets: \"%s\" is not subnet-... or ZONE=subnet-...", subnet);
+    if (ret) {
+      memset(&ret[i], 0, sizeof ret[i]);
+      snprintf(ret[i].zone, sizeof ret[i].zone, "%s", eq ? items[i] : "");
+      snprintf(ret[i].subnet, sizeof ret[i].subnet, "%s", subnet);
+    }
+  }
+  if (pairs && pairs != n)
+    return fail(err, size, "subnets: either every item is ZONE=subnet-... or none is");
+  if (ret_n)
+    *ret_n = (size_t)n;
+  return 0;
+}
+
+int gw_aws_check_option(const char *name, const char *value, char *err, size_t size) {
+  char items[LIST_MAX][LIST_MAX];
+  int64_t us;
+  if (!strcmp(name, "region"))
+    return !*value || (zone_name(value) && strlen(value) < 32)
+               ? 0 : fail(err, size, "region: \"%s\" is not a region name", value);
+  if (!strcmp(name, "zones") || !strcmp(name, "instance_types") ||
+      !strcmp(name, "security_groups")) {
+    size_t max = !strcmp(name, "zones") ? GW_AWS_MAX_PLACEMENTS
+                 : !strcmp(name, "security_groups") ? GW_AWS_MAX_SECURITY_GROUPS : LIST_MAX;
+    int n = split_list(value, items[0], sizeof items[0], max);
+    if (n < 0) {
+      snprintf(err, size, "%s: more than %zu items, or one longer than %d bytes", name, max,
+               LIST_MAX - 1);
+      return SL_ECONFIG;
+    }
+    for (int i = 0; i < n; i++) {
+      bool ok = !strcmp(name, "zones") ? zone_name(items[i])
+                : !strcmp(name, "security_groups") ? prefixed_id(items[i], "sg-")
+                : only(items[i], LOWER_DIGITS ".-");
+      if (!ok)
+        return fail(err, size, "%s: \"%s\" is not a valid item", name, items[i]);
+    }
+    return 0;
+  }
+  if (!strcmp(name, "subnets"))
+    return parse_subnets(value, NULL, NULL, err, size);
+  if (!strcmp(name, "ami")) {
+    if (!*value || prefixed_id(value, "ami-") ||
+        (!strncmp(value, "resolve:ssm:/", 13) && printable(value, false)))
+      return 0;
+    return fail(err, size, "ami: \"%s\" is not ami-... or resolve:ssm:/PARAMETER", value);
+  }
+  if (!strcmp(name, "worker_prefix"))
+    return !*value || (value[0] == '/' && printable(value, true))
+               ? 0 : fail(err, size, "worker_prefix: \"%s\" is not an absolute path free of "
+                                     "quotes and backslashes", value);
+  if (!strcmp(name, "advertise"))
+    return !*value || (!strncmp(value, "tcp://", 6) && strchr(value + 6, ':') &&
+                       printable(value, false))
+               ? 0 : fail(err, size, "advertise: \"%s\" is not tcp://HOST:PORT", value);
+  if (!strcmp(name, "orphan_timeout"))
+    return check_duration(name, value, 10 * SL_US_PER_S, 7 * 86400 * SL_US_PER_S, &us, err, size);
+  if (!strcmp(name, "poll"))
+    return check_duration(name, value, 50 * SL_US_PER_MS, 3600 * SL_US_PER_S, &us, err, size);
+  if (!strcmp(name, "capacity_memory"))
+    return check_duration(name, value, 0, 86400 * SL_US_PER_S, &us, err, size);
+  if (!strcmp(name, "iam_instance_profile") || !strcmp(name, "key_name"))
+    return strlen(value) < 256 && printable(value, true)
+               ? 0 : fail(err, size, "%s: \"%s\" is too long or holds control characters",
+                          name, value);
+  return 0; /* catalog: any path; read when the provider opens */
+}
+
+static const char *opt(const struct gw_provider_env *env, const char *key) {
+  const char *v = gw_config_provider_option(env->cfg, NAME, key);
+  return v ? v : "";
+}
+
+/* True when workers connect to addr only from this machine (or a wildcard
+ * bind, which the gateway hands out as loopback). */
+static bool loopback(const char *addr) {
+  static const char *const local[] = {"ipc://", "inproc://", "tcp://127.", "tcp://localhost",
+                                      "tcp://[::1]", "tcp://0.0.0.0", "tcp://*", "tcp://[::]"};
+  for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
+    if (!strncmp(addr, local[i], strlen(local[i])))
+      return true;
+  return false;
+}
+
+static int load_lists(const struct gw_provider_env *env, struct gw_aws_config *c, char *err,
+                      size_t size) {
+  const char *zones = opt(env, "zones"), *subnets = opt(env, "subnets");
+  if (*zones && *subnets)
+    return fail(err, size, "[provider.aws] zones and subnets are alternatives; set one");
+  if (*subnets) {
+    if (parse_subnets(subnets, c->placements, &c->n_placements, err, size) < 0)
+      return SL_ECONFIG;
+  } else {
+    char items[GW_AWS_MAX_PLACEMENTS][32];
+    int n = split_list(zones, items[0], sizeof items[0], GW_AWS_MAX_PLACEMENTS);
+    for (int i = 0; i < n; i++)
+      memcpy(c->placements[c->n_placements++].zone, items[i], 32);
+  }
+  char groups[GW_AWS_MAX_SECURITY_GROUPS][64];
+  int n = split_list(opt(env, "security_groups"), groups[0], 64, GW_AWS_MAX_SECURITY_GROUPS);
+  for (int i = 0; i < n; i++)
+    memcpy(c->security_groups[c->n_security_groups++], groups[i], 64);
+  return 0;
+}
+
+int gw_aws_config_types(struct gw_aws_config *c, const struct gw_catalog *cat, const char *value,
+                        char *err, size_t size) {
+  char items[LIST_MAX][LIST_MAX];
+  int n = split_list(value, items[0], sizeof items[0], LIST_MAX);
+  if (n < 0)
+    return fail(err, size, "[provider.aws] instance_types: too many types");
+  size_t count = n ? (size_t)n : gw_catalog_count(cat);
+  c->types = calloc(count ? count : 1, sizeof *c->types);
+  if (!c->types)
+    return -ENOMEM;
+  for (size_t i = 0; i < count; i++) {
+    const char *name = n ? items[i] : gw_catalog_get(cat, i)->name;
+    if (gw_catalog_find(cat, name) < 0)
+      return fail(err, size, "[provider.aws] instance_types: %s is not in the catalog", name);
+    for (size_t k = 0; k < c->n_types; k++)
+      if (!strcmp(c->types[k], name))
+        return fail(err, size, "[provider.aws] instance_types: %s is listed twice", name);
+    snprintf(c->types[c->n_types++], 64, "%s", name);
+  }
+  return 0;
+}
+
+int gw_aws_config_load(const struct gw_provider_env *env, struct gw_aws_config *c, char *err,
+                       size_t size) {
+  memset(c, 0, sizeof *c);
+  /* every option once more: a value set by the program (not the file) is
+   * checked here too */
+  for (const struct gw_provider_option *o = gw_aws_options; o->name; o++)
+    if (gw_aws_check_option(o->name, opt(env, o->name), err, size) < 0)
+      return SL_ECONFIG;
+  const char *store = env->store_url ? env->store_url : "";
+  if (strncmp(store, "s3://", 5) || strlen(store) >= sizeof c->store_url || !store[5])
+    return fail(err, size, "[provider.aws] needs an s3:// store ([store] url is \"%s\"): AWS "
+                           "instances cannot reach this machine's files", store);
+  snprintf(c->store_url, sizeof c->store_url, "%s", store);
+  const char *gid = env->gateway_id ? env->gateway_id : "";
+  if (!*gid || strlen(gid) >= sizeof c->gateway_id || !printable(gid, false))
+    return fail(err, size, "[provider.aws] needs the gateway's id (tag spotlab:gateway)");
+  snprintf(c->gateway_id, sizeof c->gateway_id, "%s", gid);
+  const char *state = env->state_dir ? env->state_dir : env->cfg->state_dir;
+  if (strlen(state) > 4000)
+    return fail(err, size, "[provider.aws] state_dir longer than 4000 bytes");
+  snprintf(c->dir, sizeof c->dir, "%s/aws/instances", state);
+  char region[SL_AWS_REGION_MAX], why[256] = "";
+  if (sl_aws_region(opt(env, "region"), region, why, sizeof why) < 0)
+    return fail(err, size, "[provider.aws] region: %s",
+                why[0] ? why : "no region set (region or AWS_REGION)");
+  snprintf(c->region, sizeof c->region, "%s", region);
+  snprintf(c->ami, sizeof c->ami, "%s", opt(env, "ami"));
+  if (!c->ami[0])
+    return fail(err, size, "[provider.aws] ami is required (ami-... or "
+                           "resolve:ssm:/aws/service/...)");
+  snprintf(c->worker_prefix, sizeof c->worker_prefix, "%s", opt(env, "worker_prefix"));
+  snprintf(c->advertise, sizeof c->advertise, "%s", opt(env, "advertise"));
+  if (!c->advertise[0] && loopback(env->cfg->workers))
+    return fail(err, size, "[provider.aws] advertise is required: [gateway] workers is %s, "
+                           "which instances cannot reach", env->cfg->workers);
+  snprintf(c->iam_instance_profile, sizeof c->iam_instance_profile, "%s",
+           opt(env, "iam_instance_profile"));
+  snprintf(c->key_name, sizeof c->key_name, "%s", opt(env, "key_name"));
+  snprintf(c->catalog, sizeof c->catalog, "%s", opt(env, "catalog"));
+  int64_t us;
+  check_duration("orphan_timeout", opt(env, "orphan_timeout"), 0, INT64_MAX, &us, err, size);
+  c->orphan_timeout_ms = us / SL_US_PER_MS;
+  check_duration("poll", opt(env, "poll"), 0, INT64_MAX, &c->poll_us, err, size);
+  check_duration("capacity_memory", opt(env, "capacity_memory"), 0, INT64_MAX,
+                 &c->capacity_memory_us, err, size);
+  c->backoff_base_ms = 1000;
+  c->backoff_cap_ms = 30000;
+  c->backoff_tries = 6;
+  return load_lists(env, c, err, size);
+}
+
+void gw_aws_config_done(struct gw_aws_config *c) {
+  free(c->types);
+  c->types = NULL;
+  c->n_types = 0;
+}

@@ -1,0 +1,615 @@
+/* The aws provider's thread: every EC2 call, blocking, one at a time.
+ *
+ * Its loop: the first poll (which reconciles EC2 with the records after a
+ * restart), then queued work (launches, terminations) as it comes, and a
+ * poll every cfg.poll_us. Outcomes go to the gateway's loop as queued events
+ * (aws.c). mu is held except around EC2 calls and backoff sleeps.
+ *
+ * A launch tries the type's placements in order (cheapest spot price first,
+ * those with a remembered capacity failure left out), each attempt recorded
+ * before it is made, with a ClientToken derived from the gateway, the
+ * instance and the placement: an attempt re-issued (after a transport
+ * error, or by a restarted gateway) never starts a second instance. Throttling
+ * and server errors are retried with full-jitter backoff, a bounded number
+ * of times. A poll lists the instances tagged spotlab:gateway=ID: it adopts
+ * those of records whose launch was in flight, reports the ones that ended,
+ * and terminates tagged instances no record knows (a launch whose outcome
+ * was lost), then refreshes spot prices and placement scores. */
+#include "aws_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sl_err.h"
+#include "sl_hmac.h"
+#include "sl_log.h"
+#include "sl_time.h"
+
+#define T GW_AWS_TOPIC
+#define VANISH_GRACE_US (300 * SL_US_PER_S) /* DescribeInstances may lag RunInstances */
+#define SCORES_EVERY_US (600 * SL_US_PER_S)
+
+static void lock(struct gw_aws *a) { pthread_mutex_lock(&a->mu); }
+static void unlock(struct gw_aws *a) { pthread_mutex_unlock(&a->mu); }
+
+/* Waits on cv (mu held) until due_mono_us at the latest. */
+static void wait_until(struct gw_aws *a, int64_t due_mono_us) {
+  struct timespec ts = {.tv_sec = (time_t)(due_mono_us / SL_US_PER_S),
+                        .tv_nsec = (long)(due_mono_us % SL_US_PER_S) * 1000};
+  pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+}
+
+/* Sleeps ms unless the provider stops meanwhile (mu not held). True when it stops. */
+static bool nap(struct gw_aws *a, int64_t ms) {
+  lock(a);
+  int64_t due = sl_time_mono_us() + ms * SL_US_PER_MS;
+  while (!a->stop && sl_time_mono_us() < due)
+    wait_until(a, due);
+  bool stop = a->stop;
+  unlock(a);
+  return stop;
+}
+
+static bool transient(int r, const struct aws_ec2_error *e) {
+  if (r == -EBUSY || e->http_status >= 500)
+    return true;
+  return e->http_status == 0 && (r == -ETIMEDOUT || r == -ECONNREFUSED || r == -ECONNRESET ||
+                                 r == -EHOSTUNREACH || r == SL_ECURL);
+}
+
+/* After a failed try (0-based): sleeps a full-jitter backoff and returns
+ * true when the call should be made again. */
+static bool again(struct gw_aws *a, int r, const struct aws_ec2_error *e, int try) {
+  if (r == 0 || !transient(r, e) || try + 1 >= a->cfg.backoff_tries)
+    return false;
+  int64_t cap = a->cfg.backoff_base_ms << (try < 20 ? try : 20);
+  if (cap > a->cfg.backoff_cap_ms)
+    cap = a->cfg.backoff_cap_ms;
+  uint64_t rnd;
+  sl_random_bytes(&rnd, sizeof rnd);
+  int64_t ms = cap > 0 ? (int64_t)(rnd % (uint64_t)(cap + 1)) : 0;
+  sl_debug(T, "EC2 answered %s; trying again in %lld ms", e->code[0] ? e->code : sl_errname(r),
+           (long long)ms);
+  return !nap(a, ms);
+}
+
+/* A sentence for an error (never a secret: EC2's messages hold none). */
+static void describe_error(int r, const struct aws_ec2_error *e, char *buf, size_t size) {
+  if (e->code[0])
+    snprintf(buf, size, "%s%s%s", e->code, e->message[0] ? ": " : "", e->message);
+  else
+    snprintf(buf, size, "%s%s%s", sl_strerror(r), e->message[0] ? ": " : "", e->message);
+}
+
+/* Names the credential source, never a value. */
+static void auth_message(struct gw_aws *a, const char *what, const char *why, char *buf,
+                         size_t size) {
+  enum sl_aws_creds_source src = sl_aws_creds_source(a->chain);
+  if (src == SL_AWS_CREDS_NONE)
+    snprintf(buf, size, "%s: no usable AWS credentials (environment, shared files or instance "
+                        "role): %s", what, why);
+  else
+    snprintf(buf, size, "EC2 refused %s with the credentials from the %s: %s", what,
+             sl_aws_creds_source_name(src), why);
+}
+
+void gw_aws_client_token(const struct gw_aws *a, const struct gw_aws_inst *in,
+                         const char *placement, char ret[48]) {
+  char text[512], hex[SL_HMAC_HEX_LEN + 1];
+  int n = snprintf(text, sizeof text, "%s/%s/%s", a->cfg.gateway_id, in->id, placement);
+  sl_sha256_hex(text, (size_t)n < sizeof text ? (size_t)n : sizeof text - 1, hex);
+  snprintf(ret, 48, "sl-%.40s", hex);
+}
+
+static bool has(const char *list, const char *code) {
+  size_t n = strlen(code);
+  for (const char *p = list; (p = strstr(p, code)); p += n)
+    if ((p == list || p[-1] == ' ') && (p[n] == ' ' || !p[n]))
+      return true;
+  return false;
+}
+
+#define CAPACITY_CODES "InsufficientInstanceCapacity InsufficientCapacity " \
+                       "InsufficientHostCapacity InsufficientReservedInstanceCapacity Unsupported"
+#define LIMIT_CODES "MaxSpotInstanceCountExceeded InstanceLimitExceeded VcpuLimitExceeded"
+
+/* ---- ends ---------------------------------------------------------------- */
+
+/* The launch failed: LAUNCH_FAILED queued, the record removed (mu held). */
+static void launch_failed(struct gw_aws *a, struct gw_aws_inst *in, int error, const char *msg) {
+  struct gw_provider_event *ev = gw_aws_queue_event(a, GW_PROVIDER_LAUNCH_FAILED, in->id);
+  if (ev) {
+    ev->error = error;
+    snprintf(ev->message, sizeof ev->message, "%s", msg);
+  }
+  sl_warn(T, "launch of %s (%s%s): %s", in->id, in->type, in->spot ? " spot" : "", msg);
+  in->launched_us = 0;
+  in->state = GW_AWS_ENDED;
+  in->ended_us = sl_time_real_us();
+  gw_aws_drop_boot(in);
+  gw_aws_remove_record(a, in->id);
+}
+
+/* in runs as EC2 instance got (mu held): recorded, LAUNCHED queued unless reported. */
+static void adopt(struct gw_aws *a, struct gw_aws_inst *in, const struct aws_instance *got) {
+  snprintf(in->ec2_id, sizeof in->ec2_id, "%s", got->id);
+  if (got->zone[0])
+    snprintf(in->zone, sizeof in->zone, "%s", got->zone);
+  in->launched_us = got->launch_time_unix > 0 ? got->launch_time_unix * SL_US_PER_S
+                                              : sl_time_real_us();
+  double price = in->spot ? gw_aws_spot_price(a, in->type, in->zone) : 0;
+  for (size_t t = 0; in->spot && price == 0 && t < a->cfg.n_types; t++)
+    if (!strcmp(a->types[t].name, in->type))
+      price = a->types[t].spot_usd_per_hour; /* the zone's price comes with the next poll */
+  in->price_usd_per_hour = in->spot ? price : gw_aws_on_demand_price(a, in->type);
+  in->n_prices = 0;
+  if (in->spot)
+    gw_aws_price_point(in, in->launched_us, price);
+  in->state = GW_AWS_RUNNING;
+  gw_aws_drop_boot(in);
+  gw_aws_save_record(a, in);
+  if (!in->reported) {
+    struct gw_provider_event *ev = gw_aws_queue_event(a, GW_PROVIDER_LAUNCHED, in->id);
+    if (ev)
+      gw_aws_fill_info(a, in, &ev->info);
+  }
+  sl_info(T, "instance %s is EC2 %s (%s %s%s, $%.4f/h)", in->id, in->ec2_id, in->type, in->zone,
+          in->spot ? " spot" : "", in->price_usd_per_hour);
+}
+
+/* ---- launches ----------------------------------------------------------- */
+
+/* One RunInstances attempt of in at placement pl, retried while EC2
+ * throttles. 0 and *got, or the error with *e. */
+static int run_once(struct gw_aws *a, struct gw_aws_inst *in, const struct gw_aws_placement *pl,
+                    struct aws_instance *got, struct aws_ec2_error *e, char *why, size_t why_size) {
+  struct gw_worker_boot boot;
+  gw_aws_boot_of(in, a->cfg.advertise, &boot);
+  struct gw_aws_user_data u = {
+      .boot = &boot, .gateway = boot.gateway, .instance = in->id, .type = in->type,
+      .zone = pl->zone, .spot = in->spot, .store = a->cfg.store_url,
+      .worker_prefix = a->cfg.worker_prefix, .orphan_timeout_ms = a->cfg.orphan_timeout_ms,
+  };
+  char *user_data = NULL;
+  int r = gw_aws_user_data(&u, &user_data, why, why_size);
+  if (r < 0)
+    return r;
+  char token[48], job[32];
+  gw_aws_client_token(a, in, gw_aws_placement_key(pl), token);
+  snprintf(job, sizeof job, "J%06lld", (long long)in->job);
+  const char *groups[GW_AWS_MAX_SECURITY_GROUPS];
+  for (size_t i = 0; i < a->cfg.n_security_groups; i++)
+    groups[i] = a->cfg.security_groups[i];
+  struct aws_run_req req = {
+      .image_id = a->cfg.ami, .instance_type = in->type,
+      .zone = pl->subnet[0] ? NULL : pl->zone, .subnet_id = pl->subnet[0] ? pl->subnet : NULL,
+      .security_group_ids = groups, .n_security_groups = a->cfg.n_security_groups,
+      .iam_instance_profile = a->cfg.iam_instance_profile[0] ? a->cfg.iam_instance_profile : NULL,
+      .key_name = a->cfg.key_name[0] ? a->cfg.key_name : NULL, .spot = in->spot,
+      .max_price_usd_per_hour = in->max_price_usd_per_hour, .user_data = user_data,
+      .client_token = token,
+      .tags = {{"spotlab:gateway", a->cfg.gateway_id}, {"spotlab:instance", in->id},
+               {"spotlab:job", job}},
+      .n_tags = 3,
+  };
+  for (int try = 0;; try++) {
+    memset(e, 0, sizeof *e);
+    r = aws_ec2_run_instances(a->ec2, &req, got, e);
+    if (!again(a, r, e, try))
+      break;
+  }
+  explicit_bzero(user_data, strlen(user_data));
+  free(user_data);
+  if (r < 0)
+    describe_error(r, e, why, why_size);
+  return r;
+}
+
+/* The placements a launch goes through: the one in flight before a restart
+ * first, then the best ones not tried yet (mu held). */
+static size_t launch_order(struct gw_aws *a, struct gw_aws_inst *in, struct gw_aws_placement *ret,
+                           size_t max) {
+  size_t n = 0;
+  if (in->placement[0]) {
+    memset(&ret[0], 0, sizeof ret[0]);
+    snprintf(ret[0].zone, sizeof ret[0].zone, "%s", in->zone);
+    if (!strncmp(in->placement, "subnet-", 7))
+      snprintf(ret[0].subnet, sizeof ret[0].subnet, "%s", in->placement);
+    n = 1;
+  }
+  struct gw_aws_placement pl[GW_AWS_MAX_PLACEMENTS * 4];
+  size_t np = gw_aws_placements(a, in->type, in->want_zone, in->spot, pl, sizeof pl / sizeof pl[0]);
+  for (size_t i = 0; i < np && n < max; i++) {
+    const char *key = gw_aws_placement_key(&pl[i]);
+    bool skip = in->placement[0] && !strcmp(key, in->placement);
+    for (size_t k = 0; k < in->n_tried && !skip; k++)
+      skip = !strcmp(in->tried[k], key);
+    if (!skip)
+      ret[n++] = pl[i];
+  }
+  return n;
+}
+
+static void add_tried(struct gw_aws_inst *in, const char *key) {
+  if (in->n_tried < GW_AWS_MAX_PLACEMENTS)
+    snprintf(in->tried[in->n_tried++], sizeof in->tried[0], "%s", key);
+  in->placement[0] = '\0';
+}
+
+/* Launches in (mu held on entry and exit). */
+static void do_launch(struct gw_aws *a, struct gw_aws_inst *in) {
+  char why[400], msg[512], zones[200] = "", last_code[64] = "";
+  struct gw_aws_placement order[GW_AWS_MAX_PLACEMENTS];
+  if (!in->have_boot) {
+    launch_failed(a, in, -EIO, "the launch was interrupted by a gateway restart and its boot "
+                               "record is gone");
+    return;
+  }
+  size_t n = launch_order(a, in, order, GW_AWS_MAX_PLACEMENTS);
+  for (size_t i = 0; i < n; i++) {
+    if (in->want_terminate || a->stop) {
+      if (in->want_terminate)
+        gw_aws_end(a, in, false);
+      return;
+    }
+    const struct gw_aws_placement *pl = &order[i];
+    const char *key = gw_aws_placement_key(pl);
+    snprintf(in->placement, sizeof in->placement, "%s", key);
+    snprintf(in->zone, sizeof in->zone, "%s", pl->zone);
+    gw_aws_save_record(a, in); /* before the attempt: a restart re-issues it */
+    unlock(a);
+    struct aws_instance got;
+    struct aws_ec2_error e;
+    int r = run_once(a, in, pl, &got, &e, why, sizeof why);
+    lock(a);
+    if (r == 0) {
+      adopt(a, in, &got);
+      return;
+    }
+    if (a->stop && transient(r, &e))
+      return; /* the record keeps the attempt; the next start re-issues it */
+    snprintf(last_code, sizeof last_code, "%s", e.code);
+    size_t used = strlen(zones);
+    snprintf(zones + used, sizeof zones - used, "%s%s", used ? ", " : "", key);
+    if (has(CAPACITY_CODES, e.code)) {
+      gw_aws_remember_failure(a, in->type, key);
+      add_tried(in, key);
+      sl_info(T, "launch of %s: no %s capacity in %s (%s)", in->id, in->type, key, e.code);
+      continue;
+    }
+    if (!strcmp(e.code, "SpotMaxPriceTooLow")) {
+      add_tried(in, key); /* the price cap is the request's; other zones may be cheaper */
+      continue;
+    }
+    if (has(LIMIT_CODES, e.code)) {
+      snprintf(msg, sizeof msg, "EC2 account limit for %s: %s", in->type, why);
+      launch_failed(a, in, -EAGAIN, msg);
+    } else if (r == SL_EAUTH) {
+      auth_message(a, "RunInstances", why, msg, sizeof msg);
+      launch_failed(a, in, SL_EAUTH, msg);
+    } else {
+      snprintf(msg, sizeof msg, "RunInstances for %s in %s: %s", in->type, key, why);
+      launch_failed(a, in, r == -EAGAIN ? SL_ENOTSUP : r, msg);
+    }
+    return;
+  }
+  if (!n)
+    snprintf(msg, sizeof msg, "no capacity for %s: every zone failed in the last %lld s",
+             in->type, (long long)(a->cfg.capacity_memory_us / SL_US_PER_S));
+  else
+    snprintf(msg, sizeof msg, "no capacity for %s in %s (%s)", in->type, zones, last_code);
+  launch_failed(a, in, -EAGAIN, msg);
+  gw_aws_queue_event(a, GW_PROVIDER_CAPACITY, "");
+}
+
+/* ---- terminations ------------------------------------------------------- */
+
+static int terminate_ids(struct gw_aws *a, const char *const *ids, size_t n, char *why,
+                         size_t why_size) {
+  struct aws_ec2_error e;
+  int r;
+  for (int try = 0;; try++) {
+    memset(&e, 0, sizeof e);
+    r = aws_ec2_terminate_instances(a->ec2, ids, n, &e);
+    if (!again(a, r, &e, try))
+      break;
+  }
+  if (r < 0)
+    describe_error(r, &e, why, why_size);
+  return r;
+}
+
+/* Terminates in (mu held on entry and exit). */
+static void do_terminate(struct gw_aws *a, struct gw_aws_inst *in) {
+  const char *ids[1] = {in->ec2_id};
+  char why[400];
+  unlock(a);
+  int r = terminate_ids(a, ids, 1, why, sizeof why);
+  lock(a);
+  if (r == 0 || r == -ENOENT) {
+    sl_info(T, "instance %s (EC2 %s) terminated", in->id, in->ec2_id);
+    gw_aws_end(a, in, false);
+    return;
+  }
+  sl_warn(T, "cannot terminate %s (EC2 %s): %s; trying again", in->id, in->ec2_id, why);
+  in->retry_terminate_mono_us = sl_time_mono_us() + a->cfg.poll_us;
+}
+
+/* ---- polls -------------------------------------------------------------- */
+
+static bool gone_state(const char *state) {
+  return !strcmp(state, "shutting-down") || !strcmp(state, "terminated") ||
+         !strcmp(state, "stopping") || !strcmp(state, "stopped");
+}
+
+static bool spot_reason(const char *reason) { return strstr(reason, "Spot") != NULL; }
+
+static const struct aws_instance *match(const struct gw_aws_inst *in,
+                                        const struct aws_instance *list, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (in->ec2_id[0] ? !strcmp(list[i].id, in->ec2_id)
+                      : !strcmp(list[i].tag_spotlab_instance, in->id))
+      return &list[i];
+  return NULL;
+}
+
+/* True when an instance of the table (live or ended) is EC2's got. */
+static bool known(const struct gw_aws *a, const struct aws_instance *got) {
+  for (size_t i = 0; i < a->n; i++) {
+    const struct gw_aws_inst *in = a->inst[i];
+    if ((in->ec2_id[0] && !strcmp(in->ec2_id, got->id)) ||
+        (in->state != GW_AWS_ENDED && !strcmp(in->id, got->tag_spotlab_instance)))
+      return true;
+  }
+  return false;
+}
+
+/* The states EC2 lists against the table (mu held): adoptions, ends;
+ * vanished instances and strays (owned arrays of ids) for the caller. */
+static void compare(struct gw_aws *a, const struct aws_instance *list, size_t n,
+                    char (*vanished)[AWS_ID_MAX], size_t *n_vanished,
+                    char (*strays)[AWS_ID_MAX], size_t *n_strays) {
+  int64_t now = sl_time_real_us();
+  for (size_t i = 0; i < a->n; i++) {
+    struct gw_aws_inst *in = a->inst[i];
+    if (in->state == GW_AWS_ENDED)
+      continue;
+    const struct aws_instance *got = match(in, list, n);
+    if (in->state == GW_AWS_LAUNCHING) {
+      if (got) {
+        sl_info(T, "instance %s: its launch from before the restart started EC2 %s", in->id,
+                got->id);
+        adopt(a, in, got);
+      }
+      if (!got || !gone_state(got->state))
+        continue;
+    }
+    if (got) {
+      if (!in->seen) {
+        in->seen = true;
+        gw_aws_save_record(a, in);
+      }
+      if (gone_state(got->state)) {
+        sl_info(T, "instance %s (EC2 %s) is %s%s%s", in->id, in->ec2_id, got->state,
+                got->state_reason[0] ? ": " : "", got->state_reason);
+        gw_aws_end(a, in, in->spot && spot_reason(got->state_reason));
+      }
+    } else if ((in->seen || now - in->launched_us > VANISH_GRACE_US) &&
+               *n_vanished < GW_AWS_MAX_INSTANCES) {
+      snprintf(vanished[(*n_vanished)++], AWS_ID_MAX, "%s", in->ec2_id);
+    }
+  }
+  for (size_t i = 0; i < n && *n_strays < GW_AWS_MAX_INSTANCES; i++)
+    if (strcmp(list[i].state, "shutting-down") && strcmp(list[i].state, "terminated") &&
+        !known(a, &list[i]))
+      snprintf(strays[(*n_strays)++], AWS_ID_MAX, "%s", list[i].id);
+}
+
+/* Ends the instances EC2 stopped listing, with the reason it gives by id (mu not held). */
+static void end_vanished(struct gw_aws *a, char (*ids)[AWS_ID_MAX], size_t n) {
+  const char *p[GW_AWS_MAX_INSTANCES];
+  for (size_t i = 0; i < n; i++)
+    p[i] = ids[i];
+  struct aws_instance *list = NULL;
+  size_t nl = 0;
+  struct aws_ec2_error e = {0};
+  if (aws_ec2_describe_instances(a->ec2, NULL, NULL, p, n, &list, &nl, &e) < 0)
+    nl = 0; /* not found at all: gone without a reason */
+  lock(a);
+  for (size_t i = 0; i < n; i++)
+    for (size_t k = 0; k < a->n; k++) {
+      struct gw_aws_inst *in = a->inst[k];
+      if (in->state != GW_AWS_RUNNING || strcmp(in->ec2_id, ids[i]))
+        continue;
+      const struct aws_instance *got = match(in, list, nl);
+      if (got && !gone_state(got->state))
+        continue; /* listed by id after all */
+      sl_info(T, "instance %s (EC2 %s) is gone%s%s", in->id, in->ec2_id, got ? ": " : "",
+              got ? got->state_reason : "");
+      gw_aws_end(a, in, in->spot && got && spot_reason(got->state_reason));
+    }
+  unlock(a);
+  free(list);
+}
+
+static void refresh_market(struct gw_aws *a, bool scores) {
+  const char *types[256];
+  size_t n = a->cfg.n_types < 256 ? a->cfg.n_types : 256;
+  for (size_t i = 0; i < n; i++)
+    types[i] = a->cfg.types[i];
+  struct aws_spot_price *prices = NULL;
+  size_t np = 0;
+  struct aws_ec2_error e;
+  int r;
+  for (int try = 0;; try++) {
+    memset(&e, 0, sizeof e);
+    r = aws_ec2_spot_prices(a->ec2, types, n, &prices, &np, &e);
+    if (!again(a, r, &e, try))
+      break;
+  }
+  lock(a);
+  if (r == 0 && gw_aws_market_prices(a, prices, np))
+    gw_aws_queue_event(a, GW_PROVIDER_CAPACITY, "");
+  unlock(a);
+  free(prices);
+  if (!scores || n < 3)
+    return;
+  struct aws_placement_score *sc = NULL;
+  size_t ns = 0;
+  memset(&e, 0, sizeof e);
+  if (aws_ec2_placement_scores(a->ec2, types, n, 1, &sc, &ns, &e) < 0) {
+    sl_debug(T, "GetSpotPlacementScores: %s", e.code[0] ? e.code : e.message);
+    return;
+  }
+  int best = 0;
+  for (size_t i = 0; i < ns; i++)
+    if (sc[i].score > best && sc[i].score <= 10)
+      best = sc[i].score;
+  free(sc);
+  lock(a);
+  for (size_t i = 0; i < a->cfg.n_types; i++)
+    a->types[i].placement_score = best;
+  unlock(a);
+}
+
+/* One poll (mu not held). 0, or the listing's error (logged when it changes). */
+static int poll_once(struct gw_aws *a, bool scores, char *last_error, size_t last_size) {
+  struct aws_instance *list = NULL;
+  size_t n = 0;
+  struct aws_ec2_error e;
+  int r;
+  for (int try = 0;; try++) {
+    memset(&e, 0, sizeof e);
+    r = aws_ec2_describe_instances(a->ec2, "spotlab:gateway", a->cfg.gateway_id, NULL, 0, &list,
+                                   &n, &e);
+    if (!again(a, r, &e, try))
+      break;
+  }
+  if (r < 0) {
+    char why[400], msg[512];
+    describe_error(r, &e, why, sizeof why);
+    if (r == SL_EAUTH)
+      auth_message(a, "DescribeInstances", why, msg, sizeof msg);
+    else
+      snprintf(msg, sizeof msg, "DescribeInstances: %s", why);
+    if (strcmp(msg, last_error))
+      sl_warn(T, "%s", msg);
+    snprintf(last_error, last_size, "%s", msg);
+    return r;
+  }
+  last_error[0] = '\0';
+  char(*vanished)[AWS_ID_MAX] = calloc(GW_AWS_MAX_INSTANCES, AWS_ID_MAX);
+  char(*strays)[AWS_ID_MAX] = calloc(GW_AWS_MAX_INSTANCES, AWS_ID_MAX);
+  size_t n_vanished = 0, n_strays = 0;
+  if (!vanished || !strays) {
+    free(vanished);
+    free(strays);
+    free(list);
+    return -ENOMEM;
+  }
+  lock(a);
+  compare(a, list, n, vanished, &n_vanished, strays, &n_strays);
+  unlock(a);
+  free(list);
+  if (n_vanished)
+    end_vanished(a, vanished, n_vanished);
+  for (size_t i = 0; i < n_strays; i++) {
+    const char *ids[1] = {strays[i]};
+    char why[400];
+    sl_warn(T, "terminating EC2 %s: tagged spotlab:gateway=%s but no instance record knows it",
+            strays[i], a->cfg.gateway_id);
+    int t = terminate_ids(a, ids, 1, why, sizeof why);
+    if (t < 0 && t != -ENOENT)
+      sl_warn(T, "cannot terminate EC2 %s: %s", strays[i], why);
+  }
+  free(vanished);
+  free(strays);
+  refresh_market(a, scores);
+  return 0;
+}
+
+/* ---- the thread --------------------------------------------------------- */
+
+/* The next instance with work (mu held): a launch, or a termination due. */
+static struct gw_aws_inst *next_work(struct gw_aws *a, bool *ret_launch) {
+  int64_t now = sl_time_mono_us();
+  for (size_t i = 0; i < a->n; i++) {
+    struct gw_aws_inst *in = a->inst[i];
+    if (in->state == GW_AWS_LAUNCHING) {
+      *ret_launch = true;
+      return in;
+    }
+    if (in->state == GW_AWS_RUNNING && in->want_terminate && in->retry_terminate_mono_us <= now) {
+      *ret_launch = false;
+      return in;
+    }
+  }
+  return NULL;
+}
+
+static void *thread_main(void *data) {
+  struct gw_aws *a = data;
+  char last_error[512] = "";
+  int64_t next_poll = 0, next_scores = 0;
+  bool polled = false;
+  lock(a);
+  while (!a->stop) {
+    int64_t now = sl_time_mono_us();
+    if (now >= next_poll) {
+      bool scores = now >= next_scores;
+      unlock(a);
+      /* the first poll comes before any launch: a restart adopts what its
+       * predecessor started before it re-issues anything */
+      poll_once(a, scores, last_error, sizeof last_error);
+      lock(a);
+      polled = true;
+      next_poll = sl_time_mono_us() + a->cfg.poll_us;
+      if (scores)
+        next_scores = sl_time_mono_us() + (a->cfg.poll_us > SCORES_EVERY_US ? a->cfg.poll_us
+                                                                             : SCORES_EVERY_US);
+      continue;
+    }
+    bool launch = false;
+    struct gw_aws_inst *in = polled ? next_work(a, &launch) : NULL;
+    if (in) {
+      if (launch)
+        do_launch(a, in);
+      else
+        do_terminate(a, in);
+      continue;
+    }
+    /* the earliest retry of a termination, else the next poll */
+    int64_t due = next_poll;
+    for (size_t i = 0; i < a->n; i++)
+      if (a->inst[i]->state == GW_AWS_RUNNING && a->inst[i]->want_terminate &&
+          a->inst[i]->retry_terminate_mono_us < due)
+        due = a->inst[i]->retry_terminate_mono_us;
+    if (!a->kick)
+      wait_until(a, due);
+    a->kick = false;
+  }
+  unlock(a);
+  return NULL;
+}
+
+int gw_aws_thread_start(struct gw_aws *a) {
+  int r = pthread_create(&a->thread, NULL, thread_main, a);
+  if (r != 0)
+    return -r;
+  a->thread_started = true;
+  return 0;
+}
+
+void gw_aws_thread_stop(struct gw_aws *a) {
+  if (!a->thread_started)
+    return;
+  lock(a);
+  a->stop = true;
+  pthread_cond_broadcast(&a->cv);
+  unlock(a);
+  pthread_join(a->thread, NULL);
+  a->thread_started = false;
+}
