@@ -320,6 +320,7 @@ class AwsGateway(GatewayProcess):
                  poll="1s", keep=3, types=TYPES, zones=ZONES, orphan_timeout="60s",
                  capacity_memory="10m", heartbeat_timeout_s=5, extra_ini="", env=None):
         self.dir = folder
+        os.makedirs(folder, exist_ok=True)
         self.exe = exe
         self.state = os.path.join(folder, "state")
         self.listen = "ipc://%s/k.sock" % folder
