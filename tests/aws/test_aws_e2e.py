@@ -281,11 +281,13 @@ def main():
         if failures and env and env.gw:
             print("---- gateway log tail\n%s" % env.gw.logtail(8000))
             for i in (env.ec2.instances() if env.ec2 and env.ec2.p.poll() is None else []):
-                try:
-                    with open(i["log"], "rb") as f:
-                        print("---- %s console\n%s" % (i["id"], f.read()[-1500:].decode(errors="replace")))
-                except OSError:
-                    pass
+                for name in ("console.log", "worker.log"):
+                    try:
+                        with open(os.path.join(i["dir"], name), "rb") as f:
+                            print("---- %s %s\n%s" % (i["id"], name,
+                                                      f.read()[-1500:].decode(errors="replace")))
+                    except OSError:
+                        pass
         if env:
             env.close()
         if failures or os.environ.get("SPOTLAB_AWS_KEEP"):
