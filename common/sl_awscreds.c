@@ -15,6 +15,7 @@
 #include "sl_err.h"
 #include "sl_http.h"
 #include "sl_json.h"
+#include "sl_log.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -27,6 +28,7 @@
 #include <strings.h>
 #include <time.h>
 
+#define TOPIC "aws"
 #define REFRESH_S 300               /* refresh this close to expiry */
 #define RETRY_HOLDOFF_S 30          /* after a failed refresh of still-valid credentials */
 #define FILE_MAX_BYTES (1 << 20)
@@ -468,106 +470,129 @@ static void resp_wipe(struct sl_http_resp *resp) {
   sl_http_resp_done(resp);
 }
 
-static int imds_fetch(const struct sl_aws_chain *c, struct sl_aws_creds *ret, char *err,
+/* IMDSv2's session token into hdr, as the header later calls send. */
+static int imds_token(const struct sl_aws_chain *c, char *hdr, size_t hdr_size, char *err,
                       size_t err_size) {
   struct sl_http_resp resp = {0};
-  char hdr[1200], token[1024], role[160], path[256];
-  json_t *doc = NULL;
-
-  snprintf(hdr, sizeof hdr, "X-aws-ec2-metadata-token-ttl-seconds: %d", IMDS_TOKEN_TTL_S);
-  int r = imds_call(c, "PUT", "/latest/api/token", hdr, &resp, err, err_size);
+  char ttl[64];
+  snprintf(ttl, sizeof ttl, "X-aws-ec2-metadata-token-ttl-seconds: %d", IMDS_TOKEN_TTL_S);
+  int r = imds_call(c, "PUT", "/latest/api/token", ttl, &resp, err, err_size);
   if (r)
     return r;
-  if (resp.status != 200 || resp.body_len == 0 || resp.body_len >= sizeof token) {
+  const char *token = resp.status == 200 ? trim(resp.body, resp.body + resp.body_len) : "";
+  if (resp.status != 200) {
     say(err, err_size, "instance metadata service at %s answered HTTP %ld to the token request",
         c->imds, resp.status);
-    resp_wipe(&resp);
-    return SL_EAUTH;
-  }
-  snprintf(token, sizeof token, "%s", trim(resp.body, resp.body + resp.body_len));
-  resp_wipe(&resp);
-  if (!secret_ok(token)) {
+    r = SL_EAUTH;
+  } else if (!secret_ok(token) ||
+             (size_t)snprintf(hdr, hdr_size, "X-aws-ec2-metadata-token: %s", token) >= hdr_size) {
     say(err, err_size, "instance metadata service at %s sent a malformed token", c->imds);
     r = SL_EAUTH;
-    goto out;
   }
-  snprintf(hdr, sizeof hdr, "X-aws-ec2-metadata-token: %s", token);
+  resp_wipe(&resp);
+  return r;
+}
 
-  r = imds_call(c, "GET", "/latest/meta-data/iam/security-credentials/", hdr, &resp, err, err_size);
+/* The instance role's name (the first line of the list). */
+static int imds_role(const struct sl_aws_chain *c, const char *hdr, char ret[160], char *err,
+                     size_t err_size) {
+  struct sl_http_resp resp = {0};
+  int r = imds_call(c, "GET", "/latest/meta-data/iam/security-credentials/", hdr, &resp, err,
+                    err_size);
   if (r)
-    goto out;
+    return r;
   if (resp.status != 200) {
     if (resp.status == 404)
       say(err, err_size, "the instance has no IAM role (%s answered HTTP 404)", c->imds);
     else
       say(err, err_size, "instance metadata service at %s answered HTTP %ld for the role name",
           c->imds, resp.status);
-    r = SL_EAUTH;
-    goto out;
+    sl_http_resp_done(&resp);
+    return SL_EAUTH;
   }
   char *nl = memchr(resp.body, '\n', resp.body_len);
   char *name = trim(resp.body, nl ? nl : resp.body + resp.body_len);
   size_t name_len = strlen(name);
-  bool name_ok = name_len > 0 && name_len < 129;
-  for (const char *s = name; name_ok && *s; s++)
-    name_ok = isalnum((unsigned char)*s) || strchr("+=,.@_-", *s);
-  if (!name_ok) {
+  bool ok = name_len > 0 && name_len < 129;
+  for (const char *s = name; ok && *s; s++)
+    ok = isalnum((unsigned char)*s) || strchr("+=,.@_-", *s);
+  if (ok) {
+    snprintf(ret, 160, "%s", name);
+  } else {
     say(err, err_size, "instance metadata service at %s sent a malformed role name", c->imds);
     r = SL_EAUTH;
-    goto out;
   }
-  snprintf(role, sizeof role, "%s", name);
   sl_http_resp_done(&resp);
+  return r;
+}
 
+/* Overwrites a string member of a parsed document (a secret) in place. */
+static void json_wipe(json_t *doc, const char *key) {
+  json_t *v = json_object_get(doc, key);
+  if (json_is_string(v))
+    sodium_memzero((char *)json_string_value(v), json_string_length(v));
+}
+
+/* The role's credentials document into *ret. */
+static int imds_document(const struct sl_aws_chain *c, const char *hdr, const char *role,
+                         struct sl_aws_creds *ret, char *err, size_t err_size) {
+  struct sl_http_resp resp = {0};
+  char path[256];
+  json_t *doc = NULL;
   snprintf(path, sizeof path, "/latest/meta-data/iam/security-credentials/%s", role);
-  r = imds_call(c, "GET", path, hdr, &resp, err, err_size);
+  int r = imds_call(c, "GET", path, hdr, &resp, err, err_size);
   if (r)
-    goto out;
+    return r;
   if (resp.status != 200) {
     say(err, err_size, "instance metadata service at %s answered HTTP %ld for role %s", c->imds,
         resp.status, role);
     r = SL_EAUTH;
-    goto out;
-  }
-  if (sl_json_parse(resp.body, resp.body_len, 4, &doc, NULL, 0) < 0 || !json_is_object(doc)) {
+  } else if (sl_json_parse(resp.body, resp.body_len, 4, &doc, NULL, 0) < 0 ||
+             !json_is_object(doc)) {
     say(err, err_size, "the credentials of role %s are not a JSON object", role);
     r = SL_EAUTH;
-    goto out;
+  }
+  resp_wipe(&resp);
+  if (r) {
+    json_decref(doc);
+    return r;
   }
   const char *code = sl_json_get_str(doc, "Code", "Success");
   const char *id = sl_json_get_str(doc, "AccessKeyId", "");
   const char *secret = sl_json_get_str(doc, "SecretAccessKey", "");
   const char *tok = sl_json_get_str(doc, "Token", "");
-  const char *exp = sl_json_get_str(doc, "Expiration", "");
   int64_t expires = 0;
   const char *bad = strcmp(code, "Success") != 0 ? "Code"
                     : !key_id_ok(id) || strlen(id) >= SL_AWS_KEY_ID_MAX ? "AccessKeyId"
                     : !secret_ok(secret) || strlen(secret) >= SL_AWS_SECRET_MAX ? "SecretAccessKey"
                     : !secret_ok(tok) || strlen(tok) >= SL_AWS_TOKEN_MAX ? "Token"
-                    : parse_expiration(exp, &expires) < 0 ? "Expiration"
-                                                            : NULL;
+                    : parse_expiration(sl_json_get_str(doc, "Expiration", ""), &expires) < 0
+                        ? "Expiration"
+                        : NULL;
   if (bad) {
     say(err, err_size, "the credentials of role %s have a missing or malformed %s", role, bad);
     r = SL_EAUTH;
-    goto out;
+  } else {
+    snprintf(ret->access_key_id, sizeof ret->access_key_id, "%s", id);
+    snprintf(ret->secret_access_key, sizeof ret->secret_access_key, "%s", secret);
+    snprintf(ret->session_token, sizeof ret->session_token, "%s", tok);
+    ret->expires_unix = expires;
   }
-  snprintf(ret->access_key_id, sizeof ret->access_key_id, "%s", id);
-  snprintf(ret->secret_access_key, sizeof ret->secret_access_key, "%s", secret);
-  snprintf(ret->session_token, sizeof ret->session_token, "%s", tok);
-  ret->expires_unix = expires;
-out:
-  if (doc) {
-    /* jansson's strings hold the secret: overwrite them before freeing */
-    json_t *v = json_object_get(doc, "SecretAccessKey");
-    if (json_is_string(v))
-      sodium_memzero((char *)json_string_value(v), json_string_length(v));
-    v = json_object_get(doc, "Token");
-    if (json_is_string(v))
-      sodium_memzero((char *)json_string_value(v), json_string_length(v));
-    json_decref(doc);
-  }
-  resp_wipe(&resp);
-  sodium_memzero(token, sizeof token);
+  json_wipe(doc, "SecretAccessKey");
+  json_wipe(doc, "Token");
+  json_decref(doc);
+  return r;
+}
+
+/* The instance role's credentials: token, role name, document. */
+static int imds_fetch(const struct sl_aws_chain *c, struct sl_aws_creds *ret, char *err,
+                      size_t err_size) {
+  char hdr[1200], role[160];
+  int r = imds_token(c, hdr, sizeof hdr, err, err_size);
+  if (!r)
+    r = imds_role(c, hdr, role, err, err_size);
+  if (!r)
+    r = imds_document(c, hdr, role, ret, err, err_size);
   sodium_memzero(hdr, sizeof hdr);
   return r;
 }
@@ -614,6 +639,8 @@ int sl_aws_creds_get(struct sl_aws_chain *c, struct sl_aws_creds *ret, char *err
   }
   if (r && valid) {
     c->next_try_unix = now + RETRY_HOLDOFF_S;
+    sl_warn(TOPIC, "renewing the instance role's credentials failed (%s); the current ones stay "
+            "in use for %lld s more", why, (long long)(c->creds.expires_unix - now));
     r = 0;                          /* keep what still works */
   } else if (r) {
     if (held)

@@ -554,48 +554,25 @@ static bool replaced_by_signer(const char *lname, const struct sl_sigv4_req *req
          (req->s3 && strcmp(lname, "x-amz-content-sha256") == 0);
 }
 
-static int build(const struct sl_sigv4_req *req, const struct sl_aws_creds *creds, bool presign,
-                 int64_t expires_s, struct canon *c) {
-  memset(c, 0, sizeof *c);
-  c->presign = presign;
-  int r = check_req(req, creds);
-  if (r)
-    return r;
-  r = parse_url(req->url, &c->url);
-  if (r)
-    return r;
-
-  time_t t = (time_t)req->time_unix;
-  struct tm tm;
-  if (!gmtime_r(&t, &tm))
-    return -EINVAL;
-  strftime(c->amz_date, sizeof c->amz_date, "%Y%m%dT%H%M%SZ", &tm);
-  snprintf(c->scope, sizeof c->scope, "%.8s/%s/%s/aws4_request", c->amz_date, req->region,
-           req->service);
-
-  if (req->payload_sha256)
-    snprintf(c->payload, sizeof c->payload, "%s", req->payload_sha256);
-  else if (presign)
-    snprintf(c->payload, sizeof c->payload, "%s", SL_SIGV4_UNSIGNED_PAYLOAD);
-  else
-    sl_sha256_hex(req->body ? req->body : "", req->body_len, c->payload);
-
-  /* Headers: the caller's (less those the header form sets itself), then
-   * ours, Host from the URL when the caller gave none. */
+/* Headers: the caller's (less those the header form sets itself), then
+ * ours, Host from the URL when the caller gave none; sorted, and the
+ * signed-headers list made from them. */
+static int collect_headers(struct canon *c, const struct sl_sigv4_req *req,
+                           const struct sl_aws_creds *creds) {
   bool have_host = false;
+  int r;
   for (size_t i = 0; i < req->n_headers; i++) {
-    r = add_hdr(c, req->headers[i].name, req->headers[i].value);
-    if (r)
+    if ((r = add_hdr(c, req->headers[i].name, req->headers[i].value)))
       return r;
     const char *lname = c->hdrs[c->n_hdrs - 1].name;
-    if (!presign && replaced_by_signer(lname, req, creds))
+    if (!c->presign && replaced_by_signer(lname, req, creds))
       c->n_hdrs--;
     else if (strcmp(lname, "host") == 0)
       have_host = true;
   }
   if (!have_host && (r = add_hdr(c, "host", c->url.host)))
     return r;
-  if (!presign) {
+  if (!c->presign) {
     if ((r = add_hdr(c, "x-amz-date", c->amz_date)))
       return r;
     if (creds->session_token[0] && (r = add_hdr(c, "x-amz-security-token", creds->session_token)))
@@ -611,17 +588,19 @@ static int build(const struct sl_sigv4_req *req, const struct sl_aws_creds *cred
       buf_ch(&c->signed_headers, ';');
     buf_str(&c->signed_headers, c->hdrs[i].name);
   }
-  if (c->signed_headers.err)
-    return c->signed_headers.err;
+  return c->signed_headers.err;
+}
 
-  /* Query: the URL's parameters, and the presigned form's own. */
+/* Query: the URL's parameters, and the presigned form's own; sorted. */
+static int collect_query(struct canon *c, const struct sl_aws_creds *creds, int64_t expires_s) {
   size_t cap = SL_SIGV4_QUERY_MAX + 8;
+  int r;
   c->params = calloc(cap, sizeof *c->params);
   if (!c->params)
     return -ENOMEM;
   if ((r = parse_query(c, SL_SIGV4_QUERY_MAX)))
     return r;
-  if (presign) {
+  if (c->presign) {
     char cred[SL_AWS_KEY_ID_MAX + 170], exp[24];
     if (expires_s < 1 || expires_s > 604800)
       return -EINVAL;
@@ -638,8 +617,12 @@ static int build(const struct sl_sigv4_req *req, const struct sl_aws_creds *cred
       return r;
   }
   qsort(c->params, c->n_params, sizeof c->params[0], param_cmp);
+  return 0;
+}
 
+static int write_creq(struct canon *c, const struct sl_sigv4_req *req) {
   struct buf *b = &c->creq;
+  int r;
   buf_str(b, req->method);
   buf_ch(b, '\n');
   if (req->s3) {
@@ -660,9 +643,8 @@ static int build(const struct sl_sigv4_req *req, const struct sl_aws_creds *cred
   }
   buf_ch(b, '\n');
   for (size_t i = 0; i < c->n_hdrs; i++) {
-    bool same = i && strcmp(c->hdrs[i].name, c->hdrs[i - 1].name) == 0;
-    if (same) {
-      buf_ch(b, ',');
+    if (i && strcmp(c->hdrs[i].name, c->hdrs[i - 1].name) == 0) {
+      buf_ch(b, ',');                    /* a repeated header: values joined in order */
     } else {
       if (i)
         buf_ch(b, '\n');
@@ -676,6 +658,33 @@ static int build(const struct sl_sigv4_req *req, const struct sl_aws_creds *cred
   buf_ch(b, '\n');
   buf_str(b, c->payload);
   return b->err;
+}
+
+static int build(const struct sl_sigv4_req *req, const struct sl_aws_creds *creds, bool presign,
+                 int64_t expires_s, struct canon *c) {
+  memset(c, 0, sizeof *c);
+  c->presign = presign;
+  int r = check_req(req, creds);
+  if (!r)
+    r = parse_url(req->url, &c->url);
+  if (r)
+    return r;
+  time_t t = (time_t)req->time_unix;
+  struct tm tm;
+  if (!gmtime_r(&t, &tm))
+    return -EINVAL;
+  strftime(c->amz_date, sizeof c->amz_date, "%Y%m%dT%H%M%SZ", &tm);
+  snprintf(c->scope, sizeof c->scope, "%.8s/%s/%s/aws4_request", c->amz_date, req->region,
+           req->service);
+  if (req->payload_sha256)
+    snprintf(c->payload, sizeof c->payload, "%s", req->payload_sha256);
+  else if (presign)
+    snprintf(c->payload, sizeof c->payload, "%s", SL_SIGV4_UNSIGNED_PAYLOAD);
+  else
+    sl_sha256_hex(req->body ? req->body : "", req->body_len, c->payload);
+  if ((r = collect_headers(c, req, creds)) || (r = collect_query(c, creds, expires_s)))
+    return r;
+  return write_creq(c, req);
 }
 
 static int string_to_sign(const struct canon *c, struct buf *out) {

@@ -9,7 +9,8 @@
  * character. The script stops the instance on any failure, so a broken boot
  * never leaves an instance running (and billed) with no worker on it; the
  * worker's own orphan timeout covers a worker that cannot reach the
- * gateway. Messages never print the bundle URL (a presigned URL). */
+ * gateway. Messages never print the bundle URL (a presigned URL). A
+ * relative SPOTLAB_ROOT is taken from the folder the script starts in. */
 #include "aws.h"
 
 #include <errno.h>
@@ -48,6 +49,7 @@ static const char head[] =
     "  exit 1\n"
     "}\n"
     "mkdir -p \"$root\" && chmod 0700 \"$root\" && cd \"$root\" || stop \"cannot make $root\"\n"
+    "root=$(pwd -P)\n"
     "mkdir -p work || stop \"cannot make $root/work\"\n"
     "cat >worker.json.tmp <<'" CONFIG_EOF "' || stop \"cannot write $root/worker.json\"\n";
 

@@ -1,13 +1,14 @@
 /* The EC2 client (see aws_ec2.h): one signed POST per call, built by
  * aws_query, sent by sl_http_do, read by aws_xml.
  *
- * Credentials are asked of the chain on every call, so a role's refreshed
+ * Credentials are asked of the chain on every try, so a role's refreshed
  * keys are used as soon as the chain has them; they live on the stack for
- * the call and are wiped after signing. A call that fails in transport or
- * with 5xx/429 is retried by sl_http a few times with the same body and
- * signature (valid for minutes); RunInstances carries a ClientToken, so a
- * retried launch cannot start a second instance. Describe calls follow
- * nextToken up to MAX_PAGES pages. */
+ * the try and are wiped after signing. Retries are decided here, not in
+ * sl_http, because only EC2's error code tells a throttled request (retry)
+ * from a capacity refusal (an answer: try elsewhere), both of which come as
+ * 5xx. A launch is retried after a server error or a lost connection only
+ * when it carries a ClientToken, so a retry cannot start a second instance.
+ * Describe calls follow nextToken up to MAX_PAGES pages. */
 #include "aws_ec2.h"
 
 #include <errno.h>
@@ -24,6 +25,9 @@
 #include "sl_sigv4.h"
 
 #define MAX_PAGES 100
+#define MAX_TRIES 3
+#define BACKOFF_BASE_MS 250
+#define BACKOFF_MAX_MS 2000
 #define CALL_TIMEOUT_MS 20000
 #define CONTENT_TYPE "application/x-www-form-urlencoded; charset=utf-8"
 
@@ -138,21 +142,14 @@ static int answer_error(const struct sl_http_resp *resp, struct aws_ec2_error *e
 
 /* ---- one call ---- */
 
-/* Signs and sends q's body; on 200, *ret holds the reply (owned by the
- * caller: sl_http_resp_done). Otherwise the mapped error, err filled. */
-static int call(struct aws_ec2 *c, const struct aws_query *q, struct sl_http_resp *ret,
-                struct aws_ec2_error *err) {
-  const char *body;
-  size_t body_len;
-  int r = aws_query_body(q, &body, &body_len);
-  if (r < 0) {
-    set_error(err, 0, "", sl_strerror(r));
-    return r;
-  }
-
+/* One try: signs body now, with the chain's current credentials, and
+ * sends it once. On 200, *ret holds the reply (owned by the caller:
+ * sl_http_resp_done). Otherwise the mapped error, err filled. */
+static int try_once(struct aws_ec2 *c, const char *body, size_t body_len,
+                    struct sl_http_resp *ret, struct aws_ec2_error *err) {
   struct sl_aws_creds creds;
   char msg[256] = "";
-  r = sl_aws_creds_get(c->chain, &creds, msg, sizeof msg);
+  int r = sl_aws_creds_get(c->chain, &creds, msg, sizeof msg);
   if (r < 0) {
     set_error(err, 0, "", msg[0] ? msg : sl_strerror(r));
     return r;
@@ -190,7 +187,7 @@ static int call(struct aws_ec2 *c, const struct aws_query *q, struct sl_http_res
     .body_len = body_len,
     .body_max_bytes = AWS_XML_MAX_BYTES,
     .timeout_ms = CALL_TIMEOUT_MS,
-    .retry = {.max_tries = 3, .base_backoff_ms = 250, .max_backoff_ms = 2000},
+    .retry = {.max_tries = 1},   /* call() decides what is worth another try */
     .use_env_proxy = true,
   };
   struct sl_http_resp resp = {0};
@@ -207,6 +204,51 @@ static int call(struct aws_ec2 *c, const struct aws_query *q, struct sl_http_res
   }
   *ret = resp;
   return 0;
+}
+
+/* Whether the failure r of a try may go better on the next one. Throttling
+ * never did anything. Server errors and lost connections may have: only
+ * an idempotent request (every one but a launch without a client token)
+ * is sent again after them. A capacity error is an answer, never retried
+ * here: the caller tries another type or zone. */
+static bool worth_retry(int r, const struct aws_ec2_error *e, bool idempotent) {
+  if (!strcmp(e->code, "RequestLimitExceeded") || !strcmp(e->code, "Throttling"))
+    return true;
+  if (!idempotent)
+    return false;
+  if (r == -EBUSY)
+    return true;
+  return e->http_status == 0 && (r == -ETIMEDOUT || r == -ECONNREFUSED || r == -ECONNRESET ||
+                                 r == -EHOSTUNREACH || r == SL_ECURL);
+}
+
+/* Sends q, retrying transient failures up to MAX_TRIES with a full-jitter
+ * backoff; each try is signed afresh. As try_once. */
+static int call(struct aws_ec2 *c, const struct aws_query *q, bool idempotent,
+                struct sl_http_resp *ret, struct aws_ec2_error *err) {
+  const char *body;
+  size_t body_len;
+  int r = aws_query_body(q, &body, &body_len);
+  if (r < 0) {
+    set_error(err, 0, "", sl_strerror(r));
+    return r;
+  }
+  struct aws_ec2_error e;
+  for (int attempt = 1;; attempt++) {
+    memset(&e, 0, sizeof e);
+    r = try_once(c, body, body_len, ret, &e);
+    if (r == 0 || attempt == MAX_TRIES || !worth_retry(r, &e, idempotent))
+      break;
+    uint32_t cap_ms = BACKOFF_BASE_MS << (attempt - 1);
+    if (cap_ms > BACKOFF_MAX_MS)
+      cap_ms = BACKOFF_MAX_MS;
+    uint32_t wait_ms = randombytes_uniform(cap_ms + 1);
+    struct timespec ts = {wait_ms / 1000, (long)(wait_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  if (err)
+    *err = e;
+  return r;
 }
 
 static int unreadable(struct aws_ec2_error *err, const struct sl_http_resp *resp, int r) {
@@ -228,7 +270,8 @@ int aws_ec2_run_instances(struct aws_ec2 *c, const struct aws_run_req *req,
   struct sl_http_resp resp = {0};
   struct aws_instance *arr = NULL;
   size_t n = 0;
-  r = call(c, q, &resp, err);
+  bool idempotent = req->dry_run || (req->client_token && *req->client_token);
+  r = call(c, q, idempotent, &resp, err);
   aws_query_free(q);
   if (r < 0)
     return r;
@@ -262,7 +305,7 @@ int aws_ec2_terminate_instances(struct aws_ec2 *c, const char *const *ids, size_
     return r;
   }
   struct sl_http_resp resp = {0};
-  r = call(c, q, &resp, err);
+  r = call(c, q, true, &resp, err);
   aws_query_free(q);
   if (r < 0)
     return r;
@@ -316,7 +359,7 @@ static int all_pages(struct aws_ec2 *c, page_query query, const void *args, page
       break;
     }
     struct sl_http_resp resp = {0};
-    r = call(c, q, &resp, err);
+    r = call(c, q, true, &resp, err);
     aws_query_free(q);
     if (r < 0)
       break;
@@ -461,7 +504,7 @@ int aws_ec2_placement_scores(struct aws_ec2 *c, const char *const *types, size_t
  * DryRunOperation. */
 static int dry_run(struct aws_ec2 *c, struct aws_query *q, struct aws_ec2_error *err) {
   struct sl_http_resp resp = {0};
-  int r = call(c, q, &resp, err);
+  int r = call(c, q, true, &resp, err);
   aws_query_free(q);
   if (r == 0 && resp.status == 200) {
     /* EC2 answers a dry run with DryRunOperation, never with a result: a

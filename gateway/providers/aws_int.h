@@ -171,7 +171,7 @@ void gw_aws_fill_info(const struct gw_aws *a, const struct gw_aws_inst *in,
  * oldest ended instances past GW_AWS_MAX_ENDED. */
 void gw_aws_end(struct gw_aws *a, struct gw_aws_inst *in, bool by_market);
 
-/* ---- aws_thread.c ---- */
+/* ---- aws_thread.c (the thread; mu not held unless said) ---- */
 int gw_aws_thread_start(struct gw_aws *a);
 /* Stops and joins the thread (an EC2 call in flight finishes first). */
 void gw_aws_thread_stop(struct gw_aws *a);
@@ -179,6 +179,25 @@ void gw_aws_thread_stop(struct gw_aws *a);
  * the placement, so a re-issued attempt never starts a second instance. */
 void gw_aws_client_token(const struct gw_aws *a, const struct gw_aws_inst *in,
                          const char *placement, char ret[48]);
+/* After failed try number try (0-based) of a call: sleeps a full-jitter
+ * backoff and returns true when the call should be made again (throttling,
+ * server trouble, no answer; at most cfg.backoff_tries in all). */
+bool gw_aws_again(struct gw_aws *a, int r, const struct aws_ec2_error *e, int try);
+/* A sentence for a failed call: EC2's code and message, else ours. */
+void gw_aws_describe_error(int r, const struct aws_ec2_error *e, char *buf, size_t size);
+/* A sentence for a credentials failure of what, naming the source (never a value). */
+void gw_aws_auth_message(struct gw_aws *a, const char *what, const char *why, char *buf,
+                         size_t size);
+/* TerminateInstances of ids, retried as gw_aws_again says; why on failure. */
+int gw_aws_terminate_ids(struct gw_aws *a, const char *const *ids, size_t n, char *why,
+                         size_t why_size);
+/* in runs as EC2's got (mu held): recorded, LAUNCHED queued unless reported. */
+void gw_aws_adopt(struct gw_aws *a, struct gw_aws_inst *in, const struct aws_instance *got);
+
+/* ---- aws_poll.c (the thread; mu not held) ---- */
+/* One poll: instances, then prices (and placement scores when scores). 0, or
+ * the listing's error, logged when it differs from last_error. */
+int gw_aws_poll(struct gw_aws *a, bool scores, char *last_error, size_t last_size);
 
 /* ---- aws_market.c (under mu) ---- */
 /* The market array: cfg.types from the catalog, spot price its typical one

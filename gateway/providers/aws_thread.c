@@ -11,10 +11,7 @@
  * instance and the placement: an attempt re-issued (after a transport
  * error, or by a restarted gateway) never starts a second instance. Throttling
  * and server errors are retried with full-jitter backoff, a bounded number
- * of times. A poll lists the instances tagged spotlab:gateway=ID: it adopts
- * those of records whose launch was in flight, reports the ones that ended,
- * and terminates tagged instances no record knows (a launch whose outcome
- * was lost), then refreshes spot prices and placement scores. */
+ * of times. Polls are in aws_poll.c. */
 #include "aws_int.h"
 
 #include <errno.h>
@@ -29,7 +26,6 @@
 #include "sl_time.h"
 
 #define T GW_AWS_TOPIC
-#define VANISH_GRACE_US (300 * SL_US_PER_S) /* DescribeInstances may lag RunInstances */
 #define SCORES_EVERY_US (600 * SL_US_PER_S)
 
 static void lock(struct gw_aws *a) { pthread_mutex_lock(&a->mu); }
@@ -53,8 +49,15 @@ static bool nap(struct gw_aws *a, int64_t ms) {
   return stop;
 }
 
+/* Throttling and server trouble, or no answer at all: worth another try.
+ * A coded error goes by its code (EC2 sends InsufficientInstanceCapacity
+ * with a 500, and that is an answer). */
 static bool transient(int r, const struct aws_ec2_error *e) {
-  if (r == -EBUSY || e->http_status >= 500)
+  if (r == -EBUSY)
+    return true;
+  if (e->code[0])
+    return false;
+  if (e->http_status >= 500)
     return true;
   return e->http_status == 0 && (r == -ETIMEDOUT || r == -ECONNREFUSED || r == -ECONNRESET ||
                                  r == -EHOSTUNREACH || r == SL_ECURL);
@@ -62,7 +65,7 @@ static bool transient(int r, const struct aws_ec2_error *e) {
 
 /* After a failed try (0-based): sleeps a full-jitter backoff and returns
  * true when the call should be made again. */
-static bool again(struct gw_aws *a, int r, const struct aws_ec2_error *e, int try) {
+bool gw_aws_again(struct gw_aws *a, int r, const struct aws_ec2_error *e, int try) {
   if (r == 0 || !transient(r, e) || try + 1 >= a->cfg.backoff_tries)
     return false;
   int64_t cap = a->cfg.backoff_base_ms << (try < 20 ? try : 20);
@@ -77,7 +80,7 @@ static bool again(struct gw_aws *a, int r, const struct aws_ec2_error *e, int tr
 }
 
 /* A sentence for an error (never a secret: EC2's messages hold none). */
-static void describe_error(int r, const struct aws_ec2_error *e, char *buf, size_t size) {
+void gw_aws_describe_error(int r, const struct aws_ec2_error *e, char *buf, size_t size) {
   if (e->code[0])
     snprintf(buf, size, "%s%s%s", e->code, e->message[0] ? ": " : "", e->message);
   else
@@ -85,7 +88,7 @@ static void describe_error(int r, const struct aws_ec2_error *e, char *buf, size
 }
 
 /* Names the credential source, never a value. */
-static void auth_message(struct gw_aws *a, const char *what, const char *why, char *buf,
+void gw_aws_auth_message(struct gw_aws *a, const char *what, const char *why, char *buf,
                          size_t size) {
   enum sl_aws_creds_source src = sl_aws_creds_source(a->chain);
   if (src == SL_AWS_CREDS_NONE)
@@ -134,7 +137,7 @@ static void launch_failed(struct gw_aws *a, struct gw_aws_inst *in, int error, c
 }
 
 /* in runs as EC2 instance got (mu held): recorded, LAUNCHED queued unless reported. */
-static void adopt(struct gw_aws *a, struct gw_aws_inst *in, const struct aws_instance *got) {
+void gw_aws_adopt(struct gw_aws *a, struct gw_aws_inst *in, const struct aws_instance *got) {
   snprintf(in->ec2_id, sizeof in->ec2_id, "%s", got->id);
   if (got->zone[0])
     snprintf(in->zone, sizeof in->zone, "%s", got->zone);
@@ -198,13 +201,13 @@ static int run_once(struct gw_aws *a, struct gw_aws_inst *in, const struct gw_aw
   for (int try = 0;; try++) {
     memset(e, 0, sizeof *e);
     r = aws_ec2_run_instances(a->ec2, &req, got, e);
-    if (!again(a, r, e, try))
+    if (!gw_aws_again(a, r, e, try))
       break;
   }
   explicit_bzero(user_data, strlen(user_data));
   free(user_data);
   if (r < 0)
-    describe_error(r, e, why, why_size);
+    gw_aws_describe_error(r, e, why, why_size);
   return r;
 }
 
@@ -266,7 +269,7 @@ static void do_launch(struct gw_aws *a, struct gw_aws_inst *in) {
     int r = run_once(a, in, pl, &got, &e, why, sizeof why);
     lock(a);
     if (r == 0) {
-      adopt(a, in, &got);
+      gw_aws_adopt(a, in, &got);
       return;
     }
     if (a->stop && transient(r, &e))
@@ -288,7 +291,7 @@ static void do_launch(struct gw_aws *a, struct gw_aws_inst *in) {
       snprintf(msg, sizeof msg, "EC2 account limit for %s: %s", in->type, why);
       launch_failed(a, in, -EAGAIN, msg);
     } else if (r == SL_EAUTH) {
-      auth_message(a, "RunInstances", why, msg, sizeof msg);
+      gw_aws_auth_message(a, "RunInstances", why, msg, sizeof msg);
       launch_failed(a, in, SL_EAUTH, msg);
     } else {
       snprintf(msg, sizeof msg, "RunInstances for %s in %s: %s", in->type, key, why);
@@ -307,18 +310,18 @@ static void do_launch(struct gw_aws *a, struct gw_aws_inst *in) {
 
 /* ---- terminations ------------------------------------------------------- */
 
-static int terminate_ids(struct gw_aws *a, const char *const *ids, size_t n, char *why,
+int gw_aws_terminate_ids(struct gw_aws *a, const char *const *ids, size_t n, char *why,
                          size_t why_size) {
   struct aws_ec2_error e;
   int r;
   for (int try = 0;; try++) {
     memset(&e, 0, sizeof e);
     r = aws_ec2_terminate_instances(a->ec2, ids, n, &e);
-    if (!again(a, r, &e, try))
+    if (!gw_aws_again(a, r, &e, try))
       break;
   }
   if (r < 0)
-    describe_error(r, &e, why, why_size);
+    gw_aws_describe_error(r, &e, why, why_size);
   return r;
 }
 
@@ -327,7 +330,7 @@ static void do_terminate(struct gw_aws *a, struct gw_aws_inst *in) {
   const char *ids[1] = {in->ec2_id};
   char why[400];
   unlock(a);
-  int r = terminate_ids(a, ids, 1, why, sizeof why);
+  int r = gw_aws_terminate_ids(a, ids, 1, why, sizeof why);
   lock(a);
   if (r == 0 || r == -ENOENT) {
     sl_info(T, "instance %s (EC2 %s) terminated", in->id, in->ec2_id);
@@ -336,199 +339,6 @@ static void do_terminate(struct gw_aws *a, struct gw_aws_inst *in) {
   }
   sl_warn(T, "cannot terminate %s (EC2 %s): %s; trying again", in->id, in->ec2_id, why);
   in->retry_terminate_mono_us = sl_time_mono_us() + a->cfg.poll_us;
-}
-
-/* ---- polls -------------------------------------------------------------- */
-
-static bool gone_state(const char *state) {
-  return !strcmp(state, "shutting-down") || !strcmp(state, "terminated") ||
-         !strcmp(state, "stopping") || !strcmp(state, "stopped");
-}
-
-static bool spot_reason(const char *reason) { return strstr(reason, "Spot") != NULL; }
-
-static const struct aws_instance *match(const struct gw_aws_inst *in,
-                                        const struct aws_instance *list, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (in->ec2_id[0] ? !strcmp(list[i].id, in->ec2_id)
-                      : !strcmp(list[i].tag_spotlab_instance, in->id))
-      return &list[i];
-  return NULL;
-}
-
-/* True when an instance of the table (live or ended) is EC2's got. */
-static bool known(const struct gw_aws *a, const struct aws_instance *got) {
-  for (size_t i = 0; i < a->n; i++) {
-    const struct gw_aws_inst *in = a->inst[i];
-    if ((in->ec2_id[0] && !strcmp(in->ec2_id, got->id)) ||
-        (in->state != GW_AWS_ENDED && !strcmp(in->id, got->tag_spotlab_instance)))
-      return true;
-  }
-  return false;
-}
-
-/* The states EC2 lists against the table (mu held): adoptions, ends;
- * vanished instances and strays (owned arrays of ids) for the caller. */
-static void compare(struct gw_aws *a, const struct aws_instance *list, size_t n,
-                    char (*vanished)[AWS_ID_MAX], size_t *n_vanished,
-                    char (*strays)[AWS_ID_MAX], size_t *n_strays) {
-  int64_t now = sl_time_real_us();
-  for (size_t i = 0; i < a->n; i++) {
-    struct gw_aws_inst *in = a->inst[i];
-    if (in->state == GW_AWS_ENDED)
-      continue;
-    const struct aws_instance *got = match(in, list, n);
-    if (in->state == GW_AWS_LAUNCHING) {
-      if (got) {
-        sl_info(T, "instance %s: its launch from before the restart started EC2 %s", in->id,
-                got->id);
-        adopt(a, in, got);
-      }
-      if (!got || !gone_state(got->state))
-        continue;
-    }
-    if (got) {
-      if (!in->seen) {
-        in->seen = true;
-        gw_aws_save_record(a, in);
-      }
-      if (gone_state(got->state)) {
-        sl_info(T, "instance %s (EC2 %s) is %s%s%s", in->id, in->ec2_id, got->state,
-                got->state_reason[0] ? ": " : "", got->state_reason);
-        gw_aws_end(a, in, in->spot && spot_reason(got->state_reason));
-      }
-    } else if ((in->seen || now - in->launched_us > VANISH_GRACE_US) &&
-               *n_vanished < GW_AWS_MAX_INSTANCES) {
-      snprintf(vanished[(*n_vanished)++], AWS_ID_MAX, "%s", in->ec2_id);
-    }
-  }
-  for (size_t i = 0; i < n && *n_strays < GW_AWS_MAX_INSTANCES; i++)
-    if (strcmp(list[i].state, "shutting-down") && strcmp(list[i].state, "terminated") &&
-        !known(a, &list[i]))
-      snprintf(strays[(*n_strays)++], AWS_ID_MAX, "%s", list[i].id);
-}
-
-/* Ends the instances EC2 stopped listing, with the reason it gives by id (mu not held). */
-static void end_vanished(struct gw_aws *a, char (*ids)[AWS_ID_MAX], size_t n) {
-  const char *p[GW_AWS_MAX_INSTANCES];
-  for (size_t i = 0; i < n; i++)
-    p[i] = ids[i];
-  struct aws_instance *list = NULL;
-  size_t nl = 0;
-  struct aws_ec2_error e = {0};
-  if (aws_ec2_describe_instances(a->ec2, NULL, NULL, p, n, &list, &nl, &e) < 0)
-    nl = 0; /* not found at all: gone without a reason */
-  lock(a);
-  for (size_t i = 0; i < n; i++)
-    for (size_t k = 0; k < a->n; k++) {
-      struct gw_aws_inst *in = a->inst[k];
-      if (in->state != GW_AWS_RUNNING || strcmp(in->ec2_id, ids[i]))
-        continue;
-      const struct aws_instance *got = match(in, list, nl);
-      if (got && !gone_state(got->state))
-        continue; /* listed by id after all */
-      sl_info(T, "instance %s (EC2 %s) is gone%s%s", in->id, in->ec2_id, got ? ": " : "",
-              got ? got->state_reason : "");
-      gw_aws_end(a, in, in->spot && got && spot_reason(got->state_reason));
-    }
-  unlock(a);
-  free(list);
-}
-
-static void refresh_market(struct gw_aws *a, bool scores) {
-  const char *types[256];
-  size_t n = a->cfg.n_types < 256 ? a->cfg.n_types : 256;
-  for (size_t i = 0; i < n; i++)
-    types[i] = a->cfg.types[i];
-  struct aws_spot_price *prices = NULL;
-  size_t np = 0;
-  struct aws_ec2_error e;
-  int r;
-  for (int try = 0;; try++) {
-    memset(&e, 0, sizeof e);
-    r = aws_ec2_spot_prices(a->ec2, types, n, &prices, &np, &e);
-    if (!again(a, r, &e, try))
-      break;
-  }
-  lock(a);
-  if (r == 0 && gw_aws_market_prices(a, prices, np))
-    gw_aws_queue_event(a, GW_PROVIDER_CAPACITY, "");
-  unlock(a);
-  free(prices);
-  if (!scores || n < 3)
-    return;
-  struct aws_placement_score *sc = NULL;
-  size_t ns = 0;
-  memset(&e, 0, sizeof e);
-  if (aws_ec2_placement_scores(a->ec2, types, n, 1, &sc, &ns, &e) < 0) {
-    sl_debug(T, "GetSpotPlacementScores: %s", e.code[0] ? e.code : e.message);
-    return;
-  }
-  int best = 0;
-  for (size_t i = 0; i < ns; i++)
-    if (sc[i].score > best && sc[i].score <= 10)
-      best = sc[i].score;
-  free(sc);
-  lock(a);
-  for (size_t i = 0; i < a->cfg.n_types; i++)
-    a->types[i].placement_score = best;
-  unlock(a);
-}
-
-/* One poll (mu not held). 0, or the listing's error (logged when it changes). */
-static int poll_once(struct gw_aws *a, bool scores, char *last_error, size_t last_size) {
-  struct aws_instance *list = NULL;
-  size_t n = 0;
-  struct aws_ec2_error e;
-  int r;
-  for (int try = 0;; try++) {
-    memset(&e, 0, sizeof e);
-    r = aws_ec2_describe_instances(a->ec2, "spotlab:gateway", a->cfg.gateway_id, NULL, 0, &list,
-                                   &n, &e);
-    if (!again(a, r, &e, try))
-      break;
-  }
-  if (r < 0) {
-    char why[400], msg[512];
-    describe_error(r, &e, why, sizeof why);
-    if (r == SL_EAUTH)
-      auth_message(a, "DescribeInstances", why, msg, sizeof msg);
-    else
-      snprintf(msg, sizeof msg, "DescribeInstances: %s", why);
-    if (strcmp(msg, last_error))
-      sl_warn(T, "%s", msg);
-    snprintf(last_error, last_size, "%s", msg);
-    return r;
-  }
-  last_error[0] = '\0';
-  char(*vanished)[AWS_ID_MAX] = calloc(GW_AWS_MAX_INSTANCES, AWS_ID_MAX);
-  char(*strays)[AWS_ID_MAX] = calloc(GW_AWS_MAX_INSTANCES, AWS_ID_MAX);
-  size_t n_vanished = 0, n_strays = 0;
-  if (!vanished || !strays) {
-    free(vanished);
-    free(strays);
-    free(list);
-    return -ENOMEM;
-  }
-  lock(a);
-  compare(a, list, n, vanished, &n_vanished, strays, &n_strays);
-  unlock(a);
-  free(list);
-  if (n_vanished)
-    end_vanished(a, vanished, n_vanished);
-  for (size_t i = 0; i < n_strays; i++) {
-    const char *ids[1] = {strays[i]};
-    char why[400];
-    sl_warn(T, "terminating EC2 %s: tagged spotlab:gateway=%s but no instance record knows it",
-            strays[i], a->cfg.gateway_id);
-    int t = terminate_ids(a, ids, 1, why, sizeof why);
-    if (t < 0 && t != -ENOENT)
-      sl_warn(T, "cannot terminate EC2 %s: %s", strays[i], why);
-  }
-  free(vanished);
-  free(strays);
-  refresh_market(a, scores);
-  return 0;
 }
 
 /* ---- the thread --------------------------------------------------------- */
@@ -563,7 +373,7 @@ static void *thread_main(void *data) {
       unlock(a);
       /* the first poll comes before any launch: a restart adopts what its
        * predecessor started before it re-issues anything */
-      poll_once(a, scores, last_error, sizeof last_error);
+      gw_aws_poll(a, scores, last_error, sizeof last_error);
       lock(a);
       polled = true;
       next_poll = sl_time_mono_us() + a->cfg.poll_us;
