@@ -192,7 +192,9 @@ class Ec2Standin:
         self.log = open(self.logpath, "ab")
         # no AWS_* variable: instances inherit this environment (the stand-in drops
         # AWS_* from theirs too); it learns the test credentials from its arguments
-        env = clean_env({"SPOTLAB_NOTICE_POLL_MS": str(notice_poll_ms)})
+        # a relative SPOTLAB_ROOT: each instance's user data works in the folder
+        # the stand-in starts it in (its own)
+        env = clean_env({"SPOTLAB_NOTICE_POLL_MS": str(notice_poll_ms), "SPOTLAB_ROOT": "."})
         env.pop("SPOTLAB_DEBUG", None)
         self.p = subprocess.Popen([PYTHON, STANDIN, "--state-dir", self.dir, "--port", "0",
                                    "--time-scale", str(time_scale), "--boot-seconds",
