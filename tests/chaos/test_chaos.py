@@ -21,6 +21,14 @@ duplicate; at most one spotlab-train ran the job at any time; no worker runs
 that the gateway does not know of; after one more (clean) restart the gateway
 lists no instance that is gone and keeps its idle workers.
 
+SPOTLAB_CHAOS_PROVIDER=aws runs the same on the aws provider
+(tests/pylib/aws_env.py: the EC2 stand-in's instances, the worker bundle,
+an S3 store on s3rver): the worker is interrupted through the stand-in
+(with its two-minute notice, or killed without one), checkpoints are read
+back from S3 (their x-amz-meta-sha256 checked), at most `keep` of them
+remain, and workers are matched to the gateway's instances by their
+spotlab:instance tag.
+
 SPOTLAB_CHAOS_SEED=N replays a schedule (the seed is printed first);
 SPOTLAB_CHAOS_KILLS=N changes the number of kills; SPOTLAB_CHAOS_KEEP=1 keeps
 the state folder of a run that passed. Every wait is for an event
@@ -28,6 +36,7 @@ the state folder of a run that passed. Every wait is for an event
 """
 
 import glob
+import hashlib
 import json
 import os
 import queue
@@ -52,6 +61,10 @@ from spotlab_home import wait_exit
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 SEED = int(os.environ.get("SPOTLAB_CHAOS_SEED") or int.from_bytes(os.urandom(4), "little"))
 KILLS = int(os.environ.get("SPOTLAB_CHAOS_KILLS") or 20)
+PROVIDER = os.environ.get("SPOTLAB_CHAOS_PROVIDER") or "local"
+if PROVIDER not in ("local", "aws"):
+    sys.exit("SPOTLAB_CHAOS_PROVIDER: local or aws, not %r" % PROVIDER)
+AWS = None  # the AwsEnv of an aws run
 KINDS = ("preempt", "kill", "train", "gateway", "kernel")
 TOKEN = "chaos-token-0123456789abcdef"
 STEPS = 4000
@@ -324,6 +337,16 @@ def step_losses(events):
     return out
 
 
+def aws_interrupt(name, notice):
+    """The stand-in's spot interruption of the instance tagged spotlab:instance=name,
+    answered as an inject is: {"ok", "error"}."""
+    try:
+        AWS.ec2.interrupt(name, notice)
+        return {"ok": True}
+    except RuntimeError as e:  # not there (yet, or any more), or already going
+        return {"ok": False, "error": str(e)}
+
+
 class Chaos:
     def __init__(self, gw, mon, nb, job, state):
         self.gw, self.mon, self.nb, self.job, self.state = gw, mon, nb, job, state
@@ -359,8 +382,12 @@ class Chaos:
             self.mon.wait(lambda: self.mon.instance and self.mon.instance not in self.hit, 60,
                           "an instance for " + action)
             target = self.mon.instance
-            kw = {"notice_s": notice_s} if notice_s else {}
-            r = self.mon.req("inject", action=action, instance=target, **kw)
+            if AWS:
+                r = aws_interrupt(target, action == "preempt")
+                notice_s = 120 if action == "preempt" else None
+            else:
+                kw = {"notice_s": notice_s} if notice_s else {}
+                r = self.mon.req("inject", action=action, instance=target, **kw)
             if r["ok"]:
                 self.hit.add(target)
                 return "instance %s%s" % (target, " notice %ds" % notice_s if notice_s else "")
@@ -433,12 +460,52 @@ def live_instances(mon):
 
 
 def running_workers(gw):
-    """Instance ids of the spotlab-worker processes running on the state folder."""
+    """Instance ids of the spotlab-worker processes running on the state folder (on
+    aws: the stand-in's instance folders, named by EC2 id; the gateway's name is the
+    instance's spotlab:instance tag)."""
     ids = set()
-    for pid in processes("spotlab-worker", gw.state + "/"):
+    names = {i["id"]: AWS.ec2.tag(i, "spotlab:instance") for i in AWS.ec2.instances()} \
+        if AWS else {}
+    for pid in processes("spotlab-worker", (AWS.ec2.dir if AWS else gw.state) + "/"):
         cfg = [a for a in proc_cmdline(pid) or [] if a.endswith(b"worker.json")]
-        ids.add(os.path.basename(os.path.dirname(cfg[0].decode())) if cfg else "?")
+        folder = os.path.basename(os.path.dirname(cfg[0].decode())) if cfg else "?"
+        ids.add(names.get(folder, folder) if AWS else folder)
     return ids
+
+
+def store_checkpoints(gw, job, events):
+    """The checkpoint files to --check (the store's and the workers' own), and a
+    failure message about the store, or None. The aws store is read back from S3,
+    each object checked against its x-amz-meta-sha256; `keep` applies there."""
+    work = AWS.ec2.dir if AWS else gw.state
+    local = glob.glob(os.path.join(work, "instances", "*", "work", "jobs", "*", "ckpt", "*"))
+    keys = [e["path"] for e in events if e["event"] == "checkpoint"]
+    if not AWS:
+        files = sorted(glob.glob(os.path.join(gw.state, "store", "**", "*.tc"), recursive=True))
+        stored = {os.path.relpath(f, os.path.join(gw.state, "store")) for f in files}
+        bad = None if keys and set(keys) <= stored else \
+            "checkpoint events name files not in the store: %s" % sorted(set(keys) - stored)[:5]
+        return sorted(files + local), bad
+    folder = os.path.join(AWS.root, "from-s3")
+    os.makedirs(folder, exist_ok=True)
+    files, stored, bad = [], set(), []
+    for o in AWS.s3.objects(AWS.store_prefix(job)):
+        if not os.path.basename(o["Key"]).startswith("ckpt-"):
+            continue
+        body, meta = AWS.s3.get(o["Key"])
+        if meta.get("sha256") != hashlib.sha256(body).hexdigest():
+            bad.append("%s: x-amz-meta-sha256 %s does not match" % (o["Key"], meta.get("sha256")))
+        stored.add(o["Key"][len(AWS.store_prefix()):])
+        files.append(os.path.join(folder, os.path.basename(o["Key"])))
+        with open(files[-1], "wb") as f:
+            f.write(body)
+    newest = set(sorted(set(keys))[-AWS.gw.keep:])  # ckpt-%08d: by step
+    if not keys or not newest <= stored:
+        bad.append("the newest checkpoint events name objects not in S3: %s"
+                   % sorted(newest - stored)[:5])
+    if len(stored) > AWS.gw.keep:
+        bad.append("%d checkpoints in S3, keep is %d" % (len(stored), AWS.gw.keep))
+    return sorted(files + local), "; ".join(bad) or None
 
 
 def final_checks(gw, mon, nb, chaos, job, ref_job):
@@ -488,17 +555,15 @@ def final_checks(gw, mon, nb, chaos, job, ref_job):
     check(not differ, "every logged loss equals the reference bit for bit (%d steps, %d re-run "
           "after a loss%s)" % (len(got), repeats, "; differ at %s" % differ[:10] if differ else ""))
 
-    files = sorted(glob.glob(os.path.join(gw.state, "store", "**", "*.tc"), recursive=True) +
-                   glob.glob(os.path.join(gw.state, "instances", "*", "work", "jobs", "*", "ckpt", "*")))
+    files, store_bad = store_checkpoints(gw, job, events)
     p = subprocess.run([TRAIN, "--check", *files], capture_output=True, text=True, timeout=120) \
         if files else None
     bad = [line for line in (p.stdout.splitlines() if p else []) if ": ok step " not in line]
     check(files and p.returncode == 0 and not bad,
           "all %d checkpoint files pass spotlab-train --check%s"
           % (len(files), ": %s" % bad[:5] if bad else ""))
-    keys = {e["path"] for e in events if e["event"] == "checkpoint"}
-    stored = {os.path.relpath(f, os.path.join(gw.state, "store")) for f in files}
-    check(keys and keys <= stored, "every checkpoint event names a file in the store (%d)" % len(keys))
+    check(not store_bad, "the checkpoint events name files in the %s store%s"
+          % (PROVIDER, ": %s" % store_bad if store_bad else ""))
 
     check(chaos.max_trains == 1, "at most one spotlab-train ran the job at a time (%d)" % chaos.max_trains)
     check(not chaos.trains(), "no spotlab-train of the job is left")
@@ -542,7 +607,14 @@ def main():
     write_text(text)
     log("chaos seed %d (SPOTLAB_CHAOS_SEED=%d reproduces the schedule), %d kills, folder %s"
         % (SEED, SEED, KILLS, root))
-    gw = Gateway(root)
+    global AWS
+    if PROVIDER == "aws":
+        from aws_env import AwsEnv
+        AWS = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"chaos": TOKEN}, time_scale=60,
+                     boot_seconds=30, heartbeat_timeout_s=5)
+        gw = AWS.gw
+    else:
+        gw = Gateway(root)
     os.environ.update(SPOTLAB_GATEWAY=gw.listen, SPOTLAB_TOKEN=TOKEN,
                       SPOTLAB_HOME=os.path.join(root, "home"))
     nb = None
@@ -574,7 +646,7 @@ def main():
             assert job and job != ref_job, "no job id in the display: %r" % nb.display
             log("reference %s; chaos on %s" % (ref_job, job))
             mon.follow(job)
-            chaos = Chaos(gw, mon, nb, job, gw.state)
+            chaos = Chaos(gw, mon, nb, job, AWS.ec2.dir if AWS else gw.state)
             t = time.monotonic()
             chaos.run()
             log("%d kills in %.1fs; waiting for the end" % (KILLS, time.monotonic() - t))
@@ -593,6 +665,8 @@ def main():
                 gw.p.wait(20)
             except subprocess.TimeoutExpired:
                 gw.kill()
+        if AWS:
+            AWS.close()
         left = processes("spotlab-worker", root + "/") + processes("spotlab-train", root + "/")
         for pid in left:
             os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""A gateway killed mid-launch on the aws provider, and instances it does not know.
+
+usage: test_aws_restart.py GATEWAY WORKER TRAIN KERNEL
+
+The EC2 stand-in boots instances slowly, so a launch is still in flight
+when the test SIGKILLs the gateway, the moment the stand-in records its
+RunInstances call. While the gateway is down, the test starts two more
+instances itself: one tagged with this gateway's id (spotlab:gateway) and
+an instance name the gateway never chose, and one tagged with another
+gateway's id. A new gateway on the same state folder then:
+  - starts no second instance for the launch it was killed in: every
+    spotlab:instance tag names one instance (the launch's ClientToken is
+    reused, or the instance adopted);
+  - terminates the unknown instance with its id, and leaves the other
+    gateway's alone;
+  - runs the job to its end, and once its worker idles out no instance of
+    this gateway is left running.
+"""
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+import boto3
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
+from aws_env import (AwsEnv, ACCESS_KEY_ID, AMI, REGION, SECRET_ACCESS_KEY)  # noqa: E402
+from checks import check, failures, exit_status  # noqa: E402
+from notebook import FINAL, Monitor, write_text  # noqa: E402
+
+GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
+TOKEN = "aws-restart-token-0123456789abcdef"
+TIME_SCALE = 20
+SLOW_BOOT_S = 400          # 20 s of wall time: the launch is pending when the gateway dies
+BOOT_S = 40
+MODEL = {"layers": 2, "heads": 2, "dim": 32, "ctx": 64}
+STEPS = 200
+
+
+def log(*a):
+    print("[%6.1f]" % (time.monotonic() - T0), *a, flush=True)
+
+
+T0 = time.monotonic()
+
+
+def tagged(env, key, value):
+    return [i for i in env.ec2.instances() if env.ec2.tag(i, key) == value]
+
+
+def run_own(env, gateway_id, name):
+    """RunInstances as someone else would call it: an instance tagged as spotlab's."""
+    ec2 = boto3.session.Session(aws_access_key_id=ACCESS_KEY_ID,
+                                aws_secret_access_key=SECRET_ACCESS_KEY,
+                                region_name=REGION).client("ec2", endpoint_url=env.ec2.endpoint)
+    r = ec2.run_instances(
+        ImageId=AMI, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1,
+        Placement={"AvailabilityZone": "us-east-1b"},
+        InstanceMarketOptions={"MarketType": "spot"},
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [
+            {"Key": "spotlab:gateway", "Value": gateway_id},
+            {"Key": "spotlab:instance", "Value": name},
+            {"Key": "spotlab:job", "Value": ""}]}])
+    return r["Instances"][0]["InstanceId"]
+
+
+def wait_run_call(env, timeout):
+    """Polls the stand-in's call log until a RunInstances call appears; that call."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for c in env.ec2.calls():
+            if c.get("action") == "RunInstances":
+                return c
+        time.sleep(0.02)  # the stand-in's log has no event to wait on; react within 20 ms
+    raise TimeoutError("no RunInstances call within %ds" % timeout)
+
+
+def main():
+    root = tempfile.mkdtemp(prefix="spotlab-aws-restart-")
+    text = os.path.join(root, "text.txt")
+    write_text(text)
+    env = mon = None
+    try:
+        env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN}, time_scale=TIME_SCALE,
+                     boot_seconds=SLOW_BOOT_S, heartbeat_timeout_s=4,
+                     extra_ini="[idle]\nworker_timeout = 4s\n")
+        env.gw.start()
+        mon = Monitor(env.gw.listen, TOKEN)
+        r = mon.req("session.set", defs=[
+            {"name": "m", "kind": "model", "spec": {"type": "gpt", "args": [], "options": MODEL}},
+            {"name": "d", "kind": "data", "spec": {"type": "text", "args": [text], "options": {}}}])
+        assert r["ok"], r
+        r = mon.req("submit", kind="train", model="m", data="d",
+                    options={"steps": STEPS, "batch": 8, "seed": 1, "checkpoint_every": 50,
+                             "spot": "yes"})
+        assert r["ok"], r
+        job = r["job"]
+        call = wait_run_call(env, 120)
+        env.gw.kill()
+        mon.close()
+        log("gateway killed after RunInstances call #%d (%s)" % (call["seq"], call.get("code")))
+        token = call["params"].get("ClientToken")
+        check(bool(token), "the launch carries a ClientToken (%s)" % token)
+        # the stand-in answers the call even though its caller is gone
+        deadline = time.monotonic() + 10
+        while not env.ec2.instances() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the stand-in's state has no event to wait on
+        first = env.ec2.instances()
+        check(len(first) == 1, "the killed launch made one instance (%d)" % len(first))
+        gw_id = env.ec2.tag(first[0], "spotlab:gateway") if first else None
+        name = env.ec2.tag(first[0], "spotlab:instance") if first else None
+        check(bool(gw_id) and bool(name), "it is tagged spotlab:gateway=%s spotlab:instance=%s"
+              % (gw_id, name))
+        log("pending instance %s (%s, %s)" % (first[0]["id"] if first else None, name,
+                                              first[0]["state"] if first else None))
+        ghost = run_own(env, gw_id or "unknown", "i-ghost-never-launched")
+        other = run_own(env, "another-gateway-id", "i-someone-elses")
+        log("while down: ghost %s, another gateway's %s" % (ghost, other))
+        env.ec2.set_boot_seconds(BOOT_S)
+        since = env.ec2.calls()[-1]["seq"]
+
+        env.gw.start()
+        mon = Monitor(env.gw.listen, TOKEN)
+        mon.follow(job)
+        mon.until(lambda: mon.state() in FINAL, "the end of the job", 240, end_ok=True)
+        check(mon.state() == "succeeded", "the job succeeded after the restart (%s)" % mon.state())
+
+        after = [c for c in env.ec2.calls() if c["seq"] > since]
+        terms = [c for c in after if c.get("action") == "TerminateInstances"]
+        named = lambda iid: any(iid in c["params"].values() for c in terms)
+        check(named(ghost), "the new gateway terminated the unknown instance tagged with its id")
+        check(not named(other), "it left the other gateway's instance alone")
+        st = {i["id"]: i["state"] for i in env.ec2.instances()}
+        check(st.get(ghost) in ("shutting-down", "terminated"), "the unknown instance is %s"
+              % st.get(ghost))
+        check(st.get(other) == "running", "the other gateway's instance still runs (%s)"
+              % st.get(other))
+        runs = [c for c in after if c.get("action") == "RunInstances"]
+        again = [c for c in runs if c["params"].get("ClientToken") == token]
+        log("after the restart: %d RunInstances (%d with the killed launch's token), %d "
+            "TerminateInstances" % (len(runs), len(again), len(terms)))
+        mine = [i for i in env.ec2.instances() if env.ec2.tag(i, "spotlab:gateway") == gw_id
+                and i["id"] != ghost]
+        names = [env.ec2.tag(i, "spotlab:instance") for i in mine]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        check(not dup, "one instance per spotlab:instance tag (%d instances%s)"
+              % (len(mine), ", duplicated %s" % dup if dup else ""))
+        check(len(tagged(env, "spotlab:instance", name)) == 1,
+              "the killed launch's instance %s exists once" % name)
+
+        deadline = time.monotonic() + 90
+        while True:
+            live = [i for i in env.ec2.instances() if env.ec2.tag(i, "spotlab:gateway") == gw_id
+                    and i["state"] != "terminated"]
+            if not live or time.monotonic() > deadline:
+                break
+            mon.pump(0.2)
+        check(not live, "no instance of this gateway is left running%s"
+              % (": %s" % [(i["id"], i["state"]) for i in live] if live else ""))
+    except Exception as e:  # a timeout or a broken expectation: a failure with context
+        check(False, "%s: %s" % (type(e).__name__, e))
+    finally:
+        if mon:
+            mon.close()
+        if failures and env and env.gw:
+            print("---- gateway log tail\n%s" % env.gw.logtail(8000))
+        if env:
+            if env.gw and env.gw.alive():
+                env.gw.p.send_signal(signal.SIGTERM)
+            env.close()
+        if failures or os.environ.get("SPOTLAB_AWS_KEEP"):
+            print("state kept in %s" % root)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    return exit_status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
