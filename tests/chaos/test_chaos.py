@@ -483,8 +483,12 @@ def store_checkpoints(gw, job, events):
     if not AWS:
         files = sorted(glob.glob(os.path.join(gw.state, "store", "**", "*.tc"), recursive=True))
         stored = {os.path.relpath(f, os.path.join(gw.state, "store")) for f in files}
-        bad = None if keys and set(keys) <= stored else \
-            "checkpoint events name files not in the store: %s" % sorted(set(keys) - stored)[:5]
+        # the worker keeps the newest [store] keep (3) of a job's checkpoints
+        newest = set(sorted(set(keys))[-3:])
+        bad = None if keys and newest <= stored else \
+            "the newest checkpoint events name files not in the store: %s" % sorted(newest - stored)[:5]
+        if bad is None and len([k for k in stored if k.startswith(job + "/")]) > 3:
+            bad = "more checkpoints of %s in the store than keep (3)" % job
         return sorted(files + local), bad
     folder = os.path.join(AWS.root, "from-s3")
     os.makedirs(folder, exist_ok=True)
