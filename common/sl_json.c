@@ -10,10 +10,13 @@
 #include "sl_json.h"
 #include "sl_err.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DUMP_FLAGS (JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17))
 
@@ -132,4 +135,43 @@ bool sl_json_get_bool(const json_t *obj, const char *key, bool def) {
 
 json_t *sl_json_real(double v) {
   return isfinite(v) ? json_real(v) : json_null();
+}
+
+int sl_json_read_object(const char *path, size_t max_bytes, int max_depth, json_t **ret, char *why,
+                        size_t why_size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    snprintf(why, why_size, "%s", strerror(e));
+    return -e;
+  }
+  char *buf = malloc(max_bytes + 1);
+  size_t got = 0;
+  ssize_t k = 0;
+  while (buf && got <= max_bytes && (k = read(fd, buf + got, max_bytes + 1 - got)) != 0) {
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k < 0)
+      break;
+    got += (size_t)k;
+  }
+  close(fd);
+  int r;
+  if (!buf || k < 0 || got > max_bytes) {
+    snprintf(why, why_size, "unreadable or larger than %zu bytes", max_bytes);
+    r = !buf ? -ENOMEM : k < 0 ? -EIO : SL_ELIMIT;
+  } else {
+    r = sl_json_parse(buf, got, max_depth, ret, why, why_size);
+    if (r == 0 && !json_is_object(*ret)) {
+      json_decref(*ret);
+      *ret = NULL;
+      snprintf(why, why_size, "not a JSON object");
+      r = SL_EJSON;
+    }
+  }
+  if (buf) {
+    explicit_bzero(buf, max_bytes + 1);
+    free(buf);
+  }
+  return r;
 }

@@ -19,6 +19,12 @@
  * err_text, when non-NULL, receives a short reason (size err_size). */
 int sl_json_parse(const char *buf, size_t len, int max_depth, json_t **ret,
                   char *err_text, size_t err_size);
+/* Reads the file at path (at most max_bytes) and parses it as one JSON
+ * object into *ret. The buffer is wiped before it is freed (such files may
+ * hold keys). -errno, SL_ELIMIT, SL_EJSON with a reason in why. */
+int sl_json_read_object(const char *path, size_t max_bytes, int max_depth, json_t **ret, char *why,
+                        size_t why_size);
+
 /* Compact serialisation, as json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY |
  * JSON_REAL_PRECISION(17)) writes it; owned by the caller (free()). NULL on
  * OOM, and where json_dumps() fails: a string that is not UTF-8, nesting

@@ -7,6 +7,7 @@
  * encoded once with AWS's unreserved set ('/' kept), so what is signed is
  * what is sent. */
 #include "sl_s3.h"
+#include "sl_s3_int.h"
 
 #include "sl_awscreds.h"
 #include "sl_err.h"
@@ -122,17 +123,14 @@ static const char *op_method(enum sl_s3_op op) {
   }
 }
 
-static bool hex64(const char *s) {
+bool sl_s3_hex64(const char *s) {
   if (!s || strlen(s) != 64) return false;
   for (int i = 0; i < 64; i++)
     if (!isdigit((unsigned char)s[i]) && !(s[i] >= 'a' && s[i] <= 'f')) return false;
   return true;
 }
 
-/* Appends printf output to buf at *len; SL_ELIMIT when it does not fit. */
-static int cat(char *buf, size_t size, size_t *len, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int cat(char *buf, size_t size, size_t *len, const char *fmt, ...) {
+int sl_s3_cat(char *buf, size_t size, size_t *len, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   int n = vsnprintf(buf + *len, size - *len, fmt, ap);
@@ -159,7 +157,7 @@ int sl_s3_presign(const struct sl_s3_location *loc, const struct sl_aws_creds *c
   bool mpu = req->op == SL_S3_MPU_PART || req->op == SL_S3_MPU_COMPLETE || req->op == SL_S3_MPU_ABORT;
   if ((req->op != SL_S3_LIST && !*key) || (mpu && (!req->upload_id || !*req->upload_id)) ||
       (req->op == SL_S3_MPU_PART && (req->part < 1 || req->part > SL_S3_PARTS_MAX)) ||
-      (req->sha256 && !hex64(req->sha256)) || req->max_keys < 0 || req->max_keys > 1000)
+      (req->sha256 && !sl_s3_hex64(req->sha256)) || req->max_keys < 0 || req->max_keys > 1000)
     return -EINVAL;
   char full[sizeof loc->prefix + KEY_MAX + 2];
   if ((size_t)snprintf(full, sizeof full, "%s%s%s", loc->prefix, *loc->prefix ? "/" : "", key) >
@@ -173,28 +171,28 @@ int sl_s3_presign(const struct sl_s3_location *loc, const struct sl_aws_creds *c
   host += 3;
   int r;
   if (loc->path_style)
-    r = cat(url, sizeof url, &n, "%s/%s", loc->endpoint, loc->bucket);
+    r = sl_s3_cat(url, sizeof url, &n, "%s/%s", loc->endpoint, loc->bucket);
   else
-    r = cat(url, sizeof url, &n, "%.*s%s.%s", (int)(host - loc->endpoint), loc->endpoint,
+    r = sl_s3_cat(url, sizeof url, &n, "%.*s%s.%s", (int)(host - loc->endpoint), loc->endpoint,
             loc->bucket, host);
   if (r < 0) return r;
   if (req->op == SL_S3_LIST) {
-    if (!loc->path_style) r = cat(url, sizeof url, &n, "/");
-    if (r >= 0) r = cat(url, sizeof url, &n, "?list-type=2&prefix=");
+    if (!loc->path_style) r = sl_s3_cat(url, sizeof url, &n, "/");
+    if (r >= 0) r = sl_s3_cat(url, sizeof url, &n, "?list-type=2&prefix=");
     if (r >= 0) r = cat_enc(url, sizeof url, &n, *key ? full : loc->prefix, false);
-    if (r >= 0 && !*key && *loc->prefix) r = cat(url, sizeof url, &n, "%%2F");
+    if (r >= 0 && !*key && *loc->prefix) r = sl_s3_cat(url, sizeof url, &n, "%%2F");
     if (r >= 0 && req->continuation) {
-      r = cat(url, sizeof url, &n, "&continuation-token=");
+      r = sl_s3_cat(url, sizeof url, &n, "&continuation-token=");
       if (r >= 0) r = cat_enc(url, sizeof url, &n, req->continuation, false);
     }
-    if (r >= 0 && req->max_keys) r = cat(url, sizeof url, &n, "&max-keys=%d", req->max_keys);
+    if (r >= 0 && req->max_keys) r = sl_s3_cat(url, sizeof url, &n, "&max-keys=%d", req->max_keys);
   } else {
-    r = cat(url, sizeof url, &n, "/");
+    r = sl_s3_cat(url, sizeof url, &n, "/");
     if (r >= 0) r = cat_enc(url, sizeof url, &n, full, true);
-    if (r >= 0 && req->op == SL_S3_MPU_CREATE) r = cat(url, sizeof url, &n, "?uploads=");
-    if (r >= 0 && req->op == SL_S3_MPU_PART) r = cat(url, sizeof url, &n, "?partNumber=%d&uploadId=", req->part);
+    if (r >= 0 && req->op == SL_S3_MPU_CREATE) r = sl_s3_cat(url, sizeof url, &n, "?uploads=");
+    if (r >= 0 && req->op == SL_S3_MPU_PART) r = sl_s3_cat(url, sizeof url, &n, "?partNumber=%d&uploadId=", req->part);
     if (r >= 0 && (req->op == SL_S3_MPU_COMPLETE || req->op == SL_S3_MPU_ABORT))
-      r = cat(url, sizeof url, &n, "?uploadId=");
+      r = sl_s3_cat(url, sizeof url, &n, "?uploadId=");
     if (r >= 0 && mpu) r = cat_enc(url, sizeof url, &n, req->upload_id, false);
   }
   if (r < 0) return r;

@@ -9,6 +9,8 @@
  * sentence or a log line (its query holds the signature). XML replies are
  * read here and nowhere else. Design notes: docs/internals/s3.md. */
 #include "sl_s3.h"
+#include "sl_s3_int.h"
+#include "sl_strv.h"
 
 #include "sl_err.h"
 #include "sl_log.h"
@@ -50,25 +52,7 @@ static int say(char *err, size_t size, int r, const char *fmt, ...) {
   return r;
 }
 
-static bool hex64(const char *s) {
-  if (!s || strlen(s) != 64) return false;
-  for (int i = 0; i < 64; i++)
-    if (!isdigit((unsigned char)s[i]) && !(s[i] >= 'a' && s[i] <= 'f')) return false;
-  return true;
-}
 
-/* Appends printf output to buf at *len; SL_ELIMIT when it does not fit. */
-static int cat(char *buf, size_t size, size_t *len, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int cat(char *buf, size_t size, size_t *len, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(buf + *len, size - *len, fmt, ap);
-  va_end(ap);
-  if (n < 0 || (size_t)n >= size - *len) return SL_ELIMIT;
-  *len += (size_t)n;
-  return 0;
-}
 
 /* ---- hashing (libcrypto: SHA-256 with the CPU's instructions) ---- */
 
@@ -311,7 +295,7 @@ int sl_s3_head(struct sl_s3_client *c, const char *key, struct sl_s3_object *ret
       r = say(err, err_size, SL_EPARSE, "S3 head of %s: no size in the answer", key);
     o.bytes = v;
     snprintf(o.etag, sizeof o.etag, "%s", resp.header_values[1] ? resp.header_values[1] : "");
-    if (sha && hex64(sha)) memcpy(o.sha256, sha, 65);
+    if (sha && sl_s3_hex64(sha)) memcpy(o.sha256, sha, 65);
     else if (sha && *sha)
       r = say(err, err_size, SL_EPARSE, "S3 object %s has a malformed x-amz-meta-sha256", key);
     if (r == 0) *ret = o;
@@ -338,31 +322,8 @@ int sl_s3_delete(struct sl_s3_client *c, const char *key, char *err, size_t err_
 
 /* ---- list ---- */
 
-struct keylist {
-  char **v;
-  size_t n, cap;
-};
-
-static int keylist_add(struct keylist *l, const char *key) {
-  if (l->n >= SL_S3_LIST_MAX) return SL_ELIMIT;
-  if (l->n + 2 > l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 64;
-    char **v = realloc(l->v, cap * sizeof *v);
-    if (!v) return -ENOMEM;
-    l->v = v;
-    l->cap = cap;
-  }
-  if (!(l->v[l->n] = strdup(key))) return -ENOMEM;
-  l->v[++l->n] = NULL;
-  return 0;
-}
-
 char **sl_s3_keys_free(char **keys) {
-  if (keys) {
-    for (size_t i = 0; keys[i]; i++) free(keys[i]);
-    free(keys);
-  }
-  return NULL;
+  return sl_strv_free(keys);
 }
 
 static int cmp_str(const void *a, const void *b) {
@@ -373,7 +334,7 @@ static int cmp_str(const void *a, const void *b) {
  * token into next ("" on the last page). The page's Prefix is the one
  * asked for, the store's included: what it has before `prefix` is the
  * store's, and is cut from each key. */
-static int list_page(const char *body, size_t len, const char *prefix, struct keylist *l,
+static int list_page(const char *body, size_t len, const char *prefix, struct sl_strv *l,
                      char *next, size_t next_size, char *err, size_t err_size) {
   xmlDoc *d = xml_read(body, len);
   xmlNode *root = d ? xmlDocGetRootElement(d) : NULL;
@@ -404,7 +365,7 @@ static int list_page(const char *body, size_t len, const char *prefix, struct ke
     if (xml_text(n, "Key", key, KEY_MAX + 1) < 0) {
       r = say(err, err_size, SL_EPARSE, "S3 list of %s: an entry without a usable Key", prefix);
     } else if (strlen(key) > cut && !memcmp(key, store_prefix, cut)) {
-      if ((r = keylist_add(l, key + cut)) == SL_ELIMIT)
+      if ((r = sl_strv_add(l, key + cut, SL_S3_LIST_MAX)) == SL_ELIMIT)
         say(err, err_size, r, "S3 list of %s: more than %d keys", prefix, SL_S3_LIST_MAX);
     }
   }
@@ -422,16 +383,12 @@ done:
 
 int sl_s3_list(struct sl_s3_client *c, const char *prefix, char ***ret_keys, size_t *ret_n,
                char *err, size_t err_size) {
-  struct keylist l = {0};
+  struct sl_strv l = {0};
   char *token = calloc(2, 4096);
   if (!token) return -ENOMEM;
   char *next = token + 4096;
   if (!prefix) prefix = "";
-  int r = keylist_add(&l, "");
-  if (r < 0) goto fail;
-  free(l.v[0]);
-  l.v[0] = NULL;
-  l.n = 0;
+  int r;
   for (int page = 0;; page++) {
     char *url = NULL;
     struct sl_s3_presign_req pr = {.op = SL_S3_LIST, .key = prefix,
@@ -459,14 +416,15 @@ int sl_s3_list(struct sl_s3_client *c, const char *prefix, char ***ret_keys, siz
     }
     memcpy(token, next, 4096);
   }
-  qsort(l.v, l.n, sizeof *l.v, cmp_str);
+  size_t n = l.n;
+  if (n) qsort(l.v, n, sizeof *l.v, cmp_str);
   free(token);
-  *ret_keys = l.v;
-  if (ret_n) *ret_n = l.n;
+  if (!(*ret_keys = sl_strv_take(&l))) return -ENOMEM;
+  if (ret_n) *ret_n = n;
   return 0;
 fail:
   free(token);
-  sl_s3_keys_free(l.v);
+  sl_strv_free(l.v);
   return r;
 }
 
@@ -641,10 +599,10 @@ static int mpu_complete(struct mpu *m, const char *sha256, char *err, size_t err
   size_t cap = 64 + (size_t)m->n_parts * 128, n = 0;
   char *xml = malloc(cap);
   if (!xml) return -ENOMEM;
-  int r = cat(xml, cap, &n, "<CompleteMultipartUpload>");
+  int r = sl_s3_cat(xml, cap, &n, "<CompleteMultipartUpload>");
   for (int i = 0; r >= 0 && i < m->n_parts; i++)
-    r = cat(xml, cap, &n, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>", i + 1, m->etags[i]);
-  if (r >= 0) r = cat(xml, cap, &n, "</CompleteMultipartUpload>");
+    r = sl_s3_cat(xml, cap, &n, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>", i + 1, m->etags[i]);
+  if (r >= 0) r = sl_s3_cat(xml, cap, &n, "</CompleteMultipartUpload>");
   if (r < 0) {
     free(xml);
     return say(err, err_size, r, "S3 completion of %s: too many parts", m->key);

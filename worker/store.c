@@ -14,6 +14,7 @@
 
 #include "sl_err.h"
 #include "sl_path.h"
+#include "sl_strv.h"
 #include "sl_s3.h"
 
 #include <dirent.h>
@@ -238,28 +239,9 @@ int wk_store_remove(struct wk_store *s, const char *key) {
   return 0;
 }
 
-struct keylist {
-  char **v;
-  size_t n, cap;
-};
-
-static int keylist_add(struct keylist *l, const char *key) {
-  if (l->n >= LIST_MAX) return SL_ELIMIT;
-  if (l->n + 2 > l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 16;
-    char **v = realloc(l->v, cap * sizeof *v);
-    if (!v) return -ENOMEM;
-    l->v = v;
-    l->cap = cap;
-  }
-  if (!(l->v[l->n] = strdup(key))) return -ENOMEM;
-  l->v[++l->n] = NULL;
-  return 0;
-}
-
 /* Walks ROOT/rel (rel "" or "a/b/") adding keys that start with prefix. */
 static int walk(const struct wk_store *s, const char *rel, const char *prefix, int depth,
-                struct keylist *l) {
+                struct sl_strv *l) {
   if (depth > 16) return 0;
   char path[PATH_MAX + KEY_MAX + 8];
   snprintf(path, sizeof path, "%s/%s", s->root, rel);
@@ -282,7 +264,7 @@ static int walk(const struct wk_store *s, const char *rel, const char *prefix, i
       strcat(key, "/");
       if (strncmp(key, prefix, kl + 1 < pl ? kl + 1 : pl) == 0) r = walk(s, key, prefix, depth + 1, l);
     } else if (S_ISREG(st.st_mode) && strncmp(key, prefix, pl) == 0) {
-      r = keylist_add(l, key);
+      r = sl_strv_add(l, key, LIST_MAX);
     }
   }
   closedir(d);
@@ -297,26 +279,20 @@ int wk_store_list(struct wk_store *s, const char *prefix, char ***ret_keys, size
   if (!prefix || strlen(prefix) > KEY_MAX || prefix[0] == '/' || strstr(prefix, "..")) return SL_ENAME;
   s->err[0] = 0;
   if (s->s3) return sl_s3_list(s->s3, prefix, ret_keys, ret_n, s->err, sizeof s->err);
-  struct keylist l = {0};
-  int r = keylist_add(&l, "");
-  if (r < 0) goto fail;
-  free(l.v[0]);
-  l.v[0] = NULL;
-  l.n = 0;
+  struct sl_strv l = {0};
+  int r;
   if ((r = walk(s, "", prefix, 0, &l)) < 0) goto fail;
-  qsort(l.v, l.n, sizeof *l.v, cmp_str);
-  *ret_keys = l.v;
-  if (ret_n) *ret_n = l.n;
+  size_t n = l.n;
+  if (n) qsort(l.v, n, sizeof *l.v, cmp_str);
+  if (!(*ret_keys = sl_strv_take(&l))) return -ENOMEM;
+  if (ret_n) *ret_n = n;
   return 0;
 fail:
-  wk_store_keys_free(l.v);
+  sl_strv_free(l.v);
   return r;
 }
 
 char **wk_store_keys_free(char **keys) {
-  if (keys) {
-    for (size_t i = 0; keys[i]; i++) free(keys[i]);
-    free(keys);
-  }
+  sl_strv_free(keys);
   return NULL;
 }

@@ -44,26 +44,7 @@ static bool valid_id(const char *id) {
 }
 
 static int read_json(const char *path, json_t **ret, char *why, size_t why_size) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return snprintf(why, why_size, "%s", strerror(errno)), -errno;
-  char *buf = malloc(RECORD_MAX_BYTES + 1);
-  ssize_t n = buf ? read(fd, buf, RECORD_MAX_BYTES + 1) : -1;
-  close(fd);
-  int r;
-  if (n < 0 || n > RECORD_MAX_BYTES) {
-    snprintf(why, why_size, "unreadable or larger than %d bytes", RECORD_MAX_BYTES);
-    r = n < 0 ? -EIO : SL_ELIMIT;
-  } else {
-    r = sl_json_parse(buf, (size_t)n, 16, ret, why, why_size);
-    if (r == 0 && !json_is_object(*ret)) {
-      json_decref(*ret);
-      snprintf(why, why_size, "not a JSON object");
-      r = SL_EJSON;
-    }
-  }
-  free(buf);
-  return r;
+  return sl_json_read_object(path, RECORD_MAX_BYTES, 16, ret, why, why_size);
 }
 
 /* state_dir/instances/ID[/file] into buf. */
