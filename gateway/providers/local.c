@@ -652,7 +652,10 @@ struct gw_provider *gw_local_provider_new(const struct gw_local_config *cfg, str
       goto fail;
     }
   }
-  snprintf(l->store_url, sizeof l->store_url, "file://%s/store", l->state_dir);
+  if (cfg->store_url && *cfg->store_url)
+    snprintf(l->store_url, sizeof l->store_url, "%s", cfg->store_url);
+  else
+    snprintf(l->store_url, sizeof l->store_url, "file://%s/store", l->state_dir);
   gw_local_rescan(l);
   int64_t id = gw_loop_add_timer(loop, next_due(l, sl_time_mono_us()), on_timer, l);
   if (id <= 0) {
@@ -735,6 +738,7 @@ static struct gw_provider *local_open(const struct gw_provider_env *env, char *e
     .catalog = catalog && *catalog ? catalog : NULL,
     .state_dir = env->state_dir ? env->state_dir : env->cfg->state_dir,
     .worker_program = worker,
+    .store_url = env->store_url,
   };
   return gw_local_provider_new(&lc, env->loop, env->on_event, env->userdata, err, err_size);
 }

@@ -17,6 +17,7 @@ struct gw_local_config {
   const char *state_dir;        /* instance folders go under state_dir/instances/ID, the store under state_dir/store */
   const char *worker_program;   /* path of spotlab-worker */
   const char *zone_prefix;      /* zones are "<prefix>a", "<prefix>b"...: default "local-1" */
+  const char *store_url;        /* the workers' store ([store] url); NULL: file://state_dir/store */
 };
 
 /* Returns an owned provider (free with p->ops->destroy(p)) or NULL with a

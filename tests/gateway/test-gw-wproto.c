@@ -7,12 +7,14 @@
  * are answered or ignored and change nothing. */
 #include "gw-fixture.h"
 #include "harness.h"
+#include "objstore.h"
 
 #include "sl_err.h"
 #include "sl_json.h"
 #include "sl_log.h"
 #include "sl_time.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -455,6 +457,79 @@ static void test_unknown_and_malformed(void) {
   fx_free(f);
 }
 
+/* ---- presigned URLs for an S3 store ---- */
+
+static const json_t *presign(struct fx *f, const char *inst, const char *op, const char *key) {
+  fx_workerf(f, inst, "{s:s,s:i,s:[{s:s,s:s}]}", "type", "presign", "id", 7, "requests", "op", op,
+             "key", key);
+  return fx_to_worker_last(f, inst, "presigned");
+}
+
+static const char *presign_error(const json_t *m) {
+  return sl_json_get_str(json_object_get(m, "error"), "code", "");
+}
+
+static void test_presign(void) {
+  int64_t a, b;
+  struct fx *f = two_running(&a, &b);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  char aid[16], bid[16], key[64];
+  fx_jid(a, aid);
+  fx_jid(b, bid);
+  /* a folder store: nothing to sign */
+  snprintf(key, sizeof key, "%s/ckpt-00000001.tc", aid);
+  const json_t *m = presign(f, "f-1", "put", key);
+  CHECK(m != NULL);
+  CHECK_STR(presign_error(m), sl_errname(SL_ENOTSUP));
+
+  setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE", 1);
+  setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", 1);
+  setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9", 1);
+  setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+  struct gw_objstore *o = NULL;
+  char err[256] = "";
+  CHECK_INT(gw_objstore_open("s3://team-bucket/spotlab", "us-east-1", &o, err, sizeof err), 0);
+  if (!o) {
+    fx_free(f);
+    return;
+  }
+  gw_wproto_set_objstore(f->wproto, o);
+  /* its own job's key: a URL, answered with the request's id */
+  m = presign(f, "f-1", "put", key);
+  CHECK(m != NULL);
+  CHECK_INT(sl_json_get_int(m, "id", 0), 7);
+  const char *url = json_string_value(json_array_get(json_object_get(m, "urls"), 0));
+  CHECK(url && contains(url, "/team-bucket/spotlab/") && contains(url, key) &&
+        contains(url, "X-Amz-Signature="));
+  /* the other instance's job, the bundle, a climb out: refused */
+  snprintf(key, sizeof key, "%s/ckpt-00000001.tc", bid);
+  CHECK_STR(presign_error(presign(f, "f-1", "get", key)), sl_errname(SL_EAUTH));
+  CHECK_STR(presign_error(presign(f, "f-1", "put", "_spotlab/bundle-0.tar.gz")), sl_errname(SL_EAUTH));
+  snprintf(key, sizeof key, "%s/../%s/ckpt-00000001.tc", aid, bid);
+  CHECK_STR(presign_error(presign(f, "f-1", "delete", key)), sl_errname(-EINVAL));
+  /* the checkpoint its job restores from, though another job's: readable, no more */
+  snprintf(fx_job(f, a)->ckpt_key, sizeof fx_job(f, a)->ckpt_key, "%s/ckpt-00000005.tc", bid);
+  m = presign(f, "f-1", "get", fx_job(f, a)->ckpt_key);
+  CHECK(m && json_array_size(json_object_get(m, "urls")) == 1);
+  CHECK_STR(presign_error(presign(f, "f-1", "put", fx_job(f, a)->ckpt_key)), sl_errname(SL_EAUTH));
+  CHECK_STR(presign_error(presign(f, "f-1", "delete", fx_job(f, a)->ckpt_key)), sl_errname(SL_EAUTH));
+  /* malformed requests: an answer with an error, no crash */
+  CHECK_STR(presign_error(presign(f, "f-1", "teleport", aid)), sl_errname(SL_EWIRE));
+  fx_workerf(f, "f-1", "{s:s,s:i,s:s}", "type", "presign", "id", 8, "requests", "all");
+  CHECK_STR(presign_error(fx_to_worker_last(f, "f-1", "presigned")), sl_errname(SL_EWIRE));
+  fx_workerf(f, "f-1", "{s:s,s:i,s:[{s:s,s:s,s:s}]}", "type", "presign", "id", 9, "requests", "op",
+             "put", "key", "x", "sha256", "not-hex");
+  CHECK_STR(presign_error(fx_to_worker_last(f, "f-1", "presigned")), sl_errname(SL_EWIRE));
+  /* nothing moved */
+  CHECK_INT(fx_job_state(f, a), GW_JOB_RUNNING);
+  CHECK_INT(fx_job_state(f, b), GW_JOB_RUNNING);
+  gw_wproto_set_objstore(f->wproto, NULL);
+  gw_objstore_free(o);
+  fx_free(f);
+}
+
 int main(void) {
   sl_log_init("test-gw-wproto");
   test_other_instance();
@@ -466,5 +541,6 @@ int main(void) {
   test_checkpoint();
   test_worker_notice();
   test_unknown_and_malformed();
+  test_presign();
   TEST_MAIN_END();
 }
