@@ -1,11 +1,12 @@
 /* Placement policy (place.h): today the cheapest fitting offer, spot first
- * on a tie; a job's instance= list, gpus, spot and max_price options bound
+ * on a tie, leaving out types whose capacity the provider found exhausted; a job's instance= list, gpus, spot and max_price options bound
  * the choice. A gang (nodes=N) is N instances of one provider, type and
  * market, idle workers first, placed all or none. */
 #include "place.h"
 
 #include "sl_err.h"
 #include "sl_json.h"
+#include "sl_time.h"
 
 #include <errno.h>
 #include <math.h>
@@ -76,6 +77,10 @@ bool gw_place_fits(const struct gw_wants *w, const struct gw_inst *in) {
 /* The price per hour of type t in the market spot when it fits w, else -1. */
 static double offer_price(const struct gw_wants *w, const struct gw_instance_type *t, bool spot) {
   if (!type_allowed(w, t->name) || (w->gpus && t->gpus < w->gpus))
+    return -1;
+  /* every zone of it refused capacity a moment ago (the provider remembers
+   * for a while): another type goes first */
+  if (t->unavailable_until_us && t->unavailable_until_us > sl_time_real_us())
     return -1;
   if ((w->spot == 1 && !spot) || (w->spot == 0 && spot))
     return -1;

@@ -8,6 +8,7 @@
 #include "harness.h"
 
 #include "sl_err.h"
+#include "sl_time.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -306,8 +307,29 @@ static void test_gang_outcome(void) {
   CHECK_INT(outcome(&g, true, false, &rank, &notice, &code), GW_GANG_DONE_CANCELLED);
 }
 
+/* A type whose capacity the provider found exhausted is passed over until
+ * the provider's memory of it runs out. */
+static void test_pick_unavailable(void) {
+  struct gw_offer offs[] = {offer(&prov_a, "cheap", 1, 0.2, 1.0), offer(&prov_a, "dear", 1, 0.5, 2.0)};
+  struct gw_wants w = wants("{}");
+  size_t i = 9;
+  bool spot = false;
+  CHECK_INT(gw_place_pick(&w, offs, 2, &i, &spot), 0);
+  CHECK_STR(offs[i].type.name, "cheap");
+  CHECK(spot);
+  offs[0].type.unavailable_until_us = sl_time_real_us() + 600 * SL_US_PER_S;
+  CHECK_INT(gw_place_pick(&w, offs, 2, &i, &spot), 0);
+  CHECK_STR(offs[i].type.name, "dear");
+  offs[1].type.unavailable_until_us = offs[0].type.unavailable_until_us;
+  CHECK_INT(gw_place_pick(&w, offs, 2, &i, &spot), SL_ENAME);
+  offs[0].type.unavailable_until_us = sl_time_real_us() - SL_US_PER_S; /* remembered no more */
+  CHECK_INT(gw_place_pick(&w, offs, 2, &i, &spot), 0);
+  CHECK_STR(offs[i].type.name, "cheap");
+}
+
 int main(void) {
   test_nodes_option();
+  test_pick_unavailable();
   test_gang_from_offers();
   test_gang_with_idle();
   test_gang_outcome();
