@@ -155,8 +155,8 @@ char *jk_format_market(const json_t *reply) {
     jk_dbuf_printf(&b, "No instance types match.\n");
     return jk_dbuf_done(&b);
   }
-  jk_dbuf_printf(&b, "%-16s %4s %10s %10s %7s %-13s %s\n", "TYPE", "GPUS", "SPOT $/h", "OD $/h", "SAVING",
-                 "INTERRUPTION", "$ PER GPU-HOUR (SPOT)");
+  jk_dbuf_printf(&b, "%-16s %4s %10s %10s %7s %-13s %-8s %s\n", "TYPE", "GPUS", "SPOT $/h", "OD $/h", "SAVING",
+                 "INTERRUPTION", "CAPACITY", "$ PER GPU-HOUR (SPOT)");
   size_t i;
   json_t *t;
   json_array_foreach(types, i, t) {
@@ -172,8 +172,15 @@ char *jk_format_market(const json_t *reply) {
       snprintf(unit, sizeof unit, "$%.4f", json_number_value(cpu));
     else if (spot >= 0 && gpus > 0)
       snprintf(unit, sizeof unit, "$%.4f", spot / (double)gpus);
-    jk_dbuf_printf(&b, "%-16.16s %4lld %10.4f %10.4f %7s %-13.13s %s\n", str_or_dash(t, "type"), gpus, spot, od, saving,
-                   str_or_dash(t, "interruption"), unit);
+    /* the cloud's placement score (1..10), or "none" while every zone of it
+     * lately refused capacity */
+    char capacity[16] = "-";
+    if (json_is_integer(json_object_get(t, "unavailable_until_us")))
+      snprintf(capacity, sizeof capacity, "none");
+    else if (sl_json_get_int(t, "placement_score", 0) > 0)
+      snprintf(capacity, sizeof capacity, "%lld/10", (long long)sl_json_get_int(t, "placement_score", 0));
+    jk_dbuf_printf(&b, "%-16.16s %4lld %10.4f %10.4f %7s %-13.13s %-8s %s\n", str_or_dash(t, "type"), gpus, spot, od,
+                   saving, str_or_dash(t, "interruption"), capacity, unit);
   }
   return jk_dbuf_done(&b);
 }

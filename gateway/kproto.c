@@ -610,6 +610,11 @@ static void on_market(struct req *q) {
                                          "mean_time_to_preempt_s",
                                          sl_json_real(t->mean_time_to_preempt_s), "provider",
                                          offers[i].prov->name));
+    json_t *row = json_array_get(arr, json_array_size(arr) - 1);
+    if (row && t->placement_score > 0) /* the cloud's capacity hint, 1..10 */
+      json_object_set_new(row, "placement_score", json_integer(t->placement_score));
+    if (row && t->unavailable_until_us > sl_time_real_us()) /* every zone refused it lately */
+      json_object_set_new(row, "unavailable_until_us", json_integer(t->unavailable_until_us));
   }
   reply(q, json_pack("{s:o}", "types", arr));
 }
