@@ -262,6 +262,12 @@ def main():
             reply = nb.wait_reply(60)
             check(reply is not None and reply["status"] == "ok" and "succeeded" in nb.display,
                   "the notebook's cell ended ok and shows the job succeeded", nb.display[-500:])
+            content, msgs = nb.run("%instances", timeout=60)
+            table = "".join(m["content"].get("text", "") + m["content"].get("data", {}).get("text/plain", "")
+                            for m in msgs if m["msg_type"] in ("stream", "display_data", "execute_result"))
+            check(content["status"] == "ok" and "CAPACITY" in table and "/10" in table
+                  and "g5.xlarge" in table,
+                  "%instances lists the types with the cloud's placement scores", table[-800:])
             steps = set(s for a in mon.attempts() for s in a)
             missing = sorted(set(range(1, STEPS + 1)) - steps)
             check(not missing, "every step 1..%d was reported (%d missing)" % (STEPS, len(missing)))
