@@ -151,7 +151,7 @@ static void test_refresh(void) {
 }
 
 static void test_put_and_restore(void) {
-  char base[64], err[256] = "", ck[PATH_MAX], url[PATH_MAX];
+  char base[64], err[256] = "", ck[PATH_MAX + 32], url[PATH_MAX + 16];
   snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
   struct fake_signer f = {.base = base};
   struct sl_s3_signer s = {.presign = fake_presign, .ctx = &f};
