@@ -63,6 +63,7 @@ struct wk_agent {
   void *zctx, *sock, *link; /* link: PAIR fed by the socket monitor */
   struct wk_store *store;
   struct wk_presigner *presigner; /* s3:// store: URLs from the gateway */
+  struct sl_s3_signer signer;     /* the presigner's, for the store and the jobs' orphan URLs */
   struct wk_notice_watcher *watcher;
   struct wk_nvml *nvml;         /* NULL: no NVIDIA driver (gpus.reason says why) */
   struct wk_gpu_inventory gpus;
@@ -329,7 +330,8 @@ static void on_notice(struct wk_agent *a, const struct wk_notice *n) {
   int64_t margin = a->cfg->notice_margin_ms * SL_US_PER_MS;
   int64_t left = deadline - now;
   a->exit_by_us = deadline - (margin / 4 < left / 8 ? margin / 4 : left / 8);
-  for (size_t i = 0; i < a->njobs; i++) wk_job_notice(a->jobs[i], deadline);
+  bool orphan = !strcmp(n->action, "orphan");
+  for (size_t i = 0; i < a->njobs; i++) wk_job_notice(a->jobs[i], deadline, orphan);
 }
 
 static void read_signals(struct wk_agent *a, int fd) {
@@ -394,7 +396,8 @@ static void sample_gpus(struct wk_agent *a, int64_t now) {
 }
 
 /* Cut off from the gateway for orphan_timeout_ms: stop as at a notice (each
- * job checkpoints to the store, then the worker exits; on a cloud instance
+ * job checkpoints, to the orphan URLs it was given while the gateway
+ * answered where it has them, then the worker exits; on a cloud instance
  * the user data then powers it off). */
 static void tick_orphan(struct wk_agent *a, int64_t now) {
   int64_t limit = a->cfg->orphan_timeout_ms * SL_US_PER_MS;
@@ -404,6 +407,13 @@ static void tick_orphan(struct wk_agent *a, int64_t now) {
   struct wk_notice n = {.action = "orphan",
                         .deadline_us = sl_time_real_us() + a->cfg->sigterm_notice_ms * SL_US_PER_MS};
   on_notice(a, &n);
+}
+
+/* Orphan checkpoint URLs are signed only while the gateway answers: the
+ * presign waits for it, and an orphan could not get them anyway. */
+static void tick_reserves(struct wk_agent *a, int64_t now) {
+  if (!a->registered || a->stopping) return;
+  for (size_t i = 0; i < a->njobs; i++) wk_job_keep_reserve(a->jobs[i], now);
 }
 
 static void tick_registration(struct wk_agent *a, int64_t now) {
@@ -454,6 +464,7 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
     tick_jobs(a, now);
     tick_registration(a, now);
     tick_orphan(a, now);
+    tick_reserves(a, now);
     if (a->registered) flush_outbox(a);
     if (a->stopping && a->njobs == 0) break;
     if (now >= a->exit_by_us) {
@@ -529,18 +540,19 @@ int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent
   }
   int r = open_socket(a);
   if (r < 0) goto fail;
-  struct sl_s3_signer signer;
   bool s3 = !strncmp(cfg->store, "s3://", 5);
   if (s3) {
     if ((r = wk_presigner_new(cfg, a->zctx, &a->presigner)) < 0) goto fail;
-    signer = wk_presigner_signer(a->presigner);
+    a->signer = wk_presigner_signer(a->presigner);
   }
-  if ((r = wk_store_open(cfg->store, s3 ? &signer : NULL, &a->store)) < 0) {
+  if ((r = wk_store_open(cfg->store, s3 ? &a->signer : NULL, &a->store)) < 0) {
     sl_err("worker.store", "store %s: %s", cfg->store, sl_strerror(r));
     goto fail;
   }
   open_gpus(a);
-  a->env = (struct wk_job_env){cfg, a->store, train, &a->gpus, WK_TRAIN_CUDA, agent_send, a};
+  a->env = (struct wk_job_env){.cfg = cfg, .store = a->store, .train = train, .gpus = &a->gpus,
+                               .train_cuda = WK_TRAIN_CUDA, .signer = s3 ? &a->signer : NULL,
+                               .send = agent_send, .ctx = a};
   if (cfg->metadata[0]) {
     r = wk_notice_watcher_new(cfg->metadata, wk_config_metadata_kind(cfg), cfg->notice_poll_ms, &a->watcher);
     if (r < 0) {

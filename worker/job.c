@@ -15,6 +15,7 @@
 #include "filesync.h"
 #include "gang.h"
 #include "relay.h"
+#include "reserve.h"
 #include "sl_err.h"
 #include "sl_json.h"
 #include "sl_log.h"
@@ -74,6 +75,12 @@ struct wk_job {
   char *result_text;
   size_t result_len;
   char lost_why[256]; /* why the newest checkpoint that failed did not become durable */
+  /* S3 train job (rank 0): URLs an orphaned worker saves its checkpoint to,
+   * refreshed from next_reserve_us on; orphan_left: JOB/orphan/ may hold an
+   * earlier attempt's checkpoint, deleted after the next regular one */
+  struct wk_reserve reserve;
+  int64_t next_reserve_us;
+  bool orphaned, orphan_left;
   char tail[STDERR_TAIL];
   size_t tail_len;
 };
@@ -115,6 +122,34 @@ static void clear_dir(const char *dir) {
   closedir(d);
 }
 
+/* An orphaned worker's checkpoint newer than the restored one (step) goes
+ * beside it: spotlab-train --resume takes the newest that is valid, so a
+ * partial or corrupt one falls back to the regular checkpoint. A missing
+ * orphan is the usual case; one that cannot be read only costs its steps. */
+static void restore_orphan(struct wk_job *j, int64_t step) {
+  char tmp[PATH_MAX + 32], dst[PATH_MAX + 32];
+  snprintf(tmp, sizeof tmp, "%s/.orphan-step", j->dir);
+  int64_t orphan = -1;
+  int r = wk_orphan_step(j->env->store, j->id, tmp, &orphan);
+  if (r == -ENOENT) return;
+  j->orphan_left = true;
+  if (r < 0) {
+    sl_warn("worker.store", "%s: the orphan checkpoint's step is unreadable (%s); resuming from step %lld",
+            j->id, sl_strerror(r), (long long)step);
+    return;
+  }
+  if (orphan <= step) return;
+  snprintf(dst, sizeof dst, "%s/ckpt-%010lld.slck", j->ckpt_dir, (long long)orphan);
+  uint64_t bytes = 0;
+  if ((r = wk_orphan_fetch(j->env->store, j->id, dst, &bytes)) < 0) {
+    sl_warn("worker.store", "%s: the orphan checkpoint of step %lld is not readable (%s); resuming from step %lld",
+            j->id, (long long)orphan, sl_strerror(r), (long long)step);
+    return;
+  }
+  sl_info("worker.store", "%s: restored the orphan checkpoint of step %lld too (%llu bytes)", j->id,
+          (long long)orphan, (unsigned long long)bytes);
+}
+
 /* Downloads the checkpoint key into the folder under the name spotlab-train
  * looks for (ckpt-<10 digits>.slck). The step comes from the key's name. */
 static int restore_ckpt(struct wk_job *j, const char *key, char *err, size_t err_size) {
@@ -141,6 +176,7 @@ static int restore_ckpt(struct wk_job *j, const char *key, char *err, size_t err
   j->restore_pending = true;
   sl_info("worker.store", "%s: restored %s (%llu bytes, %lld ms)", j->id, key,
           (unsigned long long)bytes, (long long)j->fetch_ms);
+  if (j->kind == WK_KIND_TRAIN && j->env->signer) restore_orphan(j, (int64_t)step);
   return 0;
 }
 
@@ -343,6 +379,7 @@ struct wk_job *wk_job_free(struct wk_job *j) {
   wk_child_free(j->child);
   wk_relay_free(j->relay);
   wk_filesync_free(j->files);
+  wk_reserve_done(&j->reserve);
   free(j->result_text);
   free(j);
   return NULL;
@@ -439,6 +476,48 @@ static void prune_checkpoints(struct wk_job *j) {
   wk_store_keys_free(keys);
 }
 
+/* The notice's checkpoint is stored: SIGTERM makes spotlab-train write
+ * one more of its latest step and exit. */
+static void notice_checkpoint_stored(struct wk_job *j, int64_t step) {
+  if (j->state == NOTICE_WAIT && step >= j->notice_step) {
+    wk_child_signal(j->child, SIGTERM);
+    j->terminated = true;
+    j->state = STOPPING;
+  }
+}
+
+/* Orphaned: the gateway signs no URL, so the checkpoint goes to the URLs
+ * signed ahead (reserve.h); no checkpoint message could reach the gateway,
+ * and the next attempt finds the checkpoint at its restore. A step already
+ * in the store needs no copy. */
+static void save_orphan(struct wk_job *j, int64_t step, const char *path) {
+  if (step > j->durable_step) {
+    char err[512] = "";
+    uint64_t bytes = 0;
+    int r = wk_reserve_put(&j->reserve, path, step, &bytes, err, sizeof err);
+    if (r == -ENOENT) return; /* pruned by spotlab-train for a newer one, which follows */
+    if (r < 0) {
+      report_lost_checkpoint(j, step, "saved (the gateway is unreachable)", err);
+      return;
+    }
+    sl_warn("worker.store", "%s: gateway unreachable: checkpoint of step %lld saved as %s/orphan/ckpt.tc "
+            "(%llu bytes)", j->id, (long long)step, j->id, (unsigned long long)bytes);
+  }
+  notice_checkpoint_stored(j, step);
+}
+
+/* After a regular checkpoint: an earlier attempt's orphan checkpoint must
+ * never be used again. A failure is tried again after the next one. */
+static void clear_orphan(struct wk_job *j) {
+  int r = wk_orphan_clear(j->env->store, j->id);
+  if (r < 0) {
+    sl_warn("worker.store", "%s: cannot delete the orphan checkpoint: %s", j->id, sl_strerror(r));
+    return;
+  }
+  j->orphan_left = false;
+  sl_info("worker.store", "%s: deleted the orphan checkpoint", j->id);
+}
+
 /* Uploads the checkpoint a metrics event announced and reports it. */
 static void upload_checkpoint(struct wk_job *j, const json_t *ev) {
   const char *path = sl_json_get_str(ev, "path", NULL);
@@ -446,6 +525,10 @@ static void upload_checkpoint(struct wk_job *j, const json_t *ev) {
   size_t dl = strlen(j->ckpt_dir);
   if (!path || step < 0 || strncmp(path, j->ckpt_dir, dl) != 0 || path[dl] != '/' || strstr(path, "/..")) {
     sl_warn("worker.store", "%s: checkpoint event without a path in the job folder", j->id);
+    return;
+  }
+  if (j->orphaned && wk_reserve_ready(&j->reserve)) {
+    save_orphan(j, step, path);
     return;
   }
   char key[64];
@@ -471,11 +554,8 @@ static void upload_checkpoint(struct wk_job *j, const json_t *ev) {
   send_metric(j, wk_relay_pending(j->relay, 0, true));
   send(j, m, true);
   if (j->gang.rank == 0) prune_checkpoints(j);
-  if (j->state == NOTICE_WAIT && step >= j->notice_step) {
-    wk_child_signal(j->child, SIGTERM);
-    j->terminated = true;
-    j->state = STOPPING;
-  }
+  if (j->orphan_left) clear_orphan(j);
+  notice_checkpoint_stored(j, step);
 }
 
 static void on_metrics_line(struct wk_job *j, const char *line, size_t len) {
@@ -727,9 +807,24 @@ void wk_job_gpu_usage(struct wk_job *j, const struct wk_gpu_usage *u) {
   j->usage_pending = true;
 }
 
-void wk_job_notice(struct wk_job *j, int64_t deadline) {
+void wk_job_keep_reserve(struct wk_job *j, int64_t now) {
+  if (!j->env->signer || j->kind != WK_KIND_TRAIN || j->gang.rank > 0 || j->state != RUNNING ||
+      now < j->next_reserve_us)
+    return;
+  char err[512] = "";
+  int r = wk_reserve_refresh(&j->reserve, j->env->signer, j->id, err, sizeof err);
+  j->next_reserve_us = now + (r < 0 ? WK_RESERVE_RETRY_US : WK_RESERVE_REFRESH_US);
+  if (r < 0)
+    sl_warn("worker.store", "%s: orphan checkpoint URLs not renewed (%s)%s", j->id, err,
+            wk_reserve_ready(&j->reserve) ? "; the previous ones stay" : "");
+  else
+    sl_debug("worker.store", "%s: orphan checkpoint URLs renewed", j->id);
+}
+
+void wk_job_notice(struct wk_job *j, int64_t deadline, bool orphan) {
   if (j->state == ENDED || j->noticed) return;
   j->noticed = true;
+  j->orphaned = orphan;
   int64_t now = sl_time_mono_us(), left = deadline - now;
   int64_t margin = j->env->cfg->notice_margin_ms * SL_US_PER_MS;
   if (margin > left / 4) margin = left > 0 ? left / 4 : 0;

@@ -15,6 +15,7 @@
 struct wk_config;
 struct wk_store;
 struct wk_job;
+struct sl_s3_signer;
 
 /* Takes msg (a JSON object). reliable messages (checkpoint, done, result)
  * must reach the gateway even if it is away for a while. */
@@ -26,6 +27,7 @@ struct wk_job_env {
   const char *train;  /* spotlab-train path */
   const struct wk_gpu_inventory *gpus; /* this instance's GPUs */
   bool train_cuda;    /* spotlab-train was built with CUDA */
+  const struct sl_s3_signer *signer; /* an S3 store's (orphan checkpoint URLs); NULL: a folder */
   wk_send_fn *send;
   void *ctx;
 };
@@ -67,7 +69,12 @@ bool wk_job_gpus(const struct wk_job *j, unsigned *ret_n);
 /* A sample of those GPUs (borrowed): it goes out with the job's next step
  * metric as gpu_util_pct, gpu_mem_used_mib and gpu_mem_total_mib. */
 void wk_job_gpu_usage(struct wk_job *j, const struct wk_gpu_usage *u);
-/* A preemption notice: checkpoint, upload, stop before deadline_mono_us. */
-void wk_job_notice(struct wk_job *j, int64_t deadline_mono_us);
+/* A preemption notice: checkpoint, upload, stop before deadline_mono_us.
+ * orphan: the notice is the gateway's silence (orphan_timeout_ms), so the
+ * checkpoint goes to the job's orphan URLs (reserve.h) when it has them. */
+void wk_job_notice(struct wk_job *j, int64_t deadline_mono_us, bool orphan);
+/* While the gateway answers: keeps a running S3 train job's orphan URLs
+ * fresh (signed at the first call, then every WK_RESERVE_REFRESH_US). */
+void wk_job_keep_reserve(struct wk_job *j, int64_t now_mono_us);
 
 #endif
