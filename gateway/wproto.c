@@ -432,8 +432,19 @@ static void on_checkpoint(struct gw_wproto *g, struct gw_inst *in, const json_t 
   json_t *ev = json_pack("{s:s,s:I,s:s,s:I,s:I,s:I,s:b}", "event", "checkpoint", "step",
                          (json_int_t)step, "path", key, "bytes", (json_int_t)bytes, "write_ms",
                          (json_int_t)write_ms, "upload_ms", (json_int_t)upload_ms, "durable", 1);
-  gw_sched_emit(g->sched, j, ev);
+  int saved = gw_sched_emit(g->sched, j, ev);
   json_decref(ev);
+  if (saved == 0) {
+    /* saved with the job: the worker may now delete its older checkpoints
+     * (never this one nor newer), as [store] keep says */
+    char id[16];
+    json_t *ack = json_pack("{s:s,s:s,s:I,s:I}", "type", "checkpoint_recorded", "job",
+                            gw_job_id_str(j->id, id, sizeof id), "attempt", (json_int_t)j->attempt,
+                            "step", (json_int_t)j->ckpt_step);
+    if (ack)
+      send_raw(g, in->rid, in->rid_len, ack);
+    json_decref(ack);
+  }
   if (write_ms >= 0 && upload_ms >= 0) {
     gw_autockpt_write(&j->autockpt, (double)(write_ms + upload_ms) / 1e3);
     gw_sched_autockpt(g->sched, j, true);

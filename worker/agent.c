@@ -250,6 +250,8 @@ static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
     json_t *n = json_object_get(m, "steps");
     if (j && json_is_integer(n) && json_integer_value(n) >= 0 && json_integer_value(n) <= 100000000)
       wk_job_set_checkpoint_every(*j, json_integer_value(n));
+  } else if (!strcmp(type, "checkpoint_recorded")) {
+    if (j) wk_job_checkpoint_recorded(*j, sl_json_get_int(m, "attempt", -1), sl_json_get_int(m, "step", -1));
   } else if (!strcmp(type, "shutdown")) {
     sl_info(TOPIC, "shutdown requested");
     stop_all(a);

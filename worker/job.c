@@ -55,6 +55,7 @@ struct wk_job {
   struct wk_relay *relay;
   struct wk_filesync *files;
   int64_t keep;         /* checkpoints kept in the store (assign "keep"; 0: all) */
+  int64_t recorded_step; /* the gateway's saved resume point (checkpoint_recorded); -1: none yet */
   char dir[PATH_MAX - 64], ckpt_dir[PATH_MAX];
   struct wk_device device;
   bool device_sent;   /* the device event of this attempt went out */
@@ -344,6 +345,7 @@ int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_j
   snprintf(j->id, sizeof j->id, "%s", id);
   j->attempt = sl_json_get_int(assign, "attempt", 1);
   j->keep = sl_json_get_int(assign, "keep", 0);
+  j->recorded_step = -1;
   if (j->keep < 0) j->keep = 0;
   j->kind = kind;
   j->durable_step = -1;
@@ -457,23 +459,33 @@ static int cmp_keys(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Deletes the job's stored checkpoints but the newest `keep` (their keys
- * sort by step), after a newer one was stored and reported. A failure only
- * leaves an old object behind. */
-static void prune_checkpoints(struct wk_job *j) {
-  if (j->keep <= 0) return;
-  char prefix[64];
+/* Deletes the job's stored checkpoints older than `recorded` (the newest
+ * one the gateway has saved as its resume point, checkpoint_recorded) that
+ * are not among the newest `keep` (keys sort by step). The gateway's resume
+ * point and anything newer are never deleted: a report still in flight when
+ * a gateway dies leaves it resuming from an older one, which must be there.
+ * A failure only leaves an old object behind. */
+static void prune_checkpoints(struct wk_job *j, int64_t recorded) {
+  if (j->keep <= 0 || j->gang.rank != 0 || recorded < 0) return;
+  char prefix[64], bound[64];
   snprintf(prefix, sizeof prefix, "%s/ckpt-", j->id);
+  snprintf(bound, sizeof bound, "%s/ckpt-%08lld.tc", j->id, (long long)recorded);
   char **keys = NULL;
   size_t n = 0;
   if (wk_store_list(j->env->store, prefix, &keys, &n) < 0) return;
   qsort(keys, n, sizeof *keys, cmp_keys);
-  for (size_t i = 0; i + (size_t)j->keep < n; i++) {
+  for (size_t i = 0; i + (size_t)j->keep < n && strcmp(keys[i], bound) < 0; i++) {
     int r = wk_store_remove(j->env->store, keys[i]);
     if (r < 0 && r != -ENOENT)
       sl_warn("worker.store", "%s: cannot delete the old checkpoint %s: %s", j->id, keys[i], sl_strerror(r));
   }
   wk_store_keys_free(keys);
+}
+
+void wk_job_checkpoint_recorded(struct wk_job *j, int64_t attempt, int64_t step) {
+  if (attempt != j->attempt || step < 0 || step > 99999999 || step <= j->recorded_step) return;
+  j->recorded_step = step;
+  prune_checkpoints(j, step);
 }
 
 /* The notice's checkpoint is stored: SIGTERM makes spotlab-train write
@@ -553,7 +565,9 @@ static void upload_checkpoint(struct wk_job *j, const json_t *ev) {
   json_object_set_new(m, "upload_ms", json_integer(upload_ms));
   send_metric(j, wk_relay_pending(j->relay, 0, true));
   send(j, m, true);
-  if (j->gang.rank == 0) prune_checkpoints(j);
+  /* the last one a job stores may end it before the gateway's answer comes:
+   * prune against the resume point it saved before */
+  prune_checkpoints(j, j->recorded_step);
   if (j->orphan_left) clear_orphan(j);
   notice_checkpoint_stored(j, step);
 }

@@ -60,6 +60,9 @@ void wk_job_checkpoint_now(struct wk_job *j);
 /* Sets a train job's periodic checkpoint interval (a control line to
  * spotlab-train); steps >= 0. Other kinds ignore it. */
 void wk_job_set_checkpoint_every(struct wk_job *j, int64_t steps);
+/* The gateway saved step as the job's resume point (checkpoint_recorded):
+ * older stored checkpoints past the assign's `keep` are deleted. */
+void wk_job_checkpoint_recorded(struct wk_job *j, int64_t attempt, int64_t step);
 /* Sends again the kept step metrics after step (the newest one the gateway
  * recorded, -1 for none); returns how many. */
 size_t wk_job_resend_metrics(struct wk_job *j, int64_t step);

@@ -323,6 +323,11 @@ static void test_checkpoint(void) {
   CHECK(json_is_true(json_object_get(e, "durable")));
   CHECK_STR(fx_job(f, id)->ckpt_key, "jobs/J1/ck-25");
   CHECK_INT(fx_job(f, id)->ckpt_step, 25);
+  /* saved: the worker hears its resume point (it may delete older ones) */
+  const json_t *ack = fx_to_worker_last(f, "f-1", "checkpoint_recorded");
+  CHECK(ack != NULL);
+  CHECK_INT(sl_json_get_int(ack, "step", -1), 25);
+  CHECK_INT(sl_json_get_int(ack, "attempt", -1), fx_job(f, id)->attempt);
   /* in the store: the job's row, and the session's model */
   struct gw_job row;
   CHECK_INT(gw_store_job_get(f->store, id, &row), 0);
@@ -338,6 +343,7 @@ static void test_checkpoint(void) {
   /* an older checkpoint is recorded but does not move the job back */
   fx_checkpoint(f, "f-1", id, 10, "jobs/J1/ck-10");
   CHECK_INT(fx_job(f, id)->ckpt_step, 25);
+  CHECK_INT(sl_json_get_int(fx_to_worker_last(f, "f-1", "checkpoint_recorded"), "step", -1), 25);
   CHECK_STR(fx_job(f, id)->ckpt_key, "jobs/J1/ck-25");
   /* a key that climbs out, an empty one, a negative step: ignored */
   size_t n = fx_job_events(f, id, "checkpoint");
