@@ -314,6 +314,27 @@ def _proc_group_alive(pgid):
     return False
 
 
+MARK = "SPOTLAB_STANDIN_INSTANCE"
+
+
+def _marked_pids(instance_id):
+    """Live processes started on the instance, in any process group: each
+    inherits the mark set in its user data's environment (a program that
+    moves its children to groups of their own must not outlive the machine)."""
+    mark = ("%s=%s" % (MARK, instance_id)).encode()
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/environ" % d, "rb") as f:
+                if mark in f.read().split(b"\0"):
+                    pids.append(int(d))
+        except OSError:
+            pass
+    return pids
+
+
 def _killpg(pgid, sig):
     try:
         os.killpg(pgid, sig)
@@ -635,7 +656,7 @@ class Ec2Standin:
         for inst in insts:
             with self.lock:
                 if self._alive(inst):
-                    _killpg(inst.pgid, signal.SIGKILL)
+                    self._signal(inst, signal.SIGKILL)
             if inst.proc:
                 try:
                     inst.proc.wait(timeout=5)
@@ -694,7 +715,7 @@ class Ec2Standin:
                 if inst.kill_due is not None and now >= inst.kill_due:
                     inst.kill_due = None
                     if self._alive(inst):
-                        _killpg(inst.pgid, signal.SIGKILL)
+                        self._signal(inst, signal.SIGKILL)
                 elif inst.kill_due is not None:
                     dues.append(inst.kill_due)
                 if not self._alive(inst):
@@ -715,7 +736,17 @@ class Ec2Standin:
             return True
         if inst.exit_code is None:
             inst.exit_code = inst.proc.returncode
-        return _proc_group_alive(inst.pgid)
+        return _proc_group_alive(inst.pgid) or bool(_marked_pids(inst.id))
+
+    def _signal(self, inst, sig):
+        """sig to everything running on the instance: its user data's group
+        and every process that carries the instance's mark."""
+        _killpg(inst.pgid, sig)
+        for pid in _marked_pids(inst.id):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _boot(self, inst):
         inst.state = "running"
@@ -725,6 +756,7 @@ class Ec2Standin:
         path = os.path.join(inst.dir, "user-data")
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         env["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = inst.imds_url
+        env[MARK] = inst.id
         env["PATH"] = os.path.join(inst.dir, "bin") + os.pathsep + env.get("PATH", "/usr/bin:/bin")
         log = open(os.path.join(inst.dir, "console.log"), "ab")
         try:
@@ -753,7 +785,7 @@ class Ec2Standin:
         inst.boot_due = None
         inst.notice_due = None
         if self._alive(inst):
-            _killpg(inst.pgid, signal.SIGKILL if hard else signal.SIGTERM)
+            self._signal(inst, signal.SIGKILL if hard else signal.SIGTERM)
             inst.kill_due = None if hard else time.monotonic() + self.real_s(self.grace_seconds)
         self.cond.notify_all()
 
