@@ -20,6 +20,7 @@ gateway's id. A new gateway on the same state folder then:
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -79,6 +80,25 @@ def wait_run_call(env, timeout):
     raise TimeoutError("no RunInstances call within %ds" % timeout)
 
 
+def check_aws(env):
+    """spotlab-gateway --check aws with the gateway's configuration: every EC2
+    call allowed, then RunInstances denied and named as a missing permission."""
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    run_env.update({k: v for k, v in env.gw.env.items() if v is not None})
+    cmd = [GATEWAY, "--config", env.gw.ini, "--check", "aws"]
+    p = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=120)
+    log("--check aws:\n" + p.stdout)
+    check(p.returncode == 0 and "missing" not in p.stdout and "RunInstances" in p.stdout,
+          "--check aws passes with every permission (exit %d)" % p.returncode, p.stdout + p.stderr)
+    check(SECRET_ACCESS_KEY not in p.stdout + p.stderr, "--check aws prints no secret")
+    env.ec2.post("deny", {"action": "RunInstances"})
+    p = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=120)
+    env.ec2.post("deny", {"action": "RunInstances", "deny": False})
+    env.ec2.post("reset_calls", {})  # the dry runs are not the launch the test waits for
+    check(p.returncode != 0 and "missing IAM permission ec2:RunInstances" in p.stdout,
+          "--check aws names the missing permission (exit %d)" % p.returncode, p.stdout + p.stderr)
+
+
 def main():
     root = tempfile.mkdtemp(prefix="spotlab-aws-restart-")
     text = os.path.join(root, "text.txt")
@@ -88,6 +108,7 @@ def main():
         env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN}, time_scale=TIME_SCALE,
                      boot_seconds=SLOW_BOOT_S, heartbeat_timeout_s=4,
                      extra_ini="[idle]\nworker_timeout = 4s\n")
+        check_aws(env)
         env.gw.start()
         mon = Monitor(env.gw.listen, TOKEN)
         r = mon.req("session.set", defs=[
