@@ -59,7 +59,6 @@ static bool known(const struct gw_aws *a, const struct aws_instance *got) {
 static void compare(struct gw_aws *a, const struct aws_instance *list, size_t n,
                     char (*vanished)[AWS_ID_MAX], size_t *n_vanished,
                     char (*strays)[AWS_ID_MAX], size_t *n_strays) {
-  int64_t now = sl_time_real_us();
   for (size_t i = 0; i < a->n; i++) {
     struct gw_aws_inst *in = a->inst[i];
     if (in->state == GW_AWS_ENDED)
@@ -84,8 +83,9 @@ static void compare(struct gw_aws *a, const struct aws_instance *list, size_t n,
                 got->state_reason[0] ? ": " : "", got->state_reason);
         gw_aws_end(a, in, in->spot && spot_reason(got->state_reason));
       }
-    } else if ((in->seen || now - in->launched_us > VANISH_GRACE_US) &&
-               *n_vanished < GW_AWS_MAX_INSTANCES) {
+    } else if (in->ec2_id[0] && *n_vanished < GW_AWS_MAX_INSTANCES) {
+      /* not listed: gone, or (never seen yet) not listed so soon after its
+       * launch, or ended before any poll saw it; asked for by id below */
       snprintf(vanished[(*n_vanished)++], AWS_ID_MAX, "%s", in->ec2_id);
     }
   }
@@ -114,6 +114,11 @@ static void end_vanished(struct gw_aws *a, char (*ids)[AWS_ID_MAX], size_t n) {
       const struct aws_instance *got = match(in, list, nl);
       if (got && !gone_state(got->state))
         continue; /* listed by id after all */
+      /* one no poll has seen yet may be unknown by id for a while after its
+       * launch (EC2 is eventually consistent): ended only when EC2 says so,
+       * or when it stays unknown past the grace */
+      if (!in->seen && !got && sl_time_real_us() - in->launched_us <= VANISH_GRACE_US)
+        continue;
       sl_info(T, "instance %s (EC2 %s) is gone%s%s", in->id, in->ec2_id, got ? ": " : "",
               got ? got->state_reason : "");
       gw_aws_end(a, in, in->spot && got && spot_reason(got->state_reason));

@@ -537,6 +537,22 @@ static void test_ends(struct gw_provider *p, struct recorder *rec, const char *f
   double usd = 0;
   CHECK_INT(p->ops->billed_usd(p, first, sl_time_real_us(), &usd), 0); /* kept after its end */
   CHECK(usd > 0);
+
+  /* taken back while still booting, before any poll listed it: ended at the
+   * next poll, not after the grace for a listing that lags */
+  post("boot_seconds", "{\"seconds\":60000}");
+  char pending[GW_INSTANCE_ID_MAX];
+  CHECK_INT(launch(p, "g5.xlarge", true, pending), 0);
+  CHECK(wait_event(loop, rec, GW_PROVIDER_LAUNCHED, pending, 15000) >= 0);
+  snprintf(body, sizeof body, "{\"instance\":\"%s\",\"notice\":false}", pending);
+  post("interrupt", body);
+  int64_t t0 = sl_time_mono_us();
+  i = wait_event(loop, rec, GW_PROVIDER_TERMINATED, pending, 15000);
+  CHECK(i >= 0);
+  if (i >= 0)
+    CHECK(rec->ev[i].by_market);
+  CHECK(sl_time_mono_us() - t0 < 5 * SL_US_PER_S);
+  post("boot_seconds", "{\"seconds\":6}");
 }
 
 /* Starts an instance tagged for this gateway that no record knows. */
