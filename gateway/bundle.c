@@ -132,44 +132,58 @@ static int sha256_file(const char *path, char out[65]) {
 
 int gw_bundle_build(const char *dir, char *path, size_t path_size, char sha256[65], char *err,
                     size_t err_size) {
-  char stage[PATH_MAX], bin[PATH_MAX + 8], lib[PATH_MAX + 8];
-  snprintf(stage, sizeof stage, "%s/stage", dir);
+  char stage[PATH_MAX], bin[PATH_MAX + 8], lib[PATH_MAX + 8], tmp[PATH_MAX];
+  /* a folder and an archive name of this build's own: a gateway killed
+   * mid-build leaves its tar running, which must not touch this one */
+  snprintf(stage, sizeof stage, "%s/stage.XXXXXX", dir);
+  if (!mkdtemp(stage)) {
+    snprintf(err, err_size, "%s: %s", dir, strerror(errno));
+    return -errno;
+  }
   char *rm[] = {"rm", "-rf", "--", stage, NULL};
-  run(rm, -1);
   snprintf(bin, sizeof bin, "%s/bin", stage);
   snprintf(lib, sizeof lib, "%s/lib", stage);
   int r;
   if ((r = sl_mkdir_p(bin, 0700)) < 0 || (r = sl_mkdir_p(lib, 0700)) < 0) {
     snprintf(err, err_size, "%s: %s", stage, sl_strerror(r));
-    return r;
+    goto fail;
   }
   static const char *const programs[] = {"spotlab-worker", "spotlab-train"};
   for (size_t i = 0; i < 2; i++) {
     char prog[PATH_MAX];
     if ((r = sl_find_program(programs[i], prog, sizeof prog)) < 0) {
       snprintf(err, err_size, "cannot find %s to bundle", programs[i]);
-      return r;
+      goto fail;
     }
     char *cp[] = {"cp", "-L", "--", prog, bin, NULL};
     if (run(cp, -1) != 0) {
       snprintf(err, err_size, "cannot copy %s", prog);
-      return -EIO;
+      r = -EIO;
+      goto fail;
     }
     if ((r = copy_libs(prog, lib, err, err_size)) < 0)
-      return r;
+      goto fail;
   }
-  if ((size_t)snprintf(path, path_size, "%s/spotlab-worker.tar.gz", dir) >= path_size)
+  if ((size_t)snprintf(path, path_size, "%s/spotlab-worker.tar.gz", dir) >= path_size ||
+      (size_t)snprintf(tmp, sizeof tmp, "%s.tar.gz", stage) >= sizeof tmp) {
+    run(rm, -1);
     return SL_ELIMIT;
+  }
   /* fixed owner, group and times: the same programs give the same archive */
   char *tar[] = {"tar", "--owner=0", "--group=0", "--numeric-owner", "--mtime=@0", "--sort=name",
-                 "-czf", path, "-C", stage, "bin", "lib", NULL};
-  if ((r = run(tar, -1)) != 0) {
+                 "-czf", tmp, "-C", stage, "bin", "lib", NULL};
+  r = run(tar, -1);
+  run(rm, -1);
+  if (r != 0 || rename(tmp, path) < 0) {
     snprintf(err, err_size, "tar failed (%d)", r);
+    unlink(tmp);
     return r < 0 ? r : -EIO;
   }
-  run(rm, -1);
   if ((r = sha256_file(path, sha256)) < 0)
     snprintf(err, err_size, "%s: %s", path, sl_strerror(r));
+  return r;
+fail:
+  run(rm, -1);
   return r;
 }
 

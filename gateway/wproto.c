@@ -418,6 +418,15 @@ static void on_checkpoint(struct gw_wproto *g, struct gw_inst *in, const json_t 
     return;
   int64_t bytes = sl_json_get_int(body, "bytes", 0), write_ms = sl_json_get_int(body, "write_ms", 0);
   int64_t upload_ms = sl_json_get_int(body, "upload_ms", 0);
+  if (!in->registered && step > j->step) {
+    /* a worker that has not registered with this gateway yet: the step
+     * metrics before this checkpoint were dropped (they come again after
+     * registered), so resuming from it could skip steps nobody recorded;
+     * the job keeps the checkpoint it knows */
+    sl_info(T, "%s: checkpoint of step %lld before register, past the recorded step %lld; not used",
+            in->row.id, (long long)step, (long long)j->step);
+    return;
+  }
   gw_store_checkpoint_add(g->store, j->id, j->attempt, step, key, bytes, write_ms, upload_ms,
                           sl_time_real_us());
   if (step > j->ckpt_step)

@@ -123,6 +123,29 @@ static void test_reregister(void) {
   fx_free(f);
 }
 
+/* A worker that has not registered with this (restarted) gateway: its step
+ * metrics wait for register, so a checkpoint past the recorded steps is not
+ * used (resuming there would skip steps nobody recorded); one at or before
+ * them is. */
+static void test_checkpoint_before_register(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
+  CHECK(fx_run_job(f, id, NULL));
+  fx_metric(f, "f-1", id, 40, 1.0);
+  CHECK_INT(fx_job(f, id)->step, 40);
+  fx_inst(f, "f-1")->registered = false; /* as after a gateway restart */
+  fx_metric(f, "f-1", id, 80, 1.0);      /* dropped: sent again after registered */
+  fx_checkpoint(f, "f-1", id, 80, "J1/ckpt-80");
+  CHECK_STR(fx_job(f, id)->ckpt_key, "");
+  CHECK_INT(fx_job_events(f, id, "checkpoint"), 0);
+  fx_checkpoint(f, "f-1", id, 40, "J1/ckpt-40");
+  CHECK_STR(fx_job(f, id)->ckpt_key, "J1/ckpt-40");
+  fx_free(f);
+}
+
 /* ---- register ---- */
 
 static void test_register_ended(void) {
@@ -540,6 +563,7 @@ int main(void) {
   sl_log_init("test-gw-wproto");
   test_other_instance();
   test_reregister();
+  test_checkpoint_before_register();
   test_register_ended();
   test_register_jobs();
   test_register_gpus();
