@@ -40,17 +40,6 @@
 #define LIST_BODY_MAX (8u << 20)  /* one page of 1000 keys of 1 KiB, with room */
 #define HASH_CHUNK (1u << 20)
 
-static int say(char *err, size_t size, int r, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int say(char *err, size_t size, int r, const char *fmt, ...) {
-  if (err && size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-  }
-  return r;
-}
 
 
 
@@ -208,7 +197,7 @@ static int sign(struct sl_s3_client *c, const struct sl_s3_presign_req *reqs, si
   int r = c->signer.presign(c->signer.ctx, reqs, n, ret_urls, why, sizeof why);
   pthread_mutex_unlock(&c->sign_lock);
   if (r < 0)
-    return say(err, err_size, r, "cannot get a signed S3 %s request for %s: %s",
+    return sl_s3_say(err, err_size, r, "cannot get a signed S3 %s request for %s: %s",
                sl_s3_op_name(reqs[0].op), reqs[0].key ? reqs[0].key : "",
                *why ? why : sl_strerror(r));
   return 0;
@@ -235,7 +224,7 @@ static void req_init(const struct sl_s3_client *c, struct sl_http_req *r, const 
 
 /* The sentence and code for a request that got no answer. */
 static int transport_error(int r, const char *what, const char *key, char *err, size_t err_size) {
-  return say(err, err_size, r, "S3 %s of %s failed: %s", what, key, sl_strerror(r));
+  return sl_s3_say(err, err_size, r, "S3 %s of %s failed: %s", what, key, sl_strerror(r));
 }
 
 /* The sentence and code for an answer that is not the one hoped for. */
@@ -250,7 +239,7 @@ static int answer_error(const struct sl_http_resp *resp, const char *what, const
   else if (!strcmp(code, "BadDigest") || !strcmp(code, "InvalidDigest")) r = SL_ECHECKSUM;
   else if (resp->status == 429 || resp->status >= 500) r = -EAGAIN;
   else r = -EIO;
-  return say(err, err_size, r, "S3 %s of %s: HTTP %ld%s%s%s%s (%d %s)", what, key, resp->status,
+  return sl_s3_say(err, err_size, r, "S3 %s of %s: HTTP %ld%s%s%s%s (%d %s)", what, key, resp->status,
              *code ? " " : "", code, *msg ? ": " : "", msg, resp->tries,
              resp->tries == 1 ? "try" : "tries");
 }
@@ -282,7 +271,7 @@ int sl_s3_head(struct sl_s3_client *c, const char *key, struct sl_s3_object *ret
   free(url);
   if (r < 0) return transport_error(r, "head", key, err, err_size);
   if (resp.status == 404) {
-    r = say(err, err_size, -ENOENT, "S3 has no object %s", key);
+    r = sl_s3_say(err, err_size, -ENOENT, "S3 has no object %s", key);
   } else if (resp.status != 200) {
     r = answer_error(&resp, "head", key, err, err_size);
   } else {
@@ -292,12 +281,12 @@ int sl_s3_head(struct sl_s3_client *c, const char *key, struct sl_s3_object *ret
     errno = 0;
     unsigned long long v = len ? strtoull(len, &end, 10) : 0;
     if (!len || errno || end == len || *end || len[0] == '-')
-      r = say(err, err_size, SL_EPARSE, "S3 head of %s: no size in the answer", key);
+      r = sl_s3_say(err, err_size, SL_EPARSE, "S3 head of %s: no size in the answer", key);
     o.bytes = v;
     snprintf(o.etag, sizeof o.etag, "%s", resp.header_values[1] ? resp.header_values[1] : "");
     if (sha && sl_s3_hex64(sha)) memcpy(o.sha256, sha, 65);
     else if (sha && *sha)
-      r = say(err, err_size, SL_EPARSE, "S3 object %s has a malformed x-amz-meta-sha256", key);
+      r = sl_s3_say(err, err_size, SL_EPARSE, "S3 object %s has a malformed x-amz-meta-sha256", key);
     if (r == 0) *ret = o;
   }
   sl_http_resp_done(&resp);
@@ -346,14 +335,14 @@ static int list_page(const char *body, size_t len, const char *prefix, struct sl
     goto done;
   }
   if (!root || strcmp((const char *)root->name, "ListBucketResult")) {
-    r = say(err, err_size, SL_EPARSE, "S3 list of %s: the answer is not a ListBucketResult", prefix);
+    r = sl_s3_say(err, err_size, SL_EPARSE, "S3 list of %s: the answer is not a ListBucketResult", prefix);
     goto done;
   }
   size_t pl = strlen(prefix), cut = 0;
   int kl = xml_text(root, "Prefix", key, KEY_MAX + 1);
   if (kl < 0) kl = 0; /* no Prefix: the bucket's root */
   if ((size_t)kl < pl || memcmp(key + kl - pl, prefix, pl)) {
-    r = say(err, err_size, SL_EPARSE, "S3 list of %s: the answer is for another prefix", prefix);
+    r = sl_s3_say(err, err_size, SL_EPARSE, "S3 list of %s: the answer is for another prefix", prefix);
     goto done;
   }
   cut = (size_t)kl - pl;
@@ -363,17 +352,17 @@ static int list_page(const char *body, size_t len, const char *prefix, struct sl
   for (xmlNode *n = root->children; n && r >= 0; n = n->next) {
     if (n->type != XML_ELEMENT_NODE || strcmp((const char *)n->name, "Contents")) continue;
     if (xml_text(n, "Key", key, KEY_MAX + 1) < 0) {
-      r = say(err, err_size, SL_EPARSE, "S3 list of %s: an entry without a usable Key", prefix);
+      r = sl_s3_say(err, err_size, SL_EPARSE, "S3 list of %s: an entry without a usable Key", prefix);
     } else if (strlen(key) > cut && !memcmp(key, store_prefix, cut)) {
       if ((r = sl_strv_add(l, key + cut, SL_S3_LIST_MAX)) == SL_ELIMIT)
-        say(err, err_size, r, "S3 list of %s: more than %d keys", prefix, SL_S3_LIST_MAX);
+        sl_s3_say(err, err_size, r, "S3 list of %s: more than %d keys", prefix, SL_S3_LIST_MAX);
     }
   }
   if (r < 0) goto done;
   next[0] = 0;
   if (xml_text(root, "IsTruncated", truncated, sizeof truncated) >= 0 && !strcmp(truncated, "true") &&
       xml_text(root, "NextContinuationToken", next, next_size) <= 0)
-    r = say(err, err_size, SL_EPARSE, "S3 list of %s: a truncated page without a usable token",
+    r = sl_s3_say(err, err_size, SL_EPARSE, "S3 list of %s: a truncated page without a usable token",
             prefix);
 done:
   free(key);
@@ -411,7 +400,7 @@ int sl_s3_list(struct sl_s3_client *c, const char *prefix, char ***ret_keys, siz
     if (r < 0) goto fail;
     if (!*next) break;
     if (!strcmp(next, token)) {
-      r = say(err, err_size, SL_EPARSE, "S3 list of %s: the service repeated a page", prefix);
+      r = sl_s3_say(err, err_size, SL_EPARSE, "S3 list of %s: the service repeated a page", prefix);
       goto fail;
     }
     memcpy(token, next, 4096);
@@ -461,7 +450,7 @@ static int put_body(struct sl_s3_client *c, const char *url, int fd, int body_fd
                     size_t etag_size, char *err, size_t err_size) {
   char md5_hex[33], md5_b64[25];
   int r = md5_range(fd, off, len, md5_hex, md5_b64);
-  if (r < 0) return say(err, err_size, r, "S3 %s of %s: cannot read the file: %s", what, key, sl_strerror(r));
+  if (r < 0) return sl_s3_say(err, err_size, r, "S3 %s of %s: cannot read the file: %s", what, key, sl_strerror(r));
   char h_md5[64], h_sha[96];
   snprintf(h_md5, sizeof h_md5, "Content-MD5: %s", md5_b64);
   struct sl_http_fd_range body = {body_fd, off, len};
@@ -479,7 +468,7 @@ static int put_body(struct sl_s3_client *c, const char *url, int fd, int body_fd
   if (resp.status != 200) {
     r = answer_error(&resp, what, key, err, err_size);
   } else if (!etag_is(resp.header_values[0], md5_hex)) {
-    r = say(err, err_size, SL_ECHECKSUM, "S3 %s of %s: the service's ETag is not the MD5 it was sent",
+    r = sl_s3_say(err, err_size, SL_ECHECKSUM, "S3 %s of %s: the service's ETag is not the MD5 it was sent",
             what, key);
   } else if (ret_etag) {
     snprintf(ret_etag, etag_size, "%s", resp.header_values[0]);
@@ -605,7 +594,7 @@ static int mpu_complete(struct mpu *m, const char *sha256, char *err, size_t err
   if (r >= 0) r = sl_s3_cat(xml, cap, &n, "</CompleteMultipartUpload>");
   if (r < 0) {
     free(xml);
-    return say(err, err_size, r, "S3 completion of %s: too many parts", m->key);
+    return sl_s3_say(err, err_size, r, "S3 completion of %s: too many parts", m->key);
   }
   struct sl_s3_presign_req pr = {.op = SL_S3_MPU_COMPLETE, .key = m->key, .upload_id = m->upload_id};
   char *body = NULL;
@@ -627,7 +616,7 @@ static int mpu_complete(struct mpu *m, const char *sha256, char *err, size_t err
   if (!root || strcmp((const char *)root->name, "CompleteMultipartUploadResult")) {
     char code[64], msg[200];
     xml_error(body, len, code, msg);
-    r = say(err, err_size, *code && strcmp(code, "InternalError") && strcmp(code, "SlowDown") ? -EIO : -EAGAIN,
+    r = sl_s3_say(err, err_size, *code && strcmp(code, "InternalError") && strcmp(code, "SlowDown") ? -EIO : -EAGAIN,
             "S3 completion of %s failed: %s%s%s", m->key, *code ? code : "an answer that is not XML",
             *msg ? ": " : "", msg);
   }
@@ -654,7 +643,7 @@ static int put_multipart(struct sl_s3_client *c, const char *key, int fd, int bo
   char id[1024];
   if (!root || strcmp((const char *)root->name, "InitiateMultipartUploadResult") ||
       xml_text(root, "UploadId", id, sizeof id) <= 0)
-    r = say(err, err_size, SL_EPARSE, "S3 start of an upload of %s: no UploadId in the answer", key);
+    r = sl_s3_say(err, err_size, SL_EPARSE, "S3 start of an upload of %s: no UploadId in the answer", key);
   xmlFreeDoc(d);
   free(body);
   if (r < 0) return r;
@@ -681,7 +670,7 @@ static int put_multipart(struct sl_s3_client *c, const char *key, int fd, int bo
     }
   for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
   r = m.failed;
-  if (r < 0) say(err, err_size, r, "%s", m.err);
+  if (r < 0) sl_s3_say(err, err_size, r, "%s", m.err);
   else r = mpu_complete(&m, sha256, err, err_size);
   if (r < 0) {
     char why[256];
@@ -700,24 +689,24 @@ static int put_multipart(struct sl_s3_client *c, const char *key, int fd, int bo
 int sl_s3_put_file(struct sl_s3_client *c, const char *key, const char *src, uint64_t *ret_bytes,
                    char *err, size_t err_size) {
   int fd = open(src, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return say(err, err_size, -errno, "cannot open %s to upload it: %s", src, strerror(errno));
+  if (fd < 0) return sl_s3_say(err, err_size, -errno, "cannot open %s to upload it: %s", src, strerror(errno));
   struct stat st;
   int r = fstat(fd, &st) < 0 ? -errno : 0;
   if (r == 0 && !S_ISREG(st.st_mode)) r = -EINVAL;
   if (r < 0) {
     close(fd);
-    return say(err, err_size, r, "cannot upload %s: not a readable file", src);
+    return sl_s3_say(err, err_size, r, "cannot upload %s: not a readable file", src);
   }
   uint64_t size = (uint64_t)st.st_size;
   char sha[65];
   if ((r = sha256_range(fd, 0, size, sha)) < 0) {
     close(fd);
-    return say(err, err_size, r, "cannot read %s to upload it: %s", src, sl_strerror(r));
+    return sl_s3_say(err, err_size, r, "cannot read %s to upload it: %s", src, sl_strerror(r));
   }
   int body_fd = fd;
   if ((r = body_source(c, fd, &body_fd)) < 0) {
     close(fd);
-    return say(err, err_size, r, "cannot upload %s: %s", src, sl_strerror(r));
+    return sl_s3_say(err, err_size, r, "cannot upload %s: %s", src, sl_strerror(r));
   }
   if (size <= c->o.part_bytes) {
     char *url = NULL;
@@ -770,12 +759,12 @@ static int get_range(struct sl_s3_client *c, const char *url, const char *key, c
   req.sink_fd = &sink;
   struct sl_http_resp resp = {0};
   int r = sl_http_do(&req, &resp);
-  if (r == SL_ELIMIT) return say(err, err_size, -ESTALE, "S3 object %s grew while it was read", key);
+  if (r == SL_ELIMIT) return sl_s3_say(err, err_size, -ESTALE, "S3 object %s grew while it was read", key);
   if (r < 0) return transport_error(r, "download", key, err, err_size);
   if (resp.status != (whole ? 200 : 206))
     r = answer_error(&resp, "download", key, err, err_size);
   else if (resp.sink_bytes != len)
-    r = say(err, err_size, -ESTALE, "S3 object %s changed size while it was read", key);
+    r = sl_s3_say(err, err_size, -ESTALE, "S3 object %s changed size while it was read", key);
   sl_http_resp_done(&resp);
   return r;
 }
@@ -828,7 +817,7 @@ static int get_ranges(struct sl_s3_client *c, const char *url, const char *key,
   }
   for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
   pthread_mutex_destroy(&g.lock);
-  if (g.failed) return say(err, err_size, g.failed, "%s", g.err);
+  if (g.failed) return sl_s3_say(err, err_size, g.failed, "%s", g.err);
   return 0;
 }
 
@@ -848,24 +837,24 @@ int sl_s3_get_file(struct sl_s3_client *c, const char *key, const char *dst, uin
   size_t dl = strlen(dst);
   const char *slash = strrchr(dst, '/');
   if (!dl || dst[dl - 1] == '/' || dl >= PATH_MAX - 64)
-    return say(err, err_size, -EINVAL, "cannot download %s to %s: not a file name", key, dst);
+    return sl_s3_say(err, err_size, -EINVAL, "cannot download %s to %s: not a file name", key, dst);
   char dir[PATH_MAX], tmp[PATH_MAX];
   if (!slash) snprintf(dir, sizeof dir, ".");
   else snprintf(dir, sizeof dir, "%.*s", slash == dst ? 1 : (int)(slash - dst), dst);
   if ((r = sl_mkdir_p(dir, 0700)) < 0)
-    return say(err, err_size, r, "cannot download %s: cannot create %s: %s", key, dir, sl_strerror(r));
+    return sl_s3_say(err, err_size, r, "cannot download %s: cannot create %s: %s", key, dir, sl_strerror(r));
   if ((size_t)snprintf(tmp, sizeof tmp, "%s/.%s.s3-tmp.%d.%u", dir, slash ? slash + 1 : dst,
                        (int)getpid(), __atomic_fetch_add(&c->tmp_counter, 1, __ATOMIC_RELAXED)) >=
       sizeof tmp)
-    return say(err, err_size, SL_ELIMIT, "cannot download %s to %s: the name is too long", key, dst);
+    return sl_s3_say(err, err_size, SL_ELIMIT, "cannot download %s to %s: the name is too long", key, dst);
   int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return say(err, err_size, -errno, "cannot download %s: cannot create %s: %s", key, tmp,
+  if (fd < 0) return sl_s3_say(err, err_size, -errno, "cannot download %s: cannot create %s: %s", key, tmp,
                          strerror(errno));
   char *url = NULL;
   struct sl_s3_presign_req pr = {.op = SL_S3_GET, .key = key};
   if ((r = sign1(c, &pr, &url, err, err_size)) < 0) goto fail;
   if (o.bytes && ftruncate(fd, (off_t)o.bytes) < 0) {
-    r = say(err, err_size, -errno, "cannot download %s: %s", key, strerror(errno));
+    r = sl_s3_say(err, err_size, -errno, "cannot download %s: %s", key, strerror(errno));
     goto fail;
   }
   if (o.bytes <= c->o.part_bytes)
@@ -876,11 +865,11 @@ int sl_s3_get_file(struct sl_s3_client *c, const char *key, const char *dst, uin
   if (*o.sha256) {
     char got[65];
     if ((r = sha256_range(fd, 0, o.bytes, got)) < 0) {
-      say(err, err_size, r, "cannot read back the download of %s: %s", key, sl_strerror(r));
+      sl_s3_say(err, err_size, r, "cannot read back the download of %s: %s", key, sl_strerror(r));
       goto fail;
     }
     if (strcmp(got, o.sha256)) {
-      r = say(err, err_size, SL_ECHECKSUM,
+      r = sl_s3_say(err, err_size, SL_ECHECKSUM,
               "S3 object %s does not match its x-amz-meta-sha256 (%.12s..., read %.12s...)", key,
               o.sha256, got);
       goto fail;
@@ -888,12 +877,12 @@ int sl_s3_get_file(struct sl_s3_client *c, const char *key, const char *dst, uin
   }
   if (fsync(fd) < 0 || close(fd) < 0) {
     fd = -1;
-    r = say(err, err_size, -errno, "cannot download %s: %s", key, strerror(errno));
+    r = sl_s3_say(err, err_size, -errno, "cannot download %s: %s", key, strerror(errno));
     goto fail;
   }
   fd = -1;
   if (rename(tmp, dst) < 0) {
-    r = say(err, err_size, -errno, "cannot download %s to %s: %s", key, dst, strerror(errno));
+    r = sl_s3_say(err, err_size, -errno, "cannot download %s to %s: %s", key, dst, strerror(errno));
     goto fail;
   }
   free(url);

@@ -630,18 +630,15 @@ static void on_presign(struct gw_wproto *g, struct gw_inst *in, const uint8_t *r
   }
   char *urls[GW_PRESIGN_MAX];
   char err[256] = "";
-  /* a checkpoint to restore from may belong to another job (sample m): readable, exactly */
-  const char *const *prefixes = read_only_ok ? NULL : reach.own_p;
-  size_t n_prefixes = read_only_ok ? 0 : reach.n_own;
-  int r;
-  if (read_only_ok) {
-    const char *exact[GW_PRESIGN_MAX];
-    for (size_t i = 0; i < n; i++)
-      exact[i] = q[i].key;
-    r = gw_objstore_presign_for(g->objstore, q, n, exact, n, urls, err, sizeof err);
-  } else {
-    r = gw_objstore_presign_for(g->objstore, q, n, prefixes, n_prefixes, urls, err, sizeof err);
-  }
+  /* a checkpoint to restore from may belong to another job (sample m): that
+   * key exactly, to read; otherwise the prefixes of the instance's jobs */
+  const char *exact[GW_PRESIGN_MAX];
+  for (size_t i = 0; i < n; i++)
+    exact[i] = q[i].key;
+  int r = read_only_ok
+              ? gw_objstore_presign_for(g->objstore, q, n, exact, n, urls, err, sizeof err)
+              : gw_objstore_presign_for(g->objstore, q, n, reach.own_p, reach.n_own, urls, err,
+                                        sizeof err);
   if (r < 0) {
     sl_warn(T, "%s: presign refused: %s", in->row.id, err);
     presigned_error(g, rid, rid_len, id, r, err);
