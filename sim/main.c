@@ -1,5 +1,5 @@
 /* spotlab-sim: how a job of N steps fares on a spot market replayed from a
- * trace. It starts a private embedded gateway whose local provider replays
+ * trace. With --policy it evaluates a placement policy instead (eval.c). It starts a private embedded gateway whose local provider replays
  * the trace at a high time_scale, submits a %%run job that simulates the
  * training run in simulated time, follows the job's events until it ends
  * and prints the report (report.c). Exit status: 0 when the job succeeded,
@@ -279,6 +279,9 @@ out:
 
 int main(int argc, char **argv) {
   sl_log_init("spotlab-sim");
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--policy")) /* the policy evaluator: no gateway */
+      return sim_eval_main(argc, argv);
   struct args a;
   int r = parse(argc, argv, &a);
   if (r) {

@@ -8,6 +8,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* ---- the policy evaluator (eval.c) ---- */
+
+/* spotlab-sim --policy ...: the exit status. */
+int sim_eval_main(int argc, char **argv);
+
 /* ---- the private gateway (home.c) ---- */
 
 struct sim_home;

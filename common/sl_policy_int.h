@@ -1,0 +1,87 @@
+/* What the policy files share (sl_policy.c, sl_policy_sim.c,
+ * sl_policy_opt.c, sl_policy_learn.c); not for callers. */
+#ifndef SL_POLICY_INT_H
+#define SL_POLICY_INT_H
+
+#include "sl_policy.h"
+
+enum sl_pol_kind { SL_POL_SPOTLAB, SL_POL_UP, SL_POL_GREEDY, SL_POL_ONDEMAND };
+
+/* Run lengths seen in one series of ticks (a zone, or any zone at all),
+ * sorted, with their running sums, to answer "how much longer, given that
+ * it has lasted this long" by the empirical distribution. */
+struct sl_runs {
+  int32_t *len;                  /* sorted ascending */
+  double *sum;                   /* sum[i]: len[0] + ... + len[i-1] */
+  size_t n, cap;
+};
+
+struct sl_series {
+  size_t scanned;                /* ticks read so far */
+  bool up;                       /* in the current run */
+  int64_t age;                   /* ticks of the current run */
+  bool seen_change;              /* the current run's start was seen (not the trace's first) */
+  struct sl_runs ups, downs;     /* completed runs */
+  double up_ticks, ticks;        /* decayed counts of ticks up and ticks seen */
+};
+
+struct sl_learn {
+  struct sl_series zone[SL_POLICY_ZONES_MAX], any;
+  size_t n_zones;
+  int64_t lost_at[SL_POLICY_ZONES_MAX]; /* job tick the zone last took an instance back; -1 */
+  int last_mode;
+};
+
+struct sl_policy {
+  enum sl_pol_kind kind;
+  bool committed;                /* on-demand to the end */
+  bool hold_od;
+  struct sl_learn learn;
+};
+
+/* What every policy reads about a tick. */
+struct sl_facts {
+  int64_t left;                  /* ticks of progress still needed */
+  int64_t remain;                /* ticks left in the window, this one included */
+  int64_t slack;                 /* remain - left - the on-demand overhead not yet paid */
+  size_t now;                    /* absolute tick */
+  bool spot_here;                /* the segment in force is spot with capacity now */
+  bool any_up;
+};
+
+void sl_policy_facts(const struct sl_job_view *j, const struct sl_market_view *m,
+                     struct sl_facts *f);
+int64_t sl_policy_zone_overhead(const struct sl_job_view *j, const struct sl_market_view *m,
+                                size_t z);
+bool sl_policy_spot_safe(const struct sl_job_view *j, const struct sl_market_view *m,
+                         const struct sl_facts *f, size_t z);
+void sl_learn_free(struct sl_learn *l);
+void sl_spotlab_decide(struct sl_policy *p, const struct sl_job_view *j,
+                       const struct sl_market_view *m, const struct sl_facts *f,
+                       struct sl_decision *d);
+
+struct sl_sim_state {
+  int mode;                      /* the segment in force */
+  int64_t warm_left;             /* its overhead ticks still to pay */
+  int64_t done;                  /* progress ticks */
+};
+
+/* The spot price of z in tick (its own when the trace has prices). */
+double sl_policy_zone_price(const struct sl_zone_view *z, size_t tick);
+/* Whether zone has capacity for the job's nodes in tick (absolute). */
+bool sl_policy_zone_up(const struct sl_market_view *m, size_t zone, size_t tick);
+
+void sl_sim_begin(struct sl_sim_state *s);
+void sl_sim_market(struct sl_sim_state *s, const struct sl_market_view *m, int64_t t,
+                   struct sl_sim_result *r);
+bool sl_sim_tick(struct sl_sim_state *s, const struct sl_market_view *m, const struct sl_sim_job *j,
+                 int64_t t, int mode, struct sl_sim_result *r);
+/* Forgets what p learned about an earlier job (its market knowledge is
+ * rebuilt from the view). */
+void sl_policy_reset(struct sl_policy *p);
+/* A fixed sequence of modes[0..n), run as sl_policy_simulate runs a
+ * policy (the tests' brute force). */
+int sl_policy_simulate_modes(const struct sl_market_view *m, const struct sl_sim_job *j,
+                             const int *modes, size_t n, struct sl_sim_result *ret);
+
+#endif

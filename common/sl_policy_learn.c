@@ -1,0 +1,239 @@
+/* spotlab's policy (sl_policy.h): what the market's history teaches, and the
+ * decisions it leads to.
+ *
+ * Learning: for each zone, and for "any zone at all", the lengths of the
+ * runs with capacity and without it, read from every tick the view shows
+ * (the history before the job's start included), and a recency-weighted
+ * share of ticks with capacity. From these: how much longer a run that has
+ * lasted a ticks is expected to last (the empirical distribution of the
+ * completed runs longer than a, with a weak prior), and the progress spot
+ * is expected to give over the rest of the window (each run with capacity
+ * gives its length less one overhead).
+ *
+ * Deciding, with the safety net of every policy kept:
+ *  - spot that runs goes on;
+ *  - where spot has capacity, the zone expected to keep it longest (a zone
+ *    that just took an instance back counts for less while its outage is
+ *    expected to last) is started when its expected run pays its overhead;
+ *    from on-demand, when the expected spot run saves more than the two
+ *    switches cost;
+ *  - without spot: on-demand when the expected spot progress over the rest
+ *    of the window falls short of the work left, else wait. */
+#include "sl_policy.h"
+#include "sl_policy_int.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Priors in hours, each worth PRIOR_RUNS runs: a run with capacity lasts
+ * 2 h, one without 1 h (the catalog's middle bucket; the traces' zones lie
+ * on both sides of it). */
+#define PRIOR_UP_H 2.0
+#define PRIOR_DOWN_H 1.0
+#define PRIOR_RUNS 1.0
+/* The share of ticks with capacity is weighted by recency with this half-life. */
+#define SHARE_HALF_LIFE_H 72.0
+
+static void runs_free(struct sl_runs *r) {
+  free(r->len);
+  free(r->sum);
+  memset(r, 0, sizeof *r);
+}
+
+void sl_learn_free(struct sl_learn *l) {
+  for (size_t z = 0; z < SL_POLICY_ZONES_MAX; z++) {
+    runs_free(&l->zone[z].ups);
+    runs_free(&l->zone[z].downs);
+  }
+  runs_free(&l->any.ups);
+  runs_free(&l->any.downs);
+  memset(l, 0, sizeof *l);
+  for (size_t z = 0; z < SL_POLICY_ZONES_MAX; z++)
+    l->lost_at[z] = -1;
+  l->last_mode = SL_MODE_IDLE;
+}
+
+static void runs_add(struct sl_runs *r, int32_t len) {
+  if (r->n + 1 >= r->cap) {
+    size_t cap = r->cap ? 2 * r->cap : 64;
+    int32_t *l = realloc(r->len, cap * sizeof *l);
+    if (!l)
+      return; /* learning less is safe */
+    r->len = l;
+    double *s = realloc(r->sum, (cap + 1) * sizeof *s);
+    if (!s)
+      return;
+    r->sum = s;
+    r->cap = cap;
+  }
+  size_t i = r->n;
+  while (i > 0 && r->len[i - 1] > len) {
+    r->len[i] = r->len[i - 1];
+    i--;
+  }
+  r->len[i] = len;
+  r->n++;
+  if (i == 0)
+    r->sum[0] = 0;
+  for (size_t k = i; k < r->n; k++)
+    r->sum[k + 1] = r->sum[k] + r->len[k];
+}
+
+/* Expected ticks still to come of a run that has lasted age ticks. */
+static double runs_left(const struct sl_runs *r, int64_t age, double prior_ticks) {
+  size_t lo = 0, hi = r->n;
+  while (lo < hi) { /* first run longer than age */
+    size_t mid = (lo + hi) / 2;
+    if (r->len[mid] > age)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  double k = (double)(r->n - lo);
+  double total = r->n ? r->sum[r->n] - r->sum[lo] - k * (double)age : 0;
+  return (total + PRIOR_RUNS * prior_ticks) / (k + PRIOR_RUNS);
+}
+
+static double runs_mean(const struct sl_runs *r, double prior_ticks) {
+  return ((r->n ? r->sum[r->n] : 0) + PRIOR_RUNS * prior_ticks) / ((double)r->n + PRIOR_RUNS);
+}
+
+static void series_feed(struct sl_series *s, bool up, double decay) {
+  if (s->scanned && up != s->up) {
+    if (s->seen_change) /* the trace's first run is cut: its start is unknown */
+      runs_add(s->up ? &s->ups : &s->downs, (int32_t)(s->age > INT32_MAX ? INT32_MAX : s->age));
+    s->seen_change = true;
+    s->age = 0;
+  }
+  s->up = up;
+  s->age++;
+  s->scanned++;
+  s->up_ticks = s->up_ticks * decay + up;
+  s->ticks = s->ticks * decay + 1;
+}
+
+static void learn(struct sl_learn *l, const struct sl_market_view *m) {
+  double decay = exp2(-m->gap_s / (SHARE_HALF_LIFE_H * 3600.0));
+  l->n_zones = m->n_zones;
+  size_t n = SIZE_MAX;
+  for (size_t z = 0; z < m->n_zones; z++)
+    if (m->zones[z].n < n)
+      n = m->zones[z].n;
+  for (size_t t = l->any.scanned; t < n; t++) {
+    bool any = false;
+    for (size_t z = 0; z < m->n_zones; z++) {
+      bool up = sl_policy_zone_up(m, z, t);
+      series_feed(&l->zone[z], up, decay);
+      any |= up;
+    }
+    series_feed(&l->any, any, decay);
+  }
+}
+
+static double hours(const struct sl_market_view *m, double h) { return h * 3600.0 / m->gap_s; }
+
+/* Expected share of the coming ticks that give progress on spot: each
+ * cycle of a run with capacity and one without gives the first less one
+ * overhead. The recent share of ticks with capacity scales the cycle. */
+static double spot_yield(const struct sl_series *s, const struct sl_market_view *m, int64_t over) {
+  double up = runs_mean(&s->ups, hours(m, PRIOR_UP_H));
+  double down = runs_mean(&s->downs, hours(m, PRIOR_DOWN_H));
+  double prior = hours(m, 12.0);
+  double share = (s->up_ticks + prior * 0.5) / (s->ticks + prior);
+  double useful = up > (double)over ? (up - (double)over) / up : 0;
+  (void)down;
+  return share * useful;
+}
+
+/* The zone with capacity now where a new segment is expected to give the
+ * most progress; -1 when none has capacity. */
+static int best_zone(struct sl_learn *l, const struct sl_job_view *j,
+                     const struct sl_market_view *m, size_t now, double *ret_left) {
+  int best = -1;
+  double best_v = -INFINITY;
+  for (size_t z = 0; z < m->n_zones; z++) {
+    if (!sl_policy_zone_up(m, z, now))
+      continue;
+    struct sl_series *s = &l->zone[z];
+    double left = runs_left(&s->ups, s->age - 1, hours(m, PRIOR_UP_H));
+    /* a zone that took an instance back a moment ago: its capacity may be
+     * a flicker; count it less while a typical outage would still last */
+    if (l->lost_at[z] >= 0 && (double)(j->t - l->lost_at[z]) < runs_mean(&s->downs, hours(m, PRIOR_DOWN_H)))
+      left /= 2;
+    double price = sl_policy_zone_price(&m->zones[z], now);
+    double v = (left - (double)sl_policy_zone_overhead(j, m, z)) * (m->ondemand_price - price);
+    if (v > best_v) {
+      best_v = v;
+      best = (int)z;
+      *ret_left = left;
+    }
+  }
+  return best;
+}
+
+static void say(struct sl_decision *d, int mode, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say(struct sl_decision *d, int mode, const char *fmt, ...) {
+  d->mode = mode;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(d->why, sizeof d->why, fmt, ap);
+  va_end(ap);
+}
+
+void sl_spotlab_decide(struct sl_policy *p, const struct sl_job_view *j,
+                       const struct sl_market_view *m, const struct sl_facts *f,
+                       struct sl_decision *d) {
+  struct sl_learn *l = &p->learn;
+  learn(l, m);
+  if (l->last_mode >= 0 && j->mode == SL_MODE_IDLE)
+    l->lost_at[l->last_mode] = j->t; /* preempted */
+  int mode = SL_MODE_IDLE;
+  double od = m->ondemand_price;
+  if (f->spot_here) {
+    mode = j->mode;
+    say(d, mode, "spot: running");
+    goto out;
+  }
+  double up_left = 0;
+  int z = best_zone(l, j, m, f->now, &up_left);
+  /* the spot progress expected over the rest of the window, after the
+   * outage in force (if any) ends */
+  struct sl_series *any = &l->any;
+  double gap = any->up ? 0 : runs_left(&any->downs, any->age - 1, hours(m, PRIOR_DOWN_H));
+  double future = (double)f->remain - gap;
+  double expect = (future > 0 ? future : 0) * spot_yield(any, m, j->overhead);
+  double shortfall = (double)f->left - expect;
+  if (z >= 0 && sl_policy_spot_safe(j, m, f, (size_t)z)) {
+    double o_z = (double)sl_policy_zone_overhead(j, m, (size_t)z);
+    double progress = fmin(up_left - o_z, (double)f->left);
+    double price = sl_policy_zone_price(&m->zones[z], f->now);
+    if (j->mode == SL_MODE_OD) {
+      double gain = progress * (od - price) - o_z * price -
+                    (progress < (double)f->left && shortfall > 0 ? (double)j->overhead * od : 0);
+      if (gain > 0) {
+        mode = z;
+        say(d, mode, "spot: back from on-demand, %.0f ticks of capacity expected", up_left);
+        goto out;
+      }
+    } else if (progress >= 1) {
+      mode = z;
+      say(d, mode, "spot: %.0f ticks of capacity expected", up_left);
+      goto out;
+    }
+  }
+  if (j->mode == SL_MODE_OD ? f->slack < 0 || shortfall > -(double)j->overhead : f->slack < 1 ||
+                                                                                      shortfall > 0) {
+    mode = SL_MODE_OD;
+    say(d, mode, "on-demand: spot expected to give %.0f of %lld ticks left", expect,
+        (long long)f->left);
+    goto out;
+  }
+  say(d, SL_MODE_IDLE, "wait: spot expected to give %.0f of %lld ticks left", expect,
+      (long long)f->left);
+out:
+  l->last_mode = d->mode;
+}
