@@ -45,6 +45,9 @@ struct gw_instance_type {
   double mean_time_to_preempt_s;/* in the provider's seconds; 0 unknown */
   int placement_score;          /* the cloud's capacity hint, 1 (unlikely) .. 10; 0 unknown */
   int64_t unavailable_until_us; /* wall clock: a recent capacity failure is remembered until then; 0 none */
+  char region[32];              /* the region of this offer; "": the provider's only region */
+  char zone[32];                /* one zone's offer (launch there); "": the provider picks the zone */
+  double move_usd_per_gb;       /* bringing a checkpoint here from the store's region, per GB (0: same region) */
 };
 
 struct gw_launch {
