@@ -56,8 +56,8 @@ struct fake {
 };
 
 static const struct gw_instance_type catalog[] = {
-  {"fake.small", 1, "T4", 1.00, 0.30, ">20%", 3600, 0, 0},
-  {"fake.big", 4, "A100", 8.00, 2.50, "10-15%", 7200, 0, 0},
+  {.name = "fake.small", .gpus = 1, .gpu_model = "T4", .on_demand_usd_per_hour = 1.00, .spot_usd_per_hour = 0.30, .interruption = ">20%", .mean_time_to_preempt_s = 3600},
+  {.name = "fake.big", .gpus = 4, .gpu_model = "A100", .on_demand_usd_per_hour = 8.00, .spot_usd_per_hour = 2.50, .interruption = "10-15%", .mean_time_to_preempt_s = 7200},
 };
 #define N_TYPES (sizeof catalog / sizeof catalog[0])
 

@@ -22,8 +22,8 @@ static char names[GW_PROVIDERS_MAX + 1][8];
 static struct gw_provider_class classes[GW_PROVIDERS_MAX + 1];
 
 static const struct gw_instance_type types[] = {
-  {"t.small", 1, "T4", 1.0, 0.3, ">20%", 3600, 0, 0},
-  {"t.big", 8, "H100", 30.0, 9.0, "<5%", 72000, 0, 0},
+  {.name = "t.small", .gpus = 1, .gpu_model = "T4", .on_demand_usd_per_hour = 1.0, .spot_usd_per_hour = 0.3, .interruption = ">20%", .mean_time_to_preempt_s = 3600},
+  {.name = "t.big", .gpus = 8, .gpu_model = "H100", .on_demand_usd_per_hour = 30.0, .spot_usd_per_hour = 9.0, .interruption = "<5%", .mean_time_to_preempt_s = 72000},
 };
 
 static int market(struct gw_provider *p, const struct gw_instance_type **ret, size_t *ret_n) {
