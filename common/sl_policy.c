@@ -50,7 +50,6 @@ const char *sl_policy_name(const struct sl_policy *p) { return names[p->kind]; }
 void sl_policy_reset(struct sl_policy *p) {
   sl_learn_free(&p->learn);
   p->committed = false;
-  p->hold_od = false;
 }
 
 /* ---- what every policy reads ---- */
@@ -155,12 +154,25 @@ void sl_policy_decide(struct sl_policy *p, const struct sl_job_view *j,
   case SL_POL_ONDEMAND:
     return say(ret, SL_MODE_OD, "on-demand");
   case SL_POL_GREEDY:
-    return greedy(p, j, m, &f, ret);
+    greedy(p, j, m, &f, ret);
+    break;
   case SL_POL_UP:
-    return uniform(p, j, m, &f, ret);
+    uniform(p, j, m, &f, ret);
+    break;
   case SL_POL_SPOTLAB:
-    return sl_spotlab_decide(p, j, m, &f, ret);
+    sl_spotlab_decide(p, j, m, &f, ret);
+    break;
   }
+  /* the net under every policy: wait or start spot only where on-demand
+   * could still finish after it */
+  if (j->window == INT64_MAX || (ret->mode >= 0 && ret->mode == j->mode && f.spot_here))
+    return;
+  bool unsafe = ret->mode == SL_MODE_IDLE ? f.remain - f.left - j->overhead < 1
+                : ret->mode >= 0 ? (size_t)ret->mode >= m->n_zones ||
+                                       !sl_policy_spot_safe(j, m, &f, (size_t)ret->mode)
+                                 : false;
+  if (unsafe)
+    say(ret, SL_MODE_OD, "on-demand: no slack left for anything else");
 }
 
 /* ---- ranking ---- */

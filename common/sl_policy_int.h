@@ -14,6 +14,7 @@ struct sl_runs {
   int32_t *len;                  /* sorted ascending */
   double *sum;                   /* sum[i]: len[0] + ... + len[i-1] */
   size_t n, cap;
+  double sumsq;                  /* of the lengths squared */
 };
 
 struct sl_series {
@@ -35,7 +36,6 @@ struct sl_learn {
 struct sl_policy {
   enum sl_pol_kind kind;
   bool committed;                /* on-demand to the end */
-  bool hold_od;
   struct sl_learn learn;
 };
 

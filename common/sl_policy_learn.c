@@ -14,11 +14,13 @@
  *  - spot that runs goes on;
  *  - where spot has capacity, the zone expected to keep it longest (a zone
  *    that just took an instance back counts for less while its outage is
- *    expected to last) is started when its expected run pays its overhead;
- *    from on-demand, when the expected spot run saves more than the two
- *    switches cost;
- *  - without spot: on-demand when the expected spot progress over the rest
- *    of the window falls short of the work left, else wait. */
+ *    expected to last) is started when its expected run gives progress
+ *    past its overhead; from on-demand, when the expected run saves more
+ *    than its own overhead and the on-demand one of coming back;
+ *  - without spot: wait while the slack is above a reserve kept for trips
+ *    back to spot, else on-demand through the outage.
+ * The outlook (how likely the slack covers the outages to come) is what
+ * the decision's line tells the user. */
 #include "sl_policy.h"
 #include "sl_policy_int.h"
 
@@ -36,6 +38,9 @@
 #define PRIOR_RUNS 1.0
 /* The share of ticks with capacity is weighted by recency with this half-life. */
 #define SHARE_HALF_LIFE_H 72.0
+/* Slack kept, in overheads, for trips back to spot from on-demand (at most
+ * half the slack the job starts with): about four round trips. */
+#define RESERVE_OVERHEADS 8.0
 
 static void runs_free(struct sl_runs *r) {
   free(r->len);
@@ -76,6 +81,7 @@ static void runs_add(struct sl_runs *r, int32_t len) {
   }
   r->len[i] = len;
   r->n++;
+  r->sumsq += (double)len * len;
   if (i == 0)
     r->sum[0] = 0;
   for (size_t k = i; k < r->n; k++)
@@ -135,17 +141,43 @@ static void learn(struct sl_learn *l, const struct sl_market_view *m) {
 
 static double hours(const struct sl_market_view *m, double h) { return h * 3600.0 / m->gap_s; }
 
-/* Expected share of the coming ticks that give progress on spot: each
- * cycle of a run with capacity and one without gives the first less one
- * overhead. The recent share of ticks with capacity scales the cycle. */
-static double spot_yield(const struct sl_series *s, const struct sl_market_view *m, int64_t over) {
-  double up = runs_mean(&s->ups, hours(m, PRIOR_UP_H));
-  double down = runs_mean(&s->downs, hours(m, PRIOR_DOWN_H));
-  double prior = hours(m, 12.0);
-  double share = (s->up_ticks + prior * 0.5) / (s->ticks + prior);
-  double useful = up > (double)over ? (up - (double)over) / up : 0;
-  (void)down;
-  return share * useful;
+/* The variance of the run lengths, the prior counting as runs of an
+ * exponential law with the prior mean (variance mean²). */
+static double runs_var(const struct sl_runs *r, double prior_ticks) {
+  double n = (double)r->n + PRIOR_RUNS;
+  double mean = runs_mean(r, prior_ticks);
+  double ex2 = (r->sumsq + PRIOR_RUNS * 2 * prior_ticks * prior_ticks) / n;
+  return fmax(ex2 - mean * mean, 0);
+}
+
+/* What the series says about the rest of the window. */
+struct outlook {
+  double up, down;               /* mean run lengths, ticks */
+  double share;                  /* of ticks with capacity */
+  double down_now;               /* ticks the outage in force is expected to last, this one included */
+  double p_short;                /* probability the slack does not cover the outages to come */
+};
+
+/* The outages to come in the remaining ticks, as an alternating renewal
+ * process of the runs seen: their total is about normal, with mean
+ * (1 - share)·L and variance L·(U²·σD² + D²·σU²)/(U + D)³ over a span of L
+ * ticks (Cox), plus the outage in force. Each run with capacity also costs
+ * one overhead of slack to start on. */
+static void look(const struct sl_series *s, const struct sl_market_view *m, int64_t remain,
+                 int64_t slack, int64_t over, struct outlook *o) {
+  double pu = hours(m, PRIOR_UP_H), pd = hours(m, PRIOR_DOWN_H);
+  o->up = runs_mean(&s->ups, pu);
+  o->down = runs_mean(&s->downs, pd);
+  o->share = o->up / (o->up + o->down);
+  o->down_now = s->up ? 0 : runs_left(&s->downs, s->age - 1, pd);
+  double span = fmax((double)remain - o->down_now, 0);
+  double cycle = o->up + o->down;
+  double vu = runs_var(&s->ups, pu), vd = runs_var(&s->downs, pd);
+  double mean = o->down_now + span * (1 - o->share) + (span / cycle + (s->up ? 0 : 1)) * (double)over;
+  double var = o->down_now * o->down_now * (s->up ? 0 : 1) +
+               span * (o->up * o->up * vd + o->down * o->down * vu) / (cycle * cycle * cycle);
+  double sd = sqrt(var) + 1;
+  o->p_short = 0.5 * erfc(((double)slack - mean) / (sd * M_SQRT2));
 }
 
 /* The zone with capacity now where a new segment is expected to give the
@@ -184,6 +216,31 @@ static void say(struct sl_decision *d, int mode, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* Without spot now: wait while the slack is above its reserve, else
+ * on-demand, kept through the outage (its overhead is paid). The reserve
+ * is slack kept for trips back to spot from on-demand: each costs a spot
+ * overhead, and another on-demand one when the spot run ends. Waiting
+ * first, rather than buying on-demand in early outages, measured better on
+ * the shared traces even when the supply of spot was known to fall short:
+ * the outages do not say early which of them will be followed by long
+ * spot runs. */
+static void outage(const struct sl_job_view *j, const struct sl_facts *f, const struct outlook *o,
+                   struct sl_decision *d) {
+  double reserve = fmin(RESERVE_OVERHEADS * (double)j->overhead,
+                        (double)(j->window - j->work - j->overhead) / 2);
+  if (j->mode == SL_MODE_OD && f->slack >= 0) {
+    say(d, SL_MODE_OD, "on-demand: no spot capacity, %.0f%% likely the slack (%lld ticks) would cover"
+        " the outages", 100 * (1 - o->p_short), (long long)f->slack);
+    return;
+  }
+  if ((double)f->slack < 1 + reserve) {
+    say(d, SL_MODE_OD, "on-demand: slack down to its reserve (%lld ticks)", (long long)f->slack);
+    return;
+  }
+  say(d, SL_MODE_IDLE, "wait: %.0f%% likely the slack (%lld ticks) covers the outages",
+      100 * (1 - o->p_short), (long long)f->slack);
+}
+
 void sl_spotlab_decide(struct sl_policy *p, const struct sl_job_view *j,
                        const struct sl_market_view *m, const struct sl_facts *f,
                        struct sl_decision *d) {
@@ -191,49 +248,36 @@ void sl_spotlab_decide(struct sl_policy *p, const struct sl_job_view *j,
   learn(l, m);
   if (l->last_mode >= 0 && j->mode == SL_MODE_IDLE)
     l->lost_at[l->last_mode] = j->t; /* preempted */
-  int mode = SL_MODE_IDLE;
-  double od = m->ondemand_price;
   if (f->spot_here) {
-    mode = j->mode;
-    say(d, mode, "spot: running");
+    say(d, j->mode, "spot: running");
     goto out;
   }
   double up_left = 0;
   int z = best_zone(l, j, m, f->now, &up_left);
-  /* the spot progress expected over the rest of the window, after the
-   * outage in force (if any) ends */
-  struct sl_series *any = &l->any;
-  double gap = any->up ? 0 : runs_left(&any->downs, any->age - 1, hours(m, PRIOR_DOWN_H));
-  double future = (double)f->remain - gap;
-  double expect = (future > 0 ? future : 0) * spot_yield(any, m, j->overhead);
-  double shortfall = (double)f->left - expect;
+  struct outlook o;
+  look(&l->any, m, f->remain, f->slack, j->overhead, &o);
+  double spot = z >= 0 ? sl_policy_zone_price(&m->zones[z], f->now) : m->zones[0].spot_price;
+  double k = spot > 0 ? m->ondemand_price / spot : 1e3;
   if (z >= 0 && sl_policy_spot_safe(j, m, f, (size_t)z)) {
     double o_z = (double)sl_policy_zone_overhead(j, m, (size_t)z);
     double progress = fmin(up_left - o_z, (double)f->left);
-    double price = sl_policy_zone_price(&m->zones[z], f->now);
     if (j->mode == SL_MODE_OD) {
-      double gain = progress * (od - price) - o_z * price -
-                    (progress < (double)f->left && shortfall > 0 ? (double)j->overhead * od : 0);
+      /* the spot run's saving against its overhead and the on-demand
+       * overhead of coming back when it ends */
+      double gain = progress * (k - 1) - o_z - k * (double)j->overhead;
       if (gain > 0) {
-        mode = z;
-        say(d, mode, "spot: back from on-demand, %.0f ticks of capacity expected", up_left);
+        say(d, z, "spot: back from on-demand, %.0f ticks of capacity expected", up_left);
         goto out;
       }
-    } else if (progress >= 1) {
-      mode = z;
-      say(d, mode, "spot: %.0f ticks of capacity expected", up_left);
+      say(d, SL_MODE_OD, "on-demand: a spot run of %.0f ticks would not pay two switches", up_left);
+      goto out;
+    }
+    if (progress >= 1) {
+      say(d, z, "spot: %.0f ticks of capacity expected", up_left);
       goto out;
     }
   }
-  if (j->mode == SL_MODE_OD ? f->slack < 0 || shortfall > -(double)j->overhead : f->slack < 1 ||
-                                                                                      shortfall > 0) {
-    mode = SL_MODE_OD;
-    say(d, mode, "on-demand: spot expected to give %.0f of %lld ticks left", expect,
-        (long long)f->left);
-    goto out;
-  }
-  say(d, SL_MODE_IDLE, "wait: spot expected to give %.0f of %lld ticks left", expect,
-      (long long)f->left);
+  outage(j, f, &o, d);
 out:
   l->last_mode = d->mode;
 }
