@@ -103,6 +103,22 @@ static double runs_left(const struct sl_runs *r, int64_t age, double prior_ticks
   return (total + PRIOR_RUNS * prior_ticks) / (k + PRIOR_RUNS);
 }
 
+/* The median of what is still to come of a run that has lasted age ticks,
+ * among the completed runs longer than age; the prior when there is none. */
+static double runs_median_left(const struct sl_runs *r, int64_t age, double prior_ticks) {
+  size_t lo = 0, hi = r->n;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (r->len[mid] > age)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  if (lo == r->n)
+    return prior_ticks;
+  return (double)r->len[lo + (r->n - lo) / 2] - (double)age;
+}
+
 static double runs_mean(const struct sl_runs *r, double prior_ticks) {
   return ((r->n ? r->sum[r->n] : 0) + PRIOR_RUNS * prior_ticks) / ((double)r->n + PRIOR_RUNS);
 }
@@ -183,7 +199,8 @@ static void look(const struct sl_series *s, const struct sl_market_view *m, int6
 /* The zone with capacity now where a new segment is expected to give the
  * most progress; -1 when none has capacity. */
 static int best_zone(struct sl_learn *l, const struct sl_job_view *j,
-                     const struct sl_market_view *m, size_t now, double *ret_left) {
+                     const struct sl_market_view *m, size_t now, double *ret_left,
+                     double *ret_median) {
   int best = -1;
   double best_v = -INFINITY;
   for (size_t z = 0; z < m->n_zones; z++) {
@@ -201,6 +218,7 @@ static int best_zone(struct sl_learn *l, const struct sl_job_view *j,
       best_v = v;
       best = (int)z;
       *ret_left = left;
+      *ret_median = runs_median_left(&s->ups, s->age - 1, hours(m, PRIOR_UP_H));
     }
   }
   return best;
@@ -229,8 +247,9 @@ static void outage(const struct sl_job_view *j, const struct sl_facts *f, const 
   double reserve = fmin(RESERVE_OVERHEADS * (double)j->overhead,
                         (double)(j->window - j->work - j->overhead) / 2);
   if (j->mode == SL_MODE_OD && f->slack >= 0) {
-    say(d, SL_MODE_OD, "on-demand: no spot capacity, %.0f%% likely the slack (%lld ticks) would cover"
-        " the outages", 100 * (1 - o->p_short), (long long)f->slack);
+    say(d, SL_MODE_OD, "on-demand: %s, %.0f%% likely the slack (%lld ticks) would cover the outages",
+        f->any_up ? "too little slack to risk spot" : "no spot capacity", 100 * (1 - o->p_short),
+        (long long)f->slack);
     return;
   }
   if ((double)f->slack < 1 + reserve) {
@@ -252,8 +271,8 @@ void sl_spotlab_decide(struct sl_policy *p, const struct sl_job_view *j,
     say(d, j->mode, "spot: running");
     goto out;
   }
-  double up_left = 0;
-  int z = best_zone(l, j, m, f->now, &up_left);
+  double up_left = 0, up_median = 0;
+  int z = best_zone(l, j, m, f->now, &up_left, &up_median);
   struct outlook o;
   look(&l->any, m, f->remain, f->slack, j->overhead, &o);
   double spot = z >= 0 ? sl_policy_zone_price(&m->zones[z], f->now) : m->zones[0].spot_price;
@@ -263,8 +282,11 @@ void sl_spotlab_decide(struct sl_policy *p, const struct sl_job_view *j,
     double progress = fmin(up_left - o_z, (double)f->left);
     if (j->mode == SL_MODE_OD) {
       /* the spot run's saving against its overhead and the on-demand
-       * overhead of coming back when it ends */
-      double gain = progress * (k - 1) - o_z - k * (double)j->overhead;
+       * overhead of coming back when it ends; the run's median rather
+       * than its mean (a trip that fails spends slack that cannot be had
+       * back) */
+      double sure = fmin(up_median - o_z, (double)f->left);
+      double gain = sure * (k - 1) - o_z - k * (double)j->overhead;
       if (gain > 0) {
         say(d, z, "spot: back from on-demand, %.0f ticks of capacity expected", up_left);
         goto out;
