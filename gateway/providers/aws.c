@@ -51,6 +51,20 @@ struct gw_aws_inst *gw_aws_find(struct gw_aws *a, const char *id) {
   return NULL;
 }
 
+int gw_aws_region_index(const struct gw_aws *a, const char *name) {
+  for (size_t i = 0; i < a->n_regions; i++)
+    if (!strcmp(a->regions[i].name, name))
+      return (int)i;
+  return -1;
+}
+
+int gw_aws_region_of_zone(const struct gw_aws *a, const char *zone) {
+  char names[GW_AWS_MAX_REGIONS][32];
+  for (size_t i = 0; i < a->n_regions; i++)
+    memcpy(names[i], a->regions[i].name, sizeof names[i]);
+  return gw_aws_zone_region((const char(*)[32])names, a->n_regions, zone);
+}
+
 struct gw_provider_event *gw_aws_queue_event(struct gw_aws *a, enum gw_provider_event_kind kind,
                                              const char *id) {
   if (a->n_events == GW_AWS_MAX_EVENTS) {
@@ -200,17 +214,26 @@ static int check_launch(struct gw_aws *a, const struct gw_launch *req, char *why
   }
   if (type_index(a, req->type) < 0)
     return SL_ENAME;
-  bool configured = !req->zone[0] || !a->cfg.n_placements;
-  for (size_t i = 0; i < a->cfg.n_placements && !configured; i++)
-    configured = !strcmp(a->cfg.placements[i].zone, req->zone);
+  /* the zone names a zone of an offered region, or the region itself */
+  const char *where = req->zone;
+  int r = *where ? gw_aws_region_index(a, where) : -1;
+  bool region = r >= 0;
+  if (*where && !region)
+    r = gw_aws_region_of_zone(a, where);
+  bool configured = !*where || (r >= 0 && a->regions[r].offered);
+  if (configured && *where && !region && a->cfg.n_placements) {
+    configured = false;
+    for (size_t i = 0; i < a->cfg.n_placements && !configured; i++)
+      configured = !strcmp(a->cfg.placements[i].zone, where);
+  }
   if (!configured) {
-    snprintf(why, size, "zone %s is not among the configured ones", req->zone);
+    snprintf(why, size, "%s %s is not among the configured ones", region ? "region" : "zone",
+             where);
     return SL_ENOTSUP;
   }
   struct gw_aws_placement pl[GW_AWS_MAX_PLACEMENTS * 4];
   if (!gw_aws_placements(a, req->type, req->zone, req->spot, pl, sizeof pl / sizeof pl[0])) {
-    snprintf(why, size, "no %s capacity in %s recently", req->type,
-             req->zone[0] ? req->zone : "any zone");
+    snprintf(why, size, "no %s capacity in %s recently", req->type, *where ? where : "any zone");
     return -EAGAIN;
   }
   /* the user data, once, to refuse now what no attempt could send */
@@ -221,7 +244,7 @@ static int check_launch(struct gw_aws *a, const struct gw_launch *req, char *why
       .orphan_timeout_ms = a->cfg.orphan_timeout_ms,
   };
   char *text = NULL;
-  int r = gw_aws_user_data(&u, &text, why, size);
+  r = gw_aws_user_data(&u, &text, why, size);
   if (text) {
     explicit_bzero(text, strlen(text));
     free(text);
@@ -314,13 +337,12 @@ static int aws_list(struct gw_provider *p, struct gw_instance_info **ret, size_t
 static int aws_market(struct gw_provider *p, const struct gw_instance_type **ret, size_t *ret_n) {
   struct gw_aws *a = A(p);
   lock(a);
-  for (size_t i = 0; i < a->cfg.n_types; i++) {
-    a->types_out[i] = a->types[i];
-    a->types_out[i].unavailable_until_us = gw_aws_unavailable_until(a, a->types[i].name);
-  }
+  int n = gw_aws_market_offers(a);
   unlock(a);
+  if (n < 0)
+    return n;
   *ret = a->types_out;
-  *ret_n = a->cfg.n_types;
+  *ret_n = (size_t)n;
   return 0;
 }
 
@@ -360,7 +382,8 @@ static void aws_destroy(struct gw_provider *p) {
   free(a->types);
   free(a->types_out);
   free(a->prices);
-  aws_ec2_free(a->ec2);
+  for (size_t i = 0; i < a->n_regions; i++)
+    aws_ec2_free(a->regions[i].ec2);
   sl_aws_chain_free(a->chain);
   gw_catalog_free(a->cat);
   gw_aws_config_done(&a->cfg);
@@ -404,6 +427,18 @@ static int open_catalog(struct gw_aws *a, const struct gw_provider_env *env, cha
   return r;
 }
 
+/* The configured regions, offered, in order (records may add others). */
+static void init_regions(struct gw_aws *a) {
+  for (size_t i = 0; i < a->cfg.n_regions; i++) {
+    snprintf(a->regions[i].name, sizeof a->regions[i].name, "%s", a->cfg.regions[i]);
+    a->regions[i].offered = true;
+  }
+  a->n_regions = a->cfg.n_regions;
+}
+
+/* The credential chain, then one EC2 client per region: SigV4 scopes each
+ * request to its region, and each region has its own endpoint (or the
+ * one AWS_ENDPOINT_URL_EC2 names for all). */
 static int open_ec2(struct gw_aws *a, char *err, size_t err_size) {
   char why[400] = "", endpoint[SL_AWS_ENDPOINT_MAX];
   int r = sl_http_global_init();
@@ -415,10 +450,13 @@ static int open_ec2(struct gw_aws *a, char *err, size_t err_size) {
     snprintf(err, err_size, "AWS credentials: %s", why[0] ? why : sl_strerror(r));
     return r;
   }
-  if ((r = sl_aws_endpoint("ec2", a->cfg.region, endpoint)) < 0 ||
-      (r = aws_ec2_new(a->chain, a->cfg.region, endpoint, &a->ec2)) < 0) {
-    snprintf(err, err_size, "EC2 client for %s: %s", a->cfg.region, sl_strerror(r));
-    return r;
+  for (size_t i = 0; i < a->n_regions; i++) {
+    struct gw_aws_region *g = &a->regions[i];
+    if ((r = sl_aws_endpoint("ec2", g->name, endpoint)) < 0 ||
+        (r = aws_ec2_new(a->chain, g->name, endpoint, &g->ec2)) < 0) {
+      snprintf(err, err_size, "EC2 client for %s: %s", g->name, sl_strerror(r));
+      return r;
+    }
   }
   return 0;
 }
@@ -455,9 +493,10 @@ static struct gw_provider *aws_open(const struct gw_provider_env *env, char *err
     snprintf(err, err_size, "%s: %s", a->cfg.dir, sl_strerror(r));
     goto fail;
   }
+  init_regions(a);
+  gw_aws_load_records(a); /* before the clients: a record may name a region no longer configured */
   if (open_ec2(a, err, err_size) < 0)
     goto fail;
-  gw_aws_load_records(a);
   a->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (a->efd < 0 || (r = gw_loop_add_fd(a->loop, a->efd, GW_LOOP_READ, on_wake, a)) < 0) {
     snprintf(err, err_size, "provider.aws: cannot watch an eventfd: %s",
@@ -475,8 +514,13 @@ static struct gw_provider *aws_open(const struct gw_provider_env *env, char *err
     snprintf(err, err_size, "provider.aws: cannot start its thread: %s", sl_strerror(r));
     goto fail;
   }
-  sl_info(T, "region %s, %zu instance types, %zu records, store %s, %s", a->cfg.region,
-          a->cfg.n_types, a->n, a->cfg.store_url,
+  char names[GW_AWS_MAX_REGIONS * 34] = "";
+  for (size_t i = 0; i < a->cfg.n_regions; i++)
+    snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+             a->cfg.regions[i]);
+  sl_info(T, "region%s %s, %zu instance types, %zu records, store %s (region %s), %s",
+          a->cfg.n_regions > 1 ? "s" : "", names, a->cfg.n_types, a->n, a->cfg.store_url,
+          a->cfg.store_region,
           a->cfg.worker_prefix[0] ? "worker from the image" : "worker bundle from the store");
   return &a->base;
 fail:

@@ -4,7 +4,9 @@
  * saying so, when the earlier one failed: its answer would name the wrong
  * permission. TerminateInstances is asked about a running spotlab instance
  * when there is one, because a policy that allows it only on instances
- * tagged spotlab:gateway refuses it for any other id. */
+ * tagged spotlab:gateway refuses it for any other id. With several regions
+ * every region is checked in turn, with its own zone or subnet: a region
+ * may need opting in, and a policy may name regions. */
 #include "aws_check.h"
 
 #include <stdbool.h>
@@ -200,10 +202,30 @@ static const char *first(const char *list, char *buf, size_t size) {
   return buf;
 }
 
+/* The first entry of list that lies in region (a zone, or a ZONE=subnet
+ * pair whose zone does), into buf; NULL when none. */
+static const char *first_in(const char *list, const char *region, char *buf, size_t size) {
+  char items[LIST_MAX * 130];
+  if (!list || strlen(list) >= sizeof items)
+    return NULL;
+  strcpy(items, list);
+  char *save = NULL;
+  size_t rlen = strlen(region);
+  for (char *t = strtok_r(items, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save)) {
+    char *eq = strchr(t, '=');
+    size_t zlen = eq ? (size_t)(eq - t) : strlen(t);
+    if (zlen <= rlen || strncmp(t, region, rlen) || strlen(t) >= size)
+      continue;
+    strcpy(buf, t);
+    return buf;
+  }
+  return NULL;
+}
+
 int gw_aws_check_config(const struct gw_config *cfg, FILE *out) {
-  char type[64], zone[64], subnet[64], groups[LIST_MAX * 64];
-  const char *group_ids[LIST_MAX];
-  size_t n_groups = 0;
+  char type[64], zone[64], subnet[130], groups[LIST_MAX * 64], regions[LIST_MAX * 33];
+  const char *group_ids[LIST_MAX], *region_list[LIST_MAX];
+  size_t n_groups = 0, n_regions = 0;
   const char *sg = gw_config_provider_option(cfg, "aws", "security_groups");
   if (sg && strlen(sg) < sizeof groups) {
     strcpy(groups, sg);
@@ -212,24 +234,49 @@ int gw_aws_check_config(const struct gw_config *cfg, FILE *out) {
          t = strtok_r(NULL, ", \t", &save))
       group_ids[n_groups++] = t;
   }
-  struct gw_aws_check_opts o = {
-    .region = gw_config_provider_option(cfg, "aws", "region"),
-    .image_id = gw_config_provider_option(cfg, "aws", "ami"),
-    .instance_type = first(gw_config_provider_option(cfg, "aws", "instance_types"), type,
-                           sizeof type),
-    .zone = first(gw_config_provider_option(cfg, "aws", "zones"), zone, sizeof zone),
-    .subnet_id = first(gw_config_provider_option(cfg, "aws", "subnets"), subnet, sizeof subnet),
-    .security_group_ids = group_ids,
-    .n_security_groups = n_groups,
-    .iam_instance_profile = gw_config_provider_option(cfg, "aws", "iam_instance_profile"),
-  };
-  /* A subnet fixes the zone; naming both could disagree. A zone=subnet pair
-   * names the subnet after its "=". */
-  if (o.subnet_id) {
-    char *eq = strchr(subnet, '=');
-    if (eq)
-      memmove(subnet, eq + 1, strlen(eq));
-    o.zone = NULL;
+  /* regions = A, B: each one checked in turn; else region (or the
+   * environment's) */
+  const char *list = gw_config_provider_option(cfg, "aws", "regions");
+  if (list && strlen(list) < sizeof regions) {
+    strcpy(regions, list);
+    char *save = NULL;
+    for (char *t = strtok_r(regions, ", \t", &save); t && n_regions < LIST_MAX;
+         t = strtok_r(NULL, ", \t", &save))
+      region_list[n_regions++] = t;
   }
-  return gw_aws_check_with(&o, out);
+  if (!n_regions)
+    region_list[n_regions++] = gw_config_provider_option(cfg, "aws", "region");
+  const char *zones = gw_config_provider_option(cfg, "aws", "zones");
+  const char *subnets = gw_config_provider_option(cfg, "aws", "subnets");
+  int result = 0;
+  for (size_t i = 0; i < n_regions; i++) {
+    bool one = n_regions == 1;
+    struct gw_aws_check_opts o = {
+      .region = region_list[i],
+      .image_id = gw_config_provider_option(cfg, "aws", "ami"),
+      .instance_type = first(gw_config_provider_option(cfg, "aws", "instance_types"), type,
+                             sizeof type),
+      .zone = one ? first(zones, zone, sizeof zone)
+                  : first_in(zones, region_list[i], zone, sizeof zone),
+      .subnet_id = one ? first(subnets, subnet, sizeof subnet)
+                       : first_in(subnets, region_list[i], subnet, sizeof subnet),
+      .security_group_ids = group_ids,
+      .n_security_groups = n_groups,
+      .iam_instance_profile = gw_config_provider_option(cfg, "aws", "iam_instance_profile"),
+    };
+    /* A subnet fixes the zone; naming both could disagree. A zone=subnet
+     * pair names the subnet after its "=". */
+    if (o.subnet_id) {
+      char *eq = strchr(subnet, '=');
+      if (eq)
+        memmove(subnet, eq + 1, strlen(eq));
+      o.zone = NULL;
+    }
+    if (i)
+      fprintf(out, "\n");
+    int r = gw_aws_check_with(&o, out);
+    if (r < 0 && result == 0)
+      result = r;
+  }
+  return result;
 }

@@ -38,8 +38,10 @@ int gw_aws_check_with(const struct gw_aws_check_opts *o, FILE *out);
 /* The checks with the defaults above in region (NULL: the environment's). */
 int gw_aws_check(const char *region, FILE *out);
 
-/* The checks with cfg's [provider.aws] options: region, ami, the first of
- * instance_types, zones and subnets, security_groups, instance_profile. */
+/* The checks with cfg's [provider.aws] options: region (or each of
+ * regions in turn, a blank line between them), ami, the first of
+ * instance_types, the first of zones and subnets in the region,
+ * security_groups, instance_profile. The first failure, or 0. */
 int gw_aws_check_config(const struct gw_config *cfg, FILE *out);
 
 #endif

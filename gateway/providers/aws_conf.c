@@ -22,9 +22,14 @@
 
 const struct gw_provider_option gw_aws_options[] = {
   {"region", "", "AWS region; empty: AWS_REGION, AWS_DEFAULT_REGION or the profile's region"},
-  {"zones", "", "availability zones to launch in (comma list); empty: every zone the region "
-                "reports prices for, else the catalog's"},
-  {"subnets", "", "instead of zones: subnets, as zone=subnet-... pairs or a plain list"},
+  {"regions", "", "instead of region: several regions to launch in (comma list, the first "
+                  "preferred among equal prices)"},
+  {"zones", "", "availability zones to launch in (comma list, each in one of the regions); "
+                "empty: every zone the regions report prices for, else the catalog's"},
+  {"subnets", "", "instead of zones: subnets, as zone=subnet-... pairs or a plain list (one "
+                  "region only)"},
+  {"transfer_usd_per_gb", "0.02", "what AWS charges per GB to copy a checkpoint from the "
+                                  "store's region to another region"},
   {"instance_types", "", "instance types offered (comma list, each in the catalog); empty: "
                          "every type of the catalog"},
   {"ami", "", "image: ami-... or resolve:ssm:/aws/service/... (required)"},
@@ -148,9 +153,17 @@ int gw_aws_check_option(const char *name, const char *value, char *err, size_t s
   if (!strcmp(name, "region"))
     return !*value || (zone_name(value) && strlen(value) < 32)
                ? 0 : fail(err, size, "region: \"%s\" is not a region name", value);
+  if (!strcmp(name, "transfer_usd_per_gb")) {
+    char *end = NULL;
+    double usd = strtod(value, &end);
+    return *value && end && !*end && usd >= 0 && usd <= 10
+               ? 0 : fail(err, size, "transfer_usd_per_gb: \"%s\" is not a price from 0 to 10 "
+                                     "USD per GB", value);
+  }
   if (!strcmp(name, "zones") || !strcmp(name, "instance_types") ||
-      !strcmp(name, "security_groups")) {
+      !strcmp(name, "security_groups") || !strcmp(name, "regions")) {
     size_t max = !strcmp(name, "zones") ? GW_AWS_MAX_PLACEMENTS
+                 : !strcmp(name, "regions") ? GW_AWS_MAX_REGIONS
                  : !strcmp(name, "security_groups") ? GW_AWS_MAX_SECURITY_GROUPS : LIST_MAX;
     int n = split_list(value, items[0], sizeof items[0], max);
     if (n < 0) {
@@ -159,7 +172,7 @@ int gw_aws_check_option(const char *name, const char *value, char *err, size_t s
       return SL_ECONFIG;
     }
     for (int i = 0; i < n; i++) {
-      bool ok = !strcmp(name, "zones") ? zone_name(items[i])
+      bool ok = !strcmp(name, "zones") || !strcmp(name, "regions") ? zone_name(items[i])
                 : !strcmp(name, "security_groups") ? prefixed_id(items[i], "sg-")
                 : only(items[i], LOWER_DIGITS ".-");
       if (!ok)
@@ -212,6 +225,74 @@ static bool loopback(const char *addr) {
   return false;
 }
 
+int gw_aws_zone_region(const char (*regions)[32], size_t n, const char *zone) {
+  int best = -1;
+  size_t best_len = 0, zlen = strlen(zone);
+  for (size_t i = 0; i < n; i++) {
+    size_t len = strlen(regions[i]);
+    if (len > best_len && zlen > len && !strncmp(zone, regions[i], len))
+      best = (int)i, best_len = len;
+  }
+  return best;
+}
+
+/* regions (or region, else the environment's), the store's region and the
+ * price of moving a checkpoint out of it. */
+static int load_regions(const struct gw_provider_env *env, struct gw_aws_config *c, char *err,
+                        size_t size) {
+  const char *list = opt(env, "regions"), *one = opt(env, "region");
+  char why[256] = "", region[SL_AWS_REGION_MAX];
+  if (*list && *one)
+    return fail(err, size, "[provider.aws] region and regions are alternatives; set one");
+  if (*list) {
+    char items[GW_AWS_MAX_REGIONS][32];
+    int n = split_list(list, items[0], sizeof items[0], GW_AWS_MAX_REGIONS);
+    if (n <= 0)
+      return fail(err, size, "[provider.aws] regions: no region named");
+    for (int i = 0; i < n; i++) {
+      for (size_t k = 0; k < c->n_regions; k++)
+        if (!strcmp(c->regions[k], items[i]))
+          return fail(err, size, "[provider.aws] regions: %s is listed twice", items[i]);
+      memcpy(c->regions[c->n_regions++], items[i], 32);
+    }
+  } else {
+    if (sl_aws_region(one, region, why, sizeof why) < 0)
+      return fail(err, size, "[provider.aws] region: %s",
+                  why[0] ? why : "no region set (region, regions or AWS_REGION)");
+    if (strlen(region) >= sizeof c->regions[0])
+      return fail(err, size, "[provider.aws] region: \"%s\" is too long", region);
+    snprintf(c->regions[c->n_regions++], sizeof c->regions[0], "%s", region);
+  }
+  /* the store's region as the gateway finds it: [store] region, else this
+   * section's region, else the environment's; else the first region */
+  const char *store = env->cfg->store_region;
+  if (!*store && *one)
+    store = one;
+  if (!*store && sl_aws_region(NULL, region, why, sizeof why) == 0)
+    store = region;
+  snprintf(c->store_region, sizeof c->store_region, "%s", *store ? store : c->regions[0]);
+  c->transfer_usd_per_gb = strtod(opt(env, "transfer_usd_per_gb"), NULL);
+  return 0;
+}
+
+/* The region of a configured placement's zone; SL_ECONFIG when it is in none. */
+static int place_in_region(struct gw_aws_config *c, struct gw_aws_placement *pl, char *err,
+                           size_t size) {
+  if (!pl->zone[0]) { /* a plain subnet: EC2 knows its zone */
+    if (c->n_regions > 1)
+      return fail(err, size, "[provider.aws] subnets: with several regions, name each "
+                             "subnet's zone (ZONE=%s)", pl->subnet);
+    snprintf(pl->region, sizeof pl->region, "%s", c->regions[0]);
+    return 0;
+  }
+  int r = gw_aws_zone_region(c->regions, c->n_regions, pl->zone);
+  if (r < 0)
+    return fail(err, size, "[provider.aws] zone %s is in none of the regions (%s%s)", pl->zone,
+                c->regions[0], c->n_regions > 1 ? ", ..." : "");
+  snprintf(pl->region, sizeof pl->region, "%s", c->regions[r]);
+  return 0;
+}
+
 static int load_lists(const struct gw_provider_env *env, struct gw_aws_config *c, char *err,
                       size_t size) {
   const char *zones = opt(env, "zones"), *subnets = opt(env, "subnets");
@@ -225,6 +306,18 @@ static int load_lists(const struct gw_provider_env *env, struct gw_aws_config *c
     int n = split_list(zones, items[0], sizeof items[0], GW_AWS_MAX_PLACEMENTS);
     for (int i = 0; i < n; i++)
       memcpy(c->placements[c->n_placements++].zone, items[i], 32);
+  }
+  for (size_t i = 0; i < c->n_placements; i++)
+    if (place_in_region(c, &c->placements[i], err, size) < 0)
+      return SL_ECONFIG;
+  /* a region left without a place to launch would be offered but never used */
+  for (size_t r = 0; c->n_placements && r < c->n_regions; r++) {
+    bool used = false;
+    for (size_t i = 0; i < c->n_placements && !used; i++)
+      used = !strcmp(c->placements[i].region, c->regions[r]);
+    if (!used)
+      return fail(err, size, "[provider.aws] region %s has none of the configured %s",
+                  c->regions[r], *subnets ? "subnets" : "zones");
   }
   char groups[GW_AWS_MAX_SECURITY_GROUPS][64];
   int n = split_list(opt(env, "security_groups"), groups[0], 64, GW_AWS_MAX_SECURITY_GROUPS);
@@ -276,11 +369,8 @@ int gw_aws_config_load(const struct gw_provider_env *env, struct gw_aws_config *
   if (strlen(state) > 4000)
     return fail(err, size, "[provider.aws] state_dir longer than 4000 bytes");
   snprintf(c->dir, sizeof c->dir, "%s/aws/instances", state);
-  char region[SL_AWS_REGION_MAX], why[256] = "";
-  if (sl_aws_region(opt(env, "region"), region, why, sizeof why) < 0)
-    return fail(err, size, "[provider.aws] region: %s",
-                why[0] ? why : "no region set (region or AWS_REGION)");
-  snprintf(c->region, sizeof c->region, "%s", region);
+  if (load_regions(env, c, err, size) < 0)
+    return SL_ECONFIG;
   snprintf(c->ami, sizeof c->ami, "%s", opt(env, "ami"));
   if (!c->ami[0])
     return fail(err, size, "[provider.aws] ami is required (ami-... or "

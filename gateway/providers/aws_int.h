@@ -7,7 +7,7 @@
  * Threads: the gateway's loop calls the operations; the provider's thread
  * makes every EC2 call. Everything under "shared" is guarded by mu. The
  * thread reads an instance's fixed fields (id, type, spot, boot) without mu;
- * it alone writes ec2_id, state, zone and the prices, always under mu, and
+ * it alone writes ec2_id, state, region, zone and the prices, always under mu, and
  * it alone frees instances (destroy() after joining it). */
 #ifndef GW_AWS_INT_H
 #define GW_AWS_INT_H
@@ -27,12 +27,14 @@
 #define GW_AWS_MAX_SECURITY_GROUPS 5
 #define GW_AWS_MAX_FAILURES 256
 #define GW_AWS_MAX_PRICE_POINTS 256
+#define GW_AWS_MAX_REGIONS 8
 #define GW_AWS_TOPIC "gateway.aws"
 
 struct gw_catalog;
 
-/* Where an instance may go: a zone, a subnet, or both. */
+/* Where an instance may go: a region and a zone, a subnet, or both. */
 struct gw_aws_placement {
+  char region[32];
   char zone[32];                /* "" : the subnet's (learnt from EC2's answers) */
   char subnet[64];              /* "" : the default VPC's subnet in zone */
 };
@@ -52,7 +54,7 @@ struct gw_aws_inst {
   /* fixed at launch() */
   char id[GW_INSTANCE_ID_MAX];  /* "sl-" + 16 hex */
   char type[64];
-  char want_zone[32];           /* the request's zone ("" : any) */
+  char want_zone[32];           /* the request's zone, or a region ("" : any) */
   bool spot;
   double max_price_usd_per_hour;
   int64_t job;
@@ -69,6 +71,7 @@ struct gw_aws_inst {
   /* written by the thread (under mu) */
   enum gw_aws_inst_state state;
   char ec2_id[AWS_ID_MAX];
+  char region[32];              /* the region tried or got ("" : no attempt yet) */
   char zone[32];                /* the zone tried or got */
   char placement[64];           /* the placement key of the attempt in flight (zone or subnet) */
   char tried[GW_AWS_MAX_PLACEMENTS][64]; /* placement keys that failed for this launch */
@@ -94,7 +97,10 @@ struct gw_aws_failure {
 };
 
 struct gw_aws_config {
-  char region[64];
+  char regions[GW_AWS_MAX_REGIONS][32]; /* offered, in the configured order */
+  size_t n_regions;
+  char store_region[64];        /* where the checkpoints are: no transfer cost there */
+  double transfer_usd_per_gb;   /* moving a checkpoint to another region */
   char gateway_id[128];
   char store_url[1024];
   char dir[4200];               /* state_dir/aws/instances */
@@ -117,6 +123,18 @@ struct gw_aws_config {
   int backoff_tries;
 };
 
+/* One region the provider talks to: its EC2 client and what its polls
+ * learnt. Regions are fixed at open: the configured ones first (offered),
+ * then any that only instance records name (listed, terminated and billed,
+ * never offered). */
+struct gw_aws_region {
+  char name[32];
+  struct aws_ec2 *ec2;
+  bool offered;
+  int placement_score;          /* best zone score, 1..10; 0 unknown (thread, under mu) */
+  char last_error[512];         /* the listing's last error (thread only) */
+};
+
 struct gw_aws {
   struct gw_provider base;      /* first: the provider pointer is the struct */
   struct gw_aws_config cfg;     /* read-only once open */
@@ -125,7 +143,8 @@ struct gw_aws {
   bool efd_watched;
   struct gw_catalog *cat;
   struct sl_aws_chain *chain;
-  struct aws_ec2 *ec2;
+  struct gw_aws_region regions[GW_AWS_MAX_REGIONS]; /* fixed once open */
+  size_t n_regions;
   pthread_t thread;
   bool thread_started;
   pthread_mutex_t mu;
@@ -137,13 +156,14 @@ struct gw_aws {
   size_t n;
   struct gw_provider_event events[GW_AWS_MAX_EVENTS];
   size_t n_events;
-  struct gw_instance_type *types;    /* cfg.types order; spot prices and scores from the thread */
+  struct gw_instance_type *types;    /* cfg.types order: the catalog's view of each type */
   struct aws_spot_price *prices;     /* newest spot price per (type, zone) seen; owned */
   size_t n_prices;
   struct gw_aws_failure failures[GW_AWS_MAX_FAILURES];
   size_t n_failures;
   /* loop side */
   struct gw_instance_type *types_out; /* market()'s array */
+  size_t types_cap;
   bool in_deliver;
 };
 
@@ -154,6 +174,9 @@ int gw_aws_check_option(const char *name, const char *value, char *err, size_t e
 int gw_aws_config_load(const struct gw_provider_env *env, struct gw_aws_config *cfg, char *err,
                        size_t err_size);
 void gw_aws_config_done(struct gw_aws_config *cfg);
+/* The index in regions[0..n) of the region zone lies in (the longest name
+ * it starts with), or -1. */
+int gw_aws_zone_region(const char (*regions)[32], size_t n, const char *zone);
 /* cfg->types from instance_types (value), each checked against the catalog
  * (borrowed); empty: every type of it. */
 int gw_aws_config_types(struct gw_aws_config *cfg, const struct gw_catalog *cat,
@@ -188,39 +211,55 @@ void gw_aws_describe_error(int r, const struct aws_ec2_error *e, char *buf, size
 /* A sentence for a credentials failure of what, naming the source (never a value). */
 void gw_aws_auth_message(struct gw_aws *a, const char *what, const char *why, char *buf,
                          size_t size);
-/* TerminateInstances of ids, retried as gw_aws_again says; why on failure. */
-int gw_aws_terminate_ids(struct gw_aws *a, const char *const *ids, size_t n, char *why,
-                         size_t why_size);
+/* The EC2 client of region (a->regions[0]'s when it is not one of them). */
+struct aws_ec2 *gw_aws_ec2(struct gw_aws *a, const char *region);
+/* TerminateInstances of ids in region, retried as gw_aws_again says; why on failure. */
+int gw_aws_terminate_ids(struct gw_aws *a, const char *region, const char *const *ids, size_t n,
+                         char *why, size_t why_size);
 /* in runs as EC2's got (mu held): recorded, LAUNCHED queued unless reported. */
 void gw_aws_adopt(struct gw_aws *a, struct gw_aws_inst *in, const struct aws_instance *got);
 
+/* The region named name (an index into a->regions), or -1. */
+int gw_aws_region_index(const struct gw_aws *a, const char *name);
+/* The region zone lies in, or -1. */
+int gw_aws_region_of_zone(const struct gw_aws *a, const char *zone);
+
 /* ---- aws_poll.c (the thread; mu not held) ---- */
-/* One poll: instances, then prices (and placement scores when scores). 0, or
- * the listing's error, logged when it differs from last_error. */
-int gw_aws_poll(struct gw_aws *a, bool scores, char *last_error, size_t last_size);
+/* One poll of every region: instances, then prices (and placement scores
+ * when scores) of the offered ones. A region whose listing fails is left as
+ * it was (its error logged when it changes); the others go on. */
+void gw_aws_poll(struct gw_aws *a, bool scores);
 
 /* ---- aws_market.c (under mu) ---- */
 /* The market array: cfg.types from the catalog, spot price its typical one
  * until EC2 tells. 0 or an error with a sentence. */
 int gw_aws_market_init(struct gw_aws *a, char *err, size_t err_size);
-/* Takes the newest spot prices (owned array): the market's cheapest zone
- * per type, and a price point for each live spot instance of that type and
- * zone. True when a type's price moved. */
-bool gw_aws_market_prices(struct gw_aws *a, struct aws_spot_price *p, size_t n);
+/* Takes the newest spot prices of one region's zones (borrowed array): a
+ * price point for each live spot instance of that type and zone. True when
+ * a price moved. */
+bool gw_aws_market_prices(struct gw_aws *a, const struct aws_spot_price *p, size_t n);
 /* The newest spot price seen for type in zone, or 0. */
 double gw_aws_spot_price(const struct gw_aws *a, const char *type, const char *zone);
+/* The cheapest newest spot price of type among the allowed zones of region, or 0. */
+double gw_aws_region_spot_price(const struct gw_aws *a, const char *type, const char *region);
 /* Where an instance of type may go, best first: the configured placements
- * (or the zones EC2 reported prices for, else the catalog's zones of the
- * region), cheapest spot price first, those with a remembered failure left
- * out; only zone when it is not "". Returns the count. */
-size_t gw_aws_placements(struct gw_aws *a, const char *type, const char *zone, bool spot,
+ * (or the zones EC2 reported prices for, else the catalog's zones) of every
+ * offered region, cheapest spot price first (the configured order among
+ * equals), those with a remembered failure left out; only where when it is
+ * not "": a zone, or a region's zones. Returns the count. */
+size_t gw_aws_placements(struct gw_aws *a, const char *type, const char *where, bool spot,
                          struct gw_aws_placement *ret, size_t max);
+/* The market as market() hands it out (a->types_out grown to fit): per type
+ * and offered region one offer for the region (zone ""), then one per zone
+ * whose spot price EC2 reported. The count, or -ENOMEM. */
+int gw_aws_market_offers(struct gw_aws *a);
 /* The placement key (subnet, else zone). */
 const char *gw_aws_placement_key(const struct gw_aws_placement *p);
 void gw_aws_remember_failure(struct gw_aws *a, const char *type, const char *placement);
-/* When type is next available (wall µs), 0 when some placement is not
- * marked failed. */
-int64_t gw_aws_unavailable_until(struct gw_aws *a, const char *type);
+/* When type is next available in where (a region or a zone; "" every
+ * offered region), wall µs; 0 when some placement there is not marked
+ * failed. */
+int64_t gw_aws_unavailable_until(struct gw_aws *a, const char *type, const char *where);
 /* The catalog's on-demand price of type, or 0. */
 double gw_aws_on_demand_price(const struct gw_aws *a, const char *type);
 /* in's cost from its launch up to now_us (or its end), per second with a

@@ -1,8 +1,14 @@
 /* The aws provider's market: the configured types with the catalog's GPUs,
  * on-demand prices and interruption buckets; the spot prices EC2 reports
- * (DescribeSpotPriceHistory, newest per type and zone); the capacity
- * failures it remembers per type and placement; and what each instance
- * cost.
+ * (DescribeSpotPriceHistory in each region, newest per type and zone); the
+ * capacity failures it remembers per type and placement; and what each
+ * instance cost.
+ *
+ * The market offers each type once per region (the provider picks the
+ * zone there) and once per zone EC2 priced it in, each with the cost of
+ * bringing a checkpoint there from the store's region. Zone names are
+ * unique across regions, so prices and failures are keyed by zone (or
+ * subnet) alone.
  *
  * Billing follows EC2's rule for Linux: per second from the launch to the
  * termination, at least 60 seconds, at the price in force over that time.
@@ -43,6 +49,7 @@ int gw_aws_market_init(struct gw_aws *a, char *err, size_t err_size) {
     t->mean_time_to_preempt_s = gw_catalog_bucket_mean_s(e->bucket);
   }
   memcpy(a->types_out, a->types, n * sizeof *a->types);
+  a->types_cap = n ? n : 1;
   return 0;
 }
 
@@ -58,14 +65,32 @@ double gw_aws_spot_price(const struct gw_aws *a, const char *type, const char *z
   return 0;
 }
 
-/* True when zone is one the configuration lets instances go to. */
+/* True when zone is one the configuration lets instances go to: in an
+ * offered region, and among the configured placements when there are any. */
 static bool zone_allowed(const struct gw_aws *a, const char *zone) {
+  int r = gw_aws_region_of_zone(a, zone);
+  if (r < 0 || !a->regions[r].offered)
+    return false;
   if (!a->cfg.n_placements)
     return true;
   for (size_t i = 0; i < a->cfg.n_placements; i++)
     if (!a->cfg.placements[i].zone[0] || !strcmp(a->cfg.placements[i].zone, zone))
       return true;
   return false;
+}
+
+static bool in_region(const struct gw_aws *a, const char *zone, const char *region) {
+  int r = gw_aws_region_of_zone(a, zone);
+  return r >= 0 && !strcmp(a->regions[r].name, region);
+}
+
+double gw_aws_region_spot_price(const struct gw_aws *a, const char *type, const char *region) {
+  double best = 0;
+  for (size_t i = 0; i < a->n_prices; i++)
+    if (!strcmp(a->prices[i].type, type) && in_region(a, a->prices[i].zone, region) &&
+        zone_allowed(a, a->prices[i].zone) && (best == 0 || a->prices[i].usd_per_hour < best))
+      best = a->prices[i].usd_per_hour;
+  return best;
 }
 
 void gw_aws_price_point(struct gw_aws_inst *in, int64_t at_us, double usd_per_hour) {
@@ -84,38 +109,31 @@ void gw_aws_price_point(struct gw_aws_inst *in, int64_t at_us, double usd_per_ho
   in->prices[in->n_prices++].usd_per_hour = usd_per_hour;
 }
 
-/* Keeps p's price as the newest for its type and zone. */
+/* Keeps p's price as the newest for its type and zone: 1 when the price
+ * in force changed, 0 when not, -ENOMEM. */
 static int merge_price(struct gw_aws *a, const struct aws_spot_price *p) {
   for (size_t i = 0; i < a->n_prices; i++)
     if (!strcmp(a->prices[i].type, p->type) && !strcmp(a->prices[i].zone, p->zone)) {
-      if (p->time_unix >= a->prices[i].time_unix)
-        a->prices[i] = *p;
-      return 0;
+      if (p->time_unix < a->prices[i].time_unix)
+        return 0;
+      bool moved = p->usd_per_hour != a->prices[i].usd_per_hour;
+      a->prices[i] = *p;
+      return moved;
     }
   struct aws_spot_price *grown = realloc(a->prices, (a->n_prices + 1) * sizeof *grown);
   if (!grown)
     return -ENOMEM;
   a->prices = grown;
   a->prices[a->n_prices++] = *p;
-  return 0;
+  return 1;
 }
 
-bool gw_aws_market_prices(struct gw_aws *a, struct aws_spot_price *p, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (p[i].usd_per_hour > 0 && p[i].usd_per_hour < 1e5 && gw_catalog_find(a->cat, p[i].type) >= 0)
-      merge_price(a, &p[i]);
+bool gw_aws_market_prices(struct gw_aws *a, const struct aws_spot_price *p, size_t n) {
   bool changed = false;
-  for (size_t t = 0; t < a->cfg.n_types; t++) {
-    double best = 0;
-    for (size_t i = 0; i < a->n_prices; i++)
-      if (!strcmp(a->prices[i].type, a->types[t].name) && zone_allowed(a, a->prices[i].zone) &&
-          (best == 0 || a->prices[i].usd_per_hour < best))
-        best = a->prices[i].usd_per_hour;
-    if (best > 0 && best != a->types[t].spot_usd_per_hour) {
-      a->types[t].spot_usd_per_hour = best;
-      changed = true;
-    }
-  }
+  for (size_t i = 0; i < n; i++)
+    if (p[i].usd_per_hour > 0 && p[i].usd_per_hour < 1e5 &&
+        gw_catalog_find(a->cat, p[i].type) >= 0 && gw_aws_region_of_zone(a, p[i].zone) >= 0)
+      changed |= merge_price(a, &p[i]) > 0;
   for (size_t i = 0; i < a->n; i++) {
     struct gw_aws_inst *in = a->inst[i];
     if (in->state != GW_AWS_RUNNING || !in->spot)
@@ -139,19 +157,22 @@ const char *gw_aws_placement_key(const struct gw_aws_placement *p) {
   return p->subnet[0] ? p->subnet : p->zone;
 }
 
-/* Every placement of type, unsorted: the configured ones, else the zones
- * EC2 reported prices for, else the catalog's zones of the region. */
-static size_t candidates(const struct gw_aws *a, const char *type, struct gw_aws_placement *ret,
-                         size_t max) {
+/* Every placement of type in offered region r, unsorted: the configured
+ * ones, else the zones EC2 reported prices for, else the catalog's zones. */
+static size_t candidates(const struct gw_aws *a, const char *type, size_t r,
+                         struct gw_aws_placement *ret, size_t max) {
+  const char *region = a->regions[r].name;
   size_t n = 0;
   if (a->cfg.n_placements) {
     for (size_t i = 0; i < a->cfg.n_placements && n < max; i++)
-      ret[n++] = a->cfg.placements[i];
+      if (!strcmp(a->cfg.placements[i].region, region))
+        ret[n++] = a->cfg.placements[i];
     return n;
   }
   for (size_t i = 0; i < a->n_prices && n < max; i++)
-    if (!strcmp(a->prices[i].type, type)) {
+    if (!strcmp(a->prices[i].type, type) && in_region(a, a->prices[i].zone, region)) {
       memset(&ret[n], 0, sizeof ret[n]);
+      snprintf(ret[n].region, sizeof ret[0].region, "%s", region);
       snprintf(ret[n++].zone, sizeof ret[0].zone, "%s", a->prices[i].zone);
     }
   int c = gw_catalog_find(a->cat, type);
@@ -159,9 +180,39 @@ static size_t candidates(const struct gw_aws *a, const char *type, struct gw_aws
     return n;
   for (const char *z = gw_catalog_get(a->cat, (size_t)c)->zones; *z && n < max; z++) {
     memset(&ret[n], 0, sizeof ret[n]);
-    snprintf(ret[n++].zone, sizeof ret[0].zone, "%.30s%c", a->cfg.region, *z);
+    snprintf(ret[n].region, sizeof ret[0].region, "%s", region);
+    snprintf(ret[n++].zone, sizeof ret[0].zone, "%.30s%c", region, *z);
   }
   return n;
+}
+
+/* The placements of type in where: "" every offered region, a region's
+ * name, or a zone. */
+static size_t candidates_in(const struct gw_aws *a, const char *type, const char *where,
+                            struct gw_aws_placement *ret, size_t max) {
+  int only = where && *where ? gw_aws_region_index(a, where) : -1;
+  bool zone = where && *where && only < 0;
+  if (zone)
+    only = gw_aws_region_of_zone(a, where);
+  size_t n = 0;
+  for (size_t r = 0; r < a->n_regions && n < max; r++)
+    if (a->regions[r].offered && (only < 0 || (size_t)only == r))
+      n += candidates(a, type, r, ret + n, max - n);
+  if (!zone)
+    return n;
+  if (only < 0 || !a->regions[only].offered)
+    return 0;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(ret[i].zone, where))
+      ret[k++] = ret[i];
+  if (!k && !a->cfg.n_placements) { /* a zone EC2 has not priced yet */
+    memset(&ret[0], 0, sizeof ret[0]);
+    snprintf(ret[0].region, sizeof ret[0].region, "%s", a->regions[only].name);
+    snprintf(ret[0].zone, sizeof ret[0].zone, "%s", where);
+    k = 1;
+  }
+  return k;
 }
 
 /* The remembered failure of type in placement key still in force at now_us, or NULL. */
@@ -174,22 +225,10 @@ static const struct gw_aws_failure *failure(const struct gw_aws *a, const char *
   return NULL;
 }
 
-size_t gw_aws_placements(struct gw_aws *a, const char *type, const char *zone, bool spot,
+size_t gw_aws_placements(struct gw_aws *a, const char *type, const char *where, bool spot,
                          struct gw_aws_placement *ret, size_t max) {
   struct gw_aws_placement all[GW_AWS_MAX_PLACEMENTS * 4];
-  size_t n_all = candidates(a, type, all, sizeof all / sizeof all[0]);
-  if (zone && *zone) {
-    size_t k = 0;
-    for (size_t i = 0; i < n_all; i++)
-      if (!strcmp(all[i].zone, zone))
-        all[k++] = all[i];
-    n_all = k;
-    if (!n_all && !a->cfg.n_placements) { /* a zone EC2 has not priced yet */
-      memset(&all[0], 0, sizeof all[0]);
-      snprintf(all[0].zone, sizeof all[0].zone, "%s", zone);
-      n_all = 1;
-    }
-  }
+  size_t n_all = candidates_in(a, type, where, all, sizeof all / sizeof all[0]);
   int64_t now = sl_time_real_us();
   double price[GW_AWS_MAX_PLACEMENTS * 4];
   size_t n = 0;
@@ -236,9 +275,9 @@ void gw_aws_remember_failure(struct gw_aws *a, const char *type, const char *pla
   f->until_us = now + a->cfg.capacity_memory_us;
 }
 
-int64_t gw_aws_unavailable_until(struct gw_aws *a, const char *type) {
+int64_t gw_aws_unavailable_until(struct gw_aws *a, const char *type, const char *where) {
   struct gw_aws_placement all[GW_AWS_MAX_PLACEMENTS * 4];
-  size_t n = candidates(a, type, all, sizeof all / sizeof all[0]);
+  size_t n = candidates_in(a, type, where, all, sizeof all / sizeof all[0]);
   int64_t now = sl_time_real_us(), until = INT64_MAX;
   for (size_t i = 0; i < n; i++) {
     const struct gw_aws_failure *f = failure(a, type, gw_aws_placement_key(&all[i]), now);
@@ -248,6 +287,77 @@ int64_t gw_aws_unavailable_until(struct gw_aws *a, const char *type) {
       until = f->until_us;
   }
   return n ? until : 0;
+}
+
+/* Room for n offers in types_out; -ENOMEM. */
+static int reserve(struct gw_aws *a, size_t n) {
+  if (n <= a->types_cap)
+    return 0;
+  struct gw_instance_type *grown = realloc(a->types_out, n * sizeof *grown);
+  if (!grown)
+    return -ENOMEM;
+  a->types_out = grown;
+  a->types_cap = n;
+  return 0;
+}
+
+/* The zones EC2 priced type in, in region r and allowed, sorted by name. */
+static size_t priced_zones(const struct gw_aws *a, const char *type, size_t r,
+                           const struct aws_spot_price **ret, size_t max) {
+  size_t n = 0;
+  for (size_t i = 0; i < a->n_prices && n < max; i++) {
+    const struct aws_spot_price *p = &a->prices[i];
+    if (strcmp(p->type, type) || !in_region(a, p->zone, a->regions[r].name) ||
+        !zone_allowed(a, p->zone))
+      continue;
+    size_t k = n++;
+    while (k > 0 && strcmp(ret[k - 1]->zone, p->zone) > 0) {
+      ret[k] = ret[k - 1];
+      k--;
+    }
+    ret[k] = p;
+  }
+  return n;
+}
+
+int gw_aws_market_offers(struct gw_aws *a) {
+  const struct aws_spot_price *zones[GW_AWS_MAX_PLACEMENTS * 4];
+  size_t count = 0;
+  for (size_t t = 0; t < a->cfg.n_types; t++)
+    for (size_t r = 0; r < a->n_regions; r++)
+      if (a->regions[r].offered)
+        count += 1 + priced_zones(a, a->types[t].name, r, zones, sizeof zones / sizeof zones[0]);
+  if (reserve(a, count) < 0)
+    return -ENOMEM;
+  size_t n = 0;
+  for (size_t t = 0; t < a->cfg.n_types; t++) {
+    const struct gw_instance_type *base = &a->types[t];
+    for (size_t r = 0; r < a->n_regions; r++) {
+      const struct gw_aws_region *g = &a->regions[r];
+      if (!g->offered)
+        continue;
+      struct gw_instance_type *o = &a->types_out[n++];
+      *o = *base;
+      snprintf(o->region, sizeof o->region, "%s", g->name);
+      o->zone[0] = '\0';
+      double price = gw_aws_region_spot_price(a, base->name, g->name);
+      if (price > 0)
+        o->spot_usd_per_hour = price;
+      o->placement_score = g->placement_score;
+      o->unavailable_until_us = gw_aws_unavailable_until(a, base->name, g->name);
+      o->move_usd_per_gb = strcmp(g->name, a->cfg.store_region) ? a->cfg.transfer_usd_per_gb : 0;
+      size_t nz = priced_zones(a, base->name, r, zones, sizeof zones / sizeof zones[0]);
+      struct gw_instance_type region = *o;
+      for (size_t z = 0; z < nz; z++) {
+        o = &a->types_out[n++];
+        *o = region;
+        snprintf(o->zone, sizeof o->zone, "%s", zones[z]->zone);
+        o->spot_usd_per_hour = zones[z]->usd_per_hour;
+        o->unavailable_until_us = gw_aws_unavailable_until(a, base->name, zones[z]->zone);
+      }
+    }
+  }
+  return (int)n;
 }
 
 double gw_aws_billed(const struct gw_aws_inst *in, int64_t now_us) {

@@ -1,6 +1,8 @@
-/* The aws provider's polls, on its thread (aws_thread.c): DescribeInstances
- * by the tag spotlab:gateway=ID against the table, then spot prices and
- * placement scores.
+/* The aws provider's polls, on its thread (aws_thread.c): in each region,
+ * DescribeInstances by the tag spotlab:gateway=ID against the instances of
+ * that region, then spot prices and placement scores of the offered
+ * regions. A region that does not answer leaves its instances as they were;
+ * the other regions go on.
  *
  * A record whose launch was in flight is adopted when EC2 lists an instance
  * with its spotlab:instance tag; an instance EC2 shows shutting down, stopped
@@ -54,14 +56,16 @@ static bool known(const struct gw_aws *a, const struct aws_instance *got) {
   return false;
 }
 
-/* The states EC2 lists against the table (mu held): adoptions, ends;
- * vanished instances and strays (owned arrays of ids) for the caller. */
-static void compare(struct gw_aws *a, const struct aws_instance *list, size_t n,
-                    char (*vanished)[AWS_ID_MAX], size_t *n_vanished,
+/* The states EC2 lists in region against the table (mu held): adoptions,
+ * ends; vanished instances and strays (owned arrays of ids) for the caller.
+ * A launch in flight is matched in the region of its attempt, or in any
+ * before its first attempt. */
+static void compare(struct gw_aws *a, const char *region, const struct aws_instance *list,
+                    size_t n, char (*vanished)[AWS_ID_MAX], size_t *n_vanished,
                     char (*strays)[AWS_ID_MAX], size_t *n_strays) {
   for (size_t i = 0; i < a->n; i++) {
     struct gw_aws_inst *in = a->inst[i];
-    if (in->state == GW_AWS_ENDED)
+    if (in->state == GW_AWS_ENDED || (in->region[0] && strcmp(in->region, region)))
       continue;
     const struct aws_instance *got = match(in, list, n);
     if (in->state == GW_AWS_LAUNCHING) {
@@ -95,15 +99,17 @@ static void compare(struct gw_aws *a, const struct aws_instance *list, size_t n,
       snprintf(strays[(*n_strays)++], AWS_ID_MAX, "%s", list[i].id);
 }
 
-/* Ends the instances EC2 stopped listing, with the reason it gives by id (mu not held). */
-static void end_vanished(struct gw_aws *a, char (*ids)[AWS_ID_MAX], size_t n) {
+/* Ends the instances EC2 stopped listing in region g, with the reason it
+ * gives by id (mu not held). */
+static void end_vanished(struct gw_aws *a, const struct gw_aws_region *g, char (*ids)[AWS_ID_MAX],
+                         size_t n) {
   const char *p[GW_AWS_MAX_INSTANCES];
   for (size_t i = 0; i < n; i++)
     p[i] = ids[i];
   struct aws_instance *list = NULL;
   size_t nl = 0;
   struct aws_ec2_error e = {0};
-  if (aws_ec2_describe_instances(a->ec2, NULL, NULL, p, n, &list, &nl, &e) < 0)
+  if (aws_ec2_describe_instances(g->ec2, NULL, NULL, p, n, &list, &nl, &e) < 0)
     nl = 0; /* not found at all: gone without a reason */
   lock(a);
   for (size_t i = 0; i < n; i++)
@@ -127,7 +133,8 @@ static void end_vanished(struct gw_aws *a, char (*ids)[AWS_ID_MAX], size_t n) {
   free(list);
 }
 
-static void refresh_market(struct gw_aws *a, bool scores) {
+/* Spot prices of region g, and its placement score when scores. */
+static void refresh_market(struct gw_aws *a, struct gw_aws_region *g, bool scores) {
   const char *types[256];
   size_t n = a->cfg.n_types < 256 ? a->cfg.n_types : 256;
   for (size_t i = 0; i < n; i++)
@@ -138,10 +145,12 @@ static void refresh_market(struct gw_aws *a, bool scores) {
   int r;
   for (int try = 0;; try++) {
     memset(&e, 0, sizeof e);
-    r = aws_ec2_spot_prices(a->ec2, types, n, &prices, &np, &e);
+    r = aws_ec2_spot_prices(g->ec2, types, n, &prices, &np, &e);
     if (!gw_aws_again(a, r, &e, try))
       break;
   }
+  if (r < 0)
+    sl_debug(T, "DescribeSpotPriceHistory in %s: %s", g->name, e.code[0] ? e.code : e.message);
   lock(a);
   if (r == 0 && gw_aws_market_prices(a, prices, np))
     gw_aws_queue_event(a, GW_PROVIDER_CAPACITY, "");
@@ -152,47 +161,62 @@ static void refresh_market(struct gw_aws *a, bool scores) {
   struct aws_placement_score *sc = NULL;
   size_t ns = 0;
   memset(&e, 0, sizeof e);
-  if (aws_ec2_placement_scores(a->ec2, types, n, 1, &sc, &ns, &e) < 0) {
-    sl_debug(T, "GetSpotPlacementScores: %s", e.code[0] ? e.code : e.message);
+  if (aws_ec2_placement_scores(g->ec2, types, n, 1, &sc, &ns, &e) < 0) {
+    sl_debug(T, "GetSpotPlacementScores in %s: %s", g->name, e.code[0] ? e.code : e.message);
     return;
   }
   int best = 0;
   for (size_t i = 0; i < ns; i++)
-    if (sc[i].score > best && sc[i].score <= 10)
+    if (sc[i].score > best && sc[i].score <= 10 && (!sc[i].region[0] || !strcmp(sc[i].region, g->name)))
       best = sc[i].score;
   free(sc);
   lock(a);
-  for (size_t i = 0; i < a->cfg.n_types; i++)
-    a->types[i].placement_score = best;
+  g->placement_score = best;
   unlock(a);
 }
 
-/* One poll (mu not held). 0, or the listing's error (logged when it changes). */
-int gw_aws_poll(struct gw_aws *a, bool scores, char *last_error, size_t last_size) {
+/* Terminates the strays of region g: tagged for this gateway, known to no record. */
+static void end_strays(struct gw_aws *a, const struct gw_aws_region *g, char (*ids)[AWS_ID_MAX],
+                       size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const char *one[1] = {ids[i]};
+    char why[400];
+    sl_warn(T, "terminating EC2 %s in %s: tagged spotlab:gateway=%s but no instance record "
+               "knows it", ids[i], g->name, a->cfg.gateway_id);
+    int t = gw_aws_terminate_ids(a, g->name, one, 1, why, sizeof why);
+    if (t < 0 && t != -ENOENT)
+      sl_warn(T, "cannot terminate EC2 %s in %s: %s", ids[i], g->name, why);
+  }
+}
+
+/* The instances of region g (mu not held). 0, or the listing's error
+ * (logged when it changes). */
+static int poll_region(struct gw_aws *a, struct gw_aws_region *g) {
   struct aws_instance *list = NULL;
   size_t n = 0;
   struct aws_ec2_error e;
   int r;
   for (int try = 0;; try++) {
     memset(&e, 0, sizeof e);
-    r = aws_ec2_describe_instances(a->ec2, "spotlab:gateway", a->cfg.gateway_id, NULL, 0, &list,
+    r = aws_ec2_describe_instances(g->ec2, "spotlab:gateway", a->cfg.gateway_id, NULL, 0, &list,
                                    &n, &e);
     if (!gw_aws_again(a, r, &e, try))
       break;
   }
   if (r < 0) {
-    char why[400], msg[512];
+    char why[400], what[64], msg[512];
     gw_aws_describe_error(r, &e, why, sizeof why);
+    snprintf(what, sizeof what, "DescribeInstances in %s", g->name);
     if (r == SL_EAUTH)
-      gw_aws_auth_message(a, "DescribeInstances", why, msg, sizeof msg);
+      gw_aws_auth_message(a, what, why, msg, sizeof msg);
     else
-      snprintf(msg, sizeof msg, "DescribeInstances: %s", why);
-    if (strcmp(msg, last_error))
+      snprintf(msg, sizeof msg, "%s: %s", what, why);
+    if (strcmp(msg, g->last_error))
       sl_warn(T, "%s", msg);
-    snprintf(last_error, last_size, "%s", msg);
+    snprintf(g->last_error, sizeof g->last_error, "%s", msg);
     return r;
   }
-  last_error[0] = '\0';
+  g->last_error[0] = '\0';
   char(*vanished)[AWS_ID_MAX] = calloc(GW_AWS_MAX_INSTANCES, AWS_ID_MAX);
   char(*strays)[AWS_ID_MAX] = calloc(GW_AWS_MAX_INSTANCES, AWS_ID_MAX);
   size_t n_vanished = 0, n_strays = 0;
@@ -203,23 +227,28 @@ int gw_aws_poll(struct gw_aws *a, bool scores, char *last_error, size_t last_siz
     return -ENOMEM;
   }
   lock(a);
-  compare(a, list, n, vanished, &n_vanished, strays, &n_strays);
+  compare(a, g->name, list, n, vanished, &n_vanished, strays, &n_strays);
   unlock(a);
   free(list);
   if (n_vanished)
-    end_vanished(a, vanished, n_vanished);
-  for (size_t i = 0; i < n_strays; i++) {
-    const char *ids[1] = {strays[i]};
-    char why[400];
-    sl_warn(T, "terminating EC2 %s: tagged spotlab:gateway=%s but no instance record knows it",
-            strays[i], a->cfg.gateway_id);
-    int t = gw_aws_terminate_ids(a, ids, 1, why, sizeof why);
-    if (t < 0 && t != -ENOENT)
-      sl_warn(T, "cannot terminate EC2 %s: %s", strays[i], why);
-  }
+    end_vanished(a, g, vanished, n_vanished);
+  end_strays(a, g, strays, n_strays);
   free(vanished);
   free(strays);
-  refresh_market(a, scores);
   return 0;
 }
 
+static bool stopping(struct gw_aws *a) {
+  lock(a);
+  bool stop = a->stop;
+  unlock(a);
+  return stop;
+}
+
+void gw_aws_poll(struct gw_aws *a, bool scores) {
+  for (size_t i = 0; i < a->n_regions && !stopping(a); i++)
+    poll_region(a, &a->regions[i]);
+  for (size_t i = 0; i < a->n_regions && !stopping(a); i++)
+    if (a->regions[i].offered)
+      refresh_market(a, &a->regions[i], scores);
+}

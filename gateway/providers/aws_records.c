@@ -79,10 +79,10 @@ int gw_aws_save_record(struct gw_aws *a, const struct gw_aws_inst *in) {
   char path[4300];
   record_path(a, in->id, path, sizeof path);
   json_t *o = json_pack(
-      "{s:s,s:s,s:s,s:s,s:b,s:f,s:I,s:s,s:s,s:s,s:I,s:f,s:b,s:b,s:b}", "instance", in->id,
+      "{s:s,s:s,s:s,s:s,s:b,s:f,s:I,s:s,s:s,s:s,s:s,s:I,s:f,s:b,s:b,s:b}", "instance", in->id,
       "gateway", a->cfg.gateway_id, "type", in->type, "want_zone", in->want_zone, "spot",
       in->spot, "max_price_usd_per_hour", in->max_price_usd_per_hour, "job", (json_int_t)in->job,
-      "state", state_name(in->state), "ec2_id", in->ec2_id, "zone", in->zone, "launched_us",
+      "state", state_name(in->state), "ec2_id", in->ec2_id, "region", in->region, "zone", in->zone, "launched_us",
       (json_int_t)in->launched_us, "price_usd_per_hour", in->price_usd_per_hour, "seen",
       in->seen, "reported", in->reported, "want_terminate", in->want_terminate);
   json_t *tried = json_array(), *prices = json_array();
@@ -156,6 +156,33 @@ static bool load_boot(struct gw_aws_inst *in, const json_t *b) {
   return true;
 }
 
+/* Makes sure a region of the provider's holds in: a record written before
+ * regions were recorded gets its zone's region (else the first one); a
+ * region no longer configured is kept, unoffered, so its instance is still
+ * listed, billed and terminated. False when there is no room for it. */
+static bool known_region(struct gw_aws *a, struct gw_aws_inst *in) {
+  if (!in->region[0]) {
+    int r = in->zone[0] ? gw_aws_region_of_zone(a, in->zone) : -1;
+    if (r < 0 && (in->ec2_id[0] || in->placement[0]))
+      r = 0;
+    if (r >= 0)
+      snprintf(in->region, sizeof in->region, "%s", a->regions[r].name);
+    return true; /* a launch never tried: any region may take it */
+  }
+  if (gw_aws_region_index(a, in->region) >= 0)
+    return true;
+  /* it becomes part of an endpoint's host name */
+  if (a->n_regions == GW_AWS_MAX_REGIONS ||
+      strspn(in->region, "abcdefghijklmnopqrstuvwxyz0123456789-") != strlen(in->region))
+    return false;
+  struct gw_aws_region *g = &a->regions[a->n_regions++];
+  memset(g, 0, sizeof *g);
+  snprintf(g->name, sizeof g->name, "%s", in->region);
+  sl_warn(GW_AWS_TOPIC, "instance %s is in %s, which is no longer configured: it is still "
+                        "watched there, and nothing new is launched there", in->id, in->region);
+  return true;
+}
+
 /* Fills in from record o; false when a field is missing or does not fit. */
 static bool parse(struct gw_aws *a, const char *id, const json_t *o, struct gw_aws_inst *in) {
   const char *state = sl_json_get_str(o, "state", "");
@@ -164,6 +191,7 @@ static bool parse(struct gw_aws *a, const char *id, const json_t *o, struct gw_a
       !copy(in->type, sizeof in->type, sl_json_get_str(o, "type", "")) || !in->type[0] ||
       !copy(in->want_zone, sizeof in->want_zone, sl_json_get_str(o, "want_zone", "")) ||
       !copy(in->ec2_id, sizeof in->ec2_id, sl_json_get_str(o, "ec2_id", "")) ||
+      !copy(in->region, sizeof in->region, sl_json_get_str(o, "region", "")) ||
       !copy(in->zone, sizeof in->zone, sl_json_get_str(o, "zone", "")) ||
       !copy(in->placement, sizeof in->placement, sl_json_get_str(o, "placement", "")))
     return false;
@@ -201,7 +229,7 @@ static bool parse(struct gw_aws *a, const char *id, const json_t *o, struct gw_a
   const json_t *boot = json_object_get(o, "boot");
   if (boot && (!json_is_object(boot) || !load_boot(in, boot)))
     return false;
-  return true;
+  return known_region(a, in);
 }
 
 static void load_one(struct gw_aws *a, const char *id) {

@@ -5,11 +5,13 @@
  * poll every cfg.poll_us. Outcomes go to the gateway's loop as queued events
  * (aws.c). mu is held except around EC2 calls and backoff sleeps.
  *
- * A launch tries the type's placements in order (cheapest spot price first,
- * those with a remembered capacity failure left out), each attempt recorded
- * before it is made, with a ClientToken derived from the gateway, the
- * instance and the placement: an attempt re-issued (after a transport
- * error, or by a restarted gateway) never starts a second instance. Throttling
+ * A launch tries the type's placements in order, across every offered
+ * region (cheapest spot price first, those with a remembered capacity
+ * failure left out), each attempt recorded before it is made, with a
+ * ClientToken derived from the gateway, the instance and the placement: an
+ * attempt re-issued (after a transport error, or by a restarted gateway)
+ * never starts a second instance. An account limit holds for its region
+ * only, so the launch goes on in the next region. Throttling
  * and server errors are retried with full-jitter backoff, a bounded number
  * of times. Polls are in aws_poll.c. */
 #include "aws_int.h"
@@ -141,12 +143,17 @@ void gw_aws_adopt(struct gw_aws *a, struct gw_aws_inst *in, const struct aws_ins
   snprintf(in->ec2_id, sizeof in->ec2_id, "%s", got->id);
   if (got->zone[0])
     snprintf(in->zone, sizeof in->zone, "%s", got->zone);
+  int r = gw_aws_region_of_zone(a, in->zone);
+  if (r >= 0)
+    snprintf(in->region, sizeof in->region, "%s", a->regions[r].name);
   in->launched_us = got->launch_time_unix > 0 ? got->launch_time_unix * SL_US_PER_S
                                               : sl_time_real_us();
   double price = in->spot ? gw_aws_spot_price(a, in->type, in->zone) : 0;
+  if (in->spot && price == 0) /* the zone's price comes with the next poll */
+    price = gw_aws_region_spot_price(a, in->type, in->region);
   for (size_t t = 0; in->spot && price == 0 && t < a->cfg.n_types; t++)
     if (!strcmp(a->types[t].name, in->type))
-      price = a->types[t].spot_usd_per_hour; /* the zone's price comes with the next poll */
+      price = a->types[t].spot_usd_per_hour; /* the catalog's typical price */
   in->price_usd_per_hour = in->spot ? price : gw_aws_on_demand_price(a, in->type);
   in->n_prices = 0;
   if (in->spot)
@@ -200,7 +207,7 @@ static int run_once(struct gw_aws *a, struct gw_aws_inst *in, const struct gw_aw
   };
   for (int try = 0;; try++) {
     memset(e, 0, sizeof *e);
-    r = aws_ec2_run_instances(a->ec2, &req, got, e);
+    r = aws_ec2_run_instances(gw_aws_ec2(a, pl->region), &req, got, e);
     if (!gw_aws_again(a, r, e, try))
       break;
   }
@@ -218,6 +225,7 @@ static size_t launch_order(struct gw_aws *a, struct gw_aws_inst *in, struct gw_a
   size_t n = 0;
   if (in->placement[0]) {
     memset(&ret[0], 0, sizeof ret[0]);
+    snprintf(ret[0].region, sizeof ret[0].region, "%s", in->region);
     snprintf(ret[0].zone, sizeof ret[0].zone, "%s", in->zone);
     if (!strncmp(in->placement, "subnet-", 7))
       snprintf(ret[0].subnet, sizeof ret[0].subnet, "%s", in->placement);
@@ -242,9 +250,18 @@ static void add_tried(struct gw_aws_inst *in, const char *key) {
   in->placement[0] = '\0';
 }
 
+static bool listed(char (*list)[32], size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(list[i], name))
+      return true;
+  return false;
+}
+
 /* Launches in (mu held on entry and exit). */
 static void do_launch(struct gw_aws *a, struct gw_aws_inst *in) {
-  char why[400], msg[512], zones[200] = "", last_code[64] = "";
+  char why[400], msg[512], zones[200] = "", last_code[64] = "", limit[512] = "";
+  char limited[GW_AWS_MAX_REGIONS][32]; /* regions whose account limit was hit */
+  size_t n_limited = 0;
   struct gw_aws_placement order[GW_AWS_MAX_PLACEMENTS];
   if (!in->have_boot) {
     launch_failed(a, in, -EIO, "the launch was interrupted by a gateway restart and its boot "
@@ -259,8 +276,11 @@ static void do_launch(struct gw_aws *a, struct gw_aws_inst *in) {
       return;
     }
     const struct gw_aws_placement *pl = &order[i];
+    if (listed(limited, n_limited, pl->region))
+      continue;
     const char *key = gw_aws_placement_key(pl);
     snprintf(in->placement, sizeof in->placement, "%s", key);
+    snprintf(in->region, sizeof in->region, "%s", pl->region);
     snprintf(in->zone, sizeof in->zone, "%s", pl->zone);
     gw_aws_save_record(a, in); /* before the attempt: a restart re-issues it */
     unlock(a);
@@ -288,9 +308,17 @@ static void do_launch(struct gw_aws *a, struct gw_aws_inst *in) {
       continue;
     }
     if (has(LIMIT_CODES, e.code)) {
-      snprintf(msg, sizeof msg, "EC2 account limit for %s: %s", in->type, why);
-      launch_failed(a, in, -EAGAIN, msg);
-    } else if (r == SL_EAUTH) {
+      /* EC2's quotas are per account and region: no other zone of this
+       * region can take it, another region may */
+      if (n_limited < GW_AWS_MAX_REGIONS)
+        snprintf(limited[n_limited++], sizeof limited[0], "%s", pl->region);
+      add_tried(in, key);
+      snprintf(limit, sizeof limit, "EC2 account limit for %s in %s: %s", in->type, pl->region,
+               why);
+      sl_info(T, "launch of %s: %s", in->id, limit);
+      continue;
+    }
+    if (r == SL_EAUTH) {
       gw_aws_auth_message(a, "RunInstances", why, msg, sizeof msg);
       launch_failed(a, in, SL_EAUTH, msg);
     } else {
@@ -302,21 +330,29 @@ static void do_launch(struct gw_aws *a, struct gw_aws_inst *in) {
   if (!n)
     snprintf(msg, sizeof msg, "no capacity for %s: every zone failed in the last %lld s",
              in->type, (long long)(a->cfg.capacity_memory_us / SL_US_PER_S));
+  else if (limit[0] && has(LIMIT_CODES, last_code))
+    snprintf(msg, sizeof msg, "%s", limit);
   else
     snprintf(msg, sizeof msg, "no capacity for %s in %s (%s)", in->type, zones, last_code);
   launch_failed(a, in, -EAGAIN, msg);
-  gw_aws_queue_event(a, GW_PROVIDER_CAPACITY, "");
+  if (!has(LIMIT_CODES, last_code))
+    gw_aws_queue_event(a, GW_PROVIDER_CAPACITY, "");
 }
 
 /* ---- terminations ------------------------------------------------------- */
 
-int gw_aws_terminate_ids(struct gw_aws *a, const char *const *ids, size_t n, char *why,
-                         size_t why_size) {
+struct aws_ec2 *gw_aws_ec2(struct gw_aws *a, const char *region) {
+  int r = gw_aws_region_index(a, region);
+  return a->regions[r < 0 ? 0 : r].ec2;
+}
+
+int gw_aws_terminate_ids(struct gw_aws *a, const char *region, const char *const *ids, size_t n,
+                         char *why, size_t why_size) {
   struct aws_ec2_error e;
   int r;
   for (int try = 0;; try++) {
     memset(&e, 0, sizeof e);
-    r = aws_ec2_terminate_instances(a->ec2, ids, n, &e);
+    r = aws_ec2_terminate_instances(gw_aws_ec2(a, region), ids, n, &e);
     if (!gw_aws_again(a, r, &e, try))
       break;
   }
@@ -328,16 +364,18 @@ int gw_aws_terminate_ids(struct gw_aws *a, const char *const *ids, size_t n, cha
 /* Terminates in (mu held on entry and exit). */
 static void do_terminate(struct gw_aws *a, struct gw_aws_inst *in) {
   const char *ids[1] = {in->ec2_id};
-  char why[400];
+  char why[400], region[32];
+  snprintf(region, sizeof region, "%s", in->region);
   unlock(a);
-  int r = gw_aws_terminate_ids(a, ids, 1, why, sizeof why);
+  int r = gw_aws_terminate_ids(a, region, ids, 1, why, sizeof why);
   lock(a);
   if (r == 0 || r == -ENOENT) {
-    sl_info(T, "instance %s (EC2 %s) terminated", in->id, in->ec2_id);
+    sl_info(T, "instance %s (EC2 %s in %s) terminated", in->id, in->ec2_id, region);
     gw_aws_end(a, in, false);
     return;
   }
-  sl_warn(T, "cannot terminate %s (EC2 %s): %s; trying again", in->id, in->ec2_id, why);
+  sl_warn(T, "cannot terminate %s (EC2 %s in %s): %s; trying again", in->id, in->ec2_id, region,
+          why);
   in->retry_terminate_mono_us = sl_time_mono_us() + a->cfg.poll_us;
 }
 
@@ -362,7 +400,6 @@ static struct gw_aws_inst *next_work(struct gw_aws *a, bool *ret_launch) {
 
 static void *thread_main(void *data) {
   struct gw_aws *a = data;
-  char last_error[512] = "";
   int64_t next_poll = 0, next_scores = 0;
   bool polled = false;
   lock(a);
@@ -373,7 +410,7 @@ static void *thread_main(void *data) {
       unlock(a);
       /* the first poll comes before any launch: a restart adopts what its
        * predecessor started before it re-issues anything */
-      gw_aws_poll(a, scores, last_error, sizeof last_error);
+      gw_aws_poll(a, scores);
       lock(a);
       polled = true;
       next_poll = sl_time_mono_us() + a->cfg.poll_us;

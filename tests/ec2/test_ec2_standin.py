@@ -668,6 +668,58 @@ def case_cli(st, tmp):
             p.wait()
 
 
+def case_regions(st, tmp):
+    east, west = client(st), client(st, region_name="us-west-2")
+    ctl = E.StandinControl(st.control_url)
+    check([z["ZoneName"] for z in west.describe_availability_zones()["AvailabilityZones"]]
+          == ["us-west-2a", "us-west-2b", "us-west-2c"], "us-west-2 has its own zones")
+    hist = west.describe_spot_price_history(InstanceTypes=["g5.xlarge"])["SpotPriceHistory"]
+    check(sorted(h["AvailabilityZone"] for h in hist) == ["us-west-2a", "us-west-2b", "us-west-2c"]
+          and {h["SpotPrice"] for h in hist} == {"0.300000"},
+          "us-west-2's prices (TYPE/REGION): %s" % hist)
+    hist = east.describe_spot_price_history(InstanceTypes=["g5.xlarge"])["SpotPriceHistory"]
+    check({h["AvailabilityZone"][:9] for h in hist} == {"us-east-1"}
+          and "0.300000" not in {h["SpotPrice"] for h in hist}, "us-east-1's own: %s" % hist)
+    check(error_of(client(st, region_name="eu-west-1").describe_instances)[0] == "AuthFailure",
+          "a region it does not serve is refused")
+
+    # no spot capacity anywhere in us-east-1: its launches fail, us-west-2's do not
+    ctl.post("fail", {"code": "InsufficientInstanceCapacity", "region": "us-east-1",
+                      "count": -1})
+    check(error_of(run_one, east, InstanceMarketOptions=SPOT)[0] == "InsufficientInstanceCapacity",
+          "us-east-1 has no capacity")
+    iid = run_one(west, "#!/bin/sh\nsleep 300\n", InstanceMarketOptions=SPOT, ClientToken="tok-1")
+    ctl.post("fail", {"clear": True})
+    d = describe(west, iid)
+    check(d["Placement"]["AvailabilityZone"] == "us-west-2a"
+          and d["SubnetId"] in ctl.get()["regions"]["us-west-2"]["subnets"],
+          "launched in us-west-2: %s" % d["Placement"])
+    check(ctl.instance(iid)["region"] == "us-west-2", "the control API names its region")
+    check(east.describe_instances()["Reservations"] == [], "us-east-1 does not list it")
+    check(error_of(east.describe_instances, InstanceIds=[iid])[0] == "InvalidInstanceID.NotFound",
+          "nor knows its id")
+    other = run_one(east, ClientToken="tok-1")
+    check(other != iid and describe(east, other)["Placement"]["AvailabilityZone"][:9] == "us-east-1",
+          "client tokens are per region")
+    imds = wait_for(lambda: ctl.instance(iid)["pid"] and ctl.instance(iid)["imds"], "the boot")
+    check(imds_get(imds, "/latest/meta-data/placement/region") == (200, "us-west-2"),
+          "its metadata names its region")
+
+    ctl.post("deny", {"action": "RunInstances", "region": "us-west-2"})
+    check(error_of(run_one, west, DryRun=True)[0] == "UnauthorizedOperation"
+          and error_of(run_one, east, DryRun=True)[0] == "DryRunOperation",
+          "a denial in one region only")
+    ctl.post("deny", {"action": "RunInstances", "region": "us-west-2", "deny": False})
+    ctl.post("prices", {"type": "g5.xlarge", "region": "us-west-2", "price": 0.25})
+    hist = west.describe_spot_price_history(InstanceTypes=["g5.xlarge"], AvailabilityZone="us-west-2b")
+    check(float(hist["SpotPriceHistory"][0]["SpotPrice"]) == 0.25, "a region's price change")
+    check(error_of(east.terminate_instances, InstanceIds=[iid])[0] == "InvalidInstanceID.NotFound",
+          "another region cannot terminate it")
+    west.terminate_instances(InstanceIds=[iid])
+    wait_for(lambda: state_of(west, iid) == "terminated", "its end")
+    check(state_of(east, other) in ("pending", "running"), "us-east-1's instance runs on")
+
+
 CASES = {
     "run-imds": (case_run_imds, {}),
     "idempotency": (case_idempotency, {}),
@@ -681,6 +733,8 @@ CASES = {
     "market": (case_market, {}),
     "shutdown-shim": (case_shutdown_shim, {}),
     "cli": (case_cli, None),
+    "regions": (case_regions, {"region": "us-east-1,us-west-2",
+                               "prices": {"g5.xlarge/us-west-2": 0.3}}),
 }
 
 
@@ -697,6 +751,7 @@ def main():
             kw = dict(time_scale=600, boot_seconds=6, grace_seconds=30)
             kw.update(opts)
             prices = {} if PRICES else {"g5.xlarge": 0.4}
+            prices.update(kw.pop("prices", {}))
             st = E.Ec2Standin(os.path.join(tmp, "ec2"), prices=prices, prices_file=PRICES,
                               **kw).start()
         fn(st, tmp)

@@ -183,7 +183,7 @@ class Ec2Standin:
     """ec2_standin.py: EC2's Query API and its instances as local processes, with a
     control API under /_standin/ (docs/internals/ec2-standin.md)."""
 
-    def __init__(self, folder, time_scale, boot_seconds, notice_poll_ms=100):
+    def __init__(self, folder, time_scale, boot_seconds, notice_poll_ms=100, regions=(REGION,)):
         if not os.path.exists(STANDIN):
             raise RuntimeError("the EC2 stand-in is missing (%s)" % STANDIN)
         self.dir = os.path.join(folder, "ec2")
@@ -198,7 +198,8 @@ class Ec2Standin:
         env.pop("SPOTLAB_DEBUG", None)
         self.p = subprocess.Popen([PYTHON, STANDIN, "--state-dir", self.dir, "--port", "0",
                                    "--time-scale", str(time_scale), "--boot-seconds",
-                                   str(boot_seconds), "--region", REGION, "--zones", "ab",
+                                   str(boot_seconds), "--region", ",".join(regions),
+                                   "--zones", "ab",
                                    "--access-key", ACCESS_KEY_ID,
                                    "--secret-key", SECRET_ACCESS_KEY],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -320,7 +321,8 @@ class AwsGateway(GatewayProcess):
 
     def __init__(self, folder, exe, users, ec2_endpoint, s3_endpoint, worker_exe, train_exe,
                  poll="1s", keep=3, types=TYPES, zones=ZONES, orphan_timeout="60s",
-                 capacity_memory="10m", heartbeat_timeout_s=5, extra_ini="", env=None):
+                 capacity_memory="10m", heartbeat_timeout_s=5, extra_ini="", env=None,
+                 regions=None):
         self.dir = folder
         os.makedirs(folder, exist_ok=True)
         self.exe = exe
@@ -335,12 +337,16 @@ class AwsGateway(GatewayProcess):
             f.write("[gateway]\nlisten = %s\nworkers = %s\nstate_dir = %s\nheartbeat_ms = 200\n"
                     "heartbeat_timeout = %ds\nregister_timeout = 60s\n"
                     % (self.listen, self.workers, self.state, heartbeat_timeout_s))
-            f.write("[provider.aws]\nregion = %s\nzones = %s\ninstance_types = %s\nami = %s\n"
+            # several regions: regions = ..., and the bucket's region said outright
+            where = ("regions = %s\n" % ", ".join(regions) if regions
+                     else "region = %s\n" % REGION)
+            f.write("[provider.aws]\n%szones = %s\ninstance_types = %s\nami = %s\n"
                     "worker_prefix =\nadvertise = %s\norphan_timeout = %s\npoll = %s\n"
                     "capacity_memory = %s\n"
-                    % (REGION, ",".join(zones), ",".join(types), AMI, self.workers,
+                    % (where, ",".join(zones), ",".join(types), AMI, self.workers,
                        orphan_timeout, poll, capacity_memory))
-            f.write("[store]\nurl = s3://%s/%s\nkeep = %d\n" % (BUCKET, PREFIX, keep))
+            f.write("[store]\nurl = s3://%s/%s\nkeep = %d\n%s" % (
+                BUCKET, PREFIX, keep, "region = %s\n" % regions[0] if regions else ""))
             f.write("[worker]\nmetrics_per_s = 100000\n")
             for name, token in users.items():
                 f.write("[user.%s]\ntoken_sha256 = %s\n" % (name, token_sha256(token)))
@@ -365,19 +371,22 @@ class AwsGateway(GatewayProcess):
 class AwsEnv:
     """s3rver + the EC2 stand-in + spotlab-gateway (aws provider, S3 store) under root.
 
-    boot_seconds: the stand-in's boot time (simulated seconds, divided by time_scale)."""
+    boot_seconds: the stand-in's boot time (simulated seconds, divided by time_scale).
+    regions: several regions (the stand-in serves each, the gateway has regions = ...,
+    the bucket is in the first); None: REGION alone."""
 
     def __init__(self, root, gateway_exe, worker_exe, train_exe, users, time_scale=60,
-                 boot_seconds=60, **gateway_kw):
+                 boot_seconds=60, regions=None, **gateway_kw):
         self.root = root
         self.s3 = None
         self.ec2 = None
         self.gw = None
         try:
             self.s3 = S3Server(root)
-            self.ec2 = Ec2Standin(root, time_scale, boot_seconds)
+            self.ec2 = Ec2Standin(root, time_scale, boot_seconds, regions=regions or (REGION,))
             self.gw = AwsGateway(os.path.join(root, "gw"), gateway_exe, users, self.ec2.endpoint,
-                                 self.s3.endpoint, worker_exe, train_exe, **gateway_kw)
+                                 self.s3.endpoint, worker_exe, train_exe, regions=regions,
+                                 **gateway_kw)
         except BaseException:
             self.close()
             raise

@@ -18,6 +18,13 @@ one JSON line {"port":N,"control":URL} once listening; or in-process,
 API under /_standin/ (StandinControl below). docs/internals/ec2-standin.md
 describes the actions, the control API and what is simulated.
 
+Several regions: `--region us-east-1,us-west-2` (or region=[...]) serves
+each region on the same port, told apart by the region of each request's
+SigV4 credential scope, as EC2's regional endpoints are; each region has
+its own zones, subnets, instances, client tokens, prices and injected
+capacity failures (a failure may name a region). The first region is the
+default of the control API.
+
 Invariants: all state is behind one lock (`Ec2Standin.lock`); what comes
 with time (boot, the end of a notice, the grace, a process group emptying)
 happens on the clock thread, and nothing blocks under the lock (metadata
@@ -64,9 +71,10 @@ class Ec2Standin(Ec2Actions, Ec2Control):
     time_scale: EC2 seconds per real second. boot_seconds, grace_seconds
     (SIGTERM to SIGKILL on shutdown), terminated_visible_seconds: EC2
     seconds. prices: {"TYPE": usd, "TYPE/ZONE": usd} over prices_file (the
-    csv of ../shared/data/aws: the midpoint of spot_min and spot_max of this
-    region's rows) over the catalog's default. session_token: required with
-    the access key when given."""
+    csv of ../shared/data/aws: the midpoint of spot_min and spot_max of each
+    region's rows) over the catalog's default; a ZONE may also be a region
+    (all its zones). region: one name, a comma list or a list (several
+    regions). session_token: required with the access key when given."""
 
     def __init__(self, state_dir, port=0, time_scale=60.0, boot_seconds=30.0,
                  region="us-east-1", access_key=DEFAULT_ACCESS_KEY,
@@ -77,18 +85,24 @@ class Ec2Standin(Ec2Actions, Ec2Control):
             raise ValueError("time_scale must be > 0")
         if boot_seconds < 0 or grace_seconds < 0:
             raise ValueError("boot_seconds and grace_seconds must be >= 0")
-        if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region):
-            raise ValueError("region %r is not a region name" % region)
+        regions = region.split(",") if isinstance(region, str) else list(region)
+        regions = [r.strip() for r in regions if r.strip()]
+        if not regions or len(set(regions)) != len(regions):
+            raise ValueError("regions %r: at least one, each once" % (region,))
+        for r in regions:
+            if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", r):
+                raise ValueError("region %r is not a region name" % r)
         self.state_dir = os.path.abspath(state_dir)
         self.port = port
         self.time_scale = float(time_scale)
         self.boot_seconds = float(boot_seconds)
         self.grace_seconds = float(grace_seconds)
         self.visible_seconds = float(terminated_visible_seconds)
-        self.region = region
-        self.zones = [region + z for z in zones]
-        self.zone_prefix = zone_id_prefix(region)
-        self.subnets = {"subnet-%017x" % (i + 1): z for i, z in enumerate(self.zones)}
+        self.regions = regions
+        self.region_zones = {r: [r + z for z in zones] for r in regions}
+        all_zones = [z for r in regions for z in self.region_zones[r]]
+        self.all_subnets = {"subnet-%017x" % (i + 1): z for i, z in enumerate(all_zones)}
+        self._request = threading.local()   # the region of the request being handled
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.credentials = {access_key: {"secret": secret_key, "token": session_token,
@@ -102,7 +116,7 @@ class Ec2Standin(Ec2Actions, Ec2Control):
         self.failure_seq = 0
         self.denied = set()
         self.scores = {}
-        self.on_demand = {t: c[5] for t, c in CATALOG.items()}
+        self.on_demands = {r: {t: c[5] for t, c in CATALOG.items()} for r in regions}
         self.start_time = utcnow()
         self.price_hist = {}        # (type, zone) -> [(datetime, price)], oldest first
         self._load_prices(prices_file, prices or {})
@@ -110,28 +124,61 @@ class Ec2Standin(Ec2Actions, Ec2Control):
         self.stopping = False
         self.threads = []
 
+    # ---------------- regions
+
+    @property
+    def region(self):
+        """The region of the request this thread handles (its credential
+        scope's), else the first one."""
+        return getattr(self._request, "region", None) or self.regions[0]
+
+    @property
+    def zones(self):
+        return self.region_zones[self.region]
+
+    @property
+    def subnets(self):
+        zones = set(self.zones)
+        return {s: z for s, z in self.all_subnets.items() if z in zones}
+
+    @property
+    def on_demand(self):
+        return self.on_demands[self.region]
+
+    @property
+    def all_zones(self):
+        return [z for r in self.regions for z in self.region_zones[r]]
+
+    def region_of(self, zone):
+        return next((r for r in self.regions if zone in self.region_zones[r]), None)
+
     # ---------------- prices
 
     def _load_prices(self, prices_file, table):
-        base = {t: round(od * DEFAULT_SPOT_FRACTION, 4) for t, od in self.on_demand.items()}
-        if prices_file:
-            for t, (od, price) in read_prices_csv(prices_file, self.region).items():
-                base[t] = price
-                self.on_demand[t] = od
-        per_zone = {}
-        for key, price in table.items():
-            t, _, z = key.partition("/")
-            price = _price_value(price)
-            if z:
-                per_zone[(t, z)] = price
-            else:
-                base[t] = price
         since = self.start_time - datetime.timedelta(hours=1)
-        for t, price in base.items():
-            for z in self.zones:
-                self.price_hist[(t, z)] = [(since, per_zone.get((t, z), price))]
-        for (t, z), price in per_zone.items():
-            self.price_hist.setdefault((t, z), [(since, price)])
+        for region in self.regions:
+            od_table = self.on_demands[region]
+            base = {t: round(od * DEFAULT_SPOT_FRACTION, 4) for t, od in od_table.items()}
+            if prices_file:
+                for t, (od, price) in read_prices_csv(prices_file, region).items():
+                    base[t] = price
+                    od_table[t] = od
+            per_zone = {}
+            for key, price in table.items():
+                t, _, z = key.partition("/")
+                price = _price_value(price)
+                if z == region:
+                    for zone in self.region_zones[region]:
+                        per_zone.setdefault((t, zone), price)
+                elif z in self.region_zones[region]:
+                    per_zone[(t, z)] = price
+                elif not z:
+                    base[t] = price
+            for t, price in base.items():
+                for z in self.region_zones[region]:
+                    self.price_hist[(t, z)] = [(since, per_zone.get((t, z), price))]
+            for (t, z), price in per_zone.items():
+                self.price_hist.setdefault((t, z), [(since, price)])
 
     def current_price(self, itype, zone):
         hist = self.price_hist.get((itype, zone))
@@ -332,7 +379,7 @@ class Ec2Standin(Ec2Actions, Ec2Control):
             "instance-life-cycle": "spot" if inst.spot else "on-demand",
             "placement/availability-zone": inst.zone,
             "placement/availability-zone-id": self._zone_id(inst.zone),
-            "placement/region": self.region,
+            "placement/region": inst.region,
         }
         if path == "/latest/user-data":
             if not inst.user_data:
@@ -343,7 +390,7 @@ class Ec2Standin(Ec2Actions, Ec2Control):
                    "availabilityZone": inst.zone, "imageId": inst.image_id,
                    "instanceId": inst.id, "instanceType": inst.type,
                    "pendingTime": iso_s(inst.launch_time), "privateIp": inst.private_ip,
-                   "region": self.region, "version": "2017-09-30"}
+                   "region": inst.region, "version": "2017-09-30"}
             return 200, json.dumps(doc, indent=2), "application/json"
         if not path.startswith("/latest/meta-data"):
             return 404, "Not Found", text
@@ -389,8 +436,9 @@ class Ec2Standin(Ec2Actions, Ec2Control):
         when an injected failure drops the connection."""
         request_id = str(uuid.uuid4())
         call = {"seq": 0, "time": time.time(), "action": None, "params": {},
-                "signature_ok": False, "access_key": None, "code": None, "status": None,
-                "request_id": request_id}
+                "signature_ok": False, "access_key": None, "region": None, "code": None,
+                "status": None, "request_id": request_id}
+        self._request.region = None
         with self.lock:
             self.call_seq += 1
             call["seq"] = self.call_seq
@@ -430,7 +478,7 @@ class Ec2Standin(Ec2Actions, Ec2Control):
                     raise Ec2Error("NoSuchVersion", "An invalid version was specified: %s "
                                    "(this endpoint speaks %s)" % (version, API_VERSION))
                 self._inject(action, early=True)
-                if action in self.denied:
+                if action in self.denied or "%s@%s" % (action, self.region) in self.denied:
                     raise Ec2Error("UnauthorizedOperation", "You are not authorized to perform "
                                    "this operation. User: arn:aws:iam::%s:user/spotlab-test is "
                                    "not authorized to perform: ec2:%s" % (OWNER_ID, action))
@@ -450,6 +498,8 @@ class Ec2Standin(Ec2Actions, Ec2Control):
             call["code"], call["status"] = "InternalError", 500
             return 500, self._error_xml("InternalError", "An internal error has occurred.",
                                         request_id), request_id
+        finally:
+            self._request.region = None
 
     @staticmethod
     def _xml(root):
@@ -486,9 +536,12 @@ class Ec2Standin(Ec2Actions, Ec2Control):
         if not cred:
             raise Ec2Error("AuthFailure", "AWS was not able to validate the provided access "
                            "credentials")
-        if region != self.region or service != "ec2" or term != "aws4_request":
+        if region not in self.regions or service != "ec2" or term != "aws4_request":
             raise Ec2Error("AuthFailure", "Credential should be scoped to a valid region, "
                            "service ec2 and aws4_request, not '%s/%s/%s'" % (region, service, term))
+        # from here on the request is this region's
+        self._request.region = region
+        call["region"] = region
         amz_date = headers.get("X-Amz-Date", "")
         try:
             when = datetime.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(
@@ -586,14 +639,15 @@ def main(argv=None):
                     help="SIGTERM to SIGKILL on shutdown (EC2 s)")
     ap.add_argument("--terminated-visible-seconds", type=float, default=3600.0,
                     help="how long DescribeInstances shows a terminated instance (EC2 s)")
-    ap.add_argument("--region", default="us-east-1")
-    ap.add_argument("--zones", default="abc", help="zone letters of the region")
+    ap.add_argument("--region", default="us-east-1",
+                    help="the region, or several as a comma list (us-east-1,us-west-2)")
+    ap.add_argument("--zones", default="abc", help="zone letters of each region")
     ap.add_argument("--access-key", default=DEFAULT_ACCESS_KEY)
     ap.add_argument("--secret-key", default=DEFAULT_SECRET_KEY)
     ap.add_argument("--session-token", default=None, help="required with the access key")
     ap.add_argument("--prices", default=None, help="csv of prices (../shared/data/aws)")
     ap.add_argument("--price", action="append", default=[], metavar="TYPE[/ZONE]=USD",
-                    help="a spot price (repeatable)")
+                    help="a spot price (repeatable); ZONE may be a region (all its zones)")
     ap.add_argument("--no-exit-with-parent", action="store_true")
     args = ap.parse_args(argv)
     table = {}

@@ -36,6 +36,8 @@ class Ec2Actions:
                 continue
             if f["zone"] and f["zone"] != zone:
                 continue
+            if f.get("region") and f["region"] != self.region:
+                continue
             if f["count"] > 0:
                 f["count"] -= 1
                 if f["count"] == 0:
@@ -49,6 +51,7 @@ class Ec2Actions:
     def _would_fail(self, action, itype, zone):
         return any(f["code"] not in EARLY_CODES and f["action"] in ("*", action)
                    and (not f["type"] or f["type"] == itype) and (not f["zone"] or f["zone"] == zone)
+                   and (not f.get("region") or f["region"] == self.region_of(zone))
                    for f in self.failures)
 
     def _default_message(self, code, itype, zone):
@@ -162,8 +165,9 @@ class Ec2Actions:
         digest = hashlib.sha256(json.dumps(sorted(
             (k, v) for k, v in p.d.items()
             if k not in ("ClientToken", "DryRun", "Action", "Version"))).encode()).hexdigest()
-        if token is not None and token in self.client_tokens:
-            seen_digest, rid = self.client_tokens[token]
+        # client tokens are per region, as EC2 keeps them
+        if token is not None and (self.region, token) in self.client_tokens:
+            seen_digest, rid = self.client_tokens[(self.region, token)]
             if seen_digest != digest:
                 raise Ec2Error("IdempotentParameterMismatch", "The client token %s was used with "
                                "a different request" % token)
@@ -177,7 +181,8 @@ class Ec2Actions:
                                "than the minimum required Spot request fulfillment price of %s."
                                % (_fmt_price(max_price), _fmt_price(price)))
         self._inject("RunInstances", early=False, itype=itype, zone=zone)
-        live = sum(1 for i in self.instances.values() if i.state != "terminated")
+        live = sum(1 for i in self.instances.values()
+                   if i.state != "terminated" and i.region == self.region)
         if live + max_count > MAX_LIVE_INSTANCES:
             raise Ec2Error("InstanceLimitExceeded", "You have requested more instances (%d) than "
                            "your current instance limit of %d allows."
@@ -198,7 +203,7 @@ class Ec2Actions:
             ids.append(inst.id)
         self.reservations[rid] = ids
         if token is not None:
-            self.client_tokens[token] = (digest, rid)
+            self.client_tokens[(self.region, token)] = (digest, rid)
         self.cond.notify_all()
         self._reservation_xml(root, rid, ids, top=True)
 
@@ -304,7 +309,7 @@ class Ec2Actions:
         suffix = "ec2.internal" if self.region == "us-east-1" else self.region + ".compute.internal"
         folder = os.path.join(self.state_dir, "instances", iid)
         os.makedirs(os.path.join(folder, "bin"), mode=0o700)
-        inst = Instance(id=iid, dir=folder, private_ip=ip,
+        inst = Instance(id=iid, dir=folder, private_ip=ip, region=self.region,
                         private_dns="ip-%s.%s" % (ip.replace(".", "-"), suffix),
                         vpc_id="vpc-%017x" % 1, launch_time=utcnow(),
                         spot_request_id=("sir-" + secrets.token_hex(4)) if kw["spot"] else None,
@@ -402,7 +407,9 @@ class Ec2Actions:
         for iid in ids:
             if not re.fullmatch(r"i-([0-9a-f]{8}|[0-9a-f]{17})", iid):
                 raise Ec2Error("InvalidInstanceID.Malformed", "Invalid id: \"%s\"" % iid)
-        missing = [i for i in ids if i not in self.instances or not self.instances[i].visible]
+        # another region's instance is unknown here, as on EC2
+        missing = [i for i in ids if i not in self.instances or not self.instances[i].visible
+                   or self.instances[i].region != self.region]
         if missing:
             raise Ec2Error("InvalidInstanceID.NotFound", "The instance ID%s '%s' do%s not exist"
                            % ("s" if len(missing) > 1 else "", ", ".join(missing),
@@ -419,7 +426,8 @@ class Ec2Actions:
         self._dry_run(p)
         self._inject("DescribeInstances", early=False)
         chosen = (self._lookup(ids) if ids
-                  else [i for i in self.instances.values() if i.visible])
+                  else [i for i in self.instances.values()
+                        if i.visible and i.region == self.region])
         chosen = [i for i in chosen if all(t(i) for t in tests)]
         page, nxt = self._page(chosen, p, 5, 1000)
         rs = add(root, "reservationSet")
@@ -600,7 +608,7 @@ class Ec2Actions:
         self._inject("GetSpotPlacementScores", early=False)
         rows = []
         for r in regions:
-            zones = [r + z for z in "abc"] if r != self.region else self.zones
+            zones = self.region_zones.get(r) or [r + z for z in "abc"]
             zscores = [(z, self._zone_score(z, types)) for z in zones]
             if single:
                 rows += [(r, self._zone_id(z), s) for z, s in zscores]

@@ -350,7 +350,8 @@ class Instance:
     def to_json(self):
         return {
             "id": self.id, "reservation": self.reservation_id, "state": self.state,
-            "type": self.type, "zone": self.zone, "subnet": self.subnet_id,
+            "type": self.type, "region": self.region, "zone": self.zone,
+            "subnet": self.subnet_id,
             "image": self.image_id, "spot": self.spot, "spot_type": self.spot_type,
             "max_price": self.max_price, "interruption_behavior": self.interruption_behavior,
             "shutdown_behavior": self.shutdown_behavior, "tags": dict(self.tags),

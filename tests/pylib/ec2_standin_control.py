@@ -47,7 +47,12 @@ class Ec2Control:
 
     def _c_get_summary(self, query):
         return {"port": self.port, "region": self.region, "zones": self.zones,
-                "subnets": self.subnets, "time_scale": self.time_scale,
+                "subnets": self.subnets,
+                "regions": {r: {"zones": self.region_zones[r],
+                                "subnets": {s: z for s, z in self.all_subnets.items()
+                                            if z in self.region_zones[r]}}
+                            for r in self.regions},
+                "time_scale": self.time_scale,
                 "boot_seconds": self.boot_seconds, "grace_seconds": self.grace_seconds,
                 "failures": self.failures, "denied": sorted(self.denied),
                 "scores": self.scores}
@@ -79,10 +84,13 @@ class Ec2Control:
         if status is not None and (not isinstance(status, int) or not 400 <= status <= 599):
             raise ControlError(400, "status is an HTTP error status (400-599)")
         action = doc.get("action") or ("RunInstances" if code not in EARLY_CODES else "*")
+        region = doc.get("region")
+        if region is not None and region not in self.regions:
+            raise ControlError(400, "no region %s" % region)
         self.failure_seq += 1
         f = {"id": self.failure_seq, "code": code, "action": action, "type": doc.get("type"),
-             "zone": doc.get("zone"), "count": count, "message": doc.get("message"),
-             "status": status, "fired": 0}
+             "zone": doc.get("zone"), "region": region, "count": count,
+             "message": doc.get("message"), "status": status, "fired": 0}
         self.failures.append(f)
         return {"ok": True, "failure": f}
 
@@ -134,6 +142,11 @@ class Ec2Control:
         action = doc.get("action")
         if not isinstance(action, str) or not re.fullmatch(r"[A-Za-z]+", action):
             raise ControlError(400, "deny needs an action name")
+        region = doc.get("region")
+        if region is not None:
+            if region not in self.regions:
+                raise ControlError(400, "no region %s" % region)
+            action = "%s@%s" % (action, region)     # in that region only
         if doc.get("deny", True):
             self.denied.add(action)
         else:
@@ -149,14 +162,18 @@ class Ec2Control:
         for item in items:
             if not isinstance(item, dict) or not isinstance(item.get("type"), str):
                 raise ControlError(400, "each price needs a type")
-            zone = item.get("zone")
-            if zone is not None and zone not in self.zones:
+            zone, region = item.get("zone"), item.get("region")
+            if zone is not None and zone not in self.all_zones:
                 raise ControlError(400, "no zone %s" % zone)
+            if region is not None and region not in self.regions:
+                raise ControlError(400, "no region %s" % region)
             try:
                 price = _price_value(item.get("price"))
             except ValueError as e:
                 raise ControlError(400, str(e))
-            checked.append((item["type"], [zone] if zone else self.zones, price))
+            zones = ([zone] if zone else self.region_zones[region] if region
+                     else self.all_zones)
+            checked.append((item["type"], zones, price))
         for t, zones, price in checked:
             for z in zones:
                 self.price_hist.setdefault((t, z), []).append((now, price))
