@@ -75,8 +75,10 @@ char *gw_deadline_dur(double s, char *buf, size_t size) {
     snprintf(buf, size, "%lldd%lldh", t / 86400, t % 86400 / 3600);
   else if (t >= 3600)
     snprintf(buf, size, "%lldh%02lldm", t / 3600, t % 3600 / 60);
+  else if (t >= 60 && t % 60)
+    snprintf(buf, size, "%lldm%02llds", t / 60, t % 60);
   else if (t >= 60)
-    snprintf(buf, size, "%lldm", (t + 30) / 60 > 59 ? 59 : (t + 30) / 60);
+    snprintf(buf, size, "%lldm", t / 60);
   else
     snprintf(buf, size, "%llds", t);
   return buf;

@@ -59,7 +59,7 @@ double gw_deadline_earliest_s(const struct gw_deadline_work *w);
 void gw_deadline_view(const struct gw_deadline_work *w, double start_elapsed_s, int64_t t,
                       double gap_s, int mode, double warm_left_s, struct sl_job_view *ret);
 
-/* A duration as the display writes it: "2h10m", "40m", "45s", "3d4h". */
+/* A duration as people read it: "2h10m", "40m", "2m40s", "45s", "3d4h". */
 char *gw_deadline_dur(double s, char *buf, size_t size);
 /* The plan in one line, from the decision's mode: "spot on g5.xlarge while
  * slack > 2m, then on-demand", "waiting for spot capacity while slack >

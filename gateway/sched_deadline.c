@@ -69,6 +69,8 @@ struct dl_job {
   struct sl_decision dec;
   bool decided, moving, emitted;
   int dec_for_mode;              /* the job's mode the decision was made with */
+  int shown_mode;                /* what the job does: the decision, or the market it runs on when
+                                  * the decision is to wait (a running job is not stopped to wait) */
   int emitted_mode;
   double emitted_slack_s;
   double run_done_s;             /* provider seconds it ran, attempts before this one */
@@ -376,34 +378,38 @@ static void zone_name(const struct gw_dl *d, const struct dl_job *dj, int z, cha
 
 static void emit_plan(struct gw_dl *d, struct dl_job *dj, struct gw_job *j, const char *move) {
   const struct sl_decision *dec = &dj->dec;
+  int shown = move ? dec->mode : dj->shown_mode;
   double gap = GW_DEADLINE_TICK_S, scale = scale_of(d);
   struct gw_deadline_work w;
   job_work(d, dj, j, dj->window_s, dj->model_key, &w);
   double slack_s = isfinite(dec->slack_ticks) ? dec->slack_ticks * gap : 0;
   double threshold_s = ceil(w.startup_s / gap - 1e-9) * gap;
   char where[128] = "", text[200];
-  if (dec->mode >= 0)
-    zone_name(d, dj, dec->mode, where, sizeof where);
-  gw_deadline_plan_text(dec->mode, where, threshold_s, dj->n_zones > 0, text, sizeof text);
-  const char *mode = dec->mode >= 0 ? "spot" : dec->mode == SL_MODE_OD ? "on-demand" : "wait";
+  if (shown >= 0)
+    zone_name(d, dj, shown, where, sizeof where);
+  gw_deadline_plan_text(shown, where, threshold_s, dj->n_zones > 0, text, sizeof text);
+  const char *mode = shown >= 0 ? "spot" : shown == SL_MODE_OD ? "on-demand" : "wait";
+  char why[200];
+  snprintf(why, sizeof why, "%s%s", shown != dec->mode ? "kept running; the policy alone would " : "",
+           dec->why);
   int64_t deadline_us = j->created_us + (int64_t)(dj->window_s / scale * 1e6);
   json_t *ev = json_pack("{s:s,s:I,s:o,s:o,s:o,s:s,s:s,s:s,s:o}", "event", "plan", "deadline_us",
                          (json_int_t)deadline_us, "left_s", sl_json_real(fmax(0, dj->window_s - w.elapsed_s)),
                          "slack_s", sl_json_real(slack_s), "threshold_s", sl_json_real(threshold_s), "mode",
-                         mode, "text", text, "why", dec->why, "time_scale", sl_json_real(scale));
-  if (ev && dec->mode >= 0)
+                         mode, "text", text, "why", why, "time_scale", sl_json_real(scale));
+  if (ev && shown >= 0)
     json_object_set_new(ev, "where", json_string(where));
   if (ev && move)
     json_object_set_new(ev, "move", json_string(move));
   gw_sched_emit(d->s, j, ev);
   json_decref(ev);
-  if (!dj->emitted || dj->emitted_mode != dec->mode || move) {
+  if (!dj->emitted || dj->emitted_mode != shown || move) {
     char id[16];
     sl_info(T, "%s: %s%s%s (%s)", gw_job_id_str(j->id, id, sizeof id), text, move ? "; moving " : "",
-            move ? move : "", dec->why);
+            move ? move : "", why);
   }
   dj->emitted = true;
-  dj->emitted_mode = dec->mode;
+  dj->emitted_mode = shown;
   dj->emitted_slack_s = slack_s;
 }
 
@@ -428,7 +434,7 @@ static void decide(struct gw_dl *d, struct dl_job *dj, struct gw_job *j) {
   struct sl_market_view mv = {.zones = zv, .n_zones = dj->n_zones, .origin = dj->origin,
                               .ondemand_price = dj->ondemand_price, .gap_s = GW_DEADLINE_TICK_S,
                               .nodes = 1};
-  int before = dj->decided ? dj->dec.mode : INT32_MIN;
+  int before = dj->decided ? dj->shown_mode : INT32_MIN;
   if (dj->n_zones) {
     sl_policy_decide(dj->pol, &jv, &mv, &dj->dec);
   } else { /* no spot offer: on-demand is all there is */
@@ -439,9 +445,10 @@ static void decide(struct gw_dl *d, struct dl_job *dj, struct gw_job *j) {
   }
   dj->decided = true;
   dj->dec_for_mode = mode;
+  dj->shown_mode = dj->dec.mode == SL_MODE_IDLE && mode != SL_MODE_IDLE ? mode : dj->dec.mode;
   double slack_s = isfinite(dj->dec.slack_ticks) ? dj->dec.slack_ticks * GW_DEADLINE_TICK_S : 0;
   double moved = fabs(slack_s - dj->emitted_slack_s);
-  if (!dj->emitted || before != dj->dec.mode ||
+  if (!dj->emitted || before != dj->shown_mode ||
       moved >= fmax(2 * GW_DEADLINE_TICK_S, 0.1 * fabs(dj->emitted_slack_s)))
     emit_plan(d, dj, j, NULL);
 }
