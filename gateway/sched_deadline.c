@@ -485,7 +485,9 @@ static void tick(struct gw_dl *d) {
     }
     if (j->autockpt.steps_per_s > 0 && running(j)) { /* this attempt's measured rate */
       struct gw_inst *in = gw_fleet_inst(d->s->fleet, j->instance);
-      dj->step_s = gw_provider_time_scale(in ? in->prov : NULL) / j->autockpt.steps_per_s;
+      double step_s = gw_provider_time_scale(in ? in->prov : NULL) / j->autockpt.steps_per_s;
+      /* averaged: an attempt's first rates include its restore */
+      dj->step_s = dj->step_s > 0 ? 0.8 * dj->step_s + 0.2 * step_s : step_s;
       memo_put(d, dj->model_key, dj->step_s);
     }
     job_append(d, dj);
