@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "sl_json.h"
 #include "sl_time.h"
@@ -410,9 +411,58 @@ void jk_display_device_text(const struct jk_display *d, char *buf, size_t size) 
 #undef ADD
 }
 
+/* deadline=: the plan in force; a change of market, or a move, goes in
+ * the timeline with the policy's reason. */
+static void on_plan(struct jk_display *d, const json_t *ev, int64_t t) {
+  double v;
+  const char *mode = sl_json_get_str(ev, "mode", ""), *move = sl_json_get_str(ev, "move", NULL);
+  bool changed = !d->has_plan || strcmp(mode, d->plan_mode) != 0;
+  d->has_plan = true;
+  d->plan_us = t;
+  d->plan_deadline_us = sl_json_get_int(ev, "deadline_us", 0);
+  d->plan_left_s = get_num(ev, "left_s", &v) && v >= 0 ? v : 0;
+  d->plan_slack_s = get_num(ev, "slack_s", &v) ? v : 0;
+  d->plan_scale = get_num(ev, "time_scale", &v) && v > 0 ? v : 1;
+  snprintf(d->plan_mode, sizeof d->plan_mode, "%s", mode);
+  copy_str(d->plan_text, sizeof d->plan_text, ev, "text");
+  const char *why = sl_json_get_str(ev, "why", "");
+  if (move)
+    timeline(d, t, "moving %s: %s", move, why);
+  else if (changed)
+    timeline(d, t, "plan: %s (%s)", d->plan_text, why);
+}
+
+void jk_display_deadline_text(const struct jk_display *d, char *buf, size_t size) {
+  buf[0] = 0;
+  if (!d->has_plan)
+    return;
+  char when[32] = "?", left[32], slack[32];
+  time_t secs = (time_t)(d->plan_deadline_us / SL_US_PER_S);
+  struct tm tm;
+  if (d->plan_deadline_us > 0 && localtime_r(&secs, &tm))
+    strftime(when, sizeof when, d->plan_deadline_us - d->plan_us > 86400 * SL_US_PER_S ? "%b %d %H:%M" : "%H:%M",
+             &tm);
+  if (terminal(d->state)) {
+    bool met = strcmp(d->state, "succeeded") == 0 && d->last_us <= d->plan_deadline_us;
+    snprintf(buf, size, "deadline %s: %s", when,
+             met ? "met" : strcmp(d->state, "succeeded") == 0 ? "missed" : d->state);
+    return;
+  }
+  /* the time left at the plan event, less what the provider's clock ran since */
+  double left_s = d->plan_left_s - (double)(d->last_us - d->plan_us) / 1e6 * d->plan_scale;
+  sl_time_format_duration((int64_t)(fmax(0, left_s) * 1e6), left, sizeof left);
+  sl_time_format_duration((int64_t)(fmax(0, d->plan_slack_s) * 1e6), slack, sizeof slack);
+  char clock[48] = "";
+  if (d->plan_scale != 1)
+    snprintf(clock, sizeof clock, " on the provider's clock, x%g", d->plan_scale);
+  snprintf(buf, size, "deadline %s (%s left%s), slack %s: %s", when, left, clock, slack, d->plan_text);
+}
+
 static void on_other(struct jk_display *d, const char *kind, const json_t *ev, int64_t t, int64_t seq) {
   double v = 0;
-  if (strcmp(kind, "device") == 0) {
+  if (strcmp(kind, "plan") == 0) {
+    on_plan(d, ev, t);
+  } else if (strcmp(kind, "device") == 0) {
     on_device(d, ev);
   } else if (strcmp(kind, "warning") == 0) {
     timeline(d, t, "warning: %s", sl_json_get_str(ev, "text", "?"));
@@ -633,6 +683,10 @@ char *jk_display_text(const struct jk_display *d) {
     }
     jk_dbuf_printf(&b, "\n");
   }
+  char deadline[400];
+  jk_display_deadline_text(d, deadline, sizeof deadline);
+  if (deadline[0])
+    jk_dbuf_printf(&b, "%s\n", deadline);
   if (d->checkpoints > 0)
     jk_dbuf_printf(&b, "checkpoints: %lld, the last at step %lld\n", (long long)d->checkpoints,
                    (long long)d->checkpoint_step);

@@ -49,6 +49,11 @@ struct jk_display {
   int64_t checkpoints, checkpoint_step;
   int64_t ckpt_every;               /* checkpoint_every=auto interval, 0 until one is chosen */
   double ckpt_write_s, ckpt_mtbp_s;
+  /* deadline=: the newest plan event (protocols.md §1) */
+  bool has_plan;
+  int64_t plan_us, plan_deadline_us;
+  double plan_left_s, plan_slack_s, plan_scale;
+  char plan_mode[16], plan_text[200];
   int64_t first_us, last_us; /* event times */
   int64_t rate_t[RATE_WINDOW], rate_s[RATE_WINDOW];
   size_t rate_n, rate_head;
@@ -71,6 +76,9 @@ double jk_display_fraction(const struct jk_display *d);
 /* "2 x NVIDIA A10G (22.2 GiB each), bf16; 87% busy, 30.1 of 44.4 GiB"
  * or "CPU, 4 threads, fp32" into buf; "" until the device is known. */
 void jk_display_device_text(const struct jk_display *d, char *buf, size_t size);
+/* "deadline 14:30 (2h 10m left), slack 40m 00s: spot on g5.xlarge while
+ * slack > 2m, then on-demand" into buf; "" without a deadline. */
+void jk_display_deadline_text(const struct jk_display *d, char *buf, size_t size);
 /* The i-th timeline entry, oldest first. */
 const struct tl_entry *jk_display_tl(const struct jk_display *d, size_t i);
 

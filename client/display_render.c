@@ -279,6 +279,13 @@ static void html_status(const struct jk_display *d, struct jk_dbuf *b) {
     esc(b, device);
     jk_dbuf_printf(b, "</div>\n");
   }
+  char deadline[400];
+  jk_display_deadline_text(d, deadline, sizeof deadline);
+  if (deadline[0]) {
+    jk_dbuf_printf(b, "<div class=\"spotlab-deadline\">");
+    esc(b, deadline);
+    jk_dbuf_printf(b, "</div>\n");
+  }
   if (d->cost_usd > 0 || d->on_demand_usd > 0) {
     jk_dbuf_printf(b, "<div>cost $%.4f", d->cost_usd);
     if (d->on_demand_usd > 0) {

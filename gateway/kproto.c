@@ -435,7 +435,11 @@ static int build_job(struct req *q, struct gw_job *j) {
     json_decref(sess);
   }
   j->steps = sl_json_get_int(opts, "steps", 0);
-  return check_nodes(q, kind, opts);
+  int r = check_nodes(q, kind, opts);
+  char why[400];
+  if (r == 0 && (r = gw_sched_deadline_check(q->g->env.sched, j, why, sizeof why)) < 0)
+    fail(q, r, why);
+  return r;
 }
 
 static void on_submit(struct req *q) {

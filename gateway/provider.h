@@ -48,6 +48,7 @@ struct gw_instance_type {
   char region[32];              /* the region of this offer; "": the provider's only region */
   char zone[32];                /* one zone's offer (launch there); "": the provider picks the zone */
   double move_usd_per_gb;       /* bringing a checkpoint here from the store's region, per GB (0: same region) */
+  bool spot_none;               /* the market shows no spot capacity of this offer now (a trace's tick of 0) */
 };
 
 struct gw_launch {

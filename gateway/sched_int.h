@@ -1,6 +1,6 @@
-/* The scheduler's inside, shared by its two files: scheduler.c (one
- * instance per job) and sched_gang.c (nodes=N: gangs). Nothing outside
- * those two includes this header. */
+/* The scheduler's inside, shared by its files: scheduler.c (one instance
+ * per job), sched_gang.c (nodes=N: gangs) and sched_deadline.c
+ * (deadline=). Nothing else includes this header. */
 #ifndef GW_SCHED_INT_H
 #define GW_SCHED_INT_H
 
@@ -24,6 +24,7 @@ struct gw_sched {
   int64_t next_cost_flush_mono_us;
   struct gw_offer offers[GW_SCHED_MARKET_MAX]; /* the market as the current placement pass sees it */
   size_t n_offers;
+  struct gw_dl *dl;             /* owned: deadline= jobs (sched_deadline.c) */
 };
 
 /* scheduler.c */
@@ -71,5 +72,20 @@ void gw_sched_gang_price(const struct gw_job *j, double *ret_usd, double *ret_on
 /* After a gateway restart: j (provisioning or later) gets its gang back
  * from the instance rows that name it. */
 void gw_sched_gang_load(struct gw_sched *s, struct gw_job *j);
+
+/* sched_deadline.c */
+struct gw_dl *gw_sched_deadline_new(struct gw_sched *s);
+struct gw_dl *gw_sched_deadline_free(struct gw_dl *d);
+/* Placement of j (w its options): a job with a deadline gets the market
+ * its policy decided, w narrowed to on-demand or to the one spot type;
+ * -EAGAIN while it decided to wait. 0 and w as it was for other jobs. */
+int gw_sched_deadline_wants(struct gw_sched *s, struct gw_job *j, struct gw_wants *w);
+/* j's state changed (after gw_sched_transition set it): start-up and run
+ * time measured, a job that ended forgotten. */
+void gw_sched_deadline_state(struct gw_sched *s, struct gw_job *j);
+/* A spot capacity failure or a preemption of prov's type (zone NULL: any):
+ * the offer counts as without capacity in the tick under way. */
+void gw_sched_deadline_lost(struct gw_sched *s, const struct gw_provider *prov, const char *type,
+                            const char *zone);
 
 #endif

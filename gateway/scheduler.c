@@ -66,6 +66,7 @@ int gw_sched_transition(struct gw_sched *s, struct gw_job *j, enum gw_job_state 
                          "reason", j->reason);
   int r = gw_sched_emit(s, j, ev);
   json_decref(ev);
+  gw_sched_deadline_state(s, j);
   gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_JOB_STATE, .job = j});
   char id[16];
   sl_info(T, "%s -> %s%s%s", gw_job_id_str(j->id, id, sizeof id), gw_job_state_name(st),
@@ -423,6 +424,8 @@ static void launch_failed(struct gw_sched *s, struct gw_inst *in, int error, con
 static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
   struct gw_wants w;
   gw_place_wants(j, &w);
+  if (gw_sched_deadline_wants(s, j, &w) < 0)
+    return -EAGAIN; /* its deadline's policy waits for spot */
   if (w.nodes > 1)
     return gw_sched_place_gang(s, j, &w, no_capacity);
   for (size_t i = 0; i < gw_fleet_n_insts(s->fleet); i++) {
@@ -455,6 +458,8 @@ static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
     return 0;
   }
   if (r < 0) {
+    if (spot)
+      gw_sched_deadline_lost(s, o.prov, o.type.name, o.type.zone);
     *no_capacity = true;
     return -EAGAIN;
   }
@@ -669,6 +674,9 @@ void gw_sched_provider_event(void *userdata, struct gw_provider *p,
   struct gw_inst *in = gw_fleet_inst(s->fleet, ev->instance_id);
   if (!in || in->prov != p)
     return;
+  if (in->row.spot && (ev->kind == GW_PROVIDER_NOTICE || (ev->kind == GW_PROVIDER_TERMINATED && ev->by_market) ||
+                       ev->kind == GW_PROVIDER_LAUNCH_FAILED)) /* the market took it or had none */
+    gw_sched_deadline_lost(s, p, in->row.type, in->row.zone);
   switch (ev->kind) {
   case GW_PROVIDER_LAUNCHED:
     if (ev->info.zone[0])
@@ -804,6 +812,10 @@ struct gw_sched *gw_sched_new(const struct gw_sched_env *env) {
     }
     s->retry_timer = t;
   }
+  if (!(s->dl = gw_sched_deadline_new(s))) {
+    gw_sched_free(s);
+    return NULL;
+  }
   return s;
 }
 
@@ -812,6 +824,7 @@ struct gw_sched *gw_sched_free(struct gw_sched *s) {
     return NULL;
   if (s->loop && s->retry_timer > 0)
     gw_loop_del_timer(s->loop, s->retry_timer);
+  s->dl = gw_sched_deadline_free(s->dl);
   for (size_t i = 0; i < s->n_provs; i++)
     s->provs[i]->ops->destroy(s->provs[i]);
   free(s);

@@ -65,6 +65,10 @@ int gw_sched_inject(struct gw_sched *s, struct gw_inst *in, bool kill, double no
  * providers were added). */
 int gw_sched_load(struct gw_sched *s);
 
+/* deadline= of j (before submit): 0 when it has none or can meet it;
+ * SL_ECONFIG with a sentence in why (a malformed value, or the earliest
+ * possible finish on on-demand, which is past the deadline). */
+int gw_sched_deadline_check(struct gw_sched *s, const struct gw_job *j, char *why, size_t size);
 int gw_sched_submit(struct gw_sched *s, struct gw_job *j);
 int gw_sched_cancel(struct gw_sched *s, struct gw_job *j);
 /* Saves j's row with event (borrowed, may be NULL) and reports it. */

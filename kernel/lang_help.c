@@ -71,8 +71,10 @@ static const struct sl_opt kernel_options[] = {
          "allowed instance types", "Restricts the choice to these types, in order of preference."),
     KOPT("region", SL_OPT_STR, 0, 0, NULL, "NAME", "us-east-1", CTX_RESOURCE, "cloud region",
          "Where workers are started."),
-    KOPT("deadline", SL_OPT_DUR, 0, 0, NULL, NULL, "3h", CTX_RESOURCE, "give up after this long",
-         "The job is cancelled if it has not finished within DURATION of submission."),
+    KOPT("deadline", SL_OPT_DUR, 0, 0, NULL, NULL, "3h", CTX_RESOURCE, "finish by then, at least cost",
+         "Spot while the slack allows, on-demand when it no longer does, back to spot when safe; "
+         "a deadline that not even on-demand can keep is refused at submit with the earliest "
+         "possible finish."),
     KOPT("checkpoint_every", SL_OPT_INT, 0, 0, "auto", "STEPS|auto", "auto", CTX_RESOURCE,
          "checkpoint interval",
          "How often the job saves a checkpoint; auto picks an interval from the instance's "

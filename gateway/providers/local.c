@@ -157,10 +157,12 @@ static bool apply_capacity(struct gw_local *l, int64_t now) {
 static bool refresh_market(struct gw_local *l, int64_t now) {
   bool changed = false;
   int64_t sim = sim_us(l, now);
+  bool none = gw_market_capacity(l->market, sim) <= 0;
   for (size_t i = 0; i < l->n_types; i++) {
     double price = gw_market_price(l->market, i, sim);
-    changed |= price != l->types[i].spot_usd_per_hour;
+    changed |= price != l->types[i].spot_usd_per_hour || none != l->types[i].spot_none;
     l->types[i].spot_usd_per_hour = price;
+    l->types[i].spot_none = none;
   }
   l->market_mono_us = now;
   return changed;

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "display.h"
 #include "harness.h"
@@ -687,8 +688,75 @@ static void test_gang(void) {
   jk_display_free(d);
 }
 
+static json_t *plan(int seq, long long t_us, const char *mode, const char *text, const char *move) {
+  json_t *e = ev("J000009", seq, t_us, "plan");
+  json_object_set_new(e, "deadline_us", json_integer(1700000000000000LL + 3600 * 1000000LL));
+  json_object_set_new(e, "left_s", json_real(7200));
+  json_object_set_new(e, "slack_s", json_real(2400));
+  json_object_set_new(e, "time_scale", json_real(2));
+  json_object_set_new(e, "mode", json_string(mode));
+  json_object_set_new(e, "text", json_string(text));
+  json_object_set_new(e, "why", json_string("the policy's reason"));
+  if (move)
+    json_object_set_new(e, "move", json_string(move));
+  return e;
+}
+
+/* deadline=: the plan events give one text line, updated with the
+ * provider's clock; changes of plan and moves go in the timeline. */
+static void test_deadline_plan(void) {
+  setenv("TZ", "UTC", 1);
+  tzset();
+  long long t0 = 1700000000000000LL; /* 22:13:20 UTC */
+  struct jk_display *d = jk_display_new("J000009", "train");
+  char *text = jk_display_text(d);
+  CHECK(strstr(text, "deadline") == NULL); /* none without a plan event */
+  free(text);
+  json_t *s = ev("J000009", 1, t0, "state");
+  json_object_set_new(s, "state", json_string("running"));
+  feed(d, s);
+  feed(d, plan(2, t0, "spot", "spot on g5.xlarge while slack > 2m, then on-demand", NULL));
+  json_t *m = ev("J000009", 3, t0 + 100 * 1000000LL, "metric");
+  json_object_set_new(m, "step", json_integer(10));
+  feed(d, m);
+  text = jk_display_text(d);
+  CHECK(strstr(text, "\ndeadline 23:13 (1h 56m left on the provider's clock, x2), slack 40m 00s: spot on "
+                     "g5.xlarge while slack > 2m, then on-demand\n") != NULL);
+  CHECK(strstr(text, "plan: spot on g5.xlarge while slack > 2m, then on-demand (the policy's reason)") != NULL);
+  free(text);
+  /* the same plan again adds nothing to the timeline; a move does */
+  feed(d, plan(4, t0 + 200 * 1000000LL, "spot", "spot on g5.xlarge while slack > 2m, then on-demand", NULL));
+  feed(d, plan(5, t0 + 300 * 1000000LL, "on-demand", "on-demand (back to spot when it is safe)", "to on-demand"));
+  text = jk_display_text(d);
+  CHECK_INT(count(text, "plan: spot on"), 1);
+  CHECK(strstr(text, "moving to on-demand: the policy's reason") != NULL);
+  CHECK(strstr(text, "slack 40m 00s: on-demand (back to spot when it is safe)") != NULL);
+  free(text);
+  char *html = jk_display_html(d);
+  CHECK(strstr(html, "<div class=\"spotlab-deadline\">deadline 23:13 (") != NULL);
+  free(html);
+  s = ev("J000009", 6, t0 + 1000 * 1000000LL, "state");
+  json_object_set_new(s, "state", json_string("succeeded"));
+  feed(d, s);
+  text = jk_display_text(d);
+  CHECK(strstr(text, "\ndeadline 23:13: met\n") != NULL);
+  free(text);
+  jk_display_free(d);
+  /* finished after the deadline */
+  d = jk_display_new("J000009", "train");
+  feed(d, plan(1, t0, "spot", "x", NULL));
+  s = ev("J000009", 2, t0 + 4000 * 1000000LL, "state");
+  json_object_set_new(s, "state", json_string("succeeded"));
+  feed(d, s);
+  text = jk_display_text(d);
+  CHECK(strstr(text, "\ndeadline 23:13: missed\n") != NULL);
+  free(text);
+  jk_display_free(d);
+}
+
 int main(void) {
   test_escape();
+  test_deadline_plan();
   test_gang();
   test_downsample();
   test_fold_and_text();
