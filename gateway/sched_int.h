@@ -1,6 +1,6 @@
-/* The scheduler's inside, shared by its two files: scheduler.c (one
- * instance per job) and sched_gang.c (nodes=N: gangs). Nothing outside
- * those two includes this header. */
+/* The scheduler's inside, shared by its files: scheduler.c (one instance
+ * per job), sched_gang.c (nodes=N: gangs) and sched_place.c (what
+ * placement remembers). Nothing outside those includes this header. */
 #ifndef GW_SCHED_INT_H
 #define GW_SCHED_INT_H
 
@@ -24,6 +24,8 @@ struct gw_sched {
   int64_t next_cost_flush_mono_us;
   struct gw_offer offers[GW_SCHED_MARKET_MAX]; /* the market as the current placement pass sees it */
   size_t n_offers;
+  struct gw_place_memory *mem;  /* owned: failures, step rates, restart times */
+  unsigned refused;             /* launches refused for capacity so far (a retry tries another) */
 };
 
 /* scheduler.c */
@@ -71,5 +73,31 @@ void gw_sched_gang_price(const struct gw_job *j, double *ret_usd, double *ret_on
 /* After a gateway restart: j (provisioning or later) gets its gang back
  * from the instance rows that name it. */
 void gw_sched_gang_load(struct gw_sched *s, struct gw_job *j);
+
+/* sched_place.c */
+/* The hash of what makes j's steps cost what they do. */
+uint64_t gw_sched_job_shape(const struct gw_job *j);
+/* What placement knows for j (NULL: no job, prior units), rates into
+ * rates[0..GW_PLACE_RATES_MAX); borrowed from s and rates. */
+void gw_sched_place_ctx(struct gw_sched *s, const struct gw_job *j, struct gw_place_rate *rates,
+                        struct gw_place_ctx *c);
+/* gw_place_pick over the pass's market for j: 0 with the offer in *ret,
+ * SL_ENAME (none fits), -EAGAIN (every fitting one held). */
+int gw_sched_pick_offer(struct gw_sched *s, const struct gw_job *j, const struct gw_wants *w,
+                        struct gw_offer *ret, bool *ret_spot);
+/* Whether a launch's error says the provider has no capacity for it. */
+bool gw_sched_capacity_error(int error);
+/* Hooks: a launch of (type, zone, market) refused with error (remembered
+ * when it is for capacity); a spot instance preempted by its market; a
+ * provider's capacity changed; an attempt of j ends (its step rate); an
+ * event of j (checkpoint sizes, restart times). */
+void gw_sched_note_refused(struct gw_sched *s, struct gw_provider *p, const char *type,
+                           const char *zone, bool spot, int error);
+void gw_sched_note_preempted(struct gw_sched *s, const struct gw_inst *in);
+void gw_sched_note_capacity(struct gw_sched *s, struct gw_provider *p);
+void gw_sched_note_attempt(struct gw_sched *s, const struct gw_job *j);
+void gw_sched_note_event(struct gw_sched *s, const struct gw_job *j, const json_t *event);
+/* Fills o's region (its type's, else its provider's) and time_scale. */
+void gw_sched_offer_fill(struct gw_sched *s, struct gw_offer *o);
 
 #endif
