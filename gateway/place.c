@@ -7,8 +7,8 @@
  * restart and, without a usable notice, half a checkpoint interval); and
  * the one-off move of its checkpoint into another region. A placement
  * that failed lately (a preemption, a refused launch) costs more for a
- * while, and one refused capacity moments ago is held back: it is not the
- * first choice again. A gang (nodes=N) is N instances of one provider,
+ * while, so it is not the first choice again, and one refused capacity in
+ * the current placement pass is not tried again in it. A gang (nodes=N) is N instances of one provider,
  * type and market, idle workers first, placed all or none.
  *
  * Durations become hours of the offer's provider (its prices and mean
@@ -153,7 +153,7 @@ static double failure_penalty(const struct gw_place_ctx *c, const struct gw_offe
     if (age >= GW_PLACE_MEMORY_US)
       continue;
     penalty += (f->count > 3 ? 3 : f->count) * (1 - (double)age / (double)GW_PLACE_MEMORY_US);
-    if (f->capacity && f->held_until_us > c->now_us)
+    if (f->capacity && f->at_us >= (c->pass_us ? c->pass_us : c->now_us))
       *ret_held = true;
     if (f->at_us > newest) {
       newest = f->at_us;

@@ -18,10 +18,9 @@
 
 #define GW_WANTS_TYPES_MAX 16
 #define GW_PLACE_RATES_MAX 16
-/* A capacity failure holds its placement back this long (or until the
- * provider says its capacity changed); every failure makes the placement
- * dearer for GW_PLACE_MEMORY_US, less and less. */
-#define GW_PLACE_HOLD_US (10 * SL_US_PER_S)
+/* Every failure makes its placement dearer for GW_PLACE_MEMORY_US, less
+ * and less; a capacity failure in the current placement pass holds it
+ * back for the rest of the pass (the next best is tried at once). */
 #define GW_PLACE_MEMORY_US (15 * 60 * SL_US_PER_S)
 /* Assumed until measured, in the provider's seconds. */
 #define GW_PLACE_RESTART_S 180.0        /* from an interruption to work going on */
@@ -60,7 +59,6 @@ struct gw_place_failure {
   bool capacity;                /* a launch refused for capacity; else a preemption */
   int count;                    /* failures in a row, each within the memory of the last */
   int64_t at_us;                /* monotonic: the last one */
-  int64_t held_until_us;        /* monotonic: not tried before then (capacity); 0 none */
 };
 
 /* A measured step rate of the job's kind of work on one instance type. */
@@ -75,6 +73,8 @@ struct gw_place_rate {
  * Everything is borrowed; zero fields are unknown. */
 struct gw_place_ctx {
   int64_t now_us;               /* monotonic, for failures */
+  int64_t pass_us;              /* monotonic: the placement pass began (capacity failures
+                                 * since hold their placement back); 0: now_us */
   int64_t now_real_us;          /* wall clock, for gw_instance_type.unavailable_until_us */
   const struct gw_place_failure *failures;
   size_t n_failures;
@@ -92,7 +92,7 @@ struct gw_place_score {
   double efficiency;            /* share of paid time that makes progress */
   double penalty;               /* factor >= 1 from recent failures */
   bool measured;                /* units are steps (a step rate is known); else prior units */
-  bool held;                    /* refused capacity moments ago: not tried now */
+  bool held;                    /* refused capacity in this pass: not tried again in it */
   char why[256];
 };
 

@@ -76,15 +76,16 @@ void gw_place_memory_failure(struct gw_place_memory *m, const struct gw_provider
   f->count = f->count && now_us - f->at_us < GW_PLACE_MEMORY_US ? f->count + 1 : 1;
   f->at_us = now_us;
   f->capacity = capacity;
-  f->held_until_us = capacity ? now_us + GW_PLACE_HOLD_US : 0;
 }
 
 void gw_place_memory_release(struct gw_place_memory *m, const struct gw_provider *prov) {
   if (!m)
     return;
-  for (size_t i = 0; i < m->n_failures; i++)
-    if (m->failures[i].prov == prov)
-      m->failures[i].held_until_us = 0;
+  for (size_t i = 0; i < m->n_failures;)
+    if (m->failures[i].prov == prov && m->failures[i].capacity)
+      m->failures[i] = m->failures[--m->n_failures];
+    else
+      i++;
 }
 
 void gw_place_memory_rate(struct gw_place_memory *m, uint64_t shape, const char *type,

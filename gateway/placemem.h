@@ -20,14 +20,13 @@ struct gw_place_memory *gw_place_memory_new(void);
 struct gw_place_memory *gw_place_memory_free(struct gw_place_memory *m);
 
 /* A placement failed at now_us (monotonic): a launch refused for capacity
- * (capacity, held back GW_PLACE_HOLD_US) or an instance preempted. The
- * strings are copied; prov is only compared. When full, the oldest entry
- * goes. */
+ * (capacity) or an instance preempted. The strings are copied; prov is
+ * only compared. When full, the oldest entry goes. */
 void gw_place_memory_failure(struct gw_place_memory *m, const struct gw_provider *prov,
                              const char *type, const char *zone, bool spot, bool capacity,
                              int64_t now_us);
-/* prov's capacity changed: its held placements may be tried again (their
- * penalty stays). */
+/* prov's capacity changed: its refusals are forgotten (its preemptions
+ * are not). */
 void gw_place_memory_release(struct gw_place_memory *m, const struct gw_provider *prov);
 /* A job of shape (a hash of what makes its steps cost what they do) ran
  * steps_per_s (wall) on type; averaged with earlier ones of that shape and

@@ -26,6 +26,7 @@ struct gw_sched {
   size_t n_offers;
   struct gw_place_memory *mem;  /* owned: failures, step rates, restart times */
   unsigned refused;             /* launches refused for capacity so far (a retry tries another) */
+  int64_t pass_mono_us;         /* the current placement pass began */
 };
 
 /* scheduler.c */

@@ -69,6 +69,7 @@ void gw_sched_place_ctx(struct gw_sched *s, const struct gw_job *j, struct gw_pl
   gw_place_memory_view(s->mem, j ? gw_sched_job_shape(j) : 0, rates, GW_PLACE_RATES_MAX, c);
   c->now_us = sl_time_mono_us();
   c->now_real_us = sl_time_real_us();
+  c->pass_us = j ? s->pass_mono_us : c->now_us;
   if (!j) {
     c->n_rates = 0; /* no job: prior units only */
     c->checkpoint_gb = 0;

@@ -470,6 +470,7 @@ static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
 void gw_sched_place(struct gw_sched *s) {
   int64_t order[64];
   s->kick = false;
+  s->pass_mono_us = sl_time_mono_us();
   size_t n = gw_queue_order(s->queue, order, 64);
   /* one view of the market per pass: no provider callback runs within it */
   s->n_offers = n ? gw_sched_market(s, s->offers, GW_SCHED_MARKET_MAX) : 0;

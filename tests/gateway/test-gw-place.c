@@ -455,8 +455,8 @@ static void test_pick_by_work(void) {
 
 /* A zone that just took an instance back is not the first choice again;
  * the penalty fades over GW_PLACE_MEMORY_US. A launch refused for capacity
- * holds the placement back: spot=auto goes on-demand at once, spot=yes
- * waits (-EAGAIN) until the hold ends or the provider's capacity changes. */
+ * holds the placement back for the rest of the pass: spot=auto goes
+ * on-demand at once, spot=yes waits (-EAGAIN) for the next pass. */
 static void test_failure_memory(void) {
   struct gw_offer offs[3];
   for (int z = 0; z < 3; z++) {
@@ -500,31 +500,44 @@ static void test_failure_memory(void) {
   CHECK_INT(gw_place_pick(&w, &c, offs, 3, &i, &spot), 0);
   CHECK_STR(offs[i].type.zone, "r-1a");
 
-  /* capacity: every spot zone refused; spot=auto takes on-demand at once */
+  /* capacity: every spot zone refused in this pass; spot=auto takes
+   * on-demand at once, spot=yes waits */
   int64_t t1 = t0 + 2 * GW_PLACE_MEMORY_US;
   for (int z = 0; z < 3; z++)
     gw_place_memory_failure(m, &prov_a, "g", offs[z].type.zone, true, true, t1);
   gw_place_memory_view(m, 0, rates, GW_PLACE_RATES_MAX, &c);
-  c.now_us = t1;
+  c.now_us = c.pass_us = t1;
   CHECK_INT(gw_place_pick(&w, &c, offs, 3, &i, &spot), 0);
   CHECK(!spot);
   struct gw_wants yes = wants("{\"spot\": \"yes\"}");
   CHECK_INT(gw_place_pick(&yes, &c, offs, 3, &i, &spot), -EAGAIN);
-  /* the hold ends after GW_PLACE_HOLD_US ... */
-  c.now_us = t1 + GW_PLACE_HOLD_US;
+  /* the next pass tries spot again, the zone refused longest ago first */
+  gw_place_memory_failure(m, &prov_a, "g", "r-1b", true, true, t1 + 1);
+  gw_place_memory_view(m, 0, rates, GW_PLACE_RATES_MAX, &c);
+  c.now_us = c.pass_us = t1 + SL_US_PER_S;
   CHECK_INT(gw_place_pick(&yes, &c, offs, 3, &i, &spot), 0);
   CHECK(spot);
-  /* ... or when the provider says its capacity changed (another provider's
-   * change releases nothing) */
-  c.now_us = t1 + 1;
+  CHECK(strcmp(offs[i].type.zone, "r-1b") != 0);
+  struct gw_place_score sc_b;
+  CHECK_INT(gw_place_score(&yes, &c, &offs[1], true, &sc_b), 0);
+  CHECK(!sc_b.held && sc_b.penalty > 2);
+  CHECK(strstr(sc_b.why, "capacity refused r-1b") != NULL);
+  /* the provider says its capacity changed: its refusals are forgotten,
+   * its preemptions are not (another provider's change forgets nothing) */
+  gw_place_memory_failure(m, &prov_a, "h", "r-1a", true, false, t1);
   gw_place_memory_release(m, &prov_b);
-  CHECK_INT(gw_place_pick(&yes, &c, offs, 3, &i, &spot), -EAGAIN);
+  gw_place_memory_view(m, 0, rates, GW_PLACE_RATES_MAX, &c);
+  CHECK_INT(c.n_failures, 4); /* one entry per (provider, type, zone, market): the last failure */
   gw_place_memory_release(m, &prov_a);
-  CHECK_INT(gw_place_pick(&yes, &c, offs, 3, &i, &spot), 0);
+  gw_place_memory_view(m, 0, rates, GW_PLACE_RATES_MAX, &c);
+  CHECK_INT(c.n_failures, 1);
+  CHECK(!c.failures[0].capacity);
+  CHECK_STR(c.failures[0].type, "h");
   /* a failure with no zone (the provider chose it) counts for every zone */
   struct gw_place_memory *m2 = gw_place_memory_new();
   gw_place_memory_failure(m2, &prov_a, "g", "", true, true, t1);
   gw_place_memory_view(m2, 0, rates, GW_PLACE_RATES_MAX, &c);
+  c.now_us = c.pass_us = t1;
   CHECK_INT(gw_place_pick(&yes, &c, offs, 3, &i, &spot), -EAGAIN);
   gw_place_memory_free(m2);
   m = gw_place_memory_free(m);
@@ -561,7 +574,6 @@ static void test_memory(void) {
   CHECK_INT(c.n_failures, 2);
   CHECK_INT(c.failures[0].count, 2);
   CHECK(!c.failures[0].capacity && c.failures[1].capacity);
-  CHECK_INT(c.failures[1].held_until_us, t + GW_PLACE_HOLD_US);
   gw_place_memory_failure(m, &prov_a, "g", "z", true, false, t + 2 * GW_PLACE_MEMORY_US);
   CHECK_INT(c.failures[0].count, 1); /* long after: counted afresh */
   for (int k = 0; k < GW_PLACEMEM_FAILURES_MAX + 5; k++) { /* bounded: the oldest goes */
@@ -609,7 +621,7 @@ static void test_rank(void) {
                             gpu_offer(&prov_a, "big", "A100", 8, 0, 30.0, 0)};
   struct gw_place_ctx c = {.now_us = 10 * SL_US_PER_S};
   struct gw_place_failure f = {.prov = &prov_a, .type = "fast", .spot = true, .capacity = true,
-                               .count = 1, .at_us = c.now_us, .held_until_us = c.now_us + 1};
+                               .count = 1, .at_us = c.now_us};
   struct gw_wants w = wants("{}");
   struct gw_place_ranked r[8];
   size_t n = gw_place_rank(&w, &c, offs, 3, r, 8);
