@@ -444,7 +444,7 @@ static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
     r = gw_sched_pick_offer(s, j, &w, &o, &spot);
     if (r == 0)
       r = launch(s, j, &o, spot);
-    if (r == 0 || s->refused == refused || tries >= 8)
+    if (r == 0 || s->refused == refused || tries > 2 * (int)s->n_offers)
       break;
   }
   if (r == SL_ENAME) {
