@@ -840,7 +840,7 @@ def place_gateway(capacity, slots):
     return g
 
 
-def run_job(c, **opts):
+def sleep_job(c, **opts):
     """A %%run job that holds its instance until cancelled, attached."""
     r = c.req("submit", kind="run", script="sleep 600", options=opts)
     check(r["ok"], "submit %s: %s" % (opts, r))
@@ -871,11 +871,11 @@ def case_local_place(gw):
         one = place_gateway(capacity=1, slots=3)
         gws.append(one)
         c = Client(one.listen, "alice")
-        first = run_job(c, instance="g4dn.xlarge", spot="yes")
+        first = sleep_job(c, instance="g4dn.xlarge", spot="yes")
         p1 = placed(c, first)
         check(p1["instance_type"] == "g4dn.xlarge" and p1["spot"], "first job on g4dn spot: %s" % p1)
         t0 = time.monotonic()
-        second = run_job(c, instance="g4dn.xlarge,g5.xlarge", spot="yes")
+        second = sleep_job(c, instance="g4dn.xlarge,g5.xlarge", spot="yes")
         p2 = placed(c, second, timeout=15)
         check(p2["instance_type"] == "g5.xlarge" and p2["spot"],
               "second job retried on g5.xlarge spot: %s" % p2)
@@ -885,7 +885,7 @@ def case_local_place(gw):
         r = c.req("submit", kind="run", script="true", options={"region": "mars-1"})
         check(not r["ok"] and "no provider offers region \"mars-1\"" in r["error"]["message"]
               and "local-1" in r["error"]["message"], "an unknown region refused: %s" % r)
-        third = run_job(c, region="local-1", spot="no")
+        third = sleep_job(c, region="local-1", spot="no")
         p3 = placed(c, third)
         check(p3["zone"].startswith("local-1") and not p3["spot"], "region=local-1: %s" % p3)
         m = c.req("market", gpus=1)
@@ -903,7 +903,7 @@ def case_local_place(gw):
         gws.append(zero)
         c = Client(zero.listen, "alice")
         t0 = time.monotonic()
-        auto = run_job(c)
+        auto = sleep_job(c)
         pa = placed(c, auto, timeout=15)
         check(not pa["spot"], "spot=auto without spot capacity: on-demand (%s)" % pa)
         check(time.monotonic() - t0 < 10, "on-demand at once (%.1f s)" % (time.monotonic() - t0))
@@ -911,7 +911,7 @@ def case_local_place(gw):
         c.req("cancel", job=auto)
         c.wait_event(state_is(auto, "cancelled"), timeout=20)
         refusals = zero.logtext().count("no capacity for")
-        waits = run_job(c, spot="yes")
+        waits = sleep_job(c, spot="yes")
         spot_offers = len([e for e in c.req("market")["ranking"] if e["market"] == "spot"])
         deadline = time.monotonic() + 20
         while (zero.logtext().count("no capacity for") < refusals + 2 * spot_offers and
@@ -927,7 +927,7 @@ def case_local_place(gw):
         two = place_gateway(capacity=2, slots=2)
         gws.append(two)
         c = Client(two.listen, "alice")
-        job = run_job(c, instance="g4dn.xlarge", spot="yes")
+        job = sleep_job(c, instance="g4dn.xlarge", spot="yes")
         q1 = placed(c, job)
         r = c.req("inject", action="preempt", instance=q1["instance"], notice_s=1)
         check(r["ok"], "preemption injected: %s" % r)
