@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "display.h"
 #include "sl_json.h"
 #include "sl_time.h"
 #include "textbuf.h"
@@ -148,7 +149,8 @@ char *jk_format_cost(const json_t *reply) {
   return jk_dbuf_done(&b);
 }
 
-char *jk_format_market(const json_t *reply) {
+/* The market of a gateway without a ranking: one row per type. */
+static char *format_market_types(const json_t *reply) {
   struct jk_dbuf b = {0};
   const json_t *types = json_object_get(reply, "types");
   if (!json_array_size(types)) {
@@ -182,6 +184,107 @@ char *jk_format_market(const json_t *reply) {
     jk_dbuf_printf(&b, "%-16.16s %4lld %10.4f %10.4f %7s %-13.13s %-8s %s\n", str_or_dash(t, "type"), gpus, spot, od,
                    saving, str_or_dash(t, "interruption"), capacity, unit);
   }
+  return jk_dbuf_done(&b);
+}
+
+/* The type row of the market reply that ranking entry e names, or NULL. */
+static const json_t *type_of(const json_t *reply, const json_t *e) {
+  size_t i;
+  json_t *t;
+  json_array_foreach(json_object_get(reply, "types"), i, t) {
+    if (!strcmp(sl_json_get_str(t, "type", ""), sl_json_get_str(e, "type", "-")) &&
+        !strcmp(sl_json_get_str(t, "provider", ""), sl_json_get_str(e, "provider", "")) &&
+        !strcmp(sl_json_get_str(t, "zone", ""), sl_json_get_str(e, "zone", "")))
+      return t;
+  }
+  return NULL;
+}
+
+/* One ranked row's cells, as text (HTML escapes them). */
+struct rank_row {
+  char rank[16], gpus[16], price[16], unit[24], eff[16], capacity[16];
+};
+
+static void rank_cells(const json_t *e, const json_t *t, struct rank_row *r) {
+  const json_t *u = json_object_get(e, "usd_per_unit");
+  snprintf(r->rank, sizeof r->rank, "%lld", (long long)sl_json_get_int(e, "rank", 0));
+  snprintf(r->gpus, sizeof r->gpus, "%lld", (long long)sl_json_get_int(t, "gpus", 0));
+  snprintf(r->price, sizeof r->price, "%.4f", sl_json_get_num(e, "usd_per_hour", 0));
+  if (json_is_number(u))
+    snprintf(r->unit, sizeof r->unit, "%.4f", json_number_value(u));
+  else
+    snprintf(r->unit, sizeof r->unit, "-");
+  snprintf(r->eff, sizeof r->eff, "%.0f%%", 100 * sl_json_get_num(e, "efficiency", 0));
+  /* the cloud's placement score (1..10), "none" while every zone of it
+   * lately refused capacity, "held" while a refusal in this pass holds it */
+  snprintf(r->capacity, sizeof r->capacity, "-");
+  if (json_is_true(json_object_get(e, "held")))
+    snprintf(r->capacity, sizeof r->capacity, "held");
+  else if (json_is_integer(json_object_get(t, "unavailable_until_us")))
+    snprintf(r->capacity, sizeof r->capacity, "none");
+  else if (sl_json_get_int(t, "placement_score", 0) > 0)
+    snprintf(r->capacity, sizeof r->capacity, "%lld/10", (long long)sl_json_get_int(t, "placement_score", 0));
+}
+
+char *jk_format_market(const json_t *reply) {
+  const json_t *ranking = json_object_get(reply, "ranking");
+  if (!json_is_array(ranking) || !json_array_size(json_object_get(reply, "types")))
+    return format_market_types(reply);
+  struct jk_dbuf b = {0};
+  jk_dbuf_printf(&b, "%4s %-16s %-12s %-9s %4s %9s %9s %5s %-13s %-8s %s\n", "RANK", "TYPE", "ZONE",
+                 "MARKET", "GPUS", "$/h", "$/UNIT", "EFFIC", "INTERRUPTION", "CAPACITY", "WHY");
+  size_t i;
+  json_t *e;
+  json_array_foreach(ranking, i, e) {
+    if (i >= MAX_ROWS)
+      break;
+    const json_t *t = type_of(reply, e);
+    struct rank_row r;
+    rank_cells(e, t, &r);
+    jk_dbuf_printf(&b, "%4s %-16.16s %-12.12s %-9.9s %4s %9s %9s %5s %-13.13s %-8s %s\n", r.rank,
+                   str_or_dash(e, "type"), str_or_dash(e, "zone"), str_or_dash(e, "market"), r.gpus,
+                   r.price, r.unit, r.eff, str_or_dash(t, "interruption"), r.capacity,
+                   str_or_dash(e, "why"));
+  }
+  jk_dbuf_printf(&b, "Best first by expected cost per unit of work; a unit is %s.\n",
+                 sl_json_get_str(reply, "unit", "one unit of work"));
+  return jk_dbuf_done(&b);
+}
+
+char *jk_format_market_html(const json_t *reply) {
+  const json_t *ranking = json_object_get(reply, "ranking");
+  if (!json_is_array(ranking) || !json_array_size(json_object_get(reply, "types")))
+    return NULL;
+  struct jk_dbuf b = {0};
+  jk_dbuf_printf(&b, "<table class=\"spotlab-instances\"><thead><tr><th>rank</th><th>type</th>"
+                     "<th>zone</th><th>market</th><th>GPUs</th><th>$/h</th><th>$/unit</th>"
+                     "<th>efficiency</th><th>interruption</th><th>capacity</th><th>why</th>"
+                     "</tr></thead><tbody>\n");
+  size_t i;
+  json_t *e;
+  json_array_foreach(ranking, i, e) {
+    if (i >= MAX_ROWS)
+      break;
+    const json_t *t = type_of(reply, e);
+    struct rank_row r;
+    rank_cells(e, t, &r);
+    const char *text[] = {str_or_dash(e, "type"), str_or_dash(e, "zone"), str_or_dash(e, "market"),
+                          str_or_dash(t, "interruption"), str_or_dash(e, "why")};
+    char *esc[5];
+    for (size_t k = 0; k < 5; k++)
+      esc[k] = jk_xml_escape(text[k]);
+    jk_dbuf_printf(&b, "<tr%s><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>"
+                       "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
+                   i == 0 ? " style=\"font-weight:bold\"" : "", r.rank, esc[0] ? esc[0] : "",
+                   esc[1] ? esc[1] : "", esc[2] ? esc[2] : "", r.gpus, r.price, r.unit, r.eff,
+                   esc[3] ? esc[3] : "", r.capacity, esc[4] ? esc[4] : "");
+    for (size_t k = 0; k < 5; k++)
+      free(esc[k]);
+  }
+  char *unit = jk_xml_escape(sl_json_get_str(reply, "unit", "one unit of work"));
+  jk_dbuf_printf(&b, "</tbody></table><p>Best first by expected cost per unit of work; a unit is "
+                     "%s.</p>\n", unit ? unit : "");
+  free(unit);
   return jk_dbuf_done(&b);
 }
 

@@ -15,8 +15,12 @@ char *jk_format_status(const json_t *reply);
 char *jk_format_idle(const json_t *reply);
 /* {"spent_usd","on_demand_usd","saved_usd","jobs":[...]} */
 char *jk_format_cost(const json_t *reply);
-/* {"types":[{"type","gpus","spot_usd_per_hour","on_demand_usd_per_hour","interruption",...}]} */
+/* {"types":[{"type","gpus","spot_usd_per_hour","on_demand_usd_per_hour","interruption",...}],
+ *  "ranking":[{"rank","type","zone","market","usd_per_hour","usd_per_unit","efficiency","why"}],
+ *  "unit"}: the ranking best first with its reasons (without a ranking, one row per type). */
 char *jk_format_market(const json_t *reply);
+/* The same ranking as an HTML table; NULL without a ranking (or on OOM). */
+char *jk_format_market_html(const json_t *reply);
 /* {"instances":[...]} */
 char *jk_format_instances(const json_t *reply);
 /* One event as a line: "#12 +3m 10s metric step 400/3000 loss 2.1134". */

@@ -19,6 +19,7 @@
 #include "sl_time.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -369,6 +370,19 @@ static int check_device_options(struct req *q, const json_t *opts) {
   return fail(q, SL_ENAME, msg), SL_ENAME;
 }
 
+/* region=NAME: a region some offer of the market is in, checked at submit
+ * so that a misspelt one is refused at once. Sends the error reply itself. */
+static int check_region(struct req *q, const json_t *opts) {
+  const json_t *v = json_object_get(opts, "region");
+  char msg[256];
+  if (!v)
+    return 0;
+  if (!json_is_string(v) || !json_string_length(v) || json_string_length(v) >= 32)
+    return fail(q, SL_ETYPE, "region must be a region name (\"us-east-1\")"), SL_ETYPE;
+  int r = gw_sched_check_region(q->g->env.sched, json_string_value(v), msg, sizeof msg);
+  return r < 0 ? (fail(q, r, msg), r) : 0;
+}
+
 /* nodes=N (a gang of N instances): a whole number in 1..GW_GANG_MAX, for a
  * train job whose global batch the N ranks can share equally. Sends the
  * error reply itself. */
@@ -404,7 +418,7 @@ static int build_job(struct req *q, struct gw_job *j) {
   if (strcmp(kind, "train") && strcmp(kind, "eval") && strcmp(kind, "sample") && strcmp(kind, "run"))
     return fail(q, SL_ENAME, "kind must be train, eval, sample or run"), SL_ENAME;
   int bad = check_device_options(q, opts);
-  if (bad < 0)
+  if (bad < 0 || (bad = check_region(q, opts)) < 0)
     return bad;
   snprintf(j->kind, sizeof j->kind, "%s", kind);
   snprintf(j->user, sizeof j->user, "%s", q->c->user);
@@ -594,33 +608,79 @@ static void on_instances(struct req *q) {
   reply(q, json_pack("{s:o}", "instances", arr));
 }
 
+/* One market of an offer as placement ranks it. */
+static json_t *ranked_json(const struct gw_place_ranked *r, size_t rank) {
+  json_t *o = json_pack("{s:I,s:o,s:o,s:s}", "rank", (json_int_t)rank, "usd_per_unit",
+                        isinf(r->score.usd_per_unit) ? json_null()
+                                                     : sl_json_real(r->score.usd_per_unit),
+                        "efficiency", sl_json_real(r->score.efficiency), "why", r->score.why);
+  if (o && r->score.held)
+    json_object_set_new(o, "held", json_true());
+  return o;
+}
+
+/* The market, each offer with its markets ranked as placement sees them
+ * for gpus=N (no job: prior speeds), and the ranking itself, best first. */
 static void on_market(struct req *q) {
   if (!gw_sched_n_providers(q->g->env.sched))
     return fail(q, SL_ENOTSUP, "no provider");
   static struct gw_offer offers[MARKET_MAX];
+  static struct gw_place_ranked ranked[2 * MARKET_MAX];
   size_t n = gw_sched_market(q->g->env.sched, offers, MARKET_MAX);
-  int gpus = (int)sl_json_get_int(q->body, "gpus", 0);
-  json_t *arr = json_array();
+  struct gw_wants w = {.spot = -1, .nodes = 1};
+  w.gpus = (int)sl_json_get_int(q->body, "gpus", 0);
+  snprintf(w.region, sizeof w.region, "%s", sl_json_get_str(q->body, "region", ""));
+  size_t nr = gw_sched_rank_market(q->g->env.sched, &w, offers, n, ranked, 2 * MARKET_MAX);
+  json_t *arr = json_array(), *ranking = json_array();
+  json_t *rows[MARKET_MAX] = {0};
   for (size_t i = 0; i < n; i++) {
     const struct gw_instance_type *t = &offers[i].type;
-    if (gpus && t->gpus < gpus)
+    if ((w.gpus && t->gpus < w.gpus) || (w.region[0] && strcmp(w.region, offers[i].region)))
       continue;
-    json_array_append_new(arr, json_pack("{s:s,s:i,s:s,s:o,s:o,s:s,s:o,s:s}", "type", t->name,
-                                         "gpus", t->gpus, "gpu_model", t->gpu_model,
-                                         "spot_usd_per_hour", sl_json_real(t->spot_usd_per_hour),
-                                         "on_demand_usd_per_hour",
-                                         sl_json_real(t->on_demand_usd_per_hour), "interruption",
-                                         t->interruption ? t->interruption : "",
-                                         "mean_time_to_preempt_s",
-                                         sl_json_real(t->mean_time_to_preempt_s), "provider",
-                                         offers[i].prov->name));
-    json_t *row = json_array_get(arr, json_array_size(arr) - 1);
-    if (row && t->placement_score > 0) /* the cloud's capacity hint, 1..10 */
+    json_t *row = json_pack("{s:s,s:i,s:s,s:o,s:o,s:s,s:o,s:s,s:{}}", "type", t->name,
+                            "gpus", t->gpus, "gpu_model", t->gpu_model,
+                            "spot_usd_per_hour", sl_json_real(t->spot_usd_per_hour),
+                            "on_demand_usd_per_hour", sl_json_real(t->on_demand_usd_per_hour),
+                            "interruption", t->interruption ? t->interruption : "",
+                            "mean_time_to_preempt_s", sl_json_real(t->mean_time_to_preempt_s),
+                            "provider", offers[i].prov->name, "markets");
+    if (!row)
+      continue;
+    if (t->zone[0])
+      json_object_set_new(row, "zone", json_string(t->zone));
+    if (offers[i].region[0])
+      json_object_set_new(row, "region", json_string(offers[i].region));
+    if (t->placement_score > 0) /* the cloud's capacity hint, 1..10 */
       json_object_set_new(row, "placement_score", json_integer(t->placement_score));
-    if (row && t->unavailable_until_us > sl_time_real_us()) /* every zone refused it lately */
+    if (t->unavailable_until_us > sl_time_real_us()) /* every zone refused it lately */
       json_object_set_new(row, "unavailable_until_us", json_integer(t->unavailable_until_us));
+    json_array_append_new(arr, row);
+    rows[i] = row;
   }
-  reply(q, json_pack("{s:o}", "types", arr));
+  for (size_t k = 0; k < nr; k++) {
+    const struct gw_place_ranked *r = &ranked[k];
+    const struct gw_offer *o = &offers[r->offer];
+    if (!rows[r->offer])
+      continue;
+    json_t *m = ranked_json(r, k + 1);
+    if (!m)
+      continue;
+    json_object_set_new(json_object_get(rows[r->offer], "markets"), r->spot ? "spot" : "on_demand",
+                        json_deep_copy(m));
+    json_t *u = json_object_get(m, "usd_per_unit");
+    if (json_is_number(u) && !json_object_get(rows[r->offer], "usd_per_unit_of_work"))
+      json_object_set(rows[r->offer], "usd_per_unit_of_work", u); /* its best market's */
+    json_object_set_new(m, "type", json_string(o->type.name));
+    json_object_set_new(m, "provider", json_string(o->prov->name));
+    json_object_set_new(m, "market", json_string(r->spot ? "spot" : "on-demand"));
+    json_object_set_new(m, "usd_per_hour", sl_json_real(r->spot ? o->type.spot_usd_per_hour
+                                                                : o->type.on_demand_usd_per_hour));
+    if (o->type.zone[0])
+      json_object_set_new(m, "zone", json_string(o->type.zone));
+    json_array_append_new(ranking, m);
+  }
+  reply(q, json_pack("{s:o,s:o,s:s}", "types", arr, "ranking", ranking, "unit",
+                     "the work of one A10G GPU-hour (prior speeds)"));
 }
 
 static void on_cost(struct req *q) {

@@ -1,12 +1,26 @@
-/* Placement policy (place.h): today the cheapest fitting offer, spot first
- * on a tie, leaving out types whose capacity the provider found exhausted; a job's instance= list, gpus, spot and max_price options bound
- * the choice. A gang (nodes=N) is N instances of one provider, type and
- * market, idle workers first, placed all or none. */
+/* Placement policy (place.h): every (offer, market) a job's options allow
+ * is scored by expected cost per unit of work (sl_policy_rank): the price
+ * of the job's instances; the work an hour of them gives this job, from
+ * its measured step rates (its own and earlier same-shaped jobs', scaled
+ * between types by the prior) or else the prior of speed.c; the work lost
+ * to interruptions (spot: 1 / mean time to preemption, each one costing the
+ * restart and, without a usable notice, half a checkpoint interval); and
+ * the one-off move of its checkpoint into another region. A placement
+ * that failed lately (a preemption, a refused launch) costs more for a
+ * while, so it is not the first choice again, and one refused capacity in
+ * the current placement pass is not tried again in it. A gang (nodes=N) is N instances of one provider,
+ * type and market, idle workers first, placed all or none.
+ *
+ * Durations become hours of the offer's provider (its prices and mean
+ * times to preemption are in its clock): measured ones are wall-clock and
+ * are multiplied by its time_scale. */
 #include "place.h"
+
+#include "speed.h"
 
 #include "sl_err.h"
 #include "sl_json.h"
-#include "sl_time.h"
+#include "sl_policy.h"
 
 #include <errno.h>
 #include <math.h>
@@ -55,6 +69,7 @@ void gw_place_wants(const struct gw_job *j, struct gw_wants *w) {
     snprintf(w->types[w->n_types++], sizeof w->types[0], "%s", t);
   int nodes = gw_place_nodes(o);
   w->nodes = nodes < 1 ? 1 : nodes;
+  snprintf(w->region, sizeof w->region, "%s", sl_json_get_str(o, "region", ""));
 }
 
 static bool type_allowed(const struct gw_wants *w, const char *type) {
@@ -71,37 +86,181 @@ bool gw_place_fits(const struct gw_wants *w, const struct gw_inst *in) {
     return false;
   if ((w->spot == 1 && !in->row.spot) || (w->spot == 0 && in->row.spot))
     return false;
+  /* a zone is named after its region ("us-east-1a", "local-1a") */
+  if (w->region[0] && in->row.zone[0] && strncmp(in->row.zone, w->region, strlen(w->region)))
+    return false;
   return !w->max_price || in->row.price_usd_per_hour <= w->max_price;
 }
 
-/* The price per hour of type t in the market spot when it fits w, else -1. */
-static double offer_price(const struct gw_wants *w, const struct gw_instance_type *t, bool spot) {
+/* The price per hour of one instance of o in the market spot when it fits
+ * w, else -1. */
+static double offer_price(const struct gw_wants *w, const struct gw_offer *o, bool spot) {
+  const struct gw_instance_type *t = &o->type;
   if (!type_allowed(w, t->name) || (w->gpus && t->gpus < w->gpus))
     return -1;
-  /* every zone of it refused capacity a moment ago (the provider remembers
-   * for a while): another type goes first */
-  if (t->unavailable_until_us && t->unavailable_until_us > sl_time_real_us())
-    return -1;
   if ((w->spot == 1 && !spot) || (w->spot == 0 && spot))
+    return -1;
+  if (w->region[0] && strcmp(w->region, o->region))
     return -1;
   double price = spot ? t->spot_usd_per_hour : t->on_demand_usd_per_hour;
   return price <= 0 || (w->max_price && price > w->max_price) ? -1 : price;
 }
 
-int gw_place_pick(const struct gw_wants *w, const struct gw_offer *offers, size_t n,
-                  size_t *ret_i, bool *ret_spot) {
-  double best = INFINITY;
-  for (size_t i = 0; i < n; i++) {
-    for (int spot = 1; spot >= 0; spot--) {
-      double price = offer_price(w, &offers[i].type, spot);
-      if (price < 0 || price >= best)
-        continue;
-      best = price;
-      *ret_i = i;
-      *ret_spot = spot;
+/* The prior work per hour of nodes instances with gpus GPUs of gpu_model
+ * for w: the GPUs the job uses (gpus=N, else one, as the worker does)
+ * times their relative speed (a CPU-only type counts as a twentieth of a
+ * GPU). */
+static double prior_work(const struct gw_wants *w, const char *gpu_model, int gpus, int nodes) {
+  int want = w->gpus > 0 ? w->gpus : 1;
+  int used = want < gpus ? want : gpus;
+  double speed = gw_speed_relative(gpu_model);
+  if (used <= 0)
+    return 0.05 * nodes;
+  return (speed > 0 ? speed : 1.0) * used * nodes;
+}
+
+/* Steps per wall second of nodes instances of t for w: measured on t, else
+ * measured on another type and scaled by the two priors; 0 when nothing is
+ * measured. A gang's rate is the whole gang's (its shape names nodes). */
+static double steps_per_s(const struct gw_wants *w, const struct gw_place_ctx *c,
+                          const struct gw_instance_type *t, int nodes) {
+  for (size_t i = 0; i < c->n_rates; i++)
+    if (c->rates[i].steps_per_s > 0 && !strcmp(c->rates[i].type, t->name))
+      return c->rates[i].steps_per_s;
+  for (size_t i = 0; i < c->n_rates; i++) {
+    const struct gw_place_rate *r = &c->rates[i];
+    double from = prior_work(w, r->gpu_model, r->gpus, nodes);
+    if (r->steps_per_s > 0 && from > 0)
+      return r->steps_per_s * prior_work(w, t->gpu_model, t->gpus, nodes) / from;
+  }
+  return 0;
+}
+
+/* How much the recent failures of (o, spot) weigh (0: none); *ret_held when
+ * a capacity failure still holds it; the newest one described in why. */
+static double failure_penalty(const struct gw_place_ctx *c, const struct gw_offer *o, bool spot,
+                              bool *ret_held, char *why, size_t why_size) {
+  double penalty = 0;
+  int64_t newest = INT64_MIN;
+  *ret_held = false;
+  for (size_t i = 0; i < c->n_failures; i++) {
+    const struct gw_place_failure *f = &c->failures[i];
+    if (f->prov != o->prov || f->spot != spot || strcmp(f->type, o->type.name))
+      continue;
+    if (f->zone[0] && o->type.zone[0] && strcmp(f->zone, o->type.zone))
+      continue; /* another zone of the type */
+    int64_t age = c->now_us > f->at_us ? c->now_us - f->at_us : 0;
+    if (age >= GW_PLACE_MEMORY_US)
+      continue;
+    penalty += (f->count > 3 ? 3 : f->count) * (1 - (double)age / (double)GW_PLACE_MEMORY_US);
+    if (f->capacity && f->at_us >= (c->pass_us ? c->pass_us : c->now_us))
+      *ret_held = true;
+    if (f->at_us > newest) {
+      newest = f->at_us;
+      snprintf(why, why_size, "%s %s %.0f s ago", f->capacity ? "capacity refused" : "preempted",
+               f->zone[0] ? f->zone : "here", (double)age / 1e6);
     }
   }
-  return isinf(best) ? SL_ENAME : 0;
+  return penalty;
+}
+
+int gw_place_score(const struct gw_wants *w, const struct gw_place_ctx *c,
+                   const struct gw_offer *o, bool spot, struct gw_place_score *ret) {
+  double price = offer_price(w, o, spot);
+  if (price < 0)
+    return -1;
+  const struct gw_instance_type *t = &o->type;
+  int nodes = w->nodes > 0 ? w->nodes : 1;
+  double scale = o->time_scale > 0 ? o->time_scale : 1;
+  double rate = steps_per_s(w, c, t, nodes);
+  struct sl_offer_est e = {
+    .usd_per_hour = price * nodes,
+    .work_per_hour = rate > 0 ? rate * 3600 / scale : prior_work(w, t->gpu_model, t->gpus, nodes),
+    /* any member of a gang lost stops all of it */
+    .interrupts_per_hour = spot ? nodes * 3600 / (t->mean_time_to_preempt_s > 0
+                                                      ? t->mean_time_to_preempt_s : GW_PLACE_MTTP_S)
+                                : 0,
+    .restart_h = (c->restart_s > 0 ? c->restart_s * scale : GW_PLACE_RESTART_S) / 3600,
+    .checkpoint_h = (c->checkpoint_s > 0 ? c->checkpoint_s * scale : GW_PLACE_CHECKPOINT_S) / 3600,
+    .notice_share = GW_PLACE_NOTICE_SHARE,
+    .move_usd = t->move_usd_per_gb * c->checkpoint_gb,
+  };
+  e.remaining_units = rate > 0 && c->remaining_steps > 0 ? c->remaining_steps
+                                                         : GW_PLACE_REMAINING_H * e.work_per_hour;
+  struct sl_offer_rank r;
+  sl_policy_rank(&e, &r);
+  memset(ret, 0, sizeof *ret);
+  ret->efficiency = r.efficiency;
+  ret->measured = rate > 0;
+  char failed[96] = "";
+  ret->penalty = 1 + failure_penalty(c, o, spot, &ret->held, failed, sizeof failed);
+  if (t->unavailable_until_us && t->unavailable_until_us > c->now_real_us) {
+    ret->held = true; /* every zone of it refused capacity lately (the provider remembers) */
+    snprintf(failed, sizeof failed, "no capacity in any zone lately");
+  }
+  ret->usd_per_unit = r.usd_per_unit * ret->penalty;
+  snprintf(ret->why, sizeof ret->why, "%s%s%s%s", ret->measured ? "" : "prior speed; ", r.why,
+           failed[0] ? "; " : "", failed);
+  return 0;
+}
+
+/* Whether a scored (usd_per_unit, spot) goes before the best so far. */
+static bool better(double u, bool spot, double best_u, bool best_spot) {
+  if (isinf(best_u))
+    return u < best_u || (u == best_u && spot && !best_spot);
+  return u < best_u - 1e-12 * fabs(best_u) || (u <= best_u + 1e-12 * fabs(best_u) && spot && !best_spot);
+}
+
+int gw_place_pick(const struct gw_wants *w, const struct gw_place_ctx *c,
+                  const struct gw_offer *offers, size_t n, size_t *ret_i, bool *ret_spot) {
+  double best = INFINITY;
+  bool best_spot = false, fits = false;
+  size_t best_i = 0;
+  for (size_t i = 0; i < n; i++) {
+    for (int spot = 1; spot >= 0; spot--) {
+      struct gw_place_score sc;
+      if (gw_place_score(w, c, &offers[i], spot, &sc) < 0)
+        continue;
+      fits = true;
+      if (sc.held || isinf(sc.usd_per_unit) || !better(sc.usd_per_unit, spot, best, best_spot))
+        continue;
+      best = sc.usd_per_unit;
+      best_spot = spot;
+      best_i = i;
+    }
+  }
+  if (isinf(best))
+    return fits ? -EAGAIN : SL_ENAME;
+  *ret_i = best_i;
+  *ret_spot = best_spot;
+  return 0;
+}
+
+size_t gw_place_rank(const struct gw_wants *w, const struct gw_place_ctx *c,
+                     const struct gw_offer *offers, size_t n, struct gw_place_ranked *ret,
+                     size_t max) {
+  size_t k = 0;
+  for (size_t i = 0; i < n && k < max; i++)
+    for (int spot = 1; spot >= 0 && k < max; spot--)
+      if (gw_place_score(w, c, &offers[i], spot, &ret[k].score) == 0) {
+        ret[k].offer = i;
+        ret[k].spot = spot;
+        k++;
+      }
+  /* insertion sort: held last, then by cost per unit; ties keep market order */
+  for (size_t a = 1; a < k; a++) {
+    struct gw_place_ranked x = ret[a];
+    size_t b = a;
+    while (b > 0 && (ret[b - 1].score.held > x.score.held ||
+                     (ret[b - 1].score.held == x.score.held &&
+                      better(x.score.usd_per_unit, x.spot, ret[b - 1].score.usd_per_unit,
+                             ret[b - 1].spot)))) {
+      ret[b] = ret[b - 1];
+      b--;
+    }
+    ret[b] = x;
+  }
+  return k;
 }
 
 /* ---- gangs ---- */
@@ -112,19 +271,29 @@ static bool in_group(const struct gw_wants *w, const struct gw_inst *in, const s
          gw_place_fits(w, in);
 }
 
-/* The first offer of prov's type in market spot that fits w; SIZE_MAX when none. */
-static size_t group_offer(const struct gw_wants *w, const struct gw_offer *offers, size_t n,
-                          const struct gw_provider *prov, const char *type, bool spot) {
-  for (size_t i = 0; i < n; i++)
+/* The best offer (any zone) of prov's type in market spot that fits w and
+ * is not held; SIZE_MAX when none. */
+static size_t group_offer(const struct gw_wants *w, const struct gw_place_ctx *c,
+                          const struct gw_offer *offers, size_t n, const struct gw_provider *prov,
+                          const char *type, bool spot) {
+  size_t best = SIZE_MAX;
+  double best_u = INFINITY;
+  for (size_t i = 0; i < n; i++) {
+    struct gw_place_score sc;
     if (offers[i].prov == prov && !strcmp(offers[i].type.name, type) &&
-        offer_price(w, &offers[i].type, spot) >= 0)
-      return i;
-  return SIZE_MAX;
+        gw_place_score(w, c, &offers[i], spot, &sc) == 0 && !sc.held &&
+        (best == SIZE_MAX || sc.usd_per_unit < best_u)) {
+      best = i;
+      best_u = sc.usd_per_unit;
+    }
+  }
+  return best;
 }
 
 /* The gang of group (prov, type, spot): its idle members, the rest launched
  * from offer oi. False when the rest cannot be launched from any offer. */
-static bool group_gang(const struct gw_wants *w, const struct gw_inst *const *idle, size_t n_idle,
+static bool group_gang(const struct gw_wants *w, const struct gw_place_ctx *c,
+                       const struct gw_inst *const *idle, size_t n_idle,
                        const struct gw_offer *offers, size_t oi, const struct gw_provider *prov,
                        const char *type, bool spot, struct gw_gang_pick *p) {
   memset(p, 0, sizeof *p);
@@ -139,11 +308,21 @@ static bool group_gang(const struct gw_wants *w, const struct gw_inst *const *id
   if (p->n_launch && oi == SIZE_MAX)
     return false;
   if (p->n_launch)
-    p->usd_per_hour += (double)p->n_launch * offer_price(w, &offers[oi].type, spot);
+    p->usd_per_hour += (double)p->n_launch * offer_price(w, &offers[oi], spot);
+  /* per unit of work: the offer's score at the gang's own price (idle
+   * members keep the price they were launched at); idle alone with no
+   * offer of their type: the price stands for it */
+  struct gw_place_score sc;
+  double offer_usd = oi == SIZE_MAX ? 0 : offer_price(w, &offers[oi], spot) * w->nodes;
+  if (oi != SIZE_MAX && offer_usd > 0 && gw_place_score(w, c, &offers[oi], spot, &sc) == 0)
+    p->usd_per_unit = sc.usd_per_unit * p->usd_per_hour / offer_usd;
+  else
+    p->usd_per_unit = p->usd_per_hour;
   return true;
 }
 
-int gw_place_pick_gang(const struct gw_wants *w, const struct gw_inst *const *idle, size_t n_idle,
+int gw_place_pick_gang(const struct gw_wants *w, const struct gw_place_ctx *c,
+                       const struct gw_inst *const *idle, size_t n_idle,
                        const struct gw_offer *offers, size_t n_offers, size_t max_launch,
                        struct gw_gang_pick *ret) {
   if (w->nodes < 1 || w->nodes > GW_GANG_MAX)
@@ -153,37 +332,43 @@ int gw_place_pick_gang(const struct gw_wants *w, const struct gw_inst *const *id
   memset(&best, 0, sizeof best);
   /* every group: one per idle worker's (provider, type, market), one per
    * offer and market; a group seen twice gives the same gang twice */
-  for (size_t c = 0; c < n_idle + 2 * n_offers; c++) {
+  for (size_t k = 0; k < n_idle + 2 * n_offers; k++) {
     const struct gw_provider *prov;
     const char *type;
     bool spot;
     size_t oi;
-    if (c < n_idle) {
-      if (!gw_place_fits(w, idle[c]))
+    if (k < n_idle) {
+      if (!gw_place_fits(w, idle[k]))
         continue;
-      prov = idle[c]->prov;
-      type = idle[c]->row.type;
-      spot = idle[c]->row.spot;
-      oi = group_offer(w, offers, n_offers, prov, type, spot);
+      prov = idle[k]->prov;
+      type = idle[k]->row.type;
+      spot = idle[k]->row.spot;
+      oi = group_offer(w, c, offers, n_offers, prov, type, spot);
     } else {
-      oi = (c - n_idle) / 2;
-      spot = (c - n_idle) % 2 == 0;
-      if (offer_price(w, &offers[oi].type, spot) < 0)
+      oi = (k - n_idle) / 2;
+      spot = (k - n_idle) % 2 == 0;
+      struct gw_place_score sc;
+      if (gw_place_score(w, c, &offers[oi], spot, &sc) < 0)
+        continue;
+      possible = true; /* it fits; held or not, a gang of it may be formed later */
+      if (sc.held)
         continue;
       prov = offers[oi].prov;
       type = offers[oi].type.name;
     }
-    if (!group_gang(w, idle, n_idle, offers, oi, prov, type, spot, &p))
+    if (!group_gang(w, c, idle, n_idle, offers, oi, prov, type, spot, &p))
       continue;
     possible = true;
     if (p.n_launch > max_launch)
       continue;
     /* idle workers alone start now (as a one-instance job takes an idle
-     * worker first); else the cheapest per hour, then fewest launched */
+     * worker first); else the least cost per unit of work, then fewest
+     * launched */
     bool now = !p.n_launch, best_now = found && !best.n_launch;
+    double tol = 1e-12 * fabs(best.usd_per_unit);
     if (!found || (now && !best_now) ||
-        (now == best_now && (p.usd_per_hour < best.usd_per_hour - 1e-12 ||
-                             (p.usd_per_hour <= best.usd_per_hour + 1e-12 &&
+        (now == best_now && (p.usd_per_unit < best.usd_per_unit - tol ||
+                             (p.usd_per_unit <= best.usd_per_unit + tol &&
                               p.n_launch < best.n_launch)))) {
       best = p;
       found = true;

@@ -116,7 +116,10 @@ int gw_sched_place_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wa
   if (sl_time_mono_us() < j->gang_retry_mono_us)
     max_launch = 0;
   struct gw_gang_pick p;
-  int r = gw_place_pick_gang(w, idle, n_idle, s->offers, s->n_offers, max_launch, &p);
+  struct gw_place_rate rates[GW_PLACE_RATES_MAX];
+  struct gw_place_ctx c;
+  gw_sched_place_ctx(s, j, rates, &c);
+  int r = gw_place_pick_gang(w, &c, idle, n_idle, s->offers, s->n_offers, max_launch, &p);
   if (r == SL_ENAME) {
     snprintf(why, sizeof why, "no instance type matches the job's gpus, spot, max_price and "
              "instance options for %d instances of one type", w->nodes);

@@ -1,6 +1,7 @@
 /* The scheduler's inside, shared by its files: scheduler.c (one instance
- * per job), sched_gang.c (nodes=N: gangs) and sched_deadline.c
- * (deadline=). Nothing else includes this header. */
+ * per job), sched_gang.c (nodes=N: gangs), sched_place.c (what placement
+ * remembers) and sched_deadline.c (deadline=). Nothing outside those
+ * includes this header. */
 #ifndef GW_SCHED_INT_H
 #define GW_SCHED_INT_H
 
@@ -25,6 +26,9 @@ struct gw_sched {
   struct gw_offer offers[GW_SCHED_MARKET_MAX]; /* the market as the current placement pass sees it */
   size_t n_offers;
   struct gw_dl *dl;             /* owned: deadline= jobs (sched_deadline.c) */
+  struct gw_place_memory *mem;  /* owned: failures, step rates, restart times */
+  unsigned refused;             /* launches refused for capacity so far (a retry tries another) */
+  int64_t pass_mono_us;         /* the current placement pass began */
 };
 
 /* scheduler.c */
@@ -87,5 +91,30 @@ void gw_sched_deadline_state(struct gw_sched *s, struct gw_job *j);
  * the offer counts as without capacity in the tick under way. */
 void gw_sched_deadline_lost(struct gw_sched *s, const struct gw_provider *prov, const char *type,
                             const char *zone);
+/* sched_place.c */
+/* The hash of what makes j's steps cost what they do. */
+uint64_t gw_sched_job_shape(const struct gw_job *j);
+/* What placement knows for j (NULL: no job, prior units), rates into
+ * rates[0..GW_PLACE_RATES_MAX); borrowed from s and rates. */
+void gw_sched_place_ctx(struct gw_sched *s, const struct gw_job *j, struct gw_place_rate *rates,
+                        struct gw_place_ctx *c);
+/* gw_place_pick over the pass's market for j: 0 with the offer in *ret,
+ * SL_ENAME (none fits), -EAGAIN (every fitting one held). */
+int gw_sched_pick_offer(struct gw_sched *s, const struct gw_job *j, const struct gw_wants *w,
+                        struct gw_offer *ret, bool *ret_spot);
+/* Whether a launch's error says the provider has no capacity for it. */
+bool gw_sched_capacity_error(int error);
+/* Hooks: a launch of (type, zone, market) refused with error (remembered
+ * when it is for capacity); a spot instance preempted by its market; a
+ * provider's capacity changed; an attempt of j ends (its step rate); an
+ * event of j (checkpoint sizes, restart times). */
+void gw_sched_note_refused(struct gw_sched *s, struct gw_provider *p, const char *type,
+                           const char *zone, bool spot, int error);
+void gw_sched_note_preempted(struct gw_sched *s, const struct gw_inst *in);
+void gw_sched_note_capacity(struct gw_sched *s, struct gw_provider *p);
+void gw_sched_note_attempt(struct gw_sched *s, const struct gw_job *j);
+void gw_sched_note_event(struct gw_sched *s, const struct gw_job *j, const json_t *event);
+/* Fills o's region (its type's, else its provider's) and time_scale. */
+void gw_sched_offer_fill(struct gw_sched *s, struct gw_offer *o);
 
 #endif

@@ -16,6 +16,7 @@
 
 #include "gang.h"
 #include "place.h"
+#include "placemem.h"
 #include "sched_int.h"
 
 #include "bundle.h"
@@ -54,8 +55,10 @@ int gw_sched_emit(struct gw_sched *s, struct gw_job *j, json_t *event) {
     sl_err(T, "%s: cannot save job: %s", gw_job_id_str(j->id, id, sizeof id), sl_strerror(r));
     return r;
   }
-  if (event)
+  if (event) {
+    gw_sched_note_event(s, j, event);
     gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_JOB_EVENT, .job = j, .event = event});
+  }
   return 0;
 }
 
@@ -124,6 +127,7 @@ void gw_sched_end_attempt(struct gw_sched *s, struct gw_job *j, const char *outc
                           const char *inst_state) {
   if (!j->instance[0])
     return;
+  gw_sched_note_attempt(s, j);
   gw_sched_flush_cost(s, j, true);
   gw_store_attempt_end(s->store, j->id, j->attempt, outcome, sl_time_real_us());
   for (int r = 0; r < (j->gang ? j->gang->n : 1); r++) {
@@ -233,17 +237,6 @@ int gw_sched_cancel(struct gw_sched *s, struct gw_job *j) {
 
 /* ---- placement ---- */
 
-/* The cheapest offer of the pass's market that fits w; SL_ENAME when none
- * ever could. */
-static int pick_offer(struct gw_sched *s, const struct gw_wants *w, struct gw_offer *ret,
-                      bool *ret_spot) {
-  size_t i;
-  int r = gw_place_pick(w, s->offers, s->n_offers, &i, ret_spot);
-  if (r == 0)
-    *ret = s->offers[i];
-  return r;
-}
-
 void gw_sched_write_placement(struct gw_job *j, const struct gw_inst *in) {
   snprintf(j->instance, sizeof j->instance, "%s", in->row.id);
   snprintf(j->instance_type, sizeof j->instance_type, "%s", in->row.type);
@@ -316,12 +309,14 @@ int gw_sched_launch_inst(struct gw_sched *s, struct gw_job *j, const struct gw_o
   struct gw_launch req = {.spot = spot, .max_price_usd_per_hour = w.max_price, .job = j->id,
                           .boot = &boot};
   snprintf(req.type, sizeof req.type, "%s", t->name);
+  snprintf(req.zone, sizeof req.zone, "%s", t->zone); /* an offer of one zone launches there */
   snprintf(req.user, sizeof req.user, "%s", j->user);
   char id[GW_INSTANCE_ID_MAX] = "";
   r = o->prov->ops->launch(o->prov, &req, id);
   sodium_memzero(boot.keys.secret_z85, sizeof boot.keys.secret_z85);
   if (r < 0) {
     sl_debug(T, "launch of %s on %s refused: %s", t->name, o->prov->name, sl_strerror(r));
+    gw_sched_note_refused(s, o->prov, t->name, t->zone, spot, r);
     return r;
   }
   struct gw_inst in;
@@ -330,6 +325,7 @@ int gw_sched_launch_inst(struct gw_sched *s, struct gw_job *j, const struct gw_o
   snprintf(in.row.id, sizeof in.row.id, "%s", id);
   snprintf(in.row.provider, sizeof in.row.provider, "%s", o->prov->name);
   snprintf(in.row.type, sizeof in.row.type, "%s", t->name);
+  snprintf(in.row.zone, sizeof in.row.zone, "%s", t->zone); /* LAUNCHED names the zone it got */
   in.row.spot = spot;
   in.row.price_usd_per_hour = spot ? t->spot_usd_per_hour : t->on_demand_usd_per_hour;
   in.row.on_demand_usd_per_hour = t->on_demand_usd_per_hour;
@@ -403,6 +399,7 @@ static void launch_failed(struct gw_sched *s, struct gw_inst *in, int error, con
   struct gw_job *j = in->row.job ? gw_fleet_job(s->fleet, in->row.job) : NULL;
   sl_warn(T, "launch of %s (%s) failed: %s", id, in->row.type,
           message && *message ? message : sl_strerror(error));
+  gw_sched_note_refused(s, in->prov, in->row.type, in->row.zone, in->row.spot, error);
   int rank = j ? gw_gang_rank(j->gang, id) : -1;
   if (rank >= 0) /* the gang cannot be whole: it is placed again */
     gw_sched_gang_lost(s, j, rank, "an instance of the gang could not be launched");
@@ -442,14 +439,22 @@ static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
     return -EAGAIN;
   struct gw_offer o;
   bool spot = false;
-  int r = pick_offer(s, &w, &o, &spot);
+  int r;
+  /* a launch refused for capacity is remembered and held back: the next
+   * best type, zone or market is tried at once */
+  for (int tries = 0;; tries++) {
+    unsigned refused = s->refused;
+    r = gw_sched_pick_offer(s, j, &w, &o, &spot);
+    if (r == 0)
+      r = launch(s, j, &o, spot);
+    if (r == 0 || s->refused == refused || tries > 2 * (int)s->n_offers)
+      break;
+  }
   if (r == SL_ENAME) {
     gw_sched_finish(s, j, GW_JOB_FAILED, "no instance type matches the job's gpus, spot,"
-                                         " max_price and instance options");
+                                         " max_price, instance and region options");
     return 0;
   }
-  if (r == 0)
-    r = launch(s, j, &o, spot);
   if (r < 0 && r != -EAGAIN && r != SL_ENOTSUP && r != SL_ELIMIT) {
     char why[160];
     snprintf(why, sizeof why, "cannot launch a %s instance: %s", o.type.name, sl_strerror(r));
@@ -470,6 +475,7 @@ static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
 void gw_sched_place(struct gw_sched *s) {
   int64_t order[64];
   s->kick = false;
+  s->pass_mono_us = sl_time_mono_us();
   size_t n = gw_queue_order(s->queue, order, 64);
   /* one view of the market per pass: no provider callback runs within it */
   s->n_offers = n ? gw_sched_market(s, s->offers, GW_SCHED_MARKET_MAX) : 0;
@@ -666,6 +672,7 @@ void gw_sched_provider_event(void *userdata, struct gw_provider *p,
                              const struct gw_provider_event *ev) {
   struct gw_sched *s = userdata;
   if (ev->kind == GW_PROVIDER_CAPACITY) {
+    gw_sched_note_capacity(s, p);
     for (size_t i = 0; i < gw_fleet_n_jobs(s->fleet); i++) /* gangs waiting may fit now too */
       gw_fleet_job_at(s->fleet, i)->gang_retry_mono_us = 0;
     gw_sched_kick(s); /* queued jobs may fit now */
@@ -700,12 +707,15 @@ void gw_sched_provider_event(void *userdata, struct gw_provider *p,
     launch_failed(s, in, ev->error, ev->message);
     break;
   case GW_PROVIDER_TERMINATED:
+    if (ev->by_market && !in->notice)
+      gw_sched_note_preempted(s, in);
     gw_sched_instance_gone(s, ev->instance_id,
                            ev->by_market ? "instance preempted by the market" : "instance terminated");
     break;
   case GW_PROVIDER_NOTICE:
     if (!in->notice) {
       in->notice = true;
+      gw_sched_note_preempted(s, in);
       struct gw_job *j = in->row.job ? gw_fleet_job(s->fleet, in->row.job) : NULL;
       if (j) {
         json_t *e = json_pack("{s:s,s:s,s:I,s:s}", "event", "notice", "action", "terminate",
@@ -774,8 +784,10 @@ size_t gw_sched_market(struct gw_sched *s, struct gw_offer *ret, size_t max) {
     size_t nt = 0;
     if (s->provs[i]->ops->market(s->provs[i], &types, &nt) < 0)
       continue;
-    for (size_t k = 0; k < nt && n < max; k++)
-      ret[n++] = (struct gw_offer){.prov = s->provs[i], .type = types[k]};
+    for (size_t k = 0; k < nt && n < max; k++) {
+      ret[n] = (struct gw_offer){.prov = s->provs[i], .type = types[k]};
+      gw_sched_offer_fill(s, &ret[n++]);
+    }
   }
   return n;
 }
@@ -802,11 +814,16 @@ struct gw_sched *gw_sched_new(const struct gw_sched_env *env) {
   s->worker_address = env->worker_address ? env->worker_address : "";
   s->gateway_public = env->gateway_public ? env->gateway_public : "";
   s->train_program = env->train_program ? env->train_program : "";
+  if (!(s->mem = gw_place_memory_new())) {
+    free(s);
+    return NULL;
+  }
   if (s->loop) {
     int64_t t = gw_loop_add_timer(s->loop, sl_time_mono_us() + PLACE_RETRY_US, place_retry, s);
     if (t < 0 || gw_loop_add_hook(s->loop, place_hook, s) < 0) {
       if (t > 0)
         gw_loop_del_timer(s->loop, t);
+      gw_place_memory_free(s->mem);
       free(s);
       return NULL;
     }
@@ -827,6 +844,7 @@ struct gw_sched *gw_sched_free(struct gw_sched *s) {
   s->dl = gw_sched_deadline_free(s->dl);
   for (size_t i = 0; i < s->n_provs; i++)
     s->provs[i]->ops->destroy(s->provs[i]);
+  gw_place_memory_free(s->mem);
   free(s);
   return NULL;
 }

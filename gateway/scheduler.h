@@ -58,6 +58,14 @@ void gw_sched_provider_event(void *userdata, struct gw_provider *p,
 /* Every offer of every provider, best first is not implied. Up to max
  * into ret; the number written. */
 size_t gw_sched_market(struct gw_sched *s, struct gw_offer *ret, size_t max);
+/* offers[0..n) (from gw_sched_market) ranked for w as placement sees them
+ * now, best first, at most max into ret (%instances). */
+size_t gw_sched_rank_market(struct gw_sched *s, const struct gw_wants *w,
+                            const struct gw_offer *offers, size_t n, struct gw_place_ranked *ret,
+                            size_t max);
+/* 0 when some offer of the market is in region (or no market is known
+ * yet); SL_ENAME with a message naming the known regions in err. */
+int gw_sched_check_region(struct gw_sched *s, const char *region, char *err, size_t err_size);
 /* Preempts (notice_s of notice) or kills the instance through its provider. */
 int gw_sched_inject(struct gw_sched *s, struct gw_inst *in, bool kill, double notice_s);
 

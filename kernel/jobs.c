@@ -409,7 +409,16 @@ static enum jk_step on_query(struct jk_interp *ip, const json_t *reply) {
   } else if (strcmp(q, "logs") == 0) {
     text = jk_format_events(reply);
   } else if (strcmp(q, "instances") == 0) {
+    /* the ranking as a table: text/plain always, text/html beside it */
     text = jk_format_market(reply);
+    char *html = text ? jk_format_market_html(reply) : NULL;
+    if (html) {
+      ip->pub->display(ip->pub_ud, JK_PUB_RUNNING,
+                       json_pack("{s:s, s:s}", "text/plain", text, "text/html", html), NULL, false);
+      free(html);
+      free(text);
+      return JK_STEP_DONE;
+    }
   } else if (strcmp(q, "cost") == 0) {
     text = jk_format_cost(reply);
   } else if (strcmp(q, "cancel") == 0) {

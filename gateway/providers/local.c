@@ -159,7 +159,7 @@ static bool refresh_market(struct gw_local *l, int64_t now) {
   int64_t sim = sim_us(l, now);
   bool none = gw_market_capacity(l->market, sim) <= 0;
   for (size_t i = 0; i < l->n_types; i++) {
-    double price = gw_market_price(l->market, i, sim);
+    double price = gw_market_price(l->market, l->type_cat[i], sim);
     changed |= price != l->types[i].spot_usd_per_hour || none != l->types[i].spot_none;
     l->types[i].spot_usd_per_hour = price;
     l->types[i].spot_none = none;
@@ -540,6 +540,7 @@ static void local_destroy(struct gw_provider *p) {
   for (size_t i = 0; i < l->n; i++)
     gw_local_inst_free(l->inst[i]); /* workers keep running; their records stay */
   free(l->types);
+  free(l->type_cat);
   gw_market_free(l->market);
   gw_catalog_free(l->cat);
   free(l->state_dir);
@@ -559,21 +560,32 @@ static const struct gw_provider_ops local_ops = {
     .destroy = local_destroy,
 };
 
-/* The catalog as the market array; prices filled by refresh_market(). */
+/* The catalog as the market array, one offer per type and zone (a launch
+ * of an offer asks for its zone); the region is zone_prefix. Prices filled
+ * by refresh_market(). */
 static int make_types(struct gw_local *l) {
-  l->n_types = gw_catalog_count(l->cat);
-  l->types = calloc(l->n_types ? l->n_types : 1, sizeof *l->types);
-  if (!l->types)
+  size_t n = 0;
+  for (size_t i = 0; i < gw_catalog_count(l->cat); i++)
+    n += strlen(gw_catalog_get(l->cat, i)->zones);
+  l->types = calloc(n ? n : 1, sizeof *l->types);
+  l->type_cat = calloc(n ? n : 1, sizeof *l->type_cat);
+  if (!l->types || !l->type_cat)
     return -ENOMEM;
-  for (size_t i = 0; i < l->n_types; i++) {
+  l->n_types = 0;
+  for (size_t i = 0; i < gw_catalog_count(l->cat); i++) {
     const struct gw_catalog_entry *e = gw_catalog_get(l->cat, i);
-    struct gw_instance_type *t = &l->types[i];
-    snprintf(t->name, sizeof t->name, "%s", e->name);
-    t->gpus = e->gpus;
-    snprintf(t->gpu_model, sizeof t->gpu_model, "%s", e->gpu_model);
-    t->on_demand_usd_per_hour = e->on_demand_usd_per_hour;
-    t->interruption = gw_catalog_bucket_label(e->bucket);
-    t->mean_time_to_preempt_s = gw_market_mean_time_to_preempt_s(l->market, i);
+    for (const char *z = e->zones; *z; z++) {
+      struct gw_instance_type *t = &l->types[l->n_types];
+      l->type_cat[l->n_types++] = i;
+      snprintf(t->name, sizeof t->name, "%s", e->name);
+      t->gpus = e->gpus;
+      snprintf(t->gpu_model, sizeof t->gpu_model, "%s", e->gpu_model);
+      t->on_demand_usd_per_hour = e->on_demand_usd_per_hour;
+      t->interruption = gw_catalog_bucket_label(e->bucket);
+      t->mean_time_to_preempt_s = gw_market_mean_time_to_preempt_s(l->market, i);
+      snprintf(t->region, sizeof t->region, "%s", l->zone_prefix);
+      snprintf(t->zone, sizeof t->zone, "%s%c", l->zone_prefix, *z);
+    }
   }
   refresh_market(l, l->open_mono_us);
   return 0;

@@ -51,7 +51,9 @@ struct gw_local {
   char store_url[4200];
   struct gw_catalog *cat;
   struct gw_market *market;
-  struct gw_instance_type *types;  /* market(): catalog order, prices as of market_mono_us */
+  struct gw_instance_type *types;  /* market(): one offer per type and zone, catalog order,
+                                    * prices as of market_mono_us */
+  size_t *type_cat;                /* the catalog index of each offer */
   size_t n_types;
   int64_t market_mono_us;
   int64_t open_mono_us;

@@ -427,6 +427,34 @@ static void test_status_market_cost(void) {
   r = fx_req(f, "ka", "{s:s,s:i}", "type", "market", "gpus", 2);
   CHECK_INT(json_array_size(json_object_get(r, "types")), 1);
   CHECK_STR(sl_json_get_str(json_array_get(json_object_get(r, "types"), 0), "type", ""), "t.big");
+  /* the ranking: every offer and market, best first, each with its reason */
+  r = fx_ktype(f, "ka", "market");
+  json_t *ranking = json_object_get(r, "ranking");
+  CHECK_INT(json_array_size(ranking), 4);
+  double last = 0;
+  json_array_foreach(ranking, k, t) {
+    CHECK_INT(sl_json_get_int(t, "rank", 0), (long long)k + 1);
+    CHECK(sl_json_get_num(t, "usd_per_unit", -1) >= last);
+    last = sl_json_get_num(t, "usd_per_unit", -1);
+    CHECK(sl_json_get_num(t, "efficiency", 0) > 0 && sl_json_get_num(t, "efficiency", 2) <= 1);
+    CHECK(strstr(sl_json_get_str(t, "why", ""), "units/h") != NULL);
+    CHECK(!strcmp(sl_json_get_str(t, "market", ""), "spot") ||
+          !strcmp(sl_json_get_str(t, "market", ""), "on-demand"));
+  }
+  /* each offer carries its markets' rank */
+  json_t *small_spot = json_object_get(json_object_get(json_array_get(json_object_get(r, "types"), 0),
+                                                       "markets"), "spot");
+  CHECK(sl_json_get_int(small_spot, "rank", 0) >= 1);
+  CHECK(json_is_number(json_object_get(json_array_get(json_object_get(r, "types"), 0),
+                                       "usd_per_unit_of_work")));
+  /* region=: one the market has no offer in is refused at submit, naming it */
+  r = fx_ksubmit(f, "ka", json_pack("{s:i,s:s}", "steps", 50, "region", "xx-nowhere-9"));
+  CHECK(r && !fx_ok(r));
+  CHECK_STR(fx_err_code(r), sl_errname(SL_ENAME));
+  CHECK(strstr(fx_err_msg(r), "no provider offers region \"xx-nowhere-9\"") != NULL);
+  r = fx_ksubmit(f, "ka", json_pack("{s:i,s:i}", "steps", 50, "region", 3));
+  CHECK(r && !fx_ok(r));
+  CHECK_STR(fx_err_code(r), sl_errname(SL_ETYPE));
 
   /* cost: what the ledger holds, per user */
   fx_done(f, inst, id, "succeeded", 0);

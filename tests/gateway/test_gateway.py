@@ -829,6 +829,123 @@ def case_local_train(gw):
         real.cleanup()
 
 
+def place_gateway(capacity, slots):
+    """The real gateway with the local provider, real spotlab-worker
+    instances, and a spot market whose capacity per type never changes."""
+    g = GatewayProcess(tempfile.mkdtemp(prefix="gw-place-"), GATEWAY, TOKENS, provider="local",
+                       slots=slots, market_capacity=capacity,
+                       extra_ini="[idle]\nworker_timeout = 10m\n",
+                       env={"SPOTLAB_DEBUG": "gateway"})
+    g.start()
+    return g
+
+
+def sleep_job(c, **opts):
+    """A %%run job that holds its instance until cancelled, attached."""
+    r = c.req("submit", kind="run", script="sleep 600", options=opts)
+    check(r["ok"], "submit %s: %s" % (opts, r))
+    if r["ok"]:
+        attach(c, r["job"])
+    return r.get("job")
+
+
+def placed(c, job, n=1, timeout=30):
+    """The job's n-th placed event."""
+    c.wait_event(lambda e: e["job"] == job and e["event"] == "placed" and
+                 len([x for x in c.events if x["job"] == job and x["event"] == "placed"]) >= n,
+                 "placed #%d of %s" % (n, job), timeout)
+    return [e for e in c.events if e["job"] == job and e["event"] == "placed"][n - 1]
+
+
+def case_local_place(gw):
+    """Placement with the local provider: a capacity failure retried at once
+    on another type, spot=auto on-demand at once without spot capacity,
+    region=, and a zone that just preempted an instance not picked first."""
+    os.environ["SPOTLAB_WORKER_BIN"] = os.path.abspath(EXTRA[0])
+    os.environ["SPOTLAB_TRAIN_BIN"] = os.path.abspath(EXTRA[1])
+    gws = []
+    try:
+        # capacity 1 per type: g4dn.xlarge spot is taken by the first job; the
+        # second job's best (g4dn.xlarge spot, every zone) is refused, and it
+        # goes on at once to g5.xlarge spot
+        one = place_gateway(capacity=1, slots=3)
+        gws.append(one)
+        c = Client(one.listen, "alice")
+        first = sleep_job(c, instance="g4dn.xlarge", spot="yes")
+        p1 = placed(c, first)
+        check(p1["instance_type"] == "g4dn.xlarge" and p1["spot"], "first job on g4dn spot: %s" % p1)
+        t0 = time.monotonic()
+        second = sleep_job(c, instance="g4dn.xlarge,g5.xlarge", spot="yes")
+        p2 = placed(c, second, timeout=15)
+        check(p2["instance_type"] == "g5.xlarge" and p2["spot"],
+              "second job retried on g5.xlarge spot: %s" % p2)
+        check(time.monotonic() - t0 < 10, "retried at once (%.1f s)" % (time.monotonic() - t0))
+        check(one.wait_log("no capacity for g4dn.xlarge", 5), "the refusal was remembered")
+        # region=: the local provider's region is its zone_prefix
+        r = c.req("submit", kind="run", script="true", options={"region": "mars-1"})
+        check(not r["ok"] and "no provider offers region \"mars-1\"" in r["error"]["message"]
+              and "local-1" in r["error"]["message"], "an unknown region refused: %s" % r)
+        third = sleep_job(c, region="local-1", spot="no")
+        p3 = placed(c, third)
+        check(p3["zone"].startswith("local-1") and not p3["spot"], "region=local-1: %s" % p3)
+        m = c.req("market", gpus=1)
+        rk = m.get("ranking") or []
+        check(m["ok"] and len(rk) >= 2 and [e["rank"] for e in rk] == list(range(1, len(rk) + 1))
+              and all(e.get("why") for e in rk)
+              and all(rk[i]["usd_per_unit"] <= rk[i + 1]["usd_per_unit"]
+                      for i in range(len(rk) - 1) if not rk[i + 1].get("held")),
+              "%%instances ranks every offer best first with a reason: %s" % rk[:3])
+        for j in (first, second, third):
+            c.req("cancel", job=j)
+
+        # no spot capacity at all: spot=auto (the default) is on on-demand at once
+        zero = place_gateway(capacity=0, slots=1)
+        gws.append(zero)
+        c = Client(zero.listen, "alice")
+        t0 = time.monotonic()
+        auto = sleep_job(c)
+        pa = placed(c, auto, timeout=15)
+        check(not pa["spot"], "spot=auto without spot capacity: on-demand (%s)" % pa)
+        check(time.monotonic() - t0 < 10, "on-demand at once (%.1f s)" % (time.monotonic() - t0))
+        # spot=yes waits for spot instead
+        c.req("cancel", job=auto)
+        c.wait_event(state_is(auto, "cancelled"), timeout=20)
+        refusals = zero.logtext().count("no capacity for")
+        waits = sleep_job(c, spot="yes")
+        spot_offers = len([e for e in c.req("market")["ranking"] if e["market"] == "spot"])
+        deadline = time.monotonic() + 20
+        while (zero.logtext().count("no capacity for") < refusals + 2 * spot_offers and
+               time.monotonic() < deadline):
+            time.sleep(0.1)  # polling the log: no event to wait on
+        check(zero.logtext().count("no capacity for") >= refusals + 2 * spot_offers,
+              "spot=yes asked for spot again and again")
+        check(not [e for e in c.events if e["job"] == waits and e["event"] == "placed"],
+              "spot=yes is not placed on on-demand")
+        c.req("cancel", job=waits)
+
+        # a spot instance preempted in a zone: the job goes elsewhere first
+        two = place_gateway(capacity=2, slots=2)
+        gws.append(two)
+        c = Client(two.listen, "alice")
+        job = sleep_job(c, instance="g4dn.xlarge", spot="yes")
+        q1 = placed(c, job)
+        r = c.req("inject", action="preempt", instance=q1["instance"], notice_s=1)
+        check(r["ok"], "preemption injected: %s" % r)
+        q2 = placed(c, job, n=2, timeout=60)
+        check(q2["instance_type"] == "g4dn.xlarge" and q2["spot"] and q2["zone"] != q1["zone"],
+              "placed again away from the zone that preempted it: %s then %s"
+              % (q1["zone"], q2["zone"]))
+        c.req("cancel", job=job)
+    finally:
+        for g in gws:
+            if failures:
+                print("gateway log (%s):\n%s" % (g.logpath, g.logtext()[-6000:]), file=sys.stderr)
+            g.stop(15)
+            kill_instances(g.state)
+            if not failures:
+                shutil.rmtree(g.dir, ignore_errors=True)
+
+
 CASES = {"auth": case_auth, "isolation": case_isolation,
          "malformed-kernel": case_malformed_kernel, "malformed-worker": case_malformed_worker,
          "curve": case_curve, "dump-config": case_dump_config,
@@ -836,7 +953,7 @@ CASES = {"auth": case_auth, "isolation": case_isolation,
          "preempt": case_preempt, "preempt-run": case_preempt_run, "restart": case_restart,
          "replay": case_replay, "fairness": case_fairness, "reregister": case_reregister,
          "process-retries": case_process_retries,
-         "local-train": case_local_train, "idle": case_idle,
+         "local-train": case_local_train, "local-place": case_local_place, "idle": case_idle,
          "auto-checkpoint": case_auto_checkpoint}
 
 
