@@ -194,11 +194,20 @@ static void make_gateway_id(struct gw *g) {
 }
 
 /* The S3 store, when [store] url names one; its region from [store] region,
- * else [provider.aws] region, else the environment. */
+ * else [provider.aws] region, else the first of [provider.aws] regions, else
+ * the environment. */
 static int open_objstore(struct gw *g, char *err, size_t err_size) {
   const char *region = g->cfg->store_region;
+  char first[64] = "";
   if (!*region) {
     const char *aws = gw_provider_find("aws") ? gw_config_provider_option(g->cfg, "aws", "region") : NULL;
+    const char *list = !aws && gw_provider_find("aws")
+                           ? gw_config_provider_option(g->cfg, "aws", "regions") : NULL;
+    if (list) { /* "us-east-1, us-west-2": the first */
+      snprintf(first, sizeof first, "%.*s", (int)strcspn(list + strspn(list, " \t,"), " \t,"),
+               list + strspn(list, " \t,"));
+      aws = first;
+    }
     region = aws ? aws : "";
   }
   return gw_objstore_open(g->cfg->store_url, region, &g->objstore, err, err_size);

@@ -309,7 +309,8 @@ int gw_sched_launch_inst(struct gw_sched *s, struct gw_job *j, const struct gw_o
   struct gw_launch req = {.spot = spot, .max_price_usd_per_hour = w.max_price, .job = j->id,
                           .boot = &boot};
   snprintf(req.type, sizeof req.type, "%s", t->name);
-  snprintf(req.zone, sizeof req.zone, "%s", t->zone); /* an offer of one zone launches there */
+  /* an offer of one zone launches there, an offer of a region in it */
+  snprintf(req.zone, sizeof req.zone, "%s", t->zone[0] ? t->zone : t->region);
   snprintf(req.user, sizeof req.user, "%s", j->user);
   char id[GW_INSTANCE_ID_MAX] = "";
   r = o->prov->ops->launch(o->prov, &req, id);

@@ -294,7 +294,7 @@ static int64_t on_timer(struct gw_loop *loop, int64_t id, int64_t now_us, void *
 static int pick_zone(const struct gw_local *l, const struct gw_catalog_entry *e, const char *want,
                      char *ret, size_t size) {
   size_t plen = strlen(l->zone_prefix);
-  if (!*want) {
+  if (!*want || !strcmp(want, l->zone_prefix)) { /* any zone of its one region */
     snprintf(ret, size, "%s%c", l->zone_prefix, e->zones[0]);
     return 0;
   }
