@@ -287,7 +287,9 @@ void sl_spotlab_decide(struct sl_policy *p, const struct sl_job_view *j,
        * back) */
       double sure = fmin(up_median - o_z, (double)f->left);
       double gain = sure * (k - 1) - o_z - k * (double)j->overhead;
-      if (gain > 0) {
+      /* and only once the zone has held its capacity for two overheads:
+       * shorter flickers cannot pay a trip, and they come in bursts */
+      if (gain > 0 && (double)l->zone[z].age >= 2 * o_z) {
         say(d, z, "spot: back from on-demand, %.0f ticks of capacity expected", up_left);
         goto out;
       }

@@ -207,16 +207,23 @@ static void test_spot_returns(void) {
   CHECK(s.cost_usd < g.cost_usd);
   struct sl_policy *p = NULL;
   CHECK_INT(sl_policy_new("spotlab", &p), 0);
-  /* the decision at the tick spot returns, on on-demand */
+  /* the tick spot returns, on on-demand: it waits for the zone to hold
+   * its capacity for two overheads (a flicker cannot pay a trip) */
   k.z[0].n = 43;
   struct sl_job_view jv = {.window = 100, .work = 70, .overhead = 1, .t = 42, .done = 20,
                            .mode = SL_MODE_OD, .warm_left = 0};
   struct sl_decision d;
   sl_policy_decide(p, &jv, &k.m, &d);
+  CHECK_INT(d.mode, SL_MODE_OD);
+  /* two ticks on, it goes back */
+  k.z[0].n = 45;
+  jv.t = 44;
+  jv.done = 22;
+  sl_policy_decide(p, &jv, &k.m, &d);
   CHECK_INT(d.mode, 0);
   CHECK(strstr(d.why, "spot") != NULL);
   /* with no slack for a trip back, it stays */
-  jv.window = 42 + 50;
+  jv.window = 44 + 48;
   sl_policy_decide(p, &jv, &k.m, &d);
   CHECK_INT(d.mode, SL_MODE_OD);
   CHECK_NEAR(d.slack_ticks, 0, 1e-9);
