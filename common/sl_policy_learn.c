@@ -38,9 +38,10 @@
 #define PRIOR_RUNS 1.0
 /* The share of ticks with capacity is weighted by recency with this half-life. */
 #define SHARE_HALF_LIFE_H 72.0
-/* Slack kept, in overheads, for trips back to spot from on-demand (at most
- * half the slack the job starts with): about four round trips. */
-#define RESERVE_OVERHEADS 8.0
+/* The fewest trips back to spot from on-demand the slack reserve is kept
+ * for (each costs two overheads); at most half the slack the job starts
+ * with is kept. */
+#define RESERVE_TRIPS 4.0
 
 static void runs_free(struct sl_runs *r) {
   free(r->len);
@@ -237,14 +238,18 @@ static void say(struct sl_decision *d, int mode, const char *fmt, ...) {
 /* Without spot now: wait while the slack is above its reserve, else
  * on-demand, kept through the outage (its overhead is paid). The reserve
  * is slack kept for trips back to spot from on-demand: each costs a spot
- * overhead, and another on-demand one when the spot run ends. Waiting
+ * overhead, and another on-demand one when the spot run ends, and there is
+ * about one per cycle of the market over the work left. Waiting
  * first, rather than buying on-demand in early outages, measured better on
  * the shared traces even when the supply of spot was known to fall short:
  * the outages do not say early which of them will be followed by long
  * spot runs. */
 static void outage(const struct sl_job_view *j, const struct sl_facts *f, const struct outlook *o,
                    struct sl_decision *d) {
-  double reserve = fmin(RESERVE_OVERHEADS * (double)j->overhead,
+  /* a trip back per cycle of the market (a run with capacity and one
+   * without, as learned) the work left spans, and at least a few */
+  double trips = fmax(RESERVE_TRIPS, (double)f->left / (o->up + o->down));
+  double reserve = fmin(2 * (double)j->overhead * trips,
                         (double)(j->window - j->work - j->overhead) / 2);
   if (j->mode == SL_MODE_OD && f->slack >= 0) {
     say(d, SL_MODE_OD, "on-demand: %s, %.0f%% likely the slack (%lld ticks) would cover the outages",
