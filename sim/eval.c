@@ -54,7 +54,7 @@ static void eval_usage(FILE *f) {
         f);
 }
 
-static int eval_num(const char *name, const char *v, double lo, double hi, double *ret) {
+int sim_num_arg(const char *name, const char *v, double lo, double hi, double *ret) {
   char *end;
   errno = 0;
   double x = strtod(v, &end);
@@ -158,19 +158,19 @@ static int eval_parse(int argc, char **argv, struct eval_args *a) {
       }
       a->zones[a->n_zones++].path = v;
     } else if (!strcmp(o, "--start-tick"))
-      r = eval_num(o, v, 0, 1e9, &a->start_tick);
+      r = sim_num_arg(o, v, 0, 1e9, &a->start_tick);
     else if (!strcmp(o, "--work"))
-      r = eval_num(o, v, 1e-6, 1e5, &a->work_h);
+      r = sim_num_arg(o, v, 1e-6, 1e5, &a->work_h);
     else if (!strcmp(o, "--deadline"))
-      r = eval_num(o, v, 1e-6, 1e6, &a->deadline_h);
+      r = sim_num_arg(o, v, 1e-6, 1e6, &a->deadline_h);
     else if (!strcmp(o, "--restart-overhead"))
-      r = eval_num(o, v, 0, 1e4, &a->overhead_h);
+      r = sim_num_arg(o, v, 0, 1e4, &a->overhead_h);
     else if (!strcmp(o, "--spot-price"))
-      r = eval_num(o, v, 0, 1e6, &a->spot_usd);
+      r = sim_num_arg(o, v, 0, 1e6, &a->spot_usd);
     else if (!strcmp(o, "--ondemand-price"))
-      r = eval_num(o, v, 0, 1e6, &a->od_usd);
+      r = sim_num_arg(o, v, 0, 1e6, &a->od_usd);
     else if (!strcmp(o, "--nodes"))
-      r = eval_num(o, v, 1, 1e6, &a->nodes);
+      r = sim_num_arg(o, v, 1, 1e6, &a->nodes);
     else {
       fprintf(stderr, "spotlab-sim: unknown option '%s'\n", o);
       eval_usage(stderr);

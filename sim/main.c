@@ -53,18 +53,6 @@ static void usage(FILE *f) {
         f);
 }
 
-static int num_arg(const char *name, const char *v, double lo, double hi, double *ret) {
-  char *end;
-  errno = 0;
-  double x = strtod(v, &end);
-  if (errno || end == v || *end || !isfinite(x) || x < lo || x > hi) {
-    fprintf(stderr, "spotlab-sim: %s must be a number in %g..%g, not '%s'\n", name, lo, hi, v);
-    return -EINVAL;
-  }
-  *ret = x;
-  return 0;
-}
-
 /* 0, 1 after --help, or 2 after a usage message. */
 static int parse(int argc, char **argv, struct args *a) {
   *a = (struct args){.type = "g5.xlarge", .auto_every = true,
@@ -92,18 +80,18 @@ static int parse(int argc, char **argv, struct args *a) {
     else if (!strcmp(o, "--type"))
       a->type = v;
     else if (!strcmp(o, "--steps"))
-      r = num_arg(o, v, 1, 1e9, &steps);
+      r = sim_num_arg(o, v, 1, 1e9, &steps);
     else if (!strcmp(o, "--step-s"))
-      r = num_arg(o, v, 0.001, 86400, &a->job.step_s);
+      r = sim_num_arg(o, v, 0.001, 86400, &a->job.step_s);
     else if (!strcmp(o, "--checkpoint-s"))
-      r = num_arg(o, v, 0, 86400, &a->job.checkpoint_s);
+      r = sim_num_arg(o, v, 0, 86400, &a->job.checkpoint_s);
     else if (!strcmp(o, "--time-scale"))
-      r = num_arg(o, v, 0.001, 1e6, &a->job.time_scale);
+      r = sim_num_arg(o, v, 0.001, 1e6, &a->job.time_scale);
     else if (!strcmp(o, "--timeout"))
-      r = num_arg(o, v, 1, 1e7, &a->timeout_s);
+      r = sim_num_arg(o, v, 1, 1e7, &a->timeout_s);
     else if (!strcmp(o, "--checkpoint-every")) {
       a->auto_every = !strcmp(v, "auto");
-      if (!a->auto_every && (r = num_arg(o, v, 0, 1e9, &x)) == 0)
+      if (!a->auto_every && (r = sim_num_arg(o, v, 0, 1e9, &x)) == 0)
         a->job.checkpoint_every = (int64_t)x;
     } else {
       fprintf(stderr, "spotlab-sim: unknown option '%s'\n", o);

@@ -12,6 +12,9 @@
 
 /* spotlab-sim --policy ...: the exit status. */
 int sim_eval_main(int argc, char **argv);
+/* Option name's value v as a finite number in lo..hi into *ret; -EINVAL
+ * after saying why on stderr. */
+int sim_num_arg(const char *name, const char *v, double lo, double hi, double *ret);
 
 /* ---- the private gateway (home.c) ---- */
 

@@ -35,6 +35,7 @@
 #include "prov-test.h"
 #include "sl_awscreds.h"
 #include "sl_err.h"
+#include "standin-control.h"
 #include "sl_hmac.h"
 #include "sl_json.h"
 
@@ -52,53 +53,9 @@ static struct gw_keypair gateway_keys;
 
 /* ---- the stand-in's control API ------------------------------------------ */
 
-struct buf {
-  char *p;
-  size_t n;
-};
-
-static size_t buf_write(char *p, size_t size, size_t n, void *ud) {
-  struct buf *b = ud;
-  char *grown = realloc(b->p, b->n + size * n + 1);
-  if (!grown)
-    return 0;
-  memcpy(grown + b->n, p, size * n);
-  b->p = grown;
-  b->n += size * n;
-  b->p[b->n] = '\0';
-  return size * n;
-}
-
 /* GET (body NULL) or POST body to control_url/path; the JSON answer or NULL. */
 static json_t *control(const char *path, const char *body) {
-  char url[512];
-  snprintf(url, sizeof url, "%s/%s", control_url, path);
-  CURL *c = curl_easy_init();
-  struct buf b = {0};
-  struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-  curl_easy_setopt(c, CURLOPT_URL, url);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, buf_write);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
-  curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-  if (body) {
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-  }
-  long status = 0;
-  json_t *o = NULL;
-  if (curl_easy_perform(c) == CURLE_OK)
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-  if (status == 200 && b.p) {
-    json_error_t e;
-    o = json_loads(b.p, 0, &e);
-  } else {
-    fprintf(stderr, "control %s: %ld %s\n", path, status, b.p ? b.p : "");
-  }
-  free(b.p);
-  curl_slist_free_all(h);
-  curl_easy_cleanup(c);
-  return o;
+  return standin_control(control_url, path, body);
 }
 
 static void post(const char *path, const char *body) {
