@@ -97,7 +97,9 @@ int sl_policy_simulate(struct sl_policy *p, const struct sl_market_view *m,
                        const struct sl_sim_job *j, struct sl_sim_result *ret);
 /* The hindsight optimum: the least cost that finishes j within its window,
  * knowing the whole trace (dynamic programming). -ERANGE when even
- * on-demand cannot finish in time (ret->finished false). */
+ * on-demand cannot finish in time (ret->finished false); SL_ELIMIT when its
+ * tables would pass 2 GiB ((overhead + 2) × work × (zones + 2) cells of 24
+ * bytes). */
 int sl_policy_optimal(const struct sl_market_view *m, const struct sl_sim_job *j,
                       struct sl_sim_result *ret);
 

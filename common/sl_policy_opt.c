@@ -25,6 +25,8 @@
 
 #include "sl_err.h"
 
+#define SL_POLICY_OPT_MAX_BYTES (2.0 * 1024 * 1024 * 1024)
+
 struct cell {
   double cost;
   int32_t spot, od, pre, seg;
@@ -89,7 +91,12 @@ static int prepare(struct dp *d) {
     for (size_t i = (size_t)d->T; i-- > 0;)
       d->run[z * W + i] = sl_policy_zone_up(m, z, m->origin + i) ? d->run[z * W + i + 1] + 1 : 0;
   d->depth = (size_t)deepest + 2;
-  d->ring = malloc(d->depth * (size_t)(d->P + 1) * d->M * sizeof *d->ring);
+  /* an overhead of many hours on short ticks would need a ring of
+   * gigabytes: refused rather than left to the kernel's OOM killer */
+  double bytes = (double)d->depth * (double)(d->P + 1) * (double)d->M * sizeof *d->ring;
+  if (bytes > SL_POLICY_OPT_MAX_BYTES)
+    return SL_ELIMIT;
+  d->ring = malloc((size_t)bytes);
   return d->ring ? 0 : -ENOMEM;
 }
 

@@ -249,6 +249,12 @@ int sim_eval_main(int argc, char **argv) {
                     " %g h, even on on-demand\n", a.work_h, a.overhead_h, a.deadline_h);
     goto out;
   }
+  if (r == SL_ELIMIT) {
+    fprintf(stderr, "spotlab-sim: the optimum of %lld ticks of work with an overhead of %lld ticks"
+                    " would need more than 2 GiB: use a trace with longer ticks\n",
+            (long long)job.work, (long long)job.overhead);
+    goto out;
+  }
   if (r < 0) {
     fprintf(stderr, "spotlab-sim: %s\n", sl_strerror(r));
     goto out;

@@ -95,6 +95,11 @@ def cli(sim):
         require("even on on-demand" in err, "an impossible deadline is named", err)
         r, _ = sim_run(sim, job([a], "spotlab", 0, 2, 2, 0.2))
         require(not r["deadline_met"] and r["finish_hours"] > 2, "late, and said so", r)
+        # an optimum whose tables would pass 2 GiB (1 s ticks, 10 h of
+        # overhead) is refused, not left to run the machine out of memory
+        big = trace(d, "big.json", [1] * 42000, 1)
+        _, err = sim_run(sim, job([big], "optimal", 0, 1, 11.5, 10), expect=1)
+        require("2 GiB" in err, "an optimum too large is refused", err)
         # the text report
         out, _ = sim_run(sim, job([a], "greedy", 0, 2, 5, 0.2)[:-1])
         require("deadline 5.00 h: met" in out, "text report", out)
