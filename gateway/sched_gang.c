@@ -105,8 +105,8 @@ int gw_sched_place_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wa
   size_t n_idle = 0;
   for (size_t i = 0; i < gw_fleet_n_insts(s->fleet); i++) {
     struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
-    if (in->registered && in->prov && !in->row.job && !strcmp(in->row.state, "idle"))
-      idle[n_idle++] = in;
+    if (in->registered && in->prov && !in->row.job && !in->notice && !strcmp(in->row.state, "idle"))
+      idle[n_idle++] = in; /* one with a notice is about to go */
   }
   size_t active = gw_fleet_active_insts(s->fleet), max = (size_t)s->cfg->max_instances;
   size_t max_launch = !s->n_provs || *no_capacity || active >= max ? 0 : max - active;
@@ -437,7 +437,7 @@ void gw_sched_gang_register(struct gw_sched *s, struct gw_job *j, struct gw_inst
   struct gw_gang *g = j->gang;
   int rank = gw_sched_rank(j, in);
   if (rank < 0 || g->m[rank].end != GW_GANG_LIVE) {
-    gw_fleet_inst_set_state(s->fleet, in, "idle", 0);
+    gw_fleet_inst_set_state(s->fleet, in, in->notice ? "draining" : "idle", 0);
     return;
   }
   struct gw_gang_member *m = &g->m[rank];

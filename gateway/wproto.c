@@ -318,8 +318,8 @@ static void on_register(struct gw_wproto *g, struct gw_inst *in, const json_t *b
     /* the worker no longer has the job it ran before a gateway restart */
     gw_sched_requeue(g->sched, j, false, "the worker lost the job");
     gw_fleet_inst_set_state(g->fleet, in, "idle", 0);
-  } else if (!j && strcmp(in->row.state, "idle")) {
-    gw_fleet_inst_set_state(g->fleet, in, "idle", 0);
+  } else if (!j && strcmp(in->row.state, in->notice ? "draining" : "idle")) {
+    gw_fleet_inst_set_state(g->fleet, in, in->notice ? "draining" : "idle", 0); /* noticed: going */
   }
   gw_sched_kick(g->sched);
 }
