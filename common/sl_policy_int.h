@@ -23,12 +23,10 @@ struct sl_series {
   int64_t age;                   /* ticks of the current run */
   bool seen_change;              /* the current run's start was seen (not the trace's first) */
   struct sl_runs ups, downs;     /* completed runs */
-  double up_ticks, ticks;        /* decayed counts of ticks up and ticks seen */
 };
 
 struct sl_learn {
   struct sl_series zone[SL_POLICY_ZONES_MAX], any;
-  size_t n_zones;
   int64_t lost_at[SL_POLICY_ZONES_MAX]; /* job tick the zone last took an instance back; -1 */
   int last_mode;
 };

@@ -3,12 +3,11 @@
  *
  * Learning: for each zone, and for "any zone at all", the lengths of the
  * runs with capacity and without it, read from every tick the view shows
- * (the history before the job's start included), and a recency-weighted
- * share of ticks with capacity. From these: how much longer a run that has
- * lasted a ticks is expected to last (the empirical distribution of the
- * completed runs longer than a, with a weak prior), and the progress spot
- * is expected to give over the rest of the window (each run with capacity
- * gives its length less one overhead).
+ * (the history before the job's start included). From these: how much
+ * longer a run that has lasted a ticks is expected to last (the mean and
+ * the median excess of the completed runs longer than a, with a weak
+ * prior), and the length of a market cycle (a run with capacity and one
+ * without), which sizes the slack reserve.
  *
  * Deciding, with the safety net of every policy kept:
  *  - spot that runs goes on;
@@ -36,8 +35,6 @@
 #define PRIOR_UP_H 2.0
 #define PRIOR_DOWN_H 1.0
 #define PRIOR_RUNS 1.0
-/* The share of ticks with capacity is weighted by recency with this half-life. */
-#define SHARE_HALF_LIFE_H 72.0
 /* The fewest trips back to spot from on-demand the slack reserve is kept
  * for (each costs two overheads); at most half the slack the job starts
  * with is kept. */
@@ -124,7 +121,7 @@ static double runs_mean(const struct sl_runs *r, double prior_ticks) {
   return ((r->n ? r->sum[r->n] : 0) + PRIOR_RUNS * prior_ticks) / ((double)r->n + PRIOR_RUNS);
 }
 
-static void series_feed(struct sl_series *s, bool up, double decay) {
+static void series_feed(struct sl_series *s, bool up) {
   if (s->scanned && up != s->up) {
     if (s->seen_change) /* the trace's first run is cut: its start is unknown */
       runs_add(s->up ? &s->ups : &s->downs, (int32_t)(s->age > INT32_MAX ? INT32_MAX : s->age));
@@ -134,13 +131,9 @@ static void series_feed(struct sl_series *s, bool up, double decay) {
   s->up = up;
   s->age++;
   s->scanned++;
-  s->up_ticks = s->up_ticks * decay + up;
-  s->ticks = s->ticks * decay + 1;
 }
 
 static void learn(struct sl_learn *l, const struct sl_market_view *m) {
-  double decay = exp2(-m->gap_s / (SHARE_HALF_LIFE_H * 3600.0));
-  l->n_zones = m->n_zones;
   size_t n = SIZE_MAX;
   for (size_t z = 0; z < m->n_zones; z++)
     if (m->zones[z].n < n)
@@ -149,10 +142,10 @@ static void learn(struct sl_learn *l, const struct sl_market_view *m) {
     bool any = false;
     for (size_t z = 0; z < m->n_zones; z++) {
       bool up = sl_policy_zone_up(m, z, t);
-      series_feed(&l->zone[z], up, decay);
+      series_feed(&l->zone[z], up);
       any |= up;
     }
-    series_feed(&l->any, any, decay);
+    series_feed(&l->any, any);
   }
 }
 
