@@ -79,6 +79,10 @@ const struct jk_point *jk_display_series(const struct jk_display *d, bool eval, 
 /* Text made safe for HTML and XML: & < > " ' escaped, control characters
  * other than tab and newline replaced by U+FFFD. Owned. */
 char *jk_xml_escape(const char *s);
+/* Takes html (owned; NULL passes through) and returns it with every '$'
+ * written as &#36; (owned), so a Markdown or MathJax pass over the rendered
+ * text cannot take prices for math delimiters. NULL on OOM. */
+char *jk_html_no_math(char *html);
 /* Reduces n points to at most max (>= 2) into out (room for max): the first
  * and last stay exact, the rest are bucket means. Returns the count. */
 size_t jk_downsample(const struct jk_point *in, size_t n, struct jk_point *out, size_t max);

@@ -3,7 +3,15 @@
  * Invariants: every piece of text that came from the wire goes through
  * jk_xml_escape() before it lands in HTML or SVG; charts carry at most
  * JK_DISPLAY_MAX_POINTS points per series and only finite numbers; the SVG
- * is written by hand (no library) with fixed geometry. */
+ * is written by hand (no library) with fixed geometry.
+ *
+ * The HTML must read the same wherever a notebook is opened (docs/notebook.md
+ * "Front ends"): its root carries the classes MathJax 2 and 3 skip and every
+ * '$' is written as &#36;, so no front end typesets a price as math; and it
+ * uses only what Notebook's sanitizer keeps in an untrusted notebook (it
+ * drops style attributes, inline SVG and the image/svg+xml output): the bar
+ * is a <progress> element and the loss curve an <img> of the SVG as a data
+ * URI, which also keeps any script out of the picture. */
 #include "display_internal.h"
 
 #include <math.h>
@@ -50,6 +58,43 @@ static void esc(struct jk_dbuf *b, const char *s) {
   }
   jk_dbuf_printf(b, "%s", e);
   free(e);
+}
+
+static void base64(struct jk_dbuf *b, const unsigned char *p, size_t n) {
+  static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  char quad[5] = {0};
+  for (size_t i = 0; i < n; i += 3) {
+    unsigned v = (unsigned)p[i] << 16 | (i + 1 < n ? (unsigned)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+    quad[0] = abc[v >> 18 & 63];
+    quad[1] = abc[v >> 12 & 63];
+    quad[2] = i + 1 < n ? abc[v >> 6 & 63] : '=';
+    quad[3] = i + 2 < n ? abc[v & 63] : '=';
+    jk_dbuf_printf(b, "%s", quad);
+  }
+}
+
+char *jk_html_no_math(char *html) {
+  if (!html)
+    return NULL;
+  size_t n = 0;
+  for (const char *p = html; *p; p++)
+    n += *p == '$';
+  if (!n)
+    return html;
+  char *out = malloc(strlen(html) + 4 * n + 1), *q = out;
+  if (out) {
+    for (const char *p = html; *p; p++) {
+      if (*p == '$') {
+        memcpy(q, "&#36;", 5);
+        q += 5;
+      } else {
+        *q++ = *p;
+      }
+    }
+    *q = '\0';
+  }
+  free(html);
+  return out;
 }
 
 size_t jk_downsample(const struct jk_point *in, size_t n, struct jk_point *out, size_t max) {
@@ -233,11 +278,9 @@ json_t *jk_display_vegalite(const struct jk_display *d) {
 static void html_status(const struct jk_display *d, struct jk_dbuf *b) {
   double frac = jk_display_fraction(d);
   if (frac >= 0) {
-    const char *color = strcmp(d->state, "failed") == 0 ? "#d9534f" : "#4caf50";
-    jk_dbuf_printf(b, "<div style=\"background:#eee;border-radius:3px;height:12px;width:100%%;margin:4px 0\">"
-                      "<div class=\"spotlab-bar\" style=\"background:%s;border-radius:3px;height:12px;"
-                      "width:%.1f%%\"></div></div>\n",
-                   color, frac * 100);
+    jk_dbuf_printf(b, "<div><progress class=\"spotlab-bar\" max=\"100\" value=\"%.1f\" "
+                      "style=\"width:100%%;height:14px\">%.0f%%</progress></div>\n",
+                   frac * 100, frac * 100);
     double eta = jk_display_eta_s(d);
     char dur[32] = "--";
     if (eta >= 0)
@@ -298,7 +341,8 @@ static void html_status(const struct jk_display *d, struct jk_dbuf *b) {
 
 char *jk_display_html(const struct jk_display *d) {
   struct jk_dbuf b = {0};
-  jk_dbuf_printf(&b, "<div class=\"spotlab-job\" style=\"font-family:sans-serif;font-size:13px;max-width:640px\">\n"
+  jk_dbuf_printf(&b, "<div class=\"spotlab-job tex2jax_ignore mathjax_ignore\" "
+                     "style=\"font-family:sans-serif;font-size:13px;max-width:640px\">\n"
                      "<div><b>spotlab job ");
   esc(&b, d->job);
   jk_dbuf_printf(&b, "</b>");
@@ -324,8 +368,28 @@ char *jk_display_html(const struct jk_display *d) {
   }
   jk_dbuf_printf(&b, "</div>\n");
   html_status(d, &b);
-  if (d->train.n || d->eval.n)
-    svg_into(d, &b);
+  if (d->train.n || d->eval.n) {
+    struct jk_dbuf svg = {0};
+    svg_into(d, &svg);
+    char *text = jk_dbuf_done(&svg);
+    if (!text) {
+      b.oom = true;
+    } else {
+      jk_dbuf_printf(&b, "<div><img class=\"spotlab-curve\" width=\"%d\" height=\"%d\" alt=\"loss curve of ",
+                     SVG_W, SVG_H);
+      esc(&b, d->job);
+      jk_dbuf_printf(&b, "\" src=\"data:image/svg+xml;base64,");
+      base64(&b, (const unsigned char *)text, strlen(text));
+      jk_dbuf_printf(&b, "\"/></div>\n");
+      free(text);
+    }
+  }
+  if (!jk_display_finished(d) && d->job[0]) {
+    jk_dbuf_printf(&b, "<div class=\"spotlab-hint\">Interrupting the cell detaches; the job keeps running. "
+                       "To follow it again (also after reopening this notebook): <code>%%attach ");
+    esc(&b, d->job);
+    jk_dbuf_printf(&b, "</code></div>\n");
+  }
   if (d->tl_n) {
     jk_dbuf_printf(&b, "<details open><summary>timeline</summary><ul style=\"margin:2px 0\">\n");
     if (d->tl_dropped)
@@ -341,7 +405,7 @@ char *jk_display_html(const struct jk_display *d) {
     jk_dbuf_printf(&b, "</ul></details>\n");
   }
   jk_dbuf_printf(&b, "</div>\n");
-  return jk_dbuf_done(&b);
+  return jk_html_no_math(jk_dbuf_done(&b));
 }
 
 json_t *jk_display_bundle(const struct jk_display *d) {

@@ -52,26 +52,30 @@ static void extras(struct jk_dbuf *b, const json_t *o, const char *const *skip) 
   }
 }
 
-static void section(struct jk_dbuf *b, const char *title, const json_t *o) {
-  if (!json_is_object(o))
-    return;
-  jk_dbuf_printf(b, "%s:", title);
-  extras(b, o, NULL);
-  jk_dbuf_printf(b, "\n");
+/* Whether job summary j belongs to session (NULL: every session). */
+static bool of_session(const json_t *j, const char *session) {
+  return !session || strcmp(sl_json_get_str(j, "session", ""), session) == 0;
 }
 
-char *jk_format_jobs(const json_t *reply) {
+char *jk_format_jobs(const json_t *reply) { return jk_format_jobs_of(reply, NULL); }
+
+char *jk_format_jobs_of(const json_t *reply, const char *session) {
   struct jk_dbuf b = {0};
   const json_t *jobs = json_object_get(reply, "jobs");
-  if (!json_array_size(jobs)) {
-    jk_dbuf_printf(&b, "No jobs.\n");
+  size_t i, shown = 0;
+  json_t *j;
+  json_array_foreach(jobs, i, j)
+    shown += of_session(j, session);
+  if (!shown) {
+    jk_dbuf_printf(&b, session ? "No jobs in this notebook session (%%jobs --all lists all of yours).\n"
+                               : "No jobs.\n");
     return jk_dbuf_done(&b);
   }
   jk_dbuf_printf(&b, "%-8s  %-13s %-6s %-10s %-10s %-15s %-14s %s\n", "JOB", "STATE", "KIND", "MODEL",
                  "DATA", "STEP", "INSTANCE", "COST");
-  size_t i;
-  json_t *j;
   json_array_foreach(jobs, i, j) {
+    if (!of_session(j, session))
+      continue;
     if (i >= MAX_ROWS) {
       jk_dbuf_printf(&b, "... %zu more\n", json_array_size(jobs) - i);
       break;
@@ -90,27 +94,149 @@ char *jk_format_jobs(const json_t *reply) {
   return jk_dbuf_done(&b);
 }
 
+/* "12 s ago", "3 min ago", "2 h ago", "4 days ago" for a wall-clock time. */
+static void ago(char *buf, size_t size, int64_t real_us) {
+  int64_t s = (sl_time_real_us() - real_us) / SL_US_PER_S;
+  if (real_us <= 0)
+    snprintf(buf, size, "-");
+  else if (s < 60)
+    snprintf(buf, size, "%lld s ago", (long long)(s < 0 ? 0 : s));
+  else if (s < 3600)
+    snprintf(buf, size, "%lld min ago", (long long)(s / 60));
+  else if (s < 48 * 3600)
+    snprintf(buf, size, "%lld h %02lld min ago", (long long)(s / 3600), (long long)(s % 3600 / 60));
+  else
+    snprintf(buf, size, "%lld days ago", (long long)(s / 86400));
+}
+
+/* "30 min", "1 h 30 min", "45 s" for a length in seconds. */
+static void span(char *buf, size_t size, double s) {
+  if (!isfinite(s) || s < 0)
+    snprintf(buf, size, "-");
+  else if (s < 120)
+    snprintf(buf, size, "%.0f s", s);
+  else if (s < 7200)
+    snprintf(buf, size, "%.0f min", s / 60);
+  else
+    snprintf(buf, size, "%.0f h %02.0f min", floor(s / 3600), fmod(s, 3600) / 60);
+}
+
+#define LABEL "%-10s"
+
+/* Scalars of o not in known, on one labelled line, so a field the gateway
+ * adds later is still shown; times (_us) read as "ago". */
+static void more(struct jk_dbuf *b, const char *label, const json_t *o, const char *const *known) {
+  struct jk_dbuf line = {0};
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)o, key, v) {
+    bool skip = json_is_object(v) || json_is_array(v);
+    for (size_t i = 0; known[i] && !skip; i++)
+      skip = strcmp(known[i], key) == 0;
+    if (skip)
+      continue;
+    size_t n = strlen(key);
+    if (json_is_integer(v) && n > 3 && strcmp(key + n - 3, "_us") == 0) {
+      char t[48];
+      ago(t, sizeof t, json_integer_value(v));
+      jk_dbuf_printf(&line, "%s%.*s %s", line.len ? ", " : "", (int)(n - 3 > 40 ? 40 : n - 3), key, t);
+      continue;
+    }
+    struct jk_dbuf one = {0};
+    json_t *single = json_pack("{s:O}", key, v);
+    extras(&one, single, NULL);
+    json_decref(single);
+    char *t = jk_dbuf_done(&one);
+    if (t)
+      jk_dbuf_printf(&line, "%s%s", line.len ? ", " : "", t + 1);
+    free(t);
+  }
+  char *t = jk_dbuf_done(&line);
+  if (t && *t)
+    jk_dbuf_printf(b, LABEL " %s\n", label, t);
+  free(t);
+}
+
+static void status_gateway(struct jk_dbuf *b, const json_t *g) {
+  if (!json_is_object(g))
+    return;
+  char up[48];
+  ago(up, sizeof up, sl_json_get_int(g, "started_us", 0));
+  jk_dbuf_printf(b, LABEL " version %.40s, pid %lld, started %s\n", "gateway", str_or_dash(g, "version"),
+                 (long long)sl_json_get_int(g, "pid", 0), up);
+  jk_dbuf_printf(b, LABEL " %.200s%s, provider %.100s, at most %lld workers\n", "", str_or_dash(g, "listen"),
+                 sl_json_get_bool(g, "embedded", false) ? " (this user's own gateway)" : "",
+                 str_or_dash(g, "provider"), (long long)sl_json_get_int(g, "workers", 0));
+  jk_dbuf_printf(b, LABEL " %lld running, %lld queued\n", "jobs", (long long)sl_json_get_int(g, "live_jobs", 0),
+                 (long long)sl_json_get_int(g, "queued", 0));
+  static const char *const known[] = {"version", "pid", "started_us", "listen", "embedded", "provider",
+                                      "workers", "live_jobs", "queued", "state_dir", NULL};
+  more(b, "", g, known);
+}
+
+static void status_worker(struct jk_dbuf *b, const json_t *w) {
+  char price[32], since[48];
+  money(price, sizeof price, w, "price_usd_per_hour");
+  ago(since, sizeof since, sl_json_get_int(w, "launched_us", 0));
+  const char *job = str_or_dash(w, "job");
+  jk_dbuf_printf(b, "  %-20.40s %.48s in %.48s, %s %s/h, %.24s%s%s, launched %s\n", str_or_dash(w, "instance"),
+                 str_or_dash(w, "type"), str_or_dash(w, "zone"),
+                 sl_json_get_bool(w, "spot", false) ? "spot" : "on-demand", price, str_or_dash(w, "state"),
+                 strcmp(job, "-") ? " with " : "", strcmp(job, "-") ? job : "", since);
+  static const char *const known[] = {"instance", "type", "zone", "spot", "price_usd_per_hour",
+                                      "on_demand_usd_per_hour", "state", "job", "registered",
+                                      "launched_us", "gpu_warning", NULL};
+  more(b, "", w, known);
+  /* the worker's GPUs disagree with its type: a line of its own, whole */
+  const char *warning = json_string_value(json_object_get(w, "gpu_warning"));
+  if (warning && *warning)
+    jk_dbuf_printf(b, "    warning: %.400s\n", warning);
+}
+
+static void status_idle(struct jk_dbuf *b, const json_t *idle) {
+  if (!json_is_object(idle))
+    return;
+  char nb[32], wk[32], warn[32];
+  span(nb, sizeof nb, sl_json_get_num(idle, "notebook_timeout_s", -1));
+  span(wk, sizeof wk, sl_json_get_num(idle, "worker_timeout_s", -1));
+  span(warn, sizeof warn, sl_json_get_num(idle, "warn_before_s", -1));
+  jk_dbuf_printf(b, LABEL " a notebook idle for %s stops its workers (warned %s before);"
+                    " a worker with no job stops after %s\n", "idle", nb, warn, wk);
+  static const char *const known[] = {"notebook_timeout_s", "worker_timeout_s", "warn_before_s", NULL};
+  more(b, "", idle, known);
+}
+
+static void status_budget(struct jk_dbuf *b, const json_t *budget) {
+  if (!json_is_object(budget))
+    return;
+  char spent[32], cap[32];
+  money(spent, sizeof spent, budget, "spent_usd");
+  double monthly = sl_json_get_num(budget, "monthly_usd", 0);
+  if (monthly > 0) {
+    money(cap, sizeof cap, budget, "monthly_usd");
+    jk_dbuf_printf(b, LABEL " %s spent this month of %s%s\n", "budget", spent, cap,
+                   sl_json_get_bool(budget, "hard_cap", false) ? " (hard cap: jobs stop there)" : "");
+  } else {
+    jk_dbuf_printf(b, LABEL " %s spent this month (no monthly budget set)\n", "budget", spent);
+  }
+  static const char *const known[] = {"spent_usd", "monthly_usd", "hard_cap", NULL};
+  more(b, "", budget, known);
+}
+
 char *jk_format_status(const json_t *reply) {
   struct jk_dbuf b = {0};
-  section(&b, "gateway", json_object_get(reply, "gateway"));
+  status_gateway(&b, json_object_get(reply, "gateway"));
   const json_t *workers = json_object_get(reply, "workers");
-  jk_dbuf_printf(&b, "workers: %zu\n", json_array_size(workers));
+  jk_dbuf_printf(&b, LABEL " %zu%s\n", "workers", json_array_size(workers), json_array_size(workers) ? ":" : "");
   size_t i;
   json_t *w;
   json_array_foreach(workers, i, w) {
     if (i >= MAX_ROWS)
       break;
-    jk_dbuf_printf(&b, "  %s", str_or_dash(w, "instance"));
-    static const char *const skip[] = {"instance", "gpu_warning", NULL};
-    extras(&b, w, skip);
-    jk_dbuf_printf(&b, "\n");
-    /* the worker's GPUs disagree with its type: a line of its own, whole */
-    const char *warning = json_string_value(json_object_get(w, "gpu_warning"));
-    if (warning && *warning)
-      jk_dbuf_printf(&b, "    warning: %.400s\n", warning);
+    status_worker(&b, w);
   }
-  section(&b, "idle", json_object_get(reply, "idle"));
-  section(&b, "budget", json_object_get(reply, "budget"));
+  status_idle(&b, json_object_get(reply, "idle"));
+  status_budget(&b, json_object_get(reply, "budget"));
   return jk_dbuf_done(&b);
 }
 
@@ -118,13 +244,25 @@ char *jk_format_idle(const json_t *reply) {
   struct jk_dbuf b = {0};
   const json_t *idle = json_object_get(reply, "idle");
   if (json_is_object(idle))
-    section(&b, "idle", idle);
+    status_idle(&b, idle);
   else
     jk_dbuf_printf(&b, "idle: the gateway reported no idle timers\n");
   return jk_dbuf_done(&b);
 }
 
-char *jk_format_cost(const json_t *reply) {
+char *jk_format_cost(const json_t *reply) { return jk_format_cost_of(reply, NULL, NULL); }
+
+/* Whether the jobs reply lists job id under session. */
+static bool listed_in(const json_t *jobs_reply, const char *job, const char *session) {
+  size_t i;
+  json_t *j;
+  json_array_foreach(json_object_get(jobs_reply, "jobs"), i, j)
+    if (strcmp(sl_json_get_str(j, "job", ""), job) == 0)
+      return of_session(j, session);
+  return false;
+}
+
+char *jk_format_cost_of(const json_t *reply, const json_t *jobs_reply, const char *session) {
   struct jk_dbuf b = {0};
   char spent[32], od[32], saved[32];
   money(spent, sizeof spent, reply, "spent_usd");
@@ -135,17 +273,23 @@ char *jk_format_cost(const json_t *reply) {
   if (s >= 0 && o > 0)
     jk_dbuf_printf(&b, " (%.0f%%)", 100 * (o - s) / o);
   jk_dbuf_printf(&b, "\n");
-  size_t i;
+  size_t i, rows = 0;
   json_t *j;
   json_array_foreach(json_object_get(reply, "jobs"), i, j) {
     if (i >= MAX_ROWS)
       break;
+    if (session && !listed_in(jobs_reply, sl_json_get_str(j, "job", ""), session))
+      continue;
+    if (!rows++ && session)
+      jk_dbuf_printf(&b, "this notebook session's jobs (%%cost --all lists all of yours):\n");
     char c[32], d[32];
     money(c, sizeof c, j, "cost_usd");
     money(d, sizeof d, j, "on_demand_usd");
     jk_dbuf_printf(&b, "  %-8.8s %-10.10s cost %s  on-demand %s\n", str_or_dash(j, "job"), str_or_dash(j, "state"),
                    c, d);
   }
+  if (session && !rows)
+    jk_dbuf_printf(&b, "No jobs in this notebook session (%%cost --all lists all of yours).\n");
   return jk_dbuf_done(&b);
 }
 
@@ -256,7 +400,9 @@ char *jk_format_market_html(const json_t *reply) {
   if (!json_is_array(ranking) || !json_array_size(json_object_get(reply, "types")))
     return NULL;
   struct jk_dbuf b = {0};
-  jk_dbuf_printf(&b, "<table class=\"spotlab-instances\"><thead><tr><th>rank</th><th>type</th>"
+  /* in a block MathJax skips; jk_html_no_math() below writes each '$' as an entity */
+  jk_dbuf_printf(&b, "<div class=\"tex2jax_ignore mathjax_ignore\">"
+                     "<table class=\"spotlab-instances\"><thead><tr><th>rank</th><th>type</th>"
                      "<th>zone</th><th>market</th><th>GPUs</th><th>$/h</th><th>$/unit</th>"
                      "<th>efficiency</th><th>interruption</th><th>capacity</th><th>why</th>"
                      "</tr></thead><tbody>\n");
@@ -283,9 +429,9 @@ char *jk_format_market_html(const json_t *reply) {
   }
   char *unit = jk_xml_escape(sl_json_get_str(reply, "unit", "one unit of work"));
   jk_dbuf_printf(&b, "</tbody></table><p>Best first by expected cost per unit of work; a unit is "
-                     "%s.</p>\n", unit ? unit : "");
+                     "%s.</p></div>\n", unit ? unit : "");
   free(unit);
-  return jk_dbuf_done(&b);
+  return jk_html_no_math(jk_dbuf_done(&b));
 }
 
 char *jk_format_instances(const json_t *reply) {

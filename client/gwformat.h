@@ -9,12 +9,18 @@
 
 /* {"jobs":[summary...]} */
 char *jk_format_jobs(const json_t *reply);
+/* The same, only the jobs of notebook session (borrowed; NULL: all). */
+char *jk_format_jobs_of(const json_t *reply, const char *session);
 /* {"gateway":{...},"workers":[...],"idle":{...},"budget":{...}} */
 char *jk_format_status(const json_t *reply);
 /* The "idle" part of a status reply. */
 char *jk_format_idle(const json_t *reply);
 /* {"spent_usd","on_demand_usd","saved_usd","jobs":[...]} */
 char *jk_format_cost(const json_t *reply);
+/* The same with only session's jobs listed (the totals stay the user's):
+ * jobs_reply (a {"jobs":[summary...]} reply, borrowed) says which jobs are
+ * the session's. session NULL: every job, as jk_format_cost(). */
+char *jk_format_cost_of(const json_t *reply, const json_t *jobs_reply, const char *session);
 /* {"types":[{"type","gpus","spot_usd_per_hour","on_demand_usd_per_hour","interruption",...}],
  *  "ranking":[{"rank","type","zone","market","usd_per_hour","usd_per_unit","efficiency","why"}],
  *  "unit"}: the ranking best first with its reasons (without a ranking, one row per type). */

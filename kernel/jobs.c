@@ -41,6 +41,8 @@ struct jk_follow {
   char kind[16];           /* train, eval, sample, run; "" for %attach until known */
   char model[64];
   char query[16];          /* OP_QUERY: the magic */
+  bool all;                /* %jobs --all, %cost --all: every job of the user */
+  json_t *first;           /* %cost: the cost reply, while the jobs list is asked for */
   bool detach;
   struct jk_display *display;
   int64_t ping_id, ping_sent_us;
@@ -79,6 +81,7 @@ void jk_jobs_free_follow(struct jk_interp *ip) {
   }
   free(f->collected);
   free(f->result_text);
+  json_decref(f->first);
   free(f);
   ip->running->follow = NULL;
 }
@@ -398,14 +401,14 @@ static enum jk_step on_query(struct jk_interp *ip, const json_t *reply) {
   char *text = NULL;
   if (strcmp(q, "status") == 0) {
     char *st = jk_format_status(reply);
-    if (asprintf(&text, "gateway %s (user %s)\nnotebook session: %s\n%s", jk_gw_address(ip->gw),
-                 jk_gw_user(ip->gw) ? jk_gw_user(ip->gw) : "?", ip->notebook, st ? st : "") < 0)
+    if (asprintf(&text, "%-10s %s\n%-10s %s, as user %s\n%s", "session", ip->notebook, "connected",
+                 jk_gw_address(ip->gw), jk_gw_user(ip->gw) ? jk_gw_user(ip->gw) : "?", st ? st : "") < 0)
       text = NULL;
     free(st);
   } else if (strcmp(q, "idle") == 0) {
     text = jk_format_idle(reply);
   } else if (strcmp(q, "jobs") == 0) {
-    text = jk_format_jobs(reply);
+    text = jk_format_jobs_of(reply, ip->running->follow->all ? NULL : ip->notebook);
   } else if (strcmp(q, "logs") == 0) {
     text = jk_format_events(reply);
   } else if (strcmp(q, "instances") == 0) {
@@ -419,8 +422,14 @@ static enum jk_step on_query(struct jk_interp *ip, const json_t *reply) {
       free(text);
       return JK_STEP_DONE;
     }
+  } else if (strcmp(q, "cost") == 0 && !ip->running->follow->all && !ip->running->follow->first) {
+    /* the cost reply does not say whose jobs are whose: the jobs list does */
+    struct jk_follow *f = ip->running->follow;
+    f->first = json_incref((json_t *)reply);
+    return await(ip, json_pack("{s:s, s:b}", "type", "jobs", "all", 1), OP_QUERY, JK_GW_SPAWN);
   } else if (strcmp(q, "cost") == 0) {
-    text = jk_format_cost(reply);
+    struct jk_follow *f = ip->running->follow;
+    text = f->first ? jk_format_cost_of(f->first, reply, ip->notebook) : jk_format_cost(reply);
   } else if (strcmp(q, "cancel") == 0) {
     if (asprintf(&text, "cancel requested for %s\n", sl_json_get_str(reply, "job", "the job")) < 0)
       text = NULL;
@@ -560,10 +569,16 @@ enum jk_step jk_magic_query(struct jk_interp *ip, const struct jk_stmt *s) {
   const char *m = s->name, *a = s->args ? s->args : "";
   if (strcmp(m, "status") == 0 || strcmp(m, "idle") == 0)
     return query(ip, m, json_pack("{s:s}", "type", "status"));
-  if (strcmp(m, "jobs") == 0)
-    return query(ip, m, json_pack("{s:s, s:b}", "type", "jobs", "all", 0));
-  if (strcmp(m, "cost") == 0)
-    return query(ip, m, json_pack("{s:s}", "type", "cost"));
+  if (strcmp(m, "jobs") == 0 || strcmp(m, "cost") == 0) {
+    bool all = strcmp(a, "--all") == 0;
+    if (*a && !all)
+      return jk_exec_fail(ip, "ValueError", "%%%s takes no argument or --all, not '%s'", m, a);
+    enum jk_step st = query(ip, m, strcmp(m, "jobs") == 0 ? json_pack("{s:s, s:b}", "type", "jobs", "all", 1)
+                                                          : json_pack("{s:s}", "type", "cost"));
+    if (ip->running->follow)
+      ip->running->follow->all = all;
+    return st;
+  }
   if (strcmp(m, "instances") == 0) {
     json_t *opts = json_object();
     if (jk_exec_eval_options(ip, s->opts, s->n_opts, opts) != JK_STEP_DONE) {

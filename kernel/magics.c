@@ -101,10 +101,10 @@ enum jk_step jk_magic_status(struct jk_interp *ip, const struct jk_stmt *s) {
   else
     snprintf(gw, sizeof gw, "%s", ip->gateway ? ip->gateway : "none configured (SPOTLAB_GATEWAY or %gateway ADDR)");
   if (asprintf(&out,
-               "spotlab-kernel %s\nnotebook session: %s\nkernel id: %s\n"
-               "variables: %zu, models and data: %zu\ngateway: %s\n",
-               SPOTLAB_VERSION, ip->notebook, ip->kernel_id, jk_state_n_vars(ip->state),
-               jk_state_n_defs(ip->state), gw) < 0)
+               "%-10s %s\n%-10s spotlab-kernel %s, id %s\n%-10s %zu variables, %zu models and data\n"
+               "%-10s %s\n",
+               "session", ip->notebook, "kernel", SPOTLAB_VERSION, ip->kernel_id, "names",
+               jk_state_n_vars(ip->state), jk_state_n_defs(ip->state), "gateway", gw) < 0)
     return jk_exec_fail(ip, "MemoryError", "out of memory");
   jk_exec_stream(ip, "stdout", out);
   free(out);

@@ -178,8 +178,9 @@ static void test_html_svg(void) {
   CHECK(html && !strstr(html, "<script>"));
   CHECK(html && strstr(html, "m&lt;script&gt;alert(1)&lt;/script&gt;"));
   CHECK(html && strstr(html, "d&amp;d"));
-  CHECK(html && strstr(html, "<svg"));
-  CHECK(html && strstr(html, "width:66.7%"));
+  /* the curve is an <img> of the SVG ("<svg" in base64 is "PHN2Zy"), the bar a <progress> */
+  CHECK(html && !strstr(html, "<svg") && strstr(html, "src=\"data:image/svg+xml;base64,PHN2Zy"));
+  CHECK(html && strstr(html, "<progress class=\"spotlab-bar\" max=\"100\" value=\"66.7\""));
   CHECK(svg && strncmp(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\"", 39) == 0);
   CHECK(svg && !strstr(svg, "<script>"));
   CHECK(svg && strstr(svg, ">step</text>") && strstr(svg, ">loss</text>"));
@@ -754,7 +755,42 @@ static void test_deadline_plan(void) {
   jk_display_free(d);
 }
 
+/* What a front end may do to the HTML: MathJax and Markdown must find no
+ * '$', and Notebook's sanitizer for untrusted notebooks drops style
+ * attributes, so the bar and the curve must not depend on them. */
+static void test_html_front_ends(void) {
+  struct jk_display *d = sample_display();
+  char *html = jk_display_html(d);
+  CHECK(html && !strchr(html, '$'));
+  CHECK(html && strstr(html, "spot &#36;0.4000/h (on-demand &#36;1.0060/h)"));
+  CHECK(html && strstr(html, "cost &#36;0.0200"));
+  CHECK(html && strstr(html, "class=\"spotlab-job tex2jax_ignore mathjax_ignore\""));
+  CHECK(html && strstr(html, "<code>%attach J000007</code>"));
+  /* without its style attributes the bar and the curve are still there */
+  char *bare = html ? strdup(html) : NULL;
+  for (char *p; bare && (p = strstr(bare, " style=\""));) {
+    char *end = strchr(p + 8, '"');
+    memmove(p, end + 1, strlen(end + 1) + 1);
+  }
+  CHECK(bare && strstr(bare, "<progress class=\"spotlab-bar\" max=\"100\" value=\"66.7\">67%</progress>"));
+  CHECK(bare && strstr(bare, "<img class=\"spotlab-curve\" width=\"480\" height=\"240\""));
+  free(bare);
+  free(html);
+  json_t *e = ev("J000007", 9000, 1000400000000, "state");
+  json_object_set_new(e, "state", json_string("succeeded"));
+  feed(d, e);
+  html = jk_display_html(d);
+  CHECK(html && !strstr(html, "%attach")); /* nothing left to follow */
+  free(html);
+  CHECK(jk_html_no_math(NULL) == NULL);
+  char *t = jk_html_no_math(strdup("$1 and $2$"));
+  CHECK_STR(t, "&#36;1 and &#36;2&#36;");
+  free(t);
+  jk_display_free(d);
+}
+
 int main(void) {
+  test_html_front_ends();
   test_escape();
   test_deadline_plan();
   test_gang();

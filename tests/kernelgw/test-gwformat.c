@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gwformat.h"
+#include "sl_time.h"
 #include "harness.h"
 
 static void test_status_gpus(void) {
@@ -20,15 +21,70 @@ static void test_status_gpus(void) {
       "workers", "instance", "i-aaa", "type", "g5.xlarge", "gpus", 1, "gpu_model", "NVIDIA A10G", "gpu_memory_mib",
       22731, "instance", "i-bbb", "type", "g5.12xlarge", "gpus", 0, "gpu_warning", warning, "idle", "budget");
   char *text = jk_format_status(reply);
-  CHECK(text && strstr(text, "workers: 2\n"));
-  CHECK(text && strstr(text, "  i-aaa type=g5.xlarge gpus=1 gpu_model=NVIDIA A10G gpu_memory_mib=22731\n"));
-  CHECK(text && strstr(text, "  i-bbb type=g5.12xlarge gpus=0\n"));
+  CHECK(text && strstr(text, "workers    2:\n"));
+  CHECK(text && strstr(text, "  i-aaa                g5.xlarge in -"));
+  CHECK(text && strstr(text, "gpus=1, gpu_model=NVIDIA A10G, gpu_memory_mib=22731\n"));
+  CHECK(text && strstr(text, "  i-bbb                g5.12xlarge in -"));
   char line[600];
   snprintf(line, sizeof line, "    warning: %s\n", warning);
   CHECK(text && strstr(text, line));
   CHECK(text && !strstr(text, "gpu_warning="));
   free(text);
   json_decref(reply);
+}
+
+/* %status reads as a person expects: aligned labels, times as "ago",
+ * spans in minutes, money in dollars, no raw microsecond timestamps. */
+static void test_status_readable(void) {
+  long long now = (long long)sl_time_real_us();
+  json_t *reply = json_pack(
+      "{s:{s:s, s:i, s:I, s:s, s:s, s:b, s:i, s:i, s:i},"
+      " s:[{s:s, s:s, s:s, s:b, s:f, s:s, s:s, s:I}],"
+      " s:{s:f, s:f, s:f}, s:{s:f, s:f, s:b}}",
+      "gateway", "version", "0.3.0", "pid", 4242, "started_us", (json_int_t)(now - 180 * 1000000LL), "listen",
+      "ipc:///tmp/gw.sock", "provider", "local", "embedded", 1, "workers", 4, "queued", 0, "live_jobs", 1,
+      "workers", "instance", "local-1", "type", "cpu.small", "zone", "local-a", "spot", 1,
+      "price_usd_per_hour", 0.1912, "state", "busy", "job", "J000001", "launched_us",
+      (json_int_t)(now - 7200 * 1000000LL),
+      "idle", "notebook_timeout_s", 1800.0, "worker_timeout_s", 600.0, "warn_before_s", 300.0,
+      "budget", "monthly_usd", 100.0, "spent_usd", 1.5, "hard_cap", 0);
+  char *text = jk_format_status(reply);
+  CHECK(text && strstr(text, "gateway    version 0.3.0, pid 4242, started 3 min ago\n"));
+  CHECK(text && strstr(text, "jobs       1 running, 0 queued\n"));
+  CHECK(text && strstr(text, "  local-1              cpu.small in local-a, spot $0.1912/h, busy with J000001, "
+                             "launched 2 h 00 min ago\n"));
+  CHECK(text && strstr(text, "idle       a notebook idle for 30 min stops its workers (warned 5 min before); "
+                             "a worker with no job stops after 10 min\n"));
+  CHECK(text && strstr(text, "budget     $1.5000 spent this month of $100.0000\n"));
+  CHECK(text && !strstr(text, "_us") && !strstr(text, "=") && !strstr(text, "state_dir"));
+  free(text);
+  json_decref(reply);
+}
+
+/* %jobs and %cost list one notebook session's jobs unless asked for all. */
+static void test_jobs_of_session(void) {
+  json_t *jobs = json_pack("{s:[{s:s, s:s, s:s}, {s:s, s:s, s:s}]}", "jobs", "job", "J000002", "session", "b.ipynb",
+                           "state", "running", "job", "J000001", "session", "a.ipynb", "state", "succeeded");
+  char *t = jk_format_jobs_of(jobs, "a.ipynb");
+  CHECK(t && strstr(t, "J000001") && !strstr(t, "J000002"));
+  free(t);
+  t = jk_format_jobs_of(jobs, NULL);
+  CHECK(t && strstr(t, "J000001") && strstr(t, "J000002"));
+  free(t);
+  t = jk_format_jobs_of(jobs, "c.ipynb");
+  CHECK(t && strstr(t, "No jobs in this notebook session (%jobs --all"));
+  free(t);
+  json_t *cost = json_pack("{s:f, s:f, s:f, s:[{s:s, s:s, s:f}, {s:s, s:s, s:f}]}", "spent_usd", 0.5,
+                           "on_demand_usd", 1.0, "saved_usd", 0.5, "jobs", "job", "J000002", "state", "running",
+                           "cost_usd", 0.25, "job", "J000001", "state", "succeeded", "cost_usd", 0.25);
+  t = jk_format_cost_of(cost, jobs, "b.ipynb");
+  CHECK(t && strstr(t, "spent $0.5000") && strstr(t, "J000002") && !strstr(t, "J000001"));
+  free(t);
+  t = jk_format_cost_of(cost, jobs, NULL);
+  CHECK(t && strstr(t, "J000002") && strstr(t, "J000001"));
+  free(t);
+  json_decref(cost);
+  json_decref(jobs);
 }
 
 static json_t *market_reply(bool ranked) {
@@ -73,6 +129,8 @@ static void test_market(void) {
   CHECK(html && strstr(html, "<table class=\"spotlab-instances\">"));
   CHECK(html && strstr(html, "<td>1</td><td>g5.xlarge</td><td>us-east-1a</td><td>spot</td>"));
   CHECK(html && strstr(html, "capacity refused &lt;here&gt;") && !strstr(html, "<here>"));
+  CHECK(html && strstr(html, "<div class=\"tex2jax_ignore mathjax_ignore\">") && !strchr(html, '$'));
+  CHECK(html && strstr(html, "<th>&#36;/h</th>"));
   free(html);
   json_decref(reply);
   /* a gateway without a ranking: one row per type, no HTML */
@@ -87,6 +145,8 @@ static void test_market(void) {
 
 int main(void) {
   test_status_gpus();
+  test_status_readable();
+  test_jobs_of_session();
   test_market();
   TEST_MAIN_END();
 }

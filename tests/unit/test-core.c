@@ -481,7 +481,8 @@ static void test_other_requests(struct mock *mk) {
   shell(mk, execute_req("o5", "%session other\n%status"));
   const char *status = stdout_of(mk, "o5");
   CHECK(strncmp(status, "notebook session: other\n", 24) == 0);
-  CHECK(strstr(status, "kernel id: test-kernel") && strstr(status, "gateway: none configured"));
+  CHECK(strstr(status, "\nsession    other\n") && strstr(status, ", id test-kernel\n"));
+  CHECK(strstr(status, "\ngateway    none configured"));
   jk_core_handle(mk->core, JK_CH_CONTROL,
                  request("o4", "shutdown_request", json_pack("{s:b}", "restart", 1)));
   CHECK_STR(trace(mk, "o4"), "busy shutdown_reply idle");
