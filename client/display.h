@@ -48,6 +48,8 @@ const char *jk_display_reason(const struct jk_display *d);  /* "" when none */
 bool jk_display_finished(const struct jk_display *d);
 int64_t jk_display_last_seq(const struct jk_display *d);
 int64_t jk_display_step(const struct jk_display *d);
+/* Fraction done in [0,1], or -1 when steps are unknown. */
+double jk_display_fraction(const struct jk_display *d);
 /* The result event's eval_loss, when one came (ret written only then). */
 bool jk_display_eval_result(const struct jk_display *d, double *ret_loss);
 

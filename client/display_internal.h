@@ -71,8 +71,6 @@ struct jk_display {
 
 /* Seconds left at the current rate, or -1 when unknown. */
 double jk_display_eta_s(const struct jk_display *d);
-/* Fraction done in [0,1], or -1 when steps are unknown. */
-double jk_display_fraction(const struct jk_display *d);
 /* "2 x NVIDIA A10G (22.2 GiB each), bf16; 87% busy, 30.1 of 44.4 GiB"
  * or "CPU, 4 threads, fp32" into buf; "" until the device is known. */
 void jk_display_device_text(const struct jk_display *d, char *buf, size_t size);

@@ -22,6 +22,7 @@
 #include "sl_log.h"
 
 #define MAX_QUEUE 1024
+#define TERMINALS 8 /* client sessions remembered as terminal consoles */
 
 struct jk_core {
   const struct jk_core_ops *ops;
@@ -38,7 +39,36 @@ struct jk_core {
   int64_t running_count;       /* its execution_count */
   bool running_silent, running_stop_on_error;
   struct jk_msg *last_request; /* the last non-silent execute_request, kept after it ended */
+  char terminals[TERMINALS][64]; /* client sessions that sent is_complete_request, newest last */
 };
+
+/* The client session of a request ("" when its header has none). */
+static const char *client_session(const struct jk_msg *m) {
+  return m && m->header ? sl_json_get_str(m->header, "session", "") : "";
+}
+
+/* Terminal consoles (jupyter console, qtconsole) ask is_complete before
+ * running what was typed; notebooks never do. Such a console prints a
+ * display once and ignores update_display_data, so the interpreter also
+ * writes a job's progress to it as lines. */
+static void note_terminal(struct jk_core *c, const struct jk_msg *m) {
+  const char *s = client_session(m);
+  if (!*s || strlen(s) >= sizeof c->terminals[0])
+    return;
+  for (int i = 0; i < TERMINALS; i++)
+    if (strcmp(c->terminals[i], s) == 0)
+      return;
+  memmove(c->terminals[0], c->terminals[1], (TERMINALS - 1) * sizeof c->terminals[0]);
+  snprintf(c->terminals[TERMINALS - 1], sizeof c->terminals[0], "%s", s);
+}
+
+static bool is_terminal(const struct jk_core *c, const struct jk_msg *m) {
+  const char *s = client_session(m);
+  for (int i = 0; *s && i < TERMINALS; i++)
+    if (strcmp(c->terminals[i], s) == 0)
+      return true;
+  return false;
+}
 
 static void publish(struct jk_core *c, const struct jk_msg *parent, const char *msg_type, json_t *content);
 static void send_reply(struct jk_core *c, enum jk_channel ch, const struct jk_msg *request,
@@ -443,7 +473,7 @@ static void execute(struct jk_core *c, struct jk_msg *req) {
   if (!silent)
     publish(c, req, "execute_input",
             json_pack("{s:s, s:I}", "code", code, "execution_count", (json_int_t)c->running_count));
-  struct jk_exec_args args = {code, silent, sl_json_get_bool(ct, "allow_stdin", true)};
+  struct jk_exec_args args = {code, silent, sl_json_get_bool(ct, "allow_stdin", true), is_terminal(c, req)};
   c->iops->execute(c->interp, &args);
 }
 
@@ -469,10 +499,20 @@ void jk_core_handle(struct jk_core *c, enum jk_channel ch, struct jk_msg *m) {
   const char *type = jk_msg_type(m);
   sl_debug("kernel.core", "%s on channel %d", type, (int)ch);
   if (ch == JK_CH_SHELL) {
+    if (strcmp(type, "is_complete_request") == 0)
+      note_terminal(c, m);
+    /* A cell from another front end (a reopened tab, a console on this
+     * kernel) would wait behind one that only watches a job nobody may be
+     * looking at: the interpreter may end that watch first. */
+    bool other = c->running && strcmp(type, "execute_request") == 0 && c->iops->other_front_end &&
+                 strcmp(client_session(m), client_session(c->running)) != 0;
     if (enqueue(c, m) < 0) { /* answered, so no front end waits for a reply that never comes */
       sl_warn("kernel", "shell queue full; refusing %s", type);
       jk_core_reject(c, ch, m, "the kernel's request queue is full; try again");
+      return;
     }
+    if (other)
+      c->iops->other_front_end(c->interp);
     return;
   }
   if (ch == JK_CH_STDIN) {

@@ -435,6 +435,7 @@ void jk_exec_execute(struct jk_interp *ip, const struct jk_exec_args *args) {
   }
   x->silent = args->silent;
   x->allow_stdin = args->allow_stdin;
+  x->terminal = args->terminal;
   ip->running = x;
   ip->exec_hooks->cell_started(ip); /* a cell run keeps the notebook active in the gateway */
   if (!x->silent && ip->pending_notice[0]) { /* notices that came between cells */

@@ -16,8 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "sl_json.h"
 #include "sl_log.h"
+#include "sl_path.h"
 
 static const struct jk_exec_hooks exec_hooks = {
     .cell_started = jk_jobs_cell_started,
@@ -130,6 +133,19 @@ static void on_gw_notice(void *ud, const json_t *n) { notice(ud, n); }
 
 static const struct jk_gw_handler gw_handler = {on_gw_reply, on_gw_event, on_gw_state, on_gw_notice};
 
+/* Whether loading the session at start may start the user's own gateway: a
+ * notebook with a name of its own (not the kernel id) whose user's gateway
+ * kept state before (it stops when idle, and the notebook's names live
+ * there). A team gateway (SPOTLAB_GATEWAY) is never started by a kernel. */
+static bool restart_gateway(const struct jk_interp *ip) {
+  if (ip->gateway || strcmp(ip->notebook, ip->kernel_id) == 0)
+    return false;
+  char home[4000], db[4100];
+  struct stat st;
+  return sl_spotlab_home(home, sizeof home) == 0 &&
+         snprintf(db, sizeof db, "%s/gateway.db", home) < (int)sizeof db && stat(db, &st) == 0;
+}
+
 static int set_gateway(struct jk_interp *ip, const struct jk_gw_transport *t, void *tud) {
   if (ip->gw)
     return 0;
@@ -140,7 +156,7 @@ static int set_gateway(struct jk_interp *ip, const struct jk_gw_transport *t, vo
     ip->gw = jk_gw_free(ip->gw);
     return -ENOMEM;
   }
-  jk_session_load(ip->session, true);
+  jk_session_load(ip->session, true, restart_gateway(ip));
   return 0;
 }
 
@@ -167,6 +183,11 @@ static void tick(struct jk_interp *ip) {
     jk_jobs_tick(ip);
   }
   jk_exec_wake(ip);
+}
+
+static void other_front_end(struct jk_interp *ip) {
+  if (ip->gw)
+    jk_jobs_other_front_end(ip);
 }
 
 /* ---- front-end services ------------------------------------------------- */
@@ -225,6 +246,7 @@ const struct jk_interp_ops jk_spotlab_interp = {
     .user_expressions = jk_exec_user_expressions,
     .input_reply = jk_exec_input_reply,
     .interrupt = jk_exec_interrupt,
+    .other_front_end = other_front_end,
     .complete = complete,
     .inspect = inspect,
     .is_complete = is_complete,

@@ -52,6 +52,8 @@ struct jk_exec_args {
   const char *code;
   bool silent;        /* nothing is published for it (the core drops it) */
   bool allow_stdin;   /* input() may ask the front end */
+  bool terminal;      /* sent by a front end that asked is_complete: a terminal console,
+                       * which shows display_data once and ignores its updates */
 };
 
 struct jk_interp;
@@ -66,6 +68,10 @@ struct jk_interp_ops {
   void (*input_reply)(struct jk_interp *ip, const char *value);
   /* Ends the running execution, if any, with an error. */
   void (*interrupt)(struct jk_interp *ip);
+  /* An execute_request from another front end (another client session)
+   * waits behind the running execution: one that only watches a job may
+   * end so the request runs (NULL: nothing to do). */
+  void (*other_front_end)(struct jk_interp *ip);
   /* Completion at cursor (code points) into *ret: 0 or negative. */
   int (*complete)(struct jk_interp *ip, const char *code, size_t len, size_t cursor,
                   struct jk_completions *ret);

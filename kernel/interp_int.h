@@ -30,6 +30,7 @@ struct jk_execution {
   struct jk_cell *cell;
   size_t pc;
   bool silent, allow_stdin;
+  bool terminal;               /* its front end ignores display updates (jk_exec_args) */
   struct jk_value result;      /* of a bare expression as last statement */
   bool has_result;
   enum jk_wait wait;
@@ -66,6 +67,7 @@ struct jk_interp {
   int64_t ping_at_us;          /* next keepalive while following a job */
   char pending_notice[1024];   /* session notices that came before any cell ran */
   struct jk_display *last_display; /* the job display shown last, kept after its cell (jobs.c) */
+  bool last_attached;          /* its job is still followed: its events update it in place */
 };
 
 typedef enum jk_step (*jk_stmt_fn)(struct jk_interp *ip, const struct jk_stmt *s);
@@ -116,6 +118,9 @@ enum jk_step jk_magic_stderr(struct jk_interp *ip, const struct jk_stmt *s);
 enum jk_step jk_magic_clear(struct jk_interp *ip, const struct jk_stmt *s);
 
 /* ---- jobs.c: statements through the gateway (ip->gw set) ---- */
+/* Another front end's cell waits: a cell that follows a job ends (the job
+ * keeps running and its display keeps updating). */
+void jk_jobs_other_front_end(struct jk_interp *ip);
 /* train, eval, sample, %%run */
 enum jk_step jk_stmt_job(struct jk_interp *ip, const struct jk_stmt *s);
 /* %status (connected), %idle, %jobs, %cost, %instances, %cancel, %logs */

@@ -18,7 +18,15 @@
  * again from the last event seen. Every cell also pings a connected gateway
  * when it starts, so any cell keeps the notebook active. The display of the
  * last job shown outlives its cell: session notices that come between cells
- * (idle warning, shutdown) go into its timeline and update it in place. */
+ * (idle warning, shutdown) go into its timeline and update it in place.
+ *
+ * Front ends (docs/notebook.md "Front ends"): a terminal console ignores
+ * update_display_data, so a cell run from one also gets the progress as
+ * stdout lines (at each tenth of the steps, a change of state, or every
+ * LINE_EVERY_US) and the final state as text when the job ends. A cell from
+ * another front end (another client session) never waits behind a cell
+ * that only follows a job: the follow ends without detaching from the job,
+ * whose display then keeps updating in place between cells. */
 #include "interp_int.h"
 
 #include <errno.h>
@@ -33,6 +41,7 @@
 #include "sl_time.h"
 
 #define PING_EVERY_US (5 * SL_US_PER_S)
+#define LINE_EVERY_US (10 * SL_US_PER_S) /* terminals: a progress line at least this often */
 #define MAX_COLLECT_BYTES (1u << 20)
 
 enum op { OP_NONE, OP_SUBMIT, OP_CATCHUP, OP_ATTACH, OP_QUERY, OP_SHOW, OP_SESSION, OP_GATEWAY };
@@ -53,6 +62,10 @@ struct jk_follow {
   size_t collected_len;
   char *result_text;       /* sample: the result event's text */
   char last_stderr[256];
+  /* terminals: the last progress line written */
+  int line_tenth;
+  int64_t line_us;
+  char line_state[24];
 };
 
 /* ---- plumbing ----------------------------------------------------------- */
@@ -74,6 +87,13 @@ void jk_jobs_free_follow(struct jk_interp *ip) {
     jk_gw_forget(ip->gw, f->ping_id);
   if (f->display && jk_display_shown(f->display) && !ip->running->silent) {
     /* kept: notices between cells go into its timeline (jk_jobs_notice) */
+    if (ip->last_attached && ip->gw && strcmp(jk_display_job(ip->last_display), jk_display_job(f->display)) != 0) {
+      int64_t id = jk_gw_request(ip->gw, json_pack("{s:s, s:s}", "type", "detach", "job",
+                                                   jk_display_job(ip->last_display)), 0);
+      if (id > 0)
+        jk_gw_forget(ip->gw, id);
+    }
+    ip->last_attached = false;
     jk_display_free(ip->last_display);
     ip->last_display = f->display;
   } else {
@@ -112,10 +132,43 @@ static enum jk_step unreachable(struct jk_interp *ip, const char *why) {
                       what, jk_gw_address(ip->gw), why);
 }
 
+/* Terminals: one stdout line when the state changes, a tenth of the steps
+ * is passed, or LINE_EVERY_US went by with progress. */
+static void progress_line(struct jk_interp *ip, int64_t now) {
+  struct jk_follow *f = ip->running->follow;
+  struct jk_display *d = f->display;
+  const char *state = jk_display_state(d);
+  double frac = jk_display_fraction(d);
+  int tenth = frac >= 0 ? (int)(frac * 10) : -1;
+  bool changed = strcmp(state, f->line_state) != 0;
+  if (!changed && tenth <= f->line_tenth && now - f->line_us < LINE_EVERY_US)
+    return;
+  if (!changed && jk_display_finished(d))
+    return;
+  char *line = jk_display_line(d, 0);
+  if (line) {
+    size_t n = strlen(line);
+    char *nl = malloc(n + 2);
+    if (nl) {
+      memcpy(nl, line, n);
+      memcpy(nl + n, "\n", 2);
+      jk_exec_stream(ip, "stdout", nl);
+      free(nl);
+    }
+  }
+  free(line);
+  snprintf(f->line_state, sizeof f->line_state, "%s", state);
+  f->line_tenth = tenth > f->line_tenth ? tenth : f->line_tenth;
+  f->line_us = now;
+}
+
 static void publish_display(struct jk_interp *ip, bool force) {
   struct jk_follow *f = ip->running->follow;
   struct jk_display *d = f ? f->display : NULL;
   int64_t now = sl_time_mono_us();
+  if (d && ip->running->terminal && !ip->running->silent && jk_display_shown(d) &&
+      (!jk_display_finished(d) || force) && (force || jk_display_due(d, now)))
+    progress_line(ip, now);
   if (!d || !jk_display_dirty(d) || (!force && !jk_display_due(d, now)))
     return;
   json_t *bundle = jk_display_bundle(d);
@@ -230,6 +283,14 @@ static enum jk_step start_follow(struct jk_interp *ip, const char *job) {
   ip->ping_at_us = sl_time_mono_us() + PING_EVERY_US;
   f->catching_up = true;
   f->resyncing = false;
+  f->line_tenth = -1;
+  if (ip->running->terminal && !ip->running->silent) {
+    char *t = NULL;
+    if (asprintf(&t, "following %s; Ctrl-C detaches (the job keeps running; %%attach %s follows it again)\n",
+                 job, job) >= 0)
+      jk_exec_stream(ip, "stdout", t);
+    free(t);
+  }
   int64_t id = request_page(ip);
   if (id < 0)
     return jk_exec_fail(ip, "GatewayError", "cannot send to the gateway: %s", sl_strerror((int)id));
@@ -244,6 +305,13 @@ static enum jk_step job_ended(struct jk_interp *ip) {
   struct jk_follow *f = ip->running->follow;
   struct jk_display *d = f->display;
   publish_display(ip, true);
+  if (ip->running->terminal && !ip->running->silent) {
+    /* the display's updates never reached this front end: its final state as text */
+    char *t = jk_display_text(d);
+    if (t)
+      jk_exec_stream(ip, "stdout", t);
+    free(t);
+  }
   const char *state = jk_display_state(d), *job = jk_display_job(d), *reason = jk_display_reason(d);
   if (strcmp(state, "succeeded") != 0) {
     const char *why = *reason ? reason : f->last_stderr[0] ? f->last_stderr : "no reason given";
@@ -315,10 +383,39 @@ static bool fold_event(struct jk_interp *ip, const json_t *ev) {
   return true;
 }
 
+/* Publishes the display kept between cells when it is due (or force). */
+static void publish_last(struct jk_interp *ip, bool force) {
+  struct jk_display *d = ip->last_display;
+  int64_t now = sl_time_mono_us();
+  if (!d || !jk_display_dirty(d) || (!force && !jk_display_due(d, now)))
+    return;
+  json_t *bundle = jk_display_bundle(d);
+  if (bundle)
+    ip->pub->display(ip->pub_ud, JK_PUB_LAST, bundle, jk_display_id(d), true);
+  jk_display_sent(d, now);
+}
+
+/* An event of the job whose follow ended for another front end's cell. */
+static void last_event(struct jk_interp *ip, const json_t *ev) {
+  struct jk_display *d = ip->last_display;
+  if (!ip->last_attached || !d || strcmp(sl_json_get_str(ev, "job", ""), jk_display_job(d)) != 0)
+    return;
+  if (jk_display_event(d, ev) <= 0)
+    return;
+  bool done = jk_display_finished(d);
+  if (done)
+    ip->last_attached = false;
+  publish_last(ip, done);
+}
+
 void jk_jobs_event(struct jk_interp *ip, const json_t *ev) {
   struct jk_execution *x = ip->running;
   struct jk_follow *f = x ? x->follow : NULL;
-  if (!f || !f->display || x->wait != JK_WAIT_JOB || f->catching_up)
+  if (!f || !f->display || strcmp(sl_json_get_str(ev, "job", ""), jk_display_job(f->display)) != 0) {
+    last_event(ip, ev);
+    return;
+  }
+  if (x->wait != JK_WAIT_JOB || f->catching_up)
     return;
   if (strcmp(sl_json_get_str(ev, "job", ""), jk_display_job(f->display)) != 0)
     return;
@@ -382,8 +479,11 @@ static enum jk_step on_catchup(struct jk_interp *ip, const json_t *reply) {
   json_t *e;
   json_array_foreach(events, i, e)
     fold_event(ip, e);
-  publish_display(ip, false);
   bool more = sl_json_get_bool(reply, "more", false) && json_array_size(events) > 0;
+  /* a job's summary (its state) comes with the attach reply: the first
+   * display waits for it unless the history is long */
+  if (more || f->resyncing)
+    publish_display(ip, false);
   int64_t id = more ? request_page(ip)
                     : jk_gw_request(ip->gw, json_pack("{s:s, s:s, s:I}", "type", "attach", "job",
                                                      jk_display_job(f->display), "after",
@@ -619,7 +719,7 @@ enum jk_step jk_jobs_session(struct jk_interp *ip) {
 enum jk_step jk_jobs_gateway(struct jk_interp *ip, const char *address) {
   if (jk_gw_set_address(ip->gw, address) < 0)
     return jk_exec_fail(ip, "MemoryError", "out of memory");
-  jk_session_load(ip->session, false);
+  jk_session_load(ip->session, false, false);
   if (!follow_new(ip))
     return jk_exec_fail(ip, "MemoryError", "out of memory");
   return await(ip, json_pack("{s:s}", "type", "ping"), OP_GATEWAY, 0);
@@ -661,8 +761,38 @@ void jk_jobs_interrupt(struct jk_interp *ip) {
     jk_exec_fail(ip, "Interrupted", "interrupted while waiting for the gateway at %s", jk_gw_address(ip->gw));
 }
 
+void jk_jobs_other_front_end(struct jk_interp *ip) {
+  struct jk_execution *x = ip->running;
+  struct jk_follow *f = x ? x->follow : NULL;
+  /* only a live follow that shows something; not while catching up (the
+   * display would miss events) nor for a job that is ending */
+  if (!f || !f->display || x->wait != JK_WAIT_JOB || x->silent || f->catching_up || x->gw_req ||
+      !jk_display_shown(f->display) || jk_display_finished(f->display))
+    return;
+  const char *job = jk_display_job(f->display);
+  char *t = NULL;
+  if (asprintf(&t, "another front end runs a cell: %s keeps running and this display keeps updating "
+                   "(%%attach %s follows it in a cell)\n", job, job) >= 0)
+    jk_exec_stream(ip, "stdout", t);
+  free(t);
+  publish_display(ip, true);
+  jk_jobs_free_follow(ip); /* the display becomes the one kept between cells */
+  ip->last_attached = ip->last_display != NULL;
+  x->pc = x->cell->n - 1; /* the rest of the cell is not run: it ends here, without error */
+  x->wait = JK_WAIT_NONE;
+  jk_exec_step_ended(ip, JK_STEP_DONE);
+}
+
 int64_t jk_jobs_wake_at_us(const struct jk_interp *ip) {
   const struct jk_execution *x = ip->running;
+  if (ip->last_attached && ip->last_display && jk_display_dirty(ip->last_display)) {
+    int64_t at = jk_display_next_us(ip->last_display);
+    if (!x || !x->follow || !x->follow->display || x->wait != JK_WAIT_JOB)
+      return at;
+    int64_t mine = jk_display_next_us(x->follow->display);
+    at = mine < at ? mine : at;
+    return at < ip->ping_at_us ? at : ip->ping_at_us;
+  }
   if (!x || !x->follow || !x->follow->display || x->wait != JK_WAIT_JOB)
     return INT64_MAX;
   int64_t at = jk_display_next_us(x->follow->display);
@@ -670,6 +800,8 @@ int64_t jk_jobs_wake_at_us(const struct jk_interp *ip) {
 }
 
 void jk_jobs_tick(struct jk_interp *ip) {
+  if (ip->last_attached)
+    publish_last(ip, false);
   struct jk_execution *x = ip->running;
   if (!x || !x->follow || !x->follow->display || x->wait != JK_WAIT_JOB)
     return;

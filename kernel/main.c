@@ -9,15 +9,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "channels.h"
 #include "config.h"
 #include "connfile.h"
 #include "install.h"
+#include "jpserver.h"
 #include "sl_err.h"
 #include "sl_hmac.h"
 #include "sl_log.h"
+#include "sl_path.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -27,7 +31,8 @@ static void usage(FILE *f) {
           "\n"
           "The spotlab Jupyter kernel. Front ends start it with a connection file;\n"
           "`install` registers it with Jupyter as the kernel 'spotlab'.\n"
-          "Environment: SPOTLAB_GATEWAY, SPOTLAB_HOME, SPOTLAB_DEBUG=kernel,kernel.wire\n");
+          "Environment: SPOTLAB_GATEWAY, SPOTLAB_HOME, SPOTLAB_DEBUG=kernel,kernel.wire,\n"
+          "SPOTLAB_KERNEL_LOG=PATH|stderr (default: $SPOTLAB_HOME/logs/kernel.log)\n");
 }
 
 /* "kernel-<id>.json" -> "<id>"; any other name: the name without ".json". */
@@ -53,6 +58,48 @@ static void raise_fd_limit(void) {
     if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
       sl_debug("kernel", "cannot raise the descriptor limit from %llu: %s", (unsigned long long)was, strerror(errno));
   }
+}
+
+#define LOOKUP_WAIT_MS 5000 /* for the server to record this kernel's session */
+#define LOG_KEEP_BYTES (8 << 20) /* a log past this is moved to kernel.log.1 at start */
+
+/* Front ends show a kernel's stderr among the cell outputs (jupyter console
+ * prints it in the terminal), and the gateway the kernel may start inherits
+ * it: once the kernel serves, both log to a file instead,
+ * SPOTLAB_KERNEL_LOG or $SPOTLAB_HOME/logs/kernel.log; "stderr" keeps
+ * stderr. Errors before this point (a bad connection file) still reach the
+ * person who started the kernel. */
+static void log_to_file(void) {
+  const char *env = getenv("SPOTLAB_KERNEL_LOG");
+  char path[4096];
+  if (env && (strcmp(env, "stderr") == 0 || strcmp(env, "-") == 0))
+    return;
+  if (env && *env) {
+    snprintf(path, sizeof path, "%s", env);
+  } else {
+    char home[4000];
+    if (sl_spotlab_home(home, sizeof home) < 0)
+      return;
+    snprintf(path, sizeof path, "%s/logs", home);
+    if (sl_mkdir_p(path, 0700) < 0)
+      return;
+    snprintf(path, sizeof path, "%s/logs/kernel.log", home);
+  }
+  struct stat st;
+  if (stat(path, &st) == 0 && st.st_size > LOG_KEEP_BYTES) {
+    char old[4200];
+    snprintf(old, sizeof old, "%s.1", path);
+    rename(path, old);
+  }
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    sl_warn("kernel", "cannot open the log %s: %s; logging to stderr", path, strerror(errno));
+    return;
+  }
+  fflush(stderr);
+  if (dup2(fd, STDERR_FILENO) < 0)
+    sl_warn("kernel", "cannot log to %s: %s", path, strerror(errno));
+  close(fd);
 }
 
 int main(int argc, char **argv) {
@@ -115,6 +162,22 @@ int main(int argc, char **argv) {
       }
   }
   raise_fd_limit();
+  log_to_file();
+  char found[4096];
+  if (!notebook || !*notebook) {
+    /* classic Notebook names no session: its server knows the notebook */
+    const char *ppid = getenv("JPY_PARENT_PID");
+    char *copy = strdup(conn_path);
+    int lr = jk_jpserver_notebook(kernel_id, ppid ? strtol(ppid, NULL, 10) : 0, copy ? dirname(copy) : NULL,
+                                  LOOKUP_WAIT_MS, found, sizeof found);
+    free(copy);
+    if (lr == 0) {
+      notebook = found;
+      sl_info("kernel", "notebook session %s (from the Jupyter server that started this kernel)", found);
+    } else if (lr != -ENOENT) {
+      sl_warn("kernel", "cannot ask the Jupyter server for this kernel's notebook: %s", sl_strerror(lr));
+    }
+  }
   struct jk_run_options opts = {kernel_id, notebook && *notebook ? notebook : NULL, hist};
   r = jk_channels_run(&conn, &opts);
   memset(&conn, 0, sizeof conn);

@@ -6,9 +6,10 @@
  * current values, or a delete for names that no longer exist. Names in a
  * session.set that fails go back to dirty, so the next flush resends them
  * with whatever value they hold then. The load at start (session.get) never
- * overwrites a name this kernel changed meanwhile. Neither flushing nor the
- * load at start may start a gateway: a notebook of plain variables works
- * without one. While the gateway is known to be down, a cell's changes are
+ * overwrites a name this kernel changed meanwhile. Flushing never starts a
+ * gateway, and the load at start does so only when asked (a named notebook
+ * of a user whose own gateway kept state before, which has stopped since):
+ * a notebook of plain variables works without one. While the gateway is known to be down, a cell's changes are
  * only kept: the end of a cell tries to reach it again at most once per
  * RETRY_US, so cells cost nothing extra without a gateway, and a gateway that
  * comes up later still gets every change (also at once when anything else
@@ -149,8 +150,8 @@ void jk_session_cell_done(struct jk_session *s) {
   jk_session_flush(s);
 }
 
-void jk_session_load(struct jk_session *s, bool cells_wait) {
-  int64_t id = jk_gw_request(s->gw, json_pack("{s:s}", "type", "session.get"), 0);
+void jk_session_load(struct jk_session *s, bool cells_wait, bool may_start) {
+  int64_t id = jk_gw_request(s->gw, json_pack("{s:s}", "type", "session.get"), may_start ? JK_GW_SPAWN : 0);
   if (id < 0)
     return;
   if (s->load_id)

@@ -25,9 +25,10 @@ void jk_session_flush(struct jk_session *s);
 /* At the end of a cell: jk_session_flush(), unless the gateway was found
  * down less than a retry interval ago (the changes are then kept). */
 void jk_session_cell_done(struct jk_session *s);
-/* Asks for session.get (at start, after %gateway; never starts a gateway).
- * With cells_wait, jk_session_loading() is true until its reply. */
-void jk_session_load(struct jk_session *s, bool cells_wait);
+/* Asks for session.get (at start, after %gateway). With cells_wait,
+ * jk_session_loading() is true until its reply; with may_start, a stopped
+ * embedded gateway is started to answer it. */
+void jk_session_load(struct jk_session *s, bool cells_wait, bool may_start);
 bool jk_session_loading(const struct jk_session *s);
 /* Loads a session.get reply (borrowed) into the state. switched: after
  * %session NAME, stored names win over local ones and local-only names are
