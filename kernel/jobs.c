@@ -805,7 +805,8 @@ void jk_jobs_tick(struct jk_interp *ip) {
   struct jk_execution *x = ip->running;
   if (!x || !x->follow || !x->follow->display || x->wait != JK_WAIT_JOB)
     return;
-  publish_display(ip, false);
+  if (!x->follow->catching_up || x->follow->resyncing) /* the first display waits for the job's state */
+    publish_display(ip, false);
   int64_t now = sl_time_mono_us();
   if (now >= ip->ping_at_us) {
     struct jk_follow *f = x->follow;

@@ -209,7 +209,7 @@ def with_gateway(kernel_exe, cli_exe):
             rc, out, _ = cli(cli_exe, "jobs")
             check(rc == 0 and "JOB" in out and str(job) in out, "spotlab jobs")
             rc, out, _ = cli(cli_exe, "status")
-            check(rc == 0 and "gateway:" in out, "spotlab status")
+            check(rc == 0 and re.search(r"^gateway +version ", out, re.M) is not None, "spotlab status")
             rc, out, _ = cli(cli_exe, "cost", "--json")
             check(rc == 0 and "spent_usd" in json.loads(out), "spotlab cost --json")
             rc, out, _ = cli(cli_exe, "instances", "--json")
