@@ -107,6 +107,12 @@ DISPLAY_STATE = TRAIN_OUTPUT.replace("return cells[i].output_area.element[0];", 
   }""")
 
 
+def shoot(drv, path):
+    """A screenshot with the job display in view."""
+    drv.execute_script("var f = function () {" + TRAIN_OUTPUT + "}; var el = f(); if (el) el.scrollIntoView();")
+    drv.save_screenshot(path)
+
+
 def open_notebook(drv, base, path):
     drv.get("%snotebooks/%s?token=%s" % (base, path, TOKEN))
     return wait_for(lambda: drv.execute_script(
@@ -149,7 +155,8 @@ def main(argv):
         log = open(os.path.join(artifacts, "notebook-server.log"), "w")
         server = subprocess.Popen(
             ["/usr/bin/jupyter-notebook", "--no-browser", "--port=%d" % port, "--ip=127.0.0.1",
-             "--NotebookApp.token=" + TOKEN, "--notebook-dir=" + root, "--NotebookApp.port_retries=0"],
+             "--NotebookApp.token=" + TOKEN, "--notebook-dir=" + root, "--NotebookApp.port_retries=0"]
+            + (["--allow-root"] if os.geteuid() == 0 else []),
             stdout=log, stderr=subprocess.STDOUT, env=env)
         drv = None
         try:
@@ -162,15 +169,14 @@ def main(argv):
             mid = wait_for(lambda: (lambda s: s if s and s["bar"] is not None and 5 <= s["bar"] < 95
                                     and s["img"] else None)(drv.execute_script(DISPLAY_STATE)),
                            900, "the display mid-training")
-            drv.save_screenshot(os.path.join(artifacts, "notebook-mid.png"))
+            shoot(drv, os.path.join(artifacts, "notebook-mid.png"))
             check(mid is not None, "mid-training: a progress bar and a loaded loss curve")
             end = wait_for(lambda: (lambda s: s if s and s["bar"] == 100 and "succeeded" in s["text"] else None)(
                 drv.execute_script(DISPLAY_STATE)), 900, "the display at the end")
             done = wait_for(lambda: drv.execute_script(
                 "return !Jupyter.notebook.kernel_busy && Jupyter.notebook.get_cells().every(function (c) {"
                 " return c.cell_type !== 'code' || c.input_prompt_number > 0; })"), 900, "every cell to run")
-            drv.execute_script("document.querySelectorAll('.input').forEach(function (e) { e.scrollIntoView(); });")
-            drv.save_screenshot(os.path.join(artifacts, "notebook-end.png"))
+            shoot(drv, os.path.join(artifacts, "notebook-end.png"))
             check(end is not None and done, "the quickstart runs to the end")
             if end:
                 check(end["img"] and end["img"] > 0, "the end: the loss curve image is loaded")
@@ -209,7 +215,7 @@ def main(argv):
             check(open_notebook(drv, base, "copy.ipynb"), "the copy opens")
             check(drv.execute_script("return Jupyter.notebook.trusted") is False, "the copy is untrusted")
             st = wait_for(lambda: drv.execute_script(DISPLAY_STATE), 30, "the saved display")
-            drv.save_screenshot(os.path.join(artifacts, "notebook-untrusted.png"))
+            shoot(drv, os.path.join(artifacts, "notebook-untrusted.png"))
             check(st is not None and st["bar"] == 100, "untrusted: the progress bar is kept")
             check(st is not None and st["img"] and st["img"] > 0, "untrusted: the loss curve is an image")
             check(st is not None and "train loss" not in st["text"], "untrusted: the curve is not a line of text")
