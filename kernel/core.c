@@ -503,9 +503,12 @@ void jk_core_handle(struct jk_core *c, enum jk_channel ch, struct jk_msg *m) {
       note_terminal(c, m);
     /* A cell from another front end (a reopened tab, a console on this
      * kernel) would wait behind one that only watches a job nobody may be
-     * looking at: the interpreter may end that watch first. */
+     * looking at: the interpreter may end that watch first. So does a new
+     * cell from a terminal console: it runs one cell at a time, so it sends
+     * another only after giving up on the running one (Ctrl-C there stops
+     * waiting without telling the kernel, in some versions). */
     bool other = c->running && strcmp(type, "execute_request") == 0 && c->iops->other_front_end &&
-                 strcmp(client_session(m), client_session(c->running)) != 0;
+                 (strcmp(client_session(m), client_session(c->running)) != 0 || is_terminal(c, m));
     if (enqueue(c, m) < 0) { /* answered, so no front end waits for a reply that never comes */
       sl_warn("kernel", "shell queue full; refusing %s", type);
       jk_core_reject(c, ch, m, "the kernel's request queue is full; try again");

@@ -11,8 +11,9 @@ through an embedded gateway of its own. What a person sees is read back with
     while it runs, and its final state (succeeded, loss) when it ends;
   - no kernel log line ever appears among the outputs;
   - %attach on the finished job shows its final state, not "submitted";
-  - Ctrl-C while following a longer job detaches from it (the cell ends with
-    Interrupted, the job keeps running: %jobs lists it running), and
+  - Ctrl-C while following a longer job gives the prompt back and the next
+    cell (%jobs) runs at once, listing the job still running (the kernel
+    ends a terminal's follow when that terminal sends its next cell), and
     %cancel stops it.
 The screen at each step is written to ARTIFACT_DIR/console-*.txt.
 Every wait is on a condition with a generous deadline, never a fixed sleep.
@@ -147,11 +148,12 @@ def main(argv):
             pane.key("C-c")
             ok = pane.wait(lambda s: prompts(s) > before, 120, "the prompt after Ctrl-C")
             pane.save("interrupt")
-            out = pane.seen.split("steps=200000", 1)[-1]
-            check(ok and ("detached from %s" % long_job) in out, "Ctrl-C detaches from the job")
+            check(ok, "Ctrl-C gives the prompt back")
+            # jupyter console 6.4 may stop waiting without interrupting the
+            # kernel; either way the next cell runs at once, the job runs on
             before = prompts(pane.screen())
             pane.send("%jobs")
-            ok = pane.wait(lambda s: prompts(s) > before, 120, "%jobs")
+            ok = pane.wait(lambda s: prompts(s) > before, 60, "%jobs")
             out = pane.seen.rsplit("%jobs", 1)[-1]
             check(ok and re.search(r"^%s\s+running" % long_job, out, re.M) is not None,
                   "the detached job keeps running (%jobs)")
