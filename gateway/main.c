@@ -160,7 +160,10 @@ static int embedded_user(struct gw_config *cfg, char *err, size_t size) {
 
 /* The state folder holds token hashes, notebook variables, keys and models:
  * only the gateway's user may enter it. An existing folder that others
- * could enter is tightened to 0700, with a warning. */
+ * could enter is tightened to 0700, with a warning; one that another user
+ * owns, or that every user may write (/tmp), is no state folder and is
+ * refused: whoever can write there could have put files in it, and
+ * tightening a shared folder would lock its users out. */
 static int private_folder(const char *dir, char *err, size_t size) {
   int r = sl_mkdir_p(dir, 0700);
   if (r < 0)
@@ -172,6 +175,13 @@ static int private_folder(const char *dir, char *err, size_t size) {
     r = -ENOTDIR;
   if (r < 0)
     return snprintf(err, size, "%s: %s", dir, sl_strerror(r)), r;
+  if (st.st_uid != geteuid())
+    return snprintf(err, size, "the state folder %s belongs to uid %u, not to the gateway's"
+                    " user (uid %u)", dir, (unsigned)st.st_uid, (unsigned)geteuid()), -EPERM;
+  if (st.st_mode & (S_IWOTH | S_ISVTX))
+    return snprintf(err, size, "the state folder %s is writable by every user (mode %04o); give"
+                    " the gateway a folder of its own", dir, (unsigned)(st.st_mode & 07777)),
+           -EPERM;
   if (!(st.st_mode & 077))
     return 0;
   if (chmod(dir, 0700) < 0) {

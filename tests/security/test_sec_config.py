@@ -6,7 +6,8 @@ usage: test_sec_config.py CASE GATEWAY [WORKER TRAIN]
 revoke  a user removed from the config and the gateway restarted: their token is refused,
         their data stay, everyone else (the embedded gateway's own user too) still gets in.
 modes   a state folder left 0755 with a 0644 gateway.db: after a start and a training job,
-        the folder is 0700 and nothing in it can be read by other users.
+        the folder is 0700 and nothing in it can be read by other users; a folder every
+        user may write is refused.
 errors  a config path that is no regular file, duplicate keys and sections, a group that does
         not exist, warn_before longer than a notebook_timeout: each exits non-zero with a
         message naming the problem, and a good state folder is left as it was.
@@ -195,6 +196,17 @@ def case_modes():
     with open(text, "w") as f:
         f.write("Call me Ishmael. Some years ago, never mind how long precisely. " * 200)
     try:
+        # a folder every user may write (as /tmp) is refused, not tightened for all
+        shared = os.path.join(folder, "shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o1777)
+        r = subprocess.run([GATEWAY, "--config", gw.ini, "--state-dir", shared],
+                           capture_output=True, text=True, env=gateway_env(), timeout=60)
+        check(r.returncode == 1 and "is writable by every user (mode 1777)" in r.stderr,
+              "a world-writable state folder is refused", r)
+        check(stat.S_IMODE(os.stat(shared).st_mode) == 0o1777 and not os.listdir(shared),
+              "and left as it was")
+
         gw.start()
         c = GatewayClient(gw.listen, token=TOKENS["alice"], session="nb")
         r = c.req("session.set", defs=[
