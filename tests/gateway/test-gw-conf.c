@@ -265,6 +265,8 @@ static void test_whole_file(void) {
                "duplicate section [gateway] (first on line 1); merge the two", 4);
   expect_error("[user.bob]\ngroup = ops\n[group.ops]\n[user.bob]\n", "duplicate section", 4);
   expect_error("[provider.local]\nslots = 1\nslots = 2\n", "duplicate key \"slots\"", 3);
+  expect_error("\xEF\xBB\xBF[gateway]\nmax_instances = 2\n[gateway]\n",
+               "duplicate section [gateway] (first on line 1)", 3);
   expect_error("[gateway]\nlisten = tcp://127.0.0.1:1\n  state_dir = /tmp/x\n",
                "an indented line continues the value of \"listen\"", 3);
   expect_error("[user.bob]\ngroup = ops\n", "[user.bob] group = ops: there is no [group.ops]", 2);
