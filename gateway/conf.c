@@ -24,11 +24,14 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 enum opt_owner { O_MAIN, O_USER, O_GROUP };
 
@@ -426,6 +429,15 @@ void gw_config_embedded(struct gw_config *c, const char *home) {
   c->embedded = true;
 }
 
+/* What the file has set so far, for duplicates and for messages that name
+ * the line of a value: a section (key[0] == 0) or a key of one. */
+struct seen {
+  char section[80];
+  char key[GW_NAME_MAX];
+  int line;
+};
+#define SEEN_MAX 4096           /* more than every valid option of a full config */
+
 struct parse_ctx {
   struct gw_config *c;
   FILE *f;
@@ -434,20 +446,104 @@ struct parse_ctx {
   int first_err_line;
   char *err;
   size_t err_size;
+  char prev_key[INI_MAX_LINE];  /* inih's: the key an indented line would continue */
+  bool cont;                    /* the line read is such a continuation */
+  struct seen *seen;
+  size_t n_seen;
 };
 
-static void parse_error(struct parse_ctx *p, const char *msg) {
+/* Records the file's first error, at line (0: the whole file); SL_ECONFIG. */
+static int error_at(struct parse_ctx *p, int line, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+static int error_at(struct parse_ctx *p, int line, const char *fmt, ...) {
   if (p->first_err_line)
-    return;
-  p->first_err_line = p->line;
-  fail(p->err, p->err_size, "%s:%d: %s", p->path, p->line, msg);
+    return SL_ECONFIG;
+  p->first_err_line = line > 0 ? line : -1;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (line > 0)
+    fail(p->err, p->err_size, "%s:%d: %s", p->path, line, msg);
+  else
+    fail(p->err, p->err_size, "%s: %s", p->path, msg);
+  return SL_ECONFIG;
 }
 
-/* fgets with a line counter; also sees each section header, so an empty
- * section is checked (an unknown or refused one is an error) and an empty
- * [provider.NAME] enables that provider with its defaults. */
+static void parse_error(struct parse_ctx *p, const char *msg) {
+  error_at(p, p->line, "%s", msg);
+}
+
+/* The entry for section (and key, or "" for the section itself), or NULL. */
+static const struct seen *find_seen(const struct parse_ctx *p, const char *section,
+                                    const char *key) {
+  for (size_t i = 0; i < p->n_seen; i++)
+    if (!strcmp(p->seen[i].key, key) && !strcmp(p->seen[i].section, section))
+      return &p->seen[i];
+  return NULL;
+}
+
+static void add_seen(struct parse_ctx *p, const char *section, const char *key) {
+  if (strlen(section) >= sizeof p->seen->section || strlen(key) >= sizeof p->seen->key)
+    return; /* longer than any valid name: refused already */
+  if (p->n_seen % 256 == 0) {
+    struct seen *more = p->n_seen < SEEN_MAX
+                            ? realloc(p->seen, (p->n_seen + 256) * sizeof *more) : NULL;
+    if (!more) {
+      parse_error(p, p->n_seen < SEEN_MAX ? "out of memory"
+                                          : "more sections and options than any gateway has");
+      return;
+    }
+    p->seen = more;
+  }
+  struct seen *e = &p->seen[p->n_seen++];
+  snprintf(e->section, sizeof e->section, "%s", section);
+  snprintf(e->key, sizeof e->key, "%s", key);
+  e->line = p->line;
+}
+
+static int seen_line(const struct parse_ctx *p, const char *section, const char *key) {
+  const struct seen *e = find_seen(p, section, key);
+  return e ? e->line : 0;
+}
+
+/* A section header: checked (an unknown or refused one is an error), named
+ * once, and an empty [provider.NAME] or [group.NAME] still takes effect:
+ * the provider is enabled with its defaults, the group exists. */
+static void on_section(struct parse_ctx *p, const char *s) {
+  char sec[160];
+  const char *e = strchr(s, ']');
+  if (!e || (size_t)(e - s - 1) >= sizeof sec) {
+    parse_error(p, "malformed section header");
+    return;
+  }
+  memcpy(sec, s + 1, (size_t)(e - s - 1));
+  sec[e - s - 1] = 0;
+  p->prev_key[0] = 0;
+  char msg[512];
+  const char *entry;
+  const char *tmpl = section_template(sec, &entry);
+  const struct seen *first = find_seen(p, sec, "");
+  if (check_section(sec, msg, sizeof msg) < 0)
+    parse_error(p, msg);
+  else if (first)
+    error_at(p, p->line, "duplicate section [%s] (first on line %d); merge the two", sec,
+             first->line);
+  else if (!strcmp(tmpl, "provider.*") && !enable_provider(p->c, entry, msg, sizeof msg))
+    parse_error(p, msg);
+  else if (!strcmp(tmpl, "group.*") && !target(p->c, O_GROUP, entry, msg, sizeof msg))
+    parse_error(p, msg);
+  else
+    add_seen(p, sec, "");
+}
+
+/* fgets with a line counter; also sees what inih does not tell the handler:
+ * each section header, and whether an indented line continues the value
+ * before it (inih's multi-line values, which no option takes). */
 static char *reader(char *str, int num, void *stream) {
   struct parse_ctx *p = stream;
+  p->cont = false;
   char *r = fgets(str, num, p->f);
   if (!r)
     return NULL;
@@ -461,31 +557,26 @@ static char *reader(char *str, int num, void *stream) {
     return r;
   }
   const char *s = r;
+  if (p->line == 1 && !strncmp(s, "\xEF\xBB\xBF", 3))
+    s += 3; /* a byte order mark, which inih skips too */
+  const char *start = s;
   while (isspace((unsigned char)*s))
     s++;
-  if (*s == '[') {
-    char sec[160];
-    const char *e = strchr(s, ']');
-    if (!e || (size_t)(e - s - 1) >= sizeof sec) {
-      parse_error(p, "malformed section header");
-    } else {
-      memcpy(sec, s + 1, (size_t)(e - s - 1));
-      sec[e - s - 1] = 0;
-      char msg[512];
-      const char *entry;
-      if (check_section(sec, msg, sizeof msg) < 0)
-        parse_error(p, msg);
-      else if (!strcmp(section_template(sec, &entry), "provider.*") &&
-               !enable_provider(p->c, entry, msg, sizeof msg))
-        parse_error(p, msg);
-    }
-  }
+  p->cont = p->prev_key[0] && *s && !strchr(";#", *s) && s > start;
+  if (*s == '[' && !p->cont)
+    on_section(p, s);
   return r;
 }
 
 static int handler(void *user, const char *section, const char *name, const char *value) {
   struct parse_ctx *p = user;
   char msg[512];
+  if (p->cont) {
+    error_at(p, p->line, "an indented line continues the value of \"%s\"; each option takes"
+             " one line (remove the indent)", name);
+    return 1;
+  }
+  snprintf(p->prev_key, sizeof p->prev_key, "%s", name);
   if (!section[0]) {
     snprintf(msg, sizeof msg, "key \"%s\" outside any section", name);
     parse_error(p, msg);
@@ -493,25 +584,114 @@ static int handler(void *user, const char *section, const char *name, const char
   }
   if (check_section(section, NULL, 0) < 0)
     return 1; /* reported by the reader at the header */
+  const struct seen *first = find_seen(p, section, name);
+  if (first && *name) {
+    error_at(p, p->line, "duplicate key \"%s\" in [%s] (first set on line %d)", name, section,
+             first->line);
+    return 1;
+  }
   if (gw_config_set(p->c, section, name, value, msg, sizeof msg) < 0)
     parse_error(p, msg);
+  else
+    add_seen(p, section, name);
   return 1;
+}
+
+static void format_dur(int64_t us, char *buf, size_t size) {
+  const struct sl_opt d = {.type = SL_OPT_DUR, .size = sizeof us};
+  sl_opt_format(&d, &us, buf, size);
+}
+
+/* What no single option can check: every user's group exists, no two users
+ * share a token, and the idle warning comes within each notebook timeout
+ * (the gateway's and each group's). Errors name the line of the value. */
+static int check_whole(struct parse_ctx *p) {
+  const struct gw_config *c = p->c;
+  char sec[96], other[96];
+  for (size_t i = 0; i < c->n_users; i++) {
+    const struct gw_user_cfg *u = &c->users[i];
+    snprintf(sec, sizeof sec, "user.%s", u->name);
+    size_t g = 0;
+    while (u->group[0] && g < c->n_groups && strcmp(c->groups[g].name, u->group))
+      g++;
+    if (u->group[0] && g == c->n_groups)
+      return error_at(p, seen_line(p, sec, "group"),
+                      "[%s] group = %s: there is no [group.%s] section", sec, u->group,
+                      u->group);
+    for (size_t j = 0; u->token_sha256[0] && j < i; j++)
+      if (!strcmp(c->users[j].token_sha256, u->token_sha256)) {
+        snprintf(other, sizeof other, "user.%s", c->users[j].name);
+        return error_at(p, seen_line(p, sec, "token_sha256"),
+                        "[%s] has the same token_sha256 as [%s]; each user needs a token of"
+                        " their own", sec, other);
+      }
+  }
+  char warn[32], nb[32];
+  format_dur(c->warn_before_us, warn, sizeof warn);
+  int warn_line = seen_line(p, "idle", "warn_before");
+  const char *warn_from = warn_line ? "" : ", the default";
+  if (c->warn_before_us > c->notebook_timeout_us) {
+    format_dur(c->notebook_timeout_us, nb, sizeof nb);
+    return error_at(p, warn_line ? warn_line : seen_line(p, "idle", "notebook_timeout"),
+                    "[idle] warn_before (%s%s) is longer than notebook_timeout (%s): the"
+                    " warning would come before the session is idle", warn, warn_from, nb);
+  }
+  for (size_t i = 0; i < c->n_groups; i++) {
+    const struct gw_group_cfg *g = &c->groups[i];
+    if (g->notebook_timeout_us < 0 || c->warn_before_us <= g->notebook_timeout_us)
+      continue;
+    snprintf(sec, sizeof sec, "group.%s", g->name);
+    format_dur(g->notebook_timeout_us, nb, sizeof nb);
+    return error_at(p, seen_line(p, sec, "notebook_timeout"),
+                    "[%s] notebook_timeout (%s) is shorter than [idle] warn_before (%s%s): the"
+                    " warning would come before the session is idle", sec, nb, warn, warn_from);
+  }
+  return 0;
+}
+
+/* A config path must be a regular file: a folder reads as empty and a FIFO
+ * blocks, and either would leave the gateway on its defaults. Opened without
+ * blocking, checked, then read normally. */
+static FILE *open_config(const char *path, char *err, size_t err_size, int *ret_err) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) < 0) {
+    *ret_err = -errno;
+    fail(err, err_size, "%s: %s", path, strerror(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    *ret_err = SL_ECONFIG;
+    fail(err, err_size, "%s: %s, not a config file (expected an INI file)", path,
+         S_ISDIR(st.st_mode) ? "a folder" : S_ISFIFO(st.st_mode) ? "a FIFO"
+         : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "not a regular file");
+  } else {
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "r");
+    if (f)
+      return f;
+    *ret_err = -errno;
+    fail(err, err_size, "%s: %s", path, strerror(errno));
+  }
+  if (fd >= 0)
+    close(fd);
+  return NULL;
 }
 
 int gw_config_load_file(struct gw_config *c, const char *path, char *err, size_t err_size) {
   struct parse_ctx p = {.c = c, .path = path, .err = err, .err_size = err_size};
-  p.f = fopen(path, "r");
-  if (!p.f) {
-    int e = errno;
-    fail(err, err_size, "%s: %s", path, strerror(e));
-    return -e;
-  }
-  int r = ini_parse_stream(reader, &p, handler, &p);
+  int r = 0;
+  if (!(p.f = open_config(path, err, err_size, &r)))
+    return r;
+  r = ini_parse_stream(reader, &p, handler, &p);
+  if (ferror(p.f))
+    error_at(&p, 0, "read error: %s", strerror(errno));
   fclose(p.f);
   if (!p.first_err_line && r != 0) {
     p.line = r > 0 ? r : p.line;
     parse_error(&p, "syntax error (expected [section] or key = value)");
   }
+  if (!p.first_err_line)
+    check_whole(&p);
+  free(p.seen);
   return p.first_err_line ? SL_ECONFIG : 0;
 }
 

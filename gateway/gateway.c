@@ -115,6 +115,33 @@ static int bind_sockets(struct gw *g, char *err, size_t err_size) {
   return 0;
 }
 
+static void user_removed(const char *name, void *data) {
+  (void)data;
+  sl_warn(T, "user %s is not in the configuration (or has no token_sha256): their token is"
+          " refused from now on; their jobs and data are kept", name);
+}
+
+/* The users who may log in are exactly the configuration's users with a
+ * token (the embedded gateway's own user among them): a user removed from
+ * the file loses access at the next start. */
+static int sync_users(struct gw *g, char *err, size_t err_size) {
+  struct gw_store_user users[GW_MAX_USERS];
+  size_t n = 0;
+  for (size_t i = 0; i < g->cfg->n_users; i++) {
+    const struct gw_user_cfg *u = &g->cfg->users[i];
+    if (u->token_sha256[0])
+      users[n++] = (struct gw_store_user){u->name, u->token_sha256, u->group};
+  }
+  int r = gw_store_users_sync(g->store, users, n, user_removed, NULL);
+  if (r < 0) {
+    snprintf(err, err_size, "cannot record the configuration's users: %s", sl_strerror(r));
+    return r;
+  }
+  if (r > GW_STORE_USERS_REPORTED)
+    sl_warn(T, "%d more users lost access", r - GW_STORE_USERS_REPORTED);
+  return 0;
+}
+
 static int open_state(struct gw *g, char *err, size_t err_size) {
   const char *dir = g->cfg->state_dir;
   char path[1200];
@@ -131,15 +158,7 @@ static int open_state(struct gw *g, char *err, size_t err_size) {
   snprintf(path, sizeof path, "%s/gateway.db", dir);
   if ((r = gw_store_open(path, &g->store, err, err_size)) < 0)
     return r;
-  for (size_t i = 0; i < g->cfg->n_users; i++) {
-    const struct gw_user_cfg *u = &g->cfg->users[i];
-    if (u->token_sha256[0] && (r = gw_store_user_put(g->store, u->name, u->token_sha256,
-                                                      u->group)) < 0) {
-      snprintf(err, err_size, "cannot record user %s", u->name);
-      return r;
-    }
-  }
-  return 0;
+  return sync_users(g, err, err_size);
 }
 
 /* Opens every provider the config enables. One that fails to open is

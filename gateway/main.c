@@ -5,9 +5,11 @@
  * file named by --config or SPOTLAB_CONFIG, the environment (SPOTLAB_HOME
  * sets state_dir in embedded mode), then the command line. One gateway per
  * state folder: an flock on state_dir/gateway.lock, held for the life of the
- * process. With --daemon the process detaches (setsid, double fork) and the
- * command returns only once the sockets are bound, so a kernel that starts
- * it can connect at once. */
+ * process. The folder and all in it are the gateway's user's alone (0700,
+ * files 0600 through umask 077); what an older gateway left open to others
+ * is tightened at start, with a warning. With --daemon the process
+ * detaches (setsid, double fork) and the command returns only once the
+ * sockets are bound, so a kernel that starts it can connect at once. */
 #include "conf.h"
 #include "config.h"
 #include "gateway.h"
@@ -18,6 +20,7 @@
 #include "sl_log.h"
 #include "sl_path.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pwd.h>
@@ -29,6 +32,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#define T "gateway"
 
 static volatile sig_atomic_t stop_flag;
 
@@ -153,12 +158,100 @@ static int embedded_user(struct gw_config *cfg, char *err, size_t size) {
   return 0;
 }
 
+/* The state folder holds token hashes, notebook variables, keys and models:
+ * only the gateway's user may enter it. An existing folder that others
+ * could enter is tightened to 0700, with a warning; one that another user
+ * owns, or that every user may write (/tmp), is no state folder and is
+ * refused: whoever can write there could have put files in it, and
+ * tightening a shared folder would lock its users out. */
+static int private_folder(const char *dir, char *err, size_t size) {
+  int r = sl_mkdir_p(dir, 0700);
+  if (r < 0)
+    return snprintf(err, size, "%s: %s", dir, sl_strerror(r)), r;
+  struct stat st;
+  if (stat(dir, &st) < 0)
+    r = -errno;
+  else if (!S_ISDIR(st.st_mode))
+    r = -ENOTDIR;
+  if (r < 0)
+    return snprintf(err, size, "%s: %s", dir, sl_strerror(r)), r;
+  if (st.st_uid != geteuid())
+    return snprintf(err, size, "the state folder %s belongs to uid %u, not to the gateway's"
+                    " user (uid %u)", dir, (unsigned)st.st_uid, (unsigned)geteuid()), -EPERM;
+  if (st.st_mode & (S_IWOTH | S_ISVTX))
+    return snprintf(err, size, "the state folder %s is writable by every user (mode %04o); give"
+                    " the gateway a folder of its own", dir, (unsigned)(st.st_mode & 07777)),
+           -EPERM;
+  if (!(st.st_mode & 077))
+    return 0;
+  if (chmod(dir, 0700) < 0) {
+    r = -errno;
+    return snprintf(err, size, "the state folder %s is mode %03o and cannot be made private: %s",
+                    dir, (unsigned)(st.st_mode & 0777), sl_strerror(r)), r;
+  }
+  sl_warn(T, "the state folder %s was mode %03o (other users could read it); now 0700", dir,
+          (unsigned)(st.st_mode & 0777));
+  return 0;
+}
+
+struct tighten {
+  size_t n, failed;
+  char first[256];
+};
+
+/* Takes the group and other bits off everything under the folder open as
+ * fd (taken), depth levels at most, never following a link. gateway.key is
+ * left to keys.c, which refuses a secret key that others could read. */
+static void tighten_tree(int fd, const char *rel, int depth, struct tighten *t) {
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return;
+  }
+  const struct dirent *e;
+  while ((e = readdir(d))) {
+    struct stat st;
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+        (!*rel && !strcmp(e->d_name, "gateway.key")) ||
+        fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISLNK(st.st_mode))
+      continue;
+    if ((st.st_mode & 077) && fchmodat(fd, e->d_name, st.st_mode & 0700, 0) < 0) {
+      t->failed++;
+    } else if (st.st_mode & 077 && t->n++ == 0) {
+      snprintf(t->first, sizeof t->first, "%s%s", rel, e->d_name);
+    }
+    int sub;
+    char path[4096];
+    if (S_ISDIR(st.st_mode) && depth > 0 &&
+        snprintf(path, sizeof path, "%s%s/", rel, e->d_name) < (int)sizeof path &&
+        (sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0)
+      tighten_tree(sub, path, depth - 1, t);
+  }
+  closedir(d);
+}
+
+/* Every file under the state folder readable by its owner only: files an
+ * older gateway (or SQLite, copying the database's mode to -wal and -shm)
+ * left open to others are tightened, with one warning. */
+static void private_files(const char *dir) {
+  struct tighten t = {0};
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0)
+    tighten_tree(fd, "", 32, &t);
+  if (t.n)
+    sl_warn(T, "%zu files under %s could be read by other users (%s, ...); now by this user only",
+            t.n, dir, t.first);
+  if (t.failed)
+    sl_warn(T, "%zu files under %s that other users can read could not be tightened", t.failed,
+            dir);
+}
+
 /* Takes state_dir/gateway.lock; returns the fd (kept open) or an error. */
 static int lock_state(const struct gw_config *cfg, char *err, size_t size) {
   char path[1200];
-  int r = sl_mkdir_p(cfg->state_dir, 0700);
+  int r = private_folder(cfg->state_dir, err, size);
   if (r < 0)
-    return snprintf(err, size, "%s: %s", cfg->state_dir, sl_strerror(r)), r;
+    return r;
   snprintf(path, sizeof path, "%s/gateway.lock", cfg->state_dir);
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -275,6 +368,10 @@ int gw_main(int argc, char **argv) {
     fprintf(stderr, "spotlab-gateway: libsodium failed to initialise\n");
     return 1;
   }
+  /* whatever the gateway and its local workers create (the database and
+   * the -wal and -shm SQLite makes beside it, logs, checkpoints) is theirs
+   * alone */
+  umask(077);
   int ready = -1;
   if (a.daemon && (r = daemonize(&cfg, &ready)) < 0) {
     fprintf(stderr, "spotlab-gateway: cannot detach: %s\n", sl_strerror(r));
@@ -286,6 +383,7 @@ int gw_main(int argc, char **argv) {
     report(ready, err);
     return 1;
   }
+  private_files(cfg.state_dir);
   struct sigaction sa = {.sa_handler = on_signal};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);

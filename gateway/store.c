@@ -199,6 +199,48 @@ int gw_store_user_put(struct gw_store *s, const char *name, const char *token_sh
   return run(s, st);
 }
 
+static bool named(const struct gw_store_user *users, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(users[i].name, name))
+      return true;
+  return false;
+}
+
+int gw_store_users_sync(struct gw_store *s, const struct gw_store_user *users, size_t n,
+                        void (*on_removed)(const char *name, void *data), void *data) {
+  char gone[GW_STORE_USERS_REPORTED][64];
+  size_t n_gone = 0, more = 0;
+  if (begin(s) < 0)
+    return SL_ESQLITE;
+  sqlite3_stmt *st = prep(s, "SELECT name FROM users ORDER BY name");
+  if (!st)
+    return rollback(s, SL_ESQLITE);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *name = (const char *)sqlite3_column_text(st, 0);
+    if (!name || named(users, n, name))
+      continue;
+    if (n_gone < GW_STORE_USERS_REPORTED)
+      snprintf(gone[n_gone++], sizeof gone[0], "%s", name);
+    else
+      more++;
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE)
+    return rollback(s, db_err(s, "list users"));
+  /* all rows go and the named ones come back, so tokens may move between
+   * users in one sync without tripping the unique index */
+  int r = exec(s, "DELETE FROM users");
+  for (size_t i = 0; r == 0 && i < n; i++)
+    if ((r = gw_store_user_put(s, users[i].name, users[i].token_sha256, users[i].group)) < 0)
+      sl_err(T, "cannot record user %s", users[i].name);
+  if (r < 0 || (r = commit(s)) < 0)
+    return rollback(s, r);
+  for (size_t i = 0; on_removed && i < n_gone; i++)
+    on_removed(gone[i], data);
+  return (int)(n_gone + more);
+}
+
 int gw_store_user_by_token(struct gw_store *s, const char *token_sha256, char *ret_name,
                            size_t size) {
   sqlite3_stmt *st = prep(s, "SELECT name FROM users WHERE token_sha256=?");

@@ -44,6 +44,19 @@ int gw_store_schema_version(struct gw_store *s);
 /* Users: only the token's SHA-256 is kept. */
 int gw_store_user_put(struct gw_store *s, const char *name, const char *token_sha256,
                       const char *group);
+/* A user as the configuration names them (all borrowed). */
+struct gw_store_user {
+  const char *name, *token_sha256, *group;
+};
+#define GW_STORE_USERS_REPORTED 32
+/* Makes the users table hold exactly users[0..n), in one transaction: a user
+ * not among them can no longer log in, while their jobs, sessions and costs
+ * stay (named again, they find them). on_removed, when not NULL, is called
+ * after the commit with the name of each user removed (the first
+ * GW_STORE_USERS_REPORTED). Returns how many were removed, or an error with
+ * the table unchanged. */
+int gw_store_users_sync(struct gw_store *s, const struct gw_store_user *users, size_t n,
+                        void (*on_removed)(const char *name, void *data), void *data);
 /* SL_EAUTH when no user has this token hash. */
 int gw_store_user_by_token(struct gw_store *s, const char *token_sha256, char *ret_name,
                            size_t size);

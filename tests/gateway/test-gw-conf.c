@@ -12,6 +12,7 @@
 #include "sl_err.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/test-gw-conf-XXXXXX";
@@ -122,9 +123,9 @@ static void test_providers(void) {
   CHECK_INT(loaded.providers[0].n, 0);
   CHECK_STR(gw_config_provider_option(&loaded, "fake", "slots"), "2");
 
-  /* file order; values as written; a section named twice is one provider */
-  CHECK_STR(load("[provider.fake]\nslots = 5\n[provider.local]\ntime_scale = 0.5\n"
-                 "market = trace:/x.json\n[provider.fake]\nslots = 6\n", &r), "");
+  /* file order; values as written; a section named twice is an error */
+  CHECK_STR(load("[provider.fake]\nslots = 6\n[provider.local]\ntime_scale = 0.5\n"
+                 "market = trace:/x.json\n", &r), "");
   CHECK_INT(r, 0);
   CHECK_INT(loaded.n_providers, 2);
   CHECK_STR(loaded.providers[0].name, "fake");
@@ -134,6 +135,8 @@ static void test_providers(void) {
   CHECK_STR(gw_config_provider_option(&loaded, "local", "time_scale"), "0.5");
   CHECK_STR(gw_config_provider_option(&loaded, "local", "market"), "trace:/x.json");
   CHECK_STR(gw_config_provider_option(&loaded, "local", "slots"), "2");
+  expect_error("[provider.fake]\nslots = 5\n[provider.local]\n[provider.fake]\nslots = 6\n",
+               "duplicate section [provider.fake] (first on line 1)", 4);
 
   /* [provider.local] named by the file keeps local, now explicit */
   CHECK_STR(load("[provider.local]\nslots = 1\n", &r), "");
@@ -228,6 +231,74 @@ static void test_refused(void) {
   free(text);
 }
 
+/* Errors only the whole file shows: a path that is no file, a key or a
+ * section given twice, an indented line (inih would read it as the previous
+ * value's continuation), a group that does not exist, a shared token, and a
+ * warning that would come after the timeout it warns of. */
+static void test_whole_file(void) {
+  static struct gw_config c;
+  char msg[512];
+  static const char *not_files[][2] = {
+    {"", "a folder, not a config file"},
+    {"/fifo", "a FIFO, not a config file"},
+  };
+  char path[300];
+  snprintf(path, sizeof path, "%s/fifo", dir);
+  CHECK_INT(mkfifo(path, 0600), 0);
+  for (size_t i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s%s", dir, not_files[i][0]);
+    gw_config_defaults(&c);
+    msg[0] = 0;
+    CHECK_INT(gw_config_load_file(&c, path, msg, sizeof msg), SL_ECONFIG);
+    CHECK(strstr(msg, path) == msg && strstr(msg, not_files[i][1]) != NULL);
+  }
+  unlink(path);
+  gw_config_defaults(&c);
+  CHECK_INT(gw_config_load_file(&c, "/dev/null", msg, sizeof msg), SL_ECONFIG);
+  CHECK(strstr(msg, "/dev/null: a device, not a config file") != NULL);
+
+  const char *tok_a = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  char text[600];
+  expect_error("[gateway]\nlisten = tcp://127.0.0.1:1\n\nlisten = tcp://127.0.0.1:2\n",
+               "duplicate key \"listen\" in [gateway] (first set on line 2)", 4);
+  expect_error("[gateway]\nmax_instances = 2\n[idle]\n[gateway]\n",
+               "duplicate section [gateway] (first on line 1); merge the two", 4);
+  expect_error("[user.bob]\ngroup = ops\n[group.ops]\n[user.bob]\n", "duplicate section", 4);
+  expect_error("[provider.local]\nslots = 1\nslots = 2\n", "duplicate key \"slots\"", 3);
+  expect_error("\xEF\xBB\xBF[gateway]\nmax_instances = 2\n[gateway]\n",
+               "duplicate section [gateway] (first on line 1)", 3);
+  expect_error("[gateway]\nlisten = tcp://127.0.0.1:1\n  state_dir = /tmp/x\n",
+               "an indented line continues the value of \"listen\"", 3);
+  expect_error("[user.bob]\ngroup = ops\n", "[user.bob] group = ops: there is no [group.ops]", 2);
+  expect_error("[group.ops]\nworker_timeout = 1m\n[user.bob]\n\ngroup = opz\n",
+               "there is no [group.opz] section", 5);
+  snprintf(text, sizeof text, "[user.a]\ntoken_sha256 = %s\n[user.b]\ntoken_sha256 = %s\n",
+           tok_a, tok_a);
+  expect_error(text, "[user.b] has the same token_sha256 as [user.a]", 4);
+  expect_error("[idle]\nnotebook_timeout = 10m\nwarn_before = 11m\n",
+               "[idle] warn_before (11m) is longer than notebook_timeout (10m)", 3);
+  expect_error("[idle]\nnotebook_timeout = 2m\n",
+               "[idle] warn_before (5m, the default) is longer than notebook_timeout (2m)", 2);
+  expect_error("[idle]\nwarn_before = 10m\n[group.fast]\nnotebook_timeout = 5m\n",
+               "[group.fast] notebook_timeout (5m) is shorter than [idle] warn_before (10m)", 4);
+  expect_error("[group.fast]\n\nnotebook_timeout = 1m\n",
+               "[group.fast] notebook_timeout (1m) is shorter than [idle] warn_before (5m, the"
+               " default)", 3);
+
+  /* what stays valid: indented keys right under a header, comments, an
+   * empty group section that a user names, the same key in two sections,
+   * a warning as long as the timeout */
+  int r;
+  CHECK_STR(load("[gateway]\n  listen = tcp://127.0.0.1:1\n  ; note\n[idle]\n"
+                 "  notebook_timeout = 5m\nwarn_before = 5m\n[group.ops]\n[user.bob]\n"
+                 "group = ops\n[group.x]\nnotebook_timeout = 1h\n[group.y]\n"
+                 "notebook_timeout = 2h\n", &r), "");
+  CHECK_INT(r, 0);
+  CHECK_STR(loaded.listen, "tcp://127.0.0.1:1");
+  CHECK_INT(loaded.n_groups, 3);
+  CHECK_INT(gw_config_notebook_timeout_us(&loaded, "bob"), 300 * 1000000LL);
+}
+
 int main(void) {
   if (!mkdtemp(dir))
     return 1;
@@ -259,6 +330,8 @@ int main(void) {
   expect_error("listen = x\n", "outside any section", 1);
   expect_error("[idle]\nworker_timeout = 0s\n", "out of range", 2);
   expect_error("\n\n[providers.local]\n", "unknown section [providers.local]", 3);
+
+  test_whole_file();
 
   /* a missing file is an error naming it */
   gw_config_defaults(&c);

@@ -211,12 +211,67 @@ static void test_sessions(void) {
   gw_store_free(s);
 }
 
+static void note_removed(const char *name, void *data) {
+  char *list = data;
+  strncat(list, name, 255 - strlen(list));
+  strncat(list, " ", 255 - strlen(list));
+}
+
+/* The users table follows the configuration: a user left out loses their
+ * token, keeps their sessions, and gets both back when named again; tokens
+ * may change hands in one sync. */
+static void test_users_sync(void) {
+  char path[256], err[256], user[64], removed[256] = "";
+  path_of("users.db", path, sizeof path);
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  struct gw_store_user both[] = {{"alice", "aaaa", ""}, {"bob", "bbbb", "ops"}};
+  CHECK_INT(gw_store_users_sync(s, both, 2, note_removed, removed), 0);
+  CHECK_INT(gw_store_user_by_token(s, "bbbb", user, sizeof user), 0);
+  CHECK_STR(user, "bob");
+  json_t *vars = json_pack("{s:{s:s,s:i}}", "n", "t", "num", "v", 7);
+  CHECK_INT(gw_store_session_set(s, "bob", "nb", vars, NULL, NULL), 0);
+
+  CHECK_INT(gw_store_users_sync(s, both, 1, note_removed, removed), 1);
+  CHECK_STR(removed, "bob ");
+  CHECK_INT(gw_store_user_by_token(s, "bbbb", user, sizeof user), SL_EAUTH);
+  CHECK_INT(gw_store_user_by_token(s, "aaaa", user, sizeof user), 0);
+  json_t *got = NULL;
+  CHECK_INT(gw_store_session_get(s, "bob", "nb", &got), 0);
+  CHECK(json_equal(json_object_get(got, "vars"), vars));
+  json_decref(got);
+
+  /* named again: access and data are back; then alice and bob swap tokens */
+  CHECK_INT(gw_store_users_sync(s, both, 2, NULL, NULL), 0);
+  CHECK_INT(gw_store_user_by_token(s, "bbbb", user, sizeof user), 0);
+  struct gw_store_user swapped[] = {{"alice", "bbbb", ""}, {"bob", "aaaa", "ops"}};
+  CHECK_INT(gw_store_users_sync(s, swapped, 2, NULL, NULL), 0);
+  CHECK_INT(gw_store_user_by_token(s, "bbbb", user, sizeof user), 0);
+  CHECK_STR(user, "alice");
+
+  /* a sync that fails (two users, one token) changes nothing */
+  struct gw_store_user clash[] = {{"carol", "cccc", ""}, {"dave", "cccc", ""}};
+  CHECK(gw_store_users_sync(s, clash, 2, NULL, NULL) < 0);
+  CHECK_INT(gw_store_user_by_token(s, "aaaa", user, sizeof user), 0);
+  CHECK_STR(user, "bob");
+  CHECK_INT(gw_store_user_by_token(s, "cccc", user, sizeof user), SL_EAUTH);
+
+  /* nobody named: nobody gets in */
+  removed[0] = 0;
+  CHECK_INT(gw_store_users_sync(s, NULL, 0, note_removed, removed), 2);
+  CHECK_STR(removed, "alice bob ");
+  CHECK_INT(gw_store_user_by_token(s, "aaaa", user, sizeof user), SL_EAUTH);
+  json_decref(vars);
+  gw_store_free(s);
+}
+
 int main(void) {
   if (!mkdtemp(dir))
     return 1;
   test_migrations();
   test_concurrent_events();
   test_sessions();
+  test_users_sync();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0)

@@ -39,11 +39,11 @@ CTX = zmq.Context()
 
 
 class Gateway(GatewayProcess):
-    def __init__(self, exe=None, extra_ini="", slots=2):
+    def __init__(self, exe=None, extra_ini="", slots=2, user_options=None):
         exe = exe or FAKE_GATEWAY
         super().__init__(tempfile.mkdtemp(prefix="gw-test-"), exe, TOKENS,
                          provider="fake" if exe == FAKE_GATEWAY else "local", slots=slots,
-                         extra_ini=extra_ini,
+                         extra_ini=extra_ini, user_options=user_options,
                          env={"SPOTLAB_FAKE_WORKER": FAKE_WORKER, "SPOTLAB_DEBUG": "gateway"})
         self.start()
 
@@ -696,7 +696,8 @@ def case_fairness(gw):
 
 
 IDLE_INI = ("[idle]\nnotebook_timeout = 3s\nwarn_before = 1s\nworker_timeout = 1h\n"
-            "[group.fast]\nworker_timeout = 2s\n[user.bob]\ngroup = fast\n")
+            "[group.fast]\nworker_timeout = 2s\n")
+IDLE_USERS = {"bob": "group = fast\n"}
 
 
 def idle_notice(action):
@@ -959,7 +960,8 @@ CASES = {"auth": case_auth, "isolation": case_isolation,
 
 def main():
     slots = 1 if CASE == "fairness" else 3 if CASE == "idle" else 2
-    gw = Gateway(slots=slots, extra_ini=IDLE_INI if CASE == "idle" else "")
+    gw = Gateway(slots=slots, extra_ini=IDLE_INI if CASE == "idle" else "",
+                 user_options=IDLE_USERS if CASE == "idle" else None)
     try:
         CASES[CASE](gw)
     except Exception as e:  # a timeout or a failed assertion is a failure with context

@@ -16,8 +16,9 @@ def token_sha256(token):
 class GatewayProcess:
     def __init__(self, folder, exe, users, provider="local", slots=2, time_scale=60,
                  market_capacity=None, heartbeat_timeout_s=5, register_timeout_s=20,
-                 extra_ini="", env=None):
-        """users: {name: token}. market_capacity: spot capacity that never changes (a
+                 extra_ini="", env=None, user_options=None):
+        """users: {name: token}; user_options: {name: "key = value\n..."}, more lines of
+        that user's section (a section may appear only once). market_capacity: spot capacity that never changes (a
         one-tick trace), or None for the provider's own market. env: variables to set
         for the gateway; a None value removes one."""
         self.dir = folder
@@ -40,6 +41,7 @@ class GatewayProcess:
             f.write("[provider.%s]\nslots = %d\ntime_scale = %d\n%s" % (provider, slots, time_scale, market))
             for name, token in users.items():
                 f.write("[user.%s]\ntoken_sha256 = %s\n" % (name, token_sha256(token)))
+                f.write((user_options or {}).get(name, ""))
             f.write(extra_ini)
         self.env = dict(env or {})
         self.p = None
