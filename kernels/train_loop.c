@@ -66,16 +66,18 @@ static void metrics_close(struct metrics *mt) {
 }
 
 /* A string for the metrics file: s itself when it is UTF-8, else a copy with
- * every byte that breaks UTF-8 as '?' (a path or message from the system). */
+ * every byte that is not ASCII as '?' (a path or message from the system).
+ * jansson escapes the rest, so every line is one valid JSON object. */
 static json_t *jstr(const char *s) {
   if (!s) return json_null();
   size_t n = strlen(s);
-  if (sl_json_utf8_ok(s, n)) return json_stringn(s, n);
+  json_t *v = sl_json_utf8_ok(s, n) ? json_stringn(s, n) : NULL;
+  if (v) return v;
   char *t = strdup(s);
   if (!t) return NULL;
   for (size_t i = 0; i < n; i++)
     if ((unsigned char)t[i] >= 0x80) t[i] = '?';
-  json_t *v = json_stringn(t, n);
+  v = json_stringn(t, n);
   free(t);
   return v;
 }
@@ -344,6 +346,138 @@ static void dev_opts(const struct tc_opts *o, struct tc_dev_opts *d) {
                             .timeout_ms = (int)(o->dist_timeout * 1000)};
 }
 
+/* ---- the run's identity ---- */
+
+/* The training data as the identity holds it: the text (vocabulary and
+ * token ids) or the training images and labels. */
+static uint64_t data_hash(const struct run *R) {
+  uint64_t h = 0;
+  if (R->text) {
+    h = tc_hash64(h, R->text->symbols, R->text->vocab);
+    h = tc_hash64(h, R->text->ids, R->text->n);
+  }
+  if (R->train) {
+    h = tc_hash64(h, R->train->x, sizeof(float) * TC_IMAGE_PIXELS * R->train->n);
+    h = tc_hash64(h, R->train->y, sizeof(int32_t) * R->train->n);
+  }
+  return h;
+}
+
+/* "run ID (seed S, data H, up to step N)" for messages; "" ids are the
+ * checkpoints written before runs had an identity. */
+static const char *describe_run(const struct tc_ckpt_run *c, char *buf, size_t size) {
+  if (!c->run_id[0])
+    snprintf(buf, size, "checkpoints without a run identity, up to step %llu",
+             (unsigned long long)c->newest_step);
+  else
+    snprintf(buf, size, "run %s (seed %llu, data %016llx, up to step %llu)", c->run_id,
+             (unsigned long long)c->seed, (unsigned long long)c->data_hash,
+             (unsigned long long)c->newest_step);
+  return buf;
+}
+
+/* A fresh start writes into a folder of its own: one holding checkpoints
+ * (another run's, or this run's own from an earlier start) is refused,
+ * since their step names would mix and --resume would then continue
+ * whichever is newest. --force-new sets them aside first. */
+static int claim_folder(struct run *R, char *err, size_t es) {
+  const struct tc_opts *o = R->o;
+  struct tc_ckpt_run *runs = NULL;
+  int n = 0;
+  int r = tc_ckpt_runs(o->ckpt_dir, &runs, &n);
+  if (r < 0) {
+    snprintf(err, es, "--ckpt-dir %s: %s", o->ckpt_dir, strerror(-r));
+    return r;
+  }
+  if (n > 0 && !o->force_new) {
+    char what[256];
+    if (!strcmp(runs[0].run_id, R->meta.run_id))
+      snprintf(err, es, "--ckpt-dir %s already holds checkpoints of this run: %s. Continue it "
+               "with --resume, or pass --force-new to move them into a subfolder and start it over",
+               o->ckpt_dir, describe_run(&runs[0], what, sizeof what));
+    else
+      snprintf(err, es, "--ckpt-dir %s holds another run's checkpoints: %s%s. A new run there "
+               "would mix its checkpoints with them. Continue that run with --resume (and its "
+               "--seed and --data), use another --ckpt-dir, or pass --force-new to move them "
+               "into a subfolder and start a new run", o->ckpt_dir,
+               describe_run(&runs[0], what, sizeof what), n > 1 ? ", and more" : "");
+    free(runs);
+    return -EEXIST;
+  }
+  free(runs);
+  if (n == 0) return 0;
+  char sub[4096];
+  if ((r = tc_ckpt_set_aside(o->ckpt_dir, sub, sizeof sub, err, es)) < 0) return r;
+  fprintf(stderr, "spotlab-train: --force-new: moved %d checkpoint files into %s\n", r, sub);
+  emit(&R->mt, json_pack("{s:s, s:o, s:i}", "event", "set_aside", "path", jstr(sub), "files", r));
+  return 0;
+}
+
+/* Which run --resume continues: the one --run-id names, else the only one
+ * the folder holds. ret_id gets it ("" : any, the folder holds no identity);
+ * SL_EMISMATCH when the choice is not clear or not this run's. */
+static int pick_run(struct run *R, char ret_id[TC_RUN_ID_MAX + 1], char *err, size_t es) {
+  const struct tc_opts *o = R->o;
+  struct tc_ckpt_run *runs = NULL;
+  int n = 0;
+  ret_id[0] = 0;
+  if (o->resume_other) return 0;
+  int r = tc_ckpt_runs(o->ckpt_dir, &runs, &n);
+  if (r < 0) {
+    snprintf(err, es, "--ckpt-dir %s: %s", o->ckpt_dir, strerror(-r));
+    return r;
+  }
+  int named = 0, mine = 0, other = -1;
+  for (int i = 0; i < n; i++) {
+    if (!runs[i].run_id[0]) continue;
+    named++;
+    if (o->run_id && !strcmp(runs[i].run_id, o->run_id)) mine = 1;
+    else if (other < 0) other = i;
+  }
+  char what[256];
+  r = 0;
+  if (o->run_id && !mine && other >= 0) {
+    snprintf(err, es, "--ckpt-dir %s holds checkpoints of another %s, none of run %s: pass "
+             "--resume-other to continue it anyway, or use another --ckpt-dir", o->ckpt_dir,
+             describe_run(&runs[other], what, sizeof what), o->run_id);
+    r = SL_EMISMATCH;
+  } else if (!o->run_id && named > 1) {
+    size_t off = (size_t)snprintf(err, es, "--ckpt-dir %s holds checkpoints of %d runs:",
+                                  o->ckpt_dir, named);
+    for (int i = 0; i < n && off < es; i++)
+      if (runs[i].run_id[0])
+        off += (size_t)snprintf(err + off, es - off, " %s;",
+                                describe_run(&runs[i], what, sizeof what));
+    if (off < es)
+      snprintf(err + off, es - off, " name the one to continue with --run-id");
+    r = SL_EMISMATCH;
+  } else if (o->run_id) {
+    snprintf(ret_id, TC_RUN_ID_MAX + 1, "%s", o->run_id);
+  } else if (named == 1) {
+    for (int i = 0; i < n; i++)
+      if (runs[i].run_id[0]) snprintf(ret_id, TC_RUN_ID_MAX + 1, "%s", runs[i].run_id);
+  }
+  free(runs);
+  return r;
+}
+
+/* A checkpoint with an identity continues only the run it names: same
+ * seed, same data. Those without one (versions 1 and 2) are taken as they
+ * are. */
+static int check_identity(struct run *R, const struct tc_ckpt_meta *ck, const char *path,
+                          char *err, size_t es) {
+  const struct tc_opts *o = R->o;
+  if (!ck->run_id[0] || o->resume_other) return 0;
+  const char *what = ck->seed != o->seed ? "seed" : ck->data_hash != R->meta.data_hash ? "data" : NULL;
+  if (!what) return 0;
+  snprintf(err, es, "%s is of run %s, started with seed %llu on data %016llx; this run has seed "
+           "%llu and data %016llx (--data %s). Resume with that run's --seed and --data, or pass "
+           "--resume-other to continue it with this run's", path, ck->run_id,
+           (unsigned long long)ck->seed, (unsigned long long)ck->data_hash,
+           (unsigned long long)o->seed, (unsigned long long)R->meta.data_hash, o->data);
+  return SL_EMISMATCH;
+}
+
 static int run_train(const struct tc_opts *o, struct tc_launch *launch);
 
 /* Decides this process's rank (forking the local ranks for --gpus) before
@@ -425,6 +559,12 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
   tc_rng_seed(&R.meta.rng_data, o->seed, 2);
   tc_rng_seed(&R.meta.rng_sample, o->seed, 3);
   if (R.text) memcpy(R.meta.symbols, R.text->symbols, R.text->vocab);
+  R.meta.data_hash = data_hash(&R);
+  if (o->run_id) snprintf(R.meta.run_id, sizeof R.meta.run_id, "%s", o->run_id);
+  else if ((r = tc_run_id_new(R.meta.run_id)) < 0) {
+    r = fail(&R, r, "cannot choose a run id: no random bytes");
+    goto out;
+  }
   if (o->ckpt_dir && mkdir(o->ckpt_dir, 0755) < 0 && errno != EEXIST) {
     snprintf(err, sizeof err, "--ckpt-dir %s: %s", o->ckpt_dir, strerror(errno));
     r = fail(&R, -errno, err);
@@ -433,32 +573,53 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
   int fresh = 1;
   if (o->resume && rank == 0) {
     struct tc_ckpt *ck = NULL;
-    char path[4096];
-    r = tc_ckpt_load_newest(o->ckpt_dir, &R.cfg, on_ckpt_warn, &R, &ck, path, sizeof path, err,
-                            sizeof err);
+    char path[4096], which[TC_RUN_ID_MAX + 1];
+    r = pick_run(&R, which, err, sizeof err);
+    if (r == 0)
+      r = tc_ckpt_load_newest(o->ckpt_dir, &R.cfg, which[0] ? which : NULL, on_ckpt_warn, &R,
+                              &ck, path, sizeof path, err, sizeof err);
     if (r == 0) {
-      if (R.text && memcmp(ck->meta.symbols, R.meta.symbols, R.text->vocab) != 0) {
-        snprintf(err, sizeof err, "%s: checkpoint vocabulary differs from the data's", path);
+      if (R.text && memcmp(ck->meta.symbols, R.meta.symbols, R.text->vocab) != 0)
+        snprintf(err, sizeof err, "%s: checkpoint vocabulary differs from the data's", path),
+            r = SL_EMISMATCH;
+      if (r == 0) r = check_identity(&R, &ck->meta, path, err, sizeof err);
+      if (r < 0) {
         tc_ckpt_free(ck);
-        r = fail(&R, SL_EMISMATCH, err);
+        r = fail(&R, r, err);
         goto out;
       }
       tc_ckpt_restore(ck, R.model);
+      struct tc_ckpt_meta mine = R.meta;
       R.meta = ck->meta;
       R.meta.world_size = (uint32_t)launch->world; /* the state is the same on every rank */
+      /* the run goes on under its identity; one without (an older checkpoint)
+       * takes this start's, and a run continued on other data says so */
+      if (!R.meta.run_id[0] || o->run_id) memcpy(R.meta.run_id, mine.run_id, sizeof mine.run_id);
+      R.meta.data_hash = mine.data_hash;
       R.last_ckpt_step = ck->meta.step;
       R.have_ckpt = 1;
       fresh = 0;
-      emit(&R.mt, json_pack("{s:s, s:I, s:o, s:i, s:i}", "event", "resume", "step",
+      emit(&R.mt, json_pack("{s:s, s:I, s:o, s:i, s:i, s:s}", "event", "resume", "step",
                            (json_int_t)R.meta.step, "path", jstr(path), "world_size",
-                           launch->world, "ckpt_world_size", (int)ck->meta.world_size));
+                           launch->world, "ckpt_world_size", (int)ck->meta.world_size,
+                           "run_id", R.meta.run_id));
+      if (o->resume_other && ck->meta.run_id[0] &&
+          (strcmp(ck->meta.run_id, R.meta.run_id) || ck->meta.seed != o->seed ||
+           ck->meta.data_hash != mine.data_hash))
+        emit(&R.mt, json_pack("{s:s, s:s, s:s, s:I, s:I}", "event", "warning", "op", "resume",
+                             "error", "--resume-other: continuing a checkpoint of another run",
+                             "ckpt_seed", (json_int_t)ck->meta.seed, "seed", (json_int_t)o->seed));
       tc_ckpt_free(ck);
     } else if (r == -ENOENT) {
-      emit(&R.mt, json_pack("{s:s, s:i, s:o}", "event", "fresh", "step", 0, "reason", jstr(err)));
+      emit(&R.mt, json_pack("{s:s, s:i, s:o, s:s}", "event", "fresh", "step", 0, "reason",
+                           jstr(err), "run_id", R.meta.run_id));
     } else {
       r = fail(&R, r, err);
       goto out;
     }
+  } else if (o->ckpt_dir && rank == 0 && (r = claim_folder(&R, err, sizeof err)) < 0) {
+    r = fail(&R, r, err);
+    goto out;
   }
   if (fresh) {
     tc_model_init(R.model, &R.meta.rng_init);
@@ -596,7 +757,7 @@ out:
 static int load_for_inference(struct run *R, int B, int need_data, char *err, size_t es) {
   struct tc_ckpt *ck = NULL;
   char path[4096];
-  int r = tc_ckpt_load_newest(R->o->ckpt_dir, NULL, on_ckpt_warn, R, &ck, path, sizeof path,
+  int r = tc_ckpt_load_newest(R->o->ckpt_dir, NULL, NULL, on_ckpt_warn, R, &ck, path, sizeof path,
                               err, es);
   if (r < 0) return r;
   R->cfg = ck->meta.cfg;
@@ -645,7 +806,7 @@ int tc_run_eval(const struct tc_opts *o) {
   /* the data default follows the checkpoint's model kind, not --model */
   struct tc_ckpt *probe = NULL;
   if (!o->set_data &&
-      tc_ckpt_load_newest(o->ckpt_dir, NULL, NULL, NULL, &probe, NULL, 0, err, sizeof err) == 0)
+      tc_ckpt_load_newest(o->ckpt_dir, NULL, NULL, NULL, NULL, &probe, NULL, 0, err, sizeof err) == 0)
     oo.data = tc_config_ops(&probe->meta.cfg)->default_data;
   tc_ckpt_free(probe);
   if ((r = load_for_inference(&R, (int)o->batch, 1, err, sizeof err)) < 0) {
