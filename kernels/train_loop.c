@@ -3,8 +3,10 @@
  * State that must survive a restart lives in struct tc_ckpt_meta (step, RNG
  * states, data position) plus the model's buffers; everything the loop
  * consumes comes from there, so a run resumed from a checkpoint replays the
- * same batches and produces bit-identical numbers. Metrics are JSON lines
- * written under a mutex because the checkpoint writer thread reports too. */
+ * same batches and produces bit-identical numbers; the meta also carries
+ * the run's identity, which a resume keeps (train_ident.c decides which run
+ * a start continues). Metrics are JSON lines written under a mutex because
+ * the checkpoint writer thread reports too. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -27,6 +29,7 @@
 #include "tc_writer.h"
 #include "train.h"
 #include "train_dev.h"
+#include "train_ident.h"
 
 static volatile sig_atomic_t g_term, g_ckpt;
 
@@ -346,136 +349,16 @@ static void dev_opts(const struct tc_opts *o, struct tc_dev_opts *d) {
                             .timeout_ms = (int)(o->dist_timeout * 1000)};
 }
 
-/* ---- the run's identity ---- */
-
-/* The training data as the identity holds it: the text (vocabulary and
- * token ids) or the training images and labels. */
-static uint64_t data_hash(const struct run *R) {
-  uint64_t h = 0;
-  if (R->text) {
-    h = tc_hash64(h, R->text->symbols, R->text->vocab);
-    h = tc_hash64(h, R->text->ids, R->text->n);
-  }
-  if (R->train) {
-    h = tc_hash64(h, R->train->x, sizeof(float) * TC_IMAGE_PIXELS * R->train->n);
-    h = tc_hash64(h, R->train->y, sizeof(int32_t) * R->train->n);
-  }
-  return h;
-}
-
-/* "run ID (seed S, data H, up to step N)" for messages; "" ids are the
- * checkpoints written before runs had an identity. */
-static const char *describe_run(const struct tc_ckpt_run *c, char *buf, size_t size) {
-  if (!c->run_id[0])
-    snprintf(buf, size, "checkpoints without a run identity, up to step %llu",
-             (unsigned long long)c->newest_step);
-  else
-    snprintf(buf, size, "run %s (seed %llu, data %016llx, up to step %llu)", c->run_id,
-             (unsigned long long)c->seed, (unsigned long long)c->data_hash,
-             (unsigned long long)c->newest_step);
-  return buf;
-}
-
-/* A fresh start writes into a folder of its own: one holding checkpoints
- * (another run's, or this run's own from an earlier start) is refused,
- * since their step names would mix and --resume would then continue
- * whichever is newest. --force-new sets them aside first. */
+/* A fresh start writes into a folder of its own (train_ident.c); what
+ * --force-new set aside is reported. */
 static int claim_folder(struct run *R, char *err, size_t es) {
-  const struct tc_opts *o = R->o;
-  struct tc_ckpt_run *runs = NULL;
-  int n = 0;
-  int r = tc_ckpt_runs(o->ckpt_dir, &runs, &n);
-  if (r < 0) {
-    snprintf(err, es, "--ckpt-dir %s: %s", o->ckpt_dir, strerror(-r));
-    return r;
-  }
-  if (n > 0 && !o->force_new) {
-    char what[256];
-    if (!strcmp(runs[0].run_id, R->meta.run_id))
-      snprintf(err, es, "--ckpt-dir %s already holds checkpoints of this run: %s. Continue it "
-               "with --resume, or pass --force-new to move them into a subfolder and start it over",
-               o->ckpt_dir, describe_run(&runs[0], what, sizeof what));
-    else
-      snprintf(err, es, "--ckpt-dir %s holds another run's checkpoints: %s%s. A new run there "
-               "would mix its checkpoints with them. Continue that run with --resume (and its "
-               "--seed and --data), use another --ckpt-dir, or pass --force-new to move them "
-               "into a subfolder and start a new run", o->ckpt_dir,
-               describe_run(&runs[0], what, sizeof what), n > 1 ? ", and more" : "");
-    free(runs);
-    return -EEXIST;
-  }
-  free(runs);
-  if (n == 0) return 0;
   char sub[4096];
-  if ((r = tc_ckpt_set_aside(o->ckpt_dir, sub, sizeof sub, err, es)) < 0) return r;
-  fprintf(stderr, "spotlab-train: --force-new: moved %d checkpoint files into %s\n", r, sub);
-  emit(&R->mt, json_pack("{s:s, s:o, s:i}", "event", "set_aside", "path", jstr(sub), "files", r));
-  return 0;
-}
-
-/* Which run --resume continues: the one --run-id names, else the only one
- * the folder holds. ret_id gets it ("" : any, the folder holds no identity);
- * SL_EMISMATCH when the choice is not clear or not this run's. */
-static int pick_run(struct run *R, char ret_id[TC_RUN_ID_MAX + 1], char *err, size_t es) {
-  const struct tc_opts *o = R->o;
-  struct tc_ckpt_run *runs = NULL;
-  int n = 0;
-  ret_id[0] = 0;
-  if (o->resume_other) return 0;
-  int r = tc_ckpt_runs(o->ckpt_dir, &runs, &n);
-  if (r < 0) {
-    snprintf(err, es, "--ckpt-dir %s: %s", o->ckpt_dir, strerror(-r));
-    return r;
+  int r = tc_ident_claim(R->o->ckpt_dir, R->meta.run_id, R->o->force_new, sub, sizeof sub, err, es);
+  if (r > 0) {
+    fprintf(stderr, "spotlab-train: --force-new: moved %d checkpoint files into %s\n", r, sub);
+    emit(&R->mt, json_pack("{s:s, s:o, s:i}", "event", "set_aside", "path", jstr(sub), "files", r));
   }
-  int named = 0, mine = 0, other = -1;
-  for (int i = 0; i < n; i++) {
-    if (!runs[i].run_id[0]) continue;
-    named++;
-    if (o->run_id && !strcmp(runs[i].run_id, o->run_id)) mine = 1;
-    else if (other < 0) other = i;
-  }
-  char what[256];
-  r = 0;
-  if (o->run_id && !mine && other >= 0) {
-    snprintf(err, es, "--ckpt-dir %s holds checkpoints of another %s, none of run %s: pass "
-             "--resume-other to continue it anyway, or use another --ckpt-dir", o->ckpt_dir,
-             describe_run(&runs[other], what, sizeof what), o->run_id);
-    r = SL_EMISMATCH;
-  } else if (!o->run_id && named > 1) {
-    size_t off = (size_t)snprintf(err, es, "--ckpt-dir %s holds checkpoints of %d runs:",
-                                  o->ckpt_dir, named);
-    for (int i = 0; i < n && off < es; i++)
-      if (runs[i].run_id[0])
-        off += (size_t)snprintf(err + off, es - off, " %s;",
-                                describe_run(&runs[i], what, sizeof what));
-    if (off < es)
-      snprintf(err + off, es - off, " name the one to continue with --run-id");
-    r = SL_EMISMATCH;
-  } else if (o->run_id) {
-    snprintf(ret_id, TC_RUN_ID_MAX + 1, "%s", o->run_id);
-  } else if (named == 1) {
-    for (int i = 0; i < n; i++)
-      if (runs[i].run_id[0]) snprintf(ret_id, TC_RUN_ID_MAX + 1, "%s", runs[i].run_id);
-  }
-  free(runs);
-  return r;
-}
-
-/* A checkpoint with an identity continues only the run it names: same
- * seed, same data. Those without one (versions 1 and 2) are taken as they
- * are. */
-static int check_identity(struct run *R, const struct tc_ckpt_meta *ck, const char *path,
-                          char *err, size_t es) {
-  const struct tc_opts *o = R->o;
-  if (!ck->run_id[0] || o->resume_other) return 0;
-  const char *what = ck->seed != o->seed ? "seed" : ck->data_hash != R->meta.data_hash ? "data" : NULL;
-  if (!what) return 0;
-  snprintf(err, es, "%s is of run %s, started with seed %llu on data %016llx; this run has seed "
-           "%llu and data %016llx (--data %s). Resume with that run's --seed and --data, or pass "
-           "--resume-other to continue it with this run's", path, ck->run_id,
-           (unsigned long long)ck->seed, (unsigned long long)ck->data_hash,
-           (unsigned long long)o->seed, (unsigned long long)R->meta.data_hash, o->data);
-  return SL_EMISMATCH;
+  return r < 0 ? r : 0;
 }
 
 static int run_train(const struct tc_opts *o, struct tc_launch *launch);
@@ -559,7 +442,7 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
   tc_rng_seed(&R.meta.rng_data, o->seed, 2);
   tc_rng_seed(&R.meta.rng_sample, o->seed, 3);
   if (R.text) memcpy(R.meta.symbols, R.text->symbols, R.text->vocab);
-  R.meta.data_hash = data_hash(&R);
+  R.meta.data_hash = tc_ident_data_hash(R.text, R.train);
   if (o->run_id) snprintf(R.meta.run_id, sizeof R.meta.run_id, "%s", o->run_id);
   else if ((r = tc_run_id_new(R.meta.run_id)) < 0) {
     r = fail(&R, r, "cannot choose a run id: no random bytes");
@@ -574,7 +457,7 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
   if (o->resume && rank == 0) {
     struct tc_ckpt *ck = NULL;
     char path[4096], which[TC_RUN_ID_MAX + 1];
-    r = pick_run(&R, which, err, sizeof err);
+    r = tc_ident_pick(o, which, err, sizeof err);
     if (r == 0)
       r = tc_ckpt_load_newest(o->ckpt_dir, &R.cfg, which[0] ? which : NULL, on_ckpt_warn, &R,
                               &ck, path, sizeof path, err, sizeof err);
@@ -582,7 +465,8 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
       if (R.text && memcmp(ck->meta.symbols, R.meta.symbols, R.text->vocab) != 0)
         snprintf(err, sizeof err, "%s: checkpoint vocabulary differs from the data's", path),
             r = SL_EMISMATCH;
-      if (r == 0) r = check_identity(&R, &ck->meta, path, err, sizeof err);
+      if (r == 0 && !o->resume_other)
+        r = tc_ident_check(o, &ck->meta, R.meta.data_hash, path, err, sizeof err);
       if (r < 0) {
         tc_ckpt_free(ck);
         r = fail(&R, r, err);
