@@ -2,7 +2,9 @@
  *
  * Invariant: a file named ckpt-*.slck is complete and durable. Writers only
  * ever create a hidden temporary, and readers verify the header CRC and each
- * section CRC before anything is copied into a model. */
+ * section CRC before anything is copied into a model. Anything else a folder
+ * holds under such a name (a folder, a FIFO, a device) is reported, never
+ * opened for reading. Only a run's own checkpoints are ever pruned. */
 #include "tc_ckpt.h"
 
 #include <dirent.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -60,6 +63,49 @@ uint32_t tc_crc32c(uint32_t crc, const void *buf, size_t n) {
   if (!ready) crc_init(), ready = 1;
   for (size_t i = 0; i < n; i++) c = crc_table[(c ^ p[i]) & 0xff] ^ (c >> 8);
   return ~c;
+}
+
+uint64_t tc_hash64(uint64_t h, const void *buf, size_t n) {
+  const uint8_t *p = buf;
+  const uint64_t prime = 0x100000001b3ull; /* FNV-1a's, over words */
+  h ^= 0x9e3779b97f4a7c15ull * (n + 1);
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    h = (h ^ w) * prime;
+    h ^= h >> 32;
+  }
+  for (; n; n--) h = (h ^ *p++) * prime;
+  return h ^ (h >> 29);
+}
+
+/* ---- run identity ---- */
+
+int tc_run_id_valid(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n == 0 || n > TC_RUN_ID_MAX) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+          c == '.' || c == '_' || c == '-'))
+      return 0;
+  }
+  return 1;
+}
+
+int tc_run_id_new(char ret[TC_RUN_ID_MAX + 1]) {
+  uint8_t b[TC_RUN_ID_MAX / 2];
+  size_t got = 0;
+  while (got < sizeof b) {
+    ssize_t k = getrandom(b + got, sizeof b - got, 0);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return -errno;
+    }
+    got += (size_t)k;
+  }
+  for (size_t i = 0; i < sizeof b; i++) snprintf(ret + 2 * i, 3, "%02x", b[i]);
+  return 0;
 }
 
 /* ---- snapshot ---- */
@@ -171,11 +217,32 @@ static void encode_header(const struct tc_ckpt *ck, uint8_t h[TC_CKPT_HEADER_BYT
   for (int k = 0; k < 3; k++)
     for (int i = 0; i < 4; i++) put64(h + 112 + 32 * k + 8 * i, r[k]->s[i]);
   memcpy(h + 208, mt->symbols, 256);
+  memcpy(h + 464, mt->run_id, strnlen(mt->run_id, TC_RUN_ID_MAX));
+  put64(h + 496, mt->data_hash);
   put32(h + 508, tc_crc32c(0, h, 508));
 }
 
-/* Everything but the config, which version 2 keeps in its CONF section:
- * *ret_version says whether to read it (2) or take it from v1 fields (1). */
+/* Version 3's identity at [464,508): the run id, NUL-padded to 32 bytes
+ * (all 32 may be used), the data hash, 4 zero bytes. */
+static int decode_identity(const uint8_t *h, struct tc_ckpt_meta *mt, char *err, size_t err_size,
+                           const char *path) {
+  memcpy(mt->run_id, h + 464, TC_RUN_ID_MAX);
+  mt->run_id[TC_RUN_ID_MAX] = 0;
+  size_t n = strlen(mt->run_id);
+  int padded = 1;
+  for (size_t i = n; i < TC_RUN_ID_MAX; i++) padded &= h[464 + i] == 0;
+  if (!tc_run_id_valid(mt->run_id) || !padded || get32(h + 504) != 0) {
+    mt->run_id[0] = 0;
+    snprintf(err, err_size, "%s: the run identity in the header is malformed", path);
+    return SL_EFORMAT;
+  }
+  mt->data_hash = get64(h + 496);
+  return 0;
+}
+
+/* Everything but the config, which versions 2 and 3 keep in their CONF
+ * section: *ret_version says whether to read it (>= 2) or take it from the
+ * v1 fields (1). */
 static int decode_header(const uint8_t *h, struct tc_ckpt_meta *mt, uint64_t *ret_n,
                          uint32_t *ret_version, char *err, size_t err_size, const char *path) {
   if (memcmp(h, MAGIC, 8) != 0) {
@@ -187,7 +254,7 @@ static int decode_header(const uint8_t *h, struct tc_ckpt_meta *mt, uint64_t *re
     return SL_ECHECKSUM;
   }
   uint32_t version = get32(h + 8);
-  if ((version != 1 && version != 2) || get32(h + 12) != TC_CKPT_HEADER_BYTES ||
+  if (version < 1 || version > TC_CKPT_VERSION || get32(h + 12) != TC_CKPT_HEADER_BYTES ||
       get32(h + 60) != (version == 1 ? 3 : 4)) {
     snprintf(err, err_size, "%s: unsupported checkpoint version %u", path, version);
     return SL_EFORMAT;
@@ -212,6 +279,7 @@ static int decode_header(const uint8_t *h, struct tc_ckpt_meta *mt, uint64_t *re
   for (int k = 0; k < 3; k++)
     for (int i = 0; i < 4; i++) rs[k]->s[i] = get64(h + 112 + 32 * k + 8 * i);
   memcpy(mt->symbols, h + 208, 256);
+  if (version >= 3 && (r = decode_identity(h, mt, err, err_size, path)) < 0) return r;
   *ret_version = version;
   return 0;
 }
@@ -254,8 +322,15 @@ int tc_ckpt_write(const struct tc_ckpt *ck, const char *dir, char *ret_path, siz
     snprintf(err, err_size, "%s: the model config does not encode", path);
     return -EINVAL;
   }
+  if (!tc_run_id_valid(ck->meta.run_id)) {
+    snprintf(err, err_size, "%s: the checkpoint has no valid run id", path);
+    return -EINVAL;
+  }
   encode_header(ck, h);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  /* a stale temporary (or anything else under its name: a FIFO would block
+   * the open, a link would redirect it) goes first; O_EXCL then makes a new file */
+  unlink(tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     int r = -errno;
     snprintf(err, err_size, "%s: %s", tmp, strerror(-r));
@@ -282,9 +357,14 @@ int tc_ckpt_write(const struct tc_ckpt *ck, const char *dir, char *ret_path, siz
   }
   if (r == 0 && fsync(fd) < 0) r = -errno;
   if (close(fd) < 0 && r == 0) r = -errno;
-  if (r == 0 && rename(tmp, path) < 0) r = -errno;
   if (r < 0) {
     snprintf(err, err_size, "%s: %s", tmp, strerror(-r));
+    unlink(tmp);
+    return r;
+  }
+  if (rename(tmp, path) < 0) {
+    r = -errno;
+    snprintf(err, err_size, "%s: cannot put the checkpoint in place: %s", path, strerror(-r));
     unlink(tmp);
     return r;
   }
@@ -359,29 +439,86 @@ static int read_conf(int fd, struct tc_config *cfg, char *err, size_t err_size,
   return 0;
 }
 
-int tc_ckpt_read(const char *path, const struct tc_config *expect, struct tc_ckpt **ret,
-                 char *err, size_t err_size) {
-  struct tc_ckpt *ck = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+static const char *file_kind(mode_t mode) {
+  return S_ISDIR(mode) ? "a folder" : S_ISFIFO(mode) ? "a FIFO" : S_ISSOCK(mode) ? "a socket"
+       : S_ISCHR(mode) || S_ISBLK(mode) ? "a device" : "not a plain file";
+}
+
+/* Opens path for reading only when it is a regular file. stat() first, so
+ * that a FIFO or a device is never opened (opening either can block or act);
+ * O_NONBLOCK and fstat() after, for a file swapped in between. */
+static int open_regular(const char *path, char *err, size_t err_size) {
+  struct stat st;
+  if (stat(path, &st) < 0) {
+    int r = -errno;
+    snprintf(err, err_size, "%s: %s", path, strerror(-r));
+    return r;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    snprintf(err, err_size, "%s: not a checkpoint file (%s)", path, file_kind(st.st_mode));
+    return SL_EFORMAT;
+  }
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     int r = -errno;
     snprintf(err, err_size, "%s: %s", path, strerror(-r));
     return r;
   }
+  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    snprintf(err, err_size, "%s: not a checkpoint file (%s)", path,
+             S_ISREG(st.st_mode) ? strerror(errno) : file_kind(st.st_mode));
+    close(fd);
+    return SL_EFORMAT;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+/* Opens path and reads its header and config into *meta: the parts both
+ * tc_ckpt_read and tc_ckpt_read_meta verify. Returns the open fd, positioned
+ * after the config, or a negative error with err set. */
+static int open_and_read_header(const char *path, struct tc_ckpt_meta *meta, uint64_t *ret_n,
+                                char *err, size_t err_size) {
+  int fd = open_regular(path, err, err_size);
+  if (fd < 0) return fd;
   uint8_t h[TC_CKPT_HEADER_BYTES];
   size_t got = 0;
-  struct tc_ckpt_meta meta;
-  uint64_t n = 0;
   uint32_t version = 0;
-  struct tc_model *layout = NULL;
   int r = read_all(fd, h, sizeof h, &got);
-  if (r == 0 && got < sizeof h) {
+  if (r < 0) snprintf(err, err_size, "%s: %s", path, strerror(-r));
+  else if (got < sizeof h) {
     snprintf(err, err_size, "%s: truncated header (%zu bytes)", path, got);
     r = SL_EFORMAT;
   }
-  if (r == 0) r = decode_header(h, &meta, &n, &version, err, err_size, path);
-  if (r == 0 && version == 2) r = read_conf(fd, &meta.cfg, err, err_size, path);
-  if (r < 0) goto out;
+  if (r == 0) r = decode_header(h, meta, ret_n, &version, err, err_size, path);
+  if (r == 0 && version >= 2) r = read_conf(fd, &meta->cfg, err, err_size, path);
+  if (r < 0) {
+    close(fd);
+    return r;
+  }
+  return fd;
+}
+
+int tc_ckpt_read_meta(const char *path, struct tc_ckpt_meta *ret, char *err, size_t err_size) {
+  struct tc_ckpt_meta meta;
+  uint64_t n = 0;
+  int fd = open_and_read_header(path, &meta, &n, err, err_size);
+  if (fd < 0) return fd;
+  close(fd);
+  *ret = meta;
+  return 0;
+}
+
+int tc_ckpt_read(const char *path, const struct tc_config *expect, struct tc_ckpt **ret,
+                 char *err, size_t err_size) {
+  struct tc_ckpt *ck = NULL;
+  struct tc_ckpt_meta meta;
+  uint64_t n = 0;
+  size_t got = 0;
+  struct tc_model *layout = NULL;
+  int fd = open_and_read_header(path, &meta, &n, err, err_size);
+  if (fd < 0) return fd;
+  int r = 0;
   char why[256] = "";
   if (!(layout = calloc(1, sizeof *layout))) {
     r = -ENOMEM;
@@ -495,13 +632,25 @@ void tc_ckpt_list_free(char **names, int count) {
   free(names);
 }
 
-int tc_ckpt_prune(const char *dir, int keep) {
+/* Whether the checkpoint dir/name is one of run_id's, by its header. */
+static int is_own(const char *dir, const char *name, const char *run_id) {
+  char path[4096], why[512];
+  struct tc_ckpt_meta meta;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return tc_ckpt_read_meta(path, &meta, why, sizeof why) == 0 && meta.run_id[0] &&
+         !strcmp(meta.run_id, run_id);
+}
+
+int tc_ckpt_prune(const char *dir, int keep, const char *run_id) {
   char **names = NULL;
   int n = 0;
+  if (!tc_run_id_valid(run_id)) return -EINVAL;
   int r = tc_ckpt_list(dir, &names, &n);
   if (r < 0) return r;
   char path[4096];
-  for (int i = keep < 1 ? 1 : keep; i < n; i++) {
+  int own = 0;
+  for (int i = 0; i < n; i++) {
+    if (!is_own(dir, names[i], run_id) || ++own <= (keep < 1 ? 1 : keep)) continue;
     snprintf(path, sizeof path, "%s/%s", dir, names[i]);
     if (unlink(path) < 0 && errno != ENOENT) r = -errno;
   }
@@ -520,9 +669,78 @@ int tc_ckpt_prune(const char *dir, int keep) {
   return r;
 }
 
-int tc_ckpt_load_newest(const char *dir, const struct tc_config *expect, tc_ckpt_warn_fn warn,
-                        void *warn_ctx, struct tc_ckpt **ret, char *ret_path, size_t path_size,
-                        char *err, size_t err_size) {
+int tc_ckpt_runs(const char *dir, struct tc_ckpt_run **ret, int *ret_count) {
+  char **names = NULL;
+  int n = 0;
+  int r = tc_ckpt_list(dir, &names, &n);
+  if (r == -ENOENT) {
+    *ret = NULL;
+    *ret_count = 0;
+    return 0;
+  }
+  if (r < 0) return r;
+  struct tc_ckpt_run *runs = calloc(n ? (size_t)n : 1, sizeof *runs);
+  int k = 0;
+  if (!runs) r = -ENOMEM;
+  for (int i = 0; i < n && r == 0; i++) { /* names are newest first */
+    char path[4096], why[512];
+    struct tc_ckpt_meta meta;
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    if (tc_ckpt_read_meta(path, &meta, why, sizeof why) < 0) continue;
+    int j = 0;
+    while (j < k && strcmp(runs[j].run_id, meta.run_id) != 0) j++;
+    if (j == k) {
+      snprintf(runs[k].run_id, sizeof runs[k].run_id, "%s", meta.run_id);
+      runs[k].seed = meta.seed;
+      runs[k].data_hash = meta.data_hash;
+      runs[k].newest_step = meta.step;
+      k++;
+    }
+    runs[j].count++;
+  }
+  tc_ckpt_list_free(names, n);
+  if (r < 0) {
+    free(runs);
+    return r;
+  }
+  *ret = runs;
+  *ret_count = k;
+  return 0;
+}
+
+int tc_ckpt_set_aside(const char *dir, char *ret_sub, size_t sub_size, char *err, size_t err_size) {
+  char sub[4096], from[4096], to[4096 + 32];
+  char **names = NULL;
+  int n = 0;
+  int r = tc_ckpt_list(dir, &names, &n);
+  if (r < 0) {
+    snprintf(err, err_size, "%s: %s", dir, strerror(-r));
+    return r;
+  }
+  snprintf(sub, sizeof sub, "%s/set-aside-XXXXXX", dir);
+  if (n && !mkdtemp(sub)) {
+    r = -errno;
+    snprintf(err, err_size, "%s: cannot make a folder to set checkpoints aside: %s", dir,
+             strerror(-r));
+  }
+  for (int i = 0; i < n && r == 0; i++) {
+    snprintf(from, sizeof from, "%s/%s", dir, names[i]);
+    snprintf(to, sizeof to, "%s/%s", sub, names[i]);
+    if (rename(from, to) < 0) {
+      r = -errno;
+      snprintf(err, err_size, "%s: cannot move it into %s: %s", from, sub, strerror(-r));
+    }
+  }
+  tc_ckpt_list_free(names, n);
+  if (r == 0 && n) r = fsync_dir(dir);
+  if (r < 0) return r;
+  snprintf(ret_sub, sub_size, "%s", n ? sub : "");
+  return n;
+}
+
+int tc_ckpt_load_newest(const char *dir, const struct tc_config *expect, const char *run_id,
+                        tc_ckpt_warn_fn warn, void *warn_ctx, struct tc_ckpt **ret,
+                        char *ret_path, size_t path_size, char *err, size_t err_size) {
   char **names = NULL;
   int n = 0;
   int r = tc_ckpt_list(dir, &names, &n);
@@ -540,7 +758,12 @@ int tc_ckpt_load_newest(const char *dir, const struct tc_config *expect, tc_ckpt
   snprintf(err, err_size, "%s: no valid checkpoint", dir);
   for (int i = 0; i < n; i++) {
     snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-    char why[512];
+    char why[512] = "";
+    struct tc_ckpt_meta meta;
+    /* another run's checkpoint is no candidate, and not reported as corrupt */
+    if (run_id && tc_ckpt_read_meta(path, &meta, why, sizeof why) == 0 && meta.run_id[0] &&
+        strcmp(meta.run_id, run_id) != 0)
+      continue;
     r = tc_ckpt_read(path, expect, ret, why, sizeof why);
     if (r == 0) {
       if (ret_path) snprintf(ret_path, path_size, "%s", path);

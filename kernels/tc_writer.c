@@ -34,7 +34,7 @@ static void *writer_main(void *p) {
     res->step = w->buf->meta.step;
     res->err = tc_ckpt_write(w->buf, w->dir, res->path, sizeof res->path, res->text,
                              sizeof res->text);
-    if (res->err == 0) tc_ckpt_prune(w->dir, w->keep);
+    if (res->err == 0) tc_ckpt_prune(w->dir, w->keep, w->buf->meta.run_id);
     res->write_ms = (double)(sl_time_mono_us() - w->submit_us) / 1000.0;
     if (w->done) w->done(w->done_ctx, res);
     pthread_mutex_lock(&w->mu);

@@ -3,8 +3,8 @@
  * One background thread and one host snapshot buffer. The training loop calls
  * acquire (which waits only if the previous checkpoint is still being
  * written), copies its state into the buffer, and submits; it then continues
- * training while the thread writes, fsyncs, renames, prunes to the newest
- * `keep` and reports through the done callback (called on the writer thread).
+ * training while the thread writes, fsyncs, renames, prunes its run's
+ * checkpoints to the newest `keep` and reports through the done callback (called on the writer thread).
  * A failed write (ENOSPC, EFBIG, ...) is reported the same way and leaves the
  * earlier checkpoints in place. */
 #ifndef TC_WRITER_H

@@ -8,6 +8,7 @@ struct tc_opts {
   const char *model, *data, *device, *ckpt_dir, *metrics, *control;
   const char *dump_init, *dump_batches, *sample;
   const char *rendezvous, *nccl_id;             /* data parallelism across machines */
+  const char *run_id;                           /* NULL: random at a fresh start */
   long gpus, rank, world_size, cuda_device;     /* cuda_device -1: the local rank */
   long grad_slices, dist_timeout;               /* slices of the batch (0: the world size); s */
   int bf16, nccl;
@@ -16,6 +17,7 @@ struct tc_opts {
   double lr, weight_decay, grad_clip, temperature, dropout;
   uint64_t seed;
   int resume, eval_only;
+  int resume_other, force_new; /* what --resume and a fresh start may do to another run */
   /* which options were given on the command line (for model-kind defaults) */
   int set_layers, set_lr, set_data, set_warmup, set_batch;
 };

@@ -3,8 +3,10 @@
  * State that must survive a restart lives in struct tc_ckpt_meta (step, RNG
  * states, data position) plus the model's buffers; everything the loop
  * consumes comes from there, so a run resumed from a checkpoint replays the
- * same batches and produces bit-identical numbers. Metrics are JSON lines
- * written under a mutex because the checkpoint writer thread reports too. */
+ * same batches and produces bit-identical numbers; the meta also carries
+ * the run's identity, which a resume keeps (train_ident.c decides which run
+ * a start continues). Metrics are JSON lines written under a mutex because
+ * the checkpoint writer thread reports too. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -27,6 +29,7 @@
 #include "tc_writer.h"
 #include "train.h"
 #include "train_dev.h"
+#include "train_ident.h"
 
 static volatile sig_atomic_t g_term, g_ckpt;
 
@@ -66,16 +69,18 @@ static void metrics_close(struct metrics *mt) {
 }
 
 /* A string for the metrics file: s itself when it is UTF-8, else a copy with
- * every byte that breaks UTF-8 as '?' (a path or message from the system). */
+ * every byte that is not ASCII as '?' (a path or message from the system).
+ * jansson escapes the rest, so every line is one valid JSON object. */
 static json_t *jstr(const char *s) {
   if (!s) return json_null();
   size_t n = strlen(s);
-  if (sl_json_utf8_ok(s, n)) return json_stringn(s, n);
+  json_t *v = sl_json_utf8_ok(s, n) ? json_stringn(s, n) : NULL;
+  if (v) return v;
   char *t = strdup(s);
   if (!t) return NULL;
   for (size_t i = 0; i < n; i++)
     if ((unsigned char)t[i] >= 0x80) t[i] = '?';
-  json_t *v = json_stringn(t, n);
+  v = json_stringn(t, n);
   free(t);
   return v;
 }
@@ -344,6 +349,18 @@ static void dev_opts(const struct tc_opts *o, struct tc_dev_opts *d) {
                             .timeout_ms = (int)(o->dist_timeout * 1000)};
 }
 
+/* A fresh start writes into a folder of its own (train_ident.c); what
+ * --force-new set aside is reported. */
+static int claim_folder(struct run *R, char *err, size_t es) {
+  char sub[4096];
+  int r = tc_ident_claim(R->o->ckpt_dir, R->meta.run_id, R->o->force_new, sub, sizeof sub, err, es);
+  if (r > 0) {
+    fprintf(stderr, "spotlab-train: --force-new: moved %d checkpoint files into %s\n", r, sub);
+    emit(&R->mt, json_pack("{s:s, s:o, s:i}", "event", "set_aside", "path", jstr(sub), "files", r));
+  }
+  return r < 0 ? r : 0;
+}
+
 static int run_train(const struct tc_opts *o, struct tc_launch *launch);
 
 /* Decides this process's rank (forking the local ranks for --gpus) before
@@ -425,6 +442,12 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
   tc_rng_seed(&R.meta.rng_data, o->seed, 2);
   tc_rng_seed(&R.meta.rng_sample, o->seed, 3);
   if (R.text) memcpy(R.meta.symbols, R.text->symbols, R.text->vocab);
+  R.meta.data_hash = tc_ident_data_hash(R.text, R.train);
+  if (o->run_id) snprintf(R.meta.run_id, sizeof R.meta.run_id, "%s", o->run_id);
+  else if ((r = tc_run_id_new(R.meta.run_id)) < 0) {
+    r = fail(&R, r, "cannot choose a run id: no random bytes");
+    goto out;
+  }
   if (o->ckpt_dir && mkdir(o->ckpt_dir, 0755) < 0 && errno != EEXIST) {
     snprintf(err, sizeof err, "--ckpt-dir %s: %s", o->ckpt_dir, strerror(errno));
     r = fail(&R, -errno, err);
@@ -433,32 +456,54 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
   int fresh = 1;
   if (o->resume && rank == 0) {
     struct tc_ckpt *ck = NULL;
-    char path[4096];
-    r = tc_ckpt_load_newest(o->ckpt_dir, &R.cfg, on_ckpt_warn, &R, &ck, path, sizeof path, err,
-                            sizeof err);
+    char path[4096], which[TC_RUN_ID_MAX + 1];
+    r = tc_ident_pick(o, which, err, sizeof err);
+    if (r == 0)
+      r = tc_ckpt_load_newest(o->ckpt_dir, &R.cfg, which[0] ? which : NULL, on_ckpt_warn, &R,
+                              &ck, path, sizeof path, err, sizeof err);
     if (r == 0) {
-      if (R.text && memcmp(ck->meta.symbols, R.meta.symbols, R.text->vocab) != 0) {
-        snprintf(err, sizeof err, "%s: checkpoint vocabulary differs from the data's", path);
+      if (R.text && memcmp(ck->meta.symbols, R.meta.symbols, R.text->vocab) != 0)
+        snprintf(err, sizeof err, "%s: checkpoint vocabulary differs from the data's", path),
+            r = SL_EMISMATCH;
+      if (r == 0 && !o->resume_other)
+        r = tc_ident_check(o, &ck->meta, R.meta.data_hash, path, err, sizeof err);
+      if (r < 0) {
         tc_ckpt_free(ck);
-        r = fail(&R, SL_EMISMATCH, err);
+        r = fail(&R, r, err);
         goto out;
       }
       tc_ckpt_restore(ck, R.model);
+      struct tc_ckpt_meta mine = R.meta;
       R.meta = ck->meta;
       R.meta.world_size = (uint32_t)launch->world; /* the state is the same on every rank */
+      /* the run goes on under its identity; one without (an older checkpoint)
+       * takes this start's, and a run continued on other data says so */
+      if (!R.meta.run_id[0] || o->run_id) memcpy(R.meta.run_id, mine.run_id, sizeof mine.run_id);
+      R.meta.data_hash = mine.data_hash;
       R.last_ckpt_step = ck->meta.step;
       R.have_ckpt = 1;
       fresh = 0;
-      emit(&R.mt, json_pack("{s:s, s:I, s:o, s:i, s:i}", "event", "resume", "step",
+      emit(&R.mt, json_pack("{s:s, s:I, s:o, s:i, s:i, s:s}", "event", "resume", "step",
                            (json_int_t)R.meta.step, "path", jstr(path), "world_size",
-                           launch->world, "ckpt_world_size", (int)ck->meta.world_size));
+                           launch->world, "ckpt_world_size", (int)ck->meta.world_size,
+                           "run_id", R.meta.run_id));
+      if (o->resume_other && ck->meta.run_id[0] &&
+          (strcmp(ck->meta.run_id, R.meta.run_id) || ck->meta.seed != o->seed ||
+           ck->meta.data_hash != mine.data_hash))
+        emit(&R.mt, json_pack("{s:s, s:s, s:s, s:I, s:I}", "event", "warning", "op", "resume",
+                             "error", "--resume-other: continuing a checkpoint of another run",
+                             "ckpt_seed", (json_int_t)ck->meta.seed, "seed", (json_int_t)o->seed));
       tc_ckpt_free(ck);
     } else if (r == -ENOENT) {
-      emit(&R.mt, json_pack("{s:s, s:i, s:o}", "event", "fresh", "step", 0, "reason", jstr(err)));
+      emit(&R.mt, json_pack("{s:s, s:i, s:o, s:s}", "event", "fresh", "step", 0, "reason",
+                           jstr(err), "run_id", R.meta.run_id));
     } else {
       r = fail(&R, r, err);
       goto out;
     }
+  } else if (o->ckpt_dir && rank == 0 && (r = claim_folder(&R, err, sizeof err)) < 0) {
+    r = fail(&R, r, err);
+    goto out;
   }
   if (fresh) {
     tc_model_init(R.model, &R.meta.rng_init);
@@ -596,7 +641,7 @@ out:
 static int load_for_inference(struct run *R, int B, int need_data, char *err, size_t es) {
   struct tc_ckpt *ck = NULL;
   char path[4096];
-  int r = tc_ckpt_load_newest(R->o->ckpt_dir, NULL, on_ckpt_warn, R, &ck, path, sizeof path,
+  int r = tc_ckpt_load_newest(R->o->ckpt_dir, NULL, NULL, on_ckpt_warn, R, &ck, path, sizeof path,
                               err, es);
   if (r < 0) return r;
   R->cfg = ck->meta.cfg;
@@ -645,7 +690,7 @@ int tc_run_eval(const struct tc_opts *o) {
   /* the data default follows the checkpoint's model kind, not --model */
   struct tc_ckpt *probe = NULL;
   if (!o->set_data &&
-      tc_ckpt_load_newest(o->ckpt_dir, NULL, NULL, NULL, &probe, NULL, 0, err, sizeof err) == 0)
+      tc_ckpt_load_newest(o->ckpt_dir, NULL, NULL, NULL, NULL, &probe, NULL, 0, err, sizeof err) == 0)
     oo.data = tc_config_ops(&probe->meta.cfg)->default_data;
   tc_ckpt_free(probe);
   if ((r = load_for_inference(&R, (int)o->batch, 1, err, sizeof err)) < 0) {

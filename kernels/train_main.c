@@ -131,6 +131,11 @@ int main(int argc, char **argv) {
   if (o.sample && o.eval_only) return bad("--sample and --eval exclude each other");
   if ((o.sample || o.eval_only || o.resume) && !o.ckpt_dir)
     return bad("--sample, --eval and --resume need --ckpt-dir");
+  if (o.run_id && !tc_run_id_valid(o.run_id))
+    return bad("--run-id takes 1 to %d of A-Z a-z 0-9 . _ -, not '%s'", TC_RUN_ID_MAX, o.run_id);
+  if (o.resume_other && !o.resume) return bad("--resume-other goes with --resume");
+  if (o.force_new && o.resume)
+    return bad("--force-new starts a new run and --resume continues one: give one of them");
   mo->opts_defaults(&o); /* the model's own layers and lr, where not given */
   if (o.lr <= 0.0 || o.lr > 10.0) return bad("--lr must be in (0, 10]");
   if (!o.set_data) o.data = mo->default_data;

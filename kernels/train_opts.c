@@ -96,7 +96,16 @@ const struct sl_opt tc_train_opts[] = {
     ROW("checkpoint_every", SL_OPT_INT, ckpt_every, "0", 0, NOSTEPS, NULL, "STEPS", NULL, 0,
         "steps between checkpoints; 0 = only at the end and on demand"),
     ROW("resume", SL_OPT_FLAG, resume, NULL, 0, 0, NULL, NULL, NULL, 0,
-        "continue from the newest valid checkpoint"),
+        "continue from the newest valid checkpoint of this run"),
+    ROW("run_id", SL_OPT_STR, run_id, NULL, 0, 0, NULL, "ID", NULL, 0,
+        "the run's identity in its checkpoints, 1-32 of A-Z a-z 0-9 . _ - (default: random at a "
+        "fresh start, the checkpoint's on resume); resume takes only this run's checkpoints"),
+    ROW("resume_other", SL_OPT_FLAG, resume_other, NULL, 0, 0, NULL, NULL, NULL, 0,
+        "resume: continue the newest checkpoint even when another run wrote it (another run id, "
+        "seed or data)"),
+    ROW("force_new", SL_OPT_FLAG, force_new, NULL, 0, 0, NULL, NULL, NULL, 0,
+        "start a new run in a checkpoint folder that holds checkpoints, moving them into a "
+        "set-aside-* subfolder first"),
     ROW("metrics", SL_OPT_STR, metrics, NULL, 0, 0, NULL, "PATH|fd:N", NULL, 0,
         "JSON-lines metrics: PATH (appended) or fd:N (default stdout)"),
     ROW("control", SL_OPT_STR, control, NULL, 0, 0, NULL, "fd:N", NULL, 0,

@@ -254,6 +254,7 @@ static int spawn(struct wk_job *j, const json_t *assign, char *err, size_t err_s
   struct wk_spec_paths p = {
     .train = j->env->train, .ckpt_dir = j->ckpt_dir, .metrics_fd = WK_CHILD_METRICS_FD,
     .control_fd = WK_CHILD_CONTROL_FD, .resume = json_is_string(restore_key),
+    .run_id = j->kind == WK_KIND_TRAIN ? j->id : NULL, /* every attempt is the same run */
     .checkpoint_every = json_is_integer(json_object_get(assign, "checkpoint_every"))
                             ? json_integer_value(json_object_get(assign, "checkpoint_every")) : 0,
     .gpus = j->env->gpus, .instance_type = j->env->cfg->type, .train_cuda = j->env->train_cuda,

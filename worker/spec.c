@@ -363,6 +363,7 @@ static int build(struct av *a, enum wk_kind kind, const json_t *spec, const stru
     if ((r = add_model(a, spec)) < 0 || (r = add_data(a, spec, true)) < 0) return r;
     if ((r = add_checkpoint_every(a, spec, p)) < 0) return r;
     if (p->resume && (r = push(a, "--resume")) < 0) return r;
+    if (p->run_id && (r = push2(a, "--run-id", p->run_id)) < 0) return r;
     if (p->world_size > 1 && (r = add_gang(a, p)) < 0) return r;
   } else if (kind == WK_KIND_EVAL) {
     if ((r = push(a, "--eval")) < 0 || (r = add_data(a, spec, false)) < 0) return r;

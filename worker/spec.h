@@ -22,6 +22,7 @@ struct wk_spec_paths {
   int metrics_fd;        /* --metrics fd:N (child side) */
   int control_fd;        /* --control fd:N (train only); < 0 = none */
   bool resume;           /* --resume (train) */
+  const char *run_id;    /* --run-id (train): the job id, so a resume takes only its checkpoints; NULL = none */
   long long checkpoint_every; /* from the assign; <= 0 = take the spec's */
   const struct wk_gpu_inventory *gpus; /* this instance's GPUs; NULL = none */
   const char *instance_type;  /* for messages: "g5.xlarge" */

@@ -43,7 +43,8 @@ def world_size(ckpt_dir):
 
 def exact_resume(tmp, base, label, n=60, kill_at=27):
     """Reference run of n steps; then kill -9 at step >= kill_at, --resume to n."""
-    common = [*base, "--steps", str(n), "--checkpoint-every", "5"]
+    # one run id for both, so that their final checkpoints match byte for byte
+    common = [*base, "--steps", str(n), "--checkpoint-every", "5", "--run-id", "exact-" + label]
     os.makedirs(os.path.join(tmp, label + "-ref"))
     ref, cut = os.path.join(tmp, label + "-ref"), os.path.join(tmp, label + "-cut")
     r = subprocess.run([EXE, *common, "--ckpt-dir", os.path.join(ref, "ck"), "--metrics",

@@ -195,8 +195,16 @@ def f32_bits(x):
 
 
 def digest(path):
+    """A checkpoint's contents but for its run id and header CRC: the job's run
+    id is its job id, the reference run's its own (run_id() reads it)."""
     with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+        b = f.read()
+    return hashlib.sha256(b[:464] + b[496:508] + b[512:]).hexdigest()
+
+
+def run_id(path):
+    with open(path, "rb") as f:
+        return f.read(512)[464:496].rstrip(b"\0").decode("ascii", "replace")
 
 
 # ---- gateway and client ----
@@ -346,6 +354,8 @@ class Run:
             if os.path.exists(ref):
                 check(digest(path) == digest(ref),
                       "store object %s equals the reference checkpoint of step %d" % (n, step))
+                check(run_id(path) == self.job, "store object %s is of the job's run (%s, job %s)"
+                      % (n, run_id(path), self.job))
             else:
                 check(step % EVERY and self.verify_checkpoint(path, step),
                       "store object %s (off the schedule) is a valid checkpoint" % n)

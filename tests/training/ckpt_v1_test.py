@@ -7,7 +7,7 @@ wrote them:
   --check accepts both of the run's files;
   --resume with the run's options continues to step 6 with every step's loss,
     grad_norm and eval_loss bit-identical to that run's metrics, and writes a
-    version-2 checkpoint whose parameters, moments and run state equal the
+    version-3 checkpoint whose parameters, moments and run state equal the
     run's own step-6 checkpoint (byte for byte where this build rounds as the
     one that wrote the files, else within float rounding);
   --eval (and --sample for the gpt) print what that run's binary printed;
@@ -110,9 +110,9 @@ def one_model(root, name):
 
     new = read(os.path.join(ck, "ckpt-%010d.slck" % 6))
     old = read(v1[6])
-    check(struct.unpack_from("<I", new, 8)[0] == 2, f"{name}: the new checkpoint is version 2")
+    check(struct.unpack_from("<I", new, 8)[0] == 3, f"{name}: the new checkpoint is version 3")
     ns, os_ = sections(new), sections(old)
-    check(sorted(ns) == ["ADMM", "ADMV", "CONF", "PARM"], f"{name}: version 2 sections {sorted(ns)}")
+    check(sorted(ns) == ["ADMM", "ADMV", "CONF", "PARM"], f"{name}: version 3 sections {sorted(ns)}")
     tensors = ("PARM", "ADMM", "ADMV")
     if not SANITIZED or same_arithmetic(root, name, v1[3]):
         check(all(ns.get(t) == os_[t] for t in tensors),
@@ -124,8 +124,14 @@ def one_model(root, name):
               f"files; step-6 parameters and moments within {worst:.2g} relative of the version-1 "
               "run's (a wrongly loaded tensor differs by far more)")
     # world size and rank, then step, AdamW step, seed, data position, RNGs, vocabulary
-    check(new[52:60] == old[52:60] and new[64:508] == old[64:508],
+    check(new[52:60] == old[52:60] and new[64:464] == old[64:464],
           f"{name}: step-6 run state (step, seed, data position, RNG states) equals the version-1 run's")
+    # the version-1 file had no run identity: the resumed run chose one and keeps it
+    run_id = new[464:496].rstrip(b"\0")
+    resumed_id = resumed[0].get("run_id", "").encode() if resumed else b""
+    check(old[464:508] == bytes(44) and len(run_id) == 32 and run_id == resumed_id
+          and new[496:504] != bytes(8),
+          f"{name}: the new checkpoint carries the run identity of the resume event ({run_id!r})")
     check(new[16:16 + len(name) + 1] == name.encode() + b"\0", f"{name}: header names the model")
     print("     CONF: " + ns.get("CONF", b"").decode().replace("\n", " "))
 

@@ -32,7 +32,8 @@ EXE = sys.argv[1]
 N = 200
 ARGS = ["--model", "gpt", "--layers", "2", "--heads", "2", "--dim", "32", "--ctx", "32",
         "--batch", "8", "--steps", str(N), "--seed", "5", "--threads", "1", "--eval-batches", "1",
-        "--checkpoint-every", "7", "--keep", "3"]
+        "--checkpoint-every", "7", "--keep", "3",
+        "--run-id", "exact-resume"]  # one identity: every variant's checkpoints equal the reference's
 
 
 

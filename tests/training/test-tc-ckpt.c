@@ -2,8 +2,9 @@
  * trip, a flipped byte in each section, truncation at every length, config
  * mismatch, malformed CONF sections, version-1 files written by an earlier
  * spotlab-train (tests/data/ckpt-v1), fallback to the previous checkpoint,
- * pruning, a write that fails (EFBIG) without losing anything, and malformed
- * IDX files.
+ * pruning, a write that fails (EFBIG) without losing anything, run
+ * identities (pruning and loading take only the run's own checkpoints), a
+ * folder and a FIFO named like a checkpoint, and malformed IDX files.
  *
  * usage: test-tc-ckpt DATA_DIR (tests/data) */
 #include <errno.h>
@@ -47,7 +48,7 @@ static long conf_section_bytes(const struct tc_config *c) {
   return 24 + n;
 }
 
-static struct tc_ckpt *make_ckpt(struct tc_model **ret_m, uint64_t step) {
+static struct tc_ckpt *make_run_ckpt(struct tc_model **ret_m, uint64_t step, const char *run_id) {
   struct tc_config c = gpt_cfg();
   struct tc_model *m = tc_model_new(&c, 1);
   struct tc_rng r;
@@ -61,10 +62,16 @@ static struct tc_ckpt *make_ckpt(struct tc_model **ret_m, uint64_t step) {
   tc_rng_seed(&meta.rng_data, 1, 2);
   tc_rng_seed(&meta.rng_sample, 1, 3);
   for (int i = 0; i < 5; i++) meta.symbols[i] = (uint8_t)('a' + i);
+  snprintf(meta.run_id, sizeof meta.run_id, "%s", run_id);
+  meta.data_hash = 0x0123456789abcdefull;
   struct tc_ckpt *ck = tc_ckpt_new(m->n_params);
   tc_ckpt_capture(ck, m, &meta);
   *ret_m = m;
   return ck;
+}
+
+static struct tc_ckpt *make_ckpt(struct tc_model **ret_m, uint64_t step) {
+  return make_run_ckpt(ret_m, step, "run-a");
 }
 
 static void flip_byte(const char *path, long off) {
@@ -95,7 +102,7 @@ static void test_roundtrip_and_corruption(void) {
     tc_model_free(m2);
   }
   back = tc_ckpt_free(back);
-  /* the file is version 2, its CONF section the config's settings */
+  /* the file is version 3, its CONF section the config's settings */
   {
     FILE *f = fopen(path, "rb");
     unsigned char head[512 + 24 + 64];
@@ -103,8 +110,9 @@ static void test_roundtrip_and_corruption(void) {
     if (f) fclose(f);
     uint32_t version;
     memcpy(&version, head + 8, 4);
-    CHECK_INT(version, 2);
+    CHECK_INT(version, 3);
     CHECK_STR((const char *)head + 16, "gpt");
+    CHECK(memcmp(head + 464, "run-a\0", 6) == 0); /* the run identity */
     CHECK(memcmp(head + 512, "CONF", 4) == 0);
     CHECK(memcmp(head + 512 + 24, "layers=1\nheads=2\ndim=8\nctx=4\nvocab=5\n", 37) == 0);
   }
@@ -157,7 +165,7 @@ static void test_fallback_prune_and_enospc(void) {
     tc_ckpt_free(ck);
     tc_model_free(m);
   }
-  CHECK_INT(tc_ckpt_prune(dir, 3), 0);
+  CHECK_INT(tc_ckpt_prune(dir, 3, "run-a"), 0);
   char **names;
   int n;
   CHECK_INT(tc_ckpt_list(dir, &names, &n), 0);
@@ -172,14 +180,14 @@ static void test_fallback_prune_and_enospc(void) {
   struct tc_ckpt *got = NULL;
   char used[512];
   warnings = 0;
-  CHECK_INT(tc_ckpt_load_newest(dir, &c, count_warn, NULL, &got, used, sizeof used, err, sizeof err), 0);
+  CHECK_INT(tc_ckpt_load_newest(dir, &c, NULL, count_warn, NULL, &got, used, sizeof used, err, sizeof err), 0);
   CHECK_INT(warnings, 1);
   CHECK(got && got->meta.step == 40);
   CHECK(strstr(used, "ckpt-0000000040.slck") != NULL);
   tc_ckpt_free(got);
   /* another config: refused, not skipped */
   struct tc_config other = config("gpt", "layers=2 heads=2 dim=8 ctx=4 vocab=5");
-  CHECK_INT(tc_ckpt_load_newest(dir, &other, count_warn, NULL, &got, used, sizeof used, err, sizeof err),
+  CHECK_INT(tc_ckpt_load_newest(dir, &other, NULL, count_warn, NULL, &got, used, sizeof used, err, sizeof err),
             SL_EMISMATCH);
   /* a write that hits the file size limit fails cleanly and keeps the rest */
   signal(SIGXFSZ, SIG_IGN);
@@ -205,7 +213,7 @@ static void test_fallback_prune_and_enospc(void) {
   char empty[300];
   snprintf(empty, sizeof empty, "%s/empty", dir);
   mkdir(empty, 0755);
-  CHECK_INT(tc_ckpt_load_newest(empty, &c, NULL, NULL, &got, NULL, 0, err, sizeof err), -ENOENT);
+  CHECK_INT(tc_ckpt_load_newest(empty, &c, NULL, NULL, NULL, &got, NULL, 0, err, sizeof err), -ENOENT);
 }
 
 /* ---- configs and the model registry ---- */
@@ -342,7 +350,10 @@ static void test_v1_files(void) {
         CHECK_INT(m->adam_t, step);
       }
       tc_model_free(m);
-      /* written again it is version 2 with the same contents */
+      /* version 1 has no run identity; written again (with one) it is
+       * version 3 with the same contents */
+      CHECK_STR(ck->meta.run_id, "");
+      snprintf(ck->meta.run_id, sizeof ck->meta.run_id, "from-v1");
       char sub[400];
       snprintf(sub, sizeof sub, "%s/v1-to-v2-%s", dir, runs[k].model);
       mkdir(sub, 0755);
@@ -498,6 +509,152 @@ static void test_damaged_v2(void) {
   free(good);
   tc_ckpt_free(ck);
   tc_model_free(m);
+}
+
+/* ---- run identities and what else a folder holds ---- */
+
+static void write_run(const char *d, uint64_t step, const char *run_id) {
+  char path[600], err[1024];
+  struct tc_model *m;
+  struct tc_ckpt *ck = make_run_ckpt(&m, step, run_id);
+  CHECK_INT(tc_ckpt_write(ck, d, path, sizeof path, err, sizeof err), 0);
+  tc_ckpt_free(ck);
+  tc_model_free(m);
+}
+
+/* The header of path patched: bytes [off, off+n) set to b, CRC made right. */
+static void patch_header(const char *path, long off, const void *b, size_t n) {
+  unsigned char h[512];
+  int fd = open(path, O_RDWR);
+  CHECK(fd >= 0 && pread(fd, h, 512, 0) == 512);
+  memcpy(h + off, b, n);
+  uint32_t crc = tc_crc32c(0, h, 508);
+  memcpy(h + 508, &crc, 4);
+  CHECK(pwrite(fd, h, 512, 0) == 512);
+  close(fd);
+}
+
+static int has(const char *d, const char *name) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/%s", d, name);
+  return access(path, F_OK) == 0;
+}
+
+static void test_identity(void) {
+  char d[400], path[600], err[1024], used[600];
+  snprintf(d, sizeof d, "%s/identity", dir);
+  CHECK(mkdir(d, 0755) == 0);
+  /* run a's steps 10..50, run b's 15 and 25; an older file without identity at 5 */
+  for (uint64_t s = 10; s <= 50; s += 10) write_run(d, s, "run-a");
+  write_run(d, 15, "run-b");
+  write_run(d, 25, "run-b");
+  write_run(d, 5, "legacy");
+  snprintf(path, sizeof path, "%s/ckpt-0000000005.slck", d);
+  uint32_t v2 = 2;
+  unsigned char zero[44] = {0};
+  patch_header(path, 8, &v2, 4);
+  patch_header(path, 464, zero, sizeof zero);
+  struct tc_ckpt_meta meta;
+  CHECK_INT(tc_ckpt_read_meta(path, &meta, err, sizeof err), 0);
+  CHECK_STR(meta.run_id, "");
+  struct tc_ckpt_run *runs = NULL;
+  int n = 0;
+  CHECK_INT(tc_ckpt_runs(d, &runs, &n), 0);
+  CHECK_INT(n, 3);
+  if (n == 3) {
+    CHECK_STR(runs[0].run_id, "run-a");
+    CHECK_INT(runs[0].newest_step, 50);
+    CHECK_INT(runs[0].count, 5);
+    CHECK_INT(runs[0].seed, 99);
+    CHECK(runs[0].data_hash == 0x0123456789abcdefull);
+    CHECK_STR(runs[1].run_id, "run-b");
+    CHECK_INT(runs[1].count, 2);
+    CHECK_STR(runs[2].run_id, "");
+    CHECK_INT(runs[2].count, 1);
+  }
+  free(runs);
+  /* pruning run b keeps one of b's and every other file */
+  CHECK_INT(tc_ckpt_prune(d, 1, "run-b"), 0);
+  CHECK(has(d, "ckpt-0000000025.slck") && !has(d, "ckpt-0000000015.slck"));
+  CHECK(has(d, "ckpt-0000000005.slck") && has(d, "ckpt-0000000010.slck"));
+  CHECK_INT(tc_ckpt_prune(d, 2, "run-a"), 0);
+  CHECK(has(d, "ckpt-0000000050.slck") && has(d, "ckpt-0000000040.slck"));
+  CHECK(!has(d, "ckpt-0000000030.slck") && !has(d, "ckpt-0000000010.slck"));
+  CHECK(has(d, "ckpt-0000000025.slck") && has(d, "ckpt-0000000005.slck"));
+  CHECK_INT(tc_ckpt_prune(d, 2, ""), -EINVAL); /* no run: nothing is anyone's */
+  /* loading run b's newest passes over a's newer ones */
+  struct tc_config c = gpt_cfg();
+  struct tc_ckpt *got = NULL;
+  CHECK_INT(tc_ckpt_load_newest(d, &c, "run-b", NULL, NULL, &got, used, sizeof used, err,
+                                sizeof err), 0);
+  CHECK(got && got->meta.step == 25 && !strcmp(got->meta.run_id, "run-b"));
+  got = tc_ckpt_free(got);
+  /* a run with none of its own takes one without identity */
+  CHECK_INT(tc_ckpt_load_newest(d, &c, "run-c", NULL, NULL, &got, used, sizeof used, err,
+                                sizeof err), 0);
+  CHECK(got && got->meta.step == 5 && got->meta.run_id[0] == 0);
+  got = tc_ckpt_free(got);
+  /* a malformed identity (right CRC) is a format error */
+  snprintf(path, sizeof path, "%s/ckpt-0000000025.slck", d);
+  patch_header(path, 464, "run b", 5);
+  CHECK_INT(tc_ckpt_read_meta(path, &meta, err, sizeof err), SL_EFORMAT);
+  CHECK(strstr(err, "run identity") != NULL);
+  /* a checkpoint is never written without a run id */
+  struct tc_model *m;
+  struct tc_ckpt *ck = make_run_ckpt(&m, 60, "");
+  CHECK_INT(tc_ckpt_write(ck, d, path, sizeof path, err, sizeof err), -EINVAL);
+  tc_ckpt_free(ck);
+  tc_model_free(m);
+  /* setting aside moves every checkpoint-named file and deletes none */
+  char sub[4096];
+  CHECK_INT(tc_ckpt_set_aside(d, sub, sizeof sub, err, sizeof err), 4);
+  CHECK(strstr(sub, "/set-aside-") != NULL);
+  CHECK(has(sub, "ckpt-0000000050.slck") && has(sub, "ckpt-0000000005.slck"));
+  CHECK_INT(tc_ckpt_runs(d, &runs, &n), 0);
+  CHECK_INT(n, 0);
+  free(runs);
+  CHECK_INT(tc_ckpt_set_aside(d, sub, sizeof sub, err, sizeof err), 0);
+  CHECK_STR(sub, "");
+}
+
+/* A folder or a FIFO under a checkpoint's name: a clear error, at once. */
+static void test_odd_files(void) {
+  char d[400], path[600], err[1024];
+  snprintf(d, sizeof d, "%s/odd", dir);
+  CHECK(mkdir(d, 0755) == 0);
+  snprintf(path, sizeof path, "%s/ckpt-0000000009.slck", d);
+  CHECK(mkdir(path, 0755) == 0);
+  struct tc_ckpt *ck = NULL;
+  memset(err, 'X', sizeof err); /* what the reader does not write shows */
+  err[sizeof err - 1] = 0;
+  CHECK_INT(tc_ckpt_read(path, NULL, &ck, err, sizeof err), SL_EFORMAT);
+  CHECK(strstr(err, "not a checkpoint file (a folder)") != NULL && !strchr(err, 'X'));
+  fprintf(stderr, "folder: %s\n", err);
+  snprintf(path, sizeof path, "%s/ckpt-0000000008.slck", d);
+  CHECK(mkfifo(path, 0644) == 0);
+  CHECK_INT(tc_ckpt_read(path, NULL, &ck, err, sizeof err), SL_EFORMAT);
+  CHECK(strstr(err, "not a checkpoint file (a FIFO)") != NULL);
+  fprintf(stderr, "fifo: %s\n", err);
+  struct tc_ckpt_meta meta;
+  CHECK_INT(tc_ckpt_read_meta(path, &meta, err, sizeof err), SL_EFORMAT);
+  /* loading skips both with a warning each; a real one after them is found */
+  write_run(d, 7, "run-a");
+  struct tc_config c = gpt_cfg();
+  warnings = 0;
+  CHECK_INT(tc_ckpt_load_newest(d, &c, NULL, count_warn, NULL, &ck, NULL, 0, err, sizeof err), 0);
+  CHECK(ck && ck->meta.step == 7);
+  CHECK_INT(warnings, 2);
+  ck = tc_ckpt_free(ck);
+  /* pruning leaves what is not the run's */
+  CHECK_INT(tc_ckpt_prune(d, 1, "run-a"), 0);
+  CHECK(has(d, "ckpt-0000000009.slck") && has(d, "ckpt-0000000008.slck"));
+  /* a FIFO under the temporary's name does not block the writer */
+  snprintf(path, sizeof path, "%s/.ckpt-0000000011.slck.tmp", d);
+  CHECK(mkfifo(path, 0644) == 0);
+  write_run(d, 11, "run-a");
+  CHECK(has(d, "ckpt-0000000011.slck"));
+  snprintf(path, sizeof path, "%s/ckpt-0000000009.slck", d);
+  rmdir(path);
 }
 
 /* ---- damaged version-1 headers ---- */
@@ -656,6 +813,8 @@ int main(int argc, char **argv) {
   test_damaged_v2();
   test_damaged_v1();
   test_fallback_prune_and_enospc();
+  test_identity();
+  test_odd_files();
   test_idx();
   test_text();
   char cmd[300];

@@ -53,17 +53,20 @@ static void test_train_every_option(void) {
                  "--control fd:4 --steps 3000 --batch 32 --lr 0.0003 --seed 7 --warmup 50 "
                  "--weight-decay 0.05 --grad-clip 0.5 --eval-every 250 --eval-batches 4 --keep 2 "
                  "--threads 2 --device cpu");
-  /* the assign's interval wins over the spec's; --resume when restoring */
+  /* the assign's interval wins over the spec's; --resume when restoring,
+   * with the job's run id */
   struct wk_spec_paths p = paths;
   p.checkpoint_every = 40;
   p.resume = true;
+  p.run_id = "J1";
   CHECK_INT(joined(WK_KIND_TRAIN,
                    "{\"model\":{\"type\":\"mlp\",\"options\":{\"hidden\":256,\"layers\":2}},"
                    "\"data\":{\"type\":\"fashion_mnist\",\"args\":[]},"
                    "\"options\":{\"checkpoint_every\":\"auto\"}}",
                    &p, out, sizeof out, err), 0);
   CHECK_STR(out, "/opt/spotlab-train --model mlp --hidden 256 --layers 2 --data fashion-mnist "
-                 "--checkpoint-every 40 --resume --ckpt-dir /w/jobs/J1/ckpt --metrics fd:3 --control fd:4");
+                 "--checkpoint-every 40 --resume --run-id J1 --ckpt-dir /w/jobs/J1/ckpt --metrics fd:3 "
+                 "--control fd:4");
   CHECK_INT(joined(WK_KIND_TRAIN,
                    "{\"model\":{\"type\":\"gpt\"},\"data\":{\"type\":\"text\",\"args\":[\"/d/t.txt\"]},"
                    "\"options\":{\"checkpoint_every\":\"auto\"}}",
