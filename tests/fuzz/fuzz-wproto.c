@@ -11,7 +11,8 @@
  * CURVE handshake decides which instance a message comes from.
  *
  * Alice's job is J000001, on the first instance launched (a gang of two
- * with GANG); bob's, with OTHER_JOB, J000002 on another one. Each input gets
+ * with GANG; its options from the input with OPTIONS); bob's, with
+ * OTHER_JOB, J000002 on another one. Each input gets
  * a fresh gateway (its own temporary state folder and SQLite store), so a
  * crash replays from its input alone. Nothing may crash, leak, hang or hit
  * undefined behaviour, whatever the bytes. */
@@ -40,6 +41,7 @@ enum {
   FROM_OTHER = 1 << 4,  /* messages come from the second instance */
   NOTICE = 1 << 5,      /* the provider gave alice's instance a notice */
   S3 = 1 << 6,          /* the gateway's store is s3:// (presign answered) */
+  OPTIONS = 1 << 7,     /* the first message is alice's job's options instead */
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -104,7 +106,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (flags & S3)
     gw_wproto_set_objstore(f->wproto, store);
   char ids[2][GW_INSTANCE_ID_MAX] = {"", ""};
-  json_t *o = json_pack("{s:i,s:i}", "steps", 100, "checkpoint_every", 10);
+  const uint8_t *p = data, *end = data + size;
+  json_t *o = NULL;
+  if (flags & OPTIONS) {
+    /* what a submit carries reaches the worker in assign (checkpoint_every, steps) */
+    const uint8_t *sep = memmem(p, size, "\n--\n", 4);
+    char why[128];
+    if (sl_json_parse((const char *)p, (size_t)((sep ? sep : end) - p), GW_JSON_DEPTH, &o, why,
+                      sizeof why) < 0 || !json_is_object(o)) {
+      json_decref(o);
+      o = NULL;
+    }
+    p = sep ? sep + 4 : end;
+  }
+  if (!o)
+    o = json_pack("{s:i,s:i}", "steps", 100, "checkpoint_every", 10);
   if (flags & GANG)
     json_object_set_new(o, "nodes", json_integer(2));
   int64_t job = fx_submit(f, "alice", "nb", "train", o);
@@ -133,7 +149,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fx_settle(f);
   }
   const char *from = ids[flags & FROM_OTHER && ids[1][0] ? 1 : 0];
-  const uint8_t *p = data, *end = data + size;
   while (from[0] && fx_inst(f, from)) {
     const uint8_t *sep = memmem(p, (size_t)(end - p), "\n--\n", 4);
     const uint8_t *stop = sep ? sep : end;
