@@ -118,8 +118,11 @@ int64_t sl_json_get_int(const json_t *obj, const char *key, int64_t def) {
   json_t *v = json_object_get(obj, key);
   if (json_is_integer(v))
     return json_integer_value(v);
-  if (json_is_real(v))
-    return (int64_t)json_real_value(v);
+  if (json_is_real(v)) {
+    /* a real past int64_t's range has no integer value (the cast would be undefined) */
+    double d = json_real_value(v);
+    return d > -9.2e18 && d < 9.2e18 ? (int64_t)d : def;
+  }
   return def;
 }
 

@@ -36,6 +36,8 @@ char *sl_json_dump(const json_t *v, size_t *ret_len);
 bool sl_json_utf8_ok(const char *s, size_t len);
 
 const char *sl_json_get_str(const json_t *obj, const char *key, const char *def);
+/* An integer, or a real truncated toward zero; def when absent, of another
+ * type, or a real out of int64_t's range. */
 int64_t sl_json_get_int(const json_t *obj, const char *key, int64_t def);
 double sl_json_get_num(const json_t *obj, const char *key, double def);
 bool sl_json_get_bool(const json_t *obj, const char *key, bool def);

@@ -54,7 +54,7 @@ void gw_autockpt_step(struct gw_autockpt *a, int64_t step, int64_t now_mono_us) 
   int64_t dt = now_mono_us - a->win_mono_us;
   if (dt < GW_AUTOCKPT_MIN_WINDOW_US || step == a->win_step)
     return;
-  double rate = (double)(step - a->win_step) / ((double)dt / 1e6);
+  double rate = ((double)step - (double)a->win_step) / ((double)dt / 1e6); /* any two int64_t */
   a->steps_per_s = a->steps_per_s > 0 ? RATE_WEIGHT * rate + (1 - RATE_WEIGHT) * a->steps_per_s
                                       : rate;
   a->win_step = step;

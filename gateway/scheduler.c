@@ -521,8 +521,8 @@ static int64_t fixed_checkpoint_every(const struct gw_job *j) {
   json_t *v = json_object_get(json_object_get(j->spec, "options"), "checkpoint_every");
   if (json_is_integer(v) && json_integer_value(v) > 0)
     return json_integer_value(v);
-  if (json_is_real(v) && json_real_value(v) >= 1)
-    return (int64_t)json_real_value(v);
+  if (json_is_real(v) && json_real_value(v) >= 1) /* past int64_t's range the cast is undefined */
+    return json_real_value(v) < 9.2e18 ? (int64_t)json_real_value(v) : INT64_MAX;
   return 0;
 }
 

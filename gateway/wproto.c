@@ -455,7 +455,7 @@ static void on_checkpoint(struct gw_wproto *g, struct gw_inst *in, const json_t 
     json_decref(ack);
   }
   if (write_ms >= 0 && upload_ms >= 0) {
-    gw_autockpt_write(&j->autockpt, (double)(write_ms + upload_ms) / 1e3);
+    gw_autockpt_write(&j->autockpt, ((double)write_ms + (double)upload_ms) / 1e3); /* no int overflow */
     gw_sched_autockpt(g->sched, j, true);
   }
 }

@@ -223,6 +223,8 @@ static int fp_inject_op(struct gw_provider *gp, const char *id, bool kill, doubl
   struct fp_inst *in = fp_inst(p, id);
   if (!in || !in->alive)
     return SL_ENAME;
+  if (!(notice_s >= 0 && notice_s <= 86400))
+    return -EINVAL; /* as the local provider refuses it */
   if (kill)
     fp_terminated(p, id, true);
   else
