@@ -7,7 +7,10 @@
  * id is chosen by the peer, and another peer may take it once the client
  * disconnects, so the id alone proves nothing. A request from a known
  * routing id without the right secret means the peer behind it changed: the
- * entry is forgotten, so nothing more (events, notices) goes to that id.
+ * entry is forgotten. So is the entry of a connection that closed (the
+ * socket monitor says so, and it is read before every message in or out),
+ * so nothing (events, notices) goes to a routing id once another peer may
+ * hold it.
  *
  * Every request is answered exactly once with a reply carrying its id;
  * malformed input gets an error reply naming the problem and the loop goes
@@ -67,6 +70,7 @@ struct gw_client {
   uint8_t rid[GW_RID_MAX];
   size_t rid_len;
   char auth[AUTH_HEX + 1];      /* the secret its requests carry */
+  int fd;                       /* its connection (monitor events name it); -1 unknown */
   bool admin;
   char user[64];
   char session[256];
@@ -123,13 +127,17 @@ struct req {
   struct gw_client *c;          /* NULL before hello */
   const uint8_t *rid;
   size_t rid_len;
+  int fd;                       /* the connection it came in on; -1 unknown */
   const json_t *body;
   json_t *id;                   /* echoed as "re" (borrowed; null if absent) */
 };
 
 static void client_forget(struct gw_client *c);
 
+static void drain_closed(struct gw_kproto *g);
+
 static int send_to(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, const json_t *msg) {
+  drain_closed(g);
   int r = g->env.send(g->env.send_ctx, rid, rid_len, msg);
   if (r < 0)
     sl_debug("gateway.zmq", "send dropped: %s", sl_strerror(r));
@@ -141,7 +149,10 @@ static void reply(struct req *q, json_t *fields) {
   json_object_set_new(m, "type", json_string("reply"));
   json_object_set(m, "re", q->id ? q->id : json_null());
   json_object_set_new(m, "ok", json_true());
-  if (send_to(q->g, q->rid, q->rid_len, m) == -EHOSTUNREACH && q->c)
+  drain_closed(q->g);
+  if (q->c && !q->c->rid_len)
+    ; /* its connection closed meanwhile: the routing id may be another's */
+  else if (send_to(q->g, q->rid, q->rid_len, m) == -EHOSTUNREACH && q->c)
     client_forget(q->c);
   json_decref(m);
 }
@@ -170,6 +181,53 @@ static struct gw_client *client_find(struct gw_kproto *g, const uint8_t *rid, si
 /* Frees c's slot: nothing more goes to its routing id. */
 static void client_forget(struct gw_client *c) {
   sodium_memzero(c, sizeof *c);
+}
+
+/* Forgets the clients whose connection the monitor says closed. Read
+ * before each message in and out: the monitor's event comes before the
+ * socket frees the routing id for another peer, so what goes out after a
+ * drain never reaches a peer that took a closed client's routing id. */
+static void drain_closed(struct gw_kproto *g) {
+  if (!g->env.monitor)
+    return;
+  for (;;) {
+    uint8_t ev[6];
+    int n = zmq_recv(g->env.monitor, ev, sizeof ev, ZMQ_DONTWAIT);
+    if (n < 0)
+      return;
+    int more = 0;
+    size_t more_len = sizeof more;
+    char addr[8];
+    while (zmq_getsockopt(g->env.monitor, ZMQ_RCVMORE, &more, &more_len) == 0 && more)
+      zmq_recv(g->env.monitor, addr, sizeof addr, 0); /* the endpoint: not needed */
+    uint16_t event;
+    uint32_t fd;
+    if (n < 6)
+      continue;
+    memcpy(&event, ev, sizeof event);
+    memcpy(&fd, ev + 2, sizeof fd);
+    if (!(event & ZMQ_EVENT_DISCONNECTED))
+      continue;
+    for (size_t i = 0; i < g->n_clients; i++)
+      if (g->clients[i].rid_len && g->clients[i].fd >= 0 && (uint32_t)g->clients[i].fd == fd)
+        client_forget(&g->clients[i]);
+  }
+}
+
+void gw_kproto_drain(struct gw_kproto *g) {
+  drain_closed(g);
+}
+
+/* Sends msg to client c unless its connection closed: 0 or negative
+ * (-EHOSTUNREACH: c is forgotten). */
+static int deliver(struct gw_kproto *g, struct gw_client *c, const json_t *msg) {
+  drain_closed(g);
+  if (!c->rid_len)
+    return -EHOSTUNREACH;
+  int r = g->env.send(g->env.send_ctx, c->rid, c->rid_len, msg);
+  if (r == -EHOSTUNREACH)
+    client_forget(c);
+  return r;
 }
 
 /* Whether auth (from a request, may be NULL) is c's secret. */
@@ -271,7 +329,7 @@ static void replay_round(struct gw_kproto *g, struct gw_client *c, int64_t now_u
     size_t i;
     int r = gw_store_events(g->env.store, a->job, a->replay_after, REPLAY_PAGE, &evs, &more);
     json_array_foreach(evs, i, e) {
-      if ((r = g->env.send(g->env.send_ctx, c->rid, c->rid_len, e)) < 0)
+      if ((r = deliver(g, c, e)) < 0)
         break;
       a->replay_after = sl_json_get_int(e, "seq", a->replay_after);
       progress = true;
@@ -285,8 +343,7 @@ static void replay_round(struct gw_kproto *g, struct gw_client *c, int64_t now_u
               (long long)a->replay_after, sl_strerror(r));
       a->replaying = false; /* the client sees a gap in seq and asks again */
     } else if (r == -EHOSTUNREACH) {
-      client_forget(c); /* the client is gone; its routing id may be another peer's next */
-      return;
+      return; /* the client is gone (deliver forgot it) */
     } else if (more) {
       pending = true;
     } else {
@@ -330,7 +387,7 @@ static void fanout(struct gw_kproto *g, int64_t job, const json_t *event) {
     struct gw_attach *a = c->rid_len ? attach_find(c, job) : NULL;
     if (!a || a->replaying)
       continue; /* a replay reaches this event in the store */
-    int r = g->env.send(g->env.send_ctx, c->rid, c->rid_len, event);
+    int r = deliver(g, c, event);
     if (r == -EAGAIN) {
       /* the client's queue is full: go on from the store once it reads */
       a->replaying = true;
@@ -339,9 +396,7 @@ static void fanout(struct gw_kproto *g, int64_t job, const json_t *event) {
         c->replay_backoff_us = REPLAY_BACKOFF_MIN_US;
         replay_due(g, c, sl_time_mono_us() + REPLAY_BACKOFF_MIN_US);
       }
-    } else if (r == -EHOSTUNREACH) {
-      client_forget(c); /* gone: its routing id may be another peer's next */
-    } else if (r < 0) {
+    } else if (r < 0 && r != -EHOSTUNREACH) {
       sl_debug("gateway.zmq", "event dropped: %s", sl_strerror(r));
     }
   }
@@ -350,9 +405,8 @@ static void fanout(struct gw_kproto *g, int64_t job, const json_t *event) {
 static void notify(struct gw_kproto *g, const char *user, const char *session, const json_t *msg) {
   for (size_t i = 0; i < g->n_clients; i++) {
     struct gw_client *c = &g->clients[i];
-    if (c->rid_len && !strcmp(c->user, user) && !strcmp(c->session, session) &&
-        send_to(g, c->rid, c->rid_len, msg) == -EHOSTUNREACH)
-      client_forget(c);
+    if (c->rid_len && !strcmp(c->user, user) && !strcmp(c->session, session))
+      deliver(g, c, msg);
   }
 }
 
@@ -423,6 +477,7 @@ static void on_hello(struct req *q) {
   sodium_memzero(secret, sizeof secret);
   memcpy(c->rid, q->rid, q->rid_len);
   c->rid_len = q->rid_len;
+  c->fd = q->fd;
   c->admin = is_admin(q->g->env.cfg, user);
   snprintf(c->user, sizeof c->user, "%s", user);
   snprintf(c->session, sizeof c->session, "%s", session);
@@ -433,6 +488,7 @@ static void on_hello(struct req *q) {
   }
   LOG_LIMITED(q->g, log_hello, SL_LOG_INFO, "hello from %s (%.16s, session \"%.64s\")", user,
               sl_json_get_str(q->body, "client", "client"), session);
+  q->c = c; /* the secret goes to this connection only (reply checks it is still there) */
   reply(q, json_pack("{s:s,s:s,s:s,s:s,s:b}", "user", user, "session", session, "gateway",
                      SPOTLAB_VERSION, "auth", c->auth, "admin", c->admin));
 }
@@ -917,6 +973,8 @@ static void dispatch(struct req *q) {
   }
   if (!q->c)
     return fail(q, SL_EAUTH, "say hello with a valid token first");
+  if (q->fd >= 0)
+    q->c->fd = q->fd; /* the secret's holder, reconnected */
   q->c->last_mono_us = sl_time_mono_us();
   gw_idle_touch(q->g->env.idle, q->c->user, q->c->session); /* every request is notebook activity */
   if (q->c->session[0] && strcmp(type, "session.get"))
@@ -929,16 +987,22 @@ static void dispatch(struct req *q) {
   fail(q, SL_ENAME, msg);
 }
 
-void gw_kproto_handle(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, const json_t *body) {
+static void handle(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, int fd,
+                   const json_t *body) {
   json_t *id = json_object_get(body, "id");
-  struct req q = {.g = g, .rid = rid, .rid_len = rid_len, .body = body,
+  struct req q = {.g = g, .rid = rid, .rid_len = rid_len, .fd = fd, .body = body,
                   .id = json_is_integer(id) ? id : NULL};
   dispatch(&q);
+}
+
+void gw_kproto_handle(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, const json_t *body) {
+  handle(g, rid, rid_len, -1, body);
 }
 
 void gw_kproto_recv(struct gw_kproto *g, void *sock) {
   struct sl_msg m;
   sl_msg_init(&m, (struct sl_limits){GW_FRAMES_MAX, GW_FRAME_MAX, 8u * GW_FRAME_MAX});
+  drain_closed(g); /* closed connections before any message that came after them */
   int r = sl_zmq_recv(sock, &m, ZMQ_DONTWAIT);
   if (r == -EAGAIN || m.n == 0) {
     if (r < 0 && r != -EAGAIN)
@@ -971,7 +1035,7 @@ void gw_kproto_recv(struct gw_kproto *g, void *sock) {
       id = json_object_get(body, "id");
     reply_err(g, rid, rid_len, id, r, why);
   } else {
-    gw_kproto_handle(g, rid, rid_len, body);
+    handle(g, rid, rid_len, m.src_fd, body);
   }
   json_decref(body);
   sl_msg_done(&m);
