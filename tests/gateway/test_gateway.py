@@ -570,7 +570,8 @@ def case_replay(gw):
     # attach to the finished job, then read nothing for a while
     late = Client(gw.listen, "alice", small=True)
     late.nid += 1
-    late.s.send(json.dumps({"type": "attach", "id": late.nid, "job": job, "after": 0}).encode())
+    late.s.send(json.dumps({"type": "attach", "id": late.nid, "job": job, "after": 0,
+                            "auth": late.auth}).encode())
     time.sleep(0.5)  # a client busy elsewhere: it reads nothing for a while
     check(late.reply(late.nid)["ok"], "attach to the finished job")
     late.wait_event(lambda e: e["job"] == job and e["seq"] >= last, timeout=60)
