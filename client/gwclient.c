@@ -4,7 +4,9 @@
  * FAILED (why kept in last_error; the next request tries again). Requests
  * made before READY wait in the pending table unsent and go out in order
  * once hello is accepted; a failed attempt fails every waiting request with
- * the reason. Every sent request has a deadline. The owner's handler is only
+ * the reason. Every request after hello carries the secret ("auth") that
+ * the gateway's reply to hello gave this connection: the gateway takes a
+ * request as ours only with it. Every sent request has a deadline. The owner's handler is only
  * ever called from jk_gw_input() and jk_gw_tick(), never from inside a call
  * the owner made, so the owner may issue requests from its callbacks.
  * The embedded gateway is started at most once per client, and only when the
@@ -70,6 +72,7 @@ struct jk_gw {
   pid_t child;
   bool notify;             /* tell the handler about a state change at the next tick */
   char user[128];
+  char auth[160];          /* hello's secret for this connection; "" none */
   char last_error[600];
   struct pending p[MAX_PENDING];
   size_t n_p;
@@ -191,6 +194,7 @@ static void disconnect(struct jk_gw *gw, const char *why) {
   gw->open = false;
   gw->state = JK_GW_FAILED;
   gw->user[0] = '\0';
+  explicit_bzero(gw->auth, sizeof gw->auth);
   snprintf(gw->last_error, sizeof gw->last_error, "%s", why);
   sl_debug("kernel.gateway", "gateway %s: %s", gw->addr, why);
   fail_all(gw, why);
@@ -328,13 +332,25 @@ static void start_attempt(struct jk_gw *gw) {
   }
 }
 
+/* Sends a request with the connection's secret (a resent one gets the
+ * secret of the latest hello). */
+static int send_request(struct jk_gw *gw, json_t *req) {
+  if (gw->auth[0])
+    json_object_set_new(req, "auth", json_string(gw->auth));
+  else
+    json_object_del(req, "auth");
+  int r = send_json(gw, req);
+  json_object_del(req, "auth"); /* the secret stays in one place */
+  return r;
+}
+
 static void send_queued(struct jk_gw *gw) {
   int64_t now = sl_time_mono_us();
   for (size_t i = 0; i < gw->n_p; i++) {
     struct pending *p = &gw->p[i];
     if (p->sent || p->failed)
       continue;
-    int r = send_json(gw, p->req);
+    int r = send_request(gw, p->req);
     if (r < 0) {
       p->failed = true;
       p->error = strdup(sl_strerror(r));
@@ -410,6 +426,13 @@ static void on_hello_reply(struct jk_gw *gw, const json_t *msg) {
     return;
   }
   snprintf(gw->user, sizeof gw->user, "%s", sl_json_get_str(msg, "user", ""));
+  /* a gateway older than the secret answers without one */
+  const char *auth = sl_json_get_str(msg, "auth", "");
+  if (strlen(auth) >= sizeof gw->auth) {
+    disconnect(gw, "the gateway's hello reply is malformed (auth too long)");
+    return;
+  }
+  snprintf(gw->auth, sizeof gw->auth, "%s", auth);
   gw->state = JK_GW_READY;
   gw->last_error[0] = '\0';
   sl_debug("kernel.gateway", "connected to %s as %s", gw->addr, gw->user);

@@ -12,6 +12,7 @@
 void sl_msg_init(struct sl_msg *m, struct sl_limits limits) {
   memset(m, 0, sizeof *m);
   m->limits = limits;
+  m->src_fd = -1;
 }
 
 void sl_msg_done(struct sl_msg *m) {

@@ -31,6 +31,7 @@ struct sl_msg {
   struct sl_limits limits;
   size_t dropped_frames;   /* frames refused by a limit during sl_zmq_recv */
   size_t oversized_frames; /* of those, frames over max_frame_bytes */
+  int src_fd;              /* the connection it came in on (sl_zmq_recv), -1 unknown */
 };
 
 void sl_msg_init(struct sl_msg *m, struct sl_limits limits);

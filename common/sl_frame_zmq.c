@@ -29,6 +29,8 @@ int sl_zmq_recv(void *socket, struct sl_msg *m, int flags) {
     }
     first = false;
     more = zmq_msg_more(&part);
+    if (!more) /* the peer's frames carry its connection; a ROUTER's routing id does not */
+      m->src_fd = zmq_msg_get(&part, ZMQ_SRCFD);
     size_t len = zmq_msg_size(&part);
     int r = sl_msg_add(m, zmq_msg_data(&part), len);
     if (r == SL_ELIMIT) {

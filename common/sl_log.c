@@ -55,18 +55,60 @@ bool sl_log_enabled(const char *topic, enum sl_log_level level) {
   return topic_listed(topic);
 }
 
-void sl_log(const char *topic, enum sl_log_level level, const char *fmt, ...) {
+static void write_line(const char *topic, enum sl_log_level level, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+static void write_line(const char *topic, enum sl_log_level level, const char *fmt, va_list ap) {
   static const char *const lv[] = {"error", "warning", "info", "debug"};
-  if (!sl_log_enabled(topic, level))
-    return;
   char ts[40];
   sl_time_format_iso8601(sl_time_real_us(), ts, sizeof ts);
   char msg[2048];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
   pthread_mutex_lock(&lock);
   fprintf(stderr, "%s %s[%s] %s: %s\n", ts, prog, topic, lv[level], msg);
   pthread_mutex_unlock(&lock);
+}
+
+void sl_log(const char *topic, enum sl_log_level level, const char *fmt, ...) {
+  if (!sl_log_enabled(topic, level))
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  write_line(topic, level, fmt, ap);
+  va_end(ap);
+}
+
+void sl_log_limit_flush(struct sl_log_limit *site, const char *topic) {
+  if (!site->pending)
+    return;
+  uint64_t n = site->pending;
+  site->pending = 0;
+  sl_log(topic, site->level, "%llu similar message%s dropped (at most %g a second are logged)",
+         (unsigned long long)n, n == 1 ? "" : "s", site->per_s);
+}
+
+bool sl_log_limited(struct sl_log_limit *site, const char *topic, enum sl_log_level level,
+                    const char *fmt, ...) {
+  if (!sl_log_enabled(topic, level))
+    return false;
+  int64_t now = sl_time_mono_us();
+  if (!site->last_us)
+    site->tokens = site->burst;
+  else if (now > site->last_us)
+    site->tokens += (double)(now - site->last_us) / 1e6 * site->per_s;
+  if (site->tokens > site->burst)
+    site->tokens = site->burst;
+  site->last_us = now;
+  site->level = level;
+  if (site->tokens < 1) {
+    site->pending++;
+    site->dropped++;
+    return false;
+  }
+  site->tokens -= 1;
+  sl_log_limit_flush(site, topic);
+  va_list ap;
+  va_start(ap, fmt);
+  write_line(topic, level, fmt, ap);
+  va_end(ap);
+  return true;
 }

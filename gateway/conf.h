@@ -27,6 +27,7 @@ struct gw_user_cfg {
   char name[GW_NAME_MAX];
   char token_sha256[65];
   char group[GW_NAME_MAX];
+  bool admin;                   /* sees and manages every user's jobs, instances and costs */
 };
 
 struct gw_group_cfg {
@@ -56,6 +57,7 @@ struct gw_config {
   int64_t heartbeat_timeout_us;
   int64_t register_timeout_us;
   int64_t max_instances;
+  int64_t max_clients_per_user;
   int64_t process_retries;
   /* [idle] */
   int64_t notebook_timeout_us;

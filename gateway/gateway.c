@@ -62,6 +62,7 @@ struct gw {
   struct gw_kproto *kproto;
   struct gw_wproto *wproto;
   void *zctx, *ksock, *wsock, *zap;
+  void *kmon;                   /* the kernel socket's closed connections (kproto) */
   struct gw_keypair keys;
   char train_program[1024];
   char worker_address[512];     /* what workers connect to */
@@ -107,6 +108,15 @@ static int bind_sockets(struct gw *g, char *err, size_t err_size) {
     snprintf(err, err_size, "cannot listen on %s: %s", g->cfg->listen, zmq_strerror(zmq_errno()));
     return SL_EZMQ;
   }
+  /* kproto forgets a client whose connection closed: its routing id may be
+   * another peer's next */
+  if (zmq_socket_monitor(g->ksock, "inproc://spotlab.kernel-monitor", ZMQ_EVENT_DISCONNECTED) < 0 ||
+      !(g->kmon = zmq_socket(g->zctx, ZMQ_PAIR)) ||
+      zmq_connect(g->kmon, "inproc://spotlab.kernel-monitor") < 0) {
+    snprintf(err, err_size, "kernel socket monitor: %s", zmq_strerror(zmq_errno()));
+    return SL_EZMQ;
+  }
+  zmq_setsockopt(g->kmon, ZMQ_LINGER, &zero, sizeof zero);
   if (zmq_bind(g->wsock, g->cfg->workers) < 0) {
     snprintf(err, err_size, "cannot listen for workers on %s: %s", g->cfg->workers,
              zmq_strerror(zmq_errno()));
@@ -248,6 +258,8 @@ static void on_socket(struct gw_loop *l, int fd, void *sock, int events, void *d
       gw_wproto_zap(g->wproto);
     else if (sock == g->ksock)
       gw_kproto_recv(g->kproto, sock);
+    else if (sock == g->kmon)
+      gw_kproto_drain(g->kproto);
     else
       gw_wproto_recv(g->wproto);
     if (!more_in(sock))
@@ -307,7 +319,7 @@ int gw_new(const struct gw_config *cfg, struct gw **ret, char *err, size_t err_s
     goto fail;
   struct gw_kproto_env ke = {.cfg = cfg, .store = g->store, .fleet = g->fleet, .queue = g->queue,
                              .sched = g->sched, .idle = g->idle, .ledger = g->ledger,
-                             .loop = g->loop, .send = client_send, .send_ctx = g,
+                             .loop = g->loop, .send = client_send, .send_ctx = g, .monitor = g->kmon,
                              .started_us = g->started_us};
   r = -ENOMEM;
   if (!(g->kproto = gw_kproto_new(&ke)) ||
@@ -321,6 +333,7 @@ int gw_new(const struct gw_config *cfg, struct gw **ret, char *err, size_t err_s
     goto fail;
   if ((r = gw_loop_add_zsock(g->loop, g->zap, GW_LOOP_READ, on_socket, g)) < 0 ||
       (r = gw_loop_add_zsock(g->loop, g->ksock, GW_LOOP_READ, on_socket, g)) < 0 ||
+      (r = gw_loop_add_zsock(g->loop, g->kmon, GW_LOOP_READ, on_socket, g)) < 0 ||
       (r = gw_loop_add_zsock(g->loop, g->wsock, GW_LOOP_READ, on_socket, g)) < 0)
     goto fail;
   int64_t t = gw_loop_add_timer(g->loop, sl_time_mono_us(), housekeeping, g);
@@ -360,6 +373,10 @@ struct gw *gw_free(struct gw *g) {
   gw_wproto_free(g->wproto);
   g->bundle = gw_bundle_free(g->bundle);
   gw_objstore_free(g->objstore);
+  if (g->ksock && g->kmon)
+    zmq_socket_monitor(g->ksock, NULL, 0);
+  if (g->kmon)
+    zmq_close(g->kmon);
   if (g->ksock)
     zmq_close(g->ksock);
   if (g->wsock)

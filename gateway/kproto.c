@@ -1,11 +1,25 @@
 /* The kernel/CLI protocol (protocols.md §1).
  *
- * A client is its ZeroMQ routing id; it must say hello with a valid token
- * before anything else. Every request is answered exactly once with a reply
- * carrying its id; malformed input gets an error reply naming the problem
- * and the loop goes on. A user sees only their own jobs: another user's job
- * answers SL_ENAME, word for word as a job that does not exist. The client
- * table is bounded; the least recently active client is forgotten first. */
+ * A client says hello with a valid token before anything else; the reply
+ * gives it a random secret ("auth") that every later request carries. A
+ * request counts as the client's only when it comes from the routing id that
+ * said hello AND carries that secret (compared in constant time): a routing
+ * id is chosen by the peer, and another peer may take it once the client
+ * disconnects, so the id alone proves nothing. A request from a known
+ * routing id without the right secret means the peer behind it changed: the
+ * entry is forgotten. So is the entry of a connection that closed (the
+ * socket monitor says so, and it is read before every message in or out),
+ * so nothing (events, notices) goes to a routing id once another peer may
+ * hold it.
+ *
+ * Every request is answered exactly once with a reply carrying its id;
+ * malformed input gets an error reply naming the problem and the loop goes
+ * on; what input from the world makes the gateway log is rate-limited per
+ * log site, and what was dropped is counted. A user sees only their own jobs
+ * and instances: another user's job answers SL_ENAME, word for word as a job
+ * that does not exist; an admin ([user.NAME] admin = yes) sees every user's.
+ * Each user holds at most max_clients_per_user entries: a hello beyond that
+ * forgets that user's least recently active one, never another user's. */
 #include "kproto.h"
 
 #include "config.h"
@@ -25,9 +39,13 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sodium.h>
 #include <zmq.h>
 
-#define GW_MAX_CLIENTS 1024
+#define GW_MAX_CLIENTS 16384    /* every user's connections together */
+#define CLIENTS_FIRST 64
+#define AUTH_BYTES 32
+#define AUTH_HEX (2 * AUTH_BYTES)
 #define GW_MAX_ATTACH 64
 #define GW_FRAMES_MAX 8
 #define MARKET_MAX 256
@@ -47,10 +65,13 @@ struct gw_attach {
   bool follow;                  /* a live job: live events follow the replay */
 };
 
+/* A client that said hello. rid_len 0: a free slot. */
 struct gw_client {
   uint8_t rid[GW_RID_MAX];
   size_t rid_len;
-  bool authed;
+  char auth[AUTH_HEX + 1];      /* the secret its requests carry */
+  int fd;                       /* its connection (monitor events name it); -1 unknown */
+  bool admin;
   char user[64];
   char session[256];
   struct gw_attach attached[GW_MAX_ATTACH];
@@ -63,21 +84,60 @@ struct gw_client {
 struct gw_kproto {
   struct gw_kproto_env env;
   struct gw_client *clients;
-  size_t n_clients;
+  size_t n_clients;             /* slots in use or freed; free ones have rid_len 0 */
+  size_t cap_clients;
   int64_t replay_timer;
   int64_t next_replay_mono_us;  /* earliest replay_at_mono_us of any client; INT64_MAX none */
+  /* lines that a peer's input causes, each site with its own budget */
+  struct sl_log_limit log_wire, log_auth, log_hello;
+  int64_t flush_timer;          /* reports what the sites dropped */
+  bool flush_armed;
 };
+
+/* A line at a rate-limited site; a drop arms the timer that reports it. */
+#define LOG_LIMITED(g, site, level, ...)                                      \
+  do {                                                                        \
+    if (!sl_log_limited(&(g)->site, T, level, __VA_ARGS__) && (g)->site.pending) \
+      arm_flush(g);                                                           \
+  } while (0)
+
+static void arm_flush(struct gw_kproto *g) {
+  if (g->flush_armed || !g->env.loop)
+    return;
+  g->flush_armed = true;
+  gw_loop_set_timer(g->env.loop, g->flush_timer, sl_time_mono_us() + SL_US_PER_S);
+}
+
+static int64_t flush_timer(struct gw_loop *l, int64_t id, int64_t now_us, void *data) {
+  (void)l; (void)id; (void)now_us;
+  struct gw_kproto *g = data;
+  g->flush_armed = false;
+  sl_log_limit_flush(&g->log_wire, T);
+  sl_log_limit_flush(&g->log_auth, T);
+  sl_log_limit_flush(&g->log_hello, T);
+  return INT64_MAX;
+}
+
+static uint64_t log_dropped(const struct gw_kproto *g) {
+  return g->log_wire.dropped + g->log_auth.dropped + g->log_hello.dropped;
+}
 
 struct req {
   struct gw_kproto *g;
   struct gw_client *c;          /* NULL before hello */
   const uint8_t *rid;
   size_t rid_len;
+  int fd;                       /* the connection it came in on; -1 unknown */
   const json_t *body;
   json_t *id;                   /* echoed as "re" (borrowed; null if absent) */
 };
 
+static void client_forget(struct gw_client *c);
+
+static void drain_closed(struct gw_kproto *g);
+
 static int send_to(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, const json_t *msg) {
+  drain_closed(g);
   int r = g->env.send(g->env.send_ctx, rid, rid_len, msg);
   if (r < 0)
     sl_debug("gateway.zmq", "send dropped: %s", sl_strerror(r));
@@ -89,7 +149,11 @@ static void reply(struct req *q, json_t *fields) {
   json_object_set_new(m, "type", json_string("reply"));
   json_object_set(m, "re", q->id ? q->id : json_null());
   json_object_set_new(m, "ok", json_true());
-  send_to(q->g, q->rid, q->rid_len, m);
+  drain_closed(q->g);
+  if (q->c && !q->c->rid_len)
+    ; /* its connection closed meanwhile: the routing id may be another's */
+  else if (send_to(q->g, q->rid, q->rid_len, m) == -EHOSTUNREACH && q->c)
+    client_forget(q->c);
   json_decref(m);
 }
 
@@ -106,26 +170,115 @@ static void fail(struct req *q, int code, const char *msg) {
 }
 
 static struct gw_client *client_find(struct gw_kproto *g, const uint8_t *rid, size_t len) {
+  if (!len)
+    return NULL;
   for (size_t i = 0; i < g->n_clients; i++)
     if (g->clients[i].rid_len == len && !memcmp(g->clients[i].rid, rid, len))
       return &g->clients[i];
   return NULL;
 }
 
-static struct gw_client *client_new(struct gw_kproto *g, const uint8_t *rid, size_t len) {
-  struct gw_client *c = client_find(g, rid, len);
-  if (!c && g->n_clients < GW_MAX_CLIENTS)
-    c = &g->clients[g->n_clients++];
-  if (!c) { /* full: reuse the least recently active entry */
-    c = &g->clients[0];
-    for (size_t i = 1; i < g->n_clients; i++)
-      if (g->clients[i].last_mono_us < c->last_mono_us)
-        c = &g->clients[i];
+/* Frees c's slot: nothing more goes to its routing id. */
+static void client_forget(struct gw_client *c) {
+  sodium_memzero(c, sizeof *c);
+}
+
+/* Forgets the clients whose connection the monitor says closed. Read
+ * before each message in and out: the monitor's event comes before the
+ * socket frees the routing id for another peer, so what goes out after a
+ * drain never reaches a peer that took a closed client's routing id. */
+static void drain_closed(struct gw_kproto *g) {
+  if (!g->env.monitor)
+    return;
+  for (;;) {
+    uint8_t ev[6];
+    int n = zmq_recv(g->env.monitor, ev, sizeof ev, ZMQ_DONTWAIT);
+    if (n < 0)
+      return;
+    int more = 0;
+    size_t more_len = sizeof more;
+    char addr[8];
+    while (zmq_getsockopt(g->env.monitor, ZMQ_RCVMORE, &more, &more_len) == 0 && more)
+      zmq_recv(g->env.monitor, addr, sizeof addr, 0); /* the endpoint: not needed */
+    uint16_t event;
+    uint32_t fd;
+    if (n < 6)
+      continue;
+    memcpy(&event, ev, sizeof event);
+    memcpy(&fd, ev + 2, sizeof fd);
+    if (!(event & ZMQ_EVENT_DISCONNECTED))
+      continue;
+    for (size_t i = 0; i < g->n_clients; i++)
+      if (g->clients[i].rid_len && g->clients[i].fd >= 0 && (uint32_t)g->clients[i].fd == fd)
+        client_forget(&g->clients[i]);
   }
+}
+
+void gw_kproto_drain(struct gw_kproto *g) {
+  drain_closed(g);
+}
+
+/* Sends msg to client c unless its connection closed: 0 or negative
+ * (-EHOSTUNREACH: c is forgotten). */
+static int deliver(struct gw_kproto *g, struct gw_client *c, const json_t *msg) {
+  drain_closed(g);
+  if (!c->rid_len)
+    return -EHOSTUNREACH;
+  int r = g->env.send(g->env.send_ctx, c->rid, c->rid_len, msg);
+  if (r == -EHOSTUNREACH)
+    client_forget(c);
+  return r;
+}
+
+/* Whether auth (from a request, may be NULL) is c's secret. */
+static bool client_auth_ok(const struct gw_client *c, const char *auth) {
+  return auth && strlen(auth) == AUTH_HEX && sodium_memcmp(c->auth, auth, AUTH_HEX) == 0;
+}
+
+/* A free slot, growing the table up to GW_MAX_CLIENTS; NULL when full.
+ * Moves the table: no slot pointer survives a call. */
+static struct gw_client *client_slot(struct gw_kproto *g) {
+  for (size_t i = 0; i < g->n_clients; i++)
+    if (!g->clients[i].rid_len)
+      return &g->clients[i];
+  if (g->n_clients == g->cap_clients) {
+    size_t cap = g->cap_clients * 2;
+    if (cap > GW_MAX_CLIENTS)
+      cap = GW_MAX_CLIENTS;
+    if (cap == g->cap_clients)
+      return NULL;
+    struct gw_client *t = realloc(g->clients, cap * sizeof *t);
+    if (!t)
+      return NULL;
+    g->clients = t;
+    g->cap_clients = cap;
+  }
+  struct gw_client *c = &g->clients[g->n_clients++];
   memset(c, 0, sizeof *c);
-  memcpy(c->rid, rid, len);
-  c->rid_len = len;
   return c;
+}
+
+/* Makes room for one more entry of user: at max_clients_per_user, forgets
+ * the user's least recently active entry (a kernel that went away without
+ * a word leaves its entry behind; a flood of hellos only churns its own). */
+static void client_limit(struct gw_kproto *g, const char *user) {
+  int64_t limit = g->env.cfg->max_clients_per_user > 0 ? g->env.cfg->max_clients_per_user : 256;
+  struct gw_client *oldest = NULL;
+  int64_t n = 0;
+  for (size_t i = 0; i < g->n_clients; i++) {
+    struct gw_client *c = &g->clients[i];
+    if (!c->rid_len || strcmp(c->user, user))
+      continue;
+    n++;
+    if (!oldest || c->last_mono_us < oldest->last_mono_us)
+      oldest = c;
+  }
+  if (n < limit || !oldest)
+    return;
+  LOG_LIMITED(g, log_hello, SL_LOG_WARN,
+              "%s holds %lld connections ([gateway] max_clients_per_user): forgot their least"
+              " recently active one", user, (long long)n);
+  client_forget(oldest);
 }
 
 /* ---- event delivery: replays from the store, then live ---------------------
@@ -176,7 +329,7 @@ static void replay_round(struct gw_kproto *g, struct gw_client *c, int64_t now_u
     size_t i;
     int r = gw_store_events(g->env.store, a->job, a->replay_after, REPLAY_PAGE, &evs, &more);
     json_array_foreach(evs, i, e) {
-      if ((r = g->env.send(g->env.send_ctx, c->rid, c->rid_len, e)) < 0)
+      if ((r = deliver(g, c, e)) < 0)
         break;
       a->replay_after = sl_json_get_int(e, "seq", a->replay_after);
       progress = true;
@@ -190,9 +343,7 @@ static void replay_round(struct gw_kproto *g, struct gw_client *c, int64_t now_u
               (long long)a->replay_after, sl_strerror(r));
       a->replaying = false; /* the client sees a gap in seq and asks again */
     } else if (r == -EHOSTUNREACH) {
-      for (size_t m = 0; m < c->n_attached; m++) /* the client is gone */
-        c->attached[m].replaying = false;
-      break;
+      return; /* the client is gone (deliver forgot it) */
     } else if (more) {
       pending = true;
     } else {
@@ -221,6 +372,8 @@ static void replay_all(struct gw_kproto *g, int64_t now_us) {
   g->next_replay_mono_us = INT64_MAX;
   for (size_t i = 0; i < g->n_clients; i++) {
     struct gw_client *c = &g->clients[i];
+    if (!c->rid_len)
+      continue;
     if (c->replay_at_mono_us && c->replay_at_mono_us <= now_us)
       replay_round(g, c, now_us);
     else if (c->replay_at_mono_us && c->replay_at_mono_us < g->next_replay_mono_us)
@@ -231,10 +384,10 @@ static void replay_all(struct gw_kproto *g, int64_t now_us) {
 static void fanout(struct gw_kproto *g, int64_t job, const json_t *event) {
   for (size_t i = 0; i < g->n_clients; i++) {
     struct gw_client *c = &g->clients[i];
-    struct gw_attach *a = attach_find(c, job);
+    struct gw_attach *a = c->rid_len ? attach_find(c, job) : NULL;
     if (!a || a->replaying)
       continue; /* a replay reaches this event in the store */
-    int r = g->env.send(g->env.send_ctx, c->rid, c->rid_len, event);
+    int r = deliver(g, c, event);
     if (r == -EAGAIN) {
       /* the client's queue is full: go on from the store once it reads */
       a->replaying = true;
@@ -243,7 +396,7 @@ static void fanout(struct gw_kproto *g, int64_t job, const json_t *event) {
         c->replay_backoff_us = REPLAY_BACKOFF_MIN_US;
         replay_due(g, c, sl_time_mono_us() + REPLAY_BACKOFF_MIN_US);
       }
-    } else if (r < 0) {
+    } else if (r < 0 && r != -EHOSTUNREACH) {
       sl_debug("gateway.zmq", "event dropped: %s", sl_strerror(r));
     }
   }
@@ -252,19 +405,31 @@ static void fanout(struct gw_kproto *g, int64_t job, const json_t *event) {
 static void notify(struct gw_kproto *g, const char *user, const char *session, const json_t *msg) {
   for (size_t i = 0; i < g->n_clients; i++) {
     struct gw_client *c = &g->clients[i];
-    if (c->authed && !strcmp(c->user, user) && !strcmp(c->session, session))
-      send_to(g, c->rid, c->rid_len, msg);
+    if (c->rid_len && !strcmp(c->user, user) && !strcmp(c->session, session))
+      deliver(g, c, msg);
   }
 }
 
-/* Loads job id if it belongs to the client's user: live copy or a store copy in *tmp. */
+/* The user whose jobs, instances and costs the client sees: its own, or
+ * NULL (everyone's) for an admin. */
+static const char *whose(const struct req *q) {
+  return q->c->admin ? NULL : q->c->user;
+}
+
+/* Whether the client may see instance in. */
+static bool inst_visible(const struct req *q, const struct gw_inst *in) {
+  return q->c->admin || !strcmp(in->row.user, q->c->user);
+}
+
+/* Loads job id if the client may see it (its user's, or any for an admin):
+ * live copy or a store copy in *tmp. */
 static struct gw_job *user_job(struct req *q, struct gw_job *tmp, bool *ret_live) {
   int64_t id = gw_job_id_parse(sl_json_get_str(q->body, "job", NULL));
   struct gw_job *j = id > 0 ? gw_fleet_job(q->g->env.fleet, id) : NULL;
   *ret_live = j != NULL;
   if (!j && id > 0 && gw_store_job_get(q->g->env.store, id, tmp) == 0)
     j = tmp;
-  if (j && strcmp(j->user, q->c->user)) {
+  if (j && !q->c->admin && strcmp(j->user, q->c->user)) {
     if (j == tmp)
       gw_job_done(tmp);
     j = NULL;
@@ -272,6 +437,13 @@ static struct gw_job *user_job(struct req *q, struct gw_job *tmp, bool *ret_live
   if (!j)
     fail(q, SL_ENAME, "no such job");
   return j;
+}
+
+/* An admin sees and manages every user's jobs, instances and costs; on a
+ * per-user (embedded) gateway its one user is. */
+static bool is_admin(const struct gw_config *cfg, const char *user) {
+  const struct gw_user_cfg *u = gw_config_user(cfg, user);
+  return cfg->embedded || (u && u->admin);
 }
 
 static void on_hello(struct req *q) {
@@ -282,13 +454,31 @@ static void on_hello(struct req *q) {
     return fail(q, SL_EAUTH, "a token is required");
   if (strlen(session) >= sizeof q->c->session)
     return fail(q, SL_ELIMIT, "session name too long");
+  if (!q->rid_len || q->rid_len > GW_RID_MAX)
+    return fail(q, SL_EWIRE, "no routing id to answer to");
   sl_sha256_hex(token, strlen(token), hash);
   if (gw_store_user_by_token(q->g->env.store, hash, user, sizeof user) < 0) {
-    sl_warn(T, "hello refused: unknown token");
+    LOG_LIMITED(q->g, log_auth, SL_LOG_WARN, "hello refused: unknown token");
     return fail(q, SL_EAUTH, "unknown token");
   }
-  struct gw_client *c = client_new(q->g, q->rid, q->rid_len);
-  c->authed = true;
+  /* a new hello from a routing id starts over: what the entry held goes */
+  struct gw_client *c = client_find(q->g, q->rid, q->rid_len);
+  if (c)
+    client_forget(c);
+  client_limit(q->g, user);
+  if (!(c = client_slot(q->g))) {
+    LOG_LIMITED(q->g, log_hello, SL_LOG_WARN, "hello from %s refused: %d connections held", user,
+                GW_MAX_CLIENTS);
+    return fail(q, SL_ELIMIT, "the gateway holds too many connections; try again later");
+  }
+  uint8_t secret[AUTH_BYTES];
+  randombytes_buf(secret, sizeof secret);
+  sodium_bin2hex(c->auth, sizeof c->auth, secret, sizeof secret);
+  sodium_memzero(secret, sizeof secret);
+  memcpy(c->rid, q->rid, q->rid_len);
+  c->rid_len = q->rid_len;
+  c->fd = q->fd;
+  c->admin = is_admin(q->g->env.cfg, user);
   snprintf(c->user, sizeof c->user, "%s", user);
   snprintf(c->session, sizeof c->session, "%s", session);
   c->last_mono_us = sl_time_mono_us();
@@ -296,10 +486,11 @@ static void on_hello(struct req *q) {
     gw_store_session_touch(q->g->env.store, user, session, sl_time_real_us());
     gw_idle_touch(q->g->env.idle, user, session);
   }
-  sl_info(T, "hello from %s (%s, session \"%s\")", user,
-          sl_json_get_str(q->body, "client", "client"), session);
-  reply(q, json_pack("{s:s,s:s,s:s}", "user", user, "session", session, "gateway",
-                     SPOTLAB_VERSION));
+  LOG_LIMITED(q->g, log_hello, SL_LOG_INFO, "hello from %s (%.16s, session \"%.64s\")", user,
+              sl_json_get_str(q->body, "client", "client"), session);
+  q->c = c; /* the secret goes to this connection only (reply checks it is still there) */
+  reply(q, json_pack("{s:s,s:s,s:s,s:s,s:b}", "user", user, "session", session, "gateway",
+                     SPOTLAB_VERSION, "auth", c->auth, "admin", c->admin));
 }
 
 static void on_session_get(struct req *q) {
@@ -526,7 +717,7 @@ static void on_jobs(struct req *q) {
   bool all = sl_json_get_bool(q->body, "all", false);
   struct gw_job *jobs = NULL;
   size_t n = 0;
-  if (gw_store_jobs_list(q->g->env.store, q->c->user, false, all ? 1000 : 50, &jobs, &n) < 0)
+  if (gw_store_jobs_list(q->g->env.store, whose(q), false, all ? 1000 : 50, &jobs, &n) < 0)
     return fail(q, SL_ESQLITE, NULL);
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++) {
@@ -576,7 +767,22 @@ static void on_status(struct req *q) {
   const struct gw_config *cfg = g->env.cfg;
   json_t *workers = json_array();
   for (size_t i = 0; i < gw_fleet_n_insts(g->env.fleet); i++)
-    json_array_append_new(workers, instance_json(gw_fleet_inst_at(g->env.fleet, i)));
+    if (inst_visible(q, gw_fleet_inst_at(g->env.fleet, i)))
+      json_array_append_new(workers, instance_json(gw_fleet_inst_at(g->env.fleet, i)));
+  /* counts of the jobs it may see, queued and live */
+  size_t queued = gw_queue_len(g->env.queue), live = gw_fleet_n_jobs(g->env.fleet);
+  if (!q->c->admin) {
+    int64_t *ids = queued ? calloc(queued, sizeof *ids) : NULL;
+    size_t n = ids ? gw_queue_order(g->env.queue, ids, queued) : 0;
+    queued = live = 0;
+    for (size_t i = 0; i < n; i++) {
+      const struct gw_job *j = gw_fleet_job(g->env.fleet, ids[i]);
+      queued += j && !strcmp(j->user, q->c->user);
+    }
+    free(ids);
+    for (size_t i = 0; i < gw_fleet_n_jobs(g->env.fleet); i++)
+      live += !strcmp(gw_fleet_job_at(g->env.fleet, i)->user, q->c->user);
+  }
   char provs[256] = "";
   for (size_t i = 0; i < gw_sched_n_providers(g->env.sched); i++) {
     size_t len = strlen(provs);
@@ -585,26 +791,36 @@ static void on_status(struct req *q) {
   }
   double usd = 0, od = 0;
   gw_ledger_totals(g->env.ledger, NULL, gw_ledger_month_start_us(), &usd, &od);
-  reply(q, json_pack("{s:{s:s,s:i,s:I,s:s,s:s,s:s,s:s,s:b,s:I,s:I},s:o,"
+  json_t *r = json_pack("{s:{s:s,s:i,s:I,s:s,s:s,s:s,s:s,s:b,s:I,s:I},s:o,"
                      "s:{s:o,s:o,s:o},s:{s:o,s:o,s:b}}",
                      "gateway", "version", SPOTLAB_VERSION, "pid", (int)getpid(), "started_us",
                      (json_int_t)g->env.started_us, "listen", cfg->listen, "workers", cfg->workers,
                      "state_dir", cfg->state_dir, "provider", provs,
-                     "embedded", cfg->embedded, "queued", (json_int_t)gw_queue_len(g->env.queue),
-                     "live_jobs", (json_int_t)gw_fleet_n_jobs(g->env.fleet), "workers", workers, "idle",
+                     "embedded", cfg->embedded, "queued", (json_int_t)queued,
+                     "live_jobs", (json_int_t)live, "workers", workers, "idle",
                      "notebook_timeout_s",
                      sl_json_real((double)gw_config_notebook_timeout_us(cfg, q->c->user) / 1e6),
                      "worker_timeout_s",
                      sl_json_real((double)gw_config_worker_timeout_us(cfg, q->c->user) / 1e6),
                      "warn_before_s", sl_json_real((double)cfg->warn_before_us / 1e6), "budget",
                      "monthly_usd", sl_json_real(cfg->monthly_usd), "spent_usd", sl_json_real(usd),
-                     "hard_cap", cfg->hard_cap));
+                     "hard_cap", cfg->hard_cap);
+  if (r && q->c->admin) { /* the gateway's own health, for whoever runs it */
+    json_t *gwo = json_object_get(r, "gateway");
+    size_t conns = 0;
+    for (size_t i = 0; i < g->n_clients; i++)
+      conns += g->clients[i].rid_len > 0;
+    json_object_set_new(gwo, "clients", json_integer((json_int_t)conns));
+    json_object_set_new(gwo, "log_dropped", json_integer((json_int_t)log_dropped(g)));
+  }
+  reply(q, r);
 }
 
 static void on_instances(struct req *q) {
   json_t *arr = json_array();
   for (size_t i = 0; i < gw_fleet_n_insts(q->g->env.fleet); i++)
-    json_array_append_new(arr, instance_json(gw_fleet_inst_at(q->g->env.fleet, i)));
+    if (inst_visible(q, gw_fleet_inst_at(q->g->env.fleet, i)))
+      json_array_append_new(arr, instance_json(gw_fleet_inst_at(q->g->env.fleet, i)));
   reply(q, json_pack("{s:o}", "instances", arr));
 }
 
@@ -685,18 +901,19 @@ static void on_market(struct req *q) {
 
 static void on_cost(struct req *q) {
   double usd = 0, od = 0, musd = 0, mod = 0;
-  gw_ledger_totals(q->g->env.ledger, q->c->user, 0, &usd, &od);
-  gw_ledger_totals(q->g->env.ledger, q->c->user, gw_ledger_month_start_us(), &musd, &mod);
+  gw_ledger_totals(q->g->env.ledger, whose(q), 0, &usd, &od);
+  gw_ledger_totals(q->g->env.ledger, whose(q), gw_ledger_month_start_us(), &musd, &mod);
   struct gw_job *jobs = NULL;
   size_t n = 0;
   json_t *arr = json_array();
-  if (gw_store_jobs_list(q->g->env.store, q->c->user, false, 100, &jobs, &n) == 0) {
+  if (gw_store_jobs_list(q->g->env.store, whose(q), false, 100, &jobs, &n) == 0) {
     for (size_t i = 0; i < n; i++) {
       struct gw_job *j = gw_fleet_job(q->g->env.fleet, jobs[i].id);
       j = j ? j : &jobs[i];
       char id[16];
-      json_array_append_new(arr, json_pack("{s:s,s:s,s:o,s:o}", "job",
-                                           gw_job_id_str(j->id, id, sizeof id), "state",
+      json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:o,s:o}", "job",
+                                           gw_job_id_str(j->id, id, sizeof id), "user", j->user,
+                                           "state",
                                            gw_job_state_name(j->state), "cost_usd",
                                            sl_json_real(j->cost_usd), "on_demand_usd",
                                            sl_json_real(j->on_demand_usd)));
@@ -715,7 +932,7 @@ static void on_inject(struct req *q) {
   struct gw_inst *in = gw_fleet_inst(q->g->env.fleet, id);
   if (strcmp(action, "preempt") && strcmp(action, "kill"))
     return fail(q, SL_ENAME, "action must be preempt or kill");
-  if (!in || strcmp(in->row.user, q->c->user))
+  if (!in || !inst_visible(q, in))
     return fail(q, SL_ENAME, "no such instance");
   double notice = sl_json_get_num(q->body, "notice_s", !strcmp(action, "kill") ? 0 : 120);
   int r = gw_sched_inject(q->g->env.sched, in, !strcmp(action, "kill"), notice);
@@ -748,8 +965,16 @@ static void dispatch(struct req *q) {
   if (!strcmp(type, "hello"))
     return on_hello(q);
   q->c = client_find(q->g, q->rid, q->rid_len);
-  if (!q->c || !q->c->authed)
+  if (q->c && !client_auth_ok(q->c, sl_json_get_str(q->body, "auth", NULL))) {
+    /* the routing id said hello, but the peer behind it now does not hold
+     * its secret: the connection that said hello is gone */
+    client_forget(q->c);
+    q->c = NULL;
+  }
+  if (!q->c)
     return fail(q, SL_EAUTH, "say hello with a valid token first");
+  if (q->fd >= 0)
+    q->c->fd = q->fd; /* the secret's holder, reconnected */
   q->c->last_mono_us = sl_time_mono_us();
   gw_idle_touch(q->g->env.idle, q->c->user, q->c->session); /* every request is notebook activity */
   if (q->c->session[0] && strcmp(type, "session.get"))
@@ -762,20 +987,26 @@ static void dispatch(struct req *q) {
   fail(q, SL_ENAME, msg);
 }
 
-void gw_kproto_handle(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, const json_t *body) {
+static void handle(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, int fd,
+                   const json_t *body) {
   json_t *id = json_object_get(body, "id");
-  struct req q = {.g = g, .rid = rid, .rid_len = rid_len, .body = body,
+  struct req q = {.g = g, .rid = rid, .rid_len = rid_len, .fd = fd, .body = body,
                   .id = json_is_integer(id) ? id : NULL};
   dispatch(&q);
+}
+
+void gw_kproto_handle(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, const json_t *body) {
+  handle(g, rid, rid_len, -1, body);
 }
 
 void gw_kproto_recv(struct gw_kproto *g, void *sock) {
   struct sl_msg m;
   sl_msg_init(&m, (struct sl_limits){GW_FRAMES_MAX, GW_FRAME_MAX, 8u * GW_FRAME_MAX});
+  drain_closed(g); /* closed connections before any message that came after them */
   int r = sl_zmq_recv(sock, &m, ZMQ_DONTWAIT);
   if (r == -EAGAIN || m.n == 0) {
     if (r < 0 && r != -EAGAIN)
-      sl_warn(T, "dropped a message: %s", sl_strerror(r));
+      LOG_LIMITED(g, log_wire, SL_LOG_WARN, "dropped a message: %s", sl_strerror(r));
     sl_msg_done(&m);
     return;
   }
@@ -798,13 +1029,13 @@ void gw_kproto_recv(struct gw_kproto *g, void *sock) {
     }
   }
   if (r < 0) {
-    sl_warn(T, "malformed request: %s", why);
+    LOG_LIMITED(g, log_wire, SL_LOG_WARN, "malformed request: %s", why);
     json_t *id = NULL;
     if (body)
       id = json_object_get(body, "id");
     reply_err(g, rid, rid_len, id, r, why);
   } else {
-    gw_kproto_handle(g, rid, rid_len, body);
+    handle(g, rid, rid_len, m.src_fd, body);
   }
   json_decref(body);
   sl_msg_done(&m);
@@ -831,10 +1062,14 @@ struct gw_kproto *gw_kproto_new(const struct gw_kproto_env *env) {
     return NULL;
   g->env = *env;
   g->next_replay_mono_us = INT64_MAX;
-  g->clients = calloc(GW_MAX_CLIENTS, sizeof *g->clients);
-  if (!g->clients)
+  /* a peer's input logs at most 10 lines a second per site after a burst of 20 */
+  g->log_wire = g->log_auth = g->log_hello = SL_LOG_LIMIT(10, 20);
+  g->cap_clients = CLIENTS_FIRST;
+  g->clients = calloc(g->cap_clients, sizeof *g->clients);
+  if (!g->clients || sodium_init() < 0)
     return gw_kproto_free(g);
-  if (env->loop && (g->replay_timer = gw_loop_add_timer(env->loop, INT64_MAX, replay_timer, g)) < 0)
+  if (env->loop && ((g->replay_timer = gw_loop_add_timer(env->loop, INT64_MAX, replay_timer, g)) < 0 ||
+                    (g->flush_timer = gw_loop_add_timer(env->loop, INT64_MAX, flush_timer, g)) < 0))
     return gw_kproto_free(g);
   return g;
 }
@@ -844,6 +1079,10 @@ struct gw_kproto *gw_kproto_free(struct gw_kproto *g) {
     return NULL;
   if (g->env.loop && g->replay_timer > 0)
     gw_loop_del_timer(g->env.loop, g->replay_timer);
+  if (g->env.loop && g->flush_timer > 0)
+    gw_loop_del_timer(g->env.loop, g->flush_timer);
+  if (g->clients)
+    sodium_memzero(g->clients, g->cap_clients * sizeof *g->clients);
   free(g->clients);
   free(g);
   return NULL;

@@ -37,6 +37,11 @@ struct gw_kproto_env {
   struct gw_loop *loop;         /* paced replays run on a timer here */
   gw_client_send_fn send;
   void *send_ctx;
+  /* A PAIR socket that receives the kernel socket's ZMQ_EVENT_DISCONNECTED
+   * monitor events, or NULL (a transport without connections, as in
+   * tests). A routing id whose connection closed may be another peer's
+   * next: nothing more goes to it. */
+  void *monitor;
   int64_t started_us;           /* the gateway's start (status) */
 };
 
@@ -48,6 +53,9 @@ void gw_kproto_recv(struct gw_kproto *k, void *sock);
 /* Handles one request body (borrowed) from client rid; replies through
  * the transport. What gw_kproto_recv does once a message is parsed. */
 void gw_kproto_handle(struct gw_kproto *k, const uint8_t *rid, size_t rid_len, const json_t *body);
+/* Reads the monitor's events: forgets the clients whose connection closed.
+ * For the loop, when the monitor socket is readable. */
+void gw_kproto_drain(struct gw_kproto *k);
 /* The bus sink (data: the kproto): job events to attached clients,
  * notices to a notebook session's clients. */
 void gw_kproto_sink(void *data, const struct gw_bus_event *ev);

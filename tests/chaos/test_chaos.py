@@ -151,6 +151,7 @@ class Monitor:
         self.gw = gw
         self.s = None
         self.nid = 0
+        self.auth = None
         self.job = None
         self.events = []
         self.last_seq = 0
@@ -229,6 +230,8 @@ class Monitor:
         self.nid += 1
         rid = self.nid
         kw.update(type=type_, id=rid)
+        if type_ != "hello" and self.auth:
+            kw["auth"] = self.auth  # the secret the last hello gave
         self.s.send(json.dumps(kw).encode())
         deadline = time.monotonic() + timeout
         while True:
@@ -237,6 +240,8 @@ class Monitor:
                 raise TimeoutError("no reply to %s" % type_)
             for m in self.pump(min(left, 0.2)):
                 if m.get("type") == "reply" and m.get("re") == rid:
+                    if type_ == "hello" and m.get("ok"):
+                        self.auth = m.get("auth")
                     return m
 
     def wait(self, pred, timeout, what, after_end=False):

@@ -500,6 +500,7 @@ struct fx *fx_new(const struct gw_config *cfg) {
   snprintf(f->cfg.state_dir, sizeof f->cfg.state_dir, "%s", f->dir);
   f->to_workers = json_array();
   f->to_clients = json_array();
+  f->auths = json_object();
   gw_bus_init(&f->bus);
   char err[512] = "", path[512];
   snprintf(path, sizeof path, "%s/gateway.db", f->dir);
@@ -558,6 +559,7 @@ struct fx *fx_free(struct fx *f) {
   fx_bus_clear(f);
   json_decref(f->to_workers);
   json_decref(f->to_clients);
+  json_decref(f->auths);
   if (f->dir[0])
     nftw(f->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
   free(f);
@@ -744,14 +746,22 @@ const json_t *fx_req(struct fx *f, const char *rid, const char *fmt, ...) {
   }
   int id = ++f->next_req_id;
   json_object_set_new(body, "id", json_integer(id));
+  /* a client sends the secret its last hello got (unless the test set one) */
+  bool hello = !strcmp(sl_json_get_str(body, "type", ""), "hello");
+  json_t *auth = json_object_get(f->auths, rid);
+  if (!hello && auth && !json_object_get(body, "auth"))
+    json_object_set(body, "auth", auth);
   gw_kproto_handle(f->kproto, (const uint8_t *)rid, strlen(rid), body);
   json_decref(body);
   for (size_t i = json_array_size(f->to_clients); i-- > 0;) {
     const json_t *c = json_array_get(f->to_clients, i), *m = json_object_get(c, "msg");
     if (!strcmp(sl_json_get_str(c, "to", ""), rid) &&
         !strcmp(sl_json_get_str(m, "type", ""), "reply") &&
-        json_integer_value(json_object_get(m, "re")) == id)
+        json_integer_value(json_object_get(m, "re")) == id) {
+      if (hello && json_is_string(json_object_get(m, "auth")))
+        json_object_set(f->auths, rid, json_object_get(m, "auth"));
       return m;
+    }
   }
   return NULL;
 }

@@ -140,6 +140,7 @@ struct fx {
   /* captured sends: arrays of {"to": routing id, "msg": message} */
   json_t *to_workers;
   json_t *to_clients;
+  json_t *auths;                /* routing id -> the secret its last hello got */
   struct fx_bus_rec bus_log[FX_MAX_BUS];
   size_t n_bus;
   /* clients whose transport answers -EAGAIN once their allowance is spent */

@@ -150,6 +150,7 @@ def case_isolation(gw):
 
 def case_malformed_kernel(gw):
     c = Client(gw.listen, "alice")
+    s = c.signed  # requests that get past authentication carry hello's secret
     deep = b'{"a":' * 40 + b'1' + b'}' * 40
     cases = [
         ([b"not json"], "SL_EJSON"),
@@ -159,13 +160,13 @@ def case_malformed_kernel(gw):
         ([b'{"type":"ping"}', b'{"type":"ping"}'], "SL_EWIRE"),
         ([b'[1,2,3]'], "SL_EWIRE"),
         ([b'{"id":5}'], "SL_EWIRE"),
-        ([b'{"type":"frobnicate","id":6}'], "SL_ENAME"),
-        ([b'{"type":"submit","id":7}'], "SL_ENAME"),
-        ([b'{"type":"submit","id":8,"kind":"train","options":[]}'], "SL_ETYPE"),
-        ([b'{"type":"attach","id":9}'], "SL_ENAME"),
-        ([b'{"type":"cancel","id":10,"job":"J12x"}'], "SL_ENAME"),
-        ([b'{"type":"session.set","id":11,"vars":{"x":3}}'], "SL_ETYPE"),
-        ([b'{"type":"inject","id":12,"action":"explode"}'], "SL_ENAME"),
+        ([s(b'{"type":"frobnicate","id":6}')], "SL_ENAME"),
+        ([s(b'{"type":"submit","id":7}')], "SL_ENAME"),
+        ([s(b'{"type":"submit","id":8,"kind":"train","options":[]}')], "SL_ETYPE"),
+        ([s(b'{"type":"attach","id":9}')], "SL_ENAME"),
+        ([s(b'{"type":"cancel","id":10,"job":"J12x"}')], "SL_ENAME"),
+        ([s(b'{"type":"session.set","id":11,"vars":{"x":3}}')], "SL_ETYPE"),
+        ([s(b'{"type":"inject","id":12,"action":"explode"}')], "SL_ENAME"),
         ([b'{"type":"hello","id":13}'], "SL_EAUTH"),
         ([b'\xff\xfe'], "SL_EJSON"),
     ]
@@ -175,7 +176,7 @@ def case_malformed_kernel(gw):
                               r["error"]["code"] in ("SL_ELIMIT", "SL_EJSONDEPTH"))
         check(ok, "%r... answered %s" % (frames[0][:30], r.get("error")))
         check(c.req("ping")["ok"] or True, "ping after malformed")
-    r = c.raw([b'{"type":"frobnicate","id":6}'])
+    r = c.raw([s(b'{"type":"frobnicate","id":6}')])
     check(r["re"] == 6, "error reply echoes the id")
     # the failed hello above forgot nothing: alice is still signed in
     check(c.req("ping")["ok"], "gateway still serves after malformed input")
@@ -569,7 +570,8 @@ def case_replay(gw):
     # attach to the finished job, then read nothing for a while
     late = Client(gw.listen, "alice", small=True)
     late.nid += 1
-    late.s.send(json.dumps({"type": "attach", "id": late.nid, "job": job, "after": 0}).encode())
+    late.s.send(json.dumps({"type": "attach", "id": late.nid, "job": job, "after": 0,
+                            "auth": late.auth}).encode())
     time.sleep(0.5)  # a client busy elsewhere: it reads nothing for a while
     check(late.reply(late.nid)["ok"], "attach to the finished job")
     late.wait_event(lambda e: e["job"] == job and e["seq"] >= last, timeout=60)

@@ -292,8 +292,50 @@ static void test_hostile_input(void) {
   rec_done(&r);
 }
 
+/* Every request after hello carries the secret hello's reply gave; after
+ * the gateway forgets the connection (SL_EAUTH), the new hello's secret goes
+ * with the resent request; a hello reply without one (an older gateway)
+ * sends none. */
+static void test_auth_secret(void) {
+  struct rec r = {0};
+  setenv("SPOTLAB_TOKEN", "tok-123", 1);
+  struct jk_gw_config cfg = {.client = "kernel", .session = "nb", .address = "tcp://127.0.0.1:9"};
+  struct jk_gw *gw = jk_gw_new(&transport, &r, &handler, &r, &cfg);
+  int64_t a = jk_gw_request(gw, json_pack("{s:s}", "type", "jobs"), 0);
+  jk_gw_tick(gw);
+  CHECK(!json_object_get(r.sent[0], "auth")); /* hello carries the token, not a secret */
+  input(gw, "{\"type\":\"reply\",\"re\":%lld,\"ok\":true,\"user\":\"alice\",\"auth\":\"s1\"}",
+        sent_id(&r, 0));
+  CHECK_INT(r.n_sent, 2);
+  CHECK_STR(json_string_value(json_object_get(r.sent[1], "auth")), "s1");
+  CHECK_INT(sent_id(&r, 1), a);
+  input(gw, "{\"type\":\"reply\",\"re\":%lld,\"ok\":false,\"error\":{\"code\":\"SL_EAUTH\","
+        "\"message\":\"say hello with a valid token first\"}}", a);
+  CHECK_INT(r.n_sent, 3);
+  CHECK_STR(sent_type(&r, 2), "hello");
+  input(gw, "{\"type\":\"reply\",\"re\":%lld,\"ok\":true,\"user\":\"alice\",\"auth\":\"s2\"}",
+        sent_id(&r, 2));
+  CHECK_INT(r.n_sent, 4);
+  CHECK_INT(sent_id(&r, 3), a);
+  CHECK_STR(json_string_value(json_object_get(r.sent[3], "auth")), "s2");
+  input(gw, "{\"type\":\"reply\",\"re\":%lld,\"ok\":true,\"jobs\":[]}", a);
+  jk_gw_tick(gw);
+  CHECK_INT(r.n_replies, 1);
+  CHECK_STR(r.reply_err[0], "");
+  /* a new session says hello again; a reply without a secret leaves none */
+  jk_gw_set_session(gw, "other");
+  CHECK_STR(sent_type(&r, 4), "hello");
+  input(gw, "{\"type\":\"reply\",\"re\":%lld,\"ok\":true,\"user\":\"alice\"}", sent_id(&r, 4));
+  int64_t b = jk_gw_request(gw, json_pack("{s:s}", "type", "ping"), 0);
+  CHECK_INT(sent_id(&r, 5), b);
+  CHECK(!json_object_get(r.sent[5], "auth"));
+  jk_gw_free(gw);
+  rec_done(&r);
+}
+
 int main(void) {
   test_hello_and_requests();
+  test_auth_secret();
   test_refused_and_timeouts();
   test_missing_and_spawn();
   test_hostile_input();

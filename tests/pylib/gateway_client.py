@@ -1,6 +1,7 @@
 """A test client of spotlab-gateway's kernel protocol (docs/internals/protocols.md
-§1): one DEALER socket, JSON requests numbered by id, and the events and
-notices that arrive meanwhile kept in order. Every wait has a deadline."""
+§1): one DEALER socket, JSON requests numbered by id, each after hello
+carrying the secret ("auth") hello's reply gave, and the events and notices
+that arrive meanwhile kept in order. Every wait has a deadline."""
 import json
 import time
 
@@ -9,10 +10,11 @@ import zmq
 
 class GatewayClient:
     def __init__(self, address, token=None, session="nb", context=None, small=False,
-                 hello_timeout=20):
+                 hello_timeout=20, routing_id=None):
         """Connects to address and, when a token is given, says hello with it.
         small: a short receive queue, so what the client does not read waits
-        at the gateway."""
+        at the gateway. routing_id: bytes the socket names itself with (else
+        the gateway's ROUTER picks one)."""
         self._own_ctx = context is None
         self.ctx = zmq.Context() if context is None else context
         self.s = self.ctx.socket(zmq.DEALER)
@@ -20,7 +22,10 @@ class GatewayClient:
         if small:
             self.s.rcvhwm = 20
             self.s.rcvbuf = 4096
+        if routing_id is not None:
+            self.s.setsockopt(zmq.ROUTING_ID, routing_id)
         self.s.connect(address)
+        self.auth = None
         self.events = []
         self.notices = []
         self.nid = 0
@@ -42,10 +47,19 @@ class GatewayClient:
             self.notices.append(m)
 
     def req(self, type_, timeout=10, **kw):
+        """Sends a request (with the secret of the last hello, unless kw names
+        an auth, None for none) and returns its reply."""
         self.nid += 1
         kw.update(type=type_, id=self.nid)
+        if type_ != "hello" and "auth" not in kw and self.auth:
+            kw["auth"] = self.auth
+        if kw.get("auth", "") is None:
+            del kw["auth"]
         self.s.send(json.dumps(kw).encode())
-        return self.reply(self.nid, timeout)
+        r = self.reply(self.nid, timeout)
+        if type_ == "hello" and r.get("ok"):
+            self.auth = r.get("auth")
+        return r
 
     def reply(self, rid, timeout=10):
         end = time.monotonic() + timeout
@@ -56,6 +70,12 @@ class GatewayClient:
             if m.get("type") == "reply" and m.get("re") == rid:
                 return m
             self._keep(m)
+
+    def signed(self, frame):
+        """frame (bytes, a JSON object's text) with the secret of the last
+        hello as its first member, for raw()."""
+        assert frame.startswith(b"{") and self.auth
+        return b'{"auth":%s,' % json.dumps(self.auth).encode() + frame[1:]
 
     def raw(self, frames, timeout=10):
         """Sends frames as they are and returns the first reply."""
