@@ -469,7 +469,7 @@ static void on_submit(struct req *q) {
   }
   int r = gw_sched_submit(q->g->env.sched, j);
   if (r < 0) {
-    fail(q, r, r == SL_ELIMIT ? "too many jobs queued" : NULL);
+    fail(q, r, r == SL_ELIMIT ? "too many jobs queued" : gw_sched_refusal(q->g->env.sched));
     gw_job_done(j);
     free(j);
     return;
@@ -585,7 +585,7 @@ static void on_status(struct req *q) {
   }
   double usd = 0, od = 0;
   gw_ledger_totals(g->env.ledger, NULL, gw_ledger_month_start_us(), &usd, &od);
-  reply(q, json_pack("{s:{s:s,s:i,s:I,s:s,s:s,s:s,s:s,s:b,s:I,s:I},s:o,"
+  json_t *st = json_pack("{s:{s:s,s:i,s:I,s:s,s:s,s:s,s:s,s:b,s:I,s:I},s:o,"
                      "s:{s:o,s:o,s:o},s:{s:o,s:o,s:b}}",
                      "gateway", "version", SPOTLAB_VERSION, "pid", (int)getpid(), "started_us",
                      (json_int_t)g->env.started_us, "listen", cfg->listen, "workers", cfg->workers,
@@ -598,7 +598,10 @@ static void on_status(struct req *q) {
                      sl_json_real((double)gw_config_worker_timeout_us(cfg, q->c->user) / 1e6),
                      "warn_before_s", sl_json_real((double)cfg->warn_before_us / 1e6), "budget",
                      "monthly_usd", sl_json_real(cfg->monthly_usd), "spent_usd", sl_json_real(usd),
-                     "hard_cap", cfg->hard_cap));
+                     "hard_cap", cfg->hard_cap);
+  if (st) /* the state disk: full, or failing, with writes kept */
+    json_object_set_new(st, "store", gw_sched_store_json(g->env.sched));
+  reply(q, st);
 }
 
 static void on_instances(struct req *q) {
