@@ -7,8 +7,12 @@
  * checkpoint of its latest step; SIGKILL follows when even that overruns.
  * Invariants: every checkpoint event is uploaded before the next line of the
  * metrics stream is handled, so `durable_step` is always in the store; done
- * is sent exactly once, after the child was reaped and its pipes drained,
- * and after every metric, checkpoint and result of the job. */
+ * is sent after the child was reaped and its pipes drained, and after every
+ * metric, checkpoint and result of the job; an ENDED job keeps its done (which
+ * names its newest step metric and checkpoint) and its sent step metrics, and
+ * sends the done again every DONE_RESEND_US, until the gateway answers
+ * done_recorded: a gateway that died with them in flight, or that cannot
+ * write them yet, hears them again. */
 #include "job.h"
 
 #include "conf.h"
@@ -39,6 +43,7 @@
 #define ASSIGN_ENV_MAX 64
 #define RESULT_TEXT_MAX (64 * 1024)
 #define STDERR_TAIL 1024
+#define DONE_RESEND_US (2 * SL_US_PER_S)
 
 extern char **environ;
 
@@ -84,12 +89,18 @@ struct wk_job {
   bool orphaned, orphan_left;
   char tail[STDERR_TAIL];
   size_t tail_len;
+  json_t *last_ckpt;    /* the newest checkpoint message's fields, for the done */
+  json_t *done;         /* ENDED: the done message, until done_recorded */
+  int64_t done_sent_us;
 };
 
 const char *wk_job_id(const struct wk_job *j) { return j->id; }
 int64_t wk_job_attempt(const struct wk_job *j) { return j->attempt; }
 int64_t wk_job_step(const struct wk_job *j) { return j->durable_step > j->step ? j->durable_step : j->step; }
-int wk_job_fd(const struct wk_job *j, enum wk_stream s) { return j->child ? wk_child_fd(j->child, s) : -1; }
+int wk_job_fd(const struct wk_job *j, enum wk_stream s) {
+  return j->child && j->state != ENDED ? wk_child_fd(j->child, s) : -1; /* nothing after done */
+}
+bool wk_job_ended(const struct wk_job *j) { return j->state == ENDED; }
 
 static json_t *msg_new(const struct wk_job *j, const char *type) {
   return json_pack("{s:s, s:s, s:I}", "type", type, "job", j->id, "attempt", (json_int_t)j->attempt);
@@ -383,6 +394,8 @@ struct wk_job *wk_job_free(struct wk_job *j) {
   wk_filesync_free(j->files);
   wk_reserve_done(&j->reserve);
   free(j->result_text);
+  json_decref(j->last_ckpt);
+  json_decref(j->done);
   free(j);
   return NULL;
 }
@@ -563,6 +576,10 @@ static void upload_checkpoint(struct wk_job *j, const json_t *ev) {
   json_object_set_new(m, "bytes", json_integer((json_int_t)bytes));
   json_object_set_new(m, "write_ms", sl_json_real(sl_json_get_num(ev, "write_ms", 0)));
   json_object_set_new(m, "upload_ms", json_integer(upload_ms));
+  json_decref(j->last_ckpt);
+  j->last_ckpt = json_pack("{s:I, s:s, s:I, s:O, s:I}", "step", (json_int_t)step, "key", key, "bytes",
+                           (json_int_t)bytes, "write_ms", json_object_get(m, "write_ms"), "upload_ms",
+                           (json_int_t)upload_ms);
   send_metric(j, wk_relay_pending(j->relay, 0, true));
   send(j, m, true);
   /* the last one a job stores may end it before the gateway's answer comes:
@@ -723,9 +740,25 @@ static void finish(struct wk_job *j) {
   json_object_set_new(m, "message", wk_relay_text(message, strlen(message), sizeof message));
   int64_t step = !strcmp(status, "preempted") || !strcmp(status, "cancelled") ? j->durable_step : wk_job_step(j);
   json_object_set_new(m, "step", step >= 0 ? json_integer(step) : json_null());
+  /* what the gateway must hold before it records the end */
+  int64_t metric_step = wk_relay_last_step(j->relay);
+  if (metric_step >= 0) json_object_set_new(m, "metric_step", json_integer(metric_step));
+  if (j->last_ckpt) json_object_set(m, "checkpoint", j->last_ckpt);
   sl_info(TOPIC, "%s: %s (step %lld)", j->id, status, (long long)step);
+  j->done = json_incref(m);
+  j->done_sent_us = sl_time_mono_us();
   send(j, m, true);
   j->state = ENDED;
+}
+
+void wk_job_send_done(struct wk_job *j) {
+  if (j->state != ENDED || !j->done) return;
+  j->done_sent_us = sl_time_mono_us();
+  send(j, json_incref(j->done), true);
+}
+
+bool wk_job_done_recorded(const struct wk_job *j, int64_t attempt) {
+  return j->state == ENDED && attempt == j->attempt;
 }
 
 static void sync_files(struct wk_job *j, int64_t now) {
@@ -748,7 +781,10 @@ static void terminate(struct wk_job *j, int64_t kill_at) {
 }
 
 int wk_job_tick(struct wk_job *j, int64_t now, bool may_end) {
-  if (j->state == ENDED) return 1;
+  if (j->state == ENDED) {
+    if (may_end && now - j->done_sent_us >= DONE_RESEND_US) wk_job_send_done(j);
+    return 0;
+  }
   send_metric(j, wk_relay_pending(j->relay, now, false));
   if (j->files && now >= j->next_sync_us) sync_files(j, now);
   if (j->state == NOTICE_WAIT && now >= j->wait_until_us) {

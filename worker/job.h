@@ -45,10 +45,17 @@ int64_t wk_job_step(const struct wk_job *j);
 /* The child's descriptor for stream, -1 when closed or gone. */
 int wk_job_fd(const struct wk_job *j, enum wk_stream s);
 void wk_job_readable(struct wk_job *j, enum wk_stream s);
-/* Timers: metric flushes, kill escalation, %%run sync, reaping. Returns 1
- * once the job ended and its done message was sent; with may_end false a
- * job whose child ended waits (the gateway link is being re-established). */
+/* Timers: metric flushes, kill escalation, %%run sync, reaping, and an
+ * ENDED job's done sent again. Returns 1 when the job ended in this call
+ * (its done sent); with may_end false a job whose child ended waits, and an
+ * ENDED one sends nothing (the gateway link is being re-established). */
 int wk_job_tick(struct wk_job *j, int64_t now_mono_us, bool may_end);
+/* Whether the job ended (its done sent; kept until done_recorded). */
+bool wk_job_ended(const struct wk_job *j);
+/* Sends an ENDED job's done again (after its step metrics went again). */
+void wk_job_send_done(struct wk_job *j);
+/* Whether done_recorded for attempt is this ENDED job's: then it may go. */
+bool wk_job_done_recorded(const struct wk_job *j, int64_t attempt);
 
 /* SIGTERM now (the child checkpoints), SIGKILL after the grace. */
 void wk_job_cancel(struct wk_job *j);

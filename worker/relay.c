@@ -84,7 +84,10 @@ json_t *wk_relay_pending(struct wk_relay *r, int64_t now_us, bool force) {
 }
 
 void wk_relay_sent(struct wk_relay *r, json_t *data) {
-  if (!json_is_integer(json_object_get(data, "step")) || json_object_get(data, "event")) return;
+  /* only those a gateway records (a step and a loss): the ones it asks for */
+  if (!json_is_integer(json_object_get(data, "step")) || json_object_get(data, "event") ||
+      (!json_is_number(json_object_get(data, "loss")) && !json_is_number(json_object_get(data, "eval_loss"))))
+    return;
   if (r->sent_n == WK_RELAY_RESEND_MAX) {
     json_decref(r->sent[r->sent_head]);
     r->sent_head = (r->sent_head + 1) % WK_RELAY_RESEND_MAX;
@@ -100,6 +103,11 @@ size_t wk_relay_since(struct wk_relay *r, int64_t step, json_t **ret, size_t max
     if (json_integer_value(json_object_get(d, "step")) > step) ret[n++] = json_incref(d);
   }
   return n;
+}
+
+int64_t wk_relay_last_step(const struct wk_relay *r) {
+  if (!r->sent_n) return -1;
+  return json_integer_value(json_object_get(r->sent[(r->sent_head + r->sent_n - 1) % WK_RELAY_RESEND_MAX], "step"));
 }
 
 bool wk_relay_line(struct wk_relay *r, int64_t now_us) {
