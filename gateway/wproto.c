@@ -580,14 +580,33 @@ static void on_done(struct gw_wproto *g, struct gw_inst *in, const json_t *body)
   ack_done(g, in, body);
 }
 
+/* A heartbeat is answered with what is saved of its jobs ("recorded": the
+ * newest step metric of each, once written, not while kept): the worker
+ * keeps every step metric after it to send again, and holds its job's
+ * metrics back rather than let one it still needs go. */
 static void on_heartbeat(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   size_t i;
   json_t *v;
+  json_t *saved = json_array();
   json_array_foreach(json_object_get(body, "jobs"), i, v) {
     struct gw_job *j = own_job_lead(g, in, v);
     int64_t step = sl_json_get_int(v, "step", -1);
     if (j && step > j->step)
       j->step = step;
+    if (j && j->metric_step >= 0 && !gw_store_keeps_job(g->store, j->id)) {
+      char id[16];
+      json_array_append_new(saved, json_pack("{s:s,s:i,s:I}", "job", gw_job_id_str(j->id, id, sizeof id),
+                                             "attempt", j->attempt, "metric_step",
+                                             (json_int_t)j->metric_step));
+    }
+  }
+  if (json_array_size(saved)) {
+    json_t *m = json_pack("{s:s,s:o}", "type", "recorded", "jobs", saved);
+    if (m)
+      send_raw(g, in->rid, in->rid_len, m);
+    json_decref(m);
+  } else {
+    json_decref(saved);
   }
 }
 

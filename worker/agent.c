@@ -236,10 +236,20 @@ static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
   if (!strcmp(type, "registered")) {
     int64_t hb = sl_json_get_int(m, "heartbeat_ms", a->cfg->heartbeat_ms);
     a->heartbeat_us = (hb < 10 ? 10 : hb > 600000 ? 600000 : hb) * SL_US_PER_MS;
-    if (!a->registered) sl_info(TOPIC, "registered with the gateway");
-    a->registered = true;
     a->next_heartbeat_us = now + a->heartbeat_us;
+    if (a->registered) return; /* the answer to a register sent again: resent already */
+    sl_info(TOPIC, "registered with the gateway");
+    a->registered = true;
     resend_metrics(a, json_object_get(m, "jobs"));
+  } else if (!strcmp(type, "recorded")) {
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(m, "jobs"), i, v) {
+      struct wk_job **rj = find_job(a, json_string_value(json_object_get(v, "job")));
+      json_t *st = json_object_get(v, "metric_step");
+      if (rj && json_is_integer(st))
+        wk_job_metrics_recorded(*rj, sl_json_get_int(v, "attempt", -1), json_integer_value(st));
+    }
   } else if (!strcmp(type, "resend")) {
     if (a->registered) resend_job(a, m);
   } else if (!strcmp(type, "done_recorded")) {
@@ -372,6 +382,7 @@ struct slot {
 
 static size_t build_poll(struct wk_agent *a, int signal_fd, zmq_pollitem_t *it, struct slot *slots) {
   size_t n = 0;
+  for (size_t i = 0; i < a->njobs; i++) wk_job_flow(a->jobs[i], sl_time_mono_us());
   it[n++] = (zmq_pollitem_t){a->sock, 0, ZMQ_POLLIN, 0};
   it[n++] = (zmq_pollitem_t){NULL, signal_fd, ZMQ_POLLIN, 0};
   it[n++] = (zmq_pollitem_t){NULL, a->watcher ? wk_notice_watcher_fd(a->watcher) : -1, ZMQ_POLLIN, 0};

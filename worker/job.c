@@ -91,6 +91,7 @@ struct wk_job {
   size_t tail_len;
   json_t *last_ckpt;    /* the newest checkpoint message's fields, for the done */
   json_t *done;         /* ENDED: the done message, until done_recorded */
+  bool metrics_held;    /* the resend ring is full of step metrics not confirmed saved */
   int64_t done_sent_us;
 };
 
@@ -98,7 +99,20 @@ const char *wk_job_id(const struct wk_job *j) { return j->id; }
 int64_t wk_job_attempt(const struct wk_job *j) { return j->attempt; }
 int64_t wk_job_step(const struct wk_job *j) { return j->durable_step > j->step ? j->durable_step : j->step; }
 int wk_job_fd(const struct wk_job *j, enum wk_stream s) {
+  if (s == WK_STREAM_METRICS && j->metrics_held) return -1;
   return j->child && j->state != ENDED ? wk_child_fd(j->child, s) : -1; /* nothing after done */
+}
+
+void wk_job_flow(struct wk_job *j, int64_t now) {
+  /* spotlab-train blocks on its metrics pipe rather than have a step metric
+   * the gateway has not saved pushed out of the ring (a stopping job goes on) */
+  bool held = j->state == RUNNING && wk_relay_full(j->relay);
+  if (j->metrics_held && !held && j->exited_at_us) j->exited_at_us = now; /* its grace again */
+  j->metrics_held = held;
+}
+
+void wk_job_metrics_recorded(struct wk_job *j, int64_t attempt, int64_t step) {
+  if (attempt == j->attempt) wk_relay_confirm(j->relay, step);
 }
 bool wk_job_ended(const struct wk_job *j) { return j->state == ENDED; }
 
@@ -801,7 +815,8 @@ int wk_job_tick(struct wk_job *j, int64_t now, bool may_end) {
     j->exited_at_us = now;
   }
   /* A child that exited but left a descendant holding its pipes gets a second. */
-  if (may_end && j->exited_at_us && (wk_child_drained(j->child) || now - j->exited_at_us > SL_US_PER_S)) {
+  if (may_end && j->exited_at_us && !j->metrics_held &&
+      (wk_child_drained(j->child) || now - j->exited_at_us > SL_US_PER_S)) {
     finish(j);
     return 1;
   }
@@ -835,6 +850,7 @@ void wk_job_set_checkpoint_every(struct wk_job *j, int64_t steps) {
 }
 
 size_t wk_job_resend_metrics(struct wk_job *j, int64_t step) {
+  wk_relay_confirm(j->relay, step);
   json_t *data[WK_RELAY_RESEND_MAX];
   size_t n = wk_relay_since(j->relay, step, data, WK_RELAY_RESEND_MAX);
   for (size_t i = 0; i < n; i++) {

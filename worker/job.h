@@ -50,6 +50,12 @@ void wk_job_readable(struct wk_job *j, enum wk_stream s);
  * (its done sent); with may_end false a job whose child ended waits, and an
  * ENDED one sends nothing (the gateway link is being re-established). */
 int wk_job_tick(struct wk_job *j, int64_t now_mono_us, bool may_end);
+/* Once per turn, before the poll: a running job stops reading its metrics
+ * stream while another step metric would push out of its resend ring one
+ * the gateway has not said it saved (the child waits on the pipe). */
+void wk_job_flow(struct wk_job *j, int64_t now_mono_us);
+/* The gateway saved the job's step metrics up to step ("recorded"). */
+void wk_job_metrics_recorded(struct wk_job *j, int64_t attempt, int64_t step);
 /* Whether the job ended (its done sent; kept until done_recorded). */
 bool wk_job_ended(const struct wk_job *j);
 /* Sends an ENDED job's done again (after its step metrics went again). */
@@ -71,7 +77,7 @@ void wk_job_set_checkpoint_every(struct wk_job *j, int64_t steps);
  * older stored checkpoints past the assign's `keep` are deleted. */
 void wk_job_checkpoint_recorded(struct wk_job *j, int64_t attempt, int64_t step);
 /* Sends again the kept step metrics after step (the newest one the gateway
- * recorded, -1 for none); returns how many. */
+ * recorded, -1 for none, which counts as confirmed); returns how many. */
 size_t wk_job_resend_metrics(struct wk_job *j, int64_t step);
 /* The GPUs a train, eval or sample job trains on, [0, *ret_n): false when
  * it runs on the CPU (and for a run job, whose script reports no steps). */

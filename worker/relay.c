@@ -24,6 +24,7 @@ struct wk_relay {
   uint64_t dropped;
   json_t *sent[WK_RELAY_RESEND_MAX]; /* ring of step metrics sent, oldest at head */
   size_t sent_head, sent_n;
+  int64_t confirmed; /* the gateway saved the step metrics up to here; -1: none known */
 };
 
 static void refill(struct bucket *b, int64_t now) {
@@ -46,6 +47,7 @@ int wk_relay_new(int64_t metrics_per_s, int64_t lines_per_s, struct wk_relay **r
   if (!r) return -ENOMEM;
   r->metrics = (struct bucket){(double)metrics_per_s, (double)metrics_per_s, 0};
   r->lines = (struct bucket){(double)lines_per_s, (double)lines_per_s, 0};
+  r->confirmed = -1;
   *ret = r;
   return 0;
 }
@@ -94,6 +96,15 @@ void wk_relay_sent(struct wk_relay *r, json_t *data) {
     r->sent_n--;
   }
   r->sent[(r->sent_head + r->sent_n++) % WK_RELAY_RESEND_MAX] = json_incref(data);
+}
+
+void wk_relay_confirm(struct wk_relay *r, int64_t step) {
+  if (step > r->confirmed) r->confirmed = step;
+}
+
+bool wk_relay_full(const struct wk_relay *r) {
+  return r->sent_n == WK_RELAY_RESEND_MAX &&
+         json_integer_value(json_object_get(r->sent[r->sent_head], "step")) > r->confirmed;
 }
 
 size_t wk_relay_since(struct wk_relay *r, int64_t step, json_t **ret, size_t max) {
