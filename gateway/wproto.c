@@ -593,11 +593,12 @@ static void on_heartbeat(struct gw_wproto *g, struct gw_inst *in, const json_t *
     int64_t step = sl_json_get_int(v, "step", -1);
     if (j && step > j->step)
       j->step = step;
-    if (j && j->metric_step >= 0 && !gw_store_keeps_job(g->store, j->id)) {
+    if (j && !gw_store_keeps_job(g->store, j->id)) {
       char id[16];
-      json_array_append_new(saved, json_pack("{s:s,s:i,s:I}", "job", gw_job_id_str(j->id, id, sizeof id),
+      json_array_append_new(saved, json_pack("{s:s,s:i,s:o}", "job", gw_job_id_str(j->id, id, sizeof id),
                                              "attempt", j->attempt, "metric_step",
-                                             (json_int_t)j->metric_step));
+                                             j->metric_step >= 0 ? json_integer(j->metric_step)
+                                                                 : json_null()));
     }
   }
   if (json_array_size(saved)) {

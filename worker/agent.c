@@ -77,6 +77,7 @@ struct wk_agent {
   size_t outbox_n;
   bool registered, stopping;
   bool resending; /* step metrics sent again go ahead of the held outbox */
+  bool metrics_behind; /* the socket refused a step metric: the next "recorded" brings it again */
   int64_t acks_until_us; /* stopping: ended jobs wait this long for done_recorded */
   int64_t heartbeat_us, next_heartbeat_us, register_sent_us, last_heard_us;
   int64_t last_contact_us; /* the gateway's last message (orphan_timeout_ms) */
@@ -107,8 +108,9 @@ static bool is_step_metric(const json_t *msg) {
 /* Takes msg. */
 static void agent_send(void *ctx, json_t *msg, bool reliable) {
   struct wk_agent *a = ctx;
-  if (!a->registered && is_step_metric(msg)) {
-    json_decref(msg); /* kept in the job's resend ring; "registered" brings it out */
+  bool step_metric = is_step_metric(msg);
+  if ((!a->registered || (a->metrics_behind && !a->resending)) && step_metric) {
+    json_decref(msg); /* kept in the job's resend ring; "registered" or "recorded" brings it out */
     return;
   }
   char *text = json_dumps(msg, JSON_COMPACT);
@@ -125,6 +127,8 @@ static void agent_send(void *ctx, json_t *msg, bool reliable) {
     a->outbox[a->outbox_n++] = text;
     return;
   }
+  if (step_metric) /* a hole the gateway would not see: it goes again after "recorded" */
+    a->metrics_behind = true;
   sl_debug(TOPIC, "gateway not keeping up; message dropped");
   free(text);
 }
@@ -236,12 +240,16 @@ static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
   if (!strcmp(type, "registered")) {
     int64_t hb = sl_json_get_int(m, "heartbeat_ms", a->cfg->heartbeat_ms);
     a->heartbeat_us = (hb < 10 ? 10 : hb > 600000 ? 600000 : hb) * SL_US_PER_MS;
-    a->next_heartbeat_us = now + a->heartbeat_us;
-    if (a->registered) return; /* the answer to a register sent again: resent already */
-    sl_info(TOPIC, "registered with the gateway");
+    if (!a->registered) sl_info(TOPIC, "registered with the gateway");
     a->registered = true;
+    a->next_heartbeat_us = now + a->heartbeat_us;
+    a->metrics_behind = false;
     resend_metrics(a, json_object_get(m, "jobs"));
   } else if (!strcmp(type, "recorded")) {
+    /* what the gateway saved; after a step metric the socket refused, the
+     * ones after that step go again (live ones wait in the ring meanwhile) */
+    bool behind = a->metrics_behind;
+    a->metrics_behind = false;
     size_t i;
     json_t *v;
     json_array_foreach(json_object_get(m, "jobs"), i, v) {
@@ -249,6 +257,11 @@ static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
       json_t *st = json_object_get(v, "metric_step");
       if (rj && json_is_integer(st))
         wk_job_metrics_recorded(*rj, sl_json_get_int(v, "attempt", -1), json_integer_value(st));
+      if (rj && behind && !wk_job_ended(*rj)) {
+        a->resending = true;
+        wk_job_resend_metrics(*rj, json_is_integer(st) ? json_integer_value(st) : -1);
+        a->resending = false;
+      }
     }
   } else if (!strcmp(type, "resend")) {
     if (a->registered) resend_job(a, m);

@@ -851,15 +851,20 @@ void wk_job_set_checkpoint_every(struct wk_job *j, int64_t steps) {
 
 size_t wk_job_resend_metrics(struct wk_job *j, int64_t step) {
   wk_relay_confirm(j->relay, step);
-  json_t *data[WK_RELAY_RESEND_MAX];
-  size_t n = wk_relay_since(j->relay, step, data, WK_RELAY_RESEND_MAX);
-  for (size_t i = 0; i < n; i++) {
-    json_t *m = msg_new(j, "metric");
-    if (m) json_object_set_new(m, "data", data[i]);
-    else json_decref(data[i]);
-    send(j, m, false);
-  }
-  return n;
+  json_t *data[256];
+  size_t total = 0, n;
+  do { /* in slices: the ring may hold more than WK_RELAY_RESEND_MAX */
+    n = wk_relay_since(j->relay, step, data, sizeof data / sizeof *data);
+    for (size_t i = 0; i < n; i++) {
+      step = json_integer_value(json_object_get(data[i], "step"));
+      json_t *m = msg_new(j, "metric");
+      if (m) json_object_set_new(m, "data", data[i]);
+      else json_decref(data[i]);
+      send(j, m, false);
+    }
+    total += n;
+  } while (n == sizeof data / sizeof *data);
+  return total;
 }
 
 bool wk_job_gpus(const struct wk_job *j, unsigned *ret_n) {

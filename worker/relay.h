@@ -26,7 +26,8 @@ json_t *wk_relay_metric(struct wk_relay *r, json_t *data, bool urgent, int64_t n
 json_t *wk_relay_pending(struct wk_relay *r, int64_t now_us, bool force);
 /* Keeps a reference to data (borrowed) when it is a step metric a gateway
  * records (an integer "step", a number "loss" or "eval_loss", no "event"):
- * the newest WK_RELAY_RESEND_MAX sent are kept. */
+ * the newest WK_RELAY_RESEND_MAX sent are kept, and every one after the
+ * step last confirmed (wk_relay_confirm). */
 void wk_relay_sent(struct wk_relay *r, json_t *data);
 /* The gateway has saved the step metrics up to step (its "recorded" or
  * "registered" says so): kept ones up to there may be pushed out. */
