@@ -237,6 +237,12 @@ char *jk_format_status(const json_t *reply) {
   }
   status_idle(&b, json_object_get(reply, "idle"));
   status_budget(&b, json_object_get(reply, "budget"));
+  /* the state disk is full (or failing): new work is refused until it recovers */
+  const json_t *store = json_object_get(reply, "store");
+  if (json_is_false(json_object_get(store, "ok")))
+    jk_dbuf_printf(&b, "store: %s (%.200s): new work is refused; %lld writes kept in memory\n",
+                   str_or_dash(store, "error"), str_or_dash(store, "message"),
+                   (long long)sl_json_get_int(store, "kept_writes", 0));
   return jk_dbuf_done(&b);
 }
 

@@ -660,7 +660,7 @@ static void on_submit(struct req *q) {
   }
   int r = gw_sched_submit(q->g->env.sched, j);
   if (r < 0) {
-    fail(q, r, r == SL_ELIMIT ? "too many jobs queued" : NULL);
+    fail(q, r, r == SL_ELIMIT ? "too many jobs queued" : gw_sched_refusal(q->g->env.sched));
     gw_job_done(j);
     free(j);
     return;
@@ -813,6 +813,8 @@ static void on_status(struct req *q) {
     json_object_set_new(gwo, "clients", json_integer((json_int_t)conns));
     json_object_set_new(gwo, "log_dropped", json_integer((json_int_t)log_dropped(g)));
   }
+  if (r) /* the state disk: full, or failing, with writes kept */
+    json_object_set_new(r, "store", gw_sched_store_json(g->env.sched));
   reply(q, r);
 }
 

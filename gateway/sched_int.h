@@ -29,6 +29,8 @@ struct gw_sched {
   struct gw_place_memory *mem;  /* owned: failures, step rates, restart times */
   unsigned refused;             /* launches refused for capacity so far (a retry tries another) */
   int64_t pass_mono_us;         /* the current placement pass began */
+  int64_t save_timer;           /* retries the store's kept writes; 0: none armed */
+  int64_t save_backoff_us;
 };
 
 /* scheduler.c */
@@ -76,6 +78,13 @@ void gw_sched_gang_price(const struct gw_job *j, double *ret_usd, double *ret_on
 /* After a gateway restart: j (provisioning or later) gets its gang back
  * from the instance rows that name it. */
 void gw_sched_gang_load(struct gw_sched *s, struct gw_job *j);
+
+/* sched_save.c */
+/* Retries the store's kept writes on the loop. */
+int gw_sched_save_init(struct gw_sched *s);
+void gw_sched_save_done(struct gw_sched *s);
+/* Whether writes are kept (the gateway takes no new work). */
+bool gw_sched_store_failing(const struct gw_sched *s);
 
 /* sched_deadline.c */
 struct gw_dl *gw_sched_deadline_new(struct gw_sched *s);

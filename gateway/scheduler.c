@@ -47,19 +47,25 @@ void gw_sched_report(struct gw_sched *s, struct gw_bus_event ev) {
   gw_bus_emit(s->bus, &ev);
 }
 
-int gw_sched_emit(struct gw_sched *s, struct gw_job *j, json_t *event) {
+int gw_sched_emit_checkpoint(struct gw_sched *s, struct gw_job *j, json_t *event,
+                             const struct gw_checkpoint_row *ck) {
   j->updated_us = sl_time_real_us();
-  int r = gw_store_job_save(s->store, j, event);
+  int r = gw_store_job_save_checkpoint(s->store, j, event, ck);
   if (r < 0) {
     char id[16];
-    sl_err(T, "%s: cannot save job: %s", gw_job_id_str(j->id, id, sizeof id), sl_strerror(r));
+    if (r != SL_ELIMIT) /* a dropped metric is counted by the store */
+      sl_err(T, "%s: cannot save job: %s", gw_job_id_str(j->id, id, sizeof id), sl_strerror(r));
     return r;
   }
-  if (event) {
+  if (r == 0 && event) { /* a kept one is reported once written (sched_save.c) */
     gw_sched_note_event(s, j, event);
     gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_JOB_EVENT, .job = j, .event = event});
   }
-  return 0;
+  return r;
+}
+
+int gw_sched_emit(struct gw_sched *s, struct gw_job *j, json_t *event) {
+  return gw_sched_emit_checkpoint(s, j, event, NULL);
 }
 
 int gw_sched_transition(struct gw_sched *s, struct gw_job *j, enum gw_job_state st, const char *reason) {
@@ -123,26 +129,42 @@ void gw_sched_flush_cost(struct gw_sched *s, struct gw_job *j, bool force) {
   json_decref(ev);
 }
 
-void gw_sched_end_attempt(struct gw_sched *s, struct gw_job *j, const char *outcome,
-                          const char *inst_state) {
+/* The attempt's cost and row; false when j is not placed. */
+static bool record_attempt_end(struct gw_sched *s, struct gw_job *j, const char *outcome) {
   if (!j->instance[0])
-    return;
+    return false;
   gw_sched_note_attempt(s, j);
   gw_sched_flush_cost(s, j, true);
   gw_store_attempt_end(s->store, j->id, j->attempt, outcome, sl_time_real_us());
+  j->cost_accrued_mono_us = 0;
+  return true;
+}
+
+/* j's instances that still name it go into inst_state. */
+static void release_instances(struct gw_sched *s, struct gw_job *j, const char *inst_state) {
   for (int r = 0; r < (j->gang ? j->gang->n : 1); r++) {
     struct gw_inst *inst = gw_fleet_inst(s->fleet, j->gang ? j->gang->m[r].instance : j->instance);
     if (inst && inst->row.job == j->id)
       gw_fleet_inst_set_state(s->fleet, inst, inst_state, 0);
   }
-  j->cost_accrued_mono_us = 0;
   gw_sched_kick(s);
+}
+
+void gw_sched_end_attempt(struct gw_sched *s, struct gw_job *j, const char *outcome,
+                          const char *inst_state) {
+  if (record_attempt_end(s, j, outcome))
+    release_instances(s, j, inst_state);
 }
 
 void gw_sched_finish(struct gw_sched *s, struct gw_job *j, enum gw_job_state st, const char *reason) {
   gw_queue_remove(s->queue, j->id);
-  gw_sched_end_attempt(s, j, gw_job_state_name(st), "idle");
+  /* the job's end is written (or kept, ahead of every later write) before
+   * its instances are free: a crash in between leaves an instance busy for
+   * a job that ended, never a job that runs on without one */
+  bool placed = record_attempt_end(s, j, gw_job_state_name(st));
   gw_sched_transition(s, j, st, reason);
+  if (placed)
+    release_instances(s, j, "idle");
   gw_fleet_job_drop(s->fleet, j);
 }
 
@@ -191,6 +213,8 @@ bool gw_sched_retry(struct gw_sched *s, struct gw_job *j, int64_t exit_code) {
 int gw_sched_submit(struct gw_sched *s, struct gw_job *j) {
   if (gw_fleet_n_jobs(s->fleet) >= GW_QUEUE_MAX)
     return SL_ELIMIT;
+  if (gw_sched_store_failing(s)) /* gw_sched_refusal says why */
+    return SL_ESTATE;
   j->created_us = j->updated_us = sl_time_real_us();
   int r = gw_store_job_create(s->store, j);
   if (r < 0)
@@ -478,6 +502,8 @@ static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
 void gw_sched_place(struct gw_sched *s) {
   int64_t order[64];
   s->kick = false;
+  if (gw_sched_store_failing(s))
+    return; /* nothing new until the kept writes are in (sched_save.c kicks then) */
   s->pass_mono_us = sl_time_mono_us();
   size_t n = gw_queue_order(s->queue, order, 64);
   /* one view of the market per pass: no provider callback runs within it */
@@ -832,7 +858,7 @@ struct gw_sched *gw_sched_new(const struct gw_sched_env *env) {
     }
     s->retry_timer = t;
   }
-  if (!(s->dl = gw_sched_deadline_new(s))) {
+  if (!(s->dl = gw_sched_deadline_new(s)) || gw_sched_save_init(s) < 0) {
     gw_sched_free(s);
     return NULL;
   }
@@ -844,6 +870,7 @@ struct gw_sched *gw_sched_free(struct gw_sched *s) {
     return NULL;
   if (s->loop && s->retry_timer > 0)
     gw_loop_del_timer(s->loop, s->retry_timer);
+  gw_sched_save_done(s);
   s->dl = gw_sched_deadline_free(s->dl);
   for (size_t i = 0; i < s->n_provs; i++)
     s->provs[i]->ops->destroy(s->provs[i]);

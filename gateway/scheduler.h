@@ -79,8 +79,24 @@ int gw_sched_load(struct gw_sched *s);
 int gw_sched_deadline_check(struct gw_sched *s, const struct gw_job *j, char *why, size_t size);
 int gw_sched_submit(struct gw_sched *s, struct gw_job *j);
 int gw_sched_cancel(struct gw_sched *s, struct gw_job *j);
-/* Saves j's row with event (borrowed, may be NULL) and reports it. */
+/* Saves j's row with event (borrowed, may be NULL) and reports it: 0 when
+ * saved and reported, 1 when the store keeps it (reported once written),
+ * a negative error when it was lost. */
 int gw_sched_emit(struct gw_sched *s, struct gw_job *j, json_t *event);
+/* The same for a checkpoint event with its row (store.h). Acknowledge the
+ * checkpoint to the worker only on 0: a kept one is acknowledged once
+ * written (gw_sched_checkpoint_recorded). */
+int gw_sched_emit_checkpoint(struct gw_sched *s, struct gw_job *j, json_t *event,
+                             const struct gw_checkpoint_row *ck);
+/* Tells j's worker (its attempt's) that j's newest checkpoint is saved: it
+ * may delete older ones. */
+void gw_sched_checkpoint_recorded(struct gw_sched *s, const struct gw_job *j, int attempt);
+/* While the store keeps writes it refused: why new work is refused (a
+ * sentence for the client), else NULL. */
+const char *gw_sched_refusal(const struct gw_sched *s);
+/* The state store's health for the status reply, owned:
+ * {"ok":false,"error":"disk full","message","since_us","kept_writes"}. */
+json_t *gw_sched_store_json(const struct gw_sched *s);
 int gw_sched_transition(struct gw_sched *s, struct gw_job *j, enum gw_job_state st,
                         const char *reason);
 void gw_sched_finish(struct gw_sched *s, struct gw_job *j, enum gw_job_state st, const char *reason);

@@ -11,6 +11,7 @@
 #include "sl_err.h"
 #include "sl_json.h"
 #include "sl_log.h"
+#include "sl_time.h"
 
 #include <errno.h>
 #include <sqlite3.h>
@@ -21,8 +22,25 @@
 
 #define T "gateway.store"
 
+struct kept_event;
+struct kept_op;
+
 struct gw_store {
   sqlite3 *db;
+  /* writes the database refused, and every one after them (see "kept
+   * writes" below); a job's and an instance's row only as their newest copy */
+  struct kept_op *ops;
+  size_t n_ops, cap_ops, n_kept_metrics;
+  struct gw_job *rows;
+  size_t n_rows, cap_rows;
+  struct gw_instance_row *insts;
+  size_t n_insts, cap_insts;
+  int error;                    /* the last refusal (-ENOSPC, -EIO, -EBUSY, ...) */
+  char message[160];
+  int64_t failing_since_us;     /* 0: every write is in the database */
+  uint64_t dropped;
+  gw_store_saved_fn saved_fn;
+  void *saved_ctx;
 };
 
 /* Migration n brings the schema from version n-1 to n. */
@@ -68,17 +86,43 @@ static const char *const migrations[] = {
   "ALTER TABLE instances ADD COLUMN provider TEXT NOT NULL DEFAULT 'local';",
 };
 
+/* SQLite's error space in the project's: a full disk, an I/O error, a lock
+ * held past the busy timeout and a read-only file each keep their meaning
+ * (the caller keeps such a write and retries it). */
+static int err_from_sqlite(sqlite3 *db, int rc) {
+  switch (rc & 0xff) {
+  case SQLITE_FULL:
+    return -ENOSPC;
+  case SQLITE_IOERR:
+    return sqlite3_system_errno(db) == ENOSPC ? -ENOSPC : -EIO;
+  case SQLITE_BUSY:
+  case SQLITE_LOCKED:
+    return -EBUSY;
+  case SQLITE_READONLY:
+    return -EROFS;
+  default:
+    return SL_ESQLITE;
+  }
+}
+
+/* The caller decides what a failure means (and logs it once): here only
+ * for SPOTLAB_DEBUG=gateway.store. */
 static int db_err(struct gw_store *s, const char *what) {
-  sl_err(T, "%s: %s", what, sqlite3_errmsg(s->db));
-  return SL_ESQLITE;
+  int r = err_from_sqlite(s->db, sqlite3_extended_errcode(s->db));
+  snprintf(s->message, sizeof s->message, "%s: %s", what, sqlite3_errmsg(s->db));
+  sl_debug(T, "%s", s->message);
+  return r;
 }
 
 static int exec(struct gw_store *s, const char *sql) {
   char *msg = NULL;
-  if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-    sl_err(T, "%s", msg ? msg : "exec failed");
+  int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
+  if (rc != SQLITE_OK) {
+    int r = err_from_sqlite(s->db, rc);
+    snprintf(s->message, sizeof s->message, "%s", msg ? msg : "exec failed");
+    sl_debug(T, "%s", s->message);
     sqlite3_free(msg);
-    return SL_ESQLITE;
+    return r;
   }
   return 0;
 }
@@ -86,7 +130,7 @@ static int exec(struct gw_store *s, const char *sql) {
 static sqlite3_stmt *prep(struct gw_store *s, const char *sql) {
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
-    db_err(s, "prepare");
+    sl_err(T, "prepare: %s", sqlite3_errmsg(s->db));
     return NULL;
   }
   return st;
@@ -178,8 +222,12 @@ fail:
   return r;
 }
 
+static void free_kept(struct kept_op *ops, size_t n_ops, struct gw_job *rows, size_t n_rows,
+                      struct gw_instance_row *insts);
+
 struct gw_store *gw_store_free(struct gw_store *s) {
   if (s) {
+    free_kept(s->ops, s->n_ops, s->rows, s->n_rows, s->insts);
     sqlite3_close_v2(s->db);
     free(s);
   }
@@ -582,6 +630,8 @@ static int write_job(struct gw_store *s, struct gw_job *j) {
 }
 
 int gw_store_job_create(struct gw_store *s, struct gw_job *j) {
+  if (s->failing_since_us)
+    return s->error; /* a new job waits until the kept writes are in */
   int r = begin(s);
   if (r < 0)
     return r;
@@ -605,23 +655,64 @@ int gw_store_job_create(struct gw_store *s, struct gw_job *j) {
     return rollback(s, r);
   }
   json_decref(ev);
-  if (commit(s) < 0)
-    return rollback(s, SL_ESQLITE);
+  if ((r = commit(s)) < 0)
+    return rollback(s, r);
   j->last_seq = seq;
   return 0;
 }
 
-int gw_store_job_save(struct gw_store *s, struct gw_job *j, json_t *event) {
-  int r = begin(s);
-  if (r < 0)
+/* The checkpoint's row and, for a train job with a model, the session's
+ * model (the job's newest checkpoint), inside the caller's transaction. */
+static int record_checkpoint(struct gw_store *s, const struct gw_job *j, int attempt,
+                             const struct gw_checkpoint_row *ck, int64_t now_us) {
+  sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO checkpoints VALUES(?,?,?,?,?,?,?,?)");
+  if (st) {
+    sqlite3_bind_int64(st, 1, j->id);
+    sqlite3_bind_int(st, 2, attempt);
+    sqlite3_bind_int64(st, 3, ck->step);
+    bind_text(st, 4, ck->key);
+    sqlite3_bind_int64(st, 5, ck->bytes);
+    sqlite3_bind_int64(st, 6, ck->write_ms);
+    sqlite3_bind_int64(st, 7, ck->upload_ms);
+    sqlite3_bind_int64(st, 8, now_us);
+  }
+  int r = run(s, st);
+  if (r < 0 || strcmp(j->kind, "train") || !j->model[0])
     return r;
+  return gw_store_session_model_set(s, j->user, j->session, j->model, j->id, j->ckpt_step,
+                                    j->ckpt_key);
+}
+
+static int keep_job(struct gw_store *s, const struct gw_job *j, json_t *event,
+                    const struct gw_checkpoint_row *ck);
+static bool refused(int r);
+static void note_refused(struct gw_store *s, int r);
+
+int gw_store_job_save_checkpoint(struct gw_store *s, struct gw_job *j, json_t *event,
+                                 const struct gw_checkpoint_row *ck) {
+  if (s->failing_since_us)
+    return keep_job(s, j, event, ck);
   int64_t seq = j->last_seq;
-  if ((r = write_job(s, j)) < 0 || (event && (r = append_locked(s, j->id, event, &seq)) < 0))
-    return rollback(s, r);
-  if (commit(s) < 0)
-    return rollback(s, SL_ESQLITE);
-  j->last_seq = seq;
-  return 0;
+  int r = begin(s);
+  if (r == 0) {
+    if ((r = write_job(s, j)) == 0 && (!event || (r = append_locked(s, j->id, event, &seq)) == 0) &&
+        (!ck || (r = record_checkpoint(s, j, j->attempt, ck, sl_time_real_us())) == 0))
+      r = commit(s);
+    if (r < 0)
+      rollback(s, r);
+  }
+  if (r == 0) {
+    j->last_seq = seq;
+    return 0;
+  }
+  if (!refused(r))
+    return r;
+  note_refused(s, r);
+  return keep_job(s, j, event, ck);
+}
+
+int gw_store_job_save(struct gw_store *s, struct gw_job *j, json_t *event) {
+  return gw_store_job_save_checkpoint(s, j, event, NULL);
 }
 
 int gw_store_job_get(struct gw_store *s, int64_t id, struct gw_job *ret) {
@@ -711,8 +802,8 @@ int gw_store_events(struct gw_store *s, int64_t job, int64_t after, int64_t limi
   return 0;
 }
 
-int gw_store_attempt_begin(struct gw_store *s, const struct gw_job *j, int64_t from_step,
-                           int64_t now_us) {
+static int attempt_begin(struct gw_store *s, const struct gw_job *j, int64_t from_step,
+                         int64_t now_us) {
   sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO attempts(job, attempt, instance,"
                              " instance_type, zone, spot, price, on_demand_price, from_step,"
                              " started_us) VALUES(?,?,?,?,?,?,?,?,?,?)");
@@ -731,8 +822,8 @@ int gw_store_attempt_begin(struct gw_store *s, const struct gw_job *j, int64_t f
   return run(s, st);
 }
 
-int gw_store_attempt_end(struct gw_store *s, int64_t job, int attempt, const char *outcome,
-                         int64_t now_us) {
+static int attempt_end(struct gw_store *s, int64_t job, int attempt, const char *outcome,
+                       int64_t now_us) {
   sqlite3_stmt *st = prep(s, "UPDATE attempts SET ended_us=?, outcome=? WHERE job=? AND"
                              " attempt=? AND ended_us IS NULL");
   if (st) {
@@ -761,8 +852,8 @@ int gw_store_checkpoint_add(struct gw_store *s, int64_t job, int attempt, int64_
   return run(s, st);
 }
 
-int gw_store_cost_add(struct gw_store *s, const struct gw_job *j, double usd,
-                      double on_demand_usd, double seconds, int64_t now_us) {
+static int cost_add(struct gw_store *s, const struct gw_job *j, double usd, double on_demand_usd,
+                    double seconds, int64_t now_us) {
   sqlite3_stmt *st = prep(s, "INSERT INTO cost VALUES(?,?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET"
                              " usd=usd+excluded.usd, on_demand_usd=on_demand_usd+"
                              "excluded.on_demand_usd, seconds=seconds+excluded.seconds,"
@@ -799,7 +890,7 @@ int gw_store_cost_totals(struct gw_store *s, const char *user, int64_t since_us,
   return r;
 }
 
-int gw_store_instance_put(struct gw_store *s, const struct gw_instance_row *row) {
+static int instance_put(struct gw_store *s, const struct gw_instance_row *row) {
   sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO instances(id, type, zone, spot, price,"
                              " on_demand_price, public_key, state, job, user, launched_us,"
                              " provider) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)");
@@ -857,4 +948,343 @@ int gw_store_instances_live(struct gw_store *s, struct gw_instance_row **ret, si
   *ret = rows;
   *ret_n = n;
   return 0;
+}
+
+/* ---- kept writes ----
+ *
+ * A write of the gateway's own state (a job's row and event, a checkpoint,
+ * an attempt, a cost, an instance) that the database refuses (a full disk,
+ * an I/O error, a lock held past the busy timeout) is kept here, and every
+ * later one joins it, in order: the database only ever holds a prefix of
+ * what the gateway wrote, so a job's end is never there without the
+ * checkpoints and metrics recorded before it. gw_store_retry writes them
+ * all in one transaction. Rows keep only their newest copy (the one
+ * transaction hides the ones in between); events, attempts and costs keep
+ * each. Metric and output events beyond KEPT_METRICS_MAX are dropped and
+ * counted; every other event is kept whatever the count. */
+
+#define KEPT_METRICS_MAX 100000
+
+enum kept_kind { KEPT_EVENT, KEPT_ATTEMPT_BEGIN, KEPT_ATTEMPT_END, KEPT_COST };
+
+struct kept_op {
+  enum kept_kind kind;
+  int64_t job;
+  int attempt;
+  json_t *event;                    /* KEPT_EVENT: owned, its time_us set */
+  struct gw_checkpoint_row *ckpt;   /* KEPT_EVENT: owned, or NULL */
+  struct gw_job *row;               /* KEPT_ATTEMPT_BEGIN, KEPT_COST: owned copy without spec */
+  char outcome[16];
+  int64_t from_step, now_us;
+  double usd, on_demand_usd, seconds;
+};
+
+static bool refused(int r) {
+  return r == -ENOSPC || r == -EIO || r == -EBUSY || r == -EROFS || r == SL_ESQLITE;
+}
+
+static void note_refused(struct gw_store *s, int r) {
+  s->error = r;
+  if (s->failing_since_us)
+    return;
+  s->failing_since_us = sl_time_real_us();
+  sl_warn(T, "%s (%s): the gateway keeps its state writes in memory and retries them; new work"
+          " is refused until they succeed", r == -ENOSPC ? "the state disk is full" :
+          "the state database refuses writes", s->message);
+}
+
+static void op_done(struct kept_op *op) {
+  json_decref(op->event);
+  free(op->ckpt);
+  free(op->row);
+}
+
+static struct kept_op *op_new(struct gw_store *s, enum kept_kind kind) {
+  if (s->n_ops == s->cap_ops) {
+    size_t cap = s->cap_ops ? 2 * s->cap_ops : 64;
+    struct kept_op *g = realloc(s->ops, cap * sizeof *g);
+    if (!g)
+      return NULL;
+    s->ops = g;
+    s->cap_ops = cap;
+  }
+  struct kept_op *op = &s->ops[s->n_ops++];
+  memset(op, 0, sizeof *op);
+  op->kind = kind;
+  return op;
+}
+
+/* A copy of j's row fields (no spec, no gang), owned. */
+static struct gw_job *row_copy(const struct gw_job *j) {
+  struct gw_job *c = malloc(sizeof *c);
+  if (c) {
+    *c = *j;
+    c->spec = NULL;
+    c->gang = NULL;
+  }
+  return c;
+}
+
+static struct gw_job *kept_row(struct gw_store *s, int64_t id) {
+  for (size_t i = 0; i < s->n_rows; i++)
+    if (s->rows[i].id == id)
+      return &s->rows[i];
+  return NULL;
+}
+
+static int keep_row(struct gw_store *s, const struct gw_job *j) {
+  json_t *spec = j->spec ? json_deep_copy(j->spec) : NULL;
+  if (j->spec && !spec)
+    return -ENOMEM;
+  struct gw_job *row = kept_row(s, j->id);
+  if (!row) {
+    if (s->n_rows == s->cap_rows) {
+      size_t cap = s->cap_rows ? 2 * s->cap_rows : 16;
+      struct gw_job *g = realloc(s->rows, cap * sizeof *g);
+      if (!g) {
+        json_decref(spec);
+        return -ENOMEM;
+      }
+      s->rows = g;
+      s->cap_rows = cap;
+    }
+    row = &s->rows[s->n_rows++];
+  } else {
+    gw_job_done(row);
+  }
+  *row = *j;
+  row->spec = spec;
+  row->gang = NULL;
+  return 0;
+}
+
+static int keep_job(struct gw_store *s, const struct gw_job *j, json_t *event,
+                    const struct gw_checkpoint_row *ck) {
+  int r = keep_row(s, j);
+  if (r < 0 || !event)
+    return r < 0 ? r : 1;
+  const char *kind = sl_json_get_str(event, "event", "");
+  bool droppable = !strcmp(kind, "metric") || !strcmp(kind, "output");
+  if (droppable && s->n_kept_metrics >= KEPT_METRICS_MAX) {
+    s->dropped++;
+    return SL_ELIMIT;
+  }
+  json_t *copy = json_deep_copy(event);
+  struct gw_checkpoint_row *ckc = ck ? malloc(sizeof *ckc) : NULL;
+  struct kept_op *op = copy && (!ck || ckc) ? op_new(s, KEPT_EVENT) : NULL;
+  if (!op) {
+    json_decref(copy);
+    free(ckc);
+    return -ENOMEM;
+  }
+  if (!json_is_integer(json_object_get(copy, "time_us"))) /* when it happened, not when saved */
+    json_object_set_new(copy, "time_us", json_integer(sl_time_real_us()));
+  if (ckc)
+    *ckc = *ck;
+  op->job = j->id;
+  op->attempt = j->attempt;
+  op->event = copy;
+  op->ckpt = ckc;
+  s->n_kept_metrics += droppable;
+  return 1;
+}
+
+int gw_store_attempt_begin(struct gw_store *s, const struct gw_job *j, int64_t from_step,
+                           int64_t now_us) {
+  int r = s->failing_since_us ? SL_ESQLITE : attempt_begin(s, j, from_step, now_us);
+  if (r >= 0 || !refused(r))
+    return r;
+  if (!s->failing_since_us)
+    note_refused(s, r);
+  struct gw_job *row = row_copy(j);
+  struct kept_op *op = row ? op_new(s, KEPT_ATTEMPT_BEGIN) : NULL;
+  if (!op) {
+    free(row);
+    return -ENOMEM;
+  }
+  op->row = row;
+  op->from_step = from_step;
+  op->now_us = now_us;
+  return 1;
+}
+
+int gw_store_attempt_end(struct gw_store *s, int64_t job, int attempt, const char *outcome,
+                         int64_t now_us) {
+  int r = s->failing_since_us ? SL_ESQLITE : attempt_end(s, job, attempt, outcome, now_us);
+  if (r >= 0 || !refused(r))
+    return r;
+  if (!s->failing_since_us)
+    note_refused(s, r);
+  struct kept_op *op = op_new(s, KEPT_ATTEMPT_END);
+  if (!op)
+    return -ENOMEM;
+  op->job = job;
+  op->attempt = attempt;
+  snprintf(op->outcome, sizeof op->outcome, "%s", outcome ? outcome : "");
+  op->now_us = now_us;
+  return 1;
+}
+
+int gw_store_cost_add(struct gw_store *s, const struct gw_job *j, double usd,
+                      double on_demand_usd, double seconds, int64_t now_us) {
+  int r = s->failing_since_us ? SL_ESQLITE : cost_add(s, j, usd, on_demand_usd, seconds, now_us);
+  if (r >= 0 || !refused(r))
+    return r;
+  if (!s->failing_since_us)
+    note_refused(s, r);
+  struct gw_job *row = row_copy(j);
+  struct kept_op *op = row ? op_new(s, KEPT_COST) : NULL;
+  if (!op) {
+    free(row);
+    return -ENOMEM;
+  }
+  op->row = row;
+  op->usd = usd;
+  op->on_demand_usd = on_demand_usd;
+  op->seconds = seconds;
+  op->now_us = now_us;
+  return 1;
+}
+
+int gw_store_instance_put(struct gw_store *s, const struct gw_instance_row *row) {
+  int r = s->failing_since_us ? SL_ESQLITE : instance_put(s, row);
+  if (r >= 0 || !refused(r))
+    return r;
+  if (!s->failing_since_us)
+    note_refused(s, r);
+  for (size_t i = 0; i < s->n_insts; i++)
+    if (!strcmp(s->insts[i].id, row->id)) {
+      s->insts[i] = *row;
+      return 1;
+    }
+  if (s->n_insts == s->cap_insts) {
+    size_t cap = s->cap_insts ? 2 * s->cap_insts : 16;
+    struct gw_instance_row *g = realloc(s->insts, cap * sizeof *g);
+    if (!g)
+      return -ENOMEM;
+    s->insts = g;
+    s->cap_insts = cap;
+  }
+  s->insts[s->n_insts++] = *row;
+  return 1;
+}
+
+/* Every kept write, in order, inside the caller's transaction. */
+static int write_kept(struct gw_store *s) {
+  int r = 0;
+  for (size_t i = 0; i < s->n_ops && r >= 0; i++) {
+    struct kept_op *op = &s->ops[i];
+    switch (op->kind) {
+    case KEPT_EVENT: {
+      const struct gw_job *row = kept_row(s, op->job);
+      int64_t seq = 0;
+      r = append_locked(s, op->job, op->event, &seq);
+      if (r == SL_ENAME) { /* its job is gone from the database: nothing to attach it to */
+        sl_warn(T, "a kept event of job %lld has no job row; dropped", (long long)op->job);
+        s->dropped++;
+        json_decref(op->event);
+        op->event = NULL;
+        r = 0;
+        break;
+      }
+      if (r >= 0 && op->ckpt && row)
+        r = record_checkpoint(s, row, op->attempt, op->ckpt,
+                              sl_json_get_int(op->event, "time_us", op->now_us));
+      break;
+    }
+    case KEPT_ATTEMPT_BEGIN:
+      r = attempt_begin(s, op->row, op->from_step, op->now_us);
+      break;
+    case KEPT_ATTEMPT_END:
+      r = attempt_end(s, op->job, op->attempt, op->outcome, op->now_us);
+      break;
+    case KEPT_COST:
+      r = cost_add(s, op->row, op->usd, op->on_demand_usd, op->seconds, op->now_us);
+      break;
+    }
+  }
+  for (size_t i = 0; i < s->n_rows && r >= 0; i++)
+    r = write_job(s, &s->rows[i]);
+  for (size_t i = 0; i < s->n_insts && r >= 0; i++)
+    r = instance_put(s, &s->insts[i]);
+  return r;
+}
+
+static void free_kept(struct kept_op *ops, size_t n_ops, struct gw_job *rows, size_t n_rows,
+                      struct gw_instance_row *insts) {
+  for (size_t i = 0; i < n_ops; i++)
+    op_done(&ops[i]);
+  free(ops);
+  for (size_t i = 0; i < n_rows; i++)
+    gw_job_done(&rows[i]);
+  free(rows);
+  free(insts);
+}
+
+int gw_store_retry(struct gw_store *s) {
+  if (!s->failing_since_us)
+    return 0;
+  if (s->error == -ENOSPC) /* the log's pages go back into the database: room for the retry */
+    sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+  int r = begin(s);
+  if (r == 0 && (r = write_kept(s)) == 0)
+    r = commit(s);
+  if (r < 0) {
+    rollback(s, r);
+    if (refused(r))
+      s->error = r;
+    /* events numbered by the attempt get their numbers again next time */
+    return r;
+  }
+  /* taken out first: a listener may write again (directly, now) */
+  struct kept_op *ops = s->ops;
+  struct gw_job *rows = s->rows;
+  size_t n_ops = s->n_ops, n_rows = s->n_rows, n = s->n_ops + s->n_rows + s->n_insts;
+  free_kept(NULL, 0, NULL, 0, s->insts);
+  s->ops = NULL;
+  s->rows = NULL;
+  s->insts = NULL;
+  s->n_ops = s->cap_ops = s->n_rows = s->cap_rows = s->n_insts = s->cap_insts = 0;
+  s->n_kept_metrics = 0;
+  s->failing_since_us = 0;
+  s->error = 0;
+  sl_info(T, "the state database takes writes again: %zu kept writes saved", n);
+  if (s->dropped)
+    sl_warn(T, "%llu metric and output events were dropped while writes were refused",
+            (unsigned long long)s->dropped);
+  for (size_t i = 0; i < n_ops; i++) {
+    struct kept_op *op = &ops[i];
+    struct gw_job *row = NULL;
+    for (size_t k = 0; k < n_rows && op->kind == KEPT_EVENT && op->event; k++)
+      if (rows[k].id == op->job)
+        row = &rows[k];
+    if (row && s->saved_fn) {
+      row->last_seq = sl_json_get_int(op->event, "seq", row->last_seq);
+      s->saved_fn(s->saved_ctx, row, op->event, op->attempt, op->ckpt != NULL);
+    }
+  }
+  free_kept(ops, n_ops, rows, n_rows, NULL);
+  return (int)(n > INT32_MAX ? INT32_MAX : n);
+}
+
+bool gw_store_keeps_job(const struct gw_store *s, int64_t job) {
+  for (size_t i = 0; i < s->n_rows; i++)
+    if (s->rows[i].id == job)
+      return true;
+  return false;
+}
+
+void gw_store_health(const struct gw_store *s, struct gw_store_health *ret) {
+  memset(ret, 0, sizeof *ret);
+  ret->failing = s->failing_since_us != 0;
+  ret->error = s->error;
+  ret->since_us = s->failing_since_us;
+  ret->kept = s->n_ops + s->n_rows + s->n_insts;
+  ret->dropped = s->dropped;
+  snprintf(ret->message, sizeof ret->message, "%s", ret->failing ? s->message : "");
+}
+
+void gw_store_set_saved_fn(struct gw_store *s, gw_store_saved_fn fn, void *ctx) {
+  s->saved_fn = fn;
+  s->saved_ctx = ctx;
 }

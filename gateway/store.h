@@ -4,7 +4,14 @@
  * and an admin's sqlite3 shell, or test threads) can share the file. The
  * schema is versioned; opening an older database migrates it in place, one
  * transaction per step. A job transition (row update plus its event) is one
- * transaction, and event numbers per job start at 1 with no gaps. */
+ * transaction, and event numbers per job start at 1 with no gaps.
+ *
+ * Writes of the gateway's own state (jobs, events, checkpoints, attempts,
+ * costs, instances) that the database refuses (a full disk, an I/O error,
+ * a lock held too long) are kept in memory, in order, with every later one,
+ * until gw_store_retry writes them all in one transaction: those functions
+ * return 0 when written, 1 when kept, and a negative error only for a write
+ * that is neither (out of memory, bad input). */
 #ifndef GW_STORE_H
 #define GW_STORE_H
 
@@ -33,6 +40,33 @@ struct gw_instance_row {
   int64_t launched_us;
   char provider[32];            /* the provider that owns it ("local") */
 };
+
+/* A checkpoint a worker stored for a job (checkpoints table). */
+struct gw_checkpoint_row {
+  int64_t step;
+  char key[256];
+  int64_t bytes, write_ms, upload_ms;
+};
+
+/* How the store's writes fare: failing while writes are kept (since_us,
+ * real time), the last refusal (-ENOSPC for a full disk, -EIO, -EBUSY,
+ * -EROFS, SL_ESQLITE) and SQLite's words for it; kept writes now; metric
+ * and output events dropped because too many were kept. */
+struct gw_store_health {
+  bool failing;
+  int error;
+  char message[160];
+  int64_t since_us;
+  size_t kept;
+  uint64_t dropped;
+};
+
+/* Called for each kept event once gw_store_retry wrote it: row is the job's
+ * row as written (borrowed), event the event with its "seq" (borrowed),
+ * attempt the job's attempt when the event happened, checkpoint whether
+ * the event recorded a checkpoint's row. */
+typedef void (*gw_store_saved_fn)(void *ctx, const struct gw_job *row, const json_t *event,
+                                  int attempt, bool checkpoint);
 
 /* Opens (creating or migrating) the database at path. Returns an owned store
  * in *ret; on error a message in err. */
@@ -77,11 +111,20 @@ int gw_store_session_model_set(struct gw_store *s, const char *user, const char 
                                const char *model, int64_t job, int64_t step, const char *ckpt);
 
 /* Jobs. create fills j->id, created/updated times and writes the first
- * event (state queued); j->spec is borrowed. */
+ * event (state queued); j->spec is borrowed. Refused (the kept writes'
+ * error) while writes are kept. */
 int gw_store_job_create(struct gw_store *s, struct gw_job *j);
 /* Writes j's row and, when event is non-NULL, appends it (adding "seq",
- * "time_us" and "job" to it) in one transaction; j->last_seq follows. */
+ * "time_us" and "job" to it) in one transaction; j->last_seq follows.
+ * 1: kept (a copy of the row and event; the event is numbered when written
+ * and then given to the saved function). SL_ELIMIT: a metric or output
+ * event dropped (too many kept), the row kept. */
 int gw_store_job_save(struct gw_store *s, struct gw_job *j, json_t *event);
+/* The same, with the row of checkpoint ck (of j's current attempt) and, for
+ * a train job with a model, the session's model at j's newest checkpoint,
+ * in the same transaction. */
+int gw_store_job_save_checkpoint(struct gw_store *s, struct gw_job *j, json_t *event,
+                                 const struct gw_checkpoint_row *ck);
 /* Appends an event to job id without touching the rest of the row. */
 int gw_store_event_append(struct gw_store *s, int64_t job, json_t *event, int64_t *ret_seq);
 /* Fills *ret (owned fields: gw_job_done) or SL_ENAME. */
@@ -115,6 +158,16 @@ int gw_store_cost_totals(struct gw_store *s, const char *user, int64_t since_us,
                          double *ret_usd, double *ret_on_demand_usd);
 
 int gw_store_instance_put(struct gw_store *s, const struct gw_instance_row *row);
+
+/* Writes the kept writes in one transaction: 0 when none were kept, the
+ * number written, or the database's refusal (they stay kept). After a
+ * full disk it first moves the write-ahead log into the database. */
+int gw_store_retry(struct gw_store *s);
+/* Whether a write of job's row is kept (its newest state is not written). */
+bool gw_store_keeps_job(const struct gw_store *s, int64_t job);
+void gw_store_health(const struct gw_store *s, struct gw_store_health *ret);
+/* fn(ctx, ...) is called for each kept event gw_store_retry wrote. */
+void gw_store_set_saved_fn(struct gw_store *s, gw_store_saved_fn fn, void *ctx);
 /* Instances not yet terminated, owned array. */
 int gw_store_instances_live(struct gw_store *s, struct gw_instance_row **ret, size_t *ret_n);
 

@@ -410,54 +410,53 @@ static void on_output(struct gw_wproto *g, struct gw_inst *in, const json_t *bod
   json_decref(ev);
 }
 
+/* Records the checkpoint c ({"step","key","bytes","write_ms","upload_ms"})
+ * of j: its row, the job's newest checkpoint when it is, the session's
+ * model and the event, in one transaction; the worker hears that it is
+ * recorded only once it is written (gw_sched_emit_checkpoint). */
+static void record_checkpoint(struct gw_wproto *g, struct gw_job *j, const json_t *c) {
+  const char *key = sl_json_get_str(c, "key", NULL);
+  struct gw_checkpoint_row ck = {.step = sl_json_get_int(c, "step", -1),
+                                 .bytes = sl_json_get_int(c, "bytes", 0),
+                                 .write_ms = sl_json_get_int(c, "write_ms", 0),
+                                 .upload_ms = sl_json_get_int(c, "upload_ms", 0)};
+  if (!key || !*key || strlen(key) >= sizeof j->ckpt_key || ck.step < 0 || strstr(key, ".."))
+    return;
+  snprintf(ck.key, sizeof ck.key, "%s", key);
+  if (ck.step > j->ckpt_step)
+    j->process_retries = 0; /* progress: a process that keeps dying is not stuck */
+  if (ck.step >= j->ckpt_step) {
+    snprintf(j->ckpt_key, sizeof j->ckpt_key, "%s", key);
+    j->ckpt_step = ck.step;
+  }
+  json_t *ev = json_pack("{s:s,s:I,s:s,s:I,s:I,s:I,s:b}", "event", "checkpoint", "step",
+                         (json_int_t)ck.step, "path", key, "bytes", (json_int_t)ck.bytes, "write_ms",
+                         (json_int_t)ck.write_ms, "upload_ms", (json_int_t)ck.upload_ms, "durable", 1);
+  int saved = gw_sched_emit_checkpoint(g->sched, j, ev, &ck);
+  json_decref(ev);
+  if (saved == 0) /* the worker may now delete its older checkpoints, as [store] keep says */
+    gw_sched_checkpoint_recorded(g->sched, j, j->attempt);
+  if (ck.write_ms >= 0 && ck.upload_ms >= 0) {
+    gw_autockpt_write(&j->autockpt, ((double)ck.write_ms + (double)ck.upload_ms) / 1e3); /* no int overflow */
+    gw_sched_autockpt(g->sched, j, true);
+  }
+}
+
 static void on_checkpoint(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   struct gw_job *j = own_job_lead(g, in, body);
-  const char *key = sl_json_get_str(body, "key", NULL);
   int64_t step = sl_json_get_int(body, "step", -1);
-  if (!j || !key || !*key || strlen(key) >= sizeof j->ckpt_key || step < 0 || strstr(key, ".."))
+  if (!j)
     return;
-  int64_t bytes = sl_json_get_int(body, "bytes", 0), write_ms = sl_json_get_int(body, "write_ms", 0);
-  int64_t upload_ms = sl_json_get_int(body, "upload_ms", 0);
   if (!in->registered && step > j->step) {
     /* a worker that has not registered with this gateway yet: the step
      * metrics before this checkpoint were dropped (they come again after
      * registered), so resuming from it could skip steps nobody recorded;
-     * the job keeps the checkpoint it knows */
+     * the job keeps the checkpoint it knows (the done names it again) */
     sl_info(T, "%s: checkpoint of step %lld before register, past the recorded step %lld; not used",
             in->row.id, (long long)step, (long long)j->step);
     return;
   }
-  gw_store_checkpoint_add(g->store, j->id, j->attempt, step, key, bytes, write_ms, upload_ms,
-                          sl_time_real_us());
-  if (step > j->ckpt_step)
-    j->process_retries = 0; /* progress: a process that keeps dying is not stuck */
-  if (step >= j->ckpt_step) {
-    snprintf(j->ckpt_key, sizeof j->ckpt_key, "%s", key);
-    j->ckpt_step = step;
-  }
-  if (!strcmp(j->kind, "train") && j->model[0])
-    gw_store_session_model_set(g->store, j->user, j->session, j->model, j->id, j->ckpt_step,
-                               j->ckpt_key);
-  json_t *ev = json_pack("{s:s,s:I,s:s,s:I,s:I,s:I,s:b}", "event", "checkpoint", "step",
-                         (json_int_t)step, "path", key, "bytes", (json_int_t)bytes, "write_ms",
-                         (json_int_t)write_ms, "upload_ms", (json_int_t)upload_ms, "durable", 1);
-  int saved = gw_sched_emit(g->sched, j, ev);
-  json_decref(ev);
-  if (saved == 0) {
-    /* saved with the job: the worker may now delete its older checkpoints
-     * (never this one nor newer), as [store] keep says */
-    char id[16];
-    json_t *ack = json_pack("{s:s,s:s,s:I,s:I}", "type", "checkpoint_recorded", "job",
-                            gw_job_id_str(j->id, id, sizeof id), "attempt", (json_int_t)j->attempt,
-                            "step", (json_int_t)j->ckpt_step);
-    if (ack)
-      send_raw(g, in->rid, in->rid_len, ack);
-    json_decref(ack);
-  }
-  if (write_ms >= 0 && upload_ms >= 0) {
-    gw_autockpt_write(&j->autockpt, ((double)write_ms + (double)upload_ms) / 1e3); /* no int overflow */
-    gw_sched_autockpt(g->sched, j, true);
-  }
+  record_checkpoint(g, j, body);
 }
 
 static void on_notice(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
@@ -488,13 +487,63 @@ static void on_result(struct gw_wproto *g, struct gw_inst *in, const json_t *bod
   json_decref(ev);
 }
 
+/* Tells the worker its done is recorded (it forgets the job then), unless
+ * the job's newest state is still kept unwritten: the worker says it again
+ * later, and is answered once it is written. */
+static void ack_done(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
+  const char *jid = sl_json_get_str(body, "job", NULL);
+  int64_t id = gw_job_id_parse(jid);
+  if (id <= 0 || gw_store_keeps_job(g->store, id))
+    return;
+  json_t *m = json_pack("{s:s,s:s,s:I}", "type", "done_recorded", "job", jid, "attempt",
+                        (json_int_t)sl_json_get_int(body, "attempt", 0));
+  if (m)
+    send_raw(g, in->rid, in->rid_len, m);
+  json_decref(m);
+}
+
+/* Whether every step metric the done says its worker sent is recorded
+ * ("metric_step", the newest): a job's end is recorded only after them.
+ * If not, a registered worker is asked to send them again (it keeps them
+ * and its done until done_recorded); an unregistered one is asked by the
+ * answer to its register. The checkpoint the done names ("checkpoint",
+ * the worker's newest durable one) is recorded first when it is newer than
+ * the job's: one in flight when a gateway died is not lost. */
+static bool has_all(struct gw_wproto *g, struct gw_inst *in, struct gw_job *j, const json_t *body) {
+  json_t *ms = json_object_get(body, "metric_step");
+  if (json_is_integer(ms) && json_integer_value(ms) > j->metric_step) {
+    char id[16];
+    sl_info(T, "%s: done of %s before its step metrics after %lld; %s", in->row.id,
+            gw_job_id_str(j->id, id, sizeof id), (long long)j->metric_step,
+            in->registered ? "asked for them again" : "waiting for its register");
+    if (in->registered) {
+      json_t *m = json_pack("{s:s,s:s,s:i,s:o}", "type", "resend", "job", id, "attempt", j->attempt,
+                            "metric_step", j->metric_step >= 0 ? json_integer(j->metric_step)
+                                                               : json_null());
+      if (m)
+        send_raw(g, in->rid, in->rid_len, m);
+      json_decref(m);
+    }
+    return false;
+  }
+  json_t *ck = json_object_get(body, "checkpoint");
+  if (json_is_object(ck) && sl_json_get_int(ck, "step", -1) > j->ckpt_step)
+    record_checkpoint(g, j, ck);
+  return true;
+}
+
 static void on_done(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   struct gw_job *j = own_job(g, in, body);
   const char *status = sl_json_get_str(body, "status", "");
-  if (!j)
+  if (!j) {
+    ack_done(g, in, body); /* heard before, or an attempt that is over */
+    return;
+  }
+  if (gw_sched_rank(j, in) == 0 && !has_all(g, in, j, body))
     return;
   if (j->gang) {
     gw_sched_gang_done(g->sched, j, in, body);
+    ack_done(g, in, body);
     return;
   }
   int64_t step = sl_json_get_int(body, "step", j->step);
@@ -518,23 +567,47 @@ static void on_done(struct gw_wproto *g, struct gw_inst *in, const json_t *body)
   else if (!strcmp(status, "failed")) {
     if (gw_sched_retry(g->sched, j, sl_json_get_int(body, "exit_code", -1))) {
       gw_fleet_inst_set_state(g->fleet, in, "idle", 0); /* the worker itself is fine */
-      return;
+    } else {
+      if (!reason[0])
+        snprintf(reason, sizeof reason, "exit code %lld",
+                 (long long)sl_json_get_int(body, "exit_code", -1));
+      gw_sched_finish(g->sched, j, GW_JOB_FAILED, reason);
     }
-    if (!reason[0])
-      snprintf(reason, sizeof reason, "exit code %lld", (long long)sl_json_get_int(body, "exit_code", -1));
-    gw_sched_finish(g->sched, j, GW_JOB_FAILED, reason);
-  } else
+  } else {
     sl_warn(T, "%s: done with unknown status \"%s\" ignored", in->row.id, status);
+    return;
+  }
+  ack_done(g, in, body);
 }
 
+/* A heartbeat is answered with what is saved of its jobs ("recorded": the
+ * newest step metric of each, once written, not while kept): the worker
+ * keeps every step metric after it to send again, and holds its job's
+ * metrics back rather than let one it still needs go. */
 static void on_heartbeat(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   size_t i;
   json_t *v;
+  json_t *saved = json_array();
   json_array_foreach(json_object_get(body, "jobs"), i, v) {
     struct gw_job *j = own_job_lead(g, in, v);
     int64_t step = sl_json_get_int(v, "step", -1);
     if (j && step > j->step)
       j->step = step;
+    if (j && !gw_store_keeps_job(g->store, j->id)) {
+      char id[16];
+      json_array_append_new(saved, json_pack("{s:s,s:i,s:o}", "job", gw_job_id_str(j->id, id, sizeof id),
+                                             "attempt", j->attempt, "metric_step",
+                                             j->metric_step >= 0 ? json_integer(j->metric_step)
+                                                                 : json_null()));
+    }
+  }
+  if (json_array_size(saved)) {
+    json_t *m = json_pack("{s:s,s:o}", "type", "recorded", "jobs", saved);
+    if (m)
+      send_raw(g, in->rid, in->rid_len, m);
+    json_decref(m);
+  } else {
+    json_decref(saved);
   }
 }
 

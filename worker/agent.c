@@ -11,7 +11,10 @@
  * what was in flight, "registered" says from which step to send again (which
  * needs the job still there), and a checkpoint must not reach the gateway
  * before the steps it covers, or a resume from it would skip steps the
- * gateway never recorded. Messages
+ * gateway never recorded. A job that ended stays, with its done, until the
+ * gateway answers done_recorded: after "registered" (or a "resend" asking
+ * for step metrics the done named and the gateway lacks) its step metrics
+ * go again, then its done. Messages
  * that must not be lost (checkpoint, done, result, notice) that cannot be
  * queued on the socket wait in a bounded outbox, in order; others are dropped
  * when the socket is full. Once a notice or shutdown arrives no new job is
@@ -45,7 +48,7 @@
 #define TOPIC "worker"
 #define MAX_JOBS 16
 #define OUTBOX_MAX 1024
-#define ENDED_MAX 64 /* done messages kept for the next register */
+#define END_ACK_WAIT_US (2 * SL_US_PER_S) /* a stopping worker's wait for done_recorded */
 #define SILENT_INTERVALS 10
 #define FIXED_ITEMS 4 /* socket, signals, notices, link monitor */
 #define POLL_MAX (FIXED_ITEMS + MAX_JOBS * WK_STREAM_N)
@@ -74,8 +77,8 @@ struct wk_agent {
   size_t outbox_n;
   bool registered, stopping;
   bool resending; /* step metrics sent again go ahead of the held outbox */
-  json_t *ended;        /* done messages sent, listed in registers until one is answered */
-  size_t ended_listed;  /* how many of them the last register listed */
+  bool metrics_behind; /* the socket refused a step metric: the next "recorded" brings it again */
+  int64_t acks_until_us; /* stopping: ended jobs wait this long for done_recorded */
   int64_t heartbeat_us, next_heartbeat_us, register_sent_us, last_heard_us;
   int64_t last_contact_us; /* the gateway's last message (orphan_timeout_ms) */
   bool noticed;
@@ -105,17 +108,10 @@ static bool is_step_metric(const json_t *msg) {
 /* Takes msg. */
 static void agent_send(void *ctx, json_t *msg, bool reliable) {
   struct wk_agent *a = ctx;
-  if (!a->registered && is_step_metric(msg)) {
-    json_decref(msg); /* kept in the job's resend ring; "registered" brings it out */
+  bool step_metric = is_step_metric(msg);
+  if ((!a->registered || (a->metrics_behind && !a->resending)) && step_metric) {
+    json_decref(msg); /* kept in the job's resend ring; "registered" or "recorded" brings it out */
     return;
-  }
-  if (!strcmp(sl_json_get_str(msg, "type", ""), "done")) {
-    /* a done in flight when the gateway dies is lost: the next register lists it */
-    if (json_array_size(a->ended) == ENDED_MAX) {
-      json_array_remove(a->ended, 0);
-      if (a->ended_listed) a->ended_listed--;
-    }
-    json_array_append(a->ended, msg);
   }
   char *text = json_dumps(msg, JSON_COMPACT);
   json_decref(msg);
@@ -131,6 +127,8 @@ static void agent_send(void *ctx, json_t *msg, bool reliable) {
     a->outbox[a->outbox_n++] = text;
     return;
   }
+  if (step_metric) /* a hole the gateway would not see: it goes again after "recorded" */
+    a->metrics_behind = true;
   sl_debug(TOPIC, "gateway not keeping up; message dropped");
   free(text);
 }
@@ -145,11 +143,10 @@ static json_t *jobs_array(const struct wk_agent *a) {
 }
 
 static void send_register(struct wk_agent *a, int64_t now) {
-  json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:o, s:O, s:o}", "type", "register", "instance",
+  json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:o, s:o}", "type", "register", "instance",
                         a->cfg->instance, "instance_type", a->cfg->type, "zone", a->cfg->zone, "spot",
-                        a->cfg->spot, "version", SPOTLAB_VERSION, "jobs", jobs_array(a), "ended",
-                        a->ended, "gpus", wk_gpu_inventory_json(&a->gpus));
-  a->ended_listed = json_array_size(a->ended);
+                        a->cfg->spot, "version", SPOTLAB_VERSION, "jobs", jobs_array(a), "gpus",
+                        wk_gpu_inventory_json(&a->gpus));
   agent_send(a, m, false);
   a->register_sent_us = now;
   sl_debug(TOPIC, "register sent");
@@ -180,8 +177,16 @@ static void refuse(struct wk_agent *a, const json_t *m, const char *status, cons
   if (d) agent_send(a, d, true);
 }
 
+static void remove_job(struct wk_agent *a, struct wk_job **j) {
+  wk_job_free(*j);
+  *j = a->jobs[--a->njobs];
+}
+
 static void on_assign(struct wk_agent *a, const json_t *m) {
   const char *id = json_string_value(json_object_get(m, "job"));
+  struct wk_job **old = find_job(a, id);
+  if (old && wk_job_ended(*old) && wk_job_attempt(*old) != sl_json_get_int(m, "attempt", -1))
+    remove_job(a, old); /* a new attempt: the gateway has the old one's end */
   if (find_job(a, id)) {
     sl_debug(TOPIC, "assign %s: already running", id);
     return;
@@ -200,20 +205,31 @@ static void stop_all(struct wk_agent *a) {
   for (size_t i = 0; i < a->njobs; i++) wk_job_cancel(a->jobs[i]);
 }
 
-/* registered.jobs: [{"job","attempt","metric_step"}], the newest step the
- * gateway recorded of each job; the steps after it (in flight when a gateway
- * died, say) are sent again. */
+/* One entry of registered.jobs or a resend: {"job","attempt","metric_step"},
+ * the newest step the gateway recorded of the job; the steps after it (in
+ * flight when a gateway died, say) are sent again, and then an ended job's
+ * done. */
+static void resend_job(struct wk_agent *a, const json_t *v) {
+  struct wk_job **j = find_job(a, json_string_value(json_object_get(v, "job")));
+  json_t *step = json_object_get(v, "metric_step");
+  if (!j || sl_json_get_int(v, "attempt", -1) != wk_job_attempt(*j)) return;
+  a->resending = true;
+  size_t n = wk_job_resend_metrics(*j, json_is_integer(step) ? json_integer_value(step) : -1);
+  a->resending = false;
+  if (n) sl_info(TOPIC, "%s: %zu step metrics the gateway did not record sent again", wk_job_id(*j), n);
+  if (wk_job_ended(*j)) wk_job_send_done(*j);
+}
+
 static void resend_metrics(struct wk_agent *a, const json_t *jobs) {
   size_t i;
   json_t *v;
-  json_array_foreach(jobs, i, v) {
-    struct wk_job **j = find_job(a, json_string_value(json_object_get(v, "job")));
-    json_t *step = json_object_get(v, "metric_step");
-    if (!j || sl_json_get_int(v, "attempt", -1) != wk_job_attempt(*j)) continue;
-    a->resending = true;
-    size_t n = wk_job_resend_metrics(*j, json_is_integer(step) ? json_integer_value(step) : -1);
-    a->resending = false;
-    if (n) sl_info(TOPIC, "%s: %zu step metrics the gateway did not record sent again", wk_job_id(*j), n);
+  json_array_foreach(jobs, i, v) resend_job(a, v);
+  /* ended jobs the gateway did not list (it ended them already): their done
+   * again, for its done_recorded */
+  for (size_t k = 0; k < a->njobs; k++) {
+    bool listed = false;
+    json_array_foreach(jobs, i, v) listed |= !strcmp(sl_json_get_str(v, "job", ""), wk_job_id(a->jobs[k]));
+    if (!listed && wk_job_ended(a->jobs[k])) wk_job_send_done(a->jobs[k]);
   }
 }
 
@@ -226,12 +242,31 @@ static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
     a->heartbeat_us = (hb < 10 ? 10 : hb > 600000 ? 600000 : hb) * SL_US_PER_MS;
     if (!a->registered) sl_info(TOPIC, "registered with the gateway");
     a->registered = true;
-    while (a->ended_listed) { /* the gateway has heard of these */
-      json_array_remove(a->ended, 0);
-      a->ended_listed--;
-    }
     a->next_heartbeat_us = now + a->heartbeat_us;
+    a->metrics_behind = false;
     resend_metrics(a, json_object_get(m, "jobs"));
+  } else if (!strcmp(type, "recorded")) {
+    /* what the gateway saved; after a step metric the socket refused, the
+     * ones after that step go again (live ones wait in the ring meanwhile) */
+    bool behind = a->metrics_behind;
+    a->metrics_behind = false;
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(m, "jobs"), i, v) {
+      struct wk_job **rj = find_job(a, json_string_value(json_object_get(v, "job")));
+      json_t *st = json_object_get(v, "metric_step");
+      if (rj && json_is_integer(st))
+        wk_job_metrics_recorded(*rj, sl_json_get_int(v, "attempt", -1), json_integer_value(st));
+      if (rj && behind && !wk_job_ended(*rj)) {
+        a->resending = true;
+        wk_job_resend_metrics(*rj, json_is_integer(st) ? json_integer_value(st) : -1);
+        a->resending = false;
+      }
+    }
+  } else if (!strcmp(type, "resend")) {
+    if (a->registered) resend_job(a, m);
+  } else if (!strcmp(type, "done_recorded")) {
+    if (j && wk_job_done_recorded(*j, sl_json_get_int(m, "attempt", -1))) remove_job(a, j);
   } else if (!strcmp(type, "reregister")) {
     a->registered = false;
     send_register(a, now);
@@ -360,6 +395,7 @@ struct slot {
 
 static size_t build_poll(struct wk_agent *a, int signal_fd, zmq_pollitem_t *it, struct slot *slots) {
   size_t n = 0;
+  for (size_t i = 0; i < a->njobs; i++) wk_job_flow(a->jobs[i], sl_time_mono_us());
   it[n++] = (zmq_pollitem_t){a->sock, 0, ZMQ_POLLIN, 0};
   it[n++] = (zmq_pollitem_t){NULL, signal_fd, ZMQ_POLLIN, 0};
   it[n++] = (zmq_pollitem_t){NULL, a->watcher ? wk_notice_watcher_fd(a->watcher) : -1, ZMQ_POLLIN, 0};
@@ -376,14 +412,7 @@ static size_t build_poll(struct wk_agent *a, int signal_fd, zmq_pollitem_t *it, 
 
 static void tick_jobs(struct wk_agent *a, int64_t now) {
   bool may_end = a->registered || (a->exit_by_us != INT64_MAX && now >= a->exit_by_us - END_HOLD_US);
-  for (size_t i = 0; i < a->njobs;) {
-    if (wk_job_tick(a->jobs[i], now, may_end) == 1) {
-      wk_job_free(a->jobs[i]);
-      a->jobs[i] = a->jobs[--a->njobs];
-    } else {
-      i++;
-    }
-  }
+  for (size_t i = 0; i < a->njobs; i++) wk_job_tick(a->jobs[i], now, may_end);
 }
 
 static void sample_gpus(struct wk_agent *a, int64_t now) {
@@ -433,6 +462,19 @@ static void tick_registration(struct wk_agent *a, int64_t now) {
   }
 }
 
+/* Stopping: every job ended, and the gateway recorded their ends or had
+ * END_ACK_WAIT_US to answer. */
+static bool stopped(struct wk_agent *a, int64_t now) {
+  for (size_t i = 0; i < a->njobs; i++)
+    if (!wk_job_ended(a->jobs[i])) {
+      a->acks_until_us = 0;
+      return false;
+    }
+  if (!a->njobs) return true;
+  if (!a->acks_until_us) a->acks_until_us = now + END_ACK_WAIT_US;
+  return now >= a->acks_until_us;
+}
+
 static int64_t poll_timeout_ms(const struct wk_agent *a, int64_t now) {
   int64_t t = a->njobs ? 20 : 500;
   if (a->registered) {
@@ -468,7 +510,7 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
     tick_orphan(a, now);
     tick_reserves(a, now);
     if (a->registered) flush_outbox(a);
-    if (a->stopping && a->njobs == 0) break;
+    if (a->stopping && stopped(a, now)) break;
     if (now >= a->exit_by_us) {
       sl_warn(TOPIC, "notice deadline reached with %zu jobs still running", a->njobs);
       break;
@@ -536,10 +578,6 @@ int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent
   a->cfg = cfg;
   a->heartbeat_us = cfg->heartbeat_ms * SL_US_PER_MS;
   a->exit_by_us = INT64_MAX;
-  if (!(a->ended = json_array())) {
-    free(a);
-    return -ENOMEM;
-  }
   int r = open_socket(a);
   if (r < 0) goto fail;
   bool s3 = !strncmp(cfg->store, "s3://", 5);
@@ -583,7 +621,6 @@ struct wk_agent *wk_agent_free(struct wk_agent *a) {
   if (a->zctx) zmq_ctx_term(a->zctx);
   wk_store_free(a->store);
   wk_nvml_free(a->nvml);
-  json_decref(a->ended);
   free(a);
   return NULL;
 }

@@ -7,8 +7,12 @@
  * checkpoint of its latest step; SIGKILL follows when even that overruns.
  * Invariants: every checkpoint event is uploaded before the next line of the
  * metrics stream is handled, so `durable_step` is always in the store; done
- * is sent exactly once, after the child was reaped and its pipes drained,
- * and after every metric, checkpoint and result of the job. */
+ * is sent after the child was reaped and its pipes drained, and after every
+ * metric, checkpoint and result of the job; an ENDED job keeps its done (which
+ * names its newest step metric and checkpoint) and its sent step metrics, and
+ * sends the done again every DONE_RESEND_US, until the gateway answers
+ * done_recorded: a gateway that died with them in flight, or that cannot
+ * write them yet, hears them again. */
 #include "job.h"
 
 #include "conf.h"
@@ -39,6 +43,7 @@
 #define ASSIGN_ENV_MAX 64
 #define RESULT_TEXT_MAX (64 * 1024)
 #define STDERR_TAIL 1024
+#define DONE_RESEND_US (2 * SL_US_PER_S)
 
 extern char **environ;
 
@@ -84,12 +89,32 @@ struct wk_job {
   bool orphaned, orphan_left;
   char tail[STDERR_TAIL];
   size_t tail_len;
+  json_t *last_ckpt;    /* the newest checkpoint message's fields, for the done */
+  json_t *done;         /* ENDED: the done message, until done_recorded */
+  bool metrics_held;    /* the resend ring is full of step metrics not confirmed saved */
+  int64_t done_sent_us;
 };
 
 const char *wk_job_id(const struct wk_job *j) { return j->id; }
 int64_t wk_job_attempt(const struct wk_job *j) { return j->attempt; }
 int64_t wk_job_step(const struct wk_job *j) { return j->durable_step > j->step ? j->durable_step : j->step; }
-int wk_job_fd(const struct wk_job *j, enum wk_stream s) { return j->child ? wk_child_fd(j->child, s) : -1; }
+int wk_job_fd(const struct wk_job *j, enum wk_stream s) {
+  if (s == WK_STREAM_METRICS && j->metrics_held) return -1;
+  return j->child && j->state != ENDED ? wk_child_fd(j->child, s) : -1; /* nothing after done */
+}
+
+void wk_job_flow(struct wk_job *j, int64_t now) {
+  /* spotlab-train blocks on its metrics pipe rather than have a step metric
+   * the gateway has not saved pushed out of the ring (a stopping job goes on) */
+  bool held = j->state == RUNNING && wk_relay_full(j->relay);
+  if (j->metrics_held && !held && j->exited_at_us) j->exited_at_us = now; /* its grace again */
+  j->metrics_held = held;
+}
+
+void wk_job_metrics_recorded(struct wk_job *j, int64_t attempt, int64_t step) {
+  if (attempt == j->attempt) wk_relay_confirm(j->relay, step);
+}
+bool wk_job_ended(const struct wk_job *j) { return j->state == ENDED; }
 
 static json_t *msg_new(const struct wk_job *j, const char *type) {
   return json_pack("{s:s, s:s, s:I}", "type", type, "job", j->id, "attempt", (json_int_t)j->attempt);
@@ -384,6 +409,8 @@ struct wk_job *wk_job_free(struct wk_job *j) {
   wk_filesync_free(j->files);
   wk_reserve_done(&j->reserve);
   free(j->result_text);
+  json_decref(j->last_ckpt);
+  json_decref(j->done);
   free(j);
   return NULL;
 }
@@ -564,6 +591,10 @@ static void upload_checkpoint(struct wk_job *j, const json_t *ev) {
   json_object_set_new(m, "bytes", json_integer((json_int_t)bytes));
   json_object_set_new(m, "write_ms", sl_json_real(sl_json_get_num(ev, "write_ms", 0)));
   json_object_set_new(m, "upload_ms", json_integer(upload_ms));
+  json_decref(j->last_ckpt);
+  j->last_ckpt = json_pack("{s:I, s:s, s:I, s:O, s:I}", "step", (json_int_t)step, "key", key, "bytes",
+                           (json_int_t)bytes, "write_ms", json_object_get(m, "write_ms"), "upload_ms",
+                           (json_int_t)upload_ms);
   send_metric(j, wk_relay_pending(j->relay, 0, true));
   send(j, m, true);
   /* the last one a job stores may end it before the gateway's answer comes:
@@ -724,9 +755,25 @@ static void finish(struct wk_job *j) {
   json_object_set_new(m, "message", wk_relay_text(message, strlen(message), sizeof message));
   int64_t step = !strcmp(status, "preempted") || !strcmp(status, "cancelled") ? j->durable_step : wk_job_step(j);
   json_object_set_new(m, "step", step >= 0 ? json_integer(step) : json_null());
+  /* what the gateway must hold before it records the end */
+  int64_t metric_step = wk_relay_last_step(j->relay);
+  if (metric_step >= 0) json_object_set_new(m, "metric_step", json_integer(metric_step));
+  if (j->last_ckpt) json_object_set(m, "checkpoint", j->last_ckpt);
   sl_info(TOPIC, "%s: %s (step %lld)", j->id, status, (long long)step);
+  j->done = json_incref(m);
+  j->done_sent_us = sl_time_mono_us();
   send(j, m, true);
   j->state = ENDED;
+}
+
+void wk_job_send_done(struct wk_job *j) {
+  if (j->state != ENDED || !j->done) return;
+  j->done_sent_us = sl_time_mono_us();
+  send(j, json_incref(j->done), true);
+}
+
+bool wk_job_done_recorded(const struct wk_job *j, int64_t attempt) {
+  return j->state == ENDED && attempt == j->attempt;
 }
 
 static void sync_files(struct wk_job *j, int64_t now) {
@@ -749,7 +796,10 @@ static void terminate(struct wk_job *j, int64_t kill_at) {
 }
 
 int wk_job_tick(struct wk_job *j, int64_t now, bool may_end) {
-  if (j->state == ENDED) return 1;
+  if (j->state == ENDED) {
+    if (may_end && now - j->done_sent_us >= DONE_RESEND_US) wk_job_send_done(j);
+    return 0;
+  }
   send_metric(j, wk_relay_pending(j->relay, now, false));
   if (j->files && now >= j->next_sync_us) sync_files(j, now);
   if (j->state == NOTICE_WAIT && now >= j->wait_until_us) {
@@ -766,7 +816,8 @@ int wk_job_tick(struct wk_job *j, int64_t now, bool may_end) {
     j->exited_at_us = now;
   }
   /* A child that exited but left a descendant holding its pipes gets a second. */
-  if (may_end && j->exited_at_us && (wk_child_drained(j->child) || now - j->exited_at_us > SL_US_PER_S)) {
+  if (may_end && j->exited_at_us && !j->metrics_held &&
+      (wk_child_drained(j->child) || now - j->exited_at_us > SL_US_PER_S)) {
     finish(j);
     return 1;
   }
@@ -800,15 +851,21 @@ void wk_job_set_checkpoint_every(struct wk_job *j, int64_t steps) {
 }
 
 size_t wk_job_resend_metrics(struct wk_job *j, int64_t step) {
-  json_t *data[WK_RELAY_RESEND_MAX];
-  size_t n = wk_relay_since(j->relay, step, data, WK_RELAY_RESEND_MAX);
-  for (size_t i = 0; i < n; i++) {
-    json_t *m = msg_new(j, "metric");
-    if (m) json_object_set_new(m, "data", data[i]);
-    else json_decref(data[i]);
-    send(j, m, false);
-  }
-  return n;
+  wk_relay_confirm(j->relay, step);
+  json_t *data[256];
+  size_t total = 0, n;
+  do { /* in slices: the ring may hold more than WK_RELAY_RESEND_MAX */
+    n = wk_relay_since(j->relay, step, data, sizeof data / sizeof *data);
+    for (size_t i = 0; i < n; i++) {
+      step = json_integer_value(json_object_get(data[i], "step"));
+      json_t *m = msg_new(j, "metric");
+      if (m) json_object_set_new(m, "data", data[i]);
+      else json_decref(data[i]);
+      send(j, m, false);
+    }
+    total += n;
+  } while (n == sizeof data / sizeof *data);
+  return total;
 }
 
 bool wk_job_gpus(const struct wk_job *j, unsigned *ret_n) {

@@ -45,10 +45,23 @@ int64_t wk_job_step(const struct wk_job *j);
 /* The child's descriptor for stream, -1 when closed or gone. */
 int wk_job_fd(const struct wk_job *j, enum wk_stream s);
 void wk_job_readable(struct wk_job *j, enum wk_stream s);
-/* Timers: metric flushes, kill escalation, %%run sync, reaping. Returns 1
- * once the job ended and its done message was sent; with may_end false a
- * job whose child ended waits (the gateway link is being re-established). */
+/* Timers: metric flushes, kill escalation, %%run sync, reaping, and an
+ * ENDED job's done sent again. Returns 1 when the job ended in this call
+ * (its done sent); with may_end false a job whose child ended waits, and an
+ * ENDED one sends nothing (the gateway link is being re-established). */
 int wk_job_tick(struct wk_job *j, int64_t now_mono_us, bool may_end);
+/* Once per turn, before the poll: a running job stops reading its metrics
+ * stream while another step metric would push out of its resend ring one
+ * the gateway has not said it saved (the child waits on the pipe). */
+void wk_job_flow(struct wk_job *j, int64_t now_mono_us);
+/* The gateway saved the job's step metrics up to step ("recorded"). */
+void wk_job_metrics_recorded(struct wk_job *j, int64_t attempt, int64_t step);
+/* Whether the job ended (its done sent; kept until done_recorded). */
+bool wk_job_ended(const struct wk_job *j);
+/* Sends an ENDED job's done again (after its step metrics went again). */
+void wk_job_send_done(struct wk_job *j);
+/* Whether done_recorded for attempt is this ENDED job's: then it may go. */
+bool wk_job_done_recorded(const struct wk_job *j, int64_t attempt);
 
 /* SIGTERM now (the child checkpoints), SIGKILL after the grace. */
 void wk_job_cancel(struct wk_job *j);
@@ -64,7 +77,7 @@ void wk_job_set_checkpoint_every(struct wk_job *j, int64_t steps);
  * older stored checkpoints past the assign's `keep` are deleted. */
 void wk_job_checkpoint_recorded(struct wk_job *j, int64_t attempt, int64_t step);
 /* Sends again the kept step metrics after step (the newest one the gateway
- * recorded, -1 for none); returns how many. */
+ * recorded, -1 for none, which counts as confirmed); returns how many. */
 size_t wk_job_resend_metrics(struct wk_job *j, int64_t step);
 /* The GPUs a train, eval or sample job trains on, [0, *ret_n): false when
  * it runs on the CPU (and for a run job, whose script reports no steps). */

@@ -4,7 +4,10 @@
  * of its rate. Metrics never queue: at most one pending (the newest) exists,
  * so a slow gateway sees fewer steps but always the latest one. The step
  * metrics sent last are kept in a ring, so that those a gateway never
- * recorded (in flight when it died) can be sent again. */
+ * recorded (in flight when it died) can be sent again: the newest
+ * WK_RELAY_RESEND_MAX, and beyond them every one the gateway has not said it
+ * saved (the ring grows past its size only by what one read of the child's
+ * metrics brought; the caller stops reading while wk_relay_full). */
 #include "relay.h"
 
 #include "sl_time.h"
@@ -22,8 +25,9 @@ struct wk_relay {
   struct bucket metrics, lines;
   json_t *pending;
   uint64_t dropped;
-  json_t *sent[WK_RELAY_RESEND_MAX]; /* ring of step metrics sent, oldest at head */
-  size_t sent_head, sent_n;
+  json_t **sent; /* ring of step metrics sent, oldest at head */
+  size_t sent_head, sent_n, sent_cap;
+  int64_t confirmed; /* the gateway saved the step metrics up to here; -1: none known */
 };
 
 static void refill(struct bucket *b, int64_t now) {
@@ -46,6 +50,7 @@ int wk_relay_new(int64_t metrics_per_s, int64_t lines_per_s, struct wk_relay **r
   if (!r) return -ENOMEM;
   r->metrics = (struct bucket){(double)metrics_per_s, (double)metrics_per_s, 0};
   r->lines = (struct bucket){(double)lines_per_s, (double)lines_per_s, 0};
+  r->confirmed = -1;
   *ret = r;
   return 0;
 }
@@ -54,7 +59,8 @@ struct wk_relay *wk_relay_free(struct wk_relay *r) {
   if (r) {
     json_decref(r->pending);
     for (size_t i = 0; i < r->sent_n; i++)
-      json_decref(r->sent[(r->sent_head + i) % WK_RELAY_RESEND_MAX]);
+      json_decref(r->sent[(r->sent_head + i) % r->sent_cap]);
+    free(r->sent);
     free(r);
   }
   return NULL;
@@ -83,23 +89,53 @@ json_t *wk_relay_pending(struct wk_relay *r, int64_t now_us, bool force) {
   return p;
 }
 
+static int64_t step_at(const struct wk_relay *r, size_t i) {
+  return json_integer_value(json_object_get(r->sent[(r->sent_head + i) % r->sent_cap], "step"));
+}
+
 void wk_relay_sent(struct wk_relay *r, json_t *data) {
-  if (!json_is_integer(json_object_get(data, "step")) || json_object_get(data, "event")) return;
-  if (r->sent_n == WK_RELAY_RESEND_MAX) {
+  /* only those a gateway records (a step and a loss): the ones it asks for */
+  if (!json_is_integer(json_object_get(data, "step")) || json_object_get(data, "event") ||
+      (!json_is_number(json_object_get(data, "loss")) && !json_is_number(json_object_get(data, "eval_loss"))))
+    return;
+  while (r->sent_n >= WK_RELAY_RESEND_MAX && step_at(r, 0) <= r->confirmed) {
     json_decref(r->sent[r->sent_head]);
-    r->sent_head = (r->sent_head + 1) % WK_RELAY_RESEND_MAX;
+    r->sent_head = (r->sent_head + 1) % r->sent_cap;
     r->sent_n--;
   }
-  r->sent[(r->sent_head + r->sent_n++) % WK_RELAY_RESEND_MAX] = json_incref(data);
+  if (r->sent_n == r->sent_cap) { /* grows, oldest first again */
+    size_t cap = r->sent_cap ? 2 * r->sent_cap : WK_RELAY_RESEND_MAX;
+    json_t **g = malloc(cap * sizeof *g);
+    if (!g) return; /* this one is not kept: a resend may miss it */
+    for (size_t i = 0; i < r->sent_n; i++) g[i] = r->sent[(r->sent_head + i) % r->sent_cap];
+    free(r->sent);
+    r->sent = g;
+    r->sent_cap = cap;
+    r->sent_head = 0;
+  }
+  r->sent[(r->sent_head + r->sent_n++) % r->sent_cap] = json_incref(data);
+}
+
+void wk_relay_confirm(struct wk_relay *r, int64_t step) {
+  if (step > r->confirmed) r->confirmed = step;
+}
+
+bool wk_relay_full(const struct wk_relay *r) {
+  return r->sent_n >= WK_RELAY_RESEND_MAX && step_at(r, 0) > r->confirmed;
 }
 
 size_t wk_relay_since(struct wk_relay *r, int64_t step, json_t **ret, size_t max) {
   size_t n = 0;
   for (size_t i = 0; i < r->sent_n && n < max; i++) {
-    json_t *d = r->sent[(r->sent_head + i) % WK_RELAY_RESEND_MAX];
+    json_t *d = r->sent[(r->sent_head + i) % r->sent_cap];
     if (json_integer_value(json_object_get(d, "step")) > step) ret[n++] = json_incref(d);
   }
   return n;
+}
+
+int64_t wk_relay_last_step(const struct wk_relay *r) {
+  if (!r->sent_n) return -1;
+  return step_at(r, r->sent_n - 1);
 }
 
 bool wk_relay_line(struct wk_relay *r, int64_t now_us) {

@@ -24,9 +24,19 @@ struct wk_relay *wk_relay_free(struct wk_relay *r);
 json_t *wk_relay_metric(struct wk_relay *r, json_t *data, bool urgent, int64_t now_us);
 /* The pending metric when the rate allows (or force), else NULL. Owned. */
 json_t *wk_relay_pending(struct wk_relay *r, int64_t now_us, bool force);
-/* Keeps a reference to data (borrowed) when it is a step metric (an integer
- * "step", no "event"): the newest WK_RELAY_RESEND_MAX sent are kept. */
+/* Keeps a reference to data (borrowed) when it is a step metric a gateway
+ * records (an integer "step", a number "loss" or "eval_loss", no "event"):
+ * the newest WK_RELAY_RESEND_MAX sent are kept, and every one after the
+ * step last confirmed (wk_relay_confirm). */
 void wk_relay_sent(struct wk_relay *r, json_t *data);
+/* The gateway has saved the step metrics up to step (its "recorded" or
+ * "registered" says so): kept ones up to there may be pushed out. */
+void wk_relay_confirm(struct wk_relay *r, int64_t step);
+/* Whether keeping another step metric would push out one the gateway has
+ * not said it saved: the caller waits instead. */
+bool wk_relay_full(const struct wk_relay *r);
+/* The step of the newest kept step metric, -1 when none. */
+int64_t wk_relay_last_step(const struct wk_relay *r);
 /* The kept step metrics after step, oldest first, into ret (new references,
  * at most max); returns how many. */
 size_t wk_relay_since(struct wk_relay *r, int64_t step, json_t **ret, size_t max);

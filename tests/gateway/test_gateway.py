@@ -667,7 +667,14 @@ def case_reregister(gw):
     for _ in range(2):  # the second time it is old news
         s.send(json.dumps({"type": "register", "instance": cfg["instance"], "jobs": [],
                            "ended": [done]}).encode())
-        check(s.poll(5000) and json.loads(s.recv())["type"] == "registered", "registered")
+        got = []
+        while s.poll(5000):
+            got.append(json.loads(s.recv()))
+            if got[-1]["type"] == "registered":
+                break
+        check([m["type"] for m in got] == ["done_recorded", "registered"] and
+              got[0]["job"] == job and got[0]["attempt"] == att,
+              "registered, after done_recorded for the listed done: %r" % got)
     c.wait_event(state_is(job, "succeeded"))
     states = [e["state"] for e in c.req("logs", job=job, after=0)["events"] if e["event"] == "state"]
     check(states[-1] == "succeeded" and "preempted" not in states and states.count("succeeded") == 1,

@@ -62,7 +62,8 @@ static void test_text(void) {
   json_decref(v);
 }
 
-/* The step metrics sent last are kept to be sent again, newest WK_RELAY_RESEND_MAX. */
+/* The step metrics sent last are kept to be sent again, newest
+ * WK_RELAY_RESEND_MAX, and every one after the step last confirmed. */
 static void test_resend(void) {
   struct wk_relay *r;
   CHECK_INT(wk_relay_new(2, 3, &r), 0);
@@ -71,6 +72,8 @@ static void test_resend(void) {
   json_t *ev = json_pack("{s:s, s:i, s:f}", "event", "done", "step", 3, "loss", 1.0);
   wk_relay_sent(r, ev); /* an event is not kept */
   json_decref(ev);
+  CHECK_INT(wk_relay_last_step(r), -1);
+  wk_relay_confirm(r, 10); /* the gateway saved up to step 10 */
   for (int i = 1; i <= WK_RELAY_RESEND_MAX + 10; i++) {
     json_t *m = step(i);
     wk_relay_sent(r, m);
@@ -82,13 +85,25 @@ static void test_resend(void) {
   CHECK_INT(step_of(got[n - 1]), WK_RELAY_RESEND_MAX + 10);
   for (size_t i = 0; i < n; i++)
     json_decref(got[i]);
+  /* full of steps not confirmed: the caller stops reading; kept past the size */
+  CHECK(wk_relay_full(r));
+  json_t *more = step(WK_RELAY_RESEND_MAX + 11);
+  wk_relay_sent(r, more);
+  json_decref(more);
+  json_t *first;
+  CHECK_INT((int)wk_relay_since(r, -1, &first, 1), 1);
+  CHECK_INT(step_of(first), 11);
+  json_decref(first);
+  CHECK_INT(wk_relay_last_step(r), WK_RELAY_RESEND_MAX + 11);
+  wk_relay_confirm(r, 100);
+  CHECK(!wk_relay_full(r));
   n = wk_relay_since(r, WK_RELAY_RESEND_MAX + 7, got, 2);
   CHECK_INT((int)n, 2);
   CHECK_INT(step_of(got[0]), WK_RELAY_RESEND_MAX + 8);
   CHECK_INT(step_of(got[1]), WK_RELAY_RESEND_MAX + 9);
   for (size_t i = 0; i < n; i++)
     json_decref(got[i]);
-  CHECK_INT((int)wk_relay_since(r, WK_RELAY_RESEND_MAX + 10, got, 2), 0);
+  CHECK_INT((int)wk_relay_since(r, WK_RELAY_RESEND_MAX + 11, got, 2), 0);
   wk_relay_free(r);
 }
 

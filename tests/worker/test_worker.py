@@ -419,22 +419,35 @@ def case_link(tmp, worker_exe, train_exe):
 
 
 def case_ended(tmp, worker_exe, train_exe):
-    """A done the gateway may have lost (it restarted) is listed in the next
-    register, until a registered answers a register that listed it."""
+    """A job that ended stays until the gateway answers done_recorded: its
+    done names its newest step metric and checkpoint; it is listed in the
+    next register, and after registered its step metrics the gateway lacks
+    go again, then its done; the done goes again every two seconds until
+    done_recorded, after which the job is gone."""
     data = text_file(tmp)
     gw, w = start(tmp, worker_exe, train_exe, registered_by_hand=True)
     try:
         gw.send(train_assign("J000014", data, 20))
-        assert run_until_done(gw, "J000014")[-1]["status"] == "succeeded"
+        done = run_until_done(gw, "J000014")[-1]
+        assert done["status"] == "succeeded" and done["metric_step"] == 20 and \
+            done["checkpoint"]["step"] == 20 and done["checkpoint"]["key"] == "J000014/ckpt-00000020.tc", done
         gw.restart()
         reg = gw.recv(lambda m: m["type"] == "register", 10, "register after restart")
-        ended = [(d["job"], d["attempt"], d["status"], d["step"]) for d in reg.get("ended", [])]
-        assert ended == [("J000014", 1, "succeeded", 20)], reg
-        gw.send({"type": "registered", "heartbeat_ms": 100})
-        gw.recv(lambda m: m["type"] == "heartbeat", 5, "heartbeat after registered")
+        assert [(j["job"], j["attempt"]) for j in reg["jobs"]] == [("J000014", 1)], reg
+        # (heartbeats unanswered for ten intervals would start registering over)
+        gw.send({"type": "registered", "heartbeat_ms": 1000,
+                 "jobs": [{"job": "J000014", "attempt": 1, "metric_step": 10}]})
+        msgs = run_until_done(gw, "J000014")
+        assert steps_of(msgs) == list(range(11, 21)), steps_of(msgs)
+        again = gw.recv(of("J000014", "done"), 10, "the done again, unanswered")
+        assert again["status"] == "succeeded", again
+        gw.send({"type": "resend", "job": "J000014", "attempt": 1, "metric_step": 18})
+        msgs = run_until_done(gw, "J000014")
+        assert steps_of(msgs) == [19, 20], steps_of(msgs)
+        gw.send({"type": "done_recorded", "job": "J000014", "attempt": 1})
         gw.send({"type": "reregister"})
         reg = gw.recv(lambda m: m["type"] == "register", 5, "register after reregister")
-        assert reg.get("ended") == [], reg
+        assert reg.get("jobs") == [], reg
         gw.send({"type": "shutdown"})
         assert w.wait(10) == 0
     finally:
