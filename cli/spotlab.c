@@ -4,7 +4,8 @@
  * instances, inject) connect like the kernel does (SPOTLAB_GATEWAY, else the
  * embedded default ipc://$SPOTLAB_HOME/gateway.sock, token from SPOTLAB_TOKEN
  * or $SPOTLAB_HOME/token) but never start a gateway: with none running they
- * say so. Exit status: 0 ok, 1 error (with a message on stderr), 2 usage. */
+ * say so. `spotlab gateway stop` asks the gateway to stop (gateway_cmd.c).
+ * Exit status: 0 ok, 1 error (with a message on stderr), 2 usage. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "config.h"
 #include "conn.h"
 #include "display.h"
+#include "gateway_cmd.h"
 #include "gwformat.h"
 #include "sl_json.h"
 #include "sl_log.h"
@@ -32,6 +34,7 @@ static const struct {
   {"cost", "[--json]", "spend so far and savings against on-demand"},
   {"instances", "[--json]", "running instances"},
   {"inject", "preempt|kill INSTANCE [--notice 120s]", "trigger a preemption"},
+  {"gateway", "stop [--force] | status", "stop this user's gateway and its idle workers now"},
   {"version", "", "print the version"},
 };
 
@@ -43,7 +46,7 @@ static void usage(FILE *f) {
 }
 
 struct opts {
-  bool json, follow;
+  bool json, follow, force;
   const char *pos[3];
   int n_pos;
   const char *notice;
@@ -54,6 +57,8 @@ static int parse(int argc, char **argv, struct opts *o) {
   for (int i = 2; i < argc; i++) {
     if (strcmp(argv[i], "--json") == 0)
       o->json = true;
+    else if (strcmp(argv[i], "--force") == 0 && strcmp(argv[1], "gateway") == 0)
+      o->force = true;
     else if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--follow") == 0)
       o->follow = true;
     else if (strcmp(argv[i], "--notice") == 0 && i + 1 < argc)
@@ -258,6 +263,9 @@ static int cancel(struct cli_conn *conn, const struct opts *o) {
 }
 
 static int run(const char *cmd, const struct opts *o) {
+  if (!strcmp(cmd, "gateway"))
+    return o->n_pos > 1 ? (fprintf(stderr, "spotlab gateway: unexpected argument '%s'\n", o->pos[1]), 2)
+                        : cli_gateway(o->pos[0], o->force, o->json);
   bool takes_pos = !strcmp(cmd, "logs") || !strcmp(cmd, "cancel") || !strcmp(cmd, "inject");
   if (!takes_pos && o->n_pos) {
     fprintf(stderr, "spotlab %s: unexpected argument '%s'\n", cmd, o->pos[0]);

@@ -91,6 +91,8 @@ static const struct opt opts[] = {
    "terminate a worker that has had no job for this long"),
   ROW("idle", "warn_before", T_DUR, M(warn_before_us), "5m", 0, 86400,
    "warn the notebook this long before an idle shutdown"),
+  ROW("idle", "gateway_timeout", T_DUR, M(gateway_timeout_us), "30m", 0, 30 * 86400,
+   "a per-user (embedded) gateway with no client and no job this long stops itself and its workers (0: never)"),
   ROW("budget", "monthly_usd", T_NUM, M(monthly_usd), "2000", 0, 1e9,
    "spending budget per calendar month in US dollars (0: no budget)"),
   ROW("budget", "hard_cap", T_BOOL, M(hard_cap), "yes", 0, 0,

@@ -63,6 +63,7 @@ struct gw_config {
   int64_t notebook_timeout_us;
   int64_t worker_timeout_us;
   int64_t warn_before_us;
+  int64_t gateway_timeout_us;   /* the embedded gateway's own; 0: never */
   /* [budget] */
   double monthly_usd;
   bool hard_cap;

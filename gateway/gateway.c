@@ -47,6 +47,10 @@
 #define T "gateway"
 #define HOUSEKEEPING_US (200 * SL_US_PER_MS)
 #define BATCH 64                /* messages read per socket per turn */
+/* How long a stopping gateway waits for the workers it stopped to exit: the
+ * local provider's grace before SIGKILL, and a margin. */
+#define STOP_DRAIN_US (8 * SL_US_PER_S)
+#define REPLY_LINGER_MS 1000    /* a stopping gateway's last replies still go out */
 
 struct gw {
   const struct gw_config *cfg;
@@ -268,11 +272,54 @@ static void on_socket(struct gw_loop *l, int fd, void *sock, int events, void *d
 }
 
 static int64_t housekeeping(struct gw_loop *l, int64_t id, int64_t now_us, void *data) {
-  (void)l; (void)id;
+  (void)id;
   struct gw *g = data;
   gw_sched_housekeeping(g->sched);
   gw_idle_check(g->idle, sl_time_mono_us());
+  if (gw_idle_gateway_due(g->idle, gw_kproto_n_clients(g->kproto), sl_time_mono_us())) {
+    size_t n = gw_idle_stop_workers(g->idle, "the idle gateway stopped");
+    sl_info(T, "no client and no job for %lld s ([idle] gateway_timeout): stopping %zu workers"
+            " and the gateway; its state is kept, and the next kernel starts it again",
+            (long long)(g->cfg->gateway_timeout_us / SL_US_PER_S), n);
+    gw_loop_stop(l);
+    return GW_LOOP_NOMORE;
+  }
   return now_us + HOUSEKEEPING_US;
+}
+
+/* Instances the providers still run that the fleet has let go of: the
+ * ones a stop just terminated, on their way out. */
+static size_t exiting_instances(struct gw *g) {
+  size_t running = 0;
+  for (size_t i = 0; i < gw_sched_n_providers(g->sched); i++) {
+    struct gw_provider *p = gw_sched_provider_at(g->sched, i);
+    struct gw_instance_info *list = NULL;
+    size_t n = 0;
+    if (!p->ops->list || p->ops->list(p, &list, &n) < 0)
+      continue;
+    for (size_t k = 0; k < n; k++)
+      running += list[k].running && !gw_fleet_inst(g->fleet, list[k].instance_id);
+    free(list);
+  }
+  return running;
+}
+
+/* After a stop from inside ended the loop: no new requests; the workers a stop terminated get
+ * the turns their provider needs to see them exit (and to kill one that
+ * does not), up to STOP_DRAIN_US. Workers that run a job are not waited
+ * for: they keep running. */
+static void drain(struct gw *g) {
+  gw_loop_del_zsock(g->loop, g->ksock);
+  int linger = REPLY_LINGER_MS;
+  zmq_setsockopt(g->ksock, ZMQ_LINGER, &linger, sizeof linger);
+  int64_t until = sl_time_mono_us() + STOP_DRAIN_US;
+  size_t n;
+  while ((n = exiting_instances(g)) && sl_time_mono_us() < until)
+    if (gw_loop_run_once(g->loop, 100 * SL_US_PER_MS) < 0)
+      break;
+  if (n)
+    sl_warn(T, "%zu stopped workers had not exited after %lld s", n,
+            (long long)(STOP_DRAIN_US / SL_US_PER_S));
 }
 
 static int client_send(void *ctx, const uint8_t *rid, size_t rid_len, const json_t *msg) {
@@ -360,7 +407,13 @@ int gw_run(struct gw *g, volatile sig_atomic_t *stop) {
   int r = gw_loop_run(g->loop, stop);
   if (r < 0)
     sl_err(T, "poll: %s", sl_strerror(r));
-  sl_info(T, "shutting down; workers keep running and re-register on the next start");
+  if (r >= 0 && !(stop && *stop)) /* stopped from inside, not by a signal */
+    drain(g);
+  if (gw_fleet_n_insts(g->fleet))
+    sl_info(T, "shutting down; %zu workers keep running and re-register on the next start",
+            gw_fleet_n_insts(g->fleet));
+  else
+    sl_info(T, "shutting down");
   for (size_t i = 0; i < gw_fleet_n_jobs(g->fleet); i++)
     gw_sched_flush_cost(g->sched, gw_fleet_job_at(g->fleet, i), true);
   return r < 0 ? r : 0;

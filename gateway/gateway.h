@@ -19,7 +19,10 @@ struct gw;
  * previous run. cfg is borrowed for the life of the gateway. Owned gateway
  * in *ret, or an error with a message. */
 int gw_new(const struct gw_config *cfg, struct gw **ret, char *err, size_t err_size);
-/* Serves until *stop becomes non-zero (a signal handler sets it). */
+/* Serves until *stop becomes non-zero (a signal handler sets it), or
+ * until the gateway stops itself (a shutdown request, or an embedded
+ * gateway idle for [idle] gateway_timeout): then it waits, a few seconds at
+ * most, for the workers it stopped to exit. */
 int gw_run(struct gw *g, volatile sig_atomic_t *stop);
 /* Closes everything; running workers are left alone (they re-register on
  * the next start). */

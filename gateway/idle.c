@@ -9,7 +9,12 @@
  * the store, so the next cell brings capacity back by launching anew. A
  * session with nothing to stop gets no notices. The table is bounded; when
  * full, the least recently active entry is forgotten. Notices go out on
- * the bus; the kernel protocol delivers them. */
+ * the bus; the kernel protocol delivers them.
+ *
+ * The embedded (per-user) gateway also watches itself: with no connected
+ * client and no live job for [idle] gateway_timeout it is due to stop
+ * (gateway.c stops its workers and leaves the loop). A live job, queued or
+ * running, always keeps it: a job is never stopped for idleness. */
 #include "idle.h"
 
 #include "sl_log.h"
@@ -37,6 +42,7 @@ struct gw_idle {
   const struct gw_bus *bus;
   struct session *sessions;
   size_t n_sessions;
+  int64_t gateway_busy_mono_us; /* last time a client was connected or a job live */
 };
 
 struct gw_idle *gw_idle_new(const struct gw_config *cfg, struct gw_fleet *fleet,
@@ -45,6 +51,7 @@ struct gw_idle *gw_idle_new(const struct gw_config *cfg, struct gw_fleet *fleet,
   if (!d)
     return NULL;
   *d = (struct gw_idle){.cfg = cfg, .fleet = fleet, .sched = sched, .bus = bus};
+  d->gateway_busy_mono_us = sl_time_mono_us();
   d->sessions = calloc(GW_MAX_SESSIONS, sizeof *d->sessions);
   if (!d->sessions)
     return gw_idle_free(d);
@@ -152,4 +159,28 @@ void gw_idle_check(struct gw_idle *g, int64_t now) {
       notify(g, s, "warning", (timeout - idle + SL_US_PER_S - 1) / SL_US_PER_S);
     }
   }
+}
+
+bool gw_idle_gateway_due(struct gw_idle *g, size_t n_clients, int64_t now) {
+  if (!g->cfg->embedded || g->cfg->gateway_timeout_us <= 0)
+    return false;
+  if (n_clients || gw_fleet_n_jobs(g->fleet)) {
+    g->gateway_busy_mono_us = now;
+    return false;
+  }
+  return now - g->gateway_busy_mono_us >= g->cfg->gateway_timeout_us;
+}
+
+size_t gw_idle_stop_workers(struct gw_idle *g, const char *why) {
+  size_t n = 0;
+  for (size_t i = 0; i < gw_fleet_n_insts(g->fleet);) {
+    struct gw_inst *in = gw_fleet_inst_at(g->fleet, i);
+    if (!in->row.job) {
+      gw_sched_terminate(g->sched, in, why);
+      n++;
+      continue; /* the array shifted */
+    }
+    i++;
+  }
+  return n;
 }

@@ -813,6 +813,9 @@ static void on_status(struct req *q) {
     json_object_set_new(gwo, "clients", json_integer((json_int_t)conns));
     json_object_set_new(gwo, "log_dropped", json_integer((json_int_t)log_dropped(g)));
   }
+  if (r && cfg->embedded) /* its own lifetime: [idle] gateway_timeout */
+    json_object_set_new(json_object_get(r, "idle"), "gateway_timeout_s",
+                        sl_json_real((double)cfg->gateway_timeout_us / 1e6));
   if (r) /* the state disk: full, or failing, with writes kept */
     json_object_set_new(r, "store", gw_sched_store_json(g->env.sched));
   reply(q, r);
@@ -949,6 +952,51 @@ static void on_ping(struct req *q) {
   reply(q, json_pack("{s:I}", "time_us", (json_int_t)sl_time_real_us()));
 }
 
+/* Stops the gateway now, for its own user (embedded) or an admin: the
+ * workers with no job are stopped, the loop ends after this turn and the
+ * process exits once they are gone (gateway.c). A live job is never
+ * stopped: without "force" the request is refused while there is one;
+ * with it, each job keeps running on its worker, checkpointing as before,
+ * and its worker re-registers when the gateway starts again. */
+static void on_shutdown(struct req *q) {
+  struct gw_kproto *g = q->g;
+  if (!q->c->admin)
+    return fail(q, -EPERM, "only an admin may stop a shared gateway");
+  size_t live = gw_fleet_n_jobs(g->env.fleet);
+  bool force = sl_json_get_bool(q->body, "force", false);
+  json_t *jobs = json_array();
+  for (size_t i = 0; i < live; i++) {
+    const struct gw_job *j = gw_fleet_job_at(g->env.fleet, i);
+    char id[16];
+    json_array_append_new(jobs, json_pack("{s:s,s:s,s:s}", "job", gw_job_id_str(j->id, id, sizeof id),
+                                          "user", j->user, "state", gw_job_state_name(j->state)));
+  }
+  if (live && !force) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%zu job%s still live; wait for %s, cancel %s, or stop with force"
+             " (the jobs keep running on their workers)", live, live == 1 ? " is" : "s are",
+             live == 1 ? "it" : "them", live == 1 ? "it" : "them");
+    json_decref(jobs);
+    return fail(q, SL_ESTATE, msg);
+  }
+  size_t stopped = gw_idle_stop_workers(g->env.idle, "the gateway was asked to stop");
+  sl_info(T, "%s asked the gateway to stop: %zu idle workers stopped, %zu live jobs keep their"
+          " workers", q->c->user, stopped, live);
+  reply(q, json_pack("{s:i,s:I,s:I,s:o}", "pid", (int)getpid(), "workers_stopped",
+                     (json_int_t)stopped, "workers_left", (json_int_t)gw_fleet_n_insts(g->env.fleet),
+                     "jobs", jobs));
+  if (g->env.loop)
+    gw_loop_stop(g->env.loop);
+}
+
+size_t gw_kproto_n_clients(struct gw_kproto *g) {
+  drain_closed(g);
+  size_t n = 0;
+  for (size_t i = 0; i < g->n_clients; i++)
+    n += g->clients[i].rid_len > 0;
+  return n;
+}
+
 static const struct {
   const char *type;
   void (*fn)(struct req *q);
@@ -957,6 +1005,7 @@ static const struct {
   {"attach", on_attach}, {"detach", on_detach}, {"cancel", on_cancel}, {"jobs", on_jobs},
   {"logs", on_logs}, {"status", on_status}, {"instances", on_instances}, {"market", on_market},
   {"cost", on_cost}, {"inject", on_inject}, {"ping", on_ping},
+  {"shutdown", on_shutdown},
 };
 
 static void dispatch(struct req *q) {

@@ -56,6 +56,8 @@ void gw_kproto_handle(struct gw_kproto *k, const uint8_t *rid, size_t rid_len, c
 /* Reads the monitor's events: forgets the clients whose connection closed.
  * For the loop, when the monitor socket is readable. */
 void gw_kproto_drain(struct gw_kproto *k);
+/* How many clients are connected now (closed connections forgotten first). */
+size_t gw_kproto_n_clients(struct gw_kproto *k);
 /* The bus sink (data: the kproto): job events to attached clients,
  * notices to a notebook session's clients. */
 void gw_kproto_sink(void *data, const struct gw_bus_event *ev);
