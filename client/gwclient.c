@@ -155,11 +155,16 @@ bool jk_gw_is_embedded(struct jk_gw *gw) {
   return gw->embedded;
 }
 
-/* SPOTLAB_TOKEN, else the first line of $SPOTLAB_HOME/token. Owned or NULL. */
-static char *read_token(void) {
+/* SPOTLAB_TOKEN; else, for a team gateway, JUPYTERHUB_API_TOKEN (a kernel
+ * of a single-user server: the gateway checks it with the hub); else the
+ * first line of $SPOTLAB_HOME/token. Owned or NULL. */
+static char *read_token(const struct jk_gw *gw) {
   const char *env = getenv("SPOTLAB_TOKEN");
   if (env && *env)
     return strdup(env);
+  const char *hub = getenv("JUPYTERHUB_API_TOKEN");
+  if (!gw->embedded && hub && *hub)
+    return strdup(hub);
   char home[4096], path[4200];
   if (sl_spotlab_home(home, sizeof home) < 0)
     return NULL;
@@ -212,7 +217,7 @@ static int send_json(struct jk_gw *gw, const json_t *obj) {
 }
 
 static int send_hello(struct jk_gw *gw, int64_t timeout_us) {
-  char *token = read_token();
+  char *token = read_token(gw);
   gw->hello_id = gw->next_id++;
   json_t *hello = json_pack("{s:s, s:I, s:s, s:s, s:s, s:s}", "type", "hello", "id",
                             (json_int_t)gw->hello_id, "token", token ? token : "", "client",

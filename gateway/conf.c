@@ -47,6 +47,7 @@ static int check_addr(const char *v, char *why, size_t size);
 static int check_name(const char *v, char *why, size_t size);
 static int check_hex64(const char *v, char *why, size_t size);
 static int check_store(const char *v, char *why, size_t size);
+static int check_hub_url(const char *v, char *why, size_t size);
 
 #define M(f) O_MAIN, offsetof(struct gw_config, f), sizeof(((struct gw_config *)0)->f)
 #define U(f) O_USER, offsetof(struct gw_user_cfg, f), sizeof(((struct gw_user_cfg *)0)->f)
@@ -61,6 +62,7 @@ static int check_store(const char *v, char *why, size_t size);
 #define T_NAME SL_OPT_STR, check_name
 #define T_HEX64 SL_OPT_STR, check_hex64
 #define T_STORE SL_OPT_STR, check_store
+#define T_HUBURL SL_OPT_STR, check_hub_url
 #define T_DUR SL_OPT_DUR, NULL
 #define T_INT SL_OPT_INT, NULL
 #define T_NUM SL_OPT_NUM, NULL
@@ -103,6 +105,12 @@ static const struct opt opts[] = {
    "checkpoints kept per job; older ones are deleted once a newer one is stored"),
   ROW("store", "region", T_STR, M(store_region), "", 0, 0,
    "the S3 bucket's region (empty: AWS_REGION or the AWS profile's)"),
+  ROW("hub", "url", T_HUBURL, M(hub_url), "", 0, 0,
+   "JupyterHub's API, http://HOST:8081/hub/api (empty: JUPYTERHUB_API_URL, which a hub-managed service has)"),
+  ROW("hub", "cache", T_DUR, M(hub_cache_us), "60s", 0, 3600,
+   "how long the hub's answer for a token is trusted for new connections (0: ask at every hello)"),
+  ROW("hub", "timeout", T_DUR, M(hub_timeout_us), "1500ms", 0.1, 60,
+   "a token check's limit; the kernel waits 2s for hello's answer"),
   ROW("worker", "metrics_per_s", T_INT, M(worker_metrics_per_s), "20", 1, 100000,
    "step metrics a worker sends per job per second (the newest step wins)"),
   ROW("user.*", "token_sha256", T_HEX64, U(token_sha256), NULL, 0, 0,
@@ -238,6 +246,13 @@ static int check_store(const char *v, char *why, size_t size) {
   if (n < 3 || n > 63 || strspn(v + 5, "abcdefghijklmnopqrstuvwxyz0123456789.-") < n)
     return fail(why, size, "\"%s\": the bucket name must be 3 to 63 of a-z, 0-9, '.' and '-'", v),
            SL_ECONFIG;
+  return 0;
+}
+
+/* Empty (JUPYTERHUB_API_URL at start) or an http(s):// URL. */
+static int check_hub_url(const char *v, char *why, size_t size) {
+  if (*v && ((strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) || strpbrk(v, " \t")))
+    return fail(why, size, "\"%s\" is not an http:// or https:// URL", v), SL_ECONFIG;
   return 0;
 }
 
@@ -414,7 +429,10 @@ int gw_config_set(struct gw_config *c, const char *section, const char *name, co
     void *base = target(c, o->owner, entry, err, err_size);
     if (!base)
       return SL_ECONFIG;
-    return sl_opt_set(&o->o, base, NULL, value, err, err_size);
+    int r = sl_opt_set(&o->o, base, NULL, value, err, err_size);
+    if (r >= 0 && !strcmp(tmpl, "hub"))
+      c->hub = true;
+    return r;
   }
   return fail(err, err_size, "unknown key \"%s\" in [%s]", name, section), SL_ECONFIG;
 }
@@ -515,8 +533,9 @@ static int seen_line(const struct parse_ctx *p, const char *section, const char 
 }
 
 /* A section header: checked (an unknown or refused one is an error), named
- * once, and an empty [provider.NAME] or [group.NAME] still takes effect:
- * the provider is enabled with its defaults, the group exists. */
+ * once, and an empty [provider.NAME], [group.NAME] or [hub] still takes
+ * effect: the provider is enabled with its defaults, the group exists, the
+ * hub of the environment is used. */
 static void on_section(struct parse_ctx *p, const char *s) {
   char sec[160];
   const char *e = strchr(s, ']');
@@ -541,7 +560,7 @@ static void on_section(struct parse_ctx *p, const char *s) {
   else if (!strcmp(tmpl, "group.*") && !target(p->c, O_GROUP, entry, msg, sizeof msg))
     parse_error(p, msg);
   else
-    add_seen(p, sec, "");
+    add_seen(p, sec, ""), p->c->hub |= !strcmp(sec, "hub"); /* an empty [hub]: the environment's hub */
 }
 
 /* fgets with a line counter; also sees what inih does not tell the handler:
@@ -740,6 +759,8 @@ int gw_config_dump(const struct gw_config *c, FILE *out) {
   fprintf(out, "; spotlab-gateway effective configuration\n\n");
   for (size_t i = 0; i < sizeof main_sections / sizeof *main_sections; i++)
     dump_section(out, main_sections[i], main_sections[i], c);
+  if (c->hub)
+    dump_section(out, "hub", "hub", c);
   for (size_t i = 0; i < c->n_providers; i++)
     dump_provider(out, c, &c->providers[i]);
   char sec[96];
@@ -761,12 +782,17 @@ const struct gw_user_cfg *gw_config_user(const struct gw_config *c, const char *
   return NULL;
 }
 
-static const struct gw_group_cfg *user_group(const struct gw_config *c, const char *user) {
+const char *gw_config_user_group(const struct gw_config *c, const char *user) {
   const struct gw_user_cfg *u = gw_config_user(c, user);
-  if (!u || !u->group[0])
-    return NULL;
-  for (size_t i = 0; i < c->n_groups; i++)
-    if (!strcmp(c->groups[i].name, u->group))
+  if (u && u->group[0])
+    return u->group;
+  return c->runtime_group ? c->runtime_group(c->runtime_group_ctx, user) : NULL;
+}
+
+static const struct gw_group_cfg *user_group(const struct gw_config *c, const char *user) {
+  const char *name = gw_config_user_group(c, user);
+  for (size_t i = 0; name && i < c->n_groups; i++)
+    if (!strcmp(c->groups[i].name, name))
       return &c->groups[i];
   return NULL;
 }

@@ -71,6 +71,10 @@ struct gw_config {
   char store_url[512];          /* "": each provider's own store */
   int64_t store_keep;           /* checkpoints kept per job */
   char store_region[64];        /* "": [provider.aws] region, AWS_REGION, the profile's */
+  /* [hub] (hub.h) */
+  char hub_url[512];            /* "": JUPYTERHUB_API_URL */
+  int64_t hub_cache_us;         /* how long a token's answer is trusted; 0: never kept */
+  int64_t hub_timeout_us;       /* a check's limit */
   /* [worker] (passed into each worker's config file) */
   int64_t worker_metrics_per_s;
   /* [provider.NAME]: the enabled providers in file order. With no such
@@ -84,6 +88,12 @@ struct gw_config {
   size_t n_groups;
   /* not options: how the gateway was started */
   bool embedded;
+  bool hub;                     /* the file has a [hub] section: hello takes hub tokens */
+  /* The group of a user the file gives none, or NULL: on a hub, the one
+   * their hub groups select (the gateway sets it to gw_hub_user_group while
+   * it serves). */
+  const char *(*runtime_group)(const void *ctx, const char *user);
+  const void *runtime_group_ctx;
 };
 
 /* Fills c with every option's default; the local provider is enabled
@@ -117,6 +127,9 @@ int gw_config_parse_number(const char *name, const char *value, bool integer, do
                            double max, double *ret, char *err, size_t err_size);
 /* The user entry for name, or NULL. */
 const struct gw_user_cfg *gw_config_user(const struct gw_config *c, const char *name);
+/* The name of user's group: the file's [user.NAME] group, else
+ * runtime_group's answer (hub groups), else NULL. */
+const char *gw_config_user_group(const struct gw_config *c, const char *user);
 /* Effective idle timeouts for a user (group values override [idle]). */
 int64_t gw_config_notebook_timeout_us(const struct gw_config *c, const char *user);
 int64_t gw_config_worker_timeout_us(const struct gw_config *c, const char *user);

@@ -19,6 +19,7 @@
 #include "conf.h"
 #include "fleet.h"
 #include "httpc.h"
+#include "hub.h"
 #include "idle.h"
 #include "keys.h"
 #include "kproto.h"
@@ -54,8 +55,10 @@
 
 struct gw {
   const struct gw_config *cfg;
+  struct gw_config *cfg_own;    /* the same, for the hub's group lookup (set and cleared) */
   struct gw_loop *loop;
   struct gw_httpc *http;
+  struct gw_hub *hub;           /* [hub]: hello takes JupyterHub tokens; NULL without */
   struct gw_store *store;
   struct gw_queue *queue;
   struct gw_fleet *fleet;
@@ -327,11 +330,11 @@ static int client_send(void *ctx, const uint8_t *rid, size_t rid_len, const json
   return gw_zmsg_send(g->ksock, rid, rid_len, msg);
 }
 
-int gw_new(const struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
+int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   struct gw *g = calloc(1, sizeof *g);
   if (!g)
     return -ENOMEM;
-  g->cfg = cfg;
+  g->cfg = g->cfg_own = cfg;
   g->started_us = sl_time_real_us();
   gw_bus_init(&g->bus);
   int r = -ENOMEM;
@@ -339,6 +342,13 @@ int gw_new(const struct gw_config *cfg, struct gw **ret, char *err, size_t err_s
   g->queue = gw_queue_new();
   if (!g->loop || !g->queue || !(g->http = gw_httpc_new(g->loop)))
     goto fail;
+  if ((r = gw_hub_new(cfg, g->http, &g->hub, err, err_size)) < 0)
+    goto fail;
+  if (g->hub) { /* hub users' groups, for idle timeouts and the rest */
+    cfg->runtime_group = gw_hub_user_group;
+    cfg->runtime_group_ctx = g->hub;
+    sl_info(T, "hello takes JupyterHub tokens, checked at %s", gw_hub_url(g->hub));
+  }
   if ((r = open_state(g, err, err_size)) < 0)
     goto fail;
   worker_address(cfg->workers, g->worker_address, sizeof g->worker_address);
@@ -367,7 +377,7 @@ int gw_new(const struct gw_config *cfg, struct gw **ret, char *err, size_t err_s
   struct gw_kproto_env ke = {.cfg = cfg, .store = g->store, .fleet = g->fleet, .queue = g->queue,
                              .sched = g->sched, .idle = g->idle, .ledger = g->ledger,
                              .loop = g->loop, .send = client_send, .send_ctx = g, .monitor = g->kmon,
-                             .started_us = g->started_us};
+                             .hub = g->hub, .started_us = g->started_us};
   r = -ENOMEM;
   if (!(g->kproto = gw_kproto_new(&ke)) ||
       !(g->wproto = gw_wproto_new(cfg, g->store, g->fleet, g->sched, g->wsock, g->zap)))
@@ -440,6 +450,11 @@ struct gw *gw_free(struct gw *g) {
     zmq_ctx_term(g->zctx);
   gw_idle_free(g->idle);
   gw_sched_free(g->sched);      /* destroys the providers */
+  if (g->hub && g->cfg->runtime_group_ctx == g->hub) {
+    g->cfg_own->runtime_group = NULL;
+    g->cfg_own->runtime_group_ctx = NULL;
+  }
+  gw_hub_free(g->hub);          /* after kproto, which cancels its checks */
   gw_httpc_free(g->http);
   gw_ledger_free(g->ledger);
   gw_fleet_free(g->fleet);

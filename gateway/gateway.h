@@ -16,9 +16,10 @@ struct gw;
 
 /* Opens the store under cfg->state_dir, the key pair, the enabled
  * providers, binds both sockets and loads jobs and instances left by a
- * previous run. cfg is borrowed for the life of the gateway. Owned gateway
- * in *ret, or an error with a message. */
-int gw_new(const struct gw_config *cfg, struct gw **ret, char *err, size_t err_size);
+ * previous run. cfg is borrowed for the life of the gateway, which sets
+ * its runtime_group when it serves a hub (and clears it in gw_free). Owned
+ * gateway in *ret, or an error with a message. */
+int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size);
 /* Serves until *stop becomes non-zero (a signal handler sets it), or
  * until the gateway stops itself (a shutdown request, or an embedded
  * gateway idle for [idle] gateway_timeout): then it waits, a few seconds at

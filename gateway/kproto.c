@@ -19,7 +19,13 @@
  * and instances: another user's job answers SL_ENAME, word for word as a job
  * that does not exist; an admin ([user.NAME] admin = yes) sees every user's.
  * Each user holds at most max_clients_per_user entries: a hello beyond that
- * forgets that user's least recently active one, never another user's. */
+ * forgets that user's least recently active one, never another user's.
+ *
+ * On a hub ([hub], hub.h), a token the file does not know may be a
+ * JupyterHub token: the hello waits (a pending hello, its routing id, its
+ * connection and its request id kept) while the hub is asked on the loop,
+ * and is answered when the hub answers. A pending hello goes with its
+ * connection, or with a newer hello from its routing id. */
 #include "kproto.h"
 
 #include "config.h"
@@ -49,6 +55,7 @@
 #define GW_MAX_ATTACH 64
 #define GW_FRAMES_MAX 8
 #define MARKET_MAX 256
+#define PENDING_MAX 64          /* hellos waiting for the hub (its checks in flight) */
 
 #define T "gateway.kernel"
 
@@ -81,8 +88,22 @@ struct gw_client {
   int64_t replay_backoff_us;    /* grows while the client reads nothing */
 };
 
+/* A hello whose token the hub is checking. used false: a free slot. */
+struct pending {
+  bool used;
+  struct gw_kproto *g;
+  uint64_t check;               /* gw_hub_check's id */
+  uint8_t rid[GW_RID_MAX];
+  size_t rid_len;
+  int fd;
+  json_t *id;                   /* the hello's id (owned), or NULL */
+  char session[256];
+  char client[32];
+};
+
 struct gw_kproto {
   struct gw_kproto_env env;
+  struct pending pending[PENDING_MAX];
   struct gw_client *clients;
   size_t n_clients;             /* slots in use or freed; free ones have rid_len 0 */
   size_t cap_clients;
@@ -135,6 +156,7 @@ struct req {
 static void client_forget(struct gw_client *c);
 
 static void drain_closed(struct gw_kproto *g);
+static void pending_forget(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, int fd);
 
 static int send_to(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, const json_t *msg) {
   drain_closed(g);
@@ -208,6 +230,7 @@ static void drain_closed(struct gw_kproto *g) {
     memcpy(&fd, ev + 2, sizeof fd);
     if (!(event & ZMQ_EVENT_DISCONNECTED))
       continue;
+    pending_forget(g, NULL, 0, (int)fd);
     for (size_t i = 0; i < g->n_clients; i++)
       if (g->clients[i].rid_len && g->clients[i].fd >= 0 && (uint32_t)g->clients[i].fd == fd)
         client_forget(&g->clients[i]);
@@ -446,21 +469,28 @@ static bool is_admin(const struct gw_config *cfg, const char *user) {
   return cfg->embedded || (u && u->admin);
 }
 
-static void on_hello(struct req *q) {
-  const char *token = sl_json_get_str(q->body, "token", NULL);
-  const char *session = sl_json_get_str(q->body, "session", "");
-  char user[64], hash[SL_HMAC_HEX_LEN + 1];
-  if (!token || !*token || strlen(token) > 1024)
-    return fail(q, SL_EAUTH, "a token is required");
-  if (strlen(session) >= sizeof q->c->session)
-    return fail(q, SL_ELIMIT, "session name too long");
-  if (!q->rid_len || q->rid_len > GW_RID_MAX)
-    return fail(q, SL_EWIRE, "no routing id to answer to");
-  sl_sha256_hex(token, strlen(token), hash);
-  if (gw_store_user_by_token(q->g->env.store, hash, user, sizeof user) < 0) {
-    LOG_LIMITED(q->g, log_auth, SL_LOG_WARN, "hello refused: unknown token");
-    return fail(q, SL_EAUTH, "unknown token");
+/* Frees a pending hello's slot (its check, if any, is the caller's). */
+static void pending_drop(struct pending *p) {
+  json_decref(p->id);
+  memset(p, 0, sizeof *p);
+}
+
+/* Drops the pending hellos of routing id rid, or of connection fd (>= 0):
+ * nothing will answer them. */
+static void pending_forget(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, int fd) {
+  for (size_t i = 0; i < PENDING_MAX; i++) {
+    struct pending *p = &g->pending[i];
+    if (!p->used || !((rid && p->rid_len == rid_len && !memcmp(p->rid, rid, rid_len)) ||
+                      (fd >= 0 && p->fd == fd)))
+      continue;
+    gw_hub_cancel(g->env.hub, p->check);
+    pending_drop(p);
   }
+}
+
+/* Welcomes user on q's routing id: a new entry with a new secret. */
+static void hello_accept(struct req *q, const char *user, const char *session, const char *client,
+                         const char *how) {
   /* a new hello from a routing id starts over: what the entry held goes */
   struct gw_client *c = client_find(q->g, q->rid, q->rid_len);
   if (c)
@@ -486,11 +516,84 @@ static void on_hello(struct req *q) {
     gw_store_session_touch(q->g->env.store, user, session, sl_time_real_us());
     gw_idle_touch(q->g->env.idle, user, session);
   }
-  LOG_LIMITED(q->g, log_hello, SL_LOG_INFO, "hello from %s (%.16s, session \"%.64s\")", user,
-              sl_json_get_str(q->body, "client", "client"), session);
+  const char *group = gw_config_user_group(q->g->env.cfg, user);
+  LOG_LIMITED(q->g, log_hello, SL_LOG_INFO, "hello from %s%s%s%s (%.16s, session \"%.64s\")", user,
+              how, group ? ", group " : "", group ? group : "", client, session);
   q->c = c; /* the secret goes to this connection only (reply checks it is still there) */
-  reply(q, json_pack("{s:s,s:s,s:s,s:s,s:b}", "user", user, "session", session, "gateway",
-                     SPOTLAB_VERSION, "auth", c->auth, "admin", c->admin));
+  json_t *r = json_pack("{s:s,s:s,s:s,s:s,s:b}", "user", user, "session", session, "gateway",
+                        SPOTLAB_VERSION, "auth", c->auth, "admin", c->admin);
+  if (r && group)
+    json_object_set_new(r, "group", json_string(group));
+  reply(q, r);
+}
+
+/* The hub answered a pending hello's token. */
+static void hub_checked(void *data, int err, const struct gw_hub_who *who, const char *msg) {
+  struct pending *p = data;
+  struct gw_kproto *g = p->g;
+  p->check = 0;    /* reported: nothing left to cancel */
+  drain_closed(g); /* drops p if its connection closed: its routing id may be another's */
+  if (!p->used)
+    return;
+  struct req q = {.g = g, .rid = p->rid, .rid_len = p->rid_len, .fd = p->fd, .id = p->id};
+  if (err < 0) {
+    LOG_LIMITED(g, log_auth, SL_LOG_WARN, "hello refused: %s", msg);
+    fail(&q, err, msg);
+  } else {
+    hello_accept(&q, who->user, p->session, p->client, ", JupyterHub token");
+  }
+  pending_drop(p);
+}
+
+static void on_hello(struct req *q) {
+  const char *token = sl_json_get_str(q->body, "token", NULL);
+  const char *session = sl_json_get_str(q->body, "session", "");
+  const char *client = sl_json_get_str(q->body, "client", "client");
+  char user[64], hash[SL_HMAC_HEX_LEN + 1];
+  if (!token || !*token || strlen(token) > 1024)
+    return fail(q, SL_EAUTH, "a token is required");
+  if (strlen(session) >= sizeof q->c->session)
+    return fail(q, SL_ELIMIT, "session name too long");
+  if (!q->rid_len || q->rid_len > GW_RID_MAX)
+    return fail(q, SL_EWIRE, "no routing id to answer to");
+  pending_forget(q->g, q->rid, q->rid_len, -1); /* a newer hello replaces a waiting one */
+  sl_sha256_hex(token, strlen(token), hash);
+  if (gw_store_user_by_token(q->g->env.store, hash, user, sizeof user) == 0)
+    return hello_accept(q, user, session, client, "");
+  if (!q->g->env.hub) {
+    LOG_LIMITED(q->g, log_auth, SL_LOG_WARN, "hello refused: unknown token");
+    return fail(q, SL_EAUTH, "unknown token");
+  }
+  struct pending *p = NULL;
+  for (size_t i = 0; !p && i < PENDING_MAX; i++)
+    if (!q->g->pending[i].used)
+      p = &q->g->pending[i];
+  if (!p) {
+    LOG_LIMITED(q->g, log_hello, SL_LOG_WARN, "hello refused: %d hub token checks in flight",
+                PENDING_MAX);
+    return fail(q, SL_ELIMIT, "the gateway is checking many tokens with JupyterHub; try again");
+  }
+  struct gw_hub_who who;
+  uint64_t check = 0;
+  int r = gw_hub_check(q->g->env.hub, token, hub_checked, p, &who, &check);
+  if (r == 1)
+    return hello_accept(q, who.user, session, client, ", JupyterHub token");
+  if (r == SL_EAUTH) {
+    LOG_LIMITED(q->g, log_auth, SL_LOG_WARN, "hello refused: unknown token");
+    return fail(q, SL_EAUTH, "unknown token (neither the gateway's nor one JupyterHub could issue)");
+  }
+  if (r < 0) {
+    LOG_LIMITED(q->g, log_hello, SL_LOG_WARN, "hello refused: cannot ask JupyterHub: %s",
+                sl_strerror(r));
+    return fail(q, r, r == SL_ELIMIT
+                          ? "the gateway is checking many tokens with JupyterHub; try again"
+                          : "the gateway cannot check the token with JupyterHub");
+  }
+  *p = (struct pending){.used = true, .g = q->g, .check = check, .rid_len = q->rid_len,
+                        .fd = q->fd, .id = q->id ? json_incref(q->id) : NULL};
+  memcpy(p->rid, q->rid, q->rid_len);
+  snprintf(p->session, sizeof p->session, "%s", session);
+  snprintf(p->client, sizeof p->client, "%s", client);
 }
 
 static void on_session_get(struct req *q) {
@@ -1132,6 +1235,11 @@ struct gw_kproto *gw_kproto_free(struct gw_kproto *g) {
     gw_loop_del_timer(g->env.loop, g->replay_timer);
   if (g->env.loop && g->flush_timer > 0)
     gw_loop_del_timer(g->env.loop, g->flush_timer);
+  for (size_t i = 0; i < PENDING_MAX; i++)
+    if (g->pending[i].used) {
+      gw_hub_cancel(g->env.hub, g->pending[i].check);
+      pending_drop(&g->pending[i]);
+    }
   if (g->clients)
     sodium_memzero(g->clients, g->cap_clients * sizeof *g->clients);
   free(g->clients);

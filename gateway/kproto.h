@@ -9,6 +9,7 @@
 #include "bus.h"
 #include "conf.h"
 #include "fleet.h"
+#include "hub.h"
 #include "idle.h"
 #include "ledger.h"
 #include "queue.h"
@@ -42,6 +43,9 @@ struct gw_kproto_env {
    * tests). A routing id whose connection closed may be another peer's
    * next: nothing more goes to it. */
   void *monitor;
+  /* [hub]: a token the store does not know is checked with JupyterHub
+   * (hub.h); NULL: only the file's tokens. */
+  struct gw_hub *hub;
   int64_t started_us;           /* the gateway's start (status) */
 };
 

@@ -299,6 +299,53 @@ static void test_whole_file(void) {
   CHECK_INT(gw_config_notebook_timeout_us(&loaded, "bob"), 300 * 1000000LL);
 }
 
+/* The group a test hub says each user's hub groups select. */
+static const char *hub_group(const void *ctx, const char *user) {
+  (void)ctx;
+  return !strcmp(user, "hubby") ? "teach" : !strcmp(user, "bob") ? "teach" : NULL;
+}
+
+/* [hub]: an empty section switches it on; no section, no hub. A hub user's
+ * group comes from runtime_group unless the file gives one. */
+static void test_hub(void) {
+  int r;
+  CHECK_STR(load("[gateway]\nlisten = tcp://127.0.0.1:1\n", &r), "");
+  CHECK(!loaded.hub);
+  CHECK_STR(load("[hub]\n", &r), "");
+  CHECK_INT(r, 0);
+  CHECK(loaded.hub);
+  CHECK_STR(loaded.hub_url, "");
+  CHECK_INT(loaded.hub_cache_us, 60 * 1000000LL);
+  CHECK_INT(loaded.hub_timeout_us, 1500 * 1000LL);
+  CHECK_STR(load("[hub]\nurl = http://127.0.0.1:8081/hub/api\ncache = 0\ntimeout = 3s\n", &r), "");
+  CHECK_STR(loaded.hub_url, "http://127.0.0.1:8081/hub/api");
+  CHECK_INT(loaded.hub_cache_us, 0);
+  expect_error("[hub]\nurl = ftp://hub/api\n", "not an http:// or https:// URL", 2);
+  expect_error("[hub]\ncache = 2h\n", "out of range", 2);
+  expect_error("[hub]\napi_token = x\n", "unknown key \"api_token\"", 2);
+
+  CHECK_STR(load("[hub]\n[group.research]\nnotebook_timeout = 2h\n[group.teach]\n"
+                 "notebook_timeout = 45m\n[user.bob]\ngroup = research\n", &r), "");
+  CHECK(gw_config_user_group(&loaded, "hubby") == NULL);
+  CHECK_INT(gw_config_notebook_timeout_us(&loaded, "hubby"), loaded.notebook_timeout_us);
+  loaded.runtime_group = hub_group;
+  CHECK_STR(gw_config_user_group(&loaded, "hubby"), "teach");
+  CHECK_INT(gw_config_notebook_timeout_us(&loaded, "hubby"), 45 * 60 * 1000000LL);
+  CHECK_STR(gw_config_user_group(&loaded, "bob"), "research"); /* the file's wins */
+  CHECK_INT(gw_config_notebook_timeout_us(&loaded, "bob"), 2 * 3600 * 1000000LL);
+  CHECK(gw_config_user_group(&loaded, "nobody") == NULL);
+  loaded.runtime_group = NULL;
+
+  FILE *f = tmpfile();
+  CHECK_INT(gw_config_dump(&loaded, f), 0);
+  rewind(f);
+  char text[8192] = "";
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = 0;
+  fclose(f);
+  CHECK(strstr(text, "[hub]\n") != NULL && strstr(text, "cache = 1m\n") != NULL);
+}
+
 int main(void) {
   if (!mkdtemp(dir))
     return 1;
@@ -332,6 +379,7 @@ int main(void) {
   expect_error("\n\n[providers.local]\n", "unknown section [providers.local]", 3);
 
   test_whole_file();
+  test_hub();
 
   /* a missing file is an error naming it */
   gw_config_defaults(&c);

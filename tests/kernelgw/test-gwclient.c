@@ -333,11 +333,63 @@ static void test_auth_secret(void) {
   rec_done(&r);
 }
 
+/* The token of hello that a client sends to address (NULL: the embedded
+ * default, with a listener behind $SPOTLAB_HOME/gateway.sock), or "". */
+static void hello_token(const char *address, char *ret, size_t size) {
+  struct rec r = {0};
+  struct jk_gw_config cfg = {.client = "kernel", .session = "s", .address = address};
+  struct jk_gw *gw = jk_gw_new(&transport, &r, &handler, &r, &cfg);
+  jk_gw_request(gw, json_pack("{s:s}", "type", "jobs"), JK_GW_SPAWN);
+  jk_gw_tick(gw);
+  const char *t = r.n_sent && !strcmp(sent_type(&r, 0), "hello")
+                      ? json_string_value(json_object_get(r.sent[0], "token")) : NULL;
+  snprintf(ret, size, "%s", t ? t : "");
+  jk_gw_free(gw);
+  rec_done(&r);
+}
+
+/* A single-user server of JupyterHub: a team gateway gets the server's
+ * JUPYTERHUB_API_TOKEN unless SPOTLAB_TOKEN is set; the embedded gateway
+ * always gets its own token file's. */
+static void test_hub_token(void) {
+  char home[] = "/tmp/spotlab-gwhub-XXXXXX", path[300], tok[128];
+  CHECK(mkdtemp(home) != NULL);
+  setenv("SPOTLAB_HOME", home, 1);
+  unsetenv("SPOTLAB_GATEWAY");
+  snprintf(path, sizeof path, "%s/token", home);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  fputs("file-token\n", f);
+  fclose(f);
+  setenv("JUPYTERHUB_API_TOKEN", "hub-token", 1);
+  unsetenv("SPOTLAB_TOKEN");
+  hello_token("tcp://127.0.0.1:9", tok, sizeof tok);
+  CHECK_STR(tok, "hub-token");
+  setenv("SPOTLAB_TOKEN", "spotlab-token", 1);
+  hello_token("tcp://127.0.0.1:9", tok, sizeof tok);
+  CHECK_STR(tok, "spotlab-token");
+  unsetenv("SPOTLAB_TOKEN");
+  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s/gateway.sock", home);
+  CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(lfd, 4) == 0);
+  hello_token(NULL, tok, sizeof tok);
+  CHECK_STR(tok, "file-token");
+  close(lfd);
+  unlink(sa.sun_path);
+  unsetenv("JUPYTERHUB_API_TOKEN");
+  hello_token("tcp://127.0.0.1:9", tok, sizeof tok);
+  CHECK_STR(tok, "file-token");
+  unlink(path);
+  rmdir(home);
+}
+
 int main(void) {
   test_hello_and_requests();
   test_auth_secret();
   test_refused_and_timeouts();
   test_missing_and_spawn();
   test_hostile_input();
+  test_hub_token();
   TEST_MAIN_END();
 }
