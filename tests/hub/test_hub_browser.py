@@ -184,7 +184,13 @@ def isolation(drvs, jobs):
               (not jobs[other] or jobs[other] not in text),
               "%s's %%status: their user, %s's notebook timeout %s, no job of %s's: %r"
               % (user, group, timeout, other, text))
-        drv.save_screenshot(os.path.join(ARTIFACTS, "hub-%s-isolation.png" % user))
+        shoot_last(drv, os.path.join(ARTIFACTS, "hub-%s-isolation.png" % user))
+
+
+def shoot_last(drv, path):
+    """A screenshot with the last cell's output in view."""
+    drv.execute_script("var cs = Jupyter.notebook.get_cells(); cs[cs.length - 1].element[0].scrollIntoView();")
+    drv.save_screenshot(path)
 
 
 def restart(hub, drv, user):
@@ -203,7 +209,7 @@ def restart(hub, drv, user):
     check(text is not None and user in text and "model" in text,
           "after the restart, %s's %%who shows the names: %r" % (user, text))
     text = run_cell(drv, 'sample m "Call me" tokens=20', 300)
-    drv.save_screenshot(os.path.join(ARTIFACTS, "hub-%s-restarted.png" % user))
+    shoot_last(drv, os.path.join(ARTIFACTS, "hub-%s-restarted.png" % user))
     check(text is not None and "Call me" in text and "Error" not in text,
           "after the restart, sample m writes from the trained model: %r" % text)
 
