@@ -41,7 +41,9 @@ from checks import check, failures  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 from gateway_proc import GatewayProcess, kill_instances, token_sha256  # noqa: E402
 
-FAKE_GATEWAY, FAKE_WORKER, KERNEL = (os.path.abspath(a) for a in sys.argv[1:4])
+# the programs under test; test_hub_browser.py imports Hub and sets its own
+FAKE_GATEWAY, FAKE_WORKER, KERNEL = ((os.path.abspath(a) for a in sys.argv[1:4]) if __name__ == "__main__"
+                                     else ("", "", ""))
 ADMIN_TOKEN = "hub-test-admin-" + os.urandom(12).hex()
 FILE_TOKEN = "file-token-0123456789abcdef"
 GROUPS = {"alice": ["research"], "bob": ["teaching"], "carol": ["teaching", "research"]}
@@ -98,6 +100,7 @@ c.JupyterHub.load_roles = [
       "scopes": ["admin:users", "admin:groups", "tokens", "list:users"]}},
 ]
 """)
+        self.write_config()
         self.logpath = os.path.join(self.dir, "hub.log")
         self.log = open(self.logpath, "ab")
         env = dict(os.environ, NODE_PATH="/usr/share/nodejs")
@@ -109,6 +112,9 @@ c.JupyterHub.load_roles = [
         self.p = subprocess.Popen(["/usr/bin/python3", "-m", "jupyterhub", "-f", self.config],
                                   cwd=self.dir, stdin=subprocess.DEVNULL, stdout=self.log,
                                   stderr=self.log, env=env, start_new_session=True)
+
+    def write_config(self):
+        """Changes to the files above before the hub starts: none here."""
 
     def logtext(self):
         with open(self.logpath, "rb") as f:
