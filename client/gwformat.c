@@ -164,9 +164,9 @@ static void status_gateway(struct jk_dbuf *b, const json_t *g) {
   ago(up, sizeof up, sl_json_get_int(g, "started_us", 0));
   jk_dbuf_printf(b, LABEL " version %.40s, pid %lld, started %s\n", "gateway", str_or_dash(g, "version"),
                  (long long)sl_json_get_int(g, "pid", 0), up);
-  jk_dbuf_printf(b, LABEL " %.200s%s, provider %.100s, at most %lld workers\n", "", str_or_dash(g, "listen"),
+  jk_dbuf_printf(b, LABEL " %.200s%s, provider %.100s, workers at %.200s\n", "", str_or_dash(g, "listen"),
                  sl_json_get_bool(g, "embedded", false) ? " (this user's own gateway)" : "",
-                 str_or_dash(g, "provider"), (long long)sl_json_get_int(g, "workers", 0));
+                 str_or_dash(g, "provider"), str_or_dash(g, "workers"));
   jk_dbuf_printf(b, LABEL " %lld running, %lld queued\n", "jobs", (long long)sl_json_get_int(g, "live_jobs", 0),
                  (long long)sl_json_get_int(g, "queued", 0));
   static const char *const known[] = {"version", "pid", "started_us", "listen", "embedded", "provider",
