@@ -90,7 +90,7 @@ static const struct opt opts[] = {
   ROW("gateway", "process_retries", T_INT, M(process_retries), "3", 0, 1000,
    "resumes in a row of a job whose process was killed by a signal (a checkpoint resets it)"),
   ROW("gateway", "http", T_HTTP, M(http), "", 0, 0,
-   "HOST:PORT of the HTTP API, /metrics and the admin page (empty: none; port 0: any free port)"),
+   "HOST:PORT of the HTTP API and /metrics, plain HTTP (empty: none; port 0: any free port)"),
   ROW("gateway", "metrics_auth", T_BOOL, M(metrics_auth), "no", 0, 0,
    "yes: /metrics needs an admin's token (Authorization: Bearer); no: anyone who reaches it"),
   ROW("idle", "notebook_timeout", T_DUR, M(notebook_timeout_us), "30m", 1, 30 * 86400,
