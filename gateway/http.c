@@ -406,6 +406,10 @@ static void on_ready(struct gw_loop *l, int fd, void *sock, int events, void *da
 static int listen_on(const char *addr, char *err, size_t err_size) {
   char host[256];
   const char *colon = strrchr(addr, ':');
+  if (!colon) {
+    snprintf(err, err_size, "[gateway] http %s: not HOST:PORT", addr);
+    return SL_ECONFIG;
+  }
   snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
   if (host[0] == '[' && host[strlen(host) - 1] == ']') {
     memmove(host, host + 1, strlen(host));

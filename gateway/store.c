@@ -950,10 +950,13 @@ int gw_store_counts(struct gw_store *s, json_t **ret) {
   if (!o)
     return -ENOMEM;
   int r = count_rows(s, "SELECT state, COUNT(*) FROM jobs GROUP BY state", json_object_get(o, "jobs"));
-  if (r == 0) /* the preempted events say whether a notice came first */
+  /* the preempted events say whether a notice came first; only the jobs
+   * with a preempted attempt are read (events has no index on kind) */
+  if (r == 0)
     r = count_rows(s, "SELECT CASE WHEN json_extract(body, '$.notice') THEN 'notice'"
-                      " ELSE 'no_notice' END AS k, COUNT(*) FROM events WHERE kind='preempted'"
-                      " GROUP BY k", json_object_get(o, "preemptions"));
+                      " ELSE 'no_notice' END AS k, COUNT(*) FROM events WHERE job IN"
+                      " (SELECT DISTINCT job FROM attempts WHERE outcome='preempted')"
+                      " AND kind='preempted' GROUP BY k", json_object_get(o, "preemptions"));
   if (r < 0) {
     json_decref(o);
     return r;

@@ -43,6 +43,7 @@ static void test_render(void) {
   int64_t a = job_of(s, "alice", "g5.xlarge", 0.5, 1.5);
   job_of(s, "alice", "g4dn.xlarge", 0.25, 0.5);
   job_of(s, "bob", "g5.xlarge", 1, 2);
+  CHECK_INT(gw_store_attempt_end(s, a, 1, "preempted", 2000), 0);
   int64_t seq = 0;
   json_t *ev = json_pack("{s:s,s:b}", "event", "preempted", "notice", 1);
   CHECK_INT(gw_store_event_append(s, a, ev, &seq), 0);
