@@ -48,6 +48,7 @@ static int check_name(const char *v, char *why, size_t size);
 static int check_hex64(const char *v, char *why, size_t size);
 static int check_store(const char *v, char *why, size_t size);
 static int check_hub_url(const char *v, char *why, size_t size);
+static int check_http(const char *v, char *why, size_t size);
 
 #define M(f) O_MAIN, offsetof(struct gw_config, f), sizeof(((struct gw_config *)0)->f)
 #define U(f) O_USER, offsetof(struct gw_user_cfg, f), sizeof(((struct gw_user_cfg *)0)->f)
@@ -63,6 +64,7 @@ static int check_hub_url(const char *v, char *why, size_t size);
 #define T_HEX64 SL_OPT_STR, check_hex64
 #define T_STORE SL_OPT_STR, check_store
 #define T_HUBURL SL_OPT_STR, check_hub_url
+#define T_HTTP SL_OPT_STR, check_http
 #define T_DUR SL_OPT_DUR, NULL
 #define T_INT SL_OPT_INT, NULL
 #define T_NUM SL_OPT_NUM, NULL
@@ -87,6 +89,10 @@ static const struct opt opts[] = {
    "kernel and CLI connections one user holds at once; a hello beyond it forgets that user's least recently active one"),
   ROW("gateway", "process_retries", T_INT, M(process_retries), "3", 0, 1000,
    "resumes in a row of a job whose process was killed by a signal (a checkpoint resets it)"),
+  ROW("gateway", "http", T_HTTP, M(http), "", 0, 0,
+   "HOST:PORT of the HTTP API and /metrics, plain HTTP (empty: none; port 0: any free port)"),
+  ROW("gateway", "metrics_auth", T_BOOL, M(metrics_auth), "no", 0, 0,
+   "yes: /metrics needs an admin's token (Authorization: Bearer); no: anyone who reaches it"),
   ROW("idle", "notebook_timeout", T_DUR, M(notebook_timeout_us), "30m", 1, 30 * 86400,
    "stop a notebook's workers after this long with no cell run and no job"),
   ROW("idle", "worker_timeout", T_DUR, M(worker_timeout_us), "10m", 0.1, 30 * 86400,
@@ -131,7 +137,6 @@ static const struct opt opts[] = {
 static const struct {
   const char *section, *key, *why;
 } refused[] = {
-  {"gateway", "http", "this gateway has no HTTP API yet; remove the option"},
   {"budget", "alert_at", "this gateway sends no budget alerts yet; remove the option"},
   {"webhook.*", NULL, "this gateway posts no webhooks yet; remove the section"},
 };
@@ -222,6 +227,19 @@ static int check_section(const char *section, char *err, size_t size) {
 static int check_addr(const char *v, char *why, size_t size) {
   if (strncmp(v, "tcp://", 6) && strncmp(v, "ipc://", 6) && strncmp(v, "inproc://", 9))
     return fail(why, size, "\"%s\" is not a tcp://, ipc:// or inproc:// address", v), SL_ECONFIG;
+  return 0;
+}
+
+/* Empty, or HOST:PORT ([V6]:PORT) with a port of 0 to 65535: HTTP is
+ * plain, so no scheme. */
+static int check_http(const char *v, char *why, size_t size) {
+  if (!*v)
+    return 0;
+  const char *colon = strrchr(v, ':');
+  char *end = NULL;
+  long port = colon && colon[1] ? strtol(colon + 1, &end, 10) : -1;
+  if (!colon || colon == v || !end || *end || port < 0 || port > 65535 || strstr(v, "://"))
+    return fail(why, size, "\"%s\" is not HOST:PORT (127.0.0.1:7480, say)", v), SL_ECONFIG;
   return 0;
 }
 

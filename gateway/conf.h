@@ -52,6 +52,8 @@ struct gw_config {
   /* [gateway] */
   char listen[512];
   char workers[512];
+  char http[256];               /* HOST:PORT of the HTTP API; "": none */
+  bool metrics_auth;            /* /metrics needs an admin's bearer token */
   char state_dir[1024];
   int64_t heartbeat_ms;
   int64_t heartbeat_timeout_us;

@@ -18,6 +18,7 @@
 #include "bus.h"
 #include "conf.h"
 #include "fleet.h"
+#include "http.h"
 #include "httpc.h"
 #include "hub.h"
 #include "idle.h"
@@ -68,6 +69,7 @@ struct gw {
   struct gw_idle *idle;
   struct gw_kproto *kproto;
   struct gw_wproto *wproto;
+  struct gw_httpd *httpd;       /* [gateway] http; NULL without */
   void *zctx, *ksock, *wsock, *zap;
   void *kmon;                   /* the kernel socket's closed connections (kproto) */
   struct gw_keypair keys;
@@ -393,6 +395,10 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
       (r = gw_loop_add_zsock(g->loop, g->kmon, GW_LOOP_READ, on_socket, g)) < 0 ||
       (r = gw_loop_add_zsock(g->loop, g->wsock, GW_LOOP_READ, on_socket, g)) < 0)
     goto fail;
+  struct gw_httpd_env he = {.cfg = cfg, .store = g->store, .fleet = g->fleet, .ledger = g->ledger,
+                            .kproto = g->kproto, .loop = g->loop, .started_us = g->started_us};
+  if (cfg->http[0] && (r = gw_httpd_new(&he, &g->httpd, err, err_size)) < 0)
+    goto fail;
   int64_t t = gw_loop_add_timer(g->loop, sl_time_mono_us(), housekeeping, g);
   if (t < 0) {
     r = (int)t;
@@ -432,6 +438,7 @@ int gw_run(struct gw *g, volatile sig_atomic_t *stop) {
 struct gw *gw_free(struct gw *g) {
   if (!g)
     return NULL;
+  gw_httpd_free(g->httpd);      /* reads kproto */
   gw_kproto_free(g->kproto);
   gw_wproto_free(g->wproto);
   g->bundle = gw_bundle_free(g->bundle);

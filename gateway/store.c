@@ -890,6 +890,81 @@ int gw_store_cost_totals(struct gw_store *s, const char *user, int64_t since_us,
   return r;
 }
 
+int gw_store_cost_by(struct gw_store *s, enum gw_cost_by what, const char *user, int64_t since_us,
+                     size_t max, json_t **ret) {
+  static const char *const keys[] = {
+    [GW_COST_BY_USER] = "c.user", [GW_COST_BY_JOB] = "c.job",
+    [GW_COST_BY_TYPE] = "COALESCE(a.instance_type,'')",
+    [GW_COST_BY_DAY] = "date(c.updated_us / 1000000, 'unixepoch')",
+  };
+  if ((unsigned)what > GW_COST_BY_DAY)
+    return -EINVAL;
+  char sql[512];
+  snprintf(sql, sizeof sql, "SELECT %s AS k, SUM(c.usd), SUM(c.on_demand_usd), SUM(c.seconds)"
+           " FROM cost c LEFT JOIN attempts a ON a.job=c.job AND a.attempt=c.attempt"
+           " WHERE (?1 IS NULL OR c.user=?1) AND c.updated_us>=?2 GROUP BY k ORDER BY %s LIMIT ?3",
+           keys[what], what == GW_COST_BY_DAY ? "k" : "2 DESC, k");
+  sqlite3_stmt *st = prep(s, sql);
+  if (!st)
+    return SL_ESQLITE;
+  if (user)
+    bind_text(st, 1, user);
+  sqlite3_bind_int64(st, 2, since_us);
+  sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
+  json_t *arr = json_array();
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    json_t *key = sqlite3_column_type(st, 0) == SQLITE_INTEGER
+                      ? json_integer(sqlite3_column_int64(st, 0))
+                      : json_string((const char *)sqlite3_column_text(st, 0));
+    json_array_append_new(arr, json_pack("{s:o*,s:f,s:f,s:f}", "key", key, "usd",
+                                         sqlite3_column_double(st, 1), "on_demand_usd",
+                                         sqlite3_column_double(st, 2), "seconds",
+                                         sqlite3_column_double(st, 3)));
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) {
+    json_decref(arr);
+    return SL_ESQLITE;
+  }
+  *ret = arr;
+  return 0;
+}
+
+/* Runs sql, whose rows are (TEXT name, INTEGER count), into obj. */
+static int count_rows(struct gw_store *s, const char *sql, json_t *obj) {
+  sqlite3_stmt *st = prep(s, sql);
+  if (!st)
+    return SL_ESQLITE;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *k = (const char *)sqlite3_column_text(st, 0);
+    json_object_set_new(obj, k ? k : "", json_integer(sqlite3_column_int64(st, 1)));
+  }
+  sqlite3_finalize(st);
+  return rc == SQLITE_DONE ? 0 : SL_ESQLITE;
+}
+
+int gw_store_counts(struct gw_store *s, json_t **ret) {
+  json_t *o = json_pack("{s:{},s:{s:i,s:i}}", "jobs", "preemptions", "notice", 0, "no_notice", 0);
+  if (!o)
+    return -ENOMEM;
+  int r = count_rows(s, "SELECT state, COUNT(*) FROM jobs GROUP BY state", json_object_get(o, "jobs"));
+  /* the preempted events say whether a notice came first; only the jobs
+   * with a preempted attempt are read (events has no index on kind) */
+  if (r == 0)
+    r = count_rows(s, "SELECT CASE WHEN json_extract(body, '$.notice') THEN 'notice'"
+                      " ELSE 'no_notice' END AS k, COUNT(*) FROM events WHERE job IN"
+                      " (SELECT DISTINCT job FROM attempts WHERE outcome='preempted')"
+                      " AND kind='preempted' GROUP BY k", json_object_get(o, "preemptions"));
+  if (r < 0) {
+    json_decref(o);
+    return r;
+  }
+  *ret = o;
+  return 0;
+}
+
 static int instance_put(struct gw_store *s, const struct gw_instance_row *row) {
   sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO instances(id, type, zone, spot, price,"
                              " on_demand_price, public_key, state, job, user, launched_us,"

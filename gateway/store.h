@@ -157,6 +157,18 @@ int gw_store_cost_add(struct gw_store *s, const struct gw_job *j, double usd,
 int gw_store_cost_totals(struct gw_store *s, const char *user, int64_t since_us,
                          double *ret_usd, double *ret_on_demand_usd);
 
+/* What gw_store_cost_by groups spend by. */
+enum gw_cost_by { GW_COST_BY_USER, GW_COST_BY_JOB, GW_COST_BY_TYPE, GW_COST_BY_DAY };
+/* Spend since since_us of user (NULL: everyone) grouped by what: an owned
+ * array of {"key", "usd", "on_demand_usd", "seconds"}; key is the user, the
+ * job's id (an integer), the instance type or the UTC day (YYYY-MM-DD).
+ * At most max rows, days oldest first, the rest costliest first. */
+int gw_store_cost_by(struct gw_store *s, enum gw_cost_by what, const char *user, int64_t since_us,
+                     size_t max, json_t **ret);
+/* Counts over every user for metrics, owned: {"jobs": {STATE: N},
+ * "preemptions": {"notice": N, "no_notice": N}}. */
+int gw_store_counts(struct gw_store *s, json_t **ret);
+
 int gw_store_instance_put(struct gw_store *s, const struct gw_instance_row *row);
 
 /* Writes the kept writes in one transaction: 0 when none were kept, the

@@ -293,9 +293,9 @@ def case_dump_config(gw):
                    "worker_timeout = 90s", "warn_before = 1500ms", "monthly_usd = 123.45",
                    "hard_cap = no", "[provider.local]", "time_scale = 0.25", "slots = 2",
                    "market = random:1", "[user.zed]", "group = ops", "[group.ops]",
-                   "notebook_timeout = 2h", "; "):
+                   "notebook_timeout = 2h", "\nhttp = \n", "; "):
         check(needle in a.stdout, "dump has %r" % needle)
-    for gone in ("http", "alert_at", "[provider.aws]"):
+    for gone in ("alert_at", "[provider.aws]"):
         check(gone not in a.stdout, "dump has no %r" % gone)
     env["SPOTLAB_CONFIG"] = out
     c = subprocess.run([GATEWAY, "--dump-config"], capture_output=True, text=True, env=env)
@@ -315,8 +315,8 @@ def case_config_errors(gw):
                                ("[gateway]\n[provider.gcp]\nregion = x\n", 2,
                                 'unknown provider "gcp" (this gateway has: local, aws'),
                                ("[provider.aws]\npoll = soon\n", 2, 'poll: "soon" is not a duration'),
-                               ("[gateway]\nhttp = 127.0.0.1:7480\n", 2,
-                                "[gateway] http: this gateway has no HTTP API yet"),
+                               ("[gateway]\nhttp = http://127.0.0.1:7480\n", 2,
+                                "http: \"http://127.0.0.1:7480\" is not HOST:PORT"),
                                ("[budget]\nalert_at = 50\n", 2,
                                 "[budget] alert_at: this gateway sends no budget alerts yet"),
                                ("[store]\nurl = ftp://x\n", 2, 'is not a file:/// or s3:// URL'),

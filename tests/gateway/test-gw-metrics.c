@@ -1,0 +1,127 @@
+/* /metrics and the store's groupings behind it: jobs by state, preemptions
+ * by notice, instances by type, zone and market with label values escaped,
+ * spend per user, and the cost API's rows per user, job, type and day. */
+#include "harness.h"
+#include "conf.h"
+#include "fleet.h"
+#include "ledger.h"
+#include "metrics.h"
+#include "sl_err.h"
+#include "store.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[] = "/tmp/test-gw-metrics-XXXXXX";
+
+static int64_t job_of(struct gw_store *s, const char *user, const char *type, double usd,
+                      double od) {
+  struct gw_job j = {0};
+  snprintf(j.user, sizeof j.user, "%s", user);
+  snprintf(j.kind, sizeof j.kind, "run");
+  snprintf(j.instance_type, sizeof j.instance_type, "%s", type);
+  j.spec = json_object();
+  CHECK_INT(gw_store_job_create(s, &j), 0);
+  j.attempt = 1;
+  CHECK_INT(gw_store_attempt_begin(s, &j, 0, 1000), 0);
+  CHECK_INT(gw_store_cost_add(s, &j, usd, od, 60, 86400LL * 1000000 * 3), 0);
+  int64_t id = j.id;
+  gw_job_done(&j);
+  return id;
+}
+
+static void test_render(void) {
+  char path[128], err[256] = "";
+  snprintf(path, sizeof path, "%s/gateway.db", dir);
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  static struct gw_config cfg;
+  gw_config_defaults(&cfg);
+  cfg.monthly_usd = 10;
+  int64_t a = job_of(s, "alice", "g5.xlarge", 0.5, 1.5);
+  job_of(s, "alice", "g4dn.xlarge", 0.25, 0.5);
+  job_of(s, "bob", "g5.xlarge", 1, 2);
+  CHECK_INT(gw_store_attempt_end(s, a, 1, "preempted", 2000), 0);
+  int64_t seq = 0;
+  json_t *ev = json_pack("{s:s,s:b}", "event", "preempted", "notice", 1);
+  CHECK_INT(gw_store_event_append(s, a, ev, &seq), 0);
+  json_decref(ev);
+  ev = json_pack("{s:s,s:b}", "event", "preempted", "notice", 0);
+  CHECK_INT(gw_store_event_append(s, a, ev, &seq), 0);
+  json_decref(ev);
+
+  json_t *rows = NULL;
+  CHECK_INT(gw_store_cost_by(s, GW_COST_BY_TYPE, NULL, 0, 10, &rows), 0);
+  CHECK_INT(json_array_size(rows), 2);
+  CHECK_STR(json_string_value(json_object_get(json_array_get(rows, 0), "key")), "g5.xlarge");
+  CHECK_NEAR(json_real_value(json_object_get(json_array_get(rows, 0), "usd")), 1.5, 1e-12);
+  json_decref(rows);
+  CHECK_INT(gw_store_cost_by(s, GW_COST_BY_JOB, "alice", 0, 10, &rows), 0);
+  CHECK_INT(json_array_size(rows), 2); /* alice's two, costliest first */
+  CHECK_INT(json_integer_value(json_object_get(json_array_get(rows, 0), "key")), a);
+  json_decref(rows);
+  CHECK_INT(gw_store_cost_by(s, GW_COST_BY_DAY, "bob", 0, 10, &rows), 0);
+  CHECK_INT(json_array_size(rows), 1);
+  CHECK_STR(json_string_value(json_object_get(json_array_get(rows, 0), "key")), "1970-01-04");
+  json_decref(rows);
+  CHECK_INT(gw_store_cost_by(s, 99, NULL, 0, 10, &rows), -EINVAL);
+
+  struct gw_fleet *f = gw_fleet_new(s, 16);
+  struct gw_ledger *l = gw_ledger_new(&cfg, s);
+  CHECK(f && l);
+  struct gw_inst in = {0};
+  snprintf(in.row.id, sizeof in.row.id, "i-1");
+  snprintf(in.row.type, sizeof in.row.type, "g5.xlarge");
+  snprintf(in.row.zone, sizeof in.row.zone, "z\"q\\b\nn"); /* what a label must escape */
+  snprintf(in.row.state, sizeof in.row.state, "idle");
+  in.row.spot = true;
+  CHECK(gw_fleet_inst_add(f, &in) != NULL);
+  snprintf(in.row.id, sizeof in.row.id, "i-2");
+  CHECK(gw_fleet_inst_add(f, &in) != NULL);
+
+  struct gw_metrics_http http = {0};
+  gw_metrics_http_count(&http, 200);
+  gw_metrics_http_count(&http, 200);
+  gw_metrics_hist_observe(&http.latency, 0.002);
+  gw_metrics_hist_observe(&http.latency, 9);
+  struct gw_metrics_src src = {.cfg = &cfg, .store = s, .fleet = f, .ledger = l, .http = &http};
+  size_t len = 0;
+  char *text = gw_metrics_render(&src, &len);
+  CHECK(text != NULL && len == strlen(text));
+  const char *want[] = {
+    "# TYPE spotlab_jobs gauge\n", "spotlab_jobs{state=\"queued\"} 3\n",
+    "spotlab_jobs{state=\"running\"} 0\n",
+    "spotlab_preemptions_total{notice=\"yes\"} 1\n", "spotlab_preemptions_total{notice=\"no\"} 1\n",
+    "spotlab_instances{type=\"g5.xlarge\",zone=\"z\\\"q\\\\b\\nn\",market=\"spot\",state=\"idle\"} 2\n",
+    "spotlab_spend_usd_total{user=\"alice\"} 0.75\n", "spotlab_on_demand_usd_total{user=\"bob\"} 2\n",
+    "spotlab_savings_usd{user=\"alice\"} 1.25\n", "spotlab_budget_monthly_usd 10\n",
+    "spotlab_kernel_clients 0\n", "spotlab_http_requests_total{code=\"200\"} 2\n",
+    "spotlab_http_request_duration_seconds_bucket{le=\"0.001\"} 0\n",
+    "spotlab_http_request_duration_seconds_bucket{le=\"0.0025\"} 1\n",
+    "spotlab_http_request_duration_seconds_bucket{le=\"2.5\"} 1\n",
+    "spotlab_http_request_duration_seconds_bucket{le=\"+Inf\"} 2\n",
+    "spotlab_http_request_duration_seconds_count 2\n",
+  };
+  for (size_t i = 0; text && i < sizeof want / sizeof *want; i++)
+    if (!strstr(text, want[i])) {
+      fprintf(stderr, "missing: %s", want[i]);
+      CHECK(0);
+    }
+  free(text);
+  gw_ledger_free(l);
+  gw_fleet_free(f);
+  gw_store_free(s);
+}
+
+int main(void) {
+  if (!mkdtemp(dir))
+    return 1;
+  test_render();
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0)
+    fprintf(stderr, "could not remove %s\n", dir);
+  TEST_MAIN_END();
+}
