@@ -309,9 +309,11 @@ static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
     what = STATUS;
   else if (!strcmp(url, "/api/jobs"))
     what = JOBS;
-  else if (!strncmp(url, "/api/jobs/", 10) && url[10] && !strchr(url + 10, '/'))
-    what = JOB, job = url + 10;
-  else if (!strcmp(url, "/api/instances"))
+  else if (!strncmp(url, "/api/jobs/", 10)) {
+    size_t n = strlen(url); /* one job id after the prefix, nothing below it */
+    if (n > 10 && !memchr(url + 10, '/', n - 10))
+      what = JOB, job = url + 10;
+  } else if (!strcmp(url, "/api/instances"))
     what = INSTANCES;
   else if (!strcmp(url, "/api/cost"))
     what = COST;
