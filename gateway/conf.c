@@ -800,6 +800,11 @@ const struct gw_user_cfg *gw_config_user(const struct gw_config *c, const char *
   return NULL;
 }
 
+bool gw_config_user_admin(const struct gw_config *c, const char *user) {
+  const struct gw_user_cfg *u = gw_config_user(c, user);
+  return c->embedded || (u && u->admin);
+}
+
 const char *gw_config_user_group(const struct gw_config *c, const char *user) {
   const struct gw_user_cfg *u = gw_config_user(c, user);
   if (u && u->group[0])

@@ -129,6 +129,9 @@ int gw_config_parse_number(const char *name, const char *value, bool integer, do
                            double max, double *ret, char *err, size_t err_size);
 /* The user entry for name, or NULL. */
 const struct gw_user_cfg *gw_config_user(const struct gw_config *c, const char *name);
+/* Whether user sees and manages every user's jobs, instances and costs:
+ * [user.NAME] admin = yes, or the one user of a per-user (embedded) gateway. */
+bool gw_config_user_admin(const struct gw_config *c, const char *user);
 /* The name of user's group: the file's [user.NAME] group, else
  * runtime_group's answer (hub groups), else NULL. */
 const char *gw_config_user_group(const struct gw_config *c, const char *user);

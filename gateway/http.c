@@ -109,8 +109,7 @@ static bool authenticate(struct gw_httpd *h, struct MHD_Connection *c, struct wh
                r == SL_EAUTH ? "unknown token" : sl_strerror(r));
     return false;
   }
-  const struct gw_user_cfg *u = gw_config_user(h->env.cfg, ret->user);
-  ret->admin = h->env.cfg->embedded || (u && u->admin);
+  ret->admin = gw_config_user_admin(h->env.cfg, ret->user);
   return true;
 }
 

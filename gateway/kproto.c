@@ -462,13 +462,6 @@ static struct gw_job *user_job(struct req *q, struct gw_job *tmp, bool *ret_live
   return j;
 }
 
-/* An admin sees and manages every user's jobs, instances and costs; on a
- * per-user (embedded) gateway its one user is. */
-static bool is_admin(const struct gw_config *cfg, const char *user) {
-  const struct gw_user_cfg *u = gw_config_user(cfg, user);
-  return cfg->embedded || (u && u->admin);
-}
-
 /* Frees a pending hello's slot (its check, if any, is the caller's). */
 static void pending_drop(struct pending *p) {
   json_decref(p->id);
@@ -508,7 +501,7 @@ static void hello_accept(struct req *q, const char *user, const char *session, c
   memcpy(c->rid, q->rid, q->rid_len);
   c->rid_len = q->rid_len;
   c->fd = q->fd;
-  c->admin = is_admin(q->g->env.cfg, user);
+  c->admin = gw_config_user_admin(q->g->env.cfg, user);
   snprintf(c->user, sizeof c->user, "%s", user);
   snprintf(c->session, sizeof c->session, "%s", session);
   c->last_mono_us = sl_time_mono_us();
