@@ -34,30 +34,13 @@ static void values(float *x, int k) {
   for (int i = 0; i < N; i++) x[i] = tc_rng_normal(&r) * (float)(1 << (i % 7 * 3));
 }
 
-/* A free port for the rendezvous, taken below the kernel's ephemeral range
- * (where bind(0) and outgoing connections take theirs), so that other tests
- * running at the same time cannot be handed it between this check and rank
- * 0's listen. */
+/* A free port for the rendezvous: bind port 0, read it, let it go. */
 static void pick_spec(char *spec, size_t size) {
-  int lo = 32768;
-  FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
-  if (f) {
-    if (fscanf(f, "%d", &lo) != 1) lo = 32768;
-    fclose(f);
-  }
-  if (lo <= 12000) abort();
-  srand((unsigned)getpid() ^ (unsigned)time(NULL));
-  for (int tries = 0; tries < 200; tries++) {
-    int port = 10000 + rand() % (lo - 12000);
-    char err[256];
-    int fd = -1;
-    snprintf(spec, size, "tcp://127.0.0.1:%d", port);
-    if (tc_rdv_listen(spec, &fd, err, sizeof err) == 0) {
-      close(fd);
-      return;
-    }
-  }
-  abort();
+  char err[256];
+  int fd = -1;
+  if (tc_rdv_listen("tcp://127.0.0.1:0", &fd, err, sizeof err) < 0) abort();
+  snprintf(spec, size, "tcp://127.0.0.1:%d", tc_rdv_port(fd));
+  close(fd);
 }
 
 /* One rank's part of the good run; its exit status counts its failures. */
