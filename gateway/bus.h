@@ -25,18 +25,30 @@ enum gw_bus_kind {
   GW_BUS_COST = 1 << 4,         /* job's attempt accrued usd / on_demand_usd over seconds */
   GW_BUS_NOTICE = 1 << 5,       /* msg for the clients of (user, session) */
   GW_BUS_INSTANCE_GONE = 1 << 6,/* instance left the fleet: why */
+  GW_BUS_IDLE_SHUTDOWN = 1 << 7,/* instance of user (session, or NULL) stopped for idleness: why */
+  GW_BUS_BUDGET = 1 << 8,       /* a budget crossed an alert threshold or its cap: budget */
+};
+
+/* A budget's moment: scope "gateway", "group" or "user" and its name (""
+ * for the gateway), the month ("YYYY-MM", UTC), the threshold crossed (a
+ * percentage of budget_usd), and cap when the hard cap was reached. */
+struct gw_bus_budget {
+  const char *scope, *name, *month;
+  double threshold_pct, spent_usd, budget_usd;
+  bool cap;
 };
 
 struct gw_bus_event {
   enum gw_bus_kind kind;
   const struct gw_job *job;     /* JOB_EVENT, JOB_STATE, PLACED, PREEMPTED, COST */
   const json_t *event;          /* JOB_EVENT */
-  const char *instance;         /* PLACED, PREEMPTED, INSTANCE_GONE */
+  const char *instance;         /* PLACED, PREEMPTED, INSTANCE_GONE, IDLE_SHUTDOWN */
   bool notice;                  /* PREEMPTED */
   double usd, on_demand_usd, seconds; /* COST: this accrual (seconds in provider time) */
-  const char *user, *session;   /* NOTICE */
+  const char *user, *session;   /* NOTICE, IDLE_SHUTDOWN */
   const json_t *msg;            /* NOTICE */
-  const char *why;              /* INSTANCE_GONE */
+  const char *why;              /* INSTANCE_GONE, IDLE_SHUTDOWN */
+  const struct gw_bus_budget *budget; /* BUDGET */
 };
 
 typedef void (*gw_sink_fn)(void *data, const struct gw_bus_event *ev);

@@ -129,6 +129,10 @@ static void stop_session(struct gw_idle *g, const struct session *s) {
     struct gw_inst *in = gw_fleet_inst_at(g->fleet, i);
     if (!in->row.job && !strcmp(in->row.user, s->user) && !strcmp(in->session, s->session) &&
         strcmp(in->row.state, "draining")) {
+      gw_bus_emit(g->bus, &(struct gw_bus_event){.kind = GW_BUS_IDLE_SHUTDOWN,
+                                                 .instance = in->row.id, .user = s->user,
+                                                 .session = s->session,
+                                                 .why = "idle notebook shut down"});
       gw_sched_terminate(g->sched, in, "idle notebook shut down");
       continue; /* the array shifted */
     }

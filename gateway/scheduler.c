@@ -764,15 +764,22 @@ void gw_sched_housekeeping(struct gw_sched *s) {
   for (size_t i = 0; i < gw_fleet_n_insts(s->fleet);) {
     struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
     const char *why = NULL;
+    bool idle = false;
     if (!in->registered && in->register_by_mono_us && now > in->register_by_mono_us)
       why = "worker did not register in time";
     else if (in->registered && now - in->last_seen_mono_us > s->cfg->heartbeat_timeout_us)
       why = "worker lost (no heartbeat)";
     else if (in->registered && !in->row.job && !strcmp(in->row.state, "idle") &&
-             now - in->idle_since_mono_us > gw_config_worker_timeout_us(s->cfg, in->row.user))
+             now - in->idle_since_mono_us > gw_config_worker_timeout_us(s->cfg, in->row.user)) {
       why = "idle worker shut down";
+      idle = true;
+    }
     if (why) {
       sl_info(T, "%s: %s", in->row.id, why);
+      if (idle)
+        gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_IDLE_SHUTDOWN,
+                                                 .instance = in->row.id, .user = in->row.user,
+                                                 .session = in->session, .why = why});
       gw_sched_terminate(s, in, why);
       continue; /* the array shifted */
     }
