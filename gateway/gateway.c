@@ -16,6 +16,7 @@
 
 #include "bundle.h"
 #include "bus.h"
+#include "carbon.h"
 #include "conf.h"
 #include "fleet.h"
 #include "http.h"
@@ -26,6 +27,7 @@
 #include "kproto.h"
 #include "ledger.h"
 #include "loop.h"
+#include "metrics.h"
 #include "objstore.h"
 #include "provider.h"
 #include "queue.h"
@@ -66,6 +68,9 @@ struct gw {
   struct gw_bus bus;
   struct gw_sched *sched;
   struct gw_ledger *ledger;
+  struct gw_metrics_tally *tally;     /* /metrics' counters from the bus */
+  struct gw_carbon *carbon;           /* NULL: no table, no estimates */
+  struct gw_carbon_sink carbon_sink;
   struct gw_idle *idle;
   struct gw_kproto *kproto;
   struct gw_wproto *wproto;
@@ -332,6 +337,25 @@ static int client_send(void *ctx, const uint8_t *rid, size_t rid_len, const json
   return gw_zmsg_send(g->ksock, rid, rid_len, msg);
 }
 
+/* The metrics' tally and the carbon estimate listen on the bus. The tally
+ * starts from the store's history (so it comes before the jobs load); a
+ * missing or bad carbon table only turns the estimate off. */
+static int open_observers(struct gw *g, char *err, size_t err_size) {
+  if (!(g->tally = gw_metrics_tally_new(g->store, err, err_size)))
+    return SL_ESQLITE;
+  char path[4096], why[512];
+  int r = gw_carbon_default_path(path, sizeof path);
+  if (r == 0 && (r = gw_carbon_load(path, &g->carbon, why, sizeof why)) < 0)
+    sl_warn(T, "no energy estimates: %s", why);
+  else if (r < 0)
+    sl_warn(T, "no energy estimates: carbon.json not found (share/spotlab or source tree)");
+  g->carbon_sink = (struct gw_carbon_sink){.table = g->carbon, .store = g->store, .fleet = g->fleet};
+  if ((r = gw_bus_subscribe(&g->bus, GW_METRICS_SINK_KINDS, gw_metrics_sink, g->tally)) < 0 ||
+      (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_carbon_sink, &g->carbon_sink)) < 0)
+    return r;
+  return 0;
+}
+
 int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   struct gw *g = calloc(1, sizeof *g);
   if (!g)
@@ -390,13 +414,16 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
                             g->kproto)) < 0 ||
       (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_ledger_sink, g->ledger)) < 0)
     goto fail;
+  if ((r = open_observers(g, err, err_size)) < 0)
+    goto fail;
   if ((r = gw_loop_add_zsock(g->loop, g->zap, GW_LOOP_READ, on_socket, g)) < 0 ||
       (r = gw_loop_add_zsock(g->loop, g->ksock, GW_LOOP_READ, on_socket, g)) < 0 ||
       (r = gw_loop_add_zsock(g->loop, g->kmon, GW_LOOP_READ, on_socket, g)) < 0 ||
       (r = gw_loop_add_zsock(g->loop, g->wsock, GW_LOOP_READ, on_socket, g)) < 0)
     goto fail;
   struct gw_httpd_env he = {.cfg = cfg, .store = g->store, .fleet = g->fleet, .ledger = g->ledger,
-                            .kproto = g->kproto, .loop = g->loop, .started_us = g->started_us};
+                            .kproto = g->kproto, .loop = g->loop, .started_us = g->started_us,
+                            .tally = g->tally};
   if (cfg->http[0] && (r = gw_httpd_new(&he, &g->httpd, err, err_size)) < 0)
     goto fail;
   int64_t t = gw_loop_add_timer(g->loop, sl_time_mono_us(), housekeeping, g);
@@ -464,6 +491,8 @@ struct gw *gw_free(struct gw *g) {
   gw_hub_free(g->hub);          /* after kproto, which cancels its checks */
   gw_httpc_free(g->http);
   gw_ledger_free(g->ledger);
+  gw_metrics_tally_free(g->tally);
+  gw_carbon_free(g->carbon);
   gw_fleet_free(g->fleet);
   gw_queue_free(g->queue);
   gw_store_free(g->store);

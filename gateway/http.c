@@ -288,7 +288,8 @@ static void get_metrics(struct gw_httpd *h, struct MHD_Connection *c, struct ans
       return answer_err(a, MHD_HTTP_FORBIDDEN, "/metrics needs an admin's token ([gateway] metrics_auth)");
   }
   struct gw_metrics_src src = {.cfg = h->env.cfg, .store = h->env.store, .fleet = h->env.fleet,
-                               .ledger = h->env.ledger, .kproto = h->env.kproto, .http = &h->stats};
+                               .ledger = h->env.ledger, .kproto = h->env.kproto, .http = &h->stats,
+                               .tally = h->env.tally};
   a->body = gw_metrics_render(&src, &a->len);
   if (!a->body)
     return answer_err(a, MHD_HTTP_INTERNAL_SERVER_ERROR, "the store did not answer");

@@ -50,7 +50,7 @@ int64_t gw_job_id_parse(const char *s) {
 json_t *gw_job_summary(const struct gw_job *j) {
   char id[16];
   return json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:i,s:s,s:s,s:s,s:b,s:o,s:o,s:I,s:I,s:I,"
-                   "s:s,s:o,s:s}",
+                   "s:s,s:o,s:s,s:o,s:o}",
                    "job", gw_job_id_str(j->id, id, sizeof id), "user", j->user, "session",
                    j->session, "kind", j->kind, "model", j->model, "data", j->data, "state",
                    gw_job_state_name(j->state), "step", (json_int_t)j->step, "steps",
@@ -60,7 +60,8 @@ json_t *gw_job_summary(const struct gw_job *j) {
                    sl_json_real(j->cost_usd), "created_us", (json_int_t)j->created_us,
                    "updated_us", (json_int_t)j->updated_us, "last_seq", (json_int_t)j->last_seq,
                    "reason", j->reason, "on_demand_usd", sl_json_real(j->on_demand_usd),
-                   "checkpoint", j->ckpt_key);
+                   "checkpoint", j->ckpt_key, "energy_kwh", sl_json_real(j->energy_kwh), "co2e_g",
+                   sl_json_real(j->co2e_g));
 }
 
 void gw_job_done(struct gw_job *j) {

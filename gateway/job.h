@@ -46,6 +46,7 @@ struct gw_job {
   double on_demand_usd_per_hour;
   double cost_usd;              /* all attempts */
   double on_demand_usd;
+  double energy_kwh, co2e_g;    /* all attempts: the carbon estimate (carbon.h) */
   int64_t created_us, updated_us;
   int64_t last_seq;
   char ckpt_key[256];           /* latest durable checkpoint, "" if none */
@@ -63,6 +64,8 @@ struct gw_job {
   struct gw_gang *gang;           /* owned; a nodes=N job's instances while it is placed, else NULL */
   int64_t gang_retry_mono_us;     /* nodes=N: no launches before this (a provider refused one) */
   int64_t gang_backoff_us;        /* the wait after the next refusal (doubles, up to a minute) */
+  double cpu_util, gpu_util;      /* the worker's newest measure (0..1) of the job's use */
+  bool cpu_util_seen, gpu_util_seen; /* whether it sent one */
 };
 
 const char *gw_job_state_name(enum gw_job_state s);

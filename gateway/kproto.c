@@ -27,6 +27,7 @@
  * and is answered when the hub answers. A pending hello goes with its
  * connection, or with a newer hello from its routing id. */
 #include "kproto.h"
+#include "metrics.h"
 
 #include "config.h"
 #include "loop.h"
@@ -113,6 +114,7 @@ struct gw_kproto {
   struct sl_log_limit log_wire, log_auth, log_hello;
   int64_t flush_timer;          /* reports what the sites dropped */
   bool flush_armed;
+  struct gw_metrics_kreq times; /* request handling times, for /metrics */
 };
 
 /* A line at a rate-limited site; a drop arms the timer that reports it. */
@@ -1012,19 +1014,30 @@ static void on_cost(struct req *q) {
       struct gw_job *j = gw_fleet_job(q->g->env.fleet, jobs[i].id);
       j = j ? j : &jobs[i];
       char id[16];
-      json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:o,s:o}", "job",
+      json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:o,s:o,s:o,s:o}", "job",
                                            gw_job_id_str(j->id, id, sizeof id), "user", j->user,
                                            "state",
                                            gw_job_state_name(j->state), "cost_usd",
                                            sl_json_real(j->cost_usd), "on_demand_usd",
-                                           sl_json_real(j->on_demand_usd)));
+                                           sl_json_real(j->on_demand_usd), "energy_kwh",
+                                           sl_json_real(j->energy_kwh), "co2e_g",
+                                           sl_json_real(j->co2e_g)));
     }
     gw_store_jobs_free(jobs, n);
   }
-  reply(q, json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "spent_usd", sl_json_real(usd), "on_demand_usd",
+  double kwh = 0, co2e = 0; /* the carbon estimate of every attempt (carbon.h) */
+  json_t *rows = NULL, *row;
+  size_t k;
+  if (gw_store_cost_by(q->g->env.store, GW_COST_BY_USER, whose(q), 0, 100000, &rows) == 0)
+    json_array_foreach(rows, k, row) {
+      kwh += sl_json_get_num(row, "energy_kwh", 0);
+      co2e += sl_json_get_num(row, "co2e_g", 0);
+    }
+  json_decref(rows);
+  reply(q, json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "spent_usd", sl_json_real(usd), "on_demand_usd",
                      sl_json_real(od), "saved_usd", sl_json_real(od - usd), "month_spent_usd",
                      sl_json_real(musd), "budget_usd", sl_json_real(q->g->env.cfg->monthly_usd),
-                     "jobs", arr));
+                     "jobs", arr, "energy_kwh", sl_json_real(kwh), "co2e_g", sl_json_real(co2e)));
 }
 
 static void on_inject(struct req *q) {
@@ -1139,7 +1152,18 @@ static void handle(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, int 
   json_t *id = json_object_get(body, "id");
   struct req q = {.g = g, .rid = rid, .rid_len = rid_len, .fd = fd, .body = body,
                   .id = json_is_integer(id) ? id : NULL};
+  int64_t t0 = sl_time_mono_us();
   dispatch(&q);
+  /* the label is a type the protocol knows: a peer cannot grow the set */
+  const char *type = sl_json_get_str(body, "type", "");
+  bool known = !strcmp(type, "hello");
+  for (size_t i = 0; !known && i < sizeof handlers / sizeof *handlers; i++)
+    known = !strcmp(handlers[i].type, type);
+  gw_metrics_kreq_observe(&g->times, known ? type : "other", (double)(sl_time_mono_us() - t0) / 1e6);
+}
+
+const struct gw_metrics_kreq *gw_kproto_request_times(const struct gw_kproto *g) {
+  return &g->times;
 }
 
 void gw_kproto_handle(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, const json_t *body) {

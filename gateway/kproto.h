@@ -62,6 +62,9 @@ void gw_kproto_handle(struct gw_kproto *k, const uint8_t *rid, size_t rid_len, c
 void gw_kproto_drain(struct gw_kproto *k);
 /* How many clients are connected now (closed connections forgotten first). */
 size_t gw_kproto_n_clients(struct gw_kproto *k);
+/* The request handling times by type (metrics.h), borrowed. */
+struct gw_metrics_kreq;
+const struct gw_metrics_kreq *gw_kproto_request_times(const struct gw_kproto *k);
 /* The bus sink (data: the kproto): job events to attached clients,
  * notices to a notebook session's clients. */
 void gw_kproto_sink(void *data, const struct gw_bus_event *ev);

@@ -7,6 +7,7 @@
 
 #include "config.h"
 #include "job.h"
+#include "sl_err.h"
 #include "sl_json.h"
 
 #include <jansson.h>
@@ -18,6 +19,10 @@ const double gw_metrics_bounds_s[GW_METRICS_BUCKETS] = {
   0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5,
 };
 
+const double gw_metrics_long_bounds_s[GW_METRICS_BUCKETS] = {
+  0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800,
+};
+
 #define MAX_ROWS 10000          /* users in the spend families */
 
 void gw_metrics_hist_observe(struct gw_metrics_hist *h, double seconds) {
@@ -27,6 +32,24 @@ void gw_metrics_hist_observe(struct gw_metrics_hist *h, double seconds) {
   h->counts[i]++;
   h->n++;
   h->sum_s += seconds;
+}
+
+void gw_metrics_hist_observe_in(struct gw_metrics_hist *h, const double *bounds, double seconds) {
+  size_t i = 0;
+  while (i < GW_METRICS_BUCKETS && seconds > bounds[i])
+    i++;
+  h->counts[i]++;
+  h->n++;
+  h->sum_s += seconds;
+}
+
+void gw_metrics_kreq_observe(struct gw_metrics_kreq *m, const char *type, double seconds) {
+  size_t i = 0;
+  while (i < GW_METRICS_KTYPES - 1 && m->by_type[i].type[0] && strcmp(m->by_type[i].type, type))
+    i++;
+  if (!m->by_type[i].type[0]) /* the last slot takes what does not fit */
+    snprintf(m->by_type[i].type, sizeof m->by_type[i].type, "%s", i == GW_METRICS_KTYPES - 1 ? "other" : type);
+  gw_metrics_hist_observe(&m->by_type[i].h, seconds);
 }
 
 void gw_metrics_http_count(struct gw_metrics_http *m, unsigned code) {
@@ -120,23 +143,27 @@ static int instances(FILE *f, struct gw_fleet *fleet) {
   return 0;
 }
 
+/* One family of the per-user rows, labelled with the user and their group;
+ * savings is on-demand less actual spend. */
 static void per_user(FILE *f, const json_t *rows, const char *name, const char *type,
                      const char *help, const char *field, bool savings) {
   head(f, name, type, help);
   size_t i;
   const json_t *r;
   json_array_foreach(rows, i, r) {
-    double usd = json_real_value(json_object_get(r, "usd"));
-    double od = json_real_value(json_object_get(r, "on_demand_usd"));
+    double usd = sl_json_get_num(r, "usd", 0);
+    double od = sl_json_get_num(r, "on_demand_usd", 0);
     fprintf(f, "%s{user=", name);
-    label(f, json_string_value(json_object_get(r, "key")) ? json_string_value(json_object_get(r, "key")) : "");
-    fprintf(f, "} %.17g\n", savings ? od - usd : json_real_value(json_object_get(r, field)));
+    label(f, sl_json_get_str(r, "user", ""));
+    fputs(",group=", f);
+    label(f, sl_json_get_str(r, "group", ""));
+    fprintf(f, "} %.17g\n", savings ? od - usd : sl_json_get_num(r, field, 0));
   }
 }
 
 static int spend(FILE *f, const struct gw_metrics_src *src) {
   json_t *rows = NULL;
-  if (gw_store_cost_by(src->store, GW_COST_BY_USER, NULL, 0, MAX_ROWS, &rows) < 0)
+  if (gw_store_cost_by_user_group(src->store, MAX_ROWS, &rows) < 0)
     return -1;
   per_user(f, rows, "spotlab_spend_usd_total", "counter", "What each user's jobs cost, in USD.",
            "usd", false);
@@ -145,6 +172,11 @@ static int spend(FILE *f, const struct gw_metrics_src *src) {
            false);
   per_user(f, rows, "spotlab_savings_usd", "gauge",
            "On-demand cost less actual cost of each user's jobs, in USD.", NULL, true);
+  per_user(f, rows, "spotlab_energy_kwh_total", "counter",
+           "Estimated energy of each user's jobs at the wall (PUE included), in kWh.", "energy_kwh",
+           false);
+  per_user(f, rows, "spotlab_co2e_grams_total", "counter",
+           "Estimated emissions of each user's jobs, in grams of CO2 equivalent.", "co2e_g", false);
   json_decref(rows);
   double month = 0, od = 0;
   if (gw_ledger_totals(src->ledger, NULL, gw_ledger_month_start_us(), &month, &od) < 0)
@@ -176,6 +208,167 @@ static void http_self(FILE *f, const struct gw_metrics_http *m) {
           (unsigned long long)m->latency.n);
 }
 
+/* ---- the tally: counters from the bus, started from the store ---- */
+
+#define PENDING_MAX 4096        /* preempted jobs not yet running again */
+
+struct gw_metrics_tally {
+  struct gw_metrics_hist recovery, ckpt_write, ckpt_upload;
+  uint64_t steps_lost, idle_shutdowns;
+  uint64_t budget_alerts[3], budget_caps[3]; /* gateway, group, user */
+  struct { int64_t job, preempted_us; } pending[PENDING_MAX];
+  size_t n_pending;
+};
+
+static const char *const scopes[3] = {"gateway", "group", "user"};
+
+static void on_checkpoint(void *ctx, int64_t write_ms, int64_t upload_ms) {
+  struct gw_metrics_tally *t = ctx;
+  if (write_ms >= 0)
+    gw_metrics_hist_observe_in(&t->ckpt_write, gw_metrics_long_bounds_s, (double)write_ms / 1e3);
+  if (upload_ms >= 0)
+    gw_metrics_hist_observe_in(&t->ckpt_upload, gw_metrics_long_bounds_s, (double)upload_ms / 1e3);
+}
+
+static size_t pending_find(const struct gw_metrics_tally *t, int64_t job) {
+  size_t i = 0;
+  while (i < t->n_pending && t->pending[i].job != job)
+    i++;
+  return i;
+}
+
+/* A preemption starts a recovery; the job's next running state ends it. A
+ * job preempted again before it ran counts from the newer preemption. */
+static void on_job_event(void *ctx, int64_t job, int64_t time_us, const char *kind,
+                         const char *state, int64_t steps_lost) {
+  struct gw_metrics_tally *t = ctx;
+  size_t i = pending_find(t, job);
+  if (!strcmp(kind, "preempted")) {
+    t->steps_lost += steps_lost > 0 ? (uint64_t)steps_lost : 0;
+    if (i == t->n_pending && t->n_pending < PENDING_MAX)
+      t->pending[t->n_pending++].job = job;
+    if (i < t->n_pending)
+      t->pending[i].preempted_us = time_us;
+    return;
+  }
+  if (strcmp(kind, "state") || i == t->n_pending)
+    return;
+  int st = gw_job_state_from_name(state);
+  if (st == GW_JOB_RUNNING)
+    gw_metrics_hist_observe_in(&t->recovery, gw_metrics_long_bounds_s,
+                               (double)(time_us - t->pending[i].preempted_us) / 1e6);
+  if (st == GW_JOB_RUNNING || (st >= 0 && gw_job_state_final(st)))
+    t->pending[i] = t->pending[--t->n_pending];
+}
+
+struct gw_metrics_tally *gw_metrics_tally_new(struct gw_store *store, char *err, size_t err_size) {
+  struct gw_metrics_tally *t = calloc(1, sizeof *t);
+  if (!t) {
+    snprintf(err, err_size, "out of memory");
+    return NULL;
+  }
+  struct gw_store_history_fns fns = {.checkpoint = on_checkpoint, .event = on_job_event};
+  int r = gw_store_metric_history(store, &fns, t);
+  if (r < 0) {
+    snprintf(err, err_size, "cannot read the metrics' history: %s", sl_strerror(r));
+    free(t);
+    return NULL;
+  }
+  return t;
+}
+
+struct gw_metrics_tally *gw_metrics_tally_free(struct gw_metrics_tally *t) {
+  free(t);
+  return NULL;
+}
+
+void gw_metrics_sink(void *data, const struct gw_bus_event *ev) {
+  struct gw_metrics_tally *t = data;
+  if (ev->kind == GW_BUS_IDLE_SHUTDOWN) {
+    t->idle_shutdowns++;
+  } else if (ev->kind == GW_BUS_BUDGET && ev->budget && ev->budget->scope) {
+    for (size_t i = 0; i < 3; i++)
+      if (!strcmp(ev->budget->scope, scopes[i]))
+        ev->budget->cap ? t->budget_caps[i]++ : t->budget_alerts[i]++;
+  } else if (ev->kind == GW_BUS_JOB_EVENT && ev->job && ev->event) {
+    const char *kind = sl_json_get_str(ev->event, "event", "");
+    if (!strcmp(kind, "checkpoint"))
+      on_checkpoint(t, sl_json_get_int(ev->event, "write_ms", -1), sl_json_get_int(ev->event, "upload_ms", -1));
+    else if (!strcmp(kind, "preempted") || !strcmp(kind, "state"))
+      on_job_event(t, ev->job->id, sl_json_get_int(ev->event, "time_us", 0), kind,
+                   sl_json_get_str(ev->event, "state", ""), sl_json_get_int(ev->event, "steps_lost", 0));
+  }
+}
+
+static void hist(FILE *f, const char *name, const char *help, const double *bounds,
+                 const char *lname, const char *lvalue, const struct gw_metrics_hist *h) {
+  if (help)
+    head(f, name, "histogram", help);
+  uint64_t cum = 0;
+  for (size_t i = 0; i <= GW_METRICS_BUCKETS; i++) {
+    cum += h->counts[i];
+    fprintf(f, "%s_bucket{", name);
+    if (lname) {
+      fprintf(f, "%s=", lname);
+      label(f, lvalue);
+      fputc(',', f);
+    }
+    if (i < GW_METRICS_BUCKETS)
+      fprintf(f, "le=\"%g\"} %llu\n", bounds[i], (unsigned long long)cum);
+    else
+      fprintf(f, "le=\"+Inf\"} %llu\n", (unsigned long long)h->n);
+  }
+  const char *part[2] = {"sum", "count"};
+  for (int k = 0; k < 2; k++) {
+    fprintf(f, "%s_%s", name, part[k]);
+    if (lname) {
+      fprintf(f, "{%s=", lname);
+      label(f, lvalue);
+      fputc('}', f);
+    }
+    if (k == 0)
+      fprintf(f, " %.17g\n", h->sum_s);
+    else
+      fprintf(f, " %llu\n", (unsigned long long)h->n);
+  }
+}
+
+static void tally_render(FILE *f, const struct gw_metrics_tally *t) {
+  head(f, "spotlab_recoveries_total", "counter", "Preempted jobs that ran again.");
+  fprintf(f, "spotlab_recoveries_total %llu\n", (unsigned long long)t->recovery.n);
+  hist(f, "spotlab_recovery_duration_seconds",
+       "From a job's preemption to its running again, in seconds.", gw_metrics_long_bounds_s,
+       NULL, NULL, &t->recovery);
+  hist(f, "spotlab_checkpoint_write_seconds", "Time to write a checkpoint on the worker, in seconds.",
+       gw_metrics_long_bounds_s, NULL, NULL, &t->ckpt_write);
+  hist(f, "spotlab_checkpoint_upload_seconds", "Time to upload a checkpoint to the store, in seconds.",
+       gw_metrics_long_bounds_s, NULL, NULL, &t->ckpt_upload);
+  head(f, "spotlab_steps_lost_total", "counter",
+       "Training steps run past the newest checkpoint by attempts that were preempted or lost.");
+  fprintf(f, "spotlab_steps_lost_total %llu\n", (unsigned long long)t->steps_lost);
+  head(f, "spotlab_idle_shutdowns_total", "counter",
+       "Idle instances shut down, since the gateway started.");
+  fprintf(f, "spotlab_idle_shutdowns_total %llu\n", (unsigned long long)t->idle_shutdowns);
+  head(f, "spotlab_budget_alerts_total", "counter",
+       "Budget alert thresholds crossed, by budget scope, since the gateway started.");
+  for (size_t i = 0; i < 3; i++)
+    fprintf(f, "spotlab_budget_alerts_total{scope=\"%s\"} %llu\n", scopes[i],
+            (unsigned long long)t->budget_alerts[i]);
+  head(f, "spotlab_budget_caps_total", "counter",
+       "Budgets that reached their hard cap, by scope, since the gateway started.");
+  for (size_t i = 0; i < 3; i++)
+    fprintf(f, "spotlab_budget_caps_total{scope=\"%s\"} %llu\n", scopes[i],
+            (unsigned long long)t->budget_caps[i]);
+}
+
+static void kreq_render(FILE *f, const struct gw_metrics_kreq *m) {
+  const char *name = "spotlab_kernel_request_duration_seconds";
+  head(f, name, "histogram",
+       "Time the gateway's loop spent handling a kernel protocol request, by type, in seconds.");
+  for (size_t i = 0; i < GW_METRICS_KTYPES && m->by_type[i].type[0]; i++)
+    hist(f, name, NULL, gw_metrics_bounds_s, "type", m->by_type[i].type, &m->by_type[i].h);
+}
+
 char *gw_metrics_render(const struct gw_metrics_src *src, size_t *ret_len) {
   char *buf = NULL;
   size_t len = 0;
@@ -199,6 +392,10 @@ char *gw_metrics_render(const struct gw_metrics_src *src, size_t *ret_len) {
   fprintf(f, "spotlab_kernel_clients %zu\n", src->kproto ? gw_kproto_n_clients(src->kproto) : 0);
   if (src->http)
     http_self(f, src->http);
+  if (src->tally)
+    tally_render(f, src->tally);
+  if (src->kproto)
+    kreq_render(f, gw_kproto_request_times(src->kproto));
   if (fclose(f) != 0 || r < 0) {
     free(buf);
     return NULL;

@@ -181,9 +181,12 @@ void gw_sched_requeue_at(struct gw_sched *s, struct gw_job *j, bool notice, cons
     return;
   }
   /* a %%run job has no steps: its checkpoint is a folder the worker keeps */
-  json_t *ev = json_pack("{s:s,s:o,s:b,s:s}", "event", "preempted", "step",
-                         !strcmp(j->kind, "run") ? json_null() : json_integer(j->ckpt_step),
-                         "notice", notice, "instance", inst);
+  /* steps_lost: what the attempt ran past its newest checkpoint, run again */
+  bool run = !strcmp(j->kind, "run");
+  json_t *ev = json_pack("{s:s,s:o,s:b,s:s,s:o}", "event", "preempted", "step",
+                         run ? json_null() : json_integer(j->ckpt_step), "notice", notice,
+                         "instance", inst, "steps_lost",
+                         run ? json_null() : json_integer(j->step > j->ckpt_step ? j->step - j->ckpt_step : 0));
   gw_sched_emit(s, j, ev);
   json_decref(ev);
   gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_PREEMPTED, .job = j, .instance = inst,

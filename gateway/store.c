@@ -84,6 +84,11 @@ static const char *const migrations[] = {
   "  job INTEGER, step INTEGER, checkpoint TEXT, PRIMARY KEY(user, session, name));",
   /* 3: instances belong to a provider (several may be enabled at once) */
   "ALTER TABLE instances ADD COLUMN provider TEXT NOT NULL DEFAULT 'local';",
+  /* 4: the carbon estimate per attempt and per job */
+  "ALTER TABLE cost ADD COLUMN energy_kwh REAL NOT NULL DEFAULT 0;"
+  "ALTER TABLE cost ADD COLUMN co2e_g REAL NOT NULL DEFAULT 0;"
+  "ALTER TABLE jobs ADD COLUMN energy_kwh REAL NOT NULL DEFAULT 0;"
+  "ALTER TABLE jobs ADD COLUMN co2e_g REAL NOT NULL DEFAULT 0;",
 };
 
 /* SQLite's error space in the project's: a full disk, an I/O error, a lock
@@ -554,7 +559,7 @@ int gw_store_event_append(struct gw_store *s, int64_t job, json_t *event, int64_
 #define JOB_COLS                                                                        \
   "id, user, session, kind, model, data, spec, state, reason, step, steps, attempt,"    \
   " instance, instance_type, zone, spot, price, on_demand_price, created_us, updated_us," \
-  " last_seq, ckpt_key, ckpt_step, cancel_requested, cost_usd, on_demand_usd"
+  " last_seq, ckpt_key, ckpt_step, cancel_requested, cost_usd, on_demand_usd, energy_kwh, co2e_g"
 
 static void bind_job(sqlite3_stmt *st, const struct gw_job *j) {
   char *spec = j->spec ? sl_json_dump(j->spec, NULL) : NULL;
@@ -583,6 +588,8 @@ static void bind_job(sqlite3_stmt *st, const struct gw_job *j) {
   sqlite3_bind_int(st, 23, j->cancel_requested);
   sqlite3_bind_double(st, 24, j->cost_usd);
   sqlite3_bind_double(st, 25, j->on_demand_usd);
+  sqlite3_bind_double(st, 26, j->energy_kwh);
+  sqlite3_bind_double(st, 27, j->co2e_g);
   free(spec);
 }
 
@@ -615,6 +622,8 @@ static void read_job(sqlite3_stmt *st, struct gw_job *j) {
   j->cancel_requested = sqlite3_column_int(st, 23);
   j->cost_usd = sqlite3_column_double(st, 24);
   j->on_demand_usd = sqlite3_column_double(st, 25);
+  j->energy_kwh = sqlite3_column_double(st, 26);
+  j->co2e_g = sqlite3_column_double(st, 27);
 }
 
 static int write_job(struct gw_store *s, struct gw_job *j) {
@@ -623,7 +632,7 @@ static int write_job(struct gw_store *s, struct gw_job *j) {
                              " instance=?13, instance_type=?14, zone=?15, spot=?16, price=?17,"
                              " on_demand_price=?18, created_us=?19, updated_us=?20,"
                              " ckpt_key=?21, ckpt_step=?22, cancel_requested=?23, cost_usd=?24,"
-                             " on_demand_usd=?25 WHERE id=?1");
+                             " on_demand_usd=?25, energy_kwh=?26, co2e_g=?27 WHERE id=?1");
   if (st)
     bind_job(st, j);
   return run(s, st);
@@ -871,6 +880,79 @@ static int cost_add(struct gw_store *s, const struct gw_job *j, double usd, doub
   return run(s, st);
 }
 
+int gw_store_energy_add(struct gw_store *s, const struct gw_job *j, double kwh, double co2e_g,
+                        int64_t now_us) {
+  if (s->failing_since_us)
+    return s->error; /* the job's row keeps its total; the attempt's row misses this part */
+  sqlite3_stmt *st = prep(s, "INSERT INTO cost(job, attempt, user, instance, usd, on_demand_usd,"
+                             " seconds, updated_us, energy_kwh, co2e_g) VALUES(?,?,?,?,0,0,0,?,?,?)"
+                             " ON CONFLICT DO UPDATE SET energy_kwh=energy_kwh+excluded.energy_kwh,"
+                             " co2e_g=co2e_g+excluded.co2e_g");
+  if (st) {
+    sqlite3_bind_int64(st, 1, j->id);
+    sqlite3_bind_int(st, 2, j->attempt);
+    bind_text(st, 3, j->user);
+    bind_text(st, 4, j->instance);
+    sqlite3_bind_int64(st, 5, now_us);
+    sqlite3_bind_double(st, 6, kwh);
+    sqlite3_bind_double(st, 7, co2e_g);
+  }
+  return run(s, st);
+}
+
+int gw_store_cost_by_user_group(struct gw_store *s, size_t max, json_t **ret) {
+  sqlite3_stmt *st = prep(s, "SELECT c.user, COALESCE(u.grp,''), SUM(c.usd), SUM(c.on_demand_usd),"
+                             " SUM(c.energy_kwh), SUM(c.co2e_g) FROM cost c LEFT JOIN users u"
+                             " ON u.name=c.user GROUP BY c.user ORDER BY c.user LIMIT ?1");
+  if (!st)
+    return SL_ESQLITE;
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)max);
+  json_t *arr = json_array();
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    json_array_append_new(arr, json_pack("{s:s,s:s,s:f,s:f,s:f,s:f}", "user",
+                                         (const char *)sqlite3_column_text(st, 0), "group",
+                                         (const char *)sqlite3_column_text(st, 1), "usd",
+                                         sqlite3_column_double(st, 2), "on_demand_usd",
+                                         sqlite3_column_double(st, 3), "energy_kwh",
+                                         sqlite3_column_double(st, 4), "co2e_g",
+                                         sqlite3_column_double(st, 5)));
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) {
+    json_decref(arr);
+    return SL_ESQLITE;
+  }
+  *ret = arr;
+  return 0;
+}
+
+int gw_store_metric_history(struct gw_store *s, const struct gw_store_history_fns *fns, void *ctx) {
+  sqlite3_stmt *st = prep(s, "SELECT write_ms, upload_ms FROM checkpoints");
+  if (!st)
+    return SL_ESQLITE;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    fns->checkpoint(ctx, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1));
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE)
+    return SL_ESQLITE;
+  /* only the jobs with a preempted attempt can have recovered or lost steps */
+  st = prep(s, "SELECT job, time_us, kind, json_extract(body, '$.state'),"
+               " COALESCE(json_extract(body, '$.steps_lost'), 0) FROM events WHERE job IN"
+               " (SELECT DISTINCT job FROM attempts WHERE outcome='preempted')"
+               " AND kind IN ('preempted', 'state') ORDER BY job, seq");
+  if (!st)
+    return SL_ESQLITE;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *state = (const char *)sqlite3_column_text(st, 3);
+    fns->event(ctx, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
+               (const char *)sqlite3_column_text(st, 2), state ? state : "",
+               sqlite3_column_int64(st, 4));
+  }
+  sqlite3_finalize(st);
+  return rc == SQLITE_DONE ? 0 : SL_ESQLITE;
+}
+
 int gw_store_cost_totals(struct gw_store *s, const char *user, int64_t since_us,
                          double *ret_usd, double *ret_on_demand_usd) {
   sqlite3_stmt *st = prep(s, "SELECT COALESCE(SUM(usd),0), COALESCE(SUM(on_demand_usd),0)"
@@ -900,7 +982,8 @@ int gw_store_cost_by(struct gw_store *s, enum gw_cost_by what, const char *user,
   if ((unsigned)what > GW_COST_BY_DAY)
     return -EINVAL;
   char sql[512];
-  snprintf(sql, sizeof sql, "SELECT %s AS k, SUM(c.usd), SUM(c.on_demand_usd), SUM(c.seconds)"
+  snprintf(sql, sizeof sql, "SELECT %s AS k, SUM(c.usd), SUM(c.on_demand_usd), SUM(c.seconds),"
+           " SUM(c.energy_kwh), SUM(c.co2e_g)"
            " FROM cost c LEFT JOIN attempts a ON a.job=c.job AND a.attempt=c.attempt"
            " WHERE (?1 IS NULL OR c.user=?1) AND c.updated_us>=?2 GROUP BY k ORDER BY %s LIMIT ?3",
            keys[what], what == GW_COST_BY_DAY ? "k" : "2 DESC, k");
@@ -917,10 +1000,12 @@ int gw_store_cost_by(struct gw_store *s, enum gw_cost_by what, const char *user,
     json_t *key = sqlite3_column_type(st, 0) == SQLITE_INTEGER
                       ? json_integer(sqlite3_column_int64(st, 0))
                       : json_string((const char *)sqlite3_column_text(st, 0));
-    json_array_append_new(arr, json_pack("{s:o*,s:f,s:f,s:f}", "key", key, "usd",
+    json_array_append_new(arr, json_pack("{s:o*,s:f,s:f,s:f,s:f,s:f}", "key", key, "usd",
                                          sqlite3_column_double(st, 1), "on_demand_usd",
                                          sqlite3_column_double(st, 2), "seconds",
-                                         sqlite3_column_double(st, 3)));
+                                         sqlite3_column_double(st, 3), "energy_kwh",
+                                         sqlite3_column_double(st, 4), "co2e_g",
+                                         sqlite3_column_double(st, 5)));
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) {

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GW_STORE_SCHEMA_VERSION 3
+#define GW_STORE_SCHEMA_VERSION 4
 
 struct gw_store;
 
@@ -157,10 +157,29 @@ int gw_store_cost_add(struct gw_store *s, const struct gw_job *j, double usd,
 int gw_store_cost_totals(struct gw_store *s, const char *user, int64_t since_us,
                          double *ret_usd, double *ret_on_demand_usd);
 
+/* Adds a carbon estimate to the cost row of j's current attempt. While
+ * writes are kept it is refused (the job's row carries its total). */
+int gw_store_energy_add(struct gw_store *s, const struct gw_job *j, double kwh, double co2e_g,
+                        int64_t now_us);
+/* Every user's spend for metrics: an owned array, by user, of {"user",
+ * "group" (the user's group now; "" for none or a removed user), "usd",
+ * "on_demand_usd", "energy_kwh", "co2e_g"}, at most max rows. */
+int gw_store_cost_by_user_group(struct gw_store *s, size_t max, json_t **ret);
+/* What the metrics' counters start from after a restart: checkpoint() for
+ * each checkpoint row, then event() for each "preempted" and "state" event
+ * of the jobs with a preempted attempt, in order per job (state: the
+ * event's state, "" for none; steps_lost: the preempted event's). */
+struct gw_store_history_fns {
+  void (*checkpoint)(void *ctx, int64_t write_ms, int64_t upload_ms);
+  void (*event)(void *ctx, int64_t job, int64_t time_us, const char *kind, const char *state,
+                int64_t steps_lost);
+};
+int gw_store_metric_history(struct gw_store *s, const struct gw_store_history_fns *fns, void *ctx);
+
 /* What gw_store_cost_by groups spend by. */
 enum gw_cost_by { GW_COST_BY_USER, GW_COST_BY_JOB, GW_COST_BY_TYPE, GW_COST_BY_DAY };
 /* Spend since since_us of user (NULL: everyone) grouped by what: an owned
- * array of {"key", "usd", "on_demand_usd", "seconds"}; key is the user, the
+ * array of {"key", "usd", "on_demand_usd", "seconds", "energy_kwh", "co2e_g"}; key is the user, the
  * job's id (an integer), the instance type or the UTC day (YYYY-MM-DD).
  * At most max rows, days oldest first, the rest costliest first. */
 int gw_store_cost_by(struct gw_store *s, enum gw_cost_by what, const char *user, int64_t since_us,
