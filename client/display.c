@@ -139,6 +139,8 @@ void jk_display_summary(struct jk_display *d, const json_t *job) {
   if (!d->last_seq) {
     placement(d, job);
     get_num(job, "cost_usd", &d->cost_usd);
+    get_num(job, "energy_kwh", &d->energy_kwh);
+    get_num(job, "co2e_g", &d->co2e_g);
     if (get_num(job, "step", &v) && v >= 0 && v < 9e15)
       d->step = (int64_t)v;
   }
@@ -498,6 +500,8 @@ static void on_other(struct jk_display *d, const char *kind, const json_t *ev, i
   } else if (strcmp(kind, "cost") == 0) {
     get_num(ev, "cost_usd", &d->cost_usd);
     get_num(ev, "on_demand_usd", &d->on_demand_usd);
+    get_num(ev, "energy_kwh", &d->energy_kwh);
+    get_num(ev, "co2e_g", &d->co2e_g);
   } else if (strcmp(kind, "result") == 0) {
     if (get_num(ev, "eval_loss", &d->result_eval_loss))
       d->has_result = true;
@@ -683,6 +687,8 @@ char *jk_display_text(const struct jk_display *d) {
     }
     jk_dbuf_printf(&b, "\n");
   }
+  if (d->energy_kwh > 0)
+    jk_dbuf_printf(&b, "energy %.3g kWh, %.3g g CO2e (estimate)\n", d->energy_kwh, d->co2e_g);
   char deadline[400];
   jk_display_deadline_text(d, deadline, sizeof deadline);
   if (deadline[0])

@@ -32,6 +32,7 @@ struct jk_display {
   int spot; /* -1 unknown, 0 on-demand, 1 spot */
   double price_usd_per_hour, on_demand_usd_per_hour;
   double cost_usd, on_demand_usd;
+  double energy_kwh, co2e_g;      /* the gateway's estimate (docs/admin.md, Carbon) */
   double throughput;
   char throughput_unit[16];
   /* where it trains (the device event) and how busy its GPUs are (metrics) */

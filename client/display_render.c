@@ -337,6 +337,9 @@ static void html_status(const struct jk_display *d, struct jk_dbuf *b) {
     }
     jk_dbuf_printf(b, "</div>\n");
   }
+  if (d->energy_kwh > 0)
+    jk_dbuf_printf(b, "<div>energy %.3g kWh &middot; %.3g g CO2e (estimate)</div>\n", d->energy_kwh,
+                   d->co2e_g);
 }
 
 char *jk_display_html(const struct jk_display *d) {

@@ -279,6 +279,10 @@ char *jk_format_cost_of(const json_t *reply, const json_t *jobs_reply, const cha
   if (s >= 0 && o > 0)
     jk_dbuf_printf(&b, " (%.0f%%)", 100 * (o - s) / o);
   jk_dbuf_printf(&b, "\n");
+  double kwh = sl_json_get_num(reply, "energy_kwh", -1), co2e = sl_json_get_num(reply, "co2e_g", -1);
+  if (kwh >= 0 && co2e >= 0) /* absent from an older gateway */
+    jk_dbuf_printf(&b, "energy %.3g kWh, %.3g g CO2e (estimated from the instance types' power, the"
+                       " provider's PUE and the region's grid)\n", kwh, co2e);
   size_t i, rows = 0;
   json_t *j;
   json_array_foreach(json_object_get(reply, "jobs"), i, j) {
@@ -291,8 +295,12 @@ char *jk_format_cost_of(const json_t *reply, const json_t *jobs_reply, const cha
     char c[32], d[32];
     money(c, sizeof c, j, "cost_usd");
     money(d, sizeof d, j, "on_demand_usd");
-    jk_dbuf_printf(&b, "  %-8.8s %-10.10s cost %s  on-demand %s\n", str_or_dash(j, "job"), str_or_dash(j, "state"),
+    jk_dbuf_printf(&b, "  %-8.8s %-10.10s cost %s  on-demand %s", str_or_dash(j, "job"), str_or_dash(j, "state"),
                    c, d);
+    if (json_is_number(json_object_get(j, "energy_kwh")))
+      jk_dbuf_printf(&b, "  %.3g kWh %.3g g CO2e", sl_json_get_num(j, "energy_kwh", 0),
+                     sl_json_get_num(j, "co2e_g", 0));
+    jk_dbuf_printf(&b, "\n");
   }
   if (session && !rows)
     jk_dbuf_printf(&b, "No jobs in this notebook session (%%cost --all lists all of yours).\n");

@@ -123,8 +123,9 @@ void gw_sched_flush_cost(struct gw_sched *s, struct gw_job *j, bool force) {
                                            .on_demand_usd = j->attempt_on_demand_usd,
                                            .seconds = j->pending_cost_s});
   j->attempt_cost_usd = j->attempt_on_demand_usd = j->pending_cost_s = 0;
-  json_t *ev = json_pack("{s:s,s:o,s:o}", "event", "cost", "cost_usd", sl_json_real(j->cost_usd),
-                         "on_demand_usd", sl_json_real(j->on_demand_usd));
+  json_t *ev = json_pack("{s:s,s:o,s:o,s:o,s:o}", "event", "cost", "cost_usd", sl_json_real(j->cost_usd),
+                         "on_demand_usd", sl_json_real(j->on_demand_usd), "energy_kwh",
+                         sl_json_real(j->energy_kwh), "co2e_g", sl_json_real(j->co2e_g));
   gw_sched_emit(s, j, ev);
   json_decref(ev);
 }

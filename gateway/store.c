@@ -863,7 +863,8 @@ int gw_store_checkpoint_add(struct gw_store *s, int64_t job, int attempt, int64_
 
 static int cost_add(struct gw_store *s, const struct gw_job *j, double usd, double on_demand_usd,
                     double seconds, int64_t now_us) {
-  sqlite3_stmt *st = prep(s, "INSERT INTO cost VALUES(?,?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET"
+  sqlite3_stmt *st = prep(s, "INSERT INTO cost(job, attempt, user, instance, usd, on_demand_usd,"
+                             " seconds, updated_us) VALUES(?,?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET"
                              " usd=usd+excluded.usd, on_demand_usd=on_demand_usd+"
                              "excluded.on_demand_usd, seconds=seconds+excluded.seconds,"
                              " updated_us=excluded.updated_us");

@@ -580,6 +580,20 @@ static void on_done(struct gw_wproto *g, struct gw_inst *in, const json_t *body)
   ack_done(g, in, body);
 }
 
+/* cpu_util and gpu_util (fractions 0..1) of a heartbeat's job entry; a
+ * value out of range or of the wrong type is ignored. */
+static void heartbeat_util(struct gw_job *j, const json_t *v) {
+  const json_t *c = json_object_get(v, "cpu_util"), *g = json_object_get(v, "gpu_util");
+  if (json_is_number(c) && json_number_value(c) >= 0 && json_number_value(c) <= 1) {
+    j->cpu_util = json_number_value(c);
+    j->cpu_util_seen = true;
+  }
+  if (json_is_number(g) && json_number_value(g) >= 0 && json_number_value(g) <= 1) {
+    j->gpu_util = json_number_value(g);
+    j->gpu_util_seen = true;
+  }
+}
+
 /* A heartbeat is answered with what is saved of its jobs ("recorded": the
  * newest step metric of each, once written, not while kept): the worker
  * keeps every step metric after it to send again, and holds its job's
@@ -593,6 +607,8 @@ static void on_heartbeat(struct gw_wproto *g, struct gw_inst *in, const json_t *
     int64_t step = sl_json_get_int(v, "step", -1);
     if (j && step > j->step)
       j->step = step;
+    if (j) /* the job's use of the instance since the last heartbeat, for the carbon estimate */
+      heartbeat_util(j, v);
     if (j && !gw_store_keeps_job(g->store, j->id)) {
       char id[16];
       json_array_append_new(saved, json_pack("{s:s,s:i,s:o}", "job", gw_job_id_str(j->id, id, sizeof id),

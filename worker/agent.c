@@ -153,8 +153,11 @@ static void send_register(struct wk_agent *a, int64_t now) {
 }
 
 static void send_heartbeat(struct wk_agent *a, int64_t now) {
+  json_t *jobs = jobs_array(a);
+  for (size_t i = 0; i < a->njobs; i++) /* for the gateway's energy estimate */
+    wk_job_utilisation(a->jobs[i], now, json_array_get(jobs, i));
   json_t *m = json_pack("{s:s, s:s, s:o}", "type", "heartbeat", "instance", a->cfg->instance, "jobs",
-                        jobs_array(a));
+                        jobs);
   agent_send(a, m, false);
   a->next_heartbeat_us = now + a->heartbeat_us;
 }

@@ -14,6 +14,7 @@
  * done_recorded: a gateway that died with them in flight, or that cannot
  * write them yet, hears them again. */
 #include "job.h"
+#include "cpumeter.h"
 
 #include "conf.h"
 #include "filesync.h"
@@ -93,6 +94,7 @@ struct wk_job {
   json_t *done;         /* ENDED: the done message, until done_recorded */
   bool metrics_held;    /* the resend ring is full of step metrics not confirmed saved */
   int64_t done_sent_us;
+  struct wk_cpu_meter cpu; /* the child's tree, sampled at each heartbeat */
 };
 
 const char *wk_job_id(const struct wk_job *j) { return j->id; }
@@ -877,6 +879,16 @@ bool wk_job_gpus(const struct wk_job *j, unsigned *ret_n) {
 void wk_job_gpu_usage(struct wk_job *j, const struct wk_gpu_usage *u) {
   j->usage = *u;
   j->usage_pending = true;
+}
+
+void wk_job_utilisation(struct wk_job *j, int64_t now_mono_us, json_t *entry) {
+  double u;
+  pid_t pid = j->child && j->state != ENDED ? wk_child_pid(j->child) : 0;
+  if (pid > 0 && wk_cpu_meter_sample(&j->cpu, "/proc", pid, now_mono_us,
+                                     (int)sysconf(_SC_NPROCESSORS_ONLN), &u) == 0)
+    json_object_set_new(entry, "cpu_util", sl_json_real(u));
+  if (j->usage.n > 0 && j->usage.util_pct >= 0 && j->usage.util_pct <= 100)
+    json_object_set_new(entry, "gpu_util", sl_json_real(j->usage.util_pct / 100));
 }
 
 void wk_job_keep_reserve(struct wk_job *j, int64_t now) {

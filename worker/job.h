@@ -85,6 +85,11 @@ bool wk_job_gpus(const struct wk_job *j, unsigned *ret_n);
 /* A sample of those GPUs (borrowed): it goes out with the job's next step
  * metric as gpu_util_pct, gpu_mem_used_mib and gpu_mem_total_mib. */
 void wk_job_gpu_usage(struct wk_job *j, const struct wk_gpu_usage *u);
+/* Adds to entry (a heartbeat's job, borrowed) the job's use since the last
+ * call: "cpu_util", its process tree's share of this machine's CPUs, once
+ * there are two samples, and "gpu_util", the newest NVML sample, when its
+ * GPUs were sampled (0..1 each). */
+void wk_job_utilisation(struct wk_job *j, int64_t now_mono_us, json_t *entry);
 /* A preemption notice: checkpoint, upload, stop before deadline_mono_us.
  * orphan: the notice is the gateway's silence (orphan_timeout_ms), so the
  * checkpoint goes to the job's orphan URLs (reserve.h) when it has them. */
