@@ -9,7 +9,11 @@ Checks the API's authorisation (no token or a bad one 401; a user reads
 only their own jobs and costs, another user's job 403, an unknown one 404;
 an admin reads everyone's), `promtool check metrics` on /metrics, and a real
 Prometheus scraping the gateway every second whose query API returns the
-series the jobs produced. Every wait has a deadline.
+series the jobs produced. A train job of carol's (group ml) is preempted
+once and recovers: its recovery, checkpoint times and steps lost reach
+/metrics and Prometheus, and its energy and emissions agree with its
+instance types' rows of the shipped carbon table and its hours. Every wait
+has a deadline.
 """
 import json
 import os
@@ -29,7 +33,9 @@ from gateway_client import GatewayClient  # noqa: E402
 from gateway_proc import GatewayProcess, kill_instances  # noqa: E402
 
 GATEWAY, WORKER, TRAIN = (os.path.abspath(a) for a in sys.argv[1:4])
-TOKENS = {"alice": "alice-token-1", "bob": "bob-token-2", "root": "root-token-3"}
+TOKENS = {"alice": "alice-token-1", "bob": "bob-token-2", "root": "root-token-3",
+          "carol": "carol-token-4"}
+CARBON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "gateway", "carbon.json")
 
 
 def get(base, path, token=None, method="GET"):
@@ -116,15 +122,105 @@ def check_api(base, alice_job, bob_job):
     check(code == 200 and body["admin"] and "clients" in body["gateway"], "the admin's status: %s" % body)
 
 
-def check_metrics(base):
+def run_preempted_train(gw, c):
+    """carol's train job, preempted once after its first checkpoint; it
+    resumes and succeeds. Returns its id."""
+    text = os.path.join(gw.dir, "text.txt")
+    with open(text, "w") as f:
+        f.write("Call me Ishmael. Some years ago, never mind how long precisely. " * 200)
+    r = c.req("session.set", defs=[
+        {"name": "m", "kind": "model", "spec": {"type": "gpt", "args": [], "options": {
+            "layers": 1, "heads": 2, "dim": 32, "ctx": 32}}},
+        {"name": "d", "kind": "data", "spec": {"type": "text", "args": [text], "options": {}}}])
+    require(r["ok"], "session.set", r)
+    r = c.req("submit", kind="train", model="m", data="d",
+              options={"steps": 1000, "batch": 4, "threads": 1, "checkpoint_every": 50})
+    require(r["ok"], "submit a train job", r)
+    job = r["job"]
+    require(c.req("attach", job=job, after=0)["ok"], "attach " + job)
+    ck = c.wait_event(lambda e: e["job"] == job and e["event"] == "checkpoint", "a checkpoint", 120)
+    placed = [e for e in c.events if e["job"] == job and e["event"] == "placed"][-1]
+    r = c.req("inject", action="preempt", instance=placed["instance"], notice_s=1)
+    check(r["ok"], "preemption injected after the checkpoint of step %s: %s" % (ck.get("step"), r))
+    pre = c.wait_event(lambda e: e["job"] == job and e["event"] == "preempted", "the preemption", 60)
+    c.wait_event(lambda e: e["job"] == job and e["event"] == "state" and e["state"] == "running" and
+                 e["seq"] > pre["seq"], "the job running again", 120)
+    wait_end(c, job)
+    return job
+
+
+def type_bounds(table, itype, hours):
+    """(least, most) kWh of hours on one instance of itype, utilisation 0..1."""
+    t = table["types"][itype]
+    g = table["gpus"][t["gpu"]] if t["gpus"] else {"idle_w": 0, "max_w": 0}
+    cpu = table["cpu"]
+    pue = table["providers"]["local"]["pue"]
+    least = t["gpus"] * g["idle_w"] + t["vcpus"] * cpu["idle_w_per_vcpu"]
+    most = t["gpus"] * g["max_w"] + t["vcpus"] * cpu["max_w_per_vcpu"]
+    return hours * least * pue / 1000, hours * most * pue / 1000
+
+
+def check_carbon(base, job):
+    """The job's energy and emissions: each instance type's share within
+    its table row's bounds for its hours, emissions at us-east-1's grid (the
+    local provider's region), and the job, the API and /metrics agreeing."""
+    with open(CARBON) as f:
+        table = json.load(f)
+    intensity = table["regions"][table["region_aliases"]["local-1"]]["g_per_kwh"]
+    code, cost = get_json(base, "/api/cost", TOKENS["carol"])
+    check(code == 200 and cost["by_type"], "carol's cost by type: %s" % cost)
+    total = 0
+    for row in cost.get("by_type", []):
+        least, most = type_bounds(table, row["key"], row["seconds"] / 3600)
+        check(row["seconds"] > 0 and least * (1 - 1e-9) <= row["energy_kwh"] <= most * (1 + 1e-9),
+              "%s: %.6g kWh over %.1f s within the table's %.6g..%.6g" %
+              (row["key"], row["energy_kwh"], row["seconds"], least, most))
+        check(abs(row["co2e_g"] - row["energy_kwh"] * intensity) <= 1e-6 * max(1, row["co2e_g"]),
+              "%s: %.6g g CO2e = kWh x %s g/kWh" % (row["key"], row["co2e_g"], intensity))
+        total += row["energy_kwh"]
+    code, j = get_json(base, "/api/jobs/" + job, TOKENS["carol"])
+    check(code == 200 and j["energy_kwh"] > 0 and j["co2e_g"] > 0 and
+          abs(j["energy_kwh"] - total) <= 1e-9 * max(1, total),
+          "the job's energy %s kWh and CO2e %s g, the sum of its rows (%s)" %
+          (j.get("energy_kwh"), j.get("co2e_g"), total))
+    return total
+
+
+def metric_value(text, series):
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def check_metrics(base, energy):
     code, text = get(base, "/metrics")
     check(code == 200, "/metrics without a token: %s" % code)
     p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
                        timeout=60)
     check(p.returncode == 0, "promtool check metrics passes: %s%s" % (p.stdout, p.stderr))
-    check('spotlab_jobs{state="succeeded"} 2\n' in text, "two succeeded jobs in /metrics")
+    check('spotlab_jobs{state="succeeded"} 3\n' in text, "three succeeded jobs in /metrics")
     for user in ("alice", "bob"):
-        check('spotlab_spend_usd_total{user="%s"} ' % user in text, "%s's spend in /metrics" % user)
+        check('spotlab_spend_usd_total{user="%s",group=""} ' % user in text,
+              "%s's spend in /metrics" % user)
+    check((metric_value(text, 'spotlab_spend_usd_total{user="carol",group="ml"}') or 0) > 0,
+          "carol's spend under her group")
+    kwh = metric_value(text, 'spotlab_energy_kwh_total{user="carol",group="ml"}')
+    check(kwh is not None and abs(kwh - energy) <= 1e-9 * max(1, energy),
+          "carol's energy in /metrics: %s (the API's %s)" % (kwh, energy))
+    check((metric_value(text, 'spotlab_co2e_grams_total{user="carol",group="ml"}') or 0) > 0,
+          "carol's emissions in /metrics")
+    check((metric_value(text, "spotlab_recoveries_total") or 0) >= 1 and
+          (metric_value(text, "spotlab_recovery_duration_seconds_count") or 0) >= 1,
+          "the recovery and its duration")
+    check((metric_value(text, "spotlab_checkpoint_write_seconds_count") or 0) >= 1 and
+          (metric_value(text, "spotlab_checkpoint_upload_seconds_count") or 0) >= 1,
+          "checkpoint write and upload times")
+    check(metric_value(text, "spotlab_steps_lost_total") is not None, "steps lost")
+    check(metric_value(text, "spotlab_idle_shutdowns_total") is not None and
+          'spotlab_budget_alerts_total{scope="user"}' in text, "idle shutdowns and budget alerts")
+    check((metric_value(text, 'spotlab_kernel_request_duration_seconds_count{type="submit"}') or 0) >= 3,
+          "the kernel protocol's submits timed")
     check("spotlab_http_request_duration_seconds_bucket{le=\"+Inf\"}" in text and
           'spotlab_http_requests_total{code="403"}' in text, "the server's own requests counted")
     check("spotlab_gateway_build_info{version=" in text, "build info")
@@ -160,17 +256,28 @@ def check_prometheus(folder, address):
     prom = "http://127.0.0.1:%d" % port
     try:
         found, spend, r = None, None, None
+        series = {q: None for q in (
+            'spotlab_recoveries_total >= 1', 'spotlab_recovery_duration_seconds_count >= 1',
+            'spotlab_checkpoint_upload_seconds_count >= 1', 'spotlab_checkpoint_write_seconds_count >= 1',
+            'spotlab_steps_lost_total >= 0', 'spotlab_energy_kwh_total{user="carol",group="ml"} > 0',
+            'spotlab_co2e_grams_total{user="carol",group="ml"} > 0',
+            'sum by (group) (spotlab_spend_usd_total{group="ml"}) > 0',
+            'spotlab_kernel_request_duration_seconds_count{type="submit"} >= 3')}
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not (found and spend):
+        while time.monotonic() < deadline and not (found and spend and all(series.values())):
             r = prom_query(prom, 'spotlab_jobs{state="succeeded"}')
             res = (r or {}).get("data", {}).get("result", [])
-            found = res if res and res[0]["value"][1] == "2" else None
+            found = res if res and res[0]["value"][1] == "3" else None
             r2 = prom_query(prom, 'spotlab_spend_usd_total{user="alice"} > 0')
             spend = (r2 or {}).get("data", {}).get("result", []) or None
+            for q in series:
+                series[q] = series[q] or (prom_query(prom, q) or {}).get("data", {}).get("result")
             time.sleep(0.5)  # Prometheus's query API: polling is its interface
         check(found and found[0]["metric"].get("job") == "spotlab",
-              "Prometheus scraped spotlab_jobs{state=succeeded} = 2: %s" % r)
+              "Prometheus scraped spotlab_jobs{state=succeeded} = 3: %s" % r)
         check(spend, "Prometheus has alice's spend")
+        for q, res in series.items():
+            check(res, "Prometheus answers %s" % q)
         r = prom_query(prom, 'up{job="spotlab"}')
         check(r and r["data"]["result"] and r["data"]["result"][0]["value"][1] == "1",
               "the scrape target is up: %s" % r)
@@ -191,8 +298,8 @@ def main():
     for tool in ("promtool", "prometheus"):
         require(shutil.which(tool), "%s is installed (Debian's prometheus package)" % tool)
     folder = tempfile.mkdtemp(prefix="gw-http-")
-    gw = GatewayProcess(folder, GATEWAY, TOKENS, slots=2, user_options={"root": "admin = yes\n"},
-                        extra_ini="[idle]\nworker_timeout = 10m\n",
+    gw = GatewayProcess(folder, GATEWAY, TOKENS, slots=2, user_options={"root": "admin = yes\n", "carol": "group = ml\n"},
+                        extra_ini="[idle]\nworker_timeout = 10m\n[group.ml]\n",
                         env={"SPOTLAB_WORKER_BIN": WORKER, "SPOTLAB_TRAIN_BIN": TRAIN,
                              "SPOTLAB_DEBUG": None})
     with open(gw.ini) as f:  # [gateway] comes first in the file GatewayProcess writes
@@ -215,10 +322,14 @@ def main():
         wait_end(alice, a)
         wait_end(bob, b)
         check_api(base, a, b)
-        check_metrics(base)
+        carol = GatewayClient(gw.listen, TOKENS["carol"])
+        t = run_preempted_train(gw, carol)
+        energy = check_carbon(base, t)
+        check_metrics(base, energy)
         check_prometheus(folder, address)
         alice.close()
         bob.close()
+        carol.close()
     finally:
         from checks import failures
         if failures:
