@@ -939,7 +939,8 @@ int gw_store_metric_history(struct gw_store *s, const struct gw_store_history_fn
     return SL_ESQLITE;
   /* only the jobs with a preempted attempt can have recovered or lost steps */
   st = prep(s, "SELECT job, time_us, kind, json_extract(body, '$.state'),"
-               " COALESCE(json_extract(body, '$.steps_lost'), 0) FROM events WHERE job IN"
+               " COALESCE(json_extract(body, '$.steps_lost'), 0),"
+               " COALESCE(json_extract(body, '$.notice'), 0) FROM events WHERE job IN"
                " (SELECT DISTINCT job FROM attempts WHERE outcome='preempted')"
                " AND kind IN ('preempted', 'state') ORDER BY job, seq");
   if (!st)
@@ -948,7 +949,7 @@ int gw_store_metric_history(struct gw_store *s, const struct gw_store_history_fn
     const char *state = (const char *)sqlite3_column_text(st, 3);
     fns->event(ctx, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
                (const char *)sqlite3_column_text(st, 2), state ? state : "",
-               sqlite3_column_int64(st, 4));
+               sqlite3_column_int64(st, 4), sqlite3_column_int(st, 5) != 0);
   }
   sqlite3_finalize(st);
   return rc == SQLITE_DONE ? 0 : SL_ESQLITE;
@@ -1029,6 +1030,17 @@ static int count_rows(struct gw_store *s, const char *sql, json_t *obj) {
   }
   sqlite3_finalize(st);
   return rc == SQLITE_DONE ? 0 : SL_ESQLITE;
+}
+
+int gw_store_job_counts(struct gw_store *s, json_t **ret) {
+  json_t *o = json_object();
+  int r = o ? count_rows(s, "SELECT state, COUNT(*) FROM jobs GROUP BY state", o) : -ENOMEM;
+  if (r < 0) {
+    json_decref(o);
+    return r;
+  }
+  *ret = o;
+  return 0;
 }
 
 int gw_store_counts(struct gw_store *s, json_t **ret) {

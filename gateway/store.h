@@ -168,11 +168,11 @@ int gw_store_cost_by_user_group(struct gw_store *s, size_t max, json_t **ret);
 /* What the metrics' counters start from after a restart: checkpoint() for
  * each checkpoint row, then event() for each "preempted" and "state" event
  * of the jobs with a preempted attempt, in order per job (state: the
- * event's state, "" for none; steps_lost: the preempted event's). */
+ * event's state, "" for none; steps_lost and notice: the preempted event's). */
 struct gw_store_history_fns {
   void (*checkpoint)(void *ctx, int64_t write_ms, int64_t upload_ms);
   void (*event)(void *ctx, int64_t job, int64_t time_us, const char *kind, const char *state,
-                int64_t steps_lost);
+                int64_t steps_lost, bool notice);
 };
 int gw_store_metric_history(struct gw_store *s, const struct gw_store_history_fns *fns, void *ctx);
 
@@ -187,6 +187,8 @@ int gw_store_cost_by(struct gw_store *s, enum gw_cost_by what, const char *user,
 /* Counts over every user for metrics, owned: {"jobs": {STATE: N},
  * "preemptions": {"notice": N, "no_notice": N}}. */
 int gw_store_counts(struct gw_store *s, json_t **ret);
+/* Jobs by state alone, owned: {STATE: N} (one aggregate over the jobs). */
+int gw_store_job_counts(struct gw_store *s, json_t **ret);
 
 int gw_store_instance_put(struct gw_store *s, const struct gw_instance_row *row);
 

@@ -196,6 +196,8 @@ static void test_tally(void) {
     "spotlab_checkpoint_write_seconds_sum 1.5\n",
     "spotlab_checkpoint_upload_seconds_bucket{le=\"0.1\"} 1\n",
     "spotlab_steps_lost_total 10\n", "spotlab_idle_shutdowns_total 0\n",
+    "spotlab_preemptions_total{notice=\"yes\"} 1\n", "spotlab_preemptions_total{notice=\"no\"} 1\n",
+    "spotlab_jobs{state=\"queued\"} 1\n",
     "spotlab_budget_alerts_total{scope=\"group\"} 0\n",
   };
   expect(text, want, sizeof want / sizeof *want);
@@ -224,6 +226,10 @@ static void test_tally(void) {
   gw_bus_emit(&bus, &(struct gw_bus_event){.kind = GW_BUS_BUDGET, .budget = &b});
   b.scope = "nonsense"; /* not a scope: not counted */
   gw_bus_emit(&bus, &(struct gw_bus_event){.kind = GW_BUS_BUDGET, .budget = &b});
+  ev = json_pack("{s:s,s:b,s:i,s:I}", "event", "preempted", "notice", 1, "steps_lost", 2, "time_us",
+                 (json_int_t)sl_time_real_us());
+  gw_bus_emit(&bus, &(struct gw_bus_event){.kind = GW_BUS_JOB_EVENT, .job = &j, .event = ev});
+  json_decref(ev);
   text = render_tally(s, t);
   const char *want2[] = {
     "spotlab_recoveries_total 2\n", "spotlab_recovery_duration_seconds_bucket{le=\"2.5\"} 1\n",
@@ -234,6 +240,7 @@ static void test_tally(void) {
     "spotlab_budget_alerts_total{scope=\"group\"} 1\n",
     "spotlab_budget_alerts_total{scope=\"user\"} 0\n",
     "spotlab_budget_caps_total{scope=\"user\"} 1\n",
+    "spotlab_preemptions_total{notice=\"yes\"} 2\n", "spotlab_steps_lost_total 12\n",
   };
   expect(text, want2, sizeof want2 / sizeof *want2);
   CHECK(sl_time_real_us() - t0 < 2500000); /* the first recovery fit the 2.5 s bucket */
