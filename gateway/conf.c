@@ -49,6 +49,7 @@ static int check_hex64(const char *v, char *why, size_t size);
 static int check_store(const char *v, char *why, size_t size);
 static int check_hub_url(const char *v, char *why, size_t size);
 static int check_http(const char *v, char *why, size_t size);
+static int check_types(const char *v, char *why, size_t size);
 
 #define M(f) O_MAIN, offsetof(struct gw_config, f), sizeof(((struct gw_config *)0)->f)
 #define U(f) O_USER, offsetof(struct gw_user_cfg, f), sizeof(((struct gw_user_cfg *)0)->f)
@@ -65,6 +66,7 @@ static int check_http(const char *v, char *why, size_t size);
 #define T_STORE SL_OPT_STR, check_store
 #define T_HUBURL SL_OPT_STR, check_hub_url
 #define T_HTTP SL_OPT_STR, check_http
+#define T_TYPES SL_OPT_STR, check_types
 #define T_DUR SL_OPT_DUR, NULL
 #define T_INT SL_OPT_INT, NULL
 #define T_NUM SL_OPT_NUM, NULL
@@ -124,10 +126,14 @@ static const struct opt opts[] = {
   ROW("user.*", "group", T_NAME, U(group), NULL, 0, 0, "the user's group"),
   ROW("user.*", "admin", T_BOOL, U(admin), NULL, 0, 0,
    "yes: sees and manages every user's jobs, instances and costs"),
+  ROW("user.*", "instance_types", T_TYPES, U(instance_types), NULL, 0, 0,
+   "the instance types the user may run on (empty: the group's)"),
   ROW("group.*", "notebook_timeout", T_DUR, G(notebook_timeout_us), NULL, 1, 30 * 86400,
    "the group's [idle] notebook_timeout"),
   ROW("group.*", "worker_timeout", T_DUR, G(worker_timeout_us), NULL, 0.1, 30 * 86400,
    "the group's [idle] worker_timeout"),
+  ROW("group.*", "instance_types", T_TYPES, G(instance_types), NULL, 0, 0,
+   "the instance types the group's users may run on (empty: any)"),
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -240,6 +246,25 @@ static int check_http(const char *v, char *why, size_t size) {
   long port = colon && colon[1] ? strtol(colon + 1, &end, 10) : -1;
   if (!colon || colon == v || !end || *end || port < 0 || port > 65535 || strstr(v, "://"))
     return fail(why, size, "\"%s\" is not HOST:PORT (127.0.0.1:7480, say)", v), SL_ECONFIG;
+  return 0;
+}
+
+/* instance_types: TYPE,TYPE (an instance type's characters; at most
+ * GW_TYPES_MAX), or empty. */
+static int check_types(const char *v, char *why, size_t size) {
+  size_t n = 0;
+  for (const char *p = v; *p;) {
+    size_t len = strcspn(p, ", ");
+    if (len) {
+      if (len > 63 || strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") < len)
+        return fail(why, size, "\"%.*s\" is not an instance type", (int)(len > 64 ? 64 : len), p),
+               SL_ECONFIG;
+      if (++n > GW_TYPES_MAX)
+        return fail(why, size, "more than %d instance types", GW_TYPES_MAX), SL_ECONFIG;
+    }
+    p += len;
+    p += strspn(p, ", ");
+  }
   return 0;
 }
 
@@ -818,6 +843,14 @@ static const struct gw_group_cfg *user_group(const struct gw_config *c, const ch
     if (!strcmp(c->groups[i].name, name))
       return &c->groups[i];
   return NULL;
+}
+
+const char *gw_config_user_instance_types(const struct gw_config *c, const char *user) {
+  const struct gw_user_cfg *u = gw_config_user(c, user);
+  if (u && u->instance_types[0])
+    return u->instance_types;
+  const struct gw_group_cfg *g = user_group(c, user);
+  return g && g->instance_types[0] ? g->instance_types : NULL;
 }
 
 int64_t gw_config_notebook_timeout_us(const struct gw_config *c, const char *user) {

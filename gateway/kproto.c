@@ -697,6 +697,31 @@ static int check_nodes(struct req *q, const char *kind, const json_t *opts) {
 }
 
 /* Fills j from the request; sends the error reply itself on failure. */
+/* instance=TYPE names only types the user may run on ([group.NAME] or
+ * [user.NAME] instance_types), checked at submit so that the refusal says
+ * which are allowed. Sends the error reply itself. */
+static int check_instance_types(struct req *q, const json_t *opts) {
+  const char *allowed = gw_config_user_instance_types(q->g->env.cfg, q->c->user);
+  if (!allowed || !opts)
+    return 0;
+  struct gw_job tmp = {.spec = json_pack("{s:O}", "options", opts)};
+  struct gw_wants w;
+  gw_place_wants(&tmp, &w);
+  json_decref(tmp.spec);
+  gw_place_allow(&w, allowed);
+  char msg[1200];
+  for (size_t i = 0; i < w.n_types; i++) {
+    struct gw_wants only = w;
+    only.n_types = 0;
+    if (!gw_place_type_allowed(&only, w.types[i])) {
+      snprintf(msg, sizeof msg, "instance type %s is not allowed for %s (allowed: %s)", w.types[i],
+               q->c->user, allowed);
+      return fail(q, SL_ECONFIG, msg), SL_ECONFIG;
+    }
+  }
+  return 0;
+}
+
 static int build_job(struct req *q, struct gw_job *j) {
   const char *kind = sl_json_get_str(q->body, "kind", "");
   json_t *opts = json_object_get(q->body, "options");
@@ -705,7 +730,7 @@ static int build_job(struct req *q, struct gw_job *j) {
   if (strcmp(kind, "train") && strcmp(kind, "eval") && strcmp(kind, "sample") && strcmp(kind, "run"))
     return fail(q, SL_ENAME, "kind must be train, eval, sample or run"), SL_ENAME;
   int bad = check_device_options(q, opts);
-  if (bad < 0 || (bad = check_region(q, opts)) < 0)
+  if (bad < 0 || (bad = check_region(q, opts)) < 0 || (bad = check_instance_types(q, opts)) < 0)
     return bad;
   snprintf(j->kind, sizeof j->kind, "%s", kind);
   snprintf(j->user, sizeof j->user, "%s", q->c->user);
@@ -947,12 +972,14 @@ static void on_market(struct req *q) {
   struct gw_wants w = {.spot = -1, .nodes = 1};
   w.gpus = (int)sl_json_get_int(q->body, "gpus", 0);
   snprintf(w.region, sizeof w.region, "%s", sl_json_get_str(q->body, "region", ""));
+  gw_place_allow(&w, gw_config_user_instance_types(q->g->env.cfg, q->c->user));
   size_t nr = gw_sched_rank_market(q->g->env.sched, &w, offers, n, ranked, 2 * MARKET_MAX);
   json_t *arr = json_array(), *ranking = json_array();
   json_t *rows[MARKET_MAX] = {0};
   for (size_t i = 0; i < n; i++) {
     const struct gw_instance_type *t = &offers[i].type;
-    if ((w.gpus && t->gpus < w.gpus) || (w.region[0] && strcmp(w.region, offers[i].region)))
+    if ((w.gpus && t->gpus < w.gpus) || (w.region[0] && strcmp(w.region, offers[i].region)) ||
+        !gw_place_type_allowed(&w, t->name))
       continue;
     json_t *row = json_pack("{s:s,s:i,s:s,s:o,s:o,s:s,s:o,s:s,s:{}}", "type", t->name,
                             "gpus", t->gpus, "gpu_model", t->gpu_model,

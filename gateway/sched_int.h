@@ -35,6 +35,9 @@ struct gw_sched {
 
 /* scheduler.c */
 void gw_sched_report(struct gw_sched *s, struct gw_bus_event ev);
+/* What j asks for (gw_place_wants), within the instance types its user may
+ * run on. */
+void gw_sched_wants(const struct gw_sched *s, const struct gw_job *j, struct gw_wants *w);
 /* Asks o's provider for an instance for job j (spot or on-demand): on
  * success it is in the fleet, launching, its row naming j, and its id in
  * ret_id. The job itself is left as it is. */

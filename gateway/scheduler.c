@@ -43,6 +43,11 @@
 #define COST_FLUSH_US (5 * SL_US_PER_S)
 #define PLACE_RETRY_US SL_US_PER_S
 
+void gw_sched_wants(const struct gw_sched *s, const struct gw_job *j, struct gw_wants *w) {
+  gw_place_wants(j, w);
+  gw_place_allow(w, gw_config_user_instance_types(s->cfg, j->user));
+}
+
 void gw_sched_report(struct gw_sched *s, struct gw_bus_event ev) {
   gw_bus_emit(s->bus, &ev);
 }
@@ -329,7 +334,7 @@ int gw_sched_launch_inst(struct gw_sched *s, struct gw_job *j, const struct gw_o
   if (r < 0)
     return r;
   struct gw_wants w;
-  gw_place_wants(j, &w);
+  gw_sched_wants(s, j, &w);
   struct gw_launch req = {.spot = spot, .max_price_usd_per_hour = w.max_price, .job = j->id,
                           .boot = &boot};
   snprintf(req.type, sizeof req.type, "%s", t->name);
@@ -445,7 +450,7 @@ static void launch_failed(struct gw_sched *s, struct gw_inst *in, int error, con
  * unless *no_capacity (a launch already failed in this pass). -EAGAIN: not now. */
 static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
   struct gw_wants w;
-  gw_place_wants(j, &w);
+  gw_sched_wants(s, j, &w);
   if (gw_sched_deadline_wants(s, j, &w) < 0)
     return -EAGAIN; /* its deadline's policy waits for spot */
   if (w.nodes > 1)
@@ -960,7 +965,7 @@ int gw_sched_load(struct gw_sched *s) {
       if (j->state == GW_JOB_PROVISIONING && !j->instance_type[0])
         in->launched = false;
       struct gw_wants w;
-      gw_place_wants(j, &w);
+      gw_sched_wants(s, j, &w);
       if (w.nodes > 1) {
         gw_sched_gang_load(s, j);
         if (j->state == GW_JOB_QUEUED)

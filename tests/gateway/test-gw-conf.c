@@ -208,6 +208,23 @@ static void test_providers(void) {
   free(text);
 }
 
+/* [group.NAME] and [user.NAME] instance_types: the user's own list wins. */
+static void test_instance_types(void) {
+  int r;
+  expect_error("[group.g]\ninstance_types = g5.xlarge,g4dn/x\n",
+               "\"g4dn/x\" is not an instance type", 2);
+  expect_error("[group.g]\ninstance_types = a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q\n",
+               "more than 16 instance types", 2);
+  CHECK_STR(load("[group.g]\ninstance_types = g5.xlarge, g4dn.xlarge\n[group.h]\n"
+                 "[user.a]\ngroup = g\n[user.b]\ngroup = g\ninstance_types = p3.2xlarge\n"
+                 "[user.c]\ngroup = h\n", &r), "");
+  CHECK_INT(r, 0);
+  CHECK_STR(gw_config_user_instance_types(&loaded, "a"), "g5.xlarge, g4dn.xlarge");
+  CHECK_STR(gw_config_user_instance_types(&loaded, "b"), "p3.2xlarge");
+  CHECK(gw_config_user_instance_types(&loaded, "c") == NULL);
+  CHECK(gw_config_user_instance_types(&loaded, "nobody") == NULL);
+}
+
 static void test_refused(void) {
   /* options and sections that would configure nothing are errors that say so */
   expect_error("[gateway]\nlisten = tcp://127.0.0.1:1\nhttp = http://127.0.0.1:7480\n",
@@ -397,6 +414,7 @@ int main(void) {
 
   test_providers();
   test_refused();
+  test_instance_types();
 
   /* dump -> load -> dump is a fixed point, with users, groups, providers
    * and odd numbers */
