@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GW_STORE_SCHEMA_VERSION 3
+#define GW_STORE_SCHEMA_VERSION 4
 
 struct gw_store;
 
