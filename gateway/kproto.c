@@ -765,6 +765,8 @@ static void on_submit(struct req *q) {
   char why[200];
   if (q->g->env.budget && gw_budget_refuses(q->g->env.budget, q->c->user, why, sizeof why))
     return fail(q, SL_ESTATE, why);
+  if (!q->g->env.budget && gw_ledger_budget_spent(q->g->env.ledger)) /* no keeper: [budget] alone */
+    return fail(q, SL_ESTATE, "the monthly budget is spent ([budget] hard_cap)");
   struct gw_job *j = calloc(1, sizeof *j);
   if (!j)
     return fail(q, -ENOMEM, NULL);
