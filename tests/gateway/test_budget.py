@@ -65,7 +65,10 @@ def ml_budget(base, token):
 def main():
     folder = tempfile.mkdtemp(prefix="gw-budget-")
     opts = {"alice": "group = ml\n", "bob": "group = ml\n", "root": "admin = yes\n"}
+    # a market that never takes an instance back: every step a metric shows
+    # belongs to the attempt the cap pauses
     gw = GatewayProcess(folder, GATEWAY, TOKENS, slots=2, time_scale=3600, user_options=opts,
+                        market_capacity=4,
                         extra_ini="[idle]\nworker_timeout = 10m\n[group.ml]\nmonthly_usd = 1000\n"
                                   "alert_at = 50,80,100\nhard_cap = yes\n",
                         env={"SPOTLAB_WORKER_BIN": WORKER, "SPOTLAB_TRAIN_BIN": TRAIN,
