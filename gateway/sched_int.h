@@ -31,6 +31,8 @@ struct gw_sched {
   int64_t pass_mono_us;         /* the current placement pass began */
   int64_t save_timer;           /* retries the store's kept writes; 0: none armed */
   int64_t save_backoff_us;
+  gw_sched_hold_fn hold;        /* what keeps queued jobs back (budgets); NULL: nothing */
+  void *hold_data;
 };
 
 /* scheduler.c */

@@ -231,8 +231,10 @@ static void test_refused(void) {
                "is not HOST:PORT", 3);
   expect_error("[gateway]\nhttp = 127.0.0.1:70000\n", "is not HOST:PORT", 2);
   expect_error("[gateway]\nhttp = 127.0.0.1\n", "is not HOST:PORT", 2);
-  expect_error("[budget]\nmonthly_usd = 10\nalert_at = 25,50\n",
-               "[budget] alert_at: this gateway sends no budget alerts yet", 3);
+  expect_error("[budget]\nmonthly_usd = 10\nalert_at = 25,x\n", "\"x\" is not a percentage", 3);
+  expect_error("[budget]\nalert_at = 0\n", "is not a percentage above 0", 2);
+  expect_error("[budget]\nalert_at = 50,\n", "after the last comma", 2);
+  expect_error("[group.ml]\nhard_cap = maybe\n", "is not yes or no", 2);
   expect_error("[gateway]\n[store]\nurl = s3://Bucket_1/x\n", "the bucket name must be", 3);
   expect_error("[store]\nurl = http://x/\n", "is not a file:/// or s3:// URL", 2);
   expect_error("[store]\nkeep = 0\n", "out of range", 2);
@@ -246,8 +248,16 @@ static void test_refused(void) {
   CHECK_INT(gw_config_set(&c, "gateway", "http", "", msg, sizeof msg), 0);
   CHECK_INT(gw_config_set(&c, "webhook.x", "url", "y", msg, sizeof msg), SL_ECONFIG);
   CHECK(strstr(msg, "no webhooks") != NULL);
+  CHECK_INT(gw_config_set(&c, "budget", "alert_at", "80, 50 ,100%", msg, sizeof msg), 0);
+  double pct[GW_ALERT_MAX];
+  CHECK_INT(gw_config_parse_alert_at(c.alert_at, pct, msg, sizeof msg), 3);
+  CHECK(pct[0] == 50 && pct[1] == 80 && pct[2] == 100);
+  CHECK_INT(gw_config_parse_alert_at("", pct, msg, sizeof msg), 0);
+  CHECK_INT(gw_config_set(&c, "group.ml", "monthly_usd", "10", msg, sizeof msg), 0);
+  CHECK_INT(gw_config_set(&c, "group.ml", "hard_cap", "no", msg, sizeof msg), 0);
+  CHECK(c.groups[0].monthly_usd == 10 && !strcmp(c.groups[0].hard_cap, "no"));
   char *text = dump(&c);
-  CHECK(strstr(text, "alert_at") == NULL);
+  CHECK(strstr(text, "alert_at = 80, 50 ,100%") != NULL);
   free(text);
 }
 

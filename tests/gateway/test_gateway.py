@@ -308,7 +308,8 @@ def case_dump_config(gw):
                    "market = random:1", "[user.zed]", "group = ops", "[group.ops]",
                    "notebook_timeout = 2h", "\nhttp = \n", "; "):
         check(needle in a.stdout, "dump has %r" % needle)
-    for gone in ("alert_at", "[provider.aws]"):
+    check("\nalert_at = \n" in a.stdout, "dump has alert_at")
+    for gone in ("[provider.aws]",):
         check(gone not in a.stdout, "dump has no %r" % gone)
     env["SPOTLAB_CONFIG"] = out
     c = subprocess.run([GATEWAY, "--dump-config"], capture_output=True, text=True, env=env)
@@ -330,8 +331,8 @@ def case_config_errors(gw):
                                ("[provider.aws]\npoll = soon\n", 2, 'poll: "soon" is not a duration'),
                                ("[gateway]\nhttp = http://127.0.0.1:7480\n", 2,
                                 "http: \"http://127.0.0.1:7480\" is not HOST:PORT"),
-                               ("[budget]\nalert_at = 50\n", 2,
-                                "[budget] alert_at: this gateway sends no budget alerts yet"),
+                               ("[budget]\nalert_at = 50,x\n", 2,
+                                'alert_at: "x" is not a percentage'),
                                ("[store]\nurl = ftp://x\n", 2, 'is not a file:/// or s3:// URL'),
                                ("[webhook.slack]\n", 1, "[webhook.slack]: this gateway posts no")]:
         ini = os.path.join(gw.dir, "bad.ini")
