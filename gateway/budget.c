@@ -50,11 +50,19 @@ static void scope_words(const char *scope, const char *name, char *buf, size_t s
     snprintf(buf, size, "%s %s", scope, name);
 }
 
+/* Dollars as people write them: cents, or four decimals under a dollar
+ * (a small budget's amounts would all read $0.00). */
+static const char *usd(double v, char buf[32]) {
+  snprintf(buf, 32, v < 1 && v > -1 ? "$%.4f" : "$%.2f", v);
+  return buf;
+}
+
 void gw_budget_cap_sentence(const char *scope, const char *name, double spent_usd,
                             double budget_usd, char *buf, size_t size) {
-  char who[GW_NAME_MAX + 16];
+  char who[GW_NAME_MAX + 16], a[32], b[32];
   scope_words(scope, name, who, sizeof who);
-  snprintf(buf, size, "%s's monthly budget is spent: $%.2f of $%.2f", who, spent_usd, budget_usd);
+  snprintf(buf, size, "%s's monthly budget is spent: %s of %s", who, usd(spent_usd, a),
+           usd(budget_usd, b));
 }
 
 /* ---- the keeper --------------------------------------------------------- */
@@ -211,8 +219,9 @@ static void announce(struct gw_budget *b, const struct scope *s, double pct, boo
     snprintf(text, sizeof text, "Budget cap: %s; running jobs are checkpointed and paused, and new"
              " jobs refused, until an admin raises it or the month ends", sentence);
   } else {
-    snprintf(text, sizeof text, "Budget alert: %s has spent $%.2f of its $%.2f monthly budget (%g%%)",
-             who, s->spent_usd, s->lv.budget_usd, pct);
+    char a[32], b2[32];
+    snprintf(text, sizeof text, "Budget alert: %s has spent %s of its %s monthly budget (%g%%)",
+             who, usd(s->spent_usd, a), usd(s->lv.budget_usd, b2), pct);
   }
   sl_info(T, "%s", text);
   struct gw_bus_budget bb = {.scope = s->scope, .name = s->name, .month = b->month,

@@ -92,6 +92,8 @@ static void notice(struct jk_interp *ip, const json_t *notice) {
     return;
   if (ip->running && !ip->running->silent) {
     jk_exec_stream(ip, "stderr", line);
+    if (budget)
+      jk_jobs_notice_running(ip, notice);
     return;
   }
   /* Between cells: under the cell that ran last (front ends keep showing a

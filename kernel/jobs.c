@@ -634,6 +634,12 @@ void jk_jobs_reattach(struct jk_interp *ip) {
   resync(ip);
 }
 
+void jk_jobs_notice_running(struct jk_interp *ip, const json_t *notice) {
+  struct jk_follow *f = ip->running ? ip->running->follow : NULL;
+  if (f && f->display && jk_display_notice(f->display, notice) > 0)
+    publish_display(ip, true);
+}
+
 void jk_jobs_notice(struct jk_interp *ip, const json_t *notice) {
   struct jk_display *d = ip->last_display;
   if (!d || jk_display_notice(d, notice) <= 0)
