@@ -78,6 +78,12 @@ void gw_sched_gang_lost(struct gw_sched *s, struct gw_job *j, int rank, const ch
 json_t *gw_sched_gang_assign_field(const struct gw_job *j, int rank);
 /* Cancel of a started gang: every member is told to stop. */
 void gw_sched_gang_cancel(struct gw_sched *s, struct gw_job *j);
+/* Stops every rank of j (pause_requested set) as a cancel does; its end
+ * puts it back in the queue (gw_sched_paused) rather than ending it. */
+void gw_sched_gang_pause(struct gw_sched *s, struct gw_job *j);
+/* j stopped for its budget at its final checkpoint: back in the queue, held
+ * there until the budget allows it again. */
+void gw_sched_paused(struct gw_sched *s, struct gw_job *j);
 /* The gang's members cost this much per hour now (those not ended). */
 void gw_sched_gang_price(const struct gw_job *j, double *ret_usd, double *ret_on_demand_usd);
 /* After a gateway restart: j (provisioning or later) gets its gang back

@@ -163,7 +163,7 @@ void gw_sched_end_attempt(struct gw_sched *s, struct gw_job *j, const char *outc
 
 /* A job stopped for its budget ended at its final checkpoint: back in the
  * queue, held there until the budget allows it again. */
-static void paused(struct gw_sched *s, struct gw_job *j) {
+void gw_sched_paused(struct gw_sched *s, struct gw_job *j) {
   j->pause_requested = false;
   json_t *ev = json_pack("{s:s,s:o,s:s}", "event", "paused", "step",
                          !strcmp(j->kind, "run") ? json_null() : json_integer(j->ckpt_step),
@@ -185,7 +185,7 @@ static void paused(struct gw_sched *s, struct gw_job *j) {
 
 void gw_sched_finish(struct gw_sched *s, struct gw_job *j, enum gw_job_state st, const char *reason) {
   if (st == GW_JOB_CANCELLED && j->pause_requested && !j->cancel_requested) {
-    paused(s, j); /* its worker stopped it as asked, at a final checkpoint */
+    gw_sched_paused(s, j); /* its worker stopped it as asked, at a final checkpoint */
     return;
   }
   gw_queue_remove(s->queue, j->id);
@@ -312,9 +312,11 @@ int gw_sched_pause(struct gw_sched *s, struct gw_job *j, const char *why) {
   case GW_JOB_STARTING:
   case GW_JOB_RUNNING:
   case GW_JOB_CHECKPOINTING:
+    if (j->pause_requested || j->cancel_requested)
+      return 1;
     if (j->gang)
-      return SL_ENOTSUP;
-    if (j->pause_requested || j->cancel_requested || !inst || !inst->registered)
+      break; /* every rank is told to stop; rank 0 writes the checkpoint */
+    if (!inst || !inst->registered)
       return 1;
     break;
   default:
@@ -325,6 +327,11 @@ int gw_sched_pause(struct gw_sched *s, struct gw_job *j, const char *why) {
   json_t *ev = json_pack("{s:s,s:s}", "event", "pausing", "reason", why);
   gw_sched_emit(s, j, ev);
   json_decref(ev);
+  if (j->gang) {
+    sl_info(T, "%s: pausing: %s", gw_job_id_str(j->id, id, sizeof id), why);
+    gw_sched_gang_pause(s, j);
+    return 0;
+  }
   /* the worker's cancel: SIGTERM, a final checkpoint, its upload, then done */
   json_t *m = json_pack("{s:s,s:s}", "type", "cancel", "job", gw_job_id_str(j->id, id, sizeof id));
   gw_fleet_send(s->fleet, inst, m);

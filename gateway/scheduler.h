@@ -147,7 +147,8 @@ void gw_sched_set_hold(struct gw_sched *s, gw_sched_hold_fn fn, void *data);
  * final checkpoint (as a cancel does), and its end puts it back in the
  * queue, resumable from that checkpoint, instead of ending it; a queued
  * one is marked paused. 0 when asked now, 1 when there was nothing to do
- * (asked before, or not started yet), SL_ENOTSUP for a gang (nodes=N). */
+ * (asked before, or not started yet). A gang's ranks are all stopped; rank
+ * 0 writes the checkpoint. */
 int gw_sched_pause(struct gw_sched *s, struct gw_job *j, const char *why);
 
 /* Placement should run (soon, from the loop). */

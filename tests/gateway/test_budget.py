@@ -62,6 +62,42 @@ def ml_budget(base, token):
     return [b for b in body["budgets"] if b["scope"] == "group" and b["name"] == "ml"]
 
 
+def gang_paused(alice, base):
+    """A gang (nodes=2) when the cap is reached again: every rank stops,
+    rank 0's final checkpoint is the step reached, and it resumes there."""
+    r = alice.req("submit", kind="train", model="m", data="d",
+                  options={"steps": 10000000, "batch": 4, "threads": 1,
+                           "checkpoint_every": 1000000, "nodes": 2})
+    require(r["ok"], "submit a gang", r)
+    job = r["job"]
+    require(alice.req("attach", job=job, after=0)["ok"], "attach the gang")
+    alice.wait_event(lambda e: e["job"] == job and e["event"] == "metric" and "step" in e,
+                     "the gang's first step", 120)
+    spent = ml_budget(base, TOKENS["root"])[0]["spent_usd"]
+    code, body = http(base, "/api/budgets/group/ml", TOKENS["root"], "PUT",
+                      {"monthly_usd": round(spent + 0.05, 6)})
+    check(code == 200, "root lowers the cap near the spend: %s" % body)
+    paused = alice.wait_event(lambda e: e["job"] == job and e["event"] == "paused",
+                              "the gang paused", 120)
+    alice.wait_event(lambda e: e["job"] == job and e["event"] == "state" and
+                     e["reason"].startswith("paused: "), "the gang queued again", 60)
+    steps = [e["step"] for e in alice.events if e["job"] == job and e["event"] == "metric"
+             and "step" in e]
+    check(steps and paused["step"] >= max(steps),
+          "the gang paused at the last step reached: paused %s, last metric %s"
+          % (paused["step"], max(steps) if steps else None))
+    code, body = http(base, "/api/budgets/group/ml", TOKENS["root"], "PUT", {"monthly_usd": 1e7})
+    check(code == 200, "root raises the cap again: %s" % body)
+    m = alice.wait_event(lambda e: e["job"] == job and e["event"] == "metric" and "step" in e and
+                         e["step"] > paused["step"] - 1 and e["seq"] > paused["seq"],
+                         "a step of the gang after the resume", 120)
+    check(paused["step"] < m["step"] <= paused["step"] + 200,
+          "the gang resumed from the pause's checkpoint: %s after %s" % (m["step"], paused["step"]))
+    alice.req("cancel", job=job)
+    alice.wait_event(lambda e: e["job"] == job and e["event"] == "state" and
+                     e["state"] == "cancelled", "the gang cancelled", 60)
+
+
 def main():
     folder = tempfile.mkdtemp(prefix="gw-budget-")
     opts = {"alice": "group = ml\n", "bob": "group = ml\n", "root": "admin = yes\n"}
@@ -164,6 +200,7 @@ def main():
         alice.req("cancel", job=job)
         alice.wait_event(lambda e: e["job"] == job and e["event"] == "state" and
                          e["state"] == "cancelled", "the job cancelled", 60)
+        gang_paused(alice, base)
         alice.close()
     finally:
         from checks import failures
