@@ -183,11 +183,20 @@ void gw_sched_paused(struct gw_sched *s, struct gw_job *j) {
   gw_sched_kick(s);
 }
 
-void gw_sched_finish(struct gw_sched *s, struct gw_job *j, enum gw_job_state st, const char *reason) {
-  if (st == GW_JOB_CANCELLED && j->pause_requested && !j->cancel_requested) {
-    gw_sched_paused(s, j); /* its worker stopped it as asked, at a final checkpoint */
+void gw_sched_worker_cancelled(struct gw_sched *s, struct gw_job *j, const char *reason) {
+  char why[200];
+  /* asked for a pause, or (the request lost with a gateway restart) held by
+   * a spent budget without a cancel asked: its worker stopped it at a final
+   * checkpoint, and it waits in the queue rather than ending */
+  if (!j->cancel_requested &&
+      (j->pause_requested || (s->hold && s->hold(s->hold_data, j, why, sizeof why)))) {
+    gw_sched_paused(s, j);
     return;
   }
+  gw_sched_finish(s, j, GW_JOB_CANCELLED, reason);
+}
+
+void gw_sched_finish(struct gw_sched *s, struct gw_job *j, enum gw_job_state st, const char *reason) {
   gw_queue_remove(s->queue, j->id);
   /* the job's end is written (or kept, ahead of every later write) before
    * its instances are free: a crash in between leaves an instance busy for

@@ -94,6 +94,10 @@ void gw_sched_checkpoint_recorded(struct gw_sched *s, const struct gw_job *j, in
 /* While the store keeps writes it refused: why new work is refused (a
  * sentence for the client), else NULL. */
 const char *gw_sched_refusal(const struct gw_sched *s);
+/* The worker reports j cancelled: ended as cancelled, or back in the queue
+ * when it was stopped for its budget (asked, or held by a spent budget and
+ * no cancel asked, as after a gateway restart in between). */
+void gw_sched_worker_cancelled(struct gw_sched *s, struct gw_job *j, const char *reason);
 /* The state store's health for the status reply, owned:
  * {"ok":false,"error":"disk full","message","since_us","kept_writes"}. */
 json_t *gw_sched_store_json(const struct gw_sched *s);
