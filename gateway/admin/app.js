@@ -155,15 +155,23 @@
     }));
   }
 
-  /* Daily spend as bars, the month's running total as a line, the
-   * monthly budget as a dashed line, on one scale. */
-  function drawChart(days, budget) {
-    const W = 640, H = 220, L = 56, R = 10, T = 10, B = 26;
-    const box = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img' });
+  /* Daily spend as bars, the month's running total as a line and the
+   * monthly budget as a dashed line, on one scale, drawn at the chart's
+   * own width so the labels keep their size on a phone. A budget far above
+   * the spend would flatten everything: it is named instead of drawn. */
+  let chartData = null;
+  function drawChart(days, budget, spent) {
+    chartData = [days, budget, spent];
+    const host = $('chart');
+    const W = Math.max(280, host.clientWidth || 640), H = W < 500 ? 170 : 220;
+    const L = 64, R = 10, T = 10, B = 24;
+    const box = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, role: 'img' });
     const month = new Date().toISOString().slice(0, 7);
     let run = 0;
     const total = days.map((d) => (d.key.slice(0, 7) === month ? (run += d.usd) : null));
-    const top = Math.max(budget || 0, ...days.map((d) => d.usd), ...total.map((t) => t || 0)) || 0.01;
+    const peak = Math.max(0, ...days.map((d) => d.usd), ...total.map((t) => t || 0));
+    const withBudget = budget > 0 && (peak === 0 || budget <= peak * 4);
+    const top = Math.max(peak, withBudget ? budget : 0) || 0.01;
     const n = Math.max(days.length, 1);
     const x = (i) => L + (i + 0.5) * (W - L - R) / n;
     const y = (v) => T + (H - T - B) * (1 - v / (top * 1.05));
@@ -186,14 +194,17 @@
     const pts = total.map((t, i) => (t == null ? null : x(i).toFixed(1) + ',' + y(t).toFixed(1)))
       .filter((p) => p);
     if (pts.length) box.append(svg('polyline', { class: 'line', points: pts.join(' ') }));
-    if (budget > 0) box.append(svg('line', { class: 'budget', x1: L, x2: W - R, y1: y(budget), y2: y(budget) }));
+    if (withBudget) box.append(svg('line', { class: 'budget', x1: L, x2: W - R, y1: y(budget), y2: y(budget) }));
     [0, days.length - 1].forEach((i) => {
       if (i < 0 || !days[i]) return;
-      const t = svg('text', { x: x(i), y: H - 8, 'text-anchor': i ? 'end' : 'start' });
+      const t = svg('text', { x: x(i), y: H - 6, 'text-anchor': i ? 'end' : 'start' });
       t.textContent = days[i].key.slice(5);
       box.append(t);
     });
-    $('chart').replaceChildren(box);
+    host.replaceChildren(box);
+    $('chart-note').textContent = !budget ? 'no monthly budget'
+      : withBudget ? 'budget ' + usd(budget)
+      : 'budget ' + usd(budget) + ', above this scale (' + (spent / budget * 100).toFixed(1) + '% used)';
   }
 
   function showBanner(text) {
@@ -227,7 +238,7 @@
       $('spend-budget').textContent = budget ? 'of ' + usd(budget) + ' (' +
         (cost.month_spent_usd / budget * 100).toFixed(0) + '%)' : 'no monthly budget';
       $('spend-saved').textContent = usd(cost.saved_usd);
-      drawChart(cost.by_day || [], budget);
+      drawChart(cost.by_day || [], budget, cost.month_spent_usd);
       drawFleet(insts.instances);
       drawJobs(jobs.jobs);
       drawPreemptions(pre);
@@ -284,6 +295,7 @@
       showBanner('');
       signedOut();
     });
+    window.addEventListener('resize', () => { if (chartData && !$('dash').hidden) drawChart(...chartData); });
     if (sessionStorage.getItem(KEY)) signedIn(); else signedOut();
   });
 })();
