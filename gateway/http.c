@@ -307,7 +307,7 @@ static void get_asset(const struct gw_admin_asset *f, struct MHD_Connection *c, 
   a->type = f->type;
   a->etag = f->etag;
   const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
-  if (inm && strstr(inm, f->etag)) {
+  if (inm && (strstr(inm, f->etag) || !strcmp(inm, "*"))) {
     a->code = MHD_HTTP_NOT_MODIFIED;
     return;
   }
