@@ -219,6 +219,7 @@
       return await api('/api/budgets');
     } catch (e) {
       if (e.status === 404) { budgetsAbsent = true; return null; }
+      if (e.status === 403) return null;  // budgets this token may not read: no panel
       throw e;
     }
   }
