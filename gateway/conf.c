@@ -49,6 +49,9 @@ static int check_hex64(const char *v, char *why, size_t size);
 static int check_store(const char *v, char *why, size_t size);
 static int check_hub_url(const char *v, char *why, size_t size);
 static int check_http(const char *v, char *why, size_t size);
+static int check_types(const char *v, char *why, size_t size);
+static int check_alert_at(const char *v, char *why, size_t size);
+static int check_yes_no(const char *v, char *why, size_t size);
 
 #define M(f) O_MAIN, offsetof(struct gw_config, f), sizeof(((struct gw_config *)0)->f)
 #define U(f) O_USER, offsetof(struct gw_user_cfg, f), sizeof(((struct gw_user_cfg *)0)->f)
@@ -65,6 +68,9 @@ static int check_http(const char *v, char *why, size_t size);
 #define T_STORE SL_OPT_STR, check_store
 #define T_HUBURL SL_OPT_STR, check_hub_url
 #define T_HTTP SL_OPT_STR, check_http
+#define T_TYPES SL_OPT_STR, check_types
+#define T_ALERT SL_OPT_STR, check_alert_at
+#define T_YESNO SL_OPT_STR, check_yes_no
 #define T_DUR SL_OPT_DUR, NULL
 #define T_INT SL_OPT_INT, NULL
 #define T_NUM SL_OPT_NUM, NULL
@@ -103,8 +109,10 @@ static const struct opt opts[] = {
    "a per-user (embedded) gateway with no client and no job this long stops itself and its workers (0: never)"),
   ROW("budget", "monthly_usd", T_NUM, M(monthly_usd), "2000", 0, 1e9,
    "spending budget per calendar month in US dollars (0: no budget)"),
+  ROW("budget", "alert_at", T_ALERT, M(alert_at), "", 0, 0,
+   "percentages of a monthly budget at which its users' notebooks get a notice, once a month each (50,80,100)"),
   ROW("budget", "hard_cap", T_BOOL, M(hard_cap), "yes", 0, 0,
-   "refuse new jobs once the monthly budget is spent"),
+   "at a spent budget, refuse new jobs and checkpoint and pause running ones"),
   ROW("store", "url", T_STORE, M(store_url), "", 0, 0,
    "checkpoint store: file:///PATH or s3://BUCKET/PREFIX (empty: each provider's own)"),
   ROW("store", "keep", T_INT, M(store_keep), "3", 1, 1000,
@@ -124,10 +132,26 @@ static const struct opt opts[] = {
   ROW("user.*", "group", T_NAME, U(group), NULL, 0, 0, "the user's group"),
   ROW("user.*", "admin", T_BOOL, U(admin), NULL, 0, 0,
    "yes: sees and manages every user's jobs, instances and costs"),
+  ROW("user.*", "instance_types", T_TYPES, U(instance_types), NULL, 0, 0,
+   "the instance types the user may run on (empty: the group's)"),
+  ROW("user.*", "monthly_usd", T_NUM, U(monthly_usd), NULL, 0, 1e9,
+   "the user's own monthly budget in US dollars (0: none)"),
+  ROW("user.*", "alert_at", T_ALERT, U(alert_at), NULL, 0, 0,
+   "alert percentages of the user's budget (empty: [budget] alert_at)"),
+  ROW("user.*", "hard_cap", T_YESNO, U(hard_cap), NULL, 0, 0,
+   "whether the user's budget is a hard cap (empty: [budget] hard_cap)"),
   ROW("group.*", "notebook_timeout", T_DUR, G(notebook_timeout_us), NULL, 1, 30 * 86400,
    "the group's [idle] notebook_timeout"),
   ROW("group.*", "worker_timeout", T_DUR, G(worker_timeout_us), NULL, 0.1, 30 * 86400,
    "the group's [idle] worker_timeout"),
+  ROW("group.*", "instance_types", T_TYPES, G(instance_types), NULL, 0, 0,
+   "the instance types the group's users may run on (empty: any)"),
+  ROW("group.*", "monthly_usd", T_NUM, G(monthly_usd), NULL, 0, 1e9,
+   "the group's monthly budget in US dollars (0: none)"),
+  ROW("group.*", "alert_at", T_ALERT, G(alert_at), NULL, 0, 0,
+   "alert percentages of the group's budget (empty: [budget] alert_at)"),
+  ROW("group.*", "hard_cap", T_YESNO, G(hard_cap), NULL, 0, 0,
+   "whether the group's budget is a hard cap (empty: [budget] hard_cap)"),
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -137,7 +161,6 @@ static const struct opt opts[] = {
 static const struct {
   const char *section, *key, *why;
 } refused[] = {
-  {"budget", "alert_at", "this gateway sends no budget alerts yet; remove the option"},
   {"webhook.*", NULL, "this gateway posts no webhooks yet; remove the section"},
 };
 #define N_REFUSED (sizeof refused / sizeof refused[0])
@@ -241,6 +264,76 @@ static int check_http(const char *v, char *why, size_t size) {
   if (!colon || colon == v || !end || *end || port < 0 || port > 65535 || strstr(v, "://"))
     return fail(why, size, "\"%s\" is not HOST:PORT (127.0.0.1:7480, say)", v), SL_ECONFIG;
   return 0;
+}
+
+/* instance_types: TYPE,TYPE (an instance type's characters; at most
+ * GW_TYPES_MAX), or empty. */
+static int check_types(const char *v, char *why, size_t size) {
+  size_t n = 0;
+  for (const char *p = v; *p;) {
+    size_t len = strcspn(p, ", ");
+    if (len) {
+      if (len > 63 || strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") < len)
+        return fail(why, size, "\"%.*s\" is not an instance type", (int)(len > 64 ? 64 : len), p),
+               SL_ECONFIG;
+      if (++n > GW_TYPES_MAX)
+        return fail(why, size, "more than %d instance types", GW_TYPES_MAX), SL_ECONFIG;
+    }
+    p += len;
+    p += strspn(p, ", ");
+  }
+  return 0;
+}
+
+int gw_config_parse_alert_at(const char *s, double ret[GW_ALERT_MAX], char *err, size_t err_size) {
+  size_t n = 0;
+  const char *p = s;
+  while (*p) {
+    size_t len = strcspn(p, ",");
+    char item[32];
+    if (len >= sizeof item)
+      return fail(err, err_size, "alert_at: \"%.*s\" is not a percentage", (int)(len > 40 ? 40 : len), p),
+             SL_ECONFIG;
+    memcpy(item, p, len);
+    item[len] = 0;
+    char *a = item, *end = NULL;
+    while (isspace((unsigned char)*a))
+      a++;
+    double v = strtod(a, &end);
+    while (end && end > a && isspace((unsigned char)*end))
+      end++; /* "50 , 80" */
+    if (end && *end == '%')
+      end++;
+    if (!*a || !end || *end || !isfinite(v) || v <= 0 || v > 1000)
+      return fail(err, err_size, "alert_at: \"%s\" is not a percentage above 0 and at most 1000",
+                  item), SL_ECONFIG;
+    bool dup = false;
+    for (size_t i = 0; i < n; i++)
+      dup |= ret[i] == v;
+    if (!dup) {
+      if (n == GW_ALERT_MAX)
+        return fail(err, err_size, "alert_at: more than %d percentages", GW_ALERT_MAX), SL_ECONFIG;
+      size_t i = n++;
+      for (; i > 0 && ret[i - 1] > v; i--) /* ascending */
+        ret[i] = ret[i - 1];
+      ret[i] = v;
+    }
+    p += len;
+    if (*p == ',' && !*++p)
+      return fail(err, err_size, "alert_at: a percentage after the last comma"), SL_ECONFIG;
+  }
+  return (int)n;
+}
+
+static int check_alert_at(const char *v, char *why, size_t size) {
+  double pct[GW_ALERT_MAX];
+  return gw_config_parse_alert_at(v, pct, why, size) < 0 ? SL_ECONFIG : 0;
+}
+
+static int check_yes_no(const char *v, char *why, size_t size) {
+  if (!strcmp(v, "yes") || !strcmp(v, "no"))
+    return 0;
+  return fail(why, size, "\"%s\" is not yes or no", v), SL_ECONFIG;
 }
 
 static int check_name(const char *v, char *why, size_t size) {
@@ -818,6 +911,14 @@ static const struct gw_group_cfg *user_group(const struct gw_config *c, const ch
     if (!strcmp(c->groups[i].name, name))
       return &c->groups[i];
   return NULL;
+}
+
+const char *gw_config_user_instance_types(const struct gw_config *c, const char *user) {
+  const struct gw_user_cfg *u = gw_config_user(c, user);
+  if (u && u->instance_types[0])
+    return u->instance_types;
+  const struct gw_group_cfg *g = user_group(c, user);
+  return g && g->instance_types[0] ? g->instance_types : NULL;
 }
 
 int64_t gw_config_notebook_timeout_us(const struct gw_config *c, const char *user) {

@@ -20,6 +20,9 @@
 #define GW_MAX_USERS 256
 #define GW_MAX_GROUPS 64
 #define GW_NAME_MAX 64
+/* instance_types = TYPE,TYPE: at most GW_TYPES_MAX names */
+#define GW_TYPES_MAX 16
+#define GW_TYPES_LIST_MAX 1040
 #define GW_MAX_PROVIDERS_CFG 8
 #define GW_PROVIDER_OPTS_MAX 32
 
@@ -28,12 +31,20 @@ struct gw_user_cfg {
   char token_sha256[65];
   char group[GW_NAME_MAX];
   bool admin;                   /* sees and manages every user's jobs, instances and costs */
+  char instance_types[GW_TYPES_LIST_MAX]; /* "": the group's */
+  double monthly_usd;           /* the user's own monthly budget; 0: none */
+  char alert_at[128];           /* "": the [budget] alert_at */
+  char hard_cap[8];             /* "yes"/"no"; "": the [budget] hard_cap */
 };
 
 struct gw_group_cfg {
   char name[GW_NAME_MAX];
   int64_t notebook_timeout_us;  /* -1: not set (the [idle] value applies) */
   int64_t worker_timeout_us;    /* -1: not set */
+  char instance_types[GW_TYPES_LIST_MAX]; /* the types its users may run on; "": any */
+  double monthly_usd;           /* the group's monthly budget; 0: none */
+  char alert_at[128];           /* "": the [budget] alert_at */
+  char hard_cap[8];             /* "yes"/"no"; "": the [budget] hard_cap */
 };
 
 /* An enabled provider: a [provider.NAME] section and the values it sets
@@ -68,6 +79,7 @@ struct gw_config {
   int64_t gateway_timeout_us;   /* the embedded gateway's own; 0: never */
   /* [budget] */
   double monthly_usd;
+  char alert_at[128];           /* percentages, "50,80,100"; "": no alerts */
   bool hard_cap;
   /* [store] */
   char store_url[512];          /* "": each provider's own store */
@@ -135,6 +147,14 @@ bool gw_config_user_admin(const struct gw_config *c, const char *user);
 /* The name of user's group: the file's [user.NAME] group, else
  * runtime_group's answer (hub groups), else NULL. */
 const char *gw_config_user_group(const struct gw_config *c, const char *user);
+/* The instance types user may run on (the comma list of their
+ * [user.NAME] instance_types, else their group's), or NULL: any. */
+const char *gw_config_user_instance_types(const struct gw_config *c, const char *user);
+#define GW_ALERT_MAX 16
+/* The percentages of an alert_at list ("50,80,100": each above 0 and at
+ * most 1000, at most GW_ALERT_MAX) into ret, ascending, duplicates dropped:
+ * their number, or SL_ECONFIG with a message in err. "" is an empty list. */
+int gw_config_parse_alert_at(const char *s, double ret[GW_ALERT_MAX], char *err, size_t err_size);
 /* Effective idle timeouts for a user (group values override [idle]). */
 int64_t gw_config_notebook_timeout_us(const struct gw_config *c, const char *user);
 int64_t gw_config_worker_timeout_us(const struct gw_config *c, const char *user);

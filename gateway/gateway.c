@@ -24,6 +24,7 @@
 #include "idle.h"
 #include "keys.h"
 #include "kproto.h"
+#include "budget.h"
 #include "ledger.h"
 #include "loop.h"
 #include "objstore.h"
@@ -66,6 +67,7 @@ struct gw {
   struct gw_bus bus;
   struct gw_sched *sched;
   struct gw_ledger *ledger;
+  struct gw_budget *budget;
   struct gw_idle *idle;
   struct gw_kproto *kproto;
   struct gw_wproto *wproto;
@@ -281,6 +283,7 @@ static int64_t housekeeping(struct gw_loop *l, int64_t id, int64_t now_us, void 
   struct gw *g = data;
   gw_sched_housekeeping(g->sched);
   gw_idle_check(g->idle, sl_time_mono_us());
+  gw_budget_check(g->budget, false);
   if (gw_idle_gateway_due(g->idle, gw_kproto_n_clients(g->kproto), sl_time_mono_us())) {
     size_t n = gw_idle_stop_workers(g->idle, "the idle gateway stopped");
     sl_info(T, "no client and no job for %lld s ([idle] gateway_timeout): stopping %zu workers"
@@ -367,6 +370,10 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
     goto fail;
   if (!(g->idle = gw_idle_new(cfg, g->fleet, g->sched, &g->bus)))
     goto fail;
+  struct gw_budget_env be = {.cfg = cfg, .store = g->store, .ledger = g->ledger, .fleet = g->fleet,
+                             .sched = g->sched, .bus = &g->bus};
+  if (!(g->budget = gw_budget_new(&be)))
+    goto fail;
   make_gateway_id(g);
   if ((r = open_objstore(g, err, err_size)) < 0)
     goto fail;
@@ -379,7 +386,7 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   struct gw_kproto_env ke = {.cfg = cfg, .store = g->store, .fleet = g->fleet, .queue = g->queue,
                              .sched = g->sched, .idle = g->idle, .ledger = g->ledger,
                              .loop = g->loop, .send = client_send, .send_ctx = g, .monitor = g->kmon,
-                             .hub = g->hub, .started_us = g->started_us};
+                             .hub = g->hub, .started_us = g->started_us, .budget = g->budget};
   r = -ENOMEM;
   if (!(g->kproto = gw_kproto_new(&ke)) ||
       !(g->wproto = gw_wproto_new(cfg, g->store, g->fleet, g->sched, g->wsock, g->zap)))
@@ -388,7 +395,8 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   gw_wproto_set_objstore(g->wproto, g->objstore);
   if ((r = gw_bus_subscribe(&g->bus, GW_BUS_JOB_EVENT | GW_BUS_NOTICE, gw_kproto_sink,
                             g->kproto)) < 0 ||
-      (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_ledger_sink, g->ledger)) < 0)
+      (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_ledger_sink, g->ledger)) < 0 ||
+      (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_budget_sink, g->budget)) < 0)
     goto fail;
   if ((r = gw_loop_add_zsock(g->loop, g->zap, GW_LOOP_READ, on_socket, g)) < 0 ||
       (r = gw_loop_add_zsock(g->loop, g->ksock, GW_LOOP_READ, on_socket, g)) < 0 ||
@@ -396,7 +404,8 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
       (r = gw_loop_add_zsock(g->loop, g->wsock, GW_LOOP_READ, on_socket, g)) < 0)
     goto fail;
   struct gw_httpd_env he = {.cfg = cfg, .store = g->store, .fleet = g->fleet, .ledger = g->ledger,
-                            .kproto = g->kproto, .loop = g->loop, .started_us = g->started_us};
+                            .kproto = g->kproto, .loop = g->loop, .started_us = g->started_us,
+                            .budget = g->budget};
   if (cfg->http[0] && (r = gw_httpd_new(&he, &g->httpd, err, err_size)) < 0)
     goto fail;
   int64_t t = gw_loop_add_timer(g->loop, sl_time_mono_us(), housekeeping, g);
@@ -456,6 +465,7 @@ struct gw *gw_free(struct gw *g) {
   if (g->zctx)
     zmq_ctx_term(g->zctx);
   gw_idle_free(g->idle);
+  gw_budget_free(g->budget);    /* the scheduler's hold */
   gw_sched_free(g->sched);      /* destroys the providers */
   if (g->hub && g->cfg->runtime_group_ctx == g->hub) {
     g->cfg_own->runtime_group = NULL;

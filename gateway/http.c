@@ -18,6 +18,7 @@
 
 #include "config.h"
 #include "http_api.h"
+#include "http_budget.h"
 #include "job.h"
 #include "metrics.h"
 #include "sl_err.h"
@@ -46,6 +47,7 @@
 #define JOBS_MAX 1000
 #define EVENTS_MAX 1000
 #define COST_ROWS_MAX 1000
+#define BODY_MAX 4096           /* a PUT's body */
 
 struct gw_httpd {
   struct gw_httpd_env env;
@@ -70,6 +72,13 @@ struct answer {
   const char *type;
   const char *allow;            /* 405: the methods the resource takes */
   const char *etag;             /* an admin page file: cached, revalidated by its tag */
+};
+
+/* A request's body as it comes in (PUT), kept with the connection. */
+struct upload {
+  char data[BODY_MAX];
+  size_t len;
+  bool too_big;
 };
 
 static void answer_json(struct answer *a, unsigned code, json_t *v) {
@@ -338,9 +347,26 @@ static void get_metrics(struct gw_httpd *h, struct MHD_Connection *c, struct ans
 
 /* The API's resources; each takes GET (and HEAD, which MHD answers
  * without the body). */
+static void route_budget(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
+                         const char *method, const struct upload *u, struct answer *a) {
+  struct who w;
+  if (!authenticate(h, c, &w, a))
+    return;
+  if (u && u->too_big)
+    return answer_err(a, 413, "the body is too large");
+  json_t *v = NULL;
+  unsigned code = gw_http_budget(h->env.budget, url, method, w.user, w.admin, u ? u->data : NULL,
+                                 u ? u->len : 0, &v);
+  if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
+    a->allow = gw_http_budget_url(url) && strcmp(url, "/api/budgets") ? "PUT" : "GET, HEAD";
+  answer_json(a, code, v);
+}
+
 static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url, const char *method,
-                  struct answer *a) {
+                  const struct upload *u, struct answer *a) {
   enum { NONE, METRICS, STATUS, JOBS, JOB, INSTANCES, COST, USERS, GROUPS, PREEMPTIONS, PAGE } what = NONE;
+  if (gw_http_budget_url(url))
+    return route_budget(h, c, url, method, u, a);
   const char *job = NULL;
   const struct gw_admin_asset *page = gw_http_admin_asset(url);
   if (page)
@@ -394,11 +420,28 @@ static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
-  (void)version; (void)upload; (void)upload_size; (void)con_cls;
+  (void)version;
   struct gw_httpd *h = cls;
+  struct upload *u = *con_cls;
+  if (!strcmp(method, MHD_HTTP_METHOD_PUT)) { /* the body first, then the answer */
+    if (!u) {
+      if (!(u = calloc(1, sizeof *u)))
+        return MHD_NO;
+      *con_cls = u;
+      return MHD_YES;
+    }
+    if (*upload_size) {
+      if (u->len + *upload_size >= sizeof u->data)
+        u->too_big = true;
+      else
+        memcpy(u->data + u->len, upload, *upload_size), u->len += *upload_size;
+      *upload_size = 0;
+      return MHD_YES;
+    }
+  }
   int64_t t0 = sl_time_mono_us();
   struct answer a = {0};
-  route(h, c, url, method, &a);
+  route(h, c, url, method, u, &a);
   struct MHD_Response *resp =
       MHD_create_response_from_buffer(a.len, a.body ? a.body : (char *)"", MHD_RESPMEM_MUST_COPY);
   free(a.body);
@@ -428,6 +471,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static int64_t on_timer(struct gw_loop *l, int64_t id, int64_t now_us, void *data);
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode why) {
+  (void)cls; (void)c; (void)why;
+  free(*con_cls);
+  *con_cls = NULL;
+}
 
 /* When MHD next needs a turn without input (its connections' timeouts), or
  * GW_LOOP_NOMORE. */
@@ -537,6 +587,7 @@ int gw_httpd_new(const struct gw_httpd_env *env, struct gw_httpd **ret, char *er
                           MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTIONS_MAX,
                           MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
                           MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY_BYTES,
+                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
                           MHD_OPTION_END);
   const union MHD_DaemonInfo *info = h->d ? MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
   int r = -ENOMEM;

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 struct gw_httpd;
+struct gw_budget;
 
 struct gw_httpd_env {
   const struct gw_config *cfg;  /* cfg->http is the address */
@@ -27,6 +28,7 @@ struct gw_httpd_env {
   struct gw_kproto *kproto;     /* connected clients (status, metrics) */
   struct gw_loop *loop;
   int64_t started_us;
+  struct gw_budget *budget;     /* /api/budgets; NULL: none */
 };
 
 /* Listens on env->cfg->http (everything in env borrowed) and writes the

@@ -473,7 +473,7 @@ void gw_sched_gang_register(struct gw_sched *s, struct gw_job *j, struct gw_inst
 
 void gw_sched_gang_load(struct gw_sched *s, struct gw_job *j) {
   struct gw_wants w;
-  gw_place_wants(j, &w);
+  gw_sched_wants(s, j, &w);
   struct gw_gang *g = calloc(1, sizeof *g);
   if (!g)
     return;

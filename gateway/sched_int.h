@@ -31,10 +31,15 @@ struct gw_sched {
   int64_t pass_mono_us;         /* the current placement pass began */
   int64_t save_timer;           /* retries the store's kept writes; 0: none armed */
   int64_t save_backoff_us;
+  gw_sched_hold_fn hold;        /* what keeps queued jobs back (budgets); NULL: nothing */
+  void *hold_data;
 };
 
 /* scheduler.c */
 void gw_sched_report(struct gw_sched *s, struct gw_bus_event ev);
+/* What j asks for (gw_place_wants), within the instance types its user may
+ * run on. */
+void gw_sched_wants(const struct gw_sched *s, const struct gw_job *j, struct gw_wants *w);
 /* Asks o's provider for an instance for job j (spot or on-demand): on
  * success it is in the fleet, launching, its row naming j, and its id in
  * ret_id. The job itself is left as it is. */

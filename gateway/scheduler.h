@@ -137,6 +137,19 @@ void gw_sched_gang_register(struct gw_sched *s, struct gw_job *j, struct gw_inst
 void gw_sched_terminate(struct gw_sched *s, struct gw_inst *in, const char *why);
 void gw_sched_instance_gone(struct gw_sched *s, const char *id, const char *why);
 
+/* Whether queued job j must wait (a spent budget): true with a sentence
+ * in why. */
+typedef bool (*gw_sched_hold_fn)(void *data, const struct gw_job *j, char *why, size_t size);
+/* Placement asks fn (data borrowed) before it starts a queued job; a held
+ * job stays queued with the reason "paused: WHY". */
+void gw_sched_set_hold(struct gw_sched *s, gw_sched_hold_fn fn, void *data);
+/* Pauses j for why: a running job's worker is told to stop it with a
+ * final checkpoint (as a cancel does), and its end puts it back in the
+ * queue, resumable from that checkpoint, instead of ending it; a queued
+ * one is marked paused. 0 when asked now, 1 when there was nothing to do
+ * (asked before, or not started yet), SL_ENOTSUP for a gang (nodes=N). */
+int gw_sched_pause(struct gw_sched *s, struct gw_job *j, const char *why);
+
 /* Placement should run (soon, from the loop). */
 void gw_sched_kick(struct gw_sched *s);
 /* Places queued jobs now. */

@@ -84,6 +84,12 @@ static const char *const migrations[] = {
   "  job INTEGER, step INTEGER, checkpoint TEXT, PRIMARY KEY(user, session, name));",
   /* 3: instances belong to a provider (several may be enabled at once) */
   "ALTER TABLE instances ADD COLUMN provider TEXT NOT NULL DEFAULT 'local';",
+  /* 4: budgets: the alerts and caps that fired each month, and limits an admin set live */
+  "CREATE TABLE budget_fired(month TEXT NOT NULL, scope TEXT NOT NULL, name TEXT NOT NULL,"
+  "  kind TEXT NOT NULL, threshold_pct REAL NOT NULL, spent_usd REAL, budget_usd REAL,"
+  "  time_us INTEGER, PRIMARY KEY(month, scope, name, kind, threshold_pct));"
+  "CREATE TABLE budget_override(scope TEXT NOT NULL, name TEXT NOT NULL,"
+  "  monthly_usd REAL NOT NULL, set_by TEXT, time_us INTEGER, PRIMARY KEY(scope, name));",
 };
 
 /* SQLite's error space in the project's: a full disk, an I/O error, a lock
@@ -1417,4 +1423,90 @@ void gw_store_health(const struct gw_store *s, struct gw_store_health *ret) {
 void gw_store_set_saved_fn(struct gw_store *s, gw_store_saved_fn fn, void *ctx) {
   s->saved_fn = fn;
   s->saved_ctx = ctx;
+}
+
+/* ---- budgets ---------------------------------------------------------- */
+
+int gw_store_budget_fire(struct gw_store *s, const char *month, const char *scope,
+                         const char *name, const char *kind, double threshold_pct,
+                         double spent_usd, double budget_usd, int64_t now_us) {
+  sqlite3_stmt *st = prep(s, "INSERT OR IGNORE INTO budget_fired(month, scope, name, kind,"
+                             " threshold_pct, spent_usd, budget_usd, time_us)"
+                             " VALUES(?1,?2,?3,?4,?5,?6,?7,?8)");
+  if (!st)
+    return SL_ESQLITE;
+  bind_text(st, 1, month);
+  bind_text(st, 2, scope);
+  bind_text(st, 3, name);
+  bind_text(st, 4, kind);
+  sqlite3_bind_double(st, 5, threshold_pct);
+  sqlite3_bind_double(st, 6, spent_usd);
+  sqlite3_bind_double(st, 7, budget_usd);
+  sqlite3_bind_int64(st, 8, now_us);
+  int r = run(s, st);
+  return r < 0 ? r : sqlite3_changes(s->db) > 0;
+}
+
+int gw_store_budget_fired(struct gw_store *s, const char *month, json_t **ret) {
+  sqlite3_stmt *st = prep(s, "SELECT scope, name, kind, threshold_pct, spent_usd, budget_usd, time_us"
+                             " FROM budget_fired WHERE month=?1 ORDER BY time_us");
+  if (!st)
+    return SL_ESQLITE;
+  bind_text(st, 1, month);
+  json_t *arr = json_array();
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:f,s:f,s:f,s:I}",
+                                         "scope", (const char *)sqlite3_column_text(st, 0),
+                                         "name", (const char *)sqlite3_column_text(st, 1),
+                                         "kind", (const char *)sqlite3_column_text(st, 2),
+                                         "threshold_pct", sqlite3_column_double(st, 3),
+                                         "spent_usd", sqlite3_column_double(st, 4),
+                                         "budget_usd", sqlite3_column_double(st, 5),
+                                         "time_us", (json_int_t)sqlite3_column_int64(st, 6)));
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) {
+    json_decref(arr);
+    return SL_ESQLITE;
+  }
+  *ret = arr;
+  return 0;
+}
+
+int gw_store_budget_override_set(struct gw_store *s, const char *scope, const char *name,
+                                 double monthly_usd, const char *set_by, int64_t now_us) {
+  sqlite3_stmt *st = prep(s, "INSERT INTO budget_override(scope, name, monthly_usd, set_by, time_us)"
+                             " VALUES(?1,?2,?3,?4,?5) ON CONFLICT(scope, name) DO UPDATE SET"
+                             " monthly_usd=excluded.monthly_usd, set_by=excluded.set_by,"
+                             " time_us=excluded.time_us");
+  if (!st)
+    return SL_ESQLITE;
+  bind_text(st, 1, scope);
+  bind_text(st, 2, name);
+  sqlite3_bind_double(st, 3, monthly_usd);
+  bind_text(st, 4, set_by);
+  sqlite3_bind_int64(st, 5, now_us);
+  return run(s, st);
+}
+
+int gw_store_budget_overrides(struct gw_store *s, json_t **ret) {
+  sqlite3_stmt *st = prep(s, "SELECT scope, name, monthly_usd, set_by, time_us FROM budget_override");
+  if (!st)
+    return SL_ESQLITE;
+  json_t *arr = json_array();
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    json_array_append_new(arr, json_pack("{s:s,s:s,s:f,s:s,s:I}",
+                                         "scope", (const char *)sqlite3_column_text(st, 0),
+                                         "name", (const char *)sqlite3_column_text(st, 1),
+                                         "monthly_usd", sqlite3_column_double(st, 2),
+                                         "set_by", (const char *)sqlite3_column_text(st, 3),
+                                         "time_us", (json_int_t)sqlite3_column_int64(st, 4)));
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) {
+    json_decref(arr);
+    return SL_ESQLITE;
+  }
+  *ret = arr;
+  return 0;
 }

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GW_STORE_SCHEMA_VERSION 3
+#define GW_STORE_SCHEMA_VERSION 4
 
 struct gw_store;
 
@@ -156,6 +156,23 @@ int gw_store_cost_add(struct gw_store *s, const struct gw_job *j, double usd,
 /* Totals since since_us for user (NULL: everyone). */
 int gw_store_cost_totals(struct gw_store *s, const char *user, int64_t since_us,
                          double *ret_usd, double *ret_on_demand_usd);
+
+/* Budgets. Records that month's (YYYY-MM) alert (kind "alert" at
+ * threshold_pct) or cap (kind "cap") of a scope ("gateway", "group",
+ * "user") and name: 1 when recorded now, 0 when it was already, or an
+ * error. Written at once, never kept: an alert that cannot be recorded is
+ * tried again. */
+int gw_store_budget_fire(struct gw_store *s, const char *month, const char *scope,
+                         const char *name, const char *kind, double threshold_pct,
+                         double spent_usd, double budget_usd, int64_t now_us);
+/* That month's records, owned: [{"scope","name","kind","threshold_pct",
+ * "spent_usd","budget_usd","time_us"}], oldest first. */
+int gw_store_budget_fired(struct gw_store *s, const char *month, json_t **ret);
+/* A monthly budget an admin (set_by) set live for a scope and name. */
+int gw_store_budget_override_set(struct gw_store *s, const char *scope, const char *name,
+                                 double monthly_usd, const char *set_by, int64_t now_us);
+/* Every such budget, owned: [{"scope","name","monthly_usd","set_by","time_us"}]. */
+int gw_store_budget_overrides(struct gw_store *s, json_t **ret);
 
 /* What gw_store_cost_by groups spend by. */
 enum gw_cost_by { GW_COST_BY_USER, GW_COST_BY_JOB, GW_COST_BY_TYPE, GW_COST_BY_DAY };

@@ -208,14 +208,33 @@ static void test_providers(void) {
   free(text);
 }
 
+/* [group.NAME] and [user.NAME] instance_types: the user's own list wins. */
+static void test_instance_types(void) {
+  int r;
+  expect_error("[group.g]\ninstance_types = g5.xlarge,g4dn/x\n",
+               "\"g4dn/x\" is not an instance type", 2);
+  expect_error("[group.g]\ninstance_types = a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q\n",
+               "more than 16 instance types", 2);
+  CHECK_STR(load("[group.g]\ninstance_types = g5.xlarge, g4dn.xlarge\n[group.h]\n"
+                 "[user.a]\ngroup = g\n[user.b]\ngroup = g\ninstance_types = p3.2xlarge\n"
+                 "[user.c]\ngroup = h\n", &r), "");
+  CHECK_INT(r, 0);
+  CHECK_STR(gw_config_user_instance_types(&loaded, "a"), "g5.xlarge, g4dn.xlarge");
+  CHECK_STR(gw_config_user_instance_types(&loaded, "b"), "p3.2xlarge");
+  CHECK(gw_config_user_instance_types(&loaded, "c") == NULL);
+  CHECK(gw_config_user_instance_types(&loaded, "nobody") == NULL);
+}
+
 static void test_refused(void) {
   /* options and sections that would configure nothing are errors that say so */
   expect_error("[gateway]\nlisten = tcp://127.0.0.1:1\nhttp = http://127.0.0.1:7480\n",
                "is not HOST:PORT", 3);
   expect_error("[gateway]\nhttp = 127.0.0.1:70000\n", "is not HOST:PORT", 2);
   expect_error("[gateway]\nhttp = 127.0.0.1\n", "is not HOST:PORT", 2);
-  expect_error("[budget]\nmonthly_usd = 10\nalert_at = 25,50\n",
-               "[budget] alert_at: this gateway sends no budget alerts yet", 3);
+  expect_error("[budget]\nmonthly_usd = 10\nalert_at = 25,x\n", "\"x\" is not a percentage", 3);
+  expect_error("[budget]\nalert_at = 0\n", "is not a percentage above 0", 2);
+  expect_error("[budget]\nalert_at = 50,\n", "after the last comma", 2);
+  expect_error("[group.ml]\nhard_cap = maybe\n", "is not yes or no", 2);
   expect_error("[gateway]\n[store]\nurl = s3://Bucket_1/x\n", "the bucket name must be", 3);
   expect_error("[store]\nurl = http://x/\n", "is not a file:/// or s3:// URL", 2);
   expect_error("[store]\nkeep = 0\n", "out of range", 2);
@@ -229,8 +248,16 @@ static void test_refused(void) {
   CHECK_INT(gw_config_set(&c, "gateway", "http", "", msg, sizeof msg), 0);
   CHECK_INT(gw_config_set(&c, "webhook.x", "url", "y", msg, sizeof msg), SL_ECONFIG);
   CHECK(strstr(msg, "no webhooks") != NULL);
+  CHECK_INT(gw_config_set(&c, "budget", "alert_at", "80, 50 ,100%", msg, sizeof msg), 0);
+  double pct[GW_ALERT_MAX];
+  CHECK_INT(gw_config_parse_alert_at(c.alert_at, pct, msg, sizeof msg), 3);
+  CHECK(pct[0] == 50 && pct[1] == 80 && pct[2] == 100);
+  CHECK_INT(gw_config_parse_alert_at("", pct, msg, sizeof msg), 0);
+  CHECK_INT(gw_config_set(&c, "group.ml", "monthly_usd", "10", msg, sizeof msg), 0);
+  CHECK_INT(gw_config_set(&c, "group.ml", "hard_cap", "no", msg, sizeof msg), 0);
+  CHECK(c.groups[0].monthly_usd == 10 && !strcmp(c.groups[0].hard_cap, "no"));
   char *text = dump(&c);
-  CHECK(strstr(text, "alert_at") == NULL);
+  CHECK(strstr(text, "alert_at = 80, 50 ,100%") != NULL);
   free(text);
 }
 
@@ -397,6 +424,7 @@ int main(void) {
 
   test_providers();
   test_refused();
+  test_instance_types();
 
   /* dump -> load -> dump is a fixed point, with users, groups, providers
    * and odd numbers */
