@@ -137,21 +137,25 @@
       td(usd(g.month_spent_usd), 'num'))), 'groups-empty');
   }
 
+  /* GET /api/budgets: {"month", "budgets": [{"scope", "name", "budget_usd",
+   * "spent_usd", "alert_at", "fired", "hard_cap", "capped"}]}. */
   function drawBudgets(b) {
     const list = b && Array.isArray(b.budgets) ? b.budgets : null;
     $('budgets-card').hidden = !list || list.length === 0;
     if (!list) return;
     fill('budgets-table', list.map((r) => {
-      const budget = Number(r.budget_usd != null ? r.budget_usd : r.monthly_usd) || 0;
+      const budget = Number(r.budget_usd) || 0;
       const spent = Number(r.spent_usd) || 0;
       const pct = budget > 0 ? spent / budget * 100 : 0;
       const bar = el('span');
       bar.style.width = Math.min(100, pct).toFixed(1) + '%';
-      return el('tr', null, td(r.scope || ''), td(r.name || ''), td(usd(spent), 'num'),
-        td(budget > 0 ? usd(budget) : 'none', 'num'),
+      const fired = Array.isArray(r.fired) && r.fired.length ? 'alerts at ' + r.fired.join(', ') + '% sent' : '';
+      const cap = r.capped ? 'capped' : r.hard_cap ? 'hard cap' : 'alerts only';
+      return el('tr', r.capped ? { class: 'capped' } : null, td(r.scope || ''), td(r.name || '–'),
+        td(usd(spent), 'num'), td(budget > 0 ? usd(budget) : 'none', 'num'),
         td(el('span', null, el('span', { class: 'meter' + (pct >= 100 ? ' over' : '') }, bar),
            budget > 0 ? ' ' + pct.toFixed(0) + '%' : '')),
-        td(r.hard_cap || r.cap ? 'hard' : 'alert only'));
+        td(cap + (fired ? '; ' + fired : '')));
     }));
   }
 

@@ -236,6 +236,14 @@ def check_page(base, job, instance, bob_job, bob_inst):
               "the users and groups tables")
         check(drv.execute_script("return document.querySelectorAll('#chart svg rect.bar').length") == 30,
               "the spend chart has 30 days")
+        code, buds = api(base, "/api/budgets", TOKENS["root"])
+        if code == 200 and buds.get("budgets"):
+            check(wait_for(lambda: drv.find_element("id", "budgets-card").is_displayed() and
+                           buds["budgets"][0]["scope"] in text_of(drv, "budgets-table"), 10, "the budgets"),
+                  "the budget panel shows /api/budgets")
+        else:
+            check(not drv.find_element("id", "budgets-card").is_displayed(),
+                  "no budget panel when /api/budgets has none (%s)" % code)
         check(not drv.find_element("id", "banner").is_displayed(), "no error banner")
         bad = severe(drv.get_log("browser"), budgets_absent)
         check(not bad, "no SEVERE entry in the browser console: %s" % bad)
