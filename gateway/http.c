@@ -17,6 +17,7 @@
 #include "http.h"
 
 #include "config.h"
+#include "http_api.h"
 #include "http_budget.h"
 #include "job.h"
 #include "metrics.h"
@@ -70,6 +71,7 @@ struct answer {
   size_t len;
   const char *type;
   const char *allow;            /* 405: the methods the resource takes */
+  const char *etag;             /* an admin page file: cached, revalidated by its tag */
 };
 
 /* A request's body as it comes in (PUT), kept with the connection. */
@@ -152,13 +154,16 @@ static json_t *instance_json(const struct gw_inst *in) {
   char job[16] = "";
   if (in->row.job)
     gw_job_id_str(in->row.job, job, sizeof job);
-  return json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:o,s:s,s:s,s:s,s:b,s:I}", "instance", in->row.id,
+  json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:o,s:s,s:s,s:s,s:b,s:I}", "instance", in->row.id,
                    "provider", in->row.provider, "type", in->row.type, "zone", in->row.zone,
                    "market", in->row.spot ? "spot" : "on-demand", "price_usd_per_hour",
                    sl_json_real(in->row.price_usd_per_hour), "on_demand_usd_per_hour",
                    sl_json_real(in->row.on_demand_usd_per_hour), "state", in->row.state, "job", job,
                    "user", in->row.user, "registered", in->registered, "launched_us",
                    (json_int_t)in->row.launched_us);
+  if (o && !strcmp(in->row.state, "idle") && in->idle_since_mono_us > 0)
+    json_object_set_new(o, "idle_s", sl_json_real((double)(sl_time_mono_us() - in->idle_since_mono_us) / 1e6));
+  return o;
 }
 
 static bool sees(const struct who *w, const char *user) {
@@ -281,11 +286,46 @@ static void get_cost(struct gw_httpd *h, struct MHD_Connection *c, const struct 
     }
     json_object_set_new(o, names[by], rows);
   }
+  if (r == 0 && o)
+    r = gw_http_cost_more(&h->env, user, (int)arg_int(c, "days", 0, 0, 366), o);
   if (r < 0) {
     json_decref(o);
     return answer_err(a, MHD_HTTP_INTERNAL_SERVER_ERROR, sl_strerror(r));
   }
   answer_json(a, MHD_HTTP_OK, o);
+}
+
+/* /api/users, /api/groups, /api/preemptions: http_api.c's views of the
+ * caller's scope (an admin: everyone unless ?user= names one). */
+static void get_view(struct gw_httpd *h, struct MHD_Connection *c, const struct who *w, int what,
+                     struct answer *a) {
+  const char *user;
+  if (!scope(c, w, &user, a))
+    return;
+  json_t *o = NULL;
+  int r = what == 0   ? gw_http_users(&h->env, user, &o)
+          : what == 1 ? gw_http_groups(&h->env, user, &o)
+                      : gw_http_preemptions(&h->env, user, (size_t)arg_int(c, "limit", 20, 1, 1000), &o);
+  if (r < 0)
+    return answer_err(a, MHD_HTTP_INTERNAL_SERVER_ERROR, sl_strerror(r));
+  answer_json(a, MHD_HTTP_OK, o);
+}
+
+/* The admin page's files: they hold no data, so they need no token. */
+static void get_asset(const struct gw_admin_asset *f, struct MHD_Connection *c, struct answer *a) {
+  a->type = f->type;
+  a->etag = f->etag;
+  const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
+  if (inm && (strstr(inm, f->etag) || !strcmp(inm, "*"))) {
+    a->code = MHD_HTTP_NOT_MODIFIED;
+    return;
+  }
+  a->body = malloc(f->len ? f->len : 1);
+  if (!a->body)
+    return answer_err(a, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+  memcpy(a->body, f->data, f->len);
+  a->len = f->len;
+  a->code = MHD_HTTP_OK;
 }
 
 static void get_metrics(struct gw_httpd *h, struct MHD_Connection *c, struct answer *a) {
@@ -324,11 +364,14 @@ static void route_budget(struct gw_httpd *h, struct MHD_Connection *c, const cha
 
 static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url, const char *method,
                   const struct upload *u, struct answer *a) {
-  enum { NONE, METRICS, STATUS, JOBS, JOB, INSTANCES, COST } what = NONE;
+  enum { NONE, METRICS, STATUS, JOBS, JOB, INSTANCES, COST, USERS, GROUPS, PREEMPTIONS, PAGE } what = NONE;
   if (gw_http_budget_url(url))
     return route_budget(h, c, url, method, u, a);
   const char *job = NULL;
-  if (!strcmp(url, "/metrics"))
+  const struct gw_admin_asset *page = gw_http_admin_asset(url);
+  if (page)
+    what = PAGE;
+  else if (!strcmp(url, "/metrics"))
     what = METRICS;
   else if (!strcmp(url, "/api/status"))
     what = STATUS;
@@ -342,6 +385,12 @@ static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
     what = INSTANCES;
   else if (!strcmp(url, "/api/cost"))
     what = COST;
+  else if (!strcmp(url, "/api/users"))
+    what = USERS;
+  else if (!strcmp(url, "/api/groups"))
+    what = GROUPS;
+  else if (!strcmp(url, "/api/preemptions"))
+    what = PREEMPTIONS;
   if (what == NONE)
     return answer_err(a, MHD_HTTP_NOT_FOUND, "no such resource");
   if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD)) {
@@ -350,6 +399,8 @@ static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
   }
   if (what == METRICS)
     return get_metrics(h, c, a);
+  if (what == PAGE)
+    return get_asset(page, c, a);
   struct who w;
   if (!authenticate(h, c, &w, a))
     return;
@@ -359,6 +410,9 @@ static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
   case JOB: return get_job(h, c, job, &w, a);
   case INSTANCES: return get_instances(h, &w, a);
   case COST: return get_cost(h, c, &w, a);
+  case USERS: return get_view(h, c, &w, 0, a);
+  case GROUPS: return get_view(h, c, &w, 1, a);
+  case PREEMPTIONS: return get_view(h, c, &w, 2, a);
   default: return;
   }
 }
@@ -394,7 +448,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   if (!resp)
     return MHD_NO;
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, a.type ? a.type : "application/json");
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+  if (a.etag) {
+    /* the page's own files: kept by the browser, asked again each load */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, a.etag);
+    MHD_add_response_header(resp, "Content-Security-Policy",
+                            "default-src 'self'; img-src 'self' data:; object-src 'none'; "
+                            "base-uri 'none'; form-action 'self'; frame-ancestors 'none'");
+    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+  } else
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+  MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
   if (a.code == MHD_HTTP_UNAUTHORIZED)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"spotlab\"");
   if (a.allow)

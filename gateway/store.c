@@ -971,6 +971,61 @@ int gw_store_counts(struct gw_store *s, json_t **ret) {
   return 0;
 }
 
+int gw_store_job_counts_by_user(struct gw_store *s, json_t **ret) {
+  sqlite3_stmt *st = prep(s, "SELECT user, state, COUNT(*) FROM jobs GROUP BY user, state");
+  if (!st)
+    return SL_ESQLITE;
+  json_t *o = json_object();
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *u = (const char *)sqlite3_column_text(st, 0);
+    const char *k = (const char *)sqlite3_column_text(st, 1);
+    json_t *per = json_object_get(o, u ? u : "");
+    if (!per)
+      json_object_set_new(o, u ? u : "", per = json_object());
+    json_object_set_new(per, k ? k : "", json_integer(sqlite3_column_int64(st, 2)));
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE || !o) {
+    json_decref(o);
+    return SL_ESQLITE;
+  }
+  *ret = o;
+  return 0;
+}
+
+int gw_store_preemption_events(struct gw_store *s, const char *user, size_t max, json_t **ret) {
+  /* as in gw_store_counts, only jobs with a preempted attempt are read */
+  sqlite3_stmt *st = prep(s, "SELECT e.body, j.user FROM events e JOIN jobs j ON j.id=e.job"
+                             " WHERE e.job IN (SELECT DISTINCT job FROM attempts WHERE"
+                             " outcome='preempted') AND e.kind IN ('preempted','resumed')"
+                             " AND (?1 IS NULL OR j.user=?1) ORDER BY e.time_us DESC, e.job DESC,"
+                             " e.seq DESC LIMIT ?2");
+  if (!st)
+    return SL_ESQLITE;
+  if (user)
+    bind_text(st, 1, user);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
+  json_t *arr = json_array();
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    json_t *ev = parse_text(st, 0);
+    if (!json_is_object(ev)) {
+      json_decref(ev);
+      continue;
+    }
+    json_object_set_new(ev, "user", json_string((const char *)sqlite3_column_text(st, 1)));
+    json_array_insert_new(arr, 0, ev);
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE || !arr) {
+    json_decref(arr);
+    return SL_ESQLITE;
+  }
+  *ret = arr;
+  return 0;
+}
+
 static int instance_put(struct gw_store *s, const struct gw_instance_row *row) {
   sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO instances(id, type, zone, spot, price,"
                              " on_demand_price, public_key, state, job, user, launched_us,"

@@ -186,6 +186,14 @@ int gw_store_cost_by(struct gw_store *s, enum gw_cost_by what, const char *user,
  * "preemptions": {"notice": N, "no_notice": N}}. */
 int gw_store_counts(struct gw_store *s, json_t **ret);
 
+/* Jobs per user and state over every job ever stored, owned:
+ * {USER: {STATE: N}}. */
+int gw_store_job_counts_by_user(struct gw_store *s, json_t **ret);
+/* The preempted and resumed events of user's jobs (NULL: everyone), the
+ * newest max of them, oldest first: an owned array of the events' bodies
+ * (with "seq", "time_us" and "job") each with "user" added. */
+int gw_store_preemption_events(struct gw_store *s, const char *user, size_t max, json_t **ret);
+
 int gw_store_instance_put(struct gw_store *s, const struct gw_instance_row *row);
 
 /* Writes the kept writes in one transaction: 0 when none were kept, the
