@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct gw_webhooks;
+
 struct gw_httpd;
 
 struct gw_httpd_env {
@@ -27,6 +29,7 @@ struct gw_httpd_env {
   struct gw_kproto *kproto;     /* connected clients (status, metrics) */
   struct gw_loop *loop;
   int64_t started_us;
+  const struct gw_webhooks *webhooks; /* their counters in /metrics; NULL: none */
 };
 
 /* Listens on env->cfg->http (everything in env borrowed) and writes the
