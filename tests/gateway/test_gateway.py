@@ -333,7 +333,9 @@ def case_config_errors(gw):
                                ("[budget]\nalert_at = 50\n", 2,
                                 "[budget] alert_at: this gateway sends no budget alerts yet"),
                                ("[store]\nurl = ftp://x\n", 2, 'is not a file:/// or s3:// URL'),
-                               ("[webhook.slack]\n", 1, "[webhook.slack]: this gateway posts no")]:
+                               ("[webhook.slack]\n", 1, "[webhook.slack] has no url"),
+                               ("[webhook.a]\nurl = https://x/\nevents = job.done\n", 3,
+                                'events: "job.done" is not an event')]:
         ini = os.path.join(gw.dir, "bad.ini")
         with open(ini, "w") as f:
             f.write(text)
