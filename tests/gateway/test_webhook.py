@@ -12,7 +12,7 @@ Python's hmac against the hook's secret. Checks: job.succeeded and
 job.failed reach "ok" once each, signed, with a text; "flaky" gets its event
 on the 3rd try under one delivery id; "down" and "gone" end as failed in
 /metrics (which promtool accepts); the gateway answers a ping at once while
-"slow" holds its requests; an idle worker's shutdown, a preemption (an
+"slow" holds its requests, and stops at once with one in flight; an idle worker's shutdown, a preemption (an
 injected kill) and a cancel arrive as idle.shutdown, job.preempted and
 job.cancelled. Every wait has a deadline.
 """
@@ -199,7 +199,8 @@ def write_ini(gw, folder, port, gone):
              "[webhook.down]\nurl = %sdown\nevents = job.succeeded\nsecret = %s\nretries = 2\n"
              "[webhook.gone]\nurl = http://127.0.0.1:%d/x\nevents = job.succeeded\nsecret = g\n"
              "retries = 1\ntimeout = 2s\n"
-             "[webhook.slow]\nurl = %sslow\nevents = job.succeeded,job.failed\nsecret = %s\n"
+             "[webhook.slow]\nurl = %sslow\nevents = job.succeeded,job.failed,job.cancelled\n"
+             "secret = %s\n"
              "timeout = 40s\nretries = 0\n"
              % (base, ALL_EVENTS, SECRETS["ok"], base, base, SECRETS["down"], gone, base,
                 SECRETS["slow"]))
@@ -297,6 +298,7 @@ def check_preempt_cancel(rx, c):
           placed[-1]["instance"] and body.get("notice") is False and job in body.get("text", ""),
           "ok: job.preempted names the job and the lost instance, without notice", body)
     check_signed(pre, "ok: job.preempted")
+    rx.release.clear()  # slow holds the job.cancelled post: in flight when the gateway stops
     check(c.req("cancel", job=job)["ok"], "cancel accepted")
     check(ended(c, job) == "cancelled", "%s cancelled" % job)
     can = rx.wait(lambda r: r["hook"] == "ok" and r["event"] == "job.cancelled", "job.cancelled", 20)
@@ -344,6 +346,12 @@ def main():
         check("k" * 100 not in gw.logtext() and SECRETS["flaky"] not in gw.logtext() and
               "127.0.0.1:%d/ok" % rx.port not in gw.logtext(),
               "neither secrets nor URLs reach the log")
+        check(rx.wait(lambda r: r["hook"] == "slow" and r["event"] == "job.cancelled",
+                      "slow: job.cancelled held", 20), "slow holds a post as the gateway stops")
+        t0 = time.monotonic()
+        rc = gw.stop()
+        check(rc == 0 and time.monotonic() - t0 < 8,
+              "the gateway stops at once and cleanly with a post in flight (exit %s)" % rc)
     finally:
         if failures:
             print("gateway log:\n" + gw.logtail(), file=sys.stderr)
