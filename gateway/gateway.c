@@ -8,7 +8,7 @@
  * calls return once a request is made.
  *
  * Wiring: the scheduler reports on the bus; the kernel protocol (fan-out
- * and notices) and the cost ledger subscribe to it. The calls between the
+ * and notices), the cost ledger and the webhooks subscribe to it. The calls between the
  * modules go one way: kproto and wproto call the scheduler, idle and the
  * ledger; idle calls the scheduler; the scheduler calls the fleet and the
  * providers; nothing calls back up. */
@@ -32,6 +32,7 @@
 #include "queue.h"
 #include "scheduler.h"
 #include "store.h"
+#include "webhook.h"
 #include "wproto.h"
 #include "zmsg.h"
 
@@ -72,6 +73,7 @@ struct gw {
   struct gw_kproto *kproto;
   struct gw_wproto *wproto;
   struct gw_httpd *httpd;       /* [gateway] http; NULL without */
+  struct gw_webhooks *webhooks; /* [webhook.NAME] posts */
   void *zctx, *ksock, *wsock, *zap;
   void *kmon;                   /* the kernel socket's closed connections (kproto) */
   struct gw_keypair keys;
@@ -398,6 +400,11 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
       (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_ledger_sink, g->ledger)) < 0 ||
       (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_budget_sink, g->budget)) < 0)
     goto fail;
+  struct gw_webhooks_env we = {.cfg = cfg, .loop = g->loop, .http = g->http};
+  r = -ENOMEM;
+  if (!(g->webhooks = gw_webhooks_new(&we)) ||
+      (r = gw_bus_subscribe(&g->bus, GW_WEBHOOK_BUS_KINDS, gw_webhooks_sink, g->webhooks)) < 0)
+    goto fail;
   if ((r = gw_loop_add_zsock(g->loop, g->zap, GW_LOOP_READ, on_socket, g)) < 0 ||
       (r = gw_loop_add_zsock(g->loop, g->ksock, GW_LOOP_READ, on_socket, g)) < 0 ||
       (r = gw_loop_add_zsock(g->loop, g->kmon, GW_LOOP_READ, on_socket, g)) < 0 ||
@@ -405,7 +412,7 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
     goto fail;
   struct gw_httpd_env he = {.cfg = cfg, .store = g->store, .fleet = g->fleet, .ledger = g->ledger,
                             .kproto = g->kproto, .loop = g->loop, .started_us = g->started_us,
-                            .budget = g->budget};
+                            .budget = g->budget, .webhooks = g->webhooks};
   if (cfg->http[0] && (r = gw_httpd_new(&he, &g->httpd, err, err_size)) < 0)
     goto fail;
   int64_t t = gw_loop_add_timer(g->loop, sl_time_mono_us(), housekeeping, g);
@@ -447,7 +454,7 @@ int gw_run(struct gw *g, volatile sig_atomic_t *stop) {
 struct gw *gw_free(struct gw *g) {
   if (!g)
     return NULL;
-  gw_httpd_free(g->httpd);      /* reads kproto */
+  gw_httpd_free(g->httpd);      /* reads kproto and webhooks */
   gw_kproto_free(g->kproto);
   gw_wproto_free(g->wproto);
   g->bundle = gw_bundle_free(g->bundle);
@@ -472,6 +479,7 @@ struct gw *gw_free(struct gw *g) {
     g->cfg_own->runtime_group_ctx = NULL;
   }
   gw_hub_free(g->hub);          /* after kproto, which cancels its checks */
+  gw_webhooks_free(g->webhooks); /* after the bus's last sources; cancels on http */
   gw_httpc_free(g->http);
   gw_ledger_free(g->ledger);
   gw_fleet_free(g->fleet);

@@ -338,6 +338,7 @@ static void get_metrics(struct gw_httpd *h, struct MHD_Connection *c, struct ans
   }
   struct gw_metrics_src src = {.cfg = h->env.cfg, .store = h->env.store, .fleet = h->env.fleet,
                                .ledger = h->env.ledger, .kproto = h->env.kproto, .http = &h->stats};
+  src.webhooks = h->env.webhooks;
   a->body = gw_metrics_render(&src, &a->len);
   if (!a->body)
     return answer_err(a, MHD_HTTP_INTERNAL_SERVER_ERROR, "the store did not answer");

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct gw_webhooks;
+
 struct gw_httpd;
 struct gw_budget;
 
@@ -29,6 +31,7 @@ struct gw_httpd_env {
   struct gw_loop *loop;
   int64_t started_us;
   struct gw_budget *budget;     /* /api/budgets; NULL: none */
+  const struct gw_webhooks *webhooks; /* their counters in /metrics; NULL: none */
 };
 
 /* Listens on env->cfg->http (everything in env borrowed) and writes the

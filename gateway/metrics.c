@@ -8,6 +8,7 @@
 #include "config.h"
 #include "job.h"
 #include "sl_json.h"
+#include "webhook.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -199,6 +200,7 @@ char *gw_metrics_render(const struct gw_metrics_src *src, size_t *ret_len) {
   fprintf(f, "spotlab_kernel_clients %zu\n", src->kproto ? gw_kproto_n_clients(src->kproto) : 0);
   if (src->http)
     http_self(f, src->http);
+  gw_webhooks_metrics(src->webhooks, f);
   if (fclose(f) != 0 || r < 0) {
     free(buf);
     return NULL;

@@ -334,7 +334,9 @@ def case_config_errors(gw):
                                ("[budget]\nalert_at = 50,x\n", 2,
                                 'alert_at: "x" is not a percentage'),
                                ("[store]\nurl = ftp://x\n", 2, 'is not a file:/// or s3:// URL'),
-                               ("[webhook.slack]\n", 1, "[webhook.slack]: this gateway posts no")]:
+                               ("[webhook.slack]\n", 1, "[webhook.slack] has no url"),
+                               ("[webhook.a]\nurl = https://x/\nevents = job.done\n", 3,
+                                'events: "job.done" is not an event')]:
         ini = os.path.join(gw.dir, "bad.ini")
         with open(ini, "w") as f:
             f.write(text)
