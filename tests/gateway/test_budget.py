@@ -9,18 +9,23 @@ Alice trains; once her job has cost something, root sets group ml's budget
 over PUT /api/budgets a little above it. Each alert_at threshold (50, 80,
 100) reaches alice's session and bob's as one notice; at the hard cap the
 job is checkpointed and paused with no step lost, and new submits are
-refused with the amount and the cap. A restarted gateway fires nothing
+refused with the amount and the cap. The same alerts and the cap reach a
+webhook receiver the test runs, signed. A restarted gateway fires nothing
 again. Bob's PUT is refused (403); root raises the cap and the job resumes
 from the step it stopped at. Every wait has a deadline.
 """
+import hashlib
+import hmac
 import json
 import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from checks import check, exit_status, require  # noqa: E402
@@ -29,6 +34,53 @@ from gateway_proc import GatewayProcess, kill_instances  # noqa: E402
 
 GATEWAY, WORKER, TRAIN = (os.path.abspath(a) for a in sys.argv[1:4])
 TOKENS = {"alice": "alice-token-1", "bob": "bob-token-2", "root": "root-token-3"}
+
+
+HOOK_SECRET = "budget-hook-secret"
+
+
+class Receiver:
+    """Webhook posts to 127.0.0.1:0, each recorded with whether its
+    X-Spotlab-Signature verifies."""
+
+    def __init__(self):
+        self.posts = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                ts = self.headers.get("X-Spotlab-Timestamp", "")
+                want = "sha256=" + hmac.new(HOOK_SECRET.encode(), ts.encode() + b"." + body,
+                                            hashlib.sha256).hexdigest()
+                receiver.posts.append({"event": self.headers.get("X-Spotlab-Event"),
+                                       "valid": hmac.compare_digest(
+                                           want, self.headers.get("X-Spotlab-Signature", "")),
+                                       "body": json.loads(body or b"{}")})
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wait(self, pred, timeout):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            got = [p for p in list(self.posts) if pred(p)]
+            if got:
+                return got
+            time.sleep(0.1)  # the posts come from the gateway's loop: nothing to wait on
+        return []
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def http(base, path, token, method="GET", body=None):
@@ -101,12 +153,16 @@ def gang_paused(alice, base):
 def main():
     folder = tempfile.mkdtemp(prefix="gw-budget-")
     opts = {"alice": "group = ml\n", "bob": "group = ml\n", "root": "admin = yes\n"}
+    rx = Receiver()
     # a market that never takes an instance back: every step a metric shows
     # belongs to the attempt the cap pauses
     gw = GatewayProcess(folder, GATEWAY, TOKENS, slots=2, time_scale=3600, user_options=opts,
                         market_capacity=4,
                         extra_ini="[idle]\nworker_timeout = 10m\n[group.ml]\nmonthly_usd = 1000\n"
-                                  "alert_at = 50,80,100\nhard_cap = yes\n",
+                                  "alert_at = 50,80,100\nhard_cap = yes\n"
+                                  "[webhook.team]\nurl = http://127.0.0.1:%d/team\n"
+                                  "events = budget.alert,budget.cap\nsecret = %s\n"
+                                  % (rx.port, HOOK_SECRET),
                         env={"SPOTLAB_WORKER_BIN": WORKER, "SPOTLAB_TRAIN_BIN": TRAIN,
                              "SPOTLAB_DEBUG": None})
     with open(gw.ini) as f:
@@ -167,6 +223,15 @@ def main():
             got = sorted((n["threshold_pct"], n["cap"]) for n in budget_notices(c))
             check([p for p, cp in got if not cp] == [50, 80, 100] and
                   len([1 for p, cp in got if cp]) == 1, "%s: each notice once: %s" % (who, got))
+        cap_posts = rx.wait(lambda p: p["event"] == "budget.cap", 30)
+        alerts = sorted(p["body"]["budget"]["threshold_pct"] for p in rx.posts
+                        if p["event"] == "budget.alert")
+        check(alerts == [50, 80, 100] and len(cap_posts) == 1,
+              "the webhook got each alert once and the cap once: %s, %d" % (alerts, len(cap_posts)))
+        check(rx.posts and all(p["valid"] and p["body"].get("text") and
+                               p["body"]["budget"]["scope"] == "group" and
+                               p["body"]["budget"]["name"] == "ml" for p in rx.posts),
+              "every post signed, with a text, for group ml: %s" % [p["body"] for p in rx.posts])
         b = ml_budget(base, TOKENS["alice"])
         check(b and b[0]["fired"] == [50, 80, 100] and b[0]["capped"] and b[0].get("override"),
               "alice sees ml's budget: %s" % b)
@@ -208,6 +273,7 @@ def main():
             print("gateway log:\n" + gw.logtail(12000), file=sys.stderr)
         gw.stop()
         kill_instances(gw.state)
+        rx.stop()
         shutil.rmtree(folder, ignore_errors=True)
     return exit_status()
 
