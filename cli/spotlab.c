@@ -33,6 +33,7 @@ static const struct {
   {"cancel", "JOB", "cancel a job"},
   {"cost", "[--json]", "spend so far and savings against on-demand"},
   {"instances", "[--json]", "running instances"},
+  {"budget", "[set gateway|group NAME|user NAME USD] [--json]", "monthly budgets; set: raise one live (admin)"},
   {"inject", "preempt|kill INSTANCE [--notice 120s]", "trigger a preemption"},
   {"gateway", "stop [--force] | status", "stop this user's gateway and its idle workers now"},
   {"version", "", "print the version"},
@@ -262,11 +263,26 @@ static int cancel(struct cli_conn *conn, const struct opts *o) {
   return 0;
 }
 
+static int budget(struct cli_conn *conn, const struct opts *o) {
+  char args[256] = "", err[160];
+  for (int i = 0; i < (int)o->n_pos; i++) {
+    size_t len = strlen(args);
+    snprintf(args + len, sizeof args - len, "%s%s", i ? " " : "", o->pos[i]);
+  }
+  json_t *req = jk_budget_request(args, err, sizeof err);
+  if (!req) {
+    fprintf(stderr, "spotlab budget: %s\n", err);
+    return 2;
+  }
+  return simple(conn, "budget", req, o->json, NULL, jk_format_budgets);
+}
+
 static int run(const char *cmd, const struct opts *o) {
   if (!strcmp(cmd, "gateway"))
     return o->n_pos > 1 ? (fprintf(stderr, "spotlab gateway: unexpected argument '%s'\n", o->pos[1]), 2)
                         : cli_gateway(o->pos[0], o->force, o->json);
-  bool takes_pos = !strcmp(cmd, "logs") || !strcmp(cmd, "cancel") || !strcmp(cmd, "inject");
+  bool takes_pos = !strcmp(cmd, "logs") || !strcmp(cmd, "cancel") || !strcmp(cmd, "inject") ||
+                   !strcmp(cmd, "budget");
   if (!takes_pos && o->n_pos) {
     fprintf(stderr, "spotlab %s: unexpected argument '%s'\n", cmd, o->pos[0]);
     return 2;
@@ -285,6 +301,8 @@ static int run(const char *cmd, const struct opts *o) {
     rc = simple(conn, cmd, json_pack("{s:s}", "type", "cost"), o->json, NULL, jk_format_cost);
   else if (!strcmp(cmd, "instances"))
     rc = simple(conn, cmd, json_pack("{s:s}", "type", "instances"), o->json, "instances", jk_format_instances);
+  else if (!strcmp(cmd, "budget"))
+    rc = budget(conn, o);
   else if (!strcmp(cmd, "logs"))
     rc = logs(conn, o);
   else if (!strcmp(cmd, "cancel"))

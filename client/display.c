@@ -517,7 +517,13 @@ static void on_other(struct jk_display *d, const char *kind, const json_t *ev, i
 }
 
 int jk_display_notice(struct jk_display *d, const json_t *notice) {
-  if (strcmp(sl_json_get_str(notice, "event", ""), "idle") != 0)
+  const char *event = sl_json_get_str(notice, "event", "");
+  if (strcmp(event, "budget") == 0) { /* the gateway's sentence: an alert, or a cap */
+    timeline(d, sl_json_get_int(notice, "time_us", 0), "%.300s", sl_json_get_str(notice, "text", "budget notice"));
+    d->dirty = true;
+    return 1;
+  }
+  if (strcmp(event, "idle") != 0)
     return 0;
   on_idle(d, notice, sl_json_get_int(notice, "time_us", 0));
   d->dirty = true;

@@ -511,3 +511,70 @@ char *jk_format_events(const json_t *reply) {
     jk_dbuf_printf(&b, "... more events follow (the gateway sent the first %zu)\n", json_array_size(events));
   return jk_dbuf_done(&b);
 }
+
+/* ---- budgets ---- */
+
+json_t *jk_budget_request(const char *args, char *err, size_t size) {
+  char buf[256], *w[5];
+  int n = 0;
+  snprintf(buf, sizeof buf, "%s", args ? args : "");
+  for (char *save = NULL, *t = strtok_r(buf, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
+    if (n == 5)
+      break;
+    w[n++] = t;
+  }
+  if (n == 0)
+    return json_pack("{s:s}", "type", "budget");
+  bool gateway = n == 3 && strcmp(w[1], "gateway") == 0;
+  bool named = n == 4 && (strcmp(w[1], "group") == 0 || strcmp(w[1], "user") == 0);
+  if (strcmp(w[0], "set") != 0 || (!gateway && !named)) {
+    snprintf(err, size, "usage: budget [set gateway USD | set group NAME USD | set user NAME USD]");
+    return NULL;
+  }
+  const char *amount = w[n - 1];
+  char *end = NULL;
+  double usd = strtod(amount, &end);
+  if (*amount == '$')
+    usd = strtod(amount + 1, &end);
+  if (!end || *end || !isfinite(usd) || usd < 0) {
+    snprintf(err, size, "'%s' is not an amount in US dollars", amount);
+    return NULL;
+  }
+  return json_pack("{s:s,s:{s:s,s:s,s:f}}", "type", "budget", "set", "scope", w[1], "name",
+                   gateway ? "" : w[2], "monthly_usd", usd);
+}
+
+char *jk_format_budgets(const json_t *reply) {
+  struct jk_dbuf b = {0};
+  const json_t *list = json_object_get(reply, "budgets");
+  if (!json_array_size(list)) {
+    jk_dbuf_printf(&b, "No monthly budget applies.\n");
+    return jk_dbuf_done(&b);
+  }
+  jk_dbuf_printf(&b, "monthly budgets, %s (UTC):\n", sl_json_get_str(reply, "month", "this month"));
+  size_t i;
+  json_t *o;
+  json_array_foreach(list, i, o) {
+    if (i >= MAX_ROWS)
+      break;
+    const char *scope = sl_json_get_str(o, "scope", ""), *name = sl_json_get_str(o, "name", "");
+    char who[96], spent[32], budget[32], fired[128] = "";
+    snprintf(who, sizeof who, "%s%s%s", scope, *name ? " " : "", name);
+    money(spent, sizeof spent, o, "spent_usd");
+    money(budget, sizeof budget, o, "budget_usd");
+    size_t k;
+    json_t *p;
+    json_array_foreach(json_object_get(o, "fired"), k, p) {
+      size_t len = strlen(fired);
+      snprintf(fired + len, sizeof fired - len, "%s%g%%", len ? "," : "", json_number_value(p));
+    }
+    jk_dbuf_printf(&b, "  %-20.20s spent %s of %s (%.0f%%)%s%s%s%s\n", who, spent, budget,
+                   100 * sl_json_get_num(o, "ratio", 0), sl_json_get_bool(o, "hard_cap", false) ? ", hard cap" : "",
+                   sl_json_get_bool(o, "capped", false) ? ", SPENT: new jobs refused, running ones paused" : "",
+                   fired[0] ? "; alerts sent at " : "", fired);
+    json_t *ov = json_object_get(o, "override");
+    if (ov)
+      jk_dbuf_printf(&b, "  %-20.20s (set live by %s)\n", "", sl_json_get_str(ov, "set_by", "an admin"));
+  }
+  return jk_dbuf_done(&b);
+}

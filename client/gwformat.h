@@ -34,4 +34,11 @@ char *jk_format_event(const json_t *event, long long first_time_us);
 /* {"events":[...],"more":bool} */
 char *jk_format_events(const json_t *reply);
 
+/* The gateway request of "%budget ARGS" and "spotlab budget ARGS", owned:
+ * "" lists the budgets; "set gateway USD", "set group NAME USD" or "set
+ * user NAME USD" sets one (an admin's). NULL with a message in err. */
+json_t *jk_budget_request(const char *args, char *err, size_t size);
+/* The budget reply: each budget with its spend, alerts and cap. */
+char *jk_format_budgets(const json_t *reply);
+
 #endif

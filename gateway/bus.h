@@ -23,7 +23,8 @@ enum gw_bus_kind {
   GW_BUS_PLACED = 1 << 2,       /* job placed on instance (an attempt begins) */
   GW_BUS_PREEMPTED = 1 << 3,    /* job lost instance; notice: with a notice */
   GW_BUS_COST = 1 << 4,         /* job's attempt accrued usd / on_demand_usd over seconds */
-  GW_BUS_NOTICE = 1 << 5,       /* msg for the clients of (user, session) */
+  GW_BUS_NOTICE = 1 << 5,       /* msg for the clients of (user, session); session NULL: every
+                                   session of user; user NULL: those msg's budget scope covers */
   GW_BUS_INSTANCE_GONE = 1 << 6,/* instance left the fleet: why */
   GW_BUS_IDLE_SHUTDOWN = 1 << 7,/* instance of user (session, or NULL) stopped for idleness: why */
   GW_BUS_BUDGET = 1 << 8,       /* a budget crossed an alert threshold or its cap: budget */

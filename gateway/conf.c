@@ -33,7 +33,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum opt_owner { O_MAIN, O_USER, O_GROUP };
+enum opt_owner { O_MAIN, O_USER, O_GROUP, O_HOOK };
 
 /* A row: the section it belongs to, the struct it writes into, and the
  * option itself (sl_opt.h: name, type, where, default, bounds, help). */
@@ -49,10 +49,16 @@ static int check_hex64(const char *v, char *why, size_t size);
 static int check_store(const char *v, char *why, size_t size);
 static int check_hub_url(const char *v, char *why, size_t size);
 static int check_http(const char *v, char *why, size_t size);
+static int check_types(const char *v, char *why, size_t size);
+static int check_alert_at(const char *v, char *why, size_t size);
+static int check_yes_no(const char *v, char *why, size_t size);
+static int check_hook_url(const char *v, char *why, size_t size);
+static int check_events(const char *v, char *why, size_t size);
 
 #define M(f) O_MAIN, offsetof(struct gw_config, f), sizeof(((struct gw_config *)0)->f)
 #define U(f) O_USER, offsetof(struct gw_user_cfg, f), sizeof(((struct gw_user_cfg *)0)->f)
 #define G(f) O_GROUP, offsetof(struct gw_group_cfg, f), sizeof(((struct gw_group_cfg *)0)->f)
+#define W(f) O_HOOK, offsetof(struct gw_webhook_cfg, f), sizeof(((struct gw_webhook_cfg *)0)->f)
 /* type: an sl_opt type and the check of its values; where: M, U or G */
 #define ROW(section, name, type, where, def, min, max, help) \
   ROW_(section, name, type, where, def, min, max, help)
@@ -65,6 +71,11 @@ static int check_http(const char *v, char *why, size_t size);
 #define T_STORE SL_OPT_STR, check_store
 #define T_HUBURL SL_OPT_STR, check_hub_url
 #define T_HTTP SL_OPT_STR, check_http
+#define T_TYPES SL_OPT_STR, check_types
+#define T_ALERT SL_OPT_STR, check_alert_at
+#define T_YESNO SL_OPT_STR, check_yes_no
+#define T_HOOKURL SL_OPT_STR, check_hook_url
+#define T_EVENTS SL_OPT_STR, check_events
 #define T_DUR SL_OPT_DUR, NULL
 #define T_INT SL_OPT_INT, NULL
 #define T_NUM SL_OPT_NUM, NULL
@@ -103,8 +114,10 @@ static const struct opt opts[] = {
    "a per-user (embedded) gateway with no client and no job this long stops itself and its workers (0: never)"),
   ROW("budget", "monthly_usd", T_NUM, M(monthly_usd), "2000", 0, 1e9,
    "spending budget per calendar month in US dollars (0: no budget)"),
+  ROW("budget", "alert_at", T_ALERT, M(alert_at), "", 0, 0,
+   "percentages of a monthly budget at which its users' notebooks get a notice, once a month each (50,80,100)"),
   ROW("budget", "hard_cap", T_BOOL, M(hard_cap), "yes", 0, 0,
-   "refuse new jobs once the monthly budget is spent"),
+   "at a spent budget, refuse new jobs and checkpoint and pause running ones"),
   ROW("store", "url", T_STORE, M(store_url), "", 0, 0,
    "checkpoint store: file:///PATH or s3://BUCKET/PREFIX (empty: each provider's own)"),
   ROW("store", "keep", T_INT, M(store_keep), "3", 1, 1000,
@@ -124,23 +137,48 @@ static const struct opt opts[] = {
   ROW("user.*", "group", T_NAME, U(group), NULL, 0, 0, "the user's group"),
   ROW("user.*", "admin", T_BOOL, U(admin), NULL, 0, 0,
    "yes: sees and manages every user's jobs, instances and costs"),
+  ROW("user.*", "instance_types", T_TYPES, U(instance_types), NULL, 0, 0,
+   "the instance types the user may run on (empty: the group's)"),
+  ROW("user.*", "monthly_usd", T_NUM, U(monthly_usd), NULL, 0, 1e9,
+   "the user's own monthly budget in US dollars (0: none)"),
+  ROW("user.*", "alert_at", T_ALERT, U(alert_at), NULL, 0, 0,
+   "alert percentages of the user's budget (empty: [budget] alert_at)"),
+  ROW("user.*", "hard_cap", T_YESNO, U(hard_cap), NULL, 0, 0,
+   "whether the user's budget is a hard cap (empty: [budget] hard_cap)"),
   ROW("group.*", "notebook_timeout", T_DUR, G(notebook_timeout_us), NULL, 1, 30 * 86400,
    "the group's [idle] notebook_timeout"),
   ROW("group.*", "worker_timeout", T_DUR, G(worker_timeout_us), NULL, 0.1, 30 * 86400,
    "the group's [idle] worker_timeout"),
+  ROW("group.*", "instance_types", T_TYPES, G(instance_types), NULL, 0, 0,
+   "the instance types the group's users may run on (empty: any)"),
+  ROW("group.*", "monthly_usd", T_NUM, G(monthly_usd), NULL, 0, 1e9,
+   "the group's monthly budget in US dollars (0: none)"),
+  ROW("group.*", "alert_at", T_ALERT, G(alert_at), NULL, 0, 0,
+   "alert percentages of the group's budget (empty: [budget] alert_at)"),
+  ROW("group.*", "hard_cap", T_YESNO, G(hard_cap), NULL, 0, 0,
+   "whether the group's budget is a hard cap (empty: [budget] hard_cap)"),
+  ROW("webhook.*", "url", T_HOOKURL, W(url), NULL, 0, 0,
+   "where events are posted as JSON: an http:// or https:// URL"),
+  ROW("webhook.*", "events", T_EVENTS, W(events), NULL, 0, 0,
+   "events posted, comma-separated: job.succeeded, job.failed, job.preempted, job.cancelled,"
+   " budget.alert, budget.cap, idle.shutdown"),
+  ROW("webhook.*", "secret", T_STR, W(secret), NULL, 0, 0,
+   "the HMAC-SHA256 key of the X-Spotlab-Signature header (or secret_file)"),
+  ROW("webhook.*", "secret_file", T_STR, W(secret_file), NULL, 0, 0,
+   "a file whose content (less a final newline) is the key; relative to the config file's folder"),
+  ROW("webhook.*", "timeout", T_DUR, W(timeout_us), "10s", 0.1, 300,
+   "one delivery try's limit"),
+  ROW("webhook.*", "retries", T_INT, W(retries), "6", 0, 20,
+   "tries after the first when the receiver cannot be reached, times out, or answers 429 or 5xx"),
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
-/* Options and sections DESIGN.md names for features this gateway does not
- * have yet: setting one is an error that says so. key NULL: the whole
- * section. */
-static const struct {
-  const char *section, *key, *why;
-} refused[] = {
-  {"budget", "alert_at", "this gateway sends no budget alerts yet; remove the option"},
-  {"webhook.*", NULL, "this gateway posts no webhooks yet; remove the section"},
+static const char *const hook_events[GW_HOOK_N_EVENTS] = {
+  [GW_HOOK_JOB_SUCCEEDED] = "job.succeeded", [GW_HOOK_JOB_FAILED] = "job.failed",
+  [GW_HOOK_JOB_PREEMPTED] = "job.preempted", [GW_HOOK_JOB_CANCELLED] = "job.cancelled",
+  [GW_HOOK_BUDGET_ALERT] = "budget.alert", [GW_HOOK_BUDGET_CAP] = "budget.cap",
+  [GW_HOOK_IDLE_SHUTDOWN] = "idle.shutdown",
 };
-#define N_REFUSED (sizeof refused / sizeof refused[0])
 
 /* The implicit provider: enabled when the configuration names none. */
 #define DEFAULT_PROVIDER "local"
@@ -179,14 +217,6 @@ static const char *section_template(const char *section, const char **ret_entry)
   return section;
 }
 
-static const char *refused_why(const char *tmpl, const char *key) {
-  for (size_t i = 0; i < N_REFUSED; i++)
-    if (!strcmp(refused[i].section, tmpl) &&
-        (!refused[i].key ? !key : key && !strcmp(refused[i].key, key)))
-      return refused[i].why;
-  return NULL;
-}
-
 /* Names the registered provider classes into buf: "local, fake" or "none". */
 static void class_names(char *buf, size_t size) {
   size_t used = 0;
@@ -201,13 +231,10 @@ static void class_names(char *buf, size_t size) {
 }
 
 /* 0 when section can hold options, or SL_ECONFIG with the reason: unknown,
- * refused, or a provider this gateway does not have. */
+ * or a provider this gateway does not have. */
 static int check_section(const char *section, char *err, size_t size) {
   const char *entry;
   const char *tmpl = section_template(section, &entry);
-  const char *why = refused_why(tmpl, NULL);
-  if (why)
-    return fail(err, size, "[%s]: %s", section, why), SL_ECONFIG;
   if (entry && !valid_name(entry))
     return fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
   if (!strcmp(tmpl, "provider.*")) {
@@ -241,6 +268,117 @@ static int check_http(const char *v, char *why, size_t size) {
   if (!colon || colon == v || !end || *end || port < 0 || port > 65535 || strstr(v, "://"))
     return fail(why, size, "\"%s\" is not HOST:PORT (127.0.0.1:7480, say)", v), SL_ECONFIG;
   return 0;
+}
+
+/* instance_types: TYPE,TYPE (an instance type's characters; at most
+ * GW_TYPES_MAX), or empty. */
+static int check_types(const char *v, char *why, size_t size) {
+  size_t n = 0;
+  for (const char *p = v; *p;) {
+    size_t len = strcspn(p, ", ");
+    if (len) {
+      if (len > 63 || strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") < len)
+        return fail(why, size, "\"%.*s\" is not an instance type", (int)(len > 64 ? 64 : len), p),
+               SL_ECONFIG;
+      if (++n > GW_TYPES_MAX)
+        return fail(why, size, "more than %d instance types", GW_TYPES_MAX), SL_ECONFIG;
+    }
+    p += len;
+    p += strspn(p, ", ");
+  }
+  return 0;
+}
+
+int gw_config_parse_alert_at(const char *s, double ret[GW_ALERT_MAX], char *err, size_t err_size) {
+  size_t n = 0;
+  const char *p = s;
+  while (*p) {
+    size_t len = strcspn(p, ",");
+    char item[32];
+    if (len >= sizeof item)
+      return fail(err, err_size, "alert_at: \"%.*s\" is not a percentage", (int)(len > 40 ? 40 : len), p),
+             SL_ECONFIG;
+    memcpy(item, p, len);
+    item[len] = 0;
+    char *a = item, *end = NULL;
+    while (isspace((unsigned char)*a))
+      a++;
+    double v = strtod(a, &end);
+    while (end && end > a && isspace((unsigned char)*end))
+      end++; /* "50 , 80" */
+    if (end && *end == '%')
+      end++;
+    if (!*a || !end || *end || !isfinite(v) || v <= 0 || v > 1000)
+      return fail(err, err_size, "alert_at: \"%s\" is not a percentage above 0 and at most 1000",
+                  item), SL_ECONFIG;
+    bool dup = false;
+    for (size_t i = 0; i < n; i++)
+      dup |= ret[i] == v;
+    if (!dup) {
+      if (n == GW_ALERT_MAX)
+        return fail(err, err_size, "alert_at: more than %d percentages", GW_ALERT_MAX), SL_ECONFIG;
+      size_t i = n++;
+      for (; i > 0 && ret[i - 1] > v; i--) /* ascending */
+        ret[i] = ret[i - 1];
+      ret[i] = v;
+    }
+    p += len;
+    if (*p == ',' && !*++p)
+      return fail(err, err_size, "alert_at: a percentage after the last comma"), SL_ECONFIG;
+  }
+  return (int)n;
+}
+
+static int check_alert_at(const char *v, char *why, size_t size) {
+  double pct[GW_ALERT_MAX];
+  return gw_config_parse_alert_at(v, pct, why, size) < 0 ? SL_ECONFIG : 0;
+}
+
+static int check_yes_no(const char *v, char *why, size_t size) {
+  if (!strcmp(v, "yes") || !strcmp(v, "no"))
+    return 0;
+  return fail(why, size, "\"%s\" is not yes or no", v), SL_ECONFIG;
+}
+
+/* An http:// or https:// URL with a host, no spaces. */
+static int check_hook_url(const char *v, char *why, size_t size) {
+  const char *host = !strncmp(v, "http://", 7) ? v + 7 : !strncmp(v, "https://", 8) ? v + 8 : NULL;
+  if (!host || !*host || *host == '/' || strpbrk(v, " \t\r\n"))
+    return fail(why, size, "\"%s\" is not an http:// or https:// URL", v), SL_ECONFIG;
+  return 0;
+}
+
+/* "job.succeeded, job.failed" as bits of hook_events; SL_ECONFIG naming the
+ * first word that is no event, or for a list that names none. */
+static int parse_events(const char *v, unsigned *ret_mask, char *why, size_t size) {
+  unsigned mask = 0;
+  for (const char *p = v; *p;) {
+    p += strspn(p, " \t,");
+    size_t n = strcspn(p, " \t,");
+    if (!n)
+      break;
+    size_t e = 0;
+    while (e < GW_HOOK_N_EVENTS && (strlen(hook_events[e]) != n || strncmp(hook_events[e], p, n)))
+      e++;
+    if (e == GW_HOOK_N_EVENTS)
+      return fail(why, size, "\"%.*s\" is not an event (job.succeeded, job.failed, job.preempted,"
+                  " job.cancelled, budget.alert, budget.cap, idle.shutdown)", (int)n, p), SL_ECONFIG;
+    mask |= 1u << e;
+    p += n;
+  }
+  if (!mask)
+    return fail(why, size, "names no event"), SL_ECONFIG;
+  *ret_mask = mask;
+  return 0;
+}
+
+static int check_events(const char *v, char *why, size_t size) {
+  unsigned mask;
+  return parse_events(v, &mask, why, size);
+}
+
+const char *gw_config_hook_event_name(enum gw_hook_event e) {
+  return (unsigned)e < GW_HOOK_N_EVENTS ? hook_events[e] : NULL;
 }
 
 static int check_name(const char *v, char *why, size_t size) {
@@ -294,6 +432,20 @@ static void *target(struct gw_config *c, enum opt_owner owner, const char *entry
     memset(u, 0, sizeof *u);
     snprintf(u->name, sizeof u->name, "%s", entry);
     return u;
+  }
+  if (owner == O_HOOK) {
+    for (size_t i = 0; i < c->n_webhooks; i++)
+      if (!strcmp(c->webhooks[i].name, entry))
+        return &c->webhooks[i];
+    if (c->n_webhooks == GW_MAX_WEBHOOKS)
+      return fail(err, size, "more than %d webhooks", GW_MAX_WEBHOOKS), NULL;
+    struct gw_webhook_cfg *w = &c->webhooks[c->n_webhooks++];
+    memset(w, 0, sizeof *w);
+    snprintf(w->name, sizeof w->name, "%s", entry);
+    for (size_t i = 0; i < N_OPTS; i++)
+      if (opts[i].owner == O_HOOK)
+        sl_opt_defaults(&opts[i].o, 1, w);
+    return w;
   }
   for (size_t i = 0; i < c->n_groups; i++)
     if (!strcmp(c->groups[i].name, entry))
@@ -435,9 +587,6 @@ int gw_config_set(struct gw_config *c, const char *section, const char *name, co
     return SL_ECONFIG;
   const char *entry;
   const char *tmpl = section_template(section, &entry);
-  const char *why = refused_why(tmpl, name);
-  if (why)
-    return fail(err, err_size, "[%s] %s: %s", section, name, why), SL_ECONFIG;
   if (!strcmp(tmpl, "provider.*"))
     return set_provider_option(c, section, entry, name, value, err, err_size);
   for (size_t i = 0; i < N_OPTS; i++) {
@@ -450,6 +599,8 @@ int gw_config_set(struct gw_config *c, const char *section, const char *name, co
     int r = sl_opt_set(&o->o, base, NULL, value, err, err_size);
     if (r >= 0 && !strcmp(tmpl, "hub"))
       c->hub = true;
+    if (r >= 0 && o->owner == O_HOOK && !strcmp(name, "events"))
+      parse_events(value, &((struct gw_webhook_cfg *)base)->event_mask, NULL, 0);
     return r;
   }
   return fail(err, err_size, "unknown key \"%s\" in [%s]", name, section), SL_ECONFIG;
@@ -577,6 +728,8 @@ static void on_section(struct parse_ctx *p, const char *s) {
     parse_error(p, msg);
   else if (!strcmp(tmpl, "group.*") && !target(p->c, O_GROUP, entry, msg, sizeof msg))
     parse_error(p, msg);
+  else if (!strcmp(tmpl, "webhook.*") && !target(p->c, O_HOOK, entry, msg, sizeof msg))
+    parse_error(p, msg);
   else
     add_seen(p, sec, ""), p->c->hub |= !strcmp(sec, "hub"); /* an empty [hub]: the environment's hub */
 }
@@ -692,6 +845,64 @@ static int check_whole(struct parse_ctx *p) {
   return 0;
 }
 
+/* Reads a webhook's secret_file (relative to the config file's folder)
+ * into w->secret, less one final newline. */
+static int read_secret(struct parse_ctx *p, struct gw_webhook_cfg *w, int line) {
+  char path[2048];
+  const char *slash = strrchr(p->path, '/');
+  if (w->secret_file[0] == '/' || !slash)
+    snprintf(path, sizeof path, "%s", w->secret_file);
+  else
+    snprintf(path, sizeof path, "%.*s/%s", (int)(slash - p->path), p->path, w->secret_file);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) < 0) {
+    int e = errno;
+    if (fd >= 0)
+      close(fd);
+    return error_at(p, line, "[webhook.%s] secret_file %s: %s", w->name, path, strerror(e));
+  }
+  ssize_t n = S_ISREG(st.st_mode) ? read(fd, w->secret, sizeof w->secret) : -1;
+  close(fd);
+  if (n < 0 || (size_t)n == sizeof w->secret || (n > 0 && memchr(w->secret, 0, (size_t)n))) {
+    memset(w->secret, 0, sizeof w->secret);
+    return error_at(p, line, "[webhook.%s] secret_file %s: not a text file of at most %zu bytes",
+                    w->name, path, sizeof w->secret - 1);
+  }
+  w->secret[n] = 0;
+  if (n && w->secret[n - 1] == '\n')
+    w->secret[--n] = 0;
+  if (n && w->secret[n - 1] == '\r')
+    w->secret[--n] = 0;
+  if (!n)
+    return error_at(p, line, "[webhook.%s] secret_file %s is empty", w->name, path);
+  return 0;
+}
+
+/* Every webhook has a URL, events and exactly one of secret and
+ * secret_file, which is read here. Errors name the section's line or the
+ * value's. */
+static int check_webhooks(struct parse_ctx *p) {
+  char sec[96];
+  for (size_t i = 0; i < p->c->n_webhooks; i++) {
+    struct gw_webhook_cfg *w = &p->c->webhooks[i];
+    snprintf(sec, sizeof sec, "webhook.%s", w->name);
+    int line = seen_line(p, sec, "");
+    if (!w->url[0])
+      return error_at(p, line, "[%s] has no url", sec);
+    if (!w->event_mask)
+      return error_at(p, line, "[%s] has no events (job.succeeded, job.failed, ...)", sec);
+    if (w->secret[0] && w->secret_file[0])
+      return error_at(p, seen_line(p, sec, "secret_file"),
+                      "[%s] has both secret and secret_file; keep one", sec);
+    if (!w->secret[0] && !w->secret_file[0])
+      return error_at(p, line, "[%s] has no secret (or secret_file): posts are always signed", sec);
+    if (w->secret_file[0] && read_secret(p, w, seen_line(p, sec, "secret_file")) < 0)
+      return SL_ECONFIG;
+  }
+  return 0;
+}
+
 /* A config path must be a regular file: a folder reads as empty and a FIFO
  * blocks, and either would leave the gateway on its defaults. Opened without
  * blocking, checked, then read normally. */
@@ -734,6 +945,8 @@ int gw_config_load_file(struct gw_config *c, const char *path, char *err, size_t
   }
   if (!p.first_err_line)
     check_whole(&p);
+  if (!p.first_err_line)
+    check_webhooks(&p);
   free(p.seen);
   return p.first_err_line ? SL_ECONFIG : 0;
 }
@@ -749,6 +962,10 @@ static void dump_section(FILE *out, const char *tmpl, const char *section, const
       continue; /* group value not set */
     if (o->o.type == SL_OPT_STR && !o->o.def && !*(const char *)src)
       continue; /* user or group value not set */
+    if (o->owner == O_HOOK && !strcmp(o->o.name, "secret")) {
+      fprintf(out, "; %s\n; secret = (set, not shown)\n", o->o.help);
+      continue;
+    }
     char val[1100];
     sl_opt_format(&o->o, base, val, sizeof val);
     fprintf(out, "; %s\n%s = %s\n", o->o.help, o->o.name, val);
@@ -790,6 +1007,10 @@ int gw_config_dump(const struct gw_config *c, FILE *out) {
     snprintf(sec, sizeof sec, "group.%s", c->groups[i].name);
     dump_section(out, "group.*", sec, &c->groups[i]);
   }
+  for (size_t i = 0; i < c->n_webhooks; i++) {
+    snprintf(sec, sizeof sec, "webhook.%s", c->webhooks[i].name);
+    dump_section(out, "webhook.*", sec, &c->webhooks[i]);
+  }
   return ferror(out) ? -EIO : 0;
 }
 
@@ -818,6 +1039,14 @@ static const struct gw_group_cfg *user_group(const struct gw_config *c, const ch
     if (!strcmp(c->groups[i].name, name))
       return &c->groups[i];
   return NULL;
+}
+
+const char *gw_config_user_instance_types(const struct gw_config *c, const char *user) {
+  const struct gw_user_cfg *u = gw_config_user(c, user);
+  if (u && u->instance_types[0])
+    return u->instance_types;
+  const struct gw_group_cfg *g = user_group(c, user);
+  return g && g->instance_types[0] ? g->instance_types : NULL;
 }
 
 int64_t gw_config_notebook_timeout_us(const struct gw_config *c, const char *user) {

@@ -20,20 +20,57 @@
 #define GW_MAX_USERS 256
 #define GW_MAX_GROUPS 64
 #define GW_NAME_MAX 64
+/* instance_types = TYPE,TYPE: at most GW_TYPES_MAX names */
+#define GW_TYPES_MAX 16
+#define GW_TYPES_LIST_MAX 1040
 #define GW_MAX_PROVIDERS_CFG 8
 #define GW_PROVIDER_OPTS_MAX 32
+#define GW_MAX_WEBHOOKS 8
 
 struct gw_user_cfg {
   char name[GW_NAME_MAX];
   char token_sha256[65];
   char group[GW_NAME_MAX];
   bool admin;                   /* sees and manages every user's jobs, instances and costs */
+  char instance_types[GW_TYPES_LIST_MAX]; /* "": the group's */
+  double monthly_usd;           /* the user's own monthly budget; 0: none */
+  char alert_at[128];           /* "": the [budget] alert_at */
+  char hard_cap[8];             /* "yes"/"no"; "": the [budget] hard_cap */
 };
 
 struct gw_group_cfg {
   char name[GW_NAME_MAX];
   int64_t notebook_timeout_us;  /* -1: not set (the [idle] value applies) */
   int64_t worker_timeout_us;    /* -1: not set */
+  char instance_types[GW_TYPES_LIST_MAX]; /* the types its users may run on; "": any */
+  double monthly_usd;           /* the group's monthly budget; 0: none */
+  char alert_at[128];           /* "": the [budget] alert_at */
+  char hard_cap[8];             /* "yes"/"no"; "": the [budget] hard_cap */
+};
+
+/* What a webhook posts ([webhook.NAME] events): bit 1 << e of event_mask. */
+enum gw_hook_event {
+  GW_HOOK_JOB_SUCCEEDED,
+  GW_HOOK_JOB_FAILED,
+  GW_HOOK_JOB_PREEMPTED,
+  GW_HOOK_JOB_CANCELLED,
+  GW_HOOK_BUDGET_ALERT,
+  GW_HOOK_BUDGET_CAP,
+  GW_HOOK_IDLE_SHUTDOWN,
+  GW_HOOK_N_EVENTS
+};
+
+/* A [webhook.NAME] section. A loaded file has url, events and a secret in
+ * every one (secret_file's content is read into secret at load). */
+struct gw_webhook_cfg {
+  char name[GW_NAME_MAX];
+  char url[1024];
+  char events[512];             /* as written: "job.succeeded,job.failed" */
+  unsigned event_mask;          /* from events */
+  char secret[1024];            /* the HMAC key; never logged or dumped */
+  char secret_file[1024];
+  int64_t timeout_us;           /* one try's limit */
+  int64_t retries;              /* tries after the first */
 };
 
 /* An enabled provider: a [provider.NAME] section and the values it sets
@@ -68,6 +105,7 @@ struct gw_config {
   int64_t gateway_timeout_us;   /* the embedded gateway's own; 0: never */
   /* [budget] */
   double monthly_usd;
+  char alert_at[128];           /* percentages, "50,80,100"; "": no alerts */
   bool hard_cap;
   /* [store] */
   char store_url[512];          /* "": each provider's own store */
@@ -88,6 +126,9 @@ struct gw_config {
   size_t n_users;
   struct gw_group_cfg groups[GW_MAX_GROUPS];
   size_t n_groups;
+  /* [webhook.NAME] (webhook.h) */
+  struct gw_webhook_cfg webhooks[GW_MAX_WEBHOOKS];
+  size_t n_webhooks;
   /* not options: how the gateway was started */
   bool embedded;
   bool hub;                     /* the file has a [hub] section: hello takes hub tokens */
@@ -135,6 +176,16 @@ bool gw_config_user_admin(const struct gw_config *c, const char *user);
 /* The name of user's group: the file's [user.NAME] group, else
  * runtime_group's answer (hub groups), else NULL. */
 const char *gw_config_user_group(const struct gw_config *c, const char *user);
+/* The instance types user may run on (the comma list of their
+ * [user.NAME] instance_types, else their group's), or NULL: any. */
+const char *gw_config_user_instance_types(const struct gw_config *c, const char *user);
+#define GW_ALERT_MAX 16
+/* The percentages of an alert_at list ("50,80,100": each above 0 and at
+ * most 1000, at most GW_ALERT_MAX) into ret, ascending, duplicates dropped:
+ * their number, or SL_ECONFIG with a message in err. "" is an empty list. */
+int gw_config_parse_alert_at(const char *s, double ret[GW_ALERT_MAX], char *err, size_t err_size);
+/* "job.succeeded" for GW_HOOK_JOB_SUCCEEDED, ...; NULL past the last. */
+const char *gw_config_hook_event_name(enum gw_hook_event e);
 /* Effective idle timeouts for a user (group values override [idle]). */
 int64_t gw_config_notebook_timeout_us(const struct gw_config *c, const char *user);
 int64_t gw_config_worker_timeout_us(const struct gw_config *c, const char *user);

@@ -8,7 +8,7 @@
  * calls return once a request is made.
  *
  * Wiring: the scheduler reports on the bus; the kernel protocol (fan-out
- * and notices) and the cost ledger subscribe to it. The calls between the
+ * and notices), the cost ledger and the webhooks subscribe to it. The calls between the
  * modules go one way: kproto and wproto call the scheduler, idle and the
  * ledger; idle calls the scheduler; the scheduler calls the fleet and the
  * providers; nothing calls back up. */
@@ -25,6 +25,7 @@
 #include "idle.h"
 #include "keys.h"
 #include "kproto.h"
+#include "budget.h"
 #include "ledger.h"
 #include "loop.h"
 #include "metrics.h"
@@ -33,6 +34,7 @@
 #include "queue.h"
 #include "scheduler.h"
 #include "store.h"
+#include "webhook.h"
 #include "wproto.h"
 #include "zmsg.h"
 
@@ -71,10 +73,12 @@ struct gw {
   struct gw_metrics_tally *tally;     /* /metrics' counters from the bus */
   struct gw_carbon *carbon;           /* NULL: no table, no estimates */
   struct gw_carbon_sink carbon_sink;
+  struct gw_budget *budget;
   struct gw_idle *idle;
   struct gw_kproto *kproto;
   struct gw_wproto *wproto;
   struct gw_httpd *httpd;       /* [gateway] http; NULL without */
+  struct gw_webhooks *webhooks; /* [webhook.NAME] posts */
   void *zctx, *ksock, *wsock, *zap;
   void *kmon;                   /* the kernel socket's closed connections (kproto) */
   struct gw_keypair keys;
@@ -286,6 +290,7 @@ static int64_t housekeeping(struct gw_loop *l, int64_t id, int64_t now_us, void 
   struct gw *g = data;
   gw_sched_housekeeping(g->sched);
   gw_idle_check(g->idle, sl_time_mono_us());
+  gw_budget_check(g->budget, false);
   if (gw_idle_gateway_due(g->idle, gw_kproto_n_clients(g->kproto), sl_time_mono_us())) {
     size_t n = gw_idle_stop_workers(g->idle, "the idle gateway stopped");
     sl_info(T, "no client and no job for %lld s ([idle] gateway_timeout): stopping %zu workers"
@@ -391,6 +396,10 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
     goto fail;
   if (!(g->idle = gw_idle_new(cfg, g->fleet, g->sched, &g->bus)))
     goto fail;
+  struct gw_budget_env be = {.cfg = cfg, .store = g->store, .ledger = g->ledger, .fleet = g->fleet,
+                             .sched = g->sched, .bus = &g->bus};
+  if (!(g->budget = gw_budget_new(&be)))
+    goto fail;
   make_gateway_id(g);
   if ((r = open_objstore(g, err, err_size)) < 0)
     goto fail;
@@ -403,7 +412,7 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   struct gw_kproto_env ke = {.cfg = cfg, .store = g->store, .fleet = g->fleet, .queue = g->queue,
                              .sched = g->sched, .idle = g->idle, .ledger = g->ledger,
                              .loop = g->loop, .send = client_send, .send_ctx = g, .monitor = g->kmon,
-                             .hub = g->hub, .started_us = g->started_us};
+                             .hub = g->hub, .started_us = g->started_us, .budget = g->budget};
   r = -ENOMEM;
   if (!(g->kproto = gw_kproto_new(&ke)) ||
       !(g->wproto = gw_wproto_new(cfg, g->store, g->fleet, g->sched, g->wsock, g->zap)))
@@ -412,7 +421,13 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   gw_wproto_set_objstore(g->wproto, g->objstore);
   if ((r = gw_bus_subscribe(&g->bus, GW_BUS_JOB_EVENT | GW_BUS_NOTICE, gw_kproto_sink,
                             g->kproto)) < 0 ||
-      (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_ledger_sink, g->ledger)) < 0)
+      (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_ledger_sink, g->ledger)) < 0 ||
+      (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_budget_sink, g->budget)) < 0)
+    goto fail;
+  struct gw_webhooks_env we = {.cfg = cfg, .loop = g->loop, .http = g->http};
+  r = -ENOMEM;
+  if (!(g->webhooks = gw_webhooks_new(&we)) ||
+      (r = gw_bus_subscribe(&g->bus, GW_WEBHOOK_BUS_KINDS, gw_webhooks_sink, g->webhooks)) < 0)
     goto fail;
   if ((r = open_observers(g, err, err_size)) < 0)
     goto fail;
@@ -423,6 +438,7 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
     goto fail;
   struct gw_httpd_env he = {.cfg = cfg, .store = g->store, .fleet = g->fleet, .ledger = g->ledger,
                             .kproto = g->kproto, .loop = g->loop, .started_us = g->started_us,
+                            .budget = g->budget, .webhooks = g->webhooks,
                             .tally = g->tally};
   if (cfg->http[0] && (r = gw_httpd_new(&he, &g->httpd, err, err_size)) < 0)
     goto fail;
@@ -465,7 +481,7 @@ int gw_run(struct gw *g, volatile sig_atomic_t *stop) {
 struct gw *gw_free(struct gw *g) {
   if (!g)
     return NULL;
-  gw_httpd_free(g->httpd);      /* reads kproto */
+  gw_httpd_free(g->httpd);      /* reads kproto and webhooks */
   gw_kproto_free(g->kproto);
   gw_wproto_free(g->wproto);
   g->bundle = gw_bundle_free(g->bundle);
@@ -483,12 +499,14 @@ struct gw *gw_free(struct gw *g) {
   if (g->zctx)
     zmq_ctx_term(g->zctx);
   gw_idle_free(g->idle);
+  gw_budget_free(g->budget);    /* the scheduler's hold */
   gw_sched_free(g->sched);      /* destroys the providers */
   if (g->hub && g->cfg->runtime_group_ctx == g->hub) {
     g->cfg_own->runtime_group = NULL;
     g->cfg_own->runtime_group_ctx = NULL;
   }
   gw_hub_free(g->hub);          /* after kproto, which cancels its checks */
+  gw_webhooks_free(g->webhooks); /* after the bus's last sources; cancels on http */
   gw_httpc_free(g->http);
   gw_ledger_free(g->ledger);
   gw_metrics_tally_free(g->tally);

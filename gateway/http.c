@@ -17,6 +17,8 @@
 #include "http.h"
 
 #include "config.h"
+#include "http_api.h"
+#include "http_budget.h"
 #include "job.h"
 #include "metrics.h"
 #include "sl_err.h"
@@ -45,6 +47,7 @@
 #define JOBS_MAX 1000
 #define EVENTS_MAX 1000
 #define COST_ROWS_MAX 1000
+#define BODY_MAX 4096           /* a PUT's body */
 
 struct gw_httpd {
   struct gw_httpd_env env;
@@ -68,6 +71,14 @@ struct answer {
   size_t len;
   const char *type;
   const char *allow;            /* 405: the methods the resource takes */
+  const char *etag;             /* an admin page file: cached, revalidated by its tag */
+};
+
+/* A request's body as it comes in (PUT), kept with the connection. */
+struct upload {
+  char data[BODY_MAX];
+  size_t len;
+  bool too_big;
 };
 
 static void answer_json(struct answer *a, unsigned code, json_t *v) {
@@ -143,13 +154,16 @@ static json_t *instance_json(const struct gw_inst *in) {
   char job[16] = "";
   if (in->row.job)
     gw_job_id_str(in->row.job, job, sizeof job);
-  return json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:o,s:s,s:s,s:s,s:b,s:I}", "instance", in->row.id,
+  json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:o,s:s,s:s,s:s,s:b,s:I}", "instance", in->row.id,
                    "provider", in->row.provider, "type", in->row.type, "zone", in->row.zone,
                    "market", in->row.spot ? "spot" : "on-demand", "price_usd_per_hour",
                    sl_json_real(in->row.price_usd_per_hour), "on_demand_usd_per_hour",
                    sl_json_real(in->row.on_demand_usd_per_hour), "state", in->row.state, "job", job,
                    "user", in->row.user, "registered", in->registered, "launched_us",
                    (json_int_t)in->row.launched_us);
+  if (o && !strcmp(in->row.state, "idle") && in->idle_since_mono_us > 0)
+    json_object_set_new(o, "idle_s", sl_json_real((double)(sl_time_mono_us() - in->idle_since_mono_us) / 1e6));
+  return o;
 }
 
 static bool sees(const struct who *w, const char *user) {
@@ -272,11 +286,46 @@ static void get_cost(struct gw_httpd *h, struct MHD_Connection *c, const struct 
     }
     json_object_set_new(o, names[by], rows);
   }
+  if (r == 0 && o)
+    r = gw_http_cost_more(&h->env, user, (int)arg_int(c, "days", 0, 0, 366), o);
   if (r < 0) {
     json_decref(o);
     return answer_err(a, MHD_HTTP_INTERNAL_SERVER_ERROR, sl_strerror(r));
   }
   answer_json(a, MHD_HTTP_OK, o);
+}
+
+/* /api/users, /api/groups, /api/preemptions: http_api.c's views of the
+ * caller's scope (an admin: everyone unless ?user= names one). */
+static void get_view(struct gw_httpd *h, struct MHD_Connection *c, const struct who *w, int what,
+                     struct answer *a) {
+  const char *user;
+  if (!scope(c, w, &user, a))
+    return;
+  json_t *o = NULL;
+  int r = what == 0   ? gw_http_users(&h->env, user, &o)
+          : what == 1 ? gw_http_groups(&h->env, user, &o)
+                      : gw_http_preemptions(&h->env, user, (size_t)arg_int(c, "limit", 20, 1, 1000), &o);
+  if (r < 0)
+    return answer_err(a, MHD_HTTP_INTERNAL_SERVER_ERROR, sl_strerror(r));
+  answer_json(a, MHD_HTTP_OK, o);
+}
+
+/* The admin page's files: they hold no data, so they need no token. */
+static void get_asset(const struct gw_admin_asset *f, struct MHD_Connection *c, struct answer *a) {
+  a->type = f->type;
+  a->etag = f->etag;
+  const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
+  if (inm && (strstr(inm, f->etag) || !strcmp(inm, "*"))) {
+    a->code = MHD_HTTP_NOT_MODIFIED;
+    return;
+  }
+  a->body = malloc(f->len ? f->len : 1);
+  if (!a->body)
+    return answer_err(a, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+  memcpy(a->body, f->data, f->len);
+  a->len = f->len;
+  a->code = MHD_HTTP_OK;
 }
 
 static void get_metrics(struct gw_httpd *h, struct MHD_Connection *c, struct answer *a) {
@@ -288,8 +337,9 @@ static void get_metrics(struct gw_httpd *h, struct MHD_Connection *c, struct ans
       return answer_err(a, MHD_HTTP_FORBIDDEN, "/metrics needs an admin's token ([gateway] metrics_auth)");
   }
   struct gw_metrics_src src = {.cfg = h->env.cfg, .store = h->env.store, .fleet = h->env.fleet,
-                               .ledger = h->env.ledger, .kproto = h->env.kproto, .http = &h->stats,
-                               .tally = h->env.tally};
+                               .ledger = h->env.ledger, .kproto = h->env.kproto, .http = &h->stats};
+  src.webhooks = h->env.webhooks;
+  src.tally = h->env.tally;
   a->body = gw_metrics_render(&src, &a->len);
   if (!a->body)
     return answer_err(a, MHD_HTTP_INTERNAL_SERVER_ERROR, "the store did not answer");
@@ -299,11 +349,31 @@ static void get_metrics(struct gw_httpd *h, struct MHD_Connection *c, struct ans
 
 /* The API's resources; each takes GET (and HEAD, which MHD answers
  * without the body). */
+static void route_budget(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
+                         const char *method, const struct upload *u, struct answer *a) {
+  struct who w;
+  if (!authenticate(h, c, &w, a))
+    return;
+  if (u && u->too_big)
+    return answer_err(a, 413, "the body is too large");
+  json_t *v = NULL;
+  unsigned code = gw_http_budget(h->env.budget, url, method, w.user, w.admin, u ? u->data : NULL,
+                                 u ? u->len : 0, &v);
+  if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
+    a->allow = gw_http_budget_url(url) && strcmp(url, "/api/budgets") ? "PUT" : "GET, HEAD";
+  answer_json(a, code, v);
+}
+
 static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url, const char *method,
-                  struct answer *a) {
-  enum { NONE, METRICS, STATUS, JOBS, JOB, INSTANCES, COST } what = NONE;
+                  const struct upload *u, struct answer *a) {
+  enum { NONE, METRICS, STATUS, JOBS, JOB, INSTANCES, COST, USERS, GROUPS, PREEMPTIONS, PAGE } what = NONE;
+  if (gw_http_budget_url(url))
+    return route_budget(h, c, url, method, u, a);
   const char *job = NULL;
-  if (!strcmp(url, "/metrics"))
+  const struct gw_admin_asset *page = gw_http_admin_asset(url);
+  if (page)
+    what = PAGE;
+  else if (!strcmp(url, "/metrics"))
     what = METRICS;
   else if (!strcmp(url, "/api/status"))
     what = STATUS;
@@ -317,6 +387,12 @@ static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
     what = INSTANCES;
   else if (!strcmp(url, "/api/cost"))
     what = COST;
+  else if (!strcmp(url, "/api/users"))
+    what = USERS;
+  else if (!strcmp(url, "/api/groups"))
+    what = GROUPS;
+  else if (!strcmp(url, "/api/preemptions"))
+    what = PREEMPTIONS;
   if (what == NONE)
     return answer_err(a, MHD_HTTP_NOT_FOUND, "no such resource");
   if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD)) {
@@ -325,6 +401,8 @@ static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
   }
   if (what == METRICS)
     return get_metrics(h, c, a);
+  if (what == PAGE)
+    return get_asset(page, c, a);
   struct who w;
   if (!authenticate(h, c, &w, a))
     return;
@@ -334,6 +412,9 @@ static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
   case JOB: return get_job(h, c, job, &w, a);
   case INSTANCES: return get_instances(h, &w, a);
   case COST: return get_cost(h, c, &w, a);
+  case USERS: return get_view(h, c, &w, 0, a);
+  case GROUPS: return get_view(h, c, &w, 1, a);
+  case PREEMPTIONS: return get_view(h, c, &w, 2, a);
   default: return;
   }
 }
@@ -341,18 +422,45 @@ static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
-  (void)version; (void)upload; (void)upload_size; (void)con_cls;
+  (void)version;
   struct gw_httpd *h = cls;
+  struct upload *u = *con_cls;
+  if (!strcmp(method, MHD_HTTP_METHOD_PUT)) { /* the body first, then the answer */
+    if (!u) {
+      if (!(u = calloc(1, sizeof *u)))
+        return MHD_NO;
+      *con_cls = u;
+      return MHD_YES;
+    }
+    if (*upload_size) {
+      if (u->len + *upload_size >= sizeof u->data)
+        u->too_big = true;
+      else
+        memcpy(u->data + u->len, upload, *upload_size), u->len += *upload_size;
+      *upload_size = 0;
+      return MHD_YES;
+    }
+  }
   int64_t t0 = sl_time_mono_us();
   struct answer a = {0};
-  route(h, c, url, method, &a);
+  route(h, c, url, method, u, &a);
   struct MHD_Response *resp =
       MHD_create_response_from_buffer(a.len, a.body ? a.body : (char *)"", MHD_RESPMEM_MUST_COPY);
   free(a.body);
   if (!resp)
     return MHD_NO;
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, a.type ? a.type : "application/json");
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+  if (a.etag) {
+    /* the page's own files: kept by the browser, asked again each load */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, a.etag);
+    MHD_add_response_header(resp, "Content-Security-Policy",
+                            "default-src 'self'; img-src 'self' data:; object-src 'none'; "
+                            "base-uri 'none'; form-action 'self'; frame-ancestors 'none'");
+    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+  } else
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+  MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
   if (a.code == MHD_HTTP_UNAUTHORIZED)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"spotlab\"");
   if (a.allow)
@@ -365,6 +473,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static int64_t on_timer(struct gw_loop *l, int64_t id, int64_t now_us, void *data);
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode why) {
+  (void)cls; (void)c; (void)why;
+  free(*con_cls);
+  *con_cls = NULL;
+}
 
 /* When MHD next needs a turn without input (its connections' timeouts), or
  * GW_LOOP_NOMORE. */
@@ -474,6 +589,7 @@ int gw_httpd_new(const struct gw_httpd_env *env, struct gw_httpd **ret, char *er
                           MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTIONS_MAX,
                           MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
                           MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY_BYTES,
+                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
                           MHD_OPTION_END);
   const union MHD_DaemonInfo *info = h->d ? MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
   int r = -ENOMEM;

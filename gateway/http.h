@@ -17,8 +17,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct gw_webhooks;
+
 struct gw_httpd;
 struct gw_metrics_tally;
+struct gw_budget;
 
 struct gw_httpd_env {
   const struct gw_config *cfg;  /* cfg->http is the address */
@@ -29,6 +32,8 @@ struct gw_httpd_env {
   struct gw_loop *loop;
   int64_t started_us;
   const struct gw_metrics_tally *tally; /* /metrics' counters from the bus; NULL: left out */
+  struct gw_budget *budget;     /* /api/budgets; NULL: none */
+  const struct gw_webhooks *webhooks; /* their counters in /metrics; NULL: none */
 };
 
 /* Listens on env->cfg->http (everything in env borrowed) and writes the

@@ -29,6 +29,8 @@
 #include "kproto.h"
 #include "metrics.h"
 
+#include "budget.h"
+
 #include "config.h"
 #include "loop.h"
 #include "zmsg.h"
@@ -427,10 +429,26 @@ static void fanout(struct gw_kproto *g, int64_t job, const json_t *event) {
   }
 }
 
+/* Whether a notice for no one user (a budget's: its "scope" and "name")
+ * concerns c's user: the gateway's concerns everyone, a group's its
+ * members, a user's that user. */
+static bool notice_covers(struct gw_kproto *g, const struct gw_client *c, const json_t *msg) {
+  const char *scope = sl_json_get_str(msg, "scope", ""), *name = sl_json_get_str(msg, "name", "");
+  if (!strcmp(scope, "gateway"))
+    return true;
+  if (!strcmp(scope, "user"))
+    return !strcmp(c->user, name);
+  const char *group = !strcmp(scope, "group") ? gw_config_user_group(g->env.cfg, c->user) : NULL;
+  return group && !strcmp(group, name);
+}
+
+/* user NULL: every client the notice's scope covers; session NULL: every
+ * session of user. */
 static void notify(struct gw_kproto *g, const char *user, const char *session, const json_t *msg) {
   for (size_t i = 0; i < g->n_clients; i++) {
     struct gw_client *c = &g->clients[i];
-    if (c->rid_len && !strcmp(c->user, user) && !strcmp(c->session, session))
+    if (c->rid_len && (user ? !strcmp(c->user, user) : notice_covers(g, c, msg)) &&
+        (!session || !strcmp(c->session, session)))
       deliver(g, c, msg);
   }
 }
@@ -699,6 +717,31 @@ static int check_nodes(struct req *q, const char *kind, const json_t *opts) {
 }
 
 /* Fills j from the request; sends the error reply itself on failure. */
+/* instance=TYPE names only types the user may run on ([group.NAME] or
+ * [user.NAME] instance_types), checked at submit so that the refusal says
+ * which are allowed. Sends the error reply itself. */
+static int check_instance_types(struct req *q, const json_t *opts) {
+  const char *allowed = gw_config_user_instance_types(q->g->env.cfg, q->c->user);
+  if (!allowed || !opts)
+    return 0;
+  struct gw_job tmp = {.spec = json_pack("{s:O}", "options", opts)};
+  struct gw_wants w;
+  gw_place_wants(&tmp, &w);
+  json_decref(tmp.spec);
+  gw_place_allow(&w, allowed);
+  char msg[1200];
+  for (size_t i = 0; i < w.n_types; i++) {
+    struct gw_wants only = w;
+    only.n_types = 0;
+    if (!gw_place_type_allowed(&only, w.types[i])) {
+      snprintf(msg, sizeof msg, "instance type %s is not allowed for %s (allowed: %s)", w.types[i],
+               q->c->user, allowed);
+      return fail(q, SL_ECONFIG, msg), SL_ECONFIG;
+    }
+  }
+  return 0;
+}
+
 static int build_job(struct req *q, struct gw_job *j) {
   const char *kind = sl_json_get_str(q->body, "kind", "");
   json_t *opts = json_object_get(q->body, "options");
@@ -707,7 +750,7 @@ static int build_job(struct req *q, struct gw_job *j) {
   if (strcmp(kind, "train") && strcmp(kind, "eval") && strcmp(kind, "sample") && strcmp(kind, "run"))
     return fail(q, SL_ENAME, "kind must be train, eval, sample or run"), SL_ENAME;
   int bad = check_device_options(q, opts);
-  if (bad < 0 || (bad = check_region(q, opts)) < 0)
+  if (bad < 0 || (bad = check_region(q, opts)) < 0 || (bad = check_instance_types(q, opts)) < 0)
     return bad;
   snprintf(j->kind, sizeof j->kind, "%s", kind);
   snprintf(j->user, sizeof j->user, "%s", q->c->user);
@@ -746,7 +789,10 @@ static int build_job(struct req *q, struct gw_job *j) {
 }
 
 static void on_submit(struct req *q) {
-  if (gw_ledger_budget_spent(q->g->env.ledger))
+  char why[200];
+  if (q->g->env.budget && gw_budget_refuses(q->g->env.budget, q->c->user, why, sizeof why))
+    return fail(q, SL_ESTATE, why);
+  if (!q->g->env.budget && gw_ledger_budget_spent(q->g->env.ledger)) /* no keeper: [budget] alone */
     return fail(q, SL_ESTATE, "the monthly budget is spent ([budget] hard_cap)");
   struct gw_job *j = calloc(1, sizeof *j);
   if (!j)
@@ -949,12 +995,14 @@ static void on_market(struct req *q) {
   struct gw_wants w = {.spot = -1, .nodes = 1};
   w.gpus = (int)sl_json_get_int(q->body, "gpus", 0);
   snprintf(w.region, sizeof w.region, "%s", sl_json_get_str(q->body, "region", ""));
+  gw_place_allow(&w, gw_config_user_instance_types(q->g->env.cfg, q->c->user));
   size_t nr = gw_sched_rank_market(q->g->env.sched, &w, offers, n, ranked, 2 * MARKET_MAX);
   json_t *arr = json_array(), *ranking = json_array();
   json_t *rows[MARKET_MAX] = {0};
   for (size_t i = 0; i < n; i++) {
     const struct gw_instance_type *t = &offers[i].type;
-    if ((w.gpus && t->gpus < w.gpus) || (w.region[0] && strcmp(w.region, offers[i].region)))
+    if ((w.gpus && t->gpus < w.gpus) || (w.region[0] && strcmp(w.region, offers[i].region)) ||
+        !gw_place_type_allowed(&w, t->name))
       continue;
     json_t *row = json_pack("{s:s,s:i,s:s,s:o,s:o,s:s,s:o,s:s,s:{}}", "type", t->name,
                             "gpus", t->gpus, "gpu_model", t->gpu_model,
@@ -1057,6 +1105,28 @@ static void on_inject(struct req *q) {
   reply(q, NULL);
 }
 
+/* Budgets: the ones that apply to the client (every one for an admin);
+ * with "set": {"scope","name","monthly_usd"}, an admin sets one live. */
+static void on_budget(struct req *q) {
+  struct gw_budget *b = q->g->env.budget;
+  if (!b)
+    return fail(q, SL_ENOTSUP, "this gateway keeps no budgets");
+  json_t *set = json_object_get(q->body, "set");
+  if (set) {
+    if (!q->c->admin)
+      return fail(q, -EPERM, "only an admin may set a budget");
+    json_t *usd = json_object_get(set, "monthly_usd");
+    if (!json_is_object(set) || !json_is_number(usd))
+      return fail(q, SL_EWIRE, "set takes {\"scope\", \"name\", \"monthly_usd\": NUMBER}");
+    char err[200];
+    int r = gw_budget_set(b, sl_json_get_str(set, "scope", NULL), sl_json_get_str(set, "name", ""),
+                          json_number_value(usd), q->c->user, err, sizeof err);
+    if (r < 0)
+      return fail(q, r == -EINVAL ? SL_EWIRE : r, err);
+  }
+  reply(q, gw_budget_json(b, q->c->admin ? NULL : q->c->user));
+}
+
 static void on_ping(struct req *q) {
   reply(q, json_pack("{s:I}", "time_us", (json_int_t)sl_time_real_us()));
 }
@@ -1114,7 +1184,7 @@ static const struct {
   {"attach", on_attach}, {"detach", on_detach}, {"cancel", on_cancel}, {"jobs", on_jobs},
   {"logs", on_logs}, {"status", on_status}, {"instances", on_instances}, {"market", on_market},
   {"cost", on_cost}, {"inject", on_inject}, {"ping", on_ping},
-  {"shutdown", on_shutdown},
+  {"shutdown", on_shutdown}, {"budget", on_budget},
 };
 
 static void dispatch(struct req *q) {
@@ -1216,7 +1286,7 @@ void gw_kproto_sink(void *data, const struct gw_bus_event *ev) {
   struct gw_kproto *g = data;
   if (ev->kind == GW_BUS_JOB_EVENT && ev->job && ev->event)
     fanout(g, ev->job->id, ev->event);
-  else if (ev->kind == GW_BUS_NOTICE && ev->user && ev->session && ev->msg)
+  else if (ev->kind == GW_BUS_NOTICE && ev->msg)
     notify(g, ev->user, ev->session, ev->msg);
 }
 

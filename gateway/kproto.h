@@ -22,6 +22,7 @@
 
 struct gw_loop;
 struct gw_kproto;
+struct gw_budget;
 
 /* Sends msg (borrowed) to client rid: 0, -EAGAIN when its queue is full,
  * -EHOSTUNREACH when it is gone, or another negative error. */
@@ -47,6 +48,7 @@ struct gw_kproto_env {
    * (hub.h); NULL: only the file's tokens. */
   struct gw_hub *hub;
   int64_t started_us;           /* the gateway's start (status) */
+  struct gw_budget *budget;     /* monthly budgets (budget.h); NULL: none */
 };
 
 /* An owned protocol handler (everything in env borrowed), or NULL. */

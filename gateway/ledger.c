@@ -1,12 +1,16 @@
 /* The cost ledger (ledger.h). Each GW_BUS_COST event adds one accrual to
- * its job attempt's row of the cost table; totals and the monthly budget
- * are sums over that table. */
+ * its job attempt's row of the cost table; totals and the monthly budgets
+ * (the gateway's, a group's, a user's) are sums over that table. A group's
+ * spend is its members' as the configuration (or the hub) names them now. */
 #include "ledger.h"
 
 #include "sl_log.h"
 #include "sl_time.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define T "gateway.ledger"
@@ -59,4 +63,46 @@ bool gw_ledger_budget_spent(struct gw_ledger *l) {
     return false;
   gw_store_cost_totals(l->store, NULL, gw_ledger_month_start_us(), &usd, &od);
   return usd >= l->cfg->monthly_usd;
+}
+
+void gw_ledger_month(int64_t real_us, char ret[8]) {
+  time_t t = (time_t)(real_us / SL_US_PER_S);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  unsigned year = (unsigned)(tm.tm_year + 1900) % 10000u, month = (unsigned)tm.tm_mon % 12u + 1;
+  snprintf(ret, 8, "%04u-%02u", year, month);
+}
+
+int gw_ledger_month_by_user(struct gw_ledger *l, json_t **ret) {
+  return gw_store_cost_by(l->store, GW_COST_BY_USER, NULL, gw_ledger_month_start_us(),
+                          GW_LEDGER_USERS_MAX, ret);
+}
+
+int gw_ledger_month_spend(struct gw_ledger *l, const char *scope, const char *name,
+                          double *ret_usd) {
+  double usd = 0, od = 0;
+  if (!strcmp(scope, "gateway") || !strcmp(scope, "user")) {
+    int r = gw_store_cost_totals(l->store, !strcmp(scope, "user") ? name : NULL,
+                                 gw_ledger_month_start_us(), &usd, &od);
+    if (r < 0)
+      return r;
+    *ret_usd = usd;
+    return 0;
+  }
+  if (strcmp(scope, "group"))
+    return -EINVAL;
+  json_t *rows = NULL;
+  int r = gw_ledger_month_by_user(l, &rows);
+  if (r < 0)
+    return r;
+  size_t i;
+  json_t *row;
+  json_array_foreach(rows, i, row) {
+    const char *group = gw_config_user_group(l->cfg, json_string_value(json_object_get(row, "key")));
+    if (group && !strcmp(group, name))
+      usd += json_number_value(json_object_get(row, "usd"));
+  }
+  json_decref(rows);
+  *ret_usd = usd;
+  return 0;
 }

@@ -23,6 +23,16 @@ int gw_ledger_totals(struct gw_ledger *l, const char *user, int64_t since_us, do
                      double *ret_on_demand_usd);
 /* The first instant of this calendar month (UTC), µs since the epoch. */
 int64_t gw_ledger_month_start_us(void);
+/* "YYYY-MM" of real_us (µs since the epoch, UTC) into ret. */
+void gw_ledger_month(int64_t real_us, char ret[8]);
+#define GW_LEDGER_USERS_MAX 4096
+/* This calendar month's spend per user, owned: [{"key": USER, "usd", ...}]
+ * (gw_store_cost_by), at most GW_LEDGER_USERS_MAX users. */
+int gw_ledger_month_by_user(struct gw_ledger *l, json_t **ret);
+/* This calendar month's spend of scope "gateway" (name ignored), "group"
+ * (its members') or "user". -EINVAL for another scope. */
+int gw_ledger_month_spend(struct gw_ledger *l, const char *scope, const char *name,
+                          double *ret_usd);
 /* True when [budget] hard_cap holds and this month's spend reached monthly_usd. */
 bool gw_ledger_budget_spent(struct gw_ledger *l);
 

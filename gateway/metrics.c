@@ -9,6 +9,7 @@
 #include "job.h"
 #include "sl_err.h"
 #include "sl_json.h"
+#include "webhook.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -150,8 +151,8 @@ static int instances(FILE *f, struct gw_fleet *fleet) {
 
 /* One family of the per-user rows, labelled with the user and their group;
  * savings is on-demand less actual spend. */
-static void per_user(FILE *f, const json_t *rows, const char *name, const char *type,
-                     const char *help, const char *field, bool savings) {
+static void per_user(FILE *f, const struct gw_config *cfg, const json_t *rows, const char *name,
+                     const char *type, const char *help, const char *field, bool savings) {
   head(f, name, type, help);
   size_t i;
   const json_t *r;
@@ -160,8 +161,11 @@ static void per_user(FILE *f, const json_t *rows, const char *name, const char *
     double od = sl_json_get_num(r, "on_demand_usd", 0);
     fprintf(f, "%s{user=", name);
     label(f, sl_json_get_str(r, "user", ""));
+    /* the group as the API's by_group has it: the configuration's (or the
+     * hub's) now, else the one stored with the user */
+    const char *group = cfg ? gw_config_user_group(cfg, sl_json_get_str(r, "user", "")) : NULL;
     fputs(",group=", f);
-    label(f, sl_json_get_str(r, "group", ""));
+    label(f, group ? group : sl_json_get_str(r, "group", ""));
     fprintf(f, "} %.17g\n", savings ? od - usd : sl_json_get_num(r, field, 0));
   }
 }
@@ -170,17 +174,17 @@ static int spend(FILE *f, const struct gw_metrics_src *src) {
   json_t *rows = NULL;
   if (gw_store_cost_by_user_group(src->store, MAX_ROWS, &rows) < 0)
     return -1;
-  per_user(f, rows, "spotlab_spend_usd_total", "counter", "What each user's jobs cost, in USD.",
+  per_user(f, src->cfg, rows, "spotlab_spend_usd_total", "counter", "What each user's jobs cost, in USD.",
            "usd", false);
-  per_user(f, rows, "spotlab_on_demand_usd_total", "counter",
+  per_user(f, src->cfg, rows, "spotlab_on_demand_usd_total", "counter",
            "What each user's jobs would have cost on on-demand instances, in USD.", "on_demand_usd",
            false);
-  per_user(f, rows, "spotlab_savings_usd", "gauge",
+  per_user(f, src->cfg, rows, "spotlab_savings_usd", "gauge",
            "On-demand cost less actual cost of each user's jobs, in USD.", NULL, true);
-  per_user(f, rows, "spotlab_energy_kwh_total", "counter",
+  per_user(f, src->cfg, rows, "spotlab_energy_kwh_total", "counter",
            "Estimated energy of each user's jobs at the wall (PUE included), in kWh.", "energy_kwh",
            false);
-  per_user(f, rows, "spotlab_co2e_grams_total", "counter",
+  per_user(f, src->cfg, rows, "spotlab_co2e_grams_total", "counter",
            "Estimated emissions of each user's jobs, in grams of CO2 equivalent.", "co2e_g", false);
   json_decref(rows);
   double month = 0, od = 0;
@@ -412,6 +416,7 @@ char *gw_metrics_render(const struct gw_metrics_src *src, size_t *ret_len) {
   fprintf(f, "spotlab_kernel_clients %zu\n", src->kproto ? gw_kproto_n_clients(src->kproto) : 0);
   if (src->http)
     http_self(f, src->http);
+  gw_webhooks_metrics(src->webhooks, f);
   if (src->tally)
     tally_render(f, src->tally);
   if (src->kproto)

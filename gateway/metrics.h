@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct gw_webhooks;
+
 /* Upper bounds (seconds) of the request latency histogram's buckets; one
  * more bucket (+Inf) follows. */
 #define GW_METRICS_BUCKETS 10
@@ -78,6 +80,7 @@ struct gw_metrics_src {
   struct gw_ledger *ledger;
   struct gw_kproto *kproto;
   const struct gw_metrics_http *http;
+  const struct gw_webhooks *webhooks; /* webhook.h; NULL: none */
   const struct gw_metrics_tally *tally;   /* NULL: those families are left out */
 };
 

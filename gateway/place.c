@@ -40,6 +40,16 @@ int gw_place_nodes(const json_t *options) {
   return d >= 1 && d <= GW_GANG_MAX && d == floor(d) ? (int)d : -1;
 }
 
+/* The names of the list TYPE,TYPE in buf (changed) into out. */
+static size_t split_types(char *buf, char out[GW_WANTS_TYPES_MAX][64]) {
+  size_t n = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ", ", &save); t && n < GW_WANTS_TYPES_MAX;
+       t = strtok_r(NULL, ", ", &save))
+    snprintf(out[n++], sizeof out[0], "%s", t);
+  return n;
+}
+
 void gw_place_wants(const struct gw_job *j, struct gw_wants *w) {
   memset(w, 0, sizeof *w);
   json_t *o = json_object_get(j->spec, "options");
@@ -63,26 +73,32 @@ void gw_place_wants(const struct gw_job *j, struct gw_wants *w) {
       }
     }
   }
-  char *save = NULL;
-  for (char *t = strtok_r(buf, ", ", &save); t && w->n_types < GW_WANTS_TYPES_MAX;
-       t = strtok_r(NULL, ", ", &save))
-    snprintf(w->types[w->n_types++], sizeof w->types[0], "%s", t);
+  w->n_types = split_types(buf, w->types);
   int nodes = gw_place_nodes(o);
   w->nodes = nodes < 1 ? 1 : nodes;
   snprintf(w->region, sizeof w->region, "%s", sl_json_get_str(o, "region", ""));
 }
 
-static bool type_allowed(const struct gw_wants *w, const char *type) {
-  if (!w->n_types)
-    return true;
-  for (size_t i = 0; i < w->n_types; i++)
-    if (!strcmp(w->types[i], type))
+void gw_place_allow(struct gw_wants *w, const char *list) {
+  char buf[GW_WANTS_TYPES_MAX * 65];
+  snprintf(buf, sizeof buf, "%s", list ? list : "");
+  w->n_allowed = split_types(buf, w->allowed);
+}
+
+static bool in_list(const char (*list)[64], size_t n, const char *type) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(list[i], type))
       return true;
   return false;
 }
 
+bool gw_place_type_allowed(const struct gw_wants *w, const char *type) {
+  return (!w->n_types || in_list(w->types, w->n_types, type)) &&
+         (!w->n_allowed || in_list(w->allowed, w->n_allowed, type));
+}
+
 bool gw_place_fits(const struct gw_wants *w, const struct gw_inst *in) {
-  if (!type_allowed(w, in->row.type) || (w->gpus && in->gpus && in->gpus < w->gpus))
+  if (!gw_place_type_allowed(w, in->row.type) || (w->gpus && in->gpus && in->gpus < w->gpus))
     return false;
   if ((w->spot == 1 && !in->row.spot) || (w->spot == 0 && in->row.spot))
     return false;
@@ -96,7 +112,7 @@ bool gw_place_fits(const struct gw_wants *w, const struct gw_inst *in) {
  * w, else -1. */
 static double offer_price(const struct gw_wants *w, const struct gw_offer *o, bool spot) {
   const struct gw_instance_type *t = &o->type;
-  if (!type_allowed(w, t->name) || (w->gpus && t->gpus < w->gpus))
+  if (!gw_place_type_allowed(w, t->name) || (w->gpus && t->gpus < w->gpus))
     return -1;
   if ((w->spot == 1 && !spot) || (w->spot == 0 && spot))
     return -1;

@@ -45,6 +45,8 @@ struct gw_wants {
   int spot;                     /* 1 yes, 0 no, -1 auto */
   double max_price;             /* 0: no cap */
   char types[GW_WANTS_TYPES_MAX][64]; /* instance=...; none: any */
+  char allowed[GW_WANTS_TYPES_MAX][64]; /* the types its user may have; none: any */
+  size_t n_allowed;
   size_t n_types;
   int nodes;                    /* instances used together (nodes=N); 1 unless asked */
   char region[32];              /* region=; "": any */
@@ -98,6 +100,12 @@ struct gw_place_score {
 
 /* Reads j's options into *ret. */
 void gw_place_wants(const struct gw_job *j, struct gw_wants *ret);
+/* Limits w to the types of list (TYPE,TYPE, as [group.NAME]
+ * instance_types), or lifts no limit when list is NULL or empty. */
+void gw_place_allow(struct gw_wants *w, const char *list);
+/* Whether w may run on instance type type: one its user is allowed and,
+ * when it names types, one of them. */
+bool gw_place_type_allowed(const struct gw_wants *w, const char *type);
 /* Whether the running instance in can take a job that wants w. */
 bool gw_place_fits(const struct gw_wants *w, const struct gw_inst *in);
 /* Scores offer o in market spot for w's nodes instances, with what c

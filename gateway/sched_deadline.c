@@ -502,7 +502,7 @@ static void tick(struct gw_dl *d) {
     char why[8];
     if (job_find(d, j->id) || gw_job_state_final(j->state))
       continue;
-    gw_place_wants(j, &w);
+    gw_sched_wants(d->s, j, &w);
     if (w.nodes > 1 || w.spot == 0 ||
         gw_deadline_option(json_object_get(j->spec, "options"), &window_s, why, sizeof why) != 0)
       continue;
@@ -616,7 +616,7 @@ int gw_sched_deadline_check(struct gw_sched *s, const struct gw_job *j, char *wh
   if (r != 0 || !d)
     return r < 0 ? r : 0;
   struct gw_wants w;
-  gw_place_wants(j, &w);
+  gw_sched_wants(s, j, &w);
   size_t n = gw_sched_market(s, d->market, GW_SCHED_MARKET_MAX);
   bool od = false;
   for (size_t i = 0; i < n && !od; i++) {

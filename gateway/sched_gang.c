@@ -242,6 +242,10 @@ static void decide(struct gw_sched *s, struct gw_job *j) {
   enum gw_gang_outcome o = gw_gang_outcome(g, j->cancel_requested, finished, &rank, &notice, &code);
   if (o == GW_GANG_WAIT)
     return;
+  if (j->pause_requested && !j->cancel_requested && o != GW_GANG_DONE_OK) {
+    gw_sched_paused(s, j); /* stopped for its budget, at rank 0's final checkpoint */
+    return;
+  }
   char inst[GW_INSTANCE_ID_MAX], why[384];
   snprintf(inst, sizeof inst, "%s", g->m[rank].instance);
   bool started = g->m[0].assigned;
@@ -372,6 +376,12 @@ void gw_sched_gang_done(struct gw_sched *s, struct gw_job *j, struct gw_inst *in
   member_end(s, j, rank, end, code);
 }
 
+void gw_sched_gang_pause(struct gw_sched *s, struct gw_job *j) {
+  if (!j->gang->stopping)
+    stop_members(s, j, false);
+  decide(s, j);
+}
+
 void gw_sched_gang_cancel(struct gw_sched *s, struct gw_job *j) {
   j->cancel_requested = true;
   gw_sched_emit(s, j, NULL);
@@ -473,7 +483,7 @@ void gw_sched_gang_register(struct gw_sched *s, struct gw_job *j, struct gw_inst
 
 void gw_sched_gang_load(struct gw_sched *s, struct gw_job *j) {
   struct gw_wants w;
-  gw_place_wants(j, &w);
+  gw_sched_wants(s, j, &w);
   struct gw_gang *g = calloc(1, sizeof *g);
   if (!g)
     return;

@@ -31,10 +31,15 @@ struct gw_sched {
   int64_t pass_mono_us;         /* the current placement pass began */
   int64_t save_timer;           /* retries the store's kept writes; 0: none armed */
   int64_t save_backoff_us;
+  gw_sched_hold_fn hold;        /* what keeps queued jobs back (budgets); NULL: nothing */
+  void *hold_data;
 };
 
 /* scheduler.c */
 void gw_sched_report(struct gw_sched *s, struct gw_bus_event ev);
+/* What j asks for (gw_place_wants), within the instance types its user may
+ * run on. */
+void gw_sched_wants(const struct gw_sched *s, const struct gw_job *j, struct gw_wants *w);
 /* Asks o's provider for an instance for job j (spot or on-demand): on
  * success it is in the fleet, launching, its row naming j, and its id in
  * ret_id. The job itself is left as it is. */
@@ -73,6 +78,12 @@ void gw_sched_gang_lost(struct gw_sched *s, struct gw_job *j, int rank, const ch
 json_t *gw_sched_gang_assign_field(const struct gw_job *j, int rank);
 /* Cancel of a started gang: every member is told to stop. */
 void gw_sched_gang_cancel(struct gw_sched *s, struct gw_job *j);
+/* Stops every rank of j (pause_requested set) as a cancel does; its end
+ * puts it back in the queue (gw_sched_paused) rather than ending it. */
+void gw_sched_gang_pause(struct gw_sched *s, struct gw_job *j);
+/* j stopped for its budget at its final checkpoint: back in the queue, held
+ * there until the budget allows it again. */
+void gw_sched_paused(struct gw_sched *s, struct gw_job *j);
 /* The gang's members cost this much per hour now (those not ended). */
 void gw_sched_gang_price(const struct gw_job *j, double *ret_usd, double *ret_on_demand_usd);
 /* After a gateway restart: j (provisioning or later) gets its gang back

@@ -43,6 +43,11 @@
 #define COST_FLUSH_US (5 * SL_US_PER_S)
 #define PLACE_RETRY_US SL_US_PER_S
 
+void gw_sched_wants(const struct gw_sched *s, const struct gw_job *j, struct gw_wants *w) {
+  gw_place_wants(j, w);
+  gw_place_allow(w, gw_config_user_instance_types(s->cfg, j->user));
+}
+
 void gw_sched_report(struct gw_sched *s, struct gw_bus_event ev) {
   gw_bus_emit(s->bus, &ev);
 }
@@ -157,6 +162,41 @@ void gw_sched_end_attempt(struct gw_sched *s, struct gw_job *j, const char *outc
     release_instances(s, j, inst_state);
 }
 
+/* A job stopped for its budget ended at its final checkpoint: back in the
+ * queue, held there until the budget allows it again. */
+void gw_sched_paused(struct gw_sched *s, struct gw_job *j) {
+  j->pause_requested = false;
+  json_t *ev = json_pack("{s:s,s:o,s:s}", "event", "paused", "step",
+                         !strcmp(j->kind, "run") ? json_null() : json_integer(j->ckpt_step),
+                         "instance", j->instance);
+  gw_sched_emit(s, j, ev);
+  json_decref(ev);
+  gw_sched_end_attempt(s, j, "paused", "idle");
+  gw_sched_clear_placement(j);
+  j->wait_register_until_us = 0;
+  j->step = j->ckpt_step;
+  gw_queue_push(s->queue, j->user, j->id, 1);
+  char why[200] = "budget cap", reason[sizeof j->reason];
+  if (s->hold)
+    s->hold(s->hold_data, j, why, sizeof why);
+  snprintf(reason, sizeof reason, "paused: %.200s", why);
+  gw_sched_transition(s, j, GW_JOB_QUEUED, reason);
+  gw_sched_kick(s);
+}
+
+void gw_sched_worker_cancelled(struct gw_sched *s, struct gw_job *j, const char *reason) {
+  char why[200];
+  /* asked for a pause, or (the request lost with a gateway restart) held by
+   * a spent budget without a cancel asked: its worker stopped it at a final
+   * checkpoint, and it waits in the queue rather than ending */
+  if (!j->cancel_requested &&
+      (j->pause_requested || (s->hold && s->hold(s->hold_data, j, why, sizeof why)))) {
+    gw_sched_paused(s, j);
+    return;
+  }
+  gw_sched_finish(s, j, GW_JOB_CANCELLED, reason);
+}
+
 void gw_sched_finish(struct gw_sched *s, struct gw_job *j, enum gw_job_state st, const char *reason) {
   gw_queue_remove(s->queue, j->id);
   /* the job's end is written (or kept, ahead of every later write) before
@@ -263,6 +303,56 @@ int gw_sched_cancel(struct gw_sched *s, struct gw_job *j) {
   }
 }
 
+void gw_sched_set_hold(struct gw_sched *s, gw_sched_hold_fn fn, void *data) {
+  s->hold = fn;
+  s->hold_data = data;
+}
+
+/* j waits in the queue for why: said once, as its reason. */
+static void mark_paused(struct gw_sched *s, struct gw_job *j, const char *why) {
+  char reason[sizeof j->reason];
+  snprintf(reason, sizeof reason, "paused: %.200s", why);
+  if (j->state == GW_JOB_QUEUED && strcmp(j->reason, reason))
+    gw_sched_transition(s, j, GW_JOB_QUEUED, reason);
+}
+
+int gw_sched_pause(struct gw_sched *s, struct gw_job *j, const char *why) {
+  struct gw_inst *inst = j->instance[0] ? gw_fleet_inst(s->fleet, j->instance) : NULL;
+  switch (j->state) {
+  case GW_JOB_QUEUED:
+    mark_paused(s, j, why);
+    return 1;
+  case GW_JOB_STARTING:
+  case GW_JOB_RUNNING:
+  case GW_JOB_CHECKPOINTING:
+    if (j->pause_requested || j->cancel_requested)
+      return 1;
+    if (j->gang)
+      break; /* every rank is told to stop; rank 0 writes the checkpoint */
+    if (!inst || !inst->registered)
+      return 1;
+    break;
+  default:
+    return 1; /* provisioning: stopped once it runs; ended: nothing */
+  }
+  char id[16];
+  j->pause_requested = true;
+  json_t *ev = json_pack("{s:s,s:s}", "event", "pausing", "reason", why);
+  gw_sched_emit(s, j, ev);
+  json_decref(ev);
+  if (j->gang) {
+    sl_info(T, "%s: pausing: %s", gw_job_id_str(j->id, id, sizeof id), why);
+    gw_sched_gang_pause(s, j);
+    return 0;
+  }
+  /* the worker's cancel: SIGTERM, a final checkpoint, its upload, then done */
+  json_t *m = json_pack("{s:s,s:s}", "type", "cancel", "job", gw_job_id_str(j->id, id, sizeof id));
+  gw_fleet_send(s->fleet, inst, m);
+  json_decref(m);
+  sl_info(T, "%s: pausing: %s", id, why);
+  return 0;
+}
+
 /* ---- placement ---- */
 
 void gw_sched_write_placement(struct gw_job *j, const struct gw_inst *in) {
@@ -333,7 +423,7 @@ int gw_sched_launch_inst(struct gw_sched *s, struct gw_job *j, const struct gw_o
   if (r < 0)
     return r;
   struct gw_wants w;
-  gw_place_wants(j, &w);
+  gw_sched_wants(s, j, &w);
   struct gw_launch req = {.spot = spot, .max_price_usd_per_hour = w.max_price, .job = j->id,
                           .boot = &boot};
   snprintf(req.type, sizeof req.type, "%s", t->name);
@@ -449,7 +539,7 @@ static void launch_failed(struct gw_sched *s, struct gw_inst *in, int error, con
  * unless *no_capacity (a launch already failed in this pass). -EAGAIN: not now. */
 static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
   struct gw_wants w;
-  gw_place_wants(j, &w);
+  gw_sched_wants(s, j, &w);
   if (gw_sched_deadline_wants(s, j, &w) < 0)
     return -EAGAIN; /* its deadline's policy waits for spot */
   if (w.nodes > 1)
@@ -517,6 +607,11 @@ void gw_sched_place(struct gw_sched *s) {
     struct gw_job *j = gw_fleet_job(s->fleet, order[i]);
     if (!j) {
       gw_queue_remove(s->queue, order[i]);
+      continue;
+    }
+    char why[200];
+    if (s->hold && s->hold(s->hold_data, j, why, sizeof why)) {
+      mark_paused(s, j, why);
       continue;
     }
     place_one(s, j, &no_capacity);
@@ -964,7 +1059,7 @@ int gw_sched_load(struct gw_sched *s) {
       if (j->state == GW_JOB_PROVISIONING && !j->instance_type[0])
         in->launched = false;
       struct gw_wants w;
-      gw_place_wants(j, &w);
+      gw_sched_wants(s, j, &w);
       if (w.nodes > 1) {
         gw_sched_gang_load(s, j);
         if (j->state == GW_JOB_QUEUED)

@@ -94,6 +94,10 @@ void gw_sched_checkpoint_recorded(struct gw_sched *s, const struct gw_job *j, in
 /* While the store keeps writes it refused: why new work is refused (a
  * sentence for the client), else NULL. */
 const char *gw_sched_refusal(const struct gw_sched *s);
+/* The worker reports j cancelled: ended as cancelled, or back in the queue
+ * when it was stopped for its budget (asked, or held by a spent budget and
+ * no cancel asked, as after a gateway restart in between). */
+void gw_sched_worker_cancelled(struct gw_sched *s, struct gw_job *j, const char *reason);
 /* The state store's health for the status reply, owned:
  * {"ok":false,"error":"disk full","message","since_us","kept_writes"}. */
 json_t *gw_sched_store_json(const struct gw_sched *s);
@@ -136,6 +140,20 @@ void gw_sched_gang_register(struct gw_sched *s, struct gw_job *j, struct gw_inst
 /* Shuts the instance down (worker told, provider asked) and forgets it. */
 void gw_sched_terminate(struct gw_sched *s, struct gw_inst *in, const char *why);
 void gw_sched_instance_gone(struct gw_sched *s, const char *id, const char *why);
+
+/* Whether queued job j must wait (a spent budget): true with a sentence
+ * in why. */
+typedef bool (*gw_sched_hold_fn)(void *data, const struct gw_job *j, char *why, size_t size);
+/* Placement asks fn (data borrowed) before it starts a queued job; a held
+ * job stays queued with the reason "paused: WHY". */
+void gw_sched_set_hold(struct gw_sched *s, gw_sched_hold_fn fn, void *data);
+/* Pauses j for why: a running job's worker is told to stop it with a
+ * final checkpoint (as a cancel does), and its end puts it back in the
+ * queue, resumable from that checkpoint, instead of ending it; a queued
+ * one is marked paused. 0 when asked now, 1 when there was nothing to do
+ * (asked before, or not started yet). A gang's ranks are all stopped; rank
+ * 0 writes the checkpoint. */
+int gw_sched_pause(struct gw_sched *s, struct gw_job *j, const char *why);
 
 /* Placement should run (soon, from the loop). */
 void gw_sched_kick(struct gw_sched *s);

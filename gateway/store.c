@@ -84,7 +84,13 @@ static const char *const migrations[] = {
   "  job INTEGER, step INTEGER, checkpoint TEXT, PRIMARY KEY(user, session, name));",
   /* 3: instances belong to a provider (several may be enabled at once) */
   "ALTER TABLE instances ADD COLUMN provider TEXT NOT NULL DEFAULT 'local';",
-  /* 4: the carbon estimate per attempt and per job */
+  /* 4: budgets: the alerts and caps that fired each month, and limits an admin set live */
+  "CREATE TABLE budget_fired(month TEXT NOT NULL, scope TEXT NOT NULL, name TEXT NOT NULL,"
+  "  kind TEXT NOT NULL, threshold_pct REAL NOT NULL, spent_usd REAL, budget_usd REAL,"
+  "  time_us INTEGER, PRIMARY KEY(month, scope, name, kind, threshold_pct));"
+  "CREATE TABLE budget_override(scope TEXT NOT NULL, name TEXT NOT NULL,"
+  "  monthly_usd REAL NOT NULL, set_by TEXT, time_us INTEGER, PRIMARY KEY(scope, name));",
+  /* 5: the carbon estimate per attempt and per job */
   "ALTER TABLE cost ADD COLUMN energy_kwh REAL NOT NULL DEFAULT 0;"
   "ALTER TABLE cost ADD COLUMN co2e_g REAL NOT NULL DEFAULT 0;"
   "ALTER TABLE jobs ADD COLUMN energy_kwh REAL NOT NULL DEFAULT 0;"
@@ -1063,6 +1069,61 @@ int gw_store_counts(struct gw_store *s, json_t **ret) {
   return 0;
 }
 
+int gw_store_job_counts_by_user(struct gw_store *s, json_t **ret) {
+  sqlite3_stmt *st = prep(s, "SELECT user, state, COUNT(*) FROM jobs GROUP BY user, state");
+  if (!st)
+    return SL_ESQLITE;
+  json_t *o = json_object();
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *u = (const char *)sqlite3_column_text(st, 0);
+    const char *k = (const char *)sqlite3_column_text(st, 1);
+    json_t *per = json_object_get(o, u ? u : "");
+    if (!per)
+      json_object_set_new(o, u ? u : "", per = json_object());
+    json_object_set_new(per, k ? k : "", json_integer(sqlite3_column_int64(st, 2)));
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE || !o) {
+    json_decref(o);
+    return SL_ESQLITE;
+  }
+  *ret = o;
+  return 0;
+}
+
+int gw_store_preemption_events(struct gw_store *s, const char *user, size_t max, json_t **ret) {
+  /* as in gw_store_counts, only jobs with a preempted attempt are read */
+  sqlite3_stmt *st = prep(s, "SELECT e.body, j.user FROM events e JOIN jobs j ON j.id=e.job"
+                             " WHERE e.job IN (SELECT DISTINCT job FROM attempts WHERE"
+                             " outcome='preempted') AND e.kind IN ('preempted','resumed')"
+                             " AND (?1 IS NULL OR j.user=?1) ORDER BY e.time_us DESC, e.job DESC,"
+                             " e.seq DESC LIMIT ?2");
+  if (!st)
+    return SL_ESQLITE;
+  if (user)
+    bind_text(st, 1, user);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
+  json_t *arr = json_array();
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    json_t *ev = parse_text(st, 0);
+    if (!json_is_object(ev)) {
+      json_decref(ev);
+      continue;
+    }
+    json_object_set_new(ev, "user", json_string((const char *)sqlite3_column_text(st, 1)));
+    json_array_insert_new(arr, 0, ev);
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE || !arr) {
+    json_decref(arr);
+    return SL_ESQLITE;
+  }
+  *ret = arr;
+  return 0;
+}
+
 static int instance_put(struct gw_store *s, const struct gw_instance_row *row) {
   sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO instances(id, type, zone, spot, price,"
                              " on_demand_price, public_key, state, job, user, launched_us,"
@@ -1460,4 +1521,90 @@ void gw_store_health(const struct gw_store *s, struct gw_store_health *ret) {
 void gw_store_set_saved_fn(struct gw_store *s, gw_store_saved_fn fn, void *ctx) {
   s->saved_fn = fn;
   s->saved_ctx = ctx;
+}
+
+/* ---- budgets ---------------------------------------------------------- */
+
+int gw_store_budget_fire(struct gw_store *s, const char *month, const char *scope,
+                         const char *name, const char *kind, double threshold_pct,
+                         double spent_usd, double budget_usd, int64_t now_us) {
+  sqlite3_stmt *st = prep(s, "INSERT OR IGNORE INTO budget_fired(month, scope, name, kind,"
+                             " threshold_pct, spent_usd, budget_usd, time_us)"
+                             " VALUES(?1,?2,?3,?4,?5,?6,?7,?8)");
+  if (!st)
+    return SL_ESQLITE;
+  bind_text(st, 1, month);
+  bind_text(st, 2, scope);
+  bind_text(st, 3, name);
+  bind_text(st, 4, kind);
+  sqlite3_bind_double(st, 5, threshold_pct);
+  sqlite3_bind_double(st, 6, spent_usd);
+  sqlite3_bind_double(st, 7, budget_usd);
+  sqlite3_bind_int64(st, 8, now_us);
+  int r = run(s, st);
+  return r < 0 ? r : sqlite3_changes(s->db) > 0;
+}
+
+int gw_store_budget_fired(struct gw_store *s, const char *month, json_t **ret) {
+  sqlite3_stmt *st = prep(s, "SELECT scope, name, kind, threshold_pct, spent_usd, budget_usd, time_us"
+                             " FROM budget_fired WHERE month=?1 ORDER BY time_us");
+  if (!st)
+    return SL_ESQLITE;
+  bind_text(st, 1, month);
+  json_t *arr = json_array();
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:f,s:f,s:f,s:I}",
+                                         "scope", (const char *)sqlite3_column_text(st, 0),
+                                         "name", (const char *)sqlite3_column_text(st, 1),
+                                         "kind", (const char *)sqlite3_column_text(st, 2),
+                                         "threshold_pct", sqlite3_column_double(st, 3),
+                                         "spent_usd", sqlite3_column_double(st, 4),
+                                         "budget_usd", sqlite3_column_double(st, 5),
+                                         "time_us", (json_int_t)sqlite3_column_int64(st, 6)));
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) {
+    json_decref(arr);
+    return SL_ESQLITE;
+  }
+  *ret = arr;
+  return 0;
+}
+
+int gw_store_budget_override_set(struct gw_store *s, const char *scope, const char *name,
+                                 double monthly_usd, const char *set_by, int64_t now_us) {
+  sqlite3_stmt *st = prep(s, "INSERT INTO budget_override(scope, name, monthly_usd, set_by, time_us)"
+                             " VALUES(?1,?2,?3,?4,?5) ON CONFLICT(scope, name) DO UPDATE SET"
+                             " monthly_usd=excluded.monthly_usd, set_by=excluded.set_by,"
+                             " time_us=excluded.time_us");
+  if (!st)
+    return SL_ESQLITE;
+  bind_text(st, 1, scope);
+  bind_text(st, 2, name);
+  sqlite3_bind_double(st, 3, monthly_usd);
+  bind_text(st, 4, set_by);
+  sqlite3_bind_int64(st, 5, now_us);
+  return run(s, st);
+}
+
+int gw_store_budget_overrides(struct gw_store *s, json_t **ret) {
+  sqlite3_stmt *st = prep(s, "SELECT scope, name, monthly_usd, set_by, time_us FROM budget_override");
+  if (!st)
+    return SL_ESQLITE;
+  json_t *arr = json_array();
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    json_array_append_new(arr, json_pack("{s:s,s:s,s:f,s:s,s:I}",
+                                         "scope", (const char *)sqlite3_column_text(st, 0),
+                                         "name", (const char *)sqlite3_column_text(st, 1),
+                                         "monthly_usd", sqlite3_column_double(st, 2),
+                                         "set_by", (const char *)sqlite3_column_text(st, 3),
+                                         "time_us", (json_int_t)sqlite3_column_int64(st, 4)));
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) {
+    json_decref(arr);
+    return SL_ESQLITE;
+  }
+  *ret = arr;
+  return 0;
 }

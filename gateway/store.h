@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GW_STORE_SCHEMA_VERSION 4
+#define GW_STORE_SCHEMA_VERSION 5
 
 struct gw_store;
 
@@ -175,6 +175,22 @@ struct gw_store_history_fns {
                 int64_t steps_lost, bool notice);
 };
 int gw_store_metric_history(struct gw_store *s, const struct gw_store_history_fns *fns, void *ctx);
+/* Budgets. Records that month's (YYYY-MM) alert (kind "alert" at
+ * threshold_pct) or cap (kind "cap") of a scope ("gateway", "group",
+ * "user") and name: 1 when recorded now, 0 when it was already, or an
+ * error. Written at once, never kept: an alert that cannot be recorded is
+ * tried again. */
+int gw_store_budget_fire(struct gw_store *s, const char *month, const char *scope,
+                         const char *name, const char *kind, double threshold_pct,
+                         double spent_usd, double budget_usd, int64_t now_us);
+/* That month's records, owned: [{"scope","name","kind","threshold_pct",
+ * "spent_usd","budget_usd","time_us"}], oldest first. */
+int gw_store_budget_fired(struct gw_store *s, const char *month, json_t **ret);
+/* A monthly budget an admin (set_by) set live for a scope and name. */
+int gw_store_budget_override_set(struct gw_store *s, const char *scope, const char *name,
+                                 double monthly_usd, const char *set_by, int64_t now_us);
+/* Every such budget, owned: [{"scope","name","monthly_usd","set_by","time_us"}]. */
+int gw_store_budget_overrides(struct gw_store *s, json_t **ret);
 
 /* What gw_store_cost_by groups spend by. */
 enum gw_cost_by { GW_COST_BY_USER, GW_COST_BY_JOB, GW_COST_BY_TYPE, GW_COST_BY_DAY };
@@ -189,6 +205,14 @@ int gw_store_cost_by(struct gw_store *s, enum gw_cost_by what, const char *user,
 int gw_store_counts(struct gw_store *s, json_t **ret);
 /* Jobs by state alone, owned: {STATE: N} (one aggregate over the jobs). */
 int gw_store_job_counts(struct gw_store *s, json_t **ret);
+
+/* Jobs per user and state over every job ever stored, owned:
+ * {USER: {STATE: N}}. */
+int gw_store_job_counts_by_user(struct gw_store *s, json_t **ret);
+/* The preempted and resumed events of user's jobs (NULL: everyone), the
+ * newest max of them, oldest first: an owned array of the events' bodies
+ * (with "seq", "time_us" and "job") each with "user" added. */
+int gw_store_preemption_events(struct gw_store *s, const char *user, size_t max, json_t **ret);
 
 int gw_store_instance_put(struct gw_store *s, const struct gw_instance_row *row);
 

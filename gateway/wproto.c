@@ -561,7 +561,7 @@ static void on_done(struct gw_wproto *g, struct gw_inst *in, const json_t *body)
   if (!strcmp(status, "succeeded"))
     gw_sched_finish(g->sched, j, GW_JOB_SUCCEEDED, reason[0] ? reason : "done");
   else if (!strcmp(status, "cancelled"))
-    gw_sched_finish(g->sched, j, GW_JOB_CANCELLED, reason[0] ? reason : "cancelled");
+    gw_sched_worker_cancelled(g->sched, j, reason[0] ? reason : "cancelled");
   else if (!strcmp(status, "preempted"))
     gw_sched_requeue(g->sched, j, in->notice, reason[0] ? reason : "preempted");
   else if (!strcmp(status, "failed")) {

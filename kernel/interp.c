@@ -70,13 +70,18 @@ static struct jk_interp *interp_free(struct jk_interp *ip) {
 /* A session notice from the gateway (borrowed): a stderr line on the running
  * cell; between cells, a stderr line on the cell that ran last and an entry
  * in the last job display's timeline; kept for the start of the next cell's
- * output only when no cell ran yet. */
+ * output only when no cell ran yet. A budget's notice is news for whoever
+ * runs the next cell too: between cells it is kept for it as well. */
 static void notice(struct jk_interp *ip, const json_t *notice) {
-  if (strcmp(sl_json_get_str(notice, "event", ""), "idle"))
+  const char *event = sl_json_get_str(notice, "event", "");
+  bool budget = !strcmp(event, "budget");
+  if (strcmp(event, "idle") && !budget)
     return;
   const char *action = sl_json_get_str(notice, "action", "");
-  char line[256];
-  if (!strcmp(action, "warning"))
+  char line[512];
+  if (budget)
+    snprintf(line, sizeof line, "spotlab: %.480s\n", sl_json_get_str(notice, "text", "budget notice"));
+  else if (!strcmp(action, "warning"))
     snprintf(line, sizeof line,
              "spotlab: this notebook is idle; its workers stop in %lld s unless a cell runs\n",
              (long long)sl_json_get_int(notice, "in_s", 0));
@@ -87,13 +92,16 @@ static void notice(struct jk_interp *ip, const json_t *notice) {
     return;
   if (ip->running && !ip->running->silent) {
     jk_exec_stream(ip, "stderr", line);
+    if (budget)
+      jk_jobs_notice_running(ip, notice);
     return;
   }
   /* Between cells: under the cell that ran last (front ends keep showing a
    * finished cell's output), and in the last job display's timeline. */
   if (ip->cell_ran && ip->pub->stream(ip->pub_ud, JK_PUB_LAST, "stderr", line) == 0) {
     jk_jobs_notice(ip, notice);
-    return;
+    if (!budget)
+      return;
   }
   size_t have = strlen(ip->pending_notice);
   if (have + strlen(line) >= sizeof ip->pending_notice)

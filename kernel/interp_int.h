@@ -137,6 +137,8 @@ void jk_jobs_reattach(struct jk_interp *ip);
 /* A session notice between cells (borrowed): folded into the timeline of the
  * last job display, which is updated in place. */
 void jk_jobs_notice(struct jk_interp *ip, const json_t *notice);
+/* A budget notice in the running cell's live job display, if it has one. */
+void jk_jobs_notice_running(struct jk_interp *ip, const json_t *notice);
 /* A cell starts: tells a connected gateway the notebook is active (ping). */
 void jk_jobs_cell_started(struct jk_interp *ip);
 /* Interrupt of a statement waiting on the gateway: records the error (a

@@ -511,6 +511,8 @@ static enum jk_step on_query(struct jk_interp *ip, const json_t *reply) {
     text = jk_format_jobs_of(reply, ip->running->follow->all ? NULL : ip->notebook);
   } else if (strcmp(q, "logs") == 0) {
     text = jk_format_events(reply);
+  } else if (strcmp(q, "budget") == 0) {
+    text = jk_format_budgets(reply);
   } else if (strcmp(q, "instances") == 0) {
     /* the ranking as a table: text/plain always, text/html beside it */
     text = jk_format_market(reply);
@@ -632,6 +634,12 @@ void jk_jobs_reattach(struct jk_interp *ip) {
   resync(ip);
 }
 
+void jk_jobs_notice_running(struct jk_interp *ip, const json_t *notice) {
+  struct jk_follow *f = ip->running ? ip->running->follow : NULL;
+  if (f && f->display && jk_display_notice(f->display, notice) > 0)
+    publish_display(ip, true);
+}
+
 void jk_jobs_notice(struct jk_interp *ip, const json_t *notice) {
   struct jk_display *d = ip->last_display;
   if (!d || jk_display_notice(d, notice) <= 0)
@@ -678,6 +686,11 @@ enum jk_step jk_magic_query(struct jk_interp *ip, const struct jk_stmt *s) {
     if (ip->running->follow)
       ip->running->follow->all = all;
     return st;
+  }
+  if (strcmp(m, "budget") == 0) {
+    char err[160];
+    json_t *req = jk_budget_request(a, err, sizeof err);
+    return req ? query(ip, m, req) : jk_exec_fail(ip, "ValueError", "%%%s", err);
   }
   if (strcmp(m, "instances") == 0) {
     json_t *opts = json_object();

@@ -208,19 +208,36 @@ static void test_providers(void) {
   free(text);
 }
 
+/* [group.NAME] and [user.NAME] instance_types: the user's own list wins. */
+static void test_instance_types(void) {
+  int r;
+  expect_error("[group.g]\ninstance_types = g5.xlarge,g4dn/x\n",
+               "\"g4dn/x\" is not an instance type", 2);
+  expect_error("[group.g]\ninstance_types = a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q\n",
+               "more than 16 instance types", 2);
+  CHECK_STR(load("[group.g]\ninstance_types = g5.xlarge, g4dn.xlarge\n[group.h]\n"
+                 "[user.a]\ngroup = g\n[user.b]\ngroup = g\ninstance_types = p3.2xlarge\n"
+                 "[user.c]\ngroup = h\n", &r), "");
+  CHECK_INT(r, 0);
+  CHECK_STR(gw_config_user_instance_types(&loaded, "a"), "g5.xlarge, g4dn.xlarge");
+  CHECK_STR(gw_config_user_instance_types(&loaded, "b"), "p3.2xlarge");
+  CHECK(gw_config_user_instance_types(&loaded, "c") == NULL);
+  CHECK(gw_config_user_instance_types(&loaded, "nobody") == NULL);
+}
+
 static void test_refused(void) {
   /* options and sections that would configure nothing are errors that say so */
   expect_error("[gateway]\nlisten = tcp://127.0.0.1:1\nhttp = http://127.0.0.1:7480\n",
                "is not HOST:PORT", 3);
   expect_error("[gateway]\nhttp = 127.0.0.1:70000\n", "is not HOST:PORT", 2);
   expect_error("[gateway]\nhttp = 127.0.0.1\n", "is not HOST:PORT", 2);
-  expect_error("[budget]\nmonthly_usd = 10\nalert_at = 25,50\n",
-               "[budget] alert_at: this gateway sends no budget alerts yet", 3);
+  expect_error("[budget]\nmonthly_usd = 10\nalert_at = 25,x\n", "\"x\" is not a percentage", 3);
+  expect_error("[budget]\nalert_at = 0\n", "is not a percentage above 0", 2);
+  expect_error("[budget]\nalert_at = 50,\n", "after the last comma", 2);
+  expect_error("[group.ml]\nhard_cap = maybe\n", "is not yes or no", 2);
   expect_error("[gateway]\n[store]\nurl = s3://Bucket_1/x\n", "the bucket name must be", 3);
   expect_error("[store]\nurl = http://x/\n", "is not a file:/// or s3:// URL", 2);
   expect_error("[store]\nkeep = 0\n", "out of range", 2);
-  expect_error("\n[webhook.slack]\nurl = https://x\n",
-               "[webhook.slack]: this gateway posts no webhooks yet; remove the section", 2);
   static struct gw_config c;
   char msg[512];
   gw_config_defaults(&c);
@@ -228,10 +245,81 @@ static void test_refused(void) {
   CHECK(!strcmp(c.http, "127.0.0.1:0"));
   CHECK_INT(gw_config_set(&c, "gateway", "http", "", msg, sizeof msg), 0);
   CHECK_INT(gw_config_set(&c, "webhook.x", "url", "y", msg, sizeof msg), SL_ECONFIG);
-  CHECK(strstr(msg, "no webhooks") != NULL);
+  CHECK(strstr(msg, "not an http:// or https:// URL") != NULL);
+  CHECK_INT(gw_config_set(&c, "budget", "alert_at", "80, 50 ,100%", msg, sizeof msg), 0);
+  double pct[GW_ALERT_MAX];
+  CHECK_INT(gw_config_parse_alert_at(c.alert_at, pct, msg, sizeof msg), 3);
+  CHECK(pct[0] == 50 && pct[1] == 80 && pct[2] == 100);
+  CHECK_INT(gw_config_parse_alert_at("", pct, msg, sizeof msg), 0);
+  CHECK_INT(gw_config_set(&c, "group.ml", "monthly_usd", "10", msg, sizeof msg), 0);
+  CHECK_INT(gw_config_set(&c, "group.ml", "hard_cap", "no", msg, sizeof msg), 0);
+  CHECK(c.groups[0].monthly_usd == 10 && !strcmp(c.groups[0].hard_cap, "no"));
   char *text = dump(&c);
-  CHECK(strstr(text, "alert_at") == NULL);
+  CHECK(strstr(text, "alert_at = 80, 50 ,100%") != NULL);
   free(text);
+}
+
+/* [webhook.NAME]: events as bits, the defaults, a secret_file read relative
+ * to the file's folder, every missing or bad value at its line, and a dump
+ * that never shows the secret. */
+static void test_webhooks(void) {
+  int r;
+  const char *err = load("[webhook.slack]\nurl = https://hooks.example.org/T1/B2\n"
+                         "events = job.succeeded, job.failed,budget.cap\nsecret = s3cret-key\n"
+                         "[webhook.ops]\nurl = http://127.0.0.1:9/x\nevents = idle.shutdown\n"
+                         "secret_file = hook.key\ntimeout = 2s\nretries = 0\n", &r);
+  CHECK_INT(r, SL_ECONFIG); /* hook.key does not exist yet */
+  CHECK(strstr(err, "c.ini:8: [webhook.ops] secret_file ") != NULL);
+  write_file("hook.key", "from-a-file\n");
+  err = load("[webhook.slack]\nurl = https://hooks.example.org/T1/B2\n"
+             "events = job.succeeded, job.failed,budget.cap\nsecret = s3cret-key\n"
+             "[webhook.ops]\nurl = http://127.0.0.1:9/x\nevents = idle.shutdown\n"
+             "secret_file = hook.key\ntimeout = 2s\nretries = 0\n", &r);
+  CHECK_INT(r, 0);
+  CHECK_STR(err, "");
+  CHECK_INT(loaded.n_webhooks, 2);
+  const struct gw_webhook_cfg *w = &loaded.webhooks[0];
+  CHECK_STR(w->name, "slack");
+  CHECK_STR(w->secret, "s3cret-key");
+  CHECK_INT(w->event_mask, (1u << GW_HOOK_JOB_SUCCEEDED) | (1u << GW_HOOK_JOB_FAILED) |
+                           (1u << GW_HOOK_BUDGET_CAP));
+  CHECK_INT(w->timeout_us, 10 * 1000000LL);
+  CHECK_INT(w->retries, 6);
+  w = &loaded.webhooks[1];
+  CHECK_STR(w->secret, "from-a-file");
+  CHECK_INT(w->event_mask, 1u << GW_HOOK_IDLE_SHUTDOWN);
+  CHECK_INT(w->timeout_us, 2 * 1000000LL);
+  CHECK_INT(w->retries, 0);
+  char *text = dump(&loaded);
+  CHECK(strstr(text, "[webhook.slack]\n") != NULL);
+  CHECK(strstr(text, "\nurl = https://hooks.example.org/T1/B2\n") != NULL);
+  CHECK(strstr(text, "\nretries = 0\n") != NULL);
+  CHECK(strstr(text, "s3cret-key") == NULL && strstr(text, "from-a-file") == NULL);
+  free(text);
+  CHECK_STR(gw_config_hook_event_name(GW_HOOK_BUDGET_ALERT), "budget.alert");
+  CHECK(gw_config_hook_event_name(GW_HOOK_N_EVENTS) == NULL);
+
+  const char *ok = "url = https://x.example/h\nsecret = k\n";
+  char text2[512];
+  snprintf(text2, sizeof text2, "[webhook.a]\n%sevents = job.succeeded,job.done\n", ok);
+  expect_error(text2, "events: \"job.done\" is not an event (job.succeeded,", 4);
+  snprintf(text2, sizeof text2, "[webhook.a]\n%sevents = , ,\n", ok);
+  expect_error(text2, "events: names no event", 4);
+  expect_error("[webhook.a]\nurl = ftp://x/\n", "url: \"ftp://x/\" is not an http:// or https:// URL", 2);
+  expect_error("[webhook.a]\nurl = https://\n", "is not an http:// or https:// URL", 2);
+  expect_error("\n[webhook.a]\nevents = job.failed\nsecret = k\n", "[webhook.a] has no url", 2);
+  expect_error("[webhook.a]\nurl = https://x/\nsecret = k\n", "[webhook.a] has no events", 1);
+  expect_error("[gateway]\n[webhook.a]\nurl = https://x/\nevents = job.failed\n",
+               "[webhook.a] has no secret", 2);
+  expect_error("[webhook.a]\nurl = https://x/\nevents = job.failed\nsecret = k\n"
+               "secret_file = hook.key\n", "has both secret and secret_file", 5);
+  write_file("empty.key", "\n");
+  expect_error("[webhook.a]\nurl = https://x/\nevents = job.failed\nsecret_file = empty.key\n",
+               "empty.key is empty", 4);
+  expect_error("[webhook.a]\ntimeout = 0s\n", "out of range", 2);
+  expect_error("[webhook.a]\nretries = 21\n", "out of range", 2);
+  expect_error("[webhook.a]\ncolour = red\n", "unknown key \"colour\"", 2);
+  expect_error("[webhook.a b]\n", "unknown section", 1);
 }
 
 /* Errors only the whole file shows: a path that is no file, a key or a
@@ -354,6 +442,7 @@ int main(void) {
     return 1;
   CHECK_INT(gw_provider_register(&local_class), 0);
   CHECK_INT(gw_provider_register(&fake_class), 0);
+  test_webhooks();
   static struct gw_config c;
   gw_config_defaults(&c);
   CHECK_STR(c.listen, "tcp://127.0.0.1:7400");
@@ -397,6 +486,7 @@ int main(void) {
 
   test_providers();
   test_refused();
+  test_instance_types();
 
   /* dump -> load -> dump is a fixed point, with users, groups, providers
    * and odd numbers */

@@ -613,6 +613,33 @@ static void test_region(void) {
   CHECK(!gw_place_fits(&w, &in));
 }
 
+/* A user's allowed types ([group.NAME] instance_types) limit what the
+ * job's own instance= may pick, and placement. */
+static void test_allowed_types(void) {
+  struct gw_offer offs[] = {offer(&prov_a, "cheap", 1, 0.10, 1.0), offer(&prov_a, "dear", 1, 0.30, 1.0)};
+  struct gw_place_ctx c = {.now_us = 1};
+  size_t i = 9;
+  bool spot;
+  struct gw_wants w = wants("{}");
+  gw_place_allow(&w, "dear, other");
+  CHECK_INT(w.n_allowed, 2);
+  CHECK(gw_place_type_allowed(&w, "dear") && !gw_place_type_allowed(&w, "cheap"));
+  CHECK_INT(gw_place_pick(&w, &c, offs, 2, &i, &spot), 0);
+  CHECK_INT(i, 1);
+  w = wants("{\"instance\": \"cheap,dear\"}");
+  gw_place_allow(&w, "other");
+  CHECK(!gw_place_type_allowed(&w, "cheap") && !gw_place_type_allowed(&w, "dear"));
+  CHECK(gw_place_pick(&w, &c, offs, 2, &i, &spot) < 0);
+  gw_place_allow(&w, NULL); /* no limit */
+  CHECK_INT(w.n_allowed, 0);
+  CHECK_INT(gw_place_pick(&w, &c, offs, 2, &i, &spot), 0);
+  CHECK_INT(i, 0);
+  struct gw_inst in = idle_inst(&prov_a, "i-1", "cheap", true, 0.1, 1);
+  w = wants("{}");
+  gw_place_allow(&w, "dear");
+  CHECK(!gw_place_fits(&w, &in));
+}
+
 /* The ranking %instances shows: every (offer, market) that fits, best
  * first, held ones last. */
 static void test_rank(void) {
@@ -649,6 +676,7 @@ int main(void) {
   test_failure_memory();
   test_memory();
   test_region();
+  test_allowed_types();
   test_rank();
   test_gang_from_offers();
   test_gang_with_idle();

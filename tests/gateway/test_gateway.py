@@ -308,7 +308,8 @@ def case_dump_config(gw):
                    "market = random:1", "[user.zed]", "group = ops", "[group.ops]",
                    "notebook_timeout = 2h", "\nhttp = \n", "; "):
         check(needle in a.stdout, "dump has %r" % needle)
-    for gone in ("alert_at", "[provider.aws]"):
+    check("\nalert_at = \n" in a.stdout, "dump has alert_at")
+    for gone in ("[provider.aws]",):
         check(gone not in a.stdout, "dump has no %r" % gone)
     env["SPOTLAB_CONFIG"] = out
     c = subprocess.run([GATEWAY, "--dump-config"], capture_output=True, text=True, env=env)
@@ -330,10 +331,12 @@ def case_config_errors(gw):
                                ("[provider.aws]\npoll = soon\n", 2, 'poll: "soon" is not a duration'),
                                ("[gateway]\nhttp = http://127.0.0.1:7480\n", 2,
                                 "http: \"http://127.0.0.1:7480\" is not HOST:PORT"),
-                               ("[budget]\nalert_at = 50\n", 2,
-                                "[budget] alert_at: this gateway sends no budget alerts yet"),
+                               ("[budget]\nalert_at = 50,x\n", 2,
+                                'alert_at: "x" is not a percentage'),
                                ("[store]\nurl = ftp://x\n", 2, 'is not a file:/// or s3:// URL'),
-                               ("[webhook.slack]\n", 1, "[webhook.slack]: this gateway posts no")]:
+                               ("[webhook.slack]\n", 1, "[webhook.slack] has no url"),
+                               ("[webhook.a]\nurl = https://x/\nevents = job.done\n", 3,
+                                'events: "job.done" is not an event')]:
         ini = os.path.join(gw.dir, "bad.ini")
         with open(ini, "w") as f:
             f.write(text)
@@ -852,13 +855,13 @@ def case_local_train(gw):
         real.cleanup()
 
 
-def place_gateway(capacity, slots):
+def place_gateway(capacity, slots, extra_ini="", user_options=None):
     """The real gateway with the local provider, real spotlab-worker
     instances, and a spot market whose capacity per type never changes."""
     g = GatewayProcess(tempfile.mkdtemp(prefix="gw-place-"), GATEWAY, TOKENS, provider="local",
                        slots=slots, market_capacity=capacity,
-                       extra_ini="[idle]\nworker_timeout = 10m\n",
-                       env={"SPOTLAB_DEBUG": "gateway"})
+                       extra_ini="[idle]\nworker_timeout = 10m\n" + extra_ini,
+                       env={"SPOTLAB_DEBUG": "gateway"}, user_options=user_options)
     g.start()
     return g
 
@@ -945,6 +948,32 @@ def case_local_place(gw):
         check(not [e for e in c.events if e["job"] == waits and e["event"] == "placed"],
               "spot=yes is not placed on on-demand")
         c.req("cancel", job=waits)
+
+        # a group's instance_types: bob's group may run on g5.xlarge only, a
+        # user of their own (carol) on g4dn.xlarge; alice on any
+        allow = place_gateway(capacity=2, slots=2,
+                              extra_ini="[group.small]\ninstance_types = g5.xlarge\n",
+                              user_options={"bob": "group = small\n",
+                                            "carol": "group = small\ninstance_types = g4dn.xlarge\n"})
+        gws.append(allow)
+        b = Client(allow.listen, "bob")
+        r = b.req("submit", kind="run", script="true", options={"instance": "g4dn.xlarge"})
+        check(not r["ok"] and "instance type g4dn.xlarge is not allowed for bob (allowed: g5.xlarge)"
+              in r["error"]["message"], "a type outside the group's refused at submit: %s" % r)
+        ranked = {e["type"] for e in b.req("market")["ranking"]}
+        check(ranked == {"g5.xlarge"}, "%%instances shows bob only his group's types: %s" % ranked)
+        bj = sleep_job(b)
+        pb = placed(b, bj)
+        check(pb["instance_type"] == "g5.xlarge", "bob's job placed on his group's type: %s" % pb)
+        cc = Client(allow.listen, "carol")
+        cj = sleep_job(cc)
+        pc = placed(cc, cj)
+        check(pc["instance_type"] == "g4dn.xlarge", "a user's own instance_types win: %s" % pc)
+        a = Client(allow.listen, "alice")
+        check(len({e["type"] for e in a.req("market")["ranking"]}) > 2,
+              "a user without a limit sees every type")
+        for c, j in ((b, bj), (cc, cj)):
+            c.req("cancel", job=j)
 
         # a spot instance preempted in a zone: the job goes elsewhere first
         two = place_gateway(capacity=2, slots=2)

@@ -12,7 +12,8 @@ test service's token, and each user's tokens come from the hub too:
 
 - alice (group research), bob (teaching) and carol (both; the file's order
   picks research) say hello with hub tokens; the gateway names the user and
-  group, and each group's idle timeouts apply (status);
+  group, and each group's idle timeouts (status) and instance types
+  (%instances) apply;
 - bob sees nothing of alice's job, and her session is not his;
 - a token the hub does not know, a revoked one (once the cache lapses), a
   service's token, and one that would inject a header are refused with an
@@ -75,6 +76,7 @@ class Hub:
                     "[hub]\ncache = 2s\n"
                     "[group.research]\nnotebook_timeout = 2h\n"
                     "[group.teaching]\nnotebook_timeout = 45m\nworker_timeout = 5m\n"
+                    "instance_types = fake.small\n"
                     "[user.filey]\ntoken_sha256 = %s\n" % (self.listen, gwdir, gwdir,
                                                           token_sha256(FILE_TOKEN)))
         self.config = os.path.join(self.dir, "jupyterhub_config.py")
@@ -228,6 +230,9 @@ def case_users(hub, tokens):
               "%s's notebook timeout is %s's: %r" % (user, want, idle))
         check(idle.get("worker_timeout_s") == (300 if want == "teaching" else 600),
               "%s's worker timeout: %r" % (user, idle))
+        types = {e["type"] for e in c.req("market").get("ranking", [])}
+        check(types == ({"fake.small"} if want == "teaching" else {"fake.small", "fake.big"}),
+              "%s's instance types are %s's: %s" % (user, want, sorted(types)))
         clients[user] = c
     return clients
 

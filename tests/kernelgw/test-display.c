@@ -561,20 +561,23 @@ static void test_timeline_idle(void) {
     "\"what\":\"notebook\",\"action\":\"warning\",\"in_s\":60}",
     "{\"type\":\"notice\",\"session\":\"nb\",\"time_us\":1795323013569372,\"event\":\"idle\","
     "\"what\":\"notebook\",\"action\":\"shutdown\"}",
-    "{\"type\":\"notice\",\"session\":\"nb\",\"time_us\":1795323013569372,\"event\":\"budget\"}",
+    "{\"type\":\"notice\",\"session\":\"nb\",\"time_us\":1795323073569372,\"event\":\"budget\","
+    "\"text\":\"Budget alert: group ml has spent $8.12 of its $10.00 monthly budget (80%)\"}",
+    "{\"type\":\"notice\",\"session\":\"nb\",\"time_us\":1795323013569372,\"event\":\"teleport\"}",
   };
   for (size_t i = 0; i < N(notices); i++) {
     json_t *n = json_loads(notices[i], 0, NULL);
     jk_display_sent(d, 0);
-    CHECK_INT(jk_display_notice(d, n), i < 2);
-    CHECK(jk_display_dirty(d) == (i < 2));
+    CHECK_INT(jk_display_notice(d, n), i < 3);
+    CHECK(jk_display_dirty(d) == (i < 3));
     json_decref(n);
   }
   char *tl = timeline_text(d);
   const char *tail = tl ? strstr(tl, "  +0s       succeeded at step 6\n") : NULL;
   CHECK_STR(tail, "  +0s       succeeded at step 6\n"
                   "  +1m 00s   idle warning: notebook stops in 60 s unless a cell runs\n"
-                  "  +2m 00s   idle shutdown: notebook stopped, its workers shut down (the next job starts new ones)\n");
+                  "  +2m 00s   idle shutdown: notebook stopped, its workers shut down (the next job starts new ones)\n"
+                  "  +3m 00s   Budget alert: group ml has spent $8.12 of its $10.00 monthly budget (80%)\n");
   free(tl);
   jk_display_free(d);
   d = jk_display_new("J000009", "train");

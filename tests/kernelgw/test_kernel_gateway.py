@@ -744,6 +744,68 @@ def stop_gateway(home):
         os.kill(pid, signal.SIGKILL)
 
 
+# a budget a few seconds of one local instance spend (time_scale 1)
+BUDGET_INI = "[budget]\nmonthly_usd = 0.0004\nalert_at = 50,400\nhard_cap = no\n"
+
+
+def budget_notices(kernel_exe, gateway_exe, cli_exe):
+    """Budget alerts in a notebook: the one that fires while a job runs shows
+    under the running cell and in its display; one that fires while no cell
+    runs shows at the start of the next cell; neither is shown twice."""
+    gw = OwnGateway(gateway_exe, BUDGET_INI)
+    ok = False
+    try:
+        with KernelspecEnv(kernel_exe):
+            k = Kernel()
+            try:
+                content, _ = k.run('model m = gpt(layers=1, heads=2, dim=16, ctx=16)\ndata d = text("moby-dick")')
+                check(content["status"] == "ok", "budget: definitions")
+                cell = Cell(k, "train m on d steps=100000 batch=4 checkpoint_every=1000000")
+
+                def alert(c, pct):
+                    return [m for m in c.msgs if m["msg_type"] == "stream" and
+                            "Budget alert" in m["content"]["text"] and "(%d%%)" % pct in m["content"]["text"]]
+
+                shown = cell.pump(lambda c: alert(c, 50), 120)
+                check(shown, "budget: the 50% alert under the running cell")
+                text = alert(cell, 50)[0]["content"]["text"] if shown else ""
+                check(re.search(r"Budget alert: .* has spent \$[0-9.]+ of its \$[0-9.]+ monthly "
+                                r"budget \(50%\)", text), "budget: the alert's sentence: %r" % text)
+                check(cell.pump(lambda c: any("Budget alert" in t for t in c.texts()), 30),
+                      "budget: the job's display shows the alert")
+                texts = cell.texts()
+                job = job_of(texts[-1]) if texts else None
+                rc, out, err = cli(cli_exe, "cancel", job or "J000000")
+                check(rc == 0, "budget: the job cancelled: %s %s" % (out, err))
+                check(cell.pump(Cell.done, 120), "budget: the cell ends")
+                # the budget lowered under the spend while no cell runs: the
+                # 400% alert fires between cells
+                rc, out, err = cli(cli_exe, "budget", "set", "gateway", "0.0000001")
+                check(rc == 0, "budget: set live from the CLI: %s %s" % (out, err))
+                deadline = time.monotonic() + 30
+                while "400" not in gw.log() and time.monotonic() < deadline:
+                    time.sleep(0.2)  # the alert is logged when it fires; nothing else to wait on
+                check("(400%)" in gw.log(), "budget: the 400% alert fired")
+                content, msgs = k.run("%budget")
+                err_text = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
+                check(content["status"] == "ok" and "(400%)" in err_text,
+                      "budget: the next cell starts with the alert: %r" % err_text[:300])
+                check("(50%)" not in err_text, "budget: the 50% alert is not shown again")
+                content, msgs = k.run("%budget")
+                again = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
+                check("Budget alert" not in again, "budget: a cell after that shows no alert: %r" % again[:300])
+                everything = again + "".join(str(m["content"].get("data", {})) for m in msgs)
+                check("gateway" in everything and "$" in everything,
+                      "budget: %%budget lists the gateway's budget: %r" % everything[:400])
+                ok = True
+            finally:
+                k.close()
+    finally:
+        if not ok:
+            print(gw.log()[-4000:], file=sys.stderr)
+        gw.close()
+
+
 def main():
     kernel_exe = sys.argv[1]
     home = tempfile.mkdtemp(prefix="spotlab-kgw-")
@@ -760,6 +822,7 @@ def main():
             gateway_restart(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
             idle_notices(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
             gpu_requests(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
+            budget_notices(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
     finally:
         stop_gateway(home)
         shutil.rmtree(home, ignore_errors=True)
