@@ -124,7 +124,7 @@ int sl_build_id(const char *path, char *ret_hex, size_t size) {
   bool found = false;
   /* sections first: the note section of a linked program */
   if (r == 0 && eh.e_shentsize == sizeof(Elf64_Shdr))
-    for (unsigned i = 0; i < eh.e_shnum && !found; i++) {
+    for (unsigned i = 0; i < eh.e_shnum && !found && r == 0; i++) {
       Elf64_Shdr sh;
       if ((r = read_at(fd, &sh, sizeof sh, eh.e_shoff + (uint64_t)i * sizeof sh, fsize)) < 0)
         break;
@@ -137,7 +137,7 @@ int sl_build_id(const char *path, char *ret_hex, size_t size) {
       }
     }
   if (r == 0 && !found && eh.e_phentsize == sizeof(Elf64_Phdr))
-    for (unsigned i = 0; i < eh.e_phnum && !found; i++) {
+    for (unsigned i = 0; i < eh.e_phnum && !found && r == 0; i++) {
       Elf64_Phdr ph;
       if ((r = read_at(fd, &ph, sizeof ph, eh.e_phoff + (uint64_t)i * sizeof ph, fsize)) < 0)
         break;
