@@ -4,7 +4,8 @@
  * falling back to its program headers (PT_NOTE segments) for a stripped
  * file whose section table is gone. Every offset and size read from the
  * file is checked against the file's size before use: a truncated or
- * hostile file gives SL_EFORMAT, never a read out of bounds. */
+ * hostile file gives SL_EFORMAT, never a read out of bounds. Files are
+ * opened without blocking, so a path naming a FIFO cannot hang the caller. */
 #include "sl_ident.h"
 
 #include "sl_err.h"
@@ -23,14 +24,15 @@
 #define NOTE_MAX (1u << 20) /* notes are small; more is not a note section */
 
 int sl_sha256_file(const char *path, int64_t max_bytes, char ret_hex[SL_SHA256_HEX_LEN + 1]) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return -errno;
   struct stat st;
-  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-    int r = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+  int bad = fstat(fd, &st) < 0 ? -errno : S_ISDIR(st.st_mode) ? -EISDIR
+                                        : !S_ISREG(st.st_mode) ? -EINVAL : 0;
+  if (bad < 0) {
     close(fd);
-    return r;
+    return bad;
   }
   crypto_hash_sha256_state h;
   crypto_hash_sha256_init(&h);
@@ -111,7 +113,7 @@ static int scan_notes(int fd, uint64_t off, uint64_t len, uint64_t file_size, ch
 }
 
 int sl_build_id(const char *path, char *ret_hex, size_t size) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return -errno;
   struct stat st;

@@ -738,8 +738,9 @@ static int build_job(struct req *q, struct gw_job *j) {
   }
   j->steps = sl_json_get_int(opts, "steps", 0);
   int r = check_nodes(q, kind, opts);
-  if (r == 0 && (r = gw_record_choose_seed(j)) < 0)
-    fail(q, r, "options must be an object");
+  int seeded = r == 0 ? gw_record_choose_seed(j) : 0;
+  if (seeded < 0)
+    fail(q, r = seeded, "options must be an object");
   char why[400];
   if (r == 0 && (r = gw_sched_deadline_check(q->g->env.sched, j, why, sizeof why)) < 0)
     fail(q, r, why);

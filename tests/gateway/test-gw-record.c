@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/test-gw-record-XXXXXX";
@@ -180,6 +181,11 @@ static void test_ident(void) {
   CHECK_INT(sl_sha256_file(path, 2, hex), SL_ELIMIT);
   CHECK_INT(sl_sha256_file(dir, 0, hex), -EISDIR);
   CHECK_INT(sl_sha256_file("/nonexistent/x", 0, hex), -ENOENT);
+  char fifo[160];
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  CHECK_INT(mkfifo(fifo, 0600), 0);
+  CHECK_INT(sl_sha256_file(fifo, 0, hex), -EINVAL); /* no writer: refused, not waited for */
+  CHECK(sl_build_id(fifo, hex, sizeof hex) < 0);
   CHECK_INT(sl_build_id(path, hex, sizeof hex), SL_EFORMAT); /* not ELF */
   CHECK_INT(sl_build_id("/proc/self/exe", hex, sizeof hex), 0);
   CHECK(strlen(hex) >= 16 && strspn(hex, "0123456789abcdef") == strlen(hex));
