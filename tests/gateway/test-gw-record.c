@@ -78,11 +78,12 @@ static void test_started(void) {
   json_decref(m);
   m = json_pack("{s:s,s:i}", "data_sha256", HASH_B, "build_id", 5);
   gw_record_started(b, 3, m);
+  gw_record_started(b, 0, m); /* no attempt 0: ignored */
   json_decref(m);
   CHECK_STR(json_string_value(json_object_get(b, "data_sha256")), ABC_SHA256); /* the first */
   CHECK_STR(json_string_value(json_object_get(b, "data_path")), "/d.txt");
   CHECK(!json_object_get(json_object_get(json_object_get(b, "workers"), "3"), "build_id"));
-  gw_record_started(b, 0, m);      /* no attempt 0: ignored */
+  CHECK(!json_object_get(json_object_get(b, "workers"), "0"));
   gw_record_started(NULL, 1, NULL); /* nothing to add to */
   json_decref(b);
   gw_job_done(&j);
@@ -118,7 +119,9 @@ static void test_store_and_rerun(void) {
   CHECK_INT(gw_store_attempt_end(s, j.id, 1, "preempted", 1500), 0);
   CHECK_INT(gw_store_checkpoint_add(s, j.id, 1, 10, "J/ckpt/10", 100, 1, 2, 1400), 0);
   CHECK_INT(gw_store_checkpoint_add(s, j.id, 2, 20, "J/ckpt/20", 200, 1, 2, 2400), 0);
-  CHECK_INT(gw_store_record_put(s, j.id, json_integer(3)), SL_ETYPE);
+  json_t *three = json_integer(3);
+  CHECK_INT(gw_store_record_put(s, j.id, three), SL_ETYPE);
+  json_decref(three);
   CHECK_INT(gw_record_load(s, &j, &rec), 0);
   CHECK_INT(json_integer_value(json_object_get(rec, "seed")), 7);
   CHECK_STR(json_string_value(json_object_get(rec, "data_sha256")), ABC_SHA256);
@@ -154,7 +157,9 @@ static void test_store_and_rerun(void) {
   json_t *m = json_pack("{s:s}", "data_sha256", HASH_B);
   gw_record_started(fb, 1, m);
   json_decref(m);
-  rec = gw_record_build(&forced, fb, json_array(), NULL);
+  json_t *none = json_array();
+  rec = gw_record_build(&forced, fb, none, NULL);
+  json_decref(none);
   CHECK_STR(json_string_value(json_object_get(rec, "rerun_of")), "J000001");
   CHECK(json_is_true(json_object_get(rec, "forced")));
   CHECK_STR(json_string_value(json_object_get(json_object_get(rec, "data_changed"), "was")), ABC_SHA256);
