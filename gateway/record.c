@@ -187,63 +187,45 @@ static json_t *distinct(const json_t *workers, const json_t *attempts, const cha
   return out;
 }
 
-json_t *gw_record_build(const struct gw_job *row, const json_t *body, const json_t *attempts,
-                        const json_t *checkpoints) {
-  char id[16];
-  const json_t *spec = row->spec, *workers = json_object_get(body, "workers");
-  json_t *r = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:o}", "job",
-                        gw_job_id_str(row->id, id, sizeof id), "user", row->user, "session",
-                        row->session, "kind", row->kind, "state", gw_job_state_name(row->state),
-                        "reason", row->reason, "created_us", (json_int_t)row->created_us, "step",
-                        (json_int_t)row->step, "steps", (json_int_t)row->steps, "cost_usd",
-                        sl_json_real(row->cost_usd), "on_demand_usd",
-                        sl_json_real(row->on_demand_usd));
-  if (!r)
-    return NULL;
-  /* the spec as the job runs it: options (with the seed), script, checkpoint */
-  json_t *s = json_pack("{s:s}", "kind", row->kind);
-  const json_t *opts = json_object_get(spec, "options");
-  json_object_set_new(s, "options", opts ? json_deep_copy(opts) : json_object());
-  if (row->model[0])
-    json_object_set_new(s, "model", json_string(row->model));
-  if (row->data[0])
-    json_object_set_new(s, "data", json_string(row->data));
+/* body's key, or null (a new reference either way). */
+static json_t *or_null(const json_t *body, const char *key) {
+  json_t *v = json_object_get(body, key);
+  return v ? json_incref(v) : json_null();
+}
+
+/* The spec as the job runs it: options (with the seed), script, checkpoint. */
+static json_t *spec_json(const struct gw_job *row) {
   static const char *const copied[] = {"script", "checkpoint", "expect_data_sha256"};
-  for (size_t i = 0; i < sizeof copied / sizeof *copied; i++)
-    if (json_object_get(spec, copied[i]))
-      json_object_set_new(s, copied[i], json_deep_copy(json_object_get(spec, copied[i])));
-  json_object_set_new(r, "spec", s);
-  const json_t *m = json_object_get(spec, "model");
-  json_object_set_new(r, "model", m ? json_pack("{s:s,s:O}", "name", row->model, "definition", m)
-                                    : json_null());
-  const json_t *d = json_object_get(spec, "data");
-  json_t *dj = d ? json_pack("{s:s,s:O}", "name", row->data, "definition", d) : json_null();
-  if (d && json_object_get(body, "data_path"))
-    json_object_set(dj, "path", json_object_get(body, "data_path"));
-  if (d)
-    json_object_set_new(dj, "sha256", json_object_get(body, "data_sha256")
-                                          ? json_incref(json_object_get(body, "data_sha256"))
-                                          : json_null());
-  json_object_set_new(r, "data", dj);
-  const json_t *v;
-  json_object_set_new(r, "data_sha256", (v = json_object_get(body, "data_sha256"))
-                                             ? json_incref((json_t *)v) : json_null());
-  json_object_set_new(r, "script_sha256", (v = json_object_get(body, "script_sha256"))
-                                              ? json_incref((json_t *)v) : json_null());
-  json_object_set_new(r, "seed", (v = json_object_get(body, "seed")) ? json_incref((json_t *)v)
-                                                                     : json_null());
-  if ((v = json_object_get(body, "seed_from")))
-    json_object_set(r, "seed_from", (json_t *)v);
-  json_object_set_new(r, "spotlab_version", (v = json_object_get(body, "spotlab_version"))
-                                                ? json_incref((json_t *)v) : json_null());
-  json_object_set_new(r, "build_ids",
-                      json_pack("{s:o,s:o,s:o}", "gateway",
-                                (v = json_object_get(body, "gateway_build_id"))
-                                    ? json_incref((json_t *)v) : json_null(),
-                                "worker", distinct(workers, attempts, "build_id"), "train",
-                                distinct(workers, attempts, "train_build_id")));
-  /* each attempt with what its worker reported */
-  json_t *atts = json_array();
+  const json_t *opts = json_object_get(row->spec, "options");
+  json_t *s = json_pack("{s:s,s:o}", "kind", row->kind, "options",
+                        opts ? json_deep_copy(opts) : json_object());
+  if (s && row->model[0])
+    json_object_set_new(s, "model", json_string(row->model));
+  if (s && row->data[0])
+    json_object_set_new(s, "data", json_string(row->data));
+  for (size_t i = 0; s && i < sizeof copied / sizeof *copied; i++)
+    if (json_object_get(row->spec, copied[i]))
+      json_object_set_new(s, copied[i], json_deep_copy(json_object_get(row->spec, copied[i])));
+  return s;
+}
+
+/* The data definition with the file the worker read and its hash; null
+ * for a job without data. */
+static json_t *data_json(const struct gw_job *row, const json_t *body) {
+  const json_t *d = json_object_get(row->spec, "data");
+  json_t *o = d ? json_pack("{s:s,s:O,s:o}", "name", row->data, "definition", d, "sha256",
+                            or_null(body, "data_sha256"))
+                : NULL;
+  if (o && json_object_get(body, "data_path"))
+    json_object_set(o, "path", json_object_get(body, "data_path"));
+  return o ? o : json_null();
+}
+
+/* Each attempt with what its worker reported. */
+static json_t *attempts_json(const json_t *attempts, const json_t *workers) {
+  static const char *const fields[] = {"build_id", "train_build_id", "data_sha256"};
+  static const char *const names[] = {"worker_build_id", "train_build_id", "data_sha256"};
+  json_t *out = json_array();
   size_t i;
   json_t *a;
   json_array_foreach(attempts, i, a) {
@@ -251,19 +233,43 @@ json_t *gw_record_build(const struct gw_job *row, const json_t *body, const json
     char key[16];
     snprintf(key, sizeof key, "%lld", (long long)sl_json_get_int(a, "attempt", 0));
     json_t *w = json_object_get(workers, key);
-    static const char *const fields[] = {"build_id", "train_build_id", "data_sha256"};
-    static const char *const names[] = {"worker_build_id", "train_build_id", "data_sha256"};
-    for (size_t k = 0; c && k < 3; k++)
+    for (size_t k = 0; c && k < sizeof fields / sizeof *fields; k++)
       if (json_object_get(w, fields[k]))
         json_object_set(c, names[k], json_object_get(w, fields[k]));
-    json_array_append_new(atts, c);
+    json_array_append_new(out, c);
   }
-  json_object_set_new(r, "attempts", atts);
+  return out;
+}
+
+json_t *gw_record_build(const struct gw_job *row, const json_t *body, const json_t *attempts,
+                        const json_t *checkpoints) {
+  char id[16];
+  const json_t *m = json_object_get(row->spec, "model"), *workers = json_object_get(body, "workers");
+  json_t *r = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o}", "job",
+                        gw_job_id_str(row->id, id, sizeof id), "user", row->user, "session",
+                        row->session, "kind", row->kind, "state", gw_job_state_name(row->state),
+                        "reason", row->reason, "created_us", (json_int_t)row->created_us, "step",
+                        (json_int_t)row->step, "steps", (json_int_t)row->steps, "cost_usd",
+                        sl_json_real(row->cost_usd), "on_demand_usd",
+                        sl_json_real(row->on_demand_usd), "spec", spec_json(row), "model",
+                        m ? json_pack("{s:s,s:O}", "name", row->model, "definition", m)
+                          : json_null(),
+                        "data", data_json(row, body));
+  if (!r)
+    return NULL;
+  static const char *const copied[] = {"data_sha256", "script_sha256", "seed", "spotlab_version"};
+  for (size_t i = 0; i < sizeof copied / sizeof *copied; i++)
+    json_object_set_new(r, copied[i], or_null(body, copied[i]));
+  static const char *const optional[] = {"seed_from", "rerun_of", "forced"};
+  for (size_t i = 0; i < sizeof optional / sizeof *optional; i++)
+    if (json_object_get(body, optional[i]))
+      json_object_set(r, optional[i], json_object_get(body, optional[i]));
+  json_object_set_new(r, "build_ids",
+                      json_pack("{s:o,s:o,s:o}", "gateway", or_null(body, "gateway_build_id"),
+                                "worker", distinct(workers, attempts, "build_id"), "train",
+                                distinct(workers, attempts, "train_build_id")));
+  json_object_set_new(r, "attempts", attempts_json(attempts, workers));
   json_object_set_new(r, "checkpoints", checkpoints ? json_deep_copy(checkpoints) : json_array());
-  if ((v = json_object_get(body, "rerun_of")))
-    json_object_set(r, "rerun_of", (json_t *)v);
-  if (json_is_true(json_object_get(body, "forced")))
-    json_object_set_new(r, "forced", json_true());
   /* a forced rerun on a data file that changed says so */
   const char *was = sl_json_get_str(body, "rerun_data_sha256", NULL);
   const char *now = sl_json_get_str(body, "data_sha256", NULL);
