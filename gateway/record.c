@@ -52,7 +52,7 @@ const char *gw_record_self_build_id(void) {
 }
 
 int gw_record_choose_seed(struct gw_job *j) {
-  if (strcmp(j->kind, "train") && strcmp(j->kind, "sample"))
+  if (strcmp(j->kind, "train") && strcmp(j->kind, "sample") && strcmp(j->kind, "run"))
     return 0;
   json_t *opts = json_object_get(j->spec, "options");
   if (!json_is_object(opts))

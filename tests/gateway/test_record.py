@@ -35,7 +35,7 @@ from gateway_proc import GatewayProcess, kill_instances  # noqa: E402
 GATEWAY, WORKER, TRAIN, CLI, KERNEL = (os.path.abspath(a) for a in sys.argv[1:6])
 TOKENS = {"alice": "alice-token-1", "bob": "bob-token-2", "root": "root-token-3"}
 MODEL = {"type": "gpt", "args": [], "options": {"layers": 1, "heads": 2, "dim": 32, "ctx": 32}}
-SCRIPT = 'echo "record me"\n'
+SCRIPT = 'echo "record me $SPOTLAB_SEED"\n'
 
 
 def build_id(path):
@@ -193,8 +193,12 @@ def check_run_record(gw, c):
     check(wait_end(c, job)["state"] == "succeeded", "the %%run job succeeded")
     rec = show(gw, job)
     check(rec["script_sha256"] == hashlib.sha256(SCRIPT.encode()).hexdigest() and
-          rec["spec"]["script"] == SCRIPT and rec["seed"] is None and rec["model"] is None,
+          rec["spec"]["script"] == SCRIPT and rec["model"] is None,
           "the %%%%run record has the script and its SHA-256: %s" % rec["script_sha256"])
+    out = "".join(e.get("text", "") for e in c.events if e["job"] == job and e["event"] == "output")
+    check(isinstance(rec["seed"], int) and rec["seed_from"] == "gateway" and
+          re.search(r"record me %d\b" % rec["seed"], out),
+          "the %%%%run script read its recorded seed from SPOTLAB_SEED: %s in %r" % (rec["seed"], out))
     check(rec["build_ids"]["worker"] == [build_id(WORKER)] and rec["attempts"],
           "the %%run job's worker and attempt")
 
