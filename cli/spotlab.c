@@ -1,7 +1,7 @@
 /* spotlab: the command-line client for users and admins.
  *
- * Commands that talk to the gateway (status, jobs, logs, cancel, cost,
- * instances, inject) connect like the kernel does (SPOTLAB_GATEWAY, else the
+ * Commands that talk to the gateway (status, jobs, logs, show, rerun, cancel,
+ * cost, instances, inject) connect like the kernel does (SPOTLAB_GATEWAY, else the
  * embedded default ipc://$SPOTLAB_HOME/gateway.sock, token from SPOTLAB_TOKEN
  * or $SPOTLAB_HOME/token) but never start a gateway: with none running they
  * say so. `spotlab gateway stop` asks the gateway to stop (gateway_cmd.c).
@@ -16,6 +16,7 @@
 #include "display.h"
 #include "gateway_cmd.h"
 #include "gwformat.h"
+#include "gwrecord.h"
 #include "sl_json.h"
 #include "sl_log.h"
 #include "sl_time.h"
@@ -29,7 +30,9 @@ static const struct {
 } commands[] = {
   {"status", "[--json]", "gateway, workers, idle timers and budget"},
   {"jobs", "[--json]", "jobs of this user"},
-  {"logs", "JOB [-f] [--json]", "a job's events and output; -f follows it"},
+  {"logs", "JOB [-f] [--json]", "a job's events and output (--json: one per line); -f follows it"},
+  {"show", "JOB [--json]", "a job's run record: spec, definitions, seed, hashes, build ids, attempts"},
+  {"rerun", "JOB [--force]", "the same run again (--force: even if the data file changed)"},
   {"cancel", "JOB", "cancel a job"},
   {"cost", "[--json]", "spend so far and savings against on-demand"},
   {"instances", "[--json]", "running instances"},
@@ -58,7 +61,7 @@ static int parse(int argc, char **argv, struct opts *o) {
   for (int i = 2; i < argc; i++) {
     if (strcmp(argv[i], "--json") == 0)
       o->json = true;
-    else if (strcmp(argv[i], "--force") == 0 && strcmp(argv[1], "gateway") == 0)
+    else if (strcmp(argv[i], "--force") == 0 && (!strcmp(argv[1], "gateway") || !strcmp(argv[1], "rerun")))
       o->force = true;
     else if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--follow") == 0)
       o->follow = true;
@@ -81,6 +84,14 @@ static int parse(int argc, char **argv, struct opts *o) {
 
 static void print_json(const json_t *v) {
   char *s = json_dumps(v, JSON_INDENT(2) | JSON_SORT_KEYS);
+  if (s)
+    printf("%s\n", s);
+  free(s);
+}
+
+/* One JSON value on one line (JSON lines). */
+static void print_line(const json_t *v) {
+  char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
   if (s)
     printf("%s\n", s);
   free(s);
@@ -133,10 +144,7 @@ static bool on_event(void *ud, const json_t *ev) {
     f->first_us = (long long)sl_json_get_int(ev, "time_us", 0);
   const char *kind = sl_json_get_str(ev, "event", "");
   if (f->json) {
-    char *s = json_dumps(ev, JSON_COMPACT | JSON_SORT_KEYS);
-    if (s)
-      printf("%s\n", s);
-    free(s);
+    print_line(ev);
   } else if (!f->tty || strcmp(kind, "metric") != 0) {
     clear_bar(f);
     if (strcmp(kind, "output") == 0 && f->tty)
@@ -208,7 +216,7 @@ static int logs(struct cli_conn *conn, const struct opts *o) {
       if (!first)
         first = (long long)sl_json_get_int(ev, "time_us", 0);
       if (o->json)
-        print_json(ev);
+        print_line(ev);
       else
         print_text(jk_format_event(ev, first));
       after = (long long)sl_json_get_int(ev, "seq", after);
@@ -218,6 +226,75 @@ static int logs(struct cli_conn *conn, const struct opts *o) {
     if (!more)
       break;
   }
+  return 0;
+}
+
+/* ---- run records --------------------------------------------------------- */
+
+static int show(struct cli_conn *conn, const struct opts *o) {
+  if (o->n_pos != 1) {
+    fprintf(stderr, "usage: spotlab show JOB [--json]\n");
+    return 2;
+  }
+  json_t *reply = NULL;
+  char err[800];
+  if (cli_request(conn, json_pack("{s:s, s:s}", "type", "record", "job", o->pos[0]), TIMEOUT_MS, &reply, err,
+                  sizeof err) < 0) {
+    fprintf(stderr, "spotlab show: %s\n", err);
+    return 1;
+  }
+  const json_t *rec = json_object_get(reply, "record");
+  if (o->json)
+    print_json(rec);
+  else
+    print_text(jk_format_record(rec));
+  json_decref(reply);
+  return 0;
+}
+
+/* Waits for a rerun to start (or end): a worker refuses one whose data
+ * file changed, and that refusal is the command's answer. */
+struct rerun_wait {
+  char state[24], reason[256];
+};
+
+static bool rerun_event(void *ud, const json_t *ev) {
+  struct rerun_wait *w = ud;
+  if (strcmp(sl_json_get_str(ev, "event", ""), "state") != 0)
+    return true;
+  snprintf(w->state, sizeof w->state, "%s", sl_json_get_str(ev, "state", ""));
+  snprintf(w->reason, sizeof w->reason, "%s", sl_json_get_str(ev, "reason", ""));
+  return strcmp(w->state, "running") && strcmp(w->state, "succeeded") && strcmp(w->state, "failed") &&
+         strcmp(w->state, "cancelled");
+}
+
+static int rerun(struct cli_conn *conn, const struct opts *o) {
+  if (o->n_pos != 1) {
+    fprintf(stderr, "usage: spotlab rerun JOB [--force]\n");
+    return 2;
+  }
+  json_t *reply = NULL;
+  char err[800];
+  if (cli_request(conn, json_pack("{s:s, s:s, s:b}", "type", "rerun", "job", o->pos[0], "force", o->force),
+                  TIMEOUT_MS, &reply, err, sizeof err) < 0) {
+    fprintf(stderr, "spotlab rerun: %s\n", err);
+    return 1;
+  }
+  char job[32];
+  snprintf(job, sizeof job, "%s", sl_json_get_str(reply, "job", ""));
+  json_decref(reply);
+  printf("%s: a rerun of %s (its spec, definitions and seed); waiting for it to start\n", job, o->pos[0]);
+  fflush(stdout);
+  struct rerun_wait w = {{0}, {0}};
+  if (cli_follow(conn, job, 0, rerun_event, &w, NULL, err, sizeof err) < 0) {
+    fprintf(stderr, "spotlab rerun: %s\n", err);
+    return 1;
+  }
+  if (!strcmp(w.state, "failed") || !strcmp(w.state, "cancelled")) {
+    fprintf(stderr, "spotlab rerun: %s %s: %s\n", job, w.state, w.reason);
+    return 1;
+  }
+  printf("%s %s (spotlab logs %s -f follows it)\n", job, w.state, job);
   return 0;
 }
 
@@ -282,7 +359,7 @@ static int run(const char *cmd, const struct opts *o) {
     return o->n_pos > 1 ? (fprintf(stderr, "spotlab gateway: unexpected argument '%s'\n", o->pos[1]), 2)
                         : cli_gateway(o->pos[0], o->force, o->json);
   bool takes_pos = !strcmp(cmd, "logs") || !strcmp(cmd, "cancel") || !strcmp(cmd, "inject") ||
-                   !strcmp(cmd, "budget");
+                   !strcmp(cmd, "budget") || !strcmp(cmd, "show") || !strcmp(cmd, "rerun");
   if (!takes_pos && o->n_pos) {
     fprintf(stderr, "spotlab %s: unexpected argument '%s'\n", cmd, o->pos[0]);
     return 2;
@@ -305,6 +382,10 @@ static int run(const char *cmd, const struct opts *o) {
     rc = budget(conn, o);
   else if (!strcmp(cmd, "logs"))
     rc = logs(conn, o);
+  else if (!strcmp(cmd, "show"))
+    rc = show(conn, o);
+  else if (!strcmp(cmd, "rerun"))
+    rc = rerun(conn, o);
   else if (!strcmp(cmd, "cancel"))
     rc = cancel(conn, o);
   else

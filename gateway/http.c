@@ -21,6 +21,7 @@
 #include "http_budget.h"
 #include "job.h"
 #include "metrics.h"
+#include "record.h"
 #include "sl_err.h"
 #include "sl_file.h"
 #include "sl_hmac.h"
@@ -247,6 +248,26 @@ static void get_job(struct gw_httpd *h, struct MHD_Connection *c, const char *na
   answer_json(a, MHD_HTTP_OK, o);
 }
 
+/* /api/jobs/JOB/record: the job's run record (record.h). */
+static void get_record(struct gw_httpd *h, const char *name, const struct who *w,
+                       struct answer *a) {
+  int64_t id = gw_job_id_parse(name);
+  struct gw_job tmp, *j = id > 0 ? gw_fleet_job(h->env.fleet, id) : NULL;
+  if (!j && id > 0 && gw_store_job_get(h->env.store, id, &tmp) == 0)
+    j = &tmp;
+  if (!j)
+    return answer_err(a, MHD_HTTP_NOT_FOUND, "no such job");
+  json_t *rec = NULL;
+  int r = sees(w, j->user) ? gw_record_load(h->env.store, j, &rec) : -EPERM;
+  if (j == &tmp)
+    gw_job_done(&tmp);
+  if (r == -EPERM)
+    return answer_err(a, MHD_HTTP_FORBIDDEN, "another user's job");
+  if (r < 0)
+    return answer_err(a, MHD_HTTP_INTERNAL_SERVER_ERROR, sl_strerror(r));
+  answer_json(a, MHD_HTTP_OK, rec);
+}
+
 static void get_instances(struct gw_httpd *h, const struct who *w, struct answer *a) {
   json_t *arr = json_array();
   for (size_t i = 0; i < gw_fleet_n_insts(h->env.fleet); i++) {
@@ -366,10 +387,12 @@ static void route_budget(struct gw_httpd *h, struct MHD_Connection *c, const cha
 
 static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url, const char *method,
                   const struct upload *u, struct answer *a) {
-  enum { NONE, METRICS, STATUS, JOBS, JOB, INSTANCES, COST, USERS, GROUPS, PREEMPTIONS, PAGE } what = NONE;
+  enum { NONE, METRICS, STATUS, JOBS, JOB, RECORD, INSTANCES, COST, USERS, GROUPS, PREEMPTIONS,
+         PAGE } what = NONE;
   if (gw_http_budget_url(url))
     return route_budget(h, c, url, method, u, a);
   const char *job = NULL;
+  char record_of[24];
   const struct gw_admin_asset *page = gw_http_admin_asset(url);
   if (page)
     what = PAGE;
@@ -381,8 +404,15 @@ static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
     what = JOBS;
   else if (!strncmp(url, "/api/jobs/", 10)) {
     size_t n = strlen(url); /* one job id after the prefix, nothing below it */
-    if (n > 10 && !memchr(url + 10, '/', n - 10))
+    const char *below = n > 10 ? memchr(url + 10, '/', n - 10) : NULL;
+    size_t id_len = below ? (size_t)(below - (url + 10)) : 0;
+    if (n > 10 && !below)
       what = JOB, job = url + 10;
+    else if (id_len && id_len < sizeof record_of && !strcmp(below, "/record")) {
+      memcpy(record_of, url + 10, id_len); /* /api/jobs/JOB/record */
+      record_of[id_len] = 0;
+      what = RECORD, job = record_of;
+    }
   } else if (!strcmp(url, "/api/instances"))
     what = INSTANCES;
   else if (!strcmp(url, "/api/cost"))
@@ -410,6 +440,7 @@ static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
   case STATUS: return get_status(h, &w, a);
   case JOBS: return get_jobs(h, c, &w, a);
   case JOB: return get_job(h, c, job, &w, a);
+  case RECORD: return get_record(h, job, &w, a);
   case INSTANCES: return get_instances(h, &w, a);
   case COST: return get_cost(h, c, &w, a);
   case USERS: return get_view(h, c, &w, 0, a);

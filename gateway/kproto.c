@@ -33,6 +33,7 @@
 
 #include "config.h"
 #include "loop.h"
+#include "record.h"
 #include "zmsg.h"
 #include "sl_err.h"
 #include "sl_frame.h"
@@ -782,10 +783,31 @@ static int build_job(struct req *q, struct gw_job *j) {
   }
   j->steps = sl_json_get_int(opts, "steps", 0);
   int r = check_nodes(q, kind, opts);
+  int seeded = r == 0 ? gw_record_choose_seed(j) : 0;
+  if (seeded < 0)
+    fail(q, r = seeded, "options must be an object");
   char why[400];
   if (r == 0 && (r = gw_sched_deadline_check(q->g->env.sched, j, why, sizeof why)) < 0)
     fail(q, r, why);
   return r;
+}
+
+/* Submits j (taken) and keeps its run record (body taken); answers the request. */
+static void submit_job(struct req *q, struct gw_job *j, json_t *body) {
+  int r = gw_sched_submit(q->g->env.sched, j);
+  if (r < 0) {
+    fail(q, r, r == SL_ELIMIT ? "too many jobs queued" : gw_sched_refusal(q->g->env.sched));
+    gw_job_done(j);
+    free(j);
+    json_decref(body);
+    return;
+  }
+  char id[16];
+  gw_job_id_str(j->id, id, sizeof id);
+  if (!body || gw_store_record_put(q->g->env.store, j->id, body) < 0)
+    sl_warn(T, "%s: its run record could not be written", id); /* the job runs all the same */
+  json_decref(body);
+  reply(q, json_pack("{s:s}", "job", id));
 }
 
 static void on_submit(struct req *q) {
@@ -802,15 +824,71 @@ static void on_submit(struct req *q) {
     free(j);
     return;
   }
-  int r = gw_sched_submit(q->g->env.sched, j);
-  if (r < 0) {
-    fail(q, r, r == SL_ELIMIT ? "too many jobs queued" : gw_sched_refusal(q->g->env.sched));
-    gw_job_done(j);
-    free(j);
+  /* the seed build_job chose, if any, is in the options: said by the body */
+  const json_t *given = json_object_get(json_object_get(q->body, "options"), "seed");
+  submit_job(q, j, gw_record_body_new(j, !given && json_object_get(
+                                              json_object_get(j->spec, "options"), "seed")));
+}
+
+/* The run record of a job the client may see (its own; an admin any). */
+static void on_record(struct req *q) {
+  struct gw_job tmp, *j;
+  bool live;
+  if (!(j = user_job(q, &tmp, &live)))
     return;
+  json_t *rec = NULL;
+  int r = gw_record_load(q->g->env.store, j, &rec);
+  if (!live)
+    gw_job_done(&tmp);
+  if (r < 0)
+    return fail(q, r, "cannot read the job's record");
+  reply(q, json_pack("{s:o}", "record", rec));
+}
+
+/* The same run again: the job's spec, definitions and seed, as a new job
+ * that names the original (rerun_of). Only the job's own user may rerun it
+ * (an admin too runs only their own: the run would spend its owner's
+ * budget). The worker refuses the run when the data file's hash differs
+ * from the one recorded, unless "force". */
+static void on_rerun(struct req *q) {
+  struct gw_job tmp, *orig;
+  bool live;
+  if (gw_ledger_budget_spent(q->g->env.ledger))
+    return fail(q, SL_ESTATE, "the monthly budget is spent ([budget] hard_cap)");
+  if (!(orig = user_job(q, &tmp, &live)))
+    return;
+  char id[16], msg[256];
+  gw_job_id_str(orig->id, id, sizeof id);
+  bool force = sl_json_get_bool(q->body, "force", false);
+  json_t *body = NULL;
+  struct gw_job *j = NULL;
+  int r = 0;
+  if (strcmp(orig->user, q->c->user)) {
+    snprintf(msg, sizeof msg, "%s is %.64s's job: a user may rerun only their own jobs", id,
+             orig->user);
+    r = -EPERM;
+  } else if ((r = gw_store_record_get(q->g->env.store, orig->id, &body)) < 0 && r != SL_ENAME) {
+    snprintf(msg, sizeof msg, "cannot read the record of %s", id);
+  } else if (!(j = calloc(1, sizeof *j))) {
+    snprintf(msg, sizeof msg, "out of memory");
+    r = -ENOMEM;
+  } else if ((r = gw_record_rerun_job(orig, body, force, j, msg, sizeof msg)) >= 0 &&
+             (r = gw_sched_deadline_check(q->g->env.sched, j, msg, sizeof msg)) >= 0) {
+    json_t *nb = gw_record_body_rerun(gw_record_body_new(j, false), orig, body, force);
+    if (json_object_get(body, "seed_from")) /* who chose the seed the rerun repeats */
+      json_object_set(nb, "seed_from", json_object_get(body, "seed_from"));
+    if (!live)
+      gw_job_done(&tmp);
+    json_decref(body);
+    return submit_job(q, j, nb);
   }
-  char id[16];
-  reply(q, json_pack("{s:s}", "job", gw_job_id_str(j->id, id, sizeof id)));
+  if (j)
+    gw_job_done(j);
+  free(j);
+  json_decref(body);
+  if (!live)
+    gw_job_done(&tmp);
+  fail(q, r, msg);
 }
 
 static void on_attach(struct req *q) {
@@ -1184,7 +1262,7 @@ static const struct {
   {"attach", on_attach}, {"detach", on_detach}, {"cancel", on_cancel}, {"jobs", on_jobs},
   {"logs", on_logs}, {"status", on_status}, {"instances", on_instances}, {"market", on_market},
   {"cost", on_cost}, {"inject", on_inject}, {"ping", on_ping},
-  {"shutdown", on_shutdown}, {"budget", on_budget},
+  {"shutdown", on_shutdown}, {"budget", on_budget}, {"record", on_record}, {"rerun", on_rerun},
 };
 
 static void dispatch(struct req *q) {

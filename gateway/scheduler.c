@@ -715,6 +715,13 @@ int gw_sched_send_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *i
                         "checkpoint_every", (json_int_t)every, "env");
   if (m && s->cfg->store_keep > 0) /* the worker deletes older checkpoints of its job */
     json_object_set_new(m, "keep", json_integer(s->cfg->store_keep));
+  /* a %%run script reads its run's seed (the record's) from SPOTLAB_SEED */
+  json_t *seed = json_object_get(json_object_get(j->spec, "options"), "seed");
+  if (m && !strcmp(j->kind, "run") && json_is_integer(seed)) {
+    char v[24];
+    snprintf(v, sizeof v, "%lld", (long long)json_integer_value(seed));
+    json_object_set_new(json_object_get(m, "env"), "SPOTLAB_SEED", json_string(v));
+  }
   int rank = gw_gang_rank(j->gang, inst->row.id);
   if (rank >= 0) /* nodes=N: this instance's rank, the world size and the rendezvous */
     json_object_set_new(m, "gang", gw_sched_gang_assign_field(j, rank));

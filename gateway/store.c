@@ -90,7 +90,9 @@ static const char *const migrations[] = {
   "  time_us INTEGER, PRIMARY KEY(month, scope, name, kind, threshold_pct));"
   "CREATE TABLE budget_override(scope TEXT NOT NULL, name TEXT NOT NULL,"
   "  monthly_usd REAL NOT NULL, set_by TEXT, time_us INTEGER, PRIMARY KEY(scope, name));",
-  /* 5: the carbon estimate per attempt and per job */
+  /* 5: a record of every run (record.h): what the job rows do not hold */
+  "CREATE TABLE records(job INTEGER PRIMARY KEY, body TEXT NOT NULL);",
+  /* 6: the carbon estimate per attempt and per job */
   "ALTER TABLE cost ADD COLUMN energy_kwh REAL NOT NULL DEFAULT 0;"
   "ALTER TABLE cost ADD COLUMN co2e_g REAL NOT NULL DEFAULT 0;"
   "ALTER TABLE jobs ADD COLUMN energy_kwh REAL NOT NULL DEFAULT 0;"
@@ -1606,5 +1608,90 @@ int gw_store_budget_overrides(struct gw_store *s, json_t **ret) {
     return SL_ESQLITE;
   }
   *ret = arr;
+  return 0;
+}
+
+/* ---- run records ------------------------------------------------------------ */
+
+int gw_store_record_put(struct gw_store *s, int64_t job, const json_t *body) {
+  char *text = json_is_object(body) ? json_dumps(body, JSON_COMPACT) : NULL;
+  if (!text)
+    return json_is_object(body) ? -ENOMEM : SL_ETYPE;
+  sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO records(job, body) VALUES(?,?)");
+  if (st) {
+    sqlite3_bind_int64(st, 1, job);
+    bind_text(st, 2, text);
+  }
+  free(text);
+  return run(s, st);
+}
+
+int gw_store_record_get(struct gw_store *s, int64_t job, json_t **ret) {
+  sqlite3_stmt *st = prep(s, "SELECT body FROM records WHERE job=?");
+  if (!st)
+    return SL_ESQLITE;
+  sqlite3_bind_int64(st, 1, job);
+  int rc = sqlite3_step(st);
+  json_t *body = rc == SQLITE_ROW ? parse_text(st, 0) : NULL;
+  sqlite3_finalize(st);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return db_err(s, "record");
+  if (!json_is_object(body)) {
+    json_decref(body);
+    return SL_ENAME;
+  }
+  *ret = body;
+  return 0;
+}
+
+int gw_store_job_history(struct gw_store *s, int64_t job, json_t **ret_attempts,
+                         json_t **ret_checkpoints) {
+  sqlite3_stmt *a = prep(s, "SELECT attempt, instance, instance_type, zone, spot, price,"
+                            " on_demand_price, from_step, started_us, ended_us, outcome"
+                            " FROM attempts WHERE job=? ORDER BY attempt");
+  sqlite3_stmt *c = prep(s, "SELECT attempt, step, key, bytes, write_ms, upload_ms, time_us"
+                            " FROM checkpoints WHERE job=? ORDER BY step");
+  if (!a || !c) {
+    sqlite3_finalize(a);
+    sqlite3_finalize(c);
+    return SL_ESQLITE;
+  }
+  json_t *atts = json_array(), *cks = json_array();
+  char inst[64], type[64], zone[64], outcome[32];
+  sqlite3_bind_int64(a, 1, job);
+  while (sqlite3_step(a) == SQLITE_ROW) {
+    col_text(a, 1, inst, sizeof inst);
+    col_text(a, 2, type, sizeof type);
+    col_text(a, 3, zone, sizeof zone);
+    col_text(a, 10, outcome, sizeof outcome);
+    json_t *o = json_pack("{s:i,s:s,s:s,s:s,s:s,s:o,s:o,s:I,s:I}", "attempt",
+                          sqlite3_column_int(a, 0), "instance", inst, "instance_type", type, "zone",
+                          zone, "market", sqlite3_column_int(a, 4) ? "spot" : "on-demand",
+                          "usd_per_hour", sl_json_real(sqlite3_column_double(a, 5)),
+                          "on_demand_usd_per_hour", sl_json_real(sqlite3_column_double(a, 6)),
+                          "from_step", (json_int_t)sqlite3_column_int64(a, 7), "started_us",
+                          (json_int_t)sqlite3_column_int64(a, 8));
+    if (o && sqlite3_column_type(a, 9) != SQLITE_NULL)
+      json_object_set_new(o, "ended_us", json_integer(sqlite3_column_int64(a, 9)));
+    if (o && *outcome)
+      json_object_set_new(o, "outcome", json_string(outcome));
+    json_array_append_new(atts, o);
+  }
+  sqlite3_bind_int64(c, 1, job);
+  char key[256];
+  while (sqlite3_step(c) == SQLITE_ROW) {
+    col_text(c, 2, key, sizeof key);
+    json_array_append_new(cks, json_pack("{s:i,s:I,s:s,s:I,s:I,s:I,s:I}", "attempt",
+                                         sqlite3_column_int(c, 0), "step",
+                                         (json_int_t)sqlite3_column_int64(c, 1), "key", key,
+                                         "bytes", (json_int_t)sqlite3_column_int64(c, 3),
+                                         "write_ms", (json_int_t)sqlite3_column_int64(c, 4),
+                                         "upload_ms", (json_int_t)sqlite3_column_int64(c, 5),
+                                         "time_us", (json_int_t)sqlite3_column_int64(c, 6)));
+  }
+  sqlite3_finalize(a);
+  sqlite3_finalize(c);
+  *ret_attempts = atts;
+  *ret_checkpoints = cks;
   return 0;
 }

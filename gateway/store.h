@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GW_STORE_SCHEMA_VERSION 5
+#define GW_STORE_SCHEMA_VERSION 6
 
 struct gw_store;
 
@@ -225,6 +225,18 @@ bool gw_store_keeps_job(const struct gw_store *s, int64_t job);
 void gw_store_health(const struct gw_store *s, struct gw_store_health *ret);
 /* fn(ctx, ...) is called for each kept event gw_store_retry wrote. */
 void gw_store_set_saved_fn(struct gw_store *s, gw_store_saved_fn fn, void *ctx);
+/* A job's run record (record.h): what it holds beyond the job's row,
+ * attempts and checkpoints, as one JSON object. put replaces the job's
+ * body (borrowed); get returns it owned, or SL_ENAME when the job has none
+ * (a job from before records were kept). */
+int gw_store_record_put(struct gw_store *s, int64_t job, const json_t *body);
+int gw_store_record_get(struct gw_store *s, int64_t job, json_t **ret);
+/* The job's attempts ({"attempt","instance","instance_type","zone","market",
+ * "usd_per_hour","on_demand_usd_per_hour","from_step","started_us",
+ * ["ended_us","outcome"]}) and checkpoints ({"attempt","step","key","bytes",
+ * "write_ms","upload_ms","time_us"}), oldest first, as owned arrays. */
+int gw_store_job_history(struct gw_store *s, int64_t job, json_t **ret_attempts,
+                         json_t **ret_checkpoints);
 /* Instances not yet terminated, owned array. */
 int gw_store_instances_live(struct gw_store *s, struct gw_instance_row **ret, size_t *ret_n);
 

@@ -10,6 +10,7 @@
 #include "wproto.h"
 
 #include "objstore.h"
+#include "record.h"
 #include "zmsg.h"
 
 #include "sl_err.h"
@@ -392,8 +393,17 @@ static void on_metric(struct gw_wproto *g, struct gw_inst *in, const json_t *bod
  * it ever sends a metric (a %%run job sends none). */
 static void on_started(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   struct gw_job *j = own_job(g, in, body);
-  if (j)
-    gw_sched_started(g->sched, j, in, sl_json_get_str(body, "rendezvous", NULL));
+  if (!j)
+    return;
+  json_t *rec = NULL;
+  if (gw_sched_rank(j, in) == 0 && gw_store_record_get(g->store, j->id, &rec) == 0) {
+    /* what ran the attempt (build ids) and on what data (its hash) */
+    gw_record_started(rec, j->attempt, body);
+    if (gw_store_record_put(g->store, j->id, rec) < 0)
+      sl_warn(T, "%s: the run record of attempt %d could not be written", in->row.id, j->attempt);
+  }
+  json_decref(rec);
+  gw_sched_started(g->sched, j, in, sl_json_get_str(body, "rendezvous", NULL));
 }
 
 static void on_output(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {

@@ -126,6 +126,7 @@ enum jk_step jk_stmt_job(struct jk_interp *ip, const struct jk_stmt *s);
 /* %status (connected), %idle, %jobs, %cost, %instances, %cancel, %logs */
 enum jk_step jk_magic_query(struct jk_interp *ip, const struct jk_stmt *s);
 enum jk_step jk_magic_attach(struct jk_interp *ip, const struct jk_stmt *s);
+enum jk_step jk_magic_rerun(struct jk_interp *ip, const struct jk_stmt *s);
 /* The gateway parts of %session NAME and %gateway ADDR. */
 enum jk_step jk_jobs_session(struct jk_interp *ip);
 enum jk_step jk_jobs_gateway(struct jk_interp *ip, const char *address);

@@ -1,6 +1,6 @@
 /* Statements that run through the gateway: train, eval, sample, %%run,
  * show of a model, and the gateway magics (%status, %jobs, %attach, %cancel,
- * %logs, %instances, %cost, %idle, %gateway, %session).
+ * %logs, %show, %rerun, %instances, %cost, %idle, %gateway, %session).
  *
  * Each such statement sends one request and leaves the execution pending
  * (JK_WAIT_GATEWAY) until its reply. A job statement then follows the job
@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "gwformat.h"
+#include "gwrecord.h"
 #include "sl_err.h"
 #include "sl_json.h"
 #include "sl_log.h"
@@ -513,6 +514,8 @@ static enum jk_step on_query(struct jk_interp *ip, const json_t *reply) {
     text = jk_format_events(reply);
   } else if (strcmp(q, "budget") == 0) {
     text = jk_format_budgets(reply);
+  } else if (strcmp(q, "show") == 0) {
+    text = jk_format_record(json_object_get(reply, "record"));
   } else if (strcmp(q, "instances") == 0) {
     /* the ranking as a table: text/plain always, text/html beside it */
     text = jk_format_market(reply);
@@ -710,6 +713,8 @@ enum jk_step jk_magic_query(struct jk_interp *ip, const struct jk_stmt *s) {
     return query(ip, m, json_pack("{s:s, s:s}", "type", "cancel", "job", a));
   if (strcmp(m, "logs") == 0)
     return query(ip, m, json_pack("{s:s, s:s, s:i, s:i}", "type", "logs", "job", a, "after", 0, "limit", 1000));
+  if (strcmp(m, "show") == 0)
+    return query(ip, m, json_pack("{s:s, s:s}", "type", "record", "job", a));
   return jk_exec_fail(ip, "InternalError", "%%%s is not a query", m);
 }
 
@@ -720,6 +725,19 @@ enum jk_step jk_magic_attach(struct jk_interp *ip, const struct jk_stmt *s) {
   if (!follow_new(ip))
     return jk_exec_fail(ip, "MemoryError", "out of memory");
   return start_follow(ip, a);
+}
+
+/* %rerun JOB [force]: a rerun is submitted, then followed as a job
+ * statement's job is (its kind and model come with the attach). */
+enum jk_step jk_magic_rerun(struct jk_interp *ip, const struct jk_stmt *s) {
+  char job[32] = "", word[16] = "", extra[2] = "";
+  int n = sscanf(s->args ? s->args : "", "%31s %15s %1s", job, word, extra);
+  if (n < 1 || n > 2 || !job_arg_ok(job) || (n == 2 && strcmp(word, "force") != 0))
+    return jk_exec_fail(ip, "ValueError", "%%rerun takes a job id and optionally force: %%rerun J000012 [force]");
+  if (!follow_new(ip))
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  return await(ip, json_pack("{s:s, s:s, s:b}", "type", "rerun", "job", job, "force", n == 2), OP_SUBMIT,
+               JK_GW_SPAWN);
 }
 
 enum jk_step jk_jobs_session(struct jk_interp *ip) {

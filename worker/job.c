@@ -22,6 +22,7 @@
 #include "relay.h"
 #include "reserve.h"
 #include "sl_err.h"
+#include "sl_ident.h"
 #include "sl_json.h"
 #include "sl_log.h"
 #include "sl_path.h"
@@ -357,6 +358,39 @@ static int join_gang(struct wk_job *j, const json_t *field, char *err, size_t er
   return 0;
 }
 
+/* What the run record holds of this attempt, added to the started message:
+ * this worker's and spotlab-train's build ids and the data file's SHA-256
+ * (a relative path is the child's, under the job's folder). A rerun's spec
+ * names the hash the data had ("expect_data_sha256"): another one refuses
+ * the run, so that a rerun never trains on other data unnoticed. */
+static int identify(const struct wk_job *j, const json_t *spec, json_t *started, char *err,
+                    size_t err_size) {
+  char id[SL_BUILD_ID_HEX_MAX + 1], hex[SL_SHA256_HEX_LEN + 1], path[PATH_MAX];
+  if (sl_build_id("/proc/self/exe", id, sizeof id) == 0)
+    json_object_set_new(started, "build_id", json_string(id));
+  if (j->kind != WK_KIND_RUN && j->env->train && sl_build_id(j->env->train, id, sizeof id) == 0)
+    json_object_set_new(started, "train_build_id", json_string(id));
+  const char *data = j->kind == WK_KIND_TRAIN || j->kind == WK_KIND_EVAL ? wk_spec_data_path(spec) : NULL;
+  const char *want = json_string_value(json_object_get(spec, "expect_data_sha256"));
+  if (!data) return 0;
+  if (data[0] == '/') snprintf(path, sizeof path, "%s", data);
+  else snprintf(path, sizeof path, "%s/%s", j->dir, data);
+  json_object_set_new(started, "data_path", json_string(path));
+  int r = sl_sha256_file(path, 0, hex);
+  if (r == 0) json_object_set_new(started, "data_sha256", json_string(hex));
+  if (want && r < 0) {
+    snprintf(err, err_size, "the data file %s cannot be read to check it is the one the original run read: %s",
+             path, sl_strerror(r));
+    return r;
+  }
+  if (want && strcmp(want, hex)) {
+    snprintf(err, err_size, "the data file %s changed since the original run (sha256 %.12s… then, %.12s… now); "
+             "rerun with force to run on it anyway", path, want, hex);
+    return SL_ECHECKSUM;
+  }
+  return 0;
+}
+
 int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_job **ret,
                  char *err, size_t err_size) {
   const char *id = json_string_value(json_object_get(assign, "job"));
@@ -384,8 +418,12 @@ int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_j
   /* spotlab-train's rank 0 alone reads checkpoints: the other ranks resume
    * from what it broadcasts, so they download nothing */
   const char *key = j->gang.rank > 0 ? NULL : json_string_value(rk);
+  json_t *started = msg_new(j, "started");
+  if (r >= 0 && !started) r = -ENOMEM;
   if (r < 0 || (r = prepare_dirs(j, err, err_size)) < 0 ||
+      (r = identify(j, json_object_get(assign, "spec"), started, err, err_size)) < 0 ||
       (r = restore(j, key, err, err_size)) < 0 || (r = spawn(j, assign, err, err_size)) < 0) {
+    json_decref(started);
     wk_job_free(j);
     return r;
   }
@@ -393,8 +431,7 @@ int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_j
   /* the job runs from here on: the gateway moves it to running (a %%run job
    * sends no metric that could say so); rank 0 of a gang names where its
    * spotlab-train listens, so that the gateway can start the other ranks */
-  json_t *started = msg_new(j, "started");
-  if (j->gang.world_size && started) {
+  if (j->gang.world_size) {
     json_object_set_new(started, "rank", json_integer(j->gang.rank));
     json_object_set_new(started, "rendezvous", json_string(j->gang.rendezvous));
   }

@@ -413,3 +413,14 @@ int wk_spec_kind(const char *name, enum wk_kind *ret) {
 const char *wk_spec_kind_name(enum wk_kind kind) {
   return (unsigned)kind < 4 ? kind_names[kind] : "?";
 }
+
+const char *wk_spec_data_path(const json_t *spec) {
+  const json_t *d = json_object_get(spec, "data");
+  if (json_is_string(d)) return json_string_value(d);
+  if (!json_is_object(d)) return NULL;
+  d = unwrap_def(d);
+  const char *path = json_string_value(plain(json_array_get(json_object_get(d, "args"), 0)));
+  if (!path) path = json_string_value(plain(json_object_get(json_object_get(d, "options"), "path")));
+  if (!path || !*path || !strcmp(path, "moby-dick") || !strcmp(path, "fashion-mnist")) return NULL;
+  return path;
+}

@@ -46,6 +46,10 @@ struct wk_device {
 /* "train" → WK_KIND_TRAIN ...; SL_ENAME for anything else. */
 int wk_spec_kind(const char *name, enum wk_kind *ret);
 const char *wk_spec_kind_name(enum wk_kind kind);
+/* The data file a train or eval spec reads, as its definition names it
+ * (text("PATH") or fashion_mnist("FOLDER")), borrowed from spec; NULL for
+ * none or a data set spotlab-train ships (moby-dick, fashion-mnist). */
+const char *wk_spec_data_path(const json_t *spec);
 
 /* Decides where a job of kind with spec (borrowed) runs on the instance p
  * describes. Refusals carry a sentence for the notebook in err: -ENODEV

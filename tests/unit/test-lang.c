@@ -469,7 +469,7 @@ static void test_complete(void) {
   check_complete("x = \"héé\"\ntr", -1, "train", 10);
   check_complete("%at", -1, "%attach", 0);
   check_complete("%%r", -1, "%%run", 0);
-  check_complete("%s", -1, "%session %status %stderr", 0);
+  check_complete("%s", -1, "%session %show %status %stderr", 0);
   check_complete("train m ", -1, "on", 8);
   check_complete("train ", -1, "lr m shakespeare steps_total", 6);
   check_complete("train m on s", -1, "shakespeare steps_total", 11);
@@ -556,7 +556,7 @@ static void test_inspect(void) {
   CHECK(n > 50);
   CHECK_INT(kinds[JK_WORD_STATEMENT], 8);
   CHECK_INT(kinds[JK_WORD_CELL_MAGIC], 1);
-  CHECK_INT(kinds[JK_WORD_MAGIC], 17);
+  CHECK_INT(kinds[JK_WORD_MAGIC], 19);
   /* every option of every context is a word with help */
   static const char *const contexts[] = {"train", "eval", "sample", "%%run", "%instances",
                                          "gpt", "mlp"};

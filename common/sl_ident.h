@@ -1,0 +1,21 @@
+/* What identifies a run's inputs and programs: the SHA-256 of a file and
+ * the build id (ELF .note.gnu.build-id) of an executable. */
+#ifndef SL_IDENT_H
+#define SL_IDENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SL_SHA256_HEX_LEN 64
+#define SL_BUILD_ID_HEX_MAX 128 /* a build id note holds at most 64 bytes here */
+
+/* SHA-256 of the regular file at path as lowercase hex into ret_hex.
+ * -errno (-EISDIR for a folder), or SL_ELIMIT past max_bytes (0: none). */
+int sl_sha256_file(const char *path, int64_t max_bytes, char ret_hex[SL_SHA256_HEX_LEN + 1]);
+/* The build id of the ELF file at path ("/proc/self/exe" for this program)
+ * as lowercase hex into ret_hex (size >= 2 * 64 + 1). SL_EFORMAT when the
+ * file is not a 64-bit little-endian ELF file, SL_ENAME when it has no
+ * build id note, -errno when it cannot be read. */
+int sl_build_id(const char *path, char *ret_hex, size_t size);
+
+#endif
