@@ -361,6 +361,7 @@ static void get_metrics(struct gw_httpd *h, struct MHD_Connection *c, struct ans
                                .ledger = h->env.ledger, .kproto = h->env.kproto, .http = &h->stats};
   src.webhooks = h->env.webhooks;
   src.tally = h->env.tally;
+  src.budget = h->env.budget;
   a->body = gw_metrics_render(&src, &a->len);
   if (!a->body)
     return answer_err(a, MHD_HTTP_INTERNAL_SERVER_ERROR, "the store did not answer");

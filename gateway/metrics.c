@@ -5,6 +5,7 @@
  * so a scrape always reads the store's current rows. */
 #include "metrics.h"
 
+#include "budget.h"
 #include "config.h"
 #include "job.h"
 #include "sl_err.h"
@@ -170,6 +171,40 @@ static void per_user(FILE *f, const struct gw_config *cfg, const json_t *rows, c
   }
 }
 
+/* Every budget (the gateway's, each group's and user's, as set live or in
+ * the file) with this month's spend; names are the file's, valid label
+ * values as they are. */
+static int budgets(FILE *f, struct gw_budget *b) {
+  json_t *all = gw_budget_json(b, NULL);
+  if (!all)
+    return -1;
+  static const struct {
+    const char *name, *help, *field;
+  } fam[] = {
+    {"spotlab_budget_scope_usd", "Each monthly budget (scope gateway, group or user), in USD.",
+     "budget_usd"},
+    {"spotlab_budget_scope_spent_usd", "Each budget's spend this calendar month (UTC), in USD.",
+     "spent_usd"},
+    {"spotlab_budget_scope_used_ratio", "Each budget's spend this month over the budget.", "ratio"},
+    {"spotlab_budget_scope_capped", "1 while a budget's hard cap holds (new jobs refused, running"
+     " ones paused).", "capped"},
+  };
+  json_t *arr = json_object_get(all, "budgets");
+  for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
+    head(f, fam[k].name, "gauge", fam[k].help);
+    size_t i;
+    json_t *e;
+    json_array_foreach(arr, i, e) {
+      json_t *v = json_object_get(e, fam[k].field);
+      fprintf(f, "%s{scope=\"%s\",name=\"%s\"} %.17g\n", fam[k].name,
+              sl_json_get_str(e, "scope", ""), sl_json_get_str(e, "name", ""),
+              json_is_boolean(v) ? (json_is_true(v) ? 1.0 : 0.0) : json_number_value(v));
+    }
+  }
+  json_decref(all);
+  return 0;
+}
+
 static int spend(FILE *f, const struct gw_metrics_src *src) {
   json_t *rows = NULL;
   if (gw_store_cost_by_user_group(src->store, MAX_ROWS, &rows) < 0)
@@ -197,7 +232,7 @@ static int spend(FILE *f, const struct gw_metrics_src *src) {
   head(f, "spotlab_budget_used_ratio", "gauge", "This month's spend over the monthly budget.");
   fprintf(f, "spotlab_budget_used_ratio %.17g\n",
           src->cfg->monthly_usd > 0 ? month / src->cfg->monthly_usd : 0);
-  return 0;
+  return src->budget ? budgets(f, src->budget) : 0;
 }
 
 static void http_self(FILE *f, const struct gw_metrics_http *m) {

@@ -82,6 +82,7 @@ struct gw_metrics_src {
   const struct gw_metrics_http *http;
   const struct gw_webhooks *webhooks; /* webhook.h; NULL: none */
   const struct gw_metrics_tally *tally;   /* NULL: those families are left out */
+  struct gw_budget *budget;     /* budget.h: every budget's use; NULL: left out */
 };
 
 /* The exposition as an owned string (free()) of *ret_len bytes, or NULL

@@ -232,6 +232,12 @@ def main():
                                p["body"]["budget"]["scope"] == "group" and
                                p["body"]["budget"]["name"] == "ml" for p in rx.posts),
               "every post signed, with a text, for group ml: %s" % [p["body"] for p in rx.posts])
+        with urllib.request.urlopen(base + "/metrics", timeout=10) as resp:
+            metrics = resp.read().decode()
+        check('spotlab_budget_scope_capped{scope="group",name="ml"} 1\n' in metrics and
+              'spotlab_budget_scope_usd{scope="group",name="ml"} %.17g\n' % cap in metrics,
+              "/metrics shows ml's budget capped: %s" %
+              [l for l in metrics.splitlines() if "scope_" in l and "ml" in l])
         b = ml_budget(base, TOKENS["alice"])
         check(b and b[0]["fired"] == [50, 80, 100] and b[0]["capped"] and b[0].get("override"),
               "alice sees ml's budget: %s" % b)
