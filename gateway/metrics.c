@@ -129,7 +129,8 @@ static int instances(FILE *f, struct gw_fleet *fleet) {
     keys[i] = (struct inst_key){in->row.type, in->row.zone, in->row.spot ? "spot" : "on-demand",
                                 in->row.state};
   }
-  qsort(keys, n, sizeof *keys, inst_cmp);
+  if (n) /* qsort takes no NULL array, even of none */
+    qsort(keys, n, sizeof *keys, inst_cmp);
   head(f, "spotlab_instances", "gauge", "Instances the gateway runs, by type, zone, market and state.");
   for (size_t i = 0; i < n;) {
     size_t k = i;

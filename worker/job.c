@@ -540,7 +540,7 @@ static void prune_checkpoints(struct wk_job *j, int64_t recorded) {
   char **keys = NULL;
   size_t n = 0;
   if (wk_store_list(j->env->store, prefix, &keys, &n) < 0) return;
-  qsort(keys, n, sizeof *keys, cmp_keys);
+  if (n) qsort(keys, n, sizeof *keys, cmp_keys);
   for (size_t i = 0; i + (size_t)j->keep < n && strcmp(keys[i], bound) < 0; i++) {
     int r = wk_store_remove(j->env->store, keys[i]);
     if (r < 0 && r != -ENOENT)
