@@ -81,14 +81,20 @@ int tc_cu_relu_forward(struct tc_cuda_ctx *ctx, float *out, const float *inp, si
 int tc_cu_relu_backward(struct tc_cuda_ctx *ctx, float *dinp, const float *inp,
                         const float *dout, size_t n);
 int tc_cu_add(struct tc_cuda_ctx *ctx, float *out, const float *a, const float *b, size_t n);
-/* qkv (B,T,3C) -> out (B,T,C), att (B,H,T,T) probabilities, zero above the
- * diagonal (a bf16 context: bf16 probabilities in the buffer's first half). */
+/* Floats that attention's att and datt buffers need for this shape: the
+ * (B,H,T,T) matrices, or for a bf16 context on sm_80 or later with head size
+ * 16, 32, 64 or 128 (fused attention, no such matrices) B*H*T each. */
+size_t tc_cu_attention_floats(const struct tc_cuda_ctx *ctx, int B, int T, int C, int H);
+/* qkv (B,T,3C) -> out (B,T,C). att: the (B,H,T,T) probabilities, zero above
+ * the diagonal (a bf16 context: bf16 probabilities in the buffer's first
+ * half), or with fused attention the rows' log-sum-exp. */
 int tc_cu_attention_forward(struct tc_cuda_ctx *ctx, float *out, float *att, const float *qkv,
                             int B, int T, int C, int H);
-/* dqkv (B,T,3C) overwritten; datt: scratch of B*H*T*T floats. */
+/* dqkv (B,T,3C) overwritten; out and att as the forward left them; datt:
+ * scratch of tc_cu_attention_floats. */
 int tc_cu_attention_backward(struct tc_cuda_ctx *ctx, float *dqkv, float *datt,
-                             const float *dout, const float *qkv, const float *att, int B,
-                             int T, int C, int H);
+                             const float *dout, const float *out, const float *qkv,
+                             const float *att, int B, int T, int C, int H);
 /* Softmax cross-entropy over rows of logits (N,V), V <= 1024: losses (N) and
  * correct (N, 1 where argmax == target) on the device; dlogits (may alias
  * logits, may be NULL) = (softmax - onehot) * dscale. */

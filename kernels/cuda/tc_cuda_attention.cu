@@ -3,7 +3,8 @@
  * and its backward as row kernels. A bf16 context rounds qkv and dout once
  * per call and keeps the (B,H,T,T) matrices in bf16, in the first half of
  * their float buffers; an fp32 context uses everything as given. Both run the
- * same sequence of products. */
+ * same sequence of products. A bf16 context on sm_80 or later with a head
+ * size that tc_cuda_flash.cu supports uses its fused kernels instead. */
 #include <math.h>
 #include <stdint.h>
 
@@ -202,9 +203,23 @@ static int softmax_bwd(struct tc_cuda_ctx *c, void *datt, const void *att, size_
   return softmax16_bwd(c, (bf16_t *)datt, (const bf16_t *)att, rows, T);
 }
 
+static int fused(const struct tc_cuda_ctx *c, int C, int H) {
+  return c->bf16 && c->sm >= 80 && C % H == 0 && tc_cu_flash_ok(C / H);
+}
+
+extern "C" size_t tc_cu_attention_floats(const struct tc_cuda_ctx *c, int B, int T, int C,
+                                         int H) {
+  return (size_t)B * H * T * (fused(c, C, H) ? 1 : (size_t)T);
+}
+
 extern "C" int tc_cu_attention_forward(struct tc_cuda_ctx *c, float *out, float *att,
                                        const float *qkv, int B, int T, int C, int H) {
   int hs = C / H, C3 = 3 * C, r;
+  if (fused(c, C, H)) {
+    const bf16_t *q16 = NULL;
+    r = tc_cu_bf16_copy(c, S16_QKV, qkv, (size_t)B * T * C3, &q16);
+    return r < 0 ? r : tc_cu_flash_forward(c, out, att, q16, B, T, C, H);
+  }
   float scale = 1.0f / sqrtf((float)hs);
   long long TT = (long long)T * T;
   struct elems e = elems_of(c);
@@ -226,9 +241,16 @@ extern "C" int tc_cu_attention_forward(struct tc_cuda_ctx *c, float *out, float 
 }
 
 extern "C" int tc_cu_attention_backward(struct tc_cuda_ctx *c, float *dqkv, float *datt,
-                                        const float *dout, const float *qkv, const float *att,
-                                        int B, int T, int C, int H) {
+                                        const float *dout, const float *out, const float *qkv,
+                                        const float *att, int B, int T, int C, int H) {
   int hs = C / H, C3 = 3 * C, r;
+  if (fused(c, C, H)) {
+    const bf16_t *q16 = NULL, *dy16 = NULL;
+    if ((r = tc_cu_bf16_copy(c, S16_QKV, qkv, (size_t)B * T * C3, &q16)) < 0 ||
+        (r = tc_cu_bf16_copy(c, S16_DOUT, dout, (size_t)B * T * C, &dy16)) < 0)
+      return r;
+    return tc_cu_flash_backward(c, dqkv, datt, dout, out, q16, dy16, att, B, T, C, H);
+  }
   float scale = 1.0f / sqrtf((float)hs);
   long long TT = (long long)T * T;
   struct elems e = elems_of(c);

@@ -33,7 +33,7 @@ static struct gpt_acts *acts_of(struct tc_cuda_model *cm) { return (struct gpt_a
 static int gpt_alloc(struct tc_cuda_model *cm) {
   const struct tc_gpt_config *c = cfg_of(cm);
   size_t B = (size_t)cm->max_batch, T = c->ctx, C = c->dim, H = c->heads, V = c->vocab;
-  size_t N = B * T;
+  size_t N = B * T, natt = tc_cu_attention_floats(cm->ctx, (int)B, (int)T, (int)C, (int)H);
   if (c->vocab > 1024) return -EINVAL; /* tc_cu_softmax_xent's limit */
   struct gpt_acts *a = (struct gpt_acts *)calloc(1, sizeof *a);
   if (!a) return -ENOMEM;
@@ -51,7 +51,7 @@ static int gpt_alloc(struct tc_cuda_model *cm) {
     A_(la->ln1_mean, N);
     A_(la->ln1_rstd, N);
     A_(la->qkv, N * 3 * C);
-    A_(la->att, B * H * T * T);
+    A_(la->att, natt);
     A_(la->atty, N * C);
     A_(la->res2, N * C);
     A_(la->ln2, N * C);
@@ -69,7 +69,7 @@ static int gpt_alloc(struct tc_cuda_model *cm) {
   A_(a->dC, N * C);
   A_(a->d3C, N * 3 * C);
   A_(a->d4C, N * 4 * C);
-  A_(a->datt, B * H * T * T);
+  A_(a->datt, natt);
   A_(a->onehot, N * V);
 #undef A_
   return r;
@@ -181,7 +181,8 @@ static int gpt_backward(struct tc_cuda_model *cm) {
       r = tc_cu_linear_backward(x_, a->dC, g.proj_w, g.proj_b, a->dres, la->atty, p.proj_w, N,
                                 C, C);
     if (r == 0)
-      r = tc_cu_attention_backward(x_, a->d3C, a->datt, a->dC, la->qkv, la->att, B, T, C, H);
+      r = tc_cu_attention_backward(x_, a->d3C, a->datt, a->dC, la->atty, la->qkv, la->att, B, T, C,
+                                   H);
     if (r == 0)
       r = tc_cu_linear_backward(x_, a->dC, g.attn_w, g.attn_b, a->d3C, la->ln1, p.attn_w, N, C,
                                 3 * C);

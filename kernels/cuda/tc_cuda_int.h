@@ -22,6 +22,7 @@ enum { S16_A, S16_B, S16_QKV, S16_DOUT, S16_N };
 
 struct tc_cuda_ctx {
   int device, bf16;
+  int sm; /* compute capability, 10 major + minor */
   cudaStream_t stream;
   cublasHandle_t blas;
   bf16_t *s16[S16_N];
@@ -61,5 +62,15 @@ int tc_cu_gemm_raw(struct tc_cuda_ctx *c, int ta, int tb, int M, int N, int K, f
                    const void *A, int lda, long long sa, const void *B, int ldb, long long sb,
                    float beta, void *C, int ldc, long long sc, int count, cudaDataType_t ab,
                    cudaDataType_t ct);
+
+/* Fused causal attention of a bf16 context (tc_cuda_flash.cu) on sm_80 and
+ * later, for head sizes where tc_cu_flash_ok: qkv and dout16 are the bf16 copies; lse and
+ * D hold B*H*T floats each (the rows' log-sum-exp, and dout . out). */
+int tc_cu_flash_ok(int hs);
+int tc_cu_flash_forward(struct tc_cuda_ctx *c, float *out, float *lse, const bf16_t *qkv, int B,
+                        int T, int C, int H);
+int tc_cu_flash_backward(struct tc_cuda_ctx *c, float *dqkv, float *D, const float *dout,
+                         const float *out, const bf16_t *qkv, const bf16_t *dout16,
+                         const float *lse, int B, int T, int C, int H);
 
 #endif

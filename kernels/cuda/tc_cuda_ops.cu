@@ -94,6 +94,14 @@ extern "C" int tc_cuda_ctx_new(int device, int bf16, struct tc_cuda_ctx **ret) {
   c->device = device;
   c->bf16 = bf16;
   int r = CU(cudaSetDevice(device), "cudaSetDevice");
+  int major = 0, minor = 0;
+  if (r == 0)
+    r = CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+           "compute capability");
+  if (r == 0)
+    r = CU(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+           "compute capability");
+  c->sm = major * 10 + minor;
   /* a blocking stream: the plain cudaMemcpy of the copy helpers orders with it */
   if (r == 0) r = CU(cudaStreamCreate(&c->stream), "stream");
   if (r == 0) r = tc_err_from_cublas(cublasCreate(&c->blas), "cublasCreate");

@@ -61,7 +61,8 @@ static int attention_shape(struct tc_rng *r, int B, int T, int C, int H) {
   float *d_out = dev_copy(out, no * 4), *d_att = dev_copy(att, na * 4);
   float *d_dqkv = dev_copy(dqkv, nq * 4), *d_datt = dev_copy(att, na * 4);
   CHECK(tc_cu_attention_forward(ctx, d_out, d_att, d_qkv, B, T, C, H) == 0);
-  CHECK(tc_cu_attention_backward(ctx, d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, H) == 0);
+  CHECK(tc_cu_attention_backward(ctx, d_dqkv, d_datt, d_dout, d_out, d_qkv, d_att, B, T, C, H) ==
+        0);
   if (bf16) { /* bf16 operands and bf16 probabilities: about 8 significant bits */
     compare("attention out", out, host_copy(d_out, no), no, 2e-2, 2e-2);
     compare("attention dqkv", dqkv, host_copy(d_dqkv, nq), nq, 3e-2, 3e-2);
@@ -73,11 +74,19 @@ static int attention_shape(struct tc_rng *r, int B, int T, int C, int H) {
   return 0;
 }
 
-/* T=17: the general softmax; T=264 (a multiple of 8, over 256): the bf16
- * context's vectorised one with two pieces per lane. */
+/* T=17, head size 12: the general softmax; T=264 (a multiple of 8, over
+ * 256): the bf16 context's vectorised one with two pieces per lane, or (head
+ * size 32) its fused attention, five key tiles with a partial last one. A
+ * bf16 context also runs the fused kernels at head size 64 on a partial
+ * tile and at GPT-2 small's shape (T=1024, 12 heads of 64). */
 static int attention(struct tc_rng *r) {
   attention_shape(r, 3, 17, 48, 4);
-  return attention_shape(r, 2, 264, 64, 2);
+  attention_shape(r, 2, 264, 64, 2);
+  if (bf16) {
+    attention_shape(r, 2, 200, 128, 2);
+    attention_shape(r, 1, 1024, 768, 12);
+  }
+  return 0;
 }
 
 static int xent(struct tc_rng *r) {

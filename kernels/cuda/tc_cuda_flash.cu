@@ -1,0 +1,446 @@
+/* Fused causal attention for bf16 contexts (the "flash" scheme): the
+ * (B,H,T,T) score and probability matrices never reach device memory.
+ *
+ * Forward: one block of 4 warps per (sequence, head, 64-query tile); each
+ * warp owns 16 query rows and walks the 64-key tiles up to the diagonal. The
+ * scores live in registers as mma.sync accumulators (bf16 operands, fp32
+ * accumulation); a running max and sum per row give the softmax online, and
+ * the probabilities go straight from those registers into the product with
+ * V. It writes the output rows and each row's log-sum-exp (base 2).
+ *
+ * Backward recomputes the probabilities from the log-sum-exp: one kernel per
+ * 64-key tile (each warp 16 keys) accumulates dK and dV over the query tiles
+ * at or after it, another per 64-query tile accumulates dQ over the key tiles
+ * up to it. Each gradient is summed by one warp in tile order (no atomics),
+ * so results repeat bit for bit, as everywhere in the backend.
+ *
+ * Layout: qkv (B,T,3C) as bf16 (the context's rounded copy), head h's q, k
+ * and v at columns h*hs, C + h*hs and 2C + h*hs; out and dqkv fp32. Head
+ * sizes 16, 32, 64 and 128.
+ *
+ * Fragments follow PTX's mma.m16n8k16 layouts: lane = 4 g + t holds rows g
+ * and g + 8, columns 2t and 2t + 1 of each 16 x 8 accumulator tile, which is
+ * also where the A operand of the next product wants them. The bf16 mma
+ * needs sm_80: builds for older targets keep empty kernels, and
+ * tc_cuda_attention.cu never launches them on such a device. */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "tc_cuda.h"
+#include "tc_cuda_int.h"
+
+enum { FT = 64, FTH = 128 }; /* tile rows and columns; threads (4 warps) per block */
+
+#define LOG2E 1.4426950408889634f
+
+/* ---- tensor core primitives ---- */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+
+/* Four 8x8 b16 matrices from shared memory; lane i names row i % 8 of
+ * matrix i / 8. trans: each lane receives the transposed elements. */
+__device__ __forceinline__ void ldsm4(uint32_t *r, const bf16_t *p) {
+  uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+__device__ __forceinline__ void ldsm4t(uint32_t *r, const bf16_t *p) {
+  uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+/* c (16x8, fp32) += a (16x16, bf16) b (16x8, bf16) */
+__device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* A operand: rows [m0, m0+16) x columns [k0, k0+16) of a row-major tile. */
+__device__ __forceinline__ void load_a(uint32_t *a, const bf16_t *X, int ld, int m0, int k0) {
+  int lane = threadIdx.x % 32, m = lane >> 3;
+  ldsm4(a, X + (m0 + (m & 1) * 8 + (lane & 7)) * ld + k0 + (m >> 1) * 8);
+}
+
+/* B operands of two n-tiles (n0, n0+8) over k0..k0+16 where B(k, n) = X[n][k]
+ * (X row-major with rows n): b[0..1] for n0, b[2..3] for n0 + 8. */
+__device__ __forceinline__ void load_bt(uint32_t *b, const bf16_t *X, int ld, int n0, int k0) {
+  int lane = threadIdx.x % 32, m = lane >> 3;
+  ldsm4(b, X + (n0 + (m >> 1) * 8 + (lane & 7)) * ld + k0 + (m & 1) * 8);
+}
+
+/* The same where B(k, n) = X[k][n] (X row-major with rows k). */
+__device__ __forceinline__ void load_b(uint32_t *b, const bf16_t *X, int ld, int n0, int k0) {
+  int lane = threadIdx.x % 32, m = lane >> 3;
+  ldsm4t(b, X + (k0 + (m & 1) * 8 + (lane & 7)) * ld + n0 + (m >> 1) * 8);
+}
+
+/* s[0..7] (16 x 64) = A (16 x HS, fragments a[HS/16]) times X^T, X the 64
+ * rows of a row-major (64, HS) tile. */
+template <int HS>
+__device__ __forceinline__ void mul_xt(float (*s)[4], uint32_t (*a)[4], const bf16_t *X, int ld) {
+#pragma unroll
+  for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < HS / 16; k++)
+#pragma unroll
+    for (int n = 0; n < 8; n += 2) {
+      uint32_t b[4];
+      load_bt(b, X, ld, n * 8, k * 16);
+      mma(s[n], a[k], b[0], b[1]);
+      mma(s[n + 1], a[k], b[2], b[3]);
+    }
+}
+
+/* o[0..HS/8) (16 x HS) += P (16 x 64, as accumulator tiles p[0..7]) times the
+ * row-major (64, HS) tile X. */
+template <int HS>
+__device__ __forceinline__ void mul_px(float (*o)[4], float (*p)[4], const bf16_t *X, int ld) {
+#pragma unroll
+  for (int kc = 0; kc < 4; kc++) {
+    uint32_t a[4] = {pack2(p[2 * kc][0], p[2 * kc][1]), pack2(p[2 * kc][2], p[2 * kc][3]),
+                     pack2(p[2 * kc + 1][0], p[2 * kc + 1][1]),
+                     pack2(p[2 * kc + 1][2], p[2 * kc + 1][3])};
+#pragma unroll
+    for (int n = 0; n < HS / 8; n += 2) {
+      uint32_t b[4];
+      load_b(b, X, ld, n * 8, kc * 16);
+      mma(o[n], a, b[0], b[1]);
+      mma(o[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+#endif
+
+/* ---- tiles ---- */
+
+/* Rows [t0, t0 + 64) of a (T, ld) bf16 matrix, HS columns from src, into a
+ * tile of stride HS + 8; rows at or past T are zero. 16-byte copies. */
+template <int HS>
+__device__ __forceinline__ void load_tile(bf16_t *dst, const bf16_t *src, size_t ld, int t0,
+                                          int T) {
+  constexpr int V = HS / 8, LDH = HS + 8;
+  for (int i = threadIdx.x; i < FT * V; i += FTH) {
+    int r = i / V, c = (i % V) * 8;
+    uint4 u = make_uint4(0, 0, 0, 0);
+    if (t0 + r < T) u = *reinterpret_cast<const uint4 *>(src + (size_t)(t0 + r) * ld + c);
+    *reinterpret_cast<uint4 *>(dst + r * LDH + c) = u;
+  }
+}
+
+/* Rows r0 and r0 + 8 (below T) of 16 x HS accumulators, times scale, to dst
+ * (row stride ld, this head's first column). */
+template <int HS>
+__device__ __forceinline__ void write_acc(float *dst, size_t ld, int r0, int T, float (*o)[4],
+                                          float s0, float s1) {
+  int t = threadIdx.x % 4;
+#pragma unroll
+  for (int n = 0; n < HS / 8; n++) {
+    if (r0 < T)
+      *reinterpret_cast<float2 *>(dst + (size_t)r0 * ld + n * 8 + 2 * t) =
+          make_float2(o[n][0] * s0, o[n][1] * s0);
+    if (r0 + 8 < T)
+      *reinterpret_cast<float2 *>(dst + (size_t)(r0 + 8) * ld + n * 8 + 2 * t) =
+          make_float2(o[n][2] * s1, o[n][3] * s1);
+  }
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+template <int HS> struct fl {
+  static constexpr int LDH = HS + 8;
+  static constexpr size_t tile = (size_t)FT * LDH * sizeof(bf16_t); /* a multiple of 128 */
+  static constexpr size_t fwd_smem = 3 * tile;
+  static constexpr size_t bwd_smem = 4 * tile + 2 * FT * sizeof(float);
+};
+
+/* ---- forward ---- */
+
+template <int HS>
+__global__ void __launch_bounds__(FTH)
+flash_fwd(float *out, float *lse, const bf16_t *qkv, int T, int C, int H, float sl2) {
+#if __CUDA_ARCH__ >= 800
+  constexpr int LDH = fl<HS>::LDH;
+  extern __shared__ __align__(128) unsigned char sm[];
+  bf16_t *sQ = (bf16_t *)sm, *sK = sQ + FT * LDH, *sV = sK + FT * LDH;
+  /* the longest query tiles (most key tiles) first */
+  int i0 = (gridDim.x - 1 - blockIdx.x) * FT, bh = blockIdx.y, b = bh / H, h = bh % H;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  int row0 = i0 + warp * 16 + g, row1 = row0 + 8;
+  size_t ld = 3 * (size_t)C;
+  const bf16_t *base = qkv + (size_t)b * T * ld + h * HS;
+  load_tile<HS>(sQ, base, ld, i0, T);
+  __syncthreads();
+  uint32_t qf[HS / 16][4];
+#pragma unroll
+  for (int k = 0; k < HS / 16; k++) load_a(qf[k], sQ, LDH, warp * 16, k * 16);
+
+  float o[HS / 8][4];
+#pragma unroll
+  for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  int kend = min(i0 + FT, T);
+  for (int j0 = 0; j0 < kend; j0 += FT) {
+    __syncthreads(); /* every warp is done with the last K and V */
+    load_tile<HS>(sK, base + C, ld, j0, T);
+    load_tile<HS>(sV, base + 2 * C, ld, j0, T);
+    __syncthreads();
+    float s[8][4];
+    mul_xt<HS>(s, qf, sK, LDH);
+    /* key j0 <= row for every row, so each row's max here is finite */
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        int key = j0 + n * 8 + 2 * t + e;
+        s[n][e] = key <= row0 && key < T ? s[n][e] * sl2 : -INFINITY;
+        s[n][2 + e] = key <= row1 && key < T ? s[n][2 + e] * sl2 : -INFINITY;
+        mx0 = fmaxf(mx0, s[n][e]);
+        mx1 = fmaxf(mx1, s[n][2 + e]);
+      }
+    float mn0 = fmaxf(m0, quad_max(mx0)), mn1 = fmaxf(m1, quad_max(mx1));
+    float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1), sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        s[n][e] = exp2f(s[n][e] - mn0);
+        s[n][2 + e] = exp2f(s[n][2 + e] - mn1);
+        sum0 += s[n][e];
+        sum1 += s[n][2 + e];
+      }
+    l0 = l0 * a0 + quad_sum(sum0);
+    l1 = l1 * a1 + quad_sum(sum1);
+    m0 = mn0;
+    m1 = mn1;
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++) {
+      o[n][0] *= a0;
+      o[n][1] *= a0;
+      o[n][2] *= a1;
+      o[n][3] *= a1;
+    }
+    mul_px<HS>(o, s, sV, LDH);
+  }
+  write_acc<HS>(out + (size_t)b * T * C + h * HS, C, row0, T, o, 1.0f / l0, 1.0f / l1);
+  if (t == 0) {
+    if (row0 < T) lse[(size_t)bh * T + row0] = m0 + log2f(l0);
+    if (row1 < T) lse[(size_t)bh * T + row1] = m1 + log2f(l1);
+  }
+#endif
+}
+
+/* ---- backward ---- */
+
+/* D[bh, t] = sum over the head's columns of dout * out (fp32): one warp per
+ * (row, head), lanes over the columns (coalesced), a butterfly to finish. */
+__global__ void flash_rowdot(float *D, const float *dout, const float *out, int B, int T, int C,
+                             int H, int hs) {
+  size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  int lane = threadIdx.x % 32;
+  if (w >= (size_t)B * H * T) return;
+  int tt = (int)(w % T), bh = (int)(w / T), b = bh / H, h = bh % H;
+  size_t o = ((size_t)b * T + tt) * C + (size_t)h * hs;
+  float s = 0.0f;
+  for (int d = lane; d < hs; d += 32) s += dout[o + d] * out[o + d];
+  D[w] = warp_sum(s);
+}
+
+/* dK and dV of one 64-key tile (each warp 16 keys), over the query tiles at
+ * or after it: S^T = K Q^T, P^T from the rows' log-sum-exp, dP^T = V dO^T,
+ * dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q. */
+template <int HS>
+__global__ void __launch_bounds__(FTH)
+flash_bwd_kv(float *dqkv, const bf16_t *qkv, const bf16_t *dout, const float *lse, const float *D,
+             int T, int C, int H, float sl2, float scale) {
+#if __CUDA_ARCH__ >= 800
+  constexpr int LDH = fl<HS>::LDH;
+  extern __shared__ __align__(128) unsigned char sm[];
+  bf16_t *sQ = (bf16_t *)sm, *sK = sQ + FT * LDH, *sV = sK + FT * LDH, *sdO = sV + FT * LDH;
+  float *sL = (float *)(sdO + FT * LDH), *sD = sL + FT;
+  int j0 = blockIdx.x * FT, bh = blockIdx.y, b = bh / H, h = bh % H; /* longest first */
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  int k0 = j0 + warp * 16 + g, k1 = k0 + 8;
+  size_t ld = 3 * (size_t)C;
+  const bf16_t *base = qkv + (size_t)b * T * ld + h * HS;
+  const bf16_t *dbase = dout + (size_t)b * T * C + h * HS;
+  load_tile<HS>(sK, base + C, ld, j0, T);
+  load_tile<HS>(sV, base + 2 * C, ld, j0, T);
+  __syncthreads();
+  uint32_t kf[HS / 16][4], vf[HS / 16][4];
+#pragma unroll
+  for (int k = 0; k < HS / 16; k++) {
+    load_a(kf[k], sK, LDH, warp * 16, k * 16);
+    load_a(vf[k], sV, LDH, warp * 16, k * 16);
+  }
+  float dk[HS / 8][4], dv[HS / 8][4];
+#pragma unroll
+  for (int n = 0; n < HS / 8; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+  for (int i0 = j0; i0 < T; i0 += FT) {
+    __syncthreads();
+    load_tile<HS>(sQ, base, ld, i0, T);
+    load_tile<HS>(sdO, dbase, C, i0, T);
+    if (threadIdx.x < FT) {
+      int q = i0 + threadIdx.x;
+      sL[threadIdx.x] = q < T ? lse[(size_t)bh * T + q] : 0.0f;
+      sD[threadIdx.x] = q < T ? D[(size_t)bh * T + q] : 0.0f;
+    }
+    __syncthreads();
+    float p[8][4], ds[8][4];
+    mul_xt<HS>(p, kf, sQ, LDH);  /* S^T */
+    mul_xt<HS>(ds, vf, sdO, LDH); /* dP^T */
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        int qc = n * 8 + 2 * t + e, q = i0 + qc;
+        float Lq = sL[qc], Dq = sD[qc];
+        p[n][e] = k0 <= q && q < T && k0 < T ? exp2f(p[n][e] * sl2 - Lq) : 0.0f;
+        p[n][2 + e] = k1 <= q && q < T && k1 < T ? exp2f(p[n][2 + e] * sl2 - Lq) : 0.0f;
+        ds[n][e] = p[n][e] * (ds[n][e] - Dq);
+        ds[n][2 + e] = p[n][2 + e] * (ds[n][2 + e] - Dq);
+      }
+    mul_px<HS>(dv, p, sdO, LDH);
+    mul_px<HS>(dk, ds, sQ, LDH);
+  }
+  float *dst = dqkv + (size_t)b * T * ld + h * HS;
+  write_acc<HS>(dst + C, ld, k0, T, dk, scale, scale);
+  write_acc<HS>(dst + 2 * C, ld, k0, T, dv, 1.0f, 1.0f);
+#endif
+}
+
+/* dQ of one 64-query tile (each warp 16 queries), over the key tiles up to
+ * the diagonal: dQ += dS K. */
+template <int HS>
+__global__ void __launch_bounds__(FTH)
+flash_bwd_q(float *dqkv, const bf16_t *qkv, const bf16_t *dout, const float *lse, const float *D,
+            int T, int C, int H, float sl2, float scale) {
+#if __CUDA_ARCH__ >= 800
+  constexpr int LDH = fl<HS>::LDH;
+  extern __shared__ __align__(128) unsigned char sm[];
+  bf16_t *sQ = (bf16_t *)sm, *sK = sQ + FT * LDH, *sV = sK + FT * LDH, *sdO = sV + FT * LDH;
+  int i0 = (gridDim.x - 1 - blockIdx.x) * FT, bh = blockIdx.y, b = bh / H, h = bh % H;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  int row0 = i0 + warp * 16 + g, row1 = row0 + 8;
+  size_t ld = 3 * (size_t)C;
+  const bf16_t *base = qkv + (size_t)b * T * ld + h * HS;
+  load_tile<HS>(sQ, base, ld, i0, T);
+  load_tile<HS>(sdO, dout + (size_t)b * T * C + h * HS, C, i0, T);
+  float L0 = row0 < T ? lse[(size_t)bh * T + row0] : 0.0f;
+  float L1 = row1 < T ? lse[(size_t)bh * T + row1] : 0.0f;
+  float D0 = row0 < T ? D[(size_t)bh * T + row0] : 0.0f;
+  float D1 = row1 < T ? D[(size_t)bh * T + row1] : 0.0f;
+  __syncthreads();
+  uint32_t qf[HS / 16][4], of[HS / 16][4];
+#pragma unroll
+  for (int k = 0; k < HS / 16; k++) {
+    load_a(qf[k], sQ, LDH, warp * 16, k * 16);
+    load_a(of[k], sdO, LDH, warp * 16, k * 16);
+  }
+  float dq[HS / 8][4];
+#pragma unroll
+  for (int n = 0; n < HS / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+  int kend = min(i0 + FT, T);
+  for (int j0 = 0; j0 < kend; j0 += FT) {
+    __syncthreads();
+    load_tile<HS>(sK, base + C, ld, j0, T);
+    load_tile<HS>(sV, base + 2 * C, ld, j0, T);
+    __syncthreads();
+    float p[8][4], ds[8][4];
+    mul_xt<HS>(p, qf, sK, LDH);  /* S */
+    mul_xt<HS>(ds, of, sV, LDH); /* dP */
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        int key = j0 + n * 8 + 2 * t + e;
+        p[n][e] = key <= row0 && key < T && row0 < T ? exp2f(p[n][e] * sl2 - L0) : 0.0f;
+        p[n][2 + e] = key <= row1 && key < T && row1 < T ? exp2f(p[n][2 + e] * sl2 - L1) : 0.0f;
+        ds[n][e] = p[n][e] * (ds[n][e] - D0);
+        ds[n][2 + e] = p[n][2 + e] * (ds[n][2 + e] - D1);
+      }
+    mul_px<HS>(dq, ds, sK, LDH);
+  }
+  write_acc<HS>(dqkv + (size_t)b * T * ld + h * HS, ld, row0, T, dq, scale, scale);
+#endif
+}
+
+/* ---- launches ---- */
+
+int tc_cu_flash_ok(int hs) { return hs == 16 || hs == 32 || hs == 64 || hs == 128; }
+
+template <int HS>
+static int fwd_launch(struct tc_cuda_ctx *c, float *out, float *lse, const bf16_t *qkv, int B,
+                      int T, int C, int H) {
+  size_t smem = fl<HS>::fwd_smem;
+  int r = CU(cudaFuncSetAttribute(flash_fwd<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem), "flash attention shared memory");
+  if (r < 0) return r;
+  dim3 grid((unsigned)((T + FT - 1) / FT), (unsigned)(B * H));
+  flash_fwd<HS><<<grid, FTH, smem, c->stream>>>(out, lse, qkv, T, C, H, LOG2E / sqrtf((float)HS));
+  return LAUNCHED("flash attention forward");
+}
+
+template <int HS>
+static int bwd_launch(struct tc_cuda_ctx *c, float *dqkv, float *D, const float *dout,
+                      const float *out, const bf16_t *qkv, const bf16_t *dout16, const float *lse,
+                      int B, int T, int C, int H) {
+  size_t smem = fl<HS>::bwd_smem, rows = (size_t)B * H * T;
+  int r = CU(cudaFuncSetAttribute(flash_bwd_kv<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem), "flash attention shared memory");
+  if (r == 0)
+    r = CU(cudaFuncSetAttribute(flash_bwd_q<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)smem), "flash attention shared memory");
+  if (r < 0) return r;
+  flash_rowdot<<<blocks_for(rows * 32, 256), 256, 0, c->stream>>>(D, dout, out, B, T, C, H, HS);
+  dim3 grid((unsigned)((T + FT - 1) / FT), (unsigned)(B * H));
+  float scale = 1.0f / sqrtf((float)HS), sl2 = LOG2E * scale;
+  flash_bwd_kv<HS><<<grid, FTH, smem, c->stream>>>(dqkv, qkv, dout16, lse, D, T, C, H, sl2, scale);
+  flash_bwd_q<HS><<<grid, FTH, smem, c->stream>>>(dqkv, qkv, dout16, lse, D, T, C, H, sl2, scale);
+  return LAUNCHED("flash attention backward");
+}
+
+int tc_cu_flash_forward(struct tc_cuda_ctx *c, float *out, float *lse, const bf16_t *qkv, int B,
+                        int T, int C, int H) {
+  switch (C / H) {
+  case 16: return fwd_launch<16>(c, out, lse, qkv, B, T, C, H);
+  case 32: return fwd_launch<32>(c, out, lse, qkv, B, T, C, H);
+  case 64: return fwd_launch<64>(c, out, lse, qkv, B, T, C, H);
+  case 128: return fwd_launch<128>(c, out, lse, qkv, B, T, C, H);
+  }
+  return -EINVAL;
+}
+
+int tc_cu_flash_backward(struct tc_cuda_ctx *c, float *dqkv, float *D, const float *dout,
+                         const float *out, const bf16_t *qkv, const bf16_t *dout16,
+                         const float *lse, int B, int T, int C, int H) {
+  switch (C / H) {
+  case 16: return bwd_launch<16>(c, dqkv, D, dout, out, qkv, dout16, lse, B, T, C, H);
+  case 32: return bwd_launch<32>(c, dqkv, D, dout, out, qkv, dout16, lse, B, T, C, H);
+  case 64: return bwd_launch<64>(c, dqkv, D, dout, out, qkv, dout16, lse, B, T, C, H);
+  case 128: return bwd_launch<128>(c, dqkv, D, dout, out, qkv, dout16, lse, B, T, C, H);
+  }
+  return -EINVAL;
+}
