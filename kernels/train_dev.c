@@ -338,6 +338,7 @@ int tc_dev_start(struct tc_dev *d, void *shared, size_t shared_bytes) {
     r = tc_nccl_broadcast(d->nc, tc_cuda_model_params(d->cm), bytes, 0);
     if (r == 0) r = tc_nccl_broadcast(d->nc, tc_cuda_model_m(d->cm), bytes, 0);
     if (r == 0) r = tc_nccl_broadcast(d->nc, tc_cuda_model_v(d->cm), bytes, 0);
+    if (r == 0) r = tc_cuda_model_params_written(d->cm);
     uint64_t t = tc_cuda_model_adam_t(d->cm);
     if (r == 0) r = tc_nccl_broadcast_host(d->nc, &t, sizeof t, 0);
     if (r == 0 && shared) r = tc_nccl_broadcast_host(d->nc, shared, shared_bytes, 0);

@@ -51,6 +51,19 @@ struct tc_cuda_ctx;
  * weights). bf16 == 0: plain fp32 products (no TF32). */
 int tc_cuda_ctx_new(int device, int bf16, struct tc_cuda_ctx **ret);
 struct tc_cuda_ctx *tc_cuda_ctx_free(struct tc_cuda_ctx *ctx);
+/* bf16 contexts round each product's operands to bf16 copies. These keep a
+ * copy beyond one product: tc_cu_keep_bf16 names dst (cap bf16 elements of
+ * device memory the caller owns) as the home of src's copy. The next rounding
+ * of src (its first n <= cap floats) goes there, and later products whose
+ * operands lie inside those n floats read it instead of rounding again, until
+ * tc_cu_keep_reset. fixed != 0: dst already holds the copy of all cap floats
+ * and the caller keeps it so (a model's parameters, mirrored by its AdamW
+ * steps); a reset leaves it. The caller must not change src's floats while
+ * its copy is in use. */
+int tc_cu_keep_bf16(struct tc_cuda_ctx *ctx, const float *src, size_t cap, void *dst, int fixed);
+void tc_cu_keep_reset(struct tc_cuda_ctx *ctx);
+/* dst (n bf16) = the n floats at src rounded to nearest even. */
+int tc_cu_round_bf16(struct tc_cuda_ctx *ctx, void *dst, const float *src, size_t n);
 /* The cudaStream_t all ops of ctx run on (for NCCL). */
 void *tc_cuda_ctx_stream(struct tc_cuda_ctx *ctx);
 int tc_cuda_ctx_sync(struct tc_cuda_ctx *ctx);
@@ -64,6 +77,11 @@ int tc_cu_gemm(struct tc_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, flo
                enum tc_cu_prec prec);
 int tc_cu_linear_forward(struct tc_cuda_ctx *ctx, float *out, const float *inp, const float *w,
                          const float *bias, int N, int C, int OC);
+/* out = inp w^T + bias + resid (resid (N,OC), may be out's neighbour in a
+ * residual stream; bias may be NULL). */
+int tc_cu_linear_forward_add(struct tc_cuda_ctx *ctx, float *out, const float *inp,
+                             const float *w, const float *bias, const float *resid, int N, int C,
+                             int OC);
 /* dinp (N,C) overwritten (may be NULL); dw += ; dbias += (may be NULL). */
 int tc_cu_linear_backward(struct tc_cuda_ctx *ctx, float *dinp, float *dw, float *dbias,
                           const float *dout, const float *inp, const float *w, int N, int C,
@@ -111,8 +129,9 @@ int tc_cu_sumsq(struct tc_cuda_ctx *ctx, const float *x, size_t n, double *ret);
 int tc_cu_scale(struct tc_cuda_ctx *ctx, float *x, size_t n, float s);
 /* One AdamW update of n elements (tc_model_adamw's arithmetic): decay is the
  * factor 1 - lr*wd (1 for no decay), step_size = lr / (1 - beta1^t),
- * bc2_sqrt = sqrt(1 - beta2^t). */
-int tc_cu_adamw(struct tc_cuda_ctx *ctx, float *p, const float *g, float *m, float *v,
+ * bc2_sqrt = sqrt(1 - beta2^t). p16 (may be NULL): n bf16 that get the new
+ * parameters rounded (a kept copy of p). */
+int tc_cu_adamw(struct tc_cuda_ctx *ctx, float *p, void *p16, const float *g, float *m, float *v,
                 size_t n, float beta1, float beta2, float eps, float decay, float step_size,
                 float bc2_sqrt);
 
@@ -135,6 +154,9 @@ float *tc_cuda_model_v(struct tc_cuda_model *cm);
 
 /* Host model (same config) -> device: params, m, v and adam_t. Borrows host. */
 int tc_cuda_model_put(struct tc_cuda_model *cm, const struct tc_model *host);
+/* After the device params were written other than by put and AdamW (a
+ * broadcast): refreshes what is derived from them (a bf16 context's copy). */
+int tc_cuda_model_params_written(struct tc_cuda_model *cm);
 /* Device -> host model: params, m, v and adam_t (what a checkpoint holds). */
 int tc_cuda_model_get(struct tc_cuda_model *cm, struct tc_model *host);
 /* Device gradients -> host array of n_params floats. */

@@ -61,6 +61,34 @@ __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0, ui
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* 16 bytes global -> shared without a register round trip (zeros when
+ * !valid), completed by cp_wait after cp_commit. */
+__device__ __forceinline__ void cp16(void *dst, const void *src, bool valid) {
+  uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+/* waits until at most `pending` committed groups are still in flight */
+template <int pending> __device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+
+/* Rows [t0, t0 + 64) of a (T, ld) bf16 matrix, HS columns from src, into a
+ * tile of stride HS + 8, asynchronously; rows at or past T are zero. */
+template <int HS>
+__device__ __forceinline__ void fetch_tile(bf16_t *dst, const bf16_t *src, size_t ld, int t0,
+                                           int T) {
+  constexpr int V = HS / 8, LDH = HS + 8;
+  for (int i = threadIdx.x; i < 64 * V; i += blockDim.x) {
+    int r = i / V, c = (i % V) * 8;
+    bool ok = t0 + r < T;
+    cp16(dst + r * LDH + c, ok ? src + (size_t)(t0 + r) * ld + c : src, ok);
+  }
+}
+
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t *>(&v);
@@ -140,20 +168,23 @@ __device__ __forceinline__ void load_tile(bf16_t *dst, const bf16_t *src, size_t
 }
 
 /* Rows r0 and r0 + 8 (below T) of 16 x HS accumulators, times scale, to dst
- * (row stride ld, this head's first column). */
+ * (row stride ld, this head's first column), and rounded to dst16 (same
+ * layout) when not NULL. */
 template <int HS>
-__device__ __forceinline__ void write_acc(float *dst, size_t ld, int r0, int T, float (*o)[4],
-                                          float s0, float s1) {
+__device__ __forceinline__ void write_acc(float *dst, bf16_t *dst16, size_t ld, int r0, int T,
+                                          float (*o)[4], float s0, float s1) {
   int t = threadIdx.x % 4;
 #pragma unroll
-  for (int n = 0; n < HS / 8; n++) {
-    if (r0 < T)
-      *reinterpret_cast<float2 *>(dst + (size_t)r0 * ld + n * 8 + 2 * t) =
-          make_float2(o[n][0] * s0, o[n][1] * s0);
-    if (r0 + 8 < T)
-      *reinterpret_cast<float2 *>(dst + (size_t)(r0 + 8) * ld + n * 8 + 2 * t) =
-          make_float2(o[n][2] * s1, o[n][3] * s1);
-  }
+  for (int n = 0; n < HS / 8; n++)
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      int r = r0 + 8 * half;
+      float sc = half ? s1 : s0, a = o[n][2 * half] * sc, b = o[n][2 * half + 1] * sc;
+      if (r >= T) continue;
+      size_t at = (size_t)r * ld + n * 8 + 2 * t;
+      *reinterpret_cast<float2 *>(dst + at) = make_float2(a, b);
+      if (dst16) *reinterpret_cast<__nv_bfloat162 *>(dst16 + at) = __floats2bfloat162_rn(a, b);
+    }
 }
 
 __device__ __forceinline__ float quad_max(float v) {
@@ -169,19 +200,22 @@ __device__ __forceinline__ float quad_sum(float v) {
 template <int HS> struct fl {
   static constexpr int LDH = HS + 8;
   static constexpr size_t tile = (size_t)FT * LDH * sizeof(bf16_t); /* a multiple of 128 */
-  static constexpr size_t fwd_smem = 3 * tile;
-  static constexpr size_t bwd_smem = 4 * tile + 2 * FT * sizeof(float);
+  /* the streamed tiles are double-buffered: the next pair is fetched while
+   * the current one is multiplied */
+  static constexpr size_t fwd_smem = 5 * tile;
+  static constexpr size_t bwd_smem = 6 * tile + 4 * FT * sizeof(float);
 };
 
 /* ---- forward ---- */
 
 template <int HS>
 __global__ void __launch_bounds__(FTH)
-flash_fwd(float *out, float *lse, const bf16_t *qkv, int T, int C, int H, float sl2) {
+flash_fwd(float *out, bf16_t *out16, float *lse, const bf16_t *qkv, int T, int C, int H,
+          float sl2) {
 #if __CUDA_ARCH__ >= 800
   constexpr int LDH = fl<HS>::LDH;
   extern __shared__ __align__(128) unsigned char sm[];
-  bf16_t *sQ = (bf16_t *)sm, *sK = sQ + FT * LDH, *sV = sK + FT * LDH;
+  bf16_t *sQ = (bf16_t *)sm, *sKV = sQ + FT * LDH; /* then K0 V0 K1 V1 */
   /* the longest query tiles (most key tiles) first */
   int i0 = (gridDim.x - 1 - blockIdx.x) * FT, bh = blockIdx.y, b = bh / H, h = bh % H;
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
@@ -199,10 +233,20 @@ flash_fwd(float *out, float *lse, const bf16_t *qkv, int T, int C, int H, float 
   for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   int kend = min(i0 + FT, T);
-  for (int j0 = 0; j0 < kend; j0 += FT) {
-    __syncthreads(); /* every warp is done with the last K and V */
-    load_tile<HS>(sK, base + C, ld, j0, T);
-    load_tile<HS>(sV, base + 2 * C, ld, j0, T);
+  fetch_tile<HS>(sKV, base + C, ld, 0, T);
+  fetch_tile<HS>(sKV + FT * LDH, base + 2 * C, ld, 0, T);
+  cp_commit();
+  for (int j0 = 0, buf = 0; j0 < kend; j0 += FT, buf ^= 1) {
+    const bf16_t *sK = sKV + 2 * buf * FT * LDH, *sV = sK + FT * LDH;
+    if (j0 + FT < kend) { /* the next pair into the other buffer, freed last iteration */
+      bf16_t *nK = sKV + 2 * (buf ^ 1) * FT * LDH;
+      fetch_tile<HS>(nK, base + C, ld, j0 + FT, T);
+      fetch_tile<HS>(nK + FT * LDH, base + 2 * C, ld, j0 + FT, T);
+      cp_commit();
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
     __syncthreads();
     float s[8][4];
     mul_xt<HS>(s, qf, sK, LDH);
@@ -241,8 +285,10 @@ flash_fwd(float *out, float *lse, const bf16_t *qkv, int T, int C, int H, float 
       o[n][3] *= a1;
     }
     mul_px<HS>(o, s, sV, LDH);
+    __syncthreads(); /* every warp is done with this buffer before it is refilled */
   }
-  write_acc<HS>(out + (size_t)b * T * C + h * HS, C, row0, T, o, 1.0f / l0, 1.0f / l1);
+  size_t ob = (size_t)b * T * C + h * HS;
+  write_acc<HS>(out + ob, out16 ? out16 + ob : NULL, C, row0, T, o, 1.0f / l0, 1.0f / l1);
   if (t == 0) {
     if (row0 < T) lse[(size_t)bh * T + row0] = m0 + log2f(l0);
     if (row1 < T) lse[(size_t)bh * T + row1] = m1 + log2f(l1);
@@ -276,8 +322,8 @@ flash_bwd_kv(float *dqkv, const bf16_t *qkv, const bf16_t *dout, const float *ls
 #if __CUDA_ARCH__ >= 800
   constexpr int LDH = fl<HS>::LDH;
   extern __shared__ __align__(128) unsigned char sm[];
-  bf16_t *sQ = (bf16_t *)sm, *sK = sQ + FT * LDH, *sV = sK + FT * LDH, *sdO = sV + FT * LDH;
-  float *sL = (float *)(sdO + FT * LDH), *sD = sL + FT;
+  bf16_t *sK = (bf16_t *)sm, *sV = sK + FT * LDH, *sQO = sV + FT * LDH; /* then Q0 dO0 Q1 dO1 */
+  float *sLD = (float *)(sQO + 4 * FT * LDH); /* L0 D0 L1 D1 */
   int j0 = blockIdx.x * FT, bh = blockIdx.y, b = bh / H, h = bh % H; /* longest first */
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   int k0 = j0 + warp * 16 + g, k1 = k0 + 8;
@@ -298,14 +344,32 @@ flash_bwd_kv(float *dqkv, const bf16_t *qkv, const bf16_t *dout, const float *ls
   for (int n = 0; n < HS / 8; n++)
 #pragma unroll
     for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
-  for (int i0 = j0; i0 < T; i0 += FT) {
-    __syncthreads();
-    load_tile<HS>(sQ, base, ld, i0, T);
-    load_tile<HS>(sdO, dbase, C, i0, T);
-    if (threadIdx.x < FT) {
-      int q = i0 + threadIdx.x;
-      sL[threadIdx.x] = q < T ? lse[(size_t)bh * T + q] : 0.0f;
-      sD[threadIdx.x] = q < T ? D[(size_t)bh * T + q] : 0.0f;
+  fetch_tile<HS>(sQO, base, ld, j0, T);
+  fetch_tile<HS>(sQO + FT * LDH, dbase, C, j0, T);
+  cp_commit();
+  if (threadIdx.x < FT) {
+    int q = j0 + threadIdx.x;
+    sLD[threadIdx.x] = q < T ? lse[(size_t)bh * T + q] : 0.0f;
+    sLD[FT + threadIdx.x] = q < T ? D[(size_t)bh * T + q] : 0.0f;
+  }
+  for (int i0 = j0, buf = 0; i0 < T; i0 += FT, buf ^= 1) {
+    const bf16_t *sQ = sQO + 2 * buf * FT * LDH, *sdO = sQ + FT * LDH;
+    const float *sL = sLD + 2 * buf * FT, *sD = sL + FT;
+    if (i0 + FT < T) {
+      int n0 = i0 + FT;
+      bf16_t *nQ = sQO + 2 * (buf ^ 1) * FT * LDH;
+      fetch_tile<HS>(nQ, base, ld, n0, T);
+      fetch_tile<HS>(nQ + FT * LDH, dbase, C, n0, T);
+      cp_commit();
+      if (threadIdx.x < FT) {
+        float *nL = sLD + 2 * (buf ^ 1) * FT;
+        int q = n0 + threadIdx.x;
+        nL[threadIdx.x] = q < T ? lse[(size_t)bh * T + q] : 0.0f;
+        nL[FT + threadIdx.x] = q < T ? D[(size_t)bh * T + q] : 0.0f;
+      }
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
     }
     __syncthreads();
     float p[8][4], ds[8][4];
@@ -324,10 +388,11 @@ flash_bwd_kv(float *dqkv, const bf16_t *qkv, const bf16_t *dout, const float *ls
       }
     mul_px<HS>(dv, p, sdO, LDH);
     mul_px<HS>(dk, ds, sQ, LDH);
+    __syncthreads();
   }
   float *dst = dqkv + (size_t)b * T * ld + h * HS;
-  write_acc<HS>(dst + C, ld, k0, T, dk, scale, scale);
-  write_acc<HS>(dst + 2 * C, ld, k0, T, dv, 1.0f, 1.0f);
+  write_acc<HS>(dst + C, NULL, ld, k0, T, dk, scale, scale);
+  write_acc<HS>(dst + 2 * C, NULL, ld, k0, T, dv, 1.0f, 1.0f);
 #endif
 }
 
@@ -340,7 +405,7 @@ flash_bwd_q(float *dqkv, const bf16_t *qkv, const bf16_t *dout, const float *lse
 #if __CUDA_ARCH__ >= 800
   constexpr int LDH = fl<HS>::LDH;
   extern __shared__ __align__(128) unsigned char sm[];
-  bf16_t *sQ = (bf16_t *)sm, *sK = sQ + FT * LDH, *sV = sK + FT * LDH, *sdO = sV + FT * LDH;
+  bf16_t *sQ = (bf16_t *)sm, *sdO = sQ + FT * LDH, *sKV = sdO + FT * LDH; /* then K0 V0 K1 V1 */
   int i0 = (gridDim.x - 1 - blockIdx.x) * FT, bh = blockIdx.y, b = bh / H, h = bh % H;
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   int row0 = i0 + warp * 16 + g, row1 = row0 + 8;
@@ -363,10 +428,20 @@ flash_bwd_q(float *dqkv, const bf16_t *qkv, const bf16_t *dout, const float *lse
 #pragma unroll
   for (int n = 0; n < HS / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
   int kend = min(i0 + FT, T);
-  for (int j0 = 0; j0 < kend; j0 += FT) {
-    __syncthreads();
-    load_tile<HS>(sK, base + C, ld, j0, T);
-    load_tile<HS>(sV, base + 2 * C, ld, j0, T);
+  fetch_tile<HS>(sKV, base + C, ld, 0, T);
+  fetch_tile<HS>(sKV + FT * LDH, base + 2 * C, ld, 0, T);
+  cp_commit();
+  for (int j0 = 0, buf = 0; j0 < kend; j0 += FT, buf ^= 1) {
+    const bf16_t *sK = sKV + 2 * buf * FT * LDH, *sV = sK + FT * LDH;
+    if (j0 + FT < kend) {
+      bf16_t *nK = sKV + 2 * (buf ^ 1) * FT * LDH;
+      fetch_tile<HS>(nK, base + C, ld, j0 + FT, T);
+      fetch_tile<HS>(nK + FT * LDH, base + 2 * C, ld, j0 + FT, T);
+      cp_commit();
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
     __syncthreads();
     float p[8][4], ds[8][4];
     mul_xt<HS>(p, qf, sK, LDH);  /* S */
@@ -382,8 +457,9 @@ flash_bwd_q(float *dqkv, const bf16_t *qkv, const bf16_t *dout, const float *lse
         ds[n][2 + e] = p[n][2 + e] * (ds[n][2 + e] - D1);
       }
     mul_px<HS>(dq, ds, sK, LDH);
+    __syncthreads();
   }
-  write_acc<HS>(dqkv + (size_t)b * T * ld + h * HS, ld, row0, T, dq, scale, scale);
+  write_acc<HS>(dqkv + (size_t)b * T * ld + h * HS, NULL, ld, row0, T, dq, scale, scale);
 #endif
 }
 
@@ -399,7 +475,9 @@ static int fwd_launch(struct tc_cuda_ctx *c, float *out, float *lse, const bf16_
                                   (int)smem), "flash attention shared memory");
   if (r < 0) return r;
   dim3 grid((unsigned)((T + FT - 1) / FT), (unsigned)(B * H));
-  flash_fwd<HS><<<grid, FTH, smem, c->stream>>>(out, lse, qkv, T, C, H, LOG2E / sqrtf((float)HS));
+  bf16_t *out16 = tc_cu_keep_claim(c, out, (size_t)B * T * C); /* the next product's operand */
+  flash_fwd<HS><<<grid, FTH, smem, c->stream>>>(out, out16, lse, qkv, T, C, H,
+                                                LOG2E / sqrtf((float)HS));
   return LAUNCHED("flash attention forward");
 }
 

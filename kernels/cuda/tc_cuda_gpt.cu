@@ -13,6 +13,9 @@ extern "C" {
 struct layer_acts {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
   float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
+  /* bf16 contexts: the kept bf16 copies of the products' inputs (ln1, qkv,
+   * atty, ln2, fch_gelu), made in the forward and read again by the backward */
+  bf16_t *k16[5];
 };
 
 /* N = max_batch * ctx */
@@ -60,6 +63,14 @@ static int gpt_alloc(struct tc_cuda_model *cm) {
     A_(la->fch, N * 4 * C);
     A_(la->fch_gelu, N * 4 * C);
     A_(la->res3, N * C);
+    if (cm->ctx->bf16) {
+      float *src[5] = {la->ln1, la->qkv, la->atty, la->ln2, la->fch_gelu};
+      size_t n[5] = {N * C, N * 3 * C, N * C, N * C, N * 4 * C};
+      for (int k = 0; k < 5; k++) {
+        A_(la->k16[k], n[k]);
+        if (r == 0) r = tc_cu_keep_bf16(cm->ctx, src[k], n[k], la->k16[k], 0);
+      }
+    }
   }
   A_(a->lnf, N * C);
   A_(a->lnf_mean, N);
@@ -84,6 +95,7 @@ static void gpt_free(struct tc_cuda_model *cm) {
       float *ps[] = {la->ln1, la->ln1_mean, la->ln1_rstd, la->qkv, la->att, la->atty, la->res2,
                      la->ln2, la->ln2_mean, la->ln2_rstd, la->fch, la->fch_gelu, la->res3};
       for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) tc_cuda_free(ps[i]);
+      for (int k = 0; k < 5; k++) tc_cuda_free(la->k16[k]);
     }
     free(a->layer);
   }
@@ -111,6 +123,7 @@ static int gpt_forward(struct tc_cuda_model *cm, const struct tc_batch *bt, int 
     if (bt->tokens[i] < 0 || bt->tokens[i] >= V) return -EINVAL;
     if (bt->targets && (bt->targets[i] < 0 || bt->targets[i] >= V)) return -EINVAL;
   }
+  tc_cu_keep_reset(x_); /* this forward's activations are new */
   int r = tc_cuda_to_device(a->tokens, bt->tokens, sizeof(int32_t) * N);
   if (r == 0 && bt->targets) r = tc_cuda_to_device(cm->targets, bt->targets, sizeof(int32_t) * N);
   if (r < 0) return r;
@@ -124,16 +137,16 @@ static int gpt_forward(struct tc_cuda_model *cm, const struct tc_batch *bt, int 
     r = tc_cu_layernorm_forward(x_, la->ln1, la->ln1_mean, la->ln1_rstd, x, p.ln1_w, p.ln1_b, N, C);
     if (r == 0) r = tc_cu_linear_forward(x_, la->qkv, la->ln1, p.attn_w, p.attn_b, N, C, 3 * C);
     if (r == 0) r = tc_cu_attention_forward(x_, la->atty, la->att, la->qkv, B, T, C, H);
-    if (r == 0) r = tc_cu_linear_forward(x_, la->res2, la->atty, p.proj_w, p.proj_b, N, C, C);
-    if (r == 0) r = tc_cu_add(x_, la->res2, la->res2, x, nc);
+    if (r == 0)
+      r = tc_cu_linear_forward_add(x_, la->res2, la->atty, p.proj_w, p.proj_b, x, N, C, C);
     if (r == 0)
       r = tc_cu_layernorm_forward(x_, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, p.ln2_w,
                                   p.ln2_b, N, C);
     if (r == 0) r = tc_cu_linear_forward(x_, la->fch, la->ln2, p.fc_w, p.fc_b, N, C, 4 * C);
     if (r == 0) r = tc_cu_gelu_forward(x_, la->fch_gelu, la->fch, nc * 4);
     if (r == 0)
-      r = tc_cu_linear_forward(x_, la->res3, la->fch_gelu, p.fcproj_w, p.fcproj_b, N, 4 * C, C);
-    if (r == 0) r = tc_cu_add(x_, la->res3, la->res3, la->res2, nc);
+      r = tc_cu_linear_forward_add(x_, la->res3, la->fch_gelu, p.fcproj_w, p.fcproj_b, la->res2, N,
+                                   4 * C, C);
     x = la->res3;
   }
   if (r == 0)

@@ -4,6 +4,7 @@
 #ifndef TC_CUDA_INT_H
 #define TC_CUDA_INT_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -20,6 +21,25 @@ typedef __nv_bfloat16 bf16_t;
 /* bf16 scratch: operand copies for products, and attention's own inputs */
 enum { S16_A, S16_B, S16_QKV, S16_DOUT, S16_N };
 
+/* A bf16 copy that outlives one product (tc_cu_keep_bf16): src's first
+ * `filled` floats are rounded at dst. */
+struct tc_keep {
+  uintptr_t src;
+  size_t cap, filled;
+  bf16_t *dst;
+  int fixed;
+};
+
+/* A cublasLt product planned for one (N, C, OC) linear shape. */
+struct tc_lt_plan {
+  int N, C, OC, ok;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t lay[3]; /* weights, inputs, output */
+  cublasLtMatmulAlgo_t algo;
+};
+
+#define LT_WORKSPACE ((size_t)32 << 20)
+
 struct tc_cuda_ctx {
   int device, bf16;
   int sm; /* compute capability, 10 major + minor */
@@ -30,6 +50,12 @@ struct tc_cuda_ctx {
   float *d_cols;    /* column partial sums: COL_CHUNKS x cols_cap */
   size_t cols_cap;
   double *d_sumsq;  /* SUMSQ_BLOCKS partials + 1 total */
+  struct tc_keep *keep;
+  int n_keep, keep_cap;
+  cublasLtHandle_t lt; /* bf16 contexts: linear forwards with the bias fused */
+  void *lt_ws;
+  struct tc_lt_plan *plans;
+  int n_plans;
 };
 
 
@@ -50,8 +76,9 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-/* A bf16 copy of the n floats at `in` in scratch slot `slot` (the stream
- * orders a slot's reuse after the products that read it). */
+/* A bf16 copy of the n floats at `in`: a kept copy (tc_cu_keep_bf16) that
+ * holds them or is to, else scratch slot `slot` (the stream orders a slot's
+ * reuse after the products that read it). */
 int tc_cu_bf16_copy(struct tc_cuda_ctx *c, int slot, const float *in, size_t n,
                     const bf16_t **ret);
 
@@ -67,6 +94,9 @@ int tc_cu_gemm_raw(struct tc_cuda_ctx *c, int ta, int tb, int M, int N, int K, f
  * later, for head sizes where tc_cu_flash_ok: qkv and dout16 are the bf16 copies; lse and
  * D hold B*H*T floats each (the rows' log-sum-exp, and dout . out). */
 int tc_cu_flash_ok(int hs);
+/* The kept copy's home for the n floats at out when the kernel about to
+ * write them writes their bf16 copy too (it then counts as made), else NULL. */
+bf16_t *tc_cu_keep_claim(struct tc_cuda_ctx *c, const float *out, size_t n);
 int tc_cu_flash_forward(struct tc_cuda_ctx *c, float *out, float *lse, const bf16_t *qkv, int B,
                         int T, int C, int H);
 int tc_cu_flash_backward(struct tc_cuda_ctx *c, float *dqkv, float *D, const float *dout,

@@ -61,6 +61,8 @@ extern "C" int tc_cuda_model_new(const struct tc_config *cfg, int max_batch, int
   if (r == 0) r = tc_cuda_dalloc(cm, &cm->grads, n, sizeof(float));
   if (r == 0) r = tc_cuda_dalloc(cm, &cm->m, n, sizeof(float));
   if (r == 0) r = tc_cuda_dalloc(cm, &cm->v, n, sizeof(float));
+  if (r == 0 && bf16) r = tc_cuda_dalloc(cm, &cm->params16, n, sizeof(bf16_t));
+  if (r == 0 && bf16) r = tc_cu_keep_bf16(cm->ctx, cm->params, n, cm->params16, 1);
   if (r == 0) r = tc_cuda_dalloc(cm, &cm->targets, rows, sizeof(int32_t));
   if (r == 0) r = tc_cuda_dalloc(cm, &cm->correct, rows, sizeof(int32_t));
   if (r == 0) r = tc_cuda_dalloc(cm, &cm->losses, rows, sizeof(float));
@@ -69,6 +71,7 @@ extern "C" int tc_cuda_model_new(const struct tc_config *cfg, int max_batch, int
     r = -ENOMEM;
   if (r == 0) r = cm->ops->alloc(cm);
   if (r == 0) r = tc_cuda_memset0(cm->params, n * sizeof(float));
+  if (r == 0 && bf16) r = tc_cuda_memset0(cm->params16, n * sizeof(bf16_t));
   if (r == 0) r = tc_cuda_memset0(cm->m, n * sizeof(float));
   if (r == 0) r = tc_cuda_memset0(cm->v, n * sizeof(float));
   if (r < 0) {
@@ -82,7 +85,8 @@ extern "C" int tc_cuda_model_new(const struct tc_config *cfg, int max_batch, int
 extern "C" struct tc_cuda_model *tc_cuda_model_free(struct tc_cuda_model *cm) {
   if (!cm) return NULL;
   if (cm->ops) cm->ops->free(cm);
-  void *ds[] = {cm->params, cm->grads, cm->m, cm->v, cm->targets, cm->correct, cm->losses};
+  void *ds[] = {cm->params, cm->params16, cm->grads, cm->m, cm->v, cm->targets, cm->correct,
+                cm->losses};
   for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) tc_cuda_free(ds[i]);
   free(cm->h_losses);
   free(cm->h_correct);
@@ -132,8 +136,13 @@ extern "C" int tc_cuda_model_put(struct tc_cuda_model *cm, const struct tc_model
   if (r == 0) r = tc_cuda_to_device(cm->params, host->params, bytes);
   if (r == 0) r = tc_cuda_to_device(cm->m, host->m, bytes);
   if (r == 0) r = tc_cuda_to_device(cm->v, host->v, bytes);
+  if (r == 0) r = tc_cuda_model_params_written(cm);
   if (r == 0) cm->adam_t = host->adam_t;
   return r;
+}
+
+extern "C" int tc_cuda_model_params_written(struct tc_cuda_model *cm) {
+  return cm->params16 ? tc_cu_round_bf16(cm->ctx, cm->params16, cm->params, cm->lay.n_params) : 0;
 }
 
 extern "C" int tc_cuda_model_get(struct tc_cuda_model *cm, struct tc_model *host) {
@@ -200,8 +209,9 @@ extern "C" int tc_cuda_adamw(struct tc_cuda_model *cm, const struct tc_adamw *hp
       n += cm->lay.tensors[j++].numel;
     size_t off = cm->lay.tensors[i].offset;
     float decay = cm->lay.tensors[i].decay ? 1.0f - lr * hp->weight_decay : 1.0f;
-    r = tc_cu_adamw(cm->ctx, cm->params + off, cm->grads + off, cm->m + off, cm->v + off, n,
-                    hp->beta1, hp->beta2, hp->eps, decay, step_size, bc2_sqrt);
+    r = tc_cu_adamw(cm->ctx, cm->params + off, cm->params16 ? cm->params16 + off : NULL,
+                    cm->grads + off, cm->m + off, cm->v + off, n, hp->beta1, hp->beta2, hp->eps,
+                    decay, step_size, bc2_sqrt);
     i = j;
   }
   return r;

@@ -34,6 +34,7 @@ struct tc_cuda_model {
   uint64_t adam_t;
   size_t bytes; /* device bytes allocated */
   float *params, *grads, *m, *v;
+  bf16_t *params16; /* bf16 contexts: the params rounded (kept, mirrored by AdamW) */
   /* per target row (max_batch * shape.targets): device targets, losses and
    * argmax == target flags, and host copies of the last two */
   int32_t *targets, *correct;

@@ -11,6 +11,7 @@
  * accumulation into fp32 outputs; attention keeps its (B,H,T,T) score,
  * probability and gradient matrices in bf16 (half the bytes of its largest
  * tensors, which dominate its time). Everything else stays fp32. */
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -18,6 +19,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tc_cuda.h"
 #include "tc_cuda_int.h"
@@ -27,7 +29,7 @@ extern "C" {
 #include "sl_log.h"
 }
 
-enum { COL_CHUNKS = 64, SUMSQ_BLOCKS = 256, SUMSQ_THREADS = 256 };
+enum { COL_CHUNKS = 256, SUMSQ_BLOCKS = 256, SUMSQ_THREADS = 256 };
 
 extern "C" int tc_err_from_cuda(int e, const char *what) {
   if (e == (int)cudaSuccess) return 0;
@@ -114,6 +116,10 @@ extern "C" int tc_cuda_ctx_new(int device, int bf16, struct tc_cuda_ctx **ret) {
                            "cublasSetMathMode");
   if (r == 0)
     r = CU(cudaMalloc((void **)&c->d_sumsq, sizeof(double) * (SUMSQ_BLOCKS + 1)), "cudaMalloc");
+  if (r == 0 && bf16) { /* products with the bias in their epilogue */
+    r = tc_err_from_cublas(cublasLtCreate(&c->lt), "cublasLtCreate");
+    if (r == 0) r = CU(cudaMalloc(&c->lt_ws, LT_WORKSPACE), "cudaMalloc");
+  }
   if (r < 0) {
     tc_cuda_ctx_free(c);
     return r;
@@ -125,10 +131,20 @@ extern "C" int tc_cuda_ctx_new(int device, int bf16, struct tc_cuda_ctx **ret) {
 extern "C" struct tc_cuda_ctx *tc_cuda_ctx_free(struct tc_cuda_ctx *c) {
   if (!c) return NULL;
   if (c->blas) cublasDestroy(c->blas);
+  for (int i = 0; i < c->n_plans; i++) {
+    struct tc_lt_plan *p = &c->plans[i];
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    for (int k = 0; k < 3; k++)
+      if (p->lay[k]) cublasLtMatrixLayoutDestroy(p->lay[k]);
+  }
+  free(c->plans);
+  if (c->lt) cublasLtDestroy(c->lt);
+  cudaFree(c->lt_ws);
   if (c->stream) cudaStreamDestroy(c->stream);
   cudaFree(c->d_cols);
   cudaFree(c->d_sumsq);
   for (int i = 0; i < S16_N; i++) cudaFree(c->s16[i]);
+  free(c->keep);
   free(c);
   return NULL;
 }
@@ -168,8 +184,66 @@ __global__ void to_bf16x4(bf16_t *out, const float *in, size_t n4) {
   reinterpret_cast<uint2 *>(out)[i] = w;
 }
 
+static int round_into(struct tc_cuda_ctx *c, bf16_t *out, const float *in, size_t n) {
+  size_t head = 0;
+  if ((uintptr_t)in % 16 == 0 && (uintptr_t)out % 8 == 0) {
+    head = n / 4 * 4;
+    if (head) to_bf16x4<<<blocks_for(head / 4, 256), 256, 0, c->stream>>>(out, in, head / 4);
+  }
+  if (n > head) to_bf16<<<blocks_for(n - head, 256), 256, 0, c->stream>>>(out + head, in + head, n - head);
+  return LAUNCHED("round to bf16");
+}
+
+extern "C" int tc_cu_round_bf16(struct tc_cuda_ctx *c, void *dst, const float *src, size_t n) {
+  return round_into(c, (bf16_t *)dst, src, n);
+}
+
+extern "C" int tc_cu_keep_bf16(struct tc_cuda_ctx *c, const float *src, size_t cap, void *dst,
+                               int fixed) {
+  if (c->n_keep == c->keep_cap) {
+    int cap2 = c->keep_cap ? 2 * c->keep_cap : 16;
+    struct tc_keep *k = (struct tc_keep *)realloc(c->keep, sizeof *k * (size_t)cap2);
+    if (!k) return -ENOMEM;
+    c->keep = k;
+    c->keep_cap = cap2;
+  }
+  c->keep[c->n_keep++] = (struct tc_keep){(uintptr_t)src, cap, fixed ? cap : 0, (bf16_t *)dst,
+                                          fixed != 0};
+  return 0;
+}
+
+extern "C" void tc_cu_keep_reset(struct tc_cuda_ctx *c) {
+  for (int i = 0; i < c->n_keep; i++)
+    if (!c->keep[i].fixed) c->keep[i].filled = 0;
+}
+
+bf16_t *tc_cu_keep_claim(struct tc_cuda_ctx *c, const float *out, size_t n) {
+  for (int i = 0; i < c->n_keep; i++) {
+    struct tc_keep *k = &c->keep[i];
+    if (k->src == (uintptr_t)out && !k->fixed && n <= k->cap) {
+      k->filled = n;
+      return k->dst;
+    }
+  }
+  return NULL;
+}
+
 int tc_cu_bf16_copy(struct tc_cuda_ctx *c, int slot, const float *in, size_t n,
                      const bf16_t **ret) {
+  uintptr_t a = (uintptr_t)in, e = a + n * sizeof(float);
+  for (int i = 0; i < c->n_keep; i++) { /* a kept copy holds it, or is to */
+    struct tc_keep *k = &c->keep[i];
+    if (a >= k->src && e <= k->src + k->filled * sizeof(float)) {
+      *ret = k->dst + (a - k->src) / sizeof(float);
+      return 0;
+    }
+    if (a == k->src && !k->fixed && !k->filled && n <= k->cap) {
+      int r = round_into(c, k->dst, in, n);
+      if (r == 0) k->filled = n;
+      *ret = k->dst;
+      return r;
+    }
+  }
   if (n > c->s16_cap[slot]) {
     cudaFree(c->s16[slot]);
     c->s16[slot] = NULL;
@@ -178,15 +252,8 @@ int tc_cu_bf16_copy(struct tc_cuda_ctx *c, int slot, const float *in, size_t n,
     if (r < 0) return r;
     c->s16_cap[slot] = n;
   }
-  bf16_t *out = c->s16[slot];
-  size_t head = 0;
-  if ((uintptr_t)in % 16 == 0) { /* cudaMalloc'd scratch is 256-byte aligned */
-    head = n / 4 * 4;
-    if (head) to_bf16x4<<<blocks_for(head / 4, 256), 256, 0, c->stream>>>(out, in, head / 4);
-  }
-  if (n > head) to_bf16<<<blocks_for(n - head, 256), 256, 0, c->stream>>>(out + head, in + head, n - head);
-  *ret = out;
-  return LAUNCHED("round to bf16");
+  *ret = c->s16[slot];
+  return round_into(c, c->s16[slot], in, n);
 }
 
 /* Elements a row-major operand op(X) of rows x cols with leading dimension ld
@@ -237,9 +304,11 @@ __global__ void colsum_partial(float *part, const float *a, const float *x, cons
   int n0 = chunk * rows_per, n1 = min(N, n0 + rows_per);
   float s = 0.0f;
   if (x) {
+#pragma unroll 4
     for (int n = n0; n < n1; n++)
       s += a[(size_t)n * C + c] * ((x[(size_t)n * C + c] - mean[n]) * rstd[n]);
   } else {
+#pragma unroll 4
     for (int n = n0; n < n1; n++) s += a[(size_t)n * C + c];
   }
   part[(size_t)chunk * C + c] = s;
@@ -274,16 +343,105 @@ __global__ void bias_rows(float *out, const float *bias, size_t N, int OC) {
   if (i < N * (size_t)OC) out[i] = bias[i % (size_t)OC];
 }
 
-extern "C" int tc_cu_linear_forward(struct tc_cuda_ctx *c, float *out, const float *inp,
-                                    const float *w, const float *bias, int N, int C, int OC) {
+/* out (N,OC) = x16 (N,C) w16^T + bias (+ resid (N,OC) when not NULL)
+ * through cublasLt with the bias and the residual in the product's epilogue
+ * (one pass over out instead of three), the algorithm chosen once per shape
+ * by cublasLt's heuristic. 1: no algorithm for this shape (the caller falls
+ * back); < 0: an error. */
+static int lt_linear(struct tc_cuda_ctx *c, float *out, const bf16_t *x16, const bf16_t *w16,
+                     const float *bias, const float *resid, int N, int C, int OC) {
+  struct tc_lt_plan *p = NULL;
+  for (int i = 0; i < c->n_plans && !p; i++)
+    if (c->plans[i].N == N && c->plans[i].C == C && c->plans[i].OC == OC) p = &c->plans[i];
+  if (!p) {
+    struct tc_lt_plan *ps =
+        (struct tc_lt_plan *)realloc(c->plans, sizeof *ps * (size_t)(c->n_plans + 1));
+    if (!ps) return -ENOMEM;
+    c->plans = ps;
+    p = &ps[c->n_plans++];
+    memset(p, 0, sizeof *p);
+    p->N = N, p->C = C, p->OC = OC;
+    /* column-major: out^T (OC,N) = w16 (C,OC)^T x16^T (C,N) */
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    cudaDataType_t bias_t = CUDA_R_32F;
+    cublasLtMatmulPreference_t pref = NULL;
+    size_t ws = LT_WORKSPACE;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t,
+                                          sizeof bias_t);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatrixLayoutCreate(&p->lay[0], CUDA_R_16BF, (uint64_t)C, (uint64_t)OC, C);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatrixLayoutCreate(&p->lay[1], CUDA_R_16BF, (uint64_t)C, (uint64_t)N, C);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatrixLayoutCreate(&p->lay[2], CUDA_R_32F, (uint64_t)OC, (uint64_t)N, OC);
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&pref);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &ws, sizeof ws);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      cublasLtMatmulHeuristicResult_t res;
+      /* no algorithm is not an error: the plan stays without one */
+      if (cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->lay[0], p->lay[1], p->lay[2],
+                                         p->lay[2], pref, 1, &res, &found) ==
+              CUBLAS_STATUS_SUCCESS && found > 0) {
+        p->algo = res.algo;
+        p->ok = 1;
+      }
+    }
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS) return tc_err_from_cublas((int)st, "cublasLt plan");
+  }
+  if (!p->ok) return 1;
+  float alpha = 1.0f, beta = resid ? 1.0f : 0.0f;
+  cublasStatus_t st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &bias, sizeof bias);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmul(c->lt, p->op, &alpha, w16, p->lay[0], x16, p->lay[1], &beta,
+                        resid ? resid : out, p->lay[2], out, p->lay[2], &p->algo, c->lt_ws,
+                        LT_WORKSPACE, c->stream);
+  return tc_err_from_cublas((int)st, "cublasLtMatmul");
+}
+
+static int linear_fwd(struct tc_cuda_ctx *c, float *out, const float *inp, const float *w,
+                      const float *bias, const float *resid, int N, int C, int OC) {
+  if (bias && c->lt) {
+    const bf16_t *x16 = NULL, *w16 = NULL;
+    int r = tc_cu_bf16_copy(c, S16_A, inp, (size_t)N * C, &x16);
+    if (r == 0) r = tc_cu_bf16_copy(c, S16_B, w, (size_t)OC * C, &w16);
+    if (r == 0) r = lt_linear(c, out, x16, w16, bias, resid, N, C, OC);
+    if (r <= 0) return r;
+  }
   if (bias) {
     size_t n = (size_t)N * OC;
     bias_rows<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, bias, (size_t)N, OC);
     int r = LAUNCHED("bias");
     if (r < 0) return r;
   }
-  return tc_cu_gemm(c, 0, 1, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC,
-                    TC_CU_CTX);
+  int r = tc_cu_gemm(c, 0, 1, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC,
+                     TC_CU_CTX);
+  if (r == 0 && resid) r = tc_cu_add(c, out, out, resid, (size_t)N * OC);
+  return r;
+}
+
+extern "C" int tc_cu_linear_forward(struct tc_cuda_ctx *c, float *out, const float *inp,
+                                    const float *w, const float *bias, int N, int C, int OC) {
+  return linear_fwd(c, out, inp, w, bias, NULL, N, C, OC);
+}
+
+extern "C" int tc_cu_linear_forward_add(struct tc_cuda_ctx *c, float *out, const float *inp,
+                                        const float *w, const float *bias, const float *resid,
+                                        int N, int C, int OC) {
+  return linear_fwd(c, out, inp, w, bias, resid, N, C, OC);
 }
 
 extern "C" int tc_cu_linear_backward(struct tc_cuda_ctx *c, float *dinp, float *dw, float *dbias,
@@ -312,8 +470,8 @@ extern "C" int tc_cu_linear_backward(struct tc_cuda_ctx *c, float *dinp, float *
 
 /* ---- LayerNorm: one warp per row ---- */
 
-__global__ void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                       const float *b, int N, int C) {
+__global__ void ln_fwd(float *out, bf16_t *out16, float *mean, float *rstd, const float *inp,
+                       const float *w, const float *b, int N, int C) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
   const float *x = inp + (size_t)row * C;
@@ -328,7 +486,11 @@ __global__ void ln_fwd(float *out, float *mean, float *rstd, const float *inp, c
   v = warp_sum(v) / (float)C;
   float rs = rsqrtf(v + 1e-5f);
   float *y = out + (size_t)row * C;
-  for (int i = lane; i < C; i += 32) y[i] = (x[i] - m) * rs * w[i] + b[i];
+  for (int i = lane; i < C; i += 32) {
+    float v = (x[i] - m) * rs * w[i] + b[i];
+    y[i] = v;
+    if (out16) out16[(size_t)row * C + i] = __float2bfloat16_rn(v);
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = rs;
@@ -359,7 +521,9 @@ __global__ void ln_bwd_inp(float *dinp, const float *dout, const float *inp, con
 extern "C" int tc_cu_layernorm_forward(struct tc_cuda_ctx *c, float *out, float *mean,
                                        float *rstd, const float *inp, const float *w,
                                        const float *b, int N, int C) {
-  ln_fwd<<<blocks_for((size_t)N, 8), 256, 0, c->stream>>>(out, mean, rstd, inp, w, b, N, C);
+  bf16_t *out16 = tc_cu_keep_claim(c, out, (size_t)N * C);
+  ln_fwd<<<blocks_for((size_t)N, 8), 256, 0, c->stream>>>(out, out16, mean, rstd, inp, w, b, N,
+                                                          C);
   return LAUNCHED("layernorm forward");
 }
 
@@ -379,11 +543,13 @@ extern "C" int tc_cu_layernorm_backward(struct tc_cuda_ctx *c, float *dinp, floa
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
-__global__ void gelu_fwd(float *out, const float *inp, size_t n) {
+__global__ void gelu_fwd(float *out, bf16_t *out16, const float *inp, size_t n) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float x = inp[i];
-  out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+  float y = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+  out[i] = y;
+  if (out16) out16[i] = __float2bfloat16_rn(y);
 }
 
 __global__ void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
@@ -416,7 +582,7 @@ __global__ void scale_k(float *x, size_t n, float s) {
 }
 
 extern "C" int tc_cu_gelu_forward(struct tc_cuda_ctx *c, float *out, const float *inp, size_t n) {
-  gelu_fwd<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, inp, n);
+  gelu_fwd<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, tc_cu_keep_claim(c, out, n), inp, n);
   return LAUNCHED("gelu forward");
 }
 
@@ -574,8 +740,9 @@ extern "C" int tc_cu_sumsq(struct tc_cuda_ctx *c, const float *x, size_t n, doub
 
 /* ---- AdamW ---- */
 
-__global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float b1,
-                        float b2, float eps, float decay, float step_size, float bc2_sqrt) {
+__global__ void adamw_k(float *p, bf16_t *p16, const float *g, float *m, float *v, size_t n,
+                        float b1, float b2, float eps, float decay, float step_size,
+                        float bc2_sqrt) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float gk = g[i];
@@ -584,13 +751,15 @@ __global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, 
   m[i] = mk;
   v[i] = vk;
   float denom = sqrtf(vk) / bc2_sqrt + eps;
-  p[i] = p[i] * decay - step_size * mk / denom;
+  float pk = p[i] * decay - step_size * mk / denom;
+  p[i] = pk;
+  if (p16) p16[i] = __float2bfloat16_rn(pk);
 }
 
-extern "C" int tc_cu_adamw(struct tc_cuda_ctx *c, float *p, const float *g, float *m, float *v,
-                           size_t n, float beta1, float beta2, float eps, float decay,
+extern "C" int tc_cu_adamw(struct tc_cuda_ctx *c, float *p, void *p16, const float *g, float *m,
+                           float *v, size_t n, float beta1, float beta2, float eps, float decay,
                            float step_size, float bc2_sqrt) {
-  adamw_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(p, g, m, v, n, beta1, beta2, eps, decay,
-                                                      step_size, bc2_sqrt);
+  adamw_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(p, (bf16_t *)p16, g, m, v, n, beta1, beta2,
+                                                      eps, decay, step_size, bc2_sqrt);
   return LAUNCHED("adamw");
 }

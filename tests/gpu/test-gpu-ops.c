@@ -128,8 +128,21 @@ static int adamw(struct tc_rng *r) {
     v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
     p[i] = p[i] * decay - step * m[i] / (sqrtf(v[i]) / bc2s + eps);
   }
-  CHECK(tc_cu_adamw(ctx, d_p, d_g, d_m, d_v, n, b1, b2, eps, decay, step, bc2s) == 0);
-  compare("adamw params", p, host_copy(d_p, n), n, 1e-6, 1e-6);
+  uint16_t *p16 = calloc(n, 2), *d_p16 = dev_copy(p16, n * 2);
+  CHECK(tc_cu_adamw(ctx, d_p, d_p16, d_g, d_m, d_v, n, b1, b2, eps, decay, step, bc2s) == 0);
+  float *gp = host_copy(d_p, n);
+  compare("adamw params", p, gp, n, 1e-6, 1e-6);
+  /* the bf16 copy written alongside: the new params rounded to nearest even */
+  CHECK(tc_cuda_to_host(p16, d_p16, n * 2) == 0);
+  size_t off = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &gp[i], 4);
+    uint16_t want = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    off += p16[i] != want;
+  }
+  printf("  adamw bf16 copy: %zu of %zu differ from the rounded params\n", off, n);
+  CHECK(off == 0);
   compare("adamw m", m, host_copy(d_m, n), n, 1e-8, 1e-6);
   compare("adamw v", v, host_copy(d_v, n), n, 1e-10, 1e-6);
   return 0;
