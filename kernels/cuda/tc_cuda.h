@@ -62,6 +62,10 @@ struct tc_cuda_ctx *tc_cuda_ctx_free(struct tc_cuda_ctx *ctx);
  * its copy is in use. */
 int tc_cu_keep_bf16(struct tc_cuda_ctx *ctx, const float *src, size_t cap, void *dst, int fixed);
 void tc_cu_keep_reset(struct tc_cuda_ctx *ctx);
+/* src's floats change by other means than the ops of this header: its kept
+ * copy (not a fixed one) is stale until the next rounding. The ops that write
+ * a kept buffer refresh or drop its copy themselves. */
+void tc_cu_keep_drop(struct tc_cuda_ctx *ctx, const float *src);
 /* dst (n bf16) = the n floats at src rounded to nearest even. */
 int tc_cu_round_bf16(struct tc_cuda_ctx *ctx, void *dst, const float *src, size_t n);
 /* The cudaStream_t all ops of ctx run on (for NCCL). */

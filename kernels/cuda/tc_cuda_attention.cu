@@ -244,6 +244,7 @@ extern "C" int tc_cu_attention_backward(struct tc_cuda_ctx *c, float *dqkv, floa
                                         const float *dout, const float *out, const float *qkv,
                                         const float *att, int B, int T, int C, int H) {
   int hs = C / H, C3 = 3 * C, r;
+  tc_cu_keep_drop(c, dqkv); /* the fused kernels write a fresh copy, the products none */
   if (fused(c, C, H)) {
     const bf16_t *q16 = NULL, *dy16 = NULL;
     if ((r = tc_cu_bf16_copy(c, S16_QKV, qkv, (size_t)B * T * C3, &q16)) < 0 ||

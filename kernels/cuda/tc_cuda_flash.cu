@@ -317,8 +317,8 @@ __global__ void flash_rowdot(float *D, const float *dout, const float *out, int 
  * dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q. */
 template <int HS>
 __global__ void __launch_bounds__(FTH)
-flash_bwd_kv(float *dqkv, const bf16_t *qkv, const bf16_t *dout, const float *lse, const float *D,
-             int T, int C, int H, float sl2, float scale) {
+flash_bwd_kv(float *dqkv, bf16_t *dqkv16, const bf16_t *qkv, const bf16_t *dout, const float *lse,
+             const float *D, int T, int C, int H, float sl2, float scale) {
 #if __CUDA_ARCH__ >= 800
   constexpr int LDH = fl<HS>::LDH;
   extern __shared__ __align__(128) unsigned char sm[];
@@ -390,9 +390,11 @@ flash_bwd_kv(float *dqkv, const bf16_t *qkv, const bf16_t *dout, const float *ls
     mul_px<HS>(dk, ds, sQ, LDH);
     __syncthreads();
   }
-  float *dst = dqkv + (size_t)b * T * ld + h * HS;
-  write_acc<HS>(dst + C, NULL, ld, k0, T, dk, scale, scale);
-  write_acc<HS>(dst + 2 * C, NULL, ld, k0, T, dv, 1.0f, 1.0f);
+  size_t ob = (size_t)b * T * ld + h * HS;
+  float *dst = dqkv + ob;
+  bf16_t *dst16 = dqkv16 ? dqkv16 + ob : NULL;
+  write_acc<HS>(dst + C, dst16 ? dst16 + C : NULL, ld, k0, T, dk, scale, scale);
+  write_acc<HS>(dst + 2 * C, dst16 ? dst16 + 2 * C : NULL, ld, k0, T, dv, 1.0f, 1.0f);
 #endif
 }
 
@@ -400,8 +402,8 @@ flash_bwd_kv(float *dqkv, const bf16_t *qkv, const bf16_t *dout, const float *ls
  * the diagonal: dQ += dS K. */
 template <int HS>
 __global__ void __launch_bounds__(FTH)
-flash_bwd_q(float *dqkv, const bf16_t *qkv, const bf16_t *dout, const float *lse, const float *D,
-            int T, int C, int H, float sl2, float scale) {
+flash_bwd_q(float *dqkv, bf16_t *dqkv16, const bf16_t *qkv, const bf16_t *dout, const float *lse,
+            const float *D, int T, int C, int H, float sl2, float scale) {
 #if __CUDA_ARCH__ >= 800
   constexpr int LDH = fl<HS>::LDH;
   extern __shared__ __align__(128) unsigned char sm[];
@@ -459,7 +461,8 @@ flash_bwd_q(float *dqkv, const bf16_t *qkv, const bf16_t *dout, const float *lse
     mul_px<HS>(dq, ds, sK, LDH);
     __syncthreads();
   }
-  write_acc<HS>(dqkv + (size_t)b * T * ld + h * HS, NULL, ld, row0, T, dq, scale, scale);
+  size_t ob = (size_t)b * T * ld + h * HS;
+  write_acc<HS>(dqkv + ob, dqkv16 ? dqkv16 + ob : NULL, ld, row0, T, dq, scale, scale);
 #endif
 }
 
@@ -495,8 +498,11 @@ static int bwd_launch(struct tc_cuda_ctx *c, float *dqkv, float *D, const float 
   flash_rowdot<<<blocks_for(rows * 32, 256), 256, 0, c->stream>>>(D, dout, out, B, T, C, H, HS);
   dim3 grid((unsigned)((T + FT - 1) / FT), (unsigned)(B * H));
   float scale = 1.0f / sqrtf((float)HS), sl2 = LOG2E * scale;
-  flash_bwd_kv<HS><<<grid, FTH, smem, c->stream>>>(dqkv, qkv, dout16, lse, D, T, C, H, sl2, scale);
-  flash_bwd_q<HS><<<grid, FTH, smem, c->stream>>>(dqkv, qkv, dout16, lse, D, T, C, H, sl2, scale);
+  bf16_t *d16 = tc_cu_keep_claim(c, dqkv, (size_t)B * T * 3 * C); /* the next product's operand */
+  flash_bwd_kv<HS><<<grid, FTH, smem, c->stream>>>(dqkv, d16, qkv, dout16, lse, D, T, C, H, sl2,
+                                                   scale);
+  flash_bwd_q<HS><<<grid, FTH, smem, c->stream>>>(dqkv, d16, qkv, dout16, lse, D, T, C, H, sl2,
+                                                  scale);
   return LAUNCHED("flash attention backward");
 }
 

@@ -24,6 +24,7 @@ struct gpt_acts {
   float *encoded, *lnf, *lnf_mean, *lnf_rstd;  /* (N,C) (N,C) (N) (N) */
   float *logits;                               /* (N,V); dlogits after a training forward */
   float *dres, *dC, *d3C, *d4C, *datt, *onehot; /* backward scratch */
+  bf16_t *dres16, *d3C16, *d4C16; /* bf16 contexts: kept copies of the products' douts */
   struct layer_acts *layer;
 };
 
@@ -82,6 +83,15 @@ static int gpt_alloc(struct tc_cuda_model *cm) {
   A_(a->d4C, N * 4 * C);
   A_(a->datt, natt);
   A_(a->onehot, N * V);
+  if (cm->ctx->bf16) {
+    float *src[3] = {a->dres, a->d3C, a->d4C};
+    bf16_t **dst[3] = {&a->dres16, &a->d3C16, &a->d4C16};
+    size_t n[3] = {N * C, N * 3 * C, N * 4 * C};
+    for (int k = 0; k < 3; k++) {
+      A_(*dst[k], n[k]);
+      if (r == 0) r = tc_cu_keep_bf16(cm->ctx, src[k], n[k], *dst[k], 0);
+    }
+  }
 #undef A_
   return r;
 }
@@ -100,7 +110,8 @@ static void gpt_free(struct tc_cuda_model *cm) {
     free(a->layer);
   }
   void *ds[] = {a->tokens, a->encoded, a->lnf, a->lnf_mean, a->lnf_rstd, a->logits,
-                a->dres, a->dC, a->d3C, a->d4C, a->datt, a->onehot};
+                a->dres, a->dC, a->d3C, a->d4C, a->datt, a->onehot, a->dres16, a->d3C16,
+                a->d4C16};
   for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) tc_cuda_free(ds[i]);
   free(a);
   cm->acts = NULL;
@@ -173,6 +184,7 @@ static int gpt_backward(struct tc_cuda_model *cm) {
   /* logits holds dlogits (N,V) after the training forward */
   int r = tc_cu_linear_backward(x_, a->dC, dwte, NULL, a->logits, a->lnf, wte, N, C, V);
   if (r == 0) r = tc_cuda_memset0(a->dres, sizeof(float) * (size_t)N * C);
+  tc_cu_keep_drop(x_, a->dres);
   if (r == 0)
     r = tc_cu_layernorm_backward(x_, a->dres, tc_cuda_tensor(cm, cm->grads, -2),
                                  tc_cuda_tensor(cm, cm->grads, -1), a->dC, xlast,

@@ -29,7 +29,7 @@ extern "C" {
 #include "sl_log.h"
 }
 
-enum { COL_CHUNKS = 256, SUMSQ_BLOCKS = 256, SUMSQ_THREADS = 256 };
+enum { COL_CHUNKS = 128, SUMSQ_BLOCKS = 256, SUMSQ_THREADS = 256 };
 
 extern "C" int tc_err_from_cuda(int e, const char *what) {
   if (e == (int)cudaSuccess) return 0;
@@ -160,7 +160,7 @@ static int cols_scratch(struct tc_cuda_ctx *c, size_t cols) {
   cudaFree(c->d_cols);
   c->d_cols = NULL;
   c->cols_cap = 0;
-  int r = CU(cudaMalloc((void **)&c->d_cols, sizeof(float) * COL_CHUNKS * cols), "cudaMalloc");
+  int r = CU(cudaMalloc((void **)&c->d_cols, sizeof(float) * 2 * COL_CHUNKS * cols), "cudaMalloc");
   if (r == 0) c->cols_cap = cols;
   return r;
 }
@@ -210,6 +210,11 @@ extern "C" int tc_cu_keep_bf16(struct tc_cuda_ctx *c, const float *src, size_t c
   c->keep[c->n_keep++] = (struct tc_keep){(uintptr_t)src, cap, fixed ? cap : 0, (bf16_t *)dst,
                                           fixed != 0};
   return 0;
+}
+
+extern "C" void tc_cu_keep_drop(struct tc_cuda_ctx *c, const float *src) {
+  for (int i = 0; i < c->n_keep; i++)
+    if (c->keep[i].src == (uintptr_t)src && !c->keep[i].fixed) c->keep[i].filled = 0;
 }
 
 extern "C" void tc_cu_keep_reset(struct tc_cuda_ctx *c) {
@@ -297,43 +302,70 @@ extern "C" int tc_cu_gemm(struct tc_cuda_ctx *c, int ta, int tb, int M, int N, i
 
 /* ---- column sums: out[c] += sum_n f(n, c), two passes in a fixed order ---- */
 
-__global__ void colsum_partial(float *part, const float *a, const float *x, const float *mean,
-                               const float *rstd, int N, int C, int rows_per) {
+/* Per chunk of rows: part[chunk][c] = sum of a (x NULL) or of a * xhat,
+ * xhat = (x - mean) * rstd; part2 (may be NULL, with x): the plain sum too,
+ * from the same read of a. */
+__global__ void colsum_partial(float *part, float *part2, const float *a, const float *x,
+                               const float *mean, const float *rstd, int N, int C, int rows_per) {
   int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
   if (c >= C) return;
   int n0 = chunk * rows_per, n1 = min(N, n0 + rows_per);
-  float s = 0.0f;
+  float s = 0.0f, s2 = 0.0f;
   if (x) {
 #pragma unroll 4
-    for (int n = n0; n < n1; n++)
-      s += a[(size_t)n * C + c] * ((x[(size_t)n * C + c] - mean[n]) * rstd[n]);
+    for (int n = n0; n < n1; n++) {
+      float v = a[(size_t)n * C + c];
+      s += v * ((x[(size_t)n * C + c] - mean[n]) * rstd[n]);
+      s2 += v;
+    }
   } else {
 #pragma unroll 4
     for (int n = n0; n < n1; n++) s += a[(size_t)n * C + c];
   }
   part[(size_t)chunk * C + c] = s;
+  if (part2) part2[(size_t)chunk * C + c] = s2;
 }
 
-__global__ void colsum_finish(float *out, const float *part, int C, int chunks) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float s = 0.0f;
-  for (int k = 0; k < chunks; k++) s += part[(size_t)k * C + c];
-  out[c] += s;
+/* One warp per column: lane k adds partials k, k + 32, ... in order, then a
+ * butterfly; out2/part2 (may be NULL) likewise. */
+__global__ void colsum_finish(float *out, float *out2, const float *part, const float *part2,
+                              int C, int chunks) {
+  size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  int lane = threadIdx.x % 32;
+  if (w >= (size_t)C) return;
+  float s = 0.0f, s2 = 0.0f;
+  for (int k = lane; k < chunks; k += 32) {
+    s += part[(size_t)k * C + w];
+    if (part2) s2 += part2[(size_t)k * C + w];
+  }
+  s = warp_sum(s);
+  s2 = warp_sum(s2);
+  if (lane == 0) {
+    out[w] += s;
+    if (out2) out2[w] += s2;
+  }
 }
 
-/* x, mean, rstd NULL: plain column sums of a; else sums of a * xhat. */
-static int colsum_acc(struct tc_cuda_ctx *c, float *out, const float *a, const float *x,
-                      const float *mean, const float *rstd, int N, int C) {
+/* x, mean, rstd NULL: plain column sums of a into out; else sums of a * xhat
+ * into out and (out2 not NULL) plain sums of a into out2. */
+static int colsum_acc2(struct tc_cuda_ctx *c, float *out, float *out2, const float *a,
+                       const float *x, const float *mean, const float *rstd, int N, int C) {
   int r = cols_scratch(c, (size_t)C);
   if (r < 0) return r;
   int chunks = N < COL_CHUNKS ? N : COL_CHUNKS;
   int rows_per = (N + chunks - 1) / chunks;
   chunks = (N + rows_per - 1) / rows_per;
+  float *part2 = out2 ? c->d_cols + (size_t)COL_CHUNKS * C : NULL;
   dim3 grid(blocks_for((size_t)C, 128), (unsigned)chunks);
-  colsum_partial<<<grid, 128, 0, c->stream>>>(c->d_cols, a, x, mean, rstd, N, C, rows_per);
-  colsum_finish<<<blocks_for((size_t)C, 128), 128, 0, c->stream>>>(out, c->d_cols, C, chunks);
+  colsum_partial<<<grid, 128, 0, c->stream>>>(c->d_cols, part2, a, x, mean, rstd, N, C,
+                                              rows_per);
+  colsum_finish<<<blocks_for((size_t)C * 32, 256), 256, 0, c->stream>>>(out, out2, c->d_cols,
+                                                                         part2, C, chunks);
   return LAUNCHED("column sum");
+}
+
+static int colsum_acc(struct tc_cuda_ctx *c, float *out, const float *a, int N, int C) {
+  return colsum_acc2(c, out, NULL, a, NULL, NULL, NULL, N, C);
 }
 
 /* ---- linear ---- */
@@ -448,6 +480,7 @@ extern "C" int tc_cu_linear_backward(struct tc_cuda_ctx *c, float *dinp, float *
                                      const float *dout, const float *inp, const float *w, int N,
                                      int C, int OC) {
   int r = 0;
+  if (dinp) tc_cu_keep_drop(c, dinp); /* a product writes it, not a kernel that keeps a copy */
   if (c->bf16) { /* dout rounded once for both products; the stream orders slot reuse */
     const bf16_t *dy16 = NULL, *w16 = NULL, *x16 = NULL;
     r = tc_cu_bf16_copy(c, S16_A, dout, (size_t)N * OC, &dy16);
@@ -459,12 +492,12 @@ extern "C" int tc_cu_linear_backward(struct tc_cuda_ctx *c, float *dinp, float *
     if (r == 0)
       r = tc_cu_gemm_raw(c, 1, 0, OC, C, N, 1.0f, dy16, OC, 0, x16, C, 0, 1.0f, dw, C, 0, 1,
                          CUDA_R_16BF, CUDA_R_32F);
-    if (r == 0 && dbias) r = colsum_acc(c, dbias, dout, NULL, NULL, NULL, N, OC);
+    if (r == 0 && dbias) r = colsum_acc(c, dbias, dout, N, OC);
     return r;
   }
   if (dinp) r = tc_cu_gemm(c, 0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C, TC_CU_CTX);
   if (r == 0) r = tc_cu_gemm(c, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C, TC_CU_CTX);
-  if (r == 0 && dbias) r = colsum_acc(c, dbias, dout, NULL, NULL, NULL, N, OC);
+  if (r == 0 && dbias) r = colsum_acc(c, dbias, dout, N, OC);
   return r;
 }
 
@@ -497,8 +530,8 @@ __global__ void ln_fwd(float *out, bf16_t *out16, float *mean, float *rstd, cons
   }
 }
 
-__global__ void ln_bwd_inp(float *dinp, const float *dout, const float *inp, const float *w,
-                           const float *mean, const float *rstd, int N, int C) {
+__global__ void ln_bwd_inp(float *dinp, bf16_t *dinp16, const float *dout, const float *inp,
+                           const float *w, const float *mean, const float *rstd, int N, int C) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
   const float *dy = dout + (size_t)row * C, *x = inp + (size_t)row * C;
@@ -514,7 +547,9 @@ __global__ void ln_bwd_inp(float *dinp, const float *dout, const float *inp, con
   dn = warp_sum(dn) / (float)C;
   for (int i = lane; i < C; i += 32) {
     float xh = (x[i] - m) * s;
-    dx[i] += (w[i] * dy[i] - dm - xh * dn) * s;
+    float v = dx[i] + (w[i] * dy[i] - dm - xh * dn) * s;
+    dx[i] = v;
+    if (dinp16) dinp16[(size_t)row * C + i] = __float2bfloat16_rn(v);
   }
 }
 
@@ -531,11 +566,11 @@ extern "C" int tc_cu_layernorm_backward(struct tc_cuda_ctx *c, float *dinp, floa
                                         float *db, const float *dout, const float *inp,
                                         const float *w, const float *mean, const float *rstd,
                                         int N, int C) {
-  ln_bwd_inp<<<blocks_for((size_t)N, 8), 256, 0, c->stream>>>(dinp, dout, inp, w, mean, rstd, N,
-                                                               C);
+  bf16_t *dinp16 = tc_cu_keep_claim(c, dinp, (size_t)N * C);
+  ln_bwd_inp<<<blocks_for((size_t)N, 8), 256, 0, c->stream>>>(dinp, dinp16, dout, inp, w, mean,
+                                                               rstd, N, C);
   int r = LAUNCHED("layernorm backward");
-  if (r == 0) r = colsum_acc(c, dw, dout, inp, mean, rstd, N, C);
-  if (r == 0) r = colsum_acc(c, db, dout, NULL, NULL, NULL, N, C);
+  if (r == 0) r = colsum_acc2(c, dw, db, dout, inp, mean, rstd, N, C);
   return r;
 }
 
@@ -552,13 +587,16 @@ __global__ void gelu_fwd(float *out, bf16_t *out16, const float *inp, size_t n) 
   if (out16) out16[i] = __float2bfloat16_rn(y);
 }
 
-__global__ void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+__global__ void gelu_bwd(float *dinp, bf16_t *dinp16, const float *inp, const float *dout,
+                         size_t n) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float x = inp[i];
   float t = tanhf(GELU_K * (x + 0.044715f * x * x * x));
   float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-  dinp[i] = g * dout[i];
+  float d = g * dout[i];
+  dinp[i] = d;
+  if (dinp16) dinp16[i] = __float2bfloat16_rn(d);
 }
 
 __global__ void relu_fwd(float *out, const float *inp, size_t n) {
@@ -588,7 +626,8 @@ extern "C" int tc_cu_gelu_forward(struct tc_cuda_ctx *c, float *out, const float
 
 extern "C" int tc_cu_gelu_backward(struct tc_cuda_ctx *c, float *dinp, const float *inp,
                                    const float *dout, size_t n) {
-  gelu_bwd<<<blocks_for(n, 256), 256, 0, c->stream>>>(dinp, inp, dout, n);
+  gelu_bwd<<<blocks_for(n, 256), 256, 0, c->stream>>>(dinp, tc_cu_keep_claim(c, dinp, n), inp,
+                                                       dout, n);
   return LAUNCHED("gelu backward");
 }
 
