@@ -29,7 +29,7 @@ extern "C" {
 #include "sl_log.h"
 }
 
-enum { COL_CHUNKS = 128, SUMSQ_BLOCKS = 256, SUMSQ_THREADS = 256 };
+enum { COL_CHUNKS = 128, SUMSQ_BLOCKS = 1024, SUMSQ_THREADS = 256 };
 
 extern "C" int tc_err_from_cuda(int e, const char *what) {
   if (e == (int)cudaSuccess) return 0;
