@@ -89,6 +89,32 @@ __device__ __forceinline__ void fetch_tile(bf16_t *dst, const bf16_t *src, size_
   }
 }
 
+/* The K and V tiles of keys [j0, j0 + 64) of one head (base: its q column
+ * in the (T, 3C) rows) into buffer buf of sKV (K0 V0 K1 V1), asynchronously. */
+template <int HS>
+__device__ __forceinline__ void fetch_kv(bf16_t *sKV, int buf, const bf16_t *base, size_t ld,
+                                         int C, int j0, int T) {
+  bf16_t *k = sKV + 2 * buf * FT * (HS + 8);
+  fetch_tile<HS>(k, base + C, ld, j0, T);
+  fetch_tile<HS>(k + FT * (HS + 8), base + 2 * C, ld, j0, T);
+  cp_commit();
+}
+
+/* Before using the pair of key tile j0 (buffer buf): fetches the next pair
+ * into the other buffer, freed at the end of the last iteration, when one is
+ * left before kend, and waits for this one. */
+template <int HS>
+__device__ __forceinline__ void next_kv(bf16_t *sKV, int buf, const bf16_t *base, size_t ld,
+                                        int C, int j0, int kend, int T) {
+  if (j0 + FT < kend) {
+    fetch_kv<HS>(sKV, buf ^ 1, base, ld, C, j0 + FT, T);
+    cp_wait<1>();
+  } else {
+    cp_wait<0>();
+  }
+  __syncthreads();
+}
+
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t *>(&v);
@@ -233,21 +259,10 @@ flash_fwd(float *out, bf16_t *out16, float *lse, const bf16_t *qkv, int T, int C
   for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   int kend = min(i0 + FT, T);
-  fetch_tile<HS>(sKV, base + C, ld, 0, T);
-  fetch_tile<HS>(sKV + FT * LDH, base + 2 * C, ld, 0, T);
-  cp_commit();
+  fetch_kv<HS>(sKV, 0, base, ld, C, 0, T);
   for (int j0 = 0, buf = 0; j0 < kend; j0 += FT, buf ^= 1) {
     const bf16_t *sK = sKV + 2 * buf * FT * LDH, *sV = sK + FT * LDH;
-    if (j0 + FT < kend) { /* the next pair into the other buffer, freed last iteration */
-      bf16_t *nK = sKV + 2 * (buf ^ 1) * FT * LDH;
-      fetch_tile<HS>(nK, base + C, ld, j0 + FT, T);
-      fetch_tile<HS>(nK + FT * LDH, base + 2 * C, ld, j0 + FT, T);
-      cp_commit();
-      cp_wait<1>();
-    } else {
-      cp_wait<0>();
-    }
-    __syncthreads();
+    next_kv<HS>(sKV, buf, base, ld, C, j0, kend, T);
     float s[8][4];
     mul_xt<HS>(s, qf, sK, LDH);
     /* key j0 <= row for every row, so each row's max here is finite */
@@ -430,21 +445,10 @@ flash_bwd_q(float *dqkv, bf16_t *dqkv16, const bf16_t *qkv, const bf16_t *dout, 
 #pragma unroll
   for (int n = 0; n < HS / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
   int kend = min(i0 + FT, T);
-  fetch_tile<HS>(sKV, base + C, ld, 0, T);
-  fetch_tile<HS>(sKV + FT * LDH, base + 2 * C, ld, 0, T);
-  cp_commit();
+  fetch_kv<HS>(sKV, 0, base, ld, C, 0, T);
   for (int j0 = 0, buf = 0; j0 < kend; j0 += FT, buf ^= 1) {
     const bf16_t *sK = sKV + 2 * buf * FT * LDH, *sV = sK + FT * LDH;
-    if (j0 + FT < kend) {
-      bf16_t *nK = sKV + 2 * (buf ^ 1) * FT * LDH;
-      fetch_tile<HS>(nK, base + C, ld, j0 + FT, T);
-      fetch_tile<HS>(nK + FT * LDH, base + 2 * C, ld, j0 + FT, T);
-      cp_commit();
-      cp_wait<1>();
-    } else {
-      cp_wait<0>();
-    }
-    __syncthreads();
+    next_kv<HS>(sKV, buf, base, ld, C, j0, kend, T);
     float p[8][4], ds[8][4];
     mul_xt<HS>(p, qf, sK, LDH);  /* S */
     mul_xt<HS>(ds, of, sV, LDH); /* dP */
