@@ -341,8 +341,11 @@ static json_t *history(struct jk_core *c, const json_t *req) {
 }
 
 /* Requests that answer at once, on whichever channel they came. Returns
- * false for types this function does not know. */
-static bool answer_simple(struct jk_core *c, enum jk_channel ch, const struct jk_msg *req) {
+ * false for types this function does not know. status: publish busy and
+ * idle around the reply (not for a request answered out of turn while a
+ * cell runs: the kernel stays busy until that cell's own idle). */
+static bool answer_simple(struct jk_core *c, enum jk_channel ch, const struct jk_msg *req,
+                          bool status) {
   const char *type = jk_msg_type(req);
   json_t *content = NULL;
   const char *reply = NULL;
@@ -367,9 +370,11 @@ static bool answer_simple(struct jk_core *c, enum jk_channel ch, const struct jk
   } else {
     return false;
   }
-  set_status(c, req, "busy");
+  if (status)
+    set_status(c, req, "busy");
   send_reply(c, ch, req, reply, content);
-  set_status(c, req, "idle");
+  if (status)
+    set_status(c, req, "idle");
   return true;
 }
 
@@ -485,7 +490,7 @@ static void run_shell(struct jk_core *c, struct jk_msg *m) {
   }
   if (strcmp(type, "shutdown_request") == 0)
     shutdown_req(c, JK_CH_SHELL, m);
-  else if (!answer_simple(c, JK_CH_SHELL, m))
+  else if (!answer_simple(c, JK_CH_SHELL, m, true))
     unknown_req(c, JK_CH_SHELL, m);
   jk_msg_free(m);
 }
@@ -499,8 +504,24 @@ void jk_core_handle(struct jk_core *c, enum jk_channel ch, struct jk_msg *m) {
   const char *type = jk_msg_type(m);
   sl_debug("kernel.core", "%s on channel %d", type, (int)ch);
   if (ch == JK_CH_SHELL) {
-    if (strcmp(type, "is_complete_request") == 0)
+    if (strcmp(type, "is_complete_request") == 0) {
       note_terminal(c, m);
+      /* Answered at once, also while a cell runs: the answer depends on the
+       * code alone, and jupyter console stops asking for good when a reply
+       * takes over a second. A terminal asks only at its prompt, so a cell
+       * of its own still running is one it no longer waits for: Ctrl-C there
+       * (jupyter console 6.4 on Python 3.11 loses its SIGINT handler after
+       * the first prompt and never sends interrupt_request). That cell then
+       * ends as on an interrupt if it only follows a job, after this reply,
+       * which the console reads as the next message on the shell channel. */
+      bool back = c->running && c->iops->terminal_back &&
+                  strcmp(client_session(m), client_session(c->running)) == 0;
+      answer_simple(c, JK_CH_SHELL, m, !c->running);
+      jk_msg_free(m);
+      if (back)
+        c->iops->terminal_back(c->interp);
+      return;
+    }
     /* A cell from another front end (a reopened tab, a console on this
      * kernel) would wait behind one that only watches a job nobody may be
      * looking at: the interpreter may end that watch first. So does a new
@@ -535,7 +556,7 @@ void jk_core_handle(struct jk_core *c, enum jk_channel ch, struct jk_msg *m) {
     set_status(c, m, "idle");
   } else if (strcmp(type, "debug_request") == 0) {
     unknown_req(c, ch, m);
-  } else if (!answer_simple(c, ch, m)) {
+  } else if (!answer_simple(c, ch, m, true)) {
     unknown_req(c, ch, m);
   }
   jk_msg_free(m);

@@ -198,6 +198,11 @@ static void other_front_end(struct jk_interp *ip) {
     jk_jobs_other_front_end(ip);
 }
 
+static void terminal_back(struct jk_interp *ip) {
+  if (ip->running && ip->running->wait == JK_WAIT_JOB)
+    jk_exec_interrupt(ip);
+}
+
 /* ---- front-end services ------------------------------------------------- */
 
 static bool ident_char(char ch) {
@@ -255,6 +260,7 @@ const struct jk_interp_ops jk_spotlab_interp = {
     .input_reply = jk_exec_input_reply,
     .interrupt = jk_exec_interrupt,
     .other_front_end = other_front_end,
+    .terminal_back = terminal_back,
     .complete = complete,
     .inspect = inspect,
     .is_complete = is_complete,

@@ -72,6 +72,10 @@ struct jk_interp_ops {
    * waits behind the running execution: one that only watches a job may
    * end so the request runs (NULL: nothing to do). */
   void (*other_front_end)(struct jk_interp *ip);
+  /* The terminal console that sent the running execution is back at its
+   * prompt: one that only watches a job ends as on an interrupt (detached,
+   * the job runs on); anything else runs on (NULL: nothing to do). */
+  void (*terminal_back)(struct jk_interp *ip);
   /* Completion at cursor (code points) into *ret: 0 or negative. */
   int (*complete)(struct jk_interp *ip, const char *code, size_t len, size_t cursor,
                   struct jk_completions *ret);

@@ -11,10 +11,14 @@ through an embedded gateway of its own. What a person sees is read back with
     while it runs, and its final state (succeeded, loss) when it ends;
   - no kernel log line ever appears among the outputs;
   - %attach on the finished job shows its final state, not "submitted";
-Ctrl-C is not driven here: jupyter console 6.4.4 on Python 3.11 does not
-relay it to the kernel reliably (its prompt can stay in raw mode after its own
-is_complete check fails, so the key never becomes a signal); the kernel's
-side, interrupt_request detaching a followed job, is tested in kernelgw.
+  - Ctrl-C while a long train runs gives the prompt back at once; the next
+    cell runs at once (not behind the job), says the cell detached from the
+    job, and lists the job still running; a cell after that needs one Enter
+    (the kernel answered is_complete while the train cell was running, so the
+    console kept using it). jupyter console 6.4.4 on Python 3.11 never sends
+    interrupt_request here (its SIGINT handler is gone after the first
+    prompt): the kernel detaches the train cell when the console, back at its
+    prompt, asks is_complete. interrupt_request itself is tested in kernelgw.
 The screen at each step is written to ARTIFACT_DIR/console-*.txt.
 Every wait is on a condition with a generous deadline, never a fixed sleep.
 """
@@ -137,6 +141,39 @@ def main(argv):
             out = pane.seen.split("%%attach %s" % job, 1)[-1]
             check(ok and "succeeded" in out and "step 6000/6000" in out,
                   "%attach on the finished job shows its final state")
+
+            # Ctrl-C while a long train runs
+            before = prompts(pane.screen())
+            pane.send("train m on book steps=200000 batch=8 lr=3e-3 checkpoint_every=100000")
+            ok = pane.wait(lambda s: re.search(r"^(J\d+) running .*\d+/200000", s.split("steps=200000", 1)[-1], re.M), 120,
+                           "the long train running")
+            check(ok, "the long train runs")
+            out = pane.seen.split("steps=200000", 1)[-1]
+            long_job = (re.search(r"following (J\d+)", out) or [None, "?"])[1]
+            pane.key("C-c")
+            ok = pane.wait(lambda s: prompts(s) > before, 30, "the prompt after Ctrl-C")
+            check(ok, "Ctrl-C gives the prompt back")
+            before = prompts(pane.screen())
+            t0 = time.monotonic()
+            pane.send("%jobs")
+            ok = pane.wait(lambda s: prompts(s) > before, 60, "%jobs after Ctrl-C")
+            took = time.monotonic() - t0
+            pane.save("ctrl-c")
+            out = pane.seen.split("%jobs", 1)[-1] if ok else ""
+            check(ok and took < 30, "the next cell runs at once, not behind the job (%.1f s)" % took)
+            check(("detached from %s" % long_job) in out, "the train cell detached from %s" % long_job)
+            check(re.search(r"^%s\s+running" % long_job, out, re.M) is not None,
+                  "the job keeps running after Ctrl-C")
+            before = prompts(pane.screen())
+            pane.send("%status")
+            ok = pane.wait(lambda s: prompts(s) > before, 30, "%status after Ctrl-C")
+            check(ok and "...:" not in pane.seen.split("%status", 1)[-1],
+                  "a cell after Ctrl-C needs one Enter (the console still asks the kernel is_complete)")
+            check("did not respond to an is_complete_request" not in pane.seen,
+                  "the console never gave up on the kernel's is_complete")
+            before = prompts(pane.screen())
+            pane.send("%%cancel %s" % long_job)
+            check(pane.wait(lambda s: prompts(s) > before, 60, "%cancel"), "%cancel stops the long job")
 
             pane.save("end")
         finally:

@@ -404,6 +404,12 @@ static void test_input(struct mock *mk) {
   /* control requests are answered while the cell waits */
   jk_core_handle(mk->core, JK_CH_CONTROL, request("n2", "kernel_info_request", NULL));
   CHECK_STR(trace(mk, "n2"), "busy kernel_info_reply idle");
+  /* so is is_complete on shell (out of turn, so without a status of its
+   * own), and the waiting cell goes on */
+  shell(mk, request("n2c", "is_complete_request", json_pack("{s:s}", "code", "x = 1")));
+  CHECK_STR(trace(mk, "n2c"), "is_complete_reply");
+  CHECK_STR(sl_json_get_str(content_of(mk, "n2c", "is_complete_reply"), "status", ""), "complete");
+  CHECK_STR(trace(mk, "n1"), "busy execute_input input_request");
   jk_core_handle(mk->core, JK_CH_STDIN, request("n3", "input_reply", json_pack("{s:s}", "value", "ada")));
   CHECK_STR(trace(mk, "n1"), "busy execute_input input_request stream execute_reply idle");
   CHECK_STR(stdout_of(mk, "n1"), "hi ada\n");
