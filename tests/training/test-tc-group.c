@@ -92,9 +92,16 @@ static int good_rank(const char *spec, int rank) {
   return bad;
 }
 
+/* The dying-rank runs' pipe: ranks 0 and 1 write a byte each once their
+ * barrier returned, and rank 2 reads both before it dies or stalls. Its own
+ * barrier returning does not mean theirs did: killed at once, it could cut
+ * their barrier short, and the test would see that barrier fail instead of
+ * the next collective. */
+static int passed[2] = {-1, -1};
+
 /* Rank 2 dies (timeout_ms > 0) or stalls (timeout_ms < 0, for |timeout_ms|)
- * after joining; the others' next collective must fail within the timeout
- * with a reason (a timeout for the stalled one). Exit 0 if it did. */
+ * after every rank joined; the others' next collective must fail within the
+ * timeout with a reason (a timeout for the stalled one). Exit 0 if it did. */
 static int dying_rank(const char *spec, int rank, int arg) {
   int timeout_ms = arg < 0 ? -arg : arg;
   char err[1024] = "";
@@ -103,7 +110,25 @@ static int dying_rank(const char *spec, int rank, int arg) {
     fprintf(stderr, "rank %d: %s\n", rank, err);
     return 100;
   }
-  if (tc_group_barrier(g) < 0) return 101;
+  int b = tc_group_barrier(g);
+  if (rank == 2) {
+    char bytes[2];
+    size_t got = 0;
+    close(passed[1]); /* a rank that exits without writing ends the wait */
+    while (got < 2) {
+      ssize_t n = read(passed[0], bytes + got, 2 - got);
+      if (n <= 0)
+        break;
+      got += (size_t)n;
+    }
+  } else if (b == 0 && write(passed[1], "x", 1) != 1) {
+    fprintf(stderr, "rank %d: cannot tell rank 2 it passed the barrier\n", rank);
+    return 102;
+  }
+  if (b < 0) {
+    fprintf(stderr, "rank %d: barrier: %s\n", rank, tc_group_error(g));
+    return 101;
+  }
   if (rank == 2 && arg > 0) raise(SIGKILL);
   if (rank == 2) pause(); /* stalled: the parent kills it when the others are done */
   float x[1000] = {0};
@@ -127,6 +152,11 @@ static void run_ranks(int (*fn)(const char *, int, int), const char *spec, int a
     pids[k] = fork();
     if (pids[k] == 0) _exit(fn(spec, k, arg));
   }
+  if (passed[0] >= 0) { /* the children hold the pipe now */
+    close(passed[0]);
+    close(passed[1]);
+    passed[0] = passed[1] = -1;
+  }
   for (int k = 0; k < W - 1; k++) waitpid(pids[k], &status[k], 0);
   if (kill_last) kill(pids[W - 1], SIGKILL);
   waitpid(pids[W - 1], &status[W - 1], 0);
@@ -140,6 +170,9 @@ static int good_adapter(const char *spec, int rank, int unused) {
 int main(void) {
   char spec[64];
   int st[W];
+  /* as spotlab-train does: a write to a rank that died is an error to
+   * report, not a signal that kills this one without a word */
+  signal(SIGPIPE, SIG_IGN);
   pick_spec(spec, sizeof spec);
   run_ranks(good_adapter, spec, 0, 0, st);
   for (int k = 0; k < W; k++) {
@@ -148,10 +181,12 @@ int main(void) {
   }
 
   pick_spec(spec, sizeof spec);
+  CHECK(pipe(passed) == 0);
   run_ranks(dying_rank, spec, 3000, 0, st);
   for (int k = 0; k < 2; k++) CHECK(WIFEXITED(st[k]) && WEXITSTATUS(st[k]) == 0);
   CHECK(WIFSIGNALED(st[2]) && WTERMSIG(st[2]) == SIGKILL);
   pick_spec(spec, sizeof spec);
+  CHECK(pipe(passed) == 0);
   run_ranks(dying_rank, spec, -3000, 1, st); /* stalled rank 2 */
   for (int k = 0; k < 2; k++) CHECK(WIFEXITED(st[k]) && WEXITSTATUS(st[k]) == 0);
 
