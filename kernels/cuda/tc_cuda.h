@@ -90,6 +90,25 @@ int tc_cu_linear_forward_add(struct tc_cuda_ctx *ctx, float *out, const float *i
 int tc_cu_linear_backward(struct tc_cuda_ctx *ctx, float *dinp, float *dw, float *dbias,
                           const float *dout, const float *inp, const float *w, int N, int C,
                           int OC);
+/* bf16 contexts: the fc product of an MLP with GELU in its epilogue, and its
+ * backward (cublasLt). tc_cu_lt_ready: whether cublasLt has an algorithm for
+ * the forward (gelu_backward 0: N,C -> OC) or the backward through GELU
+ * (gelu_backward 1, the next linear's N,C -> OC) with pre16 as the aux. */
+int tc_cu_lt_ready(struct tc_cuda_ctx *ctx, int gelu_backward, int N, int C, int OC,
+                   const void *pre16);
+/* gelu(inp w^T + bias) into out's kept bf16 copy (out's floats are not
+ * written), and the GELU input (N,OC) as bf16 at pre16. 1: not available
+ * here (no cublasLt algorithm, or out has no kept copy); nothing written. */
+int tc_cu_linear_gelu_forward(struct tc_cuda_ctx *ctx, float *out, void *pre16, const float *inp,
+                              const float *w, const float *bias, int N, int C, int OC);
+/* The backward of the linear (N,C) -> (N,OC) whose input is gelu(pre16):
+ * dinp's kept bf16 copy = (dout w) * gelu'(pre16) (dinp's floats are not
+ * written; dinp needs a kept copy), dw += , dbias += . */
+int tc_cu_linear_backward_gelu(struct tc_cuda_ctx *ctx, float *dinp, const void *pre16, float *dw,
+                               float *dbias, const float *dout, const float *inp, const float *w,
+                               int N, int C, int OC);
+/* Where out has a kept bf16 copy (bf16 contexts), only the copy is written:
+ * the products that read out read it. */
 int tc_cu_layernorm_forward(struct tc_cuda_ctx *ctx, float *out, float *mean, float *rstd,
                             const float *inp, const float *w, const float *b, int N, int C);
 /* dinp +=, dw +=, db += */

@@ -234,6 +234,24 @@ template <int HS> struct fl {
 
 /* ---- forward ---- */
 
+/* Scores s (16 x 64 accumulators) times sl2, and each row's max (rows g and
+ * g + 8 of the lane); with MASK, -inf at the keys past last0 (last1): key0
+ * is this lane's first key. */
+template <bool MASK>
+__device__ __forceinline__ void scale_rows(float (*s)[4], int key0, int last0, int last1,
+                                           float sl2, float &mx0, float &mx1) {
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      int key = key0 + n * 8 + e;
+      s[n][e] = !MASK || key <= last0 ? s[n][e] * sl2 : -INFINITY;
+      s[n][2 + e] = !MASK || key <= last1 ? s[n][2 + e] * sl2 : -INFINITY;
+      mx0 = fmaxf(mx0, s[n][e]);
+      mx1 = fmaxf(mx1, s[n][2 + e]);
+    }
+}
+
 template <int HS>
 __global__ void __launch_bounds__(FTH)
 flash_fwd(float *out, bf16_t *out16, float *lse, const bf16_t *qkv, int T, int C, int H,
@@ -265,18 +283,13 @@ flash_fwd(float *out, bf16_t *out16, float *lse, const bf16_t *qkv, int T, int C
     next_kv<HS>(sKV, buf, base, ld, C, j0, kend, T);
     float s[8][4];
     mul_xt<HS>(s, qf, sK, LDH);
-    /* key j0 <= row for every row, so each row's max here is finite */
+    /* key j0 <= row for every row, so each row's max here is finite; only
+     * the diagonal tile and one reaching past T have keys to mask */
     float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-#pragma unroll
-      for (int e = 0; e < 2; e++) {
-        int key = j0 + n * 8 + 2 * t + e;
-        s[n][e] = key <= row0 && key < T ? s[n][e] * sl2 : -INFINITY;
-        s[n][2 + e] = key <= row1 && key < T ? s[n][2 + e] * sl2 : -INFINITY;
-        mx0 = fmaxf(mx0, s[n][e]);
-        mx1 = fmaxf(mx1, s[n][2 + e]);
-      }
+    if (j0 + FT > i0 || j0 + FT > T)
+      scale_rows<true>(s, j0 + 2 * t, min(row0, T - 1), min(row1, T - 1), sl2, mx0, mx1);
+    else
+      scale_rows<false>(s, 0, 0, 0, sl2, mx0, mx1);
     float mn0 = fmaxf(m0, quad_max(mx0)), mn1 = fmaxf(m1, quad_max(mx1));
     float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1), sum0 = 0.0f, sum1 = 0.0f;
 #pragma unroll
@@ -312,6 +325,46 @@ flash_fwd(float *out, bf16_t *out16, float *lse, const bf16_t *qkv, int T, int C
 }
 
 /* ---- backward ---- */
+
+/* The kv kernel's P^T = exp2(S^T sl2 - L) and dS^T = P^T (dP^T - D) in
+ * place of its 16 x 64 accumulators p (S^T: rows keys k0, k1; columns the
+ * queries from i0, whose L and D are in sL and sD); with MASK, 0 where the
+ * key is past the query or either is at or past T. */
+template <bool MASK>
+__device__ __forceinline__ void probs_kv(float (*p)[4], float (*ds)[4], const float *sL,
+                                         const float *sD, int i0, int k0, int k1, int t, int T,
+                                         float sl2) {
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      int qc = n * 8 + 2 * t + e, q = i0 + qc;
+      float Lq = sL[qc], Dq = sD[qc];
+      p[n][e] = !MASK || (k0 <= q && q < T && k0 < T) ? exp2f(p[n][e] * sl2 - Lq) : 0.0f;
+      p[n][2 + e] = !MASK || (k1 <= q && q < T && k1 < T) ? exp2f(p[n][2 + e] * sl2 - Lq) : 0.0f;
+      ds[n][e] = p[n][e] * (ds[n][e] - Dq);
+      ds[n][2 + e] = p[n][2 + e] * (ds[n][2 + e] - Dq);
+    }
+}
+
+/* The q kernel's P and dS likewise (rows the queries row0, row1 with L0, L1
+ * and D0, D1; key0 this lane's first key). */
+template <bool MASK>
+__device__ __forceinline__ void probs_q(float (*p)[4], float (*ds)[4], int key0, int row0,
+                                        int row1, int T, float sl2, float L0, float L1, float D0,
+                                        float D1) {
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      int key = key0 + n * 8 + e;
+      p[n][e] = !MASK || (key <= row0 && key < T && row0 < T) ? exp2f(p[n][e] * sl2 - L0) : 0.0f;
+      p[n][2 + e] =
+          !MASK || (key <= row1 && key < T && row1 < T) ? exp2f(p[n][2 + e] * sl2 - L1) : 0.0f;
+      ds[n][e] = p[n][e] * (ds[n][e] - D0);
+      ds[n][2 + e] = p[n][2 + e] * (ds[n][2 + e] - D1);
+    }
+}
 
 /* D[bh, t] = sum over the head's columns of dout * out (fp32): one warp per
  * (row, head), lanes over the columns (coalesced), a butterfly to finish. */
@@ -390,17 +443,11 @@ flash_bwd_kv(float *dqkv, bf16_t *dqkv16, const bf16_t *qkv, const bf16_t *dout,
     float p[8][4], ds[8][4];
     mul_xt<HS>(p, kf, sQ, LDH);  /* S^T */
     mul_xt<HS>(ds, vf, sdO, LDH); /* dP^T */
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-#pragma unroll
-      for (int e = 0; e < 2; e++) {
-        int qc = n * 8 + 2 * t + e, q = i0 + qc;
-        float Lq = sL[qc], Dq = sD[qc];
-        p[n][e] = k0 <= q && q < T && k0 < T ? exp2f(p[n][e] * sl2 - Lq) : 0.0f;
-        p[n][2 + e] = k1 <= q && q < T && k1 < T ? exp2f(p[n][2 + e] * sl2 - Lq) : 0.0f;
-        ds[n][e] = p[n][e] * (ds[n][e] - Dq);
-        ds[n][2 + e] = p[n][2 + e] * (ds[n][2 + e] - Dq);
-      }
+    /* only tiles on the diagonal or reaching past T have entries to mask */
+    if (i0 < j0 + FT || i0 + FT > T)
+      probs_kv<true>(p, ds, sL, sD, i0, k0, k1, t, T, sl2);
+    else
+      probs_kv<false>(p, ds, sL, sD, i0, k0, k1, t, T, sl2);
     mul_px<HS>(dv, p, sdO, LDH);
     mul_px<HS>(dk, ds, sQ, LDH);
     __syncthreads();
@@ -452,16 +499,10 @@ flash_bwd_q(float *dqkv, bf16_t *dqkv16, const bf16_t *qkv, const bf16_t *dout, 
     float p[8][4], ds[8][4];
     mul_xt<HS>(p, qf, sK, LDH);  /* S */
     mul_xt<HS>(ds, of, sV, LDH); /* dP */
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-#pragma unroll
-      for (int e = 0; e < 2; e++) {
-        int key = j0 + n * 8 + 2 * t + e;
-        p[n][e] = key <= row0 && key < T && row0 < T ? exp2f(p[n][e] * sl2 - L0) : 0.0f;
-        p[n][2 + e] = key <= row1 && key < T && row1 < T ? exp2f(p[n][2 + e] * sl2 - L1) : 0.0f;
-        ds[n][e] = p[n][e] * (ds[n][e] - D0);
-        ds[n][2 + e] = p[n][2 + e] * (ds[n][2 + e] - D1);
-      }
+    if (j0 + FT > i0 || i0 + FT > T)
+      probs_q<true>(p, ds, j0 + 2 * t, row0, row1, T, sl2, L0, L1, D0, D1);
+    else
+      probs_q<false>(p, ds, j0 + 2 * t, row0, row1, T, sl2, L0, L1, D0, D1);
     mul_px<HS>(dq, ds, sK, LDH);
     __syncthreads();
   }

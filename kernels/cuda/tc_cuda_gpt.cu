@@ -16,6 +16,11 @@ struct layer_acts {
   /* bf16 contexts: the kept bf16 copies of the products' inputs (ln1, qkv,
    * atty, ln2, fch_gelu), made in the forward and read again by the backward */
   bf16_t *k16[5];
+  /* bf16 contexts: fc's output before GELU, kept by the fused fc + GELU
+   * product for the backward's GELU derivative; fused: the last forward
+   * took that path (so fch and fch_gelu hold no floats, only k16[4]) */
+  bf16_t *fch16;
+  int fused;
 };
 
 /* N = max_batch * ctx */
@@ -47,22 +52,29 @@ static int gpt_alloc(struct tc_cuda_model *cm) {
   int r = 0;
 #define A_(ptr, n) \
   if (r == 0) r = tc_cuda_dalloc(cm, &(ptr), (n), sizeof *(ptr))
+  /* bf16 contexts: the fp32 homes that only key a kept copy (LayerNorm's
+   * outputs, qkv, the fused GELU pair's input and output and its gradient)
+   * or serve the unfused fallbacks */
+#define L_(ptr, n)                                                        \
+  if (r == 0)                                                             \
+  r = cm->ctx->bf16 ? tc_cuda_dalloc_lazy(cm, &(ptr), (n), sizeof *(ptr)) \
+                    : tc_cuda_dalloc(cm, &(ptr), (n), sizeof *(ptr))
   A_(a->tokens, N);
   A_(a->encoded, N * C);
   for (uint32_t l = 0; l < c->layers; l++) {
     struct layer_acts *la = &a->layer[l];
-    A_(la->ln1, N * C);
+    L_(la->ln1, N * C);
     A_(la->ln1_mean, N);
     A_(la->ln1_rstd, N);
-    A_(la->qkv, N * 3 * C);
+    L_(la->qkv, N * 3 * C);
     A_(la->att, natt);
     A_(la->atty, N * C);
     A_(la->res2, N * C);
-    A_(la->ln2, N * C);
+    L_(la->ln2, N * C);
     A_(la->ln2_mean, N);
     A_(la->ln2_rstd, N);
-    A_(la->fch, N * 4 * C);
-    A_(la->fch_gelu, N * 4 * C);
+    L_(la->fch, N * 4 * C);
+    L_(la->fch_gelu, N * 4 * C);
     A_(la->res3, N * C);
     if (cm->ctx->bf16) {
       float *src[5] = {la->ln1, la->qkv, la->atty, la->ln2, la->fch_gelu};
@@ -71,6 +83,7 @@ static int gpt_alloc(struct tc_cuda_model *cm) {
         A_(la->k16[k], n[k]);
         if (r == 0) r = tc_cu_keep_bf16(cm->ctx, src[k], n[k], la->k16[k], 0);
       }
+      A_(la->fch16, N * 4 * C);
     }
   }
   A_(a->lnf, N * C);
@@ -80,7 +93,7 @@ static int gpt_alloc(struct tc_cuda_model *cm) {
   A_(a->dres, N * C);
   A_(a->dC, N * C);
   A_(a->d3C, N * 3 * C);
-  A_(a->d4C, N * 4 * C);
+  L_(a->d4C, N * 4 * C);
   A_(a->datt, natt);
   A_(a->onehot, N * V);
   if (cm->ctx->bf16) {
@@ -93,6 +106,7 @@ static int gpt_alloc(struct tc_cuda_model *cm) {
     }
   }
 #undef A_
+#undef L_
   return r;
 }
 
@@ -106,6 +120,7 @@ static void gpt_free(struct tc_cuda_model *cm) {
                      la->ln2, la->ln2_mean, la->ln2_rstd, la->fch, la->fch_gelu, la->res3};
       for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) tc_cuda_free(ps[i]);
       for (int k = 0; k < 5; k++) tc_cuda_free(la->k16[k]);
+      tc_cuda_free(la->fch16);
     }
     free(a->layer);
   }
@@ -153,8 +168,18 @@ static int gpt_forward(struct tc_cuda_model *cm, const struct tc_batch *bt, int 
     if (r == 0)
       r = tc_cu_layernorm_forward(x_, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, p.ln2_w,
                                   p.ln2_b, N, C);
-    if (r == 0) r = tc_cu_linear_forward(x_, la->fch, la->ln2, p.fc_w, p.fc_b, N, C, 4 * C);
-    if (r == 0) r = tc_cu_gelu_forward(x_, la->fch_gelu, la->fch, nc * 4);
+    /* GELU in the fc product's epilogue where cublasLt has both directions */
+    la->fused = 0;
+    if (r == 0 && la->fch16 && tc_cu_lt_ready(x_, 0, N, C, 4 * C, la->fch16) &&
+        tc_cu_lt_ready(x_, 1, N, 4 * C, C, la->fch16)) {
+      r = tc_cu_linear_gelu_forward(x_, la->fch_gelu, la->fch16, la->ln2, p.fc_w, p.fc_b, N, C,
+                                    4 * C);
+      la->fused = r == 0;
+      if (r == 1) r = 0;
+    }
+    if (r == 0 && !la->fused)
+      r = tc_cu_linear_forward(x_, la->fch, la->ln2, p.fc_w, p.fc_b, N, C, 4 * C);
+    if (r == 0 && !la->fused) r = tc_cu_gelu_forward(x_, la->fch_gelu, la->fch, nc * 4);
     if (r == 0)
       r = tc_cu_linear_forward_add(x_, la->res3, la->fch_gelu, p.fcproj_w, p.fcproj_b, la->res2, N,
                                    4 * C, C);
@@ -194,9 +219,14 @@ static int gpt_backward(struct tc_cuda_model *cm) {
     struct tc_gpt_block p = block(cm, cm->params, l), g = block(cm, cm->grads, l);
     struct layer_acts *la = &a->layer[l];
     const float *x = l ? a->layer[l - 1].res3 : a->encoded;
-    r = tc_cu_linear_backward(x_, a->d4C, g.fcproj_w, g.fcproj_b, a->dres, la->fch_gelu,
-                              p.fcproj_w, N, 4 * C, C);
-    if (r == 0) r = tc_cu_gelu_backward(x_, a->d4C, la->fch, a->d4C, (size_t)N * 4 * C);
+    if (la->fused) {
+      r = tc_cu_linear_backward_gelu(x_, a->d4C, la->fch16, g.fcproj_w, g.fcproj_b, a->dres,
+                                     la->fch_gelu, p.fcproj_w, N, 4 * C, C);
+    } else {
+      r = tc_cu_linear_backward(x_, a->d4C, g.fcproj_w, g.fcproj_b, a->dres, la->fch_gelu,
+                                p.fcproj_w, N, 4 * C, C);
+      if (r == 0) r = tc_cu_gelu_backward(x_, a->d4C, la->fch, a->d4C, (size_t)N * 4 * C);
+    }
     if (r == 0)
       r = tc_cu_linear_backward(x_, a->dC, g.fc_w, g.fc_b, a->d4C, la->ln2, p.fc_w, N, C, 4 * C);
     if (r == 0)

@@ -19,7 +19,7 @@
 typedef __nv_bfloat16 bf16_t;
 
 /* bf16 scratch: operand copies for products, and attention's own inputs */
-enum { S16_A, S16_B, S16_QKV, S16_DOUT, S16_N };
+enum { S16_A, S16_B, S16_QKV, S16_DOUT, S16_BIAS, S16_N };
 
 /* A bf16 copy that outlives one product (tc_cu_keep_bf16): src's first
  * `filled` floats are rounded at dst. */
@@ -30,11 +30,19 @@ struct tc_keep {
   int fixed;
 };
 
-/* A cublasLt product planned for one (N, C, OC) linear shape. */
+/* The cublasLt products of a linear (N,C) -> (N,OC) with work in their
+ * epilogue: the forward with the bias (and a residual), the same with a
+ * bf16 output, the forward with the bias and GELU (bf16 output, the GELU
+ * input kept as aux), and the input gradient times GELU's derivative at that
+ * aux (bf16 output). */
+enum tc_lt_kind { LT_BIAS, LT_BIAS16, LT_GELU, LT_DGELU };
+
+/* A cublasLt product planned for one kind and (N, C, OC) linear shape. */
 struct tc_lt_plan {
-  int N, C, OC, ok;
+  int kind, N, C, OC, ok;
+  int bias16; /* the epilogue's bias is bf16 (cublasLt has no algorithm for fp32) */
   cublasLtMatmulDesc_t op;
-  cublasLtMatrixLayout_t lay[3]; /* weights, inputs, output */
+  cublasLtMatrixLayout_t lay[3]; /* weights, the other operand, output */
   cublasLtMatmulAlgo_t algo;
 };
 
@@ -49,6 +57,8 @@ struct tc_cuda_ctx {
   size_t s16_cap[S16_N];
   float *d_cols;    /* column partial sums: COL_CHUNKS x cols_cap */
   size_t cols_cap;
+  bf16_t *ones16;   /* ones_cap bf16 ones: bias gradients as products */
+  size_t ones_cap;
   double *d_sumsq;  /* SUMSQ_BLOCKS partials + 1 total */
   struct tc_keep *keep;
   int n_keep, keep_cap;
@@ -97,6 +107,8 @@ int tc_cu_flash_ok(int hs);
 /* The kept copy's home for the n floats at out when the kernel about to
  * write them writes their bf16 copy too (it then counts as made), else NULL. */
 bf16_t *tc_cu_keep_claim(struct tc_cuda_ctx *c, const float *out, size_t n);
+/* Whether out has a kept copy that tc_cu_keep_claim would give for n floats. */
+int tc_cu_keep_has(const struct tc_cuda_ctx *c, const float *out, size_t n);
 int tc_cu_flash_forward(struct tc_cuda_ctx *c, float *out, float *lse, const bf16_t *qkv, int B,
                         int T, int C, int H);
 int tc_cu_flash_backward(struct tc_cuda_ctx *c, float *dqkv, float *D, const float *dout,

@@ -46,6 +46,17 @@ int tc_cuda_dalloc(struct tc_cuda_model *cm, void *ret, size_t n, size_t elem) {
   return 0;
 }
 
+int tc_cuda_dalloc_lazy(struct tc_cuda_model *cm, void *ret, size_t n, size_t elem) {
+  (void)cm;
+  void *p = NULL;
+  size_t bytes = n * elem;
+  int r = tc_err_from_cuda((int)cudaMallocManaged(&p, bytes > 0 ? bytes : 1, cudaMemAttachGlobal),
+                           "cudaMallocManaged");
+  if (r < 0) return r;
+  *(void **)ret = p;
+  return 0;
+}
+
 extern "C" int tc_cuda_model_new(const struct tc_config *cfg, int max_batch, int device, int bf16,
                                  struct tc_cuda_model **ret) {
   if (max_batch < 1) return -EINVAL;

@@ -46,6 +46,11 @@ struct tc_cuda_model {
 
 /* cudaMalloc of n elements into *ret, counted in cm->bytes. */
 int tc_cuda_dalloc(struct tc_cuda_model *cm, void *ret, size_t n, size_t elem);
+/* The same for a buffer that a bf16 context normally never touches (the
+ * fp32 home of what only its kept bf16 copy holds, or a fallback path's):
+ * managed memory, which takes device memory only where something touches
+ * it, so it is not counted in cm->bytes. */
+int tc_cuda_dalloc_lazy(struct tc_cuda_model *cm, void *ret, size_t n, size_t elem);
 /* Tensor i of the layout (negative: from the end) inside base. */
 static inline float *tc_cuda_tensor(const struct tc_cuda_model *cm, float *base, int i) {
   return base + cm->lay.tensors[i < 0 ? cm->lay.n_tensors + i : i].offset;

@@ -4,6 +4,7 @@
 #define TESTS_GPU_CHECK_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,22 @@ static inline float *host_copy(const float *d, size_t n) {
     exit(1);
   }
   return h;
+}
+
+/* n bf16 values on the device as floats on the host */
+static inline float *host_copy16(const void *d, size_t n) {
+  uint16_t *u = malloc(2 * (n ? n : 1));
+  float *f = malloc(sizeof(float) * (n ? n : 1));
+  if (tc_cuda_to_host(u, d, 2 * n) < 0) {
+    fprintf(stderr, "copy to host failed\n");
+    exit(1);
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint32_t bits = (uint32_t)u[i] << 16;
+    memcpy(&f[i], &bits, 4);
+  }
+  free(u);
+  return f;
 }
 
 /* Elementwise |gpu - cpu| <= atol + rtol |cpu|; prints max abs and max rel
