@@ -31,20 +31,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from checks import check, failures, summary  # noqa: E402
 from kernelspec_env import KernelspecEnv  # noqa: E402
 from spotlab_home import PrivateHome  # noqa: E402
 
 CONSOLE = "/usr/bin/jupyter-console"
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-    return ok
-
-
 class Pane:
     def __init__(self, artifacts):
         self.sock = "spotlab-console-%d" % os.getpid()
@@ -178,7 +169,7 @@ def main(argv):
             pane.save("end")
         finally:
             pane.stop()
-    print("%d failures" % len(failures))
+    print(summary())
     return 1 if failures else 0
 
 

@@ -32,22 +32,13 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from checks import check, failures, summary  # noqa: E402
 from kernelspec_env import KernelspecEnv  # noqa: E402
 from spotlab_home import PrivateHome  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 QUICKSTART = os.path.join(HERE, "..", "..", "examples", "notebooks", "quickstart.ipynb")
 TOKEN = "spotlab-browser-test"
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-    return ok
-
-
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -230,7 +221,7 @@ def main(argv):
                 server.kill()
             log.close()
             shutil.rmtree(root, ignore_errors=True)
-    print("%d failures" % len(failures))
+    print(summary())
     return 1 if failures else 0
 
 

@@ -33,7 +33,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "frontends"))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
-from checks import check, failures  # noqa: E402
+from checks import check, failures, summary  # noqa: E402
 from kernelspec_env import KernelspecEnv  # noqa: E402
 from test_hub import Hub  # noqa: E402
 from test_notebook_browser import DISPLAY_STATE, browser, wait_for  # noqa: E402
@@ -250,7 +250,7 @@ def main():
             print(hub.logtext()[-8000:])
         hub.close()
         kspec.close()
-    print("%d failures" % len(failures))
+    print(summary())
     return 1 if failures else 0
 
 

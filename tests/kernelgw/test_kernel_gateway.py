@@ -30,7 +30,7 @@ import time
 import zmq
 from jupyter_client import KernelManager
 from kernelspec_env import KernelspecEnv
-from checks import check, failures
+from checks import check, failures, summary
 from spotlab_home import restore_env, stop_all, wait_exit
 
 
@@ -826,7 +826,7 @@ def main():
     finally:
         stop_gateway(home)
         shutil.rmtree(home, ignore_errors=True)
-    print("%d failures" % len(failures))
+    print(summary())
     return 1 if failures else 0
 
 

@@ -32,9 +32,15 @@ def require(cond, what, detail=None):
     return cond
 
 
+def summary():
+    """How many checks failed, then each failed one's line, for the end of a
+    script's output (which a long log's tail still shows)."""
+    return "%d failures" % len(failures) + "".join("\nFAILED " + f[:300] for f in failures)
+
+
 def exit_status():
     """1 if any check failed, after saying how many, else 0."""
     if failures:
-        print("%d check(s) failed" % len(failures), flush=True)
+        print(summary(), flush=True)
         return 1
     return 0
