@@ -1,5 +1,5 @@
 /* What the policy files share (sl_policy.c, sl_policy_sim.c,
- * sl_policy_opt.c, sl_policy_learn.c); not for callers. */
+ * sl_policy_opt.c, sl_policy_learn.c, sl_policy_plan.c); not for callers. */
 #ifndef SL_POLICY_INT_H
 #define SL_POLICY_INT_H
 
@@ -14,8 +14,10 @@ struct sl_runs {
   int32_t *len;                  /* sorted ascending */
   double *sum;                   /* sum[i]: len[0] + ... + len[i-1] */
   size_t n, cap;
-  double sumsq;                  /* of the lengths squared */
 };
+
+void sl_runs_add(struct sl_runs *r, int32_t len);
+void sl_runs_free(struct sl_runs *r);
 
 struct sl_series {
   size_t scanned;                /* ticks read so far */
@@ -29,6 +31,8 @@ struct sl_learn {
   struct sl_series zone[SL_POLICY_ZONES_MAX], any;
   int64_t lost_at[SL_POLICY_ZONES_MAX]; /* job tick the zone last took an instance back; -1 */
   int last_mode;
+  struct sl_runs pooled;         /* every zone's runs with capacity (several zones) */
+  struct sl_plan *plan;          /* the job's plan (sl_policy_plan.c); NULL until needed */
 };
 
 struct sl_policy {
@@ -54,6 +58,30 @@ int64_t sl_policy_zone_overhead(const struct sl_job_view *j, const struct sl_mar
 bool sl_policy_spot_safe(const struct sl_job_view *j, const struct sl_market_view *m,
                          const struct sl_facts *f, size_t z);
 void sl_learn_free(struct sl_learn *l);
+
+/* spotlab's plan (sl_policy_plan.c): the option of least expected cost to
+ * finish in time at the job's state, by dynamic programming over a model of
+ * the market learned from the runs seen. 0, or -1 without a deadline or
+ * memory. */
+struct sl_plan_market {
+  const struct sl_runs *ups;     /* runs with capacity (of every zone, for several) */
+  const struct sl_runs *downs;   /* runs without */
+  bool up;                       /* the run in force */
+  int64_t age;
+  double prior_up, prior_down;   /* the priors' mean runs, ticks */
+};
+enum { SL_PLAN_WAIT, SL_PLAN_OD, SL_PLAN_SPOT };
+struct sl_plan_choice {
+  int act;                       /* SL_PLAN_WAIT, SL_PLAN_OD or SL_PLAN_SPOT */
+  double q[3];                   /* each option's expected USD to finish; INFINITY: not allowed */
+};
+struct sl_plan;
+/* zone: the zone a spot start would take, -1 none. */
+int sl_plan_decide(struct sl_plan **pl, const struct sl_plan_market *mk,
+                   const struct sl_job_view *j, const struct sl_market_view *m,
+                   const struct sl_facts *f, double spot_price, int zone,
+                   struct sl_plan_choice *ret);
+void sl_plan_free(struct sl_plan *pl);
 void sl_spotlab_decide(struct sl_policy *p, const struct sl_job_view *j,
                        const struct sl_market_view *m, const struct sl_facts *f,
                        struct sl_decision *d);

@@ -3,23 +3,20 @@
  *
  * Learning: for each zone, and for "any zone at all", the lengths of the
  * runs with capacity and without it, read from every tick the view shows
- * (the history before the job's start included). From these: how much
- * longer a run that has lasted a ticks is expected to last (the mean and
- * the median excess of the completed runs longer than a, with a weak
- * prior), and the length of a market cycle (a run with capacity and one
- * without), which sizes the slack reserve.
+ * (the history before the job's start included), sorted with running sums
+ * so that "how much longer will a run that has lasted a ticks last" is the
+ * mean excess of the completed runs longer than a (with a weak prior).
  *
  * Deciding, with the safety net of every policy kept:
  *  - spot that runs goes on;
- *  - where spot has capacity, the zone expected to keep it longest (a zone
- *    that just took an instance back counts for less while its outage is
- *    expected to last) is started when its expected run gives progress
- *    past its overhead; from on-demand, when the expected run saves more
- *    than its own overhead and the on-demand one of coming back;
- *  - without spot: wait while the slack is above a reserve kept for trips
- *    back to spot, else on-demand through the outage.
- * The outlook (how likely the slack covers the outages to come) is what
- * the decision's line tells the user. */
+ *  - the zone a spot start takes is the one whose expected run saves most
+ *    against on-demand (a zone that just took an instance back counts for
+ *    less while its outage is expected to last);
+ *  - with a deadline, whether to start that zone, run on-demand or wait is
+ *    the plan's choice (sl_policy_plan.c): the least expected cost to
+ *    finish in time over a model of the market built from these runs;
+ *  - without one: spot when its expected run gives progress past its
+ *    overhead, else wait. */
 #include "sl_policy.h"
 #include "sl_policy_int.h"
 
@@ -35,31 +32,28 @@
 #define PRIOR_UP_H 2.0
 #define PRIOR_DOWN_H 1.0
 #define PRIOR_RUNS 1.0
-/* The fewest trips back to spot from on-demand the slack reserve is kept
- * for (each costs two overheads); at most half the slack the job starts
- * with is kept. */
-#define RESERVE_TRIPS 4.0
-
-static void runs_free(struct sl_runs *r) {
+void sl_runs_free(struct sl_runs *r) {
   free(r->len);
   free(r->sum);
   memset(r, 0, sizeof *r);
 }
 
 void sl_learn_free(struct sl_learn *l) {
+  sl_plan_free(l->plan);
   for (size_t z = 0; z < SL_POLICY_ZONES_MAX; z++) {
-    runs_free(&l->zone[z].ups);
-    runs_free(&l->zone[z].downs);
+    sl_runs_free(&l->zone[z].ups);
+    sl_runs_free(&l->zone[z].downs);
   }
-  runs_free(&l->any.ups);
-  runs_free(&l->any.downs);
+  sl_runs_free(&l->any.ups);
+  sl_runs_free(&l->any.downs);
+  sl_runs_free(&l->pooled);
   memset(l, 0, sizeof *l);
   for (size_t z = 0; z < SL_POLICY_ZONES_MAX; z++)
     l->lost_at[z] = -1;
   l->last_mode = SL_MODE_IDLE;
 }
 
-static void runs_add(struct sl_runs *r, int32_t len) {
+void sl_runs_add(struct sl_runs *r, int32_t len) {
   if (r->n + 1 >= r->cap) {
     size_t cap = r->cap ? 2 * r->cap : 64;
     int32_t *l = realloc(r->len, cap * sizeof *l);
@@ -79,7 +73,6 @@ static void runs_add(struct sl_runs *r, int32_t len) {
   }
   r->len[i] = len;
   r->n++;
-  r->sumsq += (double)len * len;
   if (i == 0)
     r->sum[0] = 0;
   for (size_t k = i; k < r->n; k++)
@@ -101,30 +94,15 @@ static double runs_left(const struct sl_runs *r, int64_t age, double prior_ticks
   return (total + PRIOR_RUNS * prior_ticks) / (k + PRIOR_RUNS);
 }
 
-/* The median of what is still to come of a run that has lasted age ticks,
- * among the completed runs longer than age; the prior when there is none. */
-static double runs_median_left(const struct sl_runs *r, int64_t age, double prior_ticks) {
-  size_t lo = 0, hi = r->n;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (r->len[mid] > age)
-      hi = mid;
-    else
-      lo = mid + 1;
-  }
-  if (lo == r->n)
-    return prior_ticks;
-  return (double)r->len[lo + (r->n - lo) / 2] - (double)age;
-}
-
 static double runs_mean(const struct sl_runs *r, double prior_ticks) {
   return ((r->n ? r->sum[r->n] : 0) + PRIOR_RUNS * prior_ticks) / ((double)r->n + PRIOR_RUNS);
 }
 
 static void series_feed(struct sl_series *s, bool up) {
   if (s->scanned && up != s->up) {
+    int32_t len = (int32_t)(s->age > INT32_MAX ? INT32_MAX : s->age);
     if (s->seen_change) /* the trace's first run is cut: its start is unknown */
-      runs_add(s->up ? &s->ups : &s->downs, (int32_t)(s->age > INT32_MAX ? INT32_MAX : s->age));
+      sl_runs_add(s->up ? &s->ups : &s->downs, len);
     s->seen_change = true;
     s->age = 0;
   }
@@ -151,50 +129,10 @@ static void learn(struct sl_learn *l, const struct sl_market_view *m) {
 
 static double hours(const struct sl_market_view *m, double h) { return h * 3600.0 / m->gap_s; }
 
-/* The variance of the run lengths, the prior counting as runs of an
- * exponential law with the prior mean (variance mean²). */
-static double runs_var(const struct sl_runs *r, double prior_ticks) {
-  double n = (double)r->n + PRIOR_RUNS;
-  double mean = runs_mean(r, prior_ticks);
-  double ex2 = (r->sumsq + PRIOR_RUNS * 2 * prior_ticks * prior_ticks) / n;
-  return fmax(ex2 - mean * mean, 0);
-}
-
-/* What the series says about the rest of the window. */
-struct outlook {
-  double up, down;               /* mean run lengths, ticks */
-  double share;                  /* of ticks with capacity */
-  double down_now;               /* ticks the outage in force is expected to last, this one included */
-  double p_short;                /* probability the slack does not cover the outages to come */
-};
-
-/* The outages to come in the remaining ticks, as an alternating renewal
- * process of the runs seen: their total is about normal, with mean
- * (1 - share)·L and variance L·(U²·σD² + D²·σU²)/(U + D)³ over a span of L
- * ticks (Cox), plus the outage in force. Each run with capacity also costs
- * one overhead of slack to start on. */
-static void look(const struct sl_series *s, const struct sl_market_view *m, int64_t remain,
-                 int64_t slack, int64_t over, struct outlook *o) {
-  double pu = hours(m, PRIOR_UP_H), pd = hours(m, PRIOR_DOWN_H);
-  o->up = runs_mean(&s->ups, pu);
-  o->down = runs_mean(&s->downs, pd);
-  o->share = o->up / (o->up + o->down);
-  o->down_now = s->up ? 0 : runs_left(&s->downs, s->age - 1, pd);
-  double span = fmax((double)remain - o->down_now, 0);
-  double cycle = o->up + o->down;
-  double vu = runs_var(&s->ups, pu), vd = runs_var(&s->downs, pd);
-  double mean = o->down_now + span * (1 - o->share) + (span / cycle + (s->up ? 0 : 1)) * (double)over;
-  double var = o->down_now * o->down_now * (s->up ? 0 : 1) +
-               span * (o->up * o->up * vd + o->down * o->down * vu) / (cycle * cycle * cycle);
-  double sd = sqrt(var) + 1;
-  o->p_short = 0.5 * erfc(((double)slack - mean) / (sd * M_SQRT2));
-}
-
 /* The zone with capacity now where a new segment is expected to give the
  * most progress; -1 when none has capacity. */
 static int best_zone(struct sl_learn *l, const struct sl_job_view *j,
-                     const struct sl_market_view *m, size_t now, double *ret_left,
-                     double *ret_median) {
+                     const struct sl_market_view *m, size_t now, double *ret_left) {
   int best = -1;
   double best_v = -INFINITY;
   for (size_t z = 0; z < m->n_zones; z++) {
@@ -212,7 +150,6 @@ static int best_zone(struct sl_learn *l, const struct sl_job_view *j,
       best_v = v;
       best = (int)z;
       *ret_left = left;
-      *ret_median = runs_median_left(&s->ups, s->age - 1, hours(m, PRIOR_UP_H));
     }
   }
   return best;
@@ -228,34 +165,18 @@ static void say(struct sl_decision *d, int mode, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Without spot now: wait while the slack is above its reserve, else
- * on-demand, kept through the outage (its overhead is paid). The reserve
- * is slack kept for trips back to spot from on-demand: each costs a spot
- * overhead, and another on-demand one when the spot run ends, and there is
- * about one per cycle of the market over the work left. Waiting
- * first, rather than buying on-demand in early outages, measured better on
- * the shared traces even when the supply of spot was known to fall short:
- * the outages do not say early which of them will be followed by long
- * spot runs. */
-static void outage(const struct sl_job_view *j, const struct sl_facts *f, const struct outlook *o,
-                   struct sl_decision *d) {
-  /* a trip back per cycle of the market (a run with capacity and one
-   * without, as learned) the work left spans, and at least a few */
-  double trips = fmax(RESERVE_TRIPS, (double)f->left / (o->up + o->down));
-  double reserve = fmin(2 * (double)j->overhead * trips,
-                        (double)(j->window - j->work - j->overhead) / 2);
-  if (j->mode == SL_MODE_OD && f->slack >= 0) {
-    say(d, SL_MODE_OD, "on-demand: %s, %.0f%% likely the slack (%lld ticks) would cover the outages",
-        f->any_up ? "too little slack to risk spot" : "no spot capacity", 100 * (1 - o->p_short),
-        (long long)f->slack);
+/* The runs with capacity of every zone together (what a spot segment
+ * started in one of them may expect). */
+static void pool_ups(struct sl_learn *l, const struct sl_market_view *m) {
+  size_t n = 0;
+  for (size_t z = 0; z < m->n_zones; z++)
+    n += l->zone[z].ups.n;
+  if (n == l->pooled.n)
     return;
-  }
-  if ((double)f->slack < 1 + reserve) {
-    say(d, SL_MODE_OD, "on-demand: slack down to its reserve (%lld ticks)", (long long)f->slack);
-    return;
-  }
-  say(d, SL_MODE_IDLE, "wait: %.0f%% likely the slack (%lld ticks) covers the outages",
-      100 * (1 - o->p_short), (long long)f->slack);
+  sl_runs_free(&l->pooled);
+  for (size_t z = 0; z < m->n_zones; z++)
+    for (size_t i = 0; i < l->zone[z].ups.n; i++)
+      sl_runs_add(&l->pooled, l->zone[z].ups.len[i]);
 }
 
 void sl_spotlab_decide(struct sl_policy *p, const struct sl_job_view *j,
@@ -269,37 +190,56 @@ void sl_spotlab_decide(struct sl_policy *p, const struct sl_job_view *j,
     say(d, j->mode, "spot: running");
     goto out;
   }
-  double up_left = 0, up_median = 0;
-  int z = best_zone(l, j, m, f->now, &up_left, &up_median);
-  struct outlook o;
-  look(&l->any, m, f->remain, f->slack, j->overhead, &o);
-  double spot = z >= 0 ? sl_policy_zone_price(&m->zones[z], f->now) : m->zones[0].spot_price;
-  double k = spot > 0 ? m->ondemand_price / spot : 1e3;
-  if (z >= 0 && sl_policy_spot_safe(j, m, f, (size_t)z)) {
-    double o_z = (double)sl_policy_zone_overhead(j, m, (size_t)z);
-    double progress = fmin(up_left - o_z, (double)f->left);
-    if (j->mode == SL_MODE_OD) {
-      /* the spot run's saving against its overhead and the on-demand
-       * overhead of coming back when it ends; the run's median rather
-       * than its mean (a trip that fails spends slack that cannot be had
-       * back) */
-      double sure = fmin(up_median - o_z, (double)f->left);
-      double gain = sure * (k - 1) - o_z - k * (double)j->overhead;
-      /* and only once the zone has held its capacity for two overheads:
-       * shorter flickers cannot pay a trip, and they come in bursts */
-      if (gain > 0 && (double)l->zone[z].age >= 2 * o_z) {
-        say(d, z, "spot: back from on-demand, %.0f ticks of capacity expected", up_left);
-        goto out;
+  double up_left = 0;
+  int z = best_zone(l, j, m, f->now, &up_left);
+  int safe = z >= 0 && sl_policy_spot_safe(j, m, f, (size_t)z) ? z : -1;
+  if (j->window != INT64_MAX) {
+    /* the plan over the market model: one zone's runs, or for several the
+     * runs with capacity of every zone and the outages of all of them */
+    const struct sl_series *ser = m->n_zones == 1 ? &l->zone[0] : &l->any;
+    struct sl_plan_market pm = {.ups = &ser->ups, .downs = &ser->downs, .up = ser->up,
+                                .age = ser->age,
+                                .prior_up = hours(m, PRIOR_UP_H),
+                                .prior_down = hours(m, PRIOR_DOWN_H)};
+    if (m->n_zones > 1) {
+      pool_ups(l, m);
+      pm.ups = &l->pooled;
+      if (z >= 0) {
+        pm.up = true;
+        pm.age = l->zone[z].age;
       }
-      say(d, SL_MODE_OD, "on-demand: a spot run of %.0f ticks would not pay two switches", up_left);
-      goto out;
     }
-    if (progress >= 1) {
-      say(d, z, "spot: %.0f ticks of capacity expected", up_left);
+    double spot = z >= 0 ? sl_policy_zone_price(&m->zones[z], f->now) : m->zones[0].spot_price;
+    struct sl_plan_choice c;
+    if (sl_plan_decide(&l->plan, &pm, j, m, f, spot, safe, &c) == 0) {
+      static const char *const what[] = {[SL_PLAN_WAIT] = "wait", [SL_PLAN_OD] = "on-demand",
+                                         [SL_PLAN_SPOT] = "spot"};
+      int mode = c.act == SL_PLAN_SPOT ? safe : c.act == SL_PLAN_OD ? SL_MODE_OD : SL_MODE_IDLE;
+      /* "spot: expected cost to finish $14.95 (on-demand $16.95, wait $15.36)" */
+      char others[96] = "";
+      size_t len = 0;
+      for (int k = 0; k < 3; k++) {
+        if (k == c.act || !isfinite(c.q[k]) || len >= sizeof others)
+          continue;
+        len += (size_t)snprintf(others + len, sizeof others - len, "%s%s $%.2f", len ? ", " : "",
+                                what[k], c.q[k]);
+      }
+      if (isfinite(c.q[c.act]))
+        say(d, mode, "%s: expected cost to finish $%.2f%s%s%s", what[c.act], c.q[c.act],
+            len ? " (" : "", others, len ? ")" : "");
+      else
+        say(d, mode, "on-demand: no slack left for anything else");
       goto out;
     }
   }
-  outage(j, f, &o, d);
+  /* no deadline (or no memory for a plan): spot where a run is expected
+   * to give progress past its overhead, else wait (the safety net turns to
+   * on-demand when a deadline needs it) */
+  if (safe >= 0 && up_left - (double)sl_policy_zone_overhead(j, m, (size_t)safe) >= 1) {
+    say(d, safe, "spot: %.0f ticks of capacity expected", up_left);
+    goto out;
+  }
+  say(d, SL_MODE_IDLE, "wait: %s", z >= 0 ? "too short a spot run expected" : "no spot capacity");
 out:
   l->last_mode = d->mode;
 }
