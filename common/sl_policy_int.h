@@ -18,6 +18,10 @@ struct sl_runs {
 
 void sl_runs_add(struct sl_runs *r, int32_t len);
 void sl_runs_free(struct sl_runs *r);
+/* The index of the first run longer than x (r->n: none). */
+size_t sl_runs_longer(const struct sl_runs *r, double x);
+/* What a prior counts for, in runs, against the runs seen. */
+#define SL_PRIOR_RUNS 1.0
 
 struct sl_series {
   size_t scanned;                /* ticks read so far */

@@ -26,12 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Priors in hours, each worth PRIOR_RUNS runs: a run with capacity lasts
+/* Priors in hours, each worth SL_PRIOR_RUNS runs: a run with capacity lasts
  * 2 h, one without 1 h (the catalog's middle bucket; the traces' zones lie
  * on both sides of it). */
 #define PRIOR_UP_H 2.0
 #define PRIOR_DOWN_H 1.0
-#define PRIOR_RUNS 1.0
+
 void sl_runs_free(struct sl_runs *r) {
   free(r->len);
   free(r->sum);
@@ -79,36 +79,47 @@ void sl_runs_add(struct sl_runs *r, int32_t len) {
     r->sum[k + 1] = r->sum[k] + r->len[k];
 }
 
-/* Expected ticks still to come of a run that has lasted age ticks. */
-static double runs_left(const struct sl_runs *r, int64_t age, double prior_ticks) {
+size_t sl_runs_longer(const struct sl_runs *r, double x) {
   size_t lo = 0, hi = r->n;
-  while (lo < hi) { /* first run longer than age */
+  while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (r->len[mid] > age)
+    if ((double)r->len[mid] > x)
       hi = mid;
     else
       lo = mid + 1;
   }
+  return lo;
+}
+
+/* Expected ticks still to come of a run that has lasted age ticks. */
+static double runs_left(const struct sl_runs *r, int64_t age, double prior_ticks) {
+  size_t lo = sl_runs_longer(r, (double)age);
   double k = (double)(r->n - lo);
   double total = r->n ? r->sum[r->n] - r->sum[lo] - k * (double)age : 0;
-  return (total + PRIOR_RUNS * prior_ticks) / (k + PRIOR_RUNS);
+  return (total + SL_PRIOR_RUNS * prior_ticks) / (k + SL_PRIOR_RUNS);
 }
 
 static double runs_mean(const struct sl_runs *r, double prior_ticks) {
-  return ((r->n ? r->sum[r->n] : 0) + PRIOR_RUNS * prior_ticks) / ((double)r->n + PRIOR_RUNS);
+  return ((r->n ? r->sum[r->n] : 0) + SL_PRIOR_RUNS * prior_ticks) / ((double)r->n + SL_PRIOR_RUNS);
 }
 
-static void series_feed(struct sl_series *s, bool up) {
+/* One tick of a series; returns the length of the run with capacity it
+ * completed, 0 if none. */
+static int32_t series_feed(struct sl_series *s, bool up) {
+  int32_t done_up = 0;
   if (s->scanned && up != s->up) {
     int32_t len = (int32_t)(s->age > INT32_MAX ? INT32_MAX : s->age);
-    if (s->seen_change) /* the trace's first run is cut: its start is unknown */
+    if (s->seen_change) { /* the trace's first run is cut: its start is unknown */
       sl_runs_add(s->up ? &s->ups : &s->downs, len);
+      done_up = s->up ? len : 0;
+    }
     s->seen_change = true;
     s->age = 0;
   }
   s->up = up;
   s->age++;
   s->scanned++;
+  return done_up;
 }
 
 static void learn(struct sl_learn *l, const struct sl_market_view *m) {
@@ -120,7 +131,9 @@ static void learn(struct sl_learn *l, const struct sl_market_view *m) {
     bool any = false;
     for (size_t z = 0; z < m->n_zones; z++) {
       bool up = sl_policy_zone_up(m, z, t);
-      series_feed(&l->zone[z], up);
+      int32_t done_up = series_feed(&l->zone[z], up);
+      if (done_up && m->n_zones > 1) /* every zone's runs with capacity together */
+        sl_runs_add(&l->pooled, done_up);
       any |= up;
     }
     series_feed(&l->any, any);
@@ -165,20 +178,6 @@ static void say(struct sl_decision *d, int mode, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* The runs with capacity of every zone together (what a spot segment
- * started in one of them may expect). */
-static void pool_ups(struct sl_learn *l, const struct sl_market_view *m) {
-  size_t n = 0;
-  for (size_t z = 0; z < m->n_zones; z++)
-    n += l->zone[z].ups.n;
-  if (n == l->pooled.n)
-    return;
-  sl_runs_free(&l->pooled);
-  for (size_t z = 0; z < m->n_zones; z++)
-    for (size_t i = 0; i < l->zone[z].ups.n; i++)
-      sl_runs_add(&l->pooled, l->zone[z].ups.len[i]);
-}
-
 void sl_spotlab_decide(struct sl_policy *p, const struct sl_job_view *j,
                        const struct sl_market_view *m, const struct sl_facts *f,
                        struct sl_decision *d) {
@@ -202,7 +201,6 @@ void sl_spotlab_decide(struct sl_policy *p, const struct sl_job_view *j,
                                 .prior_up = hours(m, PRIOR_UP_H),
                                 .prior_down = hours(m, PRIOR_DOWN_H)};
     if (m->n_zones > 1) {
-      pool_ups(l, m);
       pm.ups = &l->pooled;
       if (z >= 0) {
         pm.up = true;

@@ -49,7 +49,7 @@ struct sl_plan {
   int8_t to[NX][3];              /* one unit's moves from each state: where */
   float p[NX][3];                /* ... and their chances (0: none) */
   float stay_up[2][NUP];         /* chance to keep capacity through o_lo, o_lo + 1 units */
-  float *v;                      /* [w][s][seg][x] */
+  float *v;                      /* [w][s][seg][x] (spot: x with capacity only) */
   float *g;                      /* [w][s][k][x < NUP]: E[V(w, s, spot) after o_lo + k units
                                   * with capacity throughout], unnormalised */
   int64_t solved_at;             /* job tick of the last solve; -1 none */
@@ -61,16 +61,10 @@ struct sl_plan {
  * which has lasted cur ticks so far and is taken to last about as long
  * again (censored). */
 static double survival(const struct sl_runs *r, double x, double prior, double cur) {
-  size_t lo = 0, hi = r->n;
-  while (lo < hi) { /* first run longer than x */
-    size_t mid = (lo + hi) / 2;
-    if ((double)r->len[mid] > x)
-      hi = mid;
-    else
-      lo = mid + 1;
-  }
+  double longer = (double)(r->n - sl_runs_longer(r, x));
   double c = cur <= 0 ? 0 : x < cur ? 1 : exp(-(x - cur) / fmax(cur, prior));
-  return ((double)(r->n - lo) + exp(-x / prior) + c) / ((double)r->n + 1.0 + (cur > 0));
+  return (longer + SL_PRIOR_RUNS * exp(-x / prior) + c) /
+         ((double)r->n + SL_PRIOR_RUNS + (cur > 0));
 }
 
 /* One unit of one kind of run: the chance to end in bucket b, and to move
@@ -111,6 +105,35 @@ static void add_move(struct sl_plan *pl, int x, int y, double p) {
     }
 }
 
+/* out = M^n v over all states (up_only: over the states with capacity,
+ * the rest counting 0). */
+static void step_n(const struct sl_plan *pl, const double *v, int n, bool up_only, double *out) {
+  int nx = up_only ? NUP : NX;
+  double a[NX], b[NX];
+  memcpy(a, v, sizeof(double) * (size_t)nx);
+  for (int i = 0; i < n; i++) {
+    for (int x = 0; x < nx; x++) {
+      double e = 0;
+      for (int k = 0; k < 3; k++)
+        if (pl->to[x][k] < nx)
+          e += (double)pl->p[x][k] * a[pl->to[x][k]];
+      b[x] = e;
+    }
+    memcpy(a, b, sizeof(double) * (size_t)nx);
+  }
+  memcpy(out, a, sizeof(double) * (size_t)nx);
+}
+
+/* out[k] = M^(o_lo + k) v, for the two overheads in units (up_only: over
+ * the states with capacity, the rest counting 0). */
+static void ahead(const struct sl_plan *pl, const float *v, bool up_only, double out[2][NX]) {
+  double a[NX];
+  for (int x = 0; x < (up_only ? NUP : NX); x++)
+    a[x] = v[x];
+  step_n(pl, a, pl->o_lo, up_only, out[0]);
+  step_n(pl, out[0], 1, up_only, out[1]);
+}
+
 static void model(struct sl_plan *pl, const struct sl_plan_market *mk) {
   double end[2][NB], adv[2][NB];
   side_rates(mk->ups, mk->prior_up, mk->up ? (double)mk->age : 0, pl->u, end[0], adv[0]);
@@ -128,22 +151,15 @@ static void model(struct sl_plan *pl, const struct sl_plan_market *mk) {
       add_move(pl, x, x, 1 - e);
     }
   }
-  /* the chance to keep capacity through o units: one unit at a time */
-  double keep[NUP], nk[NUP];
+  /* the chance to keep capacity through an overhead */
+  float ones[NUP];
+  double keep[2][NX];
   for (int x = 0; x < NUP; x++)
-    keep[x] = 1;
-  for (int n = 0; n <= pl->o_lo + 1; n++) {
-    if (n == pl->o_lo || n == pl->o_lo + 1)
-      for (int x = 0; x < NUP; x++)
-        pl->stay_up[n - pl->o_lo][x] = (float)keep[x];
-    for (int x = 0; x < NUP; x++) {
-      nk[x] = 0;
-      for (int k = 0; k < 3; k++)
-        if (pl->to[x][k] < NUP)
-          nk[x] += (double)pl->p[x][k] * keep[pl->to[x][k]];
-    }
-    memcpy(keep, nk, sizeof keep);
-  }
+    ones[x] = 1;
+  ahead(pl, ones, true, keep);
+  for (int k = 0; k < 2; k++)
+    for (int x = 0; x < NUP; x++)
+      pl->stay_up[k][x] = (float)keep[k][x];
 }
 
 static inline float *cell(const struct sl_plan *pl, int w, int s, int seg) {
@@ -152,28 +168,6 @@ static inline float *cell(const struct sl_plan *pl, int w, int s, int seg) {
 
 static inline float *gcell(const struct sl_plan *pl, int w, int s, int k) {
   return pl->g + (((size_t)w * (size_t)(pl->S + 1) + (size_t)s) * 2 + (size_t)k) * NUP;
-}
-
-/* out = M^n v over all states (up_only: over the states with capacity, the
- * rest counting 0). */
-/* out = M^n v over all states (up_only: over the states with capacity,
- * the rest counting 0). */
-static void step_n(const struct sl_plan *pl, const float *v, int n, bool up_only, double *out) {
-  int nx = up_only ? NUP : NX;
-  double a[NX], b[NX];
-  for (int x = 0; x < nx; x++)
-    a[x] = v[x];
-  for (int i = 0; i < n; i++) {
-    for (int x = 0; x < nx; x++) {
-      double e = 0;
-      for (int k = 0; k < 3; k++)
-        if (pl->to[x][k] < nx)
-          e += (double)pl->p[x][k] * a[pl->to[x][k]];
-      b[x] = e;
-    }
-    memcpy(a, b, sizeof(double) * (size_t)nx);
-  }
-  memcpy(out, a, sizeof(double) * (size_t)nx);
 }
 
 /* E[V(w, s, seg, x')] for x' a unit after x. */
@@ -244,7 +238,7 @@ static int o_units(const struct sl_plan *pl) { return pl->o_lo + (pl->o_frac > 0
 
 static void solve(struct sl_plan *pl) {
   int o = o_units(pl);
-  double e[2][NX], gs[NUP];
+  double e[2][NX], gs[2][NX];
   for (int w = 1; w <= pl->W; w++)
     for (int s = 0; s <= pl->S; s++) {
       float *vd = cell(pl, w, s, SEG_OD), *vn = cell(pl, w, s, SEG_NONE),
@@ -254,11 +248,11 @@ static void solve(struct sl_plan *pl) {
        * reads less slack; none reads on-demand here */
       for (int x = 0; x < NUP; x++)
         vs[x] = (float)q_spot_go_on(pl, w, s, x);
+      ahead(pl, vs, true, gs);
       for (int k = 0; k < 2; k++) {
-        step_n(pl, vs, pl->o_lo + k, true, gs);
         float *g = gcell(pl, w, s, k);
         for (int x = 0; x < NUP; x++)
-          g[x] = (float)gs[x];
+          g[x] = (float)gs[k][x];
       }
       for (int x = 0; x < NX; x++) {
         double q = q_od_go_on(pl, w, s, x);
@@ -268,14 +262,11 @@ static void solve(struct sl_plan *pl) {
         }
         vd[x] = (float)q;
       }
-      step_n(pl, vd, pl->o_lo, false, e[0]);
-      step_n(pl, vd, pl->o_lo + 1, false, e[1]);
+      ahead(pl, vd, false, e);
       for (int x = 0; x < NX; x++) {
         double q = fmin(q_od_start(pl, e, x), q_idle(pl, w, s, x));
         vn[x] = (float)fmin(q, q_spot_start(pl, w, s, x));
       }
-      for (int x = NUP; x < NX; x++)
-        vs[x] = vn[x];
     }
 }
 
@@ -356,8 +347,7 @@ int sl_plan_decide(struct sl_plan **plp, const struct sl_plan_market *mk,
     q[SL_PLAN_OD] = sd >= 0 ? q_od_go_on(pl, w, sd, x) : INFINITY;
   } else if (sn >= 0) {
     double e[2][NX];
-    step_n(pl, cell(pl, w, sn, SEG_OD), pl->o_lo, false, e[0]);
-    step_n(pl, cell(pl, w, sn, SEG_OD), pl->o_lo + 1, false, e[1]);
+    ahead(pl, cell(pl, w, sn, SEG_OD), false, e);
     q[SL_PLAN_OD] = q_od_start(pl, e, x);
   } else {
     q[SL_PLAN_OD] = INFINITY;

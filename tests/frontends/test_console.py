@@ -36,6 +36,8 @@ from kernelspec_env import KernelspecEnv  # noqa: E402
 from spotlab_home import PrivateHome  # noqa: E402
 
 CONSOLE = "/usr/bin/jupyter-console"
+
+
 class Pane:
     def __init__(self, artifacts):
         self.sock = "spotlab-console-%d" % os.getpid()

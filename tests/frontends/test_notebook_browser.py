@@ -39,6 +39,8 @@ from spotlab_home import PrivateHome  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 QUICKSTART = os.path.join(HERE, "..", "..", "examples", "notebooks", "quickstart.ipynb")
 TOKEN = "spotlab-browser-test"
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
