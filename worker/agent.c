@@ -162,6 +162,14 @@ static void send_heartbeat(struct wk_agent *a, int64_t now) {
   a->next_heartbeat_us = now + a->heartbeat_us;
 }
 
+/* While a store call holds the loop (a slow upload, S3's tries): the
+ * heartbeats go on, and nothing else. */
+static void pump_heartbeats(void *ctx) {
+  struct wk_agent *a = ctx;
+  int64_t now = sl_time_mono_us();
+  if (a->registered && now >= a->next_heartbeat_us) send_heartbeat(a, now);
+}
+
 /* ---- gateway requests ---- */
 
 static struct wk_job **find_job(struct wk_agent *a, const char *id) {
@@ -592,6 +600,7 @@ int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent
     sl_err("worker.store", "store %s: %s", cfg->store, sl_strerror(r));
     goto fail;
   }
+  wk_store_set_pump(a->store, pump_heartbeats, a);
   open_gpus(a);
   a->env = (struct wk_job_env){.cfg = cfg, .store = a->store, .train = train, .gpus = &a->gpus,
                                .train_cuda = WK_TRAIN_CUDA, .signer = s3 ? &a->signer : NULL,

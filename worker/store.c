@@ -9,7 +9,13 @@
  * service (one PUT, or a multipart upload completed only when whole), its
  * gets are checked against the object's SHA-256 before they reach their
  * name. The store adds the key rules and the folder's answers (-ENOENT for a
- * missing key on remove). */
+ * missing key on remove).
+ *
+ * With a pump set, each call runs on a thread of its own while the caller's
+ * thread runs the pump every PUMP_MS until it ends: a slow upload, or S3's
+ * tries and backoffs, never silence the worker's heartbeats. The store is
+ * used by one thread at a time (thread start and join order the handover,
+ * the presigner's socket included). */
 #include "store.h"
 
 #include "sl_err.h"
@@ -21,24 +27,34 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define KEY_MAX 512
 #define LIST_MAX 100000
 #define TMP_PREFIX ".wk-tmp"
+#define PUMP_MS 50
 
 struct wk_store {
   char root[PATH_MAX];      /* folder backend */
   struct sl_s3_client *s3;  /* S3 backend; NULL for a folder */
   unsigned tmp_counter;
   int64_t fail_after; /* test hook; -1 = off */
+  void (*pump)(void *ctx);  /* run while a call is under way; NULL: calls run inline */
+  void *pump_ctx;
   char err[512];
 };
+
+void wk_store_set_pump(struct wk_store *s, void (*pump)(void *ctx), void *ctx) {
+  s->pump = pump;
+  s->pump_ctx = ctx;
+}
 
 const char *wk_store_error(const struct wk_store *s) { return s->err; }
 
@@ -190,7 +206,7 @@ static int key_path(const struct wk_store *s, const char *key, char *out, size_t
   return 0;
 }
 
-int wk_store_put_file(struct wk_store *s, const char *key, const char *src, uint64_t *ret_bytes) {
+static int put_file(struct wk_store *s, const char *key, const char *src, uint64_t *ret_bytes) {
   char path[PATH_MAX];
   s->err[0] = 0;
   if (s->s3) {
@@ -204,7 +220,7 @@ int wk_store_put_file(struct wk_store *s, const char *key, const char *src, uint
   return copy_atomic(s, src, path, fail_after, ret_bytes);
 }
 
-int wk_store_get_file(struct wk_store *s, const char *key, const char *dst, uint64_t *ret_bytes) {
+static int get_file(struct wk_store *s, const char *key, const char *dst, uint64_t *ret_bytes) {
   char path[PATH_MAX];
   s->err[0] = 0;
   if (s->s3) {
@@ -228,7 +244,7 @@ static int remove_s3(struct wk_store *s, const char *key) {
   return r;
 }
 
-int wk_store_remove(struct wk_store *s, const char *key) {
+static int remove_key(struct wk_store *s, const char *key) {
   char path[PATH_MAX], dir[PATH_MAX];
   s->err[0] = 0;
   if (s->s3) return remove_s3(s, key);
@@ -275,7 +291,7 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int wk_store_list(struct wk_store *s, const char *prefix, char ***ret_keys, size_t *ret_n) {
+static int list_keys(struct wk_store *s, const char *prefix, char ***ret_keys, size_t *ret_n) {
   if (!prefix || strlen(prefix) > KEY_MAX || prefix[0] == '/' || strstr(prefix, "..")) return SL_ENAME;
   s->err[0] = 0;
   if (s->s3) return sl_s3_list(s->s3, prefix, ret_keys, ret_n, s->err, sizeof s->err);
@@ -290,6 +306,76 @@ int wk_store_list(struct wk_store *s, const char *prefix, char ***ret_keys, size
 fail:
   sl_strv_free(l.v);
   return r;
+}
+
+/* ---- calls, inline or on a thread of their own while the pump runs ---- */
+
+enum call_op { PUT, GET, REMOVE, LIST };
+
+struct call {
+  enum call_op op;
+  struct wk_store *s;
+  const char *key, *path;
+  uint64_t *bytes;
+  char ***keys;
+  size_t *n;
+  int r;
+};
+
+static void *call_run(void *arg) {
+  struct call *c = arg;
+  switch (c->op) {
+  case PUT: c->r = put_file(c->s, c->key, c->path, c->bytes); break;
+  case GET: c->r = get_file(c->s, c->key, c->path, c->bytes); break;
+  case REMOVE: c->r = remove_key(c->s, c->key); break;
+  case LIST: c->r = list_keys(c->s, c->key, c->keys, c->n); break;
+  }
+  return NULL;
+}
+
+static int call(struct call *c) {
+  pthread_t t;
+  if (!c->s->pump || pthread_create(&t, NULL, call_run, c) != 0) {
+    call_run(c); /* no pump, or no thread to be had: inline */
+    return c->r;
+  }
+  for (;;) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += PUMP_MS * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    int e = pthread_timedjoin_np(t, NULL, &until);
+    if (e == 0) break;
+    if (e != ETIMEDOUT) {
+      pthread_join(t, NULL);
+      break;
+    }
+    c->s->pump(c->s->pump_ctx);
+  }
+  return c->r;
+}
+
+int wk_store_put_file(struct wk_store *s, const char *key, const char *src, uint64_t *ret_bytes) {
+  struct call c = {.op = PUT, .s = s, .key = key, .path = src, .bytes = ret_bytes};
+  return call(&c);
+}
+
+int wk_store_get_file(struct wk_store *s, const char *key, const char *dst, uint64_t *ret_bytes) {
+  struct call c = {.op = GET, .s = s, .key = key, .path = dst, .bytes = ret_bytes};
+  return call(&c);
+}
+
+int wk_store_remove(struct wk_store *s, const char *key) {
+  struct call c = {.op = REMOVE, .s = s, .key = key};
+  return call(&c);
+}
+
+int wk_store_list(struct wk_store *s, const char *prefix, char ***ret_keys, size_t *ret_n) {
+  struct call c = {.op = LIST, .s = s, .key = prefix, .keys = ret_keys, .n = ret_n};
+  return call(&c);
 }
 
 char **wk_store_keys_free(char **keys) {

@@ -33,6 +33,11 @@ char **wk_store_keys_free(char **keys);
 /* Removes key; -ENOENT if absent. */
 int wk_store_remove(struct wk_store *s, const char *key);
 
+/* pump(ctx) runs on the caller's thread every 50 ms while a call is under
+ * way, the call itself on a thread of its own (the worker sends its
+ * heartbeats from it). NULL: calls run on the caller's thread. */
+void wk_store_set_pump(struct wk_store *s, void (*pump)(void *ctx), void *ctx);
+
 /* The last failed call's sentence (S3: the key and the service's answer),
  * "" when it has none. Valid until the next call. */
 const char *wk_store_error(const struct wk_store *s);

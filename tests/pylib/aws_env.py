@@ -373,10 +373,12 @@ class AwsEnv:
 
     boot_seconds: the stand-in's boot time (simulated seconds, divided by time_scale).
     regions: several regions (the stand-in serves each, the gateway has regions = ...,
-    the bucket is in the first); None: REGION alone."""
+    the bucket is in the first); None: REGION alone.
+    s3_front: called with s3rver's port, returns the S3 endpoint the gateway and the
+    workers use (a proxy in front of it); None: s3rver's own."""
 
     def __init__(self, root, gateway_exe, worker_exe, train_exe, users, time_scale=60,
-                 boot_seconds=60, regions=None, **gateway_kw):
+                 boot_seconds=60, regions=None, s3_front=None, **gateway_kw):
         self.root = root
         self.s3 = None
         self.ec2 = None
@@ -384,8 +386,9 @@ class AwsEnv:
         try:
             self.s3 = S3Server(root)
             self.ec2 = Ec2Standin(root, time_scale, boot_seconds, regions=regions or (REGION,))
+            s3_endpoint = s3_front(self.s3.port) if s3_front else self.s3.endpoint
             self.gw = AwsGateway(os.path.join(root, "gw"), gateway_exe, users, self.ec2.endpoint,
-                                 self.s3.endpoint, worker_exe, train_exe, regions=regions,
+                                 s3_endpoint, worker_exe, train_exe, regions=regions,
                                  **gateway_kw)
         except BaseException:
             self.close()

@@ -1,13 +1,17 @@
 /* Checkpoint store, folder backend: put/get/list/remove, key checks, and
- * interrupted puts that must leave the previous object readable. */
+ * interrupted puts that must leave the previous object readable; the same
+ * with a pump set (each call on a thread of its own), and the pump running
+ * on the caller's thread while a call waits. */
 #include "harness.h"
 
 #include "sl_err.h"
 #include "store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -113,6 +117,49 @@ static void test_keys(struct wk_store *s) {
   CHECK_INT(wk_store_open("gs://bucket/prefix", NULL, &t), SL_ENOTSUP);
 }
 
+/* The pump feeds a FIFO that a put reads: the put can only end if the
+ * pump runs while it waits. */
+struct feeder {
+  const char *fifo;
+  int fd, calls, chunks;
+};
+
+static void feed(void *ctx) {
+  struct feeder *f = ctx;
+  f->calls++;
+  if (f->fd < 0) /* no reader yet: ENXIO, try again at the next call */
+    f->fd = open(f->fifo, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (f->fd < 0 || f->chunks == 5)
+    return;
+  char chunk[1000];
+  memset(chunk, 'a' + f->chunks, sizeof chunk);
+  if (write(f->fd, chunk, sizeof chunk) == (ssize_t)sizeof chunk && ++f->chunks == 5) {
+    close(f->fd); /* the put reads its end */
+    f->fd = -2;
+  }
+}
+
+static void test_pump(struct wk_store *s) {
+  char fifo[128], dst[128], buf[8192];
+  snprintf(fifo, sizeof fifo, "%s/feed.fifo", root);
+  snprintf(dst, sizeof dst, "%s/fed.bin", root);
+  CHECK_INT(mkfifo(fifo, 0600), 0);
+  struct feeder f = {.fifo = fifo, .fd = -1};
+  wk_store_set_pump(s, feed, &f);
+  alarm(30); /* a put on the caller's thread would wait for the pump for ever */
+  uint64_t bytes = 0;
+  CHECK_INT(wk_store_put_file(s, "J000003/ckpt-00000001.tc", fifo, &bytes), 0);
+  alarm(0);
+  CHECK_INT(bytes, 5000);
+  CHECK_INT(f.chunks, 5);
+  CHECK(f.calls >= 5);
+  CHECK_INT(wk_store_get_file(s, "J000003/ckpt-00000001.tc", dst, NULL), 0);
+  CHECK_INT(read_file(dst, buf, sizeof buf), 5000);
+  CHECK(buf[0] == 'a' && buf[999] == 'a' && buf[1000] == 'b' && buf[4999] == 'e');
+}
+
+static void pump_count(void *ctx) { ++*(int *)ctx; }
+
 int main(void) {
   CHECK(mkdtemp(root) != NULL);
   char url[128];
@@ -123,6 +170,17 @@ int main(void) {
   test_roundtrip(s);
   test_interrupted_put(s);
   test_keys(s);
+  wk_store_free(s);
+  /* the same calls, each on a thread of its own, answer the same */
+  snprintf(url, sizeof url, "file://%s/store2", root);
+  int pumped = 0;
+  CHECK_INT(wk_store_open(url, NULL, &s), 0);
+  if (!s) TEST_MAIN_END();
+  wk_store_set_pump(s, pump_count, &pumped);
+  test_roundtrip(s);
+  test_interrupted_put(s);
+  test_keys(s);
+  test_pump(s);
   wk_store_free(s);
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf %s", root);
