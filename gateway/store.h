@@ -1,4 +1,5 @@
-/* The gateway's store: every piece of SQL lives in store.c.
+/* The gateway's store: every piece of SQL lives in store.c and the files
+ * beside it (store_int.h names them).
  *
  * SQLite in WAL mode with a busy timeout, so several handles (the gateway
  * and an admin's sqlite3 shell, or test threads) can share the file. The

@@ -1,0 +1,183 @@
+/* The store's sessions: a notebook session's last activity, its
+ * variables, its model and data definitions and the models its train jobs
+ * made (the newest checkpoint of each). */
+#include "store_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+int gw_store_session_touch(struct gw_store *s, const char *user, const char *session,
+                           int64_t now_us) {
+  sqlite3_stmt *st = prep(s, "INSERT INTO sessions(user, name, last_active_us) VALUES(?,?,?)"
+                             " ON CONFLICT DO UPDATE SET last_active_us=excluded.last_active_us");
+  if (st) {
+    bind_text(st, 1, user);
+    bind_text(st, 2, session);
+    sqlite3_bind_int64(st, 3, now_us);
+  }
+  return run(s, st);
+}
+
+int gw_store_session_get(struct gw_store *s, const char *user, const char *session,
+                         json_t **ret) {
+  json_t *vars = json_object(), *defs = json_array(), *models = json_object();
+  sqlite3_stmt *a = prep(s, "SELECT name, value FROM session_vars WHERE user=? AND session=?"
+                            " ORDER BY name");
+  sqlite3_stmt *b = prep(s, "SELECT name, kind, spec FROM session_defs WHERE user=? AND"
+                            " session=? ORDER BY rowid");
+  sqlite3_stmt *c = prep(s, "SELECT name, job, step, checkpoint FROM session_models WHERE"
+                            " user=? AND session=?");
+  int r = SL_ESQLITE;
+  if (!a || !b || !c)
+    goto out;
+  sqlite3_stmt *all[] = {a, b, c};
+  for (int i = 0; i < 3; i++) {
+    bind_text(all[i], 1, user);
+    bind_text(all[i], 2, session);
+  }
+  while (sqlite3_step(a) == SQLITE_ROW)
+    json_object_set_new(vars, (const char *)sqlite3_column_text(a, 0), parse_text(a, 1));
+  while (sqlite3_step(b) == SQLITE_ROW)
+    json_array_append_new(defs, json_pack("{s:s,s:s,s:o}", "name", sqlite3_column_text(b, 0),
+                                          "kind", sqlite3_column_text(b, 1), "spec",
+                                          parse_text(b, 2)));
+  while (sqlite3_step(c) == SQLITE_ROW) {
+    char job[16];
+    json_object_set_new(models, (const char *)sqlite3_column_text(c, 0),
+                        json_pack("{s:s,s:I,s:s}", "job",
+                                  gw_job_id_str(sqlite3_column_int64(c, 1), job, sizeof job),
+                                  "step", (json_int_t)sqlite3_column_int64(c, 2), "checkpoint",
+                                  sqlite3_column_text(c, 3) ? (const char *)sqlite3_column_text(c, 3) : ""));
+  }
+  *ret = json_pack("{s:O,s:O,s:O}", "vars", vars, "defs", defs, "models", models);
+  r = *ret ? 0 : -ENOMEM;
+out:
+  sqlite3_finalize(a);
+  sqlite3_finalize(b);
+  sqlite3_finalize(c);
+  json_decref(vars);
+  json_decref(defs);
+  json_decref(models);
+  return r;
+}
+
+static int put_var(struct gw_store *s, const char *user, const char *session, const char *name,
+                   const json_t *value) {
+  if (!json_is_object(value) || !json_is_string(json_object_get(value, "t")))
+    return SL_ETYPE;
+  char *text = sl_json_dump(value, NULL);
+  if (!text)
+    return -ENOMEM;
+  sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO session_vars VALUES(?,?,?,?)");
+  if (st) {
+    bind_text(st, 1, user);
+    bind_text(st, 2, session);
+    bind_text(st, 3, name);
+    bind_text(st, 4, text);
+  }
+  free(text);
+  return run(s, st);
+}
+
+static int put_def(struct gw_store *s, const char *user, const char *session, const json_t *def) {
+  const char *name = sl_json_get_str(def, "name", NULL);
+  const char *kind = sl_json_get_str(def, "kind", NULL);
+  json_t *spec = json_object_get(def, "spec");
+  if (!name || !*name || !kind || (strcmp(kind, "model") && strcmp(kind, "data")) ||
+      !json_is_object(spec))
+    return SL_ETYPE;
+  char *text = sl_json_dump(spec, NULL);
+  if (!text)
+    return -ENOMEM;
+  sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO session_defs VALUES(?,?,?,?,?)");
+  if (st) {
+    bind_text(st, 1, user);
+    bind_text(st, 2, session);
+    bind_text(st, 3, name);
+    bind_text(st, 4, kind);
+    bind_text(st, 5, text);
+  }
+  free(text);
+  return run(s, st);
+}
+
+static int delete_name(struct gw_store *s, const char *user, const char *session,
+                       const char *name) {
+  static const char *const sql[] = {
+    "DELETE FROM session_vars WHERE user=?1 AND session=?2 AND name=?3",
+    "DELETE FROM session_defs WHERE user=?1 AND session=?2 AND name=?3",
+  };
+  for (int i = 0; i < 2; i++) {
+    sqlite3_stmt *st = prep(s, sql[i]);
+    if (st) {
+      bind_text(st, 1, user);
+      bind_text(st, 2, session);
+      bind_text(st, 3, name);
+    }
+    int r = run(s, st);
+    if (r < 0)
+      return r;
+  }
+  return 0;
+}
+
+int gw_store_session_set(struct gw_store *s, const char *user, const char *session,
+                         const json_t *vars, const json_t *defs, const json_t *del) {
+  if ((vars && !json_is_object(vars)) || (defs && !json_is_array(defs)) ||
+      (del && !json_is_array(del)))
+    return SL_ETYPE;
+  int r = begin(s);
+  if (r < 0)
+    return r;
+  const char *name;
+  json_t *v;
+  size_t i;
+  json_object_foreach((json_t *)vars, name, v) {
+    if ((r = put_var(s, user, session, name, v)) < 0)
+      return rollback(s, r);
+  }
+  json_array_foreach(defs, i, v) {
+    if ((r = put_def(s, user, session, v)) < 0)
+      return rollback(s, r);
+  }
+  json_array_foreach(del, i, v) {
+    if (!json_is_string(v))
+      return rollback(s, SL_ETYPE);
+    if ((r = delete_name(s, user, session, json_string_value(v))) < 0)
+      return rollback(s, r);
+  }
+  return commit(s) < 0 ? rollback(s, SL_ESQLITE) : 0;
+}
+
+int gw_store_session_def(struct gw_store *s, const char *user, const char *session,
+                         const char *name, const char *kind, json_t **ret) {
+  sqlite3_stmt *st = prep(s, "SELECT spec FROM session_defs WHERE user=? AND session=? AND"
+                             " name=? AND kind=?");
+  if (!st)
+    return SL_ESQLITE;
+  bind_text(st, 1, user);
+  bind_text(st, 2, session);
+  bind_text(st, 3, name);
+  bind_text(st, 4, kind);
+  int r = SL_ENAME;
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    *ret = json_pack("{s:s,s:s,s:o}", "name", name, "kind", kind, "spec", parse_text(st, 0));
+    r = *ret ? 0 : -ENOMEM;
+  }
+  sqlite3_finalize(st);
+  return r;
+}
+
+int gw_store_session_model_set(struct gw_store *s, const char *user, const char *session,
+                               const char *model, int64_t job, int64_t step, const char *ckpt) {
+  sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO session_models VALUES(?,?,?,?,?,?)");
+  if (st) {
+    bind_text(st, 1, user);
+    bind_text(st, 2, session);
+    bind_text(st, 3, model);
+    sqlite3_bind_int64(st, 4, job);
+    sqlite3_bind_int64(st, 5, step);
+    bind_text(st, 6, ckpt);
+  }
+  return run(s, st);
+}
