@@ -10,12 +10,14 @@
  * Authentication is the kernel protocol's: a token whose SHA-256 names a
  * user of the configuration ([user.NAME] token_sha256). A user sees only
  * their own jobs, instances and costs; an admin ([user.NAME] admin = yes)
- * sees everyone's and may ask for one user's with ?user=. Another user's job
- * or costs answer 403; errors are JSON, {"error": {"code", "message"}}.
+ * sees everyone's (access.h) and may ask for one user's with ?user=.
+ * Another user's job or costs answer 403; errors are JSON,
+ * {"error": {"code", "message"}}.
  * JupyterHub tokens are not taken here. Plain HTTP only: TLS is a reverse
  * proxy's job. */
 #include "http.h"
 
+#include "access.h"
 #include "config.h"
 #include "http_api.h"
 #include "http_budget.h"
@@ -59,12 +61,6 @@ struct gw_httpd {
   struct gw_metrics_http stats;
 };
 
-/* Who asks: a user, and whether they are an admin. */
-struct who {
-  char user[64];
-  bool admin;
-};
-
 /* An answer being built: status code, owned body, content type. */
 struct answer {
   unsigned code;
@@ -100,7 +96,7 @@ static void answer_err(struct answer *a, unsigned code, const char *msg) {
 
 /* The user of an "Authorization: Bearer TOKEN" header; false (and a 401
  * in a) without one, or for a token no user holds. */
-static bool authenticate(struct gw_httpd *h, struct MHD_Connection *c, struct who *ret,
+static bool authenticate(struct gw_httpd *h, struct MHD_Connection *c, struct gw_viewer *ret,
                          struct answer *a) {
   const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
   if (!v || strncasecmp(v, "Bearer ", 7)) {
@@ -108,36 +104,36 @@ static bool authenticate(struct gw_httpd *h, struct MHD_Connection *c, struct wh
     return false;
   }
   const char *token = v + 7 + strspn(v + 7, " ");
-  char hash[SL_HMAC_HEX_LEN + 1];
+  char hash[SL_HMAC_HEX_LEN + 1], user[sizeof ret->user];
   size_t n = strlen(token);
   if (n == 0 || n > TOKEN_MAX) {
     answer_err(a, MHD_HTTP_UNAUTHORIZED, "unknown token");
     return false;
   }
   sl_sha256_hex(token, n, hash);
-  int r = gw_store_user_by_token(h->env.store, hash, ret->user, sizeof ret->user);
+  int r = gw_store_user_by_token(h->env.store, hash, user, sizeof user);
   if (r < 0) {
     answer_err(a, r == SL_EAUTH ? MHD_HTTP_UNAUTHORIZED : MHD_HTTP_INTERNAL_SERVER_ERROR,
                r == SL_EAUTH ? "unknown token" : sl_strerror(r));
     return false;
   }
-  ret->admin = gw_config_user_admin(h->env.cfg, ret->user);
+  gw_access_viewer(ret, h->env.cfg, user);
   return true;
 }
 
 /* The user whose data a request reads: ?user= (an admin may name anyone;
  * a user only themselves), else the caller, or NULL (everyone) for an admin
  * who names nobody. False with a 403 in a when a user names another. */
-static bool scope(struct MHD_Connection *c, const struct who *w, const char **ret,
+static bool scope(struct MHD_Connection *c, const struct gw_viewer *w, const char **ret,
                   struct answer *a) {
   const char *u = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "user");
   if (u && !*u)
     u = NULL;
-  if (u && !w->admin && strcmp(u, w->user)) {
+  if (u && !gw_access_sees(w, u)) {
     answer_err(a, MHD_HTTP_FORBIDDEN, "only an admin sees another user's data");
     return false;
   }
-  *ret = u ? u : w->admin ? NULL : w->user;
+  *ret = u ? u : gw_access_whose(w);
   return true;
 }
 
@@ -167,23 +163,19 @@ static json_t *instance_json(const struct gw_inst *in) {
   return o;
 }
 
-static bool sees(const struct who *w, const char *user) {
-  return w->admin || !strcmp(w->user, user);
-}
-
-static void get_status(struct gw_httpd *h, const struct who *w, struct answer *a) {
+static void get_status(struct gw_httpd *h, const struct gw_viewer *w, struct answer *a) {
   json_t *jobs = json_object();
   size_t live = 0, insts = 0;
   for (size_t i = 0; i < gw_fleet_n_jobs(h->env.fleet); i++) {
     const struct gw_job *j = gw_fleet_job_at(h->env.fleet, i);
-    if (!sees(w, j->user))
+    if (!gw_access_sees(w, j->user))
       continue;
     const char *st = gw_job_state_name(j->state);
     json_object_set_new(jobs, st, json_integer(json_integer_value(json_object_get(jobs, st)) + 1));
     live++;
   }
   for (size_t i = 0; i < gw_fleet_n_insts(h->env.fleet); i++)
-    insts += sees(w, gw_fleet_inst_at(h->env.fleet, i)->row.user);
+    insts += gw_access_sees(w, gw_fleet_inst_at(h->env.fleet, i)->row.user);
   double month = 0, od = 0;
   gw_ledger_totals(h->env.ledger, NULL, gw_ledger_month_start_us(), &month, &od);
   const struct gw_config *cfg = h->env.cfg;
@@ -200,7 +192,7 @@ static void get_status(struct gw_httpd *h, const struct who *w, struct answer *a
   answer_json(a, MHD_HTTP_OK, r);
 }
 
-static void get_jobs(struct gw_httpd *h, struct MHD_Connection *c, const struct who *w,
+static void get_jobs(struct gw_httpd *h, struct MHD_Connection *c, const struct gw_viewer *w,
                      struct answer *a) {
   const char *user;
   if (!scope(c, w, &user, a))
@@ -222,23 +214,22 @@ static void get_jobs(struct gw_httpd *h, struct MHD_Connection *c, const struct 
 
 /* /api/jobs/JOB: its summary and its events (?after=SEQ). */
 static void get_job(struct gw_httpd *h, struct MHD_Connection *c, const char *name,
-                    const struct who *w, struct answer *a) {
+                    const struct gw_viewer *w, struct answer *a) {
   int64_t id = gw_job_id_parse(name);
-  struct gw_job tmp, *j = id > 0 ? gw_fleet_job(h->env.fleet, id) : NULL;
-  if (!j && id > 0 && gw_store_job_get(h->env.store, id, &tmp) == 0)
-    j = &tmp;
-  if (!j)
+  struct gw_job tmp, *j;
+  bool live;
+  int r = gw_access_job(w, h->env.fleet, h->env.store, id, &tmp, &j, &live);
+  if (r == SL_ENAME)
     return answer_err(a, MHD_HTTP_NOT_FOUND, "no such job");
-  bool mine = sees(w, j->user);
-  json_t *o = mine ? gw_job_summary(j) : NULL;
-  if (j == &tmp)
-    gw_job_done(&tmp);
-  if (!mine)
+  if (r < 0)
     return answer_err(a, MHD_HTTP_FORBIDDEN, "another user's job");
+  json_t *o = gw_job_summary(j);
+  if (!live)
+    gw_job_done(&tmp);
   json_t *evs = NULL;
   bool more = false;
-  int r = gw_store_events(h->env.store, id, arg_int(c, "after", 0, 0, INT64_MAX), EVENTS_MAX,
-                          &evs, &more);
+  r = gw_store_events(h->env.store, id, arg_int(c, "after", 0, 0, INT64_MAX), EVENTS_MAX, &evs,
+                      &more);
   if (r < 0) {
     json_decref(o);
     return answer_err(a, MHD_HTTP_INTERNAL_SERVER_ERROR, sl_strerror(r));
@@ -249,37 +240,36 @@ static void get_job(struct gw_httpd *h, struct MHD_Connection *c, const char *na
 }
 
 /* /api/jobs/JOB/record: the job's run record (record.h). */
-static void get_record(struct gw_httpd *h, const char *name, const struct who *w,
+static void get_record(struct gw_httpd *h, const char *name, const struct gw_viewer *w,
                        struct answer *a) {
-  int64_t id = gw_job_id_parse(name);
-  struct gw_job tmp, *j = id > 0 ? gw_fleet_job(h->env.fleet, id) : NULL;
-  if (!j && id > 0 && gw_store_job_get(h->env.store, id, &tmp) == 0)
-    j = &tmp;
-  if (!j)
+  struct gw_job tmp, *j;
+  bool live;
+  int r = gw_access_job(w, h->env.fleet, h->env.store, gw_job_id_parse(name), &tmp, &j, &live);
+  if (r == SL_ENAME)
     return answer_err(a, MHD_HTTP_NOT_FOUND, "no such job");
-  json_t *rec = NULL;
-  int r = sees(w, j->user) ? gw_record_load(h->env.store, j, &rec) : -EPERM;
-  if (j == &tmp)
-    gw_job_done(&tmp);
-  if (r == -EPERM)
+  if (r < 0)
     return answer_err(a, MHD_HTTP_FORBIDDEN, "another user's job");
+  json_t *rec = NULL;
+  r = gw_record_load(h->env.store, j, &rec);
+  if (!live)
+    gw_job_done(&tmp);
   if (r < 0)
     return answer_err(a, MHD_HTTP_INTERNAL_SERVER_ERROR, sl_strerror(r));
   answer_json(a, MHD_HTTP_OK, rec);
 }
 
-static void get_instances(struct gw_httpd *h, const struct who *w, struct answer *a) {
+static void get_instances(struct gw_httpd *h, const struct gw_viewer *w, struct answer *a) {
   json_t *arr = json_array();
   for (size_t i = 0; i < gw_fleet_n_insts(h->env.fleet); i++) {
     const struct gw_inst *in = gw_fleet_inst_at(h->env.fleet, i);
-    if (sees(w, in->row.user))
+    if (gw_access_sees(w, in->row.user))
       json_array_append_new(arr, instance_json(in));
   }
   answer_json(a, MHD_HTTP_OK, json_pack("{s:o}", "instances", arr));
 }
 
 /* Spend of user (NULL: everyone) per user, job, instance type and day. */
-static void get_cost(struct gw_httpd *h, struct MHD_Connection *c, const struct who *w,
+static void get_cost(struct gw_httpd *h, struct MHD_Connection *c, const struct gw_viewer *w,
                      struct answer *a) {
   const char *user;
   if (!scope(c, w, &user, a))
@@ -318,8 +308,8 @@ static void get_cost(struct gw_httpd *h, struct MHD_Connection *c, const struct 
 
 /* /api/users, /api/groups, /api/preemptions: http_api.c's views of the
  * caller's scope (an admin: everyone unless ?user= names one). */
-static void get_view(struct gw_httpd *h, struct MHD_Connection *c, const struct who *w, int what,
-                     struct answer *a) {
+static void get_view(struct gw_httpd *h, struct MHD_Connection *c, const struct gw_viewer *w,
+                     int what, struct answer *a) {
   const char *user;
   if (!scope(c, w, &user, a))
     return;
@@ -351,7 +341,7 @@ static void get_asset(const struct gw_admin_asset *f, struct MHD_Connection *c, 
 
 static void get_metrics(struct gw_httpd *h, struct MHD_Connection *c, struct answer *a) {
   if (h->env.cfg->metrics_auth) {
-    struct who w;
+    struct gw_viewer w;
     if (!authenticate(h, c, &w, a))
       return;
     if (!w.admin)
@@ -373,7 +363,7 @@ static void get_metrics(struct gw_httpd *h, struct MHD_Connection *c, struct ans
  * without the body). */
 static void route_budget(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
                          const char *method, const struct upload *u, struct answer *a) {
-  struct who w;
+  struct gw_viewer w;
   if (!authenticate(h, c, &w, a))
     return;
   if (u && u->too_big)
@@ -434,7 +424,7 @@ static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
     return get_metrics(h, c, a);
   if (what == PAGE)
     return get_asset(page, c, a);
-  struct who w;
+  struct gw_viewer w;
   if (!authenticate(h, c, &w, a))
     return;
   switch (what) {
