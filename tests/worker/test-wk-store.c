@@ -127,15 +127,17 @@ struct feeder {
 static void feed(void *ctx) {
   struct feeder *f = ctx;
   f->calls++;
+  if (f->chunks == 5) /* fed and closed: never a writer again, or the put would not see its end */
+    return;
   if (f->fd < 0) /* no reader yet: ENXIO, try again at the next call */
     f->fd = open(f->fifo, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-  if (f->fd < 0 || f->chunks == 5)
+  if (f->fd < 0)
     return;
   char chunk[1000];
   memset(chunk, 'a' + f->chunks, sizeof chunk);
   if (write(f->fd, chunk, sizeof chunk) == (ssize_t)sizeof chunk && ++f->chunks == 5) {
     close(f->fd); /* the put reads its end */
-    f->fd = -2;
+    f->fd = -1;
   }
 }
 
