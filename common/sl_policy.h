@@ -38,6 +38,9 @@ struct sl_market_view {
   double ondemand_price;         /* USD per instance-hour */
   double gap_s;                  /* seconds per tick */
   int nodes;                     /* instances the job needs at once (spot needs avail >= nodes) */
+  double clock0_s;               /* wall-clock seconds (UTC, any whole-day epoch) at the start of
+                                  * tick 0 of the zones' arrays: the time of day of each tick
+                                  * is clock0_s + i × gap_s; traces without one give 0 */
 };
 
 struct sl_job_view {

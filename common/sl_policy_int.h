@@ -23,12 +23,27 @@ size_t sl_runs_longer(const struct sl_runs *r, double x);
 /* What a prior counts for, in runs, against the runs seen. */
 #define SL_PRIOR_RUNS 1.0
 
+/* Time of day: runs end more often in some hours than others. Per bucket of
+ * the day, the ticks a run was seen in and the runs that ended in them. */
+#define SL_DAY_BUCKETS 6
+struct sl_day {
+  double exposure[SL_DAY_BUCKETS];
+  double ends[SL_DAY_BUCKETS];
+};
+/* The bucket of the day of absolute tick t. */
+int sl_day_bucket(const struct sl_market_view *m, double t);
+/* How much more (or less) often than on average a run ends in each bucket
+ * of the day (1 everywhere for d NULL or no ends). */
+void sl_day_factors(const struct sl_day *d, double f[SL_DAY_BUCKETS]);
+
 struct sl_series {
   size_t scanned;                /* ticks read so far */
   bool up;                       /* in the current run */
   int64_t age;                   /* ticks of the current run */
   bool seen_change;              /* the current run's start was seen (not the trace's first) */
   struct sl_runs ups, downs;     /* completed runs */
+  struct sl_day day[2];          /* by time of day: [0] runs with capacity, [1] without */
+  int last_bucket;               /* the day bucket of the last tick read */
 };
 
 struct sl_learn {
@@ -36,6 +51,7 @@ struct sl_learn {
   int64_t lost_at[SL_POLICY_ZONES_MAX]; /* job tick the zone last took an instance back; -1 */
   int last_mode;
   struct sl_runs pooled;         /* every zone's runs with capacity (several zones) */
+  struct sl_day pooled_day;      /* ... and by time of day */
   struct sl_plan *plan;          /* the job's plan (sl_policy_plan.c); NULL until needed */
 };
 
@@ -73,6 +89,9 @@ struct sl_plan_market {
   bool up;                       /* the run in force */
   int64_t age;
   double prior_up, prior_down;   /* the priors' mean runs, ticks */
+  const struct sl_day *day_up;   /* when runs with capacity end, by time of day; NULL: any time */
+  const struct sl_day *day_down; /* when runs without end */
+  double history_days;           /* the days of market history these come from */
 };
 enum { SL_PLAN_WAIT, SL_PLAN_OD, SL_PLAN_SPOT };
 struct sl_plan_choice {

@@ -6,7 +6,11 @@
  * alternates runs with capacity and runs without; how long a run goes on
  * depends on how long it has lasted (the empirical survival of the runs
  * seen, with a weak exponential prior). The market's state is the side and
- * the run's age, in buckets that widen with age.
+ * the run's age, in buckets that widen with age. Runs end more often at some
+ * times of day than others: with a few days of history, each side's chance
+ * to end in a unit is scaled by how often its runs ended in that unit's
+ * part of the day against the average (sl_day_factors), so the table knows
+ * which cell falls at which time of day.
  *
  * The job's state is the work left and the slack, both in units of u
  * ticks (u grows with the job so that the table stays near PLAN_CELLS
@@ -46,9 +50,12 @@ struct sl_plan {
   int o_lo;                      /* floor(overhead / u) */
   double o_frac;                 /* overhead / u - o_lo */
   double c_od, c_spot;           /* USD per unit */
-  int8_t to[NX][3];              /* one unit's moves from each state: where */
-  float p[NX][3];                /* ... and their chances (0: none) */
-  float stay_up[2][NUP];         /* chance to keep capacity through o_lo, o_lo + 1 units */
+  int8_t to[NX][3];              /* one unit's moves from each state: end, age, stay */
+  float p[SL_DAY_BUCKETS][NX][3]; /* ... and their chances, by the unit's time of day */
+  int K;                         /* time indices 0..K: k units before the last cell's time */
+  int *day;                      /* [k]: the day bucket of time index k's unit */
+  float *stay_up;                /* [k][2][x < NUP]: chance to keep capacity through o_lo,
+                                  * o_lo + 1 units that end at time index k */
   float *v;                      /* [w][s][seg][x] (spot: x with capacity only) */
   float *g;                      /* [w][s][k][x < NUP]: E[V(w, s, spot) after o_lo + k units
                                   * with capacity throughout], unnormalised */
@@ -96,27 +103,28 @@ static void side_rates(const struct sl_runs *r, double prior, double cur, int64_
   }
 }
 
-static void add_move(struct sl_plan *pl, int x, int y, double p) {
-  for (int k = 0; k < 3; k++)
-    if (pl->p[x][k] == 0 || pl->to[x][k] == y) {
-      pl->to[x][k] = (int8_t)y;
-      pl->p[x][k] += (float)p;
-      return;
-    }
+/* Time index k: the cell of work w and slack s (the on-demand overhead
+ * unpaid) is at k = w + s, a unit after k + 1. A unit's moves depend on
+ * the time of day it runs in. */
+static inline const float (*moves(const struct sl_plan *pl, int k))[3] {
+  k = k < 0 ? 0 : k > pl->K ? pl->K : k;
+  return pl->p[pl->day[k]];
 }
 
 /* out = M^n v over all states (up_only: over the states with capacity,
- * the rest counting 0). */
-static void step_n(const struct sl_plan *pl, const double *v, int n, bool up_only, double *out) {
+ * the rest counting 0), v at time index k0 (the n units end there). */
+static void step_n(const struct sl_plan *pl, const double *v, int k0, int n, bool up_only,
+                   double *out) {
   int nx = up_only ? NUP : NX;
   double a[NX], b[NX];
   memcpy(a, v, sizeof(double) * (size_t)nx);
-  for (int i = 0; i < n; i++) {
+  for (int i = 1; i <= n; i++) {
+    const float(*p)[3] = moves(pl, k0 + i);
     for (int x = 0; x < nx; x++) {
       double e = 0;
       for (int k = 0; k < 3; k++)
         if (pl->to[x][k] < nx)
-          e += (double)pl->p[x][k] * a[pl->to[x][k]];
+          e += (double)p[x][k] * a[pl->to[x][k]];
       b[x] = e;
     }
     memcpy(a, b, sizeof(double) * (size_t)nx);
@@ -125,41 +133,65 @@ static void step_n(const struct sl_plan *pl, const double *v, int n, bool up_onl
 }
 
 /* out[k] = M^(o_lo + k) v, for the two overheads in units (up_only: over
- * the states with capacity, the rest counting 0). */
-static void ahead(const struct sl_plan *pl, const float *v, bool up_only, double out[2][NX]) {
+ * the states with capacity, the rest counting 0), v at time index k0. */
+static void ahead(const struct sl_plan *pl, const float *v, int k0, bool up_only,
+                  double out[2][NX]) {
   double a[NX];
   for (int x = 0; x < (up_only ? NUP : NX); x++)
     a[x] = v[x];
-  step_n(pl, a, pl->o_lo, up_only, out[0]);
-  step_n(pl, out[0], 1, up_only, out[1]);
+  step_n(pl, a, k0, pl->o_lo, up_only, out[0]);
+  step_n(pl, out[0], k0 + pl->o_lo, 1, up_only, out[1]);
+}
+
+/* How much more (or less) often than on average a run ends in each bucket
+ * of the day: its ends there against those its exposure there would give at
+ * the overall rate, each side weighed with DAY_PRIOR_ENDS ends at the
+ * average. */
+#define DAY_PRIOR_ENDS 2.0
+/* A time of day is only told from the market's noise over several days. */
+#define DAY_MIN_DAYS 3.0
+void sl_day_factors(const struct sl_day *d, double f[SL_DAY_BUCKETS]) {
+  double ends = 0, exposure = 0;
+  for (int b = 0; b < SL_DAY_BUCKETS; b++) {
+    ends += d ? d->ends[b] : 0;
+    exposure += d ? d->exposure[b] : 0;
+  }
+  double rate = exposure > 0 ? ends / exposure : 0;
+  for (int b = 0; b < SL_DAY_BUCKETS; b++)
+    f[b] = rate > 0 ? (d->ends[b] + DAY_PRIOR_ENDS) / (d->exposure[b] * rate + DAY_PRIOR_ENDS) : 1;
 }
 
 static void model(struct sl_plan *pl, const struct sl_plan_market *mk) {
-  double end[2][NB], adv[2][NB];
+  double end[2][NB], adv[2][NB], f[2][SL_DAY_BUCKETS];
   side_rates(mk->ups, mk->prior_up, mk->up ? (double)mk->age : 0, pl->u, end[0], adv[0]);
   side_rates(mk->downs, mk->prior_down, mk->up ? 0 : (double)mk->age, pl->u, end[1], adv[1]);
-  memset(pl->p, 0, sizeof pl->p);
-  memset(pl->to, 0, sizeof pl->to);
+  sl_day_factors(mk->history_days >= DAY_MIN_DAYS ? mk->day_up : NULL, f[0]);
+  sl_day_factors(mk->history_days >= DAY_MIN_DAYS ? mk->day_down : NULL, f[1]);
   for (int x = 0; x < NX; x++) {
-    int side = x / NB, b = x % NB, next = side ? 0 : NB;
-    double e = end[side][b];
-    add_move(pl, x, next, e);
-    if (b + 1 < NB) {
-      add_move(pl, x, x + 1, (1 - e) * adv[side][b]);
-      add_move(pl, x, x, (1 - e) * (1 - adv[side][b]));
-    } else {
-      add_move(pl, x, x, 1 - e);
+    int side = x / NB, b = x % NB;
+    pl->to[x][0] = (int8_t)(side ? 0 : NB);
+    pl->to[x][1] = (int8_t)(b + 1 < NB ? x + 1 : x);
+    pl->to[x][2] = (int8_t)x;
+    for (int d = 0; d < SL_DAY_BUCKETS; d++) {
+      /* the hazard scaled by the time of day's factor, as a rate */
+      double e = 1 - pow(1 - end[side][b], f[side][d]);
+      double a = b + 1 < NB ? adv[side][b] : 0;
+      pl->p[d][x][0] = (float)e;
+      pl->p[d][x][1] = (float)((1 - e) * a);
+      pl->p[d][x][2] = (float)((1 - e) * (1 - a));
     }
   }
-  /* the chance to keep capacity through an overhead */
+  /* the chance to keep capacity through an overhead that ends at k */
   float ones[NUP];
   double keep[2][NX];
   for (int x = 0; x < NUP; x++)
     ones[x] = 1;
-  ahead(pl, ones, true, keep);
-  for (int k = 0; k < 2; k++)
-    for (int x = 0; x < NUP; x++)
-      pl->stay_up[k][x] = (float)keep[k][x];
+  for (int k = 0; k <= pl->K; k++) {
+    ahead(pl, ones, k, true, keep);
+    for (int o = 0; o < 2; o++)
+      for (int x = 0; x < NUP; x++)
+        pl->stay_up[((size_t)k * 2 + (size_t)o) * NUP + (size_t)x] = (float)keep[o][x];
+  }
 }
 
 static inline float *cell(const struct sl_plan *pl, int w, int s, int seg) {
@@ -170,14 +202,22 @@ static inline float *gcell(const struct sl_plan *pl, int w, int s, int k) {
   return pl->g + (((size_t)w * (size_t)(pl->S + 1) + (size_t)s) * 2 + (size_t)k) * NUP;
 }
 
+static int o_units(const struct sl_plan *pl) { return pl->o_lo + (pl->o_frac > 0.5); }
+
+/* The time index of a cell: on-demand's slack counts its overhead as paid. */
+static inline int when(const struct sl_plan *pl, int w, int s, int seg) {
+  return w + s - (seg == SEG_OD ? o_units(pl) : 0);
+}
+
 /* E[V(w, s, seg, x')] for x' a unit after x. */
 static double expect1(const struct sl_plan *pl, int w, int s, int seg, int x) {
   if (w <= 0)
     return 0;
   const float *v = cell(pl, w, s, seg);
+  const float(*p)[3] = moves(pl, when(pl, w, s, seg) + 1);
   double e = 0;
   for (int k = 0; k < 3; k++)
-    e += (double)pl->p[x][k] * v[pl->to[x][k]];
+    e += (double)p[x][k] * v[pl->to[x][k]];
   return e;
 }
 
@@ -200,6 +240,10 @@ static double q_od_go_on(const struct sl_plan *pl, int w, int s_od, int x) {
 /* a spot segment lost in its overhead: an outage just begun */
 #define LOST_IN_OVERHEAD NB
 
+static inline int moves_k(const struct sl_plan *pl, int k) {
+  return k < 0 ? 0 : k > pl->K ? pl->K : k;
+}
+
 static double q_spot_start(const struct sl_plan *pl, int w, int s, int x) {
   if (x >= NUP)
     return INFINITY;
@@ -211,7 +255,7 @@ static double q_spot_start(const struct sl_plan *pl, int w, int s, int x) {
     int o = pl->o_lo + k, s2 = s - o;
     if (s2 < 0)
       return INFINITY;
-    double ok = pl->stay_up[k][x];
+    double ok = pl->stay_up[((size_t)moves_k(pl, w + s2) * 2 + (size_t)k) * NUP + (size_t)x];
     double e = gcell(pl, w, s2, k)[x];
     if (ok < 1)
       e += (1 - ok) * cell(pl, w, s2, SEG_NONE)[LOST_IN_OVERHEAD];
@@ -226,15 +270,14 @@ static double q_spot_go_on(const struct sl_plan *pl, int w, int s, int x) {
   if (w - 1 <= 0)
     return pl->c_spot;
   const float *vs = cell(pl, w - 1, s, SEG_SPOT), *vn = cell(pl, w - 1, s, SEG_NONE);
+  const float(*p)[3] = moves(pl, w + s);
   double e = 0;
   for (int k = 0; k < 3; k++) {
     int y = pl->to[x][k];
-    e += (double)pl->p[x][k] * (y < NUP ? vs[y] : vn[y]);
+    e += (double)p[x][k] * (y < NUP ? vs[y] : vn[y]);
   }
   return pl->c_spot + e;
 }
-
-static int o_units(const struct sl_plan *pl) { return pl->o_lo + (pl->o_frac > 0.5); }
 
 static void solve(struct sl_plan *pl) {
   int o = o_units(pl);
@@ -248,7 +291,7 @@ static void solve(struct sl_plan *pl) {
        * reads less slack; none reads on-demand here */
       for (int x = 0; x < NUP; x++)
         vs[x] = (float)q_spot_go_on(pl, w, s, x);
-      ahead(pl, vs, true, gs);
+      ahead(pl, vs, when(pl, w, s, SEG_SPOT), true, gs);
       for (int k = 0; k < 2; k++) {
         float *g = gcell(pl, w, s, k);
         for (int x = 0; x < NUP; x++)
@@ -262,7 +305,7 @@ static void solve(struct sl_plan *pl) {
         }
         vd[x] = (float)q;
       }
-      ahead(pl, vd, false, e);
+      ahead(pl, vd, when(pl, w, s, SEG_OD), false, e);
       for (int x = 0; x < NX; x++) {
         double q = fmin(q_od_start(pl, e, x), q_idle(pl, w, s, x));
         vn[x] = (float)fmin(q, q_spot_start(pl, w, s, x));
@@ -275,6 +318,8 @@ void sl_plan_free(struct sl_plan *pl) {
     return;
   free(pl->v);
   free(pl->g);
+  free(pl->day);
+  free(pl->stay_up);
   free(pl);
 }
 
@@ -315,7 +360,10 @@ int sl_plan_decide(struct sl_plan **plp, const struct sl_plan_market *mk,
     size_t cells = (size_t)(pl->W + 1) * (size_t)(pl->S + 1);
     pl->v = calloc(cells * NSEG * NX, sizeof(float));
     pl->g = calloc(cells * 2 * NUP, sizeof(float));
-    if (!pl->v || !pl->g) {
+    pl->K = pl->W + pl->S + pl->o_lo + 4;
+    pl->day = calloc((size_t)pl->K + 1, sizeof *pl->day);
+    pl->stay_up = calloc(((size_t)pl->K + 1) * 2 * NUP, sizeof *pl->stay_up);
+    if (!pl->v || !pl->g || !pl->day || !pl->stay_up) {
       sl_plan_free(pl);
       return -1;
     }
@@ -327,6 +375,11 @@ int sl_plan_decide(struct sl_plan **plp, const struct sl_plan_market *mk,
     double usd = (double)pl->u * m->gap_s / 3600.0 * (m->nodes > 0 ? m->nodes : 1);
     pl->c_od = m->ondemand_price * usd;
     pl->c_spot = spot_price * usd;
+    /* time index k's unit: the one that starts k units before the window's
+     * last start of an on-demand segment */
+    double last = (double)m->origin + (double)j->window - (double)j->overhead;
+    for (int k = 0; k <= pl->K; k++)
+      pl->day[k] = sl_day_bucket(m, last - (double)k * (double)pl->u);
     model(pl, mk);
     solve(pl);
     pl->solved_at = j->t;
@@ -347,7 +400,7 @@ int sl_plan_decide(struct sl_plan **plp, const struct sl_plan_market *mk,
     q[SL_PLAN_OD] = sd >= 0 ? q_od_go_on(pl, w, sd, x) : INFINITY;
   } else if (sn >= 0) {
     double e[2][NX];
-    ahead(pl, cell(pl, w, sn, SEG_OD), false, e);
+    ahead(pl, cell(pl, w, sn, SEG_OD), when(pl, w, sn, SEG_OD), false, e);
     q[SL_PLAN_OD] = q_od_start(pl, e, x);
   } else {
     q[SL_PLAN_OD] = INFINITY;

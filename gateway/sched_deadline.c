@@ -40,7 +40,7 @@
 #include <string.h>
 
 #define T "gateway.deadline"
-#define HISTORY_TICKS 1440 /* a day of ticks per offer */
+#define HISTORY_TICKS (7 * 1440) /* a week of ticks per offer: time of day shows over days */
 #define OFFERS_MAX 64
 #define STEP_MEMORY 64
 #define JOB_TICKS_MAX (HISTORY_TICKS + (size_t)(GW_DEADLINE_MAX_S / GW_DEADLINE_TICK_S) + 64)
@@ -64,6 +64,7 @@ struct dl_job {
   double *price[SL_POLICY_ZONES_MAX];
   size_t n_zones, n, cap, origin;
   double window_s, start_elapsed_s, ondemand_price;
+  double clock0_s;               /* wall-clock seconds at the start of tick 0 of its arrays */
   double step_s;                 /* measured provider seconds per step; 0: none */
   uint64_t model_key;
   struct sl_decision dec;
@@ -351,6 +352,7 @@ static struct dl_job *track(struct gw_dl *d, struct gw_job *j, const struct gw_w
   dj->n = dj->n_zones ? hist : 1;
   dj->origin = dj->n - 1; /* the newest recorded tick is the job's tick 0 */
   dj->start_elapsed_s = elapsed_s(d, j);
+  dj->clock0_s = (double)sl_time_real_us() / 1e6 - (double)dj->origin * GW_DEADLINE_TICK_S;
   d->jobs[d->n_jobs++] = dj;
   return dj;
 }
@@ -433,6 +435,7 @@ static void decide(struct gw_dl *d, struct dl_job *dj, struct gw_job *j) {
     zv[z] = (struct sl_zone_view){.avail = dj->avail[z], .price = dj->price[z], .n = dj->n};
   struct sl_market_view mv = {.zones = zv, .n_zones = dj->n_zones, .origin = dj->origin,
                               .ondemand_price = dj->ondemand_price, .gap_s = GW_DEADLINE_TICK_S,
+                              .clock0_s = dj->clock0_s,
                               .nodes = 1};
   int before = dj->decided ? dj->shown_mode : INT32_MIN;
   if (dj->n_zones) {

@@ -1,8 +1,9 @@
 /* The policy module (common/sl_policy.h): the hindsight optimum against
  * brute force over every schedule of small random traces, the tick model's
  * accounting, each policy's decisions on hand-made traces (slack runs out,
- * spot returns, a zone flaps), the deadline kept by every policy on random
- * traces, and the ranking of offers. */
+ * spot returns, a zone flaps), what spotlab learns of the time of day and
+ * what it does with it, the deadline kept by every policy on random traces,
+ * and the ranking of offers. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -279,6 +280,115 @@ static void test_zone_flaps(void) {
   sl_policy_free(p);
 }
 
+/* Time of day. With tick 0 at 02:00, capacity goes every day at 14:00 (its
+ * runs of 13 to 23 hours all end in the 13 o'clock tick) and comes back
+ * after 1 to 11 hours: spotlab counts each run's end in the bucket of the
+ * day of its last tick, with the clock the view gives. */
+static void test_time_of_day_learned(void) {
+  static const int outage[9] = {3, 7, 1, 9, 5, 2, 8, 4, 11};
+  char z0[241];
+  int t = 0;
+  for (; t < 12; t++)
+    z0[t] = '#';
+  for (int d = 0; d < 9; d++) {
+    for (int i = 0; i < outage[d]; i++)
+      z0[t++] = '.';
+    for (int i = 0; i < 24 - outage[d] && t < 240; i++)
+      z0[t++] = '#';
+  }
+  z0[t] = 0;
+  const char *zs[] = {z0};
+  struct market k;
+  market_str(&k, zs, 1);
+  k.m.origin = (size_t)t - 1;
+  k.m.clock0_s = 5 * 86400.0 + 7200; /* tick 0 at 02:00 */
+  int last_up = sl_day_bucket(&k.m, 11); /* 13:00 to 14:00 */
+  CHECK_INT(last_up, 13 * SL_DAY_BUCKETS / 24);
+  CHECK_INT(sl_day_bucket(&k.m, 22), 0);
+  CHECK_INT(sl_day_bucket(&k.m, 21.0 + 24 * 30), 23 * SL_DAY_BUCKETS / 24);
+  struct sl_policy *p = NULL;
+  CHECK_INT(sl_policy_new("spotlab", &p), 0);
+  struct sl_job_view jv = {.window = 20, .work = 10, .overhead = 1, .mode = SL_MODE_IDLE};
+  struct sl_decision d;
+  sl_policy_decide(p, &jv, &k.m, &d);
+  const struct sl_day *up = &p->learn.zone[0].day[0], *down = &p->learn.zone[0].day[1];
+  double up_ends = 0, down_ends = 0, exposure = 0;
+  for (int b = 0; b < SL_DAY_BUCKETS; b++) {
+    up_ends += up->ends[b];
+    down_ends += down->ends[b];
+    exposure += up->exposure[b] + down->exposure[b];
+  }
+  /* every day's run with capacity ends in the 13 o'clock bucket (the cut
+   * first run's too); the outages end at several hours */
+  CHECK_NEAR(up->ends[last_up], 9, 1e-9);
+  CHECK_NEAR(up_ends, 9, 1e-9);
+  CHECK_NEAR(down_ends, 9, 1e-9);
+  CHECK(down->ends[last_up] < 9);
+  CHECK_NEAR(exposure, (double)t, 1e-9);
+  double f[SL_DAY_BUCKETS];
+  sl_day_factors(up, f);
+  for (int b = 0; b < SL_DAY_BUCKETS; b++)
+    CHECK(b == last_up ? f[b] > 2 : f[b] < 1);
+  sl_policy_free(p);
+}
+
+/* The same runs, but their ends at one time of day: a spot start whose
+ * overhead runs into that time is expected to cost more than when the ends
+ * come at any time; on-demand's expected cost hardly moves. */
+static void test_time_of_day_plan(void) {
+  struct sl_runs ups = {0}, downs = {0};
+  for (int32_t len = 1; len <= 20; len++)
+    sl_runs_add(&ups, len);
+  for (int32_t len = 1; len <= 10; len++)
+    sl_runs_add(&downs, len);
+  struct sl_day even = {0}, at_four = {0};
+  int four = 4 * SL_DAY_BUCKETS / 24;
+  for (int b = 0; b < SL_DAY_BUCKETS; b++) {
+    even.exposure[b] = at_four.exposure[b] = 100;
+    even.ends[b] = 5;
+    at_four.ends[b] = b == four ? 5 * SL_DAY_BUCKETS : 0;
+  }
+  char z0[121];
+  memset(z0, '#', 120);
+  z0[120] = 0;
+  const char *zs[] = {z0};
+  struct market k;
+  market_str(&k, zs, 1);
+  k.m.origin = 100; /* 04:00 */
+  k.z[0].n = 101;
+  struct sl_job_view jv = {.window = 16, .work = 8, .overhead = 2, .mode = SL_MODE_IDLE};
+  struct sl_facts f;
+  sl_policy_facts(&jv, &k.m, &f);
+  double q[2][3];
+  const struct sl_day *days[2] = {&even, &at_four};
+  for (int i = 0; i < 2; i++) {
+    struct sl_plan_market pm = {.ups = &ups, .downs = &downs, .up = true, .age = 3,
+                                .prior_up = 2, .prior_down = 1, .day_up = days[i],
+                                .day_down = &even, .history_days = 10};
+    struct sl_plan *pl = NULL;
+    struct sl_plan_choice c;
+    CHECK_INT(sl_plan_decide(&pl, &pm, &jv, &k.m, &f, 1.0, 0, &c), 0);
+    memcpy(q[i], c.q, sizeof q[i]);
+    sl_plan_free(pl);
+  }
+  CHECK(q[1][SL_PLAN_SPOT] > q[0][SL_PLAN_SPOT] + 0.5);
+  CHECK(fabs(q[1][SL_PLAN_OD] - q[0][SL_PLAN_OD]) < q[1][SL_PLAN_SPOT] - q[0][SL_PLAN_SPOT]);
+  /* with less than DAY_MIN_DAYS of history the time of day is not used */
+  for (int i = 0; i < 2; i++) {
+    struct sl_plan_market pm = {.ups = &ups, .downs = &downs, .up = true, .age = 3,
+                                .prior_up = 2, .prior_down = 1, .day_up = days[i],
+                                .day_down = &even, .history_days = 1};
+    struct sl_plan *pl = NULL;
+    struct sl_plan_choice c;
+    CHECK_INT(sl_plan_decide(&pl, &pm, &jv, &k.m, &f, 1.0, 0, &c), 0);
+    memcpy(q[i], c.q, sizeof q[i]);
+    sl_plan_free(pl);
+  }
+  CHECK_NEAR(q[1][SL_PLAN_SPOT], q[0][SL_PLAN_SPOT], 1e-9);
+  sl_runs_free(&ups);
+  sl_runs_free(&downs);
+}
+
 /* Every policy keeps every deadline on-demand alone could keep, on random
  * traces, and none costs less than the optimum. */
 static void test_deadlines_random(void) {
@@ -372,6 +482,8 @@ int main(void) {
   test_slack_runs_out();
   test_spot_returns();
   test_zone_flaps();
+  test_time_of_day_learned();
+  test_time_of_day_plan();
   test_deadlines_random();
   test_names();
   test_rank();
