@@ -106,9 +106,12 @@ static void side_rates(const struct sl_runs *r, double prior, double cur, int64_
 /* Time index k: the cell of work w and slack s (the on-demand overhead
  * unpaid) is at k = w + s, a unit after k + 1. A unit's moves depend on
  * the time of day it runs in. */
+static inline int clamp_k(const struct sl_plan *pl, int k) {
+  return k < 0 ? 0 : k > pl->K ? pl->K : k;
+}
+
 static inline const float (*moves(const struct sl_plan *pl, int k))[3] {
-  k = k < 0 ? 0 : k > pl->K ? pl->K : k;
-  return pl->p[pl->day[k]];
+  return pl->p[pl->day[clamp_k(pl, k)]];
 }
 
 /* out = M^n v over all states (up_only: over the states with capacity,
@@ -240,10 +243,6 @@ static double q_od_go_on(const struct sl_plan *pl, int w, int s_od, int x) {
 /* a spot segment lost in its overhead: an outage just begun */
 #define LOST_IN_OVERHEAD NB
 
-static inline int moves_k(const struct sl_plan *pl, int k) {
-  return k < 0 ? 0 : k > pl->K ? pl->K : k;
-}
-
 static double q_spot_start(const struct sl_plan *pl, int w, int s, int x) {
   if (x >= NUP)
     return INFINITY;
@@ -255,7 +254,7 @@ static double q_spot_start(const struct sl_plan *pl, int w, int s, int x) {
     int o = pl->o_lo + k, s2 = s - o;
     if (s2 < 0)
       return INFINITY;
-    double ok = pl->stay_up[((size_t)moves_k(pl, w + s2) * 2 + (size_t)k) * NUP + (size_t)x];
+    double ok = pl->stay_up[((size_t)clamp_k(pl, w + s2) * 2 + (size_t)k) * NUP + (size_t)x];
     double e = gcell(pl, w, s2, k)[x];
     if (ok < 1)
       e += (1 - ok) * cell(pl, w, s2, SEG_NONE)[LOST_IN_OVERHEAD];

@@ -359,32 +359,26 @@ static void test_time_of_day_plan(void) {
   struct sl_job_view jv = {.window = 16, .work = 8, .overhead = 2, .mode = SL_MODE_IDLE};
   struct sl_facts f;
   sl_policy_facts(&jv, &k.m, &f);
-  double q[2][3];
+  /* each option's expected cost with the runs' ends even over the day [0]
+   * and all at four [1], from 10 days of history and from 1 */
   const struct sl_day *days[2] = {&even, &at_four};
-  for (int i = 0; i < 2; i++) {
-    struct sl_plan_market pm = {.ups = &ups, .downs = &downs, .up = true, .age = 3,
-                                .prior_up = 2, .prior_down = 1, .day_up = days[i],
-                                .day_down = &even, .history_days = 10};
-    struct sl_plan *pl = NULL;
-    struct sl_plan_choice c;
-    CHECK_INT(sl_plan_decide(&pl, &pm, &jv, &k.m, &f, 1.0, 0, &c), 0);
-    memcpy(q[i], c.q, sizeof q[i]);
-    sl_plan_free(pl);
-  }
-  CHECK(q[1][SL_PLAN_SPOT] > q[0][SL_PLAN_SPOT] + 0.5);
-  CHECK(fabs(q[1][SL_PLAN_OD] - q[0][SL_PLAN_OD]) < q[1][SL_PLAN_SPOT] - q[0][SL_PLAN_SPOT]);
+  double q[2][2][3];
+  for (int h = 0; h < 2; h++)
+    for (int i = 0; i < 2; i++) {
+      struct sl_plan_market pm = {.ups = &ups, .downs = &downs, .up = true, .age = 3,
+                                  .prior_up = 2, .prior_down = 1, .day_up = days[i],
+                                  .day_down = &even, .history_days = h ? 1 : 10};
+      struct sl_plan *pl = NULL;
+      struct sl_plan_choice c;
+      CHECK_INT(sl_plan_decide(&pl, &pm, &jv, &k.m, &f, 1.0, 0, &c), 0);
+      memcpy(q[h][i], c.q, sizeof q[h][i]);
+      sl_plan_free(pl);
+    }
+  CHECK(q[0][1][SL_PLAN_SPOT] > q[0][0][SL_PLAN_SPOT] + 0.5);
+  CHECK(fabs(q[0][1][SL_PLAN_OD] - q[0][0][SL_PLAN_OD]) <
+        q[0][1][SL_PLAN_SPOT] - q[0][0][SL_PLAN_SPOT]);
   /* with less than DAY_MIN_DAYS of history the time of day is not used */
-  for (int i = 0; i < 2; i++) {
-    struct sl_plan_market pm = {.ups = &ups, .downs = &downs, .up = true, .age = 3,
-                                .prior_up = 2, .prior_down = 1, .day_up = days[i],
-                                .day_down = &even, .history_days = 1};
-    struct sl_plan *pl = NULL;
-    struct sl_plan_choice c;
-    CHECK_INT(sl_plan_decide(&pl, &pm, &jv, &k.m, &f, 1.0, 0, &c), 0);
-    memcpy(q[i], c.q, sizeof q[i]);
-    sl_plan_free(pl);
-  }
-  CHECK_NEAR(q[1][SL_PLAN_SPOT], q[0][SL_PLAN_SPOT], 1e-9);
+  CHECK_NEAR(q[1][1][SL_PLAN_SPOT], q[1][0][SL_PLAN_SPOT], 1e-9);
   sl_runs_free(&ups);
   sl_runs_free(&downs);
 }
