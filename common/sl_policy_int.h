@@ -43,7 +43,6 @@ struct sl_series {
   bool seen_change;              /* the current run's start was seen (not the trace's first) */
   struct sl_runs ups, downs;     /* completed runs */
   struct sl_day day[2];          /* by time of day: [0] runs with capacity, [1] without */
-  int last_bucket;               /* the day bucket of the last tick read */
 };
 
 struct sl_learn {
@@ -51,7 +50,6 @@ struct sl_learn {
   int64_t lost_at[SL_POLICY_ZONES_MAX]; /* job tick the zone last took an instance back; -1 */
   int last_mode;
   struct sl_runs pooled;         /* every zone's runs with capacity (several zones) */
-  struct sl_day pooled_day;      /* ... and by time of day */
   struct sl_plan *plan;          /* the job's plan (sl_policy_plan.c); NULL until needed */
 };
 

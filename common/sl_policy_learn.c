@@ -111,10 +111,10 @@ int sl_day_bucket(const struct sl_market_view *m, double t) {
   return b < 0 ? 0 : b >= SL_DAY_BUCKETS ? SL_DAY_BUCKETS - 1 : b;
 }
 
-/* One tick of a series, in day bucket b; returns the length of the run with
- * capacity it completed, 0 if none. A run's end counts in the bucket of its
- * last tick. */
-static int32_t series_feed(struct sl_series *s, bool up, int b) {
+/* One tick of a series, in day bucket b (the tick before it in bucket
+ * prev); returns the length of the run with capacity it completed, 0 if
+ * none. A run's end counts in the bucket of its last tick. */
+static int32_t series_feed(struct sl_series *s, bool up, int b, int prev) {
   int32_t done_up = 0;
   if (s->scanned && up != s->up) {
     int32_t len = (int32_t)(s->age > INT32_MAX ? INT32_MAX : s->age);
@@ -122,12 +122,11 @@ static int32_t series_feed(struct sl_series *s, bool up, int b) {
       sl_runs_add(s->up ? &s->ups : &s->downs, len);
       done_up = s->up ? len : 0;
     }
-    s->day[!s->up].ends[s->last_bucket]++;
+    s->day[!s->up].ends[prev]++;
     s->seen_change = true;
     s->age = 0;
   }
   s->day[!up].exposure[b]++;
-  s->last_bucket = b;
   s->up = up;
   s->age++;
   s->scanned++;
@@ -141,24 +140,15 @@ static void learn(struct sl_learn *l, const struct sl_market_view *m) {
       n = m->zones[z].n;
   for (size_t t = l->any.scanned; t < n; t++) {
     bool any = false;
-    int b = sl_day_bucket(m, (double)t);
+    int b = sl_day_bucket(m, (double)t), prev = sl_day_bucket(m, (double)t - 1);
     for (size_t z = 0; z < m->n_zones; z++) {
-      struct sl_series *s = &l->zone[z];
-      bool was_up = s->scanned && s->up;
-      int was_bucket = s->last_bucket;
       bool up = sl_policy_zone_up(m, z, t);
-      int32_t done_up = series_feed(s, up, b);
-      if (m->n_zones > 1) { /* every zone's runs with capacity together */
-        if (done_up)
-          sl_runs_add(&l->pooled, done_up);
-        if (was_up && !up)
-          l->pooled_day.ends[was_bucket]++;
-        if (up)
-          l->pooled_day.exposure[b]++;
-      }
+      int32_t done_up = series_feed(&l->zone[z], up, b, prev);
+      if (done_up && m->n_zones > 1) /* every zone's runs with capacity together */
+        sl_runs_add(&l->pooled, done_up);
       any |= up;
     }
-    series_feed(&l->any, any, b);
+    series_feed(&l->any, any, b, prev);
   }
 }
 
@@ -224,9 +214,15 @@ void sl_spotlab_decide(struct sl_policy *p, const struct sl_job_view *j,
                                 .prior_down = hours(m, PRIOR_DOWN_H),
                                 .day_up = &ser->day[0], .day_down = &ser->day[1],
                                 .history_days = (double)l->any.scanned * m->gap_s / 86400.0};
+    struct sl_day pooled_day = {0}; /* every zone's runs with capacity, by time of day */
     if (m->n_zones > 1) {
+      for (size_t k = 0; k < m->n_zones; k++)
+        for (int b = 0; b < SL_DAY_BUCKETS; b++) {
+          pooled_day.exposure[b] += l->zone[k].day[0].exposure[b];
+          pooled_day.ends[b] += l->zone[k].day[0].ends[b];
+        }
       pm.ups = &l->pooled;
-      pm.day_up = &l->pooled_day;
+      pm.day_up = &pooled_day;
       if (z >= 0) {
         pm.up = true;
         pm.age = l->zone[z].age;
