@@ -743,6 +743,9 @@ int gw_sched_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst) 
   gw_fleet_inst_set_state(s->fleet, inst, "busy", j->id);
   snprintf(inst->session, sizeof inst->session, "%s", j->session);
   inst->notice = false;
+  /* this gateway sent the assign: a register from the worker that does not
+   * list the job yet crossed it (on_register), the job is not lost */
+  j->wait_register_until_us = 0;
   /* Every attempt after a preemption resumes (a train job from its newest
    * checkpoint, a %%run job from its folder, without steps); a first attempt
    * that restores a trained model (eval, sample) says so too. after_s is null

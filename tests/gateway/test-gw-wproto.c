@@ -225,6 +225,35 @@ static void test_register_jobs(void) {
   fx_free(f);
 }
 
+/* A gateway restarted while its job was provisioning (gw_sched_load: the
+ * job waits for its instance's register). The register assigns the job; a
+ * second register that crossed the assign (the worker sent it before the
+ * assign reached it) gets the assign again and leaves the job where it is:
+ * requeued, the job would run on a second worker beside the first. */
+static void test_register_crossed_after_restart(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
+  fx_settle(f);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_PROVISIONING);
+  CHECK_STR(fx_job(f, id)->instance, "f-1");
+  fx_job(f, id)->wait_register_until_us = sl_time_mono_us() + 60 * SL_US_PER_S;
+  fx_register(f, "f-1", NULL, NULL);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_STARTING);
+  CHECK_INT(fx_to_worker_count(f, "f-1", "assign"), 1);
+  fx_register(f, "f-1", NULL, NULL); /* sent before the assign arrived */
+  CHECK_INT(fx_job_state(f, id), GW_JOB_STARTING);
+  CHECK(!fx_job_was(f, id, GW_JOB_PREEMPTED));
+  CHECK_INT(fx_to_worker_count(f, "f-1", "assign"), 2);
+  CHECK_INT(fx_job(f, id)->attempt, 1);
+  CHECK_STR(fx_inst(f, "f-1")->row.state, "busy");
+  fx_started(f, "f-1", id);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_RUNNING);
+  fx_free(f);
+}
+
 /* ---- what the worker found of its GPUs ---- */
 
 /* register from inst with gpus (a JSON text; NULL: none). */
@@ -566,6 +595,7 @@ int main(void) {
   test_checkpoint_before_register();
   test_register_ended();
   test_register_jobs();
+  test_register_crossed_after_restart();
   test_register_gpus();
   test_device_event();
   test_checkpoint();
