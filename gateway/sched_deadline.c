@@ -6,8 +6,8 @@
  * spot offer of the market (a provider's type, and zone when the offer
  * names one), whether it shows capacity: the provider's market says so
  * (spot_none, a capacity failure it remembers), and a capacity failure or a
- * preemption the gateway saw in the tick counts as none. The last
- * HISTORY_TICKS of each offer are kept. A job with a deadline gets its own
+ * preemption the gateway saw in the tick counts as none (markethist.h keeps
+ * the last week of each offer, across restarts). A job with a deadline gets its own
  * copy of that history for the spot offers it may use (its market view,
  * appended to each tick so the policy's learning only ever reads forward),
  * its own sl_policy, and a decision each tick: wait in the queue, on-demand,
@@ -19,14 +19,15 @@
  *
  * Measurements: the provider seconds per step of each train job, kept for
  * later jobs of the same model and batch, and the start-up of every job
- * (launch to running). Everything here lives while the gateway runs; after
- * a restart the history starts again and jobs are tracked from then.
+ * (launch to running). These live while the gateway runs; after a restart
+ * jobs are tracked from then.
  * Invariant: a tracked job is live in the fleet; its policy is freed when
  * the job ends or leaves the fleet. */
 #include "deadline.h"
 #include "sched_int.h"
 
 #include "loop.h"
+#include "markethist.h"
 
 #include "sl_err.h"
 #include "sl_json.h"
@@ -40,21 +41,9 @@
 #include <string.h>
 
 #define T "gateway.deadline"
-#define HISTORY_TICKS (7 * 1440) /* a week of ticks per offer: time of day shows over days */
-#define OFFERS_MAX 64
 #define STEP_MEMORY 64
-#define JOB_TICKS_MAX (HISTORY_TICKS + (size_t)(GW_DEADLINE_MAX_S / GW_DEADLINE_TICK_S) + 64)
+#define JOB_TICKS_MAX (GW_MH_TICKS + (size_t)(GW_DEADLINE_MAX_S / GW_DEADLINE_TICK_S) + 64)
 #define TICK_WALL_MIN_US (20 * SL_US_PER_MS)
-#define SPOT_UP 1000 /* capacity shown, count unknown: enough for any one job */
-
-struct dl_offer {
-  const struct gw_provider *prov;
-  char type[64], zone[32];
-  int32_t avail[HISTORY_TICKS];  /* ring: tick k at k % HISTORY_TICKS */
-  double price[HISTORY_TICKS];
-  size_t n;                      /* ticks recorded */
-  bool lost;                     /* a capacity failure or preemption in the tick under way */
-};
 
 struct dl_job {
   int64_t id;
@@ -89,8 +78,7 @@ struct gw_dl {
   int64_t timer;
   int64_t ticks;
   struct gw_offer market[GW_SCHED_MARKET_MAX];
-  struct dl_offer *offers;       /* OFFERS_MAX */
-  size_t n_offers;
+  struct gw_mh *hist;            /* owned: every offer's capacity, tick by tick */
   struct dl_job **jobs;
   size_t n_jobs, cap_jobs;
   struct step_memo memo[STEP_MEMORY];
@@ -192,48 +180,24 @@ static void job_work(const struct gw_dl *d, const struct dl_job *dj, const struc
 
 /* ---- the market's history ---- */
 
-static struct dl_offer *offer_find(struct gw_dl *d, const struct gw_provider *prov, const char *type,
-                                   const char *zone) {
-  for (size_t i = 0; i < d->n_offers; i++)
-    if (d->offers[i].prov == prov && !strcmp(d->offers[i].type, type) &&
-        !strcmp(d->offers[i].zone, zone))
-      return &d->offers[i];
-  return NULL;
-}
-
 static void record_market(struct gw_dl *d) {
-  size_t n = gw_sched_market(d->s, d->market, GW_SCHED_MARKET_MAX);
   int64_t now = sl_time_real_us();
-  bool seen[OFFERS_MAX] = {false};
+  if (!d->ticks) /* the history an earlier gateway kept, once the providers are known */
+    gw_mh_restore(d->hist, d->s->provs, d->s->n_provs, tick_wall_us(d), now);
+  size_t n = gw_sched_market(d->s, d->market, GW_SCHED_MARKET_MAX);
+  bool seen[GW_MH_OFFERS_MAX] = {false};
   for (size_t i = 0; i < n; i++) {
     const struct gw_instance_type *t = &d->market[i].type;
     if (t->spot_usd_per_hour <= 0)
       continue;
-    struct dl_offer *o = offer_find(d, d->market[i].prov, t->name, t->zone);
-    if (!o && d->n_offers < OFFERS_MAX) {
-      o = &d->offers[d->n_offers++];
-      memset(o, 0, sizeof *o);
-      o->prov = d->market[i].prov;
-      snprintf(o->type, sizeof o->type, "%s", t->name);
-      snprintf(o->zone, sizeof o->zone, "%s", t->zone);
-    }
+    struct gw_mh_offer *o = gw_mh_find(d->hist, d->market[i].prov, t->name, t->zone, true);
     if (!o)
       continue;
-    bool up = !t->spot_none && !(t->unavailable_until_us > now) && !o->lost;
-    o->avail[o->n % HISTORY_TICKS] = up ? SPOT_UP : 0;
-    o->price[o->n % HISTORY_TICKS] = t->spot_usd_per_hour;
-    o->n++;
-    seen[o - d->offers] = true;
+    gw_mh_push(o, !t->spot_none && !(t->unavailable_until_us > now) && !o->lost,
+               t->spot_usd_per_hour);
+    seen[o - gw_mh_at(d->hist, 0)] = true;
   }
-  for (size_t i = 0; i < d->n_offers; i++) {
-    struct dl_offer *o = &d->offers[i];
-    if (!seen[i]) { /* gone from the market: no capacity */
-      o->avail[o->n % HISTORY_TICKS] = 0;
-      o->price[o->n % HISTORY_TICKS] = o->n ? o->price[(o->n - 1) % HISTORY_TICKS] : 0;
-      o->n++;
-    }
-    o->lost = false;
-  }
+  gw_mh_end_tick(d->hist, seen, now);
   d->ticks++;
 }
 
@@ -285,9 +249,9 @@ static int job_append(struct gw_dl *d, struct dl_job *dj) {
     dj->cap = cap;
   }
   for (size_t z = 0; z < dj->n_zones; z++) {
-    const struct dl_offer *o = &d->offers[dj->offer[z]];
-    dj->avail[z][dj->n] = o->avail[(o->n - 1) % HISTORY_TICKS];
-    dj->price[z][dj->n] = o->price[(o->n - 1) % HISTORY_TICKS];
+    const struct gw_mh_offer *o = gw_mh_at(d->hist, dj->offer[z]);
+    dj->avail[z][dj->n] = gw_mh_avail(o, o->n - 1);
+    dj->price[z][dj->n] = gw_mh_price(o, o->n - 1);
   }
   dj->n++;
   return 0;
@@ -317,25 +281,25 @@ static struct dl_job *track(struct gw_dl *d, struct gw_job *j, const struct gw_w
   dj->model_key = model_key(j);
   dj->queued_real_us = sl_time_real_us();
   dj->ondemand_price = INFINITY;
-  size_t n = gw_sched_market(d->s, d->market, GW_SCHED_MARKET_MAX), hist = HISTORY_TICKS;
+  size_t n = gw_sched_market(d->s, d->market, GW_SCHED_MARKET_MAX), hist = GW_MH_TICKS;
   for (size_t i = 0; i < n; i++) {
     const struct gw_instance_type *t = &d->market[i].type;
     if (!type_fits(w, t))
       continue;
     if (t->on_demand_usd_per_hour > 0 && (!w->max_price || t->on_demand_usd_per_hour <= w->max_price))
       dj->ondemand_price = fmin(dj->ondemand_price, t->on_demand_usd_per_hour);
-    struct dl_offer *o = offer_find(d, d->market[i].prov, t->name, t->zone);
-    if (!o || !o->n || dj->n_zones == SL_POLICY_ZONES_MAX || t->spot_usd_per_hour <= 0 ||
+    struct gw_mh_offer *o = gw_mh_find(d->hist, d->market[i].prov, t->name, t->zone, false);
+    if (!o || o->n == o->first || dj->n_zones == SL_POLICY_ZONES_MAX || t->spot_usd_per_hour <= 0 ||
         (w->max_price && t->spot_usd_per_hour > w->max_price))
       continue;
-    dj->offer[dj->n_zones++] = (size_t)(o - d->offers);
-    hist = o->n < hist ? o->n : hist;
+    dj->offer[dj->n_zones++] = (size_t)(o - gw_mh_at(d->hist, 0));
+    hist = o->n - o->first < hist ? o->n - o->first : hist;
   }
   if (!isfinite(dj->ondemand_price))
     dj->ondemand_price = 0;
   dj->cap = hist + 64;
   for (size_t z = 0; z < dj->n_zones; z++) {
-    const struct dl_offer *o = &d->offers[dj->offer[z]];
+    const struct gw_mh_offer *o = gw_mh_at(d->hist, dj->offer[z]);
     dj->avail[z] = malloc(dj->cap * sizeof *dj->avail[z]);
     dj->price[z] = malloc(dj->cap * sizeof *dj->price[z]);
     if (!dj->avail[z] || !dj->price[z]) {
@@ -345,8 +309,8 @@ static struct dl_job *track(struct gw_dl *d, struct gw_job *j, const struct gw_w
     }
     for (size_t k = 0; k < hist; k++) { /* the last hist ticks, oldest first */
       size_t tick = o->n - hist + k;
-      dj->avail[z][k] = o->avail[tick % HISTORY_TICKS];
-      dj->price[z][k] = o->price[tick % HISTORY_TICKS];
+      dj->avail[z][k] = gw_mh_avail(o, tick);
+      dj->price[z][k] = gw_mh_price(o, tick);
     }
   }
   dj->n = dj->n_zones ? hist : 1;
@@ -365,7 +329,7 @@ static int job_mode(const struct gw_dl *d, const struct dl_job *dj, const struct
   if (!j->spot)
     return SL_MODE_OD;
   for (size_t z = 0; z < dj->n_zones; z++) {
-    const struct dl_offer *o = &d->offers[dj->offer[z]];
+    const struct gw_mh_offer *o = gw_mh_at(d->hist, dj->offer[z]);
     if (!strcmp(o->type, j->instance_type) && (!o->zone[0] || !strcmp(o->zone, j->zone)))
       return (int)z;
   }
@@ -374,7 +338,7 @@ static int job_mode(const struct gw_dl *d, const struct dl_job *dj, const struct
 
 /* Where zone z of dj is, for people: "g5.xlarge" or "g5.xlarge in us-east-1b". */
 static void zone_name(const struct gw_dl *d, const struct dl_job *dj, int z, char *buf, size_t size) {
-  const struct dl_offer *o = &d->offers[dj->offer[z]];
+  const struct gw_mh_offer *o = gw_mh_at(d->hist, dj->offer[z]);
   snprintf(buf, size, "%s%s%s", o->type, o->zone[0] ? " in " : "", o->zone);
 }
 
@@ -544,8 +508,8 @@ int gw_sched_deadline_wants(struct gw_sched *s, struct gw_job *j, struct gw_want
   int want = dj->dec.mode;
   if (want == SL_MODE_IDLE)
     return -EAGAIN;
-  const struct dl_offer *o = want >= 0 ? &d->offers[dj->offer[want]] : NULL;
-  double price = o ? o->price[(o->n - 1) % HISTORY_TICKS] : 0;
+  const struct gw_mh_offer *o = want >= 0 ? gw_mh_at(d->hist, dj->offer[want]) : NULL;
+  double price = o ? gw_mh_price(o, o->n - 1) : 0;
   if (!o || (w->max_price && price > w->max_price)) {
     w->spot = 0; /* on-demand, or the spot price rose past max_price since the tick */
     return 0;
@@ -561,8 +525,8 @@ void gw_sched_deadline_lost(struct gw_sched *s, const struct gw_provider *prov, 
   struct gw_dl *d = s->dl;
   if (!d)
     return;
-  for (size_t i = 0; i < d->n_offers; i++) { /* an offer without a zone stands for all of them */
-    struct dl_offer *o = &d->offers[i];
+  for (size_t i = 0; i < gw_mh_count(d->hist); i++) { /* an offer without a zone stands for all of them */
+    struct gw_mh_offer *o = gw_mh_at(d->hist, i);
     if (o->prov == prov && !strcmp(o->type, type) && (!o->zone[0] || !zone || !strcmp(o->zone, zone)))
       o->lost = true;
   }
@@ -645,7 +609,7 @@ int gw_sched_deadline_check(struct gw_sched *s, const struct gw_job *j, char *wh
 
 struct gw_dl *gw_sched_deadline_new(struct gw_sched *s) {
   struct gw_dl *d = calloc(1, sizeof *d);
-  if (!d || !(d->offers = calloc(OFFERS_MAX, sizeof *d->offers))) {
+  if (!d || !(d->hist = gw_mh_new(s->store))) {
     free(d);
     return NULL;
   }
@@ -653,7 +617,7 @@ struct gw_dl *gw_sched_deadline_new(struct gw_sched *s) {
   if (s->loop) {
     d->timer = gw_loop_add_timer(s->loop, sl_time_mono_us() + TICK_WALL_MIN_US, on_timer, d);
     if (d->timer < 0) {
-      free(d->offers);
+      gw_mh_free(d->hist);
       free(d);
       return NULL;
     }
@@ -669,7 +633,7 @@ struct gw_dl *gw_sched_deadline_free(struct gw_dl *d) {
   for (size_t i = 0; i < d->n_jobs; i++)
     job_free(d->jobs[i]);
   free(d->jobs);
-  free(d->offers);
+  gw_mh_free(d->hist);
   free(d);
   return NULL;
 }

@@ -76,6 +76,10 @@ static const char *const migrations[] = {
   "ALTER TABLE cost ADD COLUMN co2e_g REAL NOT NULL DEFAULT 0;"
   "ALTER TABLE jobs ADD COLUMN energy_kwh REAL NOT NULL DEFAULT 0;"
   "ALTER TABLE jobs ADD COLUMN co2e_g REAL NOT NULL DEFAULT 0;",
+  /* 7: the market's history (markethist.h), in chunks of ticks */
+  "CREATE TABLE market_history(provider TEXT NOT NULL, type TEXT NOT NULL, zone TEXT NOT NULL,"
+  "  chunk INTEGER NOT NULL, end_us INTEGER NOT NULL, up BLOB NOT NULL, price BLOB NOT NULL,"
+  "  PRIMARY KEY(provider, type, zone, chunk));",
 };
 
 /* SQLite's error space in the project's: a full disk, an I/O error, a lock

@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GW_STORE_SCHEMA_VERSION 6
+#define GW_STORE_SCHEMA_VERSION 7
 
 struct gw_store;
 
@@ -240,5 +240,32 @@ int gw_store_job_history(struct gw_store *s, int64_t job, json_t **ret_attempts,
                          json_t **ret_checkpoints);
 /* Instances not yet terminated, owned array. */
 int gw_store_instances_live(struct gw_store *s, struct gw_instance_row **ret, size_t *ret_n);
+
+/* ---- the market's history (store_market.c; markethist.h says what it is) ---- */
+
+#define GW_STORE_MARKET_CHUNK_MAX 60
+
+/* A run of one offer's ticks: tick k of the offer is entry k - chunk * size
+ * of chunk k / size (size: GW_STORE_MARKET_CHUNK_MAX). */
+struct gw_market_chunk {
+  char provider[32], type[64], zone[32];
+  int64_t chunk;
+  int64_t end_us;               /* wall clock of its last tick */
+  size_t n;                     /* ticks held; 0: a row that could not be read */
+  bool up[GW_STORE_MARKET_CHUNK_MAX];
+  double price[GW_STORE_MARKET_CHUNK_MAX];
+};
+
+/* Writes the chunks (each replaces its row) and drops the rows of their
+ * offers older than keep chunks before each, in one transaction. */
+int gw_store_market_put(struct gw_store *s, const struct gw_market_chunk *c, size_t n,
+                        int64_t keep);
+/* Calls fn on every stored chunk, by provider, type, zone and chunk (a
+ * malformed row with n = 0); a negative return from fn stops and is returned. */
+int gw_store_market_each(struct gw_store *s, int (*fn)(const struct gw_market_chunk *c, void *data),
+                         void *data);
+/* Drops every row of the offer. */
+int gw_store_market_drop(struct gw_store *s, const char *provider, const char *type,
+                         const char *zone);
 
 #endif

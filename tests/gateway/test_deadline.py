@@ -12,6 +12,9 @@ usage: test_deadline.py CASE GATEWAY [KERNEL]
   stay     (with KERNEL) a notebook cell with a loose deadline and spot
            capacity throughout stays on spot, and its display's text/plain
            shows the deadline, the slack and the plan
+  history  the market's history the gateway records goes to its database
+           (gateway.db, read here with sqlite3) and a gateway started again
+           on the same state reads it back and goes on with it
 
 Every wait has a deadline; nothing sleeps.
 """
@@ -19,6 +22,7 @@ import json
 import re
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -50,6 +54,9 @@ class Gateway:
                                                      "SPOTLAB_CONFIG")}
         os.environ["SPOTLAB_HOME"] = self.home
         os.environ["SPOTLAB_CONFIG"] = self.ini
+        self.start()
+
+    def start(self):
         p = subprocess.run([GATEWAY, "--embedded", "--daemon"], capture_output=True, text=True, timeout=60)
         require(p.returncode == 0, "the gateway starts", p)
         with open(os.path.join(self.home, "token")) as f:
@@ -215,8 +222,68 @@ def case_stay():
         gw.close()
 
 
+def market_history(home):
+    """{(provider, type, zone): [capacity of each tick, None where not stored]}
+    from the gateway's database."""
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(home, "gateway.db"), uri=True, timeout=10)
+    try:
+        rows = db.execute("SELECT provider, type, zone, chunk, up FROM market_history "
+                          "ORDER BY provider, type, zone, chunk").fetchall()
+    finally:
+        db.close()
+    out = {}
+    for prov, typ, zone, chunk, up in rows:
+        ticks = out.setdefault((prov, typ, zone), [])
+        ticks.extend([None] * (chunk * 60 - len(ticks)))
+        ticks.extend(up)
+    return out
+
+
+def wait_history(home, ticks, what, timeout=60):
+    """The history once every offer holds at least `ticks` ticks."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            h = market_history(home)
+        except sqlite3.Error:
+            h = {}
+        done = bool(h) and all(len(t) >= ticks for t in h.values())
+        if done or time.monotonic() > deadline:
+            require(done, what, {k: len(t) for k, t in h.items()})
+            return h
+        time.sleep(0.2)
+
+
+def case_history():
+    # runs of 3 ticks with capacity and 2 without; one tick per wall second
+    gw = Gateway([1, 1, 1, 0, 0] * 2000)
+    try:
+        first = wait_history(gw.home, 12, "the gateway writes the market's history")
+        for key, ticks in first.items():
+            check(set(ticks) <= {0, 1} and 1 in ticks and 0 in ticks,
+                  "%s: capacity, and none, in the ticks written (%s)" % ("/".join(key), ticks))
+        stop_all(gw.home)
+        stopped = market_history(gw.home)
+        check(all(len(stopped[k]) >= len(first[k]) for k in first),
+              "the stopped gateway wrote what it had (%s)" % {k: len(v) for k, v in stopped.items()})
+        gw.start()
+        n = max(len(t) for t in stopped.values())
+        after = wait_history(gw.home, n + 5, "the gateway started again goes on writing it")
+        log = gw.log()
+        check("market history of %d offer(s) restored" % len(stopped) in log,
+              "the new gateway restored the history of %d offers" % len(stopped),
+              [ln for ln in log.splitlines() if "gateway.market" in ln])
+        for key, ticks in stopped.items():
+            now = after.get(key, [])
+            name = "/".join(key)
+            check(now[:len(ticks)] == ticks, "%s: the ticks from before the restart are kept" % name)
+            check(None not in now, "%s: its ticks go on with no gap across the restart" % name)
+    finally:
+        gw.close()
+
+
 def main():
-    {"refuse": case_refuse, "switch": case_switch, "stay": case_stay}[CASE]()
+    {"refuse": case_refuse, "switch": case_switch, "stay": case_stay, "history": case_history}[CASE]()
     return exit_status()
 
 
