@@ -1,7 +1,9 @@
 /* The scheduler's inside, shared by its files: scheduler.c (one instance
- * per job), sched_gang.c (nodes=N: gangs), sched_place.c (what placement
- * remembers) and sched_deadline.c (deadline=). Nothing outside those
- * includes this header. */
+ * per job), sched_launch.c (launching an instance), sched_assign.c (the
+ * assign message, the checkpoint interval), sched_load.c (a gateway
+ * restart), sched_gang.c (nodes=N: gangs), sched_place.c (what placement
+ * remembers), sched_deadline.c (deadline=) and sched_save.c (the store's
+ * kept writes). Nothing outside those includes this header. */
 #ifndef GW_SCHED_INT_H
 #define GW_SCHED_INT_H
 
@@ -35,7 +37,7 @@ struct gw_sched {
   void *hold_data;
 };
 
-/* scheduler.c */
+/* scheduler.c, sched_launch.c */
 void gw_sched_report(struct gw_sched *s, struct gw_bus_event ev);
 /* What j asks for (gw_place_wants), within the instance types its user may
  * run on. */

@@ -11,33 +11,23 @@
  * request: the instance joins the fleet as "launching" and the job is
  * provisioning; the provider's LAUNCHED event (or the worker's register,
  * whichever comes first) places the job, LAUNCH_FAILED puts it back in the
- * queue. */
+ * queue. Launching (sched_launch.c), the assign (sched_assign.c) and a
+ * restart (sched_load.c) live beside it. */
 #include "scheduler.h"
-
 #include "gang.h"
-#include "place.h"
 #include "placemem.h"
 #include "sched_int.h"
-
-#include "bundle.h"
-#include "sl_s3.h"
-
 #include "loop.h"
 
 #include "sl_err.h"
-#include "sl_hmac.h"
 #include "sl_json.h"
 #include "sl_log.h"
-#include "sl_path.h"
 #include "sl_time.h"
 
 #include <errno.h>
-#include <sodium.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define T "gateway.sched"
 #define COST_FLUSH_US (5 * SL_US_PER_S)
@@ -389,96 +379,6 @@ void gw_sched_emit_placed(struct gw_sched *s, struct gw_job *j) {
   gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_PLACED, .job = j, .instance = j->instance});
 }
 
-/* An instance may boot a while after its launch: its bundle URL lasts. */
-#define BUNDLE_URL_S (6 * 3600)
-
-void gw_sched_set_bundle(struct gw_sched *s, struct gw_bundle *b) {
-  s->bundle = b;
-}
-
-int gw_sched_launch_inst(struct gw_sched *s, struct gw_job *j, const struct gw_offer *o, bool spot,
-                         char ret_id[GW_INSTANCE_ID_MAX]) {
-  if (gw_fleet_n_insts(s->fleet) >= GW_MAX_INSTANCES)
-    return -EAGAIN;
-  const struct gw_instance_type *t = &o->type;
-  struct gw_worker_boot boot = {
-    .gateway = s->worker_address, .gateway_public = s->gateway_public,
-    .train = s->train_program, .metrics_per_s = s->cfg->worker_metrics_per_s,
-  };
-  char bundle_url[SL_S3_URL_MAX], bundle_sha[65];
-  if (o->prov->needs_bundle) {
-    char why[256] = "";
-    int b = s->bundle ? gw_bundle_url(s->bundle, BUNDLE_URL_S, bundle_url, sizeof bundle_url, bundle_sha,
-                                      why, sizeof why)
-                      : SL_ENOTSUP;
-    if (b < 0) { /* -EAGAIN: still being published; the job waits */
-      if (b != -EAGAIN)
-        sl_warn(T, "%s needs the worker bundle: %s", o->prov->name, why[0] ? why : "no S3 store");
-      return -EAGAIN;
-    }
-    boot.bundle_url = bundle_url;
-    boot.bundle_sha256 = bundle_sha;
-  }
-  int r = gw_keys_generate(&boot.keys);
-  if (r < 0)
-    return r;
-  struct gw_wants w;
-  gw_sched_wants(s, j, &w);
-  struct gw_launch req = {.spot = spot, .max_price_usd_per_hour = w.max_price, .job = j->id,
-                          .boot = &boot};
-  snprintf(req.type, sizeof req.type, "%s", t->name);
-  /* an offer of one zone launches there, an offer of a region in it */
-  snprintf(req.zone, sizeof req.zone, "%s", t->zone[0] ? t->zone : t->region);
-  snprintf(req.user, sizeof req.user, "%s", j->user);
-  char id[GW_INSTANCE_ID_MAX] = "";
-  r = o->prov->ops->launch(o->prov, &req, id);
-  sodium_memzero(boot.keys.secret_z85, sizeof boot.keys.secret_z85);
-  if (r < 0) {
-    sl_debug(T, "launch of %s on %s refused: %s", t->name, o->prov->name, sl_strerror(r));
-    gw_sched_note_refused(s, o->prov, t->name, t->zone, spot, r);
-    return r;
-  }
-  struct gw_inst in;
-  memset(&in, 0, sizeof in);
-  in.prov = o->prov;
-  snprintf(in.row.id, sizeof in.row.id, "%s", id);
-  snprintf(in.row.provider, sizeof in.row.provider, "%s", o->prov->name);
-  snprintf(in.row.type, sizeof in.row.type, "%s", t->name);
-  snprintf(in.row.zone, sizeof in.row.zone, "%s", t->zone); /* LAUNCHED names the zone it got */
-  in.row.spot = spot;
-  in.row.price_usd_per_hour = spot ? t->spot_usd_per_hour : t->on_demand_usd_per_hour;
-  in.row.on_demand_usd_per_hour = t->on_demand_usd_per_hour;
-  memcpy(in.row.public_key, boot.keys.public_z85, sizeof in.row.public_key);
-  snprintf(in.row.user, sizeof in.row.user, "%s", j->user);
-  in.row.launched_us = sl_time_real_us();
-  snprintf(in.row.state, sizeof in.row.state, "launching");
-  in.row.job = j->id;
-  in.gpus = t->gpus;
-  in.register_by_mono_us = sl_time_mono_us() + s->cfg->register_timeout_us;
-  snprintf(in.session, sizeof in.session, "%s", j->session);
-  /* the key is recorded before the loop runs again, so the worker's first
-   * handshake passes */
-  if (!gw_fleet_inst_add(s->fleet, &in)) {
-    o->prov->ops->terminate(o->prov, id);
-    return -EAGAIN;
-  }
-  sl_info(T, "launching %s (%s%s) on %s for job %lld", id, t->name, spot ? " spot" : "",
-          o->prov->name, (long long)j->id);
-  snprintf(ret_id, GW_INSTANCE_ID_MAX, "%s", id);
-  return 0;
-}
-
-void gw_sched_discard_launch(struct gw_sched *s, const char *id) {
-  struct gw_inst *in = gw_fleet_inst(s->fleet, id);
-  if (!in)
-    return;
-  if (in->prov)
-    in->prov->ops->terminate(in->prov, id);
-  snprintf(in->row.state, sizeof in->row.state, "terminated");
-  gw_fleet_inst_save(s->fleet, in);
-  gw_fleet_inst_remove(s->fleet, id);
-}
-
 /* Asks o's provider for an instance for job j. On success the instance is
  * in the fleet, launching, and the job provisioning; the job is placed when
  * the launch is done (gw_sched_launched). */
@@ -641,135 +541,6 @@ static int64_t place_retry(struct gw_loop *l, int64_t id, int64_t now_us, void *
   return now_us + PLACE_RETRY_US;
 }
 
-/* The fixed checkpoint_every option, or 0 for auto (absent, "auto" or not a positive number). */
-static int64_t fixed_checkpoint_every(const struct gw_job *j) {
-  json_t *v = json_object_get(json_object_get(j->spec, "options"), "checkpoint_every");
-  if (json_is_integer(v) && json_integer_value(v) > 0)
-    return json_integer_value(v);
-  if (json_is_real(v) && json_real_value(v) >= 1) /* past int64_t's range the cast is undefined */
-    return json_real_value(v) < 9.2e18 ? (int64_t)json_real_value(v) : INT64_MAX;
-  return 0;
-}
-
-static int64_t checkpoint_every(const struct gw_job *j) {
-  int64_t every = fixed_checkpoint_every(j);
-  if (every)
-    return every;
-  /* auto: the Young/Daly interval once known (from an earlier attempt);
-   * before that a tenth of the run, at least every 10 and at most every
-   * 500 steps, until the first step rate is measured */
-  if (j->autockpt.sent_steps > 0)
-    return j->autockpt.sent_steps;
-  every = j->steps / 10;
-  return every < 10 ? 10 : every > 500 ? 500 : every;
-}
-
-/* The mean time to preemption of j's instance type on its provider, in
- * provider seconds; 0 when unknown. */
-static double type_mtbp_s(struct gw_sched *s, const struct gw_job *j) {
-  struct gw_inst *in = gw_fleet_inst(s->fleet, j->instance);
-  struct gw_instance_type t;
-  if (!in || !in->prov || gw_provider_type(in->prov, j->instance_type, &t) < 0)
-    return 0;
-  return t.mean_time_to_preempt_s > 0 ? t.mean_time_to_preempt_s : 0;
-}
-
-void gw_sched_autockpt(struct gw_sched *s, struct gw_job *j, bool lookup_mtbp) {
-  struct gw_autockpt *a = &j->autockpt;
-  if (strcmp(j->kind, "train") || fixed_checkpoint_every(j) || !j->spot || !j->instance[0])
-    return; /* on-demand capacity is not preempted: the first interval stays */
-  if (lookup_mtbp || !a->mtbp_s)
-    a->mtbp_s = type_mtbp_s(s, j);
-  struct gw_inst *in = gw_fleet_inst(s->fleet, j->instance);
-  double scale = gw_provider_time_scale(in ? in->prov : NULL), write_sim = gw_autockpt_write_sim_s(a, scale);
-  int64_t steps = gw_autockpt_steps(write_sim, a->mtbp_s, a->steps_per_s, scale, j->steps);
-  if (steps <= 0 || (a->announced && !gw_autockpt_changed(a->sent_steps, steps)))
-    return;
-  struct gw_inst *inst = in;
-  if (a->sent_steps != steps && inst && inst->row.job == j->id) {
-    char id[16];
-    json_t *m = json_pack("{s:s,s:s,s:I}", "type", "checkpoint_every", "job",
-                          gw_job_id_str(j->id, id, sizeof id), "steps", (json_int_t)steps);
-    gw_fleet_send(s->fleet, inst, m);
-    json_decref(m);
-  }
-  a->sent_steps = steps;
-  a->announced = true;
-  json_t *ev = json_pack("{s:s,s:I,s:o,s:o,s:o}", "event", "checkpoint_interval", "steps",
-                         (json_int_t)steps, "seconds",
-                         sl_json_real(gw_young_daly_s(write_sim, a->mtbp_s)), "write_s",
-                         sl_json_real(write_sim), "mtbp_s", sl_json_real(a->mtbp_s));
-  gw_sched_emit(s, j, ev);
-  json_decref(ev);
-}
-
-int gw_sched_send_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst) {
-  char id[16];
-  gw_job_id_str(j->id, id, sizeof id);
-  int64_t every = checkpoint_every(j);
-  if (!fixed_checkpoint_every(j))
-    j->autockpt.sent_steps = every;
-  json_t *m = json_pack("{s:s,s:s,s:i,s:s,s:O,s:o,s:I,s:{}}", "type", "assign", "job", id,
-                        "attempt", j->attempt, "kind", j->kind, "spec", j->spec, "restore",
-                        j->ckpt_key[0] ? json_string(j->ckpt_key) : json_null(),
-                        "checkpoint_every", (json_int_t)every, "env");
-  if (m && s->cfg->store_keep > 0) /* the worker deletes older checkpoints of its job */
-    json_object_set_new(m, "keep", json_integer(s->cfg->store_keep));
-  /* a %%run script reads its run's seed (the record's) from SPOTLAB_SEED */
-  json_t *seed = json_object_get(json_object_get(j->spec, "options"), "seed");
-  if (m && !strcmp(j->kind, "run") && json_is_integer(seed)) {
-    char v[24];
-    snprintf(v, sizeof v, "%lld", (long long)json_integer_value(seed));
-    json_object_set_new(json_object_get(m, "env"), "SPOTLAB_SEED", json_string(v));
-  }
-  int rank = gw_gang_rank(j->gang, inst->row.id);
-  if (rank >= 0) /* nodes=N: this instance's rank, the world size and the rendezvous */
-    json_object_set_new(m, "gang", gw_sched_gang_assign_field(j, rank));
-  int r = gw_fleet_send(s->fleet, inst, m);
-  json_decref(m);
-  if (r >= 0 && rank >= 0)
-    j->gang->m[rank].assigned = true;
-  return r;
-}
-
-int gw_sched_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst) {
-  int r = gw_sched_send_assign(s, j, inst);
-  if (r < 0)
-    return r;
-  /* the instance now serves j's (user, session): an idle worker another
-   * user launched keeps no claim on it (idle shutdown, worker_timeout and
-   * inject go by row.user) */
-  snprintf(inst->row.user, sizeof inst->row.user, "%s", j->user);
-  gw_fleet_inst_set_state(s->fleet, inst, "busy", j->id);
-  snprintf(inst->session, sizeof inst->session, "%s", j->session);
-  inst->notice = false;
-  /* this gateway sent the assign: a register from the worker that does not
-   * list the job yet crossed it (on_register), the job is not lost */
-  j->wait_register_until_us = 0;
-  /* Every attempt after a preemption resumes (a train job from its newest
-   * checkpoint, a %%run job from its folder, without steps); a first attempt
-   * that restores a trained model (eval, sample) says so too. after_s is null
-   * when the preemption's time is unknown (before a gateway restart). */
-  if (j->ckpt_key[0] || j->attempt > 1) {
-    double after_s = (double)(sl_time_mono_us() - j->preempted_mono_us) / 1e6;
-    json_t *ev = json_pack("{s:s,s:o,s:s,s:s,s:o}", "event", "resumed", "from_step",
-                           !strcmp(j->kind, "run") ? json_null() : json_integer(j->ckpt_step),
-                           "instance_type", j->instance_type, "zone", j->zone, "after_s",
-                           j->preempted_mono_us ? sl_json_real(after_s) : json_null());
-    gw_sched_emit(s, j, ev);
-    json_decref(ev);
-  }
-  return gw_sched_transition(s, j, GW_JOB_STARTING, "assigned to a worker");
-}
-
-int gw_sched_rank(const struct gw_job *j, const struct gw_inst *in) {
-  if (!j || !in || in->row.job != j->id)
-    return -1;
-  if (j->gang)
-    return gw_gang_rank(j->gang, in->row.id);
-  return strcmp(j->instance, in->row.id) ? -1 : 0;
-}
-
 /* ---- loss, idle, provider events ---- */
 
 void gw_sched_instance_gone(struct gw_sched *s, const char *id, const char *why) {
@@ -915,13 +686,6 @@ struct gw_provider *gw_sched_provider_at(struct gw_sched *s, size_t i) {
   return i < s->n_provs ? s->provs[i] : NULL;
 }
 
-static struct gw_provider *provider_named(struct gw_sched *s, const char *name) {
-  for (size_t i = 0; i < s->n_provs; i++)
-    if (!strcmp(s->provs[i]->name, name))
-      return s->provs[i];
-  return NULL;
-}
-
 size_t gw_sched_market(struct gw_sched *s, struct gw_offer *ret, size_t max) {
   size_t n = 0;
   for (size_t i = 0; i < s->n_provs && n < max; i++) {
@@ -993,107 +757,4 @@ struct gw_sched *gw_sched_free(struct gw_sched *s) {
   gw_place_memory_free(s->mem);
   free(s);
   return NULL;
-}
-
-/* ---- restart ---- */
-
-static void load_instances(struct gw_sched *s) {
-  struct gw_instance_row *rows = NULL;
-  size_t n = 0;
-  if (gw_store_instances_live(s->store, &rows, &n) < 0)
-    return;
-  int64_t by = sl_time_mono_us() + s->cfg->register_timeout_us;
-  for (size_t i = 0; i < n; i++) {
-    struct gw_inst in;
-    memset(&in, 0, sizeof in);
-    in.row = rows[i];
-    in.prov = provider_named(s, rows[i].provider);
-    in.launched = true;
-    in.register_by_mono_us = by;
-    in.idle_since_mono_us = sl_time_mono_us(); /* else an idle worker is stopped at once */
-    if (in.prov && in.prov->ops->billed_usd) /* charged before the restart */
-      in.prov->ops->billed_usd(in.prov, in.row.id, sl_time_real_us(), &in.billed_seen_usd);
-    if (!in.prov)
-      sl_warn(T, "instance %s belongs to provider \"%s\", which is not enabled", in.row.id,
-              in.row.provider);
-    if (!gw_fleet_inst_add(s->fleet, &in))
-      break;
-  }
-  free(rows);
-  /* provider instances the table does not know are stray: stop them */
-  for (size_t p = 0; p < s->n_provs; p++) {
-    struct gw_provider *prov = s->provs[p];
-    struct gw_instance_info *list = NULL;
-    size_t nl = 0;
-    if (prov->ops->list(prov, &list, &nl) < 0)
-      continue;
-    for (size_t i = 0; i < nl; i++)
-      if (!gw_fleet_inst(s->fleet, list[i].instance_id)) {
-        sl_warn(T, "terminating unknown instance %s of %s", list[i].instance_id, prov->name);
-        prov->ops->terminate(prov, list[i].instance_id);
-      }
-    free(list);
-  }
-}
-
-int gw_sched_load(struct gw_sched *s) {
-  load_instances(s);
-  struct gw_job *jobs = NULL;
-  size_t n = 0;
-  int r = gw_store_jobs_list(s->store, NULL, true, GW_QUEUE_MAX, &jobs, &n);
-  if (r < 0)
-    return r;
-  int64_t now = sl_time_mono_us();
-  for (size_t k = n; k-- > 0;) { /* oldest first keeps FIFO order */
-    struct gw_job *j = malloc(sizeof *j);
-    if (!j)
-      break;
-    *j = jobs[k];
-    jobs[k].spec = NULL;
-    if (gw_fleet_job_add(s->fleet, j) < 0) {
-      gw_job_done(j);
-      free(j);
-      break;
-    }
-    json_t *ev = json_pack("{s:s,s:s}", "event", "gateway", "action", "restarted");
-    gw_sched_emit(s, j, ev);
-    json_decref(ev);
-    struct gw_inst *in = j->instance[0] ? gw_fleet_inst(s->fleet, j->instance) : NULL;
-    if (j->state == GW_JOB_QUEUED || j->state == GW_JOB_PREEMPTED) {
-      gw_sched_clear_placement(j);
-      gw_queue_push(s->queue, j->user, j->id, j->state == GW_JOB_PREEMPTED);
-      if (j->state == GW_JOB_PREEMPTED)
-        gw_sched_transition(s, j, GW_JOB_QUEUED, "resuming after a gateway restart");
-    } else if (in && in->row.job == j->id) {
-      /* provisioning and never placed: the launch was not reported done */
-      if (j->state == GW_JOB_PROVISIONING && !j->instance_type[0])
-        in->launched = false;
-      struct gw_wants w;
-      gw_sched_wants(s, j, &w);
-      if (w.nodes > 1) {
-        gw_sched_gang_load(s, j);
-        if (j->state == GW_JOB_QUEUED)
-          continue;
-      }
-      j->wait_register_until_us = in->register_by_mono_us;
-      if (gw_store_attempt_metric_step(s->store, j->id, &j->metric_step) < 0)
-        j->metric_step = -1;
-      j->attempt_started_mono_us = j->cost_accrued_mono_us = now;
-    } else {
-      gw_sched_requeue(s, j, false, "instance lost while the gateway was down");
-    }
-  }
-  gw_store_jobs_free(jobs, n);
-  /* an instance row can name a job that is not on it: a gateway that died
-   * inside a launch saved the row but not the job's placement */
-  for (size_t i = 0; i < gw_fleet_n_insts(s->fleet); i++) {
-    struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
-    struct gw_job *j = in->row.job ? gw_fleet_job(s->fleet, in->row.job) : NULL;
-    if (in->row.job && gw_sched_rank(j, in) < 0) {
-      in->row.job = 0;
-      gw_fleet_inst_save(s->fleet, in);
-    }
-  }
-  gw_sched_kick(s);
-  return 0;
 }
