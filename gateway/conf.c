@@ -14,8 +14,10 @@
  * them with gw_config_provider_option() when it opens.
  *
  * Options that would configure nothing in this gateway are refused with a
- * message that says so (the refused table), never parsed and ignored. */
+ * message that says so (the refused table), never parsed and ignored. The
+ * checks of the table's value types live in conf_check.c. */
 #include "conf.h"
+#include "conf_int.h"
 
 #include "provider.h"
 #include "sl_err.h"
@@ -26,7 +28,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ini.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,17 +44,6 @@ struct opt {
   struct sl_opt o;
 };
 
-static int check_addr(const char *v, char *why, size_t size);
-static int check_name(const char *v, char *why, size_t size);
-static int check_hex64(const char *v, char *why, size_t size);
-static int check_store(const char *v, char *why, size_t size);
-static int check_hub_url(const char *v, char *why, size_t size);
-static int check_http(const char *v, char *why, size_t size);
-static int check_types(const char *v, char *why, size_t size);
-static int check_alert_at(const char *v, char *why, size_t size);
-static int check_yes_no(const char *v, char *why, size_t size);
-static int check_hook_url(const char *v, char *why, size_t size);
-static int check_events(const char *v, char *why, size_t size);
 
 #define M(f) O_MAIN, offsetof(struct gw_config, f), sizeof(((struct gw_config *)0)->f)
 #define U(f) O_USER, offsetof(struct gw_user_cfg, f), sizeof(((struct gw_user_cfg *)0)->f)
@@ -65,17 +55,17 @@ static int check_events(const char *v, char *why, size_t size);
 #define ROW_(section, name, otype, check, owner, offset, size, def, min, max, help) \
   {section, owner, {name, otype, offset, size, def, min, max, NULL, NULL, NULL, help, NULL, 0, 0, check}}
 #define T_STR SL_OPT_STR, NULL
-#define T_ADDR SL_OPT_STR, check_addr
-#define T_NAME SL_OPT_STR, check_name
-#define T_HEX64 SL_OPT_STR, check_hex64
-#define T_STORE SL_OPT_STR, check_store
-#define T_HUBURL SL_OPT_STR, check_hub_url
-#define T_HTTP SL_OPT_STR, check_http
-#define T_TYPES SL_OPT_STR, check_types
-#define T_ALERT SL_OPT_STR, check_alert_at
-#define T_YESNO SL_OPT_STR, check_yes_no
-#define T_HOOKURL SL_OPT_STR, check_hook_url
-#define T_EVENTS SL_OPT_STR, check_events
+#define T_ADDR SL_OPT_STR, gw_conf_check_addr
+#define T_NAME SL_OPT_STR, gw_conf_check_name
+#define T_HEX64 SL_OPT_STR, gw_conf_check_hex64
+#define T_STORE SL_OPT_STR, gw_conf_check_store
+#define T_HUBURL SL_OPT_STR, gw_conf_check_hub_url
+#define T_HTTP SL_OPT_STR, gw_conf_check_http
+#define T_TYPES SL_OPT_STR, gw_conf_check_types
+#define T_ALERT SL_OPT_STR, gw_conf_check_alert_at
+#define T_YESNO SL_OPT_STR, gw_conf_check_yes_no
+#define T_HOOKURL SL_OPT_STR, gw_conf_check_hook_url
+#define T_EVENTS SL_OPT_STR, gw_conf_check_events
 #define T_DUR SL_OPT_DUR, NULL
 #define T_INT SL_OPT_INT, NULL
 #define T_NUM SL_OPT_NUM, NULL
@@ -173,35 +163,9 @@ static const struct opt opts[] = {
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
-static const char *const hook_events[GW_HOOK_N_EVENTS] = {
-  [GW_HOOK_JOB_SUCCEEDED] = "job.succeeded", [GW_HOOK_JOB_FAILED] = "job.failed",
-  [GW_HOOK_JOB_PREEMPTED] = "job.preempted", [GW_HOOK_JOB_CANCELLED] = "job.cancelled",
-  [GW_HOOK_BUDGET_ALERT] = "budget.alert", [GW_HOOK_BUDGET_CAP] = "budget.cap",
-  [GW_HOOK_IDLE_SHUTDOWN] = "idle.shutdown",
-};
 
 /* The implicit provider: enabled when the configuration names none. */
 #define DEFAULT_PROVIDER "local"
-
-static void fail(char *err, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(char *err, size_t size, const char *fmt, ...) {
-  if (!err || !size)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, size, fmt, ap);
-  va_end(ap);
-}
-
-static bool valid_name(const char *s) {
-  size_t n = strlen(s);
-  if (n == 0 || n >= GW_NAME_MAX)
-    return false;
-  for (size_t i = 0; i < n; i++)
-    if (!isalnum((unsigned char)s[i]) && !strchr("_.-", s[i]))
-      return false;
-  return true;
-}
 
 /* Splits "user.alice" into the template ("user.*") and the entry name. */
 static const char *section_template(const char *section, const char **ret_entry) {
@@ -235,181 +199,20 @@ static void class_names(char *buf, size_t size) {
 static int check_section(const char *section, char *err, size_t size) {
   const char *entry;
   const char *tmpl = section_template(section, &entry);
-  if (entry && !valid_name(entry))
-    return fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
+  if (entry && !gw_conf_valid_name(entry))
+    return gw_conf_fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
   if (!strcmp(tmpl, "provider.*")) {
     if (gw_provider_find(entry))
       return 0;
     char names[GW_PROVIDERS_MAX * (GW_PROVIDER_NAME_MAX + 2)];
     class_names(names, sizeof names);
-    return fail(err, size, "unknown provider \"%s\" (this gateway has: %s)", entry, names),
+    return gw_conf_fail(err, size, "unknown provider \"%s\" (this gateway has: %s)", entry, names),
            SL_ECONFIG;
   }
   for (size_t i = 0; i < N_OPTS; i++)
     if (!strcmp(opts[i].section, tmpl))
       return 0;
-  return fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
-}
-
-static int check_addr(const char *v, char *why, size_t size) {
-  if (strncmp(v, "tcp://", 6) && strncmp(v, "ipc://", 6) && strncmp(v, "inproc://", 9))
-    return fail(why, size, "\"%s\" is not a tcp://, ipc:// or inproc:// address", v), SL_ECONFIG;
-  return 0;
-}
-
-/* Empty, or HOST:PORT ([V6]:PORT) with a port of 0 to 65535: HTTP is
- * plain, so no scheme. */
-static int check_http(const char *v, char *why, size_t size) {
-  if (!*v)
-    return 0;
-  const char *colon = strrchr(v, ':');
-  char *end = NULL;
-  long port = colon && colon[1] ? strtol(colon + 1, &end, 10) : -1;
-  if (!colon || colon == v || !end || *end || port < 0 || port > 65535 || strstr(v, "://"))
-    return fail(why, size, "\"%s\" is not HOST:PORT (127.0.0.1:7480, say)", v), SL_ECONFIG;
-  return 0;
-}
-
-/* instance_types: TYPE,TYPE (an instance type's characters; at most
- * GW_TYPES_MAX), or empty. */
-static int check_types(const char *v, char *why, size_t size) {
-  size_t n = 0;
-  for (const char *p = v; *p;) {
-    size_t len = strcspn(p, ", ");
-    if (len) {
-      if (len > 63 || strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") < len)
-        return fail(why, size, "\"%.*s\" is not an instance type", (int)(len > 64 ? 64 : len), p),
-               SL_ECONFIG;
-      if (++n > GW_TYPES_MAX)
-        return fail(why, size, "more than %d instance types", GW_TYPES_MAX), SL_ECONFIG;
-    }
-    p += len;
-    p += strspn(p, ", ");
-  }
-  return 0;
-}
-
-int gw_config_parse_alert_at(const char *s, double ret[GW_ALERT_MAX], char *err, size_t err_size) {
-  size_t n = 0;
-  const char *p = s;
-  while (*p) {
-    size_t len = strcspn(p, ",");
-    char item[32];
-    if (len >= sizeof item)
-      return fail(err, err_size, "alert_at: \"%.*s\" is not a percentage", (int)(len > 40 ? 40 : len), p),
-             SL_ECONFIG;
-    memcpy(item, p, len);
-    item[len] = 0;
-    char *a = item, *end = NULL;
-    while (isspace((unsigned char)*a))
-      a++;
-    double v = strtod(a, &end);
-    while (end && end > a && isspace((unsigned char)*end))
-      end++; /* "50 , 80" */
-    if (end && *end == '%')
-      end++;
-    if (!*a || !end || *end || !isfinite(v) || v <= 0 || v > 1000)
-      return fail(err, err_size, "alert_at: \"%s\" is not a percentage above 0 and at most 1000",
-                  item), SL_ECONFIG;
-    bool dup = false;
-    for (size_t i = 0; i < n; i++)
-      dup |= ret[i] == v;
-    if (!dup) {
-      if (n == GW_ALERT_MAX)
-        return fail(err, err_size, "alert_at: more than %d percentages", GW_ALERT_MAX), SL_ECONFIG;
-      size_t i = n++;
-      for (; i > 0 && ret[i - 1] > v; i--) /* ascending */
-        ret[i] = ret[i - 1];
-      ret[i] = v;
-    }
-    p += len;
-    if (*p == ',' && !*++p)
-      return fail(err, err_size, "alert_at: a percentage after the last comma"), SL_ECONFIG;
-  }
-  return (int)n;
-}
-
-static int check_alert_at(const char *v, char *why, size_t size) {
-  double pct[GW_ALERT_MAX];
-  return gw_config_parse_alert_at(v, pct, why, size) < 0 ? SL_ECONFIG : 0;
-}
-
-static int check_yes_no(const char *v, char *why, size_t size) {
-  if (!strcmp(v, "yes") || !strcmp(v, "no"))
-    return 0;
-  return fail(why, size, "\"%s\" is not yes or no", v), SL_ECONFIG;
-}
-
-/* An http:// or https:// URL with a host, no spaces. */
-static int check_hook_url(const char *v, char *why, size_t size) {
-  const char *host = !strncmp(v, "http://", 7) ? v + 7 : !strncmp(v, "https://", 8) ? v + 8 : NULL;
-  if (!host || !*host || *host == '/' || strpbrk(v, " \t\r\n"))
-    return fail(why, size, "\"%s\" is not an http:// or https:// URL", v), SL_ECONFIG;
-  return 0;
-}
-
-/* "job.succeeded, job.failed" as bits of hook_events; SL_ECONFIG naming the
- * first word that is no event, or for a list that names none. */
-static int parse_events(const char *v, unsigned *ret_mask, char *why, size_t size) {
-  unsigned mask = 0;
-  for (const char *p = v; *p;) {
-    p += strspn(p, " \t,");
-    size_t n = strcspn(p, " \t,");
-    if (!n)
-      break;
-    size_t e = 0;
-    while (e < GW_HOOK_N_EVENTS && (strlen(hook_events[e]) != n || strncmp(hook_events[e], p, n)))
-      e++;
-    if (e == GW_HOOK_N_EVENTS)
-      return fail(why, size, "\"%.*s\" is not an event (job.succeeded, job.failed, job.preempted,"
-                  " job.cancelled, budget.alert, budget.cap, idle.shutdown)", (int)n, p), SL_ECONFIG;
-    mask |= 1u << e;
-    p += n;
-  }
-  if (!mask)
-    return fail(why, size, "names no event"), SL_ECONFIG;
-  *ret_mask = mask;
-  return 0;
-}
-
-static int check_events(const char *v, char *why, size_t size) {
-  unsigned mask;
-  return parse_events(v, &mask, why, size);
-}
-
-const char *gw_config_hook_event_name(enum gw_hook_event e) {
-  return (unsigned)e < GW_HOOK_N_EVENTS ? hook_events[e] : NULL;
-}
-
-static int check_name(const char *v, char *why, size_t size) {
-  return valid_name(v) ? 0 : (fail(why, size, "\"%s\" is not a valid name", v), SL_ECONFIG);
-}
-
-static int check_hex64(const char *v, char *why, size_t size) {
-  if (strlen(v) != 64 || strspn(v, "0123456789abcdef") != 64)
-    return fail(why, size, "expected 64 lowercase hex digits"), SL_ECONFIG;
-  return 0;
-}
-
-/* Empty, file:///ABSOLUTE or s3://BUCKET[/PREFIX]: the bucket name as S3
- * allows it (3-63 of a-z 0-9 . -), so a typo fails at start. */
-static int check_store(const char *v, char *why, size_t size) {
-  if (!*v || (!strncmp(v, "file:///", 8) && v[8]))
-    return 0;
-  if (strncmp(v, "s3://", 5))
-    return fail(why, size, "\"%s\" is not a file:/// or s3:// URL", v), SL_ECONFIG;
-  size_t n = strcspn(v + 5, "/");
-  if (n < 3 || n > 63 || strspn(v + 5, "abcdefghijklmnopqrstuvwxyz0123456789.-") < n)
-    return fail(why, size, "\"%s\": the bucket name must be 3 to 63 of a-z, 0-9, '.' and '-'", v),
-           SL_ECONFIG;
-  return 0;
-}
-
-/* Empty (JUPYTERHUB_API_URL at start) or an http(s):// URL. */
-static int check_hub_url(const char *v, char *why, size_t size) {
-  if (*v && ((strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) || strpbrk(v, " \t")))
-    return fail(why, size, "\"%s\" is not an http:// or https:// URL", v), SL_ECONFIG;
-  return 0;
+  return gw_conf_fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
 }
 
 int gw_config_parse_number(const char *name, const char *value, bool integer, double min,
@@ -427,7 +230,7 @@ static void *target(struct gw_config *c, enum opt_owner owner, const char *entry
       if (!strcmp(c->users[i].name, entry))
         return &c->users[i];
     if (c->n_users == GW_MAX_USERS)
-      return fail(err, size, "more than %d users", GW_MAX_USERS), NULL;
+      return gw_conf_fail(err, size, "more than %d users", GW_MAX_USERS), NULL;
     struct gw_user_cfg *u = &c->users[c->n_users++];
     memset(u, 0, sizeof *u);
     snprintf(u->name, sizeof u->name, "%s", entry);
@@ -438,7 +241,7 @@ static void *target(struct gw_config *c, enum opt_owner owner, const char *entry
       if (!strcmp(c->webhooks[i].name, entry))
         return &c->webhooks[i];
     if (c->n_webhooks == GW_MAX_WEBHOOKS)
-      return fail(err, size, "more than %d webhooks", GW_MAX_WEBHOOKS), NULL;
+      return gw_conf_fail(err, size, "more than %d webhooks", GW_MAX_WEBHOOKS), NULL;
     struct gw_webhook_cfg *w = &c->webhooks[c->n_webhooks++];
     memset(w, 0, sizeof *w);
     snprintf(w->name, sizeof w->name, "%s", entry);
@@ -451,7 +254,7 @@ static void *target(struct gw_config *c, enum opt_owner owner, const char *entry
     if (!strcmp(c->groups[i].name, entry))
       return &c->groups[i];
   if (c->n_groups == GW_MAX_GROUPS)
-    return fail(err, size, "more than %d groups", GW_MAX_GROUPS), NULL;
+    return gw_conf_fail(err, size, "more than %d groups", GW_MAX_GROUPS), NULL;
   struct gw_group_cfg *g = &c->groups[c->n_groups++];
   memset(g, 0, sizeof *g);
   snprintf(g->name, sizeof g->name, "%s", entry);
@@ -489,7 +292,7 @@ static struct gw_provider_cfg *enable_provider(struct gw_config *c, const char *
   if (p && !p->implicit)
     return p;
   if (explicit_n == GW_MAX_PROVIDERS_CFG)
-    return fail(err, size, "more than %d provider sections", GW_MAX_PROVIDERS_CFG), NULL;
+    return gw_conf_fail(err, size, "more than %d provider sections", GW_MAX_PROVIDERS_CFG), NULL;
   size_t kept = 0;
   for (size_t i = 0; i < c->n_providers; i++)
     if (!c->providers[i].implicit || !strcmp(c->providers[i].name, name))
@@ -520,7 +323,7 @@ static int set_provider_option(struct gw_config *c, const char *section, const c
                                const char *key, const char *value, char *err, size_t size) {
   const struct gw_provider_class *cls = gw_provider_find(provider);
   if (!cls) /* checked by the caller */
-    return fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
+    return gw_conf_fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
   if (!class_option(cls, key)) {
     char names[1024] = "";
     size_t used = 0;
@@ -530,20 +333,22 @@ static int set_provider_option(struct gw_config *c, const char *section, const c
       used += n > 0 ? (size_t)n : 0;
     }
     if (!names[0])
-      return fail(err, size, "unknown key \"%s\" in [%s] (it takes no options)", key, section),
+      return gw_conf_fail(err, size, "unknown key \"%s\" in [%s] (it takes no options)", key,
+                          section),
              SL_ECONFIG;
-    return fail(err, size, "unknown key \"%s\" in [%s] (it accepts: %s)", key, section, names),
+    return gw_conf_fail(err, size, "unknown key \"%s\" in [%s] (it accepts: %s)", key, section,
+                        names),
            SL_ECONFIG;
   }
   if (strlen(value) >= sizeof c->providers[0].opts[0].value)
-    return fail(err, size, "%s: value longer than %zu bytes", key,
+    return gw_conf_fail(err, size, "%s: value longer than %zu bytes", key,
                 sizeof c->providers[0].opts[0].value - 1), SL_ECONFIG;
   if (cls->check_option) {
     if (err && size)
       err[0] = 0;
     if (cls->check_option(key, value, err, size) < 0) {
       if (err && size && !err[0])
-        fail(err, size, "%s: \"%s\" is not a valid value", key, value);
+        gw_conf_fail(err, size, "%s: \"%s\" is not a valid value", key, value);
       return SL_ECONFIG;
     }
   }
@@ -552,7 +357,7 @@ static int set_provider_option(struct gw_config *c, const char *section, const c
   for (size_t i = 0; old && i < old->n; i++)
     has_key |= !strcmp(old->opts[i].key, key);
   if (old && !has_key && old->n == GW_PROVIDER_OPTS_MAX)
-    return fail(err, size, "more than %d options in [%s]", GW_PROVIDER_OPTS_MAX, section),
+    return gw_conf_fail(err, size, "more than %d options in [%s]", GW_PROVIDER_OPTS_MAX, section),
            SL_ECONFIG;
   struct gw_provider_cfg *p = enable_provider(c, provider, err, size);
   if (!p)
@@ -600,10 +405,10 @@ int gw_config_set(struct gw_config *c, const char *section, const char *name, co
     if (r >= 0 && !strcmp(tmpl, "hub"))
       c->hub = true;
     if (r >= 0 && o->owner == O_HOOK && !strcmp(name, "events"))
-      parse_events(value, &((struct gw_webhook_cfg *)base)->event_mask, NULL, 0);
+      gw_conf_parse_events(value, &((struct gw_webhook_cfg *)base)->event_mask, NULL, 0);
     return r;
   }
-  return fail(err, err_size, "unknown key \"%s\" in [%s]", name, section), SL_ECONFIG;
+  return gw_conf_fail(err, err_size, "unknown key \"%s\" in [%s]", name, section), SL_ECONFIG;
 }
 
 void gw_config_defaults(struct gw_config *c) {
@@ -658,9 +463,9 @@ static int error_at(struct parse_ctx *p, int line, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   if (line > 0)
-    fail(p->err, p->err_size, "%s:%d: %s", p->path, line, msg);
+    gw_conf_fail(p->err, p->err_size, "%s:%d: %s", p->path, line, msg);
   else
-    fail(p->err, p->err_size, "%s: %s", p->path, msg);
+    gw_conf_fail(p->err, p->err_size, "%s: %s", p->path, msg);
   return SL_ECONFIG;
 }
 
@@ -911,10 +716,10 @@ static FILE *open_config(const char *path, char *err, size_t err_size, int *ret_
   struct stat st;
   if (fd < 0 || fstat(fd, &st) < 0) {
     *ret_err = -errno;
-    fail(err, err_size, "%s: %s", path, strerror(errno));
+    gw_conf_fail(err, err_size, "%s: %s", path, strerror(errno));
   } else if (!S_ISREG(st.st_mode)) {
     *ret_err = SL_ECONFIG;
-    fail(err, err_size, "%s: %s, not a config file (expected an INI file)", path,
+    gw_conf_fail(err, err_size, "%s: %s, not a config file (expected an INI file)", path,
          S_ISDIR(st.st_mode) ? "a folder" : S_ISFIFO(st.st_mode) ? "a FIFO"
          : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "not a regular file");
   } else {
@@ -923,7 +728,7 @@ static FILE *open_config(const char *path, char *err, size_t err_size, int *ret_
     if (f)
       return f;
     *ret_err = -errno;
-    fail(err, err_size, "%s: %s", path, strerror(errno));
+    gw_conf_fail(err, err_size, "%s: %s", path, strerror(errno));
   }
   if (fd >= 0)
     close(fd);

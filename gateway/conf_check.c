@@ -1,0 +1,211 @@
+/* The checks of option values (conf_int.h): each takes the text of a value
+ * and returns 0, or SL_ECONFIG with why it is refused. */
+#include "conf.h"
+#include "conf_int.h"
+
+#include "sl_err.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const hook_events[GW_HOOK_N_EVENTS] = {
+  [GW_HOOK_JOB_SUCCEEDED] = "job.succeeded", [GW_HOOK_JOB_FAILED] = "job.failed",
+  [GW_HOOK_JOB_PREEMPTED] = "job.preempted", [GW_HOOK_JOB_CANCELLED] = "job.cancelled",
+  [GW_HOOK_BUDGET_ALERT] = "budget.alert", [GW_HOOK_BUDGET_CAP] = "budget.cap",
+  [GW_HOOK_IDLE_SHUTDOWN] = "idle.shutdown",
+};
+
+void gw_conf_fail(char *err, size_t size, const char *fmt, ...) {
+  if (!err || !size)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, size, fmt, ap);
+  va_end(ap);
+}
+
+bool gw_conf_valid_name(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n >= GW_NAME_MAX)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!isalnum((unsigned char)s[i]) && !strchr("_.-", s[i]))
+      return false;
+  return true;
+}
+
+int gw_conf_check_addr(const char *v, char *why, size_t size) {
+  if (strncmp(v, "tcp://", 6) && strncmp(v, "ipc://", 6) && strncmp(v, "inproc://", 9))
+    return gw_conf_fail(why, size, "\"%s\" is not a tcp://, ipc:// or inproc:// address", v),
+           SL_ECONFIG;
+  return 0;
+}
+
+/* Empty, or HOST:PORT ([V6]:PORT) with a port of 0 to 65535: HTTP is
+ * plain, so no scheme. */
+int gw_conf_check_http(const char *v, char *why, size_t size) {
+  if (!*v)
+    return 0;
+  const char *colon = strrchr(v, ':');
+  char *end = NULL;
+  long port = colon && colon[1] ? strtol(colon + 1, &end, 10) : -1;
+  if (!colon || colon == v || !end || *end || port < 0 || port > 65535 || strstr(v, "://"))
+    return gw_conf_fail(why, size, "\"%s\" is not HOST:PORT (127.0.0.1:7480, say)", v), SL_ECONFIG;
+  return 0;
+}
+
+/* instance_types: TYPE,TYPE (an instance type's characters; at most
+ * GW_TYPES_MAX), or empty. */
+int gw_conf_check_types(const char *v, char *why, size_t size) {
+  size_t n = 0;
+  for (const char *p = v; *p;) {
+    size_t len = strcspn(p, ", ");
+    if (len) {
+      if (len > 63 || strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") < len)
+        return gw_conf_fail(why, size, "\"%.*s\" is not an instance type",
+                            (int)(len > 64 ? 64 : len), p),
+               SL_ECONFIG;
+      if (++n > GW_TYPES_MAX)
+        return gw_conf_fail(why, size, "more than %d instance types", GW_TYPES_MAX), SL_ECONFIG;
+    }
+    p += len;
+    p += strspn(p, ", ");
+  }
+  return 0;
+}
+
+int gw_config_parse_alert_at(const char *s, double ret[GW_ALERT_MAX], char *err, size_t err_size) {
+  size_t n = 0;
+  const char *p = s;
+  while (*p) {
+    size_t len = strcspn(p, ",");
+    char item[32];
+    if (len >= sizeof item)
+      return gw_conf_fail(err, err_size, "alert_at: \"%.*s\" is not a percentage",
+                          (int)(len > 40 ? 40 : len), p),
+             SL_ECONFIG;
+    memcpy(item, p, len);
+    item[len] = 0;
+    char *a = item, *end = NULL;
+    while (isspace((unsigned char)*a))
+      a++;
+    double v = strtod(a, &end);
+    while (end && end > a && isspace((unsigned char)*end))
+      end++; /* "50 , 80" */
+    if (end && *end == '%')
+      end++;
+    if (!*a || !end || *end || !isfinite(v) || v <= 0 || v > 1000)
+      return gw_conf_fail(err, err_size,
+                          "alert_at: \"%s\" is not a percentage above 0 and at most 1000",
+                  item), SL_ECONFIG;
+    bool dup = false;
+    for (size_t i = 0; i < n; i++)
+      dup |= ret[i] == v;
+    if (!dup) {
+      if (n == GW_ALERT_MAX)
+        return gw_conf_fail(err, err_size, "alert_at: more than %d percentages", GW_ALERT_MAX),
+               SL_ECONFIG;
+      size_t i = n++;
+      for (; i > 0 && ret[i - 1] > v; i--) /* ascending */
+        ret[i] = ret[i - 1];
+      ret[i] = v;
+    }
+    p += len;
+    if (*p == ',' && !*++p)
+      return gw_conf_fail(err, err_size, "alert_at: a percentage after the last comma"), SL_ECONFIG;
+  }
+  return (int)n;
+}
+
+int gw_conf_check_alert_at(const char *v, char *why, size_t size) {
+  double pct[GW_ALERT_MAX];
+  return gw_config_parse_alert_at(v, pct, why, size) < 0 ? SL_ECONFIG : 0;
+}
+
+int gw_conf_check_yes_no(const char *v, char *why, size_t size) {
+  if (!strcmp(v, "yes") || !strcmp(v, "no"))
+    return 0;
+  return gw_conf_fail(why, size, "\"%s\" is not yes or no", v), SL_ECONFIG;
+}
+
+/* An http:// or https:// URL with a host, no spaces. */
+int gw_conf_check_hook_url(const char *v, char *why, size_t size) {
+  const char *host = !strncmp(v, "http://", 7) ? v + 7 : !strncmp(v, "https://", 8) ? v + 8 : NULL;
+  if (!host || !*host || *host == '/' || strpbrk(v, " \t\r\n"))
+    return gw_conf_fail(why, size, "\"%s\" is not an http:// or https:// URL", v), SL_ECONFIG;
+  return 0;
+}
+
+/* "job.succeeded, job.failed" as bits of hook_events; SL_ECONFIG naming the
+ * first word that is no event, or for a list that names none. */
+int gw_conf_parse_events(const char *v, unsigned *ret_mask, char *why, size_t size) {
+  unsigned mask = 0;
+  for (const char *p = v; *p;) {
+    p += strspn(p, " \t,");
+    size_t n = strcspn(p, " \t,");
+    if (!n)
+      break;
+    size_t e = 0;
+    while (e < GW_HOOK_N_EVENTS && (strlen(hook_events[e]) != n || strncmp(hook_events[e], p, n)))
+      e++;
+    if (e == GW_HOOK_N_EVENTS)
+      return gw_conf_fail(why, size,
+                          "\"%.*s\" is not an event (job.succeeded, job.failed, job.preempted,"
+                          " job.cancelled, budget.alert, budget.cap, idle.shutdown)",
+                          (int)n, p),
+             SL_ECONFIG;
+    mask |= 1u << e;
+    p += n;
+  }
+  if (!mask)
+    return gw_conf_fail(why, size, "names no event"), SL_ECONFIG;
+  *ret_mask = mask;
+  return 0;
+}
+
+int gw_conf_check_events(const char *v, char *why, size_t size) {
+  unsigned mask;
+  return gw_conf_parse_events(v, &mask, why, size);
+}
+
+const char *gw_config_hook_event_name(enum gw_hook_event e) {
+  return (unsigned)e < GW_HOOK_N_EVENTS ? hook_events[e] : NULL;
+}
+
+int gw_conf_check_name(const char *v, char *why, size_t size) {
+  if (gw_conf_valid_name(v))
+    return 0;
+  return gw_conf_fail(why, size, "\"%s\" is not a valid name", v), SL_ECONFIG;
+}
+
+int gw_conf_check_hex64(const char *v, char *why, size_t size) {
+  if (strlen(v) != 64 || strspn(v, "0123456789abcdef") != 64)
+    return gw_conf_fail(why, size, "expected 64 lowercase hex digits"), SL_ECONFIG;
+  return 0;
+}
+
+/* Empty, file:///ABSOLUTE or s3://BUCKET[/PREFIX]: the bucket name as S3
+ * allows it (3-63 of a-z 0-9 . -), so a typo fails at start. */
+int gw_conf_check_store(const char *v, char *why, size_t size) {
+  if (!*v || (!strncmp(v, "file:///", 8) && v[8]))
+    return 0;
+  if (strncmp(v, "s3://", 5))
+    return gw_conf_fail(why, size, "\"%s\" is not a file:/// or s3:// URL", v), SL_ECONFIG;
+  size_t n = strcspn(v + 5, "/");
+  if (n < 3 || n > 63 || strspn(v + 5, "abcdefghijklmnopqrstuvwxyz0123456789.-") < n)
+    return gw_conf_fail(why, size,
+                        "\"%s\": the bucket name must be 3 to 63 of a-z, 0-9, '.' and '-'", v),
+           SL_ECONFIG;
+  return 0;
+}
+
+/* Empty (JUPYTERHUB_API_URL at start) or an http(s):// URL. */
+int gw_conf_check_hub_url(const char *v, char *why, size_t size) {
+  if (*v && ((strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) || strpbrk(v, " \t")))
+    return gw_conf_fail(why, size, "\"%s\" is not an http:// or https:// URL", v), SL_ECONFIG;
+  return 0;
+}
