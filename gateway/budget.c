@@ -13,7 +13,6 @@
 #include "sl_log.h"
 #include "sl_time.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -318,22 +317,12 @@ bool gw_budget_refuses(struct gw_budget *b, const char *user, char *why, size_t 
   return false;
 }
 
-static bool valid_name(const char *s) {
-  size_t n = strlen(s);
-  if (n == 0 || n >= GW_NAME_MAX)
-    return false;
-  for (size_t i = 0; i < n; i++)
-    if (!isalnum((unsigned char)s[i]) && !strchr("_.-", s[i]))
-      return false;
-  return true;
-}
-
 int gw_budget_set(struct gw_budget *b, const char *scope, const char *name, double monthly_usd,
                   const char *by, char *err, size_t err_size) {
   name = name ? name : "";
   if (!scope || (strcmp(scope, "gateway") && strcmp(scope, "group") && strcmp(scope, "user")))
     return snprintf(err, err_size, "the scope must be gateway, group or user"), -EINVAL;
-  if (!strcmp(scope, "gateway") ? *name != 0 : !valid_name(name))
+  if (!strcmp(scope, "gateway") ? *name != 0 : !gw_config_valid_name(name))
     return snprintf(err, err_size, "%s", !strcmp(scope, "gateway")
                                              ? "the gateway's budget takes no name"
                                              : "a name is letters, digits, '_', '.' and '-'"),

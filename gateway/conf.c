@@ -199,7 +199,7 @@ static void class_names(char *buf, size_t size) {
 static int check_section(const char *section, char *err, size_t size) {
   const char *entry;
   const char *tmpl = section_template(section, &entry);
-  if (entry && !gw_conf_valid_name(entry))
+  if (entry && !gw_config_valid_name(entry))
     return gw_conf_fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
   if (!strcmp(tmpl, "provider.*")) {
     if (gw_provider_find(entry))

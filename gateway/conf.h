@@ -186,6 +186,9 @@ const char *gw_config_user_instance_types(const struct gw_config *c, const char 
 int gw_config_parse_alert_at(const char *s, double ret[GW_ALERT_MAX], char *err, size_t err_size);
 /* "job.succeeded" for GW_HOOK_JOB_SUCCEEDED, ...; NULL past the last. */
 const char *gw_config_hook_event_name(enum gw_hook_event e);
+/* Whether s can name a user, group, webhook or provider section: 1 to
+ * GW_NAME_MAX - 1 of A-Z, a-z, 0-9, '_', '.' and '-'. */
+bool gw_config_valid_name(const char *s);
 /* Effective idle timeouts for a user (group values override [idle]). */
 int64_t gw_config_notebook_timeout_us(const struct gw_config *c, const char *user);
 int64_t gw_config_worker_timeout_us(const struct gw_config *c, const char *user);

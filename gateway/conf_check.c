@@ -28,7 +28,7 @@ void gw_conf_fail(char *err, size_t size, const char *fmt, ...) {
   va_end(ap);
 }
 
-bool gw_conf_valid_name(const char *s) {
+bool gw_config_valid_name(const char *s) {
   size_t n = strlen(s);
   if (n == 0 || n >= GW_NAME_MAX)
     return false;
@@ -177,7 +177,7 @@ const char *gw_config_hook_event_name(enum gw_hook_event e) {
 }
 
 int gw_conf_check_name(const char *v, char *why, size_t size) {
-  if (gw_conf_valid_name(v))
+  if (gw_config_valid_name(v))
     return 0;
   return gw_conf_fail(why, size, "\"%s\" is not a valid name", v), SL_ECONFIG;
 }

@@ -9,8 +9,6 @@
 
 /* Writes the message into err (size bytes; nothing when err is NULL). */
 void gw_conf_fail(char *err, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* A user, group, webhook or provider name: 1 to GW_NAME_MAX - 1 of A-Z, a-z, 0-9, '_', '.', '-'. */
-bool gw_conf_valid_name(const char *s);
 /* "job.succeeded, job.failed" as bits of enum gw_hook_event in *ret_mask. */
 int gw_conf_parse_events(const char *v, unsigned *ret_mask, char *why, size_t size);
 

@@ -12,9 +12,8 @@
  * names its newest step metric and checkpoint) and its sent step metrics, and
  * sends the done again every DONE_RESEND_US, until the gateway answers
  * done_recorded: a gateway that died with them in flight, or that cannot
- * write them yet, hears them again. */
-#include "job.h"
-#include "cpumeter.h"
+ * write them yet, hears them again. Its checkpoints are job_ckpt.c's. */
+#include "job_int.h"
 
 #include "conf.h"
 #include "filesync.h"
@@ -44,59 +43,10 @@
 #define ENV_MAX 4096
 #define ASSIGN_ENV_MAX 64
 #define RESULT_TEXT_MAX (64 * 1024)
-#define STDERR_TAIL 1024
 #define DONE_RESEND_US (2 * SL_US_PER_S)
 
 extern char **environ;
 
-enum state { RUNNING, NOTICE_WAIT, STOPPING, ENDED };
-
-struct wk_job {
-  const struct wk_job_env *env;
-  char id[32];
-  int64_t attempt;
-  enum wk_kind kind;
-  enum state state;
-  struct wk_gang gang;  /* nodes=N: this rank (gang.world_size 0: a job of its own) */
-  struct wk_child *child;
-  struct wk_relay *relay;
-  struct wk_filesync *files;
-  int64_t keep;         /* checkpoints kept in the store (assign "keep"; 0: all) */
-  int64_t recorded_step; /* the gateway's saved resume point (checkpoint_recorded); -1: none yet */
-  char dir[PATH_MAX - 64], ckpt_dir[PATH_MAX];
-  struct wk_device device;
-  bool device_sent;   /* the device event of this attempt went out */
-  bool usage_pending; /* usage goes out with the next step metric */
-  struct wk_gpu_usage usage;
-  int64_t step, durable_step, notice_step;
-  bool cancelled, noticed, terminated;
-  bool core_terminated; /* spotlab-train stopped early on a SIGTERM (its own or a peer rank's) */
-  int64_t wait_until_us, kill_at_us, next_sync_us, exited_at_us;
-  /* Restore timing, reported once on the first step metric after a restore:
-   * assign received, checkpoint downloaded (ms), child started, its resume
-   * event seen (ms after the start). restore_pending until reported. */
-  int64_t assigned_us, fetch_ms, spawned_us, load_ms;
-  bool restore_pending;
-  int exit_status;
-  bool have_eval;
-  double eval_loss;
-  char *result_text;
-  size_t result_len;
-  char lost_why[256]; /* why the newest checkpoint that failed did not become durable */
-  /* S3 train job (rank 0): URLs an orphaned worker saves its checkpoint to,
-   * refreshed from next_reserve_us on; orphan_left: JOB/orphan/ may hold an
-   * earlier attempt's checkpoint, deleted after the next regular one */
-  struct wk_reserve reserve;
-  int64_t next_reserve_us;
-  bool orphaned, orphan_left;
-  char tail[STDERR_TAIL];
-  size_t tail_len;
-  json_t *last_ckpt;    /* the newest checkpoint message's fields, for the done */
-  json_t *done;         /* ENDED: the done message, until done_recorded */
-  bool metrics_held;    /* the resend ring is full of step metrics not confirmed saved */
-  int64_t done_sent_us;
-  struct wk_cpu_meter cpu; /* the child's tree, sampled at each heartbeat */
-};
 
 const char *wk_job_id(const struct wk_job *j) { return j->id; }
 int64_t wk_job_attempt(const struct wk_job *j) { return j->attempt; }
@@ -119,11 +69,11 @@ void wk_job_metrics_recorded(struct wk_job *j, int64_t attempt, int64_t step) {
 }
 bool wk_job_ended(const struct wk_job *j) { return j->state == ENDED; }
 
-static json_t *msg_new(const struct wk_job *j, const char *type) {
+json_t *wk_job_msg_new(const struct wk_job *j, const char *type) {
   return json_pack("{s:s, s:s, s:I}", "type", type, "job", j->id, "attempt", (json_int_t)j->attempt);
 }
 
-static void send(struct wk_job *j, json_t *m, bool reliable) {
+void wk_job_send(struct wk_job *j, json_t *m, bool reliable) {
   if (m) j->env->send(j->env->ctx, m, reliable);
 }
 
@@ -149,64 +99,6 @@ static void clear_dir(const char *dir) {
     if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < sizeof p) unlink(p);
   }
   closedir(d);
-}
-
-/* An orphaned worker's checkpoint newer than the restored one (step) goes
- * beside it: spotlab-train --resume takes the newest that is valid, so a
- * partial or corrupt one falls back to the regular checkpoint. A missing
- * orphan is the usual case; one that cannot be read only costs its steps. */
-static void restore_orphan(struct wk_job *j, int64_t step) {
-  char tmp[PATH_MAX + 32], dst[PATH_MAX + 32];
-  snprintf(tmp, sizeof tmp, "%s/.orphan-step", j->dir);
-  int64_t orphan = -1;
-  int r = wk_orphan_step(j->env->store, j->id, tmp, &orphan);
-  if (r == -ENOENT) return;
-  j->orphan_left = true;
-  if (r < 0) {
-    sl_warn("worker.store", "%s: the orphan checkpoint's step is unreadable (%s); resuming from step %lld",
-            j->id, sl_strerror(r), (long long)step);
-    return;
-  }
-  if (orphan <= step) return;
-  snprintf(dst, sizeof dst, "%s/ckpt-%010lld.slck", j->ckpt_dir, (long long)orphan);
-  uint64_t bytes = 0;
-  if ((r = wk_orphan_fetch(j->env->store, j->id, dst, &bytes)) < 0) {
-    sl_warn("worker.store", "%s: the orphan checkpoint of step %lld is not readable (%s); resuming from step %lld",
-            j->id, (long long)orphan, sl_strerror(r), (long long)step);
-    return;
-  }
-  sl_info("worker.store", "%s: restored the orphan checkpoint of step %lld too (%llu bytes)", j->id,
-          (long long)orphan, (unsigned long long)bytes);
-}
-
-/* Downloads the checkpoint key into the folder under the name spotlab-train
- * looks for (ckpt-<10 digits>.slck). The step comes from the key's name. */
-static int restore_ckpt(struct wk_job *j, const char *key, char *err, size_t err_size) {
-  const char *base = strrchr(key, '/');
-  base = base ? base + 1 : key;
-  unsigned long long step;
-  int used = 0;
-  if (sscanf(base, "ckpt-%llu.tc%n", &step, &used) != 1 || base[used]) {
-    snprintf(err, err_size, "restore key \"%s\" is not a ckpt-STEP.tc key", key);
-    return SL_ENAME;
-  }
-  char dst[PATH_MAX + 32];
-  snprintf(dst, sizeof dst, "%s/ckpt-%010llu.slck", j->ckpt_dir, step);
-  uint64_t bytes = 0;
-  int64_t t0 = sl_time_mono_us();
-  int r = wk_store_get_file(j->env->store, key, dst, &bytes);
-  if (r < 0) {
-    snprintf(err, err_size, "restore %s: %s", key, sl_strerror(r));
-    return r;
-  }
-  j->step = j->durable_step = (int64_t)step;
-  j->fetch_ms = (sl_time_mono_us() - t0) / 1000;
-  j->load_ms = -1;
-  j->restore_pending = true;
-  sl_info("worker.store", "%s: restored %s (%llu bytes, %lld ms)", j->id, key,
-          (unsigned long long)bytes, (long long)j->fetch_ms);
-  if (j->kind == WK_KIND_TRAIN && j->env->signer) restore_orphan(j, (int64_t)step);
-  return 0;
 }
 
 static int valid_env_name(const char *s) {
@@ -267,7 +159,7 @@ static int prepare_dirs(struct wk_job *j, char *err, size_t err_size) {
 }
 
 static int restore(struct wk_job *j, const char *key, char *err, size_t err_size) {
-  if (j->kind != WK_KIND_RUN) return key ? restore_ckpt(j, key, err, err_size) : 0;
+  if (j->kind != WK_KIND_RUN) return key ? wk_job_restore_ckpt(j, key, err, err_size) : 0;
   char prefix[64];
   snprintf(prefix, sizeof prefix, "%s/files/", j->id);
   int r = wk_filesync_new(j->env->store, j->ckpt_dir, prefix, &j->files);
@@ -329,10 +221,10 @@ static void send_device(struct wk_job *j, json_t *ev) {
   if (!ev) return;
   json_object_set_new(ev, "precision", json_string(d->bf16 ? "bf16" : "fp32"));
   j->device_sent = true;
-  json_t *m = msg_new(j, "metric");
+  json_t *m = wk_job_msg_new(j, "metric");
   if (m) json_object_set_new(m, "data", ev);
   else json_decref(ev);
-  send(j, m, true);
+  wk_job_send(j, m, true);
 }
 
 /* nodes=N: this job is one rank of a data-parallel run; rank 0 makes the
@@ -418,7 +310,7 @@ int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_j
   /* spotlab-train's rank 0 alone reads checkpoints: the other ranks resume
    * from what it broadcasts, so they download nothing */
   const char *key = j->gang.rank > 0 ? NULL : json_string_value(rk);
-  json_t *started = msg_new(j, "started");
+  json_t *started = wk_job_msg_new(j, "started");
   if (r >= 0 && !started) r = -ENOMEM;
   if (r < 0 || (r = prepare_dirs(j, err, err_size)) < 0 ||
       (r = identify(j, json_object_get(assign, "spec"), started, err, err_size)) < 0 ||
@@ -435,7 +327,7 @@ int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_j
     json_object_set_new(started, "rank", json_integer(j->gang.rank));
     json_object_set_new(started, "rendezvous", json_string(j->gang.rendezvous));
   }
-  send(j, started, true);
+  wk_job_send(j, started, true);
   if (j->kind != WK_KIND_RUN && !j->device.cuda) send_device(j, NULL);
   *ret = j;
   return 0;
@@ -478,15 +370,15 @@ static void add_gpu_usage(struct wk_job *j, json_t *data) {
   json_object_set_new(data, "gpu_mem_total_mib", json_integer(j->usage.mem_total_mib));
 }
 
-static void send_metric(struct wk_job *j, json_t *data) {
+void wk_job_send_metric(struct wk_job *j, json_t *data) {
   if (!data) return;
   add_restore_timing(j, data);
   add_gpu_usage(j, data);
   wk_relay_sent(j->relay, data);
-  json_t *m = msg_new(j, "metric");
+  json_t *m = wk_job_msg_new(j, "metric");
   if (m) json_object_set_new(m, "data", data);
   else json_decref(data);
-  send(j, m, false);
+  wk_job_send(j, m, false);
 }
 
 static void flush_dropped(struct wk_job *j) {
@@ -494,153 +386,10 @@ static void flush_dropped(struct wk_job *j) {
   if (!d) return;
   char text[96];
   snprintf(text, sizeof text, "[spotlab-worker: %llu output lines dropped]", (unsigned long long)d);
-  json_t *m = msg_new(j, "output");
+  json_t *m = wk_job_msg_new(j, "output");
   json_object_set_new(m, "stream", json_string("stderr"));
   json_object_set_new(m, "text", json_string(text));
-  send(j, m, false);
-}
-
-static void terminate(struct wk_job *j, int64_t kill_at);
-
-/* Tells the job's user, as a stderr output line, that a checkpoint did not
- * become durable and where the job would resume from: without it a full disk
- * or a failing store would go unnoticed until a preemption. The checkpoint a
- * notice asked for will not come now, so the child is stopped at once: the
- * one it writes on SIGTERM is the retry there is time for. */
-static void report_lost_checkpoint(struct wk_job *j, int64_t step, const char *what, const char *why) {
-  char resume[64], text[WK_OUTPUT_LINE_MAX];
-  if (j->durable_step >= 0) snprintf(resume, sizeof resume, "step %lld", (long long)j->durable_step);
-  else snprintf(resume, sizeof resume, "the start");
-  snprintf(text, sizeof text, "[spotlab-worker: checkpoint of step %lld not %s (%s); a restart resumes from %s]",
-           (long long)step, what, why, resume);
-  sl_warn("worker.store", "%s: checkpoint of step %lld not %s: %s", j->id, (long long)step, what, why);
-  snprintf(j->lost_why, sizeof j->lost_why, "not %s: %s", what, why);
-  json_t *m = msg_new(j, "output");
-  json_object_set_new(m, "stream", json_string("stderr"));
-  json_object_set_new(m, "text", wk_relay_text(text, strlen(text), WK_OUTPUT_LINE_MAX));
-  send(j, m, true);
-  if (j->state == NOTICE_WAIT && step >= j->notice_step) terminate(j, j->kill_at_us);
-}
-
-static int cmp_keys(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Deletes the job's stored checkpoints older than `recorded` (the newest
- * one the gateway has saved as its resume point, checkpoint_recorded) that
- * are not among the newest `keep` (keys sort by step). The gateway's resume
- * point and anything newer are never deleted: a report still in flight when
- * a gateway dies leaves it resuming from an older one, which must be there.
- * A failure only leaves an old object behind. */
-static void prune_checkpoints(struct wk_job *j, int64_t recorded) {
-  if (j->keep <= 0 || j->gang.rank != 0 || recorded < 0) return;
-  char prefix[64], bound[64];
-  snprintf(prefix, sizeof prefix, "%s/ckpt-", j->id);
-  snprintf(bound, sizeof bound, "%s/ckpt-%08lld.tc", j->id, (long long)recorded);
-  char **keys = NULL;
-  size_t n = 0;
-  if (wk_store_list(j->env->store, prefix, &keys, &n) < 0) return;
-  if (n) qsort(keys, n, sizeof *keys, cmp_keys);
-  for (size_t i = 0; i + (size_t)j->keep < n && strcmp(keys[i], bound) < 0; i++) {
-    int r = wk_store_remove(j->env->store, keys[i]);
-    if (r < 0 && r != -ENOENT)
-      sl_warn("worker.store", "%s: cannot delete the old checkpoint %s: %s", j->id, keys[i], sl_strerror(r));
-  }
-  wk_store_keys_free(keys);
-}
-
-void wk_job_checkpoint_recorded(struct wk_job *j, int64_t attempt, int64_t step) {
-  if (attempt != j->attempt || step < 0 || step > 99999999 || step <= j->recorded_step) return;
-  j->recorded_step = step;
-  prune_checkpoints(j, step);
-}
-
-/* The notice's checkpoint is stored: SIGTERM makes spotlab-train write
- * one more of its latest step and exit. */
-static void notice_checkpoint_stored(struct wk_job *j, int64_t step) {
-  if (j->state == NOTICE_WAIT && step >= j->notice_step) {
-    wk_child_signal(j->child, SIGTERM);
-    j->terminated = true;
-    j->state = STOPPING;
-  }
-}
-
-/* Orphaned: the gateway signs no URL, so the checkpoint goes to the URLs
- * signed ahead (reserve.h); no checkpoint message could reach the gateway,
- * and the next attempt finds the checkpoint at its restore. A step already
- * in the store needs no copy. */
-static void save_orphan(struct wk_job *j, int64_t step, const char *path) {
-  if (step > j->durable_step) {
-    char err[512] = "";
-    uint64_t bytes = 0;
-    int r = wk_reserve_put(&j->reserve, path, step, &bytes, err, sizeof err);
-    if (r == -ENOENT) return; /* pruned by spotlab-train for a newer one, which follows */
-    if (r < 0) {
-      report_lost_checkpoint(j, step, "saved (the gateway is unreachable)", err);
-      return;
-    }
-    sl_warn("worker.store", "%s: gateway unreachable: checkpoint of step %lld saved as %s/orphan/ckpt.tc "
-            "(%llu bytes)", j->id, (long long)step, j->id, (unsigned long long)bytes);
-  }
-  notice_checkpoint_stored(j, step);
-}
-
-/* After a regular checkpoint: an earlier attempt's orphan checkpoint must
- * never be used again. A failure is tried again after the next one. */
-static void clear_orphan(struct wk_job *j) {
-  int r = wk_orphan_clear(j->env->store, j->id);
-  if (r < 0) {
-    sl_warn("worker.store", "%s: cannot delete the orphan checkpoint: %s", j->id, sl_strerror(r));
-    return;
-  }
-  j->orphan_left = false;
-  sl_info("worker.store", "%s: deleted the orphan checkpoint", j->id);
-}
-
-/* Uploads the checkpoint a metrics event announced and reports it. */
-static void upload_checkpoint(struct wk_job *j, const json_t *ev) {
-  const char *path = sl_json_get_str(ev, "path", NULL);
-  int64_t step = sl_json_get_int(ev, "step", -1);
-  size_t dl = strlen(j->ckpt_dir);
-  if (!path || step < 0 || strncmp(path, j->ckpt_dir, dl) != 0 || path[dl] != '/' || strstr(path, "/..")) {
-    sl_warn("worker.store", "%s: checkpoint event without a path in the job folder", j->id);
-    return;
-  }
-  if (j->orphaned && wk_reserve_ready(&j->reserve)) {
-    save_orphan(j, step, path);
-    return;
-  }
-  char key[64];
-  snprintf(key, sizeof key, "%s/ckpt-%08lld.tc", j->id, (long long)step);
-  uint64_t bytes = 0;
-  int64_t t0 = sl_time_mono_us();
-  int r = wk_store_put_file(j->env->store, key, path, &bytes);
-  int64_t upload_ms = (sl_time_mono_us() - t0) / 1000;
-  if (r < 0) {
-    /* -ENOENT: spotlab-train already pruned it for a newer one, which follows. */
-    if (r != -ENOENT) report_lost_checkpoint(j, step, "uploaded", sl_strerror(r));
-    return;
-  }
-  if (step > j->durable_step) j->durable_step = step;
-  sl_debug("worker.store", "%s: uploaded %s (%llu bytes, %lld ms)", j->id, key,
-           (unsigned long long)bytes, (long long)upload_ms);
-  json_t *m = msg_new(j, "checkpoint");
-  json_object_set_new(m, "step", json_integer(step));
-  json_object_set_new(m, "key", json_string(key));
-  json_object_set_new(m, "bytes", json_integer((json_int_t)bytes));
-  json_object_set_new(m, "write_ms", sl_json_real(sl_json_get_num(ev, "write_ms", 0)));
-  json_object_set_new(m, "upload_ms", json_integer(upload_ms));
-  json_decref(j->last_ckpt);
-  j->last_ckpt = json_pack("{s:I, s:s, s:I, s:O, s:I}", "step", (json_int_t)step, "key", key, "bytes",
-                           (json_int_t)bytes, "write_ms", json_object_get(m, "write_ms"), "upload_ms",
-                           (json_int_t)upload_ms);
-  send_metric(j, wk_relay_pending(j->relay, 0, true));
-  send(j, m, true);
-  /* the last one a job stores may end it before the gateway's answer comes:
-   * prune against the resume point it saved before */
-  prune_checkpoints(j, j->recorded_step);
-  if (j->orphan_left) clear_orphan(j);
-  notice_checkpoint_stored(j, step);
+  wk_job_send(j, m, false);
 }
 
 static void on_metrics_line(struct wk_job *j, const char *line, size_t len) {
@@ -653,7 +402,7 @@ static void on_metrics_line(struct wk_job *j, const char *line, size_t len) {
   const char *event = sl_json_get_str(obj, "event", NULL);
   int64_t now = sl_time_mono_us();
   if (event && !strcmp(event, "checkpoint")) {
-    upload_checkpoint(j, obj);
+    wk_job_upload_checkpoint(j, obj);
     json_decref(obj);
     return;
   }
@@ -666,7 +415,7 @@ static void on_metrics_line(struct wk_job *j, const char *line, size_t len) {
   if (event && !strcmp(event, "resume") && j->restore_pending && j->load_ms < 0)
     j->load_ms = (now - j->spawned_us) / 1000;
   if (event && !strcmp(event, "error") && !strcmp(sl_json_get_str(obj, "op", ""), "checkpoint"))
-    report_lost_checkpoint(j, sl_json_get_int(obj, "step", -1), "written",
+    wk_job_report_lost_checkpoint(j, sl_json_get_int(obj, "step", -1), "written",
                            sl_json_get_str(obj, "error", "unknown error"));
   if (event && !strcmp(event, "eval") && json_is_number(json_object_get(obj, "eval_loss"))) {
     j->have_eval = true;
@@ -675,7 +424,7 @@ static void on_metrics_line(struct wk_job *j, const char *line, size_t len) {
   if (!event && json_is_integer(json_object_get(obj, "step")))
     j->step = json_integer_value(json_object_get(obj, "step"));
   bool urgent = event || json_object_get(obj, "eval_loss");
-  send_metric(j, wk_relay_metric(j->relay, obj, urgent, now));
+  wk_job_send_metric(j, wk_relay_metric(j->relay, obj, urgent, now));
 }
 
 static void keep_result_text(struct wk_job *j, const char *line, size_t len) {
@@ -712,10 +461,10 @@ static void on_output_line(struct wk_job *j, enum wk_stream s, const char *line,
   if (s == WK_STREAM_STDERR) keep_stderr_tail(j, line, len);
   if (!wk_relay_line(j->relay, sl_time_mono_us())) return;
   flush_dropped(j);
-  json_t *m = msg_new(j, "output");
+  json_t *m = wk_job_msg_new(j, "output");
   json_object_set_new(m, "stream", json_string(s == WK_STREAM_STDOUT ? "stdout" : "stderr"));
   json_object_set_new(m, "text", wk_relay_text(line, len, WK_OUTPUT_LINE_MAX));
-  send(j, m, false);
+  wk_job_send(j, m, false);
 }
 
 static void on_line(void *ctx, enum wk_stream s, const char *line, size_t len, bool truncated) {
@@ -735,14 +484,14 @@ void wk_job_readable(struct wk_job *j, enum wk_stream s) {
 
 static void send_result(struct wk_job *j) {
   if (j->kind == WK_KIND_EVAL && j->have_eval) {
-    json_t *m = msg_new(j, "result");
+    json_t *m = wk_job_msg_new(j, "result");
     json_object_set_new(m, "eval_loss", sl_json_real(j->eval_loss));
-    send(j, m, true);
+    wk_job_send(j, m, true);
   } else if (j->kind == WK_KIND_SAMPLE) {
-    json_t *m = msg_new(j, "result");
+    json_t *m = wk_job_msg_new(j, "result");
     json_object_set_new(m, "text", wk_relay_text(j->result_text ? j->result_text : "", j->result_len,
                                                  RESULT_TEXT_MAX));
-    send(j, m, true);
+    wk_job_send(j, m, true);
   }
 }
 
@@ -777,7 +526,7 @@ static const char *final_status(struct wk_job *j, int st, char *msg, size_t size
 }
 
 static void finish(struct wk_job *j) {
-  send_metric(j, wk_relay_pending(j->relay, 0, true));
+  wk_job_send_metric(j, wk_relay_pending(j->relay, 0, true));
   flush_dropped(j);
   if (j->files) {
     uint64_t bytes = 0;
@@ -788,7 +537,7 @@ static void finish(struct wk_job *j) {
   char message[STDERR_TAIL + 64] = "";
   const char *status = final_status(j, st, message, sizeof message);
   if (!strcmp(status, "succeeded")) send_result(j);
-  json_t *m = msg_new(j, "done");
+  json_t *m = wk_job_msg_new(j, "done");
   json_object_set_new(m, "status", json_string(status));
   json_object_set_new(m, "exit_code", json_integer(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)));
   json_object_set_new(m, "message", wk_relay_text(message, strlen(message), sizeof message));
@@ -801,14 +550,14 @@ static void finish(struct wk_job *j) {
   sl_info(TOPIC, "%s: %s (step %lld)", j->id, status, (long long)step);
   j->done = json_incref(m);
   j->done_sent_us = sl_time_mono_us();
-  send(j, m, true);
+  wk_job_send(j, m, true);
   j->state = ENDED;
 }
 
 void wk_job_send_done(struct wk_job *j) {
   if (j->state != ENDED || !j->done) return;
   j->done_sent_us = sl_time_mono_us();
-  send(j, json_incref(j->done), true);
+  wk_job_send(j, json_incref(j->done), true);
 }
 
 bool wk_job_done_recorded(const struct wk_job *j, int64_t attempt) {
@@ -823,7 +572,7 @@ static void sync_files(struct wk_job *j, int64_t now) {
   j->next_sync_us = now + j->env->cfg->run_sync_ms * SL_US_PER_MS;
 }
 
-static void terminate(struct wk_job *j, int64_t kill_at) {
+void wk_job_terminate(struct wk_job *j, int64_t kill_at) {
   if (j->state == STOPPING) {
     if (kill_at < j->kill_at_us) j->kill_at_us = kill_at;
     return;
@@ -839,11 +588,11 @@ int wk_job_tick(struct wk_job *j, int64_t now, bool may_end) {
     if (may_end && now - j->done_sent_us >= DONE_RESEND_US) wk_job_send_done(j);
     return 0;
   }
-  send_metric(j, wk_relay_pending(j->relay, now, false));
+  wk_job_send_metric(j, wk_relay_pending(j->relay, now, false));
   if (j->files && now >= j->next_sync_us) sync_files(j, now);
   if (j->state == NOTICE_WAIT && now >= j->wait_until_us) {
     sl_warn(TOPIC, "%s: no durable checkpoint before the notice margin; stopping", j->id);
-    terminate(j, j->kill_at_us);
+    wk_job_terminate(j, j->kill_at_us);
   }
   if (j->state == STOPPING && now >= j->kill_at_us) {
     wk_child_signal(j->child, SIGKILL);
@@ -868,7 +617,7 @@ void wk_job_cancel(struct wk_job *j) { wk_job_stop(j, j->env->cfg->kill_grace_ms
 void wk_job_stop(struct wk_job *j, int64_t grace_ms) {
   if (j->state == ENDED) return;
   j->cancelled = true;
-  terminate(j, sl_time_mono_us() + grace_ms * SL_US_PER_MS);
+  wk_job_terminate(j, sl_time_mono_us() + grace_ms * SL_US_PER_MS);
 }
 
 void wk_job_checkpoint_now(struct wk_job *j) {
@@ -897,10 +646,10 @@ size_t wk_job_resend_metrics(struct wk_job *j, int64_t step) {
     n = wk_relay_since(j->relay, step, data, sizeof data / sizeof *data);
     for (size_t i = 0; i < n; i++) {
       step = json_integer_value(json_object_get(data[i], "step"));
-      json_t *m = msg_new(j, "metric");
+      json_t *m = wk_job_msg_new(j, "metric");
       if (m) json_object_set_new(m, "data", data[i]);
       else json_decref(data[i]);
-      send(j, m, false);
+      wk_job_send(j, m, false);
     }
     total += n;
   } while (n == sizeof data / sizeof *data);
@@ -961,5 +710,5 @@ void wk_job_notice(struct wk_job *j, int64_t deadline, bool orphan) {
     return;
   }
   if (j->files) sync_files(j, now);
-  terminate(j, j->kill_at_us);
+  wk_job_terminate(j, j->kill_at_us);
 }

@@ -384,12 +384,15 @@ int gw_aws_config_load(const struct gw_provider_env *env, struct gw_aws_config *
            opt(env, "iam_instance_profile"));
   snprintf(c->key_name, sizeof c->key_name, "%s", opt(env, "key_name"));
   snprintf(c->catalog, sizeof c->catalog, "%s", opt(env, "catalog"));
-  int64_t us;
-  check_duration("orphan_timeout", opt(env, "orphan_timeout"), 0, INT64_MAX, &us, err, size);
+  int64_t us = 0; /* checked above already: these fail only on a bug */
+  int r = check_duration("orphan_timeout", opt(env, "orphan_timeout"), 0, INT64_MAX, &us, err,
+                         size);
+  if (r < 0 ||
+      (r = check_duration("poll", opt(env, "poll"), 0, INT64_MAX, &c->poll_us, err, size)) < 0 ||
+      (r = check_duration("capacity_memory", opt(env, "capacity_memory"), 0, INT64_MAX,
+                          &c->capacity_memory_us, err, size)) < 0)
+    return r;
   c->orphan_timeout_ms = us / SL_US_PER_MS;
-  check_duration("poll", opt(env, "poll"), 0, INT64_MAX, &c->poll_us, err, size);
-  check_duration("capacity_memory", opt(env, "capacity_memory"), 0, INT64_MAX,
-                 &c->capacity_memory_us, err, size);
   c->backoff_base_ms = 1000;
   c->backoff_cap_ms = 30000;
   c->backoff_tries = 6;

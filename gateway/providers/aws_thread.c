@@ -128,7 +128,7 @@ static void launch_failed(struct gw_aws *a, struct gw_aws_inst *in, int error, c
   struct gw_provider_event *ev = gw_aws_queue_event(a, GW_PROVIDER_LAUNCH_FAILED, in->id);
   if (ev) {
     ev->error = error;
-    snprintf(ev->message, sizeof ev->message, "%s", msg);
+    snprintf(ev->message, sizeof ev->message, "%.*s", (int)sizeof ev->message - 1, msg); /* cut */
   }
   sl_warn(T, "launch of %s (%s%s): %s", in->id, in->type, in->spot ? " spot" : "", msg);
   in->launched_us = 0;

@@ -1,0 +1,92 @@
+/* The inside of a job, shared by its files: job.c (its life: spawn, the
+ * child's streams, the end) and job_ckpt.c (its checkpoints: restore,
+ * upload, prune, the orphan copy). Nothing else includes this header. */
+#ifndef WK_JOB_INT_H
+#define WK_JOB_INT_H
+
+#include "job.h"
+#include "cpumeter.h"
+
+#include "filesync.h"
+#include "gang.h"
+#include "relay.h"
+#include "reserve.h"
+#include "spec.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define STDERR_TAIL 1024
+
+enum state { RUNNING, NOTICE_WAIT, STOPPING, ENDED };
+
+struct wk_job {
+  const struct wk_job_env *env;
+  char id[32];
+  int64_t attempt;
+  enum wk_kind kind;
+  enum state state;
+  struct wk_gang gang;  /* nodes=N: this rank (gang.world_size 0: a job of its own) */
+  struct wk_child *child;
+  struct wk_relay *relay;
+  struct wk_filesync *files;
+  int64_t keep;         /* checkpoints kept in the store (assign "keep"; 0: all) */
+  int64_t recorded_step; /* the gateway's saved resume point (checkpoint_recorded); -1: none yet */
+  char dir[PATH_MAX - 64], ckpt_dir[PATH_MAX];
+  struct wk_device device;
+  bool device_sent;   /* the device event of this attempt went out */
+  bool usage_pending; /* usage goes out with the next step metric */
+  struct wk_gpu_usage usage;
+  int64_t step, durable_step, notice_step;
+  bool cancelled, noticed, terminated;
+  bool core_terminated; /* spotlab-train stopped early on a SIGTERM (its own or a peer rank's) */
+  int64_t wait_until_us, kill_at_us, next_sync_us, exited_at_us;
+  /* Restore timing, reported once on the first step metric after a restore:
+   * assign received, checkpoint downloaded (ms), child started, its resume
+   * event seen (ms after the start). restore_pending until reported. */
+  int64_t assigned_us, fetch_ms, spawned_us, load_ms;
+  bool restore_pending;
+  int exit_status;
+  bool have_eval;
+  double eval_loss;
+  char *result_text;
+  size_t result_len;
+  char lost_why[256]; /* why the newest checkpoint that failed did not become durable */
+  /* S3 train job (rank 0): URLs an orphaned worker saves its checkpoint to,
+   * refreshed from next_reserve_us on; orphan_left: JOB/orphan/ may hold an
+   * earlier attempt's checkpoint, deleted after the next regular one */
+  struct wk_reserve reserve;
+  int64_t next_reserve_us;
+  bool orphaned, orphan_left;
+  char tail[STDERR_TAIL];
+  size_t tail_len;
+  json_t *last_ckpt;    /* the newest checkpoint message's fields, for the done */
+  json_t *done;         /* ENDED: the done message, until done_recorded */
+  bool metrics_held;    /* the resend ring is full of step metrics not confirmed saved */
+  int64_t done_sent_us;
+  struct wk_cpu_meter cpu; /* the child's tree, sampled at each heartbeat */
+};
+
+/* job.c */
+/* A message of type about the job's attempt (owned). */
+json_t *wk_job_msg_new(const struct wk_job *j, const char *type);
+/* Sends m (owned; NULL: nothing), kept for a resend when reliable. */
+void wk_job_send(struct wk_job *j, json_t *m, bool reliable);
+/* Sends a metric's data (owned; NULL: nothing) with what goes along with it. */
+void wk_job_send_metric(struct wk_job *j, json_t *data);
+/* SIGTERM to the child; SIGKILL at kill_at (an earlier one stays). */
+void wk_job_terminate(struct wk_job *j, int64_t kill_at);
+
+/* job_ckpt.c */
+/* Downloads the checkpoint key into the job's checkpoint folder (and an
+ * orphaned attempt's newer one beside it); its step becomes the job's. */
+int wk_job_restore_ckpt(struct wk_job *j, const char *key, char *err, size_t err_size);
+/* Uploads the checkpoint a metrics event announced and reports it. */
+void wk_job_upload_checkpoint(struct wk_job *j, const json_t *ev);
+/* Tells the user that the checkpoint of step did not become durable (what
+ * did not happen to it, and why). */
+void wk_job_report_lost_checkpoint(struct wk_job *j, int64_t step, const char *what, const char *why);
+
+#endif
