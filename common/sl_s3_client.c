@@ -83,7 +83,7 @@ done:
   return r;
 }
 
-static int sha256_range(int fd, uint64_t off, uint64_t len, char hex[65]) {
+int sl_s3_sha256_range(int fd, uint64_t off, uint64_t len, char hex[65]) {
   unsigned char d[EVP_MAX_MD_SIZE];
   unsigned dl = 0;
   int r = digest_range(fd, off, len, EVP_sha256(), d, &dl);
@@ -148,14 +148,6 @@ static void xml_error(const char *body, size_t len, char code[64], char msg[200]
 
 /* ---- the client ---- */
 
-struct sl_s3_client {
-  struct sl_s3_signer signer;
-  struct sl_s3_opts o;
-  pthread_mutex_t sign_lock;
-  int64_t fail_after;       /* test hook; -1: off */
-  unsigned tmp_counter;
-};
-
 int sl_s3_client_new(const struct sl_s3_signer *signer, const struct sl_s3_opts *opts,
                      struct sl_s3_client **ret) {
   struct sl_s3_opts o = opts ? *opts : (struct sl_s3_opts){0};
@@ -203,14 +195,14 @@ static int sign(struct sl_s3_client *c, const struct sl_s3_presign_req *reqs, si
   return 0;
 }
 
-static int sign1(struct sl_s3_client *c, const struct sl_s3_presign_req *req, char **ret_url,
+int sl_s3_sign1(struct sl_s3_client *c, const struct sl_s3_presign_req *req, char **ret_url,
                  char *err, size_t err_size) {
   return sign(c, req, 1, ret_url, err, err_size);
 }
 
 /* A request with the client's retry policy; data_bytes lengthens the
  * timeout by 1 s per MiB, so a large part is not cut off on a slow link. */
-static void req_init(const struct sl_s3_client *c, struct sl_http_req *r, const char *method,
+void sl_s3_req_init(const struct sl_s3_client *c, struct sl_http_req *r, const char *method,
                      const char *url, uint64_t data_bytes) {
   memset(r, 0, sizeof *r);
   r->method = method;
@@ -223,12 +215,12 @@ static void req_init(const struct sl_s3_client *c, struct sl_http_req *r, const 
 }
 
 /* The sentence and code for a request that got no answer. */
-static int transport_error(int r, const char *what, const char *key, char *err, size_t err_size) {
+int sl_s3_transport_error(int r, const char *what, const char *key, char *err, size_t err_size) {
   return sl_s3_say(err, err_size, r, "S3 %s of %s failed: %s", what, key, sl_strerror(r));
 }
 
 /* The sentence and code for an answer that is not the one hoped for. */
-static int answer_error(const struct sl_http_resp *resp, const char *what, const char *key,
+int sl_s3_answer_error(const struct sl_http_resp *resp, const char *what, const char *key,
                         char *err, size_t err_size) {
   char code[64], msg[200];
   xml_error(resp->body, resp->body_len, code, msg);
@@ -259,21 +251,21 @@ int sl_s3_head(struct sl_s3_client *c, const char *key, struct sl_s3_object *ret
                size_t err_size) {
   char *url = NULL;
   struct sl_s3_presign_req pr = {.op = SL_S3_HEAD, .key = key};
-  int r = sign1(c, &pr, &url, err, err_size);
+  int r = sl_s3_sign1(c, &pr, &url, err, err_size);
   if (r < 0) return r;
   struct sl_http_req req;
-  req_init(c, &req, "HEAD", url, 0);
+  sl_s3_req_init(c, &req, "HEAD", url, 0);
   req.resp_headers[0] = "Content-Length";
   req.resp_headers[1] = "ETag";
   req.resp_headers[2] = "x-amz-meta-sha256";
   struct sl_http_resp resp = {0};
   r = sl_http_do(&req, &resp);
   free(url);
-  if (r < 0) return transport_error(r, "head", key, err, err_size);
+  if (r < 0) return sl_s3_transport_error(r, "head", key, err, err_size);
   if (resp.status == 404) {
     r = sl_s3_say(err, err_size, -ENOENT, "S3 has no object %s", key);
   } else if (resp.status != 200) {
-    r = answer_error(&resp, "head", key, err, err_size);
+    r = sl_s3_answer_error(&resp, "head", key, err, err_size);
   } else {
     struct sl_s3_object o = {0};
     const char *len = resp.header_values[0], *sha = resp.header_values[2];
@@ -296,15 +288,15 @@ int sl_s3_head(struct sl_s3_client *c, const char *key, struct sl_s3_object *ret
 int sl_s3_delete(struct sl_s3_client *c, const char *key, char *err, size_t err_size) {
   char *url = NULL;
   struct sl_s3_presign_req pr = {.op = SL_S3_DELETE, .key = key};
-  int r = sign1(c, &pr, &url, err, err_size);
+  int r = sl_s3_sign1(c, &pr, &url, err, err_size);
   if (r < 0) return r;
   struct sl_http_req req;
-  req_init(c, &req, "DELETE", url, 0);
+  sl_s3_req_init(c, &req, "DELETE", url, 0);
   struct sl_http_resp resp = {0};
   r = sl_http_do(&req, &resp);
   free(url);
-  if (r < 0) return transport_error(r, "delete", key, err, err_size);
-  if (resp.status != 204 && resp.status != 200) r = answer_error(&resp, "delete", key, err, err_size);
+  if (r < 0) return sl_s3_transport_error(r, "delete", key, err, err_size);
+  if (resp.status != 204 && resp.status != 200) r = sl_s3_answer_error(&resp, "delete", key, err, err_size);
   sl_http_resp_done(&resp);
   return r;
 }
@@ -383,18 +375,18 @@ int sl_s3_list(struct sl_s3_client *c, const char *prefix, char ***ret_keys, siz
     struct sl_s3_presign_req pr = {.op = SL_S3_LIST, .key = prefix,
                                    .continuation = page ? token : NULL,
                                    .max_keys = c->o.list_page_keys};
-    if ((r = sign1(c, &pr, &url, err, err_size)) < 0) goto fail;
+    if ((r = sl_s3_sign1(c, &pr, &url, err, err_size)) < 0) goto fail;
     struct sl_http_req req;
-    req_init(c, &req, "GET", url, 0);
+    sl_s3_req_init(c, &req, "GET", url, 0);
     req.body_max_bytes = LIST_BODY_MAX;
     struct sl_http_resp resp = {0};
     r = sl_http_do(&req, &resp);
     free(url);
     if (r < 0) {
-      transport_error(r, "list", prefix, err, err_size);
+      sl_s3_transport_error(r, "list", prefix, err, err_size);
       goto fail;
     }
-    if (resp.status != 200) r = answer_error(&resp, "list", prefix, err, err_size);
+    if (resp.status != 200) r = sl_s3_answer_error(&resp, "list", prefix, err, err_size);
     else r = list_page(resp.body, resp.body_len, prefix, &l, next, 4096, err, err_size);
     sl_http_resp_done(&resp);
     if (r < 0) goto fail;
@@ -455,7 +447,7 @@ static int put_body(struct sl_s3_client *c, const char *url, int fd, int body_fd
   snprintf(h_md5, sizeof h_md5, "Content-MD5: %s", md5_b64);
   struct sl_http_fd_range body = {body_fd, off, len};
   struct sl_http_req req;
-  req_init(c, &req, "PUT", url, len);
+  sl_s3_req_init(c, &req, "PUT", url, len);
   req.headers[0] = h_md5;
   if (sha256) {
     snprintf(h_sha, sizeof h_sha, "x-amz-meta-sha256: %s", sha256);
@@ -464,9 +456,9 @@ static int put_body(struct sl_s3_client *c, const char *url, int fd, int body_fd
   req.body_fd = &body;
   req.resp_headers[0] = "ETag";
   struct sl_http_resp resp = {0};
-  if ((r = sl_http_do(&req, &resp)) < 0) return transport_error(r, what, key, err, err_size);
+  if ((r = sl_http_do(&req, &resp)) < 0) return sl_s3_transport_error(r, what, key, err, err_size);
   if (resp.status != 200) {
-    r = answer_error(&resp, what, key, err, err_size);
+    r = sl_s3_answer_error(&resp, what, key, err, err_size);
   } else if (!etag_is(resp.header_values[0], md5_hex)) {
     r = sl_s3_say(err, err_size, SL_ECHECKSUM, "S3 %s of %s: the service's ETag is not the MD5 it was sent",
             what, key);
@@ -548,11 +540,11 @@ static int exchange(struct sl_s3_client *c, const struct sl_s3_presign_req *pr, 
                     const char *body, size_t body_len, const char *what, char **ret_body,
                     size_t *ret_len, int *ret_tries, char *err, size_t err_size) {
   char *url = NULL;
-  int r = sign1(c, pr, &url, err, err_size);
+  int r = sl_s3_sign1(c, pr, &url, err, err_size);
   if (r < 0) return r;
   char h_sha[96];
   struct sl_http_req req;
-  req_init(c, &req, method, url, 0);
+  sl_s3_req_init(c, &req, method, url, 0);
   if (pr->sha256) {
     snprintf(h_sha, sizeof h_sha, "x-amz-meta-sha256: %s", pr->sha256);
     req.headers[0] = h_sha;
@@ -562,10 +554,10 @@ static int exchange(struct sl_s3_client *c, const struct sl_s3_presign_req *pr, 
   struct sl_http_resp resp = {0};
   r = sl_http_do(&req, &resp);
   free(url);
-  if (r < 0) return transport_error(r, what, pr->key, err, err_size);
+  if (r < 0) return sl_s3_transport_error(r, what, pr->key, err, err_size);
   if (ret_tries) *ret_tries = resp.tries;
   if (resp.status < 200 || resp.status > 299) {
-    r = answer_error(&resp, what, pr->key, err, err_size);
+    r = sl_s3_answer_error(&resp, what, pr->key, err, err_size);
   } else if (ret_body) {
     *ret_body = resp.body;
     *ret_len = resp.body_len;
@@ -699,7 +691,7 @@ int sl_s3_put_file(struct sl_s3_client *c, const char *key, const char *src, uin
   }
   uint64_t size = (uint64_t)st.st_size;
   char sha[65];
-  if ((r = sha256_range(fd, 0, size, sha)) < 0) {
+  if ((r = sl_s3_sha256_range(fd, 0, size, sha)) < 0) {
     close(fd);
     return sl_s3_say(err, err_size, r, "cannot read %s to upload it: %s", src, sl_strerror(r));
   }
@@ -711,7 +703,7 @@ int sl_s3_put_file(struct sl_s3_client *c, const char *key, const char *src, uin
   if (size <= c->o.part_bytes) {
     char *url = NULL;
     struct sl_s3_presign_req pr = {.op = SL_S3_PUT, .key = key, .sha256 = sha};
-    if ((r = sign1(c, &pr, &url, err, err_size)) == 0)
+    if ((r = sl_s3_sign1(c, &pr, &url, err, err_size)) == 0)
       r = put_body(c, url, fd, body_fd, 0, size, sha, "upload", key, NULL, 0, err, err_size);
     free(url);
   } else {
@@ -721,178 +713,5 @@ int sl_s3_put_file(struct sl_s3_client *c, const char *key, const char *src, uin
   close(fd);
   if (r == 0 && ret_bytes) *ret_bytes = size;
   if (r == 0) sl_debug(TOPIC, "put %s: %llu bytes", key, (unsigned long long)size);
-  return r;
-}
-
-/* ---- get ---- */
-
-struct ranged_get {
-  struct sl_s3_client *c;
-  const char *key, *url, *etag;
-  int fd;
-  uint64_t size, range_bytes;
-  int n_ranges;
-  pthread_mutex_t lock;
-  int next, failed;
-  char err[512];
-};
-
-/* Bytes [off, off+len) of the object into fd at off. A whole-object GET
- * when len is the size, else a Range request. If-Match holds every range
- * to the version HEAD saw. */
-static int get_range(struct sl_s3_client *c, const char *url, const char *key, const char *etag,
-                     int fd, uint64_t off, uint64_t len, bool whole, char *err, size_t err_size) {
-  char h_range[80], h_match[112];
-  struct sl_http_fd_range sink = {fd, off, len};
-  struct sl_http_req req;
-  req_init(c, &req, "GET", url, len);
-  int h = 0;
-  if (!whole) {
-    snprintf(h_range, sizeof h_range, "Range: bytes=%llu-%llu", (unsigned long long)off,
-             (unsigned long long)(off + len - 1));
-    req.headers[h++] = h_range;
-  }
-  if (etag && *etag) {
-    snprintf(h_match, sizeof h_match, "If-Match: %s", etag);
-    req.headers[h++] = h_match;
-  }
-  req.sink_fd = &sink;
-  struct sl_http_resp resp = {0};
-  int r = sl_http_do(&req, &resp);
-  if (r == SL_ELIMIT) return sl_s3_say(err, err_size, -ESTALE, "S3 object %s grew while it was read", key);
-  if (r < 0) return transport_error(r, "download", key, err, err_size);
-  if (resp.status != (whole ? 200 : 206))
-    r = answer_error(&resp, "download", key, err, err_size);
-  else if (resp.sink_bytes != len)
-    r = sl_s3_say(err, err_size, -ESTALE, "S3 object %s changed size while it was read", key);
-  sl_http_resp_done(&resp);
-  return r;
-}
-
-static void *range_thread(void *arg) {
-  struct ranged_get *g = arg;
-  char err[512];
-  for (;;) {
-    pthread_mutex_lock(&g->lock);
-    if (g->failed || g->next >= g->n_ranges) {
-      pthread_mutex_unlock(&g->lock);
-      return NULL;
-    }
-    int i = g->next++;
-    pthread_mutex_unlock(&g->lock);
-    uint64_t off = (uint64_t)i * g->range_bytes;
-    uint64_t len = g->size - off < g->range_bytes ? g->size - off : g->range_bytes;
-    int r = get_range(g->c, g->url, g->key, g->etag, g->fd, off, len, false, err, sizeof err);
-    if (r < 0) {
-      pthread_mutex_lock(&g->lock);
-      if (!g->failed) {
-        g->failed = r;
-        snprintf(g->err, sizeof g->err, "%s", err);
-      }
-      pthread_mutex_unlock(&g->lock);
-      return NULL;
-    }
-  }
-}
-
-static int get_ranges(struct sl_s3_client *c, const char *url, const char *key,
-                      const struct sl_s3_object *o, int fd, char *err, size_t err_size) {
-  struct ranged_get g = {.c = c, .key = key, .url = url, .etag = o->etag, .fd = fd,
-                         .size = o->bytes, .range_bytes = c->o.part_bytes};
-  g.n_ranges = (int)((o->bytes + g.range_bytes - 1) / g.range_bytes);
-  pthread_mutex_init(&g.lock, NULL);
-  int n_threads = c->o.threads < g.n_ranges ? c->o.threads : g.n_ranges, started = 0;
-  pthread_t th[SL_S3_THREADS_MAX];
-  for (; started < n_threads; started++) {
-    int e = pthread_create(&th[started], NULL, range_thread, &g);
-    if (e) {
-      pthread_mutex_lock(&g.lock);
-      if (!g.failed) {
-        g.failed = -e;
-        snprintf(g.err, sizeof g.err, "cannot start a thread to download %s", key);
-      }
-      pthread_mutex_unlock(&g.lock);
-      break;
-    }
-  }
-  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-  pthread_mutex_destroy(&g.lock);
-  if (g.failed) return sl_s3_say(err, err_size, g.failed, "%s", g.err);
-  return 0;
-}
-
-static int fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  int r = fsync(fd) < 0 ? -errno : 0;
-  close(fd);
-  return r;
-}
-
-int sl_s3_get_file(struct sl_s3_client *c, const char *key, const char *dst, uint64_t *ret_bytes,
-                   char *err, size_t err_size) {
-  struct sl_s3_object o;
-  int r = sl_s3_head(c, key, &o, err, err_size);
-  if (r < 0) return r;
-  size_t dl = strlen(dst);
-  const char *slash = strrchr(dst, '/');
-  if (!dl || dst[dl - 1] == '/' || dl >= PATH_MAX - 64)
-    return sl_s3_say(err, err_size, -EINVAL, "cannot download %s to %s: not a file name", key, dst);
-  char dir[PATH_MAX], tmp[PATH_MAX];
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else snprintf(dir, sizeof dir, "%.*s", slash == dst ? 1 : (int)(slash - dst), dst);
-  if ((r = sl_mkdir_p(dir, 0700)) < 0)
-    return sl_s3_say(err, err_size, r, "cannot download %s: cannot create %s: %s", key, dir, sl_strerror(r));
-  if ((size_t)snprintf(tmp, sizeof tmp, "%s/.%s.s3-tmp.%d.%u", dir, slash ? slash + 1 : dst,
-                       (int)getpid(), __atomic_fetch_add(&c->tmp_counter, 1, __ATOMIC_RELAXED)) >=
-      sizeof tmp)
-    return sl_s3_say(err, err_size, SL_ELIMIT, "cannot download %s to %s: the name is too long", key, dst);
-  int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return sl_s3_say(err, err_size, -errno, "cannot download %s: cannot create %s: %s", key, tmp,
-                         strerror(errno));
-  char *url = NULL;
-  struct sl_s3_presign_req pr = {.op = SL_S3_GET, .key = key};
-  if ((r = sign1(c, &pr, &url, err, err_size)) < 0) goto fail;
-  if (o.bytes && ftruncate(fd, (off_t)o.bytes) < 0) {
-    r = sl_s3_say(err, err_size, -errno, "cannot download %s: %s", key, strerror(errno));
-    goto fail;
-  }
-  if (o.bytes <= c->o.part_bytes)
-    r = get_range(c, url, key, o.etag, fd, 0, o.bytes, true, err, err_size);
-  else
-    r = get_ranges(c, url, key, &o, fd, err, err_size);
-  if (r < 0) goto fail;
-  if (*o.sha256) {
-    char got[65];
-    if ((r = sha256_range(fd, 0, o.bytes, got)) < 0) {
-      sl_s3_say(err, err_size, r, "cannot read back the download of %s: %s", key, sl_strerror(r));
-      goto fail;
-    }
-    if (strcmp(got, o.sha256)) {
-      r = sl_s3_say(err, err_size, SL_ECHECKSUM,
-              "S3 object %s does not match its x-amz-meta-sha256 (%.12s..., read %.12s...)", key,
-              o.sha256, got);
-      goto fail;
-    }
-  }
-  if (fsync(fd) < 0 || close(fd) < 0) {
-    fd = -1;
-    r = sl_s3_say(err, err_size, -errno, "cannot download %s: %s", key, strerror(errno));
-    goto fail;
-  }
-  fd = -1;
-  if (rename(tmp, dst) < 0) {
-    r = sl_s3_say(err, err_size, -errno, "cannot download %s to %s: %s", key, dst, strerror(errno));
-    goto fail;
-  }
-  free(url);
-  fsync_dir(dir);
-  if (ret_bytes) *ret_bytes = o.bytes;
-  sl_debug(TOPIC, "get %s: %llu bytes", key, (unsigned long long)o.bytes);
-  return 0;
-fail:
-  free(url);
-  if (fd >= 0) close(fd);
-  unlink(tmp);
   return r;
 }

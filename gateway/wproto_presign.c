@@ -1,0 +1,124 @@
+/* presign (protocols.md §2): URLs of the gateway's S3 store, signed for a
+ * worker, for keys under its own jobs' prefixes only (and, to read, the
+ * checkpoint an assign told it to restore). The URLs go to the connection
+ * that asked (a worker's store has a connection of its own). */
+#include "wproto_int.h"
+
+#include "objstore.h"
+
+#include "sl_err.h"
+#include "sl_json.h"
+#include "sl_log.h"
+
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+
+#define T "gateway.worker"
+
+/* The prefixes a worker may reach: "J000003/" for each job attempt it runs,
+ * and, read-only, the checkpoint key an assign told it to restore. */
+#define PRESIGN_PREFIXES 32
+struct reach {
+  char own[PRESIGN_PREFIXES][16];
+  const char *own_p[PRESIGN_PREFIXES];
+  size_t n_own;
+  const char *restore[PRESIGN_PREFIXES];
+  size_t n_restore;
+};
+
+static void reach_of(struct gw_wproto *g, struct gw_inst *in, struct reach *r) {
+  memset(r, 0, sizeof *r);
+  for (size_t i = 0; i < gw_fleet_n_jobs(g->fleet) && r->n_own < PRESIGN_PREFIXES; i++) {
+    struct gw_job *j = gw_fleet_job_at(g->fleet, i);
+    if (!j || gw_sched_rank(j, in) < 0)
+      continue;
+    char id[16];
+    snprintf(r->own[r->n_own], sizeof r->own[0], "%s/", gw_job_id_str(j->id, id, sizeof id));
+    r->own_p[r->n_own] = r->own[r->n_own];
+    r->n_own++;
+    if (j->ckpt_key[0])
+      r->restore[r->n_restore++] = j->ckpt_key;
+  }
+}
+
+static void presigned_error(struct gw_wproto *g, const uint8_t *rid, size_t rid_len, json_t *id,
+                            int code, const char *message) {
+  json_t *m = json_pack("{s:s, s:O, s:{s:s, s:s}}", "type", "presigned", "id", id ? id : json_null(),
+                        "error", "code", sl_errname(code), "message", message);
+  if (m)
+    gw_wproto_send_raw(g, rid, rid_len, m);
+  json_decref(m);
+}
+
+/* presign: {"id":N,"requests":[{"op","key","upload_id","part","sha256","continuation"}]}
+ * answered with {"type":"presigned","id":N,"urls":[...]} or an error, to the
+ * connection that asked (a worker's store has a connection of its own). */
+void gw_wproto_on_presign(struct gw_wproto *g, struct gw_inst *in, const uint8_t *rid, size_t rid_len,
+                       const json_t *body) {
+  json_t *id = json_object_get(body, "id");
+  json_t *reqs = json_object_get(body, "requests");
+  if (!g->objstore) {
+    presigned_error(g, rid, rid_len, id, SL_ENOTSUP, "this gateway's store is not S3");
+    return;
+  }
+  size_t n = json_array_size(reqs);
+  if (!json_is_array(reqs) || n == 0 || n > GW_PRESIGN_MAX) {
+    presigned_error(g, rid, rid_len, id, SL_EWIRE, "\"requests\" must be an array of 1 to 64 requests");
+    return;
+  }
+  struct sl_s3_presign_req q[GW_PRESIGN_MAX];
+  struct reach reach;
+  reach_of(g, in, &reach);
+  bool read_only_ok = true;
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_array_get(reqs, i);
+    int op = sl_s3_op_from_name(sl_json_get_str(e, "op", ""));
+    json_t *part = json_object_get(e, "part");
+    q[i] = (struct sl_s3_presign_req){
+      .op = op < 0 ? SL_S3_OPS_ : (enum sl_s3_op)op, .key = sl_json_get_str(e, "key", NULL),
+      .upload_id = sl_json_get_str(e, "upload_id", NULL),
+      .part = json_is_integer(part) && json_integer_value(part) > 0 && json_integer_value(part) <= 10000
+                  ? (int)json_integer_value(part) : 0,
+      .sha256 = sl_json_get_str(e, "sha256", NULL),
+      .continuation = sl_json_get_str(e, "continuation", NULL)};
+    if (!json_is_object(e) || op < 0 || !q[i].key) {
+      presigned_error(g, rid, rid_len, id, SL_EWIRE, "each request needs a known \"op\" and a \"key\"");
+      return;
+    }
+    if (q[i].sha256 && (strlen(q[i].sha256) != 64 || strspn(q[i].sha256, "0123456789abcdef") != 64)) {
+      presigned_error(g, rid, rid_len, id, SL_EWIRE, "\"sha256\" must be 64 lowercase hex digits");
+      return;
+    }
+    bool restore = false;
+    for (size_t k = 0; k < reach.n_restore; k++)
+      restore |= !strcmp(q[i].key, reach.restore[k]);
+    read_only_ok &= restore && (q[i].op == SL_S3_GET || q[i].op == SL_S3_HEAD);
+  }
+  char *urls[GW_PRESIGN_MAX];
+  char err[256] = "";
+  /* a checkpoint to restore from may belong to another job (sample m): that
+   * key exactly, to read; otherwise the prefixes of the instance's jobs */
+  const char *exact[GW_PRESIGN_MAX];
+  for (size_t i = 0; i < n; i++)
+    exact[i] = q[i].key;
+  int r = read_only_ok
+              ? gw_objstore_presign_for(g->objstore, q, n, exact, n, urls, err, sizeof err)
+              : gw_objstore_presign_for(g->objstore, q, n, reach.own_p, reach.n_own, urls, err,
+                                        sizeof err);
+  if (r < 0) {
+    sl_warn(T, "%s: presign refused: %s", in->row.id, err);
+    presigned_error(g, rid, rid_len, id, r, err);
+    return;
+  }
+  json_t *list = json_array();
+  for (size_t i = 0; i < n; i++) {
+    json_array_append_new(list, json_string(urls[i]));
+    sodium_memzero(urls[i], strlen(urls[i]));
+    free(urls[i]);
+  }
+  json_t *m = json_pack("{s:s, s:O, s:o}", "type", "presigned", "id", id ? id : json_null(), "urls", list);
+  if (m)
+    gw_wproto_send_raw(g, rid, rid_len, m);
+  json_decref(m);
+}
