@@ -202,12 +202,13 @@ static int restore_chunk(const struct gw_market_chunk *c, void *data) {
   struct gw_mh_offer *o = rs->o;
   if (!o)
     return 0;
-  size_t k0 = (size_t)c->chunk * GW_MH_CHUNK;
   if (!c->n) { /* unreadable: the history goes on after it */
     rs->malformed++;
-    o->n = o->first = k0 + GW_MH_CHUNK;
+    if (c->chunk >= 0)
+      o->n = o->first = ((size_t)c->chunk + 1) * GW_MH_CHUNK;
     return 0;
   }
+  size_t k0 = (size_t)c->chunk * GW_MH_CHUNK;
   if (k0 != o->n || o->n == o->first)
     o->n = o->first = k0; /* not where the ticks before it end: it starts again here */
   for (size_t k = 0; k < c->n; k++)

@@ -261,7 +261,8 @@ struct gw_market_chunk {
 int gw_store_market_put(struct gw_store *s, const struct gw_market_chunk *c, size_t n,
                         int64_t keep);
 /* Calls fn on every stored chunk, by provider, type, zone and chunk (a
- * malformed row with n = 0); a negative return from fn stops and is returned. */
+ * malformed row with n = 0, and chunk -1 when its number is out of range);
+ * a negative return from fn stops and is returned. */
 int gw_store_market_each(struct gw_store *s, int (*fn)(const struct gw_market_chunk *c, void *data),
                          void *data);
 /* Drops every row of the offer. */

@@ -6,6 +6,9 @@
 #include <math.h>
 #include <stdlib.h>
 
+/* far past any real history (a chunk an hour: 10^8 years); a larger number is a damaged row */
+#define CHUNK_NUMBER_MAX (INT64_C(1) << 40)
+
 static void put_le64(unsigned char *p, double v) {
   uint64_t u;
   memcpy(&u, &v, sizeof u);
@@ -80,7 +83,11 @@ static void read_row(sqlite3_stmt *st, struct gw_market_chunk *c) {
   size_t n = (size_t)sqlite3_column_bytes(st, 5);
   const unsigned char *price = sqlite3_column_blob(st, 6);
   size_t bytes = (size_t)sqlite3_column_bytes(st, 6);
-  if (!up || !price || n == 0 || n > GW_STORE_MARKET_CHUNK_MAX || bytes != 8 * n || c->chunk < 0)
+  if (c->chunk < 0 || c->chunk > CHUNK_NUMBER_MAX) {
+    c->chunk = -1; /* not even where it would go */
+    return;
+  }
+  if (!up || !price || n == 0 || n > GW_STORE_MARKET_CHUNK_MAX || bytes != 8 * n)
     return;
   for (size_t k = 0; k < n; k++) {
     double p = get_le64(price + 8 * k);

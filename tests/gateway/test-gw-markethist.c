@@ -178,6 +178,13 @@ static void test_malformed(void) {
   o = gw_mh_find(h, &local, "g.x", "z-a", false);
   CHECK(o && o->first == 180 && o->n == 200);
   gw_mh_free(h);
+  /* a chunk number no history reaches: skipped, the rest as it was */
+  exec_sql("INSERT INTO market_history SELECT provider, type, zone, 1125899906842624, end_us, up,"
+           " price FROM market_history WHERE chunk=3");
+  h = restored(s, t0 + 200 * tick_us, false, &n);
+  o = gw_mh_find(h, &local, "g.x", "z-a", false);
+  CHECK(o && o->first == 180 && o->n == 200);
+  gw_mh_free(h);
   gw_store_free(s);
 }
 
