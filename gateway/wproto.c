@@ -28,6 +28,7 @@
 
 #define T "gateway.worker"
 #define REREGISTER_EVERY_US (100 * SL_US_PER_MS)
+#define DROP_LOG_EVERY_US SL_US_PER_S
 
 
 struct gw_wproto *gw_wproto_new(const struct gw_config *cfg, struct gw_store *store,
@@ -712,6 +713,21 @@ void gw_wproto_handle(struct gw_wproto *g, struct gw_inst *in, const uint8_t *ri
   }
 }
 
+/* A message from a worker whose instance the fleet no longer holds (gone
+ * while the worker still flushed what it had): one log line per
+ * DROP_LOG_EVERY_US for them all, with their count, not one per message. */
+static void dropped_unknown(struct gw_wproto *g, const char *user_id) {
+  int64_t now = sl_time_mono_us();
+  g->dropped_unknown++;
+  if (g->dropped_logged_us && now - g->dropped_logged_us < DROP_LOG_EVERY_US)
+    return;
+  sl_warn(T, "%llu message(s) from instances the gateway does not know dropped (the latest from "
+          "%.31s)", (unsigned long long)g->dropped_unknown,
+          user_id[0] ? user_id : "an unnamed worker");
+  g->dropped_unknown = 0;
+  g->dropped_logged_us = now;
+}
+
 void gw_wproto_recv(struct gw_wproto *g) {
   struct wmsg m;
   memset(&m, 0, sizeof m);
@@ -728,7 +744,7 @@ void gw_wproto_recv(struct gw_wproto *g) {
     return;
   }
   if (!in) {
-    sl_warn(T, "message from an unknown instance dropped");
+    dropped_unknown(g, m.user_id);
     json_decref(m.body);
     return;
   }

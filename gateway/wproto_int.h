@@ -17,6 +17,8 @@ struct gw_wproto {
   struct gw_sched *sched;
   void *wsock, *zap;
   struct gw_objstore *objstore;
+  uint64_t dropped_unknown;     /* messages from unknown instances since the last line about them */
+  int64_t dropped_logged_us;    /* monotonic; 0: none logged yet */
 };
 
 /* Sends msg (borrowed) to the connection rid, an instance's or not yet. */
