@@ -25,16 +25,21 @@ static int write_all(int fd, const char *p, size_t len) {
   return 0;
 }
 
+int sl_file_fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  int r = fsync(fd) < 0 ? -errno : 0;
+  close(fd);
+  return r;
+}
+
 static void sync_folder(const char *path) {
   char copy[PATH_MAX];
   if (strlen(path) >= sizeof copy)
     return;
   strcpy(copy, path);
-  int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
+  sl_file_fsync_dir(dirname(copy));
 }
 
 int sl_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode) {

@@ -1,4 +1,5 @@
-/* Whole-file writes that are either complete or absent. */
+/* Whole-file writes that are either complete or absent, and the folder
+ * fsync that makes a name last. */
 #ifndef SL_FILE_H
 #define SL_FILE_H
 
@@ -9,5 +10,9 @@
  * crash leaves either the old file or the new one, never a torn one. On
  * failure the temporary file is removed and path is untouched. */
 int sl_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode);
+
+/* fsyncs the folder dir, so that the names created, renamed or removed in
+ * it last: 0 or -errno. */
+int sl_file_fsync_dir(const char *dir);
 
 #endif

@@ -6,6 +6,7 @@
 #include "sl_s3_int.h"
 
 #include "sl_err.h"
+#include "sl_file.h"
 #include "sl_log.h"
 #include "sl_path.h"
 
@@ -115,14 +116,6 @@ static int get_ranges(struct sl_s3_client *c, const char *url, const char *key,
   return 0;
 }
 
-static int fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  int r = fsync(fd) < 0 ? -errno : 0;
-  close(fd);
-  return r;
-}
-
 int sl_s3_get_file(struct sl_s3_client *c, const char *key, const char *dst, uint64_t *ret_bytes,
                    char *err, size_t err_size) {
   struct sl_s3_object o;
@@ -180,7 +173,7 @@ int sl_s3_get_file(struct sl_s3_client *c, const char *key, const char *dst, uin
     goto fail;
   }
   free(url);
-  fsync_dir(dir);
+  sl_file_fsync_dir(dir);
   if (ret_bytes) *ret_bytes = o.bytes;
   sl_debug(TOPIC, "get %s: %llu bytes", key, (unsigned long long)o.bytes);
   return 0;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "sl_err.h"
+#include "sl_file.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "format is little-endian");
 
@@ -301,14 +302,6 @@ static int write_all(int fd, const void *buf, size_t n) {
   return 0;
 }
 
-static int fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  int r = fsync(fd) < 0 ? -errno : 0;
-  close(fd);
-  return r;
-}
-
 int tc_ckpt_write(const struct tc_ckpt *ck, const char *dir, char *ret_path, size_t path_size,
                   char *err, size_t err_size) {
   char tmp[4096], path[4096];
@@ -368,7 +361,7 @@ int tc_ckpt_write(const struct tc_ckpt *ck, const char *dir, char *ret_path, siz
     unlink(tmp);
     return r;
   }
-  r = fsync_dir(dir);
+  r = sl_file_fsync_dir(dir);
   if (r < 0) {
     snprintf(err, err_size, "%s: fsync: %s", dir, strerror(-r));
     return r;
@@ -732,7 +725,7 @@ int tc_ckpt_set_aside(const char *dir, char *ret_sub, size_t sub_size, char *err
     }
   }
   tc_ckpt_list_free(names, n);
-  if (r == 0 && n) r = fsync_dir(dir);
+  if (r == 0 && n) r = sl_file_fsync_dir(dir);
   if (r < 0) return r;
   snprintf(ret_sub, sub_size, "%s", n ? sub : "");
   return n;

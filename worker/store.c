@@ -19,6 +19,7 @@
 #include "store.h"
 
 #include "sl_err.h"
+#include "sl_file.h"
 #include "sl_path.h"
 #include "sl_strv.h"
 #include "sl_s3.h"
@@ -122,14 +123,6 @@ void wk_store_fail_next_put(struct wk_store *s, int64_t bytes) {
   else s->fail_after = bytes;
 }
 
-static int fsync_dir(const char *path) {
-  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  int r = fsync(fd) < 0 ? -errno : 0;
-  close(fd);
-  return r;
-}
-
 static int dir_of(const char *path, char *out, size_t size) {
   const char *slash = strrchr(path, '/');
   if (!slash || (size_t)(slash - path) >= size) return -EINVAL;
@@ -189,7 +182,7 @@ static int copy_atomic(struct wk_store *s, const char *src, const char *dst_fina
     unlink(tmp);
     return r;
   }
-  if ((r = fsync_dir(dir)) < 0) return r;
+  if ((r = sl_file_fsync_dir(dir)) < 0) return r;
   if (ret_bytes) *ret_bytes = total;
   return 0;
 fail:
@@ -251,7 +244,7 @@ static int remove_key(struct wk_store *s, const char *key) {
   int r = key_path(s, key, path, sizeof path);
   if (r < 0) return r;
   if (unlink(path) < 0) return -errno;
-  if (dir_of(path, dir, sizeof dir) == 0) fsync_dir(dir);
+  if (dir_of(path, dir, sizeof dir) == 0) sl_file_fsync_dir(dir);
   return 0;
 }
 
