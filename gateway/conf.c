@@ -9,9 +9,8 @@
  * checked completely before it is stored, so a failed set leaves the old one.
  *
  * [provider.NAME] sections are the exception: their options are declared by
- * the provider class registered as NAME (provider.h). conf.c keeps their
- * values as checked text, in file order of the sections, and the class reads
- * them with gw_config_provider_option() when it opens.
+ * the provider class registered as NAME (provider.h), and conf_provider.c
+ * keeps their values.
  *
  * Options that would configure nothing in this gateway are refused with a
  * message that says so (the refused table), never parsed and ignored. The
@@ -43,7 +42,6 @@ struct opt {
   enum opt_owner owner;
   struct sl_opt o;
 };
-
 
 #define M(f) O_MAIN, offsetof(struct gw_config, f), sizeof(((struct gw_config *)0)->f)
 #define U(f) O_USER, offsetof(struct gw_user_cfg, f), sizeof(((struct gw_user_cfg *)0)->f)
@@ -163,10 +161,6 @@ static const struct opt opts[] = {
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
-
-/* The implicit provider: enabled when the configuration names none. */
-#define DEFAULT_PROVIDER "local"
-
 /* Splits "user.alice" into the template ("user.*") and the entry name. */
 static const char *section_template(const char *section, const char **ret_entry) {
   static const char *templates[] = {"user.*", "group.*", "provider.*", "webhook.*"};
@@ -262,128 +256,6 @@ static void *target(struct gw_config *c, enum opt_owner owner, const char *entry
   return g;
 }
 
-/* ---- provider sections ------------------------------------------------ */
-
-static struct gw_provider_cfg *provider_entry(const struct gw_config *c, const char *name) {
-  for (size_t i = 0; i < c->n_providers; i++)
-    if (!strcmp(c->providers[i].name, name))
-      return (struct gw_provider_cfg *)&c->providers[i];
-  return NULL;
-}
-
-static const struct gw_provider_option *class_option(const struct gw_provider_class *cls,
-                                                     const char *key) {
-  for (const struct gw_provider_option *o = cls->options; o && o->name; o++)
-    if (!strcmp(o->name, key))
-      return o;
-  return NULL;
-}
-
-/* Enables provider name (a registered class) as named by the file: an
- * implicit entry of that name becomes explicit, every other implicit entry
- * is dropped. Fails, changing nothing, when GW_MAX_PROVIDERS_CFG are
- * enabled already. */
-static struct gw_provider_cfg *enable_provider(struct gw_config *c, const char *name, char *err,
-                                               size_t size) {
-  size_t explicit_n = 0;
-  for (size_t i = 0; i < c->n_providers; i++)
-    explicit_n += !c->providers[i].implicit;
-  struct gw_provider_cfg *p = provider_entry(c, name);
-  if (p && !p->implicit)
-    return p;
-  if (explicit_n == GW_MAX_PROVIDERS_CFG)
-    return gw_conf_fail(err, size, "more than %d provider sections", GW_MAX_PROVIDERS_CFG), NULL;
-  size_t kept = 0;
-  for (size_t i = 0; i < c->n_providers; i++)
-    if (!c->providers[i].implicit || !strcmp(c->providers[i].name, name))
-      c->providers[kept++] = c->providers[i];
-  c->n_providers = kept;
-  p = provider_entry(c, name);
-  if (!p) {
-    p = &c->providers[c->n_providers++];
-    memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s", name);
-  }
-  p->implicit = false;
-  return p;
-}
-
-/* Resets the providers to the implicit default unless the file named one. */
-static void implicit_default(struct gw_config *c) {
-  for (size_t i = 0; i < c->n_providers; i++)
-    if (!c->providers[i].implicit)
-      return;
-  c->n_providers = 1;
-  memset(&c->providers[0], 0, sizeof c->providers[0]);
-  snprintf(c->providers[0].name, sizeof c->providers[0].name, "%s", DEFAULT_PROVIDER);
-  c->providers[0].implicit = true;
-}
-
-static int set_provider_option(struct gw_config *c, const char *section, const char *provider,
-                               const char *key, const char *value, char *err, size_t size) {
-  const struct gw_provider_class *cls = gw_provider_find(provider);
-  if (!cls) /* checked by the caller */
-    return gw_conf_fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
-  if (!class_option(cls, key)) {
-    char names[1024] = "";
-    size_t used = 0;
-    for (const struct gw_provider_option *o = cls->options; o && o->name && used < sizeof names;
-         o++) {
-      int n = snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", o->name);
-      used += n > 0 ? (size_t)n : 0;
-    }
-    if (!names[0])
-      return gw_conf_fail(err, size, "unknown key \"%s\" in [%s] (it takes no options)", key,
-                          section),
-             SL_ECONFIG;
-    return gw_conf_fail(err, size, "unknown key \"%s\" in [%s] (it accepts: %s)", key, section,
-                        names),
-           SL_ECONFIG;
-  }
-  if (strlen(value) >= sizeof c->providers[0].opts[0].value)
-    return gw_conf_fail(err, size, "%s: value longer than %zu bytes", key,
-                sizeof c->providers[0].opts[0].value - 1), SL_ECONFIG;
-  if (cls->check_option) {
-    if (err && size)
-      err[0] = 0;
-    if (cls->check_option(key, value, err, size) < 0) {
-      if (err && size && !err[0])
-        gw_conf_fail(err, size, "%s: \"%s\" is not a valid value", key, value);
-      return SL_ECONFIG;
-    }
-  }
-  const struct gw_provider_cfg *old = provider_entry(c, provider);
-  bool has_key = false;
-  for (size_t i = 0; old && i < old->n; i++)
-    has_key |= !strcmp(old->opts[i].key, key);
-  if (old && !has_key && old->n == GW_PROVIDER_OPTS_MAX)
-    return gw_conf_fail(err, size, "more than %d options in [%s]", GW_PROVIDER_OPTS_MAX, section),
-           SL_ECONFIG;
-  struct gw_provider_cfg *p = enable_provider(c, provider, err, size);
-  if (!p)
-    return SL_ECONFIG;
-  size_t i = 0;
-  while (i < p->n && strcmp(p->opts[i].key, key))
-    i++;
-  if (i == p->n) {
-    p->n++;
-    snprintf(p->opts[i].key, sizeof p->opts[i].key, "%s", key);
-  }
-  snprintf(p->opts[i].value, sizeof p->opts[i].value, "%s", value);
-  return 0;
-}
-
-const char *gw_config_provider_option(const struct gw_config *c, const char *provider,
-                                      const char *key) {
-  const struct gw_provider_cfg *p = provider_entry(c, provider);
-  for (size_t i = 0; p && i < p->n; i++)
-    if (!strcmp(p->opts[i].key, key))
-      return p->opts[i].value;
-  const struct gw_provider_class *cls = gw_provider_find(provider);
-  const struct gw_provider_option *o = cls ? class_option(cls, key) : NULL;
-  return o ? o->def : NULL;
-}
-
 /* ---- setting, defaults ------------------------------------------------- */
 
 int gw_config_set(struct gw_config *c, const char *section, const char *name, const char *value,
@@ -393,7 +265,7 @@ int gw_config_set(struct gw_config *c, const char *section, const char *name, co
   const char *entry;
   const char *tmpl = section_template(section, &entry);
   if (!strcmp(tmpl, "provider.*"))
-    return set_provider_option(c, section, entry, name, value, err, err_size);
+    return gw_conf_set_provider_option(c, section, entry, name, value, err, err_size);
   for (size_t i = 0; i < N_OPTS; i++) {
     const struct opt *o = &opts[i];
     if (strcmp(o->section, tmpl) || strcmp(o->o.name, name))
@@ -416,14 +288,14 @@ void gw_config_defaults(struct gw_config *c) {
   for (size_t i = 0; i < N_OPTS; i++)
     if (opts[i].owner == O_MAIN)
       sl_opt_defaults(&opts[i].o, 1, c); /* valid by construction (checked by the unit test) */
-  implicit_default(c);
+  gw_conf_implicit_default(c);
 }
 
 void gw_config_embedded(struct gw_config *c, const char *home) {
   snprintf(c->state_dir, sizeof c->state_dir, "%s", home);
   snprintf(c->listen, sizeof c->listen, "ipc://%s/gateway.sock", home);
   snprintf(c->workers, sizeof c->workers, "ipc://%s/workers.sock", home);
-  implicit_default(c);
+  gw_conf_implicit_default(c);
   c->embedded = true;
 }
 
@@ -529,7 +401,8 @@ static void on_section(struct parse_ctx *p, const char *s) {
   else if (first)
     error_at(p, p->line, "duplicate section [%s] (first on line %d); merge the two", sec,
              first->line);
-  else if (!strcmp(tmpl, "provider.*") && !enable_provider(p->c, entry, msg, sizeof msg))
+  else if (!strcmp(tmpl, "provider.*") &&
+           !gw_conf_enable_provider(p->c, entry, msg, sizeof msg))
     parse_error(p, msg);
   else if (!strcmp(tmpl, "group.*") && !target(p->c, O_GROUP, entry, msg, sizeof msg))
     parse_error(p, msg);
@@ -778,22 +651,6 @@ static void dump_section(FILE *out, const char *tmpl, const char *section, const
   fputc('\n', out);
 }
 
-/* An enabled provider's section: every option of its class, effective value. */
-static void dump_provider(FILE *out, const struct gw_config *c, const struct gw_provider_cfg *p) {
-  const struct gw_provider_class *cls = gw_provider_find(p->name);
-  if (!cls) {
-    fprintf(out, "; [provider.%s] is enabled%s but not built into this gateway\n\n", p->name,
-            p->implicit ? " by default" : "");
-    return;
-  }
-  fprintf(out, "[provider.%s]\n", p->name);
-  for (const struct gw_provider_option *o = cls->options; o && o->name; o++) {
-    const char *v = gw_config_provider_option(c, p->name, o->name);
-    fprintf(out, "; %s\n%s = %s\n", o->help ? o->help : "", o->name, v ? v : "");
-  }
-  fputc('\n', out);
-}
-
 int gw_config_dump(const struct gw_config *c, FILE *out) {
   static const char *main_sections[] = {"gateway", "idle", "budget", "store", "worker"};
   fprintf(out, "; spotlab-gateway effective configuration\n\n");
@@ -802,7 +659,7 @@ int gw_config_dump(const struct gw_config *c, FILE *out) {
   if (c->hub)
     dump_section(out, "hub", "hub", c);
   for (size_t i = 0; i < c->n_providers; i++)
-    dump_provider(out, c, &c->providers[i]);
+    gw_conf_dump_provider(out, c, &c->providers[i]);
   char sec[96];
   for (size_t i = 0; i < c->n_users; i++) {
     snprintf(sec, sizeof sec, "user.%s", c->users[i].name);

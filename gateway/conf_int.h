@@ -1,14 +1,20 @@
 /* Shared by the configuration's files: conf.c (the option table, parsing,
- * defaults, --dump-config) and conf_check.c (the checks of values). Nothing
- * else includes this header. */
+ * defaults, --dump-config), conf_check.c (the checks of values) and
+ * conf_provider.c ([provider.NAME] sections). Nothing else includes this
+ * header. */
 #ifndef GW_CONF_INT_H
 #define GW_CONF_INT_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
+
+struct gw_config;
+struct gw_provider_cfg;
 
 /* Writes the message into err (size bytes; nothing when err is NULL). */
-void gw_conf_fail(char *err, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void gw_conf_fail(char *err, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* "job.succeeded, job.failed" as bits of enum gw_hook_event in *ret_mask. */
 int gw_conf_parse_events(const char *v, unsigned *ret_mask, char *why, size_t size);
 
@@ -24,5 +30,19 @@ int gw_conf_check_name(const char *v, char *why, size_t size);
 int gw_conf_check_hex64(const char *v, char *why, size_t size);   /* 64 hex digits */
 int gw_conf_check_store(const char *v, char *why, size_t size);   /* file:/// or s3:// */
 int gw_conf_check_hub_url(const char *v, char *why, size_t size); /* "" or http(s):// */
+
+/* conf_provider.c */
+/* Enables provider name (a registered class) as named by the file: an
+ * implicit entry of that name becomes explicit, every other implicit entry
+ * is dropped. NULL, changing nothing, when GW_MAX_PROVIDERS_CFG are enabled. */
+struct gw_provider_cfg *gw_conf_enable_provider(struct gw_config *c, const char *name, char *err,
+                                                size_t size);
+/* Resets the providers to the implicit default unless the file named one. */
+void gw_conf_implicit_default(struct gw_config *c);
+/* key = value in [section] (provider's), checked against its class. */
+int gw_conf_set_provider_option(struct gw_config *c, const char *section, const char *provider,
+                                const char *key, const char *value, char *err, size_t size);
+/* An enabled provider's section for --dump-config: every option of its class, effective value. */
+void gw_conf_dump_provider(FILE *out, const struct gw_config *c, const struct gw_provider_cfg *p);
 
 #endif

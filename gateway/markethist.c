@@ -74,6 +74,7 @@ void gw_mh_push(struct gw_mh_offer *o, bool up, double price) {
   o->avail[o->n % GW_MH_TICKS] = up ? GW_MH_UP : 0;
   o->price[o->n % GW_MH_TICKS] = price;
   o->n++;
+  o->pushed = true;
   if (o->n - o->first > GW_MH_TICKS)
     o->first = o->n - GW_MH_TICKS;
 }
@@ -137,12 +138,12 @@ static void save(struct gw_mh *h, int64_t now_us) {
     h->offers[i].saved = h->offers[i].n;
 }
 
-void gw_mh_end_tick(struct gw_mh *h, const bool *seen, int64_t now_us) {
+void gw_mh_end_tick(struct gw_mh *h, int64_t now_us) {
   for (size_t i = 0; i < h->n_offers; i++) {
     struct gw_mh_offer *o = &h->offers[i];
-    if (!seen[i]) /* gone from the market: no capacity */
+    if (!o->pushed) /* gone from the market: no capacity */
       gw_mh_push(o, false, o->n > o->first ? gw_mh_price(o, o->n - 1) : 0);
-    o->lost = false;
+    o->lost = o->pushed = false;
   }
   h->last_tick_us = now_us;
   if (!h->saved_us || now_us - h->saved_us >= GW_MH_SAVE_US || now_us < h->saved_us)

@@ -38,6 +38,7 @@ struct gw_mh_offer {
   size_t first;                /* the oldest tick the ring holds (n - first <= GW_MH_TICKS) */
   size_t saved;                /* ticks before this one are in the store */
   bool lost;                   /* a capacity failure or preemption in the tick under way */
+  bool pushed;                 /* recorded in the tick under way */
 };
 
 struct gw_mh;
@@ -57,16 +58,16 @@ size_t gw_mh_restore(struct gw_mh *h, struct gw_provider *const *provs, size_t n
 
 size_t gw_mh_count(const struct gw_mh *h);
 struct gw_mh_offer *gw_mh_at(struct gw_mh *h, size_t i);
-/* The offer, or NULL; with create, a new one (NULL when GW_MH_OFFERS_MAX are kept). */
+/* The offer, or NULL; with create, a new one (NULL when GW_MH_OFFERS_MAX are
+ * kept). An offer stays at its address for the history's life. */
 struct gw_mh_offer *gw_mh_find(struct gw_mh *h, const struct gw_provider *prov, const char *type,
                                const char *zone, bool create);
 /* Records one tick of o: capacity shown (up) at price. */
 void gw_mh_push(struct gw_mh_offer *o, bool up, double price);
 /* Ends a tick: every offer not pushed in it (gone from the market) records
  * none at its last price, the lost marks are cleared, and the store is
- * written when GW_MH_SAVE_US passed since it last was. seen[i] says whether
- * offer i was pushed. */
-void gw_mh_end_tick(struct gw_mh *h, const bool *seen, int64_t now_us);
+ * written when GW_MH_SAVE_US passed since it last was. */
+void gw_mh_end_tick(struct gw_mh *h, int64_t now_us);
 /* The entry of tick k of o (k in [o->first, o->n)). */
 static inline int32_t gw_mh_avail(const struct gw_mh_offer *o, size_t k) {
   return o->avail[k % GW_MH_TICKS];

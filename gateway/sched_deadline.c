@@ -48,7 +48,7 @@
 struct dl_job {
   int64_t id;
   struct sl_policy *pol;
-  size_t offer[SL_POLICY_ZONES_MAX]; /* the job's zones, as indices of offers */
+  const struct gw_mh_offer *offer[SL_POLICY_ZONES_MAX]; /* the job's zones (the history's offers) */
   int32_t *avail[SL_POLICY_ZONES_MAX];
   double *price[SL_POLICY_ZONES_MAX];
   size_t n_zones, n, cap, origin;
@@ -185,7 +185,6 @@ static void record_market(struct gw_dl *d) {
   if (!d->ticks) /* the history an earlier gateway kept, once the providers are known */
     gw_mh_restore(d->hist, d->s->provs, d->s->n_provs, tick_wall_us(d), now);
   size_t n = gw_sched_market(d->s, d->market, GW_SCHED_MARKET_MAX);
-  bool seen[GW_MH_OFFERS_MAX] = {false};
   for (size_t i = 0; i < n; i++) {
     const struct gw_instance_type *t = &d->market[i].type;
     if (t->spot_usd_per_hour <= 0)
@@ -195,9 +194,8 @@ static void record_market(struct gw_dl *d) {
       continue;
     gw_mh_push(o, !t->spot_none && !(t->unavailable_until_us > now) && !o->lost,
                t->spot_usd_per_hour);
-    seen[o - gw_mh_at(d->hist, 0)] = true;
   }
-  gw_mh_end_tick(d->hist, seen, now);
+  gw_mh_end_tick(d->hist, now);
   d->ticks++;
 }
 
@@ -249,7 +247,7 @@ static int job_append(struct gw_dl *d, struct dl_job *dj) {
     dj->cap = cap;
   }
   for (size_t z = 0; z < dj->n_zones; z++) {
-    const struct gw_mh_offer *o = gw_mh_at(d->hist, dj->offer[z]);
+    const struct gw_mh_offer *o = dj->offer[z];
     dj->avail[z][dj->n] = gw_mh_avail(o, o->n - 1);
     dj->price[z][dj->n] = gw_mh_price(o, o->n - 1);
   }
@@ -292,14 +290,14 @@ static struct dl_job *track(struct gw_dl *d, struct gw_job *j, const struct gw_w
     if (!o || o->n == o->first || dj->n_zones == SL_POLICY_ZONES_MAX || t->spot_usd_per_hour <= 0 ||
         (w->max_price && t->spot_usd_per_hour > w->max_price))
       continue;
-    dj->offer[dj->n_zones++] = (size_t)(o - gw_mh_at(d->hist, 0));
+    dj->offer[dj->n_zones++] = o;
     hist = o->n - o->first < hist ? o->n - o->first : hist;
   }
   if (!isfinite(dj->ondemand_price))
     dj->ondemand_price = 0;
   dj->cap = hist + 64;
   for (size_t z = 0; z < dj->n_zones; z++) {
-    const struct gw_mh_offer *o = gw_mh_at(d->hist, dj->offer[z]);
+    const struct gw_mh_offer *o = dj->offer[z];
     dj->avail[z] = malloc(dj->cap * sizeof *dj->avail[z]);
     dj->price[z] = malloc(dj->cap * sizeof *dj->price[z]);
     if (!dj->avail[z] || !dj->price[z]) {
@@ -329,7 +327,7 @@ static int job_mode(const struct gw_dl *d, const struct dl_job *dj, const struct
   if (!j->spot)
     return SL_MODE_OD;
   for (size_t z = 0; z < dj->n_zones; z++) {
-    const struct gw_mh_offer *o = gw_mh_at(d->hist, dj->offer[z]);
+    const struct gw_mh_offer *o = dj->offer[z];
     if (!strcmp(o->type, j->instance_type) && (!o->zone[0] || !strcmp(o->zone, j->zone)))
       return (int)z;
   }
@@ -338,7 +336,7 @@ static int job_mode(const struct gw_dl *d, const struct dl_job *dj, const struct
 
 /* Where zone z of dj is, for people: "g5.xlarge" or "g5.xlarge in us-east-1b". */
 static void zone_name(const struct gw_dl *d, const struct dl_job *dj, int z, char *buf, size_t size) {
-  const struct gw_mh_offer *o = gw_mh_at(d->hist, dj->offer[z]);
+  const struct gw_mh_offer *o = dj->offer[z];
   snprintf(buf, size, "%s%s%s", o->type, o->zone[0] ? " in " : "", o->zone);
 }
 
@@ -508,7 +506,7 @@ int gw_sched_deadline_wants(struct gw_sched *s, struct gw_job *j, struct gw_want
   int want = dj->dec.mode;
   if (want == SL_MODE_IDLE)
     return -EAGAIN;
-  const struct gw_mh_offer *o = want >= 0 ? gw_mh_at(d->hist, dj->offer[want]) : NULL;
+  const struct gw_mh_offer *o = want >= 0 ? dj->offer[want] : NULL;
   double price = o ? gw_mh_price(o, o->n - 1) : 0;
   if (!o || (w->max_price && price > w->max_price)) {
     w->spot = 0; /* on-demand, or the spot price rose past max_price since the tick */

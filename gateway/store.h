@@ -256,8 +256,9 @@ struct gw_market_chunk {
   double price[GW_STORE_MARKET_CHUNK_MAX];
 };
 
-/* Writes the chunks (each replaces its row) and drops the rows of their
- * offers older than keep chunks before each, in one transaction. */
+/* Writes the chunks (each replaces its row; an offer's chunks next to each
+ * other, oldest first) and drops the rows of their offers more than keep
+ * chunks older than each offer's last one, in one transaction. */
 int gw_store_market_put(struct gw_store *s, const struct gw_market_chunk *c, size_t n,
                         int64_t keep);
 /* Calls fn on every stored chunk, by provider, type, zone and chunk (a
@@ -265,8 +266,5 @@ int gw_store_market_put(struct gw_store *s, const struct gw_market_chunk *c, siz
  * a negative return from fn stops and is returned. */
 int gw_store_market_each(struct gw_store *s, int (*fn)(const struct gw_market_chunk *c, void *data),
                          void *data);
-/* Drops every row of the offer. */
-int gw_store_market_drop(struct gw_store *s, const char *provider, const char *type,
-                         const char *zone);
 
 #endif

@@ -25,7 +25,7 @@ static double get_le64(const unsigned char *p) {
   return v;
 }
 
-static int put_one(struct gw_store *s, const struct gw_market_chunk *c, int64_t keep) {
+static int put_one(struct gw_store *s, const struct gw_market_chunk *c) {
   if (c->n == 0 || c->n > GW_STORE_MARKET_CHUNK_MAX)
     return -EINVAL;
   unsigned char up[GW_STORE_MARKET_CHUNK_MAX], price[8 * GW_STORE_MARKET_CHUNK_MAX];
@@ -44,17 +44,26 @@ static int put_one(struct gw_store *s, const struct gw_market_chunk *c, int64_t 
     sqlite3_bind_blob(st, 6, up, (int)c->n, SQLITE_TRANSIENT);
     sqlite3_bind_blob(st, 7, price, (int)(8 * c->n), SQLITE_TRANSIENT);
   }
-  int r = run(s, st);
-  if (r < 0)
-    return r;
-  st = prep(s, "DELETE FROM market_history WHERE provider=? AND type=? AND zone=? AND chunk<?");
+  return run(s, st);
+}
+
+/* Drops the offer's rows of chunks before `before`. */
+static int drop_before(struct gw_store *s, const char *provider, const char *type, const char *zone,
+                       int64_t before) {
+  sqlite3_stmt *st = prep(s, "DELETE FROM market_history WHERE provider=? AND type=? AND zone=?"
+                             " AND chunk<?");
   if (st) {
-    bind_text(st, 1, c->provider);
-    bind_text(st, 2, c->type);
-    bind_text(st, 3, c->zone);
-    sqlite3_bind_int64(st, 4, c->chunk - keep);
+    bind_text(st, 1, provider);
+    bind_text(st, 2, type);
+    bind_text(st, 3, zone);
+    sqlite3_bind_int64(st, 4, before);
   }
   return run(s, st);
+}
+
+static bool same_offer(const struct gw_market_chunk *a, const struct gw_market_chunk *b) {
+  return !strcmp(a->provider, b->provider) && !strcmp(a->type, b->type) &&
+         !strcmp(a->zone, b->zone);
 }
 
 int gw_store_market_put(struct gw_store *s, const struct gw_market_chunk *c, size_t n,
@@ -64,9 +73,14 @@ int gw_store_market_put(struct gw_store *s, const struct gw_market_chunk *c, siz
   int r = begin(s);
   if (r < 0)
     return r;
-  for (size_t i = 0; i < n; i++)
-    if ((r = put_one(s, &c[i], keep)) < 0)
+  for (size_t i = 0; i < n; i++) {
+    if ((r = put_one(s, &c[i])) < 0)
       return rollback(s, r);
+    /* an offer's old rows go once, after its last chunk of the call */
+    if ((i + 1 == n || !same_offer(&c[i], &c[i + 1])) &&
+        (r = drop_before(s, c[i].provider, c[i].type, c[i].zone, c[i].chunk - keep)) < 0)
+      return rollback(s, r);
+  }
   r = commit(s);
   return r < 0 ? rollback(s, r) : 0;
 }
@@ -116,15 +130,4 @@ int gw_store_market_each(struct gw_store *s, int (*fn)(const struct gw_market_ch
   sqlite3_finalize(st);
   free(c);
   return r < 0 ? r : 0;
-}
-
-int gw_store_market_drop(struct gw_store *s, const char *provider, const char *type,
-                         const char *zone) {
-  sqlite3_stmt *st = prep(s, "DELETE FROM market_history WHERE provider=? AND type=? AND zone=?");
-  if (st) {
-    bind_text(st, 1, provider);
-    bind_text(st, 2, type);
-    bind_text(st, 3, zone);
-  }
-  return run(s, st);
 }

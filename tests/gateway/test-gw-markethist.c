@@ -19,6 +19,7 @@ static char db_path[sizeof dir + 16];
 static const struct gw_provider local = {.name = "local"};
 static const struct gw_provider aws = {.name = "aws"};
 static int64_t tick_us = MINUTE_US; /* a tick's wall time */
+#define T0_US (INT64_C(1800000000) * 1000000) /* the wall clock of tick 0 */
 
 /* The capacity of tick k in the made-up market: runs of 7 up, 3 down. */
 static bool up_at(size_t k) {
@@ -45,16 +46,10 @@ static void live(struct gw_store *s, size_t from, size_t n, int64_t t0_us, bool 
   struct gw_provider *provs[] = {(struct gw_provider *)&local, (struct gw_provider *)&aws};
   gw_mh_restore(h, provs, both ? 2 : 1, tick_us, t0_us + (int64_t)from * tick_us);
   for (size_t k = from; k < n; k++) {
-    bool seen[GW_MH_OFFERS_MAX] = {false};
-    struct gw_mh_offer *o = gw_mh_find(h, &local, "g.x", "z-a", true);
-    gw_mh_push(o, up_at(k), price_at(k));
-    seen[o - gw_mh_at(h, 0)] = true;
-    if (both) {
-      o = gw_mh_find(h, &aws, "g.x", "", true);
-      gw_mh_push(o, !up_at(k), 2 * price_at(k));
-      seen[o - gw_mh_at(h, 0)] = true;
-    }
-    gw_mh_end_tick(h, seen, t0_us + (int64_t)k * tick_us);
+    gw_mh_push(gw_mh_find(h, &local, "g.x", "z-a", true), up_at(k), price_at(k));
+    if (both)
+      gw_mh_push(gw_mh_find(h, &aws, "g.x", "", true), !up_at(k), 2 * price_at(k));
+    gw_mh_end_tick(h, t0_us + (int64_t)k * tick_us);
   }
   gw_mh_free(h);
 }
@@ -65,6 +60,17 @@ static struct gw_mh *restored(struct gw_store *s, int64_t now_us, bool both, siz
   struct gw_provider *provs[] = {(struct gw_provider *)&local, (struct gw_provider *)&aws};
   *ret_n = gw_mh_restore(h, provs, both ? 2 : 1, tick_us, now_us);
   return h;
+}
+
+/* Whether a history restored at now_us says it restored one offer and
+ * holds ticks [first, n) of the local one. */
+static bool local_holds(struct gw_store *s, int64_t now_us, size_t first, size_t n) {
+  size_t restored_n;
+  struct gw_mh *h = restored(s, now_us, false, &restored_n);
+  const struct gw_mh_offer *o = gw_mh_find(h, &local, "g.x", "z-a", false);
+  bool ok = restored_n == 1 && o && o->first == first && o->n == n;
+  gw_mh_free(h);
+  return ok;
 }
 
 static bool same_ticks(const struct gw_mh_offer *o, size_t from, size_t to) {
@@ -103,7 +109,7 @@ static void reset(void) {
 static void test_short_stop(void) {
   reset();
   struct gw_store *s = open_store();
-  int64_t t0 = INT64_C(1800000000) * 1000000;
+  int64_t t0 = T0_US;
   live(s, 0, 150, t0, false);
   CHECK_INT(count_rows("provider='local'"), 3); /* chunks 0, 1 and 2 (its first 30 ticks) */
   size_t n = 0;
@@ -141,7 +147,7 @@ static void test_short_stop(void) {
 static void test_long_stop(void) {
   reset();
   struct gw_store *s = open_store();
-  int64_t t0 = INT64_C(1800000000) * 1000000;
+  int64_t t0 = T0_US;
   live(s, 0, 90, t0, false);
   size_t n = 9;
   struct gw_mh *h = restored(s, t0 + (89 + 120) * tick_us, false, &n);
@@ -151,11 +157,7 @@ static void test_long_stop(void) {
   gw_mh_free(h);
   /* what it records from then on is what the next restart reads */
   live(s, 209, 220, t0, false);
-  h = restored(s, t0 + 220 * tick_us, false, &n);
-  CHECK_INT(n, 1);
-  o = gw_mh_find(h, &local, "g.x", "z-a", false);
-  CHECK(o && o->first == 120 && o->n == 131);
-  gw_mh_free(h);
+  CHECK(local_holds(s, t0 + 220 * tick_us, 120, 131));
   gw_store_free(s);
 }
 
@@ -163,7 +165,7 @@ static void test_long_stop(void) {
 static void test_malformed(void) {
   reset();
   struct gw_store *s = open_store();
-  int64_t t0 = INT64_C(1800000000) * 1000000;
+  int64_t t0 = T0_US;
   live(s, 0, 200, t0, false);
   exec_sql("UPDATE market_history SET price=x'0000' WHERE chunk=1");
   size_t n = 0;
@@ -172,19 +174,13 @@ static void test_malformed(void) {
   const struct gw_mh_offer *o = gw_mh_find(h, &local, "g.x", "z-a", false);
   CHECK(o && o->first == 120 && o->n == 200 && same_ticks(o, 120, 200));
   gw_mh_free(h);
-  /* a capacity byte that is neither 0 nor 1, a negative price: the same */
+  /* a capacity byte that is neither 0 nor 1: the same */
   exec_sql("UPDATE market_history SET up=x'02' || substr(up, 2) WHERE chunk=2");
-  h = restored(s, t0 + 200 * tick_us, false, &n);
-  o = gw_mh_find(h, &local, "g.x", "z-a", false);
-  CHECK(o && o->first == 180 && o->n == 200);
-  gw_mh_free(h);
+  CHECK(local_holds(s, t0 + 200 * tick_us, 180, 200));
   /* a chunk number no history reaches: skipped, the rest as it was */
   exec_sql("INSERT INTO market_history SELECT provider, type, zone, 1125899906842624, end_us, up,"
            " price FROM market_history WHERE chunk=3");
-  h = restored(s, t0 + 200 * tick_us, false, &n);
-  o = gw_mh_find(h, &local, "g.x", "z-a", false);
-  CHECK(o && o->first == 180 && o->n == 200);
-  gw_mh_free(h);
+  CHECK(local_holds(s, t0 + 200 * tick_us, 180, 200));
   gw_store_free(s);
 }
 
@@ -192,7 +188,7 @@ static void test_malformed(void) {
 static void test_other_provider(void) {
   reset();
   struct gw_store *s = open_store();
-  int64_t t0 = INT64_C(1800000000) * 1000000;
+  int64_t t0 = T0_US;
   live(s, 0, 70, t0, true);
   size_t n = 0;
   struct gw_mh *h = restored(s, t0 + 70 * tick_us, false, &n);
@@ -207,6 +203,28 @@ static void test_other_provider(void) {
   CHECK(o && o->n == 70 && (gw_mh_avail(o, 3) > 0) == !up_at(3) && gw_mh_price(o, 3) == 2 * price_at(3));
   gw_mh_free(h);
   gw_store_free(s);
+}
+
+/* An offer gone from the market in a tick records no capacity there, at
+ * its last price; one that comes back records again. */
+static void test_gone(void) {
+  struct gw_mh *h = gw_mh_new(NULL);
+  gw_mh_push(gw_mh_find(h, &local, "g.x", "z-a", true), true, 0.5);
+  gw_mh_push(gw_mh_find(h, &aws, "g.x", "", true), true, 0.7);
+  gw_mh_end_tick(h, T0_US);
+  gw_mh_push(gw_mh_find(h, &local, "g.x", "z-a", false), true, 0.6);
+  gw_mh_end_tick(h, T0_US + MINUTE_US);
+  gw_mh_push(gw_mh_find(h, &aws, "g.x", "", false), true, 0.8);
+  gw_mh_end_tick(h, T0_US + 2 * MINUTE_US);
+  const struct gw_mh_offer *a = gw_mh_find(h, &aws, "g.x", "", false);
+  const struct gw_mh_offer *l = gw_mh_find(h, &local, "g.x", "z-a", false);
+  CHECK(a && a->n == 3 && l && l->n == 3);
+  if (a && l) {
+    CHECK(gw_mh_avail(a, 0) > 0 && gw_mh_avail(a, 1) == 0 && gw_mh_avail(a, 2) > 0);
+    CHECK(gw_mh_price(a, 1) == 0.7 && gw_mh_price(a, 2) == 0.8);
+    CHECK(gw_mh_avail(l, 1) > 0 && gw_mh_avail(l, 2) == 0 && gw_mh_price(l, 2) == 0.6);
+  }
+  gw_mh_free(h);
 }
 
 /* The store keeps the chunks of the last week (and the one under way). */
@@ -234,7 +252,7 @@ static void test_week(void) {
   reset();
   s = open_store();
   tick_us = MINUTE_US / 60;
-  int64_t t0 = INT64_C(1800000000) * 1000000;
+  int64_t t0 = T0_US;
   live(s, 0, GW_MH_TICKS + 1440, t0, false);
   int rows = count_rows("provider='local'");
   CHECK(rows >= GW_MH_TICKS / GW_MH_CHUNK && rows <= GW_MH_TICKS / GW_MH_CHUNK + 2);
@@ -257,6 +275,7 @@ int main(void) {
   test_long_stop();
   test_malformed();
   test_other_provider();
+  test_gone();
   test_week();
   char cmd[sizeof dir + 16];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

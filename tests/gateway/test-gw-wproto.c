@@ -94,14 +94,26 @@ static void test_other_instance(void) {
 
 /* ---- before register ---- */
 
-static void test_reregister(void) {
+/* A job provisioning on f-1, whose worker has not registered: *ret_id. */
+static struct fx *one_provisioning(int64_t *ret_id) {
   struct fx *f = fx_new(NULL);
+  if (!f)
+    return NULL;
+  *ret_id = fx_submit(f, "alice", "nb", "train", NULL);
+  fx_settle(f);
+  if (fx_job_state(f, *ret_id) != GW_JOB_PROVISIONING || strcmp(fx_job(f, *ret_id)->instance, "f-1")) {
+    fprintf(stderr, "one_provisioning: the job is not provisioning on f-1\n");
+    return fx_free(f);
+  }
+  return f;
+}
+
+static void test_reregister(void) {
+  int64_t id;
+  struct fx *f = one_provisioning(&id);
   CHECK(f != NULL);
   if (!f)
     return;
-  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
-  fx_settle(f);
-  CHECK_INT(fx_job_state(f, id), GW_JOB_PROVISIONING);
   /* a worker that speaks before it registered: one "reregister" within the interval */
   for (int i = 0; i < 5; i++)
     fx_workerf(f, "f-1", "{s:s}", "type", "heartbeat");
@@ -231,14 +243,11 @@ static void test_register_jobs(void) {
  * assign reached it) gets the assign again and leaves the job where it is:
  * requeued, the job would run on a second worker beside the first. */
 static void test_register_crossed_after_restart(void) {
-  struct fx *f = fx_new(NULL);
+  int64_t id;
+  struct fx *f = one_provisioning(&id);
   CHECK(f != NULL);
   if (!f)
     return;
-  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
-  fx_settle(f);
-  CHECK_INT(fx_job_state(f, id), GW_JOB_PROVISIONING);
-  CHECK_STR(fx_job(f, id)->instance, "f-1");
   fx_job(f, id)->wait_register_until_us = sl_time_mono_us() + 60 * SL_US_PER_S;
   fx_register(f, "f-1", NULL, NULL);
   CHECK_INT(fx_job_state(f, id), GW_JOB_STARTING);
