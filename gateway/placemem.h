@@ -7,6 +7,7 @@
 
 #include "place.h"
 
+#include <jansson.h>
 #include <stdint.h>
 
 #define GW_PLACEMEM_FAILURES_MAX 128
@@ -44,5 +45,26 @@ void gw_place_memory_checkpoint(struct gw_place_memory *m, uint64_t shape, int64
  * clocks are the caller's. */
 void gw_place_memory_view(const struct gw_place_memory *m, uint64_t shape,
                           struct gw_place_rate *rates, size_t max, struct gw_place_ctx *c);
+
+/* How many times m changed: a caller that keeps m elsewhere writes it again
+ * when this moved since its last write. */
+uint64_t gw_place_memory_changes(const struct gw_place_memory *m);
+/* m as JSON, owned (NULL without memory), to keep across gateway restarts:
+ * {"restart_s", "rates": [{"shape", "type", "gpu_model", "gpus",
+ * "steps_per_s"}] oldest first, "checkpoints": [{"shape", "gb"}],
+ * "failures": [{"provider", "type", "zone", "spot", "capacity", "count",
+ * "at_us"}]}: the failures still remembered at now_us (monotonic), their
+ * times on the wall clock (now_real_us is the same moment on it); shapes
+ * are 16 hex digits. */
+json_t *gw_place_memory_json(const struct gw_place_memory *m, int64_t now_us, int64_t now_real_us);
+/* Adds what gw_place_memory_json wrote to m: a failure's provider by name
+ * among provs, its time back on the monotonic clock; a failure no longer
+ * remembered at now_us, or of a provider not among provs, is left out. An
+ * entry that is not what it writes (a field missing or of another type, a
+ * rate or size not positive, a shape not 16 hex digits) is skipped and
+ * counted in *ret_skipped. Returns the entries added. */
+size_t gw_place_memory_load(struct gw_place_memory *m, const json_t *j,
+                            struct gw_provider *const *provs, size_t n_provs, int64_t now_us,
+                            int64_t now_real_us, size_t *ret_skipped);
 
 #endif

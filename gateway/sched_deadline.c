@@ -19,8 +19,8 @@
  *
  * Measurements: the provider seconds per step of each train job, kept for
  * later jobs of the same model and batch, and the start-up of every job
- * (launch to running). These live while the gateway runs; after a restart
- * jobs are tracked from then.
+ * (launch to running), kept across restarts (sched_learned.c); after a
+ * restart jobs are tracked from then.
  * Invariant: a tracked job is live in the fleet; its policy is freed when
  * the job ends or leaves the fleet. */
 #include "deadline.h"
@@ -35,6 +35,7 @@
 #include "sl_time.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,7 @@
 #define STEP_MEMORY 64
 #define JOB_TICKS_MAX (GW_MH_TICKS + (size_t)(GW_DEADLINE_MAX_S / GW_DEADLINE_TICK_S) + 64)
 #define TICK_WALL_MIN_US (20 * SL_US_PER_MS)
+#define STARTUP_MAX_S 86400.0
 
 struct dl_job {
   int64_t id;
@@ -84,6 +86,7 @@ struct gw_dl {
   struct step_memo memo[STEP_MEMORY];
   size_t memo_next;
   double startup_s;              /* measured launch to running; 0: none yet */
+  uint64_t changes;              /* of memo and startup_s: what is kept across restarts */
   char measured[8][GW_INSTANCE_ID_MAX]; /* instances whose start-up is counted (once each) */
   size_t measured_next;
 };
@@ -146,6 +149,7 @@ static double memo_step_s(const struct gw_dl *d, uint64_t key) {
 }
 
 static void memo_put(struct gw_dl *d, uint64_t key, double step_s) {
+  d->changes++;
   for (size_t i = 0; i < STEP_MEMORY; i++)
     if (d->memo[i].key == key) {
       d->memo[i].step_s = step_s;
@@ -552,8 +556,10 @@ void gw_sched_deadline_state(struct gw_sched *s, struct gw_job *j) {
       (!dj || in->row.launched_us >= dj->queued_real_us) && !measured(d, in->row.id)) {
     /* launched for this attempt: its start-up, launch to running */
     double up_s = (double)(now - in->row.launched_us) / 1e6 * scale;
-    if (up_s > 0 && up_s < 86400)
+    if (up_s > 0 && up_s < STARTUP_MAX_S) {
       d->startup_s = d->startup_s > 0 ? 0.7 * d->startup_s + 0.3 * up_s : up_s;
+      d->changes++;
+    }
   }
   if (!dj)
     return;
@@ -601,6 +607,54 @@ int gw_sched_deadline_check(struct gw_sched *s, const struct gw_job *j, char *wh
     return 0;
   gw_deadline_refusal(&wk, scale_of(d), why, size);
   return SL_ECONFIG;
+}
+
+/* ---- kept across restarts ---- */
+
+uint64_t gw_sched_deadline_changes(const struct gw_dl *d) { return d ? d->changes : 0; }
+
+json_t *gw_sched_deadline_json(const struct gw_dl *d) {
+  json_t *steps = json_array();
+  json_t *o = json_pack("{s:o,s:o}", "startup_s", sl_json_real(d->startup_s), "steps", steps);
+  if (!o)
+    return NULL;
+  for (size_t k = 0; k < STEP_MEMORY; k++) { /* oldest first: read back in order */
+    const struct step_memo *m = &d->memo[(d->memo_next + k) % STEP_MEMORY];
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, m->key);
+    if (m->key && m->step_s > 0)
+      json_array_append_new(steps, json_pack("{s:s,s:o}", "model", hex, "step_s",
+                                             sl_json_real(m->step_s)));
+  }
+  return o;
+}
+
+size_t gw_sched_deadline_load(struct gw_dl *d, const json_t *j, size_t *ret_skipped) {
+  size_t n = 0, skipped = 0, i;
+  const json_t *e, *up = json_object_get(j, "startup_s");
+  double up_s = json_number_value(up);
+  if (json_is_number(up) && up_s > 0 && up_s < STARTUP_MAX_S) {
+    d->startup_s = up_s;
+    n++;
+  } else if (up && up_s != 0) {
+    skipped++;
+  }
+  json_array_foreach(json_object_get(j, "steps"), i, e) {
+    const char *hex = json_string_value(json_object_get(e, "model"));
+    const json_t *v = json_object_get(e, "step_s");
+    uint64_t key = hex && strlen(hex) == 16 && strspn(hex, "0123456789abcdef") == 16
+                       ? strtoull(hex, NULL, 16) : 0;
+    if (!key || !json_is_number(v) || !(json_number_value(v) > 0) ||
+        !isfinite(json_number_value(v))) {
+      skipped++;
+      continue;
+    }
+    memo_put(d, key, json_number_value(v));
+    n++;
+  }
+  if (ret_skipped)
+    *ret_skipped = skipped;
+  return n;
 }
 
 /* ---- life ---- */

@@ -33,6 +33,9 @@ struct gw_sched {
   int64_t pass_mono_us;         /* the current placement pass began */
   int64_t save_timer;           /* retries the store's kept writes; 0: none armed */
   int64_t save_backoff_us;
+  uint64_t learned_saved[2];    /* what was learned, as of its last write (sched_learned.c) */
+  int64_t learned_saved_us;     /* monotonic: the last write */
+  bool learned_failing;         /* the last write was refused (logged once) */
   gw_sched_hold_fn hold;        /* what keeps queued jobs back (budgets); NULL: nothing */
   void *hold_data;
 };
@@ -92,6 +95,14 @@ void gw_sched_gang_price(const struct gw_job *j, double *ret_usd, double *ret_on
  * from the instance rows that name it. */
 void gw_sched_gang_load(struct gw_sched *s, struct gw_job *j);
 
+/* sched_learned.c */
+/* Reads back what an earlier gateway learned (after the providers are
+ * added). */
+void gw_sched_learned_load(struct gw_sched *s);
+/* Writes what changed since the last write: when now, at once, else at
+ * most every few seconds. */
+void gw_sched_learned_save(struct gw_sched *s, bool now);
+
 /* sched_save.c */
 /* Retries the store's kept writes on the loop. */
 int gw_sched_save_init(struct gw_sched *s);
@@ -102,6 +113,14 @@ bool gw_sched_store_failing(const struct gw_sched *s);
 /* sched_deadline.c */
 struct gw_dl *gw_sched_deadline_new(struct gw_sched *s);
 struct gw_dl *gw_sched_deadline_free(struct gw_dl *d);
+/* What deadline planning measured, to keep across restarts: {"startup_s",
+ * "steps": [{"model", "step_s"}]} (a model: 16 hex digits), owned. */
+json_t *gw_sched_deadline_json(const struct gw_dl *d);
+/* Adds what gw_sched_deadline_json wrote; a malformed entry is skipped and
+ * counted in *ret_skipped. Returns the entries added. */
+size_t gw_sched_deadline_load(struct gw_dl *d, const json_t *j, size_t *ret_skipped);
+/* How many times those measurements changed. */
+uint64_t gw_sched_deadline_changes(const struct gw_dl *d);
 /* Placement of j (w its options): a job with a deadline gets the market
  * its policy decided, w narrowed to on-demand or to the one spot type;
  * -EAGAIN while it decided to wait. 0 and w as it was for other jobs. */

@@ -60,6 +60,7 @@ static void load_instances(struct gw_sched *s) {
 }
 
 int gw_sched_load(struct gw_sched *s) {
+  gw_sched_learned_load(s);
   load_instances(s);
   struct gw_job *jobs = NULL;
   size_t n = 0;

@@ -532,12 +532,14 @@ static void place_hook(struct gw_loop *l, void *data) {
 }
 
 /* Capacity comes back without any message (a spot market's next tick):
- * while jobs wait in the queue, placement runs again once a second. */
+ * while jobs wait in the queue, placement runs again once a second. What
+ * the scheduler learned is written from here too. */
 static int64_t place_retry(struct gw_loop *l, int64_t id, int64_t now_us, void *data) {
   (void)l; (void)id;
   struct gw_sched *s = data;
   if (gw_queue_len(s->queue) > 0)
     gw_sched_place(s);
+  gw_sched_learned_save(s, false);
   return now_us + PLACE_RETRY_US;
 }
 
@@ -751,6 +753,8 @@ struct gw_sched *gw_sched_free(struct gw_sched *s) {
   if (s->loop && s->retry_timer > 0)
     gw_loop_del_timer(s->loop, s->retry_timer);
   gw_sched_save_done(s);
+  if (s->dl)
+    gw_sched_learned_save(s, true);
   s->dl = gw_sched_deadline_free(s->dl);
   for (size_t i = 0; i < s->n_provs; i++)
     s->provs[i]->ops->destroy(s->provs[i]);

@@ -80,6 +80,8 @@ static const char *const migrations[] = {
   "CREATE TABLE market_history(provider TEXT NOT NULL, type TEXT NOT NULL, zone TEXT NOT NULL,"
   "  chunk INTEGER NOT NULL, end_us INTEGER NOT NULL, up BLOB NOT NULL, price BLOB NOT NULL,"
   "  PRIMARY KEY(provider, type, zone, chunk));",
+  /* 8: what placement and deadlines learned (placemem.h, sched_deadline.c) */
+  "CREATE TABLE learned(name TEXT PRIMARY KEY, body TEXT NOT NULL, time_us INTEGER NOT NULL);",
 };
 
 /* SQLite's error space in the project's: a full disk, an I/O error, a lock

@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GW_STORE_SCHEMA_VERSION 7
+#define GW_STORE_SCHEMA_VERSION 8
 
 struct gw_store;
 
@@ -266,5 +266,15 @@ int gw_store_market_put(struct gw_store *s, const struct gw_market_chunk *c, siz
  * a negative return from fn stops and is returned. */
 int gw_store_market_each(struct gw_store *s, int (*fn)(const struct gw_market_chunk *c, void *data),
                          void *data);
+
+/* ---- what the scheduler learned (store_learned.c) ---- */
+
+/* Replaces the learned memory called name ("placement", "deadline") with
+ * body (an object), written at time_us (wall clock). Written at once, never
+ * kept: the caller writes it again later. */
+int gw_store_learned_put(struct gw_store *s, const char *name, const json_t *body, int64_t time_us);
+/* The memory called name, owned, in *ret: NULL when none was written;
+ * SL_EPARSE when its row is not a JSON object. */
+int gw_store_learned_get(struct gw_store *s, const char *name, json_t **ret);
 
 #endif

@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
 static struct gw_provider prov_a = {.name = "a"}, prov_b = {.name = "b"};
@@ -587,6 +588,93 @@ static void test_memory(void) {
   gw_place_memory_free(NULL);
 }
 
+/* The memory kept across gateway restarts: written to JSON and read back
+ * into a new memory (the next gateway's), its failures moved to the new
+ * monotonic clock; a forgotten failure or a gone provider's is left out; a
+ * malformed entry is skipped and counted, the others read. */
+static void test_memory_kept(void) {
+  struct gw_place_memory *m = gw_place_memory_new();
+  struct gw_place_rate rates[GW_PLACE_RATES_MAX];
+  struct gw_place_ctx c;
+  int64_t now = 50000 * SL_US_PER_S, real = INT64_C(1800000000) * SL_US_PER_S;
+  CHECK(gw_place_memory_changes(m) == 0);
+  gw_place_memory_rate(m, 7, "g", "A10G", 1, 10);
+  gw_place_memory_rate(m, UINT64_MAX, "h", "H100", 8, 50);
+  gw_place_memory_restart(m, 90);
+  gw_place_memory_checkpoint(m, 7, 2500000000);
+  gw_place_memory_failure(m, &prov_a, "g", "z-1", true, false, now - 60 * SL_US_PER_S);
+  gw_place_memory_failure(m, &prov_a, "g", "z-1", true, false, now - 30 * SL_US_PER_S);
+  gw_place_memory_failure(m, &prov_b, "h", "", true, true, now - 10 * SL_US_PER_S);
+  gw_place_memory_failure(m, &prov_a, "old", "", true, false, now - GW_PLACE_MEMORY_US);
+  CHECK(gw_place_memory_changes(m) == 8);
+  json_t *j = gw_place_memory_json(m, now, real);
+  CHECK(j != NULL);
+  CHECK_INT(json_array_size(json_object_get(j, "failures")), 2); /* "old" is forgotten */
+  char *text = json_dumps(j, JSON_COMPACT);
+  json_decref(j);
+  j = json_loads(text, 0, NULL); /* as the store gives it back */
+  free(text);
+
+  /* the next gateway: another monotonic clock, 2 minutes later; provider b is gone */
+  int64_t now2 = 700 * SL_US_PER_S, real2 = real + 120 * SL_US_PER_S;
+  struct gw_provider *provs[] = {&prov_a};
+  struct gw_place_memory *m2 = gw_place_memory_new();
+  size_t skipped = 9;
+  CHECK_INT(gw_place_memory_load(m2, j, provs, 1, now2, real2, &skipped), 5);
+  CHECK_INT(skipped, 0);
+  gw_place_memory_view(m2, 7, rates, GW_PLACE_RATES_MAX, &c);
+  CHECK_INT(c.n_rates, 1);
+  CHECK_STR(c.rates[0].type, "g");
+  CHECK_STR(c.rates[0].gpu_model, "A10G");
+  CHECK_NEAR(c.rates[0].steps_per_s, 10, 1e-12);
+  CHECK_NEAR(c.restart_s, 90, 1e-12);
+  CHECK_NEAR(c.checkpoint_gb, 2.5, 1e-12);
+  CHECK_INT(c.n_failures, 1);
+  CHECK(c.failures[0].prov == &prov_a && c.failures[0].spot && !c.failures[0].capacity);
+  CHECK_STR(c.failures[0].zone, "z-1");
+  CHECK_INT(c.failures[0].count, 2);
+  CHECK(c.failures[0].at_us == now2 - 150 * SL_US_PER_S); /* 30 s before, plus the 2 minutes */
+  gw_place_memory_view(m2, UINT64_MAX, rates, GW_PLACE_RATES_MAX, &c);
+  CHECK_INT(c.n_rates, 1);
+  CHECK_INT(c.rates[0].gpus, 8);
+  gw_place_memory_free(m2);
+
+  /* past the memory, the failure is left out; the rest stays */
+  m2 = gw_place_memory_new();
+  CHECK_INT(gw_place_memory_load(m2, j, provs, 1, now2, real + GW_PLACE_MEMORY_US, &skipped), 4);
+  gw_place_memory_view(m2, 7, rates, GW_PLACE_RATES_MAX, &c);
+  CHECK_INT(c.n_failures, 0);
+  gw_place_memory_free(m2);
+  json_decref(j);
+
+  /* malformed entries: each skipped, the good ones read */
+  j = json_loads("{\"restart_s\": \"soon\","
+                 " \"rates\": [{\"shape\": \"0000000000000007\", \"type\": \"g\","
+                 "   \"gpu_model\": \"A10G\", \"gpus\": 1, \"steps_per_s\": 4},"
+                 "  {\"shape\": \"7\", \"type\": \"g\", \"gpu_model\": \"\", \"gpus\": 1,"
+                 "   \"steps_per_s\": 4},"
+                 "  {\"shape\": \"0000000000000007\", \"type\": \"h\", \"gpu_model\": \"\","
+                 "   \"gpus\": 1, \"steps_per_s\": -4},"
+                 "  {\"shape\": \"000000000000000G\", \"type\": \"h\", \"gpu_model\": \"\","
+                 "   \"gpus\": 1, \"steps_per_s\": 4}, 3],"
+                 " \"checkpoints\": [{\"shape\": \"0000000000000007\", \"gb\": 0}],"
+                 " \"failures\": [{\"provider\": \"a\", \"type\": \"g\", \"zone\": \"z\","
+                 "   \"spot\": 1, \"capacity\": false, \"count\": 1, \"at_us\": 0}]}",
+                 0, NULL);
+  CHECK(j != NULL);
+  m2 = gw_place_memory_new();
+  CHECK_INT(gw_place_memory_load(m2, j, provs, 1, now2, real2, &skipped), 1);
+  CHECK_INT(skipped, 7);
+  gw_place_memory_view(m2, 7, rates, GW_PLACE_RATES_MAX, &c);
+  CHECK_INT(c.n_rates, 1);
+  CHECK_NEAR(c.rates[0].steps_per_s, 4, 1e-12);
+  CHECK_NEAR(c.restart_s, 0, 1e-12);
+  gw_place_memory_free(m2);
+  json_decref(j);
+  CHECK_INT(gw_place_memory_load(NULL, NULL, provs, 1, now2, real2, &skipped), 0);
+  gw_place_memory_free(m);
+}
+
 /* region=: only offers in that region. */
 static void test_region(void) {
   struct gw_offer offs[] = {offer(&prov_a, "g", 1, 0.20, 1.0), offer(&prov_a, "g", 1, 0.30, 1.0)};
@@ -675,6 +763,7 @@ int main(void) {
   test_pick_by_work();
   test_failure_memory();
   test_memory();
+  test_memory_kept();
   test_region();
   test_allowed_types();
   test_rank();

@@ -16,6 +16,7 @@ import os
 import select
 import shutil
 import signal
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -886,7 +887,8 @@ def placed(c, job, n=1, timeout=30):
 def case_local_place(gw):
     """Placement with the local provider: a capacity failure retried at once
     on another type, spot=auto on-demand at once without spot capacity,
-    region=, and a zone that just preempted an instance not picked first."""
+    region=, and a zone that just preempted an instance not picked first,
+    also by the gateway started again after it."""
     os.environ["SPOTLAB_WORKER_BIN"] = os.path.abspath(EXTRA[0])
     os.environ["SPOTLAB_TRAIN_BIN"] = os.path.abspath(EXTRA[1])
     gws = []
@@ -988,6 +990,29 @@ def case_local_place(gw):
               "placed again away from the zone that preempted it: %s then %s"
               % (q1["zone"], q2["zone"]))
         c.req("cancel", job=job)
+        c.wait_event(state_is(job, "cancelled"), timeout=20)
+        c.close()
+
+        # the gateway started again on its state remembers that preemption
+        two.stop(15)
+        db = sqlite3.connect(os.path.join(two.state, "gateway.db"))
+        row = db.execute("SELECT body FROM learned WHERE name='placement'").fetchone()
+        db.close()
+        kept = json.loads(row[0]) if row else {}
+        check([f for f in kept.get("failures", []) if f["zone"] == q1["zone"] and f["spot"]
+               and not f["capacity"] and f["type"] == "g4dn.xlarge"],
+              "the preemption is in the database: %s" % kept)
+        two.start()
+        check(two.wait_log("restored what the gateway learned for placement", 10),
+              "the placement memory read back at start")
+        c = Client(two.listen, "alice")
+        rk = c.req("market", gpus=1).get("ranking") or []
+        there = [e for e in rk if e["type"] == "g4dn.xlarge" and e.get("zone") == q1["zone"]
+                 and e["market"] == "spot"]
+        check(there and "preempted" in there[0]["why"],
+              "after the restart %s's spot offer still counts its preemption: %s"
+              % (q1["zone"], there))
+        c.close()
     finally:
         for g in gws:
             if failures:
