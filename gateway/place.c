@@ -281,10 +281,11 @@ size_t gw_place_rank(const struct gw_wants *w, const struct gw_place_ctx *c,
 
 /* ---- gangs ---- */
 
+/* An idle worker joins a gang of its provider and type in either market
+ * (the job's spot= permitting): the same hardware, already running. */
 static bool in_group(const struct gw_wants *w, const struct gw_inst *in, const struct gw_provider *prov,
-                     const char *type, bool spot) {
-  return in->prov == prov && in->row.spot == spot && !strcmp(in->row.type, type) &&
-         gw_place_fits(w, in);
+                     const char *type) {
+  return in->prov == prov && !strcmp(in->row.type, type) && gw_place_fits(w, in);
 }
 
 /* The best offer (any zone) of prov's type in market spot that fits w and
@@ -306,8 +307,8 @@ static size_t group_offer(const struct gw_wants *w, const struct gw_place_ctx *c
   return best;
 }
 
-/* The gang of group (prov, type, spot): its idle members, the rest launched
- * from offer oi. False when the rest cannot be launched from any offer. */
+/* The gang of group (prov, type, spot): its idle members (of either
+ * market), the rest launched in market spot from offer oi. False when the rest cannot be launched from any offer. */
 static bool group_gang(const struct gw_wants *w, const struct gw_place_ctx *c,
                        const struct gw_inst *const *idle, size_t n_idle,
                        const struct gw_offer *offers, size_t oi, const struct gw_provider *prov,
@@ -315,11 +316,25 @@ static bool group_gang(const struct gw_wants *w, const struct gw_place_ctx *c,
   memset(p, 0, sizeof *p);
   p->offer = oi;
   p->spot = spot;
-  for (size_t k = 0; k < n_idle && p->n_idle < (size_t)w->nodes; k++)
-    if (in_group(w, idle[k], prov, type, spot)) {
-      p->idle[p->n_idle++] = k;
-      p->usd_per_hour += idle[k]->row.price_usd_per_hour;
-    }
+  /* the cheapest idle members (spot before on-demand), kept in the idle
+   * array's order */
+  bool taken[GW_MAX_INSTANCES] = {false};
+  while (p->n_idle < (size_t)w->nodes) {
+    size_t best = SIZE_MAX;
+    for (size_t k = 0; k < n_idle && k < GW_MAX_INSTANCES; k++)
+      if (!taken[k] && in_group(w, idle[k], prov, type) &&
+          (best == SIZE_MAX ||
+           idle[k]->row.price_usd_per_hour < idle[best]->row.price_usd_per_hour))
+        best = k;
+    if (best == SIZE_MAX)
+      break;
+    taken[best] = true;
+    p->n_idle++;
+    p->usd_per_hour += idle[best]->row.price_usd_per_hour;
+  }
+  for (size_t k = 0, i = 0; k < n_idle && k < GW_MAX_INSTANCES && i < p->n_idle; k++)
+    if (taken[k])
+      p->idle[i++] = k;
   p->n_launch = (size_t)w->nodes - p->n_idle;
   if (p->n_launch && oi == SIZE_MAX)
     return false;

@@ -88,6 +88,72 @@ static void wait_reason(struct gw_sched *s, struct gw_job *j, const char *fmt, .
     gw_sched_transition(s, j, GW_JOB_QUEUED, why);
 }
 
+/* The registered workers without a job, into idle; their count. One with
+ * a notice is about to go. */
+static size_t idle_insts(struct gw_sched *s, const struct gw_inst **idle) {
+  size_t n = 0;
+  for (size_t i = 0; i < gw_fleet_n_insts(s->fleet) && n < GW_MAX_INSTANCES; i++) {
+    struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
+    if (in->registered && in->prov && !in->row.job && !in->notice && !strcmp(in->row.state, "idle"))
+      idle[n++] = in;
+  }
+  return n;
+}
+
+/* After a refused launch: no launches for the job until the backoff has
+ * passed (each try launches instances that are given back). */
+static void back_off(struct gw_job *j) {
+  j->gang_backoff_us = j->gang_backoff_us < BACKOFF_MIN_US ? BACKOFF_MIN_US
+                       : j->gang_backoff_us * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US
+                                                                 : j->gang_backoff_us * 2;
+  j->gang_retry_mono_us = sl_time_mono_us() + j->gang_backoff_us;
+}
+
+/* The gang of pick p: its idle members, and its launches. 0: *ret, owned;
+ * -EAGAIN: a launch refused for capacity (the *ret_given_back launched
+ * before it are given back); 1: the job failed (a launch failed for
+ * another reason); -ENOMEM. */
+static int launch_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wants *w,
+                       const struct gw_gang_pick *p, const struct gw_inst *const *idle,
+                       struct gw_gang **ret, size_t *ret_given_back) {
+  *ret_given_back = 0;
+  struct gw_gang *g = calloc(1, sizeof *g);
+  if (!g)
+    return -ENOMEM;
+  g->n = w->nodes;
+  /* the idle members come first (rank 0 among them when there is one);
+   * their ids are copied: a launch given back shifts the fleet's table */
+  for (size_t k = 0; k < p->n_idle; k++)
+    set_member(&g->m[k], idle[p->idle[k]], idle[p->idle[k]]->row.price_usd_per_hour,
+               idle[p->idle[k]]->row.on_demand_usd_per_hour);
+  const struct gw_offer *o = p->n_launch ? &s->offers[p->offer] : NULL;
+  for (size_t k = 0; k < p->n_launch; k++) {
+    char id[GW_INSTANCE_ID_MAX];
+    int r = gw_sched_launch_inst(s, j, o, p->spot, id);
+    if (r < 0) { /* all or none: what this try launched is given back */
+      for (size_t b = 0; b < k; b++)
+        gw_sched_discard_launch(s, g->m[p->n_idle + b].instance);
+      free(g);
+      if (r != -EAGAIN && r != SL_ENOTSUP && r != SL_ELIMIT) {
+        char why[256];
+        snprintf(why, sizeof why, "cannot launch a %s instance: %s", o->type.name, sl_strerror(r));
+        sl_err(T, "%s", why);
+        gw_sched_finish(s, j, GW_JOB_FAILED, why);
+        return 1;
+      }
+      sl_info(T, "job %lld: %zu of %d instances for its gang; the %zu launched are given back",
+              (long long)j->id, p->n_idle + k, w->nodes, k);
+      *ret_given_back = k;
+      return -EAGAIN;
+    }
+    struct gw_inst *in = gw_fleet_inst(s->fleet, id);
+    set_member(&g->m[p->n_idle + k], in, in->row.price_usd_per_hour,
+               in->row.on_demand_usd_per_hour);
+  }
+  *ret = g;
+  return 0;
+}
+
 int gw_sched_place_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wants *w,
                         bool *no_capacity) {
   char why[256];
@@ -101,72 +167,57 @@ int gw_sched_place_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wa
     gw_sched_finish(s, j, GW_JOB_FAILED, why);
     return 0;
   }
-  const struct gw_inst *idle[GW_MAX_INSTANCES];
-  size_t n_idle = 0;
-  for (size_t i = 0; i < gw_fleet_n_insts(s->fleet); i++) {
-    struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
-    if (in->registered && in->prov && !in->row.job && !in->notice && !strcmp(in->row.state, "idle"))
-      idle[n_idle++] = in; /* one with a notice is about to go */
-  }
-  size_t active = gw_fleet_active_insts(s->fleet), max = (size_t)s->cfg->max_instances;
-  size_t max_launch = !s->n_provs || *no_capacity || active >= max ? 0 : max - active;
-  /* a provider that refused part of a gang is asked again after a backoff
-   * (each try launches instances that are given back), sooner when its
-   * market changes; idle workers alone may form the gang meanwhile */
-  if (sl_time_mono_us() < j->gang_retry_mono_us)
-    max_launch = 0;
+  /* launches wait when one for another job failed in this pass */
+  bool launch = s->n_provs && !*no_capacity;
   struct gw_gang_pick p;
-  struct gw_place_rate rates[GW_PLACE_RATES_MAX];
-  struct gw_place_ctx c;
-  gw_sched_place_ctx(s, j, rates, &c);
-  int r = gw_place_pick_gang(w, &c, idle, n_idle, s->offers, s->n_offers, max_launch, &p);
-  if (r == SL_ENAME) {
-    snprintf(why, sizeof why, "no instance type matches the job's gpus, spot, max_price and "
-             "instance options for %d instances of one type", w->nodes);
-    gw_sched_finish(s, j, GW_JOB_FAILED, why);
-    return 0;
-  }
-  if (r < 0) {
-    wait_reason(s, j, "waiting for %d instances at once (nodes=%d): fewer can be had now",
-                w->nodes, w->nodes);
-    return -EAGAIN;
-  }
-  struct gw_gang *g = calloc(1, sizeof *g);
-  if (!g)
-    return -ENOMEM;
-  g->n = w->nodes;
-  /* the idle members come first (rank 0 among them when there is one);
-   * their ids are copied: a launch given back shifts the fleet's table */
-  for (size_t k = 0; k < p.n_idle; k++)
-    set_member(&g->m[k], idle[p.idle[k]], idle[p.idle[k]]->row.price_usd_per_hour,
-               idle[p.idle[k]]->row.on_demand_usd_per_hour);
-  const struct gw_offer *o = p.n_launch ? &s->offers[p.offer] : NULL;
-  for (size_t k = 0; k < p.n_launch; k++) {
-    char id[GW_INSTANCE_ID_MAX];
-    r = gw_sched_launch_inst(s, j, o, p.spot, id);
-    if (r < 0) { /* all or none: what this pass launched is given back */
-      for (size_t b = 0; b < k; b++)
-        gw_sched_discard_launch(s, g->m[p.n_idle + b].instance);
-      free(g);
-      if (r != -EAGAIN && r != SL_ENOTSUP && r != SL_ELIMIT) {
-        snprintf(why, sizeof why, "cannot launch a %s instance: %s", o->type.name, sl_strerror(r));
-        sl_err(T, "%s", why);
-        gw_sched_finish(s, j, GW_JOB_FAILED, why);
-        return 0;
-      }
-      *no_capacity = true;
-      j->gang_backoff_us = j->gang_backoff_us < BACKOFF_MIN_US ? BACKOFF_MIN_US
-                           : j->gang_backoff_us * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US
-                                                                     : j->gang_backoff_us * 2;
-      j->gang_retry_mono_us = sl_time_mono_us() + j->gang_backoff_us;
-      sl_info(T, "job %lld: %zu of %d instances for its gang; the %zu launched are given back",
-              (long long)j->id, p.n_idle + k, w->nodes, k);
+  struct gw_gang *g = NULL;
+  /* a launch refused for capacity is remembered and held back for the
+   * pass: when the refusal came before anything was launched, the next best
+   * group (another type, zone or market) is tried at once, as for one
+   * instance; after launches given back, or once no group is left, the
+   * backoff */
+  const struct gw_inst *idle[GW_MAX_INSTANCES];
+  for (int tries = 0;; tries++) {
+    /* taken anew each try: a launch given back shifts the fleet's table */
+    size_t n_idle = idle_insts(s, idle);
+    size_t active = gw_fleet_active_insts(s->fleet), max = (size_t)s->cfg->max_instances;
+    size_t max_launch = !launch || active >= max ? 0 : max - active;
+    /* a provider that refused part of a gang is asked again after a backoff
+     * (each try launches instances that are given back), sooner when its
+     * market changes; idle workers alone may form the gang meanwhile */
+    if (sl_time_mono_us() < j->gang_retry_mono_us)
+      max_launch = 0;
+    struct gw_place_rate rates[GW_PLACE_RATES_MAX];
+    struct gw_place_ctx c;
+    gw_sched_place_ctx(s, j, rates, &c);
+    int r = gw_place_pick_gang(w, &c, idle, n_idle, s->offers, s->n_offers, max_launch, &p);
+    if (r == SL_ENAME && !tries) {
+      snprintf(why, sizeof why, "no instance type matches the job's gpus, spot, max_price and "
+               "instance options for %d instances of one type", w->nodes);
+      gw_sched_finish(s, j, GW_JOB_FAILED, why);
+      return 0;
+    }
+    if (r < 0) {
+      if (tries)
+        back_off(j);
       wait_reason(s, j, "waiting for %d instances at once (nodes=%d): fewer can be had now",
                   w->nodes, w->nodes);
       return -EAGAIN;
     }
-    struct gw_inst *in = gw_fleet_inst(s->fleet, id);
-    set_member(&g->m[p.n_idle + k], in, in->row.price_usd_per_hour, in->row.on_demand_usd_per_hour);
+    unsigned refused = s->refused;
+    size_t given_back = 0;
+    r = launch_gang(s, j, w, &p, idle, &g, &given_back);
+    if (r == 0)
+      break;
+    if (r != -EAGAIN)
+      return r == 1 ? 0 : r;
+    *no_capacity = true;
+    if (given_back || s->refused == refused || tries >= 2 * (int)s->n_offers) {
+      back_off(j);
+      wait_reason(s, j, "waiting for %d instances at once (nodes=%d): fewer can be had now",
+                  w->nodes, w->nodes);
+      return -EAGAIN;
+    }
   }
   for (size_t k = 0; k < p.n_idle; k++) /* reserved until rank 0 is assigned */
     gw_fleet_inst_set_state(s->fleet, gw_fleet_inst(s->fleet, g->m[k].instance), "busy", j->id);

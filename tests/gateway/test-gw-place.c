@@ -171,19 +171,30 @@ static void test_gang_with_idle(void) {
   /* idle workers alone win over a cheaper gang that must be launched */
   CHECK_INT(pick("{\"nodes\": 2}", two, 4, 3, 64, &p), 0);
   CHECK_INT(p.n_launch, 0);
-  /* a third node: two idle and one launched on a... */
-  CHECK_INT(pick("{\"nodes\": 3}", two, 4, 2, 64, &p), 0);
+  /* a third node: the idle on-demand small joins the two spot ones (the
+   * same hardware, already running), and they start now, as a one-instance
+   * job takes an idle worker of either market first */
+  CHECK_INT(pick("{\"nodes\": 3}", two, 4, 3, 64, &p), 0);
+  CHECK_INT(p.n_idle, 3);
+  CHECK_INT(p.n_launch, 0);
+  CHECK_INT(p.idle[0], 1);
+  CHECK_INT(p.idle[1], 2);
+  CHECK_INT(p.idle[2], 3);
+  CHECK_NEAR(p.usd_per_hour, 1.67, 1e-9);
+  /* without it: two idle and one launched on a... */
+  const struct gw_inst *spots[] = {&i2, &i1, &i3};
+  CHECK_INT(pick("{\"nodes\": 3}", spots, 3, 2, 64, &p), 0);
   CHECK_INT(p.n_idle, 2);
   CHECK_INT(p.n_launch, 1);
   CHECK_INT(p.offer, 0);
   CHECK_NEAR(p.usd_per_hour, 0.97, 1e-9);
   /* ... unless three new ones on b cost less per hour (0.75) */
-  CHECK_INT(pick("{\"nodes\": 3}", two, 4, 3, 64, &p), 0);
+  CHECK_INT(pick("{\"nodes\": 3}", spots, 3, 3, 64, &p), 0);
   CHECK_INT(p.n_idle, 0);
   CHECK_INT(p.n_launch, 3);
   CHECK_INT(p.offer, 2);
   /* all or none across the idle ones too: two idle, no launch, three nodes */
-  CHECK_INT(pick("{\"nodes\": 3}", two, 4, 3, 0, &p), -EAGAIN);
+  CHECK_INT(pick("{\"nodes\": 3}", spots, 3, 3, 0, &p), -EAGAIN);
   /* one idle big and one launched big cost more than two new smalls */
   const struct gw_inst *big[] = {&i2};
   CHECK_INT(pick("{\"nodes\": 2}", big, 1, 2, 64, &p), 0);
