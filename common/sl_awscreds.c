@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sodium.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,16 +47,6 @@ struct sl_aws_chain {
   int64_t (*now)(void *ctx);
   void *now_ctx;
 };
-
-static void say(char *err, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *err, size_t size, const char *fmt, ...) {
-  if (!err || size == 0)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, size, fmt, ap);
-  va_end(ap);
-}
 
 static const char *env(const char *name) {
   const char *v = getenv(name);
@@ -179,9 +168,9 @@ static bool section_is(const char *sec, const char *profile, bool config) {
 static int store(const char *path, int line, const char *profile, const char *key,
                  const char *value, char *dst, size_t size, char *err, size_t err_size) {
   if (strlen(value) >= size) {
-    say(err, err_size, "%s line %d: profile %s's %s is longer than %zu characters", path, line,
-        profile, key, size - 1);
-    return SL_ELIMIT;
+    return sl_err_say(err, err_size, SL_ELIMIT,
+                      "%s line %d: profile %s's %s is longer than %zu characters", path, line,
+                      profile, key, size - 1);
   }
   snprintf(dst, size, "%s", value);
   return 0;
@@ -209,8 +198,8 @@ static int parse_ini(const char *path, char *text, size_t len, const char *profi
     if (*s == '[') {
       size_t n = strlen(s);
       if (s[n - 1] != ']') {
-        say(err, err_size, "%s line %d: a section header without its closing ']'", path, line);
-        return SL_EPARSE;
+        return sl_err_say(err, err_size, SL_EPARSE,
+                          "%s line %d: a section header without its closing ']'", path, line);
       }
       char *sec = trim(s + 1, s + n - 1);
       in_section = true;
@@ -222,12 +211,12 @@ static int parse_ini(const char *path, char *text, size_t len, const char *profi
     }
     char *eq = strchr(s, '=');
     if (!eq) {
-      say(err, err_size, "%s line %d: neither a [section] nor a key = value line", path, line);
-      return SL_EPARSE;
+      return sl_err_say(err, err_size, SL_EPARSE,
+                        "%s line %d: neither a [section] nor a key = value line", path, line);
     }
     if (!in_section) {
-      say(err, err_size, "%s line %d: a key = value line before any [section]", path, line);
-      return SL_EPARSE;
+      return sl_err_say(err, err_size, SL_EPARSE,
+                        "%s line %d: a key = value line before any [section]", path, line);
     }
     after_key = true;
     if (!match)
@@ -262,8 +251,7 @@ static int read_profile(const char *var, const char *name, const char *profile, 
   if (r == -ENOENT)
     return 0;
   if (r) {
-    say(err, err_size, "the path in %s is too long", var);
-    return r;
+    return sl_err_say(err, err_size, r, "the path in %s is too long", var);
   }
   char *text = NULL;
   size_t len = 0;
@@ -271,8 +259,7 @@ static int read_profile(const char *var, const char *name, const char *profile, 
   if (r == -ENOENT)
     return 0;
   if (r) {
-    say(err, err_size, "cannot read %s: %s", ret_path, sl_strerror(r));
-    return r;
+    return sl_err_say(err, err_size, r, "cannot read %s: %s", ret_path, sl_strerror(r));
   }
   r = parse_ini(ret_path, text, len, profile, config, ret, err, err_size);
   sodium_memzero(text, len);
@@ -309,24 +296,27 @@ static int files_creds(struct sl_aws_chain *c, char *err, size_t err_size) {
     const char *path = paths[i];
     if (!p->key_id[0] && !p->secret[0]) {
       if (p->unsupported) {
-        say(err, err_size, "%s: profile %s gets its credentials through %s, which is not supported;"
-            " give it aws_access_key_id and aws_secret_access_key", path, c->profile, p->unsupported);
+        sl_err_say(err, err_size, 0,
+                   "%s: profile %s gets its credentials through %s, which is not supported;"
+                   " give it aws_access_key_id and aws_secret_access_key",
+                   path, c->profile, p->unsupported);
         r = SL_ENOTSUP;
       }
       continue;
     }
     if (!p->key_id[0] || !p->secret[0]) {
-      say(err, err_size, "%s: profile %s has %s but no %s", path, c->profile,
-          p->key_id[0] ? "aws_access_key_id" : "aws_secret_access_key",
-          p->key_id[0] ? "aws_secret_access_key" : "aws_access_key_id");
+      sl_err_say(err, err_size, 0, "%s: profile %s has %s but no %s", path, c->profile,
+                 p->key_id[0] ? "aws_access_key_id" : "aws_secret_access_key",
+                 p->key_id[0] ? "aws_secret_access_key" : "aws_access_key_id");
       r = SL_ECONFIG;
     } else if (!key_id_ok(p->key_id)) {
-      say(err, err_size, "%s: profile %s's aws_access_key_id is not a key id (letters and digits)",
-          path, c->profile);
+      sl_err_say(err, err_size, 0,
+                 "%s: profile %s's aws_access_key_id is not a key id (letters and digits)", path,
+                 c->profile);
       r = SL_ECONFIG;
     } else if (!secret_ok(p->secret) || (p->token[0] && !secret_ok(p->token))) {
-      say(err, err_size, "%s: profile %s's %s holds characters a credential cannot", path,
-          c->profile, secret_ok(p->secret) ? "aws_session_token" : "aws_secret_access_key");
+      sl_err_say(err, err_size, 0, "%s: profile %s's %s holds characters a credential cannot", path,
+                 c->profile, secret_ok(p->secret) ? "aws_session_token" : "aws_secret_access_key");
       r = SL_ECONFIG;
     } else {
       memcpy(c->creds.access_key_id, p->key_id, sizeof p->key_id);
@@ -340,8 +330,9 @@ static int files_creds(struct sl_aws_chain *c, char *err, size_t err_size) {
   profile_wipe(p);
   free(p);
   if (!r && !found && env("AWS_PROFILE") && c->source == SL_AWS_CREDS_NONE) {
-    say(err, err_size, "profile %s (AWS_PROFILE) is in neither %s nor %s", c->profile,
-        paths[0][0] ? paths[0] : "the credentials file", paths[1][0] ? paths[1] : "the config file");
+    sl_err_say(err, err_size, 0, "profile %s (AWS_PROFILE) is in neither %s nor %s", c->profile,
+               paths[0][0] ? paths[0] : "the credentials file",
+               paths[1][0] ? paths[1] : "the config file");
     r = SL_ECONFIG;
   }
   return r;
@@ -353,9 +344,9 @@ static int env_creds(struct sl_aws_chain *c, char *err, size_t err_size) {
   if (!id && !secret)
     return 0;
   if (!id || !secret) {
-    say(err, err_size, "%s is set but %s is not", id ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
-        id ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
-    return SL_ECONFIG;
+    return sl_err_say(err, err_size, SL_ECONFIG, "%s is set but %s is not",
+                      id ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
+                      id ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
   }
   const char *bad = strlen(id) >= SL_AWS_KEY_ID_MAX || !key_id_ok(id) ? "AWS_ACCESS_KEY_ID"
                     : strlen(secret) >= SL_AWS_SECRET_MAX || !secret_ok(secret)
@@ -364,8 +355,8 @@ static int env_creds(struct sl_aws_chain *c, char *err, size_t err_size) {
                         ? "AWS_SESSION_TOKEN"
                         : NULL;
   if (bad) {
-    say(err, err_size, "%s is too long or holds characters a credential cannot", bad);
-    return SL_ECONFIG;
+    return sl_err_say(err, err_size, SL_ECONFIG,
+                      "%s is too long or holds characters a credential cannot", bad);
   }
   snprintf(c->creds.access_key_id, sizeof c->creds.access_key_id, "%s", id);
   snprintf(c->creds.secret_access_key, sizeof c->creds.secret_access_key, "%s", secret);
@@ -443,8 +434,7 @@ static int imds_call(const struct sl_aws_chain *c, const char *method, const cha
                      const char *header, struct sl_http_resp *resp, char *err, size_t err_size) {
   char url[SL_AWS_ENDPOINT_MAX + 256];
   if ((size_t)snprintf(url, sizeof url, "%s%s", c->imds, path) >= sizeof url) {
-    say(err, err_size, "instance metadata path too long");
-    return SL_ELIMIT;
+    return sl_err_say(err, err_size, SL_ELIMIT, "instance metadata path too long");
   }
   struct sl_http_req req = {
     .method = method,
@@ -460,7 +450,7 @@ static int imds_call(const struct sl_aws_chain *c, const char *method, const cha
   if (!r)
     r = sl_http_do(&req, resp);
   if (r)
-    say(err, err_size, "instance metadata service at %s: %s", c->imds, sl_strerror(r));
+    sl_err_say(err, err_size, 0, "instance metadata service at %s: %s", c->imds, sl_strerror(r));
   return r;
 }
 
@@ -481,12 +471,13 @@ static int imds_token(const struct sl_aws_chain *c, char *hdr, size_t hdr_size, 
     return r;
   const char *token = resp.status == 200 ? trim(resp.body, resp.body + resp.body_len) : "";
   if (resp.status != 200) {
-    say(err, err_size, "instance metadata service at %s answered HTTP %ld to the token request",
-        c->imds, resp.status);
+    sl_err_say(err, err_size, 0,
+               "instance metadata service at %s answered HTTP %ld to the token request", c->imds,
+               resp.status);
     r = SL_EAUTH;
   } else if (!secret_ok(token) ||
              (size_t)snprintf(hdr, hdr_size, "X-aws-ec2-metadata-token: %s", token) >= hdr_size) {
-    say(err, err_size, "instance metadata service at %s sent a malformed token", c->imds);
+    sl_err_say(err, err_size, 0, "instance metadata service at %s sent a malformed token", c->imds);
     r = SL_EAUTH;
   }
   resp_wipe(&resp);
@@ -503,10 +494,11 @@ static int imds_role(const struct sl_aws_chain *c, const char *hdr, char ret[160
     return r;
   if (resp.status != 200) {
     if (resp.status == 404)
-      say(err, err_size, "the instance has no IAM role (%s answered HTTP 404)", c->imds);
+      sl_err_say(err, err_size, 0, "the instance has no IAM role (%s answered HTTP 404)", c->imds);
     else
-      say(err, err_size, "instance metadata service at %s answered HTTP %ld for the role name",
-          c->imds, resp.status);
+      sl_err_say(err, err_size, 0,
+                 "instance metadata service at %s answered HTTP %ld for the role name", c->imds,
+                 resp.status);
     sl_http_resp_done(&resp);
     return SL_EAUTH;
   }
@@ -519,7 +511,8 @@ static int imds_role(const struct sl_aws_chain *c, const char *hdr, char ret[160
   if (ok) {
     snprintf(ret, 160, "%s", name);
   } else {
-    say(err, err_size, "instance metadata service at %s sent a malformed role name", c->imds);
+    sl_err_say(err, err_size, 0, "instance metadata service at %s sent a malformed role name",
+               c->imds);
     r = SL_EAUTH;
   }
   sl_http_resp_done(&resp);
@@ -544,12 +537,12 @@ static int imds_document(const struct sl_aws_chain *c, const char *hdr, const ch
   if (r)
     return r;
   if (resp.status != 200) {
-    say(err, err_size, "instance metadata service at %s answered HTTP %ld for role %s", c->imds,
-        resp.status, role);
+    sl_err_say(err, err_size, 0, "instance metadata service at %s answered HTTP %ld for role %s",
+               c->imds, resp.status, role);
     r = SL_EAUTH;
   } else if (sl_json_parse(resp.body, resp.body_len, 4, &doc, NULL, 0) < 0 ||
              !json_is_object(doc)) {
-    say(err, err_size, "the credentials of role %s are not a JSON object", role);
+    sl_err_say(err, err_size, 0, "the credentials of role %s are not a JSON object", role);
     r = SL_EAUTH;
   }
   resp_wipe(&resp);
@@ -570,7 +563,8 @@ static int imds_document(const struct sl_aws_chain *c, const char *hdr, const ch
                         ? "Expiration"
                         : NULL;
   if (bad) {
-    say(err, err_size, "the credentials of role %s have a missing or malformed %s", role, bad);
+    sl_err_say(err, err_size, 0, "the credentials of role %s have a missing or malformed %s", role,
+               bad);
     r = SL_EAUTH;
   } else {
     snprintf(ret->access_key_id, sizeof ret->access_key_id, "%s", id);
@@ -610,9 +604,10 @@ int sl_aws_creds_get(struct sl_aws_chain *c, struct sl_aws_creds *ret, char *err
   if (valid && now < c->next_try_unix)
     goto give;                      /* a refresh failed moments ago */
   if (!c->imds_enabled) {
-    say(err, err_size, "no AWS credentials: none in the environment, none for profile %s in the "
-        "shared files, and the instance metadata service is off (AWS_EC2_METADATA_DISABLED)",
-        c->profile);
+    sl_err_say(err, err_size, 0,
+               "no AWS credentials: none in the environment, none for profile %s in the "
+               "shared files, and the instance metadata service is off (AWS_EC2_METADATA_DISABLED)",
+               c->profile);
     r = SL_EAUTH;
     goto done;
   }
@@ -644,10 +639,13 @@ int sl_aws_creds_get(struct sl_aws_chain *c, struct sl_aws_creds *ret, char *err
     r = 0;                          /* keep what still works */
   } else if (r) {
     if (held)
-      say(err, err_size, "the instance role's credentials expired and could not be renewed: %s", why);
+      sl_err_say(err, err_size, 0,
+                 "the instance role's credentials expired and could not be renewed: %s", why);
     else
-      say(err, err_size, "no AWS credentials: none in the environment, none for profile %s in the "
-          "shared files, and no instance role: %s", c->profile, why);
+      sl_err_say(err, err_size, 0,
+                 "no AWS credentials: none in the environment, none for profile %s in the "
+                 "shared files, and no instance role: %s",
+                 c->profile, why);
     r = r == -ENOMEM ? r : SL_EAUTH;
     goto done;
   }
@@ -696,12 +694,15 @@ int sl_aws_region(const char *configured, char ret[SL_AWS_REGION_MAX], char *err
     }
   }
   if (!r && !v) {
-    say(err, err_size, "no AWS region: set it in the configuration, AWS_REGION, or the profile's "
-        "region in the config file");
+    sl_err_say(err, err_size, 0,
+               "no AWS region: set it in the configuration, AWS_REGION, or the profile's "
+               "region in the config file");
     r = SL_ECONFIG;
   } else if (!r && !region_ok(v)) {
-    say(err, err_size, "the AWS region from %s is not a region name (lowercase letters, digits "
-        "and '-')", from);
+    sl_err_say(err, err_size, 0,
+               "the AWS region from %s is not a region name (lowercase letters, digits "
+               "and '-')",
+               from);
     r = SL_ECONFIG;
   } else if (!r) {
     snprintf(ret, SL_AWS_REGION_MAX, "%s", v);

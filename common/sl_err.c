@@ -1,7 +1,9 @@
-/* The error table's generated lookups. */
+/* The error table's generated lookups, and the one way to say why. */
 #include "sl_err.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const texts[] = {
@@ -41,4 +43,14 @@ const char *sl_errname(int err) {
     return n ? n : "E?";
   }
   return "E?";
+}
+
+int sl_err_say(char *err, size_t size, int code, const char *fmt, ...) {
+  if (err && size) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, size, fmt, ap);
+    va_end(ap);
+  }
+  return code;
 }

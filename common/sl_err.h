@@ -7,6 +7,8 @@
 #ifndef SL_ERR_H
 #define SL_ERR_H
 
+#include <stddef.h>
+
 #define SL_ERRORS(X)                                                            \
   X(SL_EHMAC,        "message signature missing or wrong")                      \
   X(SL_EREPLAY,      "message replayed (signature seen before)")                \
@@ -52,5 +54,10 @@ SL_ERRORS(SL_ERR_CODE_)
 const char *sl_strerror(int err);
 /* Symbolic name ("SL_EHMAC", "ENOENT"). Never NULL. */
 const char *sl_errname(int err);
+/* Says why: the message into err (size bytes, cut to fit; nothing when err
+ * is NULL or size 0), and returns code (0 where the caller returns its own
+ * later), so a failure reads `return sl_err_say(err, size, SL_ECONFIG, ...)`. */
+int sl_err_say(char *err, size_t size, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

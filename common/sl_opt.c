@@ -15,7 +15,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -28,16 +27,6 @@ struct held {
   double d;
   bool b;
 };
-
-static void say(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *buf, size_t size, const char *fmt, ...) {
-  if (!buf || !size)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, size, fmt, ap);
-  va_end(ap);
-}
 
 static bool same_name(const char *a, const char *b, size_t b_len) {
   size_t i = 0;
@@ -79,7 +68,7 @@ const char *sl_opt_metavar(const struct sl_opt *o) {
 }
 
 void sl_opt_flag_name(const struct sl_opt *o, char *buf, size_t size) {
-  say(buf, size, "--%s", o->name);
+  snprintf(buf, size, "--%s", o->name);
   for (char *p = buf; p && *p; p++)
     if (*p == '_')
       *p = '-';
@@ -137,12 +126,12 @@ int sl_opt_parse_number(const char *name, const char *text, bool integer, double
   errno = 0;
   double d = strtod(text, &end);
   if (end == text || *end || errno || !isfinite(d) || (integer && d != floor(d))) {
-    say(err, err_size, "%s: \"%s\" is not %s", name, text, integer ? "an integer" : "a number");
-    return SL_ECONFIG;
+    return sl_err_say(err, err_size, SL_ECONFIG, "%s: \"%s\" is not %s", name, text,
+                      integer ? "an integer" : "a number");
   }
   if (d < min || d > max) {
-    say(err, err_size, "%s: %s is out of range [%g, %g]", name, text, min, max);
-    return SL_ECONFIG;
+    return sl_err_say(err, err_size, SL_ECONFIG, "%s: %s is out of range [%g, %g]", name, text, min,
+                      max);
   }
   *ret = d;
   return 0;
@@ -154,7 +143,7 @@ static int run_check(const struct sl_opt *o, const char *text, char *why, size_t
   if (o->check(text, why, why_size) >= 0)
     return 0;
   if (why && why_size && !why[0])
-    say(why, why_size, "\"%s\" is not a valid value", text);
+    sl_err_say(why, why_size, 0, "\"%s\" is not a valid value", text);
   return SL_ECONFIG;
 }
 
@@ -170,14 +159,12 @@ static int check_text(const struct sl_opt *o, const char *text, struct held *h, 
     if (o->check && run_check(o, text, why, why_size) < 0)
       return SL_ECONFIG;
     if (o->size && strlen(text) >= o->size) {
-      say(why, why_size, "value longer than %zu bytes", o->size - 1);
-      return SL_ECONFIG;
+      return sl_err_say(why, why_size, SL_ECONFIG, "value longer than %zu bytes", o->size - 1);
     }
     if (o->choices && !is_choice(o->choices, text)) {
       char list[256];
       choice_list(o->choices, list, sizeof list);
-      say(why, why_size, "\"%s\" is not %s", text, list);
-      return SL_ECONFIG;
+      return sl_err_say(why, why_size, SL_ECONFIG, "\"%s\" is not %s", text, list);
     }
     h->str = text;
     break;
@@ -188,14 +175,13 @@ static int check_text(const struct sl_opt *o, const char *text, struct held *h, 
       errno = 0;
       d = strtod(text, &end);
       if (end == text || *end || errno || !isfinite(d) || d != floor(d) || fabs(d) > 9e18) {
-        say(why, why_size, "\"%s\" is not an integer", text);
-        return SL_ECONFIG;
+        return sl_err_say(why, why_size, SL_ECONFIG, "\"%s\" is not an integer", text);
       }
       x = (long long)d;
     }
     if (has_bounds(o) && (d < o->min || d > o->max)) {
-      say(why, why_size, "%s is out of range [%g, %g]", text, o->min, o->max);
-      return SL_ECONFIG;
+      return sl_err_say(why, why_size, SL_ECONFIG, "%s is out of range [%g, %g]", text, o->min,
+                        o->max);
     }
     h->i = x;
     break;
@@ -203,8 +189,7 @@ static int check_text(const struct sl_opt *o, const char *text, struct held *h, 
   case SL_OPT_U64: {
     unsigned long long x = strtoull(text, &end, 10);
     if (end == text || *end || errno || strchr(text, '-')) {
-      say(why, why_size, "\"%s\" is not a whole number >= 0", text);
-      return SL_ECONFIG;
+      return sl_err_say(why, why_size, SL_ECONFIG, "\"%s\" is not a whole number >= 0", text);
     }
     h->u = x;
     break;
@@ -212,38 +197,31 @@ static int check_text(const struct sl_opt *o, const char *text, struct held *h, 
   case SL_OPT_NUM: {
     double d = strtod(text, &end);
     if (end == text || *end || errno || !isfinite(d)) {
-      say(why, why_size, "\"%s\" is not a number", text);
-      return SL_ECONFIG;
+      return sl_err_say(why, why_size, SL_ECONFIG, "\"%s\" is not a number", text);
     }
     if (has_bounds(o) && (d < o->min || d > o->max)) {
-      say(why, why_size, "%s is out of range [%g, %g]", text, o->min, o->max);
-      return SL_ECONFIG;
+      return sl_err_say(why, why_size, SL_ECONFIG, "%s is out of range [%g, %g]", text, o->min,
+                        o->max);
     }
     h->d = d;
     break;
   }
   case SL_OPT_BOOL:
     if (!parse_bool(text, &h->b)) {
-      say(why, why_size, "\"%s\" is not yes or no", text);
-      return SL_ECONFIG;
+      return sl_err_say(why, why_size, SL_ECONFIG, "\"%s\" is not yes or no", text);
     }
     break;
   case SL_OPT_DUR:
     if (sl_time_parse_duration(text, &h->i) < 0) {
-      say(why, why_size, "\"%s\" is not a duration (90s, 30m, 2h)", text);
-      return SL_ECONFIG;
+      return sl_err_say(why, why_size, SL_ECONFIG, "\"%s\" is not a duration (90s, 30m, 2h)", text);
     }
     if (has_bounds(o) && ((double)h->i < o->min * 1e6 || (double)h->i > o->max * 1e6)) {
-      say(why, why_size, "%s is out of range [%gs, %gs]", text, o->min, o->max);
-      return SL_ECONFIG;
+      return sl_err_say(why, why_size, SL_ECONFIG, "%s is out of range [%gs, %gs]", text, o->min,
+                        o->max);
     }
     break;
-  case SL_OPT_FLAG:
-    say(why, why_size, "takes no value");
-    return SL_ECONFIG;
-  default:
-    say(why, why_size, "has an unknown type");
-    return SL_ECONFIG;
+  case SL_OPT_FLAG: return sl_err_say(why, why_size, SL_ECONFIG, "takes no value");
+  default: return sl_err_say(why, why_size, SL_ECONFIG, "has an unknown type");
   }
   if (o->check && o->type != SL_OPT_STR && run_check(o, text, why, why_size) < 0)
     return SL_ECONFIG;
@@ -294,8 +272,7 @@ int sl_opt_check(const struct sl_opt *o, const char *text, char *err, size_t err
   if (o->choices && o->type != SL_OPT_STR && is_choice(o->choices, text))
     return 0;
   if (check_text(o, text, &h, why, sizeof why) < 0) {
-    say(err, err_size, "%s: %s", o->name, why);
-    return SL_ECONFIG;
+    return sl_err_say(err, err_size, SL_ECONFIG, "%s: %s", o->name, why);
   }
   return 0;
 }
@@ -307,8 +284,7 @@ int sl_opt_set(const struct sl_opt *o, void *base, const char *label, const char
   if (!text)
     text = "";
   if (check_text(o, text, &h, why, sizeof why) < 0) {
-    say(err, err_size, "%s: %s", label ? label : o->name, why);
-    return SL_ECONFIG;
+    return sl_err_say(err, err_size, SL_ECONFIG, "%s: %s", label ? label : o->name, why);
   }
   store(o, base, &h);
   return 0;
@@ -321,24 +297,21 @@ int sl_opt_set_json(const struct sl_opt *o, void *base, const json_t *v, char *e
   case SL_OPT_STR:
   case SL_OPT_DUR:
     if (!json_is_string(v)) {
-      say(err, err_size, "\"%s\" must be a string", o->name);
-      return SL_ECONFIG;
+      return sl_err_say(err, err_size, SL_ECONFIG, "\"%s\" must be a string", o->name);
     }
     h.str = json_string_value(v);
     if (o->size && strlen(h.str) >= o->size) {
-      say(err, err_size, "\"%s\" is longer than %zu bytes", o->name, o->size - 1);
-      return SL_ECONFIG;
+      return sl_err_say(err, err_size, SL_ECONFIG, "\"%s\" is longer than %zu bytes", o->name,
+                        o->size - 1);
     }
     if (check_text(o, h.str, &h, why, sizeof why) < 0) {
-      say(err, err_size, "\"%s\": %s", o->name, why);
-      return SL_ECONFIG;
+      return sl_err_say(err, err_size, SL_ECONFIG, "\"%s\": %s", o->name, why);
     }
     break;
   case SL_OPT_BOOL:
   case SL_OPT_FLAG:
     if (!json_is_boolean(v)) {
-      say(err, err_size, "\"%s\" must be true or false", o->name);
-      return SL_ECONFIG;
+      return sl_err_say(err, err_size, SL_ECONFIG, "\"%s\" must be true or false", o->name);
     }
     if (o->type == SL_OPT_FLAG && json_is_false(v))
       return 0; /* a flag is only ever set */
@@ -347,27 +320,24 @@ int sl_opt_set_json(const struct sl_opt *o, void *base, const json_t *v, char *e
   case SL_OPT_INT:
   case SL_OPT_U64:
     if (!json_is_integer(v) || (o->type == SL_OPT_U64 && json_integer_value(v) < 0)) {
-      say(err, err_size, "\"%s\" must be %s", o->name,
-          o->type == SL_OPT_U64 ? "a whole number >= 0" : "an integer");
-      return SL_ECONFIG;
+      return sl_err_say(err, err_size, SL_ECONFIG, "\"%s\" must be %s", o->name,
+                        o->type == SL_OPT_U64 ? "a whole number >= 0" : "an integer");
     }
     h.i = json_integer_value(v);
     h.u = (uint64_t)h.i;
     if (o->type == SL_OPT_INT && has_bounds(o) && ((double)h.i < o->min || (double)h.i > o->max)) {
-      say(err, err_size, "\"%s\" must be within %lld..%lld", o->name, (long long)o->min,
-          (long long)o->max);
-      return SL_ECONFIG;
+      return sl_err_say(err, err_size, SL_ECONFIG, "\"%s\" must be within %lld..%lld", o->name,
+                        (long long)o->min, (long long)o->max);
     }
     break;
   case SL_OPT_NUM:
     if (!json_is_number(v)) {
-      say(err, err_size, "\"%s\" must be a number", o->name);
-      return SL_ECONFIG;
+      return sl_err_say(err, err_size, SL_ECONFIG, "\"%s\" must be a number", o->name);
     }
     h.d = json_number_value(v);
     if (has_bounds(o) && (h.d < o->min || h.d > o->max)) {
-      say(err, err_size, "\"%s\" must be within %g..%g", o->name, o->min, o->max);
-      return SL_ECONFIG;
+      return sl_err_say(err, err_size, SL_ECONFIG, "\"%s\" must be within %g..%g", o->name, o->min,
+                        o->max);
     }
     break;
   }
@@ -387,22 +357,19 @@ int sl_opt_parse_arg(const struct sl_opt *opts, size_t n, void *base, int argc, 
                      char *err, size_t err_size) {
   const char *a = argv[*i];
   if (strncmp(a, "--", 2) != 0) {
-    say(err, err_size, "unexpected argument '%s'", a);
-    return SL_ECONFIG;
+    return sl_err_say(err, err_size, SL_ECONFIG, "unexpected argument '%s'", a);
   }
   const char *name = a + 2, *eq = strchr(name, '=');
   size_t index, len = eq ? (size_t)(eq - name) : strlen(name);
   const struct sl_opt *o = find_n(opts, n, name, len, &index);
   if (!o) {
-    say(err, err_size, "unknown option '%s'", a);
-    return SL_ECONFIG;
+    return sl_err_say(err, err_size, SL_ECONFIG, "unknown option '%s'", a);
   }
   char label[96];
   sl_opt_flag_name(o, label, sizeof label);
   if (o->type == SL_OPT_FLAG) {
     if (eq) {
-      say(err, err_size, "option %s takes no value", label);
-      return SL_ECONFIG;
+      return sl_err_say(err, err_size, SL_ECONFIG, "option %s takes no value", label);
     }
     store_int((char *)base + o->offset, o->size, 1);
     (*i)++;
@@ -410,8 +377,7 @@ int sl_opt_parse_arg(const struct sl_opt *opts, size_t n, void *base, int argc, 
   }
   const char *v = eq ? eq + 1 : *i + 1 < argc ? argv[*i + 1] : NULL;
   if (!v) {
-    say(err, err_size, "option %s needs a value", label);
-    return SL_ECONFIG;
+    return sl_err_say(err, err_size, SL_ECONFIG, "option %s needs a value", label);
   }
   int r = sl_opt_set(o, base, label, v, err, err_size);
   if (r < 0)
@@ -436,14 +402,14 @@ void sl_opt_format(const struct sl_opt *o, const void *base, char *buf, size_t s
     const char *s = src;
     if (!o->size)
       memcpy(&s, src, sizeof s);
-    say(buf, size, "%s", s ? s : "");
+    snprintf(buf, size, "%s", s ? s : "");
     break;
   }
-  case SL_OPT_INT: say(buf, size, "%lld", (long long)load_int(src, o->size)); break;
+  case SL_OPT_INT: snprintf(buf, size, "%lld", (long long)load_int(src, o->size)); break;
   case SL_OPT_U64: {
     uint64_t u;
     memcpy(&u, src, sizeof u);
-    say(buf, size, "%llu", (unsigned long long)u);
+    snprintf(buf, size, "%llu", (unsigned long long)u);
     break;
   }
   case SL_OPT_NUM: {
@@ -452,18 +418,18 @@ void sl_opt_format(const struct sl_opt *o, const void *base, char *buf, size_t s
     format_num(d, buf, size);
     break;
   }
-  case SL_OPT_BOOL: say(buf, size, "%s", *(const bool *)src ? "yes" : "no"); break;
-  case SL_OPT_FLAG: say(buf, size, "%s", load_int(src, o->size) ? "yes" : "no"); break;
+  case SL_OPT_BOOL: snprintf(buf, size, "%s", *(const bool *)src ? "yes" : "no"); break;
+  case SL_OPT_FLAG: snprintf(buf, size, "%s", load_int(src, o->size) ? "yes" : "no"); break;
   case SL_OPT_DUR: {
     int64_t us = load_int(src, o->size);
     if (us % SL_US_PER_S)
-      say(buf, size, "%lldms", (long long)(us / SL_US_PER_MS));
+      snprintf(buf, size, "%lldms", (long long)(us / SL_US_PER_MS));
     else if (us && us % (3600 * SL_US_PER_S) == 0)
-      say(buf, size, "%lldh", (long long)(us / (3600 * SL_US_PER_S)));
+      snprintf(buf, size, "%lldh", (long long)(us / (3600 * SL_US_PER_S)));
     else if (us && us % (60 * SL_US_PER_S) == 0)
-      say(buf, size, "%lldm", (long long)(us / (60 * SL_US_PER_S)));
+      snprintf(buf, size, "%lldm", (long long)(us / (60 * SL_US_PER_S)));
     else
-      say(buf, size, "%llds", (long long)(us / SL_US_PER_S));
+      snprintf(buf, size, "%llds", (long long)(us / SL_US_PER_S));
     break;
   }
   }

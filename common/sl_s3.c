@@ -40,16 +40,6 @@ int sl_s3_op_from_name(const char *name) {
   return -1;
 }
 
-int sl_s3_say(char *err, size_t size, int r, const char *fmt, ...) {
-  if (err && size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-  }
-  return r;
-}
-
 /* ---- where a store lives ---- */
 
 static bool bucket_ok(const char *b, size_t n) {
@@ -65,24 +55,25 @@ int sl_s3_location_parse(const char *url, const char *region, const char *endpoi
                          struct sl_s3_location *ret, char *err, size_t err_size) {
   struct sl_s3_location loc = {0};
   if (!url || strncmp(url, "s3://", 5) != 0)
-    return sl_s3_say(err, err_size, SL_ECONFIG, "a store on S3 is named s3://BUCKET/PREFIX");
+    return sl_err_say(err, err_size, SL_ECONFIG, "a store on S3 is named s3://BUCKET/PREFIX");
   const char *b = url + 5;
   size_t bl = strcspn(b, "/");
   if (!bucket_ok(b, bl))
-    return sl_s3_say(err, err_size, SL_ECONFIG,
-               "the store URL's bucket must be 3 to 63 lower-case letters, digits, '.' or '-'");
+    return sl_err_say(
+        err, err_size, SL_ECONFIG,
+        "the store URL's bucket must be 3 to 63 lower-case letters, digits, '.' or '-'");
   memcpy(loc.bucket, b, bl);
   const char *p = b + bl;
   while (*p == '/') p++;
   size_t pl = strlen(p);
   while (pl && p[pl - 1] == '/') pl--;
   if (pl >= sizeof loc.prefix)
-    return sl_s3_say(err, err_size, SL_ECONFIG, "the store URL's prefix is longer than %zu bytes",
-               sizeof loc.prefix - 1);
+    return sl_err_say(err, err_size, SL_ECONFIG, "the store URL's prefix is longer than %zu bytes",
+                      sizeof loc.prefix - 1);
   for (size_t i = 0; i < pl; i++)
     if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f || (p[i] == '/' && p[i + 1] == '/'))
-      return sl_s3_say(err, err_size, SL_ECONFIG,
-                 "the store URL's prefix has an empty component or a control character");
+      return sl_err_say(err, err_size, SL_ECONFIG,
+                        "the store URL's prefix has an empty component or a control character");
   memcpy(loc.prefix, p, pl);
   int r = sl_aws_region(region, loc.region, err, err_size);
   if (r < 0) return r;
@@ -92,7 +83,7 @@ int sl_s3_location_parse(const char *url, const char *region, const char *endpoi
     loc.path_style = true;
   } else {
     if ((r = sl_aws_endpoint("s3", loc.region, ep)) < 0)
-      return sl_s3_say(err, err_size, r, "no S3 endpoint for region %s", loc.region);
+      return sl_err_say(err, err_size, r, "no S3 endpoint for region %s", loc.region);
     const char *e1 = getenv("AWS_ENDPOINT_URL_S3"), *e2 = getenv("AWS_ENDPOINT_URL");
     loc.path_style = (e1 && *e1) || (e2 && *e2);
   }
@@ -100,7 +91,7 @@ int sl_s3_location_parse(const char *url, const char *region, const char *endpoi
   while (el && ep[el - 1] == '/') ep[--el] = 0;
   if ((strncmp(ep, "http://", 7) && strncmp(ep, "https://", 8)) || strpbrk(ep, "?#") ||
       el >= sizeof loc.endpoint || strchr(strstr(ep, "://") + 3, '/'))
-    return sl_s3_say(err, err_size, SL_ECONFIG, "the S3 endpoint must read http(s)://HOST[:PORT]");
+    return sl_err_say(err, err_size, SL_ECONFIG, "the S3 endpoint must read http(s)://HOST[:PORT]");
   memcpy(loc.endpoint, ep, el + 1);
   /* A dotted bucket does not fit one certificate label: path-style then. */
   if (strchr(loc.bucket, '.')) loc.path_style = true;
@@ -224,12 +215,12 @@ static int creds_presign(void *ctx, const struct sl_s3_presign_req *reqs, size_t
   int r = 0;
   for (; i < n; i++) {
     if ((r = sl_s3_presign(&cs->loc, &cs->creds, now, cs->expires_s, &reqs[i], buf, SL_S3_URL_MAX)) < 0) {
-      sl_s3_say(err, err_size, r, "cannot presign S3 %s of %s: %s", sl_s3_op_name(reqs[i].op),
-          reqs[i].key ? reqs[i].key : "", sl_strerror(r));
+      sl_err_say(err, err_size, r, "cannot presign S3 %s of %s: %s", sl_s3_op_name(reqs[i].op),
+                 reqs[i].key ? reqs[i].key : "", sl_strerror(r));
       break;
     }
     if (!(ret_urls[i] = strdup(buf))) {
-      r = sl_s3_say(err, err_size, -ENOMEM, "out of memory presigning S3 requests");
+      r = sl_err_say(err, err_size, -ENOMEM, "out of memory presigning S3 requests");
       break;
     }
   }

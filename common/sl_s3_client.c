@@ -189,9 +189,9 @@ static int sign(struct sl_s3_client *c, const struct sl_s3_presign_req *reqs, si
   int r = c->signer.presign(c->signer.ctx, reqs, n, ret_urls, why, sizeof why);
   pthread_mutex_unlock(&c->sign_lock);
   if (r < 0)
-    return sl_s3_say(err, err_size, r, "cannot get a signed S3 %s request for %s: %s",
-               sl_s3_op_name(reqs[0].op), reqs[0].key ? reqs[0].key : "",
-               *why ? why : sl_strerror(r));
+    return sl_err_say(err, err_size, r, "cannot get a signed S3 %s request for %s: %s",
+                      sl_s3_op_name(reqs[0].op), reqs[0].key ? reqs[0].key : "",
+                      *why ? why : sl_strerror(r));
   return 0;
 }
 
@@ -216,7 +216,7 @@ void sl_s3_req_init(const struct sl_s3_client *c, struct sl_http_req *r, const c
 
 /* The sentence and code for a request that got no answer. */
 int sl_s3_transport_error(int r, const char *what, const char *key, char *err, size_t err_size) {
-  return sl_s3_say(err, err_size, r, "S3 %s of %s failed: %s", what, key, sl_strerror(r));
+  return sl_err_say(err, err_size, r, "S3 %s of %s failed: %s", what, key, sl_strerror(r));
 }
 
 /* The sentence and code for an answer that is not the one hoped for. */
@@ -231,9 +231,9 @@ int sl_s3_answer_error(const struct sl_http_resp *resp, const char *what, const 
   else if (!strcmp(code, "BadDigest") || !strcmp(code, "InvalidDigest")) r = SL_ECHECKSUM;
   else if (resp->status == 429 || resp->status >= 500) r = -EAGAIN;
   else r = -EIO;
-  return sl_s3_say(err, err_size, r, "S3 %s of %s: HTTP %ld%s%s%s%s (%d %s)", what, key, resp->status,
-             *code ? " " : "", code, *msg ? ": " : "", msg, resp->tries,
-             resp->tries == 1 ? "try" : "tries");
+  return sl_err_say(err, err_size, r, "S3 %s of %s: HTTP %ld%s%s%s%s (%d %s)", what, key,
+                    resp->status, *code ? " " : "", code, *msg ? ": " : "", msg, resp->tries,
+                    resp->tries == 1 ? "try" : "tries");
 }
 
 /* "abc" with or without its quotes equals hex, in any case. */
@@ -263,7 +263,7 @@ int sl_s3_head(struct sl_s3_client *c, const char *key, struct sl_s3_object *ret
   free(url);
   if (r < 0) return sl_s3_transport_error(r, "head", key, err, err_size);
   if (resp.status == 404) {
-    r = sl_s3_say(err, err_size, -ENOENT, "S3 has no object %s", key);
+    r = sl_err_say(err, err_size, -ENOENT, "S3 has no object %s", key);
   } else if (resp.status != 200) {
     r = sl_s3_answer_error(&resp, "head", key, err, err_size);
   } else {
@@ -273,12 +273,13 @@ int sl_s3_head(struct sl_s3_client *c, const char *key, struct sl_s3_object *ret
     errno = 0;
     unsigned long long v = len ? strtoull(len, &end, 10) : 0;
     if (!len || errno || end == len || *end || len[0] == '-')
-      r = sl_s3_say(err, err_size, SL_EPARSE, "S3 head of %s: no size in the answer", key);
+      r = sl_err_say(err, err_size, SL_EPARSE, "S3 head of %s: no size in the answer", key);
     o.bytes = v;
     snprintf(o.etag, sizeof o.etag, "%s", resp.header_values[1] ? resp.header_values[1] : "");
     if (sha && sl_s3_hex64(sha)) memcpy(o.sha256, sha, 65);
     else if (sha && *sha)
-      r = sl_s3_say(err, err_size, SL_EPARSE, "S3 object %s has a malformed x-amz-meta-sha256", key);
+      r = sl_err_say(err, err_size, SL_EPARSE, "S3 object %s has a malformed x-amz-meta-sha256",
+                     key);
     if (r == 0) *ret = o;
   }
   sl_http_resp_done(&resp);
@@ -327,14 +328,16 @@ static int list_page(const char *body, size_t len, const char *prefix, struct sl
     goto done;
   }
   if (!root || strcmp((const char *)root->name, "ListBucketResult")) {
-    r = sl_s3_say(err, err_size, SL_EPARSE, "S3 list of %s: the answer is not a ListBucketResult", prefix);
+    r = sl_err_say(err, err_size, SL_EPARSE, "S3 list of %s: the answer is not a ListBucketResult",
+                   prefix);
     goto done;
   }
   size_t pl = strlen(prefix), cut = 0;
   int kl = xml_text(root, "Prefix", key, KEY_MAX + 1);
   if (kl < 0) kl = 0; /* no Prefix: the bucket's root */
   if ((size_t)kl < pl || memcmp(key + kl - pl, prefix, pl)) {
-    r = sl_s3_say(err, err_size, SL_EPARSE, "S3 list of %s: the answer is for another prefix", prefix);
+    r = sl_err_say(err, err_size, SL_EPARSE, "S3 list of %s: the answer is for another prefix",
+                   prefix);
     goto done;
   }
   cut = (size_t)kl - pl;
@@ -344,18 +347,19 @@ static int list_page(const char *body, size_t len, const char *prefix, struct sl
   for (xmlNode *n = root->children; n && r >= 0; n = n->next) {
     if (n->type != XML_ELEMENT_NODE || strcmp((const char *)n->name, "Contents")) continue;
     if (xml_text(n, "Key", key, KEY_MAX + 1) < 0) {
-      r = sl_s3_say(err, err_size, SL_EPARSE, "S3 list of %s: an entry without a usable Key", prefix);
+      r = sl_err_say(err, err_size, SL_EPARSE, "S3 list of %s: an entry without a usable Key",
+                     prefix);
     } else if (strlen(key) > cut && !memcmp(key, store_prefix, cut)) {
       if ((r = sl_strv_add(l, key + cut, SL_S3_LIST_MAX)) == SL_ELIMIT)
-        sl_s3_say(err, err_size, r, "S3 list of %s: more than %d keys", prefix, SL_S3_LIST_MAX);
+        sl_err_say(err, err_size, r, "S3 list of %s: more than %d keys", prefix, SL_S3_LIST_MAX);
     }
   }
   if (r < 0) goto done;
   next[0] = 0;
   if (xml_text(root, "IsTruncated", truncated, sizeof truncated) >= 0 && !strcmp(truncated, "true") &&
       xml_text(root, "NextContinuationToken", next, next_size) <= 0)
-    r = sl_s3_say(err, err_size, SL_EPARSE, "S3 list of %s: a truncated page without a usable token",
-            prefix);
+    r = sl_err_say(err, err_size, SL_EPARSE,
+                   "S3 list of %s: a truncated page without a usable token", prefix);
 done:
   free(key);
   xmlFreeDoc(d);
@@ -392,7 +396,8 @@ int sl_s3_list(struct sl_s3_client *c, const char *prefix, char ***ret_keys, siz
     if (r < 0) goto fail;
     if (!*next) break;
     if (!strcmp(next, token)) {
-      r = sl_s3_say(err, err_size, SL_EPARSE, "S3 list of %s: the service repeated a page", prefix);
+      r = sl_err_say(err, err_size, SL_EPARSE, "S3 list of %s: the service repeated a page",
+                     prefix);
       goto fail;
     }
     memcpy(token, next, 4096);
@@ -442,7 +447,9 @@ static int put_body(struct sl_s3_client *c, const char *url, int fd, int body_fd
                     size_t etag_size, char *err, size_t err_size) {
   char md5_hex[33], md5_b64[25];
   int r = md5_range(fd, off, len, md5_hex, md5_b64);
-  if (r < 0) return sl_s3_say(err, err_size, r, "S3 %s of %s: cannot read the file: %s", what, key, sl_strerror(r));
+  if (r < 0)
+    return sl_err_say(err, err_size, r, "S3 %s of %s: cannot read the file: %s", what, key,
+                      sl_strerror(r));
   char h_md5[64], h_sha[96];
   snprintf(h_md5, sizeof h_md5, "Content-MD5: %s", md5_b64);
   struct sl_http_fd_range body = {body_fd, off, len};
@@ -460,8 +467,8 @@ static int put_body(struct sl_s3_client *c, const char *url, int fd, int body_fd
   if (resp.status != 200) {
     r = sl_s3_answer_error(&resp, what, key, err, err_size);
   } else if (!etag_is(resp.header_values[0], md5_hex)) {
-    r = sl_s3_say(err, err_size, SL_ECHECKSUM, "S3 %s of %s: the service's ETag is not the MD5 it was sent",
-            what, key);
+    r = sl_err_say(err, err_size, SL_ECHECKSUM,
+                   "S3 %s of %s: the service's ETag is not the MD5 it was sent", what, key);
   } else if (ret_etag) {
     snprintf(ret_etag, etag_size, "%s", resp.header_values[0]);
   }
@@ -586,7 +593,7 @@ static int mpu_complete(struct mpu *m, const char *sha256, char *err, size_t err
   if (r >= 0) r = sl_s3_cat(xml, cap, &n, "</CompleteMultipartUpload>");
   if (r < 0) {
     free(xml);
-    return sl_s3_say(err, err_size, r, "S3 completion of %s: too many parts", m->key);
+    return sl_err_say(err, err_size, r, "S3 completion of %s: too many parts", m->key);
   }
   struct sl_s3_presign_req pr = {.op = SL_S3_MPU_COMPLETE, .key = m->key, .upload_id = m->upload_id};
   char *body = NULL;
@@ -608,9 +615,11 @@ static int mpu_complete(struct mpu *m, const char *sha256, char *err, size_t err
   if (!root || strcmp((const char *)root->name, "CompleteMultipartUploadResult")) {
     char code[64], msg[200];
     xml_error(body, len, code, msg);
-    r = sl_s3_say(err, err_size, *code && strcmp(code, "InternalError") && strcmp(code, "SlowDown") ? -EIO : -EAGAIN,
-            "S3 completion of %s failed: %s%s%s", m->key, *code ? code : "an answer that is not XML",
-            *msg ? ": " : "", msg);
+    r = sl_err_say(err, err_size,
+                   *code && strcmp(code, "InternalError") && strcmp(code, "SlowDown") ? -EIO
+                                                                                      : -EAGAIN,
+                   "S3 completion of %s failed: %s%s%s", m->key,
+                   *code ? code : "an answer that is not XML", *msg ? ": " : "", msg);
   }
   xmlFreeDoc(d);
   free(body);
@@ -635,7 +644,8 @@ static int put_multipart(struct sl_s3_client *c, const char *key, int fd, int bo
   char id[1024];
   if (!root || strcmp((const char *)root->name, "InitiateMultipartUploadResult") ||
       xml_text(root, "UploadId", id, sizeof id) <= 0)
-    r = sl_s3_say(err, err_size, SL_EPARSE, "S3 start of an upload of %s: no UploadId in the answer", key);
+    r = sl_err_say(err, err_size, SL_EPARSE,
+                   "S3 start of an upload of %s: no UploadId in the answer", key);
   xmlFreeDoc(d);
   free(body);
   if (r < 0) return r;
@@ -662,7 +672,8 @@ static int put_multipart(struct sl_s3_client *c, const char *key, int fd, int bo
     }
   for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
   r = m.failed;
-  if (r < 0) sl_s3_say(err, err_size, r, "%s", m.err);
+  if (r < 0)
+    sl_err_say(err, err_size, r, "%s", m.err);
   else r = mpu_complete(&m, sha256, err, err_size);
   if (r < 0) {
     char why[256];
@@ -681,24 +692,26 @@ static int put_multipart(struct sl_s3_client *c, const char *key, int fd, int bo
 int sl_s3_put_file(struct sl_s3_client *c, const char *key, const char *src, uint64_t *ret_bytes,
                    char *err, size_t err_size) {
   int fd = open(src, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return sl_s3_say(err, err_size, -errno, "cannot open %s to upload it: %s", src, strerror(errno));
+  if (fd < 0)
+    return sl_err_say(err, err_size, -errno, "cannot open %s to upload it: %s", src,
+                      strerror(errno));
   struct stat st;
   int r = fstat(fd, &st) < 0 ? -errno : 0;
   if (r == 0 && !S_ISREG(st.st_mode)) r = -EINVAL;
   if (r < 0) {
     close(fd);
-    return sl_s3_say(err, err_size, r, "cannot upload %s: not a readable file", src);
+    return sl_err_say(err, err_size, r, "cannot upload %s: not a readable file", src);
   }
   uint64_t size = (uint64_t)st.st_size;
   char sha[65];
   if ((r = sl_s3_sha256_range(fd, 0, size, sha)) < 0) {
     close(fd);
-    return sl_s3_say(err, err_size, r, "cannot read %s to upload it: %s", src, sl_strerror(r));
+    return sl_err_say(err, err_size, r, "cannot read %s to upload it: %s", src, sl_strerror(r));
   }
   int body_fd = fd;
   if ((r = body_source(c, fd, &body_fd)) < 0) {
     close(fd);
-    return sl_s3_say(err, err_size, r, "cannot upload %s: %s", src, sl_strerror(r));
+    return sl_err_say(err, err_size, r, "cannot upload %s: %s", src, sl_strerror(r));
   }
   if (size <= c->o.part_bytes) {
     char *url = NULL;

@@ -54,12 +54,13 @@ static int get_range(struct sl_s3_client *c, const char *url, const char *key, c
   req.sink_fd = &sink;
   struct sl_http_resp resp = {0};
   int r = sl_http_do(&req, &resp);
-  if (r == SL_ELIMIT) return sl_s3_say(err, err_size, -ESTALE, "S3 object %s grew while it was read", key);
+  if (r == SL_ELIMIT)
+    return sl_err_say(err, err_size, -ESTALE, "S3 object %s grew while it was read", key);
   if (r < 0) return sl_s3_transport_error(r, "download", key, err, err_size);
   if (resp.status != (whole ? 200 : 206))
     r = sl_s3_answer_error(&resp, "download", key, err, err_size);
   else if (resp.sink_bytes != len)
-    r = sl_s3_say(err, err_size, -ESTALE, "S3 object %s changed size while it was read", key);
+    r = sl_err_say(err, err_size, -ESTALE, "S3 object %s changed size while it was read", key);
   sl_http_resp_done(&resp);
   return r;
 }
@@ -112,7 +113,7 @@ static int get_ranges(struct sl_s3_client *c, const char *url, const char *key,
   }
   for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
   pthread_mutex_destroy(&g.lock);
-  if (g.failed) return sl_s3_say(err, err_size, g.failed, "%s", g.err);
+  if (g.failed) return sl_err_say(err, err_size, g.failed, "%s", g.err);
   return 0;
 }
 
@@ -124,24 +125,28 @@ int sl_s3_get_file(struct sl_s3_client *c, const char *key, const char *dst, uin
   size_t dl = strlen(dst);
   const char *slash = strrchr(dst, '/');
   if (!dl || dst[dl - 1] == '/' || dl >= PATH_MAX - 64)
-    return sl_s3_say(err, err_size, -EINVAL, "cannot download %s to %s: not a file name", key, dst);
+    return sl_err_say(err, err_size, -EINVAL, "cannot download %s to %s: not a file name", key,
+                      dst);
   char dir[PATH_MAX], tmp[PATH_MAX];
   if (!slash) snprintf(dir, sizeof dir, ".");
   else snprintf(dir, sizeof dir, "%.*s", slash == dst ? 1 : (int)(slash - dst), dst);
   if ((r = sl_mkdir_p(dir, 0700)) < 0)
-    return sl_s3_say(err, err_size, r, "cannot download %s: cannot create %s: %s", key, dir, sl_strerror(r));
+    return sl_err_say(err, err_size, r, "cannot download %s: cannot create %s: %s", key, dir,
+                      sl_strerror(r));
   if ((size_t)snprintf(tmp, sizeof tmp, "%s/.%s.s3-tmp.%d.%u", dir, slash ? slash + 1 : dst,
                        (int)getpid(), __atomic_fetch_add(&c->tmp_counter, 1, __ATOMIC_RELAXED)) >=
       sizeof tmp)
-    return sl_s3_say(err, err_size, SL_ELIMIT, "cannot download %s to %s: the name is too long", key, dst);
+    return sl_err_say(err, err_size, SL_ELIMIT, "cannot download %s to %s: the name is too long",
+                      key, dst);
   int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return sl_s3_say(err, err_size, -errno, "cannot download %s: cannot create %s: %s", key, tmp,
-                         strerror(errno));
+  if (fd < 0)
+    return sl_err_say(err, err_size, -errno, "cannot download %s: cannot create %s: %s", key, tmp,
+                      strerror(errno));
   char *url = NULL;
   struct sl_s3_presign_req pr = {.op = SL_S3_GET, .key = key};
   if ((r = sl_s3_sign1(c, &pr, &url, err, err_size)) < 0) goto fail;
   if (o.bytes && ftruncate(fd, (off_t)o.bytes) < 0) {
-    r = sl_s3_say(err, err_size, -errno, "cannot download %s: %s", key, strerror(errno));
+    r = sl_err_say(err, err_size, -errno, "cannot download %s: %s", key, strerror(errno));
     goto fail;
   }
   if (o.bytes <= c->o.part_bytes)
@@ -152,24 +157,25 @@ int sl_s3_get_file(struct sl_s3_client *c, const char *key, const char *dst, uin
   if (*o.sha256) {
     char got[65];
     if ((r = sl_s3_sha256_range(fd, 0, o.bytes, got)) < 0) {
-      sl_s3_say(err, err_size, r, "cannot read back the download of %s: %s", key, sl_strerror(r));
+      sl_err_say(err, err_size, r, "cannot read back the download of %s: %s", key, sl_strerror(r));
       goto fail;
     }
     if (strcmp(got, o.sha256)) {
-      r = sl_s3_say(err, err_size, SL_ECHECKSUM,
-              "S3 object %s does not match its x-amz-meta-sha256 (%.12s..., read %.12s...)", key,
-              o.sha256, got);
+      r = sl_err_say(err, err_size, SL_ECHECKSUM,
+                     "S3 object %s does not match its x-amz-meta-sha256 (%.12s..., read %.12s...)",
+                     key, o.sha256, got);
       goto fail;
     }
   }
   if (fsync(fd) < 0 || close(fd) < 0) {
     fd = -1;
-    r = sl_s3_say(err, err_size, -errno, "cannot download %s: %s", key, strerror(errno));
+    r = sl_err_say(err, err_size, -errno, "cannot download %s: %s", key, strerror(errno));
     goto fail;
   }
   fd = -1;
   if (rename(tmp, dst) < 0) {
-    r = sl_s3_say(err, err_size, -errno, "cannot download %s to %s: %s", key, dst, strerror(errno));
+    r = sl_err_say(err, err_size, -errno, "cannot download %s to %s: %s", key, dst,
+                   strerror(errno));
     goto fail;
   }
   free(url);

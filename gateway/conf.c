@@ -194,19 +194,19 @@ static int check_section(const char *section, char *err, size_t size) {
   const char *entry;
   const char *tmpl = section_template(section, &entry);
   if (entry && !gw_config_valid_name(entry))
-    return gw_conf_fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
+    return sl_err_say(err, size, SL_ECONFIG, "unknown section [%s]", section);
   if (!strcmp(tmpl, "provider.*")) {
     if (gw_provider_find(entry))
       return 0;
     char names[GW_PROVIDERS_MAX * (GW_PROVIDER_NAME_MAX + 2)];
     class_names(names, sizeof names);
-    return gw_conf_fail(err, size, "unknown provider \"%s\" (this gateway has: %s)", entry, names),
-           SL_ECONFIG;
+    return sl_err_say(err, size, SL_ECONFIG, "unknown provider \"%s\" (this gateway has: %s)",
+                      entry, names);
   }
   for (size_t i = 0; i < N_OPTS; i++)
     if (!strcmp(opts[i].section, tmpl))
       return 0;
-  return gw_conf_fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
+  return sl_err_say(err, size, SL_ECONFIG, "unknown section [%s]", section);
 }
 
 int gw_config_parse_number(const char *name, const char *value, bool integer, double min,
@@ -224,7 +224,7 @@ static void *target(struct gw_config *c, enum opt_owner owner, const char *entry
       if (!strcmp(c->users[i].name, entry))
         return &c->users[i];
     if (c->n_users == GW_MAX_USERS)
-      return gw_conf_fail(err, size, "more than %d users", GW_MAX_USERS), NULL;
+      return sl_err_say(err, size, 0, "more than %d users", GW_MAX_USERS), NULL;
     struct gw_user_cfg *u = &c->users[c->n_users++];
     memset(u, 0, sizeof *u);
     snprintf(u->name, sizeof u->name, "%s", entry);
@@ -235,7 +235,7 @@ static void *target(struct gw_config *c, enum opt_owner owner, const char *entry
       if (!strcmp(c->webhooks[i].name, entry))
         return &c->webhooks[i];
     if (c->n_webhooks == GW_MAX_WEBHOOKS)
-      return gw_conf_fail(err, size, "more than %d webhooks", GW_MAX_WEBHOOKS), NULL;
+      return sl_err_say(err, size, 0, "more than %d webhooks", GW_MAX_WEBHOOKS), NULL;
     struct gw_webhook_cfg *w = &c->webhooks[c->n_webhooks++];
     memset(w, 0, sizeof *w);
     snprintf(w->name, sizeof w->name, "%s", entry);
@@ -248,7 +248,7 @@ static void *target(struct gw_config *c, enum opt_owner owner, const char *entry
     if (!strcmp(c->groups[i].name, entry))
       return &c->groups[i];
   if (c->n_groups == GW_MAX_GROUPS)
-    return gw_conf_fail(err, size, "more than %d groups", GW_MAX_GROUPS), NULL;
+    return sl_err_say(err, size, 0, "more than %d groups", GW_MAX_GROUPS), NULL;
   struct gw_group_cfg *g = &c->groups[c->n_groups++];
   memset(g, 0, sizeof *g);
   snprintf(g->name, sizeof g->name, "%s", entry);
@@ -280,7 +280,7 @@ int gw_config_set(struct gw_config *c, const char *section, const char *name, co
       gw_conf_parse_events(value, &((struct gw_webhook_cfg *)base)->event_mask, NULL, 0);
     return r;
   }
-  return gw_conf_fail(err, err_size, "unknown key \"%s\" in [%s]", name, section), SL_ECONFIG;
+  return sl_err_say(err, err_size, SL_ECONFIG, "unknown key \"%s\" in [%s]", name, section);
 }
 
 void gw_config_defaults(struct gw_config *c) {
@@ -335,9 +335,9 @@ static int error_at(struct parse_ctx *p, int line, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   if (line > 0)
-    gw_conf_fail(p->err, p->err_size, "%s:%d: %s", p->path, line, msg);
+    sl_err_say(p->err, p->err_size, 0, "%s:%d: %s", p->path, line, msg);
   else
-    gw_conf_fail(p->err, p->err_size, "%s: %s", p->path, msg);
+    sl_err_say(p->err, p->err_size, 0, "%s: %s", p->path, msg);
   return SL_ECONFIG;
 }
 
@@ -589,19 +589,21 @@ static FILE *open_config(const char *path, char *err, size_t err_size, int *ret_
   struct stat st;
   if (fd < 0 || fstat(fd, &st) < 0) {
     *ret_err = -errno;
-    gw_conf_fail(err, err_size, "%s: %s", path, strerror(errno));
+    sl_err_say(err, err_size, 0, "%s: %s", path, strerror(errno));
   } else if (!S_ISREG(st.st_mode)) {
     *ret_err = SL_ECONFIG;
-    gw_conf_fail(err, err_size, "%s: %s, not a config file (expected an INI file)", path,
-         S_ISDIR(st.st_mode) ? "a folder" : S_ISFIFO(st.st_mode) ? "a FIFO"
-         : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "not a regular file");
+    sl_err_say(err, err_size, 0, "%s: %s, not a config file (expected an INI file)", path,
+               S_ISDIR(st.st_mode)                          ? "a folder"
+               : S_ISFIFO(st.st_mode)                       ? "a FIFO"
+               : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                            : "not a regular file");
   } else {
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     FILE *f = fdopen(fd, "r");
     if (f)
       return f;
     *ret_err = -errno;
-    gw_conf_fail(err, err_size, "%s: %s", path, strerror(errno));
+    sl_err_say(err, err_size, 0, "%s: %s", path, strerror(errno));
   }
   if (fd >= 0)
     close(fd);

@@ -7,7 +7,6 @@
 
 #include <ctype.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,15 +17,6 @@ static const char *const hook_events[GW_HOOK_N_EVENTS] = {
   [GW_HOOK_BUDGET_ALERT] = "budget.alert", [GW_HOOK_BUDGET_CAP] = "budget.cap",
   [GW_HOOK_IDLE_SHUTDOWN] = "idle.shutdown",
 };
-
-void gw_conf_fail(char *err, size_t size, const char *fmt, ...) {
-  if (!err || !size)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, size, fmt, ap);
-  va_end(ap);
-}
 
 bool gw_config_valid_name(const char *s) {
   size_t n = strlen(s);
@@ -40,8 +30,8 @@ bool gw_config_valid_name(const char *s) {
 
 int gw_conf_check_addr(const char *v, char *why, size_t size) {
   if (strncmp(v, "tcp://", 6) && strncmp(v, "ipc://", 6) && strncmp(v, "inproc://", 9))
-    return gw_conf_fail(why, size, "\"%s\" is not a tcp://, ipc:// or inproc:// address", v),
-           SL_ECONFIG;
+    return sl_err_say(why, size, SL_ECONFIG, "\"%s\" is not a tcp://, ipc:// or inproc:// address",
+                      v);
   return 0;
 }
 
@@ -54,7 +44,7 @@ int gw_conf_check_http(const char *v, char *why, size_t size) {
   char *end = NULL;
   long port = colon && colon[1] ? strtol(colon + 1, &end, 10) : -1;
   if (!colon || colon == v || !end || *end || port < 0 || port > 65535 || strstr(v, "://"))
-    return gw_conf_fail(why, size, "\"%s\" is not HOST:PORT (127.0.0.1:7480, say)", v), SL_ECONFIG;
+    return sl_err_say(why, size, SL_ECONFIG, "\"%s\" is not HOST:PORT (127.0.0.1:7480, say)", v);
   return 0;
 }
 
@@ -66,11 +56,10 @@ int gw_conf_check_types(const char *v, char *why, size_t size) {
     size_t len = strcspn(p, ", ");
     if (len) {
       if (len > 63 || strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") < len)
-        return gw_conf_fail(why, size, "\"%.*s\" is not an instance type",
-                            (int)(len > 64 ? 64 : len), p),
-               SL_ECONFIG;
+        return sl_err_say(why, size, SL_ECONFIG, "\"%.*s\" is not an instance type",
+                          (int)(len > 64 ? 64 : len), p);
       if (++n > GW_TYPES_MAX)
-        return gw_conf_fail(why, size, "more than %d instance types", GW_TYPES_MAX), SL_ECONFIG;
+        return sl_err_say(why, size, SL_ECONFIG, "more than %d instance types", GW_TYPES_MAX);
     }
     p += len;
     p += strspn(p, ", ");
@@ -85,9 +74,8 @@ int gw_config_parse_alert_at(const char *s, double ret[GW_ALERT_MAX], char *err,
     size_t len = strcspn(p, ",");
     char item[32];
     if (len >= sizeof item)
-      return gw_conf_fail(err, err_size, "alert_at: \"%.*s\" is not a percentage",
-                          (int)(len > 40 ? 40 : len), p),
-             SL_ECONFIG;
+      return sl_err_say(err, err_size, SL_ECONFIG, "alert_at: \"%.*s\" is not a percentage",
+                        (int)(len > 40 ? 40 : len), p);
     memcpy(item, p, len);
     item[len] = 0;
     char *a = item, *end = NULL;
@@ -99,16 +87,15 @@ int gw_config_parse_alert_at(const char *s, double ret[GW_ALERT_MAX], char *err,
     if (end && *end == '%')
       end++;
     if (!*a || !end || *end || !isfinite(v) || v <= 0 || v > 1000)
-      return gw_conf_fail(err, err_size,
-                          "alert_at: \"%s\" is not a percentage above 0 and at most 1000",
-                  item), SL_ECONFIG;
+      return sl_err_say(err, err_size, SL_ECONFIG,
+                        "alert_at: \"%s\" is not a percentage above 0 and at most 1000", item);
     bool dup = false;
     for (size_t i = 0; i < n; i++)
       dup |= ret[i] == v;
     if (!dup) {
       if (n == GW_ALERT_MAX)
-        return gw_conf_fail(err, err_size, "alert_at: more than %d percentages", GW_ALERT_MAX),
-               SL_ECONFIG;
+        return sl_err_say(err, err_size, SL_ECONFIG, "alert_at: more than %d percentages",
+                          GW_ALERT_MAX);
       size_t i = n++;
       for (; i > 0 && ret[i - 1] > v; i--) /* ascending */
         ret[i] = ret[i - 1];
@@ -116,7 +103,7 @@ int gw_config_parse_alert_at(const char *s, double ret[GW_ALERT_MAX], char *err,
     }
     p += len;
     if (*p == ',' && !*++p)
-      return gw_conf_fail(err, err_size, "alert_at: a percentage after the last comma"), SL_ECONFIG;
+      return sl_err_say(err, err_size, SL_ECONFIG, "alert_at: a percentage after the last comma");
   }
   return (int)n;
 }
@@ -129,14 +116,14 @@ int gw_conf_check_alert_at(const char *v, char *why, size_t size) {
 int gw_conf_check_yes_no(const char *v, char *why, size_t size) {
   if (!strcmp(v, "yes") || !strcmp(v, "no"))
     return 0;
-  return gw_conf_fail(why, size, "\"%s\" is not yes or no", v), SL_ECONFIG;
+  return sl_err_say(why, size, SL_ECONFIG, "\"%s\" is not yes or no", v);
 }
 
 /* An http:// or https:// URL with a host, no spaces. */
 int gw_conf_check_hook_url(const char *v, char *why, size_t size) {
   const char *host = !strncmp(v, "http://", 7) ? v + 7 : !strncmp(v, "https://", 8) ? v + 8 : NULL;
   if (!host || !*host || *host == '/' || strpbrk(v, " \t\r\n"))
-    return gw_conf_fail(why, size, "\"%s\" is not an http:// or https:// URL", v), SL_ECONFIG;
+    return sl_err_say(why, size, SL_ECONFIG, "\"%s\" is not an http:// or https:// URL", v);
   return 0;
 }
 
@@ -153,16 +140,15 @@ int gw_conf_parse_events(const char *v, unsigned *ret_mask, char *why, size_t si
     while (e < GW_HOOK_N_EVENTS && (strlen(hook_events[e]) != n || strncmp(hook_events[e], p, n)))
       e++;
     if (e == GW_HOOK_N_EVENTS)
-      return gw_conf_fail(why, size,
-                          "\"%.*s\" is not an event (job.succeeded, job.failed, job.preempted,"
-                          " job.cancelled, budget.alert, budget.cap, idle.shutdown)",
-                          (int)n, p),
-             SL_ECONFIG;
+      return sl_err_say(why, size, SL_ECONFIG,
+                        "\"%.*s\" is not an event (job.succeeded, job.failed, job.preempted,"
+                        " job.cancelled, budget.alert, budget.cap, idle.shutdown)",
+                        (int)n, p);
     mask |= 1u << e;
     p += n;
   }
   if (!mask)
-    return gw_conf_fail(why, size, "names no event"), SL_ECONFIG;
+    return sl_err_say(why, size, SL_ECONFIG, "names no event");
   *ret_mask = mask;
   return 0;
 }
@@ -179,12 +165,12 @@ const char *gw_config_hook_event_name(enum gw_hook_event e) {
 int gw_conf_check_name(const char *v, char *why, size_t size) {
   if (gw_config_valid_name(v))
     return 0;
-  return gw_conf_fail(why, size, "\"%s\" is not a valid name", v), SL_ECONFIG;
+  return sl_err_say(why, size, SL_ECONFIG, "\"%s\" is not a valid name", v);
 }
 
 int gw_conf_check_hex64(const char *v, char *why, size_t size) {
   if (strlen(v) != 64 || strspn(v, "0123456789abcdef") != 64)
-    return gw_conf_fail(why, size, "expected 64 lowercase hex digits"), SL_ECONFIG;
+    return sl_err_say(why, size, SL_ECONFIG, "expected 64 lowercase hex digits");
   return 0;
 }
 
@@ -194,18 +180,17 @@ int gw_conf_check_store(const char *v, char *why, size_t size) {
   if (!*v || (!strncmp(v, "file:///", 8) && v[8]))
     return 0;
   if (strncmp(v, "s3://", 5))
-    return gw_conf_fail(why, size, "\"%s\" is not a file:/// or s3:// URL", v), SL_ECONFIG;
+    return sl_err_say(why, size, SL_ECONFIG, "\"%s\" is not a file:/// or s3:// URL", v);
   size_t n = strcspn(v + 5, "/");
   if (n < 3 || n > 63 || strspn(v + 5, "abcdefghijklmnopqrstuvwxyz0123456789.-") < n)
-    return gw_conf_fail(why, size,
-                        "\"%s\": the bucket name must be 3 to 63 of a-z, 0-9, '.' and '-'", v),
-           SL_ECONFIG;
+    return sl_err_say(why, size, SL_ECONFIG,
+                      "\"%s\": the bucket name must be 3 to 63 of a-z, 0-9, '.' and '-'", v);
   return 0;
 }
 
 /* Empty (JUPYTERHUB_API_URL at start) or an http(s):// URL. */
 int gw_conf_check_hub_url(const char *v, char *why, size_t size) {
   if (*v && ((strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) || strpbrk(v, " \t")))
-    return gw_conf_fail(why, size, "\"%s\" is not an http:// or https:// URL", v), SL_ECONFIG;
+    return sl_err_say(why, size, SL_ECONFIG, "\"%s\" is not an http:// or https:// URL", v);
   return 0;
 }

@@ -12,9 +12,6 @@
 struct gw_config;
 struct gw_provider_cfg;
 
-/* Writes the message into err (size bytes; nothing when err is NULL). */
-void gw_conf_fail(char *err, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 /* "job.succeeded, job.failed" as bits of enum gw_hook_event in *ret_mask. */
 int gw_conf_parse_events(const char *v, unsigned *ret_mask, char *why, size_t size);
 

@@ -43,7 +43,7 @@ struct gw_provider_cfg *gw_conf_enable_provider(struct gw_config *c, const char 
   if (p && !p->implicit)
     return p;
   if (explicit_n == GW_MAX_PROVIDERS_CFG)
-    return gw_conf_fail(err, size, "more than %d provider sections", GW_MAX_PROVIDERS_CFG), NULL;
+    return sl_err_say(err, size, 0, "more than %d provider sections", GW_MAX_PROVIDERS_CFG), NULL;
   size_t kept = 0;
   for (size_t i = 0; i < c->n_providers; i++)
     if (!c->providers[i].implicit || !strcmp(c->providers[i].name, name))
@@ -74,7 +74,7 @@ int gw_conf_set_provider_option(struct gw_config *c, const char *section, const 
                                const char *key, const char *value, char *err, size_t size) {
   const struct gw_provider_class *cls = gw_provider_find(provider);
   if (!cls) /* checked by the caller */
-    return gw_conf_fail(err, size, "unknown section [%s]", section), SL_ECONFIG;
+    return sl_err_say(err, size, SL_ECONFIG, "unknown section [%s]", section);
   if (!class_option(cls, key)) {
     char names[1024] = "";
     size_t used = 0;
@@ -84,22 +84,20 @@ int gw_conf_set_provider_option(struct gw_config *c, const char *section, const 
       used += n > 0 ? (size_t)n : 0;
     }
     if (!names[0])
-      return gw_conf_fail(err, size, "unknown key \"%s\" in [%s] (it takes no options)", key,
-                          section),
-             SL_ECONFIG;
-    return gw_conf_fail(err, size, "unknown key \"%s\" in [%s] (it accepts: %s)", key, section,
-                        names),
-           SL_ECONFIG;
+      return sl_err_say(err, size, SL_ECONFIG, "unknown key \"%s\" in [%s] (it takes no options)",
+                        key, section);
+    return sl_err_say(err, size, SL_ECONFIG, "unknown key \"%s\" in [%s] (it accepts: %s)", key,
+                      section, names);
   }
   if (strlen(value) >= sizeof c->providers[0].opts[0].value)
-    return gw_conf_fail(err, size, "%s: value longer than %zu bytes", key,
-                sizeof c->providers[0].opts[0].value - 1), SL_ECONFIG;
+    return sl_err_say(err, size, SL_ECONFIG, "%s: value longer than %zu bytes", key,
+                      sizeof c->providers[0].opts[0].value - 1);
   if (cls->check_option) {
     if (err && size)
       err[0] = 0;
     if (cls->check_option(key, value, err, size) < 0) {
       if (err && size && !err[0])
-        gw_conf_fail(err, size, "%s: \"%s\" is not a valid value", key, value);
+        sl_err_say(err, size, 0, "%s: \"%s\" is not a valid value", key, value);
       return SL_ECONFIG;
     }
   }
@@ -108,8 +106,8 @@ int gw_conf_set_provider_option(struct gw_config *c, const char *section, const 
   for (size_t i = 0; old && i < old->n; i++)
     has_key |= !strcmp(old->opts[i].key, key);
   if (old && !has_key && old->n == GW_PROVIDER_OPTS_MAX)
-    return gw_conf_fail(err, size, "more than %d options in [%s]", GW_PROVIDER_OPTS_MAX, section),
-           SL_ECONFIG;
+    return sl_err_say(err, size, SL_ECONFIG, "more than %d options in [%s]", GW_PROVIDER_OPTS_MAX,
+                      section);
   struct gw_provider_cfg *p = gw_conf_enable_provider(c, provider, err, size);
   if (!p)
     return SL_ECONFIG;

@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,23 +77,11 @@ static const struct sl_opt fields[] = {
 #undef S_
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 
-static int fail(char *err, size_t err_size, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t err_size, int code, const char *fmt, ...) {
-  if (err && err_size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
-
 /* Decodes the key to check it; the reason never quotes it (it may be the secret). */
 static int check_key(const char *z85, char *why, size_t why_size) {
   uint8_t raw[32];
   if (strlen(z85) != WK_KEY_Z85_LEN || !zmq_z85_decode(raw, z85))
-    return fail(why, why_size, SL_ECONFIG, "not a 40-character Z85 CURVE key");
+    return sl_err_say(why, why_size, SL_ECONFIG, "not a 40-character Z85 CURVE key");
   return 0;
 }
 
@@ -104,7 +91,7 @@ static int check_address(const char *text, char *why, size_t why_size) {
   unsigned char buf[sizeof(struct in6_addr)];
   if (!*text || inet_pton(AF_INET, text, buf) == 1 || inet_pton(AF_INET6, text, buf) == 1)
     return 0;
-  return fail(why, why_size, SL_ECONFIG, "\"%s\" is not an IPv4 or IPv6 address", text);
+  return sl_err_say(why, why_size, SL_ECONFIG, "\"%s\" is not an IPv4 or IPv6 address", text);
 }
 
 static void set_defaults(struct wk_config *c) {
@@ -115,25 +102,26 @@ static void set_defaults(struct wk_config *c) {
 static int check_whole(struct wk_config *c, char *err, size_t err_size) {
   char pub[WK_KEY_Z85_LEN + 1];
   if (zmq_curve_public(pub, c->secret_key) != 0 || strcmp(pub, c->public_key) != 0)
-    return fail(err, err_size, SL_ECONFIG, "\"public\" does not belong to \"secret\"");
+    return sl_err_say(err, err_size, SL_ECONFIG, "\"public\" does not belong to \"secret\"");
   if (strncmp(c->store, "file:///", 8) != 0 && strncmp(c->store, "s3://", 5) != 0)
-    return fail(err, err_size, SL_ECONFIG, "\"store\": only file:/// and s3:// URLs are supported");
+    return sl_err_say(err, err_size, SL_ECONFIG,
+                      "\"store\": only file:/// and s3:// URLs are supported");
   if (!strcmp(c->metadata, "aws")) {
     char url[SL_AWS_ENDPOINT_MAX];
     sl_aws_imds_endpoint(url);
     if (strlen(url) >= sizeof c->metadata)
-      return fail(err, err_size, SL_ECONFIG, "AWS_EC2_METADATA_SERVICE_ENDPOINT is too long");
+      return sl_err_say(err, err_size, SL_ECONFIG, "AWS_EC2_METADATA_SERVICE_ENDPOINT is too long");
     snprintf(c->metadata, sizeof c->metadata, "%s", url);
     snprintf(c->metadata_kind, sizeof c->metadata_kind, "aws");
   }
   if (c->metadata_kind[0] && strcmp(c->metadata_kind, "aws") && strcmp(c->metadata_kind, "gcp"))
-    return fail(err, err_size, SL_ECONFIG, "\"metadata_kind\" must be aws or gcp");
+    return sl_err_say(err, err_size, SL_ECONFIG, "\"metadata_kind\" must be aws or gcp");
   const char *env = getenv("SPOTLAB_NOTICE_POLL_MS");
   if (env && *env) {
     char *end;
     long long v = strtoll(env, &end, 10);
     if (*end || v < 1 || v > 60000)
-      return fail(err, err_size, SL_ECONFIG, "SPOTLAB_NOTICE_POLL_MS must be 1..60000");
+      return sl_err_say(err, err_size, SL_ECONFIG, "SPOTLAB_NOTICE_POLL_MS must be 1..60000");
     c->notice_poll_ms = v;
   }
   return 0;
@@ -144,18 +132,19 @@ int wk_config_parse(const char *text, size_t len, struct wk_config *ret, char *e
   json_t *root = NULL;
   char why[160];
   int r = sl_json_parse(text, len, 8, &root, why, sizeof why);
-  if (r < 0) return fail(err, err_size, SL_EJSON, "not JSON: %s", why);
+  if (r < 0) return sl_err_say(err, err_size, SL_EJSON, "not JSON: %s", why);
   struct wk_config c;
   set_defaults(&c);
   if (!json_is_object(root)) {
-    r = fail(err, err_size, SL_ECONFIG, "the file must hold a JSON object");
+    r = sl_err_say(err, err_size, SL_ECONFIG, "the file must hold a JSON object");
     goto out;
   }
   for (size_t i = 0; i < N_FIELDS; i++) {
     json_t *v = json_object_get(root, fields[i].name);
     if (!v || json_is_null(v)) {
       if (fields[i].flags & SL_OPT_REQUIRED) {
-        r = fail(err, err_size, SL_ECONFIG, "missing \"%s\" (%s)", fields[i].name, fields[i].help);
+        r = sl_err_say(err, err_size, SL_ECONFIG, "missing \"%s\" (%s)", fields[i].name,
+                       fields[i].help);
         goto out;
       }
       continue;
@@ -178,16 +167,16 @@ out:
 
 int wk_config_load(const char *path, struct wk_config *ret, char *err, size_t err_size) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(err, err_size, -errno, "%s: %s", path, strerror(errno));
+  if (fd < 0) return sl_err_say(err, err_size, -errno, "%s: %s", path, strerror(errno));
   struct stat st;
   char *buf = NULL;
   int r;
   if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-    r = fail(err, err_size, SL_ECONFIG, "%s: not a regular file", path);
+    r = sl_err_say(err, err_size, SL_ECONFIG, "%s: not a regular file", path);
     goto out;
   }
   if (st.st_size > MAX_FILE_BYTES) {
-    r = fail(err, err_size, SL_ECONFIG, "%s: larger than %d bytes", path, MAX_FILE_BYTES);
+    r = sl_err_say(err, err_size, SL_ECONFIG, "%s: larger than %d bytes", path, MAX_FILE_BYTES);
     goto out;
   }
   buf = malloc((size_t)st.st_size + 1);
@@ -196,7 +185,10 @@ int wk_config_load(const char *path, struct wk_config *ret, char *err, size_t er
   while (got < (size_t)st.st_size) {
     ssize_t k = read(fd, buf + got, (size_t)st.st_size - got);
     if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) { r = fail(err, err_size, k < 0 ? -errno : SL_ECONFIG, "%s: short read", path); goto out; }
+    if (k <= 0) {
+      r = sl_err_say(err, err_size, k < 0 ? -errno : SL_ECONFIG, "%s: short read", path);
+      goto out;
+    }
     got += (size_t)k;
   }
   struct wk_config c;
@@ -210,7 +202,7 @@ int wk_config_load(const char *path, struct wk_config *ret, char *err, size_t er
     else *slash = 0;
     char abs[PATH_MAX];
     if (!realpath(dir, abs) || strlen(abs) + 1 + strlen(c.work_dir) >= sizeof c.work_dir) {
-      r = fail(err, err_size, SL_ECONFIG, "\"work_dir\": cannot resolve it under %s", dir);
+      r = sl_err_say(err, err_size, SL_ECONFIG, "\"work_dir\": cannot resolve it under %s", dir);
       goto out;
     }
     char rel[sizeof c.work_dir];

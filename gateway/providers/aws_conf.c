@@ -6,7 +6,6 @@
 #include "aws_int.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,16 +47,6 @@ const struct gw_provider_option gw_aws_options[] = {
   {"capacity_memory", "10m", "how long a capacity failure of a type in a zone is remembered"},
   {NULL, NULL, NULL},
 };
-
-static int fail(char *err, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t size, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, size, fmt, ap);
-  va_end(ap);
-  return SL_ECONFIG;
-}
 
 /* Splits a comma list (spaces trimmed, empty items skipped) into at most
  * max items of item_size bytes. The count, or SL_ELIMIT. */
@@ -125,7 +114,8 @@ static int parse_subnets(const char *value, struct gw_aws_placement *ret, size_t
   char items[GW_AWS_MAX_PLACEMENTS][LIST_MAX * 2];
   int n = split_list(value, items[0], sizeof items[0], GW_AWS_MAX_PLACEMENTS);
   if (n < 0)
-    return fail(err, size, "subnets: more than %d subnets, or one too long", GW_AWS_MAX_PLACEMENTS);
+    return sl_err_say(err, size, SL_ECONFIG, "subnets: more than %d subnets, or one too long",
+                      GW_AWS_MAX_PLACEMENTS);
   int pairs = 0;
   for (int i = 0; i < n; i++) {
     char *eq = strchr(items[i], '=');
@@ -133,7 +123,8 @@ static int parse_subnets(const char *value, struct gw_aws_placement *ret, size_t
     if (eq)
       *eq = '\0', pairs++;
     if ((eq && !zone_name(items[i])) || !prefixed_id(subnet, "subnet-"))
-      return fail(err, size, "subnets: \"%s\" is not subnet-... or ZONE=subnet-...", subnet);
+      return sl_err_say(err, size, SL_ECONFIG,
+                        "subnets: \"%s\" is not subnet-... or ZONE=subnet-...", subnet);
     if (ret) {
       memset(&ret[i], 0, sizeof ret[i]);
       snprintf(ret[i].zone, sizeof ret[i].zone, "%s", eq ? items[i] : "");
@@ -141,7 +132,8 @@ static int parse_subnets(const char *value, struct gw_aws_placement *ret, size_t
     }
   }
   if (pairs && pairs != n)
-    return fail(err, size, "subnets: either every item is ZONE=subnet-... or none is");
+    return sl_err_say(err, size, SL_ECONFIG,
+                      "subnets: either every item is ZONE=subnet-... or none is");
   if (ret_n)
     *ret_n = (size_t)n;
   return 0;
@@ -152,13 +144,17 @@ int gw_aws_check_option(const char *name, const char *value, char *err, size_t s
   int64_t us;
   if (!strcmp(name, "region"))
     return !*value || (zone_name(value) && strlen(value) < 32)
-               ? 0 : fail(err, size, "region: \"%s\" is not a region name", value);
+               ? 0
+               : sl_err_say(err, size, SL_ECONFIG, "region: \"%s\" is not a region name", value);
   if (!strcmp(name, "transfer_usd_per_gb")) {
     char *end = NULL;
     double usd = strtod(value, &end);
     return *value && end && !*end && usd >= 0 && usd <= 10
-               ? 0 : fail(err, size, "transfer_usd_per_gb: \"%s\" is not a price from 0 to 10 "
-                                     "USD per GB", value);
+               ? 0
+               : sl_err_say(err, size, SL_ECONFIG,
+                            "transfer_usd_per_gb: \"%s\" is not a price from 0 to 10 "
+                            "USD per GB",
+                            value);
   }
   if (!strcmp(name, "zones") || !strcmp(name, "instance_types") ||
       !strcmp(name, "security_groups") || !strcmp(name, "regions")) {
@@ -176,7 +172,7 @@ int gw_aws_check_option(const char *name, const char *value, char *err, size_t s
                 : !strcmp(name, "security_groups") ? prefixed_id(items[i], "sg-")
                 : only(items[i], LOWER_DIGITS ".-");
       if (!ok)
-        return fail(err, size, "%s: \"%s\" is not a valid item", name, items[i]);
+        return sl_err_say(err, size, SL_ECONFIG, "%s: \"%s\" is not a valid item", name, items[i]);
     }
     return 0;
   }
@@ -186,16 +182,22 @@ int gw_aws_check_option(const char *name, const char *value, char *err, size_t s
     if (!*value || prefixed_id(value, "ami-") ||
         (!strncmp(value, "resolve:ssm:/", 13) && printable(value, false)))
       return 0;
-    return fail(err, size, "ami: \"%s\" is not ami-... or resolve:ssm:/PARAMETER", value);
+    return sl_err_say(err, size, SL_ECONFIG, "ami: \"%s\" is not ami-... or resolve:ssm:/PARAMETER",
+                      value);
   }
   if (!strcmp(name, "worker_prefix"))
     return !*value || (value[0] == '/' && printable(value, true))
-               ? 0 : fail(err, size, "worker_prefix: \"%s\" is not an absolute path free of "
-                                     "quotes and backslashes", value);
+               ? 0
+               : sl_err_say(err, size, SL_ECONFIG,
+                            "worker_prefix: \"%s\" is not an absolute path free of "
+                            "quotes and backslashes",
+                            value);
   if (!strcmp(name, "advertise"))
     return !*value || (!strncmp(value, "tcp://", 6) && strchr(value + 6, ':') &&
                        printable(value, false))
-               ? 0 : fail(err, size, "advertise: \"%s\" is not tcp://HOST:PORT", value);
+               ? 0
+               : sl_err_say(err, size, SL_ECONFIG, "advertise: \"%s\" is not tcp://HOST:PORT",
+                            value);
   if (!strcmp(name, "orphan_timeout"))
     return check_duration(name, value, 10 * SL_US_PER_S, 7 * 86400 * SL_US_PER_S, &us, err, size);
   if (!strcmp(name, "poll"))
@@ -204,8 +206,9 @@ int gw_aws_check_option(const char *name, const char *value, char *err, size_t s
     return check_duration(name, value, 0, 86400 * SL_US_PER_S, &us, err, size);
   if (!strcmp(name, "iam_instance_profile") || !strcmp(name, "key_name"))
     return strlen(value) < 256 && printable(value, true)
-               ? 0 : fail(err, size, "%s: \"%s\" is too long or holds control characters",
-                          name, value);
+               ? 0
+               : sl_err_say(err, size, SL_ECONFIG,
+                            "%s: \"%s\" is too long or holds control characters", name, value);
   return 0; /* catalog: any path; read when the provider opens */
 }
 
@@ -243,24 +246,26 @@ static int load_regions(const struct gw_provider_env *env, struct gw_aws_config 
   const char *list = opt(env, "regions"), *one = opt(env, "region");
   char why[256] = "", region[SL_AWS_REGION_MAX];
   if (*list && *one)
-    return fail(err, size, "[provider.aws] region and regions are alternatives; set one");
+    return sl_err_say(err, size, SL_ECONFIG,
+                      "[provider.aws] region and regions are alternatives; set one");
   if (*list) {
     char items[GW_AWS_MAX_REGIONS][32];
     int n = split_list(list, items[0], sizeof items[0], GW_AWS_MAX_REGIONS);
     if (n <= 0)
-      return fail(err, size, "[provider.aws] regions: no region named");
+      return sl_err_say(err, size, SL_ECONFIG, "[provider.aws] regions: no region named");
     for (int i = 0; i < n; i++) {
       for (size_t k = 0; k < c->n_regions; k++)
         if (!strcmp(c->regions[k], items[i]))
-          return fail(err, size, "[provider.aws] regions: %s is listed twice", items[i]);
+          return sl_err_say(err, size, SL_ECONFIG, "[provider.aws] regions: %s is listed twice",
+                            items[i]);
       memcpy(c->regions[c->n_regions++], items[i], 32);
     }
   } else {
     if (sl_aws_region(one, region, why, sizeof why) < 0)
-      return fail(err, size, "[provider.aws] region: %s",
-                  why[0] ? why : "no region set (region, regions or AWS_REGION)");
+      return sl_err_say(err, size, SL_ECONFIG, "[provider.aws] region: %s",
+                        why[0] ? why : "no region set (region, regions or AWS_REGION)");
     if (strlen(region) >= sizeof c->regions[0])
-      return fail(err, size, "[provider.aws] region: \"%s\" is too long", region);
+      return sl_err_say(err, size, SL_ECONFIG, "[provider.aws] region: \"%s\" is too long", region);
     snprintf(c->regions[c->n_regions++], sizeof c->regions[0], "%s", region);
   }
   /* the store's region as the gateway finds it: [store] region, else this
@@ -280,15 +285,18 @@ static int place_in_region(struct gw_aws_config *c, struct gw_aws_placement *pl,
                            size_t size) {
   if (!pl->zone[0]) { /* a plain subnet: EC2 knows its zone */
     if (c->n_regions > 1)
-      return fail(err, size, "[provider.aws] subnets: with several regions, name each "
-                             "subnet's zone (ZONE=%s)", pl->subnet);
+      return sl_err_say(err, size, SL_ECONFIG,
+                        "[provider.aws] subnets: with several regions, name each "
+                        "subnet's zone (ZONE=%s)",
+                        pl->subnet);
     snprintf(pl->region, sizeof pl->region, "%s", c->regions[0]);
     return 0;
   }
   int r = gw_aws_zone_region(c->regions, c->n_regions, pl->zone);
   if (r < 0)
-    return fail(err, size, "[provider.aws] zone %s is in none of the regions (%s%s)", pl->zone,
-                c->regions[0], c->n_regions > 1 ? ", ..." : "");
+    return sl_err_say(err, size, SL_ECONFIG,
+                      "[provider.aws] zone %s is in none of the regions (%s%s)", pl->zone,
+                      c->regions[0], c->n_regions > 1 ? ", ..." : "");
   snprintf(pl->region, sizeof pl->region, "%s", c->regions[r]);
   return 0;
 }
@@ -297,7 +305,8 @@ static int load_lists(const struct gw_provider_env *env, struct gw_aws_config *c
                       size_t size) {
   const char *zones = opt(env, "zones"), *subnets = opt(env, "subnets");
   if (*zones && *subnets)
-    return fail(err, size, "[provider.aws] zones and subnets are alternatives; set one");
+    return sl_err_say(err, size, SL_ECONFIG,
+                      "[provider.aws] zones and subnets are alternatives; set one");
   if (*subnets) {
     if (parse_subnets(subnets, c->placements, &c->n_placements, err, size) < 0)
       return SL_ECONFIG;
@@ -316,8 +325,9 @@ static int load_lists(const struct gw_provider_env *env, struct gw_aws_config *c
     for (size_t i = 0; i < c->n_placements && !used; i++)
       used = !strcmp(c->placements[i].region, c->regions[r]);
     if (!used)
-      return fail(err, size, "[provider.aws] region %s has none of the configured %s",
-                  c->regions[r], *subnets ? "subnets" : "zones");
+      return sl_err_say(err, size, SL_ECONFIG,
+                        "[provider.aws] region %s has none of the configured %s", c->regions[r],
+                        *subnets ? "subnets" : "zones");
   }
   char groups[GW_AWS_MAX_SECURITY_GROUPS][64];
   int n = split_list(opt(env, "security_groups"), groups[0], 64, GW_AWS_MAX_SECURITY_GROUPS);
@@ -331,7 +341,7 @@ int gw_aws_config_types(struct gw_aws_config *c, const struct gw_catalog *cat, c
   char items[LIST_MAX][LIST_MAX];
   int n = split_list(value, items[0], sizeof items[0], LIST_MAX);
   if (n < 0)
-    return fail(err, size, "[provider.aws] instance_types: too many types");
+    return sl_err_say(err, size, SL_ECONFIG, "[provider.aws] instance_types: too many types");
   size_t count = n ? (size_t)n : gw_catalog_count(cat);
   c->types = calloc(count ? count : 1, sizeof *c->types);
   if (!c->types)
@@ -339,10 +349,12 @@ int gw_aws_config_types(struct gw_aws_config *c, const struct gw_catalog *cat, c
   for (size_t i = 0; i < count; i++) {
     const char *name = n ? items[i] : gw_catalog_get(cat, i)->name;
     if (gw_catalog_find(cat, name) < 0)
-      return fail(err, size, "[provider.aws] instance_types: %s is not in the catalog", name);
+      return sl_err_say(err, size, SL_ECONFIG,
+                        "[provider.aws] instance_types: %s is not in the catalog", name);
     for (size_t k = 0; k < c->n_types; k++)
       if (!strcmp(c->types[k], name))
-        return fail(err, size, "[provider.aws] instance_types: %s is listed twice", name);
+        return sl_err_say(err, size, SL_ECONFIG,
+                          "[provider.aws] instance_types: %s is listed twice", name);
     snprintf(c->types[c->n_types++], 64, "%s", name);
   }
   return 0;
@@ -358,28 +370,34 @@ int gw_aws_config_load(const struct gw_provider_env *env, struct gw_aws_config *
       return SL_ECONFIG;
   const char *store = env->store_url ? env->store_url : "";
   if (strncmp(store, "s3://", 5) || strlen(store) >= sizeof c->store_url || !store[5])
-    return fail(err, size, "[provider.aws] needs an s3:// store ([store] url is \"%s\"): AWS "
-                           "instances cannot reach this machine's files", store);
+    return sl_err_say(err, size, SL_ECONFIG,
+                      "[provider.aws] needs an s3:// store ([store] url is \"%s\"): AWS "
+                      "instances cannot reach this machine's files",
+                      store);
   snprintf(c->store_url, sizeof c->store_url, "%s", store);
   const char *gid = env->gateway_id ? env->gateway_id : "";
   if (!*gid || strlen(gid) >= sizeof c->gateway_id || !printable(gid, false))
-    return fail(err, size, "[provider.aws] needs the gateway's id (tag spotlab:gateway)");
+    return sl_err_say(err, size, SL_ECONFIG,
+                      "[provider.aws] needs the gateway's id (tag spotlab:gateway)");
   snprintf(c->gateway_id, sizeof c->gateway_id, "%s", gid);
   const char *state = env->state_dir ? env->state_dir : env->cfg->state_dir;
   if (strlen(state) > 4000)
-    return fail(err, size, "[provider.aws] state_dir longer than 4000 bytes");
+    return sl_err_say(err, size, SL_ECONFIG, "[provider.aws] state_dir longer than 4000 bytes");
   snprintf(c->dir, sizeof c->dir, "%s/aws/instances", state);
   if (load_regions(env, c, err, size) < 0)
     return SL_ECONFIG;
   snprintf(c->ami, sizeof c->ami, "%s", opt(env, "ami"));
   if (!c->ami[0])
-    return fail(err, size, "[provider.aws] ami is required (ami-... or "
-                           "resolve:ssm:/aws/service/...)");
+    return sl_err_say(err, size, SL_ECONFIG,
+                      "[provider.aws] ami is required (ami-... or "
+                      "resolve:ssm:/aws/service/...)");
   snprintf(c->worker_prefix, sizeof c->worker_prefix, "%s", opt(env, "worker_prefix"));
   snprintf(c->advertise, sizeof c->advertise, "%s", opt(env, "advertise"));
   if (!c->advertise[0] && loopback(env->cfg->workers))
-    return fail(err, size, "[provider.aws] advertise is required: [gateway] workers is %s, "
-                           "which instances cannot reach", env->cfg->workers);
+    return sl_err_say(err, size, SL_ECONFIG,
+                      "[provider.aws] advertise is required: [gateway] workers is %s, "
+                      "which instances cannot reach",
+                      env->cfg->workers);
   snprintf(c->iam_instance_profile, sizeof c->iam_instance_profile, "%s",
            opt(env, "iam_instance_profile"));
   snprintf(c->key_name, sizeof c->key_name, "%s", opt(env, "key_name"));
