@@ -138,7 +138,7 @@ static int fp_launch_op(struct gw_provider *gp, const struct gw_launch *req,
   struct gw_instance_type t;
   if (gw_provider_type(gp, req->type, &t) < 0)
     return SL_ENAME;
-  if (p->mode == FP_REFUSE)
+  if (p->mode == FP_REFUSE || (p->spot_refused && req->spot))
     return -EAGAIN;
   int alive = 0;
   for (size_t i = 0; i < p->n_insts; i++)

@@ -79,6 +79,7 @@ struct fake_provider {
   char zone[32];                /* LAUNCHED's zone */
   bool terminated_on_terminate; /* terminate() is followed by TERMINATED (default) */
   int capacity;                 /* launches refused (-EAGAIN) with this many alive; 0: no bound */
+  bool spot_refused;            /* spot launches refused (-EAGAIN): no spot capacity */
   int next_id;
   struct fp_inst insts[FP_MAX_INSTS];
   size_t n_insts;

@@ -170,6 +170,56 @@ static void test_start_and_succeed(void) {
   fx_free(f);
 }
 
+/* No spot capacity: the spot gang's first launch is refused, and the same
+ * pass places the gang on on-demand (spot=auto), with nothing given back.
+ * Idle workers of one type in both markets then form the next gang. */
+static void test_other_market(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  f->fp->spot_refused = true;
+  int64_t job = fx_submit(f, "alice", "s", "train", opts("{s:i,s:i}", "nodes", 2, "steps", 10));
+  fx_settle(f);
+  char ids[GW_GANG_MAX][GW_INSTANCE_ID_MAX];
+  CHECK_INT(members(f, job, ids), 2);
+  CHECK_INT(fx_job_events(f, job, "placed"), 1);
+  CHECK_INT(fp_count(f->fp, FP_CALL_TERMINATE, NULL), 0);
+  const struct fp_call *last = fp_last(f->fp, FP_CALL_LAUNCH);
+  CHECK(last && !last->spot && last->id[0]);
+  CHECK(fx_inst(f, ids[0]) && !fx_inst(f, ids[0])->row.spot &&
+        fx_inst(f, ids[1]) && !fx_inst(f, ids[1])->row.spot);
+  fx_free(f);
+
+  /* one idle spot and one idle on-demand worker of one type: a gang now */
+  f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  int64_t a = fx_submit(f, "alice", "s", "train", opts("{s:s}", "spot", "yes"));
+  int64_t b = fx_submit(f, "alice", "s", "train", opts("{s:s}", "spot", "no"));
+  fx_settle(f);
+  char ia[GW_INSTANCE_ID_MAX], ib[GW_INSTANCE_ID_MAX];
+  snprintf(ia, sizeof ia, "%s", fx_job(f, a)->instance);
+  snprintf(ib, sizeof ib, "%s", fx_job(f, b)->instance);
+  CHECK(fx_inst(f, ia) && fx_inst(f, ia)->row.spot && fx_inst(f, ib) && !fx_inst(f, ib)->row.spot);
+  CHECK_STR(fx_inst(f, ia)->row.type, fx_inst(f, ib)->row.type);
+  fx_register(f, ia, NULL, NULL);
+  fx_register(f, ib, NULL, NULL);
+  fx_settle(f);
+  fx_done(f, ia, a, "succeeded", 0);
+  fx_done(f, ib, b, "succeeded", 0);
+  fx_settle(f);
+  size_t launches = fp_count(f->fp, FP_CALL_LAUNCH, NULL);
+  job = fx_submit(f, "alice", "s", "train", opts("{s:i,s:i}", "nodes", 2, "steps", 10));
+  fx_settle(f);
+  CHECK_INT(members(f, job, ids), 2);
+  CHECK_INT(fp_count(f->fp, FP_CALL_LAUNCH, NULL), launches);
+  CHECK_STR(fx_inst(f, ia)->row.state, "busy");
+  CHECK((!strcmp(ids[0], ia) && !strcmp(ids[1], ib)) || (!strcmp(ids[0], ib) && !strcmp(ids[1], ia)));
+  fx_free(f);
+}
+
 /* All or none: capacity for one instance is no gang of two; the job waits
  * and says so, and is placed whole once capacity is back. */
 static void test_all_or_none(void) {
@@ -453,6 +503,7 @@ int main(void) {
   test_rank0_registers_before_launched();
   test_start_and_succeed();
   test_all_or_none();
+  test_other_market();
   test_notice();
   test_lost();
   test_fail_and_cancel();
