@@ -9,8 +9,10 @@
  * value sizes, query parameters), and every string is built in a buffer that
  * refuses growth past BUILD_MAX, so malformed or huge input ends in -EINVAL
  * or SL_ELIMIT, never in a crash. Keys derived from the secret are wiped
- * after use. */
+ * after use. The request's fields are checked and its URL taken apart in
+ * sl_sigv4_check.c (sl_sigv4_int.h between the two). */
 #include "sl_sigv4.h"
+#include "sl_sigv4_int.h"
 
 #include "sl_err.h"
 #include "sl_hmac.h"                     /* sl_sha256_hex, declared in both headers */
@@ -26,7 +28,6 @@
 #define BUILD_MAX (256u * 1024)                   /* any string built here */
 #define N_ADDED 4                                 /* host, x-amz-date, token, content sha */
 #define ALGORITHM "AWS4-HMAC-SHA256"
-#define MAX_TIME_UNIX INT64_C(253402300799)      /* 9999-12-31T23:59:59Z */
 
 /* ---- a bounded growing string ---- */
 
@@ -103,7 +104,7 @@ int sl_aws_uri_encode(const char *s, bool keep_slash, char *buf, size_t size) {
   return r;
 }
 
-static int hexval(char c) {
+int sl_sigv4_hexval(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
@@ -120,8 +121,8 @@ static int query_canon(const char *s, size_t n, char **ret) {
       buf_ch(&dec, s[i]);
       continue;
     }
-    int hi = i + 1 < n ? hexval(s[i + 1]) : -1;
-    int lo = i + 2 < n ? hexval(s[i + 2]) : -1;
+    int hi = i + 1 < n ? sl_sigv4_hexval(s[i + 1]) : -1;
+    int lo = i + 2 < n ? sl_sigv4_hexval(s[i + 2]) : -1;
     if (hi < 0 || lo < 0) {
       buf_done(&dec);
       return -EINVAL;
@@ -157,111 +158,6 @@ static void hmac(const unsigned char *key, size_t key_len, const char *msg, size
 }
 
 /* ---- the URL ---- */
-
-struct url {
-  const char *scheme; size_t scheme_len;
-  const char *authority; size_t authority_len;  /* as given */
-  const char *path; size_t path_len;            /* may be empty */
-  const char *query; size_t query_len;          /* without '?' */
-  char host[300];                               /* Host header: lowercase, default port dropped */
-};
-
-static bool host_char(unsigned char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-         c == '.' || c == '_';
-}
-
-static int parse_authority(struct url *u, bool https) {
-  const char *a = u->authority, *end = a + u->authority_len;
-  const char *host = a, *host_end, *port = NULL;
-  if (u->authority_len == 0 || u->authority_len >= sizeof u->host)
-    return u->authority_len ? SL_ELIMIT : -EINVAL;
-  if (*a == '[') {                       /* [IPv6]:port */
-    const char *close = memchr(a, ']', u->authority_len);
-    if (!close || close == a + 1)
-      return -EINVAL;
-    for (const char *p = a + 1; p < close; p++)
-      if (hexval(*p) < 0 && *p != ':' && *p != '.')
-        return -EINVAL;
-    host_end = close + 1;
-    if (host_end < end && *host_end != ':')
-      return -EINVAL;
-  } else {
-    host_end = a;
-    while (host_end < end && *host_end != ':') {
-      if (!host_char((unsigned char)*host_end))
-        return -EINVAL;              /* userinfo ('@'), spaces, controls */
-      host_end++;
-    }
-    if (host_end == a)
-      return -EINVAL;
-  }
-  long port_n = -1;
-  if (host_end < end) {
-    port = host_end + 1;
-    if (port == end || end - port > 5)
-      return -EINVAL;
-    port_n = 0;
-    for (const char *p = port; p < end; p++) {
-      if (*p < '0' || *p > '9')
-        return -EINVAL;
-      port_n = port_n * 10 + (*p - '0');
-    }
-    if (port_n < 1 || port_n > 65535)
-      return -EINVAL;
-  }
-  size_t hn = (size_t)(host_end - host);
-  for (size_t i = 0; i < hn; i++) {
-    char c = host[i];
-    u->host[i] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
-  }
-  u->host[hn] = '\0';
-  if (port_n > 0 && port_n != (https ? 443 : 80))
-    snprintf(u->host + hn, sizeof u->host - hn, ":%ld", port_n);
-  return 0;
-}
-
-static int parse_url(const char *url, struct url *u) {
-  memset(u, 0, sizeof *u);
-  size_t n = strnlen(url, SL_SIGV4_URL_MAX + 1);
-  if (n > SL_SIGV4_URL_MAX)
-    return SL_ELIMIT;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)url[i];
-    if (c < 0x20 || c == 0x7f)
-      return -EINVAL;
-  }
-  bool https;
-  if (strncasecmp(url, "https://", 8) == 0) {
-    https = true;
-    u->scheme_len = 5;
-  } else if (strncasecmp(url, "http://", 7) == 0) {
-    https = false;
-    u->scheme_len = 4;
-  } else {
-    return -EINVAL;
-  }
-  u->scheme = url;
-  const char *a = url + u->scheme_len + 3, *end = url + n;
-  const char *p = a;
-  while (p < end && *p != '/' && *p != '?' && *p != '#')
-    p++;
-  u->authority = a;
-  u->authority_len = (size_t)(p - a);
-  const char *frag = memchr(p, '#', (size_t)(end - p));
-  if (frag)
-    end = frag;                          /* a fragment is never sent */
-  const char *q = memchr(p, '?', (size_t)(end - p));
-  u->path = p;
-  u->path_len = (size_t)((q ? q : end) - p);
-  if (q) {
-    u->query = q + 1;
-    u->query_len = (size_t)(end - q - 1);
-  } else {
-    u->query = end;
-  }
-  return parse_authority(u, https);
-}
 
 /* The canonical URI for services other than S3: dot segments and empty
  * segments removed (AWS wants "//" folded too), each segment encoded once
@@ -481,70 +377,6 @@ static int add_param_str(struct canon *c, size_t cap, const char *name, const ch
   return add_param(c, cap, n, v);
 }
 
-/* ---- validation ---- */
-
-static bool word_ok(const char *s, size_t max, const char *extra) {
-  size_t n = s ? strnlen(s, max + 1) : 0;
-  if (n == 0 || n > max)
-    return false;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          strchr(extra, c)))
-      return false;
-  }
-  return true;
-}
-
-static bool printable_ok(const char *s, size_t size, bool may_be_empty) {
-  size_t n = strnlen(s, size);
-  if (n == size || (n == 0 && !may_be_empty))
-    return false;
-  for (size_t i = 0; i < n; i++)
-    if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] == 0x7f)
-      return false;
-  return true;
-}
-
-static bool payload_ok(const char *p) {
-  size_t n = strnlen(p, 65);
-  if (n == 0 || n > 64)
-    return false;
-  bool hex = n == 64, word = true;
-  for (size_t i = 0; i < n; i++) {
-    char c = p[i];
-    hex = hex && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
-    word = word && ((c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-');
-  }
-  return hex || word;                    /* a digest, or UNSIGNED-PAYLOAD and its kin */
-}
-
-static int check_req(const struct sl_sigv4_req *req, const struct sl_aws_creds *creds) {
-  if (!req || !creds || !req->url || !req->method)
-    return -EINVAL;
-  if (!word_ok(req->method, 16, "") || !word_ok(req->region, 64, "-_.") ||
-      !word_ok(req->service, 64, "-_."))
-    return -EINVAL;
-  for (const char *m = req->method; *m; m++)
-    if (*m < 'A' || *m > 'Z')
-      return -EINVAL;
-  if (!word_ok(creds->access_key_id, SL_AWS_KEY_ID_MAX - 1, "") ||
-      !printable_ok(creds->secret_access_key, SL_AWS_SECRET_MAX, false) ||
-      !printable_ok(creds->session_token, SL_AWS_TOKEN_MAX, true))
-    return -EINVAL;
-  if (req->n_headers > SL_SIGV4_MAX_HEADERS)
-    return SL_ELIMIT;
-  if (req->n_headers && !req->headers)
-    return -EINVAL;
-  if (req->body_len && !req->body)
-    return -EINVAL;
-  if (req->payload_sha256 && !payload_ok(req->payload_sha256))
-    return -EINVAL;
-  if (req->time_unix < 0 || req->time_unix > MAX_TIME_UNIX)
-    return -EINVAL;
-  return 0;
-}
-
 /* ---- the canonical request ---- */
 
 static bool replaced_by_signer(const char *lname, const struct sl_sigv4_req *req,
@@ -664,9 +496,9 @@ static int build(const struct sl_sigv4_req *req, const struct sl_aws_creds *cred
                  int64_t expires_s, struct canon *c) {
   memset(c, 0, sizeof *c);
   c->presign = presign;
-  int r = check_req(req, creds);
+  int r = sl_sigv4_check_req(req, creds);
   if (!r)
-    r = parse_url(req->url, &c->url);
+    r = sl_sigv4_parse_url(req->url, &c->url);
   if (r)
     return r;
   time_t t = (time_t)req->time_unix;

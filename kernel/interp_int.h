@@ -1,5 +1,6 @@
-/* Internal to the interpreter (exec.c, magics.c, jobs.c): its state and the
- * handlers the command table (commands.def) names. Not for the core. */
+/* Internal to the interpreter (exec.c, magics.c, jobs.c, jobs_magics.c): its
+ * state and the handlers the command table (commands.def) names. Not for the
+ * core. */
 #ifndef JK_INTERP_INT_H
 #define JK_INTERP_INT_H
 
@@ -117,7 +118,7 @@ enum jk_step jk_magic_history(struct jk_interp *ip, const struct jk_stmt *s);
 enum jk_step jk_magic_stderr(struct jk_interp *ip, const struct jk_stmt *s);
 enum jk_step jk_magic_clear(struct jk_interp *ip, const struct jk_stmt *s);
 
-/* ---- jobs.c: statements through the gateway (ip->gw set) ---- */
+/* ---- jobs.c, jobs_magics.c: statements through the gateway (ip->gw set) ---- */
 /* Another front end's cell waits: a cell that follows a job ends (the job
  * keeps running and its display keeps updating). */
 void jk_jobs_other_front_end(struct jk_interp *ip);

@@ -1,6 +1,6 @@
 /* Line magics that read or change this kernel: %who, %help, %version,
  * %history, %stderr, %clear, and the local part of %status, %session and
- * %gateway (their gateway part is in jobs.c). The command table
+ * %gateway (their gateway part is in jobs_magics.c). The command table
  * (commands.def) routes each magic to its handler; those that need the
  * gateway are refused before they get here when there is none. */
 #include "interp_int.h"

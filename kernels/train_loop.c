@@ -6,7 +6,11 @@
  * same batches and produces bit-identical numbers; the meta also carries
  * the run's identity, which a resume keeps (train_ident.c decides which run
  * a start continues). Metrics are JSON lines written under a mutex because
- * the checkpoint writer thread reports too. */
+ * the checkpoint writer thread reports too. What depends on the data kind
+ * (loading, batches, evaluation) is in train_loop_data.c (train_loop_int.h
+ * between the two). */
+#include "train_loop_int.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -39,11 +43,6 @@ static void on_signal(int sig) {
 }
 
 /* ---- metrics ---- */
-
-struct metrics {
-  FILE *f;
-  pthread_mutex_t mu;
-};
 
 static int metrics_open(struct metrics *mt, const char *spec) {
   pthread_mutex_init(&mt->mu, NULL);
@@ -104,69 +103,11 @@ static void emit(struct metrics *mt, json_t *obj) {
 
 /* ---- shared run state ---- */
 
-struct run {
-  const struct tc_opts *o;
-  struct metrics mt;
-  struct tc_config cfg;
-  const struct tc_model_ops *ops; /* cfg's model */
-  struct tc_row_shape shape;      /* of cfg's batch rows */
-  struct tc_model *model; /* host buffers (and the CPU path's activations) */
-  struct tc_dev *dev;     /* the step on the chosen device; rank and world size */
-  int batch;              /* global batch rows (all ranks) */
-  struct tc_text *text;
-  struct tc_images *train, *test;
-  uint32_t *perm;
-  struct tc_ckpt_meta meta; /* live: step, RNGs, data position */
-  struct tc_ckpt_writer *writer;
-  uint64_t last_ckpt_step;
-  int have_ckpt;
-  int32_t *tokens, *targets; /* (B, shape.tokens), (B, shape.targets) */
-  float *inputs;             /* (B, shape.inputs) */
-  FILE *dump_batches;
-};
-
 static int fail(struct run *R, int err, const char *text) {
   fprintf(stderr, "spotlab-train: %s\n", text);
   if (R->mt.f) emit(&R->mt, json_pack("{s:s, s:o, s:s}", "event", "error", "error", jstr(text),
                                       "code", sl_errname(err)));
   return 1;
-}
-
-/* Loads the data the model takes and fits R->cfg to it (a text model takes
- * its vocabulary); R->cfg's model is set. */
-static int load_data(struct run *R, int for_train, char *err, size_t es) {
-  const struct tc_opts *o = R->o;
-  char path[4096];
-  struct tc_data_facts facts = {0};
-  int r = 0;
-  tc_config_shape(&R->cfg, &R->shape);
-  switch (R->ops->data) {
-  case TC_DATA_TEXT:
-    r = tc_text_resolve(o->data, path, sizeof path, err, es);
-    if (r == 0) r = tc_text_load(path, R->shape.tokens, &R->text, err, es);
-    if (r == 0) facts.vocab = R->text->vocab;
-    break;
-  case TC_DATA_IMAGES:
-    tc_images_resolve(o->data, path, sizeof path);
-    if (for_train) r = tc_images_load(path, "train", &R->train, err, es);
-    if (r == 0) r = tc_images_load(path, "t10k", &R->test, err, es);
-    facts.features = TC_IMAGE_PIXELS;
-    facts.classes = TC_IMAGE_CLASSES;
-    break;
-  }
-  if (r == 0 && R->ops->fit_data)
-    r = R->ops->fit_data(tc_config_model(&R->cfg), &facts, err, es);
-  tc_config_shape(&R->cfg, &R->shape);
-  return r;
-}
-
-/* Batch buffers for B rows of R->shape. */
-static int alloc_batch(struct run *R, int B) {
-  const struct tc_row_shape *s = &R->shape;
-  R->tokens = malloc(sizeof(int32_t) * (size_t)B * (s->tokens ? s->tokens : 1));
-  R->targets = malloc(sizeof(int32_t) * (size_t)B * (s->targets ? s->targets : 1));
-  if (s->inputs) R->inputs = malloc(sizeof(float) * (size_t)B * s->inputs);
-  return R->tokens && R->targets && (!s->inputs || R->inputs) ? 0 : -ENOMEM;
 }
 
 static void free_run(struct run *R) {
@@ -182,42 +123,6 @@ static void free_run(struct run *R) {
   free(R->inputs);
   if (R->dump_batches) fclose(R->dump_batches);
   metrics_close(&R->mt);
-}
-
-/* Mean held-out loss; a model that counts correct rows also gives accuracy. */
-static int evaluate(struct run *R, double *ret_loss, double *ret_acc) {
-  int B = R->batch;
-  double sum = 0.0;
-  int64_t correct = 0, count = 0;
-  if (R->ops->data == TC_DATA_TEXT) {
-    int T = (int)R->shape.tokens, nb = (int)R->o->eval_batches;
-    for (int i = 0; i < nb; i++) {
-      tc_text_eval_batch(R->text, i, nb, B, T, R->tokens, R->targets);
-      struct tc_batch b = {.B = B, .tokens = R->tokens, .targets = R->targets};
-      double loss;
-      int r = tc_dev_forward(R->dev, &b, &loss, NULL);
-      if (r < 0) return r;
-      sum += (float)loss;
-    }
-    *ret_loss = sum / nb;
-    *ret_acc = NAN;
-    return 0;
-  }
-  const struct tc_images *t = R->test;
-  for (uint32_t i = 0; i < t->n; i += (uint32_t)B) {
-    int n = t->n - i < (uint32_t)B ? (int)(t->n - i) : B;
-    struct tc_batch b = {.B = n, .inputs = t->x + (size_t)i * TC_IMAGE_PIXELS, .targets = t->y + i};
-    double loss;
-    int64_t right = 0;
-    int r = tc_dev_forward(R->dev, &b, &loss, &right);
-    if (r < 0) return r;
-    sum += (double)(float)loss * n;
-    correct += right;
-    count += n;
-  }
-  *ret_loss = sum / (double)count;
-  *ret_acc = R->ops->counts_correct ? (double)correct / (double)count : NAN;
-  return 0;
 }
 
 /* ---- checkpoints ---- */
@@ -300,37 +205,6 @@ static int poll_control(int fd, char *buf, size_t *len, size_t cap, struct metri
     if (*len == cap) *len = 0; /* an over-long line is dropped */
   }
   return want;
-}
-
-/* Fills the next training batch from the live data position in R->meta. */
-static void next_batch(struct run *R, int B) {
-  if (R->ops->data == TC_DATA_TEXT) {
-    tc_text_sample(R->text, &R->meta.rng_data, B, (int)R->shape.tokens, R->tokens, R->targets);
-    R->meta.data_cursor += (uint64_t)B;
-    return;
-  }
-  const struct tc_images *t = R->train;
-  for (int i = 0; i < B; i++) {
-    if (R->meta.data_cursor >= t->n) {
-      R->meta.data_epoch++;
-      R->meta.data_cursor = 0;
-      tc_images_perm(R->perm, t->n, R->meta.seed, R->meta.data_epoch);
-    }
-    uint32_t k = R->perm[R->meta.data_cursor++];
-    memcpy(R->inputs + (size_t)i * TC_IMAGE_PIXELS, t->x + (size_t)k * TC_IMAGE_PIXELS,
-           sizeof(float) * TC_IMAGE_PIXELS);
-    R->targets[i] = t->y[k];
-  }
-}
-
-/* Tokens, inputs, targets of the batch, each as far as the rows have them. */
-static void dump_batch(struct run *R, int B) {
-  if (!R->dump_batches) return;
-  const struct tc_row_shape *s = &R->shape;
-  if (s->tokens) fwrite(R->tokens, sizeof(int32_t), (size_t)B * s->tokens, R->dump_batches);
-  if (s->inputs) fwrite(R->inputs, sizeof(float), (size_t)B * s->inputs, R->dump_batches);
-  fwrite(R->targets, sizeof(int32_t), (size_t)B * s->targets, R->dump_batches);
-  fflush(R->dump_batches);
 }
 
 static int write_raw(const char *path, const float *p, size_t n) {
@@ -420,7 +294,7 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
   }
   tc_config_init(&R.cfg, R.ops);
   if ((r = R.ops->from_opts(tc_config_model(&R.cfg), o, err, sizeof err)) < 0 ||
-      (r = load_data(&R, 1, err, sizeof err)) < 0) {
+      (r = tc_loop_load_data(&R, 1, err, sizeof err)) < 0) {
     r = fail(&R, r, err);
     goto out;
   }
@@ -430,7 +304,7 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
   int rows = B % slices == 0 ? B / slices : B; /* activations for one slice */
   if (tc_config_validate(&R.cfg, err, sizeof err) < 0 ||
       !(R.model = cuda ? tc_model_new_buffers(&R.cfg) : tc_model_new(&R.cfg, rows)) ||
-      alloc_batch(&R, B) < 0) {
+      tc_loop_alloc_batch(&R, B) < 0) {
     if (!err[0]) snprintf(err, sizeof err, "out of memory");
     r = fail(&R, -EINVAL, err);
     goto out;
@@ -580,8 +454,8 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     }
     int64_t t0 = sl_time_mono_us();
     float lr = tc_lr_at(step, (uint64_t)o->warmup, total, (float)o->lr);
-    next_batch(&R, B);
-    dump_batch(&R, B);
+    tc_loop_next_batch(&R, B);
+    tc_loop_dump_batch(&R, B);
     struct tc_batch b = {.B = B, .tokens = R.tokens, .inputs = R.inputs, .targets = R.targets};
     double loss_d = NAN, gnorm = NAN;
     if ((r = tc_dev_grads(R.dev, &b, &loss_d)) < 0 ||
@@ -597,7 +471,7 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     double dt = (double)(sl_time_mono_us() - t0) / 1e6;
     double rate = (double)B * R.shape.targets / (dt > 0 ? dt : 1e-9);
     int do_eval = (o->eval_every && (step + 1) % (uint64_t)o->eval_every == 0) || step + 1 == total;
-    if (do_eval && (r = evaluate(&R, &ev_loss, &ev_acc)) < 0) {
+    if (do_eval && (r = tc_loop_evaluate(&R, &ev_loss, &ev_acc)) < 0) {
       snprintf(err, sizeof err, "evaluation failed: %s",
                tc_dev_error(R.dev)[0] ? tc_dev_error(R.dev) : sl_strerror(r));
       r = fail(&R, r, err);
@@ -649,7 +523,7 @@ static int load_for_inference(struct run *R, int B, int need_data, char *err, si
   R->meta = ck->meta;
   tc_config_shape(&R->cfg, &R->shape);
   if (need_data) {
-    r = load_data(R, 0, err, es);
+    r = tc_loop_load_data(R, 0, err, es);
     if (r == 0 && (!tc_config_equal(&R->cfg, &ck->meta.cfg) ||
                    (R->text && memcmp(R->text->symbols, ck->meta.symbols, R->text->vocab) != 0))) {
       snprintf(err, es, "%s: the model does not fit data %s (%s)", path, R->o->data,
@@ -660,7 +534,7 @@ static int load_for_inference(struct run *R, int B, int need_data, char *err, si
   int cuda = !strcmp(R->o->device, "cuda");
   R->batch = B;
   if (r == 0 && (!(R->model = cuda ? tc_model_new_buffers(&R->cfg) : tc_model_new(&R->cfg, B)) ||
-                 alloc_batch(R, B) < 0)) {
+                 tc_loop_alloc_batch(R, B) < 0)) {
     snprintf(err, es, "out of memory");
     r = -ENOMEM;
   }
@@ -698,7 +572,7 @@ int tc_run_eval(const struct tc_opts *o) {
     goto out;
   }
   double loss, acc;
-  if ((r = evaluate(&R, &loss, &acc)) < 0) {
+  if ((r = tc_loop_evaluate(&R, &loss, &acc)) < 0) {
     r = fail(&R, r, "evaluation failed");
     goto out;
   }
