@@ -100,6 +100,13 @@ static size_t idle_insts(struct gw_sched *s, const struct gw_inst **idle) {
   return n;
 }
 
+/* The job waits in the queue for its whole gang: -EAGAIN. */
+static int wait_whole(struct gw_sched *s, struct gw_job *j, const struct gw_wants *w) {
+  wait_reason(s, j, "waiting for %d instances at once (nodes=%d): fewer can be had now", w->nodes,
+              w->nodes);
+  return -EAGAIN;
+}
+
 /* After a refused launch: no launches for the job until the backoff has
  * passed (each try launches instances that are given back). */
 static void back_off(struct gw_job *j) {
@@ -198,11 +205,11 @@ int gw_sched_place_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wa
       return 0;
     }
     if (r < 0) {
-      if (tries)
+      if (tries) { /* each gang left was refused in this pass */
+        *no_capacity = true;
         back_off(j);
-      wait_reason(s, j, "waiting for %d instances at once (nodes=%d): fewer can be had now",
-                  w->nodes, w->nodes);
-      return -EAGAIN;
+      }
+      return wait_whole(s, j, w);
     }
     unsigned refused = s->refused;
     size_t given_back = 0;
@@ -211,12 +218,10 @@ int gw_sched_place_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wa
       break;
     if (r != -EAGAIN)
       return r == 1 ? 0 : r;
-    *no_capacity = true;
     if (given_back || s->refused == refused || tries >= 2 * (int)s->n_offers) {
+      *no_capacity = true;
       back_off(j);
-      wait_reason(s, j, "waiting for %d instances at once (nodes=%d): fewer can be had now",
-                  w->nodes, w->nodes);
-      return -EAGAIN;
+      return wait_whole(s, j, w);
     }
   }
   for (size_t k = 0; k < p.n_idle; k++) /* reserved until rank 0 is assigned */
