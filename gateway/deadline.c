@@ -56,7 +56,10 @@ void gw_deadline_view(const struct gw_deadline_work *w, double start_elapsed_s, 
   ret->window = window < 0 ? 0 : window > 1e15 ? (int64_t)1e15 : (int64_t)window;
   double done_s = w->steps > 0 ? (double)w->step * w->step_s : w->run_done_s;
   ret->done = (int64_t)floor(done_s / gap_s + 1e-9);
-  ret->work = ret->done + (int64_t)ceil(gw_deadline_left_s(w) / gap_s - 1e-9);
+  double left = gw_deadline_left_s(w);
+  if (left > 0) /* the margin for a step time that drifts, and a tick for deciding once a tick */
+    left = left * (1 + GW_DEADLINE_WORK_MARGIN) + gap_s;
+  ret->work = ret->done + (int64_t)ceil(left / gap_s - 1e-9);
   ret->overhead = (int64_t)ceil(w->startup_s / gap_s - 1e-9);
   if (ret->overhead < 1)
     ret->overhead = 1; /* a restart is never free: at least the tick it happens in */

@@ -26,6 +26,13 @@
 /* A %%run job reports no steps: it is planned as if its script needed this
  * share of the time from its submission to the deadline on one instance. */
 #define GW_DEADLINE_RUN_SHARE 0.5
+/* The policy plans a job's work left as this share longer than its
+ * measured step time gives, plus one tick: a step time that drifts by up
+ * to this share (a busier machine, a slower shard of data, the restore
+ * after a resume) still makes the deadline, and so does a switch to
+ * on-demand decided a tick late. The refusal at submit uses the estimate as
+ * it is. */
+#define GW_DEADLINE_WORK_MARGIN 0.05
 
 /* The deadline option of a job's options (borrowed): a duration as the
  * kernel sends it ("3h", "150m", "90s"), a number of seconds, or a session
@@ -54,7 +61,8 @@ double gw_deadline_earliest_s(const struct gw_deadline_work *w);
 
 /* The job view of sl_policy_decide for a job tracked since start_elapsed_s
  * (its tick 0), now at tick t, ticks of gap_s: window and work rounded so
- * that the policy never plans with less than the job needs. mode and
+ * that the policy never plans with less than the job needs, the work left
+ * with its margin (GW_DEADLINE_WORK_MARGIN and a tick) added. mode and
  * warm_left_s: the segment in force and the start-up it has still to pay. */
 void gw_deadline_view(const struct gw_deadline_work *w, double start_elapsed_s, int64_t t,
                       double gap_s, int mode, double warm_left_s, struct sl_job_view *ret);

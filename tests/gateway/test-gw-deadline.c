@@ -61,14 +61,24 @@ static void test_view(void) {
   gw_deadline_view(&w, 600, 3, 60, SL_MODE_OD, 50, &v);
   CHECK_INT(v.window, 110);       /* (7200 - 600) / 60 */
   CHECK_INT(v.done, 3);           /* 200 s of progress: rounded down */
-  CHECK_INT(v.work, 3 + 5);       /* 300 s left: 5 ticks */
+  CHECK_INT(v.work, 3 + 7);       /* 300 s left, planned as 315 s and a tick: 7 ticks */
   CHECK_INT(v.overhead, 2);       /* 90 s: rounded up */
   CHECK_INT(v.t, 3);
   CHECK_INT(v.mode, SL_MODE_OD);
   CHECK_INT(v.warm_left, 1);
-  w.step_s = 0.61; /* 366 s left: 7 ticks, never fewer than the seconds need */
+  w.step_s = 0.61; /* 366 s left, planned as 444.3 s: 8 ticks, never fewer than the seconds need */
   gw_deadline_view(&w, 600, 0, 60, SL_MODE_IDLE, 500, &v);
-  CHECK(v.work - v.done >= 366 / 60.0);
+  CHECK_INT(v.work - v.done, 8);
+  w.step_s = 0.5; /* 290 s left fits 5 ticks; with the margin (304.5 s) 6, and a tick more */
+  w.steps = 400 + 580;
+  gw_deadline_view(&w, 600, 0, 60, SL_MODE_IDLE, 500, &v);
+  CHECK_INT(v.work - v.done, 7);
+  w.step = 980; /* nothing left: no margin either */
+  gw_deadline_view(&w, 600, 0, 60, SL_MODE_IDLE, 500, &v);
+  CHECK_INT(v.work - v.done, 0);
+  w.step = 400;
+  w.steps = 1000;
+  w.step_s = 0.61;
   CHECK_INT(v.warm_left, 0); /* idle pays nothing */
   gw_deadline_view(&w, 600, 0, 60, 2, 500, &v);
   CHECK_INT(v.warm_left, v.overhead); /* at most one overhead */

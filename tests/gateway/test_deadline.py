@@ -129,18 +129,44 @@ def case_refuse():
         gw.close()
 
 
+JOB = {"batch": 8, "threads": 1}
+
+
+def step_seconds():
+    """Wall seconds per training step of the test's job on this machine and
+    build (a sanitizer build trains several times slower), from a short job
+    on a gateway of its own."""
+    gw = Gateway([1])
+    try:
+        c = gw.client()
+        steps = 200
+        r = c.req("submit", kind="train", model="m", data="d", options=dict(JOB, steps=steps))
+        require(r["ok"], "a job to time the steps is taken", r)
+        evs = events_of(c, r["job"], timeout=200)
+        states = [e for e in evs if e["event"] == "state"]
+        require(states[-1]["state"] == "succeeded", "the timing job succeeded", states[-1])
+        began = next(e["time_us"] for e in states if e["state"] == "running")
+        return (states[-1]["time_us"] - began) / 1e6 / steps
+    finally:
+        gw.close()
+
+
 def case_switch():
     # capacity for the first 8 ticks (8 wall s), then none for 5.5 wall hours;
     # the job waits for spot while its slack allows, so a deadline with less
-    # slack ends the test sooner
-    deadline_min = 80
+    # slack ends the test sooner. The job is sized to about COMPUTE_S wall
+    # seconds of training on this machine, so that on-demand can still make
+    # the deadline after the spot instance is lost.
+    deadline_min, compute_s = 80, 24.0
+    step_s = step_seconds()
+    steps = int(min(2500, compute_s / step_s))
+    print("     %.1f ms a step here: %d steps" % (step_s * 1e3, steps))
     gw = Gateway([1] * 8 + [0] * 20000)
     try:
         c = gw.client()
         t0 = time.time()
         r = c.req("submit", kind="train", model="m", data="d",
-                  options={"steps": 2500, "batch": 8, "threads": 1, "checkpoint_every": 200,
-                           "deadline": "%dm" % deadline_min})
+                  options=dict(JOB, steps=steps, checkpoint_every=200, deadline="%dm" % deadline_min))
         require(r["ok"], "a job with deadline=%dm is taken" % deadline_min, r)
         job = r["job"]
         evs = events_of(c, job, timeout=200)
