@@ -361,7 +361,9 @@ def gateway_restart(kernel_exe, gateway_exe, cli_exe):
                 ds = displays(msgs)
                 rate = steps_per_s(cli_exe, job_of(ds[-1]["content"]["data"]["text/plain"])) if ds else None
                 check(content["status"] == "ok" and rate, "restart: a short job measures the step rate: %s" % rate)
-                steps = int(min(max((rate or 100) * 40, 400), 10 ** 7))
+                # about a minute of training: well over a page of 500 events for
+                # %attach to read below (a 40 s job once made 492)
+                steps = int(min(max((rate or 100) * 60, 400), 10 ** 7))
                 every = max(steps // 8, 1)
                 cell = Cell(k, "train m on d steps=%d batch=4 checkpoint_every=%d" % (steps, every))
                 running = cell.pump(lambda c: any("(running)" in t and shown_step(t) >= 1 for t in c.texts()), 120)
