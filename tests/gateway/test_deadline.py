@@ -154,7 +154,7 @@ def step_seconds():
 def case_switch():
     # capacity for the first 8 ticks (8 wall s), then none for 5.5 wall hours;
     # the job waits for spot while its slack allows, so a deadline with less
-    # slack ends the test sooner. The job is sized to about COMPUTE_S wall
+    # slack ends the test sooner. The job is sized to about compute_s wall
     # seconds of training on this machine, so that on-demand can still make
     # the deadline after the spot instance is lost.
     deadline_min, compute_s = 80, 24.0
