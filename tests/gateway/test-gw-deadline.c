@@ -69,6 +69,7 @@ static void test_view(void) {
   w.step_s = 0.61; /* 366 s left, planned as 444.3 s: 8 ticks, never fewer than the seconds need */
   gw_deadline_view(&w, 600, 0, 60, SL_MODE_IDLE, 500, &v);
   CHECK_INT(v.work - v.done, 8);
+  CHECK_INT(v.warm_left, 0); /* idle pays nothing */
   w.step_s = 0.5; /* 290 s left fits 5 ticks; with the margin (304.5 s) 6, and a tick more */
   w.steps = 400 + 580;
   gw_deadline_view(&w, 600, 0, 60, SL_MODE_IDLE, 500, &v);
@@ -79,7 +80,6 @@ static void test_view(void) {
   w.step = 400;
   w.steps = 1000;
   w.step_s = 0.61;
-  CHECK_INT(v.warm_left, 0); /* idle pays nothing */
   gw_deadline_view(&w, 600, 0, 60, 2, 500, &v);
   CHECK_INT(v.warm_left, v.overhead); /* at most one overhead */
   w.window_s = 100; /* tracked after its deadline: an empty window */
