@@ -233,13 +233,18 @@ void gw_sched_requeue_at(struct gw_sched *s, struct gw_job *j, bool notice, cons
   gw_sched_kick(s);
 }
 
-bool gw_sched_retry(struct gw_sched *s, struct gw_job *j, int64_t exit_code) {
-  if (exit_code <= 128 || exit_code > 128 + 64 || j->process_retries >= s->cfg->process_retries)
+bool gw_sched_retry(struct gw_sched *s, struct gw_job *j, int64_t exit_code, const char *transient) {
+  bool signal = exit_code > 128 && exit_code <= 128 + 64;
+  if ((!signal && !transient) || j->process_retries >= s->cfg->process_retries)
     return false;
   j->process_retries++;
-  char reason[160];
-  snprintf(reason, sizeof reason, "the job's process was killed by signal %d (retry %d of %lld)",
-           (int)(exit_code - 128), j->process_retries, (long long)s->cfg->process_retries);
+  char reason[400];
+  if (signal)
+    snprintf(reason, sizeof reason, "the job's process was killed by signal %d (retry %d of %lld)",
+             (int)(exit_code - 128), j->process_retries, (long long)s->cfg->process_retries);
+  else
+    snprintf(reason, sizeof reason, "the worker could not start the job: %.300s (retry %d of %lld)",
+             transient, j->process_retries, (long long)s->cfg->process_retries);
   gw_sched_requeue(s, j, false, reason);
   return true;
 }

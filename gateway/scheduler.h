@@ -106,10 +106,12 @@ int gw_sched_transition(struct gw_sched *s, struct gw_job *j, enum gw_job_state 
 void gw_sched_finish(struct gw_sched *s, struct gw_job *j, enum gw_job_state st, const char *reason);
 void gw_sched_requeue(struct gw_sched *s, struct gw_job *j, bool notice, const char *reason);
 /* The job's process died by a signal its worker did not send (exit_code
- * 128 + N): re-queues it from its latest checkpoint, at most
+ * 128 + N), or its worker could not start it for a reason that may pass
+ * (transient: the worker's message, as when the store or the gateway did not
+ * answer; NULL otherwise): re-queues it from its latest checkpoint, at most
  * [gateway] process_retries times without a new checkpoint in between.
  * False when the job should fail instead. */
-bool gw_sched_retry(struct gw_sched *s, struct gw_job *j, int64_t exit_code);
+bool gw_sched_retry(struct gw_sched *s, struct gw_job *j, int64_t exit_code, const char *transient);
 int gw_sched_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst);
 /* Sends the assign message again, with no state change. */
 int gw_sched_send_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst);

@@ -568,7 +568,9 @@ static void on_done(struct gw_wproto *g, struct gw_inst *in, const json_t *body)
   else if (!strcmp(status, "preempted"))
     gw_sched_requeue(g->sched, j, in->notice, reason[0] ? reason : "preempted");
   else if (!strcmp(status, "failed")) {
-    if (gw_sched_retry(g->sched, j, sl_json_get_int(body, "exit_code", -1))) {
+    bool transient = json_is_true(json_object_get(body, "retry"));
+    if (gw_sched_retry(g->sched, j, sl_json_get_int(body, "exit_code", -1),
+                       transient ? (reason[0] ? reason : "no reason given") : NULL)) {
       gw_fleet_inst_set_state(g->fleet, in, "idle", 0); /* the worker itself is fine */
     } else {
       if (!reason[0])

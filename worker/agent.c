@@ -178,13 +178,23 @@ static struct wk_job **find_job(struct wk_agent *a, const char *id) {
   return NULL;
 }
 
-static void refuse(struct wk_agent *a, const json_t *m, const char *status, const char *why) {
+/* Errors a start may meet that say nothing of the job: the store or the
+ * gateway did not answer (a restart, a throttled or failing S3). The
+ * gateway tries such a start again ("retry" in done). */
+static bool transient(int err) {
+  return err == -EAGAIN || err == -ETIMEDOUT || err == -ECONNREFUSED || err == -ECONNRESET ||
+         err == -EHOSTUNREACH || err == -ENETUNREACH || err == SL_ECURL || err == SL_EZMQ ||
+         err == SL_ENOGATEWAY;
+}
+
+static void refuse(struct wk_agent *a, const json_t *m, const char *status, const char *why, int err) {
   const char *id = json_string_value(json_object_get(m, "job"));
   sl_warn(TOPIC, "assign %s refused: %s", id ? id : "(no id)", why);
   if (!id) return;
   json_t *d = json_pack("{s:s, s:s, s:I, s:s, s:i, s:s, s:n}", "type", "done", "job", id, "attempt",
                         (json_int_t)sl_json_get_int(m, "attempt", 1), "status", status, "exit_code", -1,
                         "message", why, "step");
+  if (d && transient(err)) json_object_set_new(d, "retry", json_true());
   if (d) agent_send(a, d, true);
 }
 
@@ -202,12 +212,12 @@ static void on_assign(struct wk_agent *a, const json_t *m) {
     sl_debug(TOPIC, "assign %s: already running", id);
     return;
   }
-  if (a->stopping) return refuse(a, m, "preempted", "the instance is stopping");
-  if (a->njobs == MAX_JOBS) return refuse(a, m, "failed", "too many jobs on this worker");
+  if (a->stopping) return refuse(a, m, "preempted", "the instance is stopping", 0);
+  if (a->njobs == MAX_JOBS) return refuse(a, m, "failed", "too many jobs on this worker", 0);
   char err[512] = "";
   struct wk_job *j;
   int r = wk_job_start(&a->env, m, &j, err, sizeof err);
-  if (r < 0) return refuse(a, m, "failed", err[0] ? err : sl_strerror(r));
+  if (r < 0) return refuse(a, m, "failed", err[0] ? err : sl_strerror(r), r);
   a->jobs[a->njobs++] = j;
 }
 

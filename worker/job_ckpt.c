@@ -62,7 +62,8 @@ int wk_job_restore_ckpt(struct wk_job *j, const char *key, char *err, size_t err
   int64_t t0 = sl_time_mono_us();
   int r = wk_store_get_file(j->env->store, key, dst, &bytes);
   if (r < 0) {
-    snprintf(err, err_size, "restore %s: %s", key, sl_strerror(r));
+    const char *why = wk_store_error(j->env->store);
+    snprintf(err, err_size, "restore %s: %s", key, why[0] ? why : sl_strerror(r));
     return r;
   }
   j->step = j->durable_step = (int64_t)step;

@@ -4,7 +4,11 @@
  * the instance's CURVE keys: the gateway admits it like the agent's own
  * connection and answers a presign to the connection that asked. Requests
  * carry an id; an answer to an older, timed-out request is read and
- * dropped. */
+ * dropped. A request still unanswered after RESEND_FIRST_MS is sent again,
+ * then at growing intervals up to RESEND_MAX_MS: a gateway killed with it
+ * unanswered never answers, and its successor (a restart takes a second or
+ * two) answers the copy. Signing changes nothing, so a copy answered twice
+ * costs only the second answer, which is dropped like a late one. */
 #include "presign.h"
 
 #include "conf.h"
@@ -24,6 +28,8 @@
 
 #define TOPIC "worker.store"
 #define ANSWER_TIMEOUT_MS 20000
+#define RESEND_FIRST_MS 1000
+#define RESEND_MAX_MS 4000
 #define MAX_ANSWER_BYTES (4 << 20)
 
 struct wk_presigner {
@@ -129,13 +135,28 @@ static int presign(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, ch
   char *text = json_dumps(req, JSON_COMPACT);
   json_decref(req);
   if (!text) return -ENOMEM;
-  int r = zmq_send(p->sock, text, strlen(text), 0) < 0 ? sl_err_from_zmq(zmq_errno()) : 0;
-  free(text);
+  size_t len = strlen(text);
+  int r = zmq_send(p->sock, text, len, 0) < 0 ? sl_err_from_zmq(zmq_errno()) : 0;
   if (r < 0) {
+    free(text);
     snprintf(err, err_size, "cannot ask the gateway for URLs: %s", sl_strerror(r));
     return r;
   }
-  json_t *ans = await(p, id, sl_time_mono_us() + (int64_t)ANSWER_TIMEOUT_MS * SL_US_PER_MS, &r);
+  int64_t deadline = sl_time_mono_us() + (int64_t)ANSWER_TIMEOUT_MS * SL_US_PER_MS;
+  int64_t wait_ms = RESEND_FIRST_MS;
+  json_t *ans;
+  for (;;) {
+    int64_t until = sl_time_mono_us() + wait_ms * SL_US_PER_MS;
+    ans = await(p, id, until < deadline ? until : deadline, &r);
+    if (ans || r != -ETIMEDOUT || until >= deadline)
+      break;
+    /* a full queue (no gateway for a while) keeps the copies it holds */
+    if (zmq_send(p->sock, text, len, ZMQ_DONTWAIT) == 0)
+      sl_debug(TOPIC, "presign request %lld unanswered after %lld ms; sent again", (long long)id,
+               (long long)wait_ms);
+    wait_ms = wait_ms * 2 < RESEND_MAX_MS ? wait_ms * 2 : RESEND_MAX_MS;
+  }
+  free(text);
   if (!ans) {
     snprintf(err, err_size, "the gateway did not answer a presign request: %s", sl_strerror(r));
     return r;

@@ -410,6 +410,46 @@ static void test_process_retries(void) {
   CHECK_INT(fx_job_state(f, id2), GW_JOB_FAILED);
   CHECK(!fx_job_was(f, id2, GW_JOB_PREEMPTED));
 
+  /* a start its worker could not make for a reason that may pass (the
+   * store or the gateway did not answer): tried again; the same refusal
+   * without "retry" fails the job at once */
+  int64_t id4 = fx_submit(f, "alice", "nb", "train", NULL);
+  fx_settle(f);
+  CHECK_INT(fx_job_state(f, id4), GW_JOB_STARTING);
+  char jid[16];
+  for (int retry = 1; retry >= 0; retry--) {
+    json_t *b = json_pack("{s:s,s:s,s:s,s:s,s:i,s:s,s:b}", "type", "done", "instance", "f-1", "job",
+                          fx_jid(id4, jid), "status", "failed", "exit_code", -1, "message",
+                          "restore J/ckpt-50.tc: the gateway did not answer a presign request",
+                          "retry", retry);
+    fx_worker(f, "f-1", b);
+    json_decref(b);
+    if (retry) {
+      CHECK_INT(fx_job_state(f, id4), GW_JOB_QUEUED);
+      CHECK(contains(fx_state_reason(f, id4, GW_JOB_PREEMPTED),
+                     "could not start the job: restore J/ckpt-50.tc: the gateway did not answer a "
+                     "presign request (retry 1 of 2)"));
+      fx_settle(f);
+      CHECK_INT(fx_job_state(f, id4), GW_JOB_STARTING);
+      CHECK_INT(fx_job(f, id4)->attempt, 2);
+    }
+  }
+  CHECK_INT(fx_job_state(f, id4), GW_JOB_FAILED);
+  CHECK(contains(fx_state_reason(f, id4, GW_JOB_FAILED), "presign request"));
+  /* the count holds for transient refusals too: a third one fails */
+  int64_t id5 = fx_submit(f, "alice", "nb", "train", NULL);
+  fx_settle(f);
+  for (int k = 1; k <= 3; k++) {
+    json_t *b = json_pack("{s:s,s:s,s:s,s:s,s:i,s:s,s:b}", "type", "done", "instance", "f-1", "job",
+                          fx_jid(id5, jid), "status", "failed", "exit_code", -1, "message",
+                          "restore J/ckpt-50.tc: S3 get: HTTP 503 SlowDown", "retry", 1);
+    fx_worker(f, "f-1", b);
+    json_decref(b);
+    CHECK_INT(fx_job_state(f, id5), k < 3 ? GW_JOB_QUEUED : GW_JOB_FAILED);
+    fx_settle(f);
+  }
+  CHECK(contains(fx_state_reason(f, id5, GW_JOB_FAILED), "HTTP 503"));
+
   /* a new checkpoint between deaths resets the count */
   int64_t id3 = fx_submit(f, "alice", "nb", "train", NULL);
   fx_settle(f);

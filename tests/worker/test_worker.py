@@ -455,6 +455,69 @@ def case_ended(tmp, worker_exe, train_exe):
         gw.close()
 
 
+def case_refuse_retry(tmp, worker_exe, train_exe):
+    """A start that cannot restore its checkpoint is refused with done
+    "failed"; "retry" marks a cause that may pass (the store throttling, HTTP
+    503 SlowDown on every try) and is absent for one that will not (no such
+    checkpoint, 404). The worker's store is S3 with URLs its gateway (this
+    fake) presigns."""
+    import http.server
+    import threading
+
+    hits = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def answer(self):
+            hits.append(self.path)
+            if "/throttled/" in self.path:
+                code, body = 503, (b"<Error><Code>SlowDown</Code>"
+                                   b"<Message>Please reduce your request rate.</Message></Error>")
+            else:
+                code, body = 404, b"<Error><Code>NoSuchKey</Code><Message>none</Message></Error>"
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Retry-After", "0")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_GET = do_HEAD = answer
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = "http://127.0.0.1:%d/bkt" % server.server_address[1]
+    data = text_file(tmp)
+    gw, w = start(tmp, worker_exe, train_exe, extra={"store": "s3://bkt/throttled"})
+    try:
+        for job in ("J000021", "J000022"):
+            gw.recv(lambda m: m["type"] == "heartbeat", 5, "heartbeat")  # the agent's connection
+            gw.send(train_assign(job, data, 20, restore=job + "/ckpt-00000010.tc"))
+            while True:
+                m = gw.recv(lambda m: m["type"] == "presign" or (m.get("job") == job and
+                                                                  m["type"] == "done"),
+                            60, "presign or done of " + job)
+                if m["type"] == "done":
+                    break
+                # the first job's URLs are throttled, the second's name nothing
+                where = "throttled" if job == "J000021" else "missing"
+                gw.send({"type": "presigned", "id": m["id"],
+                         "urls": ["%s/%s/%s" % (base, where, r["key"]) for r in m["requests"]]})
+            assert m["status"] == "failed" and m["exit_code"] == -1, m
+            if job == "J000021":
+                assert m.get("retry") is True and "503" in m["message"], m
+            else:
+                assert "retry" not in m and "no object" in m["message"], m
+        assert any("/throttled/J000021/" in h for h in hits) and \
+            any("/missing/J000022/" in h for h in hits), hits
+    finally:
+        w.kill()
+        gw.close()
+        server.shutdown()
+
+
 def main():
     case = sys.argv[1]
     worker_exe, train_exe = (os.path.abspath(p) for p in sys.argv[2:4])

@@ -1,0 +1,148 @@
+/* The worker's presigner against a gateway that dies with a request
+ * unanswered: a real CURVE ROUTER (the gateway's side) takes the request and
+ * closes without an answer, a second one binds the same address, and the
+ * presigner's copy of the request is answered there, well within its
+ * timeout. The answers to the copies that arrive after the first are dropped
+ * by the next request, which gets its own. */
+#include "harness.h"
+
+#include "conf.h"
+#include "presign.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+struct fake_gw {
+  void *zctx;
+  char endpoint[128];
+  char secret[WK_KEY_Z85_LEN + 1];
+  int answered;   /* presign requests the second gateway answered */
+  int first_seen; /* the first gateway took one */
+};
+
+static void *router(struct fake_gw *f) {
+  void *s = zmq_socket(f->zctx, ZMQ_ROUTER);
+  int one = 1, zero = 0;
+  zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof one);
+  zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, f->secret, WK_KEY_Z85_LEN + 1);
+  zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+  if (zmq_bind(s, f->endpoint) < 0) {
+    fprintf(stderr, "bind %s: %s\n", f->endpoint, zmq_strerror(zmq_errno()));
+    zmq_close(s);
+    return NULL;
+  }
+  return s;
+}
+
+/* One request (routing id and body) within ms; the body's presign id or -1. */
+static long long take(void *s, long ms, char *rid, size_t *rid_len) {
+  zmq_pollitem_t it = {s, 0, ZMQ_POLLIN, 0};
+  if (zmq_poll(&it, 1, ms) <= 0)
+    return -1;
+  int n = zmq_recv(s, rid, 255, 0);
+  char body[4096];
+  int m = zmq_recv(s, body, sizeof body - 1, 0);
+  if (n < 0 || m < 0)
+    return -1;
+  *rid_len = (size_t)n;
+  body[m < (int)sizeof body - 1 ? m : (int)sizeof body - 1] = 0;
+  json_t *v = json_loads(body, 0, NULL);
+  long long id = json_integer_value(json_object_get(v, "id"));
+  json_decref(v);
+  return id;
+}
+
+static void answer(void *s, const char *rid, size_t rid_len, long long id) {
+  char body[160];
+  snprintf(body, sizeof body, "{\"type\":\"presigned\",\"id\":%lld,\"urls\":[\"http://s3.test/%lld\"]}", id, id);
+  zmq_send(s, rid, rid_len, ZMQ_SNDMORE);
+  zmq_send(s, body, strlen(body), 0);
+}
+
+static void *gateway_thread(void *arg) {
+  struct fake_gw *f = arg;
+  char rid[256];
+  size_t rid_len;
+  /* the first gateway dies with the request unanswered */
+  void *s = router(f);
+  if (!s)
+    return NULL;
+  f->first_seen = take(s, 10000, rid, &rid_len) == 1;
+  zmq_close(s);
+  usleep(300 * 1000); /* down a while, as a gateway restarting */
+  if (!(s = router(f)))
+    return NULL;
+  /* its successor answers every copy of request 1, then request 2 */
+  for (;;) {
+    long long id = take(s, 15000, rid, &rid_len);
+    if (id < 0)
+      break;
+    answer(s, rid, rid_len, id);
+    f->answered++;
+    if (id == 2)
+      break;
+  }
+  zmq_close(s);
+  return NULL;
+}
+
+static int64_t mono_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static int sign(struct sl_s3_signer *signer, const char *key, char **url, char *err, size_t size) {
+  struct sl_s3_presign_req req = {.op = SL_S3_GET, .key = key};
+  *url = NULL;
+  return signer->presign(signer->ctx, &req, 1, url, err, size);
+}
+
+int main(void) {
+  struct fake_gw f = {.zctx = zmq_ctx_new()};
+  struct wk_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  char server_public[WK_KEY_Z85_LEN + 1];
+  CHECK_INT(zmq_curve_keypair(server_public, f.secret), 0);
+  CHECK_INT(zmq_curve_keypair(cfg.public_key, cfg.secret_key), 0);
+  memcpy(cfg.gateway_public, server_public, sizeof server_public);
+
+  /* a free port: bind to any, read it back, let it go */
+  void *probe = zmq_socket(f.zctx, ZMQ_ROUTER);
+  size_t len = sizeof f.endpoint;
+  CHECK_INT(zmq_bind(probe, "tcp://127.0.0.1:*"), 0);
+  CHECK_INT(zmq_getsockopt(probe, ZMQ_LAST_ENDPOINT, f.endpoint, &len), 0);
+  zmq_close(probe);
+  snprintf(cfg.gateway, sizeof cfg.gateway, "%s", f.endpoint);
+
+  pthread_t th;
+  CHECK_INT(pthread_create(&th, NULL, gateway_thread, &f), 0);
+  struct wk_presigner *p = NULL;
+  CHECK_INT(wk_presigner_new(&cfg, f.zctx, &p), 0);
+  struct sl_s3_signer signer = wk_presigner_signer(p);
+  char err[256] = "", *url;
+  int64_t t0 = mono_ms();
+  CHECK_INT(sign(&signer, "J000001/ckpt-50.tc", &url, err, sizeof err), 0);
+  int64_t took = mono_ms() - t0;
+  if (err[0])
+    fprintf(stderr, "presign: %s\n", err);
+  CHECK_STR(url, "http://s3.test/1");
+  free(url);
+  fprintf(stderr, "answered after %lld ms by the second gateway\n", (long long)took);
+  /* copies of request 1 may be answered again: the next request gets its own */
+  CHECK_INT(sign(&signer, "J000001/ckpt-100.tc", &url, err, sizeof err), 0);
+  CHECK_STR(url, "http://s3.test/2");
+  free(url);
+  pthread_join(th, NULL);
+  CHECK(f.first_seen);
+  CHECK(f.answered >= 2);
+  wk_presigner_free(p);
+  zmq_ctx_term(f.zctx);
+  TEST_MAIN_END();
+}
