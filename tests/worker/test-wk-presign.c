@@ -113,12 +113,12 @@ int main(void) {
   CHECK_INT(zmq_curve_keypair(cfg.public_key, cfg.secret_key), 0);
   memcpy(cfg.gateway_public, server_public, sizeof server_public);
 
-  /* a free port: bind to any, read it back, let it go */
-  void *probe = zmq_socket(f.zctx, ZMQ_ROUTER);
-  size_t len = sizeof f.endpoint;
-  CHECK_INT(zmq_bind(probe, "tcp://127.0.0.1:*"), 0);
-  CHECK_INT(zmq_getsockopt(probe, ZMQ_LAST_ENDPOINT, f.endpoint, &len), 0);
-  zmq_close(probe);
+  /* an ipc address: a TCP port let go and bound again could meanwhile be
+   * taken, even by the presigner's own reconnects (a loopback connect to a
+   * port nobody listens on can connect to itself) */
+  char dir[] = "/tmp/wk-presign-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(f.endpoint, sizeof f.endpoint, "ipc://%s/gw.sock", dir);
   snprintf(cfg.gateway, sizeof cfg.gateway, "%s", f.endpoint);
 
   pthread_t th;
@@ -144,5 +144,7 @@ int main(void) {
   CHECK(f.answered >= 2);
   wk_presigner_free(p);
   zmq_ctx_term(f.zctx);
+  unlink(f.endpoint + strlen("ipc://"));
+  rmdir(dir);
   TEST_MAIN_END();
 }
