@@ -1,5 +1,5 @@
 /* The gpt model on the device: tc_gpt.c's forward and backward expressed
- * with the ops of tc_cuda_ops.cu and tc_cuda_attention.cu, over the same
+ * with the ops of tc_cuda_{ops,linear,layers}.cu and tc_cuda_attention.cu, over the same
  * layout (block l's tensors start at tensor 2 + 12 l). */
 #include <errno.h>
 #include <stdlib.h>

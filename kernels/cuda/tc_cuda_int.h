@@ -1,6 +1,6 @@
 /* What the CUDA sources of the training core share inside the backend: the
  * op context, the error macros, launch sizes, warp reductions, bf16 operand
- * copies and the typed cuBLAS product. CUDA C++ only; C sees tc_cuda.h. */
+ * copies, the typed cuBLAS product and column sums. CUDA C++ only; C sees tc_cuda.h. */
 #ifndef TC_CUDA_INT_H
 #define TC_CUDA_INT_H
 
@@ -17,6 +17,10 @@
 #define LAUNCHED(what) tc_err_from_cuda((int)cudaGetLastError(), what)
 
 typedef __nv_bfloat16 bf16_t;
+
+/* column sums: row chunks of the first pass; the gradient's sum of squares:
+ * blocks and threads of its first pass */
+enum { COL_CHUNKS = 128, SUMSQ_BLOCKS = 1024, SUMSQ_THREADS = 256 };
 
 /* bf16 scratch: operand copies for products, and attention's own inputs */
 enum { S16_A, S16_B, S16_QKV, S16_DOUT, S16_BIAS, S16_N };
@@ -99,6 +103,16 @@ int tc_cu_gemm_raw(struct tc_cuda_ctx *c, int ta, int tb, int M, int N, int K, f
                    const void *A, int lda, long long sa, const void *B, int ldb, long long sb,
                    float beta, void *C, int ldc, long long sc, int count, cudaDataType_t ab,
                    cudaDataType_t ct);
+
+/* Column sums in an order fixed by the shape, added to out (C floats) from
+ * the row-major (N,C) a: plain sums (tc_cu_colsum_acc); sums of a times
+ * xhat = (x - mean) * rstd, with the plain ones into out2 when it is not NULL
+ * (tc_cu_colsum_acc2, x NULL: plain sums); of a bf16 a as a product with
+ * ones (tc_cu_colsum16_acc). */
+int tc_cu_colsum_acc(struct tc_cuda_ctx *c, float *out, const float *a, int N, int C);
+int tc_cu_colsum_acc2(struct tc_cuda_ctx *c, float *out, float *out2, const float *a,
+                      const float *x, const float *mean, const float *rstd, int N, int C);
+int tc_cu_colsum16_acc(struct tc_cuda_ctx *c, float *out, const bf16_t *a, int N, int C);
 
 /* Fused causal attention of a bf16 context (tc_cuda_flash.cu) on sm_80 and
  * later, for head sizes where tc_cu_flash_ok: qkv and dout16 are the bf16 copies; lse and

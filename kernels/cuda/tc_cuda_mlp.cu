@@ -1,5 +1,5 @@
 /* The mlp classifier on the device: tc_mlp.c's forward and backward
- * expressed with the ops of tc_cuda_ops.cu, over the same layout (layer i's
+ * expressed with the ops of tc_cuda_{ops,linear,layers}.cu, over the same layout (layer i's
  * weight and bias are tensors 2 i and 2 i + 1). */
 #include <errno.h>
 #include <stdlib.h>
