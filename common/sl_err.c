@@ -54,3 +54,8 @@ int sl_err_say(char *err, size_t size, int code, const char *fmt, ...) {
   }
   return code;
 }
+
+bool sl_err_unanswered(int err) {
+  return err == -ETIMEDOUT || err == -ECONNREFUSED || err == -ECONNRESET || err == -EHOSTUNREACH ||
+         err == SL_ECURL;
+}

@@ -7,6 +7,7 @@
 #ifndef SL_ERR_H
 #define SL_ERR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define SL_ERRORS(X)                                                            \
@@ -59,5 +60,9 @@ const char *sl_errname(int err);
  * later), so a failure reads `return sl_err_say(err, size, SL_ECONFIG, ...)`. */
 int sl_err_say(char *err, size_t size, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Whether err says the other end never answered (a timeout, a connection
+ * refused or reset, a host not found, a transfer that broke off: sl_http's
+ * and sl_s3's codes for them), as against an answer: worth another try. */
+bool sl_err_unanswered(int err);
 
 #endif

@@ -179,13 +179,10 @@ static struct wk_job **find_job(struct wk_agent *a, const char *id) {
 }
 
 /* Errors a start may meet that say nothing of the job: the store or the
- * gateway did not answer (a restart, a throttled or failing S3). The
- * gateway tries such a start again ("retry" in done). */
-static bool transient(int err) {
-  return err == -EAGAIN || err == -ETIMEDOUT || err == -ECONNREFUSED || err == -ECONNRESET ||
-         err == -EHOSTUNREACH || err == -ENETUNREACH || err == SL_ECURL || err == SL_EZMQ ||
-         err == SL_ENOGATEWAY;
-}
+ * gateway did not answer (a restart), or S3 throttled or failed on every
+ * try (-EAGAIN: its 429 or 5xx). The gateway tries such a start again
+ * ("retry" in done). */
+static bool transient(int err) { return err == -EAGAIN || sl_err_unanswered(err); }
 
 static void refuse(struct wk_agent *a, const json_t *m, const char *status, const char *why, int err) {
   const char *id = json_string_value(json_object_get(m, "job"));

@@ -218,8 +218,7 @@ static bool worth_retry(int r, const struct aws_ec2_error *e, bool idempotent) {
     return false;
   if (r == -EBUSY)
     return true;
-  return e->http_status == 0 && (r == -ETIMEDOUT || r == -ECONNREFUSED || r == -ECONNRESET ||
-                                 r == -EHOSTUNREACH || r == SL_ECURL);
+  return e->http_status == 0 && sl_err_unanswered(r);
 }
 
 /* Sends q, retrying transient failures up to MAX_TRIES with a full-jitter

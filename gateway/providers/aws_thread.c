@@ -61,8 +61,7 @@ static bool transient(int r, const struct aws_ec2_error *e) {
     return false;
   if (e->http_status >= 500)
     return true;
-  return e->http_status == 0 && (r == -ETIMEDOUT || r == -ECONNREFUSED || r == -ECONNRESET ||
-                                 r == -EHOSTUNREACH || r == SL_ECURL);
+  return e->http_status == 0 && sl_err_unanswered(r);
 }
 
 /* After a failed try (0-based): sleeps a full-jitter backoff and returns

@@ -4,23 +4,12 @@
  * invariants of tc_cuda_ops.cu hold: every reduction has an order fixed by
  * the shape (warp butterflies, block trees), no atomics, fp32 arithmetic;
  * where a kept bf16 copy of an output exists, the kernel writes it too. */
-#include <cublasLt.h>
-#include <cublas_v2.h>
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
 #include <errno.h>
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include <stdint.h>
 
 #include "tc_cuda.h"
 #include "tc_cuda_int.h"
-
-extern "C" {
-#include "sl_err.h"
-#include "sl_log.h"
-}
 
 /* ---- LayerNorm: one warp per row ---- */
 

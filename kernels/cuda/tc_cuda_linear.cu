@@ -3,23 +3,12 @@
  * a residual or GELU fused in their epilogue, planned once per shape. Bias
  * gradients are column sums (tc_cu_colsum_acc, tc_cu_colsum16_acc). The
  * invariants of tc_cuda_ops.cu hold: a fixed order per shape, no atomics. */
-#include <cublasLt.h>
-#include <cublas_v2.h>
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
 #include <errno.h>
-#include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tc_cuda.h"
 #include "tc_cuda_int.h"
-
-extern "C" {
-#include "sl_err.h"
-#include "sl_log.h"
-}
 
 __global__ void bias_rows(float *out, const float *bias, size_t N, int OC) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -20,7 +20,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

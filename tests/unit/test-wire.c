@@ -430,6 +430,12 @@ static void errors(void) {
   CHECK_STR(sl_strerror(SL_EREPLAY), "message replayed (signature seen before)");
   CHECK_STR(sl_errname(-ENOENT), "ENOENT");
   CHECK(strlen(sl_strerror(-ENOENT)) > 0);
+  /* no answer (worth another try) against an answer or a local fault */
+  CHECK(sl_err_unanswered(-ETIMEDOUT) && sl_err_unanswered(-ECONNREFUSED) &&
+        sl_err_unanswered(-ECONNRESET) && sl_err_unanswered(-EHOSTUNREACH) &&
+        sl_err_unanswered(SL_ECURL));
+  CHECK(!sl_err_unanswered(0) && !sl_err_unanswered(-ENOENT) && !sl_err_unanswered(SL_EAUTH) &&
+        !sl_err_unanswered(-EIO) && !sl_err_unanswered(-ENOMEM) && !sl_err_unanswered(SL_ECHECKSUM));
 }
 
 int main(void) {
