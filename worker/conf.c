@@ -109,9 +109,8 @@ static int check_whole(struct wk_config *c, char *err, size_t err_size) {
   if (!strcmp(c->metadata, "aws")) {
     char url[SL_AWS_ENDPOINT_MAX];
     sl_aws_imds_endpoint(url);
-    if (strlen(url) >= sizeof c->metadata)
+    if (snprintf(c->metadata, sizeof c->metadata, "%s", url) >= (int)sizeof c->metadata)
       return sl_err_say(err, err_size, SL_ECONFIG, "AWS_EC2_METADATA_SERVICE_ENDPOINT is too long");
-    snprintf(c->metadata, sizeof c->metadata, "%s", url);
     snprintf(c->metadata_kind, sizeof c->metadata_kind, "aws");
   }
   if (c->metadata_kind[0] && strcmp(c->metadata_kind, "aws") && strcmp(c->metadata_kind, "gcp"))

@@ -127,8 +127,10 @@ static int parse_subnets(const char *value, struct gw_aws_placement *ret, size_t
                         "subnets: \"%s\" is not subnet-... or ZONE=subnet-...", subnet);
     if (ret) {
       memset(&ret[i], 0, sizeof ret[i]);
-      snprintf(ret[i].zone, sizeof ret[i].zone, "%s", eq ? items[i] : "");
-      snprintf(ret[i].subnet, sizeof ret[i].subnet, "%s", subnet);
+      if (snprintf(ret[i].zone, sizeof ret[i].zone, "%s", eq ? items[i] : "") >=
+              (int)sizeof ret[i].zone ||
+          snprintf(ret[i].subnet, sizeof ret[i].subnet, "%s", subnet) >= (int)sizeof ret[i].subnet)
+        return sl_err_say(err, size, SL_ECONFIG, "subnets: \"%s\" is too long", items[i]);
     }
   }
   if (pairs && pairs != n)
@@ -264,9 +266,10 @@ static int load_regions(const struct gw_provider_env *env, struct gw_aws_config 
     if (sl_aws_region(one, region, why, sizeof why) < 0)
       return sl_err_say(err, size, SL_ECONFIG, "[provider.aws] region: %s",
                         why[0] ? why : "no region set (region, regions or AWS_REGION)");
-    if (strlen(region) >= sizeof c->regions[0])
+    if (snprintf(c->regions[c->n_regions], sizeof c->regions[0], "%s", region) >=
+        (int)sizeof c->regions[0])
       return sl_err_say(err, size, SL_ECONFIG, "[provider.aws] region: \"%s\" is too long", region);
-    snprintf(c->regions[c->n_regions++], sizeof c->regions[0], "%s", region);
+    c->n_regions++;
   }
   /* the store's region as the gateway finds it: [store] region, else this
    * section's region, else the environment's; else the first region */

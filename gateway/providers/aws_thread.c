@@ -312,7 +312,7 @@ static void do_launch(struct gw_aws *a, struct gw_aws_inst *in) {
       if (n_limited < GW_AWS_MAX_REGIONS)
         snprintf(limited[n_limited++], sizeof limited[0], "%s", pl->region);
       add_tried(in, key);
-      snprintf(limit, sizeof limit, "EC2 account limit for %s in %s: %s", in->type, pl->region,
+      snprintf(limit, sizeof limit, "EC2 account limit for %s in %s: %.300s", in->type, pl->region,
                why);
       sl_info(T, "launch of %s: %s", in->id, limit);
       continue;
