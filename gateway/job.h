@@ -58,6 +58,7 @@ struct gw_job {
   int64_t cost_accrued_mono_us;   /* cost is accrued up to here */
   int64_t preempted_mono_us;      /* for the resumed event's after_s */
   int process_retries;            /* deaths by a signal since the last new checkpoint */
+  int64_t start_retry_mono_us;    /* a start refused for a reason that may pass: not placed before this */
   bool pause_requested;           /* its worker was told to stop it for a budget: queued again then */
   int64_t metric_step;            /* newest step metric recorded in this attempt; -1 none */
   double attempt_cost_usd, attempt_on_demand_usd, pending_cost_s; /* not yet in the cost table */

@@ -32,6 +32,8 @@
 #define T "gateway.sched"
 #define COST_FLUSH_US (5 * SL_US_PER_S)
 #define PLACE_RETRY_US SL_US_PER_S
+#define START_RETRY_MIN_US (5 * SL_US_PER_S) /* gw_sched_retry's wait after a refused start */
+#define START_RETRY_MAX_US (120 * SL_US_PER_S)
 
 void gw_sched_wants(const struct gw_sched *s, const struct gw_job *j, struct gw_wants *w) {
   gw_place_wants(j, w);
@@ -246,6 +248,18 @@ bool gw_sched_retry(struct gw_sched *s, struct gw_job *j, int64_t exit_code, con
     snprintf(reason, sizeof reason, "the worker could not start the job: %.300s (retry %d of %lld)",
              transient, j->process_retries, (long long)s->cfg->process_retries);
   gw_sched_requeue(s, j, false, reason);
+  if (!signal && j->state == GW_JOB_QUEUED) {
+    /* what refused it (a store that throttles, a gateway that restarts)
+     * is given time: 5 s, then twice as long each retry, up to 2 min */
+    int shift = j->process_retries - 1 < 5 ? j->process_retries - 1 : 5;
+    int64_t wait_us = START_RETRY_MIN_US << shift;
+    if (wait_us > START_RETRY_MAX_US)
+      wait_us = START_RETRY_MAX_US;
+    j->start_retry_mono_us = sl_time_mono_us() + wait_us;
+    snprintf(reason, sizeof reason, "starting again in %lld s (the worker could not start it)",
+             (long long)(wait_us / SL_US_PER_S));
+    gw_sched_transition(s, j, GW_JOB_QUEUED, reason);
+  }
   return true;
 }
 
@@ -519,6 +533,8 @@ void gw_sched_place(struct gw_sched *s) {
       mark_paused(s, j, why);
       continue;
     }
+    if (s->pass_mono_us < j->start_retry_mono_us)
+      continue; /* its last start was refused a moment ago (gw_sched_retry) */
     place_one(s, j, &no_capacity);
   }
 }

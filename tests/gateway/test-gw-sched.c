@@ -429,6 +429,14 @@ static void test_process_retries(void) {
       CHECK(contains(fx_state_reason(f, id4, GW_JOB_PREEMPTED),
                      "could not start the job: restore J/ckpt-50.tc: the gateway did not answer a "
                      "presign request (retry 1 of 2)"));
+      /* not at once: what refused it is given 5 s */
+      fx_settle(f);
+      CHECK_INT(fx_job_state(f, id4), GW_JOB_QUEUED);
+      CHECK_STR(fx_job(f, id4)->reason, "starting again in 5 s (the worker could not start it)");
+      int64_t wait_us = fx_job(f, id4)->start_retry_mono_us - sl_time_mono_us();
+      CHECK(wait_us > 4 * SL_US_PER_S && wait_us <= 5 * SL_US_PER_S);
+      fx_job(f, id4)->start_retry_mono_us = 0; /* the 5 s have passed */
+      gw_sched_kick(f->sched);
       fx_settle(f);
       CHECK_INT(fx_job_state(f, id4), GW_JOB_STARTING);
       CHECK_INT(fx_job(f, id4)->attempt, 2);
@@ -446,6 +454,13 @@ static void test_process_retries(void) {
     fx_worker(f, "f-1", b);
     json_decref(b);
     CHECK_INT(fx_job_state(f, id5), k < 3 ? GW_JOB_QUEUED : GW_JOB_FAILED);
+    if (k < 3) { /* each retry waits twice as long */
+      char want[80];
+      snprintf(want, sizeof want, "starting again in %d s (the worker could not start it)", 5 << (k - 1));
+      CHECK_STR(fx_job(f, id5)->reason, want);
+      fx_job(f, id5)->start_retry_mono_us = 0;
+      gw_sched_kick(f->sched);
+    }
     fx_settle(f);
   }
   CHECK(contains(fx_state_reason(f, id5, GW_JOB_FAILED), "HTTP 503"));
