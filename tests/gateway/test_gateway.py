@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""spotlab-gateway integration tests over real sockets.
+"""spotlab-gateway integration tests over real sockets, against the fake
+provider (the cases with the real local provider are test_gateway_local.py).
 
-usage: test_gateway.py CASE GATEWAY FAKE_GATEWAY FAKE_WORKER [WORKER TRAIN]
+usage: test_gateway.py CASE GATEWAY FAKE_GATEWAY FAKE_WORKER
 
 FAKE_GATEWAY is spotlab-gateway with the test provider "fake" registered
 ([provider.fake]), which runs FAKE_WORKER (a scripted CURVE worker) per
@@ -10,65 +11,27 @@ the spotlab command. Every wait has a deadline; nothing sleeps to wait for an
 event.
 """
 import getpass
-import glob
 import json
 import os
 import select
-import shutil
 import signal
-import sqlite3
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 
 import zmq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from checks import check, failures  # noqa: E402
-from gateway_proc import GatewayProcess, kill_instances, session_pids, token_sha256  # noqa: E402
-from gateway_client import GatewayClient  # noqa: E402
+from gateway_proc import token_sha256  # noqa: E402
+from gwcases import (CTX, TOKENS, Client, Gateway, attach, configure,  # noqa: E402
+                     state_is, submit)
 
 CASE, GATEWAY, FAKE_GATEWAY, FAKE_WORKER = sys.argv[1:5]
-EXTRA = sys.argv[5:]
-TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-9876543210",
-          "carol": "carol-token-5555555555"}
-CTX = zmq.Context()
-
-
-
-
-class Gateway(GatewayProcess):
-    def __init__(self, exe=None, extra_ini="", slots=2, user_options=None):
-        exe = exe or FAKE_GATEWAY
-        super().__init__(tempfile.mkdtemp(prefix="gw-test-"), exe, TOKENS,
-                         provider="fake" if exe == FAKE_GATEWAY else "local", slots=slots,
-                         extra_ini=extra_ini, user_options=user_options,
-                         env={"SPOTLAB_FAKE_WORKER": FAKE_WORKER, "SPOTLAB_DEBUG": "gateway"})
-        self.start()
-
-    def cleanup(self, keep=False):
-        self.stop(15)
-        # the fake workers by pid, a real local instance with its whole session
-        for pidfile in glob.glob(os.path.join(self.state, "instances", "*", "fake.pid")):
-            try:
-                os.kill(int(open(pidfile).read()), signal.SIGKILL)
-            except (ValueError, ProcessLookupError, PermissionError):
-                pass
-        kill_instances(self.state)
-        if not keep:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class Client(GatewayClient):
-    def __init__(self, address, user=None, session="nb", token=None, small=False):
-        super().__init__(address, token=token or (TOKENS[user] if user else None),
-                         session=session, context=CTX, small=small)
-
-
-def state_is(job, state):
-    return lambda e: e["job"] == job and e["event"] == "state" and e["state"] == state
+# at import, not in main(): tests/security/gateway_test.py imports this module
+# with the same arguments and starts its Gateway from there
+configure(GATEWAY, FAKE_GATEWAY, FAKE_WORKER)
 
 
 def define(c, steps_opts=None):
@@ -76,18 +39,6 @@ def define(c, steps_opts=None):
         {"name": "m", "kind": "model", "spec": {"type": "gpt", "args": [], "options": {"layers": 1}}},
         {"name": "d", "kind": "data", "spec": {"type": "text", "args": ["moby-dick"], "options": {}}}])
     assert r["ok"], r
-
-
-def submit(c, **opts):
-    r = c.req("submit", kind="train", model="m", data="d", options=opts)
-    assert r["ok"], r
-    return r["job"]
-
-
-def attach(c, job, after=0):
-    r = c.req("attach", job=job, after=after)
-    assert r["ok"], r
-    return r["job"]
 
 
 def seqs(events, job):
@@ -810,227 +761,13 @@ def case_auto_checkpoint(gw):
     check(segments >= 1, "some interval was followed for several checkpoints")
 
 
-def case_local_train(gw):
-    worker, train = os.path.abspath(EXTRA[0]), os.path.abspath(EXTRA[1])
-    os.environ["SPOTLAB_WORKER_BIN"] = worker
-    os.environ["SPOTLAB_TRAIN_BIN"] = train
-    text = os.path.join(gw.dir, "text.txt")
-    with open(text, "w") as f:
-        f.write("Call me Ishmael. Some years ago, never mind how long precisely. " * 200)
-    # a short worker_timeout: the gateway itself has the provider terminate
-    # the instance once its job is done (a stopped gateway leaves workers
-    # running by design, for its next start)
-    real = Gateway(GATEWAY, slots=1, extra_ini="[idle]\nworker_timeout = 3s\n")
-    try:
-        c = Client(real.listen, "alice")
-        r = c.req("session.set", defs=[
-            {"name": "m", "kind": "model", "spec": {"type": "gpt", "args": [], "options": {
-                "layers": 1, "heads": 2, "dim": 32, "ctx": 32}}},
-            {"name": "d", "kind": "data", "spec": {"type": "text", "args": [text], "options": {}}}])
-        check(r["ok"], "session.set")
-        job = submit(c, steps=40, batch=4, threads=1, checkpoint_every=10)
-        attach(c, job)
-        end = c.wait_event(lambda e: e["job"] == job and e["event"] == "state" and
-                           e["state"] in ("succeeded", "failed"), timeout=240)
-        check(end["state"] == "succeeded", "real training succeeded: %r" % end)
-        inst = [e for e in c.events if e["job"] == job and e["event"] == "placed"][-1]["instance"]
-        sid = json.load(open(os.path.join(real.state, "instances", inst, "instance.json")))["pid"]
-        check(sid in session_pids(sid), "the instance's worker %d runs" % sid)
-        kinds = [e["event"] for e in c.events if e["job"] == job]
-        check(kinds.count("metric") >= 1 and "checkpoint" in kinds, "metrics and checkpoints")
-        steps = [e["step"] for e in c.events if e["job"] == job and e["event"] == "metric"]
-        check(steps == sorted(set(steps)) and steps[-1:] == [40],
-              "each step's metric once, the last one 40 (spotlab-train's done adds none): %s"
-              % steps[-5:])
-        check(c.req("jobs")["jobs"][0]["step"] == 40, "the job's summary has the last step")
-        check(real.wait_log("instance %s gone" % inst, 60), "the idle instance was terminated")
-        deadline = time.monotonic() + 20
-        while session_pids(sid) and time.monotonic() < deadline:
-            time.sleep(0.05)  # waiting for other processes' exit: no event to wait on
-        check(not session_pids(sid), "no process of the instance remains: %s" % session_pids(sid))
-        real.stop()
-        check(real.p.returncode == 0, "the gateway stopped cleanly (%s)" % real.p.returncode)
-    finally:
-        if failures:
-            print("real gateway log:\n" + real.logtext()[-8000:], file=sys.stderr)
-        real.cleanup()
-
-
-def place_gateway(capacity, slots, extra_ini="", user_options=None):
-    """The real gateway with the local provider, real spotlab-worker
-    instances, and a spot market whose capacity per type never changes."""
-    g = GatewayProcess(tempfile.mkdtemp(prefix="gw-place-"), GATEWAY, TOKENS, provider="local",
-                       slots=slots, market_capacity=capacity,
-                       extra_ini="[idle]\nworker_timeout = 10m\n" + extra_ini,
-                       env={"SPOTLAB_DEBUG": "gateway"}, user_options=user_options)
-    g.start()
-    return g
-
-
-def sleep_job(c, **opts):
-    """A %%run job that holds its instance until cancelled, attached."""
-    r = c.req("submit", kind="run", script="sleep 600", options=opts)
-    check(r["ok"], "submit %s: %s" % (opts, r))
-    if r["ok"]:
-        attach(c, r["job"])
-    return r.get("job")
-
-
-def placed(c, job, n=1, timeout=30):
-    """The job's n-th placed event."""
-    c.wait_event(lambda e: e["job"] == job and e["event"] == "placed" and
-                 len([x for x in c.events if x["job"] == job and x["event"] == "placed"]) >= n,
-                 "placed #%d of %s" % (n, job), timeout)
-    return [e for e in c.events if e["job"] == job and e["event"] == "placed"][n - 1]
-
-
-def case_local_place(gw):
-    """Placement with the local provider: a capacity failure retried at once
-    on another type, spot=auto on-demand at once without spot capacity,
-    region=, and a zone that just preempted an instance not picked first,
-    also by the gateway started again after it."""
-    os.environ["SPOTLAB_WORKER_BIN"] = os.path.abspath(EXTRA[0])
-    os.environ["SPOTLAB_TRAIN_BIN"] = os.path.abspath(EXTRA[1])
-    gws = []
-    try:
-        # capacity 1 per type: g4dn.xlarge spot is taken by the first job; the
-        # second job's best (g4dn.xlarge spot, every zone) is refused, and it
-        # goes on at once to g5.xlarge spot
-        one = place_gateway(capacity=1, slots=3)
-        gws.append(one)
-        c = Client(one.listen, "alice")
-        first = sleep_job(c, instance="g4dn.xlarge", spot="yes")
-        p1 = placed(c, first)
-        check(p1["instance_type"] == "g4dn.xlarge" and p1["spot"], "first job on g4dn spot: %s" % p1)
-        t0 = time.monotonic()
-        second = sleep_job(c, instance="g4dn.xlarge,g5.xlarge", spot="yes")
-        p2 = placed(c, second, timeout=15)
-        check(p2["instance_type"] == "g5.xlarge" and p2["spot"],
-              "second job retried on g5.xlarge spot: %s" % p2)
-        check(time.monotonic() - t0 < 10, "retried at once (%.1f s)" % (time.monotonic() - t0))
-        check(one.wait_log("no capacity for g4dn.xlarge", 5), "the refusal was remembered")
-        # region=: the local provider's region is its zone_prefix
-        r = c.req("submit", kind="run", script="true", options={"region": "mars-1"})
-        check(not r["ok"] and "no provider offers region \"mars-1\"" in r["error"]["message"]
-              and "local-1" in r["error"]["message"], "an unknown region refused: %s" % r)
-        third = sleep_job(c, region="local-1", spot="no")
-        p3 = placed(c, third)
-        check(p3["zone"].startswith("local-1") and not p3["spot"], "region=local-1: %s" % p3)
-        m = c.req("market", gpus=1)
-        rk = m.get("ranking") or []
-        check(m["ok"] and len(rk) >= 2 and [e["rank"] for e in rk] == list(range(1, len(rk) + 1))
-              and all(e.get("why") for e in rk)
-              and all(rk[i]["usd_per_unit"] <= rk[i + 1]["usd_per_unit"]
-                      for i in range(len(rk) - 1) if not rk[i + 1].get("held")),
-              "%%instances ranks every offer best first with a reason: %s" % rk[:3])
-        for j in (first, second, third):
-            c.req("cancel", job=j)
-
-        # no spot capacity at all: spot=auto (the default) is on on-demand at once
-        zero = place_gateway(capacity=0, slots=1)
-        gws.append(zero)
-        c = Client(zero.listen, "alice")
-        t0 = time.monotonic()
-        auto = sleep_job(c)
-        pa = placed(c, auto, timeout=15)
-        check(not pa["spot"], "spot=auto without spot capacity: on-demand (%s)" % pa)
-        check(time.monotonic() - t0 < 10, "on-demand at once (%.1f s)" % (time.monotonic() - t0))
-        # spot=yes waits for spot instead
-        c.req("cancel", job=auto)
-        c.wait_event(state_is(auto, "cancelled"), timeout=20)
-        refusals = zero.logtext().count("no capacity for")
-        waits = sleep_job(c, spot="yes")
-        spot_offers = len([e for e in c.req("market")["ranking"] if e["market"] == "spot"])
-        deadline = time.monotonic() + 20
-        while (zero.logtext().count("no capacity for") < refusals + 2 * spot_offers and
-               time.monotonic() < deadline):
-            time.sleep(0.1)  # polling the log: no event to wait on
-        check(zero.logtext().count("no capacity for") >= refusals + 2 * spot_offers,
-              "spot=yes asked for spot again and again")
-        check(not [e for e in c.events if e["job"] == waits and e["event"] == "placed"],
-              "spot=yes is not placed on on-demand")
-        c.req("cancel", job=waits)
-
-        # a group's instance_types: bob's group may run on g5.xlarge only, a
-        # user of their own (carol) on g4dn.xlarge; alice on any
-        allow = place_gateway(capacity=2, slots=2,
-                              extra_ini="[group.small]\ninstance_types = g5.xlarge\n",
-                              user_options={"bob": "group = small\n",
-                                            "carol": "group = small\ninstance_types = g4dn.xlarge\n"})
-        gws.append(allow)
-        b = Client(allow.listen, "bob")
-        r = b.req("submit", kind="run", script="true", options={"instance": "g4dn.xlarge"})
-        check(not r["ok"] and "instance type g4dn.xlarge is not allowed for bob (allowed: g5.xlarge)"
-              in r["error"]["message"], "a type outside the group's refused at submit: %s" % r)
-        ranked = {e["type"] for e in b.req("market")["ranking"]}
-        check(ranked == {"g5.xlarge"}, "%%instances shows bob only his group's types: %s" % ranked)
-        bj = sleep_job(b)
-        pb = placed(b, bj)
-        check(pb["instance_type"] == "g5.xlarge", "bob's job placed on his group's type: %s" % pb)
-        cc = Client(allow.listen, "carol")
-        cj = sleep_job(cc)
-        pc = placed(cc, cj)
-        check(pc["instance_type"] == "g4dn.xlarge", "a user's own instance_types win: %s" % pc)
-        a = Client(allow.listen, "alice")
-        check(len({e["type"] for e in a.req("market")["ranking"]}) > 2,
-              "a user without a limit sees every type")
-        for c, j in ((b, bj), (cc, cj)):
-            c.req("cancel", job=j)
-
-        # a spot instance preempted in a zone: the job goes elsewhere first
-        two = place_gateway(capacity=2, slots=2)
-        gws.append(two)
-        c = Client(two.listen, "alice")
-        job = sleep_job(c, instance="g4dn.xlarge", spot="yes")
-        q1 = placed(c, job)
-        r = c.req("inject", action="preempt", instance=q1["instance"], notice_s=1)
-        check(r["ok"], "preemption injected: %s" % r)
-        q2 = placed(c, job, n=2, timeout=60)
-        check(q2["instance_type"] == "g4dn.xlarge" and q2["spot"] and q2["zone"] != q1["zone"],
-              "placed again away from the zone that preempted it: %s then %s"
-              % (q1["zone"], q2["zone"]))
-        c.req("cancel", job=job)
-        c.wait_event(state_is(job, "cancelled"), timeout=20)
-        c.close()
-
-        # the gateway started again on its state remembers that preemption
-        two.stop(15)
-        db = sqlite3.connect(os.path.join(two.state, "gateway.db"))
-        row = db.execute("SELECT body FROM learned WHERE name='placement'").fetchone()
-        db.close()
-        kept = json.loads(row[0]) if row else {}
-        check([f for f in kept.get("failures", []) if f["zone"] == q1["zone"] and f["spot"]
-               and not f["capacity"] and f["type"] == "g4dn.xlarge"],
-              "the preemption is in the database: %s" % kept)
-        two.start()
-        check(two.wait_log("restored what the gateway learned for placement", 10),
-              "the placement memory read back at start")
-        c = Client(two.listen, "alice")
-        rk = c.req("market", gpus=1).get("ranking") or []
-        there = [e for e in rk if e["type"] == "g4dn.xlarge" and e.get("zone") == q1["zone"]
-                 and e["market"] == "spot"]
-        check(there and "preempted" in there[0]["why"],
-              "after the restart %s's spot offer still counts its preemption: %s"
-              % (q1["zone"], there))
-        c.close()
-    finally:
-        for g in gws:
-            if failures:
-                print("gateway log (%s):\n%s" % (g.logpath, g.logtext()[-6000:]), file=sys.stderr)
-            g.stop(15)
-            kill_instances(g.state)
-            if not failures:
-                shutil.rmtree(g.dir, ignore_errors=True)
-
-
 CASES = {"auth": case_auth, "isolation": case_isolation,
          "malformed-kernel": case_malformed_kernel, "malformed-worker": case_malformed_worker,
          "curve": case_curve, "dump-config": case_dump_config,
          "config-errors": case_config_errors, "embedded": case_embedded, "jobs": case_jobs,
          "preempt": case_preempt, "preempt-run": case_preempt_run, "restart": case_restart,
          "replay": case_replay, "fairness": case_fairness, "reregister": case_reregister,
-         "process-retries": case_process_retries,
-         "local-train": case_local_train, "local-place": case_local_place, "idle": case_idle,
+         "process-retries": case_process_retries, "idle": case_idle,
          "auto-checkpoint": case_auto_checkpoint}
 
 
