@@ -7,10 +7,11 @@
  * names one), whether it shows capacity: the provider's market says so
  * (spot_none, a capacity failure it remembers), and a capacity failure or a
  * preemption the gateway saw in the tick counts as none (markethist.h keeps
- * the last week of each offer, across restarts). A job with a deadline gets its own
- * copy of that history for the spot offers it may use (its market view,
- * appended to each tick so the policy's learning only ever reads forward),
- * its own sl_policy, and a decision each tick: wait in the queue, on-demand,
+ * the last week of each offer, across restarts). A job with a deadline reads
+ * that history for the spot offers it may use from the copies it shares with
+ * the other jobs (mhview.h: its market view, from its first tick on, grows by
+ * a tick each tick so the policy's learning only ever reads forward), and
+ * has its own sl_policy, and a decision each tick: wait in the queue, on-demand,
  * or spot on one of its offers. Placement asks for it (gw_sched_deadline_wants);
  * a running job whose market the decision changes (spot to on-demand or
  * back) is stopped as a preemption with notice stops it (its provider is
@@ -28,6 +29,7 @@
 
 #include "loop.h"
 #include "markethist.h"
+#include "mhview.h"
 
 #include "sl_err.h"
 #include "sl_json.h"
@@ -51,9 +53,9 @@ struct dl_job {
   int64_t id;
   struct sl_policy *pol;
   const struct gw_mh_offer *offer[SL_POLICY_ZONES_MAX]; /* the job's zones (the history's offers) */
-  int32_t *avail[SL_POLICY_ZONES_MAX];
-  double *price[SL_POLICY_ZONES_MAX];
-  size_t n_zones, n, cap, origin;
+  struct gw_mhv *view[SL_POLICY_ZONES_MAX]; /* their shared copies, read from tick from[z] */
+  size_t from[SL_POLICY_ZONES_MAX];
+  size_t n_zones, n, origin;
   double window_s, start_elapsed_s, ondemand_price;
   double clock0_s;               /* wall-clock seconds at the start of tick 0 of its arrays */
   double step_s;                 /* measured provider seconds per step; 0: none */
@@ -81,6 +83,7 @@ struct gw_dl {
   int64_t ticks;
   struct gw_offer market[GW_SCHED_MARKET_MAX];
   struct gw_mh *hist;            /* owned: every offer's capacity, tick by tick */
+  struct gw_mhv_set views;       /* owned: the offers' ticks the tracked jobs read */
   struct dl_job **jobs;
   size_t n_jobs, cap_jobs;
   struct step_memo memo[STEP_MEMORY];
@@ -200,6 +203,8 @@ static void record_market(struct gw_dl *d) {
                t->spot_usd_per_hour);
   }
   gw_mh_end_tick(d->hist, now);
+  if (gw_mhv_sync(&d->views) < 0)
+    sl_warn(T, "out of memory for the market's history: deadline jobs decide on the last view");
   d->ticks++;
 }
 
@@ -212,49 +217,32 @@ static struct dl_job *job_find(struct gw_dl *d, int64_t id) {
   return NULL;
 }
 
-static void job_free(struct dl_job *dj) {
+static void job_free(struct gw_dl *d, struct dl_job *dj) {
   if (!dj)
     return;
   sl_policy_free(dj->pol);
-  for (size_t z = 0; z < dj->n_zones; z++) {
-    free(dj->avail[z]);
-    free(dj->price[z]);
-  }
+  for (size_t z = 0; z < dj->n_zones; z++)
+    if (dj->view[z])
+      gw_mhv_release(&d->views, dj->view[z]);
   free(dj);
 }
 
 static void forget(struct gw_dl *d, int64_t id) {
   for (size_t i = 0; i < d->n_jobs; i++)
     if (d->jobs[i]->id == id) {
-      job_free(d->jobs[i]);
+      job_free(d, d->jobs[i]);
       d->jobs[i] = d->jobs[--d->n_jobs];
       return;
     }
 }
 
-/* Appends the newest recorded tick of each of the job's zones. */
-static int job_append(struct gw_dl *d, struct dl_job *dj) {
+/* Takes in the newest recorded tick of each of the job's zones. */
+static int job_append(struct dl_job *dj) {
   if (dj->n == JOB_TICKS_MAX)
     return SL_ELIMIT; /* long past any deadline: the last view stays */
-  if (dj->n == dj->cap) {
-    size_t cap = dj->cap * 2 > JOB_TICKS_MAX ? JOB_TICKS_MAX : dj->cap * 2;
-    for (size_t z = 0; z < dj->n_zones; z++) {
-      int32_t *a = realloc(dj->avail[z], cap * sizeof *a);
-      if (a)
-        dj->avail[z] = a;
-      double *p = realloc(dj->price[z], cap * sizeof *p);
-      if (p)
-        dj->price[z] = p;
-      if (!a || !p)
-        return -ENOMEM;
-    }
-    dj->cap = cap;
-  }
-  for (size_t z = 0; z < dj->n_zones; z++) {
-    const struct gw_mh_offer *o = dj->offer[z];
-    dj->avail[z][dj->n] = gw_mh_avail(o, o->n - 1);
-    dj->price[z][dj->n] = gw_mh_price(o, o->n - 1);
-  }
+  for (size_t z = 0; z < dj->n_zones; z++)
+    if (dj->view[z]->base + dj->view[z]->n <= dj->from[z] + dj->n)
+      return -ENOMEM; /* a copy that could not grow (record_market): the last view stays */
   dj->n++;
   return 0;
 }
@@ -299,20 +287,12 @@ static struct dl_job *track(struct gw_dl *d, struct gw_job *j, const struct gw_w
   }
   if (!isfinite(dj->ondemand_price))
     dj->ondemand_price = 0;
-  dj->cap = hist + 64;
-  for (size_t z = 0; z < dj->n_zones; z++) {
+  for (size_t z = 0; z < dj->n_zones; z++) { /* the last hist ticks, oldest first */
     const struct gw_mh_offer *o = dj->offer[z];
-    dj->avail[z] = malloc(dj->cap * sizeof *dj->avail[z]);
-    dj->price[z] = malloc(dj->cap * sizeof *dj->price[z]);
-    if (!dj->avail[z] || !dj->price[z]) {
-      dj->n_zones = z + 1;
-      job_free(dj);
+    dj->from[z] = o->n - hist;
+    if (!(dj->view[z] = gw_mhv_use(&d->views, o, dj->from[z]))) {
+      job_free(d, dj);
       return NULL;
-    }
-    for (size_t k = 0; k < hist; k++) { /* the last hist ticks, oldest first */
-      size_t tick = o->n - hist + k;
-      dj->avail[z][k] = gw_mh_avail(o, tick);
-      dj->price[z][k] = gw_mh_price(o, tick);
     }
   }
   dj->n = dj->n_zones ? hist : 1;
@@ -398,7 +378,8 @@ static void decide(struct gw_dl *d, struct dl_job *dj, struct gw_job *j) {
                    warm, &jv);
   struct sl_zone_view zv[SL_POLICY_ZONES_MAX];
   for (size_t z = 0; z < dj->n_zones; z++)
-    zv[z] = (struct sl_zone_view){.avail = dj->avail[z], .price = dj->price[z], .n = dj->n};
+    zv[z] = (struct sl_zone_view){.avail = gw_mhv_avail(dj->view[z], dj->from[z]),
+                                  .price = gw_mhv_price(dj->view[z], dj->from[z]), .n = dj->n};
   struct sl_market_view mv = {.zones = zv, .n_zones = dj->n_zones, .origin = dj->origin,
                               .ondemand_price = dj->ondemand_price, .gap_s = GW_DEADLINE_TICK_S,
                               .clock0_s = dj->clock0_s,
@@ -459,10 +440,16 @@ static void tick(struct gw_dl *d) {
       dj->step_s = dj->step_s > 0 ? 0.8 * dj->step_s + 0.2 * step_s : step_s;
       memo_put(d, dj->model_key, dj->step_s);
     }
-    job_append(d, dj);
+    job_append(dj);
     decide(d, dj, j);
     act(d, dj, j);
   }
+  /* the shared copies keep what the jobs still tracked read */
+  gw_mhv_trim_begin(&d->views);
+  for (size_t i = 0; i < d->n_jobs; i++)
+    for (size_t z = 0; z < d->jobs[i]->n_zones; z++)
+      gw_mhv_keep(d->jobs[i]->view[z], d->jobs[i]->from[z]);
+  gw_mhv_trim_end(&d->views);
   /* jobs not tracked yet (loaded after a restart, or never placed since) */
   for (size_t i = 0; i < gw_fleet_n_jobs(d->s->fleet); i++) {
     struct gw_job *j = gw_fleet_job_at(d->s->fleet, i);
@@ -683,8 +670,9 @@ struct gw_dl *gw_sched_deadline_free(struct gw_dl *d) {
   if (d->timer > 0)
     gw_loop_del_timer(d->s->loop, d->timer);
   for (size_t i = 0; i < d->n_jobs; i++)
-    job_free(d->jobs[i]);
+    job_free(d, d->jobs[i]);
   free(d->jobs);
+  gw_mhv_clear(&d->views);
   gw_mh_free(d->hist);
   free(d);
   return NULL;
