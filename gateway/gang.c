@@ -65,6 +65,7 @@ enum gw_gang_outcome gw_gang_outcome(const struct gw_gang *g, bool cancel_reques
   if (g->gave_up)
     return GW_GANG_DONE_FAILED;
   if (failed >= 0)
-    return killed(g->m[failed].exit_code) ? GW_GANG_RETRY : GW_GANG_DONE_FAILED;
+    return killed(g->m[failed].exit_code) || g->m[failed].transient ? GW_GANG_RETRY
+                                                                    : GW_GANG_DONE_FAILED;
   return all_ok && finished ? GW_GANG_DONE_OK : GW_GANG_RETRY;
 }

@@ -29,6 +29,8 @@ struct gw_gang_member {
   bool noticed;                 /* its instance had a preemption notice */
   enum gw_gang_end end;
   int64_t exit_code;            /* of a done; -1 unknown */
+  bool transient;               /* its done refused the assign for a reason that may pass
+                                 * ("retry": the store or the gateway did not answer) */
 };
 
 struct gw_gang {

@@ -340,10 +340,16 @@ static void decide(struct gw_sched *s, struct gw_job *j) {
     if (code > 128 && code <= 128 + 64)
       snprintf(why, sizeof why, "the process of rank %d was killed by signal %d (retry %d of %lld)",
                rank, (int)(code - 128), j->process_retries, (long long)s->cfg->process_retries);
+    else if (g->m[rank].transient)
+      snprintf(why, sizeof why, "the worker could not start the job: %.280s (retry %d of %lld)", g->why,
+               j->process_retries, (long long)s->cfg->process_retries);
     else
       snprintf(why, sizeof why, "the gang stopped before the last step (retry %d of %lld)",
                j->process_retries, (long long)s->cfg->process_retries);
+    bool transient = g->m[rank].transient;
     gw_sched_requeue_at(s, j, false, why, inst);
+    if (transient)
+      gw_sched_retry_later(s, j);
     return;
   case GW_GANG_WAIT:
     return;
@@ -429,6 +435,7 @@ void gw_sched_gang_done(struct gw_sched *s, struct gw_job *j, struct gw_inst *in
     snprintf(j->gang->why, sizeof j->gang->why, "rank %d (%s): %.200s", rank, in->row.id,
              *msg ? msg : status);
   }
+  j->gang->m[rank].transient = end == GW_GANG_FAILED && json_is_true(json_object_get(done, "retry"));
   member_end(s, j, rank, end, code);
 }
 

@@ -67,6 +67,9 @@ void gw_sched_clear_placement(struct gw_job *j);
  * member that was taken away). */
 void gw_sched_requeue_at(struct gw_sched *s, struct gw_job *j, bool notice, const char *reason,
                          const char *instance);
+/* A queued job whose start a worker refused for a reason that may pass: not
+ * placed before a wait (5 s after its first retry, doubling up to 2 min). */
+void gw_sched_retry_later(struct gw_sched *s, struct gw_job *j);
 
 /* sched_gang.c */
 /* Places a gang for j (w->nodes > 1) now, all or none: -EAGAIN when not

@@ -248,19 +248,25 @@ bool gw_sched_retry(struct gw_sched *s, struct gw_job *j, int64_t exit_code, con
     snprintf(reason, sizeof reason, "the worker could not start the job: %.300s (retry %d of %lld)",
              transient, j->process_retries, (long long)s->cfg->process_retries);
   gw_sched_requeue(s, j, false, reason);
-  if (!signal && j->state == GW_JOB_QUEUED) {
-    /* what refused it (a store that throttles, a gateway that restarts)
-     * is given time: 5 s, then twice as long each retry, up to 2 min */
-    int shift = j->process_retries - 1 < 5 ? j->process_retries - 1 : 5;
-    int64_t wait_us = START_RETRY_MIN_US << shift;
-    if (wait_us > START_RETRY_MAX_US)
-      wait_us = START_RETRY_MAX_US;
-    j->start_retry_mono_us = sl_time_mono_us() + wait_us;
-    snprintf(reason, sizeof reason, "starting again in %lld s (the worker could not start it)",
-             (long long)(wait_us / SL_US_PER_S));
-    gw_sched_transition(s, j, GW_JOB_QUEUED, reason);
-  }
+  if (!signal)
+    gw_sched_retry_later(s, j);
   return true;
+}
+
+void gw_sched_retry_later(struct gw_sched *s, struct gw_job *j) {
+  if (j->state != GW_JOB_QUEUED)
+    return; /* cancelled meanwhile */
+  /* what refused it (a store that throttles, a gateway that restarts) is
+   * given time: 5 s, then twice as long each retry, up to 2 min */
+  int shift = j->process_retries < 1 ? 0 : j->process_retries - 1 < 5 ? j->process_retries - 1 : 5;
+  int64_t wait_us = START_RETRY_MIN_US << shift;
+  if (wait_us > START_RETRY_MAX_US)
+    wait_us = START_RETRY_MAX_US;
+  j->start_retry_mono_us = sl_time_mono_us() + wait_us;
+  char reason[96];
+  snprintf(reason, sizeof reason, "starting again in %lld s (the worker could not start it)",
+           (long long)(wait_us / SL_US_PER_S));
+  gw_sched_transition(s, j, GW_JOB_QUEUED, reason);
 }
 
 int gw_sched_submit(struct gw_sched *s, struct gw_job *j) {

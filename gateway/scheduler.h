@@ -109,7 +109,8 @@ void gw_sched_requeue(struct gw_sched *s, struct gw_job *j, bool notice, const c
  * 128 + N), or its worker could not start it for a reason that may pass
  * (transient: the worker's message, as when the store or the gateway did not
  * answer; NULL otherwise): re-queues it from its latest checkpoint, at most
- * [gateway] process_retries times without a new checkpoint in between.
+ * [gateway] process_retries times without a new checkpoint in between; a
+ * transient one is placed again after a wait (gw_sched_retry_later).
  * False when the job should fail instead. */
 bool gw_sched_retry(struct gw_sched *s, struct gw_job *j, int64_t exit_code, const char *transient);
 int gw_sched_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst);

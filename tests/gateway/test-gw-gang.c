@@ -421,6 +421,50 @@ static void test_fail_and_cancel(void) {
   fx_free(f);
 }
 
+/* A rank whose worker could not restore the checkpoint for a reason that
+ * may pass ("retry": the store did not answer) stops the gang, which is
+ * placed again after a wait, within [gateway] process_retries; the same
+ * refusal without the mark fails the job. */
+static void test_refused_start(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  char ids[GW_GANG_MAX][GW_INSTANCE_ID_MAX], jid[16];
+  for (int retry = 1; retry >= 0; retry--) {
+    int64_t job = run_gang(f, 2, ids, NULL);
+    CHECK_INT(fx_job_state(f, job), GW_JOB_RUNNING);
+    fx_jid(job, jid);
+    fx_workerf(f, ids[1], "{s:s,s:s,s:s,s:s,s:i,s:s,s:b}", "type", "done", "instance", ids[1], "job",
+               jid, "status", "failed", "exit_code", -1, "message",
+               "restore J/ckpt-10.tc: S3 get: HTTP 503 SlowDown", "retry", retry);
+    fx_settle(f);
+    CHECK_INT(fx_to_worker_count(f, ids[0], "cancel"), 1);
+    fx_done(f, ids[0], job, "cancelled", 0);
+    fx_settle(f);
+    if (!retry) {
+      CHECK_INT(fx_job_state(f, job), GW_JOB_FAILED);
+      CHECK(strstr(fx_state_reason(f, job, GW_JOB_FAILED), "HTTP 503") != NULL);
+      break;
+    }
+    CHECK_INT(fx_job_state(f, job), GW_JOB_QUEUED);
+    const char *why = fx_state_reason(f, job, GW_JOB_PREEMPTED);
+    CHECK(why && strstr(why, "could not start the job: rank 1") && strstr(why, "HTTP 503") &&
+          strstr(why, "(retry 1 of"));
+    CHECK_STR(fx_job(f, job)->reason, "starting again in 5 s (the worker could not start it)");
+    fx_settle(f); /* not placed again before the wait */
+    CHECK_INT(fx_job_state(f, job), GW_JOB_QUEUED);
+    fx_job(f, job)->start_retry_mono_us = 0; /* the 5 s have passed */
+    gw_sched_kick(f->sched);
+    fx_settle(f);
+    CHECK(fx_job_state(f, job) != GW_JOB_QUEUED);
+    CHECK_INT(fx_job(f, job)->attempt, 2);
+    CHECK_INT(gw_sched_cancel(f->sched, fx_job(f, job)), 0);
+    fx_settle(f);
+  }
+  fx_free(f);
+}
+
 /* Rank 0's worker names no rendezvous (a worker without nodes=N): the job
  * fails with a reason instead of the other ranks waiting forever. */
 static void test_old_worker(void) {
@@ -509,6 +553,7 @@ int main(void) {
   test_lost();
   test_fail_and_cancel();
   test_old_worker();
+  test_refused_start();
   test_submit_checks();
   TEST_MAIN_END();
 }

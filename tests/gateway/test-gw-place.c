@@ -308,6 +308,12 @@ static void test_gang_outcome(void) {
   g.m[1].exit_code = 137;
   CHECK_INT(outcome(&g, false, false, &rank, &notice, &code), GW_GANG_RETRY);
   CHECK_INT(code, 137);
+  /* its worker refused the assign for a reason that may pass (a restore the
+   * store did not answer): a retry too */
+  g.m[1].exit_code = -1;
+  g.m[1].transient = true;
+  CHECK_INT(outcome(&g, false, false, &rank, &notice, &code), GW_GANG_RETRY);
+  CHECK_INT(rank, 1);
   /* the gateway gave up (rank 0 named no rendezvous): failed, not retried */
   g = gang(2);
   g.gave_up = true;
