@@ -35,6 +35,9 @@
 
 /* Cells of work × slack the table aims at (u is chosen for it). */
 #define PLAN_CELLS 20000.0
+/* Waiting against a spot start, on the prior alone: what counts as a tie
+ * (sl_plan_decide). */
+#define PRIOR_TIE 0.005
 /* Age buckets per side, by their first age in units; the last is open. */
 static const int bucket_lo[] = {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96};
 #define NB ((int)(sizeof bucket_lo / sizeof bucket_lo[0]))
@@ -404,11 +407,17 @@ int sl_plan_decide(struct sl_plan **plp, const struct sl_plan_market *mk,
   } else {
     q[SL_PLAN_OD] = INFINITY;
   }
-  /* ties go to spot, then to on-demand; on-demand when nothing else is allowed */
+  /* ties go to spot, then to on-demand; on-demand when nothing else is
+   * allowed. Before any run was seen to end, the model is its memoryless
+   * prior, where starting now and starting later cost the same: what tells
+   * them apart is the table's rounding (up to about 0.3%), not the market,
+   * and spot within PRIOR_TIE of waiting counts as a tie. */
   ret->act = SL_PLAN_OD;
   if (q[SL_PLAN_WAIT] < q[SL_PLAN_OD])
     ret->act = SL_PLAN_WAIT;
-  if (isfinite(q[SL_PLAN_SPOT]) && q[SL_PLAN_SPOT] <= q[ret->act])
+  bool prior_only = mk->ups->n == 0 && mk->downs->n == 0;
+  double bar = q[ret->act] * (prior_only && ret->act == SL_PLAN_WAIT ? 1 + PRIOR_TIE : 1);
+  if (isfinite(q[SL_PLAN_SPOT]) && q[SL_PLAN_SPOT] <= bar)
     ret->act = SL_PLAN_SPOT;
   return 0;
 }
