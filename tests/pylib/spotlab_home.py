@@ -46,19 +46,24 @@ def wait_exit(pids, timeout_s):
 
 def stop_all(home, timeout_s=10):
     """SIGTERM to the gateway and everything else under home, then SIGKILL
-    whatever is still there after timeout_s."""
+    whatever is still there after timeout_s. The gateway is waited for too
+    (its command line does not name home): one that is still stopping may
+    launch a worker after the first look."""
+    gateway = []
     try:
         with open(os.path.join(home, "gateway.pid")) as f:
-            os.kill(int(f.read().split()[0]), signal.SIGTERM)
+            pid = int(f.read().split()[0])
+        os.kill(pid, signal.SIGTERM)
+        gateway.append(pid)
     except (OSError, ValueError, IndexError):
         pass
-    pids = processes_under(home)
+    pids = [p for p in processes_under(home) if p not in gateway]
     for pid in pids:
         try:
             os.kill(pid, signal.SIGTERM)
         except OSError:
             pass
-    wait_exit(pids, timeout_s)
+    wait_exit(gateway + pids, timeout_s)
     for pid in processes_under(home):
         try:
             os.kill(pid, signal.SIGKILL)
