@@ -105,15 +105,14 @@ struct gw_mhv *gw_mhv_use(struct gw_mhv_set *set, const struct gw_mh_offer *offe
   }
   if (catch_up(v) < 0 || (from < v->base && extend_back(v, from) < 0)) {
     if (!v->refs)
-      gw_mhv_release(set, v);
+      gw_mhv_release(v);
     return NULL;
   }
   v->refs++;
   return v;
 }
 
-void gw_mhv_release(struct gw_mhv_set *set, struct gw_mhv *v) {
-  (void)set;
+void gw_mhv_release(struct gw_mhv *v) {
   if (v->refs > 0)
     v->refs--;
   if (v->refs)

@@ -3,10 +3,10 @@
  * needs to the newest, shared by every job that uses the offer.
  *
  * markethist.h keeps a ring of each offer's last week; a policy reads its
- * market view as plain arrays that only grow (sl_policy.h). Each deadline
- * job used to copy a week per offer it may use (about 120 KB an offer);
- * now jobs that use the same offer point into one copy, each from its own
- * first tick, and the copy keeps only the ticks some job still reads.
+ * market view as plain arrays that only grow (sl_policy.h). A week of one
+ * offer is about 120 KB; the jobs that use the same offer point into one
+ * copy, each from its own first tick, and the copy keeps only the ticks
+ * some job still reads.
  * Invariant: a view holds the offer's ticks [base, base + n), and base + n
  * is the offer's n after every gw_mhv_sync. */
 #ifndef GW_MHVIEW_H
@@ -35,7 +35,7 @@ struct gw_mhv_set {
  * reader; NULL when out of memory (nothing changed then). */
 struct gw_mhv *gw_mhv_use(struct gw_mhv_set *set, const struct gw_mh_offer *offer, size_t from);
 /* One reader fewer; the last one frees the view. */
-void gw_mhv_release(struct gw_mhv_set *set, struct gw_mhv *v);
+void gw_mhv_release(struct gw_mhv *v);
 /* Appends the ticks each view's offer recorded since (after gw_mh_end_tick).
  * -ENOMEM: a view could not grow (it is left as it was, and catches up on
  * a later call while its offer's ring still holds the ticks). */

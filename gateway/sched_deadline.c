@@ -217,20 +217,20 @@ static struct dl_job *job_find(struct gw_dl *d, int64_t id) {
   return NULL;
 }
 
-static void job_free(struct gw_dl *d, struct dl_job *dj) {
+static void job_free(struct dl_job *dj) {
   if (!dj)
     return;
   sl_policy_free(dj->pol);
   for (size_t z = 0; z < dj->n_zones; z++)
     if (dj->view[z])
-      gw_mhv_release(&d->views, dj->view[z]);
+      gw_mhv_release(dj->view[z]);
   free(dj);
 }
 
 static void forget(struct gw_dl *d, int64_t id) {
   for (size_t i = 0; i < d->n_jobs; i++)
     if (d->jobs[i]->id == id) {
-      job_free(d, d->jobs[i]);
+      job_free(d->jobs[i]);
       d->jobs[i] = d->jobs[--d->n_jobs];
       return;
     }
@@ -291,7 +291,7 @@ static struct dl_job *track(struct gw_dl *d, struct gw_job *j, const struct gw_w
     const struct gw_mh_offer *o = dj->offer[z];
     dj->from[z] = o->n - hist;
     if (!(dj->view[z] = gw_mhv_use(&d->views, o, dj->from[z]))) {
-      job_free(d, dj);
+      job_free(dj);
       return NULL;
     }
   }
@@ -670,7 +670,7 @@ struct gw_dl *gw_sched_deadline_free(struct gw_dl *d) {
   if (d->timer > 0)
     gw_loop_del_timer(d->s->loop, d->timer);
   for (size_t i = 0; i < d->n_jobs; i++)
-    job_free(d, d->jobs[i]);
+    job_free(d->jobs[i]);
   free(d->jobs);
   gw_mhv_clear(&d->views);
   gw_mh_free(d->hist);

@@ -73,7 +73,7 @@ static void test_shared_and_trimmed(void) {
   CHECK(reads(a0, 0, 400, 1200) && reads(a1, 1, 400, 1200) && reads(b1, 1, 100, 1200));
   /* B ends: zone b's ticks before 400 are read by nobody and go (they are
    * more than a quarter of the copy) */
-  gw_mhv_release(&set, b1);
+  gw_mhv_release(b1);
   gw_mhv_trim_begin(&set);
   gw_mhv_keep(a0, 400);
   gw_mhv_keep(a1, 400);
@@ -84,10 +84,10 @@ static void test_shared_and_trimmed(void) {
    * than the copy has it extended back from the ring */
   struct gw_mhv *c1 = gw_mhv_use(&set, offer(h, 1), 200);
   CHECK(c1 == a1 && c1->base == 200 && reads(c1, 1, 200, 1200) && reads(a1, 1, 400, 1200));
-  gw_mhv_release(&set, c1);
+  gw_mhv_release(c1);
   /* A ends: its copies are freed */
-  gw_mhv_release(&set, a0);
-  gw_mhv_release(&set, a1);
+  gw_mhv_release(a0);
+  gw_mhv_release(a1);
   CHECK_INT((long long)gw_mhv_bytes(&set), 0);
   CHECK(!set.v[0].offer && !set.v[1].offer);
   gw_mhv_clear(&set);

@@ -230,8 +230,8 @@ static void test_spot_returns(void) {
 /* A market seen for a few ticks only, all with capacity: no run has ended,
  * so what spotlab knows is its prior, under which starting now and later
  * cost the same; with slack to spare it starts spot at once rather than
- * wait on the table's rounding (it used to wait in about one case of five,
- * for up to hours, in a market that never went down). */
+ * wait on the table's rounding (without the tie, about one case of five
+ * waits, for up to hours, in a market that never goes down). */
 static void test_fresh_market_starts(void) {
   static int32_t avail[8];
   static double price[8];
