@@ -7,6 +7,7 @@ Nothing here reads sys.argv: a script calls configure() with the programs
 it was given before it starts a Gateway.
 """
 import glob
+import json
 import os
 import shutil
 import signal
@@ -60,6 +61,27 @@ class Client(GatewayClient):
     def __init__(self, address, user=None, session="nb", token=None, small=False):
         super().__init__(address, token=token or (TOKENS[user] if user else None),
                          session=session, context=CTX, small=small)
+
+
+def define(c):
+    """alice's usual session: model m (a one-layer gpt) and data d."""
+    r = c.req("session.set", vars={"lr": {"t": "num", "v": 0.001}}, defs=[
+        {"name": "m", "kind": "model", "spec": {"type": "gpt", "args": [], "options": {"layers": 1}}},
+        {"name": "d", "kind": "data", "spec": {"type": "text", "args": ["moby-dick"], "options": {}}}])
+    assert r["ok"], r
+
+
+def worker_socket(cfg_path):
+    """A DEALER speaking as the fake worker whose config is cfg_path (its
+    CURVE keys, the gateway's address), and that config."""
+    cfg = json.load(open(cfg_path))
+    s = CTX.socket(zmq.DEALER)
+    s.linger = 0
+    s.curve_serverkey = cfg["gateway_public"].encode()
+    s.curve_publickey = cfg["public"].encode()
+    s.curve_secretkey = cfg["secret"].encode()
+    s.connect(cfg["gateway"])
+    return s, cfg
 
 
 def state_is(job, state):

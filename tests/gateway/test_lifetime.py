@@ -19,7 +19,6 @@ Every wait has a deadline.
 """
 import json
 import os
-import select
 import shutil
 import subprocess
 import sys

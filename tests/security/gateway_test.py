@@ -38,14 +38,14 @@ import sys
 import zmq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gateway"))
-# test_gateway reads CASE GATEWAY FAKE_GATEWAY FAKE_WORKER from argv: ours, same order
-from test_gateway import (CTX, TOKENS, Client, Gateway, attach, define,  # noqa: E402
-                          state_is, submit, worker_socket)
+from gwcases import (CTX, TOKENS, Client, Gateway, attach, configure, define,  # noqa: E402
+                     state_is, submit, worker_socket)
 from checks import check, failures  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 from gateway_proc import token_sha256  # noqa: E402
 
 CASE = sys.argv[1]
+configure(*sys.argv[2:5])
 REQUESTS = ["ping", "status", "jobs", "instances", "session.get", "session.set", "submit",
             "attach", "cancel", "logs", "inject"]
 
