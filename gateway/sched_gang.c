@@ -346,10 +346,10 @@ static void decide(struct gw_sched *s, struct gw_job *j) {
     else
       snprintf(why, sizeof why, "the gang stopped before the last step (retry %d of %lld)",
                j->process_retries, (long long)s->cfg->process_retries);
-    bool transient = g->m[rank].transient;
-    gw_sched_requeue_at(s, j, false, why, inst);
-    if (transient)
-      gw_sched_retry_later(s, j);
+    if (g->m[rank].transient)
+      gw_sched_requeue_retry(s, j, why, inst);
+    else
+      gw_sched_requeue_at(s, j, false, why, inst);
     return;
   case GW_GANG_WAIT:
     return;

@@ -67,9 +67,11 @@ void gw_sched_clear_placement(struct gw_job *j);
  * member that was taken away). */
 void gw_sched_requeue_at(struct gw_sched *s, struct gw_job *j, bool notice, const char *reason,
                          const char *instance);
-/* A queued job whose start a worker refused for a reason that may pass: not
- * placed before a wait (5 s after its first retry, doubling up to 2 min). */
-void gw_sched_retry_later(struct gw_sched *s, struct gw_job *j);
+/* gw_sched_requeue_at without a notice, for a start a worker refused for a
+ * reason that may pass: the job is not placed again before a wait (5 s after
+ * its first retry, doubling up to 2 min), and its queued reason says so. */
+void gw_sched_requeue_retry(struct gw_sched *s, struct gw_job *j, const char *reason,
+                            const char *instance);
 
 /* sched_gang.c */
 /* Places a gang for j (w->nodes > 1) now, all or none: -EAGAIN when not

@@ -205,8 +205,19 @@ void gw_sched_requeue(struct gw_sched *s, struct gw_job *j, bool notice, const c
   gw_sched_requeue_at(s, j, notice, reason, j->instance);
 }
 
-void gw_sched_requeue_at(struct gw_sched *s, struct gw_job *j, bool notice, const char *reason,
-                         const char *instance) {
+/* The wait before the next try of a start its worker refused with "retry"
+ * (a store that throttles, a gateway that restarts): 5 s, then twice as long
+ * each retry, up to 2 min. */
+static int64_t start_retry_wait_us(const struct gw_job *j) {
+  int shift = j->process_retries < 1 ? 0 : j->process_retries - 1 < 5 ? j->process_retries - 1 : 5;
+  int64_t wait_us = START_RETRY_MIN_US << shift;
+  return wait_us > START_RETRY_MAX_US ? START_RETRY_MAX_US : wait_us;
+}
+
+/* gw_sched_requeue_at's work; retry: the job is placed again only after
+ * start_retry_wait_us, and its queued reason says so */
+static void requeue(struct gw_sched *s, struct gw_job *j, bool notice, const char *reason,
+                    const char *instance, bool retry) {
   char inst[GW_INSTANCE_ID_MAX];
   snprintf(inst, sizeof inst, "%s", instance); /* may point into j's gang */
   if (j->cancel_requested) {
@@ -230,9 +241,26 @@ void gw_sched_requeue_at(struct gw_sched *s, struct gw_job *j, bool notice, cons
   j->preempted_mono_us = sl_time_mono_us();
   j->wait_register_until_us = 0;
   j->step = j->ckpt_step;
+  char queued[96] = "resuming from the latest checkpoint";
+  if (retry) {
+    int64_t wait_us = start_retry_wait_us(j);
+    j->start_retry_mono_us = sl_time_mono_us() + wait_us;
+    snprintf(queued, sizeof queued, "starting again in %lld s (the worker could not start it)",
+             (long long)(wait_us / SL_US_PER_S));
+  }
   gw_queue_push(s->queue, j->user, j->id, 1);
-  gw_sched_transition(s, j, GW_JOB_QUEUED, "resuming from the latest checkpoint");
+  gw_sched_transition(s, j, GW_JOB_QUEUED, queued);
   gw_sched_kick(s);
+}
+
+void gw_sched_requeue_at(struct gw_sched *s, struct gw_job *j, bool notice, const char *reason,
+                         const char *instance) {
+  requeue(s, j, notice, reason, instance, false);
+}
+
+void gw_sched_requeue_retry(struct gw_sched *s, struct gw_job *j, const char *reason,
+                            const char *instance) {
+  requeue(s, j, false, reason, instance, true);
 }
 
 bool gw_sched_retry(struct gw_sched *s, struct gw_job *j, int64_t exit_code, const char *transient) {
@@ -241,32 +269,16 @@ bool gw_sched_retry(struct gw_sched *s, struct gw_job *j, int64_t exit_code, con
     return false;
   j->process_retries++;
   char reason[400];
-  if (signal)
+  if (signal) {
     snprintf(reason, sizeof reason, "the job's process was killed by signal %d (retry %d of %lld)",
              (int)(exit_code - 128), j->process_retries, (long long)s->cfg->process_retries);
-  else
+    gw_sched_requeue(s, j, false, reason);
+  } else {
     snprintf(reason, sizeof reason, "the worker could not start the job: %.300s (retry %d of %lld)",
              transient, j->process_retries, (long long)s->cfg->process_retries);
-  gw_sched_requeue(s, j, false, reason);
-  if (!signal)
-    gw_sched_retry_later(s, j);
+    gw_sched_requeue_retry(s, j, reason, j->instance);
+  }
   return true;
-}
-
-void gw_sched_retry_later(struct gw_sched *s, struct gw_job *j) {
-  if (j->state != GW_JOB_QUEUED)
-    return; /* cancelled meanwhile */
-  /* what refused it (a store that throttles, a gateway that restarts) is
-   * given time: 5 s, then twice as long each retry, up to 2 min */
-  int shift = j->process_retries < 1 ? 0 : j->process_retries - 1 < 5 ? j->process_retries - 1 : 5;
-  int64_t wait_us = START_RETRY_MIN_US << shift;
-  if (wait_us > START_RETRY_MAX_US)
-    wait_us = START_RETRY_MAX_US;
-  j->start_retry_mono_us = sl_time_mono_us() + wait_us;
-  char reason[96];
-  snprintf(reason, sizeof reason, "starting again in %lld s (the worker could not start it)",
-           (long long)(wait_us / SL_US_PER_S));
-  gw_sched_transition(s, j, GW_JOB_QUEUED, reason);
 }
 
 int gw_sched_submit(struct gw_sched *s, struct gw_job *j) {

@@ -110,7 +110,7 @@ void gw_sched_requeue(struct gw_sched *s, struct gw_job *j, bool notice, const c
  * (transient: the worker's message, as when the store or the gateway did not
  * answer; NULL otherwise): re-queues it from its latest checkpoint, at most
  * [gateway] process_retries times without a new checkpoint in between; a
- * transient one is placed again after a wait (gw_sched_retry_later).
+ * transient one is placed again after a wait (gw_sched_requeue_retry).
  * False when the job should fail instead. */
 bool gw_sched_retry(struct gw_sched *s, struct gw_job *j, int64_t exit_code, const char *transient);
 int gw_sched_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst);

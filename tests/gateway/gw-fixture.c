@@ -401,6 +401,15 @@ const char *fx_state_reason(const struct fx *f, int64_t job, enum gw_job_state s
   return "";
 }
 
+size_t fx_state_count(const struct fx *f, int64_t job, enum gw_job_state st, const char *reason) {
+  size_t n = 0;
+  for (size_t i = 0; i < f->n_bus; i++)
+    if (f->bus_log[i].kind == GW_BUS_JOB_STATE && f->bus_log[i].job == job &&
+        f->bus_log[i].state == st && (!reason || !strcmp(f->bus_log[i].reason, reason)))
+      n++;
+  return n;
+}
+
 static size_t msgs_count(const json_t *log, const char *to, const char *type) {
   size_t n = 0, i;
   json_t *e;

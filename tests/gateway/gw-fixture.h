@@ -179,6 +179,8 @@ size_t fx_job_events(const struct fx *f, int64_t job, const char *event);
 bool fx_job_was(const struct fx *f, int64_t job, enum gw_job_state st);
 /* The reason of job's newest JOB_STATE record with state st ("" if none). */
 const char *fx_state_reason(const struct fx *f, int64_t job, enum gw_job_state st);
+/* How many JOB_STATE records of job have state st and (unless NULL) reason. */
+size_t fx_state_count(const struct fx *f, int64_t job, enum gw_job_state st, const char *reason);
 void fx_bus_clear(struct fx *f);
 
 /* Captured worker messages to instance id's routing id ("w:ID"). */

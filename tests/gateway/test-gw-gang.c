@@ -452,6 +452,7 @@ static void test_refused_start(void) {
     CHECK(why && strstr(why, "could not start the job: rank 1") && strstr(why, "HTTP 503") &&
           strstr(why, "(retry 1 of"));
     CHECK_STR(fx_job(f, job)->reason, "starting again in 5 s (the worker could not start it)");
+    CHECK_INT(fx_state_count(f, job, GW_JOB_QUEUED, "resuming from the latest checkpoint"), 0);
     fx_settle(f); /* not placed again before the wait */
     CHECK_INT(fx_job_state(f, job), GW_JOB_QUEUED);
     fx_job(f, job)->start_retry_mono_us = 0; /* the 5 s have passed */

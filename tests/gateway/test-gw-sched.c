@@ -433,6 +433,10 @@ static void test_process_retries(void) {
       fx_settle(f);
       CHECK_INT(fx_job_state(f, id4), GW_JOB_QUEUED);
       CHECK_STR(fx_job(f, id4)->reason, "starting again in 5 s (the worker could not start it)");
+      /* queued once, with the wait as its reason */
+      CHECK_INT(fx_state_count(f, id4, GW_JOB_PREEMPTED, NULL), 1);
+      CHECK_INT(fx_state_count(f, id4, GW_JOB_QUEUED, "resuming from the latest checkpoint"), 0);
+      CHECK_INT(fx_state_count(f, id4, GW_JOB_QUEUED, fx_job(f, id4)->reason), 1);
       int64_t wait_us = fx_job(f, id4)->start_retry_mono_us - sl_time_mono_us();
       CHECK(wait_us > 4 * SL_US_PER_S && wait_us <= 5 * SL_US_PER_S);
       fx_job(f, id4)->start_retry_mono_us = 0; /* the 5 s have passed */
