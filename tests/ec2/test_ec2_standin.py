@@ -8,7 +8,6 @@ Each case starts its own stand-in (in-process, except `cli`) in a private
 folder. Durations are EC2 seconds over a large time scale; every wait has a
 deadline and polls for the event, never a fixed sleep.
 """
-import base64
 import datetime
 import json
 import os

@@ -57,6 +57,14 @@ class Gateway(GatewayProcess):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def gateway_cleanup(gw, failed):
+    """A case's end: gw stopped and its instances killed; on a failure its
+    folder is kept and its log's tail printed."""
+    gw.cleanup(keep=failed)
+    if failed:
+        print("gateway log (%s):\n%s" % (gw.logpath, gw.logtext()[-6000:]), file=sys.stderr)
+
+
 class Client(GatewayClient):
     def __init__(self, address, user=None, session="nb", token=None, small=False):
         super().__init__(address, token=token or (TOKENS[user] if user else None),

@@ -23,9 +23,9 @@ import time
 import zmq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from checks import check, failures  # noqa: E402
+from checks import check, run_case  # noqa: E402
 from gateway_proc import token_sha256  # noqa: E402
-from gwcases import (CTX, TOKENS, Client, Gateway, attach, configure, define,  # noqa: E402
+from gwcases import (CTX, TOKENS, Client, Gateway, attach, configure, define, gateway_cleanup,  # noqa: E402
                      state_is, submit, worker_socket)
 
 CASE, GATEWAY, FAKE_GATEWAY, FAKE_WORKER = sys.argv[1:5]
@@ -755,18 +755,7 @@ def main():
     slots = 1 if CASE == "fairness" else 3 if CASE == "idle" else 2
     gw = Gateway(slots=slots, extra_ini=IDLE_INI if CASE == "idle" else "",
                  user_options=IDLE_USERS if CASE == "idle" else None)
-    try:
-        CASES[CASE](gw)
-    except Exception as e:  # a timeout or a failed assertion is a failure with context
-        failures.append("%s: %s" % (type(e).__name__, e))
-        print("FAIL:", type(e).__name__, e, file=sys.stderr)
-    finally:
-        gw.cleanup(keep=bool(failures))
-    if failures:
-        print("gateway log (%s):\n%s" % (gw.logpath, gw.logtext()[-6000:]), file=sys.stderr)
-        return 1
-    print("ok")
-    return 0
+    return run_case(CASES[CASE], gw, cleanup=lambda failed: gateway_cleanup(gw, failed))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from checks import check, failures  # noqa: E402
+from checks import check, failures, run_case  # noqa: E402
 from gateway_proc import GatewayProcess, kill_instances, session_pids  # noqa: E402
 from gwcases import TOKENS, Client, Gateway, attach, configure, state_is, submit  # noqa: E402
 
@@ -250,15 +250,7 @@ CASES = {"local-train": case_local_train, "local-place": case_local_place}
 
 def main():
     configure(GATEWAY)
-    try:
-        CASES[CASE]()
-    except Exception as e:  # a timeout or a failed assertion is a failure with context
-        failures.append("%s: %s" % (type(e).__name__, e))
-        print("FAIL:", type(e).__name__, e, file=sys.stderr)
-    if failures:
-        return 1
-    print("ok")
-    return 0
+    return run_case(CASES[CASE])
 
 
 if __name__ == "__main__":

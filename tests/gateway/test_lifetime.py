@@ -26,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from checks import check, failures  # noqa: E402
+from checks import check, failures, run_case  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 from gateway_proc import session_pids  # noqa: E402
 from spotlab_home import stop_all  # noqa: E402
@@ -227,18 +227,9 @@ def case_stop(gw, force=False):
 def main():
     timeout = {"idle": "3s", "job": "2s", "stop": "0", "force": "0"}[CASE]
     gw = Embedded(timeout)
-    try:
-        {"idle": case_idle, "job": case_job, "stop": case_stop,
-         "force": lambda g: case_stop(g, force=True)}[CASE](gw)
-    except Exception as e:  # a timeout or a failed assertion is a failure with context
-        failures.append("%s: %s" % (type(e).__name__, e))
-        print("FAIL:", type(e).__name__, e, file=sys.stderr)
-    finally:
-        gw.cleanup()
-    if failures:
-        return 1
-    print("ok")
-    return 0
+    case = {"idle": case_idle, "job": case_job, "stop": case_stop,
+            "force": lambda g: case_stop(g, force=True)}[CASE]
+    return run_case(case, gw, cleanup=lambda failed: gw.cleanup())
 
 
 if __name__ == "__main__":

@@ -26,9 +26,7 @@ trained model. Screenshots go to ARTIFACT_DIR. Every wait is on a condition.
 """
 import json
 import os
-import shutil
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "frontends"))

@@ -44,3 +44,23 @@ def exit_status():
         print(summary(), flush=True)
         return 1
     return 0
+
+
+def run_case(case, *args, cleanup=None):
+    """A test script's case: runs case(*args); an exception it raises (a timeout,
+    a failed assertion) is a failure with its context. cleanup(failed), when
+    given, runs afterwards whatever happened (an early exit by require()
+    included). Returns the script's exit status: 1 if any check failed, else 0
+    after printing "ok"."""
+    try:
+        case(*args)
+    except Exception as e:
+        failures.append("%s: %s" % (type(e).__name__, e))
+        print("FAIL:", type(e).__name__, e, file=sys.stderr)
+    finally:
+        if cleanup:
+            cleanup(bool(failures))
+    if failures:
+        return 1
+    print("ok")
+    return 0

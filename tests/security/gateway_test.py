@@ -38,9 +38,9 @@ import sys
 import zmq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gateway"))
-from gwcases import (CTX, TOKENS, Client, Gateway, attach, configure, define,  # noqa: E402
+from gwcases import (CTX, TOKENS, Client, Gateway, attach, configure, define, gateway_cleanup,  # noqa: E402
                      state_is, submit, worker_socket)
-from checks import check, failures  # noqa: E402
+from checks import check, run_case  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 from gateway_proc import token_sha256  # noqa: E402
 
@@ -273,18 +273,7 @@ CASES = {"token-wrong": case_token_wrong, "token-missing": case_token_missing,
 
 def main():
     gw = Gateway(slots=2)
-    try:
-        CASES[CASE](gw)
-    except Exception as e:  # a timeout or a failed assertion is a failure with context
-        failures.append("%s: %s" % (type(e).__name__, e))
-        print("FAIL:", type(e).__name__, e, file=sys.stderr)
-    finally:
-        gw.cleanup(keep=bool(failures))
-    if failures:
-        print("gateway log (%s):\n%s" % (gw.logpath, gw.logtext()[-6000:]), file=sys.stderr)
-        return 1
-    print("ok")
-    return 0
+    return run_case(CASES[CASE], gw, cleanup=lambda failed: gateway_cleanup(gw, failed))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import time
 
 import zmq
 
-from checks import check, failures
+from checks import check, failures, run_case
 from gateway_client import GatewayClient
 from gateway_proc import GatewayProcess, kill_instances
 
@@ -262,20 +262,15 @@ CASES = {"routing-id": case_routing_id, "visibility": case_visibility,
 
 def main():
     gw = gateway()
-    try:
-        CASES[CASE](gw)
-    except Exception as e:  # a timeout or a failed assertion is a failure with context
-        failures.append("%s: %s" % (type(e).__name__, e))
-        print("FAIL:", type(e).__name__, e, file=sys.stderr)
-    finally:
+
+    def cleanup(failed):
         gw.stop(15)
         kill_instances(gw.state)
-    if failures:
-        print("gateway log (%s):\n%s" % (gw.logpath, gw.logtail()), file=sys.stderr)
-        return 1
-    shutil.rmtree(gw.dir, ignore_errors=True)
-    print("ok")
-    return 0
+        if failed:
+            print("gateway log (%s):\n%s" % (gw.logpath, gw.logtail()), file=sys.stderr)
+        else:
+            shutil.rmtree(gw.dir, ignore_errors=True)
+    return run_case(CASES[CASE], gw, cleanup=cleanup)
 
 
 if __name__ == "__main__":

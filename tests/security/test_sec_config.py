@@ -21,7 +21,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 
 from checks import check, exit_status, failures, require
 from gateway_client import GatewayClient

@@ -26,7 +26,6 @@ import glob
 import json
 import os
 import random
-import shutil
 import stat
 import subprocess
 import sys

@@ -344,22 +344,15 @@ CASES = {"gang": case_gang, "gang-notice": case_gang_notice, "gang-kill": case_g
 def main():
     folder = tempfile.mkdtemp(prefix="spotlab-gang-")
     run = GangRun(folder)
-    try:
-        CASES[ts.CASE](run)
-    except Exception as e:  # a timeout or a broken assumption is a failure with context
-        ts.failures.append("%s: %s" % (type(e).__name__, e))
-        print("FAIL:", type(e).__name__, e, file=sys.stderr)
-    finally:
+
+    def cleanup(failed):
         keep = bool(os.environ.get("SPOTLAB_GANG_KEEP"))  # logs and state of a passing run too
-        run.close(keep=keep or bool(ts.failures))
-        if not ts.failures and not keep:
+        run.close(keep=keep or failed)
+        if not failed and not keep:
             shutil.rmtree(folder, ignore_errors=True)
         else:
             print("kept %s" % folder, file=sys.stderr)
-    if ts.failures:
-        return 1
-    print("ok")
-    return 0
+    return ts.run_case(CASES[ts.CASE], run, cleanup=cleanup)
 
 
 if __name__ == "__main__":

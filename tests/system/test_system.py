@@ -40,7 +40,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from checks import check, failures  # noqa: E402
+from checks import check, failures, run_case  # noqa: E402
 from gateway_proc import GatewayProcess, kill_instances, signal_instance  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 
@@ -610,24 +610,17 @@ def main():
         enter_mount_namespace()  # before anything is started: this may re-execute the script
     folder = tempfile.mkdtemp(prefix="spotlab-system-")
     run = Run(folder)
-    try:
-        CASES[CASE](run)
-    except Exception as e:  # a timeout or a broken assumption is a failure with context
-        failures.append("%s: %s" % (type(e).__name__, e))
-        print("FAIL:", type(e).__name__, e, file=sys.stderr)
-    finally:
-        run.close(keep=bool(failures))
+
+    def cleanup(failed):
+        run.close(keep=failed)
         for m in ("store", "instances"):
             # lazily: a killed worker may still hold its folder for a moment
             subprocess.run(["umount", "-l", os.path.join(run.gw.state, m)], capture_output=True)
-        if not failures:
+        if not failed:
             shutil.rmtree(folder, ignore_errors=True)
         else:
             print("kept %s" % folder, file=sys.stderr)
-    if failures:
-        return 1
-    print("ok")
-    return 0
+    return run_case(CASES[CASE], run, cleanup=cleanup)
 
 
 if __name__ == "__main__":

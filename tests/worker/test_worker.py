@@ -2,7 +2,6 @@
 
 Each case starts its own fake gateway, metadata service and worker, and
 waits for messages with deadlines; it never sleeps to wait for an event."""
-import json
 import os
 import re
 import shutil

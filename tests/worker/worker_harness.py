@@ -6,8 +6,6 @@ wait has a deadline and fails the test with what was received so far."""
 import http.server
 import json
 import os
-import shutil
-import signal
 import subprocess
 import tempfile
 import threading
