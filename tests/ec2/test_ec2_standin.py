@@ -742,6 +742,9 @@ def main():
         print("usage: %s CASE [PRICES_CSV]; cases: %s" % (sys.argv[0], " ".join(CASES)),
               file=sys.stderr)
         return 2
+    if PRICES and not os.path.isfile(PRICES):
+        print("FAIL %s: the price file %s is missing" % (sys.argv[1], PRICES), file=sys.stderr)
+        return 1
     fn, opts = CASES[sys.argv[1]]
     tmp = tempfile.mkdtemp(prefix="ec2-standin-")
     st = None

@@ -218,7 +218,8 @@ def main():
         r = bob.req("submit", kind="run", script="true", options={})
         check(not r["ok"] and "group ml's monthly budget is spent: $" in r["error"]["message"] and
               ("of $%.2f" % cap) in r["error"]["message"], "bob's submit is refused: %s" % r)
-        bob.req("ping")
+        for c in (alice, bob):
+            c.req("ping")  # reads every notice sent so far
         for c, who in ((alice, "alice"), (bob, "bob")):
             got = sorted((n["threshold_pct"], n["cap"]) for n in budget_notices(c))
             check([p for p, cp in got if not cp] == [50, 80, 100] and

@@ -86,7 +86,7 @@ def case_isolation(gw):
     check(any(j["job"] == job for j in a.req("jobs", all=True)["jobs"]), "alice sees her job")
     inst = a.req("logs", job=job)["events"]
     placed = [e for e in inst if e["event"] == "placed"]
-    if placed:
+    if check(placed, "alice's job has a placed event in its log"):
         r = b.req("inject", action="kill", instance=placed[0]["instance"])
         check(not r["ok"] and r["error"]["code"] == "SL_ENAME", "bob cannot kill alice's instance")
 
@@ -696,8 +696,8 @@ def case_idle(gw):
     insts = c.req("instances")["instances"]
     check(not [i for i in insts if i["instance"] == inst], "no worker left for the notebook")
     # the job that outlived every timeout is still running on its worker
+    now = long_c.req("attach", job=long_job, after=10 ** 9)["job"]  # reads what was sent meanwhile
     check(not long_c.notices, "a session with a running job gets no idle notice %r" % long_c.notices)
-    now = long_c.req("attach", job=long_job, after=10 ** 9)["job"]
     check(now["state"] == "running" and now["instance"] == long_summary["instance"] and
           now["attempt"] == 1, "the long job was not stopped: %r" % now)
     check(not [e for e in long_c.events if e["event"] in ("preempted", "idle")],

@@ -169,8 +169,10 @@ def case_local_place():
             time.sleep(0.1)  # polling the log: no event to wait on
         check(zero.logtext().count("no capacity for") >= refusals + 2 * spot_offers,
               "spot=yes asked for spot again and again")
-        check(not [e for e in c.events if e["job"] == waits and e["event"] == "placed"],
-              "spot=yes is not placed on on-demand")
+        js = c.req("attach", job=waits, after=10 ** 9)["job"]  # reads what was sent meanwhile
+        check(js["state"] == "queued" and not js.get("instance") and
+              not [e for e in c.events if e["job"] == waits and e["event"] == "placed"],
+              "spot=yes is not placed on on-demand: %s" % js)
         c.req("cancel", job=waits)
 
         # a group's instance_types: bob's group may run on g5.xlarge only, a

@@ -73,9 +73,7 @@ class Receiver:
         body = h.rfile.read(n)
         ts = h.headers.get("X-Spotlab-Timestamp", "")
         sig = h.headers.get("X-Spotlab-Signature", "")
-        key = SECRETS.get(hook, "").encode()
-        want = "sha256=" + hmac.new(key, ts.encode() + b"." + body, hashlib.sha256).hexdigest()
-        valid = bool(ts) and hmac.compare_digest(want, sig) and abs(time.time() - int(ts)) < 300
+        valid = verifies(SECRETS.get(hook, "").encode(), ts, body, sig)
         try:
             payload = json.loads(body)
         except ValueError:
@@ -179,14 +177,27 @@ def ended(c, job, timeout=120):
                         "the end of %s" % job, timeout)["state"]
 
 
+def verifies(key, ts, body, sig):
+    """Whether sig (X-Spotlab-Signature) signs ts and body with key, as a
+    receiver checks it: HMAC-SHA256 of "TS.BODY", and TS within 5 minutes."""
+    if not ts.isdigit():
+        return False
+    want = "sha256=" + hmac.new(key, ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(want, sig) and abs(time.time() - int(ts)) < 300
+
+
 def check_signed(recs, what):
     r = recs[0] if recs else {}
     check(recs and r["valid"] and r["content_type"] == "application/json",
           "%s: signed (X-Spotlab-Signature verifies with Python's hmac)" % what, r)
-    # the same check refuses another key: it is able to fail
-    bad = "sha256=" + hmac.new(b"another key", r.get("ts", "").encode() + b"." + r.get("raw", b""),
-                               hashlib.sha256).hexdigest()
-    check(recs and not hmac.compare_digest(bad, r["sig"]), "%s: another key does not verify" % what)
+    # the receiver's check refuses the same delivery under another key, with
+    # another body, or with its timestamp changed: it is able to fail
+    if recs:
+        ts, raw, sig = r["ts"], r["raw"], r["sig"]
+        check(not verifies(b"another key", ts, raw, sig) and
+              not verifies(SECRETS[r["hook"]].encode(), ts, raw + b" ", sig) and
+              not verifies(SECRETS[r["hook"]].encode(), str(int(ts) + 1), raw, sig),
+              "%s: the signature fails under another key, body or timestamp" % what)
 
 
 def write_ini(gw, folder, port, gone):

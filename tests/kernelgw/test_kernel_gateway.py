@@ -799,7 +799,7 @@ def budget_notices(kernel_exe, gateway_exe, cli_exe):
                 everything = again + "".join(str(m["content"].get("data", {})) for m in msgs)
                 check("gateway" in everything and "$" in everything,
                       "budget: %%budget lists the gateway's budget: %r" % everything[:400])
-                ok = True
+                ok = not failures
             finally:
                 k.close()
     finally:

@@ -120,7 +120,7 @@ def main():
                 s = json.loads(body).get("step")
                 if isinstance(s, int) and "loss" in json.loads(body):
                     steps.add(s)
-            holes = sorted(set(range(min(steps, default=1), STEPS + 1)) - steps)
+            holes = sorted(set(range(1, STEPS + 1)) - steps)  # every step from the first
             runs = []  # the holes as ranges
             for h in holes:
                 if runs and runs[-1][1] == h - 1:
