@@ -534,6 +534,24 @@ int tc_ckpt_read(const char *path, const struct tc_config *expect, struct tc_ckp
     r = SL_EMISMATCH;
     goto out;
   }
+  /* the three sections' size is known now: a file of another size is
+   * refused before its buffers are allocated (a damaged header could ask
+   * for more memory than the machine has) */
+  struct stat st;
+  off_t at = lseek(fd, 0, SEEK_CUR);
+  uint64_t want = (uint64_t)at + 3 * (SECTION_HEADER_BYTES + n * sizeof(float));
+  if (at < 0 || fstat(fd, &st) < 0) {
+    r = -errno;
+    snprintf(err, err_size, "%s: %s", path, strerror(errno));
+    goto out;
+  }
+  if ((uint64_t)st.st_size != want) {
+    snprintf(err, err_size, "%s: %s: %llu bytes, its header describes %llu", path,
+             (uint64_t)st.st_size < want ? "truncated" : "trailing bytes after the last section",
+             (unsigned long long)st.st_size, (unsigned long long)want);
+    r = SL_EFORMAT;
+    goto out;
+  }
   ck = tc_ckpt_new((size_t)n);
   if (!ck) {
     r = -ENOMEM;

@@ -403,18 +403,23 @@ static void spill(const char *path, const void *a, size_t na, const void *b, siz
 }
 
 /* A copy of the valid file `good` (config c) with its header patched by
- * `model` (NULL: kept) and its CONF payload replaced by text of `n` bytes,
- * checksums made right, so only the parsing can refuse it. */
+ * `model` (NULL: kept) and `n_params` (0: kept), and its CONF payload
+ * replaced by text of `n` bytes, checksums made right, so only the parsing
+ * can refuse it. */
 static int read_crafted(const unsigned char *good, size_t size, const struct tc_config *c,
-                        const char *model, const char *text, size_t n, uint64_t len_field,
-                        char *err, size_t es) {
+                        const char *model, uint64_t n_params, const char *text, size_t n,
+                        uint64_t len_field, char *err, size_t es) {
   long cs = conf_section_bytes(c);
   size_t tail = size - 512 - (size_t)cs;
   unsigned char *buf = malloc(512 + 24 + n + tail);
   memcpy(buf, good, 512);
-  if (model) {
-    memset(buf + 16, 0, 16);
-    memcpy(buf + 16, model, strlen(model) < 16 ? strlen(model) : 16);
+  if (model || n_params) {
+    if (model) {
+      memset(buf + 16, 0, 16);
+      memcpy(buf + 16, model, strlen(model) < 16 ? strlen(model) : 16);
+    }
+    if (n_params)
+      memcpy(buf + 104, &n_params, 8);
     uint32_t crc = tc_crc32c(0, buf, 508);
     memcpy(buf + 508, &crc, 4);
   }
@@ -491,21 +496,36 @@ static void test_damaged_v2(void) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     err[0] = 0;
-    int r = read_crafted(good, size, &m->cfg, cases[i].model, cases[i].text, strlen(cases[i].text),
-                         strlen(cases[i].text), err, sizeof err);
+    int r = read_crafted(good, size, &m->cfg, cases[i].model, 0, cases[i].text,
+                         strlen(cases[i].text), strlen(cases[i].text), err, sizeof err);
     CHECK_INT(r, cases[i].expect);
     if (cases[i].needle) CHECK(strstr(err, cases[i].needle) != NULL);
     fprintf(stderr, "CONF '%s': %s\n", cases[i].text, r ? err : "ok");
   }
   /* a NUL inside, and a length field past the limit or past the payload */
-  CHECK_INT(read_crafted(good, size, &m->cfg, NULL, "layers=1\0heads=2", 16, 16, err, sizeof err),
+  CHECK_INT(read_crafted(good, size, &m->cfg, NULL, 0, "layers=1\0heads=2", 16, 16, err, sizeof err),
             SL_EFORMAT);
   CHECK(strstr(err, "NUL") != NULL);
   const char *t = "layers=1\nheads=2\ndim=8\nctx=4\nvocab=5\n";
-  CHECK_INT(read_crafted(good, size, &m->cfg, NULL, t, strlen(t), 1ull << 40, err, sizeof err),
+  CHECK_INT(read_crafted(good, size, &m->cfg, NULL, 0, t, strlen(t), 1ull << 40, err, sizeof err),
             SL_EFORMAT);
   CHECK(strstr(err, "CONF") != NULL);
-  CHECK(read_crafted(good, size, &m->cfg, NULL, t, strlen(t), strlen(t) + 30, err, sizeof err) < 0);
+  CHECK(read_crafted(good, size, &m->cfg, NULL, 0, t, strlen(t), strlen(t) + 30, err, sizeof err) < 0);
+  /* a header and CONF, checksums right, for a model of 50 billion
+   * parameters, in a file of a few KB: refused by its size before any
+   * buffer is allocated (600 GB would be asked for) */
+  const char *huge = "layers=64\nheads=64\ndim=8192\nctx=8192\nvocab=256\n";
+  struct tc_config big;
+  struct tc_model *layout = calloc(1, sizeof *layout);
+  CHECK_INT(tc_config_parse(&big, "gpt", huge, err, sizeof err), 0);
+  CHECK_INT(tc_config_validate(&big, err, sizeof err), 0);
+  CHECK_INT(tc_model_layout(&big, layout), 0);
+  CHECK(layout->n_params > 50000000000ull);
+  CHECK_INT(read_crafted(good, size, &m->cfg, NULL, layout->n_params, huge, strlen(huge),
+                         strlen(huge), err, sizeof err), SL_EFORMAT);
+  CHECK(strstr(err, "truncated") && strstr(err, "its header describes"));
+  fprintf(stderr, "a huge model's header in a small file: %s\n", err);
+  free(layout);
   free(good);
   tc_ckpt_free(ck);
   tc_model_free(m);
