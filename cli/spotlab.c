@@ -51,7 +51,7 @@ static void usage(FILE *f) {
 
 struct opts {
   bool json, follow, force;
-  const char *pos[3];
+  const char *pos[4]; /* budget set group NAME USD */
   int n_pos;
   const char *notice;
 };
@@ -72,7 +72,7 @@ static int parse(int argc, char **argv, struct opts *o) {
     else if (argv[i][0] == '-' && argv[i][1]) {
       fprintf(stderr, "spotlab %s: unknown option '%s'\n", argv[1], argv[i]);
       return 2;
-    } else if (o->n_pos < 3)
+    } else if (o->n_pos < (int)(sizeof o->pos / sizeof *o->pos))
       o->pos[o->n_pos++] = argv[i];
     else {
       fprintf(stderr, "spotlab %s: too many arguments\n", argv[1]);
@@ -344,7 +344,11 @@ static int budget(struct cli_conn *conn, const struct opts *o) {
   char args[256] = "", err[160];
   for (int i = 0; i < (int)o->n_pos; i++) {
     size_t len = strlen(args);
-    snprintf(args + len, sizeof args - len, "%s%s", i ? " " : "", o->pos[i]);
+    if (snprintf(args + len, sizeof args - len, "%s%s", i ? " " : "", o->pos[i]) >=
+        (int)(sizeof args - len)) {
+      fprintf(stderr, "spotlab budget: the arguments are too long\n");
+      return 2;
+    }
   }
   json_t *req = jk_budget_request(args, err, sizeof err);
   if (!req) {

@@ -799,6 +799,13 @@ def budget_notices(kernel_exe, gateway_exe, cli_exe):
                 everything = again + "".join(str(m["content"].get("data", {})) for m in msgs)
                 check("gateway" in everything and "$" in everything,
                       "budget: %%budget lists the gateway's budget: %r" % everything[:400])
+                # a group's and a user's budget, set from the shell
+                for scope, name, usd in (("group", "ml", "25"), ("user", "carol", "7.5")):
+                    rc, out, err = cli(cli_exe, "budget", "set", scope, name, usd)
+                    check(rc == 0 and "the monthly budget of %s %s to $%.2f" % (scope, name, float(usd))
+                          in gw.log(), "budget: set %s %s from the CLI: %s %s" % (scope, name, out, err))
+                rc, out, err = cli(cli_exe, "budget", "set", "group", "ml", "25", "more")
+                check(rc == 2 and "too many arguments" in err, "budget: a fifth argument: %s" % err)
                 ok = not failures
             finally:
                 k.close()
