@@ -125,6 +125,10 @@ static void placement(struct jk_display *d, const json_t *o) {
     d->nodes = (int)a;
 }
 
+void jk_display_set_model(struct jk_display *d, const char *model) {
+  snprintf(d->model, sizeof d->model, "%s", model ? model : "");
+}
+
 void jk_display_summary(struct jk_display *d, const json_t *job) {
   if (!json_is_object(job))
     return;

@@ -28,6 +28,11 @@ struct jk_point {
 struct jk_display *jk_display_new(const char *job, const char *kind);
 struct jk_display *jk_display_free(struct jk_display *d);
 
+/* The model's name, where the caller knows it before the job's summary
+ * comes (a cell's statement names it; the summary follows the events
+ * already logged), so that lines such as "restored m from its checkpoint"
+ * name it. */
+void jk_display_set_model(struct jk_display *d, const char *model);
 /* Folds a job summary (the "job" of an attach reply; borrowed) in. */
 void jk_display_summary(struct jk_display *d, const json_t *job);
 /* Folds one event (borrowed) in. Events at or below the last seq seen are

@@ -259,6 +259,8 @@ enum jk_step jk_jobs_start_follow(struct jk_interp *ip, const char *job) {
   f->display = jk_display_new(job, f->kind);
   if (!f->display)
     return jk_exec_fail(ip, "MemoryError", "out of memory");
+  if (f->model[0]) /* the logged events come before the summary that names it */
+    jk_display_set_model(f->display, f->model);
   ip->ping_at_us = sl_time_mono_us() + PING_EVERY_US;
   f->catching_up = true;
   f->resyncing = false;

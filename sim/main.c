@@ -49,7 +49,10 @@ static void usage(FILE *f) {
         "  --type TYPE             instance type (default g5.xlarge)\n"
         "  --timeout SECONDS       give up after this many wall seconds (default: from the job and the trace)\n"
         "  --json                  print the report as JSON\n"
-        "  --events                print each job event on stderr as it arrives\n",
+        "  --events                print each job event on stderr as it arrives\n"
+        "This mode replays a job through a real gateway at accelerated time. With --policy NAME,\n"
+        "spotlab-sim instead evaluates a placement policy on traces in the tick model\n"
+        "(spotlab-sim --policy spotlab --help lists that mode's options; docs/sim.md).\n",
         f);
 }
 

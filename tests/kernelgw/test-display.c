@@ -537,6 +537,25 @@ static void test_timeline_restored(void) {
   jk_display_free(d);
 }
 
+/* As the kernel follows a job: the events logged so far first, the attach
+ * reply's summary after them; the cell's statement named the model. */
+static void test_timeline_restored_before_summary(void) {
+  for (int named = 0; named < 2; named++) {
+    struct jk_display *d = jk_display_new("J000004", "sample");
+    if (named)
+      jk_display_set_model(d, "m");
+    feed_all(d, sample_events, N(sample_events));
+    json_t *sum = json_pack("{s:s, s:s, s:s}", "job", "J000004", "kind", "sample", "model", "m");
+    jk_display_summary(d, sum);
+    json_decref(sum);
+    char *tl = timeline_text(d);
+    CHECK(strstr(tl, named ? "restored m from its checkpoint at step 6"
+                           : "restored the model from its checkpoint at step 6") != NULL);
+    free(tl);
+    jk_display_free(d);
+  }
+}
+
 static void test_timeline_gateway_restart(void) {
   struct jk_display *d = jk_display_new("J000005", "train");
   json_t *e = ev("J000005", 6, 1795322894000000LL, "state");
@@ -808,6 +827,7 @@ int main(void) {
   test_timeline_killed();
   test_timeline_run();
   test_timeline_restored();
+  test_timeline_restored_before_summary();
   test_timeline_gateway_restart();
   test_timeline_idle();
   test_device();
