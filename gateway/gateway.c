@@ -48,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #define T "gateway"
@@ -81,6 +82,7 @@ struct gw {
   struct gw_webhooks *webhooks; /* [webhook.NAME] posts */
   void *zctx, *ksock, *wsock, *zap;
   void *kmon;                   /* the kernel socket's closed connections (kproto) */
+  bool bound_k, bound_w;        /* listen and workers bound: their ipc files are ours */
   struct gw_keypair keys;
   char train_program[1024];
   char worker_address[512];     /* what workers connect to */
@@ -126,6 +128,7 @@ static int bind_sockets(struct gw *g, char *err, size_t err_size) {
     snprintf(err, err_size, "cannot listen on %s: %s", g->cfg->listen, zmq_strerror(zmq_errno()));
     return SL_EZMQ;
   }
+  g->bound_k = true;
   /* kproto forgets a client whose connection closed: its routing id may be
    * another peer's next */
   if (zmq_socket_monitor(g->ksock, "inproc://spotlab.kernel-monitor", ZMQ_EVENT_DISCONNECTED) < 0 ||
@@ -140,7 +143,18 @@ static int bind_sockets(struct gw *g, char *err, size_t err_size) {
              zmq_strerror(zmq_errno()));
     return SL_EZMQ;
   }
+  g->bound_w = true;
   return 0;
+}
+
+/* ZeroMQ leaves an ipc:// socket's file behind when the socket closes: a
+ * gateway that stops removes the files it bound, so that a client finds no
+ * socket file rather than one nobody listens on (what a killed gateway
+ * leaves). Not an abstract address (ipc://@NAME), which has no file. */
+static void remove_ipc_file(const char *addr) {
+  if (!strncmp(addr, "ipc://", 6) && addr[6] && addr[6] != '@' && unlink(addr + 6) < 0 &&
+      errno != ENOENT)
+    sl_warn(T, "cannot remove %s: %s", addr + 6, strerror(errno));
 }
 
 static void user_removed(const char *name, void *data) {
@@ -498,6 +512,10 @@ struct gw *gw_free(struct gw *g) {
     zmq_close(g->zap);
   if (g->zctx)
     zmq_ctx_term(g->zctx);
+  if (g->bound_k)
+    remove_ipc_file(g->cfg->listen);
+  if (g->bound_w)
+    remove_ipc_file(g->cfg->workers);
   gw_idle_free(g->idle);
   gw_budget_free(g->budget);    /* the scheduler's hold */
   gw_sched_free(g->sched);      /* destroys the providers */

@@ -220,8 +220,13 @@ def case_stop(gw, force=False):
     check(gw.p.poll() == 0, "the gateway had exited (0) when stop returned: %s" % gw.p.poll())
     check(not session_pids(busy) and not session_pids(idle), "no worker process is left: %s"
           % [session_pids(busy), session_pids(idle)])
+    left = [f for f in ("gateway.sock", "workers.sock") if os.path.exists(os.path.join(gw.home, f))]
+    check(not left, "the stopped gateway removed its socket files: %s" % left)
     r = gw.cli("gateway", "status")
     check(r.returncode == 1 and "not running" in r.stdout, "status once stopped: %r" % r.stdout)
+    r = gw.cli("status")
+    check(r.returncode != 0 and "no gateway is running (no socket file)" in r.stderr,
+          "spotlab status once stopped: %r" % r.stderr)
 
 
 def main():
