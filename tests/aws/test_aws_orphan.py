@@ -39,12 +39,12 @@ GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 TOKEN = "aws-orphan-token-0123456789abcdef"
 # wide enough that the steps take a while (20 to 45 steps/s here), and
 # long enough after the checkpoint of step EVERY that the orphan timeout
-# (10 s after the gateway stops) passes well before the next checkpoint
-# (step 2 EVERY, 22 s or more later): a checkpoint's upload waits for the
-# stopped gateway's presigned URL until it times out, and a run that reached
-# its end in that wait would never be orphaned
+# (10 s after the gateway stops) passes well before the next checkpoint,
+# the last (step 2 EVERY, 22 s or more later): a checkpoint's upload waits
+# for the stopped gateway's presigned URL until it times out, and a run that
+# reached its end in that wait would never be orphaned
 MODEL = {"layers": 2, "heads": 4, "dim": 128, "ctx": 128}
-STEPS, EVERY = 3000, 1000
+STEPS, EVERY = 2000, 1000
 
 
 def log(*a):
