@@ -73,6 +73,10 @@ struct loop {
   struct jk_auth *auth;
   struct jk_core *core;
   bool stop;
+  /* The process that started the kernel, watched when it asked for that
+   * (JPY_PARENT_PID, as jupyter_client sets it for a kernel it owns): a
+   * kernel whose front end died without shutting it down ends too. */
+  pid_t parent;
   bool logged_hmac, logged_replay, logged_limit;
   /* What the core sent during this round, sent together when the round ends:
    * libzmq's I/O thread then wakes once for a request's status, input echo,
@@ -375,6 +379,25 @@ static long poll_timeout_ms(const struct jk_core *core) {
   return ms > LONG_MAX ? LONG_MAX : (long)ms;
 }
 
+#define PARENT_CHECK_MS 1000 /* how often a watched parent is looked for */
+
+/* The parent to watch: the kernel's parent process when JPY_PARENT_PID asks
+ * for a watch, else 0. */
+static pid_t parent_to_watch(void) {
+  const char *v = getenv("JPY_PARENT_PID");
+  char *end;
+  long asked = v ? strtol(v, &end, 10) : 0;
+  if (!v || end == v || *end || asked <= 0)
+    return 0;
+  return getppid();
+}
+
+/* Whether the watched parent is gone: the kernel was handed to another
+ * process (init or a subreaper), or was already when it started. */
+static bool parent_gone(const struct loop *l) {
+  return l->parent && (getppid() != l->parent || l->parent == 1);
+}
+
 static void read_signals(struct loop *l) {
   unsigned char sig;
   while (read(sig_pipe[0], &sig, 1) == 1) {
@@ -404,7 +427,10 @@ static void serve(struct loop *l) {
       [P_SHELL] = {l->sock[JK_CH_SHELL], 0, ZMQ_POLLIN, 0},
       [P_GATEWAY] = {l->gw, 0, ZMQ_POLLIN, 0},
     };
-    int n = zmq_poll(items, l->gw ? P_COUNT : P_GATEWAY, poll_timeout_ms(l->core));
+    long timeout = poll_timeout_ms(l->core);
+    if (l->parent && (timeout < 0 || timeout > PARENT_CHECK_MS))
+      timeout = PARENT_CHECK_MS;
+    int n = zmq_poll(items, l->gw ? P_COUNT : P_GATEWAY, timeout);
     if (n < 0 && zmq_errno() != EINTR) {
       sl_err("kernel", "poll failed: %s", zmq_strerror(zmq_errno()));
       break;
@@ -425,6 +451,11 @@ static void serve(struct loop *l) {
     if (!l->stop)
       jk_core_tick(l->core);
     flush_out(l);
+    if (!l->stop && parent_gone(l)) {
+      sl_warn("kernel", "the process that started the kernel (pid %d) has exited: shutting down",
+              (int)l->parent);
+      l->stop = true;
+    }
   }
 }
 
@@ -469,6 +500,7 @@ int jk_channels_run(const struct jk_connection *conn, const struct jk_run_option
     goto out;
   }
   hb_started = true;
+  l->parent = parent_to_watch();
   sl_info("kernel", "listening (%s on %s), kernel id %s", conn->transport, conn->ip, opts->kernel_id);
   serve(l);
 out:
