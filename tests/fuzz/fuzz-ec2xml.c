@@ -27,6 +27,20 @@ static void refused(int r) {
     abort();
 }
 
+/* A list reader's outcome: a refusal leaves nothing; what reads holds at
+ * most AWS_XML_MAX_ITEMS entries. Whether its items are to be checked. */
+static int listed(int r, const void *v, size_t n) {
+  if (r < 0) {
+    refused(r);
+    if (v)
+      abort();
+    return 0;
+  }
+  if (n > AWS_XML_MAX_ITEMS || (n && !v))
+    abort();
+  return 1;
+}
+
 static void check_next(int r, const char *next) {
   if (r == 0 && !memchr(next, 0, AWS_NEXT_TOKEN_MAX))
     abort();
@@ -61,15 +75,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 1: {
     struct aws_instance *v = NULL;
     r = aws_xml_instances(xml, len, &v, &n, next);
-    if (r < 0) {
-      refused(r);
-      if (v)
-        abort();
+    if (!listed(r, v, n))
       break;
-    }
     check_next(r, next);
-    if (n > AWS_XML_MAX_ITEMS || (n && !v))
-      abort();
     for (size_t i = 0; i < n; i++)
       if (!TERMINATED(v[i].id) || !TERMINATED(v[i].type) || !TERMINATED(v[i].zone) ||
           !TERMINATED(v[i].state) || !TERMINATED(v[i].private_ip) || !TERMINATED(v[i].public_ip) ||
@@ -82,14 +90,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 2: {
     struct aws_state_change *v = NULL;
     r = aws_xml_state_changes(xml, len, &v, &n);
-    if (r < 0) {
-      refused(r);
-      if (v)
-        abort();
+    if (!listed(r, v, n))
       break;
-    }
-    if (n > AWS_XML_MAX_ITEMS || (n && !v))
-      abort();
     for (size_t i = 0; i < n; i++)
       if (!TERMINATED(v[i].id) || !TERMINATED(v[i].current) || !TERMINATED(v[i].previous))
         abort();
@@ -99,15 +101,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 3: {
     struct aws_spot_price *v = NULL;
     r = aws_xml_spot_prices(xml, len, &v, &n, next);
-    if (r < 0) {
-      refused(r);
-      if (v)
-        abort();
+    if (!listed(r, v, n))
       break;
-    }
     check_next(r, next);
-    if (n > AWS_XML_MAX_ITEMS || (n && !v))
-      abort();
     for (size_t i = 0; i < n; i++)
       if (!TERMINATED(v[i].type) || !TERMINATED(v[i].zone))
         abort();
@@ -117,15 +113,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 4: {
     struct aws_placement_score *v = NULL;
     r = aws_xml_placement_scores(xml, len, &v, &n, next);
-    if (r < 0) {
-      refused(r);
-      if (v)
-        abort();
+    if (!listed(r, v, n))
       break;
-    }
     check_next(r, next);
-    if (n > AWS_XML_MAX_ITEMS || (n && !v))
-      abort();
     for (size_t i = 0; i < n; i++)
       if (!TERMINATED(v[i].zone) || !TERMINATED(v[i].zone_id) || !TERMINATED(v[i].region))
         abort();
