@@ -157,7 +157,7 @@ def case_switch():
     # slack ends the test sooner. The job is sized to about compute_s wall
     # seconds of training on this machine, so that on-demand can still make
     # the deadline after the spot instance is lost.
-    deadline_min, compute_s = 80, 12.0
+    deadline_min, compute_s = 50, 12.0
     step_s = step_seconds()
     steps = int(min(2500, compute_s / step_s))
     print("     %.1f ms a step here: %d steps" % (step_s * 1e3, steps))
