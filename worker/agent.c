@@ -82,6 +82,7 @@ struct wk_agent {
   int64_t heartbeat_us, next_heartbeat_us, register_sent_us, last_heard_us;
   int64_t last_contact_us; /* the gateway's last message (orphan_timeout_ms) */
   bool noticed;
+  bool orphaned; /* stopped for orphan_timeout_ms without word: nothing waits for the gateway */
   int64_t exit_by_us; /* monotonic; INT64_MAX = none */
 };
 
@@ -428,8 +429,14 @@ static size_t build_poll(struct wk_agent *a, int signal_fd, zmq_pollitem_t *it, 
   return n;
 }
 
+/* A job that ended while the agent is not registered holds its done until
+ * the agent is again, or until just before it must exit. An orphaned agent
+ * holds nothing: the gateway has been silent for the orphan timeout, its
+ * jobs' checkpoints are in the orphan copies, and each second the worker
+ * waits is one more its instance costs before it powers off. */
 static void tick_jobs(struct wk_agent *a, int64_t now) {
-  bool may_end = a->registered || (a->exit_by_us != INT64_MAX && now >= a->exit_by_us - END_HOLD_US);
+  bool may_end = a->registered || a->orphaned ||
+                 (a->exit_by_us != INT64_MAX && now >= a->exit_by_us - END_HOLD_US);
   for (size_t i = 0; i < a->njobs; i++) wk_job_tick(a->jobs[i], now, may_end);
 }
 
@@ -455,6 +462,7 @@ static void tick_orphan(struct wk_agent *a, int64_t now) {
           (long long)(a->cfg->orphan_timeout_ms / 1000));
   struct wk_notice n = {.action = "orphan",
                         .deadline_us = sl_time_real_us() + a->cfg->sigterm_notice_ms * SL_US_PER_MS};
+  a->orphaned = true;
   on_notice(a, &n);
 }
 

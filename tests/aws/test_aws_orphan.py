@@ -10,7 +10,8 @@ periodic checkpoint is in S3, the test SIGSTOPs the gateway, so no
 presigned URL can be had. Then:
   - the worker stops as orphaned and its instance powers itself off (the
     stand-in's shutdown shim: Client.InstanceInitiatedShutdown, terminated),
-    the gateway having terminated nothing;
+    the gateway having terminated nothing, as soon as its job has stopped
+    (not at the notice's deadline, 30 s later);
   - JOB/orphan/step holds a step past the periodic checkpoint as decimal
     text, and JOB/orphan/ckpt.tc is a checkpoint of that step
     (spotlab-train --check);
@@ -125,6 +126,8 @@ def main():
         check("checkpointing and exiting" in wlog and "orphan/ckpt.tc" in wlog,
               "its worker log tells of the orphan timeout and the saved checkpoint",
               wlog[-1500:])
+        check("notice deadline reached" not in wlog,
+              "the worker exited once its job had stopped, not at the notice's deadline", wlog[-1500:])
 
         keys = orphan_keys(env, job)
         want = [env.store_prefix(job) + "orphan/ckpt.tc", env.store_prefix(job) + "orphan/step"]
