@@ -8,7 +8,9 @@
 #include "sl_path.h"
 #include "sl_s3.h"
 #include "sl_sigv4.h"
+#include "sl_time.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -69,48 +71,6 @@ static bool system_lib(const char *name, const char *path) {
          strstr(name, "libnccl");
 }
 
-/* Copies the non-system libraries program needs (ldd) into libdir. */
-static int copy_libs(const char *program, const char *libdir, char *err, size_t err_size) {
-  char tmp[] = "/tmp/spotlab-ldd.XXXXXX";
-  int fd = mkstemp(tmp);
-  if (fd < 0)
-    return -errno;
-  unlink(tmp);
-  char *argv[] = {"ldd", (char *)program, NULL};
-  int r = run(argv, fd);
-  if (r != 0) {
-    close(fd);
-    snprintf(err, err_size, "ldd %s failed (%d)", program, r);
-    return r < 0 ? r : SL_ENOTSUP;
-  }
-  FILE *f = fdopen(fd, "r");
-  if (!f) {
-    close(fd);
-    return -errno;
-  }
-  rewind(f);
-  char line[1024];
-  int n = 0;
-  r = 0;
-  while (fgets(line, sizeof line, f) && r == 0) {
-    char name[256], path[768];
-    if (sscanf(line, " %255s => %767s", name, path) != 2 || path[0] != '/' || system_lib(name, path))
-      continue;
-    if (++n > LIBS_MAX) {
-      snprintf(err, err_size, "%s needs more than %d libraries", program, LIBS_MAX);
-      r = SL_ELIMIT;
-      break;
-    }
-    char *cp[] = {"cp", "-L", "--", path, (char *)libdir, NULL};
-    if (run(cp, -1) != 0) {
-      snprintf(err, err_size, "cannot copy %s", path);
-      r = -EIO;
-    }
-  }
-  fclose(f);
-  return r;
-}
-
 static int sha256_file(const char *path, char out[65]) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
@@ -130,45 +90,228 @@ static int sha256_file(const char *path, char out[65]) {
   return r;
 }
 
-int gw_bundle_build(const char *dir, char *path, size_t path_size, char sha256[65], char *err,
+/* The files a bundle holds: where each goes in it (bin/NAME, lib/NAME) and
+ * where it comes from; one source for each place. */
+struct inputs {
+  size_t n;
+  struct input {
+    char dest[256];
+    char src[PATH_MAX];
+  } v[2 + LIBS_MAX];
+};
+
+static int add_input(struct inputs *in, const char *dest, const char *src, char *err, size_t err_size) {
+  if (strlen(dest) >= sizeof in->v->dest || strlen(src) >= sizeof in->v->src) {
+    snprintf(err, err_size, "%s: name too long", src);
+    return SL_ELIMIT;
+  }
+  for (size_t i = 0; i < in->n; i++)
+    if (!strcmp(in->v[i].dest, dest))
+      return 0; /* both programs need it: the same library */
+  if (in->n == sizeof in->v / sizeof *in->v) {
+    snprintf(err, err_size, "the programs need more than %d libraries", LIBS_MAX);
+    return SL_ELIMIT;
+  }
+  snprintf(in->v[in->n].dest, sizeof in->v[in->n].dest, "%s", dest);
+  snprintf(in->v[in->n].src, sizeof in->v[in->n].src, "%s", src);
+  in->n++;
+  return 0;
+}
+
+/* The non-system libraries program needs (ldd), into in as lib/NAME. */
+static int add_libs(struct inputs *in, const char *program, char *err, size_t err_size) {
+  char tmp[] = "/tmp/spotlab-ldd.XXXXXX";
+  int fd = mkstemp(tmp);
+  if (fd < 0)
+    return -errno;
+  unlink(tmp);
+  char *argv[] = {"ldd", (char *)program, NULL};
+  int r = run(argv, fd);
+  if (r != 0) {
+    close(fd);
+    snprintf(err, err_size, "ldd %s failed (%d)", program, r);
+    return r < 0 ? r : SL_ENOTSUP;
+  }
+  FILE *f = fdopen(fd, "r");
+  if (!f) {
+    close(fd);
+    return -errno;
+  }
+  rewind(f);
+  char line[1024];
+  r = 0;
+  while (r == 0 && fgets(line, sizeof line, f)) {
+    char name[256], path[768], dest[300];
+    if (sscanf(line, " %255s => %767s", name, path) != 2 || path[0] != '/' || system_lib(name, path))
+      continue;
+    const char *base = strrchr(path, '/') + 1;
+    snprintf(dest, sizeof dest, "lib/%s", base);
+    r = add_input(in, dest, path, err, err_size);
+  }
+  fclose(f);
+  return r;
+}
+
+static int list_inputs(struct inputs *in, char *err, size_t err_size) {
+  static const char *const programs[] = {"spotlab-worker", "spotlab-train"};
+  in->n = 0;
+  for (size_t i = 0; i < 2; i++) {
+    char prog[PATH_MAX], dest[64];
+    int r;
+    if (sl_find_program(programs[i], prog, sizeof prog) < 0) {
+      snprintf(err, err_size, "cannot find %s to bundle", programs[i]);
+      return -ENOENT;
+    }
+    snprintf(dest, sizeof dest, "bin/%s", programs[i]);
+    if ((r = add_input(in, dest, prog, err, err_size)) < 0 || (r = add_libs(in, prog, err, err_size)) < 0)
+      return r;
+  }
+  return 0;
+}
+
+static int cmp_input(const void *a, const void *b) {
+  return strcmp(((const struct input *)a)->dest, ((const struct input *)b)->dest);
+}
+
+#define MANIFEST_HEAD "spotlab worker bundle 1\n"
+#define MANIFEST_MAX (sizeof MANIFEST_HEAD + (2 + LIBS_MAX) * (256 + 66) + 80)
+
+/* What the archive holds: each place in it and the SHA-256 of its file, read
+ * from base/PLACE when base is set (the staged copies), else from its source. */
+static int manifest(struct inputs *in, const char *base, char *out, size_t size, char *err,
                     size_t err_size) {
-  char stage[PATH_MAX], bin[PATH_MAX + 8], lib[PATH_MAX + 8], tmp[PATH_MAX];
+  qsort(in->v, in->n, sizeof *in->v, cmp_input);
+  size_t k = (size_t)snprintf(out, size, "%s", MANIFEST_HEAD);
+  for (size_t i = 0; i < in->n; i++) {
+    char file[PATH_MAX + 256], sha[65];
+    if (base)
+      snprintf(file, sizeof file, "%s/%s", base, in->v[i].dest);
+    else
+      snprintf(file, sizeof file, "%s", in->v[i].src);
+    int r = sha256_file(file, sha);
+    if (r < 0) {
+      snprintf(err, err_size, "%s: %s", file, sl_strerror(r));
+      return r;
+    }
+    k += (size_t)snprintf(out + k, size - k, "%s %s\n", in->v[i].dest, sha);
+    if (k >= size)
+      return SL_ELIMIT;
+  }
+  return 0;
+}
+
+/* The archive of an earlier build that holds exactly these files: its
+ * manifest (DIR/inputs) is want, followed by the archive's own SHA-256,
+ * which the archive still has. Anything else (no file, another, a damaged
+ * one) is a miss. */
+static bool reusable(const char *inputs_path, const char *archive, const char *want, char sha256[65]) {
+  static __thread char text[MANIFEST_MAX + 1];
+  FILE *f = fopen(inputs_path, "re");
+  if (!f)
+    return false;
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  size_t w = strlen(want);
+  char recorded[65], sha[65];
+  if (n != w + strlen("archive ") + 64 + 1 || strncmp(text, want, w) ||
+      sscanf(text + w, "archive %64[0-9a-f]", recorded) != 1 || strlen(recorded) != 64 ||
+      sha256_file(archive, sha) < 0 || strcmp(sha, recorded))
+    return false;
+  memcpy(sha256, sha, 65);
+  return true;
+}
+
+/* What an earlier gateway, killed while it built, left in dir: its stage
+ * folders and their archives. One gateway holds a state folder at a time,
+ * so none of them is in use. */
+static void remove_stale(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, "stage.", 6))
+      continue;
+    char path[PATH_MAX + 256];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    char *rm[] = {"rm", "-rf", "--", path, NULL};
+    if (run(rm, -1) != 0)
+      sl_warn(T, "%s: could not be removed", path);
+  }
+  closedir(d);
+}
+
+/* Writes the manifest of what path holds, whole or not at all; without it
+ * the next start builds the archive again. */
+static void write_manifest(const char *inputs_path, const char *have, const char *sha256) {
+  char part[PATH_MAX + 8];
+  snprintf(part, sizeof part, "%s.part", inputs_path);
+  FILE *f = fopen(part, "we");
+  bool ok = f && fprintf(f, "%sarchive %s\n", have, sha256) > 0;
+  if (f && fclose(f) != 0)
+    ok = false;
+  if (!ok || rename(part, inputs_path) < 0) {
+    sl_warn(T, "%s: not written (%s); the next start builds the bundle again", inputs_path,
+            strerror(errno));
+    unlink(part);
+  }
+}
+
+int gw_bundle_build(const char *dir, char *path, size_t path_size, char sha256[65], bool *reused,
+                    char *err, size_t err_size) {
+  char stage[PATH_MAX], tmp[PATH_MAX + 8], inputs_path[PATH_MAX];
+  static __thread char want[MANIFEST_MAX], have[MANIFEST_MAX];
+  static __thread struct inputs in;
+  if (reused)
+    *reused = false;
+  if ((size_t)snprintf(path, path_size, "%s/spotlab-worker.tar.gz", dir) >= path_size ||
+      (size_t)snprintf(inputs_path, sizeof inputs_path, "%s/inputs", dir) >= sizeof inputs_path ||
+      (size_t)snprintf(stage, sizeof stage, "%s/stage.XXXXXX", dir) >= sizeof stage)
+    return SL_ELIMIT;
+  remove_stale(dir);
+  int r = list_inputs(&in, err, err_size);
+  if (r < 0 || (r = manifest(&in, NULL, want, sizeof want, err, err_size)) < 0)
+    return r;
+  if (reusable(inputs_path, path, want, sha256)) {
+    if (reused)
+      *reused = true;
+    return 0;
+  }
+  /* the archive is replaced: no manifest may describe it meanwhile */
+  if (unlink(inputs_path) < 0 && errno != ENOENT) {
+    snprintf(err, err_size, "%s: %s", inputs_path, strerror(errno));
+    return -errno;
+  }
   /* a folder and an archive name of this build's own: a gateway killed
    * mid-build leaves its tar running, which must not touch this one */
-  snprintf(stage, sizeof stage, "%s/stage.XXXXXX", dir);
   if (!mkdtemp(stage)) {
     snprintf(err, err_size, "%s: %s", dir, strerror(errno));
     return -errno;
   }
+  snprintf(tmp, sizeof tmp, "%s.tar.gz", stage);
   char *rm[] = {"rm", "-rf", "--", stage, NULL};
+  char bin[PATH_MAX + 8], lib[PATH_MAX + 8];
   snprintf(bin, sizeof bin, "%s/bin", stage);
   snprintf(lib, sizeof lib, "%s/lib", stage);
-  int r;
   if ((r = sl_mkdir_p(bin, 0700)) < 0 || (r = sl_mkdir_p(lib, 0700)) < 0) {
     snprintf(err, err_size, "%s: %s", stage, sl_strerror(r));
     goto fail;
   }
-  static const char *const programs[] = {"spotlab-worker", "spotlab-train"};
-  for (size_t i = 0; i < 2; i++) {
-    char prog[PATH_MAX];
-    if ((r = sl_find_program(programs[i], prog, sizeof prog)) < 0) {
-      snprintf(err, err_size, "cannot find %s to bundle", programs[i]);
-      goto fail;
-    }
-    char *cp[] = {"cp", "-L", "--", prog, bin, NULL};
+  for (size_t i = 0; i < in.n; i++) {
+    char dst[PATH_MAX + 256];
+    snprintf(dst, sizeof dst, "%s/%s", stage, in.v[i].dest);
+    char *cp[] = {"cp", "-L", "--", in.v[i].src, dst, NULL};
     if (run(cp, -1) != 0) {
-      snprintf(err, err_size, "cannot copy %s", prog);
+      snprintf(err, err_size, "cannot copy %s", in.v[i].src);
       r = -EIO;
       goto fail;
     }
-    if ((r = copy_libs(prog, lib, err, err_size)) < 0)
-      goto fail;
   }
-  if ((size_t)snprintf(path, path_size, "%s/spotlab-worker.tar.gz", dir) >= path_size ||
-      (size_t)snprintf(tmp, sizeof tmp, "%s.tar.gz", stage) >= sizeof tmp) {
-    run(rm, -1);
-    return SL_ELIMIT;
-  }
+  /* the copies' manifest: what the archive holds, even where a program
+   * was replaced in between */
+  if ((r = manifest(&in, stage, have, sizeof have, err, err_size)) < 0)
+    goto fail;
   /* fixed owner, group and times: the same programs give the same archive */
   char *tar[] = {"tar", "--owner=0", "--group=0", "--numeric-owner", "--mtime=@0", "--sort=name",
                  "-czf", tmp, "-C", stage, "bin", "lib", NULL};
@@ -179,9 +322,12 @@ int gw_bundle_build(const char *dir, char *path, size_t path_size, char sha256[6
     unlink(tmp);
     return r < 0 ? r : -EIO;
   }
-  if ((r = sha256_file(path, sha256)) < 0)
+  if ((r = sha256_file(path, sha256)) < 0) {
     snprintf(err, err_size, "%s: %s", path, sl_strerror(r));
-  return r;
+    return r;
+  }
+  write_manifest(inputs_path, have, sha256);
+  return 0;
 fail:
   run(rm, -1);
   return r;
@@ -189,8 +335,11 @@ fail:
 
 static void *publish(void *arg) {
   struct gw_bundle *b = arg;
-  char path[PATH_MAX], sha[65], why[256] = "";
-  int r = gw_bundle_build(b->dir, path, sizeof path, sha, why, sizeof why);
+  char path[PATH_MAX], sha[65] = "", why[256] = "";
+  bool reused;
+  int64_t t0 = sl_time_mono_us();
+  int r = gw_bundle_build(b->dir, path, sizeof path, sha, &reused, why, sizeof why);
+  int64_t built_ms = (sl_time_mono_us() - t0) / 1000;
   char key[128];
   snprintf(key, sizeof key, "_spotlab/bundle-%.16s.tar.gz", sha);
   struct sl_s3_client *c = NULL;
@@ -214,7 +363,9 @@ static void *publish(void *arg) {
   if (r < 0)
     sl_err(T, "the worker bundle could not be published: %s", why);
   else
-    sl_info(T, "worker bundle published as %s", key);
+    sl_info(T, "worker bundle published as %s (%s in %lld ms)", key,
+            reused ? "the programs unchanged: the archive of an earlier start, checked" : "built",
+            (long long)built_ms);
   return NULL;
 }
 

@@ -11,6 +11,7 @@
 #ifndef GW_BUNDLE_H
 #define GW_BUNDLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct gw_objstore;
@@ -28,9 +29,13 @@ struct gw_bundle *gw_bundle_free(struct gw_bundle *b);
 int gw_bundle_url(struct gw_bundle *b, long expires_s, char *url, size_t url_size,
                   char sha256[65], char *err, size_t err_size);
 
-/* The folder layout and archive, without uploading (tests, --bundle):
- * writes DIR/spotlab-worker.tar.gz and its SHA-256. */
-int gw_bundle_build(const char *dir, char *path, size_t path_size, char sha256[65], char *err,
-                    size_t err_size);
+/* The archive, without uploading: DIR/spotlab-worker.tar.gz and its
+ * SHA-256. DIR/inputs names each file in it with its SHA-256, and the
+ * archive's own: when the files to bundle are those again and the archive
+ * is unchanged, it is kept as it is (*reused, when given, says so) instead
+ * of being built again, which takes seconds. What a build killed midway
+ * left in DIR is removed first. */
+int gw_bundle_build(const char *dir, char *path, size_t path_size, char sha256[65], bool *reused,
+                    char *err, size_t err_size);
 
 #endif
