@@ -31,7 +31,11 @@ spotlab:instance tag.
 
 SPOTLAB_CHAOS_SEED=N replays a schedule (the seed is printed first);
 SPOTLAB_CHAOS_KILLS=N changes the number of kills; SPOTLAB_CHAOS_KEEP=1 keeps
-the state folder of a run that passed. Every wait is for an event
+the state folder of a run that passed. A wait for the next kill's step that
+takes over SPOTLAB_CHAOS_SLOW_S seconds (30; the job trains about 100 steps
+a second here) prints the job's last events and the tails of the gateway's
+and the recent workers' logs, so that a slow recovery can be read from a run
+that passed. Every wait is for an event
 (a gateway message, a kernel message, a process exit) with a deadline.
 """
 
@@ -61,6 +65,7 @@ from spotlab_home import wait_exit
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 SEED = int(os.environ.get("SPOTLAB_CHAOS_SEED") or int.from_bytes(os.urandom(4), "little"))
 KILLS = int(os.environ.get("SPOTLAB_CHAOS_KILLS") or 20)
+SLOW_S = float(os.environ.get("SPOTLAB_CHAOS_SLOW_S") or 30)
 PROVIDER = os.environ.get("SPOTLAB_CHAOS_PROVIDER") or "local"
 if PROVIDER not in ("local", "aws"):
     sys.exit("SPOTLAB_CHAOS_PROVIDER: local or aws, not %r" % PROVIDER)
@@ -427,6 +432,19 @@ class Chaos:
         self.kernel_kills_done += 1
         return "restarted, %attach"
 
+    def report_slow(self, from_step, target, took):
+        log("slow: step %d to %d took %.1f s; the job's last events: %s"
+            % (from_step, target, took, self.mon.tail()))
+        try:  # what it prints only helps; a log gone meanwhile is no failure
+            print("---- gateway log, tail ----\n" + self.gw.logtail(4000), flush=True)
+            work = AWS.ec2.dir if AWS else self.gw.state
+            logs = glob.glob(os.path.join(work, "instances", "**", "worker.log"), recursive=True)
+            for path in sorted(logs, key=os.path.getmtime)[-3:]:
+                with open(path, errors="replace") as f:
+                    print("---- %s, tail ----\n%s" % (path, f.read()[-2000:]), flush=True)
+        except OSError as e:
+            log("slow: the logs could not be read (%s)" % e)
+
     def one(self, i, kind, target, quick):
         t_prev = time.monotonic()
         if quick:
@@ -436,7 +454,10 @@ class Chaos:
                 if self.mon.state in FINAL:
                     raise RuntimeError("the job ended (%s) before kill %d" % (self.mon.state, i + 1))
         else:
+            from_step = self.mon.max_step
             self.mon.wait(lambda: self.mon.max_step >= target, 120, "step %d" % target)
+            if time.monotonic() - t_prev > SLOW_S:
+                self.report_slow(from_step, target, time.monotonic() - t_prev)
         at = "step %d, %s" % (self.mon.max_step, self.mon.state)
         if kind == "preempt":
             what = self.inject("preempt", self.rng.choice((30, 60, 120)))
