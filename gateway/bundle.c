@@ -4,6 +4,7 @@
 #include "objstore.h"
 
 #include "sl_err.h"
+#include "sl_ident.h"
 #include "sl_log.h"
 #include "sl_path.h"
 #include "sl_s3.h"
@@ -12,10 +13,8 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <sodium.h>
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -69,25 +68,6 @@ static bool system_lib(const char *name, const char *path) {
       return true;
   return !strncmp(path, "/usr/local/cuda", 15) || strstr(name, "libcudart") || strstr(name, "libcublas") ||
          strstr(name, "libnccl");
-}
-
-static int sha256_file(const char *path, char out[65]) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return -errno;
-  crypto_hash_sha256_state st;
-  crypto_hash_sha256_init(&st);
-  static __thread unsigned char buf[1 << 16];
-  ssize_t k;
-  while ((k = read(fd, buf, sizeof buf)) > 0)
-    crypto_hash_sha256_update(&st, buf, (unsigned long long)k);
-  int r = k < 0 ? -errno : 0;
-  close(fd);
-  unsigned char h[crypto_hash_sha256_BYTES];
-  crypto_hash_sha256_final(&st, h);
-  for (int i = 0; i < 32; i++)
-    snprintf(out + 2 * i, 3, "%02x", h[i]);
-  return r;
 }
 
 /* The files a bundle holds: where each goes in it (bin/NAME, lib/NAME) and
@@ -188,7 +168,7 @@ static int manifest(struct inputs *in, const char *base, char *out, size_t size,
       snprintf(file, sizeof file, "%s/%s", base, in->v[i].dest);
     else
       snprintf(file, sizeof file, "%s", in->v[i].src);
-    int r = sha256_file(file, sha);
+    int r = sl_sha256_file(file, 0, sha);
     if (r < 0) {
       snprintf(err, err_size, "%s: %s", file, sl_strerror(r));
       return r;
@@ -200,26 +180,38 @@ static int manifest(struct inputs *in, const char *base, char *out, size_t size,
   return 0;
 }
 
-/* The archive of an earlier build that holds exactly these files: its
- * manifest (DIR/inputs) is want, followed by the archive's own SHA-256,
- * which the archive still has. Anything else (no file, another, a damaged
- * one) is a miss. */
-static bool reusable(const char *inputs_path, const char *archive, const char *want, char sha256[65]) {
-  static __thread char text[MANIFEST_MAX + 1];
+/* A build's lists and texts, on the heap: the manifest of the files to
+ * bundle (want), that of the staged copies (have), the one read back. */
+struct build {
+  struct inputs in;
+  char want[MANIFEST_MAX], have[MANIFEST_MAX], text[MANIFEST_MAX + 1];
+};
+
+/* Whether the archive of an earlier build holds exactly the files to bundle:
+ * its manifest (DIR/inputs) is theirs, followed by the archive's own SHA-256,
+ * which the archive still has. 1 with sha256 set; 0 for anything else (no
+ * manifest, another, a damaged one, a changed archive); an error when a file
+ * to bundle cannot be read. The files are hashed only when there is a
+ * manifest to compare with. */
+static int reusable(struct build *b, const char *inputs_path, const char *archive, char sha256[65],
+                    char *err, size_t err_size) {
   FILE *f = fopen(inputs_path, "re");
   if (!f)
-    return false;
-  size_t n = fread(text, 1, sizeof text - 1, f);
+    return 0;
+  size_t n = fread(b->text, 1, sizeof b->text - 1, f);
   fclose(f);
-  text[n] = 0;
-  size_t w = strlen(want);
+  b->text[n] = 0;
+  int r = manifest(&b->in, NULL, b->want, sizeof b->want, err, err_size);
+  if (r < 0)
+    return r;
+  size_t w = strlen(b->want);
   char recorded[65], sha[65];
-  if (n != w + strlen("archive ") + 64 + 1 || strncmp(text, want, w) ||
-      sscanf(text + w, "archive %64[0-9a-f]", recorded) != 1 || strlen(recorded) != 64 ||
-      sha256_file(archive, sha) < 0 || strcmp(sha, recorded))
-    return false;
+  if (n != w + strlen("archive ") + 64 + 1 || strncmp(b->text, b->want, w) ||
+      sscanf(b->text + w, "archive %64[0-9a-f]", recorded) != 1 || strlen(recorded) != 64 ||
+      sl_sha256_file(archive, 0, sha) < 0 || strcmp(sha, recorded))
+    return 0;
   memcpy(sha256, sha, 65);
-  return true;
+  return 1;
 }
 
 /* What an earlier gateway, killed while it built, left in dir: its stage
@@ -258,26 +250,11 @@ static void write_manifest(const char *inputs_path, const char *have, const char
   }
 }
 
-int gw_bundle_build(const char *dir, char *path, size_t path_size, char sha256[65], bool *reused,
-                    char *err, size_t err_size) {
-  char stage[PATH_MAX], tmp[PATH_MAX + 8], inputs_path[PATH_MAX];
-  static __thread char want[MANIFEST_MAX], have[MANIFEST_MAX];
-  static __thread struct inputs in;
-  if (reused)
-    *reused = false;
-  if ((size_t)snprintf(path, path_size, "%s/spotlab-worker.tar.gz", dir) >= path_size ||
-      (size_t)snprintf(inputs_path, sizeof inputs_path, "%s/inputs", dir) >= sizeof inputs_path ||
-      (size_t)snprintf(stage, sizeof stage, "%s/stage.XXXXXX", dir) >= sizeof stage)
-    return SL_ELIMIT;
-  remove_stale(dir);
-  int r = list_inputs(&in, err, err_size);
-  if (r < 0 || (r = manifest(&in, NULL, want, sizeof want, err, err_size)) < 0)
-    return r;
-  if (reusable(inputs_path, path, want, sha256)) {
-    if (reused)
-      *reused = true;
-    return 0;
-  }
+/* gw_bundle_build's archive made anew from b's files. */
+static int build(struct build *b, const char *dir, const char *path, const char *inputs_path, char *stage,
+                 char sha256[65], char *err, size_t err_size) {
+  char tmp[PATH_MAX + 8];
+  int r;
   /* the archive is replaced: no manifest may describe it meanwhile */
   if (unlink(inputs_path) < 0 && errno != ENOENT) {
     snprintf(err, err_size, "%s: %s", inputs_path, strerror(errno));
@@ -298,19 +275,19 @@ int gw_bundle_build(const char *dir, char *path, size_t path_size, char sha256[6
     snprintf(err, err_size, "%s: %s", stage, sl_strerror(r));
     goto fail;
   }
-  for (size_t i = 0; i < in.n; i++) {
+  for (size_t i = 0; i < b->in.n; i++) {
     char dst[PATH_MAX + 256];
-    snprintf(dst, sizeof dst, "%s/%s", stage, in.v[i].dest);
-    char *cp[] = {"cp", "-L", "--", in.v[i].src, dst, NULL};
+    snprintf(dst, sizeof dst, "%s/%s", stage, b->in.v[i].dest);
+    char *cp[] = {"cp", "-L", "--", b->in.v[i].src, dst, NULL};
     if (run(cp, -1) != 0) {
-      snprintf(err, err_size, "cannot copy %s", in.v[i].src);
+      snprintf(err, err_size, "cannot copy %s", b->in.v[i].src);
       r = -EIO;
       goto fail;
     }
   }
   /* the copies' manifest: what the archive holds, even where a program
    * was replaced in between */
-  if ((r = manifest(&in, stage, have, sizeof have, err, err_size)) < 0)
+  if ((r = manifest(&b->in, stage, b->have, sizeof b->have, err, err_size)) < 0)
     goto fail;
   /* fixed owner, group and times: the same programs give the same archive */
   char *tar[] = {"tar", "--owner=0", "--group=0", "--numeric-owner", "--mtime=@0", "--sort=name",
@@ -322,14 +299,39 @@ int gw_bundle_build(const char *dir, char *path, size_t path_size, char sha256[6
     unlink(tmp);
     return r < 0 ? r : -EIO;
   }
-  if ((r = sha256_file(path, sha256)) < 0) {
+  if ((r = sl_sha256_file(path, 0, sha256)) < 0) {
     snprintf(err, err_size, "%s: %s", path, sl_strerror(r));
     return r;
   }
-  write_manifest(inputs_path, have, sha256);
+  write_manifest(inputs_path, b->have, sha256);
   return 0;
 fail:
   run(rm, -1);
+  return r;
+}
+
+int gw_bundle_build(const char *dir, char *path, size_t path_size, char sha256[65], bool *reused,
+                    char *err, size_t err_size) {
+  char stage[PATH_MAX], inputs_path[PATH_MAX];
+  if (reused)
+    *reused = false;
+  if ((size_t)snprintf(path, path_size, "%s/spotlab-worker.tar.gz", dir) >= path_size ||
+      (size_t)snprintf(inputs_path, sizeof inputs_path, "%s/inputs", dir) >= sizeof inputs_path ||
+      (size_t)snprintf(stage, sizeof stage, "%s/stage.XXXXXX", dir) >= sizeof stage)
+    return SL_ELIMIT;
+  struct build *b = calloc(1, sizeof *b);
+  if (!b)
+    return -ENOMEM;
+  remove_stale(dir);
+  int r = list_inputs(&b->in, err, err_size);
+  if (r == 0 && (r = reusable(b, inputs_path, path, sha256, err, err_size)) == 1) {
+    if (reused)
+      *reused = true;
+    r = 0;
+  } else if (r == 0) {
+    r = build(b, dir, path, inputs_path, stage, sha256, err, err_size);
+  }
+  free(b);
   return r;
 }
 

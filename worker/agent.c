@@ -496,7 +496,7 @@ static bool stopped(struct wk_agent *a, int64_t now) {
       a->acks_until_us = 0;
       return false;
     }
-  if (!a->njobs) return true;
+  if (!a->njobs || a->orphaned) return true; /* an orphan's acks cannot come */
   if (!a->acks_until_us) a->acks_until_us = now + END_ACK_WAIT_US;
   return now >= a->acks_until_us;
 }
