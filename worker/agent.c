@@ -28,6 +28,7 @@
 #include "config.h" /* the build's: SPOTLAB_VERSION */
 #include "gpuinfo.h"
 #include "job.h"
+#include "link.h"
 #include "notice.h"
 #include "presign.h"
 #include "sl_err.h"
@@ -52,7 +53,6 @@
 #define SILENT_INTERVALS 10
 #define FIXED_ITEMS 4 /* socket, signals, notices, link monitor */
 #define POLL_MAX (FIXED_ITEMS + MAX_JOBS * WK_STREAM_N)
-#define LINK_MONITOR "inproc://wk-agent-link"
 #define END_HOLD_US (200 * SL_US_PER_MS) /* a held done goes out this long before exit_by */
 #define GPU_SAMPLE_US (5 * SL_US_PER_S)
 
@@ -63,7 +63,8 @@
 struct wk_agent {
   const struct wk_config *cfg;
   struct wk_job_env env;
-  void *zctx, *sock, *link; /* link: PAIR fed by the socket monitor */
+  void *zctx;
+  struct wk_link *link; /* the DEALER to the gateway */
   struct wk_store *store;
   struct wk_presigner *presigner; /* s3:// store: URLs from the gateway */
   struct sl_s3_signer signer;     /* the presigner's, for the store and the jobs' orphan URLs */
@@ -89,7 +90,7 @@ struct wk_agent {
 /* ---- sending ---- */
 
 static int send_text(struct wk_agent *a, const char *text) {
-  int r = zmq_send(a->sock, text, strlen(text), ZMQ_DONTWAIT);
+  int r = zmq_send(wk_link_socket(a->link), text, strlen(text), ZMQ_DONTWAIT);
   return r < 0 ? sl_err_from_zmq(zmq_errno()) : 0;
 }
 
@@ -320,7 +321,7 @@ static void read_socket(struct wk_agent *a, int64_t now) {
   for (int n = 0; n < 256; n++) {
     struct sl_msg msg;
     sl_msg_init(&msg, (struct sl_limits){8, 1u << 20, 2u << 20});
-    int r = sl_zmq_recv(a->sock, &msg, ZMQ_DONTWAIT);
+    int r = sl_zmq_recv(wk_link_socket(a->link), &msg, ZMQ_DONTWAIT);
     if (r == -EAGAIN || (r < 0 && r != SL_ELIMIT)) {
       sl_msg_done(&msg);
       return;
@@ -341,33 +342,17 @@ static void read_socket(struct wk_agent *a, int64_t now) {
   }
 }
 
-/* Socket monitor events: a dropped connection may have lost messages in
- * flight (a gateway that died), so registration starts over; once the
- * handshake with a gateway succeeds, register at once. */
+/* The link's events: a dropped connection may have lost messages in flight
+ * (a gateway that died), and a refused one is gone with its socket, so
+ * registration starts over; once the handshake with a gateway succeeds,
+ * register at once. */
 static void read_link(struct wk_agent *a, int64_t now) {
-  for (int n = 0; n < 64; n++) {
-    zmq_msg_t f;
-    zmq_msg_init(&f);
-    if (zmq_msg_recv(&f, a->link, ZMQ_DONTWAIT) < 0) {
-      zmq_msg_close(&f);
-      return;
-    }
-    uint16_t ev = 0;
-    if (zmq_msg_size(&f) >= sizeof ev) memcpy(&ev, zmq_msg_data(&f), sizeof ev);
-    bool more = zmq_msg_more(&f);
-    zmq_msg_close(&f);
-    while (more) { /* the endpoint frame */
-      zmq_msg_init(&f);
-      more = zmq_msg_recv(&f, a->link, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&f);
-      zmq_msg_close(&f);
-    }
-    if (ev == ZMQ_EVENT_DISCONNECTED && a->registered) {
-      sl_info(TOPIC, "gateway connection lost; registering again once it is back");
-      a->registered = false;
-    } else if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && !a->registered) {
-      send_register(a, now);
-    }
+  int ev = wk_link_events(a->link);
+  if ((ev & WK_LINK_LOST) && a->registered) {
+    if (!(ev & WK_LINK_REFUSED)) sl_info(TOPIC, "gateway connection lost; registering again once it is back");
+    a->registered = false;
   }
+  if ((ev & WK_LINK_UP) && !(ev & WK_LINK_REFUSED) && !a->registered) send_register(a, now);
 }
 
 /* ---- notices and signals ---- */
@@ -415,10 +400,10 @@ struct slot {
 static size_t build_poll(struct wk_agent *a, int signal_fd, zmq_pollitem_t *it, struct slot *slots) {
   size_t n = 0;
   for (size_t i = 0; i < a->njobs; i++) wk_job_flow(a->jobs[i], sl_time_mono_us());
-  it[n++] = (zmq_pollitem_t){a->sock, 0, ZMQ_POLLIN, 0};
+  it[n++] = (zmq_pollitem_t){wk_link_socket(a->link), 0, ZMQ_POLLIN, 0};
   it[n++] = (zmq_pollitem_t){NULL, signal_fd, ZMQ_POLLIN, 0};
   it[n++] = (zmq_pollitem_t){NULL, a->watcher ? wk_notice_watcher_fd(a->watcher) : -1, ZMQ_POLLIN, 0};
-  it[n++] = (zmq_pollitem_t){a->link, 0, ZMQ_POLLIN, 0};
+  it[n++] = (zmq_pollitem_t){wk_link_monitor(a->link), 0, ZMQ_POLLIN, 0};
   for (size_t i = 0; i < a->njobs; i++)
     for (int s = 0; s < WK_STREAM_N; s++) {
       int fd = wk_job_fd(a->jobs[i], (enum wk_stream)s);
@@ -503,6 +488,8 @@ static bool stopped(struct wk_agent *a, int64_t now) {
 
 static int64_t poll_timeout_ms(const struct wk_agent *a, int64_t now) {
   int64_t t = a->njobs ? 20 : 500;
+  int64_t due = wk_link_due_us(a->link);
+  if (due != INT64_MAX && (due - now) / 1000 < t) t = due > now ? (due - now) / 1000 : 0;
   if (a->registered) {
     int64_t hb = (a->next_heartbeat_us - now) / 1000;
     if (hb < t) t = hb < 0 ? 0 : hb;
@@ -530,6 +517,7 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
       struct wk_notice note;
       if (items[2].revents && wk_notice_watcher_take(a->watcher, &note) == 1) on_notice(a, &note);
     }
+    if (wk_link_tick(a->link, now) > 0) a->registered = false; /* a new socket after a refusal */
     sample_gpus(a, now);
     tick_jobs(a, now);
     tick_registration(a, now);
@@ -551,38 +539,14 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
   /* Give queued messages a moment to leave, bounded by the deadline. */
   int64_t left_ms = a->exit_by_us == INT64_MAX ? 2000 : (a->exit_by_us - sl_time_mono_us()) / 1000;
   int linger = (int)(left_ms < 0 ? 0 : left_ms > 2000 ? 2000 : left_ms);
-  zmq_setsockopt(a->sock, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(wk_link_socket(a->link), ZMQ_LINGER, &linger, sizeof linger);
   return 0;
 }
 
-static int set_int(void *s, int opt, int v) { return zmq_setsockopt(s, opt, &v, sizeof v); }
-
 static int open_socket(struct wk_agent *a) {
-  const struct wk_config *c = a->cfg;
-  int64_t max_msg = 1 << 20;
-  if (!(a->zctx = zmq_ctx_new()) || !(a->sock = zmq_socket(a->zctx, ZMQ_DEALER)))
-    return sl_err_from_zmq(zmq_errno());
-  if (zmq_setsockopt(a->sock, ZMQ_CURVE_SERVERKEY, c->gateway_public, WK_KEY_Z85_LEN + 1) < 0 ||
-      zmq_setsockopt(a->sock, ZMQ_CURVE_PUBLICKEY, c->public_key, WK_KEY_Z85_LEN + 1) < 0 ||
-      zmq_setsockopt(a->sock, ZMQ_CURVE_SECRETKEY, c->secret_key, WK_KEY_Z85_LEN + 1) < 0 ||
-      set_int(a->sock, ZMQ_LINGER, 0) < 0 || set_int(a->sock, ZMQ_SNDHWM, 10000) < 0 ||
-      set_int(a->sock, ZMQ_RECONNECT_IVL, 100) < 0 || set_int(a->sock, ZMQ_RECONNECT_IVL_MAX, 2000) < 0 ||
-      set_int(a->sock, ZMQ_HEARTBEAT_IVL, 2000) < 0 || set_int(a->sock, ZMQ_HEARTBEAT_TIMEOUT, 10000) < 0 ||
-      zmq_setsockopt(a->sock, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg) < 0) {
-    sl_err(TOPIC, "socket options: %s", zmq_strerror(zmq_errno()));
-    return sl_err_from_zmq(zmq_errno());
-  }
-  if (zmq_socket_monitor(a->sock, LINK_MONITOR, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED) < 0 ||
-      !(a->link = zmq_socket(a->zctx, ZMQ_PAIR)) || set_int(a->link, ZMQ_LINGER, 0) < 0 ||
-      zmq_connect(a->link, LINK_MONITOR) < 0) {
-    sl_err(TOPIC, "socket monitor: %s", zmq_strerror(zmq_errno()));
-    return sl_err_from_zmq(zmq_errno());
-  }
-  if (zmq_connect(a->sock, c->gateway) < 0) {
-    sl_err(TOPIC, "connect %s: %s", c->gateway, zmq_strerror(zmq_errno()));
-    return sl_err_from_zmq(zmq_errno());
-  }
-  return 0;
+  struct wk_link_opts o = {.name = "agent", .sndhwm = 10000, .max_msg_bytes = 1 << 20, .heartbeat_ms = 2000};
+  if (!(a->zctx = zmq_ctx_new())) return sl_err_from_zmq(zmq_errno());
+  return wk_link_new(a->zctx, a->cfg, &o, &a->link);
 }
 
 /* The inventory, once: NVML when the driver is there, else zero GPUs and why. */
@@ -642,9 +606,7 @@ struct wk_agent *wk_agent_free(struct wk_agent *a) {
   wk_store_free(a->store);
   a->store = NULL;
   wk_presigner_free(a->presigner);
-  if (a->sock) zmq_socket_monitor(a->sock, NULL, 0);
-  if (a->link) zmq_close(a->link);
-  if (a->sock) zmq_close(a->sock);
+  wk_link_free(a->link);
   if (a->zctx) zmq_ctx_term(a->zctx);
   wk_store_free(a->store);
   wk_nvml_free(a->nvml);

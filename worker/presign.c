@@ -8,10 +8,13 @@
  * then at growing intervals up to RESEND_MAX_MS: a gateway killed with it
  * unanswered never answers, and its successor (a restart takes a second or
  * two) answers the copy. Signing changes nothing, so a copy answered twice
- * costs only the second answer, which is dropped like a late one. */
+ * costs only the second answer, which is dropped like a late one. A
+ * gateway that refused the connection (link.h) gets a new one, and the
+ * request again, as soon as the link's backoff allows. */
 #include "presign.h"
 
 #include "conf.h"
+#include "link.h"
 
 #include "sl_err.h"
 #include "sl_frame.h"
@@ -33,28 +36,18 @@
 #define MAX_ANSWER_BYTES (4 << 20)
 
 struct wk_presigner {
-  void *sock;
+  struct wk_link *link;
   int64_t next_id;
 };
-
-static int set_int(void *s, int opt, int v) { return zmq_setsockopt(s, opt, &v, sizeof v); }
 
 int wk_presigner_new(const struct wk_config *c, void *zctx, struct wk_presigner **ret) {
   struct wk_presigner *p = calloc(1, sizeof *p);
   if (!p) return -ENOMEM;
-  int64_t max_msg = MAX_ANSWER_BYTES;
   p->next_id = 1;
-  if (!(p->sock = zmq_socket(zctx, ZMQ_DEALER)) ||
-      zmq_setsockopt(p->sock, ZMQ_CURVE_SERVERKEY, c->gateway_public, WK_KEY_Z85_LEN + 1) < 0 ||
-      zmq_setsockopt(p->sock, ZMQ_CURVE_PUBLICKEY, c->public_key, WK_KEY_Z85_LEN + 1) < 0 ||
-      zmq_setsockopt(p->sock, ZMQ_CURVE_SECRETKEY, c->secret_key, WK_KEY_Z85_LEN + 1) < 0 ||
-      set_int(p->sock, ZMQ_LINGER, 0) < 0 || set_int(p->sock, ZMQ_RECONNECT_IVL, 100) < 0 ||
-      set_int(p->sock, ZMQ_RECONNECT_IVL_MAX, 2000) < 0 ||
-      zmq_setsockopt(p->sock, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg) < 0 ||
-      zmq_connect(p->sock, c->gateway) < 0) {
-    int r = sl_err_from_zmq(zmq_errno());
-    sl_err(TOPIC, "presign connection to %s: %s", c->gateway, zmq_strerror(zmq_errno()));
-    wk_presigner_free(p);
+  struct wk_link_opts o = {.name = "presign", .max_msg_bytes = MAX_ANSWER_BYTES};
+  int r = wk_link_new(zctx, c, &o, &p->link);
+  if (r < 0) {
+    free(p);
     return r;
   }
   *ret = p;
@@ -63,7 +56,7 @@ int wk_presigner_new(const struct wk_config *c, void *zctx, struct wk_presigner 
 
 struct wk_presigner *wk_presigner_free(struct wk_presigner *p) {
   if (!p) return NULL;
-  if (p->sock) zmq_close(p->sock);
+  wk_link_free(p->link);
   free(p);
   return NULL;
 }
@@ -87,24 +80,34 @@ static json_t *request_json(int64_t id, const struct sl_s3_presign_req *reqs, si
   return json_pack("{s:s, s:I, s:o}", "type", "presign", "id", (json_int_t)id, "requests", list);
 }
 
-/* Waits for the answer to id until deadline (monotonic µs): owned JSON or NULL. */
+/* Waits for the answer to id until deadline (monotonic µs): owned JSON, or
+ * NULL with -ETIMEDOUT, or -ECONNRESET when a refused connection was just
+ * replaced (what it held is gone: the request must go again). */
 static json_t *await(struct wk_presigner *p, int64_t id, int64_t deadline, int *ret_err) {
   for (;;) {
-    int64_t left = (deadline - sl_time_mono_us()) / 1000;
-    if (left <= 0) {
+    int64_t now = sl_time_mono_us();
+    if (wk_link_tick(p->link, now) > 0) {
+      *ret_err = -ECONNRESET;
+      return NULL;
+    }
+    int64_t until = wk_link_due_us(p->link) < deadline ? wk_link_due_us(p->link) : deadline;
+    int64_t left = (until - now + 999) / 1000;
+    if (now >= deadline) {
       *ret_err = -ETIMEDOUT;
       return NULL;
     }
-    zmq_pollitem_t it = {p->sock, 0, ZMQ_POLLIN, 0};
-    int r = zmq_poll(&it, 1, (long)left);
+    void *sock = wk_link_socket(p->link);
+    zmq_pollitem_t it[2] = {{sock, 0, ZMQ_POLLIN, 0}, {wk_link_monitor(p->link), 0, ZMQ_POLLIN, 0}};
+    int r = zmq_poll(it, 2, (long)(left > 0 ? left : 0));
     if (r < 0 && zmq_errno() != EINTR) {
       *ret_err = sl_err_from_zmq(zmq_errno());
       return NULL;
     }
-    if (r <= 0) continue;
+    if (r > 0 && it[1].revents) wk_link_events(p->link);
+    if (r <= 0 || !it[0].revents) continue;
     zmq_msg_t m;
     zmq_msg_init(&m);
-    if (zmq_msg_recv(&m, p->sock, ZMQ_DONTWAIT) < 0) {
+    if (zmq_msg_recv(&m, sock, ZMQ_DONTWAIT) < 0) {
       zmq_msg_close(&m);
       continue;
     }
@@ -115,7 +118,7 @@ static json_t *await(struct wk_presigner *p, int64_t id, int64_t deadline, int *
     zmq_msg_close(&m);
     while (more) { /* a well-formed answer has one frame */
       zmq_msg_init(&m);
-      more = zmq_msg_recv(&m, p->sock, 0) >= 0 && zmq_msg_more(&m);
+      more = zmq_msg_recv(&m, sock, 0) >= 0 && zmq_msg_more(&m);
       zmq_msg_close(&m);
     }
     json_t *jid = json_object_get(v, "id");
@@ -136,27 +139,30 @@ static int presign(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, ch
   json_decref(req);
   if (!text) return -ENOMEM;
   size_t len = strlen(text);
-  int r = zmq_send(p->sock, text, len, 0) < 0 ? sl_err_from_zmq(zmq_errno()) : 0;
-  if (r < 0) {
-    free(text);
-    snprintf(err, err_size, "cannot ask the gateway for URLs: %s", sl_strerror(r));
-    return r;
-  }
+  /* never a blocking send: a refused connection's socket has no peer to
+   * queue for, and would hold the store's thread for ever */
+  wk_link_events(p->link);
+  wk_link_tick(p->link, sl_time_mono_us());
+  if (zmq_send(wk_link_socket(p->link), text, len, ZMQ_DONTWAIT) < 0)
+    sl_debug(TOPIC, "presign request %lld not queued (%s); sent again later", (long long)id,
+             zmq_strerror(zmq_errno()));
+  int r = 0;
   int64_t deadline = sl_time_mono_us() + (int64_t)ANSWER_TIMEOUT_MS * SL_US_PER_MS;
   int64_t wait_ms = RESEND_FIRST_MS;
   json_t *ans;
   for (;;) {
     int64_t until = sl_time_mono_us() + wait_ms * SL_US_PER_MS;
     ans = await(p, id, until < deadline ? until : deadline, &r);
-    if (ans || r != -ETIMEDOUT || until >= deadline)
+    if (ans || (r != -ETIMEDOUT && r != -ECONNRESET) || sl_time_mono_us() >= deadline)
       break;
     /* a full queue (no gateway for a while) keeps the copies it holds */
-    if (zmq_send(p->sock, text, len, ZMQ_DONTWAIT) == 0)
-      sl_debug(TOPIC, "presign request %lld unanswered after %lld ms; sent again", (long long)id,
-               (long long)wait_ms);
-    wait_ms = wait_ms * 2 < RESEND_MAX_MS ? wait_ms * 2 : RESEND_MAX_MS;
+    if (zmq_send(wk_link_socket(p->link), text, len, ZMQ_DONTWAIT) == 0)
+      sl_debug(TOPIC, "presign request %lld %s; sent again", (long long)id,
+               r == -ECONNRESET ? "on a new connection" : "unanswered");
+    if (r == -ETIMEDOUT) wait_ms = wait_ms * 2 < RESEND_MAX_MS ? wait_ms * 2 : RESEND_MAX_MS;
   }
   free(text);
+  if (!ans && r == -ECONNRESET) r = -ETIMEDOUT;
   if (!ans) {
     snprintf(err, err_size, "the gateway did not answer a presign request: %s", sl_strerror(r));
     return r;

@@ -3,7 +3,12 @@
  * closes without an answer, a second one binds the same address, and the
  * presigner's copy of the request is answered there, well within its
  * timeout. The answers to the copies that arrive after the first are dropped
- * by the next request, which gets its own. */
+ * by the next request, which gets its own.
+ *
+ * Then a gateway whose ZAP handler refuses the presigner's key twice (as one
+ * that does not know the instance yet) and then admits it: libzmq gives up
+ * on a refused connection, so the presigner must open a new one by itself,
+ * and its request is answered within its timeout. */
 #include "harness.h"
 
 #include "conf.h"
@@ -11,6 +16,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +30,8 @@ struct fake_gw {
   char secret[WK_KEY_Z85_LEN + 1];
   int answered;   /* presign requests the second gateway answered */
   int first_seen; /* the first gateway took one */
+  int refuse;     /* the refusing gateway: handshakes to refuse */
+  int zap_asked, zap_refused, zap_answered;
 };
 
 static void *router(struct fake_gw *f) {
@@ -92,6 +100,69 @@ static void *gateway_thread(void *arg) {
   return NULL;
 }
 
+/* One ZAP request answered: refused while f->refuse lasts, then admitted. */
+static void zap_answer(struct fake_gw *f, void *zap) {
+  zmq_msg_t part[8];
+  int n = 0, more = 1;
+  while (more && n < 8) {
+    zmq_msg_init(&part[n]);
+    if (zmq_msg_recv(&part[n], zap, 0) < 0)
+      break;
+    more = zmq_msg_more(&part[n++]);
+  }
+  f->zap_asked++;
+  bool refuse = f->zap_refused < f->refuse;
+  f->zap_refused += refuse;
+  const char *reply[6] = {"1.0", NULL, refuse ? "400" : "200", refuse ? "unknown key" : "OK",
+                          refuse ? "" : "i-0123456789ab", ""};
+  for (int i = 0; i < 6; i++) {
+    const void *d = i == 1 && n > 1 ? zmq_msg_data(&part[1]) : reply[i];
+    size_t len = i == 1 ? (n > 1 ? zmq_msg_size(&part[1]) : 0) : strlen(reply[i]);
+    zmq_send(zap, d, len, i < 5 ? ZMQ_SNDMORE : 0);
+  }
+  for (int i = 0; i < n; i++)
+    zmq_msg_close(&part[i]);
+}
+
+/* A gateway with a ZAP handler: it answers presign requests 1 and 2. */
+static void *refusing_gateway_thread(void *arg) {
+  struct fake_gw *f = arg;
+  void *zap = zmq_socket(f->zctx, ZMQ_REP);
+  int zero = 0;
+  zmq_setsockopt(zap, ZMQ_LINGER, &zero, sizeof zero);
+  if (zmq_bind(zap, "inproc://zeromq.zap.01") < 0) {
+    fprintf(stderr, "bind the ZAP handler: %s\n", zmq_strerror(zmq_errno()));
+    zmq_close(zap);
+    return NULL;
+  }
+  void *s = router(f);
+  zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, "spotlab", 7);
+  char rid[256];
+  size_t rid_len;
+  for (int idle = 0; s && idle < 300;) {
+    zmq_pollitem_t it[2] = {{zap, 0, ZMQ_POLLIN, 0}, {s, 0, ZMQ_POLLIN, 0}};
+    if (zmq_poll(it, 2, 100) <= 0) {
+      idle++;
+      continue;
+    }
+    if (it[0].revents)
+      zap_answer(f, zap);
+    if (it[1].revents) {
+      long long id = take(s, 0, rid, &rid_len);
+      if (id > 0) {
+        answer(s, rid, rid_len, id);
+        f->zap_answered++;
+      }
+      if (id == 2)
+        break;
+    }
+  }
+  if (s)
+    zmq_close(s);
+  zmq_close(zap);
+  return NULL;
+}
+
 static int64_t mono_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -142,6 +213,37 @@ int main(void) {
   pthread_join(th, NULL);
   CHECK(f.first_seen);
   CHECK(f.answered >= 2);
+  wk_presigner_free(p);
+  unlink(f.endpoint + strlen("ipc://"));
+
+  /* refused twice, then admitted */
+  f.refuse = 2;
+  snprintf(f.endpoint, sizeof f.endpoint, "ipc://%s/gw2.sock", dir);
+  snprintf(cfg.gateway, sizeof cfg.gateway, "%s", f.endpoint);
+  CHECK_INT(pthread_create(&th, NULL, refusing_gateway_thread, &f), 0);
+  usleep(100 * 1000); /* the handler bound before the first handshake */
+  p = NULL;
+  CHECK_INT(wk_presigner_new(&cfg, f.zctx, &p), 0);
+  signer = wk_presigner_signer(p);
+  t0 = mono_ms();
+  err[0] = 0;
+  url = NULL;
+  CHECK_INT(sign(&signer, "J000002/ckpt-50.tc", &url, err, sizeof err), 0);
+  took = mono_ms() - t0;
+  if (err[0])
+    fprintf(stderr, "presign: %s\n", err);
+  CHECK_STR(url, "http://s3.test/1");
+  free(url);
+  fprintf(stderr, "refused %d times, then answered after %lld ms\n", f.zap_refused, (long long)took);
+  CHECK(took < 10000); /* a new connection after 1 s, then 2 s: not the 20 s timeout */
+  /* a request after the refusals goes on the connection that was admitted */
+  url = NULL;
+  CHECK_INT(sign(&signer, "J000002/ckpt-100.tc", &url, err, sizeof err), 0);
+  CHECK_STR(url, "http://s3.test/2");
+  free(url);
+  pthread_join(th, NULL);
+  CHECK_INT(f.zap_refused, 2);
+  CHECK(f.zap_asked >= 3);
   wk_presigner_free(p);
   zmq_ctx_term(f.zctx);
   unlink(f.endpoint + strlen("ipc://"));

@@ -517,6 +517,38 @@ def case_refuse_retry(tmp, worker_exe, train_exe):
         server.shutdown()
 
 
+def case_refused(tmp, worker_exe, train_exe):
+    """A gateway that refuses the worker's key twice (its ZAP handler did not
+    know the instance yet), then admits it. libzmq gives up on a refused
+    connection, so the worker opens a new one by itself, after a backoff of
+    1 s then 2 s, registers there and trains; its log says it was refused."""
+    gw = Gateway("ipc://%s/workers.sock" % tmp, refuse=2)
+    log = os.path.join(tmp, "worker.log")
+    w = Worker(worker_exe, train_exe, gw, tmp, log=log)
+    try:
+        t0 = time.monotonic()
+        reg = gw.recv(lambda m: m["type"] == "register", 20, "register once admitted")
+        took = time.monotonic() - t0
+        assert gw.zap_refused == 2 and gw.zap_admitted >= 1, (gw.zap_refused, gw.zap_admitted)
+        assert reg["jobs"] == [], reg
+        assert took < 10, "registered %.1f s after start: the backoff is 1 s, then 2 s" % took
+        gw.send({"type": "registered", "heartbeat_ms": 100})
+        gw.answer_register = True
+        gw.send(train_assign("J000014", text_file(tmp), 20))
+        msgs = run_until_done(gw, "J000014")
+        assert msgs[-1]["status"] == "succeeded" and steps_of(msgs)[-1] == 20, msgs[-1]
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+        with open(log) as f:
+            text = f.read()
+        refused = [l for l in text.splitlines() if "the gateway refused the agent connection" in l]
+        assert len(refused) == 2 and "connecting again in 1 s" in refused[0] and \
+            "connecting again in 2 s" in refused[1], text
+    finally:
+        w.kill()
+        gw.close()
+
+
 def main():
     case = sys.argv[1]
     worker_exe, train_exe = (os.path.abspath(p) for p in sys.argv[2:4])

@@ -80,11 +80,23 @@ class Metadata:
 
 
 class Gateway:
-    def __init__(self, address):
+    def __init__(self, address, refuse=0):
         self.ctx = zmq.Context.instance()
         self.public, self.secret = zmq.curve_keypair()
         self.address = address
         self.received = []
+        # refuse > 0: a ZAP handler refuses that many handshakes, then admits
+        # every key (a gateway that did not know the instance yet)
+        self.refuse = refuse
+        self.zap_refused = self.zap_admitted = 0
+        self.zap_thread = None
+        if refuse:
+            self.zap = self.ctx.socket(zmq.REP)
+            self.zap.linger = 0
+            self.zap.bind("inproc://zeromq.zap.01")
+            self.zap_stop = threading.Event()
+            self.zap_thread = threading.Thread(target=self._zap_loop, daemon=True)
+            self.zap_thread.start()
         # Answer a register the way a gateway that recorded everything does
         # (a worker registers again after ten silent heartbeat intervals);
         # cases about registration itself turn it off and answer by hand.
@@ -92,10 +104,27 @@ class Gateway:
         self.ident = None
         self.open()
 
+    def _zap_loop(self):
+        while not self.zap_stop.is_set():
+            if not self.zap.poll(100):
+                continue
+            req = self.zap.recv_multipart()
+            refuse = self.zap_refused < self.refuse
+            if refuse:
+                self.zap_refused += 1
+            else:
+                self.zap_admitted += 1
+            self.zap.send_multipart([b"1.0", req[1], b"400" if refuse else b"200",
+                                     b"unknown key" if refuse else b"OK",
+                                     b"" if refuse else b"i-0123456789ab", b""])
+        self.zap.close()
+
     def open(self):
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.curve_server = True
         self.sock.curve_secretkey = self.secret
+        if self.refuse:
+            self.sock.zap_domain = b"spotlab"
         self.sock.linger = 0
         self.sock.bind(self.address)
 
@@ -127,10 +156,14 @@ class Gateway:
 
     def close(self):
         self.sock.close()
+        if self.zap_thread:
+            self.zap_stop.set()
+            self.zap_thread.join()
+            self.zap_thread = None
 
 
 class Worker:
-    def __init__(self, worker_exe, train_exe, gw, tmp, metadata_url="", extra=None, store=None):
+    def __init__(self, worker_exe, train_exe, gw, tmp, metadata_url="", extra=None, store=None, log=None):
         self.public, self.secret = zmq.curve_keypair()
         self.store = store or os.path.join(tmp, "store")
         self.work = tempfile.mkdtemp(dir=tmp, prefix="work")
@@ -147,7 +180,8 @@ class Worker:
         os.write(fd, json.dumps(cfg).encode())
         os.close(fd)
         env = dict(os.environ, SPOTLAB_NOTICE_POLL_MS="50")
-        self.proc = subprocess.Popen([worker_exe, "--config", self.config], env=env)
+        self.log = open(log, "w") if log else None  # else the test's stderr
+        self.proc = subprocess.Popen([worker_exe, "--config", self.config], env=env, stderr=self.log)
 
     def wait(self, timeout):
         return self.proc.wait(timeout=timeout)
@@ -156,6 +190,9 @@ class Worker:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        if self.log:
+            self.log.close()
+            self.log = None
 
 
 def text_file(tmp):
