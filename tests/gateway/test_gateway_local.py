@@ -13,9 +13,14 @@ usage: test_gateway_local.py CASE GATEWAY WORKER TRAIN
                group's instance_types, and a zone that just preempted an
                instance not picked first, also by the gateway started again
                after it
+  local-refused  a gateway started on an older copy of its state folder
+               refuses the worker of a running job; started again on its
+               current state it has the worker back within seconds, and the
+               job goes on in the same attempt
 
 Every wait has a deadline; nothing sleeps to wait for an event.
 """
+import glob
 import json
 import os
 import shutil
@@ -247,7 +252,93 @@ def case_local_place():
                 shutil.rmtree(g.dir, ignore_errors=True)
 
 
-CASES = {"local-train": case_local_train, "local-place": case_local_place}
+def wait_file_text(path, needle, timeout):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with open(path, errors="replace") as f:
+                if needle in f.read():
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.05)  # polling a file: no event to wait on
+    return False
+
+
+def case_local_refused():
+    """A gateway started on an older copy of its state folder (a backup
+    restored) does not know the instance a job runs on, and its ZAP handler
+    refuses the worker's key. libzmq never reconnects after a refused
+    handshake; the worker opens a new connection by itself (1 s, 2 s, 4 s
+    ...), so the gateway started again on its current state has the worker
+    back within its register timeout, and the job goes on in the same
+    attempt instead of being requeued."""
+    os.environ["SPOTLAB_WORKER_BIN"] = os.path.abspath(WORKER)
+    os.environ["SPOTLAB_TRAIN_BIN"] = os.path.abspath(TRAIN)
+    g = place_gateway(capacity=1, slots=1)
+    old, cur = g.state + ".old", g.state + ".current"
+    try:
+        c = Client(g.listen, "alice")
+        check(c.req("jobs")["ok"], "the gateway answers")
+        c.close()
+        g.stop(15)
+        shutil.copytree(g.state, old, symlinks=True)  # the backup, before any instance
+        g.start()
+        c = Client(g.listen, "alice")
+        job = sleep_job(c)
+        where = placed(c, job)
+        inst = where["instance"]
+        c.wait_event(state_is(job, "running"), timeout=60)
+        before = c.req("attach", job=job, after=10 ** 9)["job"]
+        c.close()
+        wlog = os.path.join(g.state, "instances", inst, "worker.log")
+        g.stop(15)  # its workers keep running, for its next start
+        os.rename(g.state, cur)
+        os.rename(old, g.state)
+        g.start()
+        check(g.wait_log("refused a worker connection", 20),
+              "the gateway on the older state refuses the worker")
+        wlog = os.path.join(cur, "instances", inst, "worker.log")
+        check(wait_file_text(wlog, "the gateway refused the agent connection", 20),
+              "the worker logs the refusal")
+        g.stop(15)
+        os.rename(g.state, old)
+        os.rename(cur, g.state)
+        seen = g.logtext().count("worker %s registered" % inst)
+        t0 = time.monotonic()
+        g.start()
+        end = t0 + 20  # the gateway's register timeout in this test
+        while g.logtext().count("worker %s registered" % inst) == seen and time.monotonic() < end:
+            time.sleep(0.05)  # polling the log: no event to wait on
+        took = time.monotonic() - t0
+        check(g.logtext().count("worker %s registered" % inst) > seen,
+              "the worker registered with the gateway on its current state (%.1f s)" % took)
+        c = Client(g.listen, "alice")
+        now = attach(c, job)
+        check(now["state"] == "running" and now["attempt"] == before["attempt"]
+              and now.get("instance") == inst,
+              "the job runs on in the same attempt on %s: %s" % (inst, now))
+        check(not [e for e in c.events if e["job"] == job and e["event"] == "preempted"], "not requeued")
+        c.req("cancel", job=job)
+        c.wait_event(state_is(job, "cancelled"), timeout=20)
+        c.close()
+    finally:
+        if failures:
+            print("gateway log (%s):\n%s" % (g.logpath, g.logtext()[-6000:]), file=sys.stderr)
+            for d in (g.state, cur):
+                for w in glob.glob(os.path.join(d, "instances", "*", "worker.log")):
+                    with open(w, errors="replace") as f:
+                        print("%s:\n%s" % (w, f.read()[-3000:]), file=sys.stderr)
+        g.stop(15)
+        for d in (g.state, cur):
+            if os.path.isdir(d):
+                kill_instances(d)
+        if not failures:
+            shutil.rmtree(g.dir, ignore_errors=True)
+
+
+CASES = {"local-train": case_local_train, "local-place": case_local_place,
+         "local-refused": case_local_refused}
 
 
 def main():
