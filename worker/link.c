@@ -26,6 +26,7 @@
 #define LINK_RETRY_FIRST_MS 1000
 #define LINK_RETRY_MAX_MS 30000
 #define EVENTS_PER_CALL 64
+#define FAILS_IN_A_ROW 10 /* handshakes failed without detail before the link backs off */
 
 struct wk_link {
   void *zctx;
@@ -36,6 +37,8 @@ struct wk_link {
   unsigned generation;
   int64_t due_us;   /* a new socket then; INT64_MAX: none due */
   int64_t retry_ms; /* the next backoff */
+  int fails;        /* handshakes failed without detail since one succeeded or the socket opened */
+  int fails_max;    /* how many of them close the socket: FAILS_IN_A_ROW, 1 after a reopen */
 };
 
 static int set_int(void *s, int opt, int v) { return zmq_setsockopt(s, opt, &v, sizeof v); }
@@ -59,7 +62,7 @@ static int open_socket(struct wk_link *l) {
   void *s = fresh.sock;
   int64_t max_msg = o->max_msg_bytes;
   int events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL;
+               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
   if (zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, c->gateway_public, WK_KEY_Z85_LEN + 1) < 0 ||
       zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, c->public_key, WK_KEY_Z85_LEN + 1) < 0 ||
       zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, c->secret_key, WK_KEY_Z85_LEN + 1) < 0 ||
@@ -83,6 +86,7 @@ static int open_socket(struct wk_link *l) {
   close_socket(l);
   l->sock = fresh.sock;
   l->monitor = fresh.monitor;
+  l->fails = 0;
   return 0;
 fail:;
   int r = sl_err_from_zmq(zmq_errno());
@@ -95,7 +99,7 @@ int wk_link_new(void *zctx, const struct wk_config *cfg, const struct wk_link_op
   struct wk_link *l = calloc(1, sizeof *l);
   if (!l) return -ENOMEM;
   *l = (struct wk_link){.zctx = zctx, .cfg = cfg, .opts = *opts, .due_us = INT64_MAX,
-                        .retry_ms = LINK_RETRY_FIRST_MS};
+                        .retry_ms = LINK_RETRY_FIRST_MS, .fails_max = FAILS_IN_A_ROW};
   snprintf(l->name, sizeof l->name, "%s", opts->name ? opts->name : "gateway");
   l->opts.name = l->name;
   int r = open_socket(l);
@@ -138,12 +142,21 @@ static int read_event(void *monitor) {
   return ev;
 }
 
+/* Closes the socket at the next wk_link_tick after the backoff (once for a
+ * burst of failures). */
+static void back_off(struct wk_link *l) {
+  l->due_us = sl_time_mono_us() + l->retry_ms * SL_US_PER_MS;
+  l->retry_ms = l->retry_ms * 2 < LINK_RETRY_MAX_MS ? l->retry_ms * 2 : LINK_RETRY_MAX_MS;
+}
+
 int wk_link_events(struct wk_link *l) {
   int mask = 0, ev;
   for (int n = 0; l->monitor && n < EVENTS_PER_CALL && (ev = read_event(l->monitor)) >= 0; n++) {
     if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       mask |= WK_LINK_UP;
       l->retry_ms = LINK_RETRY_FIRST_MS;
+      l->fails = 0;
+      l->fails_max = FAILS_IN_A_ROW;
     } else if (ev == ZMQ_EVENT_DISCONNECTED) {
       mask |= WK_LINK_LOST;
     } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
@@ -153,8 +166,19 @@ int wk_link_events(struct wk_link *l) {
               ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? "refused" : "broke off the handshake of", l->name,
               ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? " (it does not know this instance's key)" : "",
               (long long)(l->retry_ms / 1000));
-      l->due_us = sl_time_mono_us() + l->retry_ms * SL_US_PER_MS;
-      l->retry_ms = l->retry_ms * 2 < LINK_RETRY_MAX_MS ? l->retry_ms * 2 : LINK_RETRY_MAX_MS;
+      back_off(l);
+    } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+      if (++l->fails < l->fails_max || l->due_us != INT64_MAX) continue;
+      mask |= WK_LINK_REFUSED;
+      if (l->fails_max == FAILS_IN_A_ROW) /* once until a handshake succeeds */
+        sl_warn(TOPIC, "%d handshakes in a row with the gateway failed on the %s connection (is it the "
+                "gateway whose key this worker was given?); trying again after 1 s, 2, 4 ... %d s",
+                l->fails, l->name, LINK_RETRY_MAX_MS / 1000);
+      l->fails_max = 1;
+      /* stops libzmq's tries until the new socket; its session is alive
+       * (unlike a refused one's, which must not be touched) */
+      zmq_disconnect(l->sock, l->cfg->gateway);
+      back_off(l);
     }
   }
   return mask;
@@ -164,8 +188,7 @@ int wk_link_tick(struct wk_link *l, int64_t now) {
   if (now < l->due_us) return 0;
   int r = open_socket(l);
   if (r < 0) {
-    l->due_us = now + l->retry_ms * SL_US_PER_MS;
-    l->retry_ms = l->retry_ms * 2 < LINK_RETRY_MAX_MS ? l->retry_ms * 2 : LINK_RETRY_MAX_MS;
+    back_off(l);
     return r;
   }
   l->due_us = INT64_MAX;

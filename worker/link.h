@@ -6,7 +6,9 @@
  * starts on other state, or is put right, may know it again. So the link
  * watches its socket's monitor and, after such a failure, opens a new socket
  * once a backoff is over (LINK_RETRY_FIRST_MS, doubling up to
- * LINK_RETRY_MAX_MS, back to the first after a handshake succeeds). What the
+ * LINK_RETRY_MAX_MS, back to the first after a handshake succeeds). So it
+ * does when handshakes fail again and again (a gateway with another key),
+ * which libzmq would retry ten times a second for ever. What the
  * old socket held is dropped with it; the callers' protocols already start
  * over after a lost connection. One thread at a time uses a link. */
 #ifndef WK_LINK_H
@@ -28,7 +30,8 @@ struct wk_link_opts {
 enum {
   WK_LINK_UP = 1,      /* a handshake succeeded: a gateway is there */
   WK_LINK_LOST = 2,    /* a connection ended: what was in flight may be lost */
-  WK_LINK_REFUSED = 4, /* the gateway refused the handshake: a new socket comes at wk_link_due_us */
+  WK_LINK_REFUSED = 4, /* the gateway refused the handshake, or handshakes keep failing: a new
+                          socket comes at wk_link_due_us */
 };
 
 /* Connects with cfg's keys to cfg's gateway in zctx (both borrowed, cfg for

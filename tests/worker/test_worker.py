@@ -10,6 +10,8 @@ import sys
 import tempfile
 import time
 
+import zmq
+
 from worker_harness import Gateway, Metadata, Worker, of, text_file, train_assign
 
 
@@ -544,6 +546,44 @@ def case_refused(tmp, worker_exe, train_exe):
         refused = [l for l in text.splitlines() if "the gateway refused the agent connection" in l]
         assert len(refused) == 2 and "connecting again in 1 s" in refused[0] and \
             "connecting again in 2 s" in refused[1], text
+    finally:
+        w.kill()
+        gw.close()
+
+
+def case_wrong_key(tmp, worker_exe, train_exe):
+    """A gateway with another key than the one the worker was given (one
+    started on another state folder): every handshake fails, which libzmq
+    retries ten times a second for ever. The worker says so after ten, then
+    tries once after 1 s, 2, 4 ...; once the gateway with its key is back it
+    registers there."""
+    gw = Gateway("ipc://%s/workers.sock" % tmp)
+    right_public, right_secret = zmq.curve_keypair()
+    mon = gw.sock.get_monitor_socket(zmq.EVENT_ACCEPTED)
+    log = os.path.join(tmp, "worker.log")
+    w = Worker(worker_exe, train_exe, gw, tmp, log=log, extra={"gateway_public": right_public.decode()})
+    try:
+        accepted, t0 = 0, time.monotonic()
+        while time.monotonic() - t0 < 8:
+            if mon.poll(100):
+                mon.recv_multipart()
+                accepted += 1
+        with open(log) as f:
+            text = f.read()
+        said = [l for l in text.splitlines() if "handshakes in a row with the gateway failed" in l]
+        assert len(said) == 1 and "on the agent connection" in said[0], text
+        # 10, then one after 1 s, 2 s and 4 s; libzmq alone: about 80 in 8 s
+        assert 10 <= accepted <= 20, "%d connections in 8 s" % accepted
+        mon.close()
+        gw.public, gw.secret = right_public, right_secret
+        gw.restart()
+        t1 = time.monotonic()
+        gw.recv(lambda m: m["type"] == "register", 20, "register with the gateway of its key")
+        print("%d connections in 8 s; registered %.1f s after the right gateway came"
+              % (accepted, time.monotonic() - t1))
+        gw.send({"type": "registered", "heartbeat_ms": 100})
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
     finally:
         w.kill()
         gw.close()
