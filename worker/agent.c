@@ -51,7 +51,7 @@
 #define OUTBOX_MAX 1024
 #define END_ACK_WAIT_US (2 * SL_US_PER_S) /* a stopping worker's wait for done_recorded */
 #define SILENT_INTERVALS 10
-#define FIXED_ITEMS 4 /* socket, signals, notices, link monitor */
+#define FIXED_ITEMS 5 /* socket, signals, notices, link monitor, presigner's link monitor */
 #define POLL_MAX (FIXED_ITEMS + MAX_JOBS * WK_STREAM_N)
 #define END_HOLD_US (200 * SL_US_PER_MS) /* a held done goes out this long before exit_by */
 #define GPU_SAMPLE_US (5 * SL_US_PER_S)
@@ -404,6 +404,9 @@ static size_t build_poll(struct wk_agent *a, int signal_fd, zmq_pollitem_t *it, 
   it[n++] = (zmq_pollitem_t){NULL, signal_fd, ZMQ_POLLIN, 0};
   it[n++] = (zmq_pollitem_t){NULL, a->watcher ? wk_notice_watcher_fd(a->watcher) : -1, ZMQ_POLLIN, 0};
   it[n++] = (zmq_pollitem_t){wk_link_monitor(a->link), 0, ZMQ_POLLIN, 0};
+  /* the presigner's connection is tended here between store calls */
+  it[n++] = a->presigner ? (zmq_pollitem_t){wk_presigner_monitor(a->presigner), 0, ZMQ_POLLIN, 0}
+                         : (zmq_pollitem_t){NULL, -1, ZMQ_POLLIN, 0};
   for (size_t i = 0; i < a->njobs; i++)
     for (int s = 0; s < WK_STREAM_N; s++) {
       int fd = wk_job_fd(a->jobs[i], (enum wk_stream)s);
@@ -518,6 +521,7 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
       if (items[2].revents && wk_notice_watcher_take(a->watcher, &note) == 1) on_notice(a, &note);
     }
     if (wk_link_tick(a->link, now) > 0) a->registered = false; /* a new socket after a refusal */
+    if (a->presigner) wk_presigner_tend(a->presigner, now);
     sample_gpus(a, now);
     tick_jobs(a, now);
     tick_registration(a, now);

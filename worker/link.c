@@ -39,6 +39,7 @@ struct wk_link {
   int64_t retry_ms; /* the next backoff */
   int fails;        /* handshakes failed without detail since one succeeded or the socket opened */
   int fails_max;    /* how many of them close the socket: FAILS_IN_A_ROW, 1 after a reopen */
+  bool connected;   /* false: a socket waiting for the backoff to end */
 };
 
 static int set_int(void *s, int opt, int v) { return zmq_setsockopt(s, opt, &v, sizeof v); }
@@ -50,9 +51,9 @@ static void close_socket(struct wk_link *l) {
   l->sock = l->monitor = NULL;
 }
 
-/* A new socket and its monitor into l, closing the old ones, or an error
- * with the old ones kept. */
-static int open_socket(struct wk_link *l) {
+/* A new socket and its monitor into l, connected or not yet, closing the
+ * old ones; or an error with the old ones kept. */
+static int open_socket(struct wk_link *l, bool connect) {
   const struct wk_config *c = l->cfg;
   const struct wk_link_opts *o = &l->opts;
   char address[96];
@@ -79,13 +80,14 @@ static int open_socket(struct wk_link *l) {
     sl_err(TOPIC, "%s connection: socket monitor: %s", l->name, zmq_strerror(zmq_errno()));
     goto fail;
   }
-  if (zmq_connect(s, c->gateway) < 0) {
+  if (connect && zmq_connect(s, c->gateway) < 0) {
     sl_err(TOPIC, "%s connection: connect %s: %s", l->name, c->gateway, zmq_strerror(zmq_errno()));
     goto fail;
   }
   close_socket(l);
   l->sock = fresh.sock;
   l->monitor = fresh.monitor;
+  l->connected = connect;
   l->fails = 0;
   return 0;
 fail:;
@@ -102,7 +104,7 @@ int wk_link_new(void *zctx, const struct wk_config *cfg, const struct wk_link_op
                         .retry_ms = LINK_RETRY_FIRST_MS, .fails_max = FAILS_IN_A_ROW};
   snprintf(l->name, sizeof l->name, "%s", opts->name ? opts->name : "gateway");
   l->opts.name = l->name;
-  int r = open_socket(l);
+  int r = open_socket(l, true);
   if (r < 0) {
     free(l);
     return r;
@@ -144,9 +146,14 @@ static int read_event(void *monitor) {
 
 /* Closes the socket at the next wk_link_tick after the backoff (once for a
  * burst of failures). */
+/* After a refusal or handshakes that keep failing: the socket is replaced
+ * at once by one not connected yet, which connects when the backoff is
+ * over. Closing the old socket is what stops libzmq's tries (a disconnect
+ * does not); if no new one can be made, the old one stays until then. */
 static void back_off(struct wk_link *l) {
   l->due_us = sl_time_mono_us() + l->retry_ms * SL_US_PER_MS;
   l->retry_ms = l->retry_ms * 2 < LINK_RETRY_MAX_MS ? l->retry_ms * 2 : LINK_RETRY_MAX_MS;
+  open_socket(l, false);
 }
 
 int wk_link_events(struct wk_link *l) {
@@ -175,9 +182,6 @@ int wk_link_events(struct wk_link *l) {
                 "gateway whose key this worker was given?); trying again after 1 s, 2, 4 ... %d s",
                 l->fails, l->name, LINK_RETRY_MAX_MS / 1000);
       l->fails_max = 1;
-      /* stops libzmq's tries until the new socket; its session is alive
-       * (unlike a refused one's, which must not be touched) */
-      zmq_disconnect(l->sock, l->cfg->gateway);
       back_off(l);
     }
   }
@@ -186,7 +190,15 @@ int wk_link_events(struct wk_link *l) {
 
 int wk_link_tick(struct wk_link *l, int64_t now) {
   if (now < l->due_us) return 0;
-  int r = open_socket(l);
+  int r = 0;
+  if (l->connected) { /* back_off could not make the new socket */
+    r = open_socket(l, true);
+  } else if (zmq_connect(l->sock, l->cfg->gateway) < 0) {
+    r = sl_err_from_zmq(zmq_errno());
+    sl_err(TOPIC, "%s connection: connect %s: %s", l->name, l->cfg->gateway, zmq_strerror(zmq_errno()));
+  } else {
+    l->connected = true;
+  }
   if (r < 0) {
     back_off(l);
     return r;

@@ -3,14 +3,14 @@
  * server's ZAP handler refused, or that broke the protocol: no reconnect
  * follows, and what is sent waits for a peer that never comes (a blocking
  * send waits for ever). A gateway refuses a key it does not know; one that
- * starts on other state, or is put right, may know it again. So the link
- * watches its socket's monitor and, after such a failure, opens a new socket
- * once a backoff is over (LINK_RETRY_FIRST_MS, doubling up to
- * LINK_RETRY_MAX_MS, back to the first after a handshake succeeds). So it
- * does when handshakes fail again and again (a gateway with another key),
- * which libzmq would retry ten times a second for ever. What the
- * old socket held is dropped with it; the callers' protocols already start
- * over after a lost connection. One thread at a time uses a link. */
+ * starts on other state, or is put right, may know it again. A handshake
+ * that fails each time (a gateway with another key) libzmq retries ten
+ * times a second for ever. So the link watches its socket's monitor and,
+ * after either, replaces the socket at once by one that connects when a
+ * backoff is over (LINK_RETRY_FIRST_MS, doubling up to LINK_RETRY_MAX_MS,
+ * back to the first after a handshake succeeds). What the old socket held
+ * is dropped with it; the callers' protocols already start over after a
+ * lost connection. One thread at a time uses a link. */
 #ifndef WK_LINK_H
 #define WK_LINK_H
 
@@ -41,15 +41,16 @@ int wk_link_new(void *zctx, const struct wk_config *cfg, const struct wk_link_op
 struct wk_link *wk_link_free(struct wk_link *l);
 
 /* The DEALER socket and the PAIR its monitor feeds (to poll for reading);
- * both change when wk_link_tick opens a new socket. */
+ * both change in wk_link_events when it backs off, and in wk_link_tick when
+ * the one made then could not be. */
 void *wk_link_socket(const struct wk_link *l);
 void *wk_link_monitor(const struct wk_link *l);
 
 /* Reads the monitor's pending events without waiting; returns their mask. */
 int wk_link_events(struct wk_link *l);
-/* When a refused connection's backoff is over (now, monotonic µs): opens a
- * new socket and returns 1; 0 when nothing is due; negative on error (the
- * old socket stays, and a new one is tried after the next backoff). */
+/* When a backoff is over (now, monotonic µs): connects the new socket and
+ * returns 1; 0 when nothing is due; negative on error (tried again after
+ * the next backoff). */
 int wk_link_tick(struct wk_link *l, int64_t now);
 /* When wk_link_tick has something to do: monotonic µs, INT64_MAX for never. */
 int64_t wk_link_due_us(const struct wk_link *l);

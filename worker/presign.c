@@ -104,7 +104,7 @@ static json_t *await(struct wk_presigner *p, int64_t id, int64_t deadline, int *
       return NULL;
     }
     if (r > 0 && it[1].revents) wk_link_events(p->link);
-    if (r <= 0 || !it[0].revents) continue;
+    if (r <= 0 || !it[0].revents || wk_link_socket(p->link) != sock) continue; /* replaced meanwhile */
     zmq_msg_t m;
     zmq_msg_init(&m);
     if (zmq_msg_recv(&m, sock, ZMQ_DONTWAIT) < 0) {
@@ -188,6 +188,13 @@ static int presign(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, ch
     return SL_EWIRE;
   }
   return 0;
+}
+
+void *wk_presigner_monitor(struct wk_presigner *p) { return wk_link_monitor(p->link); }
+
+void wk_presigner_tend(struct wk_presigner *p, int64_t now) {
+  wk_link_events(p->link);
+  wk_link_tick(p->link, now);
 }
 
 struct sl_s3_signer wk_presigner_signer(struct wk_presigner *p) {

@@ -7,12 +7,22 @@
 
 #include "sl_s3.h"
 
+#include <stdint.h>
+
 struct wk_config;
 struct wk_presigner;
 
 /* Connects with cfg's keys to cfg's gateway in zctx (borrowed). */
 int wk_presigner_new(const struct wk_config *cfg, void *zctx, struct wk_presigner **ret);
 struct wk_presigner *wk_presigner_free(struct wk_presigner *p);
+/* Between requests, from the thread that owns p then: the PAIR its
+ * connection's monitor feeds (to poll), and what that monitor reported read
+ * (a refused connection, handshakes that keep failing) and a new connection
+ * opened when its backoff is over, so that an idle presigner neither keeps
+ * a dead connection nor lets libzmq retry a failing handshake ten times a
+ * second (link.h). */
+void *wk_presigner_monitor(struct wk_presigner *p);
+void wk_presigner_tend(struct wk_presigner *p, int64_t now);
 /* The signer for wk_store_open (borrowing p). */
 struct sl_s3_signer wk_presigner_signer(struct wk_presigner *p);
 
