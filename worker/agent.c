@@ -343,7 +343,7 @@ static void read_socket(struct wk_agent *a, int64_t now) {
 }
 
 /* The link's events: a dropped connection may have lost messages in flight
- * (a gateway that died), and a refused one is gone with its socket, so
+ * (a gateway that died), and a refused one is replaced with its socket, so
  * registration starts over; once the handshake with a gateway succeeds,
  * register at once. */
 static void read_link(struct wk_agent *a, int64_t now) {
@@ -521,7 +521,7 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
       if (items[2].revents && wk_notice_watcher_take(a->watcher, &note) == 1) on_notice(a, &note);
     }
     if (wk_link_tick(a->link, now) > 0) a->registered = false; /* a new socket after a refusal */
-    if (a->presigner) wk_presigner_tend(a->presigner, now);
+    if (a->presigner) wk_presigner_tend(a->presigner, now, r > 0 && items[4].revents);
     sample_gpus(a, now);
     tick_jobs(a, now);
     tick_registration(a, now);

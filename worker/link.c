@@ -4,9 +4,15 @@
  * address carries the link's name and a generation, so a new socket never
  * meets the old one's monitor. HANDSHAKE_FAILED_AUTH (the gateway's ZAP
  * handler said no) and HANDSHAKE_FAILED_PROTOCOL end a connection for good
- * in libzmq; every other failure (refused TCP connect, a wrong server key, a
- * gateway gone mid-handshake) it retries by itself, so only those two close
- * the socket. */
+ * in libzmq, so either replaces the socket. Every other failure (a refused
+ * TCP connect, a gateway gone mid-handshake) libzmq retries by itself, but a
+ * handshake that fails each time (a gateway with another key than the one
+ * this worker was given) it retries every RECONNECT_IVL (100 ms) for ever,
+ * ignoring RECONNECT_IVL_MAX (zmq_disconnect does not stop it either):
+ * after FAILS_IN_A_ROW of those the socket is replaced too, and on the new
+ * one a single failure does it again, until a handshake succeeds. A socket
+ * replaced is closed at once (that is what stops libzmq's tries); its
+ * successor connects when the backoff is over. */
 #include "link.h"
 
 #include "conf.h"
@@ -35,10 +41,10 @@ struct wk_link {
   char name[32];
   void *sock, *monitor;
   unsigned generation;
-  int64_t due_us;   /* a new socket then; INT64_MAX: none due */
+  int64_t due_us;   /* the new socket connects then; INT64_MAX: none waits */
   int64_t retry_ms; /* the next backoff */
   int fails;        /* handshakes failed without detail since one succeeded or the socket opened */
-  int fails_max;    /* how many of them close the socket: FAILS_IN_A_ROW, 1 after a reopen */
+  int fails_max;    /* how many of them replace the socket: FAILS_IN_A_ROW, 1 after a backoff */
   bool connected;   /* false: a socket waiting for the backoff to end */
 };
 
@@ -144,8 +150,6 @@ static int read_event(void *monitor) {
   return ev;
 }
 
-/* Closes the socket at the next wk_link_tick after the backoff (once for a
- * burst of failures). */
 /* After a refusal or handshakes that keep failing: the socket is replaced
  * at once by one not connected yet, which connects when the backoff is
  * over. Closing the old socket is what stops libzmq's tries (a disconnect
@@ -168,7 +172,7 @@ int wk_link_events(struct wk_link *l) {
       mask |= WK_LINK_LOST;
     } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
       mask |= WK_LINK_REFUSED | WK_LINK_LOST;
-      if (l->due_us != INT64_MAX) continue; /* one reopen for a burst */
+      if (l->due_us != INT64_MAX) continue; /* one backoff for a burst */
       sl_warn(TOPIC, "the gateway %s the %s connection%s; connecting again in %lld s",
               ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? "refused" : "broke off the handshake of", l->name,
               ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? " (it does not know this instance's key)" : "",

@@ -141,8 +141,7 @@ static int presign(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, ch
   size_t len = strlen(text);
   /* never a blocking send: a refused connection's socket has no peer to
    * queue for, and would hold the store's thread for ever */
-  wk_link_events(p->link);
-  wk_link_tick(p->link, sl_time_mono_us());
+  wk_presigner_tend(p, sl_time_mono_us(), true);
   if (zmq_send(wk_link_socket(p->link), text, len, ZMQ_DONTWAIT) < 0)
     sl_debug(TOPIC, "presign request %lld not queued (%s); sent again later", (long long)id,
              zmq_strerror(zmq_errno()));
@@ -192,8 +191,8 @@ static int presign(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, ch
 
 void *wk_presigner_monitor(struct wk_presigner *p) { return wk_link_monitor(p->link); }
 
-void wk_presigner_tend(struct wk_presigner *p, int64_t now) {
-  wk_link_events(p->link);
+void wk_presigner_tend(struct wk_presigner *p, int64_t now, bool events) {
+  if (events) wk_link_events(p->link);
   wk_link_tick(p->link, now);
 }
 

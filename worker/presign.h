@@ -7,6 +7,7 @@
 
 #include "sl_s3.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct wk_config;
@@ -16,13 +17,13 @@ struct wk_presigner;
 int wk_presigner_new(const struct wk_config *cfg, void *zctx, struct wk_presigner **ret);
 struct wk_presigner *wk_presigner_free(struct wk_presigner *p);
 /* Between requests, from the thread that owns p then: the PAIR its
- * connection's monitor feeds (to poll), and what that monitor reported read
- * (a refused connection, handshakes that keep failing) and a new connection
- * opened when its backoff is over, so that an idle presigner neither keeps
- * a dead connection nor lets libzmq retry a failing handshake ten times a
- * second (link.h). */
+ * connection's monitor feeds (to poll), and the tending of that connection:
+ * what the monitor reported read (events: it was readable) and a new
+ * connection made when its backoff is over, so that an idle presigner
+ * neither keeps a dead connection nor lets libzmq retry a failing handshake
+ * ten times a second (link.h). */
 void *wk_presigner_monitor(struct wk_presigner *p);
-void wk_presigner_tend(struct wk_presigner *p, int64_t now);
+void wk_presigner_tend(struct wk_presigner *p, int64_t now, bool events);
 /* The signer for wk_store_open (borrowing p). */
 struct sl_s3_signer wk_presigner_signer(struct wk_presigner *p);
 

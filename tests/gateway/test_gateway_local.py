@@ -31,7 +31,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from checks import check, failures, run_case  # noqa: E402
-from gateway_proc import GatewayProcess, kill_instances, session_pids  # noqa: E402
+from gateway_proc import GatewayProcess, kill_instances, session_pids, wait_text  # noqa: E402
 from gwcases import TOKENS, Client, Gateway, attach, configure, state_is, submit  # noqa: E402
 
 CASE, GATEWAY, WORKER, TRAIN = sys.argv[1:5]
@@ -252,19 +252,6 @@ def case_local_place():
                 shutil.rmtree(g.dir, ignore_errors=True)
 
 
-def wait_file_text(path, needle, timeout):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            with open(path, errors="replace") as f:
-                if needle in f.read():
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.05)  # polling a file: no event to wait on
-    return False
-
-
 def case_local_refused():
     """A gateway started on an older copy of its state folder (a backup
     restored) does not know the instance a job runs on, and its ZAP handler
@@ -291,7 +278,6 @@ def case_local_refused():
         c.wait_event(state_is(job, "running"), timeout=60)
         before = c.req("attach", job=job, after=10 ** 9)["job"]
         c.close()
-        wlog = os.path.join(g.state, "instances", inst, "worker.log")
         g.stop(15)  # its workers keep running, for its next start
         os.rename(g.state, cur)
         os.rename(old, g.state)
@@ -299,7 +285,7 @@ def case_local_refused():
         check(g.wait_log("refused a worker connection", 20),
               "the gateway on the older state refuses the worker")
         wlog = os.path.join(cur, "instances", inst, "worker.log")
-        check(wait_file_text(wlog, "the gateway refused the agent connection", 20),
+        check(wait_text(wlog, "the gateway refused the agent connection", 20),
               "the worker logs the refusal")
         g.stop(15)
         os.rename(g.state, old)

@@ -91,12 +91,21 @@ class GatewayProcess:
         return self.logtext()[-n:]
 
     def wait_log(self, needle, timeout=10):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if needle in self.logtext():
-                return True
-            time.sleep(0.05)  # polling a file: no event to wait on
-        return False
+        return wait_text(self.logpath, needle, timeout)
+
+
+def wait_text(path, needle, timeout):
+    """Whether needle appears in the file at path within timeout seconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with open(path, "rb") as f:
+                if needle in f.read().decode(errors="replace"):
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.05)  # polling a file: no event to wait on
+    return False
 
 
 def session_pids(sid):
