@@ -367,6 +367,45 @@ class AwsGateway(GatewayProcess):
         self.log = None
         self.starts = 0
 
+    def start(self):
+        if self.starts == 0:
+            self._bundle_from_cache()
+        super().start()
+
+    def stop(self, timeout=20):
+        code = super().stop(timeout)
+        self._bundle_to_cache()
+        return code
+
+    # The worker bundle (gateway/bundle.c) takes seconds to build, and every test
+    # of a run would build the same one. With SPOTLAB_TEST_BUNDLE_CACHE set (meson
+    # sets it), a gateway's first start finds the archive and manifest the last
+    # stopped one left there; the gateway hashes the programs and the archive and
+    # builds anew when anything differs, as after any restart on its own state.
+    BUNDLE_FILES = ("spotlab-worker.tar.gz", "inputs")
+
+    def _bundle_from_cache(self):
+        cache = os.environ.get("SPOTLAB_TEST_BUNDLE_CACHE")
+        mine = os.path.join(self.state, "bundle")
+        if not cache or os.path.exists(mine) or not all(
+                os.path.isfile(os.path.join(cache, n)) for n in self.BUNDLE_FILES):
+            return
+        os.makedirs(self.state, mode=0o700, exist_ok=True)
+        os.makedirs(mine, mode=0o700)
+        for n in self.BUNDLE_FILES:
+            shutil.copyfile(os.path.join(cache, n), os.path.join(mine, n))
+
+    def _bundle_to_cache(self):
+        cache = os.environ.get("SPOTLAB_TEST_BUNDLE_CACHE")
+        mine = os.path.join(self.state, "bundle")
+        if not cache or not all(os.path.isfile(os.path.join(mine, n)) for n in self.BUNDLE_FILES):
+            return
+        os.makedirs(cache, exist_ok=True)
+        for n in self.BUNDLE_FILES:  # the manifest last: it names the archive's hash
+            tmp = os.path.join(cache, "%s.%d" % (n, os.getpid()))
+            shutil.copyfile(os.path.join(mine, n), tmp)
+            os.replace(tmp, os.path.join(cache, n))
+
 
 class AwsEnv:
     """s3rver + the EC2 stand-in + spotlab-gateway (aws provider, S3 store) under root.
