@@ -77,6 +77,7 @@ struct wk_agent {
   char *outbox[OUTBOX_MAX];
   size_t outbox_n;
   bool registered, stopping;
+  bool register_unread; /* a register went out on this connection since the socket was last read */
   bool resending; /* step metrics sent again go ahead of the held outbox */
   bool metrics_behind; /* the socket refused a step metric: the next "recorded" brings it again */
   int64_t acks_until_us; /* stopping: ended jobs wait this long for done_recorded */
@@ -151,6 +152,7 @@ static void send_register(struct wk_agent *a, int64_t now) {
                         wk_gpu_inventory_json(&a->gpus));
   agent_send(a, m, false);
   a->register_sent_us = now;
+  a->register_unread = true;
   sl_debug(TOPIC, "register sent");
 }
 
@@ -164,12 +166,25 @@ static void send_heartbeat(struct wk_agent *a, int64_t now) {
   a->next_heartbeat_us = now + a->heartbeat_us;
 }
 
-/* While a store call holds the loop (a slow upload, S3's tries): the
- * heartbeats go on, and nothing else. */
-static void pump_heartbeats(void *ctx) {
+static void read_link(struct wk_agent *a, int64_t now);
+
+/* While a store call holds the loop (a slow upload, S3's tries), the socket
+ * is not read: what the gateway sends waits for the call's end. The gateway
+ * must still hear from the worker, or it takes the instance for lost (after
+ * heartbeat_timeout, or a restarted gateway after register_timeout without
+ * a register). So the link is tended as in the loop; an unregistered worker
+ * sends a register when a connection comes up (or register_timeout_ms after
+ * its last), only one while its answer cannot be read, and heartbeats after
+ * it. A heartbeat a gateway does not expect only brings a "reregister". */
+static void pump(void *ctx) {
   struct wk_agent *a = ctx;
   int64_t now = sl_time_mono_us();
-  if (a->registered && now >= a->next_heartbeat_us) send_heartbeat(a, now);
+  read_link(a, now);
+  if (wk_link_tick(a->link, now) > 0) a->registered = a->register_unread = false;
+  if (!a->registered && !a->register_unread &&
+      now - a->register_sent_us >= a->cfg->register_timeout_ms * SL_US_PER_MS)
+    send_register(a, now);
+  if ((a->registered || a->register_unread) && now >= a->next_heartbeat_us) send_heartbeat(a, now);
 }
 
 /* ---- gateway requests ---- */
@@ -348,6 +363,7 @@ static void read_socket(struct wk_agent *a, int64_t now) {
  * register at once. */
 static void read_link(struct wk_agent *a, int64_t now) {
   int ev = wk_link_events(a->link);
+  if (ev & WK_LINK_LOST) a->register_unread = false; /* that register may be lost too */
   if ((ev & WK_LINK_LOST) && a->registered) {
     if (!(ev & WK_LINK_REFUSED)) sl_info(TOPIC, "gateway connection lost; registering again once it is back");
     a->registered = false;
@@ -511,6 +527,7 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
     int r = zmq_poll(items, (int)n, (long)poll_timeout_ms(a, sl_time_mono_us()));
     if (r < 0 && zmq_errno() != EINTR) return sl_err_from_zmq(zmq_errno());
     now = sl_time_mono_us();
+    a->register_unread = false; /* the socket is read below */
     if (r > 0) {
       for (size_t i = FIXED_ITEMS; i < n; i++)
         if (items[i].revents) wk_job_readable(a->jobs[slots[i].job], slots[i].stream);
@@ -520,7 +537,8 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
       struct wk_notice note;
       if (items[2].revents && wk_notice_watcher_take(a->watcher, &note) == 1) on_notice(a, &note);
     }
-    if (wk_link_tick(a->link, now) > 0) a->registered = false; /* a new socket after a refusal */
+    if (wk_link_tick(a->link, now) > 0) /* a new socket after a refusal */
+      a->registered = a->register_unread = false;
     if (a->presigner) wk_presigner_tend(a->presigner, now, r > 0 && items[4].revents);
     sample_gpus(a, now);
     tick_jobs(a, now);
@@ -583,7 +601,7 @@ int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent
     sl_err("worker.store", "store %s: %s", cfg->store, sl_strerror(r));
     goto fail;
   }
-  wk_store_set_pump(a->store, pump_heartbeats, a);
+  wk_store_set_pump(a->store, pump, a);
   open_gpus(a);
   a->env = (struct wk_job_env){.cfg = cfg, .store = a->store, .train = train, .gpus = &a->gpus,
                                .train_cuda = WK_TRAIN_CUDA, .signer = s3 ? &a->signer : NULL,

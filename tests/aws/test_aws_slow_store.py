@@ -1,16 +1,21 @@
 #!/usr/bin/python3
 """A worker goes on sending heartbeats while a checkpoint upload is slow, so
-its gateway does not take it for lost.
+its gateway does not take it for lost; and it registers with a gateway that
+restarts meanwhile.
 
 usage: test_aws_slow_store.py GATEWAY WORKER TRAIN KERNEL
 
 A train job runs on the aws provider (tests/pylib/aws_env.py) with a
 gateway that takes a worker for lost after 1 s without a heartbeat (the
-workers send one every 200 ms). S3 is reached through the fault proxy of
-tests/s3/s3_fixture.py, which holds the first two PUTs of a checkpoint for
-3 s each and then closes them unanswered, so that checkpoint's upload takes
-over 6 s (the S3 client tries again). Then:
-  - the checkpoint is stored, and the worker reports an upload of 6 s or more;
+workers send one every 200 ms), or a worker that has not registered within
+10 s of its launch or of the gateway's start. S3 is reached through the
+fault proxy of tests/s3/s3_fixture.py, which holds the first two PUTs of a
+checkpoint for 7 s each and then closes them unanswered, so that
+checkpoint's upload takes over 14 s (the S3 client tries again). As the
+first PUT is held, the gateway is killed (SIGKILL) and started again on its
+state; the worker, whose loop waits for the upload, must register with it
+meanwhile. Then:
+  - the checkpoint is stored, and the worker reports an upload of 14 s or more;
   - the gateway never takes the worker for lost: the job runs in one
     placement on one instance, and nobody terminates that instance before
     the job ends;
@@ -35,7 +40,7 @@ GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 TOKEN = "aws-slow-store-token-0123456789ab"
 MODEL = {"layers": 1, "heads": 2, "dim": 32, "ctx": 32}
 STEPS, EVERY = 300, 100
-STALLS = 2          # the proxy's stall is 3 s (s3_fixture.FaultProxy)
+STALLS, HOLD_S = 2, 7  # PUTs held, and for how long each (s3_fixture.FaultProxy)
 
 
 def log(*a):
@@ -51,6 +56,7 @@ class StallCheckpoints:
     def __init__(self, n):
         self.left = n
         self.lock = threading.Lock()
+        self.first = threading.Event()  # set as the first PUT is held
 
     def __call__(self, method, target):
         if method != "PUT" or "/ckpt-" not in target.partition("?")[0]:
@@ -59,6 +65,7 @@ class StallCheckpoints:
             if self.left <= 0:
                 return False
             self.left -= 1
+            self.first.set()
             return True
 
 
@@ -72,12 +79,13 @@ def main():
     def front(port):
         nonlocal proxy
         proxy = FaultProxy(port)
-        proxy.always.append((stall, "stall"))
+        proxy.always.append((stall, "stall:%d" % HOLD_S))
         return proxy.url
 
     try:
         env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN}, time_scale=60,
-                     boot_seconds=60, heartbeat_timeout_s=1, s3_front=front)
+                     boot_seconds=60, heartbeat_timeout_s=1, register_timeout_s=10,
+                     s3_front=front)
         env.gw.start()
         mon = Monitor(env.gw.listen, TOKEN)
         r = mon.req("session.set", defs=[
@@ -90,15 +98,22 @@ def main():
         require(r["ok"], "the train job is submitted", r)
         job = r["job"]
         mon.follow(job)
+        require(stall.first.wait(180), "a checkpoint's PUT is held")
+        env.gw.kill()
+        mon.close()
+        env.gw.start()
+        log("gateway killed and started again during the upload")
+        mon = Monitor(env.gw.listen, TOKEN)
+        mon.follow(job)
         mon.until(lambda: mon.state() in FINAL, "the end of the job", 180, end_ok=True)
         log("job %s %s; events %s" % (job, mon.state(), mon.tail(20)))
         check(stall.left == 0 and proxy.faults["put-object"] == STALLS,
               "the proxy stalled %d checkpoint PUTs (%d left, faults %s)"
               % (STALLS, stall.left, dict(proxy.faults)))
         cks = mon.mine("checkpoint")
-        slow = [c for c in cks if (c.get("upload_ms") or 0) >= 3000 * STALLS]
+        slow = [c for c in cks if (c.get("upload_ms") or 0) >= 1000 * HOLD_S * STALLS]
         check(slow, "a checkpoint upload took %d s or more: %s"
-              % (3 * STALLS, [(c.get("step"), c.get("upload_ms")) for c in cks]))
+              % (HOLD_S * STALLS, [(c.get("step"), c.get("upload_ms")) for c in cks]))
         check(mon.state() == "succeeded", "the job succeeded (%s)" % mon.state())
         placed = mon.mine("placed")
         check(len(placed) == 1, "the job was placed once: %s" % [p.get("instance") for p in placed])

@@ -321,8 +321,8 @@ class AwsGateway(GatewayProcess):
 
     def __init__(self, folder, exe, users, ec2_endpoint, s3_endpoint, worker_exe, train_exe,
                  poll="1s", keep=3, types=TYPES, zones=ZONES, orphan_timeout="60s",
-                 capacity_memory="10m", heartbeat_timeout_s=5, extra_ini="", env=None,
-                 regions=None):
+                 capacity_memory="10m", heartbeat_timeout_s=5, register_timeout_s=60, extra_ini="",
+                 env=None, regions=None):
         self.dir = folder
         os.makedirs(folder, exist_ok=True)
         self.exe = exe
@@ -335,8 +335,9 @@ class AwsGateway(GatewayProcess):
         self.keep = keep
         with open(self.ini, "w") as f:
             f.write("[gateway]\nlisten = %s\nworkers = %s\nstate_dir = %s\nheartbeat_ms = 200\n"
-                    "heartbeat_timeout = %ds\nregister_timeout = 60s\n"
-                    % (self.listen, self.workers, self.state, heartbeat_timeout_s))
+                    "heartbeat_timeout = %ds\nregister_timeout = %ds\n"
+                    % (self.listen, self.workers, self.state, heartbeat_timeout_s,
+                       register_timeout_s))
             # several regions: regions = ..., and the bucket's region said outright
             where = ("regions = %s\n" % ", ".join(regions) if regions
                      else "region = %s\n" % REGION)
@@ -394,6 +395,7 @@ class AwsGateway(GatewayProcess):
         os.makedirs(mine, mode=0o700)
         for n in self.BUNDLE_FILES:
             shutil.copyfile(os.path.join(cache, n), os.path.join(mine, n))
+            os.chmod(os.path.join(mine, n), 0o600)  # as the gateway keeps its state
 
     def _bundle_to_cache(self):
         cache = os.environ.get("SPOTLAB_TEST_BUNDLE_CACHE")

@@ -153,7 +153,8 @@ class FaultProxy:
     first[kind] = [action, ...] applies to the next requests of that kind in
     turn; always is a list of (predicate(method, target), action). Actions:
     '503' (SlowDown), '500' (InternalError), 'drop' (the connection closes
-    unanswered), 'stall' (no answer for 3 s, then a close)."""
+    unanswered), 'stall' (no answer for 3 s, then a close), 'stall:S' (the
+    same for S seconds)."""
 
     def __init__(self, upstream_port):
         self.upstream = upstream_port
@@ -242,8 +243,8 @@ class FaultProxy:
         kind, act = self.action(method, target)
         if act == 'drop':
             return
-        if act == 'stall':
-            time.sleep(3)
+        if act == 'stall' or (act or '').startswith('stall:'):
+            time.sleep(float(act.partition(':')[2] or 3))
             return
         if act == '503':
             return self.answer(sock, 503, 'Slow Down', error_xml('SlowDown', 'Please reduce your request rate.'))

@@ -2,6 +2,7 @@
 
 Each case starts its own fake gateway, metadata service and worker, and
 waits for messages with deadlines; it never sleeps to wait for an event."""
+import hashlib
 import os
 import re
 import shutil
@@ -591,6 +592,97 @@ def case_wrong_key(tmp, worker_exe, train_exe):
     finally:
         w.kill()
         gw.close()
+
+
+def case_restart_upload(tmp, worker_exe, train_exe):
+    """The gateway restarts while a checkpoint upload holds the worker's loop
+    (an S3 PUT the store leaves unanswered): the worker registers with the new
+    gateway within seconds, while the upload still waits, and its heartbeats
+    follow. A restarted gateway takes an instance that has not registered
+    within its register_timeout for lost and runs its job again; an upload may
+    take longer than that. Then the upload ends and the job trains on."""
+    import http.server
+    import threading
+
+    held, release = threading.Event(), threading.Event()
+    puts = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def reply(self, code, body=b"", headers=()):
+            self.send_response(code)
+            for k, v in headers:
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def do_PUT(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            puts.append(self.path.split("?")[0])
+            if "ckpt-00000010" in self.path and not held.is_set():
+                held.set()
+                release.wait(30)
+            self.reply(200, headers=[("ETag", '"%s"' % hashlib.md5(body).hexdigest())])
+
+        def do_GET(self):
+            self.reply(404, b"<Error><Code>NoSuchKey</Code><Message>none</Message></Error>")
+
+        do_HEAD = do_GET
+
+        def do_DELETE(self):
+            self.reply(204)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = "http://127.0.0.1:%d/bkt" % server.server_address[1]
+
+    def presigned(m):
+        gw.send({"type": "presigned", "id": m["id"],
+                 "urls": ["%s/%s" % (base, r["key"]) for r in m["requests"]]})
+
+    data = text_file(tmp)
+    gw, w = start(tmp, worker_exe, train_exe, registered_by_hand=True, extra={"store": "s3://bkt/up"})
+    try:
+        gw.send(train_assign("J000023", data, 20, checkpoint_every=10))
+        while not held.is_set():
+            m = gw.recv(lambda m: m["type"] == "presign" or of("J000023", "done")(m), 30,
+                        "the presign of the checkpoint of step 10")
+            assert m["type"] == "presign", m
+            presigned(m)
+            held.wait(2)
+        gw.restart()
+        t0 = time.monotonic()
+        gw.recv(lambda m: m["type"] == "register", 10, "register with the restarted gateway")
+        took = time.monotonic() - t0
+        gw.recv(lambda m: m["type"] == "heartbeat", 3, "a heartbeat after the register")
+        assert not release.is_set() and len(puts) == 1, puts
+        print("registered %.2f s after the restart, with the upload still held" % took)
+        assert took < 3, "registered %.1f s after the gateway's restart" % took
+        release.set()
+        gw.send({"type": "registered", "heartbeat_ms": 100})
+        gw.answer_register = True
+        while True:
+            m = gw.recv(lambda m: m["type"] == "presign" or of("J000023", "done")(m), 30,
+                        "the end of the job")
+            if m["type"] == "done":
+                break
+            presigned(m)
+        assert m["status"] == "succeeded" and m["step"] == 20, m
+        assert any("ckpt-00000020" in p for p in puts), puts
+        gw.recv(lambda m: m["type"] == "heartbeat", 3, "a heartbeat")  # the agent's connection
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        release.set()
+        w.kill()
+        gw.close()
+        server.shutdown()
 
 
 def main():
