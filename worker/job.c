@@ -44,6 +44,7 @@
 #define ASSIGN_ENV_MAX 64
 #define RESULT_TEXT_MAX (64 * 1024)
 #define DONE_RESEND_US (2 * SL_US_PER_S)
+#define LAST_ACK_WAIT_US (3 * SL_US_PER_S)
 
 extern char **environ;
 
@@ -299,7 +300,7 @@ int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_j
   snprintf(j->id, sizeof j->id, "%s", id);
   j->attempt = sl_json_get_int(assign, "attempt", 1);
   j->keep = sl_json_get_int(assign, "keep", 0);
-  j->recorded_step = -1;
+  j->recorded_step = j->reported_step = -1;
   if (j->keep < 0) j->keep = 0;
   j->kind = kind;
   j->durable_step = -1;
@@ -583,6 +584,19 @@ void wk_job_terminate(struct wk_job *j, int64_t kill_at) {
   j->kill_at_us = kill_at;
 }
 
+/* A train job that ended by itself holds its done a moment for the
+ * gateway's word on its last checkpoint (checkpoint_recorded): on that word
+ * it deletes the checkpoints [store] keep no longer wants, with URLs the
+ * gateway signs only while the job runs on this instance. Its last
+ * checkpoints come in quick succession, and a done ahead of their words
+ * would leave them in the store for good. LAST_ACK_WAIT_US at most: a
+ * gateway that cannot save (its writes kept) answers only later. */
+static bool awaiting_last_ack(const struct wk_job *j, int64_t now) {
+  return j->kind == WK_KIND_TRAIN && j->gang.rank == 0 && j->keep > 0 && !j->terminated &&
+         !j->cancelled && j->reported_step > j->recorded_step &&
+         now - j->exited_at_us < LAST_ACK_WAIT_US;
+}
+
 int wk_job_tick(struct wk_job *j, int64_t now, bool may_end) {
   if (j->state == ENDED) {
     if (may_end && now - j->done_sent_us >= DONE_RESEND_US) wk_job_send_done(j);
@@ -605,7 +619,7 @@ int wk_job_tick(struct wk_job *j, int64_t now, bool may_end) {
   }
   /* A child that exited but left a descendant holding its pipes gets a second. */
   if (may_end && j->exited_at_us && !j->metrics_held &&
-      (wk_child_drained(j->child) || now - j->exited_at_us > SL_US_PER_S)) {
+      (wk_child_drained(j->child) || now - j->exited_at_us > SL_US_PER_S) && !awaiting_last_ack(j, now)) {
     finish(j);
     return 1;
   }

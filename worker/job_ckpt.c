@@ -196,6 +196,7 @@ void wk_job_upload_checkpoint(struct wk_job *j, const json_t *ev) {
     return;
   }
   if (step > j->durable_step) j->durable_step = step;
+  if (step > j->reported_step) j->reported_step = step;
   sl_debug("worker.store", "%s: uploaded %s (%llu bytes, %lld ms)", j->id, key,
            (unsigned long long)bytes, (long long)upload_ms);
   json_t *m = wk_job_msg_new(j, "checkpoint");

@@ -34,6 +34,7 @@ struct wk_job {
   struct wk_filesync *files;
   int64_t keep;         /* checkpoints kept in the store (assign "keep"; 0: all) */
   int64_t recorded_step; /* the gateway's saved resume point (checkpoint_recorded); -1: none yet */
+  int64_t reported_step; /* the newest checkpoint this attempt stored and reported; -1: none */
   char dir[PATH_MAX - 64], ckpt_dir[PATH_MAX];
   struct wk_device device;
   bool device_sent;   /* the device event of this attempt went out */

@@ -685,6 +685,53 @@ def case_restart_upload(tmp, worker_exe, train_exe):
         server.shutdown()
 
 
+def case_last_ack(tmp, worker_exe, train_exe):
+    """A train job with [store] keep that ends by itself holds its done until
+    the gateway's checkpoint_recorded of its last checkpoint has come and the
+    checkpoints keep no longer wants are deleted: the gateway signs the URLs
+    for that only while the job runs. Without that word, the done goes after
+    3 s at most."""
+    data = text_file(tmp)
+    gw, w = start(tmp, worker_exe, train_exe)
+    try:
+        assign = train_assign("J000024", data, 30, checkpoint_every=10)
+        assign["keep"] = 2
+        gw.send(assign)
+        while True:
+            m = gw.recv(of("J000024", "checkpoint", "done"), 30, "a checkpoint of J000024")
+            assert m["type"] == "checkpoint", "done before the last checkpoint's word: %s" % m
+            if m["step"] == 30:
+                break
+            gw.send({"type": "checkpoint_recorded", "job": "J000024", "attempt": 1, "step": m["step"]})
+        held = time.monotonic()
+        try:
+            early = gw.recv(of("J000024", "done"), 1.0, "done")
+        except AssertionError:
+            early = None
+        assert early is None, "done %.2f s after the last checkpoint, before its word" % (
+            time.monotonic() - held)
+        gw.send({"type": "checkpoint_recorded", "job": "J000024", "attempt": 1, "step": 30})
+        done = gw.recv(of("J000024", "done"), 5, "done after the last checkpoint's word")
+        assert done["status"] == "succeeded" and done["step"] == 30, done
+        left = sorted(os.listdir(os.path.join(w.store, "J000024")))
+        assert left == ["ckpt-00000020.tc", "ckpt-00000030.tc"], left
+        gw.send({"type": "done_recorded", "job": "J000024", "attempt": 1})
+
+        assign = train_assign("J000025", data, 10, checkpoint_every=10)
+        assign["keep"] = 2
+        gw.send(assign)
+        gw.recv(of("J000025", "checkpoint"), 30, "the checkpoint of J000025")
+        t0 = time.monotonic()
+        done = gw.recv(of("J000025", "done"), 10, "done with no word from the gateway")
+        took = time.monotonic() - t0
+        assert done["status"] == "succeeded" and 2.5 < took < 5, "done %.2f s after the checkpoint" % took
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
 def main():
     case = sys.argv[1]
     worker_exe, train_exe = (os.path.abspath(p) for p in sys.argv[2:4])
