@@ -732,6 +732,34 @@ def case_last_ack(tmp, worker_exe, train_exe):
         gw.close()
 
 
+def case_idle(tmp, worker_exe, train_exe):
+    """A worker without a job stays registered: the gateway does not answer an
+    idle worker's heartbeats, and that silence is not taken for a gateway gone
+    (which once made it register again every ten heartbeats, 1 s here, and
+    log it each time)."""
+    log = os.path.join(tmp, "worker.log")
+    gw, w = start(tmp, worker_exe, train_exe, log=log)
+    try:
+        gw.recv(lambda m: m["type"] == "heartbeat", 5, "a heartbeat")
+        time.sleep(0.5)  # a register sent before the first answer came may still arrive
+        t0 = time.monotonic()
+        try:
+            again = gw.recv(lambda m: m["type"] == "register", 3.0, "register")
+        except AssertionError:
+            again = None
+        assert again is None, "registered again %.1f s into 3 s of idling" % (time.monotonic() - t0)
+        beats = [m for m in gw.received if m["type"] == "heartbeat"]
+        assert len(beats) >= 20, "%d heartbeats" % len(beats)
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+        with open(log) as f:
+            text = f.read()
+        assert text.count("registered with the gateway") == 1, text
+    finally:
+        w.kill()
+        gw.close()
+
+
 def main():
     case = sys.argv[1]
     worker_exe, train_exe = (os.path.abspath(p) for p in sys.argv[2:4])
