@@ -3,11 +3,12 @@
  * The only owner of the DEALER socket. Registration is soft state: the agent
  * sends register until a "registered" reply arrives, again whenever the
  * gateway answers a heartbeat with "reregister" (it restarted and does not
- * know us), again after SILENT_INTERVALS heartbeats of silence while a job
- * runs (the gateway answers a heartbeat with what it recorded of the jobs it
- * names, so an idle worker's get no answer; the link's ZMTP heartbeats find
- * a gateway that is gone), and once the link is back after the connection
- * dropped (a socket monitor tells). While
+ * know us), again after SILENT_INTERVALS heartbeats of silence, and once
+ * the link is back after the connection dropped (a socket monitor tells).
+ * The gateway answers a heartbeat with what it recorded of the jobs it
+ * names, so an idle worker's get no answer: its register after that silence
+ * only asks for word from the gateway (the orphan timeout counts from the
+ * last), and it stays registered. While
  * not registered, step metrics wait in their job's resend ring, messages
  * that must arrive wait in the outbox, and a job whose child ended holds its
  * done (until shortly before the exit deadline): the gateway may have lost
@@ -485,9 +486,9 @@ static void tick_registration(struct wk_agent *a, int64_t now) {
     if (now - a->register_sent_us >= a->cfg->register_timeout_ms * SL_US_PER_MS) send_register(a, now);
     return;
   }
-  if (a->njobs && now - a->last_heard_us >= SILENT_INTERVALS * a->heartbeat_us) {
+  if (now - a->last_heard_us >= SILENT_INTERVALS * a->heartbeat_us) {
     sl_debug(TOPIC, "gateway silent for %d heartbeats; registering again", SILENT_INTERVALS);
-    a->registered = false;
+    a->registered = a->njobs == 0; /* idle: silence is what the gateway says to an idle worker */
     a->last_heard_us = now;
     send_register(a, now);
   } else if (now >= a->next_heartbeat_us) {
