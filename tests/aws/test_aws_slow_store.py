@@ -8,14 +8,14 @@ usage: test_aws_slow_store.py GATEWAY WORKER TRAIN KERNEL
 A train job runs on the aws provider (tests/pylib/aws_env.py) with a
 gateway that takes a worker for lost after 1 s without a heartbeat (the
 workers send one every 200 ms), or a worker that has not registered within
-10 s of its launch or of the gateway's start. S3 is reached through the
+15 s of its launch or of the gateway's start. S3 is reached through the
 fault proxy of tests/s3/s3_fixture.py, which holds the first two PUTs of a
-checkpoint for 7 s each and then closes them unanswered, so that
-checkpoint's upload takes over 14 s (the S3 client tries again). As the
+checkpoint for 10 s each and then closes them unanswered, so that
+checkpoint's upload takes over 20 s (the S3 client tries again). As the
 first PUT is held, the gateway is killed (SIGKILL) and started again on its
 state; the worker, whose loop waits for the upload, must register with it
 meanwhile. Then:
-  - the checkpoint is stored, and the worker reports an upload of 14 s or more;
+  - the checkpoint is stored, and the worker reports an upload of 20 s or more;
   - the gateway never takes the worker for lost: the job runs in one
     placement on one instance, and nobody terminates that instance before
     the job ends;
@@ -40,7 +40,7 @@ GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 TOKEN = "aws-slow-store-token-0123456789ab"
 MODEL = {"layers": 1, "heads": 2, "dim": 32, "ctx": 32}
 STEPS, EVERY = 300, 100
-STALLS, HOLD_S = 2, 7  # PUTs held, and for how long each (s3_fixture.FaultProxy)
+STALLS, HOLD_S = 2, 10  # PUTs held, and for how long each (s3_fixture.FaultProxy)
 
 
 def log(*a):
@@ -84,7 +84,7 @@ def main():
 
     try:
         env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN}, time_scale=60,
-                     boot_seconds=60, heartbeat_timeout_s=1, register_timeout_s=10,
+                     boot_seconds=60, heartbeat_timeout_s=1, register_timeout_s=15,
                      s3_front=front)
         env.gw.start()
         mon = Monitor(env.gw.listen, TOKEN)
