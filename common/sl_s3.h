@@ -53,6 +53,14 @@ int sl_s3_op_from_name(const char *name);
 struct sl_s3_signer {
   int (*presign)(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, char **ret_urls,
                  char *err, size_t err_size);
+  /* Optional (the client never uses them): the same without waiting. ask
+   * sends the request and gives its id; take gives 0 while it is
+   * unanswered, 1 with its n URLs (owned) in ret_urls, or a negative error
+   * with err (a refusal, or no answer in time); after anything but 0 the id
+   * is spent. forget drops a request that will not be taken. */
+  int (*ask)(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, int64_t *ret_id);
+  int (*take)(void *ctx, int64_t id, char **ret_urls, size_t n, char *err, size_t err_size);
+  void (*forget)(void *ctx, int64_t id);
   void *ctx;
 };
 

@@ -55,7 +55,7 @@
 #define OUTBOX_MAX 1024
 #define END_ACK_WAIT_US (2 * SL_US_PER_S) /* a stopping worker's wait for done_recorded */
 #define SILENT_INTERVALS 10
-#define FIXED_ITEMS 5 /* socket, signals, notices, link monitor, presigner's link monitor */
+#define FIXED_ITEMS 6 /* socket, signals, notices, link monitor, presigner's link monitor and socket */
 #define POLL_MAX (FIXED_ITEMS + MAX_JOBS * WK_STREAM_N)
 #define END_HOLD_US (200 * SL_US_PER_MS) /* a held done goes out this long before exit_by */
 #define GPU_SAMPLE_US (5 * SL_US_PER_S)
@@ -424,8 +424,11 @@ static size_t build_poll(struct wk_agent *a, int signal_fd, zmq_pollitem_t *it, 
   it[n++] = (zmq_pollitem_t){NULL, signal_fd, ZMQ_POLLIN, 0};
   it[n++] = (zmq_pollitem_t){NULL, a->watcher ? wk_notice_watcher_fd(a->watcher) : -1, ZMQ_POLLIN, 0};
   it[n++] = (zmq_pollitem_t){wk_link_monitor(a->link), 0, ZMQ_POLLIN, 0};
-  /* the presigner's connection is tended here between store calls */
+  /* the presigner's connection is tended here between store calls, and the
+   * answers to what the jobs asked of it without waiting are read */
   it[n++] = a->presigner ? (zmq_pollitem_t){wk_presigner_monitor(a->presigner), 0, ZMQ_POLLIN, 0}
+                         : (zmq_pollitem_t){NULL, -1, ZMQ_POLLIN, 0};
+  it[n++] = a->presigner ? (zmq_pollitem_t){wk_presigner_socket(a->presigner), 0, ZMQ_POLLIN, 0}
                          : (zmq_pollitem_t){NULL, -1, ZMQ_POLLIN, 0};
   for (size_t i = 0; i < a->njobs; i++)
     for (int s = 0; s < WK_STREAM_N; s++) {
@@ -474,8 +477,8 @@ static void tick_orphan(struct wk_agent *a, int64_t now) {
   on_notice(a, &n);
 }
 
-/* Orphan checkpoint URLs are signed only while the gateway answers: the
- * presign waits for it, and an orphan could not get them anyway. */
+/* Orphan checkpoint URLs are signed only while the gateway answers: an
+ * orphan could not get them anyway. They are asked for without waiting. */
 static void tick_reserves(struct wk_agent *a, int64_t now) {
   if (!a->registered || a->stopping) return;
   for (size_t i = 0; i < a->njobs; i++) wk_job_keep_reserve(a->jobs[i], now);
@@ -543,7 +546,10 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
     }
     if (wk_link_tick(a->link, now) > 0) /* a new socket after a refusal */
       a->registered = a->register_unread = false;
-    if (a->presigner) wk_presigner_tend(a->presigner, now, r > 0 && items[4].revents);
+    if (a->presigner) {
+      if (r > 0 && items[5].revents) wk_presigner_read(a->presigner);
+      wk_presigner_tend(a->presigner, now, r > 0 && items[4].revents);
+    }
     sample_gpus(a, now);
     tick_jobs(a, now);
     tick_registration(a, now);

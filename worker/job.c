@@ -339,7 +339,7 @@ struct wk_job *wk_job_free(struct wk_job *j) {
   wk_child_free(j->child);
   wk_relay_free(j->relay);
   wk_filesync_free(j->files);
-  wk_reserve_done(&j->reserve);
+  wk_reserve_done(&j->reserve, j->env->signer);
   free(j->result_text);
   json_decref(j->last_ckpt);
   json_decref(j->done);
@@ -692,11 +692,15 @@ void wk_job_utilisation(struct wk_job *j, int64_t now_mono_us, json_t *entry) {
 }
 
 void wk_job_keep_reserve(struct wk_job *j, int64_t now) {
-  if (!j->env->signer || j->kind != WK_KIND_TRAIN || j->gang.rank > 0 || j->state != RUNNING ||
-      now < j->next_reserve_us)
-    return;
+  if (!j->env->signer || j->kind != WK_KIND_TRAIN || j->gang.rank > 0 || j->state != RUNNING) return;
   char err[512] = "";
-  int r = wk_reserve_refresh(&j->reserve, j->env->signer, j->id, err, sizeof err);
+  int r;
+  if (j->reserve.asked) {
+    if ((r = wk_reserve_take(&j->reserve, j->env->signer, err, sizeof err)) == 0) return;
+  } else {
+    if (now < j->next_reserve_us) return;
+    if ((r = wk_reserve_ask(&j->reserve, j->env->signer, j->id, err, sizeof err)) == 0) return;
+  }
   j->next_reserve_us = now + (r < 0 ? WK_RESERVE_RETRY_US : WK_RESERVE_REFRESH_US);
   if (r < 0)
     sl_warn("worker.store", "%s: orphan checkpoint URLs not renewed (%s)%s", j->id, err,

@@ -10,7 +10,13 @@
  * two) answers the copy. Signing changes nothing, so a copy answered twice
  * costs only the second answer, which is dropped like a late one. A
  * gateway that refused the connection (link.h) gets a new one, and the
- * request again, as soon as the link's backoff allows. */
+ * request again, as soon as the link's backoff allows.
+ *
+ * A request asked without waiting (ask) keeps a slot until it is taken:
+ * its answer is read by wk_presigner_read between store calls, or by a
+ * store call's own wait (which reads every answer the socket holds), and
+ * waits in the slot; its copies go out from wk_presigner_tend on the same
+ * schedule as a waiting request's. */
 #include "presign.h"
 
 #include "conf.h"
@@ -35,9 +41,20 @@
 #define RESEND_MAX_MS 4000
 #define MAX_ANSWER_BYTES (4 << 20)
 
+/* A request asked without waiting; id 0: a free slot. */
+struct asked {
+  int64_t id;
+  char *text; /* the request, for its copies */
+  size_t len, n;
+  bool tried; /* sent once at least (or tried to be) */
+  int64_t deadline_us, next_send_us, wait_ms;
+  json_t *answer; /* once it came */
+};
+
 struct wk_presigner {
   struct wk_link *link;
   int64_t next_id;
+  struct asked asked[WK_PRESIGN_ASKED_MAX];
 };
 
 int wk_presigner_new(const struct wk_config *c, void *zctx, struct wk_presigner **ret) {
@@ -54,8 +71,15 @@ int wk_presigner_new(const struct wk_config *c, void *zctx, struct wk_presigner 
   return 0;
 }
 
+static void asked_clear(struct asked *q) {
+  free(q->text);
+  json_decref(q->answer);
+  memset(q, 0, sizeof *q);
+}
+
 struct wk_presigner *wk_presigner_free(struct wk_presigner *p) {
   if (!p) return NULL;
+  for (size_t i = 0; i < WK_PRESIGN_ASKED_MAX; i++) asked_clear(&p->asked[i]);
   wk_link_free(p->link);
   free(p);
   return NULL;
@@ -78,6 +102,54 @@ static json_t *request_json(int64_t id, const struct sl_s3_presign_req *reqs, si
     return NULL;
   }
   return json_pack("{s:s, s:I, s:o}", "type", "presign", "id", (json_int_t)id, "requests", list);
+}
+
+/* The id of a presigned answer; 0 for anything else. */
+static int64_t answer_id(const json_t *v) {
+  json_t *jid = json_object_get(v, "id");
+  if (!v || strcmp(sl_json_get_str(v, "type", ""), "presigned") || !json_is_integer(jid)) return 0;
+  return json_integer_value(jid) > 0 ? json_integer_value(jid) : 0;
+}
+
+static struct asked *asked_find(struct wk_presigner *p, int64_t id) {
+  for (size_t i = 0; id > 0 && i < WK_PRESIGN_ASKED_MAX; i++)
+    if (p->asked[i].id == id) return &p->asked[i];
+  return NULL;
+}
+
+/* Takes v (owned, may be NULL): the first answer to a request asked without
+ * waiting is kept in its slot; anything else (a late answer to a request
+ * that timed out, a copy's second answer) is dropped. */
+static void keep_or_drop(struct wk_presigner *p, json_t *v) {
+  struct asked *q = asked_find(p, answer_id(v));
+  if (q && !q->answer) {
+    q->answer = v;
+    return;
+  }
+  json_decref(v);
+}
+
+/* One message from the socket without waiting: owned JSON (NULL for one
+ * that is not), 0 when there was none. */
+static int recv_one(void *sock, json_t **ret) {
+  zmq_msg_t m;
+  zmq_msg_init(&m);
+  if (zmq_msg_recv(&m, sock, ZMQ_DONTWAIT) < 0) {
+    zmq_msg_close(&m);
+    return 0;
+  }
+  bool more = zmq_msg_more(&m);
+  json_t *v = NULL;
+  char why[96];
+  if (sl_json_parse(zmq_msg_data(&m), zmq_msg_size(&m), 8, &v, why, sizeof why) < 0) v = NULL;
+  zmq_msg_close(&m);
+  while (more) { /* a well-formed answer has one frame */
+    zmq_msg_init(&m);
+    more = zmq_msg_recv(&m, sock, 0) >= 0 && zmq_msg_more(&m);
+    zmq_msg_close(&m);
+  }
+  *ret = v;
+  return 1;
 }
 
 /* Waits for the answer to id until deadline (monotonic µs): owned JSON, or
@@ -105,28 +177,38 @@ static json_t *await(struct wk_presigner *p, int64_t id, int64_t deadline, int *
     }
     if (r > 0 && it[1].revents) wk_link_events(p->link);
     if (r <= 0 || !it[0].revents || wk_link_socket(p->link) != sock) continue; /* replaced meanwhile */
-    zmq_msg_t m;
-    zmq_msg_init(&m);
-    if (zmq_msg_recv(&m, sock, ZMQ_DONTWAIT) < 0) {
-      zmq_msg_close(&m);
-      continue;
-    }
-    bool more = zmq_msg_more(&m);
-    json_t *v = NULL;
-    char why[96];
-    if (sl_json_parse(zmq_msg_data(&m), zmq_msg_size(&m), 8, &v, why, sizeof why) < 0) v = NULL;
-    zmq_msg_close(&m);
-    while (more) { /* a well-formed answer has one frame */
-      zmq_msg_init(&m);
-      more = zmq_msg_recv(&m, sock, 0) >= 0 && zmq_msg_more(&m);
-      zmq_msg_close(&m);
-    }
-    json_t *jid = json_object_get(v, "id");
-    if (v && !strcmp(sl_json_get_str(v, "type", ""), "presigned") && json_is_integer(jid) &&
-        json_integer_value(jid) == id)
-      return v;
-    json_decref(v); /* late answer to an earlier request, or an error about one */
+    json_t *v;
+    if (!recv_one(sock, &v)) continue;
+    if (answer_id(v) == id) return v;
+    keep_or_drop(p, v);
   }
+}
+
+/* Takes ans (owned): its n URLs into ret_urls (owned), or the gateway's
+ * refusal in err. */
+static int answer_urls(json_t *ans, size_t n, char **ret_urls, char *err, size_t err_size) {
+  int r;
+  json_t *e = json_object_get(ans, "error");
+  json_t *urls = json_object_get(ans, "urls");
+  if (e || !json_is_array(urls) || json_array_size(urls) != n) {
+    snprintf(err, err_size, "the gateway refused the URLs: %.200s",
+             e ? sl_json_get_str(e, "message", "?") : "malformed answer");
+    r = e && !strcmp(sl_json_get_str(e, "code", ""), "SL_EAUTH") ? SL_EAUTH : SL_EWIRE;
+    json_decref(ans);
+    return r;
+  }
+  size_t i = 0;
+  for (; i < n; i++) {
+    const char *u = json_string_value(json_array_get(urls, i));
+    if (!u || strncmp(u, "http", 4) || !(ret_urls[i] = strdup(u))) break;
+  }
+  json_decref(ans);
+  if (i < n) {
+    while (i > 0) free(ret_urls[--i]);
+    snprintf(err, err_size, "the gateway's answer holds a malformed URL");
+    return SL_EWIRE;
+  }
+  return 0;
 }
 
 static int presign(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, char **ret_urls,
@@ -166,36 +248,81 @@ static int presign(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, ch
     snprintf(err, err_size, "the gateway did not answer a presign request: %s", sl_strerror(r));
     return r;
   }
-  json_t *e = json_object_get(ans, "error");
-  json_t *urls = json_object_get(ans, "urls");
-  if (e || !json_is_array(urls) || json_array_size(urls) != n) {
-    snprintf(err, err_size, "the gateway refused the URLs: %.200s",
-             e ? sl_json_get_str(e, "message", "?") : "malformed answer");
-    r = e && !strcmp(sl_json_get_str(e, "code", ""), "SL_EAUTH") ? SL_EAUTH : SL_EWIRE;
-    json_decref(ans);
-    return r;
-  }
-  size_t i = 0;
-  for (; i < n; i++) {
-    const char *u = json_string_value(json_array_get(urls, i));
-    if (!u || strncmp(u, "http", 4) || !(ret_urls[i] = strdup(u))) break;
-  }
-  json_decref(ans);
-  if (i < n) {
-    while (i > 0) free(ret_urls[--i]);
-    snprintf(err, err_size, "the gateway's answer holds a malformed URL");
-    return SL_EWIRE;
-  }
-  return 0;
+  return answer_urls(ans, n, ret_urls, err, err_size);
 }
 
 void *wk_presigner_monitor(struct wk_presigner *p) { return wk_link_monitor(p->link); }
 
+/* ---- asked without waiting ---- */
+
+static int ask(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, int64_t *ret_id) {
+  struct wk_presigner *p = ctx;
+  struct asked *q = NULL;
+  for (size_t i = 0; i < WK_PRESIGN_ASKED_MAX && !q; i++)
+    if (!p->asked[i].id) q = &p->asked[i];
+  if (!q) return -EBUSY;
+  int64_t id = p->next_id++;
+  json_t *req = request_json(id, reqs, n);
+  char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
+  json_decref(req);
+  if (!text) return -ENOMEM;
+  int64_t now = sl_time_mono_us();
+  *q = (struct asked){.id = id, .text = text, .len = strlen(text), .n = n,
+                      .deadline_us = now + (int64_t)ANSWER_TIMEOUT_MS * SL_US_PER_MS,
+                      .next_send_us = now, .wait_ms = RESEND_FIRST_MS};
+  wk_presigner_tend(p, now, true); /* sends it */
+  *ret_id = id;
+  return 0;
+}
+
+static int take(void *ctx, int64_t id, char **ret_urls, size_t n, char *err, size_t err_size) {
+  struct wk_presigner *p = ctx;
+  struct asked *q = asked_find(p, id);
+  if (!q || q->n != n) {
+    snprintf(err, err_size, "no such presign request");
+    return -ENOENT;
+  }
+  if (!q->answer && sl_time_mono_us() < q->deadline_us) return 0;
+  json_t *ans = q->answer;
+  q->answer = NULL;
+  asked_clear(q);
+  if (!ans) {
+    snprintf(err, err_size, "the gateway did not answer a presign request: %s", sl_strerror(-ETIMEDOUT));
+    return -ETIMEDOUT;
+  }
+  int r = answer_urls(ans, n, ret_urls, err, err_size);
+  return r < 0 ? r : 1;
+}
+
+static void forget(void *ctx, int64_t id) {
+  struct asked *q = asked_find(ctx, id);
+  if (q) asked_clear(q);
+}
+
+void *wk_presigner_socket(struct wk_presigner *p) { return wk_link_socket(p->link); }
+
+void wk_presigner_read(struct wk_presigner *p) {
+  json_t *v;
+  while (recv_one(wk_link_socket(p->link), &v)) keep_or_drop(p, v);
+}
+
 void wk_presigner_tend(struct wk_presigner *p, int64_t now, bool events) {
   if (events) wk_link_events(p->link);
-  wk_link_tick(p->link, now);
+  bool renewed = wk_link_tick(p->link, now) > 0; /* what the old socket held is gone */
+  for (size_t i = 0; i < WK_PRESIGN_ASKED_MAX; i++) {
+    struct asked *q = &p->asked[i];
+    if (!q->id || q->answer || now >= q->deadline_us || (now < q->next_send_us && !renewed)) continue;
+    /* a full queue (no gateway for a while) keeps the copies it holds */
+    bool again = q->tried;
+    q->tried = true;
+    if (zmq_send(wk_link_socket(p->link), q->text, q->len, ZMQ_DONTWAIT) == 0 && again)
+      sl_debug(TOPIC, "presign request %lld %s; sent again", (long long)q->id,
+               renewed ? "on a new connection" : "unanswered");
+    q->next_send_us = now + q->wait_ms * SL_US_PER_MS;
+    q->wait_ms = q->wait_ms * 2 < RESEND_MAX_MS ? q->wait_ms * 2 : RESEND_MAX_MS;
+  }
 }
 
 struct sl_s3_signer wk_presigner_signer(struct wk_presigner *p) {
-  return (struct sl_s3_signer){.presign = presign, .ctx = p};
+  return (struct sl_s3_signer){.presign = presign, .ask = ask, .take = take, .forget = forget, .ctx = p};
 }

@@ -1,7 +1,8 @@
 /* A worker's S3 signer: it holds no cloud credentials, so it asks its
  * gateway for each presigned URL (protocols.md §2, presign) over a CURVE
- * connection of its own, request and answer, blocking with a timeout. The
- * store's transfers then go straight to S3. */
+ * connection of its own, request and answer, blocking with a timeout (the
+ * store's calls, on their thread) or without waiting (the agent's loop: the
+ * signer's ask and take). The store's transfers then go straight to S3. */
 #ifndef WK_PRESIGN_H
 #define WK_PRESIGN_H
 
@@ -9,6 +10,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#define WK_PRESIGN_ASKED_MAX 32 /* requests asked without waiting and not yet taken */
 
 struct wk_config;
 struct wk_presigner;
@@ -24,6 +27,12 @@ struct wk_presigner *wk_presigner_free(struct wk_presigner *p);
  * ten times a second (link.h). */
 void *wk_presigner_monitor(struct wk_presigner *p);
 void wk_presigner_tend(struct wk_presigner *p, int64_t now, bool events);
+/* The socket answers come in on (to poll between requests; it changes when
+ * the connection is replaced), and the reading of what it holds without
+ * waiting: answers to requests asked without waiting are kept for their
+ * take, copies of requests sent again when due from wk_presigner_tend. */
+void *wk_presigner_socket(struct wk_presigner *p);
+void wk_presigner_read(struct wk_presigner *p);
 /* The signer for wk_store_open (borrowing p). */
 struct sl_s3_signer wk_presigner_signer(struct wk_presigner *p);
 

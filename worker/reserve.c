@@ -32,27 +32,54 @@ void wk_reserve_key(const char *job, const char *name, char *buf, size_t size) {
   snprintf(buf, size, "%s/orphan/%s", job, name);
 }
 
-int wk_reserve_refresh(struct wk_reserve *r, const struct sl_s3_signer *signer, const char *job,
-                       char *err, size_t err_size) {
+int wk_reserve_ask(struct wk_reserve *r, const struct sl_s3_signer *signer, const char *job,
+                   char *err, size_t err_size) {
+  if (!signer->ask || !signer->take) {
+    snprintf(err, err_size, "the signer cannot be asked without waiting");
+    return -EINVAL;
+  }
+  if (r->asked) {
+    snprintf(err, err_size, "the URLs asked for earlier have not been taken");
+    return SL_ESTATE;
+  }
   char ckpt[96], step[96];
   wk_reserve_key(job, "ckpt.tc", ckpt, sizeof ckpt);
   wk_reserve_key(job, "step", step, sizeof step);
   struct sl_s3_presign_req q[2] = {{.op = SL_S3_PUT, .key = ckpt}, {.op = SL_S3_PUT, .key = step}};
+  int rc = signer->ask(signer->ctx, q, 2, &r->asked);
+  if (rc < 0) {
+    r->asked = 0;
+    snprintf(err, err_size, "the URLs could not be asked for: %s", sl_strerror(rc));
+  }
+  return rc;
+}
+
+int wk_reserve_take(struct wk_reserve *r, const struct sl_s3_signer *signer, char *err,
+                    size_t err_size) {
+  if (!r->asked) {
+    snprintf(err, err_size, "no URLs were asked for");
+    return -ENOENT;
+  }
   char *urls[2] = {NULL, NULL};
-  int rc = signer->presign(signer->ctx, q, 2, urls, err, err_size);
+  int rc = signer->take(signer->ctx, r->asked, urls, 2, err, err_size);
+  if (rc == 0) return 0;
+  r->asked = 0;
   if (rc < 0) return rc;
-  wk_reserve_done(r);
+  free(r->ckpt_url);
+  free(r->step_url);
   r->ckpt_url = urls[0];
   r->step_url = urls[1];
-  return 0;
+  return 1;
 }
 
 bool wk_reserve_ready(const struct wk_reserve *r) { return r->ckpt_url && r->step_url; }
 
-void wk_reserve_done(struct wk_reserve *r) {
+void wk_reserve_done(struct wk_reserve *r, const struct sl_s3_signer *signer) {
   free(r->ckpt_url);
   free(r->step_url);
   r->ckpt_url = r->step_url = NULL;
+  if (r->asked && signer && signer->forget) signer->forget(signer->ctx, r->asked);
+  r->asked = 0;
 }
 
 /* One PUT of body (or of the file range body_fd) to url; what names the

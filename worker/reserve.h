@@ -24,21 +24,31 @@ struct wk_store;
 #define WK_RESERVE_REFRESH_US (20 * 60 * SL_US_PER_S)
 #define WK_RESERVE_RETRY_US (60 * SL_US_PER_S) /* after a refresh that failed */
 
-/* Embedded in a job; zeroed: no URLs yet. */
+/* Embedded in a job; zeroed: no URLs yet, none asked for. */
 struct wk_reserve {
   char *ckpt_url, *step_url; /* owned; presigned: never logged */
+  int64_t asked;             /* the signer's id of the URLs asked for; 0: none */
 };
 
 /* The key of the orphan checkpoint ("ckpt.tc") or of its step ("step") of
  * job into buf. */
 void wk_reserve_key(const char *job, const char *name, char *buf, size_t size);
 
-/* Asks signer (borrowed) for the two URLs of job. On failure the previous
- * URLs stay, and err says why. */
-int wk_reserve_refresh(struct wk_reserve *r, const struct sl_s3_signer *signer, const char *job,
-                       char *err, size_t err_size);
+/* Asks signer (borrowed; one with ask and take) for the two URLs of job,
+ * without waiting for them: wk_reserve_take collects them. The signer's
+ * answer may take seconds (a gateway restarting, or busy), and the agent's
+ * loop must go on meanwhile (notices, heartbeats). */
+int wk_reserve_ask(struct wk_reserve *r, const struct sl_s3_signer *signer, const char *job,
+                   char *err, size_t err_size);
+/* The answer to the last ask: 0 while it has not come, 1 when the new URLs
+ * replaced the old, negative with err when it was refused or never came
+ * (the previous URLs stay). -ENOENT when nothing was asked. */
+int wk_reserve_take(struct wk_reserve *r, const struct sl_s3_signer *signer, char *err,
+                    size_t err_size);
+/* Frees the URLs, and forgets a request not taken (signer may be NULL when
+ * nothing was asked). */
+void wk_reserve_done(struct wk_reserve *r, const struct sl_s3_signer *signer);
 bool wk_reserve_ready(const struct wk_reserve *r);
-void wk_reserve_done(struct wk_reserve *r);
 
 /* Puts the checkpoint file path to the reserve, then step as decimal text:
  * the step never names a checkpoint older than the one stored. -ENOENT when

@@ -8,12 +8,20 @@
  * Then a gateway whose ZAP handler refuses the presigner's key twice (as one
  * that does not know the instance yet) and then admits it: libzmq gives up
  * on a refused connection, so the presigner must open a new one by itself,
- * and its request is answered within its timeout. */
+ * and its request is answered within its timeout.
+ *
+ * Then requests asked without waiting (the jobs' orphan URLs, asked from the
+ * agent's loop): one held by the gateway and answered while a store call
+ * waits for its own (the store call's wait keeps it for its take), one
+ * answered while the caller polls the socket, one forgotten; no more than
+ * WK_PRESIGN_ASKED_MAX at once. */
 #include "harness.h"
 
 #include "conf.h"
 #include "presign.h"
+#include "sl_time.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -32,6 +40,7 @@ struct fake_gw {
   int first_seen; /* the first gateway took one */
   int refuse;     /* the refusing gateway: handshakes to refuse */
   int zap_asked, zap_refused, zap_answered;
+  long long async_order[3]; /* the async gateway's answers, in order */
 };
 
 static void *router(struct fake_gw *f) {
@@ -163,6 +172,54 @@ static void *refusing_gateway_thread(void *arg) {
   return NULL;
 }
 
+/* Holds the first request (asked without waiting) until the next one (a
+ * store call's) has come, and answers both, the held one first; then
+ * answers each later request after 200 ms, until request 4. */
+static void *async_gateway_thread(void *arg) {
+  struct fake_gw *f = arg;
+  void *s = router(f);
+  if (!s)
+    return NULL;
+  char rid[256];
+  size_t rid_len;
+  long long held = take(s, 10000, rid, &rid_len), next = held;
+  while (next == held && next > 0) /* copies of the held one */
+    next = take(s, 10000, rid, &rid_len);
+  if (held > 0 && next > 0) {
+    answer(s, rid, rid_len, held);
+    answer(s, rid, rid_len, next);
+    f->async_order[0] = held;
+    f->async_order[1] = next;
+  }
+  for (long long id = next; id > 0 && id < 4;) {
+    id = take(s, 10000, rid, &rid_len);
+    if (id <= next)
+      continue;
+    usleep(200 * 1000);
+    answer(s, rid, rid_len, id);
+    if (id == 3)
+      f->async_order[2] = id;
+    next = id;
+  }
+  zmq_close(s);
+  return NULL;
+}
+
+/* take for id, the socket polled and read meanwhile, for up to ms. */
+static int take_polling(struct sl_s3_signer *sg, struct wk_presigner *p, int64_t id, char **url,
+                        char *err, size_t size, long ms) {
+  int64_t until = sl_time_mono_us() + ms * 1000;
+  for (;;) {
+    int r = sg->take(sg->ctx, id, url, 1, err, size);
+    if (r != 0 || sl_time_mono_us() > until)
+      return r;
+    zmq_pollitem_t it = {wk_presigner_socket(p), 0, ZMQ_POLLIN, 0};
+    zmq_poll(&it, 1, 20);
+    wk_presigner_read(p);
+    wk_presigner_tend(p, sl_time_mono_us(), true);
+  }
+}
+
 static int64_t mono_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -245,6 +302,58 @@ int main(void) {
   CHECK_INT(f.zap_refused, 2);
   CHECK(f.zap_asked >= 3);
   wk_presigner_free(p);
+  unlink(f.endpoint + strlen("ipc://"));
+
+  /* asked without waiting */
+  snprintf(f.endpoint, sizeof f.endpoint, "ipc://%s/gw3.sock", dir);
+  snprintf(cfg.gateway, sizeof cfg.gateway, "%s", f.endpoint);
+  CHECK_INT(pthread_create(&th, NULL, async_gateway_thread, &f), 0);
+  p = NULL;
+  CHECK_INT(wk_presigner_new(&cfg, f.zctx, &p), 0);
+  signer = wk_presigner_signer(p);
+  struct sl_s3_presign_req put = {.op = SL_S3_PUT, .key = "J000003/orphan/ckpt.tc"};
+  int64_t asked = 0;
+  CHECK_INT(signer.ask(signer.ctx, &put, 1, &asked), 0);
+  CHECK_INT(asked, 1);
+  url = NULL;
+  CHECK_INT(signer.take(signer.ctx, asked, &url, 1, err, sizeof err), 0); /* held */
+  CHECK_INT(signer.take(signer.ctx, asked, &url, 2, err, sizeof err), -ENOENT); /* not its count */
+  /* the store call's wait reads the held answer first and keeps it */
+  CHECK_INT(sign(&signer, "J000003/ckpt-10.tc", &url, err, sizeof err), 0);
+  CHECK_STR(url, "http://s3.test/2");
+  free(url);
+  url = NULL;
+  CHECK_INT(signer.take(signer.ctx, asked, &url, 1, err, sizeof err), 1);
+  CHECK_STR(url, "http://s3.test/1");
+  free(url);
+  CHECK_INT(signer.take(signer.ctx, asked, &url, 1, err, sizeof err), -ENOENT); /* spent */
+  /* answered while the caller polls */
+  CHECK_INT(signer.ask(signer.ctx, &put, 1, &asked), 0);
+  url = NULL;
+  t0 = mono_ms();
+  CHECK_INT(take_polling(&signer, p, asked, &url, err, sizeof err, 5000), 1);
+  took = mono_ms() - t0;
+  CHECK_STR(url, "http://s3.test/3");
+  free(url);
+  fprintf(stderr, "asked without waiting: answered after %lld ms (the gateway waits 200)\n",
+          (long long)took);
+  CHECK(took >= 150 && took < 3000);
+  /* forgotten: its answer, when it comes, is dropped */
+  CHECK_INT(signer.ask(signer.ctx, &put, 1, &asked), 0);
+  signer.forget(signer.ctx, asked);
+  CHECK_INT(signer.take(signer.ctx, asked, &url, 1, err, sizeof err), -ENOENT);
+  pthread_join(th, NULL);
+  CHECK_INT(f.async_order[0], 1);
+  CHECK_INT(f.async_order[1], 2);
+  CHECK_INT(f.async_order[2], 3);
+  /* slots for WK_PRESIGN_ASKED_MAX at once */
+  int64_t ids[WK_PRESIGN_ASKED_MAX];
+  for (int i = 0; i < WK_PRESIGN_ASKED_MAX; i++)
+    CHECK_INT(signer.ask(signer.ctx, &put, 1, &ids[i]), 0);
+  CHECK_INT(signer.ask(signer.ctx, &put, 1, &asked), -EBUSY);
+  signer.forget(signer.ctx, ids[5]);
+  CHECK_INT(signer.ask(signer.ctx, &put, 1, &asked), 0);
+  wk_presigner_free(p); /* with requests unanswered: nothing leaks */
   zmq_ctx_term(f.zctx);
   unlink(f.endpoint + strlen("ipc://"));
   rmdir(dir);

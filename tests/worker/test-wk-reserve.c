@@ -1,5 +1,5 @@
 /* The orphan checkpoint (reserve.c): URLs signed ahead, kept when a refresh
- * fails; the PUTs of an orphaned worker (to a loopback server that writes
+ * fails, asked for without waiting; the PUTs of an orphaned worker (to a loopback server that writes
  * each body into a folder store, so what was put is read back through the
  * store as a restore reads it); the step read back, refused when it is not
  * a step; the objects deleted. */
@@ -17,6 +17,7 @@
 #include <limits.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,15 +78,16 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 /* ---- a signer that answers from a URL prefix, or fails ---- */
 
 struct fake_signer {
-  const char *base; /* NULL: refuse */
+  const char *base; /* NULL: no answer in time */
+  bool held;        /* the answer has not come yet */
+  int64_t last_id, forgotten;
   int calls;
   struct sl_s3_presign_req seen[4];
   char keys[4][128];
   size_t n;
 };
 
-static int fake_presign(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, char **ret_urls,
-                        char *err, size_t err_size) {
+static int fake_ask(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, int64_t *ret_id) {
   struct fake_signer *f = ctx;
   f->calls++;
   f->n = n;
@@ -93,16 +95,35 @@ static int fake_presign(void *ctx, const struct sl_s3_presign_req *reqs, size_t 
     f->seen[i] = reqs[i];
     snprintf(f->keys[i], sizeof f->keys[i], "%s", reqs[i].key);
   }
+  *ret_id = ++f->last_id;
+  return 0;
+}
+
+static int fake_take(void *ctx, int64_t id, char **ret_urls, size_t n, char *err, size_t err_size) {
+  struct fake_signer *f = ctx;
+  CHECK_INT(id, f->last_id);
+  CHECK_INT(n, f->n);
+  if (f->held) return 0;
   if (!f->base) {
     snprintf(err, err_size, "the gateway did not answer");
     return -ETIMEDOUT;
   }
   for (size_t i = 0; i < n; i++) {
     char u[512];
-    snprintf(u, sizeof u, "%s/%s?X-Amz-Signature=x", f->base, reqs[i].key);
+    snprintf(u, sizeof u, "%s/%s?X-Amz-Signature=x", f->base, f->keys[i]);
     ret_urls[i] = strdup(u);
   }
-  return 0;
+  return 1;
+}
+
+static void fake_forget(void *ctx, int64_t id) { ((struct fake_signer *)ctx)->forgotten = id; }
+
+#define FAKE_SIGNER(f) {.ask = fake_ask, .take = fake_take, .forget = fake_forget, .ctx = &(f)}
+
+/* Asks and takes at once: the answer of a signer that is not held. */
+static int refresh(struct wk_reserve *r, const struct sl_s3_signer *s, char *err, size_t size) {
+  int rc = wk_reserve_ask(r, s, "J000007", err, size);
+  return rc < 0 ? rc : wk_reserve_take(r, s, err, size);
 }
 
 static void write_file(const char *path, const char *text) {
@@ -125,13 +146,21 @@ static long read_file(const char *path, char *buf, size_t size) {
 static void test_refresh(void) {
   char base[64];
   snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
-  struct fake_signer f = {.base = base};
-  struct sl_s3_signer s = {.presign = fake_presign, .ctx = &f};
+  struct fake_signer f = {.base = base, .held = true};
+  struct sl_s3_signer s = FAKE_SIGNER(f);
   struct wk_reserve r = {0};
   char err[256] = "";
   CHECK(!wk_reserve_ready(&r));
-  CHECK_INT(wk_reserve_refresh(&r, &s, "J000007", err, sizeof err), 0);
+  CHECK_INT(wk_reserve_take(&r, &s, err, sizeof err), -ENOENT); /* nothing asked */
+  CHECK_INT(wk_reserve_ask(&r, &s, "J000007", err, sizeof err), 0);
+  CHECK_INT(wk_reserve_ask(&r, &s, "J000007", err, sizeof err), SL_ESTATE); /* one at a time */
+  CHECK_INT(f.calls, 1);
+  CHECK_INT(wk_reserve_take(&r, &s, err, sizeof err), 0); /* not answered yet */
+  CHECK(!wk_reserve_ready(&r));
+  f.held = false;
+  CHECK_INT(wk_reserve_take(&r, &s, err, sizeof err), 1);
   CHECK(wk_reserve_ready(&r));
+  CHECK_INT(wk_reserve_take(&r, &s, err, sizeof err), -ENOENT); /* taken once */
   CHECK_INT(f.n, 2);
   CHECK_STR(f.keys[0], "J000007/orphan/ckpt.tc");
   CHECK_STR(f.keys[1], "J000007/orphan/step");
@@ -139,22 +168,29 @@ static void test_refresh(void) {
   CHECK(f.seen[0].sha256 == NULL && f.seen[1].sha256 == NULL); /* only the body must match */
   char *old = strdup(r.ckpt_url);
   f.base = NULL; /* the gateway away: the URLs signed before stay */
-  int rc = wk_reserve_refresh(&r, &s, "J000007", err, sizeof err);
-  CHECK_INT(rc, -ETIMEDOUT);
+  CHECK_INT(refresh(&r, &s, err, sizeof err), -ETIMEDOUT);
   CHECK(strstr(err, "did not answer") != NULL);
   CHECK(wk_reserve_ready(&r));
   CHECK_STR(r.ckpt_url, old);
   free(old);
-  wk_reserve_done(&r);
+  /* a request not taken when the job ends is forgotten */
+  f.held = true;
+  CHECK_INT(wk_reserve_ask(&r, &s, "J000007", err, sizeof err), 0);
+  wk_reserve_done(&r, &s);
+  CHECK_INT(f.forgotten, f.last_id);
   CHECK(!wk_reserve_ready(&r));
-  wk_reserve_done(&r); /* twice is harmless */
+  wk_reserve_done(&r, &s); /* twice is harmless */
+  CHECK_INT(f.forgotten, f.last_id);
+  /* a signer that can only wait cannot be asked without waiting */
+  struct sl_s3_signer waits = {.ctx = &f};
+  CHECK_INT(wk_reserve_ask(&r, &waits, "J000007", err, sizeof err), -EINVAL);
 }
 
 static void test_put_and_restore(void) {
   char base[64], err[256] = "", ck[PATH_MAX + 32], url[PATH_MAX + 16];
   snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
   struct fake_signer f = {.base = base};
-  struct sl_s3_signer s = {.presign = fake_presign, .ctx = &f};
+  struct sl_s3_signer s = FAKE_SIGNER(f);
   struct wk_reserve r = {0};
   struct wk_store *st = NULL;
   snprintf(url, sizeof url, "file://%s", store_dir);
@@ -168,7 +204,7 @@ static void test_put_and_restore(void) {
   CHECK_INT(wk_orphan_step(st, "J000007", tmp, &step), -ENOENT); /* none yet: the usual case */
   CHECK_INT(wk_reserve_put(&r, "/nonexistent", 5, NULL, err, sizeof err), SL_ESTATE);
 
-  CHECK_INT(wk_reserve_refresh(&r, &s, "J000007", err, sizeof err), 0);
+  CHECK_INT(refresh(&r, &s, err, sizeof err), 1);
   snprintf(ck, sizeof ck, "%s/ckpt-0000000437.slck", root);
   write_file(ck, "checkpoint bytes of step 437");
   uint64_t bytes = 0;
@@ -195,7 +231,7 @@ static void test_put_and_restore(void) {
   char denied[96];
   snprintf(denied, sizeof denied, "%s/denied", base);
   f.base = denied;
-  CHECK_INT(wk_reserve_refresh(&r, &s, "J000007", err, sizeof err), 0);
+  CHECK_INT(refresh(&r, &s, err, sizeof err), 1);
   CHECK_INT(wk_reserve_put(&r, ck, 500, NULL, err, sizeof err), SL_EAUTH);
   CHECK(strstr(err, "orphan checkpoint") != NULL && strstr(err, "403") != NULL);
   CHECK(strstr(err, "Signature") == NULL && strstr(err, "http") == NULL);
@@ -217,7 +253,7 @@ static void test_put_and_restore(void) {
   CHECK_INT(wk_orphan_step(st, "J000007", tmp, &step), -ENOENT);
   CHECK_INT(wk_orphan_fetch(st, "J000007", dst, NULL), -ENOENT);
   CHECK_INT(wk_orphan_clear(st, "J000007"), 0);
-  wk_reserve_done(&r);
+  wk_reserve_done(&r, &s);
   wk_store_free(st);
 }
 

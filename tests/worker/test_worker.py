@@ -2,7 +2,6 @@
 
 Each case starts its own fake gateway, metadata service and worker, and
 waits for messages with deadlines; it never sleeps to wait for an event."""
-import hashlib
 import os
 import re
 import shutil
@@ -13,7 +12,7 @@ import time
 
 import zmq
 
-from worker_harness import Gateway, Metadata, Worker, of, text_file, train_assign
+from worker_harness import Bucket, Gateway, Metadata, Worker, of, text_file, train_assign
 
 
 def start(tmp, worker_exe, train_exe, meta=None, registered_by_hand=False, **kw):
@@ -601,50 +600,20 @@ def case_restart_upload(tmp, worker_exe, train_exe):
     follow. A restarted gateway takes an instance that has not registered
     within its register_timeout for lost and runs its job again; an upload may
     take longer than that. Then the upload ends and the job trains on."""
-    import http.server
     import threading
 
     held, release = threading.Event(), threading.Event()
-    puts = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def on_put(path):
+        if "ckpt-00000010" in path and not held.is_set():
+            held.set()
+            release.wait(30)
 
-        def log_message(self, *a):
-            pass
-
-        def reply(self, code, body=b"", headers=()):
-            self.send_response(code)
-            for k, v in headers:
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def do_PUT(self):
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            puts.append(self.path.split("?")[0])
-            if "ckpt-00000010" in self.path and not held.is_set():
-                held.set()
-                release.wait(30)
-            self.reply(200, headers=[("ETag", '"%s"' % hashlib.md5(body).hexdigest())])
-
-        def do_GET(self):
-            self.reply(404, b"<Error><Code>NoSuchKey</Code><Message>none</Message></Error>")
-
-        do_HEAD = do_GET
-
-        def do_DELETE(self):
-            self.reply(204)
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = "http://127.0.0.1:%d/bkt" % server.server_address[1]
+    bucket = Bucket(on_put)
+    puts = bucket.puts
 
     def presigned(m):
-        gw.send({"type": "presigned", "id": m["id"],
-                 "urls": ["%s/%s" % (base, r["key"]) for r in m["requests"]]})
+        bucket.presigned(gw, m)
 
     data = text_file(tmp)
     gw, w = start(tmp, worker_exe, train_exe, registered_by_hand=True, extra={"store": "s3://bkt/up"})
@@ -682,7 +651,7 @@ def case_restart_upload(tmp, worker_exe, train_exe):
         release.set()
         w.kill()
         gw.close()
-        server.shutdown()
+        bucket.close()
 
 
 def case_last_ack(tmp, worker_exe, train_exe):
@@ -757,6 +726,65 @@ def case_idle(tmp, worker_exe, train_exe):
     finally:
         w.kill()
         gw.close()
+
+def case_reserve_wait(tmp, worker_exe, train_exe):
+    """A train job on an S3 store has its orphan checkpoint URLs signed by the
+    gateway ahead of need; the agent's loop asks for them without waiting. A
+    gateway that leaves that presign unanswered (busy, or restarting) once
+    held the loop for up to 20 s: no heartbeats (the gateway took the
+    instance for lost and ran the job elsewhere) and no notice handled (on
+    EC2 the two minutes of a spot notice run meanwhile). Here that presign
+    is never answered: heartbeats go on, and a notice is reported and ends
+    in a checkpoint uploaded before its deadline."""
+    bucket = Bucket()
+    data = text_file(tmp)
+    meta = Metadata()
+    gw, w = start(tmp, worker_exe, train_exe, meta, extra={"store": "s3://bkt/rw"})
+    try:
+        gw.send(train_assign("J000026", data, 10_000_000, checkpoint_every=1_000_000))
+        while True:
+            m = gw.recv(lambda m: m["type"] == "presign", 30, "the presign of the orphan URLs")
+            if any("/orphan/" in r["key"] for r in m["requests"]):
+                break
+            bucket.presigned(gw, m)
+        t0 = time.monotonic()
+        beats = 0
+        while time.monotonic() - t0 < 2:
+            gw.recv(lambda m: m["type"] == "heartbeat", 1, "a heartbeat while the orphan URLs are unanswered")
+            beats += 1
+        assert beats >= 10, "%d heartbeats in 2 s at 100 ms" % beats
+        lead = 10.0
+        deadline = time.time() + lead
+        meta.notice = {"action": "terminate",
+                       "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deadline))}
+        t1 = time.monotonic()
+        notice = gw.recv(lambda m: m["type"] == "notice", 2, "the notice, with the orphan URLs unanswered")
+        took = time.monotonic() - t1
+        assert notice["action"] == "terminate", notice
+        msgs = []
+        while True:
+            m = gw.recv(lambda m: m["type"] == "presign" or of("J000026", "checkpoint", "done")(m),
+                        lead, "the notice's checkpoint")
+            if m["type"] == "presign":
+                if not any("/orphan/" in r["key"] for r in m["requests"]):  # the orphan's: never
+                    bucket.presigned(gw, m)
+                continue
+            msgs.append(m)
+            if m["type"] == "done":
+                break
+        cks = [m for m in msgs if m["type"] == "checkpoint"]
+        assert cks and msgs[-1]["status"] == "preempted" and msgs[-1]["step"] == cks[-1]["step"], msgs
+        assert any(cks[-1]["key"] in p for p in bucket.puts), (cks[-1], bucket.puts)
+        assert not any("/orphan/" in p for p in bucket.puts), bucket.puts
+        assert w.wait(max(0.1, deadline - time.time())) == 0
+        print("%d heartbeats in 2 s, notice reported %.2f s after it was posted, "
+              "checkpoint of step %d uploaded" % (beats, took, cks[-1]["step"]))
+    finally:
+        w.kill()
+        gw.close()
+        meta.close()
+        bucket.close()
+
 
 def main():
     case = sys.argv[1]

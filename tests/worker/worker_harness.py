@@ -1,8 +1,11 @@
-"""A fake gateway and metadata service for spotlab-worker integration tests.
+"""A fake gateway, metadata service and bucket for spotlab-worker integration
+tests.
 
 The gateway is a ZeroMQ ROUTER with CURVE server keys made for the test; the
-metadata service is a loopback HTTP server answering like EC2's IMDSv2. Every
-wait has a deadline and fails the test with what was received so far."""
+metadata service is a loopback HTTP server answering like EC2's IMDSv2; the
+bucket answers the presigned URLs the fake gateway hands out. Every wait has
+a deadline and fails the test with what was received so far."""
+import hashlib
 import http.server
 import json
 import os
@@ -160,6 +163,57 @@ class Gateway:
             self.zap_stop.set()
             self.zap_thread.join()
             self.zap_thread = None
+
+
+class Bucket:
+    """Loopback HTTP for presigned URLs: PUTs are answered (on_put(path), when
+    given, runs first and may hold one), GETs find nothing, DELETEs succeed."""
+
+    def __init__(self, on_put=None):
+        self.puts = []
+        bucket = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def reply(self, code, body=b"", headers=()):
+                self.send_response(code)
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def do_PUT(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                bucket.puts.append(self.path.split("?")[0])
+                if on_put:
+                    on_put(self.path)
+                self.reply(200, headers=[("ETag", '"%s"' % hashlib.md5(body).hexdigest())])
+
+            def do_GET(self):
+                self.reply(404, b"<Error><Code>NoSuchKey</Code><Message>none</Message></Error>")
+
+            do_HEAD = do_GET
+
+            def do_DELETE(self):
+                self.reply(204)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base = "http://127.0.0.1:%d/bkt" % self.server.server_address[1]
+
+    def presigned(self, gw, m):
+        """Answers the presign m, just received by gw, with this bucket's URLs."""
+        gw.send({"type": "presigned", "id": m["id"],
+                 "urls": ["%s/%s" % (self.base, r["key"]) for r in m["requests"]]})
+
+    def close(self):
+        self.server.shutdown()
 
 
 class Worker:
