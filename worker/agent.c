@@ -88,6 +88,8 @@ struct wk_agent {
   int64_t heartbeat_us, next_heartbeat_us, register_sent_us, last_heard_us;
   int64_t last_contact_us; /* the gateway's last message (orphan_timeout_ms) */
   bool noticed;
+  struct wk_notice held_notice; /* taken by the pump: reported, its jobs' part still to do */
+  bool notice_held;
   bool orphaned; /* stopped for orphan_timeout_ms without word: nothing waits for the gateway */
   int64_t exit_by_us; /* monotonic; INT64_MAX = none */
 };
@@ -171,6 +173,7 @@ static void send_heartbeat(struct wk_agent *a, int64_t now) {
 }
 
 static void read_link(struct wk_agent *a, int64_t now);
+static void report_notice(struct wk_agent *a, const struct wk_notice *n);
 
 /* While a store call holds the loop (a slow upload, S3's tries), the socket
  * is not read: what the gateway sends waits for the call's end. The gateway
@@ -179,7 +182,10 @@ static void read_link(struct wk_agent *a, int64_t now);
  * a register). So the link is tended as in the loop; an unregistered worker
  * sends a register when a connection comes up (or register_timeout_ms after
  * its last), only one while its answer cannot be read, and heartbeats after
- * it. A heartbeat a gateway does not expect only brings a "reregister". */
+ * it. A heartbeat a gateway does not expect only brings a "reregister".
+ * A spot notice that comes meanwhile is reported to the gateway at once (an
+ * upload may take a good part of the notice's two minutes), and its jobs'
+ * part follows when the call is over. */
 static void pump(void *ctx) {
   struct wk_agent *a = ctx;
   int64_t now = sl_time_mono_us();
@@ -189,6 +195,12 @@ static void pump(void *ctx) {
       now - a->register_sent_us >= a->cfg->register_timeout_ms * SL_US_PER_MS)
     send_register(a, now);
   if ((a->registered || a->register_unread) && now >= a->next_heartbeat_us) send_heartbeat(a, now);
+  /* a notice is reported now and applied once the call is over: the jobs'
+   * part may make store calls of its own */
+  if (a->watcher && !a->notice_held && wk_notice_watcher_take(a->watcher, &a->held_notice) == 1) {
+    report_notice(a, &a->held_notice);
+    a->notice_held = true;
+  }
 }
 
 /* ---- gateway requests ---- */
@@ -377,14 +389,21 @@ static void read_link(struct wk_agent *a, int64_t now) {
 
 /* ---- notices and signals ---- */
 
-static void on_notice(struct wk_agent *a, const struct wk_notice *n) {
-  int64_t now = sl_time_mono_us(), real = sl_time_real_us();
-  int64_t deadline = now + (n->deadline_us - real);
+/* The gateway hears of a notice at once: it may start the job's next
+ * instance meanwhile. */
+static void report_notice(struct wk_agent *a, const struct wk_notice *n) {
+  int64_t real = sl_time_real_us();
   sl_info("worker.notice", "notice %s: deadline in %lld ms", n->action,
           (long long)((n->deadline_us - real) / 1000));
   json_t *m = json_pack("{s:s, s:s, s:s, s:I}", "type", "notice", "instance", a->cfg->instance, "action",
                         n->action, "deadline_us", (json_int_t)n->deadline_us);
   agent_send(a, m, true);
+}
+
+/* The jobs' part: checkpoint, stop by the deadline, exit just before it. */
+static void apply_notice(struct wk_agent *a, const struct wk_notice *n) {
+  int64_t now = sl_time_mono_us();
+  int64_t deadline = now + (n->deadline_us - sl_time_real_us());
   if (a->noticed && deadline >= a->exit_by_us) return;
   a->noticed = a->stopping = true;
   /* Exit a little before the deadline: the jobs get the rest. */
@@ -393,6 +412,11 @@ static void on_notice(struct wk_agent *a, const struct wk_notice *n) {
   a->exit_by_us = deadline - (margin / 4 < left / 8 ? margin / 4 : left / 8);
   bool orphan = !strcmp(n->action, "orphan");
   for (size_t i = 0; i < a->njobs; i++) wk_job_notice(a->jobs[i], deadline, orphan);
+}
+
+static void on_notice(struct wk_agent *a, const struct wk_notice *n) {
+  report_notice(a, n);
+  apply_notice(a, n);
 }
 
 static void read_signals(struct wk_agent *a, int fd) {
@@ -530,6 +554,10 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
   a->last_heard_us = a->last_contact_us = now;
   send_register(a, now);
   for (;;) {
+    if (a->notice_held) { /* taken while a store call held the loop */
+      a->notice_held = false;
+      apply_notice(a, &a->held_notice);
+    }
     size_t n = build_poll(a, signal_fd, items, slots);
     int r = zmq_poll(items, (int)n, (long)poll_timeout_ms(a, sl_time_mono_us()));
     if (r < 0 && zmq_errno() != EINTR) return sl_err_from_zmq(zmq_errno());

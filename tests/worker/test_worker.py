@@ -786,6 +786,68 @@ def case_reserve_wait(tmp, worker_exe, train_exe):
         bucket.close()
 
 
+def case_notice_upload(tmp, worker_exe, train_exe):
+    """A spot notice that comes while a checkpoint upload holds the loop is
+    reported to the gateway at once, not when the upload ends (an upload may
+    take much of the notice's two minutes, and the gateway may start the
+    job's next instance meanwhile); the jobs' part follows the upload: the
+    notice's checkpoint is uploaded and the job ends preempted in time."""
+    import threading
+
+    held, release = threading.Event(), threading.Event()
+
+    def on_put(path):
+        if "ckpt-00000010" in path and not held.is_set():
+            held.set()
+            release.wait(30)
+
+    bucket = Bucket(on_put)
+    data = text_file(tmp)
+    meta = Metadata()
+    gw, w = start(tmp, worker_exe, train_exe, meta, extra={"store": "s3://bkt/nu"})
+    try:
+        gw.send(train_assign("J000027", data, 10_000_000, checkpoint_every=10))
+        while not held.is_set():
+            m = gw.recv(lambda m: m["type"] == "presign" or of("J000027", "done")(m), 30,
+                        "the presign of the checkpoint of step 10")
+            assert m["type"] == "presign", m
+            if not any("/orphan/" in r["key"] for r in m["requests"]):
+                bucket.presigned(gw, m)
+            held.wait(1)
+        lead = 15.0
+        deadline = time.time() + lead
+        meta.notice = {"action": "terminate",
+                       "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deadline))}
+        t0 = time.monotonic()
+        notice = gw.recv(lambda m: m["type"] == "notice", 3, "the notice, during the upload")
+        took = time.monotonic() - t0
+        assert notice["action"] == "terminate" and not release.is_set(), notice
+        release.set()
+        msgs = []
+        while True:
+            m = gw.recv(lambda m: m["type"] == "presign" or of("J000027", "checkpoint", "done")(m),
+                        lead, "the notice's checkpoint")
+            if m["type"] == "presign":
+                if not any("/orphan/" in r["key"] for r in m["requests"]):
+                    bucket.presigned(gw, m)
+                continue
+            msgs.append(m)
+            if m["type"] == "done":
+                break
+        cks = [m for m in msgs if m["type"] == "checkpoint"]
+        assert cks and cks[0]["step"] == 10, cks
+        assert msgs[-1]["status"] == "preempted" and msgs[-1]["step"] == cks[-1]["step"] > 10, msgs
+        assert w.wait(max(0.1, deadline - time.time())) == 0
+        print("notice reported %.2f s after it was posted, with the upload held; "
+              "then checkpoints of steps %s" % (took, [c["step"] for c in cks]))
+    finally:
+        release.set()
+        w.kill()
+        gw.close()
+        meta.close()
+        bucket.close()
+
+
 def main():
     case = sys.argv[1]
     worker_exe, train_exe = (os.path.abspath(p) for p in sys.argv[2:4])
