@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,9 +34,14 @@ static void close_pair(int p[2]) {
   if (p[1] >= 0) close(p[1]);
 }
 
-/* In the child: move the pipe ends to their numbers and exec. */
+/* In the child: move the pipe ends to their numbers and exec. The child
+ * dies with the worker (parent: its pid): a trainer left running by a
+ * worker that crashed or was killed would hold the instance's CPUs and
+ * GPUs, unseen, while the gateway runs its job again elsewhere; a worker
+ * started again on the instance would find them taken. */
 static void __attribute__((noreturn))
-exec_child(const struct wk_child_opts *o, int p[WK_STREAM_N][2], int ctl[2]) {
+exec_child(const struct wk_child_opts *o, int p[WK_STREAM_N][2], int ctl[2], pid_t parent) {
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent) _exit(126);
   setpgid(0, 0);
   signal(SIGPIPE, SIG_DFL);
   sigset_t none;
@@ -75,12 +81,13 @@ int wk_child_spawn(const struct wk_child_opts *o, struct wk_child **ret) {
     r = -errno;
     goto fail;
   }
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     r = -errno;
     goto fail;
   }
-  if (pid == 0) exec_child(o, p, ctl);
+  if (pid == 0) exec_child(o, p, ctl, parent);
   setpgid(pid, pid); /* also in the parent, so a signal sent right away reaches the group */
   c->pid = pid;
   for (int i = 0; i < WK_STREAM_N; i++) {
