@@ -6,18 +6,22 @@ For a tiny gpt and a tiny mlp, from the step-3 checkpoint of the run that
 wrote them:
   --check accepts both of the run's files;
   --resume with the run's options continues to step 6 with every step's loss,
-    grad_norm and eval_loss bit-identical to that run's metrics, and writes a
+    grad_norm and eval_loss equal to that run's metrics, and writes a
     version-3 checkpoint whose parameters, moments and run state equal the
-    run's own step-6 checkpoint (byte for byte where this build rounds as the
-    one that wrote the files, else within float rounding);
+    run's own step-6 checkpoint;
   --eval (and --sample for the gpt) print what that run's binary printed;
   resuming with another config is refused, naming both.
 
-usage: ckpt_v1_test.py SPOTLAB_TRAIN [plain|sanitized]
+"Equal" is byte for byte where this binary, on this machine, rounds as the one
+that wrote the files did: where a run from the start reproduces the run's own
+step-3 parameters byte for byte. Elsewhere (a sanitizer build compiles the
+float code differently; OpenBLAS picks its kernels by the CPU, and another CPU
+sums in another order) the last bits differ from the first step on, and equal
+means within float rounding: a tensor loaded wrongly, or a step's state lost,
+differs by far more.
 
-plain (the default) asks for the step-6 tensors byte for byte. sanitized, for a
-build with sanitizers, asks for that only if the build reproduces the run's own
-step-3 tensors byte for byte, and otherwise for agreement within float rounding."""
+usage: ckpt_v1_test.py SPOTLAB_TRAIN
+"""
 import os
 import shutil
 import struct
@@ -30,7 +34,6 @@ from checks import check, exit_status  # noqa: E402
 from train_metrics import events, steps  # noqa: E402
 
 EXE = sys.argv[1]
-SANITIZED = sys.argv[2:3] == ["sanitized"]
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "ckpt-v1")
 RUNS = {  # the options of the runs that wrote tests/data/ckpt-v1
     "gpt": ["--model", "gpt", "--layers", "1", "--heads", "2", "--dim", "16", "--ctx", "16",
@@ -54,6 +57,11 @@ def sections(b):
     return out
 
 
+# Metrics of a build that rounds otherwise: three steps of float32 move the
+# last bits only (a few 1e-8 relative here).
+METRIC_REL = 1e-5
+
+
 def max_rel_diff(a, b):
     """Largest difference between two equally long arrays of float32, relative to the
     largest magnitude in them (Adam's second moments hold values near zero, where an
@@ -67,9 +75,7 @@ def max_rel_diff(a, b):
 
 def same_arithmetic(root, name, v1_step3):
     """Whether this binary, run from the start, reproduces the version-1 run's step-3
-    parameters byte for byte. A build that compiles the float code differently (a
-    sanitizer build) rounds differently in the last bit; the byte-for-byte checks of
-    later steps only hold for a build that rounds as the one that wrote the files."""
+    parameters byte for byte (the module's docstring says why it may not)."""
     d = os.path.join(root, name, "fresh")
     os.makedirs(d)
     r = run(*RUNS[name], "--ckpt-dir", d, "--metrics", os.path.join(d, "m.jsonl"))
@@ -104,9 +110,20 @@ def one_model(root, name):
     ref, got = steps(os.path.join(src, "metrics.jsonl")), steps(metrics)
     check(sorted(got) == [4, 5, 6], f"{name}: steps 4..6 run ({sorted(got)})")
     keys = ("loss", "grad_norm", "lr", "eval_loss", "eval_accuracy")
-    diff = [(s, k) for s in (4, 5, 6) for k in keys if ref[s].get(k) != got.get(s, {}).get(k)]
-    check(not diff, f"{name}: losses, grad norms and evaluation bit-identical to the run that wrote "
-          "the checkpoint" + (f" (first difference: step {diff[0][0]} {diff[0][1]})" if diff else ""))
+    exact = same_arithmetic(root, name, v1[3])
+    print(f"     {name}: this build {'rounds as' if exact else 'rounds otherwise than'} the one "
+          "that wrote the files")
+
+    def differs(a, b):
+        if exact or not isinstance(a, float) or not isinstance(b, float):
+            return a != b
+        return abs(a - b) > METRIC_REL * max(abs(a), abs(b))
+    diff = [(s, k) for s in (4, 5, 6) for k in keys if differs(ref[s].get(k), got.get(s, {}).get(k))]
+    check(not diff, f"{name}: losses, grad norms and evaluation "
+          f"{'bit-identical to' if exact else f'within {METRIC_REL:g} relative of'} the run that wrote "
+          "the checkpoint" + (f" (first difference: step {diff[0][0]} {diff[0][1]}: "
+                              f"{ref[diff[0][0]].get(diff[0][1])} vs "
+                              f"{got.get(diff[0][0], {}).get(diff[0][1])})" if diff else ""))
 
     new = read(os.path.join(ck, "ckpt-%010d.slck" % 6))
     old = read(v1[6])
@@ -114,7 +131,7 @@ def one_model(root, name):
     ns, os_ = sections(new), sections(old)
     check(sorted(ns) == ["ADMM", "ADMV", "CONF", "PARM"], f"{name}: version 3 sections {sorted(ns)}")
     tensors = ("PARM", "ADMM", "ADMV")
-    if not SANITIZED or same_arithmetic(root, name, v1[3]):
+    if exact:
         check(all(ns.get(t) == os_[t] for t in tensors),
               f"{name}: step-6 parameters and moments equal the version-1 run's, byte for byte")
     else:
