@@ -71,6 +71,8 @@ int wk_presigner_new(const struct wk_config *c, void *zctx, struct wk_presigner 
   return 0;
 }
 
+static void send_asked(struct wk_presigner *p, int64_t now, bool renewed);
+
 static void asked_clear(struct asked *q) {
   free(q->text);
   json_decref(q->answer);
@@ -236,6 +238,9 @@ static int presign(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, ch
     ans = await(p, id, until < deadline ? until : deadline, &r);
     if (ans || (r != -ETIMEDOUT && r != -ECONNRESET) || sl_time_mono_us() >= deadline)
       break;
+    /* a new connection: what the old one held is gone, the requests asked
+     * without waiting too */
+    if (r == -ECONNRESET) send_asked(p, sl_time_mono_us(), true);
     /* a full queue (no gateway for a while) keeps the copies it holds */
     if (zmq_send(wk_link_socket(p->link), text, len, ZMQ_DONTWAIT) == 0)
       sl_debug(TOPIC, "presign request %lld %s; sent again", (long long)id,
@@ -308,7 +313,13 @@ void wk_presigner_read(struct wk_presigner *p) {
 
 void wk_presigner_tend(struct wk_presigner *p, int64_t now, bool events) {
   if (events) wk_link_events(p->link);
-  bool renewed = wk_link_tick(p->link, now) > 0; /* what the old socket held is gone */
+  send_asked(p, now, wk_link_tick(p->link, now) > 0);
+}
+
+/* Sends the requests asked without waiting that are due, or all that are
+ * unanswered when the connection was just renewed (what the old socket
+ * held is gone). */
+static void send_asked(struct wk_presigner *p, int64_t now, bool renewed) {
   for (size_t i = 0; i < WK_PRESIGN_ASKED_MAX; i++) {
     struct asked *q = &p->asked[i];
     if (!q->id || q->answer || now >= q->deadline_us || (now < q->next_send_us && !renewed)) continue;
