@@ -501,11 +501,12 @@ static void tick_orphan(struct wk_agent *a, int64_t now) {
   on_notice(a, &n);
 }
 
-/* Orphan checkpoint URLs are signed only while the gateway answers: an
- * orphan could not get them anyway. They are asked for without waiting. */
+/* Orphan checkpoint URLs are asked for only while the gateway answers (an
+ * orphan could not get them anyway), without waiting; an answer is taken
+ * even once the worker is stopping. */
 static void tick_reserves(struct wk_agent *a, int64_t now) {
-  if (!a->registered || a->stopping) return;
-  for (size_t i = 0; i < a->njobs; i++) wk_job_keep_reserve(a->jobs[i], now);
+  for (size_t i = 0; i < a->njobs; i++)
+    wk_job_keep_reserve(a->jobs[i], now, a->registered && !a->stopping);
 }
 
 static void tick_registration(struct wk_agent *a, int64_t now) {

@@ -691,14 +691,14 @@ void wk_job_utilisation(struct wk_job *j, int64_t now_mono_us, json_t *entry) {
     json_object_set_new(entry, "gpu_util", sl_json_real(j->usage.util_pct / 100));
 }
 
-void wk_job_keep_reserve(struct wk_job *j, int64_t now) {
-  if (!j->env->signer || j->kind != WK_KIND_TRAIN || j->gang.rank > 0 || j->state != RUNNING) return;
+void wk_job_keep_reserve(struct wk_job *j, int64_t now, bool may_ask) {
+  if (!j->env->signer || j->kind != WK_KIND_TRAIN || j->gang.rank > 0 || j->state == ENDED) return;
   char err[512] = "";
   int r;
-  if (j->reserve.asked) {
+  if (j->reserve.asked) { /* an answer is taken in any state: an orphan may need it */
     if ((r = wk_reserve_take(&j->reserve, j->env->signer, err, sizeof err)) == 0) return;
   } else {
-    if (now < j->next_reserve_us) return;
+    if (!may_ask || j->state != RUNNING || now < j->next_reserve_us) return;
     if ((r = wk_reserve_ask(&j->reserve, j->env->signer, j->id, err, sizeof err)) == 0) return;
   }
   j->next_reserve_us = now + (r < 0 ? WK_RESERVE_RETRY_US : WK_RESERVE_REFRESH_US);

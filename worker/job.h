@@ -94,8 +94,10 @@ void wk_job_utilisation(struct wk_job *j, int64_t now_mono_us, json_t *entry);
  * orphan: the notice is the gateway's silence (orphan_timeout_ms), so the
  * checkpoint goes to the job's orphan URLs (reserve.h) when it has them. */
 void wk_job_notice(struct wk_job *j, int64_t deadline_mono_us, bool orphan);
-/* While the gateway answers: keeps a running S3 train job's orphan URLs
- * fresh (signed at the first call, then every WK_RESERVE_REFRESH_US). */
-void wk_job_keep_reserve(struct wk_job *j, int64_t now_mono_us);
+/* Keeps an S3 train job's orphan URLs fresh: asks for them (may_ask: the
+ * gateway answers and the worker is not stopping) while the job runs, at
+ * the first call and then every WK_RESERVE_REFRESH_US, and takes the answer
+ * at a later call, in any state but ended. */
+void wk_job_keep_reserve(struct wk_job *j, int64_t now_mono_us, bool may_ask);
 
 #endif
