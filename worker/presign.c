@@ -87,7 +87,13 @@ struct wk_presigner *wk_presigner_free(struct wk_presigner *p) {
   return NULL;
 }
 
-static json_t *request_json(int64_t id, const struct sl_s3_presign_req *reqs, size_t n) {
+/* The wait before a request's next copy, after one of wait_ms. */
+static int64_t next_wait_ms(int64_t wait_ms) {
+  return wait_ms * 2 < RESEND_MAX_MS ? wait_ms * 2 : RESEND_MAX_MS;
+}
+
+/* The request's JSON text (owned), NULL without memory. */
+static char *request_text(int64_t id, const struct sl_s3_presign_req *reqs, size_t n) {
   json_t *list = json_array();
   for (size_t i = 0; i < n && list; i++) {
     const struct sl_s3_presign_req *q = &reqs[i];
@@ -103,7 +109,10 @@ static json_t *request_json(int64_t id, const struct sl_s3_presign_req *reqs, si
     json_decref(list);
     return NULL;
   }
-  return json_pack("{s:s, s:I, s:o}", "type", "presign", "id", (json_int_t)id, "requests", list);
+  json_t *req = json_pack("{s:s, s:I, s:o}", "type", "presign", "id", (json_int_t)id, "requests", list);
+  char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
+  json_decref(req);
+  return text;
 }
 
 /* The id of a presigned answer; 0 for anything else. */
@@ -217,10 +226,7 @@ static int presign(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, ch
                    char *err, size_t err_size) {
   struct wk_presigner *p = ctx;
   int64_t id = p->next_id++;
-  json_t *req = request_json(id, reqs, n);
-  if (!req) return -ENOMEM;
-  char *text = json_dumps(req, JSON_COMPACT);
-  json_decref(req);
+  char *text = request_text(id, reqs, n);
   if (!text) return -ENOMEM;
   size_t len = strlen(text);
   /* never a blocking send: a refused connection's socket has no peer to
@@ -245,7 +251,7 @@ static int presign(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, ch
     if (zmq_send(wk_link_socket(p->link), text, len, ZMQ_DONTWAIT) == 0)
       sl_debug(TOPIC, "presign request %lld %s; sent again", (long long)id,
                r == -ECONNRESET ? "on a new connection" : "unanswered");
-    if (r == -ETIMEDOUT) wait_ms = wait_ms * 2 < RESEND_MAX_MS ? wait_ms * 2 : RESEND_MAX_MS;
+    if (r == -ETIMEDOUT) wait_ms = next_wait_ms(wait_ms);
   }
   free(text);
   if (!ans && r == -ECONNRESET) r = -ETIMEDOUT;
@@ -267,9 +273,7 @@ static int ask(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, int64_
     if (!p->asked[i].id) q = &p->asked[i];
   if (!q) return -EBUSY;
   int64_t id = p->next_id++;
-  json_t *req = request_json(id, reqs, n);
-  char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
-  json_decref(req);
+  char *text = request_text(id, reqs, n);
   if (!text) return -ENOMEM;
   int64_t now = sl_time_mono_us();
   *q = (struct asked){.id = id, .text = text, .len = strlen(text), .n = n,
@@ -330,7 +334,7 @@ static void send_asked(struct wk_presigner *p, int64_t now, bool renewed) {
       sl_debug(TOPIC, "presign request %lld %s; sent again", (long long)q->id,
                renewed ? "on a new connection" : "unanswered");
     q->next_send_us = now + q->wait_ms * SL_US_PER_MS;
-    q->wait_ms = q->wait_ms * 2 < RESEND_MAX_MS ? q->wait_ms * 2 : RESEND_MAX_MS;
+    q->wait_ms = next_wait_ms(q->wait_ms);
   }
 }
 

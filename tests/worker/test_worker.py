@@ -12,7 +12,8 @@ import time
 
 import zmq
 
-from worker_harness import Bucket, Gateway, Metadata, Worker, of, text_file, train_assign
+from worker_harness import (Bucket, Gateway, Metadata, Worker, is_orphan_presign, of, text_file,
+                            train_assign)
 
 
 def start(tmp, worker_exe, train_exe, meta=None, registered_by_hand=False, **kw):
@@ -170,9 +171,7 @@ def case_notice(tmp, worker_exe, train_exe):
         meta.expire_token()
         meta.wait_tokens(2, 5)
         lead = 20.0
-        deadline = time.time() + lead
-        meta.notice = {"action": "terminate",
-                       "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deadline))}
+        deadline = meta.post_notice(lead)
         t0 = time.monotonic()
         msgs = []
         notice = None
@@ -600,58 +599,34 @@ def case_restart_upload(tmp, worker_exe, train_exe):
     follow. A restarted gateway takes an instance that has not registered
     within its register_timeout for lost and runs its job again; an upload may
     take longer than that. Then the upload ends and the job trains on."""
-    import threading
-
-    held, release = threading.Event(), threading.Event()
-
-    def on_put(path):
-        if "ckpt-00000010" in path and not held.is_set():
-            held.set()
-            release.wait(30)
-
-    bucket = Bucket(on_put)
+    bucket = Bucket(hold="ckpt-00000010")
     puts = bucket.puts
-
-    def presigned(m):
-        bucket.presigned(gw, m)
-
     data = text_file(tmp)
     gw, w = start(tmp, worker_exe, train_exe, registered_by_hand=True, extra={"store": "s3://bkt/up"})
     try:
         gw.send(train_assign("J000023", data, 20, checkpoint_every=10))
-        while not held.is_set():
-            m = gw.recv(lambda m: m["type"] == "presign" or of("J000023", "done")(m), 30,
-                        "the presign of the checkpoint of step 10")
-            assert m["type"] == "presign", m
-            presigned(m)
-            held.wait(2)
+        bucket.serve_until_held(gw, "J000023")
         gw.restart()
         t0 = time.monotonic()
         gw.recv(lambda m: m["type"] == "register", 10, "register with the restarted gateway")
         took = time.monotonic() - t0
         gw.recv(lambda m: m["type"] == "heartbeat", 3, "a heartbeat after the register")
-        assert not release.is_set() and len(puts) == 1, puts
+        assert not bucket.release.is_set() and len(puts) == 1, puts
         print("registered %.2f s after the restart, with the upload still held" % took)
         assert took < 3, "registered %.1f s after the gateway's restart" % took
-        release.set()
+        bucket.release.set()
         gw.send({"type": "registered", "heartbeat_ms": 100})
         gw.answer_register = True
-        while True:
-            m = gw.recv(lambda m: m["type"] == "presign" or of("J000023", "done")(m), 30,
-                        "the end of the job")
-            if m["type"] == "done":
-                break
-            presigned(m)
+        m = bucket.serve_job(gw, "J000023", ("done",), 30, "the end of the job")
         assert m["status"] == "succeeded" and m["step"] == 20, m
         assert any("ckpt-00000020" in p for p in puts), puts
         gw.recv(lambda m: m["type"] == "heartbeat", 3, "a heartbeat")  # the agent's connection
         gw.send({"type": "shutdown"})
         assert w.wait(10) == 0
     finally:
-        release.set()
+        bucket.close()
         w.kill()
         gw.close()
-        bucket.close()
 
 
 def case_last_ack(tmp, worker_exe, train_exe):
@@ -727,6 +702,16 @@ def case_idle(tmp, worker_exe, train_exe):
         w.kill()
         gw.close()
 
+def until_done(bucket, gw, job, timeout):
+    """job's checkpoints and done, up to the done, its presigns answered but
+    for the orphan URLs'."""
+    msgs = []
+    while not msgs or msgs[-1]["type"] != "done":
+        msgs.append(bucket.serve_job(gw, job, ("checkpoint", "done"), timeout, "the notice's checkpoint",
+                                     sign_orphan=False))
+    return msgs
+
+
 def case_reserve_wait(tmp, worker_exe, train_exe):
     """A train job on an S3 store has its orphan checkpoint URLs signed by the
     gateway ahead of need; the agent's loop asks for them without waiting. A
@@ -744,7 +729,7 @@ def case_reserve_wait(tmp, worker_exe, train_exe):
         gw.send(train_assign("J000026", data, 10_000_000, checkpoint_every=1_000_000))
         while True:
             m = gw.recv(lambda m: m["type"] == "presign", 30, "the presign of the orphan URLs")
-            if any("/orphan/" in r["key"] for r in m["requests"]):
+            if is_orphan_presign(m):
                 break
             bucket.presigned(gw, m)
         t0 = time.monotonic()
@@ -754,24 +739,12 @@ def case_reserve_wait(tmp, worker_exe, train_exe):
             beats += 1
         assert beats >= 10, "%d heartbeats in 2 s at 100 ms" % beats
         lead = 10.0
-        deadline = time.time() + lead
-        meta.notice = {"action": "terminate",
-                       "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deadline))}
+        deadline = meta.post_notice(lead)
         t1 = time.monotonic()
         notice = gw.recv(lambda m: m["type"] == "notice", 2, "the notice, with the orphan URLs unanswered")
         took = time.monotonic() - t1
         assert notice["action"] == "terminate", notice
-        msgs = []
-        while True:
-            m = gw.recv(lambda m: m["type"] == "presign" or of("J000026", "checkpoint", "done")(m),
-                        lead, "the notice's checkpoint")
-            if m["type"] == "presign":
-                if not any("/orphan/" in r["key"] for r in m["requests"]):  # the orphan's: never
-                    bucket.presigned(gw, m)
-                continue
-            msgs.append(m)
-            if m["type"] == "done":
-                break
+        msgs = until_done(bucket, gw, "J000026", lead)
         cks = [m for m in msgs if m["type"] == "checkpoint"]
         assert cks and msgs[-1]["status"] == "preempted" and msgs[-1]["step"] == cks[-1]["step"], msgs
         assert any(cks[-1]["key"] in p for p in bucket.puts), (cks[-1], bucket.puts)
@@ -792,48 +765,21 @@ def case_notice_upload(tmp, worker_exe, train_exe):
     take much of the notice's two minutes, and the gateway may start the
     job's next instance meanwhile); the jobs' part follows the upload: the
     notice's checkpoint is uploaded and the job ends preempted in time."""
-    import threading
-
-    held, release = threading.Event(), threading.Event()
-
-    def on_put(path):
-        if "ckpt-00000010" in path and not held.is_set():
-            held.set()
-            release.wait(30)
-
-    bucket = Bucket(on_put)
+    bucket = Bucket(hold="ckpt-00000010")
     data = text_file(tmp)
     meta = Metadata()
     gw, w = start(tmp, worker_exe, train_exe, meta, extra={"store": "s3://bkt/nu"})
     try:
         gw.send(train_assign("J000027", data, 10_000_000, checkpoint_every=10))
-        while not held.is_set():
-            m = gw.recv(lambda m: m["type"] == "presign" or of("J000027", "done")(m), 30,
-                        "the presign of the checkpoint of step 10")
-            assert m["type"] == "presign", m
-            if not any("/orphan/" in r["key"] for r in m["requests"]):
-                bucket.presigned(gw, m)
-            held.wait(1)
+        bucket.serve_until_held(gw, "J000027", sign_orphan=False)
         lead = 15.0
-        deadline = time.time() + lead
-        meta.notice = {"action": "terminate",
-                       "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deadline))}
+        deadline = meta.post_notice(lead)
         t0 = time.monotonic()
         notice = gw.recv(lambda m: m["type"] == "notice", 3, "the notice, during the upload")
         took = time.monotonic() - t0
-        assert notice["action"] == "terminate" and not release.is_set(), notice
-        release.set()
-        msgs = []
-        while True:
-            m = gw.recv(lambda m: m["type"] == "presign" or of("J000027", "checkpoint", "done")(m),
-                        lead, "the notice's checkpoint")
-            if m["type"] == "presign":
-                if not any("/orphan/" in r["key"] for r in m["requests"]):
-                    bucket.presigned(gw, m)
-                continue
-            msgs.append(m)
-            if m["type"] == "done":
-                break
+        assert notice["action"] == "terminate" and not bucket.release.is_set(), notice
+        bucket.release.set()
+        msgs = until_done(bucket, gw, "J000027", lead)
         cks = [m for m in msgs if m["type"] == "checkpoint"]
         assert cks and cks[0]["step"] == 10, cks
         assert msgs[-1]["status"] == "preempted" and msgs[-1]["step"] == cks[-1]["step"] > 10, msgs
@@ -841,11 +787,10 @@ def case_notice_upload(tmp, worker_exe, train_exe):
         print("notice reported %.2f s after it was posted, with the upload held; "
               "then checkpoints of steps %s" % (took, [c["step"] for c in cks]))
     finally:
-        release.set()
+        bucket.close()
         w.kill()
         gw.close()
         meta.close()
-        bucket.close()
 
 
 def pids_of(program, needle):

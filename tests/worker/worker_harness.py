@@ -68,6 +68,14 @@ class Metadata:
         self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def post_notice(self, lead, action="terminate"):
+        """Serves a spot notice whose deadline is lead seconds away; returns
+        the deadline (wall clock, whole seconds as IMDS gives them)."""
+        deadline = time.time() + lead
+        self.notice = {"action": action,
+                       "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deadline))}
+        return deadline
+
     def expire_token(self):
         with self.cond:
             self.token = "expired"
@@ -166,12 +174,19 @@ class Gateway:
 
 
 class Bucket:
-    """Loopback HTTP for presigned URLs: PUTs are answered (on_put(path), when
-    given, runs first and may hold one), GETs find nothing, DELETEs succeed."""
+    """Loopback HTTP for presigned URLs: PUTs are answered, GETs find nothing,
+    DELETEs succeed. hold: the first PUT whose path holds it waits (for 30 s
+    at most) until `release` is set; `held` is set once it waits."""
 
-    def __init__(self, on_put=None):
+    def __init__(self, hold=None):
         self.puts = []
+        self.held, self.release = threading.Event(), threading.Event()
         bucket = self
+
+        def on_put(path):
+            if hold and hold in path and not bucket.held.is_set():
+                bucket.held.set()
+                bucket.release.wait(30)
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -191,8 +206,7 @@ class Bucket:
             def do_PUT(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 bucket.puts.append(self.path.split("?")[0])
-                if on_put:
-                    on_put(self.path)
+                on_put(self.path)
                 self.reply(200, headers=[("ETag", '"%s"' % hashlib.md5(body).hexdigest())])
 
             def do_GET(self):
@@ -212,8 +226,34 @@ class Bucket:
         gw.send({"type": "presigned", "id": m["id"],
                  "urls": ["%s/%s" % (self.base, r["key"]) for r in m["requests"]]})
 
+    def serve_job(self, gw, job, types, timeout, what, sign_orphan=True):
+        """The next message of job among types; presigns meanwhile are answered
+        (those of the orphan URLs only with sign_orphan: else a gateway that
+        never signs them)."""
+        while True:
+            m = gw.recv(lambda m: m["type"] == "presign" or of(job, *types)(m), timeout, what)
+            if m["type"] != "presign":
+                return m
+            if sign_orphan or not is_orphan_presign(m):
+                self.presigned(gw, m)
+
+    def serve_until_held(self, gw, job, sign_orphan=True):
+        """Answers presigns until the held PUT waits; job's done before it fails."""
+        while not self.held.is_set():
+            m = gw.recv(lambda m: m["type"] == "presign" or of(job, "done")(m), 30,
+                        "the presign of the PUT to hold")
+            assert m["type"] == "presign", m
+            if sign_orphan or not is_orphan_presign(m):
+                self.presigned(gw, m)
+            self.held.wait(1)
+
     def close(self):
+        self.release.set()
         self.server.shutdown()
+
+
+def is_orphan_presign(m):
+    return any("/orphan/" in r["key"] for r in m["requests"])
 
 
 class Worker:
