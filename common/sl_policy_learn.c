@@ -99,20 +99,6 @@ static double runs_left(const struct sl_runs *r, int64_t age, double prior_ticks
   return (total + SL_PRIOR_RUNS * prior_ticks) / (k + SL_PRIOR_RUNS);
 }
 
-/* Expected ticks still to come of a run that has lasted age ticks, counted
- * up to cap: what a job with cap ticks of work left can use of it. A few
- * very long runs weigh on the plain mean excess beyond anything a job can
- * use. */
-static double runs_left_upto(const struct sl_runs *r, int64_t age, double cap, double prior_ticks) {
-  size_t lo = sl_runs_longer(r, (double)age), hi = sl_runs_longer(r, (double)age + cap);
-  double k = (double)(r->n - lo);
-  double total = r->n ? r->sum[hi] - r->sum[lo] - (double)(hi - lo) * (double)age +
-                            (double)(r->n - hi) * cap
-                      : 0;
-  double prior = prior_ticks * (1 - exp(-cap / prior_ticks));
-  return (total + SL_PRIOR_RUNS * prior) / (k + SL_PRIOR_RUNS);
-}
-
 static double runs_mean(const struct sl_runs *r, double prior_ticks) {
   return ((r->n ? r->sum[r->n] : 0) + SL_PRIOR_RUNS * prior_ticks) / ((double)r->n + SL_PRIOR_RUNS);
 }
@@ -171,15 +157,14 @@ static double hours(const struct sl_market_view *m, double h) { return h * 3600.
 /* The zone with capacity now where a new segment is expected to give the
  * most progress; -1 when none has capacity. */
 static int best_zone(struct sl_learn *l, const struct sl_job_view *j,
-                     const struct sl_market_view *m, size_t now, int64_t work_left,
-                     double *ret_left) {
+                     const struct sl_market_view *m, size_t now, double *ret_left) {
   int best = -1;
   double best_v = -INFINITY;
   for (size_t z = 0; z < m->n_zones; z++) {
     if (!sl_policy_zone_up(m, z, now))
       continue;
     struct sl_series *s = &l->zone[z];
-    double left = getenv("SLX_CAP") ? runs_left_upto(&s->ups, s->age - 1, (double)(work_left + sl_policy_zone_overhead(j, m, z)) * atof(getenv("SLX_CAP")), hours(m, PRIOR_UP_H)) : runs_left(&s->ups, s->age - 1, hours(m, PRIOR_UP_H));
+    double left = runs_left(&s->ups, s->age - 1, hours(m, PRIOR_UP_H));
     /* a zone that took an instance back a moment ago: its capacity may be
      * a flicker; count it less while a typical outage would still last */
     if (l->lost_at[z] >= 0 && (double)(j->t - l->lost_at[z]) < runs_mean(&s->downs, hours(m, PRIOR_DOWN_H)))
@@ -217,7 +202,7 @@ void sl_spotlab_decide(struct sl_policy *p, const struct sl_job_view *j,
     goto out;
   }
   double up_left = 0;
-  int z = best_zone(l, j, m, f->now, f->left, &up_left);
+  int z = best_zone(l, j, m, f->now, &up_left);
   int safe = z >= 0 && sl_policy_spot_safe(j, m, f, (size_t)z) ? z : -1;
   if (j->window != INT64_MAX) {
     /* the plan over the market model: one zone's runs, or for several the
