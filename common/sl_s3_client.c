@@ -7,7 +7,7 @@
  * and aborted otherwise); a download reaches its destination only after its
  * bytes matched the object's x-amz-meta-sha256; no URL reaches an error
  * sentence or a log line (its query holds the signature). XML replies are
- * read here and nowhere else. Design notes: docs/internals/s3.md. */
+ * read in sl_s3_xml.c and nowhere else. Design notes: docs/internals/s3.md. */
 #include "sl_s3.h"
 #include "sl_s3_int.h"
 #include "sl_strv.h"
@@ -19,8 +19,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <libxml/parser.h>
-#include <libxml/tree.h>
 #include <limits.h>
 #include <openssl/evp.h>
 #include <pthread.h>
@@ -35,7 +33,6 @@
 #include <unistd.h>
 
 #define TOPIC "s3"
-#define KEY_MAX 1024              /* S3's limit on a whole key, prefix included */
 #define SIGN_BATCH 32             /* part URLs asked of the signer at once */
 #define LIST_BODY_MAX (8u << 20)  /* one page of 1000 keys of 1 KiB, with room */
 #define HASH_CHUNK (1u << 20)
@@ -103,49 +100,6 @@ static int md5_range(int fd, uint64_t off, uint64_t len, char hex[33], char b64[
   return r;
 }
 
-/* ---- XML replies ---- */
-
-static pthread_once_t xml_once = PTHREAD_ONCE_INIT;
-static void xml_init(void) { xmlInitParser(); }
-
-/* A reply as a tree: no network, no entity expansion. NULL if it does not parse. */
-static xmlDoc *xml_read(const char *body, size_t len) {
-  if (!body || !len || len > INT_MAX) return NULL;
-  return xmlReadMemory(body, (int)len, NULL, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR |
-                                                       XML_PARSE_NOWARNING);
-}
-
-static xmlNode *xml_child(xmlNode *n, const char *name) {
-  for (xmlNode *c = n ? n->children : NULL; c; c = c->next)
-    if (c->type == XML_ELEMENT_NODE && !strcmp((const char *)c->name, name)) return c;
-  return NULL;
-}
-
-/* The text of n's child `name` into out: its length, -ENOENT when absent,
- * SL_ELIMIT when it does not fit. */
-static int xml_text(xmlNode *n, const char *name, char *out, size_t size) {
-  xmlNode *c = xml_child(n, name);
-  if (!c) return -ENOENT;
-  xmlChar *t = xmlNodeGetContent(c);
-  size_t len = t ? strlen((const char *)t) : 0;
-  int r = len < size ? (int)len : SL_ELIMIT;
-  if (r >= 0) memcpy(out, t ? (const char *)t : "", len + 1);
-  xmlFree(t);
-  return r;
-}
-
-/* An error reply's Code and Message ("" when the body has none). */
-static void xml_error(const char *body, size_t len, char code[64], char msg[200]) {
-  code[0] = msg[0] = 0;
-  xmlDoc *d = xml_read(body, len);
-  xmlNode *root = d ? xmlDocGetRootElement(d) : NULL;
-  if (root && !strcmp((const char *)root->name, "Error")) {
-    if (xml_text(root, "Code", code, 64) < 0) code[0] = 0;
-    if (xml_text(root, "Message", msg, 200) < 0) msg[0] = 0;
-  }
-  xmlFreeDoc(d);
-}
-
 /* ---- the client ---- */
 
 int sl_s3_client_new(const struct sl_s3_signer *signer, const struct sl_s3_opts *opts,
@@ -161,7 +115,7 @@ int sl_s3_client_new(const struct sl_s3_signer *signer, const struct sl_s3_opts 
     return -EINVAL;
   int r = sl_http_global_init();
   if (r < 0) return r;
-  pthread_once(&xml_once, xml_init);
+  sl_s3_xml_init();
   struct sl_s3_client *c = calloc(1, sizeof *c);
   if (!c) return -ENOMEM;
   c->signer = *signer;
@@ -223,7 +177,7 @@ int sl_s3_transport_error(int r, const char *what, const char *key, char *err, s
 int sl_s3_answer_error(const struct sl_http_resp *resp, const char *what, const char *key,
                         char *err, size_t err_size) {
   char code[64], msg[200];
-  xml_error(resp->body, resp->body_len, code, msg);
+  sl_s3_xml_error(resp->body, resp->body_len, code, msg);
   int r;
   if (resp->status == 404) r = -ENOENT;
   else if (resp->status == 401 || resp->status == 403) r = SL_EAUTH;
@@ -312,60 +266,6 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* One page's keys into l, relative to the store's prefix; the next page's
- * token into next ("" on the last page). The page's Prefix is the one
- * asked for, the store's included: what it has before `prefix` is the
- * store's, and is cut from each key. */
-static int list_page(const char *body, size_t len, const char *prefix, struct sl_strv *l,
-                     char *next, size_t next_size, char *err, size_t err_size) {
-  xmlDoc *d = xml_read(body, len);
-  xmlNode *root = d ? xmlDocGetRootElement(d) : NULL;
-  int r = 0;
-  char truncated[8] = "";
-  char *key = malloc(KEY_MAX + 1);
-  if (!key) {
-    r = -ENOMEM;
-    goto done;
-  }
-  if (!root || strcmp((const char *)root->name, "ListBucketResult")) {
-    r = sl_err_say(err, err_size, SL_EPARSE, "S3 list of %s: the answer is not a ListBucketResult",
-                   prefix);
-    goto done;
-  }
-  size_t pl = strlen(prefix), cut = 0;
-  int kl = xml_text(root, "Prefix", key, KEY_MAX + 1);
-  if (kl < 0) kl = 0; /* no Prefix: the bucket's root */
-  if ((size_t)kl < pl || memcmp(key + kl - pl, prefix, pl)) {
-    r = sl_err_say(err, err_size, SL_EPARSE, "S3 list of %s: the answer is for another prefix",
-                   prefix);
-    goto done;
-  }
-  cut = (size_t)kl - pl;
-  char store_prefix[KEY_MAX + 1];
-  memcpy(store_prefix, key, cut);
-  store_prefix[cut] = 0;
-  for (xmlNode *n = root->children; n && r >= 0; n = n->next) {
-    if (n->type != XML_ELEMENT_NODE || strcmp((const char *)n->name, "Contents")) continue;
-    if (xml_text(n, "Key", key, KEY_MAX + 1) < 0) {
-      r = sl_err_say(err, err_size, SL_EPARSE, "S3 list of %s: an entry without a usable Key",
-                     prefix);
-    } else if (strlen(key) > cut && !memcmp(key, store_prefix, cut)) {
-      if ((r = sl_strv_add(l, key + cut, SL_S3_LIST_MAX)) == SL_ELIMIT)
-        sl_err_say(err, err_size, r, "S3 list of %s: more than %d keys", prefix, SL_S3_LIST_MAX);
-    }
-  }
-  if (r < 0) goto done;
-  next[0] = 0;
-  if (xml_text(root, "IsTruncated", truncated, sizeof truncated) >= 0 && !strcmp(truncated, "true") &&
-      xml_text(root, "NextContinuationToken", next, next_size) <= 0)
-    r = sl_err_say(err, err_size, SL_EPARSE,
-                   "S3 list of %s: a truncated page without a usable token", prefix);
-done:
-  free(key);
-  xmlFreeDoc(d);
-  return r;
-}
-
 int sl_s3_list(struct sl_s3_client *c, const char *prefix, char ***ret_keys, size_t *ret_n,
                char *err, size_t err_size) {
   struct sl_strv l = {0};
@@ -391,7 +291,7 @@ int sl_s3_list(struct sl_s3_client *c, const char *prefix, char ***ret_keys, siz
       goto fail;
     }
     if (resp.status != 200) r = sl_s3_answer_error(&resp, "list", prefix, err, err_size);
-    else r = list_page(resp.body, resp.body_len, prefix, &l, next, 4096, err, err_size);
+    else r = sl_s3_xml_list_page(resp.body, resp.body_len, prefix, &l, next, 4096, err, err_size);
     sl_http_resp_done(&resp);
     if (r < 0) goto fail;
     if (!*next) break;
@@ -610,18 +510,15 @@ static int mpu_complete(struct mpu *m, const char *sha256, char *err, size_t err
       return 0;
   }
   if (r < 0) return r;
-  xmlDoc *d = xml_read(body, len);
-  xmlNode *root = d ? xmlDocGetRootElement(d) : NULL;
-  if (!root || strcmp((const char *)root->name, "CompleteMultipartUploadResult")) {
+  if (!sl_s3_xml_is(body, len, "CompleteMultipartUploadResult")) {
     char code[64], msg[200];
-    xml_error(body, len, code, msg);
+    sl_s3_xml_error(body, len, code, msg);
     r = sl_err_say(err, err_size,
                    *code && strcmp(code, "InternalError") && strcmp(code, "SlowDown") ? -EIO
                                                                                       : -EAGAIN,
                    "S3 completion of %s failed: %s%s%s", m->key,
                    *code ? code : "an answer that is not XML", *msg ? ": " : "", msg);
   }
-  xmlFreeDoc(d);
   free(body);
   return r;
 }
@@ -639,14 +536,10 @@ static int put_multipart(struct sl_s3_client *c, const char *key, int fd, int bo
   size_t len = 0;
   int r = exchange(c, &pr, "POST", NULL, 0, "start of an upload", &body, &len, NULL, err, err_size);
   if (r < 0) return r;
-  xmlDoc *d = xml_read(body, len);
-  xmlNode *root = d ? xmlDocGetRootElement(d) : NULL;
   char id[1024];
-  if (!root || strcmp((const char *)root->name, "InitiateMultipartUploadResult") ||
-      xml_text(root, "UploadId", id, sizeof id) <= 0)
+  if (sl_s3_xml_upload_id(body, len, id, sizeof id) < 0)
     r = sl_err_say(err, err_size, SL_EPARSE,
                    "S3 start of an upload of %s: no UploadId in the answer", key);
-  xmlFreeDoc(d);
   free(body);
   if (r < 0) return r;
   m.upload_id = id;

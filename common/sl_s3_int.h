@@ -40,4 +40,25 @@ int sl_s3_answer_error(const struct sl_http_resp *resp, const char *what, const 
 /* The SHA-256 of bytes [off, off+len) of fd, as 64 hex digits. */
 int sl_s3_sha256_range(int fd, uint64_t off, uint64_t len, char hex[65]);
 
+/* ---- sl_s3_xml.c: the store's XML replies ---- */
+
+struct sl_strv;
+
+/* Once per process (any thread) before the functions below. */
+void sl_s3_xml_init(void);
+/* An error reply's Code and Message ("" when the body has none). */
+void sl_s3_xml_error(const char *body, size_t len, char code[64], char msg[200]);
+/* Whether the body is XML whose root element is named root. */
+bool sl_s3_xml_is(const char *body, size_t len, const char *root);
+/* The UploadId of an InitiateMultipartUploadResult into id: its length;
+ * SL_EPARSE when there is none, SL_ELIMIT when it does not fit. */
+int sl_s3_xml_upload_id(const char *body, size_t len, char *id, size_t size);
+/* One page of a ListObjectsV2 into l: each key relative to the store's
+ * prefix (the page's Prefix is the one asked for, `prefix`, with the
+ * store's own before it, which is cut from every key); the next page's
+ * token into next ("" on the last page). SL_EPARSE with a sentence when
+ * the page is not one, SL_ELIMIT past SL_S3_LIST_MAX keys. */
+int sl_s3_xml_list_page(const char *body, size_t len, const char *prefix, struct sl_strv *l,
+                        char *next, size_t next_size, char *err, size_t err_size);
+
 #endif
