@@ -43,10 +43,17 @@ struct jk_display *jk_display_free(struct jk_display *d) {
 
 /* ---- folding ------------------------------------------------------------ */
 
+/* Text from the gateway into a field: one line, and whole characters
+ * however the field's size cut it (jk_text_clean). */
+static void put_str(char *dst, size_t size, const char *v) {
+  snprintf(dst, size, "%s", v);
+  jk_text_clean(dst, true);
+}
+
 static void copy_str(char *dst, size_t size, const json_t *obj, const char *key) {
   const char *v = json_string_value(json_object_get(obj, key));
   if (v)
-    snprintf(dst, size, "%s", v);
+    put_str(dst, size, v);
 }
 
 static bool get_num(const json_t *obj, const char *key, double *ret) {
@@ -103,6 +110,7 @@ static void timeline(struct jk_display *d, int64_t t, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(e->text, sizeof e->text, fmt, ap);
   va_end(ap);
+  jk_text_clean(e->text, true);
 }
 
 const struct tl_entry *jk_display_tl(const struct jk_display *d, size_t i) {
@@ -126,7 +134,7 @@ static void placement(struct jk_display *d, const json_t *o) {
 }
 
 void jk_display_set_model(struct jk_display *d, const char *model) {
-  snprintf(d->model, sizeof d->model, "%s", model ? model : "");
+  put_str(d->model, sizeof d->model, model ? model : "");
 }
 
 void jk_display_summary(struct jk_display *d, const json_t *job) {
@@ -227,14 +235,15 @@ static void append(struct tl_entry *e, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(e->text + n, sizeof e->text - n, fmt, ap);
   va_end(ap);
+  jk_text_clean(e->text, true);
 }
 
 static void on_state(struct jk_display *d, const json_t *ev, int64_t t) {
   const char *state = sl_json_get_str(ev, "state", "");
   const char *reason = sl_json_get_str(ev, "reason", "");
-  snprintf(d->state, sizeof d->state, "%s", state);
+  put_str(d->state, sizeof d->state, state);
   if (*reason || terminal(state))
-    snprintf(d->reason, sizeof d->reason, "%s", reason);
+    put_str(d->reason, sizeof d->reason, reason);
   if (terminal(state))
     d->preempt_open = false;
   /* running ⇄ checkpointing is frequent and says little: not in the timeline;
@@ -387,7 +396,7 @@ static void on_device(struct jk_display *d, const json_t *ev) {
     d->threads = (long long)v;
   get_num(ev, "memory_mib", &d->gpu_memory_mib);
   copy_str(d->gpu_model, sizeof d->gpu_model, ev, "gpu_model");
-  snprintf(d->precision, sizeof d->precision, "%.7s", sl_json_get_str(ev, "precision", ""));
+  put_str(d->precision, sizeof d->precision, sl_json_get_str(ev, "precision", ""));
 }
 
 void jk_display_device_text(const struct jk_display *d, char *buf, size_t size) {
@@ -429,7 +438,7 @@ static void on_plan(struct jk_display *d, const json_t *ev, int64_t t) {
   d->plan_left_s = get_num(ev, "left_s", &v) && v >= 0 ? v : 0;
   d->plan_slack_s = get_num(ev, "slack_s", &v) ? v : 0;
   d->plan_scale = get_num(ev, "time_scale", &v) && v > 0 ? v : 1;
-  snprintf(d->plan_mode, sizeof d->plan_mode, "%s", mode);
+  put_str(d->plan_mode, sizeof d->plan_mode, mode);
   copy_str(d->plan_text, sizeof d->plan_text, ev, "text");
   const char *why = sl_json_get_str(ev, "why", "");
   if (move)

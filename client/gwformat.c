@@ -18,6 +18,11 @@
 
 #define MAX_ROWS 1000
 
+/* The text made, with whatever the gateway sent in it made safe for a
+ * terminal and a JSON string (jk_text_clean: no escape sequences, whole
+ * characters where a column's width cut one). */
+static char *finish(struct jk_dbuf *b) { return jk_text_clean(jk_dbuf_done(b), false); }
+
 static const char *str_or_dash(const json_t *o, const char *key) {
   const char *s = json_string_value(json_object_get(o, key));
   return s && *s ? s : "-";
@@ -69,7 +74,7 @@ char *jk_format_jobs_of(const json_t *reply, const char *session) {
   if (!shown) {
     jk_dbuf_printf(&b, session ? "No jobs in this notebook session (%%jobs --all lists all of yours).\n"
                                : "No jobs.\n");
-    return jk_dbuf_done(&b);
+    return finish(&b);
   }
   jk_dbuf_printf(&b, "%-8s  %-13s %-6s %-10s %-10s %-15s %-14s %s\n", "JOB", "STATE", "KIND", "MODEL",
                  "DATA", "STEP", "INSTANCE", "COST");
@@ -91,7 +96,7 @@ char *jk_format_jobs_of(const json_t *reply, const char *session) {
                    str_or_dash(j, "state"), str_or_dash(j, "kind"), str_or_dash(j, "model"),
                    str_or_dash(j, "data"), step, str_or_dash(j, "instance_type"), cost);
   }
-  return jk_dbuf_done(&b);
+  return finish(&b);
 }
 
 /* "12 s ago", "3 min ago", "2 h ago", "4 days ago" for a wall-clock time. */
@@ -147,7 +152,7 @@ static void more(struct jk_dbuf *b, const char *label, const json_t *o, const ch
     extras(&one, single, NULL);
     json_decref(single);
     char *t = jk_dbuf_done(&one);
-    if (t)
+    if (t && *t) /* " key=value"; nothing for a null */
       jk_dbuf_printf(&line, "%s%s", line.len ? ", " : "", t + 1);
     free(t);
   }
@@ -243,7 +248,7 @@ char *jk_format_status(const json_t *reply) {
     jk_dbuf_printf(&b, "store: %s (%.200s): new work is refused; %lld writes kept in memory\n",
                    str_or_dash(store, "error"), str_or_dash(store, "message"),
                    (long long)sl_json_get_int(store, "kept_writes", 0));
-  return jk_dbuf_done(&b);
+  return finish(&b);
 }
 
 char *jk_format_idle(const json_t *reply) {
@@ -253,7 +258,7 @@ char *jk_format_idle(const json_t *reply) {
     status_idle(&b, idle);
   else
     jk_dbuf_printf(&b, "idle: the gateway reported no idle timers\n");
-  return jk_dbuf_done(&b);
+  return finish(&b);
 }
 
 char *jk_format_cost(const json_t *reply) { return jk_format_cost_of(reply, NULL, NULL); }
@@ -304,7 +309,7 @@ char *jk_format_cost_of(const json_t *reply, const json_t *jobs_reply, const cha
   }
   if (session && !rows)
     jk_dbuf_printf(&b, "No jobs in this notebook session (%%cost --all lists all of yours).\n");
-  return jk_dbuf_done(&b);
+  return finish(&b);
 }
 
 /* The market of a gateway without a ranking: one row per type. */
@@ -313,7 +318,7 @@ static char *format_market_types(const json_t *reply) {
   const json_t *types = json_object_get(reply, "types");
   if (!json_array_size(types)) {
     jk_dbuf_printf(&b, "No instance types match.\n");
-    return jk_dbuf_done(&b);
+    return finish(&b);
   }
   jk_dbuf_printf(&b, "%-16s %4s %10s %10s %7s %-13s %-8s %s\n", "TYPE", "GPUS", "SPOT $/h", "OD $/h", "SAVING",
                  "INTERRUPTION", "CAPACITY", "$ PER GPU-HOUR (SPOT)");
@@ -342,7 +347,7 @@ static char *format_market_types(const json_t *reply) {
     jk_dbuf_printf(&b, "%-16.16s %4lld %10.4f %10.4f %7s %-13.13s %-8s %s\n", str_or_dash(t, "type"), gpus, spot, od,
                    saving, str_or_dash(t, "interruption"), capacity, unit);
   }
-  return jk_dbuf_done(&b);
+  return finish(&b);
 }
 
 /* The type row of the market reply that ranking entry e names, or NULL. */
@@ -406,7 +411,7 @@ char *jk_format_market(const json_t *reply) {
   }
   jk_dbuf_printf(&b, "Best first by expected cost per unit of work; a unit is %s.\n",
                  sl_json_get_str(reply, "unit", "one unit of work"));
-  return jk_dbuf_done(&b);
+  return finish(&b);
 }
 
 char *jk_format_market_html(const json_t *reply) {
@@ -445,7 +450,7 @@ char *jk_format_market_html(const json_t *reply) {
   jk_dbuf_printf(&b, "</tbody></table><p>Best first by expected cost per unit of work; a unit is "
                      "%s.</p></div>\n", unit ? unit : "");
   free(unit);
-  return jk_html_no_math(jk_dbuf_done(&b));
+  return jk_html_no_math(finish(&b));
 }
 
 char *jk_format_instances(const json_t *reply) {
@@ -463,7 +468,7 @@ char *jk_format_instances(const json_t *reply) {
     extras(&b, in, skip);
     jk_dbuf_printf(&b, "\n");
   }
-  return jk_dbuf_done(&b);
+  return finish(&b);
 }
 
 char *jk_format_event(const json_t *ev, long long first_time_us) {
@@ -490,7 +495,7 @@ char *jk_format_event(const json_t *ev, long long first_time_us) {
     extras(&b, ev, skip);
   }
   jk_dbuf_printf(&b, "\n");
-  return jk_dbuf_done(&b);
+  return finish(&b);
 }
 
 char *jk_format_events(const json_t *reply) {
@@ -509,7 +514,7 @@ char *jk_format_events(const json_t *reply) {
   }
   if (sl_json_get_bool(reply, "more", false))
     jk_dbuf_printf(&b, "... more events follow (the gateway sent the first %zu)\n", json_array_size(events));
-  return jk_dbuf_done(&b);
+  return finish(&b);
 }
 
 /* ---- budgets ---- */
@@ -549,7 +554,7 @@ char *jk_format_budgets(const json_t *reply) {
   const json_t *list = json_object_get(reply, "budgets");
   if (!json_array_size(list)) {
     jk_dbuf_printf(&b, "No monthly budget applies.\n");
-    return jk_dbuf_done(&b);
+    return finish(&b);
   }
   jk_dbuf_printf(&b, "monthly budgets, %s (UTC):\n", sl_json_get_str(reply, "month", "this month"));
   size_t i;
@@ -576,5 +581,5 @@ char *jk_format_budgets(const json_t *reply) {
     if (ov)
       jk_dbuf_printf(&b, "  %-20.20s (set live by %s)\n", "", sl_json_get_str(ov, "set_by", "an admin"));
   }
-  return jk_dbuf_done(&b);
+  return finish(&b);
 }

@@ -93,5 +93,5 @@ char *jk_format_record(const json_t *r) {
   }
   if (!json_array_size(json_object_get(r, "checkpoints")))
     jk_dbuf_printf(&b, "  none\n");
-  return jk_dbuf_done(&b);
+  return jk_text_clean(jk_dbuf_done(&b), false);
 }

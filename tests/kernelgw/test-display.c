@@ -294,6 +294,43 @@ static void test_hostile(void) {
 }
 
 
+/* What the gateway sends is text: a failure reason with terminal escapes
+ * (C0 and C1) shows them as '?', never as escapes, in the text, the line
+ * and the timeline; and a reason longer than its field, cut inside a
+ * character, still makes a display (a JSON string holds only UTF-8: the
+ * bundle was NULL, so a failed job's final state never went out). */
+static void test_text_from_the_gateway(void) {
+  struct jk_display *d = jk_display_new("J000003", "train");
+  char reason[700] = "";
+  for (int i = 0; i < 300; i++) strcat(reason, "\xC3\xA9"); /* é */
+  json_t *e = ev("J000003", 1, 1000000, "state");
+  json_object_set_new(e, "state", json_string("failed"));
+  json_object_set_new(e, "reason", json_string(reason));
+  feed(d, e);
+  json_t *bundle = jk_display_bundle(d);
+  CHECK(bundle != NULL);
+  CHECK(json_is_string(json_object_get(bundle, "text/plain")));
+  const char *text = json_string_value(json_object_get(bundle, "text/plain"));
+  CHECK(text && strstr(text, "\xC3\xA9\xC3\xA9"));
+  json_decref(bundle);
+  jk_display_free(d);
+
+  d = jk_display_new("J000004", "train");
+  e = ev("J000004", 1, 1000000, "state");
+  json_object_set_new(e, "state", json_string("failed"));
+  json_object_set_new(e, "reason", json_string("boom\x1b]0;title\x07 \xC2\x9B" "31m red\r\nnext"));
+  feed(d, e);
+  char *out[2] = {jk_display_text(d), jk_display_line(d, 200)};
+  for (int k = 0; k < 2; k++)
+    CHECK(out[k] && !strchr(out[k], '\x1b') && !strchr(out[k], '\x07') && !strchr(out[k], '\r') &&
+          !strstr(out[k], "\xC2\x9B"));
+  /* the timeline's line: one line, the escapes shown as '?' */
+  CHECK(out[0] && strstr(out[0], "failed: boom?]0;title? ?31m red? next\n"));
+  free(out[0]);
+  free(out[1]);
+  jk_display_free(d);
+}
+
 /* ---- timelines from real gateway event sequences ------------------------
  * Each sequence below is what spotlab-gateway sent to an attached client
  * (recorded from the gateway with the scripted worker of tests/gateway/:
@@ -823,6 +860,7 @@ int main(void) {
   test_vegalite();
   test_throttle();
   test_hostile();
+  test_text_from_the_gateway();
   test_timeline_preempted_with_notice();
   test_timeline_killed();
   test_timeline_run();

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gwformat.h"
+#include "sl_json.h"
 #include "sl_time.h"
 #include "harness.h"
 
@@ -143,10 +144,42 @@ static void test_market(void) {
   json_decref(reply);
 }
 
+/* A reply's text from the gateway reaches a terminal (the CLI) and a JSON
+ * string (the kernel's magics): escapes become '?', and a column's width
+ * that cuts a character leaves well-formed UTF-8. */
+static void test_text_from_the_gateway(void) {
+  json_t *reply = json_pack("{s:[{s:s, s:s, s:s, s:s, s:s}]}", "jobs", "job", "J000001", "state",
+                            "failed", "kind", "train", "model",
+                            "\xE3\x83\xA2\xE3\x83\x87\xE3\x83\xAB\xE3\x83\xA2\xE3\x83\x87\xE3\x83\xAB",
+                            "reason", "boom \x1b[2J\x1b]0;title\x07");
+  char *text = jk_format_jobs(reply);
+  CHECK(text && sl_json_utf8_ok(text, strlen(text)));
+  CHECK(text && !strchr(text, '\x1b') && !strchr(text, '\x07'));
+  free(text);
+  json_decref(reply);
+  json_t *ev = json_pack("{s:s, s:s, s:i, s:I, s:s, s:s, s:s}", "type", "event", "job", "J000001", "seq", 3,
+                         "time_us", (json_int_t)1000000, "event", "output", "stream", "stdout", "text",
+                         "\x1b[31mred\x1b[0m \xC2\x9B" "1m");
+  text = jk_format_event(ev, 0);
+  CHECK(text && strstr(text, "?[31mred?[0m ?1m"));
+  free(text);
+  json_decref(ev);
+  /* a field the gateway sends as null is left out (it was read one byte
+   * past its text's end) */
+  reply = json_pack("{s:{s:s}, s:[{s:s, s:s, s:n, s:i}], s:{}, s:{}}", "gateway", "version", "0.1.0",
+                    "workers", "instance", "i-aaa", "type", "g5.xlarge", "spot_request", "gpus", 1, "idle",
+                    "budget");
+  text = jk_format_status(reply);
+  CHECK(text && strstr(text, "gpus=1\n") && !strstr(text, "spot_request"));
+  free(text);
+  json_decref(reply);
+}
+
 int main(void) {
   test_status_gpus();
   test_status_readable();
   test_jobs_of_session();
   test_market();
+  test_text_from_the_gateway();
   TEST_MAIN_END();
 }
