@@ -17,6 +17,7 @@
 #include "gateway_cmd.h"
 #include "gwformat.h"
 #include "gwrecord.h"
+#include "textbuf.h"
 #include "sl_json.h"
 #include "sl_log.h"
 #include "sl_time.h"
@@ -264,6 +265,7 @@ static bool rerun_event(void *ud, const json_t *ev) {
     return true;
   snprintf(w->state, sizeof w->state, "%s", sl_json_get_str(ev, "state", ""));
   snprintf(w->reason, sizeof w->reason, "%s", sl_json_get_str(ev, "reason", ""));
+  jk_text_clean(w->reason, true); /* the reason reaches a terminal */
   return strcmp(w->state, "running") && strcmp(w->state, "succeeded") && strcmp(w->state, "failed") &&
          strcmp(w->state, "cancelled");
 }
