@@ -20,6 +20,11 @@
 #include "sl_json.h"
 #include "sl_time.h"
 
+#define DURATION_MAX_S 1e9 /* seconds, about 30 years: an ETA beyond is none, a span is cut there */
+
+/* Seconds from the gateway (any double) as µs within [0, DURATION_MAX_S]. */
+static int64_t span_us(double s) { return (int64_t)(fmin(fmax(s, 0), DURATION_MAX_S) * 1e6); }
+
 struct jk_display *jk_display_new(const char *job, const char *kind) {
   struct jk_display *d = calloc(1, sizeof *d);
   if (!d)
@@ -270,7 +275,7 @@ static void on_notice(struct jk_display *d, const json_t *ev, int64_t t) {
   if (deadline > 0 && t > 0 && deadline >= t) {
     d->notice_us = t;
     d->notice_deadline_us = deadline;
-    in_s = (long long)((deadline - t + SL_US_PER_S / 2) / SL_US_PER_S);
+    in_s = llround((double)(deadline - t) / SL_US_PER_S);
   }
   if (strcmp(action, "rebalance") == 0)
     timeline(d, t, "rebalance recommendation for %s: it may be reclaimed soon", inst);
@@ -292,7 +297,7 @@ static void on_preempted(struct jk_display *d, const json_t *ev, int64_t t) {
     snprintf(how, sizeof how, "no notice");
   else if (d->notice_deadline_us > d->notice_us)
     snprintf(how, sizeof how, "notice %lld s",
-             (long long)((d->notice_deadline_us - d->notice_us + SL_US_PER_S / 2) / SL_US_PER_S));
+             llround((double)(d->notice_deadline_us - d->notice_us) / SL_US_PER_S));
   else
     snprintf(how, sizeof how, "with notice");
   d->notice_us = d->notice_deadline_us = 0;
@@ -455,7 +460,8 @@ void jk_display_deadline_text(const struct jk_display *d, char *buf, size_t size
   time_t secs = (time_t)(d->plan_deadline_us / SL_US_PER_S);
   struct tm tm;
   if (d->plan_deadline_us > 0 && localtime_r(&secs, &tm))
-    strftime(when, sizeof when, d->plan_deadline_us - d->plan_us > 86400 * SL_US_PER_S ? "%b %d %H:%M" : "%H:%M",
+    strftime(when, sizeof when,
+             (double)d->plan_deadline_us - (double)d->plan_us > 86400.0 * SL_US_PER_S ? "%b %d %H:%M" : "%H:%M",
              &tm);
   if (terminal(d->state)) {
     bool met = strcmp(d->state, "succeeded") == 0 && d->last_us <= d->plan_deadline_us;
@@ -464,9 +470,9 @@ void jk_display_deadline_text(const struct jk_display *d, char *buf, size_t size
     return;
   }
   /* the time left at the plan event, less what the provider's clock ran since */
-  double left_s = d->plan_left_s - (double)(d->last_us - d->plan_us) / 1e6 * d->plan_scale;
-  sl_time_format_duration((int64_t)(fmax(0, left_s) * 1e6), left, sizeof left);
-  sl_time_format_duration((int64_t)(fmax(0, d->plan_slack_s) * 1e6), slack, sizeof slack);
+  double left_s = d->plan_left_s - ((double)d->last_us - (double)d->plan_us) / 1e6 * d->plan_scale;
+  sl_time_format_duration(span_us(left_s), left, sizeof left);
+  sl_time_format_duration(span_us(d->plan_slack_s), slack, sizeof slack);
   char clock[48] = "";
   if (d->plan_scale != 1)
     snprintf(clock, sizeof clock, " on the provider's clock, x%g", d->plan_scale);
@@ -603,12 +609,14 @@ double jk_display_eta_s(const struct jk_display *d) {
   if (d->rate_n < 2 || d->steps <= 0 || jk_display_finished(d))
     return -1;
   size_t first = d->rate_head, last = (d->rate_head + d->rate_n - 1) % RATE_WINDOW;
-  double dt = (double)(d->rate_t[last] - d->rate_t[first]) / 1e6;
-  double ds = (double)(d->rate_s[last] - d->rate_s[first]);
+  /* in doubles: times and steps come from the gateway, whatever their range */
+  double dt = ((double)d->rate_t[last] - (double)d->rate_t[first]) / 1e6;
+  double ds = (double)d->rate_s[last] - (double)d->rate_s[first];
   if (dt <= 0 || ds <= 0)
     return -1;
-  double left = (double)(d->steps - d->step);
-  return left <= 0 ? 0 : left / (ds / dt);
+  double left = (double)d->steps - (double)d->step;
+  double eta = left <= 0 ? 0 : left / (ds / dt);
+  return eta < DURATION_MAX_S ? eta : -1;
 }
 
 /* ---- throttling --------------------------------------------------------- */

@@ -101,10 +101,12 @@ char *jk_format_jobs_of(const json_t *reply, const char *session) {
 
 /* "12 s ago", "3 min ago", "2 h ago", "4 days ago" for a wall-clock time. */
 static void ago(char *buf, size_t size, int64_t real_us) {
-  int64_t s = (sl_time_real_us() - real_us) / SL_US_PER_S;
-  if (real_us <= 0)
+  if (real_us <= 0) {
     snprintf(buf, size, "-");
-  else if (s < 60)
+    return;
+  }
+  int64_t s = (sl_time_real_us() - real_us) / SL_US_PER_S; /* both > 0: no overflow */
+  if (s < 60)
     snprintf(buf, size, "%lld s ago", (long long)(s < 0 ? 0 : s));
   else if (s < 3600)
     snprintf(buf, size, "%lld min ago", (long long)(s / 60));
@@ -475,7 +477,7 @@ char *jk_format_event(const json_t *ev, long long first_time_us) {
   struct jk_dbuf b = {0};
   long long t = (long long)sl_json_get_int(ev, "time_us", 0);
   char dur[32] = "?";
-  if (t && first_time_us && t >= first_time_us)
+  if (t > 0 && first_time_us > 0 && t >= first_time_us)
     sl_time_format_duration(t - first_time_us, dur, sizeof dur);
   const char *kind = sl_json_get_str(ev, "event", "?");
   jk_dbuf_printf(&b, "#%-4lld +%-8s %-10.20s", (long long)sl_json_get_int(ev, "seq", 0), dur, kind);
