@@ -200,7 +200,7 @@ static void disconnect(struct jk_gw *gw, const char *why) {
   gw->state = JK_GW_FAILED;
   gw->user[0] = '\0';
   explicit_bzero(gw->auth, sizeof gw->auth);
-  snprintf(gw->last_error, sizeof gw->last_error, "%s", why);
+  sl_utf8_copy(gw->last_error, sizeof gw->last_error, why);
   sl_debug("kernel.gateway", "gateway %s: %s", gw->addr, why);
   fail_all(gw, why);
   gw->notify = true;
@@ -427,10 +427,11 @@ static void on_hello_reply(struct jk_gw *gw, const json_t *msg) {
     char why[600];
     snprintf(why, sizeof why, "the gateway refused hello: %s (%s)",
              sl_json_get_str(err, "message", "no reason given"), sl_json_get_str(err, "code", "?"));
+    sl_utf8_fix(why); /* the gateway's text may be cut inside a character */
     disconnect(gw, why);
     return;
   }
-  snprintf(gw->user, sizeof gw->user, "%s", sl_json_get_str(msg, "user", ""));
+  sl_utf8_copy(gw->user, sizeof gw->user, sl_json_get_str(msg, "user", ""));
   /* a gateway older than the secret answers without one */
   const char *auth = sl_json_get_str(msg, "auth", "");
   if (strlen(auth) >= sizeof gw->auth) {
@@ -482,7 +483,7 @@ static void on_reply(struct jk_gw *gw, const json_t *msg) {
   if (!forgotten) {
     char why[600];
     if (!ok)
-      snprintf(why, sizeof why, "%s", sl_json_get_str(err, "message", "the gateway refused the request"));
+      sl_utf8_copy(why, sizeof why, sl_json_get_str(err, "message", "the gateway refused the request"));
     gw->h->reply(gw->hud, re, keep, ok ? NULL : why);
   }
   json_decref(keep);

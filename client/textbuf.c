@@ -2,6 +2,8 @@
  * Invariant: s is NUL-terminated whenever it is non-NULL. */
 #include "textbuf.h"
 
+#include "sl_json.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,27 +49,17 @@ char *jk_dbuf_done(struct jk_dbuf *b) {
 }
 
 
-/* The length of the well-formed UTF-8 character at p (at most n bytes), 0
- * when there is none; *cut is set when the bytes end inside one that was
- * well-formed so far. */
-static size_t utf8_char(const unsigned char *p, size_t n, bool *cut) {
-  *cut = false;
-  size_t len = p[0] < 0x80 ? 1 : p[0] >= 0xC2 && p[0] <= 0xDF ? 2 : p[0] >= 0xE0 && p[0] <= 0xEF ? 3
-               : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4 : 0;
-  for (size_t i = 1; i < len; i++) {
-    if (i == n) {
-      *cut = true;
-      return 0;
-    }
-    /* continuation bytes; no overlong forms, surrogates or code points past U+10FFFF */
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (i == 1 && p[0] == 0xE0) lo = 0xA0;
-    if (i == 1 && p[0] == 0xED) hi = 0x9F;
-    if (i == 1 && p[0] == 0xF0) lo = 0x90;
-    if (i == 1 && p[0] == 0xF4) hi = 0x8F;
-    if (p[i] < lo || p[i] > hi) return 0;
-  }
-  return len;
+/* Whether s[0..n) is the start of a character cut short: a lead byte and
+ * only continuation bytes after it, fewer than the lead asks for. */
+static bool cut_short(const unsigned char *s, size_t n) {
+  size_t want = s[0] >= 0xC2 && s[0] <= 0xDF ? 2 : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
+                : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : 0;
+  if (n >= want)
+    return false;
+  for (size_t i = 1; i < n; i++)
+    if ((s[i] & 0xC0) != 0x80)
+      return false;
+  return true;
 }
 
 char *jk_text_clean(char *s, bool one_line) {
@@ -75,9 +67,8 @@ char *jk_text_clean(char *s, bool one_line) {
   unsigned char *p = (unsigned char *)s;
   size_t n = strlen(s), o = 0;
   for (size_t i = 0; i < n;) {
-    bool cut;
-    size_t len = utf8_char(p + i, n - i, &cut);
-    if (cut) break; /* a character cut short at the end */
+    size_t len = sl_utf8_char(s + i, n - i);
+    if (len == 0 && cut_short(p + i, n - i)) break; /* cut at the very end: dropped */
     if (len == 0) {
       p[o++] = '?';
       i++;

@@ -45,7 +45,12 @@ static int check_depth(const char *buf, size_t len, int max_depth) {
   return 0;
 }
 
-static size_t utf8_seq(const unsigned char *p, size_t n) {
+size_t sl_utf8_char(const char *s, size_t n) {
+  const unsigned char *p = (const unsigned char *)s;
+  if (!n)
+    return 0;
+  if (p[0] < 0x80)
+    return 1;
   size_t len = p[0] >= 0xC2 && p[0] <= 0xDF   ? 2
                : p[0] >= 0xE0 && p[0] <= 0xEF ? 3
                : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4
@@ -64,13 +69,40 @@ static size_t utf8_seq(const unsigned char *p, size_t n) {
   return len;
 }
 
+char *sl_utf8_fix(char *s) {
+  for (size_t i = 0, n = strlen(s); i < n;) {
+    size_t len = sl_utf8_char(s + i, n - i);
+    if (!len)
+      s[i] = '?';
+    i += len ? len : 1;
+  }
+  return s;
+}
+
+const char *sl_utf8_text(const char *s, char *buf, size_t size) {
+  return sl_json_utf8_ok(s, strlen(s)) ? s : sl_utf8_fix(sl_utf8_copy(buf, size, s));
+}
+
+char *sl_utf8_copy(char *dst, size_t size, const char *src) {
+  if (!size)
+    return dst;
+  size_t n = strlen(src);
+  if (n >= size) {
+    n = size - 1;
+    while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80)
+      n--; /* src[n], the first byte left out, continues a character: leave it all out */
+  }
+  memmove(dst, src, n);
+  dst[n] = 0;
+  return dst;
+}
+
 bool sl_json_utf8_ok(const char *s, size_t len) {
-  const unsigned char *p = (const unsigned char *)s, *end = p + len;
-  while (p < end) {
-    size_t n = *p < 0x80 ? 1 : utf8_seq(p, (size_t)(end - p));
+  for (size_t i = 0; i < len;) {
+    size_t n = sl_utf8_char(s + i, len - i);
     if (!n)
       return false;
-    p += n;
+    i += n;
   }
   return true;
 }

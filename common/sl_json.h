@@ -34,6 +34,21 @@ char *sl_json_dump(const json_t *v, size_t *ret_len);
 /* Whether s[0..len) is well-formed UTF-8, what a JSON string may hold: no
  * overlong forms, no surrogates, nothing past U+10FFFF. */
 bool sl_json_utf8_ok(const char *s, size_t len);
+/* The length of the well-formed UTF-8 character at s (n bytes there): 1 to
+ * 4, or 0 when those bytes are not one (a character cut short included). */
+size_t sl_utf8_char(const char *s, size_t n);
+/* Copies src into dst (size bytes) as snprintf(dst, size, "%s", src) does,
+ * but never cuts a character: a src that does not fit ends at the last
+ * whole character that does, so text that was UTF-8 stays UTF-8 (what a
+ * JSON string may hold). Returns dst. */
+char *sl_utf8_copy(char *dst, size_t size, const char *src);
+/* Makes s UTF-8 in place: each byte that is not part of a well-formed
+ * character (a character cut inside a message, say) becomes '?'. Returns s. */
+char *sl_utf8_fix(char *s);
+/* s when it is UTF-8, else a copy of it in buf (size bytes) made so by
+ * sl_utf8_copy and sl_utf8_fix: a message for a JSON string, whatever cut
+ * the text in it. */
+const char *sl_utf8_text(const char *s, char *buf, size_t size);
 
 const char *sl_json_get_str(const json_t *obj, const char *key, const char *def);
 /* An integer, or a real truncated toward zero; def when absent, of another

@@ -91,7 +91,9 @@ static void answer_json(struct answer *a, unsigned code, json_t *v) {
 }
 
 static void answer_err(struct answer *a, unsigned code, const char *msg) {
-  answer_json(a, code, json_pack("{s:{s:i,s:s}}", "error", "code", (int)code, "message", msg));
+  char fixed[1024];
+  answer_json(a, code, json_pack("{s:{s:i,s:s}}", "error", "code", (int)code, "message",
+                                 sl_utf8_text(msg, fixed, sizeof fixed)));
 }
 
 /* The user of an "Authorization: Bearer TOKEN" header; false (and a 401

@@ -83,6 +83,8 @@ void gw_kproto_reply(struct gw_kreq *q, json_t *fields) {
 
 static void reply_err(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, json_t *id, int code,
                       const char *msg) {
+  char fixed[1024];
+  msg = sl_utf8_text(msg, fixed, sizeof fixed); /* text from outside, cut inside a character */
   json_t *m = json_pack("{s:s,s:O,s:b,s:{s:s,s:s}}", "type", "reply", "re", id ? id : json_null(),
                         "ok", 0, "error", "code", sl_errname(code), "message", msg);
   send_to(g, rid, rid_len, m);

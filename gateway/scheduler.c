@@ -66,7 +66,7 @@ int gw_sched_emit(struct gw_sched *s, struct gw_job *j, json_t *event) {
 
 int gw_sched_transition(struct gw_sched *s, struct gw_job *j, enum gw_job_state st, const char *reason) {
   j->state = st;
-  snprintf(j->reason, sizeof j->reason, "%s", reason ? reason : "");
+  sl_utf8_copy(j->reason, sizeof j->reason, reason ? reason : ""); /* whole characters: JSON */
   json_t *ev = json_pack("{s:s,s:s,s:s}", "event", "state", "state", gw_job_state_name(st),
                          "reason", j->reason);
   int r = gw_sched_emit(s, j, ev);

@@ -232,7 +232,7 @@ static void check_gpus(struct gw_wproto *g, struct gw_inst *in, const json_t *bo
   }
   if (!strcmp(why, in->gpu_warning))
     return; /* told already */
-  snprintf(in->gpu_warning, sizeof in->gpu_warning, "%s", why);
+  sl_utf8_copy(in->gpu_warning, sizeof in->gpu_warning, why);
   sl_warn(T, "%s: %s", in->row.id, why);
   struct gw_job *j = in->row.job ? gw_fleet_job(g->fleet, in->row.job) : NULL;
   if (j && !strcmp(j->instance, in->row.id)) {
@@ -560,7 +560,7 @@ static void on_done(struct gw_wproto *g, struct gw_inst *in, const json_t *body)
     json_decref(ev);
   }
   char reason[256];
-  snprintf(reason, sizeof reason, "%s", sl_json_get_str(body, "message", ""));
+  sl_utf8_copy(reason, sizeof reason, sl_json_get_str(body, "message", ""));
   if (!strcmp(status, "succeeded"))
     gw_sched_finish(g->sched, j, GW_JOB_SUCCEEDED, reason[0] ? reason : "done");
   else if (!strcmp(status, "cancelled"))
@@ -636,8 +636,9 @@ static void on_heartbeat(struct gw_wproto *g, struct gw_inst *in, const json_t *
 static void refuse(struct gw_wproto *g, const uint8_t *rid, size_t rid_len, int code, const char *message) {
   if (!rid_len)
     return;
+  char fixed[1024];
   json_t *m = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "code", sl_errname(code),
-                        "message", message);
+                        "message", sl_utf8_text(message, fixed, sizeof fixed));
   if (m)
     gw_wproto_send_raw(g, rid, rid_len, m);
   json_decref(m);

@@ -47,8 +47,10 @@ enum jk_step jk_exec_fail(struct jk_interp *ip, const char *ename, const char *f
   va_start(ap, fmt);
   vsnprintf(evalue, sizeof evalue, fmt, ap);
   va_end(ap);
+  sl_utf8_fix(evalue); /* a long message may be cut inside a character: still JSON */
   char line[1200];
   snprintf(line, sizeof line, "\033[0;31m%s\033[0m: %s", ename, evalue);
+  sl_utf8_fix(line);
   json_t *content =
       json_pack("{s:s, s:s, s:[s]}", "ename", ename, "evalue", evalue, "traceback", line);
   json_decref(ip->running->error);

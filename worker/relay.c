@@ -10,6 +10,7 @@
  * metrics brought; the caller stops reading while wk_relay_full). */
 #include "relay.h"
 
+#include "sl_json.h"
 #include "sl_time.h"
 
 #include <errno.h>
@@ -150,15 +151,6 @@ uint64_t wk_relay_take_dropped(struct wk_relay *r) {
   return d;
 }
 
-/* Length of the valid UTF-8 sequence at s (0 if invalid). */
-static size_t utf8_len(const unsigned char *s, size_t left) {
-  size_t n = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3 : (s[0] >> 3) == 30 ? 4 : 0;
-  if (n == 0 || n > left) return 0;
-  for (size_t i = 1; i < n; i++)
-    if ((s[i] & 0xC0) != 0x80) return 0;
-  return n;
-}
-
 json_t *wk_relay_text(const char *s, size_t len, size_t max) {
   if (len > max) {
     len = max;
@@ -168,7 +160,7 @@ json_t *wk_relay_text(const char *s, size_t len, size_t max) {
   if (!buf) return NULL;
   size_t o = 0;
   for (size_t i = 0; i < len;) {
-    size_t n = utf8_len((const unsigned char *)s + i, len - i);
+    size_t n = sl_utf8_char(s + i, len - i);
     if (n == 0) {
       buf[o++] = '?';
       i++;

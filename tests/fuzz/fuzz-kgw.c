@@ -10,7 +10,7 @@
  * "re" (or with "re": 0) answers the oldest of the kernel's requests not yet
  * answered, so replies reach the code that reads them. After each frame the kernel's timers run.
  * Everything the kernel publishes must encode as a Jupyter message (its
- * JSON holds only UTF-8). No input may crash, leak or hit undefined
+ * JSON holds only UTF-8), and an error it shows must say why. No input may crash, leak or hit undefined
  * behaviour. */
 #include "core.h"
 #include "sl_hmac.h"
@@ -50,10 +50,15 @@ struct fake {
   bool stopped;
 };
 
-/* What the kernel sends its front ends: each message must encode. */
+/* What the kernel sends its front ends: each message must encode, and an
+ * error must say what went wrong (an "Error" without a value is the
+ * fallback for an error that could not be made, its text not UTF-8). */
 static void sent(void *ud, enum jk_channel ch, struct jk_msg *m) {
   struct fake *f = ud;
   (void)ch;
+  if (!strcmp(sl_json_get_str(m->content, "ename", ""), "Error") &&
+      !*sl_json_get_str(m->content, "evalue", "x"))
+    abort();
   struct sl_msg out;
   sl_msg_init(&out, (struct sl_limits){64, 64u << 20, 256u << 20});
   if (jk_wire_encode(f->auth, m, &out) < 0)

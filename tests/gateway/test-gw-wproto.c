@@ -195,6 +195,32 @@ static void test_register_ended(void) {
   fx_free(f);
 }
 
+/* A failure's message longer than a job's reason (a script's error in
+ * another alphabet) is cut on a character boundary: the state event, the
+ * job's summary and what clients are sent stay JSON (which holds only
+ * UTF-8); cut inside a character, the failed state's event was never made. */
+static void test_long_reason(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
+  CHECK(fx_run_job(f, id, NULL));
+  char jid[16], msg[700] = "";
+  fx_jid(id, jid);
+  for (int i = 0; i < 300; i++) strcat(msg, "\xC3\xA9"); /* 255 bytes end inside one */
+  size_t states = fx_job_events(f, id, "state");
+  fx_workerf(f, "f-1", "{s:s,s:s,s:i,s:s,s:s,s:i}", "type", "done", "job", jid, "attempt", 1, "status",
+             "failed", "message", msg, "exit_code", 1);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_FAILED);
+  CHECK_INT(fx_job_events(f, id, "state"), states + 1);
+  const json_t *ev = fx_job_event(f, id, "state");
+  const char *reason = sl_json_get_str(ev, "reason", "");
+  CHECK(strlen(reason) > 200 && strlen(reason) < 256 && !strncmp(reason, "\xC3\xA9", 2));
+  CHECK(sl_json_utf8_ok(reason, strlen(reason)));
+  fx_free(f);
+}
+
 static void test_register_jobs(void) {
   struct fx *f = fx_new(NULL);
   CHECK(f != NULL);
@@ -598,6 +624,7 @@ static void test_presign(void) {
 }
 
 int main(void) {
+  test_long_reason();
   sl_log_init("test-gw-wproto");
   test_other_instance();
   test_reregister();

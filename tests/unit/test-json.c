@@ -118,6 +118,25 @@ static void utf8(void) {
   CHECK(!sl_json_utf8_ok("\xed\xa0\x80", 3));     /* surrogate */
   CHECK(!sl_json_utf8_ok("\xf4\x90\x80\x80", 4)); /* past U+10FFFF */
   CHECK(!sl_json_utf8_ok("\xe2\x82", 2));         /* cut */
+  CHECK_INT(sl_utf8_char("a", 1), 1);
+  CHECK_INT(sl_utf8_char("\xe2\x82\xac", 3), 3);
+  CHECK_INT(sl_utf8_char("\xe2\x82\xac", 2), 0); /* cut short */
+  CHECK_INT(sl_utf8_char("\x80", 1), 0);
+  CHECK_INT(sl_utf8_char("", 0), 0);
+  /* a copy that does not fit ends on a whole character */
+  char out[6];
+  CHECK(strcmp(sl_utf8_copy(out, sizeof out, "ab\xe2\x82\xac"), "ab\xe2\x82\xac") == 0);
+  CHECK(strcmp(sl_utf8_copy(out, sizeof out, "abc\xe2\x82\xac"), "abc") == 0);
+  CHECK(strcmp(sl_utf8_copy(out, sizeof out, "\xc3\xa9\xc3\xa9\xc3\xa9"), "\xc3\xa9\xc3\xa9") == 0);
+  CHECK(strcmp(sl_utf8_copy(out, sizeof out, "abcdefgh"), "abcde") == 0);
+  CHECK(strcmp(sl_utf8_copy(out, 1, "abc"), "") == 0);
+  /* a message whose text was cut inside a character, then went on */
+  char msg[] = "kind \xe2\x82 is not a user \xff";
+  CHECK(strcmp(sl_utf8_fix(msg), "kind ?? is not a user ?") == 0);
+  char buf[16];
+  const char *ok = "caf\xc3\xa9";
+  CHECK(sl_utf8_text(ok, buf, sizeof buf) == ok);
+  CHECK(strcmp(sl_utf8_text("a\xc3 b", buf, sizeof buf), "a? b") == 0);
 }
 
 static void getters(void) {
