@@ -8,6 +8,7 @@
 #include "gpus.h"
 
 #include "sl_err.h"
+#include "sl_json.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -22,7 +23,7 @@ static bool copy_str(const json_t *o, const char *key, char *dst, size_t size) {
     return true;
   }
   if (!json_is_string(v)) return false;
-  snprintf(dst, size, "%s", json_string_value(v));
+  sl_utf8_copy(dst, size, json_string_value(v));
   return true;
 }
 
@@ -81,5 +82,6 @@ int gw_gpus_check(const struct gw_gpus *found, const char *type, int catalog_gpu
   else
     snprintf(got, sizeof got, "%d x %s", found->count, found->model[0] ? found->model : "GPU of unknown model");
   snprintf(why, why_size, "%s has %s in the catalog, but its worker found %s", type, want, got);
+  sl_utf8_fix(why); /* cut to fit, it goes into a JSON event all the same */
   return 1;
 }

@@ -221,9 +221,10 @@ static void refuse(struct wk_agent *a, const json_t *m, const char *status, cons
   const char *id = json_string_value(json_object_get(m, "job"));
   sl_warn(TOPIC, "assign %s refused: %s", id ? id : "(no id)", why);
   if (!id) return;
+  char fixed[600]; /* a reason cut to fit its buffer still goes out: JSON holds only UTF-8 */
   json_t *d = json_pack("{s:s, s:s, s:I, s:s, s:i, s:s, s:n}", "type", "done", "job", id, "attempt",
                         (json_int_t)sl_json_get_int(m, "attempt", 1), "status", status, "exit_code", -1,
-                        "message", why, "step");
+                        "message", sl_utf8_text(why, fixed, sizeof fixed), "step");
   if (d && transient(err)) json_object_set_new(d, "retry", json_true());
   if (d) agent_send(a, d, true);
 }
