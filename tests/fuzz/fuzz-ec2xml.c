@@ -9,6 +9,7 @@
  * holds at most AWS_XML_MAX_ITEMS entries, every string of them terminated
  * inside its field, and a next token terminated inside its buffer. No input
  * may crash, leak, hang, fetch anything or hit undefined behaviour. */
+#include "fuzz.h"
 #include "aws_xml.h"
 #include "sl_err.h"
 
@@ -50,13 +51,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
   int which = data[0] % 6;
-  /* the readers take a length; a copy of exactly that length, so that any
-   * read past it is seen (ASan) */
   size_t len = size - 1;
-  char *xml = malloc(len ? len : 1);
-  if (!xml)
-    abort();
-  memcpy(xml, data + 1, len);
+  char *xml = fuzz_exact_copy(data + 1, len);
   char next[AWS_NEXT_TOKEN_MAX];
   memset(next, 'x', sizeof next);
   size_t n = 0;
@@ -124,11 +120,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   default: {
     /* a timestamp is a C string */
-    char *text = malloc(len + 1);
-    if (!text)
-      abort();
-    memcpy(text, xml, len);
-    text[len] = 0;
+    char *text = fuzz_string_copy((const uint8_t *)xml, len);
     int64_t t;
     r = aws_xml_parse_time(text, &t);
     if (r < 0)

@@ -16,6 +16,7 @@
  * an action that is a terminated string and a deadline, 0 (GCP's "FALSE")
  * or a refusal. Output text is a JSON string of at most the bytes asked,
  * valid UTF-8. No input may crash, leak or hit undefined behaviour. */
+#include "fuzz.h"
 #include "notice.h"
 #include "relay.h"
 #include "sl_err.h"
@@ -118,13 +119,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
   int which = data[0] % 6;
-  /* the readers take a length; a copy of exactly that length, so that any
-   * read past it is seen (ASan) */
   size_t len = size - 1;
-  char *body = malloc(len ? len : 1);
-  if (!body)
-    abort();
-  memcpy(body, data + 1, len);
+  char *body = fuzz_exact_copy(data + 1, len);
   switch (which) {
   case 0:
     spec(data + 1, len);
@@ -135,11 +131,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     notice(which, body, len);
     break;
   case 4: {
-    char *text = malloc(len + 1);
-    if (!text)
-      abort();
-    memcpy(text, body, len);
-    text[len] = 0;
+    char *text = fuzz_string_copy((const uint8_t *)body, len);
     int64_t t;
     int r = wk_notice_parse_time(text, &t);
     if (r != 0 && r != -EINVAL)
