@@ -491,6 +491,41 @@ def gpu_requests(kernel_exe, gateway_exe, cli_exe):
         gw.close(keep=not ok)
 
 
+def long_failure(kernel_exe, gateway_exe, cli_exe):
+    """A %%run script that fails with an error longer than a job's reason (255
+    bytes), in an alphabet of two-byte characters: the cell ends in JobFailed with
+    the script's words, the job's display shows it failed, and the CLI lists it so.
+    (The gateway cut the reason inside a character, the failed state's event
+    could not be made, and the cell waited for an end that never came.)"""
+    gw = OwnGateway(gateway_exe)
+    ok = False
+    try:
+        with KernelspecEnv(kernel_exe):
+            k = Kernel()
+            try:
+                # "exit status 3: " and one byte: an even count of bytes before the
+                # characters, so that 255 bytes end inside one
+                content, msgs = k.run("%%run\nprintf x >&2\nfor i in $(seq 400); do printf '\\303\\251'; done >&2\n"
+                                      "exit 3", timeout=120)
+                ev = content.get("evalue", "")
+                check(content["status"] == "error" and content.get("ename") == "JobFailed" and "\u00e9\u00e9" in ev,
+                      "a long failure in two-byte characters ends the cell: %s %s" % (content.get("ename"), ev[:80]))
+                ds = displays(msgs)
+                last = ds[-1]["content"]["data"].get("text/plain", "") if ds else ""
+                check("failed" in last, "the job's display shows it failed: %s" % last[-200:])
+                job = job_of(last)
+                rc, out, _ = cli(cli_exe, "jobs", "--json")
+                states = {j["job"]: j["state"] for j in json.loads(out)} if rc == 0 else {}
+                check(job is not None and states.get(job) == "failed", "spotlab jobs says failed: %s" % states)
+                ok = not failures
+            finally:
+                k.close()
+    finally:
+        if not ok:
+            print("gateway log (%s):\n%s" % (gw.home, gw.log()[-6000:]))
+        gw.close(keep=not ok)
+
+
 IDLE_INI = "[idle]\nnotebook_timeout = 8s\nwarn_before = 4s\nworker_timeout = 1h\n"
 
 
@@ -835,6 +870,7 @@ def main():
             gateway_restart(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
             idle_notices(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
             gpu_requests(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
+            long_failure(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
             budget_notices(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
     finally:
         stop_gateway(home)
