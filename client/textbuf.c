@@ -48,7 +48,6 @@ char *jk_dbuf_done(struct jk_dbuf *b) {
   return b->s ? b->s : strdup("");
 }
 
-
 /* Whether s[0..n) is the start of a character cut short: a lead byte and
  * only continuation bytes after it, fewer than the lead asks for. */
 static bool cut_short(const unsigned char *s, size_t n) {
