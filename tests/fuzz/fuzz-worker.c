@@ -2,11 +2,12 @@
  * socket in between: an assign's job spec as the gateway sends it
  * (worker/spec.c: the device a job runs on and spotlab-train's argv), the
  * instance metadata service's notice replies (worker/notice.c), and the
- * bytes a job prints, made into JSON text (worker/relay.c).
+ * bytes a job prints, made into JSON text (worker/relay.c), and an assign's
+ * gang of ranks (worker/gang.c).
  *
- * The first input byte chooses (its value modulo 6): 0 a spec, 1 an AWS
+ * The first input byte chooses (its value modulo 7): 0 a spec, 1 an AWS
  * instance-action reply, 2 an AWS rebalance reply, 3 a GCP preempted
- * reply, 4 a notice time, 5 a job's output. For a spec the second byte
+ * reply, 4 a notice time, 5 a job's output, 6 a gang (JSON). For a spec the second byte
  * chooses the kind (bits 0-1: train, eval, sample, run), the instance's GPUs
  * (bits 2-3: none, one, two, eight), whether spotlab-train has CUDA (bit 4),
  * a resume (bit 5) and a rank of a gang (bit 6); the rest is the spec's
@@ -15,8 +16,12 @@
  * an argv is NULL-terminated, every element a C string. A notice is 1 with
  * an action that is a terminated string and a deadline, 0 (GCP's "FALSE")
  * or a refusal. Output text is a JSON string of at most the bytes asked,
- * valid UTF-8. No input may crash, leak or hit undefined behaviour. */
+ * valid UTF-8. A gang reads as no gang, or a rank within its world with a
+ * rendezvous (past rank 0) terminated in its field, or is refused with
+ * SL_ECONFIG and a sentence. No input may crash, leak or hit undefined
+ * behaviour. */
 #include "fuzz.h"
+#include "gang.h"
 #include "notice.h"
 #include "relay.h"
 #include "sl_err.h"
@@ -118,7 +123,7 @@ static void notice(int which, const char *body, size_t len) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
-  int which = data[0] % 6;
+  int which = data[0] % 7;
   size_t len = size - 1;
   char *body = fuzz_exact_copy(data + 1, len);
   switch (which) {
@@ -137,6 +142,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (r != 0 && r != -EINVAL)
       abort();
     free(text);
+    break;
+  }
+  case 6: {
+    json_t *g = NULL;
+    if (sl_json_parse(body, len, 32, &g, NULL, 0) < 0)
+      break;
+    struct wk_gang gang;
+    char err[256] = "";
+    int r = wk_gang_parse(g, &gang, err, sizeof err);
+    if (r < 0 ? r != SL_ECONFIG || !err[0]
+              : gang.world_size < 0 || (gang.world_size &&
+                                        (gang.rank < 0 || gang.rank >= gang.world_size ||
+                                         !memchr(gang.rendezvous, 0, sizeof gang.rendezvous) ||
+                                         (gang.rank > 0 && !gang.rendezvous[0]))))
+      abort();
+    json_decref(g);
     break;
   }
   default: {
