@@ -15,6 +15,7 @@ the next cell bringing capacity back. Every wait has a deadline; nothing
 sleeps.
 """
 
+import contextlib
 import json
 import re
 import os
@@ -278,6 +279,28 @@ class OwnGateway:
             shutil.rmtree(self.home, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def own_gateway_kernel(kernel_exe, gateway_exe, ini=""):
+    """A gateway of the test's own (OwnGateway, with ini) and a kernel on it, as
+    (gw, k). On leaving, the kernel is closed and the gateway stopped; unless the
+    block ran to its end with no failed check so far, the gateway's log is
+    printed and its folder kept."""
+    gw = OwnGateway(gateway_exe, ini)
+    ok = False
+    try:
+        with KernelspecEnv(kernel_exe):
+            k = Kernel()
+            try:
+                yield gw, k
+                ok = not failures
+            finally:
+                k.close()
+    finally:
+        if not ok:
+            print("gateway log (%s):\n%s" % (gw.home, gw.log()[-6000:]))
+        gw.close(keep=not ok)
+
+
 class Cell:
     """One execute_request whose iopub messages are read as they come, while
     the test does other things; messages for other requests land in
@@ -352,84 +375,72 @@ def steps_per_s(cli_exe, job):
 
 def gateway_restart(kernel_exe, gateway_exe, cli_exe):
     """kill -9 of the gateway under a cell that follows a train job."""
-    gw = OwnGateway(gateway_exe)
-    ok = False
-    try:
-        with KernelspecEnv(kernel_exe):
-            k = Kernel()
-            try:
-                content, _ = k.run('model m = gpt(layers=1, heads=2, dim=32, ctx=32)\ndata d = text("moby-dick")')
-                check(content["status"] == "ok", "restart: definitions")
-                # how fast this machine trains m, so the job below outlives the restart
-                content, msgs = k.run("train m on d steps=300 batch=4 checkpoint_every=100", timeout=300)
-                ds = displays(msgs)
-                rate = steps_per_s(cli_exe, job_of(ds[-1]["content"]["data"]["text/plain"])) if ds else None
-                check(content["status"] == "ok" and rate, "restart: a short job measures the step rate: %s" % rate)
-                # about a minute of training: well over a page of 500 events for
-                # %attach to read below (a 40 s job once made 492)
-                steps = int(min(max((rate or 100) * 60, 400), 10 ** 7))
-                every = max(steps // 8, 1)
-                cell = Cell(k, "train m on d steps=%d batch=4 checkpoint_every=%d" % (steps, every))
-                running = cell.pump(lambda c: any("(running)" in t and shown_step(t) >= 1 for t in c.texts()), 120)
-                check(running, "restart: the job runs and its display shows progress")
-                before = cell.texts()[-1] if cell.texts() else ""
-                job = job_of(before)
-                gw.kill9()
-                n_before = len(displays(cell.msgs))
-                gw.start()
-                t_restart = time.monotonic()
-                back = cell.pump(lambda c: any("gateway restarted" in t for t in c.texts()), 120)
-                check(back, "restart: the kernel follows the job again %.1f s after the gateway restarted" %
-                      (time.monotonic() - t_restart))
-                finished = cell.pump(Cell.done, 600)
-                check(finished, "restart: the cell ends")
-                reply = cell.reply["content"] if cell.reply else {}
-                check(reply.get("status") == "ok", "restart: the cell ends normally: %s" % reply.get("evalue"))
-                ds = displays(cell.msgs)
-                texts = cell.texts()
-                check(ds and ds[0]["msg_type"] == "display_data" and
-                      all(d["msg_type"] == "update_display_data" for d in ds[1:]),
-                      "restart: one display_data, then only updates")
-                ids = {d["content"]["transient"].get("display_id") for d in ds}
-                check(job is not None and ids == {"spotlab-" + job}, "restart: the same display id throughout: %s" % ids)
-                after = texts[n_before:]
-                marks = [i for i, t in enumerate(after) if "gateway restarted; following again from event" in t]
-                check(marks, "restart: the display shows the gateway restart")
-                later = after[marks[0]:] if marks else []
-                check(len(later) >= 2 and shown_step(later[-1]) > shown_step(later[0]) and
-                      shown_step(later[0]) >= shown_step(before),
-                      "restart: the display keeps updating after the restart (steps %s)" %
-                      [shown_step(t) for t in later][:3])
-                final = texts[-1] if texts else ""
-                check("(succeeded)" in final and "step %d/%d" % (steps, steps) in final,
-                      "restart: the final display shows the job succeeded")
-                evs = job_events(cli_exe, job)
-                seqs = [e["seq"] for e in evs]
-                check(seqs and seqs == list(range(1, len(seqs) + 1)), "restart: the gateway kept every event")
-                cks = [e for e in evs if e["event"] == "checkpoint"]
-                restarts = [e for e in evs if e["event"] == "gateway"]
-                check(len(restarts) == 1 and final.count("gateway restarted") == 1 and
-                      "gateway restarted; following again from event %d" % restarts[0]["seq"] in final,
-                      "restart: the restart shown once, at its event")
-                check("checkpoints: %d, the last at step %d" % (len(cks), cks[-1]["step"] if cks else -1) in final,
-                      "restart: every checkpoint counted exactly once (%d): %s" % (len(cks), final))
-                check(final.count("succeeded at step") == 1 and final.count("(1 so far)") == 1 and
-                      "preempted" not in final, "restart: no event shown twice, no preemption")
-                # %attach of the finished job reads its history (in pages of 500
-                # events) and shows the same
-                content, msgs = k.run("%attach " + str(job), timeout=120)
-                again = displays(msgs)[-1]["content"]["data"]["text/plain"] if displays(msgs) else ""
-                check(content["status"] == "ok" and len(evs) > 500 and
-                      again.split("timeline:")[-1] == final.split("timeline:")[-1] and
-                      "checkpoints: %d," % len(cks) in again,
-                      "restart: %%attach of the job (%d events) shows every event once: %s" % (len(evs), again))
-                ok = not failures
-            finally:
-                k.close()
-    finally:
-        if not ok:
-            print("gateway log (%s):\n%s" % (gw.home, gw.log()[-6000:]))
-        gw.close(keep=not ok)
+    with own_gateway_kernel(kernel_exe, gateway_exe) as (gw, k):
+        content, _ = k.run('model m = gpt(layers=1, heads=2, dim=32, ctx=32)\ndata d = text("moby-dick")')
+        check(content["status"] == "ok", "restart: definitions")
+        # how fast this machine trains m, so the job below outlives the restart
+        content, msgs = k.run("train m on d steps=300 batch=4 checkpoint_every=100", timeout=300)
+        ds = displays(msgs)
+        rate = steps_per_s(cli_exe, job_of(ds[-1]["content"]["data"]["text/plain"])) if ds else None
+        check(content["status"] == "ok" and rate, "restart: a short job measures the step rate: %s" % rate)
+        # about a minute of training: well over a page of 500 events for
+        # %attach to read below (a 40 s job once made 492)
+        steps = int(min(max((rate or 100) * 60, 400), 10 ** 7))
+        every = max(steps // 8, 1)
+        cell = Cell(k, "train m on d steps=%d batch=4 checkpoint_every=%d" % (steps, every))
+        running = cell.pump(lambda c: any("(running)" in t and shown_step(t) >= 1 for t in c.texts()), 120)
+        check(running, "restart: the job runs and its display shows progress")
+        before = cell.texts()[-1] if cell.texts() else ""
+        job = job_of(before)
+        gw.kill9()
+        n_before = len(displays(cell.msgs))
+        gw.start()
+        t_restart = time.monotonic()
+        back = cell.pump(lambda c: any("gateway restarted" in t for t in c.texts()), 120)
+        check(back, "restart: the kernel follows the job again %.1f s after the gateway restarted" %
+              (time.monotonic() - t_restart))
+        finished = cell.pump(Cell.done, 600)
+        check(finished, "restart: the cell ends")
+        reply = cell.reply["content"] if cell.reply else {}
+        check(reply.get("status") == "ok", "restart: the cell ends normally: %s" % reply.get("evalue"))
+        ds = displays(cell.msgs)
+        texts = cell.texts()
+        check(ds and ds[0]["msg_type"] == "display_data" and
+              all(d["msg_type"] == "update_display_data" for d in ds[1:]),
+              "restart: one display_data, then only updates")
+        ids = {d["content"]["transient"].get("display_id") for d in ds}
+        check(job is not None and ids == {"spotlab-" + job}, "restart: the same display id throughout: %s" % ids)
+        after = texts[n_before:]
+        marks = [i for i, t in enumerate(after) if "gateway restarted; following again from event" in t]
+        check(marks, "restart: the display shows the gateway restart")
+        later = after[marks[0]:] if marks else []
+        check(len(later) >= 2 and shown_step(later[-1]) > shown_step(later[0]) and
+              shown_step(later[0]) >= shown_step(before),
+              "restart: the display keeps updating after the restart (steps %s)" %
+              [shown_step(t) for t in later][:3])
+        final = texts[-1] if texts else ""
+        check("(succeeded)" in final and "step %d/%d" % (steps, steps) in final,
+              "restart: the final display shows the job succeeded")
+        evs = job_events(cli_exe, job)
+        seqs = [e["seq"] for e in evs]
+        check(seqs and seqs == list(range(1, len(seqs) + 1)), "restart: the gateway kept every event")
+        cks = [e for e in evs if e["event"] == "checkpoint"]
+        restarts = [e for e in evs if e["event"] == "gateway"]
+        check(len(restarts) == 1 and final.count("gateway restarted") == 1 and
+              "gateway restarted; following again from event %d" % restarts[0]["seq"] in final,
+              "restart: the restart shown once, at its event")
+        check("checkpoints: %d, the last at step %d" % (len(cks), cks[-1]["step"] if cks else -1) in final,
+              "restart: every checkpoint counted exactly once (%d): %s" % (len(cks), final))
+        check(final.count("succeeded at step") == 1 and final.count("(1 so far)") == 1 and
+              "preempted" not in final, "restart: no event shown twice, no preemption")
+        # %attach of the finished job reads its history (in pages of 500
+        # events) and shows the same
+        content, msgs = k.run("%attach " + str(job), timeout=120)
+        again = displays(msgs)[-1]["content"]["data"]["text/plain"] if displays(msgs) else ""
+        check(content["status"] == "ok" and len(evs) > 500 and
+              again.split("timeline:")[-1] == final.split("timeline:")[-1] and
+              "checkpoints: %d," % len(cks) in again,
+              "restart: %%attach of the job (%d events) shows every event once: %s" % (len(evs), again))
 
 
 def gpu_requests(kernel_exe, gateway_exe, cli_exe):
@@ -439,56 +450,44 @@ def gpu_requests(kernel_exe, gateway_exe, cli_exe):
     silent CPU run); more GPUs than any instance type offers is refused at submit; bf16
     on the CPU fails clearly; a bad value never leaves the kernel; a CPU job's display
     says where it trains; %status shows what each worker found."""
-    gw = OwnGateway(gateway_exe)
-    ok = False
-    try:
-        with KernelspecEnv(kernel_exe):
-            k = Kernel()
-            try:
-                text = os.path.join(gw.home, "tiny.txt")
-                with open(text, "w") as f:
-                    f.write("call me ishmael. some years ago, never mind how long precisely.\n" * 40)
-                content, _ = k.run('model m = gpt(layers=1, heads=2, dim=16, ctx=16)\ndata d = text("%s")' % text)
-                check(content["status"] == "ok", "gpus: definitions")
-                content, _ = k.run("train m on d steps=5 batch=4 gpus=2", timeout=120)
-                ev = content.get("evalue", "")
-                m = re.search(r"gpus=2 asked, but this instance \((g5\.12xlarge)\) has ([01]) GPUs?", ev)
-                check(content["status"] == "error" and content.get("ename") == "JobFailed" and m,
-                      "gpus=2 on a local instance fails with the worker's sentence: %s" % ev)
-                gpus_here = int(m.group(2)) if m else 0
-                if gpus_here == 0:
-                    check("has 0 GPUs (" in ev, "the sentence says why there is no GPU: " + ev)
-                content, _ = k.run("train m on d steps=5 batch=4 gpus=16", timeout=60)
-                ev = content.get("evalue", "")
-                check(content["status"] == "error" and content.get("ename") == "SubmitError" and
-                      "no instance type offers 16 GPUs (the most: 8, on " in ev,
-                      "gpus=16 is refused at submit: %s" % ev)
-                content, msgs = k.run("train m on d steps=5 batch=4 precision=fp16", timeout=30)
-                check(content["status"] == "error" and content.get("ename") == "ValueError" and
-                      'line 1: precision: "fp16" is not bf16 or fp32' in content.get("evalue", "") and not displays(msgs),
-                      "precision=fp16 is the cell's error: %s" % content.get("evalue"))
-                content, _ = k.run("train m on d steps=5 batch=4 gpus=0 precision=bf16", timeout=120)
-                check(content["status"] == "error" and
-                      "precision=bf16 needs a GPU, but this job runs on the CPU (gpus=0)" in content.get("evalue", ""),
-                      "bf16 on the CPU fails clearly: %s" % content.get("evalue"))
-                content, msgs = k.run("train m on d steps=5 batch=4 gpus=0", timeout=120)
-                ds = displays(msgs)
-                last = ds[-1]["content"]["data"] if ds else {}
-                check(content["status"] == "ok" and re.search(r"device: CPU, \d+ threads?, fp32",
-                                                              last.get("text/plain", "")),
-                      "a CPU job's display says where it trains: %s" % last.get("text/plain", ""))
-                check('class="spotlab-device"' in last.get("text/html", ""), "and so does its HTML")
-                content, msgs = k.run("%status", timeout=30)
-                out = stdout_of(msgs)
-                check(content["status"] == "ok" and " gpus=%d" % gpus_here in out and "warning:" not in out,
-                      "%%status shows each worker's GPUs, and no warning for simulated types: %s" % out)
-                ok = not failures
-            finally:
-                k.close()
-    finally:
-        if not ok:
-            print("gateway log (%s):\n%s" % (gw.home, gw.log()[-6000:]))
-        gw.close(keep=not ok)
+    with own_gateway_kernel(kernel_exe, gateway_exe) as (gw, k):
+        text = os.path.join(gw.home, "tiny.txt")
+        with open(text, "w") as f:
+            f.write("call me ishmael. some years ago, never mind how long precisely.\n" * 40)
+        content, _ = k.run('model m = gpt(layers=1, heads=2, dim=16, ctx=16)\ndata d = text("%s")' % text)
+        check(content["status"] == "ok", "gpus: definitions")
+        content, _ = k.run("train m on d steps=5 batch=4 gpus=2", timeout=120)
+        ev = content.get("evalue", "")
+        m = re.search(r"gpus=2 asked, but this instance \((g5\.12xlarge)\) has ([01]) GPUs?", ev)
+        check(content["status"] == "error" and content.get("ename") == "JobFailed" and m,
+              "gpus=2 on a local instance fails with the worker's sentence: %s" % ev)
+        gpus_here = int(m.group(2)) if m else 0
+        if gpus_here == 0:
+            check("has 0 GPUs (" in ev, "the sentence says why there is no GPU: " + ev)
+        content, _ = k.run("train m on d steps=5 batch=4 gpus=16", timeout=60)
+        ev = content.get("evalue", "")
+        check(content["status"] == "error" and content.get("ename") == "SubmitError" and
+              "no instance type offers 16 GPUs (the most: 8, on " in ev,
+              "gpus=16 is refused at submit: %s" % ev)
+        content, msgs = k.run("train m on d steps=5 batch=4 precision=fp16", timeout=30)
+        check(content["status"] == "error" and content.get("ename") == "ValueError" and
+              'line 1: precision: "fp16" is not bf16 or fp32' in content.get("evalue", "") and not displays(msgs),
+              "precision=fp16 is the cell's error: %s" % content.get("evalue"))
+        content, _ = k.run("train m on d steps=5 batch=4 gpus=0 precision=bf16", timeout=120)
+        check(content["status"] == "error" and
+              "precision=bf16 needs a GPU, but this job runs on the CPU (gpus=0)" in content.get("evalue", ""),
+              "bf16 on the CPU fails clearly: %s" % content.get("evalue"))
+        content, msgs = k.run("train m on d steps=5 batch=4 gpus=0", timeout=120)
+        ds = displays(msgs)
+        last = ds[-1]["content"]["data"] if ds else {}
+        check(content["status"] == "ok" and re.search(r"device: CPU, \d+ threads?, fp32",
+                                                      last.get("text/plain", "")),
+              "a CPU job's display says where it trains: %s" % last.get("text/plain", ""))
+        check('class="spotlab-device"' in last.get("text/html", ""), "and so does its HTML")
+        content, msgs = k.run("%status", timeout=30)
+        out = stdout_of(msgs)
+        check(content["status"] == "ok" and " gpus=%d" % gpus_here in out and "warning:" not in out,
+              "%%status shows each worker's GPUs, and no warning for simulated types: %s" % out)
 
 
 def long_failure(kernel_exe, gateway_exe, cli_exe):
@@ -497,33 +496,21 @@ def long_failure(kernel_exe, gateway_exe, cli_exe):
     the script's words, the job's display shows it failed, and the CLI lists it so.
     (The gateway cut the reason inside a character, the failed state's event
     could not be made, and the cell waited for an end that never came.)"""
-    gw = OwnGateway(gateway_exe)
-    ok = False
-    try:
-        with KernelspecEnv(kernel_exe):
-            k = Kernel()
-            try:
-                # "exit status 3: " and one byte: an even count of bytes before the
-                # characters, so that 255 bytes end inside one
-                content, msgs = k.run("%%run\nprintf x >&2\nfor i in $(seq 400); do printf '\\303\\251'; done >&2\n"
-                                      "exit 3", timeout=120)
-                ev = content.get("evalue", "")
-                check(content["status"] == "error" and content.get("ename") == "JobFailed" and "\u00e9\u00e9" in ev,
-                      "a long failure in two-byte characters ends the cell: %s %s" % (content.get("ename"), ev[:80]))
-                ds = displays(msgs)
-                last = ds[-1]["content"]["data"].get("text/plain", "") if ds else ""
-                check("failed" in last, "the job's display shows it failed: %s" % last[-200:])
-                job = job_of(last)
-                rc, out, _ = cli(cli_exe, "jobs", "--json")
-                states = {j["job"]: j["state"] for j in json.loads(out)} if rc == 0 else {}
-                check(job is not None and states.get(job) == "failed", "spotlab jobs says failed: %s" % states)
-                ok = not failures
-            finally:
-                k.close()
-    finally:
-        if not ok:
-            print("gateway log (%s):\n%s" % (gw.home, gw.log()[-6000:]))
-        gw.close(keep=not ok)
+    with own_gateway_kernel(kernel_exe, gateway_exe) as (gw, k):
+        # "exit status 3: " and one byte: an even count of bytes before the
+        # characters, so that 255 bytes end inside one
+        content, msgs = k.run("%%run\nprintf x >&2\nfor i in $(seq 400); do printf '\\303\\251'; done >&2\n"
+                              "exit 3", timeout=120)
+        ev = content.get("evalue", "")
+        check(content["status"] == "error" and content.get("ename") == "JobFailed" and "\u00e9\u00e9" in ev,
+              "a long failure in two-byte characters ends the cell: %s %s" % (content.get("ename"), ev[:80]))
+        ds = displays(msgs)
+        last = ds[-1]["content"]["data"].get("text/plain", "") if ds else ""
+        check("failed" in last, "the job's display shows it failed: %s" % last[-200:])
+        job = job_of(last)
+        rc, out, _ = cli(cli_exe, "jobs", "--json")
+        states = {j["job"]: j["state"] for j in json.loads(out)} if rc == 0 else {}
+        check(job is not None and states.get(job) == "failed", "spotlab jobs says failed: %s" % states)
 
 
 IDLE_INI = "[idle]\nnotebook_timeout = 8s\nwarn_before = 4s\nworker_timeout = 1h\n"
@@ -533,91 +520,79 @@ def idle_notices(kernel_exe, gateway_exe, cli_exe):
     """A notebook that runs a job and then no cell is warned and stopped; the
     notices show under the cell that ran last (a stderr stream and the job
     display's timeline); the next cell brings capacity back."""
-    gw = OwnGateway(gateway_exe, IDLE_INI)
-    ok = False
-    try:
-        with KernelspecEnv(kernel_exe):
-            k = Kernel()
-            try:
-                content, _ = k.run('model m = gpt(layers=1, heads=2, dim=16, ctx=16)\ndata d = text("moby-dick")')
-                check(content["status"] == "ok", "idle: definitions")
-                cell = Cell(k, "train m on d steps=60 batch=4 checkpoint_every=30")
-                check(cell.pump(Cell.done, 300) and cell.reply["content"]["status"] == "ok", "idle: train succeeds")
-                t_end = time.monotonic()
-                texts = cell.texts()
-                job = job_of(texts[-1]) if texts else None
-                rc, out, _ = cli(cli_exe, "instances", "--json")
-                insts = [i["instance"] for i in json.loads(out)] if rc == 0 else []
-                check(len(insts) == 1, "idle: one worker after the job: %s" % insts)
+    with own_gateway_kernel(kernel_exe, gateway_exe, IDLE_INI) as (gw, k):
+        content, _ = k.run('model m = gpt(layers=1, heads=2, dim=16, ctx=16)\ndata d = text("moby-dick")')
+        check(content["status"] == "ok", "idle: definitions")
+        cell = Cell(k, "train m on d steps=60 batch=4 checkpoint_every=30")
+        check(cell.pump(Cell.done, 300) and cell.reply["content"]["status"] == "ok", "idle: train succeeds")
+        t_end = time.monotonic()
+        texts = cell.texts()
+        job = job_of(texts[-1]) if texts else None
+        rc, out, _ = cli(cli_exe, "instances", "--json")
+        insts = [i["instance"] for i in json.loads(out)] if rc == 0 else []
+        check(len(insts) == 1, "idle: one worker after the job: %s" % insts)
 
-                # no cell runs now: read what the kernel sends on its own
-                def stderr_with(c, word):
-                    return [m for m in c.msgs if m["msg_type"] == "stream" and
-                            m["content"]["name"] == "stderr" and word in m["content"]["text"]]
+        # no cell runs now: read what the kernel sends on its own
+        def stderr_with(c, word):
+            return [m for m in c.msgs if m["msg_type"] == "stream" and
+                    m["content"]["name"] == "stderr" and word in m["content"]["text"]]
 
-                warned = cell.pump(lambda c: stderr_with(c, "idle") and any("idle warning" in t for t in c.texts()), 60)
-                t_warn = time.monotonic()
-                check(warned, "idle: a warning under the cell that ran last, after %.1f s" % (t_warn - t_end))
-                w = stderr_with(cell, "idle")[0]["content"]["text"] if warned else ""
-                m = re.search(r"stop in (\d+) s", w)
-                check(m and 0 < int(m.group(1)) <= 4, "idle: the warning says when the workers stop: %r" % w)
-                stopped = cell.pump(lambda c: stderr_with(c, "stopped") and
-                                    any("idle shutdown" in t for t in c.texts()), 60)
-                check(stopped and time.monotonic() - t_end >= 8 - 1,
-                      "idle: then the shutdown, after notebook_timeout (%.1f s)" % (time.monotonic() - t_end))
-                s = stderr_with(cell, "stopped")[0]["content"]["text"] if stopped else ""
-                check("workers were stopped" in s, "idle: the shutdown says what happened: %r" % s)
-                ds = displays(cell.msgs)
-                ups = [d for d in ds if "idle" in d["content"]["data"]["text/plain"]]
-                check(ups and all(d["msg_type"] == "update_display_data" and
-                                  d["content"]["transient"]["display_id"] == "spotlab-%s" % job for d in ups),
-                      "idle: the job's display is updated in place")
-                last = ups[-1]["content"]["data"]["text/plain"] if ups else ""
-                check(re.search(r"idle warning: notebook stops in \d+ s unless a cell runs\n", last) and
-                      "idle shutdown: notebook stopped, its workers shut down" in last and
-                      last.index("idle warning") > last.index("succeeded at step 60"),
-                      "idle: the display's timeline ends with the warning and the shutdown: " + last)
-                check(not [m for m in k.others if m["msg_type"] in ("stream", "display_data", "update_display_data")],
-                      "idle: nothing is sent to any other cell")
-                rc, out, _ = cli(cli_exe, "instances", "--json")
-                check(rc == 0 and not [i for i in json.loads(out) if i["instance"] in insts],
-                      "idle: the notebook's worker is gone: %s" % out)
+        warned = cell.pump(lambda c: stderr_with(c, "idle") and any("idle warning" in t for t in c.texts()), 60)
+        t_warn = time.monotonic()
+        check(warned, "idle: a warning under the cell that ran last, after %.1f s" % (t_warn - t_end))
+        w = stderr_with(cell, "idle")[0]["content"]["text"] if warned else ""
+        m = re.search(r"stop in (\d+) s", w)
+        check(m and 0 < int(m.group(1)) <= 4, "idle: the warning says when the workers stop: %r" % w)
+        stopped = cell.pump(lambda c: stderr_with(c, "stopped") and
+                            any("idle shutdown" in t for t in c.texts()), 60)
+        check(stopped and time.monotonic() - t_end >= 8 - 1,
+              "idle: then the shutdown, after notebook_timeout (%.1f s)" % (time.monotonic() - t_end))
+        s = stderr_with(cell, "stopped")[0]["content"]["text"] if stopped else ""
+        check("workers were stopped" in s, "idle: the shutdown says what happened: %r" % s)
+        ds = displays(cell.msgs)
+        ups = [d for d in ds if "idle" in d["content"]["data"]["text/plain"]]
+        check(ups and all(d["msg_type"] == "update_display_data" and
+                          d["content"]["transient"]["display_id"] == "spotlab-%s" % job for d in ups),
+              "idle: the job's display is updated in place")
+        last = ups[-1]["content"]["data"]["text/plain"] if ups else ""
+        check(re.search(r"idle warning: notebook stops in \d+ s unless a cell runs\n", last) and
+              "idle shutdown: notebook stopped, its workers shut down" in last and
+              last.index("idle warning") > last.index("succeeded at step 60"),
+              "idle: the display's timeline ends with the warning and the shutdown: " + last)
+        check(not [m for m in k.others if m["msg_type"] in ("stream", "display_data", "update_display_data")],
+              "idle: nothing is sent to any other cell")
+        rc, out, _ = cli(cli_exe, "instances", "--json")
+        check(rc == 0 and not [i for i in json.loads(out) if i["instance"] in insts],
+              "idle: the notebook's worker is gone: %s" % out)
 
-                # the next cell brings capacity back and restores the model
-                content, msgs = k.run('sample m "x" tokens=5', timeout=300)
-                check(content["status"] == "ok", "idle: the next cell works: %s" % content.get("evalue"))
-                errs = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream" and
-                               m["content"]["name"] == "stderr")
-                check("idle" not in errs, "idle: the next cell does not repeat the notices: %r" % errs)
-                out = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream" and
-                              m["content"]["name"] == "stdout")
-                check(out.strip() != "", "idle: the sample prints text")
-                sd = displays(msgs)
-                final = sd[-1]["content"]["data"]["text/plain"] if sd else ""
-                check(re.search(r"restored m from its checkpoint at step 60 on \S+ in \S+\n", final) and
-                      "(succeeded)" in final, "idle: the sample's display says the model was restored: " + final)
-                placed = re.findall(r"\((i-[0-9a-f]+)\)", final)
-                check(placed and placed[0] not in insts, "idle: on a new worker %s" % placed)
+        # the next cell brings capacity back and restores the model
+        content, msgs = k.run('sample m "x" tokens=5', timeout=300)
+        check(content["status"] == "ok", "idle: the next cell works: %s" % content.get("evalue"))
+        errs = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream" and
+                       m["content"]["name"] == "stderr")
+        check("idle" not in errs, "idle: the next cell does not repeat the notices: %r" % errs)
+        out = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream" and
+                      m["content"]["name"] == "stdout")
+        check(out.strip() != "", "idle: the sample prints text")
+        sd = displays(msgs)
+        final = sd[-1]["content"]["data"]["text/plain"] if sd else ""
+        check(re.search(r"restored m from its checkpoint at step 60 on \S+ in \S+\n", final) and
+              "(succeeded)" in final, "idle: the sample's display says the model was restored: " + final)
+        placed = re.findall(r"\((i-[0-9a-f]+)\)", final)
+        check(placed and placed[0] not in insts, "idle: on a new worker %s" % placed)
 
-                # any cell is activity, even one that needs no gateway: warned
-                # again, `print 1` puts the shutdown off by a whole timeout
-                sample_cell = Cell(k, "%who")
-                check(sample_cell.pump(Cell.done, 60), "idle: a cell after the sample")
-                check(sample_cell.pump(lambda c: stderr_with(c, "idle"), 60), "idle: warned again")
-                plain = Cell(k, "print 1")
-                check(plain.pump(Cell.done, 60) and "1" in stdout_of(plain.msgs), "idle: print 1")
-                nxt = plain.pump(lambda c: stderr_with(c, "idle") or stderr_with(c, "stopped"), 60)
-                first = (stderr_with(plain, "idle") + stderr_with(plain, "stopped"))[:1]
-                check(nxt and "stop in" in first[0]["content"]["text"],
-                      "idle: after a cell the next notice is a new warning, not the shutdown: %s" %
-                      [m["content"]["text"] for m in first])
-                ok = not failures
-            finally:
-                k.close()
-    finally:
-        if not ok:
-            print("gateway log (%s):\n%s" % (gw.home, gw.log()[-6000:]))
-        gw.close(keep=not ok)
+        # any cell is activity, even one that needs no gateway: warned
+        # again, `print 1` puts the shutdown off by a whole timeout
+        sample_cell = Cell(k, "%who")
+        check(sample_cell.pump(Cell.done, 60), "idle: a cell after the sample")
+        check(sample_cell.pump(lambda c: stderr_with(c, "idle"), 60), "idle: warned again")
+        plain = Cell(k, "print 1")
+        check(plain.pump(Cell.done, 60) and "1" in stdout_of(plain.msgs), "idle: print 1")
+        nxt = plain.pump(lambda c: stderr_with(c, "idle") or stderr_with(c, "stopped"), 60)
+        first = (stderr_with(plain, "idle") + stderr_with(plain, "stopped"))[:1]
+        check(nxt and "stop in" in first[0]["content"]["text"],
+              "idle: after a cell the next notice is a new warning, not the shutdown: %s" %
+              [m["content"]["text"] for m in first])
 
 
 class ScriptedGateway(threading.Thread):
@@ -793,65 +768,53 @@ def budget_notices(kernel_exe, gateway_exe, cli_exe):
     """Budget alerts in a notebook: the one that fires while a job runs shows
     under the running cell and in its display; one that fires while no cell
     runs shows at the start of the next cell; neither is shown twice."""
-    gw = OwnGateway(gateway_exe, BUDGET_INI)
-    ok = False
-    try:
-        with KernelspecEnv(kernel_exe):
-            k = Kernel()
-            try:
-                content, _ = k.run('model m = gpt(layers=1, heads=2, dim=16, ctx=16)\ndata d = text("moby-dick")')
-                check(content["status"] == "ok", "budget: definitions")
-                cell = Cell(k, "train m on d steps=100000 batch=4 checkpoint_every=1000000")
+    with own_gateway_kernel(kernel_exe, gateway_exe, BUDGET_INI) as (gw, k):
+        content, _ = k.run('model m = gpt(layers=1, heads=2, dim=16, ctx=16)\ndata d = text("moby-dick")')
+        check(content["status"] == "ok", "budget: definitions")
+        cell = Cell(k, "train m on d steps=100000 batch=4 checkpoint_every=1000000")
 
-                def alert(c, pct):
-                    return [m for m in c.msgs if m["msg_type"] == "stream" and
-                            "Budget alert" in m["content"]["text"] and "(%d%%)" % pct in m["content"]["text"]]
+        def alert(c, pct):
+            return [m for m in c.msgs if m["msg_type"] == "stream" and
+                    "Budget alert" in m["content"]["text"] and "(%d%%)" % pct in m["content"]["text"]]
 
-                shown = cell.pump(lambda c: alert(c, 50), 120)
-                check(shown, "budget: the 50% alert under the running cell")
-                text = alert(cell, 50)[0]["content"]["text"] if shown else ""
-                check(re.search(r"Budget alert: .* has spent \$[0-9.]+ of its \$[0-9.]+ monthly "
-                                r"budget \(50%\)", text), "budget: the alert's sentence: %r" % text)
-                check(cell.pump(lambda c: any("Budget alert" in t for t in c.texts()), 30),
-                      "budget: the job's display shows the alert")
-                texts = cell.texts()
-                job = job_of(texts[-1]) if texts else None
-                rc, out, err = cli(cli_exe, "cancel", job or "J000000")
-                check(rc == 0, "budget: the job cancelled: %s %s" % (out, err))
-                check(cell.pump(Cell.done, 120), "budget: the cell ends")
-                # the budget lowered under the spend while no cell runs: the
-                # 400% alert fires between cells
-                rc, out, err = cli(cli_exe, "budget", "set", "gateway", "0.0000001")
-                check(rc == 0, "budget: set live from the CLI: %s %s" % (out, err))
-                deadline = time.monotonic() + 30
-                while "400" not in gw.log() and time.monotonic() < deadline:
-                    time.sleep(0.2)  # the alert is logged when it fires; nothing else to wait on
-                check("(400%)" in gw.log(), "budget: the 400% alert fired")
-                content, msgs = k.run("%budget")
-                err_text = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
-                check(content["status"] == "ok" and "(400%)" in err_text,
-                      "budget: the next cell starts with the alert: %r" % err_text[:300])
-                check("(50%)" not in err_text, "budget: the 50% alert is not shown again")
-                content, msgs = k.run("%budget")
-                again = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
-                check("Budget alert" not in again, "budget: a cell after that shows no alert: %r" % again[:300])
-                everything = again + "".join(str(m["content"].get("data", {})) for m in msgs)
-                check("gateway" in everything and "$" in everything,
-                      "budget: %%budget lists the gateway's budget: %r" % everything[:400])
-                # a group's and a user's budget, set from the shell
-                for scope, name, usd in (("group", "ml", "25"), ("user", "carol", "7.5")):
-                    rc, out, err = cli(cli_exe, "budget", "set", scope, name, usd)
-                    check(rc == 0 and "the monthly budget of %s %s to $%.2f" % (scope, name, float(usd))
-                          in gw.log(), "budget: set %s %s from the CLI: %s %s" % (scope, name, out, err))
-                rc, out, err = cli(cli_exe, "budget", "set", "group", "ml", "25", "more")
-                check(rc == 2 and "too many arguments" in err, "budget: a fifth argument: %s" % err)
-                ok = not failures
-            finally:
-                k.close()
-    finally:
-        if not ok:
-            print(gw.log()[-4000:], file=sys.stderr)
-        gw.close()
+        shown = cell.pump(lambda c: alert(c, 50), 120)
+        check(shown, "budget: the 50% alert under the running cell")
+        text = alert(cell, 50)[0]["content"]["text"] if shown else ""
+        check(re.search(r"Budget alert: .* has spent \$[0-9.]+ of its \$[0-9.]+ monthly "
+                        r"budget \(50%\)", text), "budget: the alert's sentence: %r" % text)
+        check(cell.pump(lambda c: any("Budget alert" in t for t in c.texts()), 30),
+              "budget: the job's display shows the alert")
+        texts = cell.texts()
+        job = job_of(texts[-1]) if texts else None
+        rc, out, err = cli(cli_exe, "cancel", job or "J000000")
+        check(rc == 0, "budget: the job cancelled: %s %s" % (out, err))
+        check(cell.pump(Cell.done, 120), "budget: the cell ends")
+        # the budget lowered under the spend while no cell runs: the
+        # 400% alert fires between cells
+        rc, out, err = cli(cli_exe, "budget", "set", "gateway", "0.0000001")
+        check(rc == 0, "budget: set live from the CLI: %s %s" % (out, err))
+        deadline = time.monotonic() + 30
+        while "400" not in gw.log() and time.monotonic() < deadline:
+            time.sleep(0.2)  # the alert is logged when it fires; nothing else to wait on
+        check("(400%)" in gw.log(), "budget: the 400% alert fired")
+        content, msgs = k.run("%budget")
+        err_text = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
+        check(content["status"] == "ok" and "(400%)" in err_text,
+              "budget: the next cell starts with the alert: %r" % err_text[:300])
+        check("(50%)" not in err_text, "budget: the 50% alert is not shown again")
+        content, msgs = k.run("%budget")
+        again = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
+        check("Budget alert" not in again, "budget: a cell after that shows no alert: %r" % again[:300])
+        everything = again + "".join(str(m["content"].get("data", {})) for m in msgs)
+        check("gateway" in everything and "$" in everything,
+              "budget: %%budget lists the gateway's budget: %r" % everything[:400])
+        # a group's and a user's budget, set from the shell
+        for scope, name, usd in (("group", "ml", "25"), ("user", "carol", "7.5")):
+            rc, out, err = cli(cli_exe, "budget", "set", scope, name, usd)
+            check(rc == 0 and "the monthly budget of %s %s to $%.2f" % (scope, name, float(usd))
+                  in gw.log(), "budget: set %s %s from the CLI: %s %s" % (scope, name, out, err))
+        rc, out, err = cli(cli_exe, "budget", "set", "group", "ml", "25", "more")
+        check(rc == 2 and "too many arguments" in err, "budget: a fifth argument: %s" % err)
 
 
 def main():
