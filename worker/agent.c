@@ -665,12 +665,10 @@ struct wk_agent *wk_agent_free(struct wk_agent *a) {
   wk_notice_watcher_free(a->watcher);
   for (size_t i = 0; i < a->njobs; i++) wk_job_free(a->jobs[i]);
   for (size_t i = 0; i < a->outbox_n; i++) free(a->outbox[i]);
-  wk_store_free(a->store);
-  a->store = NULL;
+  wk_store_free(a->store); /* before the presigner its signer borrows */
   wk_presigner_free(a->presigner);
   wk_link_free(a->link);
   if (a->zctx) zmq_ctx_term(a->zctx);
-  wk_store_free(a->store);
   wk_nvml_free(a->nvml);
   free(a);
   return NULL;
