@@ -276,9 +276,11 @@ static int load_failure(struct gw_place_memory *m, const json_t *e,
   for (size_t i = 0; i < n_provs && !prov; i++)
     if (provs[i] && !strcmp(provs[i]->name, name))
       prov = provs[i];
-  int64_t age_us = now_real_us - (int64_t)json_integer_value(at);
-  if (!prov || age_us >= GW_PLACE_MEMORY_US)
+  /* compared before the age is taken: at_us may be any integer (a damaged row) */
+  int64_t at_us = (int64_t)json_integer_value(at);
+  if (!prov || at_us <= now_real_us - GW_PLACE_MEMORY_US)
     return 0;
+  int64_t age_us = now_real_us - at_us;
   struct gw_place_failure *f = failure_entry(m, prov, type, zone, json_is_true(spot));
   json_int_t n = json_integer_value(count);
   f->count = n > FAILURE_COUNT_MAX ? FAILURE_COUNT_MAX : (int)n;

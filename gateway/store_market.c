@@ -101,7 +101,8 @@ static void read_row(sqlite3_stmt *st, struct gw_market_chunk *c) {
     c->chunk = -1; /* not even where it would go */
     return;
   }
-  if (!up || !price || n == 0 || n > GW_STORE_MARKET_CHUNK_MAX || bytes != 8 * n)
+  /* a wall clock before 1970 is a damaged row (the history's gap is taken from it) */
+  if (!up || !price || n == 0 || n > GW_STORE_MARKET_CHUNK_MAX || bytes != 8 * n || c->end_us < 0)
     return;
   for (size_t k = 0; k < n; k++) {
     double p = get_le64(price + 8 * k);

@@ -99,7 +99,8 @@ static void load(struct jk_history *h) {
     }
     const char *input = sl_json_get_str(v, "input", NULL);
     int64_t s = sl_json_get_int(v, "session", -1), l = sl_json_get_int(v, "line", -1);
-    if (input && s > 0 && l > 0) {
+    /* a session no kernel could follow (the next takes one more) is damage */
+    if (input && s > 0 && s < INT64_MAX && l > 0) {
       push(h, s, l, input);
       if (s > max_session)
         max_session = s;
@@ -155,6 +156,23 @@ struct jk_history *jk_history_open(const char *dir, const char *notebook) {
 
 int64_t jk_history_session(const struct jk_history *h) { return h->session; }
 
+/* Opens path for appending. A last line cut short (a crash or a full disk
+ * mid-write) is ended first, so the next line is not joined to it. */
+static int open_append(struct jk_history *h) {
+  h->fd = open(h->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (h->fd < 0)
+    return -errno;
+  struct stat st;
+  char last = '\n';
+  if (fstat(h->fd, &st) == 0 && st.st_size > 0 && pread(h->fd, &last, 1, st.st_size - 1) != 1)
+    last = '\n'; /* unreadable: appended to as it is */
+  if (last != '\n' && write(h->fd, "\n", 1) != 1) {
+    close_file(h);
+    return -EIO;
+  }
+  return 0;
+}
+
 int jk_history_add(struct jk_history *h, int64_t line, const char *input) {
   if (strlen(input) > MAX_INPUT_BYTES)
     return SL_ELIMIT;
@@ -175,10 +193,8 @@ int jk_history_add(struct jk_history *h, int64_t line, const char *input) {
   /* kept open between cells: a cell's reply should not wait on opening a
    * file; O_APPEND keeps each line whole beside another kernel's */
   if (h->fd < 0)
-    h->fd = open(h->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (h->fd < 0)
-    r = -errno;
-  else {
+    r = open_append(h);
+  if (r == 0) {
     ssize_t w = write(h->fd, text, n);
     if (w != (ssize_t)n) {
       r = w < 0 ? -errno : -EIO; /* a short write sets no errno */

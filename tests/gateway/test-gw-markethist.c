@@ -161,7 +161,8 @@ static void test_long_stop(void) {
   gw_store_free(s);
 }
 
-/* A chunk whose prices are cut short: the ticks before it are not used. */
+/* A chunk whose prices are cut short, or whose clock is: the ticks before
+ * it are not used. */
 static void test_malformed(void) {
   reset();
   struct gw_store *s = open_store();
@@ -181,6 +182,16 @@ static void test_malformed(void) {
   exec_sql("INSERT INTO market_history SELECT provider, type, zone, 1125899906842624, end_us, up,"
            " price FROM market_history WHERE chunk=3");
   CHECK(local_holds(s, t0 + 200 * tick_us, 180, 200));
+  /* a clock before 1970 on the newest chunk: no gap is computed from it;
+   * nothing before it is used */
+  exec_sql("DELETE FROM market_history WHERE chunk=1125899906842624;"
+           "UPDATE market_history SET end_us=-9223372036854775808 WHERE chunk=3");
+  size_t restored_n = 9;
+  h = restored(s, t0 + 200 * tick_us, false, &restored_n);
+  CHECK_INT(restored_n, 0);
+  o = gw_mh_find(h, &local, "g.x", "z-a", false);
+  CHECK(o && o->first == 240 && o->n == 240);
+  gw_mh_free(h);
   gw_store_free(s);
 }
 

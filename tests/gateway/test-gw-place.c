@@ -689,6 +689,21 @@ static void test_memory_kept(void) {
   gw_place_memory_free(m2);
   json_decref(j);
   CHECK_INT(gw_place_memory_load(NULL, NULL, provs, 1, now2, real2, &skipped), 0);
+
+  /* a failure's time past any clock (a damaged row): long forgotten, and
+   * its age is not computed past int64_t's range */
+  j = json_loads("{\"failures\": [{\"provider\": \"a\", \"type\": \"g\", \"zone\": \"z\","
+                 "   \"spot\": true, \"capacity\": false, \"count\": 1,"
+                 "   \"at_us\": -9223372036854775808}]}",
+                 0, NULL);
+  CHECK(j != NULL);
+  m2 = gw_place_memory_new();
+  CHECK_INT(gw_place_memory_load(m2, j, provs, 1, now2, real2, &skipped), 0);
+  CHECK_INT(skipped, 0);
+  gw_place_memory_view(m2, 7, rates, GW_PLACE_RATES_MAX, &c);
+  CHECK_INT(c.n_failures, 0);
+  gw_place_memory_free(m2);
+  json_decref(j);
   gw_place_memory_free(m);
 }
 

@@ -1,0 +1,88 @@
+/* The kernel's execution history (history.h) on its file: what one kernel
+ * adds, the next one for the notebook reads back under the session it ran
+ * in, even when the file was left damaged (a last line cut short by a
+ * crash or a full disk; a session number no kernel could follow). */
+#include "harness.h"
+#include "history.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[] = "/tmp/test-history-XXXXXX";
+static char path[sizeof dir + 16];
+
+static void write_file(const char *text) {
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  fputs(text, f);
+  fclose(f);
+}
+
+/* Whether h's range request for session, line [line, line + 1) answers
+ * exactly [session, line, input]. */
+static bool holds(const struct jk_history *h, int64_t session, int64_t line, const char *input) {
+  json_t *req = json_pack("{s:s,s:I,s:I,s:I}", "hist_access_type", "range", "session",
+                          (json_int_t)session, "start", (json_int_t)line, "stop",
+                          (json_int_t)(line + 1));
+  json_t *out = jk_history_query(h, req);
+  json_t *e = json_array_get(out, 0);
+  const char *got = json_string_value(json_array_get(e, 2));
+  bool ok = json_array_size(out) == 1 && json_integer_value(json_array_get(e, 0)) == session &&
+            json_integer_value(json_array_get(e, 1)) == line && got && !strcmp(got, input);
+  json_decref(out);
+  json_decref(req);
+  return ok;
+}
+
+/* A last line cut short: the good lines are read, the next cell's line
+ * stays its own. */
+static void test_cut_line(void) {
+  write_file("{\"session\":1,\"line\":1,\"input\":\"a = 1\"}\n"
+             "{\"session\":1,\"line\":2,\"input\":\"b = ");
+  struct jk_history *h = jk_history_open(dir, "nb");
+  CHECK(h != NULL);
+  if (!h)
+    return;
+  CHECK_INT(jk_history_session(h), 2);
+  CHECK(holds(h, 1, 1, "a = 1"));
+  CHECK_INT(jk_history_add(h, 1, "c = 3"), 0);
+  jk_history_free(h);
+  h = jk_history_open(dir, "nb"); /* the next kernel */
+  CHECK(h != NULL);
+  if (!h)
+    return;
+  CHECK_INT(jk_history_session(h), 3);
+  CHECK(holds(h, 1, 1, "a = 1"));
+  CHECK(holds(h, 2, 1, "c = 3"));
+  jk_history_free(h);
+}
+
+/* A session number no kernel can follow is skipped with its line. */
+static void test_last_session(void) {
+  write_file("{\"session\":9223372036854775807,\"line\":1,\"input\":\"x\"}\n"
+             "{\"session\":2,\"line\":1,\"input\":\"y\"}\n");
+  struct jk_history *h = jk_history_open(dir, "nb");
+  CHECK(h != NULL);
+  if (!h)
+    return;
+  CHECK_INT(jk_history_session(h), 3);
+  CHECK(holds(h, 2, 1, "y"));
+  jk_history_free(h);
+}
+
+int main(void) {
+  if (!mkdtemp(dir))
+    return 1;
+  snprintf(path, sizeof path, "%s/nb.jsonl", dir);
+  test_cut_line();
+  test_last_session();
+  unlink(path);
+  rmdir(dir);
+  TEST_MAIN_END();
+}
