@@ -11,6 +11,7 @@
  * every message built here names a file, a line, a profile or a field,
  * never a value read from a credentials source. */
 #include "sl_awscreds.h"
+#include "sl_awscreds_int.h"
 
 #include "sl_err.h"
 #include "sl_http.h"
@@ -409,8 +410,12 @@ void sl_aws_chain_set_clock(struct sl_aws_chain *c, int64_t (*now_unix)(void *ct
 
 /* ---- the instance role ---- */
 
-/* "2026-01-02T03:04:05Z", fractions of a second and "+00:00" allowed. */
-static int parse_expiration(const char *s, int64_t *ret) {
+int sl_aws_parse_expiration(const char *s, int64_t *ret) {
+  /* digits where the form has them: sscanf's %d alone takes " 5" or "+5" */
+  static const char form[] = "dddd-dd-ddTdd:dd:dd";
+  for (size_t i = 0; i < sizeof form - 1; i++)
+    if (form[i] == 'd' ? !isdigit((unsigned char)s[i]) : s[i] != form[i])
+      return -EINVAL;
   struct tm tm = {0};
   int n = 0;
   if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
@@ -469,54 +474,71 @@ static int imds_token(const struct sl_aws_chain *c, char *hdr, size_t hdr_size, 
   int r = imds_call(c, "PUT", "/latest/api/token", ttl, &resp, err, err_size);
   if (r)
     return r;
-  const char *token = resp.status == 200 ? trim(resp.body, resp.body + resp.body_len) : "";
-  if (resp.status != 200) {
-    sl_err_say(err, err_size, 0,
-               "instance metadata service at %s answered HTTP %ld to the token request", c->imds,
-               resp.status);
-    r = SL_EAUTH;
-  } else if (!secret_ok(token) ||
-             (size_t)snprintf(hdr, hdr_size, "X-aws-ec2-metadata-token: %s", token) >= hdr_size) {
-    sl_err_say(err, err_size, 0, "instance metadata service at %s sent a malformed token", c->imds);
-    r = SL_EAUTH;
-  }
+  r = sl_aws_imds_token_reply(c->imds, &resp, hdr, hdr_size, err, err_size);
   resp_wipe(&resp);
   return r;
 }
 
+int sl_aws_imds_token_reply(const char *imds, struct sl_http_resp *resp, char *hdr,
+                            size_t hdr_size, char *err, size_t err_size) {
+  int r = 0;
+  const char *token = resp->status == 200 ? trim(resp->body, resp->body + resp->body_len) : "";
+  if (resp->status != 200) {
+    sl_err_say(err, err_size, 0,
+               "instance metadata service at %s answered HTTP %ld to the token request", imds,
+               resp->status);
+    r = SL_EAUTH;
+  } else if (!secret_ok(token) ||
+             (size_t)snprintf(hdr, hdr_size, "X-aws-ec2-metadata-token: %s", token) >= hdr_size) {
+    sl_err_say(err, err_size, 0, "instance metadata service at %s sent a malformed token", imds);
+    r = SL_EAUTH;
+  }
+  return r;
+}
+
 /* The instance role's name (the first line of the list). */
-static int imds_role(const struct sl_aws_chain *c, const char *hdr, char ret[160], char *err,
-                     size_t err_size) {
+static int imds_role(const struct sl_aws_chain *c, const char *hdr, char ret[SL_AWS_ROLE_MAX],
+                     char *err, size_t err_size) {
   struct sl_http_resp resp = {0};
   int r = imds_call(c, "GET", "/latest/meta-data/iam/security-credentials/", hdr, &resp, err,
                     err_size);
   if (r)
     return r;
-  if (resp.status != 200) {
-    if (resp.status == 404)
-      sl_err_say(err, err_size, 0, "the instance has no IAM role (%s answered HTTP 404)", c->imds);
+  r = sl_aws_imds_role_reply(c->imds, &resp, ret, err, err_size);
+  sl_http_resp_done(&resp);
+  return r;
+}
+
+int sl_aws_imds_role_reply(const char *imds, struct sl_http_resp *resp,
+                           char ret[SL_AWS_ROLE_MAX], char *err, size_t err_size) {
+  if (resp->status != 200) {
+    if (resp->status == 404)
+      sl_err_say(err, err_size, 0, "the instance has no IAM role (%s answered HTTP 404)", imds);
     else
       sl_err_say(err, err_size, 0,
-                 "instance metadata service at %s answered HTTP %ld for the role name", c->imds,
-                 resp.status);
-    sl_http_resp_done(&resp);
+                 "instance metadata service at %s answered HTTP %ld for the role name", imds,
+                 resp->status);
     return SL_EAUTH;
   }
-  char *nl = memchr(resp.body, '\n', resp.body_len);
-  char *name = trim(resp.body, nl ? nl : resp.body + resp.body_len);
+  char *nl = memchr(resp->body, '\n', resp->body_len);
+  char *name = trim(resp->body, nl ? nl : resp->body + resp->body_len);
   size_t name_len = strlen(name);
   bool ok = name_len > 0 && name_len < 129;
   for (const char *s = name; ok && *s; s++)
     ok = isalnum((unsigned char)*s) || strchr("+=,.@_-", *s);
-  if (ok) {
-    snprintf(ret, 160, "%s", name);
-  } else {
-    sl_err_say(err, err_size, 0, "instance metadata service at %s sent a malformed role name",
-               c->imds);
-    r = SL_EAUTH;
+  if (!ok) {
+    return sl_err_say(err, err_size, SL_EAUTH,
+                      "instance metadata service at %s sent a malformed role name", imds);
   }
-  sl_http_resp_done(&resp);
-  return r;
+  snprintf(ret, SL_AWS_ROLE_MAX, "%s", name);
+  return 0;
+}
+
+/* The string member key of doc, def when it is missing or not a string, ""
+ * (no field's valid value) when it holds a NUL. */
+static const char *doc_str(const json_t *doc, const char *key, const char *def) {
+  const char *s = sl_json_get_whole_str(doc, key, def);
+  return s ? s : "";
 }
 
 /* Overwrites a string member of a parsed document (a secret) in place. */
@@ -531,35 +553,42 @@ static int imds_document(const struct sl_aws_chain *c, const char *hdr, const ch
                          struct sl_aws_creds *ret, char *err, size_t err_size) {
   struct sl_http_resp resp = {0};
   char path[256];
-  json_t *doc = NULL;
   snprintf(path, sizeof path, "/latest/meta-data/iam/security-credentials/%s", role);
   int r = imds_call(c, "GET", path, hdr, &resp, err, err_size);
   if (r)
     return r;
-  if (resp.status != 200) {
+  r = sl_aws_imds_creds_reply(c->imds, role, &resp, ret, err, err_size);
+  resp_wipe(&resp);
+  return r;
+}
+
+int sl_aws_imds_creds_reply(const char *imds, const char *role, const struct sl_http_resp *resp,
+                            struct sl_aws_creds *ret, char *err, size_t err_size) {
+  json_t *doc = NULL;
+  int r = 0;
+  if (resp->status != 200) {
     sl_err_say(err, err_size, 0, "instance metadata service at %s answered HTTP %ld for role %s",
-               c->imds, resp.status, role);
+               imds, resp->status, role);
     r = SL_EAUTH;
-  } else if (sl_json_parse(resp.body, resp.body_len, 4, &doc, NULL, 0) < 0 ||
+  } else if (sl_json_parse(resp->body, resp->body_len, 4, &doc, NULL, 0) < 0 ||
              !json_is_object(doc)) {
     sl_err_say(err, err_size, 0, "the credentials of role %s are not a JSON object", role);
     r = SL_EAUTH;
   }
-  resp_wipe(&resp);
   if (r) {
     json_decref(doc);
     return r;
   }
-  const char *code = sl_json_get_str(doc, "Code", "Success");
-  const char *id = sl_json_get_str(doc, "AccessKeyId", "");
-  const char *secret = sl_json_get_str(doc, "SecretAccessKey", "");
-  const char *tok = sl_json_get_str(doc, "Token", "");
+  const char *code = doc_str(doc, "Code", "Success");
+  const char *id = doc_str(doc, "AccessKeyId", "");
+  const char *secret = doc_str(doc, "SecretAccessKey", "");
+  const char *tok = doc_str(doc, "Token", "");
   int64_t expires = 0;
   const char *bad = strcmp(code, "Success") != 0 ? "Code"
                     : !key_id_ok(id) || strlen(id) >= SL_AWS_KEY_ID_MAX ? "AccessKeyId"
                     : !secret_ok(secret) || strlen(secret) >= SL_AWS_SECRET_MAX ? "SecretAccessKey"
                     : !secret_ok(tok) || strlen(tok) >= SL_AWS_TOKEN_MAX ? "Token"
-                    : parse_expiration(sl_json_get_str(doc, "Expiration", ""), &expires) < 0
+                    : sl_aws_parse_expiration(doc_str(doc, "Expiration", ""), &expires) < 0
                         ? "Expiration"
                         : NULL;
   if (bad) {
@@ -581,7 +610,7 @@ static int imds_document(const struct sl_aws_chain *c, const char *hdr, const ch
 /* The instance role's credentials: token, role name, document. */
 static int imds_fetch(const struct sl_aws_chain *c, struct sl_aws_creds *ret, char *err,
                       size_t err_size) {
-  char hdr[1200], role[160];
+  char hdr[1200], role[SL_AWS_ROLE_MAX];
   int r = imds_token(c, hdr, sizeof hdr, err, err_size);
   if (!r)
     r = imds_role(c, hdr, role, err, err_size);

@@ -146,6 +146,13 @@ const char *sl_json_get_str(const json_t *obj, const char *key, const char *def)
   return json_is_string(v) ? json_string_value(v) : def;
 }
 
+const char *sl_json_get_whole_str(const json_t *obj, const char *key, const char *def) {
+  json_t *v = json_object_get(obj, key);
+  if (!json_is_string(v))
+    return def;
+  return strlen(json_string_value(v)) == json_string_length(v) ? json_string_value(v) : NULL;
+}
+
 int64_t sl_json_get_int(const json_t *obj, const char *key, int64_t def) {
   json_t *v = json_object_get(obj, key);
   if (json_is_integer(v))

@@ -50,7 +50,13 @@ char *sl_utf8_fix(char *s);
  * the text in it. */
 const char *sl_utf8_text(const char *s, char *buf, size_t size);
 
+/* The string member key of obj (borrowed), def when it is missing or not a
+ * string. */
 const char *sl_json_get_str(const json_t *obj, const char *key, const char *def);
+/* The same, NULL when the string holds a NUL ("\u0000", which sl_json_parse
+ * lets through): as a C string it would end there, and a name, a key or a
+ * credential cut short is another one. */
+const char *sl_json_get_whole_str(const json_t *obj, const char *key, const char *def);
 /* An integer, or a real truncated toward zero; def when absent, of another
  * type, or a real out of int64_t's range. */
 int64_t sl_json_get_int(const json_t *obj, const char *key, int64_t def);

@@ -13,6 +13,7 @@
  * gateway's [idle] values until a place frees, which never happens while
  * the gateway runs: the bound is far above any hub's user count). */
 #include "hub.h"
+#include "hub_int.h"
 
 #include "httpc.h"
 
@@ -171,7 +172,8 @@ static void select_group(const struct gw_config *cfg, const json_t *groups, char
     size_t k;
     const json_t *g;
     json_array_foreach(groups, k, g)
-      if (json_is_string(g) && !strcmp(json_string_value(g), cfg->groups[i].name)) {
+      if (json_is_string(g) && json_string_length(g) == strlen(cfg->groups[i].name) &&
+          !strcmp(json_string_value(g), cfg->groups[i].name)) {
         snprintf(ret, size, "%s", cfg->groups[i].name);
         return;
       }
@@ -180,7 +182,7 @@ static void select_group(const struct gw_config *cfg, const json_t *groups, char
 
 /* A user name the gateway can hold: no control characters (log lines). */
 static bool usable_name(const char *s) {
-  size_t n = strlen(s);
+  size_t n = s ? strlen(s) : 0;
   if (!n || n >= GW_HUB_USER_MAX)
     return false;
   for (size_t i = 0; i < n; i++)
@@ -210,11 +212,11 @@ static int parse_answer(struct gw_hub *h, const struct sl_http_resp *resp, struc
              " a user (is [hub] url its API, ending in /hub/api?)", h->url);
     return SL_ECURL;
   }
-  const char *kind = sl_json_get_str(j, "kind", "user");
-  const char *name = sl_json_get_str(j, "name", "");
+  const char *kind = sl_json_get_whole_str(j, "kind", "user");
+  const char *name = sl_json_get_whole_str(j, "name", "");
   int r = 0;
-  if (strcmp(kind, "user")) {
-    snprintf(msg, size, "this JupyterHub token belongs to a %.32s, not a user", kind);
+  if (!kind || strcmp(kind, "user")) {
+    snprintf(msg, size, "this JupyterHub token belongs to a %.32s, not a user", kind ? kind : "?");
     r = SL_EAUTH;
   } else if (!usable_name(name)) {
     snprintf(msg, size, "the JupyterHub user name is empty, longer than %d bytes or holds"
@@ -254,6 +256,20 @@ static void on_answer(uint64_t id, int err, struct sl_http_resp *resp, void *dat
   void *ddata = c->data;
   memset(c, 0, sizeof *c); /* free before done, which may start another check */
   done(ddata, r, r == 0 ? &who : NULL, msg);
+}
+
+int gw_hub_answer(struct gw_hub *h, const char *token, int err, struct sl_http_resp *resp,
+                  gw_hub_done_fn done, void *data) {
+  struct check *c = NULL;
+  for (size_t i = 0; !c && i < CHECKS_MAX; i++)
+    if (!h->checks[i].id)
+      c = &h->checks[i];
+  if (!c)
+    return SL_ELIMIT;
+  *c = (struct check){.id = UINT64_MAX, .done = done, .data = data, .hub = h};
+  sl_sha256_hex(token, strlen(token), c->hash);
+  on_answer(c->id, err, resp, c);
+  return 0;
 }
 
 /* Whether token could be sent in a header as it is: printable ASCII, no

@@ -18,6 +18,7 @@
  * waits in the slot; its copies go out from wk_presigner_tend on the same
  * schedule as a waiting request's. */
 #include "presign.h"
+#include "presign_int.h"
 
 #include "conf.h"
 #include "link.h"
@@ -115,8 +116,7 @@ static char *request_text(int64_t id, const struct sl_s3_presign_req *reqs, size
   return text;
 }
 
-/* The id of a presigned answer; 0 for anything else. */
-static int64_t answer_id(const json_t *v) {
+int64_t wk_presign_answer_id(const json_t *v) {
   json_t *jid = json_object_get(v, "id");
   if (!v || strcmp(sl_json_get_str(v, "type", ""), "presigned") || !json_is_integer(jid)) return 0;
   return json_integer_value(jid) > 0 ? json_integer_value(jid) : 0;
@@ -132,7 +132,7 @@ static struct asked *asked_find(struct wk_presigner *p, int64_t id) {
  * waiting is kept in its slot; anything else (a late answer to a request
  * that timed out, a copy's second answer) is dropped. */
 static void keep_or_drop(struct wk_presigner *p, json_t *v) {
-  struct asked *q = asked_find(p, answer_id(v));
+  struct asked *q = asked_find(p, wk_presign_answer_id(v));
   if (q && !q->answer) {
     q->answer = v;
     return;
@@ -190,14 +190,24 @@ static json_t *await(struct wk_presigner *p, int64_t id, int64_t deadline, int *
     if (r <= 0 || !it[0].revents || wk_link_socket(p->link) != sock) continue; /* replaced meanwhile */
     json_t *v;
     if (!recv_one(sock, &v)) continue;
-    if (answer_id(v) == id) return v;
+    if (wk_presign_answer_id(v) == id) return v;
     keep_or_drop(p, v);
   }
 }
 
-/* Takes ans (owned): its n URLs into ret_urls (owned), or the gateway's
- * refusal in err. */
-static int answer_urls(json_t *ans, size_t n, char **ret_urls, char *err, size_t err_size) {
+/* Whether u is a URL to hand the HTTP client: http:// or https://, whole
+ * (no NUL inside the string), without control characters (a CR or LF
+ * would end the request line). */
+static bool url_ok(const json_t *u) {
+  const char *s = json_string_value(u);
+  if (!s || strlen(s) != json_string_length(u)) return false;
+  if (strncmp(s, "http://", 7) && strncmp(s, "https://", 8)) return false;
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || *s == 0x7f) return false;
+  return true;
+}
+
+int wk_presign_answer_urls(json_t *ans, size_t n, char **ret_urls, char *err, size_t err_size) {
   int r;
   json_t *e = json_object_get(ans, "error");
   json_t *urls = json_object_get(ans, "urls");
@@ -210,8 +220,8 @@ static int answer_urls(json_t *ans, size_t n, char **ret_urls, char *err, size_t
   }
   size_t i = 0;
   for (; i < n; i++) {
-    const char *u = json_string_value(json_array_get(urls, i));
-    if (!u || strncmp(u, "http", 4) || !(ret_urls[i] = strdup(u))) break;
+    const json_t *u = json_array_get(urls, i);
+    if (!url_ok(u) || !(ret_urls[i] = strdup(json_string_value(u)))) break;
   }
   json_decref(ans);
   if (i < n) {
@@ -259,7 +269,7 @@ static int presign(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, ch
     snprintf(err, err_size, "the gateway did not answer a presign request: %s", sl_strerror(r));
     return r;
   }
-  return answer_urls(ans, n, ret_urls, err, err_size);
+  return wk_presign_answer_urls(ans, n, ret_urls, err, err_size);
 }
 
 void *wk_presigner_monitor(struct wk_presigner *p) { return wk_link_monitor(p->link); }
@@ -299,7 +309,7 @@ static int take(void *ctx, int64_t id, char **ret_urls, size_t n, char *err, siz
     snprintf(err, err_size, "the gateway did not answer a presign request: %s", sl_strerror(-ETIMEDOUT));
     return -ETIMEDOUT;
   }
-  int r = answer_urls(ans, n, ret_urls, err, err_size);
+  int r = wk_presign_answer_urls(ans, n, ret_urls, err, err_size);
   return r < 0 ? r : 1;
 }
 

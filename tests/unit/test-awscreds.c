@@ -11,6 +11,7 @@
 #include "harness.h"
 
 #include "sl_awscreds.h"
+#include "sl_awscreds_int.h"
 #include "sl_err.h"
 #include "sl_http.h"
 
@@ -617,6 +618,50 @@ static void test_endpoint(void) {
   CHECK_STR(ep, "http://[fd00:ec2::254]");
 }
 
+/* The credentials document's Expiration: the forms the service writes,
+ * and none of the ones sscanf's %d alone would take (a sign or a space in a
+ * field). A document with such an Expiration is refused, as is one with a
+ * field that holds a NUL. */
+static void test_expiration(void) {
+  int64_t t = -1;
+  CHECK_INT(sl_aws_parse_expiration("2026-05-01T16:00:00Z", &t), 0);
+  CHECK_INT(t, 1777651200);
+  CHECK_INT(sl_aws_parse_expiration("2026-05-01T16:00:00.250Z", &t), 0);
+  CHECK_INT(t, 1777651200);
+  CHECK_INT(sl_aws_parse_expiration("2026-05-01T16:00:00+00:00", &t), 0);
+  static const char *const bad[] = {
+      "2026-+5-01T16:00:00Z", "2026-05- 1T16:00:00Z", "+026-05-01T16:00:00Z",
+      "2026-05-01T-1:00:00Z", "2026-05-01 16:00:00Z", "2026-05-01T16:00:00",
+      "2026-05-01T16:00:00+02:00", "2026-13-01T16:00:00Z", "2026-05", "",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    t = -1;
+    CHECK_INT(sl_aws_parse_expiration(bad[i], &t), -EINVAL);
+    CHECK_INT(t, -1);
+  }
+  char body[] = "{\"Code\": \"Success\", \"AccessKeyId\": \"ASIAROLE0001\", "
+                "\"SecretAccessKey\": \"role-secret-1\", \"Token\": \"role-token-1\", "
+                "\"Expiration\": \"2026-+5-01T16:00:00Z\"}";
+  struct sl_http_resp resp = {.status = 200, .body = body, .body_len = strlen(body), .tries = 1};
+  struct sl_aws_creds cr;
+  char err[ERR_SIZE] = "";
+  memset(&cr, 'z', sizeof cr);
+  CHECK_INT(sl_aws_imds_creds_reply("http://169.254.169.254", ROLE, &resp, &cr, err, sizeof err),
+            SL_EAUTH);
+  CHECK(strstr(err, "malformed Expiration") != NULL);
+  CHECK(cr.access_key_id[0] == 'z');              /* untouched on error */
+  /* a "\u0000" in a field: cut there, the secret would be another */
+  char cut[] = "{\"AccessKeyId\": \"ASIAROLE0001\", \"SecretAccessKey\": \"role\\u0000secret\", "
+               "\"Token\": \"role-token-1\", \"Expiration\": \"2026-05-01T16:00:00Z\"}";
+  resp.body = cut;
+  resp.body_len = strlen(cut);
+  err[0] = 0;
+  CHECK_INT(sl_aws_imds_creds_reply("http://169.254.169.254", ROLE, &resp, &cr, err, sizeof err),
+            SL_EAUTH);
+  CHECK(strstr(err, "malformed SecretAccessKey") != NULL);
+  CHECK(cr.access_key_id[0] == 'z');
+}
+
 int main(void) {
   if (sl_http_global_init() != 0) {
     fprintf(stderr, "libcurl did not start\n");
@@ -637,6 +682,7 @@ int main(void) {
   test_env();
   test_files();
   test_imds();
+  test_expiration();
   test_threads();
   test_region();
   test_endpoint();

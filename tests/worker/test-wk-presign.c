@@ -19,6 +19,8 @@
 
 #include "conf.h"
 #include "presign.h"
+#include "presign_int.h"
+#include "sl_err.h"
 #include "sl_time.h"
 
 #include <errno.h>
@@ -240,7 +242,37 @@ static int sign(struct sl_s3_signer *signer, const char *key, char **url, char *
   return signer->presign(signer->ctx, &req, 1, url, err, size);
 }
 
+/* The reading of an answer's URLs: each must be one to hand the HTTP
+ * client as it is (http:// or https://, whole, no control characters), or
+ * the answer is refused. */
+static void test_answer_urls(void) {
+  static const char *const bad[] = {
+      "{\"urls\": [\"httpx://s3.test/1\"]}",
+      "{\"urls\": [\"ftp://s3.test/1\"]}",
+      "{\"urls\": [\"http://s3.test/1\\r\\nX-Injected: 1\"]}",
+      "{\"urls\": [\"http://s3.test/1\\u0000?X-Amz-Signature=0\"]}",
+      "{\"urls\": [5]}",
+  };
+  char err[256], *urls[1];
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    json_t *v = json_loads(bad[i], JSON_ALLOW_NUL, NULL);
+    CHECK(v != NULL);
+    err[0] = 0;
+    urls[0] = NULL;
+    CHECK_INT(wk_presign_answer_urls(v, 1, urls, err, sizeof err), SL_EWIRE);
+    CHECK_STR(err, "the gateway's answer holds a malformed URL");
+    CHECK(urls[0] == NULL);
+  }
+  json_t *v = json_loads("{\"type\": \"presigned\", \"id\": 3, "
+                         "\"urls\": [\"https://s3.test/1?a=b\"]}", 0, NULL);
+  CHECK_INT(wk_presign_answer_id(v), 3);
+  CHECK_INT(wk_presign_answer_urls(v, 1, urls, err, sizeof err), 0);
+  CHECK_STR(urls[0], "https://s3.test/1?a=b");
+  free(urls[0]);
+}
+
 int main(void) {
+  test_answer_urls();
   struct fake_gw f = {.zctx = zmq_ctx_new()};
   struct wk_config cfg;
   memset(&cfg, 0, sizeof cfg);
