@@ -329,6 +329,8 @@ int gw_budget_set(struct gw_budget *b, const char *scope, const char *name, doub
            -EINVAL;
   if (!isfinite(monthly_usd) || monthly_usd < 0 || monthly_usd > 1e9)
     return snprintf(err, err_size, "monthly_usd must be a number from 0 to 1e9"), -EINVAL;
+  if (monthly_usd == 0)
+    monthly_usd = 0; /* -0.0 shown as such would read as a refund */
   struct override *o = (struct override *)find_override(b, scope, name);
   if (!o && b->n_ov == OVERRIDES_MAX)
     return snprintf(err, err_size, "at most %d budgets can be set live", OVERRIDES_MAX), SL_ELIMIT;

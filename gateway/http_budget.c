@@ -64,7 +64,9 @@ unsigned gw_http_budget(struct gw_budget *b, const char *url, const char *method
   int r = gw_budget_set(b, scope, name, json_number_value(json_object_get(v, "monthly_usd")), user,
                         err, sizeof err);
   json_decref(v);
+  /* a full table of live budgets is the state refusing the request, not the gateway failing */
+  unsigned code = r == -EINVAL ? 400u : r == SL_ELIMIT ? 409u : 500u;
   if (r < 0)
-    return ANSWER(r == -EINVAL ? 400u : 500u, error(r == -EINVAL ? 400 : 500, err));
+    return ANSWER(code, error((int)code, err));
   return ANSWER(200, gw_budget_json(b, NULL));
 }
