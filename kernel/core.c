@@ -478,6 +478,18 @@ static void execute(struct jk_core *c, struct jk_msg *req) {
   if (!silent)
     publish(c, req, "execute_input",
             json_pack("{s:s, s:I}", "code", code, "execution_count", (json_int_t)c->running_count));
+  /* a "\u0000" (sl_json_parse lets it through) would end the cell's C
+   * string there: what ran would be less than the cell */
+  const json_t *whole = json_object_get(ct, "code");
+  if (json_is_string(whole) && strlen(code) != json_string_length(whole)) {
+    char evalue[128], line[200];
+    snprintf(evalue, sizeof evalue, "the cell holds a NUL character (\\u0000) after byte %zu",
+             strlen(code));
+    snprintf(line, sizeof line, "\033[0;31mSyntaxError\033[0m: %s", evalue);
+    pub_finished(c, NULL,
+                 json_pack("{s:s, s:s, s:[s]}", "ename", "SyntaxError", "evalue", evalue, "traceback", line));
+    return;
+  }
   struct jk_exec_args args = {code, silent, sl_json_get_bool(ct, "allow_stdin", true), is_terminal(c, req)};
   c->iops->execute(c->interp, &args);
 }

@@ -339,6 +339,17 @@ static void test_stop_on_error(struct mock *mk) {
   jk_core_dispatch(mk->core);
   CHECK_STR(result_text(mk, "b2"), "2");
   mock_reset(mk);
+
+  /* a cell holding a NUL fails as a whole: nothing of it runs, not even
+   * what comes before the NUL */
+  shell(mk, request("c1", "execute_request",
+                    json_loads("{\"code\": \"z = 7\\u0000\\nz = 8\"}", JSON_ALLOW_NUL, NULL)));
+  CHECK_STR(trace(mk, "c1"), "busy execute_input error execute_reply idle");
+  CHECK_STR(sl_json_get_str(content_of(mk, "c1", "error"), "ename", ""), "SyntaxError");
+  CHECK(strstr(sl_json_get_str(content_of(mk, "c1", "error"), "evalue", ""), "NUL character") != NULL);
+  shell(mk, execute_req("c2", "z"));
+  CHECK_STR(result_text(mk, "c2"), "2");
+  mock_reset(mk);
 }
 
 static void test_complete_inspect(struct mock *mk) {
