@@ -3,8 +3,11 @@
  * several zones aligned by tick. Exit status: 0 after the report (a missed
  * deadline included), 1 when the job cannot be evaluated (a deadline that
  * not even on-demand from the first tick keeps, for --policy optimal), 2 on
- * a usage error. */
+ * a usage error. Reading a zone's file and the evaluation itself
+ * (sim_zone_load, sim_eval_setup, sim_eval_run) say what went wrong in a
+ * sentence and print nothing, so the tests call the code --policy runs. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,19 +24,11 @@
 #define DEFAULT_SPOT_USD 0.918
 #define DEFAULT_ONDEMAND_USD 3.06
 
-struct zone_trace {
-  const char *path;
-  double gap_s;
-  int32_t *avail;
-  double *price;
-  size_t n;
-};
-
 struct eval_args {
   const char *policy;
-  struct zone_trace zones[SL_POLICY_ZONES_MAX];
+  struct sim_zone zones[SL_POLICY_ZONES_MAX];
   size_t n_zones;
-  double start_tick, work_h, deadline_h, overhead_h, spot_usd, od_usd, nodes;
+  struct sim_eval_job job;
   bool json;
 };
 
@@ -66,26 +61,28 @@ int sim_num_arg(const char *name, const char *v, double lo, double hi, double *r
   return 0;
 }
 
-static int load_zone(struct zone_trace *z) {
+int sim_zone_load(struct sim_zone *z, char *err, size_t err_size) {
   json_error_t jerr;
   json_t *root = json_load_file(z->path, 0, &jerr);
   if (!root) {
-    fprintf(stderr, "spotlab-sim: %s: %s (line %d)\n", z->path, jerr.text, jerr.line);
+    snprintf(err, err_size, "%s: %s (line %d)", z->path, jerr.text, jerr.line);
     return -EINVAL;
   }
   int r = -EINVAL;
   json_t *gap = json_object_get(json_object_get(root, "metadata"), "gap_seconds");
   json_t *data = json_object_get(root, "data"), *prices = json_object_get(root, "prices");
-  if (!json_is_number(gap) || json_number_value(gap) <= 0 || json_number_value(gap) > 86400) {
-    fprintf(stderr, "spotlab-sim: %s: metadata.gap_seconds must be a number in (0, 86400]\n", z->path);
+  /* the gateway's bounds (gateway/providers/market.c); shorter ticks would
+   * make the command line's hours more ticks than an int64_t holds */
+  if (!json_is_number(gap) || json_number_value(gap) < 1 || json_number_value(gap) > 86400) {
+    snprintf(err, err_size, "%s: metadata.gap_seconds must be a number in 1..86400", z->path);
     goto out;
   }
   if (!json_is_array(data) || !json_array_size(data)) {
-    fprintf(stderr, "spotlab-sim: %s: data must be a non-empty array of counts\n", z->path);
+    snprintf(err, err_size, "%s: data must be a non-empty array of counts", z->path);
     goto out;
   }
   if (prices && (!json_is_array(prices) || json_array_size(prices) != json_array_size(data))) {
-    fprintf(stderr, "spotlab-sim: %s: prices must be an array as long as data\n", z->path);
+    snprintf(err, err_size, "%s: prices must be an array as long as data", z->path);
     goto out;
   }
   z->gap_s = json_number_value(gap);
@@ -94,14 +91,14 @@ static int load_zone(struct zone_trace *z) {
   z->price = prices ? calloc(z->n, sizeof *z->price) : NULL;
   if (!z->avail || (prices && !z->price)) {
     r = -ENOMEM;
-    fprintf(stderr, "spotlab-sim: out of memory\n");
+    snprintf(err, err_size, "out of memory");
     goto out;
   }
   for (size_t i = 0; i < z->n; i++) {
     json_t *v = json_array_get(data, i);
     double x = json_is_number(v) ? json_number_value(v) : -1;
     if (x < 0 || x > 1e6 || x != floor(x)) {
-      fprintf(stderr, "spotlab-sim: %s: data[%zu] must be a whole number of instances\n", z->path, i);
+      snprintf(err, err_size, "%s: data[%zu] must be a whole number of instances", z->path, i);
       goto out;
     }
     z->avail[i] = (int32_t)x;
@@ -109,7 +106,7 @@ static int load_zone(struct zone_trace *z) {
       json_t *p = json_array_get(prices, i);
       double y = json_is_number(p) ? json_number_value(p) : -1;
       if (!(y >= 0 && y < 1e6)) {
-        fprintf(stderr, "spotlab-sim: %s: prices[%zu] must be a price in USD per hour\n", z->path, i);
+        snprintf(err, err_size, "%s: prices[%zu] must be a price in USD per hour", z->path, i);
         goto out;
       }
       z->price[i] = y;
@@ -121,17 +118,80 @@ out:
   return r;
 }
 
-static void free_zones(struct eval_args *a) {
-  for (size_t i = 0; i < a->n_zones; i++) {
-    free(a->zones[i].avail);
-    free(a->zones[i].price);
+void sim_zone_done(struct sim_zone *z) {
+  free(z->avail);
+  free(z->price);
+  z->avail = NULL;
+  z->price = NULL;
+  z->n = 0;
+}
+
+/* -EINVAL with a sentence in err when z's ticks are not z0's. */
+static int same_ticks(const struct sim_zone *z, const struct sim_zone *z0, char *err,
+                      size_t err_size) {
+  if (z->gap_s == z0->gap_s)
+    return 0;
+  snprintf(err, err_size, "%s has ticks of %g s, %s of %g s: zones must share their ticks", z->path,
+           z->gap_s, z0->path, z0->gap_s);
+  return -EINVAL;
+}
+
+int sim_eval_setup(struct sim_eval *e, const struct sim_zone *zones, size_t n_zones,
+                   const struct sim_eval_job *job, char *err, size_t err_size) {
+  if (!n_zones || n_zones > SL_POLICY_ZONES_MAX) {
+    snprintf(err, err_size, "between 1 and %d zones, not %zu", SL_POLICY_ZONES_MAX, n_zones);
+    return -EINVAL;
   }
+  *e = (struct sim_eval){.hours = *job, .n_zones = n_zones, .gap_s = zones[0].gap_s};
+  for (size_t i = 0; i < n_zones; i++) {
+    if (same_ticks(&zones[i], &zones[0], err, err_size) < 0)
+      return -EINVAL;
+    e->views[i] = (struct sl_zone_view){.avail = zones[i].avail, .price = zones[i].price,
+                                        .n = zones[i].n, .spot_price = job->spot_usd};
+  }
+  double gap = e->gap_s;
+  e->ticks = (struct sl_sim_job){.window = sl_ticks_floor(job->deadline_h, gap),
+                                 .work = sl_ticks_ceil(job->work_h, gap),
+                                 .overhead = sl_ticks_ceil(job->overhead_h, gap)};
+  e->origin = (size_t)job->start_tick;
+  for (size_t i = 0; i < n_zones; i++) {
+    if (e->origin + (size_t)e->ticks.window > zones[i].n) {
+      snprintf(err, err_size, "the window (ticks %zu..%zu) ends past %s (%zu ticks)", e->origin,
+               e->origin + (size_t)e->ticks.window, zones[i].path, zones[i].n);
+      return -EINVAL;
+    }
+  }
+  if (e->ticks.window < 1) {
+    snprintf(err, err_size, "a deadline of %g h is shorter than one tick (%g s)", job->deadline_h,
+             gap);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int sim_eval_run(const struct sim_eval *e, struct sl_policy *pol, struct sl_sim_result *ret,
+                 char *err, size_t err_size) {
+  const struct sim_eval_job *a = &e->hours;
+  struct sl_market_view m = {.zones = e->views, .n_zones = e->n_zones, .origin = e->origin,
+                             .ondemand_price = a->od_usd, .gap_s = e->gap_s, .nodes = (int)a->nodes};
+  int r = pol ? sl_policy_simulate(pol, &m, &e->ticks, ret) : sl_policy_optimal(&m, &e->ticks, ret);
+  if (r == -ERANGE)
+    snprintf(err, err_size, "%g h of work and %g h of overhead do not fit in a deadline of %g h,"
+                            " even on on-demand", a->work_h, a->overhead_h, a->deadline_h);
+  else if (r == SL_ELIMIT)
+    snprintf(err, err_size, "the optimum of %lld ticks of work with an overhead of %lld ticks"
+                            " would need more than 2 GiB: use a trace with longer ticks",
+             (long long)e->ticks.work, (long long)e->ticks.overhead);
+  else if (r < 0)
+    snprintf(err, err_size, "%s", sl_strerror(r));
+  return r;
 }
 
 /* 0, 1 after --help, 2 after a usage message. */
 static int eval_parse(int argc, char **argv, struct eval_args *a) {
-  *a = (struct eval_args){.start_tick = -1, .work_h = -1, .deadline_h = -1, .overhead_h = -1,
-                          .spot_usd = DEFAULT_SPOT_USD, .od_usd = DEFAULT_ONDEMAND_USD, .nodes = 1};
+  *a = (struct eval_args){.job = {.start_tick = -1, .work_h = -1, .deadline_h = -1, .overhead_h = -1,
+                                  .spot_usd = DEFAULT_SPOT_USD, .od_usd = DEFAULT_ONDEMAND_USD,
+                                  .nodes = 1}};
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i];
     if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
@@ -158,19 +218,19 @@ static int eval_parse(int argc, char **argv, struct eval_args *a) {
       }
       a->zones[a->n_zones++].path = v;
     } else if (!strcmp(o, "--start-tick"))
-      r = sim_num_arg(o, v, 0, 1e9, &a->start_tick);
+      r = sim_num_arg(o, v, 0, 1e9, &a->job.start_tick);
     else if (!strcmp(o, "--work"))
-      r = sim_num_arg(o, v, 1e-6, 1e5, &a->work_h);
+      r = sim_num_arg(o, v, 1e-6, 1e5, &a->job.work_h);
     else if (!strcmp(o, "--deadline"))
-      r = sim_num_arg(o, v, 1e-6, 1e6, &a->deadline_h);
+      r = sim_num_arg(o, v, 1e-6, 1e6, &a->job.deadline_h);
     else if (!strcmp(o, "--restart-overhead"))
-      r = sim_num_arg(o, v, 0, 1e4, &a->overhead_h);
+      r = sim_num_arg(o, v, 0, 1e4, &a->job.overhead_h);
     else if (!strcmp(o, "--spot-price"))
-      r = sim_num_arg(o, v, 0, 1e6, &a->spot_usd);
+      r = sim_num_arg(o, v, 0, 1e6, &a->job.spot_usd);
     else if (!strcmp(o, "--ondemand-price"))
-      r = sim_num_arg(o, v, 0, 1e6, &a->od_usd);
+      r = sim_num_arg(o, v, 0, 1e6, &a->job.od_usd);
     else if (!strcmp(o, "--nodes"))
-      r = sim_num_arg(o, v, 1, 1e6, &a->nodes);
+      r = sim_num_arg(o, v, 1, 1e6, &a->job.nodes);
     else {
       fprintf(stderr, "spotlab-sim: unknown option '%s'\n", o);
       eval_usage(stderr);
@@ -179,14 +239,14 @@ static int eval_parse(int argc, char **argv, struct eval_args *a) {
     if (r < 0)
       return 2;
   }
-  if (!a->policy || !a->n_zones || a->start_tick < 0 || a->work_h < 0 || a->deadline_h < 0 ||
-      a->overhead_h < 0) {
+  if (!a->policy || !a->n_zones || a->job.start_tick < 0 || a->job.work_h < 0 ||
+      a->job.deadline_h < 0 || a->job.overhead_h < 0) {
     fprintf(stderr, "spotlab-sim: --policy, --trace, --start-tick, --work, --deadline and"
                     " --restart-overhead are required\n");
     eval_usage(stderr);
     return 2;
   }
-  if (a->start_tick != floor(a->start_tick) || a->nodes != floor(a->nodes)) {
+  if (a->job.start_tick != floor(a->job.start_tick) || a->job.nodes != floor(a->job.nodes)) {
     fprintf(stderr, "spotlab-sim: --start-tick and --nodes are whole numbers\n");
     return 2;
   }
@@ -210,56 +270,26 @@ int sim_eval_main(int argc, char **argv) {
                     " ondemand)\n", a.policy);
     return 2;
   }
-  struct sl_zone_view views[SL_POLICY_ZONES_MAX];
+  char err[2 * PATH_MAX + 256]; /* two paths and a sentence */
+  struct sim_eval e;
   for (size_t i = 0; i < a.n_zones; i++) {
-    if (load_zone(&a.zones[i]) < 0)
-      goto out;
-    if (a.zones[i].gap_s != a.zones[0].gap_s) {
-      fprintf(stderr, "spotlab-sim: %s has ticks of %g s, %s of %g s: zones must share their ticks\n",
-              a.zones[i].path, a.zones[i].gap_s, a.zones[0].path, a.zones[0].gap_s);
-      goto out;
-    }
-    views[i] = (struct sl_zone_view){.avail = a.zones[i].avail, .price = a.zones[i].price,
-                                     .n = a.zones[i].n, .spot_price = a.spot_usd};
-  }
-  double gap = a.zones[0].gap_s;
-  struct sl_sim_job job = {.window = sl_ticks_floor(a.deadline_h, gap),
-                           .work = sl_ticks_ceil(a.work_h, gap),
-                           .overhead = sl_ticks_ceil(a.overhead_h, gap)};
-  size_t origin = (size_t)a.start_tick;
-  for (size_t i = 0; i < a.n_zones; i++) {
-    if (origin + (size_t)job.window > a.zones[i].n) {
-      fprintf(stderr, "spotlab-sim: the window (ticks %zu..%zu) ends past %s (%zu ticks)\n", origin,
-              origin + (size_t)job.window, a.zones[i].path, a.zones[i].n);
+    if (sim_zone_load(&a.zones[i], err, sizeof err) < 0 ||
+        same_ticks(&a.zones[i], &a.zones[0], err, sizeof err) < 0) {
+      fprintf(stderr, "spotlab-sim: %s\n", err);
       goto out;
     }
   }
-  if (job.window < 1) {
-    fprintf(stderr, "spotlab-sim: a deadline of %g h is shorter than one tick (%g s)\n", a.deadline_h,
-            gap);
+  if (sim_eval_setup(&e, a.zones, a.n_zones, &a.job, err, sizeof err) < 0) {
+    fprintf(stderr, "spotlab-sim: %s\n", err);
     goto out;
   }
-  struct sl_market_view m = {.zones = views, .n_zones = a.n_zones, .origin = origin,
-                             .ondemand_price = a.od_usd, .gap_s = gap, .nodes = (int)a.nodes};
   struct sl_sim_result res;
   status = 1;
-  r = optimal ? sl_policy_optimal(&m, &job, &res) : sl_policy_simulate(pol, &m, &job, &res);
-  if (r == -ERANGE) {
-    fprintf(stderr, "spotlab-sim: %g h of work and %g h of overhead do not fit in a deadline of"
-                    " %g h, even on on-demand\n", a.work_h, a.overhead_h, a.deadline_h);
+  if (sim_eval_run(&e, pol, &res, err, sizeof err) < 0) {
+    fprintf(stderr, "spotlab-sim: %s\n", err);
     goto out;
   }
-  if (r == SL_ELIMIT) {
-    fprintf(stderr, "spotlab-sim: the optimum of %lld ticks of work with an overhead of %lld ticks"
-                    " would need more than 2 GiB: use a trace with longer ticks\n",
-            (long long)job.work, (long long)job.overhead);
-    goto out;
-  }
-  if (r < 0) {
-    fprintf(stderr, "spotlab-sim: %s\n", sl_strerror(r));
-    goto out;
-  }
-  double h = gap / 3600.0;
+  double gap = e.gap_s, h = gap / 3600.0;
   if (a.json) {
     json_t *o = json_pack("{s:s,s:f,s:o,s:b,s:f,s:f,s:I,s:I,s:{s:I,s:I,s:I,s:I,s:f}}", "policy",
                           a.policy, "cost_usd", res.cost_usd, "finish_hours",
@@ -267,9 +297,9 @@ int sim_eval_main(int argc, char **argv) {
                           res.deadline_met, "spot_hours", (double)res.spot_ticks * h,
                           "ondemand_hours", (double)res.ondemand_ticks * h, "preemptions",
                           (json_int_t)res.preemptions, "segments", (json_int_t)res.segments,
-                          "ticks", "window", (json_int_t)job.window, "work", (json_int_t)job.work,
-                          "overhead", (json_int_t)job.overhead, "start", (json_int_t)origin,
-                          "gap_seconds", gap);
+                          "ticks", "window", (json_int_t)e.ticks.window, "work",
+                          (json_int_t)e.ticks.work, "overhead", (json_int_t)e.ticks.overhead,
+                          "start", (json_int_t)e.origin, "gap_seconds", gap);
     char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
     json_decref(o);
     if (!s) {
@@ -283,7 +313,7 @@ int sim_eval_main(int argc, char **argv) {
     printf("cost          %.2f USD\n", res.cost_usd);
     if (res.finished)
       printf("finished      after %.2f h (deadline %.2f h: %s)\n", (double)res.finish_tick * h,
-             (double)job.window * h, res.deadline_met ? "met" : "missed");
+             (double)e.ticks.window * h, res.deadline_met ? "met" : "missed");
     else
       printf("finished      no\n");
     printf("spot          %.2f h\non-demand     %.2f h\npreemptions   %lld\nsegments      %lld\n",
@@ -293,6 +323,7 @@ int sim_eval_main(int argc, char **argv) {
   status = 0;
 out:
   sl_policy_free(pol);
-  free_zones(&a);
+  for (size_t i = 0; i < a.n_zones; i++)
+    sim_zone_done(&a.zones[i]);
   return status;
 }

@@ -6,6 +6,7 @@
  * 1 on any failure, 2 on a usage error. */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -248,7 +249,7 @@ static int simulate(struct args *a, struct sim_report *rep) {
   struct sigaction sa = {.sa_handler = on_alarm};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGALRM, &sa, NULL);
-  alarm((unsigned)ceil(timeout_s));
+  alarm(timeout_s < UINT_MAX ? (unsigned)ceil(timeout_s) : UINT_MAX); /* a default from a long job may pass it */
   char err[700];
   r = cli_follow(c, job, 0, on_event, rep, &reply, err, sizeof err);
   alarm(0);

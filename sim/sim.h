@@ -5,13 +5,65 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "sl_policy.h"
 
 /* ---- the policy evaluator (eval.c) ---- */
 
 /* spotlab-sim --policy ...: the exit status. */
 int sim_eval_main(int argc, char **argv);
+
+/* One --trace of --policy: a zone's spot-traces file. */
+struct sim_zone {
+  const char *path;              /* borrowed */
+  double gap_s;                  /* seconds per tick, in 1..86400 */
+  int32_t *avail;                /* avail[i]: instances on offer in tick i, i < n (owned) */
+  double *price;                 /* price[i]: spot USD per hour in tick i; NULL when the trace
+                                  * has no prices (owned) */
+  size_t n;
+};
+
+/* Reads the file z->path names into z. -EINVAL (or -ENOMEM) with a
+ * sentence in err; z's arrays may then be partly made: sim_zone_done frees
+ * them either way. */
+int sim_zone_load(struct sim_zone *z, char *err, size_t err_size);
+/* Frees z's arrays; keeps its path. */
+void sim_zone_done(struct sim_zone *z);
+
+/* A job as the command line gives it. */
+struct sim_eval_job {
+  double start_tick;             /* a whole number */
+  double work_h, deadline_h, overhead_h;
+  double spot_usd;               /* per hour where a trace has no prices */
+  double od_usd;                 /* on-demand, per hour */
+  double nodes;                  /* a whole number, at least 1 */
+};
+
+/* A job on loaded zones in the tick model: what --policy evaluates. */
+struct sim_eval {
+  struct sim_eval_job hours;
+  struct sl_zone_view views[SL_POLICY_ZONES_MAX]; /* into the zones' arrays */
+  size_t n_zones;
+  size_t origin;                 /* the start tick */
+  double gap_s;
+  struct sl_sim_job ticks;       /* window, work and overhead in ticks */
+};
+
+/* Makes *e of zones[0..n_zones) (loaded; borrowed for as long as e is
+ * used) and the job. -EINVAL with a sentence in err when the zones do not
+ * share their ticks, the window ends past a trace or is shorter than a
+ * tick. */
+int sim_eval_setup(struct sim_eval *e, const struct sim_zone *zones, size_t n_zones,
+                   const struct sim_eval_job *job, char *err, size_t err_size);
+/* Runs policy pol (borrowed; NULL: the hindsight optimum) on e into *ret.
+ * -ERANGE when the work and overhead do not fit in the window even on
+ * on-demand (the optimum), SL_ELIMIT when the optimum would need too much
+ * memory, another negative error otherwise; each with a sentence in err. */
+int sim_eval_run(const struct sim_eval *e, struct sl_policy *pol, struct sl_sim_result *ret,
+                 char *err, size_t err_size);
 /* Option name's value v as a finite number in lo..hi into *ret; -EINVAL
  * after saying why on stderr. */
 int sim_num_arg(const char *name, const char *v, double lo, double hi, double *ret);

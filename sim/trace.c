@@ -7,7 +7,10 @@
  * up on while it is still queued. The gateway's own copy of the trace (the
  * local provider's market) stays the authority; this one is read only for
  * the estimate, with the same meaning: data[k] > 0 is capacity during
- * simulated seconds [k*G, (k+1)*G), and the trace repeats. */
+ * simulated seconds [k*G, (k+1)*G), and the trace repeats. It refuses what
+ * the market refuses of the fields it reads (G in 1..86400, each data[k] a
+ * whole number 0..1000000), so such a trace is named with its fault before
+ * a gateway starts, and every estimate is a finite time. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,8 +34,10 @@ int sim_trace_load(const char *path, struct sim_trace **ret, char *err, size_t e
     snprintf(err, err_size, "%s: %s (line %d)", path, je.text, je.line);
     return -EINVAL;
   }
-  if (!json_is_number(gap) || json_number_value(gap) <= 0 || !json_is_array(data) || !json_array_size(data)) {
-    snprintf(err, err_size, "%s: not a spot trace (no metadata.gap_seconds or no data)", path);
+  if (!json_is_number(gap) || json_number_value(gap) < 1 || json_number_value(gap) > 86400 ||
+      !json_is_array(data) || !json_array_size(data)) {
+    snprintf(err, err_size, "%s: not a spot trace (no metadata.gap_seconds in 1..86400 or no data)",
+             path);
     r = -EINVAL;
     goto out;
   }
@@ -45,7 +50,14 @@ int sim_trace_load(const char *path, struct sim_trace **ret, char *err, size_t e
   t->n = json_array_size(data);
   size_t i;
   json_t *v;
-  json_array_foreach(data, i, v) t->up[i] = json_is_integer(v) && json_integer_value(v) > 0;
+  json_array_foreach(data, i, v) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000) {
+      snprintf(err, err_size, "%s: data[%zu] is not a whole number 0..1000000", path, i);
+      r = -EINVAL;
+      goto out;
+    }
+    t->up[i] = json_integer_value(v) > 0;
+  }
   *ret = t;
   t = NULL;
 out:

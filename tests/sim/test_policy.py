@@ -109,6 +109,8 @@ def cli(sim):
         gap = trace(d, "gap.json", [1] * 24, 600)
         short = trace(d, "short.json", [1] * 4, 900)
         neg = trace(d, "neg.json", [1, -1], 900)
+        # ticks so short that the deadline's hours would pass int64_t ticks
+        tiny = trace(d, "tiny.json", [1] * 24, 1e-30)
         broken = os.path.join(d, "broken.json")
         with open(broken, "w") as f:
             f.write('{"metadata": {"gap_seconds": 900}, "data": [1, 1')
@@ -117,6 +119,7 @@ def cli(sim):
             (job([bad], "greedy", 0, 2, 5, 0.2), "data must be"),
             (job([broken], "greedy", 0, 2, 5, 0.2), "broken.json"),
             (job([neg], "greedy", 0, 0.1, 0.2, 0), "whole number"),
+            (job([tiny], "greedy", 0, 2, 5, 0.2), "gap_seconds must be a number in 1..86400"),
             (job([a, gap], "greedy", 0, 2, 5, 0.2), "share their ticks"),
             (job([short], "greedy", 0, 2, 5, 0.2), "ends past"),
             (job([a], "greedy", 0, -1, 5, 0.2), "--work"),

@@ -79,7 +79,8 @@ def real(sim, traces):
 
 
 def waiting(sim):
-    """What spotlab-sim says about a trace whose capacity comes late, or never."""
+    """What spotlab-sim says about a trace whose capacity comes late, or never, or that the
+    gateway would refuse."""
     with tempfile.TemporaryDirectory() as d:
         trace = os.path.join(d, "late.json")
         with open(trace, "w") as f:  # capacity from simulated second 60000 (30 wall s) on
@@ -91,7 +92,15 @@ def waiting(sim):
             json.dump({"metadata": {"gap_seconds": 600}, "data": [0] * 10}, f)
         _, err = run_sim(sim, trace, "--steps", "5", expect=2)
         require("offers no spot capacity at any tick" in err, "a trace without capacity is refused", err)
-    print("ok waiting: the wait for capacity is announced, a timeout while queued says so")
+        # what the gateway's market refuses is named before a gateway starts
+        for gap, data, want in ((0.5, [1] * 10, "gap_seconds in 1..86400"),
+                                (600, [1, "1", 1], "data[1] is not a whole number")):
+            with open(trace, "w") as f:
+                json.dump({"metadata": {"gap_seconds": gap}, "data": data}, f)
+            _, err = run_sim(sim, trace, "--steps", "5", expect=2)
+            require(want in err, f"a trace the gateway refuses is refused: {want}", err)
+    print("ok waiting: the wait for capacity is announced, a timeout while queued says so, a trace"
+          " the gateway refuses is refused first")
 
 
 def late_capacity(sim, traces):
