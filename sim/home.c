@@ -27,6 +27,7 @@
 #define PATH_MAX_SIM 1024
 #define STOP_GRACE_MS 5000
 #define MAX_WORKERS 64
+#define LOG_TAIL_BYTES 700 /* of gateway.log, in the message of a gateway that failed to start */
 
 struct sim_home {
   char dir[PATH_MAX_SIM];
@@ -85,6 +86,33 @@ int sim_home_new(const char *trace_path, double time_scale, struct sim_home **re
   return 0;
 }
 
+/* The whole lines of the last LOG_TAIL_BYTES of the file at path into buf
+ * (size bytes, LOG_TAIL_BYTES + 1 at most used), without the final line
+ * break; "" when it cannot be read. */
+static void log_tail(const char *path, char *buf, size_t size) {
+  buf[0] = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  off_t end = lseek(fd, 0, SEEK_END);
+  off_t from = end > LOG_TAIL_BYTES ? end - LOG_TAIL_BYTES : 0;
+  size_t want = (size_t)(end - from) < size - 1 ? (size_t)(end - from) : size - 1;
+  ssize_t n = end > 0 ? pread(fd, buf, want, from) : 0;
+  close(fd);
+  if (n <= 0)
+    return;
+  buf[n] = 0;
+  char *start = buf;
+  if (from > 0 && (start = strchr(buf, '\n'))) /* the first line is cut: it goes */
+    start++;
+  else if (from > 0)
+    start = buf + n;
+  memmove(buf, start, strlen(start) + 1);
+  size_t len = strlen(buf);
+  if (len && buf[len - 1] == '\n')
+    buf[len - 1] = 0;
+}
+
 int sim_home_start(struct sim_home *h, char *err, size_t err_size) {
   char gw[PATH_MAX_SIM];
   int r = sl_find_program("spotlab-gateway", gw, sizeof gw);
@@ -108,8 +136,13 @@ int sim_home_start(struct sim_home *h, char *err, size_t err_size) {
       return snprintf(err, err_size, "waitpid: %s", strerror(errno)), -errno;
   h->started = true;
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    snprintf(err, err_size, "spotlab-gateway --embedded --daemon failed (status %d); see %s/gateway.log",
-             WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), h->dir);
+    /* the log's end goes into the message: the folder is removed on the way out */
+    char path[PATH_MAX_SIM + 16], tail[LOG_TAIL_BYTES + 1];
+    snprintf(path, sizeof path, "%s/gateway.log", h->dir);
+    log_tail(path, tail, sizeof tail);
+    snprintf(err, err_size, "spotlab-gateway --embedded --daemon failed (status %d)%s%s",
+             WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), tail[0] ? "; its log ends:\n" : "",
+             tail);
     return -ECHILD;
   }
   return 0;

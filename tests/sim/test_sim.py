@@ -27,9 +27,10 @@ LATE = "availability/1-node/aws-02-15-2023/us-east-1d_v100_1.json"
 LATE_FIRST_S = 202410
 
 
-def run_sim(sim, trace, *args, timeout=60, expect=0):
+def run_sim(sim, trace, *args, timeout=60, expect=0, env=None):
     cmd = [sim, "--trace", trace, "--json", *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, **(env or {})))
     if p.returncode != expect:
         sys.exit(f"FAIL: {' '.join(cmd)} exited {p.returncode}, not {expect}: {p.stderr.strip()}")
     return (json.loads(p.stdout) if expect == 0 else None), p.stderr
@@ -99,8 +100,21 @@ def waiting(sim):
                 json.dump({"metadata": {"gap_seconds": gap}, "data": data}, f)
             _, err = run_sim(sim, trace, "--steps", "5", expect=2)
             require(want in err, f"a trace the gateway refuses is refused: {want}", err)
+        # a gateway that does not start: the end of its log is in the message, since the
+        # simulator's folder (and the log with it) is removed on the way out
+        with open(trace, "w") as f:
+            json.dump({"metadata": {"gap_seconds": 600}, "data": [1] * 10}, f)
+        fake = os.path.join(d, "gateway.sh")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\nfor i in $(seq 40); do echo \"line $i of a log longer than its end shown\"; done >> \"$SPOTLAB_HOME/gateway.log\"\n"
+                    "echo 'error: the last words' >> \"$SPOTLAB_HOME/gateway.log\"\nexit 3\n")
+        os.chmod(fake, 0o755)
+        _, err = run_sim(sim, trace, "--steps", "5", expect=1, env={"SPOTLAB_GATEWAY_BIN": fake})
+        require("failed (status 3); its log ends:" in err and err.rstrip().endswith("error: the last words")
+                and "line 40 " in err and "line 1 " not in err,
+                "a gateway that fails to start shows its log's end", err)
     print("ok waiting: the wait for capacity is announced, a timeout while queued says so, a trace"
-          " the gateway refuses is refused first")
+          " the gateway refuses is refused first, a gateway that fails to start shows its log")
 
 
 def late_capacity(sim, traces):
