@@ -258,12 +258,17 @@ static void on_answer(uint64_t id, int err, struct sl_http_resp *resp, void *dat
   done(ddata, r, r == 0 ? &who : NULL, msg);
 }
 
+/* A check slot not in use, or NULL when all CHECKS_MAX are. */
+static struct check *free_check(struct gw_hub *h) {
+  for (size_t i = 0; i < CHECKS_MAX; i++)
+    if (!h->checks[i].id)
+      return &h->checks[i];
+  return NULL;
+}
+
 int gw_hub_answer(struct gw_hub *h, const char *token, int err, struct sl_http_resp *resp,
                   gw_hub_done_fn done, void *data) {
-  struct check *c = NULL;
-  for (size_t i = 0; !c && i < CHECKS_MAX; i++)
-    if (!h->checks[i].id)
-      c = &h->checks[i];
+  struct check *c = free_check(h);
   if (!c)
     return SL_ELIMIT;
   *c = (struct check){.id = UINT64_MAX, .done = done, .data = data, .hub = h};
@@ -297,10 +302,7 @@ int gw_hub_check(struct gw_hub *h, const char *token, gw_hub_done_fn done, void 
   }
   if (e)
     memset(e, 0, sizeof *e);
-  struct check *c = NULL;
-  for (size_t i = 0; !c && i < CHECKS_MAX; i++)
-    if (!h->checks[i].id)
-      c = &h->checks[i];
+  struct check *c = free_check(h);
   if (!c)
     return SL_ELIMIT;
   char url[sizeof h->url + 8], auth[TOKEN_MAX + 32];
