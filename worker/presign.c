@@ -219,17 +219,18 @@ int wk_presign_answer_urls(json_t *ans, size_t n, char **ret_urls, char *err, si
     return r;
   }
   size_t i = 0;
-  for (; i < n; i++) {
+  r = 0;
+  for (; i < n && r == 0; i++) {
     const json_t *u = json_array_get(urls, i);
-    if (!url_ok(u) || !(ret_urls[i] = strdup(json_string_value(u)))) break;
+    if (!url_ok(u)) r = SL_EWIRE;
+    else if (!(ret_urls[i] = strdup(json_string_value(u)))) r = -ENOMEM;
   }
   json_decref(ans);
-  if (i < n) {
-    while (i > 0) free(ret_urls[--i]);
-    snprintf(err, err_size, "the gateway's answer holds a malformed URL");
-    return SL_EWIRE;
+  if (r < 0) {
+    for (i--; i > 0;) free(ret_urls[--i]); /* the URLs copied before the one at fault */
+    snprintf(err, err_size, "%s", r == -ENOMEM ? "out of memory" : "the gateway's answer holds a malformed URL");
   }
-  return 0;
+  return r;
 }
 
 static int presign(void *ctx, const struct sl_s3_presign_req *reqs, size_t n, char **ret_urls,
