@@ -157,7 +157,8 @@ bool jk_gw_is_embedded(struct jk_gw *gw) {
 
 /* SPOTLAB_TOKEN; else, for a team gateway, JUPYTERHUB_API_TOKEN (a kernel
  * of a single-user server: the gateway checks it with the hub); else the
- * first line of $SPOTLAB_HOME/token. Owned or NULL. */
+ * first line of $SPOTLAB_HOME/token, up to its first blank (none when that
+ * is not UTF-8). Owned or NULL. */
 static char *read_token(const struct jk_gw *gw) {
   const char *env = getenv("SPOTLAB_TOKEN");
   if (env && *env)
@@ -178,6 +179,11 @@ static char *read_token(const struct jk_gw *gw) {
   if (!line)
     return NULL;
   buf[strcspn(buf, "\r\n \t")] = '\0';
+  if (!sl_json_utf8_ok(buf, strlen(buf))) {
+    /* hello could not carry it; the gateway's refusal of none says the rest */
+    sl_warn("kernel.gateway", "%s: the token is not UTF-8 text; hello goes without one", path);
+    return NULL;
+  }
   return buf[0] ? strdup(buf) : NULL;
 }
 

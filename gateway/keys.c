@@ -75,6 +75,13 @@ int gw_keys_load_or_create(const char *path, struct gw_keypair *ret, char *err, 
     snprintf(err, err_size, "%s: malformed key (expected 40-character Z85 keys)", path);
     return SL_ECONFIG;
   }
+  /* a public key that is not the secret's would be given to workers, whose
+   * handshakes would then fail with no word of why */
+  char derived[GW_Z85_KEY_LEN + 1];
+  if (zmq_curve_public(derived, sec) != 0 || strcmp(derived, pub) != 0) {
+    snprintf(err, err_size, "%s: the public key (line 1) is not the secret key's (line 2)", path);
+    return SL_ECONFIG;
+  }
   memcpy(ret->public_z85, pub, sizeof ret->public_z85);
   memcpy(ret->secret_z85, sec, sizeof ret->secret_z85);
   return 0;

@@ -540,7 +540,9 @@ void gw_store_jobs_free(struct gw_job *jobs, size_t n) {
 }
 
 int gw_store_attempt_metric_step(struct gw_store *s, int64_t job, int64_t *ret_step) {
-  sqlite3_stmt *st = prep(s, "SELECT MAX(json_extract(body, '$.step')) FROM events WHERE job=?1"
+  /* a body that is not JSON (a damaged row) has no step */
+  sqlite3_stmt *st = prep(s, "SELECT MAX(CASE WHEN json_valid(body) THEN"
+                             " json_extract(body, '$.step') END) FROM events WHERE job=?1"
                              " AND kind='metric' AND seq > COALESCE((SELECT MAX(seq) FROM events"
                              " WHERE job=?1 AND kind='placed'), 0)");
   if (!st)

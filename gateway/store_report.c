@@ -46,10 +46,13 @@ int gw_store_metric_history(struct gw_store *s, const struct gw_store_history_fn
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE)
     return SL_ESQLITE;
-  /* only the jobs with a preempted attempt can have recovered or lost steps */
-  st = prep(s, "SELECT job, time_us, kind, json_extract(body, '$.state'),"
-               " COALESCE(json_extract(body, '$.steps_lost'), 0),"
-               " COALESCE(json_extract(body, '$.notice'), 0) FROM events WHERE job IN"
+  /* only the jobs with a preempted attempt can have recovered or lost steps;
+   * a body that is not JSON (a damaged row) reads as one without the fields */
+  st = prep(s, "SELECT job, time_us, kind,"
+               " CASE WHEN json_valid(body) THEN json_extract(body, '$.state') END,"
+               " COALESCE(CASE WHEN json_valid(body) THEN json_extract(body, '$.steps_lost') END, 0),"
+               " COALESCE(CASE WHEN json_valid(body) THEN json_extract(body, '$.notice') END, 0)"
+               " FROM events WHERE job IN"
                " (SELECT DISTINCT job FROM attempts WHERE outcome='preempted')"
                " AND kind IN ('preempted', 'state') ORDER BY job, seq");
   if (!st)
@@ -160,7 +163,8 @@ int gw_store_counts(struct gw_store *s, json_t **ret) {
   /* the preempted events say whether a notice came first; only the jobs
    * with a preempted attempt are read (events has no index on kind) */
   if (r == 0)
-    r = count_rows(s, "SELECT CASE WHEN json_extract(body, '$.notice') THEN 'notice'"
+    r = count_rows(s, "SELECT CASE WHEN NOT json_valid(body) THEN 'no_notice'"
+                      " WHEN json_extract(body, '$.notice') THEN 'notice'"
                       " ELSE 'no_notice' END AS k, COUNT(*) FROM events WHERE job IN"
                       " (SELECT DISTINCT job FROM attempts WHERE outcome='preempted')"
                       " AND kind='preempted' GROUP BY k", json_object_get(o, "preemptions"));

@@ -1,6 +1,6 @@
 /* Fuzz target: the files spotlab writes and reads back itself, as a crash
  * mid-write, a full disk or a hand edit may leave them. The first byte
- * chooses (modulo 3):
+ * chooses (modulo 6):
  *
  * 0  the kernel's execution history (history.h). Then a query byte (below),
  *    then the notebook's history file, optionally followed by "\n--\n" and
@@ -37,19 +37,52 @@
  *    (gw_sched_learned_load); what it then holds must encode, and read
  *    back from its own JSON with nothing skipped and the same JSON.
  *
+ * 3  the gateway's key file (keys.h): a byte (K_* below: the file 0644, or
+ *    none at all), then the file. gw_keys_load_or_create reads it: a
+ *    refusal has a message, leaves the keys unwritten and the file as it
+ *    was; what loads is two 40-character Z85 keys of one pair (the public
+ *    key is the secret's) from a file only its owner reads, not rewritten,
+ *    and loads again the same. A missing file is made (0600) and loads.
+ *
+ * 4  the client's token file, $SPOTLAB_HOME/token (gwclient.h): a byte
+ *    (T_* below: SPOTLAB_TOKEN set but empty; no file), then the file. A
+ *    client with a recording transport sends its hello to an explicit
+ *    address: exactly one hello goes out, with the file's first line up to
+ *    the first blank, NUL or its 4095th byte as token, or "" when there is
+ *    none or it is not UTF-8.
+ *
+ * 5  the store's other JSON columns (store.h): session nb of alice with a
+ *    variable and a definition, two jobs (1 with a preempted attempt) and
+ *    a run record of each are written through the store; then up to 16
+ *    rows split at "\n--\n", each a header byte (S_* below: the column;
+ *    a definition's kind or an event's; a JSON column bound as a blob)
+ *    and the bytes (a name's up to a NUL), go in raw with sqlite3: a
+ *    variable's value or name, a definition's spec or kind, an event's
+ *    body (preempted, metric or state), job 1's record or spec. Read
+ *    back through the store (gw_store_session_get, _session_def, _events,
+ *    _preemption_events, _attempt_metric_step, _counts, _metric_history,
+ *    _record_get, _job_get, _jobs_list):
+ *    nothing fails, what is read encodes, each definition listed reads
+ *    the same by name, and what the store wrote itself (the variable, the
+ *    definition, job 1's first event, job 2's record) stays as written.
+ *
  * Each input gets its own folder under $TMPDIR (/dev/shm when unset),
  * removed after it, so a failure replays from its file alone. Nothing may
  * crash, leak, hang or hit undefined behaviour, whatever the bytes. */
+#include "fuzz.h"
 #include "gw-fixture.h"
 
 #include "deadline.h"
+#include "gwclient.h"
 #include "history.h"
+#include "keys.h"
 #include "markethist.h"
 #include "mhview.h"
 #include "placemem.h"
 #include "sched_int.h"
 #include "store.h"
 
+#include "sl_err.h"
 #include "sl_json.h"
 #include "sl_log.h"
 #include "sl_policy.h"
@@ -68,6 +101,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zmq.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -712,19 +746,435 @@ static void fuzz_learned(const uint8_t *data, size_t size) {
   fx_free(f);
 }
 
+/* ---- 3: the gateway's key file ---- */
+
+enum {
+  K_OPEN = 1 << 0,    /* the file readable by others (0644) */
+  K_MISSING = 1 << 1, /* no file: one is made, then read again */
+};
+
+/* A well-formed Z85 CURVE key: 40 characters that decode. */
+static bool z85_key_ok(const char *k) {
+  uint8_t bin[32];
+  return strnlen(k, GW_Z85_KEY_LEN + 1) == GW_Z85_KEY_LEN && zmq_z85_decode(bin, k);
+}
+
+/* The file's bytes, owned, in *ret (length *ret_n). */
+static void read_back(const char *path, uint8_t **ret, size_t *ret_n) {
+  FILE *f = fopen(path, "rb");
+  uint8_t *p = NULL;
+  size_t n = 0;
+  if (!f || fseek(f, 0, SEEK_END) < 0 || (n = (size_t)ftell(f), fseek(f, 0, SEEK_SET) < 0) ||
+      !(p = malloc(n + 1)) || fread(p, 1, n, f) != n)
+    abort();
+  fclose(f);
+  *ret = p;
+  *ret_n = n;
+}
+
+static void fuzz_keys(const uint8_t *data, size_t size) {
+  if (size < 1)
+    return;
+  unsigned flags = data[0];
+  data++;
+  size--;
+  char dir[256], path[300];
+  make_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/gateway.key", dir);
+  if (!(flags & K_MISSING)) {
+    write_file(path, data, size);
+    if (chmod(path, flags & K_OPEN ? 0644 : 0600) < 0)
+      abort();
+  }
+  struct gw_keypair k, unset;
+  memset(&unset, 'U', sizeof unset);
+  k = unset;
+  char err[512];
+  memset(err, 0, sizeof err);
+  int r = gw_keys_load_or_create(path, &k, err, sizeof err);
+  struct stat st;
+  if (stat(path, &st) < 0)
+    abort(); /* a file that was there stays, a missing one is made */
+  uint8_t *after;
+  size_t after_n;
+  read_back(path, &after, &after_n);
+  if (r < 0) {
+    /* refused with a message, the keys not written, the file left as it was */
+    if (!err[0] || !memchr(err, 0, sizeof err) || memcmp(&k, &unset, sizeof k) ||
+        flags & K_MISSING || after_n != size || (size && memcmp(after, data, size)))
+      abort();
+  } else {
+    char pub[GW_Z85_KEY_LEN + 1];
+    /* well-formed keys of one pair, from a private file that was not rewritten */
+    if (!z85_key_ok(k.public_z85) || !z85_key_ok(k.secret_z85) ||
+        zmq_curve_public(pub, k.secret_z85) != 0 || strcmp(pub, k.public_z85) ||
+        (st.st_mode & 077) || (flags & K_OPEN && !(flags & K_MISSING)) ||
+        (!(flags & K_MISSING) && (after_n != size || memcmp(after, data, size))))
+      abort();
+    struct gw_keypair again;
+    if (gw_keys_load_or_create(path, &again, err, sizeof err) < 0 || memcmp(&again, &k, sizeof k))
+      abort(); /* what loaded (or was made) loads again the same */
+  }
+  free(after);
+  remove_dir(dir);
+}
+
+/* ---- 4: the client's token file ---- */
+
+enum {
+  T_ENV_EMPTY = 1 << 0, /* SPOTLAB_TOKEN set but empty: the file is read all the same */
+  T_MISSING = 1 << 1,   /* no token file */
+};
+
+#define TOKEN_LINE_MAX 4095 /* gwclient.c reads the first line into 4096 bytes */
+
+struct token_rec {
+  json_t *sent[4];
+  int n_sent, n_replies;
+  char error[600];
+};
+
+static int tk_open(void *ud, const char *address) {
+  (void)ud;
+  (void)address;
+  return 0;
+}
+static void tk_close(void *ud) { (void)ud; }
+static int tk_send(void *ud, const char *data, size_t len) {
+  struct token_rec *r = ud;
+  json_t *m = json_loadb(data, len, 0, NULL);
+  if (!m || r->n_sent == 4)
+    abort(); /* the client sends JSON, and only its hello here */
+  r->sent[r->n_sent++] = m;
+  return 0;
+}
+static const struct jk_gw_transport tk_transport = {tk_open, tk_close, tk_send};
+
+static void tk_reply(void *ud, int64_t id, const json_t *reply, const char *error) {
+  struct token_rec *r = ud;
+  (void)id;
+  (void)reply;
+  r->n_replies++;
+  snprintf(r->error, sizeof r->error, "%s", error ? error : "");
+}
+static void tk_event(void *ud, const json_t *event) {
+  (void)ud;
+  (void)event;
+}
+static void tk_state(void *ud, bool ready, const char *why) {
+  (void)ud;
+  (void)ready;
+  (void)why;
+}
+static const struct jk_gw_handler tk_handler = {tk_reply, tk_event, tk_state, NULL};
+
+static void fuzz_token(const uint8_t *data, size_t size) {
+  if (size < 1)
+    return;
+  unsigned flags = data[0];
+  data++;
+  size--;
+  char dir[256], path[300];
+  make_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/token", dir);
+  if (!(flags & T_MISSING))
+    write_file(path, data, size);
+  /* the token as documented: the file's first line up to the first blank,
+   * "" when there is none or it is not UTF-8 (JSON cannot carry it) */
+  size_t n = flags & T_MISSING ? 0 : size;
+  if (n > TOKEN_LINE_MAX)
+    n = TOKEN_LINE_MAX;
+  for (size_t i = 0; i < n; i++)
+    if (!data[i] || strchr("\r\n \t", data[i])) {
+      n = i;
+      break;
+    }
+  char *want = fuzz_string_copy(data, n);
+  if (!sl_json_utf8_ok(want, n))
+    want[0] = 0;
+
+  setenv("SPOTLAB_HOME", dir, 1);
+  if (flags & T_ENV_EMPTY)
+    setenv("SPOTLAB_TOKEN", "", 1);
+  else
+    unsetenv("SPOTLAB_TOKEN");
+  unsetenv("JUPYTERHUB_API_TOKEN");
+  unsetenv("SPOTLAB_GATEWAY");
+  struct token_rec r = {0};
+  struct jk_gw_config cfg = {.client = "cli", .session = "s", .address = "tcp://127.0.0.1:9"};
+  struct jk_gw *gw = jk_gw_new(&tk_transport, &r, &tk_handler, &r, &cfg);
+  if (!gw || jk_gw_request(gw, json_pack("{s:s}", "type", "jobs"), 0) <= 0)
+    abort();
+  jk_gw_tick(gw);
+  jk_gw_tick(gw);
+  /* a transport that takes it: the hello goes out, once, with the token */
+  if (r.n_sent != 1) {
+    fprintf(stderr, "fuzz-files: %d frames sent; %s\n", r.n_sent, r.error);
+    abort();
+  }
+  const json_t *tok = json_object_get(r.sent[0], "token");
+  if (strcmp(sl_json_get_str(r.sent[0], "type", ""), "hello") || !json_is_string(tok) ||
+      strcmp(json_string_value(tok), want))
+    abort();
+  jk_gw_free(gw);
+  for (int i = 0; i < r.n_sent; i++)
+    json_decref(r.sent[i]);
+  free(want);
+  unsetenv("SPOTLAB_HOME");
+  unsetenv("SPOTLAB_TOKEN");
+  remove_dir(dir);
+}
+
+/* ---- 5: the store's other JSON columns ---- */
+
+enum {
+  S_WHAT = 7,       /* the column (below) */
+  S_DATA = 1 << 3,  /* a definition of kind "data", an event of kind "metric", else "model" and
+                       "preempted" */
+  S_BLOB = 1 << 4,  /* a JSON column bound as a blob */
+};
+
+enum { C_VAR, C_VAR_NAME, C_DEF, C_DEF_KIND, C_EVENT, C_RECORD, C_SPEC, C_EVENT_STATE };
+
+#define STORE_ROWS_MAX 16
+
+static const char good_var[] = "{\"t\":\"int\",\"v\":7}";
+static const char good_spec[] = "{\"layers\":2}";
+static const char good_record[] = "{\"spec\":{},\"code\":\"abc\"}";
+
+/* Whether v encodes as JSON, whatever it is (a column may hold a scalar). */
+static void must_encode_any(const json_t *v) {
+  char *text = v ? sl_json_dump(v, NULL) : NULL;
+  if (!text)
+    abort();
+  free(text);
+}
+
+static json_t *must_load(const char *text) {
+  json_t *j = json_loads(text, 0, NULL);
+  if (!j)
+    abort();
+  return j;
+}
+
+/* The rows of section i (header byte h, then body[0..n)), raw with sqlite3. */
+static void write_row(sqlite3 *db, size_t i, uint8_t h, const uint8_t *body, int n) {
+  static const char *const sql[] = {
+    [C_VAR] = "INSERT OR REPLACE INTO session_vars VALUES('alice','nb',?2,?1)",
+    [C_VAR_NAME] = "INSERT OR REPLACE INTO session_vars VALUES('alice','nb',?1,?3)",
+    [C_DEF] = "INSERT OR REPLACE INTO session_defs VALUES('alice','nb',?2,?4,?1)",
+    [C_DEF_KIND] = "INSERT OR REPLACE INTO session_defs VALUES('alice','nb',?2,?1,?3)",
+    [C_EVENT] = "INSERT INTO events VALUES(1,(SELECT MAX(seq)+1 FROM events WHERE job=1),"
+                "?5,?6,?1)",
+    [C_RECORD] = "INSERT OR REPLACE INTO records VALUES(1,?1)",
+    [C_SPEC] = "UPDATE jobs SET spec=?1 WHERE id=1",
+    [C_EVENT_STATE] = "INSERT INTO events VALUES(1,(SELECT MAX(seq)+1 FROM events WHERE job=1),"
+                      "?5,'state',?1)",
+  };
+  char row_name[16];
+  snprintf(row_name, sizeof row_name, "n%zu", i);
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, sql[h & S_WHAT], -1, &st, NULL) != SQLITE_OK)
+    abort();
+  /* a name is looked up as text, up to a NUL: one stored otherwise is never found */
+  bool name = (h & S_WHAT) == C_VAR_NAME || (h & S_WHAT) == C_DEF_KIND;
+  const uint8_t *nul = memchr(body, 0, (size_t)n);
+  if (name && nul)
+    n = (int)(nul - body);
+  if (h & S_BLOB && !name)
+    sqlite3_bind_blob(st, 1, body, n, SQLITE_STATIC);
+  else
+    sqlite3_bind_text(st, 1, (const char *)body, n, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, row_name, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 3, good_var, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 4, h & S_DATA ? "data" : "model", -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 5, T0_US + (int64_t)i);
+  sqlite3_bind_text(st, 6, h & S_DATA ? "metric" : "preempted", -1, SQLITE_STATIC);
+  sqlite3_step(st); /* a NULL or a repeated key is refused: no row */
+  sqlite3_finalize(st);
+}
+
+/* What the store answers about session nb, checked: the good variable and
+ * definition stay, everything encodes. */
+static void check_session(struct gw_store *s) {
+  json_t *o = NULL;
+  if (gw_store_session_get(s, "alice", "nb", &o) < 0)
+    abort();
+  json_t *vars = json_object_get(o, "vars"), *defs = json_object_get(o, "defs");
+  json_t *want = must_load(good_var), *spec = must_load(good_spec);
+  if (!json_is_object(vars) || !json_is_array(defs) || !json_is_object(json_object_get(o, "models")) ||
+      !json_equal(json_object_get(vars, "good"), want))
+    abort();
+  must_encode_any(o);
+  bool found = false;
+  size_t i;
+  json_t *d;
+  json_array_foreach(defs, i, d) {
+    const char *name = sl_json_get_str(d, "name", NULL), *kind = sl_json_get_str(d, "kind", NULL);
+    if (!name || !kind || !json_object_get(d, "spec"))
+      abort();
+    json_t *one = NULL;
+    if (gw_store_session_def(s, "alice", "nb", name, kind, &one) < 0 || !json_equal(one, d))
+      abort(); /* one definition reads as the list has it */
+    json_decref(one);
+    found = found || (!strcmp(name, "good") && json_equal(json_object_get(d, "spec"), spec));
+  }
+  json_t *one = NULL;
+  if (!found || gw_store_session_def(s, "alice", "nb", "good", "model", &one) < 0)
+    abort();
+  json_decref(one);
+  json_decref(want);
+  json_decref(spec);
+  json_decref(o);
+}
+
+static void ignore_checkpoint(void *ctx, int64_t write_ms, int64_t upload_ms) {
+  (void)ctx;
+  (void)write_ms;
+  (void)upload_ms;
+}
+static void ignore_event(void *ctx, int64_t job, int64_t time_us, const char *kind,
+                         const char *state, int64_t steps_lost, bool notice) {
+  (void)ctx;
+  (void)job;
+  (void)time_us;
+  (void)steps_lost;
+  (void)notice;
+  if (!kind || !state)
+    abort();
+}
+
+/* What the store answers about job 1's events, checked: the first (written
+ * by the store) stays readable, everything encodes, and the readers that
+ * look inside bodies with SQL still answer. */
+static void check_events(struct gw_store *s) {
+  json_t *evs = NULL;
+  bool more = false;
+  if (gw_store_events(s, 1, 0, 1000, &evs, &more) < 0 || !json_is_array(evs) || more ||
+      json_integer_value(json_object_get(json_array_get(evs, 0), "seq")) != 1)
+    abort();
+  must_encode_any(evs);
+  json_decref(evs);
+  json_t *pre = NULL;
+  if (gw_store_preemption_events(s, NULL, 100, &pre) < 0)
+    abort();
+  size_t i;
+  json_t *e;
+  json_array_foreach(pre, i, e) {
+    if (!json_is_object(e) || !json_is_string(json_object_get(e, "user")))
+      abort();
+  }
+  must_encode_any(pre);
+  json_decref(pre);
+  int64_t step;
+  json_t *counts = NULL;
+  struct gw_store_history_fns fns = {ignore_checkpoint, ignore_event};
+  if (gw_store_attempt_metric_step(s, 1, &step) < 0 || gw_store_counts(s, &counts) < 0 ||
+      gw_store_metric_history(s, &fns, NULL) < 0)
+    abort(); /* a damaged body is one event, not every reader's failure */
+  must_encode_any(counts);
+  json_decref(counts);
+}
+
+static void check_jobs(struct gw_store *s) {
+  json_t *rec = NULL, *want = must_load(good_record);
+  int r = gw_store_record_get(s, 1, &rec);
+  if ((r < 0 && r != SL_ENAME) || (r == 0 && !json_is_object(rec)))
+    abort();
+  if (r == 0)
+    must_encode_any(rec);
+  json_decref(rec);
+  rec = NULL;
+  if (gw_store_record_get(s, 2, &rec) < 0 || !json_equal(rec, want))
+    abort(); /* another job's record is untouched */
+  json_decref(rec);
+  json_decref(want);
+  struct gw_job j;
+  if (gw_store_job_get(s, 1, &j) < 0 || !j.spec)
+    abort();
+  must_encode_any(j.spec);
+  gw_job_done(&j);
+  struct gw_job *all = NULL;
+  size_t n = 0;
+  if (gw_store_jobs_list(s, NULL, false, 10, &all, &n) < 0 || n != 2)
+    abort();
+  for (size_t i = 0; i < n; i++)
+    must_encode_any(all[i].spec);
+  gw_store_jobs_free(all, n);
+}
+
+static void fuzz_store(const uint8_t *data, size_t size) {
+  char dir[256], path[300], err[256];
+  make_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/gateway.db", dir);
+  struct gw_store *s = NULL;
+  if (gw_store_open(path, &s, err, sizeof err) < 0) {
+    fprintf(stderr, "fuzz-files: %s\n", err);
+    abort();
+  }
+  /* what the gateway wrote itself: a variable and a definition of session
+   * nb, two jobs of alice's (1 preempted once), a record of job 2 */
+  json_t *vars = json_pack("{s:o}", "good", must_load(good_var));
+  json_t *defs = json_pack("[{s:s,s:s,s:o}]", "name", "good", "kind", "model", "spec",
+                           must_load(good_spec));
+  json_t *rec = must_load(good_record);
+  struct gw_job j1 = {.user = "alice", .session = "nb", .kind = "train", .created_us = T0_US};
+  struct gw_job j2 = j1;
+  j1.spec = j2.spec = defs;
+  if (gw_store_session_set(s, "alice", "nb", vars, defs, NULL) < 0 ||
+      gw_store_job_create(s, &j1) < 0 || gw_store_job_create(s, &j2) < 0 || j1.id != 1 ||
+      gw_store_record_put(s, j2.id, rec) < 0 ||
+      gw_store_record_put(s, j1.id, rec) < 0)
+    abort();
+  json_decref(vars);
+  json_decref(defs);
+  json_decref(rec);
+  sqlite3 *db = NULL;
+  if (sqlite3_open(path, &db) != SQLITE_OK ||
+      sqlite3_exec(db, "INSERT INTO attempts(job, attempt, outcome) VALUES(1,1,'preempted')",
+                   NULL, NULL, NULL) != SQLITE_OK)
+    abort();
+  sqlite3_busy_timeout(db, 5000);
+  /* then the rows as a damaged file has them: sections split at SEP, each a
+   * header byte (S_* above) and the column's bytes */
+  const uint8_t *p = data, *end = data + size;
+  for (size_t i = 0; i < STORE_ROWS_MAX && p < end; i++) {
+    const uint8_t *sep = memmem(p, (size_t)(end - p), SEP, 4);
+    const uint8_t *stop = sep ? sep : end;
+    if (stop > p) /* an empty section has no header byte: no row */
+      write_row(db, i, p[0], p + 1, (int)(stop - p - 1));
+    p = sep ? sep + 4 : end;
+  }
+  sqlite3_close(db);
+  check_session(s);
+  check_events(s);
+  check_jobs(s);
+  gw_store_free(s);
+  remove_dir(dir);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
   setup_once();
-  switch (data[0] % 3) {
+  switch (data[0] % 6) {
   case 0:
     fuzz_history(data + 1, size - 1);
     break;
   case 1:
     fuzz_market(data + 1, size - 1);
     break;
-  default:
+  case 2:
     fuzz_learned(data + 1, size - 1);
+    break;
+  case 3:
+    fuzz_keys(data + 1, size - 1);
+    break;
+  case 4:
+    fuzz_token(data + 1, size - 1);
+    break;
+  default:
+    fuzz_store(data + 1, size - 1);
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 /* The store: migrations from an empty and from a version-1 database, job
  * transitions with their events, gapless event numbers under concurrent
- * appends from several handles, sessions and cost totals. */
+ * appends from several handles, sessions and cost totals, and event bodies
+ * that are not JSON. */
 #include "harness.h"
 #include "sl_err.h"
 #include "store.h"
@@ -265,6 +266,50 @@ static void test_users_sync(void) {
   gw_store_free(s);
 }
 
+static void count_checkpoint(void *ctx, int64_t write_ms, int64_t upload_ms) {}
+static void count_event(void *ctx, int64_t job, int64_t time_us, const char *kind,
+                        const char *state, int64_t steps_lost, bool notice) {
+  ++*(int *)ctx;
+}
+
+/* An event whose body is not JSON (a damaged row) is one event with no
+ * fields to the readers that look inside bodies, never their failure. */
+static void test_damaged_event_bodies(void) {
+  char path[256], err[256];
+  path_of("damaged.db", path, sizeof path);
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  struct gw_job j = {0};
+  snprintf(j.user, sizeof j.user, "alice");
+  snprintf(j.kind, sizeof j.kind, "train");
+  j.spec = json_object();
+  CHECK_INT(gw_store_job_create(s, &j), 0);
+  sqlite3 *db = NULL;
+  CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+  CHECK(sqlite3_exec(db,
+                     "INSERT INTO attempts(job, attempt, outcome) VALUES(1, 1, 'preempted');"
+                     "INSERT INTO events VALUES(1, 2, 2, 'metric', '{\"step\":5}');"
+                     "INSERT INTO events VALUES(1, 3, 3, 'metric', '{\"step\":9');"
+                     "INSERT INTO events VALUES(1, 4, 4, 'preempted', '{\"notice\":tr');"
+                     "INSERT INTO events VALUES(1, 5, 5, 'state', '{\"state\":\"q');",
+                     NULL, NULL, NULL) == SQLITE_OK);
+  sqlite3_close(db);
+  int64_t step = -1;
+  CHECK_INT(gw_store_attempt_metric_step(s, 1, &step), 0);
+  CHECK_INT(step, 5);
+  json_t *counts = NULL;
+  CHECK_INT(gw_store_counts(s, &counts), 0);
+  CHECK_INT(json_integer_value(json_object_get(json_object_get(counts, "preemptions"),
+                                               "no_notice")), 1);
+  json_decref(counts);
+  int events = 0;
+  struct gw_store_history_fns fns = {count_checkpoint, count_event};
+  CHECK_INT(gw_store_metric_history(s, &fns, &events), 0);
+  CHECK_INT(events, 3); /* the queued state, the preempted and the damaged state event */
+  gw_job_done(&j);
+  gw_store_free(s);
+}
+
 int main(void) {
   if (!mkdtemp(dir))
     return 1;
@@ -272,6 +317,7 @@ int main(void) {
   test_concurrent_events();
   test_sessions();
   test_users_sync();
+  test_damaged_event_bodies();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0)

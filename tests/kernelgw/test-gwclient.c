@@ -3,7 +3,8 @@
  * requests held until hello succeeds, replies matched by id, events passed
  * on, failures and timeouts reported to the owner, a restarted gateway
  * (SL_EAUTH after hello) answered with a new hello and a resend, the
- * embedded gateway's start failing, and hostile input dropped. */
+ * embedded gateway's start failing, hostile input dropped, and a token file
+ * that is not UTF-8. */
 #include <jansson.h>
 #include <poll.h>
 #include <stdio.h>
@@ -384,6 +385,35 @@ static void test_hub_token(void) {
   rmdir(home);
 }
 
+/* A token file whose first line is not UTF-8 (a damaged file) is no token:
+ * the hello goes without one, for the gateway to refuse with its reason. */
+static void test_token_not_utf8(void) {
+  char home[] = "/tmp/spotlab-gwtok-XXXXXX", path[300];
+  CHECK(mkdtemp(home) != NULL);
+  setenv("SPOTLAB_HOME", home, 1);
+  unsetenv("SPOTLAB_TOKEN");
+  unsetenv("JUPYTERHUB_API_TOKEN");
+  snprintf(path, sizeof path, "%s/token", home);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  fputs("\xff\xfe" "0123456789abcdef\n", f);
+  fclose(f);
+  struct rec r = {0};
+  struct jk_gw_config cfg = {.client = "cli", .session = "s", .address = "tcp://127.0.0.1:9"};
+  struct jk_gw *gw = jk_gw_new(&transport, &r, &handler, &r, &cfg);
+  jk_gw_request(gw, json_pack("{s:s}", "type", "jobs"), 0);
+  jk_gw_tick(gw);
+  jk_gw_tick(gw);
+  CHECK_INT(r.n_sent, 1);
+  CHECK_STR(sent_type(&r, 0), "hello");
+  CHECK_STR(json_string_value(json_object_get(r.sent[0], "token")), "");
+  CHECK_INT(r.n_replies, 0);
+  jk_gw_free(gw);
+  rec_done(&r);
+  unlink(path);
+  rmdir(home);
+}
+
 int main(void) {
   test_hello_and_requests();
   test_auth_secret();
@@ -391,5 +421,6 @@ int main(void) {
   test_missing_and_spawn();
   test_hostile_input();
   test_hub_token();
+  test_token_not_utf8();
   TEST_MAIN_END();
 }
