@@ -33,7 +33,6 @@
 #include "sl_time.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
@@ -66,12 +65,6 @@ static void *agent_thread(void *p) {
   r->result = wk_agent_run(r->agent, r->signal_fd);
   atomic_store(&r->ended, true);
   return NULL;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  remove(path);
-  return 0;
 }
 
 static void write_file(const char *dir, const char *name, const uint8_t *data, size_t len, mode_t mode) {
@@ -361,6 +354,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   zmq_close(router);
   close(sig[0]);
   close(sig[1]);
-  nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  fuzz_remove_dir(dir);
   return 0;
 }
