@@ -18,6 +18,7 @@
 #include "sim.h"
 #include "sl_err.h"
 #include "sl_policy.h"
+#include "sl_trace.h"
 
 /* p3.2xlarge (1 V100, the traces' usual type) in us-west-2: on-demand, and
  * the spot price the traces' own price columns hold. */
@@ -62,65 +63,20 @@ int sim_num_arg(const char *name, const char *v, double lo, double hi, double *r
 }
 
 int sim_zone_load(struct sim_zone *z, char *err, size_t err_size) {
-  json_error_t jerr;
-  json_t *root = json_load_file(z->path, 0, &jerr);
-  if (!root) {
-    snprintf(err, err_size, "%s: %s (line %d)", z->path, jerr.text, jerr.line);
-    return -EINVAL;
-  }
-  int r = -EINVAL;
-  json_t *gap = json_object_get(json_object_get(root, "metadata"), "gap_seconds");
-  json_t *data = json_object_get(root, "data"), *prices = json_object_get(root, "prices");
-  /* the gateway's bounds (gateway/providers/market.c); shorter ticks would
-   * make the command line's hours more ticks than an int64_t holds */
-  if (!json_is_number(gap) || json_number_value(gap) < 1 || json_number_value(gap) > 86400) {
-    snprintf(err, err_size, "%s: metadata.gap_seconds must be a number in 1..86400", z->path);
-    goto out;
-  }
-  if (!json_is_array(data) || !json_array_size(data)) {
-    snprintf(err, err_size, "%s: data must be a non-empty array of counts", z->path);
-    goto out;
-  }
-  if (prices && (!json_is_array(prices) || json_array_size(prices) != json_array_size(data))) {
-    snprintf(err, err_size, "%s: prices must be an array as long as data", z->path);
-    goto out;
-  }
-  z->gap_s = json_number_value(gap);
-  z->n = json_array_size(data);
-  z->avail = calloc(z->n, sizeof *z->avail);
-  z->price = prices ? calloc(z->n, sizeof *z->price) : NULL;
-  if (!z->avail || (prices && !z->price)) {
-    r = -ENOMEM;
-    snprintf(err, err_size, "out of memory");
-    goto out;
-  }
-  for (size_t i = 0; i < z->n; i++) {
-    json_t *v = json_array_get(data, i);
-    double x = json_is_number(v) ? json_number_value(v) : -1;
-    if (x < 0 || x > 1e6 || x != floor(x)) {
-      snprintf(err, err_size, "%s: data[%zu] must be a whole number of instances", z->path, i);
-      goto out;
-    }
-    z->avail[i] = (int32_t)x;
-    if (z->price) {
-      json_t *p = json_array_get(prices, i);
-      double y = json_is_number(p) ? json_number_value(p) : -1;
-      if (!(y >= 0 && y < 1e6)) {
-        snprintf(err, err_size, "%s: prices[%zu] must be a price in USD per hour", z->path, i);
-        goto out;
-      }
-      z->price[i] = y;
-    }
-  }
-  r = 0;
-out:
-  json_decref(root);
-  return r;
+  /* the gateway's reader and bounds; shorter ticks than a second would make
+   * the command line's hours more ticks than an int64_t holds */
+  int r = sl_trace_read(z->path, &z->trace, err, err_size);
+  if (r < 0)
+    return r == -ENOMEM ? r : -EINVAL;
+  z->gap_s = z->trace->gap_s;
+  z->n = z->trace->n;
+  z->avail = z->trace->capacity;
+  z->price = z->trace->price;
+  return 0;
 }
 
 void sim_zone_done(struct sim_zone *z) {
-  free(z->avail);
-  free(z->price);
+  z->trace = sl_trace_free(z->trace);
   z->avail = NULL;
   z->price = NULL;
   z->n = 0;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "sl_policy.h"
+#include "sl_trace.h"
 
 /* ---- the policy evaluator (eval.c) ---- */
 
@@ -19,18 +20,20 @@ int sim_eval_main(int argc, char **argv);
 /* One --trace of --policy: a zone's spot-traces file. */
 struct sim_zone {
   const char *path;              /* borrowed */
+  struct sl_trace *trace;        /* the file as read (owned) */
   double gap_s;                  /* seconds per tick, in 1..86400 */
-  int32_t *avail;                /* avail[i]: instances on offer in tick i, i < n (owned) */
-  double *price;                 /* price[i]: spot USD per hour in tick i; NULL when the trace
-                                  * has no prices (owned) */
+  int32_t *avail;                /* avail[i]: instances on offer in tick i, i < n (trace's) */
+  double *price;                 /* price[i]: spot USD per hour in tick i, > 0; NULL when the
+                                  * trace has no prices (trace's) */
   size_t n;
 };
 
-/* Reads the file z->path names into z. -EINVAL (or -ENOMEM) with a
- * sentence in err; z's arrays may then be partly made: sim_zone_done frees
- * them either way. */
+/* Reads the file z->path names into z with sl_trace_read, so --policy takes
+ * the traces the gateway's market takes. -EINVAL (or -ENOMEM) with
+ * sl_trace_read's sentence in err, z then unchanged. */
 int sim_zone_load(struct sim_zone *z, char *err, size_t err_size);
-/* Frees z's arrays; keeps its path. */
+/* Frees what sim_zone_load read; keeps z's path. A zone never loaded (all
+ * but its path zero) is a no-op. */
 void sim_zone_done(struct sim_zone *z);
 
 /* A job as the command line gives it. */
@@ -93,8 +96,9 @@ const char *sim_home_path(const struct sim_home *h);
 
 struct sim_trace;
 
-/* Reads a spot-traces file's gap and which ticks have capacity. Returns an
- * owned trace in *ret, or a negative error with a message in err. */
+/* Reads a spot-traces file's gap and which ticks have capacity (with
+ * sl_trace_read). Returns an owned trace in *ret, or -EINVAL (or -ENOMEM)
+ * with sl_trace_read's sentence in err. */
 int sim_trace_load(const char *path, struct sim_trace **ret, char *err, size_t err_size);
 /* Frees; NULL is a no-op. Returns NULL. */
 struct sim_trace *sim_trace_free(struct sim_trace *t);

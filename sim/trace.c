@@ -7,15 +7,15 @@
  * up on while it is still queued. The gateway's own copy of the trace (the
  * local provider's market) stays the authority; this one is read only for
  * the estimate, with the same meaning: data[k] > 0 is capacity during
- * simulated seconds [k*G, (k+1)*G), and the trace repeats. It refuses what
- * the market refuses of the fields it reads (G in 1..86400, each data[k] a
- * whole number 0..1000000), so such a trace is named with its fault before
- * a gateway starts, and every estimate is a finite time. */
+ * simulated seconds [k*G, (k+1)*G), and the trace repeats. Both read the
+ * file with sl_trace_read, so a trace the market would refuse is named with
+ * its fault before a gateway starts, and every estimate is a finite time. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sim.h"
+#include "sl_trace.h"
 
 struct sim_trace {
   double gap_s;
@@ -24,45 +24,25 @@ struct sim_trace {
 };
 
 int sim_trace_load(const char *path, struct sim_trace **ret, char *err, size_t err_size) {
-  json_error_t je;
-  json_t *root = json_load_file(path, 0, &je);
-  json_t *gap = json_object_get(json_object_get(root, "metadata"), "gap_seconds");
-  json_t *data = json_object_get(root, "data");
-  struct sim_trace *t = NULL;
-  int r = 0;
-  if (!root) {
-    snprintf(err, err_size, "%s: %s (line %d)", path, je.text, je.line);
-    return -EINVAL;
-  }
-  if (!json_is_number(gap) || json_number_value(gap) < 1 || json_number_value(gap) > 86400 ||
-      !json_is_array(data) || !json_array_size(data)) {
-    snprintf(err, err_size, "%s: not a spot trace (no metadata.gap_seconds in 1..86400 or no data)",
-             path);
-    r = -EINVAL;
-    goto out;
-  }
-  if (!(t = calloc(1, sizeof *t)) || !(t->up = calloc(json_array_size(data), sizeof *t->up))) {
+  struct sl_trace *tr = NULL;
+  int r = sl_trace_read(path, &tr, err, err_size);
+  if (r < 0)
+    return r == -ENOMEM ? r : -EINVAL;
+  struct sim_trace *t = calloc(1, sizeof *t);
+  if (!t || !(t->up = calloc(tr->n, sizeof *t->up))) {
     snprintf(err, err_size, "out of memory");
     r = -ENOMEM;
     goto out;
   }
-  t->gap_s = json_number_value(gap);
-  t->n = json_array_size(data);
-  size_t i;
-  json_t *v;
-  json_array_foreach(data, i, v) {
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000) {
-      snprintf(err, err_size, "%s: data[%zu] is not a whole number 0..1000000", path, i);
-      r = -EINVAL;
-      goto out;
-    }
-    t->up[i] = json_integer_value(v) > 0;
-  }
+  t->gap_s = tr->gap_s;
+  t->n = tr->n;
+  for (size_t i = 0; i < tr->n; i++)
+    t->up[i] = tr->capacity[i] > 0;
   *ret = t;
   t = NULL;
 out:
   sim_trace_free(t);
-  json_decref(root);
+  sl_trace_free(tr);
   return r;
 }
 

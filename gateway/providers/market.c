@@ -18,7 +18,8 @@
  *    (seed, type, time).
  * Invariants: every random number comes from splitmix64 over the seed, so
  * the same seed and the same sequence of launches give the same lifetimes
- * and prices. The trace is validated entirely at load; nothing later fails. */
+ * and prices. The trace is read and validated entirely at load
+ * (sl_trace_read); nothing later fails. */
 #include "market.h"
 
 #include <errno.h>
@@ -28,15 +29,20 @@
 #include <string.h>
 
 #include "sl_err.h"
-#include "sl_json.h"
+#include "sl_trace.h"
+
+_Static_assert(GW_MARKET_TRACE_MAX_BYTES == SL_TRACE_MAX_BYTES &&
+                   GW_MARKET_TRACE_MAX_TICKS == SL_TRACE_MAX_TICKS,
+               "the market's trace bounds are the reader's");
 
 struct gw_market {
   const struct gw_catalog *cat;
   bool trace;
   /* trace */
+  struct sl_trace *tr;      /* as read (sl_trace.h) */
   int64_t gap_us;
   size_t n_ticks;
-  int32_t *capacity;
+  int32_t *capacity;        /* tr's */
   double *price_ratio;      /* NULL when the trace has no prices */
   double trace_mean_s;      /* measured mean time to preemption */
   /* random */
@@ -54,117 +60,25 @@ static uint64_t splitmix64(uint64_t x) {
 /* Uniform in [0, 1) from a 64-bit hash. */
 static double unit(uint64_t h) { return (double)(h >> 11) * 0x1.0p-53; }
 
-static int read_file(const char *path, char **ret, size_t *ret_len, char *err, size_t err_size) {
-  FILE *fp = fopen(path, "rbe");
-  if (!fp) {
-    int r = -errno;
-    snprintf(err, err_size, "%s: %s", path, strerror(errno));
-    return r;
-  }
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  int r = 0;
-  while (buf) {
-    if (len == cap) {
-      if (cap >= GW_MARKET_TRACE_MAX_BYTES) {
-        snprintf(err, err_size, "%s: larger than %u bytes", path, GW_MARKET_TRACE_MAX_BYTES);
-        r = SL_ELIMIT;
-        break;
-      }
-      char *nb = realloc(buf, cap * 2);
-      if (!nb)
-        break;
-      buf = nb;
-      cap *= 2;
-    }
-    size_t n = fread(buf + len, 1, cap - len, fp);
-    len += n;
-    if (n == 0) {
-      if (ferror(fp)) {
-        snprintf(err, err_size, "%s: read error", path);
-        r = -EIO;
-      }
-      break;
-    }
-  }
-  fclose(fp);
-  if (!buf && r == 0) {
-    snprintf(err, err_size, "%s: out of memory", path);
-    r = -ENOMEM;
-  }
-  if (r < 0) {
-    free(buf);
-    return r;
-  }
-  *ret = buf;
-  *ret_len = len;
-  return 0;
-}
-
-static int bad(char *err, size_t err_size, const char *path, const char *what) {
-  snprintf(err, err_size, "%s: %s", path, what);
-  return SL_EFORMAT;
-}
-
+/* The trace's capacities stay where the reader put them; prices become
+ * ratios to the first, and the mean time to preemption is measured once. */
 static int load_trace(struct gw_market *m, const char *path, char *err, size_t err_size) {
-  char *buf = NULL, why[200];
-  size_t len = 0;
-  json_t *root = NULL;
-  int r = read_file(path, &buf, &len, err, err_size);
+  int r = sl_trace_read(path, &m->tr, err, err_size);
   if (r < 0)
     return r;
-  r = sl_json_parse(buf, len, 8, &root, why, sizeof why);
-  free(buf);
-  if (r < 0) {
-    snprintf(err, err_size, "%s: %s", path, why);
-    return r;
-  }
-  json_t *gap = json_object_get(json_object_get(root, "metadata"), "gap_seconds");
-  json_t *data = json_object_get(root, "data");
-  json_t *prices = json_object_get(root, "prices");
-  size_t n = json_array_size(data);
-  if (!json_is_object(root)) {
-    r = bad(err, err_size, path, "not a JSON object");
-  } else if (!json_is_number(gap) || json_number_value(gap) < 1 ||
-             json_number_value(gap) > 86400) {
-    r = bad(err, err_size, path, "metadata.gap_seconds missing or not in 1..86400");
-  } else if (!json_is_array(data) || n == 0 || n > GW_MARKET_TRACE_MAX_TICKS) {
-    r = bad(err, err_size, path, "\"data\" missing, empty, or longer than 10000000 ticks");
-  } else if (prices && (!json_is_array(prices) || json_array_size(prices) != n)) {
-    r = bad(err, err_size, path, "\"prices\" is not an array as long as \"data\"");
-  }
-  if (r < 0)
-    goto out;
-  m->gap_us = (int64_t)(json_number_value(gap) * 1e6);
+  const struct sl_trace *t = m->tr;
+  size_t n = t->n;
+  m->gap_us = (int64_t)(t->gap_s * 1e6);
   m->n_ticks = n;
-  m->capacity = calloc(n, sizeof *m->capacity);
-  m->price_ratio = prices ? calloc(n, sizeof *m->price_ratio) : NULL;
-  if (!m->capacity || (prices && !m->price_ratio)) {
-    r = -ENOMEM;
-    snprintf(err, err_size, "%s: out of memory", path);
-    goto out;
-  }
-  double first_price = 0;
-  for (size_t i = 0; i < n; i++) {
-    json_t *v = json_array_get(data, i);
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000) {
-      snprintf(err, err_size, "%s: data[%zu] is not a whole number 0..1000000", path, i);
-      r = SL_EFORMAT;
-      goto out;
+  m->capacity = t->capacity;
+  if (t->price) {
+    m->price_ratio = calloc(n, sizeof *m->price_ratio);
+    if (!m->price_ratio) {
+      snprintf(err, err_size, "%s: out of memory", path);
+      return -ENOMEM;
     }
-    m->capacity[i] = (int32_t)json_integer_value(v);
-    if (prices) {
-      json_t *p = json_array_get(prices, i);
-      double pv = json_is_number(p) ? json_number_value(p) : -1;
-      if (!(pv > 0 && pv < 1e6)) {
-        snprintf(err, err_size, "%s: prices[%zu] is not a positive price", path, i);
-        r = SL_EFORMAT;
-        goto out;
-      }
-      if (i == 0)
-        first_price = pv;
-      m->price_ratio[i] = pv / first_price;
-    }
+    for (size_t i = 0; i < n; i++)
+      m->price_ratio[i] = t->price[i] / t->price[0];
   }
   /* Mean time to preemption: available time over the number of drops to 0
    * (counting the wrap from the last tick to the first). */
@@ -174,9 +88,7 @@ static int load_trace(struct gw_market *m, const char *path, char *err, size_t e
     drops += m->capacity[i] == 0 && m->capacity[(i + n - 1) % n] > 0;
   }
   m->trace_mean_s = (double)up * (double)m->gap_us / 1e6 / (double)(drops ? drops : 1);
-out:
-  json_decref(root);
-  return r;
+  return 0;
 }
 
 int gw_market_new(const char *spec, const struct gw_catalog *cat, struct gw_market **ret,
@@ -215,7 +127,7 @@ int gw_market_new(const char *spec, const struct gw_catalog *cat, struct gw_mark
 
 struct gw_market *gw_market_free(struct gw_market *m) {
   if (m) {
-    free(m->capacity);
+    sl_trace_free(m->tr);
     free(m->price_ratio);
     free(m);
   }

@@ -109,6 +109,9 @@ def cli(sim):
         gap = trace(d, "gap.json", [1] * 24, 600)
         short = trace(d, "short.json", [1] * 4, 900)
         neg = trace(d, "neg.json", [1, -1], 900)
+        # what the gateway's market refuses: counts written as reals, a price of 0
+        real = trace(d, "real.json", [1, 1.0], 900)
+        zero = trace(d, "zero.json", [1] * 24, 900, prices=[0.5] * 23 + [0])
         # ticks so short that the deadline's hours would pass int64_t ticks
         tiny = trace(d, "tiny.json", [1] * 24, 1e-30)
         broken = os.path.join(d, "broken.json")
@@ -116,10 +119,12 @@ def cli(sim):
             f.write('{"metadata": {"gap_seconds": 900}, "data": [1, 1')
         cases = [
             (job([a], "cheapest", 0, 2, 5, 0.2), "unknown policy"),
-            (job([bad], "greedy", 0, 2, 5, 0.2), "data must be"),
+            (job([bad], "greedy", 0, 2, 5, 0.2), "bad.json: \"data\" missing, empty"),
             (job([broken], "greedy", 0, 2, 5, 0.2), "broken.json"),
             (job([neg], "greedy", 0, 0.1, 0.2, 0), "whole number"),
-            (job([tiny], "greedy", 0, 2, 5, 0.2), "gap_seconds must be a number in 1..86400"),
+            (job([real], "greedy", 0, 0.1, 0.2, 0), "real.json: data[1] is not a whole number"),
+            (job([zero], "greedy", 0, 2, 5, 0.2), "zero.json: prices[23] is not a positive price"),
+            (job([tiny], "greedy", 0, 2, 5, 0.2), "gap_seconds missing or not in 1..86400"),
             (job([a, gap], "greedy", 0, 2, 5, 0.2), "share their ticks"),
             (job([short], "greedy", 0, 2, 5, 0.2), "ends past"),
             (job([a], "greedy", 0, -1, 5, 0.2), "--work"),

@@ -94,7 +94,7 @@ def waiting(sim):
         _, err = run_sim(sim, trace, "--steps", "5", expect=2)
         require("offers no spot capacity at any tick" in err, "a trace without capacity is refused", err)
         # what the gateway's market refuses is named before a gateway starts
-        for gap, data, want in ((0.5, [1] * 10, "gap_seconds in 1..86400"),
+        for gap, data, want in ((0.5, [1] * 10, "gap_seconds missing or not in 1..86400"),
                                 (600, [1, "1", 1], "data[1] is not a whole number")):
             with open(trace, "w") as f:
                 json.dump({"metadata": {"gap_seconds": gap}, "data": data}, f)
