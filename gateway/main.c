@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #define T "gateway"
+#define TOKEN_LINE_MAX 4096 /* of state_dir/token's first line, as the clients read it */
 
 static volatile sig_atomic_t stop_flag;
 
@@ -123,9 +124,21 @@ static int build_config(const struct args *a, struct gw_config *cfg, char *err, 
   return 0;
 }
 
-/* The embedded gateway's user: a token kept in state_dir/token (0600). */
+/* Whether token is one the clients send as the file holds it: at least 16
+ * characters, printable ASCII without blanks (they read the file's first
+ * line up to its first blank, and a hello carries UTF-8 only). */
+static bool usable_token(const char *token) {
+  size_t n = strlen(token);
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)token[i] <= 0x20 || (unsigned char)token[i] >= 0x7f)
+      return false;
+  return n >= 16;
+}
+
+/* The embedded gateway's user: a token kept in state_dir/token (0600); a
+ * file without a usable one gets a new one, and says so. */
 static int embedded_user(struct gw_config *cfg, char *err, size_t size) {
-  char path[1200], token[80] = "";
+  char path[1200], token[TOKEN_LINE_MAX] = "";
   snprintf(path, sizeof path, "%s/token", cfg->state_dir);
   FILE *f = fopen(path, "r");
   if (f) {
@@ -133,8 +146,11 @@ static int embedded_user(struct gw_config *cfg, char *err, size_t size) {
       token[0] = 0;
     fclose(f);
     token[strcspn(token, "\r\n")] = 0;
+    if (!usable_token(token))
+      sl_warn(T, "%s: its first line is not a token of 16 or more printable characters without"
+                 " blanks; a new one is written", path);
   }
-  if (strlen(token) < 16) {
+  if (!usable_token(token)) {
     uint8_t rnd[24];
     sl_random_bytes(rnd, sizeof rnd);
     for (size_t i = 0; i < sizeof rnd; i++)

@@ -229,10 +229,43 @@ def case_stop(gw, force=False):
           "spotlab status once stopped: %r" % r.stderr)
 
 
+def case_token(gw):
+    """The token file as a hand or a crash may leave it: a token the clients cannot send as
+    it is (a blank inside, bytes that are not ASCII, too short) is replaced, with a warning;
+    a long one is kept whole. The CLI (which reads the file up to its first blank) and a
+    client that sends the whole line both get in."""
+    path = os.path.join(gw.home, "token")
+    for content, kept in ((b"abcdefghijklmnop qrstuvwxyz\n", False),
+                          (b"\xff\xfe" + b"k" * 30 + b"\n", False),
+                          (b"short\n", False),
+                          (b"t" * 300 + b"\n", True)):
+        with open(path, "wb") as f:
+            f.write(content)
+        seen = len(gw.logtext())
+        gw.start()
+        with open(path, "rb") as f:
+            now = f.read()
+        token = now.split(b"\n")[0]
+        check((now == content) == kept, "token file %r %s: %r" % (content[:20], "kept" if kept
+                                                                   else "replaced", now[:40]))
+        check(len(token) >= 16 and all(0x21 <= b <= 0x7e for b in token), "a usable token: %r"
+              % token[:40])
+        if not kept:
+            check("is not a token of 16 or more printable characters" in gw.logtext()[seen:],
+                  "the replacement is logged")
+        c = gw.client("nb-token")
+        check(c.req("ping")["ok"], "a client with the file's token gets in")
+        c.close()
+        r = gw.cli("status")
+        check(r.returncode == 0, "the CLI gets in: %s %s" % (r.stdout[-300:], r.stderr[-300:]))
+        gw.p.terminate()
+        check(gw.wait_exit(20) is not None, "the gateway stopped")
+
+
 def main():
-    timeout = {"idle": "3s", "job": "2s", "stop": "0", "force": "0"}[CASE]
+    timeout = {"idle": "3s", "job": "2s", "stop": "0", "force": "0", "token": "0"}[CASE]
     gw = Embedded(timeout)
-    case = {"idle": case_idle, "job": case_job, "stop": case_stop,
+    case = {"idle": case_idle, "job": case_job, "stop": case_stop, "token": case_token,
             "force": lambda g: case_stop(g, force=True)}[CASE]
     return run_case(case, gw, cleanup=lambda failed: gw.cleanup())
 
