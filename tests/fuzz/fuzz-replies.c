@@ -50,6 +50,7 @@
 #include "hub.h"
 #include "hub_int.h"
 #include "presign_int.h"
+#include "store.h"
 
 #include "fuzz.h"
 #include "sl_awscreds.h"
@@ -572,18 +573,19 @@ static void budget(const uint8_t *data, size_t size) {
     abort();
   struct gw_budget_env env = {.cfg = &f->cfg, .store = f->store, .ledger = f->ledger,
                               .fleet = f->fleet, .sched = f->sched, .bus = &f->bus};
+  /* a full table of live budgets, as the store holds it when the keeper
+   * starts (each set through the keeper would check every budget again) */
+  for (int i = 0; flags & 4 && i < 512; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "u%d", i);
+    if (gw_store_budget_override_set(f->store, "user", name, 1, "root", 1) < 0)
+      abort();
+  }
   struct gw_budget *b = gw_budget_new(&env);
   if (!b)
     abort();
-  for (int i = 0; flags & 4; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "u%d", i);
-    int r = gw_budget_set(b, "user", name, 1, "root", err, sizeof err);
-    if (r == SL_ELIMIT)
-      break;
-    if (r < 0 || i > 10000)
-      abort();
-  }
+  if (flags & 4 && gw_budget_set(b, "user", "one-more", 1, "root", err, sizeof err) != SL_ELIMIT)
+    abort(); /* the table is full */
   struct part parts[PARTS_MAX];
   size_t n = split(data + 1, size - 1, parts);
   for (size_t i = 0; i < n; i++)
