@@ -60,6 +60,7 @@ from jupyter_client import KernelManager
 from kernelspec_env import KernelspecEnv
 from checks import check, failures
 from gateway_proc import GatewayProcess
+from procs import cmdline, processes
 from spotlab_home import wait_exit
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
@@ -98,31 +99,6 @@ def write_text(path):
     lines = [" ".join(rng.choice(words) for _ in range(12)).capitalize() + "." for _ in range(400)]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
-
-
-def proc_cmdline(pid):
-    try:
-        with open("/proc/%s/cmdline" % pid, "rb") as f:
-            cmd = f.read()
-        with open("/proc/%s/stat" % pid) as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return None
-        return cmd.split(b"\0")
-    except (OSError, IndexError):
-        return None
-
-
-def processes(program, *needles):
-    """Pids of live `program` processes whose command line holds every needle."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        argv = proc_cmdline(d)
-        if argv and os.path.basename(argv[0].decode(errors="replace")) == program and \
-                all(any(n.encode() in a for a in argv) for n in needles):
-            pids.append(int(d))
-    return pids
 
 
 def parent(pid):
@@ -493,7 +469,7 @@ def running_workers(gw):
     names = {i["id"]: AWS.ec2.tag(i, "spotlab:instance") for i in AWS.ec2.instances()} \
         if AWS else {}
     for pid in processes("spotlab-worker", (AWS.ec2.dir if AWS else gw.state) + "/"):
-        cfg = [a for a in proc_cmdline(pid) or [] if a.endswith(b"worker.json")]
+        cfg = [a for a in cmdline(pid) or [] if a.endswith(b"worker.json")]
         folder = os.path.basename(os.path.dirname(cfg[0].decode())) if cfg else "?"
         ids.add(names.get(folder, folder) if AWS else folder)
     return ids

@@ -10,23 +10,12 @@ import signal
 import tempfile
 import time
 
+from procs import live
+
 
 def processes_under(home):
     """Pids of live processes whose command line mentions home."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read()
-            with open(f"/proc/{d}/stat") as f:
-                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
-        except (OSError, IndexError):
-            continue
-        if home.encode() in cmd and not zombie and int(d) != os.getpid():
-            pids.append(int(d))
-    return pids
+    return [pid for pid, argv in live() if home.encode() in b"\0".join(argv)]
 
 
 def wait_exit(pids, timeout_s):

@@ -12,6 +12,7 @@ import time
 
 import zmq
 
+from procs import processes
 from worker_harness import (Bucket, Gateway, Metadata, Worker, is_orphan_presign, of, text_file,
                             train_assign)
 
@@ -793,25 +794,6 @@ def case_notice_upload(tmp, worker_exe, train_exe):
         meta.close()
 
 
-def pids_of(program, needle):
-    """Live processes of program whose command line holds needle."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % d, "rb") as f:
-                argv = f.read().split(b"\0")
-            with open("/proc/%s/stat" % d) as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state not in ("Z", "X") and argv and argv[0].endswith(program.encode()) and \
-                any(needle.encode() in a for a in argv):
-            out.append(int(d))
-    return out
-
-
 def case_worker_killed(tmp, worker_exe, train_exe):
     """A worker killed (SIGKILL, a crash, the kernel's OOM killer) takes its
     job's process with it: a trainer left behind would hold the instance's
@@ -821,19 +803,19 @@ def case_worker_killed(tmp, worker_exe, train_exe):
     try:
         gw.send(train_assign("J000028", data, 10_000_000, checkpoint_every=1_000_000))
         gw.recv(lambda m: of("J000028", "metric")(m) and m["data"].get("step", 0) >= 5, 20, "step 5")
-        trains = pids_of("spotlab-train", w.work)
+        trains = processes("spotlab-train", w.work)
         assert len(trains) == 1, trains
         w.proc.kill()
         w.proc.wait()
         t0 = time.monotonic()
-        while pids_of("spotlab-train", w.work) and time.monotonic() - t0 < 5:
+        while processes("spotlab-train", w.work) and time.monotonic() - t0 < 5:
             time.sleep(0.05)
-        left = pids_of("spotlab-train", w.work)
+        left = processes("spotlab-train", w.work)
         assert not left, "spotlab-train %s still runs %.1f s after its worker was killed" % (
             left, time.monotonic() - t0)
         print("the trainer ended %.2f s after its worker was killed" % (time.monotonic() - t0))
     finally:
-        for pid in pids_of("spotlab-train", w.work):
+        for pid in processes("spotlab-train", w.work):
             os.kill(pid, signal.SIGKILL)
         w.kill()
         gw.close()
