@@ -125,12 +125,17 @@ static bool authenticate(struct gw_httpd *h, struct MHD_Connection *c, struct gw
 
 /* The user whose data a request reads: ?user= (an admin may name anyone;
  * a user only themselves), else the caller, or NULL (everyone) for an admin
- * who names nobody. False with a 403 in a when a user names another. */
+ * who names nobody. False with a 403 in a when a user names another, a 400
+ * when the name is not UTF-8. */
 static bool scope(struct MHD_Connection *c, const struct gw_viewer *w, const char **ret,
                   struct answer *a) {
   const char *u = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "user");
   if (u && !*u)
     u = NULL;
+  if (u && !sl_json_utf8_ok(u, strlen(u))) { /* no answer could name it */
+    answer_err(a, MHD_HTTP_BAD_REQUEST, "?user= must be UTF-8");
+    return false;
+  }
   if (u && !gw_access_sees(w, u)) {
     answer_err(a, MHD_HTTP_FORBIDDEN, "only an admin sees another user's data");
     return false;

@@ -118,6 +118,10 @@ def check_api(base, alice_job, bob_job):
           "the admin sees every user's cost: %s" % body)
     code, body = get_json(base, "/api/cost?user=bob", TOKENS["root"])
     check(code == 200 and [r["key"] for r in body["by_job"]] == [bob_job], "the admin reads bob's cost")
+    # a name no JSON answer can hold is the request's fault, not the gateway's
+    code, body = get_json(base, "/api/cost?user=ali%AEe&days=3", TOKENS["root"])
+    check(code == 400 and body.get("error", {}).get("code") == 400,
+          "a ?user= that is not UTF-8: %s %s" % (code, body))
     code, body = get_json(base, "/api/status", TOKENS["root"])
     check(code == 200 and body["admin"] and "clients" in body["gateway"], "the admin's status: %s" % body)
 
