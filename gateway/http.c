@@ -510,6 +510,15 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   *con_cls = NULL;
 }
 
+/* A path or argument holding "%00" is left as sent: decoded, its NUL would
+ * end the string the routes read, and the gateway would serve another path
+ * than the one a proxy in front of it saw ("/admin/app.js%00.html"). */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
+  (void)cls;
+  (void)c;
+  return strstr(s, "%00") ? strlen(s) : MHD_http_unescape(s);
+}
+
 /* When MHD next needs a turn without input (its connections' timeouts), or
  * GW_LOOP_NOMORE. */
 static int64_t next_due(struct gw_httpd *h) {
@@ -619,6 +628,7 @@ int gw_httpd_new(const struct gw_httpd_env *env, struct gw_httpd **ret, char *er
                           MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
                           MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY_BYTES,
                           MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                          MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
                           MHD_OPTION_END);
   const union MHD_DaemonInfo *info = h->d ? MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
   int r = -ENOMEM;

@@ -122,6 +122,9 @@ def check_api(base, alice_job, bob_job):
     code, body = get_json(base, "/api/cost?user=ali%AEe&days=3", TOKENS["root"])
     check(code == 400 and body.get("error", {}).get("code") == 400,
           "a ?user= that is not UTF-8: %s %s" % (code, body))
+    # "%00" is not decoded: a path is the one a proxy in front of the gateway sees
+    code, body = get_json(base, "/api/status%00/x", TOKENS["root"])
+    check(code == 404, "a path holding %%00 is not cut there: %s %s" % (code, body))
     code, body = get_json(base, "/api/status", TOKENS["root"])
     check(code == 200 and body["admin"] and "clients" in body["gateway"], "the admin's status: %s" % body)
 
