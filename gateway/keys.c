@@ -36,7 +36,11 @@ static bool z85_key(const char *s) {
 }
 
 int gw_keys_load_or_create(const char *path, struct gw_keypair *ret, char *err, size_t err_size) {
-  FILE *f = fopen(path, "r");
+  /* not blocking: a FIFO in its place would hold the gateway's start for ever */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+  if (fd >= 0 && !f)
+    close(fd);
   if (!f && errno != ENOENT) {
     snprintf(err, err_size, "%s: %s", path, strerror(errno));
     return -errno;
@@ -58,7 +62,10 @@ int gw_keys_load_or_create(const char *path, struct gw_keypair *ret, char *err, 
   struct stat st;
   char pub[64] = "", sec[64] = "";
   int r = 0;
-  if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077)) {
+  if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode)) {
+    snprintf(err, err_size, "%s: not a regular file", path);
+    r = SL_ECONFIG;
+  } else if (st.st_mode & 077) {
     snprintf(err, err_size, "%s: key file is readable by others (mode %03o); chmod 600 it", path,
              (unsigned)(st.st_mode & 0777));
     r = SL_ECONFIG;

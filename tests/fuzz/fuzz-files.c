@@ -14,10 +14,10 @@
  *    (so its strings are UTF-8); the cell added is the newest entry, and
  *    after the switch back it is read from the file under its session.
  *
- * 1  the gateway's key file (keys.h): a byte (K_* below: the file 0644, or
- *    none at all), then the file. gw_keys_load_or_create reads it: a
- *    refusal has a message, leaves the keys unwritten and the file as it
- *    was; what loads is two 40-character Z85 keys of one pair (the public
+ * 1  the gateway's key file (keys.h): a byte (K_* below: the file 0644,
+ *    none at all, or a FIFO in its place), then the file.
+ *    gw_keys_load_or_create reads it: a refusal has a message, leaves the
+ *    keys unwritten and the file as it was (a FIFO is refused at once); what loads is two 40-character Z85 keys of one pair (the public
  *    key is the secret's) from a file only its owner reads, not rewritten,
  *    and loads again the same. A missing file is made (0600) and loads.
  *
@@ -218,6 +218,7 @@ static void fuzz_history(const uint8_t *data, size_t size) {
 enum {
   K_OPEN = 1 << 0,    /* the file readable by others (0644) */
   K_MISSING = 1 << 1, /* no file: one is made, then read again */
+  K_FIFO = 1 << 2,    /* a FIFO in the file's place, which no writer opens */
 };
 
 /* A well-formed Z85 CURVE key: 40 characters that decode. */
@@ -248,16 +249,25 @@ static void fuzz_keys(const uint8_t *data, size_t size) {
   char dir[256], path[300];
   fuzz_make_dir(dir, sizeof dir, "files");
   snprintf(path, sizeof path, "%s/gateway.key", dir);
-  if (!(flags & K_MISSING)) {
-    fuzz_write_file(path, data, size);
-    if (chmod(path, flags & K_OPEN ? 0644 : 0600) < 0)
-      abort();
-  }
   struct gw_keypair k, unset;
   memset(&unset, 'U', sizeof unset);
   k = unset;
   char err[512];
   memset(err, 0, sizeof err);
+  if (flags & K_FIFO) { /* refused at once, not waited on */
+    if (mkfifo(path, 0600) < 0)
+      abort();
+    if (gw_keys_load_or_create(path, &k, err, sizeof err) >= 0 || !err[0] ||
+        memcmp(&k, &unset, sizeof k))
+      abort();
+    fuzz_remove_dir(dir);
+    return;
+  }
+  if (!(flags & K_MISSING)) {
+    fuzz_write_file(path, data, size);
+    if (chmod(path, flags & K_OPEN ? 0644 : 0600) < 0)
+      abort();
+  }
   int r = gw_keys_load_or_create(path, &k, err, sizeof err);
   struct stat st;
   if (stat(path, &st) < 0)
