@@ -313,14 +313,7 @@ def case_gang_kill(run):
     evs = run.events()
     durable = ts.checkpoint_steps_before(evs, ts.event_is("preempted"))
     reached = max(s for s, _ in att[0])
-    lag, last = 0, 0
-    for e in evs:
-        if e["event"] == "preempted":
-            break
-        if e["event"] == "metric" and "loss" in e:
-            last = e["step"]
-        if e["event"] == "checkpoint":
-            lag = max(lag, last - e["step"])
+    lag = ts.checkpoint_lag(evs, reached)
     redone = reached - res[0]["from_step"]
     print("gang-kill: step reached %d, newest durable %d, resumed from %d on %s, %d steps "
           "redone; %.1f s" % (reached, durable[-1], res[0]["from_step"],

@@ -392,6 +392,24 @@ def checkpoint_steps_before(evs, pred):
     return out
 
 
+def checkpoint_lag(evs, reached):
+    """Steps the core ran past a checkpoint before it was durable, up to the loss: for each
+    checkpoint event, the newest step reported by then beyond it; and for the periodic
+    checkpoint it was writing when the loss came (due at or before the step reached, and
+    never durable), the steps run past that one."""
+    lag, last, newest = 0, 0, 0
+    for e in evs:
+        if e["event"] == "preempted":
+            break
+        if e["event"] == "metric" and "loss" in e:
+            last = e["step"]
+        if e["event"] == "checkpoint":
+            lag = max(lag, last - e["step"])
+            newest = max(newest, e["step"])
+    due = reached // EVERY * EVERY
+    return max(lag, reached - due) if due > newest else lag
+
+
 # ---- cases ----
 
 def case_notice(run):
@@ -448,15 +466,7 @@ def hard_loss(run, name, lose):
     durable = checkpoint_steps_before(evs, event_is("preempted"))
     reached = max(s for s, _ in att[0])
     redone = reached - res[0]["from_step"]
-    # steps the core ran past each checkpoint before it was durable in the store
-    lag, last = 0, 0
-    for e in evs:
-        if e["event"] == "preempted":
-            break
-        if e["event"] == "metric" and "loss" in e:
-            last = e["step"]
-        if e["event"] == "checkpoint":
-            lag = max(lag, last - e["step"])
+    lag = checkpoint_lag(evs, reached)
     print("%s: step reached %d, newest durable %d, resumed from %d, %d steps redone "
           "(interval %d, checkpoint lag up to %d steps), lost after %.2f s; %.1f s"
           % (name, reached, durable[-1], res[0]["from_step"], redone, EVERY, lag, lost_after,
