@@ -23,8 +23,8 @@
  * agent stops within STOP_LIMIT_S of the shutdown and returns 0, that every
  * message it sends is a JSON object with a type, that every done names its
  * job and has a status and an exit code, and that every job that
- * was assigned (with a job id) or said "started" sent its done before the
- * agent ended. */
+ * was assigned (with a job id, before any shutdown among the messages) or
+ * said "started" sent its done before the agent ended. */
 #include "agent.h"
 #include "conf.h"
 #include "fuzz.h"
@@ -307,12 +307,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fprintf(stderr, "the agent never registered\n");
     abort();
   }
+  bool shut = false; /* a shutdown went: the agent may end before it reads what follows */
   for (size_t i = 3; i < n_sec; i++) {
     json_t *m = tame(sec[i], sec_len[i], script);
     if (json_is_object(m)) {
+      const char *type = sl_json_get_str(m, "type", "");
       const char *job = json_string_value(json_object_get(m, "job"));
-      if (!strcmp(sl_json_get_str(m, "type", ""), "assign") && job)
+      if (!strcmp(type, "assign") && job && !shut)
         add_id(seen.expected, &seen.n_expected, job); /* started or refused, it ends in a done */
+      shut |= !strcmp(type, "shutdown");
       send_json(router, &id, m);
     } else {
       json_decref(m);
