@@ -62,7 +62,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define SEP "\n--\n"
 #define PARTS_MAX 16
 #define WAIT_US (200 * SL_US_PER_MS) /* one connection at most */
 #define REQUEST_MAX (1u << 20)       /* one connection's bytes after the token went in */
@@ -216,28 +215,9 @@ static void world_free(struct world *w) {
 
 /* ---- one connection ---- */
 
-struct part {
-  const uint8_t *p;
-  size_t len;
-};
-
-static size_t split(const uint8_t *data, size_t size, struct part *ret) {
-  size_t n = 0;
-  while (n < PARTS_MAX - 1) {
-    const uint8_t *s = memmem(data, size, SEP, 4);
-    if (!s)
-      break;
-    ret[n++] = (struct part){data, (size_t)(s - data)};
-    size -= (size_t)(s - data) + 4;
-    data = s + 4;
-  }
-  ret[n++] = (struct part){data, size};
-  return n;
-}
-
 /* pt with every "@T@" replaced by token, into an owned block; its length
  * in *ret_len (at most REQUEST_MAX: the rest is left out). */
-static char *with_token(struct part pt, const char *token, size_t *ret_len) {
+static char *with_token(struct fuzz_part pt, const char *token, size_t *ret_len) {
   size_t tl = strlen(token), cap = pt.len + 1, n = 0;
   char *out = malloc(cap);
   if (!out)
@@ -499,8 +479,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!before || !ans)
     abort();
   bool admin = false;
-  struct part parts[PARTS_MAX];
-  size_t n = split(data + 1, size - 1, parts);
+  struct fuzz_part parts[PARTS_MAX];
+  size_t n = fuzz_split(data + 1, size - 1, parts, PARTS_MAX);
   for (size_t i = 0; i < n; i++) {
     size_t len;
     char *req = with_token(parts[i], token, &len);

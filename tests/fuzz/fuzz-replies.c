@@ -73,32 +73,11 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define SEP "\n--\n"
 #define PARTS_MAX 64
-
-struct part {
-  const uint8_t *p;
-  size_t len;
-};
-
-/* data split at SEP, at most PARTS_MAX parts (the last takes the rest). */
-static size_t split(const uint8_t *data, size_t size, struct part *ret) {
-  size_t n = 0;
-  while (n < PARTS_MAX - 1) {
-    const uint8_t *s = memmem(data, size, SEP, 4);
-    if (!s)
-      break;
-    ret[n++] = (struct part){data, (size_t)(s - data)};
-    size -= (size_t)(s - data) + 4;
-    data = s + 4;
-  }
-  ret[n++] = (struct part){data, size};
-  return n;
-}
 
 /* A reply from a part: *ret_err < 0 for "ERR"; else resp with the status
  * and an owned body (free with sl_http_resp_done). */
-static void reply(struct part pt, struct sl_http_resp *resp, int *ret_err) {
+static void reply(struct fuzz_part pt, struct sl_http_resp *resp, int *ret_err) {
   const uint8_t *nl = memchr(pt.p, '\n', pt.len);
   size_t line = nl ? (size_t)(nl - pt.p) : pt.len;
   memset(resp, 0, sizeof *resp);
@@ -226,8 +205,8 @@ static void hub(const uint8_t *data, size_t size) {
   struct gw_hub_who users[PARTS_MAX];
   size_t n_users = 0;
 
-  struct part parts[PARTS_MAX];
-  size_t n = split(data + 1, size - 1, parts);
+  struct fuzz_part parts[PARTS_MAX];
+  size_t n = fuzz_split(data + 1, size - 1, parts, PARTS_MAX);
   for (size_t i = 0; i < n; i++) {
     char token[16];
     snprintf(token, sizeof token, "tok%zu", i % TOKENS);
@@ -352,8 +331,8 @@ static void creds_accepted(const struct sl_http_resp *resp, const struct sl_aws_
 }
 
 static void imds(const uint8_t *data, size_t size) {
-  struct part parts[PARTS_MAX];
-  size_t n = split(data, size, parts);
+  struct fuzz_part parts[PARTS_MAX];
+  size_t n = fuzz_split(data, size, parts, PARTS_MAX);
   char hdr[1200], role[SL_AWS_ROLE_MAX], err[512];
   for (size_t i = 0; i < n && i < 3; i++) {
     struct sl_http_resp resp;
@@ -484,7 +463,7 @@ static bool quiet_once(void) {
   return true;
 }
 
-static void budget_request(struct gw_budget *b, struct part pt, bool admin, const char *user) {
+static void budget_request(struct gw_budget *b, struct fuzz_part pt, bool admin, const char *user) {
   const uint8_t *nl = memchr(pt.p, '\n', pt.len);
   size_t line = nl ? (size_t)(nl - pt.p) : pt.len;
   char *first = fuzz_string_copy(pt.p, line);
@@ -586,8 +565,8 @@ static void budget(const uint8_t *data, size_t size) {
     abort();
   if (flags & 4 && gw_budget_set(b, "user", "one-more", 1, "root", err, sizeof err) != SL_ELIMIT)
     abort(); /* the table is full */
-  struct part parts[PARTS_MAX];
-  size_t n = split(data + 1, size - 1, parts);
+  struct fuzz_part parts[PARTS_MAX];
+  size_t n = fuzz_split(data + 1, size - 1, parts, PARTS_MAX);
   for (size_t i = 0; i < n; i++)
     budget_request(b, parts[i], flags & 1, flags & 2 ? "alice" : "root");
   gw_budget_free(b);

@@ -35,6 +35,28 @@ static inline char *fuzz_string_copy(const uint8_t *data, size_t len) {
   return p;
 }
 
+/* A part of an input: p[0..len). */
+struct fuzz_part {
+  const uint8_t *p;
+  size_t len;
+};
+
+/* data split at "\n--\n" into ret, at most max parts (the last takes the
+ * rest); returns how many, at least one. */
+static inline size_t fuzz_split(const uint8_t *data, size_t size, struct fuzz_part *ret, size_t max) {
+  size_t n = 0;
+  while (n < max - 1) {
+    const uint8_t *s = memmem(data, size, "\n--\n", 4);
+    if (!s)
+      break;
+    ret[n++] = (struct fuzz_part){data, (size_t)(s - data)};
+    size -= (size_t)(s - data) + 4;
+    data = s + 4;
+  }
+  ret[n++] = (struct fuzz_part){data, size};
+  return n;
+}
+
 /* Once per process: spotlab's info lines off (SPOTLAB_QUIET, unless set),
  * and the temporary folders in memory (/dev/shm) when TMPDIR is unset. */
 static inline void fuzz_quiet_once(void) {
