@@ -66,29 +66,18 @@ int sim_zone_load(struct sim_zone *z, char *err, size_t err_size) {
   /* the gateway's reader and bounds; shorter ticks than a second would make
    * the command line's hours more ticks than an int64_t holds */
   int r = sl_trace_read(z->path, &z->trace, err, err_size);
-  if (r < 0)
-    return r == -ENOMEM ? r : -EINVAL;
-  z->gap_s = z->trace->gap_s;
-  z->n = z->trace->n;
-  z->avail = z->trace->capacity;
-  z->price = z->trace->price;
-  return 0;
+  return r < 0 ? (r == -ENOMEM ? r : -EINVAL) : 0;
 }
 
-void sim_zone_done(struct sim_zone *z) {
-  z->trace = sl_trace_free(z->trace);
-  z->avail = NULL;
-  z->price = NULL;
-  z->n = 0;
-}
+void sim_zone_done(struct sim_zone *z) { z->trace = sl_trace_free(z->trace); }
 
 /* -EINVAL with a sentence in err when z's ticks are not z0's. */
 static int same_ticks(const struct sim_zone *z, const struct sim_zone *z0, char *err,
                       size_t err_size) {
-  if (z->gap_s == z0->gap_s)
+  if (z->trace->gap_s == z0->trace->gap_s)
     return 0;
   snprintf(err, err_size, "%s has ticks of %g s, %s of %g s: zones must share their ticks", z->path,
-           z->gap_s, z0->path, z0->gap_s);
+           z->trace->gap_s, z0->path, z0->trace->gap_s);
   return -EINVAL;
 }
 
@@ -98,12 +87,13 @@ int sim_eval_setup(struct sim_eval *e, const struct sim_zone *zones, size_t n_zo
     snprintf(err, err_size, "between 1 and %d zones, not %zu", SL_POLICY_ZONES_MAX, n_zones);
     return -EINVAL;
   }
-  *e = (struct sim_eval){.hours = *job, .n_zones = n_zones, .gap_s = zones[0].gap_s};
+  *e = (struct sim_eval){.hours = *job, .n_zones = n_zones, .gap_s = zones[0].trace->gap_s};
   for (size_t i = 0; i < n_zones; i++) {
     if (same_ticks(&zones[i], &zones[0], err, err_size) < 0)
       return -EINVAL;
-    e->views[i] = (struct sl_zone_view){.avail = zones[i].avail, .price = zones[i].price,
-                                        .n = zones[i].n, .spot_price = job->spot_usd};
+    const struct sl_trace *t = zones[i].trace;
+    e->views[i] = (struct sl_zone_view){.avail = t->capacity, .price = t->price, .n = t->n,
+                                        .spot_price = job->spot_usd};
   }
   double gap = e->gap_s;
   e->ticks = (struct sl_sim_job){.window = sl_ticks_floor(job->deadline_h, gap),
@@ -111,9 +101,9 @@ int sim_eval_setup(struct sim_eval *e, const struct sim_zone *zones, size_t n_zo
                                  .overhead = sl_ticks_ceil(job->overhead_h, gap)};
   e->origin = (size_t)job->start_tick;
   for (size_t i = 0; i < n_zones; i++) {
-    if (e->origin + (size_t)e->ticks.window > zones[i].n) {
+    if (e->origin + (size_t)e->ticks.window > zones[i].trace->n) {
       snprintf(err, err_size, "the window (ticks %zu..%zu) ends past %s (%zu ticks)", e->origin,
-               e->origin + (size_t)e->ticks.window, zones[i].path, zones[i].n);
+               e->origin + (size_t)e->ticks.window, zones[i].path, zones[i].trace->n);
       return -EINVAL;
     }
   }

@@ -20,12 +20,7 @@ int sim_eval_main(int argc, char **argv);
 /* One --trace of --policy: a zone's spot-traces file. */
 struct sim_zone {
   const char *path;              /* borrowed */
-  struct sl_trace *trace;        /* the file as read (owned) */
-  double gap_s;                  /* seconds per tick, in 1..86400 */
-  int32_t *avail;                /* avail[i]: instances on offer in tick i, i < n (trace's) */
-  double *price;                 /* price[i]: spot USD per hour in tick i, > 0; NULL when the
-                                  * trace has no prices (trace's) */
-  size_t n;
+  struct sl_trace *trace;        /* the file as read (owned): its gap, capacities and prices */
 };
 
 /* Reads the file z->path names into z with sl_trace_read, so --policy takes

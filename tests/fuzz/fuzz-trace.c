@@ -127,7 +127,7 @@ static void evaluate(const struct sim_zone *zones, size_t n_zones, uint8_t sel) 
   char err[2048];
   memset(err, 'x', sizeof err);
   err[sizeof err - 1] = 0;
-  struct sim_eval_job job = job_for(sel, zones[0].gap_s);
+  struct sim_eval_job job = job_for(sel, zones[0].trace->gap_s);
   struct sim_eval e;
   int r = sim_eval_setup(&e, zones, n_zones, &job, err, sizeof err);
   if (r < 0) {
@@ -197,10 +197,10 @@ static void estimate(const char *path, const struct sim_zone *zone, uint8_t sel)
     abort();
   if (zone) { /* read by both: the same ticks, the same first capacity */
     size_t i = 0;
-    while (i < zone->n && zone->avail[i] <= 0)
+    while (i < zone->trace->n && zone->trace->capacity[i] <= 0)
       i++;
-    if (len_s != (double)zone->n * zone->gap_s ||
-        first_s != (i < zone->n ? (double)i * zone->gap_s : -1))
+    if (len_s != (double)zone->trace->n * zone->trace->gap_s ||
+        first_s != (i < zone->trace->n ? (double)i * zone->trace->gap_s : -1))
       abort();
   }
   /* spotlab-sim asks for a job's work in simulated seconds with the start
