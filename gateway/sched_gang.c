@@ -376,7 +376,7 @@ static void stop_members(struct gw_sched *s, struct gw_job *j, bool now) {
         gw_fleet_inst_set_state(s->fleet, in, in->launched ? "idle" : "launching", 0);
       continue;
     }
-    json_t *c = json_pack("{s:s,s:s}", "type", "cancel", "job", id);
+    json_t *c = gw_sched_cancel_msg(id, j->attempt);
     if (now)
       json_object_set_new(c, "grace_ms", json_integer(0));
     if (gw_fleet_send(s->fleet, in, c) < 0)
@@ -525,7 +525,7 @@ void gw_sched_gang_register(struct gw_sched *s, struct gw_job *j, struct gw_inst
   gw_job_id_str(j->id, id, sizeof id);
   if (listed) {
     if (g->stopping) { /* a cancel that could not reach it before */
-      json_t *c = json_pack("{s:s,s:s}", "type", "cancel", "job", id);
+      json_t *c = gw_sched_cancel_msg(id, j->attempt);
       gw_fleet_send(s->fleet, in, c);
       json_decref(c);
     }

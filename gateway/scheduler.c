@@ -148,6 +148,13 @@ int gw_sched_submit(struct gw_sched *s, struct gw_job *j) {
   return 0;
 }
 
+json_t *gw_sched_cancel_msg(const char *job, int64_t attempt) {
+  json_t *m = json_pack("{s:s,s:s}", "type", "cancel", "job", job);
+  if (m && attempt > 0)
+    json_object_set_new(m, "attempt", json_integer(attempt));
+  return m;
+}
+
 int gw_sched_cancel(struct gw_sched *s, struct gw_job *j) {
   struct gw_inst *inst = j->instance[0] ? gw_fleet_inst(s->fleet, j->instance) : NULL;
   switch (j->state) {
@@ -162,7 +169,7 @@ int gw_sched_cancel(struct gw_sched *s, struct gw_job *j) {
       char id[16];
       j->cancel_requested = true;
       gw_sched_emit(s, j, NULL);
-      json_t *m = json_pack("{s:s,s:s}", "type", "cancel", "job", gw_job_id_str(j->id, id, sizeof id));
+      json_t *m = gw_sched_cancel_msg(gw_job_id_str(j->id, id, sizeof id), j->attempt);
       gw_fleet_send(s->fleet, inst, m);
       json_decref(m);
       return 0;
@@ -218,7 +225,7 @@ int gw_sched_pause(struct gw_sched *s, struct gw_job *j, const char *why) {
     return 0;
   }
   /* the worker's cancel: SIGTERM, a final checkpoint, its upload, then done */
-  json_t *m = json_pack("{s:s,s:s}", "type", "cancel", "job", gw_job_id_str(j->id, id, sizeof id));
+  json_t *m = gw_sched_cancel_msg(gw_job_id_str(j->id, id, sizeof id), j->attempt);
   gw_fleet_send(s->fleet, inst, m);
   json_decref(m);
   sl_info(T, "%s: pausing: %s", id, why);

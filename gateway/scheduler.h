@@ -114,6 +114,10 @@ void gw_sched_requeue(struct gw_sched *s, struct gw_job *j, bool notice, const c
  * False when the job should fail instead. */
 bool gw_sched_retry(struct gw_sched *s, struct gw_job *j, int64_t exit_code, const char *transient);
 int gw_sched_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst);
+/* The worker's cancel of attempt of job (a "J000012" id): the worker
+ * holds one attempt of a job, and a cancel meant for an attempt that is over
+ * must not stop the one it runs now. attempt <= 0: none named. */
+json_t *gw_sched_cancel_msg(const char *job, int64_t attempt);
 /* Sends the assign message again, with no state change. */
 int gw_sched_send_assign(struct gw_sched *s, struct gw_job *j, struct gw_inst *inst);
 /* The worker of inst registered before its provider reported the launch:

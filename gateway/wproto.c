@@ -279,9 +279,11 @@ static void on_register(struct gw_wproto *g, struct gw_inst *in, const json_t *b
         j->step = step;
       continue;
     }
+    /* the attempt it runs is named: the job may run here again, a newer
+     * attempt placed since this register was sent (one sent twice) */
     const char *jid = sl_json_get_str(v, "job", NULL);
     if (jid && gw_job_id_parse(jid) > 0) {
-      json_t *c = json_pack("{s:s,s:s}", "type", "cancel", "job", jid);
+      json_t *c = gw_sched_cancel_msg(jid, sl_json_get_int(v, "attempt", 0));
       gw_fleet_send(g->fleet, in, c);
       json_decref(c);
     }

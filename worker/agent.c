@@ -326,6 +326,9 @@ static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
     on_assign(a, m);
   } else if (!strcmp(type, "cancel")) {
     json_t *grace = json_object_get(m, "grace_ms"); /* a gang's rank whose peer is gone: 0 */
+    json_t *attempt = json_object_get(m, "attempt");
+    if (j && attempt && json_integer_value(attempt) != wk_job_attempt(*j))
+      j = NULL; /* an attempt that is over; the job runs here again, a newer one */
     if (j && json_is_integer(grace) && json_integer_value(grace) >= 0)
       wk_job_stop(*j, json_integer_value(grace) < a->cfg->kill_grace_ms ? json_integer_value(grace)
                                                                       : a->cfg->kill_grace_ms);

@@ -88,7 +88,8 @@ def main():
                 if m["kind"] == "run":
                     send(type="output", job=job["job"], attempt=job["attempt"], stream="stdout",
                          text="script: " + m["spec"]["script"])
-            elif t == "cancel" and job and m.get("job") == job["job"]:
+            elif t == "cancel" and job and m.get("job") == job["job"] \
+                    and m.get("attempt", job["attempt"]) == job["attempt"]:
                 send(type="done", job=job["job"], attempt=job["attempt"], status="cancelled",
                      exit_code=0, message="", step=job["step"])
                 job = None

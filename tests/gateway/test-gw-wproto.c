@@ -289,6 +289,54 @@ static void test_register_crossed_after_restart(void) {
   fx_free(f);
 }
 
+/* A worker whose job's process was killed (the done, a retry, lost with a
+ * gateway that died) registers twice with the new gateway: it sends a
+ * register each time its link comes up and again when one goes unanswered.
+ * The first register's done re-queues the job, and the job is placed again
+ * on the same worker, attempt 2. The second register still lists attempt 1.
+ * The gateway cancels that attempt and names it, since the worker keeps one
+ * job per id: a cancel of the job alone stopped attempt 2 on arrival and
+ * ended the job as cancelled. */
+static void test_register_stale_attempt(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
+  CHECK(fx_run_job(f, id, NULL));
+  fx_metric(f, "f-1", id, 40, 0.5);
+  char jid[16];
+  fx_jid(id, jid);
+  json_t *jobs = json_pack("[{s:s,s:i,s:i}]", "job", jid, "attempt", 1, "step", 40);
+  json_t *ended = json_pack("[{s:s,s:s,s:i,s:s,s:i,s:s,s:i}]", "type", "done", "job", jid, "attempt",
+                            1, "status", "failed", "exit_code", 137, "message", "killed by signal 9",
+                            "step", 40);
+  fx_inst(f, "f-1")->registered = false;
+  fx_register(f, "f-1", jobs, ended);
+  CHECK(contains(fx_state_reason(f, id, GW_JOB_PREEMPTED), "killed by signal 9"));
+  fx_settle(f);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_STARTING);
+  CHECK_STR(fx_job(f, id)->instance, "f-1");
+  CHECK_INT(fx_job(f, id)->attempt, 2);
+  fx_captures_clear(f);
+  fx_register(f, "f-1", jobs, ended); /* the second, sent before the first was answered */
+  json_decref(jobs);
+  json_decref(ended);
+  const json_t *cancel = fx_to_worker_last(f, "f-1", "cancel");
+  CHECK(cancel != NULL);
+  CHECK_STR(sl_json_get_str(cancel, "job", ""), jid);
+  CHECK_INT(sl_json_get_int(cancel, "attempt", 0), 1);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_STARTING);
+  CHECK_INT(fx_job(f, id)->attempt, 2);
+  /* attempt 2 runs and ends on its own */
+  fx_started(f, "f-1", id);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_RUNNING);
+  fx_workerf(f, "f-1", "{s:s,s:s,s:i,s:s,s:i}", "type", "done", "job", jid, "attempt", 2, "status",
+             "succeeded", "step", 100);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_SUCCEEDED);
+  fx_free(f);
+}
+
 /* ---- what the worker found of its GPUs ---- */
 
 /* register from inst with gpus (a JSON text; NULL: none). */
@@ -632,6 +680,7 @@ int main(void) {
   test_register_ended();
   test_register_jobs();
   test_register_crossed_after_restart();
+  test_register_stale_attempt();
   test_register_gpus();
   test_device_event();
   test_checkpoint();

@@ -147,7 +147,11 @@ def case_cancel(tmp, worker_exe, train_exe):
         ck = gw.recv(of("J000004", "checkpoint"), 10, "checkpoint on request")
         assert ck["step"] >= 5 and os.path.getsize(os.path.join(w.store, ck["key"])) == ck["bytes"], ck
         gw.send({"type": "cancel", "job": "J000099"})  # not here: ignored
-        gw.send({"type": "cancel", "job": "J000004"})
+        # another attempt of the job (one that is over): ignored, the job goes on
+        gw.send({"type": "cancel", "job": "J000004", "attempt": 2})
+        gw.recv(lambda m: of("J000004", "metric")(m) and m["data"].get("step", 0) > ck["step"] + 20,
+                20, "steps after a cancel of another attempt")
+        gw.send({"type": "cancel", "job": "J000004", "attempt": 1})
         msgs = run_until_done(gw, "J000004", 20)
         done = msgs[-1]
         cks = [m for m in msgs if m["type"] == "checkpoint"]
