@@ -333,6 +333,21 @@ def aws_interrupt(name, notice):
         return {"ok": False, "error": str(e)}
 
 
+def print_log_tails(gw, out=sys.stdout):
+    """The tails of the gateway's log and of the three workers' logs written
+    last: what a slow recovery or a failure is read from."""
+    try:  # what it prints only helps; a log gone meanwhile is no failure
+        print("---- gateway log (%s), tail ----\n%s" % (gw.logpath, gw.logtail(4000)), file=out)
+        work = AWS.ec2.dir if AWS else gw.state
+        logs = glob.glob(os.path.join(work, "instances", "**", "worker.log"), recursive=True)
+        for path in sorted(logs, key=os.path.getmtime)[-3:]:
+            with open(path, errors="replace") as f:
+                print("---- %s, tail ----\n%s" % (path, f.read()[-2000:]), file=out)
+    except OSError as e:
+        log("the logs could not be read (%s)" % e)
+    out.flush()
+
+
 class Chaos:
     def __init__(self, gw, mon, nb, job, state):
         self.gw, self.mon, self.nb, self.job, self.state = gw, mon, nb, job, state
@@ -411,15 +426,7 @@ class Chaos:
     def report_slow(self, from_step, target, took):
         log("slow: step %d to %d took %.1f s; the job's last events: %s"
             % (from_step, target, took, self.mon.tail()))
-        try:  # what it prints only helps; a log gone meanwhile is no failure
-            print("---- gateway log, tail ----\n" + self.gw.logtail(4000), flush=True)
-            work = AWS.ec2.dir if AWS else self.gw.state
-            logs = glob.glob(os.path.join(work, "instances", "**", "worker.log"), recursive=True)
-            for path in sorted(logs, key=os.path.getmtime)[-3:]:
-                with open(path, errors="replace") as f:
-                    print("---- %s, tail ----\n%s" % (path, f.read()[-2000:]), flush=True)
-        except OSError as e:
-            log("slow: the logs could not be read (%s)" % e)
+        print_log_tails(self.gw)
 
     def one(self, i, kind, target, quick):
         t_prev = time.monotonic()
@@ -664,7 +671,7 @@ def main():
         if nb:
             nb.close()
         if failures:
-            print("gateway log (%s):\n%s" % (gw.logpath, gw.logtail()), file=sys.stderr)
+            print_log_tails(gw, sys.stderr)
         if gw.alive():
             gw.p.send_signal(signal.SIGTERM)
             try:
