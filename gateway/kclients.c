@@ -191,8 +191,11 @@ void gw_kproto_on_hello(struct gw_kreq *q) {
     return gw_kproto_fail(q, SL_EWIRE, "no routing id to answer to");
   gw_kproto_pending_forget(q->g, q->rid, q->rid_len, -1); /* a newer hello replaces a waiting one */
   sl_sha256_hex(token, strlen(token), hash);
-  if (gw_store_user_by_token(q->g->env.store, hash, user, sizeof user) == 0)
+  int r = gw_store_user_by_token(q->g->env.store, hash, user, sizeof user);
+  if (r == 0)
     return gw_kproto_hello_accept(q, user, session, client, "");
+  if (r != SL_EAUTH)
+    return gw_kproto_fail(q, r, "cannot read the gateway's users");
   gw_kproto_hub_hello(q, token, session, client);
 }
 

@@ -29,10 +29,16 @@ static int copy_def(struct gw_kreq *q, json_t *spec, const char *field, const ch
     gw_kproto_fail(q, SL_ENAME, msg);
     return SL_ENAME;
   }
-  if (gw_store_session_def(q->g->env.store, q->c->who.user, q->c->session, name, kind, &def) < 0) {
+  int r = gw_store_session_def(q->g->env.store, q->c->who.user, q->c->session, name, kind, &def);
+  if (r == SL_ENAME) {
     snprintf(msg, sizeof msg, "no %s named \"%.64s\" in this session", kind, name);
     gw_kproto_fail(q, SL_ENAME, msg);
     return SL_ENAME;
+  }
+  if (r < 0) {
+    snprintf(msg, sizeof msg, "cannot read the %s \"%.64s\" from the gateway's store", kind, name);
+    gw_kproto_fail(q, r, msg);
+    return r;
   }
   json_object_set_new(spec, field, def);
   snprintf(ret_name, size, "%s", name);
@@ -163,7 +169,8 @@ static int build_job(struct gw_kreq *q, struct gw_job *j) {
   }
   if (!strcmp(kind, "eval") || !strcmp(kind, "sample")) {
     json_t *sess = NULL;
-    gw_store_session_get(q->g->env.store, q->c->who.user, q->c->session, &sess);
+    if (gw_store_session_get(q->g->env.store, q->c->who.user, q->c->session, &sess) < 0)
+      return gw_kproto_fail(q, SL_ESQLITE, "cannot read the session's models"), SL_ESQLITE;
     json_t *m = json_object_get(json_object_get(sess, "models"), j->model);
     const char *ck = sl_json_get_str(m, "checkpoint", "");
     snprintf(j->ckpt_key, sizeof j->ckpt_key, "%s", ck);

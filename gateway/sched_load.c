@@ -20,11 +20,14 @@ static struct gw_provider *provider_named(struct gw_sched *s, const char *name) 
   return NULL;
 }
 
-static void load_instances(struct gw_sched *s) {
+/* An error when the table cannot be read: a gateway that starts without
+ * the instances it launched neither finds their jobs nor stops them. */
+static int load_instances(struct gw_sched *s) {
   struct gw_instance_row *rows = NULL;
   size_t n = 0;
-  if (gw_store_instances_live(s->store, &rows, &n) < 0)
-    return;
+  int r = gw_store_instances_live(s->store, &rows, &n);
+  if (r < 0)
+    return r;
   int64_t by = sl_time_mono_us() + s->cfg->register_timeout_us;
   for (size_t i = 0; i < n; i++) {
     struct gw_inst in;
@@ -57,14 +60,17 @@ static void load_instances(struct gw_sched *s) {
       }
     free(list);
   }
+  return 0;
 }
 
 int gw_sched_load(struct gw_sched *s) {
   gw_sched_learned_load(s);
-  load_instances(s);
+  int r = load_instances(s);
+  if (r < 0)
+    return r;
   struct gw_job *jobs = NULL;
   size_t n = 0;
-  int r = gw_store_jobs_list(s->store, NULL, true, GW_QUEUE_MAX, &jobs, &n);
+  r = gw_store_jobs_list(s->store, NULL, true, GW_QUEUE_MAX, &jobs, &n);
   if (r < 0)
     return r;
   int64_t now = sl_time_mono_us();

@@ -130,7 +130,10 @@ int gw_store_schema_version(struct gw_store *s) {
   sqlite3_stmt *st = prep(s, "SELECT version FROM schema_version");
   if (!st)
     return SL_ESQLITE;
-  int v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
+  int rc = sqlite3_step(st);
+  int v = rc == SQLITE_ROW    ? sqlite3_column_int(st, 0)
+          : rc == SQLITE_DONE ? 0
+                              : gw_store_db_err(s, "schema version");
   sqlite3_finalize(st);
   return v;
 }
@@ -258,10 +261,12 @@ int gw_store_user_by_token(struct gw_store *s, const char *token_sha256, char *r
   if (!st)
     return SL_ESQLITE;
   bind_text(st, 1, token_sha256);
-  int r = SL_EAUTH;
-  if (sqlite3_step(st) == SQLITE_ROW) {
+  int r = SL_EAUTH, rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
     col_text(st, 0, ret_name, size);
     r = 0;
+  } else if (rc != SQLITE_DONE) {
+    r = gw_store_db_err(s, "read users"); /* not a token that is unknown */
   }
   sqlite3_finalize(st);
   return r;
@@ -275,9 +280,10 @@ int gw_store_append_locked(struct gw_store *s, int64_t job, json_t *event, int64
   sqlite3_bind_int64(st, 1, job);
   int rc = sqlite3_step(st);
   int64_t seq = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) + 1 : 0;
+  int r = rc == SQLITE_ROW || rc == SQLITE_DONE ? SL_ENAME : gw_store_db_err(s, "read a job's last event");
   sqlite3_finalize(st);
   if (!seq)
-    return SL_ENAME;
+    return r;
   int64_t now = 0;
   json_t *t = json_object_get(event, "time_us");
   now = json_is_integer(t) ? json_integer_value(t) : 0;
@@ -303,8 +309,7 @@ int gw_store_append_locked(struct gw_store *s, int64_t job, json_t *event, int64
     bind_text(st, 5, body);
   }
   free(body);
-  int r = run(s, st);
-  if (r < 0)
+  if ((r = run(s, st)) < 0)
     return r;
   st = prep(s, "UPDATE jobs SET last_seq=? WHERE id=?");
   if (st) {
@@ -499,10 +504,12 @@ int gw_store_job_get(struct gw_store *s, int64_t id, struct gw_job *ret) {
   if (!st)
     return SL_ESQLITE;
   sqlite3_bind_int64(st, 1, id);
-  int r = SL_ENAME;
-  if (sqlite3_step(st) == SQLITE_ROW) {
+  int r = SL_ENAME, rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
     read_job(st, ret);
     r = 0;
+  } else if (rc != SQLITE_DONE) {
+    r = gw_store_db_err(s, "read a job"); /* not "no such job" */
   }
   sqlite3_finalize(st);
   return r;
@@ -525,9 +532,16 @@ int gw_store_jobs_list(struct gw_store *s, const char *user, bool live_only, siz
     sqlite3_finalize(st);
     return -ENOMEM;
   }
-  while (n < max && sqlite3_step(st) == SQLITE_ROW)
+  int rc = SQLITE_DONE;
+  while (n < max && (rc = sqlite3_step(st)) == SQLITE_ROW)
     read_job(st, &jobs[n++]);
+  /* a list cut short by a failing read would pass for all the jobs there are */
+  int r = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : gw_store_db_err(s, "list jobs");
   sqlite3_finalize(st);
+  if (r < 0) {
+    gw_store_jobs_free(jobs, n);
+    return r;
+  }
   *ret = jobs;
   *ret_n = n;
   return 0;
@@ -570,14 +584,23 @@ int gw_store_events(struct gw_store *s, int64_t job, int64_t after, int64_t limi
   sqlite3_bind_int64(st, 3, limit + 1);
   json_t *arr = json_array();
   bool more = false;
-  while (sqlite3_step(st) == SQLITE_ROW) {
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if ((int64_t)json_array_size(arr) == limit) {
       more = true;
+      rc = SQLITE_DONE;
       break;
     }
     json_array_append_new(arr, parse_text(st, 0));
   }
+  /* a read that fails half way (a damaged page) is an error, never the
+   * end of the log: a client would take what came for all of it */
+  int r = rc == SQLITE_DONE ? 0 : gw_store_db_err(s, "read events");
   sqlite3_finalize(st);
+  if (r < 0) {
+    json_decref(arr);
+    return r;
+  }
   *ret = arr;
   *ret_more = more;
   return 0;
@@ -628,11 +651,15 @@ int gw_store_instances_live(struct gw_store *s, struct gw_instance_row **ret, si
     return SL_ESQLITE;
   size_t n = 0, cap = 16;
   struct gw_instance_row *rows = calloc(cap, sizeof *rows);
-  while (rows && sqlite3_step(st) == SQLITE_ROW) {
+  int err = rows ? 0 : -ENOMEM, rc = SQLITE_DONE;
+  /* every live instance or an error: one left out would run on unknown */
+  while (err == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (n == cap) {
       struct gw_instance_row *g = realloc(rows, 2 * cap * sizeof *rows);
-      if (!g)
+      if (!g) {
+        err = -ENOMEM;
         break;
+      }
       rows = g;
       cap *= 2;
     }
@@ -651,9 +678,13 @@ int gw_store_instances_live(struct gw_store *s, struct gw_instance_row **ret, si
     r->launched_us = sqlite3_column_int64(st, 10);
     col_text(st, 11, r->provider, sizeof r->provider);
   }
+  if (err == 0 && rc != SQLITE_DONE)
+    err = gw_store_db_err(s, "list instances");
   sqlite3_finalize(st);
-  if (!rows)
-    return -ENOMEM;
+  if (err < 0) {
+    free(rows);
+    return err;
+  }
   *ret = rows;
   *ret_n = n;
   return 0;

@@ -365,7 +365,8 @@ int gw_store_job_history(struct gw_store *s, int64_t job, json_t **ret_attempts,
   json_t *atts = json_array(), *cks = json_array();
   char inst[64], type[64], zone[64], outcome[32];
   sqlite3_bind_int64(a, 1, job);
-  while (sqlite3_step(a) == SQLITE_ROW) {
+  int rc;
+  while ((rc = sqlite3_step(a)) == SQLITE_ROW) {
     col_text(a, 1, inst, sizeof inst);
     col_text(a, 2, type, sizeof type);
     col_text(a, 3, zone, sizeof zone);
@@ -383,9 +384,10 @@ int gw_store_job_history(struct gw_store *s, int64_t job, json_t **ret_attempts,
       json_object_set_new(o, "outcome", json_string(outcome));
     json_array_append_new(atts, o);
   }
+  int r = rc == SQLITE_DONE ? 0 : gw_store_db_err(s, "read attempts");
   sqlite3_bind_int64(c, 1, job);
   char key[256];
-  while (sqlite3_step(c) == SQLITE_ROW) {
+  while (r == 0 && (rc = sqlite3_step(c)) == SQLITE_ROW) {
     col_text(c, 2, key, sizeof key);
     json_array_append_new(cks, json_pack("{s:i,s:I,s:s,s:I,s:I,s:I,s:I}", "attempt",
                                          sqlite3_column_int(c, 0), "step",
@@ -395,8 +397,15 @@ int gw_store_job_history(struct gw_store *s, int64_t job, json_t **ret_attempts,
                                          "upload_ms", (json_int_t)sqlite3_column_int64(c, 5),
                                          "time_us", (json_int_t)sqlite3_column_int64(c, 6)));
   }
+  if (r == 0 && rc != SQLITE_DONE)
+    r = gw_store_db_err(s, "read checkpoints");
   sqlite3_finalize(a);
   sqlite3_finalize(c);
+  if (r < 0) {
+    json_decref(atts);
+    json_decref(cks);
+    return r;
+  }
   *ret_attempts = atts;
   *ret_checkpoints = cks;
   return 0;

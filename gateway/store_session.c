@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#define T GW_STORE_TOPIC
+
 int gw_store_session_touch(struct gw_store *s, const char *user, const char *session,
                            int64_t now_us) {
   sqlite3_stmt *st = prep(s, "INSERT INTO sessions(user, name, last_active_us) VALUES(?,?,?)"
@@ -35,20 +37,38 @@ int gw_store_session_get(struct gw_store *s, const char *user, const char *sessi
     bind_text(all[i], 1, user);
     bind_text(all[i], 2, session);
   }
-  while (sqlite3_step(a) == SQLITE_ROW)
-    json_object_set_new(vars, (const char *)sqlite3_column_text(a, 0), parse_text(a, 1));
-  while (sqlite3_step(b) == SQLITE_ROW)
-    json_array_append_new(defs, json_pack("{s:s,s:s,s:o}", "name", sqlite3_column_text(b, 0),
-                                          "kind", sqlite3_column_text(b, 1), "spec",
-                                          parse_text(b, 2)));
-  while (sqlite3_step(c) == SQLITE_ROW) {
-    char job[16];
-    json_object_set_new(models, (const char *)sqlite3_column_text(c, 0),
-                        json_pack("{s:s,s:I,s:s}", "job",
-                                  gw_job_id_str(sqlite3_column_int64(c, 1), job, sizeof job),
-                                  "step", (json_int_t)sqlite3_column_int64(c, 2), "checkpoint",
-                                  sqlite3_column_text(c, 3) ? (const char *)sqlite3_column_text(c, 3) : ""));
+  /* a row that cannot be given (a name or text that is not UTF-8, in a
+   * damaged store) is left out and counted; a read that fails half way is
+   * an error, not a session with part of its names */
+  int rc, skipped = 0;
+  while ((rc = sqlite3_step(a)) == SQLITE_ROW)
+    skipped += json_object_set_new(vars, (const char *)sqlite3_column_text(a, 0), parse_text(a, 1)) < 0;
+  if (rc != SQLITE_DONE) {
+    r = gw_store_db_err(s, "read session variables");
+    goto out;
   }
+  while ((rc = sqlite3_step(b)) == SQLITE_ROW) {
+    json_t *def = json_pack("{s:s,s:s,s:o}", "name", sqlite3_column_text(b, 0), "kind",
+                            sqlite3_column_text(b, 1), "spec", parse_text(b, 2));
+    skipped += json_array_append_new(defs, def) < 0;
+  }
+  if (rc != SQLITE_DONE) {
+    r = gw_store_db_err(s, "read session definitions");
+    goto out;
+  }
+  while ((rc = sqlite3_step(c)) == SQLITE_ROW) {
+    char job[16];
+    json_t *m = json_pack("{s:s,s:I,s:s}", "job", gw_job_id_str(sqlite3_column_int64(c, 1), job, sizeof job),
+                          "step", (json_int_t)sqlite3_column_int64(c, 2), "checkpoint",
+                          sqlite3_column_text(c, 3) ? (const char *)sqlite3_column_text(c, 3) : "");
+    skipped += json_object_set_new(models, (const char *)sqlite3_column_text(c, 0), m) < 0;
+  }
+  if (rc != SQLITE_DONE) {
+    r = gw_store_db_err(s, "read session models");
+    goto out;
+  }
+  if (skipped)
+    sl_warn(T, "session %s/%s: %d stored names left out (not UTF-8 text)", user, session, skipped);
   *ret = json_pack("{s:O,s:O,s:O}", "vars", vars, "defs", defs, "models", models);
   r = *ret ? 0 : -ENOMEM;
 out:
@@ -159,10 +179,12 @@ int gw_store_session_def(struct gw_store *s, const char *user, const char *sessi
   bind_text(st, 2, session);
   bind_text(st, 3, name);
   bind_text(st, 4, kind);
-  int r = SL_ENAME;
-  if (sqlite3_step(st) == SQLITE_ROW) {
+  int r = SL_ENAME, rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
     *ret = json_pack("{s:s,s:s,s:o}", "name", name, "kind", kind, "spec", parse_text(st, 0));
     r = *ret ? 0 : -ENOMEM;
+  } else if (rc != SQLITE_DONE) {
+    r = gw_store_db_err(s, "read a definition"); /* not "no such name" */
   }
   sqlite3_finalize(st);
   return r;

@@ -1,7 +1,7 @@
 /* The store: migrations from an empty and from a version-1 database, job
  * transitions with their events, gapless event numbers under concurrent
- * appends from several handles, sessions and cost totals, and event bodies
- * that are not JSON. */
+ * appends from several handles, sessions and cost totals, event bodies
+ * that are not JSON, and reads that fail half way. */
 #include "harness.h"
 #include "sl_err.h"
 #include "store.h"
@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/test-gw-store-XXXXXX";
@@ -310,6 +311,195 @@ static void test_damaged_event_bodies(void) {
   gw_store_free(s);
 }
 
+/* ---- reads that fail half way ----
+ * A VFS over the default one whose reads of a main database file fail
+ * (SQLITE_IOERR_READ, as a bad disk sector gives) once reads_left, when
+ * armed (>= 0), has counted down to 0. Its files offer no memory map, so
+ * every read of a page goes through xRead. */
+
+static sqlite3_vfs *real_vfs, failing_vfs;
+static sqlite3_io_methods failing_io;
+static int reads_left = -1;
+
+struct failing_file {
+  sqlite3_file base;
+  bool main_db;
+  sqlite3_file *real; /* right after this struct, in the same allocation */
+};
+
+static sqlite3_file *real_of(sqlite3_file *f) {
+  return ((struct failing_file *)f)->real;
+}
+
+static int ff_read(sqlite3_file *f, void *buf, int n, sqlite3_int64 off) {
+  if (((struct failing_file *)f)->main_db && reads_left >= 0 && reads_left-- == 0) {
+    reads_left = 0;
+    return SQLITE_IOERR_READ;
+  }
+  return real_of(f)->pMethods->xRead(real_of(f), buf, n, off);
+}
+
+#define REAL(f) real_of(f)->pMethods
+
+static int ff_close(sqlite3_file *f) { return REAL(f)->xClose(real_of(f)); }
+static int ff_write(sqlite3_file *f, const void *b, int n, sqlite3_int64 o) {
+  return REAL(f)->xWrite(real_of(f), b, n, o);
+}
+static int ff_truncate(sqlite3_file *f, sqlite3_int64 n) { return REAL(f)->xTruncate(real_of(f), n); }
+static int ff_sync(sqlite3_file *f, int flags) { return REAL(f)->xSync(real_of(f), flags); }
+static int ff_size(sqlite3_file *f, sqlite3_int64 *n) { return REAL(f)->xFileSize(real_of(f), n); }
+static int ff_lock(sqlite3_file *f, int l) { return REAL(f)->xLock(real_of(f), l); }
+static int ff_unlock(sqlite3_file *f, int l) { return REAL(f)->xUnlock(real_of(f), l); }
+static int ff_reserved(sqlite3_file *f, int *r) { return REAL(f)->xCheckReservedLock(real_of(f), r); }
+static int ff_control(sqlite3_file *f, int op, void *a) { return REAL(f)->xFileControl(real_of(f), op, a); }
+static int ff_sector(sqlite3_file *f) { return REAL(f)->xSectorSize(real_of(f)); }
+static int ff_device(sqlite3_file *f) { return REAL(f)->xDeviceCharacteristics(real_of(f)); }
+static int ff_shm_map(sqlite3_file *f, int pg, int sz, int ext, void volatile **p) {
+  return REAL(f)->xShmMap(real_of(f), pg, sz, ext, p);
+}
+static int ff_shm_lock(sqlite3_file *f, int o, int n, int fl) { return REAL(f)->xShmLock(real_of(f), o, n, fl); }
+static void ff_shm_barrier(sqlite3_file *f) { REAL(f)->xShmBarrier(real_of(f)); }
+static int ff_shm_unmap(sqlite3_file *f, int del) { return REAL(f)->xShmUnmap(real_of(f), del); }
+
+static int ff_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out_flags) {
+  (void)vfs;
+  struct failing_file *p = (struct failing_file *)f;
+  p->real = (sqlite3_file *)&p[1];
+  p->main_db = flags & SQLITE_OPEN_MAIN_DB;
+  int rc = real_vfs->xOpen(real_vfs, name, p->real, flags, out_flags);
+  p->base.pMethods = p->real->pMethods ? &failing_io : NULL;
+  return rc;
+}
+
+static void failing_vfs_install(void) {
+  real_vfs = sqlite3_vfs_find(NULL);
+  failing_vfs = *real_vfs;
+  failing_vfs.zName = "failing-reads";
+  failing_vfs.pNext = NULL;
+  failing_vfs.szOsFile = (int)sizeof(struct failing_file) + real_vfs->szOsFile;
+  failing_vfs.xOpen = ff_open;
+  failing_io = (sqlite3_io_methods){2, ff_close, ff_read, ff_write, ff_truncate, ff_sync, ff_size,
+                                    ff_lock, ff_unlock, ff_reserved, ff_control, ff_sector, ff_device,
+                                    ff_shm_map, ff_shm_lock, ff_shm_barrier, ff_shm_unmap, NULL, NULL};
+  sqlite3_vfs_register(&failing_vfs, 1);
+}
+
+static void failing_vfs_remove(void) {
+  sqlite3_vfs_unregister(&failing_vfs);
+  sqlite3_vfs_register(real_vfs, 1);
+}
+
+/* A read of the store that fails half way (a bad sector, a damaged page) is
+ * an error: a job's event log, a session's names, a job's attempts, the
+ * live instances and jobs a restart takes back were given as far as the read
+ * got, as if that were all of them, and a job that could not be read was
+ * "no such job". The store is unharmed, and reads it all once the reads
+ * succeed again. */
+static void test_read_fails_half_way(void) {
+  char path[256], err[256];
+  path_of("readfail.db", path, sizeof path);
+  failing_vfs_install();
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  struct gw_job j = {0};
+  snprintf(j.user, sizeof j.user, "alice");
+  snprintf(j.kind, sizeof j.kind, "train");
+  j.spec = json_object();
+  CHECK_INT(gw_store_job_create(s, &j), 0);
+  char pad[300];
+  memset(pad, 'x', sizeof pad - 1);
+  pad[sizeof pad - 1] = 0;
+  json_t *vars = json_object();
+  for (int i = 0; i < 1000; i++) {
+    json_t *ev = json_pack("{s:s,s:i,s:s}", "event", "output", "i", i, "text", pad);
+    int64_t seq;
+    CHECK_INT(gw_store_event_append(s, j.id, ev, &seq), 0);
+    json_decref(ev);
+    char name[16];
+    snprintf(name, sizeof name, "v%04d", i);
+    json_object_set_new(vars, name, json_pack("{s:s,s:s}", "t", "str", "v", pad));
+  }
+  json_t *defs = json_pack("[{s:s,s:s,s:{s:s}}]", "name", "m", "kind", "model", "spec", "type", "gpt");
+  CHECK_INT(gw_store_session_set(s, "alice", "nb", vars, defs, NULL), 0);
+  json_decref(defs);
+  CHECK_INT(gw_store_user_put(s, "alice", "a1a1", NULL), 0);
+  for (int i = 0; i < 300; i++) {
+    struct gw_instance_row row = {.spot = true};
+    snprintf(row.id, sizeof row.id, "i-%04d", i);
+    snprintf(row.type, sizeof row.type, "t.small");
+    snprintf(row.state, sizeof row.state, "idle");
+    snprintf(row.public_key, sizeof row.public_key, "%.*s", 40, pad);
+    CHECK_INT(gw_store_instance_put(s, &row), 0);
+    struct gw_job more_job = {0};
+    snprintf(more_job.user, sizeof more_job.user, "alice");
+    snprintf(more_job.kind, sizeof more_job.kind, "train");
+    more_job.spec = json_pack("{s:s}", "pad", pad);
+    CHECK_INT(gw_store_job_create(s, &more_job), 0);
+    gw_job_done(&more_job);
+  }
+  snprintf(j.instance, sizeof j.instance, "i-1");
+  for (j.attempt = 1; j.attempt <= 300; j.attempt++)
+    CHECK_INT(gw_store_attempt_begin(s, &j, j.attempt, j.attempt), 0);
+  gw_store_free(s);
+
+  /* a fresh handle has none of these pages in its cache */
+  json_t *evs = NULL, *got = NULL, *atts = NULL, *cks = NULL;
+  bool more = false;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  reads_left = 3;
+  CHECK(gw_store_events(s, j.id, 0, 100000, &evs, &more) < 0);
+  CHECK(evs == NULL);
+  reads_left = 3;
+  CHECK(gw_store_session_get(s, "alice", "nb", &got) < 0);
+  CHECK(got == NULL);
+  reads_left = 3;
+  CHECK(gw_store_job_history(s, j.id, &atts, &cks) < 0);
+  CHECK(atts == NULL && cks == NULL);
+  struct gw_instance_row *rows = NULL;
+  struct gw_job *jobs = NULL, one;
+  size_t n = 0;
+  reads_left = 3;
+  CHECK(gw_store_instances_live(s, &rows, &n) < 0);
+  CHECK(rows == NULL);
+  reads_left = 3;
+  CHECK(gw_store_jobs_list(s, NULL, true, 1000, &jobs, &n) < 0);
+  CHECK(jobs == NULL);
+  reads_left = 0;
+  CHECK(gw_store_job_get(s, j.id, &one) < 0);
+  CHECK(gw_store_job_get(s, j.id, &one) != SL_ENAME); /* not "no such job" */
+  json_t *def = NULL;
+  CHECK(gw_store_session_def(s, "alice", "nb", "m", "model", &def) != SL_ENAME);
+  char user[64] = "";
+  CHECK(gw_store_user_by_token(s, "a1a1", user, sizeof user) != SL_EAUTH);
+  reads_left = -1;
+  CHECK_INT(gw_store_session_def(s, "alice", "nb", "m", "model", &def), 0);
+  json_decref(def);
+  CHECK_INT(gw_store_user_by_token(s, "a1a1", user, sizeof user), 0);
+  CHECK_STR(user, "alice");
+  CHECK_INT(gw_store_instances_live(s, &rows, &n), 0);
+  CHECK_INT(n, 300);
+  free(rows);
+  CHECK_INT(gw_store_jobs_list(s, NULL, true, 1000, &jobs, &n), 0);
+  CHECK_INT(n, 301);
+  gw_store_jobs_free(jobs, n);
+  CHECK_INT(gw_store_job_get(s, j.id, &one), 0);
+  gw_job_done(&one);
+  CHECK_INT(gw_store_events(s, j.id, 0, 100000, &evs, &more), 0);
+  CHECK_INT(json_array_size(evs), 1001); /* the first, written at create */
+  CHECK_INT(gw_store_session_get(s, "alice", "nb", &got), 0);
+  CHECK(json_equal(json_object_get(got, "vars"), vars));
+  CHECK_INT(gw_store_job_history(s, j.id, &atts, &cks), 0);
+  CHECK_INT(json_array_size(atts), 300);
+  json_decref(evs);
+  json_decref(got);
+  json_decref(atts);
+  json_decref(cks);
+  json_decref(vars);
+  gw_job_done(&j);
+  gw_store_free(s);
+  failing_vfs_remove();
+}
+
 int main(void) {
   if (!mkdtemp(dir))
     return 1;
@@ -318,6 +508,7 @@ int main(void) {
   test_sessions();
   test_users_sync();
   test_damaged_event_bodies();
+  test_read_fails_half_way();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0)
