@@ -128,6 +128,10 @@ static int add_libs(struct inputs *in, const char *program, char *err, size_t er
     snprintf(dest, sizeof dest, "lib/%s", base);
     r = add_input(in, dest, path, err, err_size);
   }
+  if (r == 0 && ferror(f)) { /* a list read in part: a bundle without some of its libraries */
+    r = -EIO;
+    snprintf(err, err_size, "ldd %s: its output could not be read back", program);
+  }
   fclose(f);
   return r;
 }

@@ -109,6 +109,8 @@ static void load(struct jk_history *h) {
     }
     json_decref(v);
   }
+  if (ferror(f))
+    sl_warn("kernel.history", "%s: read error: history read in part", h->path);
   free(buf);
   fclose(f);
   if (bad)
