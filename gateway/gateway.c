@@ -462,7 +462,8 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
     goto fail;
   }
   if ((r = gw_sched_load(g->sched)) < 0) {
-    snprintf(err, err_size, "cannot load the jobs and instances from the store: %s", sl_strerror(r));
+    snprintf(err, err_size, "cannot load the jobs and instances from the store: %s (%s)",
+             sl_strerror(r), gw_store_last_error(g->store));
     goto fail;
   }
   sl_info(T, "listening on %s (kernels) and %s (workers)", cfg->listen, cfg->workers);

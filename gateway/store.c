@@ -112,6 +112,10 @@ int gw_store_db_err(struct gw_store *s, const char *what) {
   return r;
 }
 
+const char *gw_store_last_error(const struct gw_store *s) {
+  return s->message;
+}
+
 int gw_store_db_exec(struct gw_store *s, const char *sql) {
   char *msg = NULL;
   int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);

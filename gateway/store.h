@@ -75,6 +75,9 @@ int gw_store_open(const char *path, struct gw_store **ret, char *err, size_t err
 struct gw_store *gw_store_free(struct gw_store *s);
 /* The schema version of the open database. */
 int gw_store_schema_version(struct gw_store *s);
+/* SQLite's words for the store's last error ("list instances: disk I/O
+ * error"); "" before any. */
+const char *gw_store_last_error(const struct gw_store *s);
 
 /* Users: only the token's SHA-256 is kept. */
 int gw_store_user_put(struct gw_store *s, const char *name, const char *token_sha256,

@@ -15,6 +15,7 @@ import json
 import os
 import select
 import signal
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -595,6 +596,49 @@ def case_restart(gw):
             cli.wait()
 
 
+def case_damaged_store(gw):
+    """A restart on a state folder whose instances table has a damaged page: the
+    gateway does not start (one that did would neither find its running worker
+    nor stop it) and says why; with the page mended it starts and finds the job
+    on its worker."""
+    c = Client(gw.listen, "alice")
+    job, summary = running_hold_job(gw, c)
+    c.close()
+    check(gw.stop() == 0, "the gateway stopped")
+    db_path = os.path.join(gw.state, "gateway.db")
+    db = sqlite3.connect(db_path)
+    page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    root = db.execute("SELECT rootpage FROM sqlite_master WHERE name='instances'").fetchone()[0]
+    db.close()
+    with open(db_path, "r+b") as f:
+        f.seek((root - 1) * page_size)
+        good = f.read(page_size)
+        f.seek((root - 1) * page_size)
+        f.write(b"\xff" * page_size)
+    gw.start()
+    try:
+        code = gw.p.wait(30)
+    except subprocess.TimeoutExpired:
+        code = None
+    log = gw.logtext()
+    check(code not in (None, 0), "a gateway on a damaged instances table exits (%s)" % code)
+    check("cannot load the jobs and instances from the store" in log and "malformed" in log,
+          "it says why: %r" % log[-400:])
+    gw.stop()
+    with open(db_path, "r+b") as f:
+        f.seek((root - 1) * page_size)
+        f.write(good)
+    gw.start()
+    c = Client(gw.listen, "alice")
+    check(gw.wait_log("worker %s registered" % summary["instance"], 20), "worker registered again")
+    now = c.req("attach", job=job, after=10 ** 9)["job"]
+    check(now["state"] == "running" and now["instance"] == summary["instance"],
+          "the job runs on its worker: %r" % now)
+    c.req("cancel", job=job)
+    c.wait_event(state_is(job, "cancelled"))
+    c.close()
+
+
 def case_reregister(gw):
     """What a worker says when it registers again: registered names the newest
     step recorded of its job, and a done listed in ended (one a gateway that
@@ -746,6 +790,7 @@ CASES = {"auth": case_auth, "isolation": case_isolation,
          "curve": case_curve, "dump-config": case_dump_config,
          "config-errors": case_config_errors, "embedded": case_embedded, "jobs": case_jobs,
          "preempt": case_preempt, "preempt-run": case_preempt_run, "restart": case_restart,
+         "damaged-store": case_damaged_store,
          "replay": case_replay, "fairness": case_fairness, "reregister": case_reregister,
          "process-retries": case_process_retries, "idle": case_idle,
          "auto-checkpoint": case_auto_checkpoint}
