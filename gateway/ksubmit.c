@@ -169,8 +169,9 @@ static int build_job(struct gw_kreq *q, struct gw_job *j) {
   }
   if (!strcmp(kind, "eval") || !strcmp(kind, "sample")) {
     json_t *sess = NULL;
-    if (gw_store_session_get(q->g->env.store, q->c->who.user, q->c->session, &sess) < 0)
-      return gw_kproto_fail(q, SL_ESQLITE, "cannot read the session's models"), SL_ESQLITE;
+    int r = gw_store_session_get(q->g->env.store, q->c->who.user, q->c->session, &sess);
+    if (r < 0)
+      return gw_kproto_fail(q, r, "cannot read the session's models"), r;
     json_t *m = json_object_get(json_object_get(sess, "models"), j->model);
     const char *ck = sl_json_get_str(m, "checkpoint", "");
     snprintf(j->ckpt_key, sizeof j->ckpt_key, "%s", ck);

@@ -107,6 +107,14 @@ static void test_migrations(void) {
   CHECK(strstr(err, "newer") != NULL);
 }
 
+/* A job of alice's of kind, created in s with spec (taken), into *ret. */
+static void add_job(struct gw_store *s, const char *kind, json_t *spec, struct gw_job *ret) {
+  *ret = (struct gw_job){.spec = spec};
+  snprintf(ret->user, sizeof ret->user, "alice");
+  snprintf(ret->kind, sizeof ret->kind, "%s", kind);
+  CHECK_INT(gw_store_job_create(s, ret), 0);
+}
+
 #define THREADS 4
 #define APPENDS 60
 
@@ -140,11 +148,8 @@ static void test_concurrent_events(void) {
   path_of("events.db", path, sizeof path);
   struct gw_store *s = NULL;
   CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
-  struct gw_job j = {0};
-  snprintf(j.user, sizeof j.user, "alice");
-  snprintf(j.kind, sizeof j.kind, "run");
-  j.spec = json_object();
-  CHECK_INT(gw_store_job_create(s, &j), 0);
+  struct gw_job j;
+  add_job(s, "run", json_object(), &j);
   CHECK_INT(j.last_seq, 1);
   pthread_t t[THREADS];
   struct worker_arg args[THREADS];
@@ -280,11 +285,8 @@ static void test_damaged_event_bodies(void) {
   path_of("damaged.db", path, sizeof path);
   struct gw_store *s = NULL;
   CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
-  struct gw_job j = {0};
-  snprintf(j.user, sizeof j.user, "alice");
-  snprintf(j.kind, sizeof j.kind, "train");
-  j.spec = json_object();
-  CHECK_INT(gw_store_job_create(s, &j), 0);
+  struct gw_job j;
+  add_job(s, "train", json_object(), &j);
   sqlite3 *db = NULL;
   CHECK(sqlite3_open(path, &db) == SQLITE_OK);
   CHECK(sqlite3_exec(db,
@@ -401,11 +403,8 @@ static void test_read_fails_half_way(void) {
   failing_vfs_install();
   struct gw_store *s = NULL;
   CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
-  struct gw_job j = {0};
-  snprintf(j.user, sizeof j.user, "alice");
-  snprintf(j.kind, sizeof j.kind, "train");
-  j.spec = json_object();
-  CHECK_INT(gw_store_job_create(s, &j), 0);
+  struct gw_job j;
+  add_job(s, "train", json_object(), &j);
   char pad[300];
   memset(pad, 'x', sizeof pad - 1);
   pad[sizeof pad - 1] = 0;
@@ -430,11 +429,8 @@ static void test_read_fails_half_way(void) {
     snprintf(row.state, sizeof row.state, "idle");
     snprintf(row.public_key, sizeof row.public_key, "%.*s", 40, pad);
     CHECK_INT(gw_store_instance_put(s, &row), 0);
-    struct gw_job more_job = {0};
-    snprintf(more_job.user, sizeof more_job.user, "alice");
-    snprintf(more_job.kind, sizeof more_job.kind, "train");
-    more_job.spec = json_pack("{s:s}", "pad", pad);
-    CHECK_INT(gw_store_job_create(s, &more_job), 0);
+    struct gw_job more_job;
+    add_job(s, "train", json_pack("{s:s}", "pad", pad), &more_job);
     gw_job_done(&more_job);
   }
   snprintf(j.instance, sizeof j.instance, "i-1");

@@ -49,6 +49,19 @@ static struct fx *two_running(int64_t *ret_a, int64_t *ret_b) {
   return f;
 }
 
+/* One job running on f-1: *ret_id. */
+static struct fx *one_running(int64_t *ret_id) {
+  struct fx *f = fx_new(NULL);
+  if (!f)
+    return NULL;
+  *ret_id = fx_submit(f, "alice", "nb", "train", NULL);
+  if (!fx_run_job(f, *ret_id, NULL) || strcmp(fx_job(f, *ret_id)->instance, "f-1")) {
+    fprintf(stderr, "one_running: the job did not start on f-1\n");
+    return fx_free(f);
+  }
+  return f;
+}
+
 /* ---- who may speak about what ---- */
 
 static void test_other_instance(void) {
@@ -140,12 +153,11 @@ static void test_reregister(void) {
  * used (resuming there would skip steps nobody recorded); one at or before
  * them is. */
 static void test_checkpoint_before_register(void) {
-  struct fx *f = fx_new(NULL);
+  int64_t id;
+  struct fx *f = one_running(&id);
   CHECK(f != NULL);
   if (!f)
     return;
-  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
-  CHECK(fx_run_job(f, id, NULL));
   fx_metric(f, "f-1", id, 40, 1.0);
   CHECK_INT(fx_job(f, id)->step, 40);
   fx_inst(f, "f-1")->registered = false; /* as after a gateway restart */
@@ -161,12 +173,11 @@ static void test_checkpoint_before_register(void) {
 /* ---- register ---- */
 
 static void test_register_ended(void) {
-  struct fx *f = fx_new(NULL);
+  int64_t id;
+  struct fx *f = one_running(&id);
   CHECK(f != NULL);
   if (!f)
     return;
-  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
-  CHECK(fx_run_job(f, id, NULL));
   fx_metric(f, "f-1", id, 90, 0.5);
   /* the worker lost the connection and registers again with what ended meanwhile */
   fx_inst(f, "f-1")->registered = false;
@@ -200,12 +211,11 @@ static void test_register_ended(void) {
  * job's summary and what clients are sent stay JSON (which holds only
  * UTF-8); cut inside a character, the failed state's event was never made. */
 static void test_long_reason(void) {
-  struct fx *f = fx_new(NULL);
+  int64_t id;
+  struct fx *f = one_running(&id);
   CHECK(f != NULL);
   if (!f)
     return;
-  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
-  CHECK(fx_run_job(f, id, NULL));
   char jid[16], msg[700] = "";
   fx_jid(id, jid);
   for (int i = 0; i < 300; i++) strcat(msg, "\xC3\xA9"); /* 255 bytes end inside one */
@@ -222,12 +232,11 @@ static void test_long_reason(void) {
 }
 
 static void test_register_jobs(void) {
-  struct fx *f = fx_new(NULL);
+  int64_t id;
+  struct fx *f = one_running(&id);
   CHECK(f != NULL);
   if (!f)
     return;
-  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
-  CHECK(fx_run_job(f, id, NULL));
   fx_metric(f, "f-1", id, 12, 1.0);
   char jid[16], stranger[16];
   fx_jid(id, jid);
@@ -298,12 +307,11 @@ static void test_register_crossed_after_restart(void) {
  * job per id: a cancel of the job alone stopped attempt 2 on arrival and
  * ended the job as cancelled. */
 static void test_register_stale_attempt(void) {
-  struct fx *f = fx_new(NULL);
+  int64_t id;
+  struct fx *f = one_running(&id);
   CHECK(f != NULL);
   if (!f)
     return;
-  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
-  CHECK(fx_run_job(f, id, NULL));
   fx_metric(f, "f-1", id, 40, 0.5);
   char jid[16];
   fx_jid(id, jid);
@@ -443,12 +451,11 @@ static void test_device_event(void) {
 /* ---- checkpoints ---- */
 
 static void test_checkpoint(void) {
-  struct fx *f = fx_new(NULL);
+  int64_t id;
+  struct fx *f = one_running(&id);
   CHECK(f != NULL);
   if (!f)
     return;
-  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
-  CHECK(fx_run_job(f, id, NULL));
   fx_checkpoint(f, "f-1", id, 25, "jobs/J1/ck-25");
   const json_t *e = fx_job_event(f, id, "checkpoint");
   CHECK(e != NULL);
@@ -493,12 +500,11 @@ static void test_checkpoint(void) {
 /* ---- a notice the worker saw itself ---- */
 
 static void test_worker_notice(void) {
-  struct fx *f = fx_new(NULL);
+  int64_t id;
+  struct fx *f = one_running(&id);
   CHECK(f != NULL);
   if (!f)
     return;
-  int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
-  CHECK(fx_run_job(f, id, NULL));
   fx_checkpoint(f, "f-1", id, 30, "ck/30");
   fx_wnotice(f, "f-1");
   const json_t *n = fx_job_event(f, id, "notice");
