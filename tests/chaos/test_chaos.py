@@ -365,7 +365,9 @@ class Chaos:
         if now < self.next_watch:
             return
         self.next_watch = now + 0.05
-        pids = self.trains()
+        # a train this script SIGKILLed runs nothing more, though /proc may
+        # still show it while the kernel tears it down
+        pids = [p for p in self.trains() if p not in self.hit]
         n = len([p for p in pids if parent(p) not in pids])
         if n > self.max_trains:
             self.max_trains = n
