@@ -5,13 +5,21 @@ import os
 
 def events(path):
     """Every complete line of the file as a dict, in order (a line still being written is left
-    out); [] while the file does not exist."""
+    out); [] while the file does not exist.
+
+    One read to the end, then split: iterating the open file instead would go on reading after
+    a line cut at the end of the file, and hand out the rest of that line, appended meanwhile,
+    as a line of its own."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        text = f.read()
     out = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                if line.endswith("\n"):
-                    out.append(json.loads(line))
+    for n, line in enumerate(text.split("\n")[:-1], 1):
+        try:
+            out.append(json.loads(line))
+        except ValueError as e:
+            raise ValueError("%s line %d is not JSON (%s): %r" % (path, n, e, line)) from None
     return out
 
 

@@ -36,16 +36,15 @@ ARGS = ["--model", "gpt", "--layers", "2", "--heads", "2", "--dim", "32", "--ctx
         "--run-id", "exact-resume"]  # one identity: every variant's checkpoints equal the reference's
 
 
-
-
-def wait_for(path, pred, proc=None, deadline_s=60):
+def wait_for(path, pred, proc=None, deadline_s=60, after=0):
+    """The first event from index `after` on in the metrics file that satisfies pred."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
-        for e in events(path):
+        for e in events(path)[after:]:
             if pred(e):
                 return e
         if proc is not None and proc.poll() is not None:
-            for e in events(path):
+            for e in events(path)[after:]:
                 if pred(e):
                     return e
             return None
@@ -140,19 +139,24 @@ def main():
                   pass_fds=(r_fd,))
         os.close(r_fd)
         wait_for(m, lambda e: "event" not in e and e.get("step", 0) >= 30, p)
+        seen = len(events(m))
         os.write(w_fd, b"checkpoint\n")
-        e = wait_for(m, lambda e: e.get("event") == "checkpoint" and e["step"] < long_run, p)
+        e = wait_for(m, lambda e: e.get("event") == "checkpoint" and e["step"] < long_run, p, after=seen)
         check(e is not None and e["durable"] is True and os.path.exists(e["path"]) and e["write_ms"] >= 0,
               f"control 'checkpoint': durable checkpoint event {e}")
         wait_for(m, lambda e: "event" not in e and e.get("step", 0) >= 80, p)
+        seen = len(events(m))
         p.send_signal(signal.SIGUSR1)
-        e = wait_for(m, lambda e: e.get("event") == "checkpoint" and 80 <= e["step"] < long_run, p)
+        e = wait_for(m, lambda e: e.get("event") == "checkpoint" and 80 <= e["step"] < long_run, p, after=seen)
         check(e is not None and e["durable"] is True, f"SIGUSR1: durable checkpoint event {e}")
-        # "checkpoint_every N" on the control fd sets the periodic interval mid-run
+        # "checkpoint_every N" on the control fd sets the periodic interval mid-run. A loaded
+        # machine may run on far past step 80 before SIGUSR1's checkpoint, so each wait reads
+        # only the events written after its request (CI once matched SIGUSR1's at step 207).
+        seen = len(events(m))
         os.write(w_fd, b"checkpoint_every 25\n")
-        e = wait_for(m, lambda e: e.get("event") == "checkpoint_every", p)
+        e = wait_for(m, lambda e: e.get("event") == "checkpoint_every", p, after=seen)
         check(e is not None and e["steps"] == 25, f"control 'checkpoint_every 25' acknowledged {e}")
-        e = wait_for(m, lambda e: e.get("event") == "checkpoint" and 150 <= e["step"] < long_run, p)
+        e = wait_for(m, lambda e: e.get("event") == "checkpoint" and e["step"] < long_run, p, after=seen)
         check(e is not None and e["step"] % 25 == 0,
               f"periodic checkpoint at the new interval after 'checkpoint_every 25': {e}")
         os.write(w_fd, b"checkpoint_every x\n")
