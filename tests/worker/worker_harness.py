@@ -237,12 +237,19 @@ class Bucket:
             if sign_orphan or not is_orphan_presign(m):
                 self.presigned(gw, m)
 
-    def serve_until_held(self, gw, job, sign_orphan=True):
-        """Answers presigns until the held PUT waits; job's done before it fails."""
+    def serve_until_held(self, gw, job, sign_orphan=True, timeout=60):
+        """Answers presigns until the held PUT waits; job's done, or no held PUT
+        within timeout seconds, fails."""
+        end = time.monotonic() + timeout
+        keys = []
         while not self.held.is_set():
-            m = gw.recv(lambda m: m["type"] == "presign" or of(job, "done")(m), 30,
+            left = end - time.monotonic()
+            assert left > 0, ("no PUT to hold within %d s; presigns for %s; PUTs %s; last received %s"
+                              % (timeout, keys, self.puts, [m.get("type") for m in gw.received[-20:]]))
+            m = gw.recv(lambda m: m["type"] == "presign" or of(job, "done")(m), min(30, left),
                         "the presign of the PUT to hold")
             assert m["type"] == "presign", m
+            keys.append([r["key"] for r in m["requests"]])
             if sign_orphan or not is_orphan_presign(m):
                 self.presigned(gw, m)
             self.held.wait(1)
