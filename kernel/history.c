@@ -99,8 +99,7 @@ static void load(struct jk_history *h) {
     }
     const char *input = sl_json_get_str(v, "input", NULL);
     int64_t s = sl_json_get_int(v, "session", -1), l = sl_json_get_int(v, "line", -1);
-    /* a session no kernel could follow (the next takes one more) is damage */
-    if (input && s > 0 && s < INT64_MAX && l > 0) {
+    if (input && s > 0 && l > 0) {
       push(h, s, l, input);
       if (s > max_session)
         max_session = s;
@@ -115,7 +114,10 @@ static void load(struct jk_history *h) {
   fclose(f);
   if (bad)
     sl_warn("kernel.history", "%s: skipped %zu unreadable lines", h->path, bad);
-  h->session = max_session + 1;
+  /* the next session; numbers that reached the end (only damage takes them
+   * there) leave every later kernel the last one, under which what it adds
+   * still reads back */
+  h->session = max_session < INT64_MAX ? max_session + 1 : INT64_MAX;
 }
 
 int jk_history_switch(struct jk_history *h, const char *notebook) {

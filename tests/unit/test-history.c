@@ -1,7 +1,7 @@
 /* The kernel's execution history (history.h) on its file: what one kernel
  * adds, the next one for the notebook reads back under the session it ran
  * in, even when the file was left damaged (a last line cut short by a
- * crash or a full disk; a session number no kernel could follow). */
+ * crash or a full disk; session numbers that reached INT64_MAX). */
 #include "harness.h"
 #include "history.h"
 
@@ -63,7 +63,8 @@ static void test_cut_line(void) {
   jk_history_free(h);
 }
 
-/* A session number no kernel can follow is skipped with its line. */
+/* A file whose session numbers reached INT64_MAX (damage) leaves the next
+ * kernel that last number: what it adds reads back, nothing is skipped. */
 static void test_last_session(void) {
   write_file("{\"session\":9223372036854775807,\"line\":1,\"input\":\"x\"}\n"
              "{\"session\":2,\"line\":1,\"input\":\"y\"}\n");
@@ -71,8 +72,37 @@ static void test_last_session(void) {
   CHECK(h != NULL);
   if (!h)
     return;
-  CHECK_INT(jk_history_session(h), 3);
+  CHECK(jk_history_session(h) == INT64_MAX);
   CHECK(holds(h, 2, 1, "y"));
+  CHECK(holds(h, INT64_MAX, 1, "x"));
+  CHECK_INT(jk_history_add(h, 2, "z"), 0);
+  jk_history_free(h);
+  h = jk_history_open(dir, "nb");
+  CHECK(h != NULL);
+  if (!h)
+    return;
+  CHECK(holds(h, INT64_MAX, 2, "z"));
+  CHECK(jk_history_session(h) == INT64_MAX);
+  jk_history_free(h);
+}
+
+/* The session before the last number: its kernel takes INT64_MAX, and what
+ * it adds reads back (a number the reader skipped lost it once). */
+static void test_next_to_last_session(void) {
+  write_file("{\"session\":9223372036854775806,\"line\":1,\"input\":\"x\"}\n");
+  struct jk_history *h = jk_history_open(dir, "nb");
+  CHECK(h != NULL);
+  if (!h)
+    return;
+  CHECK(jk_history_session(h) == INT64_MAX);
+  CHECK_INT(jk_history_add(h, 1, "y"), 0);
+  jk_history_free(h);
+  h = jk_history_open(dir, "nb");
+  CHECK(h != NULL);
+  if (!h)
+    return;
+  CHECK(holds(h, INT64_MAX - 1, 1, "x"));
+  CHECK(holds(h, INT64_MAX, 1, "y"));
   jk_history_free(h);
 }
 
@@ -82,6 +112,7 @@ int main(void) {
   snprintf(path, sizeof path, "%s/nb.jsonl", dir);
   test_cut_line();
   test_last_session();
+  test_next_to_last_session();
   unlink(path);
   rmdir(dir);
   TEST_MAIN_END();
