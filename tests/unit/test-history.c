@@ -40,22 +40,27 @@ static bool holds(const struct jk_history *h, int64_t session, int64_t line, con
   return ok;
 }
 
+/* The notebook's history as the next kernel opens it, prev (if any) closed
+ * first; NULL, and a failed check, when it cannot be opened. */
+static struct jk_history *next_kernel(struct jk_history *prev) {
+  jk_history_free(prev);
+  struct jk_history *h = jk_history_open(dir, "nb");
+  CHECK(h != NULL);
+  return h;
+}
+
 /* A last line cut short: the good lines are read, the next cell's line
  * stays its own. */
 static void test_cut_line(void) {
   write_file("{\"session\":1,\"line\":1,\"input\":\"a = 1\"}\n"
              "{\"session\":1,\"line\":2,\"input\":\"b = ");
-  struct jk_history *h = jk_history_open(dir, "nb");
-  CHECK(h != NULL);
+  struct jk_history *h = next_kernel(NULL);
   if (!h)
     return;
   CHECK_INT(jk_history_session(h), 2);
   CHECK(holds(h, 1, 1, "a = 1"));
   CHECK_INT(jk_history_add(h, 1, "c = 3"), 0);
-  jk_history_free(h);
-  h = jk_history_open(dir, "nb"); /* the next kernel */
-  CHECK(h != NULL);
-  if (!h)
+  if (!(h = next_kernel(h)))
     return;
   CHECK_INT(jk_history_session(h), 3);
   CHECK(holds(h, 1, 1, "a = 1"));
@@ -68,18 +73,14 @@ static void test_cut_line(void) {
 static void test_last_session(void) {
   write_file("{\"session\":9223372036854775807,\"line\":1,\"input\":\"x\"}\n"
              "{\"session\":2,\"line\":1,\"input\":\"y\"}\n");
-  struct jk_history *h = jk_history_open(dir, "nb");
-  CHECK(h != NULL);
+  struct jk_history *h = next_kernel(NULL);
   if (!h)
     return;
   CHECK(jk_history_session(h) == INT64_MAX);
   CHECK(holds(h, 2, 1, "y"));
   CHECK(holds(h, INT64_MAX, 1, "x"));
   CHECK_INT(jk_history_add(h, 2, "z"), 0);
-  jk_history_free(h);
-  h = jk_history_open(dir, "nb");
-  CHECK(h != NULL);
-  if (!h)
+  if (!(h = next_kernel(h)))
     return;
   CHECK(holds(h, INT64_MAX, 2, "z"));
   CHECK(jk_history_session(h) == INT64_MAX);
@@ -90,16 +91,12 @@ static void test_last_session(void) {
  * it adds reads back (a number the reader skipped lost it once). */
 static void test_next_to_last_session(void) {
   write_file("{\"session\":9223372036854775806,\"line\":1,\"input\":\"x\"}\n");
-  struct jk_history *h = jk_history_open(dir, "nb");
-  CHECK(h != NULL);
+  struct jk_history *h = next_kernel(NULL);
   if (!h)
     return;
   CHECK(jk_history_session(h) == INT64_MAX);
   CHECK_INT(jk_history_add(h, 1, "y"), 0);
-  jk_history_free(h);
-  h = jk_history_open(dir, "nb");
-  CHECK(h != NULL);
-  if (!h)
+  if (!(h = next_kernel(h)))
     return;
   CHECK(holds(h, INT64_MAX - 1, 1, "x"));
   CHECK(holds(h, INT64_MAX, 1, "y"));
