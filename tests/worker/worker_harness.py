@@ -176,15 +176,18 @@ class Gateway:
 class Bucket:
     """Loopback HTTP for presigned URLs: PUTs are answered, GETs find nothing,
     DELETEs succeed. hold: the first PUT whose path holds it waits (for 30 s
-    at most) until `release` is set; `held` is set once it waits."""
+    at most) until `release` is set; `held` is set once it waits, and
+    `held_path` is that PUT's path."""
 
     def __init__(self, hold=None):
         self.puts = []
         self.held, self.release = threading.Event(), threading.Event()
+        self.held_path = None
         bucket = self
 
         def on_put(path):
             if hold and hold in path and not bucket.held.is_set():
+                bucket.held_path = path.split("?")[0]
                 bucket.held.set()
                 bucket.release.wait(30)
 
