@@ -135,6 +135,10 @@ struct gw_provider {
                                  * provider): their GPUs are this machine's, not the catalog's */
   bool needs_bundle;            /* its instances fetch spotlab from the store: the gateway
                                  * publishes the worker bundle and fills boot->bundle_url */
+  bool lists_all;               /* list() holds every instance it launched that has not been
+                                 * reported ended, across gateway restarts (its records are
+                                 * written before launch() returns and removed at the end):
+                                 * one the gateway's table holds and list() lacks has ended */
   gw_provider_event_fn on_event;
   void *userdata;
 };

@@ -63,6 +63,36 @@ static int load_instances(struct gw_sched *s) {
   return 0;
 }
 
+/* Table rows whose provider no longer has the instance: it ended while
+ * the gateway was down, after the provider dropped its record and before
+ * the gateway saved the end (a gateway killed in between). Without this
+ * the row waited out the register timeout, listed as live, and a gateway
+ * restarted more often than that kept it for good. */
+static void end_unlisted(struct gw_sched *s) {
+  for (size_t p = 0; p < s->n_provs; p++) {
+    struct gw_provider *prov = s->provs[p];
+    struct gw_instance_info *list = NULL;
+    size_t nl = 0;
+    if (!prov->lists_all || prov->ops->list(prov, &list, &nl) < 0)
+      continue;
+    for (size_t i = 0; i < gw_fleet_n_insts(s->fleet);) {
+      struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
+      bool listed = in->prov != prov;
+      for (size_t k = 0; k < nl && !listed; k++)
+        listed = !strcmp(list[k].instance_id, in->row.id);
+      if (listed) {
+        i++;
+        continue;
+      }
+      char id[GW_INSTANCE_ID_MAX];
+      snprintf(id, sizeof id, "%s", in->row.id);
+      gw_sched_instance_gone(s, id, "instance ended while the gateway was down");
+      i = 0; /* the array shifted (a gang's loss may take more than this one) */
+    }
+    free(list);
+  }
+}
+
 int gw_sched_load(struct gw_sched *s) {
   gw_sched_learned_load(s);
   int r = load_instances(s);
@@ -124,6 +154,7 @@ int gw_sched_load(struct gw_sched *s) {
       gw_fleet_inst_save(s->fleet, in);
     }
   }
+  end_unlisted(s);
   gw_sched_kick(s);
   return 0;
 }

@@ -489,6 +489,7 @@ static struct gw_provider *aws_open(const struct gw_provider_env *env, char *err
       open_catalog(a, env, err, err_size) < 0)
     goto fail;
   a->base.needs_bundle = !a->cfg.worker_prefix[0];
+  a->base.lists_all = true; /* launch() records an instance before any EC2 call */
   if ((r = sl_mkdir_p(a->cfg.dir, 0700)) < 0) {
     snprintf(err, err_size, "%s: %s", a->cfg.dir, sl_strerror(r));
     goto fail;

@@ -639,6 +639,7 @@ struct gw_provider *gw_local_provider_new(const struct gw_local_config *cfg, str
   l->base.ops = &local_ops;
   l->base.name = "local";
   l->base.simulated = true;
+  l->base.lists_all = true; /* instance.json is saved before the worker starts */
   l->base.on_event = on_event;
   l->base.userdata = userdata;
   l->loop = loop;

@@ -17,6 +17,11 @@ usage: test_gateway_local.py CASE GATEWAY WORKER TRAIN
                refuses the worker of a running job; started again on its
                current state it has the worker back within seconds, and the
                job goes on in the same attempt
+  local-ended  an instance that ended while the gateway was down, after
+               the provider dropped its record and before the gateway saved
+               the end (a gateway killed in between), is taken for ended at
+               the next start, not listed until the register timeout; its
+               job runs again
 
 Every wait has a deadline; nothing sleeps to wait for an event.
 """
@@ -24,6 +29,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import sys
 import tempfile
@@ -31,7 +37,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from checks import check, failures, run_case  # noqa: E402
-from gateway_proc import GatewayProcess, kill_instances, session_pids, wait_text  # noqa: E402
+from gateway_proc import GatewayProcess, kill_instances, session_pids, signal_instance, wait_text  # noqa: E402
 from gwcases import TOKENS, Client, Gateway, attach, configure, state_is, submit  # noqa: E402
 
 CASE, GATEWAY, WORKER, TRAIN = sys.argv[1:5]
@@ -323,8 +329,52 @@ def case_local_refused():
             shutil.rmtree(g.dir, ignore_errors=True)
 
 
+def case_local_ended():
+    os.environ["SPOTLAB_WORKER_BIN"] = os.path.abspath(WORKER)
+    os.environ["SPOTLAB_TRAIN_BIN"] = os.path.abspath(TRAIN)
+    g = place_gateway(capacity=1, slots=1)  # register timeout: 20 s
+    try:
+        c = Client(g.listen, "alice")
+        job = sleep_job(c)
+        inst = placed(c, job)["instance"]
+        c.wait_event(state_is(job, "running"), timeout=60)
+        c.close()
+        g.stop(15)  # its workers keep running, for its next start
+        # what a gateway killed at the wrong moment leaves: the instance is
+        # gone and the provider's record with it, the table still has it live
+        rec = os.path.join(g.state, "instances", inst, "instance.json")
+        check(signal_instance(rec, signal.SIGKILL) > 0, "the instance's worker ran")
+        os.unlink(rec)
+        t0 = time.monotonic()
+        g.start()
+        c = Client(g.listen, "alice")
+        listed = True
+        while listed and time.monotonic() - t0 < 5:
+            listed = inst in [i["instance"] for i in c.req("instances")["instances"]]
+            if listed:
+                time.sleep(0.2)  # polling the gateway: no event to wait on
+        took = time.monotonic() - t0
+        check(not listed, "the gateway lists %s no longer, %.1f s after its start (register "
+              "timeout: 20 s)" % (inst, took))
+        check(g.wait_log("%s gone: instance ended while the gateway was down" % inst, 5),
+              "the gateway logs why")
+        now = attach(c, job)
+        again = placed(c, job, 2) if now.get("instance") == inst or now["state"] != "running" else now
+        check(again["instance"] != inst, "the job runs again elsewhere: %s" % again)
+        c.req("cancel", job=job)
+        c.wait_event(state_is(job, "cancelled"), timeout=20)
+        c.close()
+    finally:
+        if failures:
+            print("gateway log (%s):\n%s" % (g.logpath, g.logtext()[-6000:]), file=sys.stderr)
+        g.stop(15)
+        kill_instances(g.state)
+        if not failures:
+            shutil.rmtree(g.dir, ignore_errors=True)
+
+
 CASES = {"local-train": case_local_train, "local-place": case_local_place,
-         "local-refused": case_local_refused}
+         "local-refused": case_local_refused, "local-ended": case_local_ended}
 
 
 def main():
