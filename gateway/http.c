@@ -448,12 +448,29 @@ static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
   }
 }
 
+/* *con_cls of a request other than a PUT once its first call has run */
+static char taken_in;
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
   (void)version;
   struct gw_httpd *h = cls;
   struct upload *u = *con_cls;
+  /* The first call only takes the request in: an answer queued there has
+   * libmicrohttpd close the connection after it, and every poll of the
+   * admin page or Prometheus scrape would open a new one. */
+  if (!u && strcmp(method, MHD_HTTP_METHOD_PUT) != 0) {
+    *con_cls = &taken_in;
+    return MHD_YES;
+  }
+  if (u == (void *)&taken_in) {
+    if (*upload_size) { /* a body only a PUT reads: passed over */
+      *upload_size = 0;
+      return MHD_YES;
+    }
+    u = NULL;
+  }
   if (!strcmp(method, MHD_HTTP_METHOD_PUT)) { /* the body first, then the answer */
     if (!u) {
       if (!(u = calloc(1, sizeof *u)))
@@ -506,7 +523,8 @@ static int64_t on_timer(struct gw_loop *l, int64_t id, int64_t now_us, void *dat
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode why) {
   (void)cls; (void)c; (void)why;
-  free(*con_cls);
+  if (*con_cls != (void *)&taken_in)
+    free(*con_cls);
   *con_cls = NULL;
 }
 

@@ -15,6 +15,7 @@ once and recovers: its recovery, checkpoint times and steps lost reach
 instance types' rows of the shipped carbon table and its hours. Every wait
 has a deadline.
 """
+import http.client
 import json
 import os
 import shutil
@@ -55,6 +56,28 @@ def get_json(base, path, token=None, method="GET"):
         return code, json.loads(body)
     except ValueError:
         return code, {"unparsed": body}
+
+
+def check_keepalive(address):
+    """Requests on one connection: each answered on it and the connection
+    kept (the admin page polls; Prometheus scrapes every second), also after
+    a refused method whose body the gateway passes over."""
+    host, port = address.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    auth = {"Authorization": "Bearer " + TOKENS["alice"]}
+    seen = []
+    for method, path, body in (("GET", "/api/jobs", None), ("GET", "/metrics", None),
+                               ("POST", "/api/jobs", b"x" * 3000), ("HEAD", "/api/jobs", None),
+                               ("GET", "/api/jobs", None)):
+        conn.request(method, path, body=body, headers=auth)
+        r = conn.getresponse()
+        r.read()
+        seen.append((method, r.status, r.getheader("Connection"), conn.sock.getsockname() if conn.sock else None))
+    socks = {x[3] for x in seen}
+    check([x[1] for x in seen] == [200, 200, 405, 200, 200] and len(socks) == 1 and None not in socks
+          and not any(x[2] for x in seen),
+          "five requests on one kept-alive connection: %s" % [x[:3] for x in seen])
+    conn.close()
 
 
 def run_job(c, script):
@@ -330,6 +353,7 @@ def main():
         wait_end(alice, a)
         wait_end(bob, b)
         check_api(base, a, b)
+        check_keepalive(address)
         carol = GatewayClient(gw.listen, TOKENS["carol"])
         t = run_preempted_train(gw, carol)
         energy = check_carbon(base, t)
