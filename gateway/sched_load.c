@@ -20,9 +20,29 @@ static struct gw_provider *provider_named(struct gw_sched *s, const char *name) 
   return NULL;
 }
 
+/* Instance ids, owned. */
+struct id_list {
+  char (*id)[GW_INSTANCE_ID_MAX];
+  size_t n;
+};
+
+/* Whether in's provider keeps a record of every instance it launched until
+ * the end is reported (provider.h, lists_all) and list[0..n) lacks in. */
+static bool unlisted(const struct gw_inst *in, const struct gw_provider *prov,
+                     const struct gw_instance_info *list, size_t n) {
+  if (in->prov != prov || !prov->lists_all)
+    return false;
+  for (size_t k = 0; k < n; k++)
+    if (!strcmp(list[k].instance_id, in->row.id))
+      return false;
+  return true;
+}
+
 /* An error when the table cannot be read: a gateway that starts without
- * the instances it launched neither finds their jobs nor stops them. */
-static int load_instances(struct gw_sched *s) {
+ * the instances it launched neither finds their jobs nor stops them.
+ * *ret_gone: the table's live instances their provider no longer has
+ * (unlisted), to be ended once the jobs are back. */
+static int load_instances(struct gw_sched *s, struct id_list *ret_gone) {
   struct gw_instance_row *rows = NULL;
   size_t n = 0;
   int r = gw_store_instances_live(s->store, &rows, &n);
@@ -46,63 +66,49 @@ static int load_instances(struct gw_sched *s) {
       break;
   }
   free(rows);
-  /* provider instances the table does not know are stray: stop them */
+  size_t n_insts = gw_fleet_n_insts(s->fleet);
+  ret_gone->id = calloc(n_insts ? n_insts : 1, sizeof *ret_gone->id);
+  ret_gone->n = 0;
   for (size_t p = 0; p < s->n_provs; p++) {
     struct gw_provider *prov = s->provs[p];
     struct gw_instance_info *list = NULL;
     size_t nl = 0;
     if (prov->ops->list(prov, &list, &nl) < 0)
       continue;
+    /* provider instances the table does not know are stray: stop them */
     for (size_t i = 0; i < nl; i++)
       if (!gw_fleet_inst(s->fleet, list[i].instance_id)) {
         sl_warn(T, "terminating unknown instance %s of %s", list[i].instance_id, prov->name);
         prov->ops->terminate(prov, list[i].instance_id);
       }
+    /* table rows the provider no longer has: the instance ended while the
+     * gateway was down, after the provider dropped its record and before
+     * the gateway saved the end (a gateway killed in between). Left to
+     * the register timeout, the row stayed listed as live, and for good
+     * with a gateway restarted more often than that. */
+    for (size_t i = 0; i < n_insts && ret_gone->id; i++) {
+      const struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
+      if (unlisted(in, prov, list, nl))
+        snprintf(ret_gone->id[ret_gone->n++], GW_INSTANCE_ID_MAX, "%s", in->row.id);
+    }
     free(list);
   }
   return 0;
 }
 
-/* Table rows whose provider no longer has the instance: it ended while
- * the gateway was down, after the provider dropped its record and before
- * the gateway saved the end (a gateway killed in between). Without this
- * the row waited out the register timeout, listed as live, and a gateway
- * restarted more often than that kept it for good. */
-static void end_unlisted(struct gw_sched *s) {
-  for (size_t p = 0; p < s->n_provs; p++) {
-    struct gw_provider *prov = s->provs[p];
-    struct gw_instance_info *list = NULL;
-    size_t nl = 0;
-    if (!prov->lists_all || prov->ops->list(prov, &list, &nl) < 0)
-      continue;
-    for (size_t i = 0; i < gw_fleet_n_insts(s->fleet);) {
-      struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
-      bool listed = in->prov != prov;
-      for (size_t k = 0; k < nl && !listed; k++)
-        listed = !strcmp(list[k].instance_id, in->row.id);
-      if (listed) {
-        i++;
-        continue;
-      }
-      char id[GW_INSTANCE_ID_MAX];
-      snprintf(id, sizeof id, "%s", in->row.id);
-      gw_sched_instance_gone(s, id, "instance ended while the gateway was down");
-      i = 0; /* the array shifted (a gang's loss may take more than this one) */
-    }
-    free(list);
-  }
-}
-
 int gw_sched_load(struct gw_sched *s) {
   gw_sched_learned_load(s);
-  int r = load_instances(s);
+  struct id_list gone = {0};
+  int r = load_instances(s, &gone);
   if (r < 0)
     return r;
   struct gw_job *jobs = NULL;
   size_t n = 0;
   r = gw_store_jobs_list(s->store, NULL, true, GW_QUEUE_MAX, &jobs, &n);
-  if (r < 0)
+  if (r < 0) {
+    free(gone.id);
     return r;
+  }
   int64_t now = sl_time_mono_us();
   for (size_t k = n; k-- > 0;) { /* oldest first keeps FIFO order */
     struct gw_job *j = malloc(sizeof *j);
@@ -154,7 +160,9 @@ int gw_sched_load(struct gw_sched *s) {
       gw_fleet_inst_save(s->fleet, in);
     }
   }
-  end_unlisted(s);
+  for (size_t i = 0; i < gone.n; i++) /* their jobs are back: requeued from here */
+    gw_sched_instance_gone(s, gone.id[i], "instance ended while the gateway was down");
+  free(gone.id);
   gw_sched_kick(s);
   return 0;
 }

@@ -44,9 +44,6 @@ CASE, GATEWAY, WORKER, TRAIN = sys.argv[1:5]
 
 
 def case_local_train():
-    worker, train = os.path.abspath(WORKER), os.path.abspath(TRAIN)
-    os.environ["SPOTLAB_WORKER_BIN"] = worker
-    os.environ["SPOTLAB_TRAIN_BIN"] = train
     # a short worker_timeout: the gateway itself has the provider terminate
     # the instance once its job is done (a stopped gateway leaves workers
     # running by design, for its next start)
@@ -109,6 +106,25 @@ def sleep_job(c, **opts):
     return r.get("job")
 
 
+def cancel(c, job):
+    c.req("cancel", job=job)
+    c.wait_event(state_is(job, "cancelled"), timeout=20)
+
+
+def end_gateway(g, states=None):
+    """A case's end: g stopped and the instances of its state folders
+    (states, else its own) killed; on a failure the log's tail printed and
+    the folder kept."""
+    if failures:
+        print("gateway log (%s):\n%s" % (g.logpath, g.logtext()[-6000:]), file=sys.stderr)
+    g.stop(15)
+    for d in states or [g.state]:
+        if os.path.isdir(d):
+            kill_instances(d)  # workers outlive a stopped gateway by design
+    if not failures:
+        shutil.rmtree(g.dir, ignore_errors=True)
+
+
 def placed(c, job, n=1, timeout=30):
     """The job's n-th placed event."""
     c.wait_event(lambda e: e["job"] == job and e["event"] == "placed" and
@@ -122,8 +138,6 @@ def case_local_place():
     on another type, spot=auto on-demand at once without spot capacity,
     region=, and a zone that just preempted an instance not picked first,
     also by the gateway started again after it."""
-    os.environ["SPOTLAB_WORKER_BIN"] = os.path.abspath(WORKER)
-    os.environ["SPOTLAB_TRAIN_BIN"] = os.path.abspath(TRAIN)
     gws = []
     try:
         # capacity 1 per type: g4dn.xlarge spot is taken by the first job; the
@@ -169,8 +183,7 @@ def case_local_place():
         check(not pa["spot"], "spot=auto without spot capacity: on-demand (%s)" % pa)
         check(time.monotonic() - t0 < 10, "on-demand at once (%.1f s)" % (time.monotonic() - t0))
         # spot=yes waits for spot instead
-        c.req("cancel", job=auto)
-        c.wait_event(state_is(auto, "cancelled"), timeout=20)
+        cancel(c, auto)
         refusals = zero.logtext().count("no capacity for")
         waits = sleep_job(c, spot="yes")
         spot_offers = len([e for e in c.req("market")["ranking"] if e["market"] == "spot"])
@@ -224,8 +237,7 @@ def case_local_place():
         check(q2["instance_type"] == "g4dn.xlarge" and q2["spot"] and q2["zone"] != q1["zone"],
               "placed again away from the zone that preempted it: %s then %s"
               % (q1["zone"], q2["zone"]))
-        c.req("cancel", job=job)
-        c.wait_event(state_is(job, "cancelled"), timeout=20)
+        cancel(c, job)
         c.close()
 
         # the gateway started again on its state remembers that preemption
@@ -250,12 +262,7 @@ def case_local_place():
         c.close()
     finally:
         for g in gws:
-            if failures:
-                print("gateway log (%s):\n%s" % (g.logpath, g.logtext()[-6000:]), file=sys.stderr)
-            g.stop(15)
-            kill_instances(g.state)
-            if not failures:
-                shutil.rmtree(g.dir, ignore_errors=True)
+            end_gateway(g)
 
 
 def case_local_refused():
@@ -266,8 +273,6 @@ def case_local_refused():
     ...), so the gateway started again on its current state has the worker
     back within its register timeout, and the job goes on in the same
     attempt instead of being requeued."""
-    os.environ["SPOTLAB_WORKER_BIN"] = os.path.abspath(WORKER)
-    os.environ["SPOTLAB_TRAIN_BIN"] = os.path.abspath(TRAIN)
     g = place_gateway(capacity=1, slots=1)
     old, cur = g.state + ".old", g.state + ".current"
     try:
@@ -311,27 +316,22 @@ def case_local_refused():
               and now.get("instance") == inst,
               "the job runs on in the same attempt on %s: %s" % (inst, now))
         check(not [e for e in c.events if e["job"] == job and e["event"] == "preempted"], "not requeued")
-        c.req("cancel", job=job)
-        c.wait_event(state_is(job, "cancelled"), timeout=20)
+        cancel(c, job)
         c.close()
     finally:
         if failures:
-            print("gateway log (%s):\n%s" % (g.logpath, g.logtext()[-6000:]), file=sys.stderr)
             for d in (g.state, cur):
                 for w in glob.glob(os.path.join(d, "instances", "*", "worker.log")):
                     with open(w, errors="replace") as f:
                         print("%s:\n%s" % (w, f.read()[-3000:]), file=sys.stderr)
-        g.stop(15)
-        for d in (g.state, cur):
-            if os.path.isdir(d):
-                kill_instances(d)
-        if not failures:
-            shutil.rmtree(g.dir, ignore_errors=True)
+        end_gateway(g, [g.state, cur])
 
 
 def case_local_ended():
-    os.environ["SPOTLAB_WORKER_BIN"] = os.path.abspath(WORKER)
-    os.environ["SPOTLAB_TRAIN_BIN"] = os.path.abspath(TRAIN)
+    """A gateway killed after the provider dropped an ended instance's record
+    and before it saved the end leaves the instance live in its table; the
+    next start takes it for ended at once (not at the register timeout) and
+    runs its job again."""
     g = place_gateway(capacity=1, slots=1)  # register timeout: 20 s
     try:
         c = Client(g.listen, "alice")
@@ -361,16 +361,10 @@ def case_local_ended():
         now = attach(c, job)
         again = placed(c, job, 2) if now.get("instance") == inst or now["state"] != "running" else now
         check(again["instance"] != inst, "the job runs again elsewhere: %s" % again)
-        c.req("cancel", job=job)
-        c.wait_event(state_is(job, "cancelled"), timeout=20)
+        cancel(c, job)
         c.close()
     finally:
-        if failures:
-            print("gateway log (%s):\n%s" % (g.logpath, g.logtext()[-6000:]), file=sys.stderr)
-        g.stop(15)
-        kill_instances(g.state)
-        if not failures:
-            shutil.rmtree(g.dir, ignore_errors=True)
+        end_gateway(g)
 
 
 CASES = {"local-train": case_local_train, "local-place": case_local_place,
@@ -379,6 +373,9 @@ CASES = {"local-train": case_local_train, "local-place": case_local_place,
 
 def main():
     configure(GATEWAY)
+    # the local provider's instances run these
+    os.environ["SPOTLAB_WORKER_BIN"] = os.path.abspath(WORKER)
+    os.environ["SPOTLAB_TRAIN_BIN"] = os.path.abspath(TRAIN)
     return run_case(CASES[CASE])
 
 
