@@ -260,6 +260,7 @@ class Notebook:
         self.cell = None       # msg_id of the cell following the job
         self.display = ""      # its latest text/plain display
         self.reply = None
+        self.idle = False      # its idle status came: nothing more follows
 
     def connect(self):
         self.kc = self.km.client()
@@ -273,7 +274,7 @@ class Notebook:
 
     def start(self, code):
         self.cell = self.kc.execute(code)
-        self.display, self.reply = "", None
+        self.display, self.reply, self.idle = "", None, False
 
     def drain(self):
         """Takes what the kernel sent so far for the followed cell."""
@@ -282,9 +283,7 @@ class Notebook:
                 m = self.kc.get_iopub_msg(timeout=0)
             except queue.Empty:
                 break
-            if m["parent_header"].get("msg_id") == self.cell and \
-                    m["msg_type"] in ("display_data", "update_display_data"):
-                self.display = m["content"]["data"].get("text/plain", "")
+            self.take(m)
         while self.reply is None:
             try:
                 m = self.kc.get_shell_msg(timeout=0)
@@ -292,6 +291,26 @@ class Notebook:
                 break
             if m["parent_header"].get("msg_id") == self.cell:
                 self.reply = m["content"]
+
+    def settle(self, timeout):
+        """Takes the followed cell's output up to its idle status: the kernel
+        sends it after the cell's reply, which comes on another socket and
+        may be read before the output that preceded it."""
+        deadline = time.monotonic() + timeout
+        while not self.idle and time.monotonic() < deadline:
+            try:
+                self.take(self.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic())))
+            except queue.Empty:
+                break
+
+    def take(self, m):
+        """An iopub message: the followed cell's display, or its idle status."""
+        if m["parent_header"].get("msg_id") != self.cell:
+            return
+        if m["msg_type"] in ("display_data", "update_display_data"):
+            self.display = m["content"]["data"].get("text/plain", "")
+        elif m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+            self.idle = True
 
     def kill_and_restart(self):
         self.kc.stop_channels()
@@ -534,7 +553,7 @@ def final_checks(gw, mon, nb, chaos, job, ref_job):
             break
         if m["parent_header"].get("msg_id") == nb.cell:
             nb.reply = m["content"]
-    nb.drain()
+    nb.settle(30)
     check(nb.reply is not None and nb.reply["status"] == "ok",
           "the kernel's cell following the job ended ok: %r"
           % ((nb.reply["status"], nb.reply.get("evalue")) if nb.reply else None,))
