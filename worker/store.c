@@ -1,9 +1,13 @@
 /* Checkpoint store: a local folder or an S3 bucket behind the same calls.
  *
  * Folder: an object KEY lives at ROOT/KEY. A put copies into
- * ROOT/DIR/.wk-tmp.NAME.PID.N, fsyncs it, renames it over ROOT/KEY and fsyncs
- * DIR, so the name always points at a complete object and an interrupted put
- * leaves at most a stray temporary file, which list and get never show.
+ * ROOT/DIR/.wk-tmp.NAME.SPACE.PID.N, fsyncs it, renames it over ROOT/KEY and
+ * fsyncs DIR, so the name always points at a complete object and an
+ * interrupted put leaves at most a stray temporary file, which list and get
+ * never show. SPACE names the PID space of the process that writes it (the
+ * kernel's boot and its PID namespace); each put first removes from DIR the
+ * temporaries of a process of its own PID space that is gone, and any that
+ * no one has written to for STALE_TMP_S.
  *
  * S3: the client in common/sl_s3.h does the work; its puts are atomic in the
  * service (one PUT, or a multipart upload completed only when whole), its
@@ -26,6 +30,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -41,11 +46,13 @@
 #define LIST_MAX 100000
 #define TMP_PREFIX ".wk-tmp"
 #define PUMP_MS 50
+#define STALE_TMP_S 3600 /* a temporary untouched this long belongs to a put that stopped */
 
 struct wk_store {
   char root[PATH_MAX];      /* folder backend */
   struct sl_s3_client *s3;  /* S3 backend; NULL for a folder */
   unsigned tmp_counter;
+  char space[9];            /* this process's PID space, 8 hex digits */
   int64_t fail_after; /* test hook; -1 = off */
   void (*pump)(void *ctx);  /* run while a call is under way; NULL: calls run inline */
   void *pump_ctx;
@@ -76,6 +83,33 @@ int wk_store_check_key(const char *key) {
   return 0;
 }
 
+/* Reads up to size - 1 bytes of a small file into buf (NUL-terminated); its length, or 0. */
+static size_t read_small(const char *path, char *buf, size_t size) {
+  buf[0] = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, size - 1);
+  close(fd);
+  buf[n > 0 ? n : 0] = 0;
+  return n > 0 ? (size_t)n : 0;
+}
+
+/* Names the space this process's PID lives in, for the temporaries it writes: a hash of the
+ * kernel's boot id and the PID namespace (the host's name where /proc says neither). Another
+ * process of the same space can tell from the PID in a temporary's name whether its writer
+ * is gone; a PID of another space says nothing here. */
+static void pid_space(char out[9]) {
+  char id[256];
+  size_t n = read_small("/proc/sys/kernel/random/boot_id", id, 128);
+  ssize_t k = readlink("/proc/self/ns/pid", id + n, sizeof id - n - 1);
+  n += k > 0 ? (size_t)k : 0;
+  id[n] = 0;
+  if (n == 0 && gethostname(id, sizeof id - 1) == 0) id[sizeof id - 1] = 0;
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (const char *c = id; *c; c++) h = (h ^ (unsigned char)*c) * 16777619u;
+  snprintf(out, 9, "%08x", (unsigned)h);
+}
+
 static int open_s3(const char *url, const struct sl_s3_signer *signer, struct wk_store **ret) {
   if (!signer) return SL_ECONFIG; /* a worker reaches S3 only through its gateway's URLs */
   const char *b = url + 5;
@@ -100,6 +134,7 @@ int wk_store_open(const char *url, const struct sl_s3_signer *signer, struct wk_
   struct wk_store *s = calloc(1, sizeof *s);
   if (!s) return -ENOMEM;
   snprintf(s->root, sizeof s->root, "%s", path);
+  pid_space(s->space);
   size_t n = strlen(s->root);
   while (n > 1 && s->root[n - 1] == '/') s->root[--n] = 0;
   s->fail_after = -1;
@@ -140,8 +175,8 @@ static int copy_atomic(struct wk_store *s, const char *src, const char *dst_fina
   char dir[PATH_MAX], tmp[PATH_MAX + 64];
   int r = dir_of(dst_final, dir, sizeof dir);
   if (r < 0 || (r = sl_mkdir_p(dir, 0700)) < 0) return r;
-  snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX ".%s.%d.%u", dir, strrchr(dst_final, '/') + 1,
-           (int)getpid(), s->tmp_counter++);
+  snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX ".%s.%s.%d.%u", dir, strrchr(dst_final, '/') + 1,
+           s->space, (int)getpid(), s->tmp_counter++);
   int in = open(src, O_RDONLY | O_CLOEXEC);
   if (in < 0) return -errno;
   int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -192,6 +227,58 @@ fail:
   return r;
 }
 
+/* Whether the process pid of this PID space is gone: no such process, or one that has
+ * exited and waits for its parent to reap it. */
+static bool pid_gone(long pid) {
+  if (pid <= 1 || pid > INT_MAX) return false;
+  if (kill((pid_t)pid, 0) < 0) return errno == ESRCH;
+  char path[48], buf[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  if (!read_small(path, buf, sizeof buf)) return false;
+  const char *p = strrchr(buf, ')'); /* the command name may hold spaces and ')' */
+  return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+/* Reads the trailing ".DIGITS" of name[0, *len): its value, with *len cut before the dot;
+ * -1 if there is none. */
+static long last_number(const char *name, size_t *len) {
+  size_t e = *len, b = e;
+  while (b > 0 && name[b - 1] >= '0' && name[b - 1] <= '9') b--;
+  if (b == e || e - b > 10 || b == 0 || name[b - 1] != '.') return -1;
+  *len = b - 1;
+  return strtol(name + b, NULL, 10);
+}
+
+/* Whether the temporary name was left by a writer of this PID space that is gone. */
+static bool writer_gone(const struct wk_store *s, const char *name) {
+  size_t len = strlen(name);
+  if (last_number(name, &len) < 0) return false;
+  long pid = last_number(name, &len);
+  if (pid < 0 || len < 9 || name[len - 9] != '.' || strncmp(name + len - 8, s->space, 8) != 0)
+    return false;
+  return pid != (long)getpid() && pid_gone(pid);
+}
+
+/* Removes from dir the temporaries of puts that will never finish: those whose writer, of
+ * this PID space, is gone, and any not written to for STALE_TMP_S (a put of another machine
+ * sharing the folder, or of a process whose PID was taken again). A put still under way
+ * elsewhere whose temporary goes fails at its rename and leaves the object as it was. */
+static void sweep_tmp(const struct wk_store *s, const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  time_t now = time(NULL);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, TMP_PREFIX ".", strlen(TMP_PREFIX) + 1) != 0) continue;
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+      continue;
+    if (writer_gone(s, e->d_name) || now - st.st_mtime > STALE_TMP_S)
+      unlinkat(dirfd(d), e->d_name, 0);
+  }
+  closedir(d);
+}
+
 static int key_path(const struct wk_store *s, const char *key, char *out, size_t size) {
   int r = wk_store_check_key(key);
   if (r < 0) return r;
@@ -210,6 +297,8 @@ static int put_file(struct wk_store *s, const char *key, const char *src, uint64
   if (r < 0) return r;
   int64_t fail_after = s->fail_after;
   s->fail_after = -1;
+  char dir[PATH_MAX];
+  if (dir_of(path, dir, sizeof dir) == 0) sweep_tmp(s, dir);
   return copy_atomic(s, src, path, fail_after, ret_bytes);
 }
 

@@ -1,5 +1,7 @@
 /* Checkpoint store, folder backend: put/get/list/remove, key checks, and
- * interrupted puts that must leave the previous object readable; the same
+ * interrupted puts that must leave the previous object readable; a put's
+ * sweep of the temporaries that puts which will never finish left behind
+ * (their writer gone, or untouched for an hour), and of nothing else; the same
  * with a pump set (each call on a thread of its own), and the pump running
  * on the caller's thread while a call waits. */
 #include "harness.h"
@@ -7,12 +9,16 @@
 #include "sl_err.h"
 #include "store.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char root[] = "/tmp/wk-store-XXXXXX";
@@ -160,6 +166,99 @@ static void test_pump(struct wk_store *s) {
   CHECK(buf[0] == 'a' && buf[999] == 'a' && buf[1000] == 'b' && buf[4999] == 'e');
 }
 
+static void make_tmp(const char *dir, const char *name, time_t age_s) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  write_file(path, "part", 1);
+  struct timespec t[2] = {{.tv_sec = time(NULL) - age_s}, {.tv_sec = time(NULL) - age_s}};
+  CHECK_INT(utimensat(AT_FDCWD, path, t, 0), 0);
+}
+
+static bool exists(const char *dir, const char *name) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return access(path, F_OK) == 0;
+}
+
+/* A put removes from its folder the temporaries of writers of this PID space that are gone
+ * (exited, or exited and not yet reaped) and any untouched for an hour; it keeps its own
+ * process's, those of a live process, and the fresh ones of another PID space or of an
+ * older name without one. */
+static void test_sweep(struct wk_store *s, const char *store) {
+  char dir[160], src[128], name[256];
+  snprintf(dir, sizeof dir, "%s/J000005", store);
+  snprintf(src, sizeof src, "%s/src5.bin", root);
+  write_file(src, "version-5;", 2);
+  /* a put that dies midway leaves a temporary that names this process's PID space */
+  wk_store_fail_next_put(s, 3);
+  CHECK_INT(wk_store_put_file(s, "J000005/ckpt-00000001.tc", src, NULL), -EIO);
+  char own[256] = "", space[9] = "";
+  DIR *d = opendir(dir);
+  CHECK(d != NULL);
+  for (struct dirent *e; d && (e = readdir(d));)
+    if (strncmp(e->d_name, ".wk-tmp.ckpt-00000001.tc.", 25) == 0) snprintf(own, sizeof own, "%s", e->d_name);
+  if (d) closedir(d);
+  int pid = 0;
+  unsigned n = 0;
+  CHECK(sscanf(own, ".wk-tmp.ckpt-00000001.tc.%8[0-9a-f].%d.%u", space, &pid, &n) == 3);
+  CHECK_INT(pid, getpid());
+  const char *other = strcmp(space, "00000000") ? "00000000" : "11111111";
+  pid_t dead = fork(), zombie;
+  if (dead == 0) _exit(0);
+  CHECK_INT(waitpid(dead, NULL, 0), dead);
+  if ((zombie = fork()) == 0) _exit(0);
+  for (int i = 0; i < 200; i++) { /* until the child has exited (and waits to be reaped) */
+    char path[64], buf[256] = "";
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)zombie);
+    FILE *f = fopen(path, "r");
+    if (f) { if (!fgets(buf, sizeof buf, f)) buf[0] = 0; fclose(f); }
+    char *p = strrchr(buf, ')');
+    if (p && p[1] == ' ' && p[2] == 'Z') break;
+    usleep(10000);
+  }
+  struct { const char *obj; long pid; time_t age; bool kept; } c[] = {
+      {"ckpt-00000002.tc", dead, 0, false},     /* writer gone */
+      {"ckpt-00000003.tc", zombie, 0, false},   /* writer exited, not reaped */
+      {"ckpt-00000004.tc", getppid(), 0, true}, /* writer alive */
+      {"ckpt-00000005.tc", getppid(), 2 * 3600, false}, /* alive, PID taken again? */
+  };
+  for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+    snprintf(name, sizeof name, ".wk-tmp.%s.%s.%ld.0", c[i].obj, space, c[i].pid);
+    make_tmp(dir, name, c[i].age);
+  }
+  char other_fresh[128], other_old[128];
+  snprintf(other_fresh, sizeof other_fresh, ".wk-tmp.ckpt-00000006.tc.%s.%d.0", other, (int)dead);
+  snprintf(other_old, sizeof other_old, ".wk-tmp.ckpt-00000007.tc.%s.%d.0", other, (int)dead);
+  make_tmp(dir, other_fresh, 60);
+  make_tmp(dir, other_old, 3600 + 120);
+  make_tmp(dir, ".wk-tmp.ckpt-00000008.tc.123.0", 0);        /* no PID space: by age only */
+  make_tmp(dir, ".wk-tmp.ckpt-00000009.tc.123.0", 3 * 3600);
+  snprintf(name, sizeof name, "%s/.wk-tmp.d", dir);
+  CHECK_INT(mkdir(name, 0700), 0); /* not a file: never removed */
+
+  CHECK_INT(wk_store_put_file(s, "J000005/ckpt-00000010.tc", src, NULL), 0);
+  CHECK(exists(dir, own));
+  for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+    snprintf(name, sizeof name, ".wk-tmp.%s.%s.%ld.0", c[i].obj, space, c[i].pid);
+    if (exists(dir, name) != c[i].kept) {
+      fprintf(stderr, "%s: %s\n", name, c[i].kept ? "removed" : "kept");
+      CHECK(false);
+    }
+  }
+  CHECK(exists(dir, other_fresh));
+  CHECK(!exists(dir, other_old));
+  CHECK(exists(dir, ".wk-tmp.ckpt-00000008.tc.123.0"));
+  CHECK(!exists(dir, ".wk-tmp.ckpt-00000009.tc.123.0"));
+  CHECK(exists(dir, ".wk-tmp.d"));
+  CHECK(exists(dir, "ckpt-00000010.tc"));
+  char **keys = NULL;
+  size_t nk = 0;
+  CHECK_INT(wk_store_list(s, "J000005/", &keys, &nk), 0);
+  CHECK_INT(nk, 1);
+  wk_store_keys_free(keys);
+  waitpid(zombie, NULL, 0);
+}
+
 static void pump_count(void *ctx) { ++*(int *)ctx; }
 
 int main(void) {
@@ -172,6 +271,8 @@ int main(void) {
   test_roundtrip(s);
   test_interrupted_put(s);
   test_keys(s);
+  snprintf(url, sizeof url, "%s/store", root);
+  test_sweep(s, url);
   wk_store_free(s);
   /* the same calls, each on a thread of its own, answer the same */
   snprintf(url, sizeof url, "file://%s/store2", root);
