@@ -446,10 +446,17 @@ def case_notice(run):
 def hard_loss(run, name, lose):
     """A worker lost without a notice, a few intervals in, right after a checkpoint is
     durable: the job resumes from the newest durable checkpoint and redoes at most one
-    interval (plus the steps run while the checkpoint in flight was written)."""
+    interval (plus the steps run while the checkpoint in flight was written). A stale
+    temporary planted in the job's store folder is gone by the end."""
     run.start_job()
     run.c.wait_event(lambda e: e.get("event") == "checkpoint" and e.get("step", 0) >= 2 * EVERY,
                      "a checkpoint at step %d" % (2 * EVERY))
+    # what a put that stopped an hour ago (on another machine sharing the store) leaves: the
+    # next put into the folder removes it, and check_store finds no temporary
+    stale = os.path.join(run.store_dir(), ".wk-tmp.ckpt-%08d.tc.0000abcd.4242.0" % EVERY)
+    with open(stale, "wb") as f:
+        f.write(b"part of a checkpoint")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
     lose()
     lost = time.monotonic()
     pre = run.c.wait_event(event_is("preempted"), "preempted")
