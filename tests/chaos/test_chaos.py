@@ -420,13 +420,24 @@ class Chaos:
             self.mon.wait(lambda: self.mon.instance != target, 60, "the next instance")
 
     def kill_train(self):
-        pids = []
-        fresh = lambda: pids.extend(p for p in self.trains() if p not in self.hit) or pids
-        self.mon.wait(fresh, 60, "a spotlab-train process")
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-            self.hit.add(pid)
-        return "pid %s" % pids
+        """SIGKILL to the job's spotlab-train processes not hit before. One that ends on its
+        own between the scan and the signal (its instance just preempted, say) is passed
+        over, and the kill waits for the next one."""
+        deadline = time.monotonic() + 60
+        while True:
+            pids = []
+            fresh = lambda: pids.extend(p for p in self.trains() if p not in self.hit) or pids
+            self.mon.wait(fresh, max(0.0, deadline - time.monotonic()), "a spotlab-train process")
+            killed = []
+            for pid in pids:
+                self.hit.add(pid)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                except ProcessLookupError:
+                    log("spotlab-train pid %d ended before the kill" % pid)
+            if killed:
+                return "pid %s" % killed
 
     def kill_gateway(self):
         self.gw.kill()
@@ -703,7 +714,10 @@ def main():
             AWS.close()
         left = processes("spotlab-worker", root + "/") + processes("spotlab-train", root + "/")
         for pid in left:
-            os.kill(pid, signal.SIGKILL)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it ended since the scan
         wait_exit(left, 20)
         if failures or os.environ.get("SPOTLAB_CHAOS_KEEP"):
             print("seed %d; state kept in %s" % (SEED, root), file=sys.stderr)
