@@ -824,7 +824,10 @@ def case_worker_killed(tmp, worker_exe, train_exe):
         print("the trainer ended %.2f s after its worker was killed" % (time.monotonic() - t0))
     finally:
         for pid in processes("spotlab-train", w.work):
-            os.kill(pid, signal.SIGKILL)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it ended since the scan
         w.kill()
         gw.close()
 
