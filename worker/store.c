@@ -7,7 +7,9 @@
  * never show. SPACE names the PID space of the process that writes it (the
  * kernel's boot and its PID namespace); each put first removes from DIR the
  * temporaries of a process of its own PID space that is gone, and any that
- * no one has written to for STALE_TMP_S.
+ * no one has written to for STALE_TMP_S. A folder is swept again only after
+ * SWEEP_EVERY_US or once puts went to another folder meanwhile, so a run of
+ * puts into one folder (a job's files, one by one) reads it once.
  *
  * S3: the client in common/sl_s3.h does the work; its puts are atomic in the
  * service (one PUT, or a multipart upload completed only when whole), its
@@ -27,13 +29,14 @@
 #include "sl_path.h"
 #include "sl_strv.h"
 #include "sl_s3.h"
+#include "sl_time.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <signal.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,12 +50,15 @@
 #define TMP_PREFIX ".wk-tmp"
 #define PUMP_MS 50
 #define STALE_TMP_S 3600 /* a temporary untouched this long belongs to a put that stopped */
+#define SWEEP_EVERY_US (60 * SL_US_PER_S)
 
 struct wk_store {
   char root[PATH_MAX];      /* folder backend */
   struct sl_s3_client *s3;  /* S3 backend; NULL for a folder */
   unsigned tmp_counter;
   char space[9];            /* this process's PID space, 8 hex digits */
+  char swept[PATH_MAX];     /* the folder swept last, and when (sl_time_mono_us) */
+  int64_t swept_us;
   int64_t fail_after; /* test hook; -1 = off */
   void (*pump)(void *ctx);  /* run while a call is under way; NULL: calls run inline */
   void *pump_ctx;
@@ -263,7 +269,11 @@ static bool writer_gone(const struct wk_store *s, const char *name) {
  * this PID space, is gone, and any not written to for STALE_TMP_S (a put of another machine
  * sharing the folder, or of a process whose PID was taken again). A put still under way
  * elsewhere whose temporary goes fails at its rename and leaves the object as it was. */
-static void sweep_tmp(const struct wk_store *s, const char *dir) {
+static void sweep_tmp(struct wk_store *s, const char *dir) {
+  int64_t now_us = sl_time_mono_us();
+  if (!strcmp(dir, s->swept) && now_us - s->swept_us < SWEEP_EVERY_US) return;
+  snprintf(s->swept, sizeof s->swept, "%s", dir);
+  s->swept_us = now_us;
   DIR *d = opendir(dir);
   if (!d) return;
   time_t now = time(NULL);

@@ -167,7 +167,7 @@ static void test_pump(struct wk_store *s) {
 }
 
 static void make_tmp(const char *dir, const char *name, time_t age_s) {
-  char path[256];
+  char path[512];
   snprintf(path, sizeof path, "%s/%s", dir, name);
   write_file(path, "part", 1);
   struct timespec t[2] = {{.tv_sec = time(NULL) - age_s}, {.tv_sec = time(NULL) - age_s}};
@@ -175,7 +175,7 @@ static void make_tmp(const char *dir, const char *name, time_t age_s) {
 }
 
 static bool exists(const char *dir, const char *name) {
-  char path[256];
+  char path[512];
   snprintf(path, sizeof path, "%s/%s", dir, name);
   return access(path, F_OK) == 0;
 }
@@ -183,7 +183,7 @@ static bool exists(const char *dir, const char *name) {
 /* A put removes from its folder the temporaries of writers of this PID space that are gone
  * (exited, or exited and not yet reaped) and any untouched for an hour; it keeps its own
  * process's, those of a live process, and the fresh ones of another PID space or of an
- * older name without one. */
+ * older name without one. A folder is read again once puts went elsewhere meanwhile. */
 static void test_sweep(struct wk_store *s, const char *store) {
   char dir[160], src[128], name[256];
   snprintf(dir, sizeof dir, "%s/J000005", store);
@@ -191,16 +191,17 @@ static void test_sweep(struct wk_store *s, const char *store) {
   write_file(src, "version-5;", 2);
   /* a put that dies midway leaves a temporary that names this process's PID space */
   wk_store_fail_next_put(s, 3);
-  CHECK_INT(wk_store_put_file(s, "J000005/ckpt-00000001.tc", src, NULL), -EIO);
-  char own[256] = "", space[9] = "";
-  DIR *d = opendir(dir);
+  CHECK_INT(wk_store_put_file(s, "J000006/ckpt-00000001.tc", src, NULL), -EIO);
+  char left[256] = "", space[9] = "";
+  snprintf(name, sizeof name, "%s/J000006", store);
+  DIR *d = opendir(name);
   CHECK(d != NULL);
   for (struct dirent *e; d && (e = readdir(d));)
-    if (strncmp(e->d_name, ".wk-tmp.ckpt-00000001.tc.", 25) == 0) snprintf(own, sizeof own, "%s", e->d_name);
+    if (!strncmp(e->d_name, ".wk-tmp.", 8)) snprintf(left, sizeof left, "%s", e->d_name);
   if (d) closedir(d);
   int pid = 0;
   unsigned n = 0;
-  CHECK(sscanf(own, ".wk-tmp.ckpt-00000001.tc.%8[0-9a-f].%d.%u", space, &pid, &n) == 3);
+  CHECK(sscanf(left, ".wk-tmp.ckpt-00000001.tc.%8[0-9a-f].%d.%u", space, &pid, &n) == 3);
   CHECK_INT(pid, getpid());
   const char *other = strcmp(space, "00000000") ? "00000000" : "11111111";
   pid_t dead = fork(), zombie;
@@ -217,11 +218,13 @@ static void test_sweep(struct wk_store *s, const char *store) {
     usleep(10000);
   }
   struct { const char *obj; long pid; time_t age; bool kept; } c[] = {
+      {"ckpt-00000001.tc", getpid(), 0, true},  /* this process's own */
       {"ckpt-00000002.tc", dead, 0, false},     /* writer gone */
       {"ckpt-00000003.tc", zombie, 0, false},   /* writer exited, not reaped */
       {"ckpt-00000004.tc", getppid(), 0, true}, /* writer alive */
       {"ckpt-00000005.tc", getppid(), 2 * 3600, false}, /* alive, PID taken again? */
   };
+  CHECK_INT(mkdir(dir, 0700), 0);
   for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
     snprintf(name, sizeof name, ".wk-tmp.%s.%s.%ld.0", c[i].obj, space, c[i].pid);
     make_tmp(dir, name, c[i].age);
@@ -237,7 +240,6 @@ static void test_sweep(struct wk_store *s, const char *store) {
   CHECK_INT(mkdir(name, 0700), 0); /* not a file: never removed */
 
   CHECK_INT(wk_store_put_file(s, "J000005/ckpt-00000010.tc", src, NULL), 0);
-  CHECK(exists(dir, own));
   for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
     snprintf(name, sizeof name, ".wk-tmp.%s.%s.%ld.0", c[i].obj, space, c[i].pid);
     if (exists(dir, name) != c[i].kept) {
@@ -256,6 +258,15 @@ static void test_sweep(struct wk_store *s, const char *store) {
   CHECK_INT(wk_store_list(s, "J000005/", &keys, &nk), 0);
   CHECK_INT(nk, 1);
   wk_store_keys_free(keys);
+
+  /* the next put into the same folder does not read it again; one after a put elsewhere does */
+  snprintf(name, sizeof name, ".wk-tmp.ckpt-00000011.tc.%s.%d.0", space, (int)dead);
+  make_tmp(dir, name, 0);
+  CHECK_INT(wk_store_put_file(s, "J000005/ckpt-00000020.tc", src, NULL), 0);
+  CHECK(exists(dir, name));
+  CHECK_INT(wk_store_put_file(s, "J000006/ckpt-00000020.tc", src, NULL), 0);
+  CHECK_INT(wk_store_put_file(s, "J000005/ckpt-00000030.tc", src, NULL), 0);
+  CHECK(!exists(dir, name));
   waitpid(zombie, NULL, 0);
 }
 
