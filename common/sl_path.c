@@ -69,6 +69,21 @@ int sl_find_program(const char *name, char *ret, size_t size) {
   return -ENOENT;
 }
 
+int sl_train_cuda_backend(const char *train, char *ret, size_t size) {
+  char dir[4096], path[4200];
+  if (strlen(train) >= sizeof dir)
+    return -ENAMETOOLONG;
+  strcpy(dir, train);
+  const char *d = dirname(dir);
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s/%s" SL_TRAIN_CUDA_BACKEND, d, i ? "../lib/spotlab/" : "");
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+      return put(ret, size, path);
+  }
+  return -ENOENT;
+}
+
 int sl_mkdir_p(const char *path, unsigned mode) {
   char tmp[4096];
   if (strlen(path) >= sizeof tmp)

@@ -77,7 +77,7 @@ struct inputs {
   struct input {
     char dest[256];
     char src[PATH_MAX];
-  } v[2 + LIBS_MAX];
+  } v[3 + LIBS_MAX];
 };
 
 static int add_input(struct inputs *in, const char *dest, const char *src, char *err, size_t err_size) {
@@ -149,6 +149,14 @@ static int list_inputs(struct inputs *in, char *err, size_t err_size) {
     snprintf(dest, sizeof dest, "bin/%s", programs[i]);
     if ((r = add_input(in, dest, prog, err, err_size)) < 0 || (r = add_libs(in, prog, err, err_size)) < 0)
       return r;
+    /* spotlab-train's CUDA backend, where it looks from bin/ (its CUDA
+     * libraries are the image's, as system_lib says); none in a build
+     * without nvcc */
+    char backend[PATH_MAX];
+    if (i == 1 && sl_train_cuda_backend(prog, backend, sizeof backend) == 0 &&
+        ((r = add_input(in, "lib/spotlab/" SL_TRAIN_CUDA_BACKEND, backend, err, err_size)) < 0 ||
+         (r = add_libs(in, backend, err, err_size)) < 0))
+      return r;
   }
   return 0;
 }
@@ -158,7 +166,7 @@ static int cmp_input(const void *a, const void *b) {
 }
 
 #define MANIFEST_HEAD "spotlab worker bundle 1\n"
-#define MANIFEST_MAX (sizeof MANIFEST_HEAD + (2 + LIBS_MAX) * (256 + 66) + 80)
+#define MANIFEST_MAX (sizeof MANIFEST_HEAD + (3 + LIBS_MAX) * (256 + 66) + 80)
 
 /* What the archive holds: each place in it and the SHA-256 of its file, read
  * from base/PLACE when base is set (the staged copies), else from its source. */
@@ -272,9 +280,9 @@ static int build(struct build *b, const char *dir, const char *path, const char 
   }
   snprintf(tmp, sizeof tmp, "%s.tar.gz", stage);
   char *rm[] = {"rm", "-rf", "--", stage, NULL};
-  char bin[PATH_MAX + 8], lib[PATH_MAX + 8];
+  char bin[PATH_MAX + 8], lib[PATH_MAX + 16];
   snprintf(bin, sizeof bin, "%s/bin", stage);
-  snprintf(lib, sizeof lib, "%s/lib", stage);
+  snprintf(lib, sizeof lib, "%s/lib/spotlab", stage);
   if ((r = sl_mkdir_p(bin, 0700)) < 0 || (r = sl_mkdir_p(lib, 0700)) < 0) {
     snprintf(err, err_size, "%s: %s", stage, sl_strerror(r));
     goto fail;

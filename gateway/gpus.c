@@ -37,7 +37,8 @@ int gw_gpus_parse(const json_t *o, struct gw_gpus *ret) {
               json_number_value(mem) > 1e12))
     return SL_ETYPE;
   if (!copy_str(o, "model", g.model, sizeof g.model) || !copy_str(o, "driver", g.driver, sizeof g.driver) ||
-      !copy_str(o, "reason", g.reason, sizeof g.reason))
+      !copy_str(o, "reason", g.reason, sizeof g.reason) ||
+      !copy_str(o, "unusable", g.unusable, sizeof g.unusable))
     return SL_ETYPE;
   g.count = (int)json_integer_value(count);
   g.memory_mib = mem ? (int64_t)json_number_value(mem) : 0;
@@ -70,8 +71,15 @@ int gw_gpus_check(const struct gw_gpus *found, const char *type, int catalog_gpu
                   char *why, size_t why_size) {
   if (!found->known) return 0;
   bool model_ok = !found->count || !catalog_gpus || gw_gpus_model_matches(found->model, catalog_model);
-  if (found->count == catalog_gpus && model_ok) return 0;
+  if (found->count == catalog_gpus && model_ok && !(found->count && found->unusable[0])) return 0;
   char want[160], got[400];
+  if (found->count == catalog_gpus && model_ok) {
+    snprintf(why, why_size, "%s's worker found %d x %s, but spotlab-train cannot use them (%s): "
+             "jobs train on the CPU", type, found->count, found->model[0] ? found->model : "GPU",
+             found->unusable);
+    sl_utf8_fix(why);
+    return 1;
+  }
   if (catalog_gpus)
     snprintf(want, sizeof want, "%d x %s", catalog_gpus, catalog_model[0] ? catalog_model : "GPU");
   else

@@ -20,6 +20,7 @@ struct gw_gpus {
   int64_t memory_mib;  /* per GPU */
   char driver[80];
   char reason[256];    /* why count is 0 (or why a GPU was left out) */
+  char unusable[256];  /* why spotlab-train cannot train on them; "" when it can */
 };
 
 /* Reads a register's "gpus" object o (borrowed) into *ret. SL_ETYPE when
@@ -37,7 +38,9 @@ bool gw_gpus_model_matches(const char *found, const char *catalog_model);
 /* Compares found with the catalog's catalog_gpus x catalog_model for type.
  * 0 when they agree (or found is not known); 1 when they do not, with a
  * sentence for logs and %status in why: "g5.xlarge has 1 x A10G in the
- * catalog, but its worker found no GPU (REASON)". */
+ * catalog, but its worker found no GPU (REASON)". GPUs that spotlab-train
+ * cannot train on are a mismatch too: "g5.xlarge's worker found 1 x NVIDIA
+ * A10G, but spotlab-train cannot use them (REASON): jobs train on the CPU". */
 int gw_gpus_check(const struct gw_gpus *found, const char *type, int catalog_gpus, const char *catalog_model,
                   char *why, size_t why_size);
 

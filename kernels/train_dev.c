@@ -21,10 +21,7 @@
 #if TC_HAVE_GLOO
 #include "tc_group.h"
 #endif
-#if TC_HAVE_CUDA
-#include "tc_cuda.h"
-#include "tc_nccl.h"
-#endif
+#include "tc_cuda_api.h"
 
 struct tc_dev {
   struct tc_model *host;
@@ -36,12 +33,11 @@ struct tc_dev {
 #if TC_HAVE_GLOO
   struct tc_group *grp; /* CPU, world > 1 */
 #endif
-#if TC_HAVE_CUDA
+  const struct tc_cuda_api *cu; /* --device cuda: the backend */
   struct tc_cuda_model *cm;
   struct tc_nccl *nc;
   float *logits; /* host copy for sampling */
   size_t logits_rows;
-#endif
 };
 
 int tc_launch_start(const struct tc_dev_opts *o, struct tc_launch *l, char *err, size_t es) {
@@ -109,22 +105,16 @@ int tc_dev_distributed(const struct tc_dev *d) {
 #if TC_HAVE_GLOO
   if (d->grp) return 1;
 #endif
-#if TC_HAVE_CUDA
   return d->nc != NULL;
-#else
-  (void)d;
-  return 0;
-#endif
 }
 
 int tc_dev_slices(const struct tc_dev_opts *o, const struct tc_launch *l) {
   return o->grad_slices > 0 ? (int)o->grad_slices : l->world;
 }
 
-#if TC_HAVE_CUDA
 /* Gets rank 0's NCCL id to this rank by the route the options chose. */
-static int exchange_id(const struct tc_dev_opts *o, struct tc_launch *l, uint8_t *id, char *err,
-                       size_t es) {
+static int exchange_id(const struct tc_cuda_api *cu, const struct tc_dev_opts *o,
+                       struct tc_launch *l, uint8_t *id, char *err, size_t es) {
   int r;
   if (o->nccl_id) {
     if (tc_rdv_unhex(o->nccl_id, id) < 0) {
@@ -140,7 +130,7 @@ static int exchange_id(const struct tc_dev_opts *o, struct tc_launch *l, uint8_t
       if (r < 0) snprintf(err, es, "rank %d: no NCCL id from rank 0: %s", l->rank, strerror(-r));
       return r;
     }
-    if ((r = tc_nccl_unique_id(id)) < 0) return snprintf(err, es, "ncclGetUniqueId failed"), r;
+    if ((r = cu->nccl_unique_id(id)) < 0) return snprintf(err, es, "ncclGetUniqueId failed"), r;
     for (int k = 1; k < l->world && r == 0; k++) {
       r = tc_rdv_pipe_send(l->fds[k], id);
       close(l->fds[k]);
@@ -154,18 +144,17 @@ static int exchange_id(const struct tc_dev_opts *o, struct tc_launch *l, uint8_t
       return tc_rdv_fetch(o->rendezvous, l->rank, l->world, id, o->timeout_ms, err, es);
     int fd = -1;
     if ((r = tc_rdv_listen(o->rendezvous, &fd, err, es)) < 0) return r;
-    if ((r = tc_nccl_unique_id(id)) == 0)
+    if ((r = cu->nccl_unique_id(id)) == 0)
       r = tc_rdv_serve(fd, l->world, id, o->timeout_ms, err, es);
     else
       snprintf(err, es, "ncclGetUniqueId failed");
     close(fd);
     return r;
   }
-  r = tc_nccl_unique_id(id); /* --nccl with one rank */
+  r = cu->nccl_unique_id(id); /* --nccl with one rank */
   if (r < 0) snprintf(err, es, "ncclGetUniqueId failed");
   return r;
 }
-#endif
 
 /* The CPU path's ranks: a gloo group when there is more than one. */
 static int cpu_join(struct tc_dev *d, const struct tc_dev_opts *o, const struct tc_launch *l,
@@ -228,8 +217,13 @@ int tc_dev_new(const struct tc_dev_opts *o, struct tc_launch *l, struct tc_model
     *ret = d;
     return 0;
   }
-#if TC_HAVE_CUDA
-  int n = tc_cuda_device_count();
+  char why[900];
+  if (!(d->cu = tc_cuda_load(why, sizeof why))) {
+    snprintf(err, es, "--device cuda: %s", why);
+    r = SL_ECUDA;
+    goto fail;
+  }
+  int n = d->cu->device_count();
   if (n <= 0) {
     snprintf(err, es, "--device cuda: %s", n < 0 ? "the CUDA driver is not usable here"
                                                  : "no GPU found (CUDA sees no NVIDIA GPU or driver)");
@@ -241,16 +235,16 @@ int tc_dev_new(const struct tc_dev_opts *o, struct tc_launch *l, struct tc_model
     r = -EINVAL;
     goto fail;
   }
-  r = tc_cuda_model_new(&host->cfg, d->local_batch, d->cuda_device, o->bf16, &d->cm);
+  r = d->cu->model_new(&host->cfg, d->local_batch, d->cuda_device, o->bf16, &d->cm);
   if (r < 0) {
     snprintf(err, es, "cannot set up the model on GPU %d (%s)", d->cuda_device, sl_strerror(r));
     goto fail;
   }
   if (l->world > 1 || o->nccl) {
     uint8_t id[TC_RDV_ID_BYTES];
-    if ((r = exchange_id(o, l, id, err, es)) < 0) goto fail;
-    r = tc_nccl_new(id, l->rank, l->world, d->cuda_device,
-                    tc_cuda_ctx_stream(tc_cuda_model_ctx(d->cm)), &d->nc);
+    if ((r = exchange_id(d->cu, o, l, id, err, es)) < 0) goto fail;
+    r = d->cu->nccl_new(id, l->rank, l->world, d->cuda_device,
+                        d->cu->ctx_stream(d->cu->model_ctx(d->cm)), &d->nc);
     if (r < 0) {
       snprintf(err, es, "rank %d of %d: cannot join the NCCL communicator", l->rank, l->world);
       goto fail;
@@ -258,11 +252,6 @@ int tc_dev_new(const struct tc_dev_opts *o, struct tc_launch *l, struct tc_model
   }
   *ret = d;
   return 0;
-#else
-  snprintf(err, es, "--device cuda: this spotlab-train was built without CUDA (reconfigure with "
-                    "-Dcuda=enabled on a machine with nvcc), use --device cpu");
-  r = SL_ENOTSUP;
-#endif
 fail:
   tc_dev_free(d);
   return r;
@@ -273,26 +262,24 @@ struct tc_dev *tc_dev_free(struct tc_dev *d) {
 #if TC_HAVE_GLOO
   tc_group_free(d->grp);
 #endif
-#if TC_HAVE_CUDA
-  tc_nccl_free(d->nc);
-  tc_cuda_model_free(d->cm);
+  if (d->cu) {
+    d->cu->nccl_free(d->nc);
+    d->cu->model_free(d->cm);
+  }
   free(d->logits);
-#endif
   free(d->acc);
   free(d);
   return NULL;
 }
 
 const char *tc_dev_describe(const struct tc_dev *d, char *buf, size_t size) {
-#if TC_HAVE_CUDA
   if (d->cm) {
     char name[256];
     snprintf(buf, size, "cuda:%d (%s)%s, rank %d of %d%s", d->cuda_device,
-             tc_cuda_device_name(name, sizeof name), d->bf16 ? " bf16" : " fp32", d->rank,
+             d->cu->device_name(name, sizeof name), d->bf16 ? " bf16" : " fp32", d->rank,
              d->world, d->nc ? " nccl" : "");
     return buf;
   }
-#endif
   size_t off = (size_t)snprintf(buf, size, "cpu");
   if (d->world > 1 && off < size)
     off += (size_t)snprintf(buf + off, size - off, ", rank %d of %d gloo", d->rank, d->world);
@@ -302,9 +289,7 @@ const char *tc_dev_describe(const struct tc_dev *d, char *buf, size_t size) {
 }
 
 size_t tc_dev_mem_bytes(const struct tc_dev *d) {
-#if TC_HAVE_CUDA
-  if (d->cm) return tc_cuda_model_mem_bytes(d->cm);
-#endif
+  if (d->cm) return d->cu->model_mem_bytes(d->cm);
   return tc_model_mem_bytes(d->host) + (d->acc ? sizeof(float) * d->host->n_params : 0);
 }
 
@@ -330,22 +315,20 @@ int tc_dev_start(struct tc_dev *d, void *shared, size_t shared_bytes) {
     return r < 0 ? coll_failed(d, r) : 0;
   }
 #endif
-#if TC_HAVE_CUDA
   if (d->cm) {
-    int r = tc_cuda_model_put(d->cm, d->host);
+    int r = d->cu->model_put(d->cm, d->host);
     if (r < 0 || !d->nc) return r;
-    size_t bytes = tc_cuda_model_n_params(d->cm) * sizeof(float);
-    r = tc_nccl_broadcast(d->nc, tc_cuda_model_params(d->cm), bytes, 0);
-    if (r == 0) r = tc_nccl_broadcast(d->nc, tc_cuda_model_m(d->cm), bytes, 0);
-    if (r == 0) r = tc_nccl_broadcast(d->nc, tc_cuda_model_v(d->cm), bytes, 0);
-    if (r == 0) r = tc_cuda_model_params_written(d->cm);
-    uint64_t t = tc_cuda_model_adam_t(d->cm);
-    if (r == 0) r = tc_nccl_broadcast_host(d->nc, &t, sizeof t, 0);
-    if (r == 0 && shared) r = tc_nccl_broadcast_host(d->nc, shared, shared_bytes, 0);
-    if (r == 0) tc_cuda_model_set_adam_t(d->cm, t);
+    size_t bytes = d->cu->model_n_params(d->cm) * sizeof(float);
+    r = d->cu->nccl_broadcast(d->nc, d->cu->model_params(d->cm), bytes, 0);
+    if (r == 0) r = d->cu->nccl_broadcast(d->nc, d->cu->model_m(d->cm), bytes, 0);
+    if (r == 0) r = d->cu->nccl_broadcast(d->nc, d->cu->model_v(d->cm), bytes, 0);
+    if (r == 0) r = d->cu->model_params_written(d->cm);
+    uint64_t t = d->cu->model_adam_t(d->cm);
+    if (r == 0) r = d->cu->nccl_broadcast_host(d->nc, &t, sizeof t, 0);
+    if (r == 0 && shared) r = d->cu->nccl_broadcast_host(d->nc, shared, shared_bytes, 0);
+    if (r == 0) d->cu->model_set_adam_t(d->cm, t);
     return r;
   }
-#endif
   (void)d, (void)shared, (void)shared_bytes;
   return 0;
 }
@@ -373,9 +356,7 @@ static int sum_step_values(struct tc_dev *d, double *loss, int64_t *correct) {
   if (d->grp && (r = tc_group_sum_f64(d->grp, v, 2)) < 0)
     return coll_failed(d, r);
 #endif
-#if TC_HAVE_CUDA
-  if (d->nc && (r = tc_nccl_allreduce_host_f64(d->nc, v, 2)) < 0) return r;
-#endif
+  if (d->nc && (r = d->cu->nccl_allreduce_host_f64(d->nc, v, 2)) < 0) return r;
   *loss = v[0];
   *correct = (int64_t)v[1];
   return r;
@@ -422,16 +403,14 @@ int tc_dev_forward(struct tc_dev *d, const struct tc_batch *b, double *ret_loss,
   double loss = 0.0;
   int64_t correct = 0;
   int r;
-#if TC_HAVE_CUDA
   if (d->cm) {
     struct tc_batch s = slice(d, b, d->rank, d->world);
-    r = s.B > 0 ? tc_cuda_forward(d->cm, &s, b->B, &loss, &correct) : 0;
+    r = s.B > 0 ? d->cu->forward(d->cm, &s, b->B, &loss, &correct) : 0;
     if (r == 0 && b->targets) r = sum_step_values(d, &loss, &correct);
     if (r == 0 && ret_loss) *ret_loss = loss;
     if (r == 0 && ret_correct) *ret_correct = correct;
     return r;
   }
-#endif
   if (!b->targets) /* inference: one process, the whole batch */
     return tc_model_forward(d->host, b, NULL);
   if ((r = cpu_slices(d, b, 0, &loss, &correct)) < 0 || (r = sum_step_values(d, &loss, &correct)) < 0)
@@ -445,17 +424,15 @@ int tc_dev_grads(struct tc_dev *d, const struct tc_batch *b, double *ret_loss) {
   double loss = 0.0;
   int64_t correct = 0;
   int r;
-#if TC_HAVE_CUDA
   if (d->cm) {
-    if ((r = tc_dev_forward(d, b, &loss, NULL)) < 0 || (r = tc_cuda_backward(d->cm)) < 0)
+    if ((r = tc_dev_forward(d, b, &loss, NULL)) < 0 || (r = d->cu->backward(d->cm)) < 0)
       return r;
-    if (d->nc &&
-        (r = tc_nccl_allreduce_f32(d->nc, tc_cuda_model_grads(d->cm), tc_cuda_model_n_params(d->cm))) < 0)
+    if (d->nc && (r = d->cu->nccl_allreduce_f32(d->nc, d->cu->model_grads(d->cm),
+                                                d->cu->model_n_params(d->cm))) < 0)
       return r;
     *ret_loss = loss;
     return 0;
   }
-#endif
   if ((r = cpu_slices(d, b, 1, &loss, &correct)) < 0) return r;
 #if TC_HAVE_GLOO
   if (d->grp && (r = tc_group_sum_f32(d->grp, d->host->grads, d->host->n_params)) < 0)
@@ -467,26 +444,19 @@ int tc_dev_grads(struct tc_dev *d, const struct tc_batch *b, double *ret_loss) {
 }
 
 int tc_dev_clip(struct tc_dev *d, float max_norm, double *ret_norm) {
-#if TC_HAVE_CUDA
-  if (d->cm) return tc_cuda_clip_grads(d->cm, max_norm, ret_norm);
-#endif
+  if (d->cm) return d->cu->clip_grads(d->cm, max_norm, ret_norm);
   *ret_norm = tc_model_clip_grads(d->host, max_norm);
   return 0;
 }
 
 int tc_dev_adamw(struct tc_dev *d, const struct tc_adamw *hp, float lr) {
-#if TC_HAVE_CUDA
-  if (d->cm) return tc_cuda_adamw(d->cm, hp, lr);
-#endif
+  if (d->cm) return d->cu->adamw(d->cm, hp, lr);
   tc_model_adamw(d->host, hp, lr);
   return 0;
 }
 
 int tc_dev_to_host(struct tc_dev *d) {
-#if TC_HAVE_CUDA
-  if (d->cm) return tc_cuda_model_get(d->cm, d->host);
-#endif
-  (void)d;
+  if (d->cm) return d->cu->model_get(d->cm, d->host);
   return 0;
 }
 
@@ -499,16 +469,12 @@ int tc_dev_agree(struct tc_dev *d, int *flags, int n) {
   if (d->grp && (r = tc_group_sum_f64(d->grp, v, n)) < 0)
     return coll_failed(d, r);
 #endif
-#if TC_HAVE_CUDA
-  if (d->nc && d->world > 1 && (r = tc_nccl_allreduce_host_f64(d->nc, v, n)) < 0) return r;
-#endif
+  if (d->nc && d->world > 1 && (r = d->cu->nccl_allreduce_host_f64(d->nc, v, n)) < 0) return r;
   for (int i = 0; i < n; i++) flags[i] = v[i] > 0.0;
-  (void)d;
   return r;
 }
 
 const float *tc_dev_logits(struct tc_dev *d, size_t rows) {
-#if TC_HAVE_CUDA
   if (d->cm) {
     if (rows > d->logits_rows) {
       free(d->logits);
@@ -516,9 +482,7 @@ const float *tc_dev_logits(struct tc_dev *d, size_t rows) {
       d->logits_rows = d->logits ? rows : 0;
       if (!d->logits) return NULL;
     }
-    return tc_cuda_logits(d->cm, d->logits, rows) == 0 ? d->logits : NULL;
+    return d->cu->logits(d->cm, d->logits, rows) == 0 ? d->logits : NULL;
   }
-#endif
-  (void)rows;
   return tc_model_logits(d->host);
 }

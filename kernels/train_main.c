@@ -18,6 +18,7 @@
 #include "sl_log.h"
 #include "sl_opt.h"
 #include "tc_ckpt.h"
+#include "tc_cuda_api.h"
 #include "train.h"
 #include "train_opts.h"
 
@@ -28,10 +29,13 @@ static void usage(FILE *f) {
           "--top-k K]\n"
           "       spotlab-train --eval --ckpt-dir DIR [--data NAME]\n"
           "       spotlab-train --check FILE...\n"
+          "       spotlab-train --check-cuda\n"
           "       spotlab-train --describe-options --json\n\noptions:\n");
   sl_opt_usage(tc_train_opts, tc_train_opts_n, f);
   fprintf(f, "  %-22s %s\n", "--check FILE...",
           "verify each checkpoint file (header, layout, section checksums); no training");
+  fprintf(f, "  %-22s %s\n", "--check-cuda",
+          "whether --device cuda can run here: the CUDA backend loads and sees a GPU");
   fprintf(f, "  --describe-options --json\n  %-22s %s\n", "",
           "print every option above as JSON (name, type, default, bounds, help, contexts)");
   fprintf(f, "  %-22s %s\n", "--help", "this text");
@@ -93,9 +97,28 @@ static int check_files(int n, char **paths) {
   return bad_files ? 1 : 0;
 }
 
+/* --check-cuda: whether --device cuda can run here; the reason when not. */
+static int check_cuda(int argc) {
+  if (argc != 2) return bad("--check-cuda takes no other option");
+  char err[1024];
+  const struct tc_cuda_api *cu = tc_cuda_load(err, sizeof err);
+  int n = cu ? cu->device_count() : 0;
+  if (cu && n > 0) {
+    printf("CUDA: %d GPU%s\n", n, n == 1 ? "" : "s");
+    return 0;
+  }
+  if (cu)
+    snprintf(err, sizeof err, "%s", n < 0 ? "the CUDA driver is not usable here (the driver is "
+                                            "missing or older than the CUDA runtime)"
+                                          : "CUDA sees no GPU");
+  fprintf(stderr, "spotlab-train: %s\n", err);
+  return 1;
+}
+
 int main(int argc, char **argv) {
   sl_log_init("spotlab-train");
   if (argc >= 2 && !strcmp(argv[1], "--check")) return check_files(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "--check-cuda")) return check_cuda(argc);
   if (argc >= 2 && !strcmp(argv[1], "--describe-options")) return describe(argc, argv);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   /* the table's defaults, then those it leaves to the machine and the model */

@@ -60,9 +60,7 @@
 #define END_HOLD_US (200 * SL_US_PER_MS) /* a held done goes out this long before exit_by */
 #define GPU_SAMPLE_US (5 * SL_US_PER_S)
 
-#ifndef WK_TRAIN_CUDA
-#define WK_TRAIN_CUDA 0 /* set by worker/meson.build: the build's spotlab-train has CUDA */
-#endif
+#define CUDA_CHECK_MS (30 * 1000) /* spotlab-train --check-cuda, once at start */
 
 struct wk_agent {
   const struct wk_config *cfg;
@@ -646,8 +644,13 @@ int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent
   }
   wk_store_set_pump(a->store, pump, a);
   open_gpus(a);
+  /* GPUs are used by default only when spotlab-train can train on them */
+  bool train_cuda = a->gpus.count > 0 &&
+                    wk_train_cuda_check(train, CUDA_CHECK_MS, a->gpus.unusable, sizeof a->gpus.unusable);
+  if (a->gpus.count > 0 && !train_cuda)
+    sl_warn(TOPIC, "spotlab-train cannot train on the GPUs: %s", a->gpus.unusable);
   a->env = (struct wk_job_env){.cfg = cfg, .store = a->store, .train = train, .gpus = &a->gpus,
-                               .train_cuda = WK_TRAIN_CUDA, .signer = s3 ? &a->signer : NULL,
+                               .train_cuda = train_cuda, .signer = s3 ? &a->signer : NULL,
                                .send = agent_send, .ctx = a};
   if (cfg->metadata[0]) {
     r = wk_notice_watcher_new(cfg->metadata, wk_config_metadata_kind(cfg), cfg->notice_poll_ms, &a->watcher);

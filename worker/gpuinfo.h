@@ -25,6 +25,7 @@ struct wk_gpu_inventory {
   int64_t memory_mib;              /* per GPU: the smallest of them; 0 when none */
   char driver[WK_GPU_DRIVER_MAX];  /* "550.54.15"; "" when unknown */
   char reason[WK_GPU_REASON_MAX];  /* why count is 0, or why a GPU was left out; "" when all is well */
+  char unusable[WK_GPU_REASON_MAX]; /* why spotlab-train cannot train on them; "" when it can */
 };
 
 /* How busy GPUs [first, first+n) are: the mean utilisation and the memory
@@ -53,8 +54,8 @@ struct wk_gpu_source {
  * failure is the reason; an unknown driver version leaves driver empty. */
 void wk_gpu_inventory_read(const struct wk_gpu_source *src, const char *no_source,
                            struct wk_gpu_inventory *ret);
-/* The register's "gpus" object: {"count","model","memory_mib","driver"}
- * and "reason" when there is one. Owned; NULL on OOM. */
+/* The register's "gpus" object: {"count","model","memory_mib","driver"},
+ * "reason" and "unusable" when there are. Owned; NULL on OOM. */
 json_t *wk_gpu_inventory_json(const struct wk_gpu_inventory *inv);
 
 /* Samples GPUs [first, first+n) of src into *ret. -ENODEV when none of
@@ -75,5 +76,11 @@ int wk_nvml_open(struct wk_nvml **ret, char *why, size_t why_size);
 struct wk_nvml *wk_nvml_free(struct wk_nvml *n);
 /* The handle as a source (borrowed, valid until wk_nvml_free). */
 const struct wk_gpu_source *wk_nvml_source(struct wk_nvml *n);
+
+/* Whether the spotlab-train at train can train on this instance's GPUs
+ * (spotlab-train --check-cuda: its CUDA backend loads and sees them),
+ * waiting at most timeout_ms: 1 when it can; 0 when not, with its reason
+ * in why. */
+int wk_train_cuda_check(const char *train, int timeout_ms, char *why, size_t why_size);
 
 #endif

@@ -26,7 +26,7 @@ struct wk_job_env {
   struct wk_store *store;
   const char *train;  /* spotlab-train path */
   const struct wk_gpu_inventory *gpus; /* this instance's GPUs */
-  bool train_cuda;    /* spotlab-train was built with CUDA */
+  bool train_cuda;    /* spotlab-train can train on the GPUs (else gpus->unusable says why) */
   const struct sl_s3_signer *signer; /* an S3 store's (orphan checkpoint URLs); NULL: a folder */
   wk_send_fn *send;
   void *ctx;

@@ -260,6 +260,11 @@ static int too_few_gpus(struct av *a, const char *asked, const struct wk_spec_pa
               have == 0 && reason && *reason ? reason : "", have == 0 && reason && *reason ? ")" : "");
 }
 
+/* Why spotlab-train cannot use the GPUs there are. */
+static const char *unusable(const struct wk_spec_paths *p) {
+  return p->gpus && p->gpus->unusable[0] ? p->gpus->unusable : "it cannot load its CUDA backend";
+}
+
 static int resolve_device(struct av *a, enum wk_kind kind, const json_t *spec, const struct wk_spec_paths *p,
                           struct wk_device *ret) {
   const json_t *opts = json_object_get(spec, "options");
@@ -296,13 +301,17 @@ static int resolve_device(struct av *a, enum wk_kind kind, const json_t *spec, c
   } else {
     cuda = have > 0 && p->train_cuda;
     if (have > 0)
-      snprintf(cpu_why, sizeof cpu_why, "this worker's spotlab-train was built without CUDA");
+      snprintf(cpu_why, sizeof cpu_why, "spotlab-train cannot use this instance's GPUs: %.100s",
+               unusable(p));
     else
       snprintf(cpu_why, sizeof cpu_why, "this instance (%.64s) has no GPU",
                p->instance_type && *p->instance_type ? p->instance_type : "of unknown type");
   }
   if (cuda && gpus < 1) gpus = 1;
   if (cuda && gpus > have) return too_few_gpus(a, asked, p);
+  if (cuda && !p->train_cuda)
+    return fail(a, SL_ECUDA, "%s asked, but spotlab-train cannot use this instance's GPUs: %s", asked,
+                unusable(p));
   bool bf16 = precision ? !strcmp(precision, "bf16") : cuda;
   if (bf16 && !cuda)
     return fail(a, SL_ECONFIG, "precision=bf16 needs a GPU, but this job runs on the CPU (%s); "

@@ -26,7 +26,7 @@ struct wk_spec_paths {
   long long checkpoint_every; /* from the assign; <= 0 = take the spec's */
   const struct wk_gpu_inventory *gpus; /* this instance's GPUs; NULL = none */
   const char *instance_type;  /* for messages: "g5.xlarge" */
-  bool train_cuda;            /* spotlab-train can use CUDA: GPUs are used by default */
+  bool train_cuda;            /* spotlab-train can use the GPUs (else gpus->unusable says why) */
   /* nodes=N (train): this process is rank `rank` of `world_size` (< 2: the
    * only one), meeting the others at rendezvous (tcp://HOST:PORT) */
   int rank, world_size;

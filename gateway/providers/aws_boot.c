@@ -72,6 +72,13 @@ static const char bundle_fetch[] =
     "rm -f bundle.tar.gz\n"
     "worker=\"$root/bundle/bin/spotlab-worker\"\n"
     "LD_LIBRARY_PATH=\"$root/bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\n"
+    "# the image's CUDA libraries, for spotlab-train's CUDA backend: the default\n"
+    "# toolkit's, then every other's, the newest first\n"
+    "cuda=\"${SPOTLAB_CUDA_ROOT:-/usr/local}\"\n"
+    "for d in \"$cuda/cuda/lib64\" \"$cuda/cuda/lib\" $(ls -d \"$cuda\"/cuda-*/lib64 \"$cuda\"/cuda-*/lib \\\n"
+    "    2>/dev/null | sort -rV); do\n"
+    "  [ -d \"$d\" ] && LD_LIBRARY_PATH=\"$LD_LIBRARY_PATH:$d\"\n"
+    "done\n"
     "export LD_LIBRARY_PATH\n";
 
 static const char tail[] =

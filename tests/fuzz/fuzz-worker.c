@@ -39,9 +39,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const struct wk_gpu_inventory inventories[4] = {
     {.reason = "no NVIDIA driver library (libnvidia-ml.so.1)"},
-    {1, "NVIDIA A10G", 22731, "550.54.15", ""},
-    {2, "NVIDIA A10G", 22731, "550.54.15", ""},
-    {8, "NVIDIA H100 80GB HBM3", 81559, "550.54.15", ""},
+    {1, "NVIDIA A10G", 22731, "550.54.15", "", ""},
+    {2, "NVIDIA A10G", 22731, "550.54.15", "", "cannot load the CUDA backend"},
+    {8, "NVIDIA H100 80GB HBM3", 81559, "550.54.15", "", ""},
 };
 
 /* A refusal is one of the codes the spec reader documents, with a
@@ -49,7 +49,8 @@ static const struct wk_gpu_inventory inventories[4] = {
 static void refused(int r, const char *err) {
   if (r == -ENOMEM)
     return;
-  if (r != SL_ECONFIG && r != SL_ETYPE && r != SL_ENAME && r != SL_ELIMIT && r != -ENODEV)
+  if (r != SL_ECONFIG && r != SL_ETYPE && r != SL_ENAME && r != SL_ELIMIT && r != -ENODEV &&
+      r != SL_ECUDA)
     abort();
   if (!memchr(err, 0, 256) || !err[0])
     abort();

@@ -121,6 +121,24 @@ int main(int argc, char **argv) {
   CHECK_INT(build(sha, &reused), 0);
   CHECK(reused);
 
+  /* spotlab-train's CUDA backend beside it: bundled where it looks from
+   * bin/, its library (the same as the programs') once; without it, the
+   * archive of before */
+  char backend[8300];
+  snprintf(backend, sizeof backend, "%s/libspotlab-train-cuda.so", dir);
+  CHECK_INT(sh("cp -- '%s' '%s'", argv[1], backend), 0);
+  char sha3[65] = "";
+  CHECK_INT(build(sha3, &reused), 0);
+  CHECK(!reused);
+  CHECK(strcmp(sha3, sha2) != 0);
+  CHECK_INT(sh("tar tzf '%s' > '%s'", archive, list), 0);
+  CHECK_INT(sh("grep -qx 'lib/spotlab/libspotlab-train-cuda.so' '%s'", list), 0);
+  CHECK_INT(sh("test \"$(grep -c '^lib/libsodium' '%s')\" = 1", list), 0);
+  CHECK_INT(sh("rm -f -- '%s'", backend), 0);
+  CHECK_INT(build(sha, &reused), 0);
+  CHECK(!reused);
+  CHECK_STR(sha, sha2);
+
   /* what a build killed midway left: removed, the archive kept */
   CHECK_INT(sh("mkdir -p '%s/stage.Ab12Cd/bin' && printf x > '%s/stage.Ab12Cd.tar.gz'", out, out), 0);
   CHECK_INT(build(sha, &reused), 0);

@@ -95,6 +95,15 @@ static void test_check(void) {
   CHECK_INT(parse("{\"count\":3,\"model\":\"NVIDIA A10G\",\"reason\":\"GPU 3: no name: NVML: GPU is lost\"}", &g), 0);
   CHECK_INT(gw_gpus_check(&g, "g5.12xlarge", 4, "A10G", why, sizeof why), 1);
   CHECK_STR(why, "g5.12xlarge has 4 x A10G in the catalog, but its worker found 3 x NVIDIA A10G");
+  /* the GPUs of the catalog, which spotlab-train cannot use: said, with why */
+  CHECK_INT(parse("{\"count\":1,\"model\":\"NVIDIA A10G\",\"unusable\":\"cannot load the CUDA "
+                  "backend (libcudart.so.13: cannot open shared object file)\"}", &g), 0);
+  CHECK_STR(g.unusable, "cannot load the CUDA backend (libcudart.so.13: cannot open shared object file)");
+  CHECK_INT(gw_gpus_check(&g, "g5.xlarge", 1, "A10G", why, sizeof why), 1);
+  CHECK_STR(why, "g5.xlarge's worker found 1 x NVIDIA A10G, but spotlab-train cannot use them "
+                 "(cannot load the CUDA backend (libcudart.so.13: cannot open shared object file)): "
+                 "jobs train on the CPU");
+  CHECK_INT(parse("{\"count\":1,\"unusable\":7}", &g), SL_ETYPE);
   /* another model */
   CHECK_INT(parse("{\"count\":1,\"model\":\"Tesla T4\"}", &g), 0);
   CHECK_INT(gw_gpus_check(&g, "g5.xlarge", 1, "A10G", why, sizeof why), 1);

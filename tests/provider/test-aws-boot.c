@@ -208,8 +208,9 @@ static void make_fakes(void) {
   CHECK(shell(cmd) == 0);
 }
 
-/* Runs the user data text with root as SPOTLAB_ROOT; its exit status. */
-static int boot_script(const char *text, const char *root) {
+/* Runs the user data text with root as SPOTLAB_ROOT and cuda (under tmp)
+ * as the folder of CUDA toolkits; its exit status. */
+static int boot_script_cuda(const char *text, const char *root, const char *cuda) {
   char script[512], out[600], bundle[600], path_env[700], root_env[600], out_env[700];
   path_of("user-data", script, sizeof script);
   if (write_file("user-data", text, 0700) < 0)
@@ -222,11 +223,17 @@ static int boot_script(const char *text, const char *root) {
   snprintf(path_env, sizeof path_env, "PATH=%s/fake:/usr/bin:/bin", tmp); /* no sbin: never the real shutdown */
   snprintf(root_env, sizeof root_env, "SPOTLAB_ROOT=%s", root);
   snprintf(out_env, sizeof out_env, "TEST_OUT=%s", out);
-  char bundle_env[700];
+  char bundle_env[700], cuda_env[700];
   snprintf(bundle_env, sizeof bundle_env, "TEST_BUNDLE=%s", bundle);
+  snprintf(cuda_env, sizeof cuda_env, "SPOTLAB_CUDA_ROOT=%s/%s", tmp, cuda);
   char *argv[] = {script, NULL};
-  char *env[] = {path_env, root_env, out_env, bundle_env, NULL};
+  char *env[] = {path_env, root_env, out_env, bundle_env, cuda_env, NULL};
   return run(argv, env);
+}
+
+/* ... with no CUDA toolkit at all (this machine's own are not the test's). */
+static int boot_script(const char *text, const char *root) {
+  return boot_script_cuda(text, root, "no-cuda");
 }
 
 static void test_prefix(void) {
@@ -323,6 +330,27 @@ static void test_bundle(void) {
   CHECK_STR(shutdown, "-h now\n");
   CHECK_STR(fetched, "fetched\n");
   free(program);
+  free(ld);
+
+  /* the image's CUDA toolkits after the bundle's libraries: the default
+   * one (cuda/, a link), then the others by version, the newest first */
+  static const char *const dirs[] = {"cuda-12.9/lib64", "cuda-13.0/lib64", "cuda-13.2/lib64",
+                                     "cuda-13.10/lib64", "cuda-13.10/lib", "cuda-11.8/bin"};
+  char cuda[1300];
+  for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+    snprintf(cuda, sizeof cuda, "mkdir -p %s/cuda-root/%s", tmp, dirs[i]);
+    CHECK(shell(cuda) == 0);
+  }
+  snprintf(cuda, sizeof cuda, "ln -s cuda-12.9 %s/cuda-root/cuda", tmp);
+  CHECK(shell(cuda) == 0);
+  CHECK_INT(boot_script_cuda(text, root, "cuda-root"), 0);
+  ld = read_named("out/ldpath");
+  snprintf(expect, sizeof expect,
+           "%s/bundle/lib:%s/cuda-root/cuda/lib64:%s/cuda-root/cuda-13.10/lib64:"
+           "%s/cuda-root/cuda-13.10/lib:%s/cuda-root/cuda-13.2/lib64:"
+           "%s/cuda-root/cuda-13.0/lib64:%s/cuda-root/cuda-12.9/lib64\n",
+           root, tmp, tmp, tmp, tmp, tmp, tmp);
+  CHECK_STR(ld, expect);
   free(ld);
   free(shutdown);
   free(fetched);

@@ -54,6 +54,34 @@ def main():
     check("only 0" in r.stderr, "dropout refusal says only 0 is supported", r)
     r = run(*TINY, "--device", "cuda", "--steps", "1")
     check(r.returncode == 1 and "CUDA" in r.stderr, "--device cuda without CUDA: clear error, exit 1", r)
+    # the CUDA path is a module loaded for --device cuda: the program needs no CUDA library
+    r = subprocess.run(["ldd", EXE], capture_output=True, text=True)
+    check(r.returncode == 0 and not [l for l in r.stdout.splitlines()
+                                     if any(n in l for n in ("libcudart", "libcublas", "libnccl"))],
+          "spotlab-train links no CUDA library", r.stdout)
+    r = run("--check-cuda")
+    lines = (r.stdout if r.returncode == 0 else r.stderr).strip().splitlines()
+    check(r.returncode in (0, 1) and len(lines) == 1 and
+          (lines[0].startswith("CUDA: ") if r.returncode == 0 else lines[0].startswith("spotlab-train: ")),
+          "--check-cuda: one line, the GPUs or why not", r)
+    with tempfile.TemporaryDirectory() as d:
+        alone = os.path.join(d, "spotlab-train")
+        subprocess.run(["cp", EXE, alone], check=True)
+        r = subprocess.run([alone, "--check-cuda"], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 1 and "no CUDA backend" in r.stderr and "libspotlab-train-cuda.so" in r.stderr,
+              "--check-cuda without the backend beside it or in ../lib/spotlab: says so", r)
+        r = subprocess.run([alone, *TINY, "--device", "cuda", "--steps", "1"], capture_output=True,
+                           text=True, timeout=60)
+        check(r.returncode == 1 and "--device cuda: this spotlab-train" in r.stderr,
+              "--device cuda without the backend: clear error, exit 1", r)
+        r = subprocess.run([alone, *TINY, "--steps", "2"], capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0 and r.stdout.count('"step":') >= 2, "the CPU path trains without it", r)
+        # a damaged module: the loader's reason, never a crash
+        with open(os.path.join(d, "libspotlab-train-cuda.so"), "wb") as f:
+            f.write(b"\x7fELF not a library")
+        r = subprocess.run([alone, "--check-cuda"], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 1 and "cannot load the CUDA backend" in r.stderr,
+              "--check-cuda with a damaged backend: the loader's reason", r)
     r = run(*TINY, "--data", "/nonexistent/text.txt", "--steps", "1")
     check(r.returncode == 1 and "/nonexistent/text.txt" in r.stderr, "missing text file named, exit 1", r)
     with tempfile.TemporaryDirectory() as d:

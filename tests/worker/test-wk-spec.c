@@ -9,7 +9,10 @@
 #include <errno.h>
 
 static const struct wk_gpu_inventory no_gpus = {.reason = "no NVIDIA driver library (libnvidia-ml.so.1)"};
-static const struct wk_gpu_inventory two_a10g = {2, "NVIDIA A10G", 22731, "550.54.15", ""};
+static const struct wk_gpu_inventory two_a10g = {2, "NVIDIA A10G", 22731, "550.54.15", "", ""};
+static const struct wk_gpu_inventory two_a10g_no_cuda = {
+    2, "NVIDIA A10G", 22731, "550.54.15", "",
+    "cannot load the CUDA backend (libcublasLt.so.13: cannot open shared object file)"};
 
 static struct wk_spec_paths paths = {.train = "/opt/spotlab-train", .ckpt_dir = "/w/jobs/J1/ckpt",
                                      .metrics_fd = 3, .control_fd = 4, .gpus = &no_gpus,
@@ -123,8 +126,17 @@ static void test_device_with_gpus(void) {
   CHECK_STR(out, TAIL " --steps 5 --device cuda --bf16");
   struct wk_spec_paths nocuda = p;
   nocuda.train_cuda = false;
+  nocuda.gpus = &two_a10g_no_cuda;
   CHECK_INT(train_with("\"steps\":5", &nocuda, out, sizeof out, err), 0);
   CHECK_STR(out, TAIL " --steps 5");
+  /* ... and a job that asks for them is told why not, never run on the CPU */
+  CHECK_INT(train_with("\"gpus\":1", &nocuda, out, sizeof out, err), SL_ECUDA);
+  CHECK_STR(err, "gpus=1 asked, but spotlab-train cannot use this instance's GPUs: cannot load the "
+                 "CUDA backend (libcublasLt.so.13: cannot open shared object file)");
+  CHECK_INT(train_with("\"device\":\"cuda\"", &nocuda, out, sizeof out, err), SL_ECUDA);
+  CHECK(strstr(err, "device=cuda asked, but spotlab-train cannot use") == err);
+  CHECK_INT(train_with("\"precision\":\"bf16\"", &nocuda, out, sizeof out, err), SL_ECONFIG);
+  CHECK(strstr(err, "(spotlab-train cannot use this instance's GPUs: cannot load the CUDA backend") != NULL);
   /* gpus=0 or device=cpu: the CPU, fp32 */
   CHECK_INT(train_with("\"gpus\":0", &p, out, sizeof out, err), 0);
   CHECK_STR(out, TAIL);

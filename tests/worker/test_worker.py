@@ -70,8 +70,7 @@ def case_register(tmp, worker_exe, train_exe):
         assert d["status"] == "failed" and "steps" in d["message"], d
         # The GPU inventory comes with every register: what NVML says, or none and why.
         gpus = gw.gpus
-        assert sorted(gpus) in (["count", "driver", "memory_mib", "model"],
-                                ["count", "driver", "memory_mib", "model", "reason"]), gpus
+        assert sorted(set(gpus) - {"reason", "unusable"}) == ["count", "driver", "memory_mib", "model"], gpus
         assert gpus["count"] > 0 or (gpus["reason"] and gpus["model"] == "" and gpus["memory_mib"] == 0), gpus
         # More GPUs than the instance has: refused at once with a sentence for the notebook,
         # never trained on the CPU; so is bf16 on the CPU.
@@ -91,6 +90,55 @@ def case_register(tmp, worker_exe, train_exe):
     finally:
         w.kill()
         gw.close()
+
+
+def case_gpus_unusable(tmp, worker_exe, train_exe):
+    """An instance with a GPU (a stand-in NVML) where spotlab-train cannot
+    train on it: the register says why, a job that names no GPU trains on the
+    CPU and says why, one that asks for a GPU is refused with the reason."""
+    data = text_file(tmp)
+    nvml = {"LD_LIBRARY_PATH": os.environ["SPOTLAB_TEST_FAKE_NVML_DIR"] +
+            (":" + os.environ["LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else "")}
+    # spotlab-train alone, as a build without nvcc, or an install that lost its backend, has it
+    alone = os.path.join(tmp, "alone")
+    os.mkdir(alone)
+    shutil.copy(train_exe, alone)
+    backend = os.path.join(os.path.dirname(train_exe), "libspotlab-train-cuda.so")
+    cases = [(os.path.join(alone, "spotlab-train"), "this spotlab-train has no CUDA backend")]
+    if os.path.exists(backend):
+        # this build's: it loads, and CUDA finds no GPU here (on a machine with one it can train)
+        cases.append((train_exe, None))
+    for n, (train, why) in enumerate(cases):
+        gw, w = start(tmp, worker_exe, train, env=nvml)
+        try:
+            gpus = gw.gpus
+            assert gpus["count"] == 1 and gpus["model"] == "NVIDIA A10G", gpus
+            if why is None and "unusable" not in gpus:
+                print("spotlab-train can use the GPU here: nothing to check with", train)
+                gw.send({"type": "shutdown"})
+                assert w.wait(10) == 0
+                continue
+            if why is None:  # the backend loaded: what is missing is the GPU or its driver
+                assert "no CUDA backend" not in gpus["unusable"] and (
+                    "CUDA sees no GPU" in gpus["unusable"] or "driver" in gpus["unusable"]), gpus
+            else:
+                assert gpus["unusable"].startswith(why), gpus
+            job = "J00002%d" % n
+            gw.send(train_assign(job, data, 3))
+            msgs = run_until_done(gw, job)
+            dev = [m["data"] for m in msgs if m["type"] == "metric" and m["data"].get("event") == "device"]
+            assert msgs[-1]["status"] == "succeeded" and dev and dev[0]["device"] == "cpu", (msgs[-1], dev)
+            job = "J00003%d" % n
+            gw.send(train_assign(job, data, 3, options={"gpus": 1}))
+            d = gw.recv(of(job, "done", "started"), 5, "refusal")
+            assert d["type"] == "done" and d["status"] == "failed", d
+            assert d["message"] == ("gpus=1 asked, but spotlab-train cannot use this instance's GPUs: " +
+                                    gpus["unusable"]), d
+            gw.send({"type": "shutdown"})
+            assert w.wait(10) == 0
+        finally:
+            w.kill()
+            gw.close()
 
 
 def case_train(tmp, worker_exe, train_exe):

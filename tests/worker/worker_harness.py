@@ -267,7 +267,8 @@ def is_orphan_presign(m):
 
 
 class Worker:
-    def __init__(self, worker_exe, train_exe, gw, tmp, metadata_url="", extra=None, store=None, log=None):
+    def __init__(self, worker_exe, train_exe, gw, tmp, metadata_url="", extra=None, store=None, log=None,
+                 env=None):
         self.public, self.secret = zmq.curve_keypair()
         self.store = store or os.path.join(tmp, "store")
         self.work = tempfile.mkdtemp(dir=tmp, prefix="work")
@@ -283,7 +284,7 @@ class Worker:
         fd = os.open(self.config, os.O_WRONLY | os.O_CREAT, 0o600)
         os.write(fd, json.dumps(cfg).encode())
         os.close(fd)
-        env = dict(os.environ, SPOTLAB_NOTICE_POLL_MS="50")
+        env = dict(os.environ, SPOTLAB_NOTICE_POLL_MS="50", **(env or {}))
         self.log = open(log, "w") if log else None  # else the test's stderr
         self.proc = subprocess.Popen([worker_exe, "--config", self.config], env=env, stderr=self.log)
 
