@@ -75,7 +75,7 @@ int gw_gpus_check(const struct gw_gpus *found, const char *type, int catalog_gpu
   char want[160], got[400];
   if (found->count == catalog_gpus && model_ok) {
     snprintf(why, why_size, "%s's worker found %d x %s, but spotlab-train cannot use them (%s): "
-             "jobs train on the CPU", type, found->count, found->model[0] ? found->model : "GPU",
+             "jobs that name no GPU train on the CPU", type, found->count, found->model[0] ? found->model : "GPU",
              found->unusable);
     sl_utf8_fix(why);
     return 1;

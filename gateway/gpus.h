@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GW_GPUS_WARNING_MAX 320
+#define GW_GPUS_WARNING_MAX 512
 
 struct gw_gpus {
   bool known;          /* the worker reported; false before it did (or when it is too old to) */
@@ -40,7 +40,7 @@ bool gw_gpus_model_matches(const char *found, const char *catalog_model);
  * sentence for logs and %status in why: "g5.xlarge has 1 x A10G in the
  * catalog, but its worker found no GPU (REASON)". GPUs that spotlab-train
  * cannot train on are a mismatch too: "g5.xlarge's worker found 1 x NVIDIA
- * A10G, but spotlab-train cannot use them (REASON): jobs train on the CPU". */
+ * A10G, but spotlab-train cannot use them (REASON): jobs that name no GPU train on the CPU". */
 int gw_gpus_check(const struct gw_gpus *found, const char *type, int catalog_gpus, const char *catalog_model,
                   char *why, size_t why_size);
 

@@ -31,9 +31,8 @@ const struct tc_cuda_api *tc_cuda_load(char *err, size_t es) {
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char *why = dlerror();
-    snprintf(err, es, "cannot load the CUDA backend (%s): the GPU path needs CUDA 13's runtime, "
-                      "cuBLAS and cuBLASLt and NCCL 2 where the loader finds them "
-                      "(LD_LIBRARY_PATH or ld.so.conf)", why ? why : path);
+    snprintf(err, es, "cannot load the CUDA backend (%s): it needs CUDA 13's cudart, cuBLAS, "
+                      "cuBLASLt and NCCL 2 on the loader's path", why ? why : path);
     return NULL;
   }
   const struct tc_cuda_api *api = dlsym(h, TC_CUDA_API_SYMBOL);

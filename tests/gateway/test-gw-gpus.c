@@ -102,7 +102,7 @@ static void test_check(void) {
   CHECK_INT(gw_gpus_check(&g, "g5.xlarge", 1, "A10G", why, sizeof why), 1);
   CHECK_STR(why, "g5.xlarge's worker found 1 x NVIDIA A10G, but spotlab-train cannot use them "
                  "(cannot load the CUDA backend (libcudart.so.13: cannot open shared object file)): "
-                 "jobs train on the CPU");
+                 "jobs that name no GPU train on the CPU");
   CHECK_INT(parse("{\"count\":1,\"unusable\":7}", &g), SL_ETYPE);
   /* another model */
   CHECK_INT(parse("{\"count\":1,\"model\":\"Tesla T4\"}", &g), 0);

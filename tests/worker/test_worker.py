@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -92,6 +93,25 @@ def case_register(tmp, worker_exe, train_exe):
         gw.close()
 
 
+def hide_cuda_libs(tmp, backend, worker_exe):
+    """A program that runs the worker in a mount namespace where the folders
+    of the CUDA libraries the backend needs are empty; None where no such
+    namespace can be made."""
+    libs = subprocess.run(["ldd", backend], capture_output=True, text=True).stdout
+    dirs = sorted({os.path.dirname(l.split("=>")[1].split("(")[0].strip()) for l in libs.splitlines()
+                   if "=>" in l and any(n in l for n in ("libcudart", "libcublas", "libnccl"))})
+    hide = " && ".join("mount -t tmpfs none '%s'" % d for d in dirs)
+    if not dirs or subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", hide],
+                                  capture_output=True).returncode != 0:
+        return None
+    path = os.path.join(tmp, "worker-without-cuda")
+    with open(path, "w") as f:  # the worker is $0 of the inner shell, its arguments follow
+        f.write("#!/bin/sh\nexec unshare -m --propagation private sh -c '%s && exec \"$0\" \"$@\"' "
+                "'%s' \"$@\"\n" % (hide.replace("'", '"'), worker_exe))
+    os.chmod(path, 0o755)
+    return path
+
+
 def case_gpus_unusable(tmp, worker_exe, train_exe):
     """An instance with a GPU (a stand-in NVML) where spotlab-train cannot
     train on it: the register says why, a job that names no GPU trains on the
@@ -108,8 +128,16 @@ def case_gpus_unusable(tmp, worker_exe, train_exe):
     if os.path.exists(backend):
         # this build's: it loads, and CUDA finds no GPU here (on a machine with one it can train)
         cases.append((train_exe, None))
-    for n, (train, why) in enumerate(cases):
-        gw, w = start(tmp, worker_exe, train, env=nvml)
+        # ... on an image without CUDA's libraries: hidden in a mount namespace where one can be
+        # made (as root), the worker started inside it
+        hidden = hide_cuda_libs(tmp, backend, worker_exe)
+        if hidden:
+            cases.append((train_exe, "cannot load the CUDA backend (lib", hidden))
+        else:
+            print("note: not checked on a machine without CUDA's libraries (no mount namespace here)")
+    for n, case in enumerate(cases):
+        train, why = case[:2]
+        gw, w = start(tmp, case[2] if len(case) > 2 else worker_exe, train, env=nvml)
         try:
             gpus = gw.gpus
             assert gpus["count"] == 1 and gpus["model"] == "NVIDIA A10G", gpus
