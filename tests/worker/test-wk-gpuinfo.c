@@ -1,6 +1,7 @@
 /* The GPU inventory and usage samples from a fake source (gpuinfo.h): the
  * count, model, memory and driver a register reports, GPUs that do not
- * answer, no source at all, and the loader on this machine. */
+ * answer, no source at all, and the loader on this machine; whether
+ * spotlab-train can use the GPUs, from stand-in programs. */
 #include "harness.h"
 
 #include "gpuinfo.h"
@@ -11,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #define MIB (1024ull * 1024ull)
 
@@ -178,7 +182,57 @@ static void test_this_machine(void) {
   CHECK(wk_nvml_free(NULL) == NULL);
 }
 
+/* A stand-in for spotlab-train --check-cuda: the shell text body. */
+static void program(char *path, size_t size, const char *dir, const char *name, const char *body) {
+  snprintf(path, size, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fprintf(f, "#!/bin/sh\n%s\n", body);
+  fclose(f);
+  chmod(path, 0700);
+}
+
+static void test_train_cuda_check(void) {
+  char dir[] = "/tmp/test-wk-gpuinfo-XXXXXX", path[256], why[WK_GPU_REASON_MAX];
+  CHECK(mkdtemp(dir) != NULL);
+  /* it can: exit 0, no reason */
+  program(path, sizeof path, dir, "ok", "[ \"$1\" = --check-cuda ] || exit 2; echo 'CUDA: 1 GPU'");
+  snprintf(why, sizeof why, "stale");
+  CHECK_INT(wk_train_cuda_check(path, 5000, why, sizeof why), 1);
+  CHECK_STR(why, "");
+  /* it cannot: its last line, without the program's prefix */
+  program(path, sizeof path, dir, "no", "echo 'some warning' >&2; echo 'spotlab-train: cannot load the "
+                                        "CUDA backend (libcudart.so.13: missing)' >&2; exit 1");
+  CHECK_INT(wk_train_cuda_check(path, 5000, why, sizeof why), 0);
+  CHECK_STR(why, "cannot load the CUDA backend (libcudart.so.13: missing)");
+  /* a failure that says nothing, a signal */
+  program(path, sizeof path, dir, "mute", "exit 3");
+  CHECK_INT(wk_train_cuda_check(path, 5000, why, sizeof why), 0);
+  CHECK_STR(why, "spotlab-train --check-cuda failed (status 3)");
+  program(path, sizeof path, dir, "killed", "kill -9 $$");
+  CHECK_INT(wk_train_cuda_check(path, 5000, why, sizeof why), 0);
+  CHECK_STR(why, "spotlab-train --check-cuda failed (status 137)");
+  /* one that hangs (a driver that never answers) is killed at the deadline */
+  program(path, sizeof path, dir, "hang", "exec sleep 30");
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  CHECK_INT(wk_train_cuda_check(path, 1000, why, sizeof why), 0);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  CHECK_STR(why, "spotlab-train --check-cuda gave no answer in 1 s");
+  double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  CHECK(took >= 0.9 && took < 5);
+  /* a program that is not there */
+  snprintf(path, sizeof path, "%s/none", dir);
+  CHECK_INT(wk_train_cuda_check(path, 5000, why, sizeof why), 0);
+  CHECK(strstr(why, "cannot start") == why && strstr(why, "No such file") != NULL);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK_INT(system(cmd), 0);
+}
+
 int main(void) {
+  test_train_cuda_check();
   test_inventory();
   test_usage();
   test_this_machine();
