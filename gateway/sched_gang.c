@@ -242,6 +242,38 @@ int gw_sched_place_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wa
   return 0;
 }
 
+/* Whether the members would train on different devices. A job that names
+ * neither gpus nor device trains on its instance's GPUs where spotlab-train
+ * can use them and on the CPU elsewhere (a GPU lost, an image without CUDA),
+ * and a data-parallel run needs one device on every rank (NCCL or gloo):
+ * ranks that disagree would wait on each other until they time out. A job
+ * that names either is held to it by each worker. Members that did not
+ * report their GPUs (older workers) are taken to agree. */
+static bool devices_differ(struct gw_sched *s, const struct gw_job *j, char *why, size_t size) {
+  const json_t *o = json_object_get(j->spec, "options");
+  if (json_object_get(o, "gpus") || json_object_get(o, "device"))
+    return false;
+  int gpu = -1, cpu = -1;
+  for (int r = 0; r < j->gang->n; r++) {
+    const struct gw_inst *in = member_inst(s, j, r);
+    if (!in || !in->found_gpus.known)
+      return false;
+    bool usable = in->found_gpus.count > 0 && !in->found_gpus.unusable[0];
+    if (usable && gpu < 0)
+      gpu = r;
+    if (!usable && cpu < 0)
+      cpu = r;
+  }
+  if (gpu < 0 || cpu < 0)
+    return false;
+  const struct gw_gpus *c = &member_inst(s, j, cpu)->found_gpus;
+  snprintf(why, size, "nodes=%d: rank %d (%s) would train on its GPUs and rank %d (%s) on the CPU "
+           "(%.160s); every rank of a data-parallel run needs the same device: name gpus=N, or "
+           "device=cpu", j->gang->n, gpu, j->gang->m[gpu].instance, cpu, j->gang->m[cpu].instance,
+           c->count ? c->unusable : c->reason[0] ? c->reason : "no GPU");
+  return true;
+}
+
 void gw_sched_gang_progress(struct gw_sched *s, struct gw_job *j) {
   struct gw_gang *g = j->gang;
   if (!g || g->stopping || g->m[0].assigned)
@@ -262,6 +294,11 @@ void gw_sched_gang_progress(struct gw_sched *s, struct gw_job *j) {
   }
   if (!g->placed || !registered)
     return;
+  char why[512];
+  if (devices_differ(s, j, why, sizeof why)) {
+    gw_sched_finish(s, j, GW_JOB_FAILED, why);
+    return;
+  }
   if (gw_sched_assign(s, j, in0) < 0) {
     gw_sched_gang_lost(s, j, 0, "rank 0's worker could not be sent its assignment");
     return;

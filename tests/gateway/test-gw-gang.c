@@ -516,6 +516,72 @@ static void test_submit_checks(void) {
   fx_free(f);
 }
 
+/* A member's register with its GPU report (gpus.h). */
+static void register_gpus(struct fx *f, const char *inst, const char *gpus) {
+  json_t *b = json_pack("{s:s,s:s,s:[],s:[],s:o}", "type", "register", "instance", inst, "jobs",
+                        "ended", "gpus", json_loads(gpus, 0, NULL));
+  fx_worker(f, inst, b);
+  json_decref(b);
+}
+
+/* Members that would train on different devices (one can use its GPU, one
+ * cannot) fail a job that names neither gpus nor device at once, with why,
+ * instead of ranks that wait on each other; one that names gpus, and
+ * members that agree, start. */
+static void test_devices_differ(void) {
+  static const char *const usable = "{\"count\":1,\"model\":\"NVIDIA A10G\"}",
+                           *unusable = "{\"count\":1,\"model\":\"NVIDIA A10G\",\"unusable\":"
+                                       "\"cannot load the CUDA backend (libcudart.so.13: missing)\"}",
+                           *none = "{\"count\":0,\"reason\":\"no NVIDIA driver library\"}";
+  struct {
+    const char *gpus0, *gpus1;
+    json_t *extra;
+    const char *why; /* NULL: rank 0 is assigned */
+  } cases[] = {
+      {usable, unusable, NULL, "cannot load the CUDA backend (libcudart.so.13: missing)"},
+      {none, usable, NULL, "no NVIDIA driver library"},
+      {usable, unusable, opts("{s:i}", "gpus", 1), NULL},
+      {usable, none, opts("{s:s}", "device", "cpu"), NULL},
+      {unusable, none, NULL, NULL},
+      {usable, usable, NULL, NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    struct fx *f = fx_new(NULL); /* fresh workers: none registered before */
+    CHECK(f != NULL);
+    if (!f)
+      return;
+    json_t *o = opts("{s:i,s:i,s:s}", "nodes", 2, "steps", 100, "spot", "yes");
+    if (cases[i].extra)
+      json_object_update(o, cases[i].extra);
+    json_decref(cases[i].extra);
+    int64_t job = fx_submit(f, "alice", "s", "train", o);
+    fx_settle(f);
+    char ids[GW_GANG_MAX][GW_INSTANCE_ID_MAX];
+    CHECK_INT(members(f, job, ids), 2);
+    register_gpus(f, ids[0], cases[i].gpus0);
+    register_gpus(f, ids[1], cases[i].gpus1);
+    fx_settle(f);
+    if (!cases[i].why) {
+      CHECK_INT(fx_job_state(f, job), GW_JOB_STARTING);
+      CHECK_INT(fx_to_worker_count(f, ids[0], "assign"), 1);
+      fx_free(f);
+      continue;
+    }
+    CHECK_INT(fx_job_state(f, job), GW_JOB_FAILED);
+    CHECK_INT(fx_to_worker_count(f, ids[0], "assign"), 0);
+    const char *why = fx_state_reason(f, job, GW_JOB_FAILED);
+    int gpu = strstr(cases[i].gpus0, "unusable") || !strstr(cases[i].gpus0, "\"count\":1");
+    char want[4400];
+    snprintf(want, sizeof want, "nodes=2: rank %d (%s) would train on its GPUs and rank %d (%s) on the CPU (%s)",
+             gpu, ids[gpu], !gpu, ids[!gpu], cases[i].why);
+    CHECK(why && strstr(why, want) == why && strstr(why, "name gpus=N, or device=cpu"));
+    /* the instances are free for the next job */
+    CHECK_STR(fx_inst(f, ids[0])->row.state, "idle");
+    CHECK_STR(fx_inst(f, ids[1])->row.state, "idle");
+    fx_free(f);
+  }
+}
+
 /* Rank 0's worker registers last, before its provider said it launched: the
  * register assigns rank 0 once, and the same register does not take it for a
  * worker that lost its job. */
@@ -547,6 +613,7 @@ static void test_rank0_registers_before_launched(void) {
 
 int main(void) {
   test_rank0_registers_before_launched();
+  test_devices_differ();
   test_start_and_succeed();
   test_all_or_none();
   test_other_market();
