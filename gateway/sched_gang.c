@@ -245,8 +245,8 @@ int gw_sched_place_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wa
 /* Whether the members would train on different devices. A job that names
  * neither gpus nor device trains on its instance's GPUs where spotlab-train
  * can use them and on the CPU elsewhere (a GPU lost, an image without CUDA),
- * and a data-parallel run needs one device on every rank (NCCL or gloo):
- * ranks that disagree would wait on each other until they time out. A job
+ * and a data-parallel run needs one device on every rank: ranks that
+ * disagree cannot meet (NCCL's rendezvous on one, gloo's on another). A job
  * that names either is held to it by each worker. Members that did not
  * report their GPUs (older workers) are taken to agree. */
 static bool devices_differ(struct gw_sched *s, const struct gw_job *j, char *why, size_t size) {

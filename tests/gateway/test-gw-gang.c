@@ -526,7 +526,7 @@ static void register_gpus(struct fx *f, const char *inst, const char *gpus) {
 
 /* Members that would train on different devices (one can use its GPU, one
  * cannot) fail a job that names neither gpus nor device at once, with why,
- * instead of ranks that wait on each other; one that names gpus, and
+ * instead of ranks that cannot meet; one that names gpus, and
  * members that agree, start. */
 static void test_devices_differ(void) {
   static const char *const usable = "{\"count\":1,\"model\":\"NVIDIA A10G\"}",
