@@ -338,9 +338,21 @@ int wk_train_cuda_check(const char *train, int timeout_ms, char *why, size_t why
   }
   out[len] = '\0';
   close(fds[0]);
-  if (late) kill(pid, SIGKILL);
+  /* its end, by the same deadline: one that closed its output and went on
+   * is killed as one that said nothing */
   int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  pid_t w;
+  while (!late && (w = waitpid(pid, &st, WNOHANG)) == 0) {
+    if (sl_time_mono_us() >= end) {
+      late = true;
+      break;
+    }
+    usleep(10 * 1000);
+  }
+  if (late) {
+    kill(pid, SIGKILL);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
   }
   if (!late && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
     why[0] = '\0';

@@ -222,6 +222,10 @@ static void test_train_cuda_check(void) {
   CHECK_STR(why, "spotlab-train --check-cuda gave no answer in 1 s");
   double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   CHECK(took >= 0.9 && took < 5);
+  /* one that closes its output and goes on is killed at the deadline too */
+  program(path, sizeof path, dir, "quiet", "exec >&- 2>&-; exec sleep 30");
+  CHECK_INT(wk_train_cuda_check(path, 1000, why, sizeof why), 0);
+  CHECK_STR(why, "spotlab-train --check-cuda gave no answer in 1 s");
   /* a program that is not there */
   snprintf(path, sizeof path, "%s/none", dir);
   CHECK_INT(wk_train_cuda_check(path, 5000, why, sizeof why), 0);
