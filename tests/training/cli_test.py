@@ -15,6 +15,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from checks import check, exit_status  # noqa: E402
+from without_cuda import UNSHARE, hiding_command  # noqa: E402
 
 EXE = sys.argv[1]
 OPTIONS = ["--model", "--data", "--layers", "--heads", "--dim", "--ctx", "--hidden", "--dropout",
@@ -78,23 +79,13 @@ def main():
         check(r.returncode == 0 and r.stdout.count('"step":') >= 2, "the CPU path trains without it", r)
         # where this build's backend is and its CUDA libraries can be hidden (a mount
         # namespace, as root): a machine without them, as an image without CUDA 13
-        backend = os.path.join(os.path.dirname(os.path.abspath(EXE)), "libspotlab-train-cuda.so")
-        libs = subprocess.run(["ldd", backend], capture_output=True, text=True).stdout if \
-            os.path.exists(backend) else ""
-        dirs = sorted({os.path.dirname(l.split("=>")[1].split("(")[0].strip()) for l in libs.splitlines()
-                       if "=>" in l and any(n in l for n in ("libcudart", "libcublas", "libnccl"))})
-        hide = " && ".join("mount -t tmpfs none '%s'" % x for x in dirs)
-        probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", hide or "false"],
-                               capture_output=True, text=True) if dirs else None
-        if probe is None or probe.returncode != 0:
-            print("note: not checked without CUDA's libraries (%s)" %
-                  ("no CUDA backend in this build" if probe is None else "cannot hide them: " +
-                   probe.stderr.strip()))
+        hide, why = hiding_command(EXE)
+        if hide is None:
+            print("note: not checked without CUDA's libraries (%s)" % why)
         else:
             script = "%s && '%s' --check-cuda; echo \"check=$?\"; '%s' %s --steps 2 >/dev/null; " \
                      "echo \"train=$?\"" % (hide, EXE, EXE, " ".join(TINY))
-            r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                               capture_output=True, text=True, timeout=120)
+            r = subprocess.run(UNSHARE + ["sh", "-c", script], capture_output=True, text=True, timeout=120)
             check("train=0" in r.stdout and "check=1" in r.stdout and
                   "cannot load the CUDA backend (lib" in r.stderr and "cannot open shared object" in r.stderr,
                   "without CUDA's libraries: the CPU path trains, --check-cuda names the missing one", r)

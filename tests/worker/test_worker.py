@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -14,6 +13,7 @@ import time
 import zmq
 
 from procs import processes
+from without_cuda import UNSHARE, backend_of, hiding_command
 from worker_harness import (Bucket, Gateway, Metadata, Worker, is_orphan_presign, of, text_file,
                             train_assign)
 
@@ -93,21 +93,16 @@ def case_register(tmp, worker_exe, train_exe):
         gw.close()
 
 
-def hide_cuda_libs(tmp, backend, worker_exe):
-    """A program that runs the worker in a mount namespace where the folders
-    of the CUDA libraries the backend needs are empty; None where no such
-    namespace can be made."""
-    libs = subprocess.run(["ldd", backend], capture_output=True, text=True).stdout
-    dirs = sorted({os.path.dirname(l.split("=>")[1].split("(")[0].strip()) for l in libs.splitlines()
-                   if "=>" in l and any(n in l for n in ("libcudart", "libcublas", "libnccl"))})
-    hide = " && ".join("mount -t tmpfs none '%s'" % d for d in dirs)
-    if not dirs or subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", hide],
-                                  capture_output=True).returncode != 0:
+def worker_without_cuda(tmp, train_exe, worker_exe):
+    """A program that runs the worker where the CUDA libraries of train_exe's
+    backend are hidden (without_cuda.py); None where they cannot be."""
+    hide, _ = hiding_command(train_exe)
+    if hide is None:
         return None
     path = os.path.join(tmp, "worker-without-cuda")
     with open(path, "w") as f:  # the worker is $0 of the inner shell, its arguments follow
-        f.write("#!/bin/sh\nexec unshare -m --propagation private sh -c '%s && exec \"$0\" \"$@\"' "
-                "'%s' \"$@\"\n" % (hide.replace("'", '"'), worker_exe))
+        f.write("#!/bin/sh\nexec %s sh -c '%s && exec \"$0\" \"$@\"' '%s' \"$@\"\n"
+                % (" ".join(UNSHARE), hide, worker_exe))
     os.chmod(path, 0o755)
     return path
 
@@ -115,7 +110,7 @@ def hide_cuda_libs(tmp, backend, worker_exe):
 def case_gpus_unusable(tmp, worker_exe, train_exe):
     """An instance with a GPU (a stand-in NVML) where spotlab-train cannot
     train on it: the register says why, a job that names no GPU trains on the
-    CPU and says why, one that asks for a GPU is refused with the reason."""
+    CPU, one that asks for a GPU is refused with the reason."""
     data = text_file(tmp)
     nvml = {"LD_LIBRARY_PATH": os.environ["SPOTLAB_TEST_FAKE_NVML_DIR"] +
             (":" + os.environ["LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else "")}
@@ -123,14 +118,13 @@ def case_gpus_unusable(tmp, worker_exe, train_exe):
     alone = os.path.join(tmp, "alone")
     os.mkdir(alone)
     shutil.copy(train_exe, alone)
-    backend = os.path.join(os.path.dirname(train_exe), "libspotlab-train-cuda.so")
     cases = [(os.path.join(alone, "spotlab-train"), "this spotlab-train has no CUDA backend")]
-    if os.path.exists(backend):
+    if os.path.exists(backend_of(train_exe)):
         # this build's: it loads, and CUDA finds no GPU here (on a machine with one it can train)
         cases.append((train_exe, None))
         # ... on an image without CUDA's libraries: hidden in a mount namespace where one can be
         # made (as root), the worker started inside it
-        hidden = hide_cuda_libs(tmp, backend, worker_exe)
+        hidden = worker_without_cuda(tmp, train_exe, worker_exe)
         if hidden:
             cases.append((train_exe, "cannot load the CUDA backend (lib", hidden))
         else:
