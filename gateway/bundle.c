@@ -153,7 +153,7 @@ static int list_inputs(struct inputs *in, char *err, size_t err_size) {
      * libraries are the image's, as system_lib says); none in a build
      * without nvcc */
     char backend[PATH_MAX];
-    if (i == 1 && sl_train_cuda_backend(prog, backend, sizeof backend) == 0 &&
+    if (!strcmp(programs[i], "spotlab-train") && sl_train_cuda_backend(prog, backend, sizeof backend) == 0 &&
         ((r = add_input(in, "lib/spotlab/" SL_TRAIN_CUDA_BACKEND, backend, err, err_size)) < 0 ||
          (r = add_libs(in, backend, err, err_size)) < 0))
       return r;

@@ -16,10 +16,10 @@
 #include <stdint.h>
 
 #include "tc_model.h"
+#include "tc_rdv.h"
 
 #define TC_CUDA_API_VERSION 1
 #define TC_CUDA_API_SYMBOL "tc_cuda_api_v1"
-#define TC_CUDA_NCCL_ID_BYTES 128
 
 struct tc_cuda_model;
 struct tc_cuda_ctx;
@@ -55,8 +55,8 @@ struct tc_cuda_api {
   int (*clip_grads)(struct tc_cuda_model *cm, float max_norm, double *ret_norm);
   int (*adamw)(struct tc_cuda_model *cm, const struct tc_adamw *hp, float lr);
   int (*logits)(struct tc_cuda_model *cm, float *logits, size_t rows);
-  int (*nccl_unique_id)(uint8_t id[TC_CUDA_NCCL_ID_BYTES]);
-  int (*nccl_new)(const uint8_t id[TC_CUDA_NCCL_ID_BYTES], int rank, int world, int device,
+  int (*nccl_unique_id)(uint8_t id[TC_RDV_ID_BYTES]);
+  int (*nccl_new)(const uint8_t id[TC_RDV_ID_BYTES], int rank, int world, int device,
                   void *stream, struct tc_nccl **ret);
   struct tc_nccl *(*nccl_free)(struct tc_nccl *nc);
   int (*nccl_allreduce_f32)(struct tc_nccl *nc, float *d_buf, size_t n);

@@ -6,7 +6,7 @@
 #include "tc_cuda_api.h"
 #include "tc_nccl.h"
 
-_Static_assert(TC_CUDA_NCCL_ID_BYTES == TC_NCCL_ID_BYTES, "one NCCL id size");
+_Static_assert(TC_RDV_ID_BYTES == TC_NCCL_ID_BYTES, "the rendezvous carries NCCL ids");
 
 __attribute__((visibility("default"))) extern const struct tc_cuda_api tc_cuda_api_v1;
 const struct tc_cuda_api tc_cuda_api_v1 = {
