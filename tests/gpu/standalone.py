@@ -7,7 +7,7 @@ dependencies (a cloud GPU instance, say).
 
 usage: tests/gpu/standalone.py pack BUILD DIR
        python3 DIR/standalone.py run [--out DIR] [--only PHASE,...] [--tests NAME,...]
-                                     [--budget SECONDS] [--bench-args "ARGS"]
+                                     [--budget SECONDS] [--bench-args "ARGS" ...]
 
 pack reads the gpu suite from BUILD's meson introspection (the tests and
 their arguments as `meson test --suite gpu` runs them) and writes DIR:
@@ -23,8 +23,8 @@ budget (default 540 s) leaves it time:
              timeouts
   sanitizer  compute-sanitizer: memcheck over the bf16 kernels and a bf16
              step, racecheck over the fused attention
-  bench      bench/train_gpu (--bench-args: its options, default
-             "--batch 8 --rounds 3")
+  bench      bench/train_gpu, once for each --bench-args (its options;
+             default "--batch 8 --rounds 3")
 The CUDA libraries come from the machine: /usr/local/cuda*/lib64 and lib,
 then the wheels of Python's nvidia packages. Everything is printed and kept in
 OUT/standalone.log, with one line a test in OUT/summary.txt. Exit status: 0
@@ -47,6 +47,7 @@ BASE = ("linux-vdso.so", "ld-linux", "libc.so", "libm.so", "libdl.so", "libpthre
 CUDA_PREFIXES = ("libcudart", "libcublas", "libcublasLt", "libnccl", "libcuda.so",
                  "libnvidia-ml")
 PHASES = ("check", "suite", "sanitizer", "bench")
+BENCH_ARGS = "--batch 8 --rounds 3"
 SANITIZER = [("memcheck", "test-gpu-ops", "mlp-bf16"), ("memcheck", "test-gpu-ops", "linear-bf16"),
              ("memcheck", "test-gpu-ops", "attention-bf16"),
              ("memcheck", "test-gpu-model", "gpt-bf16"),
@@ -339,11 +340,11 @@ def run(args):
                       [cs, "--tool", tool, "--error-exitcode", "3",
                        os.path.join(here, "bin", prog), arg], 300, env)
     if "bench" in only:
-        bench = [sys.executable, os.path.join(here, "bench", "train_gpu"), "--exe", exe]
-        extra = args.bench_args.split()
-        if "--data" not in extra:
-            bench += ["--data", os.path.join(here, "data", "moby-dick.txt")]
-        r.run("bench/train_gpu " + " ".join(extra), bench + extra, 600, env)
+        for extra in [a.split() for a in args.bench_args or [BENCH_ARGS]]:
+            bench = [sys.executable, os.path.join(here, "bench", "train_gpu"), "--exe", exe]
+            if "--data" not in extra:
+                bench += ["--data", os.path.join(here, "data", "moby-dick.txt")]
+            r.run("bench/train_gpu " + " ".join(extra), bench + extra, 600, env)
     log.say("%d passed, %d failed, %d skipped" % (r.passed, r.failed, r.skipped))
     if r.failed:
         return 1
@@ -361,7 +362,7 @@ def main():
     q.add_argument("--only", default="")
     q.add_argument("--tests", default="")
     q.add_argument("--budget", type=float, default=540)
-    q.add_argument("--bench-args", default="--batch 8 --rounds 3")
+    q.add_argument("--bench-args", action="append")
     a = ap.parse_args()
     if a.cmd == "pack":
         src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
