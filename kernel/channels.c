@@ -22,6 +22,16 @@
  * Only a frame over WIRE_MAX_FRAME_BYTES, which libzmq will not even read (it
  * closes that connection), goes unanswered.
  *
+ * IOPub is an XPUB socket, so the loop sees front ends subscribe. A front
+ * end connects its sockets when it starts, often before the kernel has bound
+ * them, and libzmq connects each again on its own timer: its first request
+ * can reach shell before its IOPub subscription exists, and then the status
+ * and outputs of that request are published to nobody. A front end that
+ * waits for the request's idle status (jupyter console does) waits forever.
+ * So while IOPub has no subscriber, shell requests wait up to
+ * IOPUB_WAIT_MS for one; a front end that never subscribes pays that wait
+ * once, not on every request.
+ *
  * The gateway socket (a DEALER, protocols.md §1) exists only while the
  * core's gateway client has it open; libzmq connects it in the background
  * and again whenever the connection drops, and requests sent meanwhile wait
@@ -65,6 +75,7 @@
 #define GW_LIMIT_FRAME_BYTES (1 << 20)
 #define GW_SNDHWM 1000 /* requests waiting for the gateway connection */
 #define GW_MAX_PER_ROUND 256 /* gateway messages handled before the other sockets get a turn */
+#define IOPUB_WAIT_MS 2000 /* how long shell requests wait for a first IOPub subscriber */
 
 struct loop {
   void *ctx;
@@ -77,6 +88,11 @@ struct loop {
    * (JPY_PARENT_PID, as jupyter_client sets it for a kernel it owns): a
    * kernel whose front end died without shutting it down ends too. */
   pid_t parent;
+  /* IOPub's subscriptions now (each front end's SUB makes one), and while
+   * there are none, until when shell requests wait for one (0: none has
+   * waited yet; in the past: one waited, shell is served meanwhile). */
+  long iopub_subs;
+  int64_t iopub_wait_until_us;
   bool logged_hmac, logged_replay, logged_limit;
   /* What the core sent during this round, sent together when the round ends:
    * libzmq's I/O thread then wakes once for a request's status, input echo,
@@ -340,7 +356,7 @@ static bool receive_one(struct loop *l, enum jk_channel ch) {
 static int open_socket(struct loop *l, const struct jk_connection *conn, enum jk_channel ch) {
   static const int types[JK_CH_COUNT] = {
     [JK_CH_SHELL] = ZMQ_ROUTER, [JK_CH_CONTROL] = ZMQ_ROUTER, [JK_CH_STDIN] = ZMQ_ROUTER,
-    [JK_CH_IOPUB] = ZMQ_PUB, [JK_CH_HB] = ZMQ_ROUTER,
+    [JK_CH_IOPUB] = ZMQ_XPUB, [JK_CH_HB] = ZMQ_ROUTER,
   };
   void *s = zmq_socket(l->ctx, types[ch]);
   if (!s)
@@ -352,6 +368,9 @@ static int open_socket(struct loop *l, const struct jk_connection *conn, enum jk
   /* A front end that reconnects under its old identity takes it over. */
   if (types[ch] == ZMQ_ROUTER && ch != JK_CH_HB)
     zmq_setsockopt(s, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+  /* every front end's subscription and unsubscription, its own ones too */
+  if (types[ch] == ZMQ_XPUB)
+    zmq_setsockopt(s, ZMQ_XPUB_VERBOSER, &one, sizeof one);
   char ep[300];
   int r = jk_connection_endpoint(conn, ch, ep, sizeof ep);
   if (r == 0 && zmq_bind(s, ep) < 0) {
@@ -411,25 +430,72 @@ static void read_signals(struct loop *l) {
   }
 }
 
-enum { P_SIGNAL, P_CONTROL, P_STDIN, P_SHELL, P_GATEWAY, P_COUNT };
+/* Reads what IOPub's front ends sent: subscriptions (a first byte of 1) and
+ * unsubscriptions (0), one each per front end's SUB. */
+static void read_subscriptions(struct loop *l) {
+  for (;;) {
+    unsigned char b[1];
+    int n = zmq_recv(l->sock[JK_CH_IOPUB], b, sizeof b, ZMQ_DONTWAIT);
+    if (n < 0)
+      return;
+    if (n >= 1 && b[0] == 1)
+      l->iopub_subs++;
+    else if (n >= 1 && b[0] == 0 && l->iopub_subs > 0)
+      l->iopub_subs--;
+  }
+}
 
-/* One zmq_poll over the signal pipe, control, stdin, shell and the gateway;
- * then control and stdin drained, a bounded number of gateway messages, one
- * shell request (answering it is the round's work; the next poll returns at
- * once if more are queued), and the core's timers. The gateway socket may be
- * opened or closed by the core, so it is looked up again every round. */
+/* Whether shell is polled this round (else *timeout is cut to the wait
+ * left): while IOPub has no subscriber, a request that arrives waits up to
+ * IOPUB_WAIT_MS for one (held_for_iopub starts the wait), once; after a
+ * subscriber came, the next time there is none a request waits again. */
+static bool shell_open(struct loop *l, long *timeout) {
+  if (l->iopub_subs > 0)
+    l->iopub_wait_until_us = 0;
+  if (l->iopub_wait_until_us == 0)
+    return true;
+  int64_t left = l->iopub_wait_until_us - sl_time_mono_us();
+  if (left <= 0)
+    return true;
+  long ms = (long)((left + 999) / 1000);
+  if (*timeout < 0 || *timeout > ms)
+    *timeout = ms;
+  return false;
+}
+
+/* A shell request is waiting: whether it waits for an IOPub subscriber
+ * first (and from when). */
+static bool held_for_iopub(struct loop *l) {
+  if (l->iopub_subs > 0 || l->iopub_wait_until_us != 0)
+    return false;
+  l->iopub_wait_until_us = sl_time_mono_us() + (int64_t)IOPUB_WAIT_MS * 1000;
+  return true;
+}
+
+enum { P_SIGNAL, P_CONTROL, P_STDIN, P_IOPUB, P_SHELL, P_GATEWAY, P_COUNT };
+
+/* One zmq_poll over the signal pipe, control, stdin, IOPub's subscriptions,
+ * shell and the gateway; then control and stdin drained, the subscriptions
+ * counted, a bounded number of gateway messages, one shell request
+ * (answering it is the round's work; the next poll returns at once if more
+ * are queued), and the core's timers. Shell is left out of the poll while
+ * its requests wait for an IOPub subscriber (shell_open). The gateway socket
+ * may be opened or closed by the core, so it is looked up again every
+ * round. */
 static void serve(struct loop *l) {
   while (!l->stop) {
+    long timeout = poll_timeout_ms(l->core);
+    if (l->parent && (timeout < 0 || timeout > PARENT_CHECK_MS))
+      timeout = PARENT_CHECK_MS;
+    bool shell = shell_open(l, &timeout);
     zmq_pollitem_t items[P_COUNT] = {
       [P_SIGNAL] = {NULL, sig_pipe[0], ZMQ_POLLIN, 0},
       [P_CONTROL] = {l->sock[JK_CH_CONTROL], 0, ZMQ_POLLIN, 0},
       [P_STDIN] = {l->sock[JK_CH_STDIN], 0, ZMQ_POLLIN, 0},
-      [P_SHELL] = {l->sock[JK_CH_SHELL], 0, ZMQ_POLLIN, 0},
+      [P_IOPUB] = {l->sock[JK_CH_IOPUB], 0, ZMQ_POLLIN, 0},
+      [P_SHELL] = {l->sock[JK_CH_SHELL], 0, shell ? ZMQ_POLLIN : 0, 0},
       [P_GATEWAY] = {l->gw, 0, ZMQ_POLLIN, 0},
     };
-    long timeout = poll_timeout_ms(l->core);
-    if (l->parent && (timeout < 0 || timeout > PARENT_CHECK_MS))
-      timeout = PARENT_CHECK_MS;
     int n = zmq_poll(items, l->gw ? P_COUNT : P_GATEWAY, timeout);
     if (n < 0 && zmq_errno() != EINTR) {
       sl_err("kernel", "poll failed: %s", zmq_strerror(zmq_errno()));
@@ -443,10 +509,13 @@ static void serve(struct loop *l) {
     if (n > 0 && (items[P_STDIN].revents & ZMQ_POLLIN))
       while (!l->stop && receive_one(l, JK_CH_STDIN))
         ;
+    if (n > 0 && (items[P_IOPUB].revents & ZMQ_POLLIN))
+      read_subscriptions(l);
     if (n > 0 && l->gw && (items[P_GATEWAY].revents & ZMQ_POLLIN))
       for (int i = 0; i < GW_MAX_PER_ROUND && !l->stop && receive_gateway(l); i++)
         ;
-    if (n > 0 && !l->stop && (items[P_SHELL].revents & ZMQ_POLLIN))
+    if (n > 0 && !l->stop && shell && (items[P_SHELL].revents & ZMQ_POLLIN) &&
+        !held_for_iopub(l))
       receive_one(l, JK_CH_SHELL);
     if (!l->stop)
       jk_core_tick(l->core);

@@ -764,6 +764,86 @@ def test_busy_idle_brackets_control_request(kernel, msg_type):
     assert_bracketed(kernel.until_idle(msg_id), msg_type)
 
 
+class LateFrontEnd:
+    """A front end on a kernel of its own whose iopub SUB connects after its
+    first request was sent, as happens when libzmq's reconnection timers
+    bring a client's shell connection up before its iopub one."""
+
+    def __init__(self):
+        self.km = KernelManager(kernel_name=KERNEL_NAME)
+        self.km.start_kernel()
+        self.shell = RawShell(zmq.Context.instance().socket(zmq.DEALER), self.km.session.key)
+        self.shell.sock.linger = 0
+        self.shell.sock.connect(self.endpoint(self.km.shell_port))
+        self.sub = None
+
+    def endpoint(self, port):
+        return f"{self.km.transport}://{self.km.ip}:{port}"
+
+    def subscribe(self):
+        self.sub = zmq.Context.instance().socket(zmq.SUB)
+        self.sub.linger = 0
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.connect(self.endpoint(self.km.iopub_port))
+
+    def iopub_until_idle(self, msg_id, timeout=REPLY_S):
+        deadline, got = time.monotonic() + timeout, []
+        while time.monotonic() < deadline:
+            if not self.sub.poll(200):
+                continue
+            frames = self.sub.recv_multipart()
+            i = frames.index(b"<IDS|MSG>")
+            header, parent, _meta, content = (json.loads(f) for f in frames[i + 2: i + 6])
+            if parent.get("msg_id") == msg_id:
+                got.append({"msg_type": header["msg_type"], "content": content})
+                if is_status("idle")(got[-1]):
+                    return got
+        raise AssertionError(f"no idle status on iopub for {msg_id} within {timeout}s; got {got}")
+
+    def close(self):
+        self.shell.close()
+        if self.sub is not None:
+            self.sub.close()
+        self.km.shutdown_kernel(now=True)
+        self.km.cleanup_resources()
+
+
+def test_first_request_waits_for_its_iopub_subscription(kspec):
+    """Shell requests wait (up to 2 s) while iopub has no subscriber: the
+    request sent before the front end's SUB connected still has its busy
+    status, output and idle status published to it. Without the wait they
+    go out to nobody, and a front end that waits for the idle status (jupyter
+    console) hangs. The half-second pause is the scenario (a SUB that
+    connects late), not a wait for the kernel."""
+    fe = LateFrontEnd()
+    try:
+        msg_id, frames = fe.shell.execute_frames(CODE["print"].format("late-sub"))
+        fe.shell.send(frames)
+        time.sleep(0.5)
+        fe.subscribe()
+        msgs = fe.iopub_until_idle(msg_id)
+        assert_bracketed(msgs, "the first execute_request")
+        assert stdout_text(msgs) == "late-sub\n", f"output: {msgs}"
+        assert fe.shell.reply(msg_id)["content"]["status"] == "ok"
+    finally:
+        fe.close()
+
+
+def test_client_without_iopub_waits_once(kspec):
+    """A client that never subscribes to iopub is answered after the wait
+    (at most 2 s), and its next requests at once."""
+    fe = LateFrontEnd()
+    try:
+        fe.shell.answering()  # the kernel is up (its first answer may come after the wait)
+        t0 = time.monotonic()
+        for _ in range(3):
+            fe.shell.answering()
+        took = time.monotonic() - t0
+        assert took < 1.5, f"three kernel_info requests after the first took {took:.2f}s"
+    finally:
+        fe.close()
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
         sys.exit("usage: test_kernel_protocol.py PATH-TO-spotlab-kernel [pytest options]")
