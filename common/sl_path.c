@@ -46,6 +46,7 @@ int sl_find_program(const char *name, char *ret, size_t size) {
   } tree[] = {
     {"spotlab-kernel", "kernel"}, {"spotlab-gateway", "gateway"}, {"spotlab-worker", "worker"},
     {"spotlab-train", "kernels"}, {"spotlab", "cli"},           {"spotlab-sim", "gateway"},
+    {"spotlab-kernel-session", "kernel"},
   };
   for (size_t i = 0; i < sizeof tree / sizeof *tree; i++) {
     if (strcmp(tree[i].name, name) != 0)

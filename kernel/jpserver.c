@@ -5,13 +5,17 @@
  * to the pid of the process that launched it; a Notebook or Jupyter Server
  * writes a runtime file nbserver-PID.json / jpserver-PID.json holding its
  * url and token, in the folder it also writes connection files to. The
- * kernel reads that file, asks GET {url}api/sessions (token from the file,
- * or JUPYTERHUB_API_TOKEN for a single-user server on a hub) and takes the
+ * kernel finds that file (jpserver_file.c) and runs spotlab-kernel-session,
+ * which asks GET {url}api/sessions (token from the file, or
+ * JUPYTERHUB_API_TOKEN for a single-user server on a hub) and prints the
  * path of the session whose kernel has this kernel's id. A server records
  * the session just after it starts the kernel, so an answer that does not
- * list it yet is asked again until a deadline. Only the parent server is
- * asked: a kernel started by nbclient or jupyter console asks nobody and
- * costs nothing. The token is sent in a header, never logged. */
+ * list it yet is asked again until a deadline. This file is that program's
+ * half: HTTP is libcurl, whose forty-odd libraries (TLS, Kerberos, LDAP)
+ * would otherwise be loaded by every kernel. Only the parent server is
+ * asked: a kernel started by nbclient or jupyter console has no such file,
+ * asks nobody and starts no program. The token is sent in a header, never
+ * logged. */
 #include "jpserver.h"
 
 #include <errno.h>
@@ -30,38 +34,15 @@
 #define TRY_TIMEOUT_MS 2000
 #define RETRY_MS 100
 
-/* Jupyter's runtime folder, as jupyter_core's jupyter_runtime_dir() finds it. */
-static int runtime_dir(char *buf, size_t size) {
-  const char *env = getenv("JUPYTER_RUNTIME_DIR"), *data = getenv("JUPYTER_DATA_DIR");
-  const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
-  int n;
-  if (env && *env)
-    n = snprintf(buf, size, "%s", env);
-  else if (data && *data)
-    n = snprintf(buf, size, "%s/runtime", data);
-  else if (xdg && *xdg)
-    n = snprintf(buf, size, "%s/jupyter/runtime", xdg);
-  else if (home && *home)
-    n = snprintf(buf, size, "%s/.local/share/jupyter/runtime", home);
-  else
-    return -ENOENT;
-  return n > 0 && (size_t)n < size ? 0 : -ENAMETOOLONG;
-}
-
-/* The parent server's runtime file (owned JSON) from dir, or NULL. */
-static json_t *server_file(const char *dir, long pid) {
-  static const char *const names[] = {"jpserver", "nbserver"};
-  for (size_t i = 0; dir && i < 2; i++) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s-%ld.json", dir, names[i], pid);
-    json_t *o = NULL;
-    char why[128];
-    if (sl_json_read_object(path, RUNTIME_MAX_BYTES, 8, &o, why, sizeof why) == 0) {
-      if (json_is_string(json_object_get(o, "url")))
-        return o;
-      json_decref(o);
-    }
-  }
+/* The server's runtime file at path (owned JSON, with a url), or NULL. */
+static json_t *server_file(const char *path) {
+  json_t *o = NULL;
+  char why[128];
+  if (sl_json_read_object(path, RUNTIME_MAX_BYTES, 8, &o, why, sizeof why) < 0)
+    return NULL;
+  if (json_is_string(json_object_get(o, "url")))
+    return o;
+  json_decref(o);
   return NULL;
 }
 
@@ -118,14 +99,11 @@ static int ask(const json_t *server, const char *kernel_id, char *ret, size_t si
   return r == -ENOENT ? -EAGAIN : r;
 }
 
-int jk_jpserver_notebook(const char *kernel_id, long parent_pid, const char *conn_dir, int wait_ms,
-                         char *ret, size_t size) {
-  if (!kernel_id || !*kernel_id || parent_pid <= 0)
+int jk_jpserver_notebook(const char *path_of_file, const char *kernel_id, int wait_ms, char *ret,
+                         size_t size) {
+  if (!kernel_id || !*kernel_id)
     return -ENOENT;
-  char dir[4096];
-  json_t *server = server_file(conn_dir, parent_pid);
-  if (!server && runtime_dir(dir, sizeof dir) == 0)
-    server = server_file(dir, parent_pid);
+  json_t *server = server_file(path_of_file);
   if (!server)
     return -ENOENT;
   if (sl_http_global_init() < 0) {

@@ -168,14 +168,16 @@ int main(int argc, char **argv) {
     /* classic Notebook names no session: its server knows the notebook */
     const char *ppid = getenv("JPY_PARENT_PID");
     char *copy = strdup(conn_path);
-    int lr = jk_jpserver_notebook(kernel_id, ppid ? strtol(ppid, NULL, 10) : 0, copy ? dirname(copy) : NULL,
-                                  LOOKUP_WAIT_MS, found, sizeof found);
+    char why[512];
+    int lr = jk_jpserver_lookup(kernel_id, ppid ? strtol(ppid, NULL, 10) : 0, copy ? dirname(copy) : NULL,
+                                LOOKUP_WAIT_MS, found, sizeof found, why, sizeof why);
     free(copy);
     if (lr == 0) {
       notebook = found;
       sl_info("kernel", "notebook session %s (from the Jupyter server that started this kernel)", found);
-    } else if (lr != -ENOENT) {
-      sl_warn("kernel", "cannot ask the Jupyter server for this kernel's notebook: %s", sl_strerror(lr));
+    } else if (lr != -ENOENT || why[0]) {
+      sl_warn("kernel", "cannot ask the Jupyter server for this kernel's notebook: %s",
+              why[0] ? why : sl_strerror(lr));
     }
   }
   struct jk_run_options opts = {kernel_id, notebook && *notebook ? notebook : NULL, hist};

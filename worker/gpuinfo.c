@@ -11,23 +11,16 @@
 #include "gpuinfo.h"
 
 #include "sl_err.h"
-#include "sl_time.h"
+#include "sl_run.h"
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <unistd.h>
-
-extern char **environ;
 
 #define MIB (1024 * 1024)
 
@@ -298,70 +291,19 @@ static void last_line(char *text, char *out, size_t size) {
 }
 
 int wk_train_cuda_check(const char *train, int timeout_ms, char *why, size_t why_size) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) < 0) {
-    snprintf(why, why_size, "cannot ask spotlab-train whether it can use CUDA: %s", strerror(errno));
-    return 0;
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], STDERR_FILENO);
   char *argv[] = {(char *)train, "--check-cuda", NULL};
-  pid_t pid;
-  int r = posix_spawn(&pid, train, &fa, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(fds[1]);
-  if (r) {
-    close(fds[0]);
-    snprintf(why, why_size, "cannot start %s: %s", train, strerror(r));
-    return 0;
-  }
   char out[2048];
-  size_t len = 0;
-  int64_t end = sl_time_mono_us() + (int64_t)timeout_ms * SL_US_PER_MS;
-  bool late = false;
-  for (;;) {
-    int64_t left = end - sl_time_mono_us();
-    struct pollfd p = {.fd = fds[0], .events = POLLIN};
-    if (left <= 0 || (r = poll(&p, 1, (int)(left / SL_US_PER_MS) + 1)) == 0) {
-      late = true;
-      break;
-    }
-    if (r < 0 && errno == EINTR) continue;
-    ssize_t n = r < 0 ? -1 : read(fds[0], out + len, sizeof out - 1 - len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    len += (size_t)n;
-    if (len == sizeof out - 1) len = 0; /* keep the end of a long answer */
-  }
-  out[len] = '\0';
-  close(fds[0]);
-  /* its end, by the same deadline: one that closed its output and went on
-   * is killed as one that said nothing */
-  int st = 0;
-  pid_t w;
-  while (!late && (w = waitpid(pid, &st, WNOHANG)) == 0) {
-    if (sl_time_mono_us() >= end) {
-      late = true;
-      break;
-    }
-    usleep(10 * 1000);
-  }
-  if (late) {
-    kill(pid, SIGKILL);
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-  }
-  if (!late && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+  int st = 0, r = sl_run_capture(argv, timeout_ms, true, out, sizeof out, &st);
+  if (r == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
     why[0] = '\0';
     return 1;
   }
   char said[WK_GPU_REASON_MAX];
   last_line(out, said, sizeof said);
-  if (late)
+  if (r == -ETIMEDOUT)
     snprintf(why, why_size, "spotlab-train --check-cuda gave no answer in %d s", timeout_ms / 1000);
+  else if (r < 0)
+    snprintf(why, why_size, "cannot start %s: %s", train, strerror(-r));
   else if (said[0])
     snprintf(why, why_size, "%s", said);
   else
