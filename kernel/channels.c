@@ -457,7 +457,7 @@ static bool shell_open(struct loop *l, long *timeout) {
   int64_t left = l->iopub_wait_until_us - sl_time_mono_us();
   if (left <= 0)
     return true;
-  long ms = (long)((left + 999) / 1000);
+  long ms = (long)((left + SL_US_PER_MS - 1) / SL_US_PER_MS);
   if (*timeout < 0 || *timeout > ms)
     *timeout = ms;
   return false;
@@ -468,7 +468,7 @@ static bool shell_open(struct loop *l, long *timeout) {
 static bool held_for_iopub(struct loop *l) {
   if (l->iopub_subs > 0 || l->iopub_wait_until_us != 0)
     return false;
-  l->iopub_wait_until_us = sl_time_mono_us() + (int64_t)IOPUB_WAIT_MS * 1000;
+  l->iopub_wait_until_us = sl_time_mono_us() + (int64_t)IOPUB_WAIT_MS * SL_US_PER_MS;
   return true;
 }
 

@@ -11,11 +11,11 @@
 /* Its exit status when the server does not know this kernel. */
 #define JK_JPSERVER_NOT_FOUND 3
 
-/* The runtime file (nbserver-PID.json or jpserver-PID.json, with a url) of
+/* The runtime file (nbserver-PID.json or jpserver-PID.json) of
  * the Jupyter server whose pid is parent_pid (JPY_PARENT_PID), looked for in
  * conn_dir (the connection file's folder; may be NULL) and in Jupyter's
  * runtime folder: its path into ret (size bytes). -ENOENT when there is
- * none. Reads files only (jpserver_file.c). */
+ * none. Looks only whether it is there (jpserver_file.c). */
 int jk_jpserver_file(long parent_pid, const char *conn_dir, char *ret, size_t size);
 
 /* The path of the notebook whose session holds kernel_id, asked of the
