@@ -32,6 +32,13 @@
  * IOPUB_WAIT_MS for one; a front end that never subscribes pays that wait
  * once, not on every request.
  *
+ * An input_request goes to the front end's stdin connection, which, like
+ * its IOPub one, may come up after its first requests: stdin is a ROUTER
+ * that refuses a message for a peer it does not know (ZMQ_ROUTER_MANDATORY),
+ * and the refused input_request is sent again every STDIN_RETRY_MS while
+ * the cell still waits for it. Without that it went nowhere and the cell
+ * waited until it was interrupted.
+ *
  * The gateway socket (a DEALER, protocols.md §1) exists only while the
  * core's gateway client has it open; libzmq connects it in the background
  * and again whenever the connection drops, and requests sent meanwhile wait
@@ -76,6 +83,7 @@
 #define GW_SNDHWM 1000 /* requests waiting for the gateway connection */
 #define GW_MAX_PER_ROUND 256 /* gateway messages handled before the other sockets get a turn */
 #define IOPUB_WAIT_MS 2000 /* how long shell requests wait for a first IOPub subscriber */
+#define STDIN_RETRY_MS 20 /* an input_request whose front end's stdin is not connected yet */
 
 struct loop {
   void *ctx;
@@ -94,6 +102,10 @@ struct loop {
   long iopub_subs;
   int64_t iopub_wait_until_us;
   bool logged_hmac, logged_replay, logged_limit;
+  /* An input_request the stdin ROUTER refused (its front end's stdin not
+   * connected yet), sent again at stdin_retry_us while the cell waits. */
+  struct jk_msg *stdin_held;
+  int64_t stdin_retry_us;
   /* What the core sent during this round, sent together when the round ends:
    * libzmq's I/O thread then wakes once for a request's status, input echo,
    * reply and idle, not once for each. */
@@ -150,8 +162,52 @@ static int send_frame(void *sock, const void *data, size_t len, bool more) {
   return 0;
 }
 
+/* stdin's frames: never blocking (a ROUTER_MANDATORY socket would block
+ * on a full pipe); the first one fails with -EHOSTUNREACH when the
+ * routing id is not a connected peer, and then nothing was sent. */
+static int send_stdin_frame(void *sock, const void *data, size_t len, bool more) {
+  if (zmq_send(sock, data, len, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0)) < 0)
+    return sl_err_from_zmq(zmq_errno());
+  return 0;
+}
+
+/* Sends msg on stdin, or holds it while the peer is not connected (one
+ * held at most: a cell waits for one input at a time). */
+static void send_stdin(struct loop *l, struct jk_msg *msg) {
+  int r = jk_wire_encode_each(l->auth, msg, send_stdin_frame, l->sock[JK_CH_STDIN]);
+  if (r == -EHOSTUNREACH) {
+    if (!l->stdin_held)
+      sl_debug("kernel.wire", "input_request held until the front end's stdin connects");
+    jk_msg_free(l->stdin_held);
+    l->stdin_held = msg;
+    l->stdin_retry_us = sl_time_mono_us() + (int64_t)STDIN_RETRY_MS * SL_US_PER_MS;
+    return;
+  }
+  if (r < 0)
+    sl_warn("kernel.wire", "cannot send a message on the stdin channel: %s", sl_strerror(r));
+  jk_msg_free(msg);
+}
+
+/* The held input_request: sent again when its time has come, dropped once
+ * its cell no longer waits (interrupted, or answered another way). */
+static void retry_stdin(struct loop *l) {
+  if (!l->stdin_held)
+    return;
+  if (!jk_core_awaits_input(l->core)) {
+    l->stdin_held = jk_msg_free(l->stdin_held);
+    return;
+  }
+  if (sl_time_mono_us() < l->stdin_retry_us)
+    return;
+  struct jk_msg *m = l->stdin_held;
+  l->stdin_held = NULL;
+  send_stdin(l, m);
+}
+
 static void send_now(struct loop *l, enum jk_channel ch, struct jk_msg *msg) {
   void *s = l->sock[ch];
+  if (ch == JK_CH_STDIN && s)
+    return send_stdin(l, msg);
   int r = s ? jk_wire_encode_each(l->auth, msg, send_frame, s) : -ENOTCONN;
   if (r < 0)
     sl_warn("kernel.wire", "cannot send a message on the %s channel: %s", channel_name[ch], sl_strerror(r));
@@ -368,6 +424,9 @@ static int open_socket(struct loop *l, const struct jk_connection *conn, enum jk
   /* A front end that reconnects under its old identity takes it over. */
   if (types[ch] == ZMQ_ROUTER && ch != JK_CH_HB)
     zmq_setsockopt(s, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+  /* an input_request for a front end not connected yet is refused, and held */
+  if (ch == JK_CH_STDIN)
+    zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
   /* every front end's subscription and unsubscription, its own ones too */
   if (types[ch] == ZMQ_XPUB)
     zmq_setsockopt(s, ZMQ_XPUB_VERBOSER, &one, sizeof one);
@@ -488,6 +547,12 @@ static void serve(struct loop *l) {
     if (l->parent && (timeout < 0 || timeout > PARENT_CHECK_MS))
       timeout = PARENT_CHECK_MS;
     bool shell = shell_open(l, &timeout);
+    if (l->stdin_held) {
+      int64_t left = l->stdin_retry_us - sl_time_mono_us();
+      long ms = left <= 0 ? 0 : (long)((left + 999) / 1000);
+      if (timeout < 0 || timeout > ms)
+        timeout = ms;
+    }
     zmq_pollitem_t items[P_COUNT] = {
       [P_SIGNAL] = {NULL, sig_pipe[0], ZMQ_POLLIN, 0},
       [P_CONTROL] = {l->sock[JK_CH_CONTROL], 0, ZMQ_POLLIN, 0},
@@ -520,6 +585,7 @@ static void serve(struct loop *l) {
     if (!l->stop)
       jk_core_tick(l->core);
     flush_out(l);
+    retry_stdin(l);
     if (!l->stop && parent_gone(l)) {
       sl_warn("kernel", "the process that started the kernel (pid %d) has exited: shutting down",
               (int)l->parent);
@@ -577,6 +643,7 @@ out:
   l->core = NULL;
   flush_out(l);
   free(l->out);
+  jk_msg_free(l->stdin_held);
   gw_close(l);
   /* Closed sockets keep LINGER_MS for what is still queued (shutdown_reply
    * above all); zmq_ctx_term() waits for that. */

@@ -66,6 +66,8 @@ void jk_core_gateway_input(struct jk_core *core, const char *data, size_t len);
 /* Monotonic time (µs) at which jk_core_tick() should run, or INT64_MAX. */
 int64_t jk_core_wake_at_us(const struct jk_core *core);
 void jk_core_tick(struct jk_core *core);
+/* Whether the running execution's input_request is still unanswered. */
+bool jk_core_awaits_input(const struct jk_core *core);
 /* Interrupts the running execution, if any (interrupt_request or SIGINT). */
 void jk_core_interrupt(struct jk_core *core);
 

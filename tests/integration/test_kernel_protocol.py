@@ -844,6 +844,73 @@ def test_client_without_iopub_waits_once(kspec):
         fe.close()
 
 
+
+def test_input_request_reaches_a_stdin_that_connects_late(kernel):
+    """An input_request sent while the front end's stdin connection is not
+    up yet is held and sent once it connects (the kernel's stdin ROUTER
+    refuses a message for an unknown peer and tries again); before, it went
+    to nobody and the cell waited until it was interrupted. The half-second
+    pause is the scenario (a stdin DEALER that connects late)."""
+    identity = uuid.uuid4().hex.encode()
+    ctx = zmq.Context.instance()
+    shell = ctx.socket(zmq.DEALER)
+    shell.linger = 0
+    shell.identity = identity
+    shell.connect(f"{kernel.km.transport}://{kernel.km.ip}:{kernel.km.shell_port}")
+    raw = RawShell(shell, kernel.km.session.key)
+    stdin = None
+    try:
+        raw.answering()  # shell is connected and answered
+        msg_id, frames = raw.execute_frames(CODE["input"])
+        content = json.loads(frames[5])
+        content["allow_stdin"] = True
+        parts = [frames[2], b"{}", b"{}", json.dumps(content).encode()]
+        raw.send([b"<IDS|MSG>", raw.sign(parts)] + parts)
+        time.sleep(0.5)
+        stdin = ctx.socket(zmq.DEALER)
+        stdin.linger = 0
+        stdin.identity = identity
+        stdin.connect(f"{kernel.km.transport}://{kernel.km.ip}:{kernel.km.stdin_port}")
+        assert stdin.poll(REPLY_S * 1000), "no input_request on the stdin that connected late"
+        got = stdin.recv_multipart()
+        i = got.index(b"<IDS|MSG>")
+        req_header, req_parent = json.loads(got[i + 2]), json.loads(got[i + 3])
+        assert req_header["msg_type"] == "input_request"
+        assert req_parent["msg_id"] == msg_id
+        answer = RawShell(stdin, kernel.km.session.key)
+        answer.session = raw.session
+        _, reply_frames = answer.frames("input_reply", {"value": "late stdin"})
+        answer.send(reply_frames)
+        assert raw.reply(msg_id)["content"]["status"] == "ok"
+        check = kernel.kc.execute(CODE["print_input"])
+        assert kernel.shell_reply(check)["content"]["status"] == "ok"
+        assert "late stdin" in stdout_text(kernel.until_idle(check))
+    finally:
+        raw.close()
+        if stdin is not None:
+            stdin.close()
+
+
+def test_held_input_request_is_dropped_when_the_cell_is_interrupted(kernel):
+    """A held input_request whose front end never connects stdin waits no
+    longer than its cell: an interrupt ends the cell, and the kernel goes on
+    answering."""
+    raw = kernel.raw_shell()
+    try:
+        msg_id, frames = raw.execute_frames(CODE["input"])
+        content = json.loads(frames[5])
+        content["allow_stdin"] = True
+        parts = [frames[2], b"{}", b"{}", json.dumps(content).encode()]
+        raw.send([b"<IDS|MSG>", raw.sign(parts)] + parts)
+        time.sleep(0.3)
+        kernel.km.interrupt_kernel()
+        reply = raw.reply(msg_id, INTERRUPT_S)
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "Interrupted"
+        assert_alive_and_answering(kernel, "after-held-input")
+    finally:
+        raw.close()
+
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
         sys.exit("usage: test_kernel_protocol.py PATH-TO-spotlab-kernel [pytest options]")
