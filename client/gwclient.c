@@ -69,6 +69,7 @@ struct jk_gw {
   bool want_connect;       /* start an attempt at the next tick */
   bool attempt_may_spawn;  /* the current attempt may start the gateway */
   bool spawned;            /* started the embedded gateway already */
+  bool attempt_spawned;    /* the current attempt waits for the gateway it started */
   pid_t child;
   bool notify;             /* tell the handler about a state change at the next tick */
   char user[128];
@@ -312,6 +313,7 @@ static void try_spawn(struct jk_gw *gw, const char *first_why) {
     return;
   }
   gw->state = JK_GW_CONNECTING;
+  gw->attempt_spawned = true;
   gw->hello_id = -1;
   gw->hello_deadline_us = sl_time_mono_us() + gw->spawn_timeout_us;
   gw->hello_timeout_now_us = gw->spawn_timeout_us;
@@ -319,6 +321,7 @@ static void try_spawn(struct jk_gw *gw, const char *first_why) {
 
 static void start_attempt(struct jk_gw *gw) {
   gw->want_connect = false;
+  gw->attempt_spawned = false;
   resolve_address(gw);
   bool can_spawn = gw->may_spawn && gw->attempt_may_spawn && gw->embedded && !gw->spawned;
   bool missing = ipc_socket_missing(gw->addr);
@@ -570,7 +573,7 @@ static void check_timeouts(struct jk_gw *gw, int64_t now) {
     char why[300];
     snprintf(why, sizeof why, "no answer to hello within %.1fs%s",
              (double)gw->hello_timeout_now_us / 1e6,
-             gw->spawned ? " (after starting spotlab-gateway --embedded --daemon)" : "");
+             gw->attempt_spawned ? " (after starting spotlab-gateway --embedded --daemon)" : "");
     if (gw->may_spawn && gw->attempt_may_spawn && gw->embedded && !gw->spawned)
       try_spawn(gw, why);
     else

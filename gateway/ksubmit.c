@@ -167,6 +167,7 @@ static int build_job(struct gw_kreq *q, struct gw_job *j) {
     if (r < 0)
       return r;
   }
+  bool untrained = false;
   if (!strcmp(kind, "eval") || !strcmp(kind, "sample")) {
     json_t *sess = NULL;
     int r = gw_store_session_get(q->g->env.store, q->c->who.user, q->c->session, &sess);
@@ -174,6 +175,7 @@ static int build_job(struct gw_kreq *q, struct gw_job *j) {
       return gw_kproto_fail(q, r, "cannot read the session's models"), r;
     json_t *m = json_object_get(json_object_get(sess, "models"), j->model);
     const char *ck = sl_json_get_str(m, "checkpoint", "");
+    untrained = !*ck;
     snprintf(j->ckpt_key, sizeof j->ckpt_key, "%s", ck);
     j->ckpt_step = sl_json_get_int(m, "step", 0);
     json_object_set_new(j->spec, "checkpoint", json_string(ck));
@@ -181,6 +183,12 @@ static int build_job(struct gw_kreq *q, struct gw_job *j) {
   }
   j->steps = sl_json_get_int(opts, "steps", 0);
   int r = check_nodes(q, kind, opts);
+  if (r == 0 && untrained) { /* refused here, before an instance is paid for to find that out */
+    char msg[2 * sizeof j->model + 200];
+    snprintf(msg, sizeof msg, "model %s has no checkpoint yet: %s needs a trained model (train %s on DATA, "
+             "or wait for its training job's first checkpoint)", j->model, kind, j->model);
+    return gw_kproto_fail(q, SL_ESTATE, msg), SL_ESTATE;
+  }
   int seeded = r == 0 ? gw_record_choose_seed(j) : 0;
   if (seeded < 0)
     gw_kproto_fail(q, r = seeded, "options must be an object");

@@ -504,8 +504,7 @@ void jk_jobs_reply(struct jk_interp *ip, int64_t id, const json_t *reply, const 
   else if (error && !reply)
     st = unreachable(ip, error);
   else if (error)
-    st = jk_exec_fail(ip, op == OP_SUBMIT ? "SubmitError" : "GatewayError", "%s (%s)", error,
-                      sl_json_get_str(json_object_get(reply, "error"), "code", "?"));
+    st = jk_exec_fail(ip, op == OP_SUBMIT ? "SubmitError" : "GatewayError", "%s", error);
   else if (op == OP_SUBMIT)
     st = on_submitted(ip, reply);
   else if (op == OP_CATCHUP)

@@ -133,7 +133,7 @@ enum jk_step jk_magic_query(struct jk_interp *ip, const struct jk_stmt *s) {
   if (strcmp(m, "budget") == 0) {
     char err[160];
     json_t *req = jk_budget_request(a, err, sizeof err);
-    return req ? query(ip, m, req) : jk_exec_fail(ip, "ValueError", "%%%s", err);
+    return req ? query(ip, m, req) : jk_exec_fail(ip, "ValueError", "%%budget: %s", err);
   }
   if (strcmp(m, "instances") == 0) {
     json_t *opts = json_object();

@@ -131,6 +131,14 @@ static void test_submit_and_jobs(void) {
   r = fx_req(f, "ka", "{s:s,s:s,s:s,s:s,s:i}", "type", "submit", "kind", "train", "model", "m",
              "data", "d", "options", 3);
   CHECK_STR(fx_err_code(r), sl_errname(SL_ETYPE));
+  /* eval and sample of a model with no checkpoint yet: refused before any
+   * instance is launched to find that out */
+  r = fx_req(f, "ka", "{s:s,s:s,s:s,s:s}", "type", "submit", "kind", "eval", "model", "m", "data", "d");
+  CHECK_STR(fx_err_code(r), sl_errname(SL_ESTATE));
+  CHECK(contains(fx_err_msg(r), "model m has no checkpoint yet: eval needs a trained model"));
+  r = fx_req(f, "ka", "{s:s,s:s,s:s}", "type", "submit", "kind", "sample", "model", "m");
+  CHECK_STR(fx_err_code(r), sl_errname(SL_ESTATE));
+  CHECK(contains(fx_err_msg(r), "model m has no checkpoint yet: sample needs a trained model"));
   CHECK_INT(gw_fleet_n_jobs(f->fleet), 1);
 
   /* bob, in a session of his own */

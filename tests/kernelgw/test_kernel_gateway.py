@@ -456,6 +456,12 @@ def gpu_requests(kernel_exe, gateway_exe, cli_exe):
             f.write("call me ishmael. some years ago, never mind how long precisely.\n" * 40)
         content, _ = k.run('model m = gpt(layers=1, heads=2, dim=16, ctx=16)\ndata d = text("%s")' % text)
         check(content["status"] == "ok", "gpus: definitions")
+        for cell, kind in (('sample m "x" tokens=5', "sample"), ("eval m on d", "eval")):
+            content, msgs = k.run(cell, timeout=60)
+            ev = content.get("evalue", "")
+            check(content["status"] == "error" and content.get("ename") == "SubmitError" and
+                  ev.startswith("model m has no checkpoint yet: %s needs a trained model" % kind) and
+                  not displays(msgs), "%s of an untrained model is refused at submit: %s" % (kind, ev))
         content, _ = k.run("train m on d steps=5 batch=4 gpus=2", timeout=120)
         ev = content.get("evalue", "")
         m = re.search(r"gpus=2 asked, but this instance \((g5\.12xlarge)\) has ([01]) GPUs?", ev)
