@@ -145,6 +145,15 @@ def with_gateway(kernel_exe, cli_exe):
                   "final display has the loss curve as SVG and Vega-Lite")
             check("step 40/40" in last.get("text/plain", ""), "final display at the last step")
 
+            # this kernel started the embedded gateway; a %gateway that
+            # cannot be reached says why without claiming it started one
+            content, _ = k.run("%gateway tcp://127.0.0.1:1", timeout=60)
+            ev = content.get("evalue", "")
+            check(content.get("ename") == "GatewayUnavailable" and "tcp://127.0.0.1:1" in ev and
+                  "starting" not in ev, "%gateway to an address nobody answers: " + ev)
+            content, _ = k.run("%%gateway ipc://%s/gateway.sock" % os.environ["SPOTLAB_HOME"], timeout=60)
+            check(content["status"] == "ok", "%%gateway back to the embedded one: %s" % content.get("evalue"))
+
             k.restart()
             content, msgs = k.run("%who\nshow m\n%jobs", timeout=60)
             out = stdout_of(msgs)
@@ -225,6 +234,7 @@ def with_gateway(kernel_exe, cli_exe):
             check(rc == 1 and err.strip(), "spotlab logs of an unknown job: exit 1 with a message")
             rc, _, _ = cli(cli_exe, "inject", "explode", "i-0")
             check(rc == 2, "spotlab inject with a bad action: usage")
+
         finally:
             k.close()
             if k2:
