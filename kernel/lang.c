@@ -94,6 +94,7 @@ struct parser {
   struct tok tok; /* the lookahead; owns tok.str */
   struct jk_parse_error *err;
   int nesting, nodes;
+  bool no_body; /* a cell magic without its lines: more lines complete it */
 };
 
 static int advance(struct parser *p) {
@@ -654,6 +655,11 @@ static int parse_magic(struct parser *p, struct jk_stmt *st, bool first) {
     size_t n = p->tok.kind == T_NEWLINE ? p->lx.len - p->tok.end : 0;
     if (!(st->body = strndup(body, n)))
       return -ENOMEM;
+    if (!st->body[strspn(st->body, " \t\r\n")]) { /* not an instance launched for nothing */
+      p->no_body = true;
+      return jk_lang_error(p->err, st->line, 1, "%%%%%s has no script: the lines after %%%%%s run on a worker",
+                           st->name, st->name);
+    }
     free(p->tok.str);
     p->tok.str = NULL;
     p->tok.kind = T_EOF;
@@ -777,7 +783,7 @@ int jk_parse(const char *code, size_t len, struct jk_cell **ret, struct jk_parse
       r = expected(&p, "the end of the statement");
   }
   if (r < 0) {
-    err->incomplete = p.lx.open_string || p.lx.trailing_escape ||
+    err->incomplete = p.lx.open_string || p.lx.trailing_escape || p.no_body ||
                       (p.tok.kind == T_EOF && p.lx.depth > 0);
     free(p.tok.str);
     jk_cell_free(cell);

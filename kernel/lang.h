@@ -127,8 +127,9 @@ struct jk_cell {
 struct jk_parse_error {
   int line, col;
   char message[256]; /* "expected 'on' after the model name", "unknown option 'foo' for train (expected one of: ...)" */
-  bool incomplete;   /* the cell ended inside a string or parentheses or after a
-                        trailing '\': more lines could complete it */
+  bool incomplete;   /* the cell ended inside a string or parentheses, after a
+                        trailing '\' or before a cell magic's lines: more lines
+                        could complete it */
 };
 
 /* Parses code (UTF-8, len bytes) into an owned cell in *ret. On a syntax
@@ -151,7 +152,8 @@ int jk_eval(const struct jk_expr *expr, jk_lookup_fn lookup, void *userdata,
 /* ---- front-end services ------------------------------------------------ */
 
 enum jk_completeness { JK_COMPLETE, JK_INCOMPLETE, JK_INVALID };
-/* Open string, trailing backslash or unclosed bracket: incomplete. A cell that
+/* Open string, trailing backslash, unclosed bracket or a cell magic without
+ * its lines: incomplete. A cell that
  * parses: complete. Anything else: invalid. ret_indent receives "" or "    ". */
 enum jk_completeness jk_is_complete(const char *code, size_t len);
 

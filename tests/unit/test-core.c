@@ -277,6 +277,12 @@ static void test_cells(struct mock *mk) {
   CHECK(strncmp(sl_json_get_str(content_of(mk, "g2", "error"), "evalue", ""), "%jobs needs", 11) == 0);
   shell(mk, execute_req("g3", "%%run gpus=1\necho hi"));
   CHECK(strncmp(sl_json_get_str(content_of(mk, "g3", "error"), "evalue", ""), "%%run needs", 11) == 0);
+  /* an empty %%run does not parse: no instance is launched for nothing */
+  shell(mk, execute_req("g4", "%%run gpus=1\n  \n"));
+  CHECK_STR(sl_json_get_str(content_of(mk, "g4", "error"), "evalue", ""),
+            "line 1, column 1: %%run has no script: the lines after %%run run on a worker");
+  shell(mk, execute_req("g5", "%%run"));
+  CHECK_STR(sl_json_get_str(content_of(mk, "g5", "error"), "ename", ""), "SyntaxError");
   mock_reset(mk);
 }
 

@@ -252,12 +252,9 @@ static void test_more_statements(void) {
     CHECK_STR(c->stmts[0].body, "python train.py \"x\" # not a comment\necho done\n");
     jk_cell_free(c);
   }
-  c = parse_ok("%%run");
-  if (c) {
-    CHECK_STR(c->stmts[0].body, "");
-    CHECK_INT(c->stmts[0].n_opts, 0);
-    jk_cell_free(c);
-  }
+  /* a %%run without its script: no instance is launched for nothing */
+  parse_err("%%run", 1, 1, "%%run has no script: the lines after %%run run on a worker");
+  parse_err("%%run gpus=1\n  \n\t\n", 1, 1, "%%run has no script");
   /* comments, blank lines, continuation, an empty cell */
   c = parse_ok("# only a comment\n\n   \n");
   if (c) {
@@ -435,6 +432,9 @@ static void test_is_complete(void) {
   IC("trian m on d", JK_INVALID);
   IC("x = 1 +", JK_INVALID);
   IC("%%run\nanything \"goes (", JK_COMPLETE);
+  IC("%%run", JK_INCOMPLETE); /* a console waits for the script's lines */
+  IC("%%run gpus=1\n", JK_INCOMPLETE);
+  IC("%%run steps=3\n", JK_INVALID);
   IC("%bogus", JK_INVALID);
 #undef IC
 }
