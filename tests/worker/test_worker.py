@@ -448,8 +448,8 @@ def case_resend(tmp, worker_exe, train_exe):
 def case_link(tmp, worker_exe, train_exe):
     """The job ends while no gateway is there: once one is back the worker
     registers by itself, sends again the steps the gateway says it lacks, and
-    only then its checkpoints (none may come before the steps it covers) and
-    its done."""
+    only then the checkpoints it held back (none may come before the steps it
+    covers) and its done."""
     data = text_file(tmp)
     gw, w = start(tmp, worker_exe, train_exe, registered_by_hand=True)
     try:
@@ -466,17 +466,19 @@ def case_link(tmp, worker_exe, train_exe):
         gw.open()
         reg = gw.recv(lambda m: m["type"] == "register", 20, "register once the gateway is back")
         assert [j["job"] for j in reg["jobs"]] == ["J000013"], reg
-        # What the worker sent before it noticed the gateway go is still in its
-        # socket's queue and arrives first, in order: a checkpoint among it must
-        # follow its step; nothing it held back may come before the register.
+        # What the worker sent before it noticed the gateway go arrives first, in
+        # order, but not all of it: what was already written to the closed
+        # connection is lost, so a checkpoint that was queued after it can
+        # arrive ahead of step metrics that never came (the gateway does not
+        # use such a checkpoint from a worker that has not registered again:
+        # wproto.c, on_checkpoint). Nothing the worker held back may come
+        # before the register: no done, and no step past one it had sent.
         early = gw.received[before:]
         early = early[:next(i for i, m in enumerate(early) if m["type"] == "register")]
-        for i, m in enumerate(early):
-            assert m["type"] != "done", "done before register"
-            if m["type"] == "checkpoint":
-                sent = steps_of(gw.received[:before] + early[:i])
-                assert sent and m["step"] <= max(sent), \
-                    "checkpoint %d before register, ahead of its step %s" % (m["step"], sent[-5:])
+        assert all(m["type"] != "done" for m in early), "done before register"
+        early_steps, last = steps_of(early), max(steps_of(gw.received[:before]))
+        assert early_steps == sorted(set(early_steps)) and all(s > last for s in early_steps), \
+            "steps before register out of order or repeated: %s" % early_steps
         gw.send({"type": "registered", "heartbeat_ms": 100,
                  "jobs": [{"job": "J000013", "attempt": 1, "metric_step": seen}]})
         msgs = run_until_done(gw, "J000013")
