@@ -206,7 +206,23 @@ static int check_section(const char *section, char *err, size_t size) {
   for (size_t i = 0; i < N_OPTS; i++)
     if (!strcmp(opts[i].section, tmpl))
       return 0;
-  return sl_err_say(err, size, SL_ECONFIG, "unknown section [%s]", section);
+  /* the sections there are, each once, in the order of the table */
+  char names[1024] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < N_OPTS && used < sizeof names; i++) {
+    bool seen = false;
+    for (size_t k = 0; k < i && !seen; k++)
+      seen = !strcmp(opts[k].section, opts[i].section);
+    if (seen)
+      continue;
+    const char *star = strchr(opts[i].section, '*');
+    int n = snprintf(names + used, sizeof names - used, "%s[%.*s%s]", used ? ", " : "",
+                     star ? (int)(star - opts[i].section) : (int)strlen(opts[i].section), opts[i].section,
+                     star ? "NAME" : "");
+    used += n > 0 ? (size_t)n : 0;
+  }
+  return sl_err_say(err, size, SL_ECONFIG, "unknown section [%s] (sections: %s, [provider.NAME])", section,
+                    names);
 }
 
 int gw_config_parse_number(const char *name, const char *value, bool integer, double min,
@@ -280,7 +296,15 @@ int gw_config_set(struct gw_config *c, const char *section, const char *name, co
       gw_conf_parse_events(value, &((struct gw_webhook_cfg *)base)->event_mask, NULL, 0);
     return r;
   }
-  return sl_err_say(err, err_size, SL_ECONFIG, "unknown key \"%s\" in [%s]", name, section);
+  char names[2048] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < N_OPTS && used < sizeof names; i++)
+    if (!strcmp(opts[i].section, tmpl)) {
+      int n = snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", opts[i].o.name);
+      used += n > 0 ? (size_t)n : 0;
+    }
+  return sl_err_say(err, err_size, SL_ECONFIG, "unknown key \"%s\" in [%s] (it accepts: %s)", name, section,
+                    names);
 }
 
 void gw_config_defaults(struct gw_config *c) {

@@ -157,6 +157,14 @@ static void test_providers(void) {
   expect_error("[provider.]\n", "unknown section [provider.]", 1);
   expect_error("[provider]\n", "unknown section [provider]", 1);
   expect_error("[provider.lo cal]\n", "unknown section", 1);
+  /* the main sections name what they accept, and an unknown one the sections there are */
+  expect_error("[gateway]\nidle_timeout = 30m\n",
+               "unknown key \"idle_timeout\" in [gateway] (it accepts: listen, workers, state_dir, ", 2);
+  expect_error("[group.ml]\nbudget = 5\n", "unknown key \"budget\" in [group.ml] (it accepts: notebook_timeout, ",
+               2);
+  expect_error("[users]\nalice = 1\n",
+               "unknown section [users] (sections: [gateway], [idle], [budget], [store], [hub], [worker], "
+               "[user.NAME], [group.NAME], [webhook.NAME], [provider.NAME])", 1);
 
   /* gw_config_set: enables explicitly, checks first, changes nothing on error */
   gw_config_defaults(&c);
