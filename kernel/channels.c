@@ -206,8 +206,10 @@ static void retry_stdin(struct loop *l) {
 
 static void send_now(struct loop *l, enum jk_channel ch, struct jk_msg *msg) {
   void *s = l->sock[ch];
-  if (ch == JK_CH_STDIN && s)
-    return send_stdin(l, msg);
+  if (ch == JK_CH_STDIN && s) {
+    send_stdin(l, msg);
+    return;
+  }
   int r = s ? jk_wire_encode_each(l->auth, msg, send_frame, s) : -ENOTCONN;
   if (r < 0)
     sl_warn("kernel.wire", "cannot send a message on the %s channel: %s", channel_name[ch], sl_strerror(r));
