@@ -330,6 +330,16 @@ static char *format_help(const struct help *h, int detail_level) {
   if (!f)
     return NULL;
   fprintf(f, "%s\n\n%s\n", h->summary, h->text);
+  /* a statement's or magic's options, from their declarations (the
+   * functions' text names theirs) */
+  unsigned mask = context_mask(h->word);
+  if (mask & (CTX_RESOURCE | CTX_INSTANCES)) {
+    const char *name;
+    fputs("Options:", f);
+    for (size_t i = 0; (name = jk_lang_option(h->word, i)); i++)
+      fprintf(f, " %s", name);
+    fputc('\n', f);
+  }
   if (detail_level >= 1)
     fprintf(f, "\nExample:\n    %s\n", h->example);
   if (fclose(f) != 0) {

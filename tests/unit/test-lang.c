@@ -528,7 +528,18 @@ static void test_inspect(void) {
   CHECK(h && strstr(h, "%attach JOB"));
   free(h);
   h = jk_inspect("%%run gpus=1", 12, 1, 0);
-  CHECK(h && strstr(h, "%%run"));
+  CHECK(h && strstr(h, "%%run") && strstr(h, "\nOptions: gpus nodes spot "));
+  free(h);
+  /* a statement's options come from their declarations: eval takes no steps */
+  h = jk_help_topic("eval");
+  CHECK(h && strstr(h, "\nOptions: batch threads eval_batches gpus precision ") && !strstr(h, "steps"));
+  free(h);
+  h = jk_help_topic("train");
+  CHECK(h && strstr(h, "\nOptions: steps batch lr ") && strstr(h, " keep detach ") &&
+        strstr(h, " deadline checkpoint_every\n"));
+  free(h);
+  h = jk_help_topic("gpt"); /* a function's text names its options */
+  CHECK(h && !strstr(h, "\nOptions:"));
   free(h);
   h = jk_inspect("é gpt", strlen("é gpt"), 5, 0); /* just after the word */
   CHECK(h && strstr(h, "gpt("));
