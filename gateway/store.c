@@ -471,6 +471,19 @@ int gw_store_record_checkpoint(struct gw_store *s, const struct gw_job *j, int a
   int r = run(s, st);
   if (r < 0 || strcmp(j->kind, "train") || !j->model[0])
     return r;
+  /* the session's model only while it is still the one the job trains: one
+   * defined anew since (another architecture) is not trained by it. A name
+   * no longer defined keeps the row; defining it again clears it
+   * (store_session.c). */
+  json_t *now = NULL;
+  int d = gw_store_session_def(s, j->user, j->session, j->model, "model", &now);
+  if (d < 0 && d != SL_ENAME)
+    return d;
+  const json_t *trained = json_object_get(json_object_get(j->spec, "model"), "spec");
+  bool same = d == SL_ENAME || json_equal(json_object_get(now, "spec"), (json_t *)trained);
+  json_decref(now);
+  if (!same)
+    return 0;
   return gw_store_session_model_set(s, j->user, j->session, j->model, j->id, j->ckpt_step,
                                     j->ckpt_key);
 }

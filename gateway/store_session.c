@@ -99,6 +99,30 @@ static int put_var(struct gw_store *s, const char *user, const char *session, co
   return run(s, st);
 }
 
+static int forget_model(struct gw_store *s, const char *user, const char *session, const char *name) {
+  sqlite3_stmt *st = prep(s, "DELETE FROM session_models WHERE user=? AND session=? AND name=?");
+  if (st) {
+    bind_text(st, 1, user);
+    bind_text(st, 2, session);
+    bind_text(st, 3, name);
+  }
+  return run(s, st);
+}
+
+/* Whether the session defines name as a model of exactly spec (-1: the read failed). */
+static int model_def_is(struct gw_store *s, const char *user, const char *session, const char *name,
+                        const json_t *spec) {
+  json_t *old = NULL;
+  int r = gw_store_session_def(s, user, session, name, "model", &old);
+  if (r == SL_ENAME)
+    return 0;
+  if (r < 0)
+    return -1;
+  int same = json_equal(json_object_get(old, "spec"), (json_t *)spec);
+  json_decref(old);
+  return same;
+}
+
 static int put_def(struct gw_store *s, const char *user, const char *session, const json_t *def) {
   const char *name = sl_json_get_str(def, "name", NULL);
   const char *kind = sl_json_get_str(def, "kind", NULL);
@@ -106,6 +130,15 @@ static int put_def(struct gw_store *s, const char *user, const char *session, co
   if (!name || !*name || !kind || (strcmp(kind, "model") && strcmp(kind, "data")) ||
       !json_is_object(spec))
     return SL_ETYPE;
+  /* a model defined anew (another architecture, or the name of something
+   * else before) has not been trained: the checkpoints of the old one are
+   * not its own. The same definition sent again keeps them. */
+  int same = strcmp(kind, "model") ? 0 : model_def_is(s, user, session, name, spec);
+  if (same < 0)
+    return SL_ESQLITE;
+  int r = same ? 0 : forget_model(s, user, session, name);
+  if (r < 0)
+    return r;
   char *text = sl_json_dump(spec, NULL);
   if (!text)
     return -ENOMEM;
@@ -138,7 +171,7 @@ static int delete_name(struct gw_store *s, const char *user, const char *session
     if (r < 0)
       return r;
   }
-  return 0;
+  return forget_model(s, user, session, name);
 }
 
 int gw_store_session_set(struct gw_store *s, const char *user, const char *session,

@@ -4,6 +4,7 @@
  * that are not JSON, and reads that fail half way. */
 #include "harness.h"
 #include "sl_err.h"
+#include "sl_json.h"
 #include "store.h"
 
 #include <pthread.h>
@@ -208,9 +209,53 @@ static void test_sessions(void) {
   CHECK_STR(json_string_value(json_object_get(json_object_get(def, "spec"), "type")), "gpt");
   json_decref(def);
   CHECK_INT(gw_store_session_def(s, "alice", "nb", "m", "data", &def), SL_ENAME);
+  /* a model's checkpoint stays while the same definition is sent again, and
+   * goes when the model is defined anew (another architecture) or deleted */
+  CHECK_INT(gw_store_session_model_set(s, "alice", "nb", "m", 7, 20, "J000007/ckpt-20.tc"), 0);
+  CHECK_INT(gw_store_session_set(s, "alice", "nb", NULL, defs, NULL), 0);
+  CHECK_INT(gw_store_session_get(s, "alice", "nb", &got), 0);
+  CHECK_STR(sl_json_get_str(json_object_get(json_object_get(got, "models"), "m"), "checkpoint", ""),
+            "J000007/ckpt-20.tc");
+  json_decref(got);
+  json_t *other = json_pack("[{s:s,s:s,s:{s:s,s:i}}]", "name", "m", "kind", "model", "spec", "type", "gpt",
+                            "layers", 8);
+  CHECK_INT(gw_store_session_set(s, "alice", "nb", NULL, other, NULL), 0);
+  CHECK_INT(gw_store_session_get(s, "alice", "nb", &got), 0);
+  CHECK(json_object_get(json_object_get(got, "models"), "m") == NULL);
+  json_decref(got);
+  CHECK_INT(gw_store_session_model_set(s, "alice", "nb", "m", 8, 5, "J000008/ckpt-5.tc"), 0);
   json_t *del = json_pack("[s]", "m");
   CHECK_INT(gw_store_session_set(s, "alice", "nb", NULL, NULL, del), 0);
   CHECK_INT(gw_store_session_def(s, "alice", "nb", "m", "model", &def), SL_ENAME);
+  CHECK_INT(gw_store_session_get(s, "alice", "nb", &got), 0);
+  CHECK(json_object_get(json_object_get(got, "models"), "m") == NULL);
+  json_decref(got);
+  /* a train job's checkpoint becomes the session's model only while the
+   * session still defines it as the job trains it */
+  struct gw_job j;
+  CHECK_INT(gw_store_session_set(s, "alice", "nb", NULL, defs, NULL), 0);
+  add_job(s, "train", json_pack("{s:{s:s,s:s,s:{s:s}}}", "model", "name", "m", "kind", "model", "spec",
+                                "type", "gpt"), &j);
+  snprintf(j.session, sizeof j.session, "nb");
+  snprintf(j.model, sizeof j.model, "m");
+  struct gw_checkpoint_row ck = {.step = 10, .key = "J1/ckpt-10.tc", .bytes = 100};
+  snprintf(j.ckpt_key, sizeof j.ckpt_key, "%s", ck.key);
+  j.ckpt_step = 10;
+  CHECK_INT(gw_store_job_save_checkpoint(s, &j, NULL, &ck), 0);
+  CHECK_INT(gw_store_session_get(s, "alice", "nb", &got), 0);
+  CHECK_STR(sl_json_get_str(json_object_get(json_object_get(got, "models"), "m"), "checkpoint", ""),
+            "J1/ckpt-10.tc");
+  json_decref(got);
+  CHECK_INT(gw_store_session_set(s, "alice", "nb", NULL, other, NULL), 0); /* defined anew */
+  ck.step = j.ckpt_step = 20;
+  snprintf(ck.key, sizeof ck.key, "J1/ckpt-20.tc");
+  snprintf(j.ckpt_key, sizeof j.ckpt_key, "%s", ck.key);
+  CHECK_INT(gw_store_job_save_checkpoint(s, &j, NULL, &ck), 0);
+  CHECK_INT(gw_store_session_get(s, "alice", "nb", &got), 0);
+  CHECK(json_object_get(json_object_get(got, "models"), "m") == NULL);
+  json_decref(got);
+  gw_job_done(&j);
+  json_decref(other);
   json_decref(vars);
   json_decref(defs);
   json_decref(bad);
