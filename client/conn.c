@@ -219,8 +219,11 @@ static int finish(struct cli_conn *c, bool in_time, json_t **ret_reply, char *er
   if (c->err[0]) {
     if (c->reply)
       snprintf(err, err_size, "%s", c->err);
-    else
-      snprintf(err, err_size, "no spotlab gateway at %s: %s", cli_address(c), c->err);
+    else /* the CLI never starts the per-user gateway: say how */
+      snprintf(err, err_size, "no spotlab gateway at %s: %s%s", cli_address(c), c->err,
+               jk_gw_is_embedded(c->gw) && strstr(c->err, "no gateway is running")
+                   ? "; a notebook cell that needs it starts it, or run spotlab-gateway --embedded --daemon"
+                   : "");
     return c->reply ? SL_ESTATE : SL_ENOGATEWAY;
   }
   if (ret_reply) {

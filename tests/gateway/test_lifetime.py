@@ -225,8 +225,9 @@ def case_stop(gw, force=False):
     r = gw.cli("gateway", "status")
     check(r.returncode == 1 and "not running" in r.stdout, "status once stopped: %r" % r.stdout)
     r = gw.cli("status")
-    check(r.returncode != 0 and "no gateway is running (no socket file)" in r.stderr,
-          "spotlab status once stopped: %r" % r.stderr)
+    check(r.returncode != 0 and "no gateway is running (no socket file)" in r.stderr and
+          "spotlab-gateway --embedded --daemon" in r.stderr,
+          "spotlab status once stopped says how to start one: %r" % r.stderr)
 
 
 def case_token(gw):
