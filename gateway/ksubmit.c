@@ -182,6 +182,7 @@ static int build_job(struct gw_kreq *q, struct gw_job *j) {
     json_decref(sess);
   }
   j->steps = sl_json_get_int(opts, "steps", 0);
+  char why_offers[900];
   int r = check_nodes(q, kind, opts);
   if (r == 0 && untrained) { /* refused here, before an instance is paid for to find that out */
     char msg[2 * sizeof j->model + 200];
@@ -189,6 +190,9 @@ static int build_job(struct gw_kreq *q, struct gw_job *j) {
              "or wait for its training job's first checkpoint)", j->model, kind, j->model);
     return gw_kproto_fail(q, SL_ESTATE, msg), SL_ESTATE;
   }
+  /* options no offer fits (instance=, gpus=, max_price=...): refused now, naming the one */
+  if (r == 0 && (r = gw_sched_check_offers(q->g->env.sched, j, why_offers, sizeof why_offers)) < 0)
+    return gw_kproto_fail(q, r, why_offers), r;
   int seeded = r == 0 ? gw_record_choose_seed(j) : 0;
   if (seeded < 0)
     gw_kproto_fail(q, r = seeded, "options must be an object");

@@ -26,6 +26,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int gw_place_nodes(const json_t *options) {
@@ -120,6 +121,109 @@ static double offer_price(const struct gw_wants *w, const struct gw_offer *o, bo
     return -1;
   double price = spot ? t->spot_usd_per_hour : t->on_demand_usd_per_hour;
   return price <= 0 || (w->max_price && price > w->max_price) ? -1 : price;
+}
+
+/* The distinct type names of offers[0..n) that keep[i] marks, comma separated. */
+static void type_names(const struct gw_offer *offers, size_t n, const bool *keep, char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < n && used < size; i++) {
+    bool seen = false;
+    for (size_t k = 0; k < i && !seen; k++)
+      seen = keep[k] && !strcmp(offers[k].type.name, offers[i].type.name);
+    if (!keep[i] || seen)
+      continue;
+    int m = snprintf(buf + used, size - used, "%s%s", used ? ", " : "", offers[i].type.name);
+    used += m > 0 ? (size_t)m : 0;
+  }
+}
+
+static int explain(const struct gw_wants *w, const struct gw_offer *offers, size_t n, bool *keep, char *why,
+                   size_t why_size);
+
+int gw_place_explain(const struct gw_wants *w, const struct gw_offer *offers, size_t n, char *why,
+                     size_t why_size) {
+  for (size_t i = 0; i < n; i++)
+    if (offer_price(w, &offers[i], true) >= 0 || offer_price(w, &offers[i], false) >= 0)
+      return 0;
+  bool *keep = calloc(n ? n : 1, sizeof *keep);
+  if (!keep) {
+    snprintf(why, why_size, "no instance type matches the job's gpus, spot, max_price, instance and "
+             "region options");
+    return SL_ENAME;
+  }
+  int r = explain(w, offers, n, keep, why, why_size);
+  free(keep);
+  return r;
+}
+
+static int explain(const struct gw_wants *w, const struct gw_offer *offers, size_t n, bool *keep, char *why,
+                   size_t why_size) {
+  size_t left = 0;
+  char names[512];
+  /* the options in turn, each on what the ones before it left */
+  for (size_t i = 0; i < n; i++)
+    left += (keep[i] = gw_place_type_allowed(w, offers[i].type.name));
+  if (!left) {
+    for (size_t i = 0; i < n; i++)
+      keep[i] = !w->n_allowed || in_list(w->allowed, w->n_allowed, offers[i].type.name);
+    type_names(offers, n, keep, names, sizeof names);
+    char asked[256] = "";
+    for (size_t k = 0, used = 0; k < w->n_types && used < sizeof asked; k++) {
+      int m = snprintf(asked + used, sizeof asked - used, "%s%s", k ? "," : "", w->types[k]);
+      used += m > 0 ? (size_t)m : 0;
+    }
+    if (w->n_types)
+      snprintf(why, why_size, "instance=%s: no such type is offered%s (offered: %s)", asked,
+               w->n_allowed ? " to you" : "", names[0] ? names : "none");
+    else
+      snprintf(why, why_size, "none of the instance types you may use is offered");
+    return SL_ENAME;
+  }
+  left = 0;
+  for (size_t i = 0; i < n; i++)
+    left += (keep[i] = keep[i] && (!w->region[0] || !strcmp(w->region, offers[i].region)));
+  if (!left) {
+    snprintf(why, why_size, "no such instance type is offered in region %s", w->region);
+    return SL_ENAME;
+  }
+  left = 0;
+  int most = 0;
+  const char *most_on = "";
+  for (size_t i = 0; i < n; i++) {
+    if (keep[i] && offers[i].type.gpus > most) {
+      most = offers[i].type.gpus;
+      most_on = offers[i].type.name;
+    }
+    left += (keep[i] = keep[i] && (!w->gpus || offers[i].type.gpus >= w->gpus));
+  }
+  if (!left) {
+    snprintf(why, why_size, "gpus=%d: no such instance type has that many (the most: %d%s%s)", w->gpus, most,
+             most ? ", on " : "", most_on);
+    return SL_ENAME;
+  }
+  /* the market, then the price: the cheapest offer in the markets asked */
+  double cheapest = -1;
+  const char *cheapest_on = "";
+  bool cheapest_spot = false;
+  for (size_t i = 0; i < n; i++)
+    for (int spot = 0; keep[i] && spot < 2; spot++) {
+      if ((w->spot == 1 && !spot) || (w->spot == 0 && spot))
+        continue;
+      double price = spot ? offers[i].type.spot_usd_per_hour : offers[i].type.on_demand_usd_per_hour;
+      if (price > 0 && (cheapest < 0 || price < cheapest)) {
+        cheapest = price;
+        cheapest_on = offers[i].type.name;
+        cheapest_spot = spot;
+      }
+    }
+  if (cheapest < 0)
+    snprintf(why, why_size, "spot=%s: no such instance type is offered %s", w->spot == 1 ? "yes" : "no",
+             w->spot == 1 ? "on spot" : "on demand");
+  else
+    snprintf(why, why_size, "max_price=%g: below every such offer (the cheapest: %s %s at $%.4f/h)",
+             w->max_price, cheapest_on, cheapest_spot ? "spot" : "on-demand", cheapest);
+  return SL_ENAME;
 }
 
 /* The prior work per hour of nodes instances with gpus GPUs of gpu_model

@@ -120,6 +120,13 @@ int gw_place_score(const struct gw_wants *w, const struct gw_place_ctx *c,
 int gw_place_pick(const struct gw_wants *w, const struct gw_place_ctx *c,
                   const struct gw_offer *offers, size_t n, size_t *ret_i, bool *ret_spot);
 
+/* Why no offer of offers[0..n) fits w, in why: the first of its options,
+ * taken in turn (instance, region, gpus, spot, max_price), that leaves none
+ * ("instance type p9.huge is not offered here (offered: ...)"). 0 when one
+ * fits (why untouched), SL_ENAME when none does. */
+int gw_place_explain(const struct gw_wants *w, const struct gw_offer *offers, size_t n, char *why,
+                     size_t why_size);
+
 /* One row of the ranking (%instances). */
 struct gw_place_ranked {
   size_t offer;

@@ -156,6 +156,18 @@ size_t gw_sched_rank_market(struct gw_sched *s, const struct gw_wants *w,
   return gw_place_rank(w, &c, offers, n, ret, max);
 }
 
+int gw_sched_check_offers(struct gw_sched *s, const struct gw_job *j, char *err, size_t err_size) {
+  static struct gw_offer offers[GW_SCHED_MARKET_MAX];
+  size_t n = gw_sched_market(s, offers, GW_SCHED_MARKET_MAX);
+  if (!n)
+    return 0; /* no market to judge by yet: placement decides */
+  struct gw_wants w;
+  gw_sched_wants(s, j, &w);
+  if (json_object_get(json_object_get(j->spec, "options"), "deadline"))
+    w.spot = -1; /* a deadline may use either market, whatever spot= says */
+  return gw_place_explain(&w, offers, n, err, err_size);
+}
+
 int gw_sched_check_region(struct gw_sched *s, const char *region, char *err, size_t err_size) {
   static struct gw_offer offers[GW_SCHED_MARKET_MAX];
   size_t n = gw_sched_market(s, offers, GW_SCHED_MARKET_MAX);

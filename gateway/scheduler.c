@@ -361,8 +361,9 @@ static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
       break;
   }
   if (r == SL_ENAME) {
-    gw_sched_finish(s, j, GW_JOB_FAILED, "no instance type matches the job's gpus, spot,"
-                                         " max_price, instance and region options");
+    char why[900] = "no instance type matches the job's gpus, spot, max_price, instance and region options";
+    gw_place_explain(&w, s->offers, s->n_offers, why, sizeof why);
+    gw_sched_finish(s, j, GW_JOB_FAILED, why);
     return 0;
   }
   if (r < 0 && r != -EAGAIN && r != SL_ENOTSUP && r != SL_ELIMIT) {

@@ -58,6 +58,10 @@ void gw_sched_provider_event(void *userdata, struct gw_provider *p,
 /* Every offer of every provider, best first is not implied. Up to max
  * into ret; the number written. */
 size_t gw_sched_market(struct gw_sched *s, struct gw_offer *ret, size_t max);
+/* Whether any offer of the market fits job j's resource options (and its
+ * user's allowed types): 0, or SL_ENAME with why none does in err
+ * (gw_place_explain); 0 while there is no market yet. */
+int gw_sched_check_offers(struct gw_sched *s, const struct gw_job *j, char *err, size_t err_size);
 /* offers[0..n) (from gw_sched_market) ranked for w as placement sees them
  * now, best first, at most max into ret (%instances). */
 size_t gw_sched_rank_market(struct gw_sched *s, const struct gw_wants *w,

@@ -139,6 +139,12 @@ static void test_submit_and_jobs(void) {
   r = fx_req(f, "ka", "{s:s,s:s,s:s}", "type", "submit", "kind", "sample", "model", "m");
   CHECK_STR(fx_err_code(r), sl_errname(SL_ESTATE));
   CHECK(contains(fx_err_msg(r), "model m has no checkpoint yet: sample needs a trained model"));
+  /* resource options no offer fits: refused, naming the one that leaves none */
+  r = fx_ksubmit(f, "ka", json_pack("{s:i,s:s}", "steps", 50, "instance", "t.huge"));
+  CHECK_STR(fx_err_code(r), sl_errname(SL_ENAME));
+  CHECK(contains(fx_err_msg(r), "instance=t.huge: no such type is offered (offered: "));
+  r = fx_ksubmit(f, "ka", json_pack("{s:i,s:f}", "steps", 50, "max_price", 0.001));
+  CHECK(contains(fx_err_msg(r), "max_price=0.001: below every such offer (the cheapest: "));
   CHECK_INT(gw_fleet_n_jobs(f->fleet), 1);
 
   /* bob, in a session of his own */

@@ -382,9 +382,11 @@ def case_jobs(gw):
     c.wait_event(state_is(hold, "cancelled"))
     r = c.req("cancel", job=hold)
     check(not r["ok"] and r["error"]["code"] == "SL_ESTATE", "cancel of a finished job")
+    # options no offer fits are refused at submit, naming the one
     r = c.req("submit", kind="train", model="m", data="d", options={"instance": "p9.huge"})
-    attach(c, r["job"])
-    c.wait_event(state_is(r["job"], "failed"))
+    check(not r["ok"] and r["error"]["code"] == "SL_ENAME" and
+          r["error"]["message"].startswith("instance=p9.huge: no such type is offered (offered: fake."),
+          "a type not offered is refused at submit: %r" % r)
     m = c.req("market", gpus=2)
     check([t["type"] for t in m["types"]] == ["fake.big"], "market filters by gpus")
     st = c.req("status")
