@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,8 +14,7 @@
 
 extern char **environ;
 
-int sl_run_capture(char *const argv[], int timeout_ms, bool merge_stderr, char *out, size_t size,
-                   int *ret_status) {
+int sl_run_capture(char *const argv[], int timeout_ms, char *out, size_t size, int *ret_status) {
   int fds[2];
   if (size == 0)
     return -EINVAL;
@@ -25,8 +25,7 @@ int sl_run_capture(char *const argv[], int timeout_ms, bool merge_stderr, char *
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-  if (merge_stderr)
-    posix_spawn_file_actions_adddup2(&fa, fds[1], STDERR_FILENO);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], STDERR_FILENO);
   pid_t pid;
   int r = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&fa);

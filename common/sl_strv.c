@@ -4,6 +4,7 @@
 #include "sl_err.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,4 +38,10 @@ char **sl_strv_free(char **v) {
     free(v);
   }
   return NULL;
+}
+
+void sl_strv_join(char *buf, size_t size, const char *item) {
+  size_t used = strnlen(buf, size);
+  if (used + 1 < size)
+    snprintf(buf + used, size - used, "%s%s", used ? ", " : "", item);
 }

@@ -17,4 +17,9 @@ char **sl_strv_take(struct sl_strv *l);
 /* Frees an array of sl_strv_take (or the list's own); returns NULL. */
 char **sl_strv_free(char **v);
 
+/* Appends item to the text list in buf (size bytes, NUL-terminated), after
+ * ", " unless buf is empty: "a, b, c" for a message. What does not fit is
+ * cut. */
+void sl_strv_join(char *buf, size_t size, const char *item);
+
 #endif

@@ -21,6 +21,7 @@
 #include "provider.h"
 #include "sl_err.h"
 #include "sl_opt.h"
+#include "sl_strv.h"
 #include "sl_time.h"
 
 #include <ctype.h>
@@ -207,19 +208,17 @@ static int check_section(const char *section, char *err, size_t size) {
     if (!strcmp(opts[i].section, tmpl))
       return 0;
   /* the sections there are, each once, in the order of the table */
-  char names[1024] = "";
-  size_t used = 0;
-  for (size_t i = 0; i < N_OPTS && used < sizeof names; i++) {
+  char names[1024] = "", one[64];
+  for (size_t i = 0; i < N_OPTS; i++) {
     bool seen = false;
     for (size_t k = 0; k < i && !seen; k++)
       seen = !strcmp(opts[k].section, opts[i].section);
     if (seen)
       continue;
     const char *star = strchr(opts[i].section, '*');
-    int n = snprintf(names + used, sizeof names - used, "%s[%.*s%s]", used ? ", " : "",
-                     star ? (int)(star - opts[i].section) : (int)strlen(opts[i].section), opts[i].section,
-                     star ? "NAME" : "");
-    used += n > 0 ? (size_t)n : 0;
+    snprintf(one, sizeof one, "[%.*s%s]", star ? (int)(star - opts[i].section) : (int)strlen(opts[i].section),
+             opts[i].section, star ? "NAME" : "");
+    sl_strv_join(names, sizeof names, one);
   }
   return sl_err_say(err, size, SL_ECONFIG, "unknown section [%s] (sections: %s, [provider.NAME])", section,
                     names);
@@ -297,12 +296,9 @@ int gw_config_set(struct gw_config *c, const char *section, const char *name, co
     return r;
   }
   char names[2048] = "";
-  size_t used = 0;
-  for (size_t i = 0; i < N_OPTS && used < sizeof names; i++)
-    if (!strcmp(opts[i].section, tmpl)) {
-      int n = snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", opts[i].o.name);
-      used += n > 0 ? (size_t)n : 0;
-    }
+  for (size_t i = 0; i < N_OPTS; i++)
+    if (!strcmp(opts[i].section, tmpl))
+      sl_strv_join(names, sizeof names, opts[i].o.name);
   return sl_err_say(err, err_size, SL_ECONFIG, "unknown key \"%s\" in [%s] (it accepts: %s)", name, section,
                     names);
 }

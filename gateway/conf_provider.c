@@ -8,6 +8,7 @@
 
 #include "provider.h"
 #include "sl_err.h"
+#include "sl_strv.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -77,12 +78,8 @@ int gw_conf_set_provider_option(struct gw_config *c, const char *section, const 
     return sl_err_say(err, size, SL_ECONFIG, "unknown section [%s]", section);
   if (!class_option(cls, key)) {
     char names[1024] = "";
-    size_t used = 0;
-    for (const struct gw_provider_option *o = cls->options; o && o->name && used < sizeof names;
-         o++) {
-      int n = snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", o->name);
-      used += n > 0 ? (size_t)n : 0;
-    }
+    for (const struct gw_provider_option *o = cls->options; o && o->name; o++)
+      sl_strv_join(names, sizeof names, o->name);
     if (!names[0])
       return sl_err_say(err, size, SL_ECONFIG, "unknown key \"%s\" in [%s] (it takes no options)",
                         key, section);

@@ -21,6 +21,7 @@
 #include "sl_err.h"
 #include "sl_json.h"
 #include "sl_policy.h"
+#include "sl_strv.h"
 
 #include <errno.h>
 #include <math.h>
@@ -125,16 +126,13 @@ static double offer_price(const struct gw_wants *w, const struct gw_offer *o, bo
 
 /* The distinct type names of offers[0..n) that keep[i] marks, comma separated. */
 static void type_names(const struct gw_offer *offers, size_t n, const bool *keep, char *buf, size_t size) {
-  size_t used = 0;
   buf[0] = 0;
-  for (size_t i = 0; i < n && used < size; i++) {
+  for (size_t i = 0; i < n; i++) {
     bool seen = false;
     for (size_t k = 0; k < i && !seen; k++)
       seen = keep[k] && !strcmp(offers[k].type.name, offers[i].type.name);
-    if (!keep[i] || seen)
-      continue;
-    int m = snprintf(buf + used, size - used, "%s%s", used ? ", " : "", offers[i].type.name);
-    used += m > 0 ? (size_t)m : 0;
+    if (keep[i] && !seen)
+      sl_strv_join(buf, size, offers[i].type.name);
   }
 }
 

@@ -446,17 +446,17 @@ static int open_socket(struct loop *l, const struct jk_connection *conn, enum jk
   return 0;
 }
 
-/* A zmq_poll() timeout for the core's next timer: -1 for none, else the
- * milliseconds left, rounded up. */
-static long poll_timeout_ms(const struct jk_core *core) {
-  int64_t at = jk_core_wake_at_us(core);
-  if (at == INT64_MAX)
-    return -1;
-  int64_t left = at - sl_time_mono_us();
-  if (left <= 0)
-    return 0;
-  int64_t ms = (left + 999) / 1000;
-  return ms > LONG_MAX ? LONG_MAX : (long)ms;
+/* Shortens the zmq_poll() timeout *timeout (ms, -1 for none) so that the
+ * poll returns by at_us (monotonic; INT64_MAX: no deadline), rounded up. */
+static void wake_by(long *timeout, int64_t at_us) {
+  if (at_us == INT64_MAX)
+    return;
+  int64_t left = at_us - sl_time_mono_us();
+  int64_t ms = left <= 0 ? 0 : (left + SL_US_PER_MS - 1) / SL_US_PER_MS;
+  if (ms > LONG_MAX)
+    ms = LONG_MAX;
+  if (*timeout < 0 || *timeout > ms)
+    *timeout = (long)ms;
 }
 
 #define PARENT_CHECK_MS 1000 /* how often a watched parent is looked for */
@@ -515,12 +515,9 @@ static bool shell_open(struct loop *l, long *timeout) {
     l->iopub_wait_until_us = 0;
   if (l->iopub_wait_until_us == 0)
     return true;
-  int64_t left = l->iopub_wait_until_us - sl_time_mono_us();
-  if (left <= 0)
+  if (l->iopub_wait_until_us <= sl_time_mono_us())
     return true;
-  long ms = (long)((left + SL_US_PER_MS - 1) / SL_US_PER_MS);
-  if (*timeout < 0 || *timeout > ms)
-    *timeout = ms;
+  wake_by(timeout, l->iopub_wait_until_us);
   return false;
 }
 
@@ -545,16 +542,13 @@ enum { P_SIGNAL, P_CONTROL, P_STDIN, P_IOPUB, P_SHELL, P_GATEWAY, P_COUNT };
  * round. */
 static void serve(struct loop *l) {
   while (!l->stop) {
-    long timeout = poll_timeout_ms(l->core);
+    long timeout = -1;
+    wake_by(&timeout, jk_core_wake_at_us(l->core));
     if (l->parent && (timeout < 0 || timeout > PARENT_CHECK_MS))
       timeout = PARENT_CHECK_MS;
     bool shell = shell_open(l, &timeout);
-    if (l->stdin_held) {
-      int64_t left = l->stdin_retry_us - sl_time_mono_us();
-      long ms = left <= 0 ? 0 : (long)((left + 999) / 1000);
-      if (timeout < 0 || timeout > ms)
-        timeout = ms;
-    }
+    if (l->stdin_held)
+      wake_by(&timeout, l->stdin_retry_us);
     zmq_pollitem_t items[P_COUNT] = {
       [P_SIGNAL] = {NULL, sig_pipe[0], ZMQ_POLLIN, 0},
       [P_CONTROL] = {l->sock[JK_CH_CONTROL], 0, ZMQ_POLLIN, 0},

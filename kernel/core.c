@@ -38,7 +38,6 @@ struct jk_core {
   struct jk_msg *running;      /* the execute_request being run, or NULL */
   int64_t running_count;       /* its execution_count */
   bool running_silent, running_stop_on_error;
-  bool awaiting_input;         /* its input_request is unanswered */
   struct jk_msg *last_request; /* the last non-silent execute_request, kept after it ended */
   char terminals[TERMINALS][64]; /* client sessions that sent is_complete_request, newest last */
 };
@@ -121,7 +120,6 @@ static int pub_input_request(void *ud, const char *prompt, bool password) {
   struct jk_core *c = ud;
   if (!c->running)
     return -ENOENT;
-  c->awaiting_input = true;
   send_reply(c, JK_CH_STDIN, c->running, "input_request",
         json_pack("{s:s, s:b}", "prompt", prompt, "password", password));
   return 0;
@@ -160,7 +158,6 @@ static void pub_finished(void *ud, json_t *result, json_t *error) {
   send_reply(c, JK_CH_SHELL, req, "execute_reply", content);
   set_status(c, req, "idle");
   c->running = NULL;
-  c->awaiting_input = false;
   if (c->running_silent) {
     jk_msg_free(req);
   } else { /* output that comes between cells goes under this one */
@@ -555,10 +552,8 @@ void jk_core_handle(struct jk_core *c, enum jk_channel ch, struct jk_msg *m) {
     return;
   }
   if (ch == JK_CH_STDIN) {
-    if (strcmp(type, "input_reply") == 0) {
-      c->awaiting_input = false;
+    if (strcmp(type, "input_reply") == 0)
       c->iops->input_reply(c->interp, sl_json_get_str(m->content, "value", ""));
-    }
     jk_msg_free(m);
     jk_core_dispatch(c);
     return;
@@ -607,4 +602,4 @@ void jk_core_interrupt(struct jk_core *c) {
     c->iops->interrupt(c->interp);
 }
 
-bool jk_core_awaits_input(const struct jk_core *c) { return c->running && c->awaiting_input; }
+bool jk_core_awaits_input(const struct jk_core *c) { return c->running && c->iops->awaits_input(c->interp); }

@@ -487,6 +487,10 @@ void jk_exec_wake(struct jk_interp *ip) {
   run_until_wait(ip);
 }
 
+bool jk_exec_awaits_input(const struct jk_interp *ip) {
+  return ip->running && ip->running->wait == JK_WAIT_INPUT;
+}
+
 void jk_exec_input_reply(struct jk_interp *ip, const char *value) {
   struct jk_execution *x = ip->running;
   if (!x || x->wait != JK_WAIT_INPUT) {

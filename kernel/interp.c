@@ -258,6 +258,7 @@ const struct jk_interp_ops jk_spotlab_interp = {
     .execute = jk_exec_execute,
     .user_expressions = jk_exec_user_expressions,
     .input_reply = jk_exec_input_reply,
+    .awaits_input = jk_exec_awaits_input,
     .interrupt = jk_exec_interrupt,
     .other_front_end = other_front_end,
     .terminal_back = terminal_back,

@@ -66,6 +66,8 @@ struct jk_interp_ops {
   json_t *(*user_expressions)(struct jk_interp *ip, const json_t *exprs);
   /* The value of an input_reply (borrowed). */
   void (*input_reply)(struct jk_interp *ip, const char *value);
+  /* Whether the running execution waits for an input_reply. */
+  bool (*awaits_input)(const struct jk_interp *ip);
   /* Ends the running execution, if any, with an error. */
   void (*interrupt)(struct jk_interp *ip);
   /* An execute_request from another front end (another client session)

@@ -77,6 +77,7 @@ typedef enum jk_step (*jk_stmt_fn)(struct jk_interp *ip, const struct jk_stmt *s
 /* The ops of the same names (interp.h). */
 void jk_exec_execute(struct jk_interp *ip, const struct jk_exec_args *args);
 void jk_exec_input_reply(struct jk_interp *ip, const char *value);
+bool jk_exec_awaits_input(const struct jk_interp *ip);
 void jk_exec_interrupt(struct jk_interp *ip);
 json_t *jk_exec_user_expressions(struct jk_interp *ip, const json_t *exprs);
 /* Frees a running execution without finishing it (the interpreter's end). */

@@ -75,7 +75,7 @@ int jk_jpserver_lookup(const char *kernel_id, long parent_pid, const char *conn_
   snprintf(wait, sizeof wait, "%d", wait_ms);
   char *argv[] = {program, file, (char *)kernel_id, wait, NULL};
   int st = 0;
-  r = sl_run_capture(argv, wait_ms + ANSWER_MARGIN_MS, true, out, sizeof out, &st);
+  r = sl_run_capture(argv, wait_ms + ANSWER_MARGIN_MS, out, sizeof out, &st);
   if (r < 0) {
     snprintf(why, why_size, "%s: %s", JK_JPSERVER_PROGRAM,
              r == -ETIMEDOUT ? "no answer in time" : strerror(-r));

@@ -293,7 +293,7 @@ static void last_line(char *text, char *out, size_t size) {
 int wk_train_cuda_check(const char *train, int timeout_ms, char *why, size_t why_size) {
   char *argv[] = {(char *)train, "--check-cuda", NULL};
   char out[2048];
-  int st = 0, r = sl_run_capture(argv, timeout_ms, true, out, sizeof out, &st);
+  int st = 0, r = sl_run_capture(argv, timeout_ms, out, sizeof out, &st);
   if (r == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
     why[0] = '\0';
     return 1;

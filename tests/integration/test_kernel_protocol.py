@@ -243,13 +243,13 @@ class RawShell:
     def send(self, frames):
         self.sock.send_multipart(frames, copy=False)
 
-    def execute_frames(self, code, **kw):
+    def execute_frames(self, code, allow_stdin=False, **kw):
         content = {
             "code": code,
             "silent": False,
             "store_history": True,
             "user_expressions": {},
-            "allow_stdin": False,
+            "allow_stdin": allow_stdin,
             "stop_on_error": True,
         }
         return self.frames("execute_request", content, **kw)
@@ -861,11 +861,8 @@ def test_input_request_reaches_a_stdin_that_connects_late(kernel):
     stdin = None
     try:
         raw.answering()  # shell is connected and answered
-        msg_id, frames = raw.execute_frames(CODE["input"])
-        content = json.loads(frames[5])
-        content["allow_stdin"] = True
-        parts = [frames[2], b"{}", b"{}", json.dumps(content).encode()]
-        raw.send([b"<IDS|MSG>", raw.sign(parts)] + parts)
+        msg_id, frames = raw.execute_frames(CODE["input"], allow_stdin=True)
+        raw.send(frames)
         time.sleep(0.5)
         stdin = ctx.socket(zmq.DEALER)
         stdin.linger = 0
@@ -897,11 +894,8 @@ def test_held_input_request_is_dropped_when_the_cell_is_interrupted(kernel):
     answering."""
     raw = kernel.raw_shell()
     try:
-        msg_id, frames = raw.execute_frames(CODE["input"])
-        content = json.loads(frames[5])
-        content["allow_stdin"] = True
-        parts = [frames[2], b"{}", b"{}", json.dumps(content).encode()]
-        raw.send([b"<IDS|MSG>", raw.sign(parts)] + parts)
+        msg_id, frames = raw.execute_frames(CODE["input"], allow_stdin=True)
+        raw.send(frames)
         time.sleep(0.3)
         kernel.km.interrupt_kernel()
         reply = raw.reply(msg_id, INTERRUPT_S)
