@@ -61,6 +61,7 @@ static struct jk_interp *interp_free(struct jk_interp *ip) {
   free(ip->kernel_id);
   free(ip->notebook);
   free(ip->gateway);
+  free(ip->gateway_before);
   free(ip);
   return NULL;
 }

@@ -60,6 +60,10 @@ struct jk_interp {
   char *kernel_id;
   char *notebook;
   char *gateway;               /* %gateway ADDR, or SPOTLAB_GATEWAY */
+  /* While %gateway ADDR waits for ADDR's answer: the address it replaced
+   * (NULL: the default), put back when ADDR cannot be reached. */
+  bool gateway_switching;
+  char *gateway_before;
   struct jk_state *state;
   struct jk_gw *gw;            /* NULL when the loop supplies no gateway transport */
   struct jk_session *session;  /* with gw only */

@@ -477,6 +477,45 @@ static enum jk_step on_catchup(struct jk_interp *ip, const json_t *reply) {
   return JK_STEP_WAIT;
 }
 
+/* %gateway ADDR ended: ADDR is kept when it answered, else the address it
+ * replaced is put back and ADDR returned (the caller frees it). NULL when
+ * no %gateway was waiting, or ADDR was kept. */
+static char *gateway_switch_end(struct jk_interp *ip, bool keep) {
+  if (!ip->gateway_switching)
+    return NULL;
+  ip->gateway_switching = false;
+  char *tried = NULL;
+  if (!keep) {
+    tried = ip->gateway;
+    ip->gateway = ip->gateway_before;
+    ip->gateway_before = NULL;
+    if (jk_gw_set_address(ip->gw, ip->gateway) < 0) /* only on OOM: stays at the new one */
+      sl_warn("kernel.gateway", "cannot go back to %s: out of memory", ip->gateway ? ip->gateway : "the default gateway");
+  }
+  free(ip->gateway_before);
+  ip->gateway_before = NULL;
+  return tried;
+}
+
+/* The answer to %gateway ADDR's ping. A gateway that cannot be reached, or
+ * refuses, leaves the kernel on the one it used before. */
+static enum jk_step on_gateway(struct jk_interp *ip, const json_t *reply, const char *error) {
+  if (error) {
+    char *tried = gateway_switch_end(ip, false);
+    enum jk_step st = jk_exec_fail(ip, "GatewayUnavailable", "the gateway at %s %s: %s; the kernel keeps using %s",
+                                   tried, reply ? "refused" : "cannot be reached", error,
+                                   jk_gw_address(ip->gw));
+    free(tried);
+    return st;
+  }
+  gateway_switch_end(ip, true);
+  char *t = NULL;
+  if (asprintf(&t, "connected to %s as %s\n", jk_gw_address(ip->gw), jk_gw_user(ip->gw) ? jk_gw_user(ip->gw) : "?") >= 0)
+    jk_exec_stream(ip, "stdout", t);
+  free(t);
+  return JK_STEP_DONE;
+}
+
 void jk_jobs_reply(struct jk_interp *ip, int64_t id, const json_t *reply, const char *error) {
   struct jk_execution *x = ip->running;
   if (!x)
@@ -497,7 +536,9 @@ void jk_jobs_reply(struct jk_interp *ip, int64_t id, const json_t *reply, const 
     return;
   }
   enum jk_step st;
-  if (op == OP_SHOW)
+  if (op == OP_GATEWAY)
+    st = on_gateway(ip, reply, error);
+  else if (op == OP_SHOW)
     st = jk_jobs_on_show(ip, error ? NULL : reply);
   else if (op == OP_SESSION)
     st = jk_jobs_on_session(ip, reply, error);
@@ -511,13 +552,7 @@ void jk_jobs_reply(struct jk_interp *ip, int64_t id, const json_t *reply, const 
     st = on_catchup(ip, reply);
   else if (op == OP_ATTACH)
     st = on_attached(ip, reply);
-  else if (op == OP_GATEWAY) {
-    char *t = NULL;
-    if (asprintf(&t, "connected to %s as %s\n", jk_gw_address(ip->gw), jk_gw_user(ip->gw) ? jk_gw_user(ip->gw) : "?") >= 0)
-      jk_exec_stream(ip, "stdout", t);
-    free(t);
-    st = JK_STEP_DONE;
-  } else
+  else
     st = jk_jobs_on_query(ip, reply);
   jk_exec_step_ended(ip, st);
 }
@@ -571,10 +606,15 @@ void jk_jobs_interrupt(struct jk_interp *ip) {
     jk_exec_fail(ip, "Interrupted", "detached from %s; it keeps running (use %%attach %s)", job, job);
     return;
   }
-  if (x->gw_op == OP_SUBMIT)
+  char *tried = x->gw_op == OP_GATEWAY ? gateway_switch_end(ip, false) : NULL;
+  if (tried)
+    jk_exec_fail(ip, "Interrupted", "interrupted while waiting for the gateway at %s; the kernel keeps using %s",
+                 tried, jk_gw_address(ip->gw));
+  else if (x->gw_op == OP_SUBMIT)
     jk_exec_fail(ip, "Interrupted", "interrupted while submitting; the job may have been submitted (see %%jobs)");
   else
     jk_exec_fail(ip, "Interrupted", "interrupted while waiting for the gateway at %s", jk_gw_address(ip->gw));
+  free(tried);
 }
 
 void jk_jobs_other_front_end(struct jk_interp *ip) {

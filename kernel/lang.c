@@ -619,6 +619,8 @@ static int parse_magic_args(struct parser *p, struct jk_stmt *st, enum jk_magic_
     return jk_lang_error(p->err, line, col, "%%%s takes no arguments", st->name);
   if (kind == JK_MAGIC_ARGS_ONE && (end == start || strpbrk(st->args, " \t")))
     return jk_lang_error(p->err, line, col, "%%%s takes one argument", st->name);
+  if (kind == JK_MAGIC_ARGS_MAYBE_ONE && strpbrk(st->args, " \t"))
+    return jk_lang_error(p->err, line, col, "%%%s takes one argument or none", st->name);
   while (p->lx.pos < stop)
     jk_lx_bump(&p->lx);
   while (p->lx.pos < p->lx.len && p->lx.s[p->lx.pos] != '\n')

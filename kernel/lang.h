@@ -212,7 +212,8 @@ const struct sl_opt *jk_lang_option_decl(const char *name);
 enum jk_magic_args {
   JK_MAGIC_ARGS_NONE,     /* %status */
   JK_MAGIC_ARGS_ONE,      /* %attach JOB: one word, required */
-  JK_MAGIC_ARGS_OPTIONAL, /* %help [TOPIC] */
+  JK_MAGIC_ARGS_MAYBE_ONE, /* %gateway [ADDR]: one word or none */
+  JK_MAGIC_ARGS_OPTIONAL, /* %budget [set user NAME USD]: any words */
   JK_MAGIC_ARGS_OPTIONS,  /* %instances [gpus=N]: name=value options */
   JK_MAGIC_ARGS_TEXT,     /* %stderr TEXT: the rest of the line, as written */
 };

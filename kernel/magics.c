@@ -146,8 +146,14 @@ enum jk_step jk_magic_clear(struct jk_interp *ip, const struct jk_stmt *s) {
 
 enum jk_step jk_magic_session(struct jk_interp *ip, const struct jk_stmt *s) {
   const char *args = s->args ? s->args : "";
-  if (!*args)
-    return jk_exec_fail(ip, "ValueError", "%%session needs a name: %%session NAME");
+  if (!*args) {
+    char *t = NULL;
+    if (asprintf(&t, "notebook session: %s\n", ip->notebook) >= 0) {
+      jk_exec_stream(ip, "stdout", t);
+      free(t);
+    }
+    return JK_STEP_DONE;
+  }
   char *nb = strdup(args);
   if (!nb || (ip->session && jk_session_rename(ip->session, nb) < 0)) {
     free(nb);
@@ -170,7 +176,9 @@ enum jk_step jk_magic_gateway(struct jk_interp *ip, const struct jk_stmt *s) {
   const char *args = s->args ? s->args : "";
   if (!*args) {
     char *t = NULL;
-    if (asprintf(&t, "gateway: %s\n", ip->gateway ? ip->gateway : "none") >= 0) {
+    const char *addr = ip->gw ? jk_gw_address(ip->gw) : ip->gateway;
+    const char *whose = ip->gw && jk_gw_is_embedded(ip->gw) ? " (this user's embedded gateway)" : "";
+    if (asprintf(&t, "gateway: %s%s\n", addr ? addr : "none", whose) >= 0) {
       jk_exec_stream(ip, "stdout", t);
       free(t);
     }
@@ -181,10 +189,15 @@ enum jk_step jk_magic_gateway(struct jk_interp *ip, const struct jk_stmt *s) {
   char *addr = strdup(args);
   if (!addr)
     return jk_exec_fail(ip, "MemoryError", "out of memory");
+  if (ip->gw) {
+    free(ip->gateway_before);
+    ip->gateway_before = ip->gateway;
+    ip->gateway_switching = true;
+    ip->gateway = addr;
+    return jk_jobs_gateway(ip, addr);
+  }
   free(ip->gateway);
   ip->gateway = addr;
-  if (ip->gw)
-    return jk_jobs_gateway(ip, addr);
   jk_exec_stream(ip, "stdout", "gateway address set\n");
   return JK_STEP_DONE;
 }

@@ -151,6 +151,14 @@ def with_gateway(kernel_exe, cli_exe):
             ev = content.get("evalue", "")
             check(content.get("ename") == "GatewayUnavailable" and "tcp://127.0.0.1:1" in ev and
                   "starting" not in ev, "%gateway to an address nobody answers: " + ev)
+            # ... and leaves the kernel on the gateway it used before
+            check("the kernel keeps using ipc://" in ev, "the failed %gateway names the address kept: " + ev)
+            content, msgs = k.run("%gateway\n%jobs", timeout=60)
+            out = stdout_of(msgs)
+            check(content["status"] == "ok" and "gateway: ipc://" in out and "embedded" in out and
+                  "127.0.0.1:1" not in out and str(job) in out,
+                  "after a failed %%gateway, %%jobs still reaches the embedded gateway: %s %s" %
+                  (content.get("evalue"), out))
             content, _ = k.run("%%gateway ipc://%s/gateway.sock" % os.environ["SPOTLAB_HOME"], timeout=60)
             check(content["status"] == "ok", "%%gateway back to the embedded one: %s" % content.get("evalue"))
 

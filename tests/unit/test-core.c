@@ -506,6 +506,9 @@ static void test_other_requests(struct mock *mk) {
   CHECK(strncmp(status, "notebook session: other\n", 24) == 0);
   CHECK(strstr(status, "\nsession    other\n") && strstr(status, ", id test-kernel\n"));
   CHECK(strstr(status, "\ngateway    none configured"));
+  /* without an argument, %session and %gateway show what is in use */
+  shell(mk, execute_req("o6", "%session\n%gateway"));
+  CHECK_STR(stdout_of(mk, "o6"), "notebook session: other\ngateway: none\n");
   jk_core_handle(mk->core, JK_CH_CONTROL,
                  request("o4", "shutdown_request", json_pack("{s:b}", "restart", 1)));
   CHECK_STR(trace(mk, "o4"), "busy shutdown_reply idle");

@@ -298,6 +298,7 @@ static void test_errors(void) {
   parse_err("x = 1\n%%run", 2, 1, "cell magic must be on the first line");
   parse_err("%run", 1, 1, "'%run' is a cell magic");
   parse_err("%attach", 1, 8, "%attach takes one argument");
+  parse_err("%gateway a b", 1, 10, "%gateway takes one argument or none");
   parse_err("%status now", 1, 9, "%status takes no arguments");
   parse_err("train = 3", 1, 1, "'train' is a keyword and cannot be used as a variable name");
   parse_err("yes = 3", 1, 1, "'yes' is a keyword");
