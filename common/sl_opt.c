@@ -76,6 +76,18 @@ void sl_opt_flag_name(const struct sl_opt *o, char *buf, size_t size) {
 
 static bool has_bounds(const struct sl_opt *o) { return o->min != 0 || o->max != 0; }
 
+/* Whether d is outside o's bounds ([min, max], or (min, max] above min). */
+static bool out_of_range(const struct sl_opt *o, double d) {
+  if (!has_bounds(o))
+    return false;
+  return d > o->max || d < o->min || ((o->flags & SL_OPT_ABOVE_MIN) && d == o->min);
+}
+
+static int say_range(const struct sl_opt *o, const char *text, char *why, size_t why_size) {
+  return sl_err_say(why, why_size, SL_ECONFIG, "%s is out of range %c%g, %g]", text,
+                    (o->flags & SL_OPT_ABOVE_MIN) ? '(' : '[', o->min, o->max);
+}
+
 /* "a, b or c" from "a|b|c". */
 static void choice_list(const char *choices, char *buf, size_t size) {
   size_t used = 0, n = strlen(choices);
@@ -179,10 +191,8 @@ static int check_text(const struct sl_opt *o, const char *text, struct held *h, 
       }
       x = (long long)d;
     }
-    if (has_bounds(o) && (d < o->min || d > o->max)) {
-      return sl_err_say(why, why_size, SL_ECONFIG, "%s is out of range [%g, %g]", text, o->min,
-                        o->max);
-    }
+    if (out_of_range(o, d))
+      return say_range(o, text, why, why_size);
     h->i = x;
     break;
   }
@@ -199,10 +209,8 @@ static int check_text(const struct sl_opt *o, const char *text, struct held *h, 
     if (end == text || *end || errno || !isfinite(d)) {
       return sl_err_say(why, why_size, SL_ECONFIG, "\"%s\" is not a number", text);
     }
-    if (has_bounds(o) && (d < o->min || d > o->max)) {
-      return sl_err_say(why, why_size, SL_ECONFIG, "%s is out of range [%g, %g]", text, o->min,
-                        o->max);
-    }
+    if (out_of_range(o, d))
+      return say_range(o, text, why, why_size);
     h->d = d;
     break;
   }
@@ -488,9 +496,10 @@ static json_t *describe_one(const struct sl_opt *o, const char *const *context_n
     p = bar ? bar + 1 : NULL;
   }
   const char *example = o->example ? o->example : o->def;
-  return json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:s, s:o, s:s, s:o, s:o, s:b}", "name",
+  return json_pack("{s:s, s:s, s:s, s:o, s:o, s:b, s:o, s:o, s:s, s:o, s:s, s:o, s:o, s:b}", "name",
                    o->name, "flag", flag, "type", sl_opt_type_name(o->type), "default",
-                   default_json(o), "min", bound_json(o, o->min), "max", bound_json(o, o->max),
+                   default_json(o), "min", bound_json(o, o->min), "above_min",
+                   (o->flags & SL_OPT_ABOVE_MIN) != 0, "max", bound_json(o, o->max),
                    "choices", choices ? choices : json_null(), "metavar", sl_opt_metavar(o),
                    "example", example ? json_string(example) : json_null(), "help", o->help, "doc",
                    o->doc ? json_string(o->doc) : json_null(), "contexts",

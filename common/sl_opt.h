@@ -31,6 +31,7 @@ enum sl_opt_type {
 
 enum {
   SL_OPT_REQUIRED = 1 << 0, /* the owner refuses a file or command line without it */
+  SL_OPT_ABOVE_MIN = 1 << 1, /* INT, NUM: min itself is out of range, (min, max] (a rate) */
 };
 
 struct sl_opt {

@@ -45,6 +45,28 @@ static int copy_def(struct gw_kreq *q, json_t *spec, const char *field, const ch
   return 0;
 }
 
+/* The type of a session definition ("gpt", "text", ...), or "". */
+static const char *def_type(const json_t *def) {
+  const json_t *inner = json_object_get(def, "spec");
+  return sl_json_get_str(json_is_object(inner) ? inner : def, "type", "");
+}
+
+/* A model trains and is evaluated on the data it is built for: gpt on
+ * text, mlp on fashion_mnist. Refused at submit, since the worker would
+ * otherwise take the one's data for the other's file and fail on it.
+ * Sends the error reply itself. */
+static int check_model_data(struct gw_kreq *q, const json_t *spec, const char *model, const char *data) {
+  const char *mt = def_type(json_object_get(spec, "model"));
+  const char *dt = def_type(json_object_get(spec, "data"));
+  const char *wants = !strcmp(mt, "gpt") ? "text" : !strcmp(mt, "mlp") ? "fashion_mnist" : NULL;
+  if (!wants || !*dt || !strcmp(dt, wants) || (!strcmp(wants, "fashion_mnist") && !strcmp(dt, "fashion-mnist")))
+    return 0;
+  char msg[400];
+  snprintf(msg, sizeof msg, "model %.64s = %s(...) learns from %s data, and %.64s is %s data: a gpt model "
+           "takes text(\"PATH\"), an mlp model fashion_mnist()", model, mt, wants, data, dt);
+  return gw_kproto_fail(q, SL_ETYPE, msg), SL_ETYPE;
+}
+
 /* gpus and precision (DESIGN.md §8), checked at submit: a value the
  * training core cannot take, or more GPUs than any instance type of the
  * market offers, is refused at once rather than left to fail at placement
@@ -164,6 +186,8 @@ static int build_job(struct gw_kreq *q, struct gw_job *j) {
     int r = copy_def(q, j->spec, "model", "model", model, j->model, sizeof j->model);
     if (!r && strcmp(kind, "sample"))
       r = copy_def(q, j->spec, "data", "data", data, j->data, sizeof j->data);
+    if (!r)
+      r = check_model_data(q, j->spec, j->model, j->data);
     if (r < 0)
       return r;
   }

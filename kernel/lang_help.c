@@ -295,8 +295,10 @@ static const struct help *option_help(const char *word, struct option_help *b) {
   if (o->def)
     used += (size_t)snprintf(limits, sizeof limits, " Default: %s.", o->def);
   if ((o->min != 0 || o->max != 0) && used < sizeof limits)
-    used += (size_t)snprintf(limits + used, sizeof limits - used, " From %.15g to %.15g%s.", o->min,
-                             o->max, o->type == SL_OPT_DUR ? " seconds" : "");
+    used += (size_t)snprintf(limits + used, sizeof limits - used, " %s %.15g%s %.15g%s.",
+                             (o->flags & SL_OPT_ABOVE_MIN) ? "Above" : "From", o->min,
+                             (o->flags & SL_OPT_ABOVE_MIN) ? ", up to" : " to", o->max,
+                             o->type == SL_OPT_DUR ? " seconds" : "");
   if (o->choices && used < sizeof limits)
     snprintf(limits + used, sizeof limits - used, " Values: %s.", o->choices);
   snprintf(b->summary, sizeof b->summary, "%s=%s: %s", o->name, sl_opt_metavar(o), o->help);

@@ -147,8 +147,6 @@ int main(int argc, char **argv) {
   const struct tc_model_ops *mo = tc_model_find(o.model);
   char names[128], why[256] = "";
   if (!mo) return bad("unknown model '%s' (%s)", o.model, tc_model_names(names, sizeof names));
-  if (o.dropout != 0.0)
-    return bad("--dropout: only 0 is supported (the training core has no dropout)");
   if (o.control && strncmp(o.control, "fd:", 3) != 0)
     return bad("--control takes fd:N, not '%s'", o.control);
   if (o.sample && o.eval_only) return bad("--sample and --eval exclude each other");

@@ -6,8 +6,11 @@
  * main(), and stated in the help line. */
 #include "train_opts.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "sl_err.h"
 #include "train.h"
 
 const char *const tc_train_context_names[TC_OPT_N_CONTEXTS] = {"train", "eval", "sample", "gpt",
@@ -19,11 +22,23 @@ const char *const tc_train_context_names[TC_OPT_N_CONTEXTS] = {"train", "eval", 
 #define GPT_ TC_OPT_GPT
 #define MLP_ TC_OPT_MLP
 /* strings borrow argv (size 0): struct tc_opts holds const char pointers */
-#define ROW(name, type, field, def, min, max, choices, metavar, example, contexts, help)          \
+#define ROWX(name, type, field, def, min, max, choices, metavar, example, contexts, flags, check,   \
+             help)                                                                                 \
   {name, type, offsetof(struct tc_opts, field),                                                    \
    (type) == SL_OPT_STR ? 0 : sizeof(((struct tc_opts *)0)->field), def, min, max, choices, metavar, \
-   example, help, NULL, contexts, 0, NULL}
+   example, help, NULL, contexts, flags, check}
+#define ROW(name, type, field, def, min, max, choices, metavar, example, contexts, help)          \
+  ROWX(name, type, field, def, min, max, choices, metavar, example, contexts, 0, NULL, help)
 #define NOSTEPS 100000000
+
+/* dropout: declared for the models' signatures, and refused above 0 wherever
+ * it is given (a cell, the worker, the command line). */
+static int dropout_zero(const char *text, char *why, size_t why_size) {
+  if (strtod(text, NULL) == 0.0)
+    return 0;
+  snprintf(why, why_size, "%s: only 0 is supported (the training core has no dropout)", text);
+  return SL_ECONFIG;
+}
 
 const struct sl_opt tc_train_opts[] = {
     ROW("model", SL_OPT_STR, model, "gpt", 0, 0, "gpt|mlp", NULL, NULL, 0, "the model to build"),
@@ -40,14 +55,14 @@ const struct sl_opt tc_train_opts[] = {
         "context length in characters, the longest sequence attended over"),
     ROW("hidden", SL_OPT_INT, hidden, "256", 1, 65536, NULL, NULL, NULL, MLP_,
         "units in each hidden layer"),
-    ROW("dropout", SL_OPT_NUM, dropout, "0", 0, 1, NULL, NULL, NULL, GPT_ | MLP_,
-        "dropout probability; only 0 is supported"),
+    ROWX("dropout", SL_OPT_NUM, dropout, "0", 0, 1, NULL, NULL, NULL, GPT_ | MLP_, 0, dropout_zero,
+         "dropout probability; only 0 is supported"),
     ROW("steps", SL_OPT_INT, steps, "1000", 0, NOSTEPS, NULL, NULL, "3000", T_,
         "optimiser steps in total"),
     ROW("batch", SL_OPT_INT, batch, "32", 1, 65536, NULL, NULL, NULL, T_ | E_,
         "sequences (gpt) or images (mlp) per step"),
-    ROW("lr", SL_OPT_NUM, lr, NULL, 0, 10, NULL, "RATE", "3e-4", T_,
-        "peak learning rate of AdamW (default: gpt 3e-4, mlp 1e-3)"),
+    ROWX("lr", SL_OPT_NUM, lr, NULL, 0, 10, NULL, "RATE", "3e-4", T_, SL_OPT_ABOVE_MIN, NULL,
+         "peak learning rate of AdamW, above 0 (default: gpt 3e-4, mlp 1e-3)"),
     ROW("warmup", SL_OPT_INT, warmup, NULL, 0, NOSTEPS, NULL, "STEPS", "100", T_,
         "steps of linear learning-rate warmup (default min(100, steps/10))"),
     ROW("weight_decay", SL_OPT_NUM, weight_decay, "0.1", 0, 1e30, NULL, NULL, NULL, T_,

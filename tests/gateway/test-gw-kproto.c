@@ -145,6 +145,17 @@ static void test_submit_and_jobs(void) {
   CHECK(contains(fx_err_msg(r), "instance=t.huge: no such type is offered (offered: "));
   r = fx_ksubmit(f, "ka", json_pack("{s:i,s:f}", "steps", 50, "max_price", 0.001));
   CHECK(contains(fx_err_msg(r), "max_price=0.001: below every such offer (the cheapest: "));
+  /* a model on data of the other kind (gpt learns from text, mlp from fashion_mnist) */
+  CHECK(fx_ok(fx_req(f, "ka", "{s:s,s:[{s:s,s:s,s:{s:s}},{s:s,s:s,s:{s:s}},{s:s,s:s,s:{s:s}},{s:s,s:s,s:{s:s}}]}",
+                     "type", "session.set", "defs", "name", "g", "kind", "model", "spec", "type", "gpt", "name",
+                     "c", "kind", "model", "spec", "type", "mlp", "name", "fm", "kind", "data", "spec", "type",
+                     "fashion_mnist", "name", "t", "kind", "data", "spec", "type", "text")));
+  r = fx_req(f, "ka", "{s:s,s:s,s:s,s:s}", "type", "submit", "kind", "train", "model", "g", "data", "fm");
+  CHECK_STR(fx_err_code(r), sl_errname(SL_ETYPE));
+  CHECK_STR(fx_err_msg(r), "model g = gpt(...) learns from text data, and fm is fashion_mnist data: a gpt "
+                           "model takes text(\"PATH\"), an mlp model fashion_mnist()");
+  r = fx_req(f, "ka", "{s:s,s:s,s:s,s:s}", "type", "submit", "kind", "eval", "model", "c", "data", "t");
+  CHECK(contains(fx_err_msg(r), "model c = mlp(...) learns from fashion_mnist data, and t is text data"));
   CHECK_INT(gw_fleet_n_jobs(f->fleet), 1);
 
   /* bob, in a session of his own */

@@ -241,6 +241,10 @@ static void test_cells(struct mock *mk) {
   err = content_of(mk, "v1", "error");
   CHECK_STR(sl_json_get_str(err, "ename", ""), "ValueError");
   CHECK_STR(sl_json_get_str(err, "evalue", ""), "line 2: layers: 100 is out of range [1, 64]");
+  /* ... and its own checks: the models have no dropout */
+  shell(mk, execute_req("v1b", "model dr = gpt(layers=1, dropout=0.1)"));
+  CHECK_STR(sl_json_get_str(content_of(mk, "v1b", "error"), "evalue", ""),
+            "line 1: dropout: 0.1: only 0 is supported (the training core has no dropout)");
   shell(mk, execute_req("v2", "model half = mlp(hidden=2.5)"));
   CHECK(strstr(sl_json_get_str(content_of(mk, "v2", "error"), "evalue", ""),
                "hidden: \"2.5\" is not an integer") != NULL);
