@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "sl_err.h"
@@ -158,6 +159,25 @@ enum jk_step jk_exec_eval_options(struct jk_interp *ip, const struct jk_option *
   return JK_STEP_DONE;
 }
 
+/* A data path as a notebook means it: a relative one is taken from the
+ * kernel's working directory (Jupyter starts a kernel in its notebook's
+ * folder), as open() in a Python kernel takes it, and kept absolute, since
+ * the job reads it elsewhere (its worker's own folder). The data sets
+ * spotlab ships keep their names. NULL on OOM. */
+static char *data_path(const char *func, const char *arg) {
+  bool shipped = (!strcmp(func, "text") && !strcmp(arg, "moby-dick")) ||
+                 (!strcmp(func, "fashion_mnist") && !strcmp(arg, "fashion-mnist"));
+  char cwd[4096];
+  char *abs = NULL;
+  if (shipped || !*arg || arg[0] == '/' || !getcwd(cwd, sizeof cwd))
+    return strdup(arg);
+  while (arg[0] == '.' && arg[1] == '/') /* ./x */
+    arg += 2;
+  if (asprintf(&abs, "%s%s%s", cwd, strcmp(cwd, "/") ? "/" : "", arg) < 0)
+    return NULL;
+  return abs;
+}
+
 enum jk_step jk_stmt_define(struct jk_interp *ip, const struct jk_stmt *s) {
   const struct jk_expr *e = s->expr;
   bool model = s->kind == JK_STMT_MODEL;
@@ -176,8 +196,14 @@ enum jk_step jk_stmt_define(struct jk_interp *ip, const struct jk_stmt *s) {
       json_decref(spec);
       return jk_exec_fail(ip, "TypeError", "line %d: %s() takes a string", s->line, e->name);
     }
-    json_array_append_new(json_object_get(spec, "args"), json_string(v.str));
+    char *arg = model ? strdup(v.str) : data_path(e->name, v.str);
     jk_value_done(&v);
+    if (!arg) {
+      json_decref(spec);
+      return jk_exec_fail(ip, "MemoryError", "out of memory");
+    }
+    json_array_append_new(json_object_get(spec, "args"), json_string(arg));
+    free(arg);
   }
   json_t *opts = json_object_get(spec, "options");
   if (jk_exec_eval_options(ip, e->opts, e->n_opts, opts) != JK_STEP_DONE) {

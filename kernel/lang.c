@@ -515,12 +515,11 @@ static int parse_call(struct parser *p, const char *const *funcs, const char *wh
   }
   if (r < 0 || (r = advance(p)) < 0)
     goto fail;
-  size_t most = strcmp(name, "fashion_mnist") == 0 ? 0 : 1;
+  /* text("PATH"), fashion_mnist(["FOLDER"]); a model's are options by name */
   size_t least = strcmp(name, "text") == 0 ? 1 : 0;
-  if (e->n_items > most || e->n_items < least) {
+  if (e->n_items > 1 || e->n_items < least) {
     r = jk_lang_error(p->err, e->line, e->col, "%s() takes %s", name,
-                  most == 0 ? "no arguments" : least ? "one argument: text(\"PATH\")"
-                                                     : "at most one argument, the prompt");
+                      least ? "one argument: text(\"PATH\")" : "at most one argument: fashion_mnist(\"FOLDER\")");
     goto fail;
   }
   *ret = e;

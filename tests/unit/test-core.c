@@ -267,6 +267,23 @@ static void test_cells(struct mock *mk) {
     CHECK(strstr(listed, want) != NULL && strstr(listed, "\")") != NULL);
   }
 
+  /* a relative data path is the notebook's: taken from the kernel's working
+   * directory, and kept absolute; shipped data sets and absolute paths as written */
+  {
+    char cwd[4096], want[4300];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    shell(mk, execute_req("w2", "data rel = text(\"./notes/corpus.txt\")\n"
+                                "data imgs = fashion_mnist(\"images\")\ndata moby = text(\"moby-dick\")\n"
+                                "data fm = fashion_mnist(\"fashion-mnist\")\ndata abs = text(\"/srv/c.txt\")\n%who"));
+    const char *listed = stdout_of(mk, "w2");
+    snprintf(want, sizeof want, "text(\"%s/notes/corpus.txt\")", cwd);
+    CHECK(strstr(listed, want) != NULL);
+    snprintf(want, sizeof want, "fashion_mnist(\"%s/images\")", cwd);
+    CHECK(strstr(listed, want) != NULL);
+    CHECK(strstr(listed, "text(\"moby-dick\")") && strstr(listed, "fashion_mnist(\"fashion-mnist\")") &&
+          strstr(listed, "text(\"/srv/c.txt\")"));
+  }
+
   /* a name is one thing: a variable replaces a model of the same name */
   shell(mk, execute_req("m5", "model k = mlp(hidden=4)\nk = 3\n%who"));
   who = stdout_of(mk, "m5");

@@ -310,6 +310,7 @@ static void test_errors(void) {
   parse_err("model m = gpt(4)", 1, 15, "takes options by name");
   parse_err("model m = resnet()", 1, 11, "unknown function 'resnet'");
   parse_err("data d = text()", 1, 10, "text() takes one argument");
+  parse_err("data d = fashion_mnist(\"a\", \"b\")", 1, 10, "fashion_mnist() takes at most one argument");
   parse_err("data d = gpt()", 1, 10, "unknown function 'gpt' (expected text(\"PATH\") or fashion_mnist())");
   parse_err("x = gpt(layers=1)", 1, 5, "gpt() can only be used as model NAME = gpt(...)");
   parse_err("x = (1 + 2", 1, 11, "expected ')', found end of cell");
