@@ -1,7 +1,9 @@
 /* presign (protocols.md §2): URLs of the gateway's S3 store, signed for a
  * worker, for keys under its own jobs' prefixes only (and, to read, the
- * checkpoint an assign told it to restore). The URLs go to the connection
- * that asked (a worker's store has a connection of its own). */
+ * checkpoints of the run whose checkpoint an assign told it to restore:
+ * that one, or an older one when it is gone or corrupt). The URLs go to
+ * the connection that asked (a worker's store has a connection of its
+ * own). */
 #include "wproto_int.h"
 
 #include "objstore.h"
@@ -17,13 +19,15 @@
 #define T "gateway.worker"
 
 /* The prefixes a worker may reach: "J000003/" for each job attempt it runs,
- * and, read-only, the checkpoint key an assign told it to restore. */
+ * and, read-only, "J000001/ckpt-" for the checkpoint key an assign told it
+ * to restore ("J000001/ckpt-00000400.tc"): the checkpoints of that run. */
 #define PRESIGN_PREFIXES 32
 struct reach {
   char own[PRESIGN_PREFIXES][16];
   const char *own_p[PRESIGN_PREFIXES];
   size_t n_own;
-  const char *restore[PRESIGN_PREFIXES];
+  char restore[PRESIGN_PREFIXES][sizeof ((struct gw_job *)0)->ckpt_key];
+  const char *restore_p[PRESIGN_PREFIXES];
   size_t n_restore;
 };
 
@@ -37,8 +41,13 @@ static void reach_of(struct gw_wproto *g, struct gw_inst *in, struct reach *r) {
     snprintf(r->own[r->n_own], sizeof r->own[0], "%s/", gw_job_id_str(j->id, id, sizeof id));
     r->own_p[r->n_own] = r->own[r->n_own];
     r->n_own++;
-    if (j->ckpt_key[0])
-      r->restore[r->n_restore++] = j->ckpt_key;
+    const char *slash = strrchr(j->ckpt_key, '/');
+    if (j->ckpt_key[0] && slash) {
+      snprintf(r->restore[r->n_restore], sizeof r->restore[0], "%.*sckpt-", (int)(slash - j->ckpt_key + 1),
+               j->ckpt_key);
+      r->restore_p[r->n_restore] = r->restore[r->n_restore];
+      r->n_restore++;
+    }
   }
 }
 
@@ -92,18 +101,17 @@ void gw_wproto_on_presign(struct gw_wproto *g, struct gw_inst *in, const uint8_t
     }
     bool restore = false;
     for (size_t k = 0; k < reach.n_restore; k++)
-      restore |= !strcmp(q[i].key, reach.restore[k]);
-    read_only_ok &= restore && (q[i].op == SL_S3_GET || q[i].op == SL_S3_HEAD);
+      restore |= !strncmp(q[i].key, reach.restore[k], strlen(reach.restore[k]));
+    read_only_ok &= restore && (q[i].op == SL_S3_GET || q[i].op == SL_S3_HEAD || q[i].op == SL_S3_LIST);
   }
   char *urls[GW_PRESIGN_MAX];
   char err[256] = "";
-  /* a checkpoint to restore from may belong to another job (sample m): that
-   * key exactly, to read; otherwise the prefixes of the instance's jobs */
-  const char *exact[GW_PRESIGN_MAX];
-  for (size_t i = 0; i < n; i++)
-    exact[i] = q[i].key;
+  /* a checkpoint to restore from may belong to another job (sample m): the
+   * checkpoints of its run, to read; otherwise the prefixes of the
+   * instance's jobs */
   int r = read_only_ok
-              ? gw_objstore_presign_for(g->objstore, q, n, exact, n, urls, err, sizeof err)
+              ? gw_objstore_presign_for(g->objstore, q, n, reach.restore_p, reach.n_restore, urls, err,
+                                        sizeof err)
               : gw_objstore_presign_for(g->objstore, q, n, reach.own_p, reach.n_own, urls, err,
                                         sizeof err);
   if (r < 0) {

@@ -343,7 +343,10 @@ static bool fold_event(struct jk_interp *ip, const json_t *ev) {
   if (strcmp(kind, "output") == 0) {
     const char *stream = strcmp(sl_json_get_str(ev, "stream", ""), "stderr") == 0 ? "stderr" : "stdout";
     const char *text = sl_json_get_str(ev, "text", "");
-    if (strcmp(f->kind, "run") == 0) {
+    /* a script's output, all of it; of spotlab-train (train, eval, sample),
+     * whose results come as events, its stderr: warnings, and the worker's
+     * notices ("[spotlab-worker: checkpoint ... not usable ...]") */
+    if (strcmp(f->kind, "run") == 0 || strcmp(stream, "stderr") == 0) {
       /* Output events carry one line without its line end. */
       char *line = NULL;
       if (asprintf(&line, "%s\n", text) >= 0) {

@@ -8,6 +8,7 @@
 #include "sl_err.h"
 #include "sl_json.h"
 #include "sl_log.h"
+#include "sl_run.h"
 #include "sl_time.h"
 #include "store.h"
 
@@ -16,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* An orphaned worker's checkpoint newer than the restored one (step) goes
  * beside it: spotlab-train --resume takes the newest that is valid, so a
@@ -45,34 +48,162 @@ static void restore_orphan(struct wk_job *j, int64_t step) {
           (long long)orphan, (unsigned long long)bytes);
 }
 
-/* Downloads the checkpoint key into the folder under the name spotlab-train
- * looks for (ckpt-<10 digits>.slck). The step comes from the key's name. */
-int wk_job_restore_ckpt(struct wk_job *j, const char *key, char *err, size_t err_size) {
+static int cmp_keys(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A line on the job's stderr, from the worker. */
+static void tell_stderr(struct wk_job *j, const char *text) {
+  json_t *m = wk_job_msg_new(j, "output");
+  json_object_set_new(m, "stream", json_string("stderr"));
+  json_object_set_new(m, "text", wk_relay_text(text, strlen(text), WK_OUTPUT_LINE_MAX));
+  wk_job_send(j, m, true);
+}
+
+/* The step of a checkpoint key ("J000003/ckpt-00000400.tc"), or -1. */
+static int64_t key_step(const char *key) {
   const char *base = strrchr(key, '/');
   base = base ? base + 1 : key;
   unsigned long long step;
   int used = 0;
-  if (sscanf(base, "ckpt-%llu.tc%n", &step, &used) != 1 || base[used]) {
+  if (sscanf(base, "ckpt-%llu.tc%n", &step, &used) != 1 || base[used] || step > 99999999) return -1;
+  return (int64_t)step;
+}
+
+#define CHECK_TIMEOUT_MS 300000 /* reading back the largest checkpoint */
+
+struct ckpt_check {
+  const char *train, *path;
+  char out[512];
+};
+
+/* spotlab-train --check on a downloaded checkpoint (a store call, so the
+ * worker's heartbeats go on): 0 when valid, SL_EFORMAT with its reason in
+ * out when not. A check that cannot run counts as passed: spotlab-train
+ * itself decides then, as before. */
+static int check_ckpt(void *arg) {
+  struct ckpt_check *c = arg;
+  char *argv[] = {(char *)c->train, "--check", (char *)c->path, NULL};
+  int status = 0;
+  int r = sl_run_capture(argv, CHECK_TIMEOUT_MS, c->out, sizeof c->out, &status);
+  if (r < 0) {
+    sl_warn("worker.store", "cannot check %s (%s): %s", c->path, c->train, sl_strerror(r));
+    return 0;
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  c->out[strcspn(c->out, "\n")] = 0;
+  if (!c->out[0]) snprintf(c->out, sizeof c->out, "not a valid checkpoint");
+  return SL_EFORMAT;
+}
+
+/* Downloads key (of step) into the folder under the name spotlab-train
+ * looks for (ckpt-<10 digits>.slck) and checks it: 0, or negative with the
+ * reason in why (a download that fails, or a checkpoint that is not valid:
+ * then removed). */
+static int fetch_checked(struct wk_job *j, const char *key, int64_t step, uint64_t *bytes, char *why,
+                         size_t why_size) {
+  char dst[PATH_MAX + 32];
+  snprintf(dst, sizeof dst, "%s/ckpt-%010lld.slck", j->ckpt_dir, (long long)step);
+  int r = wk_store_get_file(j->env->store, key, dst, bytes);
+  if (r < 0) {
+    const char *e = wk_store_error(j->env->store);
+    snprintf(why, why_size, "%s", e[0] ? e : sl_strerror(r));
+    return r;
+  }
+  struct ckpt_check c = {.train = j->env->train, .path = dst};
+  if (!c.train || !c.train[0] || (r = wk_store_run(j->env->store, check_ckpt, &c)) == 0) return 0;
+  const char *reason = strstr(c.out, dst) == c.out ? c.out + strlen(dst) : c.out; /* "PATH: why" */
+  reason += strspn(reason, ": ");
+  snprintf(why, why_size, "%s", *reason ? reason : c.out);
+  unlink(dst);
+  return r;
+}
+
+/* Whether a restore that failed this way may fall back to an older
+ * checkpoint: the object is gone, or its bytes are not a checkpoint. A
+ * store that does not answer is not a reason to lose steps. */
+static bool unusable(int r) { return r == -ENOENT || r == SL_ECHECKSUM || r == SL_EFORMAT; }
+
+/* The restore key failed (why): the newest older checkpoint of the same
+ * run that is valid, its key into used (*ret_step its step). The user is
+ * told of each one passed over. */
+static int fall_back(struct wk_job *j, const char *key, int64_t step, char *used, size_t used_size,
+                     int64_t *ret_step, uint64_t *bytes, char *err, size_t err_size) {
+  bool tried = false;
+  char prefix[128];
+  const char *base = strrchr(key, '/');
+  snprintf(prefix, sizeof prefix, "%.*sckpt-", base ? (int)(base - key + 1) : 0, key);
+  char **keys = NULL;
+  size_t n = 0, said = strlen(err);
+  int r = wk_store_list(j->env->store, prefix, &keys, &n);
+  if (r == -ENOENT) /* a store that names nothing under the prefix */
+    r = 0, n = 0;
+  if (r < 0) {
+    snprintf(err + said, err_size - said, "; the older ones cannot be listed: %s", sl_strerror(r));
+    return r;
+  }
+  if (n) qsort(keys, n, sizeof *keys, cmp_keys);
+  r = -ENOENT;
+  for (size_t i = n; i-- > 0;) {
+    int64_t s = key_step(keys[i]);
+    if (s < 0 || s >= step) continue;
+    char why[512];
+    tried = true;
+    r = fetch_checked(j, keys[i], s, bytes, why, sizeof why);
+    if (r == 0) {
+      snprintf(used, used_size, "%s", keys[i]);
+      *ret_step = s;
+      break;
+    }
+    said = strlen(err);
+    snprintf(err + said, err_size - said, "; %s: %s", keys[i], why);
+    if (!unusable(r)) break;
+  }
+  wk_store_keys_free(keys);
+  if (!tried) {
+    said = strlen(err);
+    snprintf(err + said, err_size - said, "; no older checkpoint of that run");
+  }
+  return r;
+}
+
+/* Restores the checkpoint key into the job's folder; when it is gone or
+ * not valid, the newest valid one of the same run before it, and says so
+ * on the job's stderr (steps since then are lost). The step comes from the
+ * key's name. */
+int wk_job_restore_ckpt(struct wk_job *j, const char *key, char *err, size_t err_size) {
+  int64_t step = key_step(key);
+  if (step < 0) {
     snprintf(err, err_size, "restore key \"%s\" is not a ckpt-STEP.tc key", key);
     return SL_ENAME;
   }
-  char dst[PATH_MAX + 32];
-  snprintf(dst, sizeof dst, "%s/ckpt-%010llu.slck", j->ckpt_dir, step);
   uint64_t bytes = 0;
   int64_t t0 = sl_time_mono_us();
-  int r = wk_store_get_file(j->env->store, key, dst, &bytes);
+  char why[512], used[256];
+  snprintf(used, sizeof used, "%s", key);
+  int r = fetch_checked(j, key, step, &bytes, why, sizeof why);
   if (r < 0) {
-    const char *why = wk_store_error(j->env->store);
-    snprintf(err, err_size, "restore %s: %s", key, why[0] ? why : sl_strerror(r));
-    return r;
+    snprintf(err, err_size, "restore %s: %s", key, why);
+    if (!unusable(r)) return r;
+    int64_t older = -1;
+    if ((r = fall_back(j, key, step, used, sizeof used, &older, &bytes, err, err_size)) < 0)
+      return r;
+    char text[WK_OUTPUT_LINE_MAX];
+    snprintf(text, sizeof text, "[spotlab-worker: checkpoint %s is not usable (%s); restored %s, of step %lld, "
+             "instead]", key, why, used, (long long)older);
+    sl_warn("worker.store", "%s: %s", j->id, text);
+    tell_stderr(j, text);
+    err[0] = 0;
+    step = older;
   }
-  j->step = j->durable_step = (int64_t)step;
+  key = used;
+  j->step = j->durable_step = step;
   j->fetch_ms = (sl_time_mono_us() - t0) / 1000;
   j->load_ms = -1;
   j->restore_pending = true;
   sl_info("worker.store", "%s: restored %s (%llu bytes, %lld ms)", j->id, key,
           (unsigned long long)bytes, (long long)j->fetch_ms);
-  if (j->kind == WK_KIND_TRAIN && j->env->signer) restore_orphan(j, (int64_t)step);
+  if (j->kind == WK_KIND_TRAIN && j->env->signer) restore_orphan(j, step);
   return 0;
 }
 
@@ -89,16 +220,10 @@ void wk_job_report_lost_checkpoint(struct wk_job *j, int64_t step, const char *w
            (long long)step, what, why, resume);
   sl_warn("worker.store", "%s: checkpoint of step %lld not %s: %s", j->id, (long long)step, what, why);
   snprintf(j->lost_why, sizeof j->lost_why, "not %s: %s", what, why);
-  json_t *m = wk_job_msg_new(j, "output");
-  json_object_set_new(m, "stream", json_string("stderr"));
-  json_object_set_new(m, "text", wk_relay_text(text, strlen(text), WK_OUTPUT_LINE_MAX));
-  wk_job_send(j, m, true);
+  tell_stderr(j, text);
   if (j->state == NOTICE_WAIT && step >= j->notice_step) wk_job_terminate(j, j->kill_at_us);
 }
 
-static int cmp_keys(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
 
 /* Deletes the job's stored checkpoints older than `recorded` (the newest
  * one the gateway has saved as its resume point, checkpoint_recorded) that

@@ -402,7 +402,7 @@ fail:
 
 /* ---- calls, inline or on a thread of their own while the pump runs ---- */
 
-enum call_op { PUT, GET, REMOVE, LIST };
+enum call_op { PUT, GET, REMOVE, LIST, RUN };
 
 struct call {
   enum call_op op;
@@ -411,6 +411,8 @@ struct call {
   uint64_t *bytes;
   char ***keys;
   size_t *n;
+  int (*fn)(void *ctx);
+  void *ctx;
   int r;
 };
 
@@ -421,6 +423,7 @@ static void *call_run(void *arg) {
   case GET: c->r = get_file(c->s, c->key, c->path, c->bytes); break;
   case REMOVE: c->r = remove_key(c->s, c->key); break;
   case LIST: c->r = list_keys(c->s, c->key, c->keys, c->n); break;
+  case RUN: c->r = c->fn(c->ctx); break;
   }
   return NULL;
 }
@@ -462,6 +465,11 @@ int wk_store_get_file(struct wk_store *s, const char *key, const char *dst, uint
 
 int wk_store_remove(struct wk_store *s, const char *key) {
   struct call c = {.op = REMOVE, .s = s, .key = key};
+  return call(&c);
+}
+
+int wk_store_run(struct wk_store *s, int (*fn)(void *ctx), void *ctx) {
+  struct call c = {.op = RUN, .s = s, .fn = fn, .ctx = ctx};
   return call(&c);
 }
 

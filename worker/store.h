@@ -38,6 +38,11 @@ int wk_store_remove(struct wk_store *s, const char *key);
  * heartbeats from it). NULL: calls run on the caller's thread. */
 void wk_store_set_pump(struct wk_store *s, void (*pump)(void *ctx), void *ctx);
 
+/* Runs fn(ctx) as a store call: on a thread of its own while the pump
+ * runs, when one is set (a check of a downloaded file that takes a while).
+ * Returns what fn returned. */
+int wk_store_run(struct wk_store *s, int (*fn)(void *ctx), void *ctx);
+
 /* The last failed call's sentence (S3: the key and the service's answer),
  * "" when it has none. Valid until the next call. */
 const char *wk_store_error(const struct wk_store *s);

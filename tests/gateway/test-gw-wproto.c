@@ -662,6 +662,19 @@ static void test_presign(void) {
   CHECK(m && json_array_size(json_object_get(m, "urls")) == 1);
   CHECK_STR(presign_error(presign(f, "f-1", "put", fx_job(f, a)->ckpt_key)), sl_errname(SL_EAUTH));
   CHECK_STR(presign_error(presign(f, "f-1", "delete", fx_job(f, a)->ckpt_key)), sl_errname(SL_EAUTH));
+  /* ... and so are that run's older checkpoints (one to fall back to when
+   * it is corrupt), listed and read, but nothing else of that job */
+  snprintf(key, sizeof key, "%s/ckpt-", bid);
+  m = presign(f, "f-1", "list", key);
+  CHECK(m && json_array_size(json_object_get(m, "urls")) == 1);
+  snprintf(key, sizeof key, "%s/ckpt-00000003.tc", bid);
+  m = presign(f, "f-1", "get", key);
+  CHECK(m && json_array_size(json_object_get(m, "urls")) == 1);
+  CHECK_STR(presign_error(presign(f, "f-1", "put", key)), sl_errname(SL_EAUTH));
+  snprintf(key, sizeof key, "%s/files/notes.txt", bid);
+  CHECK_STR(presign_error(presign(f, "f-1", "get", key)), sl_errname(SL_EAUTH));
+  snprintf(key, sizeof key, "%s/", bid);
+  CHECK_STR(presign_error(presign(f, "f-1", "list", key)), sl_errname(SL_EAUTH));
   /* malformed requests: an answer with an error, no crash */
   CHECK_STR(presign_error(presign(f, "f-1", "teleport", aid)), sl_errname(SL_EWIRE));
   fx_workerf(f, "f-1", "{s:s,s:i,s:s}", "type", "presign", "id", 8, "requests", "all");

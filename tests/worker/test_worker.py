@@ -205,6 +205,55 @@ def case_train(tmp, worker_exe, train_exe):
         gw.close()
 
 
+def case_corrupt_restore(tmp, worker_exe, train_exe):
+    """A checkpoint to restore that is corrupt or gone: the worker restores
+    the newest valid one of the same run before it, and says so on the job's
+    stderr; with none valid, the start is refused naming each one."""
+    data = text_file(tmp)
+    gw, w = start(tmp, worker_exe, train_exe)
+    try:
+        gw.send(train_assign("J000041", data, 40, options={"gpus": 0}))
+        msgs = run_until_done(gw, "J000041")
+        assert msgs[-1]["status"] == "succeeded", msgs[-1]
+        keys = ["J000041/ckpt-%08d.tc" % s for s in (20, 30, 40)]
+        for k in keys:
+            assert os.path.exists(os.path.join(w.store, k)), k
+        with open(os.path.join(w.store, keys[2]), "r+b") as f:  # the newest: bytes changed
+            f.seek(100)
+            f.write(b"garbage")
+        gw.send({"type": "assign", "job": "J000042", "attempt": 1, "kind": "eval",
+                 "spec": {"data": {"type": "text", "args": [data]}}, "restore": keys[2]})
+        msgs = run_until_done(gw, "J000042")
+        err = [m["text"] for m in msgs if m["type"] == "output" and m["stream"] == "stderr"]
+        assert msgs[-1]["status"] == "succeeded", msgs[-3:]
+        assert any(("checkpoint %s is not usable" % keys[2]) in t and
+                   ("restored %s, of step 30, instead" % keys[1]) in t for t in err), err
+        # a training run resumes from there: its steps go on from 31
+        os.remove(os.path.join(w.store, keys[2]))  # gone
+        gw.send(train_assign("J000041", data, 40, attempt=2, restore=keys[2], options={"gpus": 0}))
+        msgs = run_until_done(gw, "J000041")
+        assert msgs[-1]["status"] == "succeeded" and steps_of(msgs) == list(range(31, 41)), \
+            (msgs[-1], steps_of(msgs))
+        # every one of them corrupt: refused, naming each
+        stored = sorted(k for k in os.listdir(os.path.join(w.store, "J000041")) if k.startswith("ckpt-"))
+        assert "ckpt-00000040.tc" in stored and len(stored) >= 3, stored
+        for k in stored:
+            with open(os.path.join(w.store, "J000041", k), "wb") as f:
+                f.write(b"not a checkpoint")
+        keys = ["J000041/" + k for k in stored]
+        gw.send({"type": "assign", "job": "J000043", "attempt": 1, "kind": "eval",
+                 "spec": {"data": {"type": "text", "args": [data]}}, "restore": "J000041/ckpt-00000040.tc"})
+        d = gw.recv(of("J000043", "done"), 60, "refusal")
+        assert d["status"] == "failed" and "retry" not in d, d
+        assert d["message"].startswith("restore J000041/ckpt-00000040.tc: ") and \
+            all(k in d["message"] for k in keys) and "truncated header" in d["message"], d
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
 def case_cancel(tmp, worker_exe, train_exe):
     data = text_file(tmp)
     gw, w = start(tmp, worker_exe, train_exe)
