@@ -110,9 +110,10 @@ static int status(struct cli_conn *conn, bool json) {
   printf("running: pid %d at %s%s, up %lldh%02lldm\n", (int)sl_json_get_int(g, "pid", 0),
          sl_json_get_str(g, "listen", "?"), embedded ? " (this user's own)" : "",
          (long long)(up_s / 3600), (long long)(up_s / 60 % 60));
-  printf("%zu workers, %lld live jobs (%lld queued)\n",
-         json_array_size(json_object_get(reply, "workers")),
-         (long long)sl_json_get_int(g, "live_jobs", 0), (long long)sl_json_get_int(g, "queued", 0));
+  size_t workers = json_array_size(json_object_get(reply, "workers"));
+  long long live = sl_json_get_int(g, "live_jobs", 0);
+  printf("%zu worker%s, %lld live job%s (%lld queued)\n", workers, workers == 1 ? "" : "s", live,
+         live == 1 ? "" : "s", (long long)sl_json_get_int(g, "queued", 0));
   double t = sl_json_get_num(idle, "gateway_timeout_s", -1);
   if (embedded && t > 0)
     printf("stops itself after %.0f min with no client and no job ([idle] gateway_timeout)\n",
@@ -125,7 +126,7 @@ static int status(struct cli_conn *conn, bool json) {
 
 int cli_gateway(const char *what, bool force, bool json) {
   bool is_stop = what && !strcmp(what, "stop");
-  if (!what || (!is_stop && strcmp(what, "status")) || (force && !is_stop)) {
+  if (!what || (!is_stop && strcmp(what, "status")) || (force && !is_stop) || (json && is_stop)) {
     fprintf(stderr, "usage: spotlab gateway stop [--force] | status [--json]\n");
     return 2;
   }

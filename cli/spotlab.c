@@ -6,6 +6,7 @@
  * or $SPOTLAB_HOME/token) but never start a gateway: with none running they
  * say so. `spotlab gateway stop` asks the gateway to stop (gateway_cmd.c).
  * Exit status: 0 ok, 1 error (with a message on stderr), 2 usage. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,7 @@ static const struct {
   {"instances", "[--json]", "running instances"},
   {"budget", "[set gateway|group NAME|user NAME USD] [--json]", "monthly budgets; set: raise one live (admin)"},
   {"inject", "preempt|kill INSTANCE [--notice 120s]", "trigger a preemption"},
-  {"gateway", "stop [--force] | status", "stop this user's gateway and its idle workers now"},
+  {"gateway", "stop [--force] | status [--json]", "stop this user's gateway and its idle workers now"},
   {"version", "", "print the version"},
 };
 
@@ -70,7 +71,11 @@ static int parse(int argc, char **argv, struct opts *o) {
       o->notice = argv[++i];
     else if (strncmp(argv[i], "--notice=", 9) == 0)
       o->notice = argv[i] + 9;
-    else if (argv[i][0] == '-' && argv[i][1]) {
+    else if (strcmp(argv[i], "--notice") == 0) {
+      fprintf(stderr, "spotlab %s: --notice needs a value (--notice 120s)\n", argv[1]);
+      return 2;
+    } else if (argv[i][0] == '-' && argv[i][1] && !isdigit((unsigned char)argv[i][1]) && argv[i][1] != '.') {
+      /* (a negative number is an argument, an amount, for its command to judge) */
       fprintf(stderr, "spotlab %s: unknown option '%s'\n", argv[1], argv[i]);
       return 2;
     } else if (o->n_pos < (int)(sizeof o->pos / sizeof *o->pos))

@@ -219,6 +219,8 @@ static int finish(struct cli_conn *c, bool in_time, json_t **ret_reply, char *er
   if (c->err[0]) {
     if (c->reply)
       snprintf(err, err_size, "%s", c->err);
+    else if (!strncmp(c->err, "the gateway refused", 19)) /* it answered: not "no gateway" */
+      snprintf(err, err_size, "the spotlab gateway at %s%s", cli_address(c), c->err + 11);
     else /* the CLI never starts the per-user gateway: say how */
       snprintf(err, err_size, "no spotlab gateway at %s: %s%s", cli_address(c), c->err,
                jk_gw_is_embedded(c->gw) && strstr(c->err, "no gateway is running")

@@ -112,6 +112,10 @@ int main(int argc, char **argv) {
       conn_path = argv[++i];
     } else if (strncmp(argv[i], "--connection-file=", 18) == 0) {
       conn_path = argv[i] + 18;
+    } else if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--connection-file") == 0) {
+      fprintf(stderr, "spotlab-kernel: %s needs a value, the connection file\n", argv[i]);
+      usage(stderr);
+      return 2;
     } else if (strcmp(argv[i], "--version") == 0) {
       printf("spotlab-kernel %s\n", SPOTLAB_VERSION);
       return 0;

@@ -91,6 +91,17 @@ def test_bad_usage(tmp_path, args, needle):
     assert not (tmp_path / "home").exists()
 
 
+@pytest.mark.parametrize("args,needle", [
+    (["-f"], "-f needs a value, the connection file"),
+    (["--connection-file"], "--connection-file needs a value"),
+    (["--bogus"], "unknown argument '--bogus'"),
+])
+def test_kernel_bad_usage(args, needle):
+    proc = subprocess.run([EXE, *args], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert needle in proc.stderr
+
+
 def test_unwritable_destination(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

@@ -839,6 +839,25 @@ def budget_notices(kernel_exe, gateway_exe, cli_exe):
                   in gw.log(), "budget: set %s %s from the CLI: %s %s" % (scope, name, out, err))
         rc, out, err = cli(cli_exe, "budget", "set", "group", "ml", "25", "more")
         check(rc == 2 and "too many arguments" in err, "budget: a fifth argument: %s" % err)
+        # a negative amount is judged as an amount, not taken for an option
+        rc, out, err = cli(cli_exe, "budget", "set", "group", "ml", "-5")
+        check(rc != 0 and "'-5'" in err and "option" not in err, "budget: a negative amount: %s" % err)
+        rc, out, err = cli(cli_exe, "inject", "preempt", "i-0", "--notice")
+        check(rc == 2 and "--notice needs a value" in err, "inject: --notice without its value: %s" % err)
+        rc, out, err = cli(cli_exe, "gateway", "stop", "--json")
+        check(rc == 2 and "usage" in err, "gateway stop takes no --json: %s" % err)
+        # a token the gateway does not know: it answered, so it is there
+        saved = os.environ.get("SPOTLAB_TOKEN")
+        os.environ["SPOTLAB_TOKEN"] = "not-a-token-it-knows-0123456789"
+        try:
+            rc, out, err = cli(cli_exe, "status")
+        finally:
+            if saved is None:
+                os.environ.pop("SPOTLAB_TOKEN", None)
+            else:
+                os.environ["SPOTLAB_TOKEN"] = saved
+        check(rc != 0 and "the spotlab gateway at " in err and "refused hello" in err and
+              "no spotlab gateway" not in err, "status with an unknown token: %s" % err)
 
 
 def main():
