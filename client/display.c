@@ -401,6 +401,9 @@ static void on_device(struct jk_display *d, const json_t *ev) {
     d->threads = (long long)v;
   get_num(ev, "memory_mib", &d->gpu_memory_mib);
   copy_str(d->gpu_model, sizeof d->gpu_model, ev, "gpu_model");
+  d->gpus_unused = !d->cuda && get_num(ev, "gpus_unused", &v) && v >= 1 && v <= 1024 ? (int)v : 0;
+  d->gpus_unusable[0] = 0;
+  copy_str(d->gpus_unusable, sizeof d->gpus_unusable, ev, "gpus_unusable");
   put_str(d->precision, sizeof d->precision, sl_json_get_str(ev, "precision", ""));
 }
 
@@ -423,6 +426,9 @@ void jk_display_device_text(const struct jk_display *d, char *buf, size_t size) 
   }
   if (d->precision[0])
     ADD(", %s", d->precision);
+  if (!d->cuda && d->gpus_unused)
+    ADD("; the instance's %d x %s cannot be used: %s", d->gpus_unused,
+        d->gpu_model[0] ? d->gpu_model : "GPU", d->gpus_unusable[0] ? d->gpus_unusable : "?");
   if (d->cuda && d->has_gpu_usage) {
     ADD("; %.0f%% busy", d->gpu_util_pct);
     if (d->gpu_mem_total_mib > 0)
@@ -702,7 +708,7 @@ char *jk_display_text(const struct jk_display *d) {
       jk_dbuf_printf(&b, ", attempt %d", d->attempt);
     jk_dbuf_printf(&b, "\n");
   }
-  char device[256];
+  char device[512];
   jk_display_device_text(d, device, sizeof device);
   if (device[0])
     jk_dbuf_printf(&b, "device: %s\n", device);

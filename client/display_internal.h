@@ -40,6 +40,8 @@ struct jk_display {
   int gpus, world_size;
   long long threads;
   char gpu_model[96], precision[8];
+  int gpus_unused;                  /* on the CPU: the instance's GPUs spotlab-train cannot use */
+  char gpus_unusable[200];          /* and why */
   double gpu_memory_mib;            /* per GPU */
   bool has_gpu_usage;
   double gpu_util_pct, gpu_mem_used_mib, gpu_mem_total_mib;

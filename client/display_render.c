@@ -315,7 +315,7 @@ static void html_status(const struct jk_display *d, struct jk_dbuf *b) {
       jk_dbuf_printf(b, " &middot; attempt %d", d->attempt);
     jk_dbuf_printf(b, "</div>\n");
   }
-  char device[256];
+  char device[512];
   jk_display_device_text(d, device, sizeof device);
   if (device[0]) {
     jk_dbuf_printf(b, "<div class=\"spotlab-device\">device: ");

@@ -214,6 +214,13 @@ static void send_device(struct wk_job *j, json_t *ev) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     ev = json_pack("{s:s, s:s, s:I, s:i}", "event", "device", "device", "cpu", "threads",
                    (json_int_t)(d->threads > 0 ? d->threads : ncpu > 0 ? ncpu : 1), "world_size", 1);
+    /* GPUs the instance has (and is billed for) that spotlab-train cannot use */
+    const struct wk_gpu_inventory *g = j->env->gpus;
+    if (ev && g && g->count > 0 && g->unusable[0]) {
+      json_object_set_new(ev, "gpus_unused", json_integer(g->count));
+      json_object_set_new(ev, "gpu_model", json_string(g->model));
+      json_object_set_new(ev, "gpus_unusable", json_string(g->unusable));
+    }
   } else if (d->cuda && j->env->gpus) {
     json_object_set_new(ev, "gpus", json_integer(d->gpus));
     json_object_set_new(ev, "gpu_model", json_string(j->env->gpus->model));

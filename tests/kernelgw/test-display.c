@@ -666,8 +666,22 @@ static void test_device(void) {
   free(text);
   free(html);
 
+  /* on the CPU of an instance whose GPUs spotlab-train cannot use: said, with why */
+  e = ev("J000031", 2, 1500000, "device");
+  json_object_set_new(e, "device", json_string("cpu"));
+  json_object_set_new(e, "threads", json_integer(4));
+  json_object_set_new(e, "precision", json_string("fp32"));
+  json_object_set_new(e, "gpus_unused", json_integer(1));
+  json_object_set_new(e, "gpu_model", json_string("NVIDIA A10G"));
+  json_object_set_new(e, "gpus_unusable", json_string("CUDA sees no GPU (driver too old)"));
+  feed(d, e);
+  text = jk_display_text(d);
+  CHECK(text && strstr(text, "device: CPU, 4 threads, fp32; the instance's 1 x NVIDIA A10G cannot be used: "
+                             "CUDA sees no GPU (driver too old)\n"));
+  free(text);
+
   /* the next attempt on two GPUs: spotlab-train's device event as the worker completed it */
-  e = ev("J000031", 2, 2000000, "device");
+  e = ev("J000031", 3, 2000000, "device");
   json_object_set_new(e, "device", json_string("cuda:0 (NVIDIA A10G) bf16, rank 0 of 2 nccl"));
   json_object_set_new(e, "world_size", json_integer(2));
   json_object_set_new(e, "gpus", json_integer(2));
@@ -682,7 +696,7 @@ static void test_device(void) {
   CHECK(html && strstr(html, "2 x NVIDIA &lt;A10G&gt; (22.2 GiB each)")); /* escaped */
   free(html);
   /* a GPU sample rides on a step metric */
-  e = ev("J000031", 3, 3000000, "metric");
+  e = ev("J000031", 4, 3000000, "metric");
   json_object_set_new(e, "step", json_integer(10));
   json_object_set_new(e, "loss", json_real(2.5));
   json_object_set_new(e, "gpu_util_pct", json_real(87.4));
@@ -693,7 +707,7 @@ static void test_device(void) {
   CHECK(text && strstr(text, "device: 2 x NVIDIA <A10G> (22.2 GiB each), bf16; 87% busy, 30.1 of 44.4 GiB\n"));
   free(text);
   /* nonsense from the wire changes nothing */
-  e = ev("J000031", 4, 4000000, "metric");
+  e = ev("J000031", 5, 4000000, "metric");
   json_object_set_new(e, "step", json_integer(11));
   json_object_set_new(e, "gpu_util_pct", json_real(250));
   feed(d, e);
@@ -701,7 +715,7 @@ static void test_device(void) {
   CHECK(text && strstr(text, "87% busy"));
   free(text);
   /* more ranks than GPUs here (other nodes) */
-  e = ev("J000031", 5, 5000000, "device");
+  e = ev("J000031", 6, 5000000, "device");
   json_object_set_new(e, "device", json_string("cuda:0 (NVIDIA H100) fp32, rank 0 of 16"));
   json_object_set_new(e, "world_size", json_integer(16));
   json_object_set_new(e, "gpus", json_integer(8));
@@ -713,7 +727,7 @@ static void test_device(void) {
   CHECK(text && !strstr(text, "busy")); /* the new attempt's GPUs have not been sampled yet */
   free(text);
 
-  e = ev("J000031", 6, 6000000, "warning");
+  e = ev("J000031", 7, 6000000, "warning");
   json_object_set_new(e, "text", json_string("g5.xlarge has 1 x A10G in the catalog, but its worker found no GPU"));
   feed(d, e);
   text = jk_display_text(d);

@@ -150,6 +150,9 @@ def case_gpus_unusable(tmp, worker_exe, train_exe):
             msgs = run_until_done(gw, job)
             dev = [m["data"] for m in msgs if m["type"] == "metric" and m["data"].get("event") == "device"]
             assert msgs[-1]["status"] == "succeeded" and dev and dev[0]["device"] == "cpu", (msgs[-1], dev)
+            # ... and its device event says the instance's GPU went unused, and why
+            assert dev[0].get("gpus_unused") == 1 and dev[0].get("gpu_model") == "NVIDIA A10G" and \
+                dev[0].get("gpus_unusable") == gpus["unusable"], dev
             job = "J00003%d" % n
             gw.send(train_assign(job, data, 3, options={"gpus": 1}))
             d = gw.recv(of(job, "done", "started"), 5, "refusal")
