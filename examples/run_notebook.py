@@ -13,6 +13,7 @@ followed without opening the notebook. Exits non-zero if a cell fails.
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -77,8 +78,9 @@ def main():
         preempter = Preempter(args.cli, args.preempt_at_step)
         preempter.start()
     nb = nbformat.read(args.notebook, as_version=4)
+    # the kernel starts in the notebook's folder, as Jupyter starts it: relative data paths are its
     client = NotebookClient(nb, timeout=args.timeout, kernel_name="spotlab",
-                            resources={"metadata": {"path": "."}})
+                            resources={"metadata": {"path": os.path.dirname(os.path.abspath(args.notebook))}})
     failed = None
     try:
         client.execute()
