@@ -161,7 +161,8 @@ enum jk_step jk_exec_eval_options(struct jk_interp *ip, const struct jk_option *
 
 /* A data path as a notebook means it: a relative one is taken from the
  * kernel's working directory (Jupyter starts a kernel in its notebook's
- * folder), as open() in a Python kernel takes it, and kept absolute, since
+ * folder), as open() in a Python kernel takes it, ~/ from the user's home,
+ * and kept absolute, since
  * the job reads it elsewhere (its worker's own folder). The data sets
  * spotlab ships keep their names. NULL on OOM. */
 static char *data_path(const char *func, const char *arg) {
@@ -169,6 +170,12 @@ static char *data_path(const char *func, const char *arg) {
                  (!strcmp(func, "fashion_mnist") && !strcmp(arg, "fashion-mnist"));
   char cwd[4096];
   char *abs = NULL;
+  const char *home = getenv("HOME");
+  if (!shipped && arg[0] == '~' && arg[1] == '/' && home && home[0] == '/') { /* ~/x: the user's */
+    if (asprintf(&abs, "%s%s", home, arg + 1) < 0)
+      return NULL;
+    return abs;
+  }
   if (shipped || !*arg || arg[0] == '/' || !getcwd(cwd, sizeof cwd))
     return strdup(arg);
   while (arg[0] == '.' && arg[1] == '/') /* ./x */

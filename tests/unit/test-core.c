@@ -282,6 +282,9 @@ static void test_cells(struct mock *mk) {
     CHECK(strstr(listed, want) != NULL);
     CHECK(strstr(listed, "text(\"moby-dick\")") && strstr(listed, "fashion_mnist(\"fashion-mnist\")") &&
           strstr(listed, "text(\"/srv/c.txt\")"));
+    setenv("HOME", "/home/ada", 1);
+    shell(mk, execute_req("w3", "data home = text(\"~/corpus.txt\")\n%who"));
+    CHECK(strstr(stdout_of(mk, "w3"), "text(\"/home/ada/corpus.txt\")") != NULL);
   }
 
   /* a name is one thing: a variable replaces a model of the same name */
