@@ -573,15 +573,16 @@ json_t *jk_exec_user_expressions(struct jk_interp *ip, const json_t *exprs) {
         cell->stmts[0].kind == JK_STMT_EXPR) {
       struct jk_value val = {0};
       char err[256];
-      if (jk_eval(cell->stmts[0].expr, jk_state_lookup, ip->state, &val, err, sizeof err) == 0) {
+      int r = jk_eval(cell->stmts[0].expr, jk_state_lookup, ip->state, &val, err, sizeof err);
+      if (r == 0) {
         char *text = jk_value_format(&val);
         res = json_pack("{s:s, s:{s:s}, s:{}}", "status", "ok", "data", "text/plain",
                         text ? text : "", "metadata");
         free(text);
         jk_value_done(&val);
       } else {
-        res = json_pack("{s:s, s:s, s:s, s:[]}", "status", "error", "ename", "NameError",
-                        "evalue", err, "traceback");
+        res = json_pack("{s:s, s:s, s:s, s:[]}", "status", "error", "ename",
+                        r == SL_ENAME ? "NameError" : "ValueError", "evalue", err, "traceback");
       }
     }
     if (!res)

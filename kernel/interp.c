@@ -244,9 +244,11 @@ static char *inspect(struct jk_interp *ip, const char *code, size_t len, size_t 
 static int complete(struct jk_interp *ip, const char *code, size_t len, size_t cursor,
                     struct jk_completions *ret) {
   size_t n_names = 0;
-  const char **names = jk_state_names(ip->state, &n_names);
-  int r = jk_complete(code, len, cursor, names, n_names, ret);
+  char *kinds = NULL;
+  const char **names = jk_state_names(ip->state, &n_names, &kinds);
+  int r = jk_complete(code, len, cursor, names, kinds, n_names, ret);
   free(names);
+  free(kinds);
   return r;
 }
 

@@ -163,10 +163,12 @@ struct jk_completions {
   size_t cursor_start, cursor_end; /* in Unicode code points, as Jupyter counts */
 };
 /* Completion at cursor_pos (code points): keywords, statement options valid at
- * that place, magics after '%', and the given names (variables, models, data).
- * names may be NULL with n_names 0. */
+ * that place, magics after '%', and the given names (variables, models, data)
+ * that fit there: kinds[i] says what names[i] is ('v' a variable, 'm' a model,
+ * 'd' a data set), so that `train` offers models and `on` data sets; NULL
+ * kinds: any name anywhere. names may be NULL with n_names 0. */
 int jk_complete(const char *code, size_t len, size_t cursor_pos, const char *const *names,
-                size_t n_names, struct jk_completions *ret);
+                const char *kinds, size_t n_names, struct jk_completions *ret);
 void jk_completions_done(struct jk_completions *c);
 
 /* Help text (Markdown-free plain text) for the word at cursor_pos: any

@@ -80,11 +80,6 @@ static void offer_kind(struct collector *c, enum jk_word_kind want) {
       offer(c, w, "");
 }
 
-static void offer_names(struct collector *c, const char *const *names, size_t n_names) {
-  for (size_t i = 0; names && i < n_names; i++)
-    if (names[i])
-      offer(c, names[i], "");
-}
 
 static int compare(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
@@ -200,8 +195,16 @@ static bool in_cell_body(const char *s, size_t len, size_t off) {
 
 struct names {
   const char *const *v;
+  const char *kinds; /* 'v', 'm', 'd' per name, or NULL */
   size_t n;
 };
+
+/* The names of one kind ('v' variables, 'm' models, 'd' data sets; 0: all). */
+static void offer_names(struct collector *c, const struct names *nm, char kind) {
+  for (size_t i = 0; nm->v && i < nm->n; i++)
+    if (nm->v[i] && (!kind || !nm->kinds || nm->kinds[i] == kind))
+      offer(c, nm->v[i], "");
+}
 
 /* Options of context not yet given on the line, each with '=' appended. */
 static void offer_options(struct collector *c, const char *context, const struct line *l) {
@@ -237,7 +240,7 @@ static void offer_value(struct collector *c, const struct ltok *opt, const struc
   }
   if (o && o->type == SL_OPT_STR && o->choices)
     return;
-  offer_names(c, nm->v, nm->n);
+  offer_names(c, nm, 'v');
 }
 
 static void offer_option_slot(struct collector *c, const char *context, const struct line *l,
@@ -267,7 +270,7 @@ static bool complete_call(struct collector *c, const struct line *l, const struc
   if (by_name && (last->kind == '(' || last->kind == ',')) {
     offer_options(c, tok_is(fn, "gpt") ? "gpt" : "mlp", l);
   } else if (last->kind != 'w' && last->kind != 'n' && last->kind != 's' && last->kind != ')') {
-    offer_names(c, nm->v, nm->n);
+    offer_names(c, nm, 'v');
   }
   return true;
 }
@@ -290,7 +293,7 @@ static void complete_statement(struct collector *c, const struct line *l, const 
     /* NAME = ...: an assignment */
     if (n == 2 && t[1].kind == '=' && t[0].kind == 'w')
       offer_funcs(c, jk_lang_command(JK_CMD_ASSIGN)->funcs);
-    offer_names(c, nm->v, nm->n);
+    offer_names(c, nm, 'v');
     return;
   }
   switch (cmd->complete) {
@@ -300,7 +303,7 @@ static void complete_statement(struct collector *c, const struct line *l, const 
     break;
   case JK_COMPLETE_JOB_ON:
     if (n == 1 || (n == 3 && tok_is(&t[2], "on")))
-      offer_names(c, nm->v, nm->n);
+      offer_names(c, nm, n == 1 ? 'm' : 'd');
     else if (n == 2)
       offer(c, "on", "");
     else if (n >= 4)
@@ -308,16 +311,16 @@ static void complete_statement(struct collector *c, const struct line *l, const 
     break;
   case JK_COMPLETE_JOB:
     if (n <= 2)
-      offer_names(c, nm->v, nm->n);
+      offer_names(c, nm, n == 1 ? 'm' : 'v');
     if (n >= 2)
       offer_option_slot(c, word, l, nm);
     break;
   case JK_COMPLETE_NAME:
     if (n == 1)
-      offer_names(c, nm->v, nm->n);
+      offer_names(c, nm, 0);
     break;
   case JK_COMPLETE_EXPR:
-    offer_names(c, nm->v, nm->n);
+    offer_names(c, nm, 'v');
     break;
   case JK_COMPLETE_OPTIONS:
     offer_option_slot(c, word, l, nm);
@@ -337,7 +340,7 @@ static void complete_line(struct collector *c, const struct line *l, const struc
   }
   if (l->n == 0) {
     offer_kind(c, JK_WORD_STATEMENT);
-    offer_names(c, nm->v, nm->n);
+    offer_names(c, nm, 'v');
     return;
   }
   if (l->t[0].kind == 'm') {
@@ -354,10 +357,10 @@ static void complete_line(struct collector *c, const struct line *l, const struc
 }
 
 int jk_complete(const char *code, size_t len, size_t cursor_pos, const char *const *names,
-                size_t n_names, struct jk_completions *ret) {
+                const char *kinds, size_t n_names, struct jk_completions *ret) {
   struct line *l = NULL;
   struct collector c = {0};
-  struct names nm = {names, n_names};
+  struct names nm = {names, kinds, n_names};
   if (!code)
     len = 0;
   size_t off = byte_offset(code ? code : "", len, cursor_pos), start = off;

@@ -188,16 +188,26 @@ int jk_state_def_at(const struct jk_state *st, size_t i, struct jk_def *ret) {
   return 0;
 }
 
-const char **jk_state_names(const struct jk_state *st, size_t *ret_n) {
+const char **jk_state_names(const struct jk_state *st, size_t *ret_n, char **ret_kinds) {
   const char **names = malloc((st->n_vars + st->n_defs + 1) * sizeof *names);
+  char *kinds = malloc(st->n_vars + st->n_defs + 1);
   size_t n = 0;
-  if (names) {
-    for (size_t i = 0; i < st->n_vars; i++)
+  if (names && kinds) {
+    for (size_t i = 0; i < st->n_vars; i++) {
+      kinds[n] = 'v';
       names[n++] = st->vars[i].name;
-    for (size_t i = 0; i < st->n_defs; i++)
+    }
+    for (size_t i = 0; i < st->n_defs; i++) {
+      kinds[n] = strcmp(st->defs[i].kind, "model") == 0 ? 'm' : 'd';
       names[n++] = st->defs[i].name;
+    }
+    kinds[n] = '\0';
+  } else {
+    free(kinds);
+    kinds = NULL;
   }
   *ret_n = n;
+  *ret_kinds = kinds;
   return names;
 }
 

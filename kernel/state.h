@@ -53,7 +53,7 @@ const char *jk_state_var_at(const struct jk_state *st, size_t i, const struct jk
 int jk_state_def_at(const struct jk_state *st, size_t i, struct jk_def *ret);
 /* Every name, variables first: an owned array of borrowed strings (NULL and
  * *ret_n 0 when out of memory). */
-const char **jk_state_names(const struct jk_state *st, size_t *ret_n);
+const char **jk_state_names(const struct jk_state *st, size_t *ret_n, char **ret_kinds);
 
 /* "gpt(layers=4)": a definition's spec as the language writes it. Owned. */
 char *jk_state_format_spec(const json_t *spec);

@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t cursors[] = {0, cps / 3, cps / 2, cps > 0 ? cps - 1 : 0, cps, cps + 5};
   for (size_t i = 0; i < sizeof cursors / sizeof cursors[0]; i++) {
     struct jk_completions c;
-    if (jk_complete(code, size, cursors[i], names, 3, &c) == 0) {
+    if (jk_complete(code, size, cursors[i], names, NULL, 3, &c) == 0) {
       if (c.cursor_start > c.cursor_end || c.cursor_end > cps)
         abort();
       jk_completions_done(&c);

@@ -30,7 +30,7 @@ int main(void) {
     json_object_set_new(contexts, openings[k].context, names);
     struct jk_completions c = {0};
     const char *code = openings[k].code;
-    if (jk_complete(code, strlen(code), strlen(code), NULL, 0, &c) < 0)
+    if (jk_complete(code, strlen(code), strlen(code), NULL, NULL, 0, &c) < 0)
       return 1;
     for (size_t i = 0; i < c.n; i++)
       json_array_append_new(offered, json_string(c.matches[i]));

@@ -451,7 +451,7 @@ static void check_complete(const char *code, long cursor, const char *want, long
   for (size_t i = 0; i < len; i++)
     cp += ((unsigned char)code[i] & 0xC0) != 0x80;
   size_t pos = cursor < 0 ? cp : (size_t)cursor;
-  CHECK_INT(jk_complete(code, len, pos, names, 5, &c), 0);
+  CHECK_INT(jk_complete(code, len, pos, names, "dmvvm", 5, &c), 0);
   char got[1024] = "";
   for (size_t i = 0; i < c.n; i++)
     snprintf(got + strlen(got), sizeof got - strlen(got), "%s%s", i ? " " : "", c.matches[i]);
@@ -465,16 +465,16 @@ static void check_complete(const char *code, long cursor, const char *want, long
 
 static void test_complete(void) {
   check_complete("tr", -1, "train", 0);
-  check_complete("", -1, "data eval lr m model print sample shakespeare show sleep steps_total train", 0);
-  check_complete("s", -1, "sample shakespeare show sleep steps_total", 0);
+  check_complete("", -1, "data eval lr model print sample show sleep steps_total train", 0);
+  check_complete("s", -1, "sample show sleep steps_total", 0);
   check_complete("# é\ntr", -1, "train", 4);
   check_complete("x = \"héé\"\ntr", -1, "train", 10);
   check_complete("%at", -1, "%attach", 0);
   check_complete("%%r", -1, "%%run", 0);
   check_complete("%s", -1, "%session %show %status %stderr", 0);
   check_complete("train m ", -1, "on", 8);
-  check_complete("train ", -1, "lr m shakespeare steps_total", 6);
-  check_complete("train m on s", -1, "shakespeare steps_total", 11);
+  check_complete("train ", -1, "m", 6); /* models after train, data sets after on, variables in values */
+  check_complete("train m on s", -1, "shakespeare", 11);
   check_complete("train m on shakespeare st", -1, "steps=", 23);
   check_complete("train m on shakespeare steps=3 s", -1, "seed= spot=", 31);
   check_complete("train m on d spot=", -1, "auto no yes", 18);
@@ -483,13 +483,15 @@ static void test_complete(void) {
   check_complete("sample m t", -1, "temperature= threads= tokens= top_k=", 9);
   check_complete("train m on d precision=", -1, "bf16 fp32", 23);
   check_complete("train m on d detach=", -1, "no yes", 20);
+  check_complete("train m on d steps=", -1, "lr steps_total", 19);
+  check_complete("show ", -1, "lr m shakespeare steps_total", 5);
   check_complete("data d = ", -1, "fashion_mnist text", 9);
   check_complete("model q = ", -1, "gpt mlp", 10);
   check_complete("model q = gpt(l", -1, "layers=", 14);
   check_complete("model q = gpt(layers=4, d", -1, "dim= dropout=", 24);
   check_complete("model q = mlp(", -1, "dropout= hidden= layers=", 14);
   check_complete("x = l", -1, "lr", 4);
-  check_complete("x = ", -1, "input lr m password shakespeare steps_total", 4);
+  check_complete("x = ", -1, "input lr password steps_total", 4);
   check_complete("print steps_total * l", -1, "lr", 20);
   check_complete("%%run g", -1, "gpus=", 6);
   check_complete("train m on d p", -1, "precision=", 13);
@@ -503,7 +505,7 @@ static void test_complete(void) {
   check_complete("show ", -1, "lr m shakespeare steps_total", 5);
   /* cursor past the end is clamped */
   struct jk_completions c;
-  CHECK_INT(jk_complete("tr", 2, 99, NULL, 0, &c), 0);
+  CHECK_INT(jk_complete("tr", 2, 99, NULL, NULL, 0, &c), 0);
   CHECK_INT(c.n, 1);
   CHECK_INT(c.cursor_end, 2);
   jk_completions_done(&c);
