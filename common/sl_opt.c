@@ -132,12 +132,56 @@ static bool parse_bool(const char *v, bool *ret) {
   return false;
 }
 
+/* What a number of an option may hold besides decimal digits. */
+enum { NUM_SIGN = 1, NUM_FRACTION = 2, NUM_EXPONENT = 4, NUM_REAL = 7 };
+
+/* The length of the decimal number text starts with: digits and what parts allows (a sign,
+ * a fraction, an exponent: "-2", "0.5", "1e9"); 0 when it starts with none. strtod and
+ * strtoll alone would also take hex ("0x10"), "inf" and leading blanks, which no option means. */
+static size_t decimal_len(const char *text, int parts) {
+  const char *p = text + ((parts & NUM_SIGN) && (*text == '-' || *text == '+'));
+  size_t digits = strspn(p, "0123456789");
+  p += digits;
+  if ((parts & NUM_FRACTION) && *p == '.') {
+    size_t frac = strspn(p + 1, "0123456789");
+    digits += frac;
+    p += 1 + frac;
+  }
+  if (!digits)
+    return 0;
+  if ((parts & NUM_EXPONENT) && (*p == 'e' || *p == 'E')) {
+    const char *x = p + 1 + (p[1] == '-' || p[1] == '+');
+    size_t n = strspn(x, "0123456789");
+    if (n)
+      p = x + n;
+  }
+  return (size_t)(p - text);
+}
+
+/* Whether text is all one decimal number (decimal_len). */
+static bool is_decimal(const char *text, int parts) {
+  size_t n = decimal_len(text, parts);
+  return n && !text[n];
+}
+
+/* Whether text is a duration as the tables write it: decimal digits (a fraction allowed),
+ * then a unit or none (seconds): "1.5h", "90"; no sign, exponent or hex. */
+static bool is_duration(const char *text) {
+  static const char *const units[] = {"", "ms", "s", "m", "h", "d"};
+  size_t n = decimal_len(text, NUM_FRACTION);
+  for (size_t i = 0; n && i < sizeof units / sizeof *units; i++)
+    if (!strcmp(text + n, units[i]))
+      return true;
+  return false;
+}
+
 int sl_opt_parse_number(const char *name, const char *text, bool integer, double min, double max,
                         double *ret, char *err, size_t err_size) {
   char *end;
   errno = 0;
   double d = strtod(text, &end);
-  if (end == text || *end || errno || !isfinite(d) || (integer && d != floor(d))) {
+  if (!is_decimal(text, integer ? NUM_SIGN : NUM_REAL) || end == text || *end || errno ||
+      !isfinite(d)) {
     return sl_err_say(err, err_size, SL_ECONFIG, "%s: \"%s\" is not %s", name, text,
                       integer ? "an integer" : "a number");
   }
@@ -183,13 +227,8 @@ static int check_text(const struct sl_opt *o, const char *text, struct held *h, 
   case SL_OPT_INT: {
     long long x = strtoll(text, &end, 10);
     double d = (double)x;
-    if (end == text || *end || errno) { /* "1e3" or "4.0": whole numbers written otherwise */
-      errno = 0;
-      d = strtod(text, &end);
-      if (end == text || *end || errno || !isfinite(d) || d != floor(d) || fabs(d) > 9e18) {
-        return sl_err_say(why, why_size, SL_ECONFIG, "\"%s\" is not an integer", text);
-      }
-      x = (long long)d;
+    if (!is_decimal(text, NUM_SIGN) || end == text || *end || errno) {
+      return sl_err_say(why, why_size, SL_ECONFIG, "\"%s\" is not an integer", text);
     }
     if (out_of_range(o, d))
       return say_range(o, text, why, why_size);
@@ -198,7 +237,7 @@ static int check_text(const struct sl_opt *o, const char *text, struct held *h, 
   }
   case SL_OPT_U64: {
     unsigned long long x = strtoull(text, &end, 10);
-    if (end == text || *end || errno || strchr(text, '-')) {
+    if (!is_decimal(text, 0) || end == text || *end || errno) {
       return sl_err_say(why, why_size, SL_ECONFIG, "\"%s\" is not a whole number >= 0", text);
     }
     h->u = x;
@@ -206,7 +245,7 @@ static int check_text(const struct sl_opt *o, const char *text, struct held *h, 
   }
   case SL_OPT_NUM: {
     double d = strtod(text, &end);
-    if (end == text || *end || errno || !isfinite(d)) {
+    if (!is_decimal(text, NUM_REAL) || end == text || *end || errno || !isfinite(d)) {
       return sl_err_say(why, why_size, SL_ECONFIG, "\"%s\" is not a number", text);
     }
     if (out_of_range(o, d))
@@ -220,7 +259,7 @@ static int check_text(const struct sl_opt *o, const char *text, struct held *h, 
     }
     break;
   case SL_OPT_DUR:
-    if (sl_time_parse_duration(text, &h->i) < 0) {
+    if (!is_duration(text) || sl_time_parse_duration(text, &h->i) < 0) {
       return sl_err_say(why, why_size, SL_ECONFIG, "\"%s\" is not a duration (90s, 30m, 2h)", text);
     }
     if (has_bounds(o) && ((double)h->i < o->min * 1e6 || (double)h->i > o->max * 1e6)) {

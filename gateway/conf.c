@@ -55,6 +55,7 @@ struct opt {
   {section, owner, {name, otype, offset, size, def, min, max, NULL, NULL, NULL, help, NULL, 0, 0, check}}
 #define T_STR SL_OPT_STR, NULL
 #define T_ADDR SL_OPT_STR, gw_conf_check_addr
+#define T_DIR SL_OPT_STR, gw_conf_check_dir
 #define T_NAME SL_OPT_STR, gw_conf_check_name
 #define T_HEX64 SL_OPT_STR, gw_conf_check_hex64
 #define T_STORE SL_OPT_STR, gw_conf_check_store
@@ -75,7 +76,7 @@ static const struct opt opts[] = {
    "address of the kernel/CLI socket (tcp://HOST:PORT or ipc://PATH)"),
   ROW("gateway", "workers", T_ADDR, M(workers), "tcp://0.0.0.0:7401", 0, 0,
    "address of the worker socket (CURVE encrypted)"),
-  ROW("gateway", "state_dir", T_STR, M(state_dir), "/var/lib/spotlab", 0, 0,
+  ROW("gateway", "state_dir", T_DIR, M(state_dir), "/var/lib/spotlab", 0, 0,
    "folder for the database, keys, checkpoints and instance folders"),
   ROW("gateway", "heartbeat_ms", T_INT, M(heartbeat_ms), "1000", 50, 600000,
    "interval at which workers send heartbeats, in milliseconds"),
@@ -195,7 +196,9 @@ static int check_section(const char *section, char *err, size_t size) {
   const char *entry;
   const char *tmpl = section_template(section, &entry);
   if (entry && !gw_config_valid_name(entry))
-    return sl_err_say(err, size, SL_ECONFIG, "unknown section [%s]", section);
+    return sl_err_say(err, size, SL_ECONFIG,
+                      "unknown section [%s]: \"%s\" is not a valid name (1 to %d letters,"
+                      " digits, '_', '.' and '-')", section, entry, GW_NAME_MAX - 1);
   if (!strcmp(tmpl, "provider.*")) {
     if (gw_provider_find(entry))
       return 0;
@@ -342,6 +345,38 @@ struct parse_ctx {
   size_t n_seen;
 };
 
+/* The length of the UTF-8 sequence s starts with, 0 when it is none or a
+ * C1 control character (U+0080 to U+009F, which some terminals obey). */
+static size_t utf8_len(const unsigned char *s) {
+  size_t n = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4
+             : s[0] >= 0xE0               ? 3
+             : s[0] >= 0xC2 && s[0] < 0xE0 ? 2
+                                          : 0;
+  if (s[0] == 0xC2 && s[1] < 0xA0)
+    return 0;
+  for (size_t i = 1; i < n; i++)
+    if ((s[i] & 0xC0) != 0x80)
+      return 0;
+  return n;
+}
+
+/* in into out with control bytes and bytes that are no UTF-8 as \xNN, so
+ * that an error quoting a binary file prints no control sequences. */
+static void escape(const char *in, char *out, size_t size) {
+  size_t used = 0;
+  for (const unsigned char *s = (const unsigned char *)in; *s && used + 5 < size;) {
+    size_t n = *s >= 0x80 ? utf8_len(s) : *s < 0x20 || *s == 0x7f ? 0 : 1;
+    if (n) {
+      memcpy(out + used, s, n);
+      used += n;
+      s += n;
+    } else {
+      used += (size_t)snprintf(out + used, size - used, "\\x%02x", *s++);
+    }
+  }
+  out[used] = 0;
+}
+
 /* Records the file's first error, at line (0: the whole file); SL_ECONFIG. */
 static int error_at(struct parse_ctx *p, int line, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
@@ -349,11 +384,12 @@ static int error_at(struct parse_ctx *p, int line, const char *fmt, ...) {
   if (p->first_err_line)
     return SL_ECONFIG;
   p->first_err_line = line > 0 ? line : -1;
-  char msg[512];
+  char raw[512], msg[2048];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
+  escape(raw, msg, sizeof msg);
   if (line > 0)
     sl_err_say(p->err, p->err_size, 0, "%s:%d: %s", p->path, line, msg);
   else
@@ -432,25 +468,38 @@ static void on_section(struct parse_ctx *p, const char *s) {
     add_seen(p, sec, ""), p->c->hub |= !strcmp(sec, "hub"); /* an empty [hub]: the environment's hub */
 }
 
-/* fgets with a line counter; also sees what inih does not tell the handler:
- * each section header, and whether an indented line continues the value
- * before it (inih's multi-line values, which no option takes). */
+/* inih's lines, read here: counted, refused with their own number when longer
+ * than inih's line buffer or holding a NUL byte; also sees what inih does not
+ * tell the handler: each section header, and whether an indented line
+ * continues the value before it (inih's multi-line values, which no option
+ * takes). */
 static char *reader(char *str, int num, void *stream) {
   struct parse_ctx *p = stream;
   p->cont = false;
-  char *r = fgets(str, num, p->f);
-  if (!r)
-    return NULL;
-  size_t n = strlen(r);
-  if (n && r[n - 1] == '\n')
-    p->line++;
-  else if (feof(p->f))
-    p->line++;
-  else if (n == (size_t)num - 1) {
-    parse_error(p, "line too long");
-    return r;
+  if (p->first_err_line)
+    return NULL; /* the first error ends the reading */
+  int n = 0, ch = 0;
+  bool nul = false;
+  while (n < num - 1 && (ch = getc(p->f)) != EOF) {
+    nul |= ch == 0;
+    str[n++] = (char)ch;
+    if (ch == '\n')
+      break;
   }
-  const char *s = r;
+  str[n] = 0;
+  if (!n)
+    return NULL;
+  p->line++;
+  if (ch != '\n' && ch != EOF && (ch = getc(p->f)) != EOF && ch != '\n') { /* over inih's buffer */
+    error_at(p, p->line, "line longer than %d bytes (the INI reader's limit; a webhook's long"
+             " secret goes in its secret_file)", num - 1);
+    return NULL;
+  }
+  if (nul) {
+    parse_error(p, "a NUL byte (is this a text file?)");
+    return NULL;
+  }
+  const char *s = str;
   if (p->line == 1 && !strncmp(s, "\xEF\xBB\xBF", 3))
     s += 3; /* a byte order mark, which inih skips too */
   const char *start = s;
@@ -459,7 +508,25 @@ static char *reader(char *str, int num, void *stream) {
   p->cont = p->prev_key[0] && *s && !strchr(";#", *s) && s > start;
   if (*s == '[' && !p->cont)
     on_section(p, s);
-  return r;
+  return str;
+}
+
+/* The line of instance_types in [user.NAME] or [group.NAME], for the check
+ * against the providers' types at start. */
+static void note_line(struct parse_ctx *p, const char *section, const char *name) {
+  const char *entry;
+  const char *tmpl = section_template(section, &entry);
+  if (strcmp(name, "instance_types"))
+    return;
+  if (!strcmp(tmpl, "user.*")) {
+    for (size_t i = 0; i < p->c->n_users; i++)
+      if (!strcmp(p->c->users[i].name, entry))
+        p->c->users[i].instance_types_line = p->line;
+  } else if (!strcmp(tmpl, "group.*")) {
+    for (size_t i = 0; i < p->c->n_groups; i++)
+      if (!strcmp(p->c->groups[i].name, entry))
+        p->c->groups[i].instance_types_line = p->line;
+  }
 }
 
 static int handler(void *user, const char *section, const char *name, const char *value) {
@@ -486,8 +553,10 @@ static int handler(void *user, const char *section, const char *name, const char
   }
   if (gw_config_set(p->c, section, name, value, msg, sizeof msg) < 0)
     parse_error(p, msg);
-  else
+  else {
     add_seen(p, section, name);
+    note_line(p, section, name);
+  }
   return 1;
 }
 
@@ -635,6 +704,7 @@ int gw_config_load_file(struct gw_config *c, const char *path, char *err, size_t
   int r = 0;
   if (!(p.f = open_config(path, err, err_size, &r)))
     return r;
+  snprintf(c->file, sizeof c->file, "%s", path);
   r = ini_parse_stream(reader, &p, handler, &p);
   if (ferror(p.f))
     error_at(&p, 0, "read error: %s", strerror(errno));

@@ -33,6 +33,7 @@ struct gw_user_cfg {
   char group[GW_NAME_MAX];
   bool admin;                   /* sees and manages every user's jobs, instances and costs */
   char instance_types[GW_TYPES_LIST_MAX]; /* "": the group's */
+  int instance_types_line;      /* its line in the file (messages); 0: not from a file */
   double monthly_usd;           /* the user's own monthly budget; 0: none */
   char alert_at[128];           /* "": the [budget] alert_at */
   char hard_cap[8];             /* "yes"/"no"; "": the [budget] hard_cap */
@@ -43,6 +44,7 @@ struct gw_group_cfg {
   int64_t notebook_timeout_us;  /* -1: not set (the [idle] value applies) */
   int64_t worker_timeout_us;    /* -1: not set */
   char instance_types[GW_TYPES_LIST_MAX]; /* the types its users may run on; "": any */
+  int instance_types_line;      /* its line in the file (messages); 0: not from a file */
   double monthly_usd;           /* the group's monthly budget; 0: none */
   char alert_at[128];           /* "": the [budget] alert_at */
   char hard_cap[8];             /* "yes"/"no"; "": the [budget] hard_cap */
@@ -130,6 +132,7 @@ struct gw_config {
   struct gw_webhook_cfg webhooks[GW_MAX_WEBHOOKS];
   size_t n_webhooks;
   /* not options: how the gateway was started */
+  char file[1024];              /* the file loaded, for messages that name its lines; "": none */
   bool embedded;
   bool hub;                     /* the file has a [hub] section: hello takes hub tokens */
   /* The group of a user the file gives none, or NULL: on a hub, the one
@@ -179,6 +182,12 @@ const char *gw_config_user_group(const struct gw_config *c, const char *user);
 /* The instance types user may run on (the comma list of their
  * [user.NAME] instance_types, else their group's), or NULL: any. */
 const char *gw_config_user_instance_types(const struct gw_config *c, const char *user);
+/* Every [user.NAME] and [group.NAME] instance_types against types, the n names the open
+ * providers offer (borrowed; duplicates allowed): 0, or SL_ECONFIG with "FILE:LINE: [group.g]
+ * instance_types: p9.huge is not an instance type the providers offer (they offer: ...)" in err
+ * for the first name none offers. */
+int gw_config_check_offered(const struct gw_config *c, const char *const *types, size_t n,
+                            char *err, size_t err_size);
 #define GW_ALERT_MAX 16
 /* The percentages of an alert_at list ("50,80,100": each above 0 and at
  * most 1000, at most GW_ALERT_MAX) into ret, ascending, duplicates dropped:

@@ -28,10 +28,41 @@ bool gw_config_valid_name(const char *s) {
   return true;
 }
 
+/* A port as written in an address: 1 to 5 decimal digits, no sign or blank (strtol would take
+ * "+80" and " 80"), within [min, 65535]. */
+static bool valid_port(const char *s, long min) {
+  size_t n = strspn(s, "0123456789");
+  if (!n || n > 5 || s[n])
+    return false;
+  long port = strtol(s, NULL, 10);
+  return port >= min && port <= 65535;
+}
+
+/* tcp://HOST:PORT with a port of 1 to 65535 (libzmq would bind a larger one modulo 65536),
+ * ipc://PATH or inproc://NAME, each with something after the scheme. */
 int gw_conf_check_addr(const char *v, char *why, size_t size) {
-  if (strncmp(v, "tcp://", 6) && strncmp(v, "ipc://", 6) && strncmp(v, "inproc://", 9))
+  if (!strncmp(v, "tcp://", 6)) {
+    const char *host = v + 6, *colon = strrchr(host, ':');
+    if (!colon || colon == host || !valid_port(colon + 1, 1))
+      return sl_err_say(why, size, SL_ECONFIG,
+                        "\"%s\" is not tcp://HOST:PORT with a port from 1 to 65535", v);
+    return 0;
+  }
+  const char *rest = !strncmp(v, "ipc://", 6) ? v + 6 : !strncmp(v, "inproc://", 9) ? v + 9 : NULL;
+  if (!rest)
     return sl_err_say(why, size, SL_ECONFIG, "\"%s\" is not a tcp://, ipc:// or inproc:// address",
                       v);
+  if (!*rest)
+    return sl_err_say(why, size, SL_ECONFIG, "\"%s\" names no %s", v,
+                      v[0] == 'i' && v[1] == 'p' ? "socket path" : "endpoint");
+  return 0;
+}
+
+/* A folder: any path but the empty one (which would name the working directory's "" and fail at
+ * start). */
+int gw_conf_check_dir(const char *v, char *why, size_t size) {
+  if (!*v)
+    return sl_err_say(why, size, SL_ECONFIG, "is empty (a folder, /var/lib/spotlab say)");
   return 0;
 }
 
@@ -41,9 +72,7 @@ int gw_conf_check_http(const char *v, char *why, size_t size) {
   if (!*v)
     return 0;
   const char *colon = strrchr(v, ':');
-  char *end = NULL;
-  long port = colon && colon[1] ? strtol(colon + 1, &end, 10) : -1;
-  if (!colon || colon == v || !end || *end || port < 0 || port > 65535 || strstr(v, "://"))
+  if (!colon || colon == v || !valid_port(colon + 1, 0) || strstr(v, "://"))
     return sl_err_say(why, size, SL_ECONFIG, "\"%s\" is not HOST:PORT (127.0.0.1:7480, say)", v);
   return 0;
 }
@@ -74,7 +103,7 @@ int gw_config_parse_alert_at(const char *s, double ret[GW_ALERT_MAX], char *err,
     size_t len = strcspn(p, ",");
     char item[32];
     if (len >= sizeof item)
-      return sl_err_say(err, err_size, SL_ECONFIG, "alert_at: \"%.*s\" is not a percentage",
+      return sl_err_say(err, err_size, SL_ECONFIG, "\"%.*s\" is not a percentage",
                         (int)(len > 40 ? 40 : len), p);
     memcpy(item, p, len);
     item[len] = 0;
@@ -82,19 +111,21 @@ int gw_config_parse_alert_at(const char *s, double ret[GW_ALERT_MAX], char *err,
     while (isspace((unsigned char)*a))
       a++;
     double v = strtod(a, &end);
+    if (end != a + strspn(a, "0123456789."))
+      end = a; /* hex and exponents are no percentages */
     while (end && end > a && isspace((unsigned char)*end))
       end++; /* "50 , 80" */
     if (end && *end == '%')
       end++;
     if (!*a || !end || *end || !isfinite(v) || v <= 0 || v > 1000)
       return sl_err_say(err, err_size, SL_ECONFIG,
-                        "alert_at: \"%s\" is not a percentage above 0 and at most 1000", item);
+                        "\"%s\" is not a percentage above 0 and at most 1000", item);
     bool dup = false;
     for (size_t i = 0; i < n; i++)
       dup |= ret[i] == v;
     if (!dup) {
       if (n == GW_ALERT_MAX)
-        return sl_err_say(err, err_size, SL_ECONFIG, "alert_at: more than %d percentages",
+        return sl_err_say(err, err_size, SL_ECONFIG, "more than %d percentages",
                           GW_ALERT_MAX);
       size_t i = n++;
       for (; i > 0 && ret[i - 1] > v; i--) /* ascending */
@@ -103,7 +134,8 @@ int gw_config_parse_alert_at(const char *s, double ret[GW_ALERT_MAX], char *err,
     }
     p += len;
     if (*p == ',' && !*++p)
-      return sl_err_say(err, err_size, SL_ECONFIG, "alert_at: a percentage after the last comma");
+      return sl_err_say(err, err_size, SL_ECONFIG,
+                        "a percentage is missing after the last comma (50,80,100)");
   }
   return (int)n;
 }
@@ -193,4 +225,61 @@ int gw_conf_check_hub_url(const char *v, char *why, size_t size) {
   if (*v && ((strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) || strpbrk(v, " \t")))
     return sl_err_say(why, size, SL_ECONFIG, "\"%s\" is not an http:// or https:// URL", v);
   return 0;
+}
+
+static bool offered_has(const char *const *types, size_t n, const char *name, size_t len) {
+  for (size_t i = 0; i < n; i++)
+    if (strlen(types[i]) == len && !strncmp(types[i], name, len))
+      return true;
+  return false;
+}
+
+/* The first name of list (instance_types) that types lacks, into *ret_name and *ret_len. */
+static bool first_unoffered(const char *list, const char *const *types, size_t n,
+                            const char **ret_name, size_t *ret_len) {
+  for (const char *p = list + strspn(list, ", "); *p; p += strspn(p, ", ")) {
+    size_t len = strcspn(p, ", ");
+    if (!offered_has(types, n, p, len)) {
+      *ret_name = p;
+      *ret_len = len;
+      return true;
+    }
+    p += len;
+  }
+  return false;
+}
+
+int gw_config_check_offered(const struct gw_config *c, const char *const *types, size_t n,
+                            char *err, size_t err_size) {
+  const char *name = NULL, *kind = NULL, *entry = NULL;
+  size_t len = 0;
+  int line = 0;
+  for (size_t i = 0; i < c->n_groups && !name; i++)
+    if (first_unoffered(c->groups[i].instance_types, types, n, &name, &len))
+      kind = "group", entry = c->groups[i].name, line = c->groups[i].instance_types_line;
+  for (size_t i = 0; i < c->n_users && !name; i++)
+    if (first_unoffered(c->users[i].instance_types, types, n, &name, &len))
+      kind = "user", entry = c->users[i].name, line = c->users[i].instance_types_line;
+  if (!name)
+    return 0;
+  char offered[1024] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < n && used < sizeof offered; i++) {
+    bool seen = false;
+    for (size_t k = 0; k < i && !seen; k++)
+      seen = !strcmp(types[k], types[i]);
+    if (seen)
+      continue;
+    int w = snprintf(offered + used, sizeof offered - used, "%s%s", used ? ", " : "", types[i]);
+    used += w > 0 ? (size_t)w : 0;
+  }
+  if (used >= sizeof offered)
+    memcpy(offered + sizeof offered - 5, " ...", 5);
+  char where[1100] = "";
+  if (c->file[0] && line > 0)
+    snprintf(where, sizeof where, "%s:%d: ", c->file, line);
+  return sl_err_say(err, err_size, SL_ECONFIG,
+                    "%s[%s.%s] instance_types: %.*s is not an instance type the providers offer"
+                    " (they offer: %s)", where, kind, entry, (int)len, name,
+                    offered[0] ? offered : "none");
 }

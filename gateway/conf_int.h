@@ -16,7 +16,8 @@ struct gw_provider_cfg;
 int gw_conf_parse_events(const char *v, unsigned *ret_mask, char *why, size_t size);
 
 /* The checks of the option table's value types: 0, or SL_ECONFIG with why. */
-int gw_conf_check_addr(const char *v, char *why, size_t size);    /* tcp://, ipc:// or inproc:// */
+int gw_conf_check_addr(const char *v, char *why, size_t size);    /* tcp://HOST:PORT, ipc://, inproc:// */
+int gw_conf_check_dir(const char *v, char *why, size_t size);     /* a folder: not empty */
 int gw_conf_check_http(const char *v, char *why, size_t size);    /* "" or HOST:PORT */
 int gw_conf_check_types(const char *v, char *why, size_t size);   /* instance type names */
 int gw_conf_check_alert_at(const char *v, char *why, size_t size);/* budget alert percentages */

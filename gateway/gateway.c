@@ -244,6 +244,33 @@ static void open_providers(struct gw *g) {
   gw_sched_set_bundle(g->sched, g->bundle);
 }
 
+/* The types [user.NAME] and [group.NAME] instance_types name are ones the
+ * providers offer: checked once every enabled provider is open and shows
+ * its types (one that is not might offer a name the others lack). */
+static int check_allowed_types(struct gw *g, char *err, size_t err_size) {
+  size_t n_provs = gw_sched_n_providers(g->sched), n = 0;
+  if (n_provs < g->cfg->n_providers)
+    return 0;
+  const char **names = NULL;
+  for (size_t i = 0; i < n_provs; i++) {
+    struct gw_provider *p = gw_sched_provider_at(g->sched, i);
+    const struct gw_instance_type *t = NULL;
+    size_t nt = 0;
+    const char **more = p->ops->market(p, &t, &nt) < 0 || !nt
+                            ? NULL : realloc(names, (n + nt) * sizeof *names);
+    if (!more) {
+      free(names);
+      return 0;
+    }
+    names = more;
+    for (size_t k = 0; k < nt; k++)
+      names[n++] = t[k].name;
+  }
+  int r = gw_config_check_offered(g->cfg, names, n, err, err_size);
+  free(names);
+  return r;
+}
+
 /* "gw-" and the first 16 hex digits of the SHA-256 of the public key: the
  * same across restarts, different for every gateway. */
 static void make_gateway_id(struct gw *g) {
@@ -418,6 +445,9 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   if ((r = open_objstore(g, err, err_size)) < 0)
     goto fail;
   open_providers(g);
+  if ((r = check_allowed_types(g, err, err_size)) < 0)
+    goto fail;
+  r = -ENOMEM;
   g->zctx = zmq_ctx_new();
   if (!g->zctx)
     goto fail;

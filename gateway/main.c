@@ -113,13 +113,14 @@ static int build_config(const struct args *a, struct gw_config *cfg, char *err, 
   }
   if (a->embedded && getenv("SPOTLAB_HOME"))
     snprintf(cfg->state_dir, sizeof cfg->state_dir, "%s", home);
-  struct { const char *v, *name; } cl[] = {
-    {a->state_dir, "state_dir"}, {a->listen, "listen"}, {a->workers, "workers"},
+  struct { const char *v, *name, *flag; } cl[] = {
+    {a->state_dir, "state_dir", "--state-dir"}, {a->listen, "listen", "--listen"},
+    {a->workers, "workers", "--workers"},
   };
   for (size_t i = 0; i < 3; i++) {
     char msg[512];
     if (cl[i].v && gw_config_set(cfg, "gateway", cl[i].name, cl[i].v, msg, sizeof msg) < 0)
-      return snprintf(err, size, "--%s: %s", cl[i].name, msg), SL_ECONFIG;
+      return snprintf(err, size, "%s: %s", cl[i].flag, msg), SL_ECONFIG;
   }
   return 0;
 }
@@ -409,7 +410,7 @@ int gw_main(int argc, char **argv) {
   if ((r = gw_new(&cfg, &g, err, sizeof err)) < 0) {
     fprintf(stderr, "spotlab-gateway: %s\n", err);
     report(ready, err);
-    return 1;
+    return r == SL_ECONFIG ? 2 : 1; /* a configuration error only the start can find */
   }
   write_pid(&cfg);
   report(ready, NULL);

@@ -53,9 +53,12 @@ static const struct gw_provider_option fake_options[] = {
 };
 static const struct gw_provider_class fake_class = {"fake", fake_options, NULL, open_none, NULL};
 
+/* Writes text to dir/name (NULL: only the path); the path. */
 static const char *write_file(const char *name, const char *text) {
   static char path[256];
   snprintf(path, sizeof path, "%s/%s", dir, name);
+  if (!text)
+    return path;
   FILE *f = fopen(path, "w");
   fputs(text, f);
   fclose(f);
@@ -233,6 +236,163 @@ static void test_instance_types(void) {
   CHECK(gw_config_user_instance_types(&loaded, "nobody") == NULL);
 }
 
+/* Each user's and group's instance_types against the types the providers
+ * offer (gw_config_check_offered, run at start): the first name none offers
+ * is an error at its line that names the offered ones. */
+static void test_offered(void) {
+  int r;
+  char msg[600];
+  const char *offered[] = {"g5.xlarge", "g4dn.xlarge", "g5.xlarge"};
+  CHECK_STR(load("[group.g]\ninstance_types = g5.xlarge, g4dn.xlarge\n[user.a]\ngroup = g\n"
+                 "[user.b]\n\ninstance_types = g4dn.xlarge,g4dn.xlarg\n", &r), "");
+  CHECK_INT(r, 0);
+  CHECK_INT(gw_config_check_offered(&loaded, offered, 3, msg, sizeof msg), SL_ECONFIG);
+  char want[400];
+  snprintf(want, sizeof want, "%s/c.ini:7: [user.b] instance_types: g4dn.xlarg is not an instance"
+           " type the providers offer (they offer: g5.xlarge, g4dn.xlarge)", dir);
+  CHECK_STR(msg, want);
+  CHECK_STR(load("[user.b]\ninstance_types = g4dn.xlarge\n[group.g]\ninstance_types = p9.huge\n",
+                 &r), "");
+  CHECK_INT(gw_config_check_offered(&loaded, offered, 3, msg, sizeof msg), SL_ECONFIG);
+  CHECK(strstr(msg, "c.ini:4: [group.g] instance_types: p9.huge is not") != NULL);
+  CHECK_INT(gw_config_check_offered(&loaded, offered, 0, msg, sizeof msg), SL_ECONFIG);
+  CHECK(strstr(msg, "(they offer: none)") != NULL);
+  CHECK_STR(load("[group.g]\ninstance_types = g5.xlarge\n[user.b]\ninstance_types = g4dn.xlarge\n"
+                 "[user.c]\n", &r), "");
+  CHECK_INT(gw_config_check_offered(&loaded, offered, 3, msg, sizeof msg), 0);
+  /* a value set without a file names no line */
+  static struct gw_config c;
+  gw_config_defaults(&c);
+  CHECK_INT(gw_config_set(&c, "group.x", "instance_types", "p9.huge", msg, sizeof msg), 0);
+  CHECK_INT(gw_config_check_offered(&c, offered, 3, msg, sizeof msg), SL_ECONFIG);
+  CHECK(strncmp(msg, "[group.x] instance_types: p9.huge is not", 40) == 0);
+}
+
+/* Addresses: a tcp:// port from 1 to 65535 written in digits (libzmq binds
+ * 70000 as 4464), something after ipc://; a state_dir that is not empty. */
+static void test_addresses(void) {
+  static const char *bad[] = {
+    "tcp://127.0.0.1:70000", "tcp://127.0.0.1:65536", "tcp://127.0.0.1:0", "tcp://127.0.0.1",
+    "tcp://127.0.0.1:", "tcp://:7400", "tcp://127.0.0.1:+80", "tcp://127.0.0.1:0x50",
+    "tcp://127.0.0.1:7400x", "ipc://", "inproc://",
+  };
+  static const char *good[] = {
+    "tcp://127.0.0.1:65535", "tcp://0.0.0.0:1", "tcp://*:7400", "tcp://[::1]:7401",
+    "ipc:///tmp/g.sock", "inproc://gw",
+  };
+  static struct gw_config c;
+  char msg[512], text[200];
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    snprintf(text, sizeof text, "[gateway]\nworkers = ipc:///tmp/w.sock\nlisten = %s\n", bad[i]);
+    expect_error(text, "listen: \"", 3);
+    gw_config_defaults(&c);
+    CHECK_INT(gw_config_set(&c, "gateway", "workers", bad[i], msg, sizeof msg), SL_ECONFIG);
+    CHECK_STR(c.workers, "tcp://0.0.0.0:7401");
+  }
+  expect_error("[gateway]\nlisten = tcp://127.0.0.1:70000\n",
+               "listen: \"tcp://127.0.0.1:70000\" is not tcp://HOST:PORT with a port from 1 to"
+               " 65535", 2);
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    gw_config_defaults(&c);
+    CHECK_INT(gw_config_set(&c, "gateway", "listen", good[i], msg, sizeof msg), 0);
+    CHECK_STR(c.listen, good[i]);
+  }
+  expect_error("[gateway]\nhttp = 127.0.0.1:+80\n", "is not HOST:PORT", 2);
+  expect_error("[gateway]\nstate_dir =\n", "state_dir: is empty", 2);
+  expect_error("[gateway]\nstate_dir = ; nothing\n", "state_dir: is empty", 2);
+  gw_config_defaults(&c);
+  CHECK_INT(gw_config_set(&c, "gateway", "state_dir", "", msg, sizeof msg), SL_ECONFIG);
+  CHECK_STR(c.state_dir, "/var/lib/spotlab");
+}
+
+/* Numbers are decimal: no hex or exponent in an integer or a duration (strtod
+ * and strtol would read "0x100" as 256); a real number takes an exponent; a
+ * duration without a unit is seconds. */
+static void test_numbers(void) {
+  int r;
+  expect_error("[gateway]\nheartbeat_ms = 0x100\n", "heartbeat_ms: \"0x100\" is not an integer", 2);
+  expect_error("[gateway]\nheartbeat_ms = 1e3\n", "heartbeat_ms: \"1e3\" is not an integer", 2);
+  expect_error("[gateway]\nheartbeat_ms = 1000.0\n", "is not an integer", 2);
+  expect_error("[idle]\nworker_timeout = 0x100\n", "worker_timeout: \"0x100\" is not a duration", 2);
+  expect_error("[idle]\nworker_timeout = 1e3s\n", "is not a duration", 2);
+  expect_error("[idle]\nworker_timeout = 1e3\n", "is not a duration", 2);
+  expect_error("[idle]\nworker_timeout = +5m\n", "is not a duration", 2);
+  expect_error("[budget]\nmonthly_usd = 0x10\n", "monthly_usd: \"0x10\" is not a number", 2);
+  expect_error("[budget]\nmonthly_usd = inf\n", "is not a number", 2);
+  expect_error("[budget]\nalert_at = 0x32\n", "\"0x32\" is not a percentage", 2);
+  expect_error("[provider.local]\nslots = 0x2\n", "slots: \"0x2\" is not an integer", 2);
+  CHECK_STR(load("[gateway]\nheartbeat_ms = 250\n[idle]\nworker_timeout = 90\n"
+                 "notebook_timeout = 1.5h\n[budget]\nmonthly_usd = 1.5e3\n", &r), "");
+  CHECK_INT(loaded.heartbeat_ms, 250);
+  CHECK_INT(loaded.worker_timeout_us, 90 * 1000000LL);
+  CHECK_INT(loaded.notebook_timeout_us, 5400 * 1000000LL);
+  CHECK(loaded.monthly_usd == 1500);
+}
+
+/* The file's syntax, read line by line: a value of any length an option
+ * takes, a line too long named at its own line, comments and separators as
+ * inih reads them, and messages that show the file's control bytes
+ * escaped. */
+static void test_syntax(void) {
+  int r;
+  static char text[9000], secret[1100];
+  /* a line is at most inih's buffer; a longer one is refused on its own line */
+  memset(secret, 's', 150);
+  secret[150] = 0;
+  snprintf(text, sizeof text, "; a hook\n[webhook.h]\nurl = http://127.0.0.1:9/\n"
+           "events = job.failed\nsecret = %s\n", secret);
+  CHECK_STR(load(text, &r), "");
+  CHECK_INT(r, 0);
+  CHECK_STR(loaded.webhooks[0].secret, secret);
+  memset(secret, 's', 1000);
+  secret[1000] = 0;
+  snprintf(text, sizeof text, "[webhook.h]\n\nsecret = %s\n", secret);
+  expect_error(text, "line longer than 199 bytes (the INI reader's limit; a webhook's long secret goes"
+               " in its secret_file)", 3);
+  snprintf(text, sizeof text, "[gateway]\nlisten = tcp://127.0.0.1:1\n; %05000d\n[idle]\n", 0);
+  expect_error(text, "line longer than 199 bytes", 3);
+  snprintf(text, sizeof text, "[gateway]\n;%0198d\n;%0198d", 0, 0); /* the most, \n or not */
+  CHECK_STR(load(text, &r), "");
+  snprintf(text, sizeof text, "[gateway]\n;%0199d\n", 0);
+  expect_error(text, "line longer than 199 bytes", 2);
+  expect_error("[gateway]\nlisten: tcp://127.0.0.1:1\nlisten = tcp://127.0.0.1:2\n",
+               "duplicate key \"listen\"", 3);
+  CHECK_STR(load("# hash\n[gateway] ; note\nlisten=ipc:///tmp/a;b ; note\r\n"
+                 "workers :tcp://127.0.0.1:8\n\n   ; indented comment\n", &r), "");
+  CHECK_STR(loaded.listen, "ipc:///tmp/a;b");
+  CHECK_STR(loaded.workers, "tcp://127.0.0.1:8");
+  expect_error("[gateway\n", "malformed section header", 1);
+  expect_error("[gateway]\nlisten\n", "syntax error (expected [section] or key = value)", 2);
+
+  /* F12's messages: the key once, what is wrong after the last comma, why a
+   * name is no name, control bytes and bytes that are no UTF-8 escaped */
+  const char *err = load("[budget]\nalert_at = 50,abc\n", &r);
+  CHECK(strstr(err, "alert_at: \"abc\" is not a percentage") != NULL);
+  CHECK(strstr(err, "alert_at: alert_at") == NULL);
+  expect_error("[budget]\nalert_at = 50,80,\n",
+               "alert_at: a percentage is missing after the last comma", 2);
+  expect_error("[user.bo b]\n", "unknown section [user.bo b]: \"bo b\" is not a valid name (1 to"
+               " 63 letters, digits, '_', '.' and '-')", 1);
+  err = load("[gateway]\n\x1b[31mkey\xff = 1\n", &r);
+  CHECK_INT(r, SL_ECONFIG);
+  CHECK(strstr(err, "unknown key \"\\x1b[31mkey\\xff\"") != NULL);
+  CHECK(strchr(err, 0x1b) == NULL && strchr(err, '\xff') == NULL);
+  err = load("[gateway]\n\xc2\x9b" "31m = 1\n", &r); /* a C1 control character */
+  CHECK(strstr(err, "unknown key \"\\xc2\\x9b31m\"") != NULL);
+  err = load("[user.caf\xc3\xa9]\n", &r);
+  CHECK(strstr(err, "[user.caf\xc3\xa9]") != NULL); /* UTF-8 is shown as it is */
+  static const char nul[] = "[gateway]\nlisten = x\0y\n";
+  FILE *f = fopen(write_file("nul.ini", ""), "w");
+  fwrite(nul, 1, sizeof nul - 1, f);
+  fclose(f);
+  static struct gw_config c;
+  char msg[512];
+  gw_config_defaults(&c);
+  CHECK_INT(gw_config_load_file(&c, write_file("nul.ini", NULL), msg, sizeof msg), SL_ECONFIG);
+  CHECK(strstr(msg, "nul.ini:2: a NUL byte") != NULL);
+  unlink(write_file("nul.ini", NULL));
+}
+
 static void test_refused(void) {
   /* options and sections that would configure nothing are errors that say so */
   expect_error("[gateway]\nlisten = tcp://127.0.0.1:1\nhttp = http://127.0.0.1:7480\n",
@@ -241,7 +401,7 @@ static void test_refused(void) {
   expect_error("[gateway]\nhttp = 127.0.0.1\n", "is not HOST:PORT", 2);
   expect_error("[budget]\nmonthly_usd = 10\nalert_at = 25,x\n", "\"x\" is not a percentage", 3);
   expect_error("[budget]\nalert_at = 0\n", "is not a percentage above 0", 2);
-  expect_error("[budget]\nalert_at = 50,\n", "after the last comma", 2);
+  expect_error("[budget]\nalert_at = 50,\n", "a percentage is missing after the last comma", 2);
   expect_error("[group.ml]\nhard_cap = maybe\n", "is not yes or no", 2);
   expect_error("[gateway]\n[store]\nurl = s3://Bucket_1/x\n", "the bucket name must be", 3);
   expect_error("[store]\nurl = http://x/\n", "is not a file:/// or s3:// URL", 2);
@@ -495,6 +655,10 @@ int main(void) {
   test_providers();
   test_refused();
   test_instance_types();
+  test_offered();
+  test_addresses();
+  test_numbers();
+  test_syntax();
 
   /* dump -> load -> dump is a fixed point, with users, groups, providers
    * and odd numbers */

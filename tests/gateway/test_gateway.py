@@ -269,7 +269,23 @@ def case_config_errors(gw):
                                ("[store]\nurl = ftp://x\n", 2, 'is not a file:/// or s3:// URL'),
                                ("[webhook.slack]\n", 1, "[webhook.slack] has no url"),
                                ("[webhook.a]\nurl = https://x/\nevents = job.done\n", 3,
-                                'events: "job.done" is not an event')]:
+                                'events: "job.done" is not an event'),
+                               # libzmq would bind 70000 as 4464
+                               ("[gateway]\nlisten = tcp://127.0.0.1:70000\n", 2,
+                                "is not tcp://HOST:PORT with a port from 1 to 65535"),
+                               ("[gateway]\nworkers = tcp://127.0.0.1:0x50\n", 2,
+                                "is not tcp://HOST:PORT"),
+                               ("[gateway]\nstate_dir =\n", 2, "state_dir: is empty"),
+                               ("[gateway]\nheartbeat_ms = 0x100\n", 2,
+                                'heartbeat_ms: "0x100" is not an integer'),
+                               ("[idle]\nworker_timeout = 1e3\n", 2,
+                                'worker_timeout: "1e3" is not a duration'),
+                               ("; c\n[webhook.h]\nurl = http://127.0.0.1:9/\nevents = job.failed\n"
+                                "secret = %s\n" % ("s" * 5000), 5, "line longer than 199 bytes"),
+                               ("[budget]\nalert_at = 50,80,\n", 2,
+                                "alert_at: a percentage is missing after the last comma"),
+                               ("[user.bo b]\n", 1, '"bo b" is not a valid name (1 to 63 letters,'),
+                               ("[user.x]\n\x1b]0;title\x07 = 1\n", 2, 'unknown key "\\x1b]0;title\\x07"')]:
         ini = os.path.join(gw.dir, "bad.ini")
         with open(ini, "w") as f:
             f.write(text)
@@ -280,6 +296,29 @@ def case_config_errors(gw):
               "message names file:line: %r" % r.stderr)
     r = subprocess.run([GATEWAY, "--frobnicate"], capture_output=True, text=True, env=env)
     check(r.returncode == 2 and "unknown argument" in r.stderr, "unknown argument")
+    for flag, value, needle in [("--listen", "tcp://127.0.0.1:99999", "with a port from 1 to 65535"),
+                                ("--state-dir", "", "--state-dir: state_dir: is empty")]:
+        r = subprocess.run([GATEWAY, flag, value, "--dump-config"], capture_output=True, text=True,
+                           env=env)
+        check(r.returncode == 2 and needle in r.stderr, "%s %r: %r" % (flag, value, r.stderr))
+    # a line as long as inih reads is read whole
+    ini = os.path.join(gw.dir, "long.ini")
+    with open(ini, "w") as f:
+        f.write("[webhook.h]\nurl = http://127.0.0.1:9/\nevents = job.failed\nsecret = %s\n"
+                % ("s" * 190))
+    r = subprocess.run([GATEWAY, "--config", ini, "--dump-config"], capture_output=True,
+                       text=True, env=env)
+    check(r.returncode == 0, "a 190-byte secret is read: %r" % r.stderr)
+    # an instance type no provider offers is refused at start, at its line
+    state = os.path.join(gw.dir, "types-state")
+    with open(ini, "w") as f:
+        f.write("[gateway]\nlisten = ipc://%s/g.sock\nworkers = ipc://%s/w.sock\nstate_dir = %s\n"
+                "[group.students]\ninstance_types = g4dn.xlarg\n" % (state, state, state))
+    r = subprocess.run([GATEWAY, "--config", ini], capture_output=True, text=True, env=env,
+                       timeout=30)
+    check(r.returncode == 2 and "%s:6: [group.students] instance_types: g4dn.xlarg is not an"
+          " instance type the providers offer (they offer: g4dn.xlarge," % ini in r.stderr,
+          "an unknown instance type stops the start: %r" % r.stderr[-500:])
 
 
 def case_embedded(gw):
