@@ -300,6 +300,11 @@ void gw_budget_check(struct gw_budget *b, bool force) {
     gw_sched_kick(b->env.sched); /* paused jobs may go on */
 }
 
+double gw_budget_gateway_usd(const struct gw_budget *b, const struct gw_config *cfg) {
+  const struct override *ov = b ? find_override(b, "gateway", "") : NULL;
+  return ov ? ov->usd : cfg->monthly_usd; /* as add_scope gives the "gateway" scope its level */
+}
+
 bool gw_budget_refuses(struct gw_budget *b, const char *user, char *why, size_t size) {
   if (!b->n_capped)
     return false;

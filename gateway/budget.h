@@ -63,6 +63,11 @@ void gw_budget_sink(void *data, const struct gw_bus_event *ev);
 /* Checks every budget when spend changed, a limit changed, or a minute
  * passed: alerts, caps, pauses, and releases (from the loop). */
 void gw_budget_check(struct gw_budget *b, bool force);
+/* The gateway's monthly budget in force: the amount an admin set live,
+ * else cfg's [budget] monthly_usd (0: none); b NULL (no keeper): the
+ * file's. What status, /api/status, /api/cost and /metrics show, and
+ * what the keeper refuses at (with [budget] hard_cap). */
+double gw_budget_gateway_usd(const struct gw_budget *b, const struct gw_config *cfg);
 /* Whether user may not start work now: true with a sentence in why. */
 bool gw_budget_refuses(struct gw_budget *b, const char *user, char *why, size_t size);
 /* Sets the monthly budget of scope ("gateway", "group", "user") and name

@@ -11,7 +11,8 @@
  * user of the configuration ([user.NAME] token_sha256). A user sees only
  * their own jobs, instances and costs; an admin ([user.NAME] admin = yes)
  * sees everyone's (access.h) and may ask for one user's with ?user=.
- * Another user's job or costs answer 403; errors are JSON,
+ * Another user's job answers 404 as one that does not exist; another
+ * user's costs (?user=) answer 403. Errors are JSON,
  * {"error": {"code", "message"}}.
  * JupyterHub tokens are not taken here. Plain HTTP only: TLS is a reverse
  * proxy's job. */
@@ -43,7 +44,16 @@
 #include <unistd.h>
 
 #define T "gateway.http"
+/* What one client can hold (docs/security.md): a quarter of the
+ * connections per address, so that one address idling or trickling bytes
+ * leaves the rest to Prometheus, the admin page and a proxy; a new
+ * connection's request head must come within REQUEST_TIMEOUT_S of
+ * silence, and a connection that has been answered idles at most
+ * CONNECTION_TIMEOUT_S (longer: a scrape or a poll reuses it). A proxy in
+ * front of the gateway is one address for all its clients. */
 #define CONNECTIONS_MAX 128
+#define CONNECTIONS_PER_ADDRESS_MAX 32
+#define REQUEST_TIMEOUT_S 10
 #define CONNECTION_TIMEOUT_S 30
 #define CONNECTION_MEMORY_BYTES (64 * 1024)
 #define TOKEN_MAX 1024
@@ -191,7 +201,8 @@ static void get_status(struct gw_httpd *h, const struct gw_viewer *w, struct ans
                         (json_int_t)h->env.started_us, "embedded", cfg->embedded, "user", w->user,
                         "admin", w->admin, "live_jobs", (json_int_t)live, "jobs_by_state", jobs,
                         "instances", (json_int_t)insts, "budget", "monthly_usd",
-                        sl_json_real(cfg->monthly_usd), "spent_usd", sl_json_real(month),
+                        sl_json_real(gw_budget_gateway_usd(h->env.budget, cfg)), "spent_usd",
+                        sl_json_real(month),
                         "hard_cap", cfg->hard_cap);
   if (r && w->admin && h->env.kproto)
     json_object_set_new(json_object_get(r, "gateway"), "clients",
@@ -219,23 +230,33 @@ static void get_jobs(struct gw_httpd *h, struct MHD_Connection *c, const struct 
   answer_json(a, MHD_HTTP_OK, json_pack("{s:o}", "jobs", arr));
 }
 
+/* The job id names that w may read (gw_access_job), or false with a 404
+ * in a: another user's job answers exactly as one that does not exist, as
+ * it does over the kernel protocol, so an id tells nobody it exists. */
+static bool find_job(struct gw_httpd *h, int64_t id, const struct gw_viewer *w,
+                     struct gw_job *tmp, struct gw_job **ret_job, bool *ret_live,
+                     struct answer *a) {
+  if (gw_access_job(w, h->env.fleet, h->env.store, id, tmp, ret_job, ret_live) < 0) {
+    answer_err(a, MHD_HTTP_NOT_FOUND, "no such job");
+    return false;
+  }
+  return true;
+}
+
 /* /api/jobs/JOB: its summary and its events (?after=SEQ). */
 static void get_job(struct gw_httpd *h, struct MHD_Connection *c, const char *name,
                     const struct gw_viewer *w, struct answer *a) {
   int64_t id = gw_job_id_parse(name);
   struct gw_job tmp, *j;
   bool live;
-  int r = gw_access_job(w, h->env.fleet, h->env.store, id, &tmp, &j, &live);
-  if (r == SL_ENAME)
-    return answer_err(a, MHD_HTTP_NOT_FOUND, "no such job");
-  if (r < 0)
-    return answer_err(a, MHD_HTTP_FORBIDDEN, "another user's job");
+  if (!find_job(h, id, w, &tmp, &j, &live, a))
+    return;
   json_t *o = gw_job_summary(j);
   if (!live)
     gw_job_done(&tmp);
   json_t *evs = NULL;
   bool more = false;
-  r = gw_store_events(h->env.store, id, arg_int(c, "after", 0, 0, INT64_MAX), EVENTS_MAX, &evs,
+  int r = gw_store_events(h->env.store, id, arg_int(c, "after", 0, 0, INT64_MAX), EVENTS_MAX, &evs,
                       &more);
   if (r < 0) {
     json_decref(o);
@@ -251,13 +272,10 @@ static void get_record(struct gw_httpd *h, const char *name, const struct gw_vie
                        struct answer *a) {
   struct gw_job tmp, *j;
   bool live;
-  int r = gw_access_job(w, h->env.fleet, h->env.store, gw_job_id_parse(name), &tmp, &j, &live);
-  if (r == SL_ENAME)
-    return answer_err(a, MHD_HTTP_NOT_FOUND, "no such job");
-  if (r < 0)
-    return answer_err(a, MHD_HTTP_FORBIDDEN, "another user's job");
+  if (!find_job(h, gw_job_id_parse(name), w, &tmp, &j, &live, a))
+    return;
   json_t *rec = NULL;
-  r = gw_record_load(h->env.store, j, &rec);
+  int r = gw_record_load(h->env.store, j, &rec);
   if (!live)
     gw_job_done(&tmp);
   if (r < 0)
@@ -289,7 +307,7 @@ static void get_cost(struct gw_httpd *h, struct MHD_Connection *c, const struct 
   json_t *o = json_pack("{s:s?,s:o,s:o,s:o,s:o,s:o}", "user", user, "spent_usd", sl_json_real(usd),
                         "on_demand_usd", sl_json_real(od), "saved_usd", sl_json_real(od - usd),
                         "month_spent_usd", sl_json_real(month), "budget_usd",
-                        sl_json_real(h->env.cfg->monthly_usd));
+                        sl_json_real(gw_budget_gateway_usd(h->env.budget, h->env.cfg)));
   for (int by = GW_COST_BY_USER; r == 0 && o && by <= GW_COST_BY_DAY; by++) {
     json_t *rows = NULL;
     if ((r = gw_store_cost_by(h->env.store, by, user, 0, COST_ROWS_MAX, &rows)) < 0)
@@ -460,6 +478,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   /* The first call only takes the request in: an answer queued there has
    * libmicrohttpd close the connection after it, and every poll of the
    * admin page or Prometheus scrape would open a new one. */
+  if (!u) /* a whole request head came: the connection may idle longer now */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S);
   if (!u && strcmp(method, MHD_HTTP_METHOD_PUT) != 0) {
     *con_cls = &taken_in;
     return MHD_YES;
@@ -643,7 +663,8 @@ int gw_httpd_new(const struct gw_httpd_env *env, struct gw_httpd **ret, char *er
   h->d = MHD_start_daemon(MHD_USE_EPOLL, 0, NULL, NULL, on_request, h,
                           MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
                           MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTIONS_MAX,
-                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
+                          MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)CONNECTIONS_PER_ADDRESS_MAX,
+                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)REQUEST_TIMEOUT_S,
                           MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY_BYTES,
                           MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
                           MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,

@@ -258,9 +258,11 @@ int gw_http_cost_more(const struct gw_httpd_env *env, const char *user, int days
     json_array_foreach(rows, i, v)
       if (!strcmp(sl_json_get_str(v, "key", ""), key))
         row = v;
+    /* a day without spend has every field a day with spend has (store.h) */
     json_array_append_new(filled, row ? json_incref(row)
-                                      : json_pack("{s:s,s:f,s:f,s:f}", "key", key, "usd", 0.0,
-                                                  "on_demand_usd", 0.0, "seconds", 0.0));
+                                      : json_pack("{s:s,s:f,s:f,s:f,s:f,s:f}", "key", key, "usd",
+                                                  0.0, "on_demand_usd", 0.0, "seconds", 0.0,
+                                                  "energy_kwh", 0.0, "co2e_g", 0.0));
   }
   json_decref(rows);
   json_object_set_new(cost, "by_day", filled);

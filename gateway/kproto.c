@@ -230,7 +230,8 @@ static void on_status(struct gw_kreq *q) {
                      "worker_timeout_s",
                      sl_json_real((double)gw_config_worker_timeout_us(cfg, q->c->who.user) / 1e6),
                      "warn_before_s", sl_json_real((double)cfg->warn_before_us / 1e6), "budget",
-                     "monthly_usd", sl_json_real(cfg->monthly_usd), "spent_usd", sl_json_real(usd),
+                     "monthly_usd", sl_json_real(gw_budget_gateway_usd(g->env.budget, cfg)),
+                     "spent_usd", sl_json_real(usd),
                      "hard_cap", cfg->hard_cap);
   if (r && q->c->who.admin) { /* the gateway's own health, for whoever runs it */
     json_t *gwo = json_object_get(r, "gateway");
@@ -368,7 +369,8 @@ static void on_cost(struct gw_kreq *q) {
   json_decref(rows);
   gw_kproto_reply(q, json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "spent_usd", sl_json_real(usd), "on_demand_usd",
                                sl_json_real(od), "saved_usd", sl_json_real(od - usd), "month_spent_usd",
-                               sl_json_real(musd), "budget_usd", sl_json_real(q->g->env.cfg->monthly_usd),
+                               sl_json_real(musd), "budget_usd",
+                               sl_json_real(gw_budget_gateway_usd(q->g->env.budget, q->g->env.cfg)),
                                "jobs", arr, "energy_kwh", sl_json_real(kwh), "co2e_g", sl_json_real(co2e)));
 }
 

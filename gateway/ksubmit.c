@@ -244,12 +244,20 @@ static void submit_job(struct gw_kreq *q, struct gw_job *j, json_t *body) {
   gw_kproto_reply(q, json_pack("{s:s}", "job", id));
 }
 
-void gw_kproto_on_submit(struct gw_kreq *q) {
+/* Whether the budgets in force leave the client's user no room for new work
+ * (then the error reply is sent). */
+static bool refused_by_budget(struct gw_kreq *q) {
   char why[200];
   if (q->g->env.budget && gw_budget_refuses(q->g->env.budget, q->c->who.user, why, sizeof why))
-    return gw_kproto_fail(q, SL_ESTATE, why);
+    return gw_kproto_fail(q, SL_ESTATE, why), true;
   if (!q->g->env.budget && gw_ledger_budget_spent(q->g->env.ledger)) /* no keeper: [budget] alone */
-    return gw_kproto_fail(q, SL_ESTATE, "the monthly budget is spent ([budget] hard_cap)");
+    return gw_kproto_fail(q, SL_ESTATE, "the monthly budget is spent ([budget] hard_cap)"), true;
+  return false;
+}
+
+void gw_kproto_on_submit(struct gw_kreq *q) {
+  if (refused_by_budget(q))
+    return;
   struct gw_job *j = calloc(1, sizeof *j);
   if (!j)
     return gw_kproto_fail(q, -ENOMEM, NULL);
@@ -287,8 +295,8 @@ void gw_kproto_on_record(struct gw_kreq *q) {
 void gw_kproto_on_rerun(struct gw_kreq *q) {
   struct gw_job tmp, *orig;
   bool live;
-  if (gw_ledger_budget_spent(q->g->env.ledger))
-    return gw_kproto_fail(q, SL_ESTATE, "the monthly budget is spent ([budget] hard_cap)");
+  if (refused_by_budget(q)) /* as a submit */
+    return;
   if (!(orig = gw_kproto_user_job(q, &tmp, &live)))
     return;
   char id[16], msg[256];

@@ -33,7 +33,9 @@ int gw_ledger_month_by_user(struct gw_ledger *l, json_t **ret);
  * (its members') or "user". -EINVAL for another scope. */
 int gw_ledger_month_spend(struct gw_ledger *l, const char *scope, const char *name,
                           double *ret_usd);
-/* True when [budget] hard_cap holds and this month's spend reached monthly_usd. */
+/* True when [budget] hard_cap holds and this month's spend reached the
+ * file's [budget] monthly_usd: only for a gateway without a budget keeper,
+ * whose gw_budget_refuses applies the budgets in force (budget.h). */
 bool gw_ledger_budget_spent(struct gw_ledger *l);
 
 #endif

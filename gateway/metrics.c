@@ -226,13 +226,15 @@ static int spend(FILE *f, const struct gw_metrics_src *src) {
   double month = 0, od = 0;
   if (gw_ledger_totals(src->ledger, NULL, gw_ledger_month_start_us(), &month, &od) < 0)
     return -1;
-  head(f, "spotlab_budget_monthly_usd", "gauge", "The gateway's monthly budget ([budget] monthly_usd).");
-  fprintf(f, "spotlab_budget_monthly_usd %.17g\n", src->cfg->monthly_usd);
+  double budget_usd = gw_budget_gateway_usd(src->budget, src->cfg);
+  head(f, "spotlab_budget_monthly_usd", "gauge",
+       "The gateway's monthly budget in force (set live, else [budget] monthly_usd), in USD.");
+  fprintf(f, "spotlab_budget_monthly_usd %.17g\n", budget_usd);
   head(f, "spotlab_budget_spent_usd", "gauge", "Spend of every user this calendar month (UTC), in USD.");
   fprintf(f, "spotlab_budget_spent_usd %.17g\n", month);
   head(f, "spotlab_budget_used_ratio", "gauge", "This month's spend over the monthly budget.");
   fprintf(f, "spotlab_budget_used_ratio %.17g\n",
-          src->cfg->monthly_usd > 0 ? month / src->cfg->monthly_usd : 0);
+          budget_usd > 0 ? month / budget_usd : 0);
   return src->budget ? budgets(f, src->budget) : 0;
 }
 

@@ -4,8 +4,10 @@
 #include "harness.h"
 
 #include "sl_err.h"
+#include "sl_time.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -67,9 +69,62 @@ static void test_store_once(void) {
   rmdir(path);
 }
 
+/* The gateway's budget in force is the one the keeper refuses at: the
+ * file's until an admin sets one live, then that one, also after a
+ * restart; no keeper: the file's. */
+static void test_in_force(void) {
+  char path[] = "/tmp/test-gw-budget-XXXXXX", db[64], err[256];
+  CHECK(mkdtemp(path) != NULL);
+  snprintf(db, sizeof db, "%s/state.db", path);
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(db, &s, err, sizeof err), 0);
+  static struct gw_config cfg;
+  gw_config_defaults(&cfg);
+  cfg.monthly_usd = 2000;
+  cfg.hard_cap = true;
+  struct gw_job j = {0};
+  snprintf(j.user, sizeof j.user, "bob");
+  snprintf(j.kind, sizeof j.kind, "run");
+  j.spec = json_object();
+  CHECK_INT(gw_store_job_create(s, &j), 0);
+  j.attempt = 1;
+  CHECK_INT(gw_store_attempt_begin(s, &j, 0, 1000), 0);
+  CHECK_INT(gw_store_cost_add(s, &j, 0.0004, 0.001, 7, sl_time_real_us()), 0);
+  struct gw_ledger *l = gw_ledger_new(&cfg, s);
+  struct gw_bus bus = {0};
+  struct gw_budget_env env = {.cfg = &cfg, .store = s, .ledger = l, .bus = &bus};
+  struct gw_budget *b = gw_budget_new(&env);
+  CHECK(l && b);
+  char why[200] = "";
+  CHECK(gw_budget_gateway_usd(NULL, &cfg) == 2000);
+  CHECK(gw_budget_gateway_usd(b, &cfg) == 2000);
+  gw_budget_check(b, true);
+  CHECK(!gw_budget_refuses(b, "bob", why, sizeof why));
+  CHECK_INT(gw_budget_set(b, "user", "bob", 5, "root", err, sizeof err), 0);
+  CHECK(gw_budget_gateway_usd(b, &cfg) == 2000); /* another scope's */
+  CHECK_INT(gw_budget_set(b, "gateway", "", 0.0001, "root", err, sizeof err), 0);
+  CHECK(gw_budget_gateway_usd(b, &cfg) == 0.0001);
+  CHECK(gw_budget_refuses(b, "bob", why, sizeof why));
+  CHECK_STR(why, "the gateway's monthly budget is spent: $0.0004 of $0.0001");
+  b = gw_budget_free(b);
+  b = gw_budget_new(&env); /* a restart keeps it */
+  CHECK(b && gw_budget_gateway_usd(b, &cfg) == 0.0001);
+  CHECK_INT(gw_budget_set(b, "gateway", "", 0, "root", err, sizeof err), 0);
+  CHECK(gw_budget_gateway_usd(b, &cfg) == 0); /* none, not the file's */
+  CHECK(!gw_budget_refuses(b, "bob", why, sizeof why));
+  gw_budget_free(b);
+  gw_ledger_free(l);
+  gw_job_done(&j);
+  gw_store_free(s);
+  char cmd[100];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", path);
+  CHECK_INT(system(cmd), 0);
+}
+
 int main(void) {
   test_crossed();
   test_sentence();
   test_store_once();
+  test_in_force();
   TEST_MAIN_END();
 }

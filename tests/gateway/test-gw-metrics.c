@@ -2,6 +2,8 @@
  * by notice, instances by type, zone and market with label values escaped,
  * spend per user, and the cost API's rows per user, job, type and day. */
 #include "harness.h"
+#include "budget.h"
+#include "bus.h"
 #include "conf.h"
 #include "fleet.h"
 #include "ledger.h"
@@ -250,11 +252,57 @@ static void test_tally(void) {
   gw_store_free(s);
 }
 
+/* spotlab_budget_monthly_usd is the gateway's budget in force: the file's
+ * until an admin sets one live, then that one, and the ratio follows it. */
+static void test_budget_in_force(void) {
+  char path[128], err[256] = "";
+  snprintf(path, sizeof path, "%s/budget.db", dir);
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  static struct gw_config cfg;
+  gw_config_defaults(&cfg);
+  cfg.monthly_usd = 2000;
+  struct gw_job j = {0};
+  snprintf(j.user, sizeof j.user, "bob");
+  snprintf(j.kind, sizeof j.kind, "run");
+  j.spec = json_object();
+  CHECK_INT(gw_store_job_create(s, &j), 0);
+  j.attempt = 1;
+  CHECK_INT(gw_store_attempt_begin(s, &j, 0, 1000), 0);
+  CHECK_INT(gw_store_cost_add(s, &j, 1, 2, 60, sl_time_real_us()), 0); /* this month */
+  struct gw_fleet *f = gw_fleet_new(s, 16);
+  struct gw_ledger *l = gw_ledger_new(&cfg, s);
+  struct gw_bus bus = {0};
+  struct gw_budget_env env = {.cfg = &cfg, .store = s, .ledger = l, .fleet = f, .bus = &bus};
+  struct gw_budget *b = gw_budget_new(&env);
+  CHECK(f && l && b);
+  struct gw_metrics_src src = {.cfg = &cfg, .store = s, .fleet = f, .ledger = l, .budget = b};
+  size_t len = 0;
+  char *text = gw_metrics_render(&src, &len);
+  static const char *const file[] = {"spotlab_budget_monthly_usd 2000\n",
+                                     "spotlab_budget_used_ratio 0.0005"};
+  expect(text, file, 2);
+  free(text);
+  CHECK_INT(gw_budget_set(b, "gateway", "", 4, "root", err, sizeof err), 0);
+  text = gw_metrics_render(&src, &len);
+  static const char *const live[] = {"spotlab_budget_monthly_usd 4\n",
+                                     "spotlab_budget_used_ratio 0.25\n",
+                                     "spotlab_budget_scope_usd{scope=\"gateway\",name=\"\"} 4\n"};
+  expect(text, live, 3);
+  free(text);
+  gw_budget_free(b);
+  gw_ledger_free(l);
+  gw_fleet_free(f);
+  gw_job_done(&j);
+  gw_store_free(s);
+}
+
 int main(void) {
   if (!mkdtemp(dir))
     return 1;
   test_render();
   test_tally();
+  test_budget_in_force();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0)

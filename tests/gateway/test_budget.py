@@ -150,6 +150,35 @@ def gang_paused(alice, base):
                      e["state"] == "cancelled", "the gang cancelled", 60)
 
 
+def gateway_in_force(base, alice):
+    """The gateway's budget set live is the one every view shows: the
+    kernel protocol's status and cost (%status, spotlab status),
+    /api/status, /api/cost and /metrics, not [budget] monthly_usd."""
+    code, st = http(base, "/api/status", TOKENS["root"])
+    file_usd = st["budget"]["monthly_usd"]
+    require(code == 200 and file_usd > 0, "the file's budget in /api/status", st)
+    live = 123456.5
+    check(live != file_usd, "a live amount other than the file's")
+    code, body = http(base, "/api/budgets/gateway", TOKENS["root"], "PUT", {"monthly_usd": live})
+    check(code == 200, "root sets the gateway's budget: %s %s" % (code, body))
+    seen = {}
+    code, st = http(base, "/api/status", TOKENS["alice"])
+    seen["/api/status"] = (st.get("budget") or {}).get("monthly_usd")
+    code, cost = http(base, "/api/cost", TOKENS["alice"])
+    seen["/api/cost"] = cost.get("budget_usd")
+    r = alice.req("status")
+    seen["status"] = (r.get("budget") or {}).get("monthly_usd")
+    seen["hard_cap"] = (r.get("budget") or {}).get("hard_cap")
+    seen["cost"] = alice.req("cost").get("budget_usd")
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as resp:
+        metrics = resp.read().decode()
+    seen["/metrics"] = [line for line in metrics.splitlines()
+                        if line.startswith("spotlab_budget_monthly_usd ")]
+    check(seen == {"/api/status": live, "/api/cost": live, "status": live, "hard_cap": True,
+                   "cost": live, "/metrics": ["spotlab_budget_monthly_usd %.17g" % live]},
+          "the live gateway budget %s everywhere (the file's %s): %s" % (live, file_usd, seen))
+
+
 def main():
     folder = tempfile.mkdtemp(prefix="gw-budget-")
     opts = {"alice": "group = ml\n", "bob": "group = ml\n", "root": "admin = yes\n"}
@@ -273,6 +302,7 @@ def main():
         alice.wait_event(lambda e: e["job"] == job and e["event"] == "state" and
                          e["state"] == "cancelled", "the job cancelled", 60)
         gang_paused(alice, base)
+        gateway_in_force(base, alice)
         alice.close()
     finally:
         from checks import failures

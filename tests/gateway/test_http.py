@@ -6,8 +6,11 @@ instances), two users and an admin, a %%run job each for alice and bob.
 usage: test_http.py GATEWAY WORKER TRAIN
 
 Checks the API's authorisation (no token or a bad one 401; a user reads
-only their own jobs and costs, another user's job 403, an unknown one 404;
-an admin reads everyone's), `promtool check metrics` on /metrics, and a real
+only their own jobs and costs, another user's job 404 exactly as an unknown one;
+an admin reads everyone's), that every /api/cost row has the same fields, the
+connection limits (one address holding idle connections cannot block another,
+and a connection without a request head is closed after 10 s),
+`promtool check metrics` on /metrics, and a real
 Prometheus scraping the gateway every second whose query API returns the
 series the jobs produced. A train job of carol's (group ml) is preempted
 once and recovers: its recovery, checkpoint times and steps lost reach
@@ -18,6 +21,7 @@ has a deadline.
 import http.client
 import json
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -80,6 +84,86 @@ def check_keepalive(address):
     conn.close()
 
 
+PER_ADDRESS = 32      # gateway/http.c CONNECTIONS_PER_ADDRESS_MAX
+REQUEST_TIMEOUT_S = 10  # gateway/http.c REQUEST_TIMEOUT_S; an answered connection idles 30 s
+
+
+def wait_closed(socks, deadline, enough):
+    """The sockets of socks the server closes (EOF or a reset) before
+    deadline, waiting no longer once enough of them are, then a last look
+    at the rest without waiting."""
+    gone = []
+    while True:
+        left = deadline - time.monotonic()
+        open_ = [x for x in socks if x not in gone]
+        if not open_:
+            return gone
+        if len(gone) >= enough:
+            left = 0
+        ready, _, _ = select.select(open_, [], [], max(left, 0))
+        for x in ready:
+            try:
+                if x.recv(1) == b"":
+                    gone.append(x)
+            except OSError:  # reset
+                gone.append(x)
+        if left <= 0:
+            return gone
+
+
+def status_from(address, source):
+    """The status code of GET /api/status from source (an address of lo),
+    or None when the connection is closed unanswered."""
+    host, port = address.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10, source_address=(source, 0))
+    try:
+        conn.request("GET", "/api/status", headers={"Authorization": "Bearer " + TOKENS["alice"]})
+        r = conn.getresponse()
+        r.read()
+        return r.status
+    except (http.client.RemoteDisconnected, ConnectionError):
+        return None
+    finally:
+        conn.close()
+
+
+def check_connection_limits(address):
+    """One address holding more idle connections than the server has
+    (half a request line each, never finished): the server keeps
+    PER_ADDRESS of them and closes the rest at once, so a client from
+    another address (127.0.0.2: Linux routes all of 127/8 to lo, and the
+    server's socket on 127.0.0.1 takes it) is answered while the idle ones
+    are held, and the same address is refused. The held ones, which never
+    sent a whole request head, are closed after REQUEST_TIMEOUT_S of
+    silence, and the address is answered again."""
+    host, port = address.rsplit(":", 1)
+    socks = []
+    first = time.monotonic()  # before the first byte of the held ones
+    for _ in range(130):  # more than CONNECTIONS_MAX (128)
+        s = socket.create_connection((host, int(port)), timeout=10)
+        try:
+            s.sendall(b"GET /api/status HT")
+        except OSError:
+            pass  # already closed: counted below
+        socks.append(s)
+    sent = time.monotonic()
+    refused = wait_closed(socks, sent + 5, len(socks) - PER_ADDRESS)
+    held = [s for s in socks if s not in refused]
+    check(len(held) == PER_ADDRESS, "one address holds %d connections of 130, %d refused"
+          % (len(held), len(refused)))
+    check(status_from(address, "127.0.0.2") == 200,
+          "another address is answered while 127.0.0.1 holds its connections idle")
+    check(status_from(address, "127.0.0.1") is None, "127.0.0.1 over its share is refused")
+    gone = wait_closed(held, sent + REQUEST_TIMEOUT_S + 5, len(held))
+    took = time.monotonic() - first
+    check(len(gone) == len(held) and took >= REQUEST_TIMEOUT_S - 1,
+          "the connections that never sent a request head are closed after %d s: %d of %d in %.1f s"
+          % (REQUEST_TIMEOUT_S, len(gone), len(held), took))
+    for s in socks:
+        s.close()
+    check(status_from(address, "127.0.0.1") == 200, "127.0.0.1 is answered once its connections are gone")
+
+
 def run_job(c, script):
     r = c.req("submit", kind="run", script=script, options={})
     require(r["ok"], "submit %s" % script, r)
@@ -102,8 +186,14 @@ def check_api(base, alice_job, bob_job):
     code, body = get_json(base, "/api/jobs", TOKENS["alice"])
     ids = [j["job"] for j in body.get("jobs", [])]
     check(code == 200 and ids == [alice_job], "alice lists only her job: %s %s" % (code, ids))
+    # another user's job answers exactly as one that does not exist
+    missing = get_json(base, "/api/jobs/J999999", TOKENS["alice"])
     code, body = get_json(base, "/api/jobs/" + bob_job, TOKENS["alice"])
-    check(code == 403 and "error" in body, "alice reading bob's job: 403 %s" % body)
+    check((code, body) == missing == (404, {"error": {"code": 404, "message": "no such job"}}),
+          "alice reading bob's job: as an unknown one: %s %s, %s" % (code, body, missing))
+    code, body = get_json(base, "/api/jobs/%s/record" % bob_job, TOKENS["alice"])
+    check((code, body) == get_json(base, "/api/jobs/J999999/record", TOKENS["alice"]) and code == 404,
+          "alice reading bob's record: as an unknown one: %s %s" % (code, body))
     code, body = get_json(base, "/api/jobs?user=bob", TOKENS["alice"])
     check(code == 403, "alice listing bob's jobs: 403 %s" % body)
     code, body = get_json(base, "/api/cost?user=bob", TOKENS["alice"])
@@ -122,6 +212,16 @@ def check_api(base, alice_job, bob_job):
     check(code == 200 and [r["key"] for r in cost["by_user"]] == ["alice"] and
           [r["key"] for r in cost["by_job"]] == [alice_job] and cost["spent_usd"] > 0 and
           cost["by_type"] and cost["by_day"], "alice's cost is hers alone and not zero: %s" % cost)
+    # every row of every grouping has the same fields, a day without spend too
+    code, cost = get_json(base, "/api/cost?days=3", TOKENS["root"])
+    fields = {"key", "usd", "on_demand_usd", "seconds", "energy_kwh", "co2e_g"}
+    rows = [(by, r) for by in ("by_user", "by_group", "by_job", "by_type", "by_day")
+            for r in cost.get(by, [])]
+    check(code == 200 and len(cost.get("by_day", [])) == 3 and
+          [r["usd"] for r in cost["by_day"][:2]] == [0, 0] and
+          all(set(r) == fields for _, r in rows),
+          "/api/cost?days=3: 3 days, each row of each grouping with %s; not: %s"
+          % (sorted(fields), [(by, r) for by, r in rows if set(r) != fields]))
     code, body = get_json(base, "/api/instances", TOKENS["alice"])
     check(code == 200 and all(i["user"] == "alice" for i in body["instances"]),
           "alice sees only her instances: %s" % body)
@@ -354,6 +454,7 @@ def main():
         wait_end(bob, b)
         check_api(base, a, b)
         check_keepalive(address)
+        check_connection_limits(address)
         carol = GatewayClient(gw.listen, TOKENS["carol"])
         t = run_preempted_train(gw, carol)
         energy = check_carbon(base, t)

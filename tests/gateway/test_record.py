@@ -12,7 +12,8 @@ chose, spotlab's version, the build ids readelf reads from the three
 binaries, the instance type of each attempt and every checkpoint. A rerun
 trains with the same seed to the same loss at every step; once the data
 file changes a rerun is refused, and --force runs it and notes the change.
-The API gives alice her record, bob a 403 and the admin any. `spotlab logs
+The API gives alice her record, bob a 404 as for a job that does not exist, and the
+admin any. `spotlab logs
 --json` prints one JSON event per line, the store's events. A kernel's
 %rerun runs the same job again. Every wait has a deadline.
 """
@@ -142,7 +143,9 @@ def check_api(base, job):
     check(code == 200 and body.get("job") == job and body.get("data_sha256"),
           "alice reads her record: %s" % code)
     code, body = api(base, "/api/jobs/%s/record" % job, "bob")
-    check(code == 403 and "error" in body, "bob reading alice's record: 403 %s" % body)
+    missing = api(base, "/api/jobs/J999999/record", "bob")
+    check((code, body) == missing == (404, {"error": {"code": 404, "message": "no such job"}}),
+          "bob reading alice's record: as one that does not exist: %s %s" % (code, body))
     code, body = api(base, "/api/jobs/%s/record" % job, "root")
     check(code == 200 and body.get("user") == "alice", "the admin reads alice's record: %s" % code)
     code, body = api(base, "/api/jobs/J999999/record", "alice")
