@@ -360,6 +360,23 @@ static void on_resumed(struct jk_display *d, const json_t *ev, int64_t t) {
   d->preempt_open = false;
 }
 
+/* The worker restored an older checkpoint than the one resumed from (that
+ * one was gone or corrupt): the curve goes back to its step, and the
+ * timeline says why. */
+static void on_restored(struct jk_display *d, const json_t *ev, int64_t t) {
+  int64_t from = 0;
+  if (!get_step(ev, "from_step", &from))
+    return;
+  series_cut(&d->train, (double)from);
+  series_cut(&d->eval, (double)from);
+  if (strcmp(d->kind, "train") == 0)
+    d->step = from;
+  char why[300];
+  put_str(why, sizeof why, sl_json_get_str(ev, "passed_over", ""));
+  timeline(d, t, "restored the checkpoint of step %lld instead (%s)", (long long)from,
+           why[0] ? why : "the newer one was not usable");
+}
+
 /* An idle warning or shutdown, from a job event or a session notice. */
 static void on_idle(struct jk_display *d, const json_t *o, int64_t t) {
   const char *what = sl_json_get_str(o, "what", "notebook"), *action = sl_json_get_str(o, "action", "");
@@ -522,6 +539,8 @@ static void on_other(struct jk_display *d, const char *kind, const json_t *ev, i
     on_preempted(d, ev, t);
   } else if (strcmp(kind, "resumed") == 0) {
     on_resumed(d, ev, t);
+  } else if (strcmp(kind, "restored") == 0) {
+    on_restored(d, ev, t);
   } else if (strcmp(kind, "cost") == 0) {
     get_num(ev, "cost_usd", &d->cost_usd);
     get_num(ev, "on_demand_usd", &d->on_demand_usd);

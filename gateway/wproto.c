@@ -398,6 +398,18 @@ static void on_started(struct gw_wproto *g, struct gw_inst *in, const json_t *bo
       sl_warn(T, "%s: the run record of attempt %d could not be written", in->row.id, j->attempt);
   }
   json_decref(rec);
+  /* the worker restored an older checkpoint than the assign's, which was
+   * gone or corrupt: the job's display resumes from that step, and says why */
+  const json_t *rk = json_object_get(body, "restored_key"), *rs = json_object_get(body, "restored_step");
+  if (json_is_string(rk) && json_is_integer(rs) && json_integer_value(rs) >= 0 &&
+      json_string_length(rk) < 256) {
+    char why[600];
+    snprintf(why, sizeof why, "%s", sl_json_get_str(body, "passed_over", ""));
+    json_t *ev = json_pack("{s:s,s:I,s:s,s:s}", "event", "restored", "from_step", json_integer_value(rs),
+                           "checkpoint", json_string_value(rk), "passed_over", why);
+    gw_sched_emit(g->sched, j, ev);
+    json_decref(ev);
+  }
   gw_sched_started(g->sched, j, in, sl_json_get_str(body, "rendezvous", NULL));
 }
 

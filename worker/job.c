@@ -327,6 +327,11 @@ int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_j
     wk_job_free(j);
     return r;
   }
+  if (j->restored_key[0]) { /* not the assign's checkpoint: the gateway says which, and why */
+    json_object_set_new(started, "restored_key", json_string(j->restored_key));
+    json_object_set_new(started, "restored_step", json_integer(j->step));
+    json_object_set_new(started, "passed_over", wk_relay_text(j->passed_over, strlen(j->passed_over), 600));
+  }
   j->next_sync_us = sl_time_mono_us() + env->cfg->run_sync_ms * SL_US_PER_MS;
   /* the job runs from here on: the gateway moves it to running (a %%run job
    * sends no metric that could say so); rank 0 of a gang names where its

@@ -193,6 +193,8 @@ int wk_job_restore_ckpt(struct wk_job *j, const char *key, char *err, size_t err
              "instead]", key, why, used, (long long)older);
     sl_warn("worker.store", "%s: %s", j->id, text);
     tell_stderr(j, text);
+    snprintf(j->restored_key, sizeof j->restored_key, "%s", used);
+    snprintf(j->passed_over, sizeof j->passed_over, "%s", err + strlen("restore "));
     err[0] = 0;
     step = older;
   }

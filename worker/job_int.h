@@ -55,6 +55,9 @@ struct wk_job {
   char *result_text;
   size_t result_len;
   char lost_why[256]; /* why the newest checkpoint that failed did not become durable */
+  /* The restore fell back (job_ckpt.c): the key restored instead of the
+   * assign's, and why the newer ones were passed over; "" when it did not. */
+  char restored_key[256], passed_over[768];
   /* S3 train job (rank 0): URLs an orphaned worker saves its checkpoint to,
    * refreshed from next_reserve_us on; orphan_left: JOB/orphan/ may hold an
    * earlier attempt's checkpoint, deleted after the next regular one */

@@ -295,6 +295,18 @@ static void test_register_crossed_after_restart(void) {
   CHECK_STR(fx_inst(f, "f-1")->row.state, "busy");
   fx_started(f, "f-1", id);
   CHECK_INT(fx_job_state(f, id), GW_JOB_RUNNING);
+  CHECK(fx_job_event(f, id, "restored") == NULL);
+  /* a started that restored an older checkpoint than the assign's: an
+   * event says which and why, for the display to resume from there */
+  char jid[16];
+  fx_workerf(f, "f-1", "{s:s,s:s,s:s,s:s,s:i,s:s}", "type", "started", "instance", "f-1", "job",
+             fx_jid(id, jid), "restored_key", "J000001/ckpt-00000020.tc", "restored_step", 20,
+             "passed_over", "J000001/ckpt-00000030.tc: header checksum mismatch");
+  const json_t *ev = fx_job_event(f, id, "restored");
+  CHECK(ev != NULL);
+  CHECK_INT(sl_json_get_int(ev, "from_step", -1), 20);
+  CHECK_STR(sl_json_get_str(ev, "checkpoint", ""), "J000001/ckpt-00000020.tc");
+  CHECK_STR(sl_json_get_str(ev, "passed_over", ""), "J000001/ckpt-00000030.tc: header checksum mismatch");
   fx_free(f);
 }
 

@@ -653,6 +653,32 @@ static void test_timeline_idle(void) {
 /* The device the job trains on: the CPU and its threads, or the GPUs with
  * their model, memory, precision, and how busy they are; a worker whose
  * GPUs disagree with its type is a warning in the timeline. */
+/* A restore that fell back to an older checkpoint: the curve goes back to
+ * its step, the step shown too, and the timeline says why. */
+static void test_restored(void) {
+  struct jk_display *d = jk_display_new("J000041", "train");
+  for (int s = 1; s <= 30; s++) {
+    json_t *e = ev("J000041", s, 1000000 + s, "metric");
+    json_object_set_new(e, "step", json_integer(s));
+    json_object_set_new(e, "loss", json_real(3.0));
+    feed(d, e);
+  }
+  json_t *e = ev("J000041", 31, 2000000, "restored");
+  json_object_set_new(e, "from_step", json_integer(20));
+  json_object_set_new(e, "checkpoint", json_string("J000041/ckpt-00000020.tc"));
+  json_object_set_new(e, "passed_over", json_string("J000041/ckpt-00000030.tc: header checksum mismatch"));
+  feed(d, e);
+  size_t n = 0;
+  const struct jk_point *p = jk_display_series(d, false, &n);
+  CHECK(n == 20 && p[n - 1].step == 20);
+  CHECK_INT(jk_display_step(d), 20);
+  char *text = jk_display_text(d);
+  CHECK(text && strstr(text, "restored the checkpoint of step 20 instead (J000041/ckpt-00000030.tc: header "
+                             "checksum mismatch)"));
+  free(text);
+  jk_display_free(d);
+}
+
 static void test_device(void) {
   struct jk_display *d = jk_display_new("J000031", "train");
   json_t *e = ev("J000031", 1, 1000000, "device");
@@ -883,5 +909,6 @@ int main(void) {
   test_timeline_gateway_restart();
   test_timeline_idle();
   test_device();
+  test_restored();
   TEST_MAIN_END();
 }

@@ -226,8 +226,12 @@ def case_corrupt_restore(tmp, worker_exe, train_exe):
             f.write(b"garbage")
         gw.send({"type": "assign", "job": "J000042", "attempt": 1, "kind": "eval",
                  "spec": {"data": {"type": "text", "args": [data]}}, "restore": keys[2]})
+        started = gw.recv(of("J000042", "started", "done"), 30, "started of J000042")
+        assert started["type"] == "started" and started.get("restored_key") == keys[1] and \
+            started.get("restored_step") == 30 and started["passed_over"].startswith(keys[2]), started
         msgs = run_until_done(gw, "J000042")
-        err = [m["text"] for m in msgs if m["type"] == "output" and m["stream"] == "stderr"]
+        err = [m["text"] for m in gw.received if m.get("job") == "J000042" and m["type"] == "output" and
+               m["stream"] == "stderr"]
         assert msgs[-1]["status"] == "succeeded", msgs[-3:]
         assert any(("checkpoint %s is not usable" % keys[2]) in t and
                    ("restored %s, of step 30, instead" % keys[1]) in t for t in err), err
