@@ -165,6 +165,10 @@ static int set_gateway(struct jk_interp *ip, const struct jk_gw_transport *t, vo
     ip->gw = jk_gw_free(ip->gw);
     return -ENOMEM;
   }
+  /* names a kernel of this notebook changed while no gateway took them */
+  char home[4000], dir[4100];
+  if (sl_spotlab_home(home, sizeof home) == 0 && snprintf(dir, sizeof dir, "%s/pending", home) < (int)sizeof dir)
+    jk_session_keep_pending(ip->session, dir);
   jk_session_load(ip->session, true, restart_gateway(ip));
   return 0;
 }

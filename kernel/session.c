@@ -15,16 +15,25 @@
  * comes up later still gets every change (also at once when anything else
  * connects: the interpreter flushes when the connection becomes ready).
  * The session observes the state, so every set or drop of a name marks it
- * dirty, except while a reply is being applied. */
+ * dirty, except while a reply is being applied.
+ *
+ * Until a gateway has them, the changed names are also kept in a file of
+ * their own (jk_session_keep_pending): a plain notebook starts no gateway,
+ * and a kernel restarted before one ran would otherwise start empty. */
 #include "session.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sl_err.h"
+#include "sl_file.h"
+#include "sl_hmac.h"
 #include "sl_json.h"
 #include "sl_log.h"
+#include "sl_path.h"
 #include "sl_time.h"
 
 #define MAX_DIRTY 8192
@@ -42,6 +51,8 @@ struct jk_session {
   int64_t retry_at_us;         /* after a failed load or set: next try at a cell's end */
   bool loading;                /* cells wait for the outstanding session.get */
   bool applying;               /* loading: changes are not dirty */
+  char *pending;               /* the file of names no gateway has yet, or NULL */
+  bool pending_written;        /* it exists, as far as this kernel knows */
   json_t *models;              /* session.get "models": name -> {job, step, checkpoint} */
 };
 
@@ -73,6 +84,13 @@ static void free_names(char **names, size_t n) {
   free(names);
 }
 
+/* The file of a notebook session's names no gateway has yet, in dir. */
+static int pending_path(const char *dir, const char *notebook, char **ret) {
+  char hex[SL_HMAC_HEX_LEN + 1];
+  sl_sha256_hex(notebook, strlen(notebook), hex);
+  return asprintf(ret, "%s/%s.json", dir, hex) < 0 ? -ENOMEM : 0;
+}
+
 struct jk_session *jk_session_new(struct jk_state *state, struct jk_gw *gw, const char *notebook) {
   struct jk_session *s = calloc(1, sizeof *s);
   if (!s)
@@ -95,25 +113,39 @@ struct jk_session *jk_session_free(struct jk_session *s) {
   free_names(s->inflight, s->n_inflight);
   json_decref(s->models);
   free(s->notebook);
+  free(s->pending);
   free(s);
   return NULL;
 }
 
 int jk_session_rename(struct jk_session *s, const char *notebook) {
-  char *copy = strdup(notebook);
+  char *copy = strdup(notebook), *path = NULL;
   if (!copy)
     return -ENOMEM;
+  if (s->pending) { /* the file follows the session's name */
+    char *slash = strrchr(s->pending, '/');
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - s->pending) : 0, s->pending);
+    if (pending_path(dir, notebook, &path) < 0) {
+      free(copy);
+      return -ENOMEM;
+    }
+    if (s->pending_written && unlink(s->pending) < 0 && errno != ENOENT)
+      sl_warn("kernel.gateway", "cannot remove %s: %s", s->pending, strerror(errno));
+    free(s->pending);
+    s->pending = path;
+    s->pending_written = false;
+  }
   free(s->notebook);
   s->notebook = copy;
   return 0;
 }
 
-void jk_session_flush(struct jk_session *s) {
-  if (!s->n_dirty)
-    return;
+/* A session.set of names (their values now, a delete for those gone). */
+static json_t *set_request(const struct jk_session *s, char **names, size_t n) {
   json_t *vars = json_object(), *defs = json_array(), *del = json_array();
-  for (size_t i = 0; i < s->n_dirty; i++) {
-    const char *name = s->dirty[i];
+  for (size_t i = 0; i < n; i++) {
+    const char *name = names[i];
     const struct jk_value *v = jk_state_var(s->state, name);
     struct jk_def d;
     json_t *enc = v ? jk_value_to_json(v) : NULL;
@@ -124,7 +156,90 @@ void jk_session_flush(struct jk_session *s) {
     else
       json_array_append_new(del, json_string(name));
   }
-  json_t *req = json_pack("{s:s, s:o, s:o, s:o}", "type", "session.set", "vars", vars, "defs", defs, "delete", del);
+  return json_pack("{s:s, s:o, s:o, s:o}", "type", "session.set", "vars", vars, "defs", defs, "delete", del);
+}
+
+/* ---- the names no gateway has yet, kept in a file ------------------------ */
+
+/* Writes every name not yet taken by a gateway (dirty or in flight), or
+ * removes the file when there is none. */
+static void save_pending(struct jk_session *s) {
+  if (!s->pending)
+    return;
+  if (!s->n_dirty && !s->n_inflight) {
+    if (s->pending_written && unlink(s->pending) < 0 && errno != ENOENT)
+      sl_warn("kernel.gateway", "cannot remove %s: %s", s->pending, strerror(errno));
+    s->pending_written = false;
+    return;
+  }
+  char **all = malloc((s->n_dirty + s->n_inflight) * sizeof *all);
+  if (!all)
+    return;
+  memcpy(all, s->dirty, s->n_dirty * sizeof *all);
+  memcpy(all + s->n_dirty, s->inflight, s->n_inflight * sizeof *all);
+  json_t *body = set_request(s, all, s->n_dirty + s->n_inflight);
+  free(all);
+  json_object_set_new(body, "session", json_string(s->notebook));
+  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  json_decref(body);
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", s->pending);
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    *slash = 0;
+  int r = !text ? -ENOMEM : sl_mkdir_p(dir, 0700);
+  if (r >= 0)
+    r = sl_file_write_atomic(s->pending, text, strlen(text), 0600);
+  if (r < 0)
+    sl_warn("kernel.gateway", "cannot keep the session's unsent names in %s: %s", s->pending, sl_strerror(r));
+  else
+    s->pending_written = true;
+  free(text);
+}
+
+int jk_session_keep_pending(struct jk_session *s, const char *dir) {
+  free(s->pending);
+  s->pending = NULL;
+  s->pending_written = false;
+  if (!dir)
+    return 0;
+  if (pending_path(dir, s->notebook, &s->pending) < 0)
+    return -ENOMEM;
+  json_error_t jerr;
+  json_t *kept = json_load_file(s->pending, 0, &jerr);
+  if (!kept) {
+    if (access(s->pending, F_OK) != 0)
+      return 0; /* none: the usual case */
+    sl_warn("kernel.gateway", "%s: unreadable (%s); its names are not restored", s->pending, jerr.text);
+    free(s->pending);
+    s->pending = NULL; /* left for whoever looks, never overwritten */
+    return SL_EJSON;
+  }
+  s->pending_written = true;
+  if (strcmp(sl_json_get_str(kept, "session", ""), s->notebook) == 0) {
+    /* this kernel's changes, as if made here: they go to the gateway */
+    jk_session_apply(s, kept, false);
+    const char *name;
+    json_t *j;
+    size_t i;
+    json_object_foreach(json_object_get(kept, "vars"), name, j)
+      touch(s, name);
+    json_array_foreach(json_object_get(kept, "defs"), i, j)
+      touch(s, sl_json_get_str(j, "name", ""));
+    json_array_foreach(json_object_get(kept, "delete"), i, j)
+      if (json_is_string(j))
+        touch(s, json_string_value(j));
+    sl_info("kernel.gateway", "session %s: %zu names kept from before no gateway had them", s->notebook,
+            s->n_dirty);
+  }
+  json_decref(kept);
+  return 0;
+}
+
+void jk_session_flush(struct jk_session *s) {
+  if (!s->n_dirty)
+    return;
+  json_t *req = set_request(s, s->dirty, s->n_dirty);
   int64_t id = jk_gw_request(s->gw, req, 0);
   if (id < 0)
     return;
@@ -145,8 +260,10 @@ void jk_session_flush(struct jk_session *s) {
 void jk_session_cell_done(struct jk_session *s) {
   if (!s->n_dirty)
     return;
-  if (jk_gw_state(s->gw) == JK_GW_FAILED && sl_time_mono_us() < s->retry_at_us)
-    return; /* kept; sent with the next flush */
+  if (jk_gw_state(s->gw) == JK_GW_FAILED && sl_time_mono_us() < s->retry_at_us) {
+    save_pending(s); /* kept; sent with the next flush */
+    return;
+  }
   jk_session_flush(s);
 }
 
@@ -249,6 +366,8 @@ enum jk_session_reply jk_session_reply(struct jk_session *s, int64_t id, const j
     s->n_inflight = 0;
     if (!error)
       jk_session_flush(s);
+    if (error || (!s->n_dirty && !s->n_inflight))
+      save_pending(s); /* kept until a gateway has them; gone once it has */
     return JK_SESSION_HANDLED;
   }
   return JK_SESSION_OTHER;

@@ -17,6 +17,14 @@ struct jk_session;
 struct jk_session *jk_session_new(struct jk_state *state, struct jk_gw *gw, const char *notebook);
 struct jk_session *jk_session_free(struct jk_session *s);
 
+/* Keeps the names no gateway has taken yet in a file of dir (created 0700;
+ * one file per notebook session), so that a kernel restarted, or started
+ * again after a crash, before any gateway ran still finds them: the file is
+ * written whenever changes stay unsent, read back (the names as this
+ * kernel's changes, to be sent) here at once, and removed once a gateway has
+ * them all. dir NULL: none. 0, or negative when the file is unreadable (the
+ * reason logged; the file is left alone). */
+int jk_session_keep_pending(struct jk_session *s, const char *dir);
 /* The notebook session was renamed (%session NAME; copied). 0 or -ENOMEM. */
 int jk_session_rename(struct jk_session *s, const char *notebook);
 /* Sends session.set with the changed names, if any (connecting, never

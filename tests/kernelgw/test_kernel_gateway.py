@@ -93,6 +93,32 @@ def no_gateway(kernel_exe):
         finally:
             k.close()
     del os.environ["SPOTLAB_GATEWAY"]
+    # a notebook of plain cells starts no gateway; its names outlive a restart
+    # of its kernel, and a kernel killed, all the same
+    os.environ["JPY_SESSION_NAME"] = "plain/cells.ipynb"
+    with KernelspecEnv(kernel_exe):
+        k = Kernel()
+        try:
+            content, _ = k.run('lr = 3e-4\nmodel m = gpt(layers=1)\ngone = 1', timeout=30)
+            content, _ = k.run('gone = 2', timeout=30)
+            check(content["status"] == "ok", "plain cells without a gateway")
+            k.restart()
+            content, msgs = k.run("%who\nlr * 2", timeout=30)
+            out = stdout_of(msgs) + str([m["content"].get("data", {}) for m in msgs])
+            check(content["status"] == "ok" and "0.0006" in out and "gpt(layers=1)" in out and "gone" in out,
+                  "a restart before any gateway ran keeps the names: %s %s" % (content.get("evalue"), out))
+            k.run("x = 5", timeout=30)
+            k.kc.stop_channels()
+            k.km.restart_kernel(now=True)  # killed, not asked to stop
+            k.connect()
+            content, msgs = k.run("x + 1", timeout=30)
+            check(content["status"] == "ok" and "6" in str([m["content"].get("data", {}) for m in msgs]),
+                  "a killed kernel's successor has its names: %s" % content.get("evalue"))
+            check(not [p for p in os.listdir(os.environ["SPOTLAB_HOME"]) if p == "gateway.db"],
+                  "none of it started a gateway")
+        finally:
+            k.close()
+    del os.environ["JPY_SESSION_NAME"]
 
 
 def cli(cli_exe, *args, timeout=120):
