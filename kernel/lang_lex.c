@@ -61,11 +61,13 @@ void jk_lx_skip(struct lexer *lx) {
         jk_lx_bump(lx);
       if (after == '\n')
         jk_lx_bump(lx);
-      /* nothing but blanks after the continuation: more lines are expected */
-      size_t rest = lx->pos;
+      /* nothing but blanks after the continuation: more lines are expected,
+       * unless a blank line came, which ends the statement (a console's
+       * Enter on an empty line sends the cell) */
+      size_t rest = lx->pos, newlines = 0;
       while (rest < lx->len && strchr(" \t\r\n", lx->s[rest]))
-        rest++;
-      if (rest == lx->len)
+        newlines += lx->s[rest++] == '\n';
+      if (rest == lx->len && newlines == 0)
         lx->trailing_escape = true;
     } else {
       return;

@@ -428,6 +428,8 @@ static void test_is_complete(void) {
   IC("x = \"open\nstill", JK_INCOMPLETE);
   IC("train m on d \\", JK_INCOMPLETE);
   IC("train m on d \\\n", JK_INCOMPLETE);
+  IC("x = 1 \\\n\n", JK_COMPLETE); /* a blank line after it ends the statement */
+  IC("x = 1 \\\n  \n\n", JK_COMPLETE);
   IC("model m = gpt(layers=4,", JK_INCOMPLETE);
   IC("x = (1 +\n 2", JK_INCOMPLETE);
   IC("x = (1 + 2))", JK_INVALID);
