@@ -227,6 +227,10 @@ static void svg_into(const struct jk_display *d, struct jk_dbuf *b) {
     axes(b, &f);
     polyline(b, &f, tr, ntr, "#1f77b4", "train");
     polyline(b, &f, ev, nev, "#ff7f0e", "eval");
+    /* evaluations are few (often one, at the end): each a dot, so that one shows */
+    for (size_t i = 0; i < nev; i++)
+      jk_dbuf_printf(b, "<circle class=\"eval\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#ff7f0e\"/>\n",
+                     px(&f, ev[i].step), py(&f, ev[i].value));
     int lx = SVG_W - PAD_R - 150;
     jk_dbuf_printf(b, "<g font-size=\"10\"><line x1=\"%d\" y1=\"12\" x2=\"%d\" y2=\"12\" stroke=\"#1f77b4\" "
                       "stroke-width=\"2\"/><text x=\"%d\" y=\"15\">train loss</text>",
@@ -266,13 +270,17 @@ json_t *jk_display_vegalite(const struct jk_display *d) {
   free(tr);
   char title[96];
   snprintf(title, sizeof title, "%s loss", d->job);
-  return json_pack("{s:s, s:s, s:i, s:i, s:{s:o}, s:{s:s, s:b}, s:{s:{s:s, s:s, s:s}, "
-                   "s:{s:s, s:s, s:s, s:{s:b}}, s:{s:s, s:s, s:n}}}",
+  /* lines, and a dot on each evaluation (often one, which a line cannot show) */
+  return json_pack("{s:s, s:s, s:i, s:i, s:{s:o}, s:{s:{s:s, s:s, s:s}, "
+                   "s:{s:s, s:s, s:s, s:{s:b}}, s:{s:s, s:s, s:n}}, "
+                   "s:[{s:{s:s, s:b}}, {s:{s:s, s:b}, s:[{s:s}]}]}",
                    "$schema", "https://vega.github.io/schema/vega-lite/v5.json", "title", title, "width",
-                   SVG_W - PAD_L - PAD_R, "height", SVG_H - PAD_T - PAD_B, "data", "values", values, "mark",
-                   "type", "line", "point", 0, "encoding", "x", "field", "step", "type", "quantitative",
+                   SVG_W - PAD_L - PAD_R, "height", SVG_H - PAD_T - PAD_B, "data", "values", values,
+                   "encoding", "x", "field", "step", "type", "quantitative",
                    "title", "step", "y", "field", "loss", "type", "quantitative", "title", "loss", "scale",
-                   "zero", 0, "color", "field", "series", "type", "nominal", "title");
+                   "zero", 0, "color", "field", "series", "type", "nominal", "title",
+                   "layer", "mark", "type", "line", "point", 0, "mark", "type", "point", "filled", 1,
+                   "transform", "filter", "datum.series == 'eval'");
 }
 
 static void html_status(const struct jk_display *d, struct jk_dbuf *b) {

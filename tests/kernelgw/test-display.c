@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "display.h"
+#include "sl_json.h"
 #include "harness.h"
 
 static json_t *ev(const char *job, int seq, long long t_us, const char *kind) {
@@ -196,6 +197,7 @@ static void test_html_svg(void) {
     CHECK_INT(commas, JK_DISPLAY_MAX_POINTS);
   }
   CHECK(svg && count(svg, "<polyline") == 2);
+  CHECK(svg && count(svg, "<circle class=\"eval\"") == 20); /* each evaluation a dot */
   free(html);
   free(svg);
   jk_display_free(d);
@@ -209,7 +211,12 @@ static void test_vegalite(void) {
   json_t *back = text ? json_loads(text, JSON_REJECT_DUPLICATES, &jerr) : NULL;
   CHECK(back != NULL);
   CHECK_STR(json_string_value(json_object_get(back, "$schema")), "https://vega.github.io/schema/vega-lite/v5.json");
-  CHECK_STR(json_string_value(json_object_get(json_object_get(back, "mark"), "type")), "line");
+  json_t *layer = json_object_get(back, "layer");
+  CHECK_STR(json_string_value(json_object_get(json_object_get(json_array_get(layer, 0), "mark"), "type")), "line");
+  /* a dot on each evaluation, which a line through one point would not show */
+  CHECK_STR(json_string_value(json_object_get(json_object_get(json_array_get(layer, 1), "mark"), "type")), "point");
+  CHECK_STR(sl_json_get_str(json_array_get(json_object_get(json_array_get(layer, 1), "transform"), 0), "filter", ""),
+            "datum.series == 'eval'");
   json_t *values = json_object_get(json_object_get(back, "data"), "values");
   CHECK_INT(json_array_size(values), JK_DISPLAY_MAX_POINTS + 20);
   size_t i;
