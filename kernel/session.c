@@ -175,8 +175,10 @@ static void save_pending(struct jk_session *s) {
   char **all = malloc((s->n_dirty + s->n_inflight) * sizeof *all);
   if (!all)
     return;
-  memcpy(all, s->dirty, s->n_dirty * sizeof *all);
-  memcpy(all + s->n_dirty, s->inflight, s->n_inflight * sizeof *all);
+  if (s->n_dirty)
+    memcpy(all, s->dirty, s->n_dirty * sizeof *all);
+  if (s->n_inflight)
+    memcpy(all + s->n_dirty, s->inflight, s->n_inflight * sizeof *all);
   json_t *body = set_request(s, all, s->n_dirty + s->n_inflight);
   free(all);
   json_object_set_new(body, "session", json_string(s->notebook));
