@@ -20,6 +20,7 @@
 
 #include "provider.h"
 #include "sl_err.h"
+#include "sl_json.h"
 #include "sl_opt.h"
 #include "sl_strv.h"
 #include "sl_time.h"
@@ -345,27 +346,14 @@ struct parse_ctx {
   size_t n_seen;
 };
 
-/* The length of the UTF-8 sequence s starts with, 0 when it is none or a
- * C1 control character (U+0080 to U+009F, which some terminals obey). */
-static size_t utf8_len(const unsigned char *s) {
-  size_t n = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4
-             : s[0] >= 0xE0               ? 3
-             : s[0] >= 0xC2 && s[0] < 0xE0 ? 2
-                                          : 0;
-  if (s[0] == 0xC2 && s[1] < 0xA0)
-    return 0;
-  for (size_t i = 1; i < n; i++)
-    if ((s[i] & 0xC0) != 0x80)
-      return 0;
-  return n;
-}
-
-/* in into out with control bytes and bytes that are no UTF-8 as \xNN, so
- * that an error quoting a binary file prints no control sequences. */
+/* in into out with control bytes (C1 ones, U+0080 to U+009F, included,
+ * which some terminals obey) and bytes that are no UTF-8 as \xNN, so that
+ * an error quoting a binary file prints no control sequences. */
 static void escape(const char *in, char *out, size_t size) {
-  size_t used = 0;
+  size_t used = 0, len = strlen(in);
   for (const unsigned char *s = (const unsigned char *)in; *s && used + 5 < size;) {
-    size_t n = *s >= 0x80 ? utf8_len(s) : *s < 0x20 || *s == 0x7f ? 0 : 1;
+    size_t n = *s < 0x20 || *s == 0x7f || (s[0] == 0xC2 && s[1] < 0xA0) ? 0
+               : sl_utf8_char((const char *)s, len - (size_t)((const char *)s - in));
     if (n) {
       memcpy(out + used, s, n);
       used += n;

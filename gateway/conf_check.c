@@ -4,6 +4,7 @@
 #include "conf_int.h"
 
 #include "sl_err.h"
+#include "sl_strv.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -263,18 +264,9 @@ int gw_config_check_offered(const struct gw_config *c, const char *const *types,
   if (!name)
     return 0;
   char offered[1024] = "";
-  size_t used = 0;
-  for (size_t i = 0; i < n && used < sizeof offered; i++) {
-    bool seen = false;
-    for (size_t k = 0; k < i && !seen; k++)
-      seen = !strcmp(types[k], types[i]);
-    if (seen)
-      continue;
-    int w = snprintf(offered + used, sizeof offered - used, "%s%s", used ? ", " : "", types[i]);
-    used += w > 0 ? (size_t)w : 0;
-  }
-  if (used >= sizeof offered)
-    memcpy(offered + sizeof offered - 5, " ...", 5);
+  for (size_t i = 0; i < n; i++)
+    if (!offered_has(types, i, types[i], strlen(types[i]))) /* each once */
+      sl_strv_join(offered, sizeof offered, types[i]);
   char where[1100] = "";
   if (c->file[0] && line > 0)
     snprintf(where, sizeof where, "%s:%d: ", c->file, line);

@@ -51,6 +51,7 @@ struct jk_session {
   int64_t retry_at_us;         /* after a failed load or set: next try at a cell's end */
   bool loading;                /* cells wait for the outstanding session.get */
   bool applying;               /* loading: changes are not dirty */
+  char *pending_dir;           /* where that file is kept, or NULL: nowhere */
   char *pending;               /* the file of names no gateway has yet, or NULL */
   bool pending_written;        /* it exists, as far as this kernel knows */
   json_t *models;              /* session.get "models": name -> {job, step, checkpoint} */
@@ -114,6 +115,7 @@ struct jk_session *jk_session_free(struct jk_session *s) {
   json_decref(s->models);
   free(s->notebook);
   free(s->pending);
+  free(s->pending_dir);
   free(s);
   return NULL;
 }
@@ -123,10 +125,7 @@ int jk_session_rename(struct jk_session *s, const char *notebook) {
   if (!copy)
     return -ENOMEM;
   if (s->pending) { /* the file follows the session's name */
-    char *slash = strrchr(s->pending, '/');
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - s->pending) : 0, s->pending);
-    if (pending_path(dir, notebook, &path) < 0) {
+    if (pending_path(s->pending_dir, notebook, &path) < 0) {
       free(copy);
       return -ENOMEM;
     }
@@ -184,12 +183,7 @@ static void save_pending(struct jk_session *s) {
   json_object_set_new(body, "session", json_string(s->notebook));
   char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
   json_decref(body);
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", s->pending);
-  char *slash = strrchr(dir, '/');
-  if (slash)
-    *slash = 0;
-  int r = !text ? -ENOMEM : sl_mkdir_p(dir, 0700);
+  int r = !text ? -ENOMEM : sl_mkdir_p(s->pending_dir, 0700);
   if (r >= 0)
     r = sl_file_write_atomic(s->pending, text, strlen(text), 0600);
   if (r < 0)
@@ -201,11 +195,12 @@ static void save_pending(struct jk_session *s) {
 
 int jk_session_keep_pending(struct jk_session *s, const char *dir) {
   free(s->pending);
-  s->pending = NULL;
+  free(s->pending_dir);
+  s->pending = s->pending_dir = NULL;
   s->pending_written = false;
   if (!dir)
     return 0;
-  if (pending_path(dir, s->notebook, &s->pending) < 0)
+  if (!(s->pending_dir = strdup(dir)) || pending_path(dir, s->notebook, &s->pending) < 0)
     return -ENOMEM;
   json_error_t jerr;
   json_t *kept = json_load_file(s->pending, 0, &jerr);
