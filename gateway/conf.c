@@ -65,6 +65,7 @@ struct opt {
 #define T_TYPES SL_OPT_STR, gw_conf_check_types
 #define T_ALERT SL_OPT_STR, gw_conf_check_alert_at
 #define T_YESNO SL_OPT_STR, gw_conf_check_yes_no
+#define T_AUTO SL_OPT_STR, gw_conf_check_auto_yes_no
 #define T_HOOKURL SL_OPT_STR, gw_conf_check_hook_url
 #define T_EVENTS SL_OPT_STR, gw_conf_check_events
 #define T_DUR SL_OPT_DUR, NULL
@@ -115,6 +116,8 @@ static const struct opt opts[] = {
    "checkpoints kept per job; older ones are deleted once a newer one is stored"),
   ROW("store", "region", T_STR, M(store_region), "", 0, 0,
    "the S3 bucket's region (empty: AWS_REGION or the AWS profile's)"),
+  ROW("store", "upload_data", T_AUTO, M(upload_data), "auto", 0, 0,
+   "notebooks upload their data files to the store for the workers (auto: when a provider's instances need the worker bundle)"),
   ROW("hub", "url", T_HUBURL, M(hub_url), "", 0, 0,
    "JupyterHub's API, http://HOST:8081/hub/api (empty: JUPYTERHUB_API_URL, which a hub-managed service has)"),
   ROW("hub", "cache", T_DUR, M(hub_cache_us), "60s", 0, 3600,

@@ -113,6 +113,7 @@ struct gw_config {
   char store_url[512];          /* "": each provider's own store */
   int64_t store_keep;           /* checkpoints kept per job */
   char store_region[64];        /* "": [provider.aws] region, AWS_REGION, the profile's */
+  char upload_data[8];          /* "auto", "yes", "no": kernels upload text("PATH") files (uploads.h) */
   /* [hub] (hub.h) */
   char hub_url[512];            /* "": JUPYTERHUB_API_URL */
   int64_t hub_cache_us;         /* how long a token's answer is trusted; 0: never kept */

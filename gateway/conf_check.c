@@ -152,6 +152,13 @@ int gw_conf_check_yes_no(const char *v, char *why, size_t size) {
   return sl_err_say(why, size, SL_ECONFIG, "\"%s\" is not yes or no", v);
 }
 
+/* auto, yes or no ([store] upload_data). */
+int gw_conf_check_auto_yes_no(const char *v, char *why, size_t size) {
+  if (!strcmp(v, "auto") || !strcmp(v, "yes") || !strcmp(v, "no"))
+    return 0;
+  return sl_err_say(why, size, SL_ECONFIG, "\"%s\" is not auto, yes or no", v);
+}
+
 /* An http:// or https:// URL with a host, no spaces. */
 int gw_conf_check_hook_url(const char *v, char *why, size_t size) {
   const char *host = !strncmp(v, "http://", 7) ? v + 7 : !strncmp(v, "https://", 8) ? v + 8 : NULL;

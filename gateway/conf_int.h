@@ -22,6 +22,7 @@ int gw_conf_check_http(const char *v, char *why, size_t size);    /* "" or HOST:
 int gw_conf_check_types(const char *v, char *why, size_t size);   /* instance type names */
 int gw_conf_check_alert_at(const char *v, char *why, size_t size);/* budget alert percentages */
 int gw_conf_check_yes_no(const char *v, char *why, size_t size);
+int gw_conf_check_auto_yes_no(const char *v, char *why, size_t size);
 int gw_conf_check_hook_url(const char *v, char *why, size_t size);
 int gw_conf_check_events(const char *v, char *why, size_t size);
 int gw_conf_check_name(const char *v, char *why, size_t size);

@@ -34,6 +34,7 @@
 #include "queue.h"
 #include "scheduler.h"
 #include "store.h"
+#include "uploads.h"
 #include "webhook.h"
 #include "wproto.h"
 #include "zmsg.h"
@@ -89,6 +90,7 @@ struct gw {
   char gateway_id[20];          /* stable: from the gateway's public key (tags) */
   struct gw_objstore *objstore; /* [store] url when it is s3:// */
   struct gw_bundle *bundle;     /* published when a provider's instances need it */
+  struct gw_uploads *uploads;   /* notebooks' data files ([store] upload_data); NULL: off */
   int64_t started_us;
 };
 
@@ -242,6 +244,31 @@ static void open_providers(struct gw *g) {
   else if (needs_bundle && gw_bundle_start(g->objstore, g->cfg->state_dir, &g->bundle) < 0)
     sl_warn(T, "cannot start publishing the worker bundle; launches that need it wait");
   gw_sched_set_bundle(g->sched, g->bundle);
+}
+
+/* Notebooks upload their data files ([store] upload_data) when asked to, or
+ * (auto) when a provider's instances need the worker bundle: those run off
+ * the gateway's machine and read nothing of the notebook's. Into the S3
+ * store when there is one, else the file store ([store] url, or the local
+ * provider's state_dir/store). */
+static void open_uploads(struct gw *g) {
+  const char *how = g->cfg->upload_data;
+  bool needs_bundle = false;
+  for (size_t i = 0; i < gw_sched_n_providers(g->sched); i++)
+    needs_bundle |= gw_sched_provider_at(g->sched, i)->needs_bundle;
+  if (!strcmp(how, "no") || (strcmp(how, "yes") && !needs_bundle))
+    return;
+  char dir[sizeof g->cfg->state_dir + 16];
+  if (!strncmp(g->cfg->store_url, "file://", 7))
+    snprintf(dir, sizeof dir, "%s", g->cfg->store_url + 7);
+  else
+    snprintf(dir, sizeof dir, "%s/store", g->cfg->state_dir);
+  int r = gw_uploads_new(g->cfg->state_dir, g->objstore ? NULL : dir, g->objstore, &g->uploads);
+  if (r < 0)
+    sl_warn(T, "notebooks' data files cannot be taken: %s; their jobs name the notebook's paths",
+            sl_strerror(r));
+  else
+    sl_info(T, "notebooks upload their data files to the %s store", g->objstore ? "S3" : "file");
 }
 
 /* The types [user.NAME] and [group.NAME] instance_types name are ones the
@@ -447,6 +474,7 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   open_providers(g);
   if ((r = check_allowed_types(g, err, err_size)) < 0)
     goto fail;
+  open_uploads(g);
   r = -ENOMEM;
   g->zctx = zmq_ctx_new();
   if (!g->zctx)
@@ -456,7 +484,8 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   struct gw_kproto_env ke = {.cfg = cfg, .store = g->store, .fleet = g->fleet, .queue = g->queue,
                              .sched = g->sched, .idle = g->idle, .ledger = g->ledger,
                              .loop = g->loop, .send = client_send, .send_ctx = g, .monitor = g->kmon,
-                             .hub = g->hub, .started_us = g->started_us, .budget = g->budget};
+                             .hub = g->hub, .started_us = g->started_us, .budget = g->budget,
+                             .uploads = g->uploads};
   r = -ENOMEM;
   if (!(g->kproto = gw_kproto_new(&ke)) ||
       !(g->wproto = gw_wproto_new(cfg, g->store, g->fleet, g->sched, g->wsock, g->zap)))
@@ -530,6 +559,7 @@ struct gw *gw_free(struct gw *g) {
   gw_kproto_free(g->kproto);
   gw_wproto_free(g->wproto);
   g->bundle = gw_bundle_free(g->bundle);
+  g->uploads = gw_uploads_free(g->uploads); /* its threads may use the S3 store */
   gw_objstore_free(g->objstore);
   if (g->ksock && g->kmon)
     zmq_socket_monitor(g->ksock, NULL, 0);

@@ -464,7 +464,8 @@ static const struct {
   {"logs", on_logs}, {"status", on_status}, {"instances", on_instances}, {"market", on_market},
   {"cost", on_cost}, {"inject", on_inject}, {"ping", on_ping},
   {"shutdown", on_shutdown}, {"budget", on_budget}, {"record", gw_kproto_on_record},
-  {"rerun", gw_kproto_on_rerun},
+  {"rerun", gw_kproto_on_rerun}, {"data.have", gw_kproto_on_data_have},
+  {"data.put", gw_kproto_on_data_put},
 };
 
 static void dispatch(struct gw_kreq *q) {

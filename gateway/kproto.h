@@ -23,6 +23,7 @@
 struct gw_loop;
 struct gw_kproto;
 struct gw_budget;
+struct gw_uploads;
 
 /* Sends msg (borrowed) to client rid: 0, -EAGAIN when its queue is full,
  * -EHOSTUNREACH when it is gone, or another negative error. */
@@ -49,6 +50,9 @@ struct gw_kproto_env {
   struct gw_hub *hub;
   int64_t started_us;           /* the gateway's start (status) */
   struct gw_budget *budget;     /* monthly budgets (budget.h); NULL: none */
+  /* notebooks' data files for workers that cannot read them (uploads.h);
+   * NULL: none taken, jobs name the notebook's paths */
+  struct gw_uploads *uploads;
 };
 
 /* An owned protocol handler (everything in env borrowed), or NULL. */

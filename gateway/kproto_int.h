@@ -148,6 +148,10 @@ int64_t gw_kproto_replay_timer(struct gw_loop *l, int64_t id, int64_t now_us, vo
 void gw_kproto_on_attach(struct gw_kreq *q);
 void gw_kproto_on_detach(struct gw_kreq *q);
 
+/* kupload.c */
+void gw_kproto_on_data_have(struct gw_kreq *q);
+void gw_kproto_on_data_put(struct gw_kreq *q);
+
 /* ksubmit.c */
 void gw_kproto_on_submit(struct gw_kreq *q);
 void gw_kproto_on_record(struct gw_kreq *q);

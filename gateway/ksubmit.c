@@ -11,6 +11,7 @@
 #include "sl_err.h"
 #include "sl_json.h"
 #include "sl_log.h"
+#include "uploads.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -160,7 +161,52 @@ static int check_instance_types(struct gw_kreq *q, const json_t *opts) {
   return 0;
 }
 
-/* Fills j from the request; sends the error reply itself on failure. */
+/* The path of a text("PATH") data definition whose file the job reads,
+ * or NULL (a data set spotlab ships, fashion_mnist). */
+static const char *text_path(const json_t *def) {
+  const json_t *inner = json_object_get(def, "spec");
+  if (json_is_object(inner))
+    def = inner;
+  if (strcmp(sl_json_get_str(def, "type", ""), "text"))
+    return NULL;
+  const json_t *p = json_array_get(json_object_get(def, "args"), 0);
+  if (json_is_object(p))
+    p = json_object_get(p, "v"); /* a session value */
+  const char *path = json_string_value(p);
+  return path && path[0] == '/' ? path : NULL;
+}
+
+/* With uploads on, a train or eval job reads its text("PATH") from the
+ * store, where the notebook's kernel put it: the request names the upload
+ * (data_sha256, data_size), which must be ready, and the job's spec gets
+ * its key ("data_upload"). A request without it is answered with what to
+ * upload, and no job: 1. 0 when the job goes on, negative when refused
+ * (answered). */
+static int check_upload(struct gw_kreq *q, struct gw_job *j) {
+  const char *path = q->g->env.uploads ? text_path(json_object_get(j->spec, "data")) : NULL;
+  if (!path)
+    return 0;
+  const char *sha = sl_json_get_str(q->body, "data_sha256", NULL);
+  const json_t *size = json_object_get(q->body, "data_size");
+  if (!sha) {
+    gw_kproto_reply(q, json_pack("{s:{s:s, s:i}}", "upload", "path", path, "chunk_bytes",
+                                 GW_UPLOAD_CHUNK_MAX));
+    return 1;
+  }
+  char key[GW_UPLOAD_KEY_MAX], msg[300];
+  if (!json_is_integer(size) || json_integer_value(size) < 0 ||
+      gw_uploads_ready(q->g->env.uploads, q->c->who.user, sha, (uint64_t)json_integer_value(size),
+                       key, sizeof key) < 0) {
+    snprintf(msg, sizeof msg, "the data file %.200s is not uploaded (data.have says when it is)", path);
+    return gw_kproto_fail(q, SL_ESTATE, msg), SL_ESTATE;
+  }
+  json_object_set_new(j->spec, "data_upload", json_pack("{s:s, s:s, s:I}", "key", key, "sha256", sha,
+                                                         "bytes", json_integer_value(size)));
+  return 0;
+}
+
+/* Fills j from the request; sends the reply itself when it returns other
+ * than 0: the error, or (1) what to upload first. */
 static int build_job(struct gw_kreq *q, struct gw_job *j) {
   const char *kind = sl_json_get_str(q->body, "kind", "");
   json_t *opts = json_object_get(q->body, "options");
@@ -223,7 +269,7 @@ static int build_job(struct gw_kreq *q, struct gw_job *j) {
   char why[400];
   if (r == 0 && (r = gw_sched_deadline_check(q->g->env.sched, j, why, sizeof why)) < 0)
     gw_kproto_fail(q, r, why);
-  return r;
+  return r == 0 ? check_upload(q, j) : r;
 }
 
 /* Submits j (taken) and keeps its run record (body taken); answers the request. */
@@ -261,7 +307,7 @@ void gw_kproto_on_submit(struct gw_kreq *q) {
   struct gw_job *j = calloc(1, sizeof *j);
   if (!j)
     return gw_kproto_fail(q, -ENOMEM, NULL);
-  if (build_job(q, j) < 0) {
+  if (build_job(q, j) != 0) {
     gw_job_done(j);
     free(j);
     return;

@@ -20,14 +20,15 @@
 
 /* The prefixes a worker may reach: "J000003/" for each job attempt it runs,
  * and, read-only, "J000001/ckpt-" for the checkpoint key an assign told it
- * to restore ("J000001/ckpt-00000400.tc"): the checkpoints of that run. */
+ * to restore ("J000001/ckpt-00000400.tc"): the checkpoints of that run, and
+ * the key of the data file a job's notebook uploaded ("_data/alice/SHA"). */
 #define PRESIGN_PREFIXES 32
 struct reach {
   char own[PRESIGN_PREFIXES][16];
   const char *own_p[PRESIGN_PREFIXES];
   size_t n_own;
-  char restore[PRESIGN_PREFIXES][sizeof ((struct gw_job *)0)->ckpt_key];
-  const char *restore_p[PRESIGN_PREFIXES];
+  char restore[2 * PRESIGN_PREFIXES][sizeof ((struct gw_job *)0)->ckpt_key];
+  const char *restore_p[2 * PRESIGN_PREFIXES];
   size_t n_restore;
 };
 
@@ -45,6 +46,12 @@ static void reach_of(struct gw_wproto *g, struct gw_inst *in, struct reach *r) {
     if (j->ckpt_key[0] && slash) {
       snprintf(r->restore[r->n_restore], sizeof r->restore[0], "%.*sckpt-", (int)(slash - j->ckpt_key + 1),
                j->ckpt_key);
+      r->restore_p[r->n_restore] = r->restore[r->n_restore];
+      r->n_restore++;
+    }
+    const char *data = json_string_value(json_object_get(json_object_get(j->spec, "data_upload"), "key"));
+    if (data && strlen(data) < sizeof r->restore[0]) {
+      snprintf(r->restore[r->n_restore], sizeof r->restore[0], "%s", data);
       r->restore_p[r->n_restore] = r->restore[r->n_restore];
       r->n_restore++;
     }

@@ -318,15 +318,18 @@ int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_j
   /* spotlab-train's rank 0 alone reads checkpoints: the other ranks resume
    * from what it broadcasts, so they download nothing */
   const char *key = j->gang.rank > 0 ? NULL : json_string_value(rk);
-  json_t *started = wk_job_msg_new(j, "started");
+  json_t *started = wk_job_msg_new(j, "started"), *local = NULL;
   if (r >= 0 && !started) r = -ENOMEM;
   if (r < 0 || (r = prepare_dirs(j, err, err_size)) < 0 ||
-      (r = identify(j, json_object_get(assign, "spec"), started, err, err_size)) < 0 ||
-      (r = restore(j, key, err, err_size)) < 0 || (r = spawn(j, assign, err, err_size)) < 0) {
+      (r = wk_job_fetch_data(j, assign, &local, err, err_size)) < 0 ||
+      (r = identify(j, json_object_get(local ? local : assign, "spec"), started, err, err_size)) < 0 ||
+      (r = restore(j, key, err, err_size)) < 0 || (r = spawn(j, local ? local : assign, err, err_size)) < 0) {
+    json_decref(local);
     json_decref(started);
     wk_job_free(j);
     return r;
   }
+  json_decref(local);
   if (j->restored_key[0]) { /* not the assign's checkpoint: the gateway says which, and why */
     json_object_set_new(started, "restored_key", json_string(j->restored_key));
     json_object_set_new(started, "restored_step", json_integer(j->step));

@@ -83,6 +83,13 @@ void wk_job_send_metric(struct wk_job *j, json_t *data);
 /* SIGTERM to the child; SIGKILL at kill_at (an earlier one stays). */
 void wk_job_terminate(struct wk_job *j, int64_t kill_at);
 
+/* job_data.c */
+/* For an assign whose spec names an uploaded data file ("data_upload"):
+ * its checked copy in the worker's data folder, fetched when not there
+ * yet, and in *ret_assign (owned) the assign with the spec's data that
+ * copy's path. *ret_assign NULL when the spec names none. */
+int wk_job_fetch_data(struct wk_job *j, const json_t *assign, json_t **ret_assign, char *err, size_t err_size);
+
 /* job_ckpt.c */
 /* Downloads the checkpoint key into the job's checkpoint folder (and an
  * orphaned attempt's newer one beside it); its step becomes the job's. */

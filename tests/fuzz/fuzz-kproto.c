@@ -9,6 +9,10 @@
  * so the frame limits, the JSON parser and the handlers all see it; the
  * gateway's loop then settles (placements, provider events, replays).
  *
+ * A one-frame message that parses as a JSON object without "auth" gets
+ * the secret of ka's last hello, as a client's would, so that the handlers
+ * behind the check are reached; other bytes go as they are.
+ *
  * Each input gets a fresh gateway (its own temporary state folder and
  * SQLite store), so a crash replays from its input alone. Nothing may
  * crash, leak, hang or hit undefined behaviour, whatever the bytes. */
@@ -33,6 +37,7 @@ enum {
   OWN_JOB = 1 << 3,     /* alice's own job runs on an instance */
   LIVE = 1 << 4,        /* after each message the running jobs report a step */
   SLOW = 1 << 5,        /* ka's transport takes two messages, then is full */
+  UPLOADS = 1 << 6,     /* [store] upload_data = yes: data.have, data.put, submits asked to upload */
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -65,6 +70,15 @@ static void sockets_once(void) {
 
 /* Sends one message (frames split at "\n++\n") and lets the gateway read it. */
 static void deliver(struct fx *f, const uint8_t *p, size_t n) {
+  json_t *body = memmem(p, n, "\n++\n", 4) ? NULL : json_loadb((const char *)p, n, JSON_DECODE_ANY, NULL);
+  json_t *auth = json_object_get(f->auths, "ka");
+  char *signed_body = NULL;
+  if (json_is_object(body) && auth && !json_object_get(body, "auth") &&
+      json_object_set(body, "auth", auth) == 0 && (signed_body = json_dumps(body, JSON_COMPACT))) {
+    p = (const uint8_t *)signed_body;
+    n = strlen(signed_body);
+  }
+  json_decref(body);
   const uint8_t *end = p + n;
   for (;;) {
     const uint8_t *sep = memmem(p, (size_t)(end - p), "\n++\n", 4);
@@ -80,6 +94,7 @@ static void deliver(struct fx *f, const uint8_t *p, size_t n) {
     fprintf(stderr, "fuzz-kproto: the message never arrived\n");
     abort();
   }
+  free(signed_body);
   gw_kproto_recv(f->kproto, router);
 }
 
@@ -105,7 +120,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   unsigned flags = data[0];
   data++;
   size--;
-  struct fx *f = fx_new(NULL);
+  static struct gw_config cfg;
+  fx_config(&cfg);
+  if (flags & UPLOADS)
+    snprintf(cfg.upload_data, sizeof cfg.upload_data, "yes");
+  struct fx *f = fx_new(&cfg);
   if (!f)
     abort();
   fx_user(f, "alice", "alice-token");

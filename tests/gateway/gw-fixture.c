@@ -530,10 +530,13 @@ struct fx *fx_new(const struct gw_config *cfg) {
   f->fp = fp_new(f->loop, gw_sched_provider_event, f->sched);
   if (!f->fp || gw_sched_add_provider(f->sched, &f->fp->base) < 0)
     goto fail;
+  snprintf(path, sizeof path, "%s/store", f->dir);
+  if (!strcmp(f->cfg.upload_data, "yes") && gw_uploads_new(f->dir, path, NULL, &f->uploads) < 0)
+    goto fail;
   struct gw_kproto_env ke = {.cfg = &f->cfg, .store = f->store, .fleet = f->fleet,
                              .queue = f->queue, .sched = f->sched, .idle = f->idle,
                              .ledger = f->ledger, .loop = f->loop, .send = client_send,
-                             .send_ctx = f, .started_us = sl_time_real_us()};
+                             .send_ctx = f, .started_us = sl_time_real_us(), .uploads = f->uploads};
   if (!(f->kproto = gw_kproto_new(&ke)) ||
       !(f->wproto = gw_wproto_new(&f->cfg, f->store, f->fleet, f->sched, NULL, NULL)))
     goto fail;
@@ -555,6 +558,7 @@ struct fx *fx_free(struct fx *f) {
     return NULL;
   gw_kproto_free(f->kproto);
   gw_wproto_free(f->wproto);
+  gw_uploads_free(f->uploads);
   gw_idle_free(f->idle);
   if (f->sched)
     gw_sched_free(f->sched); /* destroys the fake */
@@ -576,6 +580,8 @@ struct fx *fx_free(struct fx *f) {
 }
 
 void fx_settle(struct fx *f) {
+  if (f->uploads)
+    gw_uploads_wait(f->uploads); /* its checks and publications end first */
   int quiet = 0;
   for (int turns = 0; turns < 200 && quiet < 2; turns++) {
     int r = gw_loop_run_once(f->loop, 0);

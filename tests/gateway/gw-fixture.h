@@ -28,6 +28,7 @@
 #include "queue.h"
 #include "scheduler.h"
 #include "store.h"
+#include "uploads.h"
 #include "wproto.h"
 
 #include <jansson.h>
@@ -137,6 +138,7 @@ struct fx {
   struct gw_idle *idle;
   struct gw_kproto *kproto;
   struct gw_wproto *wproto;
+  struct gw_uploads *uploads;   /* cfg upload_data "yes": into the file store dir/store */
   struct fake_provider *fp;     /* owned by the scheduler */
   /* captured sends: arrays of {"to": routing id, "msg": message} */
   json_t *to_workers;

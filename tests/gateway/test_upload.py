@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Data uploads end to end (protocols.md §1, data.have and data.put): a real
+spotlab-gateway with [store] upload_data = yes and the local provider (real
+spotlab-worker instances and spotlab-train), driven over its kernel socket.
+
+usage: test_upload.py GATEWAY WORKER TRAIN
+
+A train job on text("PATH") is answered with what to upload, not a job; the
+upload goes on from where it stopped across a gateway restart; chunks at
+another offset than the one wanted are not taken, oversized ones and
+malformed hashes are refused, bytes that do not hash to the name are
+refused and forgotten; the published object is the file, under
+_data/USER/SHA256; another user does not see it; the job then trains on
+the store's copy with the notebook's file gone, and its record names the
+file's hash. Every wait has a deadline.
+"""
+import base64
+import hashlib
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from checks import check, exit_status, require  # noqa: E402
+from gateway_client import GatewayClient  # noqa: E402
+from gateway_proc import GatewayProcess  # noqa: E402
+
+GATEWAY, WORKER, TRAIN = (os.path.abspath(a) for a in sys.argv[1:4])
+TOKENS = {"alice": "alice-token-1", "bob": "bob-token-2"}
+CHUNK = 16 * 1024
+
+
+def have(c, sha, size, until=("ready", "receiving"), timeout=30):
+    """data.have until its state is one of until (checking and publishing
+    pass); the last reply."""
+    end = time.monotonic() + timeout
+    while True:
+        r = c.req("data.have", sha256=sha, size=size)
+        if not r.get("ok") or r["state"] in until or time.monotonic() > end:
+            return r
+        time.sleep(0.1)
+
+
+def put(c, sha, data, offset, n=CHUNK, size=None):
+    chunk = data[offset:offset + n]
+    return c.req("data.put", sha256=sha, size=len(data) if size is None else size, offset=offset,
+                 b64=base64.b64encode(chunk).decode())
+
+
+def define(c, path):
+    r = c.req("session.set", defs=[
+        {"name": "m", "kind": "model", "spec": {"type": "gpt", "args": [], "options": {
+            "layers": 1, "heads": 2, "dim": 32, "ctx": 32}}},
+        {"name": "d", "kind": "data", "spec": {"type": "text", "args": [path], "options": {}}}])
+    require(r["ok"], "session.set", r)
+
+
+TRAIN_OPTS = {"steps": 30, "batch": 4, "threads": 1, "seed": 3}
+
+
+def check_refusals(c, sha, data):
+    r = c.req("data.have", sha256="ABC", size=3)
+    check(not r["ok"] and r["error"]["code"] == "SL_ETYPE", "a malformed hash is refused: %s" % r)
+    r = c.req("data.have", sha256=sha, size=-1)
+    check(not r["ok"] and r["error"]["code"] == "SL_ETYPE", "a negative size is refused: %s" % r)
+    r = have(c, sha, len(data))
+    check(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0, "a new upload starts at 0: %s" % r)
+    r = put(c, sha, data, 5)
+    check(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0,
+          "a chunk at another offset is not taken; the reply says which is wanted: %s" % r)
+    r = c.req("data.put", sha256=sha, size=len(data), offset=0, b64=base64.b64encode(b"x" * (600 * 1024)).decode())
+    check(not r["ok"] and r["error"]["code"] == "SL_ELIMIT", "a chunk over 512 KiB is refused: %s" % r)
+    r = c.req("data.put", sha256=sha, size=len(data), offset=0, b64="not base64!")
+    check(not r["ok"] and r["error"]["code"] == "SL_ETYPE", "bad base64 is refused: %s" % r)
+    r = c.req("data.have", sha256=sha, size=len(data) + 1)
+    check(not r["ok"] and r["error"]["code"] == "SL_EMISMATCH",
+          "another size for an upload under way is refused: %s" % r)
+
+
+def check_bad_bytes(c, state):
+    """Bytes that do not hash to the name given: refused with the last chunk,
+    nothing published, and the upload starts over."""
+    data = b"these bytes are not the ones named\n" * 100
+    sha = hashlib.sha256(b"something else").hexdigest()
+    r = have(c, sha, len(data))
+    off = 0
+    while r.get("ok") and r["state"] == "receiving" and off < len(data):
+        r = put(c, sha, data, off, 1000)
+        off = r.get("offset", off)
+    check(not r["ok"] and r["error"]["code"] == "SL_ECHECKSUM" and "changed" in r["error"]["message"],
+          "bytes that hash to another name are refused: %s" % r)
+    check(not os.path.exists(os.path.join(state, "store", "_data", "alice", sha)), "nothing is published")
+    r = have(c, sha, len(data))
+    check(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0, "the upload starts over: %s" % r)
+
+
+def main():
+    folder = tempfile.mkdtemp(prefix="gw-upload-")
+    gw = GatewayProcess(folder, GATEWAY, TOKENS, slots=2, extra_ini="[store]\nupload_data = yes\n",
+                        env={"SPOTLAB_WORKER_BIN": WORKER, "SPOTLAB_TRAIN_BIN": TRAIN, "SPOTLAB_DEBUG": None})
+    text = os.path.join(folder, "notes.txt")
+    data = ("Call me Ishmael. Some years ago, never mind how long precisely, having little money. "
+            * 600).encode()
+    with open(text, "wb") as f:
+        f.write(data)
+    sha = hashlib.sha256(data).hexdigest()
+    gw.start()
+    try:
+        alice = GatewayClient(gw.listen, TOKENS["alice"])
+        define(alice, text)
+        r = alice.req("submit", kind="train", model="m", data="d", options=TRAIN_OPTS)
+        check(r.get("ok") and "job" not in r and r.get("upload") == {"path": text, "chunk_bytes": 512 * 1024},
+              "a train job on the notebook's file is answered with what to upload: %s" % r)
+        r = alice.req("submit", kind="train", model="m", data="d", options=TRAIN_OPTS, data_sha256=sha,
+                      data_size=len(data))
+        check(not r["ok"] and r["error"]["code"] == "SL_ESTATE", "naming an upload not made is refused: %s" % r)
+        check_refusals(alice, sha, data)
+
+        half = len(data) // 2 // CHUNK * CHUNK
+        off = 0
+        while off < half:
+            r = put(alice, sha, data, off)
+            require(r.get("ok"), "data.put at %d" % off, r)
+            off = r["offset"]
+        alice.close()
+        gw.stop()
+        gw.start()
+        alice = GatewayClient(gw.listen, TOKENS["alice"])
+        r = have(alice, sha, len(data))
+        check(r.get("ok") and r["state"] == "receiving" and r["offset"] == half,
+              "after a gateway restart the upload goes on from byte %d: %s" % (half, r))
+        off = r.get("offset", 0)
+        while r.get("ok") and r["state"] == "receiving":
+            r = put(alice, sha, data, off)
+            off = r.get("offset", off)
+        check(r.get("ok") and r["state"] in ("publishing", "ready"), "the last chunk publishes: %s" % r)
+        r = have(alice, sha, len(data), until=("ready",))
+        check(r.get("ok") and r["state"] == "ready", "the upload is ready: %s" % r)
+        obj = os.path.join(gw.state, "store", "_data", "alice", sha)
+        check(os.path.exists(obj) and open(obj, "rb").read() == data, "the store holds the file as %s" % obj)
+        check(not [n for n in os.listdir(os.path.join(gw.state, "uploads")) if n.endswith(".part")],
+              "no part is left once published")
+
+        bob = GatewayClient(gw.listen, TOKENS["bob"])
+        r = have(bob, sha, len(data))
+        check(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0,
+              "bob does not see alice's upload: %s" % r)
+        bob.close()
+        check_bad_bytes(alice, gw.state)
+
+        os.unlink(text)  # the job reads the store's copy, not the notebook's file
+        r = alice.req("submit", kind="train", model="m", data="d", options=TRAIN_OPTS, data_sha256=sha,
+                      data_size=len(data))
+        require(r.get("ok") and "job" in r, "the job is taken once the upload is ready", r)
+        job = r["job"]
+        require(alice.req("attach", job=job, after=0)["ok"], "attach " + job)
+        e = alice.wait_event(lambda e: e["job"] == job and e["event"] == "state" and
+                             e["state"] in ("succeeded", "failed", "cancelled"), "the end of " + job, 180)
+        check(e["state"] == "succeeded", "%s trained on the uploaded copy, its file gone: %s" % (job, e))
+        r = alice.req("record", job=job)
+        attempts = r.get("record", {}).get("attempts") or [{}]
+        check(r.get("ok") and attempts[0].get("data_sha256") == sha,
+              "the run record names the data's hash: %s" % attempts[0])
+        # a new gateway finds the upload in the store at once
+        alice.close()
+        gw.stop()
+        gw.start()
+        alice = GatewayClient(gw.listen, TOKENS["alice"])
+        r = have(alice, sha, len(data))
+        check(r.get("ok") and r["state"] == "ready", "a restarted gateway finds the upload stored: %s" % r)
+        alice.close()
+    finally:
+        from checks import failures
+        if failures:
+            print("gateway log:\n" + gw.logtail(), file=sys.stderr)
+        gw.stop()
+    return exit_status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
