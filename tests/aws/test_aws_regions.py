@@ -10,9 +10,13 @@ The EC2 stand-in serves both regions; the bucket is in us-east-1.
     in us-west-2, every RunInstances refused in us-east-1 went there, and
     the job runs to its end from there (its worker reaches the gateway and
     the bucket in us-east-1);
+  - its data file goes to the bucket first (_data/alice/SHA256, its
+    x-amz-meta-sha256 the file's) and the job trains on that copy: the
+    notebook's file is removed once the job is taken;
   - once its worker idles out, no instance of this gateway is left running
     in either region.
 """
+import hashlib
 import os
 import shutil
 import signal
@@ -23,7 +27,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
-from aws_env import AwsEnv, SECRET_ACCESS_KEY  # noqa: E402
+from aws_env import AwsEnv, PREFIX, SECRET_ACCESS_KEY  # noqa: E402
 from checks import check, failures, exit_status  # noqa: E402
 from notebook import FINAL, Monitor, write_text  # noqa: E402
 
@@ -84,14 +88,20 @@ def main():
             {"name": "m", "kind": "model", "spec": {"type": "gpt", "args": [], "options": MODEL}},
             {"name": "d", "kind": "data", "spec": {"type": "text", "args": [text], "options": {}}}])
         assert r["ok"], r
-        r = mon.req("submit", kind="train", model="m", data="d",
+        r = mon.submit(kind="train", model="m", data="d",
                     options={"steps": 60, "batch": 8, "seed": 1, "checkpoint_every": 20,
                              "spot": "yes"})
         assert r["ok"], r
         job = r["job"]
+        with open(text, "rb") as f:
+            sha = hashlib.sha256(f.read()).hexdigest()
+        os.unlink(text)  # the instance reads the bucket's copy, never the notebook's file
         mon.follow(job)
         mon.until(lambda: mon.state() in FINAL, "the end of the job", 240, end_ok=True)
         check(mon.state() == "succeeded", "the job succeeded (%s)" % mon.state())
+        body, meta = env.s3.get("%s/_data/alice/%s" % (PREFIX, sha))
+        check(hashlib.sha256(body).hexdigest() == sha and meta.get("sha256") == sha,
+              "the data file is in the bucket as _data/alice/%.12s…, its SHA-256 with it" % sha)
 
         runs = [c for c in env.ec2.calls() if c.get("action") == "RunInstances"]
         east = [c for c in runs if c.get("region") == EAST]

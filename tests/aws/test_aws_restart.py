@@ -115,7 +115,7 @@ def main():
             {"name": "m", "kind": "model", "spec": {"type": "gpt", "args": [], "options": MODEL}},
             {"name": "d", "kind": "data", "spec": {"type": "text", "args": [text], "options": {}}}])
         assert r["ok"], r
-        r = mon.req("submit", kind="train", model="m", data="d",
+        r = mon.submit(kind="train", model="m", data="d",
                     options={"steps": STEPS, "batch": 8, "seed": 1, "checkpoint_every": 50,
                              "spot": "yes"})
         assert r["ok"], r

@@ -92,7 +92,7 @@ def main():
             {"name": "m", "kind": "model", "spec": {"type": "gpt", "args": [], "options": MODEL}},
             {"name": "d", "kind": "data", "spec": {"type": "text", "args": [text], "options": {}}}])
         require(r["ok"], "the session's definitions are set", r)
-        r = mon.req("submit", kind="train", model="m", data="d",
+        r = mon.submit(kind="train", model="m", data="d",
                     options={"steps": STEPS, "batch": 4, "seed": 1, "checkpoint_every": EVERY,
                              "spot": "yes"})
         require(r["ok"], "the train job is submitted", r)
