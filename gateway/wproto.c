@@ -384,6 +384,24 @@ static void on_metric(struct gw_wproto *g, struct gw_inst *in, const json_t *bod
   }
 }
 
+/* The worker restored key (of step) instead of the checkpoint j was given,
+ * which was gone or corrupt: a session model that still names the given one
+ * names key from now on, so that the next eval or sample of it does not try
+ * the bad one again (and a model whose every newer checkpoint is bad shows
+ * the step it really has). */
+static void model_falls_back(struct gw_wproto *g, const struct gw_job *j, const char *key, int64_t step) {
+  json_t *sess = NULL;
+  if (!j->model[0] || !j->ckpt_key[0] || gw_store_session_get(g->store, j->user, j->session, &sess) < 0)
+    return;
+  const json_t *m = json_object_get(json_object_get(sess, "models"), j->model);
+  if (m && !strcmp(sl_json_get_str(m, "checkpoint", ""), j->ckpt_key) &&
+      gw_store_session_model_set(g->store, j->user, j->session, j->model,
+                                 gw_job_id_parse(sl_json_get_str(m, "job", "")), step, key) == 0)
+    sl_info(T, "model %s of %s's session %s now names %s: %s was not usable", j->model, j->user, j->session,
+            key, j->ckpt_key);
+  json_decref(sess);
+}
+
 /* The job's process runs on the worker: the job is running, whether or not
  * it ever sends a metric (a %%run job sends none). */
 static void on_started(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
@@ -409,6 +427,7 @@ static void on_started(struct gw_wproto *g, struct gw_inst *in, const json_t *bo
                            "checkpoint", json_string_value(rk), "passed_over", why);
     gw_sched_emit(g->sched, j, ev);
     json_decref(ev);
+    model_falls_back(g, j, json_string_value(rk), json_integer_value(rs));
   }
   gw_sched_started(g->sched, j, in, sl_json_get_str(body, "rendezvous", NULL));
 }

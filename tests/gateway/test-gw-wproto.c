@@ -310,6 +310,45 @@ static void test_register_crossed_after_restart(void) {
   fx_free(f);
 }
 
+/* An eval whose worker restored an older checkpoint than the model's
+ * (gone or corrupt): the session's model names the one restored from then
+ * on, so the next eval or sample does not try the bad one again. A model
+ * trained anew meanwhile (another checkpoint) is left alone. */
+static void test_restored_model_falls_back(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  fx_user(f, "alice", "alice-token");
+  CHECK(fx_hello(f, "ka", "alice-token", "nb") && fx_define(f, "ka"));
+  CHECK_INT(gw_store_session_model_set(f->store, "alice", "nb", "m", 1, 30, "J000001/ckpt-00000030.tc"), 0);
+  const json_t *r = fx_req(f, "ka", "{s:s,s:s,s:s,s:s,s:{}}", "type", "submit", "kind", "eval", "model", "m",
+                           "data", "d", "options");
+  int64_t id = gw_job_id_parse(sl_json_get_str(r, "job", NULL));
+  char inst[32] = "", jid[16];
+  CHECK(id > 0 && fx_run_job(f, id, inst));
+  fx_workerf(f, inst, "{s:s,s:s,s:s,s:s,s:i,s:s}", "type", "started", "instance", inst, "job",
+             fx_jid(id, jid), "restored_key", "J000001/ckpt-00000020.tc", "restored_step", 20,
+             "passed_over", "J000001/ckpt-00000030.tc: header checksum mismatch");
+  json_t *sess = NULL;
+  CHECK_INT(gw_store_session_get(f->store, "alice", "nb", &sess), 0);
+  const json_t *m = json_object_get(json_object_get(sess, "models"), "m");
+  CHECK_STR(sl_json_get_str(m, "checkpoint", ""), "J000001/ckpt-00000020.tc");
+  CHECK_INT(sl_json_get_int(m, "step", -1), 20);
+  CHECK_STR(sl_json_get_str(m, "job", ""), "J000001");
+  json_decref(sess);
+  /* trained anew meanwhile: a later fallback of an older eval leaves it */
+  CHECK_INT(gw_store_session_model_set(f->store, "alice", "nb", "m", 9, 90, "J000009/ckpt-00000090.tc"), 0);
+  fx_workerf(f, inst, "{s:s,s:s,s:s,s:s,s:i,s:s}", "type", "started", "instance", inst, "job",
+             fx_jid(id, jid), "restored_key", "J000001/ckpt-00000010.tc", "restored_step", 10,
+             "passed_over", "J000001/ckpt-00000020.tc: gone");
+  CHECK_INT(gw_store_session_get(f->store, "alice", "nb", &sess), 0);
+  m = json_object_get(json_object_get(sess, "models"), "m");
+  CHECK_STR(sl_json_get_str(m, "checkpoint", ""), "J000009/ckpt-00000090.tc");
+  json_decref(sess);
+  fx_free(f);
+}
+
 /* A worker whose job's process was killed (the done, a retry, lost with a
  * gateway that died) registers twice with the new gateway: it sends a
  * register each time its link comes up and again when one goes unanswered.
@@ -711,6 +750,7 @@ int main(void) {
   test_register_ended();
   test_register_jobs();
   test_register_crossed_after_restart();
+  test_restored_model_falls_back();
   test_register_stale_attempt();
   test_register_gpus();
   test_device_event();
