@@ -28,10 +28,14 @@
  * that only follows a job: the follow ends without detaching from the job,
  * whose display then keeps updating in place between cells.
  *
+ * A submit whose reply asks for the job's data file first (a gateway whose
+ * workers cannot read it) uploads it (upload.c) and submits again.
+ *
  * The magics' requests and the text of their replies live in jobs_magics.c
  * (jobs_int.h between the two); their replies come back through
  * jk_jobs_reply here. */
 #include "jobs_int.h"
+#include "upload.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -81,12 +85,20 @@ void jk_jobs_free_follow(struct jk_interp *ip) {
   free(f->collected);
   free(f->result_text);
   json_decref(f->first);
+  json_decref(f->submit);
+  jk_upload_free(f->upload);
   free(f);
   ip->running->follow = NULL;
 }
 
-/* Sends req for the running statement and waits for its reply. */
+/* Sends req for the running statement and waits for its reply. A job's
+ * first submit is kept, to go again once its data file is uploaded. */
 enum jk_step jk_jobs_await(struct jk_interp *ip, json_t *req, enum op op, unsigned flags) {
+  struct jk_follow *f = ip->running->follow;
+  if (op == OP_SUBMIT && f && !f->submit && req && !(f->submit = json_deep_copy(req))) {
+    json_decref(req);
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  }
   int64_t id = jk_gw_request(ip->gw, req, flags);
   if (id < 0)
     return jk_exec_fail(ip, "GatewayError", "cannot send to the gateway: %s", sl_strerror((int)id));
@@ -424,6 +436,9 @@ void jk_jobs_event(struct jk_interp *ip, const json_t *ev) {
 static enum jk_step on_submitted(struct jk_interp *ip, const json_t *reply) {
   struct jk_follow *f = ip->running->follow;
   const char *job = sl_json_get_str(reply, "job", "");
+  const json_t *upload = json_object_get(reply, "upload");
+  if (!*job && json_is_object(upload) && f)
+    return jk_upload_start(ip, upload); /* the data file first; then the submit again */
   if (!*job || strlen(job) > 24)
     return jk_exec_fail(ip, "GatewayError", "the gateway accepted the job but sent no usable job id");
   if (f->detach) {
@@ -547,6 +562,8 @@ void jk_jobs_reply(struct jk_interp *ip, int64_t id, const json_t *reply, const 
     st = jk_jobs_on_session(ip, reply, error);
   else if (error && !reply)
     st = unreachable(ip, error);
+  else if (op == OP_DATA)
+    st = jk_upload_reply(ip, reply, error);
   else if (error)
     st = jk_exec_fail(ip, op == OP_SUBMIT ? "SubmitError" : "GatewayError", "%s", error);
   else if (op == OP_SUBMIT)
@@ -613,6 +630,8 @@ void jk_jobs_interrupt(struct jk_interp *ip) {
   if (tried)
     jk_exec_fail(ip, "Interrupted", "interrupted while waiting for the gateway at %s; the kernel keeps using %s",
                  tried, jk_gw_address(ip->gw));
+  else if (x->gw_op == OP_DATA)
+    jk_upload_interrupted(ip);
   else if (x->gw_op == OP_SUBMIT)
     jk_exec_fail(ip, "Interrupted", "interrupted while submitting; the job may have been submitted (see %%jobs)");
   else
@@ -644,23 +663,22 @@ void jk_jobs_other_front_end(struct jk_interp *ip) {
 
 int64_t jk_jobs_wake_at_us(const struct jk_interp *ip) {
   const struct jk_execution *x = ip->running;
+  int64_t at = jk_upload_wake_at_us(ip);
   if (ip->last_attached && ip->last_display && jk_display_dirty(ip->last_display)) {
-    int64_t at = jk_display_next_us(ip->last_display);
-    if (!x || !x->follow || !x->follow->display || x->wait != JK_WAIT_JOB)
-      return at;
-    int64_t mine = jk_display_next_us(x->follow->display);
-    at = mine < at ? mine : at;
-    return at < ip->ping_at_us ? at : ip->ping_at_us;
+    int64_t last = jk_display_next_us(ip->last_display);
+    at = last < at ? last : at;
   }
   if (!x || !x->follow || !x->follow->display || x->wait != JK_WAIT_JOB)
-    return INT64_MAX;
-  int64_t at = jk_display_next_us(x->follow->display);
+    return at;
+  int64_t mine = jk_display_next_us(x->follow->display);
+  at = mine < at ? mine : at;
   return at < ip->ping_at_us ? at : ip->ping_at_us;
 }
 
 void jk_jobs_tick(struct jk_interp *ip) {
   if (ip->last_attached)
     publish_last(ip, false);
+  jk_upload_tick(ip); /* may end the cell */
   struct jk_execution *x = ip->running;
   if (!x || !x->follow || !x->follow->display || x->wait != JK_WAIT_JOB)
     return;

@@ -1,6 +1,7 @@
 /* Shared by the files of the statements through the gateway: jobs.c (job
- * statements, following a job, the replies, interrupt and time) and
- * jobs_magics.c (the gateway magics, show of a model, and their replies).
+ * statements, following a job, the replies, interrupt and time),
+ * jobs_magics.c (the gateway magics, show of a model, and their replies)
+ * and upload.c (a job's data file sent before the gateway takes the job).
  * Nothing else includes this header. */
 #ifndef JK_JOBS_INT_H
 #define JK_JOBS_INT_H
@@ -11,7 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum op { OP_NONE, OP_SUBMIT, OP_CATCHUP, OP_ATTACH, OP_QUERY, OP_SHOW, OP_SESSION, OP_GATEWAY };
+/* OP_DATA: data.have and data.put (upload.c). */
+enum op { OP_NONE, OP_SUBMIT, OP_CATCHUP, OP_ATTACH, OP_QUERY, OP_SHOW, OP_SESSION, OP_GATEWAY, OP_DATA };
 
 struct jk_follow {
   char kind[16];           /* train, eval, sample, run; "" for %attach until known */
@@ -21,6 +23,8 @@ struct jk_follow {
   json_t *first;           /* %cost: the cost reply, while the jobs list is asked for */
   bool detach;
   struct jk_display *display;
+  json_t *submit;          /* the submit (or rerun) request as sent, for one after an upload */
+  struct jk_upload *upload; /* the data file being uploaded for the submit, or NULL */
   int64_t ping_id, ping_sent_us;
   bool catching_up;        /* reading history (logs pages, then attach); live events wait */
   bool resyncing;          /* the catch-up follows a reconnect or a gap: failures are retried */
@@ -39,7 +43,8 @@ struct jk_follow {
 /* A new follow for the running statement (the one it had is let go); NULL
  * when out of memory. */
 struct jk_follow *jk_jobs_follow_new(struct jk_interp *ip);
-/* Sends req (taken) for the running statement and waits for its reply. */
+/* Sends req (taken) for the running statement and waits for its reply. The
+ * first OP_SUBMIT request of a follow is kept (submit) for after an upload. */
 enum jk_step jk_jobs_await(struct jk_interp *ip, json_t *req, enum op op, unsigned flags);
 /* Follows job: its history in pages, then the attach. */
 enum jk_step jk_jobs_start_follow(struct jk_interp *ip, const char *job);

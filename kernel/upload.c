@@ -1,0 +1,342 @@
+/* A job statement's data file, uploaded to the gateway before it takes the
+ * job, for workers that cannot read the notebook machine's files (an EC2
+ * instance): docs/internals/protocols.md §1, data.have and data.put.
+ *
+ * A submit reply that asks for the file ({"upload":{"path","chunk_bytes"}})
+ * starts it: the file is opened and hashed (SHA-256, synchronously), and
+ * data.have tells the gateway what the kernel has. Each reply names the
+ * gateway's state: `receiving` wants the bytes from its "offset" (the next
+ * data.put sends one chunk from exactly there, whatever was sent before),
+ * `checking` and `publishing` are polled with data.have every POLL_US on
+ * the interpreter's timer (the kernel keeps serving meanwhile), and `ready`
+ * submits the statement's request again with data_sha256 and data_size; a
+ * reply to that which asks for the file again fails the statement rather
+ * than loop. The cell says "uploading NAME (SIZE) ..." once, before the
+ * first byte goes; a file the gateway already holds says nothing.
+ *
+ * Invariants: at most one request in flight (the statement's gw_req) or a
+ * poll due, never both; one chunk in memory; the chunks come from the file
+ * descriptor that was hashed, and a file found shorter or changed on the
+ * way fails the statement ("changed while it was uploaded"), as does the
+ * gateway's SL_ECHECKSUM. The kernel uploads only the file the statement's
+ * data definition names, whatever path the gateway asks for. The upload
+ * belongs to the statement's follow (jobs_int.h): an interrupt or the end of
+ * the cell frees it, and nothing is sent afterwards. Polling, and the number
+ * of chunks the gateway may ask for, are bounded, so a gateway that never
+ * gets done cannot keep a cell waiting forever without being told so. */
+#include "upload.h"
+
+#include "jobs_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sl_err.h"
+#include "sl_ident.h"
+#include "sl_json.h"
+#include "sl_log.h"
+#include "sl_time.h"
+
+#define POLL_US (200 * SL_US_PER_MS)
+#define POLL_MAX_US (3600 * SL_US_PER_S) /* checking or publishing longer: the cell fails */
+#define DEFAULT_CHUNK_BYTES (512u << 10)
+/* A data.put stays under a frame's 1 MiB: base64 makes 4 bytes of 3, and
+ * the rest of the request is a few hundred bytes. */
+#define MAX_CHUNK_BYTES (720u << 10)
+
+struct jk_upload {
+  char *path;
+  int fd;                     /* the file hashed; -1 once the submit went again */
+  struct stat st;             /* as hashed: a change on the way shows against it */
+  int64_t size_bytes;
+  char sha256[SL_SHA256_HEX_LEN + 1];
+  size_t chunk_bytes;
+  int64_t have_bytes;         /* the gateway's last offset (all of it once publishing) */
+  uint64_t n_puts, max_puts;  /* chunks sent, and how many the gateway may ask for */
+  int64_t poll_at_us;         /* the next data.have; INT64_MAX: none due */
+  int64_t poll_until_us;      /* polling gives up then; 0: not polling */
+  bool announced;             /* the cell's "uploading" line went out */
+};
+
+struct jk_upload *jk_upload_free(struct jk_upload *u) {
+  if (!u)
+    return NULL;
+  if (u->fd >= 0)
+    close(u->fd);
+  free(u->path);
+  free(u);
+  return NULL;
+}
+
+static struct jk_upload *running_upload(const struct jk_interp *ip) {
+  const struct jk_execution *x = ip->running;
+  return x && x->follow ? x->follow->upload : NULL;
+}
+
+/* "512 B", "1.0 KiB", "12.3 MiB". */
+static void format_size(int64_t bytes, char *buf, size_t size) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) {
+    snprintf(buf, size, "%lld B", (long long)bytes);
+    return;
+  }
+  double v = (double)bytes;
+  size_t i = 0;
+  for (v /= 1024; v >= 1023.95 && i + 1 < sizeof units / sizeof *units; v /= 1024) /* not "1024.0 KiB" */
+    i++;
+  snprintf(buf, size, "%.1f %s", v, units[i]);
+}
+
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash && slash[1] ? slash + 1 : path;
+}
+
+static enum jk_step changed(struct jk_interp *ip, const struct jk_upload *u) {
+  return jk_exec_fail(ip, "SubmitError", "the data file %s changed while it was uploaded; run the cell again",
+                      u->path);
+}
+
+static bool same_file(const struct stat *a, const struct stat *b) {
+  return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+         a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* Whether path is the file the running statement's data definition names
+ * (as written there, or the same file once links are resolved). A
+ * statement without one (%rerun, whose job reads its original's copy)
+ * uploads nothing: the kernel could not tell which file it may send. */
+static bool statement_data(const struct jk_interp *ip, const char *path) {
+  const struct jk_execution *x = ip->running;
+  const struct jk_stmt *s = x->pc < x->cell->n ? &x->cell->stmts[x->pc] : NULL;
+  struct jk_def d;
+  if (!s || !s->data || jk_state_def(ip->state, s->data, &d) < 0)
+    return false;
+  const char *want = json_string_value(json_array_get(json_object_get(d.spec, "args"), 0));
+  if (!want)
+    return false;
+  if (strcmp(want, path) == 0)
+    return true;
+  char a[PATH_MAX], b[PATH_MAX];
+  return realpath(want, a) && realpath(path, b) && strcmp(a, b) == 0;
+}
+
+static enum jk_step send_have(struct jk_interp *ip, const struct jk_upload *u) {
+  return jk_jobs_await(ip,
+                       json_pack("{s:s, s:s, s:I}", "type", "data.have", "sha256", u->sha256, "size",
+                                 (json_int_t)u->size_bytes),
+                       OP_DATA, 0);
+}
+
+/* Reads n bytes at off into buf: n, fewer at the end of the file, or -errno. */
+static ssize_t read_at(int fd, unsigned char *buf, size_t n, int64_t off) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, buf + got, n - got, (off_t)(off + (int64_t)got));
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      return -errno;
+    if (r == 0)
+      break;
+    got += (size_t)r;
+  }
+  return (ssize_t)got;
+}
+
+/* One chunk from offset, in base64; the cell's line before the first. */
+static enum jk_step send_put(struct jk_interp *ip, struct jk_upload *u, int64_t offset) {
+  struct stat now;
+  if (fstat(u->fd, &now) < 0 || !same_file(&now, &u->st))
+    return changed(ip, u);
+  int64_t left = u->size_bytes - offset;
+  size_t n = left < (int64_t)u->chunk_bytes ? (size_t)left : u->chunk_bytes;
+  size_t b64_size = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+  unsigned char *buf = malloc(n ? n : 1);
+  char *b64 = malloc(b64_size);
+  if (!buf || !b64) {
+    free(buf);
+    free(b64);
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  }
+  ssize_t got = read_at(u->fd, buf, n, offset);
+  if (got != (ssize_t)n) {
+    free(buf);
+    free(b64);
+    if (got >= 0)
+      return changed(ip, u);
+    return jk_exec_fail(ip, "DataError", "cannot read the data file %s: %s", u->path, sl_strerror((int)got));
+  }
+  sodium_bin2base64(b64, b64_size, buf, n, sodium_base64_VARIANT_ORIGINAL);
+  free(buf);
+  json_t *req = json_pack("{s:s, s:s, s:I, s:I, s:s}", "type", "data.put", "sha256", u->sha256, "size",
+                          (json_int_t)u->size_bytes, "offset", (json_int_t)offset, "b64", b64);
+  free(b64);
+  if (!u->announced && !ip->running->silent) {
+    char size[32], *line = NULL;
+    format_size(u->size_bytes, size, sizeof size);
+    if (asprintf(&line, "uploading %s (%s) for the gateway's workers\n", base_name(u->path), size) >= 0)
+      jk_exec_stream(ip, "stdout", line);
+    free(line);
+  }
+  u->announced = true;
+  u->n_puts++;
+  return jk_jobs_await(ip, req, OP_DATA, 0);
+}
+
+/* Opens and hashes the file at path into a new upload (*ret, owned). */
+static enum jk_step open_file(struct jk_interp *ip, const char *path, struct jk_upload **ret) {
+  struct jk_upload *u = calloc(1, sizeof *u);
+  if (u)
+    u->fd = -1;
+  if (!u || !(u->path = strdup(path))) {
+    jk_upload_free(u);
+    return jk_exec_fail(ip, "MemoryError", "out of memory");
+  }
+  enum jk_step step = JK_STEP_ERROR;
+  struct stat after;
+  int r = 0;
+  u->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not hang the kernel */
+  if (u->fd < 0 || fstat(u->fd, &u->st) < 0)
+    r = -errno;
+  else if (!S_ISREG(u->st.st_mode))
+    r = S_ISDIR(u->st.st_mode) ? -EISDIR : -EINVAL;
+  else
+    r = sl_sha256_file(path, 0, u->sha256);
+  if (r < 0) {
+    jk_exec_fail(ip, "DataError", "cannot read the data file %s to upload it for the gateway's workers: %s", path,
+                 sl_strerror(r));
+    goto out;
+  }
+  /* the bytes hashed were the descriptor's only if the path still names it, unchanged */
+  if (fstat(u->fd, &after) < 0 || !same_file(&u->st, &after) || stat(path, &after) < 0 ||
+      !same_file(&u->st, &after)) {
+    changed(ip, u);
+    goto out;
+  }
+  u->size_bytes = (int64_t)u->st.st_size;
+  u->poll_at_us = INT64_MAX;
+  *ret = u;
+  u = NULL;
+  step = JK_STEP_DONE;
+out:
+  jk_upload_free(u);
+  return step;
+}
+
+enum jk_step jk_upload_start(struct jk_interp *ip, const json_t *ask) {
+  struct jk_follow *f = ip->running->follow;
+  const char *path = sl_json_get_whole_str(ask, "path", "");
+  if (f->upload)
+    return jk_exec_fail(ip, "SubmitError",
+                        "the gateway asked again for the data file %s after it was uploaded (sha256 %.12s…)",
+                        f->upload->path, f->upload->sha256);
+  if (!path || path[0] != '/')
+    return jk_exec_fail(ip, "GatewayError", "the gateway asked for the data file without a usable path");
+  if (!f->submit || !statement_data(ip, path))
+    return jk_exec_fail(ip, "GatewayError",
+                        "the gateway asked for %s, which is not the data file this statement names; nothing was "
+                        "uploaded",
+                        path);
+  struct jk_upload *u = NULL;
+  if (open_file(ip, path, &u) != JK_STEP_DONE)
+    return JK_STEP_ERROR;
+  int64_t chunk = sl_json_get_int(ask, "chunk_bytes", 0);
+  u->chunk_bytes = chunk <= 0 ? DEFAULT_CHUNK_BYTES : chunk > MAX_CHUNK_BYTES ? MAX_CHUNK_BYTES : (size_t)chunk;
+  /* every chunk about four times (a gateway that starts over), then some */
+  u->max_puts = 4 * ((uint64_t)u->size_bytes / u->chunk_bytes + 1) + 64;
+  f->upload = u;
+  sl_debug("kernel.upload", "%s: %lld bytes, sha256 %s", path, (long long)u->size_bytes, u->sha256);
+  return send_have(ip, u);
+}
+
+/* The gateway has the file: the statement's submit again, naming it. */
+static enum jk_step resubmit(struct jk_interp *ip, struct jk_upload *u) {
+  json_t *req = json_deep_copy(ip->running->follow->submit);
+  if (req) {
+    json_object_set_new(req, "data_sha256", json_string(u->sha256));
+    json_object_set_new(req, "data_size", json_integer((json_int_t)u->size_bytes));
+  }
+  close(u->fd);
+  u->fd = -1;
+  u->poll_at_us = INT64_MAX;
+  return jk_jobs_await(ip, req, OP_SUBMIT, JK_GW_SPAWN);
+}
+
+enum jk_step jk_upload_reply(struct jk_interp *ip, const json_t *reply, const char *error) {
+  struct jk_upload *u = running_upload(ip);
+  if (!u || u->fd < 0)
+    return jk_exec_fail(ip, "InternalError", "a data reply came without an upload under way");
+  if (error) {
+    const char *code = sl_json_get_str(json_object_get(reply, "error"), "code", "");
+    if (strcmp(code, "SL_ECHECKSUM") == 0)
+      return changed(ip, u);
+    return jk_exec_fail(ip, "SubmitError", "%s", error);
+  }
+  const char *state = sl_json_get_str(reply, "state", "");
+  int64_t offset = sl_json_get_int(reply, "offset", -1);
+  if (strcmp(state, "ready") == 0)
+    return resubmit(ip, u);
+  if (strcmp(state, "publishing") == 0 || strcmp(state, "checking") == 0) {
+    int64_t now = sl_time_mono_us();
+    if (!u->poll_until_us)
+      u->poll_until_us = now + POLL_MAX_US;
+    else if (now >= u->poll_until_us)
+      return jk_exec_fail(ip, "SubmitError", "the gateway was still %s the data file %s after an hour", state,
+                          u->path);
+    if (strcmp(state, "publishing") == 0)
+      u->have_bytes = u->size_bytes;
+    u->poll_at_us = now + POLL_US;
+    return JK_STEP_WAIT;
+  }
+  if (strcmp(state, "receiving") == 0) {
+    if (offset < 0 || offset > u->size_bytes || (offset == u->size_bytes && u->size_bytes > 0))
+      return jk_exec_fail(ip, "GatewayError", "the gateway asked for the bytes from %lld of %s, which has %lld",
+                          (long long)offset, u->path, (long long)u->size_bytes);
+    if (u->n_puts >= u->max_puts)
+      return jk_exec_fail(ip, "GatewayError", "the gateway asked for parts of %s %llu times; the upload stops",
+                          u->path, (unsigned long long)u->n_puts);
+    u->have_bytes = offset;
+    u->poll_until_us = 0;
+    return send_put(ip, u, offset);
+  }
+  return jk_exec_fail(ip, "GatewayError", "the gateway answered an upload with the unknown state \"%.32s\"",
+                      state);
+}
+
+int64_t jk_upload_wake_at_us(const struct jk_interp *ip) {
+  const struct jk_upload *u = running_upload(ip);
+  return u && !ip->running->gw_req ? u->poll_at_us : INT64_MAX;
+}
+
+void jk_upload_tick(struct jk_interp *ip) {
+  struct jk_upload *u = running_upload(ip);
+  if (!u || u->poll_at_us == INT64_MAX || ip->running->gw_req || ip->running->wait != JK_WAIT_GATEWAY ||
+      sl_time_mono_us() < u->poll_at_us)
+    return;
+  u->poll_at_us = INT64_MAX;
+  enum jk_step st = send_have(ip, u);
+  if (st != JK_STEP_WAIT)
+    jk_exec_step_ended(ip, st);
+}
+
+void jk_upload_interrupted(struct jk_interp *ip) {
+  struct jk_upload *u = running_upload(ip);
+  if (!u) {
+    jk_exec_fail(ip, "Interrupted", "interrupted while uploading the data file; no job was submitted");
+    return;
+  }
+  char have[32], size[32], sent[80] = "";
+  format_size(u->have_bytes, have, sizeof have);
+  format_size(u->size_bytes, size, sizeof size);
+  if (u->n_puts) /* what the gateway said it has; nothing before the first put */
+    snprintf(sent, sizeof sent, " (%s of %s sent)", have, size);
+  jk_exec_fail(ip, "Interrupted", "interrupted while uploading %s%s; no job was submitted", u->path, sent);
+}
