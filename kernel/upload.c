@@ -12,7 +12,10 @@
  * submits the statement's request again with data_sha256 and data_size; a
  * reply to that which asks for the file again fails the statement rather
  * than loop. The cell says "uploading NAME (SIZE) ..." once, before the
- * first byte goes; a file the gateway already holds says nothing.
+ * first byte goes; a file the gateway already holds says nothing. An upload
+ * of PROGRESS_MIN_BYTES or more also shows how far it is, in a display
+ * updated in place at most once a PROGRESS_US (front ends without display
+ * updates show the first and the last).
  *
  * Invariants: at most one request in flight (the statement's gw_req) or a
  * poll due, never both; one chunk in memory; the chunks come from the file
@@ -50,6 +53,8 @@
 /* A data.put stays under a frame's 1 MiB: base64 makes 4 bytes of 3, and
  * the rest of the request is a few hundred bytes. */
 #define MAX_CHUNK_BYTES (720u << 10)
+#define PROGRESS_MIN_BYTES (16ll << 20)
+#define PROGRESS_US (1 * SL_US_PER_S)
 
 struct jk_upload {
   char *path;
@@ -63,6 +68,9 @@ struct jk_upload {
   int64_t poll_at_us;         /* the next data.have; INT64_MAX: none due */
   int64_t poll_until_us;      /* polling gives up then; 0: not polling */
   bool announced;             /* the cell's "uploading" line went out */
+  bool progress_shown;        /* the progress display went out (updates follow) */
+  bool progress_done;         /* and said the upload is done */
+  int64_t progress_at_us;     /* the next update of the progress display, at the earliest */
 };
 
 struct jk_upload *jk_upload_free(struct jk_upload *u) {
@@ -97,6 +105,29 @@ static void format_size(int64_t bytes, char *buf, size_t size) {
 static const char *base_name(const char *path) {
   const char *slash = strrchr(path, '/');
   return slash && slash[1] ? slash + 1 : path;
+}
+
+/* The progress display of a large upload: sent bytes so far (the
+ * gateway's offset), or done; at most once a PROGRESS_US but the last. */
+static void show_progress(struct jk_interp *ip, struct jk_upload *u, int64_t sent, bool done) {
+  int64_t now = sl_time_mono_us();
+  if (u->size_bytes < PROGRESS_MIN_BYTES || ip->running->silent || (!done && now < u->progress_at_us) ||
+      (done && (!u->progress_shown || u->progress_done)))
+    return;
+  u->progress_at_us = now + PROGRESS_US;
+  u->progress_done = done;
+  char have[32], size[32], id[64], *text = NULL;
+  format_size(sent, have, sizeof have);
+  format_size(u->size_bytes, size, sizeof size);
+  snprintf(id, sizeof id, "spotlab-upload-%.16s", u->sha256);
+  int n = done ? asprintf(&text, "uploaded %s (%s)", base_name(u->path), size)
+               : asprintf(&text, "uploading %s: %s of %s (%d%%)", base_name(u->path), have, size,
+                          (int)(100 * sent / u->size_bytes));
+  json_t *bundle = n >= 0 ? json_pack("{s:s}", "text/plain", text) : NULL;
+  free(n >= 0 ? text : NULL);
+  if (bundle)
+    ip->pub->display(ip->pub_ud, JK_PUB_RUNNING, bundle, id, u->progress_shown);
+  u->progress_shown = true;
 }
 
 static enum jk_step changed(struct jk_interp *ip, const struct jk_upload *u) {
@@ -187,6 +218,7 @@ static enum jk_step send_put(struct jk_interp *ip, struct jk_upload *u, int64_t 
     free(line);
   }
   u->announced = true;
+  show_progress(ip, u, offset, false);
   u->n_puts++;
   return jk_jobs_await(ip, req, OP_DATA, 0);
 }
@@ -282,8 +314,10 @@ enum jk_step jk_upload_reply(struct jk_interp *ip, const json_t *reply, const ch
   }
   const char *state = sl_json_get_str(reply, "state", "");
   int64_t offset = sl_json_get_int(reply, "offset", -1);
-  if (strcmp(state, "ready") == 0)
+  if (strcmp(state, "ready") == 0) {
+    show_progress(ip, u, u->size_bytes, true);
     return resubmit(ip, u);
+  }
   if (strcmp(state, "publishing") == 0 || strcmp(state, "checking") == 0) {
     int64_t now = sl_time_mono_us();
     if (!u->poll_until_us)
@@ -291,8 +325,10 @@ enum jk_step jk_upload_reply(struct jk_interp *ip, const json_t *reply, const ch
     else if (now >= u->poll_until_us)
       return jk_exec_fail(ip, "SubmitError", "the gateway was still %s the data file %s after an hour", state,
                           u->path);
-    if (strcmp(state, "publishing") == 0)
+    if (strcmp(state, "publishing") == 0) {
       u->have_bytes = u->size_bytes;
+      show_progress(ip, u, u->size_bytes, true);
+    }
     u->poll_at_us = now + POLL_US;
     return JK_STEP_WAIT;
   }

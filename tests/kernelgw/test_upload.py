@@ -400,6 +400,21 @@ def real_gateway(kernel_exe, gateway_exe):
             check(content["status"] == "ok" and UPLOADING not in out,
                   "gateway: a second train on the same file uploads nothing: %s %r" % (content.get("evalue"), out))
 
+            # a large file: its progress in a display updated in place
+            big_data = data * 19  # the corpus's characters: the model fits it
+            big = write(os.path.join(d, "big.txt"), big_data)
+            content, _ = run_cell(k, 'data big = text("%s")' % big)
+            content, msgs = k.run("eval m on big eval_batches=2", timeout=300)
+            shown = [(m["msg_type"], m["content"]["data"]["text/plain"]) for m in msgs
+                     if m["msg_type"] in ("display_data", "update_display_data") and
+                     m["content"].get("transient", {}).get("display_id", "").startswith("spotlab-upload-")]
+            check(content["status"] == "ok" and len(shown) >= 2 and shown[0][0] == "display_data" and
+                  shown[0][1].startswith("uploading big.txt: ") and
+                  shown[-1] == ("update_display_data", "uploaded big.txt (%.1f MiB)" % (len(big_data) / 2 ** 20)) and
+                  all(t == "update_display_data" for t, _ in shown[1:]),
+                  "gateway: a 24.7 MiB upload shows its progress, updated in place: %s %s"
+                  % (content.get("evalue"), shown))
+
             missing = os.path.join(d, "missing.txt")
             content, _ = run_cell(k, 'data gone = text("%s")' % missing)
             content, out = run_cell(k, "train m on gone steps=20 batch=4", timeout=120)
