@@ -736,16 +736,31 @@ class ScriptedGateway(threading.Thread):
             self.send(rid, self.add({"event": "state", "state": "succeeded", "reason": "done"}))
 
 
+@contextlib.contextmanager
+def scripted_env(d, gateway_class):
+    """A scripted gateway, gateway_class(address) (a thread), serving
+    ipc://d/gw.sock, which SPOTLAB_GATEWAY and SPOTLAB_TOKEN name to the
+    kernels started inside; after, the gateway stopped, the variables as
+    they were and d removed."""
+    saved = {k: os.environ.get(k) for k in ("SPOTLAB_GATEWAY", "SPOTLAB_TOKEN")}
+    os.environ["SPOTLAB_GATEWAY"] = "ipc://%s/gw.sock" % d
+    os.environ["SPOTLAB_TOKEN"] = "scripted-token"
+    gw = gateway_class(os.environ["SPOTLAB_GATEWAY"])
+    gw.start()
+    try:
+        yield gw
+    finally:
+        gw.stop = True
+        gw.join(5)
+        restore_env(saved)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def scripted_gateway(kernel_exe):
     """Against a scripted gateway: a long history read in pages, a lost live
     event read back, each event shown once."""
     d = tempfile.mkdtemp(prefix="spotlab-kgw-scripted-")
-    saved = {k: os.environ.get(k) for k in ("SPOTLAB_GATEWAY", "SPOTLAB_TOKEN")}
-    os.environ["SPOTLAB_GATEWAY"] = "ipc://%s/gw.sock" % d
-    os.environ["SPOTLAB_TOKEN"] = "scripted-token"
-    gw = ScriptedGateway(os.environ["SPOTLAB_GATEWAY"])
-    gw.start()
-    try:
+    with scripted_env(d, ScriptedGateway) as gw:
         with KernelspecEnv(kernel_exe):
             k = Kernel()
             try:
@@ -768,15 +783,6 @@ def scripted_gateway(kernel_exe):
                       "scripted: every event shown once: " + final)
             finally:
                 k.close()
-    finally:
-        gw.stop = True
-        gw.join(5)
-        for key, v in saved.items():
-            if v is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = v
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def stop_gateway(home):

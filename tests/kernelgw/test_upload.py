@@ -35,7 +35,7 @@ import zmq
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import check, failures, summary  # noqa: E402
 from kernelspec_env import KernelspecEnv  # noqa: E402
-from test_kernel_gateway import Kernel, own_gateway_kernel, stdout_of, stop_gateway  # noqa: E402
+from test_kernel_gateway import Kernel, own_gateway_kernel, scripted_env, stdout_of, stop_gateway  # noqa: E402
 
 FRAME_LIMIT = 1 << 20
 UPLOADING = "for the gateway's workers"
@@ -197,27 +197,13 @@ def run_cell(k, code, timeout=60):
 
 def scripted(kernel_exe):
     d = tempfile.mkdtemp(prefix="spotlab-kgw-upload-")
-    saved = {key: os.environ.get(key) for key in ("SPOTLAB_GATEWAY", "SPOTLAB_TOKEN")}
-    os.environ["SPOTLAB_GATEWAY"] = "ipc://%s/gw.sock" % d
-    os.environ["SPOTLAB_TOKEN"] = "scripted-token"
-    gw = UploadGateway(os.environ["SPOTLAB_GATEWAY"])
-    gw.start()
-    try:
+    with scripted_env(d, UploadGateway) as gw:
         with KernelspecEnv(kernel_exe):
             k = Kernel()
             try:
                 scripted_cases(k, gw, d)
             finally:
                 k.close()
-    finally:
-        gw.stop = True
-        gw.join(5)
-        for key, v in saved.items():
-            if v is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = v
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def scripted_cases(k, gw, d):
