@@ -78,7 +78,7 @@ static int t_send(void *ud, const char *data, size_t len) {
   return zmq_send(c->sock, data, len, ZMQ_DONTWAIT) < 0 ? sl_err_from_zmq(zmq_errno()) : 0;
 }
 
-static const struct jk_gw_transport transport = {t_open, t_close, t_send};
+static const struct jk_gw_transport transport = {t_open, t_close, t_send, NULL};
 
 static void h_reply(void *ud, int64_t id, const json_t *reply, const char *error) {
   struct cli_conn *c = ud;

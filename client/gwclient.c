@@ -43,6 +43,8 @@ extern char **environ;
 struct pending {
   int64_t id;
   json_t *req;          /* owned; kept until answered so it can be resent */
+  void *data;           /* owned: the message's second frame, or NULL */
+  size_t data_len;
   bool sent;
   bool retried;         /* resent once after the gateway forgot our hello */
   bool failed;          /* fail at the next tick with error */
@@ -107,6 +109,7 @@ struct jk_gw *jk_gw_new(const struct jk_gw_transport *t, void *tud,
 
 static void drop_pending(struct jk_gw *gw, size_t i) {
   json_decref(gw->p[i].req);
+  free(gw->p[i].data);
   free(gw->p[i].error);
   memmove(&gw->p[i], &gw->p[i + 1], (gw->n_p - i - 1) * sizeof gw->p[0]);
   gw->n_p--;
@@ -213,12 +216,17 @@ static void disconnect(struct jk_gw *gw, const char *why) {
   gw->notify = true;
 }
 
-static int send_json(struct jk_gw *gw, const json_t *obj) {
+/* obj as one frame, or (data) followed by data as a second. */
+static int send_json(struct jk_gw *gw, const json_t *obj, const void *data, size_t data_len) {
   size_t len = 0;
+  if (data && !gw->t->send_more)
+    return -ENOTSUP;
   char *text = sl_json_dump(obj, &len);
   if (!text)
     return -ENOMEM;
-  int r = gw->t->send(gw->tud, text, len);
+  int r = data ? gw->t->send_more(gw->tud, text, len) : gw->t->send(gw->tud, text, len);
+  if (r == 0 && data)
+    r = gw->t->send(gw->tud, data, data_len);
   free(text);
   return r;
 }
@@ -235,7 +243,7 @@ static int send_hello(struct jk_gw *gw, int64_t timeout_us) {
   }
   if (!hello)
     return -ENOMEM;
-  int r = send_json(gw, hello);
+  int r = send_json(gw, hello, NULL, 0);
   json_decref(hello);
   gw->hello_deadline_us = sl_time_mono_us() + timeout_us;
   gw->hello_timeout_now_us = timeout_us;
@@ -348,12 +356,12 @@ static void start_attempt(struct jk_gw *gw) {
 
 /* Sends a request with the connection's secret (a resent one gets the
  * secret of the latest hello). */
-static int send_request(struct jk_gw *gw, json_t *req) {
+static int send_request(struct jk_gw *gw, json_t *req, const void *data, size_t data_len) {
   if (gw->auth[0])
     json_object_set_new(req, "auth", json_string(gw->auth));
   else
     json_object_del(req, "auth");
-  int r = send_json(gw, req);
+  int r = send_json(gw, req, data, data_len);
   json_object_del(req, "auth"); /* the secret stays in one place */
   return r;
 }
@@ -364,7 +372,7 @@ static void send_queued(struct jk_gw *gw) {
     struct pending *p = &gw->p[i];
     if (p->sent || p->failed)
       continue;
-    int r = send_request(gw, p->req);
+    int r = send_request(gw, p->req, p->data, p->data_len);
     if (r < 0) {
       p->failed = true;
       p->error = strdup(sl_strerror(r));
@@ -378,16 +386,27 @@ static void send_queued(struct jk_gw *gw) {
 /* ---- requests ----------------------------------------------------------- */
 
 int64_t jk_gw_request(struct jk_gw *gw, json_t *req, unsigned flags) {
-  if (!req)
-    return -ENOMEM;
-  if (gw->n_p >= MAX_PENDING) {
+  return jk_gw_request_data(gw, req, NULL, 0, flags);
+}
+
+int64_t jk_gw_request_data(struct jk_gw *gw, json_t *req, const void *data, size_t len, unsigned flags) {
+  void *copy = data ? malloc(len ? len : 1) : NULL;
+  if (!req || (data && !copy)) {
     json_decref(req);
-    return SL_ELIMIT;
+    free(copy);
+    return -ENOMEM;
   }
+  if (gw->n_p >= MAX_PENDING || (data && !gw->t->send_more)) {
+    json_decref(req);
+    free(copy);
+    return gw->n_p >= MAX_PENDING ? SL_ELIMIT : -ENOTSUP;
+  }
+  if (copy)
+    memcpy(copy, data, len);
   int64_t id = gw->next_id++;
   json_object_set_new(req, "id", json_integer(id));
   struct pending *p = &gw->p[gw->n_p++];
-  *p = (struct pending){.id = id, .req = req};
+  *p = (struct pending){.id = id, .req = req, .data = copy, .data_len = len};
   if (gw->state == JK_GW_READY) {
     send_queued(gw);
   } else if (gw->state == JK_GW_CONNECTING) {

@@ -25,6 +25,9 @@ struct jk_gw_transport {
   void (*close)(void *ud);
   /* Sends one frame (borrowed). 0 or negative. */
   int (*send)(void *ud, const char *data, size_t len);
+  /* Sends one frame with more to follow: the next send ends the message.
+   * NULL: requests that carry data (jk_gw_request_data) fail. */
+  int (*send_more)(void *ud, const char *data, size_t len);
 };
 
 /* What the client tells its owner. Calls never happen inside jk_gw_request()
@@ -70,6 +73,10 @@ struct jk_gw *jk_gw_free(struct jk_gw *gw);
  * too many requests are outstanding). The answer comes through
  * handler->reply, also for a failure to connect. */
 int64_t jk_gw_request(struct jk_gw *gw, json_t *req, unsigned flags);
+/* As jk_gw_request, with len bytes of data (copied; len may be 0) sent as
+ * the message's second frame (data.put). -ENOTSUP when the transport has no
+ * send_more. */
+int64_t jk_gw_request_data(struct jk_gw *gw, json_t *req, const void *data, size_t len, unsigned flags);
 /* Drops interest in request id: its reply, if it comes, is ignored. */
 void jk_gw_forget(struct jk_gw *gw, int64_t id);
 /* One received frame (borrowed). Bad input is logged and dropped. */

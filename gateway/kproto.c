@@ -493,10 +493,11 @@ static void dispatch(struct gw_kreq *q) {
 }
 
 static void handle(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, int fd,
-                   const json_t *body) {
+                   const json_t *body, const struct sl_frame *data) {
   json_t *id = json_object_get(body, "id");
   struct gw_kreq q = {.g = g, .rid = rid, .rid_len = rid_len, .fd = fd, .body = body,
-                  .id = json_is_integer(id) ? id : NULL};
+                  .id = json_is_integer(id) ? id : NULL, .data = data ? data->data : NULL,
+                  .data_len = data ? data->len : 0};
   int64_t t0 = sl_time_mono_us();
   dispatch(&q);
   /* the label is a type the protocol knows: a peer cannot grow the set */
@@ -512,7 +513,7 @@ const struct gw_metrics_kreq *gw_kproto_request_times(const struct gw_kproto *g)
 }
 
 void gw_kproto_handle(struct gw_kproto *g, const uint8_t *rid, size_t rid_len, const json_t *body) {
-  handle(g, rid, rid_len, -1, body);
+  handle(g, rid, rid_len, -1, body, NULL);
 }
 
 void gw_kproto_recv(struct gw_kproto *g, void *sock) {
@@ -533,15 +534,18 @@ void gw_kproto_recv(struct gw_kproto *g, void *sock) {
   if (r == SL_ELIMIT) {
     snprintf(why, sizeof why, "message over the limits (%d frames, %u bytes per frame)",
              GW_FRAMES_MAX, GW_FRAME_MAX);
-  } else if (m.n != 2) {
+  } else if (m.n != 2 && m.n != 3) {
     r = SL_EWIRE;
-    snprintf(why, sizeof why, "expected one JSON frame, got %zu", m.n - 1);
+    snprintf(why, sizeof why, "expected one JSON frame (and data.put's bytes), got %zu", m.n - 1);
   } else {
     r = sl_json_parse((const char *)m.frames[1].data, m.frames[1].len, GW_JSON_DEPTH, &body, why,
                       sizeof why);
     if (r == 0 && !json_is_object(body)) {
       r = SL_EWIRE;
       snprintf(why, sizeof why, "a message must be a JSON object");
+    } else if (r == 0 && m.n == 3 && strcmp(sl_json_get_str(body, "type", ""), "data.put")) {
+      r = SL_EWIRE;
+      snprintf(why, sizeof why, "only data.put carries a second frame");
     }
   }
   if (r < 0) {
@@ -551,7 +555,7 @@ void gw_kproto_recv(struct gw_kproto *g, void *sock) {
       id = json_object_get(body, "id");
     reply_err(g, rid, rid_len, id, r, why);
   } else {
-    handle(g, rid, rid_len, m.src_fd, body);
+    handle(g, rid, rid_len, m.src_fd, body, m.n == 3 ? &m.frames[2] : NULL);
   }
   json_decref(body);
   sl_msg_done(&m);

@@ -96,6 +96,8 @@ struct gw_kreq {
   int fd;                       /* the connection it came in on; -1 unknown */
   const json_t *body;
   json_t *id;                   /* echoed as "re" (borrowed; null if absent) */
+  const uint8_t *data;          /* data.put: the message's second frame, its bytes; else NULL */
+  size_t data_len;
 };
 
 /* A line at a rate-limited site; a drop arms the timer that reports it. */

@@ -9,7 +9,6 @@
 #include "sl_json.h"
 #include "uploads.h"
 
-#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -44,25 +43,21 @@ void gw_kproto_on_data_have(struct gw_kreq *q) {
   answer(q, r, &st, err);
 }
 
+/* The chunk's bytes come as the message's second frame: binary, so that
+ * nothing encodes or scans them on the way. */
 void gw_kproto_on_data_put(struct gw_kreq *q) {
-  static unsigned char buf[GW_UPLOAD_CHUNK_MAX];
   const char *sha;
   uint64_t size;
   if (upload_args(q, &sha, &size) < 0)
     return;
-  const json_t *off = json_object_get(q->body, "offset"), *b64 = json_object_get(q->body, "b64");
+  const json_t *off = json_object_get(q->body, "offset");
   if (!json_is_integer(off) || json_integer_value(off) < 0 || (uint64_t)json_integer_value(off) > size)
     return gw_kproto_fail(q, SL_ETYPE, "offset must be a whole number of bytes, at most size");
-  size_t len = 0;
-  if (json_is_string(b64) && json_string_length(b64) > 4 * ((sizeof buf + 2) / 3))
-    return gw_kproto_fail(q, SL_ELIMIT, "a chunk is at most 512 KiB");
-  if (!json_is_string(b64) ||
-      sodium_base642bin(buf, sizeof buf, json_string_value(b64), json_string_length(b64), NULL, &len,
-                        NULL, sodium_base64_VARIANT_ORIGINAL) < 0)
-    return gw_kproto_fail(q, SL_ETYPE, "b64 must be the chunk's bytes in base64");
+  if (!q->data)
+    return gw_kproto_fail(q, SL_EWIRE, "data.put carries the chunk's bytes as the message's second frame");
   struct gw_upload_status st;
   char err[400] = "";
   int r = gw_uploads_put(q->g->env.uploads, q->c->who.user, sha, size, (uint64_t)json_integer_value(off),
-                         buf, len, &st, err, sizeof err);
+                         q->data, q->data_len, &st, err, sizeof err);
   answer(q, r, &st, err);
 }

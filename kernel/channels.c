@@ -280,13 +280,22 @@ static int gw_open(void *ud, const char *address) {
   return 0;
 }
 
-static int gw_send(void *ud, const char *data, size_t len) {
-  struct loop *l = ud;
+static int gw_send_flags(struct loop *l, const char *data, size_t len, int flags) {
   if (!l->gw)
     return -ENOTCONN;
-  if (zmq_send(l->gw, data, len, ZMQ_DONTWAIT) < 0)
+  if (zmq_send(l->gw, data, len, ZMQ_DONTWAIT | flags) < 0)
     return sl_err_from_zmq(zmq_errno());
   return 0;
+}
+
+static int gw_send(void *ud, const char *data, size_t len) {
+  return gw_send_flags(ud, data, len, 0);
+}
+
+/* A frame that more of the same message follow: once libzmq took it, it
+ * takes the rest too (a message is queued whole or not at all). */
+static int gw_send_more(void *ud, const char *data, size_t len) {
+  return gw_send_flags(ud, data, len, ZMQ_SNDMORE);
 }
 
 /* Hands one gateway message to the core, straight from libzmq's buffer;
@@ -323,7 +332,7 @@ static const struct jk_core_ops core_ops = {
   .shutdown = request_shutdown,
 };
 
-static const struct jk_core_gw_ops core_gw_ops = {gw_open, gw_close, gw_send};
+static const struct jk_core_gw_ops core_gw_ops = {gw_open, gw_close, gw_send, gw_send_more};
 
 /* ---- receiving ---------------------------------------------------------- */
 

@@ -186,7 +186,12 @@ static int gw_send(void *ud, const char *data, size_t len) {
   return c->gw_ops->gw_send(c->userdata, data, len);
 }
 
-static const struct jk_gw_transport gw_transport = {gw_open, gw_close, gw_send};
+static int gw_send_more(void *ud, const char *data, size_t len) {
+  struct jk_core *c = ud;
+  return c->gw_ops->gw_send_more ? c->gw_ops->gw_send_more(c->userdata, data, len) : -ENOTSUP;
+}
+
+static const struct jk_gw_transport gw_transport = {gw_open, gw_close, gw_send, gw_send_more};
 
 int jk_core_set_gateway(struct jk_core *c, const struct jk_core_gw_ops *ops) {
   if (c->gw_ops)

@@ -33,6 +33,7 @@ struct jk_core_gw_ops {
   int (*gw_open)(void *userdata, const char *address);
   void (*gw_close)(void *userdata);
   int (*gw_send)(void *userdata, const char *data, size_t len);
+  int (*gw_send_more)(void *userdata, const char *data, size_t len); /* more frames follow */
 };
 
 struct jk_core_config {

@@ -94,12 +94,17 @@ void jk_jobs_free_follow(struct jk_interp *ip) {
 /* Sends req for the running statement and waits for its reply. A job's
  * first submit is kept, to go again once its data file is uploaded. */
 enum jk_step jk_jobs_await(struct jk_interp *ip, json_t *req, enum op op, unsigned flags) {
+  return jk_jobs_await_data(ip, req, NULL, 0, op, flags);
+}
+
+enum jk_step jk_jobs_await_data(struct jk_interp *ip, json_t *req, const void *data, size_t len, enum op op,
+                                unsigned flags) {
   struct jk_follow *f = ip->running->follow;
   if (op == OP_SUBMIT && f && !f->submit && req && !(f->submit = json_deep_copy(req))) {
     json_decref(req);
     return jk_exec_fail(ip, "MemoryError", "out of memory");
   }
-  int64_t id = jk_gw_request(ip->gw, req, flags);
+  int64_t id = data ? jk_gw_request_data(ip->gw, req, data, len, flags) : jk_gw_request(ip->gw, req, flags);
   if (id < 0)
     return jk_exec_fail(ip, "GatewayError", "cannot send to the gateway: %s", sl_strerror((int)id));
   ip->running->gw_req = id;

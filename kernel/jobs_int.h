@@ -46,6 +46,9 @@ struct jk_follow *jk_jobs_follow_new(struct jk_interp *ip);
 /* Sends req (taken) for the running statement and waits for its reply. The
  * first OP_SUBMIT request of a follow is kept (submit) for after an upload. */
 enum jk_step jk_jobs_await(struct jk_interp *ip, json_t *req, enum op op, unsigned flags);
+/* As jk_jobs_await, with len bytes of data (copied) as the request's second frame. */
+enum jk_step jk_jobs_await_data(struct jk_interp *ip, json_t *req, const void *data, size_t len, enum op op,
+                                unsigned flags);
 /* Follows job: its history in pages, then the attach. */
 enum jk_step jk_jobs_start_follow(struct jk_interp *ip, const char *job);
 

@@ -34,7 +34,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,9 +49,8 @@
 #define POLL_US (200 * SL_US_PER_MS)
 #define POLL_MAX_US (3600 * SL_US_PER_S) /* checking or publishing longer: the cell fails */
 #define DEFAULT_CHUNK_BYTES (512u << 10)
-/* A data.put stays under a frame's 1 MiB: base64 makes 4 bytes of 3, and
- * the rest of the request is a few hundred bytes. */
-#define MAX_CHUNK_BYTES (720u << 10)
+/* A chunk is data.put's second frame, at most the gateway's 1 MiB. */
+#define MAX_CHUNK_BYTES (1024u << 10)
 #define PROGRESS_MIN_BYTES (16ll << 20)
 #define PROGRESS_US (1 * SL_US_PER_S)
 
@@ -182,34 +180,25 @@ static ssize_t read_at(int fd, unsigned char *buf, size_t n, int64_t off) {
   return (ssize_t)got;
 }
 
-/* One chunk from offset, in base64; the cell's line before the first. */
+/* One chunk from offset, as the request's second frame; the cell's line before the first. */
 static enum jk_step send_put(struct jk_interp *ip, struct jk_upload *u, int64_t offset) {
   struct stat now;
   if (fstat(u->fd, &now) < 0 || !same_file(&now, &u->st))
     return changed(ip, u);
   int64_t left = u->size_bytes - offset;
   size_t n = left < (int64_t)u->chunk_bytes ? (size_t)left : u->chunk_bytes;
-  size_t b64_size = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
   unsigned char *buf = malloc(n ? n : 1);
-  char *b64 = malloc(b64_size);
-  if (!buf || !b64) {
-    free(buf);
-    free(b64);
+  if (!buf)
     return jk_exec_fail(ip, "MemoryError", "out of memory");
-  }
   ssize_t got = read_at(u->fd, buf, n, offset);
   if (got != (ssize_t)n) {
     free(buf);
-    free(b64);
     if (got >= 0)
       return changed(ip, u);
     return jk_exec_fail(ip, "DataError", "cannot read the data file %s: %s", u->path, sl_strerror((int)got));
   }
-  sodium_bin2base64(b64, b64_size, buf, n, sodium_base64_VARIANT_ORIGINAL);
-  free(buf);
-  json_t *req = json_pack("{s:s, s:s, s:I, s:I, s:s}", "type", "data.put", "sha256", u->sha256, "size",
-                          (json_int_t)u->size_bytes, "offset", (json_int_t)offset, "b64", b64);
-  free(b64);
+  json_t *req = json_pack("{s:s, s:s, s:I, s:I}", "type", "data.put", "sha256", u->sha256, "size",
+                          (json_int_t)u->size_bytes, "offset", (json_int_t)offset);
   if (!u->announced && !ip->running->silent) {
     char size[32], *line = NULL;
     format_size(u->size_bytes, size, sizeof size);
@@ -220,7 +209,9 @@ static enum jk_step send_put(struct jk_interp *ip, struct jk_upload *u, int64_t 
   u->announced = true;
   show_progress(ip, u, offset, false);
   u->n_puts++;
-  return jk_jobs_await(ip, req, OP_DATA, 0);
+  enum jk_step step = jk_jobs_await_data(ip, req, buf, n, OP_DATA, 0);
+  free(buf);
+  return step;
 }
 
 /* Opens and hashes the file at path into a new upload (*ret, owned). */

@@ -326,7 +326,7 @@ static int tk_send(void *ud, const char *data, size_t len) {
   r->sent[r->n_sent++] = m;
   return 0;
 }
-static const struct jk_gw_transport tk_transport = {tk_open, tk_close, tk_send};
+static const struct jk_gw_transport tk_transport = {tk_open, tk_close, tk_send, NULL};
 
 static void tk_reply(void *ud, int64_t id, const json_t *reply, const char *error) {
   struct token_rec *r = ud;

@@ -93,7 +93,7 @@ static int gw_send(void *ud, const char *data, size_t len) {
   json_decref(req);
   return 0;
 }
-static const struct jk_core_gw_ops gw_ops = {gw_open, gw_close, gw_send};
+static const struct jk_core_gw_ops gw_ops = {gw_open, gw_close, gw_send, NULL};
 
 /* An execute_request of code, as a front end sends it. */
 static struct jk_msg *execute_request(struct jk_auth *auth, const char *code) {

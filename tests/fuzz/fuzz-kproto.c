@@ -9,9 +9,9 @@
  * so the frame limits, the JSON parser and the handlers all see it; the
  * gateway's loop then settles (placements, provider events, replays).
  *
- * A one-frame message that parses as a JSON object without "auth" gets
- * the secret of ka's last hello, as a client's would, so that the handlers
- * behind the check are reached; other bytes go as they are.
+ * A message whose first frame parses as a JSON object without "auth" gets
+ * the secret of ka's last hello in it, as a client's would, so that the
+ * handlers behind the check are reached; other bytes go as they are.
  *
  * Each input gets a fresh gateway (its own temporary state folder and
  * SQLite store), so a crash replays from its input alone. Nothing may
@@ -70,13 +70,23 @@ static void sockets_once(void) {
 
 /* Sends one message (frames split at "\n++\n") and lets the gateway read it. */
 static void deliver(struct fx *f, const uint8_t *p, size_t n) {
-  json_t *body = memmem(p, n, "\n++\n", 4) ? NULL : json_loadb((const char *)p, n, JSON_DECODE_ANY, NULL);
+  const uint8_t *first_end = memmem(p, n, "\n++\n", 4);
+  size_t first = first_end ? (size_t)(first_end - p) : n;
+  json_t *body = json_loadb((const char *)p, first, JSON_DECODE_ANY, NULL);
   json_t *auth = json_object_get(f->auths, "ka");
-  char *signed_body = NULL;
-  if (json_is_object(body) && auth && !json_object_get(body, "auth") &&
-      json_object_set(body, "auth", auth) == 0 && (signed_body = json_dumps(body, JSON_COMPACT))) {
-    p = (const uint8_t *)signed_body;
-    n = strlen(signed_body);
+  char *signed_msg = NULL;
+  size_t signed_len = 0;
+  if (json_is_object(body) && auth && !json_object_get(body, "auth") && json_object_set(body, "auth", auth) == 0) {
+    char *text = json_dumps(body, JSON_COMPACT);
+    size_t tl = text ? strlen(text) : 0;
+    if (text && (signed_msg = malloc(tl + (n - first) + 1))) {
+      memcpy(signed_msg, text, tl);
+      memcpy(signed_msg + tl, p + first, n - first); /* the frames after the first, as they were */
+      signed_len = tl + (n - first);
+      p = (const uint8_t *)signed_msg;
+      n = signed_len;
+    }
+    free(text);
   }
   json_decref(body);
   const uint8_t *end = p + n;
@@ -94,7 +104,7 @@ static void deliver(struct fx *f, const uint8_t *p, size_t n) {
     fprintf(stderr, "fuzz-kproto: the message never arrived\n");
     abort();
   }
-  free(signed_body);
+  free(signed_msg);
   gw_kproto_recv(f->kproto, router);
 }
 

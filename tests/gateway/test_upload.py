@@ -14,7 +14,6 @@ _data/USER/SHA256; another user does not see it; the job then trains on
 the store's copy with the notebook's file gone, and its record names the
 file's hash. Every wait has a deadline.
 """
-import base64
 import hashlib
 import os
 import sys
@@ -43,9 +42,8 @@ def have(c, sha, size, until=("ready", "receiving"), timeout=30):
 
 
 def put(c, sha, data, offset, n=CHUNK, size=None):
-    chunk = data[offset:offset + n]
     return c.req("data.put", sha256=sha, size=len(data) if size is None else size, offset=offset,
-                 b64=base64.b64encode(chunk).decode())
+                 frame=data[offset:offset + n])
 
 
 def define(c, path):
@@ -69,10 +67,13 @@ def check_refusals(c, sha, data):
     r = put(c, sha, data, 5)
     check(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0,
           "a chunk at another offset is not taken; the reply says which is wanted: %s" % r)
-    r = c.req("data.put", sha256=sha, size=len(data), offset=0, b64=base64.b64encode(b"x" * (600 * 1024)).decode())
+    r = c.req("data.put", sha256=sha, size=len(data), offset=0, frame=b"x" * (600 * 1024))
     check(not r["ok"] and r["error"]["code"] == "SL_ELIMIT", "a chunk over 512 KiB is refused: %s" % r)
-    r = c.req("data.put", sha256=sha, size=len(data), offset=0, b64="not base64!")
-    check(not r["ok"] and r["error"]["code"] == "SL_ETYPE", "bad base64 is refused: %s" % r)
+    r = c.req("data.put", sha256=sha, size=len(data), offset=0)
+    check(not r["ok"] and r["error"]["code"] == "SL_EWIRE", "a data.put without its bytes is refused: %s" % r)
+    r = c.req("jobs", frame=b"bytes")
+    check(not r["ok"] and r["error"]["code"] == "SL_EWIRE",
+          "a second frame on another request is refused: %s" % r)
     r = c.req("data.have", sha256=sha, size=len(data) + 1)
     check(not r["ok"] and r["error"]["code"] == "SL_EMISMATCH",
           "another size for an upload under way is refused: %s" % r)

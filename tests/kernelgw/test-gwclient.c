@@ -5,6 +5,7 @@
  * (SL_EAUTH after hello) answered with a new hello and a resend, the
  * embedded gateway's start failing, hostile input dropped, and a token file
  * that is not UTF-8. */
+#include <errno.h>
 #include <jansson.h>
 #include <poll.h>
 #include <stdio.h>
@@ -43,7 +44,31 @@ static int t_send(void *ud, const char *data, size_t len) {
     r->sent[r->n_sent++] = json_loadb(data, len, 0, NULL);
   return 0;
 }
-static const struct jk_gw_transport transport = {t_open, t_close, t_send};
+static const struct jk_gw_transport transport = {t_open, t_close, t_send, NULL};
+
+/* A transport that sends messages of several frames: the frame after a
+ * send_more is kept as the data of the JSON frame before it. */
+static bool more_pending;
+static char more_data[64][64];
+static size_t more_len[64];
+static int t_send_more(void *ud, const char *data, size_t len) {
+  t_send(ud, data, len);
+  more_pending = true;
+  return 0;
+}
+static int t_send_frame(void *ud, const char *data, size_t len) {
+  struct rec *r = ud;
+  if (!more_pending)
+    return t_send(ud, data, len);
+  more_pending = false;
+  int i = r->n_sent - 1;
+  if (i >= 0 && len <= sizeof more_data[0]) {
+    memcpy(more_data[i], data, len);
+    more_len[i] = len;
+  }
+  return 0;
+}
+static const struct jk_gw_transport transport_more = {t_open, t_close, t_send_frame, t_send_more};
 
 static void h_reply(void *ud, int64_t id, const json_t *reply, const char *error) {
   struct rec *r = ud;
@@ -163,6 +188,45 @@ static void test_hello_and_requests(void) {
   CHECK_INT(r.n_ready, 2);
   jk_gw_free(gw);
   CHECK_INT(r.closes, 1);
+  rec_done(&r);
+}
+
+/* A request with data (data.put): its JSON frame, then the data as the
+ * message's second frame, copied when asked for, and both sent again when
+ * the gateway forgot the hello. A transport without send_more: -ENOTSUP. */
+static void test_request_data(void) {
+  struct rec r = {0};
+  setenv("SPOTLAB_TOKEN", "tok-123", 1);
+  struct jk_gw_config cfg = {.client = "kernel", .session = "nb.ipynb", .address = "tcp://127.0.0.1:9"};
+  struct jk_gw *gw = jk_gw_new(&transport_more, &r, &handler, &r, &cfg);
+  char chunk[] = "some bytes\0and more";
+  int64_t a = jk_gw_request_data(gw, json_pack("{s:s}", "type", "data.put"), chunk, sizeof chunk, 0);
+  int64_t b = jk_gw_request_data(gw, json_pack("{s:s}", "type", "data.put"), "", 0, 0);
+  memset(chunk, 'x', sizeof chunk); /* copied: the caller's buffer may go */
+  CHECK(a > 0 && b > a);
+  jk_gw_tick(gw);
+  input(gw, "{\"type\":\"reply\",\"re\":%lld,\"ok\":true,\"user\":\"alice\"}", sent_id(&r, 0));
+  CHECK_INT(r.n_sent, 3);
+  CHECK_STR(sent_type(&r, 1), "data.put");
+  CHECK_INT(sent_id(&r, 1), a);
+  CHECK_INT((long long)more_len[1], (long long)sizeof chunk);
+  CHECK(memcmp(more_data[1], "some bytes\0and more", sizeof chunk) == 0);
+  CHECK_INT(sent_id(&r, 2), b);
+  CHECK_INT((long long)more_len[2], 0); /* an empty second frame */
+  CHECK(!more_pending);
+  input(gw, "{\"type\":\"reply\",\"re\":%lld,\"ok\":true}", b);
+  input(gw, "{\"type\":\"reply\",\"re\":%lld,\"ok\":false,\"error\":{\"code\":\"SL_EAUTH\",\"message\":\"hello first\"}}",
+        a);
+  CHECK_STR(sent_type(&r, 3), "hello");
+  input(gw, "{\"type\":\"reply\",\"re\":%lld,\"ok\":true,\"user\":\"alice\"}", sent_id(&r, 3));
+  CHECK_INT(sent_id(&r, 4), a);
+  CHECK_INT((long long)more_len[4], (long long)sizeof chunk);
+  CHECK(memcmp(more_data[4], "some bytes\0and more", sizeof chunk) == 0);
+  jk_gw_free(gw);
+  rec_done(&r);
+  gw = jk_gw_new(&transport, &r, &handler, &r, &cfg);
+  CHECK_INT(jk_gw_request_data(gw, json_pack("{s:s}", "type", "data.put"), "x", 1, 0), -ENOTSUP);
+  jk_gw_free(gw);
   rec_done(&r);
 }
 
@@ -416,6 +480,7 @@ static void test_token_not_utf8(void) {
 
 int main(void) {
   test_hello_and_requests();
+  test_request_data();
   test_auth_secret();
   test_refused_and_timeouts();
   test_missing_and_spawn();

@@ -2,7 +2,6 @@
 §1): one DEALER socket, JSON requests numbered by id, each after hello
 carrying the secret ("auth") hello's reply gave, and the events and notices
 that arrive meanwhile kept in order. Every wait has a deadline."""
-import base64
 import hashlib
 import json
 import time
@@ -48,16 +47,17 @@ class GatewayClient:
         elif m.get("type") == "notice":
             self.notices.append(m)
 
-    def req(self, type_, timeout=10, **kw):
+    def req(self, type_, timeout=10, frame=None, **kw):
         """Sends a request (with the secret of the last hello, unless kw names
-        an auth, None for none) and returns its reply."""
+        an auth, None for none) and returns its reply. frame: bytes sent as the
+        message's second frame (data.put's chunk)."""
         self.nid += 1
         kw.update(type=type_, id=self.nid)
         if type_ != "hello" and "auth" not in kw and self.auth:
             kw["auth"] = self.auth
         if kw.get("auth", "") is None:
             del kw["auth"]
-        self.s.send(json.dumps(kw).encode())
+        self.s.send_multipart([json.dumps(kw).encode()] + ([frame] if frame is not None else []))
         r = self.reply(self.nid, timeout)
         if type_ == "hello" and r.get("ok"):
             self.auth = r.get("auth")
@@ -80,8 +80,7 @@ class GatewayClient:
             if s["state"] == "receiving":
                 off = s["offset"]
                 chunk = data[off:off + up["chunk_bytes"]]
-                s = self.req("data.put", sha256=sha, size=len(data), offset=off,
-                             b64=base64.b64encode(chunk).decode())
+                s = self.req("data.put", sha256=sha, size=len(data), offset=off, frame=chunk)
             else:
                 time.sleep(0.1)
                 s = self.req("data.have", sha256=sha, size=len(data))
