@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GW_UPLOAD_CHUNK_MAX (512 * 1024) /* bytes per data.put */
+#define GW_UPLOAD_CHUNK_MAX (1024 * 1024) /* bytes per data.put: a frame's most (zmsg.h) */
 #define GW_UPLOAD_MAX 64                 /* uploads known at once, every user's */
 #define GW_UPLOAD_PER_USER 4             /* a user's uploads still receiving */
 #define GW_UPLOAD_KEY_MAX 160

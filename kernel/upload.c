@@ -7,8 +7,10 @@
  * data.have tells the gateway what the kernel has. Each reply names the
  * gateway's state: `receiving` wants the bytes from its "offset" (the next
  * data.put sends one chunk from exactly there, whatever was sent before),
- * `checking` and `publishing` are polled with data.have every POLL_US on
- * the interpreter's timer (the kernel keeps serving meanwhile), and `ready`
+ * `checking` and `publishing` are polled with data.have on the interpreter's
+ * timer, POLL_FIRST_US after the reply, then twice as long each time up to
+ * POLL_US (a file store publishes in a few milliseconds, S3 in seconds; the
+ * kernel keeps serving meanwhile), and `ready`
  * submits the statement's request again with data_sha256 and data_size; a
  * reply to that which asks for the file again fails the statement rather
  * than loop. The cell says "uploading NAME (SIZE) ..." once, before the
@@ -46,6 +48,7 @@
 #include "sl_log.h"
 #include "sl_time.h"
 
+#define POLL_FIRST_US (5 * SL_US_PER_MS)
 #define POLL_US (200 * SL_US_PER_MS)
 #define POLL_MAX_US (3600 * SL_US_PER_S) /* checking or publishing longer: the cell fails */
 #define DEFAULT_CHUNK_BYTES (512u << 10)
@@ -64,6 +67,7 @@ struct jk_upload {
   int64_t have_bytes;         /* the gateway's last offset (all of it once publishing) */
   uint64_t n_puts, max_puts;  /* chunks sent, and how many the gateway may ask for */
   int64_t poll_at_us;         /* the next data.have; INT64_MAX: none due */
+  int64_t poll_wait_us;       /* the wait before it; 0: none since the last receiving */
   int64_t poll_until_us;      /* polling gives up then; 0: not polling */
   bool announced;             /* the cell's "uploading" line went out */
   bool progress_shown;        /* the progress display went out (updates follow) */
@@ -320,7 +324,9 @@ enum jk_step jk_upload_reply(struct jk_interp *ip, const json_t *reply, const ch
       u->have_bytes = u->size_bytes;
       show_progress(ip, u, u->size_bytes, true);
     }
-    u->poll_at_us = now + POLL_US;
+    u->poll_wait_us = !u->poll_wait_us ? POLL_FIRST_US : u->poll_wait_us * 2 > POLL_US ? POLL_US
+                                                                                         : u->poll_wait_us * 2;
+    u->poll_at_us = now + u->poll_wait_us;
     return JK_STEP_WAIT;
   }
   if (strcmp(state, "receiving") == 0) {
@@ -332,6 +338,7 @@ enum jk_step jk_upload_reply(struct jk_interp *ip, const json_t *reply, const ch
                           u->path, (unsigned long long)u->n_puts);
     u->have_bytes = offset;
     u->poll_until_us = 0;
+    u->poll_wait_us = 0;
     return send_put(ip, u, offset);
   }
   return jk_exec_fail(ip, "GatewayError", "the gateway answered an upload with the unknown state \"%.32s\"",

@@ -67,8 +67,8 @@ def check_refusals(c, sha, data):
     r = put(c, sha, data, 5)
     check(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0,
           "a chunk at another offset is not taken; the reply says which is wanted: %s" % r)
-    r = c.req("data.put", sha256=sha, size=len(data), offset=0, frame=b"x" * (600 * 1024))
-    check(not r["ok"] and r["error"]["code"] == "SL_ELIMIT", "a chunk over 512 KiB is refused: %s" % r)
+    r = c.req("data.put", sha256=sha, size=len(data), offset=0, frame=data + b"x")
+    check(not r["ok"] and r["error"]["code"] == "SL_ELIMIT", "a chunk past the file's size is refused: %s" % r)
     r = c.req("data.put", sha256=sha, size=len(data), offset=0)
     check(not r["ok"] and r["error"]["code"] == "SL_EWIRE", "a data.put without its bytes is refused: %s" % r)
     r = c.req("jobs", frame=b"bytes")
@@ -111,7 +111,7 @@ def main():
         alice = GatewayClient(gw.listen, TOKENS["alice"])
         define(alice, text)
         r = alice.req("submit", kind="train", model="m", data="d", options=TRAIN_OPTS)
-        check(r.get("ok") and "job" not in r and r.get("upload") == {"path": text, "chunk_bytes": 512 * 1024},
+        check(r.get("ok") and "job" not in r and r.get("upload") == {"path": text, "chunk_bytes": 1 << 20},
               "a train job on the notebook's file is answered with what to upload: %s" % r)
         r = alice.req("submit", kind="train", model="m", data="d", options=TRAIN_OPTS, data_sha256=sha,
                       data_size=len(data))

@@ -234,9 +234,9 @@ def scripted_cases(k, gw, d):
           "scripted: data.have first, then while checking and publishing: %d" % len(haves))
     gaps = [b[0] - a[0] for a, b in zip(haves[1:], haves[2:])]
     last_put = gw.timed("data.put")[-1][0]
-    check(len(haves) == 4 and haves[1][0] - last_put >= 0.18 and all(g >= 0.18 for g in gaps),
-          "scripted: polls come about 200 ms apart: %.3f %s" % (haves[1][0] - last_put if len(haves) > 1 else -1,
-                                                               gaps))
+    waits = [haves[1][0] - last_put] + gaps if len(haves) > 1 else []
+    check(len(haves) == 4 and 0.004 <= waits[0] < 0.1 and all(b >= a * 1.5 and b < 0.3 for a, b in zip(waits, waits[1:])),
+          "scripted: polls start soon after the last put, then back off: %s" % waits)
     subs = gw.of_type("submit")
     first = {key: v for key, v in subs[0].items() if key not in ("id", "auth")} if subs else {}
     again = {key: v for key, v in subs[1].items() if key not in ("id", "auth")} if len(subs) > 1 else {}
