@@ -3,8 +3,10 @@
  * instance): docs/internals/protocols.md §1, data.have and data.put.
  *
  * A submit reply that asks for the file ({"upload":{"path","chunk_bytes"}})
- * starts it: the file is opened and hashed (SHA-256, synchronously), and
- * data.have tells the gateway what the kernel has. Each reply names the
+ * starts it: the file is opened and hashed (SHA-256, a slice of at most
+ * HASH_SLICE_BYTES or HASH_SLICE_US a turn of the loop, so that an interrupt
+ * is heard while a large file is read), and data.have tells the gateway
+ * what the kernel has. Each reply names the
  * gateway's state: `receiving` wants the bytes from its "offset" (the next
  * data.put sends one chunk from exactly there, whatever was sent before),
  * `checking` and `publishing` are polled with data.have on the interpreter's
@@ -35,6 +37,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sodium.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,12 +46,15 @@
 #include <unistd.h>
 
 #include "sl_err.h"
-#include "sl_ident.h"
 #include "sl_json.h"
 #include "sl_log.h"
 #include "sl_time.h"
 
 #define POLL_FIRST_US (5 * SL_US_PER_MS)
+/* Hashing goes on for at most this many bytes or this long a turn, so the
+ * kernel answers interrupts and requests while a large file is read. */
+#define HASH_SLICE_BYTES (64ll << 20)
+#define HASH_SLICE_US (50 * SL_US_PER_MS)
 #define POLL_US (200 * SL_US_PER_MS)
 #define POLL_MAX_US (3600 * SL_US_PER_S) /* checking or publishing longer: the cell fails */
 #define DEFAULT_CHUNK_BYTES (512u << 10)
@@ -62,12 +68,15 @@ struct jk_upload {
   int fd;                     /* the file hashed; -1 once the submit went again */
   struct stat st;             /* as hashed: a change on the way shows against it */
   int64_t size_bytes;
-  char sha256[SL_SHA256_HEX_LEN + 1];
+  char sha256[2 * crypto_hash_sha256_BYTES + 1];
   size_t chunk_bytes;
   int64_t have_bytes;         /* the gateway's last offset (all of it once publishing) */
   uint64_t n_puts, max_puts;  /* chunks sent, and how many the gateway may ask for */
   int64_t poll_at_us;         /* the next data.have; INT64_MAX: none due */
   int64_t poll_wait_us;       /* the wait before it; 0: none since the last receiving */
+  bool hashing;               /* the file is being hashed, a slice a turn of the loop */
+  int64_t hashed;             /* bytes hashed so far */
+  crypto_hash_sha256_state hash;
   int64_t poll_until_us;      /* polling gives up then; 0: not polling */
   bool announced;             /* the cell's "uploading" line went out */
   bool progress_shown;        /* the progress display went out (updates follow) */
@@ -218,7 +227,7 @@ static enum jk_step send_put(struct jk_interp *ip, struct jk_upload *u, int64_t 
   return step;
 }
 
-/* Opens and hashes the file at path into a new upload (*ret, owned). */
+/* Opens the file at path into a new upload (*ret, owned), to be hashed. */
 static enum jk_step open_file(struct jk_interp *ip, const char *path, struct jk_upload **ret) {
   struct jk_upload *u = calloc(1, sizeof *u);
   if (u)
@@ -227,35 +236,57 @@ static enum jk_step open_file(struct jk_interp *ip, const char *path, struct jk_
     jk_upload_free(u);
     return jk_exec_fail(ip, "MemoryError", "out of memory");
   }
-  enum jk_step step = JK_STEP_ERROR;
-  struct stat after;
   int r = 0;
   u->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not hang the kernel */
   if (u->fd < 0 || fstat(u->fd, &u->st) < 0)
     r = -errno;
   else if (!S_ISREG(u->st.st_mode))
     r = S_ISDIR(u->st.st_mode) ? -EISDIR : -EINVAL;
-  else
-    r = sl_sha256_file(path, 0, u->sha256);
   if (r < 0) {
-    jk_exec_fail(ip, "DataError", "cannot read the data file %s to upload it for the gateway's workers: %s", path,
-                 sl_strerror(r));
-    goto out;
-  }
-  /* the bytes hashed were the descriptor's only if the path still names it, unchanged */
-  if (fstat(u->fd, &after) < 0 || !same_file(&u->st, &after) || stat(path, &after) < 0 ||
-      !same_file(&u->st, &after)) {
-    changed(ip, u);
-    goto out;
+    jk_upload_free(u);
+    return jk_exec_fail(ip, "DataError", "cannot read the data file %s to upload it for the gateway's workers: %s",
+                        path, sl_strerror(r));
   }
   u->size_bytes = (int64_t)u->st.st_size;
-  u->poll_at_us = INT64_MAX;
+  u->hashing = true;
+  crypto_hash_sha256_init(&u->hash);
+  u->poll_at_us = sl_time_mono_us(); /* the first slice at the next turn */
   *ret = u;
-  u = NULL;
-  step = JK_STEP_DONE;
-out:
-  jk_upload_free(u);
-  return step;
+  return JK_STEP_DONE;
+}
+
+/* Hashes the next slice of the file; with the last, checks that the path
+ * still names the file, unchanged, and asks the gateway (data.have). */
+static enum jk_step hash_slice(struct jk_interp *ip, struct jk_upload *u) {
+  static unsigned char buf[1 << 20];
+  int64_t until = sl_time_mono_us() + HASH_SLICE_US, slice_end = u->hashed + HASH_SLICE_BYTES;
+  while (u->hashed < u->size_bytes && u->hashed < slice_end && sl_time_mono_us() < until) {
+    int64_t left = u->size_bytes - u->hashed;
+    ssize_t got = read_at(u->fd, buf, left < (int64_t)sizeof buf ? (size_t)left : sizeof buf, u->hashed);
+    if (got < 0)
+      return jk_exec_fail(ip, "DataError", "cannot read the data file %s to upload it for the gateway's workers: %s",
+                          u->path, sl_strerror((int)got));
+    if (got == 0)
+      return changed(ip, u); /* shorter than it was */
+    crypto_hash_sha256_update(&u->hash, buf, (size_t)got);
+    u->hashed += got;
+  }
+  if (u->hashed < u->size_bytes) {
+    u->poll_at_us = sl_time_mono_us(); /* the next slice at the next turn */
+    return JK_STEP_WAIT;
+  }
+  unsigned char h[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256_final(&u->hash, h);
+  sodium_bin2hex(u->sha256, sizeof u->sha256, h, sizeof h);
+  u->hashing = false;
+  u->poll_at_us = INT64_MAX;
+  /* the bytes hashed were the descriptor's only if the path still names it, unchanged */
+  struct stat after;
+  if (fstat(u->fd, &after) < 0 || !same_file(&u->st, &after) || stat(u->path, &after) < 0 ||
+      !same_file(&u->st, &after))
+    return changed(ip, u);
+  sl_debug("kernel.upload", "%s: %lld bytes, sha256 %s", u->path, (long long)u->size_bytes, u->sha256);
+  return send_have(ip, u);
 }
 
 enum jk_step jk_upload_start(struct jk_interp *ip, const json_t *ask) {
@@ -280,8 +311,8 @@ enum jk_step jk_upload_start(struct jk_interp *ip, const json_t *ask) {
   /* every chunk about four times (a gateway that starts over), then some */
   u->max_puts = 4 * ((uint64_t)u->size_bytes / u->chunk_bytes + 1) + 64;
   f->upload = u;
-  sl_debug("kernel.upload", "%s: %lld bytes, sha256 %s", path, (long long)u->size_bytes, u->sha256);
-  return send_have(ip, u);
+  ip->running->gw_op = OP_DATA; /* an interrupt while hashing is one while uploading */
+  return JK_STEP_WAIT;
 }
 
 /* The gateway has the file: the statement's submit again, naming it. */
@@ -356,7 +387,7 @@ void jk_upload_tick(struct jk_interp *ip) {
       sl_time_mono_us() < u->poll_at_us)
     return;
   u->poll_at_us = INT64_MAX;
-  enum jk_step st = send_have(ip, u);
+  enum jk_step st = u->hashing ? hash_slice(ip, u) : send_have(ip, u);
   if (st != JK_STEP_WAIT)
     jk_exec_step_ended(ip, st);
 }

@@ -354,6 +354,32 @@ def scripted_cases(k, gw, d):
     check(content["status"] == "ok" and "42" in out and not late,
           "scripted: nothing is sent after the interrupt: %d requests" % len(late))
 
+    # an interrupt while a large file is hashed (a sparse 8 GiB: reading it
+    # takes seconds, storing it nothing): heard at once, nothing was sent
+    huge = os.path.join(d, "huge.txt")
+    with open(huge, "wb") as f:
+        f.truncate(8 << 30)
+    content, _ = run_cell(k, 'data h = text("%s")' % huge)
+    gw.reset(Protocol(huge, 1 << 20))
+    msg_id = k.kc.execute("train m on h steps=10")
+    end = time.monotonic() + 30
+    while time.monotonic() < end and not gw.of_type("submit"):
+        try:
+            k.kc.get_iopub_msg(timeout=0.05)
+        except queue.Empty:
+            pass
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    k.km.interrupt_kernel()
+    reply = k.kc.get_shell_msg(timeout=30)
+    took = time.monotonic() - t0
+    ev = reply["content"].get("evalue", "")
+    check(reply["parent_header"].get("msg_id") == msg_id and reply["content"].get("ename") == "Interrupted" and
+          "interrupted while uploading %s" % huge in ev and took < 1.0 and not gw.of_type("data.have"),
+          "scripted: an interrupt while the file is hashed ends the cell in %.2f s, before data.have: %s"
+          % (took, ev))
+    os.unlink(huge)
+
 
 # ---- a real gateway ----------------------------------------------------------
 
