@@ -10,9 +10,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "catalog.h"
@@ -24,6 +27,7 @@
 #include "sl_time.h"
 
 #define RECORD_MAX_BYTES (64 * 1024)
+#define LOG_KEEP_S (7 * 24 * 3600) /* a gone instance's worker.log is kept this long */
 #define TOPIC "gateway.local"
 
 struct gw_local_inst *gw_local_find(struct gw_local *l, const char *id) {
@@ -71,10 +75,38 @@ int gw_local_save_record(struct gw_local *l, const struct gw_local_inst *in) {
   return r;
 }
 
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  if (remove(path) < 0 && errno != ENOENT)
+    sl_warn(TOPIC, "cannot remove %s: %s", path, strerror(errno));
+  return 0;
+}
+
+/* What a gone instance leaves, but its worker.log: worker.json (its key
+ * pair) and work/ (its jobs' folders, their local checkpoints, the data
+ * files it fetched), which would otherwise pile up under state_dir/instances
+ * for every instance ever started. The folder itself goes once its log is
+ * LOG_KEEP_S old (or it has none). */
+static void clean_folder(const struct gw_local *l, const char *id, bool whole_when_old) {
+  char path[4200];
+  struct stat st;
+  gw_local_inst_path(l, id, "worker.json", path, sizeof path);
+  unlink(path);
+  gw_local_inst_path(l, id, "work", path, sizeof path);
+  if (lstat(path, &st) == 0)
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  gw_local_inst_path(l, id, "worker.log", path, sizeof path);
+  if (whole_when_old && (stat(path, &st) < 0 || time(NULL) - st.st_mtime > LOG_KEEP_S)) {
+    gw_local_inst_path(l, id, NULL, path, sizeof path);
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  }
+}
+
 void gw_local_remove_record(struct gw_local *l, const char *id) {
   char path[4200];
   gw_local_inst_path(l, id, "instance.json", path, sizeof path);
   unlink(path);
+  clean_folder(l, id, false);
 }
 
 struct gw_local_inst *gw_local_inst_free(struct gw_local_inst *in) {
@@ -171,6 +203,9 @@ void gw_local_rescan(struct gw_local *l) {
     snprintf(rec, sizeof rec, "%s/%s/instance.json", dir, de->d_name);
     if (access(rec, F_OK) == 0)
       adopt(l, de->d_name);
+    else if (snprintf(rec, sizeof rec, "%s/%s/instance.json.bad", dir, de->d_name) > 0 &&
+             access(rec, F_OK) < 0) /* a record moved aside: its worker may still run */
+      clean_folder(l, de->d_name, true); /* an instance gone before, left by an older gateway */
   }
   closedir(d);
 }

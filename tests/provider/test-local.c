@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "conf.h"
@@ -25,6 +27,7 @@
 #include "sl_err.h"
 #include "sl_hmac.h"
 #include "sl_json.h"
+#include "sl_path.h"
 
 static char state[] = "/tmp/spotlab-local-XXXXXX";
 static const char *worker;
@@ -255,6 +258,13 @@ static void test_launch_notice_and_kill(void) {
   CHECK(job > 0 && gone_within(job, 2000)); /* a lost instance takes its jobs along */
   inst_file(id, "instance.json", path, sizeof path);
   CHECK(access(path, F_OK) < 0);
+  /* what it leaves but its log goes: its key pair, its work folder */
+  inst_file(id, "worker.json", path, sizeof path);
+  CHECK(access(path, F_OK) < 0);
+  inst_file(id, "work", path, sizeof path);
+  CHECK(access(path, F_OK) < 0);
+  inst_file(id, "worker.log", path, sizeof path);
+  CHECK(access(path, F_OK) == 0);
   CHECK_INT(p->ops->inject(p, id, true, 0), SL_ENAME);
 
   /* Refusals known at once return an error and no event follows. */
@@ -448,10 +458,37 @@ static void test_rediscovery(void) {
   fputs("{\"instance\":", f);
   fclose(f);
 
+  /* Folders of instances gone before (no record): cleaned as a gone
+   * instance's are, and removed whole once their log is a week old. */
+  const char *leftovers[] = {"i-0000000000e1", "i-0000000000e2"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(dir, sizeof dir, "%s/instances/%s/work/jobs/J000001", state, leftovers[i]);
+    CHECK_INT(sl_mkdir_p(dir, 0700), 0);
+    snprintf(path, sizeof path, "%s/ckpt-0000000010.slck", dir);
+    fclose(fopen(path, "w"));
+    inst_file(leftovers[i], "worker.json", path, sizeof path);
+    fclose(fopen(path, "w"));
+    inst_file(leftovers[i], "worker.log", path, sizeof path);
+    fclose(fopen(path, "w"));
+  }
+  struct timeval old[2] = {{time(NULL) - 8 * 86400, 0}, {time(NULL) - 8 * 86400, 0}};
+  inst_file("i-0000000000e1", "worker.log", path, sizeof path);
+  CHECK_INT(utimes(path, old), 0);
+  snprintf(dir, sizeof dir, "%s/instances/i-0000000000bb/work", state); /* its record goes aside: kept */
+  mkdir(dir, 0700);
+
   struct gw_provider *b = open_provider("random:1", 60, 2, &rec);
   CHECK(b != NULL);
   if (!b)
     return;
+  snprintf(dir, sizeof dir, "%s/instances/i-0000000000e1", state);
+  CHECK(access(dir, F_OK) < 0);
+  inst_file("i-0000000000e2", "worker.log", path, sizeof path);
+  CHECK(access(path, F_OK) == 0);
+  inst_file("i-0000000000e2", "work", path, sizeof path);
+  CHECK(access(path, F_OK) < 0);
+  inst_file("i-0000000000e2", "worker.json", path, sizeof path);
+  CHECK(access(path, F_OK) < 0);
   struct gw_instance_info *list = NULL;
   size_t n_list = 0;
   CHECK_INT(b->ops->list(b, &list, &n_list), 0);
@@ -466,6 +503,8 @@ static void test_rediscovery(void) {
   }
   CHECK(found);
   free(list);
+  snprintf(dir, sizeof dir, "%s/instances/i-0000000000bb/work", state);
+  CHECK(access(dir, F_OK) == 0); /* its worker may run: nothing of it goes */
   /* The metadata endpoint is back on the same port. */
   char tok[64];
   struct body body;
