@@ -25,7 +25,7 @@
 
 #define T "gateway.upload"
 #define ROOM_MARGIN (256ull << 20)       /* left free on the disk of the parts */
-#define IDLE_US (3600 * 1000000LL)       /* a receiving upload untouched this long is let go */
+#define IDLE_US (60 * 1000000LL)         /* a receiving upload untouched this long may be let go */
 #define PART_MAX_AGE_S (24 * 3600)       /* parts older than this are removed at start */
 
 struct upload {
@@ -395,17 +395,24 @@ static bool busy(const struct upload *e) {
   return e->running;
 }
 
-/* A free slot: an unused one, else the longest unused of those ready or
- * receiving but idle for an hour (its part stays, to go on with later). */
+/* Whether e is under way: a thread works on it, or its kernel sent or
+ * asked within IDLE_US. One that is not may be let go: its part stays, and
+ * asking about it again hashes the part and goes on from there. */
+static bool active(const struct upload *e, int64_t now) {
+  return busy(e) || (!e->error && e->state == GW_UPLOAD_RECEIVING && now - e->used_us <= IDLE_US);
+}
+
+/* A free slot: an unused one, else the longest unused of those not active
+ * (ready, failed, or receiving but idle). */
 static struct upload *take_slot(struct gw_uploads *u, int64_t now) {
   struct upload *best = NULL;
   for (size_t i = 0; i < GW_UPLOAD_MAX; i++) {
     struct upload *e = &u->e[i];
     if (!e->used)
       return e;
-    bool idle = e->state == GW_UPLOAD_READY || e->error ||
-                (e->state == GW_UPLOAD_RECEIVING && now - e->used_us > IDLE_US);
-    if (!busy(e) && idle && (!best || e->used_us < best->used_us))
+    if (active(e, now))
+      continue;
+    if (!best || e->used_us < best->used_us)
       best = e;
   }
   if (best)
@@ -439,10 +446,10 @@ static int lookup(struct gw_uploads *u, const char *user, const char *sha, uint6
     return SL_EMISMATCH;
   }
   if (!e) {
-    size_t receiving = 0;
+    size_t under_way = 0;
     for (size_t i = 0; i < GW_UPLOAD_MAX; i++)
-      receiving += u->e[i].used && !strcmp(u->e[i].user, user) && u->e[i].state != GW_UPLOAD_READY;
-    if (receiving >= GW_UPLOAD_PER_USER) {
+      under_way += u->e[i].used && !strcmp(u->e[i].user, user) && active(&u->e[i], now);
+    if (under_way >= GW_UPLOAD_PER_USER) {
       snprintf(err, err_size, "%.64s has %d uploads under way: no more until one ends", user,
                GW_UPLOAD_PER_USER);
       return SL_ELIMIT;

@@ -17,7 +17,7 @@
 
 #define GW_UPLOAD_CHUNK_MAX (1024 * 1024) /* bytes per data.put: a frame's most (zmsg.h) */
 #define GW_UPLOAD_MAX 64                 /* uploads known at once, every user's */
-#define GW_UPLOAD_PER_USER 4             /* a user's uploads still receiving */
+#define GW_UPLOAD_PER_USER 4             /* a user's uploads under way (sent to in the last minute) */
 #define GW_UPLOAD_KEY_MAX 160
 
 struct gw_uploads;

@@ -10,7 +10,8 @@ upload goes on from where it stopped across a gateway restart; chunks at
 another offset than the one wanted are not taken, oversized ones and
 malformed hashes are refused, bytes that do not hash to the name are
 refused and forgotten; the published object is the file, under
-_data/USER/SHA256; another user does not see it; the job then trains on
+_data/USER/SHA256; another user does not see it, and has at most 4 uploads
+under way; the job then trains on
 the store's copy with the notebook's file gone, and its record names the
 file's hash. Every wait has a deadline.
 """
@@ -147,6 +148,12 @@ def main():
         r = have(bob, sha, len(data))
         check(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0,
               "bob does not see alice's upload: %s" % r)
+        others = [hashlib.sha256(b"%d" % i).hexdigest() for i in range(3)]
+        started = [have(bob, o, 10).get("state") for o in others]
+        r = bob.req("data.have", sha256=hashlib.sha256(b"one more").hexdigest(), size=10)
+        check(started == ["receiving"] * 3 and not r["ok"] and r["error"]["code"] == "SL_ELIMIT" and
+              "4 uploads under way" in r["error"]["message"],
+              "a user has at most 4 uploads under way: %s %s" % (started, r))
         bob.close()
         check_bad_bytes(alice, gw.state)
 
