@@ -81,6 +81,7 @@ struct jk_upload {
   bool announced;             /* the cell's "uploading" line went out */
   bool progress_shown;        /* the progress display went out (updates follow) */
   bool progress_done;         /* and said the upload is done */
+  int64_t storing_since_us;   /* the gateway first said it was publishing; 0: not yet */
   int64_t progress_at_us;     /* the next update of the progress display, at the earliest */
 };
 
@@ -118,22 +119,28 @@ static const char *base_name(const char *path) {
   return slash && slash[1] ? slash + 1 : path;
 }
 
-/* The progress display of a large upload: sent bytes so far (the
- * gateway's offset), or done; at most once a PROGRESS_US but the last. */
-static void show_progress(struct jk_interp *ip, struct jk_upload *u, int64_t sent, bool done) {
+enum progress { SENDING, STORING, STORED };
+
+/* The progress display of a large upload: the bytes sent so far (the
+ * gateway's offset), the gateway storing what it has, or the end; at most
+ * once a PROGRESS_US but the end, said once. */
+static void show_progress(struct jk_interp *ip, struct jk_upload *u, int64_t sent, enum progress phase) {
   int64_t now = sl_time_mono_us();
-  if (u->size_bytes < PROGRESS_MIN_BYTES || ip->running->silent || (!done && now < u->progress_at_us) ||
-      (done && (!u->progress_shown || u->progress_done)))
+  if (u->size_bytes < PROGRESS_MIN_BYTES || ip->running->silent || u->progress_done ||
+      (phase != STORED && now < u->progress_at_us) || (phase == STORED && !u->progress_shown))
     return;
   u->progress_at_us = now + PROGRESS_US;
-  u->progress_done = done;
+  u->progress_done = phase == STORED;
   char have[32], size[32], id[64], *text = NULL;
   format_size(sent, have, sizeof have);
   format_size(u->size_bytes, size, sizeof size);
   snprintf(id, sizeof id, "spotlab-upload-%.16s", u->sha256);
-  int n = done ? asprintf(&text, "uploaded %s (%s)", base_name(u->path), size)
-               : asprintf(&text, "uploading %s: %s of %s (%d%%)", base_name(u->path), have, size,
-                          (int)(100 * sent / u->size_bytes));
+  int n = phase == STORED ? asprintf(&text, "uploaded %s (%s)", base_name(u->path), size)
+          : phase == STORING
+              ? asprintf(&text, "uploading %s: %s sent; the gateway is storing it (%llds)", base_name(u->path),
+                         size, (long long)((now - u->storing_since_us) / SL_US_PER_S))
+              : asprintf(&text, "uploading %s: %s of %s (%d%%)", base_name(u->path), have, size,
+                         (int)(100 * sent / u->size_bytes));
   json_t *bundle = n >= 0 ? json_pack("{s:s}", "text/plain", text) : NULL;
   free(n >= 0 ? text : NULL);
   if (bundle)
@@ -220,7 +227,7 @@ static enum jk_step send_put(struct jk_interp *ip, struct jk_upload *u, int64_t 
     free(line);
   }
   u->announced = true;
-  show_progress(ip, u, offset, false);
+  show_progress(ip, u, offset, SENDING);
   u->n_puts++;
   enum jk_step step = jk_jobs_await_data(ip, req, buf, n, OP_DATA, 0);
   free(buf);
@@ -341,7 +348,7 @@ enum jk_step jk_upload_reply(struct jk_interp *ip, const json_t *reply, const ch
   const char *state = sl_json_get_str(reply, "state", "");
   int64_t offset = sl_json_get_int(reply, "offset", -1);
   if (strcmp(state, "ready") == 0) {
-    show_progress(ip, u, u->size_bytes, true);
+    show_progress(ip, u, u->size_bytes, STORED);
     return resubmit(ip, u);
   }
   if (strcmp(state, "publishing") == 0 || strcmp(state, "checking") == 0) {
@@ -353,7 +360,10 @@ enum jk_step jk_upload_reply(struct jk_interp *ip, const json_t *reply, const ch
                           u->path);
     if (strcmp(state, "publishing") == 0) {
       u->have_bytes = u->size_bytes;
-      show_progress(ip, u, u->size_bytes, true);
+      if (!u->storing_since_us)
+        u->storing_since_us = now;
+      else if (now - u->storing_since_us >= PROGRESS_US) /* an S3 store takes a while */
+        show_progress(ip, u, u->size_bytes, STORING);
     }
     u->poll_wait_us = !u->poll_wait_us ? POLL_FIRST_US : u->poll_wait_us * 2 > POLL_US ? POLL_US
                                                                                          : u->poll_wait_us * 2;

@@ -185,6 +185,22 @@ class Protocol:
         return {"state": "publishing", "offset": have}
 
 
+class SlowStore(Protocol):
+    """A gateway whose store takes `seconds` to publish a complete file (an
+    S3 put of a large one): publishing until then, then ready."""
+
+    def __init__(self, path, chunk_bytes, seconds):
+        super().__init__(path, chunk_bytes)
+        self.seconds, self.done_at = seconds, None
+
+    def __call__(self, gw, m):
+        if m["type"] == "data.have" and self.store.complete(m["sha256"], m["size"]):
+            self.done_at = self.done_at or time.monotonic()
+            late = time.monotonic() - self.done_at >= self.seconds
+            return {"state": "ready" if late else "publishing", "offset": m["size"]}
+        return super().__call__(gw, m)
+
+
 def write(path, data):
     with open(path, "wb") as f:
         f.write(data)
@@ -260,6 +276,21 @@ def scripted_cases(k, gw, d):
     sizes = [len(m["_data"]) for m in gw.of_type("data.put")]
     check(content["status"] == "ok" and sizes == [300000] * 6 + [len(big) - 1800000],
           "scripted: chunk_bytes as the gateway asks: %s" % sizes)
+
+    # a large file the gateway takes a while to store: the display says so
+    slow = write(os.path.join(d, "slow.txt"), data * 8000)  # 19.1 MiB
+    content, _ = run_cell(k, 'data s = text("%s")' % slow)
+    gw.reset(SlowStore(slow, 1 << 20, 2.5))
+    content, msgs = k.run("train m on s steps=10", timeout=60)
+    shown = [m["content"]["data"]["text/plain"] for m in msgs
+             if m["msg_type"] in ("display_data", "update_display_data") and
+             m["content"].get("transient", {}).get("display_id", "").startswith("spotlab-upload-")]
+    storing = [t for t in shown if "the gateway is storing it" in t]
+    check(content["status"] == "ok" and shown and shown[0].startswith("uploading slow.txt: ") and storing and
+          storing[0].startswith("uploading slow.txt: 19.1 MiB sent; the gateway is storing it (") and
+          shown[-1] == "uploaded slow.txt (19.1 MiB)",
+          "scripted: a store that takes a while shows in the progress display: %s %s"
+          % (content.get("evalue"), shown[:2] + shown[-3:]))
 
     # the gateway has the file already: no line, no put
     gw.reset(Protocol(corpus, 1000, known=True))
