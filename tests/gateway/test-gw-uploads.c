@@ -1,0 +1,151 @@
+/* The gateway's data uploads (gateway/uploads.h) into a file store: an
+ * upload checked, taken in order and published; bytes at another offset or
+ * past the size not written; a hash that is not the name refused and
+ * forgotten; a part left by an earlier start hashed again and gone on with;
+ * a stored object found by a new start; the per-user limit; the store key
+ * of a user name that is not a plain one. gw_uploads_wait stands for the
+ * loop's next turns while a check or publication runs on its thread. */
+#include "harness.h"
+#include "sl_err.h"
+#include "uploads.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char state[256], store[300];
+
+static void sha_of(const void *data, size_t len, char hex[65]) {
+  unsigned char h[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256(h, data, len);
+  sodium_bin2hex(hex, 65, h, sizeof h);
+}
+
+/* have, after the check its first call starts */
+static int have(struct gw_uploads *u, const char *user, const char *sha, uint64_t size,
+                struct gw_upload_status *st, char *err) {
+  int r = gw_uploads_have(u, user, sha, size, st, err, 256);
+  gw_uploads_wait(u);
+  return r < 0 ? r : gw_uploads_have(u, user, sha, size, st, err, 256);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+int main(void) {
+  snprintf(state, sizeof state, "%s/spotlab-uploads-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  if (!mkdtemp(state) || sodium_init() < 0)
+    return 1;
+  snprintf(store, sizeof store, "%s/store", state);
+  struct gw_uploads *u = NULL;
+  CHECK_INT(gw_uploads_new(state, store, NULL, &u), 0);
+  if (!u)
+    TEST_MAIN_END();
+
+  char data[3000], sha[65], key[GW_UPLOAD_KEY_MAX], err[256], path[600];
+  for (size_t i = 0; i < sizeof data; i++)
+    data[i] = (char)('a' + i % 26);
+  sha_of(data, sizeof data, sha);
+  struct gw_upload_status st;
+
+  /* malformed requests */
+  CHECK_INT(gw_uploads_have(u, "alice", "ABC", 3, &st, err, sizeof err), SL_ETYPE);
+  CHECK_INT(gw_uploads_have(u, "", sha, 3, &st, err, sizeof err), SL_ENAME);
+  CHECK_INT(gw_uploads_ready(u, "alice", sha, sizeof data, key, sizeof key), SL_ESTATE);
+
+  /* a new upload: checked, then receiving from 0 */
+  CHECK_INT(gw_uploads_have(u, "alice", sha, sizeof data, &st, err, sizeof err), 0);
+  CHECK_INT(st.state, GW_UPLOAD_CHECKING);
+  gw_uploads_wait(u);
+  CHECK_INT(gw_uploads_have(u, "alice", sha, sizeof data, &st, err, sizeof err), 0);
+  CHECK_INT(st.state, GW_UPLOAD_RECEIVING);
+  CHECK_INT(st.offset, 0);
+  CHECK_INT(gw_uploads_have(u, "alice", sha, sizeof data + 1, &st, err, sizeof err), SL_EMISMATCH);
+  /* another offset than the one wanted: not written, the reply names it */
+  CHECK_INT(gw_uploads_put(u, "alice", sha, sizeof data, 100, data + 100, 100, &st, err, sizeof err), 0);
+  CHECK_INT(st.offset, 0);
+  CHECK_INT(gw_uploads_put(u, "alice", sha, sizeof data, 0, data, 1000, &st, err, sizeof err), 0);
+  CHECK_INT(st.state, GW_UPLOAD_RECEIVING);
+  CHECK_INT(st.offset, 1000);
+  /* past the size */
+  CHECK_INT(gw_uploads_put(u, "alice", sha, sizeof data, 1000, data, 2001, &st, err, sizeof err), SL_ELIMIT);
+
+  /* a new start (the gateway restarted) goes on from the part */
+  u = gw_uploads_free(u);
+  CHECK_INT(gw_uploads_new(state, store, NULL, &u), 0);
+  CHECK_INT(have(u, "alice", sha, sizeof data, &st, err), 0);
+  CHECK_INT(st.state, GW_UPLOAD_RECEIVING);
+  CHECK_INT(st.offset, 1000);
+  CHECK_INT(gw_uploads_put(u, "alice", sha, sizeof data, 1000, data + 1000, 2000, &st, err, sizeof err), 0);
+  CHECK_INT(st.state, GW_UPLOAD_PUBLISHING);
+  gw_uploads_wait(u);
+  CHECK_INT(gw_uploads_have(u, "alice", sha, sizeof data, &st, err, sizeof err), 0);
+  CHECK_INT(st.state, GW_UPLOAD_READY);
+  CHECK_INT(gw_uploads_ready(u, "alice", sha, sizeof data, key, sizeof key), 0);
+  snprintf(path, sizeof path, "_data/alice/%s", sha);
+  CHECK_STR(key, path);
+  snprintf(path, sizeof path, "%s/_data/alice/%s", store, sha);
+  struct stat sb;
+  CHECK(stat(path, &sb) == 0 && sb.st_size == (off_t)sizeof data);
+  snprintf(path, sizeof path, "%s/uploads/alice-%s.part", state, sha);
+  CHECK(access(path, F_OK) < 0); /* the part became the object */
+  /* another user does not see it */
+  CHECK_INT(have(u, "bob", sha, sizeof data, &st, err), 0);
+  CHECK_INT(st.state, GW_UPLOAD_RECEIVING);
+  CHECK_INT(gw_uploads_ready(u, "bob", sha, sizeof data, key, sizeof key), SL_ESTATE);
+
+  /* a new start finds the stored object */
+  u = gw_uploads_free(u);
+  CHECK_INT(gw_uploads_new(state, store, NULL, &u), 0);
+  CHECK_INT(have(u, "alice", sha, sizeof data, &st, err), 0);
+  CHECK_INT(st.state, GW_UPLOAD_READY);
+
+  /* bytes that are not the name: refused with the last chunk, forgotten */
+  char other[65];
+  sha_of("something else", 14, other);
+  CHECK_INT(have(u, "alice", other, 500, &st, err), 0);
+  CHECK_INT(gw_uploads_put(u, "alice", other, 500, 0, data, 500, &st, err, sizeof err), SL_ECHECKSUM);
+  CHECK(strstr(err, "do not hash") != NULL);
+  snprintf(path, sizeof path, "%s/_data/alice/%s", store, other);
+  CHECK(access(path, F_OK) < 0);
+  CHECK_INT(have(u, "alice", other, 500, &st, err), 0);
+  CHECK_INT(st.state, GW_UPLOAD_RECEIVING);
+  CHECK_INT(st.offset, 0);
+
+  /* at most GW_UPLOAD_PER_USER under way per user: alice has one (other) */
+  char more[GW_UPLOAD_PER_USER][65];
+  for (int i = 0; i < GW_UPLOAD_PER_USER; i++) {
+    char seed[16];
+    snprintf(seed, sizeof seed, "seed %d", i);
+    sha_of(seed, strlen(seed), more[i]);
+  }
+  for (int i = 0; i < GW_UPLOAD_PER_USER - 1; i++)
+    CHECK_INT(have(u, "alice", more[i], 10, &st, err), 0);
+  CHECK_INT(gw_uploads_have(u, "alice", more[GW_UPLOAD_PER_USER - 1], 10, &st, err, sizeof err), SL_ELIMIT);
+  CHECK_INT(have(u, "carol", more[0], 10, &st, err), 0); /* another user is not held up */
+
+  /* an empty file is stored at once */
+  char empty[65];
+  sha_of("", 0, empty);
+  CHECK_INT(have(u, "carol", empty, 0, &st, err), 0);
+  CHECK_INT(st.state, GW_UPLOAD_READY);
+
+  /* a user name that is not plain is hashed into the key */
+  gw_upload_key("alice", sha, key, sizeof key);
+  CHECK(strncmp(key, "_data/alice/", 12) == 0);
+  gw_upload_key("../etc", sha, key, sizeof key);
+  CHECK(strncmp(key, "_data/u-", 8) == 0 && strlen(key) == 8 + 16 + 1 + 64 && !strstr(key, ".."));
+  gw_upload_key("ali ce", sha, key, sizeof key);
+  CHECK(strncmp(key, "_data/u-", 8) == 0);
+
+  gw_uploads_free(u);
+  nftw(state, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  TEST_MAIN_END();
+}
