@@ -1,7 +1,7 @@
-/* Shared by the configuration's files: conf.c (the option table, parsing,
- * defaults, --dump-config), conf_check.c (the checks of values) and
- * conf_provider.c ([provider.NAME] sections). Nothing else includes this
- * header. */
+/* Shared by the configuration's files: conf.c (the option table, setting
+ * a value, defaults, --dump-config), conf_load.c (reading a file),
+ * conf_check.c (the checks of values) and conf_provider.c ([provider.NAME]
+ * sections). Nothing else includes this header. */
 #ifndef GW_CONF_INT_H
 #define GW_CONF_INT_H
 
@@ -11,6 +11,18 @@
 
 struct gw_config;
 struct gw_provider_cfg;
+
+/* conf.c, for conf_load.c */
+/* The template a section's rows come from ("user.*" for [user.alice], the
+ * section itself otherwise) and, for a template, the entry's name in
+ * *ret_entry. */
+const char *gw_conf_section_template(const char *section, const char **ret_entry);
+/* 0 for a section the table, a template or a provider class knows;
+ * SL_ECONFIG with why (err may be NULL) otherwise. */
+int gw_conf_check_section(const char *section, char *err, size_t size);
+/* Makes the entry of [group.NAME] or [webhook.NAME] (tmpl "group.*" or
+ * "webhook.*") at its header; false, with why, when there is no room. */
+bool gw_conf_add_entry(struct gw_config *c, const char *tmpl, const char *entry, char *err, size_t size);
 
 /* "job.succeeded, job.failed" as bits of enum gw_hook_event in *ret_mask. */
 int gw_conf_parse_events(const char *v, unsigned *ret_mask, char *why, size_t size);

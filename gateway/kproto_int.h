@@ -2,8 +2,9 @@
  * handler's life, replies, dispatch and most requests), kclients.c (the
  * client table: hello, the per-connection secret, the per-user limit,
  * closed connections), khub.c (hellos waiting for JupyterHub), kevents.c
- * (event delivery: paced replays, live fan-out, notices) and ksubmit.c
- * (submit, run records, reruns). Not for callers: they use kproto.h.
+ * (event delivery: paced replays, live fan-out, notices), ksubmit.c
+ * (submit, run records, reruns) and kupload.c (data.have, data.put). Not
+ * for callers: they use kproto.h.
  *
  * A client's slot pointer lives only until the table grows (a hello):
  * nothing keeps one across a call that may add a client. */
