@@ -154,3 +154,7 @@ int sl_build_id(const char *path, char *ret_hex, size_t size) {
   close(fd);
   return r < 0 ? r : found ? 0 : SL_ENAME;
 }
+
+bool sl_sha256_hex_ok(const char *s) {
+  return s && strlen(s) == SL_SHA256_HEX_LEN && strspn(s, "0123456789abcdef") == SL_SHA256_HEX_LEN;
+}

@@ -3,6 +3,7 @@
 #ifndef SL_IDENT_H
 #define SL_IDENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,6 +13,8 @@
 /* SHA-256 of the regular file at path as lowercase hex into ret_hex.
  * -errno (-EISDIR for a folder), or SL_ELIMIT past max_bytes (0: none). */
 int sl_sha256_file(const char *path, int64_t max_bytes, char ret_hex[SL_SHA256_HEX_LEN + 1]);
+/* Whether s is a SHA-256 as this project writes one: 64 lowercase hex digits. */
+bool sl_sha256_hex_ok(const char *s);
 /* The build id of the ELF file at path ("/proc/self/exe" for this program)
  * as lowercase hex into ret_hex (size >= 2 * 64 + 1). SL_EFORMAT when the
  * file is not a 64-bit little-endian ELF file, SL_ENAME when it has no

@@ -11,6 +11,7 @@
 
 #include "sl_awscreds.h"
 #include "sl_err.h"
+#include "sl_ident.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -112,13 +113,6 @@ static const char *op_method(enum sl_s3_op op) {
   }
 }
 
-bool sl_s3_hex64(const char *s) {
-  if (!s || strlen(s) != 64) return false;
-  for (int i = 0; i < 64; i++)
-    if (!isdigit((unsigned char)s[i]) && !(s[i] >= 'a' && s[i] <= 'f')) return false;
-  return true;
-}
-
 int sl_s3_cat(char *buf, size_t size, size_t *len, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -146,7 +140,7 @@ int sl_s3_presign(const struct sl_s3_location *loc, const struct sl_aws_creds *c
   bool mpu = req->op == SL_S3_MPU_PART || req->op == SL_S3_MPU_COMPLETE || req->op == SL_S3_MPU_ABORT;
   if ((req->op != SL_S3_LIST && !*key) || (mpu && (!req->upload_id || !*req->upload_id)) ||
       (req->op == SL_S3_MPU_PART && (req->part < 1 || req->part > SL_S3_PARTS_MAX)) ||
-      (req->sha256 && !sl_s3_hex64(req->sha256)) || req->max_keys < 0 || req->max_keys > 1000)
+      (req->sha256 && !sl_sha256_hex_ok(req->sha256)) || req->max_keys < 0 || req->max_keys > 1000)
     return -EINVAL;
   char full[sizeof loc->prefix + KEY_MAX + 2];
   if ((size_t)snprintf(full, sizeof full, "%s%s%s", loc->prefix, *loc->prefix ? "/" : "", key) >

@@ -13,6 +13,7 @@
 #include "sl_strv.h"
 
 #include "sl_err.h"
+#include "sl_ident.h"
 #include "sl_log.h"
 #include "sl_path.h"
 
@@ -230,7 +231,7 @@ int sl_s3_head(struct sl_s3_client *c, const char *key, struct sl_s3_object *ret
       r = sl_err_say(err, err_size, SL_EPARSE, "S3 head of %s: no size in the answer", key);
     o.bytes = v;
     snprintf(o.etag, sizeof o.etag, "%s", resp.header_values[1] ? resp.header_values[1] : "");
-    if (sha && sl_s3_hex64(sha)) memcpy(o.sha256, sha, 65);
+    if (sha && sl_sha256_hex_ok(sha)) memcpy(o.sha256, sha, 65);
     else if (sha && *sha)
       r = sl_err_say(err, err_size, SL_EPARSE, "S3 object %s has a malformed x-amz-meta-sha256",
                      key);

@@ -10,8 +10,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* s is 64 lowercase hex digits (a SHA-256). */
-bool sl_s3_hex64(const char *s);
 /* Appends printf output to buf at *len; SL_ELIMIT when it does not fit. */
 int sl_s3_cat(char *buf, size_t size, size_t *len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

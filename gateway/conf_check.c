@@ -4,6 +4,7 @@
 #include "conf_int.h"
 
 #include "sl_err.h"
+#include "sl_ident.h"
 #include "sl_strv.h"
 
 #include <ctype.h>
@@ -209,7 +210,7 @@ int gw_conf_check_name(const char *v, char *why, size_t size) {
 }
 
 int gw_conf_check_hex64(const char *v, char *why, size_t size) {
-  if (strlen(v) != 64 || strspn(v, "0123456789abcdef") != 64)
+  if (!sl_sha256_hex_ok(v))
     return sl_err_say(why, size, SL_ECONFIG, "expected 64 lowercase hex digits");
   return 0;
 }

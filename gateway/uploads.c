@@ -4,6 +4,7 @@
 #include "objstore.h"
 
 #include "sl_err.h"
+#include "sl_ident.h"
 #include "sl_log.h"
 #include "sl_path.h"
 #include "sl_s3.h"
@@ -88,15 +89,6 @@ void gw_upload_key(const char *user, const char *sha256, char *key, size_t key_s
   char hex[17];
   sodium_bin2hex(hex, sizeof hex, h, 8);
   snprintf(key, key_size, "_data/u-%s/%s", hex, sha256);
-}
-
-static bool is_sha256(const char *s) {
-  if (!s || strlen(s) != 64)
-    return false;
-  for (; *s; s++)
-    if (!(*s >= '0' && *s <= '9') && !(*s >= 'a' && *s <= 'f'))
-      return false;
-  return true;
 }
 
 /* Removes the parts no upload went on with for a day. */
@@ -428,7 +420,7 @@ static int say(char *err, size_t err_size, int code, const char *msg) {
 /* The upload asked about, known or new (a check started); under the lock. */
 static int lookup(struct gw_uploads *u, const char *user, const char *sha, uint64_t size,
                   struct upload **ret, char *err, size_t err_size) {
-  if (!is_sha256(sha))
+  if (!sl_sha256_hex_ok(sha))
     return say(err, err_size, SL_ETYPE, "sha256 must be 64 lower-case hex digits");
   if (!*user || strlen(user) >= sizeof u->e[0].user)
     return say(err, err_size, SL_ENAME, "no user");
@@ -551,7 +543,7 @@ int gw_uploads_put(struct gw_uploads *u, const char *user, const char *sha256, u
 int gw_uploads_ready(struct gw_uploads *u, const char *user, const char *sha256, uint64_t size,
                      char *key, size_t key_size) {
   pthread_mutex_lock(&u->mu);
-  struct upload *e = is_sha256(sha256) ? find(u, user, sha256) : NULL;
+  struct upload *e = sl_sha256_hex_ok(sha256) ? find(u, user, sha256) : NULL;
   bool ready = e && !e->error && e->state == GW_UPLOAD_READY && e->size == size;
   if (ready) {
     snprintf(key, key_size, "%s", e->key);

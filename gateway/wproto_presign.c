@@ -9,6 +9,7 @@
 #include "objstore.h"
 
 #include "sl_err.h"
+#include "sl_ident.h"
 #include "sl_json.h"
 #include "sl_log.h"
 
@@ -102,7 +103,7 @@ void gw_wproto_on_presign(struct gw_wproto *g, struct gw_inst *in, const uint8_t
       presigned_error(g, rid, rid_len, id, SL_EWIRE, "each request needs a known \"op\" and a \"key\"");
       return;
     }
-    if (q[i].sha256 && (strlen(q[i].sha256) != 64 || strspn(q[i].sha256, "0123456789abcdef") != 64)) {
+    if (q[i].sha256 && !sl_sha256_hex_ok(q[i].sha256)) {
       presigned_error(g, rid, rid_len, id, SL_EWIRE, "\"sha256\" must be 64 lowercase hex digits");
       return;
     }

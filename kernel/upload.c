@@ -63,6 +63,10 @@
 #define PROGRESS_MIN_BYTES (16ll << 20)
 #define PROGRESS_US (1 * SL_US_PER_S)
 
+/* The bytes read from a file to hash or to send: one statement uploads
+ * at a time, and the kernel has one thread. */
+static unsigned char file_buf[MAX_CHUNK_BYTES];
+
 struct jk_upload {
   char *path;
   int fd;                     /* the file hashed; -1 once the submit went again */
@@ -207,12 +211,8 @@ static enum jk_step send_put(struct jk_interp *ip, struct jk_upload *u, int64_t 
     return changed(ip, u);
   int64_t left = u->size_bytes - offset;
   size_t n = left < (int64_t)u->chunk_bytes ? (size_t)left : u->chunk_bytes;
-  unsigned char *buf = malloc(n ? n : 1);
-  if (!buf)
-    return jk_exec_fail(ip, "MemoryError", "out of memory");
-  ssize_t got = read_at(u->fd, buf, n, offset);
+  ssize_t got = read_at(u->fd, file_buf, n, offset);
   if (got != (ssize_t)n) {
-    free(buf);
     if (got >= 0)
       return changed(ip, u);
     return jk_exec_fail(ip, "DataError", "cannot read the data file %s: %s", u->path, sl_strerror((int)got));
@@ -229,9 +229,7 @@ static enum jk_step send_put(struct jk_interp *ip, struct jk_upload *u, int64_t 
   u->announced = true;
   show_progress(ip, u, offset, SENDING);
   u->n_puts++;
-  enum jk_step step = jk_jobs_await_data(ip, req, buf, n, OP_DATA, 0);
-  free(buf);
-  return step;
+  return jk_jobs_await_data(ip, req, file_buf, n, OP_DATA, 0); /* the request keeps a copy */
 }
 
 /* Opens the file at path into a new upload (*ret, owned), to be hashed. */
@@ -265,17 +263,17 @@ static enum jk_step open_file(struct jk_interp *ip, const char *path, struct jk_
 /* Hashes the next slice of the file; with the last, checks that the path
  * still names the file, unchanged, and asks the gateway (data.have). */
 static enum jk_step hash_slice(struct jk_interp *ip, struct jk_upload *u) {
-  static unsigned char buf[1 << 20];
   int64_t until = sl_time_mono_us() + HASH_SLICE_US, slice_end = u->hashed + HASH_SLICE_BYTES;
   while (u->hashed < u->size_bytes && u->hashed < slice_end && sl_time_mono_us() < until) {
     int64_t left = u->size_bytes - u->hashed;
-    ssize_t got = read_at(u->fd, buf, left < (int64_t)sizeof buf ? (size_t)left : sizeof buf, u->hashed);
+    ssize_t got = read_at(u->fd, file_buf, left < (int64_t)sizeof file_buf ? (size_t)left : sizeof file_buf,
+                          u->hashed);
     if (got < 0)
       return jk_exec_fail(ip, "DataError", "cannot read the data file %s to upload it for the gateway's workers: %s",
                           u->path, sl_strerror((int)got));
     if (got == 0)
       return changed(ip, u); /* shorter than it was */
-    crypto_hash_sha256_update(&u->hash, buf, (size_t)got);
+    crypto_hash_sha256_update(&u->hash, file_buf, (size_t)got);
     u->hashed += got;
   }
   if (u->hashed < u->size_bytes) {

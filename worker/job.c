@@ -276,7 +276,12 @@ static int identify(const struct wk_job *j, const json_t *spec, json_t *started,
   if (data[0] == '/') snprintf(path, sizeof path, "%s", data);
   else snprintf(path, sizeof path, "%s/%s", j->dir, data);
   json_object_set_new(started, "data_path", json_string(path));
-  int r = sl_sha256_file(path, 0, hex);
+  /* a copy of an uploaded file was checked against its hash when it was
+   * fetched (job_data.c): not read again for it */
+  const char *fetched = json_string_value(json_object_get(json_object_get(spec, "data_upload"), "sha256"));
+  int r = 0;
+  if (fetched) snprintf(hex, sizeof hex, "%s", fetched);
+  else r = sl_sha256_file(path, 0, hex);
   if (r == 0) json_object_set_new(started, "data_sha256", json_string(hex));
   if (want && r < 0) {
     snprintf(err, err_size, "the data file %s cannot be read to check it is the one the original run read: %s",

@@ -30,10 +30,6 @@ static int hash_file(void *ctx) {
   return sl_sha256_file(h->path, 0, h->hex);
 }
 
-static bool is_sha256(const char *s) {
-  return s && strlen(s) == 64 && strspn(s, "0123456789abcdef") == 64;
-}
-
 int wk_job_fetch_data(struct wk_job *j, const json_t *assign, json_t **ret_assign, char *err, size_t err_size) {
   const json_t *spec = json_object_get(assign, "spec");
   const json_t *up = json_object_get(spec, "data_upload");
@@ -41,7 +37,7 @@ int wk_job_fetch_data(struct wk_job *j, const json_t *assign, json_t **ret_assig
   if (!up || (j->kind != WK_KIND_TRAIN && j->kind != WK_KIND_EVAL)) return 0;
   const char *key = json_string_value(json_object_get(up, "key"));
   const char *sha = json_string_value(json_object_get(up, "sha256"));
-  if (!key || wk_store_check_key(key) < 0 || !is_sha256(sha))
+  if (!key || wk_store_check_key(key) < 0 || !sl_sha256_hex_ok(sha))
     return snprintf(err, err_size, "spec \"data_upload\" needs a store key and a sha256"), SL_ETYPE;
   char dir[PATH_MAX], path[PATH_MAX + 80], tmp[PATH_MAX + 96];
   snprintf(dir, sizeof dir, "%s/data", j->env->cfg->work_dir);

@@ -672,6 +672,7 @@ struct gw_provider *gw_local_provider_new(const struct gw_local_config *cfg, str
   else
     snprintf(l->store_url, sizeof l->store_url, "file://%s/store", l->state_dir);
   gw_local_rescan(l);
+  gw_local_sweep_folders(l);
   int64_t id = gw_loop_add_timer(loop, next_due(l, sl_time_mono_us()), on_timer, l);
   if (id <= 0) {
     snprintf(err, err_size, "provider.local: cannot add a timer: %s", sl_strerror((int)id));

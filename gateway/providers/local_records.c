@@ -203,9 +203,24 @@ void gw_local_rescan(struct gw_local *l) {
     snprintf(rec, sizeof rec, "%s/%s/instance.json", dir, de->d_name);
     if (access(rec, F_OK) == 0)
       adopt(l, de->d_name);
-    else if (snprintf(rec, sizeof rec, "%s/%s/instance.json.bad", dir, de->d_name) > 0 &&
-             access(rec, F_OK) < 0) /* a record moved aside: its worker may still run */
-      clean_folder(l, de->d_name, true); /* an instance gone before, left by an older gateway */
+  }
+  closedir(d);
+}
+
+void gw_local_sweep_folders(struct gw_local *l) {
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s/instances", l->state_dir);
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    char rec[4200 + 300], bad[4200 + 310];
+    snprintf(rec, sizeof rec, "%s/%s/instance.json", dir, de->d_name);
+    snprintf(bad, sizeof bad, "%s.bad", rec); /* a record moved aside: its worker may still run */
+    if (valid_id(de->d_name) && !gw_local_find(l, de->d_name) && access(rec, F_OK) < 0 &&
+        access(bad, F_OK) < 0)
+      clean_folder(l, de->d_name, true);
   }
   closedir(d);
 }
