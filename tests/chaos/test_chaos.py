@@ -32,8 +32,8 @@ spotlab:instance tag.
 SPOTLAB_CHAOS_SEED=N replays a schedule (the seed is printed first);
 SPOTLAB_CHAOS_KILLS=N changes the number of kills; SPOTLAB_CHAOS_KEEP=1 keeps
 the state folder of a run that passed. A wait for the next kill's step that
-takes over SPOTLAB_CHAOS_SLOW_S seconds (30; the job trains about 100 steps
-a second here) prints the job's last events and the tails of the gateway's
+takes over SPOTLAB_CHAOS_SLOW_S seconds (30; the job trains a few hundred
+steps a second here) prints the job's last events and the tails of the gateway's
 and the recent workers' logs, so that a slow recovery can be read from a run
 that passed. Every wait is for an event
 (a gateway message, a kernel message, a process exit) with a deadline.
@@ -73,7 +73,10 @@ if PROVIDER not in ("local", "aws"):
 AWS = None  # the AwsEnv of an aws run
 KINDS = ("preempt", "kill", "train", "gateway", "kernel")
 TOKEN = "chaos-token-0123456789abcdef"
-STEPS = 4000
+# Long enough to outlast the kills: they lag behind their target steps (a
+# gateway kept down, a preemption waited out), and with 4000 a fast machine
+# finished the job before the last of them.
+STEPS = 8000
 TRAIN_CELL = ("train m on d steps=%d batch=8 lr=3e-3 seed=5 checkpoint_every=50 "
               "spot=yes" % STEPS)
 DEFS_CELL = 'model m = gpt(layers=2, heads=2, dim=32, ctx=64)\ndata d = text("%s")'
