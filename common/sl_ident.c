@@ -65,6 +65,41 @@ int sl_sha256_file(const char *path, int64_t max_bytes, char ret_hex[SL_SHA256_H
   return 0;
 }
 
+const char *const sl_image_set_files[SL_IMAGE_SET_FILES] = {
+    "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz"};
+
+void sl_image_set_sha256(const char *const hexes[], size_t n, char ret_hex[SL_SHA256_HEX_LEN + 1]) {
+  crypto_hash_sha256_state h;
+  crypto_hash_sha256_init(&h);
+  for (size_t i = 0; i < n && i < SL_IMAGE_SET_FILES; i++) {
+    char line[SL_SHA256_HEX_LEN + 64];
+    int len = snprintf(line, sizeof line, "%.64s  %s\n", hexes[i], sl_image_set_files[i]);
+    crypto_hash_sha256_update(&h, (const unsigned char *)line, (unsigned long long)len);
+  }
+  unsigned char md[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256_final(&h, md);
+  sodium_bin2hex(ret_hex, SL_SHA256_HEX_LEN + 1, md, sizeof md);
+}
+
+int sl_sha256_image_set(const char *dir, size_t n, char ret_hex[SL_SHA256_HEX_LEN + 1]) {
+  char hex[SL_IMAGE_SET_FILES][SL_SHA256_HEX_LEN + 1];
+  const char *hexes[SL_IMAGE_SET_FILES];
+  if (n > SL_IMAGE_SET_FILES)
+    n = SL_IMAGE_SET_FILES;
+  for (size_t i = 0; i < n; i++) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, sl_image_set_files[i]) >= sizeof path)
+      return -ENAMETOOLONG;
+    int r = sl_sha256_file(path, 0, hex[i]);
+    if (r < 0)
+      return r;
+    hexes[i] = hex[i];
+  }
+  sl_image_set_sha256(hexes, n, ret_hex);
+  return 0;
+}
+
 static int read_at(int fd, void *buf, size_t len, uint64_t off, uint64_t file_size) {
   if (off > file_size || len > file_size - off)
     return SL_EFORMAT;

@@ -21,4 +21,19 @@ bool sl_sha256_hex_ok(const char *s);
  * build id note, -errno when it cannot be read. */
 int sl_build_id(const char *path, char *ret_hex, size_t size);
 
+/* The files of an image data set folder (fashion_mnist("FOLDER")) as
+ * spotlab-train reads them (kernels/tc_data.c): an eval job the test
+ * split's, the first SL_IMAGE_SET_EVAL_FILES; a training job all
+ * SL_IMAGE_SET_FILES. */
+#define SL_IMAGE_SET_FILES 4
+#define SL_IMAGE_SET_EVAL_FILES 2
+extern const char *const sl_image_set_files[SL_IMAGE_SET_FILES];
+/* The SHA-256 that identifies a data set folder's first n files, given
+ * theirs (hexes, in sl_image_set_files' order): of the lines
+ * "SHA256  NAME\n" that sha256sum prints for them, in that order. */
+void sl_image_set_sha256(const char *const hexes[], size_t n, char ret_hex[SL_SHA256_HEX_LEN + 1]);
+/* The same of the folder at dir, its files read and hashed. -errno of the
+ * first that cannot be (-ENOENT: it is missing). */
+int sl_sha256_image_set(const char *dir, size_t n, char ret_hex[SL_SHA256_HEX_LEN + 1]);
+
 #endif

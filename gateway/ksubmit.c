@@ -9,6 +9,7 @@
 #include "budget.h"
 #include "record.h"
 #include "sl_err.h"
+#include "sl_ident.h"
 #include "sl_json.h"
 #include "sl_log.h"
 #include "uploads.h"
@@ -161,47 +162,102 @@ static int check_instance_types(struct gw_kreq *q, const json_t *opts) {
   return 0;
 }
 
-/* The path of a text("PATH") data definition whose file the job reads,
- * or NULL (a data set spotlab ships, fashion_mnist). */
-static const char *text_path(const json_t *def) {
+/* The files of the notebook's machine that a job's data definition names:
+ * a text("PATH") file, or the IDX files of a fashion_mnist("FOLDER") that
+ * the job reads (sl_ident.h); none for a data set spotlab ships. The paths
+ * into paths[SL_IMAGE_SET_FILES][GW_DATA_PATH_MAX]; their number, or
+ * SL_ELIMIT for a path too long. */
+#define GW_DATA_PATH_MAX 1024
+static int data_files(const json_t *def, const char *kind, char paths[][GW_DATA_PATH_MAX], bool *set) {
   const json_t *inner = json_object_get(def, "spec");
   if (json_is_object(inner))
     def = inner;
-  if (strcmp(sl_json_get_str(def, "type", ""), "text"))
-    return NULL;
+  const char *type = sl_json_get_str(def, "type", "");
   const json_t *p = json_array_get(json_object_get(def, "args"), 0);
   if (json_is_object(p))
     p = json_object_get(p, "v"); /* a session value */
   const char *path = json_string_value(p);
-  return path && path[0] == '/' ? path : NULL;
+  *set = !strcmp(type, "fashion_mnist") || !strcmp(type, "fashion-mnist");
+  if (!path || path[0] != '/' || (strcmp(type, "text") && !*set))
+    return 0;
+  if (!*set)
+    return snprintf(paths[0], GW_DATA_PATH_MAX, "%s", path) >= GW_DATA_PATH_MAX ? SL_ELIMIT : 1;
+  int n = strcmp(kind, "train") ? SL_IMAGE_SET_EVAL_FILES : SL_IMAGE_SET_FILES;
+  size_t len = strlen(path);
+  while (len > 1 && path[len - 1] == '/')
+    len--;
+  for (int i = 0; i < n; i++)
+    if (snprintf(paths[i], GW_DATA_PATH_MAX, "%.*s/%s", (int)len, path, sl_image_set_files[i]) >=
+        GW_DATA_PATH_MAX)
+      return SL_ELIMIT;
+  return n;
 }
 
-/* With uploads on, a train or eval job reads its text("PATH") from the
- * store, where the notebook's kernel put it: the request names the upload
- * (data_sha256, data_size), which must be ready, and the job's spec gets
- * its key ("data_upload"). A request without it is answered with what to
- * upload, and no job: 1. 0 when the job goes on, negative when refused
- * (answered). */
+/* The entry of the request's data_files for path, or NULL. */
+static const json_t *uploaded(const json_t *files, const char *path) {
+  size_t i;
+  const json_t *f;
+  json_array_foreach(files, i, f) {
+    if (!strcmp(sl_json_get_str(f, "path", ""), path))
+      return f;
+  }
+  return NULL;
+}
+
+/* With uploads on, a train or eval job reads the notebook's data files from
+ * the store, where its kernel put them: the request names each upload
+ * ("data_files": [{"path","sha256","size"}]), which must be ready, and the
+ * job's spec gets their keys ("data_upload"). A request that lacks one is
+ * answered with the first file to upload, and no job: 1. 0 when the job
+ * goes on, negative when refused (answered). */
 static int check_upload(struct gw_kreq *q, struct gw_job *j) {
-  const char *path = q->g->env.uploads ? text_path(json_object_get(j->spec, "data")) : NULL;
-  if (!path)
-    return 0;
-  const char *sha = sl_json_get_str(q->body, "data_sha256", NULL);
-  const json_t *size = json_object_get(q->body, "data_size");
-  if (!sha) {
-    gw_kproto_reply(q, json_pack("{s:{s:s, s:i}}", "upload", "path", path, "chunk_bytes",
-                                 GW_UPLOAD_CHUNK_MAX));
-    return 1;
+  char paths[SL_IMAGE_SET_FILES][GW_DATA_PATH_MAX], msg[GW_DATA_PATH_MAX + 200];
+  bool set = false;
+  int n = q->g->env.uploads ? data_files(json_object_get(j->spec, "data"), j->kind, paths, &set) : 0;
+  if (n < 0)
+    return gw_kproto_fail(q, SL_ELIMIT, "the data path is too long to upload"), SL_ELIMIT;
+  const json_t *files = json_object_get(q->body, "data_files");
+  if (files && (!json_is_array(files) || json_array_size(files) > SL_IMAGE_SET_FILES))
+    return gw_kproto_fail(q, SL_ETYPE, "data_files must be an array of at most 4 uploads"), SL_ETYPE;
+  for (int i = 0; i < n; i++)
+    if (!uploaded(files, paths[i])) {
+      gw_kproto_reply(q, json_pack("{s:{s:s, s:i}}", "upload", "path", paths[i], "chunk_bytes",
+                                   GW_UPLOAD_CHUNK_MAX));
+      return 1;
+    }
+  json_t *list = json_array();
+  const char *hexes[SL_IMAGE_SET_FILES];
+  json_int_t total = 0;
+  for (int i = 0; i < n; i++) {
+    const json_t *f = uploaded(files, paths[i]);
+    const char *sha = sl_json_get_str(f, "sha256", "");
+    const json_t *size = json_object_get(f, "size");
+    char key[GW_UPLOAD_KEY_MAX];
+    if (!json_is_integer(size) || json_integer_value(size) < 0 ||
+        gw_uploads_ready(q->g->env.uploads, q->c->who.user, sha, (uint64_t)json_integer_value(size), key,
+                         sizeof key) < 0) {
+      json_decref(list);
+      snprintf(msg, sizeof msg, "the data file %s is not uploaded (data.have says when it is)", paths[i]);
+      return gw_kproto_fail(q, SL_ESTATE, msg), SL_ESTATE;
+    }
+    hexes[i] = sha;
+    total += json_integer_value(size);
+    json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:I}", "name", strrchr(paths[i], '/') + 1, "key", key,
+                                          "sha256", sha, "bytes", json_integer_value(size)));
   }
-  char key[GW_UPLOAD_KEY_MAX], msg[300];
-  if (!json_is_integer(size) || json_integer_value(size) < 0 ||
-      gw_uploads_ready(q->g->env.uploads, q->c->who.user, sha, (uint64_t)json_integer_value(size),
-                       key, sizeof key) < 0) {
-    snprintf(msg, sizeof msg, "the data file %.200s is not uploaded (data.have says when it is)", path);
-    return gw_kproto_fail(q, SL_ESTATE, msg), SL_ESTATE;
+  if (!set) { /* one file: its own key (the shape of specs stored before data sets) */
+    json_t *one = json_array_get(list, 0);
+    if (one) {
+      json_object_del(one, "name");
+      json_object_set(j->spec, "data_upload", one);
+    }
+  } else if (n > 0) {
+    char id[SL_SHA256_HEX_LEN + 1];
+    sl_image_set_sha256(hexes, (size_t)n, id);
+    json_object_set_new(j->spec, "data_upload",
+                        json_pack("{s:s, s:I, s:O}", "sha256", id, "bytes", total, "files", list));
   }
-  json_object_set_new(j->spec, "data_upload", json_pack("{s:s, s:s, s:I}", "key", key, "sha256", sha,
-                                                         "bytes", json_integer_value(size)));
+  json_decref(list);
   return 0;
 }
 

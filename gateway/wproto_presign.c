@@ -24,12 +24,13 @@
  * to restore ("J000001/ckpt-00000400.tc"): the checkpoints of that run, and
  * the key of the data file a job's notebook uploaded ("_data/alice/SHA"). */
 #define PRESIGN_PREFIXES 32
+#define RESTORE_MAX (6 * PRESIGN_PREFIXES) /* a checkpoint and up to four data files a job */
 struct reach {
   char own[PRESIGN_PREFIXES][16];
   const char *own_p[PRESIGN_PREFIXES];
   size_t n_own;
-  char restore[2 * PRESIGN_PREFIXES][sizeof ((struct gw_job *)0)->ckpt_key];
-  const char *restore_p[2 * PRESIGN_PREFIXES];
+  char restore[RESTORE_MAX][sizeof ((struct gw_job *)0)->ckpt_key];
+  const char *restore_p[RESTORE_MAX];
   size_t n_restore;
 };
 
@@ -50,11 +51,16 @@ static void reach_of(struct gw_wproto *g, struct gw_inst *in, struct reach *r) {
       r->restore_p[r->n_restore] = r->restore[r->n_restore];
       r->n_restore++;
     }
-    const char *data = json_string_value(json_object_get(json_object_get(j->spec, "data_upload"), "key"));
-    if (data && strlen(data) < sizeof r->restore[0]) {
-      snprintf(r->restore[r->n_restore], sizeof r->restore[0], "%s", data);
-      r->restore_p[r->n_restore] = r->restore[r->n_restore];
-      r->n_restore++;
+    /* the data file, or each file of a data set, its notebook uploaded */
+    const json_t *up = json_object_get(j->spec, "data_upload"), *files = json_object_get(up, "files");
+    size_t n_keys = json_is_array(files) ? json_array_size(files) : 1;
+    for (size_t k = 0; k < n_keys && r->n_restore < RESTORE_MAX; k++) {
+      const char *data = json_string_value(json_object_get(files ? json_array_get(files, k) : up, "key"));
+      if (data && strlen(data) < sizeof r->restore[0]) {
+        snprintf(r->restore[r->n_restore], sizeof r->restore[0], "%s", data);
+        r->restore_p[r->n_restore] = r->restore[r->n_restore];
+        r->n_restore++;
+      }
     }
   }
 }

@@ -13,9 +13,11 @@
  * timer, POLL_FIRST_US after the reply, then twice as long each time up to
  * POLL_US (a file store publishes in a few milliseconds, S3 in seconds; the
  * kernel keeps serving meanwhile), and `ready`
- * submits the statement's request again with data_sha256 and data_size; a
- * reply to that which asks for the file again fails the statement rather
- * than loop. The cell says "uploading NAME (SIZE) ..." once, before the
+ * submits the statement's request again, naming in data_files every file
+ * the statement uploaded so far (path, sha256, size). A data set folder
+ * (fashion_mnist("FOLDER")) is its files, one upload each: the gateway
+ * answers each submit with the next one it lacks. A reply that asks for a
+ * file already uploaded fails the statement rather than loop. The cell says "uploading NAME (SIZE) ..." once, before the
  * first byte goes; a file the gateway already holds says nothing. An upload
  * of PROGRESS_MIN_BYTES or more also shows how far it is, in a display
  * updated in place at most once a PROGRESS_US (front ends without display
@@ -26,7 +28,8 @@
  * descriptor that was hashed, and a file found shorter or changed on the
  * way fails the statement ("changed while it was uploaded"), as does the
  * gateway's SL_ECHECKSUM. The kernel uploads only the file the statement's
- * data definition names, whatever path the gateway asks for. The upload
+ * data definition names (or a file of its data set folder that
+ * spotlab-train reads), whatever path the gateway asks for. The upload
  * belongs to the statement's follow (jobs_int.h): an interrupt or the end of
  * the cell frees it, and nothing is sent afterwards. Polling, and the number
  * of chunks the gateway may ask for, are bounded, so a gateway that never
@@ -46,6 +49,7 @@
 #include <unistd.h>
 
 #include "sl_err.h"
+#include "sl_ident.h"
 #include "sl_json.h"
 #include "sl_log.h"
 #include "sl_time.h"
@@ -87,6 +91,7 @@ struct jk_upload {
   bool progress_done;         /* and said the upload is done */
   int64_t storing_since_us;   /* the gateway first said it was publishing; 0: not yet */
   int64_t progress_at_us;     /* the next update of the progress display, at the earliest */
+  json_t *done;               /* the statement's files uploaded before this one: [{path, sha256, size}] */
 };
 
 struct jk_upload *jk_upload_free(struct jk_upload *u) {
@@ -94,6 +99,7 @@ struct jk_upload *jk_upload_free(struct jk_upload *u) {
     return NULL;
   if (u->fd >= 0)
     close(u->fd);
+  json_decref(u->done);
   free(u->path);
   free(u);
   return NULL;
@@ -162,10 +168,12 @@ static bool same_file(const struct stat *a, const struct stat *b) {
          a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
 }
 
-/* Whether path is the file the running statement's data definition names
- * (as written there, or the same file once links are resolved). A
- * statement without one (%rerun, whose job reads its original's copy)
- * uploads nothing: the kernel could not tell which file it may send. */
+/* Whether path is a file the running statement's data definition names:
+ * a text("PATH") file, or one of the files spotlab-train reads in a
+ * fashion_mnist("FOLDER") (sl_ident.h), as written there or the same file
+ * once links are resolved. A statement without one (%rerun, whose job
+ * reads its original's copy) uploads nothing: the kernel could not tell
+ * which file it may send. */
 static bool statement_data(const struct jk_interp *ip, const char *path) {
   const struct jk_execution *x = ip->running;
   const struct jk_stmt *s = x->pc < x->cell->n ? &x->cell->stmts[x->pc] : NULL;
@@ -173,11 +181,24 @@ static bool statement_data(const struct jk_interp *ip, const char *path) {
   if (!s || !s->data || jk_state_def(ip->state, s->data, &d) < 0)
     return false;
   const char *want = json_string_value(json_array_get(json_object_get(d.spec, "args"), 0));
-  if (!want)
+  const char *type = sl_json_get_str(d.spec, "type", "");
+  if (!want || !*want)
     return false;
+  char file[PATH_MAX], a[PATH_MAX], b[PATH_MAX];
+  if (!strcmp(type, "fashion_mnist")) {
+    const char *slash = strrchr(path, '/');
+    size_t i = 0;
+    while (slash && i < SL_IMAGE_SET_FILES && strcmp(slash + 1, sl_image_set_files[i]))
+      i++;
+    if (!slash || i == SL_IMAGE_SET_FILES ||
+        (size_t)snprintf(file, sizeof file, "%s/%s", want, sl_image_set_files[i]) >= sizeof file)
+      return false;
+    want = file;
+  } else if (strcmp(type, "text")) {
+    return false;
+  }
   if (strcmp(want, path) == 0)
     return true;
-  char a[PATH_MAX], b[PATH_MAX];
   return realpath(want, a) && realpath(path, b) && strcmp(a, b) == 0;
 }
 
@@ -294,13 +315,30 @@ static enum jk_step hash_slice(struct jk_interp *ip, struct jk_upload *u) {
   return send_have(ip, u);
 }
 
+/* The entry of done for path, or NULL. */
+static const json_t *uploaded(const json_t *done, const char *path) {
+  size_t i;
+  const json_t *e;
+  json_array_foreach(done, i, e) {
+    if (!strcmp(sl_json_get_str(e, "path", ""), path))
+      return e;
+  }
+  return NULL;
+}
+
 enum jk_step jk_upload_start(struct jk_interp *ip, const json_t *ask) {
   struct jk_follow *f = ip->running->follow;
   const char *path = sl_json_get_whole_str(ask, "path", "");
-  if (f->upload)
+  const json_t *again = f->upload && path ? uploaded(f->upload->done, path) : NULL;
+  if (again)
     return jk_exec_fail(ip, "SubmitError",
-                        "the gateway asked again for the data file %s after it was uploaded (sha256 %.12s…)",
-                        f->upload->path, f->upload->sha256);
+                        "the gateway asked again for the data file %s after it was uploaded (sha256 %.12s…)", path,
+                        sl_json_get_str(again, "sha256", ""));
+  if (f->upload && f->upload->fd >= 0)
+    return jk_exec_fail(ip, "InternalError", "the gateway asked for %s while %s was being uploaded",
+                        path ? path : "a file", f->upload->path);
+  if (f->upload && json_array_size(f->upload->done) >= SL_IMAGE_SET_FILES)
+    return jk_exec_fail(ip, "GatewayError", "the gateway asked for more data files than the statement names");
   if (!path || path[0] != '/')
     return jk_exec_fail(ip, "GatewayError", "the gateway asked for the data file without a usable path");
   if (!f->submit || !statement_data(ip, path))
@@ -311,6 +349,11 @@ enum jk_step jk_upload_start(struct jk_interp *ip, const json_t *ask) {
   struct jk_upload *u = NULL;
   if (open_file(ip, path, &u) != JK_STEP_DONE)
     return JK_STEP_ERROR;
+  if (f->upload) { /* the files uploaded before go on with the submit */
+    u->done = f->upload->done;
+    f->upload->done = NULL;
+    f->upload = jk_upload_free(f->upload);
+  }
   int64_t chunk = sl_json_get_int(ask, "chunk_bytes", 0);
   u->chunk_bytes = chunk <= 0 ? DEFAULT_CHUNK_BYTES : chunk > MAX_CHUNK_BYTES ? MAX_CHUNK_BYTES : (size_t)chunk;
   /* every chunk about four times (a gateway that starts over), then some */
@@ -320,13 +363,16 @@ enum jk_step jk_upload_start(struct jk_interp *ip, const json_t *ask) {
   return JK_STEP_WAIT;
 }
 
-/* The gateway has the file: the statement's submit again, naming it. */
+/* The gateway has the file: the statement's submit again, naming it and
+ * the statement's files uploaded before it. */
 static enum jk_step resubmit(struct jk_interp *ip, struct jk_upload *u) {
   json_t *req = json_deep_copy(ip->running->follow->submit);
-  if (req) {
-    json_object_set_new(req, "data_sha256", json_string(u->sha256));
-    json_object_set_new(req, "data_size", json_integer((json_int_t)u->size_bytes));
-  }
+  if (!u->done)
+    u->done = json_array();
+  json_array_append_new(u->done, json_pack("{s:s, s:s, s:I}", "path", u->path, "sha256", u->sha256, "size",
+                                           (json_int_t)u->size_bytes));
+  if (req)
+    json_object_set_new(req, "data_files", json_deep_copy(u->done));
   close(u->fd);
   u->fd = -1;
   u->poll_at_us = INT64_MAX;

@@ -15,12 +15,12 @@ struct jk_upload;
 
 /* The submit reply asked for the data file first (ask, borrowed: its
  * "upload" object, {"path","chunk_bytes"}): hashes the file and sends
- * data.have. A second ask for the same statement (after its upload) fails
- * the statement. */
+ * data.have. An ask for a file the statement uploaded already fails it;
+ * another file of its data set is uploaded next. */
 enum jk_step jk_upload_start(struct jk_interp *ip, const json_t *ask);
 /* The reply (borrowed, or NULL) to a data.have or data.put (OP_DATA); error
  * as jk_gw_handler's. Sends the next request, waits to poll, or submits
- * again with data_sha256 and data_size once the gateway has the file. */
+ * again with data_files once the gateway has the file. */
 enum jk_step jk_upload_reply(struct jk_interp *ip, const json_t *reply, const char *error);
 /* Monotonic µs of the running upload's next poll, or INT64_MAX. */
 int64_t jk_upload_wake_at_us(const struct jk_interp *ip);

@@ -259,8 +259,9 @@ static int join_gang(struct wk_job *j, const json_t *field, char *err, size_t er
 }
 
 /* What the run record holds of this attempt, added to the started message:
- * this worker's and spotlab-train's build ids and the data file's SHA-256
- * (a relative path is the child's, under the job's folder). A rerun's spec
+ * this worker's and spotlab-train's build ids and the data file's SHA-256,
+ * or a data set folder's id (a relative path is the child's, under the
+ * job's folder). A rerun's spec
  * names the hash the data had ("expect_data_sha256"): another one refuses
  * the run, so that a rerun never trains on other data unnoticed. */
 static int identify(const struct wk_job *j, const json_t *spec, json_t *started, char *err,
@@ -282,6 +283,8 @@ static int identify(const struct wk_job *j, const json_t *spec, json_t *started,
   int r = 0;
   if (fetched) snprintf(hex, sizeof hex, "%s", fetched);
   else r = sl_sha256_file(path, 0, hex);
+  if (r == -EISDIR) /* a data set folder: the id of the files the job reads (sl_ident.h) */
+    r = sl_sha256_image_set(path, j->kind == WK_KIND_TRAIN ? SL_IMAGE_SET_FILES : SL_IMAGE_SET_EVAL_FILES, hex);
   if (r == 0) json_object_set_new(started, "data_sha256", json_string(hex));
   if (want && r < 0) {
     snprintf(err, err_size, "the data file %s cannot be read to check it is the one the original run read: %s",

@@ -2,7 +2,11 @@
  * names it in the spec ("data_upload": the store key, its SHA-256 and
  * size) when this worker cannot read the notebook's machine. It is read
  * from the store into the worker's data folder once per content, its hash
- * checked, and the job reads that copy. */
+ * checked, and the job reads that copy. A data set folder
+ * (fashion_mnist("FOLDER")) comes as its files ("files": name, key,
+ * SHA-256 and size of each, and the set's id, sl_ident.h): each fetched
+ * the same way, then linked under its name into data/set-ID, the folder
+ * the job reads. */
 #include "job_int.h"
 
 #include "sl_err.h"
@@ -30,44 +34,132 @@ static int hash_file(void *ctx) {
   return sl_sha256_file(h->path, 0, h->hex);
 }
 
+/* The uploaded file key (hashing to sha) as dir/SHA: fetched and checked
+ * unless a copy is there already (checked when it came). */
+static int fetch_one(struct wk_job *j, const char *dir, const char *key, const char *sha, char *err,
+                     size_t err_size) {
+  char path[PATH_MAX + 80], tmp[PATH_MAX + 96];
+  snprintf(path, sizeof path, "%s/%s", dir, sha);
+  snprintf(tmp, sizeof tmp, "%s/.fetch-%s", dir, sha);
+  if (access(path, R_OK) == 0)
+    return 0;
+  uint64_t bytes = 0;
+  int r = wk_store_get_file(j->env->store, key, tmp, &bytes);
+  if (r < 0) {
+    const char *e = wk_store_error(j->env->store);
+    snprintf(err, err_size, "the data file the notebook uploaded (%s) cannot be read from the store: %s", key,
+             e[0] ? e : sl_strerror(r));
+    return r;
+  }
+  struct hash_call h = {.path = tmp};
+  if ((r = wk_store_run(j->env->store, hash_file, &h)) < 0 || strcmp(h.hex, sha)) {
+    unlink(tmp);
+    if (r < 0) return snprintf(err, err_size, "cannot read %s: %s", tmp, sl_strerror(r)), r;
+    snprintf(err, err_size, "the data file %s read from the store hashes to %.12s…, not %.12s…", key, h.hex, sha);
+    return SL_ECHECKSUM;
+  }
+  if (rename(tmp, path) < 0) {
+    r = -errno;
+    unlink(tmp);
+    return snprintf(err, err_size, "cannot keep %s: %s", path, sl_strerror(r)), r;
+  }
+  sl_info("worker.store", "%s: fetched the notebook's data file %s (%llu bytes)", j->id, key,
+          (unsigned long long)bytes);
+  return 0;
+}
+
+/* Removes a data set folder being made (its links, then itself). */
+static void remove_set(const char *tmp) {
+  char path[PATH_MAX + 160];
+  for (size_t i = 0; i < SL_IMAGE_SET_FILES; i++) {
+    snprintf(path, sizeof path, "%s/%s", tmp, sl_image_set_files[i]);
+    unlink(path);
+  }
+  rmdir(tmp);
+}
+
+/* A data set's files, fetched, as the folder dir/set-ID that spotlab-train
+ * reads: each name a link to its fetched copy. The folder is made under
+ * another name and renamed into place, so it is whole or absent. */
+static int fetch_set(struct wk_job *j, const char *dir, const json_t *up, char *set, size_t set_size, char *err,
+                     size_t err_size) {
+  const char *id = json_string_value(json_object_get(up, "sha256"));
+  const json_t *files = json_object_get(up, "files");
+  size_t n = json_array_size(files);
+  if (!sl_sha256_hex_ok(id) || n == 0 || n > SL_IMAGE_SET_FILES)
+    return snprintf(err, err_size, "spec \"data_upload\" names a data set without its id or files"), SL_ETYPE;
+  const char *hexes[SL_IMAGE_SET_FILES];
+  for (size_t i = 0; i < n; i++) {
+    const json_t *f = json_array_get(files, i);
+    const char *name = json_string_value(json_object_get(f, "name"));
+    hexes[i] = json_string_value(json_object_get(f, "sha256"));
+    const char *key = json_string_value(json_object_get(f, "key"));
+    if (!name || strcmp(name, sl_image_set_files[i]) || !key || wk_store_check_key(key) < 0 ||
+        !sl_sha256_hex_ok(hexes[i]))
+      return snprintf(err, err_size, "spec \"data_upload\" file %zu needs the name %s, a store key and a sha256",
+                      i, sl_image_set_files[i]), SL_ETYPE;
+  }
+  char check[SL_SHA256_HEX_LEN + 1];
+  sl_image_set_sha256(hexes, n, check);
+  if (strcmp(check, id))
+    return snprintf(err, err_size, "spec \"data_upload\": its files' hashes make %.12s…, not %.12s…", check, id),
+           SL_ECHECKSUM;
+  snprintf(set, set_size, "%s/set-%s", dir, id);
+  if (access(set, R_OK | X_OK) == 0)
+    return 0;
+  int r;
+  for (size_t i = 0; i < n; i++) {
+    const json_t *f = json_array_get(files, i);
+    if ((r = fetch_one(j, dir, json_string_value(json_object_get(f, "key")), hexes[i], err, err_size)) < 0)
+      return r;
+  }
+  char tmp[PATH_MAX + 96], from[PATH_MAX + 80], to[PATH_MAX + 160];
+  snprintf(tmp, sizeof tmp, "%s/.set-%s-%ld", dir, id, (long)getpid());
+  remove_set(tmp);
+  if (mkdir(tmp, 0700) < 0) {
+    r = -errno;
+    return snprintf(err, err_size, "cannot make %s: %s", tmp, sl_strerror(r)), r;
+  }
+  for (size_t i = 0; i < n; i++) {
+    snprintf(from, sizeof from, "%s/%s", dir, hexes[i]);
+    snprintf(to, sizeof to, "%s/%s", tmp, sl_image_set_files[i]);
+    if (link(from, to) < 0) { /* a file system without hard links: a symbolic one */
+      snprintf(from, sizeof from, "../%s", hexes[i]);
+      if (symlink(from, to) < 0) {
+        r = -errno;
+        remove_set(tmp);
+        return snprintf(err, err_size, "cannot place %s in %s: %s", sl_image_set_files[i], tmp, sl_strerror(r)), r;
+      }
+    }
+  }
+  if (rename(tmp, set) < 0) {
+    r = -errno;
+    remove_set(tmp);
+    if (r == -EEXIST || r == -ENOTEMPTY) /* another job of this worker made it meanwhile */
+      return 0;
+    return snprintf(err, err_size, "cannot keep %s: %s", set, sl_strerror(r)), r;
+  }
+  return 0;
+}
+
 int wk_job_fetch_data(struct wk_job *j, const json_t *assign, json_t **ret_assign, char *err, size_t err_size) {
   const json_t *spec = json_object_get(assign, "spec");
   const json_t *up = json_object_get(spec, "data_upload");
   *ret_assign = NULL;
   if (!up || (j->kind != WK_KIND_TRAIN && j->kind != WK_KIND_EVAL)) return 0;
-  const char *key = json_string_value(json_object_get(up, "key"));
-  const char *sha = json_string_value(json_object_get(up, "sha256"));
-  if (!key || wk_store_check_key(key) < 0 || !sl_sha256_hex_ok(sha))
-    return snprintf(err, err_size, "spec \"data_upload\" needs a store key and a sha256"), SL_ETYPE;
-  char dir[PATH_MAX], path[PATH_MAX + 80], tmp[PATH_MAX + 96];
+  char dir[PATH_MAX], path[PATH_MAX + 160];
   snprintf(dir, sizeof dir, "%s/data", j->env->cfg->work_dir);
-  snprintf(path, sizeof path, "%s/%s", dir, sha);
-  snprintf(tmp, sizeof tmp, "%s/.fetch-%s", dir, sha);
   int r = sl_mkdir_p(dir, 0700);
   if (r < 0) return snprintf(err, err_size, "cannot make %s: %s", dir, sl_strerror(r)), r;
-  if (access(path, R_OK) != 0) { /* a copy there was checked when it came */
-    uint64_t bytes = 0;
-    if ((r = wk_store_get_file(j->env->store, key, tmp, &bytes)) < 0) {
-      const char *e = wk_store_error(j->env->store);
-      snprintf(err, err_size, "the data file the notebook uploaded (%s) cannot be read from the store: %s",
-               key, e[0] ? e : sl_strerror(r));
-      return r;
-    }
-    struct hash_call h = {.path = tmp};
-    if ((r = wk_store_run(j->env->store, hash_file, &h)) < 0 || strcmp(h.hex, sha)) {
-      unlink(tmp);
-      if (r < 0) return snprintf(err, err_size, "cannot read %s: %s", tmp, sl_strerror(r)), r;
-      snprintf(err, err_size, "the data file %s read from the store hashes to %.12s…, not %.12s…", key, h.hex,
-               sha);
-      return SL_ECHECKSUM;
-    }
-    if (rename(tmp, path) < 0) {
-      r = -errno;
-      unlink(tmp);
-      return snprintf(err, err_size, "cannot keep %s: %s", path, sl_strerror(r)), r;
-    }
-    sl_info("worker.store", "%s: fetched the notebook's data file %s (%llu bytes)", j->id, key,
-            (unsigned long long)bytes);
+  if (json_object_get(up, "files")) {
+    if ((r = fetch_set(j, dir, up, path, sizeof path, err, err_size)) < 0) return r;
+  } else {
+    const char *key = json_string_value(json_object_get(up, "key"));
+    const char *sha = json_string_value(json_object_get(up, "sha256"));
+    if (!key || wk_store_check_key(key) < 0 || !sl_sha256_hex_ok(sha))
+      return snprintf(err, err_size, "spec \"data_upload\" needs a store key and a sha256"), SL_ETYPE;
+    if ((r = fetch_one(j, dir, key, sha, err, err_size)) < 0) return r;
+    snprintf(path, sizeof path, "%s/%s", dir, sha);
   }
   json_t *a = json_deep_copy(assign);
   json_t *s = json_object_get(a, "spec");

@@ -13,10 +13,15 @@ refused and forgotten; the published object is the file, under
 _data/USER/SHA256; another user does not see it, and has at most 4 uploads
 under way; the job then trains on
 the store's copy with the notebook's file gone, and its record names the
-file's hash. Every wait has a deadline.
+file's hash. A fashion_mnist("FOLDER") job's files are asked for one by one
+(all four for training, the test split's two for eval), and its jobs run
+on the store's copies with the folder gone. Every wait has a deadline.
 """
+import gzip
 import hashlib
 import os
+import shutil
+import struct
 import sys
 import tempfile
 import time
@@ -56,6 +61,78 @@ def define(c, path):
 
 
 TRAIN_OPTS = {"steps": 30, "batch": 4, "threads": 1, "seed": 3}
+SET_FILES = ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", "train-images-idx3-ubyte.gz",
+             "train-labels-idx1-ubyte.gz"]
+
+
+def make_image_set(folder, n_train=64, n_test=32):
+    """A small data set in Fashion-MNIST's files: 28x28 images, labels 0..9."""
+    os.makedirs(folder)
+    for split, n in (("t10k", n_test), ("train", n_train)):
+        with gzip.open(os.path.join(folder, split + "-images-idx3-ubyte.gz"), "wb") as f:
+            f.write(struct.pack(">IIII", 0x803, n, 28, 28) + bytes((i * 7 + j) % 256 for i in range(n)
+                                                                   for j in range(784)))
+        with gzip.open(os.path.join(folder, split + "-labels-idx1-ubyte.gz"), "wb") as f:
+            f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
+
+
+def set_id(folder, n):
+    """A data set's id (sl_ident.h): the SHA-256 of sha256sum's lines for its first n files."""
+    lines = "".join("%s  %s\n" % (hashlib.sha256(open(os.path.join(folder, name), "rb").read()).hexdigest(), name)
+                    for name in SET_FILES[:n])
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def wait_end(c, job):
+    require(c.req("attach", job=job, after=0)["ok"], "attach " + job)
+    return c.wait_event(lambda e: e["job"] == job and e["event"] == "state" and
+                        e["state"] in ("succeeded", "failed", "cancelled"), "the end of " + job, 180)
+
+
+def check_image_set(c, folder):
+    """A fashion_mnist("FOLDER") job: its files uploaded one by one as the
+    gateway asks, the train job given all four, an eval job the test
+    split's two; both run with the folder gone, and their records name the
+    set's id."""
+    make_image_set(folder)
+    r = c.req("session.set", defs=[
+        {"name": "mm", "kind": "model", "spec": {"type": "mlp", "args": [], "options": {"hidden": 16}}},
+        {"name": "f", "kind": "data", "spec": {"type": "fashion_mnist", "args": [folder + "/"], "options": {}}}])
+    require(r["ok"], "session.set", r)
+    opts = {"steps": 20, "batch": 8, "threads": 1, "seed": 5}
+    asked, files = [], []
+    while True:
+        r = c.req("submit", kind="train", model="mm", data="f", options=opts,
+                  **({"data_files": files} if files else {}))
+        if not r.get("ok") or "upload" not in r or len(asked) > 4:
+            break
+        asked.append(r["upload"]["path"])
+        files.append(c.upload(r["upload"]["path"], r["upload"]["chunk_bytes"]))
+    check(asked == [os.path.join(folder, n) for n in SET_FILES],
+          "a data set's files are asked for one by one: %s" % asked)
+    require(r.get("ok") and "job" in r, "the train job is taken once its four files are uploaded", r)
+    shutil.rmtree(folder)
+    e = wait_end(c, r["job"])
+    check(e["state"] == "succeeded", "%s trained on the uploaded data set, its folder gone: %s" % (r["job"], e))
+    return r["job"], files
+
+
+def check_image_set_eval(c, job, files, want_train, want_eval):
+    rec = c.req("record", job=job).get("record", {})
+    check((rec.get("attempts") or [{}])[0].get("data_sha256") == want_train,
+          "the train record names the data set's id: %s" % rec.get("attempts"))
+    r = c.req("submit", kind="eval", model="mm", data="f", options={"threads": 1}, data_files=files[:1])
+    check(r.get("ok") and r.get("upload", {}).get("path") == files[1]["path"],
+          "an eval job asks for the test split's files only: %s" % r)
+    r = c.req("submit", kind="eval", model="mm", data="f", options={"threads": 1}, data_files=files[:2])
+    require(r.get("ok") and "job" in r, "the eval job is taken with the test split's two files", r)
+    e = wait_end(c, r["job"])
+    check(e["state"] == "succeeded", "%s evaluated on the uploaded test split: %s" % (r["job"], e))
+    rec = c.req("record", job=r["job"]).get("record", {})
+    check((rec.get("attempts") or [{}])[0].get("data_sha256") == want_eval,
+          "the eval record names the test split's id: %s" % rec.get("attempts"))
+    r = c.req("submit", kind="eval", model="mm", data="f", options={"threads": 1}, data_files={"a": 1})
+    check(not r["ok"] and r["error"]["code"] == "SL_ETYPE", "data_files that is not an array is refused: %s" % r)
 
 
 def check_refusals(c, sha, data):
@@ -114,8 +191,8 @@ def main():
         r = alice.req("submit", kind="train", model="m", data="d", options=TRAIN_OPTS)
         check(r.get("ok") and "job" not in r and r.get("upload") == {"path": text, "chunk_bytes": 1 << 20},
               "a train job on the notebook's file is answered with what to upload: %s" % r)
-        r = alice.req("submit", kind="train", model="m", data="d", options=TRAIN_OPTS, data_sha256=sha,
-                      data_size=len(data))
+        r = alice.req("submit", kind="train", model="m", data="d", options=TRAIN_OPTS,
+                      data_files=[{"path": text, "sha256": sha, "size": len(data)}])
         check(not r["ok"] and r["error"]["code"] == "SL_ESTATE", "naming an upload not made is refused: %s" % r)
         check_refusals(alice, sha, data)
 
@@ -158,8 +235,8 @@ def main():
         check_bad_bytes(alice, gw.state)
 
         os.unlink(text)  # the job reads the store's copy, not the notebook's file
-        r = alice.req("submit", kind="train", model="m", data="d", options=TRAIN_OPTS, data_sha256=sha,
-                      data_size=len(data))
+        r = alice.req("submit", kind="train", model="m", data="d", options=TRAIN_OPTS,
+                      data_files=[{"path": text, "sha256": sha, "size": len(data)}])
         require(r.get("ok") and "job" in r, "the job is taken once the upload is ready", r)
         job = r["job"]
         require(alice.req("attach", job=job, after=0)["ok"], "attach " + job)
@@ -170,6 +247,12 @@ def main():
         attempts = r.get("record", {}).get("attempts") or [{}]
         check(r.get("ok") and attempts[0].get("data_sha256") == sha,
               "the run record names the data's hash: %s" % attempts[0])
+        images = os.path.join(folder, "images")
+        make_image_set(images + "-copy")
+        want_train, want_eval = set_id(images + "-copy", 4), set_id(images + "-copy", 2)
+        job, files = check_image_set(alice, images)
+        check_image_set_eval(alice, job, files, want_train, want_eval)
+
         # a new gateway finds the upload in the store at once
         alice.close()
         gw.stop()

@@ -1,6 +1,6 @@
 """spotlab-kernel uploading a job's data file for the gateway's workers
 (protocols.md §1: a submit reply with "upload", data.have, data.put, the
-submit again with data_sha256 and data_size).
+submit again with data_files).
 
 usage: test_upload.py KERNEL [GATEWAY]
 
@@ -10,20 +10,24 @@ from the offset the gateway names; polling while the gateway checks and
 publishes; the cell's one "uploading" line, and none for a file the gateway
 has; a file that changed (the gateway's SL_ECHECKSUM), a refusal, a file
 that cannot be read, an empty file, a path that is not the statement's
-data, a second ask after the upload, and an interrupt, after which nothing
-more is sent. With GATEWAY: a real spotlab-gateway (built beside
+data, a second ask after the upload, a data set folder's files asked for one
+by one (and a file of that folder the trainer does not read, refused), and an
+interrupt, after which nothing more is sent. With GATEWAY: a real spotlab-gateway (built beside
 spotlab-worker and spotlab-train) told to ask for uploads trains on a file
 the test writes, keeps the object under its store's _data/ folder by its
 SHA-256, and trains again without a second upload; a missing file and an
-empty one fail clearly. Every wait has a deadline; nothing sleeps.
+empty one fail clearly; a fashion_mnist("FOLDER") trains from its four
+uploaded files. Every wait has a deadline; nothing sleeps.
 """
 
 import glob
+import gzip
 import hashlib
 import json
 import os
 import queue
 import shutil
+import struct
 import sys
 import tempfile
 import threading
@@ -158,8 +162,9 @@ class Protocol:
     def __call__(self, gw, m):
         t = m["type"]
         if t == "submit":
-            if "data_sha256" in m:
-                done = self.store.complete(m["data_sha256"], m["data_size"])
+            if "data_files" in m:
+                f = m["data_files"][-1]
+                done = self.store.complete(f["sha256"], f["size"])
                 return gw.new_job() if done or self.known else refused("SL_ENAME", "no data")
             return {"upload": {"path": self.path, "chunk_bytes": self.chunk_bytes}}
         sha = m["sha256"]
@@ -256,8 +261,8 @@ def scripted_cases(k, gw, d):
     subs = gw.of_type("submit")
     first = {key: v for key, v in subs[0].items() if key not in ("id", "auth")} if subs else {}
     again = {key: v for key, v in subs[1].items() if key not in ("id", "auth")} if len(subs) > 1 else {}
-    check(len(subs) == 2 and again.pop("data_sha256", None) == sha and again.pop("data_size", None) == len(data)
-          and again == first, "scripted: the submit goes again with data_sha256 and data_size: %s" % subs)
+    check(len(subs) == 2 and again.pop("data_files", None) == [{"path": corpus, "sha256": sha, "size": len(data)}]
+          and again == first, "scripted: the submit goes again with data_files: %s" % subs)
 
     # a large file: the gateway's chunk_bytes, bounded by a frame's 1 MiB
     big = bytes(os.urandom(1 << 20)) * 2 + b"tail"
@@ -319,7 +324,7 @@ def scripted_cases(k, gw, d):
 
     # asked again after the upload: no loop
     def again_(gw_, m):
-        if m["type"] == "submit" and "data_sha256" in m:
+        if m["type"] == "submit" and "data_files" in m:
             return {"upload": {"path": corpus, "chunk_bytes": 1000}}
         return inner(gw_, m)
     inner = Protocol(corpus, 1000)
@@ -348,6 +353,42 @@ def scripted_cases(k, gw, d):
     check(content.get("ename") == "GatewayError" and "/etc/passwd" in content.get("evalue", "") and
           not gw.of_type("data.have", "data.put"), "scripted: only the statement's file: %s" % content.get("evalue"))
 
+    # a data set folder: each file the gateway asks for, one by one; the
+    # submit names every one uploaded so far
+    images = os.path.join(d, "images")
+    os.makedirs(images)
+    names = ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
+    for i, n in enumerate(names + ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "notes.bin"]):
+        write(os.path.join(images, n), bytes([i]) * (300 + i))
+    content, _ = run_cell(k, 'model c = mlp(hidden=8)\ndata f = fashion_mnist("%s")' % images)
+
+    class SetProtocol(Protocol):
+        def __init__(self, files):
+            super().__init__(None, 1000)
+            self.files = files
+
+        def __call__(self, gw_, m):
+            if m["type"] != "submit":
+                return super().__call__(gw_, m)
+            named = [f["path"] for f in m.get("data_files", []) if self.store.complete(f["sha256"], f["size"])]
+            for f in self.files:
+                if f not in named:
+                    return {"upload": {"path": f, "chunk_bytes": 1000}}
+            return gw_.new_job()
+    gw.reset(SetProtocol([os.path.join(images, n) for n in names]))
+    content, out = run_cell(k, "eval c on f")
+    subs = gw.of_type("submit")
+    check(content["status"] == "ok" and [[f["path"] for f in m.get("data_files", [])] for m in subs] ==
+          [[], [os.path.join(images, names[0])], [os.path.join(images, n) for n in names]] and
+          all(out.count("uploading %s (" % n) == 1 for n in names),
+          "scripted: a data set's files go one by one, each submit naming those uploaded: %s %s %r"
+          % (content.get("evalue"), [m.get("data_files") for m in subs], out))
+    gw.reset(SetProtocol([os.path.join(images, "notes.bin")]))
+    content, out = run_cell(k, "eval c on f")
+    check(content.get("ename") == "GatewayError" and "notes.bin" in content.get("evalue", "") and
+          not gw.of_type("data.have", "data.put"),
+          "scripted: a file of the folder that the trainer does not read is not sent: %s" % content.get("evalue"))
+
     # an empty file: one put of nothing
     empty = write(os.path.join(d, "empty.txt"), b"")
     content, _ = run_cell(k, 'data z = text("%s")' % empty)
@@ -357,7 +398,8 @@ def scripted_cases(k, gw, d):
     puts = gw.of_type("data.put")
     check(content["status"] == "ok" and "uploading empty.txt (0 B) for the gateway's workers" in out and
           [(p["offset"], p["_data"], p["size"]) for p in puts] == [(0, b"", 0)] and
-          gw.of_type("submit")[-1].get("data_sha256") == hashlib.sha256(b"").hexdigest(),
+          gw.of_type("submit")[-1].get("data_files") == [{"path": empty, "sha256": hashlib.sha256(b"").hexdigest(),
+                                                          "size": 0}],
           "scripted: an empty file is one empty put: %s %r" % (content.get("evalue"), puts))
 
     # an interrupt while the gateway checks: the cell ends, nothing more is sent
@@ -414,6 +456,21 @@ def scripted_cases(k, gw, d):
 
 # ---- a real gateway ----------------------------------------------------------
 
+SET_FILES = ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", "train-images-idx3-ubyte.gz",
+             "train-labels-idx1-ubyte.gz"]
+
+
+def make_image_set(folder, n_train=64, n_test=32):
+    """A small data set in Fashion-MNIST's files: 28x28 images, labels 0..9."""
+    os.makedirs(folder)
+    for split, n in (("t10k", n_test), ("train", n_train)):
+        with gzip.open(os.path.join(folder, split + "-images-idx3-ubyte.gz"), "wb") as f:
+            f.write(struct.pack(">IIII", 0x803, n, 28, 28) + bytes((i * 5 + j) % 256 for i in range(n)
+                                                                   for j in range(784)))
+        with gzip.open(os.path.join(folder, split + "-labels-idx1-ubyte.gz"), "wb") as f:
+            f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
+
+
 def store_objects(home, sha):
     return glob.glob(os.path.join(home, "store", "_data", "*", sha))
 
@@ -459,6 +516,17 @@ def real_gateway(kernel_exe, gateway_exe):
                   all(t == "update_display_data" for t, _ in shown[1:]),
                   "gateway: a 24.7 MiB upload shows its progress, updated in place: %s %s"
                   % (content.get("evalue"), shown))
+
+            # a data set folder: its four files uploaded, then trained on
+            images = os.path.join(d, "images")
+            make_image_set(images)
+            content, _ = run_cell(k, 'model c = mlp(hidden=8)\ndata f = fashion_mnist("%s")' % images)
+            content, out = run_cell(k, "train c on f steps=10 batch=8", timeout=300)
+            check(content["status"] == "ok" and all(out.count("uploading %s (" % n) == 1 for n in SET_FILES),
+                  "gateway: a data set's four files are uploaded, then trained on: %s %r"
+                  % (content.get("evalue"), out))
+            check(all(store_objects(gw.home, hashlib.sha256(open(os.path.join(images, n), "rb").read()).hexdigest())
+                      for n in SET_FILES), "gateway: the store holds each of the data set's files")
 
             missing = os.path.join(d, "missing.txt")
             content, _ = run_cell(k, 'data gone = text("%s")' % missing)

@@ -63,30 +63,40 @@ class GatewayClient:
             self.auth = r.get("auth")
         return r
 
-    def submit(self, timeout=10, **kw):
-        """A submit, the data file uploaded first when the gateway asks for it
-        (protocols.md §1, uploads), as the kernel does. The last reply: the
-        job's, or the upload's that failed."""
-        r = self.req("submit", timeout=timeout, **kw)
-        up = r.get("upload") if r.get("ok") else None
-        if not up:
-            return r
-        with open(up["path"], "rb") as f:
+    def upload(self, path, chunk_bytes, timeout=120):
+        """Uploads the file at path as the kernel does (protocols.md §1,
+        uploads): its data_files entry, or the reply that failed."""
+        with open(path, "rb") as f:
             data = f.read()
         sha = hashlib.sha256(data).hexdigest()
-        end = time.monotonic() + 120
+        end = time.monotonic() + timeout
         s = self.req("data.have", sha256=sha, size=len(data))
         while s.get("ok") and s["state"] != "ready" and time.monotonic() < end:
             if s["state"] == "receiving":
                 off = s["offset"]
-                chunk = data[off:off + up["chunk_bytes"]]
+                chunk = data[off:off + chunk_bytes]
                 s = self.req("data.put", sha256=sha, size=len(data), offset=off, frame=chunk)
             else:
                 time.sleep(0.1)
                 s = self.req("data.have", sha256=sha, size=len(data))
         if not s.get("ok") or s["state"] != "ready":
             return s
-        return self.req("submit", timeout=timeout, data_sha256=sha, data_size=len(data), **kw)
+        return {"path": path, "sha256": sha, "size": len(data)}
+
+    def submit(self, timeout=10, **kw):
+        """A submit, the data files uploaded first while the gateway asks for
+        them, as the kernel does. The last reply: the job's, or the upload's
+        that failed."""
+        files = []
+        while True:
+            r = self.req("submit", timeout=timeout, **(dict(kw, data_files=files) if files else kw))
+            up = r.get("upload") if r.get("ok") else None
+            if not up or len(files) > 4:
+                return r
+            f = self.upload(up["path"], up["chunk_bytes"])
+            if "sha256" not in f:
+                return f
+            files.append(f)
 
     def reply(self, rid, timeout=10):
         end = time.monotonic() + timeout

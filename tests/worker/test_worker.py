@@ -261,6 +261,92 @@ def case_corrupt_restore(tmp, worker_exe, train_exe):
         gw.close()
 
 
+SET_FILES = ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", "train-images-idx3-ubyte.gz",
+             "train-labels-idx1-ubyte.gz"]
+
+
+def set_assign(job, files, set_id):
+    """A train job on a data set the notebook uploaded: files [(name, key, sha256, bytes)]."""
+    a = train_assign(job, "/nowhere/images", 10, options={"gpus": 0, "batch": 8})
+    a["spec"]["model"] = {"name": "c", "kind": "model", "spec": {"type": "mlp", "args": [],
+                                                                  "options": {"hidden": 8}}}
+    a["spec"]["data"] = {"type": "fashion_mnist", "args": ["/nowhere/images"]}
+    a["spec"]["data_upload"] = {"sha256": set_id, "bytes": sum(f[3] for f in files), "files": [
+        {"name": n, "key": k, "sha256": h, "bytes": b} for n, k, h, b in files]}
+    return a
+
+
+def case_data_set(tmp, worker_exe, train_exe):
+    """A data set folder the notebook uploaded ("data_upload" with files):
+    each file fetched and checked, linked under its name into
+    work_dir/data/set-ID, trained on there, the set's id in the started
+    message; a file whose bytes changed in the store, a set id its files do
+    not make, or files in another order: the start refused, saying which."""
+    import gzip
+    import hashlib
+    import struct
+    gw, w = start(tmp, worker_exe, train_exe)
+    try:
+        files = []
+        for i, name in enumerate(SET_FILES):
+            n = 16 if i < 2 else 32
+            body = (struct.pack(">IIII", 0x803, n, 28, 28) + bytes((k * 3) % 256 for k in range(784 * n))
+                    if "images" in name else struct.pack(">II", 0x801, n) + bytes(k % 10 for k in range(n)))
+            blob = gzip.compress(body, mtime=0)
+            sha = hashlib.sha256(blob).hexdigest()
+            os.makedirs(os.path.join(w.store, "_data", "alice"), exist_ok=True)
+            with open(os.path.join(w.store, "_data", "alice", sha), "wb") as f:
+                f.write(blob)
+            files.append((name, "_data/alice/" + sha, sha, len(blob)))
+        set_id = hashlib.sha256("".join("%s  %s\n" % (h, n) for n, _, h, _ in files).encode()).hexdigest()
+        gw.send(set_assign("J000061", files, set_id))
+        started = gw.recv(of("J000061", "started", "done"), 30, "started of J000061")
+        folder = os.path.join(w.work, "data", "set-" + set_id)
+        assert started["type"] == "started" and started.get("data_sha256") == set_id and \
+            started.get("data_path") == folder, started
+        msgs = run_until_done(gw, "J000061")
+        assert msgs[-1]["status"] == "succeeded" and steps_of(msgs) == list(range(1, 11)), msgs[-1]
+        assert sorted(os.listdir(folder)) == sorted(SET_FILES), os.listdir(folder)
+        for n, _, h, _ in files:
+            assert os.path.samefile(os.path.join(folder, n), os.path.join(w.work, "data", h)), n
+        # the same folder read in place (no upload): the same id; a rerun expecting another is refused
+        local = set_assign("J000065", files, set_id)
+        del local["spec"]["data_upload"]
+        local["spec"]["data"]["args"] = [folder]
+        gw.send(local)
+        started = gw.recv(of("J000065", "started", "done"), 30, "started of J000065")
+        assert started["type"] == "started" and started.get("data_sha256") == set_id, started
+        assert run_until_done(gw, "J000065")[-1]["status"] == "succeeded"
+        local["job"] = "J000066"
+        local["spec"]["expect_data_sha256"] = "1" * 64
+        gw.send(local)
+        d = gw.recv(of("J000066", "done"), 30, "refusal of J000066")
+        assert d["status"] == "failed" and "changed since the original run" in d["message"], d
+
+        # a file changed in the store, not yet fetched by this worker
+        shutil.rmtree(os.path.join(w.work, "data"))
+        key = os.path.join(w.store, files[3][1])
+        with open(key, "r+b") as f:
+            f.seek(20)
+            f.write(b"changed")
+        gw.send(set_assign("J000062", files, set_id))
+        d = gw.recv(of("J000062", "done"), 30, "refusal of J000062")
+        assert d["status"] == "failed" and files[3][1] in d["message"] and "hashes to" in d["message"], d
+        assert not os.path.exists(folder), os.listdir(os.path.join(w.work, "data"))
+        # an id its files do not make; files in another order
+        gw.send(set_assign("J000063", files, "0" * 64))
+        d = gw.recv(of("J000063", "done"), 30, "refusal of J000063")
+        assert d["status"] == "failed" and "files' hashes make" in d["message"], d
+        gw.send(set_assign("J000064", [files[1], files[0]] + files[2:], set_id))
+        d = gw.recv(of("J000064", "done"), 30, "refusal of J000064")
+        assert d["status"] == "failed" and "needs the name t10k-images-idx3-ubyte.gz" in d["message"], d
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
 def case_cancel(tmp, worker_exe, train_exe):
     data = text_file(tmp)
     gw, w = start(tmp, worker_exe, train_exe)
