@@ -175,6 +175,17 @@ bool sl_json_get_bool(const json_t *obj, const char *key, bool def) {
   return json_is_boolean(v) ? json_is_true(v) : def;
 }
 
+const json_t *sl_json_find(const json_t *arr, const char *key, const char *value) {
+  size_t i;
+  const json_t *e;
+  json_array_foreach(arr, i, e) {
+    const char *s = json_string_value(json_object_get(e, key));
+    if (s && !strcmp(s, value))
+      return e;
+  }
+  return NULL;
+}
+
 json_t *sl_json_real(double v) {
   return isfinite(v) ? json_real(v) : json_null();
 }

@@ -62,6 +62,9 @@ const char *sl_json_get_whole_str(const json_t *obj, const char *key, const char
 int64_t sl_json_get_int(const json_t *obj, const char *key, int64_t def);
 double sl_json_get_num(const json_t *obj, const char *key, double def);
 bool sl_json_get_bool(const json_t *obj, const char *key, bool def);
+/* The first object of the array arr whose string member key is value
+ * (borrowed), or NULL (none, or arr not an array). */
+const json_t *sl_json_find(const json_t *arr, const char *key, const char *value);
 /* A finite double as JSON (NaN/Inf become null, as JSON has no such numbers). */
 json_t *sl_json_real(double v);
 

@@ -193,17 +193,6 @@ static int data_files(const json_t *def, const char *kind, char paths[][GW_DATA_
   return n;
 }
 
-/* The entry of the request's data_files for path, or NULL. */
-static const json_t *uploaded(const json_t *files, const char *path) {
-  size_t i;
-  const json_t *f;
-  json_array_foreach(files, i, f) {
-    if (!strcmp(sl_json_get_str(f, "path", ""), path))
-      return f;
-  }
-  return NULL;
-}
-
 /* With uploads on, a train or eval job reads the notebook's data files from
  * the store, where its kernel put them: the request names each upload
  * ("data_files": [{"path","sha256","size"}]), which must be ready, and the
@@ -220,7 +209,7 @@ static int check_upload(struct gw_kreq *q, struct gw_job *j) {
   if (files && (!json_is_array(files) || json_array_size(files) > SL_IMAGE_SET_FILES))
     return gw_kproto_fail(q, SL_ETYPE, "data_files must be an array of at most 4 uploads"), SL_ETYPE;
   for (int i = 0; i < n; i++)
-    if (!uploaded(files, paths[i])) {
+    if (!sl_json_find(files, "path", paths[i])) {
       gw_kproto_reply(q, json_pack("{s:{s:s, s:i}}", "upload", "path", paths[i], "chunk_bytes",
                                    GW_UPLOAD_CHUNK_MAX));
       return 1;
@@ -229,7 +218,7 @@ static int check_upload(struct gw_kreq *q, struct gw_job *j) {
   const char *hexes[SL_IMAGE_SET_FILES];
   json_int_t total = 0;
   for (int i = 0; i < n; i++) {
-    const json_t *f = uploaded(files, paths[i]);
+    const json_t *f = sl_json_find(files, "path", paths[i]);
     const char *sha = sl_json_get_str(f, "sha256", "");
     const json_t *size = json_object_get(f, "size");
     char key[GW_UPLOAD_KEY_MAX];

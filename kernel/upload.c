@@ -315,21 +315,10 @@ static enum jk_step hash_slice(struct jk_interp *ip, struct jk_upload *u) {
   return send_have(ip, u);
 }
 
-/* The entry of done for path, or NULL. */
-static const json_t *uploaded(const json_t *done, const char *path) {
-  size_t i;
-  const json_t *e;
-  json_array_foreach(done, i, e) {
-    if (!strcmp(sl_json_get_str(e, "path", ""), path))
-      return e;
-  }
-  return NULL;
-}
-
 enum jk_step jk_upload_start(struct jk_interp *ip, const json_t *ask) {
   struct jk_follow *f = ip->running->follow;
   const char *path = sl_json_get_whole_str(ask, "path", "");
-  const json_t *again = f->upload && path ? uploaded(f->upload->done, path) : NULL;
+  const json_t *again = f->upload && path ? sl_json_find(f->upload->done, "path", path) : NULL;
   if (again)
     return jk_exec_fail(ip, "SubmitError",
                         "the gateway asked again for the data file %s after it was uploaded (sha256 %.12s…)", path,

@@ -17,11 +17,9 @@ file's hash. A fashion_mnist("FOLDER") job's files are asked for one by one
 (all four for training, the test split's two for eval), and its jobs run
 on the store's copies with the folder gone. Every wait has a deadline.
 """
-import gzip
 import hashlib
 import os
 import shutil
-import struct
 import sys
 import tempfile
 import time
@@ -30,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from checks import check, exit_status, require  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 from gateway_proc import GatewayProcess  # noqa: E402
+from image_set import SET_FILES, folder_id, make_image_set  # noqa: E402
 
 GATEWAY, WORKER, TRAIN = (os.path.abspath(a) for a in sys.argv[1:4])
 TOKENS = {"alice": "alice-token-1", "bob": "bob-token-2"}
@@ -61,28 +60,6 @@ def define(c, path):
 
 
 TRAIN_OPTS = {"steps": 30, "batch": 4, "threads": 1, "seed": 3}
-SET_FILES = ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", "train-images-idx3-ubyte.gz",
-             "train-labels-idx1-ubyte.gz"]
-
-
-def make_image_set(folder, n_train=64, n_test=32):
-    """A small data set in Fashion-MNIST's files: 28x28 images, labels 0..9."""
-    os.makedirs(folder)
-    for split, n in (("t10k", n_test), ("train", n_train)):
-        with gzip.open(os.path.join(folder, split + "-images-idx3-ubyte.gz"), "wb") as f:
-            f.write(struct.pack(">IIII", 0x803, n, 28, 28) + bytes((i * 7 + j) % 256 for i in range(n)
-                                                                   for j in range(784)))
-        with gzip.open(os.path.join(folder, split + "-labels-idx1-ubyte.gz"), "wb") as f:
-            f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
-
-
-def set_id(folder, n):
-    """A data set's id (sl_ident.h): the SHA-256 of sha256sum's lines for its first n files."""
-    lines = "".join("%s  %s\n" % (hashlib.sha256(open(os.path.join(folder, name), "rb").read()).hexdigest(), name)
-                    for name in SET_FILES[:n])
-    return hashlib.sha256(lines.encode()).hexdigest()
-
-
 def wait_end(c, job):
     require(c.req("attach", job=job, after=0)["ok"], "attach " + job)
     return c.wait_event(lambda e: e["job"] == job and e["event"] == "state" and
@@ -249,7 +226,7 @@ def main():
               "the run record names the data's hash: %s" % attempts[0])
         images = os.path.join(folder, "images")
         make_image_set(images + "-copy")
-        want_train, want_eval = set_id(images + "-copy", 4), set_id(images + "-copy", 2)
+        want_train, want_eval = folder_id(images + "-copy", 4), folder_id(images + "-copy", 2)
         job, files = check_image_set(alice, images)
         check_image_set_eval(alice, job, files, want_train, want_eval)
 

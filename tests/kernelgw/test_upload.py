@@ -21,13 +21,11 @@ uploaded files. Every wait has a deadline; nothing sleeps.
 """
 
 import glob
-import gzip
 import hashlib
 import json
 import os
 import queue
 import shutil
-import struct
 import sys
 import tempfile
 import threading
@@ -37,6 +35,7 @@ import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import check, failures, summary  # noqa: E402
+from image_set import SET_FILES, make_image_set  # noqa: E402
 from kernelspec_env import KernelspecEnv  # noqa: E402
 from test_kernel_gateway import Kernel, own_gateway_kernel, scripted_env, stdout_of, stop_gateway  # noqa: E402
 
@@ -455,21 +454,6 @@ def scripted_cases(k, gw, d):
 
 
 # ---- a real gateway ----------------------------------------------------------
-
-SET_FILES = ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", "train-images-idx3-ubyte.gz",
-             "train-labels-idx1-ubyte.gz"]
-
-
-def make_image_set(folder, n_train=64, n_test=32):
-    """A small data set in Fashion-MNIST's files: 28x28 images, labels 0..9."""
-    os.makedirs(folder)
-    for split, n in (("t10k", n_test), ("train", n_train)):
-        with gzip.open(os.path.join(folder, split + "-images-idx3-ubyte.gz"), "wb") as f:
-            f.write(struct.pack(">IIII", 0x803, n, 28, 28) + bytes((i * 5 + j) % 256 for i in range(n)
-                                                                   for j in range(784)))
-        with gzip.open(os.path.join(folder, split + "-labels-idx1-ubyte.gz"), "wb") as f:
-            f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
-
 
 def store_objects(home, sha):
     return glob.glob(os.path.join(home, "store", "_data", "*", sha))

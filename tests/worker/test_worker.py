@@ -12,6 +12,7 @@ import time
 
 import zmq
 
+from image_set import SET_FILES, image_set_files, set_id as image_set_id
 from procs import processes
 from without_cuda import UNSHARE, backend_of, hiding_command
 from worker_harness import (Bucket, Gateway, Metadata, Worker, is_orphan_presign, of, text_file,
@@ -261,10 +262,6 @@ def case_corrupt_restore(tmp, worker_exe, train_exe):
         gw.close()
 
 
-SET_FILES = ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", "train-images-idx3-ubyte.gz",
-             "train-labels-idx1-ubyte.gz"]
-
-
 def set_assign(job, files, set_id):
     """A train job on a data set the notebook uploaded: files [(name, key, sha256, bytes)]."""
     a = train_assign(job, "/nowhere/images", 10, options={"gpus": 0, "batch": 8})
@@ -282,23 +279,18 @@ def case_data_set(tmp, worker_exe, train_exe):
     work_dir/data/set-ID, trained on there, the set's id in the started
     message; a file whose bytes changed in the store, a set id its files do
     not make, or files in another order: the start refused, saying which."""
-    import gzip
     import hashlib
-    import struct
     gw, w = start(tmp, worker_exe, train_exe)
     try:
         files = []
-        for i, name in enumerate(SET_FILES):
-            n = 16 if i < 2 else 32
-            body = (struct.pack(">IIII", 0x803, n, 28, 28) + bytes((k * 3) % 256 for k in range(784 * n))
-                    if "images" in name else struct.pack(">II", 0x801, n) + bytes(k % 10 for k in range(n)))
-            blob = gzip.compress(body, mtime=0)
+        for name, blob in image_set_files(n_train=32, n_test=16).items():
             sha = hashlib.sha256(blob).hexdigest()
             os.makedirs(os.path.join(w.store, "_data", "alice"), exist_ok=True)
             with open(os.path.join(w.store, "_data", "alice", sha), "wb") as f:
                 f.write(blob)
             files.append((name, "_data/alice/" + sha, sha, len(blob)))
-        set_id = hashlib.sha256("".join("%s  %s\n" % (h, n) for n, _, h, _ in files).encode()).hexdigest()
+        files.sort(key=lambda f: SET_FILES.index(f[0]))
+        set_id = image_set_id([h for _, _, h, _ in files])
         gw.send(set_assign("J000061", files, set_id))
         started = gw.recv(of("J000061", "started", "done"), 30, "started of J000061")
         folder = os.path.join(w.work, "data", "set-" + set_id)
