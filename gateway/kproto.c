@@ -124,6 +124,53 @@ static void on_session_set(struct gw_kreq *q) {
   gw_kproto_reply(q, NULL);
 }
 
+/* A notebook renamed: its session's names, models and jobs move from
+ * "from" (the connection's session when absent) to "to", and every
+ * connection of the user on "from" is on "to" from then on. A "to" that
+ * holds anything already is moved aside first, to "TO (replaced TIME)". */
+static void on_session_move(struct gw_kreq *q) {
+  const char *user = q->c->who.user;
+  const char *from = sl_json_get_whole_str(q->body, "from", q->c->session);
+  const char *to = sl_json_get_whole_str(q->body, "to", NULL);
+  if (!from || !to || !*from || !*to)
+    return gw_kproto_fail(q, SL_ETYPE, "session.move needs \"to\" (and \"from\", or a session of the hello)");
+  if (strlen(from) >= sizeof q->c->session || strlen(to) >= sizeof q->c->session)
+    return gw_kproto_fail(q, SL_ELIMIT, "session name too long");
+  char from_copy[sizeof q->c->session], aside[sizeof q->c->session], when[32];
+  snprintf(from_copy, sizeof from_copy, "%s", from); /* from may be the connection's own, changed below */
+  time_t now = (time_t)(sl_time_real_us() / SL_US_PER_S);
+  struct tm tm;
+  strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", gmtime_r(&now, &tm));
+  snprintf(aside, sizeof aside, "%.200s (replaced %s)", to, when);
+  int r = gw_store_session_move(q->g->env.store, user, from_copy, to, aside);
+  if (r < 0)
+    return gw_kproto_fail(q, r, "cannot move the session");
+  for (size_t i = 0; r != 1 && i < gw_fleet_n_jobs(q->g->env.fleet); i++) {
+    struct gw_job *j = gw_fleet_job_at(q->g->env.fleet, i);
+    if (!j || strcmp(j->user, user))
+      continue;
+    if (r == 2 && !strcmp(j->session, to))
+      snprintf(j->session, sizeof j->session, "%s", aside);
+    else if (!strcmp(j->session, from_copy))
+      snprintf(j->session, sizeof j->session, "%s", to);
+  }
+  for (size_t i = 0; r != 1 && i < gw_fleet_n_insts(q->g->env.fleet); i++) {
+    struct gw_inst *in = gw_fleet_inst_at(q->g->env.fleet, i); /* idle workers kept for the notebook */
+    if (in && !strcmp(in->row.user, user) && !strcmp(in->session, from_copy))
+      snprintf(in->session, sizeof in->session, "%s", to);
+  }
+  for (size_t i = 0; i < q->g->n_clients; i++) {
+    struct gw_client *c = &q->g->clients[i];
+    if (c->rid_len && !strcmp(c->who.user, user) && !strcmp(c->session, from_copy))
+      snprintf(c->session, sizeof c->session, "%s", to);
+  }
+  if (r != 1)
+    sl_info(T, "%s: session \"%.80s\" moved to \"%.80s\"%s%s", user, from_copy, to,
+            r == 2 ? "; the one there before is now " : "", r == 2 ? aside : "");
+  gw_idle_touch(q->g->env.idle, user, to);
+  gw_kproto_reply(q, r == 2 ? json_pack("{s:b, s:s}", "moved", 1, "aside", aside) : json_pack("{s:b}", "moved", r != 1));
+}
+
 static void on_cancel(struct gw_kreq *q) {
   struct gw_job tmp, *j;
   bool live;
@@ -458,7 +505,7 @@ static const struct {
   const char *type;
   void (*fn)(struct gw_kreq *q);
 } handlers[] = {
-  {"session.get", on_session_get}, {"session.set", on_session_set},
+  {"session.get", on_session_get}, {"session.set", on_session_set}, {"session.move", on_session_move},
   {"submit", gw_kproto_on_submit}, {"attach", gw_kproto_on_attach},
   {"detach", gw_kproto_on_detach}, {"cancel", on_cancel}, {"jobs", on_jobs},
   {"logs", on_logs}, {"status", on_status}, {"instances", on_instances}, {"market", on_market},

@@ -113,6 +113,13 @@ int gw_store_session_def(struct gw_store *s, const char *user, const char *sessi
                          const char *name, const char *kind, json_t **ret);
 int gw_store_session_model_set(struct gw_store *s, const char *user, const char *session,
                                const char *model, int64_t job, int64_t step, const char *ckpt);
+/* Moves user's session from (its names, models and jobs) to the name to,
+ * in one transaction: a notebook renamed. A session to that holds anything
+ * is first moved aside, to the name aside, so nothing is lost. 0 moved, 2
+ * moved and the old one put aside, 1 nothing to move (from holds nothing;
+ * from and to the same). */
+int gw_store_session_move(struct gw_store *s, const char *user, const char *from, const char *to,
+                          const char *aside);
 
 /* Jobs. create fills j->id, created/updated times and writes the first
  * event (state queued); j->spec is borrowed. Refused (the kept writes'

@@ -236,3 +236,64 @@ int gw_store_session_model_set(struct gw_store *s, const char *user, const char 
   }
   return run(s, st);
 }
+
+/* Whether user's session name holds anything a move carries: 1, 0, or an error. */
+static int session_has_state(struct gw_store *s, const char *user, const char *name) {
+  sqlite3_stmt *st = prep(s, "SELECT EXISTS(SELECT 1 FROM session_vars WHERE user=?1 AND session=?2)"
+                             " OR EXISTS(SELECT 1 FROM session_defs WHERE user=?1 AND session=?2)"
+                             " OR EXISTS(SELECT 1 FROM session_models WHERE user=?1 AND session=?2)"
+                             " OR EXISTS(SELECT 1 FROM jobs WHERE user=?1 AND session=?2)");
+  if (!st)
+    return SL_ESQLITE;
+  bind_text(st, 1, user);
+  bind_text(st, 2, name);
+  int rc = sqlite3_step(st), r = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) != 0 : gw_store_db_err(s, "read a session");
+  sqlite3_finalize(st);
+  return r;
+}
+
+/* Every row of user's session from, renamed to. */
+static int rename_rows(struct gw_store *s, const char *user, const char *from, const char *to) {
+  static const char *const sql[] = {
+    "DELETE FROM sessions WHERE user=?1 AND name=?3",
+    "UPDATE sessions SET name=?3 WHERE user=?1 AND name=?2",
+    "UPDATE session_vars SET session=?3 WHERE user=?1 AND session=?2",
+    "UPDATE session_defs SET session=?3 WHERE user=?1 AND session=?2",
+    "UPDATE session_models SET session=?3 WHERE user=?1 AND session=?2",
+    "UPDATE jobs SET session=?3 WHERE user=?1 AND session=?2",
+  };
+  for (size_t i = 0; i < sizeof sql / sizeof *sql; i++) {
+    sqlite3_stmt *st = prep(s, sql[i]);
+    if (st) {
+      bind_text(st, 1, user);
+      bind_text(st, 2, from);
+      bind_text(st, 3, to);
+    }
+    int r = run(s, st);
+    if (r < 0)
+      return r;
+  }
+  return 0;
+}
+
+int gw_store_session_move(struct gw_store *s, const char *user, const char *from, const char *to,
+                          const char *aside) {
+  if (!strcmp(from, to))
+    return 1;
+  int r = begin(s);
+  if (r < 0)
+    return r;
+  int has = session_has_state(s, user, from);
+  if (has <= 0)
+    return rollback(s, has < 0 ? has : 1);
+  int taken = session_has_state(s, user, to);
+  if (taken < 0)
+    return rollback(s, taken);
+  if (taken && (r = rename_rows(s, user, to, aside)) < 0)
+    return rollback(s, r);
+  if ((r = rename_rows(s, user, from, to)) < 0)
+    return rollback(s, r);
+  if (commit(s) < 0)
+    return rollback(s, SL_ESQLITE);
+  return taken ? 2 : 0;
+}

@@ -24,7 +24,7 @@ import time
 import zmq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from checks import check, run_case  # noqa: E402
+from checks import check, require, run_case  # noqa: E402
 from gateway_proc import token_sha256  # noqa: E402
 from gwcases import (CTX, TOKENS, Client, Gateway, attach, configure, define, gateway_cleanup,  # noqa: E402
                      state_is, submit, worker_socket)
@@ -637,6 +637,60 @@ def case_restart(gw):
             cli.wait()
 
 
+def case_session_move(gw):
+    """session.move (a notebook renamed): the names, models and jobs of the
+    session go to the new name, a running job's later checkpoints update the
+    model there, a session already at the new name is put aside, another
+    user's session of the old name stays; it outlives a gateway restart."""
+    a = Client(gw.listen, "alice", session="old.ipynb")
+    job, summary = running_hold_job(gw, a)
+    b = Client(gw.listen, "bob", session="old.ipynb")
+    r = b.req("session.set", vars={"mine": {"t": "num", "v": 7}})
+    require(r["ok"], "bob's own session of that name", r)
+    there = Client(gw.listen, "alice", session="new.ipynb")
+    require(there.req("session.set", vars={"x": {"t": "num", "v": 1}})["ok"], "a session at the new name")
+    there.close()
+    r = a.req("session.move", to="new.ipynb")
+    check(r["ok"] and r["moved"] and r["aside"].startswith("new.ipynb (replaced "),
+          "session.move moves, putting the session there aside: %s" % r)
+    aside = r.get("aside", "")
+    got = a.req("session.get")  # the connection is on the new name now
+    check(got["ok"] and got["vars"].get("lr") == {"t": "num", "v": 0.001} and "x" not in got["vars"] and
+          {d["name"] for d in got["defs"]} == {"m", "d"} and got["models"].get("m", {}).get("job") == job,
+          "the new name holds the names and the model: %s" % got)
+    step = got["models"].get("m", {}).get("step", 0)
+    old = Client(gw.listen, "alice", session="old.ipynb")
+    r = old.req("session.get")
+    check(r["ok"] and not r["vars"] and not r["defs"] and not r["models"], "the old name is empty: %s" % r)
+    check(any(j["job"] == job and j.get("session") == "new.ipynb" for j in old.req("jobs", all=True)["jobs"]),
+          "the job is the new name's")
+    r = Client(gw.listen, "alice", session=aside).req("session.get")
+    check(r["ok"] and r["vars"] == {"x": {"t": "num", "v": 1}}, "the session put aside keeps its names: %s" % r)
+    r = b.req("session.get")
+    check(r["ok"] and r["vars"] == {"mine": {"t": "num", "v": 7}}, "bob's session of the old name stays: %s" % r)
+    # the job, preempted and resumed, trains to its end: its checkpoints update the model at the new name
+    require(a.req("inject", action="kill", instance=summary["instance"])["ok"], "kill the job's instance")
+    a.wait_event(state_is(job, "succeeded"), timeout=40)
+    now = a.req("session.get")["models"].get("m", {})
+    last = max(e["step"] for e in a.events if e["job"] == job and e["event"] == "checkpoint")
+    check(now.get("job") == job and now.get("step") == last > step and not old.req("session.get")["models"],
+          "the job's later checkpoints update the model at the new name: %s (last checkpoint %d)" % (now, last))
+    r = old.req("session.move", to="elsewhere.ipynb")
+    check(r["ok"] and r["moved"] is False, "moving an empty session moves nothing: %s" % r)
+    for bad, code in (({}, "SL_ETYPE"), ({"to": ""}, "SL_ETYPE"), ({"to": "x" * 300}, "SL_ELIMIT"),
+                      ({"to": 5}, "SL_ETYPE")):
+        r = old.req("session.move", **bad)
+        check(not r["ok"] and r["error"]["code"] == code, "session.move %s: %s" % (str(bad)[:40], r))
+    for c in (a, b, old):
+        c.close()
+    gw.stop()
+    gw.start()
+    r = Client(gw.listen, "alice", session="new.ipynb").req("session.get")
+    check(r["ok"] and r["vars"].get("lr") and r["models"].get("m", {}).get("job") == job,
+          "the moved session outlives a gateway restart: %s" % r)
+    check(r["models"].get("m", {}).get("step") == last, "with the model's last checkpoint: %s" % r)
+
+
 def case_damaged_store(gw):
     """A restart on a state folder whose instances table has a damaged page: the
     gateway does not start (one that did would neither find its running worker
@@ -834,7 +888,7 @@ CASES = {"auth": case_auth, "isolation": case_isolation,
          "damaged-store": case_damaged_store,
          "replay": case_replay, "fairness": case_fairness, "reregister": case_reregister,
          "process-retries": case_process_retries, "idle": case_idle,
-         "auto-checkpoint": case_auto_checkpoint}
+         "auto-checkpoint": case_auto_checkpoint, "session-move": case_session_move}
 
 
 def main():
