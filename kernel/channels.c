@@ -621,7 +621,8 @@ int jk_channels_run(const struct jk_connection *conn, const struct jk_run_option
   if (l->ctx)
     zmq_ctx_set(l->ctx, ZMQ_MAX_SOCKETS, MAX_SOCKETS);
   l->auth = jk_auth_new(conn->key, conn->key_len, 4096);
-  struct jk_core_config cfg = {opts->kernel_id, opts->notebook, opts->history_dir};
+  struct jk_core_config cfg = {opts->kernel_id, opts->notebook, opts->history_dir, opts->follows,
+                               opts->server_file, opts->server_named};
   l->core = jk_core_new(&core_ops, l, &cfg);
   if (!l->ctx || !l->auth || !l->core || jk_core_set_gateway(l->core, &core_gw_ops) < 0) {
     r = -ENOMEM;

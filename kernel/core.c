@@ -223,7 +223,8 @@ struct jk_core *jk_core_new(const struct jk_core_ops *ops, void *userdata,
   c->history = jk_history_open(cfg->history_dir, notebook);
   if (!c->history)
     return jk_core_free(c);
-  struct jk_interp_config icfg = {c->kernel_id, notebook, c->history};
+  struct jk_interp_config icfg = {c->kernel_id, notebook, c->history, cfg->notebook && cfg->follows,
+                                  cfg->server_file, cfg->server_named};
   c->interp = jk_interp_new(&publisher, c, &icfg);
   if (!c->interp)
     return jk_core_free(c);

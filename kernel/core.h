@@ -40,6 +40,9 @@ struct jk_core_config {
   const char *kernel_id;      /* this process's id, for headers and default session */
   const char *notebook;       /* notebook session name (JPY_SESSION_NAME) or NULL */
   const char *history_dir;    /* folder for persisted history, NULL for memory only */
+  bool follows;               /* notebook is the notebook's path, followed when renamed (rename.h) */
+  const char *server_file;    /* the Jupyter server to ask for that path again, or NULL */
+  bool server_named;          /* notebook is that server's own answer: its paths are names as they are */
 };
 
 struct jk_core;

@@ -12,6 +12,7 @@
  * is still loading waits for it (bounded by the gateway client's hello
  * timeout). The execution ends with exactly one publisher->finished(). */
 #include "interp_int.h"
+#include "rename.h"
 
 #include <errno.h>
 #include <math.h>
@@ -418,6 +419,8 @@ static void finish(struct jk_interp *ip, bool ok) {
   ip->exec_hooks->cell_finished(ip);
   if (ip->session)
     jk_session_cell_done(ip->session);
+  if (ip->follows)
+    jk_rename_check(ip->rename, false); /* renamed meanwhile? (rename.h) */
   if (!x->silent)
     ip->cell_ran = true;
   ip->running = NULL;

@@ -120,6 +120,16 @@ static void load(struct jk_history *h) {
   h->session = max_session < INT64_MAX ? max_session + 1 : INT64_MAX;
 }
 
+/* The file of notebook's history in dir (owned), or NULL. */
+static char *file_of(const char *dir, const char *notebook) {
+  char name[200], *path = NULL;
+  size_t k = 0;
+  for (const char *p = notebook; *p && k < sizeof name - 1; p++)
+    name[k++] = (strchr("/\\:*?\"<>| ", *p) || (unsigned char)*p < 32) ? '_' : *p;
+  name[k] = '\0';
+  return asprintf(&path, "%s/%s.jsonl", dir, k ? name : "default") < 0 ? NULL : path;
+}
+
 int jk_history_switch(struct jk_history *h, const char *notebook) {
   clear_entries(h);
   close_file(h);
@@ -128,16 +138,29 @@ int jk_history_switch(struct jk_history *h, const char *notebook) {
   h->session = 1;
   if (!h->dir)
     return 0;
-  char name[200];
-  size_t k = 0;
-  for (const char *p = notebook; *p && k < sizeof name - 1; p++)
-    name[k++] = (strchr("/\\:*?\"<>| ", *p) || (unsigned char)*p < 32) ? '_' : *p;
-  name[k] = '\0';
-  if (asprintf(&h->path, "%s/%s.jsonl", h->dir, k ? name : "default") < 0) {
-    h->path = NULL;
+  if (!(h->path = file_of(h->dir, notebook)))
+    return -ENOMEM;
+  load(h);
+  return 0;
+}
+
+int jk_history_rename(struct jk_history *h, const char *from, const char *to) {
+  if (!h->dir)
+    return 0;
+  char *was = file_of(h->dir, from), *now = file_of(h->dir, to);
+  if (!was || !now) {
+    free(was);
+    free(now);
     return -ENOMEM;
   }
-  load(h);
+  close_file(h);
+  if (strcmp(was, now) && access(now, F_OK) != 0 && rename(was, now) < 0 && errno != ENOENT)
+    sl_warn("kernel.history", "cannot move %s to %s: %s", was, now, strerror(errno));
+  free(was);
+  free(h->path);
+  h->path = now;
+  if (h->n == 0)
+    load(h);
   return 0;
 }
 

@@ -11,6 +11,8 @@
  * each. */
 #include "interp_int.h"
 
+#include "rename.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +41,11 @@ struct jk_interp *jk_interp_new(const struct jk_publisher *pub, void *ud,
   ip->history = cfg->history;
   ip->kernel_id = strdup(cfg->kernel_id ? cfg->kernel_id : "kernel");
   ip->notebook = strdup(cfg->notebook ? cfg->notebook : ip->kernel_id ? ip->kernel_id : "kernel");
+  ip->follows = cfg->follows && cfg->notebook;
+  if (ip->follows && ip->kernel_id)
+    ip->rename = jk_rename_new(cfg->server_file, ip->kernel_id);
+  if (ip->rename && cfg->server_named) /* its paths are session names as they are */
+    ip->rename_prefix = strdup("");
   const char *gw = getenv("SPOTLAB_GATEWAY");
   ip->gateway = gw && *gw ? strdup(gw) : NULL;
   ip->state = jk_state_new();
@@ -57,9 +64,11 @@ static struct jk_interp *interp_free(struct jk_interp *ip) {
   ip->last_display = jk_display_free(ip->last_display);
   ip->session = jk_session_free(ip->session);
   ip->gw = jk_gw_free(ip->gw);
+  ip->rename = jk_rename_free(ip->rename);
   ip->state = jk_state_free(ip->state);
   free(ip->kernel_id);
   free(ip->notebook);
+  free(ip->rename_prefix);
   free(ip->gateway);
   free(ip->gateway_before);
   free(ip);
@@ -169,7 +178,13 @@ static int set_gateway(struct jk_interp *ip, const struct jk_gw_transport *t, vo
   char home[4000], dir[4100];
   if (sl_spotlab_home(home, sizeof home) == 0 && snprintf(dir, sizeof dir, "%s/pending", home) < (int)sizeof dir)
     jk_session_keep_pending(ip->session, dir);
-  jk_session_load(ip->session, true, restart_gateway(ip));
+  bool may_start = restart_gateway(ip);
+  char from[4096];
+  /* a notebook renamed before this kernel started: its session moves first */
+  if (ip->follows && jk_session_follow(ip->session, ip->kernel_id, may_start ? JK_GW_SPAWN : 0, from,
+                                       sizeof from) == 1)
+    jk_history_rename(ip->history, from, ip->notebook);
+  jk_session_load(ip->session, true, may_start);
   return 0;
 }
 
@@ -179,7 +194,7 @@ static void gateway_input(struct jk_interp *ip, const char *data, size_t len) {
 }
 
 static int64_t wake_at_us(const struct jk_interp *ip) {
-  int64_t at = INT64_MAX;
+  int64_t at = jk_rename_wake_at_us(ip->rename);
   if (ip->running && ip->running->wait == JK_WAIT_SLEEP)
     at = ip->running->wake_at_us;
   if (ip->gw) {
@@ -190,7 +205,51 @@ static int64_t wake_at_us(const struct jk_interp *ip) {
   return at;
 }
 
+/* The server's path for the notebook, as this kernel names sessions: the
+ * path the server gives, after the prefix the name it started with had
+ * (JPY_SESSION_NAME may be the file's full path where the server gives one
+ * relative to its root), learned from the first answer unless the name was
+ * the server's own. A name that is not one of those forms is not
+ * followed. Differs from the session's name: the notebook was renamed, and
+ * the session, with what the gateway holds of it, follows. */
+static void server_path(struct jk_interp *ip, const char *path) {
+  if (!ip->rename_prefix) {
+    size_t n = strlen(ip->notebook), m = strlen(path);
+    if (!strcmp(ip->notebook, path))
+      ip->rename_prefix = strdup("");
+    else if (n > m && ip->notebook[n - m - 1] == '/' && !strcmp(ip->notebook + n - m, path))
+      ip->rename_prefix = strndup(ip->notebook, n - m);
+    if (!ip->rename_prefix) {
+      sl_info("kernel", "the Jupyter server calls the notebook %s, not %s: renames are not followed", path,
+              ip->notebook);
+      ip->rename = jk_rename_free(ip->rename);
+    }
+    return;
+  }
+  char *name = NULL;
+  if (asprintf(&name, "%s%s", ip->rename_prefix, path) < 0)
+    return;
+  if (!ip->follows || !strcmp(name, ip->notebook) || !ip->session) {
+    free(name);
+    return;
+  }
+  char *old = ip->notebook;
+  ip->notebook = name;
+  if (jk_session_rename(ip->session, name) < 0) {
+    ip->notebook = old;
+    free(name);
+    return;
+  }
+  jk_session_moved(ip->session, old, 0);
+  jk_gw_set_session(ip->gw, name);
+  jk_history_rename(ip->history, old, name);
+  free(old);
+}
+
 static void tick(struct jk_interp *ip) {
+  char path[4096];
+  if (jk_rename_poll(ip->rename, path, sizeof path) == 1)
+    server_path(ip, path);
   if (ip->gw) {
     jk_gw_tick(ip->gw);
     jk_jobs_tick(ip);

@@ -99,6 +99,9 @@ struct jk_interp_config {
   const char *kernel_id;        /* copied */
   const char *notebook;         /* notebook session name, copied */
   struct jk_history *history;   /* the core's history, borrowed (for %history, %session) */
+  bool follows;                 /* notebook is the notebook's path: followed when renamed */
+  const char *server_file;      /* the Jupyter server that knows that path (copied), or NULL */
+  bool server_named;            /* notebook is that server's answer, not JPY_SESSION_NAME */
 };
 
 /* The spotlab interpreter: its ops, and a new one publishing through pub

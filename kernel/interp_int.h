@@ -59,6 +59,9 @@ struct jk_interp {
   struct jk_history *history;  /* the core's (borrowed) */
   char *kernel_id;
   char *notebook;
+  bool follows;                /* notebook is the notebook's path (not %session's): renames followed */
+  struct jk_rename *rename;    /* asks the Jupyter server for that path again; NULL: none known */
+  char *rename_prefix;         /* what the name has before the server's path; NULL: not known yet */
   char *gateway;               /* %gateway ADDR, or SPOTLAB_GATEWAY */
   /* While %gateway ADDR waits for ADDR's answer: the address it replaced
    * (NULL: the default), put back when ADDR cannot be reached. */

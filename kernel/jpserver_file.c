@@ -61,19 +61,17 @@ int jk_jpserver_file(long parent_pid, const char *conn_dir, char *ret, size_t si
   return -ENOENT;
 }
 
-int jk_jpserver_lookup(const char *kernel_id, long parent_pid, const char *conn_dir, int wait_ms,
-                       char *ret, size_t size, char *why, size_t why_size) {
-  char file[4096], program[4096], wait[16], out[8192];
+int jk_jpserver_ask(const char *file, const char *kernel_id, int wait_ms, char *ret, size_t size, char *why,
+                    size_t why_size) {
+  char program[4096], wait[16], out[8192];
   why[0] = '\0';
-  if (!kernel_id || !*kernel_id || jk_jpserver_file(parent_pid, conn_dir, file, sizeof file) < 0)
-    return -ENOENT;
   int r = sl_find_program(JK_JPSERVER_PROGRAM, program, sizeof program);
   if (r < 0) {
     snprintf(why, why_size, "%s is not installed beside the kernel", JK_JPSERVER_PROGRAM);
     return r;
   }
   snprintf(wait, sizeof wait, "%d", wait_ms);
-  char *argv[] = {program, file, (char *)kernel_id, wait, NULL};
+  char *argv[] = {program, (char *)file, (char *)kernel_id, wait, NULL};
   int st = 0;
   r = sl_run_capture(argv, wait_ms + ANSWER_MARGIN_MS, out, sizeof out, &st);
   if (r < 0) {
@@ -92,4 +90,13 @@ int jk_jpserver_lookup(const char *kernel_id, long parent_pid, const char *conn_
   }
   memcpy(ret, out, n + 1);
   return 0;
+}
+
+int jk_jpserver_lookup(const char *kernel_id, long parent_pid, const char *conn_dir, int wait_ms,
+                       char *ret, size_t size, char *why, size_t why_size) {
+  char file[4096];
+  why[0] = '\0';
+  if (!kernel_id || !*kernel_id || jk_jpserver_file(parent_pid, conn_dir, file, sizeof file) < 0)
+    return -ENOENT;
+  return jk_jpserver_ask(file, kernel_id, wait_ms, ret, size, why, why_size);
 }

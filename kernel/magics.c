@@ -161,6 +161,7 @@ enum jk_step jk_magic_session(struct jk_interp *ip, const struct jk_stmt *s) {
   }
   free(ip->notebook);
   ip->notebook = nb;
+  ip->follows = false; /* a session named here no longer follows the notebook's path */
   jk_history_switch(ip->history, nb);
   if (ip->gw)
     return jk_jobs_session(ip);

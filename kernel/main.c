@@ -167,15 +167,21 @@ int main(int argc, char **argv) {
   }
   raise_fd_limit();
   log_to_file();
-  char found[4096];
+  char found[4096], server_file[4096];
+  const char *ppid = getenv("JPY_PARENT_PID");
+  char *conn_copy = strdup(conn_path);
+  /* the server that started this kernel, asked again for a renamed notebook's path */
+  bool have_server = jk_jpserver_file(ppid ? strtol(ppid, NULL, 10) : 0, conn_copy ? dirname(conn_copy) : NULL,
+                                      server_file, sizeof server_file) == 0;
+  free(conn_copy);
   if (!notebook || !*notebook) {
     /* classic Notebook names no session: its server knows the notebook */
-    const char *ppid = getenv("JPY_PARENT_PID");
-    char *copy = strdup(conn_path);
     char why[512];
-    int lr = jk_jpserver_lookup(kernel_id, ppid ? strtol(ppid, NULL, 10) : 0, copy ? dirname(copy) : NULL,
-                                LOOKUP_WAIT_MS, found, sizeof found, why, sizeof why);
-    free(copy);
+    int lr = have_server && *kernel_id ? jk_jpserver_ask(server_file, kernel_id, LOOKUP_WAIT_MS, found, sizeof found, why,
+                                           sizeof why)
+                         : -ENOENT;
+    if (!have_server || !*kernel_id)
+      why[0] = '\0';
     if (lr == 0) {
       notebook = found;
       sl_info("kernel", "notebook session %s (from the Jupyter server that started this kernel)", found);
@@ -184,7 +190,8 @@ int main(int argc, char **argv) {
               why[0] ? why : sl_strerror(lr));
     }
   }
-  struct jk_run_options opts = {kernel_id, notebook && *notebook ? notebook : NULL, hist};
+  struct jk_run_options opts = {kernel_id, notebook && *notebook ? notebook : NULL, hist,
+                                notebook && *notebook, have_server ? server_file : NULL, notebook == found};
   r = jk_channels_run(&conn, &opts);
   memset(&conn, 0, sizeof conn);
   if (r < 0) {

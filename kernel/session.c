@@ -22,6 +22,8 @@
  * and a kernel restarted before one ran would otherwise start empty. */
 #include "session.h"
 
+#include "rename.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +57,9 @@ struct jk_session {
   char *pending;               /* the file of names no gateway has yet, or NULL */
   bool pending_written;        /* it exists, as far as this kernel knows */
   json_t *models;              /* session.get "models": name -> {job, step, checkpoint} */
+  char *kernel_id;             /* the session follows the notebook's path: records kept (rename.h) */
+  char *move_from;             /* the notebook's path before a rename, until the gateway moved it */
+  int64_t move_id;             /* the session.move in flight */
 };
 
 /* ---- dirty names -------------------------------------------------------- */
@@ -113,6 +118,8 @@ struct jk_session *jk_session_free(struct jk_session *s) {
   free_names(s->dirty, s->n_dirty);
   free_names(s->inflight, s->n_inflight);
   json_decref(s->models);
+  free(s->kernel_id);
+  free(s->move_from);
   free(s->notebook);
   free(s->pending);
   free(s->pending_dir);
@@ -193,27 +200,21 @@ static void save_pending(struct jk_session *s) {
   free(text);
 }
 
-int jk_session_keep_pending(struct jk_session *s, const char *dir) {
-  free(s->pending);
-  free(s->pending_dir);
-  s->pending = s->pending_dir = NULL;
-  s->pending_written = false;
-  if (!dir)
-    return 0;
-  if (!(s->pending_dir = strdup(dir)) || pending_path(dir, s->notebook, &s->pending) < 0)
-    return -ENOMEM;
+/* The kept names of the file at path, for the session named session there,
+ * taken as this kernel's changes (to be sent). 1 when there were some of
+ * that session, 0 when none (no file, another session's), SL_EJSON for an
+ * unreadable file (left alone). */
+static int adopt(struct jk_session *s, const char *path, const char *session) {
   json_error_t jerr;
-  json_t *kept = json_load_file(s->pending, 0, &jerr);
+  json_t *kept = json_load_file(path, 0, &jerr);
   if (!kept) {
-    if (access(s->pending, F_OK) != 0)
+    if (access(path, F_OK) != 0)
       return 0; /* none: the usual case */
-    sl_warn("kernel.gateway", "%s: unreadable (%s); its names are not restored", s->pending, jerr.text);
-    free(s->pending);
-    s->pending = NULL; /* left for whoever looks, never overwritten */
+    sl_warn("kernel.gateway", "%s: unreadable (%s); its names are not restored", path, jerr.text);
     return SL_EJSON;
   }
-  s->pending_written = true;
-  if (strcmp(sl_json_get_str(kept, "session", ""), s->notebook) == 0) {
+  int r = 0;
+  if (strcmp(sl_json_get_str(kept, "session", ""), session) == 0) {
     /* this kernel's changes, as if made here: they go to the gateway */
     jk_session_apply(s, kept, false);
     const char *name;
@@ -226,14 +227,85 @@ int jk_session_keep_pending(struct jk_session *s, const char *dir) {
     json_array_foreach(json_object_get(kept, "delete"), i, j)
       if (json_is_string(j))
         touch(s, json_string_value(j));
-    sl_info("kernel.gateway", "session %s: %zu names kept from before no gateway had them", s->notebook,
+    sl_info("kernel.gateway", "session %s: %zu names kept from before no gateway had them", session,
             s->n_dirty);
+    r = 1;
   }
   json_decref(kept);
+  return r;
+}
+
+int jk_session_keep_pending(struct jk_session *s, const char *dir) {
+  free(s->pending);
+  free(s->pending_dir);
+  s->pending = s->pending_dir = NULL;
+  s->pending_written = false;
+  if (!dir)
+    return 0;
+  if (!(s->pending_dir = strdup(dir)) || pending_path(dir, s->notebook, &s->pending) < 0)
+    return -ENOMEM;
+  int r = adopt(s, s->pending, s->notebook);
+  if (r == SL_EJSON) {
+    free(s->pending);
+    s->pending = NULL; /* left for whoever looks, never overwritten */
+    return r;
+  }
+  s->pending_written = access(s->pending, F_OK) == 0;
+  return 0;
+}
+
+/* ---- a notebook renamed ---------------------------------------------------- */
+
+static void send_move(struct jk_session *s, unsigned flags) {
+  if (!s->move_from || s->move_id)
+    return;
+  int64_t id = jk_gw_request(s->gw, json_pack("{s:s, s:s, s:s}", "type", "session.move", "from", s->move_from,
+                                              "to", s->notebook), flags);
+  if (id > 0)
+    s->move_id = id;
+}
+
+void jk_session_moved(struct jk_session *s, const char *from, unsigned flags) {
+  if (!strcmp(from, s->notebook))
+    return;
+  char *copy = strdup(from);
+  if (!copy)
+    return;
+  free(s->move_from);
+  s->move_from = copy;
+  s->move_id = 0;
+  sl_info("kernel.gateway", "the notebook %s is now %s: its session follows", from, s->notebook);
+  char *old = NULL;
+  /* names no gateway had under the old path go with the new one */
+  if (s->pending_dir && pending_path(s->pending_dir, from, &old) == 0 && adopt(s, old, from) == 1) {
+    save_pending(s);
+    if (unlink(old) < 0 && errno != ENOENT)
+      sl_warn("kernel.gateway", "cannot remove %s: %s", old, strerror(errno));
+  }
+  free(old);
+  send_move(s, flags);
+}
+
+int jk_session_follow(struct jk_session *s, const char *kernel_id, unsigned flags, char *from, size_t size) {
+  char *copy = strdup(kernel_id), last[4096];
+  if (!copy)
+    return -ENOMEM;
+  free(s->kernel_id);
+  s->kernel_id = copy;
+  if (jk_rename_recorded(kernel_id, last, sizeof last) == 0 && strcmp(last, s->notebook) &&
+      strlen(last) < size) {
+    jk_session_moved(s, last, flags); /* renamed, then restarted: the record follows once moved */
+    memcpy(from, last, strlen(last) + 1);
+    return 1;
+  }
+  int r = jk_rename_record(kernel_id, s->notebook);
+  if (r < 0)
+    sl_debug("kernel.gateway", "cannot record kernel %s's session: %s", kernel_id, sl_strerror(r));
   return 0;
 }
 
 void jk_session_flush(struct jk_session *s) {
+  send_move(s, 0); /* first: a set for the new path before it would put its session aside */
   if (!s->n_dirty)
     return;
   json_t *req = set_request(s, s->dirty, s->n_dirty);
@@ -255,8 +327,11 @@ void jk_session_flush(struct jk_session *s) {
 }
 
 void jk_session_cell_done(struct jk_session *s) {
-  if (!s->n_dirty)
+  if (!s->n_dirty) {
+    if (s->move_from && !s->move_id && jk_gw_state(s->gw) != JK_GW_FAILED)
+      send_move(s, 0);
     return;
+  }
   if (jk_gw_state(s->gw) == JK_GW_FAILED && sl_time_mono_us() < s->retry_at_us) {
     save_pending(s); /* kept; sent with the next flush */
     return;
@@ -339,6 +414,28 @@ void jk_session_apply(struct jk_session *s, const json_t *reply, bool switched) 
 
 enum jk_session_reply jk_session_reply(struct jk_session *s, int64_t id, const json_t *reply,
                                        const char *error) {
+  if (id && id == s->move_id) {
+    s->move_id = 0;
+    if (error && !reply) { /* no gateway reached: again with the next flush */
+      sl_debug("kernel.gateway", "session not moved from %s yet: %s", s->move_from, error);
+      return JK_SESSION_HANDLED;
+    }
+    if (error)
+      sl_warn("kernel.gateway", "the gateway did not move the session %s to %s: %s", s->move_from, s->notebook,
+              error);
+    else
+      sl_info("kernel.gateway", "session %s moved to %s%s%s", s->move_from, s->notebook,
+              json_is_true(json_object_get(reply, "moved")) ? "" : " (nothing stored under the old path)",
+              json_is_string(json_object_get(reply, "aside")) ? "; the one there before was put aside" : "");
+    free(s->move_from);
+    s->move_from = NULL;
+    if (s->kernel_id) {
+      int r = jk_rename_record(s->kernel_id, s->notebook);
+      if (r < 0)
+        sl_debug("kernel.gateway", "cannot record kernel %s's session: %s", s->kernel_id, sl_strerror(r));
+    }
+    return JK_SESSION_HANDLED;
+  }
   if (id && id == s->load_id) {
     s->load_id = 0;
     if (!error) {

@@ -25,6 +25,18 @@ struct jk_session *jk_session_free(struct jk_session *s);
  * them all. dir NULL: none. 0, or negative when the file is unreadable (the
  * reason logged; the file is left alone). */
 int jk_session_keep_pending(struct jk_session *s, const char *dir);
+/* The session follows the notebook's path (named by the front end or its
+ * server, not %session): kernel_id's record of the session it followed
+ * last (rename.h) is kept, and a record of another path (a notebook
+ * renamed, then its kernel restarted) moves that session to this one, as
+ * jk_session_moved: 1, and that path into from (size bytes). flags: the
+ * load's (jk_gw_request). 0 otherwise, or -ENOMEM. */
+int jk_session_follow(struct jk_session *s, const char *kernel_id, unsigned flags, char *from, size_t size);
+/* The notebook was renamed from the path from to this session's name (set
+ * with jk_session_rename first): session.move asks the gateway to move what
+ * it holds, before any later request, and again with later flushes until a
+ * gateway was reached; names kept for the old path join this one. */
+void jk_session_moved(struct jk_session *s, const char *from, unsigned flags);
 /* The notebook session was renamed (%session NAME; copied). 0 or -ENOMEM. */
 int jk_session_rename(struct jk_session *s, const char *notebook);
 /* Sends session.set with the changed names, if any (connecting, never

@@ -194,7 +194,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   setup_once();
   struct fake f = {.auth = jk_auth_new(key, sizeof key - 1, 16)};
   the_fake = &f;
-  struct jk_core_config cfg = {"fuzz", "nb", NULL};
+  struct jk_core_config cfg = {"fuzz", "nb", NULL, false, NULL, false};
   struct jk_core *core = jk_core_new(&core_ops, &f, &cfg);
   if (!core || jk_core_set_gateway(core, &gw_ops) < 0)
     abort();

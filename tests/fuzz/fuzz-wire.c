@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   struct jk_auth *auth = jk_auth_new(key, sizeof key - 1, 16);
   bool stopped = false;
-  struct jk_core_config cfg = {"fuzz", "fuzz", NULL};
+  struct jk_core_config cfg = {"fuzz", "fuzz", NULL, false, NULL, false};
   struct jk_core *core = jk_core_new(&ops, &stopped, &cfg);
   struct jk_msg *msg = NULL;
   char err[256];

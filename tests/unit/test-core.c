@@ -544,7 +544,7 @@ static void test_other_requests(struct mock *mk) {
 int main(void) {
   unsetenv("SPOTLAB_GATEWAY");
   static struct mock mk;
-  struct jk_core_config cfg = {"test-kernel", "test-notebook", NULL};
+  struct jk_core_config cfg = {"test-kernel", "test-notebook", NULL, false, NULL, false};
   mk.core = jk_core_new(&mock_ops, &mk, &cfg);
   CHECK(mk.core != NULL);
   if (!mk.core)
