@@ -8,6 +8,24 @@
 
 #define T GW_STORE_TOPIC
 
+/* Runs the n statements sql, each with the texts a, b and c as ?1, ?2 and
+ * ?3, until one fails. */
+static int run_each(struct gw_store *s, const char *const *sql, size_t n, const char *a, const char *b,
+                    const char *c) {
+  for (size_t i = 0; i < n; i++) {
+    sqlite3_stmt *st = prep(s, sql[i]);
+    if (st) {
+      bind_text(st, 1, a);
+      bind_text(st, 2, b);
+      bind_text(st, 3, c);
+    }
+    int r = run(s, st);
+    if (r < 0)
+      return r;
+  }
+  return 0;
+}
+
 int gw_store_session_touch(struct gw_store *s, const char *user, const char *session,
                            int64_t now_us) {
   sqlite3_stmt *st = prep(s, "INSERT INTO sessions(user, name, last_active_us) VALUES(?,?,?)"
@@ -160,18 +178,8 @@ static int delete_name(struct gw_store *s, const char *user, const char *session
     "DELETE FROM session_vars WHERE user=?1 AND session=?2 AND name=?3",
     "DELETE FROM session_defs WHERE user=?1 AND session=?2 AND name=?3",
   };
-  for (int i = 0; i < 2; i++) {
-    sqlite3_stmt *st = prep(s, sql[i]);
-    if (st) {
-      bind_text(st, 1, user);
-      bind_text(st, 2, session);
-      bind_text(st, 3, name);
-    }
-    int r = run(s, st);
-    if (r < 0)
-      return r;
-  }
-  return forget_model(s, user, session, name);
+  int r = run_each(s, sql, 2, user, session, name);
+  return r < 0 ? r : forget_model(s, user, session, name);
 }
 
 int gw_store_session_set(struct gw_store *s, const char *user, const char *session,
@@ -262,18 +270,7 @@ static int rename_rows(struct gw_store *s, const char *user, const char *from, c
     "UPDATE session_models SET session=?3 WHERE user=?1 AND session=?2",
     "UPDATE jobs SET session=?3 WHERE user=?1 AND session=?2",
   };
-  for (size_t i = 0; i < sizeof sql / sizeof *sql; i++) {
-    sqlite3_stmt *st = prep(s, sql[i]);
-    if (st) {
-      bind_text(st, 1, user);
-      bind_text(st, 2, from);
-      bind_text(st, 3, to);
-    }
-    int r = run(s, st);
-    if (r < 0)
-      return r;
-  }
-  return 0;
+  return run_each(s, sql, sizeof sql / sizeof *sql, user, from, to);
 }
 
 int gw_store_session_move(struct gw_store *s, const char *user, const char *from, const char *to,
