@@ -276,13 +276,13 @@ void jk_session_moved(struct jk_session *s, const char *from, unsigned flags) {
   s->move_id = 0;
   sl_info("kernel.gateway", "the notebook %s is now %s: its session follows", from, s->notebook);
   char *old = NULL;
-  /* names no gateway had under the old path go with the new one */
-  if (s->pending_dir && pending_path(s->pending_dir, from, &old) == 0 && adopt(s, old, from) == 1) {
-    save_pending(s);
-    if (unlink(old) < 0 && errno != ENOENT)
-      sl_warn("kernel.gateway", "cannot remove %s: %s", old, strerror(errno));
-  }
+  /* names no gateway had under the old path go with the new one (this
+   * kernel's own, once jk_session_rename dropped the old file, at once) */
+  if (s->pending_dir && pending_path(s->pending_dir, from, &old) == 0 && adopt(s, old, from) == 1 &&
+      unlink(old) < 0 && errno != ENOENT)
+    sl_warn("kernel.gateway", "cannot remove %s: %s", old, strerror(errno));
   free(old);
+  save_pending(s);
   send_move(s, flags);
 }
 
