@@ -37,6 +37,7 @@ static const struct {
   {"rerun", "JOB [--force]", "the same run again (--force: even if the data file changed)"},
   {"cancel", "JOB", "cancel a job"},
   {"cost", "[--json]", "spend so far and savings against on-demand"},
+  {"sessions", "[--json]", "notebook sessions that hold names, models or jobs"},
   {"instances", "[--json]", "running instances"},
   {"budget", "[set gateway|group NAME|user NAME USD] [--json]", "monthly budgets; set: raise one live (admin)"},
   {"inject", "preempt|kill INSTANCE [--notice 120s]", "trigger a preemption"},
@@ -127,6 +128,9 @@ static int simple(struct cli_conn *conn, const char *cmd, json_t *req, bool json
   json_decref(reply);
   return 0;
 }
+
+/* The sessions, none of them this process's own. */
+static char *format_sessions(const json_t *reply) { return jk_format_sessions(reply, NULL); }
 
 /* ---- logs --------------------------------------------------------------- */
 
@@ -387,6 +391,8 @@ static int run(const char *cmd, const struct opts *o) {
     rc = simple(conn, cmd, json_pack("{s:s, s:b}", "type", "jobs", "all", 0), o->json, "jobs", jk_format_jobs);
   else if (!strcmp(cmd, "cost"))
     rc = simple(conn, cmd, json_pack("{s:s}", "type", "cost"), o->json, NULL, jk_format_cost);
+  else if (!strcmp(cmd, "sessions"))
+    rc = simple(conn, cmd, json_pack("{s:s}", "type", "sessions"), o->json, "sessions", format_sessions);
   else if (!strcmp(cmd, "instances"))
     rc = simple(conn, cmd, json_pack("{s:s}", "type", "instances"), o->json, "instances", jk_format_instances);
   else if (!strcmp(cmd, "budget"))

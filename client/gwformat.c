@@ -253,6 +253,33 @@ char *jk_format_status(const json_t *reply) {
   return finish(&b);
 }
 
+char *jk_format_sessions(const json_t *reply, const char *current) {
+  struct jk_dbuf b = {0};
+  const json_t *list = json_object_get(reply, "sessions");
+  if (!json_array_size(list)) {
+    jk_dbuf_printf(&b, "No notebook session of yours holds anything yet.\n");
+    return finish(&b);
+  }
+  jk_dbuf_printf(&b, "  %-40s %-18s %6s %6s %5s\n", "SESSION", "LAST ACTIVE", "NAMES", "MODELS", "JOBS");
+  size_t i;
+  json_t *e;
+  json_array_foreach(list, i, e) {
+    if (i >= MAX_ROWS) {
+      jk_dbuf_printf(&b, "... %zu more\n", json_array_size(list) - i);
+      break;
+    }
+    char when[40];
+    const char *name = sl_json_get_str(e, "name", "?");
+    ago(when, sizeof when, sl_json_get_int(e, "last_active_us", 0));
+    jk_dbuf_printf(&b, "%c %-40s %-18s %6lld %6lld %5lld\n", current && !strcmp(name, current) ? '*' : ' ', name,
+                   when, (long long)(sl_json_get_int(e, "vars", 0) + sl_json_get_int(e, "defs", 0)),
+                   (long long)sl_json_get_int(e, "models", 0), (long long)sl_json_get_int(e, "jobs", 0));
+  }
+  if (current)
+    jk_dbuf_printf(&b, "(* this notebook's; %%session NAME opens another, and brings this one's names along)\n");
+  return finish(&b);
+}
+
 char *jk_format_idle(const json_t *reply) {
   struct jk_dbuf b = {0};
   const json_t *idle = json_object_get(reply, "idle");

@@ -13,6 +13,9 @@ char *jk_format_jobs(const json_t *reply);
 char *jk_format_jobs_of(const json_t *reply, const char *session);
 /* {"gateway":{...},"workers":[...],"idle":{...},"budget":{...}} */
 char *jk_format_status(const json_t *reply);
+/* {"sessions":[{"name","last_active_us","vars","defs","models","jobs"}]}:
+ * one line each, current (may be NULL) marked. */
+char *jk_format_sessions(const json_t *reply, const char *current);
 /* The "idle" part of a status reply. */
 char *jk_format_idle(const json_t *reply);
 /* {"spent_usd","on_demand_usd","saved_usd","jobs":[...]} */

@@ -124,6 +124,15 @@ static void on_session_set(struct gw_kreq *q) {
   gw_kproto_reply(q, NULL);
 }
 
+/* The user's sessions that hold anything, the most recently active first. */
+static void on_sessions(struct gw_kreq *q) {
+  json_t *list = NULL;
+  int r = gw_store_sessions_list(q->g->env.store, q->c->who.user, 500, &list);
+  if (r < 0)
+    return gw_kproto_fail(q, r, "cannot read the sessions");
+  gw_kproto_reply(q, json_pack("{s:o}", "sessions", list));
+}
+
 /* A notebook renamed: its session's names, models and jobs move from
  * "from" (the connection's session when absent) to "to", and every
  * connection of the user on "from" is on "to" from then on. A "to" that
@@ -506,6 +515,7 @@ static const struct {
   void (*fn)(struct gw_kreq *q);
 } handlers[] = {
   {"session.get", on_session_get}, {"session.set", on_session_set}, {"session.move", on_session_move},
+  {"sessions", on_sessions},
   {"submit", gw_kproto_on_submit}, {"attach", gw_kproto_on_attach},
   {"detach", gw_kproto_on_detach}, {"cancel", on_cancel}, {"jobs", on_jobs},
   {"logs", on_logs}, {"status", on_status}, {"instances", on_instances}, {"market", on_market},

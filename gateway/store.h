@@ -120,6 +120,10 @@ int gw_store_session_model_set(struct gw_store *s, const char *user, const char 
  * from and to the same). */
 int gw_store_session_move(struct gw_store *s, const char *user, const char *from, const char *to,
                           const char *aside);
+/* user's sessions that hold anything (names, models or jobs), the most
+ * recently active first, at most max: owned [{"name", "last_active_us"
+ * (absent when never seen), "vars", "defs", "models", "jobs"}]. */
+int gw_store_sessions_list(struct gw_store *s, const char *user, size_t max, json_t **ret);
 
 /* Jobs. create fills j->id, created/updated times and writes the first
  * event (state queued); j->spec is borrowed. Refused (the kept writes'

@@ -294,3 +294,43 @@ int gw_store_session_move(struct gw_store *s, const char *user, const char *from
     return rollback(s, SL_ESQLITE);
   return taken ? 2 : 0;
 }
+
+int gw_store_sessions_list(struct gw_store *s, const char *user, size_t max, json_t **ret) {
+  sqlite3_stmt *st = prep(s,
+    "SELECT name, last_active_us,"
+    " (SELECT COUNT(*) FROM session_vars v WHERE v.user=?1 AND v.session=x.name),"
+    " (SELECT COUNT(*) FROM session_defs d WHERE d.user=?1 AND d.session=x.name),"
+    " (SELECT COUNT(*) FROM session_models m WHERE m.user=?1 AND m.session=x.name),"
+    " (SELECT COUNT(*) FROM jobs j WHERE j.user=?1 AND j.session=x.name)"
+    " FROM (SELECT name, last_active_us FROM sessions WHERE user=?1"
+    "       UNION SELECT session, NULL FROM session_vars WHERE user=?1"
+    "         AND session NOT IN (SELECT name FROM sessions WHERE user=?1)"
+    "       UNION SELECT session, NULL FROM session_defs WHERE user=?1"
+    "         AND session NOT IN (SELECT name FROM sessions WHERE user=?1)) x"
+    " ORDER BY last_active_us IS NULL, last_active_us DESC, name LIMIT ?2");
+  if (!st)
+    return SL_ESQLITE;
+  bind_text(st, 1, user);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
+  json_t *list = json_array();
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *name = (const char *)sqlite3_column_text(st, 0);
+    json_int_t vars = sqlite3_column_int64(st, 2), defs = sqlite3_column_int64(st, 3);
+    json_int_t models = sqlite3_column_int64(st, 4), jobs = sqlite3_column_int64(st, 5);
+    if (!name || (vars | defs | models | jobs) == 0) /* only seen: nothing to open */
+      continue;
+    json_t *e = json_pack("{s:s, s:I, s:I, s:I, s:I}", "name", name, "vars", vars, "defs", defs, "models",
+                          models, "jobs", jobs);
+    if (e && sqlite3_column_type(st, 1) != SQLITE_NULL)
+      json_object_set_new(e, "last_active_us", json_integer(sqlite3_column_int64(st, 1)));
+    json_array_append_new(list, e); /* a name that is not UTF-8 (a damaged store): left out */
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) {
+    json_decref(list);
+    return gw_store_db_err(s, "list sessions");
+  }
+  *ret = list;
+  return 0;
+}

@@ -27,6 +27,8 @@ enum jk_step jk_jobs_on_query(struct jk_interp *ip, const json_t *reply) {
     free(st);
   } else if (strcmp(q, "idle") == 0) {
     text = jk_format_idle(reply);
+  } else if (strcmp(q, "sessions") == 0) {
+    text = jk_format_sessions(reply, ip->notebook);
   } else if (strcmp(q, "jobs") == 0) {
     text = jk_format_jobs_of(reply, ip->running->follow->all ? NULL : ip->notebook);
   } else if (strcmp(q, "logs") == 0) {
@@ -120,6 +122,8 @@ enum jk_step jk_magic_query(struct jk_interp *ip, const struct jk_stmt *s) {
   const char *m = s->name, *a = s->args ? s->args : "";
   if (strcmp(m, "status") == 0 || strcmp(m, "idle") == 0)
     return query(ip, m, json_pack("{s:s}", "type", "status"));
+  if (strcmp(m, "sessions") == 0)
+    return query(ip, m, json_pack("{s:s}", "type", "sessions"));
   if (strcmp(m, "jobs") == 0 || strcmp(m, "cost") == 0) {
     bool all = strcmp(a, "--all") == 0;
     if (*a && !all)

@@ -75,6 +75,8 @@ static void replies(const json_t *obj) {
   plain(jk_format_jobs_of(obj, "nb"));
   plain(jk_format_status(obj));
   plain(jk_format_idle(obj));
+  plain(jk_format_sessions(obj, "nb"));
+  plain(jk_format_sessions(obj, NULL));
   plain(jk_format_cost(obj));
   plain(jk_format_cost_of(obj, obj, "nb"));
   plain(jk_format_market(obj));

@@ -641,7 +641,8 @@ def case_session_move(gw):
     """session.move (a notebook renamed): the names, models and jobs of the
     session go to the new name, a running job's later checkpoints update the
     model there, a session already at the new name is put aside, another
-    user's session of the old name stays; it outlives a gateway restart."""
+    user's session of the old name stays; it outlives a gateway restart.
+    sessions (and spotlab sessions) lists a user's sessions that hold anything."""
     a = Client(gw.listen, "alice", session="old.ipynb")
     job, summary = running_hold_job(gw, a)
     b = Client(gw.listen, "bob", session="old.ipynb")
@@ -677,6 +678,26 @@ def case_session_move(gw):
           "the job's later checkpoints update the model at the new name: %s (last checkpoint %d)" % (now, last))
     r = old.req("session.move", to="elsewhere.ipynb")
     check(r["ok"] and r["moved"] is False, "moving an empty session moves nothing: %s" % r)
+    # the sessions that hold anything, newest first: the moved one, the one put aside; not bob's
+    r = a.req("sessions")
+    listed = {e["name"]: e for e in r.get("sessions", [])}
+    check(r["ok"] and set(listed) == {"new.ipynb", aside} and r["sessions"][0]["name"] == "new.ipynb" and
+          {k: listed["new.ipynb"][k] for k in ("vars", "defs", "models", "jobs")} ==
+          {"vars": 1, "defs": 2, "models": 1, "jobs": 1} and listed["new.ipynb"]["last_active_us"] > 0 and
+          listed[aside]["vars"] == 1, "sessions lists alice's sessions that hold anything: %s" % r)
+    r = b.req("sessions")
+    check(r["ok"] and [e["name"] for e in r["sessions"]] == ["old.ipynb"], "bob sees his own: %s" % r)
+    cli = subprocess.run([os.environ["SPOTLAB_TEST_CLI"], "sessions"], env=cli_env(gw), capture_output=True,
+                         text=True, timeout=30)
+    lines = cli.stdout.splitlines()
+    check(cli.returncode == 0 and lines[0].split() == ["SESSION", "LAST", "ACTIVE", "NAMES", "MODELS", "JOBS"] and
+          lines[1].split()[:1] == ["new.ipynb"] and lines[1].split()[-3:] == ["3", "1", "1"] and
+          any(line.strip().startswith(aside) for line in lines),
+          "spotlab sessions prints them: %r %r" % (cli.stdout, cli.stderr))
+    cli = subprocess.run([os.environ["SPOTLAB_TEST_CLI"], "sessions", "--json"], env=cli_env(gw),
+                         capture_output=True, text=True, timeout=30)
+    check(cli.returncode == 0 and [e["name"] for e in json.loads(cli.stdout)] == ["new.ipynb", aside],
+          "spotlab sessions --json: %r" % cli.stdout)
     for bad, code in (({}, "SL_ETYPE"), ({"to": ""}, "SL_ETYPE"), ({"to": "x" * 300}, "SL_ELIMIT"),
                       ({"to": 5}, "SL_ETYPE")):
         r = old.req("session.move", **bad)

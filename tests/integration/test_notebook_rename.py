@@ -15,6 +15,8 @@ gateway (started by the kernel) before each rename. Checks:
   - renamed, then the kernel shut down and the notebook opened again (a new
     kernel id): the new path's session holds the names;
   - the history (a front end's history_request) follows the notebook too;
+  - %sessions lists the session under its last path, marked as this
+    notebook's, and none under the old ones;
   - before any gateway ran, a plain notebook's names (kept by the kernel in
     $SPOTLAB_HOME/pending) follow it as well.
 Every wait has a deadline.
@@ -221,6 +223,11 @@ def main():
             who = names(k)
             check("x" in who and "y" in who and "m" in who,
                   "renamed, shut down, opened again: the names are there: %r" % who)
+            listed = k.run("%sessions")[1].splitlines()
+            mine = [line for line in listed if line.startswith("* ")]
+            check(len(mine) == 1 and mine[0].split()[1] == "fourth.ipynb" and
+                  not any(n in line for line in listed for n in ("first.ipynb", "third.ipynb")),
+                  "%%sessions marks this notebook's, and the old paths hold nothing: %r" % listed)
             k.close()
             kernel_log = open(os.path.join(home, "logs", "kernel.log")).read()
             check("session first.ipynb moved to dir-less name.ipynb" in kernel_log and

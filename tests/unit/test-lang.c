@@ -473,7 +473,7 @@ static void test_complete(void) {
   check_complete("x = \"héé\"\ntr", -1, "train", 10);
   check_complete("%at", -1, "%attach", 0);
   check_complete("%%r", -1, "%%run", 0);
-  check_complete("%s", -1, "%session %show %status %stderr", 0);
+  check_complete("%s", -1, "%session %sessions %show %status %stderr", 0);
   check_complete("train m ", -1, "on", 8);
   check_complete("train ", -1, "m", 6); /* models after train, data sets after on, variables in values */
   check_complete("train m on s", -1, "shakespeare", 11);
@@ -573,7 +573,7 @@ static void test_inspect(void) {
   CHECK(n > 50);
   CHECK_INT(kinds[JK_WORD_STATEMENT], 8);
   CHECK_INT(kinds[JK_WORD_CELL_MAGIC], 1);
-  CHECK_INT(kinds[JK_WORD_MAGIC], 19);
+  CHECK_INT(kinds[JK_WORD_MAGIC], 20);
   /* every option of every context is a word with help */
   static const char *const contexts[] = {"train", "eval", "sample", "%%run", "%instances",
                                          "gpt", "mlp"};
