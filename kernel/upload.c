@@ -190,8 +190,11 @@ static bool statement_data(const struct jk_interp *ip, const char *path) {
     size_t i = 0;
     while (slash && i < SL_IMAGE_SET_FILES && strcmp(slash + 1, sl_image_set_files[i]))
       i++;
+    size_t len = strlen(want);
+    while (len > 1 && want[len - 1] == '/') /* "FOLDER/" names the same files */
+      len--;
     if (!slash || i == SL_IMAGE_SET_FILES ||
-        (size_t)snprintf(file, sizeof file, "%s/%s", want, sl_image_set_files[i]) >= sizeof file)
+        (size_t)snprintf(file, sizeof file, "%.*s/%s", (int)len, want, sl_image_set_files[i]) >= sizeof file)
       return false;
     want = file;
   } else if (strcmp(type, "text")) {

@@ -382,6 +382,14 @@ def scripted_cases(k, gw, d):
           all(out.count("uploading %s (" % n) == 1 for n in names),
           "scripted: a data set's files go one by one, each submit naming those uploaded: %s %s %r"
           % (content.get("evalue"), [m.get("data_files") for m in subs], out))
+    # a folder written with a trailing slash, whose files are missing: the kernel says so
+    missing_set = os.path.join(d, "no-images")
+    content, _ = run_cell(k, 'data g = fashion_mnist("%s/")' % missing_set)
+    gw.reset(SetProtocol([os.path.join(missing_set, names[0])]))
+    content, out = run_cell(k, "eval c on g")
+    ev = content.get("evalue", "")
+    check(content.get("ename") == "DataError" and "No such file or directory" in ev and names[0] in ev,
+          "scripted: a data set file that is missing fails the cell clearly: %s %s" % (content.get("ename"), ev))
     gw.reset(SetProtocol([os.path.join(images, "notes.bin")]))
     content, out = run_cell(k, "eval c on f")
     check(content.get("ename") == "GatewayError" and "notes.bin" in content.get("evalue", "") and
