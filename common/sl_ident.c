@@ -23,48 +23,6 @@
 
 #define NOTE_MAX (1u << 20) /* notes are small; more is not a note section */
 
-int sl_sha256_file(const char *path, int64_t max_bytes, char ret_hex[SL_SHA256_HEX_LEN + 1]) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0)
-    return -errno;
-  struct stat st;
-  int bad = fstat(fd, &st) < 0 ? -errno : S_ISDIR(st.st_mode) ? -EISDIR
-                                        : !S_ISREG(st.st_mode) ? -EINVAL : 0;
-  if (bad < 0) {
-    close(fd);
-    return bad;
-  }
-  crypto_hash_sha256_state h;
-  crypto_hash_sha256_init(&h);
-  unsigned char buf[65536];
-  int64_t total = 0;
-  int r = 0;
-  for (;;) {
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      r = -errno;
-      break;
-    }
-    if (n == 0)
-      break;
-    total += n;
-    if (max_bytes > 0 && total > max_bytes) {
-      r = SL_ELIMIT;
-      break;
-    }
-    crypto_hash_sha256_update(&h, buf, (unsigned long long)n);
-  }
-  close(fd);
-  if (r < 0)
-    return r;
-  unsigned char md[crypto_hash_sha256_BYTES];
-  crypto_hash_sha256_final(&h, md);
-  sodium_bin2hex(ret_hex, SL_SHA256_HEX_LEN + 1, md, sizeof md);
-  return 0;
-}
-
 const char *const sl_image_set_files[SL_IMAGE_SET_FILES] = {
     "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", "train-images-idx3-ubyte.gz",
     "train-labels-idx1-ubyte.gz"};
@@ -80,24 +38,6 @@ void sl_image_set_sha256(const char *const hexes[], size_t n, char ret_hex[SL_SH
   unsigned char md[crypto_hash_sha256_BYTES];
   crypto_hash_sha256_final(&h, md);
   sodium_bin2hex(ret_hex, SL_SHA256_HEX_LEN + 1, md, sizeof md);
-}
-
-int sl_sha256_image_set(const char *dir, size_t n, char ret_hex[SL_SHA256_HEX_LEN + 1]) {
-  char hex[SL_IMAGE_SET_FILES][SL_SHA256_HEX_LEN + 1];
-  const char *hexes[SL_IMAGE_SET_FILES];
-  if (n > SL_IMAGE_SET_FILES)
-    n = SL_IMAGE_SET_FILES;
-  for (size_t i = 0; i < n; i++) {
-    char path[4096];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, sl_image_set_files[i]) >= sizeof path)
-      return -ENAMETOOLONG;
-    int r = sl_sha256_file(path, 0, hex[i]);
-    if (r < 0)
-      return r;
-    hexes[i] = hex[i];
-  }
-  sl_image_set_sha256(hexes, n, ret_hex);
-  return 0;
 }
 
 static int read_at(int fd, void *buf, size_t len, uint64_t off, uint64_t file_size) {

@@ -1,5 +1,7 @@
-/* What identifies a run's inputs and programs: the SHA-256 of a file and
- * the build id (ELF .note.gnu.build-id) of an executable. */
+/* What identifies a run's inputs and programs: SHA-256 as this project
+ * writes it, a data set's id and the build id (ELF .note.gnu.build-id) of
+ * an executable. Hashing files is sl_digest.h's (libcrypto), for the
+ * programs that read large ones. */
 #ifndef SL_IDENT_H
 #define SL_IDENT_H
 
@@ -10,9 +12,6 @@
 #define SL_SHA256_HEX_LEN 64
 #define SL_BUILD_ID_HEX_MAX 128 /* a build id note holds at most 64 bytes here */
 
-/* SHA-256 of the regular file at path as lowercase hex into ret_hex.
- * -errno (-EISDIR for a folder), or SL_ELIMIT past max_bytes (0: none). */
-int sl_sha256_file(const char *path, int64_t max_bytes, char ret_hex[SL_SHA256_HEX_LEN + 1]);
 /* Whether s is a SHA-256 as this project writes one: 64 lowercase hex digits. */
 bool sl_sha256_hex_ok(const char *s);
 /* The build id of the ELF file at path ("/proc/self/exe" for this program)
@@ -32,8 +31,5 @@ extern const char *const sl_image_set_files[SL_IMAGE_SET_FILES];
  * theirs (hexes, in sl_image_set_files' order): of the lines
  * "SHA256  NAME\n" that sha256sum prints for them, in that order. */
 void sl_image_set_sha256(const char *const hexes[], size_t n, char ret_hex[SL_SHA256_HEX_LEN + 1]);
-/* The same of the folder at dir, its files read and hashed. -errno of the
- * first that cannot be (-ENOENT: it is missing). */
-int sl_sha256_image_set(const char *dir, size_t n, char ret_hex[SL_SHA256_HEX_LEN + 1]);
 
 #endif

@@ -4,6 +4,7 @@
 #include "objstore.h"
 
 #include "sl_err.h"
+#include "sl_digest.h"
 #include "sl_ident.h"
 #include "sl_log.h"
 #include "sl_path.h"

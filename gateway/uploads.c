@@ -3,6 +3,7 @@
 
 #include "objstore.h"
 
+#include "sl_digest.h"
 #include "sl_err.h"
 #include "sl_ident.h"
 #include "sl_log.h"
@@ -40,7 +41,7 @@ struct upload {
   /* While CHECKING or PUBLISHING a thread owns what follows but state,
    * error and why, which it sets under the lock as it ends. */
   int fd;                       /* RECEIVING: the part, open; else -1 */
-  crypto_hash_sha256_state hash;
+  struct sl_sha256 *hash;       /* the bytes so far (the slot's for its life) */
   uint64_t offset;
   enum gw_upload_state state;
   bool running;                 /* a thread works on it */
@@ -127,6 +128,11 @@ int gw_uploads_new(const char *state_dir, const char *store_dir, struct gw_objst
   pthread_cond_init(&u->idle, NULL);
   for (size_t i = 0; i < GW_UPLOAD_MAX; i++)
     u->e[i].fd = -1;
+  for (size_t i = 0; i < GW_UPLOAD_MAX; i++)
+    if (!(u->e[i].hash = sl_sha256_new())) {
+      gw_uploads_free(u);
+      return -ENOMEM;
+    }
   *ret = u;
   return 0;
 }
@@ -134,8 +140,12 @@ int gw_uploads_new(const char *state_dir, const char *store_dir, struct gw_objst
 static void clear(struct upload *e) {
   if (e->fd >= 0)
     close(e->fd);
+  struct sl_sha256 *hash = e->hash;
   memset(e, 0, sizeof *e);
   e->fd = -1;
+  e->hash = hash;
+  if (hash)
+    sl_sha256_reset(hash);
 }
 
 void gw_uploads_wait(struct gw_uploads *u) {
@@ -149,8 +159,10 @@ struct gw_uploads *gw_uploads_free(struct gw_uploads *u) {
   if (!u)
     return NULL;
   gw_uploads_wait(u);
-  for (size_t i = 0; i < GW_UPLOAD_MAX; i++)
+  for (size_t i = 0; i < GW_UPLOAD_MAX; i++) {
     clear(&u->e[i]);
+    u->e[i].hash = sl_sha256_free(u->e[i].hash);
+  }
   pthread_cond_destroy(&u->idle);
   pthread_mutex_destroy(&u->mu);
   free(u);
@@ -287,7 +299,7 @@ static void *publish_main(void *arg) {
 /* Hashes the part's first n bytes into e->hash. */
 static int hash_part(struct upload *e, uint64_t n) {
   static __thread unsigned char buf[1 << 16];
-  crypto_hash_sha256_init(&e->hash);
+  sl_sha256_reset(e->hash);
   for (uint64_t done = 0; done < n;) {
     size_t want = n - done < sizeof buf ? (size_t)(n - done) : sizeof buf;
     ssize_t k = pread(e->fd, buf, want, (off_t)done);
@@ -295,7 +307,7 @@ static int hash_part(struct upload *e, uint64_t n) {
       continue;
     if (k <= 0)
       return k < 0 ? -errno : -EIO;
-    crypto_hash_sha256_update(&e->hash, buf, (size_t)k);
+    sl_sha256_update(e->hash, buf, (size_t)k);
     done += (uint64_t)k;
   }
   return 0;
@@ -303,10 +315,8 @@ static int hash_part(struct upload *e, uint64_t n) {
 
 /* Whether the hash of the bytes received is e's: 0, or SL_ECHECKSUM. */
 static int check_hash(struct upload *e) {
-  unsigned char h[crypto_hash_sha256_BYTES];
-  char hex[65];
-  crypto_hash_sha256_final(&e->hash, h);
-  sodium_bin2hex(hex, sizeof hex, h, sizeof h);
+  char hex[SL_SHA256_HEX_LEN + 1];
+  sl_sha256_final_hex(e->hash, hex);
   return strcmp(hex, e->sha) ? SL_ECHECKSUM : 0;
 }
 
@@ -498,7 +508,7 @@ static int take(struct upload *e, const unsigned char *data, size_t len, char *e
     }
     w += (size_t)k;
   }
-  crypto_hash_sha256_update(&e->hash, data, len);
+  sl_sha256_update(e->hash, data, len);
   e->offset += len;
   if (e->offset < e->size)
     return 0;

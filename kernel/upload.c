@@ -37,6 +37,7 @@
 #include "upload.h"
 
 #include "jobs_int.h"
+#include "khash.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -84,7 +85,7 @@ struct jk_upload {
   int64_t poll_wait_us;       /* the wait before it; 0: none since the last receiving */
   bool hashing;               /* the file is being hashed, a slice a turn of the loop */
   int64_t hashed;             /* bytes hashed so far */
-  crypto_hash_sha256_state hash;
+  struct jk_hash hash;         /* while hashing */
   int64_t poll_until_us;      /* polling gives up then; 0: not polling */
   bool announced;             /* the cell's "uploading" line went out */
   bool progress_shown;        /* the progress display went out (updates follow) */
@@ -99,6 +100,8 @@ struct jk_upload *jk_upload_free(struct jk_upload *u) {
     return NULL;
   if (u->fd >= 0)
     close(u->fd);
+  if (u->hashing)
+    jk_hash_drop(&u->hash);
   json_decref(u->done);
   free(u->path);
   free(u);
@@ -278,7 +281,7 @@ static enum jk_step open_file(struct jk_interp *ip, const char *path, struct jk_
   }
   u->size_bytes = (int64_t)u->st.st_size;
   u->hashing = true;
-  crypto_hash_sha256_init(&u->hash);
+  jk_hash_init(&u->hash, true);
   u->poll_at_us = sl_time_mono_us(); /* the first slice at the next turn */
   *ret = u;
   return JK_STEP_DONE;
@@ -297,16 +300,14 @@ static enum jk_step hash_slice(struct jk_interp *ip, struct jk_upload *u) {
                           u->path, sl_strerror((int)got));
     if (got == 0)
       return changed(ip, u); /* shorter than it was */
-    crypto_hash_sha256_update(&u->hash, file_buf, (size_t)got);
+    jk_hash_update(&u->hash, file_buf, (size_t)got);
     u->hashed += got;
   }
   if (u->hashed < u->size_bytes) {
     u->poll_at_us = sl_time_mono_us(); /* the next slice at the next turn */
     return JK_STEP_WAIT;
   }
-  unsigned char h[crypto_hash_sha256_BYTES];
-  crypto_hash_sha256_final(&u->hash, h);
-  sodium_bin2hex(u->sha256, sizeof u->sha256, h, sizeof h);
+  jk_hash_final_hex(&u->hash, u->sha256);
   u->hashing = false;
   u->poll_at_us = INT64_MAX;
   /* the bytes hashed were the descriptor's only if the path still names it, unchanged */

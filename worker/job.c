@@ -21,6 +21,7 @@
 #include "relay.h"
 #include "reserve.h"
 #include "sl_err.h"
+#include "sl_digest.h"
 #include "sl_ident.h"
 #include "sl_json.h"
 #include "sl_log.h"

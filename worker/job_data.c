@@ -10,6 +10,7 @@
 #include "job_int.h"
 
 #include "sl_err.h"
+#include "sl_digest.h"
 #include "sl_ident.h"
 #include "sl_json.h"
 #include "sl_log.h"

@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "record.h"
 #include "sl_err.h"
+#include "sl_digest.h"
 #include "sl_ident.h"
 #include "store.h"
 
