@@ -318,7 +318,7 @@ int gw_store_sessions_list(struct gw_store *s, const char *user, size_t max, jso
     const char *name = (const char *)sqlite3_column_text(st, 0);
     json_int_t vars = sqlite3_column_int64(st, 2), defs = sqlite3_column_int64(st, 3);
     json_int_t models = sqlite3_column_int64(st, 4), jobs = sqlite3_column_int64(st, 5);
-    if (!name || (vars | defs | models | jobs) == 0) /* only seen: nothing to open */
+    if (!name || !*name || (vars | defs | models | jobs) == 0) /* only seen: nothing to open */
       continue;
     json_t *e = json_pack("{s:s, s:I, s:I, s:I, s:I}", "name", name, "vars", vars, "defs", defs, "models",
                           models, "jobs", jobs);

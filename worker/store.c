@@ -9,7 +9,9 @@
  * temporaries of a process of its own PID space that is gone, and any that
  * no one has written to for STALE_TMP_S. A folder is swept again only after
  * SWEEP_EVERY_US or once puts went to another folder meanwhile, so a run of
- * puts into one folder (a job's files, one by one) reads it once.
+ * puts into one folder (a job's files, one by one) reads it once; the puts
+ * in between look again only at the temporaries whose writers were alive
+ * at the sweep (a hung worker's, until its instance is killed).
  *
  * S3: the client in common/sl_s3.h does the work; its puts are atomic in the
  * service (one PUT, or a multipart upload completed only when whole), its
@@ -51,6 +53,7 @@
 #define PUMP_MS 50
 #define STALE_TMP_S 3600 /* a temporary untouched this long belongs to a put that stopped */
 #define SWEEP_EVERY_US (60 * SL_US_PER_S)
+#define WAITING_MAX 8
 
 struct wk_store {
   char root[PATH_MAX];      /* folder backend */
@@ -59,6 +62,10 @@ struct wk_store {
   char space[9];            /* this process's PID space, 8 hex digits */
   char swept[PATH_MAX];     /* the folder swept last, and when (sl_time_mono_us) */
   int64_t swept_us;
+  /* its temporaries whose writer, of this PID space, was alive then: looked at again at
+   * each put into it (no reading of the folder), and removed once the writer is gone */
+  char waiting[WAITING_MAX][NAME_MAX + 1];
+  size_t n_waiting;
   int64_t fail_after; /* test hook; -1 = off */
   void (*pump)(void *ctx);  /* run while a call is under way; NULL: calls run inline */
   void *pump_ctx;
@@ -255,6 +262,13 @@ static long last_number(const char *name, size_t *len) {
   return strtol(name + b, NULL, 10);
 }
 
+/* Whether the temporary name is this process's own (a put under way here). */
+static bool own_tmp(const struct wk_store *s, const char *name) {
+  size_t len = strlen(name);
+  if (last_number(name, &len) < 0) return false;
+  return last_number(name, &len) == (long)getpid() && len >= 9 && !strncmp(name + len - 8, s->space, 8);
+}
+
 /* Whether the temporary name was left by a writer of this PID space that is gone. */
 static bool writer_gone(const struct wk_store *s, const char *name) {
   size_t len = strlen(name);
@@ -271,9 +285,25 @@ static bool writer_gone(const struct wk_store *s, const char *name) {
  * elsewhere whose temporary goes fails at its rename and leaves the object as it was. */
 static void sweep_tmp(struct wk_store *s, const char *dir) {
   int64_t now_us = sl_time_mono_us();
-  if (!strcmp(dir, s->swept) && now_us - s->swept_us < SWEEP_EVERY_US) return;
+  if (!strcmp(dir, s->swept) && now_us - s->swept_us < SWEEP_EVERY_US) {
+    /* swept a moment ago: only the writers that were still alive then (a hung worker's
+     * put, whose instance is killed later) */
+    for (size_t i = 0; i < s->n_waiting;) {
+      if (!writer_gone(s, s->waiting[i])) {
+        i++;
+        continue;
+      }
+      char path[PATH_MAX + NAME_MAX + 2];
+      snprintf(path, sizeof path, "%s/%s", dir, s->waiting[i]);
+      unlink(path);
+      memmove(s->waiting[i], s->waiting[i + 1], (s->n_waiting - i - 1) * sizeof s->waiting[0]);
+      s->n_waiting--;
+    }
+    return;
+  }
   snprintf(s->swept, sizeof s->swept, "%s", dir);
   s->swept_us = now_us;
+  s->n_waiting = 0;
   DIR *d = opendir(dir);
   if (!d) return;
   time_t now = time(NULL);
@@ -285,6 +315,8 @@ static void sweep_tmp(struct wk_store *s, const char *dir) {
       continue;
     if (writer_gone(s, e->d_name) || now - st.st_mtime > STALE_TMP_S)
       unlinkat(dirfd(d), e->d_name, 0);
+    else if (s->n_waiting < WAITING_MAX && strlen(e->d_name) <= NAME_MAX && !own_tmp(s, e->d_name))
+      snprintf(s->waiting[s->n_waiting++], sizeof s->waiting[0], "%s", e->d_name);
   }
   closedir(d);
 }

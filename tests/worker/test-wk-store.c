@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,7 +184,8 @@ static bool exists(const char *dir, const char *name) {
 /* A put removes from its folder the temporaries of writers of this PID space that are gone
  * (exited, or exited and not yet reaped) and any untouched for an hour; it keeps its own
  * process's, those of a live process, and the fresh ones of another PID space or of an
- * older name without one. A folder is read again once puts went elsewhere meanwhile. */
+ * older name without one. A folder is read again once puts went elsewhere meanwhile; in
+ * between, a put looks again at the temporaries of writers that were alive at the sweep. */
 static void test_sweep(struct wk_store *s, const char *store) {
   char dir[160], src[128], name[256];
   snprintf(dir, sizeof dir, "%s/J000005", store);
@@ -268,6 +270,23 @@ static void test_sweep(struct wk_store *s, const char *store) {
   CHECK_INT(wk_store_put_file(s, "J000005/ckpt-00000030.tc", src, NULL), 0);
   CHECK(!exists(dir, name));
   waitpid(zombie, NULL, 0);
+
+  /* a temporary whose writer was alive at the sweep (a hung worker's put) goes at the next
+   * put into the folder once that writer is gone, the folder not read again */
+  pid_t live = fork();
+  if (live == 0) {
+    pause();
+    _exit(0);
+  }
+  snprintf(name, sizeof name, ".wk-tmp.ckpt-00000012.tc.%s.%d.0", space, (int)live);
+  make_tmp(dir, name, 0);
+  CHECK_INT(wk_store_put_file(s, "J000006/ckpt-00000040.tc", src, NULL), 0);
+  CHECK_INT(wk_store_put_file(s, "J000005/ckpt-00000040.tc", src, NULL), 0);
+  CHECK(exists(dir, name));
+  kill(live, SIGKILL);
+  CHECK_INT(waitpid(live, NULL, 0), live);
+  CHECK_INT(wk_store_put_file(s, "J000005/ckpt-00000050.tc", src, NULL), 0);
+  CHECK(!exists(dir, name));
 }
 
 static void pump_count(void *ctx) { ++*(int *)ctx; }
