@@ -2,6 +2,7 @@
 #include "sl_file.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
@@ -42,7 +43,7 @@ static void sync_folder(const char *path) {
   sl_file_fsync_dir(dirname(copy));
 }
 
-int sl_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode) {
+static int write_replace(const char *path, const void *data, size_t len, unsigned mode, bool durable) {
   char tmp[PATH_MAX];
   int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   if (n < 0 || (size_t)n >= sizeof tmp)
@@ -51,7 +52,7 @@ int sl_file_write_atomic(const char *path, const void *data, size_t len, unsigne
   if (fd < 0)
     return -errno;
   int r = write_all(fd, data, len);
-  if (r == 0 && fsync(fd) < 0)
+  if (r == 0 && durable && fsync(fd) < 0)
     r = -errno;
   if (close(fd) < 0 && r == 0)
     r = -errno;
@@ -61,6 +62,15 @@ int sl_file_write_atomic(const char *path, const void *data, size_t len, unsigne
     unlink(tmp);
     return r;
   }
-  sync_folder(path);
+  if (durable)
+    sync_folder(path);
   return 0;
+}
+
+int sl_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode) {
+  return write_replace(path, data, len, mode, true);
+}
+
+int sl_file_replace(const char *path, const void *data, size_t len, unsigned mode) {
+  return write_replace(path, data, len, mode, false);
 }

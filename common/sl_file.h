@@ -11,6 +11,13 @@
  * failure the temporary file is removed and path is untouched. */
 int sl_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode);
 
+/* The same without the fsyncs: whole or absent for any process that reads it,
+ * and across the writer's death (the kernel keeps what is written in its
+ * page cache), but not across a crash of the machine. For files rewritten
+ * often on a path where a disk flush would be felt (a kernel's names at the
+ * end of each cell). */
+int sl_file_replace(const char *path, const void *data, size_t len, unsigned mode);
+
 /* fsyncs the folder dir, so that the names created, renamed or removed in
  * it last: 0 or -errno. */
 int sl_file_fsync_dir(const char *dir);

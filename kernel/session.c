@@ -192,7 +192,7 @@ static void save_pending(struct jk_session *s) {
   json_decref(body);
   int r = !text ? -ENOMEM : sl_mkdir_p(s->pending_dir, 0700);
   if (r >= 0)
-    r = sl_file_write_atomic(s->pending, text, strlen(text), 0600);
+    r = sl_file_replace(s->pending, text, strlen(text), 0600); /* outlives the kernel, each cell: no flush */
   if (r < 0)
     sl_warn("kernel.gateway", "cannot keep the session's unsent names in %s: %s", s->pending, sl_strerror(r));
   else
