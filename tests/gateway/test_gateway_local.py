@@ -114,8 +114,8 @@ def cancel(c, job):
 def end_gateway(g, states=None):
     """A case's end: g stopped and the instances of its state folders
     (states, else its own) killed; on a failure the log's tail printed and
-    the folder kept."""
-    if failures:
+    the folder kept (also when a wait that ran out of time is on its way up)."""
+    if failures or sys.exc_info()[0] is not None:
         print("gateway log (%s):\n%s" % (g.logpath, g.logtext()[-6000:]), file=sys.stderr)
     g.stop(15)
     for d in states or [g.state]:

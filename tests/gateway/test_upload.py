@@ -243,6 +243,8 @@ def main():
         if failures:
             print("gateway log:\n" + gw.logtail(), file=sys.stderr)
         gw.stop()
+        if not failures:
+            shutil.rmtree(folder, ignore_errors=True)  # kept to look at when a check failed
     return exit_status()
 
 

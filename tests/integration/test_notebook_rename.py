@@ -23,6 +23,7 @@ Every wait has a deadline.
 """
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -243,6 +244,7 @@ def main():
         if server:
             server.stop()
         env.close()
+        shutil.rmtree(root, ignore_errors=True)
     return exit_status()
 
 
