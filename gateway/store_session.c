@@ -297,16 +297,14 @@ int gw_store_session_move(struct gw_store *s, const char *user, const char *from
 
 int gw_store_sessions_list(struct gw_store *s, const char *user, size_t max, json_t **ret) {
   sqlite3_stmt *st = prep(s,
-    "SELECT name, last_active_us,"
-    " (SELECT COUNT(*) FROM session_vars v WHERE v.user=?1 AND v.session=x.name),"
-    " (SELECT COUNT(*) FROM session_defs d WHERE d.user=?1 AND d.session=x.name),"
-    " (SELECT COUNT(*) FROM session_models m WHERE m.user=?1 AND m.session=x.name),"
-    " (SELECT COUNT(*) FROM jobs j WHERE j.user=?1 AND j.session=x.name)"
-    " FROM (SELECT name, last_active_us FROM sessions WHERE user=?1"
-    "       UNION SELECT session, NULL FROM session_vars WHERE user=?1"
-    "         AND session NOT IN (SELECT name FROM sessions WHERE user=?1)"
-    "       UNION SELECT session, NULL FROM session_defs WHERE user=?1"
-    "         AND session NOT IN (SELECT name FROM sessions WHERE user=?1)) x"
+    /* every session a client named has its row (touched at hello, moved with it) */
+    "SELECT * FROM (SELECT name, last_active_us,"
+    " (SELECT COUNT(*) FROM session_vars v WHERE v.user=?1 AND v.session=x.name) AS nv,"
+    " (SELECT COUNT(*) FROM session_defs d WHERE d.user=?1 AND d.session=x.name) AS nd,"
+    " (SELECT COUNT(*) FROM session_models m WHERE m.user=?1 AND m.session=x.name) AS nm,"
+    " (SELECT COUNT(*) FROM jobs j WHERE j.user=?1 AND j.session=x.name) AS nj"
+    " FROM sessions x WHERE user=?1 AND name <> '')"
+    " WHERE nv + nd + nm + nj > 0"  /* only seen: nothing to open */
     " ORDER BY last_active_us IS NULL, last_active_us DESC, name LIMIT ?2");
   if (!st)
     return SL_ESQLITE;
@@ -318,7 +316,7 @@ int gw_store_sessions_list(struct gw_store *s, const char *user, size_t max, jso
     const char *name = (const char *)sqlite3_column_text(st, 0);
     json_int_t vars = sqlite3_column_int64(st, 2), defs = sqlite3_column_int64(st, 3);
     json_int_t models = sqlite3_column_int64(st, 4), jobs = sqlite3_column_int64(st, 5);
-    if (!name || !*name || (vars | defs | models | jobs) == 0) /* only seen: nothing to open */
+    if (!name)
       continue;
     json_t *e = json_pack("{s:s, s:I, s:I, s:I, s:I}", "name", name, "vars", vars, "defs", defs, "models",
                           models, "jobs", jobs);

@@ -27,17 +27,12 @@ int jk_jpserver_file(long parent_pid, const char *conn_dir, char *ret, size_t si
 int jk_jpserver_notebook(const char *path_of_file, const char *kernel_id, int wait_ms, char *ret,
                          size_t size);
 
-/* The kernel's side: JK_JPSERVER_PROGRAM asked about the server whose
- * runtime file is file, as jk_jpserver_lookup below (jpserver_file.c). */
+/* The kernel's side: JK_JPSERVER_PROGRAM asked for the notebook of
+ * kernel_id by the server whose runtime file is file (jk_jpserver_file),
+ * given wait_ms and a margin to answer. 0 and ret; -ENOENT when the server
+ * does not know kernel_id; another negative error, with the program's word
+ * in why, when it could not answer (jpserver_file.c). */
 int jk_jpserver_ask(const char *file, const char *kernel_id, int wait_ms, char *ret, size_t size, char *why,
                     size_t why_size);
-
-/* The kernel's side: jk_jpserver_file, then JK_JPSERVER_PROGRAM for the
- * notebook, given wait_ms and a margin to answer. 0 and ret; -ENOENT when
- * there is no server file or the server does not know kernel_id; another
- * negative error, with the program's word in why, when it could not
- * answer (jpserver_file.c). */
-int jk_jpserver_lookup(const char *kernel_id, long parent_pid, const char *conn_dir, int wait_ms,
-                       char *ret, size_t size, char *why, size_t why_size);
 
 #endif

@@ -91,12 +91,3 @@ int jk_jpserver_ask(const char *file, const char *kernel_id, int wait_ms, char *
   memcpy(ret, out, n + 1);
   return 0;
 }
-
-int jk_jpserver_lookup(const char *kernel_id, long parent_pid, const char *conn_dir, int wait_ms,
-                       char *ret, size_t size, char *why, size_t why_size) {
-  char file[4096];
-  why[0] = '\0';
-  if (!kernel_id || !*kernel_id || jk_jpserver_file(parent_pid, conn_dir, file, sizeof file) < 0)
-    return -ENOENT;
-  return jk_jpserver_ask(file, kernel_id, wait_ms, ret, size, why, why_size);
-}

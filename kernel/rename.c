@@ -13,8 +13,9 @@
  *   turn (jk_rename_poll).
  * - A kernel restarted keeps its id, and a rename before the restart shows
  *   as another path for the same id: each kernel records, in
- *   $SPOTLAB_HOME/kernels/ID, the session it followed last. Records older
- *   than RECORD_KEEP_S are removed when another is written. */
+ *   $SPOTLAB_HOME/kernels/ID, the session it followed last (written when
+ *   it changes, not at every start). Records older than RECORD_KEEP_S are
+ *   removed when another is written. */
 #include "rename.h"
 
 #include <dirent.h>
@@ -36,7 +37,7 @@
 #include "sl_time.h"
 
 #define POLL_US (50 * SL_US_PER_MS)             /* the loop looks for the answer this often */
-#define RECORD_KEEP_S (30 * 24 * 3600)          /* a kernel not seen for a month is gone */
+#define RECORD_KEEP_S (30 * 24 * 3600)          /* a record written a month ago: its kernel is gone */
 #define RECORD_MAX_BYTES 4096
 
 struct jk_rename {

@@ -292,8 +292,10 @@ int jk_session_follow(struct jk_session *s, const char *kernel_id, unsigned flag
     return -ENOMEM;
   free(s->kernel_id);
   s->kernel_id = copy;
-  if (jk_rename_recorded(kernel_id, last, sizeof last) == 0 && strcmp(last, s->notebook) &&
-      strlen(last) < size) {
+  int known = jk_rename_recorded(kernel_id, last, sizeof last);
+  if (known == 0 && !strcmp(last, s->notebook))
+    return 0; /* recorded already: nothing written at start-up */
+  if (known == 0 && strlen(last) < size) {
     jk_session_moved(s, last, flags); /* renamed, then restarted: the record follows once moved */
     memcpy(from, last, strlen(last) + 1);
     return 1;
