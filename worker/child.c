@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,13 @@ static void __attribute__((noreturn))
 exec_child(const struct wk_child_opts *o, int p[WK_STREAM_N][2], int ctl[2], pid_t parent) {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent) _exit(126);
   setpgid(0, 0);
-  signal(SIGPIPE, SIG_DFL);
+  /* Signals are blocked from before the fork (wk_child_spawn): one sent
+   * now (a cancel as the job starts) waits for the default action, not the
+   * worker's handler, which would take it for the worker's own SIGTERM. */
+  struct sigaction dfl = {.sa_handler = SIG_DFL};
+  sigemptyset(&dfl.sa_mask);
+  for (int sig = 1; sig < NSIG; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, NULL);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
@@ -82,12 +89,17 @@ int wk_child_spawn(const struct wk_child_opts *o, struct wk_child **ret) {
     goto fail;
   }
   pid_t parent = getpid();
+  sigset_t all, was;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &was);
   pid_t pid = fork();
+  if (pid == 0) exec_child(o, p, ctl, parent);
+  int fork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &was, NULL);
   if (pid < 0) {
-    r = -errno;
+    r = -fork_errno;
     goto fail;
   }
-  if (pid == 0) exec_child(o, p, ctl, parent);
   setpgid(pid, pid); /* also in the parent, so a signal sent right away reaches the group */
   c->pid = pid;
   for (int i = 0; i < WK_STREAM_N; i++) {

@@ -115,13 +115,17 @@ def end_gateway(g, states=None):
     """A case's end: g stopped and the instances of its state folders
     (states, else its own) killed; on a failure the log's tail printed and
     the folder kept (also when a wait that ran out of time is on its way up)."""
-    if failures or sys.exc_info()[0] is not None:
+    failed = bool(failures) or sys.exc_info()[0] is not None
+    if failed:
         print("gateway log (%s):\n%s" % (g.logpath, g.logtext()[-6000:]), file=sys.stderr)
+        for log in sorted(glob.glob(os.path.join(g.state, "instances", "*", "*.log"))):
+            with open(log, errors="replace") as f:
+                print("%s:\n%s" % (log, f.read()[-3000:]), file=sys.stderr)
     g.stop(15)
     for d in states or [g.state]:
         if os.path.isdir(d):
             kill_instances(d)  # workers outlive a stopped gateway by design
-    if not failures:
+    if not failed:
         shutil.rmtree(g.dir, ignore_errors=True)
 
 
