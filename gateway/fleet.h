@@ -34,6 +34,7 @@ struct gw_inst {
   bool launched;                /* the provider reported the launch done (or the worker registered) */
   bool registered;
   bool notice;                  /* a preemption notice was seen for this instance */
+  bool market_noted;            /* its market's taking it back is in the placement memory */
   int64_t last_seen_mono_us;
   int64_t idle_since_mono_us;
   int64_t register_by_mono_us;  /* launching or restarted: must register before this */

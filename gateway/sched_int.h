@@ -151,12 +151,11 @@ int gw_sched_pick_offer(struct gw_sched *s, const struct gw_job *j, const struct
 /* Whether a launch's error says the provider has no capacity for it. */
 bool gw_sched_capacity_error(int error);
 /* Hooks: a launch of (type, zone, market) refused with error (remembered
- * when it is for capacity); a spot instance preempted by its market; a
- * provider's capacity changed; an attempt of j ends (its step rate); an
- * event of j (checkpoint sizes, restart times). */
+ * when it is for capacity); a provider's capacity changed; an attempt of j
+ * ends (its step rate); an event of j (checkpoint sizes, restart times).
+ * A spot instance preempted by its market: gw_sched_note_preempted. */
 void gw_sched_note_refused(struct gw_sched *s, struct gw_provider *p, const char *type,
                            const char *zone, bool spot, int error);
-void gw_sched_note_preempted(struct gw_sched *s, const struct gw_inst *in);
 void gw_sched_note_capacity(struct gw_sched *s, struct gw_provider *p);
 void gw_sched_note_attempt(struct gw_sched *s, const struct gw_job *j);
 void gw_sched_note_event(struct gw_sched *s, const struct gw_job *j, const json_t *event);

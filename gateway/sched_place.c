@@ -106,9 +106,15 @@ void gw_sched_note_refused(struct gw_sched *s, struct gw_provider *p, const char
   gw_place_memory_failure(s->mem, p, type, zone, spot, true, sl_time_mono_us());
 }
 
-void gw_sched_note_preempted(struct gw_sched *s, const struct gw_inst *in) {
-  if (!in->row.spot)
+bool gw_sched_market_action(const char *action) {
+  return !strcmp(action, "terminate") || !strcmp(action, "stop") || !strcmp(action, "hibernate") ||
+         !strcmp(action, "preempted");
+}
+
+void gw_sched_note_preempted(struct gw_sched *s, struct gw_inst *in) {
+  if (!in->row.spot || in->market_noted)
     return;
+  in->market_noted = true;
   sl_info(T, "%s: %s%s%s preempted; placed elsewhere first for a while", in->row.provider,
           in->row.type, in->row.zone[0] ? " in " : "", in->row.zone);
   gw_place_memory_failure(s->mem, in->prov, in->row.type, in->row.zone, true, false,

@@ -510,15 +510,15 @@ void gw_sched_provider_event(void *userdata, struct gw_provider *p,
     launch_failed(s, in, ev->error, ev->message);
     break;
   case GW_PROVIDER_TERMINATED:
-    if (ev->by_market && !in->notice)
-      gw_sched_note_preempted(s, in);
+    if (ev->by_market)
+      gw_sched_note_preempted(s, in); /* unless a notice did already */
     gw_sched_instance_gone(s, ev->instance_id,
                            ev->by_market ? "instance preempted by the market" : "instance terminated");
     break;
   case GW_PROVIDER_NOTICE:
+    gw_sched_note_preempted(s, in);
     if (!in->notice) {
       in->notice = true;
-      gw_sched_note_preempted(s, in);
       struct gw_job *j = in->row.job ? gw_fleet_job(s->fleet, in->row.job) : NULL;
       if (j) {
         json_t *e = json_pack("{s:s,s:s,s:I,s:s}", "event", "notice", "action", "terminate",

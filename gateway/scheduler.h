@@ -87,6 +87,13 @@ int gw_sched_cancel(struct gw_sched *s, struct gw_job *j);
  * saved and reported, 1 when the store keeps it (reported once written),
  * a negative error when it was lost. */
 int gw_sched_emit(struct gw_sched *s, struct gw_job *j, json_t *event);
+/* A spot instance taken back by its market (its provider's notice, its
+ * worker's, or its end, whichever comes first; once per instance): its
+ * (type, zone) is placed elsewhere first for a while. */
+void gw_sched_note_preempted(struct gw_sched *s, struct gw_inst *in);
+/* Whether a notice's action (protocols.md §2 "notice") is the market
+ * taking the instance back, not a rebalance hint or a signal. */
+bool gw_sched_market_action(const char *action);
 /* The same for a checkpoint event with its row (store.h). Acknowledge the
  * checkpoint to the worker only on 0: a kept one is acknowledged once
  * written (gw_sched_checkpoint_recorded). */

@@ -499,6 +499,8 @@ static void on_notice(struct gw_wproto *g, struct gw_inst *in, const json_t *bod
   const char *action = sl_json_get_str(body, "action", "terminate");
   bool first = !in->notice;
   in->notice = true;
+  if (gw_sched_market_action(action))
+    gw_sched_note_preempted(g->sched, in); /* the worker may hear of it before the provider */
   struct gw_job *j = in->row.job ? gw_fleet_job(g->fleet, in->row.job) : NULL;
   if (!j || !first)
     return;

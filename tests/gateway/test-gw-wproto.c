@@ -8,6 +8,8 @@
 #include "gw-fixture.h"
 #include "harness.h"
 #include "objstore.h"
+#include "placemem.h"
+#include "sched_int.h"
 
 #include "sl_err.h"
 #include "sl_json.h"
@@ -550,6 +552,22 @@ static void test_checkpoint(void) {
 
 /* ---- a notice the worker saw itself ---- */
 
+/* The preemptions placement remembers (in inst's type and zone, or any). */
+static int market_failures(struct fx *f, const char *inst) {
+  const struct gw_inst *in = inst ? fx_inst(f, inst) : NULL;
+  json_t *m = gw_place_memory_json(f->sched->mem, sl_time_mono_us(), sl_time_real_us());
+  size_t i;
+  json_t *e;
+  int n = 0;
+  json_array_foreach(json_object_get(m, "failures"), i, e)
+    if (!json_is_true(json_object_get(e, "capacity")) && json_is_true(json_object_get(e, "spot")) &&
+        (!in || (!strcmp(sl_json_get_str(e, "type", ""), in->row.type) &&
+                 !strcmp(sl_json_get_str(e, "zone", ""), in->row.zone))))
+      n += (int)sl_json_get_int(e, "count", 0);
+  json_decref(m);
+  return n;
+}
+
 static void test_worker_notice(void) {
   int64_t id;
   struct fx *f = one_running(&id);
@@ -571,6 +589,27 @@ static void test_worker_notice(void) {
   CHECK(p && sl_json_get_int(p, "step", -1) == 30);
   CHECK_INT(fx_job_state(f, id), GW_JOB_QUEUED);
   CHECK_STR(fx_inst(f, "f-1")->row.state, "draining");
+  /* the market took a spot instance back: placement remembers its zone,
+   * though the provider has not said so yet (the job stopped first) */
+  CHECK(fx_inst(f, "f-1")->row.spot);
+  CHECK_INT(market_failures(f, "f-1"), 1);
+  fp_terminated(f->fp, "f-1", true); /* the provider's word after it: counted once */
+  fx_settle(f);
+  CHECK_INT(market_failures(f, NULL), 1);
+  fx_free(f);
+}
+
+/* A rebalance hint is a notice, not the market taking the instance back. */
+static void test_worker_rebalance(void) {
+  int64_t id;
+  struct fx *f = one_running(&id);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  fx_workerf(f, "f-1", "{s:s,s:s,s:s,s:I}", "type", "notice", "instance", "f-1", "action", "rebalance",
+             "deadline_us", (json_int_t)(sl_time_real_us() + 120 * SL_US_PER_S));
+  CHECK(fx_job_event(f, id, "notice") != NULL);
+  CHECK_INT(market_failures(f, NULL), 0);
   fx_free(f);
 }
 
@@ -756,6 +795,7 @@ int main(void) {
   test_device_event();
   test_checkpoint();
   test_worker_notice();
+  test_worker_rebalance();
   test_unknown_and_malformed();
   test_presign();
   TEST_MAIN_END();
