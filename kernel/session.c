@@ -19,15 +19,23 @@
  *
  * Until a gateway has them, the changed names are also kept in a file of
  * their own (jk_session_keep_pending): a plain notebook starts no gateway,
- * and a kernel restarted before one ran would otherwise start empty. */
+ * and a kernel restarted before one ran would otherwise start empty. The
+ * file is a journal: each cell that changed names appends one line, the
+ * whole set no gateway has (a single write, no new file: creating and
+ * renaming one cost most of a cell's round trip); its last line that parses
+ * is what a kernel started later takes. The first save of each kernel, and
+ * one that finds the journal grown past PENDING_COMPACT_AT (or replaced by
+ * another kernel of the notebook), writes it anew with that one line. */
 #include "session.h"
 
 #include "rename.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sl_err.h"
@@ -40,6 +48,8 @@
 
 #define MAX_DIRTY 8192
 #define RETRY_US (5 * SL_US_PER_S) /* between attempts to reach a gateway that was down */
+#define PENDING_COMPACT_AT (256 * 1024) /* journal bytes (or 4 lines' worth, if more) before it is rewritten */
+#define PENDING_READ_MAX (1024L * 1024 * 1024)
 
 struct jk_session {
   struct jk_state *state;
@@ -56,6 +66,10 @@ struct jk_session {
   char *pending_dir;           /* where that file is kept, or NULL: nowhere */
   char *pending;               /* the file of names no gateway has yet, or NULL */
   bool pending_written;        /* it exists, as far as this kernel knows */
+  int pending_fd;              /* that file open for appending, or -1: the next save replaces it */
+  dev_t pending_dev;           /* the file pending_fd has open */
+  ino_t pending_ino;
+  size_t pending_size;         /* its length, as this kernel wrote it */
   json_t *models;              /* session.get "models": name -> {job, step, checkpoint} */
   char *kernel_id;             /* the session follows the notebook's path: records kept (rename.h) */
   char *move_from;             /* the notebook's path before a rename, until the gateway moved it */
@@ -97,12 +111,19 @@ static int pending_path(const char *dir, const char *notebook, char **ret) {
   return asprintf(ret, "%s/%s.json", dir, hex) < 0 ? -ENOMEM : 0;
 }
 
+static void close_pending(struct jk_session *s) {
+  if (s->pending_fd >= 0)
+    close(s->pending_fd);
+  s->pending_fd = -1;
+}
+
 struct jk_session *jk_session_new(struct jk_state *state, struct jk_gw *gw, const char *notebook) {
   struct jk_session *s = calloc(1, sizeof *s);
   if (!s)
     return NULL;
   s->state = state;
   s->gw = gw;
+  s->pending_fd = -1;
   if (!(s->notebook = strdup(notebook))) {
     free(s);
     return NULL;
@@ -121,6 +142,7 @@ struct jk_session *jk_session_free(struct jk_session *s) {
   free(s->kernel_id);
   free(s->move_from);
   free(s->notebook);
+  close_pending(s);
   free(s->pending);
   free(s->pending_dir);
   free(s);
@@ -136,6 +158,7 @@ int jk_session_rename(struct jk_session *s, const char *notebook) {
       free(copy);
       return -ENOMEM;
     }
+    close_pending(s);
     if (s->pending_written && unlink(s->pending) < 0 && errno != ENOENT)
       sl_warn("kernel.gateway", "cannot remove %s: %s", s->pending, strerror(errno));
     free(s->pending);
@@ -167,12 +190,56 @@ static json_t *set_request(const struct jk_session *s, char **names, size_t n) {
 
 /* ---- the names no gateway has yet, kept in a file ------------------------ */
 
-/* Writes every name not yet taken by a gateway (dirty or in flight), or
+/* Appends line (len bytes, its newline included) to the journal kept open,
+ * if it is still the file at s->pending and stays short enough. */
+static bool append_pending(struct jk_session *s, const char *line, size_t len) {
+  struct stat st;
+  size_t limit = 4 * len > PENDING_COMPACT_AT ? 4 * len : PENDING_COMPACT_AT;
+  if (s->pending_fd < 0 || s->pending_size + len > limit || stat(s->pending, &st) < 0 ||
+      st.st_dev != s->pending_dev || st.st_ino != s->pending_ino)
+    return false;
+  for (size_t done = 0; done < len;) {
+    ssize_t w = write(s->pending_fd, line + done, len - done);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      close_pending(s); /* a line cut short: the next save writes the file anew */
+      return false;
+    }
+    done += (size_t)w;
+  }
+  s->pending_size += len;
+  return true;
+}
+
+/* The journal written anew with line alone, and opened for appending. */
+static int replace_pending(struct jk_session *s, const char *line, size_t len) {
+  close_pending(s);
+  int r = sl_mkdir_p(s->pending_dir, 0700);
+  if (r >= 0)
+    r = sl_file_replace(s->pending, line, len, 0600); /* outlives the kernel, each cell: no flush */
+  if (r < 0)
+    return r;
+  struct stat st;
+  int fd = open(s->pending, O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd >= 0 && fstat(fd, &st) == 0) {
+    s->pending_fd = fd;
+    s->pending_dev = st.st_dev;
+    s->pending_ino = st.st_ino;
+    s->pending_size = len;
+  } else if (fd >= 0) {
+    close(fd);
+  }
+  return 0;
+}
+
+/* Keeps every name not yet taken by a gateway (dirty or in flight), or
  * removes the file when there is none. */
 static void save_pending(struct jk_session *s) {
   if (!s->pending)
     return;
   if (!s->n_dirty && !s->n_inflight) {
+    close_pending(s);
     if (s->pending_written && unlink(s->pending) < 0 && errno != ENOENT)
       sl_warn("kernel.gateway", "cannot remove %s: %s", s->pending, strerror(errno));
     s->pending_written = false;
@@ -188,16 +255,64 @@ static void save_pending(struct jk_session *s) {
   json_t *body = set_request(s, all, s->n_dirty + s->n_inflight);
   free(all);
   json_object_set_new(body, "session", json_string(s->notebook));
-  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  size_t len = 0;
+  char *text = body ? sl_json_dump(body, &len) : NULL, *line = text ? realloc(text, len + 1) : NULL;
   json_decref(body);
-  int r = !text ? -ENOMEM : sl_mkdir_p(s->pending_dir, 0700);
-  if (r >= 0)
-    r = sl_file_replace(s->pending, text, strlen(text), 0600); /* outlives the kernel, each cell: no flush */
+  if (!line)
+    free(text);
+  int r = -ENOMEM;
+  if (line) {
+    line[len++] = '\n'; /* one line; a string's newlines are escaped */
+    r = append_pending(s, line, len) ? 0 : replace_pending(s, line, len);
+  }
   if (r < 0)
     sl_warn("kernel.gateway", "cannot keep the session's unsent names in %s: %s", s->pending, sl_strerror(r));
   else
     s->pending_written = true;
-  free(text);
+  free(line);
+}
+
+/* The journal at path: its last line that parses as an object, in *ret (NULL
+ * when the file is missing or empty). SL_EJSON when no line does. */
+static int read_pending(const char *path, json_t **ret) {
+  *ret = NULL;
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return errno == ENOENT ? 0 : -errno;
+  char *buf = NULL;
+  long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  int r = 0;
+  if (size < 0 || size > PENDING_READ_MAX || fseek(f, 0, SEEK_SET) != 0)
+    r = SL_ELIMIT;
+  else if (!(buf = malloc((size_t)size + 1)))
+    r = -ENOMEM;
+  else if (fread(buf, 1, (size_t)size, f) != (size_t)size)
+    r = -EIO;
+  fclose(f);
+  if (r < 0) {
+    free(buf);
+    return r;
+  }
+  bool any = false;
+  for (size_t end = (size_t)size; end > 0 && !*ret;) {
+    size_t start = end;
+    while (start > 0 && buf[start - 1] != '\n')
+      start--;
+    size_t len = end - start;
+    while (len && buf[start + len - 1] == '\n')
+      len--;
+    if (len) {
+      any = true;
+      json_t *v = NULL;
+      if (sl_json_parse(buf + start, len, SL_JSON_MAX_DEPTH_DEFAULT, &v, NULL, 0) == 0 && json_is_object(v))
+        *ret = v; /* the newest whole line: one cut short by a crash is passed over */
+      else
+        json_decref(v);
+    }
+    end = start ? start - 1 : 0;
+  }
+  free(buf);
+  return *ret || !any ? 0 : SL_EJSON;
 }
 
 /* The kept names of the file at path, for the session named session there,
@@ -205,14 +320,14 @@ static void save_pending(struct jk_session *s) {
  * that session, 0 when none (no file, another session's), SL_EJSON for an
  * unreadable file (left alone). */
 static int adopt(struct jk_session *s, const char *path, const char *session) {
-  json_error_t jerr;
-  json_t *kept = json_load_file(path, 0, &jerr);
-  if (!kept) {
-    if (access(path, F_OK) != 0)
-      return 0; /* none: the usual case */
-    sl_warn("kernel.gateway", "%s: unreadable (%s); its names are not restored", path, jerr.text);
+  json_t *kept;
+  int rr = read_pending(path, &kept);
+  if (rr < 0) {
+    sl_warn("kernel.gateway", "%s: unreadable (%s); its names are not restored", path, sl_strerror(rr));
     return SL_EJSON;
   }
+  if (!kept)
+    return 0; /* none: the usual case */
   int r = 0;
   if (strcmp(sl_json_get_str(kept, "session", ""), session) == 0) {
     /* this kernel's changes, as if made here: they go to the gateway */
@@ -236,6 +351,7 @@ static int adopt(struct jk_session *s, const char *path, const char *session) {
 }
 
 int jk_session_keep_pending(struct jk_session *s, const char *dir) {
+  close_pending(s);
   free(s->pending);
   free(s->pending_dir);
   s->pending = s->pending_dir = NULL;

@@ -16,6 +16,7 @@ sleeps.
 """
 
 import contextlib
+import hashlib
 import json
 import re
 import os
@@ -114,6 +115,43 @@ def no_gateway(kernel_exe):
             content, msgs = k.run("x + 1", timeout=30)
             check(content["status"] == "ok" and "6" in str([m["content"].get("data", {}) for m in msgs]),
                   "a killed kernel's successor has its names: %s" % content.get("evalue"))
+            # the file is a journal of lines: it stays bounded over many cells,
+            # and a last line cut short (a kernel killed in its write) is
+            # passed over for the one before it
+            pending = os.path.join(os.environ["SPOTLAB_HOME"], "pending",
+                                   hashlib.sha256(b"plain/cells.ipynb").hexdigest() + ".json")
+            big = "y" * 2000
+            for i in range(200):
+                k.run('pad = "%s%d"' % (big, i), timeout=30)
+            with open(pending) as f:
+                lines = f.read().splitlines()
+            check(len(lines) > 1 and os.path.getsize(pending) <= 256 * 1024 + 4 * len(lines[-1]) and
+                  '"%s199"' % big in lines[-1],
+                  "the journal of 200 cells is rewritten as it grows: %d lines, %d bytes"
+                  % (len(lines), os.path.getsize(pending)))
+            k.run("x = 7", timeout=30)
+            k.kc.stop_channels()
+            k.km.restart_kernel(now=True)
+            with open(pending, "a") as f:
+                f.write('{"type":"session.set","vars":{"x":')  # cut short
+            k.connect()
+            content, msgs = k.run("print pad\nx + 1", timeout=30)
+            out = str([m["content"].get("data", {}) for m in msgs])
+            check(content["status"] == "ok" and "8" in out and "y199" in stdout_of(msgs),
+                  "a line cut short is passed over for the last whole one: %s %s"
+                  % (content.get("evalue"), out))
+            k.run("x = 9", timeout=30)
+            with open(pending) as f:
+                lines = f.read().splitlines()
+            def parses(line):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    return None
+            check(1 <= len(lines) <= 2 and all(parses(x) for x in lines) and
+                  "9" in json.dumps(parses(lines[-1])["vars"]["x"]),
+                  "a new kernel wrote the journal anew, without the cut line, before appending: %s"
+                  % [x[:60] for x in lines])
             check(not [p for p in os.listdir(os.environ["SPOTLAB_HOME"]) if p == "gateway.db"],
                   "none of it started a gateway")
         finally:
