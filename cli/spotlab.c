@@ -37,7 +37,7 @@ static const struct {
   {"rerun", "JOB [--force]", "the same run again (--force: even if the data file changed)"},
   {"cancel", "JOB", "cancel a job"},
   {"cost", "[--json]", "spend so far and savings against on-demand"},
-  {"sessions", "[--json]", "notebook sessions that hold names, models or jobs"},
+  {"sessions", "[rm NAME] [--json]", "notebook sessions that hold names, models or jobs; rm: delete one"},
   {"instances", "[--json]", "running instances"},
   {"budget", "[set gateway|group NAME|user NAME USD] [--json]", "monthly budgets; set: raise one live (admin)"},
   {"inject", "preempt|kill INSTANCE [--notice 120s]", "trigger a preemption"},
@@ -351,6 +351,30 @@ static int cancel(struct cli_conn *conn, const struct opts *o) {
   return 0;
 }
 
+/* sessions, or sessions rm NAME: the session's names and models deleted,
+ * and its jobs' checkpoints removed from the store. */
+static int sessions(struct cli_conn *conn, const struct opts *o) {
+  if (!o->n_pos)
+    return simple(conn, "sessions", json_pack("{s:s}", "type", "sessions"), o->json, "sessions", format_sessions);
+  if (strcmp(o->pos[0], "rm") || o->n_pos != 2) {
+    fprintf(stderr, "usage: spotlab sessions [rm NAME] [--json]\n");
+    return 2;
+  }
+  json_t *reply = NULL;
+  char err[800];
+  if (cli_request(conn, json_pack("{s:s, s:s}", "type", "session.delete", "session", o->pos[1]), TIMEOUT_MS, &reply,
+                  err, sizeof err) < 0) {
+    fprintf(stderr, "spotlab sessions rm: %s\n", err);
+    return 1;
+  }
+  if (o->json)
+    print_json(reply);
+  else
+    print_text(jk_format_session_deleted(reply));
+  json_decref(reply);
+  return 0;
+}
+
 static int budget(struct cli_conn *conn, const struct opts *o) {
   char args[256] = "", err[160];
   for (int i = 0; i < (int)o->n_pos; i++) {
@@ -374,7 +398,8 @@ static int run(const char *cmd, const struct opts *o) {
     return o->n_pos > 1 ? (fprintf(stderr, "spotlab gateway: unexpected argument '%s'\n", o->pos[1]), 2)
                         : cli_gateway(o->pos[0], o->force, o->json);
   bool takes_pos = !strcmp(cmd, "logs") || !strcmp(cmd, "cancel") || !strcmp(cmd, "inject") ||
-                   !strcmp(cmd, "budget") || !strcmp(cmd, "show") || !strcmp(cmd, "rerun");
+                   !strcmp(cmd, "budget") || !strcmp(cmd, "show") || !strcmp(cmd, "rerun") ||
+                   !strcmp(cmd, "sessions");
   if (!takes_pos && o->n_pos) {
     fprintf(stderr, "spotlab %s: unexpected argument '%s'\n", cmd, o->pos[0]);
     return 2;
@@ -392,7 +417,7 @@ static int run(const char *cmd, const struct opts *o) {
   else if (!strcmp(cmd, "cost"))
     rc = simple(conn, cmd, json_pack("{s:s}", "type", "cost"), o->json, NULL, jk_format_cost);
   else if (!strcmp(cmd, "sessions"))
-    rc = simple(conn, cmd, json_pack("{s:s}", "type", "sessions"), o->json, "sessions", format_sessions);
+    rc = sessions(conn, o);
   else if (!strcmp(cmd, "instances"))
     rc = simple(conn, cmd, json_pack("{s:s}", "type", "instances"), o->json, "instances", jk_format_instances);
   else if (!strcmp(cmd, "budget"))

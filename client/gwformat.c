@@ -253,6 +253,19 @@ char *jk_format_status(const json_t *reply) {
   return finish(&b);
 }
 
+char *jk_format_session_deleted(const json_t *reply) {
+  struct jk_dbuf b = {0};
+  long long n = (long long)sl_json_get_int(reply, "jobs_purged", 0);
+  if (!n)
+    jk_dbuf_printf(&b, "session \"%s\" deleted: its names and models\n", sl_json_get_str(reply, "deleted", "?"));
+  else
+    jk_dbuf_printf(&b, "session \"%s\" deleted: its names and models, and the checkpoints of its %lld job%s;"
+                       " their costs and records are kept as \"%s\"\n",
+                   sl_json_get_str(reply, "deleted", "?"), n, n == 1 ? "" : "s",
+                   sl_json_get_str(reply, "jobs_kept_as", "?"));
+  return finish(&b);
+}
+
 char *jk_format_sessions(const json_t *reply, const char *current) {
   struct jk_dbuf b = {0};
   const json_t *list = json_object_get(reply, "sessions");

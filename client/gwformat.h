@@ -16,6 +16,8 @@ char *jk_format_status(const json_t *reply);
 /* {"sessions":[{"name","last_active_us","vars","defs","models","jobs"}]}:
  * one line each, current (may be NULL) marked. */
 char *jk_format_sessions(const json_t *reply, const char *current);
+/* A session.delete's reply {"deleted","jobs_kept_as","jobs_purged"}. */
+char *jk_format_session_deleted(const json_t *reply);
 /* The "idle" part of a status reply. */
 char *jk_format_idle(const json_t *reply);
 /* {"spent_usd","on_demand_usd","saved_usd","jobs":[...]} */

@@ -31,6 +31,7 @@
 #include "metrics.h"
 #include "objstore.h"
 #include "provider.h"
+#include "purge.h"
 #include "queue.h"
 #include "scheduler.h"
 #include "store.h"
@@ -91,6 +92,7 @@ struct gw {
   struct gw_objstore *objstore; /* [store] url when it is s3:// */
   struct gw_bundle *bundle;     /* published when a provider's instances need it */
   struct gw_uploads *uploads;   /* notebooks' data files ([store] upload_data); NULL: off */
+  struct gw_purge *purge;       /* removes a deleted session's jobs' objects */
   int64_t started_us;
 };
 
@@ -246,6 +248,21 @@ static void open_providers(struct gw *g) {
   gw_sched_set_bundle(g->sched, g->bundle);
 }
 
+/* The checkpoint store's folder when it is a file store ([store] url
+ * file://PATH, or none: state_dir/store). */
+static void file_store_dir(const struct gw *g, char *dir, size_t size) {
+  if (!strncmp(g->cfg->store_url, "file://", 7))
+    snprintf(dir, size, "%s", g->cfg->store_url + 7);
+  else
+    snprintf(dir, size, "%s/store", g->cfg->state_dir);
+}
+
+static int open_purge(struct gw *g) {
+  char dir[sizeof g->cfg->state_dir + 16];
+  file_store_dir(g, dir, sizeof dir);
+  return gw_purge_new(g->objstore ? NULL : dir, g->objstore, &g->purge);
+}
+
 /* Notebooks upload their data files ([store] upload_data) when asked to, or
  * (auto) when a provider's instances need the worker bundle: those run off
  * the gateway's machine and read nothing of the notebook's. Into the S3
@@ -259,10 +276,7 @@ static void open_uploads(struct gw *g) {
   if (!strcmp(how, "no") || (strcmp(how, "yes") && !needs_bundle))
     return;
   char dir[sizeof g->cfg->state_dir + 16];
-  if (!strncmp(g->cfg->store_url, "file://", 7))
-    snprintf(dir, sizeof dir, "%s", g->cfg->store_url + 7);
-  else
-    snprintf(dir, sizeof dir, "%s/store", g->cfg->state_dir);
+  file_store_dir(g, dir, sizeof dir);
   int r = gw_uploads_new(g->cfg->state_dir, g->objstore ? NULL : dir, g->objstore, &g->uploads);
   if (r < 0)
     sl_warn(T, "notebooks' data files cannot be taken: %s; their jobs name the notebook's paths",
@@ -475,6 +489,8 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   if ((r = check_allowed_types(g, err, err_size)) < 0)
     goto fail;
   open_uploads(g);
+  if ((r = open_purge(g)) < 0)
+    goto fail;
   r = -ENOMEM;
   g->zctx = zmq_ctx_new();
   if (!g->zctx)
@@ -485,7 +501,7 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
                              .sched = g->sched, .idle = g->idle, .ledger = g->ledger,
                              .loop = g->loop, .send = client_send, .send_ctx = g, .monitor = g->kmon,
                              .hub = g->hub, .started_us = g->started_us, .budget = g->budget,
-                             .uploads = g->uploads};
+                             .uploads = g->uploads, .purge = g->purge};
   r = -ENOMEM;
   if (!(g->kproto = gw_kproto_new(&ke)) ||
       !(g->wproto = gw_wproto_new(cfg, g->store, g->fleet, g->sched, g->wsock, g->zap)))
@@ -560,6 +576,7 @@ struct gw *gw_free(struct gw *g) {
   gw_wproto_free(g->wproto);
   g->bundle = gw_bundle_free(g->bundle);
   g->uploads = gw_uploads_free(g->uploads); /* its threads may use the S3 store */
+  g->purge = gw_purge_free(g->purge);
   gw_objstore_free(g->objstore);
   if (g->ksock && g->kmon)
     zmq_socket_monitor(g->ksock, NULL, 0);

@@ -18,6 +18,7 @@
 
 #include "config.h"
 #include "loop.h"
+#include "purge.h"
 #include "zmsg.h"
 #include "sl_err.h"
 #include "sl_frame.h"
@@ -178,6 +179,69 @@ static void on_session_move(struct gw_kreq *q) {
             r == 2 ? "; the one there before is now " : "", r == 2 ? aside : "");
   gw_idle_touch(q->g->env.idle, user, to);
   gw_kproto_reply(q, r == 2 ? json_pack("{s:b, s:s}", "moved", 1, "aside", aside) : json_pack("{s:b}", "moved", r != 1));
+}
+
+/* A session deleted: its names and models, and the store objects of its
+ * jobs (checkpoints, a run's files) no other session's model names. Its
+ * jobs must all have ended; they stay, for costs and run records, as
+ * "NAME (deleted TIME)". A notebook still open on it starts it anew with
+ * its next cell's names. */
+static void on_session_delete(struct gw_kreq *q) {
+  const char *user = q->c->who.user;
+  const char *name = sl_json_get_whole_str(q->body, "session", NULL);
+  if (!name || !*name)
+    return gw_kproto_fail(q, SL_ETYPE, "session.delete needs \"session\"");
+  if (strlen(name) >= sizeof q->c->session)
+    return gw_kproto_fail(q, SL_ELIMIT, "session name too long");
+  char live[400] = "";
+  size_t n_live = 0;
+  for (size_t i = 0; i < gw_fleet_n_jobs(q->g->env.fleet); i++) {
+    struct gw_job *j = gw_fleet_job_at(q->g->env.fleet, i);
+    if (!j || strcmp(j->user, user) || strcmp(j->session, name) || gw_job_state_final(j->state))
+      continue;
+    char id[16];
+    size_t have = strlen(live);
+    if (n_live++ < 8)
+      snprintf(live + have, sizeof live - have, "%s%s (%s)", have ? ", " : "", gw_job_id_str(j->id, id, sizeof id),
+               gw_job_state_name(j->state));
+  }
+  if (n_live) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "session \"%.80s\" has %zu job%s that %s not ended: %s%s; cancel %s first", name, n_live,
+             n_live == 1 ? "" : "s", n_live == 1 ? "has" : "have", live, n_live > 8 ? ", ..." : "",
+             n_live == 1 ? "it" : "them");
+    return gw_kproto_fail(q, SL_ESTATE, msg);
+  }
+  char copy[sizeof q->c->session], aside[sizeof q->c->session], when[32];
+  snprintf(copy, sizeof copy, "%s", name);
+  time_t now = (time_t)(sl_time_real_us() / SL_US_PER_S);
+  struct tm tm;
+  strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", gmtime_r(&now, &tm));
+  snprintf(aside, sizeof aside, "%.200s (deleted %s)", copy, when);
+  int64_t *jobs = NULL;
+  size_t n = 0;
+  int r = gw_store_session_delete(q->g->env.store, user, copy, aside, &jobs, &n);
+  if (r < 0)
+    return gw_kproto_fail(q, r, "cannot delete the session");
+  if (r == 1) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "no session \"%.80s\" holds anything", copy);
+    return gw_kproto_fail(q, SL_ENAME, msg);
+  }
+  for (size_t i = 0; i < gw_fleet_n_jobs(q->g->env.fleet); i++) {
+    struct gw_job *j = gw_fleet_job_at(q->g->env.fleet, i); /* ended ones the fleet still holds */
+    if (j && !strcmp(j->user, user) && !strcmp(j->session, copy))
+      snprintf(j->session, sizeof j->session, "%s", aside);
+  }
+  int pr = q->g->env.purge ? gw_purge_jobs(q->g->env.purge, jobs, n) : 0;
+  if (pr < 0)
+    sl_warn(T, "%s: the store objects of session \"%.80s\"'s %zu jobs are left: %s", user, copy, n,
+            sl_strerror(pr));
+  free(jobs);
+  sl_info(T, "%s: session \"%.80s\" deleted; its %zu jobs' store objects %s", user, copy, n,
+          pr < 0 ? "left" : "are being removed");
+  gw_kproto_reply(q, json_pack("{s:s, s:s, s:I}", "deleted", copy, "jobs_kept_as", aside, "jobs_purged",
+                               (json_int_t)n));
 }
 
 static void on_cancel(struct gw_kreq *q) {
@@ -515,6 +579,7 @@ static const struct {
   void (*fn)(struct gw_kreq *q);
 } handlers[] = {
   {"session.get", on_session_get}, {"session.set", on_session_set}, {"session.move", on_session_move},
+  {"session.delete", on_session_delete},
   {"sessions", on_sessions},
   {"submit", gw_kproto_on_submit}, {"attach", gw_kproto_on_attach},
   {"detach", gw_kproto_on_detach}, {"cancel", on_cancel}, {"jobs", on_jobs},

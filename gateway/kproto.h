@@ -24,6 +24,7 @@ struct gw_loop;
 struct gw_kproto;
 struct gw_budget;
 struct gw_uploads;
+struct gw_purge;
 
 /* Sends msg (borrowed) to client rid: 0, -EAGAIN when its queue is full,
  * -EHOSTUNREACH when it is gone, or another negative error. */
@@ -53,6 +54,8 @@ struct gw_kproto_env {
   /* notebooks' data files for workers that cannot read them (uploads.h);
    * NULL: none taken, jobs name the notebook's paths */
   struct gw_uploads *uploads;
+  /* the store objects of a deleted session's jobs are removed here (purge.h) */
+  struct gw_purge *purge;
 };
 
 /* An owned protocol handler (everything in env borrowed), or NULL. */

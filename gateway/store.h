@@ -120,6 +120,13 @@ int gw_store_session_model_set(struct gw_store *s, const char *user, const char 
  * from and to the same). */
 int gw_store_session_move(struct gw_store *s, const char *user, const char *from, const char *to,
                           const char *aside);
+/* Deletes user's session (its names and models) in one transaction; its
+ * jobs, all ended (the caller checks), stay for costs and records under the
+ * name aside. *ret_jobs (owned, *ret_n of them): the jobs whose store
+ * objects may go, their checkpoint rows removed (those a model of another
+ * session names are kept). 0 deleted, 1 nothing there, or an error. */
+int gw_store_session_delete(struct gw_store *s, const char *user, const char *session,
+                            const char *aside, int64_t **ret_jobs, size_t *ret_n);
 /* user's sessions that hold anything (names, models or jobs), the most
  * recently active first, at most max: owned [{"name", "last_active_us"
  * (absent when never seen), "vars", "defs", "models", "jobs"}]. */

@@ -295,6 +295,78 @@ int gw_store_session_move(struct gw_store *s, const char *user, const char *from
   return taken ? 2 : 0;
 }
 
+int gw_store_session_delete(struct gw_store *s, const char *user, const char *session,
+                            const char *aside, int64_t **ret_jobs, size_t *ret_n) {
+  *ret_jobs = NULL;
+  *ret_n = 0;
+  int r = begin(s);
+  if (r < 0)
+    return r;
+  int has = session_has_state(s, user, session);
+  if (has <= 0)
+    return rollback(s, has < 0 ? has : 1);
+  /* its jobs whose objects nobody else names (a model of another session) */
+  sqlite3_stmt *st = prep(s, "SELECT id FROM jobs WHERE user=?1 AND session=?2 AND id NOT IN"
+                             " (SELECT job FROM session_models WHERE job IS NOT NULL AND"
+                             "  NOT (user=?1 AND session=?2)) ORDER BY id");
+  if (!st)
+    return rollback(s, SL_ESQLITE);
+  bind_text(st, 1, user);
+  bind_text(st, 2, session);
+  int64_t *jobs = NULL;
+  size_t n = 0;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t *grown = realloc(jobs, (n + 1) * sizeof *grown);
+    if (!grown) {
+      rc = SQLITE_NOMEM;
+      break;
+    }
+    jobs = grown;
+    jobs[n++] = sqlite3_column_int64(st, 0);
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) {
+    free(jobs);
+    return rollback(s, rc == SQLITE_NOMEM ? -ENOMEM : gw_store_db_err(s, "read a session's jobs"));
+  }
+  static const char *const sql[] = {
+    "DELETE FROM sessions WHERE user=?1 AND name=?2",
+    "DELETE FROM session_vars WHERE user=?1 AND session=?2",
+    "DELETE FROM session_defs WHERE user=?1 AND session=?2",
+    "DELETE FROM session_models WHERE user=?1 AND session=?2",
+    /* the jobs stay, for costs and run records, out of every notebook's way */
+    "UPDATE jobs SET session=?3 WHERE user=?1 AND session=?2",
+  };
+  if ((r = run_each(s, sql, sizeof sql / sizeof *sql, user, session, aside)) < 0) {
+    free(jobs);
+    return rollback(s, r);
+  }
+  for (size_t i = 0; i < n; i++) { /* their checkpoints go with the objects */
+    static const char *const each[] = {
+      "DELETE FROM checkpoints WHERE job=?1",
+      "UPDATE jobs SET ckpt_key=NULL, ckpt_step=0 WHERE id=?1",
+    };
+    for (size_t k = 0; k < 2 && r >= 0; k++) {
+      sqlite3_stmt *d = prep(s, each[k]);
+      if (d)
+        sqlite3_bind_int64(d, 1, jobs[i]);
+      r = run(s, d);
+    }
+    if (r < 0) {
+      free(jobs);
+      return rollback(s, r);
+    }
+  }
+  if (commit(s) < 0) {
+    free(jobs);
+    return rollback(s, SL_ESQLITE);
+  }
+  *ret_jobs = jobs;
+  *ret_n = n;
+  return 0;
+}
+
 int gw_store_sessions_list(struct gw_store *s, const char *user, size_t max, json_t **ret) {
   sqlite3_stmt *st = prep(s,
     /* every session a client named has its row (touched at hello, moved with it) */

@@ -29,6 +29,8 @@ enum jk_step jk_jobs_on_query(struct jk_interp *ip, const json_t *reply) {
     text = jk_format_idle(reply);
   } else if (strcmp(q, "sessions") == 0) {
     text = jk_format_sessions(reply, ip->notebook);
+  } else if (strcmp(q, "session.delete") == 0) {
+    text = jk_format_session_deleted(reply);
   } else if (strcmp(q, "jobs") == 0) {
     text = jk_format_jobs_of(reply, ip->running->follow->all ? NULL : ip->notebook);
   } else if (strcmp(q, "logs") == 0) {
@@ -122,8 +124,19 @@ enum jk_step jk_magic_query(struct jk_interp *ip, const struct jk_stmt *s) {
   const char *m = s->name, *a = s->args ? s->args : "";
   if (strcmp(m, "status") == 0 || strcmp(m, "idle") == 0)
     return query(ip, m, json_pack("{s:s}", "type", "status"));
-  if (strcmp(m, "sessions") == 0)
+  if (strcmp(m, "sessions") == 0 && !*a)
     return query(ip, m, json_pack("{s:s}", "type", "sessions"));
+  if (strcmp(m, "sessions") == 0) { /* %sessions rm NAME: the rest of the line, spaces and all */
+    const char *name = strncmp(a, "rm ", 3) == 0 ? a + 3 : NULL;
+    while (name && (*name == ' ' || *name == '\t'))
+      name++;
+    if (!name || !*name)
+      return jk_exec_fail(ip, "ValueError", "%%sessions takes no argument or rm NAME, not '%s'", a);
+    if (strcmp(name, ip->notebook) == 0)
+      return jk_exec_fail(ip, "ValueError", "%s is this notebook's own session: it holds this kernel's names;"
+                          " delete it from another notebook or with spotlab sessions rm", name);
+    return query(ip, "session.delete", json_pack("{s:s, s:s}", "type", "session.delete", "session", name));
+  }
   if (strcmp(m, "jobs") == 0 || strcmp(m, "cost") == 0) {
     bool all = strcmp(a, "--all") == 0;
     if (*a && !all)

@@ -187,6 +187,19 @@ def check_store(env, job):
     check(bundle, "the worker bundle is in the store under _spotlab/ (%s)" % bundle)
 
 
+def check_session_delete(env, mon, job):
+    """The notebook's session deleted: its job's objects leave the bucket."""
+    session = [j for j in mon.req("jobs", all=True)["jobs"] if j["job"] == job][0]["session"]
+    r = mon.req("session.delete", session=session)
+    check(r["ok"] and r["jobs_purged"] == 1, "the notebook's session deleted: %s" % r)
+    deadline = time.monotonic() + 30
+    while env.s3.objects(env.store_prefix(job)) and time.monotonic() < deadline:
+        time.sleep(0.2)  # removed on the gateway's thread: no event to wait on
+    left = [o["Key"] for o in env.s3.objects(env.store_prefix(job))]
+    check(not left and env.s3.objects(env.store_prefix("_spotlab")),
+          "the job's objects are gone from S3, the worker bundle stays%s" % (": %s left" % left if left else ""))
+
+
 def check_calls(env):
     calls = env.ec2.calls()
     bad = [(c["seq"], c["action"], c["code"]) for c in calls
@@ -277,6 +290,7 @@ def main():
             check_calls(env)
             check_store(env, job)
             check_secrets(env, watch)
+            check_session_delete(env, mon, job)
     except Exception as e:  # a timeout or a broken expectation: a failure with context
         check(False, "%s: %s" % (type(e).__name__, e))
     finally:

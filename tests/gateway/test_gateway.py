@@ -712,6 +712,82 @@ def case_session_move(gw):
     check(r["models"].get("m", {}).get("step") == last, "with the model's last checkpoint: %s" % r)
 
 
+def case_session_delete(gw):
+    """session.delete (and spotlab sessions rm): refused while a job of the
+    session runs; then the session's names and models are gone, its jobs
+    stay (costs, records) under "NAME (deleted TIME)", and their store
+    objects (checkpoints) are removed; another user's session of that name
+    and the user's other sessions stay."""
+    a = Client(gw.listen, "alice", session="del.ipynb")
+    job, summary = running_hold_job(gw, a)
+    b = Client(gw.listen, "bob", session="del.ipynb")
+    require(b.req("session.set", vars={"mine": {"t": "num", "v": 7}})["ok"], "bob's own session of that name")
+    k = Client(gw.listen, "alice", session="keep.ipynb")
+    require(k.req("session.set", vars={"x": {"t": "num", "v": 1}})["ok"], "alice's other session")
+    r = k.req("session.delete", session="del.ipynb")
+    check(not r["ok"] and r["error"]["code"] == "SL_ESTATE" and job in r["error"]["message"] and
+          "cancel it first" in r["error"]["message"], "refused while its job runs: %s" % r)
+    require(a.req("inject", action="kill", instance=summary["instance"])["ok"], "kill the job's instance")
+    a.wait_event(state_is(job, "succeeded"), timeout=40)
+    # the fake workers write nothing: the objects their checkpoints name are put in the store here
+    keys = {e["path"] for e in a.events if e["job"] == job and e["event"] == "checkpoint"}
+    require(keys and all(key.startswith(job + "/") for key in keys), "the job's checkpoints", keys)
+    for key in keys | {job + "/files/notes.txt"}:
+        os.makedirs(os.path.dirname(os.path.join(gw.state, "store", key)), exist_ok=True)
+        with open(os.path.join(gw.state, "store", key), "w") as f:
+            f.write("x")
+    folder = os.path.join(gw.state, "store", job)
+    other = os.path.join(gw.state, "store", "J999999")
+    os.makedirs(other)  # another job's: left alone
+    cost_before = k.req("cost")
+    r = k.req("session.delete", session="del.ipynb")
+    check(r["ok"] and r["deleted"] == "del.ipynb" and r["jobs_purged"] == 1 and
+          r["jobs_kept_as"].startswith("del.ipynb (deleted "), "session.delete: %s" % r)
+    kept_as = r.get("jobs_kept_as", "")
+    got = a.req("session.get")
+    check(got["ok"] and not got["vars"] and not got["defs"] and not got["models"],
+          "the session holds nothing: %s" % got)
+    listed = [e["name"] for e in k.req("sessions")["sessions"]]
+    check("del.ipynb" not in listed and kept_as not in listed and "keep.ipynb" in listed,
+          "sessions no longer lists it: %s" % listed)
+    mine = [j for j in k.req("jobs", all=True)["jobs"] if j["job"] == job]
+    check(mine and mine[0].get("session") == kept_as and mine[0]["state"] == "succeeded",
+          "the job stays, under %r: %s" % (kept_as, mine))
+    cost_after = k.req("cost")
+    check(cost_after.get("spent_usd") == cost_before.get("spent_usd"), "costs unchanged: %s %s" %
+          ({x: cost_before.get(x) for x in ("spent_usd",)}, {x: cost_after.get(x) for x in ("spent_usd",)}))
+    deadline = time.monotonic() + 15
+    while os.path.exists(folder) and time.monotonic() < deadline:
+        time.sleep(0.05)  # removed on the gateway's thread: no event to wait on
+    check(not os.path.exists(folder) and os.path.isdir(other),
+          "the job's store objects are removed, and only those")
+    db = sqlite3.connect(os.path.join(gw.state, "gateway.db"))
+    left = db.execute("SELECT COUNT(*) FROM checkpoints c JOIN jobs j ON c.job = j.id WHERE j.session = ?",
+                      (kept_as,)).fetchone()[0]
+    db.close()
+    check(left == 0, "their checkpoint rows are gone (%d left)" % left)
+    check(b.req("session.get")["vars"] == {"mine": {"t": "num", "v": 7}}, "bob's session of that name stays")
+    check(k.req("session.get")["vars"] == {"x": {"t": "num", "v": 1}}, "alice's other session stays")
+    r = k.req("session.delete", session="del.ipynb")
+    check(not r["ok"] and r["error"]["code"] == "SL_ENAME", "deleting it again: %s" % r)
+    for bad, code in (({}, "SL_ETYPE"), ({"session": ""}, "SL_ETYPE"), ({"session": 5}, "SL_ETYPE"),
+                      ({"session": "x" * 300}, "SL_ELIMIT")):
+        r = k.req("session.delete", **bad)
+        check(not r["ok"] and r["error"]["code"] == code, "session.delete %s: %s" % (str(bad)[:40], r))
+    for c in (a, b, k):
+        c.close()
+    cli = subprocess.run([os.environ["SPOTLAB_TEST_CLI"], "sessions", "rm", "keep.ipynb"], env=cli_env(gw),
+                         capture_output=True, text=True, timeout=30)
+    check(cli.returncode == 0 and 'session "keep.ipynb" deleted' in cli.stdout,
+          "spotlab sessions rm: %r %r" % (cli.stdout, cli.stderr))
+    cli = subprocess.run([os.environ["SPOTLAB_TEST_CLI"], "sessions", "rm", "keep.ipynb"], env=cli_env(gw),
+                         capture_output=True, text=True, timeout=30)
+    check(cli.returncode == 1 and "no session" in cli.stderr, "again: %r" % cli.stderr)
+    cli = subprocess.run([os.environ["SPOTLAB_TEST_CLI"], "sessions", "rm"], env=cli_env(gw),
+                         capture_output=True, text=True, timeout=30)
+    check(cli.returncode == 2 and "usage" in cli.stderr, "without a name: %r" % cli.stderr)
+
+
 def case_damaged_store(gw):
     """A restart on a state folder whose instances table has a damaged page: the
     gateway does not start (one that did would neither find its running worker
@@ -909,7 +985,8 @@ CASES = {"auth": case_auth, "isolation": case_isolation,
          "damaged-store": case_damaged_store,
          "replay": case_replay, "fairness": case_fairness, "reregister": case_reregister,
          "process-retries": case_process_retries, "idle": case_idle,
-         "auto-checkpoint": case_auto_checkpoint, "session-move": case_session_move}
+         "auto-checkpoint": case_auto_checkpoint, "session-move": case_session_move,
+         "session-delete": case_session_delete}
 
 
 def main():

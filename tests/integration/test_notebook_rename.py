@@ -119,6 +119,8 @@ class Kernel:
         text = "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream")
         text += "".join(m["content"]["data"].get("text/plain", "") for m in out
                         if m["msg_type"] in ("execute_result", "display_data"))
+        if reply["content"]["status"] == "error":
+            text += "%s: %s" % (reply["content"].get("ename"), reply["content"].get("evalue"))
         return reply["content"]["status"], text
 
     def history(self):
@@ -229,6 +231,16 @@ def main():
             check(len(mine) == 1 and mine[0].split()[1] == "fourth.ipynb" and
                   not any(n in line for line in listed for n in ("first.ipynb", "third.ipynb")),
                   "%%sessions marks this notebook's, and the old paths hold nothing: %r" % listed)
+            for bad in ("%sessions rm fourth.ipynb", "%sessions rm", "%sessions rm nothing here.ipynb",
+                        "%sessions remove x"):
+                check(k.run(bad)[0] == "error", "%s is refused" % bad)
+            # another session of this user's, made by switching to it and back, deleted from here
+            k.run("%session other.ipynb")
+            k.run("%session fourth.ipynb")
+            status, out = k.run("%sessions rm other.ipynb")
+            listed = k.run("%sessions")[1]
+            check(status == "ok" and 'session "other.ipynb" deleted' in out and "other.ipynb" not in listed and
+                  "fourth.ipynb" in listed, "%%sessions rm deletes another session: %r %r" % (out, listed))
             k.close()
             kernel_log = open(os.path.join(home, "logs", "kernel.log")).read()
             check("session first.ipynb moved to dir-less name.ipynb" in kernel_log and

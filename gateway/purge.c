@@ -1,0 +1,172 @@
+/* Store objects of jobs removed on a thread (purge.h). */
+#include "purge.h"
+
+#include "job.h"
+#include "objstore.h"
+
+#include "sl_err.h"
+#include "sl_log.h"
+#include "sl_s3.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define T "gateway.purge"
+#define QUEUE_MAX 65536
+
+struct gw_purge {
+  char *store_dir;
+  struct gw_objstore *o;
+  pthread_mutex_t mu;
+  pthread_cond_t idle;
+  int64_t *queue;
+  size_t n, cap;
+  bool running;  /* the thread is started (and not yet joined) */
+  bool exited;   /* and has left its loop: joined before the next starts */
+  bool stopping;
+  pthread_t thread;
+};
+
+int gw_purge_new(const char *store_dir, struct gw_objstore *o, struct gw_purge **ret) {
+  struct gw_purge *p = calloc(1, sizeof *p);
+  if (!p || (store_dir && !(p->store_dir = strdup(store_dir)))) {
+    free(p);
+    return -ENOMEM;
+  }
+  p->o = o;
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->idle, NULL);
+  *ret = p;
+  return 0;
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)ftw;
+  if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
+    sl_warn(T, "cannot remove %s: %s", path, strerror(errno));
+  return 0;
+}
+
+/* Removes every object under prefix ("J000003/"): the count, or an error. */
+static int purge_prefix(struct gw_purge *p, const char *prefix, char *why, size_t why_size) {
+  if (!p->o) {
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s/%s", p->store_dir, prefix) >= (int)sizeof dir)
+      return -ENAMETOOLONG;
+    if (access(dir, F_OK) != 0)
+      return 0;
+    return nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) < 0 ? -errno : 1;
+  }
+  struct sl_s3_signer signer = gw_objstore_signer(p->o);
+  struct sl_s3_client *c = NULL;
+  char **keys = NULL;
+  size_t n = 0;
+  int r = sl_s3_client_new(&signer, NULL, &c);
+  if (r == 0)
+    r = sl_s3_list(c, prefix, &keys, &n, why, why_size);
+  size_t gone = 0;
+  for (size_t i = 0; r == 0 && i < n; i++)
+    if ((r = sl_s3_delete(c, keys[i], why, why_size)) == 0)
+      gone++;
+  sl_s3_keys_free(keys);
+  sl_s3_client_free(c);
+  return r < 0 ? r : (int)gone;
+}
+
+static void *purge_main(void *arg) {
+  struct gw_purge *p = arg;
+  pthread_mutex_lock(&p->mu);
+  while (p->n && !p->stopping) {
+    int64_t job = p->queue[0];
+    memmove(p->queue, p->queue + 1, --p->n * sizeof *p->queue);
+    pthread_mutex_unlock(&p->mu);
+    char id[16], prefix[24], why[512] = "";
+    gw_job_id_str(job, id, sizeof id);
+    snprintf(prefix, sizeof prefix, "%s/", id);
+    int r = purge_prefix(p, prefix, why, sizeof why);
+    if (r < 0)
+      sl_warn(T, "%s: the job's objects were not all removed: %s", id, why[0] ? why : sl_strerror(r));
+    else if (r > 0)
+      sl_debug(T, "%s: the job's objects removed", id);
+    pthread_mutex_lock(&p->mu);
+  }
+  p->exited = true;
+  pthread_cond_broadcast(&p->idle);
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+/* Under the lock: a thread that works on the queue, or has left its loop
+ * (then it is joined, at once, and a new one started). */
+static int start(struct gw_purge *p) {
+  if (p->stopping || (p->running && !p->exited))
+    return 0; /* the thread sees the queue before it leaves */
+  if (p->running) {
+    pthread_join(p->thread, NULL); /* it only has to return */
+    p->running = false;
+  }
+  int r = pthread_create(&p->thread, NULL, purge_main, p);
+  if (r != 0)
+    return -r;
+  p->running = true;
+  p->exited = false;
+  return 0;
+}
+
+int gw_purge_jobs(struct gw_purge *p, const int64_t *jobs, size_t n) {
+  if (!n)
+    return 0;
+  pthread_mutex_lock(&p->mu);
+  int r = 0;
+  if (p->n + n > QUEUE_MAX) {
+    r = SL_ELIMIT;
+  } else if (p->n + n > p->cap) {
+    size_t cap = (p->n + n) * 2;
+    int64_t *q = realloc(p->queue, cap * sizeof *q);
+    if (!q)
+      r = -ENOMEM;
+    else
+      p->queue = q, p->cap = cap;
+  }
+  if (r == 0) {
+    memcpy(p->queue + p->n, jobs, n * sizeof *jobs);
+    p->n += n;
+    r = start(p);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return r;
+}
+
+void gw_purge_wait(struct gw_purge *p) {
+  pthread_mutex_lock(&p->mu);
+  while (p->running && !p->exited)
+    pthread_cond_wait(&p->idle, &p->mu);
+  pthread_mutex_unlock(&p->mu);
+}
+
+struct gw_purge *gw_purge_free(struct gw_purge *p) {
+  if (!p)
+    return NULL;
+  pthread_mutex_lock(&p->mu);
+  p->stopping = true;
+  size_t left = p->n;
+  bool running = p->running;
+  pthread_mutex_unlock(&p->mu);
+  if (running)
+    pthread_join(p->thread, NULL);
+  if (left)
+    sl_warn(T, "stopping: the objects of %zu jobs were not removed", left);
+  pthread_cond_destroy(&p->idle);
+  pthread_mutex_destroy(&p->mu);
+  free(p->queue);
+  free(p->store_dir);
+  free(p);
+  return NULL;
+}
