@@ -263,6 +263,75 @@ static void test_sessions(void) {
   gw_store_free(s);
 }
 
+/* A job of alice's session, created in s, into *ret. */
+static void add_session_job(struct gw_store *s, const char *session, struct gw_job *ret) {
+  *ret = (struct gw_job){.spec = json_object()};
+  snprintf(ret->user, sizeof ret->user, "alice");
+  snprintf(ret->kind, sizeof ret->kind, "train");
+  snprintf(ret->session, sizeof ret->session, "%s", session);
+  CHECK_INT(gw_store_job_create(s, ret), 0);
+}
+
+static int count(const char *path, const char *sql) {
+  sqlite3 *db;
+  sqlite3_stmt *st;
+  int n = -1;
+  if (sqlite3_open(path, &db) == SQLITE_OK && sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
+    if (sqlite3_step(st) == SQLITE_ROW)
+      n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(db);
+  return n;
+}
+
+/* A session deleted: its names and models go, its jobs are renamed and
+ * their checkpoint rows go, except a job another session's model names. */
+static void test_session_delete(void) {
+  char path[256], err[256];
+  path_of("delete.db", path, sizeof path);
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  json_t *vars = json_pack("{s:{s:s,s:i}}", "x", "t", "num", "v", 1);
+  CHECK_INT(gw_store_session_set(s, "alice", "old", vars, NULL, NULL), 0);
+  CHECK_INT(gw_store_session_set(s, "alice", "keep", vars, NULL, NULL), 0);
+  CHECK_INT(gw_store_session_set(s, "bob", "old", vars, NULL, NULL), 0);
+  CHECK_INT(gw_store_session_touch(s, "alice", "old", 1), 0);
+  struct gw_job a, b;
+  add_session_job(s, "old", &a);
+  add_session_job(s, "old", &b);
+  CHECK_INT(gw_store_checkpoint_add(s, a.id, 1, 10, "J1/ckpt-10.tc", 10, 1, 1, 1), 0);
+  CHECK_INT(gw_store_checkpoint_add(s, b.id, 1, 10, "J2/ckpt-10.tc", 10, 1, 1, 1), 0);
+  CHECK_INT(gw_store_session_model_set(s, "alice", "old", "m", a.id, 10, "J1/ckpt-10.tc"), 0);
+  CHECK_INT(gw_store_session_model_set(s, "alice", "keep", "m", b.id, 10, "J2/ckpt-10.tc"), 0);
+  int64_t *jobs = NULL;
+  size_t n = 0;
+  CHECK_INT(gw_store_session_delete(s, "alice", "old", "old (deleted)", &jobs, &n), 0);
+  CHECK_INT(n, 1);
+  CHECK(n == 1 && jobs[0] == a.id); /* b's checkpoint is keep's model */
+  free(jobs);
+  json_t *got = NULL;
+  CHECK_INT(gw_store_session_get(s, "alice", "old", &got), 0);
+  CHECK(got && !json_object_size(json_object_get(got, "vars")) && !json_object_size(json_object_get(got, "models")));
+  json_decref(got);
+  CHECK_INT(gw_store_session_get(s, "alice", "keep", &got), 0);
+  CHECK(got && json_object_size(json_object_get(got, "models")) == 1);
+  json_decref(got);
+  CHECK_INT(gw_store_session_get(s, "bob", "old", &got), 0);
+  CHECK(got && json_equal(json_object_get(got, "vars"), vars));
+  json_decref(got);
+  CHECK_INT(gw_store_session_delete(s, "alice", "old", "old (deleted)", &jobs, &n), 1); /* nothing left */
+  CHECK(jobs == NULL && n == 0);
+  gw_store_free(s);
+  CHECK_INT(count(path, "SELECT COUNT(*) FROM jobs WHERE session='old (deleted)'"), 2);
+  CHECK_INT(count(path, "SELECT COUNT(*) FROM checkpoints WHERE job=1"), 0);
+  CHECK_INT(count(path, "SELECT COUNT(*) FROM checkpoints WHERE job=2"), 1);
+  CHECK_INT(count(path, "SELECT COUNT(*) FROM sessions WHERE user='alice' AND name='old'"), 0);
+  gw_job_done(&a);
+  gw_job_done(&b);
+  json_decref(vars);
+}
+
 static void note_removed(const char *name, void *data) {
   char *list = data;
   strncat(list, name, 255 - strlen(list));
@@ -547,6 +616,7 @@ int main(void) {
   test_migrations();
   test_concurrent_events();
   test_sessions();
+  test_session_delete();
   test_users_sync();
   test_damaged_event_bodies();
   test_read_fails_half_way();
