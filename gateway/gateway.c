@@ -257,10 +257,28 @@ static void file_store_dir(const struct gw *g, char *dir, size_t size) {
     snprintf(dir, size, "%s/store", g->cfg->state_dir);
 }
 
+/* The purge thread, with the jobs an earlier run left to it. */
 static int open_purge(struct gw *g) {
   char dir[sizeof g->cfg->state_dir + 16];
   file_store_dir(g, dir, sizeof dir);
-  return gw_purge_new(g->objstore ? NULL : dir, g->objstore, &g->purge);
+  int r = gw_purge_new(g->objstore ? NULL : dir, g->objstore, &g->purge);
+  int64_t *jobs = NULL;
+  size_t n = 0;
+  if (r == 0 && gw_store_purge_list(g->store, &jobs, &n) == 0 && n) {
+    sl_info(T, "removing the store objects of %zu jobs of deleted sessions", n);
+    gw_purge_jobs(g->purge, jobs, n);
+  }
+  free(jobs);
+  return r;
+}
+
+/* The jobs whose objects the purge thread removed: no longer to purge. */
+static void purge_done(struct gw *g) {
+  int64_t done[256];
+  size_t n = g->purge ? gw_purge_take_done(g->purge, done, 256) : 0;
+  int r = n ? gw_store_purge_done(g->store, done, n) : 0;
+  if (r < 0)
+    sl_debug(T, "the purged jobs' rows stay until the store can be written: %s", sl_strerror(r));
 }
 
 /* Notebooks upload their data files ([store] upload_data) when asked to, or
@@ -373,6 +391,7 @@ static int64_t housekeeping(struct gw_loop *l, int64_t id, int64_t now_us, void 
   gw_sched_housekeeping(g->sched);
   gw_idle_check(g->idle, sl_time_mono_us());
   gw_budget_check(g->budget, false);
+  purge_done(g);
   if (gw_idle_gateway_due(g->idle, gw_kproto_n_clients(g->kproto), sl_time_mono_us())) {
     size_t n = gw_idle_stop_workers(g->idle, "the idle gateway stopped");
     sl_info(T, "no client and no job for %lld s ([idle] gateway_timeout): stopping %zu workers"
@@ -576,6 +595,8 @@ struct gw *gw_free(struct gw *g) {
   gw_wproto_free(g->wproto);
   g->bundle = gw_bundle_free(g->bundle);
   g->uploads = gw_uploads_free(g->uploads); /* its threads may use the S3 store */
+  if (g->purge)
+    purge_done(g); /* the rest are removed (again) at the next start */
   g->purge = gw_purge_free(g->purge);
   gw_objstore_free(g->objstore);
   if (g->ksock && g->kmon)

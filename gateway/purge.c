@@ -28,6 +28,8 @@ struct gw_purge {
   pthread_cond_t idle;
   int64_t *queue;
   size_t n, cap;
+  int64_t *done;   /* jobs whose objects are gone, for the loop to take */
+  size_t n_done, cap_done;
   bool running;  /* the thread is started (and not yet joined) */
   bool exited;   /* and has left its loop: joined before the next starts */
   bool stopping;
@@ -92,10 +94,19 @@ static void *purge_main(void *arg) {
     snprintf(prefix, sizeof prefix, "%s/", id);
     int r = purge_prefix(p, prefix, why, sizeof why);
     if (r < 0)
-      sl_warn(T, "%s: the job's objects were not all removed: %s", id, why[0] ? why : sl_strerror(r));
+      sl_warn(T, "%s: the job's objects were not all removed: %s (tried again at the next start)", id,
+              why[0] ? why : sl_strerror(r));
     else if (r > 0)
       sl_debug(T, "%s: the job's objects removed", id);
     pthread_mutex_lock(&p->mu);
+    if (r >= 0 && p->n_done == p->cap_done) {
+      size_t cap = p->cap_done ? 2 * p->cap_done : 64;
+      int64_t *grown = realloc(p->done, cap * sizeof *grown);
+      if (grown)
+        p->done = grown, p->cap_done = cap;
+    }
+    if (r >= 0 && p->n_done < p->cap_done)
+      p->done[p->n_done++] = job; /* else its row stays: done again at the next start */
   }
   p->exited = true;
   pthread_cond_broadcast(&p->idle);
@@ -144,6 +155,16 @@ int gw_purge_jobs(struct gw_purge *p, const int64_t *jobs, size_t n) {
   return r;
 }
 
+size_t gw_purge_take_done(struct gw_purge *p, int64_t *out, size_t max) {
+  pthread_mutex_lock(&p->mu);
+  size_t n = p->n_done < max ? p->n_done : max;
+  memcpy(out, p->done, n * sizeof *out);
+  memmove(p->done, p->done + n, (p->n_done - n) * sizeof *p->done);
+  p->n_done -= n;
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}
+
 void gw_purge_wait(struct gw_purge *p) {
   pthread_mutex_lock(&p->mu);
   while (p->running && !p->exited)
@@ -162,10 +183,11 @@ struct gw_purge *gw_purge_free(struct gw_purge *p) {
   if (running)
     pthread_join(p->thread, NULL);
   if (left)
-    sl_warn(T, "stopping: the objects of %zu jobs were not removed", left);
+    sl_info(T, "stopping: the objects of %zu jobs are removed at the next start", left);
   pthread_cond_destroy(&p->idle);
   pthread_mutex_destroy(&p->mu);
   free(p->queue);
+  free(p->done);
   free(p->store_dir);
   free(p);
   return NULL;

@@ -82,6 +82,8 @@ static const char *const migrations[] = {
   "  PRIMARY KEY(provider, type, zone, chunk));",
   /* 8: what placement and deadlines learned (placemem.h, sched_deadline.c) */
   "CREATE TABLE learned(name TEXT PRIMARY KEY, body TEXT NOT NULL, time_us INTEGER NOT NULL);",
+  /* 9: jobs of deleted sessions whose store objects are still to be removed (purge.h) */
+  "CREATE TABLE purge(job INTEGER PRIMARY KEY, queued_us INTEGER NOT NULL);",
 };
 
 /* SQLite's error space in the project's: a full disk, an I/O error, a lock

@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GW_STORE_SCHEMA_VERSION 8
+#define GW_STORE_SCHEMA_VERSION 9
 
 struct gw_store;
 
@@ -124,13 +124,18 @@ int gw_store_session_move(struct gw_store *s, const char *user, const char *from
  * jobs, all ended (the caller checks), stay for costs and records under the
  * name aside. *ret_jobs (owned, *ret_n of them): the jobs whose store
  * objects may go, their checkpoint rows removed (those a model of another
- * session names are kept). 0 deleted, 1 nothing there, or an error. */
+ * session names are kept), and listed in the purge table until
+ * gw_store_purge_done. 0 deleted, 1 nothing there, or an error. */
 int gw_store_session_delete(struct gw_store *s, const char *user, const char *session,
                             const char *aside, int64_t **ret_jobs, size_t *ret_n);
 /* user's sessions that hold anything (names, models or jobs), the most
  * recently active first, at most max: owned [{"name", "last_active_us"
  * (absent when never seen), "vars", "defs", "models", "jobs"}]. */
 int gw_store_sessions_list(struct gw_store *s, const char *user, size_t max, json_t **ret);
+/* The jobs whose store objects are still to be removed (a gateway stopped
+ * before it was done), owned, oldest first; and n of them done. */
+int gw_store_purge_list(struct gw_store *s, int64_t **ret, size_t *ret_n);
+int gw_store_purge_done(struct gw_store *s, const int64_t *jobs, size_t n);
 
 /* Jobs. create fills j->id, created/updated times and writes the first
  * event (state queued); j->spec is borrowed. Refused (the kept writes'

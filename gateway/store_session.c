@@ -3,6 +3,8 @@
  * made (the newest checkpoint of each). */
 #include "store_int.h"
 
+#include "sl_time.h"
+
 #include <errno.h>
 #include <stdlib.h>
 
@@ -346,11 +348,15 @@ int gw_store_session_delete(struct gw_store *s, const char *user, const char *se
     static const char *const each[] = {
       "DELETE FROM checkpoints WHERE job=?1",
       "UPDATE jobs SET ckpt_key=NULL, ckpt_step=0 WHERE id=?1",
+      "INSERT OR IGNORE INTO purge(job, queued_us) VALUES(?1, ?2)",
     };
-    for (size_t k = 0; k < 2 && r >= 0; k++) {
+    for (size_t k = 0; k < 3 && r >= 0; k++) {
       sqlite3_stmt *d = prep(s, each[k]);
-      if (d)
+      if (d) {
         sqlite3_bind_int64(d, 1, jobs[i]);
+        if (k == 2)
+          sqlite3_bind_int64(d, 2, sl_time_real_us());
+      }
       r = run(s, d);
     }
     if (r < 0) {
@@ -364,6 +370,43 @@ int gw_store_session_delete(struct gw_store *s, const char *user, const char *se
   }
   *ret_jobs = jobs;
   *ret_n = n;
+  return 0;
+}
+
+int gw_store_purge_list(struct gw_store *s, int64_t **ret, size_t *ret_n) {
+  *ret = NULL;
+  *ret_n = 0;
+  sqlite3_stmt *st = prep(s, "SELECT job FROM purge ORDER BY queued_us, job");
+  if (!st)
+    return SL_ESQLITE;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t *grown = realloc(*ret, (*ret_n + 1) * sizeof *grown);
+    if (!grown) {
+      rc = SQLITE_NOMEM;
+      break;
+    }
+    *ret = grown;
+    (*ret)[(*ret_n)++] = sqlite3_column_int64(st, 0);
+  }
+  sqlite3_finalize(st);
+  if (rc == SQLITE_DONE)
+    return 0;
+  free(*ret);
+  *ret = NULL;
+  *ret_n = 0;
+  return rc == SQLITE_NOMEM ? -ENOMEM : gw_store_db_err(s, "read the jobs to purge");
+}
+
+int gw_store_purge_done(struct gw_store *s, const int64_t *jobs, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    sqlite3_stmt *st = prep(s, "DELETE FROM purge WHERE job=?");
+    if (st)
+      sqlite3_bind_int64(st, 1, jobs[i]);
+    int r = run(s, st);
+    if (r < 0)
+      return r;
+  }
   return 0;
 }
 

@@ -322,6 +322,13 @@ static void test_session_delete(void) {
   json_decref(got);
   CHECK_INT(gw_store_session_delete(s, "alice", "old", "old (deleted)", &jobs, &n), 1); /* nothing left */
   CHECK(jobs == NULL && n == 0);
+  /* the job to purge is kept until its objects are gone */
+  CHECK_INT(gw_store_purge_list(s, &jobs, &n), 0);
+  CHECK(n == 1 && jobs[0] == a.id);
+  CHECK_INT(gw_store_purge_done(s, jobs, n), 0);
+  free(jobs);
+  CHECK_INT(gw_store_purge_list(s, &jobs, &n), 0);
+  CHECK(jobs == NULL && n == 0);
   gw_store_free(s);
   CHECK_INT(count(path, "SELECT COUNT(*) FROM jobs WHERE session='old (deleted)'"), 2);
   CHECK_INT(count(path, "SELECT COUNT(*) FROM checkpoints WHERE job=1"), 0);

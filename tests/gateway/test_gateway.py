@@ -766,6 +766,7 @@ def case_session_delete(gw):
                       (kept_as,)).fetchone()[0]
     db.close()
     check(left == 0, "their checkpoint rows are gone (%d left)" % left)
+    check(wait_purge_table(gw, 0), "the job is no longer to purge once its objects are gone")
     check(b.req("session.get")["vars"] == {"mine": {"t": "num", "v": 7}}, "bob's session of that name stays")
     check(k.req("session.get")["vars"] == {"x": {"t": "num", "v": 1}}, "alice's other session stays")
     r = k.req("session.delete", session="del.ipynb")
@@ -786,6 +787,34 @@ def case_session_delete(gw):
     cli = subprocess.run([os.environ["SPOTLAB_TEST_CLI"], "sessions", "rm"], env=cli_env(gw),
                          capture_output=True, text=True, timeout=30)
     check(cli.returncode == 2 and "usage" in cli.stderr, "without a name: %r" % cli.stderr)
+    # a gateway stopped before its purge was done goes on with it at its next start
+    gw.stop()
+    left = os.path.join(gw.state, "store", "J000777")
+    os.makedirs(left)
+    with open(os.path.join(left, "ckpt-00000010.tc"), "w") as f:
+        f.write("x")
+    db = sqlite3.connect(os.path.join(gw.state, "gateway.db"))
+    db.execute("INSERT INTO purge(job, queued_us) VALUES(777, 1)")
+    db.commit()
+    db.close()
+    gw.start()
+    deadline = time.monotonic() + 15
+    while os.path.exists(left) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check(not os.path.exists(left) and wait_purge_table(gw, 0) and os.path.isdir(other),
+          "the purge left by the last run is done at the start")
+
+
+def wait_purge_table(gw, rows, timeout=10):
+    """Whether the gateway's purge table comes down to rows within timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        db = sqlite3.connect(os.path.join(gw.state, "gateway.db"))
+        n = db.execute("SELECT COUNT(*) FROM purge").fetchone()[0]
+        db.close()
+        if n == rows or time.monotonic() > deadline:
+            return n == rows
+        time.sleep(0.05)
 
 
 def case_damaged_store(gw):
