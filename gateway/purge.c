@@ -158,9 +158,11 @@ int gw_purge_jobs(struct gw_purge *p, const int64_t *jobs, size_t n) {
 size_t gw_purge_take_done(struct gw_purge *p, int64_t *out, size_t max) {
   pthread_mutex_lock(&p->mu);
   size_t n = p->n_done < max ? p->n_done : max;
-  memcpy(out, p->done, n * sizeof *out);
-  memmove(p->done, p->done + n, (p->n_done - n) * sizeof *p->done);
-  p->n_done -= n;
+  if (n) {
+    memcpy(out, p->done, n * sizeof *out);
+    memmove(p->done, p->done + n, (p->n_done - n) * sizeof *p->done);
+    p->n_done -= n;
+  }
   pthread_mutex_unlock(&p->mu);
   return n;
 }
