@@ -360,19 +360,8 @@ static int sessions(struct cli_conn *conn, const struct opts *o) {
     fprintf(stderr, "usage: spotlab sessions [rm NAME] [--json]\n");
     return 2;
   }
-  json_t *reply = NULL;
-  char err[800];
-  if (cli_request(conn, json_pack("{s:s, s:s}", "type", "session.delete", "session", o->pos[1]), TIMEOUT_MS, &reply,
-                  err, sizeof err) < 0) {
-    fprintf(stderr, "spotlab sessions rm: %s\n", err);
-    return 1;
-  }
-  if (o->json)
-    print_json(reply);
-  else
-    print_text(jk_format_session_deleted(reply));
-  json_decref(reply);
-  return 0;
+  return simple(conn, "sessions rm", json_pack("{s:s, s:s}", "type", "session.delete", "session", o->pos[1]),
+                o->json, NULL, jk_format_session_deleted);
 }
 
 static int budget(struct cli_conn *conn, const struct opts *o) {

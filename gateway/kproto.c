@@ -138,6 +138,15 @@ static void on_sessions(struct gw_kreq *q) {
  * "from" (the connection's session when absent) to "to", and every
  * connection of the user on "from" is on "to" from then on. A "to" that
  * holds anything already is moved aside first, to "TO (replaced TIME)". */
+/* "NAME (WORD YYYY-MM-DD HH:MM:SS)", now, in ret: where a session's rows go aside. */
+static void aside_name(const char *name, const char *word, char *ret, size_t size) {
+  char when[32];
+  time_t now = (time_t)(sl_time_real_us() / SL_US_PER_S);
+  struct tm tm;
+  strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", gmtime_r(&now, &tm));
+  snprintf(ret, size, "%.200s (%s %s)", name, word, when);
+}
+
 static void on_session_move(struct gw_kreq *q) {
   const char *user = q->c->who.user;
   const char *from = sl_json_get_whole_str(q->body, "from", q->c->session);
@@ -146,12 +155,9 @@ static void on_session_move(struct gw_kreq *q) {
     return gw_kproto_fail(q, SL_ETYPE, "session.move needs \"to\" (and \"from\", or a session of the hello)");
   if (strlen(from) >= sizeof q->c->session || strlen(to) >= sizeof q->c->session)
     return gw_kproto_fail(q, SL_ELIMIT, "session name too long");
-  char from_copy[sizeof q->c->session], aside[sizeof q->c->session], when[32];
+  char from_copy[sizeof q->c->session], aside[sizeof q->c->session];
   snprintf(from_copy, sizeof from_copy, "%s", from); /* from may be the connection's own, changed below */
-  time_t now = (time_t)(sl_time_real_us() / SL_US_PER_S);
-  struct tm tm;
-  strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", gmtime_r(&now, &tm));
-  snprintf(aside, sizeof aside, "%.200s (replaced %s)", to, when);
+  aside_name(to, "replaced", aside, sizeof aside);
   int r = gw_store_session_move(q->g->env.store, user, from_copy, to, aside);
   if (r < 0)
     return gw_kproto_fail(q, r, "cannot move the session");
@@ -212,12 +218,9 @@ static void on_session_delete(struct gw_kreq *q) {
              n_live == 1 ? "it" : "them");
     return gw_kproto_fail(q, SL_ESTATE, msg);
   }
-  char copy[sizeof q->c->session], aside[sizeof q->c->session], when[32];
+  char copy[sizeof q->c->session], aside[sizeof q->c->session];
   snprintf(copy, sizeof copy, "%s", name);
-  time_t now = (time_t)(sl_time_real_us() / SL_US_PER_S);
-  struct tm tm;
-  strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", gmtime_r(&now, &tm));
-  snprintf(aside, sizeof aside, "%.200s (deleted %s)", copy, when);
+  aside_name(copy, "deleted", aside, sizeof aside);
   int64_t *jobs = NULL;
   size_t n = 0;
   int r = gw_store_session_delete(q->g->env.store, user, copy, aside, &jobs, &n);

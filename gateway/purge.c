@@ -26,8 +26,8 @@ struct gw_purge {
   struct gw_objstore *o;
   pthread_mutex_t mu;
   pthread_cond_t idle;
-  int64_t *queue;
-  size_t n, cap;
+  int64_t *queue;  /* jobs to purge: queue[head, n) */
+  size_t head, n, cap;
   int64_t *done;   /* jobs whose objects are gone, for the loop to take */
   size_t n_done, cap_done;
   bool running;  /* the thread is started (and not yet joined) */
@@ -85,9 +85,10 @@ static int purge_prefix(struct gw_purge *p, const char *prefix, char *why, size_
 static void *purge_main(void *arg) {
   struct gw_purge *p = arg;
   pthread_mutex_lock(&p->mu);
-  while (p->n && !p->stopping) {
-    int64_t job = p->queue[0];
-    memmove(p->queue, p->queue + 1, --p->n * sizeof *p->queue);
+  while (p->head < p->n && !p->stopping) {
+    int64_t job = p->queue[p->head++];
+    if (p->head == p->n)
+      p->head = p->n = 0;
     pthread_mutex_unlock(&p->mu);
     char id[16], prefix[24], why[512] = "";
     gw_job_id_str(job, id, sizeof id);
@@ -136,6 +137,11 @@ int gw_purge_jobs(struct gw_purge *p, const int64_t *jobs, size_t n) {
     return 0;
   pthread_mutex_lock(&p->mu);
   int r = 0;
+  if (p->head) { /* the taken ones make room */
+    memmove(p->queue, p->queue + p->head, (p->n - p->head) * sizeof *p->queue);
+    p->n -= p->head;
+    p->head = 0;
+  }
   if (p->n + n > QUEUE_MAX) {
     r = SL_ELIMIT;
   } else if (p->n + n > p->cap) {
@@ -179,7 +185,7 @@ struct gw_purge *gw_purge_free(struct gw_purge *p) {
     return NULL;
   pthread_mutex_lock(&p->mu);
   p->stopping = true;
-  size_t left = p->n;
+  size_t left = p->n - p->head;
   bool running = p->running;
   pthread_mutex_unlock(&p->mu);
   if (running)

@@ -297,6 +297,31 @@ int gw_store_session_move(struct gw_store *s, const char *user, const char *from
   return taken ? 2 : 0;
 }
 
+/* The first column of st's rows (finalized here): owned ids into *ret. */
+static int read_ids(struct gw_store *s, sqlite3_stmt *st, const char *what, int64_t **ret, size_t *ret_n) {
+  *ret = NULL;
+  *ret_n = 0;
+  if (!st)
+    return SL_ESQLITE;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t *grown = realloc(*ret, (*ret_n + 1) * sizeof *grown);
+    if (!grown) {
+      rc = SQLITE_NOMEM;
+      break;
+    }
+    *ret = grown;
+    (*ret)[(*ret_n)++] = sqlite3_column_int64(st, 0);
+  }
+  sqlite3_finalize(st);
+  if (rc == SQLITE_DONE)
+    return 0;
+  free(*ret);
+  *ret = NULL;
+  *ret_n = 0;
+  return rc == SQLITE_NOMEM ? -ENOMEM : gw_store_db_err(s, what);
+}
+
 int gw_store_session_delete(struct gw_store *s, const char *user, const char *session,
                             const char *aside, int64_t **ret_jobs, size_t *ret_n) {
   *ret_jobs = NULL;
@@ -311,27 +336,14 @@ int gw_store_session_delete(struct gw_store *s, const char *user, const char *se
   sqlite3_stmt *st = prep(s, "SELECT id FROM jobs WHERE user=?1 AND session=?2 AND id NOT IN"
                              " (SELECT job FROM session_models WHERE job IS NOT NULL AND"
                              "  NOT (user=?1 AND session=?2)) ORDER BY id");
-  if (!st)
-    return rollback(s, SL_ESQLITE);
-  bind_text(st, 1, user);
-  bind_text(st, 2, session);
-  int64_t *jobs = NULL;
-  size_t n = 0;
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    int64_t *grown = realloc(jobs, (n + 1) * sizeof *grown);
-    if (!grown) {
-      rc = SQLITE_NOMEM;
-      break;
-    }
-    jobs = grown;
-    jobs[n++] = sqlite3_column_int64(st, 0);
+  if (st) {
+    bind_text(st, 1, user);
+    bind_text(st, 2, session);
   }
-  sqlite3_finalize(st);
-  if (rc != SQLITE_DONE) {
-    free(jobs);
-    return rollback(s, rc == SQLITE_NOMEM ? -ENOMEM : gw_store_db_err(s, "read a session's jobs"));
-  }
+  int64_t *jobs;
+  size_t n;
+  if ((r = read_ids(s, st, "read a session's jobs", &jobs, &n)) < 0)
+    return rollback(s, r);
   static const char *const sql[] = {
     "DELETE FROM sessions WHERE user=?1 AND name=?2",
     "DELETE FROM session_vars WHERE user=?1 AND session=?2",
@@ -374,40 +386,21 @@ int gw_store_session_delete(struct gw_store *s, const char *user, const char *se
 }
 
 int gw_store_purge_list(struct gw_store *s, int64_t **ret, size_t *ret_n) {
-  *ret = NULL;
-  *ret_n = 0;
-  sqlite3_stmt *st = prep(s, "SELECT job FROM purge ORDER BY queued_us, job");
-  if (!st)
-    return SL_ESQLITE;
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    int64_t *grown = realloc(*ret, (*ret_n + 1) * sizeof *grown);
-    if (!grown) {
-      rc = SQLITE_NOMEM;
-      break;
-    }
-    *ret = grown;
-    (*ret)[(*ret_n)++] = sqlite3_column_int64(st, 0);
-  }
-  sqlite3_finalize(st);
-  if (rc == SQLITE_DONE)
-    return 0;
-  free(*ret);
-  *ret = NULL;
-  *ret_n = 0;
-  return rc == SQLITE_NOMEM ? -ENOMEM : gw_store_db_err(s, "read the jobs to purge");
+  return read_ids(s, prep(s, "SELECT job FROM purge ORDER BY queued_us, job"), "read the jobs to purge", ret,
+                  ret_n);
 }
 
 int gw_store_purge_done(struct gw_store *s, const int64_t *jobs, size_t n) {
-  for (size_t i = 0; i < n; i++) {
+  int r = begin(s); /* one write for them all */
+  for (size_t i = 0; r >= 0 && i < n; i++) {
     sqlite3_stmt *st = prep(s, "DELETE FROM purge WHERE job=?");
     if (st)
       sqlite3_bind_int64(st, 1, jobs[i]);
-    int r = run(s, st);
-    if (r < 0)
-      return r;
+    r = run(s, st);
   }
-  return 0;
+  if (r >= 0 && commit(s) < 0)
+    r = SL_ESQLITE;
+  return r < 0 ? rollback(s, r) : 0;
 }
 
 int gw_store_sessions_list(struct gw_store *s, const char *user, size_t max, json_t **ret) {

@@ -262,21 +262,23 @@ static long last_number(const char *name, size_t *len) {
   return strtol(name + b, NULL, 10);
 }
 
-/* Whether the temporary name is this process's own (a put under way here). */
-static bool own_tmp(const struct wk_store *s, const char *name) {
+/* The PID of the temporary name's writer (NAME.SPACE.PID.N) when it is of this process's
+ * PID space, else -1. */
+static long space_writer(const struct wk_store *s, const char *name) {
   size_t len = strlen(name);
-  if (last_number(name, &len) < 0) return false;
-  return last_number(name, &len) == (long)getpid() && len >= 9 && !strncmp(name + len - 8, s->space, 8);
+  if (last_number(name, &len) < 0) return -1;
+  long pid = last_number(name, &len);
+  if (pid < 0 || len < 9 || name[len - 9] != '.' || strncmp(name + len - 8, s->space, 8) != 0) return -1;
+  return pid;
 }
+
+/* Whether the temporary name is this process's own (a put under way here). */
+static bool own_tmp(const struct wk_store *s, const char *name) { return space_writer(s, name) == (long)getpid(); }
 
 /* Whether the temporary name was left by a writer of this PID space that is gone. */
 static bool writer_gone(const struct wk_store *s, const char *name) {
-  size_t len = strlen(name);
-  if (last_number(name, &len) < 0) return false;
-  long pid = last_number(name, &len);
-  if (pid < 0 || len < 9 || name[len - 9] != '.' || strncmp(name + len - 8, s->space, 8) != 0)
-    return false;
-  return pid != (long)getpid() && pid_gone(pid);
+  long pid = space_writer(s, name);
+  return pid >= 0 && pid != (long)getpid() && pid_gone(pid);
 }
 
 /* Removes from dir the temporaries of puts that will never finish: those whose writer, of

@@ -108,12 +108,18 @@ static void test_migrations(void) {
   CHECK(strstr(err, "newer") != NULL);
 }
 
-/* A job of alice's of kind, created in s with spec (taken), into *ret. */
-static void add_job(struct gw_store *s, const char *kind, json_t *spec, struct gw_job *ret) {
+/* A job of alice's session of kind, created in s with spec (taken), into *ret. */
+static void add_job_in(struct gw_store *s, const char *session, const char *kind, json_t *spec,
+                       struct gw_job *ret) {
   *ret = (struct gw_job){.spec = spec};
   snprintf(ret->user, sizeof ret->user, "alice");
+  snprintf(ret->session, sizeof ret->session, "%s", session);
   snprintf(ret->kind, sizeof ret->kind, "%s", kind);
   CHECK_INT(gw_store_job_create(s, ret), 0);
+}
+
+static void add_job(struct gw_store *s, const char *kind, json_t *spec, struct gw_job *ret) {
+  add_job_in(s, "", kind, spec, ret);
 }
 
 #define THREADS 4
@@ -263,15 +269,6 @@ static void test_sessions(void) {
   gw_store_free(s);
 }
 
-/* A job of alice's session, created in s, into *ret. */
-static void add_session_job(struct gw_store *s, const char *session, struct gw_job *ret) {
-  *ret = (struct gw_job){.spec = json_object()};
-  snprintf(ret->user, sizeof ret->user, "alice");
-  snprintf(ret->kind, sizeof ret->kind, "train");
-  snprintf(ret->session, sizeof ret->session, "%s", session);
-  CHECK_INT(gw_store_job_create(s, ret), 0);
-}
-
 static int count(const char *path, const char *sql) {
   sqlite3 *db;
   sqlite3_stmt *st;
@@ -298,8 +295,8 @@ static void test_session_delete(void) {
   CHECK_INT(gw_store_session_set(s, "bob", "old", vars, NULL, NULL), 0);
   CHECK_INT(gw_store_session_touch(s, "alice", "old", 1), 0);
   struct gw_job a, b;
-  add_session_job(s, "old", &a);
-  add_session_job(s, "old", &b);
+  add_job_in(s, "old", "train", json_object(), &a);
+  add_job_in(s, "old", "train", json_object(), &b);
   CHECK_INT(gw_store_checkpoint_add(s, a.id, 1, 10, "J1/ckpt-10.tc", 10, 1, 1, 1), 0);
   CHECK_INT(gw_store_checkpoint_add(s, b.id, 1, 10, "J2/ckpt-10.tc", 10, 1, 1, 1), 0);
   CHECK_INT(gw_store_session_model_set(s, "alice", "old", "m", a.id, 10, "J1/ckpt-10.tc"), 0);
