@@ -52,6 +52,7 @@ struct xfer {
   struct sl_http_fd_range src, sink;
   uint64_t src_pos, sink_pos;
   int io_err;              /* a read or write of a streamed range failed: final */
+  const atomic_bool *cancel; /* the request's, or NULL */
   int n_keep;
   char keep_names[SL_HTTP_MAX_RESP_HEADERS][64];
   char *keep_values[SL_HTTP_MAX_RESP_HEADERS];
@@ -282,6 +283,18 @@ static void xfer_free(struct xfer *x) {
   free(x);
 }
 
+static bool cancelled(const struct xfer *x) {
+  return x->cancel && atomic_load(x->cancel);
+}
+
+/* curl's progress callback, at least once a second while a try runs: a
+ * nonzero answer stops it (CURLE_ABORTED_BY_CALLBACK). */
+static int on_progress(void *ctx, curl_off_t dl_total, curl_off_t dl_now, curl_off_t ul_total,
+                       curl_off_t ul_now) {
+  (void)dl_total, (void)dl_now, (void)ul_total, (void)ul_now;
+  return cancelled(ctx);
+}
+
 /* Fills x (zeroed, owned by the caller) from req; copy_body: the body must
  * outlive the call (the multi form). On failure x holds what was made so far
  * and still needs freeing. */
@@ -298,6 +311,7 @@ static int xfer_setup(struct xfer *x, const struct sl_http_req *req, bool copy_b
   if (x->max_backoff_us < x->base_backoff_us) x->max_backoff_us = x->base_backoff_us;
   x->retry_due_us = INT64_MAX;
   x->rng = seed(x);
+  x->cancel = req->cancel;
   long timeout_ms = req->timeout_ms > 0 ? req->timeout_ms : SL_HTTP_TIMEOUT_DEFAULT_MS;
   long connect_ms = req->connect_timeout_ms > 0 ? req->connect_timeout_ms : timeout_ms;
 
@@ -348,6 +362,11 @@ static int xfer_setup(struct xfer *x, const struct sl_http_req *req, bool copy_b
     SET(CURLOPT_HEADERDATA, x);
   }
   SET(CURLOPT_PRIVATE, x);
+  if (x->cancel) {
+    SET(CURLOPT_NOPROGRESS, 0L);
+    SET(CURLOPT_XFERINFOFUNCTION, on_progress);
+    SET(CURLOPT_XFERINFODATA, x);
+  }
   if (is_head) {
     SET(CURLOPT_NOBODY, 1L);
   } else if (!send_body) {
@@ -394,6 +413,7 @@ static int64_t backoff_us(struct xfer *x) {
  * due, 0 for a final answer (x->status), or the final error. */
 static int after_try(struct xfer *x, CURLcode cc, int64_t *ret_delay_us) {
   x->tries++;
+  if (cancelled(x)) return -ECANCELED;
   if (x->oom) return -ENOMEM;
   if (x->io_err) return x->io_err;
   if (x->overflow || cc == CURLE_FILESIZE_EXCEEDED) return SL_ELIMIT;
@@ -444,9 +464,14 @@ static int xfer_take(struct xfer *x, struct sl_http_resp *ret) {
 
 /* ---- the blocking form ---- */
 
-static void sleep_us(int64_t us) {
-  struct timespec ts = {(time_t)(us / SL_US_PER_S), (long)(us % SL_US_PER_S) * 1000};
-  while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR) {}
+/* Sleeps us, in slices of at most 100 ms when x may be cancelled. */
+static void backoff_sleep(const struct xfer *x, int64_t us) {
+  while (us > 0 && !cancelled(x)) {
+    int64_t step = x->cancel && us > 100 * SL_US_PER_MS ? 100 * SL_US_PER_MS : us;
+    struct timespec ts = {(time_t)(step / SL_US_PER_S), (long)(step % SL_US_PER_S) * 1000};
+    while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR) {}
+    us -= step;
+  }
 }
 
 int sl_http_do(const struct sl_http_req *req, struct sl_http_resp *ret) {
@@ -454,11 +479,15 @@ int sl_http_do(const struct sl_http_req *req, struct sl_http_resp *ret) {
   if (!x) return -ENOMEM;
   int r = xfer_setup(x, req, false);
   while (r >= 0) {
+    if (cancelled(x)) {
+      r = -ECANCELED;
+      break;
+    }
     xfer_rewind(x);
     int64_t delay_us = 0;
     r = after_try(x, curl_easy_perform(x->easy), &delay_us);
     if (r != 1) break;
-    sleep_us(delay_us);
+    backoff_sleep(x, delay_us);
   }
   if (r == 0) r = xfer_take(x, ret);
   xfer_free(x);

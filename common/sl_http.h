@@ -15,6 +15,7 @@
 #ifndef SL_HTTP_H
 #define SL_HTTP_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -63,6 +64,12 @@ struct sl_http_req {
                                              * other answers' bodies go to resp.body */
   const char *resp_headers[SL_HTTP_MAX_RESP_HEADERS]; /* names of response headers to keep
                                              * (any case); NULL ends the list early */
+  const atomic_bool *cancel;                /* NULL, or a flag another thread may set: once
+                                             * true, no further try starts, a backoff is cut
+                                             * short and the try under way stops within
+                                             * about a second; the result is -ECANCELED
+                                             * (the multi form keeps the pointer: the flag
+                                             * must outlive the transfer) */
 };
 
 struct sl_http_resp {
@@ -94,7 +101,8 @@ int sl_err_from_curl(int curl_code);
  * returns 0 and fills *ret, whose body the caller owns (sl_http_resp_done).
  * Otherwise *ret is untouched and the result is the last try's error
  * (sl_err_from_curl), SL_ELIMIT for a body over body_max_bytes (never
- * retried; the transfer stops there), -EINVAL for a request without a URL. */
+ * retried; the transfer stops there), -EINVAL for a request without a URL,
+ * -ECANCELED once req->cancel was set. */
 int sl_http_do(const struct sl_http_req *req, struct sl_http_resp *ret);
 
 /* ---- the multi form ---- */

@@ -113,6 +113,10 @@ struct sl_s3_opts {
   struct sl_http_retry retry;   /* per request; zero: 6 tries, 200 ms, 10 s backoff */
   int timeout_ms;               /* a request without data; data requests also get 1 s per
                                  * MiB. 0: 30 s */
+  const atomic_bool *cancel;    /* NULL, or a flag that, once set, stops the client's
+                                 * requests (sl_http_req.cancel): the operation under way
+                                 * fails with -ECANCELED. A multipart upload so stopped
+                                 * is still aborted, with one short try. */
 };
 
 struct sl_s3_client;

@@ -24,6 +24,7 @@
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@
 #define SIGN_BATCH 32             /* part URLs asked of the signer at once */
 #define LIST_BODY_MAX (8u << 20)  /* one page of 1000 keys of 1 KiB, with room */
 #define HASH_CHUNK (1u << 20)
+#define ABORT_WHEN_CANCELLED_MS 5000 /* the one try of an abort after a cancel */
 
 
 
@@ -167,6 +169,7 @@ void sl_s3_req_init(const struct sl_s3_client *c, struct sl_http_req *r, const c
   r->timeout_ms = ms > INT_MAX ? INT_MAX : (int)ms;
   r->connect_timeout_ms = c->o.timeout_ms;
   r->use_env_proxy = true;
+  r->cancel = c->o.cancel;
 }
 
 /* The sentence and code for a request that got no answer. */
@@ -459,6 +462,12 @@ static int exchange(struct sl_s3_client *c, const struct sl_s3_presign_req *pr, 
   }
   req.body = body;
   req.body_len = body_len;
+  if (pr->op == SL_S3_MPU_ABORT && req.cancel && atomic_load(req.cancel)) {
+    /* the parts would stay billed: one short try even so */
+    req.cancel = NULL;
+    req.retry.max_tries = 1;
+    req.timeout_ms = req.connect_timeout_ms = ABORT_WHEN_CANCELLED_MS;
+  }
   struct sl_http_resp resp = {0};
   r = sl_http_do(&req, &resp);
   free(url);

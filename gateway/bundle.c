@@ -360,7 +360,8 @@ static void *publish(void *arg) {
   struct sl_s3_client *c = NULL;
   if (r == 0) {
     struct sl_s3_signer signer = gw_objstore_signer(b->store);
-    if ((r = sl_s3_client_new(&signer, NULL, &c)) < 0)
+    struct sl_s3_opts opts = gw_objstore_opts(b->store);
+    if ((r = sl_s3_client_new(&signer, &opts, &c)) < 0)
       snprintf(why, sizeof why, "S3 client: %s", sl_strerror(r));
   }
   struct sl_s3_object head;
@@ -375,7 +376,9 @@ static void *publish(void *arg) {
   snprintf(b->sha256, sizeof b->sha256, "%s", sha);
   snprintf(b->why, sizeof b->why, "%s", why);
   pthread_mutex_unlock(&b->mu);
-  if (r < 0)
+  if (r == -ECANCELED)
+    sl_info(T, "the publication of the worker bundle stopped with the gateway");
+  else if (r < 0)
     sl_err(T, "the worker bundle could not be published: %s", why);
   else
     sl_info(T, "worker bundle published as %s (%s in %lld ms)", key,

@@ -593,6 +593,7 @@ struct gw *gw_free(struct gw *g) {
   gw_httpd_free(g->httpd);      /* reads kproto and webhooks */
   gw_kproto_free(g->kproto);
   gw_wproto_free(g->wproto);
+  gw_objstore_stop(g->objstore); /* what its threads send to S3 stops; done again at the next start */
   g->bundle = gw_bundle_free(g->bundle);
   g->uploads = gw_uploads_free(g->uploads); /* its threads may use the S3 store */
   if (g->purge)

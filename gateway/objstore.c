@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <sodium.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 struct gw_objstore {
   struct sl_s3_location loc;
   struct sl_aws_chain *chain;
+  atomic_bool stopping;          /* gw_objstore_stop */
 };
 
 int gw_objstore_open(const char *url, const char *region, struct gw_objstore **ret, char *err,
@@ -50,6 +52,15 @@ struct gw_objstore *gw_objstore_free(struct gw_objstore *o) {
     free(o);
   }
   return NULL;
+}
+
+struct sl_s3_opts gw_objstore_opts(struct gw_objstore *o) {
+  return (struct sl_s3_opts){.cancel = &o->stopping};
+}
+
+void gw_objstore_stop(struct gw_objstore *o) {
+  if (o)
+    atomic_store(&o->stopping, true);
 }
 
 /* Signs each request with the current credentials; on failure nothing is owned. */

@@ -32,6 +32,14 @@ struct gw_objstore *gw_objstore_free(struct gw_objstore *o);
  * (borrowing o). */
 struct sl_s3_signer gw_objstore_signer(struct gw_objstore *o);
 
+/* Options for the gateway's own S3 clients (o borrowed): their requests stop,
+ * failing with -ECANCELED, once gw_objstore_stop was called. */
+struct sl_s3_opts gw_objstore_opts(struct gw_objstore *o);
+
+/* The gateway stops: its own S3 requests under way end within about a
+ * second, and later ones fail at once. Any thread; o may be NULL. */
+void gw_objstore_stop(struct gw_objstore *o);
+
 /* A presigned GET of key for the gateway's own use (the worker bundle in
  * an instance's user data), valid expires_s (bounded by the credentials'
  * life). */

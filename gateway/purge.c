@@ -67,10 +67,11 @@ static int purge_prefix(struct gw_purge *p, const char *prefix, char *why, size_
     return nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) < 0 ? -errno : 1;
   }
   struct sl_s3_signer signer = gw_objstore_signer(p->o);
+  struct sl_s3_opts opts = gw_objstore_opts(p->o);
   struct sl_s3_client *c = NULL;
   char **keys = NULL;
   size_t n = 0;
-  int r = sl_s3_client_new(&signer, NULL, &c);
+  int r = sl_s3_client_new(&signer, &opts, &c);
   if (r == 0)
     r = sl_s3_list(c, prefix, &keys, &n, why, why_size);
   size_t gone = 0;
@@ -94,7 +95,10 @@ static void *purge_main(void *arg) {
     gw_job_id_str(job, id, sizeof id);
     snprintf(prefix, sizeof prefix, "%s/", id);
     int r = purge_prefix(p, prefix, why, sizeof why);
-    if (r < 0)
+    if (r == -ECANCELED)
+      sl_info(T, "%s: the removal of the job's objects stopped with the gateway (it goes on at "
+              "the next start)", id);
+    else if (r < 0)
       sl_warn(T, "%s: the job's objects were not all removed: %s (tried again at the next start)", id,
               why[0] ? why : sl_strerror(r));
     else if (r > 0)

@@ -194,8 +194,9 @@ static int in_store(struct upload *e, char *why, size_t why_size) {
     return stat(path, &st) == 0 && (uint64_t)st.st_size == e->size;
   }
   struct sl_s3_signer signer = gw_objstore_signer(u->o);
+  struct sl_s3_opts opts = gw_objstore_opts(u->o);
   struct sl_s3_client *c = NULL;
-  int r = sl_s3_client_new(&signer, NULL, &c);
+  int r = sl_s3_client_new(&signer, &opts, &c);
   struct sl_s3_object head = {0};
   if (r == 0)
     r = sl_s3_head(c, e->key, &head, why, why_size);
@@ -265,9 +266,10 @@ static int publish(struct upload *e, char *why, size_t why_size) {
     return 0;
   }
   struct sl_s3_signer signer = gw_objstore_signer(u->o);
+  struct sl_s3_opts opts = gw_objstore_opts(u->o);
   struct sl_s3_client *c = NULL;
   struct sl_s3_object head = {0};
-  if ((r = sl_s3_client_new(&signer, NULL, &c)) < 0)
+  if ((r = sl_s3_client_new(&signer, &opts, &c)) < 0)
     snprintf(why, why_size, "S3 client: %s", sl_strerror(r));
   else if ((r = sl_s3_put_file(c, e->key, e->part, NULL, why, why_size)) == 0 &&
            (r = sl_s3_head(c, e->key, &head, why, why_size)) == 0 && strcmp(head.sha256, e->sha)) {
@@ -285,7 +287,12 @@ static void *publish_main(void *arg) {
   char why[300] = "";
   int64_t t0 = sl_time_mono_us();
   int r = publish(e, why, sizeof why);
-  if (r < 0) {
+  if (r == -ECANCELED) {
+    /* the gateway stops: the part stays, and is published when asked about again */
+    sl_info(T, "%s: the storing of %s stopped with the gateway; it goes on when the upload is "
+            "asked about again", e->user, e->key);
+    snprintf(why, sizeof why, "the gateway stopped while storing the file");
+  } else if (r < 0) {
     sl_err(T, "%s: the upload of %s is lost: %s", e->user, e->key, why);
     unlink(e->part);
   } else {

@@ -15,12 +15,15 @@
  *
  * OPTIONS: --part-mib N, --threads N, --page-keys N, --tries N,
  * --backoff-ms N (the first retry's), --timeout-ms N (a request without data),
- * --fail-after BYTES (test hook).
+ * --fail-after BYTES (test hook), --cancel-after-ms N (the client's cancel
+ * flag is set that long after the start).
  * On failure: "s3-tool: ERRNAME: sentence" on stderr and exit status 1. */
 #include "sl_err.h"
 #include "sl_s3.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +31,7 @@
 
 static int usage(void) {
   fprintf(stderr, "usage: s3-tool [--part-mib N] [--threads N] [--page-keys N] [--tries N] "
-                  "[--backoff-ms N] [--fail-after BYTES] put|get|head|list|rm s3://BUCKET/PREFIX ...\n");
+                  "[--backoff-ms N] [--fail-after BYTES] [--cancel-after-ms N] put|get|head|list|rm s3://BUCKET/PREFIX ...\n");
   return 2;
 }
 
@@ -45,9 +48,21 @@ static int env_creds(struct sl_aws_creds *c) {
   return 0;
 }
 
+static atomic_bool cancel;
+static long cancel_after_ms;
+
+static void *cancel_later(void *arg) {
+  (void)arg;
+  struct timespec ts = {cancel_after_ms / 1000, (cancel_after_ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+  atomic_store(&cancel, true);
+  return NULL;
+}
+
 int main(int argc, char **argv) {
   struct sl_s3_opts opts = {0};
   int64_t fail_after = -1;
+  pthread_t canceller;
   int i = 1;
   for (; i + 1 < argc && !strncmp(argv[i], "--", 2); i += 2) {
     long long v = atoll(argv[i + 1]);
@@ -58,7 +73,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--backoff-ms")) opts.retry.base_backoff_ms = (int)v;
     else if (!strcmp(argv[i], "--fail-after")) fail_after = v;
     else if (!strcmp(argv[i], "--timeout-ms")) opts.timeout_ms = (int)v;
+    else if (!strcmp(argv[i], "--cancel-after-ms")) cancel_after_ms = (long)v;
     else return usage();
+  }
+  if (cancel_after_ms > 0) {
+    opts.cancel = &cancel;
+    if (pthread_create(&canceller, NULL, cancel_later, NULL) != 0) return 1;
+    pthread_detach(canceller);
   }
   if (opts.retry.max_tries || opts.retry.base_backoff_ms) {
     if (!opts.retry.max_tries) opts.retry.max_tries = 6;

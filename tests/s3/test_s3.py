@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 from s3_fixture import BUCKET, FaultProxy, S3rver, boto, run_tool, tool_env
 
@@ -220,6 +221,17 @@ def case_abort(tool, tmp, s3, **_):
                               check=False, opts=['--part-mib', '5', '--fail-after', str(7 * (1 << 20))])
         check(st == 1 and 'victim.tc' in err, 'a cut-off body fails: %s' % err)
         check(proxy.aborted == ['victim.tc', 'victim.tc'], 'aborted again: %r' % proxy.aborted)
+        check(not boto(proxy.url).list_multipart_uploads(Bucket=BUCKET).get('Uploads'), 'none open')
+        # cancelled while a part hangs (a stopping gateway): it ends within seconds, and
+        # the upload is still aborted
+        proxy.always = [(lambda m, t: m == 'PUT' and 'partNumber=2&' in t + '&', 'stall:60')]
+        t0 = time.monotonic()
+        st, _, err = run_tool(tool, proxy.url, 'put', url, 'victim.tc', os.path.join(tmp, 'v2'),
+                              check=False, opts=['--part-mib', '5', '--cancel-after-ms', '1000'])
+        took = time.monotonic() - t0
+        check(st == 1 and 'ECANCELED' in err and took < 10,
+              'a cancel stops the upload in %.1f s: %s' % (took, err.strip()))
+        check(proxy.aborted == ['victim.tc'] * 3, 'and aborts it: %r' % proxy.aborted)
         check(not boto(proxy.url).list_multipart_uploads(Bucket=BUCKET).get('Uploads'), 'none open')
     o = boto(s3.url).get_object(Bucket=BUCKET, Key='victim.tc')
     check(o['Body'].read() == v1 and o['Metadata'].get('sha256') == sha(v1),

@@ -294,6 +294,72 @@ static void test_timeout(void) {
   release_stalled();
 }
 
+/* Sets a flag after a delay, from another thread. */
+struct later_set {
+  atomic_bool *flag;
+  int ms;
+};
+
+static void *set_later(void *arg) {
+  struct later_set *l = arg;
+  struct timespec ts = {l->ms / 1000, (long)(l->ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+  atomic_store(l->flag, true);
+  return NULL;
+}
+
+/* A cancel flag set by another thread stops a try under way (a stalled
+ * answer), and a backoff between tries; one set before the call starts no
+ * try at all. */
+static void test_cancel(void) {
+  struct sl_http_resp resp = {.status = 7};
+  atomic_bool stop = false;
+  struct later_set l = {&stop, 300};
+  pthread_t t;
+
+  struct sl_http_req q = req_for("/stall", 3);
+  q.timeout_ms = 5000;
+  q.cancel = &stop;
+  reset_hits();
+  int64_t t0 = sl_time_mono_us();
+  CHECK_INT(pthread_create(&t, NULL, set_later, &l), 0);
+  CHECK_INT(sl_http_do(&q, &resp), -ECANCELED);
+  pthread_join(t, NULL);
+  int64_t ms = elapsed_ms(t0);
+  fprintf(stderr, "cancel: a stalled try stopped after %lld ms\n", (long long)ms);
+  CHECK(ms >= 290 && ms < 2500); /* curl asks at least once a second */
+  CHECK_INT(resp.status, 7);
+  CHECK_INT(hits(), 1);
+  release_stalled();
+
+  /* in the backoff before the second try */
+  atomic_store(&stop, false);
+  q = req_for("/flaky/5/503", 5);
+  q.retry.base_backoff_ms = q.retry.max_backoff_ms = 4000;
+  q.cancel = &stop;
+  reset_hits();
+  t0 = sl_time_mono_us();
+  CHECK_INT(pthread_create(&t, NULL, set_later, &l), 0);
+  CHECK_INT(sl_http_do(&q, &resp), -ECANCELED);
+  pthread_join(t, NULL);
+  ms = elapsed_ms(t0);
+  fprintf(stderr, "cancel: a backoff cut short after %lld ms\n", (long long)ms);
+  CHECK(ms < 1500);
+  CHECK_INT(hits(), 1);
+
+  /* set already: no try */
+  reset_hits();
+  q = req_for("/hello", 3);
+  q.cancel = &stop;
+  CHECK_INT(sl_http_do(&q, &resp), -ECANCELED);
+  CHECK_INT(hits(), 0);
+  /* a flag that stays down changes nothing */
+  atomic_store(&stop, false);
+  CHECK_INT(sl_http_do(&q, &resp), 0);
+  CHECK_INT(resp.status, 200);
+  sl_http_resp_done(&resp);
+}
+
 static void test_cap(void) {
   struct sl_http_resp resp = {0};
   struct sl_http_req q = req_for("/big", 3);
@@ -773,6 +839,7 @@ int main(void) {
   int64_t t0 = sl_time_mono_us();
   test_get_put();
   test_timeout();
+  test_cancel();
   test_cap();
   test_retry_503();
   test_retry_429();

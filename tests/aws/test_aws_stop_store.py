@@ -1,0 +1,154 @@
+#!/usr/bin/python3
+"""A gateway told to stop while it stores an uploaded data file in S3 stops
+at once, and stores the file at its next start.
+
+usage: test_aws_stop_store.py GATEWAY WORKER TRAIN KERNEL
+
+The gateway runs on the aws provider (tests/pylib/aws_env.py) and reaches S3
+through the fault proxy of tests/s3/s3_fixture.py, which holds every PUT of
+a data file (_data/) unanswered for two minutes while told to. A client
+uploads a 3 MiB file (protocols.md §1, data.have and data.put); once its
+last chunk is in and the gateway's PUT of the object is held, the gateway
+gets SIGTERM. Then:
+  - it exits with status 0 within 10 s (its S3 client would otherwise try
+    for minutes), saying in its log that the storing stopped with it;
+  - the received bytes stay in its state folder (uploads/alice-SHA.part);
+  - started again with S3 answering, the same data.have finds the bytes,
+    stores them without a byte sent again, and answers ready; the object is
+    in the bucket under _data/alice/SHA256 with its SHA-256.
+"""
+import hashlib
+import os
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
+sys.path.insert(0, os.path.join(HERE, "..", "s3"))
+from aws_env import AwsEnv, BUCKET, PREFIX  # noqa: E402
+from checks import check, require, failures, exit_status  # noqa: E402
+from gateway_client import GatewayClient  # noqa: E402
+from s3_fixture import FaultProxy  # noqa: E402
+
+GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
+TOKEN = "aws-stop-store-token-0123456789ab"
+SIZE, CHUNK = 3 << 20, 1 << 20
+HOLD_S = 120
+STOP_WITHIN_S = 10
+
+
+def log(*a):
+    print("[%6.1f]" % (time.monotonic() - T0), *a, flush=True)
+
+
+T0 = time.monotonic()
+
+
+class HoldDataPuts:
+    """A FaultProxy predicate: true for the PUTs of a data file while on is set."""
+
+    def __init__(self):
+        self.on = threading.Event()
+        self.on.set()
+        self.held = threading.Event()  # set as the first is held
+
+    def __call__(self, method, target):
+        if method != "PUT" or "/_data/" not in target.partition("?")[0] or not self.on.is_set():
+            return False
+        self.held.set()
+        return True
+
+
+def have(c, sha, until, timeout):
+    """data.have until its state is in until; the last reply."""
+    end = time.monotonic() + timeout
+    while True:
+        r = c.req("data.have", sha256=sha, size=SIZE)
+        if not r.get("ok") or r["state"] in until or time.monotonic() > end:
+            return r
+        time.sleep(0.1)
+
+
+def main():
+    root = tempfile.mkdtemp(prefix="spotlab-aws-stop-store-")
+    env = c = proxy = None
+    hold = HoldDataPuts()
+
+    def front(port):
+        nonlocal proxy
+        proxy = FaultProxy(port)
+        proxy.always.append((hold, "stall:%d" % HOLD_S))
+        return proxy.url
+
+    data = random.Random(7).randbytes(SIZE)
+    sha = hashlib.sha256(data).hexdigest()
+    try:
+        env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN}, s3_front=front)
+        env.gw.start()
+        # the worker bundle first (built and put in seconds): the stop then waits on no build
+        require(env.gw.wait_log("worker bundle published", 120), "the worker bundle is published")
+        c = GatewayClient(env.gw.listen, TOKEN)
+        r = have(c, sha, ("receiving",), 30)
+        require(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0,
+                "a new upload is asked for from its first byte", r)
+        for off in range(0, SIZE, CHUNK):
+            r = c.req("data.put", sha256=sha, size=SIZE, offset=off, frame=data[off:off + CHUNK])
+            require(r.get("ok"), "the chunk at %d is taken" % off, r)
+        check(r["state"] in ("checking", "publishing"),
+              "with the last chunk in, the file is being stored (%s)" % r["state"])
+        require(hold.held.wait(30), "the gateway's PUT of the file is held")
+        c.close()
+        c = None
+
+        t0 = time.monotonic()
+        code = env.gw.stop(timeout=60)
+        took = time.monotonic() - t0
+        log("gateway stopped in %.1f s, status %s" % (took, code))
+        check(code == 0 and took < STOP_WITHIN_S,
+              "the gateway stops within %d s while the file's PUT hangs (%.1f s, status %s)"
+              % (STOP_WITHIN_S, took, code))
+        gwlog = env.gw.logtext()
+        check("stopped with the gateway" in gwlog,
+              "its log says the storing stopped with it",
+              [ln for ln in gwlog.splitlines() if "_data/" in ln][-3:])
+        part = os.path.join(env.gw.state, "uploads", "alice-%s.part" % sha)
+        size = os.path.getsize(part) if os.path.exists(part) else None
+        check(size == SIZE, "the bytes received stay in %s (%s bytes)" % (part, size))
+
+        hold.on.clear()
+        puts_before = proxy.seen["put-object"]
+        env.gw.start()
+        c = GatewayClient(env.gw.listen, TOKEN)
+        r = have(c, sha, ("ready", "receiving"), 60)
+        check(r.get("ok") and r["state"] == "ready",
+              "started again, the same upload is stored and ready with no byte sent again (%s)"
+              % r)
+        body, meta = env.s3.get("%s/_data/alice/%s" % (PREFIX, sha))
+        check(hashlib.sha256(body).hexdigest() == sha and meta.get("sha256") == sha,
+              "the file is in the bucket as _data/alice/%.12s…, its SHA-256 with it" % sha)
+        check(proxy.seen["put-object"] > puts_before, "it was put after the restart")
+        check(not os.path.exists(part), "the part is gone once stored")
+    except Exception as e:  # a timeout or a broken expectation: a failure with context
+        check(False, "%s: %s" % (type(e).__name__, e))
+    finally:
+        if c:
+            c.close()
+        if failures and env and env.gw:
+            print("---- gateway log tail\n%s" % env.gw.logtail(6000))
+        if env:
+            env.close()
+        if proxy:
+            proxy.stop()
+        if failures or os.environ.get("SPOTLAB_AWS_KEEP"):
+            print("state kept in %s (bucket %s)" % (root, BUCKET))
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    return exit_status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
