@@ -272,13 +272,19 @@ static void on_notice(struct jk_display *d, const json_t *ev, int64_t t) {
   const char *inst = sl_json_get_str(ev, "instance", d->instance[0] ? d->instance : "the instance");
   int64_t deadline = sl_json_get_int(ev, "deadline_us", 0);
   long long in_s = -1;
+  if (!sl_json_get_bool(ev, "leaving", true)) { /* a preemption, if one comes, has its own */
+    timeline(d, t, "rebalance recommendation for %s: it may be reclaimed soon; checkpointing now, "
+             "training goes on", inst);
+    return;
+  }
   if (deadline > 0 && t > 0 && deadline >= t) {
     d->notice_us = t;
     d->notice_deadline_us = deadline;
     in_s = llround((double)(deadline - t) / SL_US_PER_S);
   }
   if (strcmp(action, "rebalance") == 0)
-    timeline(d, t, "rebalance recommendation for %s: it may be reclaimed soon", inst);
+    timeline(d, t, "rebalance recommendation for %s: it may be reclaimed soon; checkpointing now, "
+             "the job moves", inst);
   else if (strcmp(action, "sigterm") == 0)
     timeline(d, t, "%s is shutting down (SIGTERM); checkpointing now", inst);
   else if (in_s >= 0)

@@ -118,6 +118,8 @@ static const struct opt opts[] = {
    "a token check's limit; the kernel waits 2s for hello's answer"),
   ROW("worker", "metrics_per_s", T_INT, M(worker_metrics_per_s), "20", 1, 100000,
    "step metrics a worker sends per job per second (the newest step wins)"),
+  ROW("worker", "move_on_rebalance", T_BOOL, M(worker_move_on_rebalance), "no", 0, 0,
+   "at a spot instance's rebalance recommendation, move its jobs elsewhere (no: checkpoint them at once and go on until an interruption notice)"),
   ROW("user.*", "token_sha256", T_HEX64, U(token_sha256), NULL, 0, 0,
    "SHA-256 (lowercase hex) of the user's token"),
   ROW("user.*", "group", T_NAME, U(group), NULL, 0, 0, "the user's group"),

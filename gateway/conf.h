@@ -120,6 +120,7 @@ struct gw_config {
   int64_t hub_timeout_us;       /* a check's limit */
   /* [worker] (passed into each worker's config file) */
   int64_t worker_metrics_per_s;
+  bool worker_move_on_rebalance; /* a rebalance recommendation moves the job (else: a checkpoint) */
   /* [provider.NAME]: the enabled providers in file order. With no such
    * section, "local" alone, implicit. */
   struct gw_provider_cfg providers[GW_MAX_PROVIDERS_CFG];

@@ -34,6 +34,8 @@ struct gw_inst {
   bool launched;                /* the provider reported the launch done (or the worker registered) */
   bool registered;
   bool notice;                  /* a preemption notice was seen for this instance */
+  bool at_risk;                 /* a rebalance recommendation its jobs went on through: no
+                                 * new job is given to it */
   bool market_noted;            /* its market's taking it back is in the placement memory */
   int64_t last_seen_mono_us;
   int64_t idle_since_mono_us;

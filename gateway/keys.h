@@ -34,6 +34,8 @@ struct gw_worker_boot {
   struct gw_keypair keys;       /* the instance's own CURVE pair */
   const char *train;            /* spotlab-train program ("" : the worker's own lookup) */
   int64_t metrics_per_s;        /* 0: the worker's default */
+  bool move_on_rebalance;       /* a rebalance recommendation stops the jobs (the worker's
+                                 * default: they checkpoint and go on) */
   /* The worker bundle (docs/aws.md, Bootstrap), for providers that set
    * needs_bundle: a presigned GET of the tar.gz and its SHA-256. NULL
    * otherwise. */

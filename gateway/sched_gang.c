@@ -94,7 +94,8 @@ static size_t idle_insts(struct gw_sched *s, const struct gw_inst **idle) {
   size_t n = 0;
   for (size_t i = 0; i < gw_fleet_n_insts(s->fleet) && n < GW_MAX_INSTANCES; i++) {
     struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
-    if (in->registered && in->prov && !in->row.job && !in->notice && !strcmp(in->row.state, "idle"))
+    if (in->registered && in->prov && !in->row.job && !in->notice && !in->at_risk &&
+        !strcmp(in->row.state, "idle"))
       idle[n++] = in;
   }
   return n;

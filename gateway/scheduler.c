@@ -335,8 +335,8 @@ static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
     return gw_sched_place_gang(s, j, &w, no_capacity);
   for (size_t i = 0; i < gw_fleet_n_insts(s->fleet); i++) {
     struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
-    /* an instance with a notice is about to go: never given a job */
-    if (in->registered && !in->row.job && !in->notice && !strcmp(in->row.state, "idle") &&
+    /* an instance with a notice is about to go, one at risk may: never given a job */
+    if (in->registered && !in->row.job && !in->notice && !in->at_risk && !strcmp(in->row.state, "idle") &&
         gw_place_fits(&w, in)) {
       gw_queue_take(s->queue, j->id);
       gw_sched_write_placement(j, in);

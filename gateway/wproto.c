@@ -495,17 +495,25 @@ static void on_checkpoint(struct gw_wproto *g, struct gw_inst *in, const json_t 
   record_checkpoint(g, j, body);
 }
 
+/* A notice its jobs leave for (leaving, the default), or a rebalance
+ * recommendation they checkpoint for and go on through: the instance is
+ * then only at risk, and a later notice is shown too. */
 static void on_notice(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   const char *action = sl_json_get_str(body, "action", "terminate");
-  bool first = !in->notice;
-  in->notice = true;
+  bool leaving = sl_json_get_bool(body, "leaving", true);
+  bool first = !in->notice && (leaving || !in->at_risk);
+  if (leaving)
+    in->notice = true;
+  else
+    in->at_risk = true;
   if (gw_sched_market_action(action))
     gw_sched_note_preempted(g->sched, in); /* the worker may hear of it before the provider */
   struct gw_job *j = in->row.job ? gw_fleet_job(g->fleet, in->row.job) : NULL;
   if (!j || !first)
     return;
-  json_t *ev = json_pack("{s:s,s:s,s:I,s:s}", "event", "notice", "action", action, "deadline_us",
-                         (json_int_t)sl_json_get_int(body, "deadline_us", 0), "instance", in->row.id);
+  json_t *ev = json_pack("{s:s,s:s,s:I,s:s,s:b}", "event", "notice", "action", action, "deadline_us",
+                         (json_int_t)sl_json_get_int(body, "deadline_us", 0), "instance", in->row.id,
+                         "leaving", leaving);
   gw_sched_emit(g->sched, j, ev);
   json_decref(ev);
 }

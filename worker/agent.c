@@ -171,7 +171,9 @@ static void send_heartbeat(struct wk_agent *a, int64_t now) {
 }
 
 static void read_link(struct wk_agent *a, int64_t now);
-static void report_notice(struct wk_agent *a, const struct wk_notice *n);
+static bool notice_leaves(const struct wk_agent *a, const struct wk_notice *n);
+static void report_notice(struct wk_agent *a, const struct wk_notice *n, bool leaving);
+static void act_on_notice(struct wk_agent *a, const struct wk_notice *n);
 
 /* While a store call holds the loop (a slow upload, S3's tries), the socket
  * is not read: what the gateway sends waits for the call's end. The gateway
@@ -196,7 +198,7 @@ static void pump(void *ctx) {
   /* a notice is reported now and applied once the call is over: the jobs'
    * part may make store calls of its own */
   if (a->watcher && !a->notice_held && wk_notice_watcher_take(a->watcher, &a->held_notice) == 1) {
-    report_notice(a, &a->held_notice);
+    report_notice(a, &a->held_notice, notice_leaves(a, &a->held_notice));
     a->notice_held = true;
   }
 }
@@ -392,13 +394,14 @@ static void read_link(struct wk_agent *a, int64_t now) {
 /* ---- notices and signals ---- */
 
 /* The gateway hears of a notice at once: it may start the job's next
- * instance meanwhile. */
-static void report_notice(struct wk_agent *a, const struct wk_notice *n) {
+ * instance meanwhile. leaving: whether the jobs stop for it. */
+static void report_notice(struct wk_agent *a, const struct wk_notice *n, bool leaving) {
   int64_t real = sl_time_real_us();
-  sl_info("worker.notice", "notice %s: deadline in %lld ms", n->action,
-          (long long)((n->deadline_us - real) / 1000));
-  json_t *m = json_pack("{s:s, s:s, s:s, s:I}", "type", "notice", "instance", a->cfg->instance, "action",
-                        n->action, "deadline_us", (json_int_t)n->deadline_us);
+  sl_info("worker.notice", "notice %s: deadline in %lld ms%s", n->action,
+          (long long)((n->deadline_us - real) / 1000), leaving ? "" : "; checkpointing, going on");
+  json_t *m = json_pack("{s:s, s:s, s:s, s:I, s:b}", "type", "notice", "instance", a->cfg->instance,
+                        "action", n->action, "deadline_us", (json_int_t)n->deadline_us, "leaving",
+                        leaving);
   agent_send(a, m, true);
 }
 
@@ -416,9 +419,26 @@ static void apply_notice(struct wk_agent *a, const struct wk_notice *n) {
   for (size_t i = 0; i < a->njobs; i++) wk_job_notice(a->jobs[i], deadline, orphan);
 }
 
+/* A rebalance recommendation says the instance is at higher risk, not that
+ * it goes: unless told to move, the jobs checkpoint now and go on, and the
+ * interruption notice, if one comes, finds little work to lose. */
+static bool notice_leaves(const struct wk_agent *a, const struct wk_notice *n) {
+  return strcmp(n->action, "rebalance") || a->cfg->move_on_rebalance;
+}
+
+/* The jobs' part of a notice reported: leave by its deadline, or checkpoint. */
+static void act_on_notice(struct wk_agent *a, const struct wk_notice *n) {
+  if (notice_leaves(a, n)) {
+    apply_notice(a, n);
+    return;
+  }
+  for (size_t i = 0; i < a->njobs; i++)
+    wk_job_checkpoint_now(a->jobs[i]);
+}
+
 static void on_notice(struct wk_agent *a, const struct wk_notice *n) {
-  report_notice(a, n);
-  apply_notice(a, n);
+  report_notice(a, n, notice_leaves(a, n));
+  act_on_notice(a, n);
 }
 
 static void read_signals(struct wk_agent *a, int fd) {
@@ -559,7 +579,7 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
   for (;;) {
     if (a->notice_held) { /* taken while a store call held the loop */
       a->notice_held = false;
-      apply_notice(a, &a->held_notice);
+      act_on_notice(a, &a->held_notice);
     }
     size_t n = build_poll(a, signal_fd, items, slots);
     int r = zmq_poll(items, (int)n, (long)poll_timeout_ms(a, sl_time_mono_us()));

@@ -71,6 +71,8 @@ static const struct sl_opt fields[] = {
    "deadline given to a SIGTERM notice"),
   ROW("kill_grace_ms", F_INT, S_(kill_grace_ms), false, "10000", 10, 600000, "SIGTERM to SIGKILL on cancel"),
   ROW("run_sync_ms", F_INT, S_(run_sync_ms), false, "10000", 10, 3600000, "%%run folder upload period"),
+  ROW("move_on_rebalance", F_BOOL, S_(move_on_rebalance), false, NULL, 0, 0,
+   "a rebalance recommendation stops the jobs as a notice does (false: they checkpoint and go on)"),
   ROW("orphan_timeout_ms", F_INT, S_(orphan_timeout_ms), false, "0", 0, 7 * 86400000LL,
    "no word from the gateway this long: checkpoint every job and exit (0: never)"),
 };

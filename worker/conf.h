@@ -35,6 +35,7 @@ struct wk_config {
   int64_t sigterm_notice_ms;   /* deadline given to a SIGTERM notice */
   int64_t kill_grace_ms;       /* SIGTERM → SIGKILL on cancel */
   int64_t run_sync_ms;         /* %%run checkpoint folder upload period */
+  bool move_on_rebalance;      /* a rebalance recommendation stops the jobs as a notice does */
   int64_t orphan_timeout_ms;   /* no word from the gateway this long: checkpoint and exit (0: never) */
   bool insecure_mode;          /* the file was readable by group or others */
 };

@@ -599,17 +599,61 @@ static void test_worker_notice(void) {
   fx_free(f);
 }
 
-/* A rebalance hint is a notice, not the market taking the instance back. */
+/* A rebalance hint its worker went on through (leaving false, the default):
+ * shown, the instance only at risk, not the market taking it back; the
+ * interruption notice that may follow is shown too; and an instance at risk
+ * is given no new job. */
+static void rebalance(struct fx *f, const char *inst, bool leaving) {
+  fx_workerf(f, inst, "{s:s,s:s,s:s,s:I,s:b}", "type", "notice", "instance", inst, "action", "rebalance",
+             "deadline_us", (json_int_t)(sl_time_real_us() + 120 * SL_US_PER_S), "leaving", leaving);
+}
+
 static void test_worker_rebalance(void) {
   int64_t id;
   struct fx *f = one_running(&id);
   CHECK(f != NULL);
   if (!f)
     return;
-  fx_workerf(f, "f-1", "{s:s,s:s,s:s,s:I}", "type", "notice", "instance", "f-1", "action", "rebalance",
-             "deadline_us", (json_int_t)(sl_time_real_us() + 120 * SL_US_PER_S));
-  CHECK(fx_job_event(f, id, "notice") != NULL);
+  rebalance(f, "f-1", false);
+  const json_t *n = fx_job_event(f, id, "notice");
+  CHECK(n != NULL);
+  CHECK_STR(sl_json_get_str(n, "action", ""), "rebalance");
+  CHECK(json_is_false(json_object_get(n, "leaving")));
+  CHECK(fx_inst(f, "f-1")->at_risk && !fx_inst(f, "f-1")->notice);
   CHECK_INT(market_failures(f, NULL), 0);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_RUNNING);
+  rebalance(f, "f-1", false); /* said again: one event */
+  CHECK_INT(fx_job_events(f, id, "notice"), 1);
+  fx_wnotice(f, "f-1"); /* then the market's notice: shown as well */
+  CHECK_INT(fx_job_events(f, id, "notice"), 2);
+  CHECK(fx_inst(f, "f-1")->notice);
+  CHECK_INT(market_failures(f, NULL), 1);
+  fx_free(f);
+
+  /* a worker told to move on it (move_on_rebalance): a notice like any other */
+  f = one_running(&id);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  rebalance(f, "f-1", true);
+  n = fx_job_event(f, id, "notice");
+  CHECK(n && json_is_true(json_object_get(n, "leaving")));
+  CHECK(fx_inst(f, "f-1")->notice);
+  CHECK_INT(market_failures(f, NULL), 0);
+  fx_free(f);
+
+  /* an idle instance at risk is not given the next job */
+  f = one_running(&id);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  rebalance(f, "f-1", false);
+  fx_done(f, "f-1", id, "succeeded", 0);
+  CHECK_STR(fx_inst(f, "f-1")->row.state, "idle");
+  int64_t next = fx_submit(f, "alice", "nb", "train", NULL);
+  fx_settle(f);
+  const struct gw_job *j = fx_job(f, next);
+  CHECK(j && strcmp(j->instance, "f-1"));
   fx_free(f);
 }
 

@@ -459,6 +459,9 @@ def case_sigterm(tmp, worker_exe, train_exe):
 
 
 def case_rebalance(tmp, worker_exe, train_exe):
+    """A rebalance recommendation: the job checkpoints at once and goes on (the
+    instance may well not be reclaimed); the interruption notice after it stops
+    the job as any notice does, and is reported too."""
     data = text_file(tmp)
     meta = Metadata()
     gw, w = start(tmp, worker_exe, train_exe, meta)
@@ -467,7 +470,44 @@ def case_rebalance(tmp, worker_exe, train_exe):
         gw.recv(lambda m: of("J000012", "metric")(m) and m["data"].get("step", 0) >= 3, 20, "step 3")
         meta.rebalance = {"noticeTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         n = gw.recv(lambda m: m["type"] == "notice", 10, "notice")
-        assert n["action"] == "rebalance" and n["deadline_us"] > time.time() * 1e6, n
+        assert n["action"] == "rebalance" and n["leaving"] is False, n
+        ck = gw.recv(of("J000012", "checkpoint", "done"), 20, "the checkpoint it asks for")
+        assert ck["type"] == "checkpoint", ck
+        # training goes on past it
+        gw.recv(lambda m: of("J000012", "metric", "done")(m) and (
+            m["type"] == "done" or m["data"].get("step", 0) >= ck["step"] + 5), 20,
+            "steps after the checkpoint")
+        assert w.proc.poll() is None, "the worker went on"
+        deadline = meta.post_notice(20.0)
+        msgs = []
+        notice = None
+        while not msgs or msgs[-1]["type"] != "done":
+            m = gw.recv(lambda m: m["type"] in ("notice", "metric", "checkpoint", "done"), 20, "notice flow")
+            msgs.append(m)
+            if m["type"] == "notice":
+                notice = m
+        assert notice and notice["action"] == "terminate" and notice["leaving"] is True, notice
+        cks = [m for m in msgs if m["type"] == "checkpoint"]
+        assert msgs[-1]["status"] == "preempted" and cks and msgs[-1]["step"] == cks[-1]["step"] > ck["step"], \
+            (msgs[-1], cks[-1:], ck)
+        assert w.wait(max(0.1, deadline - time.time())) == 0
+    finally:
+        w.kill()
+        gw.close()
+        meta.close()
+
+
+def case_rebalance_move(tmp, worker_exe, train_exe):
+    """With move_on_rebalance, a recommendation is a notice: checkpoint, stop, exit."""
+    data = text_file(tmp)
+    meta = Metadata()
+    gw, w = start(tmp, worker_exe, train_exe, meta, extra={"move_on_rebalance": True})
+    try:
+        gw.send(train_assign("J000012", data, 10_000_000, checkpoint_every=0))
+        gw.recv(lambda m: of("J000012", "metric")(m) and m["data"].get("step", 0) >= 3, 20, "step 3")
+        meta.rebalance = {"noticeTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        n = gw.recv(lambda m: m["type"] == "notice", 10, "notice")
+        assert n["action"] == "rebalance" and n["leaving"] is True and n["deadline_us"] > time.time() * 1e6, n
         msgs = run_until_done(gw, "J000012", 20)
         cks = [m for m in msgs if m["type"] == "checkpoint"]
         assert msgs[-1]["status"] == "preempted" and cks and msgs[-1]["step"] == cks[-1]["step"], msgs[-2:]
