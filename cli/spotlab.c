@@ -37,7 +37,8 @@ static const struct {
   {"rerun", "JOB [--force]", "the same run again (--force: even if the data file changed)"},
   {"cancel", "JOB", "cancel a job"},
   {"cost", "[--json]", "spend so far and savings against on-demand"},
-  {"sessions", "[rm NAME] [--json]", "notebook sessions that hold names, models or jobs; rm: delete one"},
+  {"sessions", "[rm NAME] [--user USER] [--json]",
+   "notebook sessions that hold names, models or jobs; rm: delete one; --user: another user's (admins)"},
   {"instances", "[--json]", "running instances"},
   {"budget", "[set gateway|group NAME|user NAME USD] [--json]", "monthly budgets; set: raise one live (admin)"},
   {"inject", "preempt|kill INSTANCE [--notice 120s]", "trigger a preemption"},
@@ -57,6 +58,7 @@ struct opts {
   const char *pos[4]; /* budget set group NAME USD */
   int n_pos;
   const char *notice;
+  const char *user;   /* sessions --user */
 };
 
 /* 0, or 2 after a usage message. */
@@ -70,6 +72,8 @@ static int parse(int argc, char **argv, struct opts *o) {
       o->follow = true;
     else if (strcmp(argv[i], "--notice") == 0 && i + 1 < argc)
       o->notice = argv[++i];
+    else if (strcmp(argv[i], "--user") == 0 && i + 1 < argc && !strcmp(argv[1], "sessions"))
+      o->user = argv[++i];
     else if (strncmp(argv[i], "--notice=", 9) == 0)
       o->notice = argv[i] + 9;
     else if (strcmp(argv[i], "--notice") == 0) {
@@ -354,14 +358,17 @@ static int cancel(struct cli_conn *conn, const struct opts *o) {
 /* sessions, or sessions rm NAME: the session's names and models deleted,
  * and its jobs' checkpoints removed from the store. */
 static int sessions(struct cli_conn *conn, const struct opts *o) {
-  if (!o->n_pos)
-    return simple(conn, "sessions", json_pack("{s:s}", "type", "sessions"), o->json, "sessions", format_sessions);
-  if (strcmp(o->pos[0], "rm") || o->n_pos != 2) {
-    fprintf(stderr, "usage: spotlab sessions [rm NAME] [--json]\n");
+  if (o->n_pos && (strcmp(o->pos[0], "rm") || o->n_pos != 2)) {
+    fprintf(stderr, "usage: spotlab sessions [rm NAME] [--user USER] [--json]\n");
     return 2;
   }
-  return simple(conn, "sessions rm", json_pack("{s:s, s:s}", "type", "session.delete", "session", o->pos[1]),
-                o->json, NULL, jk_format_session_deleted);
+  json_t *req = o->n_pos ? json_pack("{s:s, s:s}", "type", "session.delete", "session", o->pos[1])
+                         : json_pack("{s:s}", "type", "sessions");
+  if (req && o->user)
+    json_object_set_new(req, "user", json_string(o->user));
+  if (!o->n_pos)
+    return simple(conn, "sessions", req, o->json, "sessions", format_sessions);
+  return simple(conn, "sessions rm", req, o->json, NULL, jk_format_session_deleted);
 }
 
 static int budget(struct cli_conn *conn, const struct opts *o) {

@@ -125,10 +125,39 @@ static void on_session_set(struct gw_kreq *q) {
   gw_kproto_reply(q, NULL);
 }
 
-/* The user's sessions that hold anything, the most recently active first. */
+/* Whose sessions a request is about: the client's own, or for an admin
+ * the "user" it names (a departed user's, say). NULL after a failure
+ * reply: another user named by a client who is no admin. */
+static const char *sessions_user(struct gw_kreq *q, const char *what) {
+  const json_t *named = json_object_get(q->body, "user");
+  const char *user = sl_json_get_whole_str(q->body, "user", NULL);
+  if (named && !user) {
+    gw_kproto_fail(q, SL_ETYPE, "\"user\" must name a user");
+    return NULL;
+  }
+  if (!user || !strcmp(user, q->c->who.user))
+    return q->c->who.user;
+  if (!q->c->who.admin) {
+    char msg[120];
+    snprintf(msg, sizeof msg, "only an admin may %s another user's sessions", what);
+    gw_kproto_fail(q, -EPERM, msg);
+    return NULL;
+  }
+  if (!*user || strlen(user) >= sizeof q->c->who.user) {
+    gw_kproto_fail(q, SL_ETYPE, "\"user\" must name a user");
+    return NULL;
+  }
+  return user;
+}
+
+/* The user's sessions that hold anything, the most recently active first
+ * (an admin: any user's). */
 static void on_sessions(struct gw_kreq *q) {
+  const char *user = sessions_user(q, "list");
+  if (!user)
+    return;
   json_t *list = NULL;
-  int r = gw_store_sessions_list(q->g->env.store, q->c->who.user, 500, &list);
+  int r = gw_store_sessions_list(q->g->env.store, user, 500, &list);
   if (r < 0)
     return gw_kproto_fail(q, r, "cannot read the sessions");
   gw_kproto_reply(q, json_pack("{s:o}", "sessions", list));
@@ -191,9 +220,14 @@ static void on_session_move(struct gw_kreq *q) {
  * jobs (checkpoints, a run's files) no other session's model names. Its
  * jobs must all have ended; they stay, for costs and run records, as
  * "NAME (deleted TIME)". A notebook still open on it starts it anew with
- * its next cell's names. */
+ * its next cell's names. An admin may delete another user's ("user"). */
 static void on_session_delete(struct gw_kreq *q) {
-  const char *user = q->c->who.user;
+  const char *user = sessions_user(q, "delete");
+  if (!user)
+    return;
+  char user_copy[sizeof q->c->who.user];
+  snprintf(user_copy, sizeof user_copy, "%s", user);
+  user = user_copy;
   const char *name = sl_json_get_whole_str(q->body, "session", NULL);
   if (!name || !*name)
     return gw_kproto_fail(q, SL_ETYPE, "session.delete needs \"session\"");
@@ -241,8 +275,12 @@ static void on_session_delete(struct gw_kreq *q) {
     sl_warn(T, "%s: the store objects of session \"%.80s\"'s %zu jobs are left: %s", user, copy, n,
             sl_strerror(pr));
   free(jobs);
-  sl_info(T, "%s: session \"%.80s\" deleted; its %zu jobs' store objects %s", user, copy, n,
-          pr < 0 ? "left" : "are being removed");
+  if (strcmp(user, q->c->who.user))
+    sl_info(T, "%s: session \"%.80s\" deleted by the admin %s; its %zu jobs' store objects %s", user, copy,
+            q->c->who.user, n, pr < 0 ? "left" : "are being removed");
+  else
+    sl_info(T, "%s: session \"%.80s\" deleted; its %zu jobs' store objects %s", user, copy, n,
+            pr < 0 ? "left" : "are being removed");
   gw_kproto_reply(q, json_pack("{s:s, s:s, s:I}", "deleted", copy, "jobs_kept_as", aside, "jobs_purged",
                                (json_int_t)n));
 }

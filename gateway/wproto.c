@@ -511,6 +511,14 @@ static void on_notice(struct gw_wproto *g, struct gw_inst *in, const json_t *bod
   struct gw_job *j = in->row.job ? gw_fleet_job(g->fleet, in->row.job) : NULL;
   if (!j || !first)
     return;
+  struct gw_inst *lead = leaving ? NULL : gw_fleet_inst(g->fleet, j->instance);
+  if (lead && lead != in && lead->row.job == j->id) {
+    /* a gang's rank above 0 takes no command: its rank 0 asks, and every rank checkpoints */
+    char id[16];
+    json_t *m = json_pack("{s:s,s:s}", "type", "checkpoint_now", "job", gw_job_id_str(j->id, id, sizeof id));
+    gw_fleet_send(g->fleet, lead, m);
+    json_decref(m);
+  }
   json_t *ev = json_pack("{s:s,s:s,s:I,s:s,s:b}", "event", "notice", "action", action, "deadline_us",
                          (json_int_t)sl_json_get_int(body, "deadline_us", 0), "instance", in->row.id,
                          "leaving", leaving);

@@ -325,6 +325,36 @@ static void test_notice(void) {
   fx_free(f);
 }
 
+/* A rebalance recommendation on rank 1, which its worker goes on through:
+ * rank 1 takes no command, so rank 0 is asked for the checkpoint (every
+ * rank takes it); the job runs on. One on rank 0: its own worker asks. */
+static void test_rebalance(void) {
+  struct fx *f = fx_new(NULL);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  char ids[GW_GANG_MAX][GW_INSTANCE_ID_MAX], jid[16];
+  int64_t job = run_gang(f, 2, ids, NULL);
+  fx_jid(job, jid);
+  fx_captures_clear(f);
+  fx_workerf(f, ids[1], "{s:s,s:s,s:s,s:I,s:b}", "type", "notice", "instance", ids[1], "action", "rebalance",
+             "deadline_us", (json_int_t)(sl_time_real_us() + 120 * SL_US_PER_S), "leaving", 0);
+  fx_settle(f);
+  const json_t *c = fx_to_worker_last(f, ids[0], "checkpoint_now");
+  CHECK(c && !strcmp(sl_json_get_str(c, "job", ""), jid));
+  CHECK(fx_to_worker_last(f, ids[1], "checkpoint_now") == NULL);
+  CHECK(fx_to_worker_last(f, ids[0], "cancel") == NULL);
+  CHECK_INT(fx_job_events(f, job, "notice"), 1);
+  CHECK_INT(fx_job_state(f, job), GW_JOB_RUNNING);
+  fx_captures_clear(f);
+  fx_workerf(f, ids[0], "{s:s,s:s,s:s,s:I,s:b}", "type", "notice", "instance", ids[0], "action", "rebalance",
+             "deadline_us", (json_int_t)(sl_time_real_us() + 120 * SL_US_PER_S), "leaving", 0);
+  fx_settle(f);
+  CHECK(fx_to_worker_last(f, ids[0], "checkpoint_now") == NULL);
+  CHECK_INT(fx_job_state(f, job), GW_JOB_RUNNING);
+  fx_free(f);
+}
+
 /* No notice: rank 1's instance is gone. Rank 0 is stopped at once (its
  * process waits on a peer that is no more) and the job resumes from the
  * newest checkpoint, on two instances again. */
@@ -618,6 +648,7 @@ int main(void) {
   test_all_or_none();
   test_other_market();
   test_notice();
+  test_rebalance();
   test_lost();
   test_fail_and_cancel();
   test_old_worker();

@@ -787,6 +787,39 @@ def case_session_delete(gw):
     cli = subprocess.run([os.environ["SPOTLAB_TEST_CLI"], "sessions", "rm"], env=cli_env(gw),
                          capture_output=True, text=True, timeout=30)
     check(cli.returncode == 2 and "usage" in cli.stderr, "without a name: %r" % cli.stderr)
+    # another user's sessions: an admin's (carol) to list and delete, nobody else's
+    b = Client(gw.listen, "bob", session="other.ipynb")
+    for req in (dict(type_="sessions", user="alice"),
+                dict(type_="session.delete", user="alice", session="keep.ipynb")):
+        r = b.req(**req)
+        check(not r["ok"] and r["error"]["code"] == "EPERM" and "only an admin" in r["error"]["message"],
+              "bob may not %s alice's sessions: %s" % (req["type_"], r))
+    c = Client(gw.listen, "carol", session="admin.ipynb")
+    listed = [e["name"] for e in c.req("sessions", user="bob")["sessions"]]
+    check(listed == ["del.ipynb"], "an admin lists bob's sessions: %s" % listed)
+    r = c.req("session.delete", user="bob", session="del.ipynb")
+    check(r["ok"] and r["deleted"] == "del.ipynb", "an admin deletes bob's session: %s" % r)
+    b2 = Client(gw.listen, "bob", session="del.ipynb")
+    check(not b2.req("session.get")["vars"], "bob's session holds nothing then")
+    b2.close()
+    check(not c.req("sessions", user="bob")["sessions"], "and bob has none left")
+    for bad, code in (({"user": ""}, "SL_ETYPE"), ({"user": 5}, "SL_ETYPE")):
+        r = c.req("sessions", **bad)
+        check(not r["ok"] and r["error"]["code"] == code, "sessions %s: %s" % (bad, r))
+    require(b.req("session.set", vars={"y": {"t": "num", "v": 2}})["ok"], "bob's other session")
+    cli = subprocess.run([os.environ["SPOTLAB_TEST_CLI"], "sessions", "--user", "bob", "--json"],
+                         env=cli_env(gw, "carol"), capture_output=True, text=True, timeout=30)
+    check(cli.returncode == 0 and [e["name"] for e in json.loads(cli.stdout)] == ["other.ipynb"],
+          "spotlab sessions --user bob: %r %r" % (cli.stdout, cli.stderr))
+    cli = subprocess.run([os.environ["SPOTLAB_TEST_CLI"], "sessions", "rm", "other.ipynb", "--user", "bob"],
+                         env=cli_env(gw, "carol"), capture_output=True, text=True, timeout=30)
+    check(cli.returncode == 0 and 'session "other.ipynb" deleted' in cli.stdout,
+          "spotlab sessions rm NAME --user bob: %r %r" % (cli.stdout, cli.stderr))
+    cli = subprocess.run([os.environ["SPOTLAB_TEST_CLI"], "sessions", "--user", "carol"],
+                         env=cli_env(gw, "bob"), capture_output=True, text=True, timeout=30)
+    check(cli.returncode == 1 and "only an admin" in cli.stderr, "bob's --user refused: %r" % cli.stderr)
+    b.close()
+    c.close()
     # a gateway stopped before its purge was done goes on with it at its next start
     gw.stop()
     left = os.path.join(gw.state, "store", "J000777")
@@ -1021,7 +1054,8 @@ CASES = {"auth": case_auth, "isolation": case_isolation,
 def main():
     slots = 1 if CASE == "fairness" else 3 if CASE == "idle" else 2
     gw = Gateway(slots=slots, extra_ini=IDLE_INI if CASE == "idle" else "",
-                 user_options=IDLE_USERS if CASE == "idle" else None)
+                 user_options=IDLE_USERS if CASE == "idle"
+                 else {"carol": "admin = yes\n"} if CASE == "session-delete" else None)
     return run_case(CASES[CASE], gw, cleanup=lambda failed: gateway_cleanup(gw, failed))
 
 

@@ -497,38 +497,36 @@ static void test_timeline_preempted_with_notice(void) {
   jk_display_free(d);
 }
 
-/* A rebalance recommendation the job went on through, then a preemption
- * without notice: the recommendation's deadline is no notice's. */
-static void test_timeline_rebalance(void) {
+/* The timeline of a rebalance recommendation (leaving: one the job left
+ * for), then a preemption (notice: with one). Owned. */
+static char *rebalance_timeline(bool leaving, bool notice) {
   struct jk_display *d = jk_display_new("J000007", "train");
   long long t0 = 1795322894000000LL;
   json_t *e = ev("J000007", 1, t0, "notice");
   json_object_update_new(e, json_pack("{s:s, s:s, s:I, s:b}", "action", "rebalance", "instance", "i-1",
-                                      "deadline_us", (json_int_t)(t0 + 120000000LL), "leaving", 0));
+                                      "deadline_us", (json_int_t)(t0 + 120000000LL), "leaving", leaving));
   feed(d, e);
   e = ev("J000007", 2, t0 + 5000000LL, "preempted");
-  json_object_update_new(e, json_pack("{s:i, s:b}", "step", 10, "notice", 0));
+  json_object_update_new(e, json_pack("{s:i, s:b}", "step", 10, "notice", notice));
   feed(d, e);
   char *tl = timeline_text(d);
+  jk_display_free(d);
+  return tl;
+}
+
+/* A rebalance recommendation the job went on through, then a preemption
+ * without notice: the recommendation's deadline is no notice's. And one
+ * its worker left for. */
+static void test_timeline_rebalance(void) {
+  char *tl = rebalance_timeline(false, false);
   CHECK(strstr(tl, "rebalance recommendation for i-1: it may be reclaimed soon; checkpointing now, "
                    "training goes on\n") != NULL);
   CHECK(strstr(tl, "preempted at step 10 (no notice)") != NULL);
   free(tl);
-  jk_display_free(d);
-  /* one its worker left for */
-  d = jk_display_new("J000007", "train");
-  e = ev("J000007", 1, t0, "notice");
-  json_object_update_new(e, json_pack("{s:s, s:s, s:I, s:b}", "action", "rebalance", "instance", "i-1",
-                                      "deadline_us", (json_int_t)(t0 + 120000000LL), "leaving", 1));
-  feed(d, e);
-  e = ev("J000007", 2, t0 + 5000000LL, "preempted");
-  json_object_update_new(e, json_pack("{s:i, s:b}", "step", 10, "notice", 1));
-  feed(d, e);
-  tl = timeline_text(d);
+  tl = rebalance_timeline(true, true);
   CHECK(strstr(tl, "checkpointing now, the job moves\n") != NULL);
   CHECK(strstr(tl, "preempted at step 10 (notice 120 s)") != NULL);
   free(tl);
-  jk_display_free(d);
 }
 
 static void test_timeline_killed(void) {
