@@ -41,7 +41,8 @@ static const struct {
    "notebook sessions that hold names, models or jobs; rm: delete one; --user: another user's (admins)"},
   {"instances", "[--json]", "running instances"},
   {"budget", "[set gateway|group NAME|user NAME USD] [--json]", "monthly budgets; set: raise one live (admin)"},
-  {"inject", "preempt|kill INSTANCE [--notice 120s]", "trigger a preemption"},
+  {"inject", "preempt|kill|rebalance INSTANCE [--notice 120s]",
+   "trigger a preemption, or a rebalance recommendation (simulated market)"},
   {"gateway", "stop [--force] | status [--json]", "stop this user's gateway and its idle workers now"},
   {"version", "", "print the version"},
 };
@@ -316,8 +317,9 @@ static int rerun(struct cli_conn *conn, const struct opts *o) {
 /* ---- the rest ----------------------------------------------------------- */
 
 static int inject(struct cli_conn *conn, const struct opts *o) {
-  if (o->n_pos != 2 || (strcmp(o->pos[0], "preempt") != 0 && strcmp(o->pos[0], "kill") != 0)) {
-    fprintf(stderr, "usage: spotlab inject preempt|kill INSTANCE [--notice 120s]\n");
+  if (o->n_pos != 2 || (strcmp(o->pos[0], "preempt") != 0 && strcmp(o->pos[0], "kill") != 0 &&
+                        strcmp(o->pos[0], "rebalance") != 0)) {
+    fprintf(stderr, "usage: spotlab inject preempt|kill|rebalance INSTANCE [--notice 120s]\n");
     return 2;
   }
   int64_t notice_us = 120 * SL_US_PER_S;

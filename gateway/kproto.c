@@ -539,14 +539,19 @@ static void on_inject(struct gw_kreq *q) {
   const char *action = sl_json_get_str(q->body, "action", "");
   const char *id = sl_json_get_str(q->body, "instance", "");
   struct gw_inst *in = gw_fleet_inst(q->g->env.fleet, id);
-  if (strcmp(action, "preempt") && strcmp(action, "kill"))
-    return gw_kproto_fail(q, SL_ENAME, "action must be preempt or kill");
+  bool rebalance = !strcmp(action, "rebalance");
+  if (strcmp(action, "preempt") && strcmp(action, "kill") && !rebalance)
+    return gw_kproto_fail(q, SL_ENAME, "action must be preempt, kill or rebalance");
   if (!in || !gw_access_sees(&q->c->who, in->row.user))
     return gw_kproto_fail(q, SL_ENAME, "no such instance");
   double notice = sl_json_get_num(q->body, "notice_s", !strcmp(action, "kill") ? 0 : 120);
-  int r = gw_sched_inject(q->g->env.sched, in, !strcmp(action, "kill"), notice);
+  int r = rebalance ? gw_sched_inject_rebalance(q->g->env.sched, in)
+                    : gw_sched_inject(q->g->env.sched, in, !strcmp(action, "kill"), notice);
   if (r == SL_ENOTSUP)
-    return gw_kproto_fail(q, r, "the provider cannot inject preemptions");
+    return gw_kproto_fail(q, r, rebalance ? "the provider cannot inject rebalance recommendations"
+                                          : "the provider cannot inject preemptions");
+  if (r == SL_ESTATE)
+    return gw_kproto_fail(q, r, "the instance is going already");
   if (r < 0)
     return gw_kproto_fail(q, r, NULL);
   gw_kproto_reply(q, NULL);

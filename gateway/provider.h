@@ -118,6 +118,9 @@ struct gw_provider_ops {
   /* Test hook and `spotlab inject`: preempt with notice_s of notice (0:
    * none), or kill. NULL when the provider cannot. */
   int (*inject)(struct gw_provider *p, const char *instance_id, bool kill, double notice_s);
+  /* Test hook and `spotlab inject rebalance`: a rebalance recommendation
+   * for the instance now. NULL when the provider cannot. */
+  int (*rebalance)(struct gw_provider *p, const char *instance_id);
   /* What instance_id cost from its launch up to now_us (wall clock), as
    * the cloud bills it (AWS: per second, a 60-second minimum, at the spot
    * price in force while it ran). NULL: the gateway's own accrual (price

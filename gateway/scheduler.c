@@ -602,6 +602,13 @@ int gw_sched_inject(struct gw_sched *s, struct gw_inst *in, bool kill, double no
   return in->prov->ops->inject(in->prov, in->row.id, kill, notice_s);
 }
 
+int gw_sched_inject_rebalance(struct gw_sched *s, struct gw_inst *in) {
+  (void)s;
+  if (!in->prov || !in->prov->ops->rebalance)
+    return SL_ENOTSUP;
+  return in->prov->ops->rebalance(in->prov, in->row.id);
+}
+
 /* ---- life ---- */
 
 struct gw_sched *gw_sched_new(const struct gw_sched_env *env) {

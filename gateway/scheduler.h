@@ -72,6 +72,8 @@ size_t gw_sched_rank_market(struct gw_sched *s, const struct gw_wants *w,
 int gw_sched_check_region(struct gw_sched *s, const char *region, char *err, size_t err_size);
 /* Preempts (notice_s of notice) or kills the instance through its provider. */
 int gw_sched_inject(struct gw_sched *s, struct gw_inst *in, bool kill, double notice_s);
+/* A rebalance recommendation for the instance, through its provider. */
+int gw_sched_inject_rebalance(struct gw_sched *s, struct gw_inst *in);
 
 /* Loads the live jobs and instances a previous run left (after the
  * providers were added). */

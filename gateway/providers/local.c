@@ -495,6 +495,18 @@ static int local_inject(struct gw_provider *p, const char *instance_id, bool kil
   return 0;
 }
 
+static int local_rebalance(struct gw_provider *p, const char *instance_id) {
+  struct gw_local *l = L(p);
+  struct gw_local_inst *in = gw_local_find(l, instance_id);
+  if (!in)
+    return SL_ENAME;
+  if (in->gone || in->deadline_real_us > 0)
+    return SL_ESTATE;
+  in->rebalance_at_mono_us = sl_time_mono_us();
+  rearm(l);
+  return 0;
+}
+
 static int local_list(struct gw_provider *p, struct gw_instance_info **ret, size_t *ret_n) {
   struct gw_local *l = L(p);
   gw_local_rescan(l);
@@ -557,6 +569,7 @@ static const struct gw_provider_ops local_ops = {
     .store_url = local_store_url,
     .time_scale = local_time_scale,
     .inject = local_inject,
+    .rebalance = local_rebalance,
     .destroy = local_destroy,
 };
 

@@ -12,6 +12,9 @@ usage: test_gang.py CASE GATEWAY WORKER TRAIN
   gang-notice  rank 1's instance is preempted with a notice mid-run: rank 0 checkpoints the
                step reached, both ranks stop, the job is placed again on two instances and
                resumes with no step lost; the losses still match
+  gang-rebalance  rank 1's instance gets a rebalance recommendation mid-run (a job without
+               periodic checkpoints): rank 1 takes no command, so the gateway asks rank 0, every
+               rank checkpoints, and the job goes on in the same attempt; the losses still match
   gang-kill    rank 1's instance is killed without notice: rank 0 is stopped, the job resumes
                on two instances from the newest periodic checkpoint; the losses still match
 
@@ -114,7 +117,7 @@ class GangRun(ts.Run):
             f.write(ini.replace("slots = 2", "slots = 3"))
         self.watch = None
 
-    def start_job(self):
+    def start_job(self, **options):
         self.gw.start()
         self.c = ts.Client(self.gw.listen)
         r = self.c.req("session.set", defs=[
@@ -125,7 +128,7 @@ class GangRun(ts.Run):
         assert r["ok"], r
         self.watch = RankWatch(self.gw.state)
         r = self.c.req("submit", kind="train", model="m", data="d",
-                       options=dict(ts.OPTIONS, spot="yes", nodes=NODES))
+                       options=dict(ts.OPTIONS, spot="yes", nodes=NODES, **options))
         assert r["ok"], r
         self.job = r["job"]
         r = self.c.req("attach", job=self.job, after=0)
@@ -291,6 +294,26 @@ def case_gang_notice(run):
     run.check_cost(placed)
 
 
+def case_gang_rebalance(run):
+    run.start_job(checkpoint_every=10 * ts.STEPS)
+    gang = run.gang()
+    if not run.reach(lambda e: e.get("event") == "metric" and e.get("step", 0) >= ts.EVERY,
+                     "step %d" % ts.EVERY):
+        return
+    r = run.c.req("inject", action="rebalance", instance=gang[1])
+    check(r["ok"], "inject rebalance %s: %r" % (gang[1], r))
+    if not run.wait_end():
+        return
+    att = run.attempts()
+    asked = ts.check_rebalance(run, att)
+    print("gang-rebalance: checkpoint at step %s; %.1f s" % (asked, run.duration))
+    check(ts.contiguous([s for s, _ in att[0]], 1, ts.STEPS), "every step reported once")
+    run.check_losses(att)
+    run.check_ranks(1)
+    steps = run.check_store()
+    check(ts.STEPS in steps and set(asked) <= set(steps), "the asked and the final checkpoints are in the store")
+
+
 def case_gang_kill(run):
     run.start_job()
     gang = run.gang()
@@ -332,7 +355,8 @@ def case_gang_kill(run):
     run.check_cost(placed)
 
 
-CASES = {"gang": case_gang, "gang-notice": case_gang_notice, "gang-kill": case_gang_kill}
+CASES = {"gang": case_gang, "gang-notice": case_gang_notice, "gang-rebalance": case_gang_rebalance,
+         "gang-kill": case_gang_kill}
 
 
 def main():

@@ -10,6 +10,8 @@ loss (float32 bits) and every checkpoint in the store (bytes) equal those of a r
 spotlab-train that the test starts beside the job.
 
   notice      a preemption with notice mid-run: zero steps lost
+  rebalance   a rebalance recommendation mid-run (a job without periodic checkpoints): the
+              job checkpoints at once and goes on in the same attempt
   kill        a hard loss (no notice): resumes from the newest durable checkpoint; steps
               redone stay within one checkpoint interval
   hang        the worker stops answering: declared lost after the heartbeat timeout, then
@@ -273,7 +275,8 @@ class Run:
         self.c = None
         self.job = None
 
-    def start_job(self):
+    def start_job(self, **options):
+        """options: the job's own, over OPTIONS."""
         self.gw.start()
         self.c = Client(self.gw.listen)
         r = self.c.req("session.set", defs=[
@@ -282,7 +285,7 @@ class Run:
                                                    "options": {}}}])
         assert r["ok"], r
         r = self.c.req("submit", kind="train", model="m", data="d",
-                       options=dict(OPTIONS, spot="yes"))
+                       options=dict(OPTIONS, spot="yes", **options))
         assert r["ok"], r
         self.job = r["job"]
         r = self.c.req("attach", job=self.job, after=0)
@@ -447,6 +450,39 @@ def case_notice(run):
           "attempt 2 reported every step %d..%d" % (durable + 1, STEPS))
     run.check_losses(att)
     run.check_store()
+
+
+def check_rebalance(run, att):
+    """After a rebalance recommendation: one notice event, for a rebalance the job went
+    on through; one attempt, never preempted; and besides the final one, one checkpoint:
+    the one the recommendation asked for, after it."""
+    evs = run.events()
+    notes = [e for e in evs if e["event"] == "notice"]
+    check(len(notes) == 1 and notes[0].get("action") == "rebalance" and notes[0].get("leaving") is False,
+          "one notice, a rebalance the job goes on through: %r" % notes)
+    check(len(att) == 1 and not run.events("preempted"), "one attempt, never preempted")
+    at = evs.index(notes[0]) if notes else len(evs)
+    before = [e["step"] for e in evs[:at] if e["event"] == "checkpoint"]
+    asked = [e["step"] for e in evs[at:] if e["event"] == "checkpoint" and e["step"] < STEPS]
+    check(not before and len(asked) == 1,
+          "one checkpoint before the last, the one the recommendation asked for: %s %s"
+          % (before, asked))
+    return asked
+
+
+def case_rebalance(run):
+    run.start_job(checkpoint_every=10 * STEPS)
+    run.c.wait_event(lambda e: e.get("event") == "metric" and e.get("step", 0) >= EVERY,
+                     "step %d" % EVERY)
+    run.inject("rebalance")
+    run.wait_end()
+    att = run.attempts()
+    asked = check_rebalance(run, att)
+    print("rebalance: checkpoint at step %s; %.1f s" % (asked, run.duration))
+    check(contiguous([s for s, _ in att[0]], 1, STEPS), "every step reported once")
+    run.check_losses(att)
+    steps = run.check_store()
+    check(STEPS in steps, "the final checkpoint is in the store")
 
 
 def writer_stopped(tmp):
@@ -634,7 +670,7 @@ def case_disk_full_end(run):
               % sorted(os.listdir(ckpt[0])))
 
 
-CASES = {"notice": case_notice, "kill": case_kill, "hang": case_hang,
+CASES = {"notice": case_notice, "rebalance": case_rebalance, "kill": case_kill, "hang": case_hang,
          "store-fail": case_store_fail, "disk-full": case_disk_full,
          "disk-full-end": case_disk_full_end}
 
