@@ -10,6 +10,14 @@
 #ifndef GW_SCHED_H
 #define GW_SCHED_H
 
+/* A job's stored step metrics (gw_store_thin_metrics): the newest WHOLE
+ * stay whole, the older ones are thinned to about OLD, evenly spread over
+ * their steps, after every THIN_EVERY stored. A run of any length then
+ * keeps at most about 20,000 metric events (5 MB) in the store. */
+#define GW_METRICS_WHOLE 10000
+#define GW_METRICS_OLD 5000
+#define GW_METRICS_THIN_EVERY 5000
+
 #include "bus.h"
 #include "conf.h"
 #include "fleet.h"

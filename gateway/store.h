@@ -168,6 +168,15 @@ void gw_store_jobs_free(struct gw_job *jobs, size_t n);
 int gw_store_attempt_metric_step(struct gw_store *s, int64_t job, int64_t *ret_step);
 int gw_store_events(struct gw_store *s, int64_t job, int64_t after, int64_t limit, json_t **ret,
                     bool *ret_more);
+/* Thins job's stored step metrics: the newest keep_whole stay as they are;
+ * of the older ones, those without an evaluation or restore timings keep
+ * the newest of each step bucket of a power-of-two stride, the smallest
+ * that leaves at most about keep_old of them, evenly spread over their
+ * steps (so a long run's start stays in its curve). Other events, and rows
+ * that are not JSON, are left alone. The rows deleted into *ret_deleted,
+ * the stride into *ret_stride (0: nothing to thin). */
+int gw_store_thin_metrics(struct gw_store *s, int64_t job, int64_t keep_whole, int64_t keep_old,
+                          int64_t *ret_deleted, int64_t *ret_stride);
 
 int gw_store_attempt_begin(struct gw_store *s, const struct gw_job *j, int64_t from_step,
                            int64_t now_us);

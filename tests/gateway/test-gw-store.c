@@ -345,6 +345,133 @@ static void note_removed(const char *name, void *data) {
 /* The users table follows the configuration: a user left out loses their
  * token, keeps their sessions, and gets both back when named again; tokens
  * may change hands in one sync. */
+/* Appends step metrics from..to (an evaluation every 1000 steps, a
+ * checkpoint event every 5000) to job through a connection of its own, in
+ * one transaction, as the scheduler's appends would leave them. */
+static void append_metrics(const char *path, int64_t job, int64_t from, int64_t to) {
+  sqlite3 *raw = NULL;
+  CHECK_INT(sqlite3_open(path, &raw), SQLITE_OK);
+  sqlite3_busy_timeout(raw, 5000);
+  sqlite3_exec(raw, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+  sqlite3_stmt *q = NULL, *ins = NULL;
+  sqlite3_prepare_v2(raw, "SELECT last_seq FROM jobs WHERE id=?", -1, &q, NULL);
+  sqlite3_bind_int64(q, 1, job);
+  CHECK_INT(sqlite3_step(q), SQLITE_ROW);
+  int64_t seq = sqlite3_column_int64(q, 0);
+  sqlite3_finalize(q);
+  sqlite3_prepare_v2(raw, "INSERT INTO events VALUES(?, ?, ?, ?, ?)", -1, &ins, NULL);
+  for (int64_t step = from; step <= to; step++) {
+    char body[160];
+    const char *kind = "metric";
+    if (step % 5000 == 0) { /* a checkpoint event beside the step's metric */
+      snprintf(body, sizeof body, "{\"event\":\"checkpoint\",\"step\":%lld}", (long long)step);
+      sqlite3_bind_int64(ins, 1, job);
+      sqlite3_bind_int64(ins, 2, ++seq);
+      sqlite3_bind_int64(ins, 3, step);
+      sqlite3_bind_text(ins, 4, "checkpoint", -1, SQLITE_STATIC);
+      sqlite3_bind_text(ins, 5, body, -1, SQLITE_TRANSIENT);
+      CHECK_INT(sqlite3_step(ins), SQLITE_DONE);
+      sqlite3_reset(ins);
+    }
+    if (step % 1000 == 0)
+      snprintf(body, sizeof body, "{\"event\":\"metric\",\"step\":%lld,\"eval_loss\":2.5}", (long long)step);
+    else
+      snprintf(body, sizeof body, "{\"event\":\"metric\",\"step\":%lld,\"loss\":3.25}", (long long)step);
+    sqlite3_bind_int64(ins, 1, job);
+    sqlite3_bind_int64(ins, 2, ++seq);
+    sqlite3_bind_int64(ins, 3, step);
+    sqlite3_bind_text(ins, 4, kind, -1, SQLITE_STATIC);
+    sqlite3_bind_text(ins, 5, body, -1, SQLITE_TRANSIENT);
+    CHECK_INT(sqlite3_step(ins), SQLITE_DONE);
+    sqlite3_reset(ins);
+  }
+  sqlite3_finalize(ins);
+  sqlite3_prepare_v2(raw, "UPDATE jobs SET last_seq=? WHERE id=?", -1, &q, NULL);
+  sqlite3_bind_int64(q, 1, seq);
+  sqlite3_bind_int64(q, 2, job);
+  CHECK_INT(sqlite3_step(q), SQLITE_DONE);
+  sqlite3_finalize(q);
+  CHECK_INT(sqlite3_exec(raw, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(raw);
+}
+
+/* One number from the store's file: sql's first column. */
+static int64_t count_of(const char *path, const char *sql) {
+  sqlite3 *raw = NULL;
+  sqlite3_stmt *q = NULL;
+  int64_t n = -1;
+  if (sqlite3_open(path, &raw) == SQLITE_OK && sqlite3_prepare_v2(raw, sql, -1, &q, NULL) == SQLITE_OK &&
+      sqlite3_step(q) == SQLITE_ROW)
+    n = sqlite3_column_int64(q, 0);
+  sqlite3_finalize(q);
+  sqlite3_close(raw);
+  return n;
+}
+
+/* A long run's step metrics thinned: the newest whole, the older evenly
+ * spread from the run's start, evaluations, restore timings, other events
+ * and damaged rows kept; bounded however long the run. */
+static void test_thin_metrics(void) {
+  char path[256], err[256];
+  path_of("thin.db", path, sizeof path);
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  struct gw_job j;
+  add_job(s, "train", json_object(), &j);
+  int64_t deleted = -1, stride = -1;
+  append_metrics(path, j.id, 1, 8000); /* fewer than kept whole: nothing to do */
+  CHECK_INT(gw_store_thin_metrics(s, j.id, 10000, 5000, &deleted, &stride), 0);
+  CHECK_INT(deleted, 0);
+  append_metrics(path, j.id, 8001, 30000);
+  /* a damaged row and a restore's first metric among the older ones */
+  sqlite3 *raw = NULL;
+  sqlite3_open(path, &raw);
+  char sql[400];
+  snprintf(sql, sizeof sql,
+           "INSERT INTO events VALUES(%lld, 1000001, 0, 'metric', 'not json');"
+           "UPDATE events SET body='{\"event\":\"metric\",\"step\":777,\"restore_ms\":40}'"
+           " WHERE job=%lld AND body LIKE '%%\"step\":777,%%'",
+           (long long)j.id, (long long)j.id);
+  CHECK_INT(sqlite3_exec(raw, sql, NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(raw);
+  char q[300];
+#define COUNT(where) (snprintf(q, sizeof q, "SELECT COUNT(*) FROM events WHERE job=%lld AND %s", \
+                               (long long)j.id, where), count_of(path, q))
+  int64_t others = COUNT("kind<>'metric'");
+  CHECK_INT(gw_store_thin_metrics(s, j.id, 10000, 5000, &deleted, &stride), 0);
+  /* the damaged row sorts last, among the newest kept whole: the older plain metrics span
+   * steps 1..20001, 5001 buckets of 4, so 2501 of 8 */
+  CHECK_INT(stride, 8);
+  CHECK_INT(COUNT("kind='metric' AND json_valid(body) AND json_extract(body,'$.step')>20001"), 9999);
+  int64_t old = COUNT("kind='metric' AND json_valid(body) AND json_extract(body,'$.step')<=20001"
+                      " AND json_extract(body,'$.eval_loss') IS NULL AND json_extract(body,'$.restore_ms') IS NULL");
+  CHECK(old >= 2490 && old <= 2501);
+  CHECK_INT(COUNT("kind='metric' AND json_valid(body) AND json_extract(body,'$.eval_loss') IS NOT NULL"), 30);
+  CHECK_INT(COUNT("kind='metric' AND json_valid(body) AND json_extract(body,'$.restore_ms') IS NOT NULL"), 1);
+  CHECK_INT(COUNT("body='not json'"), 1);
+  CHECK_INT(COUNT("kind<>'metric'"), others);
+  CHECK(COUNT("kind='metric' AND json_valid(body) AND json_extract(body,'$.step')<=8") >= 1);
+  int64_t step = 0;
+  CHECK_INT(gw_store_attempt_metric_step(s, j.id, &step), 0);
+  CHECK_INT(step, 30000);
+  CHECK_INT(gw_store_thin_metrics(s, j.id, 10000, 5000, &deleted, &stride), 0);
+  CHECK_INT(deleted, 0); /* thin already */
+  /* a long run, thinned as the scheduler does every 5000: bounded, still from its start */
+  for (int64_t from = 30001; from < 230000; from += 5000) {
+    append_metrics(path, j.id, from, from + 4999);
+    CHECK_INT(gw_store_thin_metrics(s, j.id, 10000, 5000, &deleted, &stride), 0);
+  }
+  int64_t metrics = COUNT("kind='metric'");
+  fprintf(stderr, "thin: 230000 steps leave %lld metric events (stride %lld)\n", (long long)metrics,
+          (long long)stride);
+  CHECK(metrics <= 10000 + 5001 + 230 + 2);
+  CHECK(COUNT("kind='metric' AND json_valid(body) AND json_extract(body,'$.step')<=64") >= 1);
+  CHECK_INT(COUNT("kind='metric' AND json_valid(body) AND json_extract(body,'$.eval_loss') IS NOT NULL"), 230);
+#undef COUNT
+  gw_job_done(&j);
+  s = gw_store_free(s);
+}
+
 static void test_users_sync(void) {
   char path[256], err[256], user[64], removed[256] = "";
   path_of("users.db", path, sizeof path);
@@ -621,6 +748,7 @@ int main(void) {
   test_concurrent_events();
   test_sessions();
   test_session_delete();
+  test_thin_metrics();
   test_users_sync();
   test_damaged_event_bodies();
   test_read_fails_half_way();

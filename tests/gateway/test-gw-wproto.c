@@ -657,6 +657,57 @@ static void test_worker_rebalance(void) {
   fx_free(f);
 }
 
+/* ---- a long run's step metrics ---- */
+
+/* The stored metric events of job, counted through the store's reader. */
+static size_t stored_metrics(struct fx *f, int64_t job, int64_t *ret_first_step) {
+  size_t n = 0;
+  int64_t after = 0;
+  *ret_first_step = -1;
+  for (;;) {
+    json_t *evs = NULL;
+    bool more = false;
+    if (gw_store_events(f->store, job, after, 10000, &evs, &more) < 0)
+      return 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(evs, i, e) {
+      after = sl_json_get_int(e, "seq", after);
+      if (strcmp(sl_json_get_str(e, "event", ""), "metric"))
+        continue;
+      if (*ret_first_step < 0)
+        *ret_first_step = sl_json_get_int(e, "step", -1);
+      n++;
+    }
+    json_decref(evs);
+    if (!more)
+      return n;
+  }
+}
+
+/* Every GW_METRICS_THIN_EVERY step metrics stored, the older ones are
+ * thinned: a run of 3 × GW_METRICS_WHOLE steps keeps the newest whole and
+ * about GW_METRICS_OLD older ones, its first steps among them. */
+static void test_metrics_thinned(void) {
+  int64_t id;
+  struct fx *f = one_running(&id);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  const int64_t steps = 3 * GW_METRICS_WHOLE;
+  for (int64_t step = 1; step <= steps; step++)
+    fx_metric(f, "f-1", id, step, 2.0);
+  int64_t first = -1;
+  size_t n = stored_metrics(f, id, &first);
+  fprintf(stderr, "metrics: %lld steps reported, %zu stored, the first at step %lld\n", (long long)steps, n,
+          (long long)first);
+  CHECK(n < (size_t)(GW_METRICS_WHOLE + GW_METRICS_OLD + GW_METRICS_THIN_EVERY));
+  CHECK(n > (size_t)GW_METRICS_WHOLE);
+  CHECK(first >= 1 && first <= 16);
+  CHECK_INT(fx_job(f, id)->metric_step, steps);
+  fx_free(f);
+}
+
 /* ---- unknown and malformed ---- */
 
 static void test_unknown_and_malformed(void) {
@@ -840,6 +891,7 @@ int main(void) {
   test_checkpoint();
   test_worker_notice();
   test_worker_rebalance();
+  test_metrics_thinned();
   test_unknown_and_malformed();
   test_presign();
   TEST_MAIN_END();
