@@ -245,6 +245,8 @@ static void check_gpus(struct gw_wproto *g, struct gw_inst *in, const json_t *bo
 static void on_register(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   bool was_registered = in->registered;
   in->registered = true;
+  if (sl_json_get_bool(body, "at_risk", false)) /* a recommendation heard before a restart */
+    in->at_risk = true;
   in->register_by_mono_us = 0;
   check_gpus(g, in, body);
   struct gw_job *job = in->row.job ? gw_fleet_job(g->fleet, in->row.job) : NULL;

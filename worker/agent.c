@@ -86,6 +86,7 @@ struct wk_agent {
   int64_t heartbeat_us, next_heartbeat_us, register_sent_us, last_heard_us;
   int64_t last_contact_us; /* the gateway's last message (orphan_timeout_ms) */
   bool noticed;
+  bool at_risk; /* a rebalance recommendation its jobs went on through: said in each register */
   struct wk_notice held_notice; /* taken by the pump: reported, its jobs' part still to do */
   bool notice_held;
   bool orphaned; /* stopped for orphan_timeout_ms without word: nothing waits for the gateway */
@@ -154,6 +155,8 @@ static void send_register(struct wk_agent *a, int64_t now) {
                         a->cfg->instance, "instance_type", a->cfg->type, "zone", a->cfg->zone, "spot",
                         a->cfg->spot, "version", SPOTLAB_VERSION, "jobs", jobs_array(a), "gpus",
                         wk_gpu_inventory_json(&a->gpus));
+  if (m && a->at_risk) /* so that a restarted gateway gives the instance no new job either */
+    json_object_set_new(m, "at_risk", json_true());
   agent_send(a, m, false);
   a->register_sent_us = now;
   a->register_unread = true;
@@ -397,6 +400,7 @@ static void read_link(struct wk_agent *a, int64_t now) {
  * instance meanwhile. leaving: whether the jobs stop for it. */
 static void report_notice(struct wk_agent *a, const struct wk_notice *n, bool leaving) {
   int64_t real = sl_time_real_us();
+  a->at_risk |= !leaving;
   sl_info("worker.notice", "notice %s: deadline in %lld ms%s", n->action,
           (long long)((n->deadline_us - real) / 1000), leaving ? "" : "; checkpointing, going on");
   json_t *m = json_pack("{s:s, s:s, s:s, s:I, s:b}", "type", "notice", "instance", a->cfg->instance,

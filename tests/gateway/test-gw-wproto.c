@@ -655,6 +655,22 @@ static void test_worker_rebalance(void) {
   const struct gw_job *j = fx_job(f, next);
   CHECK(j && strcmp(j->instance, "f-1"));
   fx_free(f);
+
+  /* a gateway that restarted since hears of it in the worker's register */
+  f = one_running(&id);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  fx_done(f, "f-1", id, "succeeded", 0);
+  fx_inst(f, "f-1")->registered = false; /* as after a gateway restart */
+  fx_workerf(f, "f-1", "{s:s,s:s,s:[],s:[],s:b}", "type", "register", "instance", "f-1", "jobs", "ended",
+             "at_risk", 1);
+  CHECK(fx_inst(f, "f-1")->registered && fx_inst(f, "f-1")->at_risk);
+  next = fx_submit(f, "alice", "nb", "train", NULL);
+  fx_settle(f);
+  j = fx_job(f, next);
+  CHECK(j && strcmp(j->instance, "f-1"));
+  fx_free(f);
 }
 
 /* ---- a long run's step metrics ---- */

@@ -478,6 +478,11 @@ def case_rebalance(tmp, worker_exe, train_exe):
             m["type"] == "done" or m["data"].get("step", 0) >= ck["step"] + 5), 20,
             "steps after the checkpoint")
         assert w.proc.poll() is None, "the worker went on"
+        # a restarted gateway hears of it in the register
+        gw.send({"type": "reregister"})
+        reg = gw.recv(lambda m: m["type"] == "register", 5, "register after reregister")
+        assert reg.get("at_risk") is True, reg
+        gw.send({"type": "registered", "heartbeat_ms": 100})
         deadline = meta.post_notice(20.0)
         msgs = []
         notice = None
