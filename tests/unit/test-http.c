@@ -332,10 +332,12 @@ static void test_cancel(void) {
   CHECK_INT(hits(), 1);
   release_stalled();
 
-  /* in the backoff before the second try */
+  /* in the wait before the second try: 4 s, the answer's Retry-After (a backoff is
+   * random, from 0 up) */
   atomic_store(&stop, false);
-  q = req_for("/flaky/5/503", 5);
-  q.retry.base_backoff_ms = q.retry.max_backoff_ms = 4000;
+  q = req_for("/flaky/5/503/4", 5);
+  q.retry.base_backoff_ms = 1;
+  q.retry.max_backoff_ms = 4000;
   q.cancel = &stop;
   reset_hits();
   t0 = sl_time_mono_us();
