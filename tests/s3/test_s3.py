@@ -222,12 +222,12 @@ def case_abort(tool, tmp, s3, **_):
         check(st == 1 and 'victim.tc' in err, 'a cut-off body fails: %s' % err)
         check(proxy.aborted == ['victim.tc', 'victim.tc'], 'aborted again: %r' % proxy.aborted)
         check(not boto(proxy.url).list_multipart_uploads(Bucket=BUCKET).get('Uploads'), 'none open')
-        # cancelled while a part hangs (a stopping gateway): it ends within seconds, and
-        # the upload is still aborted
+        # cancelled while a part hangs (a stopping gateway; after 3 s, when the part's PUT
+        # is held): it ends within seconds, and the upload is still aborted
         proxy.always = [(lambda m, t: m == 'PUT' and 'partNumber=2&' in t + '&', 'stall:60')]
         t0 = time.monotonic()
         st, _, err = run_tool(tool, proxy.url, 'put', url, 'victim.tc', os.path.join(tmp, 'v2'),
-                              check=False, opts=['--part-mib', '5', '--cancel-after-ms', '1000'])
+                              check=False, opts=['--part-mib', '5', '--cancel-after-ms', '3000'])
         took = time.monotonic() - t0
         check(st == 1 and 'ECANCELED' in err and took < 10,
               'a cancel stops the upload in %.1f s: %s' % (took, err.strip()))
