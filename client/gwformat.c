@@ -192,8 +192,10 @@ static void status_worker(struct jk_dbuf *b, const json_t *w) {
                  strcmp(job, "-") ? " with " : "", strcmp(job, "-") ? job : "", since);
   static const char *const known[] = {"instance", "type", "zone", "spot", "price_usd_per_hour",
                                       "on_demand_usd_per_hour", "state", "job", "registered",
-                                      "launched_us", "gpu_warning", NULL};
+                                      "launched_us", "gpu_warning", "at_risk", NULL};
   more(b, "", w, known);
+  if (sl_json_get_bool(w, "at_risk", false))
+    jk_dbuf_printf(b, "    at risk: a rebalance recommendation came; it gets no new job\n");
   /* the worker's GPUs disagree with its type: a line of its own, whole */
   const char *warning = json_string_value(json_object_get(w, "gpu_warning"));
   if (warning && *warning)

@@ -347,6 +347,8 @@ static json_t *instance_json(const struct gw_inst *in) {
     gw_gpus_add_json(&in->found_gpus, o);
   if (o && in->gpu_warning[0])
     json_object_set_new(o, "gpu_warning", json_string(in->gpu_warning));
+  if (o && in->at_risk) /* a rebalance recommendation its jobs went on through */
+    json_object_set_new(o, "at_risk", json_true());
   return o;
 }
 

@@ -30,6 +30,13 @@ static void test_status_gpus(void) {
   snprintf(line, sizeof line, "    warning: %s\n", warning);
   CHECK(text && strstr(text, line));
   CHECK(text && !strstr(text, "gpu_warning="));
+  CHECK(text && !strstr(text, "at risk"));
+  free(text);
+  /* a worker that went on through a rebalance recommendation */
+  json_object_set_new(json_array_get(json_object_get(reply, "workers"), 0), "at_risk", json_true());
+  text = jk_format_status(reply);
+  CHECK(text && strstr(text, "    at risk: a rebalance recommendation came; it gets no new job\n"));
+  CHECK(text && !strstr(text, "at_risk="));
   free(text);
   json_decref(reply);
 }

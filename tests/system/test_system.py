@@ -475,6 +475,10 @@ def case_rebalance(run):
     run.c.wait_event(lambda e: e.get("event") == "metric" and e.get("step", 0) >= EVERY,
                      "step %d" % EVERY)
     run.inject("rebalance")
+    run.c.wait_event(event_is("notice"), "the recommendation")
+    workers = run.c.req("status").get("workers", [])
+    check([w.get("at_risk") for w in workers] == [True],
+          "status shows the instance at risk: %s" % [(w.get("instance"), w.get("at_risk")) for w in workers])
     run.wait_end()
     att = run.attempts()
     asked = check_rebalance(run, att)
