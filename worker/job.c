@@ -660,6 +660,8 @@ void wk_job_stop(struct wk_job *j, int64_t grace_ms) {
 
 void wk_job_checkpoint_now(struct wk_job *j) {
   if (j->state == ENDED) return;
+  /* a gang's rank above 0 reads no command: the gateway asks rank 0's worker */
+  if (j->kind == WK_KIND_TRAIN && j->gang.rank > 0) return;
   if (j->kind == WK_KIND_TRAIN) {
     int r = wk_child_control(j->child, "checkpoint");
     if (r < 0) sl_warn(TOPIC, "%s: checkpoint request: %s", j->id, sl_strerror(r));

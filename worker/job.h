@@ -68,7 +68,8 @@ void wk_job_cancel(struct wk_job *j);
 /* The same with grace_ms instead of kill_grace_ms (0: SIGKILL at once, for
  * a rank whose peers are gone and whose process would wait on them). */
 void wk_job_stop(struct wk_job *j, int64_t grace_ms);
-/* Asks for a checkpoint now (train: control line; run: a folder sync). */
+/* Asks for a checkpoint now (train: control line; run: a folder sync). A
+ * gang's rank above 0 does nothing: its spotlab-train takes no command. */
 void wk_job_checkpoint_now(struct wk_job *j);
 /* Sets a train job's periodic checkpoint interval (a control line to
  * spotlab-train); steps >= 0. Other kinds ignore it. */

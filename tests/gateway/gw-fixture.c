@@ -719,6 +719,11 @@ void fx_wnotice(struct fx *f, const char *inst) {
              "terminate", "deadline_us", (json_int_t)(sl_time_real_us() + 120 * SL_US_PER_S));
 }
 
+void fx_wrebalance(struct fx *f, const char *inst, bool leaving) {
+  fx_workerf(f, inst, "{s:s,s:s,s:s,s:I,s:b}", "type", "notice", "instance", inst, "action", "rebalance",
+             "deadline_us", (json_int_t)(sl_time_real_us() + 120 * SL_US_PER_S), "leaving", leaving);
+}
+
 bool fx_run_job(struct fx *f, int64_t job, char *ret_inst) {
   fx_settle(f);
   struct gw_job *j = fx_job(f, job);

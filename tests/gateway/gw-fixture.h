@@ -226,6 +226,9 @@ void fx_checkpoint(struct fx *f, const char *inst, int64_t job, int64_t step, co
 /* done with status; exit_code < 0 leaves it out. */
 void fx_done(struct fx *f, const char *inst, int64_t job, const char *status, int exit_code);
 void fx_wnotice(struct fx *f, const char *inst);
+/* inst's worker reports a rebalance recommendation, which its jobs leave
+ * for (leaving) or go on through, 120 s ahead. */
+void fx_wrebalance(struct fx *f, const char *inst, bool leaving);
 /* Launch answered, worker registered, assigned and started: job runs on
  * the newest instance. Its id into ret_inst (GW_INSTANCE_ID_MAX). */
 bool fx_run_job(struct fx *f, int64_t job, char *ret_inst);

@@ -337,8 +337,7 @@ static void test_rebalance(void) {
   int64_t job = run_gang(f, 2, ids, NULL);
   fx_jid(job, jid);
   fx_captures_clear(f);
-  fx_workerf(f, ids[1], "{s:s,s:s,s:s,s:I,s:b}", "type", "notice", "instance", ids[1], "action", "rebalance",
-             "deadline_us", (json_int_t)(sl_time_real_us() + 120 * SL_US_PER_S), "leaving", 0);
+  fx_wrebalance(f, ids[1], false);
   fx_settle(f);
   const json_t *c = fx_to_worker_last(f, ids[0], "checkpoint_now");
   CHECK(c && !strcmp(sl_json_get_str(c, "job", ""), jid));
@@ -347,8 +346,7 @@ static void test_rebalance(void) {
   CHECK_INT(fx_job_events(f, job, "notice"), 1);
   CHECK_INT(fx_job_state(f, job), GW_JOB_RUNNING);
   fx_captures_clear(f);
-  fx_workerf(f, ids[0], "{s:s,s:s,s:s,s:I,s:b}", "type", "notice", "instance", ids[0], "action", "rebalance",
-             "deadline_us", (json_int_t)(sl_time_real_us() + 120 * SL_US_PER_S), "leaving", 0);
+  fx_wrebalance(f, ids[0], false);
   fx_settle(f);
   CHECK(fx_to_worker_last(f, ids[0], "checkpoint_now") == NULL);
   CHECK_INT(fx_job_state(f, job), GW_JOB_RUNNING);

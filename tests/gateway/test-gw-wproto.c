@@ -603,18 +603,13 @@ static void test_worker_notice(void) {
  * shown, the instance only at risk, not the market taking it back; the
  * interruption notice that may follow is shown too; and an instance at risk
  * is given no new job. */
-static void rebalance(struct fx *f, const char *inst, bool leaving) {
-  fx_workerf(f, inst, "{s:s,s:s,s:s,s:I,s:b}", "type", "notice", "instance", inst, "action", "rebalance",
-             "deadline_us", (json_int_t)(sl_time_real_us() + 120 * SL_US_PER_S), "leaving", leaving);
-}
-
 static void test_worker_rebalance(void) {
   int64_t id;
   struct fx *f = one_running(&id);
   CHECK(f != NULL);
   if (!f)
     return;
-  rebalance(f, "f-1", false);
+  fx_wrebalance(f, "f-1", false);
   const json_t *n = fx_job_event(f, id, "notice");
   CHECK(n != NULL);
   CHECK_STR(sl_json_get_str(n, "action", ""), "rebalance");
@@ -622,7 +617,7 @@ static void test_worker_rebalance(void) {
   CHECK(fx_inst(f, "f-1")->at_risk && !fx_inst(f, "f-1")->notice);
   CHECK_INT(market_failures(f, NULL), 0);
   CHECK_INT(fx_job_state(f, id), GW_JOB_RUNNING);
-  rebalance(f, "f-1", false); /* said again: one event */
+  fx_wrebalance(f, "f-1", false); /* said again: one event */
   CHECK_INT(fx_job_events(f, id, "notice"), 1);
   fx_wnotice(f, "f-1"); /* then the market's notice: shown as well */
   CHECK_INT(fx_job_events(f, id, "notice"), 2);
@@ -635,7 +630,7 @@ static void test_worker_rebalance(void) {
   CHECK(f != NULL);
   if (!f)
     return;
-  rebalance(f, "f-1", true);
+  fx_wrebalance(f, "f-1", true);
   n = fx_job_event(f, id, "notice");
   CHECK(n && json_is_true(json_object_get(n, "leaving")));
   CHECK(fx_inst(f, "f-1")->notice);
@@ -647,7 +642,7 @@ static void test_worker_rebalance(void) {
   CHECK(f != NULL);
   if (!f)
     return;
-  rebalance(f, "f-1", false);
+  fx_wrebalance(f, "f-1", false);
   fx_done(f, "f-1", id, "succeeded", 0);
   CHECK_STR(fx_inst(f, "f-1")->row.state, "idle");
   int64_t next = fx_submit(f, "alice", "nb", "train", NULL);

@@ -368,6 +368,18 @@ def case_cancel(tmp, worker_exe, train_exe):
         gw.close()
 
 
+def notice_flow(gw, timeout):
+    """The notices, metrics and checkpoints up to a job's done (each within timeout):
+    (messages, the last notice or None)."""
+    msgs, notice = [], None
+    while not msgs or msgs[-1]["type"] != "done":
+        m = gw.recv(lambda m: m["type"] in ("notice", "metric", "checkpoint", "done"), timeout, "notice flow")
+        msgs.append(m)
+        if m["type"] == "notice":
+            notice = m
+    return msgs, notice
+
+
 def case_notice(tmp, worker_exe, train_exe):
     data = text_file(tmp)
     meta = Metadata()
@@ -382,15 +394,7 @@ def case_notice(tmp, worker_exe, train_exe):
         lead = 20.0
         deadline = meta.post_notice(lead)
         t0 = time.monotonic()
-        msgs = []
-        notice = None
-        while True:
-            m = gw.recv(lambda m: m["type"] in ("notice", "metric", "checkpoint", "done"), lead, "notice flow")
-            msgs.append(m)
-            if m["type"] == "notice":
-                notice = m
-            if m["type"] == "done":
-                break
+        msgs, notice = notice_flow(gw, lead)
         assert notice and notice["action"] == "terminate", notice
         assert abs(notice["deadline_us"] / 1e6 - int(deadline)) < 1.5, notice
         done = msgs[-1]
@@ -484,13 +488,7 @@ def case_rebalance(tmp, worker_exe, train_exe):
         assert reg.get("at_risk") is True, reg
         gw.send({"type": "registered", "heartbeat_ms": 100})
         deadline = meta.post_notice(20.0)
-        msgs = []
-        notice = None
-        while not msgs or msgs[-1]["type"] != "done":
-            m = gw.recv(lambda m: m["type"] in ("notice", "metric", "checkpoint", "done"), 20, "notice flow")
-            msgs.append(m)
-            if m["type"] == "notice":
-                notice = m
+        msgs, notice = notice_flow(gw, 20)
         assert notice and notice["action"] == "terminate" and notice["leaving"] is True, notice
         cks = [m for m in msgs if m["type"] == "checkpoint"]
         assert msgs[-1]["status"] == "preempted" and cks and msgs[-1]["step"] == cks[-1]["step"] > ck["step"], \
