@@ -23,6 +23,7 @@ struct tc_group {
   int rank, world;
   struct tc_gloo *gl;
   size_t *in_bytes, *out_bytes; /* (world) per-rank piece sizes of the last sum */
+  int *live;                    /* (world) kept rendezvous connections, -1 where none */
   float *recv;                  /* world pieces of this rank's share */
   size_t recv_floats;
   char err[1024];
@@ -41,7 +42,9 @@ int tc_group_new(const char *rendezvous, int rank, int world, int timeout_ms,
   g->world = world;
   g->in_bytes = calloc((size_t)world, sizeof(size_t));
   g->out_bytes = calloc((size_t)world, sizeof(size_t));
-  if (!g->in_bytes || !g->out_bytes) goto fail;
+  g->live = malloc(sizeof(int) * (size_t)world);
+  if (!g->in_bytes || !g->out_bytes || !g->live) goto fail;
+  for (int k = 0; k < world; k++) g->live[k] = -1;
   if ((r = tc_rdv_local_host(rendezvous, host, sizeof host, err, es)) < 0) goto fail;
   if ((r = tc_gloo_new(rank, world, host, timeout_ms, &g->gl, why, sizeof why)) < 0) {
     snprintf(err, es, "rank %d of %d: gloo: %s", rank, world, why);
@@ -52,11 +55,11 @@ int tc_group_new(const char *rendezvous, int rank, int world, int timeout_ms,
     goto fail;
   }
   if (rank == 0 && (r = tc_rdv_listen(rendezvous, &lfd, why, sizeof why)) == 0)
-    r = tc_rdv_exchange_serve(lfd, world, TC_GLOO_SLOT_BYTES, mine, theirs, timeout_ms, why,
-                              sizeof why);
+    r = tc_rdv_exchange_serve(lfd, world, TC_GLOO_SLOT_BYTES, mine, theirs, g->live,
+                              timeout_ms, why, sizeof why);
   else if (rank > 0)
     r = tc_rdv_exchange_fetch(rendezvous, rank, world, TC_GLOO_SLOT_BYTES, mine, theirs,
-                              timeout_ms, why, sizeof why);
+                              &g->live[0], timeout_ms, why, sizeof why);
   if (r < 0) {
     snprintf(err, es, "rank %d of %d: %s", rank, world, why);
     goto fail;
@@ -82,6 +85,10 @@ fail:
 struct tc_group *tc_group_free(struct tc_group *g) {
   if (!g) return NULL;
   tc_gloo_free(g->gl);
+  if (g->live)
+    for (int k = 0; k < g->world; k++)
+      if (g->live[k] >= 0) close(g->live[k]);
+  free(g->live);
   free(g->in_bytes);
   free(g->out_bytes);
   free(g->recv);
@@ -92,8 +99,22 @@ struct tc_group *tc_group_free(struct tc_group *g) {
 const char *tc_group_error(const struct tc_group *g) { return g->err; }
 
 /* Keeps the reason of a failed call: what it was doing, what that means,
- * and gloo's text. */
+ * and gloo's text. gloo can report a peer that died as a timeout (a send
+ * still being written when the connection fails is not woken, and waits out
+ * the timeout), so a timeout is checked against the kept rendezvous
+ * connections: one closed means its rank's process is gone. */
 static int failed(struct tc_group *g, const char *what, int r) {
+  int gone = -1;
+  if (r == -ETIMEDOUT)
+    for (int k = 0; k < g->world && gone < 0; k++)
+      if (tc_rdv_peer_gone(g->live[k])) gone = k;
+  if (gone >= 0) {
+    snprintf(g->err, sizeof g->err,
+             "rank %d of %d: %s failed: another rank has gone away (rank %d's process has "
+             "exited; %s)",
+             g->rank, g->world, what, gone, tc_gloo_error(g->gl));
+    return -ECONNRESET;
+  }
   const char *why = r == -ECONNRESET ? "another rank has gone away"
                     : r == -ETIMEDOUT ? "another rank stopped answering"
                                       : "gloo error";

@@ -299,7 +299,8 @@ static void exchange_hello(uint8_t *h, int rank, int world, size_t slot_bytes) {
 }
 
 int tc_rdv_exchange_serve(int lfd, int world, size_t slot_bytes, const uint8_t *mine,
-                          uint8_t *ret_slots, int timeout_ms, char *err, size_t es) {
+                          uint8_t *ret_slots, int *keep_fds, int timeout_ms, char *err,
+                          size_t es) {
   int r = exchange_bounds(world, slot_bytes);
   if (r < 0) {
     snprintf(err, es, "rendezvous: %d ranks of %zu-byte slots is too many", world, slot_bytes);
@@ -363,9 +364,12 @@ int tc_rdv_exchange_serve(int lfd, int world, size_t slot_bytes, const uint8_t *
     }
   }
 out:
-  if (fds)
+  if (fds && r == 0 && keep_fds) {
+    memcpy(keep_fds, fds, sizeof(int) * (size_t)world);
+  } else if (fds) {
     for (int i = 0; i < world; i++)
       if (fds[i] >= 0) close(fds[i]);
+  }
   free(fds);
   free(col);
   free(table);
@@ -373,8 +377,9 @@ out:
 }
 
 int tc_rdv_exchange_fetch(const char *spec, int rank, int world, size_t slot_bytes,
-                          const uint8_t *mine, uint8_t *ret_slots, int timeout_ms, char *err,
-                          size_t es) {
+                          const uint8_t *mine, uint8_t *ret_slots, int *keep_fd, int timeout_ms,
+                          char *err, size_t es) {
+  if (keep_fd) *keep_fd = -1;
   if (rank < 1 || rank >= world || exchange_bounds(world, slot_bytes) < 0) return -EINVAL;
   size_t row = (size_t)world * slot_bytes;
   int64_t deadline = now_ms() + timeout_ms;
@@ -386,6 +391,10 @@ int tc_rdv_exchange_fetch(const char *spec, int rank, int world, size_t slot_byt
     if (x == 0) x = xfer(fd, (void *)mine, row, 1, deadline);
     if (x == 0) x = xfer(fd, status, sizeof status, 0, deadline); /* rank 0 waits for all */
     if (x == 0 && memcmp(status, REPLY_OK, 8) == 0) x = xfer(fd, ret_slots, row, 0, deadline);
+    if (x == 0 && memcmp(status, REPLY_OK, 8) == 0 && keep_fd) {
+      *keep_fd = fd;
+      return 0;
+    }
     close(fd);
     if (x == 0 && memcmp(status, REPLY_OK, 8) != 0) {
       snprintf(err, es, "rendezvous %s refused rank %d of world size %d (another world size, "
@@ -427,6 +436,15 @@ int tc_rdv_local_host(const char *spec, char *host, size_t size, char *err, size
   freeaddrinfo(ai);
   if (r < 0) snprintf(err, es, "rendezvous %s: no route from this machine (%s)", spec, strerror(-r));
   return r;
+}
+
+int tc_rdv_peer_gone(int fd) {
+  if (fd < 0) return 0;
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (poll(&p, 1, 0) <= 0) return 0;
+  char c;
+  ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 int tc_rdv_fork(int n, int *ret_rank, int *fds, pid_t *pids) {

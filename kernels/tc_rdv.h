@@ -21,7 +21,12 @@
  * world * slot_bytes; rank 0 keeps each connection open until all ranks are
  * in, then answers "SLRDV-OK" + the world slots meant for that rank, in rank
  * order. A wrong world size or slot size, an out-of-range rank or a rank
- * already connected is answered "SLRDV-NO" and does not end the wait. */
+ * already connected is answered "SLRDV-NO" and does not end the wait.
+ *
+ * The exchange's connections may stay open afterwards, idle, as a sign of
+ * life: the kernel closes a process's sockets when it exits or is killed, so
+ * a closed one means that rank is gone, while a stopped or hung process
+ * keeps its end open (tc_rdv_peer_gone). */
 #ifndef TC_RDV_H
 #define TC_RDV_H
 
@@ -60,16 +65,26 @@ int tc_rdv_fetch(const char *spec, int rank, int world, uint8_t id[TC_RDV_ID_BYT
 
 /* Rank 0 of the exchange: collects every rank's slots on listen_fd (borrowed)
  * and answers each; ret_slots (world * slot_bytes) gets slot 0 of every rank.
+ * With keep_fds (world entries) non-NULL, a successful exchange leaves the
+ * connections open: keep_fds[k] is rank k's (keep_fds[0] = -1), the caller's
+ * to close.
  * -ETIMEDOUT naming the missing ranks in err if they are not all in by the
  * deadline; -E2BIG beyond the bounds above. */
 int tc_rdv_exchange_serve(int listen_fd, int world, size_t slot_bytes, const uint8_t *mine,
-                          uint8_t *ret_slots, int timeout_ms, char *err, size_t err_size);
+                          uint8_t *ret_slots, int *keep_fds, int timeout_ms, char *err,
+                          size_t err_size);
 /* Rank > 0: sends its slots (mine: world * slot_bytes) to spec, retrying until
  * rank 0 listens, and waits for the slots meant for it (ret_slots, slot i from
- * rank i). SL_EMISMATCH when refused, -ETIMEDOUT past the deadline. */
+ * rank i). SL_EMISMATCH when refused, -ETIMEDOUT past the deadline. With
+ * keep_fd non-NULL, *keep_fd gets the open connection to rank 0 after a
+ * successful exchange (-1 otherwise), the caller's to close. */
 int tc_rdv_exchange_fetch(const char *spec, int rank, int world, size_t slot_bytes,
-                          const uint8_t *mine, uint8_t *ret_slots, int timeout_ms, char *err,
-                          size_t err_size);
+                          const uint8_t *mine, uint8_t *ret_slots, int *keep_fd, int timeout_ms,
+                          char *err, size_t err_size);
+/* 1 when the other end of fd, a connection kept from the exchange, has
+ * closed or reset it (that rank's process has exited), 0 while it is open
+ * or fd is -1. Does not block or consume anything. */
+int tc_rdv_peer_gone(int fd);
 /* This machine's numeric address on the route to spec's host (which is that
  * host itself when spec names this machine): where the others reach us. */
 int tc_rdv_local_host(const char *spec, char *host, size_t host_size, char *err, size_t err_size);

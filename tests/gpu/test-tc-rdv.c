@@ -1,8 +1,9 @@
 /* The rendezvous without NCCL, gloo or a GPU: hex form, address parsing,
  * the TCP hand-out of the NCCL id between processes on loopback (right and
  * wrong world sizes, a duplicate rank, nobody listening), the all-to-all
- * exchange of slots that gloo's addresses travel in (the same cases), the
- * local address, and the pipe hand-off to forked ranks. */
+ * exchange of slots that gloo's addresses travel in (the same cases), its
+ * connections kept as signs of life (a stopped rank's open, a killed one's
+ * closed), the local address, and the pipe hand-off to forked ranks. */
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -51,7 +52,8 @@ static pid_t exchanger(const char *spec, int rank, int world, int claim, int exp
   uint8_t mine[8 * SLOT], got[8 * SLOT], want[8 * SLOT];
   char err[512] = "";
   fill_slots(mine, rank, claim);
-  int r = tc_rdv_exchange_fetch(spec, rank, claim, SLOT, mine, got, timeout_ms, err, sizeof err);
+  int r = tc_rdv_exchange_fetch(spec, rank, claim, SLOT, mine, got, NULL, timeout_ms, err,
+                                sizeof err);
   if (r != expect) fprintf(stderr, "rank %d: got %d (%s), expected %d\n", rank, r, err, expect);
   int ok = r == expect;
   for (int i = 0; ok && r == 0 && i < world; i++) {
@@ -59,6 +61,37 @@ static pid_t exchanger(const char *spec, int rank, int world, int claim, int exp
     ok = memcmp(got + i * SLOT, want + rank * SLOT, SLOT) == 0;
   }
   _exit(ok ? 0 : 1);
+}
+
+/* Child: exchange as `rank` of 3 keeping the connection to rank 0, which
+ * must be seen open; then stop until continued, and exit 0 once rank 0's
+ * end is seen closed (within 5 s). */
+static pid_t keeper(const char *spec, int rank) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  uint8_t mine[3 * SLOT], got[3 * SLOT];
+  char err[512] = "";
+  int fd = -1;
+  fill_slots(mine, rank, 3);
+  if (tc_rdv_exchange_fetch(spec, rank, 3, SLOT, mine, got, &fd, 5000, err, sizeof err) != 0 ||
+      fd < 0 || tc_rdv_peer_gone(fd))
+    _exit(1);
+  raise(SIGSTOP);
+  for (int i = 0; i < 500; i++) {
+    if (tc_rdv_peer_gone(fd)) _exit(0);
+    usleep(10000);
+  }
+  _exit(2);
+}
+
+/* Polls peer_gone for up to 5 s: a closed connection is seen at once on
+ * loopback, but nothing here depends on that. */
+static int seen_gone(int fd) {
+  for (int i = 0; i < 500; i++) {
+    if (tc_rdv_peer_gone(fd)) return 1;
+    usleep(10000);
+  }
+  return 0;
 }
 
 static int exited_ok(pid_t pid) {
@@ -128,11 +161,11 @@ int main(void) {
   uint8_t mine[3 * SLOT], slots[3 * SLOT], want[3 * SLOT];
   fill_slots(mine, 0, 3);
   wrong = exchanger(spec, 1, 3, 4, SL_EMISMATCH, 5000); /* alone first: refused, the wait goes on */
-  CHECK_INT(tc_rdv_exchange_serve(lfd, 3, SLOT, mine, slots, 1500, err, sizeof err), -ETIMEDOUT);
+  CHECK_INT(tc_rdv_exchange_serve(lfd, 3, SLOT, mine, slots, NULL, 1500, err, sizeof err), -ETIMEDOUT);
   CHECK(exited_ok(wrong));
   a = exchanger(spec, 1, 3, 3, 0, 5000);
   b = exchanger(spec, 2, 3, 3, 0, 5000);
-  CHECK_INT(tc_rdv_exchange_serve(lfd, 3, SLOT, mine, slots, 10000, err, sizeof err), 0);
+  CHECK_INT(tc_rdv_exchange_serve(lfd, 3, SLOT, mine, slots, NULL, 10000, err, sizeof err), 0);
   for (int i = 0; i < 3; i++) {
     fill_slots(want, i, 3);
     CHECK(memcmp(slots + i * SLOT, want, SLOT) == 0);
@@ -142,16 +175,48 @@ int main(void) {
   /* a missing rank: rank 0 gives up at its deadline naming it; the rank that
    * came hears nothing and gives up at its own */
   only = exchanger(spec, 2, 3, 3, -ETIMEDOUT, 2000);
-  r = tc_rdv_exchange_serve(lfd, 3, SLOT, mine, slots, 1500, err, sizeof err);
+  r = tc_rdv_exchange_serve(lfd, 3, SLOT, mine, slots, NULL, 1500, err, sizeof err);
   CHECK_INT(r, -ETIMEDOUT);
   CHECK(strstr(err, " 1") != NULL && strstr(err, " 2") == NULL);
   printf("exchange serve timeout: %s\n", err);
   CHECK(exited_ok(only));
   close(lfd);
-  CHECK_INT(tc_rdv_exchange_fetch(spec, 1, 2, SLOT, mine, slots, 300, err, sizeof err), -ETIMEDOUT);
+  CHECK_INT(tc_rdv_exchange_fetch(spec, 1, 2, SLOT, mine, slots, NULL, 300, err, sizeof err), -ETIMEDOUT);
   printf("exchange fetch timeout: %s\n", err);
-  CHECK_INT(tc_rdv_exchange_serve(-1, 100000, SLOT, mine, slots, 10, err, sizeof err), -EINVAL);
-  CHECK_INT(tc_rdv_exchange_serve(-1, 4096, 4096, mine, slots, 10, err, sizeof err), -E2BIG);
+  CHECK_INT(tc_rdv_exchange_serve(-1, 100000, SLOT, mine, slots, NULL, 10, err, sizeof err), -EINVAL);
+  CHECK_INT(tc_rdv_exchange_serve(-1, 4096, 4096, mine, slots, NULL, 10, err, sizeof err), -E2BIG);
+  /* kept connections as signs of life: a stopped rank's stays open, a
+   * killed rank's closes, and a rank sees rank 0's end close */
+  CHECK_INT(tc_rdv_listen("tcp://127.0.0.1:0", &lfd, err, sizeof err), 0);
+  snprintf(spec, sizeof spec, "tcp://127.0.0.1:%d", tc_rdv_port(lfd));
+  a = keeper(spec, 1);
+  b = keeper(spec, 2);
+  int keep[3] = {7, 7, 7}, st;
+  CHECK_INT(tc_rdv_exchange_serve(lfd, 3, SLOT, mine, slots, keep, 10000, err, sizeof err), 0);
+  close(lfd);
+  CHECK_INT(keep[0], -1);
+  CHECK(keep[1] >= 0 && keep[2] >= 0);
+  CHECK_INT(waitpid(a, &st, WUNTRACED), a);
+  CHECK(WIFSTOPPED(st));
+  CHECK_INT(waitpid(b, &st, WUNTRACED), b);
+  CHECK(WIFSTOPPED(st));
+  CHECK_INT(tc_rdv_peer_gone(keep[1]), 0); /* stopped: still there */
+  CHECK_INT(tc_rdv_peer_gone(keep[2]), 0);
+  CHECK_INT(tc_rdv_peer_gone(-1), 0);
+  kill(a, SIGKILL);
+  CHECK_INT(waitpid(a, &st, 0), a);
+  CHECK(seen_gone(keep[1]));
+  CHECK_INT(tc_rdv_peer_gone(keep[2]), 0);
+  close(keep[1]);
+  close(keep[2]); /* rank 0 gone, as rank 2 sees it once continued */
+  kill(b, SIGCONT);
+  CHECK(exited_ok(b));
+  /* a failed exchange keeps nothing */
+  keep[0] = keep[1] = 7;
+  CHECK_INT(tc_rdv_exchange_fetch(spec, 1, 2, SLOT, mine, slots, &keep[0], 300, err, sizeof err),
+            -ETIMEDOUT);
+  CHECK_INT(keep[0], -1);
+
   /* where the others reach this machine, on the route to the rendezvous host */
   char local[64];
   CHECK_INT(tc_rdv_local_host("tcp://127.0.0.1:9", local, sizeof local, err, sizeof err), 0);

@@ -2,14 +2,18 @@
  * three ranks sum float buffers bit for bit in rank order (checked against
  * the same additions done locally, on data where another order gives other
  * bits), sum doubles, broadcast and meet at a barrier; a rank that dies makes
- * the others fail with a reason within the timeout; a rank that never comes
- * makes rank 0 give up at its deadline naming it. */
+ * the others fail with a reason within the timeout; a rank whose death gloo
+ * misses (its gloo connections kept open, its rendezvous connection closed)
+ * is still reported gone, not as a timeout; a rank that never comes makes
+ * rank 0 give up at its deadline naming it. */
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -99,6 +103,25 @@ static int good_rank(const char *spec, int rank) {
  * the next collective. */
 static int passed[2] = {-1, -1};
 
+/* Rank 2 closes its connection to the rendezvous (the one whose peer port is
+ * spec's) and nothing else: what rank 0 sees of a process whose death its
+ * gloo connection did not show. */
+static int close_rendezvous_connection(const char *spec) {
+  int port = atoi(strrchr(spec, ':') + 1);
+  for (int fd = 3; fd < 1024; fd++) {
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    if (getpeername(fd, (struct sockaddr *)&a, &len) == 0 && a.sin_family == AF_INET &&
+        ntohs(a.sin_port) == port)
+      return close(fd);
+  }
+  return -1;
+}
+
+/* 1: rank 2 vanishes as gloo cannot see it (close_rendezvous_connection,
+ * then silence); rank 0 must report it gone once gloo's wait times out. */
+static int vanish;
+
 /* Rank 2 dies (timeout_ms > 0) or stalls (timeout_ms < 0, for |timeout_ms|)
  * after every rank joined; the others' next collective must fail within the
  * timeout with a reason (a timeout for the stalled one). Exit 0 if it did. */
@@ -130,6 +153,10 @@ static int dying_rank(const char *spec, int rank, int arg) {
     return 101;
   }
   if (rank == 2 && arg > 0) raise(SIGKILL);
+  if (rank == 2 && vanish && close_rendezvous_connection(spec) < 0) {
+    fprintf(stderr, "rank 2: no rendezvous connection to close\n");
+    return 103;
+  }
   if (rank == 2) pause(); /* stalled: the parent kills it when the others are done */
   float x[1000] = {0};
   double t0 = now_s();
@@ -138,6 +165,13 @@ static int dying_rank(const char *spec, int rank, int arg) {
   fprintf(stderr, "rank %d after rank 2 died or stalled: %d in %.2f s: %s\n", rank, r, took, tc_group_error(g));
   int ok = r < 0 && took < timeout_ms / 1000.0 + 2.0 && strstr(tc_group_error(g), "failed") &&
            (arg > 0 || (r == -ETIMEDOUT && took > timeout_ms / 1000.0 - 0.5));
+  /* vanished: rank 0 knows rank 2 is gone; rank 1, without a connection to
+   * rank 2 of its own, times out or sees rank 0 leave */
+  if (vanish && rank == 0)
+    ok = r == -ECONNRESET && took > timeout_ms / 1000.0 - 0.5 &&
+         took < timeout_ms / 1000.0 + 2.0 && strstr(tc_group_error(g), "rank 2's process has exited");
+  else if (vanish)
+    ok = (r == -ETIMEDOUT || r == -ECONNRESET) && took < timeout_ms / 1000.0 + 2.0;
   tc_group_free(g);
   return ok ? 0 : 1;
 }
@@ -188,6 +222,12 @@ int main(void) {
   pick_spec(spec, sizeof spec);
   CHECK(pipe(passed) == 0);
   run_ranks(dying_rank, spec, -3000, 1, st); /* stalled rank 2 */
+  for (int k = 0; k < 2; k++) CHECK(WIFEXITED(st[k]) && WEXITSTATUS(st[k]) == 0);
+  pick_spec(spec, sizeof spec);
+  CHECK(pipe(passed) == 0);
+  vanish = 1;
+  run_ranks(dying_rank, spec, -3000, 1, st); /* rank 2 gone, gloo not told */
+  vanish = 0;
   for (int k = 0; k < 2; k++) CHECK(WIFEXITED(st[k]) && WEXITSTATUS(st[k]) == 0);
 
   /* rank 0 alone: gives up at the deadline and names the missing ranks */
