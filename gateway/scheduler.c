@@ -44,14 +44,31 @@ void gw_sched_report(struct gw_sched *s, struct gw_bus_event ev) {
 }
 
 /* After every GW_METRICS_THIN_EVERY step metrics stored, the job's older
- * ones are thinned (scheduler.h). */
-static void count_metric(struct gw_sched *s, struct gw_job *j, const json_t *event) {
-  if (strcmp(sl_json_get_str(event, "event", ""), "metric") || ++j->metrics_stored < GW_METRICS_THIN_EVERY)
-    return;
-  j->metrics_stored = 0;
+ * ones are thinned; after every GW_OUTPUT_TRIM_EVERY output lines, the
+ * middle of its output is left out (scheduler.h). */
+static void count_event(struct gw_sched *s, struct gw_job *j, const json_t *event) {
+  const char *kind = sl_json_get_str(event, "event", "");
   int64_t deleted, stride;
   char id[16];
-  int r = gw_store_thin_metrics(s->store, j->id, GW_METRICS_WHOLE, GW_METRICS_OLD, &deleted, &stride);
+  int r;
+  if (!strcmp(kind, "output")) {
+    if (++j->outputs_stored < GW_OUTPUT_TRIM_EVERY)
+      return;
+    j->outputs_stored = 0;
+    r = gw_store_trim_output(s->store, j->id, GW_OUTPUT_HEAD, GW_OUTPUT_TAIL, GW_OUTPUT_TAIL_BYTES,
+                             &deleted);
+    if (r < 0)
+      sl_warn(T, "%s: cannot leave out the middle of its output: %s",
+              gw_job_id_str(j->id, id, sizeof id), sl_strerror(r));
+    else if (deleted)
+      sl_debug(T, "%s: %lld output lines left out", gw_job_id_str(j->id, id, sizeof id),
+               (long long)deleted);
+    return;
+  }
+  if (strcmp(kind, "metric") || ++j->metrics_stored < GW_METRICS_THIN_EVERY)
+    return;
+  j->metrics_stored = 0;
+  r = gw_store_thin_metrics(s->store, j->id, GW_METRICS_WHOLE, GW_METRICS_OLD, &deleted, &stride);
   if (r < 0)
     sl_warn(T, "%s: cannot thin its older step metrics: %s", gw_job_id_str(j->id, id, sizeof id),
             sl_strerror(r));
@@ -71,7 +88,7 @@ int gw_sched_emit_checkpoint(struct gw_sched *s, struct gw_job *j, json_t *event
     return r;
   }
   if (r == 0 && event) { /* a kept one is reported once written (sched_save.c) */
-    count_metric(s, j, event);
+    count_event(s, j, event);
     gw_sched_note_event(s, j, event);
     gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_JOB_EVENT, .job = j, .event = event});
   }

@@ -17,6 +17,15 @@
 #define GW_METRICS_WHOLE 10000
 #define GW_METRICS_OLD 5000
 #define GW_METRICS_THIN_EVERY 5000
+/* A job's stored output (gw_store_trim_output): its first HEAD lines and
+ * its newest, at most TAIL lines and TAIL_BYTES of text, with one line
+ * between that says how much was left out, after every TRIM_EVERY lines
+ * stored. Live viewers see every line; a later view (logs, a reopened
+ * notebook) sees the start and the end. */
+#define GW_OUTPUT_HEAD 1000
+#define GW_OUTPUT_TAIL 10000
+#define GW_OUTPUT_TAIL_BYTES (8 << 20)
+#define GW_OUTPUT_TRIM_EVERY 2000
 
 #include "bus.h"
 #include "conf.h"

@@ -10,7 +10,8 @@
  * This file holds the core: open, migrations, the SQLite helpers, users,
  * jobs, their events and checkpoints. A session's state is in
  * store_session.c, the writes kept while the database refuses them in
- * store_kept.c, the reports, budgets and run records in store_report.c;
+ * store_kept.c, the reports, budgets and run records in store_report.c,
+ * the thinning of a long job's metrics and output in store_thin.c;
  * store_int.h is what they share. */
 #include "store_int.h"
 
@@ -589,71 +590,6 @@ int gw_store_attempt_metric_step(struct gw_store *s, int64_t job, int64_t *ret_s
   if (r != SQLITE_ROW)
     return SL_ESQLITE;
   *ret_step = step;
-  return 0;
-}
-
-/* The older metrics that thinning may drop: a plain step metric (JSON, an
- * integer step, no evaluation, no restore timings). ?1 the job, ?2 the
- * first seq kept whole. */
-#define THIN_OLD                                                                              \
-  " FROM events WHERE job=?1 AND kind='metric' AND seq<?2 AND json_valid(body)"              \
-  " AND json_type(body, '$.step')='integer' AND json_type(body, '$.eval_loss') IS NULL"      \
-  " AND json_type(body, '$.restore_ms') IS NULL"
-
-int gw_store_thin_metrics(struct gw_store *s, int64_t job, int64_t keep_whole, int64_t keep_old,
-                          int64_t *ret_deleted, int64_t *ret_stride) {
-  *ret_deleted = *ret_stride = 0;
-  if (keep_whole < 0 || keep_old < 1)
-    return -EINVAL;
-  int r = begin(s);
-  if (r < 0)
-    return r;
-  sqlite3_stmt *st = prep(s, "SELECT seq FROM events WHERE job=?1 AND kind='metric'"
-                             " ORDER BY seq DESC LIMIT 1 OFFSET ?2");
-  if (!st)
-    return rollback(s, SL_ESQLITE);
-  sqlite3_bind_int64(st, 1, job);
-  sqlite3_bind_int64(st, 2, keep_whole > 0 ? keep_whole - 1 : 0);
-  int rc = sqlite3_step(st);
-  int64_t first_whole = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-  sqlite3_finalize(st);
-  if (rc != SQLITE_ROW) /* fewer than keep_whole: nothing older */
-    return rollback(s, rc == SQLITE_DONE ? 0 : SL_ESQLITE);
-  if (keep_whole == 0)
-    first_whole++; /* every metric is older */
-  st = prep(s, "SELECT COUNT(*), MIN(json_extract(body, '$.step')), MAX(json_extract(body, '$.step'))" THIN_OLD);
-  if (!st)
-    return rollback(s, SL_ESQLITE);
-  sqlite3_bind_int64(st, 1, job);
-  sqlite3_bind_int64(st, 2, first_whole);
-  int64_t n = 0, lo = 0, hi = 0;
-  if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    n = sqlite3_column_int64(st, 0);
-    lo = sqlite3_column_int64(st, 1);
-    hi = sqlite3_column_int64(st, 2);
-  }
-  sqlite3_finalize(st);
-  if (rc != SQLITE_ROW)
-    return rollback(s, SL_ESQLITE);
-  if (n <= keep_old)
-    return rollback(s, 0);
-  int64_t stride = 1;
-  while (stride < INT64_MAX / 2 && (hi - lo) / stride + 1 > keep_old)
-    stride *= 2;
-  st = prep(s, "DELETE" THIN_OLD " AND seq NOT IN (SELECT MAX(seq)" THIN_OLD
-               " GROUP BY json_extract(body, '$.step') / ?3)");
-  if (st) {
-    sqlite3_bind_int64(st, 1, job);
-    sqlite3_bind_int64(st, 2, first_whole);
-    sqlite3_bind_int64(st, 3, stride);
-  }
-  if ((r = run(s, st)) < 0)
-    return rollback(s, r);
-  int64_t deleted = sqlite3_changes(s->db);
-  if (commit(s) < 0)
-    return rollback(s, SL_ESQLITE);
-  *ret_deleted = deleted;
-  *ret_stride = stride;
   return 0;
 }
 

@@ -177,6 +177,15 @@ int gw_store_events(struct gw_store *s, int64_t job, int64_t after, int64_t limi
  * the stride into *ret_stride (0: nothing to thin). */
 int gw_store_thin_metrics(struct gw_store *s, int64_t job, int64_t keep_whole, int64_t keep_old,
                           int64_t *ret_deleted, int64_t *ret_stride);
+/* Leaves out the middle of job's output: its first keep_head output events
+ * and its newest ones, at most keep_tail of them and tail_bytes of text
+ * (the newest always), stay; those between are deleted and counted in one
+ * marker, an output event on stderr at the gap whose text says how many
+ * lines (and bytes) were left out, with the counts in elided_lines and
+ * elided_bytes. Later trims add to the same marker. The rows deleted into
+ * *ret_deleted (0: nothing to trim). */
+int gw_store_trim_output(struct gw_store *s, int64_t job, int64_t keep_head, int64_t keep_tail,
+                         int64_t tail_bytes, int64_t *ret_deleted);
 
 int gw_store_attempt_begin(struct gw_store *s, const struct gw_job *j, int64_t from_step,
                            int64_t now_us);

@@ -7,6 +7,7 @@
 #include "sl_json.h"
 #include "store.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -472,6 +473,129 @@ static void test_thin_metrics(void) {
   s = gw_store_free(s);
 }
 
+/* Appends output lines from..to ("line N", padded to `bytes` when given),
+ * with a metric after every tenth, through the store's own append. */
+static void append_output(struct gw_store *s, int64_t job, int from, int to, size_t bytes) {
+  char text[20000];
+  for (int i = from; i <= to; i++) {
+    int n = snprintf(text, sizeof text, "line %d", i);
+    if (bytes > (size_t)n && bytes < sizeof text) {
+      memset(text + n, '.', bytes - (size_t)n);
+      text[bytes] = '\0';
+    }
+    int64_t seq;
+    json_t *ev = json_pack("{s:s,s:s,s:s}", "event", "output", "stream", "stdout", "text", text);
+    if (i == from + 1)
+      json_object_set_new(ev, "rank", json_integer(1));
+    CHECK_INT(gw_store_event_append(s, job, ev, &seq), 0);
+    json_decref(ev);
+    if (i % 10 == 0) {
+      ev = json_pack("{s:s,s:i}", "event", "metric", "step", i);
+      CHECK_INT(gw_store_event_append(s, job, ev, &seq), 0);
+      json_decref(ev);
+    }
+  }
+}
+
+/* The output's "line N" numbers in order, as a reader gets them: -1 for
+ * the marker (its counts into *ret_lines, *ret_bytes); the count returned. */
+static size_t read_output(struct gw_store *s, int64_t job, int *nums, size_t max, int64_t *ret_lines,
+                          int64_t *ret_bytes, char *marker_text, size_t text_size) {
+  json_t *evs = NULL;
+  bool more = false;
+  size_t n = 0, i;
+  json_t *ev;
+  CHECK_INT(gw_store_events(s, job, 0, 100000, &evs, &more), 0);
+  CHECK(!more);
+  json_array_foreach(evs, i, ev) {
+    if (strcmp(sl_json_get_str(ev, "event", ""), "output") || n >= max)
+      continue;
+    if (json_is_integer(json_object_get(ev, "elided_lines"))) {
+      nums[n++] = -1;
+      *ret_lines = sl_json_get_int(ev, "elided_lines", 0);
+      *ret_bytes = sl_json_get_int(ev, "elided_bytes", 0);
+      snprintf(marker_text, text_size, "%s", sl_json_get_str(ev, "text", ""));
+      CHECK_STR(sl_json_get_str(ev, "stream", ""), "stderr");
+      CHECK(json_object_get(ev, "rank") == NULL);
+      CHECK(sl_json_get_int(ev, "seq", 0) > 0);
+    } else {
+      nums[n++] = atoi(sl_json_get_str(ev, "text", "line 0") + 5);
+    }
+  }
+  json_decref(evs);
+  return n;
+}
+
+/* A chatty job's output: its first lines and its newest stay, one marker
+ * between says how much was left out (and grows with later trims); the
+ * newest kept are bounded in bytes too; metrics and other rows stay. */
+static void test_trim_output(void) {
+  char path[256], err[256], text[300];
+  path_of("trim.db", path, sizeof path);
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  struct gw_job j;
+  add_job(s, "run", json_object(), &j);
+  static int nums[5000];
+  int64_t deleted = -1, lines = 0, bytes = 0;
+  append_output(s, j.id, 1, 350, 0);
+  CHECK_INT(gw_store_trim_output(s, j.id, 100, 300, 1 << 20, &deleted), 0);
+  CHECK_INT(deleted, 0); /* 350 fit */
+  CHECK_INT(gw_store_trim_output(s, j.id, 0, 300, 1 << 20, &deleted), -EINVAL);
+  append_output(s, j.id, 351, 1000, 0);
+  sqlite3 *raw = NULL; /* a damaged output row among those to leave out stays */
+  CHECK_INT(sqlite3_open(path, &raw), SQLITE_OK);
+  char sql[300];
+  snprintf(sql, sizeof sql, "UPDATE events SET body='not json' WHERE job=%lld AND body LIKE '%%\"line 500\"%%'",
+           (long long)j.id);
+  CHECK_INT(sqlite3_exec(raw, sql, NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(raw);
+  CHECK_INT(gw_store_trim_output(s, j.id, 100, 300, 1 << 20, &deleted), 0);
+  CHECK_INT(deleted, 598); /* 101..700 but line 500, one of them the marker */
+  size_t n = read_output(s, j.id, nums, 5000, &lines, &bytes, text, sizeof text);
+  CHECK_INT(n, 100 + 1 + 300);
+  CHECK_INT(nums[0], 1);
+  CHECK_INT(nums[99], 100);
+  CHECK_INT(nums[100], -1);
+  CHECK_INT(nums[101], 701);
+  CHECK_INT(nums[400], 1000);
+  CHECK_INT(lines, 599);
+  CHECK_INT(bytes, 599 * 8); /* "line 101".."line 700" but 500: 8 bytes each */
+  CHECK(strstr(text, "599 lines of output") != NULL);
+  fprintf(stderr, "trim: %s\n", text);
+  char q[200];
+  snprintf(q, sizeof q, "SELECT COUNT(*) FROM events WHERE job=%lld AND kind='metric'", (long long)j.id);
+  CHECK_INT(count_of(path, q), 100);
+  snprintf(q, sizeof q, "SELECT COUNT(*) FROM events WHERE job=%lld AND body='not json'", (long long)j.id);
+  CHECK_INT(count_of(path, q), 1);
+  CHECK_INT(gw_store_trim_output(s, j.id, 100, 300, 1 << 20, &deleted), 0);
+  CHECK_INT(deleted, 0);
+  /* a later trim adds to the same marker */
+  append_output(s, j.id, 1001, 2000, 0);
+  CHECK_INT(gw_store_trim_output(s, j.id, 100, 300, 1 << 20, &deleted), 0);
+  CHECK_INT(deleted, 1000);
+  n = read_output(s, j.id, nums, 5000, &lines, &bytes, text, sizeof text);
+  CHECK_INT(n, 401);
+  CHECK_INT(nums[100], -1);
+  CHECK_INT(nums[101], 1701);
+  CHECK_INT(lines, 1599);
+  CHECK(strstr(text, "1599 lines") != NULL);
+  /* long lines: the newest kept are bounded by bytes (the newest always) */
+  append_output(s, j.id, 2001, 2040, 10000);
+  CHECK_INT(gw_store_trim_output(s, j.id, 100, 300, 50000, &deleted), 0);
+  n = read_output(s, j.id, nums, 5000, &lines, &bytes, text, sizeof text);
+  CHECK_INT(n, 100 + 1 + 5);
+  CHECK_INT(nums[101], 2036);
+  CHECK_INT(nums[105], 2040);
+  CHECK_INT(lines, 1599 + 300 + 35);
+  CHECK_INT(gw_store_trim_output(s, j.id, 100, 300, 10, &deleted), 0);
+  n = read_output(s, j.id, nums, 5000, &lines, &bytes, text, sizeof text);
+  CHECK_INT(n, 100 + 1 + 1);
+  CHECK_INT(nums[101], 2040);
+  gw_job_done(&j);
+  s = gw_store_free(s);
+}
+
 static void test_users_sync(void) {
   char path[256], err[256], user[64], removed[256] = "";
   path_of("users.db", path, sizeof path);
@@ -749,6 +873,7 @@ int main(void) {
   test_sessions();
   test_session_delete();
   test_thin_metrics();
+  test_trim_output();
   test_users_sync();
   test_damaged_event_bodies();
   test_read_fails_half_way();

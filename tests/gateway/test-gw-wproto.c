@@ -719,6 +719,65 @@ static void test_metrics_thinned(void) {
   fx_free(f);
 }
 
+/* A chatty job's output through the worker protocol: every
+ * GW_OUTPUT_TRIM_EVERY lines stored the middle is left out, so what stays
+ * is the first GW_OUTPUT_HEAD lines, one line saying how many were left
+ * out, and the newest GW_OUTPUT_TAIL. */
+static void test_output_trimmed(void) {
+  int64_t id;
+  struct fx *f = one_running(&id);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  char jid[16], text[32];
+  fx_jid(id, jid);
+  /* a whole number of trims, the last with lines to leave out */
+  const int lines = GW_OUTPUT_TRIM_EVERY * ((GW_OUTPUT_HEAD + GW_OUTPUT_TAIL) / GW_OUTPUT_TRIM_EVERY + 3);
+  for (int i = 1; i <= lines; i++) {
+    snprintf(text, sizeof text, "line %d", i);
+    fx_workerf(f, "f-1", "{s:s,s:s,s:s,s:s,s:s}", "type", "output", "instance", "f-1", "job", jid,
+               "stream", "stdout", "text", text);
+  }
+  size_t n = 0, markers = 0;
+  int64_t after = 0, left_out = 0;
+  int first = 0, last = 0, after_marker = 0;
+  for (bool more = true; more;) {
+    json_t *evs = NULL;
+    more = false;
+    if (gw_store_events(f->store, id, after, 10000, &evs, &more) < 0)
+      break;
+    size_t i;
+    json_t *e;
+    json_array_foreach(evs, i, e) {
+      after = sl_json_get_int(e, "seq", after);
+      if (strcmp(sl_json_get_str(e, "event", ""), "output"))
+        continue;
+      n++;
+      if (json_is_integer(json_object_get(e, "elided_lines"))) {
+        markers++;
+        left_out = sl_json_get_int(e, "elided_lines", 0);
+        fprintf(stderr, "output: %s\n", sl_json_get_str(e, "text", ""));
+        continue;
+      }
+      int k = atoi(sl_json_get_str(e, "text", "line 0") + 5);
+      if (!first)
+        first = k;
+      if (markers && !after_marker)
+        after_marker = k;
+      last = k;
+    }
+    json_decref(evs);
+  }
+  fprintf(stderr, "output: %d lines sent, %zu stored\n", lines, n);
+  CHECK_INT(markers, 1);
+  CHECK_INT(first, 1);
+  CHECK_INT(last, lines);
+  CHECK_INT(n, GW_OUTPUT_HEAD + 1 + GW_OUTPUT_TAIL);
+  CHECK_INT(after_marker, lines - GW_OUTPUT_TAIL + 1);
+  CHECK_INT(left_out, lines - GW_OUTPUT_HEAD - GW_OUTPUT_TAIL);
+  fx_free(f);
+}
+
 /* ---- unknown and malformed ---- */
 
 static void test_unknown_and_malformed(void) {
@@ -903,6 +962,7 @@ int main(void) {
   test_worker_notice();
   test_worker_rebalance();
   test_metrics_thinned();
+  test_output_trimmed();
   test_unknown_and_malformed();
   test_presign();
   TEST_MAIN_END();
