@@ -86,11 +86,24 @@ class RankWatch:
             now.setdefault(rank, []).append((int(d), int(stat[1]), opt.get("--world-size"),
                                              opt.get("--rendezvous")))
         # a task that a rank's process cloned itself (the leak checker's tracer in sanitizer
-        # builds shares its argv and folder) is not a second run of that rank
+        # builds shares its argv and folder) is not a second run of that rank, whether or not
+        # its parent made it into this sample: the parent is looked at again
         for rank, procs in now.items():
             pids = {p[0] for p in procs}
-            now[rank] = [(pid, world, rdv) for pid, ppid, world, rdv in procs if ppid not in pids]
+            now[rank] = [(pid, world, rdv) for pid, ppid, world, rdv in procs
+                         if ppid not in pids and not self._is_train(ppid)]
         return now
+
+    @staticmethod
+    def _is_train(pid):
+        """Whether pid is a spotlab-train process, by its name, which outlasts its command line
+        (a process whose main thread has ended shows as a zombie with none)."""
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                stat = f.read()
+        except OSError:
+            return False
+        return stat[stat.find("(") + 1:stat.rfind(")")] == "spotlab-train"
 
     def _run(self):
         while not self.stop.is_set():
