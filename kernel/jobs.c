@@ -373,7 +373,8 @@ static bool fold_event(struct jk_interp *ip, const json_t *ev) {
     }
     else if (strcmp(f->kind, "sample") == 0 && strcmp(stream, "stdout") == 0)
       collect(f, text);
-    if (strcmp(stream, "stderr") == 0 && *text) {
+    /* the gateway's line in place of output it left out is not the script's */
+    if (strcmp(stream, "stderr") == 0 && *text && !json_object_get(ev, "elided_lines")) {
       size_t n = strcspn(text, "\n");
       snprintf(f->last_stderr, sizeof f->last_stderr, "%.*s", (int)(n < 255 ? n : 255), text);
     }

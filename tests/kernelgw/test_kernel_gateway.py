@@ -823,6 +823,57 @@ def scripted_gateway(kernel_exe):
                 k.close()
 
 
+class TrimmedOutputGateway(ScriptedGateway):
+    """A %%run job that has ended, its output as the gateway keeps a chatty one: the first
+    lines, one stderr line among them, the gateway's line in place of those it left out
+    (an output event with elided_lines), the newest lines; then failed without a reason."""
+
+    def __init__(self, address):
+        super().__init__(address, n_history=4)
+        for i in range(1, 4):
+            self.add({"event": "output", "stream": "stdout", "text": "line %d" % i})
+        self.add({"event": "output", "stream": "stderr", "text": "warning: the script's own"})
+        self.add({"event": "output", "stream": "stderr", "elided_lines": 52000, "elided_bytes": 4300000,
+                  "text": "[spotlab: 52000 lines of output (4.1 MiB) left out here; the gateway keeps "
+                          "a job's first 1000 lines and its last 10000 (8.0 MiB at most)]"})
+        for i in range(52005, 52008):
+            self.add({"event": "output", "stream": "stdout", "text": "line %d" % i})
+        self.add({"event": "state", "state": "failed", "reason": ""})
+
+    def summary(self):
+        return dict(super().summary(), kind="run", model="", data="", state="failed",
+                    last_seq=len(self.events))
+
+    def live(self, rid):
+        pass
+
+
+def trimmed_output(kernel_exe):
+    """A %%run job's trimmed output replayed into its cell: the gateway's line shows where
+    the gap is, in order, and is not taken for the script's last stderr line."""
+    d = tempfile.mkdtemp(prefix="spotlab-kgw-trimmed-")
+    with scripted_env(d, TrimmedOutputGateway):
+        with KernelspecEnv(kernel_exe):
+            k = Kernel()
+            try:
+                content, msgs = k.run("%%run\necho hi", timeout=60)
+                streams = [(m["content"]["name"], m["content"]["text"]) for m in msgs
+                           if m["msg_type"] == "stream"]
+                text = "".join(t for _, t in streams)
+                order = [text.find(x) for x in ("line 3\n", "warning: the script's own",
+                                                "[spotlab: 52000 lines of output", "line 52005\n")]
+                check(all(o >= 0 for o in order) and order == sorted(order),
+                      "trimmed: the first lines, the gateway's line, the newest lines, in order: %r" % text)
+                check(any(n == "stderr" and "52000 lines" in t for n, t in streams),
+                      "trimmed: the gateway's line is on stderr")
+                check(content.get("ename") == "JobFailed" and
+                      "warning: the script's own" in content.get("evalue", ""),
+                      "trimmed: the failure names the script's last stderr line, not the gateway's: %s"
+                      % content.get("evalue"))
+            finally:
+                k.close()
+
+
 def stop_gateway(home):
     """Stops the embedded gateway this test started (and its workers)."""
     try:
@@ -939,6 +990,7 @@ def main():
     try:
         no_gateway(kernel_exe)
         scripted_gateway(kernel_exe)
+        trimmed_output(kernel_exe)
         if len(sys.argv) > 3:
             os.environ["SPOTLAB_GATEWAY_BIN"] = os.path.realpath(sys.argv[2])
             with_gateway(kernel_exe, os.path.realpath(sys.argv[3]))
