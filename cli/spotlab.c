@@ -39,6 +39,8 @@ static const struct {
   {"cost", "[--json]", "spend so far and savings against on-demand"},
   {"sessions", "[rm NAME] [--user USER] [--json]",
    "notebook sessions that hold names, models or jobs; rm: delete one; --user: another user's (admins)"},
+  {"data", "[rm SHA256] [--user USER] [--json]",
+   "data files uploaded for jobs; rm: delete one from the store; --user: another user's (admins)"},
   {"instances", "[--json]", "running instances"},
   {"budget", "[set gateway|group NAME|user NAME USD] [--json]", "monthly budgets; set: raise one live (admin)"},
   {"inject", "preempt|kill|rebalance INSTANCE [--notice 120s]",
@@ -59,7 +61,7 @@ struct opts {
   const char *pos[4]; /* budget set group NAME USD */
   int n_pos;
   const char *notice;
-  const char *user;   /* sessions --user */
+  const char *user;   /* sessions, data --user */
 };
 
 /* 0, or 2 after a usage message. */
@@ -73,7 +75,7 @@ static int parse(int argc, char **argv, struct opts *o) {
       o->follow = true;
     else if (strcmp(argv[i], "--notice") == 0 && i + 1 < argc)
       o->notice = argv[++i];
-    else if (strcmp(argv[i], "--user") == 0 && i + 1 < argc && !strcmp(argv[1], "sessions"))
+    else if (strcmp(argv[i], "--user") == 0 && i + 1 < argc && (!strcmp(argv[1], "sessions") || !strcmp(argv[1], "data")))
       o->user = argv[++i];
     else if (strncmp(argv[i], "--notice=", 9) == 0)
       o->notice = argv[i] + 9;
@@ -373,6 +375,22 @@ static int sessions(struct cli_conn *conn, const struct opts *o) {
   return simple(conn, "sessions rm", req, o->json, NULL, jk_format_session_deleted);
 }
 
+/* data, or data rm SHA256: a stored data file deleted (the start of its
+ * hash is enough when it names one). */
+static int data(struct cli_conn *conn, const struct opts *o) {
+  if (o->n_pos && (strcmp(o->pos[0], "rm") || o->n_pos != 2)) {
+    fprintf(stderr, "usage: spotlab data [rm SHA256] [--user USER] [--json]\n");
+    return 2;
+  }
+  json_t *req = o->n_pos ? json_pack("{s:s, s:s}", "type", "data.delete", "sha256", o->pos[1])
+                         : json_pack("{s:s}", "type", "data.list");
+  if (req && o->user)
+    json_object_set_new(req, "user", json_string(o->user));
+  if (!o->n_pos)
+    return simple(conn, "data", req, o->json, "uploads", jk_format_uploads);
+  return simple(conn, "data rm", req, o->json, NULL, jk_format_upload_deleted);
+}
+
 static int budget(struct cli_conn *conn, const struct opts *o) {
   char args[256] = "", err[160];
   for (int i = 0; i < (int)o->n_pos; i++) {
@@ -397,7 +415,7 @@ static int run(const char *cmd, const struct opts *o) {
                         : cli_gateway(o->pos[0], o->force, o->json);
   bool takes_pos = !strcmp(cmd, "logs") || !strcmp(cmd, "cancel") || !strcmp(cmd, "inject") ||
                    !strcmp(cmd, "budget") || !strcmp(cmd, "show") || !strcmp(cmd, "rerun") ||
-                   !strcmp(cmd, "sessions");
+                   !strcmp(cmd, "sessions") || !strcmp(cmd, "data");
   if (!takes_pos && o->n_pos) {
     fprintf(stderr, "spotlab %s: unexpected argument '%s'\n", cmd, o->pos[0]);
     return 2;
@@ -416,6 +434,8 @@ static int run(const char *cmd, const struct opts *o) {
     rc = simple(conn, cmd, json_pack("{s:s}", "type", "cost"), o->json, NULL, jk_format_cost);
   else if (!strcmp(cmd, "sessions"))
     rc = sessions(conn, o);
+  else if (!strcmp(cmd, "data"))
+    rc = data(conn, o);
   else if (!strcmp(cmd, "instances"))
     rc = simple(conn, cmd, json_pack("{s:s}", "type", "instances"), o->json, "instances", jk_format_instances);
   else if (!strcmp(cmd, "budget"))

@@ -295,6 +295,65 @@ char *jk_format_sessions(const json_t *reply, const char *current) {
   return finish(&b);
 }
 
+/* "512 B", "12.3 KiB", "4.1 MiB", "2.0 GiB". */
+static void size_text(char *buf, size_t size, int64_t bytes) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) {
+    snprintf(buf, size, "%lld B", (long long)(bytes < 0 ? 0 : bytes));
+    return;
+  }
+  double v = (double)bytes / 1024;
+  size_t i = 0;
+  while (v >= 1023.95 && i + 1 < sizeof units / sizeof *units)
+    v /= 1024, i++;
+  snprintf(buf, size, "%.1f %s", v, units[i]);
+}
+
+char *jk_format_uploads(const json_t *reply) {
+  struct jk_dbuf b = {0};
+  const json_t *list = json_object_get(reply, "uploads");
+  if (!json_array_size(list)) {
+    jk_dbuf_printf(&b, "No data file of yours is stored.%s\n",
+                   json_is_false(json_object_get(reply, "uploads_on")) ? " (This gateway takes no uploads: its "
+                   "workers read the notebook's files.)" : "");
+    return finish(&b);
+  }
+  jk_dbuf_printf(&b, "%-14s %10s %5s %-18s %s\n", "SHA256", "SIZE", "JOBS", "LAST USED", "PATH");
+  size_t i;
+  json_t *e;
+  int64_t total = 0;
+  json_array_foreach(list, i, e) {
+    total += sl_json_get_int(e, "bytes", 0);
+    if (i >= MAX_ROWS) {
+      if (i == MAX_ROWS)
+        jk_dbuf_printf(&b, "... %zu more\n", json_array_size(list) - i);
+      continue;
+    }
+    char size[32], when[40], jobs[24];
+    size_text(size, sizeof size, sl_json_get_int(e, "bytes", 0));
+    ago(when, sizeof when, sl_json_get_int(e, "last_us", 0));
+    long long live = (long long)sl_json_get_int(e, "live_jobs", 0);
+    snprintf(jobs, sizeof jobs, "%lld%s", (long long)sl_json_get_int(e, "jobs", 0), live ? "*" : "");
+    jk_dbuf_printf(&b, "%-14.12s %10s %5s %-18s %s%s\n", sl_json_get_str(e, "sha256", "?"), size, jobs, when,
+                   sl_json_get_str(e, "path", ""),
+                   sl_json_get_bool(e, "deleting", false) ? "  (being deleted)" : "");
+  }
+  char size[32];
+  size_text(size, sizeof size, total);
+  jk_dbuf_printf(&b, "%zu file%s, %s in all (* a job that has not ended uses it); spotlab data rm SHA256 deletes "
+                     "one\n", json_array_size(list), json_array_size(list) == 1 ? "" : "s", size);
+  return finish(&b);
+}
+
+char *jk_format_upload_deleted(const json_t *reply) {
+  struct jk_dbuf b = {0};
+  char size[32];
+  size_text(size, sizeof size, sl_json_get_int(reply, "bytes", 0));
+  jk_dbuf_printf(&b, "deleting %s (%s, %.12s…) from the store; a job that needs it again uploads it anew\n",
+                 sl_json_get_str(reply, "path", "?"), size, sl_json_get_str(reply, "deleted", "?"));
+  return finish(&b);
+}
+
 char *jk_format_idle(const json_t *reply) {
   struct jk_dbuf b = {0};
   const json_t *idle = json_object_get(reply, "idle");

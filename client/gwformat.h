@@ -18,6 +18,11 @@ char *jk_format_status(const json_t *reply);
 char *jk_format_sessions(const json_t *reply, const char *current);
 /* A session.delete's reply {"deleted","jobs_kept_as","jobs_purged"}. */
 char *jk_format_session_deleted(const json_t *reply);
+/* {"uploads":[{"sha256","bytes","path","last_us","jobs","live_jobs","deleting"}]}:
+ * the stored data files, one line each, and their total. */
+char *jk_format_uploads(const json_t *reply);
+/* A data.delete's reply {"deleted","path","bytes"}. */
+char *jk_format_upload_deleted(const json_t *reply);
 /* The "idle" part of a status reply. */
 char *jk_format_idle(const json_t *reply);
 /* {"spent_usd","on_demand_usd","saved_usd","jobs":[...]} */

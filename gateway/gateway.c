@@ -41,6 +41,7 @@
 #include "zmsg.h"
 
 #include "sl_err.h"
+#include "sl_json.h"
 #include "sl_log.h"
 #include "sl_path.h"
 #include "sl_time.h"
@@ -301,6 +302,39 @@ static void open_uploads(struct gw *g) {
             sl_strerror(r));
   else
     sl_info(T, "notebooks upload their data files to the %s store", g->objstore ? "S3" : "file");
+  json_t *left = NULL;
+  if (!g->uploads || gw_store_uploads_deleting(g->store, &left) < 0)
+    return;
+  size_t i;
+  json_t *row;
+  json_array_foreach(left, i, row) { /* deletions an earlier run did not finish */
+    char err[400] = "";
+    const char *user = sl_json_get_str(row, "user", ""), *sha = sl_json_get_str(row, "sha256", "");
+    if (gw_uploads_delete(g->uploads, user, sha, (uint64_t)sl_json_get_int(row, "bytes", 0), err, sizeof err) < 0) {
+      sl_warn(T, "%s: the stored data file %s was not deleted: %s", user, sha, err);
+      gw_store_upload_deleting(g->store, user, sha, false);
+    }
+  }
+  if (json_array_size(left))
+    sl_info(T, "deleting %zu stored data files an earlier run did not finish with", json_array_size(left));
+  json_decref(left);
+}
+
+/* Stored data files whose deletion ended: their rows gone, or (it failed)
+ * listed again as stored; one that the gateway's stop cut short stays
+ * marked, for the next start. */
+static void uploads_deleted(struct gw *g) {
+  struct gw_upload_deleted done[16];
+  size_t n = g->uploads ? gw_uploads_take_deleted(g->uploads, done, 16) : 0;
+  for (size_t i = 0; i < n; i++) {
+    if (done[i].result == -ECANCELED)
+      continue; /* the gateway stops: deleted at the next start */
+    int r = done[i].result == 0 ? gw_store_upload_forget(g->store, done[i].user, done[i].sha256)
+                                : gw_store_upload_deleting(g->store, done[i].user, done[i].sha256, false);
+    if (r < 0)
+      sl_warn(T, "%s: the row of the stored data file %s stays as it was: %s", done[i].user, done[i].sha256,
+              sl_strerror(r));
+  }
 }
 
 /* The types [user.NAME] and [group.NAME] instance_types name are ones the
@@ -392,6 +426,7 @@ static int64_t housekeeping(struct gw_loop *l, int64_t id, int64_t now_us, void 
   gw_idle_check(g->idle, sl_time_mono_us());
   gw_budget_check(g->budget, false);
   purge_done(g);
+  uploads_deleted(g);
   if (gw_idle_gateway_due(g->idle, gw_kproto_n_clients(g->kproto), sl_time_mono_us())) {
     size_t n = gw_idle_stop_workers(g->idle, "the idle gateway stopped");
     sl_info(T, "no client and no job for %lld s ([idle] gateway_timeout): stopping %zu workers"
@@ -595,6 +630,10 @@ struct gw *gw_free(struct gw *g) {
   gw_wproto_free(g->wproto);
   gw_objstore_stop(g->objstore); /* what its threads send to S3 stops; done again at the next start */
   g->bundle = gw_bundle_free(g->bundle);
+  if (g->uploads) {
+    gw_uploads_wait(g->uploads);
+    uploads_deleted(g); /* the rest are deleted (again) at the next start */
+  }
   g->uploads = gw_uploads_free(g->uploads); /* its threads may use the S3 store */
   if (g->purge)
     purge_done(g); /* the rest are removed (again) at the next start */

@@ -125,10 +125,11 @@ static void on_session_set(struct gw_kreq *q) {
   gw_kproto_reply(q, NULL);
 }
 
-/* Whose sessions a request is about: the client's own, or for an admin
- * the "user" it names (a departed user's, say). NULL after a failure
- * reply: another user named by a client who is no admin. */
-static const char *sessions_user(struct gw_kreq *q, const char *what) {
+/* Whose sessions (or stored files) a request is about: the client's own,
+ * or for an admin the "user" it names (a departed user's, say). NULL after
+ * a failure reply: another user named by a client who is no admin, who may
+ * not "what" (say, "delete another user's sessions"). */
+const char *gw_kproto_whose(struct gw_kreq *q, const char *what) {
   const json_t *named = json_object_get(q->body, "user");
   const char *user = sl_json_get_whole_str(q->body, "user", NULL);
   if (named && !user) {
@@ -139,7 +140,7 @@ static const char *sessions_user(struct gw_kreq *q, const char *what) {
     return q->c->who.user;
   if (!q->c->who.admin) {
     char msg[120];
-    snprintf(msg, sizeof msg, "only an admin may %s another user's sessions", what);
+    snprintf(msg, sizeof msg, "only an admin may %s", what);
     gw_kproto_fail(q, -EPERM, msg);
     return NULL;
   }
@@ -153,7 +154,7 @@ static const char *sessions_user(struct gw_kreq *q, const char *what) {
 /* The user's sessions that hold anything, the most recently active first
  * (an admin: any user's). */
 static void on_sessions(struct gw_kreq *q) {
-  const char *user = sessions_user(q, "list");
+  const char *user = gw_kproto_whose(q, "list another user's sessions");
   if (!user)
     return;
   json_t *list = NULL;
@@ -222,7 +223,7 @@ static void on_session_move(struct gw_kreq *q) {
  * "NAME (deleted TIME)". A notebook still open on it starts it anew with
  * its next cell's names. An admin may delete another user's ("user"). */
 static void on_session_delete(struct gw_kreq *q) {
-  const char *user = sessions_user(q, "delete");
+  const char *user = gw_kproto_whose(q, "delete another user's sessions");
   if (!user)
     return;
   char user_copy[sizeof q->c->who.user];
@@ -635,7 +636,8 @@ static const struct {
   {"cost", on_cost}, {"inject", on_inject}, {"ping", on_ping},
   {"shutdown", on_shutdown}, {"budget", on_budget}, {"record", gw_kproto_on_record},
   {"rerun", gw_kproto_on_rerun}, {"data.have", gw_kproto_on_data_have},
-  {"data.put", gw_kproto_on_data_put},
+  {"data.put", gw_kproto_on_data_put}, {"data.list", gw_kproto_on_data_list},
+  {"data.delete", gw_kproto_on_data_delete},
 };
 
 static void dispatch(struct gw_kreq *q) {

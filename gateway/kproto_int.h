@@ -120,6 +120,10 @@ void gw_kproto_fail(struct gw_kreq *q, int code, const char *msg);
  * copy, or a store copy in *tmp (the caller frees it when !*ret_live).
  * NULL, and the SL_ENAME reply sent, otherwise. */
 struct gw_job *gw_kproto_user_job(struct gw_kreq *q, struct gw_job *tmp, bool *ret_live);
+/* Whose rows a request is about: the client's own, or for an admin the
+ * "user" it names. NULL, and the failure answered, when a client who is no
+ * admin names another user (what: "list another user's sessions"). */
+const char *gw_kproto_whose(struct gw_kreq *q, const char *what);
 
 /* kclients.c */
 /* Frees c's slot: nothing more goes to its routing id. */
@@ -154,6 +158,8 @@ void gw_kproto_on_detach(struct gw_kreq *q);
 /* kupload.c */
 void gw_kproto_on_data_have(struct gw_kreq *q);
 void gw_kproto_on_data_put(struct gw_kreq *q);
+void gw_kproto_on_data_list(struct gw_kreq *q);
+void gw_kproto_on_data_delete(struct gw_kreq *q);
 
 /* ksubmit.c */
 void gw_kproto_on_submit(struct gw_kreq *q);

@@ -234,6 +234,13 @@ static int check_upload(struct gw_kreq *q, struct gw_job *j) {
     json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:I}", "name", strrchr(paths[i], '/') + 1, "key", key,
                                           "sha256", sha, "bytes", json_integer_value(size)));
   }
+  for (int i = 0; i < n; i++) { /* the user's stored files, as spotlab data lists them */
+    const json_t *f = sl_json_find(files, "path", paths[i]);
+    int r = gw_store_upload_seen(q->g->env.store, q->c->who.user, hexes[i],
+                                 json_integer_value(json_object_get(f, "size")), paths[i], sl_time_real_us());
+    if (r < 0)
+      sl_debug(T, "%s: the stored file %s is not listed: %s", q->c->who.user, hexes[i], sl_strerror(r));
+  }
   if (!set) { /* one file: its own key (the shape of specs stored before data sets) */
     json_t *one = json_array_get(list, 0);
     if (one) {
@@ -378,6 +385,30 @@ void gw_kproto_on_record(struct gw_kreq *q) {
   gw_kproto_reply(q, json_pack("{s:o}", "record", rec));
 }
 
+/* A rerun's data files, uploaded for its original, are still stored: 0, or
+ * SL_ESTATE with a sentence when one was deleted (spotlab data rm). */
+static int still_stored(struct gw_kreq *q, const struct gw_job *j, const char *orig_id, char *msg,
+                        size_t msg_size) {
+  const json_t *up = json_object_get(j->spec, "data_upload"), *files = json_object_get(up, "files");
+  size_t n = json_is_array(files) ? json_array_size(files) : up ? 1 : 0;
+  for (size_t i = 0; i < n; i++) {
+    const json_t *f = json_is_array(files) ? json_array_get(files, i) : up;
+    const char *sha = sl_json_get_str(f, "sha256", "");
+    struct gw_store_upload row;
+    int r = sl_sha256_hex_ok(sha) ? gw_store_upload_find(q->g->env.store, j->user, sha, &row) : SL_ENAME;
+    if (r == 0 && !row.deleting)
+      continue;
+    if (r < 0 && r != SL_ENAME) {
+      snprintf(msg, msg_size, "cannot read the stored data files");
+      return r;
+    }
+    snprintf(msg, msg_size, "the data file %.12s… that %s trained on was deleted (spotlab data rm): run the "
+             "cell that defines its data again, which uploads it anew", sha, orig_id);
+    return SL_ESTATE;
+  }
+  return 0;
+}
+
 /* The same run again: the job's spec, definitions and seed, as a new job
  * that names the original (rerun_of). Only the job's own user may rerun it
  * (an admin too runs only their own: the run would spend its owner's
@@ -406,6 +437,7 @@ void gw_kproto_on_rerun(struct gw_kreq *q) {
     snprintf(msg, sizeof msg, "out of memory");
     r = -ENOMEM;
   } else if ((r = gw_record_rerun_job(orig, body, force, j, msg, sizeof msg)) >= 0 &&
+             (r = still_stored(q, j, id, msg, sizeof msg)) >= 0 &&
              (r = gw_sched_deadline_check(q->g->env.sched, j, msg, sizeof msg)) >= 0) {
     json_t *nb = gw_record_body_rerun(gw_record_body_new(j, false), orig, body, force);
     if (json_object_get(body, "seed_from")) /* who chose the seed the rerun repeats */

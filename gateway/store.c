@@ -85,6 +85,24 @@ static const char *const migrations[] = {
   "CREATE TABLE learned(name TEXT PRIMARY KEY, body TEXT NOT NULL, time_us INTEGER NOT NULL);",
   /* 9: jobs of deleted sessions whose store objects are still to be removed (purge.h) */
   "CREATE TABLE purge(job INTEGER PRIMARY KEY, queued_us INTEGER NOT NULL);",
+  /* 10: notebooks' stored data files (store_data.c), from the jobs that named them so far */
+  "CREATE TABLE uploads(user TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL,"
+  "  path TEXT, first_us INTEGER, last_us INTEGER, deleting INTEGER NOT NULL DEFAULT 0,"
+  "  PRIMARY KEY(user, sha256));"
+  "INSERT OR IGNORE INTO uploads(user, sha256, bytes, path, first_us, last_us)"
+  "  SELECT user, json_extract(spec, '$.data_upload.sha256'), json_extract(spec, '$.data_upload.bytes'),"
+  "    " GW_STORE_DATA_PATH ", MIN(created_us), MAX(created_us)"
+  "  FROM (SELECT user, created_us, CASE WHEN json_valid(spec) THEN spec ELSE '{}' END AS spec FROM jobs)"
+  "  WHERE json_type(spec, '$.data_upload.key')='text'"
+  "    AND json_type(spec, '$.data_upload.bytes')='integer' GROUP BY 1, 2;"
+  "INSERT OR IGNORE INTO uploads(user, sha256, bytes, path, first_us, last_us)"
+  "  SELECT j.user, json_extract(f.value, '$.sha256'), json_extract(f.value, '$.bytes'),"
+  "    " GW_STORE_DATA_PATH " || '/' || json_extract(f.value, '$.name'), MIN(j.created_us),"
+  "    MAX(j.created_us)"
+  "  FROM (SELECT user, created_us, CASE WHEN json_valid(spec) THEN spec ELSE '{}' END AS spec FROM jobs)"
+  "    AS j, json_each(j.spec, '$.data_upload.files') AS f"
+  "  WHERE json_type(f.value, '$.sha256')='text'"
+  "    AND json_type(f.value, '$.bytes')='integer' GROUP BY 1, 2;",
 };
 
 /* SQLite's error space in the project's: a full disk, an I/O error, a lock

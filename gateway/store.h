@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GW_STORE_SCHEMA_VERSION 9
+#define GW_STORE_SCHEMA_VERSION 10
 
 struct gw_store;
 
@@ -136,6 +136,35 @@ int gw_store_sessions_list(struct gw_store *s, const char *user, size_t max, jso
  * before it was done), owned, oldest first; and n of them done. */
 int gw_store_purge_list(struct gw_store *s, int64_t **ret, size_t *ret_n);
 int gw_store_purge_done(struct gw_store *s, const int64_t *jobs, size_t n);
+
+/* Notebooks' stored data files, one per user and content (store_data.c).
+ * seen: a submit named user's file sha256 (bytes, from path on the
+ * notebook's machine) at now_us; the row made or its path and last use
+ * updated. */
+int gw_store_upload_seen(struct gw_store *s, const char *user, const char *sha256, int64_t bytes,
+                         const char *path, int64_t now_us);
+/* user's stored files, the most recently used first: owned [{"sha256",
+ * "bytes", "path", "first_us", "last_us", "deleting", "jobs" (that named
+ * it), "live_jobs" (of them, not ended), "last_job" (absent: none)}]. */
+int gw_store_uploads_list(struct gw_store *s, const char *user, json_t **ret);
+struct gw_store_upload {
+  char sha256[65];
+  int64_t bytes;
+  char path[1024];
+  bool deleting;
+};
+/* user's stored file whose hash starts with prefix (6 to 64 lower-case hex
+ * digits): SL_ETYPE for another prefix, SL_ENAME for none, SL_EMISMATCH for
+ * several. */
+int gw_store_upload_find(struct gw_store *s, const char *user, const char *prefix,
+                         struct gw_store_upload *ret);
+/* Marks the row as being deleted (or no longer); forget removes a row so
+ * marked, once its object is gone. */
+int gw_store_upload_deleting(struct gw_store *s, const char *user, const char *sha256, bool deleting);
+int gw_store_upload_forget(struct gw_store *s, const char *user, const char *sha256);
+/* The rows marked as being deleted (a gateway stopped before it was done),
+ * owned [{"user", "sha256", "bytes"}]. */
+int gw_store_uploads_deleting(struct gw_store *s, json_t **ret);
 
 /* Jobs. create fills j->id, created/updated times and writes the first
  * event (state queued); j->spec is borrowed. Refused (the kept writes'

@@ -63,6 +63,12 @@ void gw_store_note_refused(struct gw_store *s, int r);
 void gw_store_free_kept(struct kept_op *ops, size_t n_ops, struct gw_job *rows, size_t n_rows,
                         struct gw_instance_row *insts);
 
+/* The path a job's spec gives its data definition's first argument (a
+ * text("PATH") file, a fashion_mnist("FOLDER")), in SQL over jobs.spec. */
+#define GW_STORE_DATA_PATH                                                                       \
+  "COALESCE(json_extract(spec, '$.data.spec.args[0].v'), json_extract(spec, '$.data.spec.args[0]'),"  \
+  " json_extract(spec, '$.data.args[0].v'), json_extract(spec, '$.data.args[0]'))"
+
 /* The errors after which a write is kept and retried. */
 static inline bool refused(int r) {
   return r == -ENOSPC || r == -EIO || r == -EBUSY || r == -EROFS || r == SL_ESQLITE;

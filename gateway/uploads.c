@@ -51,6 +51,8 @@ struct upload {
 };
 
 struct gw_uploads {
+  struct gw_upload_deleted deleted[2 * GW_UPLOAD_MAX]; /* deletions ended, for the loop to take */
+  size_t n_deleted;
   char parts_dir[PATH_MAX];
   char store_dir[PATH_MAX];     /* "" for S3 */
   struct gw_objstore *o;
@@ -373,6 +375,57 @@ static void *check_main(void *arg) {
   return finish(e, GW_UPLOAD_RECEIVING, 0, NULL), NULL;
 }
 
+/* Removes e's object from the store, and a part of it if one was left. */
+static int unstore(struct upload *e, char *why, size_t why_size) {
+  struct gw_uploads *u = e->u;
+  if (unlink(e->part) < 0 && errno != ENOENT)
+    sl_warn(T, "cannot remove %s: %s", e->part, strerror(errno));
+  if (!u->o) {
+    char path[PATH_MAX + GW_UPLOAD_KEY_MAX];
+    snprintf(path, sizeof path, "%s/%s", u->store_dir, e->key);
+    if (unlink(path) < 0 && errno != ENOENT) {
+      int r = -errno;
+      snprintf(why, why_size, "cannot remove %.200s: %s", path, sl_strerror(r));
+      return r;
+    }
+    return 0;
+  }
+  struct sl_s3_signer signer = gw_objstore_signer(u->o);
+  struct sl_s3_opts opts = gw_objstore_opts(u->o);
+  struct sl_s3_client *c = NULL;
+  int r = sl_s3_client_new(&signer, &opts, &c);
+  if (r < 0)
+    snprintf(why, why_size, "S3 client: %s", sl_strerror(r));
+  else
+    r = sl_s3_delete(c, e->key, why, why_size);
+  sl_s3_client_free(c);
+  return r;
+}
+
+static void *delete_main(void *arg) {
+  struct upload *e = arg;
+  struct gw_uploads *u = e->u;
+  char why[300] = "";
+  int r = unstore(e, why, sizeof why);
+  if (r == 0)
+    sl_info(T, "%s: deleted %s", e->user, e->key);
+  else
+    sl_warn(T, "%s: %s was not deleted: %s", e->user, e->key, why[0] ? why : sl_strerror(r));
+  pthread_mutex_lock(&u->mu);
+  if (u->n_deleted < sizeof u->deleted / sizeof *u->deleted) { /* else found again at the next start */
+    struct gw_upload_deleted *d = &u->deleted[u->n_deleted++];
+    snprintf(d->user, sizeof d->user, "%s", e->user);
+    snprintf(d->sha256, sizeof d->sha256, "%s", e->sha);
+    d->result = r;
+    snprintf(d->why, sizeof d->why, "%s", why[0] ? why : sl_strerror(r));
+  }
+  clear(e); /* asked about again, it is looked for anew */
+  u->threads--;
+  pthread_cond_broadcast(&u->idle);
+  pthread_mutex_unlock(&u->mu);
+  return NULL;
+}
+
 /* Runs fn(e) on a detached thread; e's state is then the thread's. */
 static int start(struct upload *e, enum gw_upload_state state, void *(*fn)(void *)) {
   pthread_attr_t a;
@@ -434,6 +487,19 @@ static int say(char *err, size_t err_size, int code, const char *msg) {
   return code;
 }
 
+/* A slot taken for user's upload of sha256: its names, key and part. */
+static void fill(struct gw_uploads *u, struct upload *e, const char *user, const char *sha, uint64_t size) {
+  e->used = true;
+  e->u = u;
+  snprintf(e->user, sizeof e->user, "%s", user);
+  snprintf(e->sha, sizeof e->sha, "%s", sha);
+  e->size = size;
+  gw_upload_key(user, sha, e->key, sizeof e->key);
+  const char *dir = e->key + strlen("_data/"); /* USER/SHA: the part is USER-SHA.part */
+  snprintf(e->part, sizeof e->part, "%.3900s/%.*s-%s.part", u->parts_dir, (int)(strchr(dir, '/') - dir),
+           dir, sha);
+}
+
 /* The upload asked about, known or new (a check started); under the lock. */
 static int lookup(struct gw_uploads *u, const char *user, const char *sha, uint64_t size,
                   struct upload **ret, char *err, size_t err_size) {
@@ -465,15 +531,7 @@ static int lookup(struct gw_uploads *u, const char *user, const char *sha, uint6
     }
     if (!(e = take_slot(u, now)))
       return say(err, err_size, SL_ELIMIT, "the gateway has too many uploads under way");
-    e->used = true;
-    e->u = u;
-    snprintf(e->user, sizeof e->user, "%s", user);
-    snprintf(e->sha, sizeof e->sha, "%s", sha);
-    e->size = size;
-    gw_upload_key(user, sha, e->key, sizeof e->key);
-    const char *dir = e->key + strlen("_data/"); /* USER/SHA: the part is USER-SHA.part */
-    snprintf(e->part, sizeof e->part, "%.3900s/%.*s-%s.part", u->parts_dir, (int)(strchr(dir, '/') - dir),
-             dir, sha);
+    fill(u, e, user, sha, size);
     int r = start(e, GW_UPLOAD_CHECKING, check_main);
     if (r < 0) {
       clear(e);
@@ -568,4 +626,45 @@ int gw_uploads_ready(struct gw_uploads *u, const char *user, const char *sha256,
   }
   pthread_mutex_unlock(&u->mu);
   return ready ? 0 : SL_ESTATE;
+}
+
+int gw_uploads_delete(struct gw_uploads *u, const char *user, const char *sha256, uint64_t size,
+                      char *err, size_t err_size) {
+  if (!sl_sha256_hex_ok(sha256))
+    return say(err, err_size, SL_ETYPE, "sha256 must be 64 lower-case hex digits");
+  if (!*user || strlen(user) >= sizeof u->e[0].user)
+    return say(err, err_size, SL_ENAME, "no user");
+  pthread_mutex_lock(&u->mu);
+  int64_t now = sl_time_mono_us();
+  struct upload *e = find(u, user, sha256);
+  int r = 0;
+  if (e && active(e, now)) {
+    snprintf(err, err_size, "%.12s… is being %s; delete it once that has ended", sha256,
+             e->state == GW_UPLOAD_RECEIVING ? "uploaded" : e->state == GW_UPLOAD_PUBLISHING ? "stored"
+                                                                                                 : "checked");
+    r = SL_ESTATE;
+  } else if (!e && !(e = take_slot(u, now))) {
+    r = say(err, err_size, SL_ELIMIT, "the gateway has too many uploads under way; try again shortly");
+  }
+  if (r == 0) {
+    clear(e);
+    fill(u, e, user, sha256, size);
+    e->used_us = now;
+    if ((r = start(e, GW_UPLOAD_CHECKING, delete_main)) < 0) {
+      clear(e);
+      say(err, err_size, r, "cannot start a thread");
+    }
+  }
+  pthread_mutex_unlock(&u->mu);
+  return r;
+}
+
+size_t gw_uploads_take_deleted(struct gw_uploads *u, struct gw_upload_deleted *out, size_t max) {
+  pthread_mutex_lock(&u->mu);
+  size_t n = u->n_deleted < max ? u->n_deleted : max;
+  memcpy(out, u->deleted, n * sizeof *out);
+  memmove(u->deleted, u->deleted + n, (u->n_deleted - n) * sizeof *out);
+  u->n_deleted -= n;
+  pthread_mutex_unlock(&u->mu);
+  return n;
 }

@@ -65,6 +65,25 @@ int gw_uploads_put(struct gw_uploads *u, const char *user, const char *sha256, u
 int gw_uploads_ready(struct gw_uploads *u, const char *user, const char *sha256, uint64_t size,
                      char *key, size_t key_size);
 
+/* Deletes user's stored upload of sha256 (size bytes): its object, on a
+ * thread, and a part of it if one was left. Until that has ended the
+ * upload reads as CHECKING (so no job takes it); then it is forgotten, and
+ * asking about it again looks for it anew. SL_ESTATE while that upload is
+ * under way (received, checked or stored), SL_ETYPE for a malformed hash,
+ * SL_ELIMIT when no slot is free. */
+int gw_uploads_delete(struct gw_uploads *u, const char *user, const char *sha256, uint64_t size,
+                      char *err, size_t err_size);
+
+/* A deletion that ended: 0, or the error and a sentence. */
+struct gw_upload_deleted {
+  char user[64];
+  char sha256[65];
+  int result;
+  char why[300];
+};
+/* Moves up to max ended deletions into out: their count. */
+size_t gw_uploads_take_deleted(struct gw_uploads *u, struct gw_upload_deleted *out, size_t max);
+
 /* Waits until no check or publication runs (tests: a settled gateway). */
 void gw_uploads_wait(struct gw_uploads *u);
 

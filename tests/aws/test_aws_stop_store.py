@@ -16,6 +16,9 @@ gets SIGTERM. Then:
   - started again with S3 answering, the same data.have finds the bytes,
     stores them without a byte sent again, and answers ready; the object is
     in the bucket under _data/alice/SHA256 with its SHA-256.
+Then the stored file is deleted (data.delete) while the proxy holds its
+DELETE, and the gateway gets SIGTERM: it stops at once, and started again
+it deletes the file from the bucket.
 """
 import hashlib
 import os
@@ -48,16 +51,18 @@ def log(*a):
 T0 = time.monotonic()
 
 
-class HoldDataPuts:
-    """A FaultProxy predicate: true for the PUTs of a data file while on is set."""
+class HoldData:
+    """A FaultProxy predicate: true for the requests of method on a data file while on is set."""
 
-    def __init__(self):
+    def __init__(self, method, on=True):
+        self.method = method
         self.on = threading.Event()
-        self.on.set()
+        if on:
+            self.on.set()
         self.held = threading.Event()  # set as the first is held
 
     def __call__(self, method, target):
-        if method != "PUT" or "/_data/" not in target.partition("?")[0] or not self.on.is_set():
+        if method != self.method or "/_data/" not in target.partition("?")[0] or not self.on.is_set():
             return False
         self.held.set()
         return True
@@ -73,15 +78,58 @@ def have(c, sha, until, timeout):
         time.sleep(0.1)
 
 
+def delete_across_stop(env, c, sha, hold_delete):
+    """spotlab data rm of the stored file while S3 holds its DELETE, and a SIGTERM: the
+    gateway stops at once, and the next start deletes it."""
+    path = "/home/alice/notes.txt"
+    require(c.req("session.set", defs=[
+        {"name": "m", "kind": "model", "spec": {"type": "gpt", "args": [], "options": {"layers": 1}}},
+        {"name": "d", "kind": "data", "spec": {"type": "text", "args": [path], "options": {}}}])["ok"],
+        "session.set")
+    r = c.req("submit", kind="train", model="m", data="d", options={"steps": 10},
+              data_files=[{"path": path, "sha256": sha, "size": SIZE}])
+    require(r.get("ok") and "job" in r, "a job names the stored file", r)
+    require(c.req("cancel", job=r["job"])["ok"], "and is cancelled")
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        jobs = c.req("jobs").get("jobs", [])
+        if all(j["state"] in ("succeeded", "failed", "cancelled") for j in jobs):
+            break
+        time.sleep(0.1)
+    hold_delete.on.set()
+    r = c.req("data.delete", sha256=sha)
+    check(r.get("ok") and r.get("path") == path, "data.delete takes it: %s" % r)
+    require(hold_delete.held.wait(30), "the gateway's DELETE of the file is held")
+    t0 = time.monotonic()
+    code = env.gw.stop(timeout=60)
+    took = time.monotonic() - t0
+    check(code == 0 and took < STOP_WITHIN_S, "the gateway stops within %d s while the DELETE hangs "
+          "(%.1f s, status %s)" % (STOP_WITHIN_S, took, code))
+    key = "%s/_data/alice/%s" % (PREFIX, sha)
+    check([o["Key"] for o in env.s3.objects("%s/_data/" % PREFIX)] == [key], "the file is still in the bucket")
+    hold_delete.on.clear()
+    env.gw.start()
+    c2 = GatewayClient(env.gw.listen, TOKEN)
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end and (env.s3.objects("%s/_data/" % PREFIX) or c2.req("data.list")["uploads"]):
+            time.sleep(0.2)
+        check(not env.s3.objects("%s/_data/" % PREFIX), "started again, the gateway deletes it from the bucket")
+        check(not c2.req("data.list")["uploads"], "and it is no longer listed")
+    finally:
+        c2.close()
+
+
 def main():
     root = tempfile.mkdtemp(prefix="spotlab-aws-stop-store-")
     env = c = proxy = None
-    hold = HoldDataPuts()
+    hold, hold_delete = HoldData("PUT"), HoldData("DELETE", on=False)
 
     def front(port):
         nonlocal proxy
         proxy = FaultProxy(port)
         proxy.always.append((hold, "stall:%d" % HOLD_S))
+        proxy.always.append((hold_delete, "stall:%d" % HOLD_S))
         return proxy.url
 
     data = random.Random(7).randbytes(SIZE)
@@ -132,6 +180,7 @@ def main():
               "the file is in the bucket as _data/alice/%.12s…, its SHA-256 with it" % sha)
         check(proxy.seen["put-object"] > puts_before, "it was put after the restart")
         check(not os.path.exists(part), "the part is gone once stored")
+        delete_across_stop(env, c, sha, hold_delete)
     except Exception as e:  # a timeout or a broken expectation: a failure with context
         check(False, "%s: %s" % (type(e).__name__, e))
     finally:

@@ -596,6 +596,134 @@ static void test_trim_output(void) {
   s = gw_store_free(s);
 }
 
+/* A job spec naming stored files: one file (sha, path) or, with sha2, a data set of two. */
+static json_t *upload_spec(const char *path, const char *sha, int64_t bytes, const char *sha2) {
+  json_t *spec = json_pack("{s:{s:s, s:s, s:{s:s, s:[s]}}}", "data", "name", "d", "kind", "data", "spec", "type",
+                           sha2 ? "fashion_mnist" : "text", "args", path);
+  if (!sha2)
+    json_object_set_new(spec, "data_upload", json_pack("{s:s, s:s, s:I}", "key", "_data/alice/x", "sha256", sha,
+                                                       "bytes", (json_int_t)bytes));
+  else
+    json_object_set_new(spec, "data_upload",
+                        json_pack("{s:s, s:I, s:[{s:s, s:s, s:s, s:I}, {s:s, s:s, s:s, s:I}]}", "sha256",
+                                  "5e7", "bytes", (json_int_t)(2 * bytes), "files", "name", "a.gz", "key", "k1",
+                                  "sha256", sha, "bytes", (json_int_t)bytes, "name", "b.gz", "key", "k2",
+                                  "sha256", sha2, "bytes", (json_int_t)bytes));
+  return spec;
+}
+
+static const json_t *listed(const json_t *list, const char *sha) {
+  size_t i;
+  const json_t *e;
+  json_array_foreach(list, i, e) {
+    if (!strcmp(sl_json_get_str(e, "sha256", ""), sha))
+      return e;
+  }
+  return NULL;
+}
+
+/* Stored data files: listed with the jobs that named them (a data set's
+ * files each), found by the start of their hash, marked while deleted and
+ * forgotten after; a database of an earlier version gets them from its
+ * jobs' specs. */
+static void test_uploads(void) {
+  char path[256], err[256];
+  path_of("uploads.db", path, sizeof path);
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  const char *a = "aaaa1111aaaa1111aaaa1111aaaa1111aaaa1111aaaa1111aaaa1111aaaa1111";
+  const char *b = "aaaa2222aaaa2222aaaa2222aaaa2222aaaa2222aaaa2222aaaa2222aaaa2222";
+  const char *c = "cccc3333cccc3333cccc3333cccc3333cccc3333cccc3333cccc3333cccc3333";
+  struct gw_job j1, j2, j3;
+  add_job(s, "train", upload_spec("/home/alice/corpus.txt", a, 5000, NULL), &j1);
+  add_job(s, "train", upload_spec("/home/alice/corpus.txt", a, 5000, NULL), &j2);
+  add_job(s, "eval", upload_spec("/home/alice/images", b, 700, c), &j3);
+  j1.state = GW_JOB_SUCCEEDED;
+  CHECK_INT(gw_store_job_save(s, &j1, NULL), 0);
+  struct gw_job bad;
+  add_job(s, "train", json_object(), &bad); /* a damaged spec names no file, and hides none */
+  sqlite3 *raw = NULL;
+  char sql[120];
+  CHECK_INT(sqlite3_open(path, &raw), SQLITE_OK);
+  snprintf(sql, sizeof sql, "UPDATE jobs SET spec='{\"data_upload\":' WHERE id=%lld", (long long)bad.id);
+  CHECK_INT(sqlite3_exec(raw, sql, NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(raw);
+  CHECK_INT(gw_store_upload_seen(s, "alice", a, 5000, "/home/alice/corpus.txt", 1000), 0);
+  CHECK_INT(gw_store_upload_seen(s, "alice", a, 5000, "/home/alice/corpus2.txt", 3000), 0); /* moved */
+  CHECK_INT(gw_store_upload_seen(s, "alice", b, 700, "/home/alice/images/a.gz", 2000), 0);
+  CHECK_INT(gw_store_upload_seen(s, "alice", c, 700, "/home/alice/images/b.gz", 2000), 0);
+  CHECK_INT(gw_store_upload_seen(s, "bob", c, 700, "/home/bob/b.gz", 2000), 0);
+  json_t *list = NULL;
+  CHECK_INT(gw_store_uploads_list(s, "alice", &list), 0);
+  CHECK_INT(json_array_size(list), 3);
+  const json_t *e = listed(list, a);
+  CHECK_STR(sl_json_get_str(json_array_get(list, 0), "sha256", ""), a); /* the most recently used first */
+  CHECK_STR(sl_json_get_str(e, "path", ""), "/home/alice/corpus2.txt");
+  CHECK_INT(sl_json_get_int(e, "first_us", 0), 1000);
+  CHECK_INT(sl_json_get_int(e, "last_us", 0), 3000);
+  CHECK_INT(sl_json_get_int(e, "jobs", 0), 2);
+  CHECK_INT(sl_json_get_int(e, "live_jobs", 0), 1);
+  char id[16];
+  CHECK_STR(sl_json_get_str(e, "last_job", ""), gw_job_id_str(j2.id, id, sizeof id));
+  CHECK_INT(sl_json_get_int(listed(list, c), "jobs", 0), 1);
+  CHECK_INT(sl_json_get_int(listed(list, b), "bytes", 0), 700);
+  json_decref(list);
+  CHECK_INT(gw_store_uploads_list(s, "bob", &list), 0);
+  CHECK_INT(json_array_size(list), 1);
+  CHECK_INT(sl_json_get_int(json_array_get(list, 0), "jobs", -1), 0); /* alice's jobs are not bob's */
+  json_decref(list);
+  /* found by the start of the hash */
+  struct gw_store_upload up;
+  CHECK_INT(gw_store_upload_find(s, "alice", "cccc33", &up), 0);
+  CHECK_STR(up.sha256, c);
+  CHECK_INT(gw_store_upload_find(s, "alice", "aaaa", &up), SL_ETYPE); /* too short */
+  CHECK_INT(gw_store_upload_find(s, "alice", "AAAA1111", &up), SL_ETYPE);
+  CHECK_INT(gw_store_upload_find(s, "alice", "aaaa11", &up), 0);
+  CHECK_INT(gw_store_upload_find(s, "alice", "aaaa1", &up), SL_ETYPE);
+  CHECK_INT(gw_store_upload_find(s, "alice", "aaaa111", &up), 0);
+  CHECK_INT(gw_store_upload_find(s, "alice", "aaaa1111aaaa", &up), 0);
+  CHECK_INT(gw_store_upload_find(s, "alice", "aaaa12", &up), SL_ENAME);
+  CHECK_INT(gw_store_upload_find(s, "carol", "cccc33", &up), SL_ENAME);
+  CHECK_INT(gw_store_upload_seen(s, "alice", "aaaa11119999", 1, "/x", 4000), 0);
+  CHECK_INT(gw_store_upload_find(s, "alice", "aaaa1111", &up), SL_EMISMATCH);
+  CHECK_INT(gw_store_upload_find(s, "alice", a, &up), 0);
+  CHECK_STR(up.path, "/home/alice/corpus2.txt");
+  CHECK_INT(up.bytes, 5000);
+  CHECK(!up.deleting);
+  /* deleting, then forgotten; forget leaves a row not being deleted */
+  CHECK_INT(gw_store_upload_forget(s, "alice", a), 0);
+  CHECK_INT(gw_store_upload_find(s, "alice", a, &up), 0);
+  CHECK_INT(gw_store_upload_deleting(s, "alice", a, true), 0);
+  CHECK_INT(gw_store_upload_find(s, "alice", a, &up), 0);
+  CHECK(up.deleting);
+  CHECK_INT(gw_store_uploads_deleting(s, &list), 0);
+  CHECK_INT(json_array_size(list), 1);
+  CHECK_STR(sl_json_get_str(json_array_get(list, 0), "user", ""), "alice");
+  CHECK_INT(sl_json_get_int(json_array_get(list, 0), "bytes", 0), 5000);
+  json_decref(list);
+  CHECK_INT(gw_store_upload_forget(s, "alice", a), 0);
+  CHECK_INT(gw_store_upload_find(s, "alice", a, &up), SL_ENAME);
+  /* an earlier database's files come from its jobs' specs */
+  s = gw_store_free(s);
+  CHECK_INT(sqlite3_open(path, &raw), SQLITE_OK);
+  CHECK_INT(sqlite3_exec(raw, "DROP TABLE uploads; UPDATE schema_version SET version=9", NULL, NULL, NULL),
+            SQLITE_OK);
+  sqlite3_close(raw);
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  CHECK_INT(gw_store_uploads_list(s, "alice", &list), 0);
+  CHECK_INT(json_array_size(list), 3);
+  CHECK_STR(sl_json_get_str(listed(list, a), "path", ""), "/home/alice/corpus.txt");
+  CHECK_INT(sl_json_get_int(listed(list, a), "jobs", 0), 2);
+  CHECK_STR(sl_json_get_str(listed(list, c), "path", ""), "/home/alice/images/b.gz");
+  CHECK_INT(sl_json_get_int(listed(list, c), "bytes", 0), 700);
+  json_decref(list);
+  gw_job_done(&j1);
+  gw_job_done(&j2);
+  gw_job_done(&j3);
+  gw_job_done(&bad);
+  s = gw_store_free(s);
+}
+
 static void test_users_sync(void) {
   char path[256], err[256], user[64], removed[256] = "";
   path_of("users.db", path, sizeof path);
@@ -874,6 +1002,7 @@ int main(void) {
   test_session_delete();
   test_thin_metrics();
   test_trim_output();
+  test_uploads();
   test_users_sync();
   test_damaged_event_bodies();
   test_read_fails_half_way();

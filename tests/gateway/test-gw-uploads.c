@@ -2,7 +2,8 @@
  * upload checked, taken in order and published; bytes at another offset or
  * past the size not written; a hash that is not the name refused and
  * forgotten; a part left by an earlier start hashed again and gone on with;
- * a stored object found by a new start; the per-user limit; the store key
+ * a stored object found by a new start; a stored file deleted (not while
+ * it is being uploaded) and uploaded again; the per-user limit; the store key
  * of a user name that is not a plain one. gw_uploads_wait stands for the
  * loop's next turns while a check or publication runs on its thread. */
 #include "harness.h"
@@ -106,6 +107,43 @@ int main(void) {
   CHECK_INT(gw_uploads_new(state, store, NULL, &u), 0);
   CHECK_INT(have(u, "alice", sha, sizeof data, &st, err), 0);
   CHECK_INT(st.state, GW_UPLOAD_READY);
+
+  /* a stored file deleted: until its object is gone it reads as checking,
+   * so no job takes it; then it is looked for anew, and uploaded again */
+  struct gw_upload_deleted done[4];
+  CHECK_INT(gw_uploads_take_deleted(u, done, 4), 0);
+  CHECK_INT(gw_uploads_delete(u, "alice", "ABC", 3, err, sizeof err), SL_ETYPE);
+  CHECK_INT(gw_uploads_delete(u, "alice", sha, sizeof data, err, sizeof err), 0);
+  CHECK_INT(gw_uploads_ready(u, "alice", sha, sizeof data, key, sizeof key), SL_ESTATE);
+  gw_uploads_wait(u);
+  CHECK_INT(gw_uploads_take_deleted(u, done, 4), 1);
+  CHECK_STR(done[0].user, "alice");
+  CHECK_STR(done[0].sha256, sha);
+  CHECK_INT(done[0].result, 0);
+  CHECK_INT(gw_uploads_take_deleted(u, done, 4), 0);
+  snprintf(path, sizeof path, "%s/_data/alice/%s", store, sha);
+  CHECK(access(path, F_OK) < 0);
+  CHECK_INT(have(u, "alice", sha, sizeof data, &st, err), 0);
+  CHECK_INT(st.state, GW_UPLOAD_RECEIVING);
+  CHECK_INT(st.offset, 0);
+  /* not while it is being uploaded; a part left is removed with it */
+  CHECK_INT(gw_uploads_put(u, "alice", sha, sizeof data, 0, data, 1000, &st, err, sizeof err), 0);
+  CHECK_INT(gw_uploads_delete(u, "alice", sha, sizeof data, err, sizeof err), SL_ESTATE);
+  CHECK(strstr(err, "being uploaded") != NULL);
+  u = gw_uploads_free(u); /* a new start: the part is no longer under way */
+  CHECK_INT(gw_uploads_new(state, store, NULL, &u), 0);
+  CHECK_INT(gw_uploads_delete(u, "alice", sha, sizeof data, err, sizeof err), 0);
+  gw_uploads_wait(u);
+  CHECK_INT(gw_uploads_take_deleted(u, done, 4), 1);
+  CHECK_INT(done[0].result, 0);
+  snprintf(path, sizeof path, "%s/uploads/alice-%s.part", state, sha);
+  CHECK(access(path, F_OK) < 0);
+  /* uploaded again, stored again */
+  CHECK_INT(have(u, "alice", sha, sizeof data, &st, err), 0);
+  CHECK_INT(st.offset, 0);
+  CHECK_INT(gw_uploads_put(u, "alice", sha, sizeof data, 0, data, sizeof data, &st, err, sizeof err), 0);
+  gw_uploads_wait(u);
+  CHECK_INT(gw_uploads_ready(u, "alice", sha, sizeof data, key, sizeof key), 0);
 
   /* bytes that are not the name: refused with the last chunk, forgotten */
   char other[65];

@@ -13,13 +13,17 @@ refused and forgotten; the published object is the file, under
 _data/USER/SHA256; another user does not see it, and has at most 4 uploads
 under way; the job then trains on
 the store's copy with the notebook's file gone, and its record names the
-file's hash. A fashion_mnist("FOLDER") job's files are asked for one by one
+file's hash. spotlab data lists the stored file with its jobs; it is not
+deleted while a job that has not ended uses it, then is deleted from the
+store, a rerun that needs it is refused, and it is uploaded anew when asked
+for. A fashion_mnist("FOLDER") job's files are asked for one by one
 (all four for training, the test split's two for eval), and its jobs run
 on the store's copies with the folder gone. Every wait has a deadline.
 """
 import hashlib
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +35,7 @@ from gateway_proc import GatewayProcess  # noqa: E402
 from image_set import SET_FILES, folder_id, make_image_set  # noqa: E402
 
 GATEWAY, WORKER, TRAIN = (os.path.abspath(a) for a in sys.argv[1:4])
+CLI = os.environ.get("SPOTLAB_TEST_CLI", "")
 TOKENS = {"alice": "alice-token-1", "bob": "bob-token-2"}
 CHUNK = 16 * 1024
 
@@ -151,6 +156,83 @@ def check_bad_bytes(c, state):
     check(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0, "the upload starts over: %s" % r)
 
 
+def data_cli(gw, user, *args):
+    env = dict(os.environ, SPOTLAB_GATEWAY=gw.listen, SPOTLAB_TOKEN=TOKENS[user],
+               SPOTLAB_HOME=os.path.join(gw.dir, "cli-home"))
+    env.pop("SPOTLAB_DEBUG", None)
+    return subprocess.run([CLI, "data", *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def check_data_files(gw, alice, bob, sha, data, text, first_job):
+    """spotlab data: the stored file listed with its jobs; not bob's to see or delete; not
+    deleted while a job that has not ended uses it; then deleted from the store, no longer
+    listed, a rerun of a job that trained on it refused, and uploaded anew when asked for."""
+    r = alice.req("data.list")
+    mine = [u for u in r.get("uploads", []) if u["sha256"] == sha]
+    check(r.get("ok") and r.get("uploads_on") and len(mine) == 1 and mine[0]["bytes"] == len(data) and
+          mine[0]["path"] == text and mine[0]["jobs"] >= 1 and mine[0]["live_jobs"] == 0 and
+          mine[0]["last_job"] == first_job,
+          "data.list shows the stored file, its path and the jobs that used it: %s" % mine)
+    cli = data_cli(gw, "alice")
+    check(cli.returncode == 0 and sha[:12] in cli.stdout and text in cli.stdout and "SHA256" in cli.stdout,
+          "spotlab data prints it: %r %r" % (cli.stdout, cli.stderr))
+    r = bob.req("data.list")
+    check(r.get("ok") and not r["uploads"], "bob lists none of alice's files: %s" % r)
+    r = bob.req("data.delete", sha256=sha)
+    check(not r["ok"] and r["error"]["code"] == "SL_ENAME", "bob cannot delete alice's file: %s" % r)
+    r = bob.req("data.list", user="alice")
+    check(not r["ok"] and r["error"]["code"] == "EPERM", "nor list it, being no admin: %s" % r)
+    r = alice.req("data.delete", sha256="zz")
+    check(not r["ok"] and r["error"]["code"] == "SL_ETYPE", "a hash that is not one is refused: %s" % r)
+
+    # a job that has not ended holds it
+    r = alice.req("submit", kind="train", model="m", data="d", options=dict(TRAIN_OPTS, steps=100000),
+                  data_files=[{"path": text, "sha256": sha, "size": len(data)}])
+    require(r.get("ok") and "job" in r, "a long job on the file", r)
+    live = r["job"]
+    r = alice.req("data.delete", sha256=sha[:10])
+    check(not r["ok"] and r["error"]["code"] == "SL_ESTATE" and live in r["error"]["message"],
+          "not deleted while %s uses it: %s" % (live, r))
+    require(alice.req("cancel", job=live)["ok"], "cancel " + live)
+    e = wait_end(alice, live)
+    check(e["state"] == "cancelled", "%s cancelled: %s" % (live, e))
+
+    cli = data_cli(gw, "alice", "rm", sha[:10])
+    check(cli.returncode == 0 and "deleting " + text in cli.stdout,
+          "spotlab data rm deletes it: %r %r" % (cli.stdout, cli.stderr))
+    obj = os.path.join(gw.state, "store", "_data", "alice", sha)
+    end = time.monotonic() + 30
+    while time.monotonic() < end and (os.path.exists(obj) or
+                                      any(u["sha256"] == sha for u in alice.req("data.list")["uploads"])):
+        time.sleep(0.05)
+    check(not os.path.exists(obj), "the object is gone from the store")
+    check(not [u for u in alice.req("data.list")["uploads"] if u["sha256"] == sha], "and no longer listed")
+    r = alice.req("data.delete", sha256=sha)
+    check(not r["ok"] and r["error"]["code"] == "SL_ENAME", "deleting it again: no such file: %s" % r)
+    r = alice.req("rerun", job=first_job)
+    check(not r["ok"] and r["error"]["code"] == "SL_ESTATE" and "was deleted" in r["error"]["message"],
+          "a rerun of %s, which trained on it, is refused: %s" % (first_job, r))
+    r = alice.req("submit", kind="train", model="m", data="d", options=TRAIN_OPTS,
+                  data_files=[{"path": text, "sha256": sha, "size": len(data)}])
+    check(not r["ok"] and r["error"]["code"] == "SL_ESTATE", "a submit naming it is refused: %s" % r)
+    r = have(alice, sha, len(data))
+    check(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0, "asked for again, it is uploaded "
+          "anew: %s" % r)
+    off = 0
+    while r.get("ok") and r["state"] == "receiving":
+        r = put(alice, sha, data, off, n=1 << 20)
+        off = r.get("offset", off)
+    r = have(alice, sha, len(data), until=("ready",))
+    check(r.get("ok") and r["state"] == "ready" and os.path.exists(obj), "and stored again: %s" % r)
+    r = alice.req("submit", kind="train", model="m", data="d", options=TRAIN_OPTS,
+                  data_files=[{"path": text, "sha256": sha, "size": len(data)}])
+    check(r.get("ok") and "job" in r, "a job takes it again: %s" % r)
+    if r.get("ok"):
+        check(wait_end(alice, r["job"])["state"] == "succeeded", "and trains on it")
+    r = alice.req("data.list")
+    check([u["sha256"] for u in r["uploads"]].count(sha) == 1, "listed once again: %s" % r)
+
+
 def main():
     folder = tempfile.mkdtemp(prefix="gw-upload-")
     gw = GatewayProcess(folder, GATEWAY, TOKENS, slots=2, extra_ini="[store]\nupload_data = yes\n",
@@ -224,6 +306,9 @@ def main():
         attempts = r.get("record", {}).get("attempts") or [{}]
         check(r.get("ok") and attempts[0].get("data_sha256") == sha,
               "the run record names the data's hash: %s" % attempts[0])
+        bob = GatewayClient(gw.listen, TOKENS["bob"])
+        check_data_files(gw, alice, bob, sha, data, text, job)
+        bob.close()
         images = os.path.join(folder, "images")
         make_image_set(images + "-copy")
         want_train, want_eval = folder_id(images + "-copy", 4), folder_id(images + "-copy", 2)

@@ -3,7 +3,7 @@
  * with its instance type gets its warning on a line of its own, whole;
  * %instances shows the placement ranking best first with its reasons, as
  * text and as an HTML table (escaped), and a reply without a ranking as
- * one row per type. */
+ * one row per type; spotlab data's table of stored files. */
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -182,7 +182,45 @@ static void test_text_from_the_gateway(void) {
   json_decref(reply);
 }
 
+/* spotlab data: a file a live job uses is starred, one being deleted says
+ * so, sizes read as people write them, and the total comes last; none, and
+ * a gateway that takes no uploads, say so. */
+static void test_uploads(void) {
+  int64_t now = sl_time_real_us();
+  json_t *reply = json_pack(
+      "{s:[{s:s, s:I, s:s, s:I, s:I, s:I, s:b}, {s:s, s:I, s:s, s:I, s:I, s:I, s:b}]}", "uploads", "sha256",
+      "9f86d081e8849a6c0d2a6b4b3c1f8e7d9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d", "bytes", (json_int_t)(3 << 20), "path",
+      "/home/alice/corpus.txt", "last_us", (json_int_t)(now - 120 * 1000000LL), "jobs", (json_int_t)3,
+      "live_jobs", (json_int_t)1, "deleting", 0, "sha256",
+      "00aa00aa00aa00aa00aa00aa00aa00aa00aa00aa00aa00aa00aa00aa00aa00aa", "bytes", (json_int_t)512, "path",
+      "/home/alice/old.txt", "last_us", (json_int_t)now, "jobs", (json_int_t)0, "live_jobs", (json_int_t)0,
+      "deleting", 1);
+  char *t = jk_format_uploads(reply);
+  fprintf(stderr, "%s", t);
+  CHECK(strstr(t, "9f86d081e884 ") != NULL && strstr(t, "9f86d081e8849") == NULL); /* 12 digits */
+  CHECK(strstr(t, "3.0 MiB") != NULL && strstr(t, "512 B") != NULL);
+  CHECK(strstr(t, "    3* ") != NULL);
+  CHECK(strstr(t, "2 min ago") != NULL);
+  CHECK(strstr(t, "/home/alice/old.txt  (being deleted)") != NULL);
+  CHECK(strstr(t, "2 files, 3.0 MiB in all") != NULL);
+  free(t);
+  json_decref(reply);
+  reply = json_pack("{s:[], s:b}", "uploads", "uploads_on", 0);
+  t = jk_format_uploads(reply);
+  CHECK(strstr(t, "No data file of yours is stored.") != NULL && strstr(t, "takes no uploads") != NULL);
+  free(t);
+  json_decref(reply);
+  reply = json_pack("{s:s, s:s, s:I}", "deleted", "9f86d081e8849a6c0d2a6b4b3c1f8e7d9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d",
+                    "path", "/home/alice/corpus.txt", "bytes", (json_int_t)51000);
+  t = jk_format_upload_deleted(reply);
+  CHECK_STR(t, "deleting /home/alice/corpus.txt (49.8 KiB, 9f86d081e884…) from the store; a job that needs it "
+               "again uploads it anew\n");
+  free(t);
+  json_decref(reply);
+}
+
 int main(void) {
+  test_uploads();
   test_status_gpus();
   test_status_readable();
   test_jobs_of_session();

@@ -1,0 +1,132 @@
+/* Notebooks' stored data files (store.h): one row per user and content, from
+ * the submits that named it, with the jobs that used it counted from their
+ * specs. */
+#include "store_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int gw_store_upload_seen(struct gw_store *s, const char *user, const char *sha256, int64_t bytes,
+                         const char *path, int64_t now_us) {
+  sqlite3_stmt *st = prep(s, "INSERT INTO uploads(user, sha256, bytes, path, first_us, last_us)"
+                             " VALUES(?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(user, sha256) DO UPDATE"
+                             " SET path=excluded.path, last_us=excluded.last_us");
+  if (st) {
+    bind_text(st, 1, user);
+    bind_text(st, 2, sha256);
+    sqlite3_bind_int64(st, 3, bytes);
+    bind_text(st, 4, path);
+    sqlite3_bind_int64(st, 5, now_us);
+  }
+  return run(s, st);
+}
+
+/* The jobs of user ?1 that named a stored file: (id, state, sha), one row
+ * per file (a data set's files each); a spec that is not JSON names none. */
+#define DATA_REFS                                                                                  \
+  "WITH specs(id, state, spec) AS (SELECT id, state,"                                              \
+  "  CASE WHEN json_valid(spec) THEN spec ELSE '{}' END FROM jobs WHERE user=?1),"                 \
+  " refs(id, state, sha) AS ("                                                                     \
+  " SELECT id, state, json_extract(spec, '$.data_upload.sha256') FROM specs"                       \
+  "  WHERE json_type(spec, '$.data_upload.key')='text'"                                           \
+  " UNION ALL SELECT specs.id, specs.state, json_extract(f.value, '$.sha256')"                    \
+  "  FROM specs, json_each(specs.spec, '$.data_upload.files') AS f)"
+
+int gw_store_uploads_list(struct gw_store *s, const char *user, json_t **ret) {
+  sqlite3_stmt *st = prep(s, DATA_REFS
+                          " SELECT u.sha256, u.bytes, u.path, u.first_us, u.last_us, u.deleting,"
+                          "  COUNT(r.id), COALESCE(SUM(r.state NOT IN ('succeeded', 'failed', 'cancelled')), 0),"
+                          "  MAX(r.id)"
+                          " FROM uploads AS u LEFT JOIN refs AS r ON r.sha=u.sha256"
+                          " WHERE u.user=?1 GROUP BY u.sha256 ORDER BY u.last_us DESC, u.sha256");
+  if (!st)
+    return SL_ESQLITE;
+  bind_text(st, 1, user);
+  json_t *list = json_array();
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *path = (const char *)sqlite3_column_text(st, 2);
+    json_t *row = json_pack("{s:s, s:I, s:s, s:I, s:I, s:b, s:I, s:I}", "sha256",
+                            (const char *)sqlite3_column_text(st, 0), "bytes",
+                            (json_int_t)sqlite3_column_int64(st, 1), "path", path ? path : "", "first_us",
+                            (json_int_t)sqlite3_column_int64(st, 3), "last_us",
+                            (json_int_t)sqlite3_column_int64(st, 4), "deleting", sqlite3_column_int(st, 5),
+                            "jobs", (json_int_t)sqlite3_column_int64(st, 6), "live_jobs",
+                            (json_int_t)sqlite3_column_int64(st, 7));
+    if (row && sqlite3_column_type(st, 8) == SQLITE_INTEGER) {
+      char id[16];
+      json_object_set_new(row, "last_job", json_string(gw_job_id_str(sqlite3_column_int64(st, 8), id, sizeof id)));
+    }
+    json_array_append_new(list, row);
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) {
+    json_decref(list);
+    return gw_store_db_err(s, "read the stored data files");
+  }
+  *ret = list;
+  return 0;
+}
+
+int gw_store_upload_find(struct gw_store *s, const char *user, const char *prefix,
+                         struct gw_store_upload *ret) {
+  size_t n = strlen(prefix);
+  if (n < 6 || n > 64 || strspn(prefix, "0123456789abcdef") != n)
+    return SL_ETYPE;
+  sqlite3_stmt *st = prep(s, "SELECT sha256, bytes, path, deleting FROM uploads"
+                             " WHERE user=?1 AND substr(sha256, 1, ?3)=?2 ORDER BY sha256 LIMIT 2");
+  if (!st)
+    return SL_ESQLITE;
+  bind_text(st, 1, user);
+  bind_text(st, 2, prefix);
+  sqlite3_bind_int64(st, 3, (sqlite3_int64)n);
+  int found = 0, rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW && ++found == 1) {
+    col_text(st, 0, ret->sha256, sizeof ret->sha256);
+    ret->bytes = sqlite3_column_int64(st, 1);
+    col_text(st, 2, ret->path, sizeof ret->path);
+    ret->deleting = sqlite3_column_int(st, 3) != 0;
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+    return gw_store_db_err(s, "read the stored data files");
+  return found == 0 ? SL_ENAME : found > 1 ? SL_EMISMATCH : 0;
+}
+
+int gw_store_upload_deleting(struct gw_store *s, const char *user, const char *sha256, bool deleting) {
+  sqlite3_stmt *st = prep(s, "UPDATE uploads SET deleting=?3 WHERE user=?1 AND sha256=?2");
+  if (st) {
+    bind_text(st, 1, user);
+    bind_text(st, 2, sha256);
+    sqlite3_bind_int(st, 3, deleting);
+  }
+  return run(s, st);
+}
+
+int gw_store_upload_forget(struct gw_store *s, const char *user, const char *sha256) {
+  sqlite3_stmt *st = prep(s, "DELETE FROM uploads WHERE user=?1 AND sha256=?2 AND deleting=1");
+  if (st) {
+    bind_text(st, 1, user);
+    bind_text(st, 2, sha256);
+  }
+  return run(s, st);
+}
+
+int gw_store_uploads_deleting(struct gw_store *s, json_t **ret) {
+  sqlite3_stmt *st = prep(s, "SELECT user, sha256, bytes FROM uploads WHERE deleting=1 ORDER BY user, sha256");
+  if (!st)
+    return SL_ESQLITE;
+  json_t *list = json_array();
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    json_array_append_new(list, json_pack("{s:s, s:s, s:I}", "user", (const char *)sqlite3_column_text(st, 0),
+                                          "sha256", (const char *)sqlite3_column_text(st, 1), "bytes",
+                                          (json_int_t)sqlite3_column_int64(st, 2)));
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) {
+    json_decref(list);
+    return gw_store_db_err(s, "read the stored data files");
+  }
+  *ret = list;
+  return 0;
+}
