@@ -138,6 +138,7 @@ static int simple(struct cli_conn *conn, const char *cmd, json_t *req, bool json
 
 /* The sessions, none of them this process's own. */
 static char *format_sessions(const json_t *reply) { return jk_format_sessions(reply, NULL); }
+static char *format_uploads(const json_t *reply) { return jk_format_uploads(reply, "spotlab data rm"); }
 
 /* ---- logs --------------------------------------------------------------- */
 
@@ -387,7 +388,7 @@ static int data(struct cli_conn *conn, const struct opts *o) {
   if (req && o->user)
     json_object_set_new(req, "user", json_string(o->user));
   if (!o->n_pos)
-    return simple(conn, "data", req, o->json, "uploads", jk_format_uploads);
+    return simple(conn, "data", req, o->json, "uploads", format_uploads);
   return simple(conn, "data rm", req, o->json, NULL, jk_format_upload_deleted);
 }
 

@@ -309,7 +309,7 @@ static void size_text(char *buf, size_t size, int64_t bytes) {
   snprintf(buf, size, "%.1f %s", v, units[i]);
 }
 
-char *jk_format_uploads(const json_t *reply) {
+char *jk_format_uploads(const json_t *reply, const char *rm) {
   struct jk_dbuf b = {0};
   const json_t *list = json_object_get(reply, "uploads");
   if (!json_array_size(list)) {
@@ -340,8 +340,8 @@ char *jk_format_uploads(const json_t *reply) {
   }
   char size[32];
   size_text(size, sizeof size, total);
-  jk_dbuf_printf(&b, "%zu file%s, %s in all (* a job that has not ended uses it); spotlab data rm SHA256 deletes "
-                     "one\n", json_array_size(list), json_array_size(list) == 1 ? "" : "s", size);
+  jk_dbuf_printf(&b, "%zu file%s, %s in all (* a job that has not ended uses it); %s SHA256 deletes one\n",
+                 json_array_size(list), json_array_size(list) == 1 ? "" : "s", size, rm);
   return finish(&b);
 }
 

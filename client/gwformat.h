@@ -19,8 +19,9 @@ char *jk_format_sessions(const json_t *reply, const char *current);
 /* A session.delete's reply {"deleted","jobs_kept_as","jobs_purged"}. */
 char *jk_format_session_deleted(const json_t *reply);
 /* {"uploads":[{"sha256","bytes","path","last_us","jobs","live_jobs","deleting"}]}:
- * the stored data files, one line each, and their total. */
-char *jk_format_uploads(const json_t *reply);
+ * the stored data files, one line each, and their total; rm is how to
+ * delete one ("spotlab data rm", "%data rm"). */
+char *jk_format_uploads(const json_t *reply, const char *rm);
 /* A data.delete's reply {"deleted","path","bytes"}. */
 char *jk_format_upload_deleted(const json_t *reply);
 /* The "idle" part of a status reply. */

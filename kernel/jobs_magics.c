@@ -1,5 +1,5 @@
 /* The gateway magics (jobs_int.h): %status, %idle, %jobs, %cost, %budget,
- * %instances, %cancel, %logs and %show ask one query each and write its
+ * %sessions, %data, %instances, %cancel, %logs and %show ask one query each and write its
  * reply as text; %attach and %rerun start following a job (jobs.c follows
  * it); the gateway parts of %session and %gateway, and show of a model
  * with what the gateway knows of its training. Each sends one request and
@@ -31,6 +31,10 @@ enum jk_step jk_jobs_on_query(struct jk_interp *ip, const json_t *reply) {
     text = jk_format_sessions(reply, ip->notebook);
   } else if (strcmp(q, "session.delete") == 0) {
     text = jk_format_session_deleted(reply);
+  } else if (strcmp(q, "data.list") == 0) {
+    text = jk_format_uploads(reply, "%data rm");
+  } else if (strcmp(q, "data.delete") == 0) {
+    text = jk_format_upload_deleted(reply);
   } else if (strcmp(q, "jobs") == 0) {
     text = jk_format_jobs_of(reply, ip->running->follow->all ? NULL : ip->notebook);
   } else if (strcmp(q, "logs") == 0) {
@@ -136,6 +140,16 @@ enum jk_step jk_magic_query(struct jk_interp *ip, const struct jk_stmt *s) {
       return jk_exec_fail(ip, "ValueError", "%s is this notebook's own session: it holds this kernel's names;"
                           " delete it from another notebook or with spotlab sessions rm", name);
     return query(ip, "session.delete", json_pack("{s:s, s:s}", "type", "session.delete", "session", name));
+  }
+  if (strcmp(m, "data") == 0 && !*a)
+    return query(ip, "data.list", json_pack("{s:s}", "type", "data.list"));
+  if (strcmp(m, "data") == 0) { /* %data rm SHA256 */
+    const char *sha = strncmp(a, "rm ", 3) == 0 ? a + 3 : NULL;
+    while (sha && (*sha == ' ' || *sha == '\t'))
+      sha++;
+    if (!sha || !*sha || strpbrk(sha, " \t"))
+      return jk_exec_fail(ip, "ValueError", "%%data takes no argument or rm SHA256, not '%s'", a);
+    return query(ip, "data.delete", json_pack("{s:s, s:s}", "type", "data.delete", "sha256", sha));
   }
   if (strcmp(m, "jobs") == 0 || strcmp(m, "cost") == 0) {
     bool all = strcmp(a, "--all") == 0;

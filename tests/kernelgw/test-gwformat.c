@@ -195,18 +195,18 @@ static void test_uploads(void) {
       "00aa00aa00aa00aa00aa00aa00aa00aa00aa00aa00aa00aa00aa00aa00aa00aa", "bytes", (json_int_t)512, "path",
       "/home/alice/old.txt", "last_us", (json_int_t)now, "jobs", (json_int_t)0, "live_jobs", (json_int_t)0,
       "deleting", 1);
-  char *t = jk_format_uploads(reply);
+  char *t = jk_format_uploads(reply, "spotlab data rm");
   fprintf(stderr, "%s", t);
   CHECK(strstr(t, "9f86d081e884 ") != NULL && strstr(t, "9f86d081e8849") == NULL); /* 12 digits */
   CHECK(strstr(t, "3.0 MiB") != NULL && strstr(t, "512 B") != NULL);
   CHECK(strstr(t, "    3* ") != NULL);
   CHECK(strstr(t, "2 min ago") != NULL);
   CHECK(strstr(t, "/home/alice/old.txt  (being deleted)") != NULL);
-  CHECK(strstr(t, "2 files, 3.0 MiB in all") != NULL);
+  CHECK(strstr(t, "2 files, 3.0 MiB in all") != NULL && strstr(t, "; spotlab data rm SHA256 deletes one") != NULL);
   free(t);
   json_decref(reply);
   reply = json_pack("{s:[], s:b}", "uploads", "uploads_on", 0);
-  t = jk_format_uploads(reply);
+  t = jk_format_uploads(reply, "%data rm");
   CHECK(strstr(t, "No data file of yours is stored.") != NULL && strstr(t, "takes no uploads") != NULL);
   free(t);
   json_decref(reply);

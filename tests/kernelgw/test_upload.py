@@ -15,7 +15,8 @@ by one (and a file of that folder the trainer does not read, refused), and an
 interrupt, after which nothing more is sent. With GATEWAY: a real spotlab-gateway (built beside
 spotlab-worker and spotlab-train) told to ask for uploads trains on a file
 the test writes, keeps the object under its store's _data/ folder by its
-SHA-256, and trains again without a second upload; a missing file and an
+SHA-256, and trains again without a second upload; %data lists it and
+%data rm deletes it, after which a train uploads it again; a missing file and an
 empty one fail clearly; a fashion_mnist("FOLDER") trains from its four
 uploaded files. Every wait has a deadline; nothing sleeps.
 """
@@ -493,6 +494,24 @@ def real_gateway(kernel_exe, gateway_exe):
             content, out = run_cell(k, "train m on d steps=20 batch=4", timeout=300)
             check(content["status"] == "ok" and UPLOADING not in out,
                   "gateway: a second train on the same file uploads nothing: %s %r" % (content.get("evalue"), out))
+
+            # %data lists the stored file; %data rm deletes it; the next cell uploads it again
+            content, out = run_cell(k, "%data")
+            check(content["status"] == "ok" and sha[:12] in out and corpus in out and "%data rm SHA256" in out,
+                  "gateway: %%data lists the stored file: %r" % out)
+            content, out = run_cell(k, "%%data rm %s" % sha[:10])
+            check(content["status"] == "ok" and "deleting %s" % corpus in out,
+                  "gateway: %%data rm deletes it: %s %r" % (content.get("evalue"), out))
+            end = time.monotonic() + 30
+            while time.monotonic() < end and store_objects(gw.home, sha):
+                time.sleep(0.05)
+            check(not store_objects(gw.home, sha), "gateway: the object leaves the store")
+            content, out = run_cell(k, "%data rm nothex")
+            check(content["status"] == "error" and "hex digits" in content.get("evalue", ""),
+                  "gateway: %%data rm of something not a hash fails clearly: %s" % content.get("evalue"))
+            content, out = run_cell(k, "train m on d steps=20 batch=4", timeout=300)
+            check(content["status"] == "ok" and out.count(UPLOADING) == 1,
+                  "gateway: a train on the deleted file uploads it again: %s %r" % (content.get("evalue"), out))
 
             # a large file: its progress in a display updated in place
             big_data = data * 19  # the corpus's characters: the model fits it
