@@ -573,7 +573,7 @@ static void test_inspect(void) {
   CHECK(n > 50);
   CHECK_INT(kinds[JK_WORD_STATEMENT], 8);
   CHECK_INT(kinds[JK_WORD_CELL_MAGIC], 1);
-  CHECK_INT(kinds[JK_WORD_MAGIC], 20);
+  CHECK_INT(kinds[JK_WORD_MAGIC], 21);
   /* every option of every context is a word with help */
   static const char *const contexts[] = {"train", "eval", "sample", "%%run", "%instances",
                                          "gpt", "mlp"};
