@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "display.h"
+#include "sl_file.h"
 #include "sl_json.h"
 #include "sl_time.h"
 #include "textbuf.h"
@@ -295,20 +296,6 @@ char *jk_format_sessions(const json_t *reply, const char *current) {
   return finish(&b);
 }
 
-/* "512 B", "12.3 KiB", "4.1 MiB", "2.0 GiB". */
-static void size_text(char *buf, size_t size, int64_t bytes) {
-  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) {
-    snprintf(buf, size, "%lld B", (long long)(bytes < 0 ? 0 : bytes));
-    return;
-  }
-  double v = (double)bytes / 1024;
-  size_t i = 0;
-  while (v >= 1023.95 && i + 1 < sizeof units / sizeof *units)
-    v /= 1024, i++;
-  snprintf(buf, size, "%.1f %s", v, units[i]);
-}
-
 char *jk_format_uploads(const json_t *reply, const char *rm) {
   struct jk_dbuf b = {0};
   const json_t *list = json_object_get(reply, "uploads");
@@ -330,7 +317,7 @@ char *jk_format_uploads(const json_t *reply, const char *rm) {
       continue;
     }
     char size[32], when[40], jobs[24];
-    size_text(size, sizeof size, sl_json_get_int(e, "bytes", 0));
+    sl_file_size_text(sl_json_get_int(e, "bytes", 0), size, sizeof size);
     ago(when, sizeof when, sl_json_get_int(e, "last_us", 0));
     long long live = (long long)sl_json_get_int(e, "live_jobs", 0);
     snprintf(jobs, sizeof jobs, "%lld%s", (long long)sl_json_get_int(e, "jobs", 0), live ? "*" : "");
@@ -339,7 +326,7 @@ char *jk_format_uploads(const json_t *reply, const char *rm) {
                    sl_json_get_bool(e, "deleting", false) ? "  (being deleted)" : "");
   }
   char size[32];
-  size_text(size, sizeof size, total);
+  sl_file_size_text(total, size, sizeof size);
   jk_dbuf_printf(&b, "%zu file%s, %s in all (* a job that has not ended uses it); %s SHA256 deletes one\n",
                  json_array_size(list), json_array_size(list) == 1 ? "" : "s", size, rm);
   return finish(&b);
@@ -348,7 +335,7 @@ char *jk_format_uploads(const json_t *reply, const char *rm) {
 char *jk_format_upload_deleted(const json_t *reply) {
   struct jk_dbuf b = {0};
   char size[32];
-  size_text(size, sizeof size, sl_json_get_int(reply, "bytes", 0));
+  sl_file_size_text(sl_json_get_int(reply, "bytes", 0), size, sizeof size);
   jk_dbuf_printf(&b, "deleting %s (%s, %.12s…) from the store; a job that needs it again uploads it anew\n",
                  sl_json_get_str(reply, "path", "?"), size, sl_json_get_str(reply, "deleted", "?"));
   return finish(&b);

@@ -74,3 +74,19 @@ int sl_file_write_atomic(const char *path, const void *data, size_t len, unsigne
 int sl_file_replace(const char *path, const void *data, size_t len, unsigned mode) {
   return write_replace(path, data, len, mode, false);
 }
+
+char *sl_file_size_text(long long bytes, char *buf, size_t size) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) {
+    snprintf(buf, size, "%lld B", bytes < 0 ? 0 : bytes);
+    return buf;
+  }
+  double v = (double)bytes / 1024;
+  size_t i = 0;
+  while (v >= 1023.95 && i + 1 < sizeof units / sizeof *units) {
+    v /= 1024;
+    i++;
+  }
+  snprintf(buf, size, "%.1f %s", v, units[i]);
+  return buf;
+}

@@ -1,5 +1,5 @@
-/* Whole-file writes that are either complete or absent, and the folder
- * fsync that makes a name last. */
+/* Whole-file writes that are either complete or absent, the folder fsync
+ * that makes a name last, and sizes as people read them. */
 #ifndef SL_FILE_H
 #define SL_FILE_H
 
@@ -21,5 +21,9 @@ int sl_file_replace(const char *path, const void *data, size_t len, unsigned mod
 /* fsyncs the folder dir, so that the names created, renamed or removed in
  * it last: 0 or -errno. */
 int sl_file_fsync_dir(const char *dir);
+
+/* A size as people read it, into buf: "512 B", "1.0 KiB", "12.3 MiB",
+ * "2.0 GiB" (never "1024.0 KiB"). Returns buf. */
+char *sl_file_size_text(long long bytes, char *buf, size_t size);
 
 #endif

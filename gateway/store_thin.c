@@ -2,6 +2,8 @@
  * metrics thinned, the middle of its output left out. */
 #include "store_int.h"
 
+#include "sl_file.h"
+
 #include <stdio.h>
 
 /* The older metrics that thinning may drop: a plain step metric (JSON, an
@@ -73,16 +75,6 @@ int gw_store_thin_metrics(struct gw_store *s, int64_t job, int64_t keep_whole, i
 #define OUT_AFTER_HEAD                                                                        \
   " FROM events WHERE job=?1 AND kind='output' AND seq>?2 AND json_valid(body)"              \
   " AND json_type(body, '$.elided_lines') IS NULL"
-
-static const char *human_bytes(int64_t n, char *buf, size_t size) {
-  if (n < 1024)
-    snprintf(buf, size, "%lld bytes", (long long)n);
-  else if (n < (1 << 20))
-    snprintf(buf, size, "%.1f KiB", (double)n / 1024);
-  else
-    snprintf(buf, size, "%.1f MiB", (double)n / (1 << 20));
-  return buf;
-}
 
 /* seq of the job's n-th output event (1-based) into *ret; 0 when fewer. */
 static int nth_output(struct gw_store *s, int64_t job, int64_t n, int64_t *ret) {
@@ -169,8 +161,8 @@ int gw_store_trim_output(struct gw_store *s, int64_t job, int64_t keep_head, int
   snprintf(text, sizeof text,
            "[spotlab: %lld line%s of output (%s) left out here; the gateway keeps a job's first "
            "%lld lines and its last %lld (%s at most)]",
-           (long long)lines, lines == 1 ? "" : "s", human_bytes(total, size, sizeof size),
-           (long long)keep_head, (long long)keep_tail, human_bytes(tail_bytes, cap, sizeof cap));
+           (long long)lines, lines == 1 ? "" : "s", sl_file_size_text(total, size, sizeof size),
+           (long long)keep_head, (long long)keep_tail, sl_file_size_text(tail_bytes, cap, sizeof cap));
   st = prep(s, "UPDATE events SET body=json_set(json_remove(body, '$.rank'), '$.stream', 'stderr',"
                " '$.text', ?3, '$.elided_lines', ?4, '$.elided_bytes', ?5) WHERE job=?1 AND seq=?2");
   if (st) {

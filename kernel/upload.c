@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "sl_err.h"
+#include "sl_file.h"
 #include "sl_ident.h"
 #include "sl_json.h"
 #include "sl_log.h"
@@ -113,20 +114,6 @@ static struct jk_upload *running_upload(const struct jk_interp *ip) {
   return x && x->follow ? x->follow->upload : NULL;
 }
 
-/* "512 B", "1.0 KiB", "12.3 MiB". */
-static void format_size(int64_t bytes, char *buf, size_t size) {
-  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) {
-    snprintf(buf, size, "%lld B", (long long)bytes);
-    return;
-  }
-  double v = (double)bytes;
-  size_t i = 0;
-  for (v /= 1024; v >= 1023.95 && i + 1 < sizeof units / sizeof *units; v /= 1024) /* not "1024.0 KiB" */
-    i++;
-  snprintf(buf, size, "%.1f %s", v, units[i]);
-}
-
 static const char *base_name(const char *path) {
   const char *slash = strrchr(path, '/');
   return slash && slash[1] ? slash + 1 : path;
@@ -145,8 +132,8 @@ static void show_progress(struct jk_interp *ip, struct jk_upload *u, int64_t sen
   u->progress_at_us = now + PROGRESS_US;
   u->progress_done = phase == STORED;
   char have[32], size[32], id[64], *text = NULL;
-  format_size(sent, have, sizeof have);
-  format_size(u->size_bytes, size, sizeof size);
+  sl_file_size_text(sent, have, sizeof have);
+  sl_file_size_text(u->size_bytes, size, sizeof size);
   snprintf(id, sizeof id, "spotlab-upload-%.16s", u->sha256);
   int n = phase == STORED ? asprintf(&text, "uploaded %s (%s)", base_name(u->path), size)
           : phase == STORING
@@ -248,7 +235,7 @@ static enum jk_step send_put(struct jk_interp *ip, struct jk_upload *u, int64_t 
                           (json_int_t)u->size_bytes, "offset", (json_int_t)offset);
   if (!u->announced && !ip->running->silent) {
     char size[32], *line = NULL;
-    format_size(u->size_bytes, size, sizeof size);
+    sl_file_size_text(u->size_bytes, size, sizeof size);
     if (asprintf(&line, "uploading %s (%s) for the gateway's workers\n", base_name(u->path), size) >= 0)
       jk_exec_stream(ip, "stdout", line);
     free(line);
@@ -446,8 +433,8 @@ void jk_upload_interrupted(struct jk_interp *ip) {
     return;
   }
   char have[32], size[32], sent[80] = "";
-  format_size(u->have_bytes, have, sizeof have);
-  format_size(u->size_bytes, size, sizeof size);
+  sl_file_size_text(u->have_bytes, have, sizeof have);
+  sl_file_size_text(u->size_bytes, size, sizeof size);
   if (u->n_puts) /* what the gateway said it has; nothing before the first put */
     snprintf(sent, sizeof sent, " (%s of %s sent)", have, size);
   jk_exec_fail(ip, "Interrupted", "interrupted while uploading %s%s; no job was submitted", u->path, sent);

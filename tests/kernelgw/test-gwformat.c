@@ -217,6 +217,11 @@ static void test_uploads(void) {
                "again uploads it anew\n");
   free(t);
   json_decref(reply);
+  reply = json_pack("{s:s, s:s, s:I}", "deleted", "00", "path", "/p", "bytes", (json_int_t)((1 << 20) - 1));
+  t = jk_format_upload_deleted(reply);
+  CHECK(strstr(t, "(1.0 MiB, ") != NULL); /* not "1024.0 KiB" */
+  free(t);
+  json_decref(reply);
 }
 
 int main(void) {
