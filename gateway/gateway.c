@@ -93,6 +93,7 @@ struct gw {
   struct gw_objstore *objstore; /* [store] url when it is s3:// */
   struct gw_bundle *bundle;     /* published when a provider's instances need it */
   struct gw_uploads *uploads;   /* notebooks' data files ([store] upload_data); NULL: off */
+  bool deletions_waiting;       /* stored files marked for deletion wait for a free slot */
   struct gw_purge *purge;       /* removes a deleted session's jobs' objects */
   int64_t started_us;
 };
@@ -282,6 +283,38 @@ static void purge_done(struct gw *g) {
     sl_debug(T, "the purged jobs' rows stay until the store can be written: %s", sl_strerror(r));
 }
 
+/* Starts the deletions of stored data files marked in the store and not
+ * under way (an earlier run's, or ones no slot was free for): how many
+ * started. One that cannot be had at all is unmarked, and stays listed;
+ * with no slot free the rest wait for the next deletion to end. */
+static size_t resume_deletions(struct gw *g) {
+  json_t *marked = NULL;
+  g->deletions_waiting = false;
+  if (gw_store_uploads_deleting(g->store, &marked) < 0)
+    return 0;
+  size_t i, started = 0;
+  json_t *row;
+  json_array_foreach(marked, i, row) {
+    char err[400] = "";
+    const char *user = sl_json_get_str(row, "user", ""), *sha = sl_json_get_str(row, "sha256", "");
+    int r = gw_uploads_delete(g->uploads, user, sha, (uint64_t)sl_json_get_int(row, "bytes", 0), err, sizeof err);
+    if (r == SL_ELIMIT) {
+      g->deletions_waiting = true;
+      break;
+    }
+    if (r == SL_ESTATE) /* under way already */
+      continue;
+    if (r < 0) {
+      sl_warn(T, "%s: the stored data file %s was not deleted: %s", user, sha, err);
+      gw_store_upload_deleting(g->store, user, sha, false);
+    } else {
+      started++;
+    }
+  }
+  json_decref(marked);
+  return started;
+}
+
 /* Notebooks upload their data files ([store] upload_data) when asked to, or
  * (auto) when a provider's instances need the worker bundle: those run off
  * the gateway's machine and read nothing of the notebook's. Into the S3
@@ -302,22 +335,8 @@ static void open_uploads(struct gw *g) {
             sl_strerror(r));
   else
     sl_info(T, "notebooks upload their data files to the %s store", g->objstore ? "S3" : "file");
-  json_t *left = NULL;
-  if (!g->uploads || gw_store_uploads_deleting(g->store, &left) < 0)
-    return;
-  size_t i;
-  json_t *row;
-  json_array_foreach(left, i, row) { /* deletions an earlier run did not finish */
-    char err[400] = "";
-    const char *user = sl_json_get_str(row, "user", ""), *sha = sl_json_get_str(row, "sha256", "");
-    if (gw_uploads_delete(g->uploads, user, sha, (uint64_t)sl_json_get_int(row, "bytes", 0), err, sizeof err) < 0) {
-      sl_warn(T, "%s: the stored data file %s was not deleted: %s", user, sha, err);
-      gw_store_upload_deleting(g->store, user, sha, false);
-    }
-  }
-  if (json_array_size(left))
-    sl_info(T, "deleting %zu stored data files an earlier run did not finish with", json_array_size(left));
-  json_decref(left);
+  if (g->uploads && resume_deletions(g) > 0)
+    sl_info(T, "deleting the stored data files an earlier run did not finish with");
 }
 
 /* Stored data files whose deletion ended: their rows gone, or (it failed)
@@ -335,6 +354,8 @@ static void uploads_deleted(struct gw *g) {
       sl_warn(T, "%s: the row of the stored data file %s stays as it was: %s", done[i].user, done[i].sha256,
               sl_strerror(r));
   }
+  if (n && g->deletions_waiting) /* slots are free again */
+    resume_deletions(g);
 }
 
 /* The types [user.NAME] and [group.NAME] instance_types name are ones the
@@ -632,6 +653,7 @@ struct gw *gw_free(struct gw *g) {
   g->bundle = gw_bundle_free(g->bundle);
   if (g->uploads) {
     gw_uploads_wait(g->uploads);
+    g->deletions_waiting = false; /* none started now */
     uploads_deleted(g); /* the rest are deleted (again) at the next start */
   }
   g->uploads = gw_uploads_free(g->uploads); /* its threads may use the S3 store */

@@ -175,6 +175,19 @@ int main(void) {
   CHECK_INT(have(u, "carol", empty, 0, &st, err), 0);
   CHECK_INT(st.state, GW_UPLOAD_READY);
 
+  /* with every slot under way, a deletion waits its turn (SL_ELIMIT) */
+  for (int i = 0; i < GW_UPLOAD_MAX; i++) {
+    char user[16], seed[16], h[65];
+    snprintf(user, sizeof user, "user%d", i / GW_UPLOAD_PER_USER);
+    snprintf(seed, sizeof seed, "slot %d", i);
+    sha_of(seed, strlen(seed), h);
+    gw_uploads_have(u, user, h, 10, &st, err, sizeof err);
+  }
+  gw_uploads_wait(u);
+  char spare[65];
+  sha_of("spare", 5, spare);
+  CHECK_INT(gw_uploads_delete(u, "alice", spare, 10, err, sizeof err), SL_ELIMIT);
+
   /* a user name that is not plain is hashed into the key */
   gw_upload_key("alice", sha, key, sizeof key);
   CHECK(strncmp(key, "_data/alice/", 12) == 0);

@@ -16,13 +16,14 @@ the store's copy with the notebook's file gone, and its record names the
 file's hash. spotlab data lists the stored file with its jobs; it is not
 deleted while a job that has not ended uses it, then is deleted from the
 store, a rerun that needs it is refused, and it is uploaded anew when asked
-for. A fashion_mnist("FOLDER") job's files are asked for one by one
+for; 80 deletions a stopped gateway left marked are done at its next start. A fashion_mnist("FOLDER") job's files are asked for one by one
 (all four for training, the test split's two for eval), and its jobs run
 on the store's copies with the folder gone. Every wait has a deadline.
 """
 import hashlib
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -233,6 +234,36 @@ def check_data_files(gw, alice, bob, sha, data, text, first_job):
     check([u["sha256"] for u in r["uploads"]].count(sha) == 1, "listed once again: %s" % r)
 
 
+def check_deletions_resumed(gw):
+    """Deletions a stopped gateway left marked (80 of them) are done at its next start."""
+    gw.stop()
+    shas = [hashlib.sha256(b"left %d" % i).hexdigest() for i in range(80)]
+    folder = os.path.join(gw.state, "store", "_data", "alice")
+    db = sqlite3.connect(os.path.join(gw.state, "gateway.db"))
+    with db:
+        for h in shas:
+            with open(os.path.join(folder, h), "wb") as f:
+                f.write(b"x")
+            db.execute("INSERT INTO uploads(user, sha256, bytes, path, first_us, last_us, deleting)"
+                       " VALUES('alice', ?, 1, '/old/file', 1, 1, 1)", (h,))
+    db.close()
+    gw.start()
+    alice = GatewayClient(gw.listen, TOKENS["alice"])
+    try:
+        end = time.monotonic() + 60
+        left = shas
+        while time.monotonic() < end:
+            listed = {u["sha256"] for u in alice.req("data.list")["uploads"]}
+            left = [h for h in shas if os.path.exists(os.path.join(folder, h)) or h in listed]
+            if not left:
+                break
+            time.sleep(0.1)
+        check(not left, "a restarted gateway deletes the 80 files an earlier run left marked (%d left)"
+              % len(left))
+    finally:
+        alice.close()
+
+
 def main():
     folder = tempfile.mkdtemp(prefix="gw-upload-")
     gw = GatewayProcess(folder, GATEWAY, TOKENS, slots=2, extra_ini="[store]\nupload_data = yes\n",
@@ -323,6 +354,7 @@ def main():
         r = have(alice, sha, len(data))
         check(r.get("ok") and r["state"] == "ready", "a restarted gateway finds the upload stored: %s" % r)
         alice.close()
+        check_deletions_resumed(gw)
     finally:
         from checks import failures
         if failures:
