@@ -331,7 +331,7 @@ static void get_cost(struct gw_httpd *h, struct MHD_Connection *c, const struct 
   answer_json(a, MHD_HTTP_OK, o);
 }
 
-/* /api/users, /api/groups, /api/preemptions: http_api.c's views of the
+/* /api/users, /api/groups, /api/preemptions, /api/data: http_api.c's views of the
  * caller's scope (an admin: everyone unless ?user= names one). */
 static void get_view(struct gw_httpd *h, struct MHD_Connection *c, const struct gw_viewer *w,
                      int what, struct answer *a) {
@@ -341,7 +341,8 @@ static void get_view(struct gw_httpd *h, struct MHD_Connection *c, const struct 
   json_t *o = NULL;
   int r = what == 0   ? gw_http_users(&h->env, user, &o)
           : what == 1 ? gw_http_groups(&h->env, user, &o)
-                      : gw_http_preemptions(&h->env, user, (size_t)arg_int(c, "limit", 20, 1, 1000), &o);
+          : what == 2 ? gw_http_preemptions(&h->env, user, (size_t)arg_int(c, "limit", 20, 1, 1000), &o)
+                      : gw_http_data(&h->env, user, &o);
   if (r < 0)
     return answer_err(a, MHD_HTTP_INTERNAL_SERVER_ERROR, sl_strerror(r));
   answer_json(a, MHD_HTTP_OK, o);
@@ -404,7 +405,7 @@ static void route_budget(struct gw_httpd *h, struct MHD_Connection *c, const cha
 static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url, const char *method,
                   const struct upload *u, struct answer *a) {
   enum { NONE, METRICS, STATUS, JOBS, JOB, RECORD, INSTANCES, COST, USERS, GROUPS, PREEMPTIONS,
-         PAGE } what = NONE;
+         DATA, PAGE } what = NONE;
   if (gw_http_budget_url(url))
     return route_budget(h, c, url, method, u, a);
   const char *job = NULL;
@@ -439,6 +440,8 @@ static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
     what = GROUPS;
   else if (!strcmp(url, "/api/preemptions"))
     what = PREEMPTIONS;
+  else if (!strcmp(url, "/api/data"))
+    what = DATA;
   if (what == NONE)
     return answer_err(a, MHD_HTTP_NOT_FOUND, "no such resource");
   if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD)) {
@@ -462,6 +465,7 @@ static void route(struct gw_httpd *h, struct MHD_Connection *c, const char *url,
   case USERS: return get_view(h, c, &w, 0, a);
   case GROUPS: return get_view(h, c, &w, 1, a);
   case PREEMPTIONS: return get_view(h, c, &w, 2, a);
+  case DATA: return get_view(h, c, &w, 3, a);
   default: return;
   }
 }

@@ -1,4 +1,4 @@
-/* The HTTP API's views of users, groups and preemptions, the cost's
+/* The HTTP API's views of users, groups, preemptions and stored data, the cost's
  * groups and days, and the admin page's embedded files. http.c routes
  * and authorises; these functions only read the gateway's state for the
  * user the caller chose (NULL: everyone, for an admin) and return owned
@@ -25,6 +25,10 @@ int gw_http_groups(const struct gw_httpd_env *env, const char *user, json_t **re
  * the recovery that followed it (null until the job resumed). */
 int gw_http_preemptions(const struct gw_httpd_env *env, const char *user, size_t limit,
                         json_t **ret);
+/* {"uploads": [...as spotlab data --json, each with its "user" when user is
+ * NULL], "files", "bytes", "by_user": [{"user", "files", "bytes"}] (the
+ * most first)}: the stored data files of user (NULL: everyone). */
+int gw_http_data(const struct gw_httpd_env *env, const char *user, json_t **ret);
 /* Adds "by_group" to cost (from its "by_user" rows, borrowed) and, when
  * days > 0, makes its "by_day" the last days UTC days of user's spend
  * (NULL: everyone), oldest first, days without spend included as 0. */

@@ -145,7 +145,8 @@ int gw_store_upload_seen(struct gw_store *s, const char *user, const char *sha25
                          const char *path, int64_t now_us);
 /* user's stored files, the most recently used first: owned [{"sha256",
  * "bytes", "path", "first_us", "last_us", "deleting", "jobs" (that named
- * it), "live_jobs" (of them, not ended), "last_job" (absent: none)}]. */
+ * it), "live_jobs" (of them, not ended), "last_job" (absent: none)}]; user
+ * NULL: every user's, each row with its "user". */
 int gw_store_uploads_list(struct gw_store *s, const char *user, json_t **ret);
 struct gw_store_upload {
   char sha256[65];

@@ -21,27 +21,30 @@ int gw_store_upload_seen(struct gw_store *s, const char *user, const char *sha25
   return run(s, st);
 }
 
-/* The jobs of user ?1 that named a stored file: (id, state, sha), one row
- * per file (a data set's files each); a spec that is not JSON names none. */
+/* The jobs of user ?1 (NULL: every user) that named a stored file: (id,
+ * user, state, sha), one row per file (a data set's files each); a spec
+ * that is not JSON names none. */
 #define DATA_REFS                                                                                  \
-  "WITH specs(id, state, spec) AS (SELECT id, state,"                                              \
-  "  CASE WHEN json_valid(spec) THEN spec ELSE '{}' END FROM jobs WHERE user=?1),"                 \
-  " refs(id, state, sha) AS ("                                                                     \
-  " SELECT id, state, json_extract(spec, '$.data_upload.sha256') FROM specs"                       \
+  "WITH specs(id, user, state, spec) AS (SELECT id, user, state,"                                 \
+  "  CASE WHEN json_valid(spec) THEN spec ELSE '{}' END FROM jobs WHERE ?1 IS NULL OR user=?1),"   \
+  " refs(id, user, state, sha) AS ("                                                               \
+  " SELECT id, user, state, json_extract(spec, '$.data_upload.sha256') FROM specs"                 \
   "  WHERE json_type(spec, '$.data_upload.key')='text'"                                           \
-  " UNION ALL SELECT specs.id, specs.state, json_extract(f.value, '$.sha256')"                    \
+  " UNION ALL SELECT specs.id, specs.user, specs.state, json_extract(f.value, '$.sha256')"         \
   "  FROM specs, json_each(specs.spec, '$.data_upload.files') AS f)"
 
 int gw_store_uploads_list(struct gw_store *s, const char *user, json_t **ret) {
   sqlite3_stmt *st = prep(s, DATA_REFS
                           " SELECT u.sha256, u.bytes, u.path, u.first_us, u.last_us, u.deleting,"
                           "  COUNT(r.id), COALESCE(SUM(r.state NOT IN ('succeeded', 'failed', 'cancelled')), 0),"
-                          "  MAX(r.id)"
-                          " FROM uploads AS u LEFT JOIN refs AS r ON r.sha=u.sha256"
-                          " WHERE u.user=?1 GROUP BY u.sha256 ORDER BY u.last_us DESC, u.sha256");
+                          "  MAX(r.id), u.user"
+                          " FROM uploads AS u LEFT JOIN refs AS r ON r.sha=u.sha256 AND r.user=u.user"
+                          " WHERE ?1 IS NULL OR u.user=?1 GROUP BY u.user, u.sha256"
+                          " ORDER BY u.last_us DESC, u.user, u.sha256");
   if (!st)
     return SL_ESQLITE;
-  bind_text(st, 1, user);
+  if (user)
+    bind_text(st, 1, user);
   json_t *list = json_array();
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -57,6 +60,8 @@ int gw_store_uploads_list(struct gw_store *s, const char *user, json_t **ret) {
       char id[16];
       json_object_set_new(row, "last_job", json_string(gw_job_id_str(sqlite3_column_int64(st, 8), id, sizeof id)));
     }
+    if (row && !user)
+      json_object_set_new(row, "user", json_string((const char *)sqlite3_column_text(st, 9)));
     json_array_append_new(list, row);
   }
   sqlite3_finalize(st);

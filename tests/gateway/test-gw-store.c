@@ -672,6 +672,22 @@ static void test_uploads(void) {
   CHECK_INT(json_array_size(list), 1);
   CHECK_INT(sl_json_get_int(json_array_get(list, 0), "jobs", -1), 0); /* alice's jobs are not bob's */
   json_decref(list);
+  CHECK_INT(gw_store_uploads_list(s, NULL, &list), 0); /* everyone's, each with its user */
+  CHECK_INT(json_array_size(list), 4);
+  size_t i;
+  const json_t *row;
+  int bobs = 0;
+  json_array_foreach(list, i, row) {
+    if (!strcmp(sl_json_get_str(row, "user", ""), "bob")) {
+      bobs++;
+      CHECK_INT(sl_json_get_int(row, "jobs", -1), 0);
+    } else {
+      CHECK_STR(sl_json_get_str(row, "user", ""), "alice");
+      CHECK(sl_json_get_int(row, "jobs", 0) >= 1);
+    }
+  }
+  CHECK_INT(bobs, 1);
+  json_decref(list);
   /* found by the start of the hash */
   struct gw_store_upload up;
   CHECK_INT(gw_store_upload_find(s, "alice", "cccc33", &up), 0);

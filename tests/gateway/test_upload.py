@@ -14,13 +14,15 @@ _data/USER/SHA256; another user does not see it, and has at most 4 uploads
 under way; the job then trains on
 the store's copy with the notebook's file gone, and its record names the
 file's hash. spotlab data lists the stored file with its jobs; it is not
-deleted while a job that has not ended uses it, then is deleted from the
+deleted while a job that has not ended uses it (GET /api/data shows a
+user theirs, an admin everyone's), then is deleted from the
 store, a rerun that needs it is refused, and it is uploaded anew when asked
 for; 80 deletions a stopped gateway left marked are done at its next start. A fashion_mnist("FOLDER") job's files are asked for one by one
 (all four for training, the test split's two for eval), and its jobs run
 on the store's copies with the folder gone. Every wait has a deadline.
 """
 import hashlib
+import json
 import os
 import shutil
 import sqlite3
@@ -28,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from checks import check, exit_status, require  # noqa: E402
@@ -37,7 +41,7 @@ from image_set import SET_FILES, folder_id, make_image_set  # noqa: E402
 
 GATEWAY, WORKER, TRAIN = (os.path.abspath(a) for a in sys.argv[1:4])
 CLI = os.environ.get("SPOTLAB_TEST_CLI", "")
-TOKENS = {"alice": "alice-token-1", "bob": "bob-token-2"}
+TOKENS = {"alice": "alice-token-1", "bob": "bob-token-2", "carol": "carol-token-3"}
 CHUNK = 16 * 1024
 
 
@@ -164,6 +168,33 @@ def data_cli(gw, user, *args):
     return subprocess.run([CLI, "data", *args], env=env, capture_output=True, text=True, timeout=60)
 
 
+def api(gw, path, user):
+    with open(os.path.join(gw.state, "http.address")) as f:
+        base = "http://" + f.read().strip()
+    req = urllib.request.Request(base + path, headers={"Authorization": "Bearer " + TOKENS[user]})
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def check_http_data(gw, sha, size):
+    """GET /api/data: a user's own stored files; an admin's view of everyone's, by user."""
+    code, o = api(gw, "/api/data", "alice")
+    check(code == 200 and [u["sha256"] for u in o["uploads"]] == [sha] and o["files"] == 1 and
+          o["bytes"] == size and o["by_user"] == [{"user": "alice", "files": 1, "bytes": size}],
+          "GET /api/data: alice's stored file: %s %s" % (code, o))
+    code, o = api(gw, "/api/data?user=alice", "bob")
+    check(code == 403, "bob may not see alice's: %s %s" % (code, o))
+    code, o = api(gw, "/api/data", "carol")
+    check(code == 200 and any(u["sha256"] == sha and u["user"] == "alice" for u in o["uploads"]) and
+          o["by_user"][0]["user"] == "alice",
+          "an admin sees everyone's, by user: %s %s" % (code, o))
+    code, o = api(gw, "/api/data?user=bob", "carol")
+    check(code == 200 and o["files"] == 0 and o["uploads"] == [], "and one user's: %s %s" % (code, o))
+
+
 def check_data_files(gw, alice, bob, sha, data, text, first_job):
     """spotlab data: the stored file listed with its jobs; not bob's to see or delete; not
     deleted while a job that has not ended uses it; then deleted from the store, no longer
@@ -179,6 +210,7 @@ def check_data_files(gw, alice, bob, sha, data, text, first_job):
           "spotlab data prints it: %r %r" % (cli.stdout, cli.stderr))
     r = bob.req("data.list")
     check(r.get("ok") and not r["uploads"], "bob lists none of alice's files: %s" % r)
+    check_http_data(gw, sha, len(data))
     r = bob.req("data.delete", sha256=sha)
     check(not r["ok"] and r["error"]["code"] == "SL_ENAME", "bob cannot delete alice's file: %s" % r)
     r = bob.req("data.list", user="alice")
@@ -267,7 +299,12 @@ def check_deletions_resumed(gw):
 def main():
     folder = tempfile.mkdtemp(prefix="gw-upload-")
     gw = GatewayProcess(folder, GATEWAY, TOKENS, slots=2, extra_ini="[store]\nupload_data = yes\n",
+                        user_options={"carol": "admin = yes\n"},
                         env={"SPOTLAB_WORKER_BIN": WORKER, "SPOTLAB_TRAIN_BIN": TRAIN, "SPOTLAB_DEBUG": None})
+    with open(gw.ini) as f:  # [gateway] comes first in the file GatewayProcess writes
+        ini = f.read().replace("[gateway]\n", "[gateway]\nhttp = 127.0.0.1:0\n", 1)
+    with open(gw.ini, "w") as f:
+        f.write(ini)
     text = os.path.join(folder, "notes.txt")
     data = ("Call me Ishmael. Some years ago, never mind how long precisely, having little money. "
             * 600).encode()
