@@ -429,6 +429,32 @@ static void kreq_render(FILE *f, const struct gw_metrics_kreq *m) {
     hist(f, name, NULL, gw_metrics_bounds_s, "type", m->by_type[i].type, &m->by_type[i].h);
 }
 
+/* The data files notebooks uploaded that the store keeps, per user. */
+static int stored_data(FILE *f, struct gw_store *store) {
+  json_t *rows = NULL;
+  if (gw_store_uploads_by_user(store, &rows) < 0)
+    return -1;
+  static const struct {
+    const char *name, *help, *field;
+  } fam[] = {
+    {"spotlab_stored_data_bytes", "Bytes of the data files each user's notebooks uploaded, kept in the store.",
+     "bytes"},
+    {"spotlab_stored_data_files", "Data files each user's notebooks uploaded, kept in the store.", "files"},
+  };
+  for (size_t k = 0; k < sizeof fam / sizeof *fam; k++) {
+    head(f, fam[k].name, "gauge", fam[k].help);
+    size_t i;
+    const json_t *e;
+    json_array_foreach(rows, i, e) {
+      fprintf(f, "%s{user=", fam[k].name);
+      label(f, sl_json_get_str(e, "user", ""));
+      fprintf(f, "} %lld\n", (long long)sl_json_get_int(e, fam[k].field, 0));
+    }
+  }
+  json_decref(rows);
+  return 0;
+}
+
 char *gw_metrics_render(const struct gw_metrics_src *src, size_t *ret_len) {
   char *buf = NULL;
   size_t len = 0;
@@ -450,6 +476,8 @@ char *gw_metrics_render(const struct gw_metrics_src *src, size_t *ret_len) {
     r = instances(f, src->fleet);
   if (r == 0)
     r = spend(f, src);
+  if (r == 0)
+    r = stored_data(f, src->store);
   head(f, "spotlab_kernel_clients", "gauge", "Kernels and CLI clients connected to the kernel protocol.");
   fprintf(f, "spotlab_kernel_clients %zu\n", src->kproto ? gw_kproto_n_clients(src->kproto) : 0);
   if (src->http)

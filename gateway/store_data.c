@@ -135,3 +135,22 @@ int gw_store_uploads_deleting(struct gw_store *s, json_t **ret) {
   *ret = list;
   return 0;
 }
+
+int gw_store_uploads_by_user(struct gw_store *s, json_t **ret) {
+  sqlite3_stmt *st = prep(s, "SELECT user, COUNT(*), SUM(bytes) FROM uploads GROUP BY user ORDER BY user");
+  if (!st)
+    return SL_ESQLITE;
+  json_t *list = json_array();
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    json_array_append_new(list, json_pack("{s:s, s:I, s:I}", "user", (const char *)sqlite3_column_text(st, 0),
+                                          "files", (json_int_t)sqlite3_column_int64(st, 1), "bytes",
+                                          (json_int_t)sqlite3_column_int64(st, 2)));
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) {
+    json_decref(list);
+    return gw_store_db_err(s, "read the stored data files");
+  }
+  *ret = list;
+  return 0;
+}

@@ -193,6 +193,12 @@ def check_http_data(gw, sha, size):
           "an admin sees everyone's, by user: %s %s" % (code, o))
     code, o = api(gw, "/api/data?user=bob", "carol")
     check(code == 200 and o["files"] == 0 and o["uploads"] == [], "and one user's: %s %s" % (code, o))
+    with open(os.path.join(gw.state, "http.address")) as f:
+        with urllib.request.urlopen("http://%s/metrics" % f.read().strip(), timeout=20) as r:
+            text = r.read().decode()
+    check('spotlab_stored_data_bytes{user="alice"} %d\n' % size in text and
+          'spotlab_stored_data_files{user="alice"} 1\n' in text,
+          "/metrics has alice's stored data: %s" % [ln for ln in text.splitlines() if "stored_data" in ln])
 
 
 def check_data_files(gw, alice, bob, sha, data, text, first_job):
