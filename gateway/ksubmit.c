@@ -229,13 +229,6 @@ static int check_upload(struct gw_kreq *q, struct gw_job *j) {
       snprintf(msg, sizeof msg, "the data file %s is not uploaded (data.have says when it is)", paths[i]);
       return gw_kproto_fail(q, SL_ESTATE, msg), SL_ESTATE;
     }
-    struct gw_store_upload row;
-    if (gw_store_upload_find(q->g->env.store, q->c->who.user, sha, &row) == 0 && row.deleting) {
-      json_decref(list); /* marked while no slot was free to delete it: not to be used */
-      snprintf(msg, sizeof msg, "the data file %s is being deleted (spotlab data rm); run the cell again once "
-               "that is done", paths[i]);
-      return gw_kproto_fail(q, SL_ESTATE, msg), SL_ESTATE;
-    }
     hexes[i] = sha;
     total += json_integer_value(size);
     json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:I}", "name", strrchr(paths[i], '/') + 1, "key", key,

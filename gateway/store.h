@@ -139,8 +139,8 @@ int gw_store_purge_done(struct gw_store *s, const int64_t *jobs, size_t n);
 
 /* Notebooks' stored data files, one per user and content (store_data.c).
  * seen: a submit named user's file sha256 (bytes, from path on the
- * notebook's machine) at now_us; the row made or its path and last use
- * updated. */
+ * notebook's machine) at now_us, stored; the row made, or its path and
+ * last use updated and a deletion mark cleared. */
 int gw_store_upload_seen(struct gw_store *s, const char *user, const char *sha256, int64_t bytes,
                          const char *path, int64_t now_us);
 /* user's stored files, the most recently used first: owned [{"sha256",

@@ -6,11 +6,15 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A row marked for deletion that a submit names again is stored content
+ * again: uploaded anew after its deletion ended (the loop's forget then
+ * leaves it), or never deleted, its deletion not yet started (which then
+ * does not start). */
 int gw_store_upload_seen(struct gw_store *s, const char *user, const char *sha256, int64_t bytes,
                          const char *path, int64_t now_us) {
   sqlite3_stmt *st = prep(s, "INSERT INTO uploads(user, sha256, bytes, path, first_us, last_us)"
                              " VALUES(?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(user, sha256) DO UPDATE"
-                             " SET path=excluded.path, last_us=excluded.last_us");
+                             " SET path=excluded.path, last_us=excluded.last_us, deleting=0");
   if (st) {
     bind_text(st, 1, user);
     bind_text(st, 2, sha256);

@@ -717,6 +717,15 @@ static void test_uploads(void) {
   CHECK_STR(sl_json_get_str(json_array_get(list, 0), "user", ""), "alice");
   CHECK_INT(sl_json_get_int(json_array_get(list, 0), "bytes", 0), 5000);
   json_decref(list);
+  /* named by a submit again (uploaded anew once its object went): the mark
+   * goes, and the deletion's end leaves the row */
+  CHECK_INT(gw_store_upload_seen(s, "alice", a, 5000, "/home/alice/corpus3.txt", 5000), 0);
+  CHECK_INT(gw_store_upload_find(s, "alice", a, &up), 0);
+  CHECK(!up.deleting);
+  CHECK_INT(gw_store_upload_forget(s, "alice", a), 0);
+  CHECK_INT(gw_store_upload_find(s, "alice", a, &up), 0);
+  CHECK_STR(up.path, "/home/alice/corpus3.txt");
+  CHECK_INT(gw_store_upload_deleting(s, "alice", a, true), 0);
   CHECK_INT(gw_store_upload_forget(s, "alice", a), 0);
   CHECK_INT(gw_store_upload_find(s, "alice", a, &up), SL_ENAME);
   /* an earlier database's files come from its jobs' specs */
