@@ -36,7 +36,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from checks import check, exit_status, require  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
-from gateway_proc import GatewayProcess  # noqa: E402
+from gateway_proc import GatewayProcess, kill_instances  # noqa: E402
 from image_set import SET_FILES, folder_id, make_image_set  # noqa: E402
 
 GATEWAY, WORKER, TRAIN = (os.path.abspath(a) for a in sys.argv[1:4])
@@ -403,6 +403,7 @@ def main():
         if failures:
             print("gateway log:\n" + gw.logtail(), file=sys.stderr)
         gw.stop()
+        kill_instances(gw.state)  # workers outlive a stopped gateway by design
         if not failures:
             shutil.rmtree(folder, ignore_errors=True)  # kept to look at when a check failed
     return exit_status()
