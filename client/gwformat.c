@@ -321,8 +321,9 @@ char *jk_format_uploads(const json_t *reply, const char *rm) {
     ago(when, sizeof when, sl_json_get_int(e, "last_us", 0));
     long long live = (long long)sl_json_get_int(e, "live_jobs", 0);
     snprintf(jobs, sizeof jobs, "%lld%s", (long long)sl_json_get_int(e, "jobs", 0), live ? "*" : "");
+    const char *path = sl_json_get_str(e, "path", "");
     jk_dbuf_printf(&b, "%-14.12s %10s %5s %-18s %s%s\n", sl_json_get_str(e, "sha256", "?"), size, jobs, when,
-                   sl_json_get_str(e, "path", ""),
+                   *path ? path : "(no job has named it yet)",
                    sl_json_get_bool(e, "deleting", false) ? "  (being deleted)" : "");
   }
   char size[32];

@@ -8,6 +8,7 @@
 #include "sl_err.h"
 #include "sl_json.h"
 #include "sl_log.h"
+#include "sl_time.h"
 #include "fleet.h"
 #include "uploads.h"
 
@@ -29,9 +30,15 @@ static int upload_args(struct gw_kreq *q, const char **sha, uint64_t *size) {
   return 0;
 }
 
-static void answer(struct gw_kreq *q, int r, const struct gw_upload_status *st, const char *err) {
+/* The reply; a file found stored gets its row (listed by data.list before
+ * any submit names it). */
+static void answer(struct gw_kreq *q, int r, const struct gw_upload_status *st, const char *err, const char *sha,
+                   uint64_t size) {
   if (r < 0)
     return gw_kproto_fail(q, r, err);
+  if (st->state == GW_UPLOAD_READY &&
+      gw_store_upload_stored(q->g->env.store, q->c->who.user, sha, (int64_t)size, sl_time_real_us()) < 0)
+    sl_debug(T, "%s: the stored file %s is not listed yet", q->c->who.user, sha);
   gw_kproto_reply(q, json_pack("{s:s, s:I}", "state", gw_upload_state_name(st->state), "offset",
                                (json_int_t)st->offset));
 }
@@ -44,7 +51,7 @@ void gw_kproto_on_data_have(struct gw_kreq *q) {
   struct gw_upload_status st;
   char err[400] = "";
   int r = gw_uploads_have(q->g->env.uploads, q->c->who.user, sha, size, &st, err, sizeof err);
-  answer(q, r, &st, err);
+  answer(q, r, &st, err, sha, size);
 }
 
 /* The chunk's bytes come as the message's second frame: binary, so that
@@ -63,7 +70,7 @@ void gw_kproto_on_data_put(struct gw_kreq *q) {
   char err[400] = "";
   int r = gw_uploads_put(q->g->env.uploads, q->c->who.user, sha, size, (uint64_t)json_integer_value(off),
                          q->data, q->data_len, &st, err, sizeof err);
-  answer(q, r, &st, err);
+  answer(q, r, &st, err, sha, size);
 }
 
 /* user's stored data files, with the jobs that named each (an admin: any

@@ -143,6 +143,11 @@ int gw_store_purge_done(struct gw_store *s, const int64_t *jobs, size_t n);
  * last use updated and a deletion mark cleared. */
 int gw_store_upload_seen(struct gw_store *s, const char *user, const char *sha256, int64_t bytes,
                          const char *path, int64_t now_us);
+/* stored: user's upload of sha256 (bytes) is in the store, as data.have
+ * found it; a row made (its path "" until a submit names it) unless there
+ * is one. */
+int gw_store_upload_stored(struct gw_store *s, const char *user, const char *sha256, int64_t bytes,
+                           int64_t now_us);
 /* user's stored files, the most recently used first: owned [{"sha256",
  * "bytes", "path", "first_us", "last_us", "deleting", "jobs" (that named
  * it), "live_jobs" (of them, not ended), "last_job" (absent: none)}]; user

@@ -25,6 +25,19 @@ int gw_store_upload_seen(struct gw_store *s, const char *user, const char *sha25
   return run(s, st);
 }
 
+int gw_store_upload_stored(struct gw_store *s, const char *user, const char *sha256, int64_t bytes,
+                           int64_t now_us) {
+  sqlite3_stmt *st = prep(s, "INSERT OR IGNORE INTO uploads(user, sha256, bytes, path, first_us, last_us)"
+                             " VALUES(?1, ?2, ?3, '', ?4, ?4)");
+  if (st) {
+    bind_text(st, 1, user);
+    bind_text(st, 2, sha256);
+    sqlite3_bind_int64(st, 3, bytes);
+    sqlite3_bind_int64(st, 4, now_us);
+  }
+  return run(s, st);
+}
+
 /* The jobs of user ?1 (NULL: every user) that named a stored file: (id,
  * user, state, sha), one row per file (a data set's files each); a spec
  * that is not JSON names none. */

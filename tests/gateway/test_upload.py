@@ -349,6 +349,9 @@ def main():
         check(r.get("ok") and r["state"] in ("publishing", "ready"), "the last chunk publishes: %s" % r)
         r = have(alice, sha, len(data), until=("ready",))
         check(r.get("ok") and r["state"] == "ready", "the upload is ready: %s" % r)
+        r = alice.req("data.list")
+        check(r.get("ok") and [(u["sha256"], u["path"], u["jobs"]) for u in r["uploads"]] == [(sha, "", 0)],
+              "data.list shows the stored file before any job names it: %s" % r)
         obj = os.path.join(gw.state, "store", "_data", "alice", sha)
         check(os.path.exists(obj) and open(obj, "rb").read() == data, "the store holds the file as %s" % obj)
         check(not [n for n in os.listdir(os.path.join(gw.state, "uploads")) if n.endswith(".part")],

@@ -205,6 +205,12 @@ static void test_uploads(void) {
   CHECK(strstr(t, "2 files, 3.0 MiB in all") != NULL && strstr(t, "; spotlab data rm SHA256 deletes one") != NULL);
   free(t);
   json_decref(reply);
+  reply = json_pack("{s:[{s:s, s:I, s:s, s:I}]}", "uploads", "sha256", "ab", "bytes", (json_int_t)3, "path", "",
+                    "last_us", (json_int_t)now);
+  t = jk_format_uploads(reply, "%data rm");
+  CHECK(strstr(t, "(no job has named it yet)") != NULL);
+  free(t);
+  json_decref(reply);
   reply = json_pack("{s:[], s:b}", "uploads", "uploads_on", 0);
   t = jk_format_uploads(reply, "%data rm");
   CHECK(strstr(t, "No data file of yours is stored.") != NULL && strstr(t, "takes no uploads") != NULL);
