@@ -163,38 +163,22 @@ done:
 }
 
 int gw_http_data(const struct gw_httpd_env *env, const char *user, json_t **ret) {
-  json_t *list = NULL;
+  json_t *list = NULL, *by = NULL;
   int r = gw_store_uploads_list(env->store, user, &list);
-  if (r < 0)
+  if (r == 0)
+    r = gw_store_uploads_by_user(env->store, user, &by);
+  if (r < 0) {
+    json_decref(list);
     return r;
-  json_t *by = json_object(); /* user -> {"files","bytes"} */
+  }
   json_int_t files = 0, bytes = 0;
   size_t i;
   json_t *row;
-  json_array_foreach(list, i, row) {
-    json_int_t b = sl_json_get_int(row, "bytes", 0);
-    const char *who = user ? user : sl_json_get_str(row, "user", "");
-    json_t *u = json_object_get(by, who);
-    if (!u)
-      json_object_set_new(by, who, u = json_pack("{s:s, s:I, s:I}", "user", who, "files", (json_int_t)0,
-                                                  "bytes", (json_int_t)0));
-    json_object_set_new(u, "files", json_integer(sl_json_get_int(u, "files", 0) + 1));
-    json_object_set_new(u, "bytes", json_integer(sl_json_get_int(u, "bytes", 0) + b));
-    files++;
-    bytes += b;
+  json_array_foreach(by, i, row) {
+    files += sl_json_get_int(row, "files", 0);
+    bytes += sl_json_get_int(row, "bytes", 0);
   }
-  json_t *rows = json_array();
-  const char *key;
-  json_t *u;
-  json_object_foreach(by, key, u) {
-    size_t at = 0; /* the most bytes first */
-    while (at < json_array_size(rows) &&
-           sl_json_get_int(json_array_get(rows, at), "bytes", 0) >= sl_json_get_int(u, "bytes", 0))
-      at++;
-    json_array_insert(rows, at, u);
-  }
-  json_decref(by);
-  *ret = json_pack("{s:o, s:I, s:I, s:o}", "uploads", list, "files", files, "bytes", bytes, "by_user", rows);
+  *ret = json_pack("{s:o, s:I, s:I, s:o}", "uploads", list, "files", files, "bytes", bytes, "by_user", by);
   return *ret ? 0 : -ENOMEM;
 }
 

@@ -432,7 +432,7 @@ static void kreq_render(FILE *f, const struct gw_metrics_kreq *m) {
 /* The data files notebooks uploaded that the store keeps, per user. */
 static int stored_data(FILE *f, struct gw_store *store) {
   json_t *rows = NULL;
-  if (gw_store_uploads_by_user(store, &rows) < 0)
+  if (gw_store_uploads_by_user(store, NULL, &rows) < 0)
     return -1;
   static const struct {
     const char *name, *help, *field;

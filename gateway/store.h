@@ -168,9 +168,10 @@ int gw_store_upload_find(struct gw_store *s, const char *user, const char *prefi
  * marked, once its object is gone. */
 int gw_store_upload_deleting(struct gw_store *s, const char *user, const char *sha256, bool deleting);
 int gw_store_upload_forget(struct gw_store *s, const char *user, const char *sha256);
-/* Per user with stored files: owned [{"user", "files", "bytes"}] (the
- * table alone: cheap enough for every metrics scrape). */
-int gw_store_uploads_by_user(struct gw_store *s, json_t **ret);
+/* Per user with stored files (user NULL: every one; else that one), the
+ * most bytes first: owned [{"user", "files", "bytes"}] (the table alone:
+ * cheap enough for every metrics scrape). */
+int gw_store_uploads_by_user(struct gw_store *s, const char *user, json_t **ret);
 /* The rows marked as being deleted (a gateway stopped before it was done),
  * owned [{"user", "sha256", "bytes"}]. */
 int gw_store_uploads_deleting(struct gw_store *s, json_t **ret);

@@ -134,16 +134,22 @@ int gw_store_upload_forget(struct gw_store *s, const char *user, const char *sha
   return run(s, st);
 }
 
-int gw_store_uploads_deleting(struct gw_store *s, json_t **ret) {
-  sqlite3_stmt *st = prep(s, "SELECT user, sha256, bytes FROM uploads WHERE deleting=1 ORDER BY user, sha256");
+/* The rows of a prepared st as objects whose keys are names (n of them):
+ * text and integer columns as such. */
+static int rows_of(struct gw_store *s, sqlite3_stmt *st, const char *const *names, int n, json_t **ret) {
   if (!st)
     return SL_ESQLITE;
   json_t *list = json_array();
   int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-    json_array_append_new(list, json_pack("{s:s, s:s, s:I}", "user", (const char *)sqlite3_column_text(st, 0),
-                                          "sha256", (const char *)sqlite3_column_text(st, 1), "bytes",
-                                          (json_int_t)sqlite3_column_int64(st, 2)));
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    json_t *row = json_object();
+    for (int i = 0; i < n; i++)
+      json_object_set_new(row, names[i],
+                          sqlite3_column_type(st, i) == SQLITE_INTEGER
+                              ? json_integer((json_int_t)sqlite3_column_int64(st, i))
+                              : json_string((const char *)sqlite3_column_text(st, i)));
+    json_array_append_new(list, row);
+  }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) {
     json_decref(list);
@@ -153,21 +159,17 @@ int gw_store_uploads_deleting(struct gw_store *s, json_t **ret) {
   return 0;
 }
 
-int gw_store_uploads_by_user(struct gw_store *s, json_t **ret) {
-  sqlite3_stmt *st = prep(s, "SELECT user, COUNT(*), SUM(bytes) FROM uploads GROUP BY user ORDER BY user");
-  if (!st)
-    return SL_ESQLITE;
-  json_t *list = json_array();
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-    json_array_append_new(list, json_pack("{s:s, s:I, s:I}", "user", (const char *)sqlite3_column_text(st, 0),
-                                          "files", (json_int_t)sqlite3_column_int64(st, 1), "bytes",
-                                          (json_int_t)sqlite3_column_int64(st, 2)));
-  sqlite3_finalize(st);
-  if (rc != SQLITE_DONE) {
-    json_decref(list);
-    return gw_store_db_err(s, "read the stored data files");
-  }
-  *ret = list;
-  return 0;
+int gw_store_uploads_deleting(struct gw_store *s, json_t **ret) {
+  static const char *const names[] = {"user", "sha256", "bytes"};
+  return rows_of(s, prep(s, "SELECT user, sha256, bytes FROM uploads WHERE deleting=1 ORDER BY user, sha256"),
+                 names, 3, ret);
+}
+
+int gw_store_uploads_by_user(struct gw_store *s, const char *user, json_t **ret) {
+  static const char *const names[] = {"user", "files", "bytes"};
+  sqlite3_stmt *st = prep(s, "SELECT user, COUNT(*), SUM(bytes) FROM uploads WHERE ?1 IS NULL OR user=?1"
+                             " GROUP BY user ORDER BY SUM(bytes) DESC, user");
+  if (st && user)
+    bind_text(st, 1, user);
+  return rows_of(s, st, names, 3, ret);
 }
