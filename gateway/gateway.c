@@ -342,9 +342,25 @@ static void open_uploads(struct gw *g) {
 /* Stored data files whose deletion ended: their rows gone, or (it failed)
  * listed again as stored; one that the gateway's stop cut short stays
  * marked, for the next start. */
+/* Tells every worker in touch to drop its copies of the data files whose
+ * SHA-256s are in shas (deleted from the store). A worker out of touch
+ * now keeps its copy until its instance ends. */
+static void workers_forget(struct gw *g, json_t *shas) {
+  if (!json_array_size(shas))
+    return;
+  json_t *m = json_pack("{s:s,s:O}", "type", "data_forget", "sha256", shas);
+  for (size_t i = 0; m && i < gw_fleet_n_insts(g->fleet); i++) {
+    struct gw_inst *in = gw_fleet_inst_at(g->fleet, i);
+    if (in->registered)
+      gw_fleet_send(g->fleet, in, m);
+  }
+  json_decref(m);
+}
+
 static void uploads_deleted(struct gw *g) {
   struct gw_upload_deleted done[16];
   size_t n = g->uploads ? gw_uploads_take_deleted(g->uploads, done, 16) : 0;
+  json_t *gone = json_array();
   for (size_t i = 0; i < n; i++) {
     if (done[i].result == -ECANCELED)
       continue; /* the gateway stops: deleted at the next start */
@@ -353,7 +369,11 @@ static void uploads_deleted(struct gw *g) {
     if (r < 0)
       sl_warn(T, "%s: the row of the stored data file %s stays as it was: %s", done[i].user, done[i].sha256,
               sl_strerror(r));
+    if (done[i].result == 0 && gone)
+      json_array_append_new(gone, json_string(done[i].sha256));
   }
+  workers_forget(g, gone);
+  json_decref(gone);
   if (n && g->deletions_waiting) /* slots are free again */
     resume_deletions(g);
 }

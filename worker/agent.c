@@ -35,6 +35,7 @@
 #include "link.h"
 #include "notice.h"
 #include "presign.h"
+#include "sl_digest.h"
 #include "sl_err.h"
 #include "sl_frame.h"
 #include "sl_json.h"
@@ -288,6 +289,36 @@ static void resend_metrics(struct wk_agent *a, const json_t *jobs) {
   }
 }
 
+/* The gateway deleted these uploaded data files from the store: this
+ * worker's copies go too, but for those a job here still reads. */
+static void forget_data(struct wk_agent *a, const json_t *shas) {
+  size_t i;
+  const json_t *v;
+  if (!json_is_array(shas) || json_array_size(shas) > 1024) {
+    sl_warn(TOPIC, "data_forget needs \"sha256\": an array of at most 1024 hashes");
+    return;
+  }
+  json_array_foreach(shas, i, v) {
+    const char *sha = json_string_value(v);
+    if (!sl_sha256_hex_ok(sha)) {
+      sl_warn(TOPIC, "data_forget: \"%.80s\" is no SHA-256", sha ? sha : "(not a string)");
+      continue;
+    }
+    bool used = false;
+    for (size_t k = 0; k < a->njobs && !used; k++)
+      used = !wk_job_ended(a->jobs[k]) && wk_job_uses_data(a->jobs[k], sha);
+    if (used) {
+      sl_info(TOPIC, "the deleted data file %.12s… stays here while a job reads it", sha);
+      continue;
+    }
+    int r = wk_data_forget(a->cfg->work_dir, sha);
+    if (r < 0)
+      sl_warn(TOPIC, "cannot remove the deleted data file %.12s…: %s", sha, sl_strerror(r));
+    else if (r > 0)
+      sl_info(TOPIC, "removed the deleted data file %.12s… (%d entries)", sha, r);
+  }
+}
+
 static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
   const char *type = sl_json_get_str(m, "type", "");
   struct wk_job **j = find_job(a, json_string_value(json_object_get(m, "job")));
@@ -345,6 +376,8 @@ static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
       wk_job_set_checkpoint_every(*j, json_integer_value(n));
   } else if (!strcmp(type, "checkpoint_recorded")) {
     if (j) wk_job_checkpoint_recorded(*j, sl_json_get_int(m, "attempt", -1), sl_json_get_int(m, "step", -1));
+  } else if (!strcmp(type, "data_forget")) {
+    forget_data(a, json_object_get(m, "sha256"));
   } else if (!strcmp(type, "shutdown")) {
     sl_info(TOPIC, "shutdown requested");
     stop_all(a);

@@ -58,6 +58,13 @@ void wk_job_flow(struct wk_job *j, int64_t now_mono_us);
 void wk_job_metrics_recorded(struct wk_job *j, int64_t attempt, int64_t step);
 /* Whether the job ended (its done sent; kept until done_recorded). */
 bool wk_job_ended(const struct wk_job *j);
+/* Whether the job reads the uploaded data file (or data set) whose SHA-256
+ * is sha from the worker's data folder. */
+bool wk_job_uses_data(const struct wk_job *j, const char *sha);
+/* Removes the worker's copy of the uploaded data file whose SHA-256 is sha
+ * from work_dir/data, and the data set folders made from it (the gateway
+ * deleted it from the store): how many entries went, or a negative error. */
+int wk_data_forget(const char *work_dir, const char *sha);
 /* Sends an ENDED job's done again (after its step metrics went again). */
 void wk_job_send_done(struct wk_job *j);
 /* Whether done_recorded for attempt is this ENDED job's: then it may go. */

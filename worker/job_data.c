@@ -18,6 +18,7 @@
 #include "conf.h"
 #include "store.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -143,6 +144,71 @@ static int fetch_set(struct wk_job *j, const char *dir, const json_t *up, char *
   return 0;
 }
 
+/* The job reads the file (or set) whose SHA-256 is sha (checked). */
+static void note_data(struct wk_job *j, const char *sha) {
+  if (j->n_data < sizeof j->data_sha / sizeof j->data_sha[0])
+    snprintf(j->data_sha[j->n_data++], sizeof j->data_sha[0], "%s", sha);
+}
+
+bool wk_job_uses_data(const struct wk_job *j, const char *sha) {
+  for (size_t i = 0; i < j->n_data; i++)
+    if (!strcmp(j->data_sha[i], sha))
+      return true;
+  return false;
+}
+
+/* Whether the data set folder set holds the file whose device and inode
+ * are dev and ino (a hard link), or a symbolic link to ../sha. */
+static bool set_holds(const char *set, const char *sha, dev_t dev, ino_t ino) {
+  char path[PATH_MAX + 160], to[SL_SHA256_HEX_LEN + 8];
+  for (size_t i = 0; i < SL_IMAGE_SET_FILES; i++) {
+    snprintf(path, sizeof path, "%s/%s", set, sl_image_set_files[i]);
+    struct stat st;
+    if (ino && lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_dev == dev && st.st_ino == ino)
+      return true;
+    ssize_t n = readlink(path, to, sizeof to - 1);
+    if (n > 3) {
+      to[n] = 0;
+      if (!strncmp(to, "../", 3) && !strcmp(to + 3, sha))
+        return true;
+    }
+  }
+  return false;
+}
+
+int wk_data_forget(const char *work_dir, const char *sha) {
+  if (!sl_sha256_hex_ok(sha))
+    return SL_ETYPE;
+  char dir[PATH_MAX - 160], path[PATH_MAX], set[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s/data", work_dir);
+  DIR *d = opendir(dir);
+  if (!d)
+    return errno == ENOENT ? 0 : -errno;
+  struct stat st = {0};
+  snprintf(path, sizeof path, "%s/%s", dir, sha);
+  if (stat(path, &st) < 0)
+    st.st_ino = 0;
+  int n = 0;
+  /* the set folders first: a hard link is known by the file's inode */
+  const struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, "set-", 4) || !sl_sha256_hex_ok(e->d_name + 4))
+      continue;
+    snprintf(set, sizeof set, "%s/set-%.64s", dir, e->d_name + 4);
+    if (!strcmp(e->d_name + 4, sha) || set_holds(set, sha, st.st_dev, st.st_ino)) {
+      remove_set(set);
+      n++;
+    }
+  }
+  closedir(d);
+  snprintf(path, sizeof path, "%s/%s", dir, sha);
+  if (unlink(path) == 0)
+    n++;
+  else if (errno != ENOENT)
+    return -errno;
+  return n;
+}
+
 int wk_job_fetch_data(struct wk_job *j, const json_t *assign, json_t **ret_assign, char *err, size_t err_size) {
   const json_t *spec = json_object_get(assign, "spec");
   const json_t *up = json_object_get(spec, "data_upload");
@@ -154,12 +220,17 @@ int wk_job_fetch_data(struct wk_job *j, const json_t *assign, json_t **ret_assig
   if (r < 0) return snprintf(err, err_size, "cannot make %s: %s", dir, sl_strerror(r)), r;
   if (json_object_get(up, "files")) {
     if ((r = fetch_set(j, dir, up, path, sizeof path, err, err_size)) < 0) return r;
+    note_data(j, json_string_value(json_object_get(up, "sha256")));
+    size_t i;
+    const json_t *f;
+    json_array_foreach(json_object_get(up, "files"), i, f) note_data(j, json_string_value(json_object_get(f, "sha256")));
   } else {
     const char *key = json_string_value(json_object_get(up, "key"));
     const char *sha = json_string_value(json_object_get(up, "sha256"));
     if (!key || wk_store_check_key(key) < 0 || !sl_sha256_hex_ok(sha))
       return snprintf(err, err_size, "spec \"data_upload\" needs a store key and a sha256"), SL_ETYPE;
     if ((r = fetch_one(j, dir, key, sha, err, err_size)) < 0) return r;
+    note_data(j, sha);
     snprintf(path, sizeof path, "%s/%s", dir, sha);
   }
   json_t *a = json_deep_copy(assign);

@@ -13,6 +13,9 @@
 #include "reserve.h"
 #include "spec.h"
 
+#include "sl_digest.h"
+#include "sl_ident.h"
+
 #include <jansson.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -58,6 +61,10 @@ struct wk_job {
   /* The restore fell back (job_ckpt.c): the key restored instead of the
    * assign's, and why the newer ones were passed over; "" when it did not. */
   char restored_key[256], passed_over[768];
+  /* The uploaded data files it reads from the worker's data folder (their
+   * SHA-256s: a file's, or a data set's and its files'), n_data of them. */
+  char data_sha[1 + SL_IMAGE_SET_FILES][SL_SHA256_HEX_LEN + 1];
+  size_t n_data;
   /* S3 train job (rank 0): URLs an orphaned worker saves its checkpoint to,
    * refreshed from next_reserve_us on; orphan_left: JOB/orphan/ may hold an
    * earlier attempt's checkpoint, deleted after the next regular one */

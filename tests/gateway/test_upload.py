@@ -16,10 +16,11 @@ the store's copy with the notebook's file gone, and its record names the
 file's hash. spotlab data lists the stored file with its jobs; it is not
 deleted while a job that has not ended uses it (GET /api/data shows a
 user theirs, an admin everyone's), then is deleted from the
-store, a rerun that needs it is refused, and it is uploaded anew when asked
-for; 80 deletions a stopped gateway left marked are done at its next start. A fashion_mnist("FOLDER") job's files are asked for one by one
+store and from the running workers, a rerun that needs it is refused, and it is
+uploaded anew when asked for; 80 deletions a stopped gateway left marked are done at its next start. A fashion_mnist("FOLDER") job's files are asked for one by one
 (all four for training, the test split's two for eval), and its jobs run
-on the store's copies with the folder gone. Every wait has a deadline.
+on the store's copies with the folder gone; one of its files deleted takes
+the workers' folders of the sets made from it along. Every wait has a deadline.
 """
 import hashlib
 import json
@@ -122,6 +123,20 @@ def check_image_set_eval(c, job, files, want_train, want_eval):
     check(not r["ok"] and r["error"]["code"] == "SL_ETYPE", "data_files that is not an array is refused: %s" % r)
 
 
+def check_set_file_deleted(gw, c, files, want_train, want_eval):
+    """A train split's file deleted: the workers' copies of it go, and with them the train
+    set's folder linking it; the test split's folder, which does not, stays."""
+    train, evalset = "set-" + want_train, "set-" + want_eval
+    require(worker_copies(gw, c, train) and worker_copies(gw, c, evalset),
+            "the workers hold both sets' folders")
+    gone = files[2]["sha256"]
+    r = c.req("data.delete", sha256=gone)
+    check(r.get("ok"), "a train split's file is deleted: %s" % r)
+    left = wait_no_copies(gw, c, train) + wait_no_copies(gw, c, gone)
+    check(not left and worker_copies(gw, c, evalset) and worker_copies(gw, c, files[0]["sha256"]),
+          "its copies and the train set's folder go (%s left), the test split's stay" % left)
+
+
 def check_refusals(c, sha, data):
     r = c.req("data.have", sha256="ABC", size=3)
     check(not r["ok"] and r["error"]["code"] == "SL_ETYPE", "a malformed hash is refused: %s" % r)
@@ -201,6 +216,20 @@ def check_http_data(gw, sha, size):
           "/metrics has alice's stored data: %s" % [ln for ln in text.splitlines() if "stored_data" in ln])
 
 
+def worker_copies(gw, c, name):
+    """The entries named name in the data folders of c's user's instances that run now."""
+    ids = [i["instance"] for i in c.req("instances")["instances"]]
+    return [p for p in (os.path.join(gw.state, "instances", i, "work", "data", name) for i in ids)
+            if os.path.lexists(p)]
+
+
+def wait_no_copies(gw, c, name, timeout=30):
+    end = time.monotonic() + timeout
+    while worker_copies(gw, c, name) and time.monotonic() < end:
+        time.sleep(0.05)
+    return worker_copies(gw, c, name)
+
+
 def check_data_files(gw, alice, bob, sha, data, text, first_job):
     """spotlab data: the stored file listed with its jobs; not bob's to see or delete; not
     deleted while a job that has not ended uses it; then deleted from the store, no longer
@@ -236,9 +265,13 @@ def check_data_files(gw, alice, bob, sha, data, text, first_job):
     e = wait_end(alice, live)
     check(e["state"] == "cancelled", "%s cancelled: %s" % (live, e))
 
+    copies = worker_copies(gw, alice, sha)
+    require(copies, "the workers that ran its jobs hold a copy of %s" % sha)
     cli = data_cli(gw, "alice", "rm", sha[:10])
     check(cli.returncode == 0 and "deleting " + text in cli.stdout,
           "spotlab data rm deletes it: %r %r" % (cli.stdout, cli.stderr))
+    left = wait_no_copies(gw, alice, sha)
+    check(not left, "the running workers' copies go too: %s of %s left" % (left, copies))
     obj = os.path.join(gw.state, "store", "_data", "alice", sha)
     end = time.monotonic() + 30
     while time.monotonic() < end and (os.path.exists(obj) or
@@ -391,6 +424,7 @@ def main():
         want_train, want_eval = folder_id(images + "-copy", 4), folder_id(images + "-copy", 2)
         job, files = check_image_set(alice, images)
         check_image_set_eval(alice, job, files, want_train, want_eval)
+        check_set_file_deleted(gw, alice, files, want_train, want_eval)
 
         # a new gateway finds the upload in the store at once
         alice.close()

@@ -339,6 +339,59 @@ def case_data_set(tmp, worker_exe, train_exe):
         gw.close()
 
 
+def case_data_forget(tmp, worker_exe, train_exe):
+    """data_forget (the gateway deleted uploaded data files from the store): a
+    file a running job reads stays; malformed ones are ignored; once the job
+    has ended, a set file's copy goes with the set folder that links it, and
+    the other files' copies stay until they are named too."""
+    import hashlib
+    gw, w = start(tmp, worker_exe, train_exe)
+
+    def synced():  # the worker has handled what was sent before
+        gw.send({"type": "reregister"})
+        gw.recv(lambda m: m["type"] == "register", 5, "register after reregister")
+
+    try:
+        files = []
+        os.makedirs(os.path.join(w.store, "_data", "alice"), exist_ok=True)
+        for name, blob in image_set_files(n_train=32, n_test=16).items():
+            sha = hashlib.sha256(blob).hexdigest()
+            with open(os.path.join(w.store, "_data", "alice", sha), "wb") as f:
+                f.write(blob)
+            files.append((name, "_data/alice/" + sha, sha, len(blob)))
+        files.sort(key=lambda f: SET_FILES.index(f[0]))
+        set_id = image_set_id([h for _, _, h, _ in files])
+        data = os.path.join(w.work, "data")
+        folder = os.path.join(data, "set-" + set_id)
+        gw.send(set_assign("J000071", files, set_id))
+        assert run_until_done(gw, "J000071")[-1]["status"] == "succeeded"
+        a = set_assign("J000072", files, set_id)
+        a["spec"]["options"]["steps"] = 10_000_000
+        a["checkpoint_every"] = 0
+        gw.send(a)
+        gw.recv(lambda m: of("J000072", "metric")(m) and m["data"].get("step", 0) >= 2, 20, "J000072 trains")
+        gw.send({"type": "data_forget", "sha256": [files[2][2], set_id]})
+        gw.send({"type": "data_forget", "sha256": "not a list"})
+        gw.send({"type": "data_forget", "sha256": [7, "../../x", "A" * 64]})
+        synced()
+        assert sorted(os.listdir(folder)) == sorted(SET_FILES), "a running job's set stays"
+        assert os.path.exists(os.path.join(data, files[2][2])), "and its files"
+        gw.send({"type": "cancel", "job": "J000072", "attempt": 1})
+        assert run_until_done(gw, "J000072")[-1]["status"] == "cancelled"
+        gw.send({"type": "data_forget", "sha256": [files[2][2]]})
+        synced()
+        left = sorted(os.listdir(data))
+        assert left == sorted(h for _, _, h, _ in files if h != files[2][2]), left
+        gw.send({"type": "data_forget", "sha256": [h for _, _, h, _ in files]})
+        synced()
+        assert os.listdir(data) == [], os.listdir(data)
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
 def case_cancel(tmp, worker_exe, train_exe):
     data = text_file(tmp)
     gw, w = start(tmp, worker_exe, train_exe)
