@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
@@ -89,4 +90,22 @@ char *sl_file_size_text(long long bytes, char *buf, size_t size) {
   }
   snprintf(buf, size, "%.1f %s", v, units[i]);
   return buf;
+}
+
+/* The first failure of the removal under way on this thread (nftw's
+ * callback has no argument of its own). */
+static _Thread_local int remove_failed;
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)ftw;
+  if ((flag == FTW_DP || flag == FTW_DNR ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT && !remove_failed)
+    remove_failed = -errno;
+  return 0;
+}
+
+int sl_file_remove_tree(const char *path) {
+  remove_failed = 0;
+  if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) < 0 && errno != ENOENT && !remove_failed)
+    remove_failed = -errno;
+  return remove_failed;
 }

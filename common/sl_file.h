@@ -1,5 +1,5 @@
 /* Whole-file writes that are either complete or absent, the folder fsync
- * that makes a name last, and sizes as people read them. */
+ * that makes a name last, a folder's removal, and sizes as people read them. */
 #ifndef SL_FILE_H
 #define SL_FILE_H
 
@@ -21,6 +21,12 @@ int sl_file_replace(const char *path, const void *data, size_t len, unsigned mod
 /* fsyncs the folder dir, so that the names created, renamed or removed in
  * it last: 0 or -errno. */
 int sl_file_fsync_dir(const char *dir);
+
+/* Removes path and, if it is a folder, everything under it, following no
+ * symbolic link (a link is removed, not what it names). Goes on past an
+ * entry it cannot remove: 0 (also when path does not exist), or the first
+ * failure as -errno. */
+int sl_file_remove_tree(const char *path);
 
 /* A size as people read it, into buf: "512 B", "1.0 KiB", "12.3 MiB",
  * "2.0 GiB" (never "1024.0 KiB"). Returns buf. */

@@ -5,11 +5,11 @@
 #include "objstore.h"
 
 #include "sl_err.h"
+#include "sl_file.h"
 #include "sl_log.h"
 #include "sl_s3.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -49,13 +49,6 @@ int gw_purge_new(const char *store_dir, struct gw_objstore *o, struct gw_purge *
   return 0;
 }
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)ftw;
-  if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
-    sl_warn(T, "cannot remove %s: %s", path, strerror(errno));
-  return 0;
-}
-
 /* Removes every object under prefix ("J000003/"): the count, or an error. */
 static int purge_prefix(struct gw_purge *p, const char *prefix, char *why, size_t why_size) {
   if (!p->o) {
@@ -64,7 +57,10 @@ static int purge_prefix(struct gw_purge *p, const char *prefix, char *why, size_
       return -ENAMETOOLONG;
     if (access(dir, F_OK) != 0)
       return 0;
-    return nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) < 0 ? -errno : 1;
+    int r = sl_file_remove_tree(dir);
+    if (r < 0)
+      snprintf(why, why_size, "cannot remove all of %.300s: %s", dir, sl_strerror(r));
+    return r < 0 ? r : 1;
   }
   struct sl_s3_signer signer = gw_objstore_signer(p->o);
   struct sl_s3_opts opts = gw_objstore_opts(p->o);

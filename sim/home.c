@@ -9,7 +9,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,6 +19,7 @@
 #include <unistd.h>
 
 #include "sim.h"
+#include "sl_file.h"
 #include "sl_json.h"
 #include "sl_path.h"
 #include "sl_time.h"
@@ -214,14 +214,6 @@ static int worker_pids(const char *home, pid_t *pids, int max) {
   return n;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  remove(path);
-  return 0;
-}
-
 struct sim_home *sim_home_free(struct sim_home *h) {
   if (!h)
     return NULL;
@@ -236,7 +228,7 @@ struct sim_home *sim_home_free(struct sim_home *h) {
     int n = worker_pids(h->dir, pids, MAX_WORKERS);
     stop_pids(pids, n, true, SIGTERM, STOP_GRACE_MS);
   }
-  nftw(h->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  sl_file_remove_tree(h->dir);
   free(h);
   return NULL;
 }

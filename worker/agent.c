@@ -241,8 +241,10 @@ static void remove_job(struct wk_agent *a, struct wk_job **j) {
 static void on_assign(struct wk_agent *a, const json_t *m) {
   const char *id = json_string_value(json_object_get(m, "job"));
   struct wk_job **old = find_job(a, id);
-  if (old && wk_job_ended(*old) && wk_job_attempt(*old) != sl_json_get_int(m, "attempt", -1))
-    remove_job(a, old); /* a new attempt: the gateway has the old one's end */
+  if (old && wk_job_ended(*old) && wk_job_attempt(*old) != sl_json_get_int(m, "attempt", -1)) {
+    wk_job_remove_folder(*old); /* a new attempt: the gateway has the old one's end */
+    remove_job(a, old);
+  }
   if (find_job(a, id)) {
     sl_debug(TOPIC, "assign %s: already running", id);
     return;
@@ -352,7 +354,10 @@ static void on_message(struct wk_agent *a, const json_t *m, int64_t now) {
   } else if (!strcmp(type, "resend")) {
     if (a->registered) resend_job(a, m);
   } else if (!strcmp(type, "done_recorded")) {
-    if (j && wk_job_done_recorded(*j, sl_json_get_int(m, "attempt", -1))) remove_job(a, j);
+    if (j && wk_job_done_recorded(*j, sl_json_get_int(m, "attempt", -1))) {
+      wk_job_remove_folder(*j);
+      remove_job(a, j);
+    }
   } else if (!strcmp(type, "reregister")) {
     a->registered = false;
     send_register(a, now);

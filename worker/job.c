@@ -21,6 +21,7 @@
 #include "relay.h"
 #include "reserve.h"
 #include "sl_err.h"
+#include "sl_file.h"
 #include "sl_digest.h"
 #include "sl_ident.h"
 #include "sl_json.h"
@@ -356,6 +357,12 @@ int wk_job_start(const struct wk_job_env *env, const json_t *assign, struct wk_j
   if (j->kind != WK_KIND_RUN && !j->device.cuda) send_device(j, NULL);
   *ret = j;
   return 0;
+}
+
+void wk_job_remove_folder(struct wk_job *j) {
+  int r = sl_file_remove_tree(j->dir);
+  if (r < 0)
+    sl_warn(TOPIC, "%s: cannot remove all of %s: %s", j->id, j->dir, sl_strerror(r));
 }
 
 struct wk_job *wk_job_free(struct wk_job *j) {

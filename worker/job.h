@@ -58,6 +58,9 @@ void wk_job_flow(struct wk_job *j, int64_t now_mono_us);
 void wk_job_metrics_recorded(struct wk_job *j, int64_t attempt, int64_t step);
 /* Whether the job ended (its done sent; kept until done_recorded). */
 bool wk_job_ended(const struct wk_job *j);
+/* Removes the job's folder on this worker (its checkpoint copies, a run
+ * job's files): once the gateway has its end, nothing here reads it. */
+void wk_job_remove_folder(struct wk_job *j);
 /* Whether the job reads the uploaded data file (or data set) whose SHA-256
  * is sha from the worker's data folder. */
 bool wk_job_uses_data(const struct wk_job *j, const char *sha);

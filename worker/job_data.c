@@ -6,7 +6,8 @@
  * (fashion_mnist("FOLDER")) comes as its files ("files": name, key,
  * SHA-256 and size of each, and the set's id, sl_ident.h): each fetched
  * the same way, then linked under its name into data/set-ID, the folder
- * the job reads. */
+ * the job reads. Once the gateway has deleted such a file from the store,
+ * data_forget removes the copy and the set folders linking it. */
 #include "job_int.h"
 
 #include "sl_err.h"

@@ -10,7 +10,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,11 +74,11 @@ int gw_local_save_record(struct gw_local *l, const struct gw_local_inst *in) {
   return r;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  if (remove(path) < 0 && errno != ENOENT)
-    sl_warn(TOPIC, "cannot remove %s: %s", path, strerror(errno));
-  return 0;
+/* Removes the tree at path, saying so when it cannot. */
+static void remove_tree(const char *path) {
+  int r = sl_file_remove_tree(path);
+  if (r < 0)
+    sl_warn(TOPIC, "cannot remove all of %s: %s", path, sl_strerror(r));
 }
 
 /* What a gone instance leaves, but its worker.log: worker.json (its key
@@ -93,12 +92,11 @@ static void clean_folder(const struct gw_local *l, const char *id, bool whole_wh
   gw_local_inst_path(l, id, "worker.json", path, sizeof path);
   unlink(path);
   gw_local_inst_path(l, id, "work", path, sizeof path);
-  if (lstat(path, &st) == 0)
-    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  remove_tree(path);
   gw_local_inst_path(l, id, "worker.log", path, sizeof path);
   if (whole_when_old && (stat(path, &st) < 0 || time(NULL) - st.st_mtime > LOG_KEEP_S)) {
     gw_local_inst_path(l, id, NULL, path, sizeof path);
-    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    remove_tree(path);
   }
 }
 

@@ -8,12 +8,12 @@
 #include "gw-fixture.h"
 
 #include "sl_err.h"
+#include "sl_file.h"
 #include "sl_hmac.h"
 #include "sl_json.h"
 #include "sl_time.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -486,11 +486,6 @@ void fx_config(struct gw_config *cfg) {
   cfg->register_timeout_us = 30 * SL_US_PER_MS;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb; (void)flag; (void)ftw;
-  return remove(path);
-}
-
 struct fx *fx_new(const struct gw_config *cfg) {
   struct fx *f = calloc(1, sizeof *f);
   if (!f)
@@ -574,7 +569,7 @@ struct fx *fx_free(struct fx *f) {
   json_decref(f->to_clients);
   json_decref(f->auths);
   if (f->dir[0])
-    nftw(f->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    sl_file_remove_tree(f->dir);
   free(f);
   return NULL;
 }

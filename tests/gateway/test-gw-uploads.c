@@ -8,10 +8,10 @@
  * loop's next turns while a check or publication runs on its thread. */
 #include "harness.h"
 #include "sl_err.h"
+#include "sl_file.h"
 #include "uploads.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,11 +33,6 @@ static int have(struct gw_uploads *u, const char *user, const char *sha, uint64_
   int r = gw_uploads_have(u, user, sha, size, st, err, 256);
   gw_uploads_wait(u);
   return r < 0 ? r : gw_uploads_have(u, user, sha, size, st, err, 256);
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(path);
 }
 
 int main(void) {
@@ -197,6 +192,6 @@ int main(void) {
   CHECK(strncmp(key, "_data/u-", 8) == 0);
 
   gw_uploads_free(u);
-  nftw(state, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  sl_file_remove_tree(state);
   TEST_MAIN_END();
 }

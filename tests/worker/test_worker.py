@@ -730,7 +730,8 @@ def case_ended(tmp, worker_exe, train_exe):
     done names its newest step metric and checkpoint; it is listed in the
     next register, and after registered its step metrics the gateway lacks
     go again, then its done; the done goes again every two seconds until
-    done_recorded, after which the job is gone."""
+    done_recorded (of its attempt), after which the job is gone, and its
+    folder with its checkpoint copies."""
     data = text_file(tmp)
     gw, w = start(tmp, worker_exe, train_exe, registered_by_hand=True)
     try:
@@ -751,10 +752,17 @@ def case_ended(tmp, worker_exe, train_exe):
         gw.send({"type": "resend", "job": "J000014", "attempt": 1, "metric_step": 18})
         msgs = run_until_done(gw, "J000014")
         assert steps_of(msgs) == [19, 20], steps_of(msgs)
+        folder = os.path.join(w.work, "jobs", "J000014")
+        assert os.listdir(os.path.join(folder, "ckpt")), "the job's folder stays until done_recorded"
+        gw.send({"type": "done_recorded", "job": "J000014", "attempt": 2})  # not its attempt
+        gw.send({"type": "reregister"})
+        reg = gw.recv(lambda m: m["type"] == "register", 5, "register after reregister")
+        assert [j["job"] for j in reg["jobs"]] == ["J000014"] and os.path.isdir(folder), reg
         gw.send({"type": "done_recorded", "job": "J000014", "attempt": 1})
         gw.send({"type": "reregister"})
         reg = gw.recv(lambda m: m["type"] == "register", 5, "register after reregister")
         assert reg.get("jobs") == [], reg
+        assert not os.path.exists(folder), os.listdir(folder)
         gw.send({"type": "shutdown"})
         assert w.wait(10) == 0
     finally:
