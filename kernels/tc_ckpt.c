@@ -749,6 +749,31 @@ int tc_ckpt_set_aside(const char *dir, char *ret_sub, size_t sub_size, char *err
   return n;
 }
 
+int tc_ckpt_set_aside_corrupt(const char *path, char *ret_to, size_t to_size) {
+  char to[4096 + 32];
+  struct stat st;
+  if (to_size) ret_to[0] = 0;
+  if (lstat(path, &st) < 0) return errno == ENOENT ? 0 : -errno;
+  if (!S_ISREG(st.st_mode)) return 0; /* a folder is never replaced; a link, FIFO or device holds no data */
+  for (int i = 0; i < 1000; i++) {
+    if (i == 0)
+      snprintf(to, sizeof to, "%s.corrupt", path);
+    else
+      snprintf(to, sizeof to, "%s.corrupt-%d", path, i);
+    if (renameat2(AT_FDCWD, path, AT_FDCWD, to, RENAME_NOREPLACE) == 0) {
+      char dir[4096];
+      snprintf(dir, sizeof dir, "%s", path);
+      char *slash = strrchr(dir, '/');
+      if (slash) *slash = 0;
+      sl_file_fsync_dir(slash ? (dir[0] ? dir : "/") : ".");
+      snprintf(ret_to, to_size, "%s", to);
+      return 0;
+    }
+    if (errno != EEXIST) return -errno;
+  }
+  return -EEXIST;
+}
+
 int tc_ckpt_load_newest(const char *dir, const struct tc_config *expect, const char *run_id,
                         tc_ckpt_warn_fn warn, void *warn_ctx, struct tc_ckpt **ret,
                         char *ret_path, size_t path_size, char *err, size_t err_size) {

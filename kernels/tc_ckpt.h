@@ -115,6 +115,11 @@ int tc_ckpt_runs(const char *dir, struct tc_ckpt_run **ret, int *ret_count);
  * so that a new run starts in a folder of its own and nothing is deleted.
  * Returns how many were moved. */
 int tc_ckpt_set_aside(const char *dir, char *ret_sub, size_t sub_size, char *err, size_t err_size);
+/* Renames the regular file at path (a checkpoint that does not read) to
+ * PATH.corrupt, or PATH.corrupt-N when that name is taken, so that no later
+ * checkpoint of its step replaces it: 0 with the new name in ret_to ("" for
+ * anything but a regular file, which is left as it is), or -errno. */
+int tc_ckpt_set_aside_corrupt(const char *path, char *ret_to, size_t to_size);
 
 typedef void (*tc_ckpt_warn_fn)(void *ctx, const char *path, int err, const char *text);
 /* Loads the newest valid checkpoint in dir, warning through warn (may be NULL)

@@ -129,6 +129,7 @@ static void free_run(struct run *R) {
 
 static void on_ckpt_done(void *ctx, const struct tc_ckpt_result *res) {
   struct run *R = ctx;
+  snprintf(R->ckpt_error, sizeof R->ckpt_error, "%s", res->err == 0 ? "" : res->text);
   if (res->err == 0)
     emit(&R->mt, json_pack("{s:s, s:I, s:o, s:b, s:o}", "event", "checkpoint", "step",
                            (json_int_t)res->step, "path", jstr(res->path), "durable", 1,
@@ -139,11 +140,21 @@ static void on_ckpt_done(void *ctx, const struct tc_ckpt_result *res) {
                            sl_errname(res->err)));
 }
 
+/* A checkpoint that does not read is skipped; a training run's resume also
+ * renames it out of the way, since its own checkpoint of that step would
+ * otherwise replace it (eval and sample only read). */
 static void on_ckpt_warn(void *ctx, const char *path, int err, const char *text) {
   struct run *R = ctx;
-  fprintf(stderr, "spotlab-train: warning: skipping checkpoint: %s\n", text);
-  emit(&R->mt, json_pack("{s:s, s:s, s:o, s:o, s:s}", "event", "warning", "op", "resume", "path",
-                         jstr(path), "error", jstr(text), "code", sl_errname(err)));
+  char to[4200] = "";
+  int r = R->set_aside_corrupt ? tc_ckpt_set_aside_corrupt(path, to, sizeof to) : 0;
+  if (r < 0 && !R->aside_error[0])
+    snprintf(R->aside_error, sizeof R->aside_error, "cannot rename the corrupt checkpoint %s out of the way: %s",
+             path, strerror(-r));
+  fprintf(stderr, "spotlab-train: warning: skipping checkpoint: %s%s%s\n", text, to[0] ? "; kept as " : "", to);
+  json_t *ev = json_pack("{s:s, s:s, s:o, s:o, s:s}", "event", "warning", "op", "resume", "path", jstr(path),
+                         "error", jstr(text), "code", sl_errname(err));
+  if (ev && to[0]) json_object_set_new(ev, "moved_to", jstr(to));
+  emit(&R->mt, ev);
 }
 
 static void checkpoint(struct run *R, uint64_t step) {
@@ -332,9 +343,16 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     struct tc_ckpt *ck = NULL;
     char path[4096], which[TC_RUN_ID_MAX + 1];
     r = tc_ident_pick(o, which, err, sizeof err);
+    R.set_aside_corrupt = 1;
     if (r == 0)
       r = tc_ckpt_load_newest(o->ckpt_dir, &R.cfg, which[0] ? which : NULL, on_ckpt_warn, &R,
                               &ck, path, sizeof path, err, sizeof err);
+    R.set_aside_corrupt = 0;
+    if (R.aside_error[0] && (r == 0 || r == -ENOENT)) { /* its step's checkpoint would replace it */
+      tc_ckpt_free(ck);
+      r = fail(&R, -EACCES, R.aside_error);
+      goto out;
+    }
     if (r == 0) {
       if (R.text && memcmp(ck->meta.symbols, R.meta.symbols, R.text->vocab) != 0)
         snprintf(err, sizeof err, "%s: checkpoint vocabulary differs from the data's", path),
@@ -492,6 +510,7 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     }
     if (every && (step + 1) % every == 0) checkpoint(&R, step + 1);
   }
+  int saved = 1;
   if (R.writer) {
     checkpoint(&R, R.meta.step);
     r = tc_ckpt_writer_wait(R.writer);
@@ -501,10 +520,16 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
       r = r == 0 ? 0 : 1;
       goto out;
     }
+    saved = r == 0;
   }
-  emit(&R.mt, json_pack("{s:s, s:I, s:o, s:o}", "event", "done", "step", (json_int_t)R.meta.step,
-                         "loss", sl_json_real(loss), "eval_loss", sl_json_real(ev_loss)));
+  emit(&R.mt, json_pack("{s:s, s:I, s:o, s:o, s:b}", "event", "done", "step", (json_int_t)R.meta.step,
+                         "loss", sl_json_real(loss), "eval_loss", sl_json_real(ev_loss), "durable", saved));
   r = 0;
+  if (!saved) { /* the run is the model it leaves: one not saved is no success */
+    fprintf(stderr, "spotlab-train: the final checkpoint (step %llu) is not written: %s\n",
+            (unsigned long long)R.meta.step, R.ckpt_error[0] ? R.ckpt_error : "the write failed");
+    r = 1;
+  }
 out:
   free_run(&R);
   return r;

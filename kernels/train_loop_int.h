@@ -40,6 +40,9 @@ struct run {
   struct tc_ckpt_writer *writer;
   uint64_t last_ckpt_step;
   int have_ckpt;
+  char ckpt_error[1024];    /* why the newest checkpoint write failed; "" after one that did not */
+  int set_aside_corrupt;    /* a resume: corrupt checkpoints it skips are renamed out of the way */
+  char aside_error[640];    /* why one of them could not be; "" when all were */
   int32_t *tokens, *targets; /* (B, shape.tokens), (B, shape.targets) */
   float *inputs;             /* (B, shape.inputs) */
   FILE *dump_batches;

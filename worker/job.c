@@ -440,6 +440,8 @@ static void on_metrics_line(struct wk_job *j, const char *line, size_t len) {
   }
   if (event && !strcmp(event, "terminated"))
     j->core_terminated = true;
+  if (event && !strcmp(event, "done"))
+    j->core_done = true;
   if (event && !strcmp(event, "device")) {
     send_device(j, obj);
     return;
@@ -539,8 +541,10 @@ static const char *final_status(struct wk_job *j, int st, char *msg, size_t size
     return "preempted";
   }
   /* A train run is the model it leaves: its last step must be in the store
-   * (rank 0's, in a gang: the other ranks write no checkpoint) */
-  if (ok && j->kind == WK_KIND_TRAIN && j->gang.rank == 0 && j->durable_step < j->step) {
+   * (rank 0's, in a gang: the other ranks write no checkpoint). spotlab-train
+   * that trained to the end but could not write its final checkpoint exits 1. */
+  bool trained = ok || (j->core_done && WIFEXITED(st) && WEXITSTATUS(st) == 1);
+  if (trained && j->kind == WK_KIND_TRAIN && j->gang.rank == 0 && j->durable_step < j->step) {
     char newest[48] = "none";
     if (j->durable_step >= 0) snprintf(newest, sizeof newest, "step %lld", (long long)j->durable_step);
     snprintf(msg, size, "the final checkpoint (step %lld) is %s; the newest durable checkpoint: %s",

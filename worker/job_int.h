@@ -46,6 +46,7 @@ struct wk_job {
   int64_t step, durable_step, notice_step;
   bool cancelled, noticed, terminated;
   bool core_terminated; /* spotlab-train stopped early on a SIGTERM (its own or a peer rank's) */
+  bool core_done;       /* spotlab-train said it trained to the end ("done") */
   int64_t wait_until_us, kill_at_us, next_sync_us, exited_at_us;
   /* Restore timing, reported once on the first step metric after a restore:
    * assign received, checkpoint downloaded (ms), child started, its resume

@@ -10,7 +10,9 @@ every step's loss (last value written for that step) and the final checkpoint
 Also: "checkpoint" on --control and SIGUSR1 force a durable checkpoint,
 "checkpoint_every N" on --control changes the periodic interval, and
 checkpoint writes that fail (file size limit, EFBIG) leave earlier
-checkpoints intact while training carries on.
+checkpoints intact while training carries on, and a run whose final
+checkpoint is not written exits 1. A corrupt checkpoint skipped on resume
+is renamed to NAME.corrupt, not replaced by the resumed run's.
 Waits poll the metrics file against a deadline; nothing sleeps for a fixed time.
 
 usage: resume_test.py SPOTLAB_TRAIN"""
@@ -122,6 +124,8 @@ def main():
                     b = f.read(1)
                     f.seek(700)
                     f.write(bytes([b[0] ^ 0xFF]))
+                with open(newest, "rb") as f:
+                    corrupt = f.read()
             before = len(events(m))
             rc = start(d, "--resume").wait(timeout=120)
             check(rc == 0, f"{variant}: resumed run exits 0")
@@ -133,6 +137,11 @@ def main():
                 check(bool(warn) and names[-1] in warn[0]["path"] and "checksum" in warn[0]["error"],
                       f"{variant}: warning names the corrupt newest checkpoint")
                 check(bool(res) and names[-1] not in res[0]["path"], f"{variant}: fell back to the previous checkpoint")
+                # the resumed run writes that step again: the corrupt file was renamed, not replaced
+                kept = newest + ".corrupt"
+                check(bool(warn) and warn[0].get("moved_to") == kept and os.path.exists(kept) and
+                      open(kept, "rb").read() == corrupt,
+                      f"{variant}: the corrupt checkpoint is kept, renamed out of the way: {warn[:1]}")
             compare(variant, d, ref_losses, ref_ckpt)
 
         # forced checkpoints: control fd and SIGUSR1
@@ -192,7 +201,10 @@ def main():
         out = [json.loads(l) for l in rc.stdout.decode().splitlines()]
         errs = [e for e in out if e.get("event") == "error" and e.get("op") == "checkpoint"]
         steps = [e["step"] for e in out if "event" not in e]
-        check(rc.returncode == 0, f"EFBIG: training continued and exited 0 (rc {rc.returncode})")
+        done = [e for e in out if e.get("event") == "done"]
+        check(rc.returncode == 1 and done and done[-1]["durable"] is False,
+              f"EFBIG: training continued to the end, then exited 1 since its final checkpoint is not "
+              f"written (rc {rc.returncode}, {done})")
         check(len(errs) >= 4 and all(e["code"] == "EFBIG" for e in errs),
               f"EFBIG: an error event per failed checkpoint ({len(errs)}, {errs[:1]})")
         check(steps and steps[-1] == 80, "EFBIG: all steps ran")
