@@ -27,10 +27,11 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: spotlab-kernel -f CONNECTION_FILE\n"
           "       spotlab-kernel install [--user | --prefix DIR | --sys-prefix]\n"
+          "                              [--name NAME] [--display-name TEXT]\n"
           "       spotlab-kernel --version\n"
           "\n"
           "The spotlab Jupyter kernel. Front ends start it with a connection file;\n"
-          "`install` registers it with Jupyter as the kernel 'spotlab'.\n"
+          "`install` registers it with Jupyter, as the kernel 'spotlab' by default.\n"
           "Environment: SPOTLAB_GATEWAY, SPOTLAB_HOME, SPOTLAB_DEBUG=kernel,kernel.wire,\n"
           "SPOTLAB_KERNEL_LOG=PATH|stderr (default: $SPOTLAB_HOME/logs/kernel.log)\n");
 }

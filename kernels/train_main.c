@@ -32,12 +32,14 @@ static void usage(FILE *f) {
           "       spotlab-train --check-cuda\n"
           "       spotlab-train --describe-options --json\n\noptions:\n");
   sl_opt_usage(tc_train_opts, tc_train_opts_n, f);
+  fprintf(f, "\nactions:\n");
   fprintf(f, "  %-22s %s\n", "--check FILE...",
           "verify each checkpoint file (header, layout, section checksums); no training");
   fprintf(f, "  %-22s %s\n", "--check-cuda",
           "whether --device cuda can run here: the CUDA backend loads and sees a GPU");
   fprintf(f, "  --describe-options --json\n  %-22s %s\n", "",
-          "print every option above as JSON (name, type, default, bounds, help, contexts)");
+          "print the options listed under \"options:\" as JSON (name, type, default, bounds, "
+          "help, contexts)");
   fprintf(f, "  %-22s %s\n", "--help", "this text");
   fprintf(f, "\nexit status: 0 ok (also after SIGTERM, once the checkpoint is durable), "
              "1 runtime error, 2 usage error\n");

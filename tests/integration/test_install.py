@@ -116,6 +116,13 @@ def test_help(tmp_path):
     assert "--sys-prefix" in proc.stdout
 
 
+def test_kernel_help():
+    proc = subprocess.run([EXE, "--help"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0
+    for opt in ("--sys-prefix", "--name NAME", "--display-name TEXT"):
+        assert opt in proc.stdout
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
         sys.exit("usage: test_install.py PATH-TO-spotlab-kernel [pytest options]")

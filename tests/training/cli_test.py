@@ -38,6 +38,17 @@ def main():
     r = run("--help")
     missing = [o for o in OPTIONS if o not in r.stdout]
     check(r.returncode == 0 and not missing, f"--help exits 0 and lists every option (missing {missing})", r)
+    # --describe-options --json lists what --help shows under "options:", in order, and no action
+    _, _, rest = r.stdout.partition("\noptions:\n")
+    listed, _, actions = rest.partition("\nactions:\n")
+    flags = [l.split()[0] for l in listed.splitlines() if l.startswith("  --")]
+    d = run("--describe-options", "--json")
+    described = [o["flag"] for o in json.loads(d.stdout)] if d.returncode == 0 else []
+    acts = [l.split()[0] for l in actions.splitlines() if l.startswith("  --")]
+    check(flags and described == flags, f"--describe-options lists the help's {len(flags)} options, in order",
+          {"described": described, "help": flags, "stderr": d.stderr})
+    check(acts == ["--check", "--check-cuda", "--describe-options", "--help"] and not set(acts) & set(described),
+          "the help's actions are not among the described options", {"actions": acts, "described": described})
     for args, what in ((["--bogus"], "unknown option"), (["--steps", "x"], "bad number"),
                        (["--dropout", "0.1"], "dropout other than 0"), (["--model", "rnn"], "unknown model"),
                        (["--dim", "30", "--heads", "4"], "dim not a multiple of heads"),
