@@ -53,6 +53,7 @@ struct opt {
 #define T_HEX64 SL_OPT_STR, gw_conf_check_hex64
 #define T_STORE SL_OPT_STR, gw_conf_check_store
 #define T_HUBURL SL_OPT_STR, gw_conf_check_hub_url
+#define T_REGION SL_OPT_STR, gw_conf_check_region
 #define T_HTTP SL_OPT_STR, gw_conf_check_http
 #define T_TYPES SL_OPT_STR, gw_conf_check_types
 #define T_ALERT SL_OPT_STR, gw_conf_check_alert_at
@@ -106,7 +107,7 @@ static const struct opt opts[] = {
    "checkpoint store: file:///PATH or s3://BUCKET/PREFIX (empty: each provider's own)"),
   ROW("store", "keep", T_INT, M(store_keep), "3", 1, 1000,
    "checkpoints kept per job; older ones are deleted once a newer one is stored"),
-  ROW("store", "region", T_STR, M(store_region), "", 0, 0,
+  ROW("store", "region", T_REGION, M(store_region), "", 0, 0,
    "the S3 bucket's region (empty: AWS_REGION or the AWS profile's)"),
   ROW("store", "upload_data", T_AUTO, M(upload_data), "auto", 0, 0,
    "notebooks upload their data files to the store for the workers (auto: when a provider's instances need the worker bundle)"),

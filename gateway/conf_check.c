@@ -30,6 +30,36 @@ bool gw_config_valid_name(const char *s) {
   return true;
 }
 
+/* Whether v holds a control byte (below 0x20, or DEL), which no URL or
+ * header value may carry: a CR or LF would split an HTTP request. */
+static bool has_control(const char *v) {
+  for (const unsigned char *p = (const unsigned char *)v; *p; p++)
+    if (*p < 0x20 || *p == 0x7f)
+      return true;
+  return false;
+}
+
+/* The comma list v has no empty item (a leading, doubled or trailing
+ * comma, or only blanks between two): 0, or SL_ECONFIG saying where
+ * "WHAT is missing", with an example of a list. An empty value is the
+ * empty list. */
+static int no_empty_item(const char *v, const char *what, const char *example, char *why,
+                         size_t size) {
+  if (!v[strspn(v, " \t")])
+    return 0;
+  for (const char *p = v;;) {
+    size_t len = strcspn(p, ",");
+    if (strspn(p, " \t") >= len)
+      return sl_err_say(why, size, SL_ECONFIG, "%s is missing %s (%s)", what,
+                        p == v ? "before the first comma" : !p[len] ? "after the last comma"
+                                                                    : "between two commas",
+                        example);
+    if (!p[len])
+      return 0;
+    p += len + 1;
+  }
+}
+
 /* A port as written in an address: 1 to 5 decimal digits, no sign or blank (strtol would take
  * "+80" and " 80"), within [min, 65535]. */
 static bool valid_port(const char *s, long min) {
@@ -83,6 +113,8 @@ int gw_conf_check_http(const char *v, char *why, size_t size) {
  * GW_TYPES_MAX), or empty. */
 int gw_conf_check_types(const char *v, char *why, size_t size) {
   size_t n = 0;
+  if (no_empty_item(v, "an instance type", "g5.xlarge,g4dn.xlarge", why, size) < 0)
+    return SL_ECONFIG;
   for (const char *p = v; *p;) {
     size_t len = strcspn(p, ", ");
     if (len) {
@@ -101,6 +133,8 @@ int gw_conf_check_types(const char *v, char *why, size_t size) {
 int gw_config_parse_alert_at(const char *s, double ret[GW_ALERT_MAX], char *err, size_t err_size) {
   size_t n = 0;
   const char *p = s;
+  if (no_empty_item(s, "a percentage", "50,80,100", err, err_size) < 0)
+    return SL_ECONFIG;
   while (*p) {
     size_t len = strcspn(p, ",");
     char item[32];
@@ -135,9 +169,7 @@ int gw_config_parse_alert_at(const char *s, double ret[GW_ALERT_MAX], char *err,
       ret[i] = v;
     }
     p += len;
-    if (*p == ',' && !*++p)
-      return sl_err_say(err, err_size, SL_ECONFIG,
-                        "a percentage is missing after the last comma (50,80,100)");
+    p += *p == ',';
   }
   return (int)n;
 }
@@ -160,16 +192,21 @@ int gw_conf_check_auto_yes_no(const char *v, char *why, size_t size) {
   return sl_err_say(why, size, SL_ECONFIG, "\"%s\" is not auto, yes or no", v);
 }
 
-/* An http:// or https:// URL with a host, no spaces. */
+/* An http:// or https:// URL with a host, no blanks or control bytes (the
+ * URL goes into the request line). */
 int gw_conf_check_hook_url(const char *v, char *why, size_t size) {
   const char *host = !strncmp(v, "http://", 7) ? v + 7 : !strncmp(v, "https://", 8) ? v + 8 : NULL;
-  if (!host || !*host || *host == '/' || strpbrk(v, " \t\r\n"))
+  if (has_control(v))
+    return sl_err_say(why, size, SL_ECONFIG, "\"%s\" holds a control character", v);
+  if (!host || !*host || *host == '/' || strchr(v, ' '))
     return sl_err_say(why, size, SL_ECONFIG, "\"%s\" is not an http:// or https:// URL", v);
   return 0;
 }
 
 /* "job.succeeded, job.failed" as bits of hook_events; SL_ECONFIG naming the
- * first word that is no event, or for a list that names none. */
+ * first word that is no event, for a list that names none, or for an empty
+ * item. An event named twice counts once, as a percentage of alert_at and
+ * an instance type do. */
 int gw_conf_parse_events(const char *v, unsigned *ret_mask, char *why, size_t size) {
   unsigned mask = 0;
   for (const char *p = v; *p;) {
@@ -190,6 +227,8 @@ int gw_conf_parse_events(const char *v, unsigned *ret_mask, char *why, size_t si
   }
   if (!mask)
     return sl_err_say(why, size, SL_ECONFIG, "names no event");
+  if (no_empty_item(v, "an event", "job.succeeded,job.failed", why, size) < 0)
+    return SL_ECONFIG;
   *ret_mask = mask;
   return 0;
 }
@@ -216,8 +255,11 @@ int gw_conf_check_hex64(const char *v, char *why, size_t size) {
 }
 
 /* Empty, file:///ABSOLUTE or s3://BUCKET[/PREFIX]: the bucket name as S3
- * allows it (3-63 of a-z 0-9 . -), so a typo fails at start. */
+ * allows it (3-63 of a-z 0-9 . -), so a typo fails at start; no control
+ * bytes (the prefix goes into S3 requests). */
 int gw_conf_check_store(const char *v, char *why, size_t size) {
+  if (has_control(v))
+    return sl_err_say(why, size, SL_ECONFIG, "\"%s\" holds a control character", v);
   if (!*v || (!strncmp(v, "file:///", 8) && v[8]))
     return 0;
   if (strncmp(v, "s3://", 5))
@@ -229,10 +271,23 @@ int gw_conf_check_store(const char *v, char *why, size_t size) {
   return 0;
 }
 
-/* Empty (JUPYTERHUB_API_URL at start) or an http(s):// URL. */
+/* Empty (JUPYTERHUB_API_URL at start) or an http(s):// URL without blanks
+ * or control bytes. */
 int gw_conf_check_hub_url(const char *v, char *why, size_t size) {
-  if (*v && ((strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) || strpbrk(v, " \t")))
+  if (has_control(v))
+    return sl_err_say(why, size, SL_ECONFIG, "\"%s\" holds a control character", v);
+  if (*v && ((strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) || strchr(v, ' ')))
     return sl_err_say(why, size, SL_ECONFIG, "\"%s\" is not an http:// or https:// URL", v);
+  return 0;
+}
+
+/* Empty, or an AWS region's name as the S3 client takes it (lowercase
+ * letters, digits and '-'): it goes into the endpoint's host name and the
+ * signature's scope. */
+int gw_conf_check_region(const char *v, char *why, size_t size) {
+  if (strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789-") < strlen(v))
+    return sl_err_say(why, size, SL_ECONFIG,
+                      "\"%s\" is not a region name (lowercase letters, digits and '-')", v);
   return 0;
 }
 

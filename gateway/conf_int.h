@@ -41,6 +41,7 @@ int gw_conf_check_name(const char *v, char *why, size_t size);
 int gw_conf_check_hex64(const char *v, char *why, size_t size);   /* 64 hex digits */
 int gw_conf_check_store(const char *v, char *why, size_t size);   /* file:/// or s3:// */
 int gw_conf_check_hub_url(const char *v, char *why, size_t size); /* "" or http(s):// */
+int gw_conf_check_region(const char *v, char *why, size_t size);  /* "" or an AWS region */
 
 /* conf_provider.c */
 /* Enables provider name (a registered class) as named by the file: an

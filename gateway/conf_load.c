@@ -136,6 +136,20 @@ static void on_section(struct parse_ctx *p, const char *s) {
   }
   memcpy(sec, s + 1, (size_t)(e - s - 1));
   sec[e - s - 1] = 0;
+  /* After the header only blanks, or a comment as after a value: a ';'
+   * after a blank. inih drops whatever follows the ']', so anything else
+   * would be read as nothing. */
+  const char *rest = e + 1 + strspn(e + 1, " \t");
+  if (!(*rest == ';' && rest > e + 1) && rest[strspn(rest, " \t\r\n")]) {
+    char junk[64];
+    int n = (int)strcspn(rest, "\n");
+    while (n > 0 && isspace((unsigned char)rest[n - 1]))
+      n--;
+    snprintf(junk, sizeof junk, "%.*s", n, rest);
+    error_at(p, p->line, "malformed section header: \"%s\" after [%s] (a comment there"
+             " starts with a blank and ';')", junk, sec);
+    return;
+  }
   p->prev_key[0] = 0;
   char msg[512];
   const char *entry;

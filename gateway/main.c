@@ -45,13 +45,21 @@ static void on_signal(int sig) {
 
 static void usage(FILE *out) {
   fputs("usage: spotlab-gateway [--embedded] [--daemon] [--config FILE] [--state-dir DIR]\n"
-        "                       [--listen ADDR] [--workers ADDR] [--dump-config] [--check NAME]\n"
-        "  --embedded     per-user gateway with state in $SPOTLAB_HOME and the local provider\n"
-        "  --daemon       detach once the sockets are bound\n"
-        "  --config FILE  INI configuration (default: $SPOTLAB_CONFIG)\n"
-        "  --dump-config  print the effective configuration and exit\n"
-        "  --check NAME   check what provider NAME needs in its cloud (aws: every EC2 call it\n"
-        "                 makes, with DryRun, naming each missing IAM permission; docs/aws.md)\n"
+        "                       [--listen ADDR] [--workers ADDR] [--dump-config]\n"
+        "                       [--check NAME]\n"
+        "       spotlab-gateway --help | --version\n"
+        "  --embedded       per-user gateway: state in $SPOTLAB_HOME, the local provider\n"
+        "  --daemon         detach once the sockets are bound\n"
+        "  --config FILE    INI configuration (default: $SPOTLAB_CONFIG)\n"
+        "  --state-dir DIR  sets [gateway] state_dir, the folder of the database and keys\n"
+        "  --listen ADDR    sets [gateway] listen, the kernel/CLI socket (tcp://, ipc://)\n"
+        "  --workers ADDR   sets [gateway] workers, the workers' socket (tcp://, ipc://)\n"
+        "  --dump-config    print the effective configuration and exit\n"
+        "  --check NAME     check what provider NAME needs in its cloud (aws: every EC2\n"
+        "                   call it makes, with DryRun, naming each missing IAM\n"
+        "                   permission; docs/aws.md)\n"
+        "  --help           print this help and exit\n"
+        "  --version        print the version and exit\n"
         "See docs/admin.md for every option.\n", out);
 }
 
@@ -75,6 +83,11 @@ static int parse_args(int argc, char **argv, struct args *a) {
         return 2;
       }
       *dst = argv[++i];
+      if (dst == &a->config && !**dst) {
+        fprintf(stderr, "spotlab-gateway: --config: the path is empty (leave --config out to"
+                " run without a file)\n");
+        return 2;
+      }
     } else if (!strcmp(s, "--embedded")) {
       a->embedded = true;
     } else if (!strcmp(s, "--daemon")) {
@@ -105,8 +118,15 @@ static int build_config(const struct args *a, struct gw_config *cfg, char *err, 
       return snprintf(err, size, "cannot find SPOTLAB_HOME: %s", sl_strerror(r)), r;
     gw_config_embedded(cfg, home);
   }
+  /* An empty SPOTLAB_CONFIG is refused, not read as unset: nothing in
+   * spotlab sets it empty, and a variable that lost its value (a script's
+   * SPOTLAB_CONFIG="$CONF" with CONF unset) would otherwise start a team
+   * gateway on the built-in defaults. */
   const char *file = a->config ? a->config : getenv("SPOTLAB_CONFIG");
-  if (file && *file) {
+  if (file && !*file)
+    return snprintf(err, size, "SPOTLAB_CONFIG is set but empty (unset it to run without a"
+                    " file)"), SL_ECONFIG;
+  if (file) {
     int r = gw_config_load_file(cfg, file, err, size);
     if (r < 0)
       return r;

@@ -226,6 +226,17 @@ static void test_instance_types(void) {
                "\"g4dn/x\" is not an instance type", 2);
   expect_error("[group.g]\ninstance_types = a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q\n",
                "more than 16 instance types", 2);
+  /* an empty item is an error, never a list that allows everything */
+  expect_error("[group.g]\ninstance_types = ,,\n",
+               "instance_types: an instance type is missing before the first comma"
+               " (g5.xlarge,g4dn.xlarge)", 2);
+  expect_error("[user.u]\ninstance_types = g5.xlarge, ,g4dn.xlarge\n",
+               "instance_types: an instance type is missing between two commas", 2);
+  expect_error("[group.g]\ninstance_types = g5.xlarge,\n",
+               "instance_types: an instance type is missing after the last comma", 2);
+  /* a type named twice is allowed once */
+  CHECK_STR(load("[group.g]\ninstance_types = g5.xlarge,g5.xlarge\n", &r), "");
+  CHECK_INT(r, 0);
   CHECK_STR(load("[group.g]\ninstance_types = g5.xlarge, g4dn.xlarge\n[group.h]\n"
                  "[user.a]\ngroup = g\n[user.b]\ngroup = g\ninstance_types = p3.2xlarge\n"
                  "[user.c]\ngroup = h\n", &r), "");
@@ -362,6 +373,18 @@ static void test_syntax(void) {
   CHECK_STR(loaded.listen, "ipc:///tmp/a;b");
   CHECK_STR(loaded.workers, "tcp://127.0.0.1:8");
   expect_error("[gateway\n", "malformed section header", 1);
+  /* text after a header is no part of it: an error, not dropped; a comment
+   * there is a blank and ';', as after a value */
+  expect_error("[gateway]\n[idle] junk\nworker_timeout = 1m\n",
+               "malformed section header: \"junk\" after [idle] (a comment there starts with a"
+               " blank and ';')", 2);
+  expect_error("[idle]]\n", "malformed section header: \"]\" after [idle]", 1);
+  expect_error("[idle] # note\n", "malformed section header: \"# note\" after [idle]", 1);
+  expect_error("[idle];note\n", "malformed section header: \";note\" after [idle]", 1);
+  expect_error("[idle] x ; note\n", "malformed section header: \"x ; note\" after [idle]", 1);
+  CHECK_STR(load("[gateway]\t; note\r\nlisten = ipc:///tmp/a\n[idle]  \r\n"
+                 "worker_timeout = 2m\n", &r), "");
+  CHECK_INT(loaded.worker_timeout_us, 120 * 1000000LL);
   expect_error("[gateway]\nlisten\n", "syntax error (expected [section] or key = value)", 2);
 
   /* F12's messages: the key once, what is wrong after the last comma, why a
@@ -402,8 +425,21 @@ static void test_refused(void) {
   expect_error("[budget]\nmonthly_usd = 10\nalert_at = 25,x\n", "\"x\" is not a percentage", 3);
   expect_error("[budget]\nalert_at = 0\n", "is not a percentage above 0", 2);
   expect_error("[budget]\nalert_at = 50,\n", "a percentage is missing after the last comma", 2);
+  expect_error("[budget]\nalert_at = 50,,80\n", "alert_at: a percentage is missing between two"
+               " commas (50,80,100)", 2);
+  expect_error("[budget]\nalert_at = ,50\n", "a percentage is missing before the first comma", 2);
   expect_error("[group.ml]\nhard_cap = maybe\n", "is not yes or no", 2);
   expect_error("[gateway]\n[store]\nurl = s3://Bucket_1/x\n", "the bucket name must be", 3);
+  /* values that go into HTTP requests hold no control byte */
+  expect_error("[store]\nurl = s3://bucket/a\x01" "b\n",
+               "url: \"s3://bucket/a\\x01b\" holds a control character", 2);
+  expect_error("[store]\nurl = file:///srv/a\x1b[31m\n", "holds a control character", 2);
+  expect_error("[store]\nregion = us-east-1\x01\n",
+               "region: \"us-east-1\\x01\" is not a region name (lowercase letters, digits and"
+               " '-')", 2);
+  expect_error("[store]\nregion = US East\n", "is not a region name", 2);
+  expect_error("[hub]\nurl = http://hub:8081/hub/api\x7f\n", "holds a control character", 2);
+  expect_error("[hub]\nurl = http://hub:8081/\rhub/api\n", "holds a control character", 2);
   expect_error("[store]\nurl = http://x/\n", "is not a file:/// or s3:// URL", 2);
   expect_error("[store]\nkeep = 0\n", "out of range", 2);
   static struct gw_config c;
@@ -414,6 +450,11 @@ static void test_refused(void) {
   CHECK_INT(gw_config_set(&c, "gateway", "http", "", msg, sizeof msg), 0);
   CHECK_INT(gw_config_set(&c, "webhook.x", "url", "y", msg, sizeof msg), SL_ECONFIG);
   CHECK(strstr(msg, "not an http:// or https:// URL") != NULL);
+  CHECK_INT(gw_config_set(&c, "store", "region", "eu-west-3", msg, sizeof msg), 0);
+  CHECK_INT(gw_config_set(&c, "store", "region", "", msg, sizeof msg), 0);
+  CHECK_INT(gw_config_set(&c, "store", "url", "s3://bucket/a\rb", msg, sizeof msg), SL_ECONFIG);
+  CHECK_INT(gw_config_set(&c, "hub", "url", "http://hub/\n", msg, sizeof msg), SL_ECONFIG);
+  CHECK_STR(c.store_url, "");
   CHECK_INT(gw_config_set(&c, "budget", "alert_at", "80, 50 ,100%", msg, sizeof msg), 0);
   double pct[GW_ALERT_MAX];
   CHECK_INT(gw_config_parse_alert_at(c.alert_at, pct, msg, sizeof msg), 3);
@@ -473,6 +514,24 @@ static void test_webhooks(void) {
   expect_error(text2, "events: \"job.done\" is not an event (job.succeeded,", 4);
   snprintf(text2, sizeof text2, "[webhook.a]\n%sevents = , ,\n", ok);
   expect_error(text2, "events: names no event", 4);
+  /* an empty item is an error; an event named twice is posted once */
+  snprintf(text2, sizeof text2, "[webhook.a]\n%sevents = job.failed,job.failed,,\n", ok);
+  expect_error(text2, "events: an event is missing between two commas (job.succeeded,job.failed)",
+               4);
+  snprintf(text2, sizeof text2, "[webhook.a]\n%sevents = ,job.failed\n", ok);
+  expect_error(text2, "events: an event is missing before the first comma", 4);
+  snprintf(text2, sizeof text2, "[webhook.a]\n%sevents = job.failed, \n", ok);
+  expect_error(text2, "events: an event is missing after the last comma", 4);
+  snprintf(text2, sizeof text2, "[webhook.a]\n%sevents = job.failed, job.failed\n", ok);
+  CHECK_STR(load(text2, &r), "");
+  CHECK_INT(loaded.webhooks[0].event_mask, 1u << GW_HOOK_JOB_FAILED);
+  /* no control byte in a URL: it goes into the request line */
+  expect_error("[webhook.a]\nurl = https://x/\x01y\n",
+               "url: \"https://x/\\x01y\" holds a control character", 2);
+  expect_error("[webhook.a]\nurl = https://x/a\rb\n", "holds a control character", 2);
+  expect_error("[webhook.a]\nurl = https://x/\x7f\n", "holds a control character", 2);
+  expect_error("[webhook.a]\nurl = https://x/a\tb\n", "holds a control character", 2);
+  expect_error("[webhook.a]\nurl = https://x/a b\n", "is not an http:// or https:// URL", 2);
   expect_error("[webhook.a]\nurl = ftp://x/\n", "url: \"ftp://x/\" is not an http:// or https:// URL", 2);
   expect_error("[webhook.a]\nurl = https://\n", "is not an http:// or https:// URL", 2);
   expect_error("\n[webhook.a]\nevents = job.failed\nsecret = k\n", "[webhook.a] has no url", 2);

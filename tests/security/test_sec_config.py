@@ -8,9 +8,9 @@ revoke  a user removed from the config and the gateway restarted: their token is
 modes   a state folder left 0755 with a 0644 gateway.db: after a start and a training job,
         the folder is 0700 and nothing in it can be read by other users; a folder every
         user may write is refused.
-errors  a config path that is no regular file, duplicate keys and sections, a group that does
-        not exist, warn_before longer than a notebook_timeout: each exits non-zero with a
-        message naming the problem, and a good state folder is left as it was.
+errors  a config path that is no regular file or is empty, duplicate keys and sections, a
+        group that does not exist, warn_before longer than a notebook_timeout: each exits
+        non-zero with a message naming the problem, and a good state folder is left as it was.
 """
 import hashlib
 import os
@@ -305,6 +305,11 @@ def case_errors():
                     good, before)
             run_bad(serve, dict(env, SPOTLAB_CONFIG=path), "SPOTLAB_CONFIG=" + path,
                     path + ": " + needle, good, before)
+        # an empty path is no file either: refused, never the built-in defaults
+        run_bad(["--config", ""] + serve, env, "--config ''", "--config: the path is empty", good,
+                before)
+        run_bad(serve, dict(env, SPOTLAB_CONFIG=""), "SPOTLAB_CONFIG=''",
+                "SPOTLAB_CONFIG is set but empty", good, before)
         r = subprocess.run([GATEWAY, "--config", folder, "--dump-config"], capture_output=True,
                            text=True, env=env, timeout=30)
         check(r.returncode == 2 and "a folder, not a config file" in r.stderr,
