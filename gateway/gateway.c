@@ -51,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -201,18 +202,32 @@ static int open_state(struct gw *g, char *err, size_t err_size) {
   snprintf(path, sizeof path, "%s/instances", dir);
   sl_mkdir_p(path, 0700);
   snprintf(path, sizeof path, "%s/gateway.key", dir);
+  bool had_key = access(path, F_OK) == 0;
   if ((r = gw_keys_load_or_create(path, &g->keys, err, err_size)) < 0)
     return r;
   snprintf(path, sizeof path, "%s/gateway.db", dir);
+  struct stat st;
+  /* the key is made before the database, which holds its schema from the
+   * first start on: an empty one beside an earlier key lost what it held */
+  if (had_key && stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0) {
+    snprintf(err, err_size,
+             "%s is empty, while gateway.key is from an earlier start: the gateway's records (jobs, "
+             "sessions, costs) are gone from it. Restore it from a backup, or remove it to start "
+             "with none",
+             path);
+    return SL_ESQLITE;
+  }
   if ((r = gw_store_open(path, &g->store, err, err_size)) < 0)
     return r;
   return sync_users(g, err, err_size);
 }
 
-/* Opens every provider the config enables. One that fails to open is
- * logged and left out: a gateway with no provider still serves clients,
- * and jobs wait in the queue. */
-static void open_providers(struct gw *g) {
+/* Opens every provider the config enables. One that cannot open (a file it
+ * reads is missing or malformed, spotlab-worker is not found) stops the
+ * start with its reason: it would not open later either, and jobs would
+ * wait for it without end. One that is off (local with slots = 0) says so
+ * with an empty reason; a gateway with no provider still serves clients. */
+static int open_providers(struct gw *g, char *err, size_t err_size) {
   for (size_t i = 0; i < g->cfg->n_providers; i++) {
     const char *name = g->cfg->providers[i].name;
     const struct gw_provider_class *cls = gw_provider_find(name);
@@ -228,8 +243,12 @@ static void open_providers(struct gw *g) {
                                   .userdata = g->sched};
     char perr[512] = "";
     struct gw_provider *p = cls->open(&env, perr, sizeof perr);
+    if (!p && perr[0]) {
+      snprintf(err, err_size, "provider %s: %s", name, perr);
+      return SL_ECONFIG;
+    }
     if (!p) {
-      sl_warn(T, "provider %s: %s; jobs will wait in the queue", name, perr);
+      sl_info(T, "provider %s is off", name);
       continue;
     }
     p->name = cls->name;
@@ -248,6 +267,7 @@ static void open_providers(struct gw *g) {
   else if (needs_bundle && gw_bundle_start(g->objstore, g->cfg->state_dir, &g->bundle) < 0)
     sl_warn(T, "cannot start publishing the worker bundle; launches that need it wait");
   gw_sched_set_bundle(g->sched, g->bundle);
+  return 0;
 }
 
 /* The checkpoint store's folder when it is a file store ([store] url
@@ -339,9 +359,6 @@ static void open_uploads(struct gw *g) {
     sl_info(T, "deleting the stored data files an earlier run did not finish with");
 }
 
-/* Stored data files whose deletion ended: their rows gone, or (it failed)
- * listed again as stored; one that the gateway's stop cut short stays
- * marked, for the next start. */
 /* Tells every worker in touch to drop its copies of the data files whose
  * SHA-256s are in shas (deleted from the store). A worker out of touch
  * now keeps its copy until its instance ends. */
@@ -357,6 +374,9 @@ static void workers_forget(struct gw *g, json_t *shas) {
   json_decref(m);
 }
 
+/* Stored data files whose deletion ended: their rows gone, or (it failed)
+ * listed again as stored; one that the gateway's stop cut short stays
+ * marked, for the next start. */
 static void uploads_deleted(struct gw *g) {
   struct gw_upload_deleted done[16];
   size_t n = g->uploads ? gw_uploads_take_deleted(g->uploads, done, 16) : 0;
@@ -580,8 +600,7 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   make_gateway_id(g);
   if ((r = open_objstore(g, err, err_size)) < 0)
     goto fail;
-  open_providers(g);
-  if ((r = check_allowed_types(g, err, err_size)) < 0)
+  if ((r = open_providers(g, err, err_size)) < 0 || (r = check_allowed_types(g, err, err_size)) < 0)
     goto fail;
   open_uploads(g);
   if ((r = open_purge(g)) < 0)

@@ -173,8 +173,10 @@ struct gw_provider_class {
   /* Checks one option's value (NULL: any text). 0, or SL_ECONFIG with a
    * message in err. */
   int (*check_option)(const char *name, const char *value, char *err, size_t err_size);
-  /* Returns an owned provider with base filled, or NULL with a message.
-   * Values of its options: gw_config_provider_option(env->cfg, name, key). */
+  /* Returns an owned provider with base filled, or NULL with a message
+   * (the gateway's start fails with it), or NULL with an empty message when
+   * its options turn it off. Values of its options:
+   * gw_config_provider_option(env->cfg, name, key). */
   struct gw_provider *(*open)(const struct gw_provider_env *env, char *err, size_t err_size);
   /* `spotlab-gateway --check NAME`: checks what the class needs in its
    * cloud with the configuration cfg, printing a line per check to out.

@@ -190,6 +190,35 @@ static int migrate(struct gw_store *s, char *err, size_t err_size) {
   return 0;
 }
 
+/* SQLite's quick check of every page, before anything is written: a
+ * database damaged on disk is refused, as it is, rather than written on
+ * (the rows in its bad pages would be lost, or the damage spread). */
+static int check_whole(struct gw_store *s, const char *path, char *err, size_t err_size) {
+  sqlite3_stmt *st = prep(s, "PRAGMA quick_check(1)");
+  int rc = st ? sqlite3_step(st) : SQLITE_ERROR;
+  const char *res = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
+  int r = 0;
+  if (!res || strcmp(res, "ok")) {
+    char what[240];
+    const char *line = res ? res : sqlite3_errmsg(s->db);
+    if (!strncmp(line, "*** in database ", 16) && strchr(line, '\n'))
+      line = strchr(line, '\n') + 1; /* the page and what is wrong with it */
+    snprintf(what, sizeof what, "%.200s", line);
+    for (char *c = what; *c; c++)
+      if (*c == '\n')
+        *c = ' ';
+    snprintf(err, err_size,
+             "%s is damaged (SQLite: %s): the gateway does not write to it. Restore it from a "
+             "backup, or recover what it holds with `sqlite3 %s .recover | sqlite3 NEW.db` and put "
+             "NEW.db in its place",
+             path, what, path);
+    r = SL_ESQLITE;
+  }
+  sqlite3_finalize(st);
+  sqlite3_db_release_memory(s->db); /* the pages the check read stay out of the cache */
+  return r;
+}
+
 int gw_store_open(const char *path, struct gw_store **ret, char *err, size_t err_size) {
   struct gw_store *s = calloc(1, sizeof *s);
   if (!s)
@@ -206,8 +235,7 @@ int gw_store_open(const char *path, struct gw_store **ret, char *err, size_t err
     snprintf(err, err_size, "%s: %s", path, sqlite3_errmsg(s->db));
     goto fail;
   }
-  r = migrate(s, err, err_size);
-  if (r < 0)
+  if ((r = check_whole(s, path, err, err_size)) < 0 || (r = migrate(s, err, err_size)) < 0)
     goto fail;
   *ret = s;
   return 0;

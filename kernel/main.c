@@ -65,11 +65,12 @@ static void raise_fd_limit(void) {
 #define LOG_KEEP_BYTES (8 << 20) /* a log past this is moved to kernel.log.1 at start */
 
 /* Front ends show a kernel's stderr among the cell outputs (jupyter console
- * prints it in the terminal), and the gateway the kernel may start inherits
- * it: once the kernel serves, both log to a file instead,
- * SPOTLAB_KERNEL_LOG or $SPOTLAB_HOME/logs/kernel.log; "stderr" keeps
- * stderr. Errors before this point (a bad connection file) still reach the
- * person who started the kernel. */
+ * prints it in the terminal): once the kernel serves, it logs to a file
+ * instead, SPOTLAB_KERNEL_LOG or $SPOTLAB_HOME/logs/kernel.log; "stderr"
+ * keeps stderr. A gateway the kernel starts inherits that file until it
+ * detaches, so why one could not start is there too; once started it logs
+ * to $SPOTLAB_HOME/gateway.log. Errors before this point (a bad connection
+ * file) still reach the person who started the kernel. */
 static void log_to_file(void) {
   const char *env = getenv("SPOTLAB_KERNEL_LOG");
   char path[4096];

@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/test-gw-store-XXXXXX";
@@ -835,6 +836,52 @@ static void test_damaged_event_bodies(void) {
   gw_store_free(s);
 }
 
+/* A database whose pages are damaged on disk (bytes of a page in the
+ * middle overwritten) is refused at open, naming it and how to recover,
+ * and left byte for byte as it was. */
+static void test_damaged_pages(void) {
+  char path[256], err[512] = "";
+  path_of("pages.db", path, sizeof path);
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  for (int i = 0; i < 200; i++) {
+    struct gw_job j;
+    add_job(s, "train", json_pack("{s:s}", "pad", "a job spec long enough to fill pages of the table"), &j);
+    gw_job_done(&j);
+  }
+  s = gw_store_free(s); /* the WAL goes into the file as the last connection closes */
+  FILE *f = fopen(path, "r+b");
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  CHECK(size >= 8 * 4096);
+  unsigned char junk[600];
+  for (size_t i = 0; i < sizeof junk; i++)
+    junk[i] = (unsigned char)(i * 131 + 7);
+  fseek(f, 4 * 4096, SEEK_SET); /* a page of the jobs table, its header first */
+  fwrite(junk, 1, sizeof junk, f);
+  fclose(f);
+  unsigned char before[sizeof junk];
+  f = fopen(path, "rb");
+  fseek(f, 4 * 4096, SEEK_SET);
+  CHECK_INT((int)fread(before, 1, sizeof before, f), (int)sizeof before);
+  fclose(f);
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), SL_ESQLITE);
+  CHECK(s == NULL);
+  CHECK(strstr(err, path) != NULL && strstr(err, "is damaged") != NULL && strstr(err, ".recover") != NULL);
+  fprintf(stderr, "damaged pages: %s\n", err);
+  struct stat st;
+  CHECK(stat(path, &st) == 0 && st.st_size == size);
+  unsigned char after[sizeof junk];
+  f = fopen(path, "rb");
+  fseek(f, 4 * 4096, SEEK_SET);
+  CHECK_INT((int)fread(after, 1, sizeof after, f), (int)sizeof after);
+  fclose(f);
+  CHECK(memcmp(before, after, sizeof after) == 0);
+}
+
 /* ---- reads that fail half way ----
  * A VFS over the default one whose reads of a main database file fail
  * (SQLITE_IOERR_READ, as a bad disk sector gives) once reads_left, when
@@ -1030,6 +1077,7 @@ int main(void) {
   test_uploads();
   test_users_sync();
   test_damaged_event_bodies();
+  test_damaged_pages();
   test_read_fails_half_way();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -373,6 +373,36 @@ def case_config_errors(gw):
     check(r.returncode == 2 and "%s:6: [group.students] instance_types: g4dn.xlarg is not an"
           " instance type the providers offer (they offer: g4dn.xlarge," % ini in r.stderr,
           "an unknown instance type stops the start: %r" % r.stderr[-500:])
+    # a file a provider reads that is missing or malformed stops the start; slots = 0 turns the
+    # local provider off, and the gateway serves
+    with open(os.path.join(gw.dir, "bad.json"), "w") as f:
+        f.write('{"metadata": {"gap_seconds": 60}, "data": 5}')
+    for option, needle in [("catalog = %s/none.csv" % gw.dir, "provider local: %s/none.csv" % gw.dir),
+                           ("market = trace:%s/bad.json" % gw.dir, "provider local: %s/bad.json" % gw.dir)]:
+        with open(ini, "w") as f:
+            f.write("[gateway]\nlisten = ipc://%s/g.sock\nworkers = ipc://%s/w.sock\nstate_dir = %s\n"
+                    "[provider.local]\n%s\n" % (state, state, state, option))
+        r = subprocess.run([GATEWAY, "--config", ini], capture_output=True, text=True, env=env,
+                           timeout=30)
+        check(r.returncode == 2 and needle in r.stderr,
+              "a provider that cannot open stops the start (%s): %r" % (option, r.stderr[-400:]))
+        check(not os.path.exists(os.path.join(state, "g.sock")), "and serves nothing")
+    with open(ini, "w") as f:
+        f.write("[gateway]\nlisten = ipc://%s/g.sock\nworkers = ipc://%s/w.sock\nstate_dir = %s\n"
+                "[provider.local]\nslots = 0\n" % (state, state, state))
+    p = subprocess.Popen([GATEWAY, "--config", ini], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    try:
+        end = time.monotonic() + 20
+        while not os.path.exists(os.path.join(state, "g.sock")) and p.poll() is None and \
+                time.monotonic() < end:
+            time.sleep(0.05)  # the socket file appears once the gateway serves
+        check(p.poll() is None and os.path.exists(os.path.join(state, "g.sock")),
+              "slots = 0: the gateway serves, with no provider")
+    finally:
+        p.terminate()
+        err = p.communicate(timeout=20)[1]
+    check(p.returncode == 0 and "provider local is off" in err, "and says the provider is off: %r" % err[-400:])
 
 
 def case_embedded(gw):
@@ -907,8 +937,9 @@ def wait_purge_table(gw, rows, timeout=10):
 def case_damaged_store(gw):
     """A restart on a state folder whose instances table has a damaged page: the
     gateway does not start (one that did would neither find its running worker
-    nor stop it) and says why; with the page mended it starts and finds the job
-    on its worker."""
+    nor stop it), writes nothing to it and says why; nor on an emptied database
+    beside an earlier key; with the page mended it starts and finds the job on
+    its worker."""
     c = Client(gw.listen, "alice")
     job, summary = running_hold_job(gw, c)
     c.close()
@@ -930,12 +961,30 @@ def case_damaged_store(gw):
         code = None
     log = gw.logtext()
     check(code not in (None, 0), "a gateway on a damaged instances table exits (%s)" % code)
-    check("cannot load the jobs and instances from the store" in log and "malformed" in log,
-          "it says why: %r" % log[-400:])
+    check("%s is damaged (SQLite: " % db_path in log and ".recover" in log,
+          "it says why, and how to recover: %r" % log[-400:])
     gw.stop()
     with open(db_path, "r+b") as f:
         f.seek((root - 1) * page_size)
+        check(f.read(page_size) == b"\xff" * page_size, "the damaged database was not written to")
+        f.seek((root - 1) * page_size)
         f.write(good)
+    # an empty database beside the key of an earlier start lost its records: refused
+    with open(db_path, "rb") as f:
+        whole = f.read()
+    open(db_path, "wb").close()
+    gw.start()
+    try:
+        code = gw.p.wait(30)
+    except subprocess.TimeoutExpired:
+        code = None
+    log = gw.logtext()
+    check(code == 1 and "%s is empty, while gateway.key is from an earlier start" % db_path in log,
+          "an emptied database is refused (%s): %r" % (code, log[-400:]))
+    check(os.path.getsize(db_path) == 0, "and left as it was")
+    gw.stop()
+    with open(db_path, "wb") as f:
+        f.write(whole)
     gw.start()
     c = Client(gw.listen, "alice")
     check(gw.wait_log("worker %s registered" % summary["instance"], 20), "worker registered again")

@@ -324,8 +324,17 @@ def case_hub_down():
     finally:
         check(gw.stop() == 0, "the gateway stops cleanly")
         kill_instances(gw.state)
-        if not failures:
-            shutil.rmtree(folder, ignore_errors=True)
+    # a hub URL from the environment with a control byte in it (it would split the request)
+    os.makedirs(os.path.join(folder, "bad"))
+    bad = GatewayProcess(os.path.join(folder, "bad"), FAKE_GATEWAY, {"filey": FILE_TOKEN},
+                         provider="fake", extra_ini="[hub]\ntimeout = 2s\n")
+    r = subprocess.run([FAKE_GATEWAY, "--config", bad.ini], capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, SPOTLAB_FAKE_WORKER=FAKE_WORKER,
+                                JUPYTERHUB_API_URL="http://127.0.0.1:%d/hub/api\x01x" % port))
+    check(r.returncode == 2 and "JUPYTERHUB_API_URL = \"http://127.0.0.1:%d/hub/api\x01x\" is not an http://"
+          % port in r.stderr, "a control byte in JUPYTERHUB_API_URL is refused: %r" % r.stderr[-300:])
+    if not failures:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def case_kernel(hub, token):
