@@ -17,6 +17,7 @@
 
 #include "sim.h"
 #include "sl_err.h"
+#include "sl_opt.h"
 #include "sl_policy.h"
 #include "sl_trace.h"
 
@@ -50,12 +51,13 @@ static void eval_usage(FILE *f) {
         f);
 }
 
-int sim_num_arg(const char *name, const char *v, double lo, double hi, double *ret) {
-  char *end;
-  errno = 0;
-  double x = strtod(v, &end);
-  if (errno || end == v || *end || !isfinite(x) || x < lo || x > hi) {
-    fprintf(stderr, "spotlab-sim: %s must be a number in %g..%g, not '%s'\n", name, lo, hi, v);
+int sim_num_arg(const char *name, const char *v, bool whole, double lo, double hi, double *ret) {
+  char why[256];
+  double x;
+  /* decimal only: strtod alone takes "0x10" as 16, and "inf" */
+  if (sl_opt_parse_number(name, v, whole, lo, hi, &x, why, sizeof why) < 0) {
+    fprintf(stderr, "spotlab-sim: %s must be %s in %g..%g, not '%s'\n", name,
+            whole ? "a whole number" : "a number", lo, hi, v);
     return -EINVAL;
   }
   *ret = x;
@@ -164,19 +166,19 @@ static int eval_parse(int argc, char **argv, struct eval_args *a) {
       }
       a->zones[a->n_zones++].path = v;
     } else if (!strcmp(o, "--start-tick"))
-      r = sim_num_arg(o, v, 0, 1e9, &a->job.start_tick);
+      r = sim_num_arg(o, v, true, 0, 1e9, &a->job.start_tick);
     else if (!strcmp(o, "--work"))
-      r = sim_num_arg(o, v, 1e-6, 1e5, &a->job.work_h);
+      r = sim_num_arg(o, v, false, 1e-6, 1e5, &a->job.work_h);
     else if (!strcmp(o, "--deadline"))
-      r = sim_num_arg(o, v, 1e-6, 1e6, &a->job.deadline_h);
+      r = sim_num_arg(o, v, false, 1e-6, 1e6, &a->job.deadline_h);
     else if (!strcmp(o, "--restart-overhead"))
-      r = sim_num_arg(o, v, 0, 1e4, &a->job.overhead_h);
+      r = sim_num_arg(o, v, false, 0, 1e4, &a->job.overhead_h);
     else if (!strcmp(o, "--spot-price"))
-      r = sim_num_arg(o, v, 0, 1e6, &a->job.spot_usd);
+      r = sim_num_arg(o, v, false, 0, 1e6, &a->job.spot_usd);
     else if (!strcmp(o, "--ondemand-price"))
-      r = sim_num_arg(o, v, 0, 1e6, &a->job.od_usd);
+      r = sim_num_arg(o, v, false, 0, 1e6, &a->job.od_usd);
     else if (!strcmp(o, "--nodes"))
-      r = sim_num_arg(o, v, 1, 1e6, &a->job.nodes);
+      r = sim_num_arg(o, v, true, 1, 1e6, &a->job.nodes);
     else {
       fprintf(stderr, "spotlab-sim: unknown option '%s'\n", o);
       eval_usage(stderr);

@@ -84,18 +84,18 @@ static int parse(int argc, char **argv, struct args *a) {
     else if (!strcmp(o, "--type"))
       a->type = v;
     else if (!strcmp(o, "--steps"))
-      r = sim_num_arg(o, v, 1, 1e9, &steps);
+      r = sim_num_arg(o, v, true, 1, 1e9, &steps);
     else if (!strcmp(o, "--step-s"))
-      r = sim_num_arg(o, v, 0.001, 86400, &a->job.step_s);
+      r = sim_num_arg(o, v, false, 0.001, 86400, &a->job.step_s);
     else if (!strcmp(o, "--checkpoint-s"))
-      r = sim_num_arg(o, v, 0, 86400, &a->job.checkpoint_s);
+      r = sim_num_arg(o, v, false, 0, 86400, &a->job.checkpoint_s);
     else if (!strcmp(o, "--time-scale"))
-      r = sim_num_arg(o, v, 0.001, 1e6, &a->job.time_scale);
+      r = sim_num_arg(o, v, false, 0.001, 1e6, &a->job.time_scale);
     else if (!strcmp(o, "--timeout"))
-      r = sim_num_arg(o, v, 1, 1e7, &a->timeout_s);
+      r = sim_num_arg(o, v, false, 1, 1e7, &a->timeout_s);
     else if (!strcmp(o, "--checkpoint-every")) {
       a->auto_every = !strcmp(v, "auto");
-      if (!a->auto_every && (r = sim_num_arg(o, v, 0, 1e9, &x)) == 0)
+      if (!a->auto_every && (r = sim_num_arg(o, v, true, 0, 1e9, &x)) == 0)
         a->job.checkpoint_every = (int64_t)x;
     } else {
       fprintf(stderr, "spotlab-sim: unknown option '%s'\n", o);

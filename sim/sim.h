@@ -62,9 +62,9 @@ int sim_eval_setup(struct sim_eval *e, const struct sim_zone *zones, size_t n_zo
  * memory, another negative error otherwise; each with a sentence in err. */
 int sim_eval_run(const struct sim_eval *e, struct sl_policy *pol, struct sl_sim_result *ret,
                  char *err, size_t err_size);
-/* Option name's value v as a finite number in lo..hi into *ret; -EINVAL
- * after saying why on stderr. */
-int sim_num_arg(const char *name, const char *v, double lo, double hi, double *ret);
+/* Option name's value v as a decimal number in lo..hi (whole: an integer,
+ * no fraction or exponent) into *ret; -EINVAL after saying why on stderr. */
+int sim_num_arg(const char *name, const char *v, bool whole, double lo, double hi, double *ret);
 
 /* ---- the private gateway (home.c) ---- */
 

@@ -128,6 +128,11 @@ def cli(sim):
             (job([a, gap], "greedy", 0, 2, 5, 0.2), "share their ticks"),
             (job([short], "greedy", 0, 2, 5, 0.2), "ends past"),
             (job([a], "greedy", 0, -1, 5, 0.2), "--work"),
+            # decimal numbers only: strtod alone reads "0x10" as 16 and "inf" as a number
+            (job([a], "greedy", 0, "0x2", 5, 0.2), "--work must be a number in"),
+            (job([a], "greedy", 0, 2, "inf", 0.2), "--deadline must be a number in"),
+            (job([a], "greedy", "1e1", 2, 5, 0.2), "--start-tick must be a whole number in"),
+            (job([a], "greedy", 0, 2, 5, 0.2, "--nodes", "1.5"), "--nodes must be a whole number in"),
             (job([], "greedy", 0, 2, 5, 0.2), "required"),
             (job([os.path.join(d, "none.json")], "greedy", 0, 2, 5, 0.2), "none.json"),
         ]
