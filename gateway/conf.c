@@ -121,6 +121,8 @@ static const struct opt opts[] = {
    "step metrics a worker sends per job per second (the newest step wins)"),
   ROW("worker", "move_on_rebalance", T_BOOL, M(worker_move_on_rebalance), "no", 0, 0,
    "at a spot instance's rebalance recommendation, move its jobs elsewhere (no: checkpoint them at once and go on until an interruption notice)"),
+  ROW("worker", "data_cache_mb", T_INT, M(worker_data_cache_mb), "0", 0, 1 << 30,
+   "MiB of uploaded data files a worker keeps between jobs, the least recently used going first (0: as many as leave its disk room)"),
   ROW("user.*", "token_sha256", T_HEX64, U(token_sha256), NULL, 0, 0,
    "SHA-256 (lowercase hex) of the user's token"),
   ROW("user.*", "group", T_NAME, U(group), NULL, 0, 0, "the user's group"),

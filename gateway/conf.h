@@ -121,6 +121,7 @@ struct gw_config {
   /* [worker] (passed into each worker's config file) */
   int64_t worker_metrics_per_s;
   bool worker_move_on_rebalance; /* a rebalance recommendation moves the job (else: a checkpoint) */
+  int64_t worker_data_cache_mb;  /* uploaded data files a worker keeps between jobs (0: while its disk has room) */
   /* [provider.NAME]: the enabled providers in file order. With no such
    * section, "local" alone, implicit. */
   struct gw_provider_cfg providers[GW_MAX_PROVIDERS_CFG];

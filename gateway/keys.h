@@ -36,6 +36,7 @@ struct gw_worker_boot {
   int64_t metrics_per_s;        /* 0: the worker's default */
   bool move_on_rebalance;       /* a rebalance recommendation stops the jobs (the worker's
                                  * default: they checkpoint and go on) */
+  int64_t data_cache_bytes;     /* uploaded data files kept between jobs (0: the worker's default) */
   /* The worker bundle (docs/aws.md, Bootstrap), for providers that set
    * needs_bundle: a presigned GET of the tar.gz and its SHA-256. NULL
    * otherwise. */

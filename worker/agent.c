@@ -291,6 +291,14 @@ static void resend_metrics(struct wk_agent *a, const json_t *jobs) {
   }
 }
 
+static bool data_in_use(void *ctx, const char *sha) {
+  const struct wk_agent *a = ctx;
+  for (size_t k = 0; k < a->njobs; k++)
+    if (!wk_job_ended(a->jobs[k]) && wk_job_uses_data(a->jobs[k], sha))
+      return true;
+  return false;
+}
+
 /* The gateway deleted these uploaded data files from the store: this
  * worker's copies go too, but for those a job here still reads. */
 static void forget_data(struct wk_agent *a, const json_t *shas) {
@@ -306,10 +314,7 @@ static void forget_data(struct wk_agent *a, const json_t *shas) {
       sl_warn(TOPIC, "data_forget: \"%.80s\" is no SHA-256", sha ? sha : "(not a string)");
       continue;
     }
-    bool used = false;
-    for (size_t k = 0; k < a->njobs && !used; k++)
-      used = !wk_job_ended(a->jobs[k]) && wk_job_uses_data(a->jobs[k], sha);
-    if (used) {
+    if (data_in_use(a, sha)) {
       sl_info(TOPIC, "the deleted data file %.12s… stays here while a job reads it", sha);
       continue;
     }
@@ -713,7 +718,7 @@ int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent
     sl_warn(TOPIC, "spotlab-train cannot train on the GPUs: %s", a->gpus.unusable);
   a->env = (struct wk_job_env){.cfg = cfg, .store = a->store, .train = train, .gpus = &a->gpus,
                                .train_cuda = train_cuda, .signer = s3 ? &a->signer : NULL,
-                               .send = agent_send, .ctx = a};
+                               .send = agent_send, .ctx = a, .data_in_use = data_in_use};
   if (cfg->metadata[0]) {
     r = wk_notice_watcher_new(cfg->metadata, wk_config_metadata_kind(cfg), cfg->notice_poll_ms, &a->watcher);
     if (r < 0) {

@@ -75,6 +75,8 @@ static const struct sl_opt fields[] = {
    "a rebalance recommendation stops the jobs as a notice does (false: they checkpoint and go on)"),
   ROW("orphan_timeout_ms", F_INT, S_(orphan_timeout_ms), false, "0", 0, 7 * 86400000LL,
    "no word from the gateway this long: checkpoint every job and exit (0: never)"),
+  ROW("data_cache_bytes", F_INT, S_(data_cache_bytes), false, "0", 0, 1LL << 50,
+   "uploaded data files kept between jobs, in bytes at most (0: as many as leave the disk room)"),
 };
 #undef S_
 #define N_FIELDS (sizeof fields / sizeof fields[0])

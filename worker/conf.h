@@ -37,6 +37,7 @@ struct wk_config {
   int64_t run_sync_ms;         /* %%run checkpoint folder upload period */
   bool move_on_rebalance;      /* a rebalance recommendation stops the jobs as a notice does */
   int64_t orphan_timeout_ms;   /* no word from the gateway this long: checkpoint and exit (0: never) */
+  int64_t data_cache_bytes;    /* uploaded data files kept between jobs, at most (0: while the disk has room) */
   bool insecure_mode;          /* the file was readable by group or others */
 };
 

@@ -30,6 +30,9 @@ struct wk_job_env {
   const struct sl_s3_signer *signer; /* an S3 store's (orphan checkpoint URLs); NULL: a folder */
   wk_send_fn *send;
   void *ctx;
+  /* Whether a job of this worker that has not ended reads the uploaded
+   * data file whose SHA-256 is sha (its copy must stay). */
+  bool (*data_in_use)(void *ctx, const char *sha);
 };
 
 /* Starts the job of an assign message (borrowed); once its process runs,

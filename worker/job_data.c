@@ -21,10 +21,13 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 struct hash_call {
@@ -44,8 +47,10 @@ static int fetch_one(struct wk_job *j, const char *dir, const char *key, const c
   char path[PATH_MAX + 80], tmp[PATH_MAX + 96];
   snprintf(path, sizeof path, "%s/%s", dir, sha);
   snprintf(tmp, sizeof tmp, "%s/.fetch-%s", dir, sha);
-  if (access(path, R_OK) == 0)
+  if (access(path, R_OK) == 0) {
+    utimensat(AT_FDCWD, path, NULL, 0); /* its last use: the newest copies stay longest */
     return 0;
+  }
   uint64_t bytes = 0;
   int r = wk_store_get_file(j->env->store, key, tmp, &bytes);
   if (r < 0) {
@@ -69,6 +74,78 @@ static int fetch_one(struct wk_job *j, const char *dir, const char *key, const c
   sl_info("worker.store", "%s: fetched the notebook's data file %s (%llu bytes)", j->id, key,
           (unsigned long long)bytes);
   return 0;
+}
+
+/* The copies a start may remove to make room: none that it reads (keep)
+ * or that a job here reads, the least recently used first. */
+#define DATA_RESERVE_MAX (1LL << 30) /* the file system keeps a 20th of itself free, at most this */
+
+struct copy {
+  char sha[SL_SHA256_HEX_LEN + 1];
+  int64_t bytes;
+  struct timespec used;
+};
+
+static int older_first(const void *a, const void *b) {
+  const struct copy *x = a, *y = b;
+  if (x->used.tv_sec != y->used.tv_sec)
+    return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
+  return x->used.tv_nsec < y->used.tv_nsec ? -1 : x->used.tv_nsec > y->used.tv_nsec;
+}
+
+/* Before need bytes are fetched into dir: removes copies that no job here
+ * reads, the least recently used first, until they fit within
+ * data_cache_bytes and leave the file system its reserve free. A fetch
+ * that still does not fit fails as it would have (no space left). */
+static void make_room(struct wk_job *j, const char *dir, int64_t need, const char *const *keep, size_t n_keep) {
+  const struct wk_job_env *env = j->env;
+  DIR *d = opendir(dir);
+  if (!d || need <= 0) {
+    if (d) closedir(d);
+    return;
+  }
+  struct copy *copies = NULL;
+  size_t n = 0, cap = 0;
+  int64_t total = 0;
+  const struct dirent *e;
+  char path[PATH_MAX + 80];
+  while ((e = readdir(d))) {
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%.64s", dir, e->d_name);
+    if (!sl_sha256_hex_ok(e->d_name) || lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
+      continue;
+    total += st.st_size;
+    if (n == cap) {
+      struct copy *more = realloc(copies, (cap = cap ? 2 * cap : 16) * sizeof *copies);
+      if (!more)
+        break;
+      copies = more;
+    }
+    copies[n] = (struct copy){.bytes = st.st_size, .used = st.st_mtim};
+    snprintf(copies[n++].sha, sizeof copies[0].sha, "%.64s", e->d_name);
+  }
+  closedir(d);
+  int64_t excess = env->cfg->data_cache_bytes > 0 ? total + need - env->cfg->data_cache_bytes : 0;
+  struct statvfs fs;
+  if (statvfs(dir, &fs) == 0) {
+    int64_t size = (int64_t)fs.f_blocks * (int64_t)fs.f_frsize, avail = (int64_t)fs.f_bavail * (int64_t)fs.f_frsize;
+    int64_t reserve = size / 20 < DATA_RESERVE_MAX ? size / 20 : DATA_RESERVE_MAX;
+    if (need + reserve - avail > excess)
+      excess = need + reserve - avail;
+  }
+  if (n > 1)
+    qsort(copies, n, sizeof *copies, older_first);
+  for (size_t i = 0; i < n && excess > 0; i++) {
+    bool kept = env->data_in_use && env->data_in_use(env->ctx, copies[i].sha);
+    for (size_t k = 0; k < n_keep && !kept; k++)
+      kept = !strcmp(keep[k], copies[i].sha);
+    if (kept || wk_data_forget(env->cfg->work_dir, copies[i].sha) <= 0)
+      continue;
+    excess -= copies[i].bytes;
+    sl_info("worker.store", "%s: removed the copy of the data file %.12s… (%lld bytes, no job here reads it) to "
+            "make room for this job's", j->id, copies[i].sha, (long long)copies[i].bytes);
+  }
+  free(copies);
 }
 
 /* Removes a data set folder being made (its links, then itself). */
@@ -108,9 +185,23 @@ static int fetch_set(struct wk_job *j, const char *dir, const json_t *up, char *
     return snprintf(err, err_size, "spec \"data_upload\": its files' hashes make %.12s…, not %.12s…", check, id),
            SL_ECHECKSUM;
   snprintf(set, set_size, "%s/set-%s", dir, id);
-  if (access(set, R_OK | X_OK) == 0)
+  if (access(set, R_OK | X_OK) == 0) {
+    for (size_t i = 0; i < n; i++) { /* in use now: the newest copies stay longest */
+      char copy[PATH_MAX + 80];
+      snprintf(copy, sizeof copy, "%s/%s", dir, hexes[i]);
+      utimensat(AT_FDCWD, copy, NULL, 0);
+    }
     return 0;
+  }
   int r;
+  int64_t need = 0;
+  for (size_t i = 0; i < n; i++) {
+    char copy[PATH_MAX + 80];
+    snprintf(copy, sizeof copy, "%s/%s", dir, hexes[i]);
+    if (access(copy, R_OK) != 0)
+      need += sl_json_get_int(json_array_get(files, i), "bytes", 0);
+  }
+  make_room(j, dir, need, hexes, n);
   for (size_t i = 0; i < n; i++) {
     const json_t *f = json_array_get(files, i);
     if ((r = fetch_one(j, dir, json_string_value(json_object_get(f, "key")), hexes[i], err, err_size)) < 0)
@@ -230,6 +321,9 @@ int wk_job_fetch_data(struct wk_job *j, const json_t *assign, json_t **ret_assig
     const char *sha = json_string_value(json_object_get(up, "sha256"));
     if (!key || wk_store_check_key(key) < 0 || !sl_sha256_hex_ok(sha))
       return snprintf(err, err_size, "spec \"data_upload\" needs a store key and a sha256"), SL_ETYPE;
+    snprintf(path, sizeof path, "%s/%s", dir, sha);
+    if (access(path, R_OK) != 0)
+      make_room(j, dir, sl_json_get_int(up, "bytes", 0), &sha, 1);
     if ((r = fetch_one(j, dir, key, sha, err, err_size)) < 0) return r;
     note_data(j, sha);
     snprintf(path, sizeof path, "%s/%s", dir, sha);

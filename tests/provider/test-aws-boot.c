@@ -100,6 +100,7 @@ static struct gw_worker_boot make_boot(void) {
   snprintf(b.keys.secret_z85, sizeof b.keys.secret_z85, "%s", secret_with_dollars);
   b.train = "/gateway/only/spotlab-train";
   b.metrics_per_s = 20;
+  b.data_cache_bytes = 5LL << 30;
   return b;
 }
 
@@ -163,6 +164,7 @@ static void check_config(void) {
   CHECK_STR(sl_json_get_str(o, "store", ""), "s3://bucket/team");
   CHECK_STR(sl_json_get_str(o, "train", "x"), "");
   CHECK_INT(sl_json_get_int(o, "metrics_per_s", 0), 20);
+  CHECK(sl_json_get_int(o, "data_cache_bytes", 0) == 5LL << 30);
   CHECK_INT(sl_json_get_int(o, "orphan_timeout_ms", 0), 900000);
   json_decref(o);
   char *mode = read_named("out/config.mode");

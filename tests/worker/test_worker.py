@@ -392,6 +392,63 @@ def case_data_forget(tmp, worker_exe, train_exe):
         gw.close()
 
 
+def case_data_cache(tmp, worker_exe, train_exe):
+    """data_cache_bytes bounds the copies of uploaded data files kept between
+    jobs: a fetch that would pass it removes the least recently used copy
+    that no running job reads (a copy used again counts as new), never one
+    a running job reads."""
+    import hashlib
+    size = 20000
+    gw = Gateway("ipc://%s/workers.sock" % tmp)
+    w = Worker(worker_exe, train_exe, gw, tmp, extra={"data_cache_bytes": 2 * size + size // 2})
+    reg = gw.recv(lambda m: m["type"] == "register", what="register")
+    gw.gpus = reg["gpus"]
+    gw.send({"type": "registered", "heartbeat_ms": 100})
+    gw.answer_register = True
+    data = os.path.join(w.work, "data")
+    os.makedirs(os.path.join(w.store, "_data", "alice"), exist_ok=True)
+    shas = {}
+    for name in "ABCD":
+        blob = ("%s: Call me Ishmael. Some years ago, never mind how long precisely.\n" % name * 400)[:size].encode()
+        shas[name] = hashlib.sha256(blob).hexdigest()
+        with open(os.path.join(w.store, "_data", "alice", shas[name]), "wb") as f:
+            f.write(blob)
+
+    def assign(job, name, steps=5):
+        a = train_assign(job, "/nowhere/%s.txt" % name, steps, checkpoint_every=0)
+        a["spec"]["data_upload"] = {"key": "_data/alice/" + shas[name], "sha256": shas[name], "bytes": size}
+        return a
+
+    def run(job, name):
+        gw.send(assign(job, name))
+        assert run_until_done(gw, job)[-1]["status"] == "succeeded", job
+
+    def held():
+        return sorted(n for n, h in shas.items() if os.path.exists(os.path.join(data, h)))
+
+    try:
+        run("J000081", "A")
+        run("J000082", "B")
+        assert held() == ["A", "B"], held()
+        run("J000083", "A")  # A used again: B is now the least recently used
+        run("J000084", "C")
+        assert held() == ["A", "C"], held()
+        # a running job's copy stays, even once it is the least recently used
+        gw.send(assign("J000085", "A", steps=10_000_000))
+        gw.recv(lambda m: of("J000085", "metric")(m) and m["data"].get("step", 0) >= 2, 20, "J000085 trains")
+        run("J000086", "B")
+        assert held() == ["A", "B"], held()
+        run("J000087", "D")  # A is the oldest now, and J000085 reads it
+        assert held() == ["A", "D"], held()
+        gw.send({"type": "cancel", "job": "J000085", "attempt": 1})
+        assert run_until_done(gw, "J000085")[-1]["status"] == "cancelled"
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
 def case_cancel(tmp, worker_exe, train_exe):
     data = text_file(tmp)
     gw, w = start(tmp, worker_exe, train_exe)
