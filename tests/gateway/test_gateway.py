@@ -934,6 +934,16 @@ def wait_purge_table(gw, rows, timeout=10):
         time.sleep(0.05)
 
 
+def start_refused(gw):
+    """Starts gw, which is to exit: its exit status (None: still running after 30 s) and log."""
+    gw.start()
+    try:
+        code = gw.p.wait(30)
+    except subprocess.TimeoutExpired:
+        code = None
+    return code, gw.logtext()
+
+
 def case_damaged_store(gw):
     """A restart on a state folder whose instances table has a damaged page: the
     gateway does not start (one that did would neither find its running worker
@@ -954,12 +964,7 @@ def case_damaged_store(gw):
         good = f.read(page_size)
         f.seek((root - 1) * page_size)
         f.write(b"\xff" * page_size)
-    gw.start()
-    try:
-        code = gw.p.wait(30)
-    except subprocess.TimeoutExpired:
-        code = None
-    log = gw.logtext()
+    code, log = start_refused(gw)
     check(code not in (None, 0), "a gateway on a damaged instances table exits (%s)" % code)
     check("%s is damaged (SQLite: " % db_path in log and ".recover" in log,
           "it says why, and how to recover: %r" % log[-400:])
@@ -973,12 +978,7 @@ def case_damaged_store(gw):
     with open(db_path, "rb") as f:
         whole = f.read()
     open(db_path, "wb").close()
-    gw.start()
-    try:
-        code = gw.p.wait(30)
-    except subprocess.TimeoutExpired:
-        code = None
-    log = gw.logtext()
+    code, log = start_refused(gw)
     check(code == 1 and "%s is empty, while gateway.key is from an earlier start" % db_path in log,
           "an emptied database is refused (%s): %r" % (code, log[-400:]))
     check(os.path.getsize(db_path) == 0, "and left as it was")
