@@ -279,6 +279,7 @@ char *jk_format_sessions(const json_t *reply, const char *current) {
   jk_dbuf_printf(&b, "  %-40s %-18s %6s %6s %5s\n", "SESSION", "LAST ACTIVE", "NAMES", "MODELS", "JOBS");
   size_t i;
   json_t *e;
+  bool marked = false;
   json_array_foreach(list, i, e) {
     if (i >= MAX_ROWS) {
       jk_dbuf_printf(&b, "... %zu more\n", json_array_size(list) - i);
@@ -286,13 +287,17 @@ char *jk_format_sessions(const json_t *reply, const char *current) {
     }
     char when[40];
     const char *name = sl_json_get_str(e, "name", "?");
+    bool mine = current && !strcmp(name, current);
+    marked |= mine;
     ago(when, sizeof when, sl_json_get_int(e, "last_active_us", 0));
-    jk_dbuf_printf(&b, "%c %-40s %-18s %6lld %6lld %5lld\n", current && !strcmp(name, current) ? '*' : ' ', name,
+    jk_dbuf_printf(&b, "%c %-40s %-18s %6lld %6lld %5lld\n", mine ? '*' : ' ', name,
                    when, (long long)(sl_json_get_int(e, "vars", 0) + sl_json_get_int(e, "defs", 0)),
                    (long long)sl_json_get_int(e, "models", 0), (long long)sl_json_get_int(e, "jobs", 0));
   }
-  if (current)
+  if (marked)
     jk_dbuf_printf(&b, "(* this notebook's; %%session NAME opens another, and brings this one's names along)\n");
+  else if (current)
+    jk_dbuf_printf(&b, "(this notebook's, \"%s\", holds nothing yet; %%session NAME opens another)\n", current);
   return finish(&b);
 }
 

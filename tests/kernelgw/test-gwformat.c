@@ -230,7 +230,24 @@ static void test_uploads(void) {
   json_decref(reply);
 }
 
+/* %sessions: this notebook's row is marked and the footer says what * is;
+ * a notebook whose session holds nothing yet is not listed, and the footer
+ * names it instead of pointing at a mark that is not there. */
+static void test_sessions(void) {
+  int64_t now = sl_time_real_us();
+  json_t *reply = json_pack("{s:[{s:s, s:I, s:I, s:I, s:I}]}", "sessions", "name", "work/a.ipynb", "last_active_us",
+                            (json_int_t)now, "vars", (json_int_t)2, "models", (json_int_t)1, "jobs", (json_int_t)3);
+  char *t = jk_format_sessions(reply, "work/a.ipynb");
+  CHECK(strstr(t, "* work/a.ipynb") != NULL && strstr(t, "(* this notebook's;") != NULL);
+  free(t);
+  t = jk_format_sessions(reply, "work/b.ipynb");
+  CHECK(strchr(t, '*') == NULL && strstr(t, "(this notebook's, \"work/b.ipynb\", holds nothing yet;") != NULL);
+  free(t);
+  json_decref(reply);
+}
+
 int main(void) {
+  test_sessions();
   test_uploads();
   test_status_gpus();
   test_status_readable();
