@@ -369,6 +369,8 @@ struct wk_job *wk_job_free(struct wk_job *j) {
   if (!j) return NULL;
   wk_child_free(j->child);
   wk_relay_free(j->relay);
+  for (size_t i = 0; i < HELD_LINES; i++)
+    free(j->held[i].text);
   wk_filesync_free(j->files);
   wk_reserve_done(&j->reserve, j->env->signer);
   free(j->result_text);
@@ -413,15 +415,42 @@ void wk_job_send_metric(struct wk_job *j, json_t *data) {
   wk_job_send(j, m, false);
 }
 
-static void flush_dropped(struct wk_job *j) {
-  uint64_t d = wk_relay_take_dropped(j->relay);
-  if (!d) return;
-  char text[96];
-  snprintf(text, sizeof text, "[spotlab-worker: %llu output lines dropped]", (unsigned long long)d);
+static void send_output(struct wk_job *j, enum wk_stream s, json_t *text) {
   json_t *m = wk_job_msg_new(j, "output");
-  json_object_set_new(m, "stream", json_string("stderr"));
-  json_object_set_new(m, "text", json_string(text));
+  json_object_set_new(m, "stream", json_string(s == WK_STREAM_STDOUT ? "stdout" : "stderr"));
+  json_object_set_new(m, "text", text);
   wk_job_send(j, m, false);
+}
+
+/* Says how many lines the rate limit dropped; at the end (last) the newest
+ * of them follow, as the script wrote them. */
+static void flush_dropped(struct wk_job *j, bool last) {
+  uint64_t d = wk_relay_take_dropped(j->relay);
+  size_t n = last ? j->held_n : 0;
+  if (d) {
+    char text[128];
+    snprintf(text, sizeof text, "[spotlab-worker: %llu output lines dropped%s]", (unsigned long long)d,
+             n ? "; the last of them follow" : "");
+    send_output(j, WK_STREAM_STDERR, json_string(text));
+  }
+  for (size_t i = 0; i < n; i++) {
+    const struct held_line *h = &j->held[(j->held_next + HELD_LINES - n + i) % HELD_LINES];
+    send_output(j, h->stream, wk_relay_text(h->text, h->len, WK_OUTPUT_LINE_MAX));
+  }
+  j->held_n = 0;
+}
+
+/* A dropped line, kept among the newest HELD_LINES. */
+static void hold_line(struct wk_job *j, enum wk_stream s, const char *line, size_t len) {
+  struct held_line *h = &j->held[j->held_next];
+  if (!h->text && !(h->text = malloc(WK_OUTPUT_LINE_MAX)))
+    return;
+  h->stream = s;
+  h->len = len < WK_OUTPUT_LINE_MAX ? len : WK_OUTPUT_LINE_MAX;
+  memcpy(h->text, line, h->len);
+  j->held_next = (j->held_next + 1) % HELD_LINES;
+  if (j->held_n < HELD_LINES)
+    j->held_n++;
 }
 
 static void on_metrics_line(struct wk_job *j, const char *line, size_t len) {
@@ -490,15 +519,38 @@ static void keep_stderr_tail(struct wk_job *j, const char *line, size_t len) {
   j->tail_len += len;
 }
 
-static void on_output_line(struct wk_job *j, enum wk_stream s, const char *line, size_t len) {
+/* A line longer than an output message takes: its start, and a note of
+ * the cut (cut: longer than WK_LINE_MAX, so its length is not known). */
+static json_t *cut_line(const char *line, size_t len, bool cut) {
+  json_t *start = wk_relay_text(line, len, WK_OUTPUT_LINE_MAX);
+  if (!cut && len <= WK_OUTPUT_LINE_MAX)
+    return start;
+  char note[128];
+  snprintf(note, sizeof note, " [spotlab-worker: a line of %s%zu bytes, cut after its first %zu]",
+           cut ? "more than " : "", len, json_string_length(start));
+  size_t n = json_string_length(start), k = strlen(note);
+  char *both = malloc(n + k);
+  if (!both)
+    return start;
+  memcpy(both, json_string_value(start), n);
+  memcpy(both + n, note, k);
+  json_t *v = json_stringn(both, n + k);
+  free(both);
+  if (!v)
+    return start;
+  json_decref(start);
+  return v;
+}
+
+static void on_output_line(struct wk_job *j, enum wk_stream s, const char *line, size_t len, bool cut) {
   if (s == WK_STREAM_STDOUT && j->kind == WK_KIND_SAMPLE) keep_result_text(j, line, len);
   if (s == WK_STREAM_STDERR) keep_stderr_tail(j, line, len);
-  if (!wk_relay_line(j->relay, sl_time_mono_us())) return;
-  flush_dropped(j);
-  json_t *m = wk_job_msg_new(j, "output");
-  json_object_set_new(m, "stream", json_string(s == WK_STREAM_STDOUT ? "stdout" : "stderr"));
-  json_object_set_new(m, "text", wk_relay_text(line, len, WK_OUTPUT_LINE_MAX));
-  wk_job_send(j, m, false);
+  if (!wk_relay_line(j->relay, sl_time_mono_us())) {
+    hold_line(j, s, line, len);
+    return;
+  }
+  flush_dropped(j, false);
+  send_output(j, s, cut_line(line, len, cut));
 }
 
 static void on_line(void *ctx, enum wk_stream s, const char *line, size_t len, bool truncated) {
@@ -507,7 +559,7 @@ static void on_line(void *ctx, enum wk_stream s, const char *line, size_t len, b
     if (!truncated) on_metrics_line(j, line, len);
     return;
   }
-  on_output_line(j, s, line, len);
+  on_output_line(j, s, line, len, truncated);
 }
 
 void wk_job_readable(struct wk_job *j, enum wk_stream s) {
@@ -563,7 +615,7 @@ static const char *final_status(struct wk_job *j, int st, char *msg, size_t size
 
 static void finish(struct wk_job *j) {
   wk_job_send_metric(j, wk_relay_pending(j->relay, 0, true));
-  flush_dropped(j);
+  flush_dropped(j, true);
   if (j->files) {
     uint64_t bytes = 0;
     int r = wk_filesync_sync(j->files, &bytes);

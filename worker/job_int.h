@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #define STDERR_TAIL 1024
+#define HELD_LINES 5
 
 enum state { RUNNING, NOTICE_WAIT, STOPPING, ENDED };
 
@@ -74,6 +75,15 @@ struct wk_job {
   bool orphaned, orphan_left;
   char tail[STDERR_TAIL];
   size_t tail_len;
+  /* The newest output lines the rate limit dropped since a line last went
+   * out (a ring of HELD_LINES): sent at the end, so that a script's last
+   * lines are seen even after a flood. */
+  struct held_line {
+    enum wk_stream stream;
+    size_t len;
+    char *text; /* WK_OUTPUT_LINE_MAX bytes, allocated at first use */
+  } held[HELD_LINES];
+  size_t held_n, held_next;
   json_t *last_ckpt;    /* the newest checkpoint message's fields, for the done */
   json_t *done;         /* ENDED: the done message, until done_recorded */
   bool metrics_held;    /* the resend ring is full of step metrics not confirmed saved */

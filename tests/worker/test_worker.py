@@ -685,6 +685,39 @@ def case_run(tmp, worker_exe, train_exe):
         gw.close()
 
 
+def case_output_limits(tmp, worker_exe, train_exe):
+    """A line longer than an output message takes (4096 bytes) arrives cut, saying so
+    and how long it was; one longer than the worker reads as one line (64 KiB) says it was
+    longer than that. Lines past output_lines_per_s are counted as dropped, and at the end
+    the newest of them follow the count, so a script's last lines are seen."""
+    gw, w = start(tmp, worker_exe, train_exe, extra={"output_lines_per_s": 2})
+    try:
+        script = ("head -c 5000 /dev/zero | tr '\\0' b; echo\n"
+                  "head -c 70000 /dev/zero | tr '\\0' c; echo\n"
+                  "i=0; while [ $i -lt 300 ]; do echo flood $i; i=$((i+1)); done\n"
+                  "echo last-1; echo last-2 >&2; echo last-3\n")
+        gw.send({"type": "assign", "job": "J000091", "attempt": 1, "kind": "run",
+                 "spec": {"script": script}, "restore": None})
+        msgs = run_until_done(gw, "J000091")
+        assert msgs[-1]["status"] == "succeeded", msgs[-1]
+        out = [(m["stream"], m["text"]) for m in msgs if m["type"] == "output"]
+        texts = [t for _, t in out]
+        assert texts[0] == "b" * 4096 + " [spotlab-worker: a line of 5000 bytes, cut after its first 4096]", \
+            texts[0][4090:]
+        assert texts[1] == "c" * 4096 + (" [spotlab-worker: a line of more than 65536 bytes, cut after its"
+                                         " first 4096]"), texts[1][4090:]
+        marks = [i for i, t in enumerate(texts) if "output lines dropped; the last of them follow" in t]
+        assert len(marks) == 1, texts[-8:]
+        held = out[marks[0] + 1:]  # stdout and stderr are two pipes: their lines' order is each's own
+        assert [t for st, t in held if st == "stdout"][-2:] == ["last-1", "last-3"] and \
+            ("stderr", "last-2") in held, out[marks[0]:]
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
 def case_coalesce(tmp, worker_exe, train_exe):
     data = text_file(tmp)
     gw, w = start(tmp, worker_exe, train_exe, extra={"metrics_per_s": 2})
