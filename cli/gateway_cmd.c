@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "sl_err.h"
 #include "sl_json.h"
 #include "sl_time.h"
 
@@ -88,12 +89,31 @@ static int stop(struct cli_conn *conn, bool force) {
   return 0;
 }
 
+/* Says (on stdout, as text or JSON) that no gateway serves this user:
+ * none answers, or one answers but refused the token (refused). */
+static void say_not_serving(struct cli_conn *conn, bool json, bool refused, const char *err) {
+  if (json) {
+    json_t *o = json_pack("{s:b, s:s, s:s}", "running", refused, "address", cli_address(conn), "reason", err);
+    if (o && refused)
+      json_object_set_new(o, "token_accepted", json_false());
+    char *s = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    if (s)
+      printf("%s\n", s);
+    free(s);
+    json_decref(o);
+  } else if (refused) {
+    printf("running at %s, but it refused the token (%s)\n", cli_address(conn), err);
+  } else {
+    printf("not running (%s)\n", err);
+  }
+}
+
 static int status(struct cli_conn *conn, bool json) {
   json_t *reply = NULL;
   char err[800];
-  if (cli_request(conn, json_pack("{s:s}", "type", "status"), REQUEST_TIMEOUT_MS, &reply, err,
-                  sizeof err) < 0) {
-    printf("not running (%s)\n", err);
+  int r = cli_request(conn, json_pack("{s:s}", "type", "status"), REQUEST_TIMEOUT_MS, &reply, err, sizeof err);
+  if (r < 0) {
+    say_not_serving(conn, json, r == SL_EAUTH, err);
     return 1;
   }
   const json_t *g = json_object_get(reply, "gateway"), *idle = json_object_get(reply, "idle");

@@ -5,11 +5,18 @@
  * embedded default ipc://$SPOTLAB_HOME/gateway.sock, token from SPOTLAB_TOKEN
  * or $SPOTLAB_HOME/token) but never start a gateway: with none running they
  * say so. `spotlab gateway stop` asks the gateway to stop (gateway_cmd.c).
- * Exit status: 0 ok, 1 error (with a message on stderr), 2 usage. */
+ * Exit status: 0 ok, 1 error (with a message on stderr), 2 usage. Output
+ * that could not be written (a full disk, a closed pipe) is an error: every
+ * command ends by checking stdout, and logs -f stops at the first failed
+ * write. Each command takes its own options only; an argument that goes
+ * into a request must be UTF-8 text (JSON carries nothing else). */
 #include <ctype.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -26,28 +33,69 @@
 #define TIMEOUT_MS 15000
 #define LOGS_PAGE 1000
 #define LOGS_MAX_PAGES 1000
+#define TOKEN_MAX_BYTES 1024      /* the longest token the gateway's hello takes */
+#define NOTICE_MIN_US SL_US_PER_S /* a preemption notice under 1 s is a hard kill */
+#define NOTICE_MAX_S 86400        /* the longest notice the gateway's providers take */
+
+/* The options a command takes. */
+enum { OPT_JSON = 1, OPT_FOLLOW = 2, OPT_FORCE = 4, OPT_NOTICE = 8, OPT_USER = 16 };
 
 static const struct {
   const char *name, *args, *help;
+  unsigned opts;
 } commands[] = {
-  {"status", "[--json]", "gateway, workers, idle timers and budget"},
-  {"jobs", "[--json]", "jobs of this user"},
-  {"logs", "JOB [-f] [--json]", "a job's events and output (--json: one per line); -f follows it"},
-  {"show", "JOB [--json]", "a job's run record: spec, definitions, seed, hashes, build ids, attempts"},
-  {"rerun", "JOB [--force]", "the same run again (--force: even if the data file changed)"},
-  {"cancel", "JOB", "cancel a job"},
-  {"cost", "[--json]", "spend so far and savings against on-demand"},
+  {"status", "[--json]", "gateway, workers, idle timers and budget", OPT_JSON},
+  {"jobs", "[--json]", "jobs of this user", OPT_JSON},
+  {"logs", "JOB [-f] [--json]", "a job's events and output (--json: one per line); -f follows it",
+   OPT_FOLLOW | OPT_JSON},
+  {"show", "JOB [--json]", "a job's run record: spec, definitions, seed, hashes, build ids, attempts", OPT_JSON},
+  {"rerun", "JOB [--force]", "the same run again (--force: even if the data file changed)", OPT_FORCE},
+  {"cancel", "JOB", "cancel a job", 0},
+  {"cost", "[--json]", "spend so far and savings against on-demand", OPT_JSON},
   {"sessions", "[rm NAME] [--user USER] [--json]",
-   "notebook sessions that hold names, models or jobs; rm: delete one; --user: another user's (admins)"},
+   "notebook sessions that hold names, models or jobs; rm: delete one; --user: another user's (admins)",
+   OPT_USER | OPT_JSON},
   {"data", "[rm SHA256] [--user USER] [--json]",
-   "data files uploaded for jobs; rm: delete one from the store; --user: another user's (admins)"},
-  {"instances", "[--json]", "running instances"},
-  {"budget", "[set gateway|group NAME|user NAME USD] [--json]", "monthly budgets; set: raise one live (admin)"},
+   "data files uploaded for jobs; rm: delete one from the store; --user: another user's (admins)",
+   OPT_USER | OPT_JSON},
+  {"instances", "[--json]", "running instances", OPT_JSON},
+  {"budget", "[set gateway|group NAME|user NAME USD] [--json]", "monthly budgets; set: raise one live (admin)",
+   OPT_JSON},
   {"inject", "preempt|kill|rebalance INSTANCE [--notice 120s]",
-   "trigger a preemption, or a rebalance recommendation (simulated market)"},
-  {"gateway", "stop [--force] | status [--json]", "stop this user's gateway and its idle workers now"},
-  {"version", "", "print the version"},
+   "trigger a preemption, or a rebalance recommendation (simulated market)", OPT_NOTICE},
+  {"gateway", "stop [--force] | status [--json]", "stop this user's gateway and its idle workers now",
+   OPT_FORCE | OPT_JSON},
+  {"version", "", "print the version", 0},
 };
+
+/* ---- output --------------------------------------------------------------- */
+
+static int out_errno; /* why a write to stdout failed first, or 0 */
+
+/* Writes s to stdout, noting a failure. */
+static void emit(const char *s) {
+  if (fputs(s, stdout) == EOF && !out_errno)
+    out_errno = errno ? errno : EIO;
+}
+
+/* Flushes stdout: true when all that was written reached it. */
+static bool output_flushed(void) {
+  errno = 0;
+  if (fflush(stdout) != 0 && !out_errno)
+    out_errno = errno ? errno : EIO;
+  if (ferror(stdout) && !out_errno)
+    out_errno = EIO;
+  return !out_errno;
+}
+
+/* A command's exit status once its output is checked: 1 with a message
+ * when some of it could not be written (a usage error stays 2). */
+static int output_checked(int rc) {
+  if (output_flushed())
+    return rc;
+  fprintf(stderr, "spotlab: cannot write the output: %s\n", strerror(out_errno));
+  return rc == 2 ? 2 : 1;
+}
 
 static void usage(FILE *f) {
   fprintf(f, "usage: spotlab COMMAND [ARGS]\n\ncommands:\n");
@@ -64,74 +112,182 @@ struct opts {
   const char *user;   /* sessions, data --user */
 };
 
-/* 0, or 2 after a usage message. */
-static int parse(int argc, char **argv, struct opts *o) {
-  for (int i = 2; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0)
-      o->json = true;
-    else if (strcmp(argv[i], "--force") == 0 && (!strcmp(argv[1], "gateway") || !strcmp(argv[1], "rerun")))
-      o->force = true;
-    else if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--follow") == 0)
-      o->follow = true;
-    else if (strcmp(argv[i], "--notice") == 0 && i + 1 < argc)
-      o->notice = argv[++i];
-    else if (strcmp(argv[i], "--user") == 0 && i + 1 < argc && (!strcmp(argv[1], "sessions") || !strcmp(argv[1], "data")))
-      o->user = argv[++i];
-    else if (strncmp(argv[i], "--notice=", 9) == 0)
-      o->notice = argv[i] + 9;
-    else if (strcmp(argv[i], "--notice") == 0) {
-      fprintf(stderr, "spotlab %s: --notice needs a value (--notice 120s)\n", argv[1]);
-      return 2;
-    } else if (argv[i][0] == '-' && argv[i][1] && !isdigit((unsigned char)argv[i][1]) && argv[i][1] != '.') {
-      /* (a negative number is an argument, an amount, for its command to judge) */
-      fprintf(stderr, "spotlab %s: unknown option '%s'\n", argv[1], argv[i]);
-      return 2;
-    } else if (o->n_pos < (int)(sizeof o->pos / sizeof *o->pos))
-      o->pos[o->n_pos++] = argv[i];
-    else {
-      fprintf(stderr, "spotlab %s: too many arguments\n", argv[1]);
+/* What a command's i-th argument is, for a message. */
+static const char *arg_role(const char *cmd, const struct opts *o, int i) {
+  if (!strcmp(cmd, "logs") || !strcmp(cmd, "show") || !strcmp(cmd, "rerun") || !strcmp(cmd, "cancel"))
+    return "the job id";
+  if (!strcmp(cmd, "inject"))
+    return i == 1 ? "the instance id" : "the action";
+  if (!strcmp(cmd, "sessions"))
+    return i == 1 ? "the session name" : "the subcommand";
+  if (!strcmp(cmd, "data"))
+    return i == 1 ? "the hash" : "the subcommand";
+  if (!strcmp(cmd, "budget"))
+    return i == 2 && o->n_pos == 4 ? "the group or user name" : i == 0 ? "the subcommand" : "an argument";
+  return "an argument";
+}
+
+/* 0, or 2 after a message: arguments that go into requests are UTF-8 text. */
+static int check_text(const char *cmd, const struct opts *o) {
+  for (int i = 0; i < o->n_pos; i++)
+    if (!sl_json_utf8_ok(o->pos[i], strlen(o->pos[i]))) {
+      fprintf(stderr, "spotlab %s: %s (argument %d) is not UTF-8 text\n", cmd, arg_role(cmd, o, i), i + 1);
       return 2;
     }
+  if (o->user && !sl_json_utf8_ok(o->user, strlen(o->user))) {
+    fprintf(stderr, "spotlab %s: the user name (--user) is not UTF-8 text\n", cmd);
+    return 2;
+  }
+  return 0;
+}
+
+/* Whether cmd takes option opt; says so when not. */
+static bool takes(const char *cmd, unsigned allowed, unsigned opt, const char *arg) {
+  if (allowed & opt)
+    return true;
+  fprintf(stderr, "spotlab %s: %s takes no option '%s' (spotlab help lists what each command takes)\n", cmd,
+          cmd, arg);
+  return false;
+}
+
+/* 0, or 2 after a usage message. */
+static int parse(int argc, char **argv, unsigned allowed, struct opts *o) {
+  const char *cmd = argv[1];
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--json") == 0) {
+      if (!takes(cmd, allowed, OPT_JSON, a))
+        return 2;
+      o->json = true;
+    } else if (strcmp(a, "--force") == 0) {
+      if (!takes(cmd, allowed, OPT_FORCE, a))
+        return 2;
+      o->force = true;
+    } else if (strcmp(a, "-f") == 0 || strcmp(a, "--follow") == 0) {
+      if (!takes(cmd, allowed, OPT_FOLLOW, a))
+        return 2;
+      o->follow = true;
+    } else if (strcmp(a, "--notice") == 0 || strncmp(a, "--notice=", 9) == 0) {
+      if (!takes(cmd, allowed, OPT_NOTICE, "--notice"))
+        return 2;
+      if (a[8] == '=')
+        o->notice = a + 9;
+      else if (i + 1 < argc)
+        o->notice = argv[++i];
+      else {
+        fprintf(stderr, "spotlab %s: --notice needs a value (--notice 120s)\n", cmd);
+        return 2;
+      }
+    } else if (strcmp(a, "--user") == 0 || strncmp(a, "--user=", 7) == 0) {
+      if (!takes(cmd, allowed, OPT_USER, "--user"))
+        return 2;
+      if (a[6] == '=')
+        o->user = a + 7;
+      else if (i + 1 < argc)
+        o->user = argv[++i];
+      else {
+        fprintf(stderr, "spotlab %s: --user needs a value (--user NAME)\n", cmd);
+        return 2;
+      }
+      if (!*o->user) {
+        fprintf(stderr, "spotlab %s: --user needs a user name, not ''\n", cmd);
+        return 2;
+      }
+    } else if (a[0] == '-' && a[1] && !isdigit((unsigned char)a[1]) && a[1] != '.') {
+      /* (a negative number is an argument, an amount, for its command to judge) */
+      fprintf(stderr, "spotlab %s: unknown option '%s'\n", cmd, a);
+      return 2;
+    } else if (o->n_pos < (int)(sizeof o->pos / sizeof *o->pos))
+      o->pos[o->n_pos++] = a;
+    else {
+      fprintf(stderr, "spotlab %s: too many arguments\n", cmd);
+      return 2;
+    }
+  }
+  return check_text(cmd, o);
+}
+
+/* 0, or 2 after a message: SPOTLAB_TOKEN as hello can carry it. */
+static int check_token(void) {
+  const char *t = getenv("SPOTLAB_TOKEN");
+  if (!t || !*t)
+    return 0;
+  if (strlen(t) > TOKEN_MAX_BYTES) {
+    fprintf(stderr, "spotlab: SPOTLAB_TOKEN is too long (%zu bytes; a token has at most %d)\n", strlen(t),
+            TOKEN_MAX_BYTES);
+    return 2;
+  }
+  if (!sl_json_utf8_ok(t, strlen(t))) {
+    fprintf(stderr, "spotlab: SPOTLAB_TOKEN is not UTF-8 text\n");
+    return 2;
   }
   return 0;
 }
 
 static void print_json(const json_t *v) {
   char *s = json_dumps(v, JSON_INDENT(2) | JSON_SORT_KEYS);
-  if (s)
-    printf("%s\n", s);
+  if (s) {
+    emit(s);
+    emit("\n");
+  }
   free(s);
 }
 
 /* One JSON value on one line (JSON lines). */
 static void print_line(const json_t *v) {
   char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
-  if (s)
-    printf("%s\n", s);
+  if (s) {
+    emit(s);
+    emit("\n");
+  }
   free(s);
 }
 
 static void print_text(char *text) {
   if (text)
-    fputs(text, stdout);
+    emit(text);
   free(text);
+}
+
+/* A reply printed whole under --json: without the protocol's own fields. */
+static void print_reply_json(const json_t *reply) {
+  json_t *copy = json_copy((json_t *)reply);
+  if (!copy) {
+    print_json(reply);
+    return;
+  }
+  json_object_del(copy, "ok");
+  json_object_del(copy, "re");
+  json_object_del(copy, "type");
+  json_object_del(copy, "id");
+  print_json(copy);
+  json_decref(copy);
+}
+
+/* Runs one request (taken): the owned reply, or NULL after a message. */
+static json_t *request(struct cli_conn *conn, const char *cmd, json_t *req) {
+  json_t *reply = NULL;
+  char err[800];
+  if (cli_request(conn, req, TIMEOUT_MS, &reply, err, sizeof err) < 0) {
+    fprintf(stderr, "spotlab %s: %s\n", cmd, err);
+    return NULL;
+  }
+  return reply;
 }
 
 /* Runs one request and prints the reply with render (or as JSON). */
 static int simple(struct cli_conn *conn, const char *cmd, json_t *req, bool json, const char *json_key,
                   char *(*render)(const json_t *)) {
-  json_t *reply = NULL;
-  char err[800];
-  if (cli_request(conn, req, TIMEOUT_MS, &reply, err, sizeof err) < 0) {
-    fprintf(stderr, "spotlab %s: %s\n", cmd, err);
+  json_t *reply = request(conn, cmd, req);
+  if (!reply)
     return 1;
-  }
-  if (json) {
-    json_t *part = json_key ? json_object_get(reply, json_key) : reply;
-    print_json(part ? part : reply);
-  } else if (render) {
+  const json_t *part = json_key ? json_object_get(reply, json_key) : NULL;
+  if (json && part)
+    print_json(part);
+  else if (json)
+    print_reply_json(reply);
+  else if (render)
     print_text(render(reply));
-  }
   json_decref(reply);
   return 0;
 }
@@ -142,20 +298,48 @@ static char *format_uploads(const json_t *reply) { return jk_format_uploads(repl
 
 /* ---- logs --------------------------------------------------------------- */
 
+/* The live progress line goes to a terminal that takes escapes (not
+ * TERM=dumb); elsewhere every event is a line of its own. */
 struct follow_state {
-  struct jk_display *d;
-  bool tty, json, bar_drawn;
+  struct jk_display *d; /* made at the first event, under the job's canonical id */
+  bool tty, json, bar_drawn, no_memory;
   long long first_us;
 };
 
+/* Only interrupts zmq_poll: following then ends as interrupted. */
+static void on_sigint(int sig) { (void)sig; }
+
+/* The terminal's width in columns: stdout's, else $COLUMNS, else 80. */
+static int term_width(void) {
+  struct winsize ws;
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return ws.ws_col;
+  const char *env = getenv("COLUMNS");
+  char *end;
+  long n = env ? strtol(env, &end, 10) : 0;
+  if (env && *env && !*end && n > 0 && n <= 10000)
+    return (int)n;
+  return 80;
+}
+
+/* The progress line, one column short of the width so it never wraps. */
+static char *bar_line(const struct follow_state *f) {
+  int w = term_width() - 1;
+  return jk_display_line(f->d, w > 0 ? w : 1);
+}
+
 static void clear_bar(struct follow_state *f) {
   if (f->bar_drawn)
-    fputs("\r\033[K", stdout);
+    emit("\r\033[K");
   f->bar_drawn = false;
 }
 
 static bool on_event(void *ud, const json_t *ev) {
   struct follow_state *f = ud;
+  if (!f->d && !(f->d = jk_display_new(sl_json_get_str(ev, "job", ""), ""))) {
+    f->no_memory = true;
+    return false;
+  }
   if (jk_display_event(f->d, ev) <= 0)
     return true;
   if (!f->first_us)
@@ -165,44 +349,66 @@ static bool on_event(void *ud, const json_t *ev) {
     print_line(ev);
   } else if (!f->tty || strcmp(kind, "metric") != 0) {
     clear_bar(f);
-    if (strcmp(kind, "output") == 0 && f->tty)
-      fputs(sl_json_get_str(ev, "text", ""), stdout);
-    else
+    if (strcmp(kind, "output") == 0 && f->tty) {
+      emit(sl_json_get_str(ev, "text", "")); /* one line, without its line end */
+      emit("\n");
+    } else
       print_text(jk_format_event(ev, f->first_us));
   }
   if (f->tty && !f->json) {
-    char *line = jk_display_line(f->d, 100);
+    char *line = bar_line(f);
     if (line) {
       clear_bar(f);
-      fputs(line, stdout);
+      emit(line);
       f->bar_drawn = true;
     }
     free(line);
   }
-  fflush(stdout);
-  return !jk_display_finished(f->d);
+  /* a closed pipe or a full disk ends following at once */
+  return output_flushed() && !jk_display_finished(f->d);
+}
+
+static void on_link(void *ud, bool up) {
+  struct follow_state *f = ud;
+  clear_bar(f);
+  output_flushed();
+  fprintf(stderr, up ? "spotlab logs: the gateway is back; following again\n"
+                     : "spotlab logs: gateway unreachable; waiting for it to come back...\n");
 }
 
 static int logs_follow(struct cli_conn *conn, const char *job, bool json) {
-  struct follow_state f = {.d = jk_display_new(job, ""), .tty = isatty(STDOUT_FILENO) == 1, .json = json};
-  if (!f.d)
-    return 1;
+  const char *term = getenv("TERM");
+  struct follow_state f = {.tty = isatty(STDOUT_FILENO) == 1 && !(term && !strcmp(term, "dumb")), .json = json};
+  /* Ctrl-C ends following (zmq_poll returns EINTR), so the line is ended */
+  struct sigaction sa = {.sa_handler = on_sigint}, old_sa;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_sa);
+  cli_set_link_fn(conn, on_link, &f);
   char err[800];
   json_t *reply = NULL;
   int r = cli_follow(conn, job, 0, on_event, &f, &reply, err, sizeof err);
+  cli_set_link_fn(conn, NULL, NULL);
+  sigaction(SIGINT, &old_sa, NULL);
   if (f.bar_drawn) {
     clear_bar(&f);
-    print_text(jk_display_line(f.d, 100));
-    fputs("\n", stdout);
+    print_text(bar_line(&f));
+    emit("\n");
   }
+  char name[32];
+  snprintf(name, sizeof name, "%s", sl_json_get_str(json_object_get(reply, "job"), "job", job));
   json_decref(reply);
   int rc = 0;
-  if (r < 0) {
+  if (!output_flushed()) {
+    rc = 1; /* main says why */
+  } else if (f.no_memory) {
+    fprintf(stderr, "spotlab logs: out of memory\n");
+    rc = 1;
+  } else if (r < 0) {
     fprintf(stderr, "spotlab logs: %s\n", err);
     rc = 1;
   } else if (strcmp(jk_display_state(f.d), "succeeded") != 0) {
-    fprintf(stderr, "spotlab logs: job %s %s%s%s\n", job, jk_display_state(f.d), *jk_display_reason(f.d) ? ": " : "",
-            jk_display_reason(f.d));
+    fprintf(stderr, "spotlab logs: job %s %s%s%s\n", name, jk_display_state(f.d),
+            *jk_display_reason(f.d) ? ": " : "", jk_display_reason(f.d));
     rc = 1;
   }
   jk_display_free(f.d);
@@ -219,14 +425,11 @@ static int logs(struct cli_conn *conn, const struct opts *o) {
     return logs_follow(conn, job, o->json);
   long long after = 0, first = 0;
   for (int page = 0; page < LOGS_MAX_PAGES; page++) {
-    json_t *reply = NULL;
-    char err[800];
     json_t *req = json_pack("{s:s, s:s, s:I, s:i}", "type", "logs", "job", job, "after", (json_int_t)after, "limit",
                             LOGS_PAGE);
-    if (cli_request(conn, req, TIMEOUT_MS, &reply, err, sizeof err) < 0) {
-      fprintf(stderr, "spotlab logs: %s\n", err);
+    json_t *reply = request(conn, "logs", req);
+    if (!reply)
       return 1;
-    }
     const json_t *events = json_object_get(reply, "events");
     size_t i;
     json_t *ev;
@@ -239,7 +442,7 @@ static int logs(struct cli_conn *conn, const struct opts *o) {
         print_text(jk_format_event(ev, first));
       after = (long long)sl_json_get_int(ev, "seq", after);
     }
-    bool more = sl_json_get_bool(reply, "more", false) && json_array_size(events);
+    bool more = sl_json_get_bool(reply, "more", false) && json_array_size(events) && !out_errno;
     json_decref(reply);
     if (!more)
       break;
@@ -254,13 +457,9 @@ static int show(struct cli_conn *conn, const struct opts *o) {
     fprintf(stderr, "usage: spotlab show JOB [--json]\n");
     return 2;
   }
-  json_t *reply = NULL;
-  char err[800];
-  if (cli_request(conn, json_pack("{s:s, s:s}", "type", "record", "job", o->pos[0]), TIMEOUT_MS, &reply, err,
-                  sizeof err) < 0) {
-    fprintf(stderr, "spotlab show: %s\n", err);
+  json_t *reply = request(conn, "show", json_pack("{s:s, s:s}", "type", "record", "job", o->pos[0]));
+  if (!reply)
     return 1;
-  }
   const json_t *rec = json_object_get(reply, "record");
   if (o->json)
     print_json(rec);
@@ -292,18 +491,16 @@ static int rerun(struct cli_conn *conn, const struct opts *o) {
     fprintf(stderr, "usage: spotlab rerun JOB [--force]\n");
     return 2;
   }
-  json_t *reply = NULL;
-  char err[800];
-  if (cli_request(conn, json_pack("{s:s, s:s, s:b}", "type", "rerun", "job", o->pos[0], "force", o->force),
-                  TIMEOUT_MS, &reply, err, sizeof err) < 0) {
-    fprintf(stderr, "spotlab rerun: %s\n", err);
+  json_t *reply = request(conn, "rerun", json_pack("{s:s, s:s, s:b}", "type", "rerun", "job", o->pos[0], "force",
+                                                    o->force));
+  if (!reply)
     return 1;
-  }
-  char job[32];
+  char err[800], job[32];
   snprintf(job, sizeof job, "%s", sl_json_get_str(reply, "job", ""));
   json_decref(reply);
   printf("%s: a rerun of %s (its spec, definitions and seed); waiting for it to start\n", job, o->pos[0]);
-  fflush(stdout);
+  if (!output_flushed())
+    return 1;
   struct rerun_wait w = {{0}, {0}};
   if (cli_follow(conn, job, 0, rerun_event, &w, NULL, err, sizeof err) < 0) {
     fprintf(stderr, "spotlab rerun: %s\n", err);
@@ -319,6 +516,26 @@ static int rerun(struct cli_conn *conn, const struct opts *o) {
 
 /* ---- the rest ----------------------------------------------------------- */
 
+/* Whether text is a duration as docs/admin.md writes one: digits, a
+ * fraction allowed, then a unit (ms, s, m, h, d) or none (seconds); no
+ * sign, space, exponent or hex. */
+static bool duration_text(const char *text) {
+  static const char *const units[] = {"", "ms", "s", "m", "h", "d"};
+  size_t n = strspn(text, "0123456789");
+  if (!n)
+    return false;
+  if (text[n] == '.') {
+    size_t frac = strspn(text + n + 1, "0123456789");
+    if (!frac)
+      return false;
+    n += 1 + frac;
+  }
+  for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+    if (!strcmp(text + n, units[i]))
+      return true;
+  return false;
+}
+
 static int inject(struct cli_conn *conn, const struct opts *o) {
   if (o->n_pos != 2 || (strcmp(o->pos[0], "preempt") != 0 && strcmp(o->pos[0], "kill") != 0 &&
                         strcmp(o->pos[0], "rebalance") != 0)) {
@@ -326,18 +543,24 @@ static int inject(struct cli_conn *conn, const struct opts *o) {
     return 2;
   }
   int64_t notice_us = 120 * SL_US_PER_S;
-  if (o->notice && (sl_time_parse_duration(o->notice, &notice_us) < 0 || notice_us < 0)) {
+  if (o->notice && strcmp(o->pos[0], "preempt") != 0) {
+    fprintf(stderr, "spotlab inject: --notice is for preempt only (%s gives no notice)\n", o->pos[0]);
+    return 2;
+  }
+  if (o->notice && (!duration_text(o->notice) || sl_time_parse_duration(o->notice, &notice_us) < 0)) {
     fprintf(stderr, "spotlab inject: --notice takes a duration such as 120s or 2m, not '%s'\n", o->notice);
     return 2;
   }
-  json_t *req = json_pack("{s:s, s:s, s:s, s:I}", "type", "inject", "action", o->pos[0], "instance", o->pos[1],
-                          "notice_s", (json_int_t)(notice_us / SL_US_PER_S));
-  json_t *reply = NULL;
-  char err[800];
-  if (cli_request(conn, req, TIMEOUT_MS, &reply, err, sizeof err) < 0) {
-    fprintf(stderr, "spotlab inject: %s\n", err);
-    return 1;
+  if (notice_us < NOTICE_MIN_US || notice_us > (int64_t)NOTICE_MAX_S * SL_US_PER_S) {
+    fprintf(stderr, "spotlab inject: --notice must be from 1s to %ds (24h), not '%s'"
+            " (spotlab inject kill takes an instance without notice)\n", NOTICE_MAX_S, o->notice);
+    return 2;
   }
+  json_t *req = json_pack("{s:s, s:s, s:s, s:f}", "type", "inject", "action", o->pos[0], "instance", o->pos[1],
+                          "notice_s", (double)notice_us / SL_US_PER_S);
+  json_t *reply = request(conn, "inject", req);
+  if (!reply)
+    return 1;
   printf("%s injected on %s\n", o->pos[0], o->pos[1]);
   json_decref(reply);
   return 0;
@@ -348,14 +571,32 @@ static int cancel(struct cli_conn *conn, const struct opts *o) {
     fprintf(stderr, "usage: spotlab cancel JOB\n");
     return 2;
   }
-  json_t *reply = NULL;
-  char err[800];
-  if (cli_request(conn, json_pack("{s:s, s:s}", "type", "cancel", "job", o->pos[0]), TIMEOUT_MS, &reply, err,
-                  sizeof err) < 0) {
-    fprintf(stderr, "spotlab cancel: %s\n", err);
+  json_t *reply = request(conn, "cancel", json_pack("{s:s, s:s}", "type", "cancel", "job", o->pos[0]));
+  if (!reply)
     return 1;
-  }
   printf("cancel requested for %s\n", o->pos[0]);
+  json_decref(reply);
+  return 0;
+}
+
+/* A listing of another user's (--user): an empty one names them, where the
+ * shared text says "of yours". */
+static int listing(struct cli_conn *conn, const char *cmd, json_t *req, const struct opts *o, const char *key,
+                   char *(*render)(const json_t *)) {
+  if (!o->user || o->json)
+    return simple(conn, cmd, req, o->json, key, render);
+  json_t *reply = request(conn, cmd, req);
+  if (!reply)
+    return 1;
+  char *text = render(reply);
+  char *yours = text && !json_array_size(json_object_get(reply, key)) ? strstr(text, " of yours ") : NULL;
+  if (yours) {
+    *yours = '\0';
+    printf("%s of %s's %s", text, o->user, yours + 10);
+    free(text);
+  } else {
+    print_text(text);
+  }
   json_decref(reply);
   return 0;
 }
@@ -367,12 +608,16 @@ static int sessions(struct cli_conn *conn, const struct opts *o) {
     fprintf(stderr, "usage: spotlab sessions [rm NAME] [--user USER] [--json]\n");
     return 2;
   }
+  if (o->n_pos && !*o->pos[1]) {
+    fprintf(stderr, "spotlab sessions rm: the session name is empty\n");
+    return 2;
+  }
   json_t *req = o->n_pos ? json_pack("{s:s, s:s}", "type", "session.delete", "session", o->pos[1])
                          : json_pack("{s:s}", "type", "sessions");
   if (req && o->user)
     json_object_set_new(req, "user", json_string(o->user));
   if (!o->n_pos)
-    return simple(conn, "sessions", req, o->json, "sessions", format_sessions);
+    return listing(conn, "sessions", req, o, "sessions", format_sessions);
   return simple(conn, "sessions rm", req, o->json, NULL, jk_format_session_deleted);
 }
 
@@ -383,12 +628,16 @@ static int data(struct cli_conn *conn, const struct opts *o) {
     fprintf(stderr, "usage: spotlab data [rm SHA256] [--user USER] [--json]\n");
     return 2;
   }
+  if (o->n_pos && !*o->pos[1]) {
+    fprintf(stderr, "spotlab data rm: the hash is empty\n");
+    return 2;
+  }
   json_t *req = o->n_pos ? json_pack("{s:s, s:s}", "type", "data.delete", "sha256", o->pos[1])
                          : json_pack("{s:s}", "type", "data.list");
   if (req && o->user)
     json_object_set_new(req, "user", json_string(o->user));
   if (!o->n_pos)
-    return simple(conn, "data", req, o->json, "uploads", format_uploads);
+    return listing(conn, "data", req, o, "uploads", format_uploads);
   return simple(conn, "data rm", req, o->json, NULL, jk_format_upload_deleted);
 }
 
@@ -411,6 +660,8 @@ static int budget(struct cli_conn *conn, const struct opts *o) {
 }
 
 static int run(const char *cmd, const struct opts *o) {
+  if (check_token() != 0)
+    return 2;
   if (!strcmp(cmd, "gateway"))
     return o->n_pos > 1 ? (fprintf(stderr, "spotlab gateway: unexpected argument '%s'\n", o->pos[1]), 2)
                         : cli_gateway(o->pos[0], o->force, o->json);
@@ -455,8 +706,7 @@ static int run(const char *cmd, const struct opts *o) {
   return rc;
 }
 
-int main(int argc, char **argv) {
-  sl_log_init("spotlab");
+static int command(int argc, char **argv) {
   if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
       strcmp(argv[1], "-h") == 0) {
     usage(argc < 2 ? stderr : stdout);
@@ -469,7 +719,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i + 1 < sizeof commands / sizeof *commands; i++) {
     if (strcmp(argv[1], commands[i].name) == 0) {
       struct opts o = {0};
-      if (parse(argc, argv, &o) != 0)
+      if (parse(argc, argv, commands[i].opts, &o) != 0)
         return 2;
       return run(argv[1], &o);
     }
@@ -477,4 +727,9 @@ int main(int argc, char **argv) {
   fprintf(stderr, "spotlab: unknown command '%s'\n\n", argv[1]);
   usage(stderr);
   return 2;
+}
+
+int main(int argc, char **argv) {
+  sl_log_init("spotlab");
+  return output_checked(command(argc, argv));
 }

@@ -10,7 +10,13 @@
  * an event already seen is dropped, and a gap (events lost on the way) or a
  * gateway that restarted and forgot the attachment (noticed by a ping every
  * few seconds, which says hello again) attaches again from the last seq
- * seen, so the gateway replays what is missing. */
+ * seen, so the gateway replays what is missing. The job is followed under
+ * the id the attach reply names (an alias such as J0000001 for J000001 is
+ * taken by the gateway, but its events carry the canonical id).
+ *
+ * While following, a ping unanswered for LINK_LOST_US (or failed) counts
+ * as the connection lost, and the next answer as it back: the owner's link
+ * callback hears each change once, not each retry. */
 #include "conn.h"
 
 #include <errno.h>
@@ -27,6 +33,7 @@
 
 #define FRAME_LIMIT (1u << 20)
 #define FOLLOW_PING_US (5 * SL_US_PER_S)
+#define LINK_LOST_US (3 * SL_US_PER_S)
 
 struct cli_conn {
   void *ctx, *sock;
@@ -42,6 +49,11 @@ struct cli_conn {
   int64_t last_seq;   /* newest event passed to on_event */
   bool resyncing;     /* attached again after a gap; its reply has not come */
   int64_t ping_at_us;
+  int64_t ping_id;      /* the ping waited for, or 0 */
+  int64_t ping_sent_us;
+  bool link_lost;
+  cli_link_fn on_link;
+  void *link_ud;
 };
 
 static int t_open(void *ud, const char *address) {
@@ -80,10 +92,31 @@ static int t_send(void *ud, const char *data, size_t len) {
 
 static const struct jk_gw_transport transport = {t_open, t_close, t_send, NULL};
 
+/* The link's state changed while following: tell the owner once. */
+static void set_link(struct cli_conn *c, bool lost) {
+  if (c->link_lost == lost || !c->following)
+    return;
+  c->link_lost = lost;
+  if (!lost)
+    c->ping_id = 0; /* a ping sent while lost is no measure of the link now */
+  if (c->on_link)
+    c->on_link(c->link_ud, !lost);
+}
+
 static void h_reply(void *ud, int64_t id, const json_t *reply, const char *error) {
   struct cli_conn *c = ud;
+  if (id == c->ping_id) {
+    c->ping_id = 0;
+    set_link(c, !reply); /* any answer, even a refusal, says the gateway is there */
+  }
   if (id != c->want)
     return;
+  if (reply)
+    set_link(c, false);
+  /* follow the job under the gateway's own name for it (the canonical id) */
+  const char *job = sl_json_get_str(json_object_get(reply, "job"), "job", "");
+  if (c->following && !error && *job && strlen(job) < sizeof c->follow_job)
+    snprintf(c->follow_job, sizeof c->follow_job, "%s", job);
   c->done = true;
   c->resyncing = false;
   json_decref(c->reply);
@@ -105,6 +138,7 @@ static void h_event(void *ud, const json_t *event) {
   struct cli_conn *c = ud;
   if (!c->following || c->stop || strcmp(sl_json_get_str(event, "job", ""), c->follow_job))
     return;
+  set_link(c, false);
   int64_t seq = sl_json_get_int(event, "seq", 0);
   if (seq <= c->last_seq)
     return; /* seen already (a replay after attaching again) */
@@ -123,6 +157,8 @@ static void h_event(void *ud, const json_t *event) {
 static void h_state(void *ud, bool ready, const char *why) {
   struct cli_conn *c = ud;
   (void)why;
+  if (c->following && c->done && !c->stop && !c->err[0])
+    set_link(c, !ready);
   if (ready && c->following && c->done && !c->stop && !c->err[0])
     reattach(c);
 }
@@ -156,6 +192,11 @@ struct cli_conn *cli_conn_free(struct cli_conn *c) {
 
 const char *cli_address(struct cli_conn *c) { return jk_gw_address(c->gw); }
 
+void cli_set_link_fn(struct cli_conn *c, cli_link_fn fn, void *ud) {
+  c->on_link = fn;
+  c->link_ud = ud;
+}
+
 /* Runs the loop until done (and, when following, until stop) or deadline. */
 static bool pump(struct cli_conn *c, int64_t deadline_us) {
   for (;;) {
@@ -165,14 +206,22 @@ static bool pump(struct cli_conn *c, int64_t deadline_us) {
     int64_t now = sl_time_mono_us();
     if (deadline_us && now >= deadline_us)
       return false;
+    if (c->following && c->done && c->ping_id && now - c->ping_sent_us >= LINK_LOST_US)
+      set_link(c, true);
     if (c->following && c->done && now >= c->ping_at_us) {
       /* a gateway that restarted answers SL_EAUTH: hello again, then h_state */
-      jk_gw_request(c->gw, json_pack("{s:s}", "type", "ping"), 0);
+      int64_t id = jk_gw_request(c->gw, json_pack("{s:s}", "type", "ping"), 0);
+      if (id > 0 && !c->ping_id) {
+        c->ping_id = id;
+        c->ping_sent_us = now;
+      }
       c->ping_at_us = now + FOLLOW_PING_US;
     }
     int64_t at = jk_gw_wake_at_us(c->gw);
     if (c->following && c->done && c->ping_at_us < at)
       at = c->ping_at_us;
+    if (c->following && c->done && c->ping_id && !c->link_lost && c->ping_sent_us + LINK_LOST_US < at)
+      at = c->ping_sent_us + LINK_LOST_US;
     if (deadline_us && deadline_us < at)
       at = deadline_us;
     long timeout = at == INT64_MAX ? 1000 : (long)((at - now + 999) / 1000);
@@ -217,16 +266,17 @@ static int finish(struct cli_conn *c, bool in_time, json_t **ret_reply, char *er
     return SL_ENOGATEWAY;
   }
   if (c->err[0]) {
+    bool refused = !c->reply && !strncmp(c->err, "the gateway refused", 19);
     if (c->reply)
       snprintf(err, err_size, "%s", c->err);
-    else if (!strncmp(c->err, "the gateway refused", 19)) /* it answered: not "no gateway" */
+    else if (refused) /* it answered: not "no gateway" */
       snprintf(err, err_size, "the spotlab gateway at %s%s", cli_address(c), c->err + 11);
     else /* the CLI never starts the per-user gateway: say how */
       snprintf(err, err_size, "no spotlab gateway at %s: %s%s", cli_address(c), c->err,
                jk_gw_is_embedded(c->gw) && strstr(c->err, "no gateway is running")
                    ? "; a notebook cell that needs it starts it, or run spotlab-gateway --embedded --daemon"
                    : "");
-    return c->reply ? SL_ESTATE : SL_ENOGATEWAY;
+    return c->reply ? SL_ESTATE : refused ? SL_EAUTH : SL_ENOGATEWAY;
   }
   if (ret_reply) {
     *ret_reply = c->reply;
@@ -254,6 +304,8 @@ int cli_follow(struct cli_conn *c, const char *job, int64_t after, cli_event_fn 
   c->last_seq = after;
   c->resyncing = false;
   c->ping_at_us = sl_time_mono_us() + FOLLOW_PING_US;
+  c->ping_id = 0;
+  c->link_lost = false;
   int r = start(c, json_pack("{s:s, s:s, s:I}", "type", "attach", "job", job, "after", (json_int_t)after));
   if (r < 0) {
     snprintf(err, err_size, "cannot send: %s", sl_strerror(r));
@@ -261,6 +313,7 @@ int cli_follow(struct cli_conn *c, const char *job, int64_t after, cli_event_fn 
   }
   c->following = true;
   bool ok = pump(c, 0);
+  c->link_lost = false;
   c->following = false;
   if (!ok && !c->err[0]) {
     snprintf(err, err_size, "interrupted");

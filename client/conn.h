@@ -12,6 +12,10 @@ struct cli_conn;
 /* Called for each event while following; return false to stop following. */
 typedef bool (*cli_event_fn)(void *ud, const json_t *event);
 
+/* Called while following when the gateway stops answering (up false) and
+ * when it answers again (up true): once per change, not per retry. */
+typedef void (*cli_link_fn)(void *ud, bool up);
+
 /* Connects lazily to SPOTLAB_GATEWAY or the embedded default; never starts
  * a gateway. NULL on OOM. */
 struct cli_conn *cli_conn_new(void);
@@ -19,10 +23,15 @@ struct cli_conn *cli_conn_free(struct cli_conn *c);
 
 /* Sends req (taken) and waits up to timeout_ms for its reply. On success
  * *ret_reply holds the owned reply. On failure returns negative and writes a
- * message for people into err. */
+ * message for people into err: SL_ENOGATEWAY when no gateway answered,
+ * SL_EAUTH when one answered but refused hello (the token), SL_ESTATE when
+ * it refused the request. */
 int cli_request(struct cli_conn *c, json_t *req, int timeout_ms, json_t **ret_reply, char *err, size_t err_size);
+/* fn (may be NULL) hears the link's changes while following; ud borrowed. */
+void cli_set_link_fn(struct cli_conn *c, cli_link_fn fn, void *ud);
 /* Attaches to job after seq `after` and calls fn for each event until fn
- * returns false. *ret_reply receives the attach reply (owned) when non-NULL.
+ * returns false. The events are those of the job the gateway's attach reply
+ * names, whatever alias of its id job is. *ret_reply receives the attach reply (owned) when non-NULL.
  * Returns 0 when fn stopped, negative on a failure (message in err). */
 int cli_follow(struct cli_conn *c, const char *job, int64_t after, cli_event_fn fn, void *ud,
                json_t **ret_reply, char *err, size_t err_size);

@@ -77,6 +77,8 @@ struct jk_gw {
   char user[128];
   char auth[160];          /* hello's secret for this connection; "" none */
   char last_error[600];
+  long n_malformed;         /* malformed messages dropped unreported (warned once) */
+  long n_malformed_attempt; /* dropped while waiting for hello's reply */
   struct pending p[MAX_PENDING];
   size_t n_p;
 };
@@ -115,9 +117,17 @@ static void drop_pending(struct jk_gw *gw, size_t i) {
   gw->n_p--;
 }
 
+/* Says how many more malformed messages were dropped since the warning. */
+static void report_malformed(struct jk_gw *gw) {
+  if (gw->n_malformed > 1)
+    sl_warn("kernel.gateway", "dropped %ld more malformed messages from %s", gw->n_malformed - 1, gw->addr);
+  gw->n_malformed = 0;
+}
+
 struct jk_gw *jk_gw_free(struct jk_gw *gw) {
   if (!gw)
     return NULL;
+  report_malformed(gw);
   if (gw->open)
     gw->t->close(gw->tud);
   while (gw->n_p)
@@ -204,6 +214,7 @@ static void fail_all(struct jk_gw *gw, const char *why) {
 
 /* Ends the attempt or connection: every outstanding request fails with why. */
 static void disconnect(struct jk_gw *gw, const char *why) {
+  report_malformed(gw);
   if (gw->open)
     gw->t->close(gw->tud);
   gw->open = false;
@@ -248,6 +259,7 @@ static int send_hello(struct jk_gw *gw, int64_t timeout_us) {
   gw->hello_deadline_us = sl_time_mono_us() + timeout_us;
   gw->hello_timeout_now_us = timeout_us;
   gw->state = JK_GW_CONNECTING;
+  gw->n_malformed_attempt = 0;
   return r;
 }
 
@@ -525,7 +537,12 @@ void jk_gw_input(struct jk_gw *gw, const char *data, size_t len) {
   json_t *msg = NULL;
   char why[128];
   if (sl_json_parse(data, len, JSON_DEPTH, &msg, why, sizeof why) < 0 || !json_is_object(msg)) {
-    sl_warn("kernel.gateway", "dropped a malformed gateway message: %s", msg ? "not an object" : why);
+    /* once per connection, then counted: a service that is no gateway may send thousands */
+    if (!gw->n_malformed++)
+      sl_warn("kernel.gateway", "dropped a malformed gateway message: %s (more are counted, not shown)",
+              msg ? "not an object" : why);
+    if (gw->state == JK_GW_CONNECTING)
+      gw->n_malformed_attempt++;
     json_decref(msg);
     return;
   }
@@ -590,9 +607,14 @@ static void reap_child(struct jk_gw *gw) {
 static void check_timeouts(struct jk_gw *gw, int64_t now) {
   if (gw->state == JK_GW_CONNECTING && now >= gw->hello_deadline_us) {
     char why[300];
-    snprintf(why, sizeof why, "no answer to hello within %.1fs%s",
-             (double)gw->hello_timeout_now_us / 1e6,
-             gw->attempt_spawned ? " (after starting spotlab-gateway --embedded --daemon)" : "");
+    if (gw->n_malformed_attempt)
+      snprintf(why, sizeof why, "it does not answer as a spotlab gateway (%ld messages that are not the "
+               "protocol's, no answer to hello within %.1fs)", gw->n_malformed_attempt,
+               (double)gw->hello_timeout_now_us / 1e6);
+    else
+      snprintf(why, sizeof why, "no answer to hello within %.1fs%s",
+               (double)gw->hello_timeout_now_us / 1e6,
+               gw->attempt_spawned ? " (after starting spotlab-gateway --embedded --daemon)" : "");
     if (gw->may_spawn && gw->attempt_may_spawn && gw->embedded && !gw->spawned)
       try_spawn(gw, why);
     else

@@ -297,8 +297,10 @@ static void on_cancel(struct gw_kreq *q) {
     gw_job_done(&tmp);
     return gw_kproto_fail(q, SL_ESTATE, msg);
   }
+  char id[16];
+  gw_job_id_str(j->id, id, sizeof id);
   gw_sched_cancel(q->g->env.sched, j);
-  gw_kproto_reply(q, NULL);
+  gw_kproto_reply(q, json_pack("{s:s}", "job", id)); /* its id as written: the request's may be an alias */
 }
 
 static void on_jobs(struct gw_kreq *q) {

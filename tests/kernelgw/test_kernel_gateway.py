@@ -287,7 +287,8 @@ def with_gateway(kernel_exe, cli_exe):
                   and "detached from J" in ev and "%attach" in ev, "interrupt detaches: " + ev)
             long_job = job_of(ev)
             content, msgs = k.run("%cancel " + str(long_job), timeout=60)
-            check(content["status"] == "ok", "%cancel")
+            check(content["status"] == "ok" and "cancel requested for %s" % long_job in stdout_of(msgs),
+                  "%%cancel names the job: %r" % stdout_of(msgs))
             check(wait_state(cli_exe, long_job, {"cancelled"}) == "cancelled", "the detached job was cancelled")
 
             rc, out, err = cli(cli_exe, "jobs", "--json")
