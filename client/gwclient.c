@@ -36,6 +36,7 @@
 #define MAX_PENDING 256
 #define MAX_FRAME_BYTES (1u << 20)
 #define JSON_DEPTH 32
+#define SPAWN_AGAIN_US (10 * SL_US_PER_S) /* the embedded gateway is started at most this often */
 #define MAX_TOKEN_BYTES 4096
 
 extern char **environ;
@@ -70,7 +71,7 @@ struct jk_gw {
   int64_t hello_id, hello_deadline_us, hello_timeout_now_us;
   bool want_connect;       /* start an attempt at the next tick */
   bool attempt_may_spawn;  /* the current attempt may start the gateway */
-  bool spawned;            /* started the embedded gateway already */
+  int64_t spawned_us;      /* when it last started the embedded gateway; 0: never */
   bool attempt_spawned;    /* the current attempt waits for the gateway it started */
   pid_t child;
   bool notify;             /* tell the handler about a state change at the next tick */
@@ -314,8 +315,16 @@ static int spawn_gateway(struct jk_gw *gw, char *why, size_t why_size) {
   }
   sl_info("kernel.gateway", "started %s --embedded --daemon (pid %d)", path, (int)pid);
   gw->child = pid;
-  gw->spawned = true;
+  gw->spawned_us = sl_time_mono_us();
   return 0;
+}
+
+/* Whether the embedded gateway may be started (again): once it stopped
+ * (`spotlab gateway stop`, its idle timeout), the next request that may
+ * start it does so; never twice within SPAWN_AGAIN_US, so a gateway that
+ * exits at once is not started in a loop. */
+static bool may_spawn_again(const struct jk_gw *gw) {
+  return !gw->spawned_us || sl_time_mono_us() - gw->spawned_us >= SPAWN_AGAIN_US;
 }
 
 /* Starts the embedded gateway; the hello goes out once its foreground
@@ -343,7 +352,7 @@ static void start_attempt(struct jk_gw *gw) {
   gw->want_connect = false;
   gw->attempt_spawned = false;
   resolve_address(gw);
-  bool can_spawn = gw->may_spawn && gw->attempt_may_spawn && gw->embedded && !gw->spawned;
+  bool can_spawn = gw->may_spawn && gw->attempt_may_spawn && gw->embedded && may_spawn_again(gw);
   bool missing = ipc_socket_missing(gw->addr);
   if (missing || ipc_socket_stale(gw->addr)) {
     if (can_spawn) {
@@ -415,6 +424,11 @@ int64_t jk_gw_request_data(struct jk_gw *gw, json_t *req, const void *data, size
   }
   if (copy)
     memcpy(copy, data, len);
+  /* a gateway on a socket file that is gone has stopped: no answer would come
+   * (a new gateway binds a new file), so the request reconnects, or fails at once */
+  if (gw->state == JK_GW_READY && ipc_socket_missing(gw->addr))
+    disconnect(gw, gw->embedded ? "the gateway has stopped (its socket file is gone)"
+                                : "the gateway there has stopped (its socket file is gone)");
   int64_t id = gw->next_id++;
   json_object_set_new(req, "id", json_integer(id));
   struct pending *p = &gw->p[gw->n_p++];
@@ -615,7 +629,7 @@ static void check_timeouts(struct jk_gw *gw, int64_t now) {
       snprintf(why, sizeof why, "no answer to hello within %.1fs%s",
                (double)gw->hello_timeout_now_us / 1e6,
                gw->attempt_spawned ? " (after starting spotlab-gateway --embedded --daemon)" : "");
-    if (gw->may_spawn && gw->attempt_may_spawn && gw->embedded && !gw->spawned)
+    if (gw->may_spawn && gw->attempt_may_spawn && gw->embedded && may_spawn_again(gw))
       try_spawn(gw, why);
     else
       disconnect(gw, why);

@@ -144,6 +144,7 @@ static void on_gw_state(void *ud, bool ready, const char *why) {
     jk_jobs_reattach(ip);
   } else {
     sl_debug("kernel.gateway", "gateway not available: %s", why ? why : "?");
+    jk_jobs_gateway_lost(ip, why);
   }
 }
 

@@ -144,6 +144,9 @@ enum jk_step jk_jobs_show(struct jk_interp *ip, const struct jk_stmt *s);
 void jk_jobs_reply(struct jk_interp *ip, int64_t id, const json_t *reply, const char *error);
 void jk_jobs_event(struct jk_interp *ip, const json_t *event);
 void jk_jobs_reattach(struct jk_interp *ip);
+/* The connection to the gateway is lost (why): a cell following a job says
+ * so, once until it is back. */
+void jk_jobs_gateway_lost(struct jk_interp *ip, const char *why);
 /* A session notice between cells (borrowed): folded into the timeline of the
  * last job display, which is updated in place. */
 void jk_jobs_notice(struct jk_interp *ip, const json_t *notice);

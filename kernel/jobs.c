@@ -586,10 +586,27 @@ void jk_jobs_reply(struct jk_interp *ip, int64_t id, const json_t *reply, const 
 void jk_jobs_reattach(struct jk_interp *ip) {
   struct jk_execution *x = ip->running;
   struct jk_follow *f = x ? x->follow : NULL;
+  if (f)
+    f->told_lost = false;
   /* a request in flight was resent after the hello and carries on */
   if (!f || !f->display || x->wait != JK_WAIT_JOB || x->gw_req)
     return;
   resync(ip);
+}
+
+void jk_jobs_gateway_lost(struct jk_interp *ip, const char *why) {
+  struct jk_execution *x = ip->running;
+  struct jk_follow *f = x ? x->follow : NULL;
+  if (!f || !f->display || x->wait != JK_WAIT_JOB || f->told_lost)
+    return;
+  f->told_lost = true;
+  const char *job = jk_display_job(f->display);
+  char *line = NULL;
+  if (asprintf(&line, "spotlab: the gateway is not available (%s); %s goes on on its worker, and this cell "
+                      "follows it again once a gateway runs (interrupt it to detach)\n",
+               why && *why ? why : "no answer", job) >= 0)
+    jk_exec_stream(ip, "stderr", line);
+  free(line);
 }
 
 void jk_jobs_notice_running(struct jk_interp *ip, const json_t *notice) {

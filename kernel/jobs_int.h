@@ -26,6 +26,7 @@ struct jk_follow {
   json_t *submit;          /* the submit (or rerun) request as sent, for one after an upload */
   struct jk_upload *upload; /* the data file being uploaded for the submit, or NULL */
   int64_t ping_id, ping_sent_us;
+  bool told_lost;          /* the cell said the gateway is gone; said again only after it came back */
   bool catching_up;        /* reading history (logs pages, then attach); live events wait */
   bool resyncing;          /* the catch-up follows a reconnect or a gap: failures are retried */
   bool resync_due;         /* retry the catch-up at the next ping */

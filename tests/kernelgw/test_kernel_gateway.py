@@ -526,6 +526,47 @@ def gateway_restart(kernel_exe, gateway_exe, cli_exe):
               "restart: %%attach of the job (%d events) shows every event once: %s" % (len(evs), again))
 
 
+def gateway_stopped(kernel_exe, cli_exe):
+    """`spotlab gateway stop --force` under a cell that follows a job: the cell says the
+    gateway is gone (once) instead of showing the job running; interrupted, the next cell
+    that needs a gateway starts the embedded one again at once (it waited 30 s for an
+    answer from the gone one), and that gateway has the job, still running on its worker."""
+    with KernelspecEnv(kernel_exe):
+        k = Kernel()
+        try:
+            content, _ = k.run('model m = gpt(layers=1, heads=2, dim=16, ctx=16)\ndata d = text("moby-dick")')
+            check(content["status"] == "ok", "stopped: definitions")
+            cell = Cell(k, "train m on d steps=10000000 batch=4")
+            running = cell.pump(lambda c: any("(running)" in t and shown_step(t) >= 1 for t in c.texts()), 120)
+            job = job_of(cell.texts()[-1]) if cell.texts() else None
+            check(running and job, "stopped: the job runs")
+            rc, out, err = cli(cli_exe, "gateway", "stop", "--force")
+            check(rc == 0, "stopped: spotlab gateway stop --force: %r %r" % (out, err))
+
+            def said(c):
+                return [m["content"]["text"] for m in c.msgs if m["msg_type"] == "stream" and
+                        "the gateway is not available" in m["content"]["text"]]
+            check(cell.pump(lambda c: said(c), 30), "stopped: the following cell says the gateway is gone")
+            cell.pump(lambda c: False, 12)  # more pings into the outage: it is said once
+            lines = said(cell)
+            check(len(lines) == 1 and str(job) in lines[0] and "goes on on its worker" in lines[0],
+                  "stopped: once, naming the job: %r" % lines)
+            k.km.interrupt_kernel()
+            check(cell.pump(Cell.done, 30), "stopped: the interrupted cell ends")
+            t0 = time.monotonic()
+            content, msgs = k.run("%jobs", timeout=60)
+            took = time.monotonic() - t0
+            check(content["status"] == "ok" and took < 20 and str(job) in stdout_of(msgs) + str(displays(msgs)),
+                  "stopped: %%jobs starts the gateway again and lists the job (%.1f s): %r" %
+                  (took, content.get("evalue")))
+            check(wait_state(cli_exe, job, {"running"}) == "running", "stopped: the job still runs")
+            content, msgs = k.run("%cancel " + str(job), timeout=60)
+            check(content["status"] == "ok", "stopped: %cancel")
+            check(wait_state(cli_exe, job, {"cancelled"}) == "cancelled", "stopped: the job cancelled")
+        finally:
+            k.close()
+
+
 def gpu_requests(kernel_exe, gateway_exe, cli_exe):
     """gpus= and precision= through the whole stack on the local provider, whose
     instances play GPU types on this machine: a job asking for more GPUs than its
@@ -995,6 +1036,7 @@ def main():
         if len(sys.argv) > 3:
             os.environ["SPOTLAB_GATEWAY_BIN"] = os.path.realpath(sys.argv[2])
             with_gateway(kernel_exe, os.path.realpath(sys.argv[3]))
+            gateway_stopped(kernel_exe, os.path.realpath(sys.argv[3]))
             stop_gateway(home)
             gateway_restart(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
             idle_notices(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
