@@ -175,6 +175,21 @@ static bool is_duration(const char *text) {
   return false;
 }
 
+/* Whole seconds s in the largest unit that divides them: "90s", "30d". */
+static const char *duration_text(double s, char *buf, size_t size) {
+  static const struct {
+    double s;
+    const char *unit;
+  } units[] = {{86400, "d"}, {3600, "h"}, {60, "m"}, {1, "s"}};
+  for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+    if (s >= units[i].s && s == (double)(long long)(s / units[i].s) * units[i].s) {
+      snprintf(buf, size, "%lld%s", (long long)(s / units[i].s), units[i].unit);
+      return buf;
+    }
+  snprintf(buf, size, "%gs", s);
+  return buf;
+}
+
 int sl_opt_parse_number(const char *name, const char *text, bool integer, double min, double max,
                         double *ret, char *err, size_t err_size) {
   char *end;
@@ -263,8 +278,9 @@ static int check_text(const struct sl_opt *o, const char *text, struct held *h, 
       return sl_err_say(why, why_size, SL_ECONFIG, "\"%s\" is not a duration (90s, 30m, 2h)", text);
     }
     if (has_bounds(o) && ((double)h->i < o->min * 1e6 || (double)h->i > o->max * 1e6)) {
-      return sl_err_say(why, why_size, SL_ECONFIG, "%s is out of range [%gs, %gs]", text, o->min,
-                        o->max);
+      char lo[32], hi[32];
+      return sl_err_say(why, why_size, SL_ECONFIG, "%s is out of range [%s, %s]", text,
+                        duration_text(o->min, lo, sizeof lo), duration_text(o->max, hi, sizeof hi));
     }
     break;
   case SL_OPT_FLAG: return sl_err_say(why, why_size, SL_ECONFIG, "takes no value");

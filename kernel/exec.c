@@ -93,8 +93,8 @@ static bool kind_fits(enum sl_opt_type want, enum jk_value_type t) {
 
 /* A value against its option's declaration (its kind, then bounds and
  * choices), as spotlab-train or the gateway would check it, so a cell fails
- * at once and says which line, and what is sent has the declared JSON type.
- * A duration's bounds are left to the gateway, which reads it. */
+ * at once and says which line, and what is sent has the declared JSON type;
+ * a duration against its bounds too (deadline=1000d). */
 static enum jk_step check_option(struct jk_interp *ip, const struct jk_option *o,
                                  const struct jk_value *v) {
   const struct sl_opt *d = jk_lang_option_decl(o->name);
@@ -112,7 +112,7 @@ static enum jk_step check_option(struct jk_interp *ip, const struct jk_option *o
     free(shown);
     return st;
   }
-  if (d->type == SL_OPT_DUR || d->type == SL_OPT_FLAG)
+  if (d->type == SL_OPT_FLAG || (d->type == SL_OPT_DUR && v->type != JK_VAL_DURATION))
     return JK_STEP_DONE;
   char *text = jk_value_to_text(v), err[600];
   if (!text)

@@ -71,7 +71,7 @@ static const struct sl_opt kernel_options[] = {
          "allowed instance types", "Restricts the choice to these types, in order of preference."),
     KOPT("region", SL_OPT_STR, 0, 0, NULL, "NAME", "us-east-1", CTX_RESOURCE, "cloud region",
          "Where workers are started."),
-    KOPT("deadline", SL_OPT_DUR, 0, 0, NULL, NULL, "3h", CTX_RESOURCE, "finish by then, at least cost",
+    KOPT("deadline", SL_OPT_DUR, 1, 30 * 86400, NULL, NULL, "3h", CTX_RESOURCE, "finish by then, at least cost",
          "Spot while the slack allows, on-demand when it no longer does, back to spot when safe; "
          "a deadline that not even on-demand can keep is refused at submit with the earliest "
          "possible finish."),

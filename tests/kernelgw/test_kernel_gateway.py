@@ -848,6 +848,13 @@ def scripted_gateway(kernel_exe):
                                       'train m on d steps=100', timeout=60)
                 check(content["status"] == "ok", "scripted: the cell follows the job to its end: %s" %
                       content.get("evalue"))
+                submits = sum(r["type"] == "submit" for r in gw.requests)
+                content, _ = k.run("train m on d steps=100 deadline=1000d", timeout=60)
+                check(content.get("ename") == "ValueError" and
+                      content.get("evalue") == "line 1: deadline: 1000d is out of range [1s, 30d]" and
+                      sum(r["type"] == "submit" for r in gw.requests) == submits,
+                      "scripted: a deadline past its bounds is refused at its line, before any submit: %s"
+                      % content.get("evalue"))
                 logs = [(r["after"], r.get("limit")) for r in gw.requests if r["type"] == "logs"]
                 attaches = [r["after"] for r in gw.requests if r["type"] == "attach"]
                 check(logs[:3] == [(0, 500), (500, 500), (1000, 500)] and attaches[:1] == [1200],
