@@ -27,6 +27,7 @@
 #include "gwrecord.h"
 #include "textbuf.h"
 #include "sl_json.h"
+#include "sl_opt.h"
 #include "sl_log.h"
 #include "sl_time.h"
 
@@ -150,6 +151,25 @@ static bool takes(const char *cmd, unsigned allowed, unsigned opt, const char *a
   return false;
 }
 
+/* Whether a is the option name, alone or as name=VALUE. */
+static bool is_option(const char *a, const char *name) {
+  size_t n = strlen(name);
+  return !strncmp(a, name, n) && (!a[n] || a[n] == '=');
+}
+
+/* The value of the option at argv[*i] (name=VALUE, or the next argument,
+ * which *i then passes); NULL after a usage message when there is none. */
+static const char *option_value(const char *cmd, const char *name, const char *example, int argc, char **argv,
+                                int *i) {
+  const char *a = argv[*i] + strlen(name);
+  if (*a == '=')
+    return a + 1;
+  if (*i + 1 < argc)
+    return argv[++*i];
+  fprintf(stderr, "spotlab %s: %s needs a value (%s %s)\n", cmd, name, name, example);
+  return NULL;
+}
+
 /* 0, or 2 after a usage message. */
 static int parse(int argc, char **argv, unsigned allowed, struct opts *o) {
   const char *cmd = argv[1];
@@ -167,28 +187,13 @@ static int parse(int argc, char **argv, unsigned allowed, struct opts *o) {
       if (!takes(cmd, allowed, OPT_FOLLOW, a))
         return 2;
       o->follow = true;
-    } else if (strcmp(a, "--notice") == 0 || strncmp(a, "--notice=", 9) == 0) {
-      if (!takes(cmd, allowed, OPT_NOTICE, "--notice"))
+    } else if (is_option(a, "--notice")) {
+      if (!takes(cmd, allowed, OPT_NOTICE, "--notice") ||
+          !(o->notice = option_value(cmd, "--notice", "120s", argc, argv, &i)))
         return 2;
-      if (a[8] == '=')
-        o->notice = a + 9;
-      else if (i + 1 < argc)
-        o->notice = argv[++i];
-      else {
-        fprintf(stderr, "spotlab %s: --notice needs a value (--notice 120s)\n", cmd);
+    } else if (is_option(a, "--user")) {
+      if (!takes(cmd, allowed, OPT_USER, "--user") || !(o->user = option_value(cmd, "--user", "NAME", argc, argv, &i)))
         return 2;
-      }
-    } else if (strcmp(a, "--user") == 0 || strncmp(a, "--user=", 7) == 0) {
-      if (!takes(cmd, allowed, OPT_USER, "--user"))
-        return 2;
-      if (a[6] == '=')
-        o->user = a + 7;
-      else if (i + 1 < argc)
-        o->user = argv[++i];
-      else {
-        fprintf(stderr, "spotlab %s: --user needs a value (--user NAME)\n", cmd);
-        return 2;
-      }
       if (!*o->user) {
         fprintf(stderr, "spotlab %s: --user needs a user name, not ''\n", cmd);
         return 2;
@@ -516,26 +521,6 @@ static int rerun(struct cli_conn *conn, const struct opts *o) {
 
 /* ---- the rest ----------------------------------------------------------- */
 
-/* Whether text is a duration as docs/admin.md writes one: digits, a
- * fraction allowed, then a unit (ms, s, m, h, d) or none (seconds); no
- * sign, space, exponent or hex. */
-static bool duration_text(const char *text) {
-  static const char *const units[] = {"", "ms", "s", "m", "h", "d"};
-  size_t n = strspn(text, "0123456789");
-  if (!n)
-    return false;
-  if (text[n] == '.') {
-    size_t frac = strspn(text + n + 1, "0123456789");
-    if (!frac)
-      return false;
-    n += 1 + frac;
-  }
-  for (size_t i = 0; i < sizeof units / sizeof *units; i++)
-    if (!strcmp(text + n, units[i]))
-      return true;
-  return false;
-}
-
 static int inject(struct cli_conn *conn, const struct opts *o) {
   if (o->n_pos != 2 || (strcmp(o->pos[0], "preempt") != 0 && strcmp(o->pos[0], "kill") != 0 &&
                         strcmp(o->pos[0], "rebalance") != 0)) {
@@ -547,7 +532,7 @@ static int inject(struct cli_conn *conn, const struct opts *o) {
     fprintf(stderr, "spotlab inject: --notice is for preempt only (%s gives no notice)\n", o->pos[0]);
     return 2;
   }
-  if (o->notice && (!duration_text(o->notice) || sl_time_parse_duration(o->notice, &notice_us) < 0)) {
+  if (o->notice && sl_opt_parse_duration(o->notice, &notice_us) < 0) {
     fprintf(stderr, "spotlab inject: --notice takes a duration such as 120s or 2m, not '%s'\n", o->notice);
     return 2;
   }

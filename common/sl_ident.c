@@ -133,3 +133,20 @@ int sl_build_id(const char *path, char *ret_hex, size_t size) {
 bool sl_sha256_hex_ok(const char *s) {
   return s && strlen(s) == SL_SHA256_HEX_LEN && strspn(s, "0123456789abcdef") == SL_SHA256_HEX_LEN;
 }
+
+char *sl_job_id_str(int64_t id, char *buf, size_t size) {
+  snprintf(buf, size, "J%06lld", (long long)id);
+  return buf;
+}
+
+int64_t sl_job_id_parse(const char *s) {
+  if (!s || s[0] != 'J' || strlen(s) < 7 || strlen(s) > 12)
+    return -1;
+  int64_t v = 0;
+  for (const char *p = s + 1; *p; p++) {
+    if (*p < '0' || *p > '9')
+      return -1;
+    v = v * 10 + (*p - '0');
+  }
+  return v > 0 ? v : -1;
+}

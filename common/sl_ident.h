@@ -12,6 +12,14 @@
 #define SL_SHA256_HEX_LEN 64
 #define SL_BUILD_ID_HEX_MAX 128 /* a build id note holds at most 64 bytes here */
 
+/* A job's id as written ("J000012"): 'J', then the number, at least six
+ * digits; the longest is SL_JOB_ID_MAX - 1 bytes. */
+#define SL_JOB_ID_MAX 24
+char *sl_job_id_str(int64_t id, char *buf, size_t size);
+/* The number of a job id as a user may write it (leading zeros as many as
+ * they like, "J0000012" for J000012: 7 to 12 bytes), or -1. */
+int64_t sl_job_id_parse(const char *s);
+
 /* Whether s is a SHA-256 as this project writes one: 64 lowercase hex digits. */
 bool sl_sha256_hex_ok(const char *s);
 /* The build id of the ELF file at path ("/proc/self/exe" for this program)

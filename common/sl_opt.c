@@ -164,15 +164,23 @@ static bool is_decimal(const char *text, int parts) {
   return n && !text[n];
 }
 
-/* Whether text is a duration as the tables write it: decimal digits (a fraction allowed),
- * then a unit or none (seconds): "1.5h", "90"; no sign, exponent or hex. */
+/* Whether text is a duration as the tables write it: decimal digits (a fraction allowed,
+ * with digits on both sides of its point), then a unit or none (seconds): "1.5h", "90"; no
+ * sign, exponent or hex. */
 static bool is_duration(const char *text) {
   static const char *const units[] = {"", "ms", "s", "m", "h", "d"};
   size_t n = decimal_len(text, NUM_FRACTION);
+  const char *dot = memchr(text, '.', n);
+  if (dot && (dot == text || dot + 1 == text + n)) /* "1.5h", never ".5h" or "5.h" */
+    return false;
   for (size_t i = 0; n && i < sizeof units / sizeof *units; i++)
     if (!strcmp(text + n, units[i]))
       return true;
   return false;
+}
+
+int sl_opt_parse_duration(const char *text, int64_t *ret_us) {
+  return is_duration(text) && sl_time_parse_duration(text, ret_us) == 0 ? 0 : -EINVAL;
 }
 
 /* Whole seconds s in the largest unit that divides them: "90s", "30d". */
@@ -274,7 +282,7 @@ static int check_text(const struct sl_opt *o, const char *text, struct held *h, 
     }
     break;
   case SL_OPT_DUR:
-    if (!is_duration(text) || sl_time_parse_duration(text, &h->i) < 0) {
+    if (sl_opt_parse_duration(text, &h->i) < 0) {
       return sl_err_say(why, why_size, SL_ECONFIG, "\"%s\" is not a duration (90s, 30m, 2h)", text);
     }
     if (has_bounds(o) && ((double)h->i < o->min * 1e6 || (double)h->i > o->max * 1e6)) {

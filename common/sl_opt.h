@@ -80,6 +80,10 @@ int sl_opt_check(const struct sl_opt *o, const char *text, char *err, size_t err
 int sl_opt_set_json(const struct sl_opt *o, void *base, const json_t *v, char *err, size_t err_size);
 /* text as a number (an integer when integer) in [min, max]; messages as
  * sl_opt_set's ("slots: 1000 is out of range [0, 64]"). */
+/* A duration as the options write one (decimal digits, a fraction allowed,
+ * then ms, s, m, h, d or no unit for seconds: "120s", "1.5h"; no sign,
+ * blank, exponent or hex) into *ret_us: 0, or -EINVAL. */
+int sl_opt_parse_duration(const char *text, int64_t *ret_us);
 int sl_opt_parse_number(const char *name, const char *text, bool integer, double min, double max,
                         double *ret, char *err, size_t err_size);
 

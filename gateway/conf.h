@@ -201,6 +201,10 @@ const char *gw_config_hook_event_name(enum gw_hook_event e);
 /* Whether s can name a user, group, webhook or provider section: 1 to
  * GW_NAME_MAX - 1 of A-Z, a-z, 0-9, '_', '.' and '-'. */
 bool gw_config_valid_name(const char *s);
+/* Whether v is an http:// or https:// URL with a host and no blank or
+ * control byte (it goes into a request line), as the file's URLs must be:
+ * 0, or SL_ECONFIG with why. For one from elsewhere (JUPYTERHUB_API_URL). */
+int gw_conf_check_hook_url(const char *v, char *why, size_t size);
 /* Effective idle timeouts for a user (group values override [idle]). */
 int64_t gw_config_notebook_timeout_us(const struct gw_config *c, const char *user);
 int64_t gw_config_worker_timeout_us(const struct gw_config *c, const char *user);

@@ -35,7 +35,6 @@ int gw_conf_check_types(const char *v, char *why, size_t size);   /* instance ty
 int gw_conf_check_alert_at(const char *v, char *why, size_t size);/* budget alert percentages */
 int gw_conf_check_yes_no(const char *v, char *why, size_t size);
 int gw_conf_check_auto_yes_no(const char *v, char *why, size_t size);
-int gw_conf_check_hook_url(const char *v, char *why, size_t size);
 int gw_conf_check_events(const char *v, char *why, size_t size);
 int gw_conf_check_name(const char *v, char *why, size_t size);
 int gw_conf_check_hex64(const char *v, char *why, size_t size);   /* 64 hex digits */

@@ -78,11 +78,8 @@ int gw_hub_new(const struct gw_config *cfg, struct gw_httpc *http, struct gw_hub
              " service has it; else set [hub] url = http://HUB:8081/hub/api)");
     return SL_ECONFIG;
   }
-  bool control = false; /* a byte that would end or split the request line */
-  for (const unsigned char *c = (const unsigned char *)url; *c; c++)
-    control |= *c <= 0x20 || *c == 0x7f;
-  if ((strncmp(url, "http://", 7) && strncmp(url, "https://", 8)) ||
-      strlen(url) >= sizeof ((struct gw_hub *)0)->url || control) {
+  char why[300];
+  if (strlen(url) >= sizeof ((struct gw_hub *)0)->url || gw_conf_check_hook_url(url, why, sizeof why) < 0) {
     snprintf(err, err_size, "%s = \"%.200s\" is not an http:// or https:// URL", from, url);
     return SL_ECONFIG;
   }

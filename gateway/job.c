@@ -2,6 +2,8 @@
  * The summary lists exactly the fields of protocols.md §1. */
 #include "job.h"
 
+#include "sl_ident.h"
+
 #include "sl_json.h"
 
 #include <stdio.h>
@@ -30,22 +32,9 @@ bool gw_job_state_final(enum gw_job_state s) {
   return s == GW_JOB_SUCCEEDED || s == GW_JOB_FAILED || s == GW_JOB_CANCELLED;
 }
 
-char *gw_job_id_str(int64_t id, char *buf, size_t size) {
-  snprintf(buf, size, "J%06lld", (long long)id);
-  return buf;
-}
+char *gw_job_id_str(int64_t id, char *buf, size_t size) { return sl_job_id_str(id, buf, size); }
 
-int64_t gw_job_id_parse(const char *s) {
-  if (!s || s[0] != 'J' || strlen(s) < 7 || strlen(s) > 12)
-    return -1;
-  int64_t v = 0;
-  for (const char *p = s + 1; *p; p++) {
-    if (*p < '0' || *p > '9')
-      return -1;
-    v = v * 10 + (*p - '0');
-  }
-  return v > 0 ? v : -1;
-}
+int64_t gw_job_id_parse(const char *s) { return sl_job_id_parse(s); }
 
 json_t *gw_job_summary(const struct gw_job *j) {
   char id[16];

@@ -12,6 +12,7 @@
 
 #include "gwformat.h"
 #include "gwrecord.h"
+#include "sl_ident.h"
 #include "sl_json.h"
 
 /* ---- replies ------------------------------------------------------------ */
@@ -195,7 +196,10 @@ enum jk_step jk_magic_attach(struct jk_interp *ip, const struct jk_stmt *s) {
     return jk_exec_fail(ip, "ValueError", "%%%s takes a job id such as J000012", s->name);
   if (!jk_jobs_follow_new(ip))
     return jk_exec_fail(ip, "MemoryError", "out of memory");
-  return jk_jobs_start_follow(ip, a);
+  /* the id as the gateway writes it, which its events carry (J0000012 is J000012) */
+  char id[SL_JOB_ID_MAX];
+  int64_t n = sl_job_id_parse(a);
+  return jk_jobs_start_follow(ip, n > 0 ? sl_job_id_str(n, id, sizeof id) : a);
 }
 
 /* %rerun JOB [force]: a rerun is submitted, then followed as a job

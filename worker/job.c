@@ -12,7 +12,8 @@
  * names its newest step metric and checkpoint) and its sent step metrics, and
  * sends the done again every DONE_RESEND_US, until the gateway answers
  * done_recorded: a gateway that died with them in flight, or that cannot
- * write them yet, hears them again. Its checkpoints are job_ckpt.c's. */
+ * write them yet, hears them again. Its checkpoints are job_ckpt.c's, its
+ * output lines job_output.c's. */
 #include "job_int.h"
 
 #include "conf.h"
@@ -44,7 +45,6 @@
 #define TOPIC "worker"
 #define ENV_MAX 4096
 #define ASSIGN_ENV_MAX 64
-#define RESULT_TEXT_MAX (64 * 1024)
 #define DONE_RESEND_US (2 * SL_US_PER_S)
 #define LAST_ACK_WAIT_US (3 * SL_US_PER_S)
 
@@ -415,44 +415,6 @@ void wk_job_send_metric(struct wk_job *j, json_t *data) {
   wk_job_send(j, m, false);
 }
 
-static void send_output(struct wk_job *j, enum wk_stream s, json_t *text) {
-  json_t *m = wk_job_msg_new(j, "output");
-  json_object_set_new(m, "stream", json_string(s == WK_STREAM_STDOUT ? "stdout" : "stderr"));
-  json_object_set_new(m, "text", text);
-  wk_job_send(j, m, false);
-}
-
-/* Says how many lines the rate limit dropped; at the end (last) the newest
- * of them follow, as the script wrote them. */
-static void flush_dropped(struct wk_job *j, bool last) {
-  uint64_t d = wk_relay_take_dropped(j->relay);
-  size_t n = last ? j->held_n : 0;
-  if (d) {
-    char text[128];
-    snprintf(text, sizeof text, "[spotlab-worker: %llu output lines dropped%s]", (unsigned long long)d,
-             n ? "; the last of them follow" : "");
-    send_output(j, WK_STREAM_STDERR, json_string(text));
-  }
-  for (size_t i = 0; i < n; i++) {
-    const struct held_line *h = &j->held[(j->held_next + HELD_LINES - n + i) % HELD_LINES];
-    send_output(j, h->stream, wk_relay_text(h->text, h->len, WK_OUTPUT_LINE_MAX));
-  }
-  j->held_n = 0;
-}
-
-/* A dropped line, kept among the newest HELD_LINES. */
-static void hold_line(struct wk_job *j, enum wk_stream s, const char *line, size_t len) {
-  struct held_line *h = &j->held[j->held_next];
-  if (!h->text && !(h->text = malloc(WK_OUTPUT_LINE_MAX)))
-    return;
-  h->stream = s;
-  h->len = len < WK_OUTPUT_LINE_MAX ? len : WK_OUTPUT_LINE_MAX;
-  memcpy(h->text, line, h->len);
-  j->held_next = (j->held_next + 1) % HELD_LINES;
-  if (j->held_n < HELD_LINES)
-    j->held_n++;
-}
-
 static void on_metrics_line(struct wk_job *j, const char *line, size_t len) {
   json_t *obj = NULL;
   if (sl_json_parse(line, len, 8, &obj, NULL, 0) < 0 || !json_is_object(obj)) {
@@ -490,76 +452,13 @@ static void on_metrics_line(struct wk_job *j, const char *line, size_t len) {
   wk_job_send_metric(j, wk_relay_metric(j->relay, obj, urgent, now));
 }
 
-static void keep_result_text(struct wk_job *j, const char *line, size_t len) {
-  if (!j->result_text && !(j->result_text = malloc(RESULT_TEXT_MAX + 1))) return;
-  size_t room = RESULT_TEXT_MAX - j->result_len;
-  if (j->result_len && room) j->result_text[j->result_len++] = '\n', room--;
-  if (len > room) len = room;
-  memcpy(j->result_text + j->result_len, line, len);
-  j->result_len += len;
-  j->result_text[j->result_len] = 0;
-}
-
-/* The last STDERR_TAIL bytes of stderr, whole lines: a failure's message. */
-static void keep_stderr_tail(struct wk_job *j, const char *line, size_t len) {
-  if (len > STDERR_TAIL - 1) {
-    line += len - (STDERR_TAIL - 1);
-    len = STDERR_TAIL - 1;
-  }
-  size_t need = j->tail_len + len + 1;
-  if (need > STDERR_TAIL) {
-    size_t drop = need - STDERR_TAIL;
-    char *nl = memchr(j->tail + drop, '\n', j->tail_len - drop);
-    drop = nl ? (size_t)(nl - j->tail) + 1 : j->tail_len;
-    memmove(j->tail, j->tail + drop, j->tail_len - drop);
-    j->tail_len -= drop;
-  }
-  if (j->tail_len) j->tail[j->tail_len++] = '\n';
-  memcpy(j->tail + j->tail_len, line, len);
-  j->tail_len += len;
-}
-
-/* A line longer than an output message takes: its start, and a note of
- * the cut (cut: longer than WK_LINE_MAX, so its length is not known). */
-static json_t *cut_line(const char *line, size_t len, bool cut) {
-  json_t *start = wk_relay_text(line, len, WK_OUTPUT_LINE_MAX);
-  if (!cut && len <= WK_OUTPUT_LINE_MAX)
-    return start;
-  char note[128];
-  snprintf(note, sizeof note, " [spotlab-worker: a line of %s%zu bytes, cut after its first %zu]",
-           cut ? "more than " : "", len, json_string_length(start));
-  size_t n = json_string_length(start), k = strlen(note);
-  char *both = malloc(n + k);
-  if (!both)
-    return start;
-  memcpy(both, json_string_value(start), n);
-  memcpy(both + n, note, k);
-  json_t *v = json_stringn(both, n + k);
-  free(both);
-  if (!v)
-    return start;
-  json_decref(start);
-  return v;
-}
-
-static void on_output_line(struct wk_job *j, enum wk_stream s, const char *line, size_t len, bool cut) {
-  if (s == WK_STREAM_STDOUT && j->kind == WK_KIND_SAMPLE) keep_result_text(j, line, len);
-  if (s == WK_STREAM_STDERR) keep_stderr_tail(j, line, len);
-  if (!wk_relay_line(j->relay, sl_time_mono_us())) {
-    hold_line(j, s, line, len);
-    return;
-  }
-  flush_dropped(j, false);
-  send_output(j, s, cut_line(line, len, cut));
-}
-
 static void on_line(void *ctx, enum wk_stream s, const char *line, size_t len, bool truncated) {
   struct wk_job *j = ctx;
   if (s == WK_STREAM_METRICS) {
     if (!truncated) on_metrics_line(j, line, len);
     return;
   }
-  on_output_line(j, s, line, len, truncated);
+  wk_job_output_line(j, s, line, len, truncated);
 }
 
 void wk_job_readable(struct wk_job *j, enum wk_stream s) {
@@ -615,7 +514,7 @@ static const char *final_status(struct wk_job *j, int st, char *msg, size_t size
 
 static void finish(struct wk_job *j) {
   wk_job_send_metric(j, wk_relay_pending(j->relay, 0, true));
-  flush_dropped(j, true);
+  wk_job_flush_dropped(j, true);
   if (j->files) {
     uint64_t bytes = 0;
     int r = wk_filesync_sync(j->files, &bytes);

@@ -1,6 +1,7 @@
 /* The inside of a job, shared by its files: job.c (its life: spawn, the
- * child's streams, the end) and job_ckpt.c (its checkpoints: restore,
- * upload, prune, the orphan copy). Nothing else includes this header. */
+ * child's streams, the end), job_ckpt.c (its checkpoints: restore, upload,
+ * prune, the orphan copy), job_data.c (its uploaded data files) and
+ * job_output.c (its output lines). Nothing else includes this header. */
 #ifndef WK_JOB_INT_H
 #define WK_JOB_INT_H
 
@@ -100,6 +101,14 @@ void wk_job_send(struct wk_job *j, json_t *m, bool reliable);
 void wk_job_send_metric(struct wk_job *j, json_t *data);
 /* SIGTERM to the child; SIGKILL at kill_at (an earlier one stays). */
 void wk_job_terminate(struct wk_job *j, int64_t kill_at);
+
+/* job_output.c */
+#define RESULT_TEXT_MAX (64 * 1024)
+/* A line the child wrote on stdout or stderr (cut: longer than WK_LINE_MAX). */
+void wk_job_output_line(struct wk_job *j, enum wk_stream s, const char *line, size_t len, bool cut);
+/* Says how many lines the rate limit dropped; at the end (last) the newest
+ * of them follow, as the script wrote them. */
+void wk_job_flush_dropped(struct wk_job *j, bool last);
 
 /* job_data.c */
 /* For an assign whose spec names an uploaded data file ("data_upload"):

@@ -327,6 +327,9 @@ static void test_numbers(void) {
   expect_error("[idle]\nworker_timeout = 0x100\n", "worker_timeout: \"0x100\" is not a duration", 2);
   expect_error("[idle]\nworker_timeout = 1e3s\n", "is not a duration", 2);
   expect_error("[idle]\nworker_timeout = 1e3\n", "is not a duration", 2);
+  /* a fraction has digits on both sides of its point, as docs/admin.md writes one */
+  expect_error("[idle]\nworker_timeout = .5m\n", "worker_timeout: \".5m\" is not a duration", 2);
+  expect_error("[idle]\nworker_timeout = 5.m\n", "worker_timeout: \"5.m\" is not a duration", 2);
   expect_error("[idle]\nworker_timeout = +5m\n", "is not a duration", 2);
   expect_error("[budget]\nmonthly_usd = 0x10\n", "monthly_usd: \"0x10\" is not a number", 2);
   expect_error("[budget]\nmonthly_usd = inf\n", "is not a number", 2);

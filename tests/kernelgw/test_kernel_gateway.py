@@ -517,8 +517,9 @@ def gateway_restart(kernel_exe, gateway_exe, cli_exe):
         check(final.count("succeeded at step") == 1 and final.count("(1 so far)") == 1 and
               "preempted" not in final, "restart: no event shown twice, no preemption")
         # %attach of the finished job reads its history (in pages of 500
-        # events) and shows the same
-        content, msgs = k.run("%attach " + str(job), timeout=120)
+        # events) and shows the same; named by an alias of its id (J0000005
+        # for J000005), whose events carry the id as the gateway writes it
+        content, msgs = k.run("%attach J0" + str(job)[1:], timeout=120)
         again = displays(msgs)[-1]["content"]["data"]["text/plain"] if displays(msgs) else ""
         check(content["status"] == "ok" and len(evs) > 500 and
               again.split("timeline:")[-1] == final.split("timeline:")[-1] and
