@@ -34,6 +34,7 @@ struct args {
   const char *trace, *type;
   struct sim_job job;
   bool auto_every, json, events;
+  bool unknown_type; /* the catalog has no --type: a usage error */
   double timeout_s;
   struct sim_trace *capacity; /* what the trace offers, for the default timeout */
 };
@@ -148,21 +149,49 @@ static int request(struct cli_conn *c, json_t *req, json_t **ret) {
   return 0;
 }
 
-/* Young/Daly: interval ≈ sqrt(2 × checkpoint time × mean time to preemption),
- * with the mean the provider derives from the trace for this type. */
-static int auto_interval(struct cli_conn *c, struct args *a) {
+/* The market's entry for --type: -ENOENT and unknown_type, said on stderr,
+ * when the catalog has no such type. With --checkpoint-every auto, the interval by
+ * Young/Daly: sqrt(2 × checkpoint time × mean time to preemption), with the
+ * mean the provider derives from the trace for this type. */
+static bool listed(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
+    if ((p == list || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0'))
+      return true;
+  return false;
+}
+
+static int check_type(struct cli_conn *c, struct args *a) {
   json_t *reply = NULL;
   int r = request(c, json_pack("{s:s}", "type", "market"), &reply);
   if (r < 0)
     return r;
   double mttp = 0;
+  bool found = false;
   size_t i;
   json_t *t;
+  char offered[512] = "";
+  size_t used = 0;
   json_array_foreach(json_object_get(reply, "types"), i, t) {
-    if (!strcmp(sl_json_get_str(t, "type", ""), a->type))
+    const char *name = sl_json_get_str(t, "type", "");
+    if (!strcmp(name, a->type)) {
+      found = true;
       mttp = sl_json_get_num(t, "mean_time_to_preempt_s", 0);
+    }
+    if (used < sizeof offered && !listed(offered, name)) { /* one entry a zone */
+      int n = snprintf(offered + used, sizeof offered - used, "%s%s", used ? ", " : "", name);
+      used += n > 0 ? (size_t)n : 0;
+    }
   }
   json_decref(reply);
+  if (!found) {
+    fprintf(stderr, "spotlab-sim: --type %s: no such instance type is offered (offered: %s)\n", a->type,
+            offered[0] ? offered : "none");
+    a->unknown_type = true;
+    return -ENOENT;
+  }
+  if (!a->auto_every)
+    return 0;
   double c_s = a->job.checkpoint_s > 0 ? a->job.checkpoint_s : a->job.step_s;
   if (mttp <= 0) {
     a->job.checkpoint_every = 0; /* the trace never takes capacity away */
@@ -223,7 +252,7 @@ static int simulate(struct args *a, struct sim_report *rep) {
   int r = 0;
   char *script = NULL;
   json_t *reply = NULL;
-  if (a->auto_every && (r = auto_interval(c, a)) < 0)
+  if ((r = check_type(c, a)) < 0)
     goto out;
   if (!(script = sim_job_script(&a->job))) {
     r = -ENOMEM;
@@ -295,7 +324,7 @@ int main(int argc, char **argv) {
   h = sim_home_free(h);
   a.capacity = sim_trace_free(a.capacity);
   if (r < 0)
-    return 1;
+    return a.unknown_type ? 2 : 1;
   if (a.json) {
     json_t *j = sim_report_json(&rep);
     char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;

@@ -131,11 +131,19 @@ def late_capacity(sim, traces):
           f"then {rep['steps_executed']} steps, {rep['wall_s']:.1f} s wall in all")
 
 
+def unknown_type(sim, traces):
+    # A type the catalog does not offer is a usage error, named before any job.
+    _, err = run_sim(sim, os.path.join(traces, REAL), "--steps", "3", "--type", "p9.nope", expect=2)
+    require("--type p9.nope" in err and "p3.2xlarge" in err, "the error names the type and what is offered", err)
+    require(err.count("p3.2xlarge") == 1, "each offered type named once", err)
+
+
 def main():
     sim, traces = sys.argv[1], sys.argv[2]
     if sys.argv[3:] == ["late-capacity"]:
         late_capacity(sim, traces)
         return
+    unknown_type(sim, traces)
     synthetic(sim)
     waiting(sim)
     real(sim, traces)
