@@ -168,6 +168,9 @@ int gw_store_upload_find(struct gw_store *s, const char *user, const char *prefi
  * marked, once its object is gone. */
 int gw_store_upload_deleting(struct gw_store *s, const char *user, const char *sha256, bool deleting);
 int gw_store_upload_forget(struct gw_store *s, const char *user, const char *sha256);
+/* Of the SHA-256s in shas (an array of strings), those that no stored file
+ * has (no row, or rows being deleted): an owned array, in their order. */
+int gw_store_uploads_unknown(struct gw_store *s, const json_t *shas, json_t **ret);
 /* Per user with stored files (user NULL: every one; else that one), the
  * most bytes first: owned [{"user", "files", "bytes"}] (the table alone:
  * cheap enough for every metrics scrape). */

@@ -4,6 +4,7 @@
 #include "store_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A row marked for deletion that a submit names again is stored content
@@ -113,6 +114,31 @@ int gw_store_upload_find(struct gw_store *s, const char *user, const char *prefi
   if (rc != SQLITE_DONE && rc != SQLITE_ROW)
     return gw_store_db_err(s, "read the stored data files");
   return found == 0 ? SL_ENAME : found > 1 ? SL_EMISMATCH : 0;
+}
+
+int gw_store_uploads_unknown(struct gw_store *s, const json_t *shas, json_t **ret) {
+  *ret = NULL;
+  char *list = json_dumps(shas, JSON_COMPACT);
+  sqlite3_stmt *st = list ? prep(s, "SELECT j.value FROM json_each(?1) AS j WHERE j.type='text' AND NOT EXISTS"
+                                    " (SELECT 1 FROM uploads WHERE sha256=j.value AND deleting=0) ORDER BY j.key")
+                          : NULL;
+  if (!st) {
+    free(list);
+    return list ? SL_ESQLITE : -ENOMEM;
+  }
+  bind_text(st, 1, list);
+  json_t *out = json_array();
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    json_array_append_new(out, json_string((const char *)sqlite3_column_text(st, 0)));
+  sqlite3_finalize(st);
+  free(list);
+  if (rc != SQLITE_DONE) {
+    json_decref(out);
+    return gw_store_db_err(s, "read the stored data files");
+  }
+  *ret = out;
+  return 0;
 }
 
 int gw_store_upload_deleting(struct gw_store *s, const char *user, const char *sha256, bool deleting) {

@@ -13,6 +13,7 @@
 #include "record.h"
 
 #include "sl_err.h"
+#include "sl_ident.h"
 #include "sl_json.h"
 #include "sl_log.h"
 #include "sl_time.h"
@@ -23,6 +24,7 @@
 
 #define T "gateway.worker"
 #define REREGISTER_EVERY_US (100 * SL_US_PER_MS)
+#define DATA_COPIES_MAX 1024 /* of a register's "data", as in a data_forget */
 
 
 struct gw_wproto *gw_wproto_new(const struct gw_config *cfg, struct gw_store *store,
@@ -101,6 +103,38 @@ static void check_gpus(struct gw_wproto *g, struct gw_inst *in, const json_t *bo
   }
 }
 
+/* The copies of stored data files a registering worker names ("data"):
+ * those deleted from the store while it was out of touch (no stored file
+ * has them any more) are forgotten there too. */
+static void forget_unknown_data(struct gw_wproto *g, struct gw_inst *in, const json_t *data) {
+  if (!json_is_array(data) || !json_array_size(data))
+    return;
+  json_t *shas = json_array();
+  size_t i;
+  json_t *v;
+  json_array_foreach(data, i, v) {
+    if (i == DATA_COPIES_MAX)
+      break;
+    if (sl_sha256_hex_ok(json_string_value(v)))
+      json_array_append(shas, v);
+  }
+  json_t *gone = NULL;
+  int r = gw_store_uploads_unknown(g->store, shas, &gone);
+  json_decref(shas);
+  if (r < 0) {
+    sl_warn(T, "%s: cannot tell which of its data copies were deleted: %s", in->row.id, sl_strerror(r));
+    return;
+  }
+  if (json_array_size(gone)) {
+    sl_info(T, "%s: %zu of its data copies were deleted from the store; it forgets them", in->row.id,
+            json_array_size(gone));
+    json_t *m = json_pack("{s:s,s:O}", "type", "data_forget", "sha256", gone);
+    gw_fleet_send(g->fleet, in, m);
+    json_decref(m);
+  }
+  json_decref(gone);
+}
+
 static void on_register(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   bool was_registered = in->registered;
   in->registered = true;
@@ -153,6 +187,7 @@ static void on_register(struct gw_wproto *g, struct gw_inst *in, const json_t *b
                             (json_int_t)g->cfg->heartbeat_ms, "jobs", recorded);
   gw_fleet_send(g->fleet, in, reply);
   json_decref(reply);
+  forget_unknown_data(g, in, json_object_get(body, "data"));
   if (!was_registered)
     sl_info(T, "worker %s registered", in->row.id);
   struct gw_job *j = in->row.job ? gw_fleet_job(g->fleet, in->row.job) : NULL;

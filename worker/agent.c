@@ -56,6 +56,7 @@
 #define OUTBOX_MAX 1024
 #define END_ACK_WAIT_US (2 * SL_US_PER_S) /* a stopping worker's wait for done_recorded */
 #define SILENT_INTERVALS 10
+#define DATA_FORGET_MAX 1024 /* hashes in a data_forget, and copies named in a register */
 #define FIXED_ITEMS 6 /* socket, signals, notices, link monitor, presigner's link monitor and socket */
 #define POLL_MAX (FIXED_ITEMS + MAX_JOBS * WK_STREAM_N)
 #define END_HOLD_US (200 * SL_US_PER_MS) /* a held done goes out this long before exit_by */
@@ -158,6 +159,10 @@ static void send_register(struct wk_agent *a, int64_t now) {
                         wk_gpu_inventory_json(&a->gpus));
   if (m && a->at_risk) /* so that a restarted gateway gives the instance no new job either */
     json_object_set_new(m, "at_risk", json_true());
+  json_t *data = wk_data_copies(a->cfg->work_dir, DATA_FORGET_MAX);
+  if (m && json_array_size(data)) /* what the gateway deleted while out of touch is forgotten */
+    json_object_set(m, "data", data);
+  json_decref(data);
   agent_send(a, m, false);
   a->register_sent_us = now;
   a->register_unread = true;
@@ -304,7 +309,7 @@ static bool data_in_use(void *ctx, const char *sha) {
 static void forget_data(struct wk_agent *a, const json_t *shas) {
   size_t i;
   const json_t *v;
-  if (!json_is_array(shas) || json_array_size(shas) > 1024) {
+  if (!json_is_array(shas) || json_array_size(shas) > DATA_FORGET_MAX) {
     sl_warn(TOPIC, "data_forget needs \"sha256\": an array of at most 1024 hashes");
     return;
   }

@@ -71,6 +71,10 @@ bool wk_job_uses_data(const struct wk_job *j, const char *sha);
  * from work_dir/data, and the data set folders made from it (the gateway
  * deleted it from the store): how many entries went, or a negative error. */
 int wk_data_forget(const char *work_dir, const char *sha);
+/* The SHA-256s of the uploaded data files this worker keeps copies of in
+ * work_dir/data, at most max of them: an owned array (empty when there is
+ * no such folder), NULL when out of memory. */
+json_t *wk_data_copies(const char *work_dir, size_t max);
 /* Sends an ENDED job's done again (after its step metrics went again). */
 void wk_job_send_done(struct wk_job *j);
 /* Whether done_recorded for attempt is this ENDED job's: then it may go. */

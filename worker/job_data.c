@@ -301,6 +301,24 @@ int wk_data_forget(const char *work_dir, const char *sha) {
   return n;
 }
 
+json_t *wk_data_copies(const char *work_dir, size_t max) {
+  json_t *out = json_array();
+  char dir[PATH_MAX - 80], path[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s/data", work_dir);
+  DIR *d = out ? opendir(dir) : NULL;
+  if (!d)
+    return out;
+  const struct dirent *e;
+  struct stat st;
+  while ((e = readdir(d)) && json_array_size(out) < max) {
+    snprintf(path, sizeof path, "%s/%.64s", dir, e->d_name);
+    if (sl_sha256_hex_ok(e->d_name) && lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+      json_array_append_new(out, json_string(e->d_name));
+  }
+  closedir(d);
+  return out;
+}
+
 int wk_job_fetch_data(struct wk_job *j, const json_t *assign, json_t **ret_assign, char *err, size_t err_size) {
   const json_t *spec = json_object_get(assign, "spec");
   const json_t *up = json_object_get(spec, "data_upload");

@@ -718,6 +718,23 @@ static void test_uploads(void) {
   CHECK_STR(sl_json_get_str(json_array_get(list, 0), "user", ""), "alice");
   CHECK_INT(sl_json_get_int(json_array_get(list, 0), "bytes", 0), 5000);
   json_decref(list);
+  /* the hashes no stored file has: a (being deleted) and one never stored;
+   * c stays bob's while alice's is being deleted; what is no string is left out */
+  const char *never = "dddd4444dddd4444dddd4444dddd4444dddd4444dddd4444dddd4444dddd4444";
+  CHECK_INT(gw_store_upload_deleting(s, "alice", c, true), 0);
+  json_t *asked = json_pack("[s,s,s,s,i]", never, a, b, c, 7), *unknown = NULL;
+  CHECK_INT(gw_store_uploads_unknown(s, asked, &unknown), 0);
+  CHECK_INT(json_array_size(unknown), 2);
+  CHECK_STR(json_string_value(json_array_get(unknown, 0)), never);
+  CHECK_STR(json_string_value(json_array_get(unknown, 1)), a);
+  json_decref(unknown);
+  json_decref(asked);
+  CHECK_INT(gw_store_upload_deleting(s, "alice", c, false), 0);
+  asked = json_array();
+  CHECK_INT(gw_store_uploads_unknown(s, asked, &unknown), 0);
+  CHECK_INT(json_array_size(unknown), 0);
+  json_decref(unknown);
+  json_decref(asked);
   /* named by a submit again (uploaded anew once its object went): the mark
    * goes, and the deletion's end leaves the row */
   CHECK_INT(gw_store_upload_seen(s, "alice", a, 5000, "/home/alice/corpus3.txt", 5000), 0);

@@ -426,13 +426,23 @@ def main():
         check_image_set_eval(alice, job, files, want_train, want_eval)
         check_set_file_deleted(gw, alice, files, want_train, want_eval)
 
-        # a new gateway finds the upload in the store at once
+        # a new gateway finds the upload in the store at once, and the workers it finds
+        # running forget their copies of files deleted while they were out of touch
+        datas = [os.path.dirname(p) for p in worker_copies(gw, alice, sha)]
+        require(datas, "a worker holds a copy of %s" % sha)
         alice.close()
         gw.stop()
+        gone = hashlib.sha256(b"deleted while out of touch").hexdigest()
+        for d in datas:
+            with open(os.path.join(d, gone), "wb") as f:
+                f.write(b"deleted while out of touch")
         gw.start()
         alice = GatewayClient(gw.listen, TOKENS["alice"])
         r = have(alice, sha, len(data))
         check(r.get("ok") and r["state"] == "ready", "a restarted gateway finds the upload stored: %s" % r)
+        left = wait_no_copies(gw, alice, gone)
+        check(not left and all(os.path.exists(os.path.join(d, sha)) for d in datas),
+              "re-registered workers forget a copy no stored file has (%s left) and keep %s's" % (left, sha[:12]))
         alice.close()
         check_deletions_resumed(gw)
     finally:

@@ -347,9 +347,9 @@ def case_data_forget(tmp, worker_exe, train_exe):
     import hashlib
     gw, w = start(tmp, worker_exe, train_exe)
 
-    def synced():  # the worker has handled what was sent before
+    def synced():  # the worker has handled what was sent before; its register
         gw.send({"type": "reregister"})
-        gw.recv(lambda m: m["type"] == "register", 5, "register after reregister")
+        return gw.recv(lambda m: m["type"] == "register", 5, "register after reregister")
 
     try:
         files = []
@@ -379,12 +379,15 @@ def case_data_forget(tmp, worker_exe, train_exe):
         gw.send({"type": "cancel", "job": "J000072", "attempt": 1})
         assert run_until_done(gw, "J000072")[-1]["status"] == "cancelled"
         gw.send({"type": "data_forget", "sha256": [files[2][2]]})
-        synced()
+        reg = synced()
         left = sorted(os.listdir(data))
         assert left == sorted(h for _, _, h, _ in files if h != files[2][2]), left
+        # a register names the copies kept (for the gateway to tell which were deleted meanwhile)
+        assert sorted(reg.get("data", [])) == left, reg
         gw.send({"type": "data_forget", "sha256": [h for _, _, h, _ in files]})
-        synced()
+        reg = synced()
         assert os.listdir(data) == [], os.listdir(data)
+        assert "data" not in reg, reg
         gw.send({"type": "shutdown"})
         assert w.wait(10) == 0
     finally:
