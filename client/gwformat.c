@@ -677,5 +677,8 @@ char *jk_format_budgets(const json_t *reply) {
     if (ov)
       jk_dbuf_printf(&b, "  %-20.20s (set live by %s)\n", "", sl_json_get_str(ov, "set_by", "an admin"));
   }
+  const char *note = sl_json_get_str(reply, "note", NULL);
+  if (note)
+    jk_dbuf_printf(&b, "Note: %s.\n", note);
   return finish(&b);
 }

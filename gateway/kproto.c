@@ -569,6 +569,7 @@ static void on_budget(struct gw_kreq *q) {
   if (!b)
     return gw_kproto_fail(q, SL_ENOTSUP, "this gateway keeps no budgets");
   json_t *set = json_object_get(q->body, "set");
+  char note[256] = "";
   if (set) {
     if (!q->c->who.admin)
       return gw_kproto_fail(q, -EPERM, "only an admin may set a budget");
@@ -580,8 +581,13 @@ static void on_budget(struct gw_kreq *q) {
                           json_number_value(usd), q->c->who.user, err, sizeof err);
     if (r < 0)
       return gw_kproto_fail(q, r == -EINVAL ? SL_EWIRE : r, err);
+    gw_budget_set_note(b, sl_json_get_str(set, "scope", NULL), sl_json_get_str(set, "name", ""), note,
+                       sizeof note);
   }
-  gw_kproto_reply(q, gw_budget_json(b, gw_access_whose(&q->c->who)));
+  json_t *reply = gw_budget_json(b, gw_access_whose(&q->c->who));
+  if (note[0] && reply)
+    json_object_set_new(reply, "note", json_string(note));
+  gw_kproto_reply(q, reply);
 }
 
 static void on_ping(struct gw_kreq *q) {

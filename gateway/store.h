@@ -273,6 +273,9 @@ int gw_store_budget_fire(struct gw_store *s, const char *month, const char *scop
 /* That month's records, owned: [{"scope","name","kind","threshold_pct",
  * "spent_usd","budget_usd","time_us"}], oldest first. */
 int gw_store_budget_fired(struct gw_store *s, const char *month, json_t **ret);
+/* Whether user is known here: a user of the file or the users table, or one
+ * with a session or a job on record. 1 or 0, or an error. */
+int gw_store_user_known(struct gw_store *s, const char *user);
 /* A monthly budget an admin (set_by) set live for a scope and name. */
 int gw_store_budget_override_set(struct gw_store *s, const char *scope, const char *name,
                                  double monthly_usd, const char *set_by, int64_t now_us);

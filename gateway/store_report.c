@@ -279,6 +279,17 @@ int gw_store_budget_fired(struct gw_store *s, const char *month, json_t **ret) {
   return 0;
 }
 
+int gw_store_user_known(struct gw_store *s, const char *user) {
+  sqlite3_stmt *st = prep(s, "SELECT EXISTS(SELECT 1 FROM users WHERE name=?1) OR"
+                             " EXISTS(SELECT 1 FROM sessions WHERE user=?1) OR EXISTS(SELECT 1 FROM jobs WHERE user=?1)");
+  if (!st)
+    return SL_ESQLITE;
+  bind_text(st, 1, user);
+  int rc = sqlite3_step(st), known = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) != 0 : 0;
+  sqlite3_finalize(st);
+  return rc == SQLITE_ROW ? known : gw_store_db_err(s, "read the users");
+}
+
 int gw_store_budget_override_set(struct gw_store *s, const char *scope, const char *name,
                                  double monthly_usd, const char *set_by, int64_t now_us) {
   sqlite3_stmt *st = prep(s, "INSERT INTO budget_override(scope, name, monthly_usd, set_by, time_us)"

@@ -224,8 +224,15 @@ def main():
         cap = round(cost["cost_usd"] * 2.5, 6)
         code, body = http(base, "/api/budgets/group/ml", TOKENS["root"], "PUT", {"monthly_usd": cap})
         check(code == 200, "root sets ml's budget to %s: %s %s" % (cap, code, body))
+        check("note" not in body, "ml is a group of the file: no note: %s" % body.get("note"))
         code, body = http(base, "/api/budgets/group/ml", TOKENS["bob"], "PUT", {"monthly_usd": 1e6})
         check(code == 403, "bob's PUT is refused: %s %s" % (code, body))
+        # a budget that applies to no one yet is kept, and the reply says so
+        for path, known, says in (("group/mlx", False, "no [group.mlx] section"),
+                                  ("user/alice", True, ""), ("user/dave", False, "user dave is on record")):
+            code, body = http(base, "/api/budgets/" + path, TOKENS["root"], "PUT", {"monthly_usd": 1e6})
+            check(code == 200 and ("note" not in body if known else says in body.get("note", "")),
+                  "PUT %s: %s note: %s %s" % (path, "no" if known else "a", code, body.get("note")))
         for pct in (50, 80, 100):
             n = alice.wait_notice(lambda n: n.get("event") == "budget" and not n["cap"] and
                                   n["threshold_pct"] == pct, "the %d%% alert" % pct, 120)

@@ -1004,10 +1004,12 @@ def budget_notices(kernel_exe, gateway_exe, cli_exe):
         check("gateway" in everything and "$" in everything,
               "budget: %%budget lists the gateway's budget: %r" % everything[:400])
         # a group's and a user's budget, set from the shell
-        for scope, name, usd in (("group", "ml", "25"), ("user", "carol", "7.5")):
+        # (neither applies to anyone here: the reply says so, and keeps them)
+        for scope, name, usd, note in (("group", "ml", "25", "Note: no [group.ml] section"),
+                                       ("user", "carol", "7.5", "Note: no job or session of user carol")):
             rc, out, err = cli(cli_exe, "budget", "set", scope, name, usd)
             check(rc == 0 and "the monthly budget of %s %s to $%.2f" % (scope, name, float(usd))
-                  in gw.log(), "budget: set %s %s from the CLI: %s %s" % (scope, name, out, err))
+                  in gw.log() and note in out, "budget: set %s %s from the CLI: %s %s" % (scope, name, out, err))
         rc, out, err = cli(cli_exe, "budget", "set", "group", "ml", "25", "more")
         check(rc == 2 and "too many arguments" in err, "budget: a fifth argument: %s" % err)
         # a negative amount is judged as an amount, not taken for an option
