@@ -42,9 +42,9 @@ int tc_group_new(const char *rendezvous, int rank, int world, int timeout_ms,
   g->world = world;
   g->in_bytes = calloc((size_t)world, sizeof(size_t));
   g->out_bytes = calloc((size_t)world, sizeof(size_t));
-  g->live = malloc(sizeof(int) * (size_t)world);
+  if ((g->live = malloc(sizeof(int) * (size_t)world)) != NULL) /* none open: the free closes none */
+    for (int k = 0; k < world; k++) g->live[k] = -1;
   if (!g->in_bytes || !g->out_bytes || !g->live) goto fail;
-  for (int k = 0; k < world; k++) g->live[k] = -1;
   if ((r = tc_rdv_local_host(rendezvous, host, sizeof host, err, es)) < 0) goto fail;
   if ((r = tc_gloo_new(rank, world, host, timeout_ms, &g->gl, why, sizeof why)) < 0) {
     snprintf(err, es, "rank %d of %d: gloo: %s", rank, world, why);

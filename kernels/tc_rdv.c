@@ -309,11 +309,12 @@ int tc_rdv_exchange_serve(int lfd, int world, size_t slot_bytes, const uint8_t *
   size_t row = (size_t)world * slot_bytes; /* one rank's slots, slot k for rank k */
   uint8_t *table = malloc(row * (size_t)world), *col = malloc(8 + row);
   int *fds = malloc(sizeof(int) * (size_t)world);
+  if (fds) /* none open: the way out closes none */
+    for (int i = 0; i < world; i++) fds[i] = -1;
   if (!table || !col || !fds) {
     r = -ENOMEM;
     goto out;
   }
-  for (int i = 0; i < world; i++) fds[i] = -1;
   memcpy(table, mine, row);
   int64_t deadline = now_ms() + timeout_ms;
   int remaining = world - 1;

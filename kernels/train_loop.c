@@ -623,7 +623,7 @@ static int pick(const float *logits, int V, double temperature, int top_k, struc
     int n = 0;
     for (int i = 0; i < V; i++) {
       int j = n < top_k ? n++ : top_k - 1;
-      if (j == top_k - 1 && n == top_k && logits[i] <= top[j] && i >= top_k) continue;
+      if (i >= top_k && j == top_k - 1 && logits[i] <= top[j]) continue; /* top[] is full */
       top[j] = logits[i];
       while (j > 0 && top[j] > top[j - 1]) {
         float t = top[j];

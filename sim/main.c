@@ -155,6 +155,8 @@ static int request(struct cli_conn *c, json_t *req, json_t **ret) {
  * mean the provider derives from the trace for this type. */
 static bool listed(const char *list, const char *name) {
   size_t n = strlen(name);
+  if (!n)
+    return true; /* an entry without a type: nothing to list */
   for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
     if ((p == list || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0'))
       return true;

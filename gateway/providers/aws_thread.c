@@ -108,8 +108,12 @@ void gw_aws_client_token(const struct gw_aws *a, const struct gw_aws_inst *in,
   snprintf(ret, 48, "sl-%.40s", hex);
 }
 
+/* Whether list (codes separated by spaces) holds code; never for "" (a
+ * failure without EC2's code: a dropped connection, a reply not XML). */
 static bool has(const char *list, const char *code) {
   size_t n = strlen(code);
+  if (!n)
+    return false;
   for (const char *p = list; (p = strstr(p, code)); p += n)
     if ((p == list || p[-1] == ' ') && (p[n] == ' ' || !p[n]))
       return true;
@@ -175,6 +179,7 @@ void gw_aws_adopt(struct gw_aws *a, struct gw_aws_inst *in, const struct aws_ins
  * throttles. 0 and *got, or the error with *e. */
 static int run_once(struct gw_aws *a, struct gw_aws_inst *in, const struct gw_aws_placement *pl,
                     struct aws_instance *got, struct aws_ec2_error *e, char *why, size_t why_size) {
+  *e = (struct aws_ec2_error){0}; /* a failure before the call has no EC2 code */
   struct gw_worker_boot boot;
   gw_aws_boot_of(in, a->cfg.advertise, &boot);
   struct gw_aws_user_data u = {
@@ -284,7 +289,7 @@ static void do_launch(struct gw_aws *a, struct gw_aws_inst *in) {
     gw_aws_save_record(a, in); /* before the attempt: a restart re-issues it */
     unlock(a);
     struct aws_instance got;
-    struct aws_ec2_error e;
+    struct aws_ec2_error e = {0};
     int r = run_once(a, in, pl, &got, &e, why, sizeof why);
     lock(a);
     if (r == 0) {

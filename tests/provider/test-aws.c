@@ -453,6 +453,30 @@ static void test_throttled(struct gw_provider *p, struct recorder *rec, char id[
   CHECK_NEAR(usd, 3.06 * 60 / 3600, 1e-9);
 }
 
+/* Every RunInstances of a launch loses its connection (no EC2 error code):
+ * the same request is tried again, then the launch fails saying so, and
+ * the provider goes on (the launch after it is answered). */
+static void test_dropped(struct gw_provider *p, struct recorder *rec) {
+  int seq = calls_seq();
+  post("fail", "{\"code\":\"drop\",\"action\":\"RunInstances\",\"count\":-1}");
+  char id[GW_INSTANCE_ID_MAX];
+  CHECK_INT(launch(p, "g5.xlarge", true, id), 0);
+  int i = wait_event(loop, rec, GW_PROVIDER_LAUNCH_FAILED, id, 30000);
+  CHECK(i >= 0);
+  if (i >= 0) {
+    CHECK(rec->ev[i].error < 0 && rec->ev[i].error != -EAGAIN);
+    CHECK(strstr(rec->ev[i].message, "RunInstances for g5.xlarge") != NULL);
+  }
+  json_t *calls = calls_since(seq, "RunInstances");
+  CHECK(json_array_size(calls) >= 2);
+  json_decref(calls);
+  post("fail", "{\"clear\":true}");
+  CHECK_INT(launch(p, "g5.xlarge", true, id), 0);
+  CHECK(wait_event(loop, rec, GW_PROVIDER_LAUNCHED, id, 20000) >= 0);
+  CHECK_INT(p->ops->terminate(p, id), 0);
+  CHECK(wait_event(loop, rec, GW_PROVIDER_TERMINATED, id, 15000) >= 0);
+}
+
 static void test_auth(struct gw_provider *p, struct recorder *rec) {
   post("credentials", "{\"access_key\":\"AKIDEXAMPLE\",\"expired\":true}");
   char id[GW_INSTANCE_ID_MAX];
@@ -710,6 +734,7 @@ int main(int argc, char **argv) {
     test_launch(p, &rec, first);
     test_capacity(p, &rec);
     test_throttled(p, &rec, on_demand);
+    test_dropped(p, &rec);
     test_auth(p, &rec);
     test_ends(p, &rec, first, on_demand);
     p->ops->destroy(p);
