@@ -164,9 +164,11 @@ static void adopt(struct gw_local *l, const char *id) {
     in->deadline_mono_us = now + (in->deadline_real_us - sl_time_real_us());
     in->by_market = true;
   }
-  if (unstarted) {
+  if (unstarted || !in->start_ticks) {
     /* saved before its worker started (the gateway died inside launch): the
-     * worker may run all the same; it is found by its config path */
+     * worker may run all the same; it is found by its config path. So is
+     * one recorded without its start time (0: earlier gateways read another
+     * field of /proc/PID/stat): its pid alone may be anyone's by now. */
     char cfg[4200], state;
     gw_local_inst_path(l, id, "worker.json", cfg, sizeof cfg);
     in->pid = gw_proc_find_by_args("--config", cfg);

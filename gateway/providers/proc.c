@@ -36,10 +36,10 @@ int gw_proc_stat(pid_t pid, unsigned long long *ret_ticks, char *ret_state) {
   if (read_proc(id, "stat", buf, sizeof buf) < 0)
     return -ESRCH;
   char *p = strrchr(buf, ')'); /* the command name may hold spaces and ')' */
-  if (!p || p[1] != ' ')
+  if (!p || p[1] != ' ' || !p[2] || p[3] != ' ')
     return -EIO;
   char state = p[2];
-  p += 3;
+  p += 4; /* field 4 */
   for (int field = 4; field < 22 && p; field++) { /* skip fields 4..21 */
     p = strchr(p, ' ');
     if (p)

@@ -23,6 +23,7 @@
 #include "keys.h"
 #include "local.h"
 #include "loop.h"
+#include "proc.h"
 #include "prov-test.h"
 #include "sl_err.h"
 #include "sl_hmac.h"
@@ -406,11 +407,43 @@ static void test_rediscovery(void) {
     return;
   struct gw_instance_info info = rec.ev[n].info;
   pid_t pid = pid_of(id);
+  char path[600];
+  inst_file(id, "instance.json", path, sizeof path);
+  json_t *own = load(path);
+  unsigned long long ticks = 0;
+  char st;
+  CHECK_INT(gw_proc_stat(pid, &ticks, &st), 0);
+  CHECK(ticks > 0 && (unsigned long long)sl_json_get_int(own, "start_ticks", 0) == ticks);
+  json_decref(own);
   a->ops->destroy(a); /* a gateway going away leaves its workers running */
   CHECK(running(pid));
 
+  /* Records whose pid is now another process's (a pid reused after a
+   * reboot): its start time differs (f1), or was not recorded (f2, as
+   * earlier gateways wrote it): that process is left alone, and the
+   * instance is reported terminated. */
+  pid_t stranger = fork();
+  if (stranger == 0) {
+    setsid();
+    execl("/bin/sleep", "sleep", "60", (char *)NULL);
+    _exit(127);
+  }
+  CHECK_INT(gw_proc_stat(stranger, &ticks, &st), 0);
+  const char *reused[] = {"i-0000000000f1", "i-0000000000f2"};
+  for (int i = 0; i < 2; i++) {
+    char rdir[512];
+    snprintf(rdir, sizeof rdir, "%s/instances/%s", state, reused[i]);
+    mkdir(rdir, 0700);
+    inst_file(reused[i], "instance.json", path, sizeof path);
+    FILE *rf = fopen(path, "w");
+    fprintf(rf, "{\"instance\":\"%s\",\"pid\":%d,\"start_ticks\":%llu,\"type\":\"g5.xlarge\","
+                "\"zone\":\"local-1a\",\"spot\":true,\"metadata_port\":0}",
+            reused[i], (int)stranger, i == 0 ? ticks + 7 : 0ULL);
+    fclose(rf);
+  }
+
   /* A record whose process is gone: reported terminated by the next provider. */
-  char dir[512], path[600];
+  char dir[512];
   pid_t dead = fork();
   if (dead == 0)
     _exit(0);
@@ -512,6 +545,11 @@ static void test_rediscovery(void) {
   CHECK_INT(get_meta(info.metadata_url, tok, "instance-id", &body), 200);
   CHECK_STR(body.text, id);
   CHECK(wait_event(loop, &rec, GW_PROVIDER_TERMINATED, "i-00000000dead", 1000) >= 0);
+  for (int i = 0; i < 2; i++)
+    CHECK(wait_event(loop, &rec, GW_PROVIDER_TERMINATED, reused[i], 1000) >= 0);
+  CHECK(running(stranger)); /* not the worker it took the pid of */
+  kill(stranger, SIGKILL);
+  waitpid(stranger, NULL, 0);
   CHECK(wait_event(loop, &rec, GW_PROVIDER_TERMINATED, "i-00000000000d", 1000) >= 0);
   snprintf(path, sizeof path, "%s/instances/i-00000000000c/instance.json", state);
   json_t *found_rec = load(path);
