@@ -529,6 +529,7 @@ static void drain(struct gw *g) {
   while ((n = exiting_instances(g)) && sl_time_mono_us() < until)
     if (gw_loop_run_once(g->loop, 100 * SL_US_PER_MS) < 0)
       break;
+  gw_loop_run_once(g->loop, 0); /* the providers' due turns: what they saw exit is cleaned up */
   if (n)
     sl_warn(T, "%zu stopped workers had not exited after %lld s", n,
             (long long)(STOP_DRAIN_US / SL_US_PER_S));

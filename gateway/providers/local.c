@@ -188,7 +188,9 @@ static int64_t next_due(const struct gw_local *l, int64_t now) {
   for (size_t i = 0; i < l->n; i++) {
     const struct gw_local_inst *in = l->inst[i];
     int64_t t = now + ALIVE_POLL_US;
-    if (in->gone || in->signalled || in->kill_at_mono_us)
+    if (in->gone) /* seen gone (by list): its end is reported, its record removed, at once */
+      t = now;
+    else if (in->signalled || in->kill_at_mono_us)
       t = now + REAP_POLL_US;
     if (in->notice_at_mono_us < t)
       t = in->notice_at_mono_us;

@@ -137,6 +137,13 @@ def worker_pid(gw, c, job):
         return inst, int(json.load(f)["pid"])
 
 
+def records(gw):
+    """The instances whose record or key pair is on disk."""
+    folder = os.path.join(gw.home, "instances")
+    return sorted(i for i in (os.listdir(folder) if os.path.isdir(folder) else [])
+                  if any(os.path.exists(os.path.join(folder, i, f)) for f in ("instance.json", "worker.json")))
+
+
 def case_idle(gw):
     gw.start()
     c = gw.client("nb-idle")
@@ -194,7 +201,7 @@ def case_stop(gw, force=False):
     c.wait_event(state_is(long, "running"), "the long job running", 120)
     short = run_job(c, "true")  # on a second worker, idle once it is done
     c.wait_event(state_is(short, "succeeded", "failed", "cancelled"), "the short job's end", 120)
-    busy, idle = [worker_pid(gw, c, j)[1] for j in (long, short)]
+    (busy_inst, busy), (idle_inst, idle) = [worker_pid(gw, c, j) for j in (long, short)]
     check(busy != idle, "two workers: %s" % [busy, idle])
     r = gw.cli("gateway", "stop")
     check(r.returncode == 1 and "1 job is still live" in r.stderr and "force" in r.stderr,
@@ -210,6 +217,8 @@ def case_stop(gw, force=False):
         check(gw.p.poll() == 0, "the gateway had exited (0) when stop returned: %s" % gw.p.poll())
         check(not session_pids(idle), "the idle worker is gone: %s" % session_pids(idle))
         check(bool(session_pids(busy)), "the running job's worker still runs it")
+        check(records(gw) == [busy_inst], "only the running worker's record is left: %s (busy %s)"
+              % (records(gw), busy_inst))
         return
     check(c.req("cancel", job=long)["ok"], "cancel")
     c.wait_event(state_is(long, "cancelled"), "the long job cancelled", 60)
@@ -220,6 +229,7 @@ def case_stop(gw, force=False):
     check(gw.p.poll() == 0, "the gateway had exited (0) when stop returned: %s" % gw.p.poll())
     check(not session_pids(busy) and not session_pids(idle), "no worker process is left: %s"
           % [session_pids(busy), session_pids(idle)])
+    check(not records(gw), "nor a stopped worker's record or keys: %s" % records(gw))
     left = [f for f in ("gateway.sock", "workers.sock") if os.path.exists(os.path.join(gw.home, f))]
     check(not left, "the stopped gateway removed its socket files: %s" % left)
     r = gw.cli("gateway", "status")
