@@ -103,6 +103,32 @@ static void test_next_to_last_session(void) {
   jk_history_free(h);
 }
 
+/* A file far longer than the bound: the newest entries are kept (at least
+ * three quarters of the bound), the oldest forgotten, the next session
+ * numbered after the last. */
+static void test_long_file(void) {
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  for (int i = 0; i < 25000; i++)
+    fprintf(f, "{\"session\":%d,\"line\":%d,\"input\":\"x = %d\"}\n", 1 + i / 100, 1 + i % 100, i);
+  fclose(f);
+  struct jk_history *h = next_kernel(NULL);
+  if (!h)
+    return;
+  CHECK_INT(jk_history_session(h), 251);
+  CHECK(holds(h, 250, 100, "x = 24999"));
+  CHECK(holds(h, 176, 1, "x = 17500")); /* 7,500 newest kept */
+  CHECK(!holds(h, 1, 1, "x = 0"));
+  json_t *req = json_pack("{s:s,s:i}", "hist_access_type", "tail", "n", 20000);
+  json_t *out = jk_history_query(h, req);
+  CHECK(json_array_size(out) >= 7500 && json_array_size(out) <= 10000);
+  json_decref(out);
+  json_decref(req);
+  jk_history_free(h);
+}
+
 int main(void) {
   if (!mkdtemp(dir))
     return 1;
@@ -110,6 +136,7 @@ int main(void) {
   test_cut_line();
   test_last_session();
   test_next_to_last_session();
+  test_long_file();
   unlink(path);
   rmdir(dir);
   TEST_MAIN_END();
