@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "sl_err.h"
 #include "sl_log.h"
 #include "sl_opt.h"
@@ -41,6 +42,7 @@ static void usage(FILE *f) {
           "print the options listed under \"options:\" as JSON (name, type, default, bounds, "
           "help, contexts)");
   fprintf(f, "  %-22s %s\n", "--help", "this text");
+  fprintf(f, "  %-22s %s\n", "--version", "the version");
   fprintf(f, "\nexit status: 0 ok (also after SIGTERM, once the checkpoint is durable), "
              "1 runtime error, 2 usage error\n");
 }
@@ -134,6 +136,10 @@ int main(int argc, char **argv) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
+      return 0;
+    }
+    if (!strcmp(a, "--version")) {
+      printf("spotlab-train %s\n", SPOTLAB_VERSION);
       return 0;
     }
     char err[512];

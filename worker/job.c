@@ -633,11 +633,15 @@ void wk_job_checkpoint_now(struct wk_job *j) {
 }
 
 void wk_job_set_checkpoint_every(struct wk_job *j, int64_t steps) {
-  if (j->state == ENDED || j->kind != WK_KIND_TRAIN || steps < 0) return;
+  /* a stopping process takes no new interval (its control pipe may be closed) */
+  if (j->state == ENDED || j->state == STOPPING || j->kind != WK_KIND_TRAIN || steps < 0) return;
   char line[64];
   snprintf(line, sizeof line, "checkpoint_every %lld", (long long)steps);
   int r = wk_child_control(j->child, line);
-  if (r < 0) sl_warn(TOPIC, "%s: checkpoint interval: %s", j->id, sl_strerror(r));
+  if (r == -EPIPE) /* it has exited; its end is on the way */
+    sl_debug(TOPIC, "%s: checkpoint interval not sent: the process has ended", j->id);
+  else if (r < 0)
+    sl_warn(TOPIC, "%s: checkpoint interval: %s", j->id, sl_strerror(r));
 }
 
 size_t wk_job_resend_metrics(struct wk_job *j, int64_t step) {

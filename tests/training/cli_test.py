@@ -9,6 +9,7 @@ usage: cli_test.py SPOTLAB_TRAIN"""
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -47,8 +48,12 @@ def main():
     acts = [l.split()[0] for l in actions.splitlines() if l.startswith("  --")]
     check(flags and described == flags, f"--describe-options lists the help's {len(flags)} options, in order",
           {"described": described, "help": flags, "stderr": d.stderr})
-    check(acts == ["--check", "--check-cuda", "--describe-options", "--help"] and not set(acts) & set(described),
+    check(acts == ["--check", "--check-cuda", "--describe-options", "--help", "--version"] and
+          not set(acts) & set(described),
           "the help's actions are not among the described options", {"actions": acts, "described": described})
+    v = run("--version")
+    check(v.returncode == 0 and re.fullmatch(r"spotlab-train \d+\.\d+\.\d+\n", v.stdout),
+          "--version prints the version, as the other programs do", v)
     for args, what in ((["--bogus"], "unknown option"), (["--steps", "x"], "bad number"),
                        (["--dropout", "0.1"], "dropout other than 0"), (["--model", "rnn"], "unknown model"),
                        (["--dim", "30", "--heads", "4"], "dim not a multiple of heads"),
