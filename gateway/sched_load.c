@@ -96,6 +96,18 @@ static int load_instances(struct gw_sched *s, struct id_list *ret_gone) {
   return 0;
 }
 
+/* A job whose instance ran on while the gateway was down is charged for
+ * that time too: its cost accrues from the last time it was charged (the
+ * cost table's, or its attempt's start), not from this start. */
+static void charge_downtime(struct gw_sched *s, struct gw_job *j, struct gw_inst *in, int64_t now_mono) {
+  int64_t until = 0, real = sl_time_real_us();
+  if (gw_store_cost_accrued_until(s->store, j->id, j->attempt, &until) < 0 || until <= 0 || until >= real)
+    return;
+  j->cost_accrued_mono_us = now_mono - (real - until);
+  if (in->prov && in->prov->ops->billed_usd) /* the cloud's bill: what it was then */
+    in->prov->ops->billed_usd(in->prov, in->row.id, until, &in->billed_seen_usd);
+}
+
 int gw_sched_load(struct gw_sched *s) {
   gw_sched_learned_load(s);
   struct id_list gone = {0};
@@ -145,6 +157,7 @@ int gw_sched_load(struct gw_sched *s) {
       if (gw_store_attempt_metric_step(s->store, j->id, &j->metric_step) < 0)
         j->metric_step = -1;
       j->attempt_started_mono_us = j->cost_accrued_mono_us = now;
+      charge_downtime(s, j, in, now);
     } else {
       gw_sched_requeue(s, j, false, "instance lost while the gateway was down");
     }

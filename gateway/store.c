@@ -639,6 +639,19 @@ int gw_store_attempt_metric_step(struct gw_store *s, int64_t job, int64_t *ret_s
   return 0;
 }
 
+int gw_store_cost_accrued_until(struct gw_store *s, int64_t job, int attempt, int64_t *ret_us) {
+  sqlite3_stmt *st = prep(s, "SELECT COALESCE((SELECT updated_us FROM cost WHERE job=?1 AND attempt=?2),"
+                             " (SELECT started_us FROM attempts WHERE job=?1 AND attempt=?2), 0)");
+  if (!st)
+    return SL_ESQLITE;
+  sqlite3_bind_int64(st, 1, job);
+  sqlite3_bind_int(st, 2, attempt);
+  int r = sqlite3_step(st);
+  *ret_us = r == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+  sqlite3_finalize(st);
+  return r == SQLITE_ROW ? 0 : gw_store_db_err(s, "read the cost of an attempt");
+}
+
 int gw_store_events(struct gw_store *s, int64_t job, int64_t after, int64_t limit, json_t **ret,
                     bool *ret_more) {
   sqlite3_stmt *st = prep(s, "SELECT body FROM events WHERE job=? AND seq>? ORDER BY seq"

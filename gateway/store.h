@@ -237,6 +237,9 @@ int gw_store_checkpoint_add(struct gw_store *s, int64_t job, int attempt, int64_
                             const char *key, int64_t bytes, int64_t write_ms, int64_t upload_ms,
                             int64_t now_us);
 
+/* Until when attempt of job is charged: the cost table's last addition to
+ * it, else the attempt's start (0 when neither is on record). */
+int gw_store_cost_accrued_until(struct gw_store *s, int64_t job, int attempt, int64_t *ret_us);
 /* Adds to the cost of j's current attempt. */
 int gw_store_cost_add(struct gw_store *s, const struct gw_job *j, double usd,
                       double on_demand_usd, double seconds, int64_t now_us);

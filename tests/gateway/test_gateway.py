@@ -684,6 +684,28 @@ class Lines:
             self.lines += [d.decode() for d in done]
 
 
+def attempt_charged(gw, job, timeout=10):
+    """The wall seconds of job's last attempt, and the seconds its cost row charges for it,
+    in wall seconds (the provider's time_scale undone)."""
+    scale = float(re.search(r"^time_scale = (\S+)$", open(gw.ini).read(), re.M).group(1))
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(gw.state, "gateway.db"), uri=True)
+    jid = int(job.lstrip("J"))
+    end = time.monotonic() + timeout
+    try:
+        while True:
+            a = db.execute("SELECT attempt, started_us, ended_us FROM attempts WHERE job=?"
+                           " ORDER BY attempt DESC LIMIT 1", (jid,)).fetchone()
+            c = a and db.execute("SELECT seconds FROM cost WHERE job=? AND attempt=?", (jid, a[0])).fetchone()
+            if a and a[2] and c or time.monotonic() > end:
+                break
+            time.sleep(0.1)  # the attempt's end and its last charge are written as the job ends
+    finally:
+        db.close()
+    if not (a and a[2] and c):
+        return 0, 0
+    return (a[2] - a[1]) / 1e6, c[0] / scale
+
+
 def case_restart(gw):
     c = Client(gw.listen, "alice")
     job, summary = running_hold_job(gw, c)
@@ -696,6 +718,7 @@ def case_restart(gw):
         out.wait(lambda line: json.loads(line)["seq"] == last, 20)
         c.close()
         gw.stop()
+        time.sleep(3)  # the instance runs on with no gateway: that time is charged too
         gw.start()
         c = Client(gw.listen, "alice")
         attach(c, job, after=last)
@@ -709,6 +732,10 @@ def case_restart(gw):
         check(not [e for e in c.events if e["job"] == job and e["event"] == "preempted"],
               "not re-queued")
         out.wait(lambda line: json.loads(line)["seq"] == end["seq"], 30)
+        wall, charged = attempt_charged(gw, job)
+        check(wall > 3 and 0.95 * wall <= charged <= 1.05 * wall + 1,
+              "the attempt is charged for all of its %.1f s, the gateway's downtime included: %.1f s"
+              % (wall, charged))
         cli.wait(10)
         got = [json.loads(line) for line in out.lines]
         check([e["seq"] for e in got] == list(range(1, end["seq"] + 1)) and
