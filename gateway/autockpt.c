@@ -45,7 +45,14 @@ void gw_autockpt_write(struct gw_autockpt *a, double write_s) {
                               : (write_s > 0 ? write_s : 1e-6);
 }
 
+void gw_autockpt_resent_to(struct gw_autockpt *a, int64_t step) {
+  a->resent_to = step;
+  a->win_mono_us = 0;
+}
+
 void gw_autockpt_step(struct gw_autockpt *a, int64_t step, int64_t now_mono_us) {
+  if (step <= a->resent_to)
+    return;
   if (!a->win_mono_us || step < a->win_step) {
     a->win_step = step;
     a->win_mono_us = now_mono_us;
@@ -65,6 +72,7 @@ void gw_autockpt_new_attempt(struct gw_autockpt *a) {
   a->steps_per_s = 0;
   a->win_mono_us = 0;
   a->win_step = 0;
+  a->resent_to = 0;
 }
 
 double gw_autockpt_write_sim_s(const struct gw_autockpt *a, double time_scale) {

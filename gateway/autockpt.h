@@ -19,6 +19,7 @@ struct gw_autockpt {
   double write_s;               /* average write+upload time, wall seconds; 0: none yet */
   double steps_per_s;           /* average step rate, wall; 0: none yet */
   int64_t win_step, win_mono_us;/* start of the current rate window; win_mono_us 0: none */
+  int64_t resent_to;            /* steps up to this come again after a re-register: not timed */
   int64_t sent_steps;           /* interval the worker has, 0: none */
   bool announced;               /* a checkpoint_interval event was emitted */
   double mtbp_s;                /* the instance type's, simulated seconds; 0: not looked up */
@@ -38,6 +39,10 @@ bool gw_autockpt_changed(int64_t prev, int64_t next);
 void gw_autockpt_write(struct gw_autockpt *a, double write_s);
 /* A step metric seen at now_mono_us. */
 void gw_autockpt_step(struct gw_autockpt *a, int64_t step, int64_t now_mono_us);
+/* The worker registered again at step: the metrics it sends again up to
+ * there arrive at once and say nothing of the rate; timing starts anew
+ * after them (the rate measured so far is kept). */
+void gw_autockpt_resent_to(struct gw_autockpt *a, int64_t step);
 /* A new attempt: the step rate is measured again (the instance type may differ). */
 void gw_autockpt_new_attempt(struct gw_autockpt *a);
 /* The write time to use in simulated seconds: the average times time_scale,

@@ -172,6 +172,8 @@ static void on_register(struct gw_wproto *g, struct gw_inst *in, const json_t *b
       int64_t step = sl_json_get_int(v, "step", j->step);
       if (step > j->step && gw_sched_rank(j, in) == 0)
         j->step = step;
+      if (gw_sched_rank(j, in) == 0) /* its step metrics since metric_step come again, at once */
+        gw_autockpt_resent_to(&j->autockpt, step);
       continue;
     }
     /* the attempt it runs is named: the job may run here again, a newer

@@ -39,6 +39,15 @@ int main(void) {
   CHECK_NEAR(a.steps_per_s, 20, 1e-9);
   gw_autockpt_step(&a, 40, 3000000);
   CHECK_NEAR(a.steps_per_s, 15, 1e-9); /* half 10/s, half 20/s */
+  /* a re-register at step 500: the metrics sent again up to there, all at
+   * once, are not timed; the rate goes on from the live ones after them */
+  gw_autockpt_resent_to(&a, 500);
+  for (int s = 41; s <= 500; s++)
+    gw_autockpt_step(&a, s, 3600000 + s); /* 460 steps within a millisecond */
+  CHECK_NEAR(a.steps_per_s, 15, 1e-9);
+  gw_autockpt_step(&a, 505, 4000000);
+  gw_autockpt_step(&a, 515, 5000000);
+  CHECK_NEAR(a.steps_per_s, 0.5 * 10 + 0.5 * 15, 1e-9);
   gw_autockpt_new_attempt(&a);
   CHECK_NEAR(a.steps_per_s, 0, 0);
   CHECK_NEAR(gw_autockpt_write_sim_s(&a, 1), 0.3 * 1.2 + 0.7 * 0.2, 1e-12); /* kept across attempts */
