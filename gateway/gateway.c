@@ -643,7 +643,7 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   struct gw_httpd_env he = {.cfg = cfg, .store = g->store, .fleet = g->fleet, .ledger = g->ledger,
                             .kproto = g->kproto, .loop = g->loop, .started_us = g->started_us,
                             .budget = g->budget, .webhooks = g->webhooks,
-                            .tally = g->tally};
+                            .tally = g->tally, .sched = g->sched};
   if (cfg->http[0] && (r = gw_httpd_new(&he, &g->httpd, err, err_size)) < 0)
     goto fail;
   int64_t t = gw_loop_add_timer(g->loop, sl_time_mono_us(), housekeeping, g);

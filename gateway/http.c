@@ -193,8 +193,10 @@ static void get_status(struct gw_httpd *h, const struct gw_viewer *w, struct ans
   }
   for (size_t i = 0; i < gw_fleet_n_insts(h->env.fleet); i++)
     insts += gw_access_sees(w, gw_fleet_inst_at(h->env.fleet, i)->row.user);
-  double month = 0, od = 0;
+  double month = 0, od = 0, pusd = 0, pod = 0;
   gw_ledger_totals(h->env.ledger, NULL, gw_ledger_month_start_us(), &month, &od);
+  gw_sched_cost_pending(h->env.sched, NULL, &pusd, &pod);
+  month += pusd;
   const struct gw_config *cfg = h->env.cfg;
   json_t *r = json_pack("{s:{s:s,s:i,s:I,s:b},s:s,s:b,s:I,s:o,s:I,s:{s:o,s:o,s:b}}", "gateway",
                         "version", SPOTLAB_VERSION, "pid", (int)getpid(), "started_us",
@@ -304,6 +306,12 @@ static void get_cost(struct gw_httpd *h, struct MHD_Connection *c, const struct 
   int r = gw_ledger_totals(h->env.ledger, user, 0, &usd, &od);
   if (r == 0)
     r = gw_ledger_totals(h->env.ledger, user, gw_ledger_month_start_us(), &month, &mod);
+  double pusd = 0, pod = 0; /* the live jobs' accrued cost not yet in the ledger */
+  gw_sched_cost_pending(h->env.sched, user, &pusd, &pod);
+  usd += pusd;
+  od += pod;
+  month += pusd;
+  mod += pod;
   json_t *o = json_pack("{s:s?,s:o,s:o,s:o,s:o,s:o}", "user", user, "spent_usd", sl_json_real(usd),
                         "on_demand_usd", sl_json_real(od), "saved_usd", sl_json_real(od - usd),
                         "month_spent_usd", sl_json_real(month), "budget_usd",

@@ -382,8 +382,10 @@ static void on_status(struct gw_kreq *q) {
     snprintf(provs + len, sizeof provs - len, "%s%s", len ? "," : "",
              gw_sched_provider_at(g->env.sched, i)->name);
   }
-  double usd = 0, od = 0;
+  double usd = 0, od = 0, pusd = 0, pod = 0;
   gw_ledger_totals(g->env.ledger, NULL, gw_ledger_month_start_us(), &usd, &od);
+  gw_sched_cost_pending(g->env.sched, NULL, &pusd, &pod);
+  usd += pusd;
   json_t *r = json_pack("{s:{s:s,s:i,s:I,s:s,s:s,s:s,s:s,s:b,s:I,s:I},s:o,"
                      "s:{s:o,s:o,s:o},s:{s:o,s:o,s:b}}",
                      "gateway", "version", SPOTLAB_VERSION, "pid", (int)getpid(), "started_us",
@@ -505,6 +507,12 @@ static void on_cost(struct gw_kreq *q) {
   const char *user = gw_access_whose(&q->c->who);
   gw_ledger_totals(q->g->env.ledger, user, 0, &usd, &od);
   gw_ledger_totals(q->g->env.ledger, user, gw_ledger_month_start_us(), &musd, &mod);
+  double pusd = 0, pod = 0; /* the live jobs' accrued cost not yet in the ledger */
+  gw_sched_cost_pending(q->g->env.sched, user, &pusd, &pod);
+  usd += pusd;
+  od += pod;
+  musd += pusd;
+  mod += pod;
   struct gw_job *jobs = NULL;
   size_t n = 0;
   json_t *arr = json_array();

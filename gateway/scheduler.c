@@ -161,6 +161,18 @@ void gw_sched_flush_cost(struct gw_sched *s, struct gw_job *j, bool force) {
   json_decref(ev);
 }
 
+void gw_sched_cost_pending(struct gw_sched *s, const char *user, double *ret_usd, double *ret_on_demand_usd) {
+  *ret_usd = *ret_on_demand_usd = 0;
+  for (size_t i = 0; s && i < gw_fleet_n_jobs(s->fleet); i++) {
+    struct gw_job *j = gw_fleet_job_at(s->fleet, i);
+    if (user && strcmp(j->user, user))
+      continue;
+    gw_sched_flush_cost(s, j, false); /* accrued to now; written when due */
+    *ret_usd += j->attempt_cost_usd;
+    *ret_on_demand_usd += j->attempt_on_demand_usd;
+  }
+}
+
 int gw_sched_submit(struct gw_sched *s, struct gw_job *j) {
   if (gw_fleet_n_jobs(s->fleet) >= GW_QUEUE_MAX)
     return SL_ELIMIT;

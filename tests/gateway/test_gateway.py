@@ -501,6 +501,13 @@ def case_jobs(gw):
     hold = submit(c, steps=50, hold=True)
     attach(c, hold)
     c.wait_event(lambda e: e["job"] == hold and e["event"] == "checkpoint")
+    time.sleep(1)  # accrued, and not yet written to the ledger (every 5 s)
+    r = c.req("cost")
+    rows = sum(j["cost_usd"] for j in r["jobs"])
+    check(r["ok"] and rows > 0 and abs(r["spent_usd"] - rows) <= 1e-6 * rows and
+          abs(r["month_spent_usd"] - rows) <= 1e-6 * rows,
+          "while a job runs, the total is the sum of the jobs' costs: %s, %s, rows %s"
+          % (r["spent_usd"], r["month_spent_usd"], rows))
     check(c.req("cancel", job=hold)["ok"], "cancel accepted")
     c.wait_event(state_is(hold, "cancelled"))
     r = c.req("cancel", job=hold)
