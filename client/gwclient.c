@@ -313,7 +313,8 @@ static int spawn_gateway(struct jk_gw *gw, char *why, size_t why_size) {
     snprintf(why, why_size, "cannot start %s: %s", path, strerror(r));
     return -r;
   }
-  sl_info("kernel.gateway", "started %s --embedded --daemon (pid %d)", path, (int)pid);
+  sl_info("kernel.gateway", "started %s --embedded --daemon (its launcher, pid %d: the gateway's own pid is in"
+          " gateway.pid once it runs)", path, (int)pid);
   gw->child = pid;
   gw->spawned_us = sl_time_mono_us();
   return 0;

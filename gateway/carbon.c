@@ -211,5 +211,5 @@ void gw_carbon_sink(void *data, const struct gw_bus_event *ev) {
   j->energy_kwh += kwh;
   j->co2e_g += g;
   if (gw_store_energy_add(k->store, j, kwh, g, sl_time_real_us()) < 0)
-    sl_warn(T, "cannot record the energy of job %lld's attempt %d", (long long)j->id, j->attempt);
+    sl_warn(T, "cannot record the energy of job J%06lld's attempt %d", (long long)j->id, j->attempt);
 }

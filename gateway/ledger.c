@@ -40,7 +40,7 @@ void gw_ledger_sink(void *data, const struct gw_bus_event *ev) {
     return;
   if (gw_store_cost_add(l->store, ev->job, ev->usd, ev->on_demand_usd, ev->seconds,
                         sl_time_real_us()) < 0)
-    sl_err(T, "cannot record the cost of job %lld", (long long)ev->job->id);
+    sl_err(T, "cannot record the cost of job J%06lld", (long long)ev->job->id);
 }
 
 int gw_ledger_totals(struct gw_ledger *l, const char *user, int64_t since_us, double *ret_usd,

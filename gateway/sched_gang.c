@@ -149,7 +149,7 @@ static int launch_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wan
         gw_sched_finish(s, j, GW_JOB_FAILED, why);
         return 1;
       }
-      sl_info(T, "job %lld: %zu of %d instances for its gang; the %zu launched are given back",
+      sl_info(T, "job J%06lld: %zu of %d instances for its gang; the %zu launched are given back",
               (long long)j->id, p->n_idle + k, w->nodes, k);
       *ret_given_back = k;
       return -EAGAIN;
@@ -233,7 +233,7 @@ int gw_sched_place_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wa
   j->gang = g;
   snprintf(j->instance, sizeof j->instance, "%s", g->m[0].instance);
   gw_queue_take(s->queue, j->id);
-  sl_info(T, "job %lld: gang of %d (%zu idle, %zu launched, $%.4f/h)", (long long)j->id, g->n,
+  sl_info(T, "job J%06lld: gang of %d (%zu idle, %zu launched, $%.4f/h)", (long long)j->id, g->n,
           p.n_idle, p.n_launch, p.usd_per_hour);
   if (p.n_launch) {
     snprintf(why, sizeof why, "launching %zu of %d instances (nodes=%d)", p.n_launch, g->n, g->n);

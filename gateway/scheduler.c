@@ -340,7 +340,7 @@ void gw_sched_launched(struct gw_sched *s, struct gw_inst *in) {
   }
   if (!j || strcmp(j->instance, in->row.id) || j->state != GW_JOB_PROVISIONING)
     return;
-  sl_info(T, "launched %s (%s%s, %s) for job %lld", in->row.id, in->row.type,
+  sl_info(T, "launched %s (%s%s, %s) for job J%06lld", in->row.id, in->row.type,
           in->row.spot ? " spot" : "", in->row.zone, (long long)j->id);
   gw_sched_write_placement(j, in);
   gw_sched_emit_placed(s, j);

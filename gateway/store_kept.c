@@ -308,7 +308,7 @@ static int write_kept(struct gw_store *s) {
       int64_t seq = 0;
       r = gw_store_append_locked(s, op->job, op->event, &seq);
       if (r == SL_ENAME) { /* its job is gone from the database: nothing to attach it to */
-        sl_warn(T, "a kept event of job %lld has no job row; dropped", (long long)op->job);
+        sl_warn(T, "a kept event of job J%06lld has no job row; dropped", (long long)op->job);
         s->dropped++;
         json_decref(op->event);
         op->event = NULL;

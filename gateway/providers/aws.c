@@ -298,7 +298,7 @@ static int aws_launch(struct gw_provider *p, const struct gw_launch *req,
   memcpy(ret_id, in->id, GW_INSTANCE_ID_MAX);
   kick(a);
   unlock(a);
-  sl_info(T, "launching %s (%s%s%s%s) for job %lld", ret_id, req->type, req->zone[0] ? " in " : "",
+  sl_info(T, "launching %s (%s%s%s%s) for job J%06lld", ret_id, req->type, req->zone[0] ? " in " : "",
           req->zone, req->spot ? " spot" : "", (long long)req->job);
   return 0;
 }

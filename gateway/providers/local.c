@@ -446,11 +446,13 @@ static int local_launch(struct gw_provider *p, const struct gw_launch *req,
   gw_local_save_record(l, in);
   l->inst[l->n++] = in;
   struct gw_provider_event *ev = queue_event(l, GW_PROVIDER_LAUNCHED, in->id);
-  if (ev)
+  if (ev) {
     fill_info(l, in, &ev->info);
+    ev->info.price_usd_per_hour = in->price_usd_per_hour; /* the price it launched at, as recorded */
+  }
   rearm(l);
   memcpy(ret_id, in->id, GW_INSTANCE_ID_MAX);
-  sl_info(TOPIC, "launched %s (%s %s%s, pid %d, metadata port %d) for job %lld", in->id,
+  sl_info(TOPIC, "launched %s (%s %s%s, pid %d, metadata port %d) for job J%06lld", in->id,
           in->type, in->zone, in->spot ? " spot" : "", (int)in->pid, in->port,
           (long long)req->job);
   return 0;

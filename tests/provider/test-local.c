@@ -152,6 +152,14 @@ static int launch_ok(struct gw_provider *p, struct recorder *rec, struct gw_laun
   CHECK(is_instance_id(id));
   int n = wait_event(loop, rec, GW_PROVIDER_LAUNCHED, id, 1000);
   CHECK(n >= 0);
+  if (n >= 0) { /* the price it launched at, as its record has it */
+    char path[512];
+    inst_file(id, "instance.json", path, sizeof path);
+    json_t *o = load(path);
+    CHECK(rec->ev[n].info.price_usd_per_hour > 0 &&
+          rec->ev[n].info.price_usd_per_hour == sl_json_get_num(o, "price_usd_per_hour", -1));
+    json_decref(o);
+  }
   return n;
 }
 
