@@ -29,8 +29,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static const uint8_t key[] = "fuzz-key";
 
 static const char *const cells[] = {
-    "data t = text(\"moby-dick\")\nmodel m = gpt(layers=1, heads=1, dim=8, ctx=8)\n"
-    "train m on t steps=10 batch=2",
+    ("data t = text(\"moby-dick\")\nmodel m = gpt(layers=1, heads=1, dim=8, ctx=8)\n"
+     "train m on t steps=10 batch=2"), /* one cell of two lines (parentheses: on purpose) */
     "%%run\necho hello",
     "%jobs",
     "%status",

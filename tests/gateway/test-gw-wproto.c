@@ -821,8 +821,8 @@ static void test_unknown_and_malformed(void) {
     "{\"type\":\"heartbeat\",\"jobs\":[1,\"x\",null,{\"job\":5}]}",
     "{\"type\":\"notice\",\"deadline_us\":\"soon\",\"action\":5}",
     /* registers that still name the job it runs, with junk around it */
-    "{\"type\":\"register\",\"jobs\":[null,5,{\"job\":[]},{\"job\":\"%s\",\"attempt\":1}],"
-    "\"ended\":\"none\"}",
+    ("{\"type\":\"register\",\"jobs\":[null,5,{\"job\":[]},{\"job\":\"%s\",\"attempt\":1}],"
+     "\"ended\":\"none\"}"),
     "{\"type\":\"register\",\"jobs\":[{\"job\":\"%s\"}],\"ended\":[1,null,{\"type\":\"done\"}]}",
     "{\"type\":\"metric\",\"instance\":5}",
   };
