@@ -133,6 +133,14 @@ int gw_sched_load(struct gw_sched *s) {
       free(j);
       break;
     }
+    /* the job's totals as the cost table has them: its row may hold accrual
+     * a crash kept from the table (written every few seconds), which the
+     * running attempt is charged for again below */
+    double usd, od;
+    if (gw_store_cost_of_job(s->store, j->id, &usd, &od) == 0) {
+      j->cost_usd = usd;
+      j->on_demand_usd = od;
+    }
     json_t *ev = json_pack("{s:s,s:s}", "event", "gateway", "action", "restarted");
     gw_sched_emit(s, j, ev);
     json_decref(ev);
@@ -144,7 +152,8 @@ int gw_sched_load(struct gw_sched *s) {
         gw_sched_transition(s, j, GW_JOB_QUEUED, "resuming after a gateway restart");
     } else if (in && in->row.job == j->id) {
       /* provisioning and never placed: the launch was not reported done */
-      if (j->state == GW_JOB_PROVISIONING && !j->instance_type[0])
+      bool unplaced = j->state == GW_JOB_PROVISIONING && !j->instance_type[0];
+      if (unplaced)
         in->launched = false;
       struct gw_wants w;
       gw_sched_wants(s, j, &w);
@@ -156,8 +165,10 @@ int gw_sched_load(struct gw_sched *s) {
       j->wait_register_until_us = in->register_by_mono_us;
       if (gw_store_attempt_metric_step(s->store, j->id, &j->metric_step) < 0)
         j->metric_step = -1;
-      j->attempt_started_mono_us = j->cost_accrued_mono_us = now;
-      charge_downtime(s, j, in, now);
+      j->attempt_started_mono_us = now;
+      j->cost_accrued_mono_us = unplaced ? 0 : now; /* no attempt yet: nothing to charge */
+      if (!unplaced)
+        charge_downtime(s, j, in, now);
     } else {
       gw_sched_requeue(s, j, false, "instance lost while the gateway was down");
     }

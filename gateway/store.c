@@ -639,6 +639,20 @@ int gw_store_attempt_metric_step(struct gw_store *s, int64_t job, int64_t *ret_s
   return 0;
 }
 
+int gw_store_cost_of_job(struct gw_store *s, int64_t job, double *ret_usd, double *ret_on_demand_usd) {
+  sqlite3_stmt *st = prep(s, "SELECT COALESCE(SUM(usd), 0), COALESCE(SUM(on_demand_usd), 0) FROM cost WHERE job=?1");
+  if (!st)
+    return SL_ESQLITE;
+  sqlite3_bind_int64(st, 1, job);
+  int r = sqlite3_step(st);
+  if (r == SQLITE_ROW) {
+    *ret_usd = sqlite3_column_double(st, 0);
+    *ret_on_demand_usd = sqlite3_column_double(st, 1);
+  }
+  sqlite3_finalize(st);
+  return r == SQLITE_ROW ? 0 : gw_store_db_err(s, "read the cost of a job");
+}
+
 int gw_store_cost_accrued_until(struct gw_store *s, int64_t job, int attempt, int64_t *ret_us) {
   sqlite3_stmt *st = prep(s, "SELECT COALESCE((SELECT updated_us FROM cost WHERE job=?1 AND attempt=?2),"
                              " (SELECT started_us FROM attempts WHERE job=?1 AND attempt=?2), 0)");

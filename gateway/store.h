@@ -240,6 +240,8 @@ int gw_store_checkpoint_add(struct gw_store *s, int64_t job, int attempt, int64_
 /* Until when attempt of job is charged: the cost table's last addition to
  * it, else the attempt's start (0 when neither is on record). */
 int gw_store_cost_accrued_until(struct gw_store *s, int64_t job, int attempt, int64_t *ret_us);
+/* What the cost table charged job, over all its attempts. */
+int gw_store_cost_of_job(struct gw_store *s, int64_t job, double *ret_usd, double *ret_on_demand_usd);
 /* Adds to the cost of j's current attempt. */
 int gw_store_cost_add(struct gw_store *s, const struct gw_job *j, double usd,
                       double on_demand_usd, double seconds, int64_t now_us);

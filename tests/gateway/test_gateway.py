@@ -755,6 +755,43 @@ def case_restart(gw):
             cli.wait()
 
 
+def case_crash(gw):
+    """A gateway killed while a job runs (its last seconds of accrual not yet in the cost
+    table): once it is back, the job's cost is what the cost table charged for it, the whole
+    attempt's wall time and no second more."""
+    c = Client(gw.listen, "alice")
+    define(c)
+    job = submit(c, steps=10 ** 7)  # a metric every tick: the job's row is saved with each
+    attach(c, job)
+    c.wait_event(lambda e: e["job"] == job and e["event"] == "metric" and e.get("step", 0) >= 3)
+    summary = c.req("attach", job=job, after=10 ** 9)["job"]
+    c.close()
+    time.sleep(2)  # accrued in memory and on the job's row; in the table every 5 s
+    gw.kill()
+    time.sleep(1)
+    gw.start()
+    c = Client(gw.listen, "alice")
+    attach(c, job, after=10 ** 9)
+    check(gw.wait_log("worker %s registered" % summary["instance"], 20), "worker re-registered")
+    time.sleep(1)
+    c.req("cancel", job=job)
+    c.wait_event(state_is(job, "cancelled"))
+    wall, charged = attempt_charged(gw, job)
+    check(wall > 3 and 0.95 * wall <= charged <= 1.05 * wall + 1,
+          "the attempt is charged for its %.1f s, the crash's downtime included: %.1f s" % (wall, charged))
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(gw.state, "gateway.db"), uri=True)
+    jid = int(job.lstrip("J"))
+    row = db.execute("SELECT cost_usd FROM jobs WHERE id=?", (jid,)).fetchone()[0]
+    ledger = db.execute("SELECT SUM(usd) FROM cost WHERE job=?", (jid,)).fetchone()[0]
+    db.close()
+    listed = [j for j in c.req("cost")["jobs"] if j["job"] == job]
+    check(ledger > 0 and abs(row - ledger) <= 1e-9 + 1e-6 * ledger and listed and
+          abs(listed[0]["cost_usd"] - ledger) <= 1e-9 + 1e-6 * ledger,
+          "the job's cost is the cost table's: row %s, listed %s, table %s"
+          % (row, listed and listed[0]["cost_usd"], ledger))
+    c.close()
+
+
 def case_session_move(gw):
     """session.move (a notebook renamed): the names, models and jobs of the
     session go to the new name, a running job's later checkpoints update the
@@ -1180,7 +1217,7 @@ CASES = {"auth": case_auth, "isolation": case_isolation,
          "malformed-kernel": case_malformed_kernel, "malformed-worker": case_malformed_worker,
          "curve": case_curve, "dump-config": case_dump_config,
          "config-errors": case_config_errors, "embedded": case_embedded, "jobs": case_jobs,
-         "preempt": case_preempt, "preempt-run": case_preempt_run, "restart": case_restart,
+         "preempt": case_preempt, "preempt-run": case_preempt_run, "restart": case_restart, "crash": case_crash,
          "damaged-store": case_damaged_store,
          "replay": case_replay, "fairness": case_fairness, "reregister": case_reregister,
          "process-retries": case_process_retries, "idle": case_idle,
