@@ -163,11 +163,12 @@ static void on_register(struct gw_wproto *g, struct gw_inst *in, const json_t *b
     if (j) {
       has_own = true;
       char id[16];
-      json_array_append_new(recorded, json_pack("{s:s,s:i,s:o}", "job",
+      json_array_append_new(recorded, json_pack("{s:s,s:i,s:o,s:I}", "job",
                                                 gw_job_id_str(j->id, id, sizeof id), "attempt",
                                                 j->attempt, "metric_step",
                                                 j->metric_step >= 0 ? json_integer(j->metric_step)
-                                                                    : json_null()));
+                                                                    : json_null(),
+                                                "checkpoint_step", (json_int_t)j->ckpt_step));
       j->wait_register_until_us = 0;
       int64_t step = sl_json_get_int(v, "step", j->step);
       if (step > j->step && gw_sched_rank(j, in) == 0)

@@ -268,10 +268,10 @@ static void stop_all(struct wk_agent *a) {
   for (size_t i = 0; i < a->njobs; i++) wk_job_cancel(a->jobs[i]);
 }
 
-/* One entry of registered.jobs or a resend: {"job","attempt","metric_step"},
- * the newest step the gateway recorded of the job; the steps after it (in
- * flight when a gateway died, say) are sent again, and then an ended job's
- * done. */
+/* One entry of registered.jobs or a resend: {"job","attempt","metric_step",
+ * "checkpoint_step"}, the newest step and checkpoint the gateway recorded of
+ * the job; the steps after it (in flight when a gateway died, say) are sent
+ * again, then a newer checkpoint's report, and then an ended job's done. */
 static void resend_job(struct wk_agent *a, const json_t *v) {
   struct wk_job **j = find_job(a, json_string_value(json_object_get(v, "job")));
   json_t *step = json_object_get(v, "metric_step");
@@ -280,6 +280,8 @@ static void resend_job(struct wk_agent *a, const json_t *v) {
   size_t n = wk_job_resend_metrics(*j, json_is_integer(step) ? json_integer_value(step) : -1);
   a->resending = false;
   if (n) sl_info(TOPIC, "%s: %zu step metrics the gateway did not record sent again", wk_job_id(*j), n);
+  json_t *ckpt = json_object_get(v, "checkpoint_step"); /* after the steps it covers */
+  if (json_is_integer(ckpt)) wk_job_resend_checkpoint(*j, json_integer_value(ckpt));
   if (wk_job_ended(*j)) wk_job_send_done(*j);
 }
 

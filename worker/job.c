@@ -644,6 +644,18 @@ void wk_job_set_checkpoint_every(struct wk_job *j, int64_t steps) {
     sl_warn(TOPIC, "%s: checkpoint interval: %s", j->id, sl_strerror(r));
 }
 
+void wk_job_resend_checkpoint(struct wk_job *j, int64_t step) {
+  int64_t mine = j->last_ckpt ? sl_json_get_int(j->last_ckpt, "step", -1) : -1;
+  if (mine <= step || j->gang.rank > 0) return;
+  json_t *m = wk_job_msg_new(j, "checkpoint");
+  const char *k;
+  json_t *v;
+  json_object_foreach(j->last_ckpt, k, v) json_object_set(m, k, v);
+  sl_info(TOPIC, "%s: checkpoint of step %lld reported again (the gateway has step %lld)", j->id,
+          (long long)mine, (long long)step);
+  wk_job_send(j, m, true);
+}
+
 size_t wk_job_resend_metrics(struct wk_job *j, int64_t step) {
   wk_relay_confirm(j->relay, step);
   json_t *data[256];

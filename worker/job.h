@@ -75,6 +75,10 @@ int wk_data_forget(const char *work_dir, const char *sha);
  * work_dir/data, at most max of them: an owned array (empty when there is
  * no such folder), NULL when out of memory. */
 json_t *wk_data_copies(const char *work_dir, size_t max);
+/* The gateway's newest recorded checkpoint of the job is at step (after a
+ * register): the newest one reported here, when past it, is reported
+ * again (its report was in flight when a gateway died). */
+void wk_job_resend_checkpoint(struct wk_job *j, int64_t step);
 /* Sends an ENDED job's done again (after its step metrics went again). */
 void wk_job_send_done(struct wk_job *j);
 /* Whether done_recorded for attempt is this ENDED job's: then it may go. */

@@ -768,6 +768,41 @@ def case_resend(tmp, worker_exe, train_exe):
         gw.close()
 
 
+def case_resend_checkpoint(tmp, worker_exe, train_exe):
+    """A registered reply whose checkpoint_step is older than the newest checkpoint the
+    worker reported (its report was in flight when a gateway died) brings that report
+    again, after the steps it covers; one naming that checkpoint brings nothing."""
+    data = text_file(tmp)
+    gw, w = start(tmp, worker_exe, train_exe, registered_by_hand=True)
+    try:
+        gw.send(train_assign("J000014", data, 1000000, checkpoint_every=20))
+        ck = gw.recv(lambda m: of("J000014", "checkpoint")(m) and m["step"] >= 40, 60, "a checkpoint")
+        gw.send({"type": "registered", "heartbeat_ms": 100,
+                 "jobs": [{"job": "J000014", "attempt": 1, "metric_step": ck["step"], "checkpoint_step": 0}]})
+        # the newest reported by then (the one seen, or one reported while the reply was on its
+        # way) comes again: a step reported twice
+        reported = [m["step"] for m in gw.received if of("J000014", "checkpoint")(m)]
+        again = gw.recv(lambda m: of("J000014", "checkpoint")(m) and
+                        (m["step"] in reported or reported.append(m["step"])), 10,
+                        "the newest checkpoint reported again")
+        assert again["step"] >= ck["step"] and again["key"].endswith("ckpt-%08d.tc" % again["step"]), (ck, again)
+        assert again["bytes"] > 0 and "write_ms" in again and "upload_ms" in again, again
+        newest = again["step"]
+        mark = len(gw.received)
+        gw.send({"type": "registered", "heartbeat_ms": 100,
+                 "jobs": [{"job": "J000014", "attempt": 1, "metric_step": newest, "checkpoint_step": 10 ** 9}]})
+        gw.send({"type": "cancel", "job": "J000014"})
+        d = gw.recv(of("J000014", "done"), 30, "done after cancel")
+        assert d["status"] == "cancelled", d
+        late = [m for m in gw.received[mark:] if of("J000014", "checkpoint")(m) and m["step"] <= newest]
+        assert not late, late  # nothing older than what the gateway has comes again
+        gw.send({"type": "shutdown"})
+        assert w.wait(10) == 0
+    finally:
+        w.kill()
+        gw.close()
+
+
 def case_link(tmp, worker_exe, train_exe):
     """The job ends while no gateway is there: once one is back the worker
     registers by itself, sends again the steps the gateway says it lacks, and
