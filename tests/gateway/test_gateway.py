@@ -1073,15 +1073,18 @@ def case_reregister(gw):
     died never heard) ends the job instead of having it re-queued."""
     c = Client(gw.listen, "alice")
     job, summary = running_hold_job(gw, c)
-    steps = [e["step"] for e in c.req("logs", job=job, after=0)["events"] if e["event"] == "metric"]
+    evs = c.req("logs", job=job, after=0)["events"]
+    steps = [e["step"] for e in evs if e["event"] == "metric"]
+    ckpts = [e["step"] for e in evs if e["event"] == "checkpoint"]
     s, cfg = worker_socket(os.path.join(gw.state, "instances", summary["instance"], "worker.json"))
     att = summary["attempt"]
     s.send(json.dumps({"type": "register", "instance": cfg["instance"],
                        "jobs": [{"job": job, "attempt": att, "step": 1}]}).encode())
     reply = json.loads(s.recv()) if s.poll(5000) else {}
     check(reply.get("type") == "registered" and
-          reply.get("jobs") == [{"job": job, "attempt": att, "metric_step": max(steps)}],
-          "registered names the newest step recorded (%s): %r" % (max(steps), reply))
+          reply.get("jobs") == [{"job": job, "attempt": att, "metric_step": max(steps),
+                                 "checkpoint_step": max(ckpts)}],
+          "registered names the newest step and checkpoint recorded (%s, %s): %r" % (max(steps), max(ckpts), reply))
     done = {"type": "done", "job": job, "attempt": att, "status": "succeeded", "exit_code": 0,
             "message": "", "step": 3}
     for _ in range(2):  # the second time it is old news
