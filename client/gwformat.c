@@ -88,7 +88,9 @@ char *jk_format_jobs_of(const json_t *reply, const char *session) {
     }
     char step[40], cost[32];
     long long st = (long long)sl_json_get_int(j, "step", 0), steps = (long long)sl_json_get_int(j, "steps", 0);
-    if (steps > 0)
+    if (!strcmp(sl_json_get_str(j, "kind", ""), "run") && steps <= 0 && st <= 0)
+      snprintf(step, sizeof step, "-"); /* a script's job has no steps */
+    else if (steps > 0)
       snprintf(step, sizeof step, "%lld/%lld", st, steps);
     else
       snprintf(step, sizeof step, "%lld", st);

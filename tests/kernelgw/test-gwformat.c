@@ -82,6 +82,15 @@ static void test_jobs_of_session(void) {
   t = jk_format_jobs_of(jobs, "c.ipynb");
   CHECK(t && strstr(t, "No jobs in this notebook session (%jobs --all"));
   free(t);
+  /* a script's job has no steps: its STEP is "-", a train job's its step of steps */
+  json_t *mixed = json_pack("{s:[{s:s, s:s, s:s, s:i, s:i}, {s:s, s:s, s:s, s:i, s:i}]}", "jobs", "job",
+                            "J000003", "state", "running", "kind", "run", "step", 0, "steps", 0, "job",
+                            "J000004", "state", "running", "kind", "train", "step", 0, "steps", 100);
+  t = jk_format_jobs_of(mixed, NULL);
+  CHECK(t && strstr(t, "J000003   running       run    -          -          -               -"));
+  CHECK(t && strstr(t, "J000004   running       train  -          -          0/100 "));
+  free(t);
+  json_decref(mixed);
   json_t *cost = json_pack("{s:f, s:f, s:f, s:[{s:s, s:s, s:f}, {s:s, s:s, s:f}]}", "spent_usd", 0.5,
                            "on_demand_usd", 1.0, "saved_usd", 0.5, "jobs", "job", "J000002", "state", "running",
                            "cost_usd", 0.25, "job", "J000001", "state", "succeeded", "cost_usd", 0.25);
