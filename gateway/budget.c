@@ -357,23 +357,25 @@ int gw_budget_set(struct gw_budget *b, const char *scope, const char *name, doub
   return 0;
 }
 
-void gw_budget_set_note(struct gw_budget *b, const char *scope, const char *name, char *note, size_t size) {
-  *note = 0;
+void gw_budget_note(struct gw_budget *b, const char *scope, const char *name, json_t *reply) {
+  char note[256] = "";
   const struct gw_config *cfg = b->env.cfg;
   if (scope && !strcmp(scope, "group")) {
     for (size_t i = 0; i < cfg->n_groups; i++)
       if (!strcmp(cfg->groups[i].name, name))
         return;
-    snprintf(note, size,
+    snprintf(note, sizeof note,
              "no [group.%s] section of the configuration defines this group: its budget applies to no one"
              " until one does", name);
   } else if (scope && !strcmp(scope, "user")) {
     if (gw_config_user(cfg, name) || gw_store_user_known(b->env.store, name) != 0)
       return; /* known, or the store cannot tell: nothing to say */
-    snprintf(note, size,
+    snprintf(note, sizeof note,
              "no job or session of user %s is on record: check the name (the budget applies once they"
              " use this gateway)", name);
   }
+  if (note[0] && reply)
+    json_object_set_new(reply, "note", json_string(note));
 }
 
 static json_t *scope_json(const struct scope *s, const json_t *fired) {

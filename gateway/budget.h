@@ -76,11 +76,11 @@ bool gw_budget_refuses(struct gw_budget *b, const char *user, char *why, size_t 
  * [0, 1e9], the store refusing). */
 int gw_budget_set(struct gw_budget *b, const char *scope, const char *name, double monthly_usd,
                   const char *by, char *err, size_t err_size);
-/* After a set: a sentence in note when the budget of scope and name applies
- * to no one yet (a group no [group.NAME] section of the file defines, a
- * user with nothing on record); else note is "". A hub's users and groups
- * come later, so such a budget is kept, with this said. */
-void gw_budget_set_note(struct gw_budget *b, const char *scope, const char *name, char *note, size_t size);
+/* After a set, on its reply (a gw_budget_json): "note", a sentence, when the
+ * budget of scope and name applies to no one yet (a group no [group.NAME]
+ * section of the file defines, a user with nothing on record). A hub's
+ * users and groups come later, so such a budget is kept, with this said. */
+void gw_budget_note(struct gw_budget *b, const char *scope, const char *name, json_t *reply);
 /* Every budget user sees (NULL: every one, for an admin), owned:
  * {"month", "budgets": [{"scope","name","budget_usd","spent_usd","ratio",
  * "alert_at","fired","hard_cap","capped","override"?}]}. */

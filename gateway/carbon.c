@@ -210,6 +210,7 @@ void gw_carbon_sink(void *data, const struct gw_bus_event *ev) {
   gw_carbon_estimate(&rate, j->gang ? j->gang->n : 1, ev->seconds / 3600, cpu, gpu, &kwh, &g);
   j->energy_kwh += kwh;
   j->co2e_g += g;
+  char id[24];
   if (gw_store_energy_add(k->store, j, kwh, g, sl_time_real_us()) < 0)
-    sl_warn(T, "cannot record the energy of job J%06lld's attempt %d", (long long)j->id, j->attempt);
+    sl_warn(T, "cannot record the energy of job %s's attempt %d", gw_job_id_str(j->id, id, sizeof id), j->attempt);
 }

@@ -596,6 +596,7 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
     goto fail;
   struct gw_budget_env be = {.cfg = cfg, .store = g->store, .ledger = g->ledger, .fleet = g->fleet,
                              .sched = g->sched, .bus = &g->bus};
+  gw_ledger_set_pending(g->ledger, gw_sched_cost_pending, g->sched);
   if (!(g->budget = gw_budget_new(&be)))
     goto fail;
   make_gateway_id(g);
@@ -643,7 +644,7 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   struct gw_httpd_env he = {.cfg = cfg, .store = g->store, .fleet = g->fleet, .ledger = g->ledger,
                             .kproto = g->kproto, .loop = g->loop, .started_us = g->started_us,
                             .budget = g->budget, .webhooks = g->webhooks,
-                            .tally = g->tally, .sched = g->sched};
+                            .tally = g->tally};
   if (cfg->http[0] && (r = gw_httpd_new(&he, &g->httpd, err, err_size)) < 0)
     goto fail;
   int64_t t = gw_loop_add_timer(g->loop, sl_time_mono_us(), housekeeping, g);

@@ -193,10 +193,8 @@ static void get_status(struct gw_httpd *h, const struct gw_viewer *w, struct ans
   }
   for (size_t i = 0; i < gw_fleet_n_insts(h->env.fleet); i++)
     insts += gw_access_sees(w, gw_fleet_inst_at(h->env.fleet, i)->row.user);
-  double month = 0, od = 0, pusd = 0, pod = 0;
+  double month = 0, od = 0;
   gw_ledger_totals(h->env.ledger, NULL, gw_ledger_month_start_us(), &month, &od);
-  gw_sched_cost_pending(h->env.sched, NULL, &pusd, &pod);
-  month += pusd;
   const struct gw_config *cfg = h->env.cfg;
   json_t *r = json_pack("{s:{s:s,s:i,s:I,s:b},s:s,s:b,s:I,s:o,s:I,s:{s:o,s:o,s:b}}", "gateway",
                         "version", SPOTLAB_VERSION, "pid", (int)getpid(), "started_us",
@@ -303,15 +301,7 @@ static void get_cost(struct gw_httpd *h, struct MHD_Connection *c, const struct 
     return;
   static const char *const names[] = {"by_user", "by_job", "by_type", "by_day"};
   double usd = 0, od = 0, month = 0, mod = 0;
-  int r = gw_ledger_totals(h->env.ledger, user, 0, &usd, &od);
-  if (r == 0)
-    r = gw_ledger_totals(h->env.ledger, user, gw_ledger_month_start_us(), &month, &mod);
-  double pusd = 0, pod = 0; /* the live jobs' accrued cost not yet in the ledger */
-  gw_sched_cost_pending(h->env.sched, user, &pusd, &pod);
-  usd += pusd;
-  od += pod;
-  month += pusd;
-  mod += pod;
+  int r = gw_ledger_spend(h->env.ledger, user, &usd, &od, &month, &mod);
   json_t *o = json_pack("{s:s?,s:o,s:o,s:o,s:o,s:o}", "user", user, "spent_usd", sl_json_real(usd),
                         "on_demand_usd", sl_json_real(od), "saved_usd", sl_json_real(od - usd),
                         "month_spent_usd", sl_json_real(month), "budget_usd",

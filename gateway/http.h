@@ -34,7 +34,6 @@ struct gw_httpd_env {
   const struct gw_metrics_tally *tally; /* /metrics' counters from the bus; NULL: left out */
   struct gw_budget *budget;     /* /api/budgets; NULL: none */
   const struct gw_webhooks *webhooks; /* their counters in /metrics; NULL: none */
-  struct gw_sched *sched;       /* live jobs' cost not yet in the ledger; NULL: left out */
 };
 
 /* Listens on env->cfg->http (everything in env borrowed) and writes the

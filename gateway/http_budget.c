@@ -68,10 +68,7 @@ unsigned gw_http_budget(struct gw_budget *b, const char *url, const char *method
   unsigned code = r == -EINVAL ? 400u : r == SL_ELIMIT ? 409u : 500u;
   if (r < 0)
     return ANSWER(code, error((int)code, err));
-  char note[256];
-  gw_budget_set_note(b, scope, name, note, sizeof note);
   json_t *reply = gw_budget_json(b, NULL);
-  if (note[0] && reply)
-    json_object_set_new(reply, "note", json_string(note));
+  gw_budget_note(b, scope, name, reply);
   return ANSWER(200, reply);
 }

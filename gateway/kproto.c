@@ -382,10 +382,8 @@ static void on_status(struct gw_kreq *q) {
     snprintf(provs + len, sizeof provs - len, "%s%s", len ? "," : "",
              gw_sched_provider_at(g->env.sched, i)->name);
   }
-  double usd = 0, od = 0, pusd = 0, pod = 0;
+  double usd = 0, od = 0;
   gw_ledger_totals(g->env.ledger, NULL, gw_ledger_month_start_us(), &usd, &od);
-  gw_sched_cost_pending(g->env.sched, NULL, &pusd, &pod);
-  usd += pusd;
   json_t *r = json_pack("{s:{s:s,s:i,s:I,s:s,s:s,s:s,s:s,s:b,s:I,s:I},s:o,"
                      "s:{s:o,s:o,s:o},s:{s:o,s:o,s:b}}",
                      "gateway", "version", SPOTLAB_VERSION, "pid", (int)getpid(), "started_us",
@@ -505,14 +503,7 @@ static void on_market(struct gw_kreq *q) {
 static void on_cost(struct gw_kreq *q) {
   double usd = 0, od = 0, musd = 0, mod = 0;
   const char *user = gw_access_whose(&q->c->who);
-  gw_ledger_totals(q->g->env.ledger, user, 0, &usd, &od);
-  gw_ledger_totals(q->g->env.ledger, user, gw_ledger_month_start_us(), &musd, &mod);
-  double pusd = 0, pod = 0; /* the live jobs' accrued cost not yet in the ledger */
-  gw_sched_cost_pending(q->g->env.sched, user, &pusd, &pod);
-  usd += pusd;
-  od += pod;
-  musd += pusd;
-  mod += pod;
+  gw_ledger_spend(q->g->env.ledger, user, &usd, &od, &musd, &mod);
   struct gw_job *jobs = NULL;
   size_t n = 0;
   json_t *arr = json_array();
@@ -577,7 +568,6 @@ static void on_budget(struct gw_kreq *q) {
   if (!b)
     return gw_kproto_fail(q, SL_ENOTSUP, "this gateway keeps no budgets");
   json_t *set = json_object_get(q->body, "set");
-  char note[256] = "";
   if (set) {
     if (!q->c->who.admin)
       return gw_kproto_fail(q, -EPERM, "only an admin may set a budget");
@@ -589,12 +579,10 @@ static void on_budget(struct gw_kreq *q) {
                           json_number_value(usd), q->c->who.user, err, sizeof err);
     if (r < 0)
       return gw_kproto_fail(q, r == -EINVAL ? SL_EWIRE : r, err);
-    gw_budget_set_note(b, sl_json_get_str(set, "scope", NULL), sl_json_get_str(set, "name", ""), note,
-                       sizeof note);
   }
   json_t *reply = gw_budget_json(b, gw_access_whose(&q->c->who));
-  if (note[0] && reply)
-    json_object_set_new(reply, "note", json_string(note));
+  if (set)
+    gw_budget_note(b, sl_json_get_str(set, "scope", NULL), sl_json_get_str(set, "name", ""), reply);
   gw_kproto_reply(q, reply);
 }
 

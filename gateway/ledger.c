@@ -18,6 +18,8 @@
 struct gw_ledger {
   const struct gw_config *cfg;
   struct gw_store *store;
+  gw_ledger_pending_fn *pending; /* NULL: the table alone */
+  void *pending_ctx;
 };
 
 struct gw_ledger *gw_ledger_new(const struct gw_config *cfg, struct gw_store *store) {
@@ -38,14 +40,49 @@ void gw_ledger_sink(void *data, const struct gw_bus_event *ev) {
   struct gw_ledger *l = data;
   if (ev->kind != GW_BUS_COST || !ev->job)
     return;
+  char id[24];
   if (gw_store_cost_add(l->store, ev->job, ev->usd, ev->on_demand_usd, ev->seconds,
                         sl_time_real_us()) < 0)
-    sl_err(T, "cannot record the cost of job J%06lld", (long long)ev->job->id);
+    sl_err(T, "cannot record the cost of job %s", gw_job_id_str(ev->job->id, id, sizeof id));
+}
+
+void gw_ledger_set_pending(struct gw_ledger *l, gw_ledger_pending_fn *fn, void *ctx) {
+  l->pending = fn;
+  l->pending_ctx = ctx;
+}
+
+/* Spend since each of since_us[0..n) into usd[] and od[], with the live jobs'
+ * accrual looked at once. */
+static int totals(struct gw_ledger *l, const char *user, size_t n, const int64_t *since_us, double *usd,
+                  double *od) {
+  double pusd = 0, pod = 0;
+  if (l->pending) /* first: accruing may write a due report to the table read next */
+    l->pending(l->pending_ctx, user, &pusd, &pod);
+  for (size_t i = 0; i < n; i++) {
+    int r = gw_store_cost_totals(l->store, user, since_us[i], &usd[i], &od[i]);
+    if (r < 0)
+      return r;
+    usd[i] += pusd;
+    od[i] += pod;
+  }
+  return 0;
 }
 
 int gw_ledger_totals(struct gw_ledger *l, const char *user, int64_t since_us, double *ret_usd,
                      double *ret_on_demand_usd) {
-  return gw_store_cost_totals(l->store, user, since_us, ret_usd, ret_on_demand_usd);
+  return totals(l, user, 1, &since_us, ret_usd, ret_on_demand_usd);
+}
+
+int gw_ledger_spend(struct gw_ledger *l, const char *user, double *ret_usd, double *ret_on_demand_usd,
+                    double *ret_month_usd, double *ret_month_on_demand_usd) {
+  int64_t since[2] = {0, gw_ledger_month_start_us()};
+  double usd[2] = {0, 0}, od[2] = {0, 0};
+  int r = totals(l, user, 2, since, usd, od);
+  *ret_usd = usd[0];
+  *ret_on_demand_usd = od[0];
+  *ret_month_usd = usd[1];
+  *ret_month_on_demand_usd = od[1];
+  return r;
 }
 
 int64_t gw_ledger_month_start_us(void) {

@@ -1,6 +1,7 @@
 /* The cost ledger: what the scheduler reports as accrued cost is written
  * to the store's cost table here, and budgets are read from it. It listens
- * on the bus (GW_BUS_COST) and calls nobody back. */
+ * on the bus (GW_BUS_COST); its totals also ask the scheduler what live
+ * jobs accrued since their last report (gw_ledger_set_pending). */
 #ifndef GW_LEDGER_H
 #define GW_LEDGER_H
 
@@ -18,9 +19,18 @@ struct gw_ledger *gw_ledger_new(const struct gw_config *cfg, struct gw_store *st
 struct gw_ledger *gw_ledger_free(struct gw_ledger *l);
 /* The bus sink (data: the ledger). */
 void gw_ledger_sink(void *data, const struct gw_bus_event *ev);
-/* Spend of user (NULL: everyone) since since_us (0: ever). */
+/* What live jobs of user (NULL: everyone) accrued that the cost table does
+ * not hold yet (reported every few seconds): added by gw_ledger_totals, so
+ * that a total agrees with the live jobs' own costs shown beside it. */
+typedef void gw_ledger_pending_fn(void *ctx, const char *user, double *ret_usd, double *ret_on_demand_usd);
+void gw_ledger_set_pending(struct gw_ledger *l, gw_ledger_pending_fn *fn, void *ctx);
+/* Spend of user (NULL: everyone) since since_us (0: ever), accrued to now. */
 int gw_ledger_totals(struct gw_ledger *l, const char *user, int64_t since_us, double *ret_usd,
                      double *ret_on_demand_usd);
+/* Both at once, from one look at the live jobs (two calls would see them
+ * accrue between): spend of user ever, and this calendar month. */
+int gw_ledger_spend(struct gw_ledger *l, const char *user, double *ret_usd, double *ret_on_demand_usd,
+                    double *ret_month_usd, double *ret_month_on_demand_usd);
 /* The first instant of this calendar month (UTC), µs since the epoch. */
 int64_t gw_ledger_month_start_us(void);
 /* "YYYY-MM" of real_us (µs since the epoch, UTC) into ret. */

@@ -149,8 +149,9 @@ static int launch_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wan
         gw_sched_finish(s, j, GW_JOB_FAILED, why);
         return 1;
       }
-      sl_info(T, "job J%06lld: %zu of %d instances for its gang; the %zu launched are given back",
-              (long long)j->id, p->n_idle + k, w->nodes, k);
+      char jid[24];
+      sl_info(T, "job %s: %zu of %d instances for its gang; the %zu launched are given back",
+              gw_job_id_str(j->id, jid, sizeof jid), p->n_idle + k, w->nodes, k);
       *ret_given_back = k;
       return -EAGAIN;
     }
@@ -233,7 +234,8 @@ int gw_sched_place_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wa
   j->gang = g;
   snprintf(j->instance, sizeof j->instance, "%s", g->m[0].instance);
   gw_queue_take(s->queue, j->id);
-  sl_info(T, "job J%06lld: gang of %d (%zu idle, %zu launched, $%.4f/h)", (long long)j->id, g->n,
+  char id[24];
+  sl_info(T, "job %s: gang of %d (%zu idle, %zu launched, $%.4f/h)", gw_job_id_str(j->id, id, sizeof id), g->n,
           p.n_idle, p.n_launch, p.usd_per_hour);
   if (p.n_launch) {
     snprintf(why, sizeof why, "launching %zu of %d instances (nodes=%d)", p.n_launch, g->n, g->n);

@@ -94,8 +94,9 @@ int gw_sched_launch_inst(struct gw_sched *s, struct gw_job *j, const struct gw_o
     o->prov->ops->terminate(o->prov, id);
     return -EAGAIN;
   }
-  sl_info(T, "launching %s (%s%s) on %s for job J%06lld", id, t->name, spot ? " spot" : "",
-          o->prov->name, (long long)j->id);
+  char jid[24];
+  sl_info(T, "launching %s (%s%s) on %s for job %s", id, t->name, spot ? " spot" : "",
+          o->prov->name, gw_job_id_str(j->id, jid, sizeof jid));
   snprintf(ret_id, GW_INSTANCE_ID_MAX, "%s", id);
   return 0;
 }

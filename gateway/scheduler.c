@@ -161,9 +161,10 @@ void gw_sched_flush_cost(struct gw_sched *s, struct gw_job *j, bool force) {
   json_decref(ev);
 }
 
-void gw_sched_cost_pending(struct gw_sched *s, const char *user, double *ret_usd, double *ret_on_demand_usd) {
+void gw_sched_cost_pending(void *ctx, const char *user, double *ret_usd, double *ret_on_demand_usd) {
+  struct gw_sched *s = ctx;
   *ret_usd = *ret_on_demand_usd = 0;
-  for (size_t i = 0; s && i < gw_fleet_n_jobs(s->fleet); i++) {
+  for (size_t i = 0; i < gw_fleet_n_jobs(s->fleet); i++) {
     struct gw_job *j = gw_fleet_job_at(s->fleet, i);
     if (user && strcmp(j->user, user))
       continue;
@@ -340,8 +341,9 @@ void gw_sched_launched(struct gw_sched *s, struct gw_inst *in) {
   }
   if (!j || strcmp(j->instance, in->row.id) || j->state != GW_JOB_PROVISIONING)
     return;
-  sl_info(T, "launched %s (%s%s, %s) for job J%06lld", in->row.id, in->row.type,
-          in->row.spot ? " spot" : "", in->row.zone, (long long)j->id);
+  char id[24];
+  sl_info(T, "launched %s (%s%s, %s) for job %s", in->row.id, in->row.type,
+          in->row.spot ? " spot" : "", in->row.zone, gw_job_id_str(j->id, id, sizeof id));
   gw_sched_write_placement(j, in);
   gw_sched_emit_placed(s, j);
 }

@@ -202,8 +202,8 @@ void gw_sched_housekeeping(struct gw_sched *s);
  * or now when force. */
 void gw_sched_flush_cost(struct gw_sched *s, struct gw_job *j, bool force);
 /* What the live jobs of user (NULL: every one) cost, accrued to now, that
- * the cost table does not hold yet: added to the ledger's totals, so that a
- * total agrees with the live jobs' own costs shown beside it. */
-void gw_sched_cost_pending(struct gw_sched *s, const char *user, double *ret_usd, double *ret_on_demand_usd);
+ * the cost table does not hold yet: the ledger's pending function (ctx: the
+ * scheduler), gw_ledger_set_pending. */
+void gw_sched_cost_pending(void *ctx, const char *user, double *ret_usd, double *ret_on_demand_usd);
 
 #endif

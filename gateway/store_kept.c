@@ -308,7 +308,8 @@ static int write_kept(struct gw_store *s) {
       int64_t seq = 0;
       r = gw_store_append_locked(s, op->job, op->event, &seq);
       if (r == SL_ENAME) { /* its job is gone from the database: nothing to attach it to */
-        sl_warn(T, "a kept event of job J%06lld has no job row; dropped", (long long)op->job);
+        char id[24];
+        sl_warn(T, "a kept event of job %s has no job row; dropped", gw_job_id_str(op->job, id, sizeof id));
         s->dropped++;
         json_decref(op->event);
         op->event = NULL;

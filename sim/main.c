@@ -149,20 +149,23 @@ static int request(struct cli_conn *c, json_t *req, json_t **ret) {
   return 0;
 }
 
-/* The market's entry for --type: -ENOENT and unknown_type, said on stderr,
- * when the catalog has no such type. With --checkpoint-every auto, the interval by
- * Young/Daly: sqrt(2 × checkpoint time × mean time to preemption), with the
- * mean the provider derives from the trace for this type. */
+/* Whether name is one of list's ", "-separated names ("" counts as listed:
+ * an entry without a type adds nothing). */
 static bool listed(const char *list, const char *name) {
   size_t n = strlen(name);
   if (!n)
-    return true; /* an entry without a type: nothing to list */
+    return true;
   for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
     if ((p == list || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0'))
       return true;
   return false;
 }
 
+/* The market's entry for --type: -ENOENT and unknown_type, said on stderr,
+ * when the catalog has no such type. With --checkpoint-every auto, the
+ * interval by Young/Daly: sqrt(2 × checkpoint time × mean time to
+ * preemption), with the mean the provider derives from the trace for this
+ * type. */
 static int check_type(struct cli_conn *c, struct args *a) {
   json_t *reply = NULL;
   int r = request(c, json_pack("{s:s}", "type", "market"), &reply);

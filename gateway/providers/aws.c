@@ -28,6 +28,7 @@
 #include "sl_err.h"
 #include "sl_hmac.h"
 #include "sl_http.h"
+#include "sl_ident.h"
 #include "sl_log.h"
 #include "sl_path.h"
 #include "sl_time.h"
@@ -298,8 +299,9 @@ static int aws_launch(struct gw_provider *p, const struct gw_launch *req,
   memcpy(ret_id, in->id, GW_INSTANCE_ID_MAX);
   kick(a);
   unlock(a);
-  sl_info(T, "launching %s (%s%s%s%s) for job J%06lld", ret_id, req->type, req->zone[0] ? " in " : "",
-          req->zone, req->spot ? " spot" : "", (long long)req->job);
+  char jid[24];
+  sl_info(T, "launching %s (%s%s%s%s) for job %s", ret_id, req->type, req->zone[0] ? " in " : "",
+          req->zone, req->spot ? " spot" : "", sl_job_id_str(req->job, jid, sizeof jid));
   return 0;
 }
 

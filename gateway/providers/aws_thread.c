@@ -24,6 +24,7 @@
 
 #include "sl_err.h"
 #include "sl_hmac.h"
+#include "sl_ident.h"
 #include "sl_log.h"
 #include "sl_time.h"
 
@@ -193,7 +194,7 @@ static int run_once(struct gw_aws *a, struct gw_aws_inst *in, const struct gw_aw
     return r;
   char token[48], job[32];
   gw_aws_client_token(a, in, gw_aws_placement_key(pl), token);
-  snprintf(job, sizeof job, "J%06lld", (long long)in->job);
+  sl_job_id_str(in->job, job, sizeof job);
   const char *groups[GW_AWS_MAX_SECURITY_GROUPS];
   for (size_t i = 0; i < a->cfg.n_security_groups; i++)
     groups[i] = a->cfg.security_groups[i];

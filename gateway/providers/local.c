@@ -44,6 +44,7 @@
 #include "proc.h"
 #include "sl_err.h"
 #include "sl_hmac.h"
+#include "sl_ident.h"
 #include "sl_log.h"
 #include "sl_path.h"
 #include "sl_time.h"
@@ -452,9 +453,10 @@ static int local_launch(struct gw_provider *p, const struct gw_launch *req,
   }
   rearm(l);
   memcpy(ret_id, in->id, GW_INSTANCE_ID_MAX);
-  sl_info(TOPIC, "launched %s (%s %s%s, pid %d, metadata port %d) for job J%06lld", in->id,
+  char jid[24];
+  sl_info(TOPIC, "launched %s (%s %s%s, pid %d, metadata port %d) for job %s", in->id,
           in->type, in->zone, in->spot ? " spot" : "", (int)in->pid, in->port,
-          (long long)req->job);
+          sl_job_id_str(req->job, jid, sizeof jid));
   return 0;
 fail:
   sl_err(TOPIC, "launch of a %s instance: %s", req->type, err[0] ? err : sl_strerror(r));
