@@ -184,6 +184,16 @@ int gw_sched_load(struct gw_sched *s) {
       gw_fleet_inst_save(s->fleet, in);
     }
   }
+  /* a notice heard before the restart: the instance is going (its job's
+   * preemption is one with notice, and it gets no new job) */
+  for (size_t i = 0; i < gw_fleet_n_insts(s->fleet); i++) {
+    struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
+    bool leaving = false, at_risk = false;
+    if (in->row.job && gw_store_instance_noticed(s->store, in->row.job, in->row.id, &leaving, &at_risk) == 0) {
+      in->notice |= leaving;
+      in->at_risk |= at_risk;
+    }
+  }
   for (size_t i = 0; i < gone.n; i++) /* their jobs are back: requeued from here */
     gw_sched_instance_gone(s, gone.id[i], "instance ended while the gateway was down");
   free(gone.id);

@@ -639,6 +639,27 @@ int gw_store_attempt_metric_step(struct gw_store *s, int64_t job, int64_t *ret_s
   return 0;
 }
 
+int gw_store_instance_noticed(struct gw_store *s, int64_t job, const char *instance,
+                              bool *ret_leaving, bool *ret_at_risk) {
+  /* a notice without "leaving" is one its jobs leave for; a body that is
+   * not JSON (a damaged row) says nothing */
+  sqlite3_stmt *st = prep(s, "SELECT COALESCE(MAX(l = 1), 0), COALESCE(MAX(l = 0), 0) FROM"
+                             " (SELECT COALESCE(json_extract(body, '$.leaving'), 1) AS l FROM events"
+                             " WHERE job=?1 AND kind='notice' AND json_valid(body)"
+                             " AND (CASE WHEN json_valid(body) THEN json_extract(body, '$.instance') END)=?2)");
+  if (!st)
+    return SL_ESQLITE;
+  sqlite3_bind_int64(st, 1, job);
+  sqlite3_bind_text(st, 2, instance, -1, SQLITE_TRANSIENT);
+  int r = sqlite3_step(st);
+  if (r == SQLITE_ROW) {
+    *ret_leaving = sqlite3_column_int(st, 0) != 0;
+    *ret_at_risk = sqlite3_column_int(st, 1) != 0;
+  }
+  sqlite3_finalize(st);
+  return r == SQLITE_ROW ? 0 : gw_store_db_err(s, "read a job's notices");
+}
+
 int gw_store_cost_of_job(struct gw_store *s, int64_t job, double *ret_usd, double *ret_on_demand_usd) {
   sqlite3_stmt *st = prep(s, "SELECT COALESCE(SUM(usd), 0), COALESCE(SUM(on_demand_usd), 0) FROM cost WHERE job=?1");
   if (!st)

@@ -203,11 +203,16 @@ int gw_store_job_get(struct gw_store *s, int64_t id, struct gw_job *ret);
 int gw_store_jobs_list(struct gw_store *s, const char *user, bool live_only, size_t max,
                        struct gw_job **ret, size_t *ret_n);
 void gw_store_jobs_free(struct gw_job *jobs, size_t n);
-/* Events with seq > after, at most limit, as an owned array; *ret_more when
- * more follow. */
 /* The highest step of the metric events since the job's latest placed event
  * (its current attempt) into *ret_step; -1 when there is none. */
 int gw_store_attempt_metric_step(struct gw_store *s, int64_t job, int64_t *ret_step);
+/* Whether job's events hold a notice for instance that its jobs leave for
+ * (*ret_leaving) or one they went on through (*ret_at_risk, a rebalance
+ * recommendation): what a gateway heard of the instance before a restart. */
+int gw_store_instance_noticed(struct gw_store *s, int64_t job, const char *instance,
+                              bool *ret_leaving, bool *ret_at_risk);
+/* Events with seq > after, at most limit, as an owned array; *ret_more when
+ * more follow. */
 int gw_store_events(struct gw_store *s, int64_t job, int64_t after, int64_t limit, json_t **ret,
                     bool *ret_more);
 /* Thins job's stored step metrics: the newest keep_whole stay as they are;

@@ -135,11 +135,23 @@ static void forget_unknown_data(struct gw_wproto *g, struct gw_inst *in, const j
   json_decref(gone);
 }
 
+static void on_notice(struct gw_wproto *g, struct gw_inst *in, const json_t *body);
+
 static void on_register(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   bool was_registered = in->registered;
   in->registered = true;
   if (sl_json_get_bool(body, "at_risk", false)) /* a recommendation heard before a restart */
     in->at_risk = true;
+  json_t *notice = json_object_get(body, "notice");
+  if (json_is_object(notice) && !in->notice) { /* one its notice message did not bring (lost
+                                                * with a gateway that died) */
+    json_t *n = json_pack("{s:s,s:I,s:b}", "action", sl_json_get_str(notice, "action", "terminate"),
+                          "deadline_us", (json_int_t)sl_json_get_int(notice, "deadline_us", 0),
+                          "leaving", true);
+    if (n)
+      on_notice(g, in, n);
+    json_decref(n);
+  }
   in->register_by_mono_us = 0;
   check_gpus(g, in, body);
   struct gw_job *job = in->row.job ? gw_fleet_job(g->fleet, in->row.job) : NULL;

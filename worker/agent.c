@@ -88,6 +88,7 @@ struct wk_agent {
   int64_t heartbeat_us, next_heartbeat_us, register_sent_us, last_heard_us;
   int64_t last_contact_us; /* the gateway's last message (orphan_timeout_ms) */
   bool noticed;
+  struct wk_notice notice; /* the notice the jobs leave for, when noticed: said in each register */
   bool at_risk; /* a rebalance recommendation its jobs went on through: said in each register */
   struct wk_notice held_notice; /* taken by the pump: reported, its jobs' part still to do */
   bool notice_held;
@@ -159,6 +160,9 @@ static void send_register(struct wk_agent *a, int64_t now) {
                         wk_gpu_inventory_json(&a->gpus));
   if (m && a->at_risk) /* so that a restarted gateway gives the instance no new job either */
     json_object_set_new(m, "at_risk", json_true());
+  if (m && a->noticed) /* a notice a restarted gateway may not have heard */
+    json_object_set_new(m, "notice", json_pack("{s:s, s:I}", "action", a->notice.action, "deadline_us",
+                                               (json_int_t)a->notice.deadline_us));
   json_t *data = wk_data_copies(a->cfg->work_dir, DATA_FORGET_MAX);
   if (m && json_array_size(data)) /* what the gateway deleted while out of touch is forgotten */
     json_object_set(m, "data", data);
@@ -465,6 +469,7 @@ static void apply_notice(struct wk_agent *a, const struct wk_notice *n) {
   int64_t deadline = now + (n->deadline_us - sl_time_real_us());
   if (a->noticed && deadline >= a->exit_by_us) return;
   a->noticed = a->stopping = true;
+  a->notice = *n;
   /* Exit a little before the deadline: the jobs get the rest. */
   int64_t margin = a->cfg->notice_margin_ms * SL_US_PER_MS;
   int64_t left = deadline - now;

@@ -599,6 +599,36 @@ static void test_worker_notice(void) {
   fx_free(f);
 }
 
+/* A notice the gateway did not hear (its message lost with a gateway that
+ * died): the worker's register says it, handled as the message; a second
+ * register changes nothing. The preemption is one with notice. */
+static void test_register_notice(void) {
+  int64_t id;
+  struct fx *f = one_running(&id);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  fx_checkpoint(f, "f-1", id, 30, "ck/30");
+  fx_inst(f, "f-1")->registered = false; /* as after a gateway restart */
+  char jid[16];
+  fx_jid(id, jid);
+  int64_t deadline = sl_time_real_us() + 60 * SL_US_PER_S;
+  for (int k = 0; k < 2; k++)
+    fx_workerf(f, "f-1", "{s:s,s:s,s:[{s:s,s:i,s:i}],s:{s:s,s:I}}", "type", "register", "instance",
+               "f-1", "jobs", "job", jid, "attempt", 1, "step", 31, "notice", "action", "terminate",
+               "deadline_us", (json_int_t)deadline);
+  CHECK(fx_inst(f, "f-1")->notice);
+  CHECK_INT(fx_job_events(f, id, "notice"), 1);
+  const json_t *n = fx_job_event(f, id, "notice");
+  CHECK(n && sl_json_get_int(n, "deadline_us", 0) == deadline);
+  CHECK_INT(fx_job_state(f, id), GW_JOB_RUNNING);
+  fx_done(f, "f-1", id, "preempted", -1);
+  const json_t *p = fx_job_event(f, id, "preempted");
+  CHECK(p && json_is_true(json_object_get(p, "notice")));
+  CHECK_STR(fx_inst(f, "f-1")->row.state, "draining");
+  fx_free(f);
+}
+
 /* A rebalance hint its worker went on through (leaving false, the default):
  * shown, the instance only at risk, not the market taking it back; the
  * interruption notice that may follow is shown too; and an instance at risk
@@ -960,6 +990,7 @@ int main(void) {
   test_device_event();
   test_checkpoint();
   test_worker_notice();
+  test_register_notice();
   test_worker_rebalance();
   test_metrics_thinned();
   test_output_trimmed();

@@ -22,6 +22,8 @@ usage: test_gateway_local.py CASE GATEWAY WORKER TRAIN
                the end (a gateway killed in between), is taken for ended at
                the next start, not listed until the register timeout; its
                job runs again
+  local-notice  a gateway killed just after a spot notice knows of it when
+               started again: the job's preemption is one with notice
 
 Every wait has a deadline; nothing sleeps to wait for an event.
 """
@@ -371,8 +373,40 @@ def case_local_ended():
         end_gateway(g)
 
 
+def case_local_notice():
+    """A gateway killed just after a spot notice, before the worker heard of
+    it (stopped): started again, it knows from its events that the instance
+    is going, and the job's preemption, when the notice runs out, is one with
+    notice. (A worker that heard it says so in its register: the unit tests.)"""
+    g = place_gateway(capacity=1, slots=1)  # time scale 60: 600 s of notice are 10 s
+    try:
+        c = Client(g.listen, "alice")
+        job = sleep_job(c, spot="yes")
+        inst = placed(c, job)["instance"]
+        c.wait_event(state_is(job, "running"), timeout=60)
+        rec = os.path.join(g.state, "instances", inst, "instance.json")
+        check(signal_instance(rec, signal.SIGSTOP) > 0, "the instance's worker stopped")
+        r = c.req("inject", action="preempt", instance=inst, notice_s=600)
+        check(r["ok"], "preemption injected: %s" % r)
+        c.wait_event(lambda e: e["job"] == job and e["event"] == "notice", "the notice", 20)
+        c.close()
+        g.kill()
+        g.start()
+        c = Client(g.listen, "alice")
+        attach(c, job)
+        pre = c.wait_event(lambda e: e["job"] == job and e["event"] == "preempted",
+                           "the preemption", 40)
+        check(pre["notice"] and pre["instance"] == inst,
+              "after the restart the preemption is one with notice: %r" % pre)
+        cancel(c, job)
+        c.close()
+    finally:
+        end_gateway(g)
+
+
 CASES = {"local-train": case_local_train, "local-place": case_local_place,
-         "local-refused": case_local_refused, "local-ended": case_local_ended}
+         "local-refused": case_local_refused, "local-ended": case_local_ended,
+         "local-notice": case_local_notice}
 
 
 def main():

@@ -515,6 +515,10 @@ def case_notice(tmp, worker_exe, train_exe):
         steps = steps_of(msgs)
         assert done["status"] == "preempted", done
         assert cks and done["step"] == cks[-1]["step"] == steps[-1], (done, cks[-1:], steps[-3:])
+        # a gateway restarted since, which may not have heard the notice, hears it in the register
+        gw.send({"type": "reregister"})
+        reg = gw.recv(lambda m: m["type"] == "register", 5, "register after reregister")
+        assert reg.get("notice") == {"action": "terminate", "deadline_us": notice["deadline_us"]}, reg
         key = cks[-1]["key"]
         assert os.path.getsize(os.path.join(w.store, key)) == cks[-1]["bytes"]
         assert w.wait(max(0.1, deadline - time.time())) == 0
