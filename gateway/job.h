@@ -63,6 +63,7 @@ struct gw_job {
   int64_t metric_step;            /* newest step metric recorded in this attempt; -1 none */
   int64_t metrics_stored;         /* step metrics stored since its last thinning (or the load) */
   int64_t outputs_stored;         /* output lines stored since its last trim (or the load) */
+  int64_t output_seq;             /* newest "oseq" of its output recorded in this attempt; 0 none */
   double attempt_cost_usd, attempt_on_demand_usd, pending_cost_s; /* not yet in the cost table */
   struct gw_autockpt autockpt;    /* checkpoint_every=auto measurements */
   struct gw_gang *gang;           /* owned; a nodes=N job's instances while it is placed, else NULL */

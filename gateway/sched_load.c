@@ -165,6 +165,8 @@ int gw_sched_load(struct gw_sched *s) {
       j->wait_register_until_us = in->register_by_mono_us;
       if (gw_store_attempt_metric_step(s->store, j->id, &j->metric_step) < 0)
         j->metric_step = -1;
+      if (gw_store_attempt_output_seq(s->store, j->id, &j->output_seq) < 0)
+        j->output_seq = 0;
       j->attempt_started_mono_us = now;
       j->cost_accrued_mono_us = unplaced ? 0 : now; /* no attempt yet: nothing to charge */
       if (!unplaced)

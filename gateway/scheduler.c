@@ -291,6 +291,7 @@ void gw_sched_write_placement(struct gw_job *j, const struct gw_inst *in) {
   j->on_demand_usd_per_hour = in->row.on_demand_usd_per_hour;
   j->attempt++;
   j->metric_step = -1;
+  j->output_seq = 0;
   j->attempt_cost_usd = j->attempt_on_demand_usd = j->pending_cost_s = 0;
   j->attempt_started_mono_us = j->cost_accrued_mono_us = sl_time_mono_us();
   gw_autockpt_new_attempt(&j->autockpt);

@@ -639,6 +639,25 @@ int gw_store_attempt_metric_step(struct gw_store *s, int64_t job, int64_t *ret_s
   return 0;
 }
 
+int gw_store_attempt_output_seq(struct gw_store *s, int64_t job, int64_t *ret_seq) {
+  sqlite3_stmt *st = prep(s, "SELECT MAX(CASE WHEN json_valid(body) THEN CASE WHEN"
+                             " json_extract(body, '$.rank') IS NULL THEN json_extract(body, '$.oseq') END END)"
+                             " FROM events WHERE job=?1 AND kind='output' AND seq > COALESCE((SELECT MAX(seq)"
+                             " FROM events WHERE job=?1 AND kind='placed'), 0)");
+  if (!st)
+    return SL_ESQLITE;
+  sqlite3_bind_int64(st, 1, job);
+  int r = sqlite3_step(st);
+  int64_t seq = 0;
+  if (r == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER)
+    seq = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  if (r != SQLITE_ROW)
+    return SL_ESQLITE;
+  *ret_seq = seq > 0 ? seq : 0;
+  return 0;
+}
+
 int gw_store_instance_noticed(struct gw_store *s, int64_t job, const char *instance,
                               bool *ret_leaving, bool *ret_at_risk) {
   /* a notice without "leaving" is one its jobs leave for; a body that is

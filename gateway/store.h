@@ -206,6 +206,9 @@ void gw_store_jobs_free(struct gw_job *jobs, size_t n);
 /* The highest step of the metric events since the job's latest placed event
  * (its current attempt) into *ret_step; -1 when there is none. */
 int gw_store_attempt_metric_step(struct gw_store *s, int64_t job, int64_t *ret_step);
+/* The highest "oseq" of the job's own output events (not a gang's other
+ * ranks') since its latest placed event into *ret_seq; 0 when there is none. */
+int gw_store_attempt_output_seq(struct gw_store *s, int64_t job, int64_t *ret_seq);
 /* Whether job's events hold a notice for instance that its jobs leave for
  * (*ret_leaving) or one they went on through (*ret_at_risk, a rebalance
  * recommendation): what a gateway heard of the instance before a restart. */

@@ -25,6 +25,7 @@
 #define T "gateway.worker"
 #define REREGISTER_EVERY_US (100 * SL_US_PER_MS)
 #define DATA_COPIES_MAX 1024 /* of a register's "data", as in a data_forget */
+#define OUTPUT_TAIL_MAX 64   /* of a done's "output_tail" (a worker sends 16 at most) */
 
 
 struct gw_wproto *gw_wproto_new(const struct gw_config *cfg, struct gw_store *store,
@@ -343,18 +344,34 @@ static void on_started(struct gw_wproto *g, struct gw_inst *in, const json_t *bo
   gw_sched_started(g->sched, j, in, sl_json_get_str(body, "rendezvous", NULL));
 }
 
-static void on_output(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
-  struct gw_job *j = own_job(g, in, body);
-  const char *stream = sl_json_get_str(body, "stream", "stdout");
-  const char *text = sl_json_get_str(body, "text", NULL);
-  if (!j || !text || (strcmp(stream, "stdout") && strcmp(stream, "stderr")))
+/* One line of j's output ({"stream","text","oseq"}) from its rank. The
+ * job's own lines are numbered ("oseq"): one recorded already (the done
+ * carries the newest again) is not recorded twice. */
+static void record_output(struct gw_wproto *g, struct gw_job *j, int rank, const json_t *o) {
+  const char *stream = sl_json_get_str(o, "stream", "stdout");
+  const char *text = sl_json_get_str(o, "text", NULL);
+  if (!text || (strcmp(stream, "stdout") && strcmp(stream, "stderr")))
     return;
+  const json_t *oseq = json_object_get(o, "oseq");
+  int64_t seq = json_is_integer(oseq) ? json_integer_value(oseq) : 0;
+  if (rank == 0 && seq > 0) {
+    if (seq <= j->output_seq)
+      return;
+    j->output_seq = seq;
+  }
   json_t *ev = json_pack("{s:s,s:s,s:s}", "event", "output", "stream", stream, "text", text);
-  int rank = gw_sched_rank(j, in);
   if (rank > 0) /* a gang's other ranks speak too; their lines say whose they are */
     json_object_set_new(ev, "rank", json_integer(rank));
+  else if (seq > 0)
+    json_object_set_new(ev, "oseq", json_integer(seq));
   gw_sched_emit(g->sched, j, ev);
   json_decref(ev);
+}
+
+static void on_output(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
+  struct gw_job *j = own_job(g, in, body);
+  if (j)
+    record_output(g, j, gw_sched_rank(j, in), body);
 }
 
 /* Records the checkpoint c ({"step","key","bytes","write_ms","upload_ms"})
@@ -506,6 +523,17 @@ static void on_done(struct gw_wproto *g, struct gw_inst *in, const json_t *body)
   }
   if (gw_sched_rank(j, in) == 0 && !has_all(g, in, j, body))
     return;
+  if (gw_sched_rank(j, in) == 0) { /* its newest output lines again: those in flight when a
+                                     * gateway died are recorded before the end */
+    size_t k;
+    json_t *o;
+    json_array_foreach(json_object_get(body, "output_tail"), k, o) {
+      if (k == OUTPUT_TAIL_MAX)
+        break;
+      if (json_is_object(o))
+        record_output(g, j, 0, o);
+    }
+  }
   if (j->gang) {
     gw_sched_gang_done(g->sched, j, in, body);
     ack_done(g, in, body);

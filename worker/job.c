@@ -371,6 +371,8 @@ struct wk_job *wk_job_free(struct wk_job *j) {
   wk_relay_free(j->relay);
   for (size_t i = 0; i < HELD_LINES; i++)
     free(j->held[i].text);
+  for (size_t i = 0; i < OUTPUT_TAIL; i++)
+    json_decref(j->output_tail[i]);
   wk_filesync_free(j->files);
   wk_reserve_done(&j->reserve, j->env->signer);
   free(j->result_text);
@@ -534,6 +536,8 @@ static void finish(struct wk_job *j) {
   int64_t metric_step = wk_relay_last_step(j->relay);
   if (metric_step >= 0) json_object_set_new(m, "metric_step", json_integer(metric_step));
   if (j->last_ckpt) json_object_set(m, "checkpoint", j->last_ckpt);
+  json_t *tail = wk_job_output_tail(j);
+  if (tail) json_object_set_new(m, "output_tail", tail);
   sl_info(TOPIC, "%s: %s (step %lld)", j->id, status, (long long)step);
   j->done = json_incref(m);
   j->done_sent_us = sl_time_mono_us();

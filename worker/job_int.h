@@ -24,6 +24,10 @@
 
 #define STDERR_TAIL 1024
 #define HELD_LINES 5
+/* The newest output messages a done carries again (at most this many, and
+ * OUTPUT_TAIL_BYTES of text): lines in flight when a gateway died. */
+#define OUTPUT_TAIL 16
+#define OUTPUT_TAIL_BYTES (16 * 1024)
 
 enum state { RUNNING, NOTICE_WAIT, STOPPING, ENDED };
 
@@ -85,6 +89,9 @@ struct wk_job {
     char *text; /* WK_OUTPUT_LINE_MAX bytes, allocated at first use */
   } held[HELD_LINES];
   size_t held_n, held_next;
+  int64_t output_seq;   /* output messages of this attempt so far: each one's "oseq" */
+  json_t *output_tail[OUTPUT_TAIL]; /* the newest of them ({"oseq","stream","text"}), a ring */
+  size_t output_tail_next;
   json_t *last_ckpt;    /* the newest checkpoint message's fields, for the done */
   json_t *done;         /* ENDED: the done message, until done_recorded */
   bool metrics_held;    /* the resend ring is full of step metrics not confirmed saved */
@@ -109,6 +116,8 @@ void wk_job_output_line(struct wk_job *j, enum wk_stream s, const char *line, si
 /* Says how many lines the rate limit dropped; at the end (last) the newest
  * of them follow, as the script wrote them. */
 void wk_job_flush_dropped(struct wk_job *j, bool last);
+/* The newest output messages, oldest first (owned; NULL: none), for the done. */
+json_t *wk_job_output_tail(const struct wk_job *j);
 
 /* job_data.c */
 /* For an assign whose spec names an uploaded data file ("data_upload"):

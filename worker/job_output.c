@@ -5,6 +5,7 @@
 #include "job_int.h"
 
 #include "relay.h"
+#include "sl_json.h"
 #include "sl_time.h"
 
 #include <stdio.h>
@@ -12,10 +13,38 @@
 #include <string.h>
 
 static void send_output(struct wk_job *j, enum wk_stream s, json_t *text) {
+  const char *stream = s == WK_STREAM_STDOUT ? "stdout" : "stderr";
   json_t *m = wk_job_msg_new(j, "output");
-  json_object_set_new(m, "stream", json_string(s == WK_STREAM_STDOUT ? "stdout" : "stderr"));
-  json_object_set_new(m, "text", text);
+  json_object_set_new(m, "stream", json_string(stream));
+  json_object_set_new(m, "oseq", json_integer(++j->output_seq));
+  json_object_set(m, "text", text);
+  /* kept for the done: a line in flight when a gateway died comes again there */
+  json_t **slot = &j->output_tail[j->output_tail_next];
+  json_decref(*slot);
+  *slot = json_pack("{s:I,s:s,s:O}", "oseq", (json_int_t)j->output_seq, "stream", stream, "text", text);
+  j->output_tail_next = (j->output_tail_next + 1) % OUTPUT_TAIL;
+  json_decref(text);
   wk_job_send(j, m, false);
+}
+
+json_t *wk_job_output_tail(const struct wk_job *j) {
+  json_t *a = NULL;
+  size_t bytes = 0, first = 0;
+  /* the newest that fit, from the newest back */
+  for (size_t k = 1; k <= OUTPUT_TAIL; k++) {
+    const json_t *e = j->output_tail[(j->output_tail_next + OUTPUT_TAIL - k) % OUTPUT_TAIL];
+    size_t len = e ? strlen(sl_json_get_str(e, "text", "")) : 0;
+    if (!e || bytes + len > OUTPUT_TAIL_BYTES)
+      break;
+    bytes += len;
+    first = k;
+  }
+  for (size_t k = first; k >= 1; k--) {
+    if (!a && !(a = json_array()))
+      return NULL;
+    json_array_append(a, j->output_tail[(j->output_tail_next + OUTPUT_TAIL - k) % OUTPUT_TAIL]);
+  }
+  return a;
 }
 
 void wk_job_flush_dropped(struct wk_job *j, bool last) {

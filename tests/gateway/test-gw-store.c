@@ -849,6 +849,32 @@ static void test_damaged_event_bodies(void) {
   struct gw_store_history_fns fns = {count_checkpoint, count_event};
   CHECK_INT(gw_store_metric_history(s, &fns, &events), 0);
   CHECK_INT(events, 3); /* the queued state, the preempted and the damaged state event */
+  /* an attempt's numbered output (not an earlier attempt's, nor a gang's other
+   * rank's) and the notices of its instances, among damaged rows */
+  CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+  CHECK(sqlite3_exec(db,
+                     "INSERT INTO events VALUES(1, 6, 6, 'output', '{\"text\":\"a\",\"oseq\":9}');"
+                     "INSERT INTO events VALUES(1, 7, 7, 'placed', '{}');"
+                     "INSERT INTO events VALUES(1, 8, 8, 'output', '{\"text\":\"b\",\"oseq\":3}');"
+                     "INSERT INTO events VALUES(1, 9, 9, 'output', '{\"oseq\":4');"
+                     "INSERT INTO events VALUES(1, 10, 10, 'output', '{\"rank\":1,\"oseq\":50}');"
+                     "INSERT INTO events VALUES(1, 11, 11, 'notice', '{\"instance\":\"i-1\",\"leaving\":false}');"
+                     "INSERT INTO events VALUES(1, 12, 12, 'notice', '{\"instance\":\"i-2\"}');"
+                     "INSERT INTO events VALUES(1, 13, 13, 'notice', '{\"instance\":\"i-3\"');",
+                     NULL, NULL, NULL) == SQLITE_OK);
+  sqlite3_close(db);
+  int64_t oseq = -1;
+  CHECK_INT(gw_store_attempt_output_seq(s, 1, &oseq), 0);
+  CHECK_INT(oseq, 3);
+  CHECK_INT(gw_store_attempt_output_seq(s, 2, &oseq), 0); /* no such job: none */
+  CHECK_INT(oseq, 0);
+  bool leaving = true, at_risk = true;
+  CHECK_INT(gw_store_instance_noticed(s, 1, "i-1", &leaving, &at_risk), 0);
+  CHECK(!leaving && at_risk);
+  CHECK_INT(gw_store_instance_noticed(s, 1, "i-2", &leaving, &at_risk), 0);
+  CHECK(leaving && !at_risk);
+  CHECK_INT(gw_store_instance_noticed(s, 1, "i-3", &leaving, &at_risk), 0);
+  CHECK(!leaving && !at_risk);
   gw_job_done(&j);
   gw_store_free(s);
 }

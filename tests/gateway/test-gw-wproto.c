@@ -629,6 +629,46 @@ static void test_register_notice(void) {
   fx_free(f);
 }
 
+/* Numbered output lines: one heard twice is recorded once, and those the
+ * done carries again that were not heard (in flight when a gateway died)
+ * are recorded before the job's end. */
+static void test_output_tail(void) {
+  int64_t id;
+  struct fx *f = one_running(&id);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  char jid[16];
+  fx_jid(id, jid);
+  size_t before = fx_job_events(f, id, "output");
+  const char *lines[] = {"one", "two", "two"};
+  for (int k = 0; k < 3; k++)
+    fx_workerf(f, "f-1", "{s:s,s:s,s:i,s:s,s:s,s:i}", "type", "output", "job", jid, "attempt", 1,
+               "stream", "stdout", "text", lines[k], "oseq", k < 2 ? k + 1 : 2);
+  CHECK_INT(fx_job_events(f, id, "output"), before + 2);
+  CHECK_INT(fx_job(f, id)->output_seq, 2);
+  fx_workerf(f, "f-1", "{s:s,s:s,s:i,s:s,s:i,s:i,s:[{s:i,s:s,s:s},{s:i,s:s,s:s},{s:i,s:s,s:s}]}",
+             "type", "done", "job", jid, "attempt", 1, "status", "succeeded", "exit_code", 0, "step",
+             100, "output_tail", "oseq", 1, "stream", "stdout", "text", "one", "oseq", 2, "stream",
+             "stdout", "text", "two", "oseq", 3, "stream", "stderr", "text", "three");
+  CHECK_INT(fx_job_state(f, id), GW_JOB_SUCCEEDED);
+  CHECK_INT(fx_job_events(f, id, "output"), before + 3);
+  size_t at_three = 0, at_end = 0;
+  for (size_t i = 0; i < f->n_bus; i++) {
+    const struct fx_bus_rec *r = &f->bus_log[i];
+    if (r->kind != GW_BUS_JOB_EVENT || r->job != id)
+      continue;
+    if (!strcmp(sl_json_get_str(r->json, "text", ""), "three"))
+      at_three = i + 1;
+    if (!strcmp(sl_json_get_str(r->json, "state", ""), "succeeded"))
+      at_end = i + 1;
+  }
+  CHECK(at_three > 0 && at_end > at_three);
+  const json_t *o = fx_job_event(f, id, "output");
+  CHECK(o && sl_json_get_int(o, "oseq", 0) == 3 && !strcmp(sl_json_get_str(o, "stream", ""), "stderr"));
+  fx_free(f);
+}
+
 /* A rebalance hint its worker went on through (leaving false, the default):
  * shown, the instance only at risk, not the market taking it back; the
  * interruption notice that may follow is shown too; and an instance at risk
@@ -991,6 +1031,7 @@ int main(void) {
   test_checkpoint();
   test_worker_notice();
   test_register_notice();
+  test_output_tail();
   test_worker_rebalance();
   test_metrics_thinned();
   test_output_trimmed();

@@ -674,6 +674,11 @@ def case_run(tmp, worker_exe, train_exe):
         err = [m["text"] for m in msgs if m["type"] == "output" and m["stream"] == "stderr"]
         assert out == ["restored-content", "hello-env"] and err == ["to stderr"], (out, err)
         assert msgs[-1]["status"] == "succeeded", msgs[-1]
+        # numbered, and carried again by the done (for a gateway that died with some in flight)
+        outs = [m for m in msgs if m["type"] == "output"]
+        assert [m["oseq"] for m in outs] == [1, 2, 3], outs
+        tail = msgs[-1].get("output_tail")
+        assert tail == [{k: m[k] for k in ("oseq", "stream", "text")} for m in outs], tail
         # started (the gateway's cue for running) comes once, before the script says anything
         mine = [m["type"] for m in gw.received if m.get("job") == "J000007"]
         assert mine.count("started") == 1 and mine.index("started") < mine.index("output"), mine
@@ -718,6 +723,11 @@ def case_output_limits(tmp, worker_exe, train_exe):
         held = out[marks[0] + 1:]  # stdout and stderr are two pipes: their lines' order is each's own
         assert [t for st, t in held if st == "stdout"][-2:] == ["last-1", "last-3"] and \
             ("stderr", "last-2") in held, out[marks[0]:]
+        # the done carries the newest lines again, within its bounds (16 lines, 16 KiB of text)
+        tail = msgs[-1]["output_tail"]
+        sent = [m for m in msgs if m["type"] == "output"]
+        assert 1 <= len(tail) <= 16 and sum(len(t["text"]) for t in tail) <= 16384, tail
+        assert [t["oseq"] for t in tail] == [m["oseq"] for m in sent][-len(tail):], (tail, sent[-3:])
         gw.send({"type": "shutdown"})
         assert w.wait(10) == 0
     finally:
