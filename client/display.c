@@ -142,6 +142,10 @@ void jk_display_set_model(struct jk_display *d, const char *model) {
   put_str(d->model, sizeof d->model, model ? model : "");
 }
 
+void jk_display_set_kind(struct jk_display *d, const char *kind) {
+  put_str(d->kind, sizeof d->kind, kind ? kind : "");
+}
+
 void jk_display_summary(struct jk_display *d, const json_t *job) {
   if (!json_is_object(job))
     return;

@@ -33,6 +33,9 @@ struct jk_display *jk_display_free(struct jk_display *d);
  * already logged), so that lines such as "restored m from its checkpoint"
  * name it. */
 void jk_display_set_model(struct jk_display *d, const char *model);
+/* The job's kind, for a display made before it was known (%attach): the
+ * events before the summary are told as that kind's. */
+void jk_display_set_kind(struct jk_display *d, const char *kind);
 /* Folds a job summary (the "job" of an attach reply; borrowed) in. */
 void jk_display_summary(struct jk_display *d, const json_t *job);
 /* Folds one event (borrowed) in. Events at or below the last seq seen are

@@ -325,6 +325,8 @@ static void on_logs(struct gw_kreq *q) {
   if (!(j = gw_kproto_user_job(q, &tmp, &live)))
     return;
   int64_t id = j->id;
+  char kind[sizeof j->kind];
+  snprintf(kind, sizeof kind, "%s", j->kind);
   if (!live)
     gw_job_done(&tmp);
   int64_t limit = sl_json_get_int(q->body, "limit", 1000);
@@ -333,7 +335,8 @@ static void on_logs(struct gw_kreq *q) {
   bool more = false;
   if (gw_store_events(q->g->env.store, id, sl_json_get_int(q->body, "after", 0), limit, &evs, &more) < 0)
     return gw_kproto_fail(q, SL_ESQLITE, NULL);
-  gw_kproto_reply(q, json_pack("{s:o,s:b}", "events", evs, "more", more));
+  /* kind: what a client that attaches to the job tells its events as */
+  gw_kproto_reply(q, json_pack("{s:o,s:b,s:s}", "events", evs, "more", more, "kind", kind));
 }
 
 static json_t *instance_json(const struct gw_inst *in) {

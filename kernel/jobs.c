@@ -480,6 +480,10 @@ static enum jk_step on_catchup(struct jk_interp *ip, const json_t *reply) {
   struct jk_execution *x = ip->running;
   struct jk_follow *f = x->follow;
   const json_t *events = json_object_get(reply, "events");
+  if (!f->kind[0]) { /* %attach: the job's kind comes with its events */
+    snprintf(f->kind, sizeof f->kind, "%s", sl_json_get_str(reply, "kind", ""));
+    jk_display_set_kind(f->display, f->kind);
+  }
   size_t i;
   json_t *e;
   json_array_foreach(events, i, e)

@@ -792,7 +792,8 @@ class ScriptedGateway(threading.Thread):
             elif t == "logs":
                 after, limit = m["after"], m.get("limit", 1000)
                 page = [e for e in self.events if e["seq"] > after][:limit]
-                rep.update(events=page, more=bool(page) and page[-1]["seq"] < len(self.events))
+                rep.update(events=page, more=bool(page) and page[-1]["seq"] < len(self.events),
+                           kind=self.summary()["kind"])
             elif t == "attach":
                 rep.update(job=self.summary())
                 self.send(rid, rep)
@@ -896,6 +897,50 @@ class TrimmedOutputGateway(ScriptedGateway):
 
     def live(self, rid):
         pass
+
+
+class PreemptedGateway(ScriptedGateway):
+    """A train job another kernel submitted, preempted with notice at step 12
+    (its checkpoint of step 12 durable), resumed, and ended."""
+
+    def __init__(self, address):
+        super().__init__(address, n_history=4)
+        while self.step < 12:
+            self.tick()
+        self.add({"event": "checkpoint", "step": 12, "path": "J000042/ckpt.tc", "bytes": 10,
+                  "write_ms": 1, "durable": True})
+        self.add({"event": "notice", "action": "terminate", "deadline_us": self.t + 2_000_000,
+                  "instance": "i-0123456789ab", "leaving": True})
+        self.add({"event": "preempted", "step": 12, "notice": True, "instance": "i-0123456789ab",
+                  "steps_lost": 0})
+        self.add({"event": "resumed", "from_step": 12, "instance_type": "g5.xlarge", "zone": "z-1b",
+                  "after_s": 3})
+        self.add({"event": "state", "state": "succeeded", "reason": "done"})
+
+    def summary(self):
+        return dict(super().summary(), state="succeeded", last_seq=len(self.events))
+
+    def live(self, rid):
+        pass
+
+
+def attach_preempted(kernel_exe):
+    """%attach to a job this kernel did not submit tells its preemption as a train job's
+    (the step and its checkpoint), not as a job that starts again."""
+    d = tempfile.mkdtemp(prefix="spotlab-kgw-attach-")
+    with scripted_env(d, PreemptedGateway):
+        with KernelspecEnv(kernel_exe):
+            k = Kernel()
+            try:
+                content, msgs = k.run("%attach J000042", timeout=60)
+                ds = displays(msgs)
+                final = ds[-1]["content"]["data"]["text/plain"] if ds else ""
+                check(content["status"] == "ok" and
+                      "preempted at step 12 (notice 2 s) → checkpoint durable at step 12" in final and
+                      "starts again" not in final,
+                      "attach: the preemption told with its step and checkpoint: %s" % final)
+            finally:
+                k.close()
 
 
 def trimmed_output(kernel_exe):
@@ -1043,6 +1088,7 @@ def main():
         no_gateway(kernel_exe)
         scripted_gateway(kernel_exe)
         trimmed_output(kernel_exe)
+        attach_preempted(kernel_exe)
         if len(sys.argv) > 3:
             os.environ["SPOTLAB_GATEWAY_BIN"] = os.path.realpath(sys.argv[2])
             with_gateway(kernel_exe, os.path.realpath(sys.argv[3]))
