@@ -204,6 +204,8 @@ enum jk_step jk_stmt_job(struct jk_interp *ip, const struct jk_stmt *s) {
     json_decref(opts);
     return JK_STEP_ERROR;
   }
+  if (s->kind == JK_STMT_SAMPLE && !s->expr) /* no prompt: from the text's start */
+    json_object_set_new(opts, "prompt", json_string(""));
   if (s->kind == JK_STMT_SAMPLE && s->expr) {
     struct jk_value v = {0};
     char err[512];

@@ -380,8 +380,9 @@ static int build(struct av *a, enum wk_kind kind, const json_t *spec, const stru
     const json_t *opts = json_object_get(spec, "options");
     const json_t *pr = plain(json_object_get(opts, "prompt"));
     if (!pr) pr = json_object_get(spec, "prompt");
-    if (!json_is_string(pr)) return fail(a, SL_ECONFIG, "sample needs a prompt string");
-    if ((r = push2(a, "--sample", json_string_value(pr))) < 0) return r;
+    /* none: the model's text from its start (a line's end) */
+    if (pr && !json_is_string(pr)) return fail(a, SL_ECONFIG, "sample's prompt must be a string");
+    if ((r = push2(a, "--sample", pr ? json_string_value(pr) : "")) < 0) return r;
   }
   if ((r = add_common(a, kind, spec, p)) < 0) return r;
   return add_device(a, kind, spec, p);

@@ -928,7 +928,7 @@ def attach_preempted(kernel_exe):
     """%attach to a job this kernel did not submit tells its preemption as a train job's
     (the step and its checkpoint), not as a job that starts again."""
     d = tempfile.mkdtemp(prefix="spotlab-kgw-attach-")
-    with scripted_env(d, PreemptedGateway):
+    with scripted_env(d, PreemptedGateway) as gw:
         with KernelspecEnv(kernel_exe):
             k = Kernel()
             try:
@@ -939,6 +939,12 @@ def attach_preempted(kernel_exe):
                       "preempted at step 12 (notice 2 s) → checkpoint durable at step 12" in final and
                       "starts again" not in final,
                       "attach: the preemption told with its step and checkpoint: %s" % final)
+                k.run("model m = gpt(layers=1)\nsample m tokens=10", timeout=60)
+                subs = [r for r in gw.requests if r["type"] == "submit"]
+                check(subs and subs[-1]["kind"] == "sample" and
+                      subs[-1]["options"].get("prompt") == "",
+                      "sample without a prompt asks for the text from its start: %s %s"
+                      % (content.get("evalue"), subs[-1:]))
             finally:
                 k.close()
 

@@ -94,6 +94,9 @@ static void test_other_kinds(void) {
                    &paths, out, sizeof out, err), 0);
   CHECK_STR(out, "/opt/spotlab-train --sample Call me --ckpt-dir /w/jobs/J1/ckpt --metrics fd:3 "
                  "--tokens 200 --temperature 0.8 --top-k 10 --seed 3");
+  /* no prompt: the model's text from its start; one that is not a string is refused */
+  CHECK_INT(joined(WK_KIND_SAMPLE, "{\"options\":{\"tokens\":20}}", &paths, out, sizeof out, err), 0);
+  CHECK_STR(out, "/opt/spotlab-train --sample  --ckpt-dir /w/jobs/J1/ckpt --metrics fd:3 --tokens 20");
   CHECK_INT(joined(WK_KIND_RUN, "{\"script\":\"python3 train.py\\necho done\"}", &paths, out, sizeof out, err), 0);
   CHECK_STR(out, "/bin/sh -e -c python3 train.py\necho done");
 }
@@ -243,7 +246,7 @@ static void test_refusals(void) {
   CHECK_INT(joined(WK_KIND_TRAIN, "{\"model\":{\"type\":\"mlp\",\"options\":{\"heads\":4}},\"data\":\"x\"}",
                    &paths, out, sizeof out, err), SL_ENAME);
   CHECK_STR(err, "model option \"heads\" does not apply to mlp");
-  CHECK_INT(joined(WK_KIND_SAMPLE, "{\"options\":{\"tokens\":5}}", &paths, out, sizeof out, err), SL_ECONFIG);
+  CHECK_INT(joined(WK_KIND_SAMPLE, "{\"options\":{\"prompt\":[\"a\"]}}", &paths, out, sizeof out, err), SL_ECONFIG);
   CHECK(strstr(err, "prompt") != NULL);
   CHECK_INT(joined(WK_KIND_RUN, "{\"script\":7}", &paths, out, sizeof out, err), SL_ECONFIG);
   struct wk_spec_paths none = paths;
