@@ -443,9 +443,11 @@ static int open_objstore(struct gw *g, char *err, size_t err_size) {
   char first[64] = "";
   if (!*region) {
     const char *aws = gw_provider_find("aws") ? gw_config_provider_option(g->cfg, "aws", "region") : NULL;
+    if (aws && !*aws) /* set to nothing, or not set */
+      aws = NULL;
     const char *list = !aws && gw_provider_find("aws")
                            ? gw_config_provider_option(g->cfg, "aws", "regions") : NULL;
-    if (list) { /* "us-east-1, us-west-2": the first */
+    if (list && *list) { /* "us-east-1, us-west-2": the first */
       snprintf(first, sizeof first, "%.*s", (int)strcspn(list + strspn(list, " \t,"), " \t,"),
                list + strspn(list, " \t,"));
       aws = first;

@@ -3,7 +3,8 @@
 
 usage: test_aws_regions.py GATEWAY WORKER TRAIN KERNEL
 
-The EC2 stand-in serves both regions; the bucket is in us-east-1.
+The EC2 stand-in serves both regions; the bucket is in us-east-1, the first of them
+(no [store] region).
   - `spotlab-gateway --check aws` checks each region in its own section, and
     a RunInstances denied in us-west-2 alone is named in that section;
   - with no spot capacity anywhere in us-east-1, a spot train job launches

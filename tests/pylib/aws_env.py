@@ -346,8 +346,8 @@ class AwsGateway(GatewayProcess):
                     "capacity_memory = %s\n"
                     % (where, ",".join(zones), ",".join(types), AMI, self.workers,
                        orphan_timeout, poll, capacity_memory))
-            f.write("[store]\nurl = s3://%s/%s\nkeep = %d\n%s" % (
-                BUCKET, PREFIX, keep, "region = %s\n" % regions[0] if regions else ""))
+            # with several regions the bucket's is the first of them (admin.md, [store])
+            f.write("[store]\nurl = s3://%s/%s\nkeep = %d\n" % (BUCKET, PREFIX, keep))
             f.write("[worker]\nmetrics_per_s = 100000\n")
             for name, token in users.items():
                 f.write("[user.%s]\ntoken_sha256 = %s\n" % (name, token_sha256(token)))
