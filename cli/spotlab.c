@@ -34,7 +34,7 @@
 #define TIMEOUT_MS 15000
 #define LOGS_PAGE 1000
 #define LOGS_MAX_PAGES 1000
-#define TOKEN_MAX_BYTES 1024      /* the longest token the gateway's hello takes */
+#define TOKEN_MAX_BYTES 4095      /* the longest token the gateway's hello takes */
 #define NOTICE_MIN_US SL_US_PER_S /* a preemption notice under 1 s is a hard kill */
 #define NOTICE_MAX_S 86400        /* the longest notice the gateway's providers take */
 

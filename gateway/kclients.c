@@ -183,8 +183,14 @@ void gw_kproto_on_hello(struct gw_kreq *q) {
   const char *session = sl_json_get_str(q->body, "session", "");
   const char *client = sl_json_get_str(q->body, "client", "client");
   char user[64], hash[SL_HMAC_HEX_LEN + 1];
-  if (!token || !*token || strlen(token) > 1024)
+  if (!token || !*token)
     return gw_kproto_fail(q, SL_EAUTH, "a token is required");
+  if (strlen(token) > GW_TOKEN_MAX) { /* no token is that long */
+    char why[96];
+    snprintf(why, sizeof why, "the token is too long (%zu bytes; a token has at most %d)", strlen(token),
+             GW_TOKEN_MAX);
+    return gw_kproto_fail(q, SL_EAUTH, why);
+  }
   if (strlen(session) >= sizeof q->c->session)
     return gw_kproto_fail(q, SL_ELIMIT, "session name too long");
   if (!q->rid_len || q->rid_len > GW_RID_MAX)

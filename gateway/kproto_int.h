@@ -29,6 +29,7 @@
 #define AUTH_BYTES 32
 #define AUTH_HEX (2 * AUTH_BYTES)
 #define GW_MAX_ATTACH 64
+#define GW_TOKEN_MAX 4095       /* bytes of a hello's token (a token file's first line, as clients read it) */
 #define MARKET_MAX 256
 #define PENDING_MAX 64          /* hellos waiting for the hub (its checks in flight) */
 

@@ -57,6 +57,9 @@ def case_auth(gw):
     check(not r["ok"] and r["error"]["code"] == "SL_EAUTH", "still refused after a bad hello")
     r = c.req("hello", client="cli")
     check(not r["ok"] and r["error"]["code"] == "SL_EAUTH", "missing token refused")
+    r = c.req("hello", token="t" * 4096, client="cli", session="")
+    check(not r["ok"] and r["error"]["code"] == "SL_EAUTH" and "too long (4096 bytes" in r["error"]["message"],
+          "a token longer than any is refused as that: %s" % r["error"])
     check(gw.wait_log("hello refused"), "refusal logged")
     check(TOKENS["alice"] not in gw.logtext() and "wrong-token" not in gw.logtext(),
           "tokens never logged")

@@ -249,7 +249,8 @@ def case_token(gw):
     for content, kept in ((b"abcdefghijklmnop qrstuvwxyz\n", False),
                           (b"\xff\xfe" + b"k" * 30 + b"\n", False),
                           (b"short\n", False),
-                          (b"t" * 300 + b"\n", True)):
+                          (b"t" * 300 + b"\n", True),
+                          (b"u" * 4095 + b"\n", True)):
         with open(path, "wb") as f:
             f.write(content)
         seen = len(gw.logtext())

@@ -113,8 +113,8 @@ def usage_errors(gw):
                        env=dict(env_of(gw), SPOTLAB_TOKEN=b"tok\xffen".decode("utf-8", "surrogateescape")))
     check(p.returncode == 2 and b"SPOTLAB_TOKEN is not UTF-8 text" in p.stderr,
           "a SPOTLAB_TOKEN that is not UTF-8: %r" % p.stderr)
-    rc, _, err = cli(gw, "status", SPOTLAB_TOKEN="t" * 2000)
-    check(rc == 2 and b"SPOTLAB_TOKEN is too long" in err and b"1024" in err,
+    rc, _, err = cli(gw, "status", SPOTLAB_TOKEN="t" * 5000)
+    check(rc == 2 and b"SPOTLAB_TOKEN is too long" in err and b"4095" in err,
           "a SPOTLAB_TOKEN too long for the gateway: %r" % err)
     for notice in ("500ms", "0s", "0.5s", "86401s", "2d"):
         rc, _, err = cli(gw, "inject", "preempt", "i-1", "--notice", notice)
