@@ -488,9 +488,16 @@ static void execute(struct jk_core *c, struct jk_msg *req) {
    * string there: what ran would be less than the cell */
   const json_t *whole = json_object_get(ct, "code");
   if (json_is_string(whole) && strlen(code) != json_string_length(whole)) {
+    /* where it is, as the parser says where: line and column (code points), 1-based */
+    int ln = 1, col = 1;
+    for (const unsigned char *p = (const unsigned char *)code; *p; p++) {
+      if (*p == '\n')
+        ln++, col = 1;
+      else if ((*p & 0xC0) != 0x80)
+        col++;
+    }
     char evalue[128], line[200];
-    snprintf(evalue, sizeof evalue, "the cell holds a NUL character (\\u0000) after byte %zu",
-             strlen(code));
+    snprintf(evalue, sizeof evalue, "line %d, column %d: the cell holds a NUL character (\\u0000)", ln, col);
     snprintf(line, sizeof line, "\033[0;31mSyntaxError\033[0m: %s", evalue);
     pub_finished(c, NULL,
                  json_pack("{s:s, s:s, s:[s]}", "ename", "SyntaxError", "evalue", evalue, "traceback", line));

@@ -373,10 +373,12 @@ static void test_stop_on_error(struct mock *mk) {
   /* a cell holding a NUL fails as a whole: nothing of it runs, not even
    * what comes before the NUL */
   shell(mk, request("c1", "execute_request",
-                    json_loads("{\"code\": \"z = 7\\u0000\\nz = 8\"}", JSON_ALLOW_NUL, NULL)));
+                    json_loads("{\"code\": \"x = 1\\n\\u00e9 = 7\\u0000\\nz = 8\"}", JSON_ALLOW_NUL, NULL)));
   CHECK_STR(trace(mk, "c1"), "busy execute_input error execute_reply idle");
   CHECK_STR(sl_json_get_str(content_of(mk, "c1", "error"), "ename", ""), "SyntaxError");
-  CHECK(strstr(sl_json_get_str(content_of(mk, "c1", "error"), "evalue", ""), "NUL character") != NULL);
+  /* where, as any SyntaxError says it: line 2, after "é = 7" (5 code points) */
+  CHECK_STR(sl_json_get_str(content_of(mk, "c1", "error"), "evalue", ""),
+            "line 2, column 6: the cell holds a NUL character (\\u0000)");
   shell(mk, execute_req("c2", "z"));
   CHECK_STR(result_text(mk, "c2"), "2");
   mock_reset(mk);
