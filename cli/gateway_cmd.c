@@ -135,9 +135,10 @@ static int status(struct cli_conn *conn, bool json) {
   printf("%zu worker%s, %lld live job%s (%lld queued)\n", workers, workers == 1 ? "" : "s", live,
          live == 1 ? "" : "s", (long long)sl_json_get_int(g, "queued", 0));
   double t = sl_json_get_num(idle, "gateway_timeout_s", -1);
+  char after[32];
   if (embedded && t > 0)
-    printf("stops itself after %.0f min with no client and no job ([idle] gateway_timeout)\n",
-           t / 60);
+    printf("stops itself after %s with no client and no job ([idle] gateway_timeout)\n",
+           sl_time_format_duration((int64_t)(t * 1e6), after, sizeof after));
   else if (embedded && t == 0)
     printf("never stops itself ([idle] gateway_timeout = 0): `spotlab gateway stop` stops it\n");
   json_decref(reply);

@@ -83,9 +83,20 @@ static bool out_of_range(const struct sl_opt *o, double d) {
   return d > o->max || d < o->min || ((o->flags & SL_OPT_ABOVE_MIN) && d == o->min);
 }
 
+/* A bound as written: whole numbers in full (1073741824, not 1.07374e+09). */
+static const char *bound(double x, char *buf, size_t size) {
+  if (x == floor(x) && fabs(x) < 1e15)
+    snprintf(buf, size, "%.0f", x);
+  else
+    snprintf(buf, size, "%g", x);
+  return buf;
+}
+
 static int say_range(const struct sl_opt *o, const char *text, char *why, size_t why_size) {
-  return sl_err_say(why, why_size, SL_ECONFIG, "%s is out of range %c%g, %g]", text,
-                    (o->flags & SL_OPT_ABOVE_MIN) ? '(' : '[', o->min, o->max);
+  char lo[32], hi[32];
+  return sl_err_say(why, why_size, SL_ECONFIG, "%s is out of range %c%s, %s]", text,
+                    (o->flags & SL_OPT_ABOVE_MIN) ? '(' : '[', bound(o->min, lo, sizeof lo),
+                    bound(o->max, hi, sizeof hi));
 }
 
 /* "a, b or c" from "a|b|c". */

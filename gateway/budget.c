@@ -351,8 +351,9 @@ int gw_budget_set(struct gw_budget *b, const char *scope, const char *name, doub
   o->usd = monthly_usd;
   o->time_us = now;
   snprintf(o->by, sizeof o->by, "%s", by ? by : "");
-  sl_info(T, "%s set the monthly budget of %s%s%s to $%.2f", by ? by : "?", scope, *name ? " " : "",
-          name, monthly_usd);
+  /* cents, unless that would say $0.00 of a budget that is not 0 */
+  sl_info(T, "%s set the monthly budget of %s%s%s to $%.*f", by ? by : "?", scope, *name ? " " : "",
+          name, monthly_usd > 0 && monthly_usd < 0.005 ? 6 : 2, monthly_usd);
   gw_budget_check(b, true);
   return 0;
 }

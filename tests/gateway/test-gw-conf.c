@@ -155,6 +155,9 @@ static void test_providers(void) {
                "unknown key \"bogus\" in [provider.local] (it accepts: slots, market, "
                "time_scale, catalog)", 3);
   expect_error("[provider.local]\nslots = 1000\n", "slots: 1000 is out of range [0, 64]", 2);
+  /* a bound as written, not rounded (0 to 2^30) */
+  expect_error("[worker]\ndata_cache_mb = 1073741825\n",
+               "data_cache_mb: 1073741825 is out of range [0, 1073741824]", 2);
   expect_error("[provider.local]\nslots = 1.5\n", "not an integer", 2);
   expect_error("[provider.local]\nmarket = sometimes\n", "market: \"sometimes\" is not", 2);
   expect_error("[provider.]\n", "unknown section [provider.]", 1);

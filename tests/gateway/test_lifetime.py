@@ -168,6 +168,9 @@ def case_idle(gw):
     c = gw.client("nb-idle")
     r = c.req("session.get")
     check(r["ok"] and "lr" in json.dumps(r), "the session's variables are back: %s" % r)
+    r = gw.cli("gateway", "status")
+    check(r.returncode == 0 and "stops itself after 3s with no client and no job" in r.stdout,
+          "status names the timeout as set (3 s, not 0 min): %r" % r.stdout)
     jobs = c.req("jobs")["jobs"]
     check([j["job"] for j in jobs] == [job] and jobs[0]["state"] == "succeeded",
           "the job is remembered: %s" % jobs)

@@ -228,7 +228,7 @@ static void test_refusals(void) {
     {"{\"gpus\":0,\"device\":\"cuda\"}", SL_ECONFIG, "device=cuda contradicts gpus=0"},
     {"{\"stepz\":3}", SL_ENAME, "stepz"},
     {"{\"batch\":0}", SL_ECONFIG, "option batch: 0 is out of range [1, 65536]"},
-    {"{\"keep\":0}", SL_ECONFIG, "option keep: 0 is out of range [1, 1e+06]"},
+    {"{\"keep\":0}", SL_ECONFIG, "option keep: 0 is out of range [1, 1000000]"},
     {"{\"lr\":0}", SL_ECONFIG, "option lr: 0 is out of range (0, 10]"},
     {"{\"checkpoint_every\":200000000}", SL_ECONFIG, "checkpoint_every"},
     {"{\"ckpt_dir\":\"/x\"}", SL_ENAME, "unknown job option \"ckpt_dir\""},
