@@ -314,6 +314,14 @@ static void model_falls_back(struct gw_wproto *g, const struct gw_job *j, const 
   json_decref(sess);
 }
 
+/* Whether key lies in the folder of given ("J000010/ckpt-00000400.tc"): a
+ * worker falls back only to an older checkpoint beside the one it was given. */
+static bool same_folder(const char *key, const char *given) {
+  const char *slash = strrchr(given, '/');
+  size_t n = slash ? (size_t)(slash - given) + 1 : 0;
+  return n > 1 && !strncmp(key, given, n) && !strchr(key + n, '/') && !strstr(key, "..");
+}
+
 /* The job's process runs on the worker: the job is running, whether or not
  * it ever sends a metric (a %%run job sends none). */
 static void on_started(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
@@ -332,7 +340,7 @@ static void on_started(struct gw_wproto *g, struct gw_inst *in, const json_t *bo
    * gone or corrupt: the job's display resumes from that step, and says why */
   const json_t *rk = json_object_get(body, "restored_key"), *rs = json_object_get(body, "restored_step");
   if (json_is_string(rk) && json_is_integer(rs) && json_integer_value(rs) >= 0 &&
-      json_string_length(rk) < 256) {
+      json_string_length(rk) < 256 && same_folder(json_string_value(rk), j->ckpt_key)) {
     char why[600];
     snprintf(why, sizeof why, "%s", sl_json_get_str(body, "passed_over", ""));
     json_t *ev = json_pack("{s:s,s:I,s:s,s:s}", "event", "restored", "from_step", json_integer_value(rs),
@@ -386,6 +394,12 @@ static void record_checkpoint(struct gw_wproto *g, struct gw_job *j, const json_
                                  .upload_ms = sl_json_get_int(c, "upload_ms", 0)};
   if (!key || !*key || strlen(key) >= sizeof j->ckpt_key || ck.step < 0 || strstr(key, ".."))
     return;
+  char id[16];
+  size_t n = strlen(gw_job_id_str(j->id, id, sizeof id));
+  if (strncmp(key, id, n) || key[n] != '/') { /* a job writes under its own folder only */
+    sl_warn(T, "%s: a checkpoint outside the job's folder (%.80s); not recorded", id, key);
+    return;
+  }
   snprintf(ck.key, sizeof ck.key, "%s", key);
   if (ck.step > j->ckpt_step)
     j->process_retries = 0; /* progress: a process that keeps dying is not stuck */

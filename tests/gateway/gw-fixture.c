@@ -641,6 +641,14 @@ const char *fx_jid(int64_t id, char *buf) {
   return gw_job_id_str(id, buf, 16);
 }
 
+const char *fx_key(int64_t job, const char *name) {
+  static char bufs[4][96];
+  static int next;
+  char *b = bufs[next++ % 4], id[16];
+  snprintf(b, sizeof bufs[0], "%s/%s", fx_jid(job, id), name);
+  return b;
+}
+
 struct gw_inst *fx_inst(struct fx *f, const char *id) {
   return gw_fleet_inst(f->fleet, id);
 }

@@ -210,6 +210,8 @@ struct gw_job *fx_job(struct fx *f, int64_t id);
 int fx_job_state(struct fx *f, int64_t id);
 /* "J000012" written into buf (16 bytes or more); returns buf. */
 const char *fx_jid(int64_t id, char *buf);
+/* "J000012/NAME", a key in job's own folder (one of 4 static buffers, in turn). */
+const char *fx_key(int64_t job, const char *name);
 struct gw_inst *fx_inst(struct fx *f, const char *id);
 
 /* ---- a worker, through gw_wproto_handle ---- */

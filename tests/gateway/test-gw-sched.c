@@ -286,7 +286,7 @@ static void test_preempt_with_notice(void) {
   CHECK(fx_run_job(f, id, inst));
   CHECK_STR(inst, "f-1");
   fx_metric(f, "f-1", id, 40, 1.0);
-  fx_checkpoint(f, "f-1", id, 40, "ck/40");
+  fx_checkpoint(f, "f-1", id, 40, fx_key(id, "ckpt-40"));
   fx_metric(f, "f-1", id, 45, 0.9);
 
   fp_notice(f->fp, "f-1", 120 * SL_US_PER_S);
@@ -324,7 +324,7 @@ static void test_preempt_with_notice(void) {
   fx_settle(f);
   const json_t *as = fx_to_worker_last(f, "f-2", "assign");
   CHECK(as != NULL);
-  CHECK_STR(sl_json_get_str(as, "restore", ""), "ck/40");
+  CHECK_STR(sl_json_get_str(as, "restore", ""), fx_key(id, "ckpt-40"));
   CHECK_INT(sl_json_get_int(as, "attempt", 0), 2);
   const json_t *r = fx_job_event(f, id, "resumed");
   CHECK(r != NULL);
@@ -351,7 +351,7 @@ static void test_preempt_without_notice(void) {
   int64_t id = fx_submit(f, "alice", "nb", "train", NULL);
   CHECK(fx_run_job(f, id, NULL));
   fx_metric(f, "f-1", id, 20, 1.0);
-  fx_checkpoint(f, "f-1", id, 20, "ck/20");
+  fx_checkpoint(f, "f-1", id, 20, fx_key(id, "ckpt-20"));
   fx_metric(f, "f-1", id, 33, 0.8);
   CHECK_INT(fx_job(f, id)->step, 33);
 
@@ -377,7 +377,7 @@ static void test_preempt_without_notice(void) {
   const json_t *r = fx_job_event(f, id, "resumed");
   CHECK(r && sl_json_get_int(r, "from_step", -1) == 20);
   const json_t *as = fx_to_worker_last(f, "f-2", "assign");
-  CHECK(as && !strcmp(sl_json_get_str(as, "restore", ""), "ck/20"));
+  CHECK(as && !strcmp(sl_json_get_str(as, "restore", ""), fx_key(id, "ckpt-20")));
   fx_free(f);
 }
 
@@ -483,7 +483,7 @@ static void test_process_retries(void) {
   fx_settle(f);
   fx_started(f, "f-1", id3);
   for (int k = 0; k < 4; k++) {
-    fx_checkpoint(f, "f-1", id3, 10 * (k + 1), k % 2 ? "ck/b" : "ck/a");
+    fx_checkpoint(f, "f-1", id3, 10 * (k + 1), fx_key(id3, k % 2 ? "b" : "a"));
     fx_done(f, "f-1", id3, "failed", 137);
     CHECK_INT(fx_job_state(f, id3), GW_JOB_QUEUED);
     fx_settle(f);

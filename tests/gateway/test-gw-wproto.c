@@ -164,11 +164,11 @@ static void test_checkpoint_before_register(void) {
   CHECK_INT(fx_job(f, id)->step, 40);
   fx_inst(f, "f-1")->registered = false; /* as after a gateway restart */
   fx_metric(f, "f-1", id, 80, 1.0);      /* dropped: sent again after registered */
-  fx_checkpoint(f, "f-1", id, 80, "J1/ckpt-80");
+  fx_checkpoint(f, "f-1", id, 80, fx_key(id, "ckpt-80"));
   CHECK_STR(fx_job(f, id)->ckpt_key, "");
   CHECK_INT(fx_job_events(f, id, "checkpoint"), 0);
-  fx_checkpoint(f, "f-1", id, 40, "J1/ckpt-40");
-  CHECK_STR(fx_job(f, id)->ckpt_key, "J1/ckpt-40");
+  fx_checkpoint(f, "f-1", id, 40, fx_key(id, "ckpt-40"));
+  CHECK_STR(fx_job(f, id)->ckpt_key, fx_key(id, "ckpt-40"));
   fx_free(f);
 }
 
@@ -298,9 +298,15 @@ static void test_register_crossed_after_restart(void) {
   fx_started(f, "f-1", id);
   CHECK_INT(fx_job_state(f, id), GW_JOB_RUNNING);
   CHECK(fx_job_event(f, id, "restored") == NULL);
-  /* a started that restored an older checkpoint than the assign's: an
-   * event says which and why, for the display to resume from there */
+  /* a started that restored an older checkpoint than the assign's (one
+   * beside it): an event says which and why, for the display to resume from
+   * there; one from another folder is not believed */
   char jid[16];
+  snprintf(fx_job(f, id)->ckpt_key, sizeof fx_job(f, id)->ckpt_key, "%s", fx_key(id, "ckpt-00000030.tc"));
+  fx_workerf(f, "f-1", "{s:s,s:s,s:s,s:s,s:i,s:s}", "type", "started", "instance", "f-1", "job",
+             fx_jid(id, jid), "restored_key", "J000009/ckpt-00000020.tc", "restored_step", 20,
+             "passed_over", "");
+  CHECK(fx_job_event(f, id, "restored") == NULL);
   fx_workerf(f, "f-1", "{s:s,s:s,s:s,s:s,s:i,s:s}", "type", "started", "instance", "f-1", "job",
              fx_jid(id, jid), "restored_key", "J000001/ckpt-00000020.tc", "restored_step", 20,
              "passed_over", "J000001/ckpt-00000030.tc: header checksum mismatch");
@@ -509,14 +515,14 @@ static void test_checkpoint(void) {
   CHECK(f != NULL);
   if (!f)
     return;
-  fx_checkpoint(f, "f-1", id, 25, "jobs/J1/ck-25");
+  fx_checkpoint(f, "f-1", id, 25, fx_key(id, "ck-25"));
   const json_t *e = fx_job_event(f, id, "checkpoint");
   CHECK(e != NULL);
   CHECK_INT(sl_json_get_int(e, "step", -1), 25);
-  CHECK_STR(sl_json_get_str(e, "path", ""), "jobs/J1/ck-25");
+  CHECK_STR(sl_json_get_str(e, "path", ""), fx_key(id, "ck-25"));
   CHECK_INT(sl_json_get_int(e, "bytes", -1), 1000);
   CHECK(json_is_true(json_object_get(e, "durable")));
-  CHECK_STR(fx_job(f, id)->ckpt_key, "jobs/J1/ck-25");
+  CHECK_STR(fx_job(f, id)->ckpt_key, fx_key(id, "ck-25"));
   CHECK_INT(fx_job(f, id)->ckpt_step, 25);
   /* saved: the worker hears its resume point (it may delete older ones) */
   const json_t *ack = fx_to_worker_last(f, "f-1", "checkpoint_recorded");
@@ -526,25 +532,27 @@ static void test_checkpoint(void) {
   /* in the store: the job's row, and the session's model */
   struct gw_job row;
   CHECK_INT(gw_store_job_get(f->store, id, &row), 0);
-  CHECK_STR(row.ckpt_key, "jobs/J1/ck-25");
+  CHECK_STR(row.ckpt_key, fx_key(id, "ck-25"));
   CHECK_INT(row.ckpt_step, 25);
   gw_job_done(&row);
   json_t *sess = NULL;
   CHECK_INT(gw_store_session_get(f->store, "alice", "nb", &sess), 0);
   json_t *m = json_object_get(json_object_get(sess, "models"), "m");
-  CHECK_STR(sl_json_get_str(m, "checkpoint", ""), "jobs/J1/ck-25");
+  CHECK_STR(sl_json_get_str(m, "checkpoint", ""), fx_key(id, "ck-25"));
   CHECK_INT(sl_json_get_int(m, "step", -1), 25);
   json_decref(sess);
   /* an older checkpoint is recorded but does not move the job back */
-  fx_checkpoint(f, "f-1", id, 10, "jobs/J1/ck-10");
+  fx_checkpoint(f, "f-1", id, 10, fx_key(id, "ck-10"));
   CHECK_INT(fx_job(f, id)->ckpt_step, 25);
   CHECK_INT(sl_json_get_int(fx_to_worker_last(f, "f-1", "checkpoint_recorded"), "step", -1), 25);
-  CHECK_STR(fx_job(f, id)->ckpt_key, "jobs/J1/ck-25");
+  CHECK_STR(fx_job(f, id)->ckpt_key, fx_key(id, "ck-25"));
   /* a key that climbs out, an empty one, a negative step: ignored */
   size_t n = fx_job_events(f, id, "checkpoint");
   fx_checkpoint(f, "f-1", id, 30, "../../etc/passwd");
+  fx_checkpoint(f, "f-1", id, 30, fx_key(id + 1, "ckpt-30")); /* another job's: its model is not this one's */
+  fx_checkpoint(f, "f-1", id, 30, "ckpt-30");
   fx_checkpoint(f, "f-1", id, 30, "");
-  fx_checkpoint(f, "f-1", id, -1, "jobs/J1/ck-x");
+  fx_checkpoint(f, "f-1", id, -1, fx_key(id, "ck-x"));
   CHECK_INT(fx_job_events(f, id, "checkpoint"), n);
   CHECK_INT(fx_job(f, id)->ckpt_step, 25);
   fx_free(f);
@@ -574,7 +582,7 @@ static void test_worker_notice(void) {
   CHECK(f != NULL);
   if (!f)
     return;
-  fx_checkpoint(f, "f-1", id, 30, "ck/30");
+  fx_checkpoint(f, "f-1", id, 30, fx_key(id, "ckpt-30"));
   fx_wnotice(f, "f-1");
   const json_t *n = fx_job_event(f, id, "notice");
   CHECK(n != NULL);
@@ -608,7 +616,7 @@ static void test_register_notice(void) {
   CHECK(f != NULL);
   if (!f)
     return;
-  fx_checkpoint(f, "f-1", id, 30, "ck/30");
+  fx_checkpoint(f, "f-1", id, 30, fx_key(id, "ckpt-30"));
   fx_inst(f, "f-1")->registered = false; /* as after a gateway restart */
   char jid[16];
   fx_jid(id, jid);
