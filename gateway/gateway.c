@@ -259,6 +259,11 @@ static int open_providers(struct gw *g, char *err, size_t err_size) {
   }
   if (!gw_sched_n_providers(g->sched))
     sl_warn(T, "no provider; jobs will wait in the queue");
+  for (size_t i = 0; i < gw_sched_n_providers(g->sched); i++)
+    if (gw_sched_provider_at(g->sched, i)->simulated && g->cfg->n_users > 1)
+      sl_warn(T, "provider %s runs every user's jobs on this machine as this gateway's own OS user: a "
+                 "job's script can read the gateway's state and the other users' data; for users who "
+                 "trust each other only (docs/security.md)", gw_sched_provider_at(g->sched, i)->name);
   bool needs_bundle = false;
   for (size_t i = 0; i < gw_sched_n_providers(g->sched); i++)
     needs_bundle |= gw_sched_provider_at(g->sched, i)->needs_bundle;

@@ -88,14 +88,14 @@ static void wait_reason(struct gw_sched *s, struct gw_job *j, const char *fmt, .
     gw_sched_transition(s, j, GW_JOB_QUEUED, why);
 }
 
-/* The registered workers without a job, into idle; their count. One with
- * a notice is about to go. */
-static size_t idle_insts(struct gw_sched *s, const struct gw_inst **idle) {
+/* user's registered workers without a job, into idle; their count. One with
+ * a notice is about to go; another user's is not reused (place_one). */
+static size_t idle_insts(struct gw_sched *s, const char *user, const struct gw_inst **idle) {
   size_t n = 0;
   for (size_t i = 0; i < gw_fleet_n_insts(s->fleet) && n < GW_MAX_INSTANCES; i++) {
     struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
     if (in->registered && in->prov && !in->row.job && !in->notice && !in->at_risk &&
-        !strcmp(in->row.state, "idle"))
+        !strcmp(in->row.state, "idle") && !strcmp(in->row.user, user))
       idle[n++] = in;
   }
   return n;
@@ -188,7 +188,7 @@ int gw_sched_place_gang(struct gw_sched *s, struct gw_job *j, const struct gw_wa
   const struct gw_inst *idle[GW_MAX_INSTANCES];
   for (int tries = 0;; tries++) {
     /* taken anew each try: a launch given back shifts the fleet's table */
-    size_t n_idle = idle_insts(s, idle);
+    size_t n_idle = idle_insts(s, j->user, idle);
     size_t active = gw_fleet_active_insts(s->fleet), max = (size_t)s->cfg->max_instances;
     size_t max_launch = !launch || active >= max ? 0 : max - active;
     /* a provider that refused part of a gang is asked again after a backoff

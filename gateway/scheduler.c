@@ -374,8 +374,27 @@ static void launch_failed(struct gw_sched *s, struct gw_inst *in, int error, con
   gw_sched_kick(s);
 }
 
-/* Tries to start job j now: an idle worker that fits, else a new instance
- * unless *no_capacity (a launch already failed in this pass). -EAGAIN: not now. */
+/* j cannot start for want of room (max_instances, or a provider without
+ * capacity): an idle worker of another user that would fit it (which j may
+ * not reuse) is shut down, the one idle longest, so that j's own instance
+ * can start in its place. True when one was. */
+static bool make_room(struct gw_sched *s, const struct gw_job *j, const struct gw_wants *w) {
+  struct gw_inst *oldest = NULL;
+  for (size_t i = 0; i < gw_fleet_n_insts(s->fleet); i++) {
+    struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
+    if (in->registered && !in->row.job && !strcmp(in->row.state, "idle") && strcmp(in->row.user, j->user) &&
+        gw_place_fits(w, in) && (!oldest || in->idle_since_mono_us < oldest->idle_since_mono_us))
+      oldest = in;
+  }
+  if (!oldest)
+    return false;
+  gw_sched_terminate(s, oldest, "idle worker shut down to make room for another user's job");
+  return true;
+}
+
+/* Tries to start job j now: an idle worker of its user that fits, else a
+ * new instance unless *no_capacity (a launch already failed in this pass).
+ * -EAGAIN: not now. */
 static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
   struct gw_wants w;
   gw_sched_wants(s, j, &w);
@@ -385,15 +404,19 @@ static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
     return gw_sched_place_gang(s, j, &w, no_capacity);
   for (size_t i = 0; i < gw_fleet_n_insts(s->fleet); i++) {
     struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
-    /* an instance with a notice is about to go, one at risk may: never given a job */
+    /* an instance with a notice is about to go, one at risk may: never given a
+     * job. Another user's is not reused: what its jobs left behind (a process
+     * of a script, files in its work folder) would see this job. */
     if (in->registered && !in->row.job && !in->notice && !in->at_risk && !strcmp(in->row.state, "idle") &&
-        gw_place_fits(&w, in)) {
+        !strcmp(in->row.user, j->user) && gw_place_fits(&w, in)) {
       gw_queue_take(s->queue, j->id);
       gw_sched_write_placement(j, in);
       gw_sched_emit_placed(s, j);
       return gw_sched_assign(s, j, in);
     }
   }
+  if (s->n_provs && !*no_capacity && gw_fleet_active_insts(s->fleet) >= (size_t)s->cfg->max_instances)
+    make_room(s, j, &w);
   if (!s->n_provs || *no_capacity ||
       gw_fleet_active_insts(s->fleet) >= (size_t)s->cfg->max_instances)
     return -EAGAIN;
@@ -426,7 +449,9 @@ static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
   if (r < 0) {
     if (spot)
       gw_sched_deadline_lost(s, o.prov, o.type.name, o.type.zone);
-    *no_capacity = true;
+    *no_capacity = !make_room(s, j, &w); /* room made: the next pass launches */
+    if (!*no_capacity)
+      gw_sched_kick(s);
     return -EAGAIN;
   }
   gw_queue_take(s->queue, j->id);

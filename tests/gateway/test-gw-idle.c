@@ -142,9 +142,10 @@ static void test_live_job(void) {
    * idle instance has one, and the provider has no capacity now */
   char small[GW_INSTANCE_ID_MAX] = "";
   CHECK(idle_instance(f, "bob", "q", small));
-  /* it ran on alice's idle instance, which is now bob's notebook's */
-  CHECK_STR(small, spare);
+  /* on an instance of its own: alice's idle one is not another user's to reuse */
+  CHECK(strcmp(small, spare) != 0);
   CHECK_STR(fx_inst(f, small)->row.user, "bob");
+  CHECK_STR(fx_inst(f, spare)->row.user, "alice");
   f->fp->mode = FP_REFUSE;
   int64_t queued = fx_submit(f, "bob", "q", "train", json_pack("{s:i}", "gpus", 4));
   fx_settle(f);

@@ -61,12 +61,16 @@ static void test_fairness(void) {
     CHECK_INT(fx_bus_count(f, GW_BUS_PLACED, 0), k + 1);
     int64_t job = p->job;
     CHECK(fx_run_job(f, job, inst));
-    CHECK_STR(inst, "f-1");
+    /* one slot, and the users take turns: each turn shuts the other user's
+     * idle instance down (never reused across users) and starts its own */
+    char want_inst[16];
+    snprintf(want_inst, sizeof want_inst, "f-%d", k + 1);
+    CHECK_STR(inst, want_inst);
     fx_done(f, inst, job, "succeeded", 0);
     CHECK_INT(fx_job_state(f, job), GW_JOB_SUCCEEDED);
   }
-  /* one slot: a single instance served everyone */
-  CHECK_INT(fp_count(f->fp, FP_CALL_LAUNCH, NULL), 1);
+  CHECK_INT(fp_count(f->fp, FP_CALL_LAUNCH, NULL), 5);
+  CHECK_INT(fp_count(f->fp, FP_CALL_TERMINATE, NULL), 4);
   CHECK_INT(gw_queue_len(f->queue), 0);
   fx_free(f);
 }
