@@ -120,6 +120,18 @@ static void on_session_set(struct gw_kreq *q) {
   if (r == SL_ETYPE)
     return gw_kproto_fail(q, r, "vars must be an object of {\"t\",\"v\"} values, defs a list of"
                                 " {\"name\",\"kind\":\"model|data\",\"spec\":{}}, delete a list of names");
+  char why[200];
+  if (r == SL_ELIMIT) {
+    snprintf(why, sizeof why, "the session's variables and definitions would hold more than %d KiB "
+             "(a notebook reads its session whole); nothing was saved", GW_SESSION_BYTES_MAX / 1024);
+    return gw_kproto_fail(q, r, why);
+  }
+  if (r == -EDQUOT) {
+    snprintf(why, sizeof why, "your sessions' variables and definitions would hold more than %d MiB; nothing "
+             "was saved: delete sessions you no longer need (spotlab sessions rm)",
+             GW_USER_SESSIONS_BYTES_MAX / (1024 * 1024));
+    return gw_kproto_fail(q, r, why);
+  }
   if (r < 0)
     return gw_kproto_fail(q, r, NULL);
   gw_kproto_reply(q, NULL);

@@ -105,7 +105,13 @@ int gw_store_session_touch(struct gw_store *s, const char *user, const char *ses
 int gw_store_session_get(struct gw_store *s, const char *user, const char *session,
                          json_t **ret);
 /* Replaces the listed vars and defs and deletes the names in del (each may
- * be NULL), in one transaction. SL_ETYPE for a malformed entry. */
+ * be NULL), in one transaction. SL_ETYPE for a malformed entry; nothing
+ * changes when the session's variables and definitions would pass
+ * GW_SESSION_BYTES_MAX (SL_ELIMIT: a client reads a session whole, in one
+ * message) or all of the user's sessions GW_USER_SESSIONS_BYTES_MAX
+ * (-EDQUOT). */
+#define GW_SESSION_BYTES_MAX (512 * 1024)
+#define GW_USER_SESSIONS_BYTES_MAX (32 * 1024 * 1024)
 int gw_store_session_set(struct gw_store *s, const char *user, const char *session,
                          const json_t *vars, const json_t *defs, const json_t *del);
 /* The definition {"name","kind","spec"} of name with that kind, owned; SL_ENAME. */

@@ -184,6 +184,36 @@ static int delete_name(struct gw_store *s, const char *user, const char *session
   return r < 0 ? r : forget_model(s, user, session, name);
 }
 
+/* The bytes the user's variables and definitions hold: of session, and of
+ * all the user's sessions. */
+static int held_bytes(struct gw_store *s, const char *user, const char *session, int64_t *ret_session,
+                      int64_t *ret_user) {
+  sqlite3_stmt *st = prep(s, "SELECT COALESCE(SUM(CASE WHEN session=?2 THEN n END), 0), COALESCE(SUM(n), 0) FROM"
+                             " (SELECT session, length(CAST(name AS BLOB)) + length(CAST(value AS BLOB)) AS n"
+                             " FROM session_vars WHERE user=?1 UNION ALL SELECT session,"
+                             " length(CAST(name AS BLOB)) + length(CAST(spec AS BLOB)) FROM session_defs"
+                             " WHERE user=?1)");
+  if (!st)
+    return SL_ESQLITE;
+  bind_text(st, 1, user);
+  bind_text(st, 2, session);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    *ret_session = sqlite3_column_int64(st, 0);
+    *ret_user = sqlite3_column_int64(st, 1);
+  }
+  sqlite3_finalize(st);
+  return rc == SQLITE_ROW ? 0 : gw_store_db_err(s, "measure a session");
+}
+
+static int check_size(struct gw_store *s, const char *user, const char *session) {
+  int64_t in_session = 0, in_all = 0;
+  int r = held_bytes(s, user, session, &in_session, &in_all);
+  if (r < 0)
+    return r;
+  return in_session > GW_SESSION_BYTES_MAX ? SL_ELIMIT : in_all > GW_USER_SESSIONS_BYTES_MAX ? -EDQUOT : 0;
+}
+
 int gw_store_session_set(struct gw_store *s, const char *user, const char *session,
                          const json_t *vars, const json_t *defs, const json_t *del) {
   if ((vars && !json_is_object(vars)) || (defs && !json_is_array(defs)) ||
@@ -209,6 +239,8 @@ int gw_store_session_set(struct gw_store *s, const char *user, const char *sessi
     if ((r = delete_name(s, user, session, json_string_value(v))) < 0)
       return rollback(s, r);
   }
+  if ((json_object_size(vars) || json_array_size(defs)) && (r = check_size(s, user, session)) < 0)
+    return rollback(s, r);
   return commit(s) < 0 ? rollback(s, SL_ESQLITE) : 0;
 }
 

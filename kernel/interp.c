@@ -77,6 +77,14 @@ static struct jk_interp *interp_free(struct jk_interp *ip) {
 
 /* ---- session notices ---------------------------------------------------- */
 
+/* line kept for the start of the next cell's output */
+static void keep_for_next_cell(struct jk_interp *ip, const char *line) {
+  size_t have = strlen(ip->pending_notice);
+  if (have + strlen(line) >= sizeof ip->pending_notice)
+    have = 0; /* only the newest notices are kept */
+  snprintf(ip->pending_notice + have, sizeof ip->pending_notice - have, "%s", line);
+}
+
 /* A session notice from the gateway (borrowed): a stderr line on the running
  * cell; between cells, a stderr line on the cell that ran last and an entry
  * in the last job display's timeline; kept for the start of the next cell's
@@ -113,10 +121,16 @@ static void notice(struct jk_interp *ip, const json_t *notice) {
     if (!budget)
       return;
   }
-  size_t have = strlen(ip->pending_notice);
-  if (have + strlen(line) >= sizeof ip->pending_notice)
-    have = 0; /* only the newest notices are kept */
-  snprintf(ip->pending_notice + have, sizeof ip->pending_notice - have, "%s", line);
+  keep_for_next_cell(ip, line);
+}
+
+/* A line for the user on the running cell; between cells under the cell
+ * that ran last, or at the start of the next cell's output. */
+static void tell(struct jk_interp *ip, const char *line) {
+  if (ip->running && !ip->running->silent)
+    jk_exec_stream(ip, "stderr", line);
+  else if (!ip->cell_ran || ip->pub->stream(ip->pub_ud, JK_PUB_LAST, "stderr", line) < 0)
+    keep_for_next_cell(ip, line);
 }
 
 /* ---- gateway client glue ------------------------------------------------ */
@@ -129,6 +143,13 @@ static void on_gw_reply(void *ud, int64_t id, const json_t *reply, const char *e
     break;
   case JK_SESSION_HANDLED:
     break;
+  case JK_SESSION_REFUSED: {
+    char line[512];
+    snprintf(line, sizeof line, "spotlab: this notebook's variables were not saved in the gateway: %.400s\n",
+             error ? error : "refused");
+    tell(ip, line);
+    break;
+  }
   case JK_SESSION_OTHER:
     jk_jobs_reply(ip, id, reply, error);
     break;

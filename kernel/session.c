@@ -580,7 +580,8 @@ enum jk_session_reply jk_session_reply(struct jk_session *s, int64_t id, const j
       jk_session_flush(s);
     if (error || (!s->n_dirty && !s->n_inflight))
       save_pending(s); /* kept until a gateway has them; gone once it has */
-    return JK_SESSION_HANDLED;
+    /* a gateway's answer, not a lost connection: it says what to change */
+    return error && reply ? JK_SESSION_REFUSED : JK_SESSION_HANDLED;
   }
   return JK_SESSION_OTHER;
 }

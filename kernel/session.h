@@ -59,6 +59,7 @@ enum jk_session_reply {
   JK_SESSION_OTHER,   /* not a session request's reply */
   JK_SESSION_HANDLED,
   JK_SESSION_LOADED,  /* the load at start answered (or failed): cells may run */
+  JK_SESSION_REFUSED, /* the gateway refused a session.set (too large, say): the user hears why */
 };
 /* Handles the replies to session requests (reply and error borrowed). */
 enum jk_session_reply jk_session_reply(struct jk_session *s, int64_t id, const json_t *reply,

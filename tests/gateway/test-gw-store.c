@@ -286,6 +286,46 @@ static int count(const char *path, const char *sql) {
 
 /* A session deleted: its names and models go, its jobs are renamed and
  * their checkpoint rows go, except a job another session's model names. */
+/* A session's variables and definitions stay within what a client reads in
+ * one message, and a user's sessions within their share: a set that would
+ * pass either changes nothing. */
+static void test_session_bounds(void) {
+  char path[256], err[256];
+  path_of("session-bounds.db", path, sizeof path);
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  char *text = malloc(200 * 1024 + 1);
+  memset(text, 'x', 200 * 1024);
+  text[200 * 1024] = 0;
+  json_t *v = json_pack("{s:s,s:s}", "t", "str", "v", text);
+  json_t *two = json_pack("{s:O,s:O}", "a", v, "b", v), *third = json_pack("{s:O}", "c", v);
+  CHECK_INT(gw_store_session_set(s, "alice", "nb", two, NULL, NULL), 0);
+  CHECK_INT(gw_store_session_set(s, "alice", "nb", third, NULL, NULL), SL_ELIMIT);
+  json_t *got = NULL;
+  CHECK_INT(gw_store_session_get(s, "alice", "nb", &got), 0);
+  CHECK_INT(json_object_size(json_object_get(got, "vars")), 2); /* c was not kept */
+  json_decref(got);
+  /* replacing one within the bound, and deleting, go on as ever */
+  json_t *del = json_pack("[s]", "a");
+  CHECK_INT(gw_store_session_set(s, "alice", "nb", third, NULL, del), 0);
+  json_decref(del);
+  /* 32 MiB across a user's sessions: sessions of 400 KiB pass it at the 82nd */
+  int r = 0, k;
+  for (k = 0; k < 100 && r == 0; k++) {
+    char name[16];
+    snprintf(name, sizeof name, "s%d", k);
+    r = gw_store_session_set(s, "bob", name, two, NULL, NULL);
+  }
+  CHECK_INT(r, -EDQUOT);
+  CHECK_INT(k, 82);
+  CHECK_INT(gw_store_session_set(s, "carol", "nb", two, NULL, NULL), 0); /* each user's own share */
+  json_decref(two);
+  json_decref(third);
+  json_decref(v);
+  free(text);
+  gw_store_free(s);
+}
+
 static void test_session_delete(void) {
   char path[256], err[256];
   path_of("delete.db", path, sizeof path);
@@ -1114,6 +1154,7 @@ int main(void) {
   test_migrations();
   test_concurrent_events();
   test_sessions();
+  test_session_bounds();
   test_session_delete();
   test_thin_metrics();
   test_trim_output();

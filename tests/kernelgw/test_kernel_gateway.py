@@ -770,6 +770,10 @@ class ScriptedGateway(threading.Thread):
     def send(self, rid, msg):
         self.sock.send_multipart([rid, json.dumps(msg).encode()])
 
+    def refuse(self, m):
+        """The error a request gets instead of its answer, or None."""
+        return None
+
     def summary(self):
         return {"job": "J000042", "user": "u", "session": "s", "kind": "train", "model": "m", "data": "d",
                 "state": "running", "step": self.step, "steps": 2000, "attempt": 1,
@@ -783,7 +787,10 @@ class ScriptedGateway(threading.Thread):
             m = json.loads(body)
             self.requests.append(m)
             t, rep = m.get("type"), {"type": "reply", "re": m.get("id"), "ok": True}
-            if t == "hello":
+            refused = self.refuse(m)
+            if refused:
+                rep.update(ok=False, error=refused)
+            elif t == "hello":
                 rep.update(user="u", session=m.get("session", ""), gateway="0.1.0")
             elif t == "session.get":
                 rep.update(vars={}, defs=[], models={})
@@ -923,6 +930,13 @@ class PreemptedGateway(ScriptedGateway):
     def live(self, rid):
         pass
 
+    def refuse(self, m):
+        """A session.set naming "big" is refused as too large, as the gateway refuses one."""
+        if m.get("type") == "session.set" and "big" in (m.get("vars") or {}):
+            return {"code": "SL_ELIMIT", "message": "the session's variables and definitions would "
+                    "hold more than 512 KiB (a notebook reads its session whole); nothing was saved"}
+        return None
+
 
 def attach_preempted(kernel_exe):
     """%attach to a job this kernel did not submit tells its preemption as a train job's
@@ -945,6 +959,13 @@ def attach_preempted(kernel_exe):
                       subs[-1]["options"].get("prompt") == "",
                       "sample without a prompt asks for the text from its start: %s %s"
                       % (content.get("evalue"), subs[-1:]))
+                # variables the gateway refuses to keep: the user hears it, under the cell
+                cell = Cell(k, "big = 1")
+                told = cell.pump(lambda c: any("not saved" in m["content"].get("text", "")
+                                               for m in c.msgs if m["msg_type"] == "stream"), 30)
+                text = "".join(m["content"].get("text", "") for m in cell.msgs if m["msg_type"] == "stream")
+                check(told and "variables were not saved in the gateway" in text and "512 KiB" in text,
+                      "a refused session.set is told to the user: %r" % text)
             finally:
                 k.close()
 
