@@ -99,7 +99,10 @@ struct gw_provider_ops {
    * ret_id; the outcome follows as LAUNCHED or LAUNCH_FAILED for that id.
    * A refusal known at once returns an error and no event follows:
    * SL_ENOTSUP / -EAGAIN when it has no capacity of that type or zone now
-   * (the scheduler tries another), SL_ENAME for a type it does not offer. */
+   * (the scheduler tries another, and holds that one back for a while),
+   * SL_ELIMIT when it runs as many instances as it may (the local
+   * provider's slots: none of its offers launches until one ends), SL_ENAME
+   * for a type it does not offer. */
   int (*launch)(struct gw_provider *p, const struct gw_launch *req,
                 char ret_id[GW_INSTANCE_ID_MAX]);
   /* Asks for the instance to be stopped; TERMINATED follows. */

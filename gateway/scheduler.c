@@ -374,21 +374,30 @@ static void launch_failed(struct gw_sched *s, struct gw_inst *in, int error, con
   gw_sched_kick(s);
 }
 
-/* j cannot start for want of room (max_instances, or a provider without
- * capacity): an idle worker of another user that would fit it (which j may
- * not reuse) is shut down, the one idle longest, so that j's own instance
- * can start in its place. True when one was. */
-static bool make_room(struct gw_sched *s, const struct gw_job *j, const struct gw_wants *w) {
+/* j cannot start for want of room, and an idle worker it may not run on
+ * holds that room: it is shut down, the one idle longest, so that j's own
+ * instance starts in its place. Room is an instance of any kind under
+ * max_instances or in a provider with every slot taken (full: that
+ * provider; NULL: any), and otherwise the market's capacity of the kind j
+ * was refused, which only another user's worker that would fit j holds
+ * (its own would have taken it). True when one was shut down. */
+static bool make_room(struct gw_sched *s, const struct gw_job *j, const struct gw_wants *w, bool any_kind,
+                      const struct gw_provider *full) {
   struct gw_inst *oldest = NULL;
   for (size_t i = 0; i < gw_fleet_n_insts(s->fleet); i++) {
     struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
-    if (in->registered && !in->row.job && !strcmp(in->row.state, "idle") && strcmp(in->row.user, j->user) &&
-        gw_place_fits(w, in) && (!oldest || in->idle_since_mono_us < oldest->idle_since_mono_us))
+    bool mine = !strcmp(in->row.user, j->user), fits = gw_place_fits(w, in);
+    if (!in->registered || in->row.job || strcmp(in->row.state, "idle") || (mine && fits) ||
+        (any_kind ? full && in->prov != full : mine || !fits))
+      continue;
+    if (!oldest || in->idle_since_mono_us < oldest->idle_since_mono_us)
       oldest = in;
   }
   if (!oldest)
     return false;
-  gw_sched_terminate(s, oldest, "idle worker shut down to make room for another user's job");
+  gw_sched_terminate(s, oldest, strcmp(oldest->row.user, j->user)
+                                    ? "idle worker shut down to make room for another user's job"
+                                    : "idle worker shut down to make room for a job it does not fit");
   return true;
 }
 
@@ -416,7 +425,7 @@ static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
     }
   }
   if (s->n_provs && !*no_capacity && gw_fleet_active_insts(s->fleet) >= (size_t)s->cfg->max_instances)
-    make_room(s, j, &w);
+    make_room(s, j, &w, true, NULL);
   if (!s->n_provs || *no_capacity ||
       gw_fleet_active_insts(s->fleet) >= (size_t)s->cfg->max_instances)
     return -EAGAIN;
@@ -449,7 +458,8 @@ static int place_one(struct gw_sched *s, struct gw_job *j, bool *no_capacity) {
   if (r < 0) {
     if (spot)
       gw_sched_deadline_lost(s, o.prov, o.type.name, o.type.zone);
-    *no_capacity = !make_room(s, j, &w); /* room made: the next pass launches */
+    /* room made: the next pass launches */
+    *no_capacity = !make_room(s, j, &w, r == SL_ELIMIT, o.prov);
     if (!*no_capacity)
       gw_sched_kick(s);
     return -EAGAIN;

@@ -413,8 +413,9 @@ static int local_launch(struct gw_provider *p, const struct gw_launch *req,
   int64_t now = sl_time_mono_us();
   double price = req->spot ? gw_market_price(l->market, (size_t)t, sim_us(l, now))
                            : e->on_demand_usd_per_hour;
-  if (live_count(l) >= (size_t)l->slots || l->n == GW_LOCAL_MAX_INSTANCES ||
-      (req->spot && spot_running(l, t, false) >= gw_market_capacity(l->market, sim_us(l, now))) ||
+  if (live_count(l) >= (size_t)l->slots || l->n == GW_LOCAL_MAX_INSTANCES)
+    return SL_ELIMIT; /* every slot taken: no offer launches until an instance ends */
+  if ((req->spot && spot_running(l, t, false) >= gw_market_capacity(l->market, sim_us(l, now))) ||
       (req->max_price_usd_per_hour > 0 && price > req->max_price_usd_per_hour))
     return -EAGAIN;
   struct gw_local_inst *in = calloc(1, sizeof *in);

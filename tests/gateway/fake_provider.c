@@ -122,8 +122,10 @@ static int fake_launch(struct gw_provider *p, const struct gw_launch *req,
     return SL_ENAME;
   if (!req->boot)
     return -EINVAL;
-  if (!prog || live >= (size_t)f->slots || f->n == MAX_FAKE)
+  if (!prog)
     return -EAGAIN;
+  if (live >= (size_t)f->slots || f->n == MAX_FAKE)
+    return SL_ELIMIT; /* as the local provider: every slot taken */
   uint8_t rnd[6];
   char id[GW_INSTANCE_ID_MAX];
   do {

@@ -306,7 +306,7 @@ static void test_launch_notice_and_kill(void) {
     CHECK_STR(rec.ev[n].info.zone, "local-1c");
   CHECK(strcmp(id2, id3) != 0 && strcmp(id2, id) != 0);
   struct gw_launch r4 = request("p3.2xlarge", false);
-  CHECK_INT(p->ops->launch(p, &r4, none), -EAGAIN); /* both slots taken */
+  CHECK_INT(p->ops->launch(p, &r4, none), SL_ELIMIT); /* both slots taken: not the market's doing */
   run_for(loop, 50);
   CHECK_INT(count_events(&rec, GW_PROVIDER_LAUNCHED), launched + 2);
   struct gw_instance_info *list = NULL;
