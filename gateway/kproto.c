@@ -744,7 +744,17 @@ void gw_kproto_recv(struct gw_kproto *g, void *sock) {
     json_t *id = NULL;
     if (body)
       id = json_object_get(body, "id");
+    json_t *lenient = NULL; /* JSON whose only fault is a number past 64 bits: its id still answers */
+    if (!body && r == SL_EJSON && m.n >= 2 && strstr(why, "too big integer"))
+      lenient = json_loadb((const char *)m.frames[1].data, m.frames[1].len, JSON_DECODE_INT_AS_REAL, NULL);
+    double lid = json_real_value(json_object_get(lenient, "id")); /* 0 when not a number */
+    json_t *own_id = fabs(lid) <= 9007199254740992.0 && lid == floor(lid) && lid != 0
+                         ? json_integer((json_int_t)lid) : NULL;
+    if (own_id)
+      id = own_id;
     reply_err(g, rid, rid_len, id, r, why);
+    json_decref(own_id);
+    json_decref(lenient);
   } else {
     handle(g, rid, rid_len, m.src_fd, body, m.n == 3 ? &m.frames[2] : NULL);
   }

@@ -126,6 +126,10 @@ def case_malformed_kernel(gw):
         check(c.req("ping")["ok"], "ping answered after %r..." % frames[0][:30])
     r = c.raw([s(b'{"type":"frobnicate","id":6}')])
     check(r["re"] == 6, "error reply echoes the id")
+    # a number past 64 bits: the only fault; the refusal still names the request it answers
+    r = c.raw([b'{"type":"submit","id":14,"kind":"run","options":{"steps":123456789012345678901234567890}}'])
+    check(not r["ok"] and r["error"]["code"] == "SL_EJSON" and r["re"] == 14,
+          "a number too big for 64 bits is refused, answering its request: %s" % r)
     # the failed hello above forgot nothing: alice is still signed in
     check(c.req("ping")["ok"], "gateway still serves after malformed input")
 
