@@ -31,6 +31,9 @@ struct gw_sched {
   struct gw_place_memory *mem;  /* owned: failures, step rates, restart times */
   unsigned refused;             /* launches refused for capacity so far (a retry tries another) */
   int64_t pass_mono_us;         /* the current placement pass began */
+  char room_inst[GW_INSTANCE_ID_MAX]; /* the idle worker make_room shut down, until its provider
+                                 * says it has gone (or ROOM_WAIT_US); "" none */
+  int64_t room_mono_us;
   int64_t save_timer;           /* retries the store's kept writes; 0: none armed */
   int64_t save_backoff_us;
   uint64_t learned_saved[2];    /* what was learned, as of its last write (sched_learned.c) */

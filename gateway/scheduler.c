@@ -33,6 +33,7 @@
 #define T "gateway.sched"
 #define COST_FLUSH_US (5 * SL_US_PER_S)
 #define PLACE_RETRY_US SL_US_PER_S
+#define ROOM_WAIT_US (5 * SL_US_PER_S) /* between two idle workers shut down for room */
 
 void gw_sched_wants(const struct gw_sched *s, const struct gw_job *j, struct gw_wants *w) {
   gw_place_wants(j, w);
@@ -383,6 +384,12 @@ static void launch_failed(struct gw_sched *s, struct gw_inst *in, int error, con
  * (its own would have taken it). True when one was shut down. */
 static bool make_room(struct gw_sched *s, const struct gw_job *j, const struct gw_wants *w, bool any_kind,
                       const struct gw_provider *full) {
+  /* one at a time: a provider counts the one shut down until it has gone
+   * (the local provider gives it up to 5 s), and the passes meanwhile would
+   * shut down one more each */
+  int64_t now = sl_time_mono_us();
+  if (s->room_inst[0] && now - s->room_mono_us < ROOM_WAIT_US)
+    return false; /* its TERMINATED, or the retry timer, comes back */
   struct gw_inst *oldest = NULL;
   for (size_t i = 0; i < gw_fleet_n_insts(s->fleet); i++) {
     struct gw_inst *in = gw_fleet_inst_at(s->fleet, i);
@@ -395,6 +402,8 @@ static bool make_room(struct gw_sched *s, const struct gw_job *j, const struct g
   }
   if (!oldest)
     return false;
+  s->room_mono_us = now;
+  snprintf(s->room_inst, sizeof s->room_inst, "%s", oldest->row.id);
   gw_sched_terminate(s, oldest, strcmp(oldest->row.user, j->user)
                                     ? "idle worker shut down to make room for another user's job"
                                     : "idle worker shut down to make room for a job it does not fit");
@@ -565,6 +574,10 @@ void gw_sched_provider_event(void *userdata, struct gw_provider *p,
       gw_fleet_job_at(s->fleet, i)->gang_retry_mono_us = 0;
     gw_sched_kick(s); /* queued jobs may fit now */
     return;
+  }
+  if (ev->kind == GW_PROVIDER_TERMINATED && s->room_inst[0] && !strcmp(ev->instance_id, s->room_inst)) {
+    s->room_inst[0] = 0; /* the room make_room made is free now */
+    gw_sched_kick(s);
   }
   struct gw_inst *in = gw_fleet_inst(s->fleet, ev->instance_id);
   if (!in || in->prov != p)

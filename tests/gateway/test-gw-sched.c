@@ -34,7 +34,8 @@ static bool contains(const char *s, const char *part) {
 
 /* Two users, one slot: once the first job is placed, the queue serves the
  * user after the one served last, so alice's three jobs and bob's two run
- * a1 b1 a2 b2 a3, all on the one instance. */
+ * a1 b1 a2 b2 a3, each on a new instance (the other user's idle one shut
+ * down for it). */
 static void test_fairness(void) {
   struct gw_config cfg;
   fx_config(&cfg);
@@ -84,6 +85,43 @@ struct want_launch {
   double max_price;
   const char *why;              /* a job that fails: what its reason names */
 };
+
+/* Room for another user's job is made one idle worker at a time: while a
+ * provider refuses it for capacity, the next is shut down only once the
+ * provider says the first has gone. */
+static void test_make_room(void) {
+  struct gw_config cfg;
+  fx_config(&cfg);
+  struct fx *f = fx_new(&cfg);
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  f->fp->terminated_on_terminate = false;
+  char i1[GW_INSTANCE_ID_MAX] = "", i2[GW_INSTANCE_ID_MAX] = "";
+  int64_t a1 = fx_submit(f, "alice", "s", "train", NULL), a2 = fx_submit(f, "alice", "s", "train", NULL);
+  CHECK(fx_run_job(f, a1, i1) && fx_run_job(f, a2, i2));
+  fx_done(f, i1, a1, "succeeded", 0);
+  fx_done(f, i2, a2, "succeeded", 0);
+  enum fp_launch_mode mode = f->fp->mode;
+  f->fp->mode = FP_REFUSE;
+  int64_t b = fx_submit(f, "bob", "s", "train", NULL);
+  for (int k = 0; k < 3; k++) { /* passes while the first is still going */
+    gw_sched_kick(f->sched);
+    fx_settle(f);
+  }
+  CHECK_INT(fp_count(f->fp, FP_CALL_TERMINATE, NULL), 1);
+  CHECK(fx_inst(f, i1) == NULL && fx_inst(f, i2) != NULL); /* the one idle longest */
+  CHECK_INT(fx_job_state(f, b), GW_JOB_QUEUED);
+  fp_terminated(f->fp, i1, false); /* gone, and bob's launch still refused: the next one */
+  fx_settle(f);
+  CHECK_INT(fp_count(f->fp, FP_CALL_TERMINATE, NULL), 2);
+  CHECK(fx_inst(f, i2) == NULL);
+  f->fp->mode = mode; /* capacity back: bob's own instance */
+  gw_sched_kick(f->sched);
+  fx_settle(f);
+  CHECK(fx_job(f, b)->instance[0] && strcmp(fx_job(f, b)->instance, i1) && strcmp(fx_job(f, b)->instance, i2));
+  fx_free(f);
+}
 
 static void test_placement(void) {
   struct gw_config cfg;
@@ -773,6 +811,7 @@ static void test_cost(void) {
 int main(void) {
   sl_log_init("test-gw-sched");
   test_fairness();
+  test_make_room();
   test_placement();
   test_lifecycle();
   test_register_before_launched();
