@@ -311,8 +311,6 @@ struct follow_state {
   long long first_us;
 };
 
-/* Only interrupts zmq_poll: following then ends as interrupted. */
-static void on_sigint(int sig) { (void)sig; }
 
 /* The terminal's width in columns: stdout's, else $COLUMNS, else 80. */
 static int term_width(void) {
@@ -384,16 +382,15 @@ static void on_link(void *ud, bool up) {
 static int logs_follow(struct cli_conn *conn, const char *job, bool json) {
   const char *term = getenv("TERM");
   struct follow_state f = {.tty = isatty(STDOUT_FILENO) == 1 && !(term && !strcmp(term, "dumb")), .json = json};
-  /* Ctrl-C ends following (zmq_poll returns EINTR), so the line is ended */
-  struct sigaction sa = {.sa_handler = on_sigint}, old_sa;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_sa);
+  /* Ctrl-C ends following, so the line is ended */
+  int wake = cli_wake_on_signal(conn, SIGINT);
   cli_set_link_fn(conn, on_link, &f);
   char err[800];
   json_t *reply = NULL;
   int r = cli_follow(conn, job, 0, on_event, &f, &reply, err, sizeof err);
   cli_set_link_fn(conn, NULL, NULL);
-  sigaction(SIGINT, &old_sa, NULL);
+  if (wake == 0)
+    cli_unwake_signal(conn);
   if (f.bar_drawn) {
     clear_bar(&f);
     print_text(bar_line(&f));

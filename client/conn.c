@@ -20,9 +20,12 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "gwclient.h"
@@ -54,7 +57,13 @@ struct cli_conn {
   bool link_lost;
   cli_link_fn on_link;
   void *link_ud;
+  int wake_signo;       /* the signal that ends following, or 0 */
+  struct sigaction wake_old;
 };
+
+/* The pipe a signal handler writes to: a signal that arrives while no poll
+ * waits still leaves a byte for the next one. */
+static int wake_pipe[2] = {-1, -1};
 
 static int t_open(void *ud, const char *address) {
   struct cli_conn *c = ud;
@@ -180,6 +189,7 @@ struct cli_conn *cli_conn_new(void) {
 struct cli_conn *cli_conn_free(struct cli_conn *c) {
   if (!c)
     return NULL;
+  cli_unwake_signal(c);
   jk_gw_free(c->gw);
   if (c->sock)
     zmq_close(c->sock);
@@ -195,6 +205,37 @@ const char *cli_address(struct cli_conn *c) { return jk_gw_address(c->gw); }
 void cli_set_link_fn(struct cli_conn *c, cli_link_fn fn, void *ud) {
   c->on_link = fn;
   c->link_ud = ud;
+}
+
+static void on_wake_signal(int sig) {
+  (void)sig;
+  int saved = errno;
+  if (write(wake_pipe[1], "", 1) < 0) { /* full: a byte is waiting already */
+  }
+  errno = saved;
+}
+
+int cli_wake_on_signal(struct cli_conn *c, int signo) {
+  if (c->wake_signo)
+    return -EBUSY;
+  if (wake_pipe[0] < 0 && pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+    return -errno;
+  char drain[64];
+  while (read(wake_pipe[0], drain, sizeof drain) > 0) {
+  }
+  struct sigaction sa = {.sa_handler = on_wake_signal, .sa_flags = SA_RESTART};
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(signo, &sa, &c->wake_old) < 0)
+    return -errno;
+  c->wake_signo = signo;
+  return 0;
+}
+
+void cli_unwake_signal(struct cli_conn *c) {
+  if (!c->wake_signo)
+    return;
+  sigaction(c->wake_signo, &c->wake_old, NULL);
+  c->wake_signo = 0;
 }
 
 /* Runs the loop until done (and, when following, until stop) or deadline. */
@@ -227,12 +268,19 @@ static bool pump(struct cli_conn *c, int64_t deadline_us) {
     long timeout = at == INT64_MAX ? 1000 : (long)((at - now + 999) / 1000);
     if (timeout < 0)
       timeout = 0;
-    zmq_pollitem_t item = {c->sock, 0, ZMQ_POLLIN, 0};
-    int n = zmq_poll(&item, c->sock ? 1 : 0, timeout);
+    zmq_pollitem_t items[2];
+    int n_items = 0;
+    if (c->sock)
+      items[n_items++] = (zmq_pollitem_t){c->sock, 0, ZMQ_POLLIN, 0};
+    if (c->wake_signo)
+      items[n_items++] = (zmq_pollitem_t){NULL, wake_pipe[0], ZMQ_POLLIN, 0};
+    int n = zmq_poll(items, n_items, timeout);
     if (n < 0 && zmq_errno() != EINTR)
       return false;
     if (n < 0)
       return false; /* interrupted by a signal: the caller stops */
+    if (c->wake_signo && (items[n_items - 1].revents & ZMQ_POLLIN))
+      return false; /* a signal came: the caller stops */
     while (c->sock && !c->stop) {
       struct sl_msg m;
       sl_msg_init(&m, (struct sl_limits){8, FRAME_LIMIT, 8 * FRAME_LIMIT});

@@ -218,7 +218,6 @@ static bool on_event(void *ud, const json_t *event) {
   return !sim_report_event(rep, event);
 }
 
-static void on_alarm(int sig) { (void)sig; }
 
 /* The wall seconds to wait for the job: ten times its own work (the
  * gateway, worker and script starts on a busy machine), plus twice the time
@@ -276,13 +275,12 @@ static int simulate(struct args *a, struct sim_report *rep) {
   sim_report_init(rep, &a->job, submit_us);
   rep->trace_events = a->events;
 
-  /* The deadline: SIGALRM interrupts the follow loop's poll. */
+  /* The deadline: SIGALRM ends following. */
   double timeout_s = default_timeout_s(a);
   if (a->timeout_s > 0)
     timeout_s = a->timeout_s;
-  struct sigaction sa = {.sa_handler = on_alarm};
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGALRM, &sa, NULL);
+  if ((r = cli_wake_on_signal(c, SIGALRM)) < 0)
+    goto out;
   alarm(timeout_s < UINT_MAX ? (unsigned)ceil(timeout_s) : UINT_MAX); /* a default from a long job may pass it */
   char err[700];
   r = cli_follow(c, job, 0, on_event, rep, &reply, err, sizeof err);

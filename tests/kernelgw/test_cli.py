@@ -44,7 +44,10 @@ from gateway_proc import GatewayProcess, kill_instances  # noqa: E402
 
 GATEWAY, WORKER, CLI = (os.path.abspath(a) for a in sys.argv[1:4])
 TOKENS = {"alice": "alice-token-1", "root": "root-token-3"}
-PRINTER = "i=0; while :; do i=$((i+1)); echo line $i; sleep 0.2; done"
+# 400 lines of 300 characters at once (more than a terminal holds unread),
+# then a short one every 0.2 s
+PRINTER = ("pad=$(printf '%0290d' 0); i=0; while [ $i -lt 400 ]; do i=$((i+1)); echo $pad line $i; done; "
+           "while :; do i=$((i+1)); echo line $i; sleep 0.2; done")
 
 
 def env_of(gw, user="alice", **extra):
@@ -209,9 +212,23 @@ def follow_write_errors(gw, job):
           "logs -f | head -1 (SIGPIPE ignored) stops at the first failed write: %r %r" % (rc, err))
 
 
+def blocked_in_write(pid, timeout):
+    """Waits until process pid sleeps in write(2): whether it did."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with open("/proc/%d/syscall" % pid) as f:
+                if f.read().split()[0] == "1":  # x86-64 write
+                    return True
+        except (OSError, IndexError):
+            pass
+        time.sleep(0.01)
+    return False
+
+
 def on_pty(gw, job, cols, **extra):
     """logs -f job on a terminal of cols columns, interrupted (SIGINT) once
-    a few lines came: (rc, everything written)."""
+    a few lines came: (rc, whether SIGINT came in a write, everything written)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
     p = subprocess.Popen([CLI, "logs", "-f", job], stdin=slave, stdout=slave, stderr=slave,
@@ -219,9 +236,12 @@ def on_pty(gw, job, cols, **extra):
     os.close(slave)
     out = b""
     end = time.monotonic() + 60
-    interrupted = False
+    interrupted = in_write = False
     while time.monotonic() < end:
         if not interrupted and out.count(b"line ") >= 4:
+            # the job's earlier lines fill the terminal while nothing reads
+            # them: Ctrl-C then comes while the CLI waits in a write
+            in_write = blocked_in_write(p.pid, 5)
             os.kill(p.pid, signal.SIGINT)
             interrupted = True
         r, _, _ = select.select([master], [], [], 0.5)
@@ -239,11 +259,11 @@ def on_pty(gw, job, cols, **extra):
         p.kill()
     rc = p.wait()
     os.close(master)
-    return rc, out.decode(errors="replace")
+    return rc, in_write, out.decode(errors="replace")
 
 
 def terminal(gw, job):
-    rc, out = on_pty(gw, job, 20)
+    rc, in_write, out = on_pty(gw, job, 20)
     # a progress line is what is cleared again (a line of its own ends in a newline)
     bars = [b for b in re.findall(r"([^\r\n\033]*)\r\033\[K", out) if b]
     check(bars and all(len(b) <= 19 for b in bars),
@@ -252,8 +272,14 @@ def terminal(gw, job):
     check(re.search(r"line \d+\r\n", out), "a line of the job's output ends its line: %r" % out[-200:])
     check(rc == 1 and out.endswith("\n"), "Ctrl-C ends the progress line with a newline: rc %s %r"
           % (rc, out[-80:]))
-    rc, out = on_pty(gw, job, 80, TERM="dumb")
+    # Ctrl-C comes while the job's earlier lines are being written: it ends
+    # following all the same, and a write it interrupted is no failed write
+    check(in_write, "Ctrl-C came while the CLI waited in a write")
+    check("cannot write" not in out, "Ctrl-C during a write is no write error: %r" % out[-200:])
+    rc, in_write, out = on_pty(gw, job, 80, TERM="dumb")
     check("\033" not in out and "line " in out, "TERM=dumb: no escapes: %r" % out[-200:])
+    check(rc == 1 and "cannot write" not in out and out.endswith("spotlab logs: interrupted\r\n"),
+          "TERM=dumb: Ctrl-C ends following: rc %s %r" % (rc, out[-200:]))
 
 
 def gateway_gone(gw, job):
@@ -331,7 +357,7 @@ def main():
         done = alias_ids(gw, c)
         output_errors(gw, done)
         r = c.req("submit", kind="run", script=PRINTER, options={})
-        require(r["ok"], "submit a job that prints a line every 0.2 s", r)
+        require(r["ok"], "submit a job that prints 400 long lines, then a line every 0.2 s", r)
         printer = r["job"]
         wait_output(c, printer)
         follow_write_errors(gw, printer)
