@@ -283,7 +283,10 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
   }
   signal(SIGXFSZ, SIG_IGN); /* a too-large file is an EFBIG error, not a kill */
   signal(SIGPIPE, SIG_IGN);
-  struct sigaction sa = {.sa_handler = on_signal};
+  /* the loop reads the flags at each step; a write the signal comes in
+   * (a metrics line while the reader is slow) goes on, or the line is lost */
+  struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
+  sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGUSR1, &sa, NULL);

@@ -74,6 +74,71 @@ def compare(name, d, ref_losses, ref_ckpt):
     check(final_ckpt(d) == ref_ckpt, f"{name}: final parameters, moments and RNG states bit-identical")
 
 
+def blocked_in_write(pid, deadline_s=60):
+    """Waits until process pid's main thread has slept in write(2) for 0.2 s
+    on end: whether it did."""
+    end = time.monotonic() + deadline_s
+    since = None
+    while time.monotonic() < end:
+        try:
+            with open("/proc/%d/syscall" % pid) as f:
+                writing = f.read().split()[0] == "1"  # x86-64 write
+        except (OSError, IndexError):
+            writing = False
+        now = time.monotonic()
+        since = (since or now) if writing else None
+        if since is not None and now - since >= 0.2:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def full_pipe(root):
+    """A worker reads the metrics pipe late at times (a slow upload, a gateway
+    away): the run then waits in a write of a metrics line. A checkpoint
+    request (SIGUSR1) and the stop (SIGTERM) that come then must not cost
+    that line."""
+    d = os.path.join(root, "full-pipe")
+    os.mkdir(d)
+    r_fd, w_fd = os.pipe()
+    p = subprocess.Popen([EXE, *ARGS, "--ckpt-dir", os.path.join(d, "ck"), "--metrics", f"fd:{w_fd}",
+                          "--steps", "1000000", "--checkpoint-every", "0"],
+                         stdout=subprocess.DEVNULL, pass_fds=(w_fd,))
+    os.close(w_fd)
+    waits = 0
+    for sig in (signal.SIGUSR1, signal.SIGTERM):
+        # nothing reads the pipe: the run waits in a write again after each signal
+        waits += blocked_in_write(p.pid)
+        p.send_signal(sig)
+    check(waits == 2, f"full pipe: each signal came while a metrics write waited ({waits} of 2)")
+    data = b""
+    while True:
+        chunk = os.read(r_fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r_fd)
+    rc = p.wait(timeout=120)
+    check(rc == 0, f"full pipe: exit status 0 after SIGTERM (got {rc})")
+    lines = data.decode(errors="replace").split("\n")
+    bad = []
+    evs = []
+    for line in lines:
+        if not line:
+            continue
+        try:
+            evs.append(json.loads(line))
+        except ValueError:
+            bad.append(line[:120])
+    got = [e["step"] for e in evs if "event" not in e]
+    check(not bad, f"full pipe: every metrics line is whole JSON {bad[:3]}")
+    gaps = [(a, b) for a, b in zip(got, got[1:]) if b != a + 1]
+    check(got and got[0] == 1 and not gaps, f"full pipe: no step's line is lost ({len(got)} steps, gaps {gaps[:5]})")
+    term = [e for e in evs if e.get("event") == "terminated"]
+    check(term and got and term[-1]["step"] == got[-1],
+          f"full pipe: the run ends at the last step it reported ({term[-1:]}, {got[-1:]})")
+
+
 def main():
     seed = int(os.environ.get("TC_TEST_SEED", time.time_ns() % 1000000))
     print(f"kill points drawn with TC_TEST_SEED={seed}")
@@ -182,6 +247,8 @@ def main():
         os.close(w_fd)
         p.send_signal(signal.SIGTERM)
         check(p.wait(timeout=120) == 0, "control run exits 0 after SIGTERM")
+
+        full_pipe(root)
 
         # failed writes: the file size limit makes every new checkpoint fail (EFBIG)
         d = os.path.join(root, "efbig")
