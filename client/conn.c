@@ -38,6 +38,8 @@
 #define FOLLOW_PING_US (5 * SL_US_PER_S)
 #define LINK_LOST_US (3 * SL_US_PER_S)
 
+#define WAKE_SIGNALS_MAX 4
+
 struct cli_conn {
   void *ctx, *sock;
   struct jk_gw *gw;
@@ -57,13 +59,16 @@ struct cli_conn {
   bool link_lost;
   cli_link_fn on_link;
   void *link_ud;
-  int wake_signo;       /* the signal that ends following, or 0 */
-  struct sigaction wake_old;
+  int wake_signo[WAKE_SIGNALS_MAX]; /* the signals that end a wait */
+  struct sigaction wake_old[WAKE_SIGNALS_MAX];
+  size_t n_wake;
+  bool interrupted; /* the last wait ended by a signal */
 };
 
 /* The pipe a signal handler writes to: a signal that arrives while no poll
  * waits still leaves a byte for the next one. */
 static int wake_pipe[2] = {-1, -1};
+static volatile sig_atomic_t woken_by; /* the first signal since the first cli_wake_on_signal */
 
 static int t_open(void *ud, const char *address) {
   struct cli_conn *c = ud;
@@ -208,34 +213,44 @@ void cli_set_link_fn(struct cli_conn *c, cli_link_fn fn, void *ud) {
 }
 
 static void on_wake_signal(int sig) {
-  (void)sig;
   int saved = errno;
+  if (!woken_by)
+    woken_by = sig;
   if (write(wake_pipe[1], "", 1) < 0) { /* full: a byte is waiting already */
   }
   errno = saved;
 }
 
-int cli_wake_on_signal(struct cli_conn *c, int signo) {
-  if (c->wake_signo)
-    return -EBUSY;
-  if (wake_pipe[0] < 0 && pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
-    return -errno;
+static void drain_wake_pipe(void) {
   char drain[64];
   while (read(wake_pipe[0], drain, sizeof drain) > 0) {
   }
+}
+
+int cli_wake_on_signal(struct cli_conn *c, int signo) {
+  if (c->n_wake == WAKE_SIGNALS_MAX)
+    return -ENOSPC;
+  if (wake_pipe[0] < 0 && pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+    return -errno;
+  if (!c->n_wake) {
+    drain_wake_pipe();
+    woken_by = 0;
+  }
   struct sigaction sa = {.sa_handler = on_wake_signal, .sa_flags = SA_RESTART};
   sigemptyset(&sa.sa_mask);
-  if (sigaction(signo, &sa, &c->wake_old) < 0)
+  if (sigaction(signo, &sa, &c->wake_old[c->n_wake]) < 0)
     return -errno;
-  c->wake_signo = signo;
+  c->wake_signo[c->n_wake++] = signo;
   return 0;
 }
 
+int cli_woken_by(const struct cli_conn *c) { return c->n_wake ? woken_by : 0; }
+
 void cli_unwake_signal(struct cli_conn *c) {
-  if (!c->wake_signo)
-    return;
-  sigaction(c->wake_signo, &c->wake_old, NULL);
-  c->wake_signo = 0;
+  while (c->n_wake > 0) {
+    c->n_wake--;
+    sigaction(c->wake_signo[c->n_wake], &c->wake_old[c->n_wake], NULL);
+  }
 }
 
 /* Runs the loop until done (and, when following, until stop) or deadline. */
@@ -272,15 +287,17 @@ static bool pump(struct cli_conn *c, int64_t deadline_us) {
     int n_items = 0;
     if (c->sock)
       items[n_items++] = (zmq_pollitem_t){c->sock, 0, ZMQ_POLLIN, 0};
-    if (c->wake_signo)
+    if (c->n_wake)
       items[n_items++] = (zmq_pollitem_t){NULL, wake_pipe[0], ZMQ_POLLIN, 0};
     int n = zmq_poll(items, n_items, timeout);
     if (n < 0 && zmq_errno() != EINTR)
       return false;
-    if (n < 0)
-      return false; /* interrupted by a signal: the caller stops */
-    if (c->wake_signo && (items[n_items - 1].revents & ZMQ_POLLIN))
+    if (n < 0 || (c->n_wake && (items[n_items - 1].revents & ZMQ_POLLIN))) {
+      if (c->n_wake)
+        drain_wake_pipe(); /* the next wait waits for the next signal */
+      c->interrupted = true;
       return false; /* a signal came: the caller stops */
+    }
     while (c->sock && !c->stop) {
       struct sl_msg m;
       sl_msg_init(&m, (struct sl_limits){8, FRAME_LIMIT, 8 * FRAME_LIMIT});
@@ -340,7 +357,12 @@ int cli_request(struct cli_conn *c, json_t *req, int timeout_ms, json_t **ret_re
     return r;
   }
   c->following = false;
+  c->interrupted = false;
   bool ok = pump(c, sl_time_mono_us() + (int64_t)timeout_ms * 1000);
+  if (!ok && c->interrupted) {
+    snprintf(err, err_size, "interrupted");
+    return SL_EINTERRUPTED;
+  }
   return finish(c, ok, ret_reply, err, err_size);
 }
 
@@ -360,6 +382,7 @@ int cli_follow(struct cli_conn *c, const char *job, int64_t after, cli_event_fn 
     return r;
   }
   c->following = true;
+  c->interrupted = false;
   bool ok = pump(c, 0);
   c->link_lost = false;
   c->following = false;

@@ -29,11 +29,13 @@ struct cli_conn *cli_conn_free(struct cli_conn *c);
 int cli_request(struct cli_conn *c, json_t *req, int timeout_ms, json_t **ret_reply, char *err, size_t err_size);
 /* fn (may be NULL) hears the link's changes while following; ud borrowed. */
 void cli_set_link_fn(struct cli_conn *c, cli_link_fn fn, void *ud);
-/* From now on signal signo (SIGINT, SIGALRM) ends cli_follow, which returns
- * SL_EINTERRUPTED, also when it arrives between two waits or while an event
- * is written; the calls it interrupts are restarted. One signal at a time.
- * Returns 0 or -errno. cli_unwake_signal restores its former action. */
+/* From now on signal signo (SIGINT, SIGALRM...; up to 4 of them) ends the
+ * wait of cli_follow or cli_request, which return SL_EINTERRUPTED, also when it arrives between two waits or while an event is written; the
+ * calls it interrupts are restarted. Each signal ends one wait. Returns 0 or
+ * -errno. cli_woken_by names the first that came since the first of these
+ * calls (0: none); cli_unwake_signal restores their former actions. */
 int cli_wake_on_signal(struct cli_conn *c, int signo);
+int cli_woken_by(const struct cli_conn *c);
 void cli_unwake_signal(struct cli_conn *c);
 /* Attaches to job after seq `after` and calls fn for each event until fn
  * returns false. The events are those of the job the gateway's attach reply

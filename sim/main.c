@@ -134,10 +134,17 @@ static int parse(int argc, char **argv, struct args *a) {
 
 /* One request with its reply checked; the reply is owned by the caller when
  * ret is non-NULL. */
+/* SIGINT or SIGTERM: the job is cancelled and the private gateway stopped. */
+static volatile sig_atomic_t g_stop;
+
+static void on_stop(int sig) { g_stop = sig; }
+
 static int request(struct cli_conn *c, json_t *req, json_t **ret) {
   char err[700];
   json_t *reply = NULL;
   int r = cli_request(c, req, REQUEST_TIMEOUT_MS, &reply, err, sizeof err);
+  if (r == SL_EINTERRUPTED)
+    g_stop = cli_woken_by(c);
   if (r < 0) {
     fprintf(stderr, "spotlab-sim: %s\n", err);
     return r;
@@ -256,6 +263,14 @@ static int simulate(struct args *a, struct sim_report *rep) {
   int r = 0;
   char *script = NULL;
   json_t *reply = NULL;
+  /* SIGALRM: the deadline */
+  if ((r = cli_wake_on_signal(c, SIGINT)) < 0 || (r = cli_wake_on_signal(c, SIGTERM)) < 0 ||
+      (r = cli_wake_on_signal(c, SIGALRM)) < 0)
+    goto out;
+  if (g_stop) { /* while the gateway started */
+    r = SL_EINTERRUPTED;
+    goto out;
+  }
   if ((r = check_type(c, a)) < 0)
     goto out;
   if (!(script = sim_job_script(&a->job))) {
@@ -275,17 +290,18 @@ static int simulate(struct args *a, struct sim_report *rep) {
   sim_report_init(rep, &a->job, submit_us);
   rep->trace_events = a->events;
 
-  /* The deadline: SIGALRM ends following. */
   double timeout_s = default_timeout_s(a);
   if (a->timeout_s > 0)
     timeout_s = a->timeout_s;
-  if ((r = cli_wake_on_signal(c, SIGALRM)) < 0)
-    goto out;
   alarm(timeout_s < UINT_MAX ? (unsigned)ceil(timeout_s) : UINT_MAX); /* a default from a long job may pass it */
   char err[700];
   r = cli_follow(c, job, 0, on_event, rep, &reply, err, sizeof err);
   alarm(0);
-  if (r < 0) {
+  if (r == SL_EINTERRUPTED && cli_woken_by(c) != SIGALRM) {
+    g_stop = cli_woken_by(c);
+    fprintf(stderr, "spotlab-sim: interrupted; %s is cancelled\n", job);
+    request(c, json_pack("{s:s, s:s}", "type", "cancel", "job", job), NULL);
+  } else if (r < 0) {
     if (r == SL_EINTERRUPTED)
       fprintf(stderr, "spotlab-sim: %s did not end within %.0f s (it was %s%s); --timeout gives it longer\n",
               job, timeout_s, rep->last_state[0] ? rep->last_state : "queued",
@@ -314,6 +330,11 @@ int main(int argc, char **argv) {
   }
   char err[1200];
   struct sim_home *h = NULL;
+  /* from here on a stop removes what the run made, its gateway and workers too */
+  struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
   if ((r = sim_home_new(a.trace, a.job.time_scale, &h, err, sizeof err)) < 0 ||
       (r = sim_home_start(h, err, sizeof err)) < 0) {
     fprintf(stderr, "spotlab-sim: %s\n", err);
@@ -326,6 +347,8 @@ int main(int argc, char **argv) {
   r = simulate(&a, &rep);
   h = sim_home_free(h);
   a.capacity = sim_trace_free(a.capacity);
+  if (g_stop)
+    return 128 + g_stop;
   if (r < 0)
     return a.unknown_type ? 2 : 1;
   if (a.json) {

@@ -12,11 +12,14 @@ default timeout. The job waits in the queue, then runs; spotlab-sim used to
 give up on it while it was still queued, its timeout counting the job's
 work but not the trace's wait.
 """
+import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from checks import require  # noqa: E402
@@ -89,6 +92,8 @@ def waiting(sim):
         _, err = run_sim(sim, trace, "--steps", "5", "--time-scale", "2000", "--timeout", "2", expect=1)
         require("no spot capacity for its first 60000 simulated s" in err, "the wait is announced", err)
         require("did not end within 2 s (it was queued, never placed" in err, "a timeout says the job waited", err)
+        require("spotlab-sim: no answer" not in err and "interrupted" not in err,
+                "the job is cancelled after the timeout", err)
         with open(trace, "w") as f:
             json.dump({"metadata": {"gap_seconds": 600}, "data": [0] * 10}, f)
         _, err = run_sim(sim, trace, "--steps", "5", expect=2)
@@ -115,6 +120,49 @@ def waiting(sim):
                 "a gateway that fails to start shows its log's end", err)
     print("ok waiting: the wait for capacity is announced, a timeout while queued says so, a trace"
           " the gateway refuses is refused first, a gateway that fails to start shows its log")
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open("/proc/%d/stat" % pid) as f:  # a zombie is gone but for its parent's wait
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def interrupted(sim):
+    """Ctrl-C (SIGINT) while the job runs: the job is cancelled, the private
+    gateway and its worker stop, and the simulator's folder goes."""
+    with tempfile.TemporaryDirectory() as d:
+        trace = os.path.join(d, "trace.json")
+        with open(trace, "w") as f:
+            json.dump({"metadata": {"gap_seconds": 600}, "data": [1] * 200}, f)
+        tmp = os.path.join(d, "tmp")
+        os.mkdir(tmp)
+        p = subprocess.Popen([sim, "--trace", trace, "--steps", "5000", "--step-s", "60",
+                              "--time-scale", "2000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=dict(os.environ, TMPDIR=tmp))
+        pids = []
+        end = time.monotonic() + 60
+        while time.monotonic() < end and p.poll() is None:
+            homes = glob.glob(os.path.join(tmp, "spotlab-sim-*"))
+            try:
+                gw = int(open(os.path.join(homes[0], "gateway.pid")).read())
+                rec = glob.glob(os.path.join(homes[0], "instances", "*", "instance.json"))
+                pids = [gw, json.load(open(rec[0]))["pid"]]
+                break
+            except (IndexError, OSError, ValueError, KeyError):
+                time.sleep(0.05)  # polling the folder: nothing to block on
+        require(len(pids) == 2, "the simulator's gateway and worker run", pids)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        require(p.returncode == 130 and "interrupted; J000001 is cancelled" in err,
+                "Ctrl-C: exit 130, the job cancelled", (p.returncode, err))
+        left = [pid for pid in pids if pid_alive(pid)]
+        require(not left and not os.listdir(tmp), "Ctrl-C: no gateway, worker or folder left",
+                (left, os.listdir(tmp)))
+    print("ok interrupted: Ctrl-C cancels the job and removes the gateway, worker and folder")
 
 
 def late_capacity(sim, traces):
@@ -146,6 +194,7 @@ def main():
     unknown_type(sim, traces)
     synthetic(sim)
     waiting(sim)
+    interrupted(sim)
     real(sim, traces)
 
 
