@@ -199,7 +199,7 @@ struct cli_conn *cli_conn_free(struct cli_conn *c) {
   if (c->sock)
     zmq_close(c->sock);
   if (c->ctx)
-    zmq_ctx_term(c->ctx);
+    sl_zmq_ctx_term(c->ctx);
   json_decref(c->reply);
   free(c);
   return NULL;

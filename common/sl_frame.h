@@ -54,5 +54,8 @@ int sl_zmq_recv(void *socket, struct sl_msg *m, int flags);
 int sl_zmq_send(void *socket, const struct sl_msg *m, int flags);
 /* zmq_errno() as a negative project error. */
 int sl_err_from_zmq(int zerr);
+/* zmq_ctx_term, again when a signal interrupts it: the messages its sockets'
+ * linger lets go out are sent, not dropped. */
+void sl_zmq_ctx_term(void *ctx);
 
 #endif

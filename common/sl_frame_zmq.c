@@ -55,3 +55,8 @@ int sl_zmq_send(void *socket, const struct sl_msg *m, int flags) {
   }
   return 0;
 }
+
+void sl_zmq_ctx_term(void *ctx) {
+  while (zmq_ctx_term(ctx) < 0 && zmq_errno() == EINTR) {
+  }
+}

@@ -41,6 +41,7 @@
 #include "zmsg.h"
 
 #include "sl_err.h"
+#include "sl_frame.h"
 #include "sl_json.h"
 #include "sl_log.h"
 #include "sl_path.h"
@@ -720,7 +721,7 @@ struct gw *gw_free(struct gw *g) {
   if (g->zap)
     zmq_close(g->zap);
   if (g->zctx)
-    zmq_ctx_term(g->zctx);
+    sl_zmq_ctx_term(g->zctx);
   if (g->bound_k)
     remove_ipc_file(g->cfg->listen);
   if (g->bound_w)

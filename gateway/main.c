@@ -421,7 +421,9 @@ int gw_main(int argc, char **argv) {
     return 1;
   }
   private_files(cfg.state_dir);
-  struct sigaction sa = {.sa_handler = on_signal};
+  /* the loop reads the flag each turn (its poll ends at once); a write it
+   * comes in (a log line to a full pipe) goes on */
+  struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);

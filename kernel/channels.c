@@ -612,6 +612,7 @@ int jk_channels_run(const struct jk_connection *conn, const struct jk_run_option
   }
   struct sigaction sa = {0};
   sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART; /* a log line the signal comes in is written whole */
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
@@ -661,7 +662,7 @@ out:
   if (hb_started)
     pthread_join(hb_thread, NULL);
   if (l->ctx)
-    zmq_ctx_term(l->ctx);
+    sl_zmq_ctx_term(l->ctx);
   jk_auth_free(l->auth);
   close(sig_pipe[0]);
   close(sig_pipe[1]);

@@ -753,7 +753,7 @@ struct wk_agent *wk_agent_free(struct wk_agent *a) {
   wk_store_free(a->store); /* before the presigner its signer borrows */
   wk_presigner_free(a->presigner);
   wk_link_free(a->link);
-  if (a->zctx) zmq_ctx_term(a->zctx);
+  if (a->zctx) sl_zmq_ctx_term(a->zctx);
   wk_nvml_free(a->nvml);
   free(a);
   return NULL;
