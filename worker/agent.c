@@ -92,6 +92,8 @@ struct wk_agent {
   bool at_risk; /* a rebalance recommendation its jobs went on through: said in each register */
   struct wk_notice held_notice; /* taken by the pump: reported, its jobs' part still to do */
   bool notice_held;
+  bool stop_held;  /* SIGINT taken by the pump: the jobs stop after the call */
+  int signal_fd;   /* the signal pipe's read end, or -1 */
   bool orphaned; /* stopped for orphan_timeout_ms without word: nothing waits for the gateway */
   int64_t exit_by_us; /* monotonic; INT64_MAX = none */
 };
@@ -187,6 +189,7 @@ static void read_link(struct wk_agent *a, int64_t now);
 static bool notice_leaves(const struct wk_agent *a, const struct wk_notice *n);
 static void report_notice(struct wk_agent *a, const struct wk_notice *n, bool leaving);
 static void act_on_notice(struct wk_agent *a, const struct wk_notice *n);
+static void read_signals(struct wk_agent *a, int fd, bool in_call);
 
 /* While a store call holds the loop (a slow upload, S3's tries), the socket
  * is not read: what the gateway sends waits for the call's end. The gateway
@@ -196,9 +199,9 @@ static void act_on_notice(struct wk_agent *a, const struct wk_notice *n);
  * sends a register when a connection comes up (or register_timeout_ms after
  * its last), only one while its answer cannot be read, and heartbeats after
  * it. A heartbeat a gateway does not expect only brings a "reregister".
- * A spot notice that comes meanwhile is reported to the gateway at once (an
- * upload may take a good part of the notice's two minutes), and its jobs'
- * part follows when the call is over. */
+ * A spot notice or a SIGTERM that comes meanwhile is reported to the
+ * gateway at once (an upload may take a good part of the notice's two
+ * minutes), and its jobs' part follows when the call is over. */
 static void pump(void *ctx) {
   struct wk_agent *a = ctx;
   int64_t now = sl_time_mono_us();
@@ -214,6 +217,10 @@ static void pump(void *ctx) {
     report_notice(a, &a->held_notice, notice_leaves(a, &a->held_notice));
     a->notice_held = true;
   }
+  /* so is a SIGTERM (its deadline counts from now); a SIGINT stops the jobs
+   * after the call. A signal while a notice is held waits for the loop. */
+  if (a->signal_fd >= 0 && !a->notice_held)
+    read_signals(a, a->signal_fd, true);
 }
 
 /* ---- gateway requests ---- */
@@ -500,17 +507,27 @@ static void on_notice(struct wk_agent *a, const struct wk_notice *n) {
   act_on_notice(a, n);
 }
 
-static void read_signals(struct wk_agent *a, int fd) {
+/* in_call: a store call holds the loop (pump): what the jobs do waits. */
+static void read_signals(struct wk_agent *a, int fd, bool in_call) {
   unsigned char sig[16];
   ssize_t k = read(fd, sig, sizeof sig);
   for (ssize_t i = 0; i < k; i++) {
     if (sig[i] == SIGTERM) {
       struct wk_notice n = {.action = "sigterm",
                             .deadline_us = sl_time_real_us() + a->cfg->sigterm_notice_ms * SL_US_PER_MS};
-      on_notice(a, &n);
+      if (!in_call) {
+        on_notice(a, &n);
+      } else if (!a->notice_held) {
+        report_notice(a, &n, true);
+        a->held_notice = n;
+        a->notice_held = true;
+      }
     } else {
       sl_info(TOPIC, "signal %d: stopping", sig[i]);
-      stop_all(a);
+      if (in_call)
+        a->stop_held = true;
+      else
+        stop_all(a);
     }
   }
 }
@@ -634,11 +651,16 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
   struct slot slots[POLL_MAX];
   int64_t now = sl_time_mono_us();
   a->last_heard_us = a->last_contact_us = now;
+  a->signal_fd = signal_fd;
   send_register(a, now);
   for (;;) {
     if (a->notice_held) { /* taken while a store call held the loop */
       a->notice_held = false;
       act_on_notice(a, &a->held_notice);
+    }
+    if (a->stop_held) {
+      a->stop_held = false;
+      stop_all(a);
     }
     size_t n = build_poll(a, signal_fd, items, slots);
     int r = zmq_poll(items, (int)n, (long)poll_timeout_ms(a, sl_time_mono_us()));
@@ -650,7 +672,7 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
         if (items[i].revents) wk_job_readable(a->jobs[slots[i].job], slots[i].stream);
       if (items[3].revents & ZMQ_POLLIN) read_link(a, now);
       if (items[0].revents & ZMQ_POLLIN) read_socket(a, now);
-      if (items[1].revents) read_signals(a, signal_fd);
+      if (items[1].revents) read_signals(a, signal_fd, false);
       struct wk_notice note;
       if (items[2].revents && wk_notice_watcher_take(a->watcher, &note) == 1) on_notice(a, &note);
     }
@@ -710,6 +732,7 @@ int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent
   a->cfg = cfg;
   a->heartbeat_us = cfg->heartbeat_ms * SL_US_PER_MS;
   a->exit_by_us = INT64_MAX;
+  a->signal_fd = -1;
   int r = open_socket(a);
   if (r < 0) goto fail;
   bool s3 = !strncmp(cfg->store, "s3://", 5);

@@ -1254,6 +1254,38 @@ def case_notice_upload(tmp, worker_exe, train_exe):
         meta.close()
 
 
+def case_sigterm_upload(tmp, worker_exe, train_exe):
+    """A SIGTERM (the instance shutting down) that comes while a checkpoint
+    upload holds the loop is a notice as at any other time: reported at once,
+    with its deadline counted from the signal, and the jobs' part after the
+    upload. It used to wait unread until the upload ended, its deadline
+    counted from then, past the kill it stood for."""
+    bucket = Bucket(hold="/ckpt-")
+    data = text_file(tmp)
+    gw, w = start(tmp, worker_exe, train_exe, None, extra={"store": "s3://bkt/su"})
+    try:
+        gw.send(train_assign("J000029", data, 10_000_000, checkpoint_every=10))
+        bucket.serve_until_held(gw, "J000029", sign_orphan=False)
+        sent = time.time()
+        w.proc.send_signal(signal.SIGTERM)
+        notice = gw.recv(lambda m: m["type"] == "notice", 3, "the SIGTERM's notice, during the upload")
+        assert notice["action"] == "sigterm" and not bucket.release.is_set(), notice
+        # sigterm_notice_ms (30 s) from the signal
+        assert abs(notice["deadline_us"] / 1e6 - (sent + 30)) < 2, (notice, sent)
+        time.sleep(1)  # the upload stays held a while: the deadline must not move with it
+        bucket.release.set()
+        msgs = until_done(bucket, gw, "J000029", 30)
+        cks = [m for m in msgs if m["type"] == "checkpoint"]
+        assert msgs[-1]["status"] == "preempted" and cks and msgs[-1]["step"] == cks[-1]["step"], msgs[-3:]
+        assert w.wait(30) == 0
+        print("SIGTERM reported during a held upload, deadline %.1f s after the signal; then checkpoints %s"
+              % (notice["deadline_us"] / 1e6 - sent, [c["step"] for c in cks]))
+    finally:
+        bucket.close()
+        w.kill()
+        gw.close()
+
+
 def case_worker_killed(tmp, worker_exe, train_exe):
     """A worker killed (SIGKILL, a crash, the kernel's OOM killer) takes its
     job's process with it: a trainer left behind would hold the instance's
