@@ -38,6 +38,36 @@ static int left_ms(int64_t deadline) {
   return d < 0 ? 0 : d > 1000000000 ? 1000000000 : (int)d;
 }
 
+/* The run's stop flag (a SIGTERM): read between waits of at most
+ * STOP_CHECK_MS, so a stop during the rendezvous is not held to its deadline. */
+#define STOP_CHECK_MS 100
+static volatile sig_atomic_t *stop_flag;
+
+void tc_rdv_set_stop(volatile sig_atomic_t *flag) { stop_flag = flag; }
+
+static int stopped(void) { return stop_flag && *stop_flag; }
+
+/* poll() of one fd until the deadline: > 0 ready, 0 the deadline passed,
+ * -ECANCELED the run is stopping, else -errno. */
+static int wait_fd(struct pollfd *p, int64_t deadline) {
+  for (;;) {
+    if (stopped()) return -ECANCELED;
+    int left = left_ms(deadline), slice = left < STOP_CHECK_MS ? left : STOP_CHECK_MS;
+    int k = poll(p, p ? 1 : 0, slice);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return -errno;
+    if (k > 0) return k;
+    if (left <= STOP_CHECK_MS) return 0;
+  }
+}
+
+/* A pause of up to 100 ms before trying again: 0, or -ECANCELED. */
+static int nap(int64_t deadline) {
+  int64_t until = now_ms() + 100;
+  int r = wait_fd(NULL, until < deadline ? until : deadline);
+  return r == -ECANCELED ? r : 0;
+}
+
 void tc_rdv_hex(const uint8_t id[TC_RDV_ID_BYTES], char *out) {
   static const char digits[] = "0123456789abcdef";
   for (int i = 0; i < TC_RDV_ID_BYTES; i++) {
@@ -148,9 +178,8 @@ static int xfer(int fd, void *buf, size_t n, int writing, int64_t deadline) {
   size_t done = 0;
   while (done < n) {
     struct pollfd p = {.fd = fd, .events = writing ? POLLOUT : POLLIN};
-    int k = poll(&p, 1, left_ms(deadline));
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) return -errno;
+    int k = wait_fd(&p, deadline);
+    if (k < 0) return k;
     if (k == 0) return -ETIMEDOUT;
     ssize_t m = writing ? send(fd, (char *)buf + done, n - done, MSG_NOSIGNAL)
                         : read(fd, (char *)buf + done, n - done);
@@ -180,13 +209,17 @@ int tc_rdv_serve(int lfd, int world, const uint8_t id[TC_RDV_ID_BYTES], int time
   int remaining = world - 1, r = 0;
   while (remaining > 0) {
     struct pollfd p = {.fd = lfd, .events = POLLIN};
-    int k = poll(&p, 1, left_ms(deadline));
-    if (k < 0 && errno == EINTR) continue;
+    int k = wait_fd(&p, deadline);
+    if (k == -ECANCELED) {
+      snprintf(err, es, "rendezvous: stopped");
+      r = k;
+      break;
+    }
     if (k <= 0) {
       size_t off = (size_t)snprintf(err, es, "rendezvous: ranks never asked for the id:");
       for (int i = 1; i < world && off < es; i++)
         if (!served[i]) off += (size_t)snprintf(err + off, es - off, " %d", i);
-      r = k < 0 ? -errno : -ETIMEDOUT;
+      r = k < 0 ? k : -ETIMEDOUT;
       break;
     }
     int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
@@ -226,14 +259,17 @@ static int dial(const char *spec, int64_t deadline, int *last, char *err, size_t
       int c = connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : -errno;
       if (c == -EINPROGRESS) { /* an unreachable host costs the deadline, not the SYN retries */
         struct pollfd p = {.fd = fd, .events = POLLOUT};
-        int k;
-        while ((k = poll(&p, 1, left_ms(deadline))) < 0 && errno == EINTR) {
-        }
+        int k = wait_fd(&p, deadline);
         int soerr = 0;
         socklen_t len = sizeof soerr;
         c = k == 0 ? -ETIMEDOUT
-                   : k < 0 ? -errno
+                   : k < 0 ? k
                    : getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0 ? -errno : -soerr;
+        if (c == -ECANCELED) {
+          close(fd);
+          freeaddrinfo(ai);
+          return c;
+        }
       }
       if (c == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0) {
         freeaddrinfo(ai);
@@ -245,7 +281,7 @@ static int dial(const char *spec, int64_t deadline, int *last, char *err, size_t
     if (ai) freeaddrinfo(ai);
     if (left_ms(deadline) == 0) return -ETIMEDOUT;
     /* rank 0 is not listening yet: wait a little (bounded by the deadline) */
-    poll(NULL, 0, left_ms(deadline) < 100 ? left_ms(deadline) : 100);
+    if (nap(deadline) < 0) return -ECANCELED;
   }
 }
 
@@ -262,9 +298,12 @@ int tc_rdv_fetch(const char *spec, int rank, int world, uint8_t id[TC_RDV_ID_BYT
     int x = xfer(fd, hello, sizeof hello, 1, deadline);
     if (x == 0) x = xfer(fd, reply, sizeof reply, 0, deadline);
     close(fd);
+    if (x == -ECANCELED || (x < 0 && nap(deadline) < 0)) {
+      fd = -ECANCELED;
+      break;
+    }
     if (x < 0) {
       last = x;
-      poll(NULL, 0, left_ms(deadline) < 100 ? left_ms(deadline) : 100);
       continue;
     }
     if (memcmp(reply, REPLY_OK, 8) != 0) {
@@ -276,6 +315,10 @@ int tc_rdv_fetch(const char *spec, int rank, int world, uint8_t id[TC_RDV_ID_BYT
     return 0;
   }
   if (fd == -EINVAL) return fd;
+  if (fd == -ECANCELED) {
+    snprintf(err, es, "rendezvous %s: stopped", spec);
+    return fd;
+  }
   snprintf(err, es, "rendezvous %s: no answer from rank 0 within %d ms (%s)", spec, timeout_ms,
            strerror(-last));
   return -ETIMEDOUT;
@@ -320,14 +363,18 @@ int tc_rdv_exchange_serve(int lfd, int world, size_t slot_bytes, const uint8_t *
   int remaining = world - 1;
   while (remaining > 0) {
     struct pollfd p = {.fd = lfd, .events = POLLIN};
-    int k = poll(&p, 1, left_ms(deadline));
-    if (k < 0 && errno == EINTR) continue;
+    int k = wait_fd(&p, deadline);
+    if (k == -ECANCELED) {
+      snprintf(err, es, "rendezvous: stopped");
+      r = k;
+      goto out;
+    }
     if (k <= 0) {
       size_t off = (size_t)snprintf(err, es, "rendezvous: no word within %d ms from rank(s)",
                                     timeout_ms);
       for (int i = 1; i < world && off < es; i++)
         if (fds[i] < 0) off += (size_t)snprintf(err + off, es - off, " %d", i);
-      r = k < 0 ? -errno : -ETIMEDOUT;
+      r = k < 0 ? k : -ETIMEDOUT;
       goto out;
     }
     int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
@@ -403,11 +450,18 @@ int tc_rdv_exchange_fetch(const char *spec, int rank, int world, size_t slot_byt
       return SL_EMISMATCH;
     }
     if (x == 0) return 0;
+    if (x == -ECANCELED || (x != -ETIMEDOUT && nap(deadline) < 0)) {
+      fd = -ECANCELED;
+      break;
+    }
     last = x;
     if (x == -ETIMEDOUT) break;
-    poll(NULL, 0, left_ms(deadline) < 100 ? left_ms(deadline) : 100);
   }
   if (fd == -EINVAL) return fd;
+  if (fd == -ECANCELED) {
+    snprintf(err, es, "rendezvous %s: stopped", spec);
+    return fd;
+  }
   snprintf(err, es, "rendezvous %s: nothing heard from rank 0 within %d ms (%s)", spec,
            timeout_ms, strerror(-last));
   return -ETIMEDOUT;

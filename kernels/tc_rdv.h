@@ -30,12 +30,17 @@
 #ifndef TC_RDV_H
 #define TC_RDV_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #define TC_RDV_ID_BYTES 128
 #define TC_RDV_HEX_CHARS (2 * TC_RDV_ID_BYTES)
+
+/* A flag (a signal handler's) that, once set, ends every wait here with
+ * -ECANCELED within 100 ms and err saying "stopped"; NULL: none. */
+void tc_rdv_set_stop(volatile sig_atomic_t *flag);
 
 /* Lowercase hex of id into out (TC_RDV_HEX_CHARS + 1 bytes, NUL-terminated). */
 void tc_rdv_hex(const uint8_t id[TC_RDV_ID_BYTES], char *out);

@@ -30,6 +30,7 @@
 #include "tc_data.h"
 #include "tc_model.h"
 #include "tc_ops.h"
+#include "tc_rdv.h"
 #include "tc_writer.h"
 #include "train.h"
 #include "train_dev.h"
@@ -290,6 +291,7 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGUSR1, &sa, NULL);
+  tc_rdv_set_stop(&g_term); /* a stop while the ranks meet ends the wait */
   int ctl_fd = -1;
   if (o->control) {
     ctl_fd = atoi(o->control + 3);
@@ -423,6 +425,12 @@ static int run_train(const struct tc_opts *o, struct tc_launch *launch) {
     err[0] = 0;
     if ((r = tc_dev_new(&dopts, launch, R.model, B, &R.dev, err, sizeof err)) < 0 ||
         (r = tc_dev_start(R.dev, &R.meta, sizeof R.meta)) < 0) {
+      if (r == -ECANCELED && g_term) { /* stopped before the first step: nothing new to save */
+        emit(&R.mt, json_pack("{s:s, s:I, s:b}", "event", "terminated", "step",
+                             (json_int_t)R.meta.step, "durable", R.meta.step > 0));
+        r = 0;
+        goto out;
+      }
       if (!err[0] && R.dev) snprintf(err, sizeof err, "%s", tc_dev_error(R.dev));
       if (!err[0]) snprintf(err, sizeof err, "cannot start the device: %s", sl_strerror(r));
       r = fail(&R, r, err);

@@ -205,6 +205,30 @@ def failure_cases(root):
         named = "rank(s) 1" in msg if alone == 0 else "nothing heard from rank 0" in msg
         check(r.returncode == 1 and took < TIMEOUT_S + 5 and named,
               f"rank {alone} alone: exits 1 after --dist-timeout naming who is missing")
+    # a job stopped (cancelled, preempted) while its ranks meet: a rank waiting for the
+    # others stops at once, as in training, instead of waiting out --dist-timeout
+    for alone in (0, 1):
+        d = mkdir(root, f"stop-alone-{alone}")
+        p = subprocess.Popen(rank_cmd([*GPT, "--steps", "1000000", "--dist-timeout", "60"], d, alone, 2,
+                                      free_port()), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        waiting = False
+        end = time.monotonic() + 30
+        while not waiting and time.monotonic() < end and p.poll() is None:
+            try:  # its rendezvous waits in poll(2) (x86-64: 7), whether it listens or dials
+                waiting = open(f"/proc/{p.pid}/syscall").read().split()[0] == "7"
+            except (OSError, IndexError):
+                pass
+            time.sleep(0.05)  # polling /proc: nothing to block on
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        err = p.communicate(timeout=60)[1]
+        took = time.monotonic() - t0
+        term = [e for e in events(os.path.join(d, f"m{alone}.jsonl")) if e.get("event") == "terminated"]
+        print(f"     rank {alone} alone, SIGTERM while it waits: rc {p.returncode} in {took:.2f} s")
+        # rank 0 alone reports (the run's one voice)
+        check(waiting and p.returncode == 0 and took < 5 and (alone or (term and term[-1]["step"] == 0)),
+              f"rank {alone} alone: SIGTERM while it waits for the others ends it at once, exit 0"
+              f"{'' if alone else ', terminated at step 0'} ({err.strip()[-200:]!r}, {term})")
 
 
 def resume_cases(root, rng):
