@@ -56,13 +56,21 @@ bool gw_proc_alive(pid_t pid, unsigned long long start_ticks) {
   if (pid <= 1)
     return false;
   int status;
-  if (waitpid(pid, &status, WNOHANG) == pid)
+  pid_t w = waitpid(pid, &status, WNOHANG);
+  if (w == pid)
     return false;
   unsigned long long ticks;
   char state;
   if (gw_proc_stat(pid, &ticks, &state) < 0)
     return false;
-  return ticks == start_ticks && state != 'Z' && state != 'X';
+  if (ticks != start_ticks)
+    return false;
+  /* A child of ours reads as a zombie a moment before waitpid can take it
+   * (its other threads still exiting): it counts as alive until then, or
+   * nothing would ever take it. */
+  if (state == 'Z' || state == 'X')
+    return w == 0;
+  return true;
 }
 
 /* Spawned with POSIX_SPAWN_SETSID, a leader's group exists from the moment

@@ -11,7 +11,8 @@
  * letter of pid. -ESRCH when there is no such process. */
 int gw_proc_stat(pid_t pid, unsigned long long *ret_ticks, char *ret_state);
 /* True while pid exists with that start time and is not a zombie. Reaps pid
- * when it is an exited child of this process. */
+ * when it is an exited child of this process; a child that exited but
+ * cannot be reaped yet is still alive, so that a later call reaps it. */
 bool gw_proc_alive(pid_t pid, unsigned long long start_ticks);
 /* Sends sig to the process group led by leader (spawned by gw_proc_spawn);
  * nothing once the group is gone. */

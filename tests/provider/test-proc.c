@@ -1,8 +1,11 @@
 /* The local provider's view of processes (gateway/providers/proc.h): a
  * process's start time read from /proc/PID/stat, checked against the clock
  * since boot, for names with spaces and ')' too; a pid with another start
- * time is not the process recorded (a reused pid). */
+ * time is not the process recorded (a reused pid). A child whose main
+ * thread has exited while another goes on reads as a zombie that waitpid
+ * cannot take yet: it stays alive until it can be reaped, and is reaped. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +69,44 @@ static void one(const char *name) {
   CHECK_INT(gw_proc_stat(pid, &ticks, &state), -ESRCH);
 }
 
+static void *exit_later(void *arg) {
+  int fd = *(int *)arg;
+  char c;
+  while (read(fd, &c, 1) > 0) {}
+  _exit(0);
+}
+
+/* A child whose main thread ends first (pthread_exit): the leader is a
+ * zombie while its other thread lives, as a multi-threaded worker SIGKILLed
+ * is for a moment. */
+static void zombie_leader(void) {
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[1]);
+    pthread_t t;
+    if (pthread_create(&t, NULL, exit_later, &fds[0]) != 0)
+      _exit(1);
+    pthread_exit(NULL);
+  }
+  close(fds[0]);
+  usleep(100 * 1000);
+  unsigned long long ticks = 0;
+  char state = 0;
+  CHECK_INT(gw_proc_stat(pid, &ticks, &state), 0);
+  CHECK(state == 'Z');
+  CHECK(gw_proc_alive(pid, ticks)); /* not reapable yet: not gone */
+  int status;
+  CHECK_INT(waitpid(pid, &status, WNOHANG), 0);
+  close(fds[1]); /* the other thread exits the process */
+  usleep(100 * 1000);
+  CHECK(!gw_proc_alive(pid, ticks));
+  CHECK(waitpid(pid, &status, WNOHANG) < 0 && errno == ECHILD); /* reaped by gw_proc_alive */
+}
+
 int main(void) {
+  zombie_leader();
   one("worker");
   one("a) b c) d");
   one(") ) )");
