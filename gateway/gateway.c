@@ -95,6 +95,7 @@ struct gw {
   struct gw_objstore *objstore; /* [store] url when it is s3:// */
   struct gw_bundle *bundle;     /* published when a provider's instances need it */
   struct gw_uploads *uploads;   /* notebooks' data files ([store] upload_data); NULL: off */
+  int64_t uploads_swept_us;     /* the last sweep of parts let go (monotonic) */
   bool deletions_waiting;       /* stored files marked for deletion wait for a free slot */
   struct gw_purge *purge;       /* removes a deleted session's jobs' objects */
   int64_t started_us;
@@ -496,6 +497,11 @@ static int64_t housekeeping(struct gw_loop *l, int64_t id, int64_t now_us, void 
   gw_budget_check(g->budget, false);
   purge_done(g);
   uploads_deleted(g);
+  int64_t mono = sl_time_mono_us();
+  if (g->uploads && mono - g->uploads_swept_us >= 3600 * SL_US_PER_S) {
+    g->uploads_swept_us = mono;
+    gw_uploads_sweep(g->uploads, mono, time(NULL));
+  }
   if (gw_idle_gateway_due(g->idle, gw_kproto_n_clients(g->kproto), sl_time_mono_us())) {
     size_t n = gw_idle_stop_workers(g->idle, "the idle gateway stopped");
     sl_info(T, "no client and no job for %lld s ([idle] gateway_timeout): stopping %zu workers"
@@ -613,6 +619,7 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   if ((r = open_providers(g, err, err_size)) < 0 || (r = check_allowed_types(g, err, err_size)) < 0)
     goto fail;
   open_uploads(g);
+  g->uploads_swept_us = sl_time_mono_us(); /* the start swept */
   if ((r = open_purge(g)) < 0)
     goto fail;
   r = -ENOMEM;

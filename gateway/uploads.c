@@ -94,19 +94,22 @@ void gw_upload_key(const char *user, const char *sha256, char *key, size_t key_s
   snprintf(key, key_size, "_data/u-%s/%s", hex, sha256);
 }
 
-/* Removes the parts no upload went on with for a day. */
-static void sweep_parts(const char *dir) {
+/* Removes the parts no upload went on with for a day, but for keep's
+ * (NULL, or a function saying whether a part's path is in use). */
+static void sweep_parts(const char *dir, time_t now, bool (*keep)(void *, const char *), void *ud) {
   DIR *d = opendir(dir);
   if (!d)
     return;
-  time_t now = time(NULL);
   struct dirent *de;
   while ((de = readdir(d))) {
     size_t n = strlen(de->d_name);
     struct stat st;
     if (n < 6 || strcmp(de->d_name + n - 5, ".part") || fstatat(dirfd(d), de->d_name, &st, 0) < 0)
       continue;
-    if (now - st.st_mtime > PART_MAX_AGE_S && unlinkat(dirfd(d), de->d_name, 0) == 0)
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%.3900s/%s", dir, de->d_name);
+    if (now - st.st_mtime > PART_MAX_AGE_S && !(keep && keep(ud, path)) &&
+        unlinkat(dirfd(d), de->d_name, 0) == 0)
       sl_info(T, "removed %s/%s, an upload not gone on with for a day", dir, de->d_name);
   }
   closedir(d);
@@ -125,7 +128,7 @@ int gw_uploads_new(const char *state_dir, const char *store_dir, struct gw_objst
     free(u);
     return r;
   }
-  sweep_parts(u->parts_dir);
+  sweep_parts(u->parts_dir, time(NULL), NULL, NULL);
   pthread_mutex_init(&u->mu, NULL);
   pthread_cond_init(&u->idle, NULL);
   for (size_t i = 0; i < GW_UPLOAD_MAX; i++)
@@ -462,6 +465,29 @@ static bool busy(const struct upload *e) {
  * asking about it again hashes the part and goes on from there. */
 static bool active(const struct upload *e, int64_t now) {
   return busy(e) || (!e->error && e->state == GW_UPLOAD_RECEIVING && now - e->used_us <= IDLE_US);
+}
+
+/* Whether a slot holds path: its part is not swept. */
+static bool part_in_use(void *ud, const char *path) {
+  struct gw_uploads *u = ud;
+  for (size_t i = 0; i < GW_UPLOAD_MAX; i++)
+    if (u->e[i].used && !strcmp(u->e[i].part, path))
+      return true;
+  return false;
+}
+
+void gw_uploads_sweep(struct gw_uploads *u, int64_t now_mono_us, time_t now) {
+  pthread_mutex_lock(&u->mu);
+  /* an upload let go for a day: its slot (and the part's open file) first */
+  for (size_t i = 0; i < GW_UPLOAD_MAX; i++) {
+    struct upload *e = &u->e[i];
+    struct stat st;
+    if (e->used && !active(e, now_mono_us) && e->state == GW_UPLOAD_RECEIVING &&
+        (stat(e->part, &st) < 0 || now - st.st_mtime > PART_MAX_AGE_S))
+      clear(e);
+  }
+  sweep_parts(u->parts_dir, now, part_in_use, u);
+  pthread_mutex_unlock(&u->mu);
 }
 
 /* A free slot: an unused one, else the longest unused of those not active

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define GW_UPLOAD_CHUNK_MAX (1024 * 1024) /* bytes per data.put: a frame's most (zmsg.h) */
 #define GW_UPLOAD_MAX 64                 /* uploads known at once, every user's */
@@ -83,6 +84,11 @@ struct gw_upload_deleted {
 };
 /* Moves up to max ended deletions into out: their count. */
 size_t gw_uploads_take_deleted(struct gw_uploads *u, struct gw_upload_deleted *out, size_t max);
+
+/* Removes the parts of uploads no kernel went on with for a day (at
+ * now, wall seconds), closing their slots when idle (at now_mono_us); the
+ * gateway calls it every hour, and it runs at each start. */
+void gw_uploads_sweep(struct gw_uploads *u, int64_t now_mono_us, time_t now);
 
 /* Waits until no check or publication runs (tests: a settled gateway). */
 void gw_uploads_wait(struct gw_uploads *u);

@@ -2,6 +2,7 @@
  * upload checked, taken in order and published; bytes at another offset or
  * past the size not written; a hash that is not the name refused and
  * forgotten; a part left by an earlier start hashed again and gone on with;
+ * a part let go for a day swept (not while its upload is under way);
  * a stored object found by a new start; a stored file deleted (not while
  * it is being uploaded) and uploaded again; the per-user limit; the store key
  * of a user name that is not a plain one. gw_uploads_wait stands for the
@@ -9,14 +10,17 @@
 #include "harness.h"
 #include "sl_err.h"
 #include "sl_file.h"
+#include "sl_time.h"
 #include "uploads.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static char state[256], store[300];
@@ -72,6 +76,21 @@ int main(void) {
   CHECK_INT(st.offset, 1000);
   /* past the size */
   CHECK_INT(gw_uploads_put(u, "alice", sha, sizeof data, 1000, data, 2001, &st, err, sizeof err), SL_ELIMIT);
+
+  /* the hourly sweep keeps a part a day old while its upload is under way,
+   * and removes it with its slot once the upload was let go */
+  snprintf(path, sizeof path, "%s/uploads/alice-%s.part", state, sha);
+  struct timespec old[2] = {{time(NULL) - 2 * 86400, 0}, {time(NULL) - 2 * 86400, 0}};
+  CHECK(utimensat(AT_FDCWD, path, old, 0) == 0);
+  int64_t mono = sl_time_mono_us();
+  gw_uploads_sweep(u, mono, time(NULL));
+  CHECK(access(path, F_OK) == 0);
+  gw_uploads_sweep(u, mono + 3600 * 1000000LL, time(NULL) + 3600);
+  CHECK(access(path, F_OK) < 0);
+  CHECK_INT(have(u, "alice", sha, sizeof data, &st, err), 0); /* asked again: from 0 */
+  CHECK_INT(st.offset, 0);
+  CHECK_INT(gw_uploads_put(u, "alice", sha, sizeof data, 0, data, 1000, &st, err, sizeof err), 0);
+  CHECK_INT(st.offset, 1000);
 
   /* a new start (the gateway restarted) goes on from the part */
   u = gw_uploads_free(u);
