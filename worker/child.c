@@ -122,6 +122,12 @@ fail:
   return r;
 }
 
+void wk_child_end_group(struct wk_child *c) {
+  /* the group outlives its reaped leader while a member is left, and its
+   * id is no other process's meanwhile */
+  if (c && c->exited && c->pid > 1) kill(-c->pid, SIGKILL);
+}
+
 struct wk_child *wk_child_free(struct wk_child *c) {
   if (!c) return NULL;
   if (!c->exited) {

@@ -50,5 +50,8 @@ int wk_child_control(struct wk_child *c, const char *line);
 int wk_child_signal(struct wk_child *c, int sig);
 /* 1 and *ret_status (a waitpid status) once the child exited, 0 while it runs. */
 int wk_child_reap(struct wk_child *c, int *ret_status);
+/* Once the child was reaped: kills (SIGKILL) what is left of its process
+ * group, the processes it started in the background. */
+void wk_child_end_group(struct wk_child *c);
 
 #endif

@@ -515,6 +515,9 @@ static const char *final_status(struct wk_job *j, int st, char *msg, size_t size
 }
 
 static void finish(struct wk_job *j) {
+  /* what the job started in the background ends with it (before its folder's
+   * last upload): the next job on this worker must not meet it */
+  wk_child_end_group(j->child);
   wk_job_send_metric(j, wk_relay_pending(j->relay, 0, true));
   wk_job_flush_dropped(j, true);
   if (j->files) {

@@ -690,11 +690,32 @@ def case_run(tmp, worker_exe, train_exe):
         d = msgs[-1]
         assert d["status"] == "failed" and d["exit_code"] == 1 and "boom" in d["message"], d
         assert not any(m["type"] == "output" and m["text"] == "never" for m in msgs)
+        # what a job starts in the background ends with the job: the next job on this
+        # worker (the same user's, maybe not the same notebook's) must not meet it
+        gw.send({"type": "assign", "job": "J000009", "attempt": 1, "kind": "run",
+                 "spec": {"script": 'sleep 300 >/dev/null 2>&1 &\necho $! > "$SPOTLAB_CHECKPOINT_DIR/bg.pid"'}})
+        msgs = run_until_done(gw, "J000009")
+        assert msgs[-1]["status"] == "succeeded", msgs[-1]
+        with open(os.path.join(store, "J000009", "files", "bg.pid")) as f:
+            bg = int(f.read())
+        end = time.monotonic() + 5
+        while alive(bg) and time.monotonic() < end:
+            time.sleep(0.02)  # polling /proc: nothing to block on
+        assert not alive(bg), "the job's background process outlived it"
         gw.send({"type": "shutdown"})
         assert w.wait(10) == 0
     finally:
         w.kill()
         gw.close()
+
+
+def alive(pid):
+    """Whether pid runs (a zombie does not)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def case_output_limits(tmp, worker_exe, train_exe):
