@@ -124,11 +124,10 @@ def waiting(sim):
 
 def pid_alive(pid):
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open("/proc/%d/stat" % pid) as f:  # a zombie is gone but for its parent's wait
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
         return False
-    with open("/proc/%d/stat" % pid) as f:  # a zombie is gone but for its parent's wait
-        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def interrupted(sim):
@@ -150,8 +149,11 @@ def interrupted(sim):
             try:
                 gw = int(open(os.path.join(homes[0], "gateway.pid")).read())
                 rec = glob.glob(os.path.join(homes[0], "instances", "*", "instance.json"))
-                pids = [gw, json.load(open(rec[0]))["pid"]]
-                break
+                worker = json.load(open(rec[0]))["pid"]
+                if gw > 1 and worker > 1:  # a record written before its worker started says 0
+                    pids = [gw, worker]
+                    break
+                time.sleep(0.05)
             except (IndexError, OSError, ValueError, KeyError):
                 time.sleep(0.05)  # polling the folder: nothing to block on
         require(len(pids) == 2, "the simulator's gateway and worker run", pids)
