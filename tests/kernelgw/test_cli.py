@@ -39,6 +39,7 @@ import zmq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from checks import check, exit_status, failures, require  # noqa: E402
+from procs import blocked_in  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 from gateway_proc import GatewayProcess, kill_instances  # noqa: E402
 
@@ -212,20 +213,6 @@ def follow_write_errors(gw, job):
           "logs -f | head -1 (SIGPIPE ignored) stops at the first failed write: %r %r" % (rc, err))
 
 
-def blocked_in_write(pid, timeout):
-    """Waits until process pid sleeps in write(2): whether it did."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            with open("/proc/%d/syscall" % pid) as f:
-                if f.read().split()[0] == "1":  # x86-64 write
-                    return True
-        except (OSError, IndexError):
-            pass
-        time.sleep(0.01)
-    return False
-
-
 def on_pty(gw, job, cols, **extra):
     """logs -f job on a terminal of cols columns, interrupted (SIGINT) once
     a few lines came: (rc, whether SIGINT came in a write, everything written)."""
@@ -241,7 +228,7 @@ def on_pty(gw, job, cols, **extra):
         if not interrupted and out.count(b"line ") >= 4:
             # the job's earlier lines fill the terminal while nothing reads
             # them: Ctrl-C then comes while the CLI waits in a write
-            in_write = blocked_in_write(p.pid, 5)
+            in_write = blocked_in(p.pid, 1, 5)  # x86-64 write
             os.kill(p.pid, signal.SIGINT)
             interrupted = True
         r, _, _ = select.select([master], [], [], 0.5)

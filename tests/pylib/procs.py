@@ -2,6 +2,7 @@
 look for what a run left behind (zombies, which hold nothing, are not
 counted)."""
 import os
+import time
 
 
 def cmdline(pid):
@@ -31,3 +32,28 @@ def processes(program, *needles):
     return [pid for pid, argv in live()
             if os.path.basename(argv[0].decode(errors="replace")) == program and
             all(any(n.encode() in a for a in argv) for n in needles)]
+
+
+def alive(pid):
+    """Whether pid runs (a zombie does not)."""
+    return cmdline(pid) is not None
+
+
+def blocked_in(pid, syscall, timeout_s, hold_s=0.2):
+    """Waits until pid's main thread has slept in system call number syscall
+    (/proc/PID/syscall; x86-64: 1 write, 7 poll) for hold_s on end: whether
+    it did before timeout_s."""
+    end = time.monotonic() + timeout_s
+    since = None
+    while time.monotonic() < end:
+        try:
+            with open("/proc/%d/syscall" % pid) as f:
+                inside = f.read().split()[0] == str(syscall)
+        except (OSError, IndexError):
+            inside = False
+        now = time.monotonic()
+        since = (since or now) if inside else None
+        if since is not None and now - since >= hold_s:
+            return True
+        time.sleep(0.01)  # polling /proc: nothing to block on
+    return False

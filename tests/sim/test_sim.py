@@ -23,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from checks import require  # noqa: E402
+from procs import alive  # noqa: E402
 
 REAL = "preemption/1-node/aws-04-22-2023/us-east-1f_v100_1.json"
 # No V100 capacity for its first 1038 ticks of 195 s: 202410 simulated seconds.
@@ -122,14 +123,6 @@ def waiting(sim):
           " the gateway refuses is refused first, a gateway that fails to start shows its log")
 
 
-def pid_alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:  # a zombie is gone but for its parent's wait
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
 def interrupted(sim):
     """Ctrl-C (SIGINT) while the job runs: the job is cancelled, the private
     gateway and its worker stop, and the simulator's folder goes."""
@@ -161,7 +154,7 @@ def interrupted(sim):
         _, err = p.communicate(timeout=60)
         require(p.returncode == 130 and "interrupted; J000001 is cancelled" in err,
                 "Ctrl-C: exit 130, the job cancelled", (p.returncode, err))
-        left = [pid for pid in pids if pid_alive(pid)]
+        left = [pid for pid in pids if alive(pid)]
         require(not left and not os.listdir(tmp), "Ctrl-C: no gateway, worker or folder left",
                 (left, os.listdir(tmp)))
     print("ok interrupted: Ctrl-C cancels the job and removes the gateway, worker and folder")

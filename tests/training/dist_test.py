@@ -38,6 +38,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from checks import check, exit_status  # noqa: E402
+from procs import blocked_in  # noqa: E402
 from train_metrics import events, steps  # noqa: E402
 
 EXE = sys.argv[1]
@@ -211,14 +212,8 @@ def failure_cases(root):
         d = mkdir(root, f"stop-alone-{alone}")
         p = subprocess.Popen(rank_cmd([*GPT, "--steps", "1000000", "--dist-timeout", "60"], d, alone, 2,
                                       free_port()), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        waiting = False
-        end = time.monotonic() + 30
-        while not waiting and time.monotonic() < end and p.poll() is None:
-            try:  # its rendezvous waits in poll(2) (x86-64: 7), whether it listens or dials
-                waiting = open(f"/proc/{p.pid}/syscall").read().split()[0] == "7"
-            except (OSError, IndexError):
-                pass
-            time.sleep(0.05)  # polling /proc: nothing to block on
+        # its rendezvous waits in poll(2) (x86-64: 7), whether it listens or dials
+        waiting = blocked_in(p.pid, 7, 30, hold_s=0)
         t0 = time.monotonic()
         p.send_signal(signal.SIGTERM)
         err = p.communicate(timeout=60)[1]

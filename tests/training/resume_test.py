@@ -28,6 +28,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from checks import check, exit_status  # noqa: E402
+from procs import blocked_in  # noqa: E402
 from train_metrics import events, losses  # noqa: E402
 
 EXE = sys.argv[1]
@@ -74,25 +75,6 @@ def compare(name, d, ref_losses, ref_ckpt):
     check(final_ckpt(d) == ref_ckpt, f"{name}: final parameters, moments and RNG states bit-identical")
 
 
-def blocked_in_write(pid, deadline_s=60):
-    """Waits until process pid's main thread has slept in write(2) for 0.2 s
-    on end: whether it did."""
-    end = time.monotonic() + deadline_s
-    since = None
-    while time.monotonic() < end:
-        try:
-            with open("/proc/%d/syscall" % pid) as f:
-                writing = f.read().split()[0] == "1"  # x86-64 write
-        except (OSError, IndexError):
-            writing = False
-        now = time.monotonic()
-        since = (since or now) if writing else None
-        if since is not None and now - since >= 0.2:
-            return True
-        time.sleep(0.01)
-    return False
-
-
 def full_pipe(root):
     """A worker reads the metrics pipe late at times (a slow upload, a gateway
     away): the run then waits in a write of a metrics line. A checkpoint
@@ -108,7 +90,7 @@ def full_pipe(root):
     waits = 0
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         # nothing reads the pipe: the run waits in a write again after each signal
-        waits += blocked_in_write(p.pid)
+        waits += blocked_in(p.pid, 1, 60)  # x86-64 write
         p.send_signal(sig)
     check(waits == 2, f"full pipe: each signal came while a metrics write waited ({waits} of 2)")
     data = b""

@@ -13,7 +13,7 @@ import time
 import zmq
 
 from image_set import SET_FILES, image_set_files, set_id as image_set_id
-from procs import processes
+from procs import alive, processes
 from without_cuda import UNSHARE, backend_of, hiding_command
 from worker_harness import (Bucket, Gateway, Metadata, Worker, is_orphan_presign, of, text_file,
                             train_assign)
@@ -708,14 +708,6 @@ def case_run(tmp, worker_exe, train_exe):
         w.kill()
         gw.close()
 
-
-def alive(pid):
-    """Whether pid runs (a zombie does not)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 def case_output_limits(tmp, worker_exe, train_exe):
