@@ -181,11 +181,13 @@ static int64_t market_due(const struct gw_local *l) {
 /* ---- the timer ---------------------------------------------------------- */
 
 /* When the timer next has work: queued events at once, else the earliest
- * notice, rebalance, deadline, kill, liveness check or market change. */
+ * notice, rebalance, deadline, kill, liveness check, market change or sweep. */
 static int64_t next_due(const struct gw_local *l, int64_t now) {
   if (l->n_events)
     return now;
   int64_t next = market_due(l);
+  if (l->swept_mono_us + l->sweep_every_us < next)
+    next = l->swept_mono_us + l->sweep_every_us;
   for (size_t i = 0; i < l->n; i++) {
     const struct gw_local_inst *in = l->inst[i];
     int64_t t = now + ALIVE_POLL_US;
@@ -260,6 +262,10 @@ static void step(struct gw_local *l, int64_t now) {
             in->by_market ? " (preempted)" : "");
     gw_local_remove_record(l, in->id);
     drop(l, i);
+  }
+  if (now - l->swept_mono_us >= l->sweep_every_us) { /* logs that reach a week old while it runs */
+    gw_local_sweep_folders(l);
+    l->swept_mono_us = now;
   }
 }
 
@@ -693,6 +699,8 @@ struct gw_provider *gw_local_provider_new(const struct gw_local_config *cfg, str
     snprintf(l->store_url, sizeof l->store_url, "file://%s/store", l->state_dir);
   gw_local_rescan(l);
   gw_local_sweep_folders(l);
+  l->swept_mono_us = sl_time_mono_us();
+  l->sweep_every_us = GW_LOCAL_SWEEP_EVERY_US;
   int64_t id = gw_loop_add_timer(loop, next_due(l, sl_time_mono_us()), on_timer, l);
   if (id <= 0) {
     snprintf(err, err_size, "provider.local: cannot add a timer: %s", sl_strerror((int)id));

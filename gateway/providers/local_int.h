@@ -40,6 +40,8 @@ struct gw_local_inst {
   bool gone;                       /* process gone; TERMINATED pending */
 };
 
+#define GW_LOCAL_SWEEP_EVERY_US (3600 * INT64_C(1000000)) /* gone instances' folders swept */
+
 struct gw_local {
   struct gw_provider base;         /* first: the provider pointer is the struct */
   struct gw_loop *loop;
@@ -63,6 +65,8 @@ struct gw_local {
   size_t n_events;
   int last_capacity;               /* the trace's capacity at the last step */
   bool capacity_known;
+  int64_t swept_mono_us;           /* the last sweep of gone instances' folders */
+  int64_t sweep_every_us;          /* GW_LOCAL_SWEEP_EVERY_US; a test may shorten it */
 };
 
 static inline bool gw_local_alive(const struct gw_local_inst *in) {

@@ -22,6 +22,7 @@
 #include "harness.h"
 #include "keys.h"
 #include "local.h"
+#include "local_int.h"
 #include "loop.h"
 #include "proc.h"
 #include "prov-test.h"
@@ -586,6 +587,24 @@ static void test_rediscovery(void) {
   int k = wait_event(loop, &rec, GW_PROVIDER_TERMINATED, id, 3000);
   CHECK(k >= 0 && !rec.ev[k].by_market);
   CHECK(!running(pid));
+
+  /* While the provider runs, a gone instance's folder whose log turns a week
+   * old goes at the next sweep (hourly; a twentieth of a second here): e2's
+   * log, kept when the provider opened, is now past the week. Folders with a
+   * recent log, and the one whose record was moved aside, stay. */
+  inst_file("i-0000000000e2", "worker.log", path, sizeof path);
+  CHECK_INT(utimes(path, old), 0);
+  struct gw_local *l = (struct gw_local *)b;
+  l->sweep_every_us = 50000;
+  gw_loop_set_timer(loop, l->timer, l->swept_mono_us + l->sweep_every_us); /* as the period set it */
+  snprintf(dir, sizeof dir, "%s/instances/i-0000000000e2", state);
+  for (int64_t until = sl_time_mono_us() + 3000000; access(dir, F_OK) == 0 && sl_time_mono_us() < until;)
+    gw_loop_run_once(loop, 50000);
+  CHECK(access(dir, F_OK) < 0);
+  inst_file(id, "worker.log", path, sizeof path);
+  CHECK(access(path, F_OK) == 0);
+  snprintf(dir, sizeof dir, "%s/instances/i-0000000000bb/work", state);
+  CHECK(access(dir, F_OK) == 0);
   b->ops->destroy(b);
 }
 
