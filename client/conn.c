@@ -20,7 +20,6 @@
 #include "conn.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +31,7 @@
 #include "sl_err.h"
 #include "sl_frame.h"
 #include "sl_json.h"
+#include "sl_sigpipe.h"
 #include "sl_time.h"
 
 #define FRAME_LIMIT (1u << 20)
@@ -62,13 +62,10 @@ struct cli_conn {
   int wake_signo[WAKE_SIGNALS_MAX]; /* the signals that end a wait */
   struct sigaction wake_old[WAKE_SIGNALS_MAX];
   size_t n_wake;
+  int woken_by;     /* the first signal since the first cli_wake_on_signal */
   bool interrupted; /* the last wait ended by a signal */
 };
 
-/* The pipe a signal handler writes to: a signal that arrives while no poll
- * waits still leaves a byte for the next one. */
-static int wake_pipe[2] = {-1, -1};
-static volatile sig_atomic_t woken_by; /* the first signal since the first cli_wake_on_signal */
 
 static int t_open(void *ud, const char *address) {
   struct cli_conn *c = ud;
@@ -212,39 +209,21 @@ void cli_set_link_fn(struct cli_conn *c, cli_link_fn fn, void *ud) {
   c->link_ud = ud;
 }
 
-static void on_wake_signal(int sig) {
-  int saved = errno;
-  if (!woken_by)
-    woken_by = sig;
-  if (write(wake_pipe[1], "", 1) < 0) { /* full: a byte is waiting already */
-  }
-  errno = saved;
-}
-
-static void drain_wake_pipe(void) {
-  char drain[64];
-  while (read(wake_pipe[0], drain, sizeof drain) > 0) {
-  }
-}
-
 int cli_wake_on_signal(struct cli_conn *c, int signo) {
   if (c->n_wake == WAKE_SIGNALS_MAX)
     return -ENOSPC;
-  if (wake_pipe[0] < 0 && pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
-    return -errno;
   if (!c->n_wake) {
-    drain_wake_pipe();
-    woken_by = 0;
+    sl_sigpipe_drain();
+    c->woken_by = 0;
   }
-  struct sigaction sa = {.sa_handler = on_wake_signal, .sa_flags = SA_RESTART};
-  sigemptyset(&sa.sa_mask);
-  if (sigaction(signo, &sa, &c->wake_old[c->n_wake]) < 0)
-    return -errno;
+  int r = sl_sigpipe_catch(signo, &c->wake_old[c->n_wake]);
+  if (r < 0)
+    return r;
   c->wake_signo[c->n_wake++] = signo;
   return 0;
 }
 
-int cli_woken_by(const struct cli_conn *c) { return c->n_wake ? woken_by : 0; }
+int cli_woken_by(const struct cli_conn *c) { return c->n_wake ? c->woken_by : 0; }
 
 void cli_unwake_signal(struct cli_conn *c) {
   while (c->n_wake > 0) {
@@ -288,13 +267,14 @@ static bool pump(struct cli_conn *c, int64_t deadline_us) {
     if (c->sock)
       items[n_items++] = (zmq_pollitem_t){c->sock, 0, ZMQ_POLLIN, 0};
     if (c->n_wake)
-      items[n_items++] = (zmq_pollitem_t){NULL, wake_pipe[0], ZMQ_POLLIN, 0};
+      items[n_items++] = (zmq_pollitem_t){NULL, sl_sigpipe_fd(), ZMQ_POLLIN, 0};
     int n = zmq_poll(items, n_items, timeout);
     if (n < 0 && zmq_errno() != EINTR)
       return false;
     if (n < 0 || (c->n_wake && (items[n_items - 1].revents & ZMQ_POLLIN))) {
-      if (c->n_wake)
-        drain_wake_pipe(); /* the next wait waits for the next signal */
+      int sig = c->n_wake ? sl_sigpipe_drain() : 0; /* the next wait waits for the next signal */
+      if (!c->woken_by)
+        c->woken_by = sig;
       c->interrupted = true;
       return false; /* a signal came: the caller stops */
     }

@@ -32,8 +32,8 @@ void cli_set_link_fn(struct cli_conn *c, cli_link_fn fn, void *ud);
 /* From now on signal signo (SIGINT, SIGALRM...; up to 4 of them) ends the
  * wait of cli_follow or cli_request, which return SL_EINTERRUPTED, also when it arrives between two waits or while an event is written; the
  * calls it interrupts are restarted. Each signal ends one wait. Returns 0 or
- * -errno. cli_woken_by names the first that came since the first of these
- * calls (0: none); cli_unwake_signal restores their former actions. */
+ * -errno. cli_woken_by names the first that ended a wait since the first of
+ * these calls (0: none); cli_unwake_signal restores their former actions. */
 int cli_wake_on_signal(struct cli_conn *c, int signo);
 int cli_woken_by(const struct cli_conn *c);
 void cli_unwake_signal(struct cli_conn *c);

@@ -61,6 +61,7 @@
 #include "sl_err.h"
 #include "sl_frame.h"
 #include "sl_log.h"
+#include "sl_sigpipe.h"
 #include "sl_time.h"
 #include "wire.h"
 
@@ -123,17 +124,6 @@ static const char *const channel_name[JK_CH_COUNT] = {
   [JK_CH_SHELL] = "shell", [JK_CH_CONTROL] = "control", [JK_CH_STDIN] = "stdin",
   [JK_CH_IOPUB] = "iopub", [JK_CH_HB] = "heartbeat",
 };
-
-static int sig_pipe[2] = {-1, -1};
-
-static void on_signal(int signo) {
-  unsigned char b = (unsigned char)signo;
-  int saved = errno;
-  if (write(sig_pipe[1], &b, 1) < 0) {
-    /* Nothing to do: the pipe is full, a signal is already pending. */
-  }
-  errno = saved;
-}
 
 /* Echoes every message, routing id included, to the peer that sent it (a
  * REQ's envelope or a DEALER's bare ping alike), until the context ends. */
@@ -488,8 +478,8 @@ static bool parent_gone(const struct loop *l) {
 }
 
 static void read_signals(struct loop *l) {
-  unsigned char sig;
-  while (read(sig_pipe[0], &sig, 1) == 1) {
+  int sig;
+  while ((sig = sl_sigpipe_next()) > 0) {
     if (sig == SIGINT) {
       sl_info("kernel", "SIGINT: interrupting");
       jk_core_interrupt(l->core);
@@ -559,7 +549,7 @@ static void serve(struct loop *l) {
     if (l->stdin_held)
       wake_by(&timeout, l->stdin_retry_us);
     zmq_pollitem_t items[P_COUNT] = {
-      [P_SIGNAL] = {NULL, sig_pipe[0], ZMQ_POLLIN, 0},
+      [P_SIGNAL] = {NULL, sl_sigpipe_fd(), ZMQ_POLLIN, 0},
       [P_CONTROL] = {l->sock[JK_CH_CONTROL], 0, ZMQ_POLLIN, 0},
       [P_STDIN] = {l->sock[JK_CH_STDIN], 0, ZMQ_POLLIN, 0},
       [P_IOPUB] = {l->sock[JK_CH_IOPUB], 0, ZMQ_POLLIN, 0},
@@ -606,16 +596,11 @@ int jk_channels_run(const struct jk_connection *conn, const struct jk_run_option
   int r = 0;
   if (!l)
     return -ENOMEM;
-  if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+  /* SIGINT interrupts, SIGTERM stops; a log line a signal comes in is written whole */
+  if ((r = sl_sigpipe_catch(SIGINT, NULL)) < 0 || (r = sl_sigpipe_catch(SIGTERM, NULL)) < 0) {
     free(l);
-    return -errno;
+    return r;
   }
-  struct sigaction sa = {0};
-  sa.sa_handler = on_signal;
-  sa.sa_flags = SA_RESTART; /* a log line the signal comes in is written whole */
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
 
   l->ctx = zmq_ctx_new();
@@ -664,8 +649,6 @@ out:
   if (l->ctx)
     sl_zmq_ctx_term(l->ctx);
   jk_auth_free(l->auth);
-  close(sig_pipe[0]);
-  close(sig_pipe[1]);
   free(l);
   return r;
 }

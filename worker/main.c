@@ -9,9 +9,9 @@
 #include "sl_http.h"
 #include "sl_log.h"
 #include "sl_path.h"
+#include "sl_sigpipe.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -19,26 +19,11 @@
 #include <string.h>
 #include <unistd.h>
 
-static int g_sig_pipe = -1;
-
-static void on_signal(int sig) {
-  int saved = errno;
-  unsigned char b = (unsigned char)sig;
-  if (write(g_sig_pipe, &b, 1) < 0) {}
-  errno = saved;
-}
-
 static int install_signals(int *ret_fd) {
-  int p[2];
-  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) return -errno;
-  g_sig_pipe = p[1];
-  struct sigaction sa = {.sa_handler = on_signal};
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGINT, &sa, NULL);
+  int r;
+  if ((r = sl_sigpipe_catch(SIGTERM, NULL)) < 0 || (r = sl_sigpipe_catch(SIGINT, NULL)) < 0) return r;
   signal(SIGPIPE, SIG_IGN);
-  *ret_fd = p[0];
+  *ret_fd = sl_sigpipe_fd();
   return 0;
 }
 
