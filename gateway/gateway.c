@@ -45,6 +45,7 @@
 #include "sl_json.h"
 #include "sl_log.h"
 #include "sl_path.h"
+#include "sl_sigpipe.h"
 #include "sl_time.h"
 
 #include <errno.h>
@@ -66,6 +67,7 @@
 
 struct gw {
   const struct gw_config *cfg;
+  bool signalled;               /* gw_run ended by SIGTERM or SIGINT */
   struct gw_config *cfg_own;    /* the same, for the hub's group lookup (set and cleared) */
   struct gw_loop *loop;
   struct gw_httpc *http;
@@ -682,12 +684,33 @@ fail:
   return r;
 }
 
-int gw_run(struct gw *g, volatile sig_atomic_t *stop) {
+/* SIGTERM or SIGINT: the loop ends after this turn, without the drain. */
+static void on_signal(struct gw_loop *loop, int fd, void *sock, int events, void *data) {
+  struct gw *g = data;
+  (void)fd;
+  (void)sock;
+  (void)events;
+  int sig = sl_sigpipe_drain();
+  if (sig) {
+    sl_info(T, "signal %d: stopping", sig);
+    g->signalled = true;
+    gw_loop_stop(loop);
+  }
+}
+
+int gw_run(struct gw *g, int signal_fd) {
+  int r;
+  if (signal_fd >= 0 && (r = gw_loop_add_fd(g->loop, signal_fd, GW_LOOP_READ, on_signal, g)) < 0) {
+    sl_err(T, "cannot watch for signals: %s", sl_strerror(r));
+    return r;
+  }
   gw_sched_kick(g->sched);
-  int r = gw_loop_run(g->loop, stop);
+  r = gw_loop_run(g->loop, NULL);
+  if (signal_fd >= 0)
+    gw_loop_del_fd(g->loop, signal_fd);
   if (r < 0)
     sl_err(T, "poll: %s", sl_strerror(r));
-  if (r >= 0 && !(stop && *stop)) /* stopped from inside, not by a signal */
+  if (r >= 0 && !g->signalled) /* stopped from inside, not by a signal */
     drain(g);
   if (gw_fleet_n_insts(g->fleet))
     sl_info(T, "shutting down; %zu workers keep running and re-register on the next start",

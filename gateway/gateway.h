@@ -20,11 +20,11 @@ struct gw;
  * its runtime_group when it serves a hub (and clears it in gw_free). Owned
  * gateway in *ret, or an error with a message. */
 int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size);
-/* Serves until *stop becomes non-zero (a signal handler sets it), or
- * until the gateway stops itself (a shutdown request, or an embedded
+/* Serves until a signal's byte comes on signal_fd (sl_sigpipe.h; -1: none),
+ * or until the gateway stops itself (a shutdown request, or an embedded
  * gateway idle for [idle] gateway_timeout): then it waits, a few seconds at
  * most, for the workers it stopped to exit. */
-int gw_run(struct gw *g, volatile sig_atomic_t *stop);
+int gw_run(struct gw *g, int signal_fd);
 /* Closes everything; running workers are left alone (they re-register on
  * the next start). */
 struct gw *gw_free(struct gw *g);

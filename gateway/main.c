@@ -19,6 +19,7 @@
 #include "sl_hmac.h"
 #include "sl_log.h"
 #include "sl_path.h"
+#include "sl_sigpipe.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -35,13 +36,6 @@
 
 #define T "gateway"
 #define TOKEN_LINE_MAX 4096 /* of state_dir/token's first line, as the clients read it */
-
-static volatile sig_atomic_t stop_flag;
-
-static void on_signal(int sig) {
-  (void)sig;
-  stop_flag = 1;
-}
 
 static void usage(FILE *out) {
   fputs("usage: spotlab-gateway [--embedded] [--daemon] [--config FILE] [--state-dir DIR]\n"
@@ -421,12 +415,14 @@ int gw_main(int argc, char **argv) {
     return 1;
   }
   private_files(cfg.state_dir);
-  /* the loop reads the flag each turn (its poll ends at once); a write it
-   * comes in (a log line to a full pipe) goes on */
-  struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGINT, &sa, NULL);
+  /* the loop polls the signal pipe; a write a signal comes in (a log line to
+   * a full pipe) goes on */
+  if ((r = sl_sigpipe_catch(SIGTERM, NULL)) < 0 || (r = sl_sigpipe_catch(SIGINT, NULL)) < 0) {
+    snprintf(err, sizeof err, "cannot catch signals: %s", sl_strerror(r));
+    fprintf(stderr, "spotlab-gateway: %s\n", err);
+    report(ready, err);
+    return 1;
+  }
   signal(SIGPIPE, SIG_IGN);
   struct gw *g = NULL;
   if ((r = gw_new(&cfg, &g, err, sizeof err)) < 0) {
@@ -436,7 +432,7 @@ int gw_main(int argc, char **argv) {
   }
   write_pid(&cfg);
   report(ready, NULL);
-  r = gw_run(g, &stop_flag);
+  r = gw_run(g, sl_sigpipe_fd());
   gw_free(g);
   char pidpath[1200];
   snprintf(pidpath, sizeof pidpath, "%s/gateway.pid", cfg.state_dir);
