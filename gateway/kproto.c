@@ -134,6 +134,8 @@ static void on_session_set(struct gw_kreq *q) {
   }
   if (r < 0)
     return gw_kproto_fail(q, r, NULL);
+  if (gw_store_sync(q->g->env.store) < 0) /* the kernel forgets its journal of names at the answer */
+    return gw_kproto_fail(q, SL_ESQLITE, "the session was saved but could not be flushed to disk");
   gw_kproto_reply(q, NULL);
 }
 

@@ -35,6 +35,8 @@ void gw_sched_checkpoint_recorded(struct gw_sched *s, const struct gw_job *j, in
   struct gw_inst *in = j->instance[0] ? gw_fleet_inst(s->fleet, j->instance) : NULL;
   if (!in || gw_sched_rank(j, in) != 0 || attempt != j->attempt)
     return; /* that attempt is over: its worker prunes nothing more */
+  if (gw_store_sync(s->store) < 0)
+    return; /* the next checkpoint's answer tells it */
   char id[16];
   json_t *ack = json_pack("{s:s,s:s,s:I,s:I}", "type", "checkpoint_recorded", "job",
                           gw_job_id_str(j->id, id, sizeof id), "attempt", (json_int_t)attempt,

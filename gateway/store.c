@@ -375,6 +375,17 @@ int gw_store_append_locked(struct gw_store *s, int64_t job, json_t *event, int64
   return 0;
 }
 
+int gw_store_sync(struct gw_store *s) {
+  /* A checkpoint flushes the write-ahead log before it copies the log into
+   * the database, and the database after */
+  int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+  if (rc != SQLITE_OK) {
+    sl_warn(T, "cannot flush the database to disk: %s", sqlite3_errmsg(s->db));
+    return SL_ESQLITE;
+  }
+  return 0;
+}
+
 int gw_store_event_append(struct gw_store *s, int64_t job, json_t *event, int64_t *ret_seq) {
   int64_t seq;
   int r = begin(s);

@@ -331,6 +331,13 @@ int gw_store_instance_put(struct gw_store *s, const struct gw_instance_row *row)
 int gw_store_retry(struct gw_store *s);
 /* Whether a write of job's row is kept (its newest state is not written). */
 bool gw_store_keeps_job(const struct gw_store *s, int64_t job);
+/* Makes every committed write durable: commits are not flushed one by one
+ * (synchronous=NORMAL), so an operating system's crash or a power loss may
+ * take the last ones back. Called before a peer is told it may delete what
+ * the store now records (a worker's older checkpoints, a kernel's journal of
+ * names, a finished job's folder). 0, or SL_ESQLITE when the flush failed
+ * (the caller then says nothing yet). */
+int gw_store_sync(struct gw_store *s);
 void gw_store_health(const struct gw_store *s, struct gw_store_health *ret);
 /* fn(ctx, ...) is called for each kept event gw_store_retry wrote. */
 void gw_store_set_saved_fn(struct gw_store *s, gw_store_saved_fn fn, void *ctx);

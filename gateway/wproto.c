@@ -489,8 +489,8 @@ static void on_result(struct gw_wproto *g, struct gw_inst *in, const json_t *bod
 static void ack_done(struct gw_wproto *g, struct gw_inst *in, const json_t *body) {
   const char *jid = sl_json_get_str(body, "job", NULL);
   int64_t id = gw_job_id_parse(jid);
-  if (id <= 0 || gw_store_keeps_job(g->store, id))
-    return;
+  if (id <= 0 || gw_store_keeps_job(g->store, id) || gw_store_sync(g->store) < 0)
+    return; /* it keeps its done and sends it again */
   json_t *m = json_pack("{s:s,s:s,s:I}", "type", "done_recorded", "job", jid, "attempt",
                         (json_int_t)sl_json_get_int(body, "attempt", 0));
   if (m)
