@@ -16,6 +16,7 @@
 #include "provider.h"
 
 #include "sl_err.h"
+#include "sl_file.h"
 #include "sl_hmac.h"
 #include "sl_log.h"
 #include "sl_path.h"
@@ -170,11 +171,12 @@ static int embedded_user(struct gw_config *cfg, char *err, size_t size) {
     sl_random_bytes(rnd, sizeof rnd);
     for (size_t i = 0; i < sizeof rnd; i++)
       sprintf(token + 2 * i, "%02x", rnd[i]);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || dprintf(fd, "%s\n", token) < 0 || close(fd) < 0) {
-      int e = errno;
-      snprintf(err, size, "%s: %s", path, strerror(e));
-      return -e;
+    token[2 * sizeof rnd] = '\n';
+    int r = sl_file_write_atomic(path, token, 2 * sizeof rnd + 1, 0600); /* never a torn token */
+    token[2 * sizeof rnd] = 0;
+    if (r < 0) {
+      snprintf(err, size, "%s: %s", path, sl_strerror(r));
+      return r;
     }
   }
   chmod(path, 0600);
