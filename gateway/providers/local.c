@@ -385,7 +385,14 @@ static int start_instance(struct gw_local *l, struct gw_local_inst *in,
     snprintf(err, err_size, "%s: %s", cfg, sl_strerror(r));
     goto undo_dirs;
   }
-  gw_local_save_record(l, in); /* pid 0 until it runs: a restart finds the worker by its config */
+  /* pid 0 until it runs: a restart finds the worker by its config. Without a
+   * record no restart would know the worker, and its folder would be swept
+   * while it ran: no record, no worker. */
+  if ((r = gw_local_save_record(l, in)) < 0) {
+    snprintf(err, err_size, "cannot save the instance's record: %s", sl_strerror(r));
+    unlink(cfg);
+    goto undo_dirs;
+  }
   char *argv[] = {l->worker_program, "--config", cfg, NULL};
   if ((r = gw_proc_spawn(argv, dir, log_path, &in->pid)) < 0) {
     snprintf(err, err_size, "cannot start %s: %s", l->worker_program, sl_strerror(r));

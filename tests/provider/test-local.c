@@ -391,6 +391,59 @@ static void test_spawn_failure(void) {
   p->ops->destroy(p);
 }
 
+/* sl_file_write_atomic (the link wraps it), failing an instance's record
+ * with a full disk while fail_records is set. */
+static bool fail_records;
+int __real_sl_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode);
+int __wrap_sl_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode);
+int __wrap_sl_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode) {
+  const char *rec = "/instance.json";
+  size_t n = strlen(path), k = strlen(rec);
+  if (fail_records && n >= k && !strcmp(path + n - k, rec))
+    return -ENOSPC;
+  return __real_sl_file_write_atomic(path, data, len, mode);
+}
+
+/* An instance whose record cannot be written is not launched: no restart
+ * would know its worker, and its folder would be swept while it ran. */
+static void test_record_failure(void) {
+  char dir[600], path[900];
+  snprintf(dir, sizeof dir, "%s/norecord", state);
+  struct recorder rec = {0};
+  struct gw_provider *p = open_in(dir, worker, "random:1", 60, 1, &rec);
+  CHECK(p != NULL);
+  if (!p)
+    return;
+  char id[GW_INSTANCE_ID_MAX] = "";
+  struct gw_launch req = request("g5.xlarge", false);
+  fail_records = true;
+  CHECK_INT(p->ops->launch(p, &req, id), -ENOSPC);
+  fail_records = false;
+  CHECK_STR(id, "");
+  run_for(loop, 50);
+  CHECK_INT(rec.n, 0);
+  snprintf(path, sizeof path, "%s/instances", dir);
+  DIR *d = opendir(path);
+  int configs = 0, logs = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    snprintf(path, sizeof path, "%s/instances/%.40s/worker.json", dir, e->d_name);
+    configs += access(path, F_OK) == 0;
+    snprintf(path, sizeof path, "%s/instances/%.40s/worker.log", dir, e->d_name);
+    logs += access(path, F_OK) == 0; /* a spawn was tried */
+  }
+  if (d)
+    closedir(d);
+  CHECK_INT(configs, 0);
+  CHECK_INT(logs, 0);
+  /* the next launch, with its record written, runs */
+  CHECK_INT(p->ops->launch(p, &req, id), 0);
+  CHECK(wait_event(loop, &rec, GW_PROVIDER_LAUNCHED, id, 1000) >= 0);
+  CHECK_INT(p->ops->terminate(p, id), 0);
+  CHECK(wait_event(loop, &rec, GW_PROVIDER_TERMINATED, id, 3000) >= 0);
+  p->ops->destroy(p);
+}
+
 /* Writes a record as a provider that died inside launch (pid 0) would. */
 static void write_unstarted_record(const char *id) {
   char dir[512], path[600];
@@ -754,6 +807,7 @@ int main(int argc, char **argv) {
   boot.train = "";
   test_launch_notice_and_kill();
   test_spawn_failure();
+  test_record_failure();
   test_rediscovery();
   test_trace_market();
   test_random_market();
