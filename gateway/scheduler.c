@@ -78,10 +78,8 @@ static void count_event(struct gw_sched *s, struct gw_job *j, const json_t *even
              gw_job_id_str(j->id, id, sizeof id), (long long)deleted, (long long)stride);
 }
 
-int gw_sched_emit_checkpoint(struct gw_sched *s, struct gw_job *j, json_t *event,
-                             const struct gw_checkpoint_row *ck) {
-  j->updated_us = sl_time_real_us();
-  int r = gw_store_job_save_checkpoint(s->store, j, event, ck);
+/* What follows j's save (r, the store's answer) with event. */
+static int emitted(struct gw_sched *s, struct gw_job *j, json_t *event, int r) {
   if (r < 0) {
     char id[16];
     if (r != SL_ELIMIT) /* a dropped metric is counted by the store */
@@ -94,6 +92,12 @@ int gw_sched_emit_checkpoint(struct gw_sched *s, struct gw_job *j, json_t *event
     gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_JOB_EVENT, .job = j, .event = event});
   }
   return r;
+}
+
+int gw_sched_emit_checkpoint(struct gw_sched *s, struct gw_job *j, json_t *event,
+                             const struct gw_checkpoint_row *ck) {
+  j->updated_us = sl_time_real_us();
+  return emitted(s, j, event, gw_store_job_save_checkpoint(s->store, j, event, ck));
 }
 
 int gw_sched_emit(struct gw_sched *s, struct gw_job *j, json_t *event) {
@@ -312,9 +316,9 @@ void gw_sched_emit_placed(struct gw_sched *s, struct gw_job *j) {
     json_object_set_new(ev, "instances", all);
     json_object_set_new(ev, "nodes", json_integer(j->gang->n));
   }
-  gw_sched_emit(s, j, ev);
+  j->updated_us = sl_time_real_us();
+  emitted(s, j, ev, gw_store_job_save_placed(s->store, j, ev, j->ckpt_step, j->updated_us));
   json_decref(ev);
-  gw_store_attempt_begin(s->store, j, j->ckpt_step, sl_time_real_us());
   gw_sched_report(s, (struct gw_bus_event){.kind = GW_BUS_PLACED, .job = j, .instance = j->instance});
 }
 

@@ -15,11 +15,15 @@
  * store_int.h is what they share. */
 #include "store_int.h"
 
+#include "sl_file.h"
 #include "sl_time.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define T GW_STORE_TOPIC
 
@@ -376,11 +380,29 @@ int gw_store_append_locked(struct gw_store *s, int64_t job, json_t *event, int64
 }
 
 int gw_store_sync(struct gw_store *s) {
-  /* A checkpoint flushes the write-ahead log before it copies the log into
-   * the database, and the database after */
-  int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
-  if (rc != SQLITE_OK) {
-    sl_warn(T, "cannot flush the database to disk: %s", sqlite3_errmsg(s->db));
+  /* What is committed is in the write-ahead log (PATH-wal), written through
+   * the page cache: an fdatasync of that file, from any descriptor, puts it on
+   * disk. No log: everything is in the database, which a checkpoint flushed. */
+  const char *db = sqlite3_db_filename(s->db, "main");
+  if (!db || !*db)
+    return 0; /* in memory */
+  char wal[4200];
+  snprintf(wal, sizeof wal, "%s-wal", db);
+  int fd = open(wal, O_RDONLY | O_CLOEXEC);
+  int r = fd < 0 ? (errno == ENOENT ? 0 : -errno) : fdatasync(fd) < 0 ? -errno : 0;
+  if (fd >= 0)
+    close(fd);
+  if (r == 0 && fd >= 0 && !s->wal_named) { /* the log's name in its folder, once a run */
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", db);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+      *slash = 0;
+    r = sl_file_fsync_dir(slash ? (*dir ? dir : "/") : ".");
+    s->wal_named = r == 0;
+  }
+  if (r < 0) {
+    sl_warn(T, "cannot flush %s to disk: %s", wal, sl_strerror(r));
     return SL_ESQLITE;
   }
   return 0;
@@ -570,6 +592,32 @@ int gw_store_job_save_checkpoint(struct gw_store *s, struct gw_job *j, json_t *e
     return r;
   gw_store_note_refused(s, r);
   return gw_store_keep_job(s, j, event, ck);
+}
+
+int gw_store_job_save_placed(struct gw_store *s, struct gw_job *j, json_t *event, int64_t from_step,
+                             int64_t now_us) {
+  int r = 0;
+  if (!s->failing_since_us) {
+    int64_t seq = j->last_seq;
+    if ((r = begin(s)) == 0) {
+      if ((r = gw_store_write_job(s, j)) == 0 && (r = gw_store_append_locked(s, j->id, event, &seq)) == 0 &&
+          (r = gw_store_write_attempt(s, j, from_step, now_us)) == 0)
+        r = commit(s);
+      if (r < 0)
+        rollback(s, r);
+    }
+    if (r == 0) {
+      j->last_seq = seq;
+      return 0;
+    }
+    if (!refused(r))
+      return r;
+    gw_store_note_refused(s, r);
+  }
+  if ((r = gw_store_keep_job(s, j, event, NULL)) < 0)
+    return r;
+  int a = gw_store_attempt_begin(s, j, from_step, now_us); /* kept after them */
+  return a < 0 ? a : r;
 }
 
 int gw_store_job_save(struct gw_store *s, struct gw_job *j, json_t *event) {

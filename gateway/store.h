@@ -200,6 +200,12 @@ int gw_store_job_save(struct gw_store *s, struct gw_job *j, json_t *event);
  * in the same transaction. */
 int gw_store_job_save_checkpoint(struct gw_store *s, struct gw_job *j, json_t *event,
                                  const struct gw_checkpoint_row *ck);
+/* The same for a placement: j's row, its "placed" event and the row of its
+ * new attempt (j->attempt, from from_step), in one transaction, so that no
+ * crash leaves a job placed for an attempt that has no row. Kept, all
+ * three, in order, while the database refuses writes (1). */
+int gw_store_job_save_placed(struct gw_store *s, struct gw_job *j, json_t *event, int64_t from_step,
+                             int64_t now_us);
 /* Appends an event to job id without touching the rest of the row. */
 int gw_store_event_append(struct gw_store *s, int64_t job, json_t *event, int64_t *ret_seq);
 /* Fills *ret (owned fields: gw_job_done) or SL_ENAME. */

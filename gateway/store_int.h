@@ -40,6 +40,7 @@ struct gw_store {
   uint64_t dropped;
   gw_store_saved_fn saved_fn;
   void *saved_ctx;
+  bool wal_named;               /* the folder's fsync after the write-ahead log was made */
 };
 
 /* store.c */
@@ -52,6 +53,10 @@ int gw_store_append_locked(struct gw_store *s, int64_t job, json_t *event, int64
 int gw_store_write_job(struct gw_store *s, struct gw_job *j);
 int gw_store_record_checkpoint(struct gw_store *s, const struct gw_job *j, int attempt,
                                const struct gw_checkpoint_row *ck, int64_t now_us);
+/* j's current attempt's row, begun now_us from from_step (replacing one of
+ * that number), inside the caller's transaction. */
+int gw_store_write_attempt(struct gw_store *s, const struct gw_job *j, int64_t from_step,
+                           int64_t now_us);
 
 /* store_kept.c */
 /* Keeps j's row and event (and ck) in memory: 1 when kept, SL_ELIMIT when

@@ -37,8 +37,8 @@ struct kept_op {
   double usd, on_demand_usd, seconds;
 };
 
-static int attempt_begin(struct gw_store *s, const struct gw_job *j, int64_t from_step,
-                         int64_t now_us) {
+int gw_store_write_attempt(struct gw_store *s, const struct gw_job *j, int64_t from_step,
+                           int64_t now_us) {
   sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO attempts(job, attempt, instance,"
                              " instance_type, zone, spot, price, on_demand_price, from_step,"
                              " started_us) VALUES(?,?,?,?,?,?,?,?,?,?)");
@@ -219,7 +219,7 @@ int gw_store_keep_job(struct gw_store *s, const struct gw_job *j, json_t *event,
 
 int gw_store_attempt_begin(struct gw_store *s, const struct gw_job *j, int64_t from_step,
                            int64_t now_us) {
-  int r = s->failing_since_us ? SL_ESQLITE : attempt_begin(s, j, from_step, now_us);
+  int r = s->failing_since_us ? SL_ESQLITE : gw_store_write_attempt(s, j, from_step, now_us);
   if (r >= 0 || !refused(r))
     return r;
   if (!s->failing_since_us)
@@ -322,7 +322,7 @@ static int write_kept(struct gw_store *s) {
       break;
     }
     case KEPT_ATTEMPT_BEGIN:
-      r = attempt_begin(s, op->row, op->from_step, op->now_us);
+      r = gw_store_write_attempt(s, op->row, op->from_step, op->now_us);
       break;
     case KEPT_ATTEMPT_END:
       r = attempt_end(s, op->job, op->attempt, op->outcome, op->now_us);

@@ -1148,6 +1148,51 @@ static void test_read_fails_half_way(void) {
   failing_vfs_remove();
 }
 
+static void raw_exec(const char *path, const char *sql) {
+  sqlite3 *db;
+  CHECK_INT(sqlite3_open(path, &db), SQLITE_OK);
+  CHECK_INT(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+}
+
+/* A placement's job row, its "placed" event and its attempt's row go in one
+ * transaction: a database that refuses the attempt's row gets none of the
+ * three (no job placed for an attempt without a row), and all three are
+ * kept, in order, and written by the retry. */
+static void test_placed_one_transaction(void) {
+  char path[256], err[256];
+  path_of("placed.db", path, sizeof path);
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  struct gw_job j;
+  add_job(s, "train", json_object(), &j);
+  json_t *ev = json_pack("{s:s,s:i}", "event", "placed", "attempt", 1);
+  snprintf(j.instance, sizeof j.instance, "i-1");
+  j.attempt = 1;
+  CHECK_INT(gw_store_job_save_placed(s, &j, ev, 0, 1000), 0);
+  CHECK_INT(count(path, "SELECT attempt FROM jobs"), 1);
+  CHECK_INT(count(path, "SELECT count(*) FROM events WHERE kind='placed'"), 1);
+  CHECK_INT(count(path, "SELECT count(*) FROM attempts WHERE attempt=1 AND from_step=0"), 1);
+
+  raw_exec(path, "CREATE TRIGGER refuse BEFORE INSERT ON attempts BEGIN SELECT RAISE(ABORT, 'no'); END");
+  j.attempt = 2;
+  json_object_set_new(ev, "attempt", json_integer(2));
+  CHECK_INT(gw_store_job_save_placed(s, &j, ev, 40, 2000), 1); /* kept */
+  CHECK_INT(count(path, "SELECT attempt FROM jobs"), 1);
+  CHECK_INT(count(path, "SELECT count(*) FROM events WHERE kind='placed'"), 1);
+  CHECK_INT(count(path, "SELECT count(*) FROM attempts"), 1);
+  CHECK_INT(gw_store_retry(s), SL_ESQLITE); /* still refused: still kept */
+  CHECK_INT(count(path, "SELECT count(*) FROM events WHERE kind='placed'"), 1);
+  raw_exec(path, "DROP TRIGGER refuse");
+  CHECK(gw_store_retry(s) >= 2);
+  CHECK_INT(count(path, "SELECT attempt FROM jobs"), 2);
+  CHECK_INT(count(path, "SELECT count(*) FROM events WHERE kind='placed'"), 2);
+  CHECK_INT(count(path, "SELECT count(*) FROM attempts WHERE attempt=2 AND from_step=40"), 1);
+  json_decref(ev);
+  gw_job_done(&j);
+  gw_store_free(s);
+}
+
 int main(void) {
   if (!mkdtemp(dir))
     return 1;
@@ -1163,6 +1208,7 @@ int main(void) {
   test_damaged_event_bodies();
   test_damaged_pages();
   test_read_fails_half_way();
+  test_placed_one_transaction();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0)
