@@ -106,13 +106,22 @@ class RankWatch:
         return stat[stat.find("(") + 1:stat.rfind(")")] == "spotlab-train"
 
     def _run(self):
+        before = set()  # (rank, pid) of the sample before
         while not self.stop.is_set():
+            now = set()
             for rank, procs in self._ranks().items():
                 for pid, world, rdv in procs:
                     self.seen.setdefault(rank, set()).add((world, rdv))
-                    self.pids.setdefault(rank, set()).add(pid)
+                    now.add((rank, pid))
+                    # a rank's process counts once two samples saw it: the leak checker's
+                    # tracer outlives a rank's process killed in its check for a moment,
+                    # with no spotlab-train parent to tell it by (a process that trains
+                    # runs for far longer than one sample)
+                    if (rank, pid) in before:
+                        self.pids.setdefault(rank, set()).add(pid)
                 if len(procs) > 1:
                     self.twice.append((rank, [p[0] for p in procs]))
+            before = now
             time.sleep(0.05)
 
     def finish(self):
