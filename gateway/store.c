@@ -570,47 +570,47 @@ int gw_store_record_checkpoint(struct gw_store *s, const struct gw_job *j, int a
                                     j->ckpt_key);
 }
 
-int gw_store_job_save_checkpoint(struct gw_store *s, struct gw_job *j, json_t *event,
-                                 const struct gw_checkpoint_row *ck) {
-  if (s->failing_since_us)
-    return gw_store_keep_job(s, j, event, ck);
+/* A new attempt's row, for write_job_txn. */
+struct attempt_begin {
+  int64_t from_step, now_us;
+};
+
+/* j's row, event, ck and an attempt's row (each but the row optional) in
+ * one transaction: 0 once committed, else the error (rolled back). */
+static int write_job_txn(struct gw_store *s, struct gw_job *j, json_t *event,
+                         const struct gw_checkpoint_row *ck, const struct attempt_begin *ab) {
   int64_t seq = j->last_seq;
   int r = begin(s);
-  if (r == 0) {
-    if ((r = gw_store_write_job(s, j)) == 0 &&
-        (!event || (r = gw_store_append_locked(s, j->id, event, &seq)) == 0) &&
-        (!ck || (r = gw_store_record_checkpoint(s, j, j->attempt, ck, sl_time_real_us())) == 0))
-      r = commit(s);
-    if (r < 0)
-      rollback(s, r);
-  }
-  if (r == 0) {
-    j->last_seq = seq;
-    return 0;
-  }
-  if (!refused(r))
+  if (r < 0)
     return r;
-  gw_store_note_refused(s, r);
+  if ((r = gw_store_write_job(s, j)) == 0 &&
+      (!event || (r = gw_store_append_locked(s, j->id, event, &seq)) == 0) &&
+      (!ck || (r = gw_store_record_checkpoint(s, j, j->attempt, ck, sl_time_real_us())) == 0) &&
+      (!ab || (r = gw_store_write_attempt(s, j, ab->from_step, ab->now_us)) == 0))
+    r = commit(s);
+  if (r < 0)
+    return rollback(s, r);
+  j->last_seq = seq;
+  return 0;
+}
+
+int gw_store_job_save_checkpoint(struct gw_store *s, struct gw_job *j, json_t *event,
+                                 const struct gw_checkpoint_row *ck) {
+  if (!s->failing_since_us) {
+    int r = write_job_txn(s, j, event, ck, NULL);
+    if (r == 0 || !refused(r))
+      return r;
+    gw_store_note_refused(s, r);
+  }
   return gw_store_keep_job(s, j, event, ck);
 }
 
 int gw_store_job_save_placed(struct gw_store *s, struct gw_job *j, json_t *event, int64_t from_step,
                              int64_t now_us) {
-  int r = 0;
+  int r;
   if (!s->failing_since_us) {
-    int64_t seq = j->last_seq;
-    if ((r = begin(s)) == 0) {
-      if ((r = gw_store_write_job(s, j)) == 0 && (r = gw_store_append_locked(s, j->id, event, &seq)) == 0 &&
-          (r = gw_store_write_attempt(s, j, from_step, now_us)) == 0)
-        r = commit(s);
-      if (r < 0)
-        rollback(s, r);
-    }
-    if (r == 0) {
-      j->last_seq = seq;
-      return 0;
-    }
-    if (!refused(r))
+    r = write_job_txn(s, j, event, NULL, &(struct attempt_begin){from_step, now_us});
+    if (r == 0 || !refused(r))
       return r;
     gw_store_note_refused(s, r);
   }
