@@ -4,12 +4,15 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <libgen.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int write_all(int fd, const char *p, size_t len) {
@@ -36,12 +39,12 @@ int sl_file_fsync_dir(const char *dir) {
   return r;
 }
 
-static void sync_folder(const char *path) {
+static int sync_folder(const char *path) {
   char copy[PATH_MAX];
   if (strlen(path) >= sizeof copy)
-    return;
+    return -ENAMETOOLONG;
   strcpy(copy, path);
-  sl_file_fsync_dir(dirname(copy));
+  return sl_file_fsync_dir(dirname(copy));
 }
 
 static int write_replace(const char *path, const void *data, size_t len, unsigned mode, bool durable) {
@@ -63,9 +66,7 @@ static int write_replace(const char *path, const void *data, size_t len, unsigne
     unlink(tmp);
     return r;
   }
-  if (durable)
-    sync_folder(path);
-  return 0;
+  return durable ? sync_folder(path) : 0;
 }
 
 int sl_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode) {
@@ -74,6 +75,41 @@ int sl_file_write_atomic(const char *path, const void *data, size_t len, unsigne
 
 int sl_file_replace(const char *path, const void *data, size_t len, unsigned mode) {
   return write_replace(path, data, len, mode, false);
+}
+
+/* The pid of a temporary name "NAME.tmp.PID" as write_replace makes them, or 0. */
+static pid_t temporary_pid(const char *name) {
+  const char *t = strstr(name, ".tmp.");
+  while (t && strstr(t + 1, ".tmp."))
+    t = strstr(t + 1, ".tmp.");
+  if (!t || t == name || !t[5])
+    return 0;
+  long long pid = 0;
+  for (const char *p = t + 5; *p; p++) {
+    if (*p < '0' || *p > '9' || pid > 1000000000)
+      return 0;
+    pid = pid * 10 + (*p - '0');
+  }
+  return (pid_t)pid;
+}
+
+int sl_file_sweep_temporaries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return errno == ENOENT ? 0 : -errno;
+  int removed = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    pid_t pid = temporary_pid(e->d_name);
+    struct stat st;
+    if (pid <= 0 || pid == getpid() || (kill(pid, 0) == 0 || errno != ESRCH) ||
+        fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+      continue;
+    if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+      removed++;
+  }
+  closedir(d);
+  return removed;
 }
 
 char *sl_file_size_text(long long bytes, char *buf, size_t size) {

@@ -8,7 +8,9 @@
 /* Writes data to path through a temporary file in the same folder (created
  * with mode), fsyncs it, renames it over path and fsyncs the folder, so a
  * crash leaves either the old file or the new one, never a torn one. On
- * failure the temporary file is removed and path is untouched. */
+ * failure the temporary file is removed and path is untouched, except when
+ * only the folder's fsync fails: the new file is then in place, but may not
+ * outlast a crash, and its error is returned all the same. */
 int sl_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode);
 
 /* The same without the fsyncs: whole or absent for any process that reads it,
@@ -21,6 +23,12 @@ int sl_file_replace(const char *path, const void *data, size_t len, unsigned mod
 /* fsyncs the folder dir, so that the names created, renamed or removed in
  * it last: 0 or -errno. */
 int sl_file_fsync_dir(const char *dir);
+
+/* Removes from dir the temporary files ("NAME.tmp.PID") that a writer
+ * killed between its write and its rename left behind: those of processes
+ * that no longer run. Returns how many went, or -errno when dir cannot be
+ * read (0 when it does not exist). */
+int sl_file_sweep_temporaries(const char *dir);
 
 /* Removes path and, if it is a folder, everything under it, following no
  * symbolic link (a link is removed, not what it names). Goes on past an

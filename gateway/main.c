@@ -365,14 +365,17 @@ static void report(int ready, const char *err) {
   close(ready);
 }
 
+/* Whole or absent for a reader (a second gateway naming this one, the CLI):
+ * written in place, an empty file could be read between its creation and
+ * its write. */
 static int write_pid(const struct gw_config *cfg) {
-  char path[1200];
+  char path[1200], text[32];
   snprintf(path, sizeof path, "%s/gateway.pid", cfg->state_dir);
-  FILE *f = fopen(path, "w");
-  if (!f)
-    return -errno;
-  fprintf(f, "%d\n", (int)getpid());
-  return fclose(f) ? -errno : 0;
+  int n = snprintf(text, sizeof text, "%d\n", (int)getpid());
+  int r = sl_file_replace(path, text, (size_t)n, 0600);
+  if (r < 0)
+    sl_warn(T, "cannot write %s: %s", path, sl_strerror(r));
+  return r;
 }
 
 int gw_main(int argc, char **argv) {
@@ -417,6 +420,8 @@ int gw_main(int argc, char **argv) {
     return 1;
   }
   private_files(cfg.state_dir);
+  if ((r = sl_file_sweep_temporaries(cfg.state_dir)) > 0)
+    sl_info(T, "removed %d temporary files a stopped gateway left in %s", r, cfg.state_dir);
   /* the loop polls the signal pipe; a write a signal comes in (a log line to
    * a full pipe) goes on */
   if ((r = sl_sigpipe_catch(SIGTERM, NULL)) < 0 || (r = sl_sigpipe_catch(SIGINT, NULL)) < 0) {

@@ -360,6 +360,7 @@ int jk_session_keep_pending(struct jk_session *s, const char *dir) {
     return 0;
   if (!(s->pending_dir = strdup(dir)) || pending_path(dir, s->notebook, &s->pending) < 0)
     return -ENOMEM;
+  sl_file_sweep_temporaries(dir); /* those of kernels killed while they wrote */
   int r = adopt(s, s->pending, s->notebook);
   if (r == SL_EJSON) {
     free(s->pending);

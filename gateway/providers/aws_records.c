@@ -256,6 +256,7 @@ static void load_one(struct gw_aws *a, const char *id) {
 }
 
 void gw_aws_load_records(struct gw_aws *a) {
+  sl_file_sweep_temporaries(a->cfg.dir); /* a record's write cut short by a kill */
   DIR *d = opendir(a->cfg.dir);
   if (!d)
     return;

@@ -85,8 +85,9 @@ void gw_local_remove_record(struct gw_local *l, const char *id);
 struct gw_local_inst *gw_local_inst_free(struct gw_local_inst *in);
 /* Adopts every record under state_dir/instances that no instance has yet. */
 void gw_local_rescan(struct gw_local *l);
-/* At open: the folders of instances gone before (no record) keep only
- * their worker.log, and go whole once it is a week old. */
+/* At open and every hour: the folders of instances gone before (no record)
+ * keep only their worker.log, and go whole once it is a week old; in the
+ * others, the temporary files of a record's write cut short go. */
 void gw_local_sweep_folders(struct gw_local *l);
 
 #endif

@@ -218,9 +218,15 @@ void gw_local_sweep_folders(struct gw_local *l) {
     char rec[4200 + 300], bad[4200 + 310];
     snprintf(rec, sizeof rec, "%s/%s/instance.json", dir, de->d_name);
     snprintf(bad, sizeof bad, "%s.bad", rec); /* a record moved aside: its worker may still run */
-    if (valid_id(de->d_name) && !gw_local_find(l, de->d_name) && access(rec, F_OK) < 0 &&
-        access(bad, F_OK) < 0)
+    if (!valid_id(de->d_name))
+      continue;
+    if (!gw_local_find(l, de->d_name) && access(rec, F_OK) < 0 && access(bad, F_OK) < 0) {
       clean_folder(l, de->d_name, true);
+      continue;
+    }
+    char folder[4200 + 260];
+    snprintf(folder, sizeof folder, "%s/%s", dir, de->d_name);
+    sl_file_sweep_temporaries(folder); /* a record's write cut short by a kill */
   }
   closedir(d);
 }

@@ -416,10 +416,25 @@ def case_embedded(gw):
     home = os.path.join(gw.dir, "home")
     env = dict(os.environ, SPOTLAB_HOME=home)
     env.pop("SPOTLAB_CONFIG", None)
+    # what a gateway killed while it wrote its token leaves, and one being
+    # written now by a process that still runs (this one)
+    os.mkdir(home, 0o700)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    left = os.path.join(home, "token.tmp.%d" % gone.pid)
+    live = os.path.join(home, "http.address.tmp.%d" % os.getpid())
+    for path in (left, live):
+        with open(path, "w") as f:
+            f.write("half")
     r = subprocess.run([GATEWAY, "--embedded", "--daemon"], capture_output=True, text=True,
                        env=env, timeout=30)
     check(r.returncode == 0, "daemon starts: " + r.stderr)
-    pid = int(open(os.path.join(home, "gateway.pid")).read())
+    pid_text = open(os.path.join(home, "gateway.pid")).read()
+    check(pid_text.endswith("\n"), "gateway.pid is whole: %r" % pid_text)
+    pid = int(pid_text)
+    check(not os.path.exists(left), "a killed writer's temporary file is removed at start")
+    check(os.path.exists(live), "a running writer's temporary file stays")
+    os.unlink(live)
     try:
         for name in ("token", "gateway.key"):
             mode = stat.S_IMODE(os.stat(os.path.join(home, name)).st_mode)

@@ -571,11 +571,26 @@ static void test_rediscovery(void) {
   CHECK_INT(utimes(path, old), 0);
   snprintf(dir, sizeof dir, "%s/instances/i-0000000000bb/work", state); /* its record goes aside: kept */
   mkdir(dir, 0700);
+  /* The temporary file of a record's write that a kill cut short goes; one
+   * whose writer runs (this process) stays. */
+  pid_t writer = fork();
+  if (writer == 0)
+    _exit(0);
+  waitpid(writer, NULL, 0);
+  char cut[640], live[640];
+  inst_file(id, "instance.json.tmp.", path, sizeof path);
+  snprintf(cut, sizeof cut, "%s%d", path, (int)writer);
+  snprintf(live, sizeof live, "%s%d", path, (int)getpid());
+  fclose(fopen(cut, "w"));
+  fclose(fopen(live, "w"));
 
   struct gw_provider *b = open_provider("random:1", 60, 2, &rec);
   CHECK(b != NULL);
   if (!b)
     return;
+  CHECK(access(cut, F_OK) < 0);
+  CHECK(access(live, F_OK) == 0);
+  unlink(live);
   snprintf(dir, sizeof dir, "%s/instances/i-0000000000e1", state);
   CHECK(access(dir, F_OK) < 0);
   inst_file("i-0000000000e2", "worker.log", path, sizeof path);

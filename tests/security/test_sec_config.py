@@ -165,12 +165,17 @@ def embedded_revoke():
 # ---- modes ----
 
 def loose_entries(root):
-    """Every path under root (root too) that a group or other user could use."""
+    """Every path under root (root too) that a group or other user could use.
+    The worker may still be removing a finished job's folders: a path gone
+    during the walk is not counted."""
     loose = []
     for d, dirs, files in os.walk(root):
         for name in [""] + dirs + files:
             p = os.path.join(d, name) if name else d
-            st = os.lstat(p)
+            try:
+                st = os.lstat(p)
+            except FileNotFoundError:
+                continue
             if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
                 loose.append("%s %o" % (os.path.relpath(p, root), stat.S_IMODE(st.st_mode)))
     return loose

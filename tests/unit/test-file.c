@@ -1,17 +1,38 @@
 /* common/sl_file: whole-file writes (the old file or the new one, the
- * temporary name gone), and a folder's removal that follows no link. */
+ * temporary name gone, a failed folder fsync reported), the sweep of the
+ * temporary files a killed writer left, and a folder's removal that follows
+ * no link. fsync is wrapped at link time (-Wl,--wrap=fsync). */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
 #include "sl_file.h"
 
 static char root[64];
+
+/* When set, fsync of a folder fails with EIO; fsyncs of folders are counted. */
+static bool fail_dir_fsync;
+static int dir_fsyncs;
+int __real_fsync(int fd);
+int __wrap_fsync(int fd);
+int __wrap_fsync(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    dir_fsyncs++;
+    if (fail_dir_fsync) {
+      errno = EIO;
+      return -1;
+    }
+  }
+  return __real_fsync(fd);
+}
 
 static void write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
@@ -47,6 +68,70 @@ static void write_atomic(void) {
   snprintf(path, sizeof path, "%s/no/such/folder/a.txt", root);
   CHECK(sl_file_write_atomic(path, "x", 1, 0600) < 0);
   unlink(path);
+
+  /* The folder's fsync fails: the error comes back, the new file is in place. */
+  snprintf(path, sizeof path, "%s/a.txt", root);
+  int before = dir_fsyncs;
+  fail_dir_fsync = true;
+  CHECK_INT(sl_file_write_atomic(path, "third", 5, 0600), -EIO);
+  fail_dir_fsync = false;
+  CHECK_INT(dir_fsyncs, before + 1);
+  memset(buf, 0, sizeof buf);
+  fd = open(path, O_RDONLY);
+  CHECK(fd >= 0 && read(fd, buf, sizeof buf - 1) == 5);
+  if (fd >= 0) close(fd);
+  CHECK_STR(buf, "third");
+  /* sl_file_replace makes no durability promise, so it flushes no folder. */
+  before = dir_fsyncs;
+  CHECK_INT(sl_file_replace(path, "fourth", 6, 0600), 0);
+  CHECK_INT(dir_fsyncs, before);
+  CHECK_INT(count_entries(root), 1);
+  unlink(path);
+}
+
+/* The pid of a process that has exited. */
+static pid_t gone_pid(void) {
+  pid_t pid = fork();
+  if (pid == 0)
+    _exit(0);
+  waitpid(pid, NULL, 0);
+  return pid;
+}
+
+/* A killed writer's temporary file goes; one whose writer still runs (this
+ * process, or its parent), other files, look-alikes and folders stay. */
+static void sweep_temporaries(void) {
+  char dir[128], path[256];
+  snprintf(dir, sizeof dir, "%s/sweep", root);
+  CHECK_INT(mkdir(dir, 0700), 0);
+  snprintf(path, sizeof path, "%s/instance.json.tmp.%d", dir, (int)gone_pid());
+  write_text(path, "{\"half");
+  snprintf(path, sizeof path, "%s/keys.json.tmp.%d", dir, (int)gone_pid());
+  write_text(path, "");
+  snprintf(path, sizeof path, "%s/mine.json.tmp.%d", dir, (int)getpid());
+  write_text(path, "x");
+  snprintf(path, sizeof path, "%s/parent.json.tmp.%d", dir, (int)getppid());
+  write_text(path, "x");
+  snprintf(path, sizeof path, "%s/instance.json", dir);
+  write_text(path, "{}");
+  snprintf(path, sizeof path, "%s/notes.tmp.12a", dir);
+  write_text(path, "x");
+  snprintf(path, sizeof path, "%s/.tmp.%d", dir, (int)gone_pid());
+  write_text(path, "x");
+  snprintf(path, sizeof path, "%s/folder.tmp.%d", dir, (int)gone_pid());
+  CHECK_INT(mkdir(path, 0700), 0);
+  CHECK_INT(count_entries(dir), 8);
+
+  CHECK_INT(sl_file_sweep_temporaries(dir), 2);
+  CHECK_INT(count_entries(dir), 6);
+  snprintf(path, sizeof path, "%s/mine.json.tmp.%d", dir, (int)getpid());
+  CHECK(access(path, F_OK) == 0);
+  snprintf(path, sizeof path, "%s/instance.json", dir);
+  CHECK(access(path, F_OK) == 0);
+  CHECK_INT(sl_file_sweep_temporaries(dir), 0);
+  snprintf(path, sizeof path, "%s/absent", root);
+  CHECK_INT(sl_file_sweep_temporaries(path), 0);
+  CHECK_INT(sl_file_remove_tree(dir), 0);
 }
 
 /* A tree with nested folders, an empty one, and links to a file and a
@@ -82,7 +167,7 @@ static void remove_tree(void) {
   CHECK_INT(sl_file_remove_tree(kept), 0);   /* a file alone */
   CHECK(access(kept, F_OK) != 0);
   CHECK_INT(sl_file_remove_tree(outside), 0);
-  CHECK_INT(count_entries(root), 1);
+  CHECK_INT(count_entries(root), 0);
 }
 
 static void size_text(void) {
@@ -99,6 +184,7 @@ int main(void) {
     return 1;
   }
   write_atomic();
+  sweep_temporaries();
   remove_tree();
   size_text();
   sl_file_remove_tree(root);
