@@ -93,6 +93,7 @@ struct wk_agent {
   struct wk_notice held_notice; /* taken by the pump: reported, its jobs' part still to do */
   bool notice_held;
   bool stop_held;  /* SIGINT taken by the pump: the jobs stop after the call */
+  bool held;       /* notice_held || stop_held: the jobs' reading returns to the loop */
   int signal_fd;   /* the signal pipe's read end, or -1 */
   bool orphaned; /* stopped for orphan_timeout_ms without word: nothing waits for the gateway */
   int64_t exit_by_us; /* monotonic; INT64_MAX = none */
@@ -221,6 +222,7 @@ static void pump(void *ctx) {
    * after the call. A signal while a notice is held waits for the loop. */
   if (a->signal_fd >= 0 && !a->notice_held)
     read_signals(a, a->signal_fd, true);
+  a->held = a->notice_held || a->stop_held;
 }
 
 /* ---- gateway requests ---- */
@@ -662,6 +664,7 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
       a->stop_held = false;
       stop_all(a);
     }
+    a->held = false;
     size_t n = build_poll(a, signal_fd, items, slots);
     int r = zmq_poll(items, (int)n, (long)poll_timeout_ms(a, sl_time_mono_us()));
     if (r < 0 && zmq_errno() != EINTR) return sl_err_from_zmq(zmq_errno());
@@ -753,7 +756,8 @@ int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent
     sl_warn(TOPIC, "spotlab-train cannot train on the GPUs: %s", a->gpus.unusable);
   a->env = (struct wk_job_env){.cfg = cfg, .store = a->store, .train = train, .gpus = &a->gpus,
                                .train_cuda = train_cuda, .signer = s3 ? &a->signer : NULL,
-                               .send = agent_send, .ctx = a, .data_in_use = data_in_use};
+                               .send = agent_send, .ctx = a, .data_in_use = data_in_use,
+                               .held = &a->held};
   if (cfg->metadata[0]) {
     r = wk_notice_watcher_new(cfg->metadata, wk_config_metadata_kind(cfg), cfg->notice_poll_ms, &a->watcher);
     if (r < 0) {

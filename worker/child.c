@@ -176,9 +176,9 @@ static void split_lines(struct wk_child *c, enum wk_stream s, wk_line_fn *fn, vo
   }
 }
 
-int wk_child_read(struct wk_child *c, enum wk_stream s, wk_line_fn *fn, void *ctx) {
+int wk_child_read(struct wk_child *c, enum wk_stream s, wk_line_fn *fn, void *ctx, const bool *stop) {
   if (c->fd[s] < 0) return 0;
-  for (int rounds = 0; rounds < 64; rounds++) {
+  for (int rounds = 0; rounds < 64 && !(stop && *stop); rounds++) {
     ssize_t k = read(c->fd[s], c->buf[s] + c->len[s], WK_LINE_MAX - c->len[s]);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && errno == EAGAIN) return 0;

@@ -464,7 +464,7 @@ static void on_line(void *ctx, enum wk_stream s, const char *line, size_t len, b
 }
 
 void wk_job_readable(struct wk_job *j, enum wk_stream s) {
-  if (j->child) wk_child_read(j->child, s, on_line, j);
+  if (j->child) wk_child_read(j->child, s, on_line, j, j->env->held);
 }
 
 /* ---- ending ---- */

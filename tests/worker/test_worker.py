@@ -1267,6 +1267,46 @@ def case_notice_upload(tmp, worker_exe, train_exe):
         meta.close()
 
 
+def case_notice_busy(tmp, worker_exe, train_exe):
+    """A spot notice while spotlab-train writes checkpoints faster than the
+    store takes them. The worker used to go on reading the metrics pipe, up
+    to 64 reads, each with its checkpoint's upload, before the notice's part
+    ran: with slow uploads the instance's deadline came first, and the job
+    lost the steps after its last recorded checkpoint (seen on a busy
+    machine). Reading now returns to the loop as soon as a notice is taken:
+    the notice's checkpoint follows within a few uploads, and the job ends
+    preempted at it."""
+    upload_s = 0.25
+    bucket = Bucket(slow=("/ckpt-", upload_s))
+    data = text_file(tmp)
+    meta = Metadata()
+    gw, w = start(tmp, worker_exe, train_exe, meta, extra={"store": "s3://bkt/nb"})
+    try:
+        gw.send(train_assign("J000031", data, 10_000_000, checkpoint_every=2))
+        for _ in range(3):  # uploads back to back, spotlab-train ahead of them
+            m = bucket.serve_job(gw, "J000031", ("checkpoint", "done"), 30, "a checkpoint", sign_orphan=False)
+            assert m["type"] == "checkpoint", m
+        lead = 20.0
+        deadline = meta.post_notice(lead)
+        t0 = time.monotonic()
+        msgs = until_done(bucket, gw, "J000031", lead)
+        took = time.monotonic() - t0
+        cks = [m["step"] for m in msgs if m["type"] == "checkpoint"]
+        print("the job ended %.2f s after the notice was posted, %d checkpoints later (steps %s)"
+              % (took, len(cks), cks))
+        assert msgs[-1]["status"] == "preempted" and cks and msgs[-1]["step"] == cks[-1], msgs[-3:]
+        # the notice is seen within about a second (the watcher's poll), then
+        # the upload under way, the notice's checkpoint and the one spotlab-train
+        # writes at its SIGTERM; 64 reads of uploads would take 16 s
+        assert len(cks) <= 8 and took < 6, (took, cks)
+        assert w.wait(max(0.1, deadline - time.time())) == 0
+    finally:
+        bucket.close()
+        w.kill()
+        gw.close()
+        meta.close()
+
+
 def case_sigterm_upload(tmp, worker_exe, train_exe):
     """A SIGTERM (the instance shutting down) that comes while a checkpoint
     upload holds the loop is a notice as at any other time: reported at once,

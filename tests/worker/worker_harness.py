@@ -177,15 +177,18 @@ class Bucket:
     """Loopback HTTP for presigned URLs: PUTs are answered, GETs find nothing,
     DELETEs succeed. hold: the first PUT whose path holds it waits (for 30 s
     at most) until `release` is set; `held` is set once it waits, and
-    `held_path` is that PUT's path."""
+    `held_path` is that PUT's path. slow: (text, seconds), every PUT whose
+    path holds text is answered that much later (a slow store)."""
 
-    def __init__(self, hold=None):
+    def __init__(self, hold=None, slow=None):
         self.puts = []
         self.held, self.release = threading.Event(), threading.Event()
         self.held_path = None
         bucket = self
 
         def on_put(path):
+            if slow and slow[0] in path:
+                time.sleep(slow[1])  # a slow store: the answer is what is late
             if hold and hold in path and not bucket.held.is_set():
                 bucket.held_path = path.split("?")[0]
                 bucket.held.set()
