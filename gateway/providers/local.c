@@ -17,8 +17,9 @@
  * time_scale; deadlines given out (notices) are wall-clock µs since the
  * epoch, rounded up to a whole second so the time the metadata endpoint
  * prints is exactly when the process group is killed.
- * Invariants: the provider has one timer on the gateway's loop, re-armed to
- * its next due time whenever that changes; events are queued (bounded) and
+ * Invariants: the provider has one timer on the gateway's loop
+ * (local_timer.c), re-armed to its next due time whenever that changes;
+ * events are queued (bounded) and
  * delivered only from that timer, never from inside an operation, so the
  * callback may call back into the provider. An instance leaves the table
  * only after its GW_PROVIDER_TERMINATED event was queued; then its record is
@@ -28,7 +29,6 @@
 #include "local_int.h"
 
 #include <errno.h>
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,253 +50,9 @@
 #include "sl_time.h"
 
 #define TERM_GRACE_US (5 * SL_US_PER_S)
-#define REAP_POLL_US (20 * SL_US_PER_MS)   /* while an instance is dying */
-#define ALIVE_POLL_US (500 * SL_US_PER_MS) /* a live process is checked twice a second */
-#define MARKET_REFRESH_MIN_US (250 * SL_US_PER_MS)
 #define TOPIC "gateway.local"
 
 static struct gw_local *L(struct gw_provider *p) { return (struct gw_local *)p; }
-
-static int64_t sim_us(const struct gw_local *l, int64_t mono_us) {
-  return (int64_t)((double)(mono_us - l->open_mono_us) * l->time_scale);
-}
-
-static int64_t wall_us_of_sim(const struct gw_local *l, double sim_s) {
-  return (int64_t)(sim_s * 1e6 / l->time_scale);
-}
-
-/* Queues an event (delivered by the timer); NULL when the queue is full. */
-
-static struct gw_provider_event *queue_event(struct gw_local *l, enum gw_provider_event_kind kind,
-                                             const char *id) {
-  if (l->n_events == GW_LOCAL_MAX_EVENTS) {
-    sl_warn(TOPIC, "event queue full; dropping an event for %s", *id ? id : "the market");
-    return NULL;
-  }
-  struct gw_provider_event *ev = &l->events[l->n_events++];
-  memset(ev, 0, sizeof *ev);
-  ev->kind = kind;
-  snprintf(ev->instance_id, sizeof ev->instance_id, "%s", id);
-  return ev;
-}
-
-static void queue_end(struct gw_local *l, enum gw_provider_event_kind kind, const struct gw_local_inst *in,
-                      int64_t deadline_us, bool by_market) {
-  struct gw_provider_event *ev = queue_event(l, kind, in->id);
-  if (ev) {
-    ev->deadline_us = deadline_us;
-    ev->by_market = by_market;
-  }
-}
-
-static void drop(struct gw_local *l, size_t i) {
-  gw_local_inst_free(l->inst[i]);
-  l->inst[i] = l->inst[--l->n];
-}
-
-/* ---- notices and the market --------------------------------------------- */
-
-/* Gives in a notice of notice_sim_s simulated seconds: the metadata endpoint
- * answers instance-action from now on and the group dies at the deadline. */
-static void give_notice(struct gw_local *l, struct gw_local_inst *in, double notice_sim_s, int64_t now_mono) {
-  if (in->deadline_real_us > 0 || in->gone)
-    return;
-  int64_t real = sl_time_real_us();
-  int64_t deadline = real + wall_us_of_sim(l, notice_sim_s);
-  deadline = (deadline + SL_US_PER_S - 1) / SL_US_PER_S * SL_US_PER_S;
-  in->deadline_real_us = deadline;
-  in->deadline_mono_us = now_mono + (deadline - real);
-  in->by_market = true;
-  if (in->imds)
-    gw_imds_set_notice(in->imds, "terminate", deadline);
-  gw_local_save_record(l, in);
-  queue_end(l, GW_PROVIDER_NOTICE, in, deadline, true);
-  sl_info(TOPIC, "instance %s: spot notice, terminated in %.1f s", in->id,
-          (double)(deadline - real) / 1e6);
-}
-
-/* Counts live spot instances of a type (without_notice: only those that
- * have no notice yet). */
-static int spot_running(const struct gw_local *l, int type_idx, bool without_notice) {
-  int n = 0;
-  for (size_t i = 0; i < l->n; i++) {
-    const struct gw_local_inst *in = l->inst[i];
-    if (in->spot && in->type_idx == type_idx && !in->gone && in->kill_at_mono_us == 0 &&
-        (!without_notice || in->deadline_real_us == 0))
-      n++;
-  }
-  return n;
-}
-
-/* Trace model: a type holding more spot instances than the tick's capacity
- * loses the newest ones (they get notices). True when capacity changed. */
-static bool apply_capacity(struct gw_local *l, int64_t now) {
-  int cap = gw_market_capacity(l->market, sim_us(l, now));
-  bool changed = l->capacity_known && cap != l->last_capacity;
-  l->last_capacity = cap;
-  l->capacity_known = true;
-  for (size_t t = 0; t < gw_catalog_count(l->cat); t++) {
-    int excess = spot_running(l, (int)t, true) - cap;
-    while (excess-- > 0) {
-      struct gw_local_inst *newest = NULL;
-      for (size_t i = 0; i < l->n; i++) {
-        struct gw_local_inst *in = l->inst[i];
-        if (in->spot && in->type_idx == (int)t && !in->gone && in->deadline_real_us == 0 &&
-            in->kill_at_mono_us == 0 &&
-            (!newest || in->launched_real_us > newest->launched_real_us))
-          newest = in;
-      }
-      if (!newest)
-        break;
-      give_notice(l, newest, GW_MARKET_NOTICE_S, now);
-    }
-  }
-  return changed;
-}
-
-/* Recomputes the market array at now. True when a price moved. */
-static bool refresh_market(struct gw_local *l, int64_t now) {
-  bool changed = false;
-  int64_t sim = sim_us(l, now);
-  bool none = gw_market_capacity(l->market, sim) <= 0;
-  for (size_t i = 0; i < l->n_types; i++) {
-    double price = gw_market_price(l->market, l->type_cat[i], sim);
-    changed |= price != l->types[i].spot_usd_per_hour || none != l->types[i].spot_none;
-    l->types[i].spot_usd_per_hour = price;
-    l->types[i].spot_none = none;
-  }
-  l->market_mono_us = now;
-  return changed;
-}
-
-/* When the market next changes (monotonic µs), no sooner than
- * MARKET_REFRESH_MIN_US after the last refresh. */
-static int64_t market_due(const struct gw_local *l) {
-  int64_t s = gw_market_next_change_us(l->market, sim_us(l, l->market_mono_us));
-  int64_t t = l->open_mono_us + (int64_t)ceil((double)s / l->time_scale) + 1;
-  int64_t earliest = l->market_mono_us + MARKET_REFRESH_MIN_US;
-  return t > earliest ? t : earliest;
-}
-
-/* ---- the timer ---------------------------------------------------------- */
-
-/* When the timer next has work: queued events at once, else the earliest
- * notice, rebalance, deadline, kill, liveness check, market change or sweep. */
-static int64_t next_due(const struct gw_local *l, int64_t now) {
-  if (l->n_events)
-    return now;
-  int64_t next = market_due(l);
-  if (l->swept_mono_us + l->sweep_every_us < next)
-    next = l->swept_mono_us + l->sweep_every_us;
-  for (size_t i = 0; i < l->n; i++) {
-    const struct gw_local_inst *in = l->inst[i];
-    int64_t t = now + ALIVE_POLL_US;
-    if (in->gone) /* seen gone (by list): its end is reported, its record removed, at once */
-      t = now;
-    else if (in->signalled || in->kill_at_mono_us)
-      t = now + REAP_POLL_US;
-    if (in->notice_at_mono_us < t)
-      t = in->notice_at_mono_us;
-    if (in->rebalance_at_mono_us < t)
-      t = in->rebalance_at_mono_us;
-    if (in->deadline_real_us > 0 && !in->signalled && in->deadline_mono_us < t)
-      t = in->deadline_mono_us;
-    if (in->kill_at_mono_us > 0 && !in->signalled && in->kill_at_mono_us < t)
-      t = in->kill_at_mono_us;
-    if (t < next)
-      next = t;
-  }
-  return next;
-}
-
-/* Moves the timer to the next due time after an operation changed it
- * (inside the timer's own callback its answer does that). */
-static void rearm(struct gw_local *l) {
-  if (l->timer > 0 && !l->in_timer)
-    gw_loop_set_timer(l->loop, l->timer, next_due(l, sl_time_mono_us()));
-}
-
-/* Advances every instance and the market to now; queues what happened. */
-static void step(struct gw_local *l, int64_t now) {
-  for (size_t i = 0; i < l->n; i++) {
-    struct gw_local_inst *in = l->inst[i];
-    if (in->gone)
-      continue;
-    if (!gw_local_alive(in)) {
-      in->gone = true;
-      gw_proc_kill_session(in->pid); /* a lost instance takes everything on it along */
-      continue;
-    }
-    if (in->rebalance_at_mono_us <= now) {
-      in->rebalance_at_mono_us = INT64_MAX;
-      if (in->imds)
-        gw_imds_set_rebalance(in->imds, sl_time_real_us());
-      sl_info(TOPIC, "instance %s: rebalance recommendation", in->id);
-    }
-    if (in->notice_at_mono_us <= now && in->kill_at_mono_us == 0) {
-      in->notice_at_mono_us = INT64_MAX;
-      give_notice(l, in, GW_MARKET_NOTICE_S, now);
-    }
-    if (!in->signalled && ((in->deadline_real_us > 0 && in->deadline_mono_us <= now) ||
-                           (in->kill_at_mono_us > 0 && in->kill_at_mono_us <= now))) {
-      gw_proc_kill_session(in->pid);
-      in->signalled = true;
-    }
-  }
-  bool market_changed = gw_market_is_trace(l->market) && apply_capacity(l, now);
-  if (now >= market_due(l))
-    market_changed |= refresh_market(l, now);
-  if (market_changed) {
-    struct gw_provider_event *ev = queue_event(l, GW_PROVIDER_CAPACITY, "");
-    if (ev)
-      ev->by_market = true;
-  }
-  for (size_t i = 0; i < l->n;) {
-    struct gw_local_inst *in = l->inst[i];
-    if (!in->gone) {
-      i++;
-      continue;
-    }
-    queue_end(l, GW_PROVIDER_TERMINATED, in, in->deadline_real_us, in->by_market);
-    sl_info(TOPIC, "instance %s (pid %d) is gone%s", in->id, (int)in->pid,
-            in->by_market ? " (preempted)" : "");
-    gw_local_remove_record(l, in->id);
-    drop(l, i);
-  }
-  if (now - l->swept_mono_us >= l->sweep_every_us) { /* logs that reach a week old while it runs */
-    gw_local_sweep_folders(l);
-    l->swept_mono_us = now;
-  }
-}
-
-/* Delivers the events queued so far; those the callbacks queue meanwhile
- * wait for the next turn (the timer is then due at once). */
-static void deliver(struct gw_local *l) {
-  size_t n = l->n_events;
-  if (!n)
-    return;
-  struct gw_provider_event *batch = malloc(n * sizeof *batch);
-  if (!batch)
-    return; /* kept queued; the next turn tries again */
-  memcpy(batch, l->events, n * sizeof *batch);
-  l->n_events = 0;
-  for (size_t i = 0; i < n; i++)
-    if (l->base.on_event)
-      l->base.on_event(l->base.userdata, &l->base, &batch[i]);
-  free(batch);
-}
-
-static int64_t on_timer(struct gw_loop *loop, int64_t id, int64_t now_us, void *data) {
-  struct gw_local *l = data;
-  (void)loop;
-  (void)id;
-  (void)now_us; /* the loop's time is read once per turn; deadlines want the clock */
-  l->in_timer = true;
-  step(l, sl_time_mono_us());
-  deliver(l);
-  l->in_timer = false;
-  return next_due(l, sl_time_mono_us());
-}
 
 /* ---- operations --------------------------------------------------------- */
 
@@ -329,7 +85,7 @@ static void fill_info(const struct gw_local *l, const struct gw_local_inst *in, 
   ret->spot = in->spot;
   ret->price_usd_per_hour =
       in->spot ? gw_market_price(l->market, (size_t)in->type_idx,
-                                 sim_us(l, sl_time_mono_us()))
+                                 gw_local_sim_us(l, sl_time_mono_us()))
                : in->price_usd_per_hour;
   if (in->port > 0)
     snprintf(ret->metadata_url, sizeof ret->metadata_url, "http://127.0.0.1:%d", in->port);
@@ -424,11 +180,11 @@ static int local_launch(struct gw_provider *p, const struct gw_launch *req,
   if (r < 0)
     return r;
   int64_t now = sl_time_mono_us();
-  double price = req->spot ? gw_market_price(l->market, (size_t)t, sim_us(l, now))
+  double price = req->spot ? gw_market_price(l->market, (size_t)t, gw_local_sim_us(l, now))
                            : e->on_demand_usd_per_hour;
   if (live_count(l) >= (size_t)l->slots || l->n == GW_LOCAL_MAX_INSTANCES)
     return SL_ELIMIT; /* every slot taken: no offer launches until an instance ends */
-  if ((req->spot && spot_running(l, t, false) >= gw_market_capacity(l->market, sim_us(l, now))) ||
+  if ((req->spot && gw_local_spot_running(l, t, false) >= gw_market_capacity(l->market, gw_local_sim_us(l, now))) ||
       (req->max_price_usd_per_hour > 0 && price > req->max_price_usd_per_hour))
     return -EAGAIN;
   struct gw_local_inst *in = calloc(1, sizeof *in);
@@ -460,12 +216,12 @@ static int local_launch(struct gw_provider *p, const struct gw_launch *req,
   }
   gw_local_save_record(l, in);
   l->inst[l->n++] = in;
-  struct gw_provider_event *ev = queue_event(l, GW_PROVIDER_LAUNCHED, in->id);
+  struct gw_provider_event *ev = gw_local_queue_event(l, GW_PROVIDER_LAUNCHED, in->id);
   if (ev) {
     fill_info(l, in, &ev->info);
     ev->info.price_usd_per_hour = in->price_usd_per_hour; /* the price it launched at, as recorded */
   }
-  rearm(l);
+  gw_local_rearm(l);
   memcpy(ret_id, in->id, GW_INSTANCE_ID_MAX);
   char jid[24];
   sl_info(TOPIC, "launched %s (%s %s%s, pid %d, metadata port %d) for job %s", in->id,
@@ -488,7 +244,7 @@ static int local_terminate(struct gw_provider *p, const char *instance_id) {
   gw_proc_signal_group(in->pid, SIGTERM);
   in->kill_at_mono_us = sl_time_mono_us() + TERM_GRACE_US;
   in->by_market = false;
-  rearm(l);
+  gw_local_rearm(l);
   return 0;
 }
 
@@ -509,9 +265,9 @@ static int local_inject(struct gw_provider *p, const char *instance_id, bool kil
   } else {
     if (in->deadline_real_us > 0)
       return SL_ESTATE;
-    give_notice(l, in, notice_s, sl_time_mono_us());
+    gw_local_give_notice(l, in, notice_s, sl_time_mono_us());
   }
-  rearm(l);
+  gw_local_rearm(l);
   return 0;
 }
 
@@ -523,7 +279,7 @@ static int local_rebalance(struct gw_provider *p, const char *instance_id) {
   if (in->gone || in->deadline_real_us > 0)
     return SL_ESTATE;
   in->rebalance_at_mono_us = sl_time_mono_us();
-  rearm(l);
+  gw_local_rearm(l);
   return 0;
 }
 
@@ -539,7 +295,7 @@ static int local_list(struct gw_provider *p, struct gw_instance_info **ret, size
       in->gone = true;
     fill_info(l, in, &a[i]);
   }
-  rearm(l);
+  gw_local_rearm(l);
   *ret = a;
   *ret_n = l->n;
   return 0;
@@ -595,7 +351,7 @@ static const struct gw_provider_ops local_ops = {
 
 /* The catalog as the market array, one offer per type and zone (a launch
  * of an offer asks for its zone); the region is zone_prefix. Prices filled
- * by refresh_market(). */
+ * by gw_local_refresh_market(). */
 static int make_types(struct gw_local *l) {
   size_t n = 0;
   for (size_t i = 0; i < gw_catalog_count(l->cat); i++)
@@ -620,7 +376,7 @@ static int make_types(struct gw_local *l) {
       snprintf(t->zone, sizeof t->zone, "%s%c", l->zone_prefix, *z);
     }
   }
-  refresh_market(l, l->open_mono_us);
+  gw_local_refresh_market(l, l->open_mono_us);
   return 0;
 }
 
@@ -708,7 +464,7 @@ struct gw_provider *gw_local_provider_new(const struct gw_local_config *cfg, str
   gw_local_sweep_folders(l);
   l->swept_mono_us = sl_time_mono_us();
   l->sweep_every_us = GW_LOCAL_SWEEP_EVERY_US;
-  int64_t id = gw_loop_add_timer(loop, next_due(l, sl_time_mono_us()), on_timer, l);
+  int64_t id = gw_loop_add_timer(loop, gw_local_next_due(l, sl_time_mono_us()), gw_local_on_timer, l);
   if (id <= 0) {
     snprintf(err, err_size, "provider.local: cannot add a timer: %s", sl_strerror((int)id));
     goto fail;

@@ -1,7 +1,8 @@
-/* The local provider's state, shared by its files: local.c (operations, the
- * timer, the class) and local_records.c (instance records on disk and their
- * adoption after a gateway restart). Not for other modules: they use
- * local.h. */
+/* The local provider's state, shared by its files: local.c (operations and
+ * the class), local_timer.c (the timer that advances the instances and the
+ * market and delivers events) and local_records.c (instance records on disk
+ * and their adoption after a gateway restart). Not for other modules: they
+ * use local.h. */
 #ifndef GW_LOCAL_INT_H
 #define GW_LOCAL_INT_H
 
@@ -89,5 +90,27 @@ void gw_local_rescan(struct gw_local *l);
  * keep only their worker.log, and go whole once it is a week old; in the
  * others, the temporary files of a record's write cut short go. */
 void gw_local_sweep_folders(struct gw_local *l);
+
+/* local_timer.c */
+struct gw_loop;
+/* Simulated µs since the provider opened, at monotonic mono_us. */
+int64_t gw_local_sim_us(const struct gw_local *l, int64_t mono_us);
+/* Queues an event (delivered by the timer); NULL when the queue is full. */
+struct gw_provider_event *gw_local_queue_event(struct gw_local *l, enum gw_provider_event_kind kind,
+                                               const char *id);
+/* Gives in a notice of notice_sim_s simulated seconds: the metadata endpoint
+ * answers instance-action from now on and the group dies at the deadline. */
+void gw_local_give_notice(struct gw_local *l, struct gw_local_inst *in, double notice_sim_s,
+                          int64_t now_mono);
+/* Live spot instances of a type (without_notice: only those with no notice yet). */
+int gw_local_spot_running(const struct gw_local *l, int type_idx, bool without_notice);
+/* Recomputes market()'s array at now; true when a price moved. */
+bool gw_local_refresh_market(struct gw_local *l, int64_t now);
+/* When the timer is next due. */
+int64_t gw_local_next_due(const struct gw_local *l, int64_t now);
+/* Moves the timer to the next due time after an operation changed it. */
+void gw_local_rearm(struct gw_local *l);
+/* The timer's callback: advances to now, delivers the queued events. */
+int64_t gw_local_on_timer(struct gw_loop *loop, int64_t id, int64_t now_us, void *data);
 
 #endif
