@@ -132,9 +132,19 @@ struct jk_session *jk_session_new(struct jk_state *state, struct jk_gw *gw, cons
   return s;
 }
 
+static void save_pending(struct jk_session *s);
+
 struct jk_session *jk_session_free(struct jk_session *s) {
   if (!s)
     return NULL;
+  /* A kernel stopped (a restart) right after a cell may not have had its
+   * set answered, or even sent: its socket drops what is queued. The names
+   * go to the journal, which the next kernel of the notebook takes. */
+  if (s->pending && (s->n_dirty || s->n_inflight)) {
+    sl_info("kernel.gateway", "session %s: %zu names the gateway has not confirmed kept for the next kernel",
+            s->notebook, s->n_dirty + s->n_inflight);
+    save_pending(s);
+  }
   jk_state_observe(s->state, NULL, NULL);
   free_names(s->dirty, s->n_dirty);
   free_names(s->inflight, s->n_inflight);

@@ -574,6 +574,46 @@ def gateway_stopped(kernel_exe, cli_exe):
             k.close()
 
 
+def names_at_shutdown(kernel_exe):
+    """A kernel asked to stop (a restart) right after a cell whose names its
+    gateway has not confirmed keeps them in its journal for the next kernel:
+    its set, unanswered or still queued on a socket that drops what is queued,
+    used to leave with it (a restart under load lost a name this way). The
+    gateway is stopped (SIGSTOP) over the cell, so that the set stays
+    unanswered."""
+    notebook = "kept/at-shutdown.ipynb"
+    os.environ["JPY_SESSION_NAME"] = notebook
+    home = os.environ["SPOTLAB_HOME"]
+    pending = os.path.join(home, "pending", hashlib.sha256(notebook.encode()).hexdigest() + ".json")
+    with KernelspecEnv(kernel_exe):
+        k = Kernel()
+        gw_pid = None
+        try:
+            content, _ = k.run("%jobs\nfirst = 1", timeout=60)  # the gateway runs and has first
+            check(content["status"] == "ok", "shutdown: a first cell")
+            with open(os.path.join(home, "gateway.pid")) as f:
+                gw_pid = int(f.read())
+            os.kill(gw_pid, signal.SIGSTOP)
+            content, _ = k.run("kept = 41 + 1", timeout=30)
+            check(content["status"] == "ok", "shutdown: a cell while the gateway does not answer")
+            k.kc.stop_channels()
+            k.km.shutdown_kernel(now=False)  # asked to stop, as a restart does
+            lines = open(pending).read().splitlines() if os.path.exists(pending) else []
+            check(lines and '"kept"' in lines[-1] and "42" in lines[-1],
+                  "shutdown: the unconfirmed name is in the journal: %r" % [x[:80] for x in lines])
+        finally:
+            if gw_pid:
+                os.kill(gw_pid, signal.SIGCONT)
+        k = Kernel()
+        try:
+            content, msgs = k.run("kept + first", timeout=60)
+            check(content["status"] == "ok" and "43" in str([m["content"].get("data", {}) for m in msgs]),
+                  "shutdown: the next kernel has the name: %s" % content.get("evalue"))
+        finally:
+            k.close()
+    del os.environ["JPY_SESSION_NAME"]
+
+
 def gpu_requests(kernel_exe, gateway_exe, cli_exe):
     """gpus= and precision= through the whole stack on the local provider, whose
     instances play GPU types on this machine: a job asking for more GPUs than its
@@ -1125,6 +1165,7 @@ def main():
             os.environ["SPOTLAB_GATEWAY_BIN"] = os.path.realpath(sys.argv[2])
             with_gateway(kernel_exe, os.path.realpath(sys.argv[3]))
             gateway_stopped(kernel_exe, os.path.realpath(sys.argv[3]))
+            names_at_shutdown(kernel_exe)
             stop_gateway(home)
             gateway_restart(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
             idle_notices(kernel_exe, os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3]))
