@@ -664,7 +664,7 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
       a->stop_held = false;
       stop_all(a);
     }
-    a->held = false;
+    a->held = a->notice_held || a->stop_held; /* taken again by a store call just made */
     size_t n = build_poll(a, signal_fd, items, slots);
     int r = zmq_poll(items, (int)n, (long)poll_timeout_ms(a, sl_time_mono_us()));
     if (r < 0 && zmq_errno() != EINTR) return sl_err_from_zmq(zmq_errno());
