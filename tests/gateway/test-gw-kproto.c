@@ -369,7 +369,9 @@ static void test_paced_replay(void) {
   fx_settle(f);
   fx_metric(f, inst, id, 321, 1.0);
   n = events_to(f, "slow", id, seqs, 1024);
-  CHECK_INT(n, p.want + 1);
+  live = fx_job(f, id)->last_seq; /* the metric, and a cost event a busy machine let in */
+  CHECK(live > p.want);
+  CHECK_INT(n, live);
   CHECK(in_order(seqs, n, 1));
   /* the fast client attached to nothing saw none of it */
   CHECK_INT(events_to(f, "ka", id, seqs, 1024), 0);
