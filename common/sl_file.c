@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define TMP_INFIX ".tmp." /* PATH.tmp.PID: the temporary name of a write */
+
 static int write_all(int fd, const char *p, size_t len) {
   while (len > 0) {
     ssize_t w = write(fd, p, len);
@@ -49,7 +51,7 @@ static int sync_folder(const char *path) {
 
 static int write_replace(const char *path, const void *data, size_t len, unsigned mode, bool durable) {
   char tmp[PATH_MAX];
-  int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  int n = snprintf(tmp, sizeof tmp, "%s" TMP_INFIX "%ld", path, (long)getpid());
   if (n < 0 || (size_t)n >= sizeof tmp)
     return -ENAMETOOLONG;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
@@ -77,20 +79,18 @@ int sl_file_replace(const char *path, const void *data, size_t len, unsigned mod
   return write_replace(path, data, len, mode, false);
 }
 
-/* The pid of a temporary name "NAME.tmp.PID" as write_replace makes them, or 0. */
+/* The pid of a temporary name "NAME" TMP_INFIX "PID" as write_replace makes
+ * them, or 0. */
 static pid_t temporary_pid(const char *name) {
-  const char *t = strstr(name, ".tmp.");
-  while (t && strstr(t + 1, ".tmp."))
-    t = strstr(t + 1, ".tmp.");
-  if (!t || t == name || !t[5])
+  const char *end = name + strlen(name), *p = end;
+  while (p > name && p[-1] >= '0' && p[-1] <= '9')
+    p--;
+  size_t digits = (size_t)(end - p);
+  size_t infix = strlen(TMP_INFIX);
+  if (digits == 0 || digits > 9 || (size_t)(p - name) <= infix ||
+      strncmp(p - infix, TMP_INFIX, infix) != 0)
     return 0;
-  long long pid = 0;
-  for (const char *p = t + 5; *p; p++) {
-    if (*p < '0' || *p > '9' || pid > 1000000000)
-      return 0;
-    pid = pid * 10 + (*p - '0');
-  }
-  return (pid_t)pid;
+  return (pid_t)atol(p);
 }
 
 int sl_file_sweep_temporaries(const char *dir) {
