@@ -47,16 +47,19 @@ static void eval_usage(FILE *f) {
         "  --spot-price USD          spot price per hour where a trace has no prices (default 0.918)\n"
         "  --ondemand-price USD      on-demand price per hour (default 3.06)\n"
         "  --nodes N                 instances the job needs at once (spot needs N in a zone; default 1)\n"
-        "  --json                    one JSON object\n",
+        "  --json                    one JSON object\n"
+        "spotlab-sim --batch: one job a line of standard input, a JSON array of the options above\n"
+        "(--json implied), one JSON object a line of output: the report, or {\"exit\": N, \"error\": ...}\n",
         f);
 }
 
-int sim_num_arg(const char *name, const char *v, bool whole, double lo, double hi, double *ret) {
+int sim_num_arg(FILE *errf, const char *name, const char *v, bool whole, double lo, double hi,
+                double *ret) {
   char why[256];
   double x;
   /* decimal only: strtod alone takes "0x10" as 16, and "inf" */
   if (sl_opt_parse_number(name, v, whole, lo, hi, &x, why, sizeof why) < 0) {
-    fprintf(stderr, "spotlab-sim: %s must be %s in %g..%g, not '%s'\n", name,
+    fprintf(errf, "spotlab-sim: %s must be %s in %g..%g, not '%s'\n", name,
             whole ? "a whole number" : "a number", lo, hi, v);
     return -EINVAL;
   }
@@ -135,14 +138,17 @@ int sim_eval_run(const struct sim_eval *e, struct sl_policy *pol, struct sl_sim_
   return r;
 }
 
-/* 0, 1 after --help, 2 after a usage message. */
-static int eval_parse(int argc, char **argv, struct eval_args *a) {
+/* 0, 1 after --help, 2 after a usage message (on errf). In a batch (one
+ * job of --batch's input) --json is implied and --help is an unknown
+ * option: the output is one JSON object a job. */
+static int eval_parse(int argc, char **argv, bool batch, FILE *errf, struct eval_args *a) {
   *a = (struct eval_args){.job = {.start_tick = -1, .work_h = -1, .deadline_h = -1, .overhead_h = -1,
                                   .spot_usd = DEFAULT_SPOT_USD, .od_usd = DEFAULT_ONDEMAND_USD,
-                                  .nodes = 1}};
+                                  .nodes = 1},
+                          .json = batch};
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i];
-    if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+    if (!batch && (!strcmp(o, "--help") || !strcmp(o, "-h"))) {
       eval_usage(stdout);
       return 1;
     }
@@ -151,8 +157,9 @@ static int eval_parse(int argc, char **argv, struct eval_args *a) {
       continue;
     }
     if (i + 1 >= argc) {
-      fprintf(stderr, "spotlab-sim: unknown option or missing value: '%s'\n", o);
-      eval_usage(stderr);
+      fprintf(errf, "spotlab-sim: unknown option or missing value: '%s'\n", o);
+      if (!batch)
+        eval_usage(errf);
       return 2;
     }
     const char *v = argv[++i];
@@ -161,27 +168,28 @@ static int eval_parse(int argc, char **argv, struct eval_args *a) {
       a->policy = v;
     else if (!strcmp(o, "--trace")) {
       if (a->n_zones == SL_POLICY_ZONES_MAX) {
-        fprintf(stderr, "spotlab-sim: at most %d --trace files\n", SL_POLICY_ZONES_MAX);
+        fprintf(errf, "spotlab-sim: at most %d --trace files\n", SL_POLICY_ZONES_MAX);
         return 2;
       }
       a->zones[a->n_zones++].path = v;
     } else if (!strcmp(o, "--start-tick"))
-      r = sim_num_arg(o, v, true, 0, 1e9, &a->job.start_tick);
+      r = sim_num_arg(errf, o, v, true, 0, 1e9, &a->job.start_tick);
     else if (!strcmp(o, "--work"))
-      r = sim_num_arg(o, v, false, 1e-6, 1e5, &a->job.work_h);
+      r = sim_num_arg(errf, o, v, false, 1e-6, 1e5, &a->job.work_h);
     else if (!strcmp(o, "--deadline"))
-      r = sim_num_arg(o, v, false, 1e-6, 1e6, &a->job.deadline_h);
+      r = sim_num_arg(errf, o, v, false, 1e-6, 1e6, &a->job.deadline_h);
     else if (!strcmp(o, "--restart-overhead"))
-      r = sim_num_arg(o, v, false, 0, 1e4, &a->job.overhead_h);
+      r = sim_num_arg(errf, o, v, false, 0, 1e4, &a->job.overhead_h);
     else if (!strcmp(o, "--spot-price"))
-      r = sim_num_arg(o, v, false, 0, 1e6, &a->job.spot_usd);
+      r = sim_num_arg(errf, o, v, false, 0, 1e6, &a->job.spot_usd);
     else if (!strcmp(o, "--ondemand-price"))
-      r = sim_num_arg(o, v, false, 0, 1e6, &a->job.od_usd);
+      r = sim_num_arg(errf, o, v, false, 0, 1e6, &a->job.od_usd);
     else if (!strcmp(o, "--nodes"))
-      r = sim_num_arg(o, v, true, 1, 1e6, &a->job.nodes);
+      r = sim_num_arg(errf, o, v, true, 1, 1e6, &a->job.nodes);
     else {
-      fprintf(stderr, "spotlab-sim: unknown option '%s'\n", o);
-      eval_usage(stderr);
+      fprintf(errf, "spotlab-sim: unknown option '%s'\n", o);
+      if (!batch)
+        eval_usage(errf);
       return 2;
     }
     if (r < 0)
@@ -189,89 +197,211 @@ static int eval_parse(int argc, char **argv, struct eval_args *a) {
   }
   if (!a->policy || !a->n_zones || a->job.start_tick < 0 || a->job.work_h < 0 ||
       a->job.deadline_h < 0 || a->job.overhead_h < 0) {
-    fprintf(stderr, "spotlab-sim: --policy, --trace, --start-tick, --work, --deadline and"
-                    " --restart-overhead are required\n");
-    eval_usage(stderr);
+    fprintf(errf, "spotlab-sim: --policy, --trace, --start-tick, --work, --deadline and"
+                  " --restart-overhead are required\n");
+    if (!batch)
+      eval_usage(errf);
     return 2;
   }
   if (a->job.start_tick != floor(a->job.start_tick) || a->job.nodes != floor(a->job.nodes)) {
-    fprintf(stderr, "spotlab-sim: --start-tick and --nodes are whole numbers\n");
+    fprintf(errf, "spotlab-sim: --start-tick and --nodes are whole numbers\n");
     return 2;
   }
   return 0;
 }
 
+/* ---- the traces a batch has read ---- */
+
+/* More than the shared traces' files: a batch over all of them reads each once. */
+#define CACHE_MAX 64
+
+struct sim_trace_cache {
+  struct {
+    char *path;
+    struct sl_trace *trace;
+  } e[CACHE_MAX];
+  size_t n;
+};
+
+struct sim_trace_cache *sim_trace_cache_new(void) { return calloc(1, sizeof(struct sim_trace_cache)); }
+
+static void cache_clear(struct sim_trace_cache *c) {
+  for (size_t i = 0; i < c->n; i++) {
+    free(c->e[i].path);
+    sl_trace_free(c->e[i].trace);
+  }
+  c->n = 0;
+}
+
+struct sim_trace_cache *sim_trace_cache_free(struct sim_trace_cache *c) {
+  if (c)
+    cache_clear(c);
+  free(c);
+  return NULL;
+}
+
+/* Points each of zones[0..n)'s trace at the cache's copy of its file, read
+ * now where the cache has none. A job's zones always fit: the cache is
+ * emptied first when they might not (no trace a job holds is freed under
+ * it). -EINVAL or -ENOMEM with a sentence in err; the zones then hold no
+ * trace. */
+static int cache_load(struct sim_trace_cache *c, struct sim_zone *zones, size_t n, char *err,
+                      size_t err_size) {
+  if (c->n + n > CACHE_MAX)
+    cache_clear(c);
+  for (size_t i = 0; i < n; i++) {
+    struct sim_zone *z = &zones[i];
+    z->trace = NULL;
+    for (size_t k = 0; k < c->n && !z->trace; k++)
+      if (!strcmp(c->e[k].path, z->path))
+        z->trace = c->e[k].trace;
+    if (z->trace)
+      continue;
+    char *path = strdup(z->path);
+    int r = path ? sim_zone_load(z, err, err_size) : -ENOMEM;
+    if (r < 0 || !path) {
+      free(path);
+      if (r >= 0)
+        snprintf(err, err_size, "out of memory");
+      for (size_t k = 0; k < n; k++)
+        zones[k].trace = NULL;
+      return r < 0 ? r : -ENOMEM;
+    }
+    c->e[c->n].path = path;
+    c->e[c->n].trace = z->trace;
+    c->n++;
+  }
+  return 0;
+}
+
+/* ---- one evaluation ---- */
+
 static json_t *hours_or_null(bool finished, double h) {
   return finished ? json_real(h) : json_null();
 }
 
-int sim_eval_main(int argc, char **argv) {
+static json_t *result_json(const struct eval_args *a, const struct sim_eval *e,
+                           const struct sl_sim_result *res) {
+  double gap = e->gap_s, h = gap / 3600.0;
+  return json_pack("{s:s,s:f,s:o,s:b,s:f,s:f,s:I,s:I,s:{s:I,s:I,s:I,s:I,s:f}}", "policy",
+                   a->policy, "cost_usd", res->cost_usd, "finish_hours",
+                   hours_or_null(res->finished, (double)res->finish_tick * h), "deadline_met",
+                   res->deadline_met, "spot_hours", (double)res->spot_ticks * h, "ondemand_hours",
+                   (double)res->ondemand_ticks * h, "preemptions", (json_int_t)res->preemptions,
+                   "segments", (json_int_t)res->segments, "ticks", "window",
+                   (json_int_t)e->ticks.window, "work", (json_int_t)e->ticks.work, "overhead",
+                   (json_int_t)e->ticks.overhead, "start", (json_int_t)e->origin, "gap_seconds",
+                   gap);
+}
+
+static void result_text(const struct eval_args *a, const struct sim_eval *e,
+                        const struct sl_sim_result *res, FILE *out) {
+  double h = e->gap_s / 3600.0;
+  fprintf(out, "policy        %s\n", a->policy);
+  fprintf(out, "cost          %.2f USD\n", res->cost_usd);
+  if (res->finished)
+    fprintf(out, "finished      after %.2f h (deadline %.2f h: %s)\n",
+            (double)res->finish_tick * h, (double)e->ticks.window * h,
+            res->deadline_met ? "met" : "missed");
+  else
+    fprintf(out, "finished      no\n");
+  fprintf(out, "spot          %.2f h\non-demand     %.2f h\npreemptions   %lld\nsegments      %lld\n",
+          (double)res->spot_ticks * h, (double)res->ondemand_ticks * h,
+          (long long)res->preemptions, (long long)res->segments);
+}
+
+/* Runs the job argv[0..argc) gives (the --policy mode's options) with the
+ * traces from cache (NULL: read now and freed after). On success *ret_json
+ * is the report as JSON (owned) when a->json or batch, else the text went to
+ * out. Returns the exit status: 0, 1 (cannot be evaluated), 2 (usage); the
+ * reason is on errf. */
+static int evaluate(int argc, char **argv, bool batch, struct sim_trace_cache *cache, FILE *out,
+                    FILE *errf, json_t **ret_json) {
   struct eval_args a;
-  int r = eval_parse(argc, argv, &a);
+  int r = eval_parse(argc, argv, batch, errf, &a);
   if (r)
     return r == 1 ? 0 : 2;
   int status = 2;
   struct sl_policy *pol = NULL;
   bool optimal = !strcmp(a.policy, "optimal");
   if (!optimal && sl_policy_new(a.policy, &pol) < 0) {
-    fprintf(stderr, "spotlab-sim: unknown policy '%s' (spotlab, uniform-progress, greedy, optimal,"
-                    " ondemand)\n", a.policy);
+    fprintf(errf, "spotlab-sim: unknown policy '%s' (spotlab, uniform-progress, greedy, optimal,"
+                  " ondemand)\n", a.policy);
     return 2;
   }
   char err[2 * PATH_MAX + 256]; /* two paths and a sentence */
   struct sim_eval e;
+  if (cache && cache_load(cache, a.zones, a.n_zones, err, sizeof err) < 0) {
+    fprintf(errf, "spotlab-sim: %s\n", err);
+    goto out;
+  }
   for (size_t i = 0; i < a.n_zones; i++) {
-    if (sim_zone_load(&a.zones[i], err, sizeof err) < 0 ||
+    if ((!cache && sim_zone_load(&a.zones[i], err, sizeof err) < 0) ||
         same_ticks(&a.zones[i], &a.zones[0], err, sizeof err) < 0) {
-      fprintf(stderr, "spotlab-sim: %s\n", err);
+      fprintf(errf, "spotlab-sim: %s\n", err);
       goto out;
     }
   }
   if (sim_eval_setup(&e, a.zones, a.n_zones, &a.job, err, sizeof err) < 0) {
-    fprintf(stderr, "spotlab-sim: %s\n", err);
+    fprintf(errf, "spotlab-sim: %s\n", err);
     goto out;
   }
   struct sl_sim_result res;
   status = 1;
   if (sim_eval_run(&e, pol, &res, err, sizeof err) < 0) {
-    fprintf(stderr, "spotlab-sim: %s\n", err);
+    fprintf(errf, "spotlab-sim: %s\n", err);
     goto out;
   }
-  double gap = e.gap_s, h = gap / 3600.0;
   if (a.json) {
-    json_t *o = json_pack("{s:s,s:f,s:o,s:b,s:f,s:f,s:I,s:I,s:{s:I,s:I,s:I,s:I,s:f}}", "policy",
-                          a.policy, "cost_usd", res.cost_usd, "finish_hours",
-                          hours_or_null(res.finished, (double)res.finish_tick * h), "deadline_met",
-                          res.deadline_met, "spot_hours", (double)res.spot_ticks * h,
-                          "ondemand_hours", (double)res.ondemand_ticks * h, "preemptions",
-                          (json_int_t)res.preemptions, "segments", (json_int_t)res.segments,
-                          "ticks", "window", (json_int_t)e.ticks.window, "work",
-                          (json_int_t)e.ticks.work, "overhead", (json_int_t)e.ticks.overhead,
-                          "start", (json_int_t)e.origin, "gap_seconds", gap);
-    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
-    json_decref(o);
-    if (!s) {
-      fprintf(stderr, "spotlab-sim: out of memory\n");
+    json_t *o = result_json(&a, &e, &res);
+    if (!o) {
+      fprintf(errf, "spotlab-sim: out of memory\n");
       goto out;
     }
-    puts(s);
-    free(s);
+    *ret_json = o;
   } else {
-    printf("policy        %s\n", a.policy);
-    printf("cost          %.2f USD\n", res.cost_usd);
-    if (res.finished)
-      printf("finished      after %.2f h (deadline %.2f h: %s)\n", (double)res.finish_tick * h,
-             (double)e.ticks.window * h, res.deadline_met ? "met" : "missed");
-    else
-      printf("finished      no\n");
-    printf("spot          %.2f h\non-demand     %.2f h\npreemptions   %lld\nsegments      %lld\n",
-           (double)res.spot_ticks * h, (double)res.ondemand_ticks * h, (long long)res.preemptions,
-           (long long)res.segments);
+    result_text(&a, &e, &res, out);
   }
   status = 0;
 out:
   sl_policy_free(pol);
-  for (size_t i = 0; i < a.n_zones; i++)
-    sim_zone_done(&a.zones[i]);
+  if (!cache)
+    for (size_t i = 0; i < a.n_zones; i++)
+      sim_zone_done(&a.zones[i]);
   return status;
+}
+
+int sim_put_json(json_t *o, FILE *out) {
+  char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
+  json_decref(o);
+  if (!s)
+    return -ENOMEM;
+  int r = fprintf(out, "%s\n", s) < 0 || fflush(out) ? -EIO : 0;
+  free(s);
+  return r;
+}
+
+int sim_eval_main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--batch")) {
+      if (argc != 2) {
+        fprintf(stderr, "spotlab-sim: --batch takes no other option (each line of its input"
+                        " is one job's options)\n");
+        return 2;
+      }
+      return sim_eval_batch(stdin, stdout);
+    }
+  }
+  json_t *o = NULL;
+  int status = evaluate(argc, argv, false, NULL, stdout, stderr, &o);
+  if (status == 0 && o && sim_put_json(o, stdout) < 0) {
+    fprintf(stderr, "spotlab-sim: cannot write the report\n");
+    return 1;
+  }
+  return status;
+}
+
+int sim_eval_line(int argc, char **argv, struct sim_trace_cache *cache, FILE *errf,
+                  json_t **ret_json) {
+  return evaluate(argc, argv, true, cache, NULL, errf, ret_json);
 }

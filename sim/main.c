@@ -54,7 +54,9 @@ static void usage(FILE *f) {
         "  --events                print each job event on stderr as it arrives\n"
         "This mode replays a job through a real gateway at accelerated time. With --policy NAME,\n"
         "spotlab-sim instead evaluates a placement policy on traces in the tick model\n"
-        "(spotlab-sim --policy spotlab --help lists that mode's options; docs/sim.md).\n",
+        "(spotlab-sim --policy spotlab --help lists that mode's options; docs/sim.md);\n"
+        "spotlab-sim --batch evaluates one such job a line of its input (JSON arrays of\n"
+        "those options) and prints one JSON object a line.\n",
         f);
 }
 
@@ -85,18 +87,18 @@ static int parse(int argc, char **argv, struct args *a) {
     else if (!strcmp(o, "--type"))
       a->type = v;
     else if (!strcmp(o, "--steps"))
-      r = sim_num_arg(o, v, true, 1, 1e9, &steps);
+      r = sim_num_arg(stderr, o, v, true, 1, 1e9, &steps);
     else if (!strcmp(o, "--step-s"))
-      r = sim_num_arg(o, v, false, 0.001, 86400, &a->job.step_s);
+      r = sim_num_arg(stderr, o, v, false, 0.001, 86400, &a->job.step_s);
     else if (!strcmp(o, "--checkpoint-s"))
-      r = sim_num_arg(o, v, false, 0, 86400, &a->job.checkpoint_s);
+      r = sim_num_arg(stderr, o, v, false, 0, 86400, &a->job.checkpoint_s);
     else if (!strcmp(o, "--time-scale"))
-      r = sim_num_arg(o, v, false, 0.001, 1e6, &a->job.time_scale);
+      r = sim_num_arg(stderr, o, v, false, 0.001, 1e6, &a->job.time_scale);
     else if (!strcmp(o, "--timeout"))
-      r = sim_num_arg(o, v, false, 1, 1e7, &a->timeout_s);
+      r = sim_num_arg(stderr, o, v, false, 1, 1e7, &a->timeout_s);
     else if (!strcmp(o, "--checkpoint-every")) {
       a->auto_every = !strcmp(v, "auto");
-      if (!a->auto_every && (r = sim_num_arg(o, v, true, 0, 1e9, &x)) == 0)
+      if (!a->auto_every && (r = sim_num_arg(stderr, o, v, true, 0, 1e9, &x)) == 0)
         a->job.checkpoint_every = (int64_t)x;
     } else {
       fprintf(stderr, "spotlab-sim: unknown option '%s'\n", o);
@@ -320,7 +322,7 @@ out:
 int main(int argc, char **argv) {
   sl_log_init("spotlab-sim");
   for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "--policy")) /* the policy evaluator: no gateway */
+    if (!strcmp(argv[i], "--policy") || !strcmp(argv[i], "--batch")) /* no gateway */
       return sim_eval_main(argc, argv);
   struct args a;
   int r = parse(argc, argv, &a);

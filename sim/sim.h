@@ -63,8 +63,30 @@ int sim_eval_setup(struct sim_eval *e, const struct sim_zone *zones, size_t n_zo
 int sim_eval_run(const struct sim_eval *e, struct sl_policy *pol, struct sl_sim_result *ret,
                  char *err, size_t err_size);
 /* Option name's value v as a decimal number in lo..hi (whole: an integer,
- * no fraction or exponent) into *ret; -EINVAL after saying why on stderr. */
-int sim_num_arg(const char *name, const char *v, bool whole, double lo, double hi, double *ret);
+ * no fraction or exponent) into *ret; -EINVAL after saying why on errf. */
+int sim_num_arg(FILE *errf, const char *name, const char *v, bool whole, double lo, double hi,
+                double *ret);
+
+/* The files --batch's jobs have read, by path (at most 64; emptied when a
+ * job needs more room). */
+struct sim_trace_cache;
+/* An empty cache (owned), or NULL without memory. */
+struct sim_trace_cache *sim_trace_cache_new(void);
+/* Frees c and the traces it holds; NULL is a no-op. Returns NULL. */
+struct sim_trace_cache *sim_trace_cache_free(struct sim_trace_cache *c);
+/* One job of --batch: argv[1..argc) are the --policy mode's options
+ * (borrowed), --json implied; its traces come from cache (borrowed), read
+ * into it where it has none. Returns the exit status the job alone would
+ * have had, 0 with its report in *ret_json (owned); otherwise the reason
+ * went to errf. */
+int sim_eval_line(int argc, char **argv, struct sim_trace_cache *cache, FILE *errf,
+                  json_t **ret_json);
+/* spotlab-sim --batch (batch.c): one job a line of in, one JSON object a
+ * line of out. 0 at the end of in, 1 when out or in fails. */
+int sim_eval_batch(FILE *in, FILE *out);
+/* o (taken) as one compact line of out, flushed: a reader may wait for it.
+ * -ENOMEM or -EIO. */
+int sim_put_json(json_t *o, FILE *out);
 
 /* ---- the private gateway (home.c) ---- */
 

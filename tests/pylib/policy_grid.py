@@ -2,7 +2,8 @@
 `spotlab-sim --policy NAME ... --json` for every policy, and the summary
 (cost against the hindsight optimum, deadlines met, savings against
 on-demand). bench/policy prints the whole grid; the slow test runs a part
-of it and checks bounds.
+of it and checks bounds. The jobs go through `spotlab-sim --batch`, 64 to a
+process; each is the line a single `spotlab-sim --policy` would take.
 
 A scenario is a job (work hours, deadline hours, restart overhead hours)
 started at one tick of one trace, or of all the zones of one folder
@@ -123,21 +124,35 @@ def scenarios(root=TRACES, work=WORK_H, ratios=RATIOS, overheads=OVERHEAD_H, sta
     return out
 
 
-def run_one(sim, sc, policy):
-    p = subprocess.run(sc.args(sim, policy), capture_output=True, text=True, timeout=600)
-    if p.returncode != 0:
-        raise RuntimeError('%s: exit %d: %s' % (' '.join(sc.args(sim, policy)), p.returncode,
-                                                p.stderr.strip()))
-    return json.loads(p.stdout)
+# Jobs per `spotlab-sim --batch` process: few enough that the processes
+# share the work evenly, many enough that starting them costs little.
+BATCH = 64
+
+
+def run_batch(sim, tasks):
+    """[(scenario, policy)] through one `spotlab-sim --batch`; each result into its scenario."""
+    lines = ''.join(json.dumps(sc.args(sim, pol)[1:]) + '\n' for sc, pol in tasks)
+    p = subprocess.run([sim, '--batch'], input=lines, capture_output=True, text=True,
+                       timeout=600 + 10 * len(tasks))
+    out = p.stdout.splitlines()
+    if p.returncode != 0 or len(out) != len(tasks):
+        raise RuntimeError('%s --batch: exit %d, %d reports for %d jobs: %s'
+                           % (sim, p.returncode, len(out), len(tasks), p.stderr.strip()))
+    for (sc, pol), line in zip(tasks, out):
+        r = json.loads(line)
+        if 'exit' in r:
+            raise RuntimeError('%s: exit %d: %s' % (' '.join(sc.args(sim, pol)), r['exit'],
+                                                    r['error']))
+        sc.results[pol] = r
 
 
 def run(sim, scs, policies=POLICIES, jobs=None):
     jobs = jobs or os.cpu_count() or 2
+    tasks = [(sc, pol) for sc in scs for pol in policies]
+    chunks = [tasks[i:i + BATCH] for i in range(0, len(tasks), BATCH)]
     with concurrent.futures.ThreadPoolExecutor(jobs) as ex:
-        futs = {ex.submit(run_one, sim, sc, pol): (sc, pol) for sc in scs for pol in policies}
-        for f in concurrent.futures.as_completed(futs):
-            sc, pol = futs[f]
-            sc.results[pol] = f.result()
+        for f in [ex.submit(run_batch, sim, c) for c in chunks]:
+            f.result()
     return scs
 
 

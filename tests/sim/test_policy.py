@@ -139,6 +139,48 @@ def cli(sim):
         for args, want in cases:
             _, err = sim_run(sim, args, expect=2)
             require(want in err, f"error names '{want}'", err)
+
+        # --batch: a line a job, in order, each the report or the failure
+        # that job alone gives; one bad line spoils no other
+        good = [job([a, b], pol, 0, 2, 5, 0.2, *prices) for pol in
+                ("spotlab", "uniform-progress", "greedy", "optimal", "ondemand")]
+        good.append(job([a], "greedy", 0, 2, 5, 0.2)[:-1])  # --json is implied
+        impossible = job([a], "optimal", 0, 2, 2, 0.2)
+        lines = [json.dumps(x) for x in good[:3]]
+        lines += [json.dumps(impossible), "not json", "[1, 2]", "",
+                  json.dumps(["--help"]), json.dumps(["--tr\u0000ace", "x"])]
+        lines += [json.dumps(args) for args, _ in cases]
+        lines += [json.dumps(x) for x in good[3:]]
+        p = subprocess.run([sim, "--batch"], input="\n".join(lines) + "\n", capture_output=True,
+                           text=True, timeout=120)
+        require(p.returncode == 0, "--batch exits 0 at the end of its input", p.stderr)
+        out = [json.loads(x) for x in p.stdout.splitlines()]
+        require(len(out) == len(lines), "one report a line", (len(out), len(lines)))
+        want = [sim_run(sim, x + ([] if "--json" in x else ["--json"]))[0] for x in good]
+        require(out[:3] == want[:3] and out[-3:] == want[3:], "the reports of single runs", out)
+        require(out[3]["exit"] == 1 and "even on on-demand" in out[3]["error"],
+                "a job that cannot be evaluated: exit 1 and why", out[3])
+        for o in out[4:9]:
+            require(o["exit"] == 2 and o["error"], "a line that is no job: exit 2 and why", o)
+        for o, (_, want_err) in zip(out[9:-3], cases):
+            require(o["exit"] == 2 and want_err in o["error"], f"batch error names '{want_err}'", o)
+        # an unreadable trace is read again on each line that names it
+        fixed = os.path.join(d, "later.json")
+        line = json.dumps(job([fixed], "greedy", 0, 2, 5, 0.2))
+        with subprocess.Popen([sim, "--batch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True) as p:
+            p.stdin.write(line + "\n")
+            p.stdin.flush()
+            first = json.loads(p.stdout.readline())
+            os.link(a, fixed)
+            p.stdin.write(line + "\n")
+            p.stdin.close()
+            second = json.loads(p.stdout.readline())
+        require(first["exit"] == 2 and "later.json" in first["error"], "missing trace named", first)
+        require(second == want[-1], "the same line once the trace is there", second)
+        for extra in (["--json"], ["--policy", "greedy"]):
+            _, err = sim_run(sim, ["--batch", *extra], expect=2)
+            require("--batch takes no other option" in err, "--batch alone", err)
     print("ok: spotlab-sim --policy interface")
 
 
