@@ -4,7 +4,7 @@
  * list()) to adopt the instances a previous gateway left running
  * (docs/internals/local-provider.md, "Gateway restarts"). A record whose
  * process is gone is adopted as gone, so the timer reports it terminated; a
- * record that does not parse is moved aside. */
+ * record that does not parse is moved aside and its worker stopped. */
 #include "local_int.h"
 
 #include <dirent.h>
@@ -84,17 +84,23 @@ static void remove_tree(const char *path) {
 /* What a gone instance leaves, but its worker.log: worker.json (its key
  * pair) and work/ (its jobs' folders, their local checkpoints, the data
  * files it fetched), which would otherwise pile up under state_dir/instances
- * for every instance ever started. The folder itself goes once its log is
- * LOG_KEEP_S old (or it has none). */
-static void clean_folder(const struct gw_local *l, const char *id, bool whole_when_old) {
+ * for every instance ever started. The folder itself goes once its log, and
+ * a record moved aside, are LOG_KEEP_S old (or it has none). */
+static bool absent_or_old(const struct gw_local *l, const char *id, const char *file) {
   char path[4200];
   struct stat st;
+  gw_local_inst_path(l, id, file, path, sizeof path);
+  return stat(path, &st) < 0 || time(NULL) - st.st_mtime > LOG_KEEP_S;
+}
+
+static void clean_folder(const struct gw_local *l, const char *id, bool whole_when_old) {
+  char path[4200];
   gw_local_inst_path(l, id, "worker.json", path, sizeof path);
   unlink(path);
   gw_local_inst_path(l, id, "work", path, sizeof path);
   remove_tree(path);
-  gw_local_inst_path(l, id, "worker.log", path, sizeof path);
-  if (whole_when_old && (stat(path, &st) < 0 || time(NULL) - st.st_mtime > LOG_KEEP_S)) {
+  if (whole_when_old && absent_or_old(l, id, "worker.log") &&
+      absent_or_old(l, id, "instance.json.bad")) {
     gw_local_inst_path(l, id, NULL, path, sizeof path);
     remove_tree(path);
   }
@@ -116,6 +122,30 @@ struct gw_local_inst *gw_local_inst_free(struct gw_local_inst *in) {
 }
 
 
+/* A record this provider cannot use goes aside (ID/instance.json.bad, for
+ * the admin to read), and its worker, found by its config path, is stopped
+ * with everything it started: no instance may run that the provider does not
+ * list. Its gateway takes an instance it no longer sees for gone and runs
+ * its jobs elsewhere; left running, the worker would go on training one of
+ * them beside the new attempt. The folder is then a gone instance's, kept a
+ * week from the move for its log and the record. */
+static void set_aside(struct gw_local *l, const char *id, const char *path, const char *why) {
+  char aside[4300], cfg[4200];
+  snprintf(aside, sizeof aside, "%s.bad", path);
+  sl_warn(TOPIC, "%s: %s; moved aside to %s", path, why, aside);
+  if (rename(path, aside) < 0)
+    sl_warn(TOPIC, "cannot move %s aside: %s", path, strerror(errno));
+  else
+    utimensat(AT_FDCWD, aside, NULL, 0); /* kept a week from now, with the folder */
+  gw_local_inst_path(l, id, "worker.json", cfg, sizeof cfg);
+  pid_t pid = gw_proc_find_by_args("--config", cfg);
+  if (pid > 1) {
+    sl_warn(TOPIC, "%s: its worker (pid %d) is stopped: an instance without a usable record"
+                   " cannot be followed", id, (int)pid);
+    gw_proc_kill_session(pid);
+  }
+}
+
 /* Adopts one record found on disk (after a gateway restart). A record whose
  * process is gone is adopted as gone, so the timer reports it terminated. */
 static void adopt(struct gw_local *l, const char *id) {
@@ -123,10 +153,7 @@ static void adopt(struct gw_local *l, const char *id) {
   gw_local_inst_path(l, id, "instance.json", path, sizeof path);
   json_t *o = NULL;
   if (read_json(path, &o, why, sizeof why) < 0) {
-    char aside[4300];
-    snprintf(aside, sizeof aside, "%s.bad", path);
-    sl_warn(TOPIC, "%s: %s; moved aside to %s", path, why, aside);
-    rename(path, aside);
+    set_aside(l, id, path, why);
     return;
   }
   struct gw_local_inst *in = calloc(1, sizeof *in);
@@ -138,12 +165,14 @@ static void adopt(struct gw_local *l, const char *id) {
       pid > INT32_MAX ||
       strlen(type) >= sizeof in->type || strlen(zone) >= sizeof in->zone ||
       gw_catalog_find(l->cat, type) < 0 || l->n == GW_LOCAL_MAX_INSTANCES) {
-    sl_warn(TOPIC, "%s: not a usable instance record; moved aside to .bad", path);
-    char aside[4300];
-    snprintf(aside, sizeof aside, "%s.bad", path);
-    rename(path, aside);
     free(in);
     json_decref(o);
+    if (l->n == GW_LOCAL_MAX_INSTANCES)
+      snprintf(why, sizeof why, "one instance more than the %d the provider holds",
+               GW_LOCAL_MAX_INSTANCES);
+    else
+      snprintf(why, sizeof why, "not a usable instance record");
+    set_aside(l, id, path, why);
     return;
   }
   strcpy(in->id, id);
@@ -215,12 +244,11 @@ void gw_local_sweep_folders(struct gw_local *l) {
     return;
   struct dirent *de;
   while ((de = readdir(d))) {
-    char rec[4200 + 300], bad[4200 + 310];
+    char rec[4200 + 300];
     snprintf(rec, sizeof rec, "%s/%s/instance.json", dir, de->d_name);
-    snprintf(bad, sizeof bad, "%s.bad", rec); /* a record moved aside: its worker may still run */
     if (!valid_id(de->d_name))
       continue;
-    if (!gw_local_find(l, de->d_name) && access(rec, F_OK) < 0 && access(bad, F_OK) < 0) {
+    if (!gw_local_find(l, de->d_name) && access(rec, F_OK) < 0) {
       clean_folder(l, de->d_name, true);
       continue;
     }

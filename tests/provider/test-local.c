@@ -95,6 +95,49 @@ static bool running(pid_t pid) {
   return p && p[2] != 'Z';
 }
 
+/* A stand-in for instance id's worker, a child of this process: a shell in a
+ * session of its own (as the provider starts workers) whose command line
+ * holds "--config state/instances/ID/worker.json", as a worker's does. */
+static pid_t fake_worker(const char *id) {
+  char dir[512], cfg[600];
+  snprintf(dir, sizeof dir, "%s/instances/%s", state, id);
+  mkdir(dir, 0700);
+  snprintf(cfg, sizeof cfg, "%s/worker.json", dir);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setsid();
+    execl("/bin/sh", "sh", "-c", "sleep 60; :", "--config", cfg, (char *)NULL);
+    _exit(127);
+  }
+  char cmdline[64], seen[1024] = "";
+  snprintf(cmdline, sizeof cmdline, "/proc/%d/cmdline", (int)pid);
+  for (int i = 0; i < 300 && !strstr(seen, "sleep 60"); i++) { /* until it has exec'd */
+    FILE *c = fopen(cmdline, "r");
+    size_t got = c ? fread(seen, 1, sizeof seen - 1, c) : 0;
+    if (c)
+      fclose(c);
+    for (size_t k = 0; k < got; k++)
+      seen[k] = seen[k] ? seen[k] : ' ';
+    seen[got] = 0;
+    if (!strstr(seen, "sleep 60"))
+      usleep(10000); /* another process's exec has no event to wait on */
+  }
+  return pid;
+}
+
+/* True once child pid has ended and is reaped, within timeout_ms; else it
+ * is killed and reaped, and false. */
+static bool reaped_within(pid_t pid, int timeout_ms) {
+  for (int waited = 0; waited < timeout_ms; waited += 10) {
+    if (waitpid(pid, NULL, WNOHANG) == pid)
+      return true;
+    usleep(10000); /* a child's end seen by polling: the test has no loop on SIGCHLD */
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return false;
+}
+
 static bool is_instance_id(const char *id) {
   if (strlen(id) != 14 || strncmp(id, "i-", 2))
     return false;
@@ -520,34 +563,13 @@ static void test_rediscovery(void) {
   /* Records saved before their worker started (a gateway that died inside
    * launch): one whose worker runs is found by its config path, one whose
    * worker never started is reported terminated. */
-  char cfg[600];
-  snprintf(dir, sizeof dir, "%s/instances/i-00000000000c", state);
-  mkdir(dir, 0700);
-  snprintf(cfg, sizeof cfg, "%s/worker.json", dir);
-  pid_t orphan = fork();
-  if (orphan == 0) {
-    setsid(); /* as the provider starts workers */
-    execl("/bin/sh", "sh", "-c", "sleep 60; :", "--config", cfg, (char *)NULL);
-    _exit(127);
-  }
-  char cmdline[64], seen[1024] = "";
-  snprintf(cmdline, sizeof cmdline, "/proc/%d/cmdline", (int)orphan);
-  for (int i = 0; i < 300 && !strstr(seen, "sleep 60"); i++) { /* until it has exec'd */
-    FILE *c = fopen(cmdline, "r");
-    size_t got = c ? fread(seen, 1, sizeof seen - 1, c) : 0;
-    if (c)
-      fclose(c);
-    for (size_t k = 0; k < got; k++)
-      seen[k] = seen[k] ? seen[k] : ' ';
-    seen[got] = 0;
-    if (!strstr(seen, "sleep 60"))
-      usleep(10000); /* another process's exec has no event to wait on */
-  }
+  pid_t orphan = fake_worker("i-00000000000c");
   write_unstarted_record("i-00000000000c");
   write_unstarted_record("i-00000000000d");
-  /* A corrupt record is ignored, not fatal. */
+  /* A corrupt record is not fatal: it goes aside, and the worker it
+   * recorded is stopped (the gateway will take the instance for gone). */
+  pid_t unrecorded = fake_worker("i-0000000000bb");
   snprintf(dir, sizeof dir, "%s/instances/i-0000000000bb", state);
-  mkdir(dir, 0700);
   snprintf(path, sizeof path, "%s/instance.json", dir);
   f = fopen(path, "w");
   fputs("{\"instance\":", f);
@@ -569,7 +591,7 @@ static void test_rediscovery(void) {
   struct timeval old[2] = {{time(NULL) - 8 * 86400, 0}, {time(NULL) - 8 * 86400, 0}};
   inst_file("i-0000000000e1", "worker.log", path, sizeof path);
   CHECK_INT(utimes(path, old), 0);
-  snprintf(dir, sizeof dir, "%s/instances/i-0000000000bb/work", state); /* its record goes aside: kept */
+  snprintf(dir, sizeof dir, "%s/instances/i-0000000000bb/work", state); /* a gone instance's */
   mkdir(dir, 0700);
   /* The temporary file of a record's write that a kill cut short goes; one
    * whose writer runs (this process) stays. */
@@ -613,8 +635,13 @@ static void test_rediscovery(void) {
   }
   CHECK(found);
   free(list);
+  /* the record moved aside and its worker stopped; the folder is a gone
+   * instance's: its work goes, its log and the record stay for a week */
+  CHECK(reaped_within(unrecorded, 3000));
   snprintf(dir, sizeof dir, "%s/instances/i-0000000000bb/work", state);
-  CHECK(access(dir, F_OK) == 0); /* its worker may run: nothing of it goes */
+  CHECK(access(dir, F_OK) < 0);
+  snprintf(path, sizeof path, "%s/instances/i-0000000000bb/instance.json.bad", state);
+  CHECK(access(path, F_OK) == 0);
   /* The metadata endpoint is back on the same port. */
   char tok[64];
   struct body body;
@@ -659,7 +686,7 @@ static void test_rediscovery(void) {
   /* While the provider runs, a gone instance's folder whose log turns a week
    * old goes at the next sweep (hourly; a twentieth of a second here): e2's
    * log, kept when the provider opened, is now past the week. Folders with a
-   * recent log, and the one whose record was moved aside, stay. */
+   * recent log, or a record moved aside this week, stay. */
   inst_file("i-0000000000e2", "worker.log", path, sizeof path);
   CHECK_INT(utimes(path, old), 0);
   struct gw_local *l = (struct gw_local *)b;
@@ -671,8 +698,8 @@ static void test_rediscovery(void) {
   CHECK(access(dir, F_OK) < 0);
   inst_file(id, "worker.log", path, sizeof path);
   CHECK(access(path, F_OK) == 0);
-  snprintf(dir, sizeof dir, "%s/instances/i-0000000000bb/work", state);
-  CHECK(access(dir, F_OK) == 0);
+  snprintf(path, sizeof path, "%s/instances/i-0000000000bb/instance.json.bad", state);
+  CHECK(access(path, F_OK) == 0);
   b->ops->destroy(b);
 }
 
