@@ -68,14 +68,9 @@ int gw_aws_region_of_zone(const struct gw_aws *a, const char *zone) {
 
 struct gw_provider_event *gw_aws_queue_event(struct gw_aws *a, enum gw_provider_event_kind kind,
                                              const char *id) {
-  if (a->n_events == GW_AWS_MAX_EVENTS) {
-    sl_warn(T, "event queue full; dropping an event for %s", *id ? id : "the market");
+  struct gw_provider_event *ev = gw_evqueue_push(&a->events, kind, id, T);
+  if (!ev)
     return NULL;
-  }
-  struct gw_provider_event *ev = &a->events[a->n_events++];
-  memset(ev, 0, sizeof *ev);
-  ev->kind = kind;
-  snprintf(ev->instance_id, sizeof ev->instance_id, "%s", id);
   uint64_t one = 1;
   if (write(a->efd, &one, sizeof one) < 0 && errno != EAGAIN)
     sl_warn(T, "cannot wake the gateway's loop: %s", strerror(errno));
@@ -138,12 +133,9 @@ static void on_wake(struct gw_loop *loop, int fd, void *sock, int events, void *
   if (read(fd, &count, sizeof count) < 0 && errno != EAGAIN)
     sl_warn(T, "eventfd: %s", strerror(errno));
   lock(a);
-  size_t n = a->n_events;
-  struct gw_provider_event *batch = n ? malloc(n * sizeof *batch) : NULL;
-  if (batch) {
-    memcpy(batch, a->events, n * sizeof *batch);
-    a->n_events = 0;
-  } else if (n) {
+  struct gw_provider_event *batch = NULL;
+  size_t n = 0;
+  if (gw_evqueue_take(&a->events, &batch, &n) < 0) {
     uint64_t one = 1; /* kept queued; the next turn tries again */
     if (write(a->efd, &one, sizeof one) < 0)
       sl_warn(T, "eventfd: %s", strerror(errno));

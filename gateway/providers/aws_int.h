@@ -14,6 +14,7 @@
 
 #include "aws.h"
 #include "aws_ec2.h"
+#include "evqueue.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -22,7 +23,6 @@
 
 #define GW_AWS_MAX_INSTANCES 512    /* live and ended (kept for billed_usd) */
 #define GW_AWS_MAX_ENDED 128
-#define GW_AWS_MAX_EVENTS 1024
 #define GW_AWS_MAX_PLACEMENTS 16
 #define GW_AWS_MAX_SECURITY_GROUPS 5
 #define GW_AWS_MAX_FAILURES 256
@@ -154,8 +154,7 @@ struct gw_aws {
   bool kick;                    /* work was queued for the thread */
   struct gw_aws_inst *inst[GW_AWS_MAX_INSTANCES];
   size_t n;
-  struct gw_provider_event events[GW_AWS_MAX_EVENTS];
-  size_t n_events;
+  struct gw_evqueue events;
   struct gw_instance_type *types;    /* cfg.types order: the catalog's view of each type */
   struct aws_spot_price *prices;     /* newest spot price per (type, zone) seen; owned */
   size_t n_prices;

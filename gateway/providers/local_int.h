@@ -7,6 +7,7 @@
 #define GW_LOCAL_INT_H
 
 #include "local.h"
+#include "evqueue.h"
 #include "proc.h"
 
 #include <stdbool.h>
@@ -15,7 +16,6 @@
 #include <sys/types.h>
 
 #define GW_LOCAL_MAX_INSTANCES 256
-#define GW_LOCAL_MAX_EVENTS 1024
 
 struct gw_catalog;
 struct gw_imds;
@@ -62,8 +62,7 @@ struct gw_local {
   int64_t open_mono_us;
   struct gw_local_inst *inst[GW_LOCAL_MAX_INSTANCES];
   size_t n;
-  struct gw_provider_event events[GW_LOCAL_MAX_EVENTS];
-  size_t n_events;
+  struct gw_evqueue events;
   int last_capacity;               /* the trace's capacity at the last step */
   bool capacity_known;
   int64_t swept_mono_us;           /* the last sweep of gone instances' folders */

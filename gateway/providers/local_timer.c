@@ -33,15 +33,7 @@ static int64_t wall_us_of_sim(const struct gw_local *l, double sim_s) {
 /* Queues an event (delivered by the timer); NULL when the queue is full. */
 struct gw_provider_event *gw_local_queue_event(struct gw_local *l, enum gw_provider_event_kind kind,
                                                const char *id) {
-  if (l->n_events == GW_LOCAL_MAX_EVENTS) {
-    sl_warn(TOPIC, "event queue full; dropping an event for %s", *id ? id : "the market");
-    return NULL;
-  }
-  struct gw_provider_event *ev = &l->events[l->n_events++];
-  memset(ev, 0, sizeof *ev);
-  ev->kind = kind;
-  snprintf(ev->instance_id, sizeof ev->instance_id, "%s", id);
-  return ev;
+  return gw_evqueue_push(&l->events, kind, id, TOPIC);
 }
 
 static void queue_end(struct gw_local *l, enum gw_provider_event_kind kind, const struct gw_local_inst *in,
@@ -147,7 +139,7 @@ static int64_t market_due(const struct gw_local *l) {
 /* When the timer next has work: queued events at once, else the earliest
  * notice, rebalance, deadline, kill, liveness check, market change or sweep. */
 int64_t gw_local_next_due(const struct gw_local *l, int64_t now) {
-  if (l->n_events)
+  if (l->events.n)
     return now;
   int64_t next = market_due(l);
   if (l->swept_mono_us + l->sweep_every_us < next)
@@ -236,14 +228,10 @@ static void step(struct gw_local *l, int64_t now) {
 /* Delivers the events queued so far; those the callbacks queue meanwhile
  * wait for the next turn (the timer is then due at once). */
 static void deliver(struct gw_local *l) {
-  size_t n = l->n_events;
-  if (!n)
-    return;
-  struct gw_provider_event *batch = malloc(n * sizeof *batch);
-  if (!batch)
+  struct gw_provider_event *batch;
+  size_t n;
+  if (gw_evqueue_take(&l->events, &batch, &n) < 0)
     return; /* kept queued; the next turn tries again */
-  memcpy(batch, l->events, n * sizeof *batch);
-  l->n_events = 0;
   for (size_t i = 0; i < n; i++)
     if (l->base.on_event)
       l->base.on_event(l->base.userdata, &l->base, &batch[i]);
