@@ -214,6 +214,9 @@ static int eval_parse(int argc, char **argv, bool batch, FILE *errf, struct eval
 
 /* More than the shared traces' files: a batch over all of them reads each once. */
 #define CACHE_MAX 64
+/* The traces kept after a job: beyond this the cache is emptied (a job's own
+ * traces, up to 16 of them, are held while it runs whatever their size). */
+#define CACHE_MAX_BYTES ((size_t)1 << 30)
 
 struct sim_trace_cache {
   struct {
@@ -221,9 +224,12 @@ struct sim_trace_cache {
     struct sl_trace *trace;
   } e[CACHE_MAX];
   size_t n;
+  size_t bytes;                  /* the traces' arrays */
 };
 
-struct sim_trace_cache *sim_trace_cache_new(void) { return calloc(1, sizeof(struct sim_trace_cache)); }
+struct sim_trace_cache *sim_trace_cache_new(void) {
+  return calloc(1, sizeof(struct sim_trace_cache));
+}
 
 static void cache_clear(struct sim_trace_cache *c) {
   for (size_t i = 0; i < c->n; i++) {
@@ -231,6 +237,7 @@ static void cache_clear(struct sim_trace_cache *c) {
     sl_trace_free(c->e[i].trace);
   }
   c->n = 0;
+  c->bytes = 0;
 }
 
 struct sim_trace_cache *sim_trace_cache_free(struct sim_trace_cache *c) {
@@ -270,6 +277,8 @@ static int cache_load(struct sim_trace_cache *c, struct sim_zone *zones, size_t 
     c->e[c->n].path = path;
     c->e[c->n].trace = z->trace;
     c->n++;
+    const struct sl_trace *t = z->trace;
+    c->bytes += t->n * (sizeof *t->capacity + (t->price ? sizeof *t->price : 0));
   }
   return 0;
 }
@@ -368,6 +377,8 @@ out:
   if (!cache)
     for (size_t i = 0; i < a.n_zones; i++)
       sim_zone_done(&a.zones[i]);
+  else if (cache->bytes > CACHE_MAX_BYTES)
+    cache_clear(cache); /* the job is done with them */
   return status;
 }
 

@@ -67,8 +67,8 @@ int sim_eval_run(const struct sim_eval *e, struct sl_policy *pol, struct sl_sim_
 int sim_num_arg(FILE *errf, const char *name, const char *v, bool whole, double lo, double hi,
                 double *ret);
 
-/* The files --batch's jobs have read, by path (at most 64; emptied when a
- * job needs more room). */
+/* The files --batch's jobs have read, by path (at most 64 files, and 1 GiB
+ * kept between jobs; emptied when a job needs more). */
 struct sim_trace_cache;
 /* An empty cache (owned), or NULL without memory. */
 struct sim_trace_cache *sim_trace_cache_new(void);
