@@ -49,15 +49,24 @@ static int parse_line(const char *line, size_t len, char **argv, int *ret_argc, 
   return 0;
 }
 
-/* What errf took, without the program's name and the trailing newlines. */
-static const char *reason(char *text) {
+/* What errf took as a JSON string, without the program's name and the
+ * trailing newlines; bytes that are not UTF-8 (a file's, quoted by its
+ * reader) become '?'. */
+static json_t *reason(char *text) {
   if (!text)
-    return "out of memory";
+    return json_string("out of memory");
   size_t n = strlen(text);
   while (n && (text[n - 1] == '\n' || text[n - 1] == ' '))
     text[--n] = '\0';
   const char *pre = "spotlab-sim: ";
-  return strncmp(text, pre, strlen(pre)) ? text : text + strlen(pre);
+  char *r = strncmp(text, pre, strlen(pre)) ? text : text + strlen(pre);
+  json_t *s = json_string(r);
+  if (!s) {
+    for (char *p = r; *p; p++)
+      *p = (unsigned char)*p < 0x80 ? *p : '?';
+    s = json_string(r);
+  }
+  return s;
 }
 
 /* One job's line: its report or its failure on out. -ENOMEM or -EIO when
@@ -85,8 +94,8 @@ static int one_job(const char *line, size_t len, struct sim_trace_cache *cache, 
   json_decref(arr);
   bool written = fclose(errf) == 0;
   json_t *o = status == 0 ? report
-                          : json_pack("{s:i,s:s}", "exit", status,
-                                      "error", written ? reason(text) : "out of memory");
+                          : json_pack("{s:i,s:o}", "exit", status, "error",
+                                      reason(written ? text : NULL));
   free(text);
   return sim_put_json(o, out);
 }
