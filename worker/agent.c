@@ -93,7 +93,6 @@ struct wk_agent {
   struct wk_notice held_notice; /* taken by the pump: reported, its jobs' part still to do */
   bool notice_held;
   bool stop_held;  /* SIGINT taken by the pump: the jobs stop after the call */
-  bool held;       /* notice_held || stop_held: the jobs' reading returns to the loop */
   int signal_fd;   /* the signal pipe's read end, or -1 */
   bool orphaned; /* stopped for orphan_timeout_ms without word: nothing waits for the gateway */
   int64_t exit_by_us; /* monotonic; INT64_MAX = none */
@@ -222,7 +221,6 @@ static void pump(void *ctx) {
    * after the call. A signal while a notice is held waits for the loop. */
   if (a->signal_fd >= 0 && !a->notice_held)
     read_signals(a, a->signal_fd, true);
-  a->held = a->notice_held || a->stop_held;
 }
 
 /* ---- gateway requests ---- */
@@ -309,6 +307,13 @@ static void resend_metrics(struct wk_agent *a, const json_t *jobs) {
     json_array_foreach(jobs, i, v) listed |= !strcmp(sl_json_get_str(v, "job", ""), wk_job_id(a->jobs[k]));
     if (!listed && wk_job_ended(a->jobs[k])) wk_job_send_done(a->jobs[k]);
   }
+}
+
+/* A notice or a stop the pump took during a store call waits for the loop:
+ * the jobs' reading returns to it first. */
+static bool held(void *ctx) {
+  const struct wk_agent *a = ctx;
+  return a->notice_held || a->stop_held;
 }
 
 static bool data_in_use(void *ctx, const char *sha) {
@@ -664,7 +669,6 @@ int wk_agent_run(struct wk_agent *a, int signal_fd) {
       a->stop_held = false;
       stop_all(a);
     }
-    a->held = a->notice_held || a->stop_held; /* taken again by a store call just made */
     size_t n = build_poll(a, signal_fd, items, slots);
     int r = zmq_poll(items, (int)n, (long)poll_timeout_ms(a, sl_time_mono_us()));
     if (r < 0 && zmq_errno() != EINTR) return sl_err_from_zmq(zmq_errno());
@@ -757,7 +761,7 @@ int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent
   a->env = (struct wk_job_env){.cfg = cfg, .store = a->store, .train = train, .gpus = &a->gpus,
                                .train_cuda = train_cuda, .signer = s3 ? &a->signer : NULL,
                                .send = agent_send, .ctx = a, .data_in_use = data_in_use,
-                               .held = &a->held};
+                               .held = held};
   if (cfg->metadata[0]) {
     r = wk_notice_watcher_new(cfg->metadata, wk_config_metadata_kind(cfg), cfg->notice_poll_ms, &a->watcher);
     if (r < 0) {

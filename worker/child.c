@@ -176,9 +176,10 @@ static void split_lines(struct wk_child *c, enum wk_stream s, wk_line_fn *fn, vo
   }
 }
 
-int wk_child_read(struct wk_child *c, enum wk_stream s, wk_line_fn *fn, void *ctx, const bool *stop) {
+int wk_child_read(struct wk_child *c, enum wk_stream s, wk_line_fn *fn, void *ctx,
+                  bool (*stop)(void *ctx)) {
   if (c->fd[s] < 0) return 0;
-  for (int rounds = 0; rounds < 64 && !(stop && *stop); rounds++) {
+  for (int rounds = 0; rounds < 64 && !(stop && stop(ctx)); rounds++) {
     ssize_t k = read(c->fd[s], c->buf[s] + c->len[s], WK_LINE_MAX - c->len[s]);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && errno == EAGAIN) return 0;

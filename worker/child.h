@@ -41,11 +41,12 @@ pid_t wk_child_pid(const struct wk_child *c);
 int wk_child_fd(const struct wk_child *c, enum wk_stream stream);
 /* Reads what is available on stream and calls fn for each complete line; at
  * end of file the last partial line is delivered and the pipe closed. At
- * most 64 reads; and once *stop (stop not NULL) is true after a read's lines
- * were delivered it returns, the rest left in the pipe for the next call: fn
- * may make a store call, during which the caller takes what must not wait
- * behind the next lines (a notice). */
-int wk_child_read(struct wk_child *c, enum wk_stream stream, wk_line_fn *fn, void *ctx, const bool *stop);
+ * most 64 reads; and once stop(ctx) (stop not NULL) is true after a read's
+ * lines were delivered it returns, the rest left in the pipe for the next
+ * call: fn may make a store call, during which the caller takes what must
+ * not wait behind the next lines (a notice). */
+int wk_child_read(struct wk_child *c, enum wk_stream stream, wk_line_fn *fn, void *ctx,
+                  bool (*stop)(void *ctx));
 /* True once every output pipe reached end of file. */
 bool wk_child_drained(const struct wk_child *c);
 /* Writes line + "\n" to the control pipe; -EAGAIN if it is full, -EPIPE if gone. */

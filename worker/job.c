@@ -463,8 +463,13 @@ static void on_line(void *ctx, enum wk_stream s, const char *line, size_t len, b
   wk_job_output_line(j, s, line, len, truncated);
 }
 
+static bool agent_held(void *ctx) {
+  const struct wk_job *j = ctx;
+  return j->env->held && j->env->held(j->env->ctx);
+}
+
 void wk_job_readable(struct wk_job *j, enum wk_stream s) {
-  if (j->child) wk_child_read(j->child, s, on_line, j, j->env->held);
+  if (j->child) wk_child_read(j->child, s, on_line, j, agent_held);
 }
 
 /* ---- ending ---- */

@@ -33,10 +33,10 @@ struct wk_job_env {
   /* Whether a job of this worker that has not ended reads the uploaded
    * data file whose SHA-256 is sha (its copy must stay). */
   bool (*data_in_use)(void *ctx, const char *sha);
-  /* NULL, or true while the agent holds a notice or a stop that came during
-   * a store call: a job reading its child's output returns to the agent's
+  /* NULL, or whether the agent holds a notice or a stop that came during a
+   * store call: a job reading its child's output returns to the agent's
    * loop, which acts on it, before it reads (and uploads) more. */
-  const bool *held;
+  bool (*held)(void *ctx);
 };
 
 /* Starts the job of an assign message (borrowed); once its process runs,
