@@ -266,13 +266,13 @@ static int cache_load(struct sim_trace_cache *c, struct sim_zone *zones, size_t 
       continue;
     char *path = strdup(z->path);
     int r = path ? sim_zone_load(z, err, err_size) : -ENOMEM;
-    if (r < 0 || !path) {
-      free(path);
-      if (r >= 0)
+    if (r < 0) {
+      if (!path)
         snprintf(err, err_size, "out of memory");
+      free(path);
       for (size_t k = 0; k < n; k++)
         zones[k].trace = NULL;
-      return r < 0 ? r : -ENOMEM;
+      return r;
     }
     c->e[c->n].path = path;
     c->e[c->n].trace = z->trace;
@@ -320,7 +320,7 @@ static void result_text(const struct eval_args *a, const struct sim_eval *e,
 }
 
 /* Runs the job argv[0..argc) gives (the --policy mode's options) with the
- * traces from cache (NULL: read now and freed after). On success *ret_json
+ * traces from cache (read into it where it has none). On success *ret_json
  * is the report as JSON (owned) when a->json or batch, else the text went to
  * out. Returns the exit status: 0, 1 (cannot be evaluated), 2 (usage); the
  * reason is on errf. */
@@ -340,13 +340,12 @@ static int evaluate(int argc, char **argv, bool batch, struct sim_trace_cache *c
   }
   char err[2 * PATH_MAX + 256]; /* two paths and a sentence */
   struct sim_eval e;
-  if (cache && cache_load(cache, a.zones, a.n_zones, err, sizeof err) < 0) {
+  if (cache_load(cache, a.zones, a.n_zones, err, sizeof err) < 0) {
     fprintf(errf, "spotlab-sim: %s\n", err);
     goto out;
   }
   for (size_t i = 0; i < a.n_zones; i++) {
-    if ((!cache && sim_zone_load(&a.zones[i], err, sizeof err) < 0) ||
-        same_ticks(&a.zones[i], &a.zones[0], err, sizeof err) < 0) {
+    if (same_ticks(&a.zones[i], &a.zones[0], err, sizeof err) < 0) {
       fprintf(errf, "spotlab-sim: %s\n", err);
       goto out;
     }
@@ -374,10 +373,7 @@ static int evaluate(int argc, char **argv, bool batch, struct sim_trace_cache *c
   status = 0;
 out:
   sl_policy_free(pol);
-  if (!cache)
-    for (size_t i = 0; i < a.n_zones; i++)
-      sim_zone_done(&a.zones[i]);
-  else if (cache->bytes > CACHE_MAX_BYTES)
+  if (cache->bytes > CACHE_MAX_BYTES)
     cache_clear(cache); /* the job is done with them */
   return status;
 }
@@ -403,8 +399,14 @@ int sim_eval_main(int argc, char **argv) {
       return sim_eval_batch(stdin, stdout);
     }
   }
+  struct sim_trace_cache *cache = sim_trace_cache_new();
+  if (!cache) {
+    fprintf(stderr, "spotlab-sim: out of memory\n");
+    return 1;
+  }
   json_t *o = NULL;
-  int status = evaluate(argc, argv, false, NULL, stdout, stderr, &o);
+  int status = evaluate(argc, argv, false, cache, stdout, stderr, &o);
+  sim_trace_cache_free(cache);
   if (status == 0 && o && sim_put_json(o, stdout) < 0) {
     fprintf(stderr, "spotlab-sim: cannot write the report\n");
     return 1;
