@@ -164,6 +164,12 @@ char **sl_s3_keys_free(char **keys);
 /* DeleteObject. S3 answers alike whether or not key existed. */
 int sl_s3_delete(struct sl_s3_client *c, const char *key, char *err, size_t err_size);
 
+/* AbortMultipartUpload of upload_id for key: the parts already sent are
+ * deleted. -ENOENT (NoSuchUpload) when the upload is no more: completed or
+ * aborted already. */
+int sl_s3_abort_upload(struct sl_s3_client *c, const char *key, const char *upload_id, char *err,
+                       size_t err_size);
+
 /* Test hook: the next put's body ends after `bytes` bytes, as a transfer
  * cut off mid-way would (-1 = off). */
 void sl_s3_fail_next_put(struct sl_s3_client *c, int64_t bytes);

@@ -485,9 +485,13 @@ static int exchange(struct sl_s3_client *c, const struct sl_s3_presign_req *pr, 
 }
 
 static int mpu_abort(struct mpu *m, char *err, size_t err_size) {
-  struct sl_s3_presign_req pr = {.op = SL_S3_MPU_ABORT, .key = m->key, .upload_id = m->upload_id};
-  return exchange(m->c, &pr, "DELETE", NULL, 0, "abort of the upload", NULL, NULL, NULL, err,
-                  err_size);
+  return sl_s3_abort_upload(m->c, m->key, m->upload_id, err, err_size);
+}
+
+int sl_s3_abort_upload(struct sl_s3_client *c, const char *key, const char *upload_id, char *err,
+                       size_t err_size) {
+  struct sl_s3_presign_req pr = {.op = SL_S3_MPU_ABORT, .key = key, .upload_id = upload_id};
+  return exchange(c, &pr, "DELETE", NULL, 0, "abort of the upload", NULL, NULL, NULL, err, err_size);
 }
 
 /* CompleteMultipartUpload; its answer may be an error even with 200. A

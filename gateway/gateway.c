@@ -303,13 +303,77 @@ static int open_purge(struct gw *g) {
   return r;
 }
 
-/* The jobs whose objects the purge thread removed: no longer to purge. */
+/* The jobs whose objects the purge thread removed: no longer to purge; the
+ * multipart uploads it aborted: no longer to abort. */
 static void purge_done(struct gw *g) {
   int64_t done[256];
   size_t n = g->purge ? gw_purge_take_done(g->purge, done, 256) : 0;
   int r = n ? gw_store_purge_done(g->store, done, n) : 0;
   if (r < 0)
     sl_debug(T, "the purged jobs' rows stay until the store can be written: %s", sl_strerror(r));
+  char *ids[256];
+  while (g->purge && (n = gw_purge_take_aborted(g->purge, ids, 256)) > 0) {
+    if ((r = gw_store_multipart_done(g->store, (const char *const *)ids, n)) < 0)
+      sl_debug(T, "the aborted uploads' rows stay until the store can be written: %s", sl_strerror(r));
+    for (size_t i = 0; i < n; i++)
+      free(ids[i]);
+  }
+}
+
+/* Queues the aborts of the multipart uploads in rows (gw_store_multipart_list)
+ * whose instance is gone: any instance's when instance is NULL, else that
+ * instance's. */
+static void abort_uploads(struct gw *g, json_t *rows, const char *instance) {
+  size_t n = 0, cap = json_array_size(rows);
+  const char **keys = calloc(cap ? cap : 1, sizeof *keys), **ids = calloc(cap ? cap : 1, sizeof *ids);
+  size_t i;
+  json_t *row;
+  json_array_foreach(rows, i, row) {
+    const char *inst = sl_json_get_str(row, "instance", "");
+    if (keys && ids && (instance || !gw_fleet_inst(g->fleet, inst))) {
+      keys[n] = sl_json_get_str(row, "key", "");
+      ids[n++] = sl_json_get_str(row, "upload_id", "");
+    }
+  }
+  int r = !keys || !ids ? -ENOMEM : gw_purge_uploads(g->purge, keys, ids, n);
+  if (r < 0)
+    sl_warn(T, "the unfinished multipart uploads of %s are not aborted now: %s (tried again at the "
+            "next start)", instance ? instance : "gone instances", sl_strerror(r));
+  else if (n)
+    sl_info(T, "aborting %zu multipart uploads that %s left unfinished", n,
+            instance ? instance : "instances gone before this start");
+  free(keys);
+  free(ids);
+}
+
+/* An instance left the fleet: the uploads its worker had under way cannot
+ * end any more. */
+static void multipart_sink(void *data, const struct gw_bus_event *ev) {
+  struct gw *g = data;
+  json_t *rows = NULL;
+  if (!g->purge || !ev->instance)
+    return;
+  int r = gw_store_multipart_list(g->store, ev->instance, &rows);
+  if (r < 0)
+    sl_warn(T, "%s: its unfinished multipart uploads cannot be read: %s (tried again at the next "
+            "start)", ev->instance, sl_strerror(r));
+  else
+    abort_uploads(g, rows, ev->instance);
+  json_decref(rows);
+}
+
+/* At the start, once the fleet is loaded: the uploads of instances that
+ * went while no gateway ran, or whose aborts a stop cut short. */
+static void abort_gone_uploads(struct gw *g) {
+  json_t *rows = NULL;
+  if (!g->purge)
+    return;
+  int r = gw_store_multipart_list(g->store, NULL, &rows);
+  if (r < 0)
+    sl_warn(T, "the unfinished multipart uploads cannot be read: %s", sl_strerror(r));
+  else
+    abort_uploads(g, rows, NULL);
+  json_decref(rows);
 }
 
 /* Starts the deletions of stored data files marked in the store and not
@@ -644,7 +708,8 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   if ((r = gw_bus_subscribe(&g->bus, GW_BUS_JOB_EVENT | GW_BUS_NOTICE, gw_kproto_sink,
                             g->kproto)) < 0 ||
       (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_ledger_sink, g->ledger)) < 0 ||
-      (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_budget_sink, g->budget)) < 0)
+      (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_budget_sink, g->budget)) < 0 ||
+      (r = gw_bus_subscribe(&g->bus, GW_BUS_INSTANCE_GONE, multipart_sink, g)) < 0)
     goto fail;
   struct gw_webhooks_env we = {.cfg = cfg, .loop = g->loop, .http = g->http};
   r = -ENOMEM;
@@ -674,6 +739,7 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
              sl_strerror(r), gw_store_last_error(g->store));
     goto fail;
   }
+  abort_gone_uploads(g);
   sl_info(T, "listening on %s (kernels) and %s (workers)", cfg->listen, cfg->workers);
   *ret = g;
   return 0;

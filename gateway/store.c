@@ -107,6 +107,11 @@ static const char *const migrations[] = {
   "    AS j, json_each(j.spec, '$.data_upload.files') AS f"
   "  WHERE json_type(f.value, '$.sha256')='text'"
   "    AND json_type(f.value, '$.bytes')='integer' GROUP BY 1, 2;",
+  /* 11: multipart uploads workers began, until stored or aborted (store_multipart.c) */
+  "CREATE TABLE multipart(upload_id TEXT PRIMARY KEY, key TEXT NOT NULL, instance TEXT NOT NULL,"
+  "  seen_us INTEGER NOT NULL);"
+  "CREATE INDEX multipart_instance ON multipart(instance);"
+  "CREATE INDEX multipart_key ON multipart(key);",
 };
 
 /* SQLite's error space in the project's: a full disk, an I/O error, a lock
@@ -551,6 +556,13 @@ int gw_store_record_checkpoint(struct gw_store *s, const struct gw_job *j, int a
     sqlite3_bind_int64(st, 8, now_us);
   }
   int r = run(s, st);
+  /* stored whole: the upload its worker made of it is complete (one that a
+   * worker gone since began under the same key stays, to be aborted) */
+  if (r == 0 && ck->key[0] && (st = prep(s, "DELETE FROM multipart WHERE key=?1 AND instance=?2"))) {
+    bind_text(st, 1, ck->key);
+    bind_text(st, 2, j->instance);
+    r = run(s, st);
+  }
   if (r < 0 || strcmp(j->kind, "train") || !j->model[0])
     return r;
   /* the session's model only while it is still the one the job trains: one

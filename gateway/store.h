@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GW_STORE_SCHEMA_VERSION 10
+#define GW_STORE_SCHEMA_VERSION 11
 
 struct gw_store;
 
@@ -142,6 +142,17 @@ int gw_store_sessions_list(struct gw_store *s, const char *user, size_t max, jso
  * before it was done), owned, oldest first; and n of them done. */
 int gw_store_purge_list(struct gw_store *s, int64_t **ret, size_t *ret_n);
 int gw_store_purge_done(struct gw_store *s, const int64_t *jobs, size_t n);
+
+/* Multipart uploads that workers began in an S3 store (store_multipart.c),
+ * so that the gateway aborts those a worker could not finish: seen, the
+ * instance asked for the URLs of upload_id's parts of key (a row once;
+ * a checkpoint that a job on that instance stores under key removes it); list, the rows of instance
+ * (NULL: every row), owned [{"upload_id", "key", "instance"}]; done, the
+ * uploads that are no more (aborted, or found completed). */
+int gw_store_multipart_seen(struct gw_store *s, const char *instance, const char *key,
+                            const char *upload_id, int64_t now_us);
+int gw_store_multipart_list(struct gw_store *s, const char *instance, json_t **ret);
+int gw_store_multipart_done(struct gw_store *s, const char *const *upload_ids, size_t n);
 
 /* Notebooks' stored data files, one per user and content (store_data.c).
  * seen: a submit named user's file sha256 (bytes, from path on the

@@ -7,11 +7,13 @@
 #include "wproto_int.h"
 
 #include "objstore.h"
+#include "store.h"
 
 #include "sl_err.h"
 #include "sl_ident.h"
 #include "sl_json.h"
 #include "sl_log.h"
+#include "sl_time.h"
 
 #include <sodium.h>
 #include <stdio.h>
@@ -74,6 +76,25 @@ static void presigned_error(struct gw_wproto *g, const uint8_t *rid, size_t rid_
   json_decref(m);
 }
 
+/* The multipart uploads whose parts in is given URLs for, each once: the
+ * gateway aborts any that in's worker leaves unfinished (purge.h). A row
+ * the store cannot take is logged; the URLs go out even so. */
+static void note_multipart(struct gw_wproto *g, const struct gw_inst *in,
+                           const struct sl_s3_presign_req *q, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (q[i].op != SL_S3_MPU_PART)
+      continue;
+    bool again = false;
+    for (size_t k = 0; k < i && !again; k++)
+      again = q[k].op == SL_S3_MPU_PART && !strcmp(q[k].upload_id, q[i].upload_id);
+    int r = again ? 0 : gw_store_multipart_seen(g->store, in->row.id, q[i].key, q[i].upload_id,
+                                                  sl_time_real_us());
+    if (r < 0)
+      sl_warn(T, "%s: the multipart upload of %s is not recorded (%s): the gateway cannot abort it "
+              "if the worker does not finish it", in->row.id, q[i].key, sl_strerror(r));
+  }
+}
+
 /* presign: {"id":N,"requests":[{"op","key","upload_id","part","sha256","continuation"}]}
  * answered with {"type":"presigned","id":N,"urls":[...]} or an error, to the
  * connection that asked (a worker's store has a connection of its own). */
@@ -133,6 +154,7 @@ void gw_wproto_on_presign(struct gw_wproto *g, struct gw_inst *in, const uint8_t
     presigned_error(g, rid, rid_len, id, r, err);
     return;
   }
+  note_multipart(g, in, q, n);
   json_t *list = json_array();
   for (size_t i = 0; i < n; i++) {
     json_array_append_new(list, json_string(urls[i]));

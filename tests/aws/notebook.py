@@ -1,6 +1,6 @@
 """What the aws tests share: spotlab-kernel driven as a front end drives it
 (jupyter_client, through a private kernelspec), a kernel-protocol monitor of
-one job, and the training text."""
+one job, the training text, and a wait for what has no event to wait on."""
 import queue
 import random
 import re
@@ -22,6 +22,20 @@ def write_text(path):
     lines = [" ".join(rng.choice(words) for _ in range(12)).capitalize() + "." for _ in range(400)]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def wait_for(pred, what, timeout):
+    """Polls pred (the stand-in's state, S3 and the gateway's database have no
+    event to wait on) until it returns a true value, which it returns; raises
+    at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise TimeoutError("%s: not within %ds" % (what, timeout))
+        time.sleep(0.1)
 
 
 def job_of(text):

@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 from aws_env import AwsEnv, BUCKET  # noqa: E402
 from checks import check, require, failures, exit_status  # noqa: E402
-from notebook import FINAL, Monitor, write_text  # noqa: E402
+from notebook import FINAL, Monitor, wait_for, write_text  # noqa: E402
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 TOKEN = "aws-orphan-token-0123456789abcdef"
@@ -54,18 +54,6 @@ def log(*a):
 
 T0 = time.monotonic()
 
-
-def wait_for(pred, what, timeout):
-    """Polls pred (the stand-in's state and S3 have no event to wait on) until it
-    returns a true value, which it returns; raises at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise TimeoutError("%s: not within %ds" % (what, timeout))
-        time.sleep(0.1)
 
 
 def orphan_keys(env, job):

@@ -789,7 +789,7 @@ static void test_uploads(void) {
   /* an earlier database's files come from its jobs' specs */
   s = gw_store_free(s);
   CHECK_INT(sqlite3_open(path, &raw), SQLITE_OK);
-  CHECK_INT(sqlite3_exec(raw, "DROP TABLE uploads; UPDATE schema_version SET version=9", NULL, NULL, NULL),
+  CHECK_INT(sqlite3_exec(raw, "DROP TABLE uploads; DROP TABLE multipart; UPDATE schema_version SET version=9", NULL, NULL, NULL),
             SQLITE_OK);
   sqlite3_close(raw);
   CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
@@ -1193,6 +1193,44 @@ static void test_placed_one_transaction(void) {
   gw_store_free(s);
 }
 
+/* The multipart uploads workers began: a row once per upload, listed per
+ * instance or all, gone once aborted or once its checkpoint is stored. */
+static void test_multipart(void) {
+  char path[256], err[256];
+  path_of("multipart.db", path, sizeof path);
+  struct gw_store *s = NULL;
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  if (!s)
+    return;
+  CHECK_INT(gw_store_multipart_seen(s, "i-1", "J000001/ckpt-00000010.tc", "up-a", 1), 0);
+  CHECK_INT(gw_store_multipart_seen(s, "i-1", "J000001/ckpt-00000010.tc", "up-a", 2), 0);
+  CHECK_INT(gw_store_multipart_seen(s, "i-1", "J000001/ckpt-00000020.tc", "up-b", 3), 0);
+  CHECK_INT(gw_store_multipart_seen(s, "i-2", "J000002/ckpt-00000010.tc", "up-c", 4), 0);
+  json_t *l = NULL;
+  CHECK_INT(gw_store_multipart_list(s, "i-1", &l), 0);
+  CHECK_INT(json_array_size(l), 2);
+  CHECK_STR(sl_json_get_str(json_array_get(l, 0), "upload_id", ""), "up-a");
+  CHECK_STR(sl_json_get_str(json_array_get(l, 1), "key", ""), "J000001/ckpt-00000020.tc");
+  CHECK_STR(sl_json_get_str(json_array_get(l, 1), "instance", ""), "i-1");
+  json_decref(l);
+  l = NULL;
+  const char *done[] = {"up-a", "up-none"};
+  CHECK_INT(gw_store_multipart_done(s, done, 2), 0);
+  CHECK_INT(gw_store_multipart_list(s, NULL, &l), 0);
+  CHECK_INT(json_array_size(l), 2);
+  CHECK_STR(sl_json_get_str(json_array_get(l, 0), "upload_id", ""), "up-b");
+  CHECK_STR(sl_json_get_str(json_array_get(l, 1), "upload_id", ""), "up-c");
+  json_decref(l);
+  /* they outlive the gateway */
+  s = gw_store_free(s);
+  CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
+  l = NULL;
+  CHECK_INT(gw_store_multipart_list(s, "i-2", &l), 0);
+  CHECK_INT(json_array_size(l), 1);
+  json_decref(l);
+  gw_store_free(s);
+}
+
 int main(void) {
   if (!mkdtemp(dir))
     return 1;
@@ -1204,6 +1242,7 @@ int main(void) {
   test_thin_metrics();
   test_trim_output();
   test_uploads();
+  test_multipart();
   test_users_sync();
   test_damaged_event_bodies();
   test_damaged_pages();

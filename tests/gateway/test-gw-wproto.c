@@ -1020,6 +1020,35 @@ static void test_presign(void) {
   const char *url = json_string_value(json_array_get(json_object_get(m, "urls"), 0));
   CHECK(url && contains(url, "/team-bucket/spotlab/") && contains(url, key) &&
         contains(url, "X-Amz-Signature="));
+  /* a multipart upload's parts: the upload recorded once, so that the
+   * gateway aborts it if the worker cannot finish it; its checkpoint
+   * stored by the job on that instance, the row goes */
+  snprintf(key, sizeof key, "%s/ckpt-00000002.tc", aid);
+  fx_workerf(f, "f-1", "{s:s,s:i,s:[{s:s,s:s,s:s,s:i},{s:s,s:s,s:s,s:i}]}", "type", "presign", "id",
+             10, "requests", "op", "mpu_part", "key", key, "upload_id", "up-1", "part", 1, "op",
+             "mpu_part", "key", key, "upload_id", "up-1", "part", 2);
+  m = fx_to_worker_last(f, "f-1", "presigned");
+  CHECK(m && json_array_size(json_object_get(m, "urls")) == 2);
+  json_t *rows = NULL;
+  CHECK_INT(gw_store_multipart_list(f->store, "f-1", &rows), 0);
+  CHECK_INT(json_array_size(rows), 1);
+  CHECK_STR(sl_json_get_str(json_array_get(rows, 0), "upload_id", ""), "up-1");
+  CHECK_STR(sl_json_get_str(json_array_get(rows, 0), "key", ""), key);
+  json_decref(rows);
+  rows = NULL;
+  CHECK_INT(gw_store_multipart_list(f->store, "f-2", &rows), 0);
+  CHECK_INT(json_array_size(rows), 0);
+  json_decref(rows);
+  rows = NULL;
+  /* an upload of the same key that an instance gone since began stays */
+  CHECK_INT(gw_store_multipart_seen(f->store, "f-0", key, "up-0", 1), 0);
+  fx_checkpoint(f, "f-1", a, 2, key);
+  CHECK_STR(fx_job(f, a)->ckpt_key, key);
+  CHECK_INT(gw_store_multipart_list(f->store, NULL, &rows), 0);
+  CHECK_INT(json_array_size(rows), 1);
+  CHECK_STR(sl_json_get_str(json_array_get(rows, 0), "upload_id", ""), "up-0");
+  json_decref(rows);
+  snprintf(key, sizeof key, "%s/ckpt-00000001.tc", aid);
   /* the other instance's job, the bundle, a climb out: refused */
   snprintf(key, sizeof key, "%s/ckpt-00000001.tc", bid);
   CHECK_STR(presign_error(presign(f, "f-1", "get", key)), sl_errname(SL_EAUTH));
