@@ -148,9 +148,11 @@ int gw_store_purge_done(struct gw_store *s, const int64_t *jobs, size_t n);
  * instance asked for the URLs of upload_id's parts of key (a row once;
  * a checkpoint that a job on that instance stores under key removes it); list, the rows of instance
  * (NULL: every row), owned [{"upload_id", "key", "instance"}]; done, the
- * uploads that are no more (aborted, or found completed). */
+ * uploads that are no more (aborted, or found completed). seen refuses a
+ * new upload with SL_ELIMIT once instance has max rows. */
+#define GW_MULTIPART_PER_INSTANCE 1000 /* rows one instance may have (seen refuses more) */
 int gw_store_multipart_seen(struct gw_store *s, const char *instance, const char *key,
-                            const char *upload_id, int64_t now_us);
+                            const char *upload_id, int64_t now_us, int max);
 int gw_store_multipart_list(struct gw_store *s, const char *instance, json_t **ret);
 int gw_store_multipart_done(struct gw_store *s, const char *const *upload_ids, size_t n);
 

@@ -7,17 +7,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One statement: the row goes in unless it is there already, or instance
+ * has max rows; then whether it is there tells the two apart. */
 int gw_store_multipart_seen(struct gw_store *s, const char *instance, const char *key,
-                            const char *upload_id, int64_t now_us) {
+                            const char *upload_id, int64_t now_us, int max) {
   sqlite3_stmt *st = prep(s, "INSERT OR IGNORE INTO multipart(upload_id, key, instance, seen_us)"
-                             " VALUES(?1, ?2, ?3, ?4)");
+                             " SELECT ?1, ?2, ?3, ?4"
+                             " WHERE (SELECT COUNT(*) FROM multipart WHERE instance=?3) < ?5");
   if (st) {
     bind_text(st, 1, upload_id);
     bind_text(st, 2, key);
     bind_text(st, 3, instance);
     sqlite3_bind_int64(st, 4, now_us);
+    sqlite3_bind_int(st, 5, max);
   }
-  return run(s, st);
+  int r = run(s, st);
+  if (r < 0 || sqlite3_changes(s->db) > 0)
+    return r;
+  if (!(st = prep(s, "SELECT 1 FROM multipart WHERE upload_id=?")))
+    return SL_ESQLITE;
+  bind_text(st, 1, upload_id);
+  int rc = sqlite3_step(st);
+  sqlite3_finalize(st);
+  return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? SL_ELIMIT : gw_store_db_err(s, "read a multipart upload");
 }
 
 int gw_store_multipart_list(struct gw_store *s, const char *instance, json_t **ret) {

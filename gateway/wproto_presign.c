@@ -77,10 +77,12 @@ static void presigned_error(struct gw_wproto *g, const uint8_t *rid, size_t rid_
 }
 
 /* The multipart uploads whose parts in is given URLs for, each once: the
- * gateway aborts any that in's worker leaves unfinished (purge.h). A row
- * the store cannot take is logged; the URLs go out even so. */
-static void note_multipart(struct gw_wproto *g, const struct gw_inst *in,
-                           const struct sl_s3_presign_req *q, size_t n) {
+ * gateway aborts any that in's worker leaves unfinished (purge.h). SL_ELIMIT
+ * (a sentence in err) for a new one past GW_MULTIPART_PER_INSTANCE: no URL
+ * then. A row the store cannot take for another reason is logged, and the
+ * URLs go out even so. */
+static int note_multipart(struct gw_wproto *g, const struct gw_inst *in,
+                          const struct sl_s3_presign_req *q, size_t n, char *err, size_t err_size) {
   for (size_t i = 0; i < n; i++) {
     if (q[i].op != SL_S3_MPU_PART)
       continue;
@@ -88,11 +90,17 @@ static void note_multipart(struct gw_wproto *g, const struct gw_inst *in,
     for (size_t k = 0; k < i && !again; k++)
       again = q[k].op == SL_S3_MPU_PART && !strcmp(q[k].upload_id, q[i].upload_id);
     int r = again ? 0 : gw_store_multipart_seen(g->store, in->row.id, q[i].key, q[i].upload_id,
-                                                  sl_time_real_us());
+                                                  sl_time_real_us(), GW_MULTIPART_PER_INSTANCE);
+    if (r == SL_ELIMIT) {
+      snprintf(err, err_size, "%d multipart uploads of this instance are under way or unfinished; "
+               "no more until its checkpoints are stored", GW_MULTIPART_PER_INSTANCE);
+      return r;
+    }
     if (r < 0)
       sl_warn(T, "%s: the multipart upload of %s is not recorded (%s): the gateway cannot abort it "
               "if the worker does not finish it", in->row.id, q[i].key, sl_strerror(r));
   }
+  return 0;
 }
 
 /* presign: {"id":N,"requests":[{"op","key","upload_id","part","sha256","continuation"}]}
@@ -154,7 +162,15 @@ void gw_wproto_on_presign(struct gw_wproto *g, struct gw_inst *in, const uint8_t
     presigned_error(g, rid, rid_len, id, r, err);
     return;
   }
-  note_multipart(g, in, q, n);
+  if ((r = note_multipart(g, in, q, n, err, sizeof err)) < 0) {
+    for (size_t i = 0; i < n; i++) {
+      sodium_memzero(urls[i], strlen(urls[i]));
+      free(urls[i]);
+    }
+    sl_warn(T, "%s: presign refused: %s", in->row.id, err);
+    presigned_error(g, rid, rid_len, id, r, err);
+    return;
+  }
   json_t *list = json_array();
   for (size_t i = 0; i < n; i++) {
     json_array_append_new(list, json_string(urls[i]));

@@ -1193,8 +1193,8 @@ static void test_placed_one_transaction(void) {
   gw_store_free(s);
 }
 
-/* The multipart uploads workers began: a row once per upload, listed per
- * instance or all, gone once aborted or once its checkpoint is stored. */
+/* The multipart uploads workers began: a row once per upload, at most so
+ * many per instance, listed per instance or all, gone once aborted. */
 static void test_multipart(void) {
   char path[256], err[256];
   path_of("multipart.db", path, sizeof path);
@@ -1202,10 +1202,13 @@ static void test_multipart(void) {
   CHECK_INT(gw_store_open(path, &s, err, sizeof err), 0);
   if (!s)
     return;
-  CHECK_INT(gw_store_multipart_seen(s, "i-1", "J000001/ckpt-00000010.tc", "up-a", 1), 0);
-  CHECK_INT(gw_store_multipart_seen(s, "i-1", "J000001/ckpt-00000010.tc", "up-a", 2), 0);
-  CHECK_INT(gw_store_multipart_seen(s, "i-1", "J000001/ckpt-00000020.tc", "up-b", 3), 0);
-  CHECK_INT(gw_store_multipart_seen(s, "i-2", "J000002/ckpt-00000010.tc", "up-c", 4), 0);
+  CHECK_INT(gw_store_multipart_seen(s, "i-1", "J000001/ckpt-00000010.tc", "up-a", 1, 2), 0);
+  CHECK_INT(gw_store_multipart_seen(s, "i-1", "J000001/ckpt-00000010.tc", "up-a", 2, 2), 0);
+  CHECK_INT(gw_store_multipart_seen(s, "i-1", "J000001/ckpt-00000020.tc", "up-b", 3, 2), 0);
+  CHECK_INT(gw_store_multipart_seen(s, "i-2", "J000002/ckpt-00000010.tc", "up-c", 4, 2), 0);
+  /* an instance at its bound: a new upload refused, one it has still seen */
+  CHECK_INT(gw_store_multipart_seen(s, "i-1", "J000001/ckpt-00000030.tc", "up-d", 5, 2), SL_ELIMIT);
+  CHECK_INT(gw_store_multipart_seen(s, "i-1", "J000001/ckpt-00000020.tc", "up-b", 6, 2), 0);
   json_t *l = NULL;
   CHECK_INT(gw_store_multipart_list(s, "i-1", &l), 0);
   CHECK_INT(json_array_size(l), 2);

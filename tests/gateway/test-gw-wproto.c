@@ -17,6 +17,7 @@
 #include "sl_time.h"
 
 #include <errno.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1041,13 +1042,35 @@ static void test_presign(void) {
   json_decref(rows);
   rows = NULL;
   /* an upload of the same key that an instance gone since began stays */
-  CHECK_INT(gw_store_multipart_seen(f->store, "f-0", key, "up-0", 1), 0);
+  CHECK_INT(gw_store_multipart_seen(f->store, "f-0", key, "up-0", 1, GW_MULTIPART_PER_INSTANCE), 0);
   fx_checkpoint(f, "f-1", a, 2, key);
   CHECK_STR(fx_job(f, a)->ckpt_key, key);
   CHECK_INT(gw_store_multipart_list(f->store, NULL, &rows), 0);
   CHECK_INT(json_array_size(rows), 1);
   CHECK_STR(sl_json_get_str(json_array_get(rows, 0), "upload_id", ""), "up-0");
   json_decref(rows);
+  /* a worker that begins uploads without end (a flood) is refused past the
+   * bound, with no URL; the parts of one it has begun are still signed */
+  char db_path[300], sql[400];
+  snprintf(db_path, sizeof db_path, "%s/gateway.db", f->dir);
+  sqlite3 *db = NULL;
+  CHECK_INT(sqlite3_open(db_path, &db), SQLITE_OK);
+  snprintf(sql, sizeof sql,
+           "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < %d)"
+           " INSERT INTO multipart(upload_id, key, instance, seen_us)"
+           " SELECT 'flood-' || i, '%s', 'f-1', 1 FROM n",
+           GW_MULTIPART_PER_INSTANCE, key);
+  CHECK_INT(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  fx_workerf(f, "f-1", "{s:s,s:i,s:[{s:s,s:s,s:s,s:i}]}", "type", "presign", "id", 11, "requests",
+             "op", "mpu_part", "key", key, "upload_id", "one-more", "part", 1);
+  m = fx_to_worker_last(f, "f-1", "presigned");
+  CHECK_STR(presign_error(m), sl_errname(SL_ELIMIT));
+  CHECK(json_object_get(m, "urls") == NULL);
+  fx_workerf(f, "f-1", "{s:s,s:i,s:[{s:s,s:s,s:s,s:i}]}", "type", "presign", "id", 12, "requests",
+             "op", "mpu_part", "key", key, "upload_id", "flood-7", "part", 2);
+  m = fx_to_worker_last(f, "f-1", "presigned");
+  CHECK(m && json_array_size(json_object_get(m, "urls")) == 1);
   snprintf(key, sizeof key, "%s/ckpt-00000001.tc", aid);
   /* the other instance's job, the bundle, a climb out: refused */
   snprintf(key, sizeof key, "%s/ckpt-00000001.tc", bid);
