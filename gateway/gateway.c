@@ -363,7 +363,8 @@ static void multipart_sink(void *data, const struct gw_bus_event *ev) {
 }
 
 /* At the start, once the fleet is loaded: the uploads of instances that
- * went while no gateway ran, or whose aborts a stop cut short. */
+ * went while no gateway ran (the load found them gone), or whose aborts a
+ * stop cut short. */
 static void abort_gone_uploads(struct gw *g) {
   json_t *rows = NULL;
   if (!g->purge)
@@ -708,8 +709,7 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
   if ((r = gw_bus_subscribe(&g->bus, GW_BUS_JOB_EVENT | GW_BUS_NOTICE, gw_kproto_sink,
                             g->kproto)) < 0 ||
       (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_ledger_sink, g->ledger)) < 0 ||
-      (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_budget_sink, g->budget)) < 0 ||
-      (r = gw_bus_subscribe(&g->bus, GW_BUS_INSTANCE_GONE, multipart_sink, g)) < 0)
+      (r = gw_bus_subscribe(&g->bus, GW_BUS_COST, gw_budget_sink, g->budget)) < 0)
     goto fail;
   struct gw_webhooks_env we = {.cfg = cfg, .loop = g->loop, .http = g->http};
   r = -ENOMEM;
@@ -739,7 +739,11 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
              sl_strerror(r), gw_store_last_error(g->store));
     goto fail;
   }
+  /* the instances the load found gone are among those the start sweeps; the
+   * sink takes the ones that go from now on */
   abort_gone_uploads(g);
+  if ((r = gw_bus_subscribe(&g->bus, GW_BUS_INSTANCE_GONE, multipart_sink, g)) < 0)
+    goto fail;
   sl_info(T, "listening on %s (kernels) and %s (workers)", cfg->listen, cfg->workers);
   *ret = g;
   return 0;

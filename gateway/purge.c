@@ -1,4 +1,4 @@
-/* Store objects of jobs removed on a thread (purge.h). */
+/* Store objects nobody needs removed on a thread (purge.h). */
 #include "purge.h"
 
 #include "job.h"
@@ -21,7 +21,10 @@
 #define T "gateway.purge"
 #define QUEUE_MAX 65536
 
-struct abort_item {
+/* One piece of work: the objects of job, or (job 0) key's multipart upload
+ * upload_id to abort. */
+struct item {
+  int64_t job;
   char *key, *upload_id;
 };
 
@@ -30,12 +33,10 @@ struct gw_purge {
   struct gw_objstore *o;
   pthread_mutex_t mu;
   pthread_cond_t idle;
-  int64_t *queue;  /* jobs to purge: queue[head, n) */
+  struct item *queue; /* the work: queue[head, n) */
   size_t head, n, cap;
   int64_t *done;   /* jobs whose objects are gone, for the loop to take */
   size_t n_done, cap_done;
-  struct abort_item *aborts; /* multipart uploads to abort: aborts[head_aborts, n_aborts) */
-  size_t head_aborts, n_aborts, cap_aborts;
   char **aborted;  /* upload ids of uploads that are no more, for the loop to take */
   size_t n_aborted, cap_aborted;
   bool running;  /* the thread is started (and not yet joined) */
@@ -87,89 +88,86 @@ static int purge_prefix(struct gw_purge *p, const char *prefix, char *why, size_
   return r < 0 ? r : (int)gone;
 }
 
-/* Aborts key's multipart upload upload_id: 0 aborted, 1 it was no more
- * (completed, or aborted already), or an error. */
-static int abort_upload(struct gw_purge *p, const char *key, const char *upload_id, char *why,
-                        size_t why_size) {
+/* Aborts it's multipart upload: 0 aborted, 1 it was no more (completed, or
+ * aborted already), or an error; each said in the log. */
+static int abort_upload(struct gw_purge *p, const struct item *it) {
   if (!p->o)
     return 1; /* a file store has no uploads in parts */
   struct sl_s3_signer signer = gw_objstore_signer(p->o);
   struct sl_s3_opts opts = gw_objstore_opts(p->o);
   struct sl_s3_client *c = NULL;
+  char why[512] = "";
   int r = sl_s3_client_new(&signer, &opts, &c);
   if (r == 0)
-    r = sl_s3_abort_upload(c, key, upload_id, why, why_size);
+    r = sl_s3_abort_upload(c, it->key, it->upload_id, why, sizeof why);
   sl_s3_client_free(c);
+  if (r == 0)
+    sl_info(T, "%s: aborted the multipart upload its worker left unfinished (its parts are "
+            "deleted)", it->key);
+  else if (r == -ENOENT)
+    sl_debug(T, "%s: the multipart upload %.40s was complete or aborted already", it->key,
+             it->upload_id);
+  else if (r == -ECANCELED)
+    sl_info(T, "%s: the abort of an unfinished multipart upload stopped with the gateway (it goes "
+            "on at the next start)", it->key);
+  else
+    sl_warn(T, "%s: the multipart upload its worker left unfinished could not be aborted: %s (tried "
+            "again at the next start)", it->key, why[0] ? why : sl_strerror(r));
   return r == -ENOENT ? 1 : r;
 }
 
-/* Under the lock: the next upload to abort, taken (the lock is let go and
- * taken again around the call). */
-static void abort_next(struct gw_purge *p) {
-  struct abort_item it = p->aborts[p->head_aborts++];
-  if (p->head_aborts == p->n_aborts)
-    p->head_aborts = p->n_aborts = 0;
-  pthread_mutex_unlock(&p->mu);
-  char why[512] = "";
-  int r = abort_upload(p, it.key, it.upload_id, why, sizeof why);
-  if (r == 0)
-    sl_info(T, "%s: aborted the multipart upload its worker left unfinished (its parts are "
-            "deleted)", it.key);
-  else if (r == 1)
-    sl_debug(T, "%s: the multipart upload %.40s was complete or aborted already", it.key, it.upload_id);
-  else if (r == -ECANCELED)
-    sl_info(T, "%s: the abort of an unfinished multipart upload stopped with the gateway (it goes "
-            "on at the next start)", it.key);
-  else
-    sl_warn(T, "%s: the multipart upload its worker left unfinished could not be aborted: %s (tried "
-            "again at the next start)", it.key, why[0] ? why : sl_strerror(r));
-  free(it.key);
-  pthread_mutex_lock(&p->mu);
-  if (r >= 0 && p->n_aborted == p->cap_aborted) {
+/* Removes job's objects: 0 or more removed, or an error; said in the log. */
+static int purge_job(struct gw_purge *p, int64_t job) {
+  char id[16], prefix[24], why[512] = "";
+  gw_job_id_str(job, id, sizeof id);
+  snprintf(prefix, sizeof prefix, "%s/", id);
+  int r = purge_prefix(p, prefix, why, sizeof why);
+  if (r == -ECANCELED)
+    sl_info(T, "%s: the removal of the job's objects stopped with the gateway (it goes on at "
+            "the next start)", id);
+  else if (r < 0)
+    sl_warn(T, "%s: the job's objects were not all removed: %s (tried again at the next start)", id,
+            why[0] ? why : sl_strerror(r));
+  else if (r > 0)
+    sl_debug(T, "%s: the job's objects removed", id);
+  return r;
+}
+
+/* Under the lock: it is done, for the loop to take (its job, or its upload
+ * id, handed over). Without memory it is left out: its row stays, and the
+ * next start does it again. */
+static void note_done(struct gw_purge *p, struct item *it) {
+  if (it->job && p->n_done == p->cap_done) {
+    size_t cap = p->cap_done ? 2 * p->cap_done : 64;
+    int64_t *grown = realloc(p->done, cap * sizeof *grown);
+    if (grown)
+      p->done = grown, p->cap_done = cap;
+  } else if (!it->job && p->n_aborted == p->cap_aborted) {
     size_t cap = p->cap_aborted ? 2 * p->cap_aborted : 64;
     char **grown = realloc(p->aborted, cap * sizeof *grown);
     if (grown)
       p->aborted = grown, p->cap_aborted = cap;
   }
-  if (r >= 0 && p->n_aborted < p->cap_aborted)
-    p->aborted[p->n_aborted++] = it.upload_id; /* else its row stays: tried again at the next start */
-  else
-    free(it.upload_id);
+  if (it->job && p->n_done < p->cap_done)
+    p->done[p->n_done++] = it->job;
+  else if (!it->job && p->n_aborted < p->cap_aborted)
+    p->aborted[p->n_aborted++] = it->upload_id, it->upload_id = NULL;
 }
 
 static void *purge_main(void *arg) {
   struct gw_purge *p = arg;
   pthread_mutex_lock(&p->mu);
-  while ((p->head < p->n || p->head_aborts < p->n_aborts) && !p->stopping) {
-    if (p->head_aborts < p->n_aborts) {
-      abort_next(p);
-      continue;
-    }
-    int64_t job = p->queue[p->head++];
+  while (p->head < p->n && !p->stopping) {
+    struct item it = p->queue[p->head++];
     if (p->head == p->n)
       p->head = p->n = 0;
     pthread_mutex_unlock(&p->mu);
-    char id[16], prefix[24], why[512] = "";
-    gw_job_id_str(job, id, sizeof id);
-    snprintf(prefix, sizeof prefix, "%s/", id);
-    int r = purge_prefix(p, prefix, why, sizeof why);
-    if (r == -ECANCELED)
-      sl_info(T, "%s: the removal of the job's objects stopped with the gateway (it goes on at "
-              "the next start)", id);
-    else if (r < 0)
-      sl_warn(T, "%s: the job's objects were not all removed: %s (tried again at the next start)", id,
-              why[0] ? why : sl_strerror(r));
-    else if (r > 0)
-      sl_debug(T, "%s: the job's objects removed", id);
+    int r = it.job ? purge_job(p, it.job) : abort_upload(p, &it);
     pthread_mutex_lock(&p->mu);
-    if (r >= 0 && p->n_done == p->cap_done) {
-      size_t cap = p->cap_done ? 2 * p->cap_done : 64;
-      int64_t *grown = realloc(p->done, cap * sizeof *grown);
-      if (grown)
-        p->done = grown, p->cap_done = cap;
-    }
-    if (r >= 0 && p->n_done < p->cap_done)
-      p->done[p->n_done++] = job; /* else its row stays: done again at the next start */
+    if (r >= 0)
+      note_done(p, &it);
+    free(it.key);
+    free(it.upload_id);
   }
   p->exited = true;
   pthread_cond_broadcast(&p->idle);
@@ -194,31 +192,35 @@ static int start(struct gw_purge *p) {
   return 0;
 }
 
-int gw_purge_jobs(struct gw_purge *p, const int64_t *jobs, size_t n) {
-  if (!n)
-    return 0;
-  pthread_mutex_lock(&p->mu);
-  int r = 0;
-  if (p->head) { /* the taken ones make room */
+/* Under the lock: room for n more items at the queue's end, the taken
+ * ones dropped. */
+static int make_room(struct gw_purge *p, size_t n) {
+  if (p->head) {
     memmove(p->queue, p->queue + p->head, (p->n - p->head) * sizeof *p->queue);
     p->n -= p->head;
     p->head = 0;
   }
-  if (p->n + n > QUEUE_MAX) {
-    r = SL_ELIMIT;
-  } else if (p->n + n > p->cap) {
+  if (p->n + n > QUEUE_MAX)
+    return SL_ELIMIT;
+  if (p->n + n > p->cap) {
     size_t cap = (p->n + n) * 2;
-    int64_t *q = realloc(p->queue, cap * sizeof *q);
+    struct item *q = realloc(p->queue, cap * sizeof *q);
     if (!q)
-      r = -ENOMEM;
-    else
-      p->queue = q, p->cap = cap;
+      return -ENOMEM;
+    p->queue = q, p->cap = cap;
   }
-  if (r == 0) {
-    memcpy(p->queue + p->n, jobs, n * sizeof *jobs);
-    p->n += n;
+  return 0;
+}
+
+int gw_purge_jobs(struct gw_purge *p, const int64_t *jobs, size_t n) {
+  if (!n)
+    return 0;
+  pthread_mutex_lock(&p->mu);
+  int r = make_room(p, n);
+  for (size_t i = 0; r == 0 && i < n; i++)
+    p->queue[p->n++] = (struct item){.job = jobs[i]};
+  if (r == 0)
     r = start(p);
-  }
   pthread_mutex_unlock(&p->mu);
   return r;
 }
@@ -228,35 +230,20 @@ int gw_purge_uploads(struct gw_purge *p, const char *const *keys, const char *co
   if (!n)
     return 0;
   pthread_mutex_lock(&p->mu);
-  int r = 0;
-  if (p->head_aborts) { /* the taken ones make room */
-    memmove(p->aborts, p->aborts + p->head_aborts, (p->n_aborts - p->head_aborts) * sizeof *p->aborts);
-    p->n_aborts -= p->head_aborts;
-    p->head_aborts = 0;
-  }
-  if (p->n_aborts + n > QUEUE_MAX) {
-    r = SL_ELIMIT;
-  } else if (p->n_aborts + n > p->cap_aborts) {
-    size_t cap = (p->n_aborts + n) * 2;
-    struct abort_item *q = realloc(p->aborts, cap * sizeof *q);
-    if (!q)
-      r = -ENOMEM;
-    else
-      p->aborts = q, p->cap_aborts = cap;
-  }
+  int r = make_room(p, n);
   for (size_t i = 0; r == 0 && i < n; i++) {
-    struct abort_item it = {strdup(keys[i]), strdup(upload_ids[i])};
-    if (!it.key || !it.upload_id) {
+    struct item it = {.key = strdup(keys[i]), .upload_id = strdup(upload_ids[i])};
+    if (it.key && it.upload_id) {
+      p->queue[p->n++] = it;
+    } else {
       free(it.key);
       free(it.upload_id);
       r = -ENOMEM;
-    } else {
-      p->aborts[p->n_aborts++] = it;
     }
   }
-  if (p->n_aborts > p->head_aborts) {
-    int s = start(p);
-    r = r < 0 ? r : s;
+  if (p->n > p->head) { /* those queued before a failure go ahead */
+    int started = start(p);
+    r = r < 0 ? r : started;
   }
   pthread_mutex_unlock(&p->mu);
   return r;
@@ -302,18 +289,19 @@ struct gw_purge *gw_purge_free(struct gw_purge *p) {
   pthread_mutex_unlock(&p->mu);
   if (running)
     pthread_join(p->thread, NULL);
-  size_t left = p->n - p->head, left_aborts = p->n_aborts - p->head_aborts;
-  if (left)
-    sl_info(T, "stopping: the objects of %zu jobs are removed at the next start", left);
-  if (left_aborts)
-    sl_info(T, "stopping: %zu unfinished multipart uploads are aborted at the next start", left_aborts);
-  for (size_t i = p->head_aborts; i < p->n_aborts; i++) {
-    free(p->aborts[i].key);
-    free(p->aborts[i].upload_id);
+  size_t jobs = 0, uploads = 0;
+  for (size_t i = p->head; i < p->n; i++) {
+    jobs += p->queue[i].job != 0;
+    uploads += p->queue[i].job == 0;
+    free(p->queue[i].key);
+    free(p->queue[i].upload_id);
   }
+  if (jobs)
+    sl_info(T, "stopping: the objects of %zu jobs are removed at the next start", jobs);
+  if (uploads)
+    sl_info(T, "stopping: %zu unfinished multipart uploads are aborted at the next start", uploads);
   for (size_t i = 0; i < p->n_aborted; i++)
     free(p->aborted[i]);
-  free(p->aborts);
   free(p->aborted);
   pthread_cond_destroy(&p->idle);
   pthread_mutex_destroy(&p->mu);

@@ -110,8 +110,7 @@ static const char *const migrations[] = {
   /* 11: multipart uploads workers began, until stored or aborted (store_multipart.c) */
   "CREATE TABLE multipart(upload_id TEXT PRIMARY KEY, key TEXT NOT NULL, instance TEXT NOT NULL,"
   "  seen_us INTEGER NOT NULL);"
-  "CREATE INDEX multipart_instance ON multipart(instance);"
-  "CREATE INDEX multipart_key ON multipart(key);",
+  "CREATE INDEX multipart_instance ON multipart(instance, key);",
 };
 
 /* SQLite's error space in the project's: a full disk, an I/O error, a lock

@@ -144,12 +144,12 @@ int gw_store_purge_list(struct gw_store *s, int64_t **ret, size_t *ret_n);
 int gw_store_purge_done(struct gw_store *s, const int64_t *jobs, size_t n);
 
 /* Multipart uploads that workers began in an S3 store (store_multipart.c),
- * so that the gateway aborts those a worker could not finish: seen, the
- * instance asked for the URLs of upload_id's parts of key (a row once;
- * a checkpoint that a job on that instance stores under key removes it); list, the rows of instance
- * (NULL: every row), owned [{"upload_id", "key", "instance"}]; done, the
- * uploads that are no more (aborted, or found completed). seen refuses a
- * new upload with SL_ELIMIT once instance has max rows. */
+ * so that the gateway aborts those a worker could not finish. seen: the
+ * instance asked for the URLs of upload_id's parts of key (a row once; a
+ * checkpoint that a job on that instance stores under key removes it);
+ * SL_ELIMIT for a new upload once instance has max rows. list: the rows of
+ * instance (NULL: every row), owned [{"upload_id", "key", "instance"}].
+ * done: the uploads that are no more (aborted, or found completed). */
 #define GW_MULTIPART_PER_INSTANCE 1000 /* rows one instance may have (seen refuses more) */
 int gw_store_multipart_seen(struct gw_store *s, const char *instance, const char *key,
                             const char *upload_id, int64_t now_us, int max);

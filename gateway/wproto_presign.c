@@ -76,6 +76,14 @@ static void presigned_error(struct gw_wproto *g, const uint8_t *rid, size_t rid_
   json_decref(m);
 }
 
+/* Presigned URLs grant access: wiped before their memory goes. */
+static void wipe_urls(char **urls, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    sodium_memzero(urls[i], strlen(urls[i]));
+    free(urls[i]);
+  }
+}
+
 /* The multipart uploads whose parts in is given URLs for, each once: the
  * gateway aborts any that in's worker leaves unfinished (purge.h). SL_ELIMIT
  * (a sentence in err) for a new one past GW_MULTIPART_PER_INSTANCE: no URL
@@ -163,20 +171,15 @@ void gw_wproto_on_presign(struct gw_wproto *g, struct gw_inst *in, const uint8_t
     return;
   }
   if ((r = note_multipart(g, in, q, n, err, sizeof err)) < 0) {
-    for (size_t i = 0; i < n; i++) {
-      sodium_memzero(urls[i], strlen(urls[i]));
-      free(urls[i]);
-    }
+    wipe_urls(urls, n);
     sl_warn(T, "%s: presign refused: %s", in->row.id, err);
     presigned_error(g, rid, rid_len, id, r, err);
     return;
   }
   json_t *list = json_array();
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n; i++)
     json_array_append_new(list, json_string(urls[i]));
-    sodium_memzero(urls[i], strlen(urls[i]));
-    free(urls[i]);
-  }
+  wipe_urls(urls, n);
   json_t *m = json_pack("{s:s, s:O, s:o}", "type", "presigned", "id", id ? id : json_null(), "urls", list);
   if (m)
     gw_wproto_send_raw(g, rid, rid_len, m);
