@@ -79,8 +79,9 @@ struct ckpt_check {
 
 /* spotlab-train --check on a downloaded checkpoint (a store call, so the
  * worker's heartbeats go on): 0 when valid, SL_EFORMAT with its reason in
- * out when not. A check that cannot run counts as passed: spotlab-train
- * itself decides then, as before. */
+ * out when not. A check that cannot run, or is killed before its verdict
+ * (a signal: it said nothing of the checkpoint), counts as passed:
+ * spotlab-train itself decides then, as before. */
 static int check_ckpt(void *arg) {
   struct ckpt_check *c = arg;
   char *argv[] = {(char *)c->train, "--check", (char *)c->path, NULL};
@@ -91,6 +92,11 @@ static int check_ckpt(void *arg) {
     return 0;
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  if (WIFSIGNALED(status)) {
+    sl_warn("worker.store", "the check of %s ended by signal %d; the checkpoint is taken as it is",
+            c->path, WTERMSIG(status));
+    return 0;
+  }
   c->out[strcspn(c->out, "\n")] = 0;
   if (!c->out[0]) snprintf(c->out, sizeof c->out, "not a valid checkpoint");
   return SL_EFORMAT;
