@@ -117,6 +117,14 @@ struct sl_s3_opts {
                                  * requests (sl_http_req.cancel): the operation under way
                                  * fails with -ECANCELED. A multipart upload so stopped
                                  * is still aborted, with one short try. */
+  /* NULL, or told of each multipart upload the client begins (open: true),
+   * before any part is sent, and again once it is completed or aborted
+   * (open: false; not when its abort failed, so the upload stays open).
+   * A negative return for open stops the upload: it is aborted, and the
+   * operation fails with that error. For a caller that must be able to
+   * abort what a killed process left open. */
+  int (*mpu_event)(void *ud, const char *key, const char *upload_id, bool open);
+  void *mpu_event_ud;
 };
 
 struct sl_s3_client;

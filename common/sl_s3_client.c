@@ -557,6 +557,13 @@ static int put_multipart(struct sl_s3_client *c, const char *key, int fd, int bo
   free(body);
   if (r < 0) return r;
   m.upload_id = id;
+  if (c->o.mpu_event && (r = c->o.mpu_event(c->o.mpu_event_ud, key, id, true)) < 0) {
+    char why[256];
+    sl_err_say(err, err_size, r, "the upload of %s was begun but cannot be recorded: %s", key,
+               sl_strerror(r));
+    if (mpu_abort(&m, why, sizeof why) == 0) c->o.mpu_event(c->o.mpu_event_ud, key, id, false);
+    return r;
+  }
   m.etags = calloc((size_t)m.n_parts, sizeof *m.etags);
   m.urls = calloc((size_t)m.n_parts, sizeof *m.urls);
   pthread_mutex_init(&m.lock, NULL);
@@ -582,13 +589,17 @@ static int put_multipart(struct sl_s3_client *c, const char *key, int fd, int bo
   if (r < 0)
     sl_err_say(err, err_size, r, "%s", m.err);
   else r = mpu_complete(&m, sha256, err, err_size);
+  bool closed = r == 0;
   if (r < 0) {
     char why[256];
     if (mpu_abort(&m, why, sizeof why) < 0) {
       size_t el = err ? strlen(err) : 0;
       if (err && el < err_size) snprintf(err + el, err_size - el, "; its abort failed too: %s", why);
+    } else {
+      closed = true;
     }
   }
+  if (closed && c->o.mpu_event) c->o.mpu_event(c->o.mpu_event_ud, key, id, false);
   for (int i = 0; m.urls && i < m.n_parts; i++) free(m.urls[i]);
   free(m.urls);
   free(m.etags);

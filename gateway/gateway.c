@@ -326,22 +326,28 @@ static void purge_done(struct gw *g) {
 static void abort_uploads(struct gw *g, json_t *rows, const char *instance) {
   size_t n = 0, cap = json_array_size(rows);
   const char **keys = calloc(cap ? cap : 1, sizeof *keys), **ids = calloc(cap ? cap : 1, sizeof *ids);
-  size_t i;
+  size_t i, own = 0;
   json_t *row;
   json_array_foreach(rows, i, row) {
     const char *inst = sl_json_get_str(row, "instance", "");
     if (keys && ids && (instance || !gw_fleet_inst(g->fleet, inst))) {
       keys[n] = sl_json_get_str(row, "key", "");
       ids[n++] = sl_json_get_str(row, "upload_id", "");
+      own += !*inst;
     }
   }
   int r = !keys || !ids ? -ENOMEM : gw_purge_uploads(g->purge, keys, ids, n);
   if (r < 0)
     sl_warn(T, "the unfinished multipart uploads of %s are not aborted now: %s (tried again at the "
             "next start)", instance ? instance : "gone instances", sl_strerror(r));
-  else if (n)
-    sl_info(T, "aborting %zu multipart uploads that %s left unfinished", n,
-            instance ? instance : "instances gone before this start");
+  else if (instance && n)
+    sl_info(T, "aborting %zu multipart uploads that %s left unfinished", n, instance);
+  else if (n - own)
+    sl_info(T, "aborting %zu multipart uploads that instances gone before this start left "
+            "unfinished", n - own);
+  if (r >= 0 && own)
+    sl_info(T, "aborting %zu multipart uploads of data files that an earlier run of the gateway "
+            "left unfinished", own);
   free(keys);
   free(ids);
 }
@@ -409,6 +415,14 @@ static size_t resume_deletions(struct gw *g) {
   return started;
 }
 
+/* A data file's multipart upload that an earlier run left open: a row of
+ * the gateway's own (instance ""), which no fleet holds. */
+static int note_left_open(void *data, const char *key, const char *upload_id) {
+  struct gw *g = data;
+  return gw_store_multipart_seen(g->store, "", key, upload_id, sl_time_real_us(),
+                                 GW_MULTIPART_PER_INSTANCE);
+}
+
 /* Notebooks upload their data files ([store] upload_data) when asked to, or
  * (auto) when a provider's instances need the worker bundle: those run off
  * the gateway's machine and read nothing of the notebook's. Into the S3
@@ -429,6 +443,11 @@ static void open_uploads(struct gw *g) {
             sl_strerror(r));
   else
     sl_info(T, "notebooks upload their data files to the %s store", g->objstore ? "S3" : "file");
+  /* the uploads of data files a killed run left open: aborted with the
+   * workers' (abort_gone_uploads) */
+  if (g->uploads && g->objstore && (r = gw_uploads_left_open(g->uploads, note_left_open, g)) < 0)
+    sl_warn(T, "the records of the uploads an earlier run left open cannot be read: %s",
+            sl_strerror(r));
   if (g->uploads && resume_deletions(g) > 0)
     sl_info(T, "deleting the stored data files an earlier run did not finish with");
 }

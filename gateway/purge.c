@@ -102,8 +102,7 @@ static int abort_upload(struct gw_purge *p, const struct item *it) {
     r = sl_s3_abort_upload(c, it->key, it->upload_id, why, sizeof why);
   sl_s3_client_free(c);
   if (r == 0)
-    sl_info(T, "%s: aborted the multipart upload its worker left unfinished (its parts are "
-            "deleted)", it->key);
+    sl_info(T, "%s: aborted the multipart upload left unfinished (its parts are deleted)", it->key);
   else if (r == -ENOENT)
     sl_debug(T, "%s: the multipart upload %.40s was complete or aborted already", it->key,
              it->upload_id);
@@ -111,8 +110,8 @@ static int abort_upload(struct gw_purge *p, const struct item *it) {
     sl_info(T, "%s: the abort of an unfinished multipart upload stopped with the gateway (it goes "
             "on at the next start)", it->key);
   else
-    sl_warn(T, "%s: the multipart upload its worker left unfinished could not be aborted: %s (tried "
-            "again at the next start)", it->key, why[0] ? why : sl_strerror(r));
+    sl_warn(T, "%s: the multipart upload left unfinished could not be aborted: %s (tried again at "
+            "the next start)", it->key, why[0] ? why : sl_strerror(r));
   return r == -ENOENT ? 1 : r;
 }
 

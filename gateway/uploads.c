@@ -5,6 +5,7 @@
 
 #include "sl_digest.h"
 #include "sl_err.h"
+#include "sl_file.h"
 #include "sl_ident.h"
 #include "sl_log.h"
 #include "sl_path.h"
@@ -252,6 +253,89 @@ static int copy_file(const char *src, const char *dst) {
   return r;
 }
 
+/* ---- multipart uploads in S3 left open ---------------------------------- */
+
+/* A data file above the client's part size goes to S3 as a multipart
+ * upload. From its start until it is completed or aborted it is recorded as
+ * parts_dir/USER-SHA256-XXXXXX.mpu ("key\nupload_id\n", written whole and
+ * fsynced), so that what a killed gateway left open can be aborted by the
+ * next start (gw_uploads_left_open). */
+#define MPU_SUFFIX ".mpu"
+
+struct mpu_note {
+  struct upload *e;
+  char path[PATH_MAX];          /* the record of the upload under way; "" none */
+};
+
+static int mpu_event(void *ud, const char *key, const char *upload_id, bool open) {
+  struct mpu_note *n = ud;
+  struct gw_uploads *u = n->e->u;
+  if (!open) {
+    if (n->path[0] && unlink(n->path) == 0)
+      sl_file_fsync_dir(u->parts_dir);
+    n->path[0] = 0;
+    return 0;
+  }
+  char tmp[PATH_MAX], body[GW_UPLOAD_KEY_MAX + 1100];
+  int len = snprintf(body, sizeof body, "%s\n%s\n", key, upload_id);
+  if (len < 0 || (size_t)len >= sizeof body || strchr(upload_id, '\n'))
+    return -EINVAL;
+  snprintf(tmp, sizeof tmp, "%.3900s/%s-%s-XXXXXX" MPU_SUFFIX, u->parts_dir, n->e->user, n->e->sha);
+  int fd = mkstemps(tmp, (int)strlen(MPU_SUFFIX));
+  if (fd < 0)
+    return -errno;
+  close(fd);
+  /* the name is taken; the content arrives whole under it */
+  int r = sl_file_write_atomic(tmp, body, (size_t)len, 0600);
+  if (r < 0) {
+    unlink(tmp);
+    return r;
+  }
+  snprintf(n->path, sizeof n->path, "%s", tmp);
+  return 0;
+}
+
+int gw_uploads_left_open(struct gw_uploads *u, int (*fn)(void *ud, const char *key, const char *upload_id),
+                         void *ud) {
+  DIR *d = opendir(u->parts_dir);
+  if (!d)
+    return -errno;
+  struct dirent *de;
+  int n = 0;
+  while ((de = readdir(d))) {
+    size_t len = strlen(de->d_name);
+    if (len <= strlen(MPU_SUFFIX) || strcmp(de->d_name + len - strlen(MPU_SUFFIX), MPU_SUFFIX))
+      continue;
+    char path[PATH_MAX], body[GW_UPLOAD_KEY_MAX + 1100];
+    snprintf(path, sizeof path, "%.3900s/%s", u->parts_dir, de->d_name);
+    FILE *f = fopen(path, "re");
+    size_t got = f ? fread(body, 1, sizeof body - 1, f) : 0;
+    if (f)
+      fclose(f);
+    body[got] = 0;
+    char *nl = strchr(body, '\n'), *id = nl ? nl + 1 : NULL, *end = id ? strchr(id, '\n') : NULL;
+    if (!nl || nl == body || !end || end == id) {
+      sl_warn(T, "%s: not a record of a multipart upload; removed (an upload it named, if any, "
+              "is left to the bucket's lifecycle rule)", path);
+      unlink(path);
+      continue;
+    }
+    *nl = *end = 0;
+    int r = fn(ud, body, id);
+    if (r < 0) {
+      sl_warn(T, "%s: the multipart upload left open by an earlier run is not taken now: %s (tried "
+              "again at the next start)", body, sl_strerror(r));
+      continue;
+    }
+    unlink(path);
+    n++;
+  }
+  closedir(d);
+  if (n)
+    sl_file_fsync_dir(u->parts_dir);
+  return n;
+}
+
 /* Stores the complete part as e's object and removes the part. */
 static int publish(struct upload *e, char *why, size_t why_size) {
   struct gw_uploads *u = e->u;
@@ -272,6 +356,9 @@ static int publish(struct upload *e, char *why, size_t why_size) {
   }
   struct sl_s3_signer signer = gw_objstore_signer(u->o);
   struct sl_s3_opts opts = gw_objstore_opts(u->o);
+  struct mpu_note note = {.e = e};
+  opts.mpu_event = mpu_event;
+  opts.mpu_event_ud = &note;
   struct sl_s3_client *c = NULL;
   struct sl_s3_object head = {0};
   if ((r = sl_s3_client_new(&signer, &opts, &c)) < 0)

@@ -5,7 +5,8 @@
  * a part let go for a day swept (not while its upload is under way);
  * a stored object found by a new start; a stored file deleted (not while
  * it is being uploaded) and uploaded again; the per-user limit; the store key
- * of a user name that is not a plain one. gw_uploads_wait stands for the
+ * of a user name that is not a plain one; the records of multipart
+ * uploads a killed run left open. gw_uploads_wait stands for the
  * loop's next turns while a check or publication runs on its thread. */
 #include "harness.h"
 #include "sl_err.h"
@@ -37,6 +38,21 @@ static int have(struct gw_uploads *u, const char *user, const char *sha, uint64_
   int r = gw_uploads_have(u, user, sha, size, st, err, 256);
   gw_uploads_wait(u);
   return r < 0 ? r : gw_uploads_have(u, user, sha, size, st, err, 256);
+}
+
+/* gw_uploads_left_open's callback: takes alice's uploads, refuses the rest */
+struct offered {
+  int n;
+  char keys[4][32], ids[4][32];
+};
+static int take(void *ud, const char *key, const char *upload_id) {
+  struct offered *o = ud;
+  if (o->n < 4) {
+    snprintf(o->keys[o->n], sizeof o->keys[0], "%s", key);
+    snprintf(o->ids[o->n], sizeof o->ids[0], "%s", upload_id);
+  }
+  o->n++;
+  return strstr(key, "/alice/") ? 0 : -EIO;
 }
 
 int main(void) {
@@ -209,6 +225,28 @@ int main(void) {
   CHECK(strncmp(key, "_data/u-", 8) == 0 && strlen(key) == 8 + 16 + 1 + 64 && !strstr(key, ".."));
   gw_upload_key("ali ce", sha, key, sizeof key);
   CHECK(strncmp(key, "_data/u-", 8) == 0);
+
+  /* the records of multipart uploads a killed run left open: each offered
+   * once; one the caller takes is forgotten, one it refuses stays for the
+   * next start, one that is not a record is removed */
+  char rec[2][512];
+  snprintf(rec[0], sizeof rec[0], "%s/uploads/alice-%s-aaaaaa.mpu", state, sha);
+  snprintf(rec[1], sizeof rec[1], "%s/uploads/bob-%s-bbbbbb.mpu", state, sha);
+  CHECK_INT(sl_file_write_atomic(rec[0], "_data/alice/x\nid-1\n", 19, 0600), 0);
+  CHECK_INT(sl_file_write_atomic(rec[1], "_data/bob/y\nid-2\n", 17, 0600), 0);
+  snprintf(path, sizeof path, "%s/uploads/carol-%s-cccccc.mpu", state, sha);
+  CHECK_INT(sl_file_write_atomic(path, "no upload id", 12, 0600), 0);
+  struct offered got = {0};
+  CHECK_INT(gw_uploads_left_open(u, take, &got), 1);
+  CHECK_INT(got.n, 2);
+  CHECK(access(rec[0], F_OK) < 0);  /* taken: forgotten */
+  CHECK(access(rec[1], F_OK) == 0); /* refused: kept */
+  CHECK(access(path, F_OK) < 0);    /* not a record: removed */
+  got.n = 0;
+  CHECK_INT(gw_uploads_left_open(u, take, &got), 0);
+  CHECK_INT(got.n, 1);
+  CHECK_STR(got.keys[0], "_data/bob/y");
+  CHECK_STR(got.ids[0], "id-2");
 
   gw_uploads_free(u);
   sl_file_remove_tree(state);

@@ -16,7 +16,9 @@
  * OPTIONS: --part-mib N, --threads N, --page-keys N, --tries N,
  * --backoff-ms N (the first retry's), --timeout-ms N (a request without data),
  * --fail-after BYTES (test hook), --cancel-after-ms N (the client's cancel
- * flag is set that long after the start).
+ * flag is set that long after the start), --uploads 1 (each multipart
+ * upload's start and end said on stderr: "upload open KEY ID", "upload
+ * ended KEY ID"), --uploads 2 (the same, and the start refused: EIO).
  * On failure: "s3-tool: ERRNAME: sentence" on stderr and exit status 1. */
 #include "sl_err.h"
 #include "sl_s3.h"
@@ -31,7 +33,7 @@
 
 static int usage(void) {
   fprintf(stderr, "usage: s3-tool [--part-mib N] [--threads N] [--page-keys N] [--tries N] "
-                  "[--backoff-ms N] [--fail-after BYTES] [--cancel-after-ms N] put|get|head|list|rm s3://BUCKET/PREFIX ...\n");
+                  "[--backoff-ms N] [--fail-after BYTES] [--cancel-after-ms N] [--uploads 1|2] put|get|head|list|rm s3://BUCKET/PREFIX ...\n");
   return 2;
 }
 
@@ -46,6 +48,14 @@ static int env_creds(struct sl_aws_creds *c) {
   snprintf(c->secret_access_key, sizeof c->secret_access_key, "%s", secret);
   if (token) snprintf(c->session_token, sizeof c->session_token, "%s", token);
   return 0;
+}
+
+static int uploads_said;
+
+static int say_upload(void *ud, const char *key, const char *upload_id, bool open) {
+  (void)ud;
+  fprintf(stderr, "upload %s %s %s\n", open ? "open" : "ended", key, upload_id);
+  return open && uploads_said == 2 ? -EIO : 0;
 }
 
 static atomic_bool cancel;
@@ -74,8 +84,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--fail-after")) fail_after = v;
     else if (!strcmp(argv[i], "--timeout-ms")) opts.timeout_ms = (int)v;
     else if (!strcmp(argv[i], "--cancel-after-ms")) cancel_after_ms = (long)v;
+    else if (!strcmp(argv[i], "--uploads")) uploads_said = (int)v;
     else return usage();
   }
+  if (uploads_said) opts.mpu_event = say_upload;
   if (cancel_after_ms > 0) {
     opts.cancel = &cancel;
     if (pthread_create(&canceller, NULL, cancel_later, NULL) != 0) return 1;

@@ -207,20 +207,51 @@ def case_abort(tool, tmp, s3, **_):
     with FaultProxy(s3.port) as proxy:
         proxy.always = [(lambda m, t: m == 'PUT' and 'partNumber=2&' in t + '&', '500')]
         st, _, err = run_tool(tool, proxy.url, 'put', url, 'victim.tc', os.path.join(tmp, 'v2'),
-                              check=False, opts=['--part-mib', '5', '--tries', '3', '--backoff-ms', '10'])
+                              check=False, opts=['--part-mib', '5', '--tries', '3', '--backoff-ms', '10',
+                                                 '--uploads', '1'])
         check(st == 1 and 'victim.tc' in err and 'part 2 of 3' in err and 'InternalError' in err,
               'the failing part is named: %s' % err)
         no_secrets(err, 'abort')
         check(proxy.faults['put-part'] == 3, 'part 2 was tried 3 times: %d' % proxy.faults['put-part'])
         check(proxy.seen['complete'] == 0, 'no completion was asked for')
         check(proxy.aborted == ['victim.tc'], 'the upload was aborted: %r' % proxy.aborted)
+        said = [ln.split() for ln in err.splitlines() if ln.startswith('upload ')]
+        check(len(said) == 2 and [w[1] for w in said] == ['open', 'ended']
+              and said[0][2:] == said[1][2:] == ['victim.tc', said[0][3]],
+              'the caller is told of the upload as it opens and once it is aborted: %r' % said)
         ups = boto(proxy.url).list_multipart_uploads(Bucket=BUCKET)
         check(not ups.get('Uploads'), 'no upload is left open: %r' % ups.get('Uploads'))
+        # its abort failing too: the caller is told it opened, never that it ended
+        # (its record stays, for someone to abort it later)
+        proxy.always = [(lambda m, t: m == 'PUT' and 'partNumber=2&' in t + '&', '500'),
+                        (lambda m, t: m == 'DELETE' and 'uploadId=' in t, '500')]
+        st, _, err = run_tool(tool, proxy.url, 'put', url, 'victim.tc', os.path.join(tmp, 'v2'),
+                              check=False, opts=['--part-mib', '5', '--tries', '2', '--backoff-ms', '10',
+                                                 '--uploads', '1'])
+        said = [ln.split()[1] for ln in err.splitlines() if ln.startswith('upload ')]
+        check(st == 1 and 'its abort failed too' in err and said == ['open'],
+              'an upload whose abort fails is not said to have ended: %r, %s' % (said, err.strip()[-300:]))
+        left = list(proxy.uploads)
+        check(len(left) == 1, 'it is left open: %r' % left)
+        proxy.always = []
+        for uid in left:
+            boto(proxy.url).abort_multipart_upload(Bucket=BUCKET, Key='victim.tc', UploadId=uid)
+        # the caller refuses the upload as it opens (it cannot record it): no part is sent,
+        # and the upload is aborted
+        parts = proxy.seen['put-part']
+        st, _, err = run_tool(tool, proxy.url, 'put', url, 'victim.tc', os.path.join(tmp, 'v2'),
+                              check=False, opts=['--part-mib', '5', '--uploads', '2'])
+        said = [ln.split()[1] for ln in err.splitlines() if ln.startswith('upload ')]
+        check(st == 1 and 'cannot be recorded' in err and said == ['open', 'ended'],
+              'a start the caller refuses fails the put: %r, %s' % (said, err.strip()[-300:]))
+        check(proxy.seen['put-part'] == parts, 'no part was sent')
+        check(not boto(proxy.url).list_multipart_uploads(Bucket=BUCKET).get('Uploads'), 'none open')
+        aborted = len(proxy.aborted)
         # a body cut off mid-way (the test hook): aborted too
         st, _, err = run_tool(tool, proxy.url, 'put', url, 'victim.tc', os.path.join(tmp, 'v2'),
                               check=False, opts=['--part-mib', '5', '--fail-after', str(7 * (1 << 20))])
         check(st == 1 and 'victim.tc' in err, 'a cut-off body fails: %s' % err)
-        check(proxy.aborted == ['victim.tc', 'victim.tc'], 'aborted again: %r' % proxy.aborted)
+        check(proxy.aborted == ['victim.tc'] * (aborted + 1), 'aborted again: %r' % proxy.aborted)
         check(not boto(proxy.url).list_multipart_uploads(Bucket=BUCKET).get('Uploads'), 'none open')
         # cancelled while a part hangs (a stopping gateway; after 3 s, when the part's PUT
         # is held): it ends within seconds, and the upload is still aborted
@@ -231,7 +262,7 @@ def case_abort(tool, tmp, s3, **_):
         took = time.monotonic() - t0
         check(st == 1 and 'ECANCELED' in err and took < 10,
               'a cancel stops the upload in %.1f s: %s' % (took, err.strip()))
-        check(proxy.aborted == ['victim.tc'] * 3, 'and aborts it: %r' % proxy.aborted)
+        check(proxy.aborted == ['victim.tc'] * (aborted + 2), 'and aborts it: %r' % proxy.aborted)
         check(not boto(proxy.url).list_multipart_uploads(Bucket=BUCKET).get('Uploads'), 'none open')
     o = boto(s3.url).get_object(Bucket=BUCKET, Key='victim.tc')
     check(o['Body'].read() == v1 and o['Metadata'].get('sha256') == sha(v1),

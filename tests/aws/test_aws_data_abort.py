@@ -1,0 +1,182 @@
+#!/usr/bin/python3
+"""A gateway killed while it stores a large data file in S3 leaves a
+multipart upload open; its next start aborts it, so that S3 does not bill
+the parts for ever, and stores the file anew.
+
+usage: test_aws_data_abort.py GATEWAY WORKER TRAIN KERNEL
+
+The gateway runs on the aws provider (tests/pylib/aws_env.py) and reaches S3
+through the fault proxy of tests/s3/s3_fixture.py, which keeps the books of
+the multipart uploads it sees and holds every part PUT of a data file
+(_data/) while told to. A client uploads a 70 MiB file (protocols.md §1,
+data.have and data.put): above the 64 MiB part size, so the gateway stores
+it as a multipart upload. Once that upload is open and its parts are held,
+the gateway gets SIGKILL. Then:
+  - its state folder holds the record of the open upload (uploads/*.mpu);
+  - started again with the parts let through, it aborts that upload (the
+    proxy answers its AbortMultipartUpload), says so in its log, and keeps
+    no record of it (neither the file nor a row of the store's multipart
+    table);
+  - the same data.have stores the file from the bytes it kept, as a
+    completed multipart upload, and answers ready; the object in the bucket
+    has the file's SHA-256; no multipart upload is left open.
+Without the record the killed run's upload stays open, and the wait for its
+abort fails.
+"""
+import glob
+import hashlib
+import os
+import random
+import shutil
+import sqlite3
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
+sys.path.insert(0, os.path.join(HERE, "..", "s3"))
+from aws_env import AwsEnv, BUCKET, PREFIX  # noqa: E402
+from checks import check, require, failures, exit_status  # noqa: E402
+from gateway_client import GatewayClient  # noqa: E402
+from notebook import wait_for  # noqa: E402
+from s3_fixture import FaultProxy  # noqa: E402
+
+GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
+TOKEN = "aws-data-abort-token-0123456789ab"
+SIZE, CHUNK = 70 << 20, 1 << 20
+HOLD_S = 120
+
+
+def log(*a):
+    print("[%6.1f]" % (time.monotonic() - T0), *a, flush=True)
+
+
+T0 = time.monotonic()
+
+
+class HoldParts:
+    """A FaultProxy predicate: true for every part PUT of a data file while on
+    is set; the first one sets held."""
+
+    def __init__(self):
+        self.on = threading.Event()
+        self.on.set()
+        self.held = threading.Event()
+
+    def __call__(self, method, target):
+        path, _, query = target.partition("?")
+        if method != "PUT" or "/_data/" not in path or "partNumber=" not in query or not self.on.is_set():
+            return False
+        self.held.set()
+        return True
+
+
+def have(c, sha, until, timeout):
+    """data.have until its state is in until; the last reply."""
+    end = time.monotonic() + timeout
+    while True:
+        r = c.req("data.have", sha256=sha, size=SIZE)
+        if not r.get("ok") or r["state"] in until or time.monotonic() > end:
+            return r
+        time.sleep(0.2)
+
+
+def multipart_rows(env):
+    db = sqlite3.connect(os.path.join(env.gw.state, "gateway.db"), timeout=10)
+    try:
+        return db.execute("SELECT upload_id, key, instance FROM multipart").fetchall()
+    finally:
+        db.close()
+
+
+def main():
+    root = tempfile.mkdtemp(prefix="spotlab-aws-data-abort-")
+    env = c = proxy = None
+    hold = HoldParts()
+
+    def front(port):
+        nonlocal proxy
+        proxy = FaultProxy(port)
+        proxy.always.append((hold, "stall:%d" % HOLD_S))
+        return proxy.url
+
+    data = random.Random(11).randbytes(SIZE)
+    sha = hashlib.sha256(data).hexdigest()
+    key = "%s/_data/alice/%s" % (PREFIX, sha)
+    try:
+        env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN}, s3_front=front)
+        env.gw.start()
+        require(env.gw.wait_log("worker bundle published", 120), "the worker bundle is published")
+        c = GatewayClient(env.gw.listen, TOKEN)
+        r = have(c, sha, ("receiving",), 30)
+        require(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0,
+                "a new upload is asked for from its first byte", r)
+        for off in range(0, SIZE, CHUNK):
+            r = c.req("data.put", sha256=sha, size=SIZE, offset=off, frame=data[off:off + CHUNK],
+                      timeout=30)
+            require(r.get("ok"), "the chunk at %d is taken" % off, r)
+        require(hold.held.wait(60), "the gateway's part PUTs of the file are held")
+        with proxy.lock:
+            open_before = dict(proxy.uploads)
+        require(list(open_before.values()) == [key], "one multipart upload is open: %s" % open_before)
+        uid = next(iter(open_before))
+        c.close()
+        c = None
+
+        env.gw.kill()
+        env.gw.stop()  # closes its log
+        log("gateway killed while its upload %.20s… of %s was open" % (uid, key))
+        records = glob.glob(os.path.join(env.gw.state, "uploads", "*.mpu"))
+        check(len(records) == 1, "the open upload is recorded in the state folder: %s" % records)
+        if records:
+            with open(records[0]) as f:
+                check(f.read().split("\n")[:2] == [key[len(PREFIX) + 1:], uid],
+                      "the record names the upload's key and id")
+
+        hold.on.clear()
+        env.gw.start()
+        wait_for(lambda: key in proxy.aborted, "the abort of the killed run's upload", 60)
+        check(uid not in proxy.uploads, "started again, the gateway aborted the upload the killed run left")
+        gwlog = env.gw.logtext()
+        check("data files that an earlier run of the gateway left unfinished" in gwlog
+              and "aborted the multipart upload left unfinished" in gwlog,
+              "its log says so", [ln for ln in gwlog.splitlines() if "multipart" in ln][-3:])
+        wait_for(lambda: not multipart_rows(env), "the row of the aborted upload forgotten", 30)
+        check(not glob.glob(os.path.join(env.gw.state, "uploads", "*.mpu")),
+              "and no record of it is left")
+
+        c = GatewayClient(env.gw.listen, TOKEN)
+        r = have(c, sha, ("ready",), 120)
+        check(r.get("ok") and r["state"] == "ready",
+              "the same upload is stored from the bytes kept, and ready (%s)" % r)
+        with proxy.lock:
+            completed, left = list(proxy.completed), dict(proxy.uploads)
+        check(completed == [key], "as a completed multipart upload: %s" % completed)
+        check(not left, "no multipart upload is left open: %s" % left)
+        body, meta = env.s3.get(key)
+        check(len(body) == SIZE and hashlib.sha256(body).hexdigest() == sha and meta.get("sha256") == sha,
+              "the file is in the bucket whole, its SHA-256 with it")
+        check(not glob.glob(os.path.join(env.gw.state, "uploads", "*.mpu")),
+              "the completed upload leaves no record")
+    except Exception as e:  # a timeout or a broken expectation: a failure with context
+        check(False, "%s: %s" % (type(e).__name__, e))
+    finally:
+        if c:
+            c.close()
+        if failures and env and env.gw:
+            print("---- gateway log tail\n%s" % env.gw.logtail(6000))
+        if env:
+            env.close()
+        if proxy:
+            proxy.stop()
+        if failures or os.environ.get("SPOTLAB_AWS_KEEP"):
+            print("state kept in %s (bucket %s)" % (root, BUCKET))
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    return exit_status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
