@@ -26,7 +26,6 @@ usage: test_aws_e2e.py GATEWAY WORKER TRAIN KERNEL
 """
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,8 +33,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
-from aws_env import AwsEnv, ACCESS_KEY_ID, CREDENTIAL_VARS  # noqa: E402
-from checks import check, failures, exit_status  # noqa: E402
+from aws_env import AwsEnv, ACCESS_KEY_ID, CREDENTIAL_VARS, end_test  # noqa: E402
+from checks import check, exit_status  # noqa: E402
 from kernelspec_env import KernelspecEnv  # noqa: E402
 from notebook import FINAL, Monitor, Notebook, write_text  # noqa: E402
 
@@ -294,26 +293,7 @@ def main():
     except Exception as e:  # a timeout or a broken expectation: a failure with context
         check(False, "%s: %s" % (type(e).__name__, e))
     finally:
-        if nb:
-            nb.close()
-        if mon:
-            mon.close()
-        if failures and env and env.gw:
-            print("---- gateway log tail\n%s" % env.gw.logtail(8000))
-            for i in (env.ec2.instances() if env.ec2 and env.ec2.p.poll() is None else []):
-                for name in ("console.log", "worker.log"):
-                    try:
-                        with open(os.path.join(i["dir"], name), "rb") as f:
-                            print("---- %s %s\n%s" % (i["id"], name,
-                                                      f.read()[-1500:].decode(errors="replace")))
-                    except OSError:
-                        pass
-        if env:
-            env.close()
-        if failures or os.environ.get("SPOTLAB_AWS_KEEP"):
-            print("state kept in %s" % root)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        end_test(root, env, (nb, mon), tail=8000, instance_logs=True)
     return exit_status()
 
 

@@ -23,7 +23,6 @@ after SIGCONT the gateway resumes the job from its periodic checkpoint, and:
 """
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,8 +31,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
-from aws_env import AwsEnv, BUCKET  # noqa: E402
-from checks import check, require, failures, exit_status  # noqa: E402
+from aws_env import AwsEnv, end_test  # noqa: E402
+from checks import check, require, exit_status  # noqa: E402
 from notebook import FINAL, Monitor, wait_for, write_text  # noqa: E402
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
@@ -164,16 +163,7 @@ def main():
     finally:
         if env and env.gw and stopped and env.gw.alive():
             os.kill(env.gw.p.pid, signal.SIGCONT)
-        if mon:
-            mon.close()
-        if failures and env and env.gw:
-            print("---- gateway log tail\n%s" % env.gw.logtail(6000))
-        if env:
-            env.close()
-        if failures or os.environ.get("SPOTLAB_AWS_KEEP"):
-            print("state kept in %s (bucket %s)" % (root, BUCKET))
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        end_test(root, env, (mon,))
     return exit_status()
 
 

@@ -18,8 +18,6 @@ gateway's id. A new gateway on the same state folder then:
     this gateway is left running.
 """
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,8 +27,8 @@ import boto3
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
-from aws_env import (AwsEnv, ACCESS_KEY_ID, AMI, REGION, SECRET_ACCESS_KEY)  # noqa: E402
-from checks import check, failures, exit_status  # noqa: E402
+from aws_env import (AwsEnv, ACCESS_KEY_ID, AMI, REGION, SECRET_ACCESS_KEY, end_test)  # noqa: E402
+from checks import check, exit_status  # noqa: E402
 from notebook import FINAL, Monitor, write_text  # noqa: E402
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
@@ -185,18 +183,7 @@ def main():
     except Exception as e:  # a timeout or a broken expectation: a failure with context
         check(False, "%s: %s" % (type(e).__name__, e))
     finally:
-        if mon:
-            mon.close()
-        if failures and env and env.gw:
-            print("---- gateway log tail\n%s" % env.gw.logtail(8000))
-        if env:
-            if env.gw and env.gw.alive():
-                env.gw.p.send_signal(signal.SIGTERM)
-            env.close()
-        if failures or os.environ.get("SPOTLAB_AWS_KEEP"):
-            print("state kept in %s" % root)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        end_test(root, env, (mon,), tail=8000)
     return exit_status()
 
 

@@ -22,7 +22,6 @@ meanwhile. Then:
   - the job succeeds, its steps 1 to STEPS in order.
 """
 import os
-import shutil
 import sys
 import tempfile
 import threading
@@ -31,8 +30,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 sys.path.insert(0, os.path.join(HERE, "..", "s3"))
-from aws_env import AwsEnv, BUCKET  # noqa: E402
-from checks import check, require, failures, exit_status  # noqa: E402
+from aws_env import AwsEnv, end_test  # noqa: E402
+from checks import check, require, exit_status  # noqa: E402
 from notebook import FINAL, Monitor, write_text  # noqa: E402
 from s3_fixture import FaultProxy  # noqa: E402
 
@@ -130,18 +129,7 @@ def main():
     except Exception as e:  # a timeout or a broken expectation: a failure with context
         check(False, "%s: %s" % (type(e).__name__, e))
     finally:
-        if mon:
-            mon.close()
-        if failures and env and env.gw:
-            print("---- gateway log tail\n%s" % env.gw.logtail(6000))
-        if env:
-            env.close()
-        if proxy:
-            proxy.stop()
-        if failures or os.environ.get("SPOTLAB_AWS_KEEP"):
-            print("state kept in %s (bucket %s)" % (root, BUCKET))
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        end_test(root, env, (mon,), proxy)
     return exit_status()
 
 

@@ -409,6 +409,37 @@ class AwsGateway(GatewayProcess):
             os.replace(tmp, os.path.join(cache, n))
 
 
+def end_test(root, env, clients=(), proxy=None, tail=6000, instance_logs=False):
+    """The end of an aws test script, whatever happened in it (a test's
+    finally): closes the clients (monitors, notebooks; None skipped); when a
+    check failed, prints the tail of the gateway's log and, with
+    instance_logs, of each instance's console and worker logs; closes env,
+    then the fault proxy in front of S3; keeps root when a check failed or
+    SPOTLAB_AWS_KEEP is set, and removes it otherwise."""
+    from checks import failures
+    for c in clients:
+        if c:
+            c.close()
+    if failures and env and env.gw:
+        print("---- gateway log tail\n%s" % env.gw.logtail(tail))
+        alive = instance_logs and env.ec2 and env.ec2.p.poll() is None
+        for i in env.ec2.instances() if alive else []:
+            for name in ("console.log", "worker.log"):
+                try:
+                    with open(os.path.join(i["dir"], name), "rb") as f:
+                        print("---- %s %s\n%s" % (i["id"], name, f.read()[-1500:].decode(errors="replace")))
+                except OSError:
+                    pass
+    if env:
+        env.close()
+    if proxy:
+        proxy.stop()
+    if failures or os.environ.get("SPOTLAB_AWS_KEEP"):
+        print("state kept in %s (bucket %s)" % (root, BUCKET))
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 class AwsEnv:
     """s3rver + the EC2 stand-in + spotlab-gateway (aws provider, S3 store) under root.
 
