@@ -23,6 +23,7 @@
 #include "httpc.h"
 #include "hub.h"
 #include "idle.h"
+#include "keeper.h"
 #include "keys.h"
 #include "kproto.h"
 #include "budget.h"
@@ -31,11 +32,9 @@
 #include "metrics.h"
 #include "objstore.h"
 #include "provider.h"
-#include "purge.h"
 #include "queue.h"
 #include "scheduler.h"
 #include "store.h"
-#include "uploads.h"
 #include "webhook.h"
 #include "wproto.h"
 #include "zmsg.h"
@@ -96,10 +95,7 @@ struct gw {
   char gateway_id[20];          /* stable: from the gateway's public key (tags) */
   struct gw_objstore *objstore; /* [store] url when it is s3:// */
   struct gw_bundle *bundle;     /* published when a provider's instances need it */
-  struct gw_uploads *uploads;   /* notebooks' data files ([store] upload_data); NULL: off */
-  int64_t uploads_swept_us;     /* the last sweep of parts let go (monotonic) */
-  bool deletions_waiting;       /* stored files marked for deletion wait for a free slot */
-  struct gw_purge *purge;       /* removes a deleted session's jobs' objects */
+  struct gw_keeper *keeper;     /* the purge thread, notebooks' data files */
   int64_t started_us;
 };
 
@@ -279,218 +275,6 @@ static int open_providers(struct gw *g, char *err, size_t err_size) {
   return 0;
 }
 
-/* The checkpoint store's folder when it is a file store ([store] url
- * file://PATH, or none: state_dir/store). */
-static void file_store_dir(const struct gw *g, char *dir, size_t size) {
-  if (!strncmp(g->cfg->store_url, "file://", 7))
-    snprintf(dir, size, "%s", g->cfg->store_url + 7);
-  else
-    snprintf(dir, size, "%s/store", g->cfg->state_dir);
-}
-
-/* The purge thread, with the jobs an earlier run left to it. */
-static int open_purge(struct gw *g) {
-  char dir[sizeof g->cfg->state_dir + 16];
-  file_store_dir(g, dir, sizeof dir);
-  int r = gw_purge_new(g->objstore ? NULL : dir, g->objstore, &g->purge);
-  int64_t *jobs = NULL;
-  size_t n = 0;
-  if (r == 0 && gw_store_purge_list(g->store, &jobs, &n) == 0 && n) {
-    sl_info(T, "removing the store objects of %zu jobs of deleted sessions", n);
-    gw_purge_jobs(g->purge, jobs, n);
-  }
-  free(jobs);
-  return r;
-}
-
-/* The jobs whose objects the purge thread removed: no longer to purge; the
- * multipart uploads it aborted: no longer to abort. */
-static void purge_done(struct gw *g) {
-  int64_t done[256];
-  size_t n = g->purge ? gw_purge_take_done(g->purge, done, 256) : 0;
-  int r = n ? gw_store_purge_done(g->store, done, n) : 0;
-  if (r < 0)
-    sl_debug(T, "the purged jobs' rows stay until the store can be written: %s", sl_strerror(r));
-  char *ids[256];
-  while (g->purge && (n = gw_purge_take_aborted(g->purge, ids, 256)) > 0) {
-    if ((r = gw_store_multipart_done(g->store, (const char *const *)ids, n)) < 0)
-      sl_debug(T, "the aborted uploads' rows stay until the store can be written: %s", sl_strerror(r));
-    for (size_t i = 0; i < n; i++)
-      free(ids[i]);
-  }
-}
-
-/* Queues the aborts of the multipart uploads in rows (gw_store_multipart_list)
- * whose instance is gone: any instance's when instance is NULL, else that
- * instance's. */
-static void abort_uploads(struct gw *g, json_t *rows, const char *instance) {
-  size_t n = 0, cap = json_array_size(rows);
-  const char **keys = calloc(cap ? cap : 1, sizeof *keys), **ids = calloc(cap ? cap : 1, sizeof *ids);
-  size_t i, own = 0;
-  json_t *row;
-  json_array_foreach(rows, i, row) {
-    const char *inst = sl_json_get_str(row, "instance", "");
-    if (keys && ids && (instance || !gw_fleet_inst(g->fleet, inst))) {
-      keys[n] = sl_json_get_str(row, "key", "");
-      ids[n++] = sl_json_get_str(row, "upload_id", "");
-      own += !*inst;
-    }
-  }
-  int r = !keys || !ids ? -ENOMEM : gw_purge_uploads(g->purge, keys, ids, n);
-  if (r < 0)
-    sl_warn(T, "the unfinished multipart uploads of %s are not aborted now: %s (tried again at the "
-            "next start)", instance ? instance : "gone instances", sl_strerror(r));
-  else if (instance && n)
-    sl_info(T, "aborting %zu multipart uploads that %s left unfinished", n, instance);
-  else if (n - own)
-    sl_info(T, "aborting %zu multipart uploads that instances gone before this start left "
-            "unfinished", n - own);
-  if (r >= 0 && own)
-    sl_info(T, "aborting %zu multipart uploads of data files that an earlier run of the gateway "
-            "left unfinished", own);
-  free(keys);
-  free(ids);
-}
-
-/* An instance left the fleet: the uploads its worker had under way cannot
- * end any more. */
-static void multipart_sink(void *data, const struct gw_bus_event *ev) {
-  struct gw *g = data;
-  json_t *rows = NULL;
-  if (!g->purge || !ev->instance)
-    return;
-  int r = gw_store_multipart_list(g->store, ev->instance, &rows);
-  if (r < 0)
-    sl_warn(T, "%s: its unfinished multipart uploads cannot be read: %s (tried again at the next "
-            "start)", ev->instance, sl_strerror(r));
-  else
-    abort_uploads(g, rows, ev->instance);
-  json_decref(rows);
-}
-
-/* At the start, once the fleet is loaded: the uploads of instances that
- * went while no gateway ran (the load found them gone), or whose aborts a
- * stop cut short. */
-static void abort_gone_uploads(struct gw *g) {
-  json_t *rows = NULL;
-  if (!g->purge)
-    return;
-  int r = gw_store_multipart_list(g->store, NULL, &rows);
-  if (r < 0)
-    sl_warn(T, "the unfinished multipart uploads cannot be read: %s", sl_strerror(r));
-  else
-    abort_uploads(g, rows, NULL);
-  json_decref(rows);
-}
-
-/* Starts the deletions of stored data files marked in the store and not
- * under way (an earlier run's, or ones no slot was free for): how many
- * started. One that cannot be had at all is unmarked, and stays listed;
- * with no slot free the rest wait for the next deletion to end. */
-static size_t resume_deletions(struct gw *g) {
-  json_t *marked = NULL;
-  g->deletions_waiting = false;
-  if (gw_store_uploads_deleting(g->store, &marked) < 0)
-    return 0;
-  size_t i, started = 0;
-  json_t *row;
-  json_array_foreach(marked, i, row) {
-    char err[400] = "";
-    const char *user = sl_json_get_str(row, "user", ""), *sha = sl_json_get_str(row, "sha256", "");
-    int r = gw_uploads_delete(g->uploads, user, sha, (uint64_t)sl_json_get_int(row, "bytes", 0), err, sizeof err);
-    if (r == SL_ELIMIT) {
-      g->deletions_waiting = true;
-      break;
-    }
-    if (r == SL_ESTATE) /* under way already */
-      continue;
-    if (r < 0) {
-      sl_warn(T, "%s: the stored data file %s was not deleted: %s", user, sha, err);
-      gw_store_upload_deleting(g->store, user, sha, false);
-    } else {
-      started++;
-    }
-  }
-  json_decref(marked);
-  return started;
-}
-
-/* A data file's multipart upload that an earlier run left open: a row of
- * the gateway's own (instance ""), which no fleet holds. */
-static int note_left_open(void *data, const char *key, const char *upload_id) {
-  struct gw *g = data;
-  return gw_store_multipart_seen(g->store, "", key, upload_id, sl_time_real_us(),
-                                 GW_MULTIPART_PER_INSTANCE);
-}
-
-/* Notebooks upload their data files ([store] upload_data) when asked to, or
- * (auto) when a provider's instances need the worker bundle: those run off
- * the gateway's machine and read nothing of the notebook's. Into the S3
- * store when there is one, else the file store ([store] url, or the local
- * provider's state_dir/store). */
-static void open_uploads(struct gw *g) {
-  const char *how = g->cfg->upload_data;
-  bool needs_bundle = false;
-  for (size_t i = 0; i < gw_sched_n_providers(g->sched); i++)
-    needs_bundle |= gw_sched_provider_at(g->sched, i)->needs_bundle;
-  if (!strcmp(how, "no") || (strcmp(how, "yes") && !needs_bundle))
-    return;
-  char dir[sizeof g->cfg->state_dir + 16];
-  file_store_dir(g, dir, sizeof dir);
-  int r = gw_uploads_new(g->cfg->state_dir, g->objstore ? NULL : dir, g->objstore, &g->uploads);
-  if (r < 0)
-    sl_warn(T, "notebooks' data files cannot be taken: %s; their jobs name the notebook's paths",
-            sl_strerror(r));
-  else
-    sl_info(T, "notebooks upload their data files to the %s store", g->objstore ? "S3" : "file");
-  /* the uploads of data files a killed run left open: aborted with the
-   * workers' (abort_gone_uploads) */
-  if (g->uploads && g->objstore && (r = gw_uploads_left_open(g->uploads, note_left_open, g)) < 0)
-    sl_warn(T, "the records of the uploads an earlier run left open cannot be read: %s",
-            sl_strerror(r));
-  if (g->uploads && resume_deletions(g) > 0)
-    sl_info(T, "deleting the stored data files an earlier run did not finish with");
-}
-
-/* Tells every worker in touch to drop its copies of the data files whose
- * SHA-256s are in shas (deleted from the store). A worker out of touch
- * now keeps its copy until its instance ends. */
-static void workers_forget(struct gw *g, json_t *shas) {
-  if (!json_array_size(shas))
-    return;
-  json_t *m = json_pack("{s:s,s:O}", "type", "data_forget", "sha256", shas);
-  for (size_t i = 0; m && i < gw_fleet_n_insts(g->fleet); i++) {
-    struct gw_inst *in = gw_fleet_inst_at(g->fleet, i);
-    if (in->registered)
-      gw_fleet_send(g->fleet, in, m);
-  }
-  json_decref(m);
-}
-
-/* Stored data files whose deletion ended: their rows gone, or (it failed)
- * listed again as stored; one that the gateway's stop cut short stays
- * marked, for the next start. */
-static void uploads_deleted(struct gw *g) {
-  struct gw_upload_deleted done[16];
-  size_t n = g->uploads ? gw_uploads_take_deleted(g->uploads, done, 16) : 0;
-  json_t *gone = json_array();
-  for (size_t i = 0; i < n; i++) {
-    if (done[i].result == -ECANCELED)
-      continue; /* the gateway stops: deleted at the next start */
-    int r = done[i].result == 0 ? gw_store_upload_forget(g->store, done[i].user, done[i].sha256)
-                                : gw_store_upload_deleting(g->store, done[i].user, done[i].sha256, false);
-    if (r < 0)
-      sl_warn(T, "%s: the row of the stored data file %s stays as it was: %s", done[i].user, done[i].sha256,
-              sl_strerror(r));
-    if (done[i].result == 0 && gone)
-      json_array_append_new(gone, json_string(done[i].sha256));
-  }
-  workers_forget(g, gone);
-  json_decref(gone);
-  if (n && g->deletions_waiting) /* slots are free again */
-    resume_deletions(g);
-}
-
 /* The types [user.NAME] and [group.NAME] instance_types name are ones the
  * providers offer: checked once every enabled provider is open and shows
  * its types (one that is not might offer a name the others lack). */
@@ -581,13 +365,7 @@ static int64_t housekeeping(struct gw_loop *l, int64_t id, int64_t now_us, void 
   gw_sched_housekeeping(g->sched);
   gw_idle_check(g->idle, sl_time_mono_us());
   gw_budget_check(g->budget, false);
-  purge_done(g);
-  uploads_deleted(g);
-  int64_t mono = sl_time_mono_us();
-  if (g->uploads && mono - g->uploads_swept_us >= 3600 * SL_US_PER_S) {
-    g->uploads_swept_us = mono;
-    gw_uploads_sweep(g->uploads, mono, time(NULL));
-  }
+  gw_keeper_turn(g->keeper, sl_time_mono_us());
   if (gw_idle_gateway_due(g->idle, gw_kproto_n_clients(g->kproto), sl_time_mono_us())) {
     size_t n = gw_idle_stop_workers(g->idle, "the idle gateway stopped");
     sl_info(T, "no client and no job for %lld s ([idle] gateway_timeout): stopping %zu workers"
@@ -704,9 +482,9 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
     goto fail;
   if ((r = open_providers(g, err, err_size)) < 0 || (r = check_allowed_types(g, err, err_size)) < 0)
     goto fail;
-  open_uploads(g);
-  g->uploads_swept_us = sl_time_mono_us(); /* the start swept */
-  if ((r = open_purge(g)) < 0)
+  struct gw_keeper_env pe = {.cfg = cfg, .store = g->store, .fleet = g->fleet, .sched = g->sched,
+                             .objstore = g->objstore, .bus = &g->bus};
+  if ((r = gw_keeper_new(&pe, &g->keeper)) < 0)
     goto fail;
   r = -ENOMEM;
   g->zctx = zmq_ctx_new();
@@ -718,7 +496,8 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
                              .sched = g->sched, .idle = g->idle, .ledger = g->ledger,
                              .loop = g->loop, .send = client_send, .send_ctx = g, .monitor = g->kmon,
                              .hub = g->hub, .started_us = g->started_us, .budget = g->budget,
-                             .uploads = g->uploads, .purge = g->purge};
+                             .uploads = gw_keeper_uploads(g->keeper),
+                             .purge = gw_keeper_purge(g->keeper)};
   r = -ENOMEM;
   if (!(g->kproto = gw_kproto_new(&ke)) ||
       !(g->wproto = gw_wproto_new(cfg, g->store, g->fleet, g->sched, g->wsock, g->zap)))
@@ -758,10 +537,7 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
              sl_strerror(r), gw_store_last_error(g->store));
     goto fail;
   }
-  /* the instances the load found gone are among those the start sweeps; the
-   * sink takes the ones that go from now on */
-  abort_gone_uploads(g);
-  if ((r = gw_bus_subscribe(&g->bus, GW_BUS_INSTANCE_GONE, multipart_sink, g)) < 0)
+  if ((r = gw_keeper_start(g->keeper)) < 0)
     goto fail;
   sl_info(T, "listening on %s (kernels) and %s (workers)", cfg->listen, cfg->workers);
   *ret = g;
@@ -819,15 +595,7 @@ struct gw *gw_free(struct gw *g) {
   gw_wproto_free(g->wproto);
   gw_objstore_stop(g->objstore); /* what its threads send to S3 stops; done again at the next start */
   g->bundle = gw_bundle_free(g->bundle);
-  if (g->uploads) {
-    gw_uploads_wait(g->uploads);
-    g->deletions_waiting = false; /* none started now */
-    uploads_deleted(g); /* the rest are deleted (again) at the next start */
-  }
-  g->uploads = gw_uploads_free(g->uploads); /* its threads may use the S3 store */
-  if (g->purge)
-    purge_done(g); /* the rest are removed (again) at the next start */
-  g->purge = gw_purge_free(g->purge);
+  gw_keeper_stop(g->keeper);     /* its threads may use the S3 store */
   gw_objstore_free(g->objstore);
   if (g->ksock && g->kmon)
     zmq_socket_monitor(g->ksock, NULL, 0);
@@ -860,6 +628,7 @@ struct gw *gw_free(struct gw *g) {
   gw_carbon_free(g->carbon);
   gw_fleet_free(g->fleet);
   gw_queue_free(g->queue);
+  gw_keeper_free(g->keeper);     /* after the bus's last sources */
   gw_store_free(g->store);
   gw_loop_free(g->loop);
   free(g);
