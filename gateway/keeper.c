@@ -189,6 +189,13 @@ static int note_left_open(void *data, const char *key, const char *upload_id) {
  * store when there is one, else the file store ([store] url, or the local
  * provider's state_dir/store). */
 static void open_uploads(struct gw_keeper *k) {
+  /* the uploads of data files a killed run left open (data uploads on
+   * then, whether or not they are now): aborted with the workers'
+   * (abort_gone_uploads) */
+  int r = k->objstore ? gw_uploads_left_open(k->cfg->state_dir, note_left_open, k) : 0;
+  if (r < 0)
+    sl_warn(T, "the records of the uploads an earlier run left open cannot be read: %s",
+            sl_strerror(r));
   const char *how = k->cfg->upload_data;
   bool needs_bundle = false;
   for (size_t i = 0; i < gw_sched_n_providers(k->sched); i++)
@@ -197,17 +204,12 @@ static void open_uploads(struct gw_keeper *k) {
     return;
   char dir[sizeof k->cfg->state_dir + 16];
   file_store_dir(k, dir, sizeof dir);
-  int r = gw_uploads_new(k->cfg->state_dir, k->objstore ? NULL : dir, k->objstore, &k->uploads);
+  r = gw_uploads_new(k->cfg->state_dir, k->objstore ? NULL : dir, k->objstore, &k->uploads);
   if (r < 0)
     sl_warn(T, "notebooks' data files cannot be taken: %s; their jobs name the notebook's paths",
             sl_strerror(r));
   else
     sl_info(T, "notebooks upload their data files to the %s store", k->objstore ? "S3" : "file");
-  /* the uploads of data files a killed run left open: aborted with the
-   * workers' (abort_gone_uploads) */
-  if (k->uploads && k->objstore && (r = gw_uploads_left_open(k->uploads, note_left_open, k)) < 0)
-    sl_warn(T, "the records of the uploads an earlier run left open cannot be read: %s",
-            sl_strerror(r));
   if (k->uploads && resume_deletions(k) > 0)
     sl_info(T, "deleting the stored data files an earlier run did not finish with");
 }

@@ -295,11 +295,13 @@ static int mpu_event(void *ud, const char *key, const char *upload_id, bool open
   return 0;
 }
 
-int gw_uploads_left_open(struct gw_uploads *u, int (*fn)(void *ud, const char *key, const char *upload_id),
+int gw_uploads_left_open(const char *state_dir, int (*fn)(void *ud, const char *key, const char *upload_id),
                          void *ud) {
-  DIR *d = opendir(u->parts_dir);
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%.3900s/uploads", state_dir);
+  DIR *d = opendir(dir);
   if (!d)
-    return -errno;
+    return errno == ENOENT ? 0 : -errno;
   struct dirent *de;
   int n = 0;
   while ((de = readdir(d))) {
@@ -307,7 +309,7 @@ int gw_uploads_left_open(struct gw_uploads *u, int (*fn)(void *ud, const char *k
     if (len <= strlen(MPU_SUFFIX) || strcmp(de->d_name + len - strlen(MPU_SUFFIX), MPU_SUFFIX))
       continue;
     char path[PATH_MAX], body[GW_UPLOAD_KEY_MAX + 1100];
-    snprintf(path, sizeof path, "%.3900s/%s", u->parts_dir, de->d_name);
+    snprintf(path, sizeof path, "%.3900s/%s", dir, de->d_name);
     FILE *f = fopen(path, "re");
     size_t got = f ? fread(body, 1, sizeof body - 1, f) : 0;
     if (f)
@@ -332,7 +334,7 @@ int gw_uploads_left_open(struct gw_uploads *u, int (*fn)(void *ud, const char *k
   }
   closedir(d);
   if (n)
-    sl_file_fsync_dir(u->parts_dir);
+    sl_file_fsync_dir(dir);
   return n;
 }
 

@@ -90,12 +90,13 @@ size_t gw_uploads_take_deleted(struct gw_uploads *u, struct gw_upload_deleted *o
  * gateway calls it every hour, and it runs at each start. */
 void gw_uploads_sweep(struct gw_uploads *u, int64_t now_mono_us, time_t now);
 
-/* The multipart uploads of data files that an earlier run began in S3 and
- * did not end (it was killed): fn gets each one's key and upload id, and a
- * record fn takes (returns 0 or more for) is forgotten; one it refuses is
- * offered again at the next start. Call before any publication starts. The
- * count taken, or an error. */
-int gw_uploads_left_open(struct gw_uploads *u, int (*fn)(void *ud, const char *key, const char *upload_id),
+/* The multipart uploads of data files that an earlier run with state_dir
+ * began in S3 and did not end (it was killed): fn gets each one's key and
+ * upload id, and a record fn takes (returns 0 or more for) is forgotten;
+ * one it refuses is offered again at the next start. Call before any
+ * publication starts. The count taken (0 with no parts folder), or an
+ * error. */
+int gw_uploads_left_open(const char *state_dir, int (*fn)(void *ud, const char *key, const char *upload_id),
                          void *ud);
 
 /* Waits until no check or publication runs (tests: a settled gateway). */

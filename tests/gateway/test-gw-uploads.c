@@ -237,13 +237,13 @@ int main(void) {
   snprintf(path, sizeof path, "%s/uploads/carol-%s-cccccc.mpu", state, sha);
   CHECK_INT(sl_file_write_atomic(path, "no upload id", 12, 0600), 0);
   struct offered got = {0};
-  CHECK_INT(gw_uploads_left_open(u, take, &got), 1);
+  CHECK_INT(gw_uploads_left_open(state, take, &got), 1);
   CHECK_INT(got.n, 2);
   CHECK(access(rec[0], F_OK) < 0);  /* taken: forgotten */
   CHECK(access(rec[1], F_OK) == 0); /* refused: kept */
   CHECK(access(path, F_OK) < 0);    /* not a record: removed */
   got.n = 0;
-  CHECK_INT(gw_uploads_left_open(u, take, &got), 0);
+  CHECK_INT(gw_uploads_left_open(state, take, &got), 0);
   CHECK_INT(got.n, 1);
   CHECK_STR(got.keys[0], "_data/bob/y");
   CHECK_STR(got.ids[0], "id-2");
