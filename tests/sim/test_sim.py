@@ -41,12 +41,15 @@ def run_sim(sim, trace, *args, timeout=60, expect=0, env=None):
 
 
 def synthetic(sim):
-    # 600 s ticks: capacity for the first 1200 simulated seconds, none in the
-    # next 600 (one preemption, with the market's 120 s notice), then back.
+    # 600 s ticks: capacity for the first 2400 simulated seconds, none in the
+    # next 600 (one preemption, with the market's 120 s notice), then back. The
+    # 50 steps of 60 s cannot end before the loss; the job must be running by
+    # the notice (2280 s, 4.6 wall s at 500) for it to count: with capacity for
+    # 1200 s, a start-up slowed by a loaded machine missed it now and then
     with tempfile.TemporaryDirectory() as d:
         trace = os.path.join(d, "trace.json")
         with open(trace, "w") as f:
-            json.dump({"metadata": {"gap_seconds": 600}, "data": [1, 1, 0] + [1] * 20}, f)
+            json.dump({"metadata": {"gap_seconds": 600}, "data": [1, 1, 1, 1, 0] + [1] * 20}, f)
         every = 10
         # A wall second is 500 simulated seconds: the start-up of the workers and of
         # spotlab-train, slow in a sanitizer build on a busy machine, is billed at that
