@@ -27,7 +27,6 @@ import glob
 import hashlib
 import os
 import random
-import sqlite3
 import sys
 import tempfile
 import threading
@@ -72,24 +71,6 @@ class HoldParts:
         return True
 
 
-def have(c, sha, until, timeout):
-    """data.have until its state is in until; the last reply."""
-    end = time.monotonic() + timeout
-    while True:
-        r = c.req("data.have", sha256=sha, size=SIZE)
-        if not r.get("ok") or r["state"] in until or time.monotonic() > end:
-            return r
-        time.sleep(0.2)
-
-
-def multipart_rows(env):
-    db = sqlite3.connect(os.path.join(env.gw.state, "gateway.db"), timeout=10)
-    try:
-        return db.execute("SELECT upload_id, key, instance FROM multipart").fetchall()
-    finally:
-        db.close()
-
-
 def main():
     root = tempfile.mkdtemp(prefix="spotlab-aws-data-abort-")
     env = c = proxy = None
@@ -109,7 +90,7 @@ def main():
         env.gw.start()
         require(env.gw.wait_log("worker bundle published", 120), "the worker bundle is published")
         c = GatewayClient(env.gw.listen, TOKEN)
-        r = have(c, sha, ("receiving",), 30)
+        r = c.have(sha, SIZE, ("receiving",), 30)
         require(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0,
                 "a new upload is asked for from its first byte", r)
         for off in range(0, SIZE, CHUNK):
@@ -142,12 +123,12 @@ def main():
         check("data files that an earlier run of the gateway left unfinished" in gwlog
               and "aborted the multipart upload left unfinished" in gwlog,
               "its log says so", [ln for ln in gwlog.splitlines() if "multipart" in ln][-3:])
-        wait_for(lambda: not multipart_rows(env), "the row of the aborted upload forgotten", 30)
+        wait_for(lambda: not env.multipart_rows(), "the row of the aborted upload forgotten", 30)
         check(not glob.glob(os.path.join(env.gw.state, "uploads", "*.mpu")),
               "and no record of it is left")
 
         c = GatewayClient(env.gw.listen, TOKEN)
-        r = have(c, sha, ("ready",), 120)
+        r = c.have(sha, SIZE, ("ready",), 120)
         check(r.get("ok") and r["state"] == "ready",
               "the same upload is stored from the bytes kept, and ready (%s)" % r)
         with proxy.lock:

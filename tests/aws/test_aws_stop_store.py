@@ -67,16 +67,6 @@ class HoldData:
         return True
 
 
-def have(c, sha, until, timeout):
-    """data.have until its state is in until; the last reply."""
-    end = time.monotonic() + timeout
-    while True:
-        r = c.req("data.have", sha256=sha, size=SIZE)
-        if not r.get("ok") or r["state"] in until or time.monotonic() > end:
-            return r
-        time.sleep(0.1)
-
-
 def delete_across_stop(env, c, sha, hold_delete):
     """spotlab data rm of the stored file while S3 holds its DELETE, and a SIGTERM: the
     gateway stops at once, and the next start deletes it."""
@@ -139,7 +129,7 @@ def main():
         # the worker bundle first (built and put in seconds): the stop then waits on no build
         require(env.gw.wait_log("worker bundle published", 120), "the worker bundle is published")
         c = GatewayClient(env.gw.listen, TOKEN)
-        r = have(c, sha, ("receiving",), 30)
+        r = c.have(sha, SIZE, ("receiving",), 30)
         require(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0,
                 "a new upload is asked for from its first byte", r)
         for off in range(0, SIZE, CHUNK):
@@ -170,7 +160,7 @@ def main():
         puts_before = proxy.seen["put-object"]
         env.gw.start()
         c = GatewayClient(env.gw.listen, TOKEN)
-        r = have(c, sha, ("ready", "receiving"), 60)
+        r = c.have(sha, SIZE, ("ready", "receiving"), 60)
         check(r.get("ok") and r["state"] == "ready",
               "started again, the same upload is stored and ready with no byte sent again (%s)"
               % r)

@@ -71,14 +71,6 @@ class HoldParts:
 
 
 
-def multipart_rows(env):
-    db = sqlite3.connect(os.path.join(env.gw.state, "gateway.db"), timeout=10)
-    try:
-        return db.execute("SELECT upload_id, key, instance FROM multipart").fetchall()
-    finally:
-        db.close()
-
-
 def main():
     root = tempfile.mkdtemp(prefix="spotlab-aws-upload-abort-")
     text = os.path.join(root, "text.txt")
@@ -112,7 +104,7 @@ def main():
             open_before = dict(proxy.uploads)
         require(len(open_before) == 1, "one multipart upload is open: %s" % open_before)
         uid, key = next(iter(open_before.items()))
-        wait_for(lambda: any(row[0] == uid for row in multipart_rows(env)),
+        wait_for(lambda: any(row[0] == uid for row in env.multipart_rows()),
                  "the gateway's row of the upload", 30)
         mon.until(lambda: mon.instance() is not None, "the job placed", 60)
         name = mon.instance()
@@ -147,7 +139,7 @@ def main():
         check("aborted the multipart upload left unfinished" in gwlog,
               "the gateway's log says it aborted the upload",
               [ln for ln in gwlog.splitlines() if "multipart" in ln][:5])
-        wait_for(lambda: not multipart_rows(env), "the gateway forgets the uploads", 30)
+        wait_for(lambda: not env.multipart_rows(), "the gateway forgets the uploads", 30)
         with proxy.lock:
             left = dict(proxy.uploads)
         check(not left, "no multipart upload is left open: %s" % left)
@@ -169,8 +161,8 @@ def main():
         env.gw.start()
         wait_for(lambda: left_key in proxy.aborted, "the abort at the start", 60)
         check(up not in proxy.uploads, "the next start aborted the upload of a gone instance")
-        wait_for(lambda: not multipart_rows(env), "the row forgotten after the abort", 30)
-        check(not multipart_rows(env), "and forgot its row")
+        wait_for(lambda: not env.multipart_rows(), "the row forgotten after the abort", 30)
+        check(not env.multipart_rows(), "and forgot its row")
     except Exception as e:  # a timeout or a broken expectation: a failure with context
         check(False, "%s: %s" % (type(e).__name__, e))
     finally:

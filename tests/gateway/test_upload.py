@@ -46,17 +46,6 @@ TOKENS = {"alice": "alice-token-1", "bob": "bob-token-2", "carol": "carol-token-
 CHUNK = 16 * 1024
 
 
-def have(c, sha, size, until=("ready", "receiving"), timeout=30):
-    """data.have until its state is one of until (checking and publishing
-    pass); the last reply."""
-    end = time.monotonic() + timeout
-    while True:
-        r = c.req("data.have", sha256=sha, size=size)
-        if not r.get("ok") or r["state"] in until or time.monotonic() > end:
-            return r
-        time.sleep(0.1)
-
-
 def put(c, sha, data, offset, n=CHUNK, size=None):
     return c.req("data.put", sha256=sha, size=len(data) if size is None else size, offset=offset,
                  frame=data[offset:offset + n])
@@ -142,7 +131,7 @@ def check_refusals(c, sha, data):
     check(not r["ok"] and r["error"]["code"] == "SL_ETYPE", "a malformed hash is refused: %s" % r)
     r = c.req("data.have", sha256=sha, size=-1)
     check(not r["ok"] and r["error"]["code"] == "SL_ETYPE", "a negative size is refused: %s" % r)
-    r = have(c, sha, len(data))
+    r = c.have(sha, len(data))
     check(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0, "a new upload starts at 0: %s" % r)
     r = put(c, sha, data, 5)
     check(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0,
@@ -164,7 +153,7 @@ def check_bad_bytes(c, state):
     nothing published, and the upload starts over."""
     data = b"these bytes are not the ones named\n" * 100
     sha = hashlib.sha256(b"something else").hexdigest()
-    r = have(c, sha, len(data))
+    r = c.have(sha, len(data))
     off = 0
     while r.get("ok") and r["state"] == "receiving" and off < len(data):
         r = put(c, sha, data, off, 1000)
@@ -172,7 +161,7 @@ def check_bad_bytes(c, state):
     check(not r["ok"] and r["error"]["code"] == "SL_ECHECKSUM" and "changed" in r["error"]["message"],
           "bytes that hash to another name are refused: %s" % r)
     check(not os.path.exists(os.path.join(state, "store", "_data", "alice", sha)), "nothing is published")
-    r = have(c, sha, len(data))
+    r = c.have(sha, len(data))
     check(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0, "the upload starts over: %s" % r)
 
 
@@ -287,14 +276,14 @@ def check_data_files(gw, alice, bob, sha, data, text, first_job):
     r = alice.req("submit", kind="train", model="m", data="d", options=TRAIN_OPTS,
                   data_files=[{"path": text, "sha256": sha, "size": len(data)}])
     check(not r["ok"] and r["error"]["code"] == "SL_ESTATE", "a submit naming it is refused: %s" % r)
-    r = have(alice, sha, len(data))
+    r = alice.have(sha, len(data))
     check(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0, "asked for again, it is uploaded "
           "anew: %s" % r)
     off = 0
     while r.get("ok") and r["state"] == "receiving":
         r = put(alice, sha, data, off, n=1 << 20)
         off = r.get("offset", off)
-    r = have(alice, sha, len(data), until=("ready",))
+    r = alice.have(sha, len(data), until=("ready",))
     check(r.get("ok") and r["state"] == "ready" and os.path.exists(obj), "and stored again: %s" % r)
     r = alice.req("submit", kind="train", model="m", data="d", options=TRAIN_OPTS,
                   data_files=[{"path": text, "sha256": sha, "size": len(data)}])
@@ -372,7 +361,7 @@ def main():
         gw.stop()
         gw.start()
         alice = GatewayClient(gw.listen, TOKENS["alice"])
-        r = have(alice, sha, len(data))
+        r = alice.have(sha, len(data))
         check(r.get("ok") and r["state"] == "receiving" and r["offset"] == half,
               "after a gateway restart the upload goes on from byte %d: %s" % (half, r))
         off = r.get("offset", 0)
@@ -380,7 +369,7 @@ def main():
             r = put(alice, sha, data, off)
             off = r.get("offset", off)
         check(r.get("ok") and r["state"] in ("publishing", "ready"), "the last chunk publishes: %s" % r)
-        r = have(alice, sha, len(data), until=("ready",))
+        r = alice.have(sha, len(data), until=("ready",))
         check(r.get("ok") and r["state"] == "ready", "the upload is ready: %s" % r)
         r = alice.req("data.list")
         check(r.get("ok") and [(u["sha256"], u["path"], u["jobs"]) for u in r["uploads"]] == [(sha, "", 0)],
@@ -391,11 +380,11 @@ def main():
               "no part is left once published")
 
         bob = GatewayClient(gw.listen, TOKENS["bob"])
-        r = have(bob, sha, len(data))
+        r = bob.have(sha, len(data))
         check(r.get("ok") and r["state"] == "receiving" and r["offset"] == 0,
               "bob does not see alice's upload: %s" % r)
         others = [hashlib.sha256(b"%d" % i).hexdigest() for i in range(3)]
-        started = [have(bob, o, 10).get("state") for o in others]
+        started = [bob.have(o, 10).get("state") for o in others]
         r = bob.req("data.have", sha256=hashlib.sha256(b"one more").hexdigest(), size=10)
         check(started == ["receiving"] * 3 and not r["ok"] and r["error"]["code"] == "SL_ELIMIT" and
               "4 uploads under way" in r["error"]["message"],
@@ -438,7 +427,7 @@ def main():
                 f.write(b"deleted while out of touch")
         gw.start()
         alice = GatewayClient(gw.listen, TOKENS["alice"])
-        r = have(alice, sha, len(data))
+        r = alice.have(sha, len(data))
         check(r.get("ok") and r["state"] == "ready", "a restarted gateway finds the upload stored: %s" % r)
         left = wait_no_copies(gw, alice, gone)
         check(not left and all(os.path.exists(os.path.join(d, sha)) for d in datas),

@@ -23,6 +23,7 @@ import select
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -512,6 +513,14 @@ class AwsEnv:
             if bad:
                 out[pid] = bad
         return out
+
+    def multipart_rows(self):
+        """The gateway store's multipart table: (upload_id, key, instance) rows."""
+        db = sqlite3.connect(os.path.join(self.gw.state, "gateway.db"), timeout=10)
+        try:
+            return db.execute("SELECT upload_id, key, instance FROM multipart").fetchall()
+        finally:
+            db.close()
 
     def close(self):
         if self.gw is not None and self.gw.alive():

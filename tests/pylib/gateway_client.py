@@ -63,6 +63,16 @@ class GatewayClient:
             self.auth = r.get("auth")
         return r
 
+    def have(self, sha, size, until=("ready", "receiving"), timeout=30):
+        """data.have until the upload's state is one of until (checking and
+        publishing pass), or timeout seconds: the last reply."""
+        end = time.monotonic() + timeout
+        while True:
+            r = self.req("data.have", sha256=sha, size=size)
+            if not r.get("ok") or r["state"] in until or time.monotonic() > end:
+                return r
+            time.sleep(0.1)
+
     def upload(self, path, chunk_bytes, timeout=120):
         """Uploads the file at path as the kernel does (protocols.md §1,
         uploads): its data_files entry, or the reply that failed."""
