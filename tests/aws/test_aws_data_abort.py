@@ -30,13 +30,12 @@ import random
 import sys
 import tempfile
 import threading
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 sys.path.insert(0, os.path.join(HERE, "..", "s3"))
 from aws_env import AwsEnv, PREFIX, end_test  # noqa: E402
-from checks import check, require, exit_status  # noqa: E402
+from checks import check, require, exit_status, log  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 from notebook import wait_for  # noqa: E402
 from s3_fixture import FaultProxy  # noqa: E402
@@ -45,13 +44,6 @@ GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 TOKEN = "aws-data-abort-token-0123456789ab"
 SIZE, CHUNK = 70 << 20, 1 << 20
 HOLD_S = 120
-
-
-def log(*a):
-    print("[%6.1f]" % (time.monotonic() - T0), *a, flush=True)
-
-
-T0 = time.monotonic()
 
 
 class HoldParts:

@@ -34,7 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 from aws_env import AwsEnv, ACCESS_KEY_ID, CREDENTIAL_VARS, end_test  # noqa: E402
-from checks import check, exit_status  # noqa: E402
+from checks import check, exit_status, log  # noqa: E402
 from kernelspec_env import KernelspecEnv  # noqa: E402
 from notebook import FINAL, Monitor, Notebook, write_text  # noqa: E402
 
@@ -47,13 +47,6 @@ DEFS_CELL = 'model m = gpt(layers=2, heads=2, dim=32, ctx=64)\ndata d = text("%s
 TRAIN_CELL = ("train m on d steps=%d batch=8 lr=3e-3 seed=5 checkpoint_every=%d spot=yes"
               % (STEPS, EVERY))
 FIRST = ("g4dn.xlarge", "us-east-1a")
-
-
-def log(*a):
-    print("[%6.1f]" % (time.monotonic() - T0), *a, flush=True)
-
-
-T0 = time.monotonic()
 
 
 def run_calls(env):

@@ -27,12 +27,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 from aws_env import AwsEnv, end_test  # noqa: E402
-from checks import check, require, exit_status  # noqa: E402
+from checks import check, require, exit_status, log  # noqa: E402
 from notebook import FINAL, Monitor, wait_for, write_text  # noqa: E402
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
@@ -45,13 +44,6 @@ TOKEN = "aws-orphan-token-0123456789abcdef"
 # reached its end in that wait would never be orphaned
 MODEL = {"layers": 2, "heads": 4, "dim": 128, "ctx": 128}
 STEPS, EVERY = 2000, 1000
-
-
-def log(*a):
-    print("[%6.1f]" % (time.monotonic() - T0), *a, flush=True)
-
-
-T0 = time.monotonic()
 
 
 

@@ -27,7 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 from aws_env import AwsEnv, PREFIX, SECRET_ACCESS_KEY, end_test  # noqa: E402
-from checks import check, exit_status  # noqa: E402
+from checks import check, exit_status, log  # noqa: E402
 from notebook import FINAL, Monitor, write_text  # noqa: E402
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
@@ -35,13 +35,6 @@ TOKEN = "aws-regions-token-0123456789abcdef"
 EAST, WEST = "us-east-1", "us-west-2"
 ZONES = (EAST + "a", EAST + "b", WEST + "a", WEST + "b")
 MODEL = {"layers": 2, "heads": 2, "dim": 32, "ctx": 64}
-T0 = time.monotonic()
-
-
-def log(*a):
-    print("[%6.1f]" % (time.monotonic() - T0), *a, flush=True)
-
-
 def check_aws(env):
     """--check aws with the gateway's configuration: a section per region."""
     run_env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}

@@ -28,7 +28,7 @@ import boto3
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 from aws_env import (AwsEnv, ACCESS_KEY_ID, AMI, REGION, SECRET_ACCESS_KEY, end_test)  # noqa: E402
-from checks import check, exit_status  # noqa: E402
+from checks import check, exit_status, log  # noqa: E402
 from notebook import FINAL, Monitor, write_text  # noqa: E402
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
@@ -38,13 +38,6 @@ SLOW_BOOT_S = 400          # 20 s of wall time: the launch is pending when the g
 BOOT_S = 40
 MODEL = {"layers": 2, "heads": 2, "dim": 32, "ctx": 64}
 STEPS = 200
-
-
-def log(*a):
-    print("[%6.1f]" % (time.monotonic() - T0), *a, flush=True)
-
-
-T0 = time.monotonic()
 
 
 def tagged(env, key, value):

@@ -25,13 +25,12 @@ import os
 import sys
 import tempfile
 import threading
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 sys.path.insert(0, os.path.join(HERE, "..", "s3"))
 from aws_env import AwsEnv, end_test  # noqa: E402
-from checks import check, require, exit_status  # noqa: E402
+from checks import check, require, exit_status, log  # noqa: E402
 from notebook import FINAL, Monitor, write_text  # noqa: E402
 from s3_fixture import FaultProxy  # noqa: E402
 
@@ -40,13 +39,6 @@ TOKEN = "aws-slow-store-token-0123456789ab"
 MODEL = {"layers": 1, "heads": 2, "dim": 32, "ctx": 32}
 STEPS, EVERY = 300, 100
 STALLS, HOLD_S = 2, 10  # PUTs held, and for how long each (s3_fixture.FaultProxy)
-
-
-def log(*a):
-    print("[%6.1f]" % (time.monotonic() - T0), *a, flush=True)
-
-
-T0 = time.monotonic()
 
 
 class StallCheckpoints:

@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 sys.path.insert(0, os.path.join(HERE, "..", "s3"))
 from aws_env import AwsEnv, PREFIX, end_test  # noqa: E402
-from checks import check, require, exit_status  # noqa: E402
+from checks import check, require, exit_status, log  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 from s3_fixture import FaultProxy  # noqa: E402
 
@@ -41,13 +41,6 @@ TOKEN = "aws-stop-store-token-0123456789ab"
 SIZE, CHUNK = 3 << 20, 1 << 20
 HOLD_S = 120
 STOP_WITHIN_S = 10
-
-
-def log(*a):
-    print("[%6.1f]" % (time.monotonic() - T0), *a, flush=True)
-
-
-T0 = time.monotonic()
 
 
 class HoldData:

@@ -27,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 import boto3
 import botocore.config
@@ -36,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 sys.path.insert(0, os.path.join(HERE, "..", "s3"))
 from aws_env import AwsEnv, ACCESS_KEY_ID, BUCKET, PREFIX, REGION, SECRET_ACCESS_KEY, end_test  # noqa: E402
-from checks import check, require, exit_status  # noqa: E402
+from checks import check, require, exit_status, log  # noqa: E402
 from notebook import FINAL, Monitor, wait_for, write_text  # noqa: E402
 from s3_fixture import FaultProxy  # noqa: E402
 
@@ -45,13 +44,6 @@ TOKEN = "aws-upload-abort-token-0123456789"
 # about 7 M parameters: a checkpoint of 86 MB, two parts of at most 64 MiB
 MODEL = {"layers": 4, "heads": 4, "dim": 384, "ctx": 32}
 STEPS, EVERY = 6, 2
-
-
-def log(*a):
-    print("[%6.1f]" % (time.monotonic() - T0), *a, flush=True)
-
-
-T0 = time.monotonic()
 
 
 class HoldParts:

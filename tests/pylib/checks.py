@@ -2,8 +2,15 @@
 remembered, and the script's exit status comes from what failed."""
 import json
 import sys
+import time
 
 failures = []
+_T0 = time.monotonic()
+
+
+def log(*a):
+    """A line of progress, after the seconds since the script began."""
+    print("[%6.1f]" % (time.monotonic() - _T0), *a, flush=True)
 
 
 def _detail(detail):
