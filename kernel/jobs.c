@@ -554,7 +554,7 @@ void jk_jobs_reply(struct jk_interp *ip, int64_t id, const json_t *reply, const 
     x->follow->ping_id = 0;
     return;
   }
-  if (id != x->gw_req)
+  if (id != x->gw_req && !(x->gw_op == OP_DATA && jk_upload_owns(ip, id)))
     return;
   enum op op = (enum op)x->gw_op;
   x->gw_req = 0;
@@ -575,7 +575,7 @@ void jk_jobs_reply(struct jk_interp *ip, int64_t id, const json_t *reply, const 
   else if (error && !reply)
     st = unreachable(ip, error);
   else if (op == OP_DATA)
-    st = jk_upload_reply(ip, reply, error);
+    st = jk_upload_reply(ip, id, reply, error);
   else if (error)
     st = jk_exec_fail(ip, op == OP_SUBMIT ? "SubmitError" : "GatewayError", "%s", error);
   else if (op == OP_SUBMIT)

@@ -7,8 +7,18 @@
  * HASH_SLICE_BYTES or HASH_SLICE_US a turn of the loop, so that an interrupt
  * is heard while a large file is read), and data.have tells the gateway
  * what the kernel has. Each reply names the
- * gateway's state: `receiving` wants the bytes from its "offset" (the next
- * data.put sends one chunk from exactly there, whatever was sent before),
+ * gateway's state: `receiving` wants the bytes from its "offset". Several
+ * data.put requests are in flight, each the chunk after the one before, so
+ * that a distant gateway costs a round trip per window of chunks, not per
+ * chunk; the gateway takes them in order. The window starts at
+ * WINDOW_FIRST and grows by one with each put answered within GROW_US of
+ * being sent, up to WINDOW_MAX; a put answered later than SHRINK_US halves
+ * it (down to one), so that on a slow link the chunks queued behind each
+ * other stay far from the request timeout. A reply whose offset is
+ * the end of its own chunk lets the next one go; any other offset (the
+ * gateway restarted, or holds more than was sent) forgets the puts still in
+ * flight (the gateway writes none of them but at the offset it wants) and
+ * sends again from exactly there;
  * `checking` and `publishing` are polled with data.have on the interpreter's
  * timer, POLL_FIRST_US after the reply, then twice as long each time up to
  * POLL_US (a file store publishes in a few milliseconds, S3 in seconds; the
@@ -23,8 +33,11 @@
  * updated in place at most once a PROGRESS_US (front ends without display
  * updates show the first and the last).
  *
- * Invariants: at most one request in flight (the statement's gw_req) or a
- * poll due, never both; one chunk in memory; the chunks come from the file
+ * Invariants: requests in flight (data.have, a submit, or up to the
+ * window's data.put, the oldest being the statement's gw_req) or a poll
+ * due, never both; the puts in flight are in the order of their offsets,
+ * without gaps, and each keeps a copy of its chunk (WINDOW_MAX chunks in
+ * memory at most, in the gateway client); the chunks come from the file
  * descriptor that was hashed, and a file found shorter or changed on the
  * way fails the statement ("changed while it was uploaded"), as does the
  * gateway's SL_ECHECKSUM. The kernel uploads only the file the statement's
@@ -68,6 +81,12 @@
 #define MAX_CHUNK_BYTES (1024u << 10)
 #define PROGRESS_MIN_BYTES (16ll << 20)
 #define PROGRESS_US (1 * SL_US_PER_S)
+/* data.put requests in flight: at most 8 MiB of 1 MiB chunks, a round
+ * trip's worth at 80 ms and 100 MiB/s. */
+#define WINDOW_MAX 8
+#define WINDOW_FIRST 2
+#define GROW_US (1 * SL_US_PER_S)
+#define SHRINK_US (2 * SL_US_PER_S)
 
 /* The bytes read from a file to hash or to send: one statement uploads
  * at a time, and the kernel has one thread. */
@@ -82,6 +101,12 @@ struct jk_upload {
   size_t chunk_bytes;
   int64_t have_bytes;         /* the gateway's last offset (all of it once publishing) */
   uint64_t n_puts, max_puts;  /* chunks sent, and how many the gateway may ask for */
+  int64_t send_at;            /* the next chunk goes from here */
+  struct {
+    int64_t id, end;          /* a data.put in flight, and where its chunk ends */
+    int64_t sent_us;          /* when it was sent */
+  } fly[WINDOW_MAX];
+  size_t n_fly, window;       /* puts in flight, and how many may be */
   int64_t poll_at_us;         /* the next data.have; INT64_MAX: none due */
   int64_t poll_wait_us;       /* the wait before it; 0: none since the last receiving */
   bool hashing;               /* the file is being hashed, a slice a turn of the loop */
@@ -218,8 +243,10 @@ static ssize_t read_at(int fd, unsigned char *buf, size_t n, int64_t off) {
   return (ssize_t)got;
 }
 
-/* One chunk from offset, as the request's second frame; the cell's line before the first. */
-static enum jk_step send_put(struct jk_interp *ip, struct jk_upload *u, int64_t offset) {
+/* The chunk from send_at, as a data.put's second frame, one more in
+ * flight; the cell's line before the first. */
+static enum jk_step send_put(struct jk_interp *ip, struct jk_upload *u) {
+  int64_t offset = u->send_at;
   struct stat now;
   if (fstat(u->fd, &now) < 0 || !same_file(&now, &u->st))
     return changed(ip, u);
@@ -241,9 +268,50 @@ static enum jk_step send_put(struct jk_interp *ip, struct jk_upload *u, int64_t 
     free(line);
   }
   u->announced = true;
-  show_progress(ip, u, offset, SENDING);
+  show_progress(ip, u, u->have_bytes, SENDING);
   u->n_puts++;
-  return jk_jobs_await_data(ip, req, file_buf, n, OP_DATA, 0); /* the request keeps a copy */
+  enum jk_step st = jk_jobs_await_data(ip, req, file_buf, n, OP_DATA, 0); /* the request keeps a copy */
+  if (st != JK_STEP_WAIT)
+    return st;
+  u->fly[u->n_fly].id = ip->running->gw_req;
+  u->fly[u->n_fly].sent_us = sl_time_mono_us();
+  u->fly[u->n_fly++].end = offset + (int64_t)n;
+  u->send_at = offset + (int64_t)n;
+  return JK_STEP_WAIT;
+}
+
+/* Fills the window: chunks from send_at while fewer than the window are in
+ * flight and the file has bytes left; the statement waits for the oldest. */
+static enum jk_step send_puts(struct jk_interp *ip, struct jk_upload *u) {
+  /* an empty file is one put of nothing */
+  while (u->n_fly < u->window && (u->send_at < u->size_bytes || (u->size_bytes == 0 && !u->n_fly))) {
+    if (u->n_puts >= u->max_puts)
+      return jk_exec_fail(ip, "GatewayError", "the gateway asked for parts of %s %llu times; the upload stops",
+                          u->path, (unsigned long long)u->n_puts);
+    enum jk_step st = send_put(ip, u);
+    if (st != JK_STEP_WAIT)
+      return st;
+  }
+  if (u->n_fly) {
+    ip->running->gw_req = u->fly[0].id;
+    ip->running->gw_op = OP_DATA;
+  }
+  return JK_STEP_WAIT;
+}
+
+/* The puts still in flight are of no more use: their replies are ignored. */
+static void forget_puts(struct jk_interp *ip, struct jk_upload *u) {
+  for (size_t i = 0; i < u->n_fly; i++)
+    jk_gw_forget(ip->gw, u->fly[i].id);
+  u->n_fly = 0;
+}
+
+bool jk_upload_owns(const struct jk_interp *ip, int64_t id) {
+  const struct jk_upload *u = running_upload(ip);
+  for (size_t i = 0; u && u->fd >= 0 && i < u->n_fly; i++)
+    if (u->fly[i].id == id)
+      return true;
+  return false;
 }
 
 /* Opens the file at path into a new upload (*ret, owned), to be hashed. */
@@ -338,6 +406,7 @@ enum jk_step jk_upload_start(struct jk_interp *ip, const json_t *ask) {
   u->chunk_bytes = chunk <= 0 ? DEFAULT_CHUNK_BYTES : chunk > MAX_CHUNK_BYTES ? MAX_CHUNK_BYTES : (size_t)chunk;
   /* every chunk about four times (a gateway that starts over), then some */
   u->max_puts = 4 * ((uint64_t)u->size_bytes / u->chunk_bytes + 1) + 64;
+  u->window = WINDOW_FIRST;
   f->upload = u;
   ip->running->gw_op = OP_DATA; /* an interrupt while hashing is one while uploading */
   return JK_STEP_WAIT;
@@ -359,18 +428,33 @@ static enum jk_step resubmit(struct jk_interp *ip, struct jk_upload *u) {
   return jk_jobs_await(ip, req, OP_SUBMIT, JK_GW_SPAWN);
 }
 
-enum jk_step jk_upload_reply(struct jk_interp *ip, const json_t *reply, const char *error) {
+enum jk_step jk_upload_reply(struct jk_interp *ip, int64_t id, const json_t *reply, const char *error) {
   struct jk_upload *u = running_upload(ip);
   if (!u || u->fd < 0)
     return jk_exec_fail(ip, "InternalError", "a data reply came without an upload under way");
+  int64_t end = -1; /* the end of the chunk the reply is about; -1: a data.have's */
+  for (size_t i = 0; i < u->n_fly; i++)
+    if (u->fly[i].id == id) {
+      end = u->fly[i].end;
+      int64_t took = sl_time_mono_us() - u->fly[i].sent_us;
+      if (took > SHRINK_US)
+        u->window = u->window > 1 ? u->window / 2 : 1;
+      else if (took < GROW_US && u->window < WINDOW_MAX)
+        u->window++;
+      memmove(&u->fly[i], &u->fly[i + 1], (u->n_fly - i - 1) * sizeof u->fly[0]);
+      u->n_fly--;
+      break;
+    }
+  const char *state = sl_json_get_str(reply, "state", "");
+  int64_t offset = sl_json_get_int(reply, "offset", -1);
+  if (error || strcmp(state, "receiving") || offset != end)
+    forget_puts(ip, u); /* the gateway wants something else than what follows */
   if (error) {
     const char *code = sl_json_get_str(json_object_get(reply, "error"), "code", "");
     if (strcmp(code, "SL_ECHECKSUM") == 0)
       return changed(ip, u);
     return jk_exec_fail(ip, "SubmitError", "%s", error);
   }
-  const char *state = sl_json_get_str(reply, "state", "");
-  int64_t offset = sl_json_get_int(reply, "offset", -1);
   if (strcmp(state, "ready") == 0) {
     show_progress(ip, u, u->size_bytes, STORED);
     return resubmit(ip, u);
@@ -398,13 +482,12 @@ enum jk_step jk_upload_reply(struct jk_interp *ip, const json_t *reply, const ch
     if (offset < 0 || offset > u->size_bytes || (offset == u->size_bytes && u->size_bytes > 0))
       return jk_exec_fail(ip, "GatewayError", "the gateway asked for the bytes from %lld of %s, which has %lld",
                           (long long)offset, u->path, (long long)u->size_bytes);
-    if (u->n_puts >= u->max_puts)
-      return jk_exec_fail(ip, "GatewayError", "the gateway asked for parts of %s %llu times; the upload stops",
-                          u->path, (unsigned long long)u->n_puts);
     u->have_bytes = offset;
     u->poll_until_us = 0;
     u->poll_wait_us = 0;
-    return send_put(ip, u, offset);
+    if (!u->n_fly) /* a data.have's reply, or the puts in flight were forgotten: from exactly there */
+      u->send_at = offset;
+    return send_puts(ip, u);
   }
   return jk_exec_fail(ip, "GatewayError", "the gateway answered an upload with the unknown state \"%.32s\"",
                       state);
@@ -432,6 +515,7 @@ void jk_upload_interrupted(struct jk_interp *ip) {
     jk_exec_fail(ip, "Interrupted", "interrupted while uploading the data file; no job was submitted");
     return;
   }
+  forget_puts(ip, u);
   char have[32], size[32], sent[80] = "";
   sl_file_size_text(u->have_bytes, have, sizeof have);
   sl_file_size_text(u->size_bytes, size, sizeof size);

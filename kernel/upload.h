@@ -7,6 +7,7 @@
 #define JK_UPLOAD_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "interp_int.h"
@@ -18,10 +19,13 @@ struct jk_upload;
  * data.have. An ask for a file the statement uploaded already fails it;
  * another file of its data set is uploaded next. */
 enum jk_step jk_upload_start(struct jk_interp *ip, const json_t *ask);
-/* The reply (borrowed, or NULL) to a data.have or data.put (OP_DATA); error
- * as jk_gw_handler's. Sends the next request, waits to poll, or submits
- * again with data_files once the gateway has the file. */
-enum jk_step jk_upload_reply(struct jk_interp *ip, const json_t *reply, const char *error);
+/* The reply (borrowed, or NULL) to request id, a data.have or data.put
+ * (OP_DATA); error as jk_gw_handler's. Sends the next requests, waits to
+ * poll, or submits again with data_files once the gateway has the file. */
+enum jk_step jk_upload_reply(struct jk_interp *ip, int64_t id, const json_t *reply, const char *error);
+/* Whether id is one of the running upload's data.put requests in flight
+ * (the statement's gw_req is the oldest of them). */
+bool jk_upload_owns(const struct jk_interp *ip, int64_t id);
 /* Monotonic µs of the running upload's next poll, or INT64_MAX. */
 int64_t jk_upload_wake_at_us(const struct jk_interp *ip);
 /* Polls (data.have) when that time came; may end the statement. */

@@ -363,12 +363,15 @@ class OwnGateway:
 
 
 @contextlib.contextmanager
-def own_gateway_kernel(kernel_exe, gateway_exe, ini=""):
+def own_gateway_kernel(kernel_exe, gateway_exe, ini="", address=None):
     """A gateway of the test's own (OwnGateway, with ini) and a kernel on it, as
-    (gw, k). On leaving, the kernel is closed and the gateway stopped; unless the
-    block ran to its end with no failed check so far, the gateway's log is
-    printed and its folder kept."""
+    (gw, k); address: where the kernel reaches it, when not at its socket (a
+    proxy before it). On leaving, the kernel is closed and the gateway stopped;
+    unless the block ran to its end with no failed check so far, the gateway's
+    log is printed and its folder kept."""
     gw = OwnGateway(gateway_exe, ini)
+    if address:
+        os.environ["SPOTLAB_GATEWAY"] = address
     ok = False
     try:
         with KernelspecEnv(kernel_exe):

@@ -52,7 +52,10 @@ class UploadGateway(threading.Thread):
     submit, data.have and data.put go to script(gw, msg), which returns the
     reply's fields (ok:true added unless they say ok) or None for no reply.
     Every request is recorded with the time it came and its frame size;
-    data.put chunks are kept per offset."""
+    data.put chunks are kept per offset, each with the number of data.put
+    replies sent when it came ("_put_replies"): the requests waiting are read
+    before each reply goes, so a put sent before the reply to the one before
+    it shows fewer replies than puts before it."""
 
     def __init__(self, address):
         super().__init__(daemon=True)
@@ -65,12 +68,14 @@ class UploadGateway(threading.Thread):
         self.script = None
         self.stop = False
         self.n_jobs = 0
+        self.put_replies = 0
 
     def reset(self, script):
         with self.lock:
             self.requests = []
             self.replied = {}
             self.script = script
+            self.put_replies = 0
 
     def of_type(self, *types):
         with self.lock:
@@ -87,16 +92,27 @@ class UploadGateway(threading.Thread):
                {"event": "state", "state": "succeeded", "reason": "done"}]
         return [dict(e, type="event", job=job, seq=i + 1, time_us=t + i) for i, e in enumerate(evs)]
 
+    def drain(self, inbox):
+        """Every request waiting, with the time and the put replies sent so far."""
+        while True:
+            try:
+                inbox.append((time.monotonic(), self.put_replies, self.sock.recv_multipart(zmq.NOBLOCK)))
+            except zmq.Again:
+                return
+
     def run(self):
+        inbox = []
         while not self.stop:
-            if not self.sock.poll(50):
+            if not inbox and not self.sock.poll(50):
                 continue
-            rid, body, *data = self.sock.recv_multipart()
+            self.drain(inbox)
+            came, put_replies, (rid, body, *data) = inbox.pop(0)
             m = json.loads(body)
             if data:  # data.put's bytes, the second frame
                 m["_data"] = data[0]
+                m["_put_replies"] = put_replies
             with self.lock:
-                self.requests.append((time.monotonic(), len(body), m))
+                self.requests.append((came, len(body), m))
                 script = self.script
             t, rep = m.get("type"), {"type": "reply", "re": m.get("id"), "ok": True}
             if t == "hello":
@@ -118,9 +134,12 @@ class UploadGateway(threading.Thread):
                 rep.update(job={"job": m["job"], "user": "u", "session": "s", "kind": "train", "model": "m",
                                 "data": "d", "state": "succeeded", "step": 0, "steps": 10, "attempt": 1,
                                 "last_seq": 3})
+            self.drain(inbox)
             self.sock.send_multipart([rid, json.dumps(rep).encode()])
             with self.lock:
                 self.replied[m.get("id")] = time.monotonic()
+            if t == "data.put":
+                self.put_replies += 1
 
     def new_job(self):
         self.n_jobs += 1
@@ -133,17 +152,15 @@ def refused(code, message):
 
 class Store:
     """What a gateway keeps of uploads: bytes by sha256, filled by data.put at
-    the offsets it asks for."""
+    the offsets it asks for (a chunk from another offset is not written)."""
 
     def __init__(self):
         self.data = {}
 
     def put(self, m):
         buf = self.data.setdefault(m["sha256"], bytearray())
-        chunk = m["_data"]
-        if m["offset"] != len(buf):
-            return None
-        buf += chunk
+        if m["offset"] == len(buf):
+            buf += m["_data"]
         return len(buf)
 
     def complete(self, sha, size):
@@ -152,13 +169,14 @@ class Store:
 
 
 class Protocol:
-    """The usual gateway: asks for the file, takes puts in order (an offset
-    set by `rewind` answers once with an earlier offset, as a gateway that
-    kept less than it was sent), checks once, publishes once, then ready; a
-    resubmit naming the file gets a job."""
+    """The usual gateway: asks for the file, takes puts in order (a put from
+    another offset is answered with the one wanted; an offset set by `rewind`
+    answers once with an earlier offset, as a gateway that kept less than it
+    was sent), checks once, publishes once, then ready; a resubmit naming the
+    file gets a job. hold: seconds the reply to each put waits."""
 
-    def __init__(self, path, chunk_bytes, rewind=None, known=False):
-        self.path, self.chunk_bytes, self.rewind = path, chunk_bytes, rewind
+    def __init__(self, path, chunk_bytes, rewind=None, known=False, hold=0):
+        self.path, self.chunk_bytes, self.rewind, self.hold = path, chunk_bytes, rewind, hold
         self.store = Store()
         self.known = known
         self.phase = {}
@@ -180,10 +198,9 @@ class Protocol:
                 self.phase[sha] = {"checking": "publishing", "publishing": "ready"}.get(step, "ready")
                 return {"state": step, "offset": m["size"]}
             return {"state": "receiving", "offset": len(self.store.data.get(sha, b""))}
+        if self.hold:
+            time.sleep(self.hold)
         have = self.store.put(m)
-        if have is None:
-            return refused("SL_ESTATE", "put at offset %d, expected %d" % (m["offset"],
-                                                                           len(self.store.data[sha])))
         if self.rewind is not None and have > self.rewind:
             del self.store.data[sha][self.rewind:]
             self.rewind = None
@@ -251,8 +268,12 @@ def scripted_cases(k, gw, d):
     check(bytes(proto.store.data.get(sha, b"")) == data, "scripted: the chunks make the file")
     puts = gw.of_type("data.put")
     offsets = [(p["offset"], len(p["_data"])) for p in puts]
-    check(offsets == [(0, 1000), (1000, 1000), (1500, 1000)],
-          "scripted: chunks of chunk_bytes, each from the offset the gateway named: %s" % offsets)
+    # two chunks go at once, and a third with the first's reply; the third,
+    # sent before the gateway asked for 1500, is not written, and the bytes
+    # go again from there
+    check(offsets == [(0, 1000), (1000, 1000), (2000, 500), (1500, 1000)],
+          "scripted: chunks of chunk_bytes in flight together, then from the offset the gateway named: %s"
+          % offsets)
     check(all(p["sha256"] == sha and p["size"] == len(data) for p in puts), "scripted: the puts name the file")
     haves = gw.timed("data.have")
     check([m["sha256"] for _, _, m in haves] == [sha] * 4 and all(m["size"] == len(data) for _, _, m in haves),
@@ -292,6 +313,26 @@ def scripted_cases(k, gw, d):
     check(content["status"] == "ok" and sizes == [300000] * 6 + [len(big) - 1800000],
           "scripted: chunk_bytes as the gateway asks: %s" % sizes)
 
+    # chunks in flight ("ahead": sent before the replies to that many puts
+    # before them): two at first, one more with each reply that comes
+    # within a second, up to 8; each reply here waits 0.1 s
+    many = write(os.path.join(d, "many.bin"), os.urandom(24000))
+    content, _ = run_cell(k, 'data y = text("%s")' % many)
+    gw.reset(Protocol(many, 1000, hold=0.1))
+    content, out = run_cell(k, "train m on y steps=10")
+    puts = gw.of_type("data.put")
+    ahead = [i - m["_put_replies"] for i, m in enumerate(puts)]
+    check(content["status"] == "ok" and [m["offset"] for m in puts] == [1000 * i for i in range(24)] and
+          ahead[:2] == [0, 1] and max(ahead) == 7 and max(ahead[:3]) <= 2,
+          "scripted: the chunks in flight grow from 2 to 8, in order: %s %s" % (content.get("evalue"), ahead))
+    # a gateway that takes 2.2 s to answer each: one chunk at a time after the first reply
+    gw.reset(Protocol(corpus, 1000, hold=2.2))
+    content, out = run_cell(k, "train m on d steps=10")
+    puts = gw.of_type("data.put")
+    ahead = [i - m["_put_replies"] for i, m in enumerate(puts)]
+    check(content["status"] == "ok" and ahead == [0, 1, 0],
+          "scripted: a slow gateway gets one chunk at a time: %s %s" % (content.get("evalue"), ahead))
+
     # a large file the gateway takes a while to store: the display says so
     slow = write(os.path.join(d, "slow.txt"), data * 8000)  # 19.1 MiB
     content, _ = run_cell(k, 'data s = text("%s")' % slow)
@@ -313,16 +354,18 @@ def scripted_cases(k, gw, d):
     check(content["status"] == "ok" and UPLOADING not in out and not gw.of_type("data.put") and
           len(gw.of_type("submit")) == 2, "scripted: a file the gateway has is not sent: %r" % out)
 
-    # the file changed under the upload: the gateway's SL_ECHECKSUM
+    # the file changed under the upload: the gateway's SL_ECHECKSUM, with the last chunk
+    changed_ = Protocol(corpus, 1000)
+
     def checksum(gw_, m):
-        if m["type"] == "data.put":
+        if m["type"] == "data.put" and m["offset"] + len(m["_data"]) == m["size"]:
             return refused("SL_ECHECKSUM", "the bytes received do not hash to " + m["sha256"])
-        return Protocol(corpus, 1000)(gw_, m)
+        return changed_(gw_, m)
     gw.reset(checksum)
     content, out = run_cell(k, "train m on d steps=10")
     ev = content.get("evalue", "")
     check(content.get("ename") == "SubmitError" and corpus in ev and
-          "changed while it was uploaded; run the cell again" in ev and len(gw.of_type("data.put")) == 1,
+          "changed while it was uploaded; run the cell again" in ev and len(gw.of_type("data.put")) == 3,
           "scripted: SL_ECHECKSUM says the file changed: %s" % ev)
 
     # any other refusal, as a submit's
@@ -537,6 +580,27 @@ def real_gateway(kernel_exe, gateway_exe):
                   all(t == "update_display_data" for t, _ in shown[1:]),
                   "gateway: a 24.7 MiB upload shows its progress, updated in place: %s %s"
                   % (content.get("evalue"), shown))
+
+            # two notebooks upload the same new file at once: one upload at the
+            # gateway, which answers each put from an offset it does not want
+            # with the one it does; each kernel drops its puts in flight and
+            # goes on from there, and both cells train on the whole file
+            twice = write(os.path.join(d, "twice.txt"), big_data[:len(big_data) // 2] + data)
+            k2 = Kernel()
+            try:
+                defs = 'model m = gpt(layers=1, heads=2, dim=16, ctx=16)\ndata t = text("%s")' % twice
+                content, _ = run_cell(k, defs)
+                content2, _ = run_cell(k2, defs)
+                ids = [kk.kc.execute("train m on t steps=1 batch=2 detach=yes") for kk in (k, k2)]
+                replies = [kk.kc.get_shell_msg(timeout=300)["content"] for kk in (k, k2)]
+            finally:
+                k2.close()
+            twice_sha = hashlib.sha256(open(twice, "rb").read()).hexdigest()
+            objs = store_objects(gw.home, twice_sha)
+            check(len(ids) == 2 and all(r["status"] == "ok" for r in replies) and len(objs) == 1 and
+                  open(objs[0], "rb").read() == open(twice, "rb").read(),
+                  "gateway: two kernels uploading the same file at once both get it stored whole: %s"
+                  % [r.get("evalue") for r in replies])
 
             # a data set folder: its four files uploaded, then trained on
             images = os.path.join(d, "images")
