@@ -4,11 +4,14 @@
  * rendered into the notebook's output.
  *
  * The first input byte chooses the cell (its value modulo the cells below:
- * a train job with its definitions, a %%run job, and the magics that ask
- * the gateway); the rest is gateway frames split at "\n--\n". The target
+ * a train job with its definitions, a %%run job, the magics that ask the
+ * gateway, and a train job on a data file of 2500 bytes that the gateway
+ * may ask the kernel to upload); the rest is gateway frames split at
+ * "\n--\n", in which "@DATA@" stands for that file's path. The target
  * answers the kernel's hello itself; a frame that is a JSON reply without
  * "re" (or with "re": 0) answers the oldest of the kernel's requests not yet
- * answered, so replies reach the code that reads them. After each frame the kernel's timers run.
+ * answered (a data.put among them, whose bytes come as a second frame), so
+ * replies reach the code that reads them. After each frame the kernel's timers run.
  * Everything the kernel publishes must encode as a Jupyter message (its
  * JSON holds only UTF-8), and an error it shows must say why. No input may crash, leak or hit undefined
  * behaviour. */
@@ -28,6 +31,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const uint8_t key[] = "fuzz-key";
 
+#define DATA_BYTES 2500
+static char home[] = "/tmp/fuzz-kgw-XXXXXX";
+static char data_path[64];
+static char upload_cell[256];
+
 static const char *const cells[] = {
     ("data t = text(\"moby-dick\")\nmodel m = gpt(layers=1, heads=1, dim=8, ctx=8)\n"
      "train m on t steps=10 batch=2"), /* one cell of two lines (parentheses: on purpose) */
@@ -39,6 +47,7 @@ static const char *const cells[] = {
     "%logs J000001",
     "%budget",
     "%show J000001",
+    upload_cell,
 };
 #define N_CELLS (sizeof cells / sizeof *cells)
 
@@ -47,6 +56,7 @@ struct fake {
   int64_t hello_id, hello_answered;
   int64_t asked[256];            /* requests not yet answered, oldest first */
   size_t n_asked;
+  bool bytes_next;               /* the next frame is a data.put's bytes */
 };
 
 /* What the kernel sends its front ends: each message must encode, and an
@@ -82,6 +92,10 @@ static int gw_open(void *ud, const char *address) {
 static void gw_close(void *ud) { (void)ud; }
 static int gw_send(void *ud, const char *data, size_t len) {
   (void)ud;
+  if (the_fake->bytes_next) {
+    the_fake->bytes_next = false;
+    return 0;
+  }
   json_t *req = NULL;
   if (sl_json_parse(data, len, 64, &req, NULL, 0) < 0 || !json_is_object(req))
     abort(); /* the kernel sends JSON objects only */
@@ -93,7 +107,13 @@ static int gw_send(void *ud, const char *data, size_t len) {
   json_decref(req);
   return 0;
 }
-static const struct jk_core_gw_ops gw_ops = {gw_open, gw_close, gw_send, NULL};
+/* A data.put's JSON frame: its bytes follow. */
+static int gw_send_more(void *ud, const char *data, size_t len) {
+  int r = gw_send(ud, data, len);
+  the_fake->bytes_next = true;
+  return r;
+}
+static const struct jk_core_gw_ops gw_ops = {gw_open, gw_close, gw_send, gw_send_more};
 
 /* An execute_request of code, as a front end sends it. */
 static struct jk_msg *execute_request(struct jk_auth *auth, const char *code) {
@@ -151,7 +171,17 @@ static void run_timers(struct jk_core *core) {
 }
 
 /* A reply without "re" answers the oldest request not yet answered. */
-static void gateway_frame(struct jk_core *core, const char *p, size_t len) {
+static void gateway_frame(struct jk_core *core, const char *frame, size_t len) {
+  /* "@DATA@" stands for the data file's path */
+  static char buf[1 << 16];
+  const char *p = frame;
+  const char *at = len < sizeof buf / 2 ? memmem(frame, len, "@DATA@", 6) : NULL;
+  if (at) {
+    int n = snprintf(buf, sizeof buf, "%.*s%s%.*s", (int)(at - frame), frame, data_path,
+                     (int)(len - (size_t)(at - frame) - 6), at + 6);
+    p = buf;
+    len = (size_t)n;
+  }
   json_t *v = NULL;
   if (sl_json_parse(p, len, 32, &v, NULL, 0) == 0 && json_is_object(v) &&
       !strcmp(sl_json_get_str(v, "type", ""), "reply") && sl_json_get_int(v, "re", 0) == 0) {
@@ -172,8 +202,10 @@ static void gateway_frame(struct jk_core *core, const char *p, size_t len) {
   run_timers(core);
 }
 
-static char home[] = "/tmp/fuzz-kgw-XXXXXX";
-static void remove_home(void) { rmdir(home); } /* nothing is written there */
+static void remove_home(void) {
+  unlink(data_path);
+  rmdir(home);
+}
 
 static void setup_once(void) {
   static bool done;
@@ -181,6 +213,15 @@ static void setup_once(void) {
     return;
   done = true;
   if (!mkdtemp(home) || atexit(remove_home) != 0)
+    abort();
+  snprintf(data_path, sizeof data_path, "%s/data.txt", home);
+  snprintf(upload_cell, sizeof upload_cell,
+           "data u = text(\"%s\")\nmodel m = gpt(layers=1, heads=1, dim=8, ctx=8)\n"
+           "train m on u steps=10 batch=2", data_path);
+  FILE *df = fopen(data_path, "w");
+  for (int i = 0; df && i < DATA_BYTES; i++)
+    fputc("call me Ishmael. "[i % 17], df);
+  if (!df || fclose(df) != 0)
     abort();
   setenv("SPOTLAB_HOME", home, 1);
   setenv("SPOTLAB_GATEWAY", "tcp://127.0.0.1:9", 1); /* an explicit one: never started */
