@@ -109,6 +109,8 @@ static const struct opt opts[] = {
    "checkpoints kept per job; older ones are deleted once a newer one is stored"),
   ROW("store", "region", T_REGION, M(store_region), "", 0, 0,
    "the S3 bucket's region (empty: AWS_REGION or the AWS profile's)"),
+  ROW("store", "part_mib", T_INT, M(store_part_mib), "64", 5, 5120,
+   "MiB: an object up to this size goes to an S3 store in one PUT, a larger one as a multipart upload of parts this size (the gateway's and the workers')"),
   ROW("store", "upload_data", T_AUTO, M(upload_data), "auto", 0, 0,
    "notebooks upload their data files to the store for the workers (auto: when a provider's instances need the worker bundle)"),
   ROW("hub", "url", T_HUBURL, M(hub_url), "", 0, 0,

@@ -114,6 +114,7 @@ struct gw_config {
   int64_t store_keep;           /* checkpoints kept per job */
   char store_region[64];        /* "": [provider.aws] region, AWS_REGION, the profile's */
   char upload_data[8];          /* "auto", "yes", "no": kernels upload text("PATH") files (uploads.h) */
+  int64_t store_part_mib;       /* the part size of multipart uploads to an S3 store, the workers' too */
   /* [hub] (hub.h) */
   char hub_url[512];            /* "": JUPYTERHUB_API_URL */
   int64_t hub_cache_us;         /* how long a token's answer is trusted; 0: never kept */

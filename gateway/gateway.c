@@ -264,6 +264,13 @@ static int open_providers(struct gw *g, char *err, size_t err_size) {
       sl_warn(T, "provider %s runs every user's jobs on this machine as this gateway's own OS user: a "
                  "job's script can read the gateway's state and the other users' data; for users who "
                  "trust each other only (docs/security.md)", gw_sched_provider_at(g->sched, i)->name);
+  return 0;
+}
+
+/* The worker bundle, published on a thread when a provider's instances need
+ * it: after the keeper took what a killed run left open (the bundle's
+ * upload among it), so that its own upload's record is not taken for one. */
+static void start_bundle(struct gw *g) {
   bool needs_bundle = false;
   for (size_t i = 0; i < gw_sched_n_providers(g->sched); i++)
     needs_bundle |= gw_sched_provider_at(g->sched, i)->needs_bundle;
@@ -272,7 +279,6 @@ static int open_providers(struct gw *g, char *err, size_t err_size) {
   else if (needs_bundle && gw_bundle_start(g->objstore, g->cfg->state_dir, &g->bundle) < 0)
     sl_warn(T, "cannot start publishing the worker bundle; launches that need it wait");
   gw_sched_set_bundle(g->sched, g->bundle);
-  return 0;
 }
 
 /* The types [user.NAME] and [group.NAME] instance_types name are ones the
@@ -331,7 +337,9 @@ static int open_objstore(struct gw *g, char *err, size_t err_size) {
     }
     region = aws ? aws : "";
   }
-  return gw_objstore_open(g->cfg->store_url, region, &g->objstore, err, err_size);
+  int r = gw_objstore_open(g->cfg->store_url, region, &g->objstore, err, err_size);
+  gw_objstore_set_part_bytes(g->objstore, (uint64_t)g->cfg->store_part_mib << 20);
+  return r;
 }
 
 static bool more_in(void *sock) {
@@ -486,6 +494,7 @@ int gw_new(struct gw_config *cfg, struct gw **ret, char *err, size_t err_size) {
                              .objstore = g->objstore, .bus = &g->bus};
   if ((r = gw_keeper_new(&pe, &g->keeper)) < 0)
     goto fail;
+  start_bundle(g);
   r = -ENOMEM;
   g->zctx = zmq_ctx_new();
   if (!g->zctx)

@@ -106,8 +106,8 @@ static void abort_uploads(struct gw_keeper *k, json_t *rows, const char *instanc
     sl_info(T, "aborting %zu multipart uploads that instances gone before this start left "
             "unfinished", n - own);
   if (r >= 0 && own)
-    sl_info(T, "aborting %zu multipart uploads of data files that an earlier run of the gateway "
-            "left unfinished", own);
+    sl_info(T, "aborting %zu multipart uploads (data files, the worker bundle) that an earlier run of "
+            "the gateway left unfinished", own);
   free(keys);
   free(ids);
 }

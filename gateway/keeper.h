@@ -34,7 +34,8 @@ struct gw_keeper;
 /* Opens the data uploads ([store] upload_data; a failure only turns them
  * off) and the purge thread, with the work an earlier run left: jobs to
  * purge, data files to delete, records of its own uploads left open. Call
- * once the providers are open. */
+ * once the providers are open, and before the worker bundle's upload starts
+ * (its record would be taken for one a killed run left). */
 int gw_keeper_new(const struct gw_keeper_env *env, struct gw_keeper **ret);
 /* NULL when data uploads are off. */
 struct gw_uploads *gw_keeper_uploads(struct gw_keeper *k);

@@ -110,6 +110,8 @@ int gw_keys_render_worker_file(const struct gw_worker_file *w, bool indent, char
     json_object_set_new(o, "move_on_rebalance", json_true());
   if (o && w->boot->data_cache_bytes > 0)
     json_object_set_new(o, "data_cache_bytes", json_integer((json_int_t)w->boot->data_cache_bytes));
+  if (o && w->boot->part_bytes > 0)
+    json_object_set_new(o, "part_bytes", json_integer((json_int_t)w->boot->part_bytes));
   if (o && w->orphan_timeout_ms > 0)
     json_object_set_new(o, "orphan_timeout_ms", json_integer((json_int_t)w->orphan_timeout_ms));
   if (!o)

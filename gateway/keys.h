@@ -37,6 +37,7 @@ struct gw_worker_boot {
   bool move_on_rebalance;       /* a rebalance recommendation stops the jobs (the worker's
                                  * default: they checkpoint and go on) */
   int64_t data_cache_bytes;     /* uploaded data files kept between jobs (0: the worker's default) */
+  int64_t part_bytes;           /* the part size of its multipart uploads to S3 (0: the worker's default) */
   /* The worker bundle (docs/aws.md, Bootstrap), for providers that set
    * needs_bundle: a presigned GET of the tar.gz and its SHA-256. NULL
    * otherwise. */

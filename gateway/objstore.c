@@ -19,6 +19,7 @@
 struct gw_objstore {
   struct sl_s3_location loc;
   struct sl_aws_chain *chain;
+  uint64_t part_bytes;           /* 0: the client's default */
   atomic_bool stopping;          /* gw_objstore_stop */
 };
 
@@ -55,7 +56,12 @@ struct gw_objstore *gw_objstore_free(struct gw_objstore *o) {
 }
 
 struct sl_s3_opts gw_objstore_opts(struct gw_objstore *o) {
-  return (struct sl_s3_opts){.cancel = &o->stopping};
+  return (struct sl_s3_opts){.cancel = &o->stopping, .part_bytes = o->part_bytes};
+}
+
+void gw_objstore_set_part_bytes(struct gw_objstore *o, uint64_t bytes) {
+  if (o)
+    o->part_bytes = bytes;
 }
 
 void gw_objstore_stop(struct gw_objstore *o) {

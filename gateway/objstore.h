@@ -33,8 +33,12 @@ struct gw_objstore *gw_objstore_free(struct gw_objstore *o);
 struct sl_s3_signer gw_objstore_signer(struct gw_objstore *o);
 
 /* Options for the gateway's own S3 clients (o borrowed): their requests stop,
- * failing with -ECANCELED, once gw_objstore_stop was called. */
+ * failing with -ECANCELED, once gw_objstore_stop was called; their multipart
+ * uploads have parts of the size set here. */
 struct sl_s3_opts gw_objstore_opts(struct gw_objstore *o);
+/* The part size of the multipart uploads ([store] part_mib); 0: the S3
+ * client's default. NULL is a no-op. */
+void gw_objstore_set_part_bytes(struct gw_objstore *o, uint64_t bytes);
 
 /* The gateway stops: its own S3 requests under way end within about a
  * second, and later ones fail at once. Any thread; o may be NULL. */

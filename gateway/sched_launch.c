@@ -36,6 +36,7 @@ int gw_sched_launch_inst(struct gw_sched *s, struct gw_job *j, const struct gw_o
     .train = s->train_program, .metrics_per_s = s->cfg->worker_metrics_per_s,
     .move_on_rebalance = s->cfg->worker_move_on_rebalance,
     .data_cache_bytes = s->cfg->worker_data_cache_mb << 20,
+    .part_bytes = s->cfg->store_part_mib << 20,
   };
   char bundle_url[SL_S3_URL_MAX], bundle_sha[65];
   if (o->prov->needs_bundle) {

@@ -55,6 +55,7 @@ struct gw_uploads {
   struct gw_upload_deleted deleted[2 * GW_UPLOAD_MAX]; /* deletions ended, for the loop to take */
   size_t n_deleted;
   char parts_dir[PATH_MAX];
+  char state_dir[PATH_MAX];
   char store_dir[PATH_MAX];     /* "" for S3 */
   struct gw_objstore *o;
   pthread_mutex_t mu;
@@ -122,6 +123,7 @@ int gw_uploads_new(const char *state_dir, const char *store_dir, struct gw_objst
   if (!u)
     return -ENOMEM;
   snprintf(u->parts_dir, sizeof u->parts_dir, "%s/uploads", state_dir);
+  snprintf(u->state_dir, sizeof u->state_dir, "%s", state_dir);
   snprintf(u->store_dir, sizeof u->store_dir, "%s", store_dir ? store_dir : "");
   u->o = o;
   int r = sl_mkdir_p(u->parts_dir, 0700);
@@ -255,24 +257,24 @@ static int copy_file(const char *src, const char *dst) {
 
 /* ---- multipart uploads in S3 left open ---------------------------------- */
 
-/* A data file above the client's part size goes to S3 as a multipart
- * upload. From its start until it is completed or aborted it is recorded as
- * parts_dir/USER-SHA256-XXXXXX.mpu ("key\nupload_id\n", written whole and
+/* An object above the client's part size goes to S3 as a multipart upload.
+ * From its start until it is completed or aborted it is recorded as
+ * state_dir/uploads/NAME-XXXXXX.mpu ("key\nupload_id\n", written whole and
  * fsynced), so that what a killed gateway left open can be aborted by the
  * next start (gw_uploads_left_open). */
 #define MPU_SUFFIX ".mpu"
 
-struct mpu_note {
-  struct upload *e;
-  char path[PATH_MAX];          /* the record of the upload under way; "" none */
-};
+void gw_mpu_note_init(struct gw_mpu_note *n, const char *state_dir, const char *name) {
+  snprintf(n->dir, sizeof n->dir, "%.3900s/uploads", state_dir);
+  snprintf(n->name, sizeof n->name, "%s", name);
+  n->path[0] = 0;
+}
 
-static int mpu_event(void *ud, const char *key, const char *upload_id, bool open) {
-  struct mpu_note *n = ud;
-  struct gw_uploads *u = n->e->u;
+int gw_mpu_note_event(void *ud, const char *key, const char *upload_id, bool open) {
+  struct gw_mpu_note *n = ud;
   if (!open) {
     if (n->path[0] && unlink(n->path) == 0)
-      sl_file_fsync_dir(u->parts_dir);
+      sl_file_fsync_dir(n->dir);
     n->path[0] = 0;
     return 0;
   }
@@ -280,13 +282,16 @@ static int mpu_event(void *ud, const char *key, const char *upload_id, bool open
   int len = snprintf(body, sizeof body, "%s\n%s\n", key, upload_id);
   if (len < 0 || (size_t)len >= sizeof body || strchr(upload_id, '\n'))
     return -EINVAL;
-  snprintf(tmp, sizeof tmp, "%.3900s/%s-%s-XXXXXX" MPU_SUFFIX, u->parts_dir, n->e->user, n->e->sha);
+  int r = sl_mkdir_p(n->dir, 0700); /* the bundle's may come first */
+  if (r < 0)
+    return r;
+  snprintf(tmp, sizeof tmp, "%.3800s/%.190s-XXXXXX" MPU_SUFFIX, n->dir, n->name);
   int fd = mkstemps(tmp, (int)strlen(MPU_SUFFIX));
   if (fd < 0)
     return -errno;
   close(fd);
   /* the name is taken; the content arrives whole under it */
-  int r = sl_file_write_atomic(tmp, body, (size_t)len, 0600);
+  r = sl_file_write_atomic(tmp, body, (size_t)len, 0600);
   if (r < 0) {
     unlink(tmp);
     return r;
@@ -358,8 +363,11 @@ static int publish(struct upload *e, char *why, size_t why_size) {
   }
   struct sl_s3_signer signer = gw_objstore_signer(u->o);
   struct sl_s3_opts opts = gw_objstore_opts(u->o);
-  struct mpu_note note = {.e = e};
-  opts.mpu_event = mpu_event;
+  struct gw_mpu_note note;
+  char name[GW_UPLOAD_KEY_MAX];
+  snprintf(name, sizeof name, "%s-%s", e->user, e->sha);
+  gw_mpu_note_init(&note, u->state_dir, name);
+  opts.mpu_event = gw_mpu_note_event;
   opts.mpu_event_ud = &note;
   struct sl_s3_client *c = NULL;
   struct sl_s3_object head = {0};

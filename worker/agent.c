@@ -747,7 +747,7 @@ int wk_agent_new(const struct wk_config *cfg, const char *train, struct wk_agent
     if ((r = wk_presigner_new(cfg, a->zctx, &a->presigner)) < 0) goto fail;
     a->signer = wk_presigner_signer(a->presigner);
   }
-  if ((r = wk_store_open(cfg->store, s3 ? &a->signer : NULL, &a->store)) < 0) {
+  if ((r = wk_store_open(cfg->store, s3 ? &a->signer : NULL, (uint64_t)cfg->part_bytes, &a->store)) < 0) {
     sl_err("worker.store", "store %s: %s", cfg->store, sl_strerror(r));
     goto fail;
   }

@@ -13,6 +13,7 @@
 #include "sl_json.h"
 #include "sl_log.h"
 #include "sl_opt.h"
+#include "sl_s3.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -77,6 +78,9 @@ static const struct sl_opt fields[] = {
    "no word from the gateway this long: checkpoint every job and exit (0: never)"),
   ROW("data_cache_bytes", F_INT, S_(data_cache_bytes), false, "0", 0, 1LL << 50,
    "uploaded data files kept between jobs, in bytes at most (0: as many as leave the disk room)"),
+  ROW("part_bytes", F_INT, S_(part_bytes), false, "0", 0, 5LL << 30,
+   "an object up to this size goes to S3 in one PUT, a larger one as a multipart upload of parts this size "
+   "(0: 64 MiB; else 5 MiB at the least)"),
 };
 #undef S_
 #define N_FIELDS (sizeof fields / sizeof fields[0])
@@ -119,6 +123,9 @@ static int check_whole(struct wk_config *c, char *err, size_t err_size) {
   }
   if (c->metadata_kind[0] && strcmp(c->metadata_kind, "aws") && strcmp(c->metadata_kind, "gcp"))
     return sl_err_say(err, err_size, SL_ECONFIG, "\"metadata_kind\" must be aws or gcp");
+  if (c->part_bytes > 0 && c->part_bytes < (int64_t)SL_S3_PART_MIN_BYTES)
+    return sl_err_say(err, err_size, SL_ECONFIG, "\"part_bytes\" must be 0 or at least %llu (5 MiB, S3's least)",
+                      (unsigned long long)SL_S3_PART_MIN_BYTES);
   const char *env = getenv("SPOTLAB_NOTICE_POLL_MS");
   if (env && *env) {
     char *end;

@@ -38,6 +38,7 @@ struct wk_config {
   bool move_on_rebalance;      /* a rebalance recommendation stops the jobs as a notice does */
   int64_t orphan_timeout_ms;   /* no word from the gateway this long: checkpoint and exit (0: never) */
   int64_t data_cache_bytes;    /* uploaded data files kept between jobs, at most (0: while the disk has room) */
+  int64_t part_bytes;          /* the part size of multipart uploads to S3 (0: the S3 client's default) */
   bool insecure_mode;          /* the file was readable by group or others */
 };
 

@@ -123,13 +123,15 @@ static void pid_space(char out[9]) {
   snprintf(out, 9, "%08x", (unsigned)h);
 }
 
-static int open_s3(const char *url, const struct sl_s3_signer *signer, struct wk_store **ret) {
+static int open_s3(const char *url, const struct sl_s3_signer *signer, uint64_t part_bytes,
+                   struct wk_store **ret) {
   if (!signer) return SL_ECONFIG; /* a worker reaches S3 only through its gateway's URLs */
   const char *b = url + 5;
   if (!*b || *b == '/') return SL_ECONFIG;
   struct wk_store *s = calloc(1, sizeof *s);
   if (!s) return -ENOMEM;
-  int r = sl_s3_client_new(signer, NULL, &s->s3);
+  struct sl_s3_opts opts = {.part_bytes = part_bytes};
+  int r = sl_s3_client_new(signer, &opts, &s->s3);
   if (r < 0) {
     free(s);
     return r;
@@ -139,8 +141,9 @@ static int open_s3(const char *url, const struct sl_s3_signer *signer, struct wk
   return 0;
 }
 
-int wk_store_open(const char *url, const struct sl_s3_signer *signer, struct wk_store **ret) {
-  if (url && strncmp(url, "s3://", 5) == 0) return open_s3(url, signer, ret);
+int wk_store_open(const char *url, const struct sl_s3_signer *signer, uint64_t part_bytes,
+                  struct wk_store **ret) {
+  if (url && strncmp(url, "s3://", 5) == 0) return open_s3(url, signer, part_bytes, ret);
   if (!url || strncmp(url, "file:///", 8) != 0) return SL_ENOTSUP;
   const char *path = url + 7;
   if (strlen(path) >= PATH_MAX - KEY_MAX - 64) return SL_ELIMIT;

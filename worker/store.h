@@ -17,9 +17,11 @@ struct sl_s3_signer;
 
 /* Opens the store at url: "file:///abs/folder" (created 0700 if missing;
  * signer NULL), or "s3://BUCKET/PREFIX" with the signer that presigns its
- * requests (borrowed for the store's life; SL_ECONFIG without one).
+ * requests (borrowed for the store's life; SL_ECONFIG without one), its
+ * multipart uploads in parts of part_bytes (0: the S3 client's default).
  * SL_ENOTSUP for another scheme. */
-int wk_store_open(const char *url, const struct sl_s3_signer *signer, struct wk_store **ret);
+int wk_store_open(const char *url, const struct sl_s3_signer *signer, uint64_t part_bytes,
+                  struct wk_store **ret);
 struct wk_store *wk_store_free(struct wk_store *s);
 
 /* Uploads the local file src as key; *ret_bytes (may be NULL) gets its size. */

@@ -112,7 +112,7 @@ def main():
         wait_for(lambda: key in proxy.aborted, "the abort of the killed run's upload", 60)
         check(uid not in proxy.uploads, "started again, the gateway aborted the upload the killed run left")
         gwlog = env.gw.logtext()
-        check("data files that an earlier run of the gateway left unfinished" in gwlog
+        check("that an earlier run of the gateway left unfinished" in gwlog
               and "aborted the multipart upload left unfinished" in gwlog,
               "its log says so", [ln for ln in gwlog.splitlines() if "multipart" in ln][-3:])
         wait_for(lambda: not env.multipart_rows(), "the row of the aborted upload forgotten", 30)

@@ -101,6 +101,7 @@ static struct gw_worker_boot make_boot(void) {
   b.train = "/gateway/only/spotlab-train";
   b.metrics_per_s = 20;
   b.data_cache_bytes = 5LL << 30;
+  b.part_bytes = 16 << 20;
   return b;
 }
 
@@ -165,6 +166,7 @@ static void check_config(void) {
   CHECK_STR(sl_json_get_str(o, "train", "x"), "");
   CHECK_INT(sl_json_get_int(o, "metrics_per_s", 0), 20);
   CHECK(sl_json_get_int(o, "data_cache_bytes", 0) == 5LL << 30);
+  CHECK(sl_json_get_int(o, "part_bytes", 0) == 16 << 20);
   CHECK_INT(sl_json_get_int(o, "orphan_timeout_ms", 0), 900000);
   json_decref(o);
   char *mode = read_named("out/config.mode");

@@ -323,6 +323,7 @@ class AwsGateway(GatewayProcess):
     def __init__(self, folder, exe, users, ec2_endpoint, s3_endpoint, worker_exe, train_exe,
                  poll="1s", keep=3, types=TYPES, zones=ZONES, orphan_timeout="60s",
                  capacity_memory="10m", heartbeat_timeout_s=5, register_timeout_s=60, extra_ini="",
+                 store_ini="",
                  env=None, regions=None):
         self.dir = folder
         os.makedirs(folder, exist_ok=True)
@@ -348,7 +349,7 @@ class AwsGateway(GatewayProcess):
                     % (where, ",".join(zones), ",".join(types), AMI, self.workers,
                        orphan_timeout, poll, capacity_memory))
             # with several regions the bucket's is the first of them (admin.md, [store])
-            f.write("[store]\nurl = s3://%s/%s\nkeep = %d\n" % (BUCKET, PREFIX, keep))
+            f.write("[store]\nurl = s3://%s/%s\nkeep = %d\n%s" % (BUCKET, PREFIX, keep, store_ini))
             f.write("[worker]\nmetrics_per_s = 100000\n")
             for name, token in users.items():
                 f.write("[user.%s]\ntoken_sha256 = %s\n" % (name, token_sha256(token)))

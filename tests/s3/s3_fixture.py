@@ -165,6 +165,7 @@ class FaultProxy:
         self.uploads = {}      # upload id -> key, open
         self.aborted = []
         self.completed = []
+        self.part_bytes = collections.defaultdict(list)  # upload id -> each part PUT's size, as taken
         self.bad_digests = 0
         self.lock = threading.Lock()
         proxy = self
@@ -278,6 +279,9 @@ class FaultProxy:
             key = urllib.parse.unquote(target.partition('?')[0].split('/', 2)[2])
             with self.lock:
                 self.uploads[m.group(1).decode()] = key
+        if kind == 'put-part' and status == 200:
+            with self.lock:
+                self.part_bytes[q['uploadId'][0]].append(len(body))
         if kind == 'complete' and status == 200:
             with self.lock:
                 self.completed.append(self.uploads.pop(q['uploadId'][0], None))

@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
   struct sl_s3_signer *signer = sl_s3_creds_signer_new(&loc, &creds, 0);
   CHECK(signer != NULL);
   struct wk_store *s = NULL;
-  CHECK_INT(wk_store_open(argv[1], signer, &s), 0);
+  CHECK_INT(wk_store_open(argv[1], signer, 0, &s), 0);
   if (!s) TEST_MAIN_END();
   test_roundtrip(s);
   test_large(s);

@@ -107,11 +107,18 @@ static void test_errors(void) {
   snprintf(text, sizeof text,
            "{\"gateway\":\"tcp://a:1\",\"gateway_public\":\"%s\",\"public\":\"%s\",\"secret\":\"%s\","
            "\"instance\":\"i-1\",\"work_dir\":\"/w\",\"store\":\"s3://b/p\",\"metadata\":\"aws\","
-           "\"orphan_timeout_ms\":900000}", gw_pub, pub, sec);
+           "\"orphan_timeout_ms\":900000,\"part_bytes\":8388608}", gw_pub, pub, sec);
   CHECK_INT(parse(text, &c, err), 0);
   CHECK(!strcmp(c.metadata, "http://127.0.0.1:9"));
   CHECK(!strcmp(wk_config_metadata_kind(&c), "aws"));
   CHECK_INT(c.orphan_timeout_ms, 900000);
+  CHECK(c.part_bytes == 8 << 20);
+  snprintf(text, sizeof text,
+           "{\"gateway\":\"tcp://a:1\",\"gateway_public\":\"%s\",\"public\":\"%s\",\"secret\":\"%s\","
+           "\"instance\":\"i-1\",\"work_dir\":\"/w\",\"store\":\"s3://b/p\",\"part_bytes\":1048576}",
+           gw_pub, pub, sec);
+  CHECK_INT(parse(text, &c, err), SL_ECONFIG);
+  CHECK(strstr(err, "part_bytes") != NULL);
   unsetenv("AWS_EC2_METADATA_SERVICE_ENDPOINT");
   /* wk_config_parse writes nothing on failure */
   memset(&c, 0x5a, sizeof c);

@@ -194,7 +194,7 @@ static void test_put_and_restore(void) {
   struct wk_reserve r = {0};
   struct wk_store *st = NULL;
   snprintf(url, sizeof url, "file://%s", store_dir);
-  CHECK_INT(wk_store_open(url, NULL, &st), 0);
+  CHECK_INT(wk_store_open(url, NULL, 0, &st), 0);
   if (!st) return;
   char tmp[PATH_MAX + 16], dst[PATH_MAX + 16];
   snprintf(tmp, sizeof tmp, "%s/step.tmp", root);

@@ -120,8 +120,8 @@ static void test_keys(struct wk_store *s) {
   char **keys;
   CHECK_INT(wk_store_list(s, "../", &keys, NULL), SL_ENAME);
   struct wk_store *t;
-  CHECK_INT(wk_store_open("s3://bucket/prefix", NULL, &t), SL_ECONFIG); /* no signer */
-  CHECK_INT(wk_store_open("gs://bucket/prefix", NULL, &t), SL_ENOTSUP);
+  CHECK_INT(wk_store_open("s3://bucket/prefix", NULL, 0, &t), SL_ECONFIG); /* no signer */
+  CHECK_INT(wk_store_open("gs://bucket/prefix", NULL, 0, &t), SL_ENOTSUP);
 }
 
 /* The pump feeds a FIFO that a put reads: the put can only end if the
@@ -296,7 +296,7 @@ int main(void) {
   char url[128];
   snprintf(url, sizeof url, "file://%s/store", root);
   struct wk_store *s = NULL;
-  CHECK_INT(wk_store_open(url, NULL, &s), 0);
+  CHECK_INT(wk_store_open(url, NULL, 0, &s), 0);
   if (!s) TEST_MAIN_END();
   test_roundtrip(s);
   test_interrupted_put(s);
@@ -307,7 +307,7 @@ int main(void) {
   /* the same calls, each on a thread of its own, answer the same */
   snprintf(url, sizeof url, "file://%s/store2", root);
   int pumped = 0;
-  CHECK_INT(wk_store_open(url, NULL, &s), 0);
+  CHECK_INT(wk_store_open(url, NULL, 0, &s), 0);
   if (!s) TEST_MAIN_END();
   wk_store_set_pump(s, pump_count, &pumped);
   test_roundtrip(s);
