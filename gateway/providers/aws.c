@@ -189,6 +189,9 @@ static int keep_boot(struct gw_aws_inst *in, const struct gw_worker_boot *b) {
   snprintf(in->boot_public, sizeof in->boot_public, "%s", b->gateway_public);
   in->boot_keys = b->keys;
   in->boot_metrics_per_s = b->metrics_per_s;
+  in->boot_move_on_rebalance = b->move_on_rebalance;
+  in->boot_data_cache_bytes = b->data_cache_bytes;
+  in->boot_part_bytes = b->part_bytes;
   snprintf(in->boot_bundle_sha256, sizeof in->boot_bundle_sha256, "%s",
            b->bundle_sha256 ? b->bundle_sha256 : "");
   if (b->bundle_url && !(in->boot_bundle_url = strdup(b->bundle_url)))

@@ -66,6 +66,8 @@ struct gw_aws_inst {
   char boot_public[GW_Z85_KEY_LEN + 1];
   struct gw_keypair boot_keys;
   int64_t boot_metrics_per_s;
+  bool boot_move_on_rebalance;
+  int64_t boot_data_cache_bytes, boot_part_bytes;
   char *boot_bundle_url;
   char boot_bundle_sha256[65];
   /* written by the thread (under mu) */

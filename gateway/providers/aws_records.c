@@ -58,15 +58,20 @@ void gw_aws_boot_of(const struct gw_aws_inst *in, const char *gateway,
   ret->keys = in->boot_keys;
   ret->train = "";
   ret->metrics_per_s = in->boot_metrics_per_s;
+  ret->move_on_rebalance = in->boot_move_on_rebalance;
+  ret->data_cache_bytes = in->boot_data_cache_bytes;
+  ret->part_bytes = in->boot_part_bytes;
   ret->bundle_url = in->boot_bundle_url;
   ret->bundle_sha256 = in->boot_bundle_sha256[0] ? in->boot_bundle_sha256 : NULL;
 }
 
 static json_t *boot_json(const struct gw_aws_inst *in) {
-  return json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:s}", "gateway", in->boot_gateway,
+  return json_pack("{s:s,s:s,s:s,s:s,s:I,s:b,s:I,s:I,s:s,s:s}", "gateway", in->boot_gateway,
                    "gateway_public", in->boot_public, "public", in->boot_keys.public_z85,
                    "secret", in->boot_keys.secret_z85, "metrics_per_s",
-                   (json_int_t)in->boot_metrics_per_s, "bundle_url",
+                   (json_int_t)in->boot_metrics_per_s, "move_on_rebalance", in->boot_move_on_rebalance,
+                   "data_cache_bytes", (json_int_t)in->boot_data_cache_bytes, "part_bytes",
+                   (json_int_t)in->boot_part_bytes, "bundle_url",
                    in->boot_bundle_url ? in->boot_bundle_url : "", "bundle_sha256",
                    in->boot_bundle_sha256);
 }
@@ -150,6 +155,9 @@ static bool load_boot(struct gw_aws_inst *in, const json_t *b) {
       strlen(in->boot_keys.secret_z85) != GW_Z85_KEY_LEN)
     return false;
   in->boot_metrics_per_s = sl_json_get_int(b, "metrics_per_s", 0);
+  in->boot_move_on_rebalance = sl_json_get_bool(b, "move_on_rebalance", false);
+  in->boot_data_cache_bytes = sl_json_get_int(b, "data_cache_bytes", 0);
+  in->boot_part_bytes = sl_json_get_int(b, "part_bytes", 0);
   if (*url && !(in->boot_bundle_url = strdup(url)))
     return false;
   in->have_boot = true;

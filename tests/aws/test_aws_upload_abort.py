@@ -5,7 +5,8 @@ that S3 does not bill their parts for ever.
 usage: test_aws_upload_abort.py GATEWAY WORKER TRAIN KERNEL
 
 A train job runs on the aws provider (tests/pylib/aws_env.py) with a model
-whose checkpoints (about 86 MB) go up as multipart uploads in parts of 64 MiB.
+whose checkpoints (about 86 MB) go up as multipart uploads in parts of 32 MiB
+([store] part_mib = 32, which the gateway gives its workers).
 S3 is reached through the fault proxy of tests/s3/s3_fixture.py, which keeps
 the books of the multipart uploads it sees and holds every part PUT (no
 answer) until the test lets them through. While the first checkpoint's parts
@@ -15,7 +16,8 @@ processes killed), and then lets the parts through. Then:
     proxy answers its AbortMultipartUpload), and says so in its log;
   - the job resumes on another instance and succeeds, each of its later
     checkpoints completed (in S3, spotlab-train --check accepts the last);
-  - no multipart upload is left open.
+  - no multipart upload is left open, and each completed one went in parts
+    of 32 MiB (the last one smaller).
 Then the gateway stops, and the store is given the row of an upload begun
 (through boto3, with a part sent) by an instance that no longer exists, as a
 gateway stopped before its abort would leave it: the next start aborts it and
@@ -41,14 +43,15 @@ from s3_fixture import FaultProxy  # noqa: E402
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 TOKEN = "aws-upload-abort-token-0123456789"
-# about 7 M parameters: a checkpoint of 86 MB, two parts of at most 64 MiB
+# about 7 M parameters: a checkpoint of 86 MB, three parts of at most 32 MiB
+PART = 32 << 20
 MODEL = {"layers": 4, "heads": 4, "dim": 384, "ctx": 32}
 STEPS, EVERY = 6, 2
 
 
 class HoldParts:
-    """A FaultProxy predicate: true for every part PUT while held is set; the
-    first one sets seen."""
+    """A FaultProxy predicate: true for every part PUT of a checkpoint while held
+    is set; the first one sets seen."""
 
     def __init__(self):
         self.held = threading.Event()
@@ -56,7 +59,8 @@ class HoldParts:
         self.seen = threading.Event()
 
     def __call__(self, method, target):
-        if method != "PUT" or "partNumber=" not in target or not self.held.is_set():
+        if (method != "PUT" or "partNumber=" not in target or "/_spotlab/" in target
+                or not self.held.is_set()):
             return False
         self.seen.set()
         return True
@@ -78,7 +82,7 @@ def main():
 
     try:
         env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN}, time_scale=60,
-                     boot_seconds=60, s3_front=front)
+                     boot_seconds=60, s3_front=front, store_ini="part_mib = 32\n")
         env.gw.start()
         mon = Monitor(env.gw.listen, TOKEN)
         r = mon.req("session.set", defs=[
@@ -118,6 +122,11 @@ def main():
               % [(c.get("step"), c.get("bytes")) for c in cks])
         check(len(proxy.completed) >= len(cks),
               "its checkpoints went up as completed multipart uploads: %s" % proxy.completed)
+        with proxy.lock:
+            parts = {u: sorted(p, reverse=True) for u, p in proxy.part_bytes.items()
+                     if u != uid and "/ckpt-" in proxy.upload_keys.get(u, "")}
+        check(parts and all(len(p) == 3 and p[:2] == [PART, PART] and 0 < p[2] < PART for p in parts.values()),
+              "each in three parts of 32 MiB, the last smaller ([store] part_mib): %s" % parts)
         stored = sorted(o["Key"] for o in env.s3.objects(env.store_prefix(job) + "ckpt-"))
         last = env.store_prefix(job) + "ckpt-%08d.tc" % STEPS
         check(stored and stored[-1] == last, "the last checkpoint is in S3: %s" % stored)

@@ -6,7 +6,7 @@
  * Checked: a spot launch goes to the cheapest zone with its tags, its
  * ClientToken and instance-initiated shutdown = terminate, and its worker
  * gets the config (advertised address, its own id, metadata "aws", the s3
- * store); a capacity failure in one zone moves the launch to another and
+ * store, the gateway's [worker] and [store] part_mib settings); a capacity failure in one zone moves the launch to another and
  * is remembered (a launch there is refused at once, market() tells when a
  * type has no zone left); RequestLimitExceeded is retried with the same
  * token; expired credentials fail with a sentence naming their source and
@@ -326,6 +326,10 @@ static void test_launch(struct gw_provider *p, struct recorder *rec, char id[GW_
   CHECK_STR(sl_json_get_str(wc, "zone", ""), "us-east-1b");
   CHECK_STR(sl_json_get_str(wc, "store", ""), "s3://bucket/team");
   CHECK_INT(sl_json_get_int(wc, "orphan_timeout_ms", 0), 900000);
+  /* the gateway's [worker] and [store] settings reach the instance's worker */
+  CHECK(sl_json_get_bool(wc, "move_on_rebalance", false));
+  CHECK(sl_json_get_int(wc, "data_cache_bytes", 0) == 3LL << 30);
+  CHECK(sl_json_get_int(wc, "part_bytes", 0) == 16 << 20);
   json_decref(wc);
   json_decref(inst);
   /* the bill: a 60-second minimum, then per second at the price in force */
@@ -719,6 +723,9 @@ int main(int argc, char **argv) {
   CHECK_INT(gw_keys_generate(&gateway_keys), 0);
   boot.gateway = "tcp://127.0.0.1:7401";
   boot.gateway_public = gateway_keys.public_z85;
+  boot.move_on_rebalance = true;       /* [worker] move_on_rebalance */
+  boot.data_cache_bytes = 3LL << 30;   /* [worker] data_cache_mb */
+  boot.part_bytes = 16 << 20;          /* [store] part_mib */
   CHECK_INT(gw_keys_generate(&boot.keys), 0);
 
   test_open_refusals();

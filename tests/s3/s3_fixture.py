@@ -166,6 +166,7 @@ class FaultProxy:
         self.aborted = []
         self.completed = []
         self.part_bytes = collections.defaultdict(list)  # upload id -> each part PUT's size, as taken
+        self.upload_keys = {}  # upload id -> key, every upload begun
         self.bad_digests = 0
         self.lock = threading.Lock()
         proxy = self
@@ -279,6 +280,7 @@ class FaultProxy:
             key = urllib.parse.unquote(target.partition('?')[0].split('/', 2)[2])
             with self.lock:
                 self.uploads[m.group(1).decode()] = key
+                self.upload_keys[m.group(1).decode()] = key
         if kind == 'put-part' and status == 200:
             with self.lock:
                 self.part_bytes[q['uploadId'][0]].append(len(body))
