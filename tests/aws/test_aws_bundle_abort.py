@@ -32,8 +32,8 @@ import threading
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 sys.path.insert(0, os.path.join(HERE, "..", "s3"))
-from aws_env import AwsEnv, PREFIX, end_test  # noqa: E402
-from checks import check, require, exit_status, log  # noqa: E402
+from aws_env import AwsEnv, PREFIX, end_test, kill_with_upload_open  # noqa: E402
+from checks import check, require, exit_status  # noqa: E402
 from notebook import wait_for  # noqa: E402
 from s3_fixture import FaultProxy  # noqa: E402
 
@@ -88,20 +88,7 @@ def main():
         check(bundle and os.path.getsize(bundle[0]) > 2 * PART,
               "the bundle is larger than two parts: %s" % [(b, os.path.getsize(b)) for b in bundle])
 
-        env.gw.kill()
-        env.gw.stop()  # closes its log
-        log("gateway killed while the bundle's upload %.20s… of %s was open" % (uid, key))
-        records = glob.glob(os.path.join(env.gw.state, "uploads", "bundle-*.mpu"))
-        check(len(records) == 1, "the open upload is recorded in the state folder: %s" % records)
-        if records:
-            with open(records[0]) as f:
-                check(f.read().split("\n")[:2] == [key[len(PREFIX) + 1:], uid],
-                      "the record names the upload's key and id")
-
-        hold.on.clear()
-        env.gw.start()
-        wait_for(lambda: key in proxy.aborted, "the abort of the killed run's upload", 60)
-        check(uid not in proxy.uploads, "started again, the gateway aborted the upload the killed run left")
+        kill_with_upload_open(env, proxy, uid, key, "uploads/bundle-*.mpu", hold.on.clear)
         require(env.gw.wait_log("worker bundle published", 120), "the worker bundle is published again")
         gwlog = env.gw.logtext()
         check("that an earlier run of the gateway left unfinished" in gwlog

@@ -34,8 +34,8 @@ import threading
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 sys.path.insert(0, os.path.join(HERE, "..", "s3"))
-from aws_env import AwsEnv, PREFIX, end_test  # noqa: E402
-from checks import check, require, exit_status, log  # noqa: E402
+from aws_env import AwsEnv, PREFIX, end_test, kill_with_upload_open  # noqa: E402
+from checks import check, require, exit_status  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 from notebook import wait_for  # noqa: E402
 from s3_fixture import FaultProxy  # noqa: E402
@@ -97,20 +97,7 @@ def main():
         c.close()
         c = None
 
-        env.gw.kill()
-        env.gw.stop()  # closes its log
-        log("gateway killed while its upload %.20s… of %s was open" % (uid, key))
-        records = glob.glob(os.path.join(env.gw.state, "uploads", "*.mpu"))
-        check(len(records) == 1, "the open upload is recorded in the state folder: %s" % records)
-        if records:
-            with open(records[0]) as f:
-                check(f.read().split("\n")[:2] == [key[len(PREFIX) + 1:], uid],
-                      "the record names the upload's key and id")
-
-        hold.on.clear()
-        env.gw.start()
-        wait_for(lambda: key in proxy.aborted, "the abort of the killed run's upload", 60)
-        check(uid not in proxy.uploads, "started again, the gateway aborted the upload the killed run left")
+        kill_with_upload_open(env, proxy, uid, key, "uploads/*.mpu", hold.on.clear)
         gwlog = env.gw.logtext()
         check("that an earlier run of the gateway left unfinished" in gwlog
               and "aborted the multipart upload left unfinished" in gwlog,

@@ -16,6 +16,7 @@ log.
 A missing piece (s3rver, boto3, the stand-in) raises: the aws suites fail
 rather than skip.
 """
+import glob
 import json
 import os
 import re
@@ -409,6 +410,33 @@ class AwsGateway(GatewayProcess):
             tmp = os.path.join(cache, "%s.%d" % (n, os.getpid()))
             shutil.copyfile(os.path.join(mine, n), tmp)
             os.replace(tmp, os.path.join(cache, n))
+
+
+def kill_with_upload_open(env, proxy, uid, key, records, let_through):
+    """The gateway of env killed (SIGKILL) while its multipart upload uid of key
+    is open, as the fault proxy in front of S3 saw it begin: its state folder
+    holds one record (records: a glob under the state folder) naming the
+    upload's key and id; then let_through() (the proxy stops holding the
+    parts), the gateway starts again, and the proxy sees it abort that upload
+    within 60 s (TimeoutError otherwise)."""
+    from checks import check, log
+    env.gw.kill()
+    env.gw.stop()  # closes its log
+    log("gateway killed while its upload %.20s… of %s was open" % (uid, key))
+    found = glob.glob(os.path.join(env.gw.state, records))
+    check(len(found) == 1, "the open upload is recorded in the state folder: %s" % found)
+    if found:
+        with open(found[0]) as f:
+            check(f.read().split("\n")[:2] == [key[len(PREFIX) + 1:], uid],
+                  "the record names the upload's key and id")
+    let_through()
+    env.gw.start()
+    deadline = time.monotonic() + 60
+    while key not in proxy.aborted:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the abort of the killed run's upload: not within 60s")
+        time.sleep(0.1)  # the proxy's books have no event to wait on
+    check(uid not in proxy.uploads, "started again, the gateway aborted the upload the killed run left")
 
 
 def end_test(root, env, clients=(), proxy=None, tail=6000, instance_logs=False):
