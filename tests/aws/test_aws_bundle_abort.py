@@ -27,7 +27,6 @@ import glob
 import os
 import sys
 import tempfile
-import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
@@ -35,7 +34,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "s3"))
 from aws_env import AwsEnv, PREFIX, end_test, kill_with_upload_open  # noqa: E402
 from checks import check, require, exit_status  # noqa: E402
 from notebook import wait_for  # noqa: E402
-from s3_fixture import FaultProxy  # noqa: E402
+from s3_fixture import FaultProxy, HoldParts  # noqa: E402
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 TOKEN = "aws-bundle-abort-token-0123456789"
@@ -43,29 +42,10 @@ PART = 5 << 20
 HOLD_S = 120
 
 
-class HoldBundleParts:
-    """A FaultProxy predicate: true for every part PUT of the bundle while on is
-    set; the first one sets held."""
-
-    def __init__(self):
-        self.on = threading.Event()
-        self.on.set()
-        self.held = threading.Event()
-
-    def __call__(self, method, target):
-        path, _, query = target.partition("?")
-        if method != "PUT" or "/_spotlab/bundle-" not in path or "partNumber=" not in query:
-            return False
-        if not self.on.is_set():
-            return False
-        self.held.set()
-        return True
-
-
 def main():
     root = tempfile.mkdtemp(prefix="spotlab-aws-bundle-abort-")
     env = proxy = None
-    hold = HoldBundleParts()
+    hold = HoldParts("/_spotlab/bundle-")  # the bundle's part PUTs
 
     def front(port):
         nonlocal proxy

@@ -29,7 +29,6 @@ import os
 import random
 import sys
 import tempfile
-import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
@@ -38,7 +37,7 @@ from aws_env import AwsEnv, PREFIX, end_test, kill_with_upload_open  # noqa: E40
 from checks import check, require, exit_status  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 from notebook import wait_for  # noqa: E402
-from s3_fixture import FaultProxy  # noqa: E402
+from s3_fixture import FaultProxy, HoldParts  # noqa: E402
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 TOKEN = "aws-data-abort-token-0123456789ab"
@@ -46,27 +45,10 @@ SIZE, CHUNK = 70 << 20, 1 << 20
 HOLD_S = 120
 
 
-class HoldParts:
-    """A FaultProxy predicate: true for every part PUT of a data file while on
-    is set; the first one sets held."""
-
-    def __init__(self):
-        self.on = threading.Event()
-        self.on.set()
-        self.held = threading.Event()
-
-    def __call__(self, method, target):
-        path, _, query = target.partition("?")
-        if method != "PUT" or "/_data/" not in path or "partNumber=" not in query or not self.on.is_set():
-            return False
-        self.held.set()
-        return True
-
-
 def main():
     root = tempfile.mkdtemp(prefix="spotlab-aws-data-abort-")
     env = c = proxy = None
-    hold = HoldParts()
+    hold = HoldParts("/_data/")  # a data file's part PUTs
 
     def front(port):
         nonlocal proxy

@@ -147,6 +147,25 @@ def error_xml(code, msg):
             '</Error>' % (code, msg)).encode()
 
 
+class HoldParts:
+    """A FaultProxy predicate (for its always list, with a stall): true for every
+    part PUT whose path holds within while on is set (it is at first); the first
+    one sets held."""
+
+    def __init__(self, within):
+        self.within = within
+        self.on = threading.Event()
+        self.on.set()
+        self.held = threading.Event()
+
+    def __call__(self, method, target):
+        path, _, query = target.partition("?")
+        if method != "PUT" or self.within not in path or "partNumber=" not in query or not self.on.is_set():
+            return False
+        self.held.set()
+        return True
+
+
 class FaultProxy:
     """An HTTP proxy in front of s3rver that fails chosen requests.
 
