@@ -33,7 +33,7 @@ extern char **environ;
 
 struct gw_bundle {
   struct gw_objstore *store;
-  char state_dir[PATH_MAX];
+  struct gw_mpu_note note;      /* a bundle above the part size: its upload recorded while open */
   char dir[PATH_MAX];
   pthread_t thread;
   pthread_mutex_t mu;
@@ -360,15 +360,11 @@ static void *publish(void *arg) {
   char key[128];
   snprintf(key, sizeof key, "_spotlab/bundle-%.16s.tar.gz", sha);
   struct sl_s3_client *c = NULL;
-  struct gw_mpu_note note; /* a bundle above the part size: its upload recorded while open */
-  char name[64];
-  snprintf(name, sizeof name, "bundle-%.16s", sha);
-  gw_mpu_note_init(&note, b->state_dir, name);
   if (r == 0) {
     struct sl_s3_signer signer = gw_objstore_signer(b->store);
     struct sl_s3_opts opts = gw_objstore_opts(b->store);
     opts.mpu_event = gw_mpu_note_event;
-    opts.mpu_event_ud = &note;
+    opts.mpu_event_ud = &b->note;
     if ((r = sl_s3_client_new(&signer, &opts, &c)) < 0)
       snprintf(why, sizeof why, "S3 client: %s", sl_strerror(r));
   }
@@ -401,7 +397,7 @@ int gw_bundle_start(struct gw_objstore *o, const char *state_dir, struct gw_bund
     return -ENOMEM;
   b->store = o;
   b->state = -EAGAIN;
-  snprintf(b->state_dir, sizeof b->state_dir, "%s", state_dir);
+  gw_mpu_note_init(&b->note, state_dir, "bundle");
   snprintf(b->dir, sizeof b->dir, "%.3900s/bundle", state_dir);
   int r = sl_mkdir_p(b->dir, 0700);
   pthread_mutex_init(&b->mu, NULL);

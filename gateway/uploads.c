@@ -54,8 +54,7 @@ struct upload {
 struct gw_uploads {
   struct gw_upload_deleted deleted[2 * GW_UPLOAD_MAX]; /* deletions ended, for the loop to take */
   size_t n_deleted;
-  char parts_dir[PATH_MAX];
-  char state_dir[PATH_MAX];
+  char parts_dir[PATH_MAX];      /* records_dir(state_dir): the parts, and the .mpu records */
   char store_dir[PATH_MAX];     /* "" for S3 */
   struct gw_objstore *o;
   pthread_mutex_t mu;
@@ -117,13 +116,18 @@ static void sweep_parts(const char *dir, time_t now, bool (*keep)(void *, const 
   closedir(d);
 }
 
+/* state_dir/uploads: the parts of the uploads under way, and the records of
+ * the gateway's multipart uploads open in S3. */
+static void records_dir(const char *state_dir, char *dir, size_t size) {
+  snprintf(dir, size, "%.3900s/uploads", state_dir);
+}
+
 int gw_uploads_new(const char *state_dir, const char *store_dir, struct gw_objstore *o,
                    struct gw_uploads **ret) {
   struct gw_uploads *u = calloc(1, sizeof *u);
   if (!u)
     return -ENOMEM;
-  snprintf(u->parts_dir, sizeof u->parts_dir, "%s/uploads", state_dir);
-  snprintf(u->state_dir, sizeof u->state_dir, "%s", state_dir);
+  records_dir(state_dir, u->parts_dir, sizeof u->parts_dir);
   snprintf(u->store_dir, sizeof u->store_dir, "%s", store_dir ? store_dir : "");
   u->o = o;
   int r = sl_mkdir_p(u->parts_dir, 0700);
@@ -264,10 +268,17 @@ static int copy_file(const char *src, const char *dst) {
  * next start (gw_uploads_left_open). */
 #define MPU_SUFFIX ".mpu"
 
-void gw_mpu_note_init(struct gw_mpu_note *n, const char *state_dir, const char *name) {
-  snprintf(n->dir, sizeof n->dir, "%.3900s/uploads", state_dir);
+/* A note whose records go into dir. */
+static void note_in(struct gw_mpu_note *n, const char *dir, const char *name) {
+  snprintf(n->dir, sizeof n->dir, "%s", dir);
   snprintf(n->name, sizeof n->name, "%s", name);
   n->path[0] = 0;
+}
+
+void gw_mpu_note_init(struct gw_mpu_note *n, const char *state_dir, const char *name) {
+  char dir[PATH_MAX];
+  records_dir(state_dir, dir, sizeof dir);
+  note_in(n, dir, name);
 }
 
 int gw_mpu_note_event(void *ud, const char *key, const char *upload_id, bool open) {
@@ -303,7 +314,7 @@ int gw_mpu_note_event(void *ud, const char *key, const char *upload_id, bool ope
 int gw_uploads_left_open(const char *state_dir, int (*fn)(void *ud, const char *key, const char *upload_id),
                          void *ud) {
   char dir[PATH_MAX];
-  snprintf(dir, sizeof dir, "%.3900s/uploads", state_dir);
+  records_dir(state_dir, dir, sizeof dir);
   DIR *d = opendir(dir);
   if (!d)
     return errno == ENOENT ? 0 : -errno;
@@ -366,7 +377,7 @@ static int publish(struct upload *e, char *why, size_t why_size) {
   struct gw_mpu_note note;
   char name[GW_UPLOAD_KEY_MAX];
   snprintf(name, sizeof name, "%s-%s", e->user, e->sha);
-  gw_mpu_note_init(&note, u->state_dir, name);
+  note_in(&note, u->parts_dir, name);
   opts.mpu_event = gw_mpu_note_event;
   opts.mpu_event_ud = &note;
   struct sl_s3_client *c = NULL;

@@ -94,7 +94,7 @@ void gw_uploads_sweep(struct gw_uploads *u, int64_t now_mono_us, time_t now);
 
 /* The record of one of the gateway's own multipart uploads to S3 while it
  * is under way: state_dir/uploads/NAME-XXXXXX.mpu (NAME: the data file's
- * USER-SHA256, or the worker bundle's), from its start (before any part)
+ * USER-SHA256, or "bundle"), from its start (before any part)
  * until it is completed or aborted, for gw_uploads_left_open at the next
  * start. Pass gw_mpu_note_event as sl_s3_opts.mpu_event with the note as
  * its ud, one note per upload at a time. */
