@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "s3"))
 from aws_env import AwsEnv, PREFIX, end_test, kill_with_upload_open  # noqa: E402
 from checks import check, require, exit_status  # noqa: E402
 from notebook import wait_for  # noqa: E402
-from s3_fixture import FaultProxy, HoldParts  # noqa: E402
+from s3_fixture import HoldParts  # noqa: E402
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 TOKEN = "aws-bundle-abort-token-0123456789"
@@ -44,18 +44,13 @@ HOLD_S = 120
 
 def main():
     root = tempfile.mkdtemp(prefix="spotlab-aws-bundle-abort-")
-    env = proxy = None
+    env = None
     hold = HoldParts("/_spotlab/bundle-")  # the bundle's part PUTs
 
-    def front(port):
-        nonlocal proxy
-        proxy = FaultProxy(port)
-        proxy.always.append((hold, "stall:%d" % HOLD_S))
-        return proxy.url
-
     try:
-        env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN}, s3_front=front,
-                     store_ini="part_mib = 5\n")
+        env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN},
+                     s3_faults=[(hold, "stall:%d" % HOLD_S)], store_ini="part_mib = 5\n")
+        proxy = env.proxy
         env.gw.start()
         require(hold.held.wait(120), "the gateway's part PUTs of the worker bundle are held")
         with proxy.lock:
@@ -90,7 +85,7 @@ def main():
     except Exception as e:  # a timeout or a broken expectation: a failure with context
         check(False, "%s: %s" % (type(e).__name__, e))
     finally:
-        end_test(root, env, (), proxy)
+        end_test(root, env, ())
     return exit_status()
 
 

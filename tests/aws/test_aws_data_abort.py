@@ -37,7 +37,7 @@ from aws_env import AwsEnv, PREFIX, end_test, kill_with_upload_open  # noqa: E40
 from checks import check, require, exit_status  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
 from notebook import wait_for  # noqa: E402
-from s3_fixture import FaultProxy, HoldParts  # noqa: E402
+from s3_fixture import HoldParts  # noqa: E402
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 TOKEN = "aws-data-abort-token-0123456789ab"
@@ -47,20 +47,16 @@ HOLD_S = 120
 
 def main():
     root = tempfile.mkdtemp(prefix="spotlab-aws-data-abort-")
-    env = c = proxy = None
+    env = c = None
     hold = HoldParts("/_data/")  # a data file's part PUTs
-
-    def front(port):
-        nonlocal proxy
-        proxy = FaultProxy(port)
-        proxy.always.append((hold, "stall:%d" % HOLD_S))
-        return proxy.url
 
     data = random.Random(11).randbytes(SIZE)
     sha = hashlib.sha256(data).hexdigest()
     key = "%s/_data/alice/%s" % (PREFIX, sha)
     try:
-        env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN}, s3_front=front)
+        env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN},
+                     s3_faults=[(hold, "stall:%d" % HOLD_S)])
+        proxy = env.proxy
         env.gw.start()
         require(env.gw.wait_log("worker bundle published", 120), "the worker bundle is published")
         c = GatewayClient(env.gw.listen, TOKEN)
@@ -104,7 +100,7 @@ def main():
     except Exception as e:  # a timeout or a broken expectation: a failure with context
         check(False, "%s: %s" % (type(e).__name__, e))
     finally:
-        end_test(root, env, (c,), proxy)
+        end_test(root, env, (c,))
     return exit_status()
 
 

@@ -32,7 +32,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "s3"))
 from aws_env import AwsEnv, end_test  # noqa: E402
 from checks import check, require, exit_status, log  # noqa: E402
 from notebook import FINAL, Monitor, write_text  # noqa: E402
-from s3_fixture import FaultProxy  # noqa: E402
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 TOKEN = "aws-slow-store-token-0123456789ab"
@@ -64,19 +63,14 @@ def main():
     root = tempfile.mkdtemp(prefix="spotlab-aws-slow-store-")
     text = os.path.join(root, "text.txt")
     write_text(text)
-    env = mon = proxy = None
+    env = mon = None
     stall = StallCheckpoints(STALLS)
-
-    def front(port):
-        nonlocal proxy
-        proxy = FaultProxy(port)
-        proxy.always.append((stall, "stall:%d" % HOLD_S))
-        return proxy.url
 
     try:
         env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN}, time_scale=60,
                      boot_seconds=60, heartbeat_timeout_s=1, register_timeout_s=15,
-                     s3_front=front)
+                     s3_faults=[(stall, "stall:%d" % HOLD_S)])
+        proxy = env.proxy
         env.gw.start()
         mon = Monitor(env.gw.listen, TOKEN)
         r = mon.req("session.set", defs=[
@@ -121,7 +115,7 @@ def main():
     except Exception as e:  # a timeout or a broken expectation: a failure with context
         check(False, "%s: %s" % (type(e).__name__, e))
     finally:
-        end_test(root, env, (mon,), proxy)
+        end_test(root, env, (mon,))
     return exit_status()
 
 

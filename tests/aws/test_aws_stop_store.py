@@ -34,7 +34,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "s3"))
 from aws_env import AwsEnv, PREFIX, end_test  # noqa: E402
 from checks import check, require, exit_status, log  # noqa: E402
 from gateway_client import GatewayClient  # noqa: E402
-from s3_fixture import FaultProxy  # noqa: E402
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 TOKEN = "aws-stop-store-token-0123456789ab"
@@ -104,20 +103,15 @@ def delete_across_stop(env, c, sha, hold_delete):
 
 def main():
     root = tempfile.mkdtemp(prefix="spotlab-aws-stop-store-")
-    env = c = proxy = None
+    env = c = None
     hold, hold_delete = HoldData("PUT"), HoldData("DELETE", on=False)
-
-    def front(port):
-        nonlocal proxy
-        proxy = FaultProxy(port)
-        proxy.always.append((hold, "stall:%d" % HOLD_S))
-        proxy.always.append((hold_delete, "stall:%d" % HOLD_S))
-        return proxy.url
 
     data = random.Random(7).randbytes(SIZE)
     sha = hashlib.sha256(data).hexdigest()
     try:
-        env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN}, s3_front=front)
+        env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN},
+                     s3_faults=[(hold, "stall:%d" % HOLD_S), (hold_delete, "stall:%d" % HOLD_S)])
+        proxy = env.proxy
         env.gw.start()
         # the worker bundle first (built and put in seconds): the stop then waits on no build
         require(env.gw.wait_log("worker bundle published", 120), "the worker bundle is published")
@@ -166,7 +160,7 @@ def main():
     except Exception as e:  # a timeout or a broken expectation: a failure with context
         check(False, "%s: %s" % (type(e).__name__, e))
     finally:
-        end_test(root, env, (c,), proxy)
+        end_test(root, env, (c,))
     return exit_status()
 
 

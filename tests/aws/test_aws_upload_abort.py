@@ -39,7 +39,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "s3"))
 from aws_env import AwsEnv, ACCESS_KEY_ID, BUCKET, PREFIX, REGION, SECRET_ACCESS_KEY, end_test  # noqa: E402
 from checks import check, require, exit_status, log  # noqa: E402
 from notebook import FINAL, Monitor, wait_for, write_text  # noqa: E402
-from s3_fixture import FaultProxy  # noqa: E402
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 TOKEN = "aws-upload-abort-token-0123456789"
@@ -71,18 +70,13 @@ def main():
     root = tempfile.mkdtemp(prefix="spotlab-aws-upload-abort-")
     text = os.path.join(root, "text.txt")
     write_text(text)
-    env = mon = proxy = None
+    env = mon = None
     hold = HoldParts()
-
-    def front(port):
-        nonlocal proxy
-        proxy = FaultProxy(port)
-        proxy.always.append((hold, "stall:120"))
-        return proxy.url
 
     try:
         env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN}, time_scale=60,
-                     boot_seconds=60, s3_front=front, store_ini="part_mib = 32\n")
+                     boot_seconds=60, s3_faults=[(hold, "stall:120")], store_ini="part_mib = 32\n")
+        proxy = env.proxy
         env.gw.start()
         mon = Monitor(env.gw.listen, TOKEN)
         r = mon.req("session.set", defs=[
@@ -167,7 +161,7 @@ def main():
     except Exception as e:  # a timeout or a broken expectation: a failure with context
         check(False, "%s: %s" % (type(e).__name__, e))
     finally:
-        end_test(root, env, (mon,), proxy)
+        end_test(root, env, (mon,))
     return exit_status()
 
 

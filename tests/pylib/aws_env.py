@@ -39,6 +39,7 @@ from gateway_proc import GatewayProcess, token_sha256
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tests", "s3"))  # s3_fixture, for AwsEnv's fault proxy
 S3RVER = os.path.join(REPO, ".deps", "node_modules", ".bin", "s3rver")
 STANDIN = os.path.join(HERE, "ec2_standin.py")
 PYTHON = "/usr/bin/python3"
@@ -439,12 +440,12 @@ def kill_with_upload_open(env, proxy, uid, key, records, let_through):
     check(uid not in proxy.uploads, "started again, the gateway aborted the upload the killed run left")
 
 
-def end_test(root, env, clients=(), proxy=None, tail=6000, instance_logs=False):
+def end_test(root, env, clients=(), tail=6000, instance_logs=False):
     """The end of an aws test script, whatever happened in it (a test's
     finally): closes the clients (monitors, notebooks; None skipped); when a
     check failed, prints the tail of the gateway's log and, with
-    instance_logs, of each instance's console and worker logs; closes env,
-    then the fault proxy in front of S3; keeps root when a check failed or
+    instance_logs, of each instance's console and worker logs; closes env
+    (and its fault proxy in front of S3); keeps root when a check failed or
     SPOTLAB_AWS_KEEP is set, and removes it otherwise."""
     from checks import failures
     for c in clients:
@@ -462,8 +463,6 @@ def end_test(root, env, clients=(), proxy=None, tail=6000, instance_logs=False):
                     pass
     if env:
         env.close()
-    if proxy:
-        proxy.stop()
     if failures or os.environ.get("SPOTLAB_AWS_KEEP"):
         print("state kept in %s (bucket %s)" % (root, BUCKET))
     else:
@@ -476,19 +475,26 @@ class AwsEnv:
     boot_seconds: the stand-in's boot time (simulated seconds, divided by time_scale).
     regions: several regions (the stand-in serves each, the gateway has regions = ...,
     the bucket is in the first); None: REGION alone.
-    s3_front: called with s3rver's port, returns the S3 endpoint the gateway and the
-    workers use (a proxy in front of it); None: s3rver's own."""
+    s3_faults: the gateway and the workers reach S3 through the fault proxy of
+    tests/s3/s3_fixture.py (self.proxy, stopped by close()) with these rules in its
+    always list, [(predicate(method, target), action)]; None: s3rver itself."""
 
     def __init__(self, root, gateway_exe, worker_exe, train_exe, users, time_scale=60,
-                 boot_seconds=60, regions=None, s3_front=None, **gateway_kw):
+                 boot_seconds=60, regions=None, s3_faults=None, **gateway_kw):
         self.root = root
         self.s3 = None
         self.ec2 = None
         self.gw = None
+        self.proxy = None
         try:
             self.s3 = S3Server(root)
             self.ec2 = Ec2Standin(root, time_scale, boot_seconds, regions=regions or (REGION,))
-            s3_endpoint = s3_front(self.s3.port) if s3_front else self.s3.endpoint
+            s3_endpoint = self.s3.endpoint
+            if s3_faults is not None:
+                from s3_fixture import FaultProxy
+                self.proxy = FaultProxy(self.s3.port)
+                self.proxy.always.extend(s3_faults)
+                s3_endpoint = self.proxy.url
             self.gw = AwsGateway(os.path.join(root, "gw"), gateway_exe, users, self.ec2.endpoint,
                                  s3_endpoint, worker_exe, train_exe, regions=regions,
                                  **gateway_kw)
@@ -561,6 +567,9 @@ class AwsEnv:
             self.ec2.close()
         if self.s3 is not None:
             self.s3.close()
+        if self.proxy is not None:
+            self.proxy.stop()
+            self.proxy = None
 
     def remove(self):
         shutil.rmtree(self.root, ignore_errors=True)
