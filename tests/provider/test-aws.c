@@ -465,7 +465,10 @@ static void test_dropped(struct gw_provider *p, struct recorder *rec) {
   post("fail", "{\"code\":\"drop\",\"action\":\"RunInstances\",\"count\":-1}");
   char id[GW_INSTANCE_ID_MAX];
   CHECK_INT(launch(p, "g5.xlarge", true, id), 0);
-  int i = wait_event(loop, rec, GW_PROVIDER_LAUNCH_FAILED, id, 30000);
+  /* six tries with full-jitter waits of up to 1, 2, 4, 8 and 16 s between
+   * them, each try up to three sends with waits of up to 0.25 and 0.5 s:
+   * at most 35.5 s of waiting; 17.75 s on average */
+  int i = wait_event(loop, rec, GW_PROVIDER_LAUNCH_FAILED, id, 60000);
   CHECK(i >= 0);
   if (i >= 0) {
     CHECK(rec->ev[i].error < 0 && rec->ev[i].error != -EAGAIN);
