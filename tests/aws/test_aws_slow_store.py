@@ -7,14 +7,14 @@ usage: test_aws_slow_store.py GATEWAY WORKER TRAIN KERNEL
 
 A train job runs on the aws provider (tests/pylib/aws_env.py) with a
 gateway that takes a worker for lost after 1 s without a heartbeat (the
-workers send one every 200 ms), or a worker that has not registered within
-15 s of its launch or of the gateway's start. S3 is reached through the
+workers send one every 200 ms). S3 is reached through the
 fault proxy of tests/s3/s3_fixture.py, which holds the first two PUTs of a
 checkpoint for 10 s each and then closes them unanswered, so that
 checkpoint's upload takes over 20 s (the S3 client tries again). As the
 first PUT is held, the gateway is killed (SIGKILL) and started again on its
 state; the worker, whose loop waits for the upload, must register with it
-meanwhile. Then:
+meanwhile: before the proxy lets the last held PUT go (its log says when).
+Then:
   - the checkpoint is stored, and the worker reports an upload of 20 s or more;
   - the gateway never takes the worker for lost: the job runs in one
     placement on one instance, and nobody terminates that instance before
@@ -22,9 +22,11 @@ meanwhile. Then:
   - the job succeeds, its steps 1 to STEPS in order.
 """
 import os
+import re
 import sys
 import tempfile
 import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
@@ -37,6 +39,7 @@ GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 TOKEN = "aws-slow-store-token-0123456789ab"
 MODEL = {"layers": 1, "heads": 2, "dim": 32, "ctx": 32}
 STEPS, EVERY = 300, 100
+REGISTERED = re.compile(r"\] info: worker \S+ registered$", re.M)
 STALLS, HOLD_S = 2, 10  # PUTs held, and for how long each (s3_fixture.FaultProxy)
 
 
@@ -47,6 +50,7 @@ class StallCheckpoints:
         self.left = n
         self.lock = threading.Lock()
         self.first = threading.Event()  # set as the first PUT is held
+        self.held_at = []  # time.monotonic() of each PUT held
 
     def __call__(self, method, target):
         if method != "PUT" or "/ckpt-" not in target.partition("?")[0]:
@@ -55,6 +59,7 @@ class StallCheckpoints:
             if self.left <= 0:
                 return False
             self.left -= 1
+            self.held_at.append(time.monotonic())
             self.first.set()
             return True
 
@@ -68,7 +73,7 @@ def main():
 
     try:
         env = AwsEnv(root, GATEWAY, WORKER, TRAIN, {"alice": TOKEN}, time_scale=60,
-                     boot_seconds=60, heartbeat_timeout_s=1, register_timeout_s=15,
+                     boot_seconds=60, heartbeat_timeout_s=1,
                      s3_faults=[(stall, "stall:%d" % HOLD_S)])
         proxy = env.proxy
         env.gw.start()
@@ -86,8 +91,17 @@ def main():
         require(stall.first.wait(180), "a checkpoint's PUT is held")
         env.gw.kill()
         mon.close()
+        registrations = len(REGISTERED.findall(env.gw.logtext()))
         env.gw.start()
         log("gateway killed and started again during the upload")
+        registered_at = None
+        end = time.monotonic() + 120
+        while registered_at is None and time.monotonic() < end:
+            if len(REGISTERED.findall(env.gw.logtext())) > registrations:
+                registered_at = time.monotonic()
+            else:
+                time.sleep(0.1)
+        require(registered_at is not None, "the worker registers with the restarted gateway")
         mon = Monitor(env.gw.listen, TOKEN)
         mon.follow(job)
         mon.until(lambda: mon.state() in FINAL, "the end of the job", 180, end_ok=True)
@@ -95,6 +109,11 @@ def main():
         check(stall.left == 0 and proxy.faults["put-object"] == STALLS,
               "the proxy stalled %d checkpoint PUTs (%d left, faults %s)"
               % (STALLS, stall.left, dict(proxy.faults)))
+        check(len(stall.held_at) == STALLS and registered_at < stall.held_at[-1] + HOLD_S,
+              "the worker registered while the checkpoint's upload was held (%.1f s after the "
+              "first PUT was held, the last one let go %.1f s after it)"
+              % (registered_at - stall.held_at[0],
+                 stall.held_at[-1] + HOLD_S - stall.held_at[0]))
         cks = mon.mine("checkpoint")
         slow = [c for c in cks if (c.get("upload_ms") or 0) >= 1000 * HOLD_S * STALLS]
         check(slow, "a checkpoint upload took %d s or more: %s"
