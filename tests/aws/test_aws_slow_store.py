@@ -13,7 +13,8 @@ checkpoint for 10 s each and then closes them unanswered, so that
 checkpoint's upload takes over 20 s (the S3 client tries again). As the
 first PUT is held, the gateway is killed (SIGKILL) and started again on its
 state; the worker, whose loop waits for the upload, must register with it
-meanwhile: before the proxy lets the last held PUT go (its log says when).
+meanwhile, before the proxy lets the last held PUT go (the gateway's log says
+when the worker registered).
 Then:
   - the checkpoint is stored, and the worker reports an upload of 20 s or more;
   - the gateway never takes the worker for lost: the job runs in one
