@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 sys.path.insert(0, os.path.join(HERE, "..", "s3"))
 from aws_env import AwsEnv, end_test  # noqa: E402
 from checks import check, require, exit_status, log  # noqa: E402
-from notebook import FINAL, Monitor, write_text  # noqa: E402
+from notebook import FINAL, Monitor, wait_for, write_text  # noqa: E402
 
 GATEWAY, WORKER, TRAIN, KERNEL = (os.path.realpath(p) for p in sys.argv[1:5])
 TOKEN = "aws-slow-store-token-0123456789ab"
@@ -95,14 +95,9 @@ def main():
         registrations = len(REGISTERED.findall(env.gw.logtext()))
         env.gw.start()
         log("gateway killed and started again during the upload")
-        registered_at = None
-        end = time.monotonic() + 120
-        while registered_at is None and time.monotonic() < end:
-            if len(REGISTERED.findall(env.gw.logtext())) > registrations:
-                registered_at = time.monotonic()
-            else:
-                time.sleep(0.1)
-        require(registered_at is not None, "the worker registers with the restarted gateway")
+        registered_at = wait_for(
+            lambda: len(REGISTERED.findall(env.gw.logtext())) > registrations and time.monotonic(),
+            "the worker's registration with the restarted gateway", 120)
         mon = Monitor(env.gw.listen, TOKEN)
         mon.follow(job)
         mon.until(lambda: mon.state() in FINAL, "the end of the job", 180, end_ok=True)
