@@ -2,7 +2,7 @@
 #include "bundle.h"
 
 #include "objstore.h"
-#include "uploads.h"
+#include "mpu_notes.h"
 
 #include "sl_err.h"
 #include "sl_digest.h"

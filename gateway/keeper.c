@@ -4,6 +4,7 @@
 #include "bus.h"
 #include "conf.h"
 #include "fleet.h"
+#include "mpu_notes.h"
 #include "objstore.h"
 #include "provider.h"
 #include "purge.h"
@@ -192,7 +193,7 @@ static void open_uploads(struct gw_keeper *k) {
   /* the uploads of data files a killed run left open (data uploads on
    * then, whether or not they are now): aborted with the workers'
    * (abort_gone_uploads) */
-  int r = k->objstore ? gw_uploads_left_open(k->cfg->state_dir, note_left_open, k) : 0;
+  int r = k->objstore ? gw_mpu_notes_left_open(k->cfg->state_dir, note_left_open, k) : 0;
   if (r < 0)
     sl_warn(T, "the records of the uploads an earlier run left open cannot be read: %s",
             sl_strerror(r));

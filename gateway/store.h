@@ -146,7 +146,7 @@ int gw_store_purge_done(struct gw_store *s, const int64_t *jobs, size_t n);
 /* Multipart uploads that workers began in an S3 store (store_multipart.c),
  * so that the gateway aborts those a worker could not finish; instance ""
  * is the gateway's own, of a data file, left open by a run killed
- * (gw_uploads_left_open). seen: the
+ * (gw_mpu_notes_left_open). seen: the
  * instance asked for the URLs of upload_id's parts of key (a row once; a
  * checkpoint that a job on that instance stores under key removes it);
  * SL_ELIMIT for a new upload once instance has max rows. list: the rows of

@@ -1,6 +1,7 @@
 /* Data uploads (uploads.h). */
 #include "uploads.h"
 
+#include "mpu_notes.h"
 #include "objstore.h"
 
 #include "sl_digest.h"
@@ -54,7 +55,7 @@ struct upload {
 struct gw_uploads {
   struct gw_upload_deleted deleted[2 * GW_UPLOAD_MAX]; /* deletions ended, for the loop to take */
   size_t n_deleted;
-  char parts_dir[PATH_MAX];      /* records_dir(state_dir): the parts, and the .mpu records */
+  char parts_dir[PATH_MAX];     /* gw_mpu_notes_dir: the parts, and the .mpu records */
   char store_dir[PATH_MAX];     /* "" for S3 */
   struct gw_objstore *o;
   pthread_mutex_t mu;
@@ -116,18 +117,12 @@ static void sweep_parts(const char *dir, time_t now, bool (*keep)(void *, const 
   closedir(d);
 }
 
-/* state_dir/uploads: the parts of the uploads under way, and the records of
- * the gateway's multipart uploads open in S3. */
-static void records_dir(const char *state_dir, char *dir, size_t size) {
-  snprintf(dir, size, "%.3900s/uploads", state_dir);
-}
-
 int gw_uploads_new(const char *state_dir, const char *store_dir, struct gw_objstore *o,
                    struct gw_uploads **ret) {
   struct gw_uploads *u = calloc(1, sizeof *u);
   if (!u)
     return -ENOMEM;
-  records_dir(state_dir, u->parts_dir, sizeof u->parts_dir);
+  gw_mpu_notes_dir(state_dir, u->parts_dir, sizeof u->parts_dir);
   snprintf(u->store_dir, sizeof u->store_dir, "%s", store_dir ? store_dir : "");
   u->o = o;
   int r = sl_mkdir_p(u->parts_dir, 0700);
@@ -259,101 +254,6 @@ static int copy_file(const char *src, const char *dst) {
   return r;
 }
 
-/* ---- multipart uploads in S3 left open ---------------------------------- */
-
-/* An object above the client's part size goes to S3 as a multipart upload.
- * From its start until it is completed or aborted it is recorded as
- * state_dir/uploads/NAME-XXXXXX.mpu ("key\nupload_id\n", written whole and
- * fsynced), so that what a killed gateway left open can be aborted by the
- * next start (gw_uploads_left_open). */
-#define MPU_SUFFIX ".mpu"
-
-/* A note whose records go into dir. */
-static void note_in(struct gw_mpu_note *n, const char *dir, const char *name) {
-  snprintf(n->dir, sizeof n->dir, "%s", dir);
-  snprintf(n->name, sizeof n->name, "%s", name);
-  n->path[0] = 0;
-}
-
-void gw_mpu_note_init(struct gw_mpu_note *n, const char *state_dir, const char *name) {
-  char dir[PATH_MAX];
-  records_dir(state_dir, dir, sizeof dir);
-  note_in(n, dir, name);
-}
-
-int gw_mpu_note_event(void *ud, const char *key, const char *upload_id, bool open) {
-  struct gw_mpu_note *n = ud;
-  if (!open) {
-    if (n->path[0] && unlink(n->path) == 0)
-      sl_file_fsync_dir(n->dir);
-    n->path[0] = 0;
-    return 0;
-  }
-  char tmp[PATH_MAX], body[GW_UPLOAD_KEY_MAX + 1100];
-  int len = snprintf(body, sizeof body, "%s\n%s\n", key, upload_id);
-  if (len < 0 || (size_t)len >= sizeof body || strchr(upload_id, '\n'))
-    return -EINVAL;
-  int r = sl_mkdir_p(n->dir, 0700); /* the bundle's may come first */
-  if (r < 0)
-    return r;
-  snprintf(tmp, sizeof tmp, "%.3800s/%.190s-XXXXXX" MPU_SUFFIX, n->dir, n->name);
-  int fd = mkstemps(tmp, (int)strlen(MPU_SUFFIX));
-  if (fd < 0)
-    return -errno;
-  close(fd);
-  /* the name is taken; the content arrives whole under it */
-  r = sl_file_write_atomic(tmp, body, (size_t)len, 0600);
-  if (r < 0) {
-    unlink(tmp);
-    return r;
-  }
-  snprintf(n->path, sizeof n->path, "%s", tmp);
-  return 0;
-}
-
-int gw_uploads_left_open(const char *state_dir, int (*fn)(void *ud, const char *key, const char *upload_id),
-                         void *ud) {
-  char dir[PATH_MAX];
-  records_dir(state_dir, dir, sizeof dir);
-  DIR *d = opendir(dir);
-  if (!d)
-    return errno == ENOENT ? 0 : -errno;
-  struct dirent *de;
-  int n = 0;
-  while ((de = readdir(d))) {
-    size_t len = strlen(de->d_name);
-    if (len <= strlen(MPU_SUFFIX) || strcmp(de->d_name + len - strlen(MPU_SUFFIX), MPU_SUFFIX))
-      continue;
-    char path[PATH_MAX], body[GW_UPLOAD_KEY_MAX + 1100];
-    snprintf(path, sizeof path, "%.3900s/%s", dir, de->d_name);
-    FILE *f = fopen(path, "re");
-    size_t got = f ? fread(body, 1, sizeof body - 1, f) : 0;
-    if (f)
-      fclose(f);
-    body[got] = 0;
-    char *nl = strchr(body, '\n'), *id = nl ? nl + 1 : NULL, *end = id ? strchr(id, '\n') : NULL;
-    if (!nl || nl == body || !end || end == id) {
-      sl_warn(T, "%s: not a record of a multipart upload; removed (an upload it named, if any, "
-              "is left to the bucket's lifecycle rule)", path);
-      unlink(path);
-      continue;
-    }
-    *nl = *end = 0;
-    int r = fn(ud, body, id);
-    if (r < 0) {
-      sl_warn(T, "%s: the multipart upload left open by an earlier run is not taken now: %s (tried "
-              "again at the next start)", body, sl_strerror(r));
-      continue;
-    }
-    unlink(path);
-    n++;
-  }
-  closedir(d);
-  if (n)
-    sl_file_fsync_dir(dir);
-  return n;
-}
-
 /* Stores the complete part as e's object and removes the part. */
 static int publish(struct upload *e, char *why, size_t why_size) {
   struct gw_uploads *u = e->u;
@@ -377,7 +277,7 @@ static int publish(struct upload *e, char *why, size_t why_size) {
   struct gw_mpu_note note;
   char name[GW_UPLOAD_KEY_MAX];
   snprintf(name, sizeof name, "%s-%s", e->user, e->sha);
-  note_in(&note, u->parts_dir, name);
+  gw_mpu_note_in(&note, u->parts_dir, name);
   opts.mpu_event = gw_mpu_note_event;
   opts.mpu_event_ud = &note;
   struct sl_s3_client *c = NULL;

@@ -92,29 +92,6 @@ size_t gw_uploads_take_deleted(struct gw_uploads *u, struct gw_upload_deleted *o
  * gateway calls it every hour, and it runs at each start. */
 void gw_uploads_sweep(struct gw_uploads *u, int64_t now_mono_us, time_t now);
 
-/* The record of one of the gateway's own multipart uploads to S3 while it
- * is under way: state_dir/uploads/NAME-XXXXXX.mpu (NAME: the data file's
- * USER-SHA256, or "bundle"), from its start (before any part)
- * until it is completed or aborted, for gw_uploads_left_open at the next
- * start. Pass gw_mpu_note_event as sl_s3_opts.mpu_event with the note as
- * its ud, one note per upload at a time. */
-struct gw_mpu_note {
-  char dir[PATH_MAX];           /* state_dir/uploads, made at the first record */
-  char name[192];
-  char path[PATH_MAX];          /* the record of the upload under way; "" none */
-};
-void gw_mpu_note_init(struct gw_mpu_note *n, const char *state_dir, const char *name);
-int gw_mpu_note_event(void *ud, const char *key, const char *upload_id, bool open);
-
-/* The multipart uploads (data files, the worker bundle) that an earlier run
- * with state_dir began in S3 and did not end (it was killed): fn gets each one's key and
- * upload id, and a record fn takes (returns 0 or more for) is forgotten;
- * one it refuses is offered again at the next start. Call before any
- * publication starts. The count taken (0 with no parts folder), or an
- * error. */
-int gw_uploads_left_open(const char *state_dir, int (*fn)(void *ud, const char *key, const char *upload_id),
-                         void *ud);
-
 /* Waits until no check or publication runs (tests: a settled gateway). */
 void gw_uploads_wait(struct gw_uploads *u);
 

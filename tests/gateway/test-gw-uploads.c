@@ -9,6 +9,7 @@
  * uploads a killed run left open. gw_uploads_wait stands for the
  * loop's next turns while a check or publication runs on its thread. */
 #include "harness.h"
+#include "mpu_notes.h"
 #include "sl_err.h"
 #include "sl_file.h"
 #include "sl_time.h"
@@ -40,7 +41,7 @@ static int have(struct gw_uploads *u, const char *user, const char *sha, uint64_
   return r < 0 ? r : gw_uploads_have(u, user, sha, size, st, err, 256);
 }
 
-/* gw_uploads_left_open's callback: takes alice's uploads, refuses the rest */
+/* gw_mpu_notes_left_open's callback: takes alice's uploads, refuses the rest */
 struct offered {
   int n;
   char keys[4][32], ids[4][32];
@@ -237,13 +238,13 @@ int main(void) {
   snprintf(path, sizeof path, "%s/uploads/carol-%s-cccccc.mpu", state, sha);
   CHECK_INT(sl_file_write_atomic(path, "no upload id", 12, 0600), 0);
   struct offered got = {0};
-  CHECK_INT(gw_uploads_left_open(state, take, &got), 1);
+  CHECK_INT(gw_mpu_notes_left_open(state, take, &got), 1);
   CHECK_INT(got.n, 2);
   CHECK(access(rec[0], F_OK) < 0);  /* taken: forgotten */
   CHECK(access(rec[1], F_OK) == 0); /* refused: kept */
   CHECK(access(path, F_OK) < 0);    /* not a record: removed */
   got.n = 0;
-  CHECK_INT(gw_uploads_left_open(state, take, &got), 0);
+  CHECK_INT(gw_mpu_notes_left_open(state, take, &got), 0);
   CHECK_INT(got.n, 1);
   CHECK_STR(got.keys[0], "_data/bob/y");
   CHECK_STR(got.ids[0], "id-2");
